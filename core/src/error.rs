@@ -1,0 +1,248 @@
+//! Typed errors. Every error that refuses an event hands the event back.
+
+use std::fmt;
+
+/// Why an EVD could not be created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateError {
+    /// A capacity of zero was asked for.
+    ZeroCapacity,
+    /// The capacity is above [`MAX_CAPACITY`](crate::MAX_CAPACITY).
+    CapacityTooLarge {
+        /// What was asked for.
+        requested: usize,
+    },
+    /// The ring's memory could not be allocated.
+    AllocFailed {
+        /// The (power-of-two) capacity that could not be allocated.
+        capacity: usize,
+    },
+}
+
+impl fmt::Display for CreateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CreateError::ZeroCapacity => f.write_str("EVD capacity must be at least 1"),
+            CreateError::CapacityTooLarge { requested } => write!(
+                f,
+                "EVD capacity {requested} is above the maximum {}",
+                crate::MAX_CAPACITY
+            ),
+            CreateError::AllocFailed { capacity } => {
+                write!(f, "could not allocate an EVD ring of {capacity} slots")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CreateError {}
+
+/// A refused post. The event is handed back inside.
+#[derive(PartialEq, Eq)]
+pub enum PostError<T> {
+    /// The ring is full; the overflow was counted and will be reported to
+    /// the consumer.
+    Full(T),
+    /// The EVD is closed.
+    Closed(T),
+}
+
+impl<T> PostError<T> {
+    /// The event that was not posted.
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    /// poster.post(1).unwrap();
+    /// assert_eq!(poster.post(2).unwrap_err().into_inner(), 2);
+    /// # drop(consumer);
+    /// ```
+    pub fn into_inner(self) -> T {
+        match self {
+            PostError::Full(t) | PostError::Closed(t) => t,
+        }
+    }
+}
+
+impl<T> fmt::Debug for PostError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PostError::Full(_) => f.write_str("Full(..)"),
+            PostError::Closed(_) => f.write_str("Closed(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for PostError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PostError::Full(_) => f.write_str("EVD is full"),
+            PostError::Closed(_) => f.write_str("EVD is closed"),
+        }
+    }
+}
+
+impl<T> std::error::Error for PostError<T> {}
+
+/// Posts were refused because the ring was full (DAT's `EVD_OVERFLOW`):
+/// reported once to the consumer, on its next dequeue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overflow {
+    /// Posts refused since the last report.
+    pub rejected: u64,
+}
+
+impl fmt::Display for Overflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EVD overflowed: {} posts were refused", self.rejected)
+    }
+}
+
+impl std::error::Error for Overflow {}
+
+/// Why a non-blocking dequeue returned no event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TryDequeueError {
+    /// Nothing is ready.
+    Empty,
+    /// Posts were refused since the last dequeue; the next dequeue goes on
+    /// with the events.
+    Overflow(Overflow),
+    /// The EVD is closed and drained: end of stream.
+    Closed,
+}
+
+impl fmt::Display for TryDequeueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryDequeueError::Empty => f.write_str("EVD is empty"),
+            TryDequeueError::Overflow(o) => o.fmt(f),
+            TryDequeueError::Closed => f.write_str("EVD is closed and drained"),
+        }
+    }
+}
+
+impl std::error::Error for TryDequeueError {}
+
+/// Why an async receive or the stream ended without an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvError {
+    /// Posts were refused since the last dequeue.
+    Overflow(Overflow),
+    /// The EVD is closed and drained.
+    Closed,
+}
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvError::Overflow(o) => o.fmt(f),
+            RecvError::Closed => f.write_str("EVD is closed and drained"),
+        }
+    }
+}
+
+impl std::error::Error for RecvError {}
+
+/// Why a blocking wait returned without its threshold met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitError {
+    /// The threshold was 0 or above the capacity.
+    InvalidThreshold {
+        /// The threshold asked for.
+        threshold: usize,
+        /// The EVD's capacity.
+        capacity: usize,
+    },
+    /// The timeout expired; nothing was dequeued.
+    Timeout {
+        /// Events ready to dequeue when the wait gave up.
+        available: usize,
+    },
+    /// The EVD was made unwaitable (`set_unwaitable`).
+    Unwaitable,
+    /// The EVD is closed, and fewer than `threshold` events remain.
+    Closed {
+        /// Events still ready to dequeue.
+        available: usize,
+    },
+}
+
+impl fmt::Display for WaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitError::InvalidThreshold {
+                threshold,
+                capacity,
+            } => write!(f, "wait threshold {threshold} is not in 1..={capacity}"),
+            WaitError::Timeout { available } => {
+                write!(f, "wait timed out with {available} events ready")
+            }
+            WaitError::Unwaitable => f.write_str("EVD is unwaitable"),
+            WaitError::Closed { available } => {
+                write!(f, "EVD is closed with {available} events left")
+            }
+        }
+    }
+}
+
+impl std::error::Error for WaitError {}
+
+/// Why a resize was refused. The EVD is unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResizeError {
+    /// A capacity of zero was asked for.
+    ZeroCapacity,
+    /// The capacity is above [`MAX_CAPACITY`](crate::MAX_CAPACITY).
+    CapacityTooLarge {
+        /// What was asked for.
+        requested: usize,
+    },
+    /// More events are queued than the new capacity holds.
+    TooSmall {
+        /// Events queued when the resize was tried.
+        queued: usize,
+        /// The new capacity.
+        capacity: usize,
+    },
+    /// The new ring could not be allocated.
+    AllocFailed {
+        /// The capacity that could not be allocated.
+        capacity: usize,
+    },
+}
+
+impl fmt::Display for ResizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResizeError::ZeroCapacity => f.write_str("EVD capacity must be at least 1"),
+            ResizeError::CapacityTooLarge { requested } => {
+                write!(f, "EVD capacity {requested} is too large")
+            }
+            ResizeError::TooSmall { queued, capacity } => write!(
+                f,
+                "{queued} events are queued, more than the new capacity {capacity}"
+            ),
+            ResizeError::AllocFailed { capacity } => {
+                write!(f, "could not allocate an EVD ring of {capacity} slots")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ResizeError {}
+
+/// Why an upcall policy change was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyError {
+    /// Called from inside one of this EVD's own upcalls: waiting for in-flight
+    /// upcalls to return would wait for itself.
+    FromUpcall,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("cannot tear down an EVD's upcalls from inside one of its upcalls")
+    }
+}
+
+impl std::error::Error for PolicyError {}

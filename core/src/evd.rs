@@ -1,0 +1,757 @@
+//! The shared EVD and its two kinds of handle: [`Poster`] and [`Consumer`].
+
+use crate::error::{CreateError, Overflow, PostError, ResizeError, TryDequeueError};
+use crate::notify::NotifyTargets;
+use crate::query::{Counters, Query, UpcallPolicy};
+use crate::ring::Buffer;
+use crate::state::{self, Arm, Notify, Reserve};
+use crate::sync::{Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Ordering};
+use crate::upcall::HandlerSlot;
+use crossbeam_utils::CachePadded;
+
+/// The largest capacity an EVD can have (2^32 events).
+pub const MAX_CAPACITY: usize = 1 << state::MAX_CAP_LOG2;
+
+/// What the posters and the consumer share.
+pub(crate) struct Shared<T> {
+    /// The state word: tail, flags, policy, instances, capacity (see [`state`]).
+    pub(crate) state: CachePadded<AtomicU64>,
+    /// The consumer's head, a full 64-bit count of dequeued events. Written
+    /// only by the consumer (or the upcall instance holding the token), with
+    /// `Release` after the value is moved out, so a poster that loads it with
+    /// `Acquire` may reuse the slot.
+    pub(crate) head: CachePadded<AtomicU64>,
+    /// Posts refused since the consumer was last told; swapped to 0 by it.
+    pub(crate) overflow_pending: CachePadded<AtomicU64>,
+    /// The current ring. Replaced only by a resize, while `RESIZING` holds
+    /// every poster off (see [`Consumer::resize`]).
+    pub(crate) buffer: AtomicPtr<Buffer<T>>,
+    /// Where notifications go: the registered waker and the optional eventfd.
+    pub(crate) targets: NotifyTargets,
+    /// The upcall handler, replaced under crossbeam-epoch.
+    pub(crate) handler: HandlerSlot<T>,
+    /// Waits fail with `Unwaitable` while this is set.
+    pub(crate) unwaitable: AtomicBool,
+    /// Live `Poster` handles; the last one to drop closes the EVD.
+    pub(crate) posters: AtomicUsize,
+    /// Statistics that are not derived from the word and the head.
+    pub(crate) counters: CachePadded<Counters>,
+}
+
+// SAFETY: the slots hand each `T` from one thread to another exactly once
+// (publish/take), so `T: Send` is what is needed; every other field is atomic.
+unsafe impl<T: Send> Send for Shared<T> {}
+// SAFETY: as above; shared access goes through atomics and the slot protocol.
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    #[inline(always)]
+    pub(crate) fn buffer(&self) -> &Buffer<T> {
+        // Acquire: pairs with the `Release` store in `resize`. Posters reach
+        // this only after a reservation CAS that already synchronized with the
+        // end of any resize; the consumer is the writer. Either way the buffer
+        // is live: it is freed only by a resize, which first waits for every
+        // reserved ticket to be published, and the consumer side never calls
+        // this concurrently with its own resize.
+        let p = self.buffer.load(Ordering::Acquire);
+        // SAFETY: never null (set at creation), and see above for liveness.
+        unsafe { &*p }
+    }
+
+    /// Apply `f` to the word until the CAS succeeds or `f` declines.
+    #[inline]
+    pub(crate) fn update<R>(
+        &self,
+        success: Ordering,
+        mut f: impl FnMut(u64) -> Result<(u64, R), R>,
+    ) -> R {
+        let mut w = self.state.load(Ordering::Relaxed);
+        loop {
+            match f(w) {
+                Err(r) => return r,
+                Ok((new, r)) => {
+                    match self
+                        .state
+                        .compare_exchange_weak(w, new, success, Ordering::Relaxed)
+                    {
+                        Ok(_) => return r,
+                        Err(cur) => w = cur,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Notify an armed consumer: count it, wake its waker, poke its eventfd.
+    pub(crate) fn notify_consumer(&self) {
+        self.counters.notifications.fetch_add(1, Ordering::Relaxed);
+        self.targets.notify();
+    }
+
+    /// Close: posts are refused from now on; an armed consumer is woken.
+    pub(crate) fn close(&self) {
+        // AcqRel: Release so that a consumer woken by this sees CLOSED with its
+        // Acquire loads; Acquire to take over an arm's registered waker.
+        let wake = self.update(Ordering::AcqRel, |w| {
+            if state::has(w, state::CLOSED) {
+                Err(false)
+            } else {
+                let (new, wake) = state::close(w);
+                Ok((new, wake))
+            }
+        });
+        if wake {
+            self.notify_consumer();
+        }
+    }
+
+    /// Take the pending overflow report, if any.
+    #[inline(always)]
+    pub(crate) fn take_overflow(&self) -> Option<Overflow> {
+        // The common case is a plain load of a line posters write only when
+        // they overflow.
+        if self.overflow_pending.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let rejected = self.overflow_pending.swap(0, Ordering::Relaxed);
+        (rejected != 0).then_some(Overflow { rejected })
+    }
+
+    /// Dequeue one event at the head. Caller: the consumer, or the upcall
+    /// instance holding the token.
+    #[inline(always)]
+    pub(crate) fn dequeue_one(&self) -> Result<T, TryDequeueError> {
+        if let Some(o) = self.take_overflow() {
+            return Err(TryDequeueError::Overflow(o));
+        }
+        let h = self.head.load(Ordering::Relaxed);
+        let buf = self.buffer();
+        if buf.is_published(h) {
+            // SAFETY: we are the only consumer, `h` is the head, and it is
+            // published; the head moves past it right after, so it is taken once.
+            let v = unsafe { buf.take(h) };
+            // Release: the value has been moved out before a poster may reuse
+            // the slot (it loads the head with Acquire).
+            self.head.store(h.wrapping_add(1), Ordering::Release);
+            Ok(v)
+        } else {
+            Err(self.empty_reason(h))
+        }
+    }
+
+    /// Empty, or end of stream?
+    #[cold]
+    fn empty_reason(&self, h: u64) -> TryDequeueError {
+        let w = self.state.load(Ordering::Acquire);
+        if state::has(w, state::CLOSED) && state::len(w, h) == 0 {
+            TryDequeueError::Closed
+        } else {
+            TryDequeueError::Empty
+        }
+    }
+
+    /// Published events at the head, counting at most `limit`.
+    pub(crate) fn ready(&self, limit: u64) -> u64 {
+        let h = self.head.load(Ordering::Relaxed);
+        let buf = self.buffer();
+        let mut n = 0;
+        while n < limit && buf.is_published(h.wrapping_add(n)) {
+            n += 1;
+        }
+        n
+    }
+
+    /// The arm-then-check CAS for a consumer at its current head.
+    #[inline]
+    pub(crate) fn arm(&self, threshold: u64) -> Arm {
+        let h = self.head.load(Ordering::Relaxed);
+        // AcqRel: Release publishes the waker registered before this arm to
+        // the poster whose Acquire reservation CAS disarms it.
+        self.update(Ordering::AcqRel, |w| match state::arm(w, h, threshold) {
+            Arm::Arm(new) => Ok((new, Arm::Arm(new))),
+            other => Err(other),
+        })
+    }
+
+    /// Withdraw an arm (timed-out wait, dropped future).
+    pub(crate) fn disarm(&self) {
+        self.update(Ordering::Relaxed, |w| {
+            if state::has(w, state::ARMED) {
+                Ok((state::disarm(w), ()))
+            } else {
+                Err(())
+            }
+        })
+    }
+
+    pub(crate) fn query(&self) -> Query {
+        let w = self.state.load(Ordering::Acquire);
+        let head = self.head.load(Ordering::Acquire);
+        let len = state::len(w, head);
+        Query {
+            capacity: state::capacity(w) as usize,
+            len: len as usize,
+            policy: UpcallPolicy::from_bits(state::policy(w)),
+            armed: state::has(w, state::ARMED),
+            notified: state::has(w, state::NOTIFIED),
+            in_upcall: state::instances(w) > 0,
+            upcalls_in_flight: state::instances(w) as usize,
+            closed: state::has(w, state::CLOSED),
+            unwaitable: self.unwaitable.load(Ordering::Relaxed),
+            posted: head.wrapping_add(len),
+            dequeued: head,
+            overflowed: self.counters.overflowed.load(Ordering::Relaxed),
+            notifications: self.counters.notifications.load(Ordering::Relaxed),
+            upcalls: self.counters.upcalls.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        // No handle is left, so no poster is between reserve and publish: every
+        // ticket in [head, tail) holds a value, dropped here exactly once.
+        let w = self.state.load(Ordering::Relaxed);
+        let h = self.head.load(Ordering::Relaxed);
+        let p = self.buffer.load(Ordering::Relaxed);
+        // SAFETY: `p` came from `Box::into_raw` and nobody else can reach it now.
+        let buf = unsafe { Box::from_raw(p) };
+        for i in 0..state::len(w, h) {
+            let t = h.wrapping_add(i);
+            if buf.is_published(t) {
+                // SAFETY: published and never taken (it is at or past the head).
+                unsafe { buf.drop_in_place(t) };
+            }
+        }
+    }
+}
+
+/// Round a requested capacity up to the ring's power of two.
+pub(crate) fn cap_log2_for(capacity: usize) -> Option<u32> {
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return None;
+    }
+    Some(capacity.next_power_of_two().trailing_zeros())
+}
+
+/// Create an EVD holding at least `capacity` events, split into its posting
+/// handle and its consumer.
+///
+/// The capacity is rounded up to a power of two (as DAT's `evd_min_qlen` is a
+/// minimum); [`Consumer::query`] reports the real one.
+///
+/// ```
+/// let (poster, mut consumer) = evd::bounded::<&str>(8).unwrap();
+/// poster.post("hello").unwrap();
+/// assert_eq!(consumer.try_dequeue(), Ok("hello"));
+///
+/// assert_eq!(evd::bounded::<u8>(0).unwrap_err(), evd::CreateError::ZeroCapacity);
+/// ```
+pub fn bounded<T: Send>(capacity: usize) -> Result<(Poster<T>, Consumer<T>), CreateError> {
+    if capacity == 0 {
+        return Err(CreateError::ZeroCapacity);
+    }
+    let log2 = cap_log2_for(capacity).ok_or(CreateError::CapacityTooLarge {
+        requested: capacity,
+    })?;
+    let buffer = Buffer::try_new(log2).ok_or(CreateError::AllocFailed {
+        capacity: 1 << log2,
+    })?;
+    let shared = Arc::new(Shared {
+        state: CachePadded::new(AtomicU64::new(state::initial(log2))),
+        head: CachePadded::new(AtomicU64::new(0)),
+        overflow_pending: CachePadded::new(AtomicU64::new(0)),
+        buffer: AtomicPtr::new(Box::into_raw(Box::new(buffer))),
+        targets: NotifyTargets::new(),
+        handler: HandlerSlot::new(),
+        unwaitable: AtomicBool::new(false),
+        posters: AtomicUsize::new(1),
+        counters: CachePadded::new(Counters::default()),
+    });
+    let poster = Poster {
+        shared: shared.clone(),
+        head_hint: AtomicU64::new(0),
+    };
+    Ok((poster, Consumer::new(shared)))
+}
+
+/// A posting handle: cloneable, `Send + Sync`, usable from any thread.
+///
+/// [`Poster::post`] is lock-free and allocation-free: one CAS on the state word
+/// reserves a slot (and takes the notification if the consumer is armed), then
+/// the value is written and published.
+pub struct Poster<T> {
+    shared: Arc<Shared<T>>,
+    /// A head the consumer has passed (a lower bound of the real head). Read
+    /// instead of the consumer's line on every post; reloaded only when the
+    /// ring looks full. `Release`/`Acquire` so that a thread using another
+    /// thread's refresh still synchronizes with the consumer's head store.
+    head_hint: AtomicU64,
+}
+
+impl<T> Clone for Poster<T> {
+    fn clone(&self) -> Self {
+        self.shared.posters.fetch_add(1, Ordering::Relaxed);
+        Poster {
+            shared: self.shared.clone(),
+            head_hint: AtomicU64::new(self.head_hint.load(Ordering::Acquire)),
+        }
+    }
+}
+
+impl<T> Drop for Poster<T> {
+    fn drop(&mut self) {
+        // AcqRel: the last poster's close must come after every other poster's
+        // posts, which their own decrements release.
+        if self.shared.posters.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.close();
+        }
+    }
+}
+
+impl<T: Send> Poster<T> {
+    /// Post an event (DAT's `post_se`, and the path every source uses).
+    ///
+    /// A full ring or a closed EVD hands the event back; a full ring is also
+    /// counted and reported to the consumer as an [`Overflow`]. If the
+    /// consumer is armed, this post disarms it and notifies it exactly once; if
+    /// an upcall policy is enabled and no upcall is running, this thread runs
+    /// the upcall before returning.
+    ///
+    /// ```
+    /// use evd::{PostError, TryDequeueError, Overflow};
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u32).unwrap();
+    /// assert_eq!(poster.post(2), Err(PostError::Full(2)));
+    /// assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Overflow(Overflow { rejected: 1 })));
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// consumer.close();
+    /// assert_eq!(poster.post(3), Err(PostError::Closed(3)));
+    /// ```
+    #[inline]
+    pub fn post(&self, event: T) -> Result<(), PostError<T>> {
+        let s = &*self.shared;
+        let mut hint = self.head_hint.load(Ordering::Acquire);
+        let mut w = s.state.load(Ordering::Relaxed);
+        let mut backoff: Option<Backoff> = None;
+        loop {
+            match state::reserve(w, hint) {
+                Reserve::Ticket {
+                    new,
+                    ticket,
+                    notify,
+                } => {
+                    // Acquire on success: see the waker registered before the
+                    // consumer's Release arm, and the buffer installed before
+                    // a resize's Release end. Nothing is published by this
+                    // CAS, so no Release is needed.
+                    match s.state.compare_exchange_weak(
+                        w,
+                        new,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            // SAFETY: the CAS gave us `ticket`, and the full
+                            // check against a head the consumer has passed
+                            // means the slot's previous lap has been taken.
+                            unsafe { s.buffer().publish(ticket, event) };
+                            match notify {
+                                Notify::None => {}
+                                Notify::Wake => s.notify_consumer(),
+                                Notify::Upcall => crate::upcall::run_instance(s),
+                            }
+                            return Ok(());
+                        }
+                        Err(cur) => w = cur,
+                    }
+                }
+                Reserve::Full => {
+                    // Load the head before the word: then head <= tail(w), so a
+                    // "full" verdict is true at some instant, never an artefact
+                    // of a hint newer than the word.
+                    let fresh = s.head.load(Ordering::Acquire);
+                    let fresh_w = s.state.load(Ordering::Relaxed);
+                    if fresh == hint && fresh_w == w {
+                        return Err(self.overflow(event));
+                    }
+                    hint = fresh;
+                    self.head_hint.store(fresh, Ordering::Release);
+                    w = fresh_w;
+                }
+                Reserve::Closed => return Err(PostError::Closed(event)),
+                Reserve::Resizing => {
+                    backoff.get_or_insert_with(Backoff::new).snooze();
+                    w = s.state.load(Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    #[cold]
+    fn overflow(&self, event: T) -> PostError<T> {
+        let s = &*self.shared;
+        s.counters.overflowed.fetch_add(1, Ordering::Relaxed);
+        s.overflow_pending.fetch_add(1, Ordering::Relaxed);
+        PostError::Full(event)
+    }
+}
+
+impl<T> Poster<T> {
+    /// Close the EVD: later posts are refused (the event is handed back); the
+    /// consumer dequeues what is queued, then sees end-of-stream.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// poster.close();
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Closed));
+    /// ```
+    pub fn close(&self) {
+        self.shared.close();
+    }
+
+    /// Make blocking waits fail with [`WaitError::Unwaitable`](crate::WaitError)
+    /// and wake a waiter that is blocked now. Posts keep queueing.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// poster.set_unwaitable();
+    /// assert_eq!(consumer.wait(1, None), Err(evd::WaitError::Unwaitable));
+    /// poster.clear_unwaitable();
+    /// poster.post(7).unwrap();
+    /// assert_eq!(consumer.wait(1, None), Ok(1));
+    /// ```
+    pub fn set_unwaitable(&self) {
+        // Release before the wake: a waiter woken by it, or registering after
+        // it, sees the flag (its register is Acquire on the waker slot).
+        self.shared.unwaitable.store(true, Ordering::Release);
+        self.shared.targets.wake_waker();
+    }
+
+    /// Undo [`Poster::set_unwaitable`].
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(4).unwrap();
+    /// poster.set_unwaitable();
+    /// poster.clear_unwaitable();
+    /// assert!(!poster.query().unwaitable);
+    /// ```
+    pub fn clear_unwaitable(&self) {
+        self.shared.unwaitable.store(false, Ordering::Release);
+    }
+
+    /// A snapshot of the EVD's state and counters.
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(3).unwrap();
+    /// poster.post(1).unwrap();
+    /// let q = poster.query();
+    /// assert_eq!((q.capacity, q.len, q.posted), (4, 1, 1));
+    /// ```
+    pub fn query(&self) -> Query {
+        self.shared.query()
+    }
+
+    /// True once the EVD is closed.
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded::<u8>(1).unwrap();
+    /// drop(consumer);
+    /// assert!(poster.is_closed());
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        state::has(self.shared.state.load(Ordering::Acquire), state::CLOSED)
+    }
+}
+
+/// What [`Consumer::arm`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArmStatus {
+    /// Armed: the next post notifies (waker, thread, eventfd). Safe to sleep.
+    Armed,
+    /// Events are waiting: keep draining; do not sleep.
+    Pending,
+    /// Closed and drained: end of stream.
+    Closed,
+}
+
+/// The one consumer of an EVD: `Send`, not `Clone`.
+///
+/// It dequeues (one at a time or in batches), arms, waits (blocking, async, or
+/// through an eventfd), resizes, and can hand itself to an upcall dispatcher
+/// with [`Consumer::into_upcalls`](crate::Consumer::into_upcalls).
+pub struct Consumer<T> {
+    pub(crate) shared: Arc<Shared<T>>,
+    /// Unpark-this-thread waker for blocking waits, made on first use.
+    pub(crate) thread_waker: Option<(crate::sync::thread::ThreadId, std::task::Waker)>,
+    /// Spins before a blocking wait parks.
+    pub(crate) spin_budget: u32,
+    /// Whether `Drop` closes the EVD (false while parked inside an upcall
+    /// dispatcher that is being taken apart).
+    pub(crate) close_on_drop: bool,
+}
+
+impl<T> Consumer<T> {
+    fn new(shared: Arc<Shared<T>>) -> Self {
+        Consumer {
+            shared,
+            thread_waker: None,
+            spin_budget: 0,
+            close_on_drop: true,
+        }
+    }
+
+    /// Dequeue one event.
+    ///
+    /// A pending overflow report comes first, once; then events, FIFO per
+    /// poster; [`TryDequeueError::Closed`] once the EVD is closed and drained.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
+    /// poster.post('a').unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Ok('a'));
+    /// ```
+    #[inline]
+    pub fn try_dequeue(&mut self) -> Result<T, TryDequeueError> {
+        self.shared.dequeue_one()
+    }
+
+    /// Dequeue up to `max` events into `out` (appended), returning how many.
+    ///
+    /// `out` is reserved once for the events ready now, so a buffer with
+    /// enough capacity is never reallocated. Returns `Ok(0)` when nothing is
+    /// ready; a pending overflow report comes first, as an error.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(8).unwrap();
+    /// for i in 0..5 { poster.post(i).unwrap(); }
+    /// let mut buf = Vec::with_capacity(8);
+    /// assert_eq!(consumer.dequeue_batch(&mut buf, 3), Ok(3));
+    /// assert_eq!(consumer.dequeue_batch(&mut buf, 8), Ok(2));
+    /// assert_eq!(buf, [0, 1, 2, 3, 4]);
+    /// ```
+    pub fn dequeue_batch(
+        &mut self,
+        out: &mut Vec<T>,
+        max: usize,
+    ) -> Result<usize, TryDequeueError> {
+        let s = &*self.shared;
+        if let Some(o) = s.take_overflow() {
+            return Err(TryDequeueError::Overflow(o));
+        }
+        let w = s.state.load(Ordering::Relaxed);
+        let h = s.head.load(Ordering::Relaxed);
+        let queued = (state::len(w, h) as usize).min(max);
+        if queued == 0 {
+            return match s.empty_reason(h) {
+                TryDequeueError::Closed => Err(TryDequeueError::Closed),
+                _ => Ok(0),
+            };
+        }
+        out.reserve(queued);
+        let buf = s.buffer();
+        let mut n = 0;
+        while n < queued && buf.is_published(h.wrapping_add(n as u64)) {
+            // SAFETY: published and at or past the head; `out` has room (no
+            // reallocation, hence no panic between take and push).
+            out.push(unsafe { buf.take(h.wrapping_add(n as u64)) });
+            n += 1;
+        }
+        // Release: one head store for the whole batch, after every value moved.
+        s.head.store(h.wrapping_add(n as u64), Ordering::Release);
+        Ok(n)
+    }
+
+    /// Arm-then-check in one CAS: either the next post notifies this consumer
+    /// ([`ArmStatus::Armed`]: safe to sleep), or events are waiting
+    /// ([`ArmStatus::Pending`]: keep draining). There is no second poll.
+    ///
+    /// Arming on an empty ring clears the sticky *notified* bit.
+    ///
+    /// ```
+    /// use evd::ArmStatus;
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// assert_eq!(consumer.arm(), ArmStatus::Armed);
+    /// poster.post(1).unwrap(); // disarms, notifies once
+    /// assert!(consumer.query().notified);
+    /// assert_eq!(consumer.arm(), ArmStatus::Pending);
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// assert_eq!(consumer.arm(), ArmStatus::Armed);
+    /// assert!(!consumer.query().notified);
+    /// ```
+    #[inline]
+    pub fn arm(&mut self) -> ArmStatus {
+        match self.shared.arm(1) {
+            Arm::Arm(_) => ArmStatus::Armed,
+            Arm::Pending => ArmStatus::Pending,
+            Arm::Closed => ArmStatus::Closed,
+        }
+    }
+
+    /// Withdraw an arm: the next post will not notify.
+    ///
+    /// ```
+    /// let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// consumer.arm();
+    /// consumer.disarm();
+    /// assert!(!consumer.query().armed);
+    /// ```
+    pub fn disarm(&mut self) {
+        self.shared.disarm();
+    }
+
+    /// Close the EVD; the consumer can still drain it.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// consumer.close();
+    /// assert!(poster.post(1).is_err());
+    /// ```
+    pub fn close(&mut self) {
+        self.shared.close();
+    }
+
+    /// A snapshot of the EVD's state and counters.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// consumer.try_dequeue().unwrap();
+    /// let q = consumer.query();
+    /// assert_eq!((q.posted, q.dequeued, q.len), (1, 1, 0));
+    /// ```
+    pub fn query(&self) -> Query {
+        self.shared.query()
+    }
+
+    /// Spins a blocking [`Consumer::wait`] makes before it parks (default 0).
+    ///
+    /// ```
+    /// let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// consumer.set_spin_budget(1000);
+    /// ```
+    pub fn set_spin_budget(&mut self, spins: u32) {
+        self.spin_budget = spins;
+    }
+
+    /// A new posting handle (for example after every poster was dropped and
+    /// the EVD was closed, a new poster still finds it closed).
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// let p2 = consumer.poster();
+    /// drop(poster);
+    /// p2.post(5u8).unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Ok(5));
+    /// ```
+    pub fn poster(&self) -> Poster<T> {
+        self.shared.posters.fetch_add(1, Ordering::Relaxed);
+        Poster {
+            shared: self.shared.clone(),
+            head_hint: AtomicU64::new(self.shared.head.load(Ordering::Acquire)),
+        }
+    }
+
+    /// Grow or shrink the ring (DAT's `evd_resize`) while posters run: no
+    /// event is lost, FIFO is kept. The capacity is rounded up to a power of
+    /// two; shrinking below the number of queued events is refused. Returns
+    /// the new capacity.
+    ///
+    /// Posters that try to reserve during the move wait for it (it moves only
+    /// the queued events); outside a resize, posting is lock-free.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(2).unwrap();
+    /// poster.post(1).unwrap();
+    /// poster.post(2).unwrap();
+    /// assert_eq!(consumer.resize(8), Ok(8));
+    /// poster.post(3).unwrap();
+    /// assert_eq!(consumer.resize(1), Err(evd::ResizeError::TooSmall { queued: 3, capacity: 1 }));
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// ```
+    pub fn resize(&mut self, capacity: usize) -> Result<usize, ResizeError> {
+        if capacity == 0 {
+            return Err(ResizeError::ZeroCapacity);
+        }
+        let log2 = cap_log2_for(capacity).ok_or(ResizeError::CapacityTooLarge {
+            requested: capacity,
+        })?;
+        let new_cap = 1usize << log2;
+        let s = &*self.shared;
+        if state::cap_log2(s.state.load(Ordering::Relaxed)) == log2 {
+            return Ok(new_cap);
+        }
+        // Allocate before stopping the posters, to keep the window short.
+        let fresh = Buffer::try_new(log2).ok_or(ResizeError::AllocFailed { capacity: new_cap })?;
+        // Acquire: after this no ticket is handed out; the tickets already
+        // handed out are in [head, tail(w)).
+        let w = s.update(Ordering::Acquire, |w| {
+            state::begin_resize(w).map(|n| (n, n)).ok_or(w)
+        });
+        let h = s.head.load(Ordering::Relaxed);
+        let queued = state::len(w, h);
+        let old_log2 = state::cap_log2(w);
+        if queued > new_cap as u64 {
+            // Release: posters resume against the unchanged ring.
+            s.update(Ordering::Release, |w| {
+                Ok((state::end_resize(w, old_log2), ()))
+            });
+            return Err(ResizeError::TooSmall {
+                queued: queued as usize,
+                capacity: new_cap,
+            });
+        }
+        let old = s.buffer();
+        let backoff = Backoff::new();
+        for i in 0..queued {
+            let t = h.wrapping_add(i);
+            // A poster that reserved before RESIZING is still writing: wait.
+            while !old.is_published(t) {
+                backoff.snooze();
+            }
+            // SAFETY: published and not taken; we are the consumer; the
+            // ticket is republished in the new ring with the same number.
+            unsafe { fresh.publish(t, old.take(t)) };
+        }
+        let old_ptr = s
+            .buffer
+            .swap(Box::into_raw(Box::new(fresh)), Ordering::Release);
+        // Release: a poster whose reservation reads the cleared flag (or any
+        // later word) sees the new buffer pointer.
+        s.update(Ordering::Release, |w| Ok((state::end_resize(w, log2), ())));
+        // SAFETY: every reserved ticket was published, so no poster touches the
+        // old ring any more, and new reservations use the new one. Its values
+        // were all moved out; dropping it frees only the slots.
+        drop(unsafe { Box::from_raw(old_ptr) });
+        Ok(new_cap)
+    }
+}
+
+impl<T> Drop for Consumer<T> {
+    fn drop(&mut self) {
+        // Nobody will ever dequeue again: refuse further posts. Queued events
+        // are dropped with the shared state, exactly once.
+        if self.close_on_drop {
+            self.shared.close();
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Consumer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("state", &self.query())
+            .finish()
+    }
+}
+
+impl<T> std::fmt::Debug for Poster<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poster")
+            .field("state", &self.query())
+            .finish()
+    }
+}

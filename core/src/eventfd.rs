@@ -1,0 +1,69 @@
+//! An eventfd notifier for epoll and io_uring loops.
+//!
+//! Once [`Consumer::notify_fd`] has been called, every notification (a post
+//! that disarms the EVD, a close of an armed EVD) also adds 1 to an eventfd.
+//! The loop is: wait for the fd to be readable, [`NotifyFd::acknowledge`],
+//! drain, [`Consumer::arm`]; on `Pending` drain again, on `Armed` wait.
+
+use crate::evd::Consumer;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+/// A handle on the EVD's notification eventfd (a duplicate of it, so it can
+/// live apart from the consumer, for example inside a reactor).
+#[derive(Debug)]
+pub struct NotifyFd {
+    fd: OwnedFd,
+}
+
+impl NotifyFd {
+    /// Reset the eventfd's counter; returns how many notifications it held
+    /// (0 if none: notifications may be coalesced, and a wake can be spurious).
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// let fd = consumer.notify_fd().unwrap();
+    /// assert_eq!(fd.acknowledge().unwrap(), 0);
+    /// consumer.arm();
+    /// poster.post(1u8).unwrap();
+    /// assert_eq!(fd.acknowledge().unwrap(), 1);
+    /// ```
+    pub fn acknowledge(&self) -> io::Result<u64> {
+        let mut buf = [0u8; 8];
+        match rustix::io::read(&self.fd, &mut buf) {
+            Ok(_) => Ok(u64::from_ne_bytes(buf)),
+            Err(rustix::io::Errno::AGAIN) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl AsFd for NotifyFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for NotifyFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl<T> Consumer<T> {
+    /// The EVD's notification eventfd (made on first call; non-blocking,
+    /// close-on-exec). From then on every notification also writes it.
+    ///
+    /// ```
+    /// use std::os::fd::AsRawFd;
+    /// let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// let fd = consumer.notify_fd().unwrap();
+    /// assert!(fd.as_raw_fd() >= 0);
+    /// ```
+    pub fn notify_fd(&mut self) -> io::Result<NotifyFd> {
+        let fd = self.shared.targets.eventfd()?;
+        Ok(NotifyFd {
+            fd: fd.try_clone()?,
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! Async consumption: a `Future` for one event and a `Stream` of events.
+//!
+//! `poll` is dequeue → register the task's waker → arm: if the arm finds
+//! events it loops, if it arms the task sleeps until the post that disarms
+//! wakes it. Dropping a future loses nothing: events stay in the ring.
+
+use crate::error::{Overflow, RecvError, TryDequeueError};
+use crate::evd::Consumer;
+use crate::state::Arm;
+use futures_core::Stream;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Tries before a poll that keeps finding reserved-but-unwritten slots yields
+/// to the executor.
+const POLL_RETRIES: u32 = 4;
+
+impl<T> Consumer<T> {
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError>> {
+        for _ in 0..POLL_RETRIES {
+            match self.shared.dequeue_one() {
+                Ok(v) => return Poll::Ready(Ok(v)),
+                Err(TryDequeueError::Overflow(o)) => {
+                    return Poll::Ready(Err(RecvError::Overflow(o)))
+                }
+                Err(TryDequeueError::Closed) => return Poll::Ready(Err(RecvError::Closed)),
+                Err(TryDequeueError::Empty) => {}
+            }
+            self.shared.targets.register(cx.waker());
+            match self.shared.arm(1) {
+                Arm::Arm(_) => return Poll::Pending,
+                Arm::Closed => return Poll::Ready(Err(RecvError::Closed)),
+                Arm::Pending => {}
+            }
+        }
+        // A poster reserved the head slot and is still writing it: back off
+        // briefly, then let the executor run others before polling again.
+        crate::sync::Backoff::new().snooze();
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Receive one event asynchronously.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// let t = std::thread::spawn(move || poster.post(42u32).unwrap());
+    /// assert_eq!(futures::executor::block_on(consumer.recv()), Ok(42));
+    /// t.join().unwrap();
+    /// // The poster is gone: end of stream.
+    /// assert_eq!(futures::executor::block_on(consumer.recv()), Err(evd::RecvError::Closed));
+    /// ```
+    pub fn recv(&mut self) -> Recv<'_, T> {
+        Recv { consumer: self }
+    }
+}
+
+/// Future returned by [`Consumer::recv`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Recv<'a, T> {
+    consumer: &'a mut Consumer<T>,
+}
+
+impl<T> Future for Recv<'_, T> {
+    type Output = Result<T, RecvError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.consumer.poll_event(cx)
+    }
+}
+
+impl<T> std::fmt::Debug for Recv<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recv").finish_non_exhaustive()
+    }
+}
+
+/// The consumer is a stream of events; an overflow report is an `Err` item;
+/// the stream ends when the EVD is closed and drained.
+///
+/// ```
+/// use futures::StreamExt;
+/// let (poster, consumer) = evd::bounded(4).unwrap();
+/// poster.post(1u8).unwrap();
+/// poster.post(2).unwrap();
+/// drop(poster);
+/// let all: Vec<_> = futures::executor::block_on(consumer.collect());
+/// assert_eq!(all, [Ok(1), Ok(2)]);
+/// ```
+impl<T> Stream for Consumer<T> {
+    type Item = Result<T, Overflow>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.poll_event(cx) {
+            Poll::Ready(Ok(v)) => Poll::Ready(Some(Ok(v))),
+            Poll::Ready(Err(RecvError::Overflow(o))) => Poll::Ready(Some(Err(o))),
+            Poll::Ready(Err(RecvError::Closed)) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

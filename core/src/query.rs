@@ -1,0 +1,86 @@
+//! What [`Consumer::query`](crate::Consumer::query) reports.
+
+use crate::state::PolicyBits;
+use crate::sync::AtomicU64;
+
+/// An EVD's upcall policy (DAT's `DAT_UPCALL_POLICY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpcallPolicy {
+    /// No upcalls start; events queue (`DAT_UPCALL_DISABLE`).
+    Disabled,
+    /// At most one upcall runs at any moment (`DAT_UPCALL_SINGLE_INSTANCE`).
+    /// Events posted during an upcall are delivered by that same upcall
+    /// (`more_events` tells it) or, if upcalls are disabled meanwhile, stay
+    /// queued for the next one.
+    SingleInstance,
+    /// Upcall handlers may run on several posting threads at once
+    /// (`DAT_UPCALL_MANY`). The ring has one consumer, so *dequeues* stay
+    /// serialized: an instance takes one event out while it holds the
+    /// consumer token, hands the token back, then runs the handler. Events
+    /// leave the ring in FIFO order; handlers overlap and may finish in any
+    /// order. At most 63 instances are in flight.
+    ManyInstances,
+    /// Disable upcalls and return only after every in-flight upcall has
+    /// returned (`DAT_UPCALL_TEARDOWN`); no upcall runs after that.
+    Teardown,
+}
+
+impl UpcallPolicy {
+    pub(crate) fn from_bits(p: PolicyBits) -> Self {
+        match p {
+            PolicyBits::Disabled => UpcallPolicy::Disabled,
+            PolicyBits::Single => UpcallPolicy::SingleInstance,
+            PolicyBits::Many => UpcallPolicy::ManyInstances,
+        }
+    }
+
+    pub(crate) fn bits(self) -> PolicyBits {
+        match self {
+            UpcallPolicy::Disabled | UpcallPolicy::Teardown => PolicyBits::Disabled,
+            UpcallPolicy::SingleInstance => PolicyBits::Single,
+            UpcallPolicy::ManyInstances => PolicyBits::Many,
+        }
+    }
+}
+
+/// A snapshot of an EVD (DAT's `evd_query`). Fields are read one after the
+/// other, not atomically together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Query {
+    /// Events the ring holds (a power of two).
+    pub capacity: usize,
+    /// Events accepted and not yet dequeued.
+    pub len: usize,
+    /// The upcall policy (`Disabled` outside upcall mode).
+    pub policy: UpcallPolicy,
+    /// The next post will notify the consumer.
+    pub armed: bool,
+    /// Sticky "you have been notified", cleared by an arm on an empty ring.
+    pub notified: bool,
+    /// An upcall is running.
+    pub in_upcall: bool,
+    /// How many upcall instances are running.
+    pub upcalls_in_flight: usize,
+    /// Posts are refused.
+    pub closed: bool,
+    /// Waits fail with `Unwaitable`.
+    pub unwaitable: bool,
+    /// Posts accepted since creation.
+    pub posted: u64,
+    /// Events dequeued since creation (by any mode, upcalls included).
+    pub dequeued: u64,
+    /// Posts refused because the ring was full.
+    pub overflowed: u64,
+    /// Notifications fired: wakes of an armed consumer and upcall starts.
+    pub notifications: u64,
+    /// Upcall handler invocations.
+    pub upcalls: u64,
+}
+
+/// Counters touched off the post/dequeue fast path only.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) overflowed: AtomicU64,
+    pub(crate) notifications: AtomicU64,
+    pub(crate) upcalls: AtomicU64,
+}

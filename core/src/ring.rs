@@ -1,0 +1,113 @@
+//! The ring's storage: a power-of-two array of slots, each with a stamp that
+//! says which ticket's event it holds.
+//!
+//! The stamp scheme follows Dmitry Vyukov's bounded MPMC queue and
+//! crossbeam-queue's `ArrayQueue`, reduced to what a single consumer needs: a
+//! poster that owns ticket `t` writes the value and then stores the stamp
+//! `published(t)` with `Release`; the consumer at head `h` loads the stamp of
+//! slot `h & mask` with `Acquire` and takes the value only if it equals
+//! `published(h)`. Stamps of other laps (and the initial 0, which is even)
+//! never match, so no reset is needed after a read. Whether a slot is free for
+//! a poster is decided by the consumer's published head, not by the stamp: the
+//! state word's full check guarantees ticket `t` is handed out only after the
+//! consumer has taken ticket `t - capacity`.
+//!
+//! Why not build on `crossbeam_queue::ArrayQueue`: its head and tail are two
+//! separate words, so the notification flags could not share a CAS with the
+//! tail, and arm-then-check would need the second poll this crate removes.
+
+use crate::state::TICKET_MASK;
+use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+use std::mem::MaybeUninit;
+
+/// The stamp that marks a slot as holding ticket `t`'s event (odd, so that the
+/// initial zero never matches).
+#[inline(always)]
+pub(crate) const fn published(t: u64) -> u64 {
+    ((t & TICKET_MASK) << 1) | 1
+}
+
+/// One slot.
+pub(crate) struct Slot<T> {
+    /// `published(t)` once ticket `t`'s value is written; anything else otherwise.
+    stamp: AtomicU64,
+    /// The value; initialized exactly when `stamp == published(t)` and the
+    /// consumer has not yet taken ticket `t`.
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+/// A ring buffer of `mask + 1` slots.
+pub(crate) struct Buffer<T> {
+    slots: Box<[Slot<T>]>,
+    mask: u64,
+}
+
+impl<T> Buffer<T> {
+    /// Allocate `2^cap_log2` empty slots; `None` if the allocation fails.
+    pub(crate) fn try_new(cap_log2: u32) -> Option<Self> {
+        let cap = 1usize.checked_shl(cap_log2)?;
+        let mut v: Vec<Slot<T>> = Vec::new();
+        v.try_reserve_exact(cap).ok()?;
+        v.extend((0..cap).map(|_| Slot {
+            stamp: AtomicU64::new(0),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }));
+        Some(Buffer {
+            slots: v.into_boxed_slice(),
+            mask: (cap - 1) as u64,
+        })
+    }
+
+    #[inline(always)]
+    fn slot(&self, t: u64) -> &Slot<T> {
+        // `mask` < slots.len(), so the index is in bounds; the compiler sees it.
+        &self.slots[(t & self.mask) as usize]
+    }
+
+    /// Write ticket `t`'s value and publish it.
+    ///
+    /// # Safety
+    /// The caller owns ticket `t` (a successful reservation) and the consumer
+    /// has taken ticket `t - capacity` (the reservation's full check), so no
+    /// one else reads or writes this slot's value until the stamp is stored.
+    #[inline(always)]
+    pub(crate) unsafe fn publish(&self, t: u64, value: T) {
+        let slot = self.slot(t);
+        // SAFETY: by the caller's contract this thread has exclusive access to
+        // the value until the stamp below is stored.
+        slot.value.with_mut(|p| unsafe { (*p).write(value) });
+        // Release: the consumer's Acquire load of this stamp sees the value.
+        slot.stamp.store(published(t), Ordering::Release);
+    }
+
+    /// True if ticket `t` has been published (and not yet taken).
+    #[inline(always)]
+    pub(crate) fn is_published(&self, t: u64) -> bool {
+        // Acquire: pairs with the Release in `publish`, so a following `take`
+        // reads the written value.
+        self.slot(t).stamp.load(Ordering::Acquire) == published(t)
+    }
+
+    /// Move ticket `t`'s value out.
+    ///
+    /// # Safety
+    /// The caller is the consumer (or holds the token), `t` is its head, and
+    /// `is_published(t)` returned true; the value is taken at most once.
+    #[inline(always)]
+    pub(crate) unsafe fn take(&self, t: u64) -> T {
+        // SAFETY: published and not yet taken, so initialized; the poster of
+        // the next lap cannot write until the consumer publishes a head past `t`.
+        self.slot(t)
+            .value
+            .with_mut(|p| unsafe { (*p).assume_init_read() })
+    }
+
+    /// Drop ticket `t`'s value in place.
+    ///
+    /// # Safety
+    /// As for [`Buffer::take`].
+    pub(crate) unsafe fn drop_in_place(&self, t: u64) {
+        // SAFETY: as for `take`; the value is dropped exactly once here.
+        drop(unsafe { self.take(t) });
+    }
+}

@@ -1,0 +1,727 @@
+//! The EVD state word: one `u64` that holds the ring's tail and every flag the
+//! notification protocol needs, and the pure transition functions on it.
+//!
+//! # Why one word
+//!
+//! The classic verbs consumer loop is *drain, re-arm, poll again*: an event that
+//! lands between the last dequeue and the re-arm is otherwise never signalled.
+//! evd puts the ring's **tail** (the next ticket a poster will take) in the same
+//! atomic word as the **ARMED** flag. The consumer knows its own head, so
+//! "arm if the ring is empty" is a single compare-and-swap whose expected value
+//! says `tail == head`: if any post reserved a ticket since the consumer last
+//! looked, the tail moved, the CAS fails, and [`arm`] reports *pending* instead
+//! of arming. A poster reserves its ticket with a CAS on the same word; if that
+//! word has ARMED set, the very same CAS clears it, so exactly one post (the
+//! first after the arm) owns the notification. There is no second poll.
+//!
+//! This is the NAPI `SCHED|MISSED` idea (one CAS on a state word) extended with
+//! the ring index, and it matches what the prototype in `ring-notes.md`
+//! measured as free for posters: the disarm rides on the reservation CAS.
+//!
+//! # Bit layout (least significant bit first)
+//!
+//! | bits   | field        | meaning |
+//! |--------|--------------|---------|
+//! | 0      | `ARMED`      | the consumer asked to be notified by the next post (waker, thread, eventfd) |
+//! | 1      | `NOTIFIED`   | sticky: a notification fired; cleared only by an arm or an upcall exit that finds the ring empty |
+//! | 2      | `CLOSED`     | posts are refused; the consumer drains what is left, then sees end-of-stream |
+//! | 3      | `RESIZING`   | the consumer is moving the ring to a new buffer; reservations wait |
+//! | 4      | `TOKEN`      | an upcall instance holds the consumer side (the *in-upcall* bit under SingleInstance) |
+//! | 5–6    | `POLICY`     | upcall policy: 0 = none/disabled, 1 = SingleInstance, 2 = ManyInstances |
+//! | 7–12   | `INSTANCES`  | upcall instances in flight (0..=63) |
+//! | 13–18  | `CAP_LOG2`   | log2 of the ring capacity (capacities are powers of two) |
+//! | 19–63  | `TAIL`       | ticket counter, modulo 2^45 |
+//!
+//! The capacity sits in the word so that a poster's "is it full?" check and
+//! its reservation are made against the same capacity: a resize changes the
+//! word, so a reservation computed against the old capacity cannot succeed
+//! (no ABA through a resize).
+//!
+//! The consumer's head is *not* in the word: it is written only by the consumer
+//! (or the upcall instance holding `TOKEN`), published in its own cache line,
+//! and passed to the functions below as an argument. The tail wraps modulo
+//! 2^45; all distances are computed with [`len`], modulo 2^45, which is exact
+//! because the capacity is at most 2^32.
+//!
+//! # Transition table
+//!
+//! Every concurrent operation loads the word, computes the new word with one
+//! of these functions, and installs it with a CAS (retrying on failure). No
+//! other code changes the word.
+//!
+//! | operation (who) | function | precondition | new word | side effect after CAS |
+//! |---|---|---|---|---|
+//! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / run the upcall |
+//! | arm (consumer) | [`arm`] | len < threshold, not closed-and-empty | +ARMED, and −NOTIFIED if empty | park / await / epoll |
+//! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
+//! | disarm (consumer, on timeout) | [`disarm`] | — | −ARMED | — |
+//! | close (anyone) | [`close`] | — | +CLOSED −ARMED | wake if it was ARMED |
+//! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | wait for reserved slots, move them |
+//! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |
+//! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline |
+//! | instance exits (token holder) | [`exit_instance`] | policy disabled, or ring empty | −TOKEN, INSTANCES−1, −NOTIFIED if empty | — |
+//! | instance hands the token back (ManyInstances) | [`release_token`] | TOKEN | −TOKEN | run the handler without the token |
+//! | instance returns after its handler (ManyInstances) | [`reacquire`] | — | token free: +TOKEN; token held elsewhere or policy disabled: INSTANCES−1 | continue, or stop |
+//! | upcall unwinds (guard) | [`abandon_instance`] | — | −TOKEN if held, INSTANCES−1 | re-raise the panic |
+//!
+//! # Memory orderings (argued at each call site; summarised here)
+//!
+//! * A poster's reservation CAS is `Acquire` on success: it must see the waker
+//!   or thread the consumer registered before its `Release` arm CAS, and the
+//!   buffer pointer the consumer stored before its `Release` end-of-resize
+//!   CAS. The chain of CASes on the word is one release sequence, so any later
+//!   reservation inherits that visibility.
+//! * Slot data is published by the slot's own stamp (`Release` store by the
+//!   poster, `Acquire` load by the consumer), not by the word: the word only
+//!   hands out tickets and notifications.
+//! * The consumer's arm CAS is `AcqRel`: `Release` so the waker registered just
+//!   before is visible to the poster that disarms; `Acquire` is not needed for
+//!   data but costs nothing on the CAS and keeps the reasoning local.
+//! * Token hand-offs between upcall instances are `AcqRel` CASes: the instance
+//!   that takes the token must see the head and slot reads of the one that
+//!   released it.
+
+/// The consumer asked to be notified by the next post.
+pub const ARMED: u64 = 1 << 0;
+/// Sticky "you have been notified".
+pub const NOTIFIED: u64 = 1 << 1;
+/// Posts are refused.
+pub const CLOSED: u64 = 1 << 2;
+/// A resize is in progress; reservations wait.
+pub const RESIZING: u64 = 1 << 3;
+/// An upcall instance holds the consumer side.
+pub const TOKEN: u64 = 1 << 4;
+
+const POLICY_SHIFT: u32 = 5;
+const POLICY_MASK: u64 = 0b11 << POLICY_SHIFT;
+const INSTANCES_SHIFT: u32 = 7;
+const INSTANCES_BITS: u32 = 6;
+const INSTANCES_MASK: u64 = ((1 << INSTANCES_BITS) - 1) << INSTANCES_SHIFT;
+const CAP_SHIFT: u32 = 13;
+const CAP_MASK: u64 = 0b11_1111 << CAP_SHIFT;
+const TAIL_SHIFT: u32 = 19;
+
+/// Number of bits of the tail ticket counter.
+pub const TAIL_BITS: u32 = 64 - TAIL_SHIFT;
+/// Mask of a ticket (tail and head are compared modulo `2^TAIL_BITS`).
+pub const TICKET_MASK: u64 = (1 << TAIL_BITS) - 1;
+/// Largest capacity, as a power of two exponent. Kept far below `TAIL_BITS`
+/// so that distances modulo `2^TAIL_BITS` are never ambiguous.
+pub const MAX_CAP_LOG2: u32 = 32;
+/// Most upcall instances that may be in flight at once under ManyInstances.
+pub const MAX_INSTANCES: u64 = (1 << INSTANCES_BITS) - 1;
+
+/// Upcall policy bits, as stored in the word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PolicyBits {
+    /// No upcalls start (normal consumer mode, or upcalls disabled).
+    Disabled = 0,
+    /// At most one upcall instance at any moment; it holds the token throughout.
+    Single = 1,
+    /// Several instances may run their handlers at once; dequeues stay serialized.
+    Many = 2,
+}
+
+impl PolicyBits {
+    /// How many instances may be in flight under this policy.
+    pub const fn instance_limit(self) -> u64 {
+        match self {
+            PolicyBits::Disabled => 0,
+            PolicyBits::Single => 1,
+            PolicyBits::Many => MAX_INSTANCES,
+        }
+    }
+}
+
+/// What to do when upcalls are enabled while events are already queued
+/// (DAT's `DAT_UPCALL_INVOC_ANY` / `DAT_UPCALL_INVOC_NEW`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Invoke {
+    /// Start an upcall at once if events are queued (`INVOC_ANY`, the default).
+    #[default]
+    Any,
+    /// Wait for the next arrival; it delivers the queued events too (`INVOC_NEW`).
+    New,
+}
+
+/// The tail ticket in `w`.
+pub const fn tail(w: u64) -> u64 {
+    w >> TAIL_SHIFT
+}
+
+/// log2 of the capacity in `w`.
+pub const fn cap_log2(w: u64) -> u32 {
+    ((w & CAP_MASK) >> CAP_SHIFT) as u32
+}
+
+/// The capacity in `w`.
+pub const fn capacity(w: u64) -> u64 {
+    1 << cap_log2(w)
+}
+
+/// The upcall policy in `w`.
+pub const fn policy(w: u64) -> PolicyBits {
+    match (w & POLICY_MASK) >> POLICY_SHIFT {
+        1 => PolicyBits::Single,
+        2 => PolicyBits::Many,
+        _ => PolicyBits::Disabled,
+    }
+}
+
+/// Upcall instances in flight in `w`.
+pub const fn instances(w: u64) -> u64 {
+    (w & INSTANCES_MASK) >> INSTANCES_SHIFT
+}
+
+/// Reserved tickets not yet dequeued, for a consumer at `head`.
+pub const fn len(w: u64, head: u64) -> u64 {
+    tail(w).wrapping_sub(head) & TICKET_MASK
+}
+
+/// True if a reservation in `w` would exceed the capacity, given `head`.
+pub const fn is_full(w: u64, head: u64) -> bool {
+    len(w, head) >= capacity(w)
+}
+
+/// True if the flag `f` is set in `w`.
+pub const fn has(w: u64, f: u64) -> bool {
+    w & f != 0
+}
+
+/// The initial word for a ring of `2^cap_log2` slots.
+pub const fn initial(cap_log2: u32) -> u64 {
+    (cap_log2 as u64) << CAP_SHIFT
+}
+
+const fn with_tail(w: u64, t: u64) -> u64 {
+    (w & ((1 << TAIL_SHIFT) - 1)) | ((t & TICKET_MASK) << TAIL_SHIFT)
+}
+
+const fn with_instances(w: u64, n: u64) -> u64 {
+    (w & !INSTANCES_MASK) | (n << INSTANCES_SHIFT)
+}
+
+const fn with_policy(w: u64, p: PolicyBits) -> u64 {
+    (w & !POLICY_MASK) | ((p as u64) << POLICY_SHIFT)
+}
+
+const fn with_cap_log2(w: u64, c: u32) -> u64 {
+    (w & !CAP_MASK) | ((c as u64) << CAP_SHIFT)
+}
+
+/// The notification a successful reservation owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notify {
+    /// Nothing to do after publishing.
+    None,
+    /// Wake the registered waker (and the eventfd, if any).
+    Wake,
+    /// This poster started an upcall instance and holds the token.
+    Upcall,
+}
+
+/// Outcome of [`reserve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reserve {
+    /// Install `new`; the poster owns `ticket` and must perform `notify` after
+    /// publishing its slot.
+    Ticket {
+        /// The word to CAS in.
+        new: u64,
+        /// The reserved ticket (slot index is `ticket & (capacity - 1)`).
+        ticket: u64,
+        /// What the poster must do after publishing.
+        notify: Notify,
+    },
+    /// The EVD is closed: hand the event back.
+    Closed,
+    /// A resize is in progress: back off and reload.
+    Resizing,
+    /// The ring is full for a consumer at the given head: hand the event back
+    /// (after re-checking with a fresh head).
+    Full,
+}
+
+/// A poster's reservation: take ticket `tail`, and take the notification if
+/// the consumer is armed or an upcall instance may start.
+pub const fn reserve(w: u64, head: u64) -> Reserve {
+    if has(w, CLOSED) {
+        return Reserve::Closed;
+    }
+    if has(w, RESIZING) {
+        return Reserve::Resizing;
+    }
+    if is_full(w, head) {
+        return Reserve::Full;
+    }
+    let ticket = tail(w);
+    let mut new = with_tail(w, ticket + 1);
+    let notify = if has(w, ARMED) {
+        new = (new & !ARMED) | NOTIFIED;
+        Notify::Wake
+    } else if !has(w, TOKEN) && instances(w) < policy(w).instance_limit() {
+        new = with_instances(new | TOKEN | NOTIFIED, instances(w) + 1);
+        Notify::Upcall
+    } else {
+        Notify::None
+    };
+    Reserve::Ticket {
+        new,
+        ticket,
+        notify,
+    }
+}
+
+/// Outcome of [`arm`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    /// Install `new`: the next post will notify.
+    Arm(u64),
+    /// At least `threshold` events are queued: keep draining, do not sleep.
+    Pending,
+    /// Closed and empty: end of stream.
+    Closed,
+}
+
+/// The consumer's arm-then-check for a consumer at `head` that wants to be
+/// woken once `threshold` (≥ 1) events are queued.
+///
+/// Arms when fewer than `threshold` events are queued. NOTIFIED is cleared only
+/// when the ring is empty: that is the "drained after re-enabling" rule.
+pub const fn arm(w: u64, head: u64, threshold: u64) -> Arm {
+    let n = len(w, head);
+    if n >= threshold {
+        return Arm::Pending;
+    }
+    if has(w, CLOSED) {
+        // A closed EVD never gets another post: with fewer than `threshold`
+        // events there is nothing to wait for.
+        return if n == 0 { Arm::Closed } else { Arm::Pending };
+    }
+    let mut new = w | ARMED;
+    if n == 0 {
+        new &= !NOTIFIED;
+    }
+    Arm::Arm(new)
+}
+
+/// The consumer withdraws its arm (a timed-out wait, a dropped future).
+pub const fn disarm(w: u64) -> u64 {
+    w & !ARMED
+}
+
+/// Close: refuse posts from now on. Returns the new word and whether the
+/// closer must wake an armed consumer.
+pub const fn close(w: u64) -> (u64, bool) {
+    let wake = has(w, ARMED);
+    let mut new = (w | CLOSED) & !ARMED;
+    if wake {
+        new |= NOTIFIED;
+    }
+    (new, wake)
+}
+
+/// Begin a resize; `None` if one is already running.
+pub const fn begin_resize(w: u64) -> Option<u64> {
+    if has(w, RESIZING) {
+        None
+    } else {
+        Some(w | RESIZING)
+    }
+}
+
+/// End a resize, installing the new capacity.
+pub const fn end_resize(w: u64, new_cap_log2: u32) -> u64 {
+    with_cap_log2(w & !RESIZING, new_cap_log2)
+}
+
+/// Outcome of [`set_policy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetPolicy {
+    /// The word to install.
+    pub new: u64,
+    /// The caller took the token and must run an upcall instance now.
+    pub start_instance: bool,
+}
+
+/// Change the upcall policy. With [`Invoke::Any`], events already queued start
+/// an instance at once (the caller runs it).
+pub const fn set_policy(w: u64, head: u64, p: PolicyBits, invoke: Invoke) -> SetPolicy {
+    let new = with_policy(w, p);
+    let start = matches!(invoke, Invoke::Any)
+        && len(w, head) > 0
+        && !has(w, TOKEN)
+        && instances(w) < p.instance_limit();
+    if start {
+        SetPolicy {
+            new: with_instances(new | TOKEN | NOTIFIED, instances(w) + 1),
+            start_instance: true,
+        }
+    } else {
+        SetPolicy {
+            new,
+            start_instance: false,
+        }
+    }
+}
+
+/// Outcome of [`exit_instance`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Install `new`: the instance has ended.
+    Exit(u64),
+    /// Events are queued and upcalls are enabled: keep the token and go on.
+    MoreWork,
+}
+
+/// An instance holding the token found nothing to dequeue (or upcalls were
+/// disabled under it) and wants to end. It may end only if the ring is empty
+/// for its `head` — otherwise a post slipped in and this instance must deliver
+/// it, since that post saw `TOKEN` and started no instance of its own.
+pub const fn exit_instance(w: u64, head: u64) -> Exit {
+    let n = len(w, head);
+    let enabled = !matches!(policy(w), PolicyBits::Disabled);
+    if n != 0 && enabled {
+        return Exit::MoreWork;
+    }
+    let mut new = with_instances(w & !TOKEN, instances(w).saturating_sub(1));
+    if n == 0 {
+        new &= !NOTIFIED;
+    }
+    Exit::Exit(new)
+}
+
+/// ManyInstances: the token holder has taken one event out and hands the token
+/// back before running its handler.
+pub const fn release_token(w: u64) -> u64 {
+    w & !TOKEN
+}
+
+/// Outcome of [`reacquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reacquire {
+    /// Install `new`: the instance holds the token again.
+    Token(u64),
+    /// Install `new`: the instance has ended.
+    Exit(u64),
+}
+
+/// ManyInstances: an instance whose handler returned either takes the token
+/// again (to look for more work) or ends. It may end while another instance
+/// holds the token, because that holder checks for work before it ends.
+pub const fn reacquire(w: u64) -> Reacquire {
+    if has(w, TOKEN) || matches!(policy(w), PolicyBits::Disabled) {
+        Reacquire::Exit(with_instances(w, instances(w).saturating_sub(1)))
+    } else {
+        Reacquire::Token(w | TOKEN)
+    }
+}
+
+/// An instance unwinds out of a panicking handler: give back the token if it
+/// held it, and leave. Queued events stay queued for the next instance.
+pub const fn abandon_instance(w: u64, held_token: bool) -> u64 {
+    let w = if held_token { w & !TOKEN } else { w };
+    with_instances(w, instances(w).saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP4: u64 = initial(2);
+
+    fn ticket(r: Reserve) -> (u64, u64, Notify) {
+        match r {
+            Reserve::Ticket {
+                new,
+                ticket,
+                notify,
+            } => (new, ticket, notify),
+            other => panic!("expected a ticket, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn layout_fields_do_not_overlap() {
+        let fields = [
+            ARMED,
+            NOTIFIED,
+            CLOSED,
+            RESIZING,
+            TOKEN,
+            POLICY_MASK,
+            INSTANCES_MASK,
+            CAP_MASK,
+            TICKET_MASK << TAIL_SHIFT,
+        ];
+        let mut seen = 0u64;
+        for f in fields {
+            assert_eq!(seen & f, 0, "field {f:#x} overlaps");
+            seen |= f;
+        }
+        assert_eq!(seen, u64::MAX, "every bit belongs to a field");
+        const { assert!(MAX_CAP_LOG2 + 2 < TAIL_BITS) };
+    }
+
+    #[test]
+    fn initial_word_is_empty_and_unarmed() {
+        let w = initial(10);
+        assert_eq!(capacity(w), 1024);
+        assert_eq!(tail(w), 0);
+        assert_eq!(len(w, 0), 0);
+        assert_eq!(policy(w), PolicyBits::Disabled);
+        assert_eq!(instances(w), 0);
+        assert!(!has(w, ARMED | NOTIFIED | CLOSED | RESIZING | TOKEN));
+    }
+
+    #[test]
+    fn reserve_bumps_tail_and_owns_no_notification_when_unarmed() {
+        let (new, t, n) = ticket(reserve(CAP4, 0));
+        assert_eq!((t, tail(new), n), (0, 1, Notify::None));
+        assert_eq!(new & !(TICKET_MASK << TAIL_SHIFT), CAP4);
+    }
+
+    #[test]
+    fn reserve_on_armed_word_disarms_and_owns_the_wake() {
+        let w = CAP4 | ARMED;
+        let (new, _, n) = ticket(reserve(w, 0));
+        assert_eq!(n, Notify::Wake);
+        assert!(!has(new, ARMED));
+        assert!(has(new, NOTIFIED));
+        // The next post finds nothing to notify: exactly one notification per arm.
+        let (_, _, n2) = ticket(reserve(new, 0));
+        assert_eq!(n2, Notify::None);
+    }
+
+    #[test]
+    fn reserve_refuses_when_closed_resizing_or_full() {
+        assert_eq!(reserve(CAP4 | CLOSED, 0), Reserve::Closed);
+        assert_eq!(reserve(CAP4 | RESIZING, 0), Reserve::Resizing);
+        let full = with_tail(CAP4, 4);
+        assert_eq!(reserve(full, 0), Reserve::Full);
+        assert!(matches!(
+            reserve(full, 1),
+            Reserve::Ticket { ticket: 4, .. }
+        ));
+    }
+
+    #[test]
+    fn reserve_wraps_the_ticket_counter() {
+        let w = with_tail(CAP4, TICKET_MASK);
+        let head = TICKET_MASK; // empty ring at the last ticket
+        let (new, t, _) = ticket(reserve(w, head));
+        assert_eq!(t, TICKET_MASK);
+        assert_eq!(tail(new), 0);
+        assert_eq!(len(new, head), 1);
+        assert_eq!(len(new, head.wrapping_add(1)), 0);
+    }
+
+    #[test]
+    fn reserve_starts_one_instance_under_single() {
+        let w = with_policy(CAP4, PolicyBits::Single);
+        let (new, _, n) = ticket(reserve(w, 0));
+        assert_eq!(n, Notify::Upcall);
+        assert!(has(new, TOKEN) && has(new, NOTIFIED));
+        assert_eq!(instances(new), 1);
+        // A post during the upcall starts no second instance.
+        let (new2, _, n2) = ticket(reserve(new, 0));
+        assert_eq!(n2, Notify::None);
+        assert_eq!(instances(new2), 1);
+    }
+
+    #[test]
+    fn reserve_under_many_starts_instances_only_while_token_is_free() {
+        let w = with_policy(CAP4, PolicyBits::Many);
+        let (w1, _, n1) = ticket(reserve(w, 0));
+        assert_eq!(n1, Notify::Upcall);
+        let (w2, _, n2) = ticket(reserve(w1, 0));
+        assert_eq!(n2, Notify::None, "token held: no second instance");
+        let w3 = release_token(w2);
+        let (w4, _, n4) = ticket(reserve(w3, 0));
+        assert_eq!(n4, Notify::Upcall);
+        assert_eq!(instances(w4), 2);
+    }
+
+    #[test]
+    fn reserve_under_many_respects_the_instance_limit() {
+        let w = with_instances(with_policy(initial(8), PolicyBits::Many), MAX_INSTANCES);
+        let (_, _, n) = ticket(reserve(w, 0));
+        assert_eq!(n, Notify::None);
+    }
+
+    #[test]
+    fn disabled_policy_never_starts_an_instance() {
+        let (_, _, n) = ticket(reserve(CAP4, 0));
+        assert_eq!(n, Notify::None);
+    }
+
+    #[test]
+    fn arm_on_empty_ring_arms_and_clears_notified() {
+        let w = with_tail(CAP4 | NOTIFIED, 3);
+        assert_eq!(arm(w, 3, 1), Arm::Arm((w | ARMED) & !NOTIFIED));
+    }
+
+    #[test]
+    fn arm_with_queued_events_reports_pending_and_keeps_notified() {
+        let w = with_tail(CAP4 | NOTIFIED, 3);
+        assert_eq!(arm(w, 2, 1), Arm::Pending);
+    }
+
+    #[test]
+    fn arm_below_threshold_arms_but_keeps_notified() {
+        let w = with_tail(CAP4 | NOTIFIED, 3);
+        assert_eq!(arm(w, 2, 2), Arm::Arm(w | ARMED));
+        assert_eq!(arm(w, 1, 2), Arm::Pending);
+    }
+
+    #[test]
+    fn arm_is_idempotent() {
+        let w = CAP4 | ARMED;
+        assert_eq!(arm(w, 0, 1), Arm::Arm(w));
+    }
+
+    #[test]
+    fn arm_after_close_drains_then_ends() {
+        let w = with_tail(CAP4 | CLOSED, 2);
+        assert_eq!(arm(w, 1, 1), Arm::Pending);
+        assert_eq!(arm(w, 1, 4), Arm::Pending, "nothing more will come");
+        assert_eq!(arm(w, 2, 1), Arm::Closed);
+    }
+
+    #[test]
+    fn the_classic_race_is_reported_as_pending() {
+        // Consumer drained to head 0 and read the word; a post lands; the arm
+        // computed from the fresh word must say pending, and the one computed
+        // from the stale word must not be installable (the word changed).
+        let stale = CAP4;
+        let (fresh, _, _) = ticket(reserve(stale, 0));
+        assert_ne!(stale, fresh, "the CAS expecting the stale word fails");
+        assert_eq!(arm(fresh, 0, 1), Arm::Pending);
+    }
+
+    #[test]
+    fn disarm_clears_only_armed() {
+        let w = CAP4 | ARMED | NOTIFIED;
+        assert_eq!(disarm(w), CAP4 | NOTIFIED);
+    }
+
+    #[test]
+    fn close_takes_the_wake_of_an_armed_consumer() {
+        assert_eq!(close(CAP4 | ARMED), (CAP4 | CLOSED | NOTIFIED, true));
+        assert_eq!(close(CAP4), (CAP4 | CLOSED, false));
+        assert_eq!(close(CAP4 | CLOSED), (CAP4 | CLOSED, false));
+    }
+
+    #[test]
+    fn resize_sets_and_clears_the_flag_and_changes_capacity() {
+        let r = begin_resize(CAP4).unwrap();
+        assert!(has(r, RESIZING));
+        assert_eq!(begin_resize(r), None);
+        let done = end_resize(r, 5);
+        assert!(!has(done, RESIZING));
+        assert_eq!(capacity(done), 32);
+        assert_ne!(done, CAP4, "a resize always changes the word");
+    }
+
+    #[test]
+    fn set_policy_any_starts_an_instance_for_queued_events() {
+        let w = with_tail(CAP4, 2);
+        let s = set_policy(w, 0, PolicyBits::Single, Invoke::Any);
+        assert!(s.start_instance);
+        assert!(has(s.new, TOKEN));
+        assert_eq!(instances(s.new), 1);
+        assert_eq!(policy(s.new), PolicyBits::Single);
+    }
+
+    #[test]
+    fn set_policy_new_waits_for_the_next_arrival() {
+        let w = with_tail(CAP4, 2);
+        let s = set_policy(w, 0, PolicyBits::Single, Invoke::New);
+        assert!(!s.start_instance);
+        let (_, _, n) = ticket(reserve(s.new, 0));
+        assert_eq!(n, Notify::Upcall);
+    }
+
+    #[test]
+    fn set_policy_any_on_empty_ring_starts_nothing() {
+        let s = set_policy(CAP4, 0, PolicyBits::Many, Invoke::Any);
+        assert!(!s.start_instance);
+        assert_eq!(policy(s.new), PolicyBits::Many);
+    }
+
+    #[test]
+    fn set_policy_does_not_start_while_an_instance_runs() {
+        let w = with_instances(with_tail(CAP4 | TOKEN, 2), 1);
+        let s = set_policy(
+            with_policy(w, PolicyBits::Single),
+            0,
+            PolicyBits::Single,
+            Invoke::Any,
+        );
+        assert!(!s.start_instance);
+        assert_eq!(instances(s.new), 1);
+    }
+
+    #[test]
+    fn exit_instance_refuses_while_work_is_queued() {
+        let w = with_instances(
+            with_policy(with_tail(CAP4 | TOKEN, 2), PolicyBits::Single),
+            1,
+        );
+        assert_eq!(exit_instance(w, 1), Exit::MoreWork);
+        match exit_instance(w, 2) {
+            Exit::Exit(new) => {
+                assert!(!has(new, TOKEN | NOTIFIED));
+                assert_eq!(instances(new), 0);
+            }
+            Exit::MoreWork => panic!("empty ring must let the instance exit"),
+        }
+    }
+
+    #[test]
+    fn exit_instance_when_disabled_leaves_events_and_notified() {
+        let w = with_instances(with_tail(CAP4 | TOKEN | NOTIFIED, 2), 1);
+        match exit_instance(w, 1) {
+            Exit::Exit(new) => {
+                assert!(!has(new, TOKEN));
+                assert!(has(new, NOTIFIED), "not drained: notified stays");
+                assert_eq!(len(new, 1), 1);
+            }
+            Exit::MoreWork => panic!("disabled policy must let the instance exit"),
+        }
+    }
+
+    #[test]
+    fn reacquire_takes_a_free_token_and_leaves_a_held_one() {
+        let w = with_instances(with_policy(CAP4, PolicyBits::Many), 2);
+        assert_eq!(reacquire(w), Reacquire::Token(w | TOKEN));
+        let held = w | TOKEN;
+        assert_eq!(reacquire(held), Reacquire::Exit(with_instances(held, 1)));
+        let disabled = with_policy(w, PolicyBits::Disabled);
+        assert_eq!(
+            reacquire(disabled),
+            Reacquire::Exit(with_instances(disabled, 1))
+        );
+    }
+
+    #[test]
+    fn abandon_instance_frees_token_and_count() {
+        let w = with_instances(CAP4 | TOKEN | NOTIFIED, 1);
+        let new = abandon_instance(w, true);
+        assert!(!has(new, TOKEN));
+        assert!(has(new, NOTIFIED));
+        assert_eq!(instances(new), 0);
+        let many = with_instances(CAP4 | TOKEN, 2);
+        let new = abandon_instance(many, false);
+        assert!(has(new, TOKEN), "another instance's token is not ours");
+        assert_eq!(instances(new), 1);
+    }
+
+    #[test]
+    fn policy_limits() {
+        assert_eq!(PolicyBits::Disabled.instance_limit(), 0);
+        assert_eq!(PolicyBits::Single.instance_limit(), 1);
+        assert_eq!(PolicyBits::Many.instance_limit(), MAX_INSTANCES);
+    }
+}

@@ -1,0 +1,263 @@
+//! loom models, one per race. Run with:
+//! `RUSTFLAGS="--cfg loom" cargo test -p evd --release --test loom`
+//!
+//! A lost wakeup shows up as a loom deadlock (every thread parked); a lost or
+//! duplicated event as a failed assertion. Consumers run on spawned threads and
+//! posters on the main thread, so an unpark never lands on a thread blocked in
+//! `join` (loom issue 249).
+#![cfg(loom)]
+
+use evd::{ArmStatus, Invoke, TryDequeueError, UpcallPolicy, WaitError};
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+/// Explore every interleaving with at most `LOOM_MAX_PREEMPTIONS` (default 3)
+/// preemptions: bounded, as tokio's CI runs its models, so that models with
+/// three threads finish in seconds; the races here need at most two.
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b.check(f);
+}
+
+/// Drain everything, blocking until end of stream. Overflow reports (posts
+/// refused while the ring was full) are skipped: the refused events were
+/// handed back to their posters.
+fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
+    let mut got = Vec::new();
+    loop {
+        match consumer.try_dequeue() {
+            Ok(v) => got.push(v),
+            Err(TryDequeueError::Closed) => return got,
+            Err(TryDequeueError::Overflow(_)) => {}
+            Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
+                Ok(_) | Err(WaitError::Closed { .. }) => {}
+                Err(e) => panic!("unexpected {e}"),
+            },
+        }
+    }
+}
+
+#[test]
+fn post_vs_arm_no_lost_notification() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            // drain → arm → park, exactly the consumer loop the crate removes
+            // the second poll from.
+            loop {
+                if let Ok(v) = consumer.try_dequeue() {
+                    return v;
+                }
+                if consumer.wait(1, None).is_ok() {
+                    continue;
+                }
+            }
+        });
+        poster.post(7).unwrap();
+        assert_eq!(c.join().unwrap(), 7);
+    });
+}
+
+#[test]
+fn arm_reports_an_event_posted_after_the_last_dequeue() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            let before = consumer.try_dequeue();
+            let status = consumer.arm();
+            let after = consumer.try_dequeue();
+            (before, status, after, consumer)
+        });
+        poster.post(1).unwrap();
+        let (before, status, after, consumer) = c.join().unwrap();
+        let q = consumer.query();
+        match status {
+            // Armed means the ring was empty when the arm CAS ran: either the
+            // event had already been dequeued, or the post came after the arm
+            // and took the notification.
+            ArmStatus::Armed => assert!(before.is_ok() || q.notifications == 1),
+            // Pending means the event is there to take.
+            ArmStatus::Pending => assert!(before.is_ok() || after.is_ok() || q.len == 1),
+            ArmStatus::Closed => panic!("not closed"),
+        }
+    });
+}
+
+#[test]
+fn two_posters_vs_arm() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let p2 = poster.clone();
+        let c = thread::spawn(move || drain_to_end(&mut consumer));
+        let t = thread::spawn(move || p2.post(2).unwrap());
+        poster.post(1).unwrap();
+        drop(poster);
+        t.join().unwrap();
+        let mut got = c.join().unwrap();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2], "each event exactly once");
+    });
+}
+
+#[test]
+fn post_during_upcall_single_instance() {
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let (f, d) = (in_flight.clone(), delivered.clone());
+        let upcalls =
+            consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+                assert_eq!(
+                    f.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "a second concurrent upcall"
+                );
+                d.fetch_add(ev.unwrap() as usize, Ordering::SeqCst);
+                f.fetch_sub(1, Ordering::SeqCst);
+            });
+        let p2 = poster.clone();
+        let t = thread::spawn(move || p2.post(1).unwrap());
+        poster.post(2).unwrap();
+        t.join().unwrap();
+        // Both posts returned: each event was delivered by an upcall, or is
+        // still queued for one that is finishing. Teardown waits for it.
+        let mut consumer = upcalls.teardown();
+        let mut total = delivered.load(Ordering::SeqCst);
+        while let Ok(v) = consumer.try_dequeue() {
+            total += v as usize;
+        }
+        assert_eq!(total, 3, "no event lost or duplicated");
+    });
+}
+
+#[test]
+fn many_instances_dequeue_exactly_once() {
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let d = delivered.clone();
+        let upcalls =
+            consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
+                d.fetch_add(ev.unwrap() as usize, Ordering::SeqCst);
+            });
+        let p2 = poster.clone();
+        let t = thread::spawn(move || p2.post(1).unwrap());
+        poster.post(2).unwrap();
+        t.join().unwrap();
+        let mut consumer = upcalls.teardown();
+        let mut total = delivered.load(Ordering::SeqCst);
+        while let Ok(v) = consumer.try_dequeue() {
+            total += v as usize;
+        }
+        assert_eq!(total, 3);
+    });
+}
+
+#[test]
+fn teardown_vs_post_no_upcall_after_teardown() {
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+        let torn = Arc::new(AtomicUsize::new(0));
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let (tn, d) = (torn.clone(), delivered.clone());
+        let upcalls =
+            consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+                assert_eq!(
+                    tn.load(Ordering::SeqCst),
+                    0,
+                    "upcall after teardown returned"
+                );
+                d.fetch_add(ev.unwrap() as usize, Ordering::SeqCst);
+            });
+        let tear = thread::spawn(move || {
+            let consumer = upcalls.teardown();
+            torn.store(1, Ordering::SeqCst);
+            consumer
+        });
+        // The post may start an upcall before the teardown, or queue behind it.
+        let _ = poster.post(5);
+        let mut consumer = tear.join().unwrap();
+        let mut total = delivered.load(Ordering::SeqCst);
+        while let Ok(v) = consumer.try_dequeue() {
+            total += v as usize;
+        }
+        assert_eq!(total, 5);
+    });
+}
+
+#[test]
+fn close_vs_wait() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || consumer.wait(1, None));
+        poster.close();
+        assert_eq!(c.join().unwrap(), Err(WaitError::Closed { available: 0 }));
+    });
+}
+
+#[test]
+fn last_poster_drop_vs_wait_ends_the_stream() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || drain_to_end(&mut consumer));
+        poster.post(3).unwrap();
+        drop(poster);
+        assert_eq!(c.join().unwrap(), [3]);
+    });
+}
+
+#[test]
+fn unwaitable_vs_wait() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || consumer.wait(1, None));
+        poster.set_unwaitable();
+        assert_eq!(c.join().unwrap(), Err(WaitError::Unwaitable));
+    });
+}
+
+#[test]
+fn waker_registration_vs_post() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || loom::future::block_on(consumer.recv()));
+        poster.post(9).unwrap();
+        assert_eq!(c.join().unwrap(), Ok(9));
+    });
+}
+
+#[test]
+fn resize_vs_post() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        let c = thread::spawn(move || {
+            let mut got = Vec::new();
+            if let Ok(v) = consumer.try_dequeue() {
+                got.push(v);
+            }
+            consumer.resize(4).unwrap();
+            got.extend(drain_to_end(&mut consumer));
+            got
+        });
+        poster.post(1).unwrap();
+        // The second post may find the 1-slot ring full before the resize.
+        let mut second = 2;
+        loop {
+            match poster.post(second) {
+                Ok(()) => break,
+                Err(e) => {
+                    second = e.into_inner();
+                    thread::yield_now();
+                }
+            }
+        }
+        drop(poster);
+        let got = c.join().unwrap();
+        assert_eq!(got, [1, 2], "no loss, no duplicate, FIFO");
+    });
+}
