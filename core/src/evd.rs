@@ -393,6 +393,17 @@ impl<T: Send> Poster<T> {
         let s = &*self.shared;
         s.counters.overflowed.fetch_add(1, Ordering::Relaxed);
         s.overflow_pending.fetch_add(1, Ordering::Relaxed);
+        // AcqRel: Release makes the pending count above visible to the
+        // consumer or instance this notifies (they read it after their own
+        // Acquire on the word); Acquire as for a reservation.
+        let notify = s.update(Ordering::AcqRel, |w| {
+            state::notify_overflow(w).ok_or(Notify::None)
+        });
+        match notify {
+            Notify::None => {}
+            Notify::Wake => s.notify_consumer(),
+            Notify::Upcall => crate::upcall::run_instance(s),
+        }
         PostError::Full(event)
     }
 }

@@ -52,6 +52,7 @@
 //! | operation (who) | function | precondition | new word | side effect after CAS |
 //! |---|---|---|---|---|
 //! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / run the upcall |
+//! | post refused, ring full (poster) | [`notify_overflow`] | !CLOSED, and ARMED or an upcall may start | as for a reservation, without the tail | wake / run the upcall (it reports the overflow) |
 //! | arm (consumer) | [`arm`] | len < threshold, not closed-and-empty | +ARMED, and −NOTIFIED if empty | park / await / epoll |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
 //! | disarm (consumer, on timeout) | [`disarm`] | — | −ARMED | — |
@@ -271,6 +272,28 @@ pub const fn reserve(w: u64, head: u64) -> Reserve {
         ticket,
         notify,
     }
+}
+
+/// A post was refused because the ring is full: the refusal is itself news
+/// for the consumer (DAT's `EVD_OVERFLOW`), so it takes the notification the
+/// same way a reservation would, without a ticket. `None`: nobody to notify.
+///
+/// Without this, upcalls enabled with [`Invoke::New`] on a full ring would
+/// wait for an arrival that can never come.
+pub const fn notify_overflow(w: u64) -> Option<(u64, Notify)> {
+    if has(w, CLOSED) {
+        return None;
+    }
+    if has(w, ARMED) {
+        return Some(((w & !ARMED) | NOTIFIED, Notify::Wake));
+    }
+    if !has(w, TOKEN) && instances(w) < policy(w).instance_limit() {
+        return Some((
+            with_instances(w | TOKEN | NOTIFIED, instances(w) + 1),
+            Notify::Upcall,
+        ));
+    }
+    None
 }
 
 /// Outcome of [`arm`].
@@ -554,6 +577,22 @@ mod tests {
     fn disabled_policy_never_starts_an_instance() {
         let (_, _, n) = ticket(reserve(CAP4, 0));
         assert_eq!(n, Notify::None);
+    }
+
+    #[test]
+    fn overflow_takes_the_notification_like_a_post() {
+        assert_eq!(notify_overflow(CAP4), None);
+        assert_eq!(notify_overflow(CAP4 | ARMED | CLOSED), None);
+        assert_eq!(
+            notify_overflow(CAP4 | ARMED),
+            Some((CAP4 | NOTIFIED, Notify::Wake))
+        );
+        let single = with_policy(with_tail(CAP4, 4), PolicyBits::Single);
+        let (new, n) = notify_overflow(single).unwrap();
+        assert_eq!(n, Notify::Upcall);
+        assert!(has(new, TOKEN));
+        assert_eq!((instances(new), tail(new)), (1, 4), "no ticket taken");
+        assert_eq!(notify_overflow(new), None, "one instance is running");
     }
 
     #[test]

@@ -172,6 +172,7 @@ fn deliver<T>(s: &Shared<T>, item: Result<T, Overflow>) {
 /// Run one upcall instance. The caller's CAS took the token and counted the
 /// instance in the word.
 pub(crate) fn run_instance<T>(s: &Shared<T>) {
+    s.counters.notifications.fetch_add(1, Ordering::Relaxed);
     let mut guard = InstanceGuard {
         shared: s,
         holds_token: true,

@@ -1,0 +1,385 @@
+//! Exactly-once stress: several posters with sequence numbers, one consumer
+//! that switches at random among every way to consume (dequeue, batch, arm +
+//! blocking wait with thresholds, async recv and Stream, eventfd + poll,
+//! SingleInstance and ManyInstances upcalls, and resizes), on a small ring so
+//! that overflow, backpressure and wrap-around happen all the time.
+//!
+//! Checks: every event delivered exactly once; FIFO per poster wherever
+//! delivery is serialized; at most one upcall at a time under SingleInstance;
+//! overflow reports add up to the refused posts; the EVD's counters add up.
+//! A watchdog fails the test (instead of hanging it) if delivery stops making
+//! progress: that is how a lost wakeup shows.
+//!
+//! Size: `EVD_STRESS_EVENTS` events per poster (default 200 000);
+//! `EVD_STRESS_SEED` to replay a run.
+
+use evd::{ArmStatus, Invoke, Overflow, PostError, TryDequeueError, UpcallPolicy, WaitError};
+use futures::StreamExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const POSTERS: u64 = 3;
+const SEQ_BITS: u32 = 40;
+/// How long delivery may stall before the watchdog calls it a lost wakeup.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// xorshift64*: enough randomness to pick modes, reproducible from a seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Exactly-once and FIFO bookkeeping, shared with upcall handlers.
+struct Checker {
+    per_poster: u64,
+    seen: Vec<AtomicU8>,
+    /// Next expected sequence number per poster (serialized delivery only).
+    next: Vec<AtomicU64>,
+    /// Highest sequence number seen per poster (ManyInstances phases).
+    max_seen: Vec<AtomicU64>,
+    delivered: AtomicU64,
+    overflow_reported: AtomicU64,
+    in_upcall: AtomicUsize,
+    upcall_calls: AtomicU64,
+}
+
+impl Checker {
+    fn new(per_poster: u64) -> Self {
+        Checker {
+            per_poster,
+            seen: (0..POSTERS * per_poster)
+                .map(|_| AtomicU8::new(0))
+                .collect(),
+            next: (0..POSTERS).map(|_| AtomicU64::new(0)).collect(),
+            max_seen: (0..POSTERS).map(|_| AtomicU64::new(0)).collect(),
+            delivered: AtomicU64::new(0),
+            overflow_reported: AtomicU64::new(0),
+            in_upcall: AtomicUsize::new(0),
+            upcall_calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Record one delivered event; `serialized` checks FIFO per poster.
+    fn record(&self, ev: u64, serialized: bool) {
+        let (p, seq) = (ev >> SEQ_BITS, ev & ((1 << SEQ_BITS) - 1));
+        assert!(
+            p < POSTERS && seq < self.per_poster,
+            "garbage event {ev:#x}"
+        );
+        let first = self.seen[(p * self.per_poster + seq) as usize].swap(1, Relaxed);
+        assert_eq!(first, 0, "event {p}/{seq} delivered twice");
+        if serialized {
+            let expected = self.next[p as usize].load(Relaxed);
+            assert_eq!(seq, expected, "poster {p}: FIFO broken");
+            self.next[p as usize].store(seq + 1, Relaxed);
+        }
+        self.max_seen[p as usize].fetch_max(seq + 1, Relaxed);
+        self.delivered.fetch_add(1, Release);
+    }
+
+    fn record_item(&self, item: Result<u64, Overflow>, serialized: bool) {
+        match item {
+            Ok(ev) => self.record(ev, serialized),
+            Err(o) => {
+                self.overflow_reported.fetch_add(o.rejected, Relaxed);
+            }
+        }
+    }
+
+    /// After a phase whose deliveries may overlap, FIFO resumes after the
+    /// highest sequence number seen (dequeues were FIFO even if handlers
+    /// finished out of order).
+    fn resync(&self) {
+        for p in 0..POSTERS as usize {
+            self.next[p].store(self.max_seen[p].load(Relaxed), Relaxed);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Dequeue,
+    Batch,
+    ArmWait,
+    Async,
+    Stream,
+    EventFd,
+    Upcall(UpcallPolicy, Invoke),
+    Resize,
+}
+
+fn pick(rng: &mut Rng) -> Mode {
+    match rng.below(10) {
+        0 => Mode::Dequeue,
+        1 => Mode::Batch,
+        2 => Mode::ArmWait,
+        3 => Mode::Async,
+        4 => Mode::Stream,
+        5 => Mode::EventFd,
+        6 => Mode::Upcall(UpcallPolicy::SingleInstance, Invoke::Any),
+        7 => Mode::Upcall(UpcallPolicy::SingleInstance, Invoke::New),
+        8 => Mode::Upcall(UpcallPolicy::ManyInstances, Invoke::Any),
+        _ => Mode::Resize,
+    }
+}
+
+/// Consume up to `budget` events in `mode`; false once the stream ended.
+fn run_phase(
+    consumer: evd::Consumer<u64>,
+    mode: Mode,
+    budget: u64,
+    rng: &mut Rng,
+    ck: &Arc<Checker>,
+    posters_done: &AtomicBool,
+) -> (evd::Consumer<u64>, bool) {
+    let mut consumer = consumer;
+    let start = ck.delivered.load(Acquire);
+    let done = |ck: &Checker| ck.delivered.load(Acquire) - start >= budget;
+    let mut open = true;
+    match mode {
+        Mode::Dequeue => {
+            while !done(ck) && open {
+                match consumer.try_dequeue() {
+                    Ok(ev) => ck.record(ev, true),
+                    Err(TryDequeueError::Overflow(o)) => ck.record_item(Err(o), true),
+                    Err(TryDequeueError::Closed) => open = false,
+                    Err(TryDequeueError::Empty) => std::hint::spin_loop(),
+                }
+            }
+        }
+        Mode::Batch => {
+            let mut buf = Vec::with_capacity(64);
+            while !done(ck) && open {
+                match consumer.dequeue_batch(&mut buf, 1 + rng.below(64) as usize) {
+                    Ok(_) => buf.drain(..).for_each(|ev| ck.record(ev, true)),
+                    Err(TryDequeueError::Overflow(o)) => ck.record_item(Err(o), true),
+                    Err(TryDequeueError::Closed) => open = false,
+                    Err(TryDequeueError::Empty) => unreachable!("batch reports empty as Ok(0)"),
+                }
+            }
+        }
+        Mode::ArmWait => {
+            consumer.set_spin_budget(rng.below(2) as u32 * 200);
+            while !done(ck) && open {
+                match consumer.try_dequeue() {
+                    Ok(ev) => ck.record(ev, true),
+                    Err(TryDequeueError::Overflow(o)) => ck.record_item(Err(o), true),
+                    Err(TryDequeueError::Closed) => open = false,
+                    Err(TryDequeueError::Empty) => {
+                        let cap = consumer.query().capacity as u64;
+                        let threshold = 1 + rng.below(4.min(cap)) as usize;
+                        match consumer.wait(threshold, None) {
+                            Ok(n) => assert!(n >= threshold),
+                            Err(WaitError::Closed { .. }) => {}
+                            Err(e) => panic!("wait: {e}"),
+                        }
+                    }
+                }
+            }
+        }
+        Mode::Async => futures::executor::block_on(async {
+            while !done(ck) && open {
+                match consumer.recv().await {
+                    Ok(ev) => ck.record(ev, true),
+                    Err(evd::RecvError::Overflow(o)) => ck.record_item(Err(o), true),
+                    Err(evd::RecvError::Closed) => open = false,
+                }
+            }
+        }),
+        Mode::Stream => futures::executor::block_on(async {
+            while !done(ck) && open {
+                match consumer.next().await {
+                    Some(item) => ck.record_item(item, true),
+                    None => open = false,
+                }
+            }
+        }),
+        Mode::EventFd => {
+            let fd = consumer.notify_fd().expect("eventfd");
+            while !done(ck) && open {
+                match consumer.try_dequeue() {
+                    Ok(ev) => ck.record(ev, true),
+                    Err(TryDequeueError::Overflow(o)) => ck.record_item(Err(o), true),
+                    Err(TryDequeueError::Closed) => open = false,
+                    Err(TryDequeueError::Empty) => match consumer.arm() {
+                        ArmStatus::Armed => {
+                            let mut fds = [rustix::event::PollFd::new(
+                                &fd,
+                                rustix::event::PollFlags::IN,
+                            )];
+                            rustix::event::poll(&mut fds, None).expect("poll");
+                            fd.acknowledge().expect("eventfd read");
+                        }
+                        ArmStatus::Pending => {}
+                        ArmStatus::Closed => open = false,
+                    },
+                }
+            }
+        }
+        Mode::Upcall(policy, invoke) => {
+            let serialized = policy == UpcallPolicy::SingleInstance;
+            let h = ck.clone();
+            let upcalls = consumer.into_upcalls(policy, invoke, move |item, _more| {
+                let concurrent = h.in_upcall.fetch_add(1, AcqRel);
+                if serialized {
+                    assert_eq!(concurrent, 0, "two upcalls at once under SingleInstance");
+                }
+                h.upcall_calls.fetch_add(1, Relaxed);
+                h.record_item(item, serialized);
+                h.in_upcall.fetch_sub(1, AcqRel);
+            });
+            // Upcalls run on the posting threads; this thread only waits for
+            // them to deliver the budget, or for the posters to finish (with
+            // Invoke::New nothing may start once they stop).
+            while !done(ck) && !posters_done.load(Acquire) {
+                std::thread::yield_now();
+            }
+            consumer = upcalls.teardown();
+            assert_eq!(consumer.query().upcalls_in_flight, 0);
+            if !serialized {
+                ck.resync();
+            }
+        }
+        Mode::Resize => {
+            let cap = 1usize << (2 + rng.below(7));
+            match consumer.resize(cap) {
+                Ok(c) => assert_eq!(c, cap),
+                Err(evd::ResizeError::TooSmall { queued, capacity }) => assert!(queued > capacity),
+                Err(e) => panic!("resize: {e}"),
+            }
+        }
+    }
+    (consumer, open)
+}
+
+#[test]
+fn exactly_once_across_all_consumer_modes() {
+    let per_poster = env_u64("EVD_STRESS_EVENTS", 200_000);
+    let seed = env_u64("EVD_STRESS_SEED", 0x5eed ^ std::process::id() as u64) | 1;
+    println!("EVD_STRESS_SEED={seed} EVD_STRESS_EVENTS={per_poster}");
+    let mut rng = Rng(seed);
+    let (poster, consumer) = evd::bounded::<u64>(16).unwrap();
+    let ck = Arc::new(Checker::new(per_poster));
+    let refused = Arc::new(AtomicU64::new(0));
+    let posters_done = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
+
+    let producers: Vec<_> = (0..POSTERS)
+        .map(|p| {
+            let poster = poster.clone();
+            let refused = refused.clone();
+            std::thread::spawn(move || {
+                for seq in 0..per_poster {
+                    // Leave the consumer thread some CPU on a 2-core machine,
+                    // or upcall phases (which run on these threads) deliver
+                    // nearly everything.
+                    if seq % 256 == 255 {
+                        std::thread::yield_now();
+                    }
+                    let mut ev = (p << SEQ_BITS) | seq;
+                    loop {
+                        match poster.post(ev) {
+                            Ok(()) => break,
+                            Err(PostError::Full(back)) => {
+                                refused.fetch_add(1, Relaxed);
+                                ev = back;
+                                std::thread::yield_now();
+                            }
+                            Err(PostError::Closed(_)) => panic!("closed under a live poster"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(poster);
+
+    let watchdog = {
+        let (ck, finished) = (ck.clone(), finished.clone());
+        let status = Arc::new(Mutex::new(String::new()));
+        let st = status.clone();
+        let t = std::thread::spawn(move || {
+            let mut last = (ck.delivered.load(Relaxed), Instant::now());
+            while !finished.load(Acquire) {
+                std::thread::park_timeout(Duration::from_millis(200));
+                let now = ck.delivered.load(Relaxed);
+                if now != last.0 {
+                    last = (now, Instant::now());
+                } else if last.1.elapsed() > STALL_LIMIT {
+                    eprintln!(
+                        "watchdog: no delivery for {STALL_LIMIT:?} at {now} events; consumer phase: {}",
+                        st.lock().unwrap()
+                    );
+                    std::process::exit(101);
+                }
+            }
+        });
+        (t, status)
+    };
+
+    let mut consumer = consumer;
+    let mut phases = 0u64;
+    let mut per_mode: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut open = true;
+    while open {
+        let mode = pick(&mut rng);
+        let budget = 1 + rng.below(500);
+        *watchdog.1.lock().unwrap() =
+            format!("{mode:?} budget {budget} query {:?}", consumer.query());
+        let before = ck.delivered.load(Acquire);
+        let (c, still_open) = run_phase(consumer, mode, budget, &mut rng, &ck, &posters_done);
+        *per_mode.entry(format!("{mode:?}")).or_default() += ck.delivered.load(Acquire) - before;
+        consumer = c;
+        open = still_open;
+        phases += 1;
+        if !posters_done.load(Relaxed) && producers.iter().all(|t| t.is_finished()) {
+            posters_done.store(true, Release);
+        }
+    }
+    for t in producers {
+        t.join().unwrap();
+    }
+    finished.store(true, Release);
+    watchdog.0.thread().unpark();
+    watchdog.0.join().unwrap();
+
+    let total = POSTERS * per_poster;
+    assert_eq!(ck.delivered.load(Relaxed), total, "events lost");
+    assert!(
+        ck.seen.iter().all(|s| s.load(Relaxed) == 1),
+        "some event never arrived"
+    );
+    let q = consumer.query();
+    assert_eq!(q.posted, total);
+    assert_eq!(q.dequeued, total);
+    assert_eq!(q.len, 0);
+    assert!(q.closed);
+    assert_eq!(q.overflowed, refused.load(Relaxed), "overflow counter");
+    assert_eq!(
+        ck.overflow_reported.load(Relaxed),
+        refused.load(Relaxed),
+        "overflow reports add up to the refused posts"
+    );
+    assert_eq!(q.upcalls, ck.upcall_calls.load(Relaxed), "upcall counter");
+    println!(
+        "{total} events in {phases} phases; {} refused posts; {} notifications; {} upcalls",
+        q.overflowed, q.notifications, q.upcalls
+    );
+    println!("events delivered per consumer mode: {per_mode:?}");
+}
