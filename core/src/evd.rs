@@ -9,6 +9,10 @@ use crate::sync::{Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, O
 use crate::upcall::HandlerSlot;
 use crossbeam_utils::CachePadded;
 
+/// Back-off steps a blocking wait takes before it parks, by default: about
+/// 130 spins and 3 yields.
+pub const DEFAULT_SPIN_BUDGET: u32 = 10;
+
 /// The largest capacity an EVD can have (2^32 events).
 pub const MAX_CAPACITY: usize = 1 << state::MAX_CAP_LOG2;
 
@@ -497,7 +501,7 @@ pub struct Consumer<T> {
     pub(crate) shared: Arc<Shared<T>>,
     /// Unpark-this-thread waker for blocking waits, made on first use.
     pub(crate) thread_waker: Option<(crate::sync::thread::ThreadId, std::task::Waker)>,
-    /// Spins before a blocking wait parks.
+    /// Back-off steps before a blocking wait parks.
     pub(crate) spin_budget: u32,
     /// Whether `Drop` closes the EVD (false while parked inside an upcall
     /// dispatcher that is being taken apart).
@@ -509,7 +513,7 @@ impl<T> Consumer<T> {
         Consumer {
             shared,
             thread_waker: None,
-            spin_budget: 0,
+            spin_budget: DEFAULT_SPIN_BUDGET,
             close_on_drop: true,
         }
     }
@@ -638,11 +642,14 @@ impl<T> Consumer<T> {
         self.shared.query()
     }
 
-    /// Spins a blocking [`Consumer::wait`] makes before it parks (default 0).
+    /// Back-off steps a blocking [`Consumer::wait`] takes before it parks
+    /// (default [`DEFAULT_SPIN_BUDGET`]); 0 parks at once. Each step doubles
+    /// its spinning up to 64 spins, and steps past the seventh yield the CPU
+    /// (crossbeam's `Backoff::snooze`).
     ///
     /// ```
     /// let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
-    /// consumer.set_spin_budget(1000);
+    /// consumer.set_spin_budget(0); // park as soon as nothing is ready
     /// ```
     pub fn set_spin_budget(&mut self, spins: u32) {
         self.spin_budget = spins;

@@ -44,6 +44,34 @@ pub(crate) struct Buffer<T> {
 
 impl<T> Buffer<T> {
     /// Allocate `2^cap_log2` empty slots; `None` if the allocation fails.
+    ///
+    /// The slots are zeroed memory (stamp 0 means "nothing published"), taken
+    /// from `alloc_zeroed`, so a large ring costs no page touching up front
+    /// and an impossible size is a `None`, not an abort.
+    #[cfg(not(loom))]
+    pub(crate) fn try_new(cap_log2: u32) -> Option<Self> {
+        use std::alloc::{alloc_zeroed, Layout};
+        let cap = 1usize.checked_shl(cap_log2)?;
+        let layout = Layout::array::<Slot<T>>(cap).ok()?;
+        // SAFETY: `layout` has a non-zero size (a slot holds at least its
+        // stamp, and cap >= 1).
+        let p = unsafe { alloc_zeroed(layout) }.cast::<Slot<T>>();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: `p` points to `cap` slots allocated by the global allocator
+        // with the layout of `[Slot<T>; cap]`, as `Box<[Slot<T>]>` expects.
+        // All-zero bytes are a valid `Slot`: a zero `AtomicU64` and a
+        // `MaybeUninit`, which any bytes are.
+        let slots = unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, cap)) };
+        Some(Buffer {
+            slots,
+            mask: (cap - 1) as u64,
+        })
+    }
+
+    /// Allocate `2^cap_log2` empty slots (loom's atomics are not plain memory).
+    #[cfg(loom)]
     pub(crate) fn try_new(cap_log2: u32) -> Option<Self> {
         let cap = 1usize.checked_shl(cap_log2)?;
         let mut v: Vec<Slot<T>> = Vec::new();

@@ -20,14 +20,11 @@ pub(crate) use std::sync::atomic::Ordering;
 /// `UnsafeCell` with loom's closure API, so the same code compiles both ways.
 #[cfg(not(loom))]
 #[derive(Debug)]
+#[repr(transparent)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
 impl<T> UnsafeCell<T> {
-    pub(crate) const fn new(v: T) -> Self {
-        UnsafeCell(std::cell::UnsafeCell::new(v))
-    }
-
     /// Run `f` with a mutable raw pointer to the contents.
     #[inline(always)]
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {

@@ -71,8 +71,8 @@ impl<T> Consumer<T> {
     /// `dat_evd_wait`; returns how many are ready (≥ `threshold`). Nothing is
     /// dequeued.
     ///
-    /// Spins [`set_spin_budget`](Consumer::set_spin_budget) times first, then
-    /// arms and parks. On timeout nothing is dequeued and the error says how
+    /// Backs off [`set_spin_budget`](Consumer::set_spin_budget) steps first
+    /// (spinning, then yielding), then arms and parks. On timeout nothing is dequeued and the error says how
     /// many events are ready. `threshold` must be in `1..=capacity`. Fails with
     /// [`WaitError::Unwaitable`] while the EVD is unwaitable, and with
     /// [`WaitError::Closed`] once it is closed with fewer than `threshold`
@@ -105,11 +105,18 @@ impl<T> Consumer<T> {
         }
         let k = threshold as u64;
         let deadline = timeout.map(|t| Instant::now() + t);
+        // Spin, then yield, before parking: with posters sharing the CPUs a
+        // yield lets them fill the ring, and a park costs a futex round trip
+        // on both sides (see BENCHMARKS.md).
+        if s.unwaitable.load(Ordering::Acquire) {
+            return Err(WaitError::Unwaitable);
+        }
+        let backoff = Backoff::new();
         for _ in 0..self.spin_budget {
             if s.ready(k) >= k {
                 return Ok(s.ready(u64::MAX) as usize);
             }
-            std::hint::spin_loop();
+            backoff.snooze();
         }
         let waker = thread_waker(self);
         let backoff = Backoff::new();

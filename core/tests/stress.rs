@@ -175,7 +175,7 @@ fn run_phase(
             }
         }
         Mode::ArmWait => {
-            consumer.set_spin_budget(rng.below(2) as u32 * 200);
+            consumer.set_spin_budget([0, evd::DEFAULT_SPIN_BUDGET, 20][rng.below(3) as usize]);
             while !done(ck) && open {
                 match consumer.try_dequeue() {
                     Ok(ev) => ck.record(ev, true),

@@ -1,0 +1,61 @@
+//! # evd-bench — evd against its peers
+//!
+//! Shared harness of the criterion benches (`bench/benches/*.rs`) and of the
+//! `evd-bench compare` command:
+//!
+//! * [`throughput`]: 1, 2 or 4 posters into one consumer, capacity 1024, for
+//!   evd and crossbeam-queue, crossbeam-channel, std, tokio, flume, kanal and
+//!   thingbuf; busy or blocking consumers, labelled.
+//! * [`latency`]: one-way wake latency of a consumer that is really asleep
+//!   (checked in `/proc/self/task/TID/stat`), into an hdrhistogram; evd's
+//!   four ways to be woken, three peers and two floors.
+//! * [`rearm`]: evd's one-CAS arm against "arm, then poll again", in ns and in
+//!   instructions (callgrind).
+//! * [`compare`]: all of it interleaved round-robin within a time budget;
+//!   [`report`] and [`chart`] turn the result into a table, JSON and SVG.
+//!
+//! ```
+//! use evd_bench::throughput::Queue;
+//! let elapsed = Queue::EvdSingle.run::<u64>(2, 100_000).unwrap();
+//! println!("{:.1} M events/s", 100_000.0 / elapsed.as_secs_f64() / 1e6);
+//! ```
+#![deny(missing_docs)]
+
+pub mod chart;
+pub mod compare;
+pub mod latency;
+pub mod payload;
+pub mod rearm;
+pub mod report;
+pub mod stats;
+pub mod throughput;
+
+use std::path::{Path, PathBuf};
+
+/// Where `compare` writes its report: `<target dir>/evd-bench`, the target
+/// dir being `$CARGO_TARGET_DIR` if set (relative to `cwd` if relative, as
+/// cargo resolves it) and otherwise the workspace's `target/`.
+///
+/// ```
+/// use std::path::Path;
+/// let d = evd_bench::report_dir(Some("/tmp/t".into()), Path::new("/x"));
+/// assert_eq!(d, Path::new("/tmp/t/evd-bench"));
+/// let d = evd_bench::report_dir(Some("rel".into()), Path::new("/x"));
+/// assert_eq!(d, Path::new("/x/rel/evd-bench"));
+/// let d = evd_bench::report_dir(None, Path::new("/x"));
+/// assert!(d.ends_with("target/evd-bench"));
+/// ```
+pub fn report_dir(cargo_target_dir: Option<PathBuf>, cwd: &Path) -> PathBuf {
+    let target = match cargo_target_dir {
+        Some(d) if d.is_absolute() => d,
+        Some(d) => cwd.join(d),
+        None => workspace_root().join("target"),
+    };
+    target.join("evd-bench")
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}

@@ -1,0 +1,151 @@
+//! The two event sizes the throughput benches move: a bare `u64` and a
+//! 64-byte event (a cache line, about the size of an RDMA work completion).
+
+/// An event a throughput run can send: built from a sequence number, which
+/// the consumer reads back to check that every event arrived exactly once.
+pub trait Payload: Copy + Clone + Default + Send + Sync + 'static {
+    /// Short name used in case names (`u64`, `event64`).
+    const NAME: &'static str;
+    /// The event carrying sequence number `seq`.
+    fn from_seq(seq: u64) -> Self;
+    /// The sequence number this event carries.
+    fn seq(&self) -> u64;
+}
+
+impl Payload for u64 {
+    const NAME: &'static str = "u64";
+    #[inline(always)]
+    fn from_seq(seq: u64) -> Self {
+        seq
+    }
+    #[inline(always)]
+    fn seq(&self) -> u64 {
+        *self
+    }
+}
+
+/// A 64-byte event: the sequence number and seven words of body, so that a
+/// queue moving it pays for a full cache line per event.
+///
+/// ```
+/// use evd_bench::payload::{Event64, Payload};
+/// assert_eq!(std::mem::size_of::<Event64>(), 64);
+/// assert_eq!(Event64::from_seq(7).seq(), 7);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct Event64 {
+    seq: u64,
+    body: [u64; 7],
+}
+
+impl Payload for Event64 {
+    const NAME: &'static str = "event64";
+    #[inline(always)]
+    fn from_seq(seq: u64) -> Self {
+        Event64 {
+            seq,
+            body: [seq; 7],
+        }
+    }
+    #[inline(always)]
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// What a consumer has received so far: count and sum of sequence numbers,
+/// checked against what the posters sent.
+///
+/// ```
+/// use evd_bench::payload::Tally;
+/// let mut t = Tally::new(3);
+/// assert!(!t.take(2));
+/// assert!(!t.take(0));
+/// assert!(t.take(1));
+/// assert!(t.verify().is_ok());
+/// ```
+#[derive(Debug)]
+pub struct Tally {
+    expected: u64,
+    count: u64,
+    sum: u64,
+}
+
+impl Tally {
+    /// Expect sequence numbers `0..expected`, each once.
+    pub fn new(expected: u64) -> Self {
+        Tally {
+            expected,
+            count: 0,
+            sum: 0,
+        }
+    }
+
+    /// Count one event; true once all expected events have arrived.
+    #[inline(always)]
+    pub fn take(&mut self, seq: u64) -> bool {
+        self.count += 1;
+        self.sum = self.sum.wrapping_add(seq);
+        self.count == self.expected
+    }
+
+    /// True once all expected events have arrived.
+    pub fn done(&self) -> bool {
+        self.count >= self.expected
+    }
+
+    /// Check the count and the checksum (sum of `0..expected`).
+    pub fn verify(&self) -> Result<(), String> {
+        let n = self.expected;
+        let want = if n == 0 {
+            0
+        } else if n % 2 == 0 {
+            (n / 2).wrapping_mul(n - 1)
+        } else {
+            n.wrapping_mul((n - 1) / 2)
+        };
+        if self.count != n || self.sum != want {
+            return Err(format!(
+                "received {} events with checksum {}, expected {} with checksum {}",
+                self.count, self.sum, n, want
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tally_detects_a_duplicate_in_place_of_a_missing_event() {
+        let mut t = Tally::new(4);
+        for s in [0, 1, 1, 3] {
+            t.take(s);
+        }
+        assert!(t.verify().is_err());
+    }
+
+    #[test]
+    fn tally_detects_a_missing_event() {
+        let mut t = Tally::new(4);
+        for s in [0, 1, 2] {
+            t.take(s);
+        }
+        assert!(!t.done());
+        assert!(t.verify().is_err());
+    }
+
+    #[test]
+    fn tally_accepts_any_order() {
+        for n in [1u64, 2, 5, 1000] {
+            let mut t = Tally::new(n);
+            for s in (0..n).rev() {
+                t.take(s);
+            }
+            assert!(t.verify().is_ok(), "n = {n}");
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Re-arm cost: evd's one-CAS arm against the classic "arm, then poll again"
+//! (verbs' `ibv_req_notify_cq` then `ibv_poll_cq`, UCX's and libfabric's
+//! arm-then-progress), emulated on the same evd ring so that only the extra
+//! poll differs.
+//!
+//! Each iteration re-arms an empty, armed ring; evd's arm is idempotent there
+//! and runs exactly the code of a first arm (load the head and the word,
+//! compute the armed word, CAS it in).
+//!
+//! The instruction count comes from valgrind's callgrind: the binary's
+//! `rearm-insns` mode runs N re-arms of one kind single-threaded, and two
+//! runs with different N give the instructions of one re-arm by difference
+//! (start-up and teardown cancel out exactly; callgrind's count is
+//! deterministic).
+
+use std::hint::black_box;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+/// A way to re-enable notification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RearmKind {
+    /// evd: one `arm()`; `Pending` tells the caller to drain again.
+    EvdArm,
+    /// Classic: `arm()`, then one more `try_dequeue()` to catch an event that
+    /// landed between the last poll and the arm.
+    ArmThenPoll,
+}
+
+impl RearmKind {
+    /// Both kinds, evd first.
+    pub const ALL: [RearmKind; 2] = [RearmKind::EvdArm, RearmKind::ArmThenPoll];
+
+    /// The name used in tables and the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            RearmKind::EvdArm => "evd arm (one CAS)",
+            RearmKind::ArmThenPoll => "arm, then poll again",
+        }
+    }
+
+    /// The `--kind` value of the `rearm-insns` mode.
+    pub fn cli_name(self) -> &'static str {
+        match self {
+            RearmKind::EvdArm => "evd",
+            RearmKind::ArmThenPoll => "arm-then-poll",
+        }
+    }
+
+    /// Parse a `--kind` value.
+    ///
+    /// ```
+    /// use evd_bench::rearm::RearmKind;
+    /// assert_eq!(RearmKind::from_cli("arm-then-poll"), Some(RearmKind::ArmThenPoll));
+    /// assert_eq!(RearmKind::from_cli("x"), None);
+    /// ```
+    pub fn from_cli(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.cli_name() == s)
+    }
+
+    /// Run `iters` re-arms on an empty ring (single-threaded).
+    ///
+    /// ```
+    /// use evd_bench::rearm::{Rearm, RearmKind};
+    /// let mut r = Rearm::new();
+    /// r.run(RearmKind::ArmThenPoll, 1000);
+    /// ```
+    pub fn run(self, rearm: &mut Rearm, iters: u64) {
+        rearm.run(self, iters)
+    }
+}
+
+/// An empty evd ring to re-arm (its poster is kept alive so it stays open).
+pub struct Rearm {
+    _poster: evd::Poster<u64>,
+    consumer: evd::Consumer<u64>,
+}
+
+impl Default for Rearm {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Rearm {
+    /// A fresh ring of capacity 1024.
+    pub fn new() -> Self {
+        let (poster, consumer) = evd::bounded(1024).expect("capacity 1024 is valid");
+        Rearm {
+            _poster: poster,
+            consumer,
+        }
+    }
+
+    /// Run `iters` re-arms of `kind`. Results go through `black_box` rather
+    /// than checks inside the loop, so both kinds pay only for their calls;
+    /// the ring is checked once afterwards (armed and empty, hence every arm
+    /// armed and every extra poll found nothing).
+    pub fn run(&mut self, kind: RearmKind, iters: u64) {
+        let c = &mut self.consumer;
+        match kind {
+            RearmKind::EvdArm => {
+                for _ in 0..iters {
+                    black_box(black_box(&mut *c).arm());
+                }
+            }
+            RearmKind::ArmThenPoll => {
+                for _ in 0..iters {
+                    black_box(black_box(&mut *c).arm());
+                    let _ = black_box(black_box(&mut *c).try_dequeue());
+                }
+            }
+        }
+        let q = c.query();
+        assert!(
+            iters == 0 || (q.armed && q.len == 0 && !q.closed),
+            "the re-arm loop must run on an empty, open, armed ring"
+        );
+    }
+
+    /// Nanoseconds per re-arm over `iters` re-arms.
+    pub fn time_ns(&mut self, kind: RearmKind, iters: u64) -> f64 {
+        let start = Instant::now();
+        self.run(kind, iters);
+        start.elapsed().as_nanos() as f64 / iters.max(1) as f64
+    }
+}
+
+/// The iteration counts of the two callgrind runs.
+pub const INSN_RUNS: (u64, u64) = (1_000, 101_000);
+
+/// Instructions of one re-arm of `kind`, counted by callgrind on `exe`'s
+/// `rearm-insns` mode; `Err` if valgrind is missing or fails.
+pub fn count_instructions(exe: &Path, kind: RearmKind) -> Result<f64, String> {
+    let (n1, n2) = INSN_RUNS;
+    let i1 = callgrind_total(exe, kind, n1)?;
+    let i2 = callgrind_total(exe, kind, n2)?;
+    per_iteration(i1, i2, n2 - n1)
+}
+
+/// `(i2 - i1) / iters`, refusing a decrease.
+///
+/// ```
+/// assert_eq!(evd_bench::rearm::per_iteration(1_000, 3_000, 100), Ok(20.0));
+/// assert!(evd_bench::rearm::per_iteration(3_000, 1_000, 100).is_err());
+/// ```
+pub fn per_iteration(i1: u64, i2: u64, iters: u64) -> Result<f64, String> {
+    if i2 < i1 || iters == 0 {
+        return Err(format!(
+            "callgrind counts {i1} then {i2}: no per-iteration cost"
+        ));
+    }
+    Ok((i2 - i1) as f64 / iters as f64)
+}
+
+fn callgrind_total(exe: &Path, kind: RearmKind, iters: u64) -> Result<u64, String> {
+    let out = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .arg(exe)
+        .args(["rearm-insns", "--kind", kind.cli_name(), "--iters"])
+        .arg(iters.to_string())
+        .output()
+        .map_err(|e| format!("valgrind: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "valgrind exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    parse_collected(&String::from_utf8_lossy(&out.stderr))
+        .ok_or_else(|| "no `Collected :` line in callgrind's output".to_string())
+}
+
+/// The instruction count in callgrind's summary (`==PID== Collected : N`).
+///
+/// ```
+/// let log = "==12== Events    : Ir\n==12== Collected : 123456\n==12==\n";
+/// assert_eq!(evd_bench::rearm::parse_collected(log), Some(123456));
+/// ```
+pub fn parse_collected(stderr: &str) -> Option<u64> {
+    stderr.lines().find_map(|l| {
+        let rest = l.split_once("Collected :")?.1;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_kinds_leave_the_ring_armed_and_empty() {
+        let mut r = Rearm::new();
+        for k in RearmKind::ALL {
+            r.run(k, 100);
+            let q = r.consumer.query();
+            assert!(q.armed);
+            assert_eq!(q.len, 0);
+        }
+    }
+
+    #[test]
+    fn cli_names_round_trip() {
+        for k in RearmKind::ALL {
+            assert_eq!(RearmKind::from_cli(k.cli_name()), Some(k));
+        }
+    }
+
+    #[test]
+    fn collected_line_is_found_among_others() {
+        let log = "==1== Callgrind, a call-graph generating cache profiler\n\
+                   ==1== Events    : Ir\n==1== Collected : 987\n==1== I   refs:      987\n";
+        assert_eq!(parse_collected(log), Some(987));
+        assert_eq!(parse_collected("nothing here"), None);
+    }
+}

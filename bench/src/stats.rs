@@ -1,0 +1,98 @@
+//! Summaries of repeated measurements and the ratio to evd.
+
+/// Median, minimum and maximum of a set of samples (one per interleaved round).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    /// The median (mean of the two middle samples for an even count).
+    pub median: f64,
+    /// The smallest sample.
+    pub min: f64,
+    /// The largest sample.
+    pub max: f64,
+    /// How many samples.
+    pub samples: usize,
+}
+
+impl Summary {
+    /// Summarize `samples`; `None` if there are none or one is not finite.
+    ///
+    /// ```
+    /// use evd_bench::stats::Summary;
+    /// let s = Summary::of(&[3.0, 1.0, 2.0, 10.0]).unwrap();
+    /// assert_eq!((s.median, s.min, s.max, s.samples), (2.5, 1.0, 10.0, 4));
+    /// ```
+    pub fn of(samples: &[f64]) -> Option<Summary> {
+        if samples.is_empty() || samples.iter().any(|x| !x.is_finite()) {
+            return None;
+        }
+        let mut v = samples.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Summary {
+            median,
+            min: v[0],
+            max: v[n - 1],
+            samples: n,
+        })
+    }
+}
+
+/// `value / evd`: how a system's median compares with evd's median for the
+/// same case and metric. `None` when evd's median is zero or either is not
+/// finite. Above 1 means more than evd (faster for throughput, slower for
+/// latency and cost metrics).
+///
+/// ```
+/// assert_eq!(evd_bench::stats::ratio_to_evd(50.0, 100.0), Some(0.5));
+/// assert_eq!(evd_bench::stats::ratio_to_evd(1.0, 0.0), None);
+/// ```
+pub fn ratio_to_evd(value: f64, evd: f64) -> Option<f64> {
+    if evd == 0.0 || !evd.is_finite() || !value.is_finite() {
+        return None;
+    }
+    Some(value / evd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_count_is_the_middle_sample() {
+        let s = Summary::of(&[5.0, 1.0, 9.0]).unwrap();
+        assert_eq!(s.median, 5.0);
+        assert_eq!(s.min, 1.0);
+        assert_eq!(s.max, 9.0);
+    }
+
+    #[test]
+    fn median_is_robust_to_one_outlier() {
+        let s = Summary::of(&[10.0, 11.0, 12.0, 1000.0, 9.0]).unwrap();
+        assert_eq!(s.median, 11.0);
+        assert_eq!(s.max, 1000.0);
+    }
+
+    #[test]
+    fn single_sample_is_its_own_summary() {
+        let s = Summary::of(&[4.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.samples), (4.0, 4.0, 4.0, 1));
+    }
+
+    #[test]
+    fn no_samples_or_nan_gives_none() {
+        assert_eq!(Summary::of(&[]), None);
+        assert_eq!(Summary::of(&[1.0, f64::NAN]), None);
+    }
+
+    #[test]
+    fn ratio_of_evd_to_itself_is_one() {
+        assert_eq!(ratio_to_evd(123.0, 123.0), Some(1.0));
+        assert_eq!(ratio_to_evd(f64::INFINITY, 1.0), None);
+        assert_eq!(ratio_to_evd(3.0, 2.0), Some(1.5));
+    }
+}
