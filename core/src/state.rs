@@ -126,6 +126,10 @@ pub enum PolicyBits {
 
 impl PolicyBits {
     /// How many instances may be in flight under this policy.
+    ///
+    /// ```
+    /// assert_eq!(evd::state::PolicyBits::Single.instance_limit(), 1);
+    /// ```
     pub const fn instance_limit(self) -> u64 {
         match self {
             PolicyBits::Disabled => 0,
@@ -147,21 +151,39 @@ pub enum Invoke {
 }
 
 /// The tail ticket in `w`.
+/// ```
+/// use evd::state::*;
+/// let w = initial(4);
+/// let Reserve::Ticket { new, .. } = reserve(w, 0) else { unreachable!() };
+/// assert_eq!((tail(w), tail(new)), (0, 1));
+/// ```
 pub const fn tail(w: u64) -> u64 {
     w >> TAIL_SHIFT
 }
 
 /// log2 of the capacity in `w`.
+/// ```
+/// assert_eq!(evd::state::cap_log2(evd::state::initial(6)), 6);
+/// ```
 pub const fn cap_log2(w: u64) -> u32 {
     ((w & CAP_MASK) >> CAP_SHIFT) as u32
 }
 
 /// The capacity in `w`.
+/// ```
+/// assert_eq!(evd::state::capacity(evd::state::initial(6)), 64);
+/// ```
 pub const fn capacity(w: u64) -> u64 {
     1 << cap_log2(w)
 }
 
 /// The upcall policy in `w`.
+/// ```
+/// use evd::state::*;
+/// assert_eq!(policy(initial(2)), PolicyBits::Disabled);
+/// let on = set_policy(initial(2), 0, PolicyBits::Single, Invoke::Any).new;
+/// assert_eq!(policy(on), PolicyBits::Single);
+/// ```
 pub const fn policy(w: u64) -> PolicyBits {
     match (w & POLICY_MASK) >> POLICY_SHIFT {
         1 => PolicyBits::Single,
@@ -171,26 +193,53 @@ pub const fn policy(w: u64) -> PolicyBits {
 }
 
 /// Upcall instances in flight in `w`.
+/// ```
+/// use evd::state::*;
+/// let on = set_policy(initial(2), 0, PolicyBits::Many, Invoke::Any).new;
+/// let Reserve::Ticket { new, .. } = reserve(on, 0) else { unreachable!() };
+/// assert_eq!(instances(new), 1);
+/// ```
 pub const fn instances(w: u64) -> u64 {
     (w & INSTANCES_MASK) >> INSTANCES_SHIFT
 }
 
 /// Reserved tickets not yet dequeued, for a consumer at `head`.
+/// ```
+/// use evd::state::*;
+/// let Reserve::Ticket { new, .. } = reserve(initial(2), 0) else { unreachable!() };
+/// assert_eq!((len(new, 0), len(new, 1)), (1, 0));
+/// ```
 pub const fn len(w: u64, head: u64) -> u64 {
     tail(w).wrapping_sub(head) & TICKET_MASK
 }
 
 /// True if a reservation in `w` would exceed the capacity, given `head`.
+/// ```
+/// use evd::state::*;
+/// let Reserve::Ticket { new, .. } = reserve(initial(0), 0) else { unreachable!() };
+/// assert!(is_full(new, 0));
+/// assert!(!is_full(new, 1));
+/// ```
 pub const fn is_full(w: u64, head: u64) -> bool {
     len(w, head) >= capacity(w)
 }
 
 /// True if the flag `f` is set in `w`.
+/// ```
+/// use evd::state::*;
+/// let Arm::Arm(w) = arm(initial(2), 0, 1) else { unreachable!() };
+/// assert!(has(w, ARMED) && !has(w, NOTIFIED));
+/// ```
 pub const fn has(w: u64, f: u64) -> bool {
     w & f != 0
 }
 
 /// The initial word for a ring of `2^cap_log2` slots.
+/// ```
+/// use evd::state::*;
+/// let w = initial(10);
+/// assert_eq!((capacity(w), tail(w), instances(w)), (1024, 0, 0));
+/// ```
 pub const fn initial(cap_log2: u32) -> u64 {
     (cap_log2 as u64) << CAP_SHIFT
 }
@@ -246,6 +295,15 @@ pub enum Reserve {
 
 /// A poster's reservation: take ticket `tail`, and take the notification if
 /// the consumer is armed or an upcall instance may start.
+///
+/// ```
+/// use evd::state::*;
+/// let Arm::Arm(armed) = arm(initial(2), 0, 1) else { unreachable!() };
+/// // The first post takes ticket 0 and the notification...
+/// let Reserve::Ticket { new, ticket: 0, notify: Notify::Wake } = reserve(armed, 0) else { unreachable!() };
+/// // ...the second only a ticket.
+/// assert!(matches!(reserve(new, 0), Reserve::Ticket { ticket: 1, notify: Notify::None, .. }));
+/// ```
 pub const fn reserve(w: u64, head: u64) -> Reserve {
     if has(w, CLOSED) {
         return Reserve::Closed;
@@ -280,6 +338,13 @@ pub const fn reserve(w: u64, head: u64) -> Reserve {
 ///
 /// Without this, upcalls enabled with [`Invoke::New`] on a full ring would
 /// wait for an arrival that can never come.
+///
+/// ```
+/// use evd::state::*;
+/// let Arm::Arm(armed) = arm(initial(2), 0, 1) else { unreachable!() };
+/// assert!(matches!(notify_overflow(armed), Some((_, Notify::Wake))));
+/// assert_eq!(notify_overflow(initial(2)), None);
+/// ```
 pub const fn notify_overflow(w: u64) -> Option<(u64, Notify)> {
     if has(w, CLOSED) {
         return None;
@@ -312,6 +377,14 @@ pub enum Arm {
 ///
 /// Arms when fewer than `threshold` events are queued. NOTIFIED is cleared only
 /// when the ring is empty: that is the "drained after re-enabling" rule.
+///
+/// ```
+/// use evd::state::*;
+/// let w = initial(2);
+/// assert!(matches!(arm(w, 0, 1), Arm::Arm(_)));
+/// let Reserve::Ticket { new, .. } = reserve(w, 0) else { unreachable!() };
+/// assert_eq!(arm(new, 0, 1), Arm::Pending); // the event that slipped in
+/// ```
 pub const fn arm(w: u64, head: u64, threshold: u64) -> Arm {
     let n = len(w, head);
     if n >= threshold {
@@ -330,12 +403,26 @@ pub const fn arm(w: u64, head: u64, threshold: u64) -> Arm {
 }
 
 /// The consumer withdraws its arm (a timed-out wait, a dropped future).
+///
+/// ```
+/// use evd::state::*;
+/// let Arm::Arm(w) = arm(initial(2), 0, 1) else { unreachable!() };
+/// assert!(!has(disarm(w), ARMED));
+/// ```
 pub const fn disarm(w: u64) -> u64 {
     w & !ARMED
 }
 
 /// Close: refuse posts from now on. Returns the new word and whether the
 /// closer must wake an armed consumer.
+///
+/// ```
+/// use evd::state::*;
+/// let Arm::Arm(w) = arm(initial(2), 0, 1) else { unreachable!() };
+/// let (closed, wake) = close(w);
+/// assert!(wake && has(closed, CLOSED));
+/// assert_eq!(reserve(closed, 0), Reserve::Closed);
+/// ```
 pub const fn close(w: u64) -> (u64, bool) {
     let wake = has(w, ARMED);
     let mut new = (w | CLOSED) & !ARMED;
@@ -346,6 +433,13 @@ pub const fn close(w: u64) -> (u64, bool) {
 }
 
 /// Begin a resize; `None` if one is already running.
+///
+/// ```
+/// use evd::state::*;
+/// let r = begin_resize(initial(2)).unwrap();
+/// assert_eq!(reserve(r, 0), Reserve::Resizing);
+/// assert_eq!(begin_resize(r), None);
+/// ```
 pub const fn begin_resize(w: u64) -> Option<u64> {
     if has(w, RESIZING) {
         None
@@ -355,6 +449,12 @@ pub const fn begin_resize(w: u64) -> Option<u64> {
 }
 
 /// End a resize, installing the new capacity.
+///
+/// ```
+/// use evd::state::*;
+/// let r = begin_resize(initial(2)).unwrap();
+/// assert_eq!(capacity(end_resize(r, 5)), 32);
+/// ```
 pub const fn end_resize(w: u64, new_cap_log2: u32) -> u64 {
     with_cap_log2(w & !RESIZING, new_cap_log2)
 }
@@ -370,6 +470,13 @@ pub struct SetPolicy {
 
 /// Change the upcall policy. With [`Invoke::Any`], events already queued start
 /// an instance at once (the caller runs it).
+///
+/// ```
+/// use evd::state::*;
+/// let Reserve::Ticket { new: queued, .. } = reserve(initial(2), 0) else { unreachable!() };
+/// assert!(set_policy(queued, 0, PolicyBits::Single, Invoke::Any).start_instance);
+/// assert!(!set_policy(queued, 0, PolicyBits::Single, Invoke::New).start_instance);
+/// ```
 pub const fn set_policy(w: u64, head: u64, p: PolicyBits, invoke: Invoke) -> SetPolicy {
     let new = with_policy(w, p);
     let start = matches!(invoke, Invoke::Any)
@@ -402,6 +509,14 @@ pub enum Exit {
 /// disabled under it) and wants to end. It may end only if the ring is empty
 /// for its `head` — otherwise a post slipped in and this instance must deliver
 /// it, since that post saw `TOKEN` and started no instance of its own.
+///
+/// ```
+/// use evd::state::*;
+/// let on = set_policy(initial(2), 0, PolicyBits::Single, Invoke::Any).new;
+/// let Reserve::Ticket { new: running, .. } = reserve(on, 0) else { unreachable!() };
+/// assert_eq!(exit_instance(running, 0), Exit::MoreWork); // its own event is still queued
+/// assert!(matches!(exit_instance(running, 1), Exit::Exit(w) if instances(w) == 0));
+/// ```
 pub const fn exit_instance(w: u64, head: u64) -> Exit {
     let n = len(w, head);
     let enabled = !matches!(policy(w), PolicyBits::Disabled);
@@ -417,6 +532,13 @@ pub const fn exit_instance(w: u64, head: u64) -> Exit {
 
 /// ManyInstances: the token holder has taken one event out and hands the token
 /// back before running its handler.
+///
+/// ```
+/// use evd::state::*;
+/// let on = set_policy(initial(2), 0, PolicyBits::Many, Invoke::Any).new;
+/// let Reserve::Ticket { new: running, .. } = reserve(on, 0) else { unreachable!() };
+/// assert!(has(running, TOKEN) && !has(release_token(running), TOKEN));
+/// ```
 pub const fn release_token(w: u64) -> u64 {
     w & !TOKEN
 }
@@ -433,6 +555,15 @@ pub enum Reacquire {
 /// ManyInstances: an instance whose handler returned either takes the token
 /// again (to look for more work) or ends. It may end while another instance
 /// holds the token, because that holder checks for work before it ends.
+///
+/// ```
+/// use evd::state::*;
+/// let on = set_policy(initial(2), 0, PolicyBits::Many, Invoke::Any).new;
+/// let Reserve::Ticket { new: running, .. } = reserve(on, 0) else { unreachable!() };
+/// let handed_back = release_token(running);
+/// assert!(matches!(reacquire(handed_back), Reacquire::Token(_)));
+/// assert!(matches!(reacquire(running), Reacquire::Exit(_))); // someone holds it
+/// ```
 pub const fn reacquire(w: u64) -> Reacquire {
     if has(w, TOKEN) || matches!(policy(w), PolicyBits::Disabled) {
         Reacquire::Exit(with_instances(w, instances(w).saturating_sub(1)))
@@ -443,6 +574,14 @@ pub const fn reacquire(w: u64) -> Reacquire {
 
 /// An instance unwinds out of a panicking handler: give back the token if it
 /// held it, and leave. Queued events stay queued for the next instance.
+///
+/// ```
+/// use evd::state::*;
+/// let on = set_policy(initial(2), 0, PolicyBits::Single, Invoke::Any).new;
+/// let Reserve::Ticket { new: running, .. } = reserve(on, 0) else { unreachable!() };
+/// let after = abandon_instance(running, true);
+/// assert_eq!((instances(after), has(after, TOKEN)), (0, false));
+/// ```
 pub const fn abandon_instance(w: u64, held_token: bool) -> u64 {
     let w = if held_token { w & !TOKEN } else { w };
     with_instances(w, instances(w).saturating_sub(1))
