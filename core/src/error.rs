@@ -160,6 +160,9 @@ pub enum WaitError {
     },
     /// The EVD was made unwaitable (`set_unwaitable`).
     Unwaitable,
+    /// Posts were refused since the last dequeue: the wait reports it (once)
+    /// instead of sleeping past it. Nothing was dequeued.
+    Overflow(Overflow),
     /// The EVD is closed, and fewer than `threshold` events remain.
     Closed {
         /// Events still ready to dequeue.
@@ -178,6 +181,7 @@ impl fmt::Display for WaitError {
                 write!(f, "wait timed out with {available} events ready")
             }
             WaitError::Unwaitable => f.write_str("EVD is unwaitable"),
+            WaitError::Overflow(o) => o.fmt(f),
             WaitError::Closed { available } => {
                 write!(f, "EVD is closed with {available} events left")
             }

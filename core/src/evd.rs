@@ -16,7 +16,16 @@ pub const DEFAULT_SPIN_BUDGET: u32 = 10;
 /// The largest capacity an EVD can have (2^32 events).
 pub const MAX_CAPACITY: usize = 1 << state::MAX_CAP_LOG2;
 
-/// What the posters and the consumer share.
+/// The head epoch is the head divided by 2^40: a poster trusts its cached
+/// head only while it is at most one epoch behind, so the distance from it to
+/// the tail stays below 3·2^40 + capacity, well inside the 2^45 range in which
+/// the word's tail is compared.
+pub(crate) const HEAD_EPOCH_SHIFT: u32 = 40;
+
+/// What the posters and the consumer share. `repr(C)` keeps the fields that
+/// posters read on every post (`buffer`, `head_epoch`) on one line, apart
+/// from the padded, contended ones.
+#[repr(C)]
 pub(crate) struct Shared<T> {
     /// The state word: tail, flags, policy, instances, capacity (see [`state`]).
     pub(crate) state: CachePadded<AtomicU64>,
@@ -30,6 +39,9 @@ pub(crate) struct Shared<T> {
     /// The current ring. Replaced only by a resize, while `RESIZING` holds
     /// every poster off (see [`Consumer::resize`]).
     pub(crate) buffer: AtomicPtr<Buffer<T>>,
+    /// `head >> HEAD_EPOCH_SHIFT`, stored by the consumer when it changes
+    /// (every 2^40 events): bounds how stale a poster's cached head may be.
+    pub(crate) head_epoch: AtomicU64,
     /// Where notifications go: the registered waker and the optional eventfd.
     pub(crate) targets: NotifyTargets,
     /// The upcall handler, replaced under crossbeam-epoch.
@@ -49,6 +61,26 @@ unsafe impl<T: Send> Send for Shared<T> {}
 unsafe impl<T: Send> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
+    /// The current ring, as a raw pointer for [`Buffer::publish`].
+    #[inline(always)]
+    pub(crate) fn buffer_ptr(&self) -> *const Buffer<T> {
+        // Acquire: as in `buffer`.
+        self.buffer.load(Ordering::Acquire)
+    }
+
+    /// Store the consumer's new head (after the values before it were moved
+    /// out), and bump the head epoch when it crosses a boundary.
+    #[inline(always)]
+    pub(crate) fn publish_head(&self, old: u64, new: u64) {
+        // Release: the values were moved out before a poster may reuse the
+        // slots (it loads the head with Acquire).
+        self.head.store(new, Ordering::Release);
+        if new >> HEAD_EPOCH_SHIFT != old >> HEAD_EPOCH_SHIFT {
+            self.head_epoch
+                .store(new >> HEAD_EPOCH_SHIFT, Ordering::Release);
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn buffer(&self) -> &Buffer<T> {
         // Acquire: pairs with the `Release` store in `resize`. Posters reach
@@ -134,9 +166,7 @@ impl<T> Shared<T> {
             // SAFETY: we are the only consumer, `h` is the head, and it is
             // published; the head moves past it right after, so it is taken once.
             let v = unsafe { buf.take(h) };
-            // Release: the value has been moved out before a poster may reuse
-            // the slot (it loads the head with Acquire).
-            self.head.store(h.wrapping_add(1), Ordering::Release);
+            self.publish_head(h, h.wrapping_add(1));
             Ok(v)
         } else {
             Err(self.empty_reason(h))
@@ -165,16 +195,28 @@ impl<T> Shared<T> {
         n
     }
 
-    /// The arm-then-check CAS for a consumer at its current head.
+    /// The arm-then-check CAS for a consumer at its current head. An
+    /// overflow report waiting to be dequeued counts as pending work.
     #[inline]
     pub(crate) fn arm(&self, threshold: u64) -> Arm {
+        if self.overflow_pending.load(Ordering::Relaxed) != 0 {
+            return Arm::Pending;
+        }
         let h = self.head.load(Ordering::Relaxed);
         // AcqRel: Release publishes the waker registered before this arm to
-        // the poster whose Acquire reservation CAS disarms it.
-        self.update(Ordering::AcqRel, |w| match state::arm(w, h, threshold) {
+        // the poster whose Acquire reservation CAS disarms it; Acquire makes
+        // an overflow count visible if its poster's RMW on the word came first.
+        let r = self.update(Ordering::AcqRel, |w| match state::arm(w, h, threshold) {
             Arm::Arm(new) => Ok((new, Arm::Arm(new))),
             other => Err(other),
-        })
+        });
+        if matches!(r, Arm::Arm(_)) && self.overflow_pending.load(Ordering::Relaxed) != 0 {
+            // A post was refused between the first check and the CAS; its RMW
+            // on the word came before ours, so it did not see ARMED.
+            self.disarm();
+            return Arm::Pending;
+        }
+        r
     }
 
     /// Withdraw an arm (timed-out wait, dropped future).
@@ -266,6 +308,7 @@ pub fn bounded<T: Send>(capacity: usize) -> Result<(Poster<T>, Consumer<T>), Cre
         head: CachePadded::new(AtomicU64::new(0)),
         overflow_pending: CachePadded::new(AtomicU64::new(0)),
         buffer: AtomicPtr::new(Box::into_raw(Box::new(buffer))),
+        head_epoch: AtomicU64::new(0),
         targets: NotifyTargets::new(),
         handler: HandlerSlot::new(),
         unwaitable: AtomicBool::new(false),
@@ -336,6 +379,16 @@ impl<T: Send> Poster<T> {
     pub fn post(&self, event: T) -> Result<(), PostError<T>> {
         let s = &*self.shared;
         let mut hint = self.head_hint.load(Ordering::Acquire);
+        // A hint more than one epoch old could be 2^45 tickets behind, where
+        // the word's tail wraps and a full ring would look empty: reload it.
+        if s.head_epoch
+            .load(Ordering::Relaxed)
+            .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
+            >= 2
+        {
+            hint = s.head.load(Ordering::Acquire);
+            self.head_hint.store(hint, Ordering::Release);
+        }
         let mut w = s.state.load(Ordering::Relaxed);
         let mut backoff: Option<Backoff> = None;
         loop {
@@ -359,7 +412,7 @@ impl<T: Send> Poster<T> {
                             // SAFETY: the CAS gave us `ticket`, and the full
                             // check against a head the consumer has passed
                             // means the slot's previous lap has been taken.
-                            unsafe { s.buffer().publish(ticket, event) };
+                            unsafe { Buffer::publish(s.buffer_ptr(), ticket, event) };
                             match notify {
                                 Notify::None => {}
                                 Notify::Wake => s.notify_consumer(),
@@ -397,11 +450,13 @@ impl<T: Send> Poster<T> {
         let s = &*self.shared;
         s.counters.overflowed.fetch_add(1, Ordering::Relaxed);
         s.overflow_pending.fetch_add(1, Ordering::Relaxed);
-        // AcqRel: Release makes the pending count above visible to the
-        // consumer or instance this notifies (they read it after their own
-        // Acquire on the word); Acquire as for a reservation.
+        // Always one RMW on the word, even with nobody to notify (then it
+        // writes the word back unchanged). AcqRel: its Release makes the count
+        // above visible to whoever's CAS on the word comes later — an arm, an
+        // upcall's exit — and they re-check the count after their CAS; whoever
+        // came earlier is seen here (ARMED, or a free token) and notified.
         let notify = s.update(Ordering::AcqRel, |w| {
-            state::notify_overflow(w).ok_or(Notify::None)
+            Ok(state::notify_overflow(w).unwrap_or((w, Notify::None)))
         });
         match notify {
             Notify::None => {}
@@ -575,8 +630,8 @@ impl<T> Consumer<T> {
             out.push(unsafe { buf.take(h.wrapping_add(n as u64)) });
             n += 1;
         }
-        // Release: one head store for the whole batch, after every value moved.
-        s.head.store(h.wrapping_add(n as u64), Ordering::Release);
+        // One head store for the whole batch, after every value moved.
+        s.publish_head(h, h.wrapping_add(n as u64));
         Ok(n)
     }
 
@@ -732,7 +787,7 @@ impl<T> Consumer<T> {
             }
             // SAFETY: published and not taken; we are the consumer; the
             // ticket is republished in the new ring with the same number.
-            unsafe { fresh.publish(t, old.take(t)) };
+            unsafe { Buffer::publish(&fresh, t, old.take(t)) };
         }
         let old_ptr = s
             .buffer
@@ -771,5 +826,65 @@ impl<T> std::fmt::Debug for Poster<T> {
         f.debug_struct("Poster")
             .field("state", &self.query())
             .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Put an empty EVD at `head` (as if 64-bit `head` events had passed).
+    fn fast_forward<T>(c: &Consumer<T>, head: u64) {
+        let s = &*c.shared;
+        let w = s.state.load(Ordering::Relaxed);
+        let tail = (head & state::TICKET_MASK) << 19;
+        s.state
+            .store((w & ((1 << 19) - 1)) | tail, Ordering::Relaxed);
+        s.head.store(head, Ordering::Relaxed);
+        s.head_epoch
+            .store(head >> HEAD_EPOCH_SHIFT, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn an_idle_posters_stale_head_cannot_wrap_the_full_check() {
+        // Review finding: a poster idle while 2^45 tickets pass kept a head
+        // hint that, compared modulo 2^45, made a full ring look nearly
+        // empty; its post overwrote a queued event.
+        let (idle, mut consumer) = bounded::<u64>(4).unwrap(); // hint 0
+        fast_forward(&consumer, 3 * (1 << state::TAIL_BITS) - 2);
+        let busy = consumer.poster(); // fresh hint
+        for i in 0..4 {
+            busy.post(i).unwrap();
+        }
+        assert_eq!(busy.post(9), Err(PostError::Full(9)));
+        assert_eq!(
+            idle.post(99),
+            Err(PostError::Full(99)),
+            "stale hint reloaded"
+        );
+        consumer.take_overflow_for_test();
+        for i in 0..4 {
+            assert_eq!(consumer.try_dequeue(), Ok(i));
+        }
+        assert_eq!(consumer.query().len, 0);
+    }
+
+    #[test]
+    fn head_epoch_follows_the_head_across_a_boundary() {
+        let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+        fast_forward(&consumer, (1 << HEAD_EPOCH_SHIFT) - 1);
+        let p = consumer.poster();
+        p.post(1).unwrap();
+        p.post(2).unwrap();
+        let mut out = Vec::new();
+        consumer.dequeue_batch(&mut out, 2).unwrap();
+        assert_eq!(consumer.shared.head_epoch.load(Ordering::Relaxed), 1);
+        drop(poster);
+    }
+
+    impl<T> Consumer<T> {
+        fn take_overflow_for_test(&mut self) {
+            let _ = self.shared.take_overflow();
+        }
     }
 }

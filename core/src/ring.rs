@@ -94,13 +94,22 @@ impl<T> Buffer<T> {
 
     /// Write ticket `t`'s value and publish it.
     ///
+    /// Takes a raw pointer, not `&self`: a resize may free this buffer as
+    /// soon as it sees the stamp, while this call has not yet returned, and a
+    /// `&Buffer` argument would be asserted live for the whole call. After the
+    /// slot is found only `&Slot` is held, whose fields are interior-mutable
+    /// (the same pattern as `Arc`'s release-then-free).
+    ///
     /// # Safety
-    /// The caller owns ticket `t` (a successful reservation) and the consumer
-    /// has taken ticket `t - capacity` (the reservation's full check), so no
-    /// one else reads or writes this slot's value until the stamp is stored.
+    /// `this` is live until the stamp store; the caller owns ticket `t` (a
+    /// successful reservation) and the consumer has taken ticket
+    /// `t - capacity` (the reservation's full check), so no one else reads or
+    /// writes this slot's value until the stamp is stored.
     #[inline(always)]
-    pub(crate) unsafe fn publish(&self, t: u64, value: T) {
-        let slot = self.slot(t);
+    pub(crate) unsafe fn publish(this: *const Self, t: u64, value: T) {
+        // SAFETY: live by the caller's contract; the `&Buffer` made here ends
+        // with the call to `slot`.
+        let slot = unsafe { (*this).slot(t) };
         // SAFETY: by the caller's contract this thread has exclusive access to
         // the value until the stamp below is stored.
         slot.value.with_mut(|p| unsafe { (*p).write(value) });

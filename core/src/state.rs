@@ -40,8 +40,10 @@
 //! The consumer's head is *not* in the word: it is written only by the consumer
 //! (or the upcall instance holding `TOKEN`), published in its own cache line,
 //! and passed to the functions below as an argument. The tail wraps modulo
-//! 2^45; all distances are computed with [`len`], modulo 2^45, which is exact
-//! because the capacity is at most 2^32.
+//! 2^45; all distances are computed with [`len`], modulo 2^45. That is exact
+//! when the head passed in is less than 2^45 − capacity behind the tail: the
+//! consumer's own head is at most `capacity` behind, and a poster's cached
+//! head is reloaded once it is more than one head epoch (2^40 events) old.
 //!
 //! # Transition table
 //!
@@ -62,7 +64,7 @@
 //! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline |
 //! | instance exits (token holder) | [`exit_instance`] | policy disabled, or ring empty | −TOKEN, INSTANCES−1, −NOTIFIED if empty | — |
 //! | instance hands the token back (ManyInstances) | [`release_token`] | TOKEN | −TOKEN | run the handler without the token |
-//! | instance returns after its handler (ManyInstances) | [`reacquire`] | — | token free: +TOKEN; token held elsewhere or policy disabled: INSTANCES−1 | continue, or stop |
+//! | instance returns after its handler (ManyInstances) | [`reacquire`] | — | token free and INSTANCES within the policy's limit: +TOKEN; otherwise INSTANCES−1 | continue, or stop |
 //! | upcall unwinds (guard) | [`abandon_instance`] | — | −TOKEN if held, INSTANCES−1 | re-raise the panic |
 //!
 //! # Memory orderings (argued at each call site; summarised here)
@@ -554,7 +556,10 @@ pub enum Reacquire {
 
 /// ManyInstances: an instance whose handler returned either takes the token
 /// again (to look for more work) or ends. It may end while another instance
-/// holds the token, because that holder checks for work before it ends.
+/// holds the token, because that holder checks for work before it ends. It
+/// also ends while more instances are in flight than the policy allows (the
+/// policy changed under it), so that it never adds a handler beyond the
+/// limit; the last one within the limit keeps draining.
 ///
 /// ```
 /// use evd::state::*;
@@ -565,7 +570,7 @@ pub enum Reacquire {
 /// assert!(matches!(reacquire(running), Reacquire::Exit(_))); // someone holds it
 /// ```
 pub const fn reacquire(w: u64) -> Reacquire {
-    if has(w, TOKEN) || matches!(policy(w), PolicyBits::Disabled) {
+    if has(w, TOKEN) || instances(w) > policy(w).instance_limit() {
         Reacquire::Exit(with_instances(w, instances(w).saturating_sub(1)))
     } else {
         Reacquire::Token(w | TOKEN)
@@ -881,6 +886,15 @@ mod tests {
             reacquire(disabled),
             Reacquire::Exit(with_instances(disabled, 1))
         );
+        // Two ManyInstances-era instances under SingleInstance: the first to
+        // come back leaves, the last one takes the token.
+        let single = with_policy(w, PolicyBits::Single);
+        assert_eq!(
+            reacquire(single),
+            Reacquire::Exit(with_instances(single, 1))
+        );
+        let last = with_instances(single, 1);
+        assert_eq!(reacquire(last), Reacquire::Token(last | TOKEN));
     }
 
     #[test]

@@ -222,13 +222,17 @@ pub(crate) fn run_instance<T>(s: &Shared<T>) {
 fn try_exit<T>(s: &Shared<T>) -> bool {
     let h = s.head.load(Ordering::Relaxed);
     // AcqRel: Release so the next instance (or the torn-down consumer) sees
-    // our head; Acquire to read a current word.
+    // our head; Acquire to read a current word, and with it any overflow
+    // count whose poster's RMW on the word came before this CAS.
     let ended = s.update(Ordering::AcqRel, |w| match state::exit_instance(w, h) {
         Exit::Exit(new) => Ok((new, Some(new))),
         Exit::MoreWork => Err(None),
     });
     match ended {
         Some(new) => {
+            if s.overflow_pending.load(Ordering::Relaxed) != 0 && restart_for_overflow(s) {
+                return false;
+            }
             wake_tearer(s, new);
             true
         }
@@ -238,6 +242,17 @@ fn try_exit<T>(s: &Shared<T>) -> bool {
             false
         }
     }
+}
+
+/// An overflow was counted by a poster whose RMW on the word came before our
+/// exit CAS, so it saw our token and started nothing: take the token back
+/// (if upcalls are still enabled and nobody else took it) to report it.
+/// A poster whose RMW comes after our exit starts an instance itself.
+fn restart_for_overflow<T>(s: &Shared<T>) -> bool {
+    s.update(Ordering::AcqRel, |w| match state::notify_overflow(w) {
+        Some((new, state::Notify::Upcall)) => Ok((new, true)),
+        _ => Err(false),
+    })
 }
 
 /// The consumer of an EVD in upcall mode: events are delivered to a handler
@@ -298,9 +313,10 @@ impl<T: Send> Upcalls<T> {
     /// * `Disabled`: no upcall starts; a running one stops after its current
     ///   event; the rest stays queued.
     /// * `SingleInstance` / `ManyInstances`: enable; with [`Invoke::Any`] and
-    ///   events queued, an upcall runs at once on this thread. Switching from
-    ///   `ManyInstances` to `SingleInstance` first waits for the running
-    ///   instances, so at most one runs from the moment this returns.
+    ///   events queued, an upcall runs at once on this thread. Switching to
+    ///   `SingleInstance` while instances started under `ManyInstances` still
+    ///   run (directly or by way of `Disabled`) first waits for them, so at
+    ///   most one runs from the moment this returns.
     /// * `Teardown`: disable, and return after every running upcall has
     ///   returned. Refused from inside one of this EVD's upcalls.
     ///
@@ -324,9 +340,14 @@ impl<T: Send> Upcalls<T> {
     /// ```
     pub fn set_policy(&mut self, policy: UpcallPolicy, invoke: Invoke) -> Result<(), PolicyError> {
         let s = self.shared();
-        let current = state::policy(s.state.load(Ordering::Acquire));
+        let w = s.state.load(Ordering::Acquire);
+        // Instances that started under ManyInstances may still be running
+        // (also after a detour through Disabled, where none can start, so
+        // this check cannot go stale): SingleInstance waits them out.
         let needs_quiesce = policy == UpcallPolicy::Teardown
-            || (policy == UpcallPolicy::SingleInstance && current == PolicyBits::Many);
+            || (policy == UpcallPolicy::SingleInstance
+                && state::policy(w) != PolicyBits::Single
+                && state::instances(w) > 0);
         if needs_quiesce {
             self.quiesce()?;
             if policy == UpcallPolicy::Teardown {

@@ -76,7 +76,8 @@ impl<T> Consumer<T> {
     /// many events are ready. `threshold` must be in `1..=capacity`. Fails with
     /// [`WaitError::Unwaitable`] while the EVD is unwaitable, and with
     /// [`WaitError::Closed`] once it is closed with fewer than `threshold`
-    /// events left.
+    /// events left. A pending overflow report ends the wait as
+    /// [`WaitError::Overflow`] (reported once, as a dequeue would).
     ///
     /// ```
     /// use std::time::Duration;
@@ -144,6 +145,9 @@ impl<T> Consumer<T> {
                     park(deadline);
                 }
                 Arm::Pending => {
+                    if let Some(o) = s.take_overflow() {
+                        return Err(WaitError::Overflow(o));
+                    }
                     let ready = s.ready(u64::MAX);
                     if ready >= k {
                         return Ok(ready as usize);

@@ -27,6 +27,7 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
 /// refused while the ring was full) are skipped: the refused events were
 /// handed back to their posters.
 fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
+    consumer.set_spin_budget(0);
     let mut got = Vec::new();
     loop {
         match consumer.try_dequeue() {
@@ -34,7 +35,7 @@ fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
             Err(TryDequeueError::Closed) => return got,
             Err(TryDequeueError::Overflow(_)) => {}
             Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
-                Ok(_) | Err(WaitError::Closed { .. }) => {}
+                Ok(_) | Err(WaitError::Closed { .. } | WaitError::Overflow(_)) => {}
                 Err(e) => panic!("unexpected {e}"),
             },
         }
@@ -45,6 +46,7 @@ fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
 fn post_vs_arm_no_lost_notification() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        consumer.set_spin_budget(0);
         let c = thread::spawn(move || {
             // drain → arm → park, exactly the consumer loop the crate removes
             // the second poll from.
@@ -194,6 +196,7 @@ fn teardown_vs_post_no_upcall_after_teardown() {
 fn close_vs_wait() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        consumer.set_spin_budget(0);
         let c = thread::spawn(move || consumer.wait(1, None));
         poster.close();
         assert_eq!(c.join().unwrap(), Err(WaitError::Closed { available: 0 }));
@@ -215,6 +218,7 @@ fn last_poster_drop_vs_wait_ends_the_stream() {
 fn unwaitable_vs_wait() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        consumer.set_spin_budget(0);
         let c = thread::spawn(move || consumer.wait(1, None));
         poster.set_unwaitable();
         assert_eq!(c.join().unwrap(), Err(WaitError::Unwaitable));
@@ -259,5 +263,73 @@ fn resize_vs_post() {
         drop(poster);
         let got = c.join().unwrap();
         assert_eq!(got, [1, 2], "no loss, no duplicate, FIFO");
+    });
+}
+
+#[test]
+fn overflow_vs_arm_no_lost_report() {
+    // Review finding: a post refused as Full counted its overflow after the
+    // consumer's last dequeue but before its arm, and nothing woke the
+    // consumer to report it.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(0).unwrap(); // the ring is full
+        consumer.set_spin_budget(0); // park at once: the window is before the park
+        let c = thread::spawn(move || {
+            let (mut events, mut reports) = (0, 0);
+            while events + reports < 2 {
+                match consumer.try_dequeue() {
+                    Ok(_) => events += 1,
+                    Err(TryDequeueError::Overflow(o)) => reports += o.rejected,
+                    Err(TryDequeueError::Closed) => panic!("not closed"),
+                    Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
+                        Err(WaitError::Overflow(o)) => reports += o.rejected,
+                        Ok(_) => {}
+                        Err(e) => panic!("unexpected {e}"),
+                    },
+                }
+            }
+            (events, reports)
+        });
+        // Either delivered (after the consumer made room) or refused and
+        // reported; either way the consumer must hear of it.
+        let _ = poster.post(1);
+        let (events, reports) = c.join().unwrap();
+        assert_eq!(events + reports, 2);
+        drop(poster);
+    });
+}
+
+#[test]
+fn overflow_vs_upcall_exit_no_stranded_report() {
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+        let heard = Arc::new(AtomicUsize::new(0));
+        let h = heard.clone();
+        let upcalls =
+            consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+                h.fetch_add(
+                    ev.map(|_| 1).unwrap_or_else(|o| o.rejected as usize),
+                    Ordering::SeqCst,
+                );
+            });
+        let p2 = poster.clone();
+        let t = thread::spawn(move || {
+            let _ = p2.post(2);
+        });
+        let _ = poster.post(1);
+        t.join().unwrap();
+        // Both posts returned: each event was delivered or reported, except
+        // what is still queued for the teardown to hand back.
+        let mut consumer = upcalls.teardown();
+        let mut total = heard.load(Ordering::SeqCst);
+        loop {
+            match consumer.try_dequeue() {
+                Ok(_) => total += 1,
+                Err(TryDequeueError::Overflow(o)) => total += o.rejected as usize,
+                Err(_) => break,
+            }
+        }
+        assert_eq!(total, 2);
     });
 }

@@ -325,6 +325,55 @@ fn switching_many_to_single_waits_for_running_instances() {
 }
 
 #[test]
+fn many_to_single_by_way_of_disabled_still_waits_for_many_era_handlers() {
+    // Review finding: Many -> Disabled -> Single did not wait, and a
+    // Many-era instance then took the token under SingleInstance while
+    // another Many-era handler was still running.
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let entered = Arc::new(Barrier::new(3));
+    let release = Arc::new(AtomicBool::new(false));
+    let active = Arc::new(AtomicUsize::new(0));
+    let (e, r, a) = (entered.clone(), release.clone(), active.clone());
+    let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
+        let now = a.fetch_add(1, SeqCst) + 1;
+        if ev.unwrap() < 3 {
+            e.wait();
+            while !r.load(SeqCst) {
+                std::thread::yield_now();
+            }
+        } else {
+            assert_eq!(now, 1, "a SingleInstance upcall overlapped another handler");
+        }
+        a.fetch_sub(1, SeqCst);
+    });
+    let posts: Vec<_> = (1..=2)
+        .map(|v| {
+            let p = poster.clone();
+            std::thread::spawn(move || p.post(v).unwrap())
+        })
+        .collect();
+    entered.wait(); // both ManyInstances handlers are running
+    up.set_policy(UpcallPolicy::Disabled, Invoke::Any).unwrap();
+    let releaser = {
+        let r = release.clone();
+        std::thread::spawn(move || {
+            std::thread::yield_now();
+            r.store(true, SeqCst);
+        })
+    };
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        .unwrap();
+    assert!(release.load(SeqCst), "returned while Many-era handlers ran");
+    assert_eq!(up.query().upcalls_in_flight, 0);
+    poster.post(3).unwrap(); // runs alone
+    for t in posts {
+        t.join().unwrap();
+    }
+    releaser.join().unwrap();
+    assert_eq!(up.query().upcalls, 3);
+}
+
+#[test]
 fn teardown_returns_after_the_running_upcall_and_no_upcall_follows() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
     let running = Arc::new(AtomicBool::new(false));

@@ -187,6 +187,7 @@ fn run_phase(
                         match consumer.wait(threshold, None) {
                             Ok(n) => assert!(n >= threshold),
                             Err(WaitError::Closed { .. }) => {}
+                            Err(WaitError::Overflow(o)) => ck.record_item(Err(o), true),
                             Err(e) => panic!("wait: {e}"),
                         }
                     }
@@ -278,12 +279,14 @@ fn exactly_once_across_all_consumer_modes() {
     let ck = Arc::new(Checker::new(per_poster));
     let refused = Arc::new(AtomicU64::new(0));
     let posters_done = Arc::new(AtomicBool::new(false));
+    let finished_posters = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(AtomicBool::new(false));
 
     let producers: Vec<_> = (0..POSTERS)
         .map(|p| {
             let poster = poster.clone();
             let refused = refused.clone();
+            let (finished_posters, posters_done) = (finished_posters.clone(), posters_done.clone());
             std::thread::spawn(move || {
                 for seq in 0..per_poster {
                     // Leave the consumer thread some CPU on a 2-core machine,
@@ -304,6 +307,9 @@ fn exactly_once_across_all_consumer_modes() {
                             Err(PostError::Closed(_)) => panic!("closed under a live poster"),
                         }
                     }
+                }
+                if finished_posters.fetch_add(1, AcqRel) + 1 == POSTERS {
+                    posters_done.store(true, Release);
                 }
             })
         })
@@ -348,9 +354,6 @@ fn exactly_once_across_all_consumer_modes() {
         consumer = c;
         open = still_open;
         phases += 1;
-        if !posters_done.load(Relaxed) && producers.iter().all(|t| t.is_finished()) {
-            posters_done.store(true, Release);
-        }
     }
     for t in producers {
         t.join().unwrap();
