@@ -328,7 +328,11 @@ fn exactly_once_across_all_consumer_modes() {
                 if now != last.0 {
                     last = (now, Instant::now());
                 } else if last.1.elapsed() > STALL_LIMIT {
-                    eprintln!(
+                    // Straight to the process's stderr: the test harness
+                    // captures eprintln!, and its capture dies with exit().
+                    use std::io::Write;
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "watchdog: no delivery for {STALL_LIMIT:?} at {now} events; consumer phase: {}",
                         st.lock().unwrap()
                     );
