@@ -4,7 +4,7 @@ use crate::state::PolicyBits;
 use crate::sync::AtomicU64;
 
 /// An EVD's upcall policy (DAT's `DAT_UPCALL_POLICY`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UpcallPolicy {
     /// No upcalls start; events queue (`DAT_UPCALL_DISABLE`).
     Disabled,

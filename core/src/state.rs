@@ -143,7 +143,7 @@ impl PolicyBits {
 
 /// What to do when upcalls are enabled while events are already queued
 /// (DAT's `DAT_UPCALL_INVOC_ANY` / `DAT_UPCALL_INVOC_NEW`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Invoke {
     /// Start an upcall at once if events are queued (`INVOC_ANY`, the default).
     #[default]
