@@ -383,7 +383,11 @@ fn consume_evd_wait<P: Payload>(
                 if back_off_first && !backoff.is_completed() {
                     backoff.snooze();
                 } else {
-                    rx.wait(1, None).map_err(|e| e.to_string())?;
+                    match rx.wait(1, None) {
+                        // The posters retry refused posts; the report is all.
+                        Ok(_) | Err(evd::WaitError::Overflow(_)) => {}
+                        Err(e) => return Err(e.to_string()),
+                    }
                     backoff.reset();
                 }
             }

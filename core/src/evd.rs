@@ -199,9 +199,6 @@ impl<T> Shared<T> {
     /// overflow report waiting to be dequeued counts as pending work.
     #[inline]
     pub(crate) fn arm(&self, threshold: u64) -> Arm {
-        if self.overflow_pending.load(Ordering::Relaxed) != 0 {
-            return Arm::Pending;
-        }
         let h = self.head.load(Ordering::Relaxed);
         // AcqRel: Release publishes the waker registered before this arm to
         // the poster whose Acquire reservation CAS disarms it; Acquire makes
@@ -211,8 +208,8 @@ impl<T> Shared<T> {
             other => Err(other),
         });
         if matches!(r, Arm::Arm(_)) && self.overflow_pending.load(Ordering::Relaxed) != 0 {
-            // A post was refused between the first check and the CAS; its RMW
-            // on the word came before ours, so it did not see ARMED.
+            // A post was refused and its RMW on the word came before our CAS,
+            // so it did not see ARMED: the report is the pending work.
             self.disarm();
             return Arm::Pending;
         }
