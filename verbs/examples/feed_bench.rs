@@ -1,0 +1,301 @@
+//! Measurements of the feed on the software CQ.
+//!
+//! `cargo run --release -p evd-verbs --example feed_bench -- throughput`
+//!   completions per second through a feed (poll, post into the EVD,
+//!   dequeue) against a raw poll loop on the same CQ, both draining a
+//!   pre-filled CQ on one thread.
+//!
+//! `cargo run --release -p evd-verbs --example feed_bench -- bursty [--rt]`
+//!   busy-poll, event-driven and adaptive feeds under a bursty load: bursts
+//!   of 64 completions 2 µs apart, 2 ms idle between bursts. Each mode
+//!   reports the CPU time of its feeding thread per completion and the
+//!   latency from the completion entering the CQ to its upcall (mean,
+//!   median, p99). The figure of merit is CPU per completion × mean latency
+//!   (lower is better): busy-poll buys latency with CPU, event-driven CPU
+//!   with latency; the product rewards getting both. `--rt` runs every
+//!   thread SCHED_FIFO so that other load does not distort the figures.
+
+use evd::{Invoke, UpcallPolicy};
+use evd_verbs::soft::SoftCq;
+use evd_verbs::{
+    AdaptiveConfig, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode, Poller,
+    VerbsEvent, WorkCompletion, POLL_BATCH,
+};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn throughput() {
+    const CHUNK: usize = 65_536;
+    const ROUNDS: usize = 60;
+    let fill: Vec<WorkCompletion> = (0..CHUNK as u64)
+        .map(|i| WorkCompletion {
+            wr_id: i,
+            ..Default::default()
+        })
+        .collect();
+    let mut best_raw = f64::MAX;
+    let mut best_feed = f64::MAX;
+    let mut best_evd = f64::MAX;
+    for _trial in 0..3 {
+        // Raw poll loop.
+        let (mut cq, hca) = SoftCq::new(CHUNK).unwrap();
+        let mut batch = [WorkCompletion::default(); POLL_BATCH];
+        let mut sum = 0u64;
+        let mut raw = Duration::ZERO;
+        for _ in 0..ROUNDS {
+            hca.push_batch(&fill);
+            let t = Instant::now();
+            loop {
+                let n = cq.poll(&mut batch).unwrap();
+                for wc in &batch[..n] {
+                    sum = sum.wrapping_add(wc.wr_id);
+                }
+                if n < POLL_BATCH {
+                    break;
+                }
+            }
+            raw += t.elapsed();
+        }
+        std::hint::black_box(sum);
+        // Through the feed and the EVD, consumed by batch dequeue.
+        let (cq, hca) = SoftCq::new(CHUNK).unwrap();
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
+        let mut feed = Feed::new(cq, CqId(0), poster);
+        let mut out = Vec::with_capacity(1024);
+        let mut fed = Duration::ZERO;
+        for _ in 0..ROUNDS {
+            hca.push_batch(&fill);
+            let t = Instant::now();
+            let mut got = 0;
+            while got < CHUNK {
+                feed.progress(512);
+                out.clear();
+                got += consumer.dequeue_batch(&mut out, 1024).unwrap();
+                for ev in &out {
+                    if let VerbsEvent::Completion { wc, .. } = ev {
+                        sum = sum.wrapping_add(wc.wr_id);
+                    }
+                }
+            }
+            fed += t.elapsed();
+        }
+        std::hint::black_box(sum);
+        // The EVD alone: post the same events and dequeue them in batches,
+        // no CQ, to show where the feed's cost goes.
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
+        let ev = VerbsEvent::Completion {
+            cq: CqId(0),
+            wc: fill[1],
+        };
+        let t = Instant::now();
+        for _ in 0..ROUNDS {
+            let mut got = 0;
+            while got < CHUNK {
+                for _ in 0..512 {
+                    poster.post(ev).unwrap();
+                }
+                out.clear();
+                got += consumer.dequeue_batch(&mut out, 1024).unwrap();
+                for ev in &out {
+                    if let VerbsEvent::Completion { wc, .. } = ev {
+                        sum = sum.wrapping_add(wc.wr_id);
+                    }
+                }
+            }
+        }
+        best_evd = best_evd.min(t.elapsed().as_secs_f64() / (CHUNK * ROUNDS) as f64);
+        std::hint::black_box(sum);
+        let n = (CHUNK * ROUNDS) as f64;
+        best_raw = best_raw.min(raw.as_secs_f64() / n);
+        best_feed = best_feed.min(fed.as_secs_f64() / n);
+    }
+    println!(
+        "software CQ, {} completions per trial, best of 3:",
+        CHUNK * ROUNDS
+    );
+    println!(
+        "  raw poll loop : {:6.2} M completions/s ({:.1} ns each)",
+        1e-6 / best_raw,
+        best_raw * 1e9
+    );
+    println!(
+        "  feed + EVD    : {:6.2} M completions/s ({:.1} ns each)",
+        1e-6 / best_feed,
+        best_feed * 1e9
+    );
+    println!(
+        "  feed overhead : {:+.1}% time per completion",
+        (best_feed / best_raw - 1.0) * 100.0
+    );
+    println!(
+        "  of which the EVD's own post + batch dequeue (no CQ): {:.1} ns per event",
+        best_evd * 1e9
+    );
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    BusyPoll,
+    Event,
+    Adaptive,
+}
+
+const BURST: usize = 64;
+const INTRA_GAP: Duration = Duration::from_micros(2);
+const IDLE: Duration = Duration::from_millis(2);
+
+struct Result {
+    mean: Duration,
+    arms_per_completion: f64,
+    cpu_per_completion: Duration,
+    median: Duration,
+    p99: Duration,
+}
+
+fn bursty_run(mode: Mode, bursts: usize) -> Result {
+    let (cq, hca) = SoftCq::new(4096).unwrap();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(4096).unwrap();
+    let t0 = Instant::now();
+    let lat = Arc::new(Mutex::new(Vec::<u64>::with_capacity(bursts * BURST)));
+    let sink = lat.clone();
+    let upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        if let Ok(VerbsEvent::Completion { wc, .. }) = ev {
+            let now = t0.elapsed().as_nanos() as u64;
+            sink.lock().unwrap().push(now - wc.wr_id);
+        }
+    });
+    let feed = Feed::new(cq, CqId(0), poster);
+    enum Running {
+        P(Poller<SoftCq>),
+        D(evd_verbs::RunningDriver),
+    }
+    let running = match mode {
+        Mode::BusyPoll => Running::P(Poller::spawn(vec![feed], 256).unwrap()),
+        Mode::Event | Mode::Adaptive => {
+            let m = if let Mode::Event = mode {
+                FeedMode::Event
+            } else {
+                FeedMode::Adaptive(AdaptiveConfig::default())
+            };
+            let mut d = Driver::new(DriverConfig::default()).unwrap();
+            d.register(feed, m).unwrap();
+            Running::D(d.spawn().unwrap())
+        }
+    };
+    for _ in 0..bursts {
+        let mut next = Instant::now();
+        for _ in 0..BURST {
+            while Instant::now() < next {
+                std::hint::spin_loop();
+            }
+            hca.push(WorkCompletion {
+                wr_id: t0.elapsed().as_nanos() as u64,
+                ..Default::default()
+            })
+            .unwrap();
+            next += INTRA_GAP;
+        }
+        std::thread::sleep(IDLE);
+    }
+    while lat.lock().unwrap().len() < bursts * BURST {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (cpu, arms) = match running {
+        Running::P(p) => {
+            let s = p.stop();
+            (s.cpu_time, s.feeds[0].stats().arms)
+        }
+        Running::D(d) => {
+            let s = d.shutdown().unwrap();
+            let arms = s.feeds[0]
+                .1
+                .downcast_ref::<Feed<SoftCq>>()
+                .unwrap()
+                .stats()
+                .arms;
+            (s.cpu_time, arms)
+        }
+    };
+    drop(upcalls.teardown());
+    let mut l = lat.lock().unwrap().clone();
+    l.sort_unstable();
+    let mean = Duration::from_nanos(l.iter().sum::<u64>() / l.len() as u64);
+    Result {
+        mean,
+        arms_per_completion: arms as f64 / (bursts * BURST) as f64,
+        cpu_per_completion: cpu / (bursts * BURST) as u32,
+        median: Duration::from_nanos(l[l.len() / 2]),
+        p99: Duration::from_nanos(l[l.len() * 99 / 100]),
+    }
+}
+
+fn bursty() {
+    const BURSTS: usize = 300;
+    const TRIALS: usize = 5;
+    println!(
+        "bursty load: {BURSTS} bursts of {BURST} completions {} µs apart, {} ms idle between bursts; \
+         median of {TRIALS} interleaved trials by the figure (CPU/completion x mean latency)",
+        INTRA_GAP.as_micros(),
+        IDLE.as_millis()
+    );
+    println!(
+        "{:<10} {:>11} {:>10} {:>10} {:>10} {:>12} {:>11}",
+        "mode", "CPU/compl", "mean lat", "p50 lat", "p99 lat", "figure (ns²)", "arms/compl"
+    );
+    let modes = [Mode::BusyPoll, Mode::Event, Mode::Adaptive];
+    let mut results: Vec<Vec<(f64, Result)>> = modes.iter().map(|_| Vec::new()).collect();
+    for _ in 0..TRIALS {
+        for (i, mode) in modes.iter().enumerate() {
+            let r = bursty_run(*mode, BURSTS);
+            let fom = r.cpu_per_completion.as_nanos() as f64 * r.mean.as_nanos() as f64;
+            results[i].push((fom, r));
+        }
+    }
+    let us = |d: Duration| d.as_nanos() as f64 / 1e3;
+    for (mode, mut rs) in modes.iter().zip(results) {
+        let all: Vec<String> = rs.iter().map(|(f, _)| format!("{f:.2e}")).collect();
+        rs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (fom, r) = &rs[TRIALS / 2];
+        println!(
+            "{:<10} {:>9.2}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>12.3e} {:>11.3}   trials: {}",
+            format!("{mode:?}"),
+            us(r.cpu_per_completion),
+            us(r.mean),
+            us(r.median),
+            us(r.p99),
+            fom,
+            r.arms_per_completion,
+            all.join(" ")
+        );
+    }
+}
+
+/// With `--rt`, run every thread of the benchmark SCHED_FIFO (threads
+/// inherit it), so that other load on the machine does not preempt the
+/// producer or the feeding thread in the middle of a burst. Each trial
+/// stays well under a second, so a spinning busy-poll thread does not hit
+/// the kernel's real-time throttling (950 ms per second by default).
+fn maybe_realtime() {
+    if std::env::args().any(|a| a == "--rt") {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: sets this thread's policy; `param` is a live local.
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        if r != 0 {
+            eprintln!("SCHED_FIFO refused ({})", std::io::Error::last_os_error());
+        } else {
+            println!("(all threads SCHED_FIFO priority 1)");
+        }
+    }
+}
+
+fn main() {
+    maybe_realtime();
+    match std::env::args().nth(1).as_deref() {
+        Some("throughput") => throughput(),
+        Some("bursty") => bursty(),
+        _ => {
+            throughput();
+            bursty();
+        }
+    }
+}

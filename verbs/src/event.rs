@@ -1,0 +1,183 @@
+//! The event a feed posts into an EVD: a work completion, or an async error.
+
+use crate::completion::WorkCompletion;
+
+/// The caller's name for a completion queue: carried by every completion
+/// and CQ async event, so one EVD can be fed by many CQs.
+///
+/// ```
+/// assert!(evd_verbs::CqId(1) < evd_verbs::CqId(2));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CqId(pub u32);
+
+/// An EVD event produced by this crate.
+///
+/// ```
+/// use evd_verbs::{VerbsEvent, CqId, WorkCompletion};
+/// let ev = VerbsEvent::Completion { cq: CqId(1), wc: WorkCompletion::default() };
+/// assert!(matches!(ev, VerbsEvent::Completion { cq: CqId(1), .. }));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerbsEvent {
+    /// A work completion (DAT's DTO event), successful or not.
+    Completion {
+        /// The CQ it was polled from.
+        cq: CqId,
+        /// The completion itself.
+        wc: WorkCompletion,
+    },
+    /// An asynchronous error or state change (DAT's async-error stream).
+    Async(AsyncEvent),
+}
+
+/// An asynchronous event (`struct ibv_async_event`): a CQ error or overrun,
+/// a QP or SRQ error, a port or device change.
+///
+/// ```
+/// use evd_verbs::{AsyncEvent, AsyncEventKind, AsyncElement, CqId};
+/// let ev = AsyncEvent { kind: AsyncEventKind::CqError, element: AsyncElement::Cq(CqId(3)) };
+/// assert!(ev.kind.is_error());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// What happened.
+    pub kind: AsyncEventKind,
+    /// What it happened to.
+    pub element: AsyncElement,
+}
+
+/// The kind of an async event (`enum ibv_event_type`).
+///
+/// ```
+/// assert_eq!(evd_verbs::AsyncEventKind::from_raw(9), evd_verbs::AsyncEventKind::PortActive);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AsyncEventKind {
+    /// `IBV_EVENT_CQ_ERR`: the CQ failed, typically an overrun. Also
+    /// posted by a feed whose CQ poll fails.
+    CqError,
+    /// `IBV_EVENT_QP_FATAL`.
+    QpFatal,
+    /// `IBV_EVENT_QP_REQ_ERR`.
+    QpRequestError,
+    /// `IBV_EVENT_QP_ACCESS_ERR`.
+    QpAccessError,
+    /// `IBV_EVENT_COMM_EST`.
+    CommEstablished,
+    /// `IBV_EVENT_SQ_DRAINED`.
+    SqDrained,
+    /// `IBV_EVENT_PATH_MIG`.
+    PathMigrated,
+    /// `IBV_EVENT_PATH_MIG_ERR`.
+    PathMigrationError,
+    /// `IBV_EVENT_DEVICE_FATAL`.
+    DeviceFatal,
+    /// `IBV_EVENT_PORT_ACTIVE`.
+    PortActive,
+    /// `IBV_EVENT_PORT_ERR`.
+    PortError,
+    /// `IBV_EVENT_LID_CHANGE`.
+    LidChange,
+    /// `IBV_EVENT_PKEY_CHANGE`.
+    PkeyChange,
+    /// `IBV_EVENT_SM_CHANGE`.
+    SmChange,
+    /// `IBV_EVENT_SRQ_ERR`.
+    SrqError,
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`.
+    SrqLimitReached,
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`.
+    QpLastWqeReached,
+    /// `IBV_EVENT_CLIENT_REREGISTER`.
+    ClientReregister,
+    /// `IBV_EVENT_GID_CHANGE`.
+    GidChange,
+    /// `IBV_EVENT_WQ_FATAL`.
+    WqFatal,
+    /// A value this crate does not know.
+    Other(u32),
+}
+
+impl AsyncEventKind {
+    /// Map an `ibv_event_type` number.
+    ///
+    /// ```
+    /// use evd_verbs::AsyncEventKind;
+    /// assert_eq!(AsyncEventKind::from_raw(0), AsyncEventKind::CqError);
+    /// assert_eq!(AsyncEventKind::from_raw(99), AsyncEventKind::Other(99));
+    /// ```
+    pub fn from_raw(v: u32) -> Self {
+        use AsyncEventKind::*;
+        const KINDS: [AsyncEventKind; 20] = [
+            CqError,
+            QpFatal,
+            QpRequestError,
+            QpAccessError,
+            CommEstablished,
+            SqDrained,
+            PathMigrated,
+            PathMigrationError,
+            DeviceFatal,
+            PortActive,
+            PortError,
+            LidChange,
+            PkeyChange,
+            SmChange,
+            SrqError,
+            SrqLimitReached,
+            QpLastWqeReached,
+            ClientReregister,
+            GidChange,
+            WqFatal,
+        ];
+        KINDS.get(v as usize).copied().unwrap_or(Other(v))
+    }
+
+    /// True for the kinds that report a failure (as opposed to a state
+    /// change such as `PortActive` or `CommEstablished`).
+    ///
+    /// ```
+    /// use evd_verbs::AsyncEventKind;
+    /// assert!(AsyncEventKind::DeviceFatal.is_error());
+    /// assert!(!AsyncEventKind::PortActive.is_error());
+    /// ```
+    pub fn is_error(self) -> bool {
+        use AsyncEventKind::*;
+        matches!(
+            self,
+            CqError
+                | QpFatal
+                | QpRequestError
+                | QpAccessError
+                | PathMigrationError
+                | DeviceFatal
+                | PortError
+                | SrqError
+                | WqFatal
+        )
+    }
+}
+
+/// The object an async event is about.
+///
+/// ```
+/// use evd_verbs::{AsyncElement, CqId};
+/// assert_ne!(AsyncElement::Cq(CqId(1)), AsyncElement::Qp(1));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AsyncElement {
+    /// A CQ, by the id its feed was given (or `CqId(u32::MAX)` if the
+    /// provider's CQ is not known to any feed).
+    Cq(CqId),
+    /// A QP, by number.
+    Qp(u32),
+    /// A shared receive queue.
+    Srq,
+    /// A port, by number.
+    Port(u8),
+    /// The whole device.
+    Device,
+    /// A work queue.
+    Wq,
+}

@@ -1,0 +1,487 @@
+//! A feed moves completions from one CQ into an EVD: polling in batches
+//! within a budget, re-arming the CQ the verbs way, acknowledging channel
+//! events in batches, and applying backpressure when the EVD is full.
+//!
+//! The mode (busy-poll, event-driven, adaptive) is decided by who calls it:
+//! [`Feed::progress`] alone is busy-polling (caller-driven, or the
+//! [`Poller`](crate::Poller) thread); [`Feed::on_channel_ready`] and
+//! [`Feed::arm_and_drain`] are the event-driven cycle, which the io_uring
+//! [`Driver`](crate::Driver) runs for event and adaptive feeds.
+//!
+//! # Backpressure
+//! A feed never polls more completions than the EVD has room for (it reads
+//! the EVD's free space, counts it down as it polls, and reads it again when
+//! the count runs out), so completions wait in the CQ, not
+//! in the feed. If another poster fills the EVD between that check and the
+//! post, the refused completion and the rest of its batch are held in the
+//! feed (at most one batch) and posted first, in order, next time; the EVD
+//! counts that refusal as an `Overflow` report, but nothing is lost. A full
+//! EVD stops the feed with [`FeedStatus::Backpressure`]; the EVD has no
+//! "room again" notification, so the caller retries: busy-poll callers on
+//! their next `progress`, the driver on a bounded backoff timer (see
+//! [`Driver`](crate::Driver)) or when kicked.
+
+use crate::completion::WorkCompletion;
+use crate::cq::{CompletionQueue, PollError};
+use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent};
+use evd::{PostError, Poster};
+use std::io;
+use std::mem::ManuallyDrop;
+
+/// Completions polled per `poll` call (the kernel's `ib_poll_batch` is 16).
+pub const POLL_BATCH: usize = 16;
+
+/// Channel events acknowledged per `ack_events` call: acknowledging takes a
+/// mutex in libibverbs, so it is batched (as rdma-io and the kernel do).
+pub const ACK_BATCH: u32 = 16;
+
+/// Why a feed stopped moving completions.
+///
+/// ```
+/// use evd_verbs::{Feed, FeedStatus, CqId, soft::SoftCq};
+/// let (poster, _consumer) = evd::bounded(4).unwrap();
+/// let mut feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
+/// assert_eq!(feed.progress(16).status, FeedStatus::Drained);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FeedStatus {
+    /// The CQ is empty. After [`Feed::arm_and_drain`] this also means the CQ
+    /// is armed: it is safe to sleep on the channel fd.
+    Drained,
+    /// The budget was used up; more completions may be waiting.
+    Budget,
+    /// The EVD is full: completions wait in the CQ until there is room.
+    Backpressure,
+    /// The EVD is closed: nothing more will be delivered.
+    Closed,
+    /// The CQ failed (overrun or poll error); a `CqError` async event was
+    /// delivered (or is held for delivery) and the CQ is not polled again.
+    Failed,
+}
+
+/// What one call delivered and why it stopped.
+///
+/// ```
+/// # use evd_verbs::{Feed, FeedStatus, CqId, Progress, soft::SoftCq};
+/// # let (poster, _consumer) = evd::bounded(4).unwrap();
+/// # let mut feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
+/// let p: Progress = feed.progress(16);
+/// assert_eq!(p, Progress { delivered: 0, status: FeedStatus::Drained });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Events posted into the EVD by this call.
+    pub delivered: usize,
+    /// Why it stopped.
+    pub status: FeedStatus,
+}
+
+/// A feed's counters.
+///
+/// ```
+/// # use evd_verbs::{Feed, CqId, soft::SoftCq};
+/// # let (poster, _consumer) = evd::bounded(4).unwrap();
+/// let mut feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
+/// feed.arm_and_drain(16).unwrap();
+/// assert_eq!(feed.stats().arms, 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeedStats {
+    /// Completions polled from the CQ.
+    pub polled: u64,
+    /// Events posted into the EVD (completions and async events).
+    pub delivered: u64,
+    /// `poll` calls.
+    pub polls: u64,
+    /// `req_notify` calls.
+    pub arms: u64,
+    /// Completions found by drains that directly follow an arm. After a
+    /// wake-up this is the normal path; the ones among them that arrived
+    /// between the previous poll and the arm are those a consumer that
+    /// sleeps right after arming would have stranded.
+    pub found_after_arm: u64,
+    /// Channel events got.
+    pub events_got: u64,
+    /// Channel events acknowledged.
+    pub events_acked: u64,
+    /// Times the feed stopped because the EVD was full.
+    pub backpressure: u64,
+}
+
+/// Moves completions from a [`CompletionQueue`] into an EVD.
+///
+/// Dropping a feed acknowledges every channel event it got, then drops
+/// (destroys) the CQ; [`Feed::into_parts`] does the same but hands back the
+/// CQ and any completion it polled but could not post.
+///
+/// ```
+/// use evd_verbs::{Feed, FeedStatus, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+/// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+/// let (cq, producer) = SoftCq::new(64).unwrap();
+/// let mut feed = Feed::new(cq, CqId(1), poster);
+/// for i in 0..3 {
+///     producer.push(WorkCompletion { wr_id: i, ..Default::default() }).unwrap();
+/// }
+/// let p = feed.progress(16);
+/// assert_eq!((p.delivered, p.status), (3, FeedStatus::Drained));
+/// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 0));
+/// ```
+pub struct Feed<C: CompletionQueue> {
+    cq: C,
+    id: CqId,
+    poster: Poster<VerbsEvent>,
+    batch: [WorkCompletion; POLL_BATCH],
+    /// `batch[held_from..held_to]` were polled but not yet posted.
+    held_from: usize,
+    held_to: usize,
+    /// A CQ failure to report, not yet posted.
+    held_async: Option<AsyncEvent>,
+    unacked: u32,
+    /// A `req_notify` is outstanding: no channel event was got since.
+    armed: bool,
+    solicited_only: bool,
+    failed: bool,
+    failure: Option<PollError>,
+    closed: bool,
+    /// Free EVD slots known from the last reading, minus what was polled since.
+    room: usize,
+    stats: FeedStats,
+}
+
+impl<C: CompletionQueue> Feed<C> {
+    /// A feed from `cq` (named `id` in its events) into the EVD of `poster`.
+    /// Arming requests notification of every completion.
+    pub fn new(cq: C, id: CqId, poster: Poster<VerbsEvent>) -> Self {
+        Feed {
+            cq,
+            id,
+            poster,
+            batch: [WorkCompletion::default(); POLL_BATCH],
+            held_from: 0,
+            held_to: 0,
+            held_async: None,
+            unacked: 0,
+            armed: false,
+            solicited_only: false,
+            failed: false,
+            failure: None,
+            closed: false,
+            room: 0,
+            stats: FeedStats::default(),
+        }
+    }
+
+    /// Arm for solicited (and error) completions only (`ibv_req_notify_cq`
+    /// with `solicited_only`): the event-driven feed then sleeps through
+    /// unsolicited completions, which wait in the CQ until the next wake.
+    ///
+    /// ```
+    /// # use evd_verbs::{Feed, CqId, soft::SoftCq};
+    /// # let (poster, _c) = evd::bounded(4).unwrap();
+    /// let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster).solicited_only(true);
+    /// ```
+    pub fn solicited_only(mut self, yes: bool) -> Self {
+        self.solicited_only = yes;
+        self
+    }
+
+    /// The id this feed's events carry.
+    pub fn id(&self) -> CqId {
+        self.id
+    }
+
+    /// The CQ.
+    pub fn cq(&self) -> &C {
+        &self.cq
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> FeedStats {
+        self.stats
+    }
+
+    /// Why the CQ failed, once it has (the feed then reports
+    /// [`FeedStatus::Failed`] and has posted a `CqError` async event).
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, PollError, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded(4).unwrap();
+    /// let (cq, hca) = SoftCq::new(4).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// hca.fail_next_poll(5);
+    /// feed.progress(16);
+    /// assert_eq!(feed.failure(), Some(PollError::Failed(5)));
+    /// ```
+    pub fn failure(&self) -> Option<PollError> {
+        self.failure
+    }
+
+    /// The completion channel's fd, if the CQ has one.
+    pub fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.cq.channel_fd()
+    }
+
+    /// Busy-poll: move up to `budget` completions into the EVD, polling in
+    /// batches of [`POLL_BATCH`], never more than the EVD has room for.
+    ///
+    /// A budget keeps one CQ from starving others served by the same thread.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded(64).unwrap();
+    /// let (cq, hca) = SoftCq::new(64).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// hca.push_batch(&[WorkCompletion::default(); 40]);
+    /// assert_eq!(feed.progress(32).status, FeedStatus::Budget);
+    /// assert_eq!(feed.progress(32).delivered, 8);
+    /// ```
+    pub fn progress(&mut self, budget: usize) -> Progress {
+        let mut delivered = 0;
+        if let Err(status) = self.post_held(&mut delivered) {
+            return self.stop(delivered, status);
+        }
+        if self.failed {
+            return self.stop(delivered, FeedStatus::Failed);
+        }
+        while delivered < budget {
+            // The EVD's free space is read only when the count kept from the
+            // last reading runs out (reading it costs a look at the consumer's
+            // cache line); posts count it down. Other posters may take some
+            // of it meanwhile: then a post is refused and held, not lost.
+            if self.room == 0 {
+                self.room = self.free_space();
+            }
+            let room = self.room;
+            if room == 0 {
+                let status = if self.closed {
+                    FeedStatus::Closed
+                } else {
+                    FeedStatus::Backpressure
+                };
+                return self.stop(delivered, status);
+            }
+            let want = POLL_BATCH.min(budget - delivered).min(room);
+            self.stats.polls += 1;
+            let n = match self.cq.poll(&mut self.batch[..want]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.failed = true;
+                    self.failure = Some(e);
+                    self.held_async = Some(AsyncEvent {
+                        kind: AsyncEventKind::CqError,
+                        element: AsyncElement::Cq(self.id),
+                    });
+                    let _ = self.post_held(&mut delivered);
+                    return self.stop(delivered, FeedStatus::Failed);
+                }
+            };
+            self.stats.polled += n as u64;
+            self.room -= n;
+            self.held_from = 0;
+            self.held_to = n;
+            if let Err(status) = self.post_held(&mut delivered) {
+                return self.stop(delivered, status);
+            }
+            if n < want {
+                return self.stop(delivered, FeedStatus::Drained);
+            }
+        }
+        self.stop(delivered, FeedStatus::Budget)
+    }
+
+    /// Event-driven step: arm the CQ if no arm is outstanding, then drain.
+    /// The drain after the arm is what catches completions that landed
+    /// between the last poll and the arm (the CQ's own race, which the EVD's
+    /// CAS does not remove). [`FeedStatus::Drained`] means: armed and empty,
+    /// safe to sleep on the channel fd.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, soft::SoftCq};
+    /// let (poster, mut consumer) = evd::bounded(16).unwrap();
+    /// let (cq, producer) = SoftCq::new(16).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// // A completion lands after the last poll, just before the arm:
+    /// producer.complete_in_next_rearm_window(WorkCompletion { wr_id: 42, ..Default::default() });
+    /// let p = feed.arm_and_drain(64).unwrap();
+    /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+    /// assert!(!producer.is_stranded());
+    /// ```
+    pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
+        let mut arming = false;
+        if !self.armed && !self.failed && !self.closed {
+            // Arming while completions are held (EVD full) is pointless: the
+            // feed will not poll until there is room anyway.
+            if self.held_from < self.held_to || self.free_space() == 0 {
+                return Ok(self.progress(budget));
+            }
+            self.cq.req_notify(self.solicited_only)?;
+            self.armed = true;
+            self.stats.arms += 1;
+            arming = true;
+        }
+        let p = self.progress(budget);
+        if arming {
+            self.stats.found_after_arm += p.delivered as u64;
+        }
+        Ok(p)
+    }
+
+    /// Event-driven wake-up, when the channel fd is readable: get every
+    /// waiting channel event, acknowledge them in batches of [`ACK_BATCH`],
+    /// re-arm, then drain (see [`Feed::arm_and_drain`]). Spurious events are
+    /// harmless: they cost one empty poll.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded(16).unwrap();
+    /// let (cq, producer) = SoftCq::new(16).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// assert_eq!(feed.arm_and_drain(64).unwrap().status, FeedStatus::Drained);
+    /// producer.push(WorkCompletion::default()).unwrap(); // raises a channel event
+    /// producer.inject_spurious_event();
+    /// let p = feed.on_channel_ready(64).unwrap();
+    /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+    /// assert_eq!(feed.stats().events_got, 2); // the real one and the spurious one
+    /// ```
+    pub fn on_channel_ready(&mut self, budget: usize) -> io::Result<Progress> {
+        self.take_events()?;
+        self.arm_and_drain(budget)
+    }
+
+    /// Get every waiting channel event, acknowledging in batches.
+    pub(crate) fn take_events(&mut self) -> io::Result<()> {
+        while self.cq.get_event()? {
+            // The arm it reports is used up (or it is spurious; re-arming is
+            // correct either way).
+            self.armed = false;
+            self.stats.events_got += 1;
+            self.unacked += 1;
+            if self.unacked >= ACK_BATCH {
+                self.ack_all();
+            }
+        }
+        Ok(())
+    }
+
+    /// Acknowledge every event got so far.
+    fn ack_all(&mut self) {
+        if self.unacked > 0 {
+            self.cq.ack_events(self.unacked);
+            self.stats.events_acked += u64::from(self.unacked);
+            self.unacked = 0;
+        }
+    }
+
+    /// Free space in the EVD, or 0 (and `closed` set) if it is closed.
+    #[inline]
+    fn free_space(&mut self) -> usize {
+        let q = self.poster.query();
+        if q.closed {
+            self.closed = true;
+            return 0;
+        }
+        q.capacity.saturating_sub(q.len)
+    }
+
+    /// Post the held async event and completions, in order.
+    #[inline]
+    fn post_held(&mut self, delivered: &mut usize) -> Result<(), FeedStatus> {
+        if let Some(ev) = self.held_async.take() {
+            match self.poster.post(VerbsEvent::Async(ev)) {
+                Ok(()) => *delivered += 1,
+                Err(e) => {
+                    self.held_async = Some(match e.into_inner() {
+                        VerbsEvent::Async(ev) => ev,
+                        VerbsEvent::Completion { .. } => unreachable!("posted an async event"),
+                    });
+                    return Err(self.refused_status());
+                }
+            }
+        }
+        while self.held_from < self.held_to {
+            let wc = self.batch[self.held_from];
+            match self.poster.post(VerbsEvent::Completion { cq: self.id, wc }) {
+                Ok(()) => {
+                    self.held_from += 1;
+                    *delivered += 1;
+                }
+                Err(PostError::Full(_)) => return Err(FeedStatus::Backpressure),
+                Err(PostError::Closed(_)) => {
+                    self.closed = true;
+                    return Err(FeedStatus::Closed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn refused_status(&mut self) -> FeedStatus {
+        if self.poster.is_closed() {
+            self.closed = true;
+            FeedStatus::Closed
+        } else {
+            FeedStatus::Backpressure
+        }
+    }
+
+    #[inline]
+    fn stop(&mut self, delivered: usize, status: FeedStatus) -> Progress {
+        self.stats.delivered += delivered as u64;
+        if status == FeedStatus::Backpressure {
+            self.stats.backpressure += 1;
+        }
+        Progress { delivered, status }
+    }
+
+    /// Tear down: acknowledge every channel event got, and hand back the CQ
+    /// (not destroyed yet) and the events polled but never posted (held while
+    /// the EVD was full or closed), in order.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+    /// let (poster, consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    /// let (cq, producer) = SoftCq::new(16).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// producer.push(WorkCompletion::default()).unwrap();
+    /// feed.progress(16);
+    /// let (cq, undelivered) = feed.into_parts();
+    /// assert!(undelivered.is_empty());
+    /// assert!(cq.destroy().is_ok());
+    /// # drop(consumer);
+    /// ```
+    pub fn into_parts(self) -> (C, Vec<VerbsEvent>) {
+        let mut me = ManuallyDrop::new(self);
+        me.ack_all();
+        let mut undelivered = Vec::new();
+        if let Some(ev) = me.held_async.take() {
+            undelivered.push(VerbsEvent::Async(ev));
+        }
+        for wc in &me.batch[me.held_from..me.held_to] {
+            undelivered.push(VerbsEvent::Completion { cq: me.id, wc: *wc });
+        }
+        // SAFETY: `me` is never used or dropped after these reads, so the CQ
+        // and the poster are each moved out exactly once; the other fields
+        // are plain data with no destructor.
+        let (cq, poster) = unsafe { (std::ptr::read(&me.cq), std::ptr::read(&me.poster)) };
+        drop(poster);
+        (cq, undelivered)
+    }
+}
+
+impl<C: CompletionQueue> Drop for Feed<C> {
+    fn drop(&mut self) {
+        // The ibv_get_cq_event rule: every event got is acknowledged before
+        // the CQ (dropped right after this) is destroyed.
+        self.ack_all();
+    }
+}
+
+impl<C: CompletionQueue + std::fmt::Debug> std::fmt::Debug for Feed<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed")
+            .field("id", &self.id)
+            .field("cq", &self.cq)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}

@@ -1,0 +1,683 @@
+//! A software completion queue honouring the verbs contract of
+//! [`CompletionQueue`], with an eventfd as its completion channel and knobs
+//! for fault injection. Tests use it; so can users without RDMA hardware.
+//!
+//! It reproduces what makes real CQs hard to consume:
+//! - `req_notify` is one shot and ignores completions already queued, so a
+//!   completion that lands between the consumer's last poll and its re-arm
+//!   raises no event (the [`SoftCqProducer::set_rearm_window`] and
+//!   [`SoftCqProducer::complete_in_next_rearm_window`] knobs widen or hit
+//!   that window);
+//! - channel events can be spurious ([`SoftCqProducer::inject_spurious_event`],
+//!   [`SoftCqProducer::set_spurious_every`]);
+//! - completions can carry errors ([`SoftCqProducer::set_error_every`]);
+//! - the CQ can overrun (push past its capacity), which loses the completion,
+//!   breaks the CQ (polls fail with [`PollError::Overrun`]), signals the
+//!   channel so a sleeping consumer finds out, and raises `CqError` on the
+//!   [`SoftDevice`] it belongs to;
+//! - polls can fail ([`SoftCqProducer::fail_next_poll`]);
+//! - destroying it with events got but not acknowledged is recorded
+//!   ([`SoftCqStats::unacked_at_destroy`]) where libibverbs would block.
+//!
+//! The CQ is guarded by one mutex, as software providers (rxe, siw) guard
+//! theirs with a spinlock; it is a development and test double, not a fast
+//! path.
+
+use crate::completion::{WcStatus, WorkCompletion};
+use crate::cq::{AsyncEventSource, CompletionQueue, PollError};
+use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A non-blocking, close-on-exec eventfd.
+pub(crate) fn new_eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd has no memory arguments; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Add one to an eventfd's counter (makes it readable).
+pub(crate) fn signal_eventfd(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own. EAGAIN
+    // (counter at its maximum) still leaves the fd readable, which is all a
+    // signal needs, so the result is not checked.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Reset an eventfd's counter to zero (not readable any more).
+pub(crate) fn clear_eventfd(fd: &OwnedFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd;
+    // EAGAIN (already zero) is the same outcome as success.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+}
+
+struct State {
+    ring: VecDeque<WorkCompletion>,
+    capacity: usize,
+    /// `Some(solicited_only)` while armed.
+    armed: Option<bool>,
+    /// Channel events raised and not yet got.
+    channel_events: u64,
+    events_got: u64,
+    events_acked: u64,
+    broken: Option<PollError>,
+    destroyed: bool,
+    unacked_at_destroy: Option<u64>,
+    pushed: u64,
+    polled: u64,
+    notifications: u64,
+    spurious: u64,
+    overruns: u64,
+    req_notifies: u64,
+    /// Completions to add inside the next `req_notify`, before it arms.
+    window_injections: Vec<WorkCompletion>,
+}
+
+#[derive(Default)]
+struct Faults {
+    spurious_every: AtomicU32,
+    rearm_window_yields: AtomicU32,
+    error_every: AtomicU32,
+    error_counter: AtomicU64,
+    fail_next_poll: AtomicI32,
+}
+
+struct Inner {
+    id: CqId,
+    state: Mutex<State>,
+    channel: OwnedFd,
+    faults: Faults,
+    device: Option<SoftDevice>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking test thread must not hide the CQ's state from the rest
+        // of the test: the state is consistent at every unlock.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Raise one channel event. Every event writes the eventfd (as the
+    /// kernel wakes the channel's pollers on every event), so an edge-style
+    /// waiter such as a multishot poll sees each one.
+    fn raise_event(&self, st: &mut State) {
+        st.channel_events += 1;
+        signal_eventfd(&self.channel);
+    }
+
+    fn add(
+        &self,
+        st: &mut State,
+        mut wc: WorkCompletion,
+        solicited: bool,
+    ) -> Result<(), PushError> {
+        if st.destroyed {
+            return Err(PushError::Destroyed);
+        }
+        if st.broken.is_some() {
+            return Err(PushError::Broken);
+        }
+        let every = self.faults.error_every.load(Ordering::Relaxed);
+        if every != 0
+            && self.faults.error_counter.fetch_add(1, Ordering::Relaxed) % every as u64
+                == every as u64 - 1
+        {
+            wc.status = WcStatus::WR_FLUSH_ERR;
+        }
+        if st.ring.len() == st.capacity {
+            st.overruns += 1;
+            st.broken = Some(PollError::Overrun);
+            // Wake a sleeping consumer so that its next poll reports the
+            // overrun, whether or not the CQ was armed.
+            self.raise_event(st);
+            if let Some(dev) = &self.device {
+                dev.raise(AsyncEvent {
+                    kind: AsyncEventKind::CqError,
+                    element: AsyncElement::Cq(self.id),
+                });
+            }
+            return Err(PushError::Overrun);
+        }
+        st.pushed += 1;
+        let fires = match st.armed {
+            Some(solicited_only) => !solicited_only || solicited || !wc.status.is_success(),
+            None => false,
+        };
+        st.ring.push_back(wc);
+        if fires {
+            st.armed = None;
+            st.notifications += 1;
+            self.raise_event(st);
+        }
+        Ok(())
+    }
+}
+
+/// Why a software completion could not be added.
+///
+/// ```
+/// use evd_verbs::{WorkCompletion, soft::{SoftCq, PushError}};
+/// let (cq, hca) = SoftCq::new(1).unwrap();
+/// drop(cq);
+/// assert_eq!(hca.push(WorkCompletion::default()), Err(PushError::Destroyed));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushError {
+    /// The CQ was full: it overran, the completion is lost and the CQ is broken.
+    Overrun,
+    /// The CQ broke earlier (overrun or injected failure).
+    Broken,
+    /// The CQ was destroyed.
+    Destroyed,
+}
+
+impl std::fmt::Display for PushError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PushError::Overrun => "software CQ overran",
+            PushError::Broken => "software CQ is broken",
+            PushError::Destroyed => "software CQ was destroyed",
+        })
+    }
+}
+
+impl std::error::Error for PushError {}
+
+/// Counters and state of a software CQ.
+///
+/// ```
+/// use evd_verbs::{WorkCompletion, soft::SoftCq};
+/// let (_cq, hca) = SoftCq::new(4).unwrap();
+/// hca.push(WorkCompletion::default()).unwrap();
+/// let s = hca.stats();
+/// assert_eq!((s.len, s.pushed, s.armed), (1, 1, false));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SoftCqStats {
+    /// Completions queued now.
+    pub len: usize,
+    /// Armed now.
+    pub armed: bool,
+    /// Channel events raised and not yet got.
+    pub channel_events: u64,
+    /// Completions accepted.
+    pub pushed: u64,
+    /// Completions polled out.
+    pub polled: u64,
+    /// Events raised by an armed CQ on a completion.
+    pub notifications: u64,
+    /// Spurious events injected.
+    pub spurious: u64,
+    /// Overruns.
+    pub overruns: u64,
+    /// `req_notify` calls.
+    pub req_notifies: u64,
+    /// Channel events got.
+    pub events_got: u64,
+    /// Channel events acknowledged.
+    pub events_acked: u64,
+    /// The CQ was destroyed.
+    pub destroyed: bool,
+    /// Events got but not acknowledged when the CQ was destroyed (libibverbs'
+    /// `ibv_destroy_cq` would have blocked on them).
+    pub unacked_at_destroy: Option<u64>,
+}
+
+/// A software completion queue: the consumer side, implementing
+/// [`CompletionQueue`]. Dropping it destroys the CQ.
+///
+/// ```
+/// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+/// let (mut cq, hca) = SoftCq::new(8).unwrap();
+/// assert!(cq.channel_fd().is_some()); // an eventfd
+/// hca.push(WorkCompletion::default()).unwrap();
+/// assert_eq!(cq.poll(&mut [WorkCompletion::default(); 4]), Ok(1));
+/// ```
+pub struct SoftCq {
+    inner: Arc<Inner>,
+}
+
+/// The producer side of a [`SoftCq`] ("the HCA"): adds completions and
+/// injects faults. Cloneable, usable from any thread.
+#[derive(Clone)]
+pub struct SoftCqProducer {
+    inner: Arc<Inner>,
+}
+
+impl SoftCq {
+    /// A software CQ holding up to `capacity` completions, not attached to a
+    /// device.
+    ///
+    /// ```
+    /// let (cq, producer) = evd_verbs::soft::SoftCq::new(8).unwrap();
+    /// assert_eq!(producer.stats().len, 0);
+    /// # drop(cq);
+    /// ```
+    pub fn new(capacity: usize) -> io::Result<(SoftCq, SoftCqProducer)> {
+        Self::build(capacity, CqId(u32::MAX), None)
+    }
+
+    /// A software CQ belonging to `device`: its overrun raises
+    /// `CqError` for `id` there, as a real device's async fd does.
+    ///
+    /// ```
+    /// use evd_verbs::{soft::{SoftCq, SoftDevice, PushError}, CqId, WorkCompletion, AsyncEventSource};
+    /// let (mut async_events, device) = SoftDevice::new().unwrap();
+    /// let (_cq, producer) = SoftCq::with_device(1, CqId(5), &device).unwrap();
+    /// producer.push(WorkCompletion::default()).unwrap();
+    /// assert_eq!(producer.push(WorkCompletion::default()), Err(PushError::Overrun));
+    /// let ev = async_events.next_event().unwrap().unwrap();
+    /// assert_eq!(ev.element, evd_verbs::AsyncElement::Cq(CqId(5)));
+    /// ```
+    pub fn with_device(
+        capacity: usize,
+        id: CqId,
+        device: &SoftDevice,
+    ) -> io::Result<(SoftCq, SoftCqProducer)> {
+        Self::build(capacity, id, Some(device.clone()))
+    }
+
+    fn build(
+        capacity: usize,
+        id: CqId,
+        device: Option<SoftDevice>,
+    ) -> io::Result<(SoftCq, SoftCqProducer)> {
+        if capacity == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "CQ capacity must be at least 1",
+            ));
+        }
+        let inner = Arc::new(Inner {
+            id,
+            state: Mutex::new(State {
+                ring: VecDeque::with_capacity(capacity),
+                capacity,
+                armed: None,
+                channel_events: 0,
+                events_got: 0,
+                events_acked: 0,
+                broken: None,
+                destroyed: false,
+                unacked_at_destroy: None,
+                pushed: 0,
+                polled: 0,
+                notifications: 0,
+                spurious: 0,
+                overruns: 0,
+                req_notifies: 0,
+                window_injections: Vec::new(),
+            }),
+            channel: new_eventfd()?,
+            faults: Faults::default(),
+            device,
+        });
+        Ok((
+            SoftCq {
+                inner: inner.clone(),
+            },
+            SoftCqProducer { inner },
+        ))
+    }
+
+    /// Destroy the CQ, refusing (and handing it back) while channel events
+    /// got are not all acknowledged, as `ibv_destroy_cq` requires.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, soft::SoftCq};
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// producer.inject_spurious_event();
+    /// assert!(cq.get_event().unwrap());
+    /// let mut cq = cq.destroy().unwrap_err();
+    /// cq.ack_events(1);
+    /// assert!(cq.destroy().is_ok());
+    /// assert_eq!(producer.stats().unacked_at_destroy, Some(0));
+    /// ```
+    pub fn destroy(self) -> Result<(), SoftCq> {
+        let unacked = {
+            let st = self.inner.lock();
+            st.events_got - st.events_acked
+        };
+        if unacked == 0 {
+            drop(self);
+            Ok(())
+        } else {
+            Err(self)
+        }
+    }
+
+    /// The producer handle of this CQ.
+    pub fn producer(&self) -> SoftCqProducer {
+        SoftCqProducer {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Drop for SoftCq {
+    fn drop(&mut self) {
+        let mut st = self.inner.lock();
+        st.destroyed = true;
+        st.unacked_at_destroy = Some(st.events_got - st.events_acked);
+    }
+}
+
+impl CompletionQueue for SoftCq {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, PollError> {
+        let injected = self.inner.faults.fail_next_poll.swap(0, Ordering::Relaxed);
+        let mut st = self.inner.lock();
+        if injected != 0 {
+            st.broken = Some(PollError::Failed(injected));
+        }
+        if let Some(e) = st.broken {
+            return Err(e);
+        }
+        let n = out.len().min(st.ring.len());
+        for (slot, wc) in out.iter_mut().zip(st.ring.drain(..n)) {
+            *slot = wc;
+        }
+        st.polled += n as u64;
+        Ok(n)
+    }
+
+    fn req_notify(&mut self, solicited_only: bool) -> io::Result<()> {
+        // Widen the window between the caller's last poll and the arm, where
+        // producers may add completions that this arm will not report.
+        for _ in 0..self
+            .inner
+            .faults
+            .rearm_window_yields
+            .load(Ordering::Relaxed)
+        {
+            std::thread::yield_now();
+        }
+        let mut st = self.inner.lock();
+        for wc in std::mem::take(&mut st.window_injections) {
+            // Added while not armed: raises nothing, exactly the race.
+            let _ = self.inner.add(&mut st, wc, false);
+        }
+        st.req_notifies += 1;
+        st.armed = Some(solicited_only);
+        let every = self.inner.faults.spurious_every.load(Ordering::Relaxed);
+        if every != 0 && st.req_notifies % every as u64 == 0 {
+            st.spurious += 1;
+            self.inner.raise_event(&mut st);
+        }
+        Ok(())
+    }
+
+    fn channel_fd(&self) -> Option<RawFd> {
+        Some(self.inner.channel.as_raw_fd())
+    }
+
+    fn get_event(&mut self) -> io::Result<bool> {
+        let mut st = self.inner.lock();
+        if st.channel_events == 0 {
+            return Ok(false);
+        }
+        st.channel_events -= 1;
+        st.events_got += 1;
+        if st.channel_events == 0 {
+            clear_eventfd(&self.inner.channel);
+        }
+        Ok(true)
+    }
+
+    fn ack_events(&mut self, count: u32) {
+        let mut st = self.inner.lock();
+        st.events_acked += u64::from(count);
+        assert!(
+            st.events_acked <= st.events_got,
+            "acknowledged {} CQ events but only {} were got",
+            st.events_acked,
+            st.events_got
+        );
+    }
+}
+
+impl SoftCqProducer {
+    /// Add a completion (not solicited). An armed CQ raises one channel event.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// cq.req_notify(false).unwrap();
+    /// producer.push(WorkCompletion::default()).unwrap();
+    /// assert!(cq.get_event().unwrap());
+    /// cq.ack_events(1);
+    /// ```
+    pub fn push(&self, wc: WorkCompletion) -> Result<(), PushError> {
+        let mut st = self.inner.lock();
+        self.inner.add(&mut st, wc, false)
+    }
+
+    /// Add a solicited completion: also wakes a CQ armed for solicited only.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// cq.req_notify(true).unwrap();
+    /// producer.push(WorkCompletion::default()).unwrap();
+    /// assert!(!cq.get_event().unwrap());
+    /// producer.push_solicited(WorkCompletion::default()).unwrap();
+    /// assert!(cq.get_event().unwrap());
+    /// cq.ack_events(1);
+    /// ```
+    pub fn push_solicited(&self, wc: WorkCompletion) -> Result<(), PushError> {
+        let mut st = self.inner.lock();
+        self.inner.add(&mut st, wc, true)
+    }
+
+    /// Add completions under one lock; returns how many were added before an
+    /// error stopped it.
+    ///
+    /// ```
+    /// use evd_verbs::{WorkCompletion, soft::SoftCq};
+    /// let (_cq, producer) = SoftCq::new(4).unwrap();
+    /// assert_eq!(producer.push_batch(&[WorkCompletion::default(); 3]), 3);
+    /// ```
+    pub fn push_batch(&self, wcs: &[WorkCompletion]) -> usize {
+        let mut st = self.inner.lock();
+        wcs.iter()
+            .take_while(|wc| self.inner.add(&mut st, **wc, false).is_ok())
+            .count()
+    }
+
+    /// Raise a channel event with no completion behind it.
+    ///
+    /// ```
+    /// let (_cq, producer) = evd_verbs::soft::SoftCq::new(4).unwrap();
+    /// producer.inject_spurious_event();
+    /// assert_eq!(producer.stats().channel_events, 1);
+    /// ```
+    pub fn inject_spurious_event(&self) {
+        let mut st = self.inner.lock();
+        st.spurious += 1;
+        self.inner.raise_event(&mut st);
+    }
+
+    /// Every `n`-th `req_notify` also raises a spurious event (0: never).
+    ///
+    /// ```
+    /// let (_cq, producer) = evd_verbs::soft::SoftCq::new(4).unwrap();
+    /// producer.set_spurious_every(3);
+    /// ```
+    pub fn set_spurious_every(&self, n: u32) {
+        self.inner.faults.spurious_every.store(n, Ordering::Relaxed);
+    }
+
+    /// `req_notify` yields the CPU this many times before arming, widening
+    /// the window in which a completion is not reported (0: no delay).
+    ///
+    /// ```
+    /// let (_cq, producer) = evd_verbs::soft::SoftCq::new(4).unwrap();
+    /// producer.set_rearm_window(2);
+    /// ```
+    pub fn set_rearm_window(&self, yields: u32) {
+        self.inner
+            .faults
+            .rearm_window_yields
+            .store(yields, Ordering::Relaxed);
+    }
+
+    /// The next `req_notify` adds `wc` just before it arms: the completion
+    /// lands in the window and raises no event. A consumer that does not poll
+    /// after arming strands it.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// producer.complete_in_next_rearm_window(WorkCompletion { wr_id: 9, ..Default::default() });
+    /// cq.req_notify(false).unwrap();
+    /// assert!(!cq.get_event().unwrap()); // no event: only polling finds it
+    /// assert_eq!(producer.stats().len, 1);
+    /// ```
+    pub fn complete_in_next_rearm_window(&self, wc: WorkCompletion) {
+        self.inner.lock().window_injections.push(wc);
+    }
+
+    /// Every `n`-th completion added gets status `WR_FLUSH_ERR` (0: never).
+    ///
+    /// ```
+    /// let (_cq, producer) = evd_verbs::soft::SoftCq::new(4).unwrap();
+    /// producer.set_error_every(10);
+    /// ```
+    pub fn set_error_every(&self, n: u32) {
+        self.inner.faults.error_every.store(n, Ordering::Relaxed);
+    }
+
+    /// The next poll fails with `errno`, and the CQ stays broken.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, PollError, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// producer.fail_next_poll(libc::EIO);
+    /// assert_eq!(cq.poll(&mut [WorkCompletion::default(); 1]), Err(PollError::Failed(libc::EIO)));
+    /// ```
+    pub fn fail_next_poll(&self, errno: i32) {
+        self.inner
+            .faults
+            .fail_next_poll
+            .store(errno, Ordering::Relaxed);
+    }
+
+    /// A snapshot of the CQ's state and counters.
+    pub fn stats(&self) -> SoftCqStats {
+        let st = self.inner.lock();
+        SoftCqStats {
+            len: st.ring.len(),
+            armed: st.armed.is_some(),
+            channel_events: st.channel_events,
+            pushed: st.pushed,
+            polled: st.polled,
+            notifications: st.notifications,
+            spurious: st.spurious,
+            overruns: st.overruns,
+            req_notifies: st.req_notifies,
+            events_got: st.events_got,
+            events_acked: st.events_acked,
+            destroyed: st.destroyed,
+            unacked_at_destroy: st.unacked_at_destroy,
+        }
+    }
+
+    /// True if a completion is stranded: queued while the CQ is neither
+    /// armed nor holding an undelivered channel event, so nothing will ever
+    /// wake a consumer that sleeps on the channel.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// producer.push(WorkCompletion::default()).unwrap();
+    /// assert!(producer.is_stranded()); // queued, not armed: sleeping now would strand it
+    /// cq.req_notify(false).unwrap();
+    /// assert!(producer.is_stranded()); // arming alone does not help: it is already queued
+    /// ```
+    pub fn is_stranded(&self) -> bool {
+        let st = self.inner.lock();
+        !st.ring.is_empty() && st.channel_events == 0 && !st.destroyed && st.broken.is_none()
+    }
+}
+
+struct DeviceInner {
+    queue: Mutex<VecDeque<AsyncEvent>>,
+    fd: OwnedFd,
+}
+
+/// A software device's async-event side: [`SoftDevice::raise`] queues an
+/// event, [`SoftAsyncEvents`] (an [`AsyncEventSource`]) takes it.
+#[derive(Clone)]
+pub struct SoftDevice {
+    inner: Arc<DeviceInner>,
+}
+
+/// The consumer side of a [`SoftDevice`]'s async events.
+///
+/// ```
+/// use evd_verbs::AsyncEventSource;
+/// let (mut events, _device) = evd_verbs::soft::SoftDevice::new().unwrap();
+/// assert!(events.next_event().unwrap().is_none());
+/// ```
+pub struct SoftAsyncEvents {
+    inner: Arc<DeviceInner>,
+}
+
+impl SoftDevice {
+    /// A software device and the source of its async events.
+    ///
+    /// ```
+    /// let (events, device) = evd_verbs::soft::SoftDevice::new().unwrap();
+    /// # drop((events, device));
+    /// ```
+    pub fn new() -> io::Result<(SoftAsyncEvents, SoftDevice)> {
+        let inner = Arc::new(DeviceInner {
+            queue: Mutex::new(VecDeque::new()),
+            fd: new_eventfd()?,
+        });
+        Ok((
+            SoftAsyncEvents {
+                inner: inner.clone(),
+            },
+            SoftDevice { inner },
+        ))
+    }
+
+    /// Raise an async event (a port going down, a fatal device error ...).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncEvent, AsyncEventKind, AsyncElement};
+    /// let (_events, device) = evd_verbs::soft::SoftDevice::new().unwrap();
+    /// device.raise(AsyncEvent { kind: AsyncEventKind::PortError, element: AsyncElement::Port(1) });
+    /// ```
+    pub fn raise(&self, event: AsyncEvent) {
+        let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(event);
+        if q.len() == 1 {
+            signal_eventfd(&self.inner.fd);
+        }
+    }
+}
+
+impl AsyncEventSource for SoftAsyncEvents {
+    fn fd(&self) -> RawFd {
+        self.inner.fd.as_raw_fd()
+    }
+
+    fn next_event(&mut self) -> io::Result<Option<AsyncEvent>> {
+        let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let ev = q.pop_front();
+        if q.is_empty() {
+            clear_eventfd(&self.inner.fd);
+        }
+        Ok(ev)
+    }
+}

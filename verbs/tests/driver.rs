@@ -1,0 +1,214 @@
+//! The io_uring driver: many CQs and EVDs on one ring, the user's own loop,
+//! backpressure retry, async events, and removal while running.
+
+use evd::TryDequeueError;
+use evd_verbs::soft::{SoftCq, SoftDevice};
+use evd_verbs::{
+    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, Feed,
+    FeedMode, VerbsEvent, WorkCompletion,
+};
+use std::collections::HashMap;
+use std::time::Duration;
+
+fn wc(wr_id: u64) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        ..Default::default()
+    }
+}
+
+/// Wait for `n` events, failing (not hanging) if they never come.
+fn take(consumer: &mut evd::Consumer<VerbsEvent>, n: usize) -> Vec<VerbsEvent> {
+    let mut out = Vec::new();
+    let mut idle_waits = 0;
+    while out.len() < n {
+        match consumer.try_dequeue() {
+            Ok(ev) => out.push(ev),
+            Err(TryDequeueError::Overflow(_)) => {}
+            Err(TryDequeueError::Empty) => {
+                if consumer.wait(1, Some(Duration::from_millis(100))).is_err() {
+                    idle_waits += 1;
+                    assert!(
+                        idle_waits < 300,
+                        "watchdog: got {} of {n} events",
+                        out.len()
+                    );
+                }
+            }
+            Err(TryDequeueError::Closed) => panic!("closed after {} events", out.len()),
+        }
+    }
+    out
+}
+
+#[test]
+fn one_ring_serves_many_cqs_and_evds() {
+    let (p1, mut c1) = evd::bounded::<VerbsEvent>(256).unwrap();
+    let (p2, mut c2) = evd::bounded::<VerbsEvent>(256).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let mut hcas = Vec::new();
+    for id in 0..4u32 {
+        let (cq, hca) = SoftCq::new(256).unwrap();
+        let poster = if id % 2 == 0 { p1.clone() } else { p2.clone() };
+        let mode = if id < 2 {
+            FeedMode::Event
+        } else {
+            FeedMode::Adaptive(Default::default())
+        };
+        driver
+            .register(Feed::new(cq, CqId(id), poster), mode)
+            .unwrap();
+        hcas.push(hca);
+    }
+    drop((p1, p2));
+    let running = driver.spawn().unwrap();
+    for round in 0..50u64 {
+        for hca in &hcas {
+            hca.push(wc(round)).unwrap();
+        }
+    }
+    let mut per_cq: HashMap<CqId, Vec<u64>> = HashMap::new();
+    for ev in take(&mut c1, 100).into_iter().chain(take(&mut c2, 100)) {
+        let VerbsEvent::Completion { cq, wc } = ev else {
+            panic!("{ev:?}")
+        };
+        per_cq.entry(cq).or_default().push(wc.wr_id);
+    }
+    for id in 0..4 {
+        assert_eq!(per_cq[&CqId(id)], (0..50).collect::<Vec<_>>(), "CQ {id}");
+    }
+    let stopped = running.shutdown().unwrap();
+    assert_eq!(stopped.feeds.len(), 4);
+    drop(stopped);
+    for hca in &hcas {
+        let s = hca.stats();
+        assert_eq!(s.unacked_at_destroy, Some(0));
+        assert_eq!(s.len, 0);
+    }
+}
+
+#[test]
+fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let driver = Driver::new(DriverConfig::default())
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let key = driver
+        .handle()
+        .register(Feed::new(cq, CqId(2), poster), FeedMode::Event)
+        .unwrap();
+    hca.push(wc(1)).unwrap();
+    take(&mut consumer, 1);
+    hca.inject_spurious_event();
+    let feed = driver.handle().remove(key).unwrap();
+    let feed = feed.downcast::<Feed<SoftCq>>().unwrap();
+    // After removal the driver never polls this CQ again.
+    hca.push(wc(2)).unwrap();
+    assert_eq!(hca.stats().len, 1);
+    drop(feed);
+    let s = hca.stats();
+    assert!(s.destroyed);
+    assert_eq!(s.unacked_at_destroy, Some(0));
+    assert!(driver.handle().remove(key).is_err());
+    driver.shutdown().unwrap();
+}
+
+#[test]
+fn user_loop_drives_the_ring_through_process() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    // First turn arms the CQ and puts the channel poll in the ring.
+    let a = driver.process(Some(Duration::ZERO)).unwrap();
+    assert!(!a.busy);
+    assert!(hca.stats().armed);
+    hca.push(wc(5)).unwrap();
+    // The ring fd becomes readable: wait on it as the user's loop would.
+    let mut pfd = libc::pollfd {
+        fd: driver.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, 10 s timeout (a watchdog, not a sleep).
+    let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+    assert_eq!(n, 1, "ring fd never became readable");
+    let mut turns = 0;
+    while consumer.query().len == 0 {
+        driver.process(Some(Duration::from_millis(100))).unwrap();
+        turns += 1;
+        assert!(turns < 100, "completion not delivered");
+    }
+    assert!(
+        matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 5)
+    );
+}
+
+#[test]
+fn full_evd_blocks_the_feed_until_room_and_loses_nothing() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    let (cq, hca) = SoftCq::new(1024).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    for i in 0..500 {
+        hca.push(wc(i)).unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < 500 {
+        let evs = take(&mut consumer, 1);
+        for ev in evs {
+            let VerbsEvent::Completion { wc, .. } = ev else {
+                panic!()
+            };
+            got.push(wc.wr_id);
+        }
+        running.handle().kick();
+    }
+    assert_eq!(got, (0..500).collect::<Vec<_>>());
+    assert_eq!(consumer.query().overflowed, 0);
+    running.shutdown().unwrap();
+}
+
+#[test]
+fn async_events_are_delivered_through_the_evd() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (events, device) = SoftDevice::new().unwrap();
+    let (cq, hca) = SoftCq::with_device(2, CqId(8), &device).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register_async(AsyncFeed::new(events, poster.clone()))
+        .unwrap();
+    driver
+        .register(Feed::new(cq, CqId(8), poster), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    device.raise(AsyncEvent {
+        kind: AsyncEventKind::PortActive,
+        element: AsyncElement::Port(1),
+    });
+    let evs = take(&mut consumer, 1);
+    assert!(matches!(evs[0], VerbsEvent::Async(a) if a.kind == AsyncEventKind::PortActive));
+    // Overrun the CQ (all three under one lock, so the third overruns): the
+    // device reports CqError, and the feed's poll fails and reports it too.
+    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
+    let evs = take(&mut consumer, 2);
+    let errors = evs
+        .iter()
+        .filter(|e| matches!(e, VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(8))))
+        .count();
+    let completions = evs
+        .iter()
+        .filter(|e| matches!(e, VerbsEvent::Completion { .. }))
+        .count();
+    // A broken CQ is not polled: its last completions are lost with it.
+    assert_eq!((errors, completions), (2, 0), "{evs:?}");
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    running.shutdown().unwrap();
+}

@@ -1,0 +1,308 @@
+//! The feed's contract on the software CQ: batching and budgets, error
+//! completions, the re-arm window, spurious events, backpressure, CQ
+//! failures, and teardown.
+
+use evd::TryDequeueError;
+use evd_verbs::soft::{SoftCq, SoftDevice};
+use evd_verbs::{
+    AsyncElement, AsyncEventKind, CompletionQueue, CqId, Feed, FeedStatus, VerbsEvent, WcStatus,
+    WorkCompletion, POLL_BATCH,
+};
+
+fn wc(wr_id: u64) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        ..Default::default()
+    }
+}
+
+fn wr_ids(consumer: &mut evd::Consumer<VerbsEvent>) -> Vec<u64> {
+    let mut out = Vec::new();
+    loop {
+        match consumer.try_dequeue() {
+            Ok(VerbsEvent::Completion { wc, .. }) => out.push(wc.wr_id),
+            Ok(VerbsEvent::Async(a)) => panic!("unexpected async event {a:?}"),
+            Err(TryDequeueError::Empty) => return out,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+}
+
+#[test]
+fn progress_respects_budget_and_batches() {
+    let (poster, mut consumer) = evd::bounded(1024).unwrap();
+    let (cq, hca) = SoftCq::new(1024).unwrap();
+    let mut feed = Feed::new(cq, CqId(3), poster);
+    for i in 0..100 {
+        hca.push(wc(i)).unwrap();
+    }
+    let p = feed.progress(40);
+    assert_eq!((p.delivered, p.status), (40, FeedStatus::Budget));
+    // Polls are batched: 40 = 16 + 16 + 8.
+    assert_eq!(feed.stats().polls, 3);
+    let p = feed.progress(1000);
+    assert_eq!((p.delivered, p.status), (60, FeedStatus::Drained));
+    assert_eq!(wr_ids(&mut consumer), (0..100).collect::<Vec<_>>());
+    assert_eq!(hca.stats().len, 0);
+}
+
+#[test]
+fn completion_fields_and_errors_are_delivered() {
+    let (poster, mut consumer) = evd::bounded(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(9), poster);
+    let full = WorkCompletion {
+        wr_id: 1,
+        status: WcStatus::REM_ACCESS_ERR,
+        opcode: evd_verbs::WcOpcode::RECV_RDMA_WITH_IMM,
+        vendor_err: 0x81,
+        byte_len: 4096,
+        imm_data: 0xdead_beef,
+        qp_num: 17,
+        src_qp: 18,
+        wc_flags: evd_verbs::WcFlags::WITH_IMM,
+    };
+    hca.push(full).unwrap();
+    hca.set_error_every(1);
+    hca.push(wc(2)).unwrap();
+    assert_eq!(feed.progress(16).delivered, 2);
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(VerbsEvent::Completion {
+            cq: CqId(9),
+            wc: full
+        })
+    );
+    match consumer.try_dequeue() {
+        Ok(VerbsEvent::Completion { wc, .. }) => {
+            assert_eq!(wc.wr_id, 2);
+            assert_eq!(wc.status, WcStatus::WR_FLUSH_ERR);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn completion_in_rearm_window_is_not_stranded() {
+    let (poster, mut consumer) = evd::bounded(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    assert_eq!(feed.arm_and_drain(64).unwrap().status, FeedStatus::Drained);
+    hca.push(wc(1)).unwrap(); // armed: raises an event
+    hca.complete_in_next_rearm_window(wc(2)); // lands between the drain and the re-arm
+    let p = feed.on_channel_ready(64).unwrap();
+    assert_eq!(p.status, FeedStatus::Drained);
+    assert_eq!(wr_ids(&mut consumer), vec![1, 2]);
+    // Armed, empty, nothing stranded: sleeping now is safe.
+    let s = hca.stats();
+    assert!(s.armed);
+    assert_eq!(s.len, 0);
+    assert!(!hca.is_stranded());
+    assert_eq!(feed.stats().found_after_arm, 2);
+}
+
+#[test]
+fn spurious_events_are_harmless_and_acked() {
+    let (poster, mut consumer) = evd::bounded(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    feed.arm_and_drain(64).unwrap();
+    for _ in 0..40 {
+        hca.inject_spurious_event();
+    }
+    let p = feed.on_channel_ready(64).unwrap();
+    assert_eq!((p.delivered, p.status), (0, FeedStatus::Drained));
+    assert!(wr_ids(&mut consumer).is_empty());
+    // Acked in batches of 16: 32 so far, 8 outstanding until teardown.
+    let s = hca.stats();
+    assert_eq!((s.events_got, s.events_acked), (40, 32));
+    drop(feed);
+    assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+}
+
+#[test]
+fn solicited_only_sleeps_through_unsolicited_completions() {
+    let (poster, mut consumer) = evd::bounded(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster).solicited_only(true);
+    feed.arm_and_drain(64).unwrap();
+    hca.push(wc(1)).unwrap();
+    assert_eq!(hca.stats().channel_events, 0);
+    hca.push_solicited(wc(2)).unwrap();
+    assert_eq!(hca.stats().channel_events, 1);
+    feed.on_channel_ready(64).unwrap();
+    assert_eq!(wr_ids(&mut consumer), vec![1, 2]);
+}
+
+#[test]
+fn full_evd_applies_backpressure_without_loss() {
+    let (poster, mut consumer) = evd::bounded(4).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    for i in 0..10 {
+        hca.push(wc(i)).unwrap();
+    }
+    let p = feed.progress(64);
+    assert_eq!((p.delivered, p.status), (4, FeedStatus::Backpressure));
+    // The rest waits in the CQ, not in the feed.
+    assert_eq!(hca.stats().len, 6);
+    // Event mode does not arm while blocked.
+    assert_eq!(
+        feed.arm_and_drain(64).unwrap().status,
+        FeedStatus::Backpressure
+    );
+    assert!(!hca.stats().armed);
+    let mut got = wr_ids(&mut consumer);
+    assert_eq!(feed.progress(64).delivered, 4);
+    got.extend(wr_ids(&mut consumer));
+    let p = feed.arm_and_drain(64).unwrap();
+    assert_eq!((p.delivered, p.status), (2, FeedStatus::Drained));
+    got.extend(wr_ids(&mut consumer));
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    // The feed never made the EVD refuse a post.
+    assert_eq!(consumer.query().overflowed, 0);
+    assert_eq!(feed.stats().backpressure, 3);
+}
+
+#[test]
+fn refused_post_is_held_and_reposted_in_order() {
+    let (poster, mut consumer) = evd::bounded(4).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    for i in 0..4 {
+        hca.push(wc(i)).unwrap();
+    }
+    // The feed reads 4 free slots and uses 2 of them.
+    assert_eq!(feed.progress(2).delivered, 2);
+    // Another poster takes the 2 slots the feed still counts on.
+    let port = VerbsEvent::Async(evd_verbs::AsyncEvent {
+        kind: AsyncEventKind::PortActive,
+        element: AsyncElement::Port(1),
+    });
+    poster.post(port).unwrap();
+    poster.post(port).unwrap();
+    // The feed polls 2 more, the EVD refuses them: they are held, in order.
+    let p = feed.progress(64);
+    assert_eq!((p.delivered, p.status), (0, FeedStatus::Backpressure));
+    assert_eq!(hca.stats().len, 0);
+    let mut ids = Vec::new();
+    let mut overflow_reports = 0;
+    loop {
+        match consumer.try_dequeue() {
+            Ok(VerbsEvent::Completion { wc, .. }) => ids.push(wc.wr_id),
+            Ok(VerbsEvent::Async(_)) => {}
+            Err(TryDequeueError::Overflow(_)) => overflow_reports += 1,
+            Err(TryDequeueError::Empty) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    // The refusal was reported (that is the EVD's rule), but nothing was lost.
+    assert_eq!(overflow_reports, 1);
+    let p = feed.progress(64);
+    assert_eq!((p.delivered, p.status), (2, FeedStatus::Drained));
+    ids.extend(wr_ids(&mut consumer));
+    assert_eq!(ids, vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn held_completions_are_handed_back_at_teardown() {
+    let (poster, mut consumer) = evd::bounded(2).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    for i in 0..3 {
+        hca.push(wc(i)).unwrap();
+    }
+    assert_eq!(feed.progress(1).delivered, 1);
+    poster
+        .post(VerbsEvent::Async(evd_verbs::AsyncEvent {
+            kind: AsyncEventKind::PortActive,
+            element: AsyncElement::Port(1),
+        }))
+        .unwrap();
+    // Counted one free slot; the poll takes 1 and the post is refused.
+    assert_eq!(feed.progress(64).status, FeedStatus::Backpressure);
+    let (_cq, undelivered) = feed.into_parts();
+    assert_eq!(
+        undelivered,
+        vec![VerbsEvent::Completion {
+            cq: CqId(0),
+            wc: wc(1)
+        }]
+    );
+    assert_eq!(hca.stats().len, 1);
+    let _ = consumer.try_dequeue();
+}
+
+#[test]
+fn cq_overrun_is_reported_as_an_async_event() {
+    let (poster, mut consumer) = evd::bounded(16).unwrap();
+    let (mut device_events, device) = SoftDevice::new().unwrap();
+    let (cq, hca) = SoftCq::with_device(2, CqId(4), &device).unwrap();
+    let mut feed = Feed::new(cq, CqId(4), poster);
+    feed.arm_and_drain(16).unwrap();
+    hca.push(wc(0)).unwrap();
+    hca.push(wc(1)).unwrap();
+    assert!(hca.push(wc(2)).is_err());
+    let p = feed.on_channel_ready(16).unwrap();
+    assert_eq!(p.status, FeedStatus::Failed);
+    match consumer.try_dequeue() {
+        Ok(VerbsEvent::Async(a)) => {
+            assert_eq!(a.kind, AsyncEventKind::CqError);
+            assert_eq!(a.element, AsyncElement::Cq(CqId(4)));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The device reports it on its async channel too.
+    use evd_verbs::AsyncEventSource;
+    let ev = device_events.next_event().unwrap().unwrap();
+    assert_eq!(ev.kind, AsyncEventKind::CqError);
+    // A failed feed stays failed and does not poll again.
+    assert_eq!(feed.progress(16).status, FeedStatus::Failed);
+}
+
+#[test]
+fn poll_failure_is_reported_once() {
+    let (poster, mut consumer) = evd::bounded(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(1), poster);
+    hca.fail_next_poll(libc::EIO);
+    assert_eq!(feed.progress(16).status, FeedStatus::Failed);
+    assert_eq!(feed.progress(16).status, FeedStatus::Failed);
+    assert!(
+        matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(a)) if a.kind == AsyncEventKind::CqError)
+    );
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+}
+
+#[test]
+fn closed_evd_stops_the_feed_and_teardown_returns_held_events() {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(1), poster);
+    hca.push(wc(1)).unwrap();
+    drop(consumer);
+    assert_eq!(feed.progress(16).status, FeedStatus::Closed);
+    // Nothing was polled: the completion waits in the CQ.
+    assert_eq!(hca.stats().len, 1);
+    let (mut cq, undelivered) = feed.into_parts();
+    assert!(undelivered.is_empty());
+    let mut out = [WorkCompletion::default(); POLL_BATCH];
+    assert_eq!(cq.poll(&mut out), Ok(1));
+}
+
+#[test]
+fn teardown_acks_every_event_before_destroying_the_cq() {
+    let (poster, _consumer) = evd::bounded(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(1), poster);
+    feed.arm_and_drain(16).unwrap();
+    hca.push(wc(1)).unwrap();
+    hca.inject_spurious_event();
+    feed.on_channel_ready(16).unwrap();
+    assert_eq!(hca.stats().events_got, 2);
+    assert_eq!(hca.stats().events_acked, 0); // batched: not yet
+    let (cq, _) = feed.into_parts();
+    assert_eq!(hca.stats().events_acked, 2);
+    assert!(cq.destroy().is_ok());
+    assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Run evd-verbs' real-verbs tests on Soft-RoCE inside a throwaway qemu guest.
+#
+#   verbs/tests/softroce/run.sh [BINARY...]
+#
+# Builds a small guest from Debian packages (Debian's kernel with rdma_rxe,
+# rdma-core userspace from the host, busybox), boots it under qemu (TCG, no
+# network device at all), creates rxe0 on a dummy netdev, runs each host-built
+# BINARY inside (default: the softroce test binary and the rc_pingpong
+# example, built here if missing), and exits with the guest's status: 0 only
+# if every binary passed. The guest kernel is downloaded and unpacked into
+# verbs/tests/softroce/work/ (gitignored); nothing is installed on the host
+# except the Debian packages listed in ci-verbs.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+work="$here/work"
+mkdir -p "$work"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
+timeout_s=${SOFTROCE_TIMEOUT:-300}
+
+log() { echo "softroce: $*" >&2; }
+
+# --- the binaries ------------------------------------------------------------
+bins=("$@")
+if [ ${#bins[@]} -eq 0 ]; then
+    (cd "$repo" && cargo test --release -p evd-verbs --features ibverbs --test softroce --no-run \
+        --message-format=json 2>/dev/null) > "$work/build.json"
+    test_bin=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "softroce" and m.get("executable"):
+        print(m["executable"])' "$work/build.json")
+    [ -n "$test_bin" ] || { log "could not build the softroce test binary"; exit 1; }
+    (cd "$repo" && cargo build --release -p evd-verbs --features ibverbs --example rc_pingpong)
+    bins=("$test_bin" "$CARGO_TARGET_DIR/release/examples/rc_pingpong")
+fi
+
+# --- the guest kernel (Debian's, unpacked, never installed) -------------------
+kpkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+[ -n "$kpkg" ] || { log "no linux-image package found (apt-get update?)"; exit 1; }
+kver=${kpkg#linux-image-}
+kroot="$work/kernel-$kver"
+if [ ! -f "$kroot/.unpacked" ]; then
+    log "fetching $kpkg"
+    rm -rf "$kroot" && mkdir -p "$kroot"
+    (cd "$work" && rm -f "${kpkg}"_*.deb && apt-get download "$kpkg" >/dev/null)
+    dpkg -x "$work/${kpkg}"_*.deb "$kroot"
+    depmod -b "$kroot" "$kver"
+    touch "$kroot/.unpacked"
+fi
+vmlinuz="$kroot/boot/vmlinuz-$kver"
+vmlinux="$work/vmlinux-$kver"
+if [ ! -f "$vmlinux" ]; then
+    # The uncompressed ELF boots about twice as fast under TCG (PVH entry):
+    # find the xz payload in the bzImage and unpack it.
+    python3 - "$vmlinuz" "$vmlinux" <<'PY'
+import lzma, sys
+data = open(sys.argv[1], 'rb').read()
+magic = b'\xfd7zXZ\x00'
+pos = data.find(magic)
+while pos >= 0:
+    try:
+        out = lzma.LZMADecompressor().decompress(data[pos:])
+        if out[:4] == b'\x7fELF':
+            open(sys.argv[2], 'wb').write(out)
+            sys.exit(0)
+    except lzma.LZMAError:
+        pass
+    pos = data.find(magic, pos + 1)
+sys.exit("no ELF payload in " + sys.argv[1])
+PY
+fi
+
+# --- the initramfs -----------------------------------------------------------
+root="$work/root"
+rm -rf "$root"
+# Merged /usr as on the host, so the paths ldd prints resolve either way.
+mkdir -p "$root"/{etc,proc,sys,dev,tmp,run,tests} \
+    "$root"/usr/{bin,sbin,lib,lib64} "$root"/usr/lib/modules \
+    "$root"/usr/lib/x86_64-linux-gnu/libibverbs "$root"/etc/libibverbs.d
+for d in bin sbin lib lib64; do ln -s "usr/$d" "$root/$d"; done
+cp /bin/busybox "$root/usr/bin/busybox"
+for applet in sh mount mkdir echo cat poweroff sleep ls dmesg insmod; do
+    ln -sf busybox "$root/usr/bin/$applet"
+done
+copy_with_libs() {
+    local f=$1 dest=$2
+    cp -L "$f" "$root$dest"
+    ldd "$f" 2>/dev/null | awk '/=>/ {print $3} /^[[:space:]]*\// {print $1}' | while read -r lib; do
+        [ -n "$lib" ] && [ -f "$lib" ] || continue
+        mkdir -p "$root$(dirname "$lib")"
+        cp -L "$lib" "$root$lib"
+    done
+}
+copy_with_libs /usr/bin/ip /usr/bin/ip
+copy_with_libs /usr/bin/rdma /usr/bin/rdma
+copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+i=0
+names=()
+for b in "${bins[@]}"; do
+    name="t$i-$(basename "$b")"
+    copy_with_libs "$b" "/tests/$name"
+    names+=("$name")
+    i=$((i + 1))
+done
+# Modules in load order (softroce.md): decompress if the package ships them
+# compressed, since busybox insmod takes plain .ko files.
+modules="udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe crc32_generic dummy"
+: > "$root/modules.list"
+for m in $modules; do
+    for ko in $(modprobe -d "$kroot" -S "$kver" --show-depends "$m" | awk '/^insmod/ {print $2}'); do
+        base=$(basename "$ko"); base=${base%.xz}; base=${base%.zst}
+        [ -f "$root/lib/modules/$base" ] && continue
+        case "$ko" in
+            *.xz) xz -dc "$ko" > "$root/lib/modules/$base" ;;
+            *.zst) zstd -qdc "$ko" > "$root/lib/modules/$base" ;;
+            *) cp "$ko" "$root/lib/modules/$base" ;;
+        esac
+        opts=""
+        [ "$base" = dummy.ko ] && opts="numdummies=0"
+        echo "$base $opts" >> "$root/modules.list"
+    done
+done
+cat > "$root/init" <<INIT
+#!/bin/sh
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /tmp
+while read -r ko opts; do
+    insmod /lib/modules/\$ko \$opts || echo "insmod \$ko failed"
+done < /modules.list
+/usr/bin/ip link add dummy0 type dummy
+/usr/bin/ip link set dummy0 up
+/usr/bin/rdma link add rxe0 type rxe netdev dummy0 || echo "rdma link add failed"
+rc=0
+for t in ${names[*]}; do
+    echo "=== guest: running \$t"
+    /tests/\$t
+    r=\$?
+    echo "=== guest: \$t exited \$r"
+    [ \$r -eq 0 ] || rc=\$r
+done
+echo "GUEST_EXIT=\$rc"
+poweroff -f
+INIT
+chmod +x "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
+
+# --- boot ---------------------------------------------------------------------
+log "booting $kver under qemu (TCG, no network)"
+out="$work/console.log"
+set +e
+timeout "$timeout_s" qemu-system-x86_64 \
+    -accel tcg,thread=multi -cpu max -smp 2 -m 1024 \
+    -nodefaults -nic none -no-reboot -display none -serial stdio -monitor none \
+    -kernel "$vmlinux" -initrd "$work/initramfs.gz" \
+    -append "console=ttyS0 panic=-1 loglevel=4 rdinit=/init" < /dev/null | tee "$out"
+qrc=${PIPESTATUS[0]}
+set -e
+rc=$(tr -d '\r' < "$out" | sed -n 's/^GUEST_EXIT=\([0-9]*\).*/\1/p' | tail -1)
+if [ -z "$rc" ]; then
+    log "the guest never reported a status (qemu exit $qrc)"
+    exit 1
+fi
+log "guest status $rc"
+exit "$rc"
