@@ -83,6 +83,27 @@ impl<T> fmt::Display for PostError<T> {
 
 impl<T> std::error::Error for PostError<T> {}
 
+/// A refused [`Poster::post_batch`](crate::Poster::post_batch); the events
+/// stay in the caller's vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchPostError {
+    /// Not one slot was free; counted as one overflow.
+    Full,
+    /// The EVD is closed.
+    Closed,
+}
+
+impl fmt::Display for BatchPostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BatchPostError::Full => f.write_str("EVD is full"),
+            BatchPostError::Closed => f.write_str("EVD is closed"),
+        }
+    }
+}
+
+impl std::error::Error for BatchPostError {}
+
 /// Posts were refused because the ring was full (DAT's `EVD_OVERFLOW`):
 /// reported once to the consumer, on its next dequeue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,12 @@
 //! The shared EVD and its two kinds of handle: [`Poster`] and [`Consumer`].
 
-use crate::error::{CreateError, Overflow, PostError, ResizeError, TryDequeueError};
+use crate::error::{
+    BatchPostError, CreateError, Overflow, PostError, ResizeError, TryDequeueError,
+};
 use crate::notify::NotifyTargets;
 use crate::query::{Counters, Query, UpcallPolicy};
 use crate::ring::Buffer;
-use crate::state::{self, Arm, Notify, Reserve};
+use crate::state::{self, Arm, Notify, Reserve, ReserveBatch};
 use crate::sync::{Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Ordering};
 use crate::upcall::HandlerSlot;
 use crossbeam_utils::CachePadded;
@@ -115,6 +117,16 @@ impl<T> Shared<T> {
                     }
                 }
             }
+        }
+    }
+
+    /// Perform the notification a reservation (or a refused post) took.
+    #[inline(always)]
+    pub(crate) fn deliver_notification(&self, notify: Notify) {
+        match notify {
+            Notify::None => {}
+            Notify::Wake => self.notify_consumer(),
+            Notify::Upcall => crate::upcall::run_instance(self),
         }
     }
 
@@ -374,6 +386,92 @@ impl<T: Send> Poster<T> {
     /// ```
     #[inline]
     pub fn post(&self, event: T) -> Result<(), PostError<T>> {
+        let reserved = self.reserve(|w, hint| match state::reserve(w, hint) {
+            Reserve::Ticket {
+                new,
+                ticket,
+                notify,
+            } => ReserveBatch::Tickets {
+                new,
+                first: ticket,
+                count: 1,
+                notify,
+            },
+            Reserve::Full => ReserveBatch::Full,
+            Reserve::Closed => ReserveBatch::Closed,
+            Reserve::Resizing => ReserveBatch::Resizing,
+        });
+        match reserved {
+            Ok((ticket, _, notify)) => {
+                let s = &*self.shared;
+                // SAFETY: the reservation gave us `ticket`, and its full check
+                // against a head the consumer has passed means the slot's
+                // previous lap has been taken.
+                unsafe { Buffer::publish(s.buffer_ptr(), ticket, event) };
+                s.deliver_notification(notify);
+                Ok(())
+            }
+            Err(BatchPostError::Full) => {
+                self.overflow();
+                Err(PostError::Full(event))
+            }
+            Err(BatchPostError::Closed) => Err(PostError::Closed(event)),
+        }
+    }
+
+    /// Post events from the front of `events` with one reservation: as many
+    /// as the ring has room for (at least one), in order. Returns how many
+    /// were posted; they are drained from `events`, the rest stay there. A
+    /// short count is not an overflow; a call that can post nothing is
+    /// refused with [`BatchPostError::Full`] and counted as one overflow.
+    /// The consumer is notified once, after the whole batch is published.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// let mut batch = vec![1, 2, 3, 4, 5, 6];
+    /// assert_eq!(poster.post_batch(&mut batch), Ok(4));
+    /// assert_eq!(batch, [5, 6]);
+    /// assert_eq!(poster.post_batch(&mut batch), Err(evd::BatchPostError::Full));
+    /// let mut out = Vec::new();
+    /// consumer.dequeue_batch(&mut out, 8).unwrap_err(); // the overflow report
+    /// consumer.dequeue_batch(&mut out, 8).unwrap();
+    /// assert_eq!(out, [1, 2, 3, 4]);
+    /// ```
+    pub fn post_batch(&self, events: &mut Vec<T>) -> Result<usize, BatchPostError> {
+        if events.is_empty() {
+            return Ok(0);
+        }
+        let want = events.len() as u64;
+        let reserved = self.reserve(|w, hint| state::reserve_batch(w, hint, want));
+        match reserved {
+            Ok((first, count, notify)) => {
+                let s = &*self.shared;
+                let buf = s.buffer_ptr();
+                // `Drain` yields exactly `count` items (count <= len), and
+                // cannot panic, so every reserved ticket gets its value.
+                for (i, ev) in events.drain(..count as usize).enumerate() {
+                    // SAFETY: as in `post`, for each ticket of the batch.
+                    unsafe { Buffer::publish(buf, first.wrapping_add(i as u64), ev) };
+                }
+                s.deliver_notification(notify);
+                Ok(count as usize)
+            }
+            Err(e) => {
+                if e == BatchPostError::Full {
+                    self.overflow();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The reservation loop shared by `post` and `post_batch`: returns the
+    /// first ticket, the count and the owed notification.
+    #[inline(always)]
+    fn reserve(
+        &self,
+        reserve: impl Fn(u64, u64) -> ReserveBatch,
+    ) -> Result<(u64, u64, Notify), BatchPostError> {
         let s = &*self.shared;
         let mut hint = self.head_hint.load(Ordering::Acquire);
         // A hint more than one epoch old could be 2^45 tickets behind, where
@@ -389,10 +487,11 @@ impl<T: Send> Poster<T> {
         let mut w = s.state.load(Ordering::Relaxed);
         let mut backoff: Option<Backoff> = None;
         loop {
-            match state::reserve(w, hint) {
-                Reserve::Ticket {
+            match reserve(w, hint) {
+                ReserveBatch::Tickets {
                     new,
-                    ticket,
+                    first,
+                    count,
                     notify,
                 } => {
                     // Acquire on success: see the waker registered before the
@@ -405,36 +504,25 @@ impl<T: Send> Poster<T> {
                         Ordering::Acquire,
                         Ordering::Relaxed,
                     ) {
-                        Ok(_) => {
-                            // SAFETY: the CAS gave us `ticket`, and the full
-                            // check against a head the consumer has passed
-                            // means the slot's previous lap has been taken.
-                            unsafe { Buffer::publish(s.buffer_ptr(), ticket, event) };
-                            match notify {
-                                Notify::None => {}
-                                Notify::Wake => s.notify_consumer(),
-                                Notify::Upcall => crate::upcall::run_instance(s),
-                            }
-                            return Ok(());
-                        }
+                        Ok(_) => return Ok((first, count, notify)),
                         Err(cur) => w = cur,
                     }
                 }
-                Reserve::Full => {
+                ReserveBatch::Full => {
                     // Load the head before the word: then head <= tail(w), so a
                     // "full" verdict is true at some instant, never an artefact
                     // of a hint newer than the word.
                     let fresh = s.head.load(Ordering::Acquire);
                     let fresh_w = s.state.load(Ordering::Relaxed);
                     if fresh == hint && fresh_w == w {
-                        return Err(self.overflow(event));
+                        return Err(BatchPostError::Full);
                     }
                     hint = fresh;
                     self.head_hint.store(fresh, Ordering::Release);
                     w = fresh_w;
                 }
-                Reserve::Closed => return Err(PostError::Closed(event)),
-                Reserve::Resizing => {
+                ReserveBatch::Closed => return Err(BatchPostError::Closed),
+                ReserveBatch::Resizing => {
                     backoff.get_or_insert_with(Backoff::new).snooze();
                     w = s.state.load(Ordering::Relaxed);
                 }
@@ -443,7 +531,7 @@ impl<T: Send> Poster<T> {
     }
 
     #[cold]
-    fn overflow(&self, event: T) -> PostError<T> {
+    fn overflow(&self) {
         let s = &*self.shared;
         s.counters.overflowed.fetch_add(1, Ordering::Relaxed);
         s.overflow_pending.fetch_add(1, Ordering::Relaxed);
@@ -455,12 +543,7 @@ impl<T: Send> Poster<T> {
         let notify = s.update(Ordering::AcqRel, |w| {
             Ok(state::notify_overflow(w).unwrap_or((w, Notify::None)))
         });
-        match notify {
-            Notify::None => {}
-            Notify::Wake => s.notify_consumer(),
-            Notify::Upcall => crate::upcall::run_instance(s),
-        }
-        PostError::Full(event)
+        s.deliver_notification(notify);
     }
 }
 

@@ -54,8 +54,8 @@ mod upcall;
 mod wait;
 
 pub use error::{
-    CreateError, Overflow, PolicyError, PostError, RecvError, ResizeError, TryDequeueError,
-    WaitError,
+    BatchPostError, CreateError, Overflow, PolicyError, PostError, RecvError, ResizeError,
+    TryDequeueError, WaitError,
 };
 pub use evd::{bounded, ArmStatus, Consumer, Poster, DEFAULT_SPIN_BUDGET, MAX_CAPACITY};
 #[cfg(all(target_os = "linux", not(loom)))]

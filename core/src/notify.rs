@@ -43,13 +43,14 @@ impl NotifyTargets {
     /// Deliver a notification to every target.
     #[inline]
     pub(crate) fn notify(&self) {
-        self.waker.wake();
+        // The eventfd first: a waker that panics must not swallow it.
         #[cfg(all(target_os = "linux", not(loom)))]
         if let Some(fd) = self.eventfd.get() {
             // An eventfd write fails only if the counter would overflow
             // (2^64 - 2 unread notifications): it is readable either way.
             let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
         }
+        self.waker.wake();
     }
 
     /// The eventfd, made on first use.

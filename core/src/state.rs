@@ -54,6 +54,7 @@
 //! | operation (who) | function | precondition | new word | side effect after CAS |
 //! |---|---|---|---|---|
 //! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / run the upcall |
+//! | batch post (poster) | [`reserve_batch`] | as for post | tail+count (count = min(asked, room)); notification as for post | publish every slot, then wake / run the upcall |
 //! | post refused, ring full (poster) | [`notify_overflow`] | !CLOSED, and ARMED or an upcall may start | as for a reservation, without the tail | wake / run the upcall (it reports the overflow) |
 //! | arm (consumer) | [`arm`] | len < threshold, not closed-and-empty | +ARMED, and −NOTIFIED if empty | park / await / epoll |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
@@ -331,6 +332,64 @@ pub const fn reserve(w: u64, head: u64) -> Reserve {
         new,
         ticket,
         notify,
+    }
+}
+
+/// Outcome of [`reserve_batch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReserveBatch {
+    /// Install `new`; the poster owns tickets `first .. first + count`
+    /// (modulo 2^45) and must publish them all, then perform `notify`.
+    Tickets {
+        /// The word to CAS in.
+        new: u64,
+        /// The first reserved ticket.
+        first: u64,
+        /// How many tickets (1 ..= the number asked for).
+        count: u64,
+        /// What the poster must do after publishing every slot.
+        notify: Notify,
+    },
+    /// As for [`reserve`].
+    Closed,
+    /// As for [`reserve`].
+    Resizing,
+    /// Not even one slot is free for a consumer at the given head.
+    Full,
+}
+
+/// A batch reservation: as many of `want` (≥ 1) tickets as there is room for,
+/// in one step, taking the notification exactly as [`reserve`] does. The
+/// notification is owed after the *whole* batch is published, so the woken
+/// consumer finds the first ticket (the head, when it was armed) ready.
+///
+/// ```
+/// use evd::state::*;
+/// let w = initial(2); // 4 slots
+/// let ReserveBatch::Tickets { new, first: 0, count: 3, .. } = reserve_batch(w, 0, 3) else { unreachable!() };
+/// assert!(matches!(reserve_batch(new, 0, 3), ReserveBatch::Tickets { first: 3, count: 1, .. }));
+/// ```
+pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
+    let single = reserve(w, head);
+    match single {
+        Reserve::Closed => ReserveBatch::Closed,
+        Reserve::Resizing => ReserveBatch::Resizing,
+        Reserve::Full => ReserveBatch::Full,
+        Reserve::Ticket {
+            new,
+            ticket,
+            notify,
+        } => {
+            let room = capacity(w) - len(w, head);
+            let count = if want < room { want } else { room };
+            let count = if count == 0 { 1 } else { count };
+            ReserveBatch::Tickets {
+                new: with_tail(new, ticket + count),
+                first: ticket,
+                count,
+                notify,
+            }
+        }
     }
 }
 
@@ -721,6 +780,43 @@ mod tests {
     fn disabled_policy_never_starts_an_instance() {
         let (_, _, n) = ticket(reserve(CAP4, 0));
         assert_eq!(n, Notify::None);
+    }
+
+    #[test]
+    fn reserve_batch_takes_what_fits_and_one_notification() {
+        let armed = CAP4 | ARMED;
+        match reserve_batch(armed, 0, 10) {
+            ReserveBatch::Tickets {
+                new,
+                first,
+                count,
+                notify,
+            } => {
+                assert_eq!((first, count, notify), (0, 4, Notify::Wake));
+                assert_eq!(tail(new), 4);
+                assert!(!has(new, ARMED) && has(new, NOTIFIED));
+                assert_eq!(reserve_batch(new, 0, 1), ReserveBatch::Full);
+                assert!(matches!(
+                    reserve_batch(new, 2, 5),
+                    ReserveBatch::Tickets {
+                        first: 4,
+                        count: 2,
+                        notify: Notify::None,
+                        ..
+                    }
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(reserve_batch(CAP4 | CLOSED, 0, 2), ReserveBatch::Closed);
+        assert_eq!(reserve_batch(CAP4 | RESIZING, 0, 2), ReserveBatch::Resizing);
+        let wrap = with_tail(CAP4, TICKET_MASK - 1);
+        match reserve_batch(wrap, TICKET_MASK - 1, 3) {
+            ReserveBatch::Tickets { new, count, .. } => {
+                assert_eq!((count, tail(new)), (3, 1), "wraps modulo 2^45");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

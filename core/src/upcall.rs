@@ -341,13 +341,16 @@ impl<T: Send> Upcalls<T> {
     pub fn set_policy(&mut self, policy: UpcallPolicy, invoke: Invoke) -> Result<(), PolicyError> {
         let s = self.shared();
         let w = s.state.load(Ordering::Acquire);
-        // Instances that started under ManyInstances may still be running
-        // (also after a detour through Disabled, where none can start, so
-        // this check cannot go stale): SingleInstance waits them out.
+        // SingleInstance waits out instances started under ManyInstances.
+        // Under ManyInstances any post may start one between this load and
+        // the policy CAS, so that case always waits; under Disabled none can
+        // start, so the count read here cannot go stale (found by the
+        // state_machine fuzz target).
+        let current = state::policy(w);
         let needs_quiesce = policy == UpcallPolicy::Teardown
             || (policy == UpcallPolicy::SingleInstance
-                && state::policy(w) != PolicyBits::Single
-                && state::instances(w) > 0);
+                && (current == PolicyBits::Many
+                    || (current != PolicyBits::Single && state::instances(w) > 0)));
         if needs_quiesce {
             self.quiesce()?;
             if policy == UpcallPolicy::Teardown {

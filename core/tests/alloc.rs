@@ -1,5 +1,5 @@
-//! Zero allocations on the hot path in steady state: post, dequeue, batch
-//! dequeue, arm, the notification of an already-registered waker, the async
+//! Zero allocations on the hot path in steady state: post, batch post,
+//! dequeue, batch dequeue, arm, the notification of an already-registered waker, the async
 //! poll that registers it, and a post that runs a SingleInstance upcall.
 //!
 //! A counting global allocator counts the allocations made by this test's
@@ -82,6 +82,10 @@ fn round(
     }
     batch.clear();
     assert_eq!(consumer.dequeue_batch(batch, 8), Ok(4));
+    // The same four again, through one batch post.
+    assert_eq!(poster.post_batch(batch), Ok(4));
+    assert_eq!(consumer.dequeue_batch(batch, 8), Ok(4));
+    batch.clear();
     assert_eq!(consumer.arm(), evd::ArmStatus::Armed);
     // Register the task's waker and arm through the async path...
     let mut recv = consumer.recv();

@@ -333,3 +333,15 @@ fn overflow_vs_upcall_exit_no_stranded_report() {
         assert_eq!(total, 2);
     });
 }
+
+#[test]
+fn batch_post_vs_arm() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || drain_to_end(&mut consumer));
+        let mut batch = vec![1, 2];
+        assert_eq!(poster.post_batch(&mut batch), Ok(2));
+        drop(poster);
+        assert_eq!(c.join().unwrap(), [1, 2], "exactly once, FIFO");
+    });
+}

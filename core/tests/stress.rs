@@ -288,14 +288,37 @@ fn exactly_once_across_all_consumer_modes() {
             let refused = refused.clone();
             let (finished_posters, posters_done) = (finished_posters.clone(), posters_done.clone());
             std::thread::spawn(move || {
-                for seq in 0..per_poster {
+                // Poster 0 posts in batches of 1..=8 (post_batch), the others
+                // one at a time (post).
+                let mut batch = Vec::with_capacity(8);
+                let mut seq = 0;
+                while seq < per_poster {
                     // Leave the consumer thread some CPU on a 2-core machine,
                     // or upcall phases (which run on these threads) deliver
                     // nearly everything.
                     if seq % 256 == 255 {
                         std::thread::yield_now();
                     }
+                    if p == 0 {
+                        let n = (1 + seq % 8).min(per_poster - seq);
+                        batch.extend((seq..seq + n).map(|q| (p << SEQ_BITS) | q));
+                        seq += n;
+                        while !batch.is_empty() {
+                            match poster.post_batch(&mut batch) {
+                                Ok(_) => {}
+                                Err(evd::BatchPostError::Full) => {
+                                    refused.fetch_add(1, Relaxed);
+                                    std::thread::yield_now();
+                                }
+                                Err(evd::BatchPostError::Closed) => {
+                                    panic!("closed under a live poster")
+                                }
+                            }
+                        }
+                        continue;
+                    }
                     let mut ev = (p << SEQ_BITS) | seq;
+                    seq += 1;
                     loop {
                         match poster.post(ev) {
                             Ok(()) => break,
