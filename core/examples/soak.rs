@@ -1,0 +1,310 @@
+//! Soak: move many events (default 10^8) through two posters while the
+//! consumer switches at random among its modes, and check exactly-once.
+//!
+//! `cargo run --release -p evd --example soak -- [EVENTS] [SEED]`
+//! (or `scripts/soak`). Not part of CI: it runs for minutes.
+//!
+//! Each event is `poster << 48 | sequence`. Every delivery sets the event's
+//! bit in a shared bitmap and fails if it was already set (a duplicate); the
+//! dequeue modes also check FIFO per poster. At the end every bit must be
+//! set (nothing lost), and the overflow reports must add up to the posts the
+//! ring refused. Modes: try_dequeue, dequeue_batch, arm + blocking wait,
+//! async recv, eventfd + poll(2), SingleInstance and ManyInstances upcalls
+//! (INVOC_ANY and INVOC_NEW), and resizes between phases.
+
+use evd::{
+    ArmStatus, Consumer, Invoke, Overflow, PostError, TryDequeueError, UpcallPolicy, WaitError,
+};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const POSTERS: u64 = 2;
+
+/// xorshift64*, seeded from the command line.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Exactly-once ledger shared with upcall handlers.
+struct Ledger {
+    bits: Vec<AtomicU64>,
+    per: u64,
+    delivered: AtomicU64,
+    reported: AtomicU64,
+}
+
+impl Ledger {
+    fn record(&self, ev: u64) {
+        let p = ev >> 48;
+        let seq = ev & ((1 << 48) - 1);
+        assert!(p < POSTERS && seq < self.per, "invented event {ev:#x}");
+        let i = p * self.per + seq;
+        let old = self.bits[(i / 64) as usize].fetch_or(1 << (i % 64), Relaxed);
+        assert_eq!(old & (1 << (i % 64)), 0, "event {ev:#x} delivered twice");
+        self.delivered.fetch_add(1, Relaxed);
+    }
+    fn overflow(&self, o: Overflow) {
+        self.reported.fetch_add(o.rejected, Relaxed);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Dequeue,
+    Batch,
+    Wait,
+    Async,
+    EventFd,
+    Upcall(UpcallPolicy, bool),
+}
+
+fn pick(rng: &mut Rng) -> Mode {
+    match rng.below(9) {
+        0 => Mode::Dequeue,
+        1 => Mode::Batch,
+        2 => Mode::Wait,
+        3 => Mode::Async,
+        4 => Mode::EventFd,
+        5 => Mode::Upcall(UpcallPolicy::SingleInstance, true),
+        6 => Mode::Upcall(UpcallPolicy::SingleInstance, false),
+        7 => Mode::Upcall(UpcallPolicy::ManyInstances, true),
+        _ => Mode::Upcall(UpcallPolicy::ManyInstances, false),
+    }
+}
+
+/// Per-poster FIFO check for the dequeue modes.
+struct Fifo([Option<u64>; POSTERS as usize]);
+
+impl Fifo {
+    fn check(&mut self, ev: u64) {
+        let p = (ev >> 48) as usize;
+        assert!(self.0[p] < Some(ev), "poster {p} out of order");
+        self.0[p] = Some(ev);
+    }
+}
+
+/// Consume `quota` events (or until end of stream) in one mode. Returns the
+/// consumer and whether the stream ended.
+fn phase(
+    mut c: Consumer<u64>,
+    mode: Mode,
+    quota: u64,
+    ledger: &Arc<Ledger>,
+    fifo: &mut Fifo,
+) -> (Consumer<u64>, bool) {
+    let goal = ledger.delivered.load(Relaxed) + quota;
+    let take = |ev: u64, fifo: &mut Fifo| {
+        fifo.check(ev);
+        ledger.record(ev);
+    };
+    let mut buf = Vec::with_capacity(256);
+    let fd = (mode == Mode::EventFd).then(|| c.notify_fd().expect("eventfd"));
+    while ledger.delivered.load(Relaxed) < goal {
+        match mode {
+            Mode::Dequeue | Mode::Wait | Mode::EventFd => match c.try_dequeue() {
+                Ok(ev) => take(ev, fifo),
+                Err(TryDequeueError::Overflow(o)) => ledger.overflow(o),
+                Err(TryDequeueError::Closed) => return (c, true),
+                Err(TryDequeueError::Empty) => match mode {
+                    // Untimed: a lost wake-up hangs, and the watchdog reports it.
+                    Mode::Wait => match c.wait(1, None) {
+                        Ok(_) | Err(WaitError::Closed { .. }) => {}
+                        Err(WaitError::Overflow(o)) => ledger.overflow(o),
+                        Err(e) => panic!("wait: {e}"),
+                    },
+                    Mode::EventFd => {
+                        if c.arm() == ArmStatus::Armed {
+                            let fd = fd.as_ref().expect("eventfd");
+                            let mut p =
+                                [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                            let timeout = rustix::event::Timespec {
+                                tv_sec: 0,
+                                tv_nsec: 50_000_000,
+                            };
+                            rustix::event::poll(&mut p, Some(&timeout)).expect("poll");
+                            fd.acknowledge().expect("acknowledge");
+                        }
+                    }
+                    _ => std::hint::spin_loop(),
+                },
+            },
+            Mode::Batch => match c.dequeue_batch(&mut buf, 256) {
+                Ok(_) => buf.drain(..).for_each(|ev| take(ev, fifo)),
+                Err(TryDequeueError::Overflow(o)) => ledger.overflow(o),
+                Err(TryDequeueError::Closed) => return (c, true),
+                Err(TryDequeueError::Empty) => unreachable!("batch reports empty as Ok(0)"),
+            },
+            Mode::Async => match futures::executor::block_on(c.recv()) {
+                Ok(ev) => take(ev, fifo),
+                Err(evd::RecvError::Overflow(o)) => ledger.overflow(o),
+                Err(evd::RecvError::Closed) => return (c, true),
+            },
+            Mode::Upcall(policy, any) => {
+                let l = ledger.clone();
+                let invoke = if any { Invoke::Any } else { Invoke::New };
+                let up = c.into_upcalls(policy, invoke, move |ev, _more| match ev {
+                    Ok(ev) => l.record(ev),
+                    Err(o) => l.overflow(o),
+                });
+                // The posters deliver; this thread only watches the count.
+                let mut ended = false;
+                while ledger.delivered.load(Relaxed) < goal {
+                    if up.query().closed && up.query().len == 0 {
+                        ended = true;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let mut c = up.teardown();
+                // Upcalls deliver in dequeue order, handlers in any order:
+                // FIFO restarts from what the ring holds now.
+                *fifo = Fifo([None; POSTERS as usize]);
+                let q = c.query();
+                let done = ended && q.len == 0 && q.closed;
+                c.set_spin_budget(evd::DEFAULT_SPIN_BUDGET);
+                return (c, done);
+            }
+        }
+    }
+    (c, false)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let events: u64 = args
+        .next()
+        .map_or(100_000_000, |a| a.parse().expect("EVENTS"));
+    let seed: u64 = args.next().map_or(0x5eed ^ std::process::id() as u64, |a| {
+        a.parse().expect("SEED")
+    }) | 1;
+    let per = events / POSTERS;
+    println!(
+        "soak: {} events, {POSTERS} posters, seed {seed}",
+        per * POSTERS
+    );
+    let ledger = Arc::new(Ledger {
+        bits: (0..(per * POSTERS).div_ceil(64))
+            .map(|_| AtomicU64::new(0))
+            .collect(),
+        per,
+        delivered: AtomicU64::new(0),
+        reported: AtomicU64::new(0),
+    });
+    let (poster, mut consumer) = evd::bounded::<u64>(1024).unwrap();
+    let refused = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let posters: Vec<_> = (0..POSTERS)
+        .map(|p| {
+            let poster = poster.clone();
+            let refused = refused.clone();
+            std::thread::spawn(move || {
+                for seq in 0..per {
+                    let mut ev = (p << 48) | seq;
+                    loop {
+                        match poster.post(ev) {
+                            Ok(()) => break,
+                            Err(PostError::Full(back)) => {
+                                refused.fetch_add(1, Relaxed);
+                                ev = back;
+                                std::thread::yield_now();
+                            }
+                            Err(PostError::Closed(_)) => panic!("closed under a poster"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(poster);
+    // Watchdog: no delivery for 30 s is a hang (a lost wake-up).
+    {
+        let ledger = ledger.clone();
+        std::thread::spawn(move || {
+            let mut last = u64::MAX;
+            loop {
+                std::thread::sleep(Duration::from_secs(30));
+                let now = ledger.delivered.load(Relaxed);
+                assert_ne!(now, last, "no progress for 30 s: a lost wake-up?");
+                last = now;
+            }
+        });
+    }
+    let mut rng = Rng(seed);
+    let mut fifo = Fifo([None; POSTERS as usize]);
+    let mut per_mode: Vec<(Mode, u64)> = Vec::new();
+    let mut phases = 0u64;
+    let mut last_report = Instant::now();
+    loop {
+        let mode = pick(&mut rng);
+        // Phases of 1..=2^20 events, so modes switch often and also run long.
+        let scale = 1 + rng.below(20);
+        let quota = 1 + rng.below(1 << scale);
+        let before = ledger.delivered.load(Relaxed);
+        let (c, ended) = phase(consumer, mode, quota, &ledger, &mut fifo);
+        consumer = c;
+        let n = ledger.delivered.load(Relaxed) - before;
+        match per_mode.iter_mut().find(|(m, _)| *m == mode) {
+            Some((_, total)) => *total += n,
+            None => per_mode.push((mode, n)),
+        }
+        phases += 1;
+        if rng.below(16) == 0 {
+            let cap = 1usize << (4 + rng.below(9));
+            let _ = consumer.resize(cap);
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            last_report = Instant::now();
+            let d = ledger.delivered.load(Relaxed);
+            println!(
+                "  {d} events ({:.1}%), {:.1} s",
+                100.0 * d as f64 / (per * POSTERS) as f64,
+                start.elapsed().as_secs_f64()
+            );
+        }
+        if ended {
+            break;
+        }
+    }
+    for p in posters {
+        p.join().unwrap();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let delivered = ledger.delivered.load(Relaxed);
+    assert_eq!(delivered, per * POSTERS, "events lost");
+    for (i, w) in ledger.bits.iter().enumerate() {
+        let want = if (i as u64 + 1) * 64 <= per * POSTERS {
+            u64::MAX
+        } else {
+            (1u64 << ((per * POSTERS) % 64)) - 1
+        };
+        assert_eq!(w.load(Relaxed), want, "events lost in word {i}");
+    }
+    assert_eq!(
+        ledger.reported.load(Relaxed),
+        refused.load(Relaxed),
+        "overflow reports do not add up to refused posts"
+    );
+    let q = consumer.query();
+    println!(
+        "soak OK: {delivered} events exactly once in {elapsed:.1} s ({:.2} M events/s), {phases} phases, \
+         {} refused posts (all reported), {} notifications, {} upcalls",
+        delivered as f64 / elapsed / 1e6,
+        refused.load(Relaxed),
+        q.notifications,
+        q.upcalls
+    );
+    for (mode, n) in per_mode {
+        println!("  {mode:?}: {n}");
+    }
+}

@@ -1,0 +1,206 @@
+//! The code paths built on `unsafe` — slot publish/take, batch take, resize
+//! moving values between rings, and the drops of queued events — exercised
+//! with drop-counting payloads at a size Miri runs in seconds
+//! (`scripts/miri`). They run as ordinary tests too.
+
+use evd::{Invoke, PostError, TryDequeueError, UpcallPolicy};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+
+/// A heap-owning event that counts its drops (Miri then also checks that
+/// the heap part is freed exactly once).
+struct Tracked {
+    id: Box<u32>,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Tracked {
+    fn new(id: u32, drops: &Arc<AtomicUsize>) -> Tracked {
+        Tracked {
+            id: Box::new(id),
+            drops: drops.clone(),
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, SeqCst);
+    }
+}
+
+#[test]
+fn publish_take_wraps_the_ring_many_laps() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, mut consumer) = evd::bounded::<Tracked>(4).unwrap();
+    for i in 0..40 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+        if i % 3 == 2 {
+            for j in i - 2..=i {
+                assert_eq!(*consumer.try_dequeue().unwrap().id, j);
+            }
+        }
+    }
+    assert_eq!(*consumer.try_dequeue().unwrap().id, 39);
+    assert_eq!(drops.load(SeqCst), 40);
+}
+
+#[test]
+fn batch_take_appends_in_order_and_moves_each_value_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, mut consumer) = evd::bounded::<Tracked>(8).unwrap();
+    let mut out = vec![Tracked::new(100, &drops)];
+    for round in 0..5u32 {
+        for i in 0..6 {
+            poster.post(Tracked::new(round * 10 + i, &drops)).unwrap();
+        }
+        assert_eq!(consumer.dequeue_batch(&mut out, 4), Ok(4));
+        assert_eq!(consumer.dequeue_batch(&mut out, 8), Ok(2));
+    }
+    let ids: Vec<u32> = out.iter().map(|t| *t.id).collect();
+    let mut want = vec![100];
+    for round in 0..5u32 {
+        want.extend((0..6).map(|i| round * 10 + i));
+    }
+    assert_eq!(ids, want);
+    drop(out);
+    assert_eq!(drops.load(SeqCst), 31);
+}
+
+#[test]
+fn refused_posts_hand_the_value_back_intact() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, mut consumer) = evd::bounded::<Tracked>(1).unwrap();
+    poster.post(Tracked::new(1, &drops)).unwrap();
+    match poster.post(Tracked::new(2, &drops)) {
+        Err(PostError::Full(t)) => assert_eq!(*t.id, 2),
+        other => panic!("expected Full, got {:?}", other.is_ok()),
+    }
+    consumer.close();
+    match poster.post(Tracked::new(3, &drops)) {
+        Err(PostError::Closed(t)) => assert_eq!(*t.id, 3),
+        other => panic!("expected Closed, got {:?}", other.is_ok()),
+    }
+    assert_eq!(drops.load(SeqCst), 2);
+    assert!(matches!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(_))
+    ));
+    assert_eq!(*consumer.try_dequeue().unwrap().id, 1);
+    assert_eq!(drops.load(SeqCst), 3);
+}
+
+#[test]
+fn resize_moves_wrapped_values_and_frees_the_old_ring() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, mut consumer) = evd::bounded::<Tracked>(4).unwrap();
+    // Wrap the ring so the queued values straddle the end of the buffer.
+    for i in 0..3 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+        consumer.try_dequeue().unwrap();
+    }
+    for i in 3..7 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+    }
+    assert_eq!(consumer.resize(16), Ok(16));
+    for i in 7..12 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+    }
+    assert_eq!(*consumer.try_dequeue().unwrap().id, 3);
+    // Shrink below, then to, what is queued (8 events).
+    assert!(consumer.resize(4).is_err());
+    assert_eq!(consumer.resize(8), Ok(8));
+    let ids: Vec<u32> = std::iter::from_fn(|| consumer.try_dequeue().ok())
+        .map(|t| *t.id)
+        .collect();
+    assert_eq!(ids, (4..12).collect::<Vec<_>>());
+    assert_eq!(drops.load(SeqCst), 12);
+}
+
+#[test]
+fn dropping_the_evd_drops_queued_values_exactly_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    {
+        let (poster, mut consumer) = evd::bounded::<Tracked>(8).unwrap();
+        for i in 0..6 {
+            poster.post(Tracked::new(i, &drops)).unwrap();
+        }
+        consumer.try_dequeue().unwrap();
+        assert_eq!(consumer.resize(16), Ok(16));
+        for i in 6..9 {
+            poster.post(Tracked::new(i, &drops)).unwrap();
+        }
+        drop(consumer);
+        assert_eq!(drops.load(SeqCst), 1, "the consumer's drop only closes");
+        // The last handle frees the ring and the 8 queued values.
+    }
+    assert_eq!(drops.load(SeqCst), 9);
+}
+
+#[test]
+fn posters_on_threads_and_a_consumer_exchange_values() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, mut consumer) = evd::bounded::<Tracked>(4).unwrap();
+    let threads: Vec<_> = (0..2u32)
+        .map(|p| {
+            let poster = poster.clone();
+            let drops = drops.clone();
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    let mut t = Tracked::new(p * 100 + i, &drops);
+                    loop {
+                        match poster.post(t) {
+                            Ok(()) => break,
+                            Err(PostError::Full(back)) => t = back,
+                            Err(PostError::Closed(_)) => panic!("closed early"),
+                        }
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(poster);
+    let mut next = [0u32; 2];
+    loop {
+        match consumer.try_dequeue() {
+            Ok(t) => {
+                let p = (*t.id / 100) as usize;
+                assert_eq!(*t.id % 100, next[p], "FIFO per poster");
+                next[p] += 1;
+            }
+            Err(TryDequeueError::Closed) => break,
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(next, [20, 20]);
+    assert_eq!(drops.load(SeqCst), 40);
+}
+
+#[test]
+fn upcalls_move_values_to_the_handler_and_teardown_returns_the_rest() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, consumer) = evd::bounded::<Tracked>(8).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
+        s.lock().unwrap().push(*ev.unwrap().id);
+    });
+    for i in 0..5 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+    }
+    up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
+    for i in 5..8 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+    }
+    let mut consumer = up.teardown();
+    assert_eq!(*seen.lock().unwrap(), [0, 1, 2, 3, 4]);
+    assert_eq!(drops.load(SeqCst), 5);
+    assert_eq!(*consumer.try_dequeue().unwrap().id, 5);
+    drop(consumer);
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 8);
+}

@@ -1,0 +1,843 @@
+//! The `api` target: arbitrary sequences of public API calls on one thread,
+//! bad arguments included (capacity 0 or huge, threshold 0 or above the
+//! capacity, wait / arm / post after close, policy changes in any order,
+//! unwaitable toggles, panicking handlers and wakers), against a sequential
+//! model of what each call must return.
+//!
+//! On one thread an upcall runs inline on the posting (or policy-setting)
+//! thread and drains the ring, so every outcome is determined and is
+//! predicted exactly. Panics are allowed only from the handlers and wakers
+//! this target installs to panic (they carry [`MARKER`]); anything else is a
+//! finding. At the end every payload must have been dropped exactly once.
+
+use crate::payload::{DropLog, Payload};
+use crate::ring::{capacity_arg, Model};
+use arbitrary::{Arbitrary, Unstructured};
+use evd::{
+    ArmStatus, Consumer, Invoke, Overflow, Poster, RecvError, UpcallPolicy, Upcalls, WaitError,
+};
+use futures_core::Stream;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+/// The payload of every panic this target provokes on purpose.
+pub const MARKER: &str = "evd-fuzz: intended panic";
+
+/// One public API call.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum ApiOp {
+    Post {
+        poster: u8,
+    },
+    ClonePoster {
+        poster: u8,
+    },
+    NewPoster,
+    DropPoster {
+        poster: u8,
+    },
+    ClosePoster {
+        poster: u8,
+    },
+    SetUnwaitable {
+        poster: u8,
+    },
+    ClearUnwaitable {
+        poster: u8,
+    },
+    PosterQuery {
+        poster: u8,
+    },
+    TryDequeue,
+    Batch {
+        max: u8,
+    },
+    Arm,
+    Disarm,
+    Wait {
+        threshold: u8,
+        block: bool,
+    },
+    SpinBudget {
+        spins: u8,
+    },
+    PollRecv {
+        panicking_waker: bool,
+    },
+    PollStream {
+        panicking_waker: bool,
+    },
+    NotifyFd,
+    Acknowledge,
+    Resize {
+        cap: u8,
+    },
+    CloseConsumer,
+    DropConsumer,
+    Query,
+    IntoUpcalls {
+        policy: u8,
+        invoke: bool,
+        panics: bool,
+    },
+    SetPolicy {
+        policy: u8,
+        invoke: bool,
+    },
+    SetHandler {
+        panics: bool,
+    },
+    Teardown,
+    DropUpcalls,
+}
+
+/// One fuzz input: the creation capacity, then calls until the input runs out.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub cap: u8,
+    pub ops: Vec<ApiOp>,
+}
+
+impl<'a> Arbitrary<'a> for Input {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(Input {
+            cap: u.arbitrary()?,
+            ops: u.arbitrary_iter()?.collect::<arbitrary::Result<_>>()?,
+        })
+    }
+
+    fn arbitrary_take_rest(mut u: Unstructured<'a>) -> arbitrary::Result<Self> {
+        let cap = u.arbitrary()?;
+        let mut ops = Vec::new();
+        while !u.is_empty() {
+            ops.push(ApiOp::arbitrary(&mut u)?);
+        }
+        Ok(Input { cap, ops })
+    }
+}
+
+fn policy_arg(b: u8) -> UpcallPolicy {
+    match b % 4 {
+        0 => UpcallPolicy::Disabled,
+        1 => UpcallPolicy::SingleInstance,
+        2 => UpcallPolicy::ManyInstances,
+        _ => UpcallPolicy::Teardown,
+    }
+}
+
+/// Let the intended panics unwind quietly; any other panic goes to the hook
+/// installed before (libFuzzer's aborts, so it is reported as a crash).
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if is_marker(info.payload()) {
+                return;
+            }
+            default(info);
+        }));
+    });
+}
+
+fn is_marker(p: &(dyn std::any::Any + Send)) -> bool {
+    p.downcast_ref::<&str>() == Some(&MARKER)
+}
+
+/// Run `f`; Ok(value) or Err(()) if it unwound with an intended panic.
+fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, ()> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        assert!(is_marker(&*p), "unexpected panic");
+    })
+}
+
+/// A waker that counts its wakes, or panics when woken.
+struct TestWaker {
+    wakes: AtomicU64,
+    panics: bool,
+}
+
+impl Wake for TestWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::Relaxed);
+        if self.panics {
+            std::panic::panic_any(MARKER);
+        }
+    }
+}
+
+/// What the handler saw: payload ids, and overflow reports.
+#[derive(Default)]
+struct Seen {
+    events: Vec<u64>,
+    overflows: Vec<u64>,
+}
+
+fn handler(
+    seen: Arc<Mutex<Seen>>,
+    panics: bool,
+) -> impl Fn(Result<Payload, Overflow>, bool) + Send + Sync + 'static {
+    move |ev, _more| {
+        let id = match &ev {
+            Ok(p) => {
+                seen.lock().unwrap().events.push(p.id);
+                Some(p.id)
+            }
+            Err(o) => {
+                seen.lock().unwrap().overflows.push(o.rejected);
+                None
+            }
+        };
+        if panics && id.is_some_and(|id| id % 3 == 0) {
+            std::panic::panic_any(MARKER);
+        }
+    }
+}
+
+/// Which waker the EVD holds registered.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Registered {
+    None,
+    /// The test waker of the last poll.
+    Test,
+    /// A blocking wait's unpark-this-thread waker.
+    Thread,
+}
+
+enum Side {
+    Consumer(Consumer<Payload>),
+    Upcalls(Upcalls<Payload>),
+    Gone,
+}
+
+struct Api {
+    log: Arc<DropLog>,
+    m: Model,
+    posters: Vec<Poster<Payload>>,
+    side: Side,
+    // --- model beyond the data path
+    armed: bool,
+    notified: bool,
+    unwaitable: bool,
+    policy: UpcallPolicy,
+    handler_panics: bool,
+    seen: Arc<Mutex<Seen>>,
+    delivered: Vec<u64>,
+    upcalls: u64,
+    wakes: u64,
+    registered: Registered,
+    waker: Option<Arc<TestWaker>>,
+    waker_wakes: u64,
+    fd: Option<evd::NotifyFd>,
+    fd_count: u64,
+    spin_budget: u32,
+    /// The last notification went to a waker that panics.
+    expect_waker_panic: bool,
+}
+
+impl Api {
+    fn enabled(&self) -> bool {
+        matches!(
+            self.policy,
+            UpcallPolicy::SingleInstance | UpcallPolicy::ManyInstances
+        ) && matches!(self.side, Side::Upcalls(_))
+    }
+
+    /// A notification to the registered waker (and the eventfd).
+    fn notify(&mut self, eventfd: bool) {
+        let mut panics = false;
+        if self.registered == Registered::Test {
+            self.waker_wakes += 1;
+            panics = self.waker.as_ref().is_some_and(|w| w.panics);
+        }
+        self.registered = Registered::None;
+        self.expect_waker_panic = panics;
+        // The eventfd is written first, so a panicking waker cannot swallow it.
+        if eventfd && self.fd.is_some() {
+            self.fd_count += 1;
+        }
+    }
+
+    /// The instance an upcall start runs inline: drain through the handler
+    /// until it is empty or the handler panics. Returns whether it panicked.
+    fn run_instance(&mut self) -> bool {
+        self.upcalls_started();
+        loop {
+            if self.m.overflow > 0 {
+                self.m.overflow = 0;
+                self.upcalls += 1;
+                continue;
+            }
+            let Some(id) = self.m.queue.pop_front() else {
+                // The exit finds the ring empty: NOTIFIED cleared.
+                self.notified = false;
+                return false;
+            };
+            self.m.dequeued += 1;
+            self.upcalls += 1;
+            self.delivered.push(id);
+            if self.handler_panics && id % 3 == 0 {
+                // Abandoned: the token goes back, NOTIFIED stays.
+                return true;
+            }
+        }
+    }
+
+    fn upcalls_started(&mut self) {
+        self.notified = true;
+        self.wakes += 1;
+    }
+
+    fn check_seen(&self) {
+        let seen = self.seen.lock().unwrap();
+        assert_eq!(seen.events, self.delivered, "handler saw other events");
+    }
+
+    fn query(&self) -> Option<evd::Query> {
+        match &self.side {
+            Side::Consumer(c) => Some(c.query()),
+            Side::Upcalls(u) => Some(u.query()),
+            Side::Gone => self.posters.first().map(Poster::query),
+        }
+    }
+
+    fn check_query(&self) {
+        let Some(q) = self.query() else { return };
+        self.m.check_query(&q);
+        assert_eq!(q.armed, self.armed, "query: armed");
+        assert_eq!(q.notified, self.notified, "query: notified");
+        assert_eq!(q.unwaitable, self.unwaitable, "query: unwaitable");
+        assert!(!q.in_upcall, "query: in_upcall outside upcalls");
+        assert_eq!(q.upcalls_in_flight, 0);
+        assert_eq!(q.upcalls, self.upcalls, "query: upcalls");
+        assert_eq!(q.notifications, self.wakes, "query: notifications");
+        assert_eq!(q.policy, self.policy, "query: policy");
+        if let Some(w) = &self.waker {
+            assert_eq!(
+                w.wakes.load(Ordering::Relaxed),
+                self.waker_wakes,
+                "waker wakes"
+            );
+        }
+        self.check_seen();
+    }
+}
+
+/// Run one input; panics on a wrong result, an unintended panic, a leak or a
+/// double drop.
+pub fn run(input: &Input) {
+    install_panic_hook();
+    let log = DropLog::new();
+    let requested = capacity_arg(input.cap);
+    let created = evd::bounded::<Payload>(requested);
+    let (poster, consumer) = match (requested, created) {
+        (0, r) => return assert_eq!(r.err(), Some(evd::CreateError::ZeroCapacity)),
+        (n, r) if n > evd::MAX_CAPACITY => {
+            return assert_eq!(
+                r.err(),
+                Some(evd::CreateError::CapacityTooLarge { requested: n })
+            )
+        }
+        (_, r) => r.expect("a small EVD is created"),
+    };
+    let mut api = Api {
+        log: log.clone(),
+        m: Model::new(requested.next_power_of_two()),
+        posters: vec![poster],
+        side: Side::Consumer(consumer),
+        armed: false,
+        notified: false,
+        unwaitable: false,
+        policy: UpcallPolicy::Disabled,
+        handler_panics: false,
+        seen: Arc::new(Mutex::new(Seen::default())),
+        delivered: Vec::new(),
+        upcalls: 0,
+        wakes: 0,
+        registered: Registered::None,
+        waker: None,
+        waker_wakes: 0,
+        fd: None,
+        fd_count: 0,
+        spin_budget: evd::DEFAULT_SPIN_BUDGET,
+        expect_waker_panic: false,
+    };
+    let trace = std::env::var_os("EVD_FUZZ_TRACE").is_some();
+    for op in &input.ops {
+        if trace {
+            eprintln!("{op:?}");
+        }
+        api.apply(*op);
+        if trace {
+            eprintln!("   {:?}", api.query());
+        }
+        api.check_query();
+    }
+    drop(api.fd.take());
+    let Api { posters, side, .. } = api;
+    // Dropping the consumer closes, which may wake a waker that panics.
+    let _ = guarded(move || drop(side));
+    let _ = guarded(move || drop(posters));
+    log.assert_all_dropped_once();
+}
+
+fn pick(n: usize, b: u8) -> Option<usize> {
+    (n > 0).then(|| b as usize % n)
+}
+
+impl Api {
+    fn apply(&mut self, op: ApiOp) {
+        match op {
+            ApiOp::Post { poster } => self.post(poster),
+            ApiOp::ClonePoster { poster } => {
+                if let Some(i) = pick(self.posters.len(), poster) {
+                    let p = self.posters[i].clone();
+                    self.posters.push(p);
+                }
+            }
+            ApiOp::NewPoster => {
+                let p = match &self.side {
+                    Side::Consumer(c) => c.poster(),
+                    Side::Upcalls(u) => u.poster(),
+                    Side::Gone => return,
+                };
+                self.posters.push(p);
+            }
+            ApiOp::DropPoster { poster } => {
+                if let Some(i) = pick(self.posters.len(), poster) {
+                    let p = self.posters.swap_remove(i);
+                    let last = self.posters.is_empty();
+                    let r = guarded(move || drop(p));
+                    if last {
+                        // The last poster closes, which wakes an armed consumer.
+                        self.close();
+                    }
+                    assert_eq!(r.is_err(), self.last_wake_panicked(), "drop panicked");
+                }
+            }
+            ApiOp::ClosePoster { poster } => {
+                if let Some(i) = pick(self.posters.len(), poster) {
+                    let p = &self.posters[i];
+                    let r = guarded(|| p.close());
+                    self.close();
+                    assert_eq!(r.is_err(), self.last_wake_panicked());
+                    assert!(self.posters[i].is_closed());
+                }
+            }
+            ApiOp::SetUnwaitable { poster } => {
+                if let Some(i) = pick(self.posters.len(), poster) {
+                    let p = &self.posters[i];
+                    let r = guarded(|| p.set_unwaitable());
+                    self.unwaitable = true;
+                    // Wakes the registered waker, not the eventfd.
+                    self.notify(false);
+                    assert_eq!(r.is_err(), self.last_wake_panicked());
+                }
+            }
+            ApiOp::ClearUnwaitable { poster } => {
+                if let Some(i) = pick(self.posters.len(), poster) {
+                    self.posters[i].clear_unwaitable();
+                    self.unwaitable = false;
+                }
+            }
+            ApiOp::PosterQuery { poster } => {
+                if let Some(i) = pick(self.posters.len(), poster) {
+                    let q = self.posters[i].query();
+                    self.m.check_query(&q);
+                    assert_eq!(self.posters[i].is_closed(), self.m.closed);
+                }
+            }
+            ApiOp::TryDequeue => {
+                if let Side::Consumer(c) = &mut self.side {
+                    self.m.try_dequeue(c.try_dequeue());
+                }
+            }
+            ApiOp::Batch { max } => {
+                if let Side::Consumer(c) = &mut self.side {
+                    let mut out = Vec::new();
+                    let max = max as usize % 20;
+                    let r = c.dequeue_batch(&mut out, max);
+                    self.m.batch(max, 0, &out, r);
+                }
+            }
+            ApiOp::Arm => {
+                if let Side::Consumer(c) = &mut self.side {
+                    let r = c.arm();
+                    self.arm(1, r);
+                }
+            }
+            ApiOp::Disarm => {
+                if let Side::Consumer(c) = &mut self.side {
+                    c.disarm();
+                    self.armed = false;
+                }
+            }
+            ApiOp::Wait { threshold, block } => self.wait(threshold, block),
+            ApiOp::SpinBudget { spins } => {
+                if let Side::Consumer(c) = &mut self.side {
+                    // Back-off steps past the seventh yield the CPU: keep
+                    // executions short when other processes compete for it.
+                    let spins = u32::from(spins % 8);
+                    c.set_spin_budget(spins);
+                    self.spin_budget = spins;
+                }
+            }
+            ApiOp::PollRecv { panicking_waker } => self.poll(false, panicking_waker),
+            ApiOp::PollStream { panicking_waker } => self.poll(true, panicking_waker),
+            ApiOp::NotifyFd => {
+                if let Side::Consumer(c) = &mut self.side {
+                    let fd = c.notify_fd().expect("eventfd");
+                    if self.fd.is_none() {
+                        self.fd = Some(fd);
+                    }
+                }
+            }
+            ApiOp::Acknowledge => {
+                if let Some(fd) = &self.fd {
+                    assert_eq!(fd.acknowledge().expect("read eventfd"), self.fd_count);
+                    self.fd_count = 0;
+                }
+            }
+            ApiOp::Resize { cap } => {
+                if let Side::Consumer(c) = &mut self.side {
+                    let requested = capacity_arg(cap);
+                    self.m.resize(requested, c.resize(requested));
+                }
+            }
+            ApiOp::CloseConsumer => {
+                if let Side::Consumer(c) = &mut self.side {
+                    let r = guarded(|| c.close());
+                    self.close();
+                    assert_eq!(r.is_err(), self.last_wake_panicked());
+                }
+            }
+            ApiOp::DropConsumer => {
+                if let Side::Consumer(_) = self.side {
+                    let side = std::mem::replace(&mut self.side, Side::Gone);
+                    let r = guarded(move || drop(side));
+                    self.close();
+                    assert_eq!(r.is_err(), self.last_wake_panicked());
+                }
+            }
+            ApiOp::Query => self.check_query(),
+            ApiOp::IntoUpcalls {
+                policy,
+                invoke,
+                panics,
+            } => self.hand_to_upcalls(policy_arg(policy), invoke, panics),
+            ApiOp::SetPolicy { policy, invoke } => self.set_policy(policy_arg(policy), invoke),
+            ApiOp::SetHandler { panics } => {
+                if let Side::Upcalls(u) = &self.side {
+                    u.set_handler(handler(self.seen.clone(), panics));
+                    self.handler_panics = panics;
+                }
+            }
+            ApiOp::Teardown => {
+                if let Side::Upcalls(_) = self.side {
+                    let Side::Upcalls(u) = std::mem::replace(&mut self.side, Side::Gone) else {
+                        unreachable!()
+                    };
+                    self.side = Side::Consumer(u.teardown());
+                    self.policy = UpcallPolicy::Disabled;
+                }
+            }
+            ApiOp::DropUpcalls => {
+                if let Side::Upcalls(_) = self.side {
+                    let side = std::mem::replace(&mut self.side, Side::Gone);
+                    drop(side);
+                    self.policy = UpcallPolicy::Disabled;
+                    // The consumer inside is dropped: closed.
+                    self.close();
+                }
+            }
+        }
+    }
+
+    /// Whether the last notification went to a waker that panics.
+    fn last_wake_panicked(&mut self) -> bool {
+        std::mem::take(&mut self.expect_waker_panic)
+    }
+
+    fn close(&mut self) {
+        if self.m.closed {
+            return;
+        }
+        self.m.closed = true;
+        if self.armed {
+            self.armed = false;
+            self.notified = true;
+            self.wakes += 1;
+            self.notify(true);
+        }
+    }
+
+    fn post(&mut self, poster: u8) {
+        let Some(i) = pick(self.posters.len(), poster) else {
+            return;
+        };
+        let p = self.log.make();
+        let id = p.id;
+        let poster = &self.posters[i];
+        let r = guarded(|| poster.post(p));
+        if self.m.closed {
+            self.m
+                .post(id, r.expect("a post refused as closed does not panic"));
+            return;
+        }
+        let full = self.m.queue.len() == self.m.cap;
+        if full {
+            // Refused: the overflow takes the notification as a post would.
+            self.m.overflow += 1;
+            self.m.overflowed += 1;
+        } else {
+            self.m.post(id, Ok(()));
+        }
+        let mut panicked = false;
+        if self.armed {
+            self.armed = false;
+            self.notified = true;
+            self.wakes += 1;
+            self.notify(true);
+            panicked = std::mem::take(&mut self.expect_waker_panic);
+        } else if self.enabled() {
+            panicked = self.run_instance();
+        }
+        match r {
+            Ok(r) => {
+                assert!(
+                    !panicked,
+                    "post returned; the waker or handler should have panicked"
+                );
+                match r {
+                    Ok(()) => assert!(!full, "post accepted into a full ring"),
+                    Err(evd::PostError::Full(p)) => {
+                        assert!(full, "post refused as full below capacity");
+                        assert_eq!(p.id, id, "a refused post hands back another event");
+                    }
+                    Err(evd::PostError::Closed(_)) => {
+                        panic!("post refused as closed on an open EVD")
+                    }
+                }
+            }
+            Err(()) => assert!(panicked, "post panicked"),
+        }
+    }
+
+    /// Check an arm with threshold `k` and apply it.
+    fn arm(&mut self, k: usize, r: ArmStatus) {
+        let len = self.m.queue.len();
+        let want = if len >= k {
+            ArmStatus::Pending
+        } else if self.m.closed {
+            if len == 0 {
+                ArmStatus::Closed
+            } else {
+                ArmStatus::Pending
+            }
+        } else {
+            self.armed = true;
+            if len == 0 {
+                self.notified = false;
+            }
+            if self.m.overflow > 0 {
+                // Found after the CAS: the arm is withdrawn, the report is
+                // the pending work.
+                self.armed = false;
+                ArmStatus::Pending
+            } else {
+                ArmStatus::Armed
+            }
+        };
+        assert_eq!(r, want, "arm");
+    }
+
+    fn wait(&mut self, threshold: u8, block: bool) {
+        let Side::Consumer(c) = &mut self.side else {
+            return;
+        };
+        let cap = self.m.cap;
+        let k = threshold as usize % (cap + 2);
+        let len = self.m.queue.len();
+        let want = if k == 0 || k > cap {
+            Err(WaitError::InvalidThreshold {
+                threshold: k,
+                capacity: cap,
+            })
+        } else if self.unwaitable {
+            // Checked before the back-off phase: nothing registered, no arm.
+            Err(WaitError::Unwaitable)
+        } else if self.spin_budget > 0 && len >= k {
+            Ok(len)
+        } else {
+            self.registered = Registered::Thread;
+            if self.m.overflow > 0 && !(self.m.closed && len == 0) {
+                // The arm finds work (or arms, then sees the report and
+                // withdraws); the wait returns the report.
+                if !self.m.closed && len < k && len == 0 {
+                    self.notified = false;
+                }
+                self.armed = false;
+                Err(WaitError::Overflow(Overflow {
+                    rejected: std::mem::take(&mut self.m.overflow),
+                }))
+            } else if len >= k {
+                Ok(len)
+            } else if self.m.closed {
+                Err(WaitError::Closed { available: len })
+            } else {
+                // Arms, finds the (zero) timeout expired, disarms.
+                if len == 0 {
+                    self.notified = false;
+                }
+                self.armed = false;
+                Err(WaitError::Timeout { available: len })
+            }
+        };
+        let blocks_forever = matches!(want, Err(WaitError::Timeout { .. }));
+        let timeout = if block && !blocks_forever {
+            None
+        } else {
+            Some(Duration::ZERO)
+        };
+        assert_eq!(c.wait(k, timeout), want, "wait({k}, {timeout:?})");
+    }
+
+    fn poll(&mut self, stream: bool, panicking_waker: bool) {
+        let Side::Consumer(c) = &mut self.side else {
+            return;
+        };
+        let w = Arc::new(TestWaker {
+            wakes: AtomicU64::new(0),
+            panics: panicking_waker,
+        });
+        let waker = Waker::from(w.clone());
+        let mut cx = Context::from_waker(&waker);
+        let r: Poll<Result<Payload, RecvError>> = if stream {
+            match Pin::new(&mut *c).poll_next(&mut cx) {
+                Poll::Ready(Some(Ok(v))) => Poll::Ready(Ok(v)),
+                Poll::Ready(Some(Err(o))) => Poll::Ready(Err(RecvError::Overflow(o))),
+                Poll::Ready(None) => Poll::Ready(Err(RecvError::Closed)),
+                Poll::Pending => Poll::Pending,
+            }
+        } else {
+            let mut f = c.recv();
+            Pin::new(&mut f).poll(&mut cx)
+        };
+        let r = r.map(|v| v.map(|p| p.id));
+        if self.m.overflow > 0 {
+            let o = Overflow {
+                rejected: std::mem::take(&mut self.m.overflow),
+            };
+            assert_eq!(r, Poll::Ready(Err(RecvError::Overflow(o))));
+        } else if let Some(id) = self.m.queue.pop_front() {
+            self.m.dequeued += 1;
+            assert_eq!(r, Poll::Ready(Ok(id)));
+        } else if self.m.closed {
+            assert_eq!(r, Poll::Ready(Err(RecvError::Closed)));
+        } else {
+            assert_eq!(r, Poll::Pending);
+            self.registered = Registered::Test;
+            self.waker = Some(w);
+            self.waker_wakes = 0;
+            self.armed = true;
+            self.notified = false;
+        }
+    }
+
+    fn hand_to_upcalls(&mut self, policy: UpcallPolicy, invoke: bool, panics: bool) {
+        if !matches!(self.side, Side::Consumer(_)) {
+            return;
+        }
+        let Side::Consumer(c) = std::mem::replace(&mut self.side, Side::Gone) else {
+            unreachable!()
+        };
+        self.armed = false;
+        self.handler_panics = panics;
+        let invoke_any = invoke;
+        let invoke = if invoke { Invoke::Any } else { Invoke::New };
+        let h = handler(self.seen.clone(), panics);
+        let r = guarded(move || c.into_upcalls(policy, invoke, h));
+        let panicked = self.policy_change(policy, invoke_any);
+        match r {
+            Ok(u) => {
+                assert!(
+                    !panicked,
+                    "into_upcalls returned; the handler should have panicked"
+                );
+                self.side = Side::Upcalls(u);
+            }
+            Err(()) => {
+                assert!(panicked, "into_upcalls panicked");
+                // The dispatcher and its consumer were dropped while unwinding.
+                self.policy = UpcallPolicy::Disabled;
+                self.close();
+            }
+        }
+    }
+
+    fn set_policy(&mut self, policy: UpcallPolicy, invoke: bool) {
+        let Side::Upcalls(u) = &mut self.side else {
+            return;
+        };
+        let inv = if invoke { Invoke::Any } else { Invoke::New };
+        let r = guarded(|| u.set_policy(policy, inv));
+        let panicked = self.policy_change(policy, invoke);
+        match r {
+            Ok(r) => {
+                assert_eq!(r, Ok(()), "set_policy outside an upcall");
+                assert!(
+                    !panicked,
+                    "set_policy returned; the handler should have panicked"
+                );
+            }
+            Err(()) => assert!(panicked, "set_policy panicked"),
+        }
+    }
+
+    /// Apply a policy change to the model; true if the upcall it starts
+    /// panics.
+    fn policy_change(&mut self, policy: UpcallPolicy, any: bool) -> bool {
+        self.policy = match policy {
+            UpcallPolicy::Teardown => UpcallPolicy::Disabled,
+            p => p,
+        };
+        let enabled = matches!(
+            self.policy,
+            UpcallPolicy::SingleInstance | UpcallPolicy::ManyInstances
+        );
+        if enabled && any && !self.m.queue.is_empty() {
+            self.run_instance()
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_corpus_replays() {
+        let n = crate::replay::<Input>("api", run);
+        assert!(n > 0, "no seed corpus for api");
+    }
+
+    #[test]
+    fn random_sequences() {
+        let mut rng = crate::Rng(0xfeed_face_dead_beef);
+        for _ in 0..300 {
+            let bytes = rng.bytes(400);
+            let input = Input::arbitrary_take_rest(Unstructured::new(&bytes)).unwrap();
+            run(&input);
+        }
+    }
+}

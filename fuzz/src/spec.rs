@@ -1,0 +1,277 @@
+//! The reference model of the EVD state word: the documented bit layout and
+//! transition table of `evd::state`, written out again on a plain struct.
+//!
+//! Every transition the simulator computes with the real `evd::state`
+//! function is also computed here, from the decoded word, and the two must
+//! agree (outcome and new word). The model is sequential: it knows nothing of
+//! threads, only of the word before and after one transition.
+
+use evd::state::{self, Notify, PolicyBits};
+
+/// Bits of the ticket counter (bits 19–63 of the word).
+pub const TICKET_MASK: u64 = (1 << 45) - 1;
+
+/// The word's fields, decoded by the layout documented in `evd::state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Word {
+    pub tail: u64,
+    pub armed: bool,
+    pub notified: bool,
+    pub closed: bool,
+    pub resizing: bool,
+    pub token: bool,
+    /// 0 disabled, 1 single, 2 many (3 is never valid).
+    pub policy: u8,
+    pub instances: u64,
+    pub cap_log2: u32,
+}
+
+impl Word {
+    /// Decode `w` by the documented layout, cross-checked with the crate's own
+    /// accessors so that layout and accessors cannot drift apart.
+    pub fn decode(w: u64) -> Word {
+        let d = Word {
+            armed: w & 1 != 0,
+            notified: (w >> 1) & 1 != 0,
+            closed: (w >> 2) & 1 != 0,
+            resizing: (w >> 3) & 1 != 0,
+            token: (w >> 4) & 1 != 0,
+            policy: ((w >> 5) & 0b11) as u8,
+            instances: (w >> 7) & 0b11_1111,
+            cap_log2: ((w >> 13) & 0b11_1111) as u32,
+            tail: w >> 19,
+        };
+        assert_ne!(d.policy, 3, "policy bits 3 are not a policy: {w:#x}");
+        assert_eq!(d.tail, state::tail(w));
+        assert_eq!(d.cap_log2, state::cap_log2(w));
+        assert_eq!(d.instances, state::instances(w));
+        assert_eq!(d.policy, policy_bits(state::policy(w)));
+        assert_eq!(d.armed, state::has(w, state::ARMED));
+        assert_eq!(d.notified, state::has(w, state::NOTIFIED));
+        assert_eq!(d.closed, state::has(w, state::CLOSED));
+        assert_eq!(d.resizing, state::has(w, state::RESIZING));
+        assert_eq!(d.token, state::has(w, state::TOKEN));
+        d
+    }
+
+    pub fn initial(cap_log2: u32) -> Word {
+        Word {
+            tail: 0,
+            armed: false,
+            notified: false,
+            closed: false,
+            resizing: false,
+            token: false,
+            policy: 0,
+            instances: 0,
+            cap_log2,
+        }
+    }
+
+    pub fn len(&self, head: u64) -> u64 {
+        self.tail.wrapping_sub(head) & TICKET_MASK
+    }
+
+    pub fn capacity(&self) -> u64 {
+        1 << self.cap_log2
+    }
+}
+
+pub fn policy_bits(p: PolicyBits) -> u8 {
+    match p {
+        PolicyBits::Disabled => 0,
+        PolicyBits::Single => 1,
+        PolicyBits::Many => 2,
+    }
+}
+
+/// Instances a policy allows in flight.
+pub fn limit(policy: u8) -> u64 {
+    match policy {
+        1 => 1,
+        2 => 63,
+        _ => 0,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reserve {
+    Ticket {
+        ticket: u64,
+        notify: Notify,
+        next: Word,
+    },
+    Closed,
+    Resizing,
+    Full,
+}
+
+/// post: take the tail ticket; the first post after an arm owns the wake; a
+/// post that finds the token free under an enabled policy below its limit
+/// starts an instance.
+pub fn reserve(a: Word, hint: u64) -> Reserve {
+    if a.closed {
+        return Reserve::Closed;
+    }
+    if a.resizing {
+        return Reserve::Resizing;
+    }
+    if a.len(hint) >= a.capacity() {
+        return Reserve::Full;
+    }
+    let mut n = a;
+    n.tail = (a.tail + 1) & TICKET_MASK;
+    let notify = if a.armed {
+        n.armed = false;
+        n.notified = true;
+        Notify::Wake
+    } else if a.policy != 0 && !a.token && a.instances < limit(a.policy) {
+        n.token = true;
+        n.notified = true;
+        n.instances += 1;
+        Notify::Upcall
+    } else {
+        Notify::None
+    };
+    Reserve::Ticket {
+        ticket: a.tail,
+        notify,
+        next: n,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    Arm(Word),
+    Pending,
+    Closed,
+}
+
+/// arm: below the threshold and not closed-and-drained, set ARMED; clear
+/// NOTIFIED only on an empty ring.
+pub fn arm(a: Word, head: u64, threshold: u64) -> Arm {
+    let n = a.len(head);
+    if n >= threshold {
+        return Arm::Pending;
+    }
+    if a.closed {
+        return if n == 0 { Arm::Closed } else { Arm::Pending };
+    }
+    let mut next = a;
+    next.armed = true;
+    if n == 0 {
+        next.notified = false;
+    }
+    Arm::Arm(next)
+}
+
+pub fn disarm(a: Word) -> Word {
+    Word { armed: false, ..a }
+}
+
+/// close: set CLOSED, take the wake of an armed consumer.
+pub fn close(a: Word) -> (Word, bool) {
+    let wake = a.armed;
+    let mut n = a;
+    n.closed = true;
+    n.armed = false;
+    if wake {
+        n.notified = true;
+    }
+    (n, wake)
+}
+
+pub fn begin_resize(a: Word) -> Option<Word> {
+    (!a.resizing).then_some(Word {
+        resizing: true,
+        ..a
+    })
+}
+
+pub fn end_resize(a: Word, cap_log2: u32) -> Word {
+    Word {
+        resizing: false,
+        cap_log2,
+        ..a
+    }
+}
+
+/// set_policy: install the policy; with Invoke::Any, queued events and a free
+/// token below the new limit, start an instance.
+pub fn set_policy(a: Word, head: u64, policy: u8, any: bool) -> (Word, bool) {
+    let mut n = a;
+    n.policy = policy;
+    let start = any && a.len(head) > 0 && !a.token && a.instances < limit(policy);
+    if start {
+        n.token = true;
+        n.notified = true;
+        n.instances += 1;
+    }
+    (n, start)
+}
+
+/// exit_instance: refused (None) while events are queued under an enabled
+/// policy; otherwise drop the token and the count, and NOTIFIED if empty.
+pub fn exit_instance(a: Word, head: u64) -> Option<Word> {
+    let n = a.len(head);
+    if n != 0 && a.policy != 0 {
+        return None;
+    }
+    let mut next = a;
+    next.token = false;
+    next.instances = a.instances.saturating_sub(1);
+    if n == 0 {
+        next.notified = false;
+    }
+    Some(next)
+}
+
+pub fn release_token(a: Word) -> Word {
+    Word { token: false, ..a }
+}
+
+/// reacquire: (took the token, new word).
+/// (Also ends while more instances are in flight than the policy allows.)
+pub fn reacquire(a: Word) -> (bool, Word) {
+    if a.token || a.instances > limit(a.policy) {
+        (
+            false,
+            Word {
+                instances: a.instances.saturating_sub(1),
+                ..a
+            },
+        )
+    } else {
+        (true, Word { token: true, ..a })
+    }
+}
+
+pub fn abandon_instance(a: Word, held: bool) -> Word {
+    Word {
+        token: if held { false } else { a.token },
+        instances: a.instances.saturating_sub(1),
+        ..a
+    }
+}
+
+/// notify_overflow: a refused post takes the notification as a reservation
+/// would (wake an armed consumer, or start an instance), without a ticket;
+/// None if closed or there is nobody to notify.
+pub fn notify_overflow(a: Word) -> Option<(Word, Notify)> {
+    if a.closed {
+        return None;
+    }
+    let mut n = a;
+    if a.armed {
+        n.armed = false;
+        n.notified = true;
+        return Some((n, Notify::Wake));
+    }
+    if !a.token && a.instances < limit(a.policy) {
+        n.token = true;
+        n.notified = true;
+        n.instances += 1;
+        return Some((n, Notify::Upcall));
+    }
+    None
+}
