@@ -38,7 +38,7 @@ fn main() {
                 armed += 1;
                 sleeps += 1;
                 match consumer.wait(1, None) {
-                    Ok(_) | Err(WaitError::Closed { .. }) => {}
+                    Ok(_) | Err(WaitError::Closed { .. } | WaitError::Overflow(_)) => {}
                     Err(e) => panic!("wait failed: {e}"),
                 }
             }

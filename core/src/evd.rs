@@ -219,13 +219,26 @@ impl<T> Shared<T> {
             Arm::Arm(new) => Ok((new, Arm::Arm(new))),
             other => Err(other),
         });
-        if matches!(r, Arm::Arm(_)) && self.overflow_pending.load(Ordering::Relaxed) != 0 {
-            // A post was refused and its RMW on the word came before our CAS,
-            // so it did not see ARMED: the report is the pending work.
-            self.disarm();
-            return Arm::Pending;
+        match r {
+            Arm::Arm(_) if self.overflow_pending.load(Ordering::Relaxed) != 0 => {
+                // A post was refused and its RMW on the word came before our
+                // CAS, so it did not see ARMED: the report is pending work.
+                self.disarm();
+                Arm::Pending
+            }
+            Arm::Closed => {
+                // Closed and drained, unless a refused post's report is still
+                // to be told (its RMW on the word came before close's; this
+                // Acquire load makes its count visible).
+                self.state.load(Ordering::Acquire);
+                if self.overflow_pending.load(Ordering::Relaxed) != 0 {
+                    Arm::Pending
+                } else {
+                    Arm::Closed
+                }
+            }
+            other => other,
         }
-        r
     }
 
     /// Withdraw an arm (timed-out wait, dropped future).
@@ -474,19 +487,23 @@ impl<T: Send> Poster<T> {
     ) -> Result<(u64, u64, Notify), BatchPostError> {
         let s = &*self.shared;
         let mut hint = self.head_hint.load(Ordering::Acquire);
-        // A hint more than one epoch old could be 2^45 tickets behind, where
-        // the word's tail wraps and a full ring would look empty: reload it.
-        if s.head_epoch
-            .load(Ordering::Relaxed)
-            .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
-            >= 2
-        {
-            hint = s.head.load(Ordering::Acquire);
-            self.head_hint.store(hint, Ordering::Release);
-        }
         let mut w = s.state.load(Ordering::Relaxed);
         let mut backoff: Option<Backoff> = None;
         loop {
+            // A hint more than one epoch old could be 2^45 tickets behind,
+            // where the word's tail wraps and a full ring would look empty:
+            // reload it. Checked after every load of `w` (a stall between the
+            // check and the load must not outlive it), assuming the epoch
+            // load is not 2^40 events stale itself.
+            if s.head_epoch
+                .load(Ordering::Relaxed)
+                .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
+                >= 2
+            {
+                hint = s.head.load(Ordering::Acquire);
+                self.head_hint.store(hint, Ordering::Release);
+                w = s.state.load(Ordering::Relaxed);
+            }
             match reserve(w, hint) {
                 ReserveBatch::Tickets {
                     new,

@@ -55,7 +55,7 @@
 //! |---|---|---|---|---|
 //! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / run the upcall |
 //! | batch post (poster) | [`reserve_batch`] | as for post | tail+count (count = min(asked, room)); notification as for post | publish every slot, then wake / run the upcall |
-//! | post refused, ring full (poster) | [`notify_overflow`] | !CLOSED, and ARMED or an upcall may start | as for a reservation, without the tail | wake / run the upcall (it reports the overflow) |
+//! | post refused, ring full (poster) | [`notify_overflow`] | ARMED, or an upcall may start | as for a reservation, without the tail | wake / run the upcall (it reports the overflow) |
 //! | arm (consumer) | [`arm`] | len < threshold, not closed-and-empty | +ARMED, and −NOTIFIED if empty | park / await / epoll |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
 //! | disarm (consumer, on timeout) | [`disarm`] | — | −ARMED | — |
@@ -406,10 +406,11 @@ pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
 /// assert!(matches!(notify_overflow(armed), Some((_, Notify::Wake))));
 /// assert_eq!(notify_overflow(initial(2)), None);
 /// ```
+///
+/// A closed EVD still gets the report: its remaining events and the report
+/// are drained, by the consumer or by an upcall (ARMED is never set on a
+/// closed word, so only the upcall branch applies there).
 pub const fn notify_overflow(w: u64) -> Option<(u64, Notify)> {
-    if has(w, CLOSED) {
-        return None;
-    }
     if has(w, ARMED) {
         return Some(((w & !ARMED) | NOTIFIED, Notify::Wake));
     }
@@ -822,7 +823,12 @@ mod tests {
     #[test]
     fn overflow_takes_the_notification_like_a_post() {
         assert_eq!(notify_overflow(CAP4), None);
-        assert_eq!(notify_overflow(CAP4 | ARMED | CLOSED), None);
+        assert_eq!(notify_overflow(CAP4 | CLOSED), None);
+        let closed_single = with_policy(CAP4 | CLOSED, PolicyBits::Single);
+        assert!(
+            matches!(notify_overflow(closed_single), Some((_, Notify::Upcall))),
+            "a closed EVD's overflow is still reported"
+        );
         assert_eq!(
             notify_overflow(CAP4 | ARMED),
             Some((CAP4 | NOTIFIED, Notify::Wake))

@@ -366,6 +366,11 @@ impl<T: Send> Upcalls<T> {
             let r = state::set_policy(w, h, bits, invoke);
             Ok((r.new, r.start_instance))
         });
+        // An overflow report counts as a queued event for Invoke::Any.
+        let start = start
+            || (invoke == Invoke::Any
+                && s.overflow_pending.load(Ordering::Relaxed) != 0
+                && restart_for_overflow(s));
         if start {
             run_instance(s);
         }

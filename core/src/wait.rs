@@ -165,7 +165,12 @@ impl<T> Consumer<T> {
                     // Reserved slots whose posters are still writing them.
                     backoff.snooze();
                 }
-                Arm::Closed => return Err(WaitError::Closed { available: 0 }),
+                Arm::Closed => {
+                    return Err(match s.take_overflow() {
+                        Some(o) => WaitError::Overflow(o),
+                        None => WaitError::Closed { available: 0 },
+                    })
+                }
             }
         }
     }

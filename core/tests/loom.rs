@@ -345,3 +345,42 @@ fn batch_post_vs_arm() {
         assert_eq!(c.join().unwrap(), [1, 2], "exactly once, FIFO");
     });
 }
+
+#[test]
+fn overflow_vs_close_is_told_before_end_of_stream() {
+    // Review finding: a refused post counted its overflow after the
+    // consumer's last dequeue and then closed the EVD; arm() said Closed and
+    // a consumer that stops there never heard of the refusal.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(0).unwrap();
+        consumer.set_spin_budget(0);
+        let c = thread::spawn(move || {
+            let (mut events, mut reports) = (0, 0);
+            loop {
+                match consumer.try_dequeue() {
+                    Ok(_) => events += 1,
+                    Err(TryDequeueError::Overflow(o)) => reports += o.rejected,
+                    Err(TryDequeueError::Empty | TryDequeueError::Closed) => match consumer.arm() {
+                        ArmStatus::Closed => break,
+                        ArmStatus::Pending => {}
+                        ArmStatus::Armed => {
+                            if let Err(WaitError::Overflow(o)) = consumer.wait(1, None) {
+                                reports += o.rejected;
+                            }
+                        }
+                    },
+                }
+            }
+            (events, reports)
+        });
+        let _ = poster.post(1);
+        drop(poster); // closes
+        let (events, reports) = c.join().unwrap();
+        assert_eq!(
+            events + reports,
+            2,
+            "told of every post before end of stream"
+        );
+    });
+}

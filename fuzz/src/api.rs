@@ -637,7 +637,9 @@ impl Api {
         let want = if len >= k {
             ArmStatus::Pending
         } else if self.m.closed {
-            if len == 0 {
+            // Closed and drained is the end, unless an overflow report is
+            // still to be told.
+            if len == 0 && self.m.overflow == 0 {
                 ArmStatus::Closed
             } else {
                 ArmStatus::Pending
@@ -678,7 +680,7 @@ impl Api {
             Ok(len)
         } else {
             self.registered = Registered::Thread;
-            if self.m.overflow > 0 && !(self.m.closed && len == 0) {
+            if self.m.overflow > 0 {
                 // The arm finds work (or arms, then sees the report and
                 // withdraws); the wait returns the report.
                 if !self.m.closed && len < k && len == 0 {
@@ -813,7 +815,8 @@ impl Api {
             self.policy,
             UpcallPolicy::SingleInstance | UpcallPolicy::ManyInstances
         );
-        if enabled && any && !self.m.queue.is_empty() {
+        // Invoke::Any: queued events, or an overflow report, start one now.
+        if enabled && any && (!self.m.queue.is_empty() || self.m.overflow > 0) {
             self.run_instance()
         } else {
             false

@@ -255,12 +255,10 @@ pub fn abandon_instance(a: Word, held: bool) -> Word {
 }
 
 /// notify_overflow: a refused post takes the notification as a reservation
-/// would (wake an armed consumer, or start an instance), without a ticket;
-/// None if closed or there is nobody to notify.
+/// would (wake an armed consumer, or start an instance), without a ticket,
+/// also on a closed EVD (the report must still be told); None if there is
+/// nobody to notify.
 pub fn notify_overflow(a: Word) -> Option<(Word, Notify)> {
-    if a.closed {
-        return None;
-    }
     let mut n = a;
     if a.armed {
         n.armed = false;

@@ -1311,11 +1311,25 @@ impl SharedArm {
                         other => panic!("model refuses the arm: {other:?}"),
                     },
                 )?;
+                if matches!(r, Arm::Closed) {
+                    // As the core: closed and drained, unless an overflow
+                    // report is still to be told (an Acquire load of the
+                    // word, then the count: one step).
+                    self.pc = 5;
+                    return None;
+                }
                 if !matches!(r, Arm::Arm(_)) {
                     return Some(r);
                 }
                 sim.armed_threshold = k;
                 self.pc = 3;
+            }
+            5 => {
+                return Some(if sim.overflow_pending != 0 {
+                    Arm::Pending
+                } else {
+                    Arm::Closed
+                });
             }
             3 => {
                 if sim.overflow_pending == 0 {
