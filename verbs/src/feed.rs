@@ -307,23 +307,36 @@ impl<C: CompletionQueue> Feed<C> {
     /// assert!(!producer.is_stranded());
     /// ```
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
-        let mut arming = false;
-        if !self.armed && !self.failed && !self.closed {
-            // Arming while completions are held (EVD full) is pointless: the
-            // feed will not poll until there is room anyway.
-            if self.held_from < self.held_to || self.free_space() == 0 {
-                return Ok(self.progress(budget));
+        let mut delivered = 0;
+        loop {
+            let mut arming = false;
+            if !self.armed && !self.failed && !self.closed {
+                // Arming while completions are held (EVD full) is pointless:
+                // the feed will not poll until there is room anyway.
+                if self.held_from < self.held_to || self.free_space() == 0 {
+                    let mut p = self.progress(budget);
+                    p.delivered += delivered;
+                    if p.status != FeedStatus::Drained {
+                        return Ok(p);
+                    }
+                    // The consumer made room meanwhile and the CQ is empty,
+                    // but it was never armed: "Drained" would send the feed to
+                    // sleep on a channel that cannot fire. Arm, then drain.
+                    delivered = p.delivered;
+                    continue;
+                }
+                self.cq.req_notify(self.solicited_only)?;
+                self.armed = true;
+                self.stats.arms += 1;
+                arming = true;
             }
-            self.cq.req_notify(self.solicited_only)?;
-            self.armed = true;
-            self.stats.arms += 1;
-            arming = true;
+            let mut p = self.progress(budget);
+            if arming {
+                self.stats.found_after_arm += p.delivered as u64;
+            }
+            p.delivered += delivered;
+            return Ok(p);
         }
-        let p = self.progress(budget);
-        if arming {
-            self.stats.found_after_arm += p.delivered as u64;
-        }
-        Ok(p)
     }
 
     /// Event-driven wake-up, when the channel fd is readable: get every
