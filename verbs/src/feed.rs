@@ -12,10 +12,13 @@
 //! A feed never polls more completions than the EVD has room for (it reads
 //! the EVD's free space, counts it down as it polls, and reads it again when
 //! the count runs out), so completions wait in the CQ, not
-//! in the feed. If another poster fills the EVD between that check and the
-//! post, the refused completion and the rest of its batch are held in the
-//! feed (at most one batch) and posted first, in order, next time; the EVD
-//! counts that refusal as an `Overflow` report, but nothing is lost. A full
+//! in the feed. Each polled batch is posted with one
+//! [`Poster::post_batch`] (one reservation CAS and one notification per
+//! batch, not per completion). If another poster fills the EVD between that
+//! check and the post, the completions that did not fit are held in the
+//! feed (at most one batch) and posted first, in order, next time; a post
+//! of which nothing fits is counted by the EVD as an `Overflow` report, but
+//! nothing is lost. A full
 //! EVD stops the feed with [`FeedStatus::Backpressure`]; the EVD has no
 //! "room again" notification, so the caller retries: busy-poll callers on
 //! their next `progress`, the driver on a bounded backoff timer (see
@@ -24,7 +27,7 @@
 use crate::completion::WorkCompletion;
 use crate::cq::{CompletionQueue, PollError};
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent};
-use evd::{PostError, Poster};
+use evd::{BatchPostError, Poster};
 use std::io;
 use std::mem::ManuallyDrop;
 
@@ -130,12 +133,13 @@ pub struct Feed<C: CompletionQueue> {
     cq: C,
     id: CqId,
     poster: Poster<VerbsEvent>,
+    /// Where the CQ is polled into.
     batch: [WorkCompletion; POLL_BATCH],
-    /// `batch[held_from..held_to]` were polled but not yet posted.
-    held_from: usize,
-    held_to: usize,
-    /// A CQ failure to report, not yet posted.
-    held_async: Option<AsyncEvent>,
+    /// Events polled (or a CQ failure raised) but not yet posted, in order.
+    /// Empty between calls unless the EVD refused them. Allocated once with
+    /// room for a whole batch, and only ever holds one batch (or the one
+    /// `CqError`), so it never reallocates.
+    held: Vec<VerbsEvent>,
     unacked: u32,
     /// A `req_notify` is outstanding: no channel event was got since.
     armed: bool,
@@ -157,9 +161,7 @@ impl<C: CompletionQueue> Feed<C> {
             id,
             poster,
             batch: [WorkCompletion::default(); POLL_BATCH],
-            held_from: 0,
-            held_to: 0,
-            held_async: None,
+            held: Vec::with_capacity(POLL_BATCH),
             unacked: 0,
             armed: false,
             solicited_only: false,
@@ -267,18 +269,26 @@ impl<C: CompletionQueue> Feed<C> {
                 Err(e) => {
                     self.failed = true;
                     self.failure = Some(e);
-                    self.held_async = Some(AsyncEvent {
+                    // Nothing is held here (the post above succeeded), so
+                    // the error comes after every completion polled before.
+                    self.held.push(VerbsEvent::Async(AsyncEvent {
                         kind: AsyncEventKind::CqError,
                         element: AsyncElement::Cq(self.id),
-                    });
+                    }));
                     let _ = self.post_held(&mut delivered);
                     return self.stop(delivered, FeedStatus::Failed);
                 }
             };
             self.stats.polled += n as u64;
             self.room -= n;
-            self.held_from = 0;
-            self.held_to = n;
+            let cq = self.id;
+            // `held` is empty here (the post above succeeded) and n <=
+            // POLL_BATCH, its capacity: no allocation.
+            self.held.extend(
+                self.batch[..n]
+                    .iter()
+                    .map(|&wc| VerbsEvent::Completion { cq, wc }),
+            );
             if let Err(status) = self.post_held(&mut delivered) {
                 return self.stop(delivered, status);
             }
@@ -313,7 +323,7 @@ impl<C: CompletionQueue> Feed<C> {
             if !self.armed && !self.failed && !self.closed {
                 // Arming while completions are held (EVD full) is pointless:
                 // the feed will not poll until there is room anyway.
-                if self.held_from < self.held_to || self.free_space() == 0 {
+                if !self.held.is_empty() || self.free_space() == 0 {
                     let mut p = self.progress(budget);
                     p.delivered += delivered;
                     if p.status != FeedStatus::Drained {
@@ -396,44 +406,32 @@ impl<C: CompletionQueue> Feed<C> {
         q.capacity.saturating_sub(q.len)
     }
 
-    /// Post the held async event and completions, in order.
+    /// Post the held events, in order, with one reservation: as many as
+    /// fit; the rest stay held.
     #[inline]
     fn post_held(&mut self, delivered: &mut usize) -> Result<(), FeedStatus> {
-        if let Some(ev) = self.held_async.take() {
-            match self.poster.post(VerbsEvent::Async(ev)) {
-                Ok(()) => *delivered += 1,
-                Err(e) => {
-                    self.held_async = Some(match e.into_inner() {
-                        VerbsEvent::Async(ev) => ev,
-                        VerbsEvent::Completion { .. } => unreachable!("posted an async event"),
-                    });
-                    return Err(self.refused_status());
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        match self.poster.post_batch(&mut self.held) {
+            Ok(n) => {
+                *delivered += n;
+                if self.held.is_empty() {
+                    Ok(())
+                } else {
+                    // Other posters took the room this feed counted on.
+                    self.room = 0;
+                    Err(FeedStatus::Backpressure)
                 }
             }
-        }
-        while self.held_from < self.held_to {
-            let wc = self.batch[self.held_from];
-            match self.poster.post(VerbsEvent::Completion { cq: self.id, wc }) {
-                Ok(()) => {
-                    self.held_from += 1;
-                    *delivered += 1;
-                }
-                Err(PostError::Full(_)) => return Err(FeedStatus::Backpressure),
-                Err(PostError::Closed(_)) => {
-                    self.closed = true;
-                    return Err(FeedStatus::Closed);
-                }
+            Err(BatchPostError::Full) => {
+                self.room = 0;
+                Err(FeedStatus::Backpressure)
             }
-        }
-        Ok(())
-    }
-
-    fn refused_status(&mut self) -> FeedStatus {
-        if self.poster.is_closed() {
-            self.closed = true;
-            FeedStatus::Closed
-        } else {
-            FeedStatus::Backpressure
+            Err(BatchPostError::Closed) => {
+                self.closed = true;
+                Err(FeedStatus::Closed)
+            }
         }
     }
 
@@ -465,16 +463,11 @@ impl<C: CompletionQueue> Feed<C> {
     pub fn into_parts(self) -> (C, Vec<VerbsEvent>) {
         let mut me = ManuallyDrop::new(self);
         me.ack_all();
-        let mut undelivered = Vec::new();
-        if let Some(ev) = me.held_async.take() {
-            undelivered.push(VerbsEvent::Async(ev));
-        }
-        for wc in &me.batch[me.held_from..me.held_to] {
-            undelivered.push(VerbsEvent::Completion { cq: me.id, wc: *wc });
-        }
+        let undelivered = std::mem::take(&mut me.held);
         // SAFETY: `me` is never used or dropped after these reads, so the CQ
-        // and the poster are each moved out exactly once; the other fields
-        // are plain data with no destructor.
+        // and the poster are each moved out exactly once; `held` was taken
+        // (an empty Vec owns no allocation); the other fields are plain data
+        // with no destructor.
         let (cq, poster) = unsafe { (std::ptr::read(&me.cq), std::ptr::read(&me.poster)) };
         drop(poster);
         (cq, undelivered)

@@ -205,6 +205,48 @@ fn refused_post_is_held_and_reposted_in_order() {
 }
 
 #[test]
+fn batch_that_partly_fits_posts_the_front_and_holds_the_rest_in_order() {
+    let (poster, mut consumer) = evd::bounded(4).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    for i in 0..5 {
+        hca.push(wc(i)).unwrap();
+    }
+    // The feed reads 4 free slots and uses 1 of them.
+    assert_eq!(feed.progress(1).delivered, 1);
+    // Another poster takes 1 of the 3 slots the feed still counts on.
+    let port = VerbsEvent::Async(evd_verbs::AsyncEvent {
+        kind: AsyncEventKind::PortActive,
+        element: AsyncElement::Port(1),
+    });
+    poster.post(port).unwrap();
+    // The feed polls 3 in one batch; one post places the first 2 and
+    // holds the third.
+    let p = feed.progress(64);
+    assert_eq!((p.delivered, p.status), (2, FeedStatus::Backpressure));
+    assert_eq!(feed.stats().polled, 4);
+    assert_eq!(hca.stats().len, 1);
+    let mut ids = Vec::new();
+    let mut ports = 0;
+    loop {
+        match consumer.try_dequeue() {
+            Ok(VerbsEvent::Completion { wc, .. }) => ids.push(wc.wr_id),
+            Ok(VerbsEvent::Async(_)) => ports += 1,
+            Err(TryDequeueError::Empty) => break,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!((ids.as_slice(), ports), ([0, 1, 2].as_slice(), 1));
+    // A short post is not a refusal: no overflow was reported.
+    assert_eq!(consumer.query().overflowed, 0);
+    // The held completion goes first, then the rest of the CQ.
+    let p = feed.progress(64);
+    assert_eq!((p.delivered, p.status), (2, FeedStatus::Drained));
+    ids.extend(wr_ids(&mut consumer));
+    assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
 fn held_completions_are_handed_back_at_teardown() {
     let (poster, mut consumer) = evd::bounded(2).unwrap();
     let (cq, hca) = SoftCq::new(64).unwrap();
