@@ -102,12 +102,12 @@ impl Rearm {
         match kind {
             RearmKind::EvdArm => {
                 for _ in 0..iters {
-                    black_box(black_box(&mut *c).arm());
+                    let _ = black_box(black_box(&mut *c).arm());
                 }
             }
             RearmKind::ArmThenPoll => {
                 for _ in 0..iters {
-                    black_box(black_box(&mut *c).arm());
+                    let _ = black_box(black_box(&mut *c).arm());
                     let _ = black_box(black_box(&mut *c).try_dequeue());
                 }
             }

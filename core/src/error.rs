@@ -38,10 +38,13 @@ impl fmt::Display for CreateError {
 impl std::error::Error for CreateError {}
 
 /// A refused post. The event is handed back inside.
-#[derive(PartialEq, Eq)]
+///
+/// A refusal is never a loss: nothing is counted and the consumer is told
+/// nothing. Only events given up by [`Poster::post_lossy`](crate::Poster::post_lossy)
+/// are reported, as an [`Overflow`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PostError<T> {
-    /// The ring is full; the overflow was counted and will be reported to
-    /// the consumer.
+    /// The ring is full (backpressure): retry later, or give the event up.
     Full(T),
     /// The EVD is closed.
     Closed(T),
@@ -87,7 +90,7 @@ impl<T> std::error::Error for PostError<T> {}
 /// stay in the caller's vector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BatchPostError {
-    /// Not one slot was free; counted as one overflow.
+    /// Not one slot was free (backpressure; nothing is counted).
     Full,
     /// The EVD is closed.
     Closed,
@@ -104,17 +107,23 @@ impl fmt::Display for BatchPostError {
 
 impl std::error::Error for BatchPostError {}
 
-/// Posts were refused because the ring was full (DAT's `EVD_OVERFLOW`):
-/// reported once to the consumer, on its next dequeue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Events were lost (DAT's `EVD_OVERFLOW`): given up by a lossy post
+/// ([`Poster::post_lossy`](crate::Poster::post_lossy)) because the ring was
+/// full. A refused post that handed its event back is not a loss and is never
+/// reported.
+///
+/// Reported to the consumer on a dequeue, a wait or an upcall, coalesced (one
+/// report for every loss since the last), never twice in a row while events
+/// are ready, and always before the end of stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Overflow {
-    /// Posts refused since the last report.
-    pub rejected: u64,
+    /// Events lost since the last report.
+    pub lost: u64,
 }
 
 impl fmt::Display for Overflow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "EVD overflowed: {} posts were refused", self.rejected)
+        write!(f, "EVD overflowed: {} events were lost", self.lost)
     }
 }
 
@@ -125,8 +134,8 @@ impl std::error::Error for Overflow {}
 pub enum TryDequeueError {
     /// Nothing is ready.
     Empty,
-    /// Posts were refused since the last dequeue; the next dequeue goes on
-    /// with the events.
+    /// Events were lost since the last report; the next dequeue goes on with
+    /// the events.
     Overflow(Overflow),
     /// The EVD is closed and drained: end of stream.
     Closed,
@@ -147,7 +156,7 @@ impl std::error::Error for TryDequeueError {}
 /// Why an async receive or the stream ended without an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecvError {
-    /// Posts were refused since the last dequeue.
+    /// Events were lost since the last report.
     Overflow(Overflow),
     /// The EVD is closed and drained.
     Closed,
@@ -181,7 +190,7 @@ pub enum WaitError {
     },
     /// The EVD was made unwaitable (`set_unwaitable`).
     Unwaitable,
-    /// Posts were refused since the last dequeue: the wait reports it (once)
+    /// Events were lost since the last report: the wait reports it (once)
     /// instead of sleeping past it. Nothing was dequeued.
     Overflow(Overflow),
     /// The EVD is closed, and fewer than `threshold` events remain.

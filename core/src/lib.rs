@@ -57,7 +57,7 @@ pub use error::{
     BatchPostError, CreateError, Overflow, PolicyError, PostError, RecvError, ResizeError,
     TryDequeueError, WaitError,
 };
-pub use evd::{bounded, ArmStatus, Consumer, Poster, DEFAULT_SPIN_BUDGET, MAX_CAPACITY};
+pub use evd::{bounded, ArmStatus, Consumer, Lossy, Poster, DEFAULT_SPIN_BUDGET, MAX_CAPACITY};
 #[cfg(all(target_os = "linux", not(loom)))]
 pub use eventfd::NotifyFd;
 pub use future::Recv;

@@ -43,8 +43,9 @@ impl UpcallPolicy {
     }
 }
 
-/// A snapshot of an EVD (DAT's `evd_query`). Fields are read one after the
-/// other, not atomically together.
+/// A snapshot of an EVD (DAT's `evd_query`). The state fields, `len`,
+/// `posted` and `dequeued` belong to one instant (`len <= capacity` always);
+/// the counters are read just after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Query {
     /// Events the ring holds (a power of two).
@@ -69,8 +70,8 @@ pub struct Query {
     pub posted: u64,
     /// Events dequeued since creation (by any mode, upcalls included).
     pub dequeued: u64,
-    /// Posts refused because the ring was full.
-    pub overflowed: u64,
+    /// Events given up by lossy posts on a full ring (reported or not).
+    pub lost: u64,
     /// Notifications fired: wakes of an armed consumer and upcall starts.
     pub notifications: u64,
     /// Upcall handler invocations.
@@ -80,7 +81,7 @@ pub struct Query {
 /// Counters touched off the post/dequeue fast path only.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) overflowed: AtomicU64,
+    pub(crate) lost: AtomicU64,
     pub(crate) notifications: AtomicU64,
     pub(crate) upcalls: AtomicU64,
 }

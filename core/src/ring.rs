@@ -86,6 +86,12 @@ impl<T> Buffer<T> {
         })
     }
 
+    /// The number of slots.
+    #[inline(always)]
+    pub(crate) fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
     #[inline(always)]
     fn slot(&self, t: u64) -> &Slot<T> {
         // `mask` < slots.len(), so the index is in bounds; the compiler sees it.
@@ -137,14 +143,5 @@ impl<T> Buffer<T> {
         self.slot(t)
             .value
             .with_mut(|p| unsafe { (*p).assume_init_read() })
-    }
-
-    /// Drop ticket `t`'s value in place.
-    ///
-    /// # Safety
-    /// As for [`Buffer::take`].
-    pub(crate) unsafe fn drop_in_place(&self, t: u64) {
-        // SAFETY: as for `take`; the value is dropped exactly once here.
-        drop(unsafe { self.take(t) });
     }
 }

@@ -55,11 +55,13 @@
 //! |---|---|---|---|---|
 //! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / run the upcall |
 //! | batch post (poster) | [`reserve_batch`] | as for post | tail+count (count = min(asked, room)); notification as for post | publish every slot, then wake / run the upcall |
-//! | post refused, ring full (poster) | [`notify_overflow`] | ARMED, or an upcall may start | as for a reservation, without the tail | wake / run the upcall (it reports the overflow) |
+//! | post refused, ring full (poster) | — | full | no change: the event is handed back, nothing is counted, no RMW | — |
+//! | lossy post drops its event (poster) | [`loss::commit`] on the loss word, then [`notify_loss`] | full, loss word not closed | loss word: count+1; word: as for a reservation, without the tail (an RMW even when unchanged) | wake / run the upcall (it reports the loss) |
 //! | arm (consumer) | [`arm`] | len < threshold, not closed-and-empty | +ARMED, and −NOTIFIED if empty | park / await / epoll |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
 //! | disarm (consumer, on timeout) | [`disarm`] | — | −ARMED | — |
-//! | close (anyone) | [`close`] | — | +CLOSED −ARMED | wake if it was ARMED |
+//! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED | wake if it was ARMED |
+//! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
 //! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | wait for reserved slots, move them |
 //! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |
 //! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline |
@@ -247,7 +249,7 @@ pub const fn initial(cap_log2: u32) -> u64 {
     (cap_log2 as u64) << CAP_SHIFT
 }
 
-const fn with_tail(w: u64, t: u64) -> u64 {
+pub(crate) const fn with_tail(w: u64, t: u64) -> u64 {
     (w & ((1 << TAIL_SHIFT) - 1)) | ((t & TICKET_MASK) << TAIL_SHIFT)
 }
 
@@ -393,9 +395,12 @@ pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
     }
 }
 
-/// A post was refused because the ring is full: the refusal is itself news
-/// for the consumer (DAT's `EVD_OVERFLOW`), so it takes the notification the
-/// same way a reservation would, without a ticket. `None`: nobody to notify.
+/// A lossy post gave its event up because the ring is full (DAT's
+/// `EVD_OVERFLOW`: the provider could not queue it). The loss is news for the
+/// consumer, so after committing it on the loss word ([`loss::commit`]) the
+/// poster takes the notification the same way a reservation would, without a
+/// ticket. `None`: nobody to notify (the poster still installs the word
+/// unchanged, for the ordering argued in the module doc).
 ///
 /// Without this, upcalls enabled with [`Invoke::New`] on a full ring would
 /// wait for an arrival that can never come.
@@ -403,14 +408,15 @@ pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
 /// ```
 /// use evd::state::*;
 /// let Arm::Arm(armed) = arm(initial(2), 0, 1) else { unreachable!() };
-/// assert!(matches!(notify_overflow(armed), Some((_, Notify::Wake))));
-/// assert_eq!(notify_overflow(initial(2)), None);
+/// assert!(matches!(notify_loss(armed), Some((_, Notify::Wake))));
+/// assert_eq!(notify_loss(initial(2)), None);
 /// ```
 ///
-/// A closed EVD still gets the report: its remaining events and the report
-/// are drained, by the consumer or by an upcall (ARMED is never set on a
-/// closed word, so only the upcall branch applies there).
-pub const fn notify_overflow(w: u64) -> Option<(u64, Notify)> {
+/// A closed EVD still gets the report of a loss committed before the close:
+/// its remaining events and the report are drained, by the consumer or by an
+/// upcall (ARMED is never set on a closed word, so only the upcall branch
+/// applies there).
+pub const fn notify_loss(w: u64) -> Option<(u64, Notify)> {
     if has(w, ARMED) {
         return Some(((w & !ARMED) | NOTIFIED, Notify::Wake));
     }
@@ -585,7 +591,11 @@ pub const fn exit_instance(w: u64, head: u64) -> Exit {
     if n != 0 && enabled {
         return Exit::MoreWork;
     }
-    let mut new = with_instances(w & !TOKEN, instances(w).saturating_sub(1));
+    debug_assert!(
+        has(w, TOKEN) && instances(w) > 0,
+        "exit without a running instance"
+    );
+    let mut new = with_instances(w & !TOKEN, instances(w) - 1);
     if n == 0 {
         new &= !NOTIFIED;
     }
@@ -630,8 +640,9 @@ pub enum Reacquire {
 /// assert!(matches!(reacquire(running), Reacquire::Exit(_))); // someone holds it
 /// ```
 pub const fn reacquire(w: u64) -> Reacquire {
+    debug_assert!(instances(w) > 0, "reacquire without a running instance");
     if has(w, TOKEN) || instances(w) > policy(w).instance_limit() {
-        Reacquire::Exit(with_instances(w, instances(w).saturating_sub(1)))
+        Reacquire::Exit(with_instances(w, instances(w) - 1))
     } else {
         Reacquire::Token(w | TOKEN)
     }
@@ -648,8 +659,101 @@ pub const fn reacquire(w: u64) -> Reacquire {
 /// assert_eq!((instances(after), has(after, TOKEN)), (0, false));
 /// ```
 pub const fn abandon_instance(w: u64, held_token: bool) -> u64 {
+    debug_assert!(instances(w) > 0, "abandon without a running instance");
+    debug_assert!(!held_token || has(w, TOKEN), "abandon of a token not held");
     let w = if held_token { w & !TOKEN } else { w };
-    with_instances(w, instances(w).saturating_sub(1))
+    with_instances(w, instances(w) - 1)
+}
+
+/// The loss word: the second atomic word of an EVD, written only by `close`
+/// and by lossy posts that gave their event up, and read by the consumer on
+/// every dequeue (a read-mostly line: posters and the consumer never write it
+/// in steady state).
+///
+/// | bits | field | meaning |
+/// |------|-------|---------|
+/// | 0    | [`CLOSED`](loss::CLOSED) | close has begun: no loss can be committed from now on |
+/// | 1–63 | count | events lost and not yet reported to the consumer |
+///
+/// # Why a second word
+///
+/// * **End of stream without the posters' line.** The consumer must tell
+///   "empty" from "closed and drained", and loading the state word on every
+///   empty poll pulls the posters' line across cores (the empty-poll convoy).
+///   Close sets [`loss::CLOSED`] here *before* it sets `CLOSED` in the state
+///   word, so a consumer that finds its head slot unpublished loads only this
+///   line; it looks at the state word only once this bit is set.
+/// * **Every loss told before end of stream.** A loss is committed by one RMW
+///   here that refuses once `CLOSED` is set ([`loss::commit`]). Because close sets
+///   this bit before the state word's `CLOSED`, a consumer that has seen the
+///   state word closed (with `Acquire`) sees the final loss count: no loss can
+///   be committed after it decides "end of stream".
+pub mod loss {
+    /// Close has begun: losses are refused (the lossy post hands its event back
+    /// as closed).
+    pub const CLOSED: u64 = 1;
+    /// One lost event in the count field.
+    const UNIT: u64 = 2;
+
+    /// Losses not yet reported in `l`.
+    /// ```
+    /// use evd::state::loss;
+    /// assert_eq!(loss::pending(loss::commit(0).unwrap()), 1);
+    /// ```
+    pub const fn pending(l: u64) -> u64 {
+        l >> 1
+    }
+
+    /// True once close has begun.
+    /// ```
+    /// use evd::state::loss;
+    /// assert!(loss::is_closed(loss::close(0)));
+    /// ```
+    pub const fn is_closed(l: u64) -> bool {
+        l & CLOSED != 0
+    }
+
+    /// A lossy post commits one lost event; `None` once close has begun (the
+    /// post hands its event back instead).
+    /// ```
+    /// use evd::state::loss;
+    /// let l = loss::commit(loss::commit(0).unwrap()).unwrap();
+    /// assert_eq!(loss::pending(l), 2);
+    /// assert_eq!(loss::commit(loss::close(l)), None);
+    /// ```
+    pub const fn commit(l: u64) -> Option<u64> {
+        if is_closed(l) {
+            return None;
+        }
+        debug_assert!(pending(l) < u64::MAX >> 1, "loss count overflow");
+        Some(l + UNIT)
+    }
+
+    /// Close begins: no loss is committed after this.
+    /// ```
+    /// use evd::state::loss;
+    /// let l = loss::close(loss::commit(0).unwrap());
+    /// assert!(loss::is_closed(l) && loss::pending(l) == 1);
+    /// ```
+    pub const fn close(l: u64) -> u64 {
+        l | CLOSED
+    }
+
+    /// The consumer takes the report: the new word (count 0, the close bit
+    /// kept) and the count it reports; `None` if nothing was lost.
+    /// ```
+    /// use evd::state::loss;
+    /// let l = loss::close(loss::commit(0).unwrap());
+    /// assert_eq!(loss::take(l), Some((loss::CLOSED, 1)));
+    /// assert_eq!(loss::take(loss::CLOSED), None);
+    /// ```
+    pub const fn take(l: u64) -> Option<(u64, u64)> {
+        if pending(l) == 0 {
+            None
+        } else {
+            Some((l & CLOSED, pending(l)))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -822,23 +926,23 @@ mod tests {
 
     #[test]
     fn overflow_takes_the_notification_like_a_post() {
-        assert_eq!(notify_overflow(CAP4), None);
-        assert_eq!(notify_overflow(CAP4 | CLOSED), None);
+        assert_eq!(notify_loss(CAP4), None);
+        assert_eq!(notify_loss(CAP4 | CLOSED), None);
         let closed_single = with_policy(CAP4 | CLOSED, PolicyBits::Single);
         assert!(
-            matches!(notify_overflow(closed_single), Some((_, Notify::Upcall))),
+            matches!(notify_loss(closed_single), Some((_, Notify::Upcall))),
             "a closed EVD's overflow is still reported"
         );
         assert_eq!(
-            notify_overflow(CAP4 | ARMED),
+            notify_loss(CAP4 | ARMED),
             Some((CAP4 | NOTIFIED, Notify::Wake))
         );
         let single = with_policy(with_tail(CAP4, 4), PolicyBits::Single);
-        let (new, n) = notify_overflow(single).unwrap();
+        let (new, n) = notify_loss(single).unwrap();
         assert_eq!(n, Notify::Upcall);
         assert!(has(new, TOKEN));
         assert_eq!((instances(new), tail(new)), (1, 4), "no ticket taken");
-        assert_eq!(notify_overflow(new), None, "one instance is running");
+        assert_eq!(notify_loss(new), None, "one instance is running");
     }
 
     #[test]
@@ -1017,5 +1121,29 @@ mod tests {
         assert_eq!(PolicyBits::Disabled.instance_limit(), 0);
         assert_eq!(PolicyBits::Single.instance_limit(), 1);
         assert_eq!(PolicyBits::Many.instance_limit(), MAX_INSTANCES);
+    }
+
+    #[test]
+    fn loss_commit_counts_until_close_then_refuses() {
+        let mut l = 0;
+        for i in 1..=5 {
+            l = loss::commit(l).unwrap();
+            assert_eq!(loss::pending(l), i);
+        }
+        let closed = loss::close(l);
+        assert!(loss::is_closed(closed));
+        assert_eq!(loss::pending(closed), 5, "close keeps the count");
+        assert_eq!(loss::commit(closed), None, "no loss after close begins");
+        assert_eq!(loss::close(closed), closed, "close is idempotent");
+    }
+
+    #[test]
+    fn loss_take_reports_everything_once_and_keeps_close() {
+        let l = loss::commit(loss::commit(0).unwrap()).unwrap();
+        let (after, n) = loss::take(l).unwrap();
+        assert_eq!((after, n), (0, 2));
+        assert_eq!(loss::take(after), None);
+        let (after, n) = loss::take(loss::close(l)).unwrap();
+        assert_eq!((after, n), (loss::CLOSED, 2));
     }
 }

@@ -4,13 +4,13 @@
 #[cfg(loom)]
 pub(crate) use loom::{
     cell::UnsafeCell,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
+    sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
     sync::Arc,
     thread,
 };
 #[cfg(not(loom))]
 pub(crate) use std::{
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
+    sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
     sync::Arc,
     thread,
 };

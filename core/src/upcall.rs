@@ -33,67 +33,51 @@
 //! ([`state::abandon_instance`]); the EVD stays usable and queued events go to
 //! the next instance.
 //!
-//! The handler can be replaced while posters run: it lives behind a
-//! crossbeam-epoch pointer, and the old one is destroyed only once no
-//! instance can still be calling it.
+//! The handler can be replaced while posters run: it lives behind an
+//! `arc-swap` pointer, and the old one is dropped as soon as no instance is
+//! calling it.
 
 use crate::error::{Overflow, PolicyError, TryDequeueError};
 use crate::evd::{Consumer, Poster, Shared};
 use crate::query::{Query, UpcallPolicy};
 use crate::state::{self, Exit, Invoke, PolicyBits, Reacquire};
 use crate::sync::{Backoff, Ordering};
-use crossbeam_epoch as epoch;
+use arc_swap::ArcSwapOption;
 
 /// An upcall handler: receives one event (or the overflow report that DAT
 /// delivers as `EVD_OVERFLOW`) and whether more events were queued.
 pub type Handler<T> = dyn Fn(Result<T, Overflow>, bool) + Send + Sync;
 
-/// The current handler, replaceable under crossbeam-epoch.
+/// The current handler, replaceable while instances run.
+///
+/// `arc-swap` rather than an epoch scheme: a replaced handler is dropped as
+/// soon as the last instance calling it returns (or at once, by the replacing
+/// thread, when none is), never deferred to a garbage bag that nothing may
+/// flush for the life of a thread. A handler that owns a socket, a file or a
+/// buffer releases it deterministically.
 pub(crate) struct HandlerSlot<T> {
-    ptr: epoch::Atomic<Box<Handler<T>>>,
+    current: ArcSwapOption<Box<Handler<T>>>,
 }
 
 impl<T> HandlerSlot<T> {
     pub(crate) fn new() -> Self {
         HandlerSlot {
-            ptr: epoch::Atomic::null(),
+            current: ArcSwapOption::empty(),
         }
     }
 
+    /// Install `h`; the old handler is dropped here unless an instance is
+    /// calling it, then by the last such instance when its call returns.
     pub(crate) fn set(&self, h: Box<Handler<T>>) {
-        let guard = epoch::pin();
-        // AcqRel: Release publishes the new handler to instances that load it
-        // with Acquire; Acquire takes ownership of the old one to destroy it.
-        let old = self
-            .ptr
-            .swap(epoch::Owned::new(h), Ordering::AcqRel, &guard);
-        if !old.is_null() {
-            // SAFETY: `old` is unreachable from the slot now; instances that
-            // loaded it are pinned, and the epoch defers the free past them.
-            unsafe { guard.defer_destroy(old) };
-        }
+        self.current.store(Some(std::sync::Arc::new(h)));
     }
 
     /// Call the handler, if there is one.
     fn call(&self, item: Result<T, Overflow>, more: bool) {
-        let guard = epoch::pin();
-        let p = self.ptr.load(Ordering::Acquire, &guard);
-        // SAFETY: loaded under `guard`, so not destroyed before it unpins.
-        if let Some(h) = unsafe { p.as_ref() } {
+        // The guard keeps this handler alive for the call; no allocation.
+        let guard = self.current.load();
+        if let Some(h) = guard.as_ref() {
             h(item, more);
-        }
-    }
-}
-
-impl<T> Drop for HandlerSlot<T> {
-    fn drop(&mut self) {
-        // SAFETY: `&mut self`: no instance can be running, nothing is pinned
-        // on this slot's behalf.
-        unsafe {
-            let p = self.ptr.load(Ordering::Relaxed, epoch::unprotected());
-            if !p.is_null() {
-                drop(p.into_owned());
-            }
         }
     }
 }
@@ -160,10 +144,9 @@ fn wake_tearer<T>(s: &Shared<T>, new: u64) {
 }
 
 fn deliver<T>(s: &Shared<T>, item: Result<T, Overflow>) {
-    let more = {
-        let w = s.state.load(Ordering::Relaxed);
-        state::len(w, s.head.load(Ordering::Relaxed)) > 0
-    };
+    // Another event is ready behind this one (its stamp says so; the state
+    // word is not consulted).
+    let more = s.ready(1) > 0;
     s.counters.upcalls.fetch_add(1, Ordering::Relaxed);
     let _mark = CurrentMark::enter(s);
     s.handler.call(item, more);
@@ -220,7 +203,7 @@ pub(crate) fn run_instance<T>(s: &Shared<T>) {
 /// The exit CAS; false if work arrived (or a reserved slot is still being
 /// written) and this instance must go on.
 fn try_exit<T>(s: &Shared<T>) -> bool {
-    let h = s.head.load(Ordering::Relaxed);
+    let h = s.head();
     // AcqRel: Release so the next instance (or the torn-down consumer) sees
     // our head; Acquire to read a current word, and with it any overflow
     // count whose poster's RMW on the word came before this CAS.
@@ -230,7 +213,7 @@ fn try_exit<T>(s: &Shared<T>) -> bool {
     });
     match ended {
         Some(new) => {
-            if s.overflow_pending.load(Ordering::Relaxed) != 0 && restart_for_overflow(s) {
+            if s.loss_pending() && restart_for_loss(s) {
                 return false;
             }
             wake_tearer(s, new);
@@ -244,12 +227,12 @@ fn try_exit<T>(s: &Shared<T>) -> bool {
     }
 }
 
-/// An overflow was counted by a poster whose RMW on the word came before our
+/// A loss was committed by a poster whose RMW on the word came before our
 /// exit CAS, so it saw our token and started nothing: take the token back
 /// (if upcalls are still enabled and nobody else took it) to report it.
 /// A poster whose RMW comes after our exit starts an instance itself.
-fn restart_for_overflow<T>(s: &Shared<T>) -> bool {
-    s.update(Ordering::AcqRel, |w| match state::notify_overflow(w) {
+fn restart_for_loss<T>(s: &Shared<T>) -> bool {
+    s.update(Ordering::AcqRel, |w| match state::notify_loss(w) {
         Some((new, state::Notify::Upcall)) => Ok((new, true)),
         _ => Err(false),
     })
@@ -359,18 +342,15 @@ impl<T: Send> Upcalls<T> {
         }
         let s = self.shared();
         let bits = policy.bits();
-        let h = s.head.load(Ordering::Relaxed);
+        let h = s.head();
         // AcqRel: Release hands the consumer side to instances that start
         // under the new policy; Acquire to see the last instance's head.
         let start = s.update(Ordering::AcqRel, |w| {
             let r = state::set_policy(w, h, bits, invoke);
             Ok((r.new, r.start_instance))
         });
-        // An overflow report counts as a queued event for Invoke::Any.
-        let start = start
-            || (invoke == Invoke::Any
-                && s.overflow_pending.load(Ordering::Relaxed) != 0
-                && restart_for_overflow(s));
+        // A loss report counts as a queued event for Invoke::Any.
+        let start = start || (invoke == Invoke::Any && s.loss_pending() && restart_for_loss(s));
         if start {
             run_instance(s);
         }

@@ -97,7 +97,7 @@ impl<T> Consumer<T> {
         timeout: Option<Duration>,
     ) -> Result<usize, WaitError> {
         let s = self.shared.clone();
-        let capacity = state::capacity(s.state.load(Ordering::Relaxed)) as usize;
+        let capacity = s.capacity() as usize;
         if threshold == 0 || threshold > capacity {
             return Err(WaitError::InvalidThreshold {
                 threshold,
@@ -145,7 +145,7 @@ impl<T> Consumer<T> {
                     park(deadline);
                 }
                 Arm::Pending => {
-                    if let Some(o) = s.take_overflow() {
+                    if let Some(o) = s.take_report() {
                         return Err(WaitError::Overflow(o));
                     }
                     let ready = s.ready(u64::MAX);
@@ -153,7 +153,7 @@ impl<T> Consumer<T> {
                         return Ok(ready as usize);
                     }
                     let w = s.state.load(Ordering::Acquire);
-                    let queued = state::len(w, s.head.load(Ordering::Relaxed));
+                    let queued = state::len(w, s.head());
                     if state::has(w, state::CLOSED) && queued < k {
                         // Nothing more will be posted.
                         if ready == queued {
@@ -166,7 +166,7 @@ impl<T> Consumer<T> {
                     backoff.snooze();
                 }
                 Arm::Closed => {
-                    return Err(match s.take_overflow() {
+                    return Err(match s.take_report() {
                         Some(o) => WaitError::Overflow(o),
                         None => WaitError::Closed { available: 0 },
                     })

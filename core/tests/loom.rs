@@ -7,7 +7,7 @@
 //! `join` (loom issue 249).
 #![cfg(loom)]
 
-use evd::{ArmStatus, Invoke, TryDequeueError, UpcallPolicy, WaitError};
+use evd::{ArmStatus, Invoke, PostError, TryDequeueError, UpcallPolicy, WaitError};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -23,9 +23,8 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     b.check(f);
 }
 
-/// Drain everything, blocking until end of stream. Overflow reports (posts
-/// refused while the ring was full) are skipped: the refused events were
-/// handed back to their posters.
+/// Drain everything, blocking until end of stream. No model loses events
+/// except through `post_lossy`, whose reports are skipped here.
 fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
     consumer.set_spin_budget(0);
     let mut got = Vec::new();
@@ -267,10 +266,10 @@ fn resize_vs_post() {
 }
 
 #[test]
-fn overflow_vs_arm_no_lost_report() {
-    // Review finding: a post refused as Full counted its overflow after the
-    // consumer's last dequeue but before its arm, and nothing woke the
-    // consumer to report it.
+fn loss_vs_arm_no_lost_report() {
+    // A lossy post commits its loss after the consumer's last dequeue but
+    // before its arm: the arm must see the report as pending work, or the
+    // loss must wake the armed consumer.
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
         poster.post(0).unwrap(); // the ring is full
@@ -280,10 +279,10 @@ fn overflow_vs_arm_no_lost_report() {
             while events + reports < 2 {
                 match consumer.try_dequeue() {
                     Ok(_) => events += 1,
-                    Err(TryDequeueError::Overflow(o)) => reports += o.rejected,
+                    Err(TryDequeueError::Overflow(o)) => reports += o.lost,
                     Err(TryDequeueError::Closed) => panic!("not closed"),
                     Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
-                        Err(WaitError::Overflow(o)) => reports += o.rejected,
+                        Err(WaitError::Overflow(o)) => reports += o.lost,
                         Ok(_) => {}
                         Err(e) => panic!("unexpected {e}"),
                     },
@@ -291,9 +290,9 @@ fn overflow_vs_arm_no_lost_report() {
             }
             (events, reports)
         });
-        // Either delivered (after the consumer made room) or refused and
-        // reported; either way the consumer must hear of it.
-        let _ = poster.post(1);
+        // Either queued (after the consumer made room) or lost and reported;
+        // either way the consumer must hear of it.
+        let _ = poster.post_lossy(1);
         let (events, reports) = c.join().unwrap();
         assert_eq!(events + reports, 2);
         drop(poster);
@@ -301,7 +300,7 @@ fn overflow_vs_arm_no_lost_report() {
 }
 
 #[test]
-fn overflow_vs_upcall_exit_no_stranded_report() {
+fn loss_vs_upcall_exit_no_stranded_report() {
     model(|| {
         let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
         let heard = Arc::new(AtomicUsize::new(0));
@@ -309,15 +308,15 @@ fn overflow_vs_upcall_exit_no_stranded_report() {
         let upcalls =
             consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
                 h.fetch_add(
-                    ev.map(|_| 1).unwrap_or_else(|o| o.rejected as usize),
+                    ev.map(|_| 1).unwrap_or_else(|o| o.lost as usize),
                     Ordering::SeqCst,
                 );
             });
         let p2 = poster.clone();
         let t = thread::spawn(move || {
-            let _ = p2.post(2);
+            let _ = p2.post_lossy(2);
         });
-        let _ = poster.post(1);
+        let _ = poster.post_lossy(1);
         t.join().unwrap();
         // Both posts returned: each event was delivered or reported, except
         // what is still queued for the teardown to hand back.
@@ -326,11 +325,117 @@ fn overflow_vs_upcall_exit_no_stranded_report() {
         loop {
             match consumer.try_dequeue() {
                 Ok(_) => total += 1,
-                Err(TryDequeueError::Overflow(o)) => total += o.rejected as usize,
+                Err(TryDequeueError::Overflow(o)) => total += o.lost as usize,
                 Err(_) => break,
             }
         }
         assert_eq!(total, 2);
+    });
+}
+
+#[test]
+fn refused_post_vs_arm_reports_nothing() {
+    // A post refused as full is backpressure: a consumer draining and arming
+    // around it never sees an overflow report.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(0).unwrap();
+        let c = thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                match consumer.try_dequeue() {
+                    Ok(v) => got.push(v),
+                    Err(TryDequeueError::Overflow(o)) => panic!("false overflow report {o}"),
+                    Err(TryDequeueError::Closed) => return got,
+                    Err(TryDequeueError::Empty) => match consumer.arm() {
+                        ArmStatus::Armed => {
+                            if let Err(WaitError::Overflow(o)) = consumer.wait(1, None) {
+                                panic!("false overflow report {o}");
+                            }
+                        }
+                        ArmStatus::Pending => {}
+                        ArmStatus::Closed => return got,
+                    },
+                }
+            }
+        });
+        let queued = match poster.post(1) {
+            Ok(()) => vec![0, 1],
+            Err(PostError::Full(1)) => vec![0],
+            Err(e) => panic!("unexpected {e}"),
+        };
+        drop(poster);
+        assert_eq!(c.join().unwrap(), queued);
+    });
+}
+
+#[test]
+fn close_vs_consumer_spinning_on_an_empty_ring() {
+    // The consumer decides "empty" from the head slot's stamp and the loss
+    // word alone; close must still end its stream: it gets the last event,
+    // then Closed, and never spins forever.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                match consumer.try_dequeue() {
+                    Ok(v) => got.push(v),
+                    Err(TryDequeueError::Closed) => return got,
+                    Err(TryDequeueError::Overflow(o)) => panic!("nothing was lost: {o}"),
+                    Err(TryDequeueError::Empty) => thread::yield_now(),
+                }
+            }
+        });
+        poster.post(1).unwrap();
+        poster.close();
+        assert_eq!(c.join().unwrap(), [1], "the last event, then the end");
+        drop(poster);
+    });
+}
+
+#[test]
+fn batch_dequeue_vs_close_ends_after_the_last_event() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                match consumer.dequeue_batch(&mut got, 2) {
+                    Ok(0) => thread::yield_now(),
+                    Ok(_) => {}
+                    Err(TryDequeueError::Closed) => return got,
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+        });
+        let mut batch = vec![1, 2];
+        assert_eq!(poster.post_batch(&mut batch), Ok(2));
+        drop(poster); // the last poster closes
+        assert_eq!(c.join().unwrap(), [1, 2]);
+    });
+}
+
+#[test]
+fn query_vs_dequeue_is_a_consistent_snapshot() {
+    // An observer's query races the consumer's head store and a post whose
+    // reservation needed that head: head and word must belong to one instant
+    // (a stale head with a newer tail would report more than the capacity).
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(1).unwrap();
+        let observer = poster.clone();
+        let o = thread::spawn(move || {
+            let q = observer.query();
+            assert!(q.len <= q.capacity, "{q:?}");
+            assert_eq!(q.posted, q.dequeued + q.len as u64, "{q:?}");
+        });
+        let c = thread::spawn(move || drain_to_end(&mut consumer));
+        let second = poster.post(2).is_ok();
+        drop(poster);
+        o.join().unwrap();
+        let got = c.join().unwrap();
+        assert_eq!(got, if second { vec![1, 2] } else { vec![1] });
     });
 }
 
@@ -347,10 +452,10 @@ fn batch_post_vs_arm() {
 }
 
 #[test]
-fn overflow_vs_close_is_told_before_end_of_stream() {
-    // Review finding: a refused post counted its overflow after the
-    // consumer's last dequeue and then closed the EVD; arm() said Closed and
-    // a consumer that stops there never heard of the refusal.
+fn loss_vs_close_is_told_before_end_of_stream() {
+    // A lossy post commits its loss after the consumer's last dequeue and
+    // then closes the EVD: a consumer that stops at Closed must have heard
+    // of the loss first.
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
         poster.post(0).unwrap();
@@ -360,13 +465,13 @@ fn overflow_vs_close_is_told_before_end_of_stream() {
             loop {
                 match consumer.try_dequeue() {
                     Ok(_) => events += 1,
-                    Err(TryDequeueError::Overflow(o)) => reports += o.rejected,
+                    Err(TryDequeueError::Overflow(o)) => reports += o.lost,
                     Err(TryDequeueError::Empty | TryDequeueError::Closed) => match consumer.arm() {
                         ArmStatus::Closed => break,
                         ArmStatus::Pending => {}
                         ArmStatus::Armed => {
                             if let Err(WaitError::Overflow(o)) = consumer.wait(1, None) {
-                                reports += o.rejected;
+                                reports += o.lost;
                             }
                         }
                     },
@@ -374,13 +479,13 @@ fn overflow_vs_close_is_told_before_end_of_stream() {
             }
             (events, reports)
         });
-        let _ = poster.post(1);
+        let _ = poster.post_lossy(1);
         drop(poster); // closes
         let (events, reports) = c.join().unwrap();
         assert_eq!(
             events + reports,
             2,
-            "told of every post before end of stream"
+            "told of every loss before end of stream"
         );
     });
 }

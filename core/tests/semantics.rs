@@ -2,7 +2,9 @@
 //! notified, INVOC_ANY/NEW, teardown, ManyInstances, handler replacement,
 //! resize under load, close, counters and drops.
 
-use evd::{ArmStatus, Invoke, Overflow, PostError, TryDequeueError, UpcallPolicy, WaitError};
+use evd::{
+    ArmStatus, Invoke, Lossy, Overflow, PostError, TryDequeueError, UpcallPolicy, WaitError,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
@@ -35,7 +37,7 @@ fn one_notification_per_arm() {
 #[test]
 fn notified_is_sticky_until_an_arm_finds_the_ring_empty() {
     let (poster, mut consumer) = evd::bounded::<u32>(8).unwrap();
-    consumer.arm();
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
     poster.post(1).unwrap();
     poster.post(2).unwrap();
     assert!(consumer.query().notified);
@@ -139,19 +141,35 @@ fn dropping_every_poster_ends_a_blocked_wait() {
 }
 
 #[test]
-fn overflow_is_reported_once_with_the_count() {
+fn a_refused_post_is_backpressure_not_an_overflow() {
     let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
     poster.post(1).unwrap();
     poster.post(2).unwrap();
     assert_eq!(poster.post(3), Err(PostError::Full(3)));
     assert_eq!(poster.post(4), Err(PostError::Full(4)));
+    assert_eq!(consumer.try_dequeue(), Ok(1), "no report before the events");
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    assert_eq!(consumer.query().lost, 0);
+}
+
+#[test]
+fn a_lossy_posts_losses_are_reported_once_with_the_count() {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    assert_eq!(poster.post_lossy(1), Ok(Lossy::Posted));
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Posted));
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost));
     assert_eq!(
         consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { rejected: 2 }))
+        Err(TryDequeueError::Overflow(Overflow { lost: 2 }))
     );
     assert_eq!(consumer.try_dequeue(), Ok(1));
     assert_eq!(consumer.try_dequeue(), Ok(2));
-    assert_eq!(consumer.query().overflowed, 2);
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    assert_eq!(consumer.query().lost, 2);
+    consumer.close();
+    assert_eq!(poster.post_lossy(5), Err(PostError::Closed(5)));
 }
 
 #[test]
@@ -192,7 +210,7 @@ fn upcall_invoc_new_waits_for_the_next_arrival() {
 }
 
 #[test]
-fn upcall_invoc_new_on_a_full_ring_fires_on_the_refused_post() {
+fn upcall_invoc_new_on_a_full_ring_fires_on_a_loss() {
     let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
     poster.post(1).unwrap();
     poster.post(2).unwrap();
@@ -202,10 +220,12 @@ fn upcall_invoc_new_on_a_full_ring_fires_on_the_refused_post() {
         g.lock().unwrap().push(ev);
     });
     assert_eq!(poster.post(3), Err(PostError::Full(3)));
+    assert!(got.lock().unwrap().is_empty(), "a refused post is no news");
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
     assert_eq!(
         *got.lock().unwrap(),
-        [Err(Overflow { rejected: 1 }), Ok(1), Ok(2)],
-        "the overflow is news: it starts the upcall"
+        [Err(Overflow { lost: 1 }), Ok(1), Ok(2)],
+        "the loss is news: it starts the upcall"
     );
     drop(up);
 }
@@ -568,29 +588,27 @@ fn dropping_the_evd_drops_queued_events_exactly_once() {
     consumer.resize(16).unwrap(); // moved, not dropped
     assert_eq!(drops.load(SeqCst), 1);
     drop(consumer);
-    assert_eq!(drops.load(SeqCst), 1, "the poster still holds the EVD");
-    let refused = poster
-        .post(Counted(drops.clone()))
-        .unwrap_err()
-        .into_inner();
-    drop(refused);
-    assert_eq!(drops.load(SeqCst), 2);
-    drop(poster);
     assert_eq!(
         drops.load(SeqCst),
-        6,
-        "four queued events dropped once each"
+        5,
+        "the consumer's drop frees the four queued events at once, though a poster lives"
     );
+    let refused = poster.post(Counted(drops.clone()));
+    assert!(matches!(refused, Err(PostError::Closed(_))));
+    drop(refused);
+    assert_eq!(drops.load(SeqCst), 6);
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 6, "nothing dropped twice");
 }
 
 #[test]
 fn query_counters_add_up() {
     let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-    consumer.arm();
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
     poster.post(1).unwrap();
     poster.post(2).unwrap();
-    let _ = poster.post(3);
-    consumer.try_dequeue().unwrap_err(); // overflow report
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    consumer.try_dequeue().unwrap_err(); // the loss report
     consumer.try_dequeue().unwrap();
     let q = consumer.query();
     assert_eq!(
@@ -599,7 +617,7 @@ fn query_counters_add_up() {
             q.len,
             q.posted,
             q.dequeued,
-            q.overflowed,
+            q.lost,
             q.notifications
         ),
         (2, 1, 2, 1, 1, 1)

@@ -94,6 +94,9 @@ pub enum ApiOp {
     },
     Teardown,
     DropUpcalls,
+    PostLossy {
+        poster: u8,
+    },
 }
 
 /// One fuzz input: the creation capacity, then calls until the input runs out.
@@ -192,7 +195,7 @@ fn handler(
                 Some(p.id)
             }
             Err(o) => {
-                seen.lock().unwrap().overflows.push(o.rejected);
+                seen.lock().unwrap().overflows.push(o.lost);
                 None
             }
         };
@@ -271,16 +274,20 @@ impl Api {
     fn run_instance(&mut self) -> bool {
         self.upcalls_started();
         loop {
-            if self.m.overflow > 0 {
+            // Reports and events alternate (the dequeue's rule).
+            if self.m.overflow > 0 && (!self.m.last_was_report || self.m.queue.is_empty()) {
                 self.m.overflow = 0;
+                self.m.last_was_report = true;
                 self.upcalls += 1;
                 continue;
             }
             let Some(id) = self.m.queue.pop_front() else {
                 // The exit finds the ring empty: NOTIFIED cleared.
+                self.m.last_was_report = false;
                 self.notified = false;
                 return false;
             };
+            self.m.last_was_report = false;
             self.m.dequeued += 1;
             self.upcalls += 1;
             self.delivered.push(id);
@@ -396,7 +403,8 @@ fn pick(n: usize, b: u8) -> Option<usize> {
 impl Api {
     fn apply(&mut self, op: ApiOp) {
         match op {
-            ApiOp::Post { poster } => self.post(poster),
+            ApiOp::Post { poster } => self.post(poster, false),
+            ApiOp::PostLossy { poster } => self.post(poster, true),
             ApiOp::ClonePoster { poster } => {
                 if let Some(i) = pick(self.posters.len(), poster) {
                     let p = self.posters[i].clone();
@@ -524,6 +532,7 @@ impl Api {
                     let side = std::mem::replace(&mut self.side, Side::Gone);
                     let r = guarded(move || drop(side));
                     self.close();
+                    self.drop_queued();
                     assert_eq!(r.is_err(), self.last_wake_panicked());
                 }
             }
@@ -554,8 +563,10 @@ impl Api {
                     let side = std::mem::replace(&mut self.side, Side::Gone);
                     drop(side);
                     self.policy = UpcallPolicy::Disabled;
-                    // The consumer inside is dropped: closed.
+                    // The consumer inside is dropped: closed, and the queued
+                    // events dropped with it.
                     self.close();
+                    self.drop_queued();
                 }
             }
         }
@@ -564,6 +575,13 @@ impl Api {
     /// Whether the last notification went to a waker that panics.
     fn last_wake_panicked(&mut self) -> bool {
         std::mem::take(&mut self.expect_waker_panic)
+    }
+
+    /// A dropped consumer drops the queued events at once (its head moves
+    /// past them).
+    fn drop_queued(&mut self) {
+        self.m.dequeued += self.m.queue.len() as u64;
+        self.m.queue.clear();
     }
 
     fn close(&mut self) {
@@ -579,24 +597,42 @@ impl Api {
         }
     }
 
-    fn post(&mut self, poster: u8) {
+    fn post(&mut self, poster: u8, lossy: bool) {
         let Some(i) = pick(self.posters.len(), poster) else {
             return;
         };
         let p = self.log.make();
         let id = p.id;
         let poster = &self.posters[i];
-        let r = guarded(|| poster.post(p));
+        let r = guarded(|| {
+            if lossy {
+                poster.post_lossy(p).map(Some)
+            } else {
+                poster.post(p).map(|()| None)
+            }
+        });
         if self.m.closed {
-            self.m
-                .post(id, r.expect("a post refused as closed does not panic"));
+            let r = r.expect("a post refused as closed does not panic");
+            assert!(
+                matches!(r, Err(evd::PostError::Closed(_))),
+                "post after close"
+            );
+            self.m.post(id, r.map(|_| ()));
             return;
         }
         let full = self.m.queue.len() == self.m.cap;
+        if full && !lossy {
+            // Backpressure: handed back, nothing counted, nobody notified.
+            match r.expect("a refused post runs no handler and wakes nobody") {
+                Err(evd::PostError::Full(p)) => assert_eq!(p.id, id, "handed back another event"),
+                other => panic!("post into a full ring: {:?}", other.map(|_| ())),
+            }
+            return;
+        }
         if full {
-            // Refused: the overflow takes the notification as a post would.
+            // Lost: the loss takes the notification as a post would.
             self.m.overflow += 1;
-            self.m.overflowed += 1;
+            self.m.lost += 1;
         } else {
             self.m.post(id, Ok(()));
         }
@@ -616,15 +652,14 @@ impl Api {
                     !panicked,
                     "post returned; the waker or handler should have panicked"
                 );
+                let want = match (lossy, full) {
+                    (false, _) => None,
+                    (true, false) => Some(evd::Lossy::Posted),
+                    (true, true) => Some(evd::Lossy::Lost),
+                };
                 match r {
-                    Ok(()) => assert!(!full, "post accepted into a full ring"),
-                    Err(evd::PostError::Full(p)) => {
-                        assert!(full, "post refused as full below capacity");
-                        assert_eq!(p.id, id, "a refused post hands back another event");
-                    }
-                    Err(evd::PostError::Closed(_)) => {
-                        panic!("post refused as closed on an open EVD")
-                    }
+                    Ok(got) => assert_eq!(got, want, "post result"),
+                    Err(e) => panic!("post refused on an open EVD with room: {e}"),
                 }
             }
             Err(()) => assert!(panicked, "post panicked"),
@@ -687,8 +722,9 @@ impl Api {
                     self.notified = false;
                 }
                 self.armed = false;
+                self.m.last_was_report = true;
                 Err(WaitError::Overflow(Overflow {
-                    rejected: std::mem::take(&mut self.m.overflow),
+                    lost: std::mem::take(&mut self.m.overflow),
                 }))
             } else if len >= k {
                 Ok(len)
@@ -734,17 +770,21 @@ impl Api {
             Pin::new(&mut f).poll(&mut cx)
         };
         let r = r.map(|v| v.map(|p| p.id));
-        if self.m.overflow > 0 {
+        if self.m.overflow > 0 && (!self.m.last_was_report || self.m.queue.is_empty()) {
+            self.m.last_was_report = true;
             let o = Overflow {
-                rejected: std::mem::take(&mut self.m.overflow),
+                lost: std::mem::take(&mut self.m.overflow),
             };
             assert_eq!(r, Poll::Ready(Err(RecvError::Overflow(o))));
         } else if let Some(id) = self.m.queue.pop_front() {
             self.m.dequeued += 1;
+            self.m.last_was_report = false;
             assert_eq!(r, Poll::Ready(Ok(id)));
         } else if self.m.closed {
+            self.m.last_was_report = false;
             assert_eq!(r, Poll::Ready(Err(RecvError::Closed)));
         } else {
+            self.m.last_was_report = false;
             assert_eq!(r, Poll::Pending);
             self.registered = Registered::Test;
             self.waker = Some(w);
@@ -778,9 +818,11 @@ impl Api {
             }
             Err(()) => {
                 assert!(panicked, "into_upcalls panicked");
-                // The dispatcher and its consumer were dropped while unwinding.
+                // The dispatcher and its consumer were dropped while unwinding,
+                // and the queued events with them.
                 self.policy = UpcallPolicy::Disabled;
                 self.close();
+                self.drop_queued();
             }
         }
     }

@@ -26,6 +26,7 @@ pub enum RingOp {
     DropPoster { poster: u8 },
     DropConsumer,
     Query,
+    PostLossy { poster: u8 },
 }
 
 /// One fuzz input: the creation capacity, then operations until the input
@@ -70,10 +71,13 @@ pub struct Model {
     pub queue: VecDeque<u64>,
     pub cap: usize,
     pub closed: bool,
+    /// Losses not yet reported.
     pub overflow: u64,
+    /// The last dequeue returned a loss report (the next prefers an event).
+    pub last_was_report: bool,
     pub posted: u64,
     pub dequeued: u64,
-    pub overflowed: u64,
+    pub lost: u64,
 }
 
 impl Model {
@@ -83,9 +87,10 @@ impl Model {
             cap,
             closed: false,
             overflow: 0,
+            last_was_report: false,
             posted: 0,
             dequeued: 0,
-            overflowed: 0,
+            lost: 0,
         }
     }
 
@@ -113,31 +118,66 @@ impl Model {
                     "post refused as full below capacity"
                 );
                 assert_eq!(p.id, id, "a refused post hands back another event");
-                self.overflow += 1;
-                self.overflowed += 1;
+                // Backpressure, not a loss: nothing is counted.
             }
         }
     }
 
-    /// Check a single dequeue.
+    /// Check a lossy post's result and apply it.
+    pub fn post_lossy(&mut self, id: u64, r: Result<evd::Lossy, PostError<Payload>>) {
+        match r {
+            Ok(evd::Lossy::Posted) => self.post(id, Ok(())),
+            Ok(evd::Lossy::Lost) => {
+                assert!(!self.closed, "loss committed after close");
+                assert_eq!(self.queue.len(), self.cap, "event lost below capacity");
+                self.overflow += 1;
+                self.lost += 1;
+            }
+            Err(PostError::Full(_)) => panic!("a lossy post is never refused as full"),
+            Err(e @ PostError::Closed(_)) => self.post(id, Err(e)),
+        }
+    }
+
+    /// Take the pending report (the model of `take_report`).
+    fn report(&mut self) -> Option<TryDequeueError> {
+        if self.overflow == 0 {
+            return None;
+        }
+        self.last_was_report = true;
+        let lost = std::mem::take(&mut self.overflow);
+        Some(TryDequeueError::Overflow(evd::Overflow { lost }))
+    }
+
+    /// What a dequeue that finds no event owes: a report, even right after
+    /// one (there is no event to prefer), then the end or "empty".
+    fn nothing_ready(&mut self) -> Result<(), TryDequeueError> {
+        self.last_was_report = false;
+        if let Some(r) = self.report() {
+            return Err(r);
+        }
+        if self.closed && self.queue.is_empty() {
+            Err(TryDequeueError::Closed)
+        } else {
+            Err(TryDequeueError::Empty)
+        }
+    }
+
+    /// Check a single dequeue: reports and events alternate while both are
+    /// there.
     pub fn try_dequeue(&mut self, r: Result<Payload, TryDequeueError>) {
-        if self.overflow > 0 {
-            assert_eq!(
-                r.map(|p| p.id),
-                Err(TryDequeueError::Overflow(evd::Overflow {
-                    rejected: self.overflow
-                }))
-            );
-            self.overflow = 0;
-            return;
+        let r = r.map(|p| p.id);
+        if !self.last_was_report {
+            if let Some(report) = self.report() {
+                return assert_eq!(r, Err(report));
+            }
         }
         match self.queue.pop_front() {
             Some(id) => {
-                assert_eq!(r.map(|p| p.id), Ok(id));
+                assert_eq!(r, Ok(id));
                 self.dequeued += 1;
+                self.last_was_report = false;
             }
-            None if self.closed => assert_eq!(r.map(|p| p.id), Err(TryDequeueError::Closed)),
-            None => assert_eq!(r.map(|p| p.id), Err(TryDequeueError::Empty)),
+            None => assert_eq!(r.map(|_| ()), self.nothing_ready()),
         }
     }
 
@@ -149,28 +189,20 @@ impl Model {
         out: &[Payload],
         r: Result<usize, TryDequeueError>,
     ) {
-        if self.overflow > 0 {
-            assert_eq!(
-                r,
-                Err(TryDequeueError::Overflow(evd::Overflow {
-                    rejected: self.overflow
-                }))
-            );
-            assert_eq!(out.len(), before);
-            self.overflow = 0;
-            return;
+        if !self.last_was_report {
+            if let Some(report) = self.report() {
+                assert_eq!(out.len(), before);
+                return assert_eq!(r, Err(report));
+            }
         }
         let n = self.queue.len().min(max);
         if n == 0 {
-            let end = self.closed && self.queue.is_empty();
-            assert_eq!(
-                r,
-                if end {
-                    Err(TryDequeueError::Closed)
-                } else {
-                    Ok(0)
-                }
-            );
+            let want = match self.nothing_ready() {
+                Err(TryDequeueError::Empty) => Ok(0),
+                Err(e) => Err(e),
+                Ok(()) => unreachable!(),
+            };
+            assert_eq!(r, want);
             assert_eq!(out.len(), before);
             return;
         }
@@ -180,6 +212,7 @@ impl Model {
             assert_eq!(Some(p.id), self.queue.pop_front(), "batch out of order");
         }
         self.dequeued += n as u64;
+        self.last_was_report = false;
     }
 
     /// Check a resize.
@@ -211,7 +244,7 @@ impl Model {
         assert_eq!(q.closed, self.closed, "query: closed");
         assert_eq!(q.posted, self.posted, "query: posted");
         assert_eq!(q.dequeued, self.dequeued, "query: dequeued");
-        assert_eq!(q.overflowed, self.overflowed, "query: overflowed");
+        assert_eq!(q.lost, self.lost, "query: lost");
     }
 }
 
@@ -323,9 +356,19 @@ fn apply(
         RingOp::DropConsumer => {
             if consumer.take().is_some() {
                 model.closed = true;
+                // Its queued events are dropped at once.
+                model.dequeued += model.queue.len() as u64;
+                model.queue.clear();
                 for p in posters.iter() {
                     assert!(p.is_closed(), "dropping the consumer closes the EVD");
                 }
+            }
+        }
+        RingOp::PostLossy { poster } => {
+            if let Some(i) = pick(posters.len(), poster) {
+                let p = log.make();
+                let id = p.id;
+                model.post_lossy(id, posters[i].post_lossy(p));
             }
         }
         RingOp::Query => {

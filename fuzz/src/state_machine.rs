@@ -2,7 +2,7 @@
 //! protocol, stepped by a fuzzer-chosen schedule.
 //!
 //! The shared memory of an EVD (state word, head, ring slots with stamps,
-//! buffer pointer, overflow count, unwaitable flag, waker slot, the
+//! buffer pointer, loss count (its posters are lossy: a full ring loses the event),, unwaitable flag, waker slot, the
 //! consumer's park token, poster count) is modelled as plain fields. Every
 //! public operation is split into the atomic steps the real code performs, in
 //! the real order, computing each new word with the real `evd::state`
@@ -679,7 +679,7 @@ fn reserve(w: u64, hint: u64) -> Reserve {
 }
 
 fn notify_overflow(w: u64) -> Option<(u64, Notify)> {
-    let r = state::notify_overflow(w);
+    let r = state::notify_loss(w);
     let m = spec::notify_overflow(Word::decode(w));
     assert_eq!(
         r.map(|(n, k)| (Word::decode(n), k)),

@@ -17,8 +17,8 @@
 //! batch, not per completion). If another poster fills the EVD between that
 //! check and the post, the completions that did not fit are held in the
 //! feed (at most one batch) and posted first, in order, next time; a post
-//! of which nothing fits is counted by the EVD as an `Overflow` report, but
-//! nothing is lost. A full
+//! of which nothing fits is backpressure (the EVD counts and reports
+//! nothing: nothing is lost). A full
 //! EVD stops the feed with [`FeedStatus::Backpressure`]; the EVD has no
 //! "room again" notification, so the caller retries: busy-poll callers on
 //! their next `progress`, the driver on a bounded backoff timer (see

@@ -172,7 +172,7 @@ fn full_evd_blocks_the_feed_until_room_and_loses_nothing() {
         running.handle().kick();
     }
     assert_eq!(got, (0..500).collect::<Vec<_>>());
-    assert_eq!(consumer.query().overflowed, 0);
+    assert_eq!(consumer.query().lost, 0);
     running.shutdown().unwrap();
 }
 

@@ -160,7 +160,7 @@ fn full_evd_applies_backpressure_without_loss() {
     got.extend(wr_ids(&mut consumer));
     assert_eq!(got, (0..10).collect::<Vec<_>>());
     // The feed never made the EVD refuse a post.
-    assert_eq!(consumer.query().overflowed, 0);
+    assert_eq!(consumer.query().lost, 0);
     assert_eq!(feed.stats().backpressure, 3);
 }
 
@@ -238,7 +238,7 @@ fn batch_that_partly_fits_posts_the_front_and_holds_the_rest_in_order() {
     }
     assert_eq!((ids.as_slice(), ports), ([0, 1, 2].as_slice(), 1));
     // A short post is not a refusal: no overflow was reported.
-    assert_eq!(consumer.query().overflowed, 0);
+    assert_eq!(consumer.query().lost, 0);
     // The held completion goes first, then the rest of the CQ.
     let p = feed.progress(64);
     assert_eq!((p.delivered, p.status), (2, FeedStatus::Drained));

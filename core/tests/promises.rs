@@ -1,0 +1,428 @@
+//! Promises the EVD makes in its docs, each tested as a user would see it:
+//! losses never starve the consumer and are told before the end of stream,
+//! `query()` is a consistent snapshot, replaced handlers are dropped, a batch
+//! post fills the room there is, destructors that panic leak nothing, and
+//! dropping the consumer frees what it leaves queued.
+//!
+//! The threaded tests assert properties that hold in every interleaving (no
+//! timing, no sleeps used as synchronization), so they hold on a busy machine.
+
+use evd::{
+    ArmStatus, Invoke, Lossy, Overflow, PostError, TryDequeueError, UpcallPolicy, WaitError,
+};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+
+/// Counts its drops; panics in `drop` if asked to.
+struct Tracked {
+    drops: Arc<AtomicUsize>,
+    panic_on_drop: bool,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, SeqCst);
+        if self.panic_on_drop {
+            panic!("a panicking destructor");
+        }
+    }
+}
+
+fn tracked(drops: &Arc<AtomicUsize>, panic_on_drop: bool) -> Tracked {
+    Tracked {
+        drops: drops.clone(),
+        panic_on_drop,
+    }
+}
+
+#[test]
+fn loss_reports_and_events_alternate_so_a_flood_cannot_starve_the_consumer() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    for i in 0..4 {
+        poster.post(i).unwrap();
+    }
+    let mut got = Vec::new();
+    // A lossy poster keeps the ring full and loses one event before every
+    // dequeue: the consumer still gets an event at least every other call.
+    for i in 4..40 {
+        while poster.post_lossy(i) == Ok(Lossy::Posted) {}
+        match consumer.try_dequeue() {
+            Ok(v) => got.push(v),
+            Err(TryDequeueError::Overflow(o)) => {
+                assert!(o.lost >= 1);
+                // The very next dequeue must be an event: one is queued.
+                match consumer.try_dequeue() {
+                    Ok(v) => got.push(v),
+                    other => panic!("a report followed a report with events queued: {other:?}"),
+                }
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert!(got.len() >= 36, "an event on every round: {}", got.len());
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "FIFO: {got:?}");
+}
+
+#[test]
+fn a_consumer_that_backs_off_keeps_getting_events_under_lossy_posters() {
+    let (poster, mut consumer) = evd::bounded::<u64>(8).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let attempts = Arc::new(AtomicU64::new(0));
+    let flooders: Vec<_> = (0..2)
+        .map(|_| {
+            let (poster, stop, attempts) = (poster.clone(), stop.clone(), attempts.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Relaxed) {
+                    let _ = poster.post_lossy(n);
+                    n += 1;
+                }
+                attempts.fetch_add(n, Relaxed);
+            })
+        })
+        .collect();
+    drop(poster);
+    let (mut events, mut lost) = (0u64, 0u64);
+    while events < 2_000 {
+        match consumer.try_dequeue() {
+            Ok(_) => {
+                events += 1;
+            }
+            Err(TryDequeueError::Overflow(Overflow { lost: n })) => lost += n,
+            Err(TryDequeueError::Empty) => {}
+            Err(TryDequeueError::Closed) => panic!("posters are alive"),
+        }
+        // A consumer that does work between dequeues.
+        std::thread::yield_now();
+    }
+    stop.store(true, Relaxed);
+    for f in flooders {
+        f.join().unwrap();
+    }
+    // Drain to the end: every loss is reported before Closed.
+    loop {
+        match consumer.try_dequeue() {
+            Ok(_) => events += 1,
+            Err(TryDequeueError::Overflow(o)) => lost += o.lost,
+            Err(TryDequeueError::Closed) => break,
+            Err(TryDequeueError::Empty) => std::thread::yield_now(),
+        }
+    }
+    let q = consumer.query();
+    assert_eq!(lost, q.lost, "the reports add up to the events lost");
+    assert_eq!(
+        events + lost,
+        attempts.load(Relaxed),
+        "each event queued or lost"
+    );
+}
+
+#[test]
+fn reports_never_come_twice_in_a_row_while_events_are_ready() {
+    // Deterministic: a report, then the queued event, even when more losses
+    // were committed in between.
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(1),
+        "the event before the next report"
+    );
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    let mut out = Vec::new();
+    assert_eq!(poster.post_lossy(5), Ok(Lossy::Posted));
+    assert_eq!(poster.post_lossy(6), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.dequeue_batch(&mut out, 8),
+        Ok(2),
+        "a batch after a report"
+    );
+    assert_eq!(out, [2, 5]);
+    assert_eq!(
+        consumer.dequeue_batch(&mut out, 8),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    consumer.close();
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
+}
+
+#[test]
+fn every_loss_is_reported_before_the_end_of_stream() {
+    // Small rings, four lossy posters, closed from another thread while they
+    // run; the consumer arms and waits. Whatever the interleaving, the
+    // reports it hears before Closed add up to the losses.
+    for round in 0..200u64 {
+        let cap = 1 + (round % 8) as usize;
+        let (poster, mut consumer) = evd::bounded::<u64>(cap).unwrap();
+        consumer.set_spin_budget(0);
+        let queued = Arc::new(AtomicU64::new(0));
+        let lost = Arc::new(AtomicU64::new(0));
+        let posters: Vec<_> = (0..4)
+            .map(|_| {
+                let (poster, queued, lost) = (poster.clone(), queued.clone(), lost.clone());
+                std::thread::spawn(move || {
+                    for i in 0..200 {
+                        match poster.post_lossy(i) {
+                            Ok(Lossy::Posted) => queued.fetch_add(1, Relaxed),
+                            Ok(Lossy::Lost) => lost.fetch_add(1, Relaxed),
+                            Err(PostError::Closed(_)) => return,
+                            Err(PostError::Full(_)) => {
+                                panic!("a lossy post is never refused as full")
+                            }
+                        };
+                    }
+                })
+            })
+            .collect();
+        let closer = {
+            let poster = poster.clone();
+            std::thread::spawn(move || {
+                for _ in 0..round % 50 {
+                    std::thread::yield_now();
+                }
+                poster.close();
+            })
+        };
+        drop(poster);
+        let (mut events, mut reported) = (0u64, 0u64);
+        loop {
+            match consumer.try_dequeue() {
+                Ok(_) => events += 1,
+                Err(TryDequeueError::Overflow(o)) => reported += o.lost,
+                Err(TryDequeueError::Closed) => break,
+                Err(TryDequeueError::Empty) => match consumer.arm() {
+                    ArmStatus::Closed => break,
+                    ArmStatus::Pending => {}
+                    ArmStatus::Armed => match consumer.wait(1, None) {
+                        Err(WaitError::Overflow(o)) => reported += o.lost,
+                        Ok(_) | Err(WaitError::Closed { .. }) => {}
+                        Err(e) => panic!("unexpected {e}"),
+                    },
+                },
+            }
+        }
+        for p in posters {
+            p.join().unwrap();
+        }
+        closer.join().unwrap();
+        assert_eq!(
+            reported,
+            lost.load(Relaxed),
+            "round {round}: every loss told before Closed"
+        );
+        assert_eq!(
+            events,
+            queued.load(Relaxed),
+            "round {round}: every queued event delivered"
+        );
+    }
+}
+
+#[test]
+fn query_snapshots_are_consistent_while_posters_and_the_consumer_run() {
+    let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let (poster, stop) = (poster.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Relaxed) || n < 1000 {
+                let q = poster.query();
+                assert!(q.len <= q.capacity, "impossible snapshot {q:?}");
+                assert_eq!(q.posted, q.dequeued + q.len as u64, "{q:?}");
+                n += 1;
+            }
+            n
+        })
+    };
+    let producer = {
+        let poster = poster.clone();
+        std::thread::spawn(move || {
+            for i in 0..200_000u64 {
+                let mut v = i;
+                while let Err(PostError::Full(back)) = poster.post(v) {
+                    v = back;
+                    std::hint::spin_loop();
+                }
+            }
+        })
+    };
+    drop(poster);
+    let mut got = 0u64;
+    while got < 200_000 {
+        if consumer.try_dequeue().is_ok() {
+            got += 1;
+        }
+    }
+    producer.join().unwrap();
+    stop.store(true, Relaxed);
+    assert!(observer.join().unwrap() >= 1000);
+}
+
+#[test]
+fn a_replaced_handler_is_dropped_when_no_upcall_runs_it() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let make = |drops: &Arc<AtomicUsize>| {
+        let owned = tracked(drops, false);
+        move |_: Result<u32, Overflow>, _: bool| {
+            let _keep = &owned;
+        }
+    };
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, make(&drops));
+    for i in 1..=19 {
+        poster.post(i).unwrap();
+        up.set_handler(make(&drops));
+        assert_eq!(
+            drops.load(SeqCst),
+            i as usize,
+            "replacement {i} dropped at once"
+        );
+    }
+    drop(up);
+    assert_eq!(
+        drops.load(SeqCst),
+        19,
+        "the current handler lives with the EVD"
+    );
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 20);
+}
+
+#[test]
+fn a_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let slot: Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>> = Arc::default();
+    let owned = tracked(&drops, false);
+    let (s, d) = (slot.clone(), drops.clone());
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+        let _keep = &owned;
+        if let Some(up) = s.lock().unwrap().as_ref() {
+            let replacement = tracked(&d, false);
+            up.set_handler(move |_, _| {
+                let _keep = &replacement;
+            });
+            assert_eq!(d.load(SeqCst), 0, "still running: not dropped yet");
+        }
+    });
+    *slot.lock().unwrap() = Some(up);
+    poster.post(1).unwrap(); // runs the first handler, which replaces itself
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "dropped as soon as its call returned"
+    );
+    let up = slot.lock().unwrap().take().unwrap();
+    drop(up);
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 2);
+}
+
+#[test]
+fn post_batch_fills_the_room_of_an_empty_ring_whatever_the_cached_head() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let mut batch = vec![0, 1, 2, 3];
+    assert_eq!(poster.post_batch(&mut batch), Ok(4));
+    let mut out = Vec::new();
+    assert_eq!(consumer.dequeue_batch(&mut out, 4), Ok(4)); // the poster's hint is stale now
+    let mut batch = vec![10, 11, 12, 13, 14, 15];
+    assert_eq!(poster.post_batch(&mut batch), Ok(4), "min(len, free room)");
+    assert_eq!(batch, [14, 15]);
+    // After a shrink, too.
+    out.clear();
+    consumer.dequeue_batch(&mut out, 8).unwrap();
+    assert_eq!(consumer.resize(2), Ok(2));
+    let mut batch = vec![20, 21, 22];
+    assert_eq!(poster.post_batch(&mut batch), Ok(2));
+    // Partly free ring: one queued, three free after a grow.
+    assert_eq!(consumer.resize(4), Ok(4));
+    out.clear();
+    consumer.dequeue_batch(&mut out, 1).unwrap();
+    let mut batch = vec![30, 31, 32, 33];
+    assert_eq!(poster.post_batch(&mut batch), Ok(3));
+}
+
+#[test]
+fn a_panicking_destructor_does_not_stop_the_others_being_dropped() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, consumer) = evd::bounded::<Tracked>(4).unwrap();
+    poster.post(tracked(&drops, false)).unwrap();
+    poster.post(tracked(&drops, true)).unwrap();
+    poster.post(tracked(&drops, false)).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(consumer)));
+    assert!(r.is_err(), "the destructor's panic is resumed");
+    assert_eq!(drops.load(SeqCst), 3, "every queued event dropped");
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 3, "and none twice");
+}
+
+#[test]
+fn dropping_the_consumer_frees_queued_events_at_once_and_refuses_later_posts() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, consumer) = evd::bounded::<Tracked>(8).unwrap();
+    for _ in 0..5 {
+        poster.post(tracked(&drops, false)).unwrap();
+    }
+    drop(consumer);
+    assert_eq!(
+        drops.load(SeqCst),
+        5,
+        "freed with the consumer, not with the last poster"
+    );
+    match poster.post(tracked(&drops, false)) {
+        Err(PostError::Closed(t)) => drop(t),
+        other => panic!("expected Closed, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(drops.load(SeqCst), 6);
+    assert!(poster.is_closed());
+}
+
+#[test]
+fn dropping_the_consumer_waits_out_posters_mid_write() {
+    // Posters racing the drop: every event they got in is dropped exactly
+    // once, either by the consumer's drop or refused back to its poster.
+    for _ in 0..50 {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let made = Arc::new(AtomicUsize::new(0));
+        let (poster, consumer) = evd::bounded::<Tracked>(16).unwrap();
+        let posters: Vec<_> = (0..2)
+            .map(|_| {
+                let (poster, drops, made) = (poster.clone(), drops.clone(), made.clone());
+                std::thread::spawn(move || loop {
+                    made.fetch_add(1, SeqCst);
+                    match poster.post(tracked(&drops, false)) {
+                        Ok(()) => {}
+                        Err(PostError::Full(t)) => drop(t),
+                        Err(PostError::Closed(t)) => {
+                            drop(t);
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::yield_now();
+        drop(consumer);
+        for p in posters {
+            p.join().unwrap();
+        }
+        assert_eq!(
+            drops.load(SeqCst),
+            made.load(SeqCst),
+            "no leak, no double drop"
+        );
+        drop(poster);
+        assert_eq!(drops.load(SeqCst), made.load(SeqCst));
+    }
+}
