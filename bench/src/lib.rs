@@ -11,6 +11,7 @@
 //!   four ways to be woken, three peers and two floors.
 //! * [`rearm`]: evd's one-CAS arm against "arm, then poll again", in ns and in
 //!   instructions (callgrind).
+//! * [`pair`]: one post and one dequeue on one thread, evd against `ArrayQueue`.
 //! * [`compare`]: all of it interleaved round-robin within a time budget;
 //!   [`report`] and [`chart`] turn the result into a table, JSON and SVG.
 //!
@@ -24,6 +25,7 @@
 pub mod chart;
 pub mod compare;
 pub mod latency;
+pub mod pair;
 pub mod payload;
 pub mod rearm;
 pub mod report;
