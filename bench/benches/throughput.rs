@@ -28,7 +28,7 @@ fn throughput(c: &mut Criterion) {
                         } else {
                             q.run::<Event64>(posters, n)
                         };
-                        r.unwrap_or_else(|e| panic!("{}: {e}", q.name()))
+                        r.unwrap_or_else(|e| panic!("{}: {e}", q.name())).elapsed
                     })
                 });
             }

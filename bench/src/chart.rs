@@ -1,6 +1,7 @@
 //! The SVG chart of a report: one horizontal bar panel per throughput case,
 //! wake-latency percentile and re-arm metric; bars are medians, whiskers the
-//! min–max over rounds, evd's bars in red.
+//! min–max over rounds, evd's bars in red; labels carry the ratio (above 1 =
+//! evd better) and the below-floor and oversubscription marks.
 
 use crate::report::{format_value, Record, Report};
 use plotters::coord::ranged1d::SegmentValue;
@@ -33,11 +34,11 @@ fn panels(report: &Report) -> Vec<Panel<'_>> {
                 .collect();
             let unit = rows.first().map_or("", |r| r.unit.as_str());
             let better = match rows.first() {
-                Some(r) if r.higher_is_better => "higher is better",
-                _ => "lower is better",
+                Some(r) if r.higher_is_better => "higher is better; ratio = evd ÷ peer",
+                _ => "lower is better; ratio = peer ÷ evd",
             };
             Panel {
-                title: format!("{case}: {metric} ({unit}, {better})"),
+                title: format!("{case}: {metric} ({unit}, {better}: above 1 = evd better)"),
                 rows,
             }
         })
@@ -113,7 +114,7 @@ fn draw_panel<DB: DrawingBackend>(
     let evd_color = RGBColor(200, 50, 40);
     let peer_color = RGBColor(70, 110, 180);
     for (i, r) in panel.rows.iter().enumerate() {
-        let color = if r.system.starts_with("evd") {
+        let color = if r.role == crate::report::Role::Evd {
             evd_color
         } else {
             peer_color
@@ -134,11 +135,19 @@ fn draw_panel<DB: DrawingBackend>(
             BLACK.stroke_width(2),
         );
         chart.draw_series(std::iter::once(whisker))?;
-        let ratio = r
-            .ratio_to_evd
-            .map_or_else(String::new, |x| format!("  {x:.2}× evd"));
+        let ratio = match (&r.baseline, r.ratio_to_evd) {
+            (Some(b), Some(x)) if *b != r.system => format!("  ratio {x:.2}"),
+            _ => String::new(),
+        };
+        let mut marks = String::new();
+        if r.below_floor == Some(true) {
+            marks.push_str("  (below floor: noise)");
+        }
+        if r.oversubscribed {
+            marks.push_str("  (oversubscribed)");
+        }
         let label = Text::new(
-            format!("{}{}", format_value(r.median, &r.unit), ratio),
+            format!("{}{}{}", format_value(r.median, &r.unit), ratio, marks),
             (r.max.max(r.median), SegmentValue::CenterOf(i)),
             ("sans-serif", 11),
         );

@@ -3,10 +3,11 @@
 //! noisy machine hits all systems alike, inside a fixed time budget.
 
 use crate::latency::WakeSystem;
+use crate::pair::{Pair, PairSystem};
 use crate::payload::Event64;
 use crate::rearm::{count_instructions, Rearm, RearmKind};
-use crate::report::{self, Machine, Measurement, Report};
-use crate::throughput::Queue;
+use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
+use crate::throughput::{Queue, RunStats, POSTER_POLICY};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -18,6 +19,8 @@ const CALLGRIND_ESTIMATE: Duration = Duration::from_secs(2);
 pub const PAYLOADS: [&str; 2] = ["u64", "event64"];
 /// The poster counts of the throughput cases.
 pub const POSTERS: [usize; 3] = [1, 2, 4];
+/// The case of the single-thread post+dequeue pairs.
+pub const PAIR_CASE: &str = "single-thread/pair";
 
 /// How much of everything to run, and within what time.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,8 +29,10 @@ pub struct Plan {
     pub quick: bool,
     /// Hard upper bound of the whole run; sections stop adding rounds before it.
     pub budget: Duration,
-    /// Share of the budget each section may use: throughput, latency, re-arm timing.
-    pub shares: [f64; 3],
+    /// Share of the budget each section may use: throughput (calibration
+    /// included), wake latency, re-arm timing, single-thread pairs; what a
+    /// section leaves unused goes to the next. The rest is for callgrind.
+    pub shares: [f64; 4],
     /// Interleaved throughput rounds (after one calibration round).
     pub throughput_rounds: usize,
     /// Events moved by each calibration run.
@@ -42,6 +47,10 @@ pub struct Plan {
     pub rearm_rounds: usize,
     /// Re-arms per timing round.
     pub rearm_iters: u64,
+    /// Interleaved single-thread pair rounds.
+    pub pair_rounds: usize,
+    /// Post+dequeue pairs per round.
+    pub pair_iters: u64,
     /// Count re-arm instructions with callgrind, if valgrind is installed.
     pub callgrind: bool,
 }
@@ -52,14 +61,16 @@ impl Plan {
         Plan {
             quick: false,
             budget: Duration::from_secs(56),
-            shares: [0.62, 0.25, 0.03],
+            shares: [0.62, 0.22, 0.03, 0.03],
             throughput_rounds: 7,
             calibration_messages: 40_000,
-            throughput_run: Duration::from_millis(40),
+            throughput_run: Duration::from_millis(35),
             latency_rounds: 5,
             latency_samples: 1_500,
             rearm_rounds: 7,
             rearm_iters: 2_000_000,
+            pair_rounds: 7,
+            pair_iters: 1_000_000,
             callgrind: true,
         }
     }
@@ -69,14 +80,16 @@ impl Plan {
         Plan {
             quick: true,
             budget: Duration::from_secs(14),
-            shares: [0.45, 0.22, 0.03],
+            shares: [0.5, 0.2, 0.02, 0.02],
             throughput_rounds: 3,
             calibration_messages: 10_000,
-            throughput_run: Duration::from_millis(18),
+            throughput_run: Duration::from_millis(12),
             latency_rounds: 3,
             latency_samples: 400,
             rearm_rounds: 3,
             rearm_iters: 1_000_000,
+            pair_rounds: 3,
+            pair_iters: 500_000,
             callgrind: true,
         }
     }
@@ -86,8 +99,9 @@ impl Plan {
             * (1 + self.throughput_rounds as u64);
         let lat = (self.latency_rounds * WakeSystem::ALL.len()) as u64;
         let re = (self.rearm_rounds * RearmKind::ALL.len()) as u64;
+        let pair = (self.pair_rounds * PairSystem::ALL.len()) as u64;
         let cg = if self.callgrind { 2 } else { 0 };
-        tp + lat + re + cg
+        tp + lat + re + pair + cg
     }
 }
 
@@ -101,11 +115,60 @@ fn run_throughput(
     payload: &str,
     posters: usize,
     messages: u64,
-) -> Result<Duration, String> {
+) -> Result<RunStats, String> {
     match payload {
         "u64" => q.run::<u64>(posters, messages),
         _ => q.run::<Event64>(posters, messages),
     }
+}
+
+fn role(evd: bool) -> Role {
+    if evd {
+        Role::Evd
+    } else {
+        Role::Peer
+    }
+}
+
+/// The record skeleton of a throughput row.
+fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
+    let mut m = Measurement::new(
+        case,
+        q.name(),
+        role(q.is_evd()),
+        q.style().label(),
+        "ops_per_sec",
+    );
+    m.baseline = q.baseline().map(|b| b.name().into());
+    m.threads = posters + 1;
+    m
+}
+
+/// The record skeleton of a wake-latency row.
+fn latency_measurement(sys: WakeSystem, metric: &str) -> Measurement {
+    let r = if sys.is_floor() {
+        Role::Floor
+    } else {
+        role(sys.is_evd())
+    };
+    let mut m = Measurement::new("wake-latency", sys.name(), r, sys.consumer(), metric);
+    m.baseline = Some(sys.baseline().name().into());
+    m.floor = sys.floor().map(|f| f.name().into());
+    m.threads = sys.threads();
+    m
+}
+
+/// The record skeleton of a single-thread row (`case` `rearm` or the pair case).
+fn single_thread_measurement(
+    case: &str,
+    system: &str,
+    evd: bool,
+    metric: &str,
+    baseline: &str,
+) -> Measurement {
+    let mut m = Measurement::new(case, system, role(evd), "single-thread", metric);
+    m.baseline = Some(baseline.into());
+    m
 }
 
 /// Collected rounds, kept in first-seen order.
@@ -115,67 +178,76 @@ struct Collector {
 }
 
 impl Collector {
-    #[allow(clippy::too_many_arguments)]
-    fn push(
-        &mut self,
-        case: &str,
-        system: &str,
-        consumer: &str,
-        metric: &str,
-        unit: &str,
-        higher_is_better: bool,
-        baseline: &str,
-        value: f64,
-    ) {
-        if let Some(m) = self
-            .measurements
-            .iter_mut()
-            .find(|m| m.case == case && m.system == system && m.metric == metric)
-        {
-            m.rounds.push(value);
-            return;
+    /// Add round `round`'s value to the measurement `proto` describes
+    /// (same case, system and metric), creating it from `proto` if new.
+    fn push(&mut self, proto: Measurement, round: usize, value: f64, diag: Option<Diagnostics>) {
+        let i = match self.measurements.iter().position(|m| {
+            m.case == proto.case && m.system == proto.system && m.metric == proto.metric
+        }) {
+            Some(i) => i,
+            None => {
+                self.measurements.push(proto);
+                self.measurements.len() - 1
+            }
+        };
+        self.measurements[i].set_round(round, value, diag);
+    }
+
+    /// Forget round `round` of every measurement of a case `in_section`
+    /// accepts, so that every system of the section keeps the same rounds.
+    fn discard_round(&mut self, round: usize, in_section: impl Fn(&str) -> bool) {
+        for m in self.measurements.iter_mut().filter(|m| in_section(&m.case)) {
+            if let Some(v) = m.rounds.get_mut(round) {
+                *v = None;
+            }
+            if let Some(d) = m.diagnostics.as_mut().and_then(|ds| ds.get_mut(round)) {
+                *d = None;
+            }
+            while m.rounds.last() == Some(&None) {
+                m.rounds.pop();
+            }
+            if let Some(ds) = m.diagnostics.as_mut() {
+                ds.truncate(m.rounds.len());
+            }
         }
-        self.measurements.push(Measurement {
-            case: case.into(),
-            system: system.into(),
-            consumer: consumer.into(),
-            metric: metric.into(),
-            unit: unit.into(),
-            higher_is_better,
-            baseline: baseline.into(),
-            rounds: vec![value],
-        });
     }
 }
 
-/// Stops a section from starting a round that would not end within its share.
+/// Stops a section from starting a round that would not end by its deadline.
 struct SectionClock {
     start: Instant,
-    share: Duration,
+    deadline: Instant,
     last_round: Duration,
 }
 
 impl SectionClock {
-    fn new(share: Duration) -> Self {
+    fn new(deadline: Instant) -> Self {
         SectionClock {
             start: Instant::now(),
-            share,
+            deadline,
             last_round: Duration::ZERO,
         }
     }
 
     fn may_start_round(&self, round: usize) -> bool {
-        round == 0 || self.start.elapsed() + self.last_round <= self.share
+        round == 0 || Instant::now() + self.last_round <= self.deadline
     }
 
     fn round_done(&mut self, round_start: Instant) {
         self.last_round = round_start.elapsed();
     }
+
+    /// A round other than the first that is still running at the deadline
+    /// is cut (and discarded by the caller): single runs on a loaded,
+    /// oversubscribed machine can take many times their calibrated length.
+    fn must_cut(&self, round: usize) -> bool {
+        round > 0 && Instant::now() > self.deadline
+    }
 }
 
 /// Run the comparison. `exe` is this binary, for the callgrind runs.
 pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -> Report {
-    let machine = Machine::detect();
+    let mut machine = Machine::detect();
     let started = Instant::now();
     let started_unix_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -192,17 +264,45 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     );
     let mut c = Collector::default();
     let mut notes = Vec::new();
-    let share = |i: usize| plan.budget.mul_f64(plan.shares[i]);
+    let load1: f64 = machine
+        .load_average
+        .split_whitespace()
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0.0);
+    if machine.logical_cpus > 0 && load1 >= 0.5 {
+        notes.push(format!(
+            "load average {} at the start on {} CPUs: other work competed for the CPUs",
+            machine.load_average, machine.logical_cpus
+        ));
+    }
+    // Section i ends by the run's start plus the shares up to and including
+    // its own, so time an earlier section did not use goes to the next.
+    let deadline = |i: usize| started + plan.budget.mul_f64(plan.shares[..=i].iter().sum::<f64>());
 
-    throughput_section(plan, share(0), &pb, &mut c, &mut notes);
-    latency_section(plan, share(1), &pb, &mut c, &mut notes);
-    rearm_section(plan, share(2), &pb, &mut c);
+    let mut times = Vec::new();
+    let mut lap = Instant::now();
+    let mut time = |name: &str| {
+        times.push(format!("{name} {:.1} s", lap.elapsed().as_secs_f64()));
+        lap = Instant::now();
+    };
+    throughput_section(plan, deadline(0), &pb, &mut c, &mut notes);
+    time("throughput");
+    latency_section(plan, deadline(1), &pb, &mut c, &mut notes);
+    time("wake latency");
+    rearm_section(plan, deadline(2), &pb, &mut c);
+    time("re-arm");
+    pair_section(plan, deadline(3), &pb, &mut c, &mut notes);
+    time("single-thread pair");
     if plan.callgrind {
         callgrind_section(plan, started, exe, &pb, &mut c, &mut notes);
+        time("callgrind");
     }
     pb.finish_and_clear();
+    notes.push(format!("time per section: {}", times.join(", ")));
 
-    let records = report::records_from(c.measurements);
+    machine.load_average_end = report::load_average();
+    let records = report::records_from(c.measurements, machine.logical_cpus);
     let targets = report::targets(&records);
     Report {
         schema: report::SCHEMA.into(),
@@ -211,6 +311,8 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         started_unix_s,
         duration_s: started.elapsed().as_secs_f64(),
         machine,
+        ratio_convention: report::RATIO_CONVENTION.into(),
+        poster_policy: POSTER_POLICY.into(),
         records,
         targets,
         notes,
@@ -219,11 +321,13 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
 
 fn throughput_section(
     plan: &Plan,
-    share: Duration,
+    deadline: Instant,
     pb: &ProgressBar,
     c: &mut Collector,
     notes: &mut Vec<String>,
 ) {
+    // The calibration counts against the section's share.
+    let mut clock = SectionClock::new(deadline);
     let cases: Vec<(&str, usize)> = PAYLOADS
         .iter()
         .flat_map(|p| POSTERS.iter().map(move |n| (*p, *n)))
@@ -240,10 +344,9 @@ fn throughput_section(
             ));
             let n = plan.calibration_messages;
             match run_throughput(q, payload, posters, n) {
-                Ok(d) => {
-                    let rate = n as f64 / d.as_secs_f64().max(1e-9);
-                    let msgs =
-                        (rate * plan.throughput_run.as_secs_f64()).clamp(5_000.0, 200_000_000.0);
+                Ok(run) => {
+                    let msgs = (run.ops_per_sec() * plan.throughput_run.as_secs_f64())
+                        .clamp(5_000.0, 200_000_000.0);
                     sizes.push(((payload, posters, q), msgs as u64));
                 }
                 Err(e) => notes.push(format!(
@@ -255,7 +358,9 @@ fn throughput_section(
             pb.inc(1);
         }
     }
-    let mut clock = SectionClock::new(share);
+    clock.round_done(clock.start);
+    // The calibration is one round's worth of work, so it stands for the
+    // first measured round's duration.
     let mut rounds_run = 0;
     for round in 0..plan.throughput_rounds {
         if !clock.may_start_round(round) {
@@ -265,23 +370,36 @@ fn throughput_section(
         // Rotate the order every round so no system always runs first.
         let k = sizes.len();
         for i in 0..k {
+            if clock.must_cut(round) {
+                c.discard_round(round, |case| case.starts_with("throughput/"));
+                notes.push(format!(
+                    "throughput: round {} passed the time budget after {i} of {k} runs and was discarded",
+                    round + 1
+                ));
+                // `skipped` counts the whole round as not run.
+                pb.set_position(pb.position().saturating_sub(i as u64));
+                break;
+            }
             let ((payload, posters, q), msgs) = sizes[(i + round * 7) % k];
             let case = throughput_case(payload, posters);
             pb.set_message(format!("round {} {} {}", round + 1, q.name(), case));
             match run_throughput(q, payload, posters, msgs) {
-                Ok(d) => c.push(
-                    &case,
-                    q.name(),
-                    q.style().label(),
-                    "ops_per_sec",
-                    "ops/s",
-                    true,
-                    Queue::evd_baseline(q.style()).name(),
-                    msgs as f64 / d.as_secs_f64().max(1e-9),
+                Ok(run) => c.push(
+                    throughput_measurement(q, &case, posters),
+                    round,
+                    run.ops_per_sec(),
+                    Some(Diagnostics {
+                        empty_polls_per_msg: run.empty_polls_per_msg(),
+                        full_refusals_per_msg: run.full_refusals_per_msg(),
+                        same_cpu_share: run.same_cpu_share(),
+                    }),
                 ),
                 Err(e) => notes.push(format!("{} {case} round {}: {e}", q.name(), round + 1)),
             }
             pb.inc(1);
+        }
+        if clock.must_cut(round) {
+            break;
         }
         clock.round_done(round_start);
         rounds_run += 1;
@@ -335,12 +453,12 @@ fn skipped(
 
 fn latency_section(
     plan: &Plan,
-    share: Duration,
+    deadline: Instant,
     pb: &ProgressBar,
     c: &mut Collector,
     notes: &mut Vec<String>,
 ) {
-    let mut clock = SectionClock::new(share);
+    let mut clock = SectionClock::new(deadline);
     let mut rounds_run = 0;
     let systems = WakeSystem::ALL;
     for round in 0..plan.latency_rounds {
@@ -349,6 +467,16 @@ fn latency_section(
         }
         let round_start = Instant::now();
         for i in 0..systems.len() {
+            if clock.must_cut(round) {
+                c.discard_round(round, |case| case == "wake-latency");
+                notes.push(format!(
+                    "wake latency: round {} passed the time budget after {i} of {} systems and was discarded",
+                    round + 1,
+                    systems.len()
+                ));
+                pb.set_position(pb.position().saturating_sub(i as u64));
+                break;
+            }
             let sys = systems[(i + round) % systems.len()];
             pb.set_message(format!("round {} wake latency {}", round + 1, sys.name()));
             match sys.measure(plan.latency_samples) {
@@ -359,14 +487,10 @@ fn latency_section(
                         ("latency_p999_ns", 0.999),
                     ] {
                         c.push(
-                            "wake-latency",
-                            sys.name(),
-                            sys.consumer(),
-                            metric,
-                            "ns",
-                            false,
-                            WakeSystem::BASELINE.name(),
+                            latency_measurement(sys, metric),
+                            round,
                             h.value_at_quantile(q) as f64,
+                            None,
                         );
                     }
                 }
@@ -377,6 +501,9 @@ fn latency_section(
                 )),
             }
             pb.inc(1);
+        }
+        if clock.must_cut(round) {
+            break;
         }
         clock.round_done(round_start);
         rounds_run += 1;
@@ -393,12 +520,12 @@ fn latency_section(
     // that order, so first-seen order is already the table order.
 }
 
-fn rearm_section(plan: &Plan, share: Duration, pb: &ProgressBar, c: &mut Collector) {
+fn rearm_section(plan: &Plan, deadline: Instant, pb: &ProgressBar, c: &mut Collector) {
     let mut r = Rearm::new();
     for k in RearmKind::ALL {
         r.run(k, plan.rearm_iters / 4); // warm-up
     }
-    let mut clock = SectionClock::new(share);
+    let mut clock = SectionClock::new(deadline);
     for round in 0..plan.rearm_rounds {
         if !clock.may_start_round(round) {
             pb.inc(((plan.rearm_rounds - round) * RearmKind::ALL.len()) as u64);
@@ -409,16 +536,64 @@ fn rearm_section(plan: &Plan, share: Duration, pb: &ProgressBar, c: &mut Collect
             let k = RearmKind::ALL[(i + round) % RearmKind::ALL.len()];
             pb.set_message(format!("round {} re-arm {}", round + 1, k.name()));
             let ns = r.time_ns(k, plan.rearm_iters);
-            c.push(
-                "rearm",
-                k.name(),
-                "single-thread",
-                "ns_per_rearm",
-                "ns",
-                false,
-                RearmKind::EvdArm.name(),
-                ns,
-            );
+            c.push(rearm_measurement(k, "ns_per_rearm"), round, ns, None);
+            pb.inc(1);
+        }
+        clock.round_done(round_start);
+    }
+}
+
+fn rearm_measurement(k: RearmKind, metric: &str) -> Measurement {
+    single_thread_measurement(
+        "rearm",
+        k.name(),
+        k == RearmKind::EvdArm,
+        metric,
+        RearmKind::EvdArm.name(),
+    )
+}
+
+fn pair_section(
+    plan: &Plan,
+    deadline: Instant,
+    pb: &ProgressBar,
+    c: &mut Collector,
+    notes: &mut Vec<String>,
+) {
+    let mut p = Pair::new();
+    for s in PairSystem::ALL {
+        let _ = p.run(s, plan.pair_iters / 4); // warm-up
+    }
+    let mut clock = SectionClock::new(deadline);
+    let n = PairSystem::ALL.len();
+    for round in 0..plan.pair_rounds {
+        if !clock.may_start_round(round) {
+            pb.inc(((plan.pair_rounds - round) * n) as u64);
+            notes.push(format!(
+                "{PAIR_CASE}: {round} of {} rounds fitted in the time budget",
+                plan.pair_rounds
+            ));
+            break;
+        }
+        let round_start = Instant::now();
+        for i in 0..n {
+            let s = PairSystem::ALL[(i + round) % n];
+            pb.set_message(format!("round {} pair {}", round + 1, s.name()));
+            match p.time_ns(s, plan.pair_iters) {
+                Ok(ns) => c.push(
+                    single_thread_measurement(
+                        PAIR_CASE,
+                        s.name(),
+                        s == PairSystem::Evd,
+                        "ns_per_pair",
+                        PairSystem::Evd.name(),
+                    ),
+                    round,
+                    ns,
+                    None,
+                ),
+                Err(e) => notes.push(format!("{PAIR_CASE} round {}: {e}", round + 1)),
+            }
             pb.inc(1);
         }
         clock.round_done(round_start);
@@ -447,14 +622,10 @@ fn callgrind_section(
         }
         match count_instructions(exe, k) {
             Ok(insns) => c.push(
-                "rearm",
-                k.name(),
-                "single-thread",
-                "instructions_per_rearm",
-                "instructions",
-                false,
-                RearmKind::EvdArm.name(),
+                rearm_measurement(k, "instructions_per_rearm"),
+                0,
                 insns,
+                None,
             ),
             Err(e) => notes.push(format!("re-arm instructions of {}: {e}", k.name())),
         }
@@ -479,19 +650,39 @@ mod tests {
 
     #[test]
     fn section_clock_always_allows_a_first_round() {
-        let clock = SectionClock::new(Duration::ZERO);
+        let clock = SectionClock::new(Instant::now());
         assert!(clock.may_start_round(0));
-        assert!(!clock.may_start_round(1) || clock.start.elapsed() == Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(!clock.may_start_round(1));
     }
 
     #[test]
     fn collector_groups_rounds_by_case_system_and_metric() {
         let mut c = Collector::default();
-        for v in [1.0, 2.0] {
-            c.push("a", "s", "busy", "m", "ops/s", true, "s", v);
-        }
-        c.push("a", "s", "busy", "m2", "ops/s", true, "s", 3.0);
+        let m = |metric| Measurement::new("a", "s", Role::Evd, "busy/item", metric);
+        c.push(m("ops_per_sec"), 0, 1.0, None);
+        c.push(m("ops_per_sec"), 1, 2.0, None);
+        c.push(m("latency_p50_ns"), 0, 3.0, None);
         assert_eq!(c.measurements.len(), 2);
-        assert_eq!(c.measurements[0].rounds, [1.0, 2.0]);
+        assert_eq!(c.measurements[0].rounds, [Some(1.0), Some(2.0)]);
+        c.discard_round(1, |case| case == "a");
+        assert_eq!(c.measurements[0].rounds, [Some(1.0)]);
+        c.discard_round(0, |case| case == "b");
+        assert_eq!(c.measurements[0].rounds, [Some(1.0)]);
+    }
+
+    #[test]
+    fn skeletons_carry_threads_baselines_and_floors() {
+        let m = throughput_measurement(Queue::TokioRecvMany, "throughput/u64/2p", 2);
+        assert_eq!(m.threads, 3);
+        assert_eq!(m.baseline.as_deref(), Some("evd batch+wait"));
+        assert_eq!(m.consumer, "blocking/batch");
+        let m = throughput_measurement(Queue::EvdBackoffWait, "throughput/u64/2p", 2);
+        assert_eq!(m.baseline, None);
+        let m = latency_measurement(WakeSystem::EvdWait, "latency_p50_ns");
+        assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
+        assert_eq!(m.role, Role::Evd);
+        let m = latency_measurement(WakeSystem::ParkFloor, "latency_p50_ns");
+        assert_eq!((m.role, m.floor), (Role::Floor, None));
     }
 }

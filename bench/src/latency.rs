@@ -62,9 +62,6 @@ impl WakeSystem {
         WakeSystem::EventfdFloor,
     ];
 
-    /// The evd row every row is compared with.
-    pub const BASELINE: WakeSystem = WakeSystem::EvdWait;
-
     /// The name used in tables and the JSON report.
     pub fn name(self) -> &'static str {
         match self {
@@ -99,6 +96,60 @@ impl WakeSystem {
                 | WakeSystem::EvdEventfd
                 | WakeSystem::EvdUpcall
         )
+    }
+
+    /// True for the two raw floors.
+    pub fn is_floor(self) -> bool {
+        matches!(self, WakeSystem::ParkFloor | WakeSystem::EventfdFloor)
+    }
+
+    /// The evd row this one is compared with: the one that sleeps the same
+    /// way (a thread park, a tokio current-thread runtime, an eventfd, no
+    /// sleep at all). Each evd row is its own baseline.
+    ///
+    /// ```
+    /// use evd_bench::latency::WakeSystem;
+    /// assert_eq!(WakeSystem::TokioMpsc.baseline(), WakeSystem::EvdAsync);
+    /// assert_eq!(WakeSystem::EventfdFloor.baseline(), WakeSystem::EvdEventfd);
+    /// ```
+    pub fn baseline(self) -> WakeSystem {
+        match self {
+            WakeSystem::EvdAsync | WakeSystem::TokioMpsc => WakeSystem::EvdAsync,
+            WakeSystem::EvdEventfd | WakeSystem::EventfdFloor => WakeSystem::EvdEventfd,
+            WakeSystem::EvdUpcall => WakeSystem::EvdUpcall,
+            WakeSystem::EvdWait
+            | WakeSystem::CrossbeamChannel
+            | WakeSystem::Flume
+            | WakeSystem::ParkFloor => WakeSystem::EvdWait,
+        }
+    }
+
+    /// The raw wake of the mechanism this system sleeps on, which no system
+    /// sleeping that way can beat: a figure below it in the same run is
+    /// noise. Futex-based sleeps (thread park, crossbeam's and flume's
+    /// blocking receive, a tokio current-thread runtime's park) have the
+    /// park/unpark floor, the epoll loop the eventfd floor; the inline upcall
+    /// wakes no thread and the floors are not measured against themselves.
+    pub fn floor(self) -> Option<WakeSystem> {
+        match self {
+            WakeSystem::EvdWait
+            | WakeSystem::EvdAsync
+            | WakeSystem::CrossbeamChannel
+            | WakeSystem::TokioMpsc
+            | WakeSystem::Flume => Some(WakeSystem::ParkFloor),
+            WakeSystem::EvdEventfd => Some(WakeSystem::EventfdFloor),
+            WakeSystem::EvdUpcall | WakeSystem::ParkFloor | WakeSystem::EventfdFloor => None,
+        }
+    }
+
+    /// Threads the measurement runs: the posting harness and the sleeping
+    /// consumer, or the posting thread alone for the inline upcall.
+    pub fn threads(self) -> usize {
+        if self == WakeSystem::EvdUpcall {
+            1
+        } else {
+            2
+        }
     }
 
     /// Measure `samples` one-way wakes; the histogram is in nanoseconds.

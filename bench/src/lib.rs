@@ -5,25 +5,31 @@
 //!
 //! * [`throughput`]: 1, 2 or 4 posters into one consumer, capacity 1024, for
 //!   evd and crossbeam-queue, crossbeam-channel, std, tokio, flume, kanal and
-//!   thingbuf; busy or blocking consumers, labelled.
+//!   thingbuf; every poster retries a refused send the same way, every
+//!   consumer is labelled busy/blocking and item/batch and compared with the
+//!   evd row of its style; per-run empty polls, full refusals and same-CPU
+//!   share.
 //! * [`latency`]: one-way wake latency of a consumer that is really asleep
 //!   (checked in `/proc/self/task/TID/stat`), into an hdrhistogram; evd's
 //!   four ways to be woken, three peers and two floors.
 //! * [`rearm`]: evd's one-CAS arm against "arm, then poll again", in ns and in
 //!   instructions (callgrind).
+//! * [`pair`]: one post and one dequeue on one thread, evd against `ArrayQueue`.
 //! * [`compare`]: all of it interleaved round-robin within a time budget;
 //!   [`report`] and [`chart`] turn the result into a table, JSON and SVG.
+//!   Every ratio points the same way: above 1 = evd better.
 //!
 //! ```
 //! use evd_bench::throughput::Queue;
-//! let elapsed = Queue::EvdSingle.run::<u64>(2, 100_000).unwrap();
-//! println!("{:.1} M events/s", 100_000.0 / elapsed.as_secs_f64() / 1e6);
+//! let run = Queue::EvdSingle.run::<u64>(2, 100_000).unwrap();
+//! println!("{:.1} M events/s", run.ops_per_sec() / 1e6);
 //! ```
 #![deny(missing_docs)]
 
 pub mod chart;
 pub mod compare;
 pub mod latency;
+pub mod pair;
 pub mod payload;
 pub mod rearm;
 pub mod report;

@@ -90,7 +90,14 @@ impl Tally {
         self.count == self.expected
     }
 
+    /// Events counted so far.
+    #[inline(always)]
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
     /// True once all expected events have arrived.
+    #[inline(always)]
     pub fn done(&self) -> bool {
         self.count >= self.expected
     }

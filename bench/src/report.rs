@@ -1,52 +1,121 @@
 //! The comparison's results: records (one per case, system and metric), the
 //! targets, the machine, and their outputs: a Markdown table, `report.json`
-//! (schema in the workspace README, "`report.json` schema") and, through [`crate::chart`], an SVG.
+//! (schema in the workspace README, "`report.json` schema") and, through
+//! [`crate::chart`], an SVG.
+//!
+//! Every ratio in a record points the same way: **above 1 = evd better**
+//! ([`RATIO_CONVENTION`], [`crate::stats::ratio_to_evd`]).
 
-use crate::stats::{ratio_to_evd, Summary};
+use crate::stats::{quotient, ratio_to_evd, Summary};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
 /// The value of [`Report::schema`] for this layout.
-pub const SCHEMA: &str = "evd-bench/report/v1";
+pub const SCHEMA: &str = "evd-bench/report/v2";
+
+/// What [`Record::ratio_to_evd`] means, as written to [`Report::ratio_convention`].
+pub const RATIO_CONVENTION: &str = "ratio_to_evd is oriented so that above 1 = evd better: \
+for higher_is_better metrics (throughput) it is baseline median / this median (evd ÷ peer, \
+above 1 = evd faster); for the others (latency, ns, instructions) it is this median / baseline \
+median (peer ÷ evd, above 1 = evd faster or cheaper). The baseline is the evd row of the same \
+case, metric and consumer style.";
+
+/// What a record's system is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// An evd row.
+    Evd,
+    /// A peer crate's row.
+    Peer,
+    /// A raw mechanism that bounds what any system can do (wake-latency floors).
+    Floor,
+}
 
 /// One measured quantity of one system in one case, over the interleaved rounds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// What was measured, e.g. `throughput/u64/2p`, `wake-latency`, `rearm`.
+    /// What was measured: `throughput/<payload>/<N>p`, `wake-latency`,
+    /// `rearm` or `single-thread/pair`.
     pub case: String,
-    /// The system under test, e.g. `evd try_dequeue`, `tokio mpsc`.
+    /// The system under test, e.g. `evd try_dequeue`, `tokio mpsc blocking_recv_many`.
     pub system: String,
-    /// How its consumer waits: `busy`, `blocking`, `async`, `epoll`, `inline`,
-    /// or `single-thread` for the re-arm loops.
+    /// `evd`, `peer` or `floor`.
+    pub role: Role,
+    /// How its consumer waits: `busy/item`, `busy/batch`, `blocking/item`,
+    /// `blocking/batch` (throughput), `blocking`, `async`, `epoll`, `inline`
+    /// (wake latency), or `single-thread`.
     pub consumer: String,
     /// `ops_per_sec`, `latency_p50_ns`, `latency_p99_ns`, `latency_p999_ns`,
-    /// `ns_per_rearm` or `instructions_per_rearm`.
+    /// `ns_per_rearm`, `instructions_per_rearm` or `ns_per_pair`.
     pub metric: String,
-    /// Unit of `median`, `min` and `max`: `ops/s`, `ns` or `instructions`.
+    /// Unit of `median`, `min`, `max` and `rounds`: `ops/s`, `ns` or `instructions`.
     pub unit: String,
     /// True if more is better (throughput), false if less is (latency, cost).
     pub higher_is_better: bool,
-    /// Median over the rounds.
+    /// Median over the rounds that produced a value.
     pub median: f64,
     /// Smallest round.
     pub min: f64,
     /// Largest round.
     pub max: f64,
-    /// Number of rounds.
+    /// Number of rounds that produced a value.
     pub samples: usize,
-    /// The evd system this record's ratio is taken against (same case and metric).
-    pub baseline: String,
-    /// `median / baseline's median`; `null` if the baseline is missing or 0.
+    /// One value per interleaved round, by round number (`null`: that round
+    /// failed or did not run for this system). Round `i` of two records of
+    /// one section ran in the same pass.
+    pub rounds: Vec<Option<f64>>,
+    /// The evd system this record's ratio is taken against (same case,
+    /// metric and consumer style; an evd reference row names itself); `null`
+    /// for an evd variant that is compared with nothing.
+    pub baseline: Option<String>,
+    /// See [`RATIO_CONVENTION`]: above 1 = evd better; `null` without a
+    /// baseline or if its median is missing or 0.
     pub ratio_to_evd: Option<f64>,
+    /// Threads the measurement runs (posters + consumer; 2 or 1 for wake
+    /// latency; 1 for single-thread cases).
+    pub threads: usize,
+    /// `threads` > the logical CPUs available to the process.
+    pub oversubscribed: bool,
+    /// The raw floor this figure cannot physically beat (a system name in
+    /// the same case and metric), or `null` where none applies.
+    pub floor: Option<String>,
+    /// The median beats the floor's median in this run (is below it; above
+    /// it for a higher-is-better metric): the figure is noise, not a win.
+    /// `null` without a floor (or if the floor was not measured).
+    pub below_floor: Option<bool>,
+    /// Throughput only, per round: consumer receive calls that returned no
+    /// event, per event moved; `null` for consumers that only call a
+    /// blocking receive (and for other cases).
+    pub empty_polls_per_msg: Option<Vec<Option<f64>>>,
+    /// Throughput only, per round: posts refused as full (and retried), per
+    /// event moved.
+    pub full_refusals_per_msg: Option<Vec<Option<f64>>>,
+    /// Throughput only, per round: share of the consumer's CPU samples that
+    /// found a running poster's latest sample on the same CPU.
+    pub same_cpu_share: Option<Vec<Option<f64>>>,
+}
+
+/// The per-round diagnostics of one throughput run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Diagnostics {
+    /// See [`Record::empty_polls_per_msg`].
+    pub empty_polls_per_msg: Option<f64>,
+    /// See [`Record::full_refusals_per_msg`].
+    pub full_refusals_per_msg: f64,
+    /// See [`Record::same_cpu_share`].
+    pub same_cpu_share: Option<f64>,
 }
 
 /// Raw round values of one quantity, before summarizing.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Measurement {
     /// See [`Record::case`].
     pub case: String,
     /// See [`Record::system`].
     pub system: String,
+    /// See [`Record::role`].
+    pub role: Role,
     /// See [`Record::consumer`].
     pub consumer: String,
     /// See [`Record::metric`].
@@ -56,33 +125,94 @@ pub struct Measurement {
     /// See [`Record::higher_is_better`].
     pub higher_is_better: bool,
     /// See [`Record::baseline`].
-    pub baseline: String,
-    /// One value per round.
-    pub rounds: Vec<f64>,
+    pub baseline: Option<String>,
+    /// See [`Record::threads`].
+    pub threads: usize,
+    /// See [`Record::floor`].
+    pub floor: Option<String>,
+    /// One value per round, by round number.
+    pub rounds: Vec<Option<f64>>,
+    /// Throughput diagnostics, by round number (`None` for other cases).
+    pub diagnostics: Option<Vec<Option<Diagnostics>>>,
 }
 
-/// Summarize measurements into records (dropping those with no valid round)
-/// and fill in every record's ratio to its evd baseline.
+impl Measurement {
+    /// A measurement with no rounds yet, no baseline, floor or diagnostics,
+    /// one thread.
+    pub fn new(case: &str, system: &str, role: Role, consumer: &str, metric: &str) -> Self {
+        let (unit, higher_is_better) = match metric {
+            "ops_per_sec" => ("ops/s", true),
+            "instructions_per_rearm" => ("instructions", false),
+            _ => ("ns", false),
+        };
+        Measurement {
+            case: case.into(),
+            system: system.into(),
+            role,
+            consumer: consumer.into(),
+            metric: metric.into(),
+            unit: unit.into(),
+            higher_is_better,
+            baseline: None,
+            threads: 1,
+            floor: None,
+            rounds: Vec::new(),
+            diagnostics: None,
+        }
+    }
+
+    /// Record the value (and diagnostics) of round `round`.
+    pub fn set_round(&mut self, round: usize, value: f64, diag: Option<Diagnostics>) {
+        if self.rounds.len() <= round {
+            self.rounds.resize(round + 1, None);
+        }
+        self.rounds[round] = Some(value);
+        if let Some(d) = diag {
+            let ds = self.diagnostics.get_or_insert_with(Vec::new);
+            if ds.len() <= round {
+                ds.resize(round + 1, None);
+            }
+            ds[round] = Some(d);
+        }
+    }
+}
+
+/// Summarize measurements into records (dropping those with no valid round),
+/// mark oversubscription against `cpus` logical CPUs, and fill in every
+/// record's ratio to its evd baseline and its floor check.
 ///
 /// ```
-/// use evd_bench::report::{records_from, Measurement};
-/// let m = |system: &str, rounds: Vec<f64>| Measurement {
-///     case: "c".into(), system: system.into(), consumer: "busy".into(),
-///     metric: "ops_per_sec".into(), unit: "ops/s".into(), higher_is_better: true,
-///     baseline: "evd".into(), rounds,
+/// use evd_bench::report::{records_from, Measurement, Role};
+/// let m = |system: &str, role, rounds: &[f64]| {
+///     let mut m = Measurement::new("c", system, role, "busy/item", "ops_per_sec");
+///     m.baseline = Some("evd".into());
+///     for (i, v) in rounds.iter().enumerate() { m.set_round(i, *v, None); }
+///     m
 /// };
-/// let r = records_from(vec![m("evd", vec![10.0, 12.0, 11.0]), m("peer", vec![5.0, 6.0, 5.5])]);
+/// let r = records_from(vec![m("evd", Role::Evd, &[10.0, 12.0, 11.0]), m("peer", Role::Peer, &[5.0, 6.0, 5.5])], 2);
 /// assert_eq!(r[0].ratio_to_evd, Some(1.0));
-/// assert_eq!(r[1].ratio_to_evd, Some(0.5));
+/// assert_eq!(r[1].ratio_to_evd, Some(2.0)); // evd ÷ peer: evd twice as fast
 /// ```
-pub fn records_from(measurements: Vec<Measurement>) -> Vec<Record> {
+pub fn records_from(measurements: Vec<Measurement>, cpus: usize) -> Vec<Record> {
     let mut records: Vec<Record> = measurements
         .into_iter()
         .filter_map(|m| {
-            let s = Summary::of(&m.rounds)?;
+            let values: Vec<f64> = m.rounds.iter().flatten().copied().collect();
+            let s = Summary::of(&values)?;
+            let n = m.rounds.len();
+            let diag = m.diagnostics.map(|mut ds| {
+                ds.resize(n, None);
+                ds
+            });
+            let per_round = |f: &dyn Fn(&Diagnostics) -> Option<f64>| {
+                diag.as_ref()
+                    .map(|ds| ds.iter().map(|d| d.as_ref().and_then(f)).collect())
+            };
+            let empty_polls: Option<Vec<Option<f64>>> = per_round(&|d| d.empty_polls_per_msg);
             Some(Record {
                 case: m.case,
                 system: m.system,
+                role: m.role,
                 consumer: m.consumer,
                 metric: m.metric,
                 unit: m.unit,
@@ -91,27 +221,57 @@ pub fn records_from(measurements: Vec<Measurement>) -> Vec<Record> {
                 min: s.min,
                 max: s.max,
                 samples: s.samples,
+                rounds: m.rounds,
                 baseline: m.baseline,
                 ratio_to_evd: None,
+                threads: m.threads,
+                oversubscribed: m.threads > cpus,
+                floor: m.floor,
+                below_floor: None,
+                // A consumer with only a blocking receive has no count in
+                // any round: null, not an array of nulls.
+                empty_polls_per_msg: empty_polls.filter(|v| v.iter().any(Option::is_some)),
+                full_refusals_per_msg: per_round(&|d| Some(d.full_refusals_per_msg)),
+                same_cpu_share: per_round(&|d| d.same_cpu_share),
             })
         })
         .collect();
     fill_ratios(&mut records);
+    fill_floors(&mut records);
     records
 }
 
 /// Set each record's `ratio_to_evd` from the record of its baseline system
-/// with the same case and metric.
+/// with the same case and metric ([`ratio_to_evd`]: above 1 = evd better).
 pub fn fill_ratios(records: &mut [Record]) {
     let ratios: Vec<Option<f64>> = records
         .iter()
         .map(|r| {
-            let base = find(records, &r.case, &r.baseline, &r.metric)?;
-            ratio_to_evd(r.median, base.median)
+            let base = find(records, &r.case, r.baseline.as_deref()?, &r.metric)?;
+            ratio_to_evd(r.median, base.median, r.higher_is_better)
         })
         .collect();
     for (r, ratio) in records.iter_mut().zip(ratios) {
         r.ratio_to_evd = ratio;
+    }
+}
+
+/// Set each record's `below_floor` from the record of its floor system with
+/// the same case and metric.
+pub fn fill_floors(records: &mut [Record]) {
+    let below: Vec<Option<bool>> = records
+        .iter()
+        .map(|r| {
+            let floor = find(records, &r.case, r.floor.as_deref()?, &r.metric)?;
+            Some(if r.higher_is_better {
+                r.median > floor.median
+            } else {
+                r.median < floor.median
+            })
+        })
+        .collect();
+    for (r, b) in records.iter_mut().zip(below) {
+        r.below_floor = b;
     }
 }
 
@@ -132,7 +292,7 @@ pub fn find<'a>(
 pub struct Machine {
     /// CPU model from `/proc/cpuinfo`.
     pub cpu: String,
-    /// Logical CPUs available to the process.
+    /// Logical CPUs available to the process (`available_parallelism`).
     pub logical_cpus: usize,
     /// Kernel release.
     pub kernel: String,
@@ -141,10 +301,20 @@ pub struct Machine {
     /// `/proc/loadavg` when the run started: other work on the machine
     /// skews every figure.
     pub load_average: String,
+    /// `/proc/loadavg` when the run ended.
+    pub load_average_end: String,
+}
+
+/// `/proc/loadavg`'s three load figures, or `"unknown"`.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 impl Machine {
-    /// Describe this machine (fields it cannot read are `"unknown"`).
+    /// Describe this machine (fields it cannot read are `"unknown"`);
+    /// `load_average_end` starts equal to `load_average`.
     pub fn detect() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let field = |name: &str| {
@@ -153,6 +323,7 @@ impl Machine {
                 (k.trim() == name).then(|| v.trim().to_string())
             })
         };
+        let load = load_average();
         Machine {
             cpu: field("model name").unwrap_or_else(|| "unknown".into()),
             logical_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -160,9 +331,8 @@ impl Machine {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "unknown".into()),
             hypervisor: field("flags").is_some_and(|f| f.split(' ').any(|x| x == "hypervisor")),
-            load_average: std::fs::read_to_string("/proc/loadavg")
-                .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-                .unwrap_or_else(|_| "unknown".into()),
+            load_average: load.clone(),
+            load_average_end: load,
         }
     }
 }
@@ -170,14 +340,29 @@ impl Machine {
 /// One of the issue's targets, evaluated on this run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TargetCheck {
-    /// What is compared, e.g. `evd try_dequeue / crossbeam ArrayQueue, throughput/u64/1p`.
+    /// What is compared, in the goal's own direction, e.g. `busy: evd
+    /// try_dequeue ÷ crossbeam ArrayQueue, ops/s, throughput/u64/1p`.
     pub name: String,
-    /// The measured ratio of medians (`null` if a side is missing).
+    /// The measured value from the medians of this run: a ratio of medians
+    /// (`unit` = `ratio`) or one median (`unit` = `ns`); `null` if a side is
+    /// missing.
     pub value: Option<f64>,
-    /// The goal, e.g. `>= 1.0`.
+    /// `ratio` or the unit of an absolute target (`ns`).
+    pub unit: String,
+    /// The goal, `>= G` or `<= G`, in the same direction as `value`.
     pub goal: String,
-    /// Whether the goal is met (`null` if not measured).
+    /// Whether `value` meets the goal (`null` if not measured).
     pub met: Option<bool>,
+    /// The same quantity per interleaved round (round `i` of each side),
+    /// `null` where a side has no value for that round.
+    pub rounds: Vec<Option<f64>>,
+    /// In how many of the rounds with a value the goal was met.
+    pub rounds_met: usize,
+    /// Rounds with a value.
+    pub rounds_measured: usize,
+    /// Why the figure may not mean what it seems: `oversubscribed: ...`,
+    /// `... below its floor: noise`, `met in k of n rounds`.
+    pub caveats: Vec<String>,
 }
 
 /// The whole report, as written to `report.json`.
@@ -195,6 +380,11 @@ pub struct Report {
     pub duration_s: f64,
     /// The machine.
     pub machine: Machine,
+    /// [`RATIO_CONVENTION`].
+    pub ratio_convention: String,
+    /// What every throughput poster does when its send is refused as full
+    /// ([`crate::throughput::POSTER_POLICY`]).
+    pub poster_policy: String,
     /// Every record.
     pub records: Vec<Record>,
     /// The targets.
@@ -203,78 +393,210 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-/// The ratio of `a`'s median to `b`'s for one case and metric.
-fn ratio_of(records: &[Record], case: &str, metric: &str, a: &str, b: &str) -> Option<f64> {
-    let a = find(records, case, a, metric)?;
-    let b = find(records, case, b, metric)?;
-    ratio_to_evd(a.median, b.median)
+/// The goal of a target: at least or at most a value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Goal {
+    /// `value >= g`.
+    AtLeast(f64),
+    /// `value <= g`.
+    AtMost(f64),
 }
 
-fn check(
+impl Goal {
+    fn met(self, v: f64) -> bool {
+        match self {
+            Goal::AtLeast(g) => v >= g,
+            Goal::AtMost(g) => v <= g,
+        }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Goal::AtLeast(g) => format!(">= {g}"),
+            Goal::AtMost(g) => format!("<= {g}"),
+        }
+    }
+}
+
+/// A target on `a`'s median alone (`b` = `None`, unit `unit`) or on the
+/// ratio of `a`'s median to `b`'s.
+fn target(
     name: String,
-    value: Option<f64>,
-    goal_at_least: Option<f64>,
-    goal_at_most: Option<f64>,
+    a: Option<&Record>,
+    b: Option<Option<&Record>>,
+    unit: &str,
+    goal: Goal,
 ) -> TargetCheck {
-    let (goal, met) = match (goal_at_least, goal_at_most) {
-        (Some(g), _) => (format!(">= {g}"), value.map(|v| v >= g)),
-        (_, Some(g)) => (format!("<= {g}"), value.map(|v| v <= g)),
-        _ => (String::new(), None),
+    let (value, rounds) = match (a, b) {
+        (Some(a), None) => (Some(a.median), a.rounds.clone()),
+        (Some(a), Some(Some(b))) => {
+            let n = a.rounds.len().max(b.rounds.len());
+            let at = |r: &Record, i: usize| r.rounds.get(i).copied().flatten();
+            let rounds = (0..n)
+                .map(|i| quotient(at(a, i)?, at(b, i)?))
+                .collect::<Vec<_>>();
+            (quotient(a.median, b.median), rounds)
+        }
+        _ => (None, Vec::new()),
     };
+    let measured: Vec<f64> = rounds.iter().flatten().copied().collect();
+    let rounds_met = measured.iter().filter(|v| goal.met(**v)).count();
+    let mut caveats = Vec::new();
+    let sides: Vec<&Record> = a.into_iter().chain(b.flatten()).collect();
+    if let Some(r) = sides.iter().find(|r| r.oversubscribed) {
+        caveats.push(format!("oversubscribed: {} threads", r.threads));
+    }
+    for r in &sides {
+        if r.below_floor == Some(true) {
+            caveats.push(format!("{} below its floor: noise", r.system));
+        }
+    }
+    if value.is_some() && rounds_met != 0 && rounds_met != measured.len() {
+        caveats.push(format!("met in {rounds_met} of {} rounds", measured.len()));
+    }
     TargetCheck {
         name,
         value,
-        goal,
-        met,
+        unit: unit.into(),
+        goal: goal.text(),
+        met: value.map(|v| goal.met(v)),
+        rounds,
+        rounds_met,
+        rounds_measured: measured.len(),
+        caveats,
     }
 }
 
-/// Evaluate the issue's targets on `records`.
-///
-/// Throughput targets compare like with like: evd's busy `try_dequeue`
-/// against ArrayQueue's busy `pop`, and evd's blocking consumer against
-/// tokio's `blocking_recv`.
-pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
-    let mut out = Vec::new();
-    for payload in ["u64", "event64"] {
-        for posters in [1, 2] {
-            let case = format!("throughput/{payload}/{posters}p");
-            for (evd, peer, goal) in [
-                ("evd try_dequeue", "crossbeam ArrayQueue", 1.0),
-                ("evd batch+wait", "tokio mpsc", 2.0),
-            ] {
-                out.push(check(
-                    format!("{evd} / {peer}, {case}"),
-                    ratio_of(records, &case, "ops_per_sec", evd, peer),
-                    Some(goal),
-                    None,
-                ));
+/// The record with the best median among `systems` for `case` and `metric`.
+fn best<'a>(
+    records: &'a [Record],
+    case: &str,
+    metric: &str,
+    systems: &[&str],
+) -> Option<&'a Record> {
+    systems
+        .iter()
+        .filter_map(|s| find(records, case, s, metric))
+        .max_by(|a, b| {
+            let (x, y) = (a.median, b.median);
+            if a.higher_is_better {
+                x.total_cmp(&y)
+            } else {
+                y.total_cmp(&x)
             }
-        }
+        })
+}
+
+/// The notifying peers of the blocking target: every row of std
+/// sync_channel, thingbuf, kanal and crossbeam-channel (item and batch
+/// consumers alike; the best one counts).
+pub const NOTIFYING_PEERS: [&str; 5] = [
+    "std sync_channel recv",
+    "thingbuf mpsc recv",
+    "kanal recv",
+    "crossbeam-channel recv",
+    "crossbeam-channel try_iter+recv",
+];
+
+/// Evaluate the issue's targets on `records`, from the medians of this run.
+/// Each target's value is written in the goal's own direction (its name says
+/// which is divided by which).
+pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
+    let ops = "ops_per_sec";
+    let mut out = Vec::new();
+    for (payload, posters, goal) in [
+        ("u64", 1, 2.0),
+        ("u64", 2, 2.5),
+        ("event64", 1, 1.5),
+        ("event64", 2, 1.5),
+    ] {
+        let case = format!("throughput/{payload}/{posters}p");
+        out.push(target(
+            format!("busy: evd try_dequeue ÷ crossbeam ArrayQueue, ops/s, {case}"),
+            find(records, &case, "evd try_dequeue", ops),
+            Some(find(records, &case, "crossbeam ArrayQueue", ops)),
+            "ratio",
+            Goal::AtLeast(goal),
+        ));
     }
-    out.push(check(
-        "evd wait (park/unpark) / floor: raw park/unpark, wake-latency p50".into(),
-        ratio_of(
+    for posters in [1, 2] {
+        let case = format!("throughput/u64/{posters}p");
+        let own = best(
             records,
-            "wake-latency",
-            "latency_p50_ns",
-            "evd wait (park/unpark)",
-            "floor: raw park/unpark",
-        ),
-        None,
-        Some(1.1),
+            &case,
+            ops,
+            &["evd try_dequeue", "evd dequeue_batch"],
+        );
+        out.push(target(
+            format!(
+                "blocking vs busy: evd batch+wait ÷ best busy evd row ({}), ops/s, {case}",
+                own.map_or("not measured", |r| r.system.as_str())
+            ),
+            find(records, &case, "evd batch+wait", ops),
+            Some(own),
+            "ratio",
+            Goal::AtLeast(0.9),
+        ));
+        let peer = best(records, &case, ops, &NOTIFYING_PEERS);
+        out.push(target(
+            format!(
+                "blocking vs peers: evd batch+wait ÷ best notifying peer ({}), ops/s, {case}",
+                peer.map_or("not measured", |r| r.system.as_str())
+            ),
+            find(records, &case, "evd batch+wait", ops),
+            Some(peer),
+            "ratio",
+            Goal::AtLeast(1.5),
+        ));
+    }
+    let pair = "single-thread/pair";
+    out.push(target(
+        format!("single thread: evd post+try_dequeue ÷ crossbeam ArrayQueue push+pop, ns per pair (time ratio), {pair}"),
+        find(records, pair, "evd post+try_dequeue", "ns_per_pair"),
+        Some(find(records, pair, "crossbeam ArrayQueue push+pop", "ns_per_pair")),
+        "ratio",
+        Goal::AtMost(0.65),
     ));
-    out.push(check(
-        "evd arm / arm then poll, instructions per re-arm".into(),
-        ratio_of(
+    out.push(target(
+        "arm(): evd arm (one CAS), ns per re-arm, rearm".into(),
+        find(records, "rearm", "evd arm (one CAS)", "ns_per_rearm"),
+        None,
+        "ns",
+        Goal::AtMost(4.0),
+    ));
+    out.push(target(
+        "arm(): evd arm (one CAS) ÷ arm, then poll again, instructions per re-arm, rearm".into(),
+        find(
             records,
             "rearm",
-            "instructions_per_rearm",
             "evd arm (one CAS)",
-            "arm, then poll again",
+            "instructions_per_rearm",
         ),
-        None,
-        Some(0.5),
+        Some(find(
+            records,
+            "rearm",
+            "arm, then poll again",
+            "instructions_per_rearm",
+        )),
+        "ratio",
+        Goal::AtMost(0.5),
+    ));
+    out.push(target(
+        "wake: evd wait (park/unpark) ÷ floor: raw park/unpark, p50 ns, wake-latency".into(),
+        find(
+            records,
+            "wake-latency",
+            "evd wait (park/unpark)",
+            "latency_p50_ns",
+        ),
+        Some(find(
+            records,
+            "wake-latency",
+            "floor: raw park/unpark",
+            "latency_p50_ns",
+        )),
+        "ratio",
+        Goal::AtMost(1.1),
     ));
     out
 }
@@ -298,13 +620,30 @@ pub fn format_value(v: f64, unit: &str) -> String {
     }
 }
 
-fn format_ratio(r: Option<f64>) -> String {
-    r.map_or_else(|| "n/a".into(), |r| format!("{r:.2}×"))
+fn format_ratio(r: &Record) -> String {
+    match (&r.baseline, r.ratio_to_evd) {
+        (None, _) => "— (evd variant)".into(),
+        (Some(b), _) if *b == r.system => "1.00× (reference)".into(),
+        (Some(b), Some(x)) => format!("{x:.2}× (vs {b})"),
+        (Some(b), None) => format!("n/a (vs {b})"),
+    }
+}
+
+/// The sentence that states a table's ratio direction.
+pub fn ratio_sentence(higher_is_better: bool, unit: &str) -> String {
+    if higher_is_better {
+        format!("ratio = evd ÷ peer ({unit}, medians of this run): **above 1 = evd faster**")
+    } else {
+        format!(
+            "ratio = peer ÷ evd ({unit}, medians of this run): **above 1 = evd faster or cheaper**"
+        )
+    }
 }
 
 /// The report as Markdown tables, one per case, plus the targets.
 pub fn markdown(report: &Report) -> String {
     let mut s = String::new();
+    let cpus = report.machine.logical_cpus;
     let mut cases: Vec<&str> = Vec::new();
     for r in &report.records {
         if !cases.contains(&r.case.as_str()) {
@@ -314,15 +653,20 @@ pub fn markdown(report: &Report) -> String {
     for case in cases {
         let rows: Vec<&Record> = report.records.iter().filter(|r| r.case == case).collect();
         if case == "wake-latency" {
-            latency_table(&mut s, case, &rows);
+            latency_table(&mut s, case, &rows, cpus);
+        } else if case.starts_with("throughput/") {
+            throughput_table(&mut s, case, &rows, cpus, &report.poster_policy);
         } else {
-            generic_table(&mut s, case, &rows);
+            generic_table(&mut s, case, &rows, cpus);
         }
     }
     if !report.targets.is_empty() {
         let _ = writeln!(
             s,
-            "### targets\n\n| target | measured | goal | met |\n|---|---|---|---|"
+            "### targets\n\nEach value is computed from this run's medians in the direction its goal is \
+             stated in (the name says what is divided by what); `rounds` counts the interleaved rounds \
+             whose own ratio meets the goal.\n\n\
+             | target | measured | goal | met | rounds | caveats |\n|---|---|---|---|---|---|"
         );
         for t in &report.targets {
             let met = match t.met {
@@ -330,8 +674,27 @@ pub fn markdown(report: &Report) -> String {
                 Some(false) => "**no**",
                 None => "not measured",
             };
-            let v = t.value.map_or_else(|| "n/a".into(), |v| format!("{v:.2}"));
-            let _ = writeln!(s, "| {} | {} | {} | {} |", t.name, v, t.goal, met);
+            let v = t.value.map_or_else(
+                || "n/a".into(),
+                |v| {
+                    if t.unit == "ratio" {
+                        format!("{v:.2}")
+                    } else {
+                        format_value(v, &t.unit)
+                    }
+                },
+            );
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} of {} | {} |",
+                t.name,
+                v,
+                t.goal,
+                met,
+                t.rounds_met,
+                t.rounds_measured,
+                t.caveats.join("; ")
+            );
         }
         s.push('\n');
     }
@@ -341,32 +704,140 @@ pub fn markdown(report: &Report) -> String {
     s
 }
 
-fn generic_table(s: &mut String, case: &str, rows: &[&Record]) {
+fn threads_cell(r: &Record) -> String {
+    if r.oversubscribed {
+        format!("{} (oversubscribed)", r.threads)
+    } else {
+        r.threads.to_string()
+    }
+}
+
+fn oversubscription_sentence(rows: &[&Record], cpus: usize) -> String {
+    match rows.iter().find(|r| r.oversubscribed) {
+        Some(r) => format!(
+            " **Oversubscribed**: {} threads on {cpus} CPUs, so threads take turns on a CPU.",
+            r.threads
+        ),
+        None => String::new(),
+    }
+}
+
+/// Index of the slowest and the fastest round of a throughput record.
+fn extreme_rounds(r: &Record) -> Option<(usize, usize)> {
+    let valid = r
+        .rounds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| Some((i, (*v)?)));
+    let slow = valid.clone().min_by(|a, b| a.1.total_cmp(&b.1))?.0;
+    let fast = valid.max_by(|a, b| a.1.total_cmp(&b.1))?.0;
+    Some((slow, fast))
+}
+
+/// `median (slowest → fastest round)` of a per-round diagnostic.
+fn diag_cell(
+    r: &Record,
+    per_round: &Option<Vec<Option<f64>>>,
+    fmt: &dyn Fn(f64) -> String,
+) -> String {
+    let Some(v) = per_round else {
+        return "not countable".into();
+    };
+    let values: Vec<f64> = v.iter().flatten().copied().collect();
+    let Some(s) = Summary::of(&values) else {
+        return "n/a".into();
+    };
+    let at = |i: usize| v.get(i).copied().flatten().map_or("n/a".into(), fmt);
+    match extreme_rounds(r) {
+        Some((slow, fast)) if slow != fast => {
+            format!("{} ({} → {})", fmt(s.median), at(slow), at(fast))
+        }
+        _ => fmt(s.median),
+    }
+}
+
+fn throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize, policy: &str) {
     let _ = writeln!(
         s,
-        "### {case}\n\n| system | consumer | metric | median | min – max | ratio to evd (vs) |\n|---|---|---|---|---|---|"
+        "### {case}\n\n{}. Each row is compared with the evd row of its consumer style (vs). \
+         Posters: {policy}.{}\n\
+         Diagnostics are medians over rounds, with (slowest round → fastest round): empty polls = \
+         consumer receive calls that returned nothing, per event (\"not countable\": the consumer \
+         only calls a blocking receive); full = posts refused as full, per event; same CPU = share \
+         of CPU samples with a poster on the consumer's CPU.\n\n\
+         | system | consumer | median | min – max | empty polls/msg | full/msg | same CPU | threads | ratio |\n\
+         |---|---|---|---|---|---|---|---|---|",
+        ratio_sentence(true, "ops/s"),
+        oversubscription_sentence(rows, cpus),
+    );
+    let num = |x: f64| format!("{x:.3}");
+    let pct = |x: f64| format!("{:.0} %", x * 100.0);
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} – {} | {} | {} | {} | {} | {} |",
+            r.system,
+            r.consumer,
+            format_value(r.median, &r.unit),
+            format_value(r.min, &r.unit),
+            format_value(r.max, &r.unit),
+            diag_cell(r, &r.empty_polls_per_msg, &num),
+            diag_cell(r, &r.full_refusals_per_msg, &num),
+            diag_cell(r, &r.same_cpu_share, &pct),
+            threads_cell(r),
+            format_ratio(r),
+        );
+    }
+    s.push('\n');
+}
+
+fn generic_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
+    let mut metrics: Vec<(&str, &str, bool)> = Vec::new();
+    for r in rows {
+        let m = (r.metric.as_str(), r.unit.as_str(), r.higher_is_better);
+        if !metrics.contains(&m) {
+            metrics.push(m);
+        }
+    }
+    let sentences: Vec<String> = metrics
+        .iter()
+        .map(|(m, unit, hib)| format!("{m}: {}", ratio_sentence(*hib, unit)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "### {case}\n\n{}.{}\n\n\
+         | system | consumer | metric | median | min – max | threads | ratio |\n|---|---|---|---|---|---|---|",
+        sentences.join("; "),
+        oversubscription_sentence(rows, cpus),
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} – {} | {} ({}) |",
+            "| {} | {} | {} | {} | {} – {} | {} | {} |",
             r.system,
             r.consumer,
             r.metric,
             format_value(r.median, &r.unit),
             format_value(r.min, &r.unit),
             format_value(r.max, &r.unit),
-            format_ratio(r.ratio_to_evd),
-            r.baseline,
+            threads_cell(r),
+            format_ratio(r),
         );
     }
     s.push('\n');
 }
 
-fn latency_table(s: &mut String, case: &str, rows: &[&Record]) {
+fn latency_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
     let _ = writeln!(
         s,
-        "### {case} (one way, post → consumer running; median of rounds [min – max])\n\n| system | consumer | p50 | p99 | p99.9 | p50 ratio to evd wait |\n|---|---|---|---|---|---|"
+        "### {case} (one way, post → consumer running; median of rounds [min – max])\n\n\
+         {} at p50. Each row is compared with the evd row that sleeps the same way (vs). \
+         \"(below floor: noise)\" marks a median under the raw floor of the same sleep mechanism \
+         in this run: no system can wake faster than that, so the figure is noise, not a win; a \
+         p50 ratio with such a figure on either side is marked too.{}\n\n\
+         | system | consumer | p50 | p99 | p99.9 | threads | p50 ratio |\n|---|---|---|---|---|---|---|",
+        ratio_sentence(false, "ns"),
+        oversubscription_sentence(rows, cpus),
     );
     let mut systems: Vec<&str> = Vec::new();
     for r in rows {
@@ -381,23 +852,44 @@ fn latency_table(s: &mut String, case: &str, rows: &[&Record]) {
                 || "n/a".to_string(),
                 |r| {
                     format!(
-                        "{} [{} – {}]",
+                        "{} [{} – {}]{}",
                         format_value(r.median, "ns"),
                         format_value(r.min, "ns"),
-                        format_value(r.max, "ns")
+                        format_value(r.max, "ns"),
+                        if r.below_floor == Some(true) {
+                            " (below floor: noise)"
+                        } else {
+                            ""
+                        }
                     )
                 },
             )
         };
-        let consumer = get("latency_p50_ns").map_or("", |r| r.consumer.as_str());
-        let ratio = get("latency_p50_ns").and_then(|r| r.ratio_to_evd);
+        let Some(p50) = get("latency_p50_ns") else {
+            continue;
+        };
+        let base_below = p50
+            .baseline
+            .as_deref()
+            .and_then(|b| {
+                rows.iter()
+                    .find(|r| r.system == b && r.metric == p50.metric)
+            })
+            .is_some_and(|b| b.below_floor == Some(true));
+        let noise = if p50.below_floor == Some(true) || base_below {
+            " (noise: below floor)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
-            "| {sys} | {consumer} | {} | {} | {} | {} |",
+            "| {sys} | {} | {} | {} | {} | {} | {}{noise} |",
+            p50.consumer,
             cell("latency_p50_ns"),
             cell("latency_p99_ns"),
             cell("latency_p999_ns"),
-            format_ratio(ratio)
+            threads_cell(p50),
+            format_ratio(p50)
         );
     }
     s.push('\n');
@@ -408,41 +900,121 @@ mod tests {
     use super::*;
 
     fn rec(case: &str, system: &str, metric: &str, median: f64, baseline: &str) -> Record {
-        Record {
-            case: case.into(),
-            system: system.into(),
-            consumer: "busy".into(),
-            metric: metric.into(),
-            unit: "ops/s".into(),
-            higher_is_better: true,
-            median,
-            min: median,
-            max: median,
-            samples: 1,
-            baseline: baseline.into(),
-            ratio_to_evd: None,
-        }
+        let mut m = Measurement::new(
+            case,
+            system,
+            if system.starts_with("evd") {
+                Role::Evd
+            } else {
+                Role::Peer
+            },
+            "busy/item",
+            metric,
+        );
+        m.baseline = Some(baseline.into());
+        m.set_round(0, median, None);
+        records_from(vec![m], 2).remove(0)
     }
 
     #[test]
     fn ratios_use_the_same_case_and_metric_only() {
         let mut rs = vec![
-            rec("a", "evd", "m", 100.0, "evd"),
-            rec("b", "evd", "m", 10.0, "evd"),
-            rec("a", "peer", "m", 50.0, "evd"),
-            rec("b", "peer", "m", 50.0, "evd"),
-            rec("a", "peer", "other", 50.0, "evd"),
+            rec("a", "evd", "ops_per_sec", 100.0, "evd"),
+            rec("b", "evd", "ops_per_sec", 10.0, "evd"),
+            rec("a", "peer", "ops_per_sec", 50.0, "evd"),
+            rec("b", "peer", "ops_per_sec", 50.0, "evd"),
+            rec("a", "peer", "latency_p50_ns", 50.0, "evd"),
         ];
         fill_ratios(&mut rs);
         assert_eq!(rs[0].ratio_to_evd, Some(1.0));
-        assert_eq!(rs[2].ratio_to_evd, Some(0.5));
-        assert_eq!(rs[3].ratio_to_evd, Some(5.0));
+        assert_eq!(
+            rs[2].ratio_to_evd,
+            Some(2.0),
+            "evd 100 vs peer 50: evd 2× faster"
+        );
+        assert_eq!(
+            rs[3].ratio_to_evd,
+            Some(0.2),
+            "evd 10 vs peer 50: evd slower"
+        );
         assert_eq!(rs[4].ratio_to_evd, None, "no evd record for that metric");
     }
 
     #[test]
-    fn json_has_the_documented_fields() {
-        let report = Report {
+    fn cost_ratios_are_peer_over_evd() {
+        let mut rs = vec![
+            rec("r", "evd", "ns_per_rearm", 3.0, "evd"),
+            rec("r", "peer", "ns_per_rearm", 6.0, "evd"),
+        ];
+        fill_ratios(&mut rs);
+        assert_eq!(rs[1].ratio_to_evd, Some(2.0), "peer costs twice as much");
+    }
+
+    #[test]
+    fn below_floor_and_oversubscription_are_marked() {
+        let mut floor = Measurement::new("w", "floor", Role::Floor, "blocking", "latency_p50_ns");
+        floor.set_round(0, 10.0, None);
+        let mut fast = Measurement::new("w", "evd", Role::Evd, "blocking", "latency_p50_ns");
+        fast.floor = Some("floor".into());
+        fast.threads = 3;
+        fast.set_round(0, 9.0, None);
+        let mut slow = Measurement::new("w", "peer", Role::Peer, "blocking", "latency_p50_ns");
+        slow.floor = Some("floor".into());
+        slow.set_round(0, 11.0, None);
+        let rs = records_from(vec![floor, fast, slow], 2);
+        assert_eq!(rs[0].below_floor, None);
+        assert_eq!(rs[1].below_floor, Some(true));
+        assert_eq!(rs[2].below_floor, Some(false));
+        assert!(rs[1].oversubscribed && !rs[2].oversubscribed);
+    }
+
+    #[test]
+    fn diagnostics_follow_round_numbers() {
+        let mut m = Measurement::new("t", "evd", Role::Evd, "busy/item", "ops_per_sec");
+        let d = |e| Diagnostics {
+            empty_polls_per_msg: e,
+            full_refusals_per_msg: 0.5,
+            same_cpu_share: Some(0.25),
+        };
+        m.set_round(0, 1.0, Some(d(Some(0.1))));
+        m.set_round(2, 3.0, Some(d(Some(0.3))));
+        let r = records_from(vec![m], 2).remove(0);
+        assert_eq!(r.rounds, [Some(1.0), None, Some(3.0)]);
+        assert_eq!(
+            r.empty_polls_per_msg,
+            Some(vec![Some(0.1), None, Some(0.3)])
+        );
+        assert_eq!(r.same_cpu_share, Some(vec![Some(0.25), None, Some(0.25)]));
+        assert_eq!(r.samples, 2);
+        let mut m = Measurement::new("t", "peer", Role::Peer, "blocking/item", "ops_per_sec");
+        m.set_round(0, 1.0, Some(d(None)));
+        let r = records_from(vec![m], 2).remove(0);
+        assert_eq!(r.empty_polls_per_msg, None, "not countable is null");
+        assert_eq!(r.full_refusals_per_msg, Some(vec![Some(0.5)]));
+    }
+
+    fn sample_report() -> Report {
+        let mut m = Measurement::new(
+            "throughput/u64/1p",
+            "evd try_dequeue",
+            Role::Evd,
+            "busy/item",
+            "ops_per_sec",
+        );
+        m.baseline = Some("evd try_dequeue".into());
+        m.threads = 2;
+        for (i, v) in [1e6, 3e6, 2e6].into_iter().enumerate() {
+            m.set_round(
+                i,
+                v,
+                Some(Diagnostics {
+                    empty_polls_per_msg: Some(0.1),
+                    full_refusals_per_msg: 0.0,
+                    same_cpu_share: Some(0.0),
+                }),
+            );
+        }
+        Report {
             schema: SCHEMA.into(),
             command: "evd-bench compare".into(),
             quick: true,
@@ -454,55 +1026,105 @@ mod tests {
                 kernel: "k".into(),
                 hypervisor: true,
                 load_average: "0.00 0.00 0.00".into(),
+                load_average_end: "0.10 0.00 0.00".into(),
             },
-            records: records_from(vec![Measurement {
-                case: "throughput/u64/1p".into(),
-                system: "evd try_dequeue".into(),
-                consumer: "busy".into(),
-                metric: "ops_per_sec".into(),
-                unit: "ops/s".into(),
-                higher_is_better: true,
-                baseline: "evd try_dequeue".into(),
-                rounds: vec![1.0, 3.0, 2.0],
-            }]),
-            targets: vec![],
+            ratio_convention: RATIO_CONVENTION.into(),
+            poster_policy: "p".into(),
+            records: records_from(vec![m], 2),
+            targets: targets(&[]),
             notes: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn json_has_the_documented_fields() {
+        let report = sample_report();
         let v: serde_json::Value = serde_json::to_value(&report).unwrap();
-        for key in [
-            "schema",
-            "command",
-            "quick",
-            "started_unix_s",
-            "duration_s",
-            "machine",
-            "records",
-            "targets",
-            "notes",
-        ] {
-            assert!(v.get(key).is_some(), "top-level {key}");
-        }
+        let keys = |v: &serde_json::Value| {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let sorted = |a: &[&str]| {
+            let mut a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+            a.sort();
+            a
+        };
+        // Exactly these fields: the README's schema tables list the same.
+        assert_eq!(
+            keys(&v),
+            sorted(&[
+                "schema",
+                "command",
+                "quick",
+                "started_unix_s",
+                "duration_s",
+                "machine",
+                "ratio_convention",
+                "poster_policy",
+                "records",
+                "targets",
+                "notes",
+            ])
+        );
+        assert_eq!(
+            keys(&v["machine"]),
+            sorted(&[
+                "cpu",
+                "logical_cpus",
+                "kernel",
+                "hypervisor",
+                "load_average",
+                "load_average_end"
+            ])
+        );
         let r = &v["records"][0];
-        for key in [
-            "case",
-            "system",
-            "consumer",
-            "metric",
-            "unit",
-            "higher_is_better",
-            "median",
-            "min",
-            "max",
-            "samples",
-            "baseline",
-            "ratio_to_evd",
-        ] {
-            assert!(r.get(key).is_some(), "record field {key}");
-        }
-        assert_eq!(r["median"], 2.0);
-        assert_eq!(r["min"], 1.0);
-        assert_eq!(r["max"], 3.0);
+        assert_eq!(
+            keys(r),
+            sorted(&[
+                "case",
+                "system",
+                "role",
+                "consumer",
+                "metric",
+                "unit",
+                "higher_is_better",
+                "median",
+                "min",
+                "max",
+                "samples",
+                "rounds",
+                "baseline",
+                "ratio_to_evd",
+                "threads",
+                "oversubscribed",
+                "floor",
+                "below_floor",
+                "empty_polls_per_msg",
+                "full_refusals_per_msg",
+                "same_cpu_share",
+            ])
+        );
+        assert_eq!(
+            keys(&v["targets"][0]),
+            sorted(&[
+                "name",
+                "value",
+                "unit",
+                "goal",
+                "met",
+                "rounds",
+                "rounds_met",
+                "rounds_measured",
+                "caveats"
+            ])
+        );
+        assert_eq!(r["role"], "evd");
+        assert_eq!(r["median"], 2e6);
+        assert_eq!(r["min"], 1e6);
+        assert_eq!(r["max"], 3e6);
         assert_eq!(r["ratio_to_evd"], 1.0);
+        assert_eq!(r["empty_polls_per_msg"][2], 0.1);
         let back: Report = serde_json::from_value(v).unwrap();
         assert_eq!(back, report);
     }
@@ -510,14 +1132,14 @@ mod tests {
     #[test]
     fn targets_report_missing_sides_as_not_measured() {
         let ts = targets(&[]);
-        assert!(!ts.is_empty());
+        assert_eq!(ts.len(), 12);
         assert!(ts.iter().all(|t| t.value.is_none() && t.met.is_none()));
     }
 
     #[test]
-    fn targets_compare_like_with_like() {
+    fn targets_compare_like_with_like_and_take_the_best_peer() {
         let case = "throughput/u64/1p";
-        let rs = vec![
+        let mut rs = vec![
             rec(
                 case,
                 "evd try_dequeue",
@@ -527,55 +1149,141 @@ mod tests {
             ),
             rec(
                 case,
+                "evd dequeue_batch",
+                "ops_per_sec",
+                95.0,
+                "evd dequeue_batch",
+            ),
+            rec(
+                case,
                 "crossbeam ArrayQueue",
                 "ops_per_sec",
-                100.0,
+                30.0,
                 "evd try_dequeue",
             ),
             rec(
                 case,
                 "evd batch+wait",
                 "ops_per_sec",
-                30.0,
+                90.0,
                 "evd batch+wait",
             ),
-            rec(case, "tokio mpsc", "ops_per_sec", 10.0, "evd batch+wait"),
+            rec(
+                case,
+                "crossbeam-channel try_iter+recv",
+                "ops_per_sec",
+                50.0,
+                "evd batch+wait",
+            ),
+            rec(
+                case,
+                "std sync_channel recv",
+                "ops_per_sec",
+                70.0,
+                "evd try_dequeue+wait",
+            ),
+            rec(
+                case,
+                "tokio mpsc blocking_recv_many",
+                "ops_per_sec",
+                89.0,
+                "evd batch+wait",
+            ),
         ];
+        rs[2].threads = 3;
+        rs[2].oversubscribed = true;
         let ts = targets(&rs);
-        let aq = ts
-            .iter()
-            .find(|t| t.name.contains("ArrayQueue, throughput/u64/1p"))
-            .unwrap();
-        assert_eq!(aq.value, Some(0.9));
-        assert_eq!(aq.met, Some(false));
-        let tk = ts
-            .iter()
-            .find(|t| t.name.contains("tokio mpsc, throughput/u64/1p"))
-            .unwrap();
-        assert_eq!(tk.value, Some(3.0));
-        assert_eq!(tk.met, Some(true));
+        let get = |s: &str| ts.iter().find(|t| t.name.contains(s)).unwrap();
+        let aq = get("ArrayQueue, ops/s, throughput/u64/1p");
+        assert_eq!(aq.value, Some(3.0));
+        assert_eq!(aq.met, Some(true));
+        assert_eq!((aq.rounds_met, aq.rounds_measured), (1, 1));
+        assert!(aq.caveats[0].starts_with("oversubscribed"));
+        let own = get("blocking vs busy");
+        assert!(own.name.contains("(evd dequeue_batch)"), "{}", own.name);
+        assert_eq!(own.value, Some(90.0 / 95.0));
+        let peers = get("blocking vs peers: evd batch+wait ÷ best notifying peer (std");
+        assert_eq!(peers.value, Some(90.0 / 70.0), "tokio is not in the list");
+        assert_eq!(peers.met, Some(false));
     }
 
     #[test]
-    fn markdown_lists_every_record() {
+    fn time_targets_keep_the_goal_direction() {
+        let pair = "single-thread/pair";
         let rs = vec![
-            rec("x", "evd", "ops_per_sec", 2e6, "evd"),
-            rec("x", "peer", "ops_per_sec", 1e6, "evd"),
+            rec(
+                pair,
+                "evd post+try_dequeue",
+                "ns_per_pair",
+                6.0,
+                "evd post+try_dequeue",
+            ),
+            rec(
+                pair,
+                "crossbeam ArrayQueue push+pop",
+                "ns_per_pair",
+                10.0,
+                "evd post+try_dequeue",
+            ),
         ];
-        let report = Report {
-            schema: SCHEMA.into(),
-            command: String::new(),
-            quick: false,
-            started_unix_s: 0,
-            duration_s: 0.0,
-            machine: Machine::detect(),
-            records: rs,
-            targets: vec![],
-            notes: vec!["n1".into()],
+        let t = targets(&rs);
+        let t = t
+            .iter()
+            .find(|t| t.name.starts_with("single thread"))
+            .unwrap();
+        assert_eq!(t.value, Some(0.6));
+        assert_eq!(t.met, Some(true));
+    }
+
+    #[test]
+    fn latency_table_marks_figures_below_the_floor_as_noise() {
+        let m = |system: &str, role, median| {
+            let mut m =
+                Measurement::new("wake-latency", system, role, "blocking", "latency_p50_ns");
+            m.baseline = Some("evd wait".into());
+            if role != Role::Floor {
+                m.floor = Some("floor".into());
+            }
+            m.threads = 2;
+            m.set_round(0, median, None);
+            m
         };
+        let mut report = sample_report();
+        report.records = records_from(
+            vec![
+                m("evd wait", Role::Evd, 12_000.0),
+                m("peer", Role::Peer, 9_000.0),
+                m("floor", Role::Floor, 10_000.0),
+            ],
+            2,
+        );
         let md = markdown(&report);
-        assert!(md.contains("| evd | busy | ops_per_sec | 2.00 M/s"));
-        assert!(md.contains("| peer |"));
+        assert!(md.contains("ratio = peer ÷ evd (ns"), "{md}");
+        let peer = md.lines().find(|l| l.starts_with("| peer |")).unwrap();
+        assert!(
+            peer.contains("9.00 µs [9.00 µs – 9.00 µs] (below floor: noise)"),
+            "{peer}"
+        );
+        assert!(
+            peer.contains("0.75× (vs evd wait) (noise: below floor)"),
+            "{peer}"
+        );
+        let evd = md.lines().find(|l| l.starts_with("| evd wait |")).unwrap();
+        assert!(!evd.contains("noise"), "{evd}");
+    }
+
+    #[test]
+    fn markdown_states_the_ratio_direction_and_marks() {
+        let mut report = sample_report();
+        report.notes.push("n1".into());
+        let md = markdown(&report);
+        assert!(md.contains("ratio = evd ÷ peer (ops/s"));
+        assert!(md.contains("above 1 = evd faster"));
+        assert!(md.contains("| evd try_dequeue | busy/item | 2.00 M/s"));
+        assert!(md.contains("1.00× (reference)"));
+        assert!(md.contains("0.100"), "{md}");
         assert!(md.contains("note: n1"));
+        report.records[0].oversubscribed = true;
+        assert!(markdown(&report).contains("(oversubscribed)"));
     }
 }

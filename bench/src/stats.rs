@@ -1,4 +1,4 @@
-//! Summaries of repeated measurements and the ratio to evd.
+//! Summaries of repeated measurements and the ratio to evd (above 1 = evd better).
 
 /// Median, minimum and maximum of a set of samples (one per interleaved round).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -42,20 +42,42 @@ impl Summary {
     }
 }
 
-/// `value / evd`: how a system's median compares with evd's median for the
-/// same case and metric. `None` when evd's median is zero or either is not
-/// finite. Above 1 means more than evd (faster for throughput, slower for
-/// latency and cost metrics).
+/// The ratio in the direction where above 1 means evd is better, for one
+/// metric of one case: `evd / value` when more is better (throughput: evd ÷
+/// peer, above 1 = evd faster) and `value / evd` when less is better (latency,
+/// time and instruction cost: peer ÷ evd, above 1 = evd faster or cheaper).
+/// `value` and `evd` are the two medians. `None` when the denominator is zero
+/// or either median is not finite.
 ///
 /// ```
-/// assert_eq!(evd_bench::stats::ratio_to_evd(50.0, 100.0), Some(0.5));
-/// assert_eq!(evd_bench::stats::ratio_to_evd(1.0, 0.0), None);
+/// use evd_bench::stats::ratio_to_evd;
+/// // throughput: evd 100 M/s, peer 50 M/s: evd is 2× faster
+/// assert_eq!(ratio_to_evd(50.0, 100.0, true), Some(2.0));
+/// // latency: evd 10 µs, peer 15 µs: evd is 1.5× faster
+/// assert_eq!(ratio_to_evd(15.0, 10.0, false), Some(1.5));
+/// assert_eq!(ratio_to_evd(1.0, 0.0, false), None);
+/// assert_eq!(ratio_to_evd(0.0, 1.0, true), None);
 /// ```
-pub fn ratio_to_evd(value: f64, evd: f64) -> Option<f64> {
-    if evd == 0.0 || !evd.is_finite() || !value.is_finite() {
+pub fn ratio_to_evd(value: f64, evd: f64, higher_is_better: bool) -> Option<f64> {
+    if !evd.is_finite() || !value.is_finite() {
         return None;
     }
-    Some(value / evd)
+    let (num, den) = if higher_is_better {
+        (evd, value)
+    } else {
+        (value, evd)
+    };
+    (den != 0.0).then(|| num / den)
+}
+
+/// `a / b`, `None` when `b` is zero or either is not finite.
+///
+/// ```
+/// assert_eq!(evd_bench::stats::quotient(3.0, 2.0), Some(1.5));
+/// assert_eq!(evd_bench::stats::quotient(3.0, 0.0), None);
+/// ```
+pub fn quotient(a: f64, b: f64) -> Option<f64> {
+    (a.is_finite() && b.is_finite() && b != 0.0).then(|| a / b)
 }
 
 #[cfg(test)]
@@ -91,8 +113,19 @@ mod tests {
 
     #[test]
     fn ratio_of_evd_to_itself_is_one() {
-        assert_eq!(ratio_to_evd(123.0, 123.0), Some(1.0));
-        assert_eq!(ratio_to_evd(f64::INFINITY, 1.0), None);
-        assert_eq!(ratio_to_evd(3.0, 2.0), Some(1.5));
+        assert_eq!(ratio_to_evd(123.0, 123.0, true), Some(1.0));
+        assert_eq!(ratio_to_evd(123.0, 123.0, false), Some(1.0));
+        assert_eq!(ratio_to_evd(f64::INFINITY, 1.0, true), None);
+    }
+
+    #[test]
+    fn above_one_means_evd_is_better_in_both_directions() {
+        // evd faster in throughput (more ops/s)
+        assert!(ratio_to_evd(2.0, 3.0, true).unwrap() > 1.0);
+        // evd faster in latency (fewer ns)
+        assert!(ratio_to_evd(3.0, 2.0, false).unwrap() > 1.0);
+        // evd slower in each
+        assert!(ratio_to_evd(3.0, 2.0, true).unwrap() < 1.0);
+        assert!(ratio_to_evd(2.0, 3.0, false).unwrap() < 1.0);
     }
 }

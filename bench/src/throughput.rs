@@ -2,33 +2,81 @@
 //! queue of the same capacity; the time runs from a start barrier to the
 //! consumer's last event, and a checksum proves every event arrived once.
 //!
-//! Lock-free rows ([`Style::Busy`]) use a busy try-receive consumer (and a
-//! poster that retries a full ring); blocking rows ([`Style::Blocking`]) use
-//! each system's blocking receive and send. Both retry loops use the same
-//! [`BusyWait`] policy for every system.
+//! **Posters: one policy for every system.** Every poster uses its system's
+//! *non-blocking* bounded send (evd has no blocking post, so this is the only
+//! send every system has); when the send is refused because the queue is
+//! full, the poster takes the value back and retries after [`BusyWait::miss`]
+//! (`std::hint::spin_loop()`, and `std::thread::yield_now()` on every 64th
+//! refusal in a row). The loop is written once, in `drive`, for all systems.
+//!
+//! **Consumers: like against like.** Each row is labelled with its consumer
+//! [`Style`]: busy or blocking, one item per call or a batch per call. A peer
+//! row is compared with the evd row of the same style ([`Queue::baseline`]).
+//!
+//! **Diagnostics per run** ([`RunStats`]): how often the consumer's
+//! non-blocking receive found nothing (where the consumer has one), how often
+//! a poster's send was refused as full, and how often poster and consumer were
+//! seen on the same CPU (`getcpu` sampled every [`CPU_SAMPLE_EVERY`] events
+//! in every thread). A round that runs slow or fast for a reason shows it
+//! there.
 
 use crate::payload::{Payload, Tally};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// The capacity every queue gets.
 pub const CAPACITY: usize = 1024;
 
-/// How a consumer waits for the next event.
+/// Every thread of a run reads its CPU once per this many events it moves
+/// (one `getcpu` system call: well under 1 ns per event, the same for every
+/// system).
+pub const CPU_SAMPLE_EVERY: u64 = 1024;
+
+/// What every poster of every system does, for the tables and the report.
+pub const POSTER_POLICY: &str = "every system's poster uses its non-blocking bounded send \
+(evd post, ArrayQueue push, try_send elsewhere); when it is refused as full the poster takes the \
+value back and retries it after std::hint::spin_loop(), calling std::thread::yield_now() \
+instead on every 64th refusal in a row";
+
+/// A CPU slot whose poster has not started or has finished.
+const NO_CPU: u32 = u32::MAX;
+
+/// The CPU the calling thread runs on.
+#[inline]
+pub fn current_cpu() -> u32 {
+    rustix::thread::sched_getcpu() as u32
+}
+
+/// How a consumer waits, and how much it takes per call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Style {
-    /// Try-receive in a loop (spin, yield every 64 misses); no notification.
-    Busy,
-    /// The system's blocking receive (sleeps, woken by a post).
-    Blocking,
+    /// A non-blocking receive of one item in a loop; no notification.
+    BusyItem,
+    /// A non-blocking batch receive in a loop; no notification.
+    BusyBatch,
+    /// One item per call; sleeps when empty, woken by a post.
+    BlockingItem,
+    /// A batch per call; sleeps when empty, woken by a post.
+    BlockingBatch,
 }
 
 impl Style {
-    /// `busy` or `blocking`.
+    /// Every style, in table order.
+    pub const ALL: [Style; 4] = [
+        Style::BusyItem,
+        Style::BusyBatch,
+        Style::BlockingItem,
+        Style::BlockingBatch,
+    ];
+
+    /// `busy/item`, `busy/batch`, `blocking/item` or `blocking/batch`.
     pub fn label(self) -> &'static str {
         match self {
-            Style::Busy => "busy",
-            Style::Blocking => "blocking",
+            Style::BusyItem => "busy/item",
+            Style::BusyBatch => "busy/batch",
+            Style::BlockingItem => "blocking/item",
+            Style::BlockingBatch => "blocking/batch",
         }
     }
 }
@@ -36,24 +84,19 @@ impl Style {
 /// A system under test in the throughput benches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Queue {
-    /// evd, consumer calls `try_dequeue` in a loop.
+    /// evd, `try_dequeue` in a loop.
     EvdSingle,
-    /// evd, consumer calls `dequeue_batch` in a loop.
-    EvdBatch,
-    /// evd, consumer drains with `dequeue_batch` and sleeps in `wait(1)`.
-    EvdWait,
-    /// evd, consumer drains with `dequeue_batch`, on empty backs off
-    /// (crossbeam-utils `Backoff`: spin, then yield) and sleeps in `wait(1)`
-    /// only once the backoff is completed: what crossbeam-channel's `recv`
-    /// does inside.
-    EvdBackoffWait,
-    /// crossbeam-queue `ArrayQueue`, busy `pop`.
+    /// crossbeam-queue `ArrayQueue`, `pop` in a loop.
     ArrayQueue,
+    /// evd, `dequeue_batch` in a loop.
+    EvdBatch,
+    /// evd, `try_dequeue`; when empty `arm()`, and if armed `wait(1, None)`.
+    EvdItemWait,
     /// crossbeam-channel `bounded`, blocking `recv`.
     CrossbeamChannel,
     /// `std::sync::mpsc::sync_channel`, blocking `recv`.
     StdSyncChannel,
-    /// tokio `mpsc::channel`, `blocking_send` / `blocking_recv`.
+    /// tokio `mpsc::channel`, `blocking_recv`.
     TokioMpsc,
     /// flume `bounded`, blocking `recv`.
     Flume,
@@ -61,46 +104,70 @@ pub enum Queue {
     Kanal,
     /// thingbuf `mpsc::blocking::channel`, blocking `recv`.
     Thingbuf,
+    /// evd, `dequeue_batch`; when it returns nothing `arm()`, and if armed
+    /// `wait(1, None)`.
+    EvdWait,
+    /// evd, `dequeue_batch`; when it returns nothing back off first
+    /// (crossbeam-utils `Backoff`: spin, then yield) and only once the backoff
+    /// is completed `arm()` and `wait(1, None)`: what crossbeam-channel's
+    /// `recv` does inside. An evd variant, compared with no peer.
+    EvdBackoffWait,
+    /// crossbeam-channel, drain with `try_iter` (at most [`CAPACITY`]), and
+    /// when that yields nothing block in `recv`.
+    CrossbeamTryIter,
+    /// tokio `mpsc::channel`, `blocking_recv_many` (at most [`CAPACITY`]).
+    TokioRecvMany,
 }
 
 impl Queue {
-    /// Every system, evd first.
-    pub const ALL: [Queue; 11] = [
+    /// Every system, grouped by consumer style, evd first in each group.
+    pub const ALL: [Queue; 14] = [
         Queue::EvdSingle,
-        Queue::EvdBatch,
-        Queue::EvdWait,
-        Queue::EvdBackoffWait,
         Queue::ArrayQueue,
+        Queue::EvdBatch,
+        Queue::EvdItemWait,
         Queue::CrossbeamChannel,
         Queue::StdSyncChannel,
         Queue::TokioMpsc,
         Queue::Flume,
         Queue::Kanal,
         Queue::Thingbuf,
+        Queue::EvdWait,
+        Queue::EvdBackoffWait,
+        Queue::CrossbeamTryIter,
+        Queue::TokioRecvMany,
     ];
 
     /// The name used in tables and the JSON report.
     pub fn name(self) -> &'static str {
         match self {
             Queue::EvdSingle => "evd try_dequeue",
+            Queue::ArrayQueue => "crossbeam ArrayQueue",
             Queue::EvdBatch => "evd dequeue_batch",
+            Queue::EvdItemWait => "evd try_dequeue+wait",
+            Queue::CrossbeamChannel => "crossbeam-channel recv",
+            Queue::StdSyncChannel => "std sync_channel recv",
+            Queue::TokioMpsc => "tokio mpsc blocking_recv",
+            Queue::Flume => "flume recv",
+            Queue::Kanal => "kanal recv",
+            Queue::Thingbuf => "thingbuf mpsc recv",
             Queue::EvdWait => "evd batch+wait",
             Queue::EvdBackoffWait => "evd batch+backoff+wait",
-            Queue::ArrayQueue => "crossbeam ArrayQueue",
-            Queue::CrossbeamChannel => "crossbeam-channel",
-            Queue::StdSyncChannel => "std sync_channel",
-            Queue::TokioMpsc => "tokio mpsc",
-            Queue::Flume => "flume",
-            Queue::Kanal => "kanal",
-            Queue::Thingbuf => "thingbuf mpsc",
+            Queue::CrossbeamTryIter => "crossbeam-channel try_iter+recv",
+            Queue::TokioRecvMany => "tokio mpsc blocking_recv_many",
         }
     }
 
-    /// How its consumer waits.
+    /// How its consumer waits and how much it takes per call.
     pub fn style(self) -> Style {
         match self {
-            Queue::EvdSingle | Queue::EvdBatch | Queue::ArrayQueue => Style::Busy,
-            _ => Style::Blocking,
+            Queue::EvdSingle | Queue::ArrayQueue => Style::BusyItem,
+            Queue::EvdBatch => Style::BusyBatch,
+            Queue::EvdWait
+            | Queue::EvdBackoffWait
+            | Queue::CrossbeamTryIter
+            | Queue::TokioRecvMany => Style::BlockingBatch,
+            _ => Style::BlockingItem,
         }
     }
 
@@ -108,79 +175,151 @@ impl Queue {
     pub fn is_evd(self) -> bool {
         matches!(
             self,
-            Queue::EvdSingle | Queue::EvdBatch | Queue::EvdWait | Queue::EvdBackoffWait
+            Queue::EvdSingle
+                | Queue::EvdBatch
+                | Queue::EvdItemWait
+                | Queue::EvdWait
+                | Queue::EvdBackoffWait
         )
     }
 
-    /// The evd row that rows of `style` are compared with.
-    pub fn evd_baseline(style: Style) -> Queue {
+    /// The evd row of each consumer style, that the style's peers are
+    /// compared with.
+    pub fn evd_of(style: Style) -> Queue {
         match style {
-            Style::Busy => Queue::EvdSingle,
-            Style::Blocking => Queue::EvdWait,
+            Style::BusyItem => Queue::EvdSingle,
+            Style::BusyBatch => Queue::EvdBatch,
+            Style::BlockingItem => Queue::EvdItemWait,
+            Style::BlockingBatch => Queue::EvdWait,
         }
     }
 
+    /// The row this one's ratio is taken against: the evd row of its style
+    /// (itself for that row); `None` for an evd variant that is no style's
+    /// reference.
+    pub fn baseline(self) -> Option<Queue> {
+        let evd = Queue::evd_of(self.style());
+        (!self.is_evd() || self == evd).then_some(evd)
+    }
+
+    /// True if the consumer makes non-blocking receive calls whose empty
+    /// results can be counted; false for consumers that only call a blocking
+    /// receive (its own polling inside is not visible).
+    pub fn counts_empty_polls(self) -> bool {
+        matches!(
+            self,
+            Queue::EvdSingle
+                | Queue::ArrayQueue
+                | Queue::EvdBatch
+                | Queue::EvdItemWait
+                | Queue::EvdWait
+                | Queue::EvdBackoffWait
+                | Queue::CrossbeamTryIter
+        )
+    }
+
     /// Move `messages` events of type `P` from `posters` threads to one
-    /// consumer; returns the time from the start barrier to the last event.
-    /// Fails if an event is lost or duplicated, or a channel breaks.
+    /// consumer. Fails if an event is lost or duplicated, or a channel breaks.
     ///
     /// ```
     /// use evd_bench::throughput::Queue;
     /// for q in Queue::ALL {
-    ///     q.run::<u64>(2, 10_000).unwrap();
+    ///     let run = q.run::<u64>(2, 10_000).unwrap();
+    ///     assert_eq!(run.messages, 10_000);
+    ///     assert_eq!(run.empty_polls.is_some(), q.counts_empty_polls());
     /// }
     /// ```
-    pub fn run<P: Payload>(self, posters: usize, messages: u64) -> Result<Duration, String> {
+    pub fn run<P: Payload>(self, posters: usize, messages: u64) -> Result<RunStats, String> {
         assert!(posters >= 1);
-        match self {
-            Queue::EvdSingle | Queue::EvdBatch | Queue::EvdWait | Queue::EvdBackoffWait => {
+        let mut stats = match self {
+            Queue::EvdSingle
+            | Queue::EvdBatch
+            | Queue::EvdItemWait
+            | Queue::EvdWait
+            | Queue::EvdBackoffWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
-                let txs = clones(tx, posters);
-                drive(posters, messages, txs, post_evd, |tally| match self {
-                    Queue::EvdSingle => consume_evd_single(&mut rx, tally),
-                    Queue::EvdBatch => consume_evd_batch(&mut rx, tally),
-                    Queue::EvdWait => consume_evd_wait(&mut rx, tally, false),
-                    _ => consume_evd_wait(&mut rx, tally, true),
-                })
-            }
-            Queue::ArrayQueue => {
-                let q = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(CAPACITY));
-                let txs = clones(q.clone(), posters);
                 drive(
                     posters,
                     messages,
-                    txs,
-                    |q: &Arc<crossbeam_queue::ArrayQueue<P>>, mut p| {
-                        let mut wait = BusyWait::default();
-                        while let Err(back) = q.push(p) {
-                            p = back;
-                            wait.miss();
-                        }
+                    clones(tx, posters),
+                    |tx: &evd::Poster<P>, p| match tx.post(p) {
+                        Ok(()) => Ok(()),
+                        Err(evd::PostError::Full(back)) => Err(back),
+                        Err(evd::PostError::Closed(_)) => panic!("consumer alive"),
                     },
-                    |tally| {
+                    |sink| match self {
+                        Queue::EvdSingle => consume_evd_item(&mut rx, sink, false),
+                        Queue::EvdItemWait => consume_evd_item(&mut rx, sink, true),
+                        Queue::EvdBatch => consume_evd_batch(&mut rx, sink, BatchMode::Busy),
+                        Queue::EvdWait => consume_evd_batch(&mut rx, sink, BatchMode::Wait),
+                        _ => consume_evd_batch(&mut rx, sink, BatchMode::BackoffWait),
+                    },
+                )
+            }
+            Queue::ArrayQueue => {
+                let q = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(CAPACITY));
+                drive(
+                    posters,
+                    messages,
+                    clones(q.clone(), posters),
+                    |q: &Arc<crossbeam_queue::ArrayQueue<P>>, p| q.push(p),
+                    |sink| {
                         let mut wait = BusyWait::default();
                         loop {
                             match q.pop() {
                                 Some(p) => {
-                                    if tally.take(p.seq()) {
+                                    if sink.take(p.seq()) {
                                         return Ok(());
                                     }
                                     wait.hit();
                                 }
-                                None => wait.miss(),
+                                None => {
+                                    sink.empty();
+                                    wait.miss();
+                                }
                             }
                         }
                     },
                 )
             }
-            Queue::CrossbeamChannel => {
+            Queue::CrossbeamChannel | Queue::CrossbeamTryIter => {
                 let (tx, rx) = crossbeam_channel::bounded::<P>(CAPACITY);
                 drive(
                     posters,
                     messages,
                     clones(tx, posters),
-                    |tx, p| tx.send(p).expect("receiver alive"),
-                    |tally| blocking_loop(tally, || rx.recv().ok()),
+                    |tx, p| match tx.try_send(p) {
+                        Ok(()) => Ok(()),
+                        Err(crossbeam_channel::TrySendError::Full(back)) => Err(back),
+                        Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+                            panic!("receiver alive")
+                        }
+                    },
+                    |sink| {
+                        if self == Queue::CrossbeamChannel {
+                            return blocking_loop(sink, || rx.recv().ok());
+                        }
+                        loop {
+                            let mut got = false;
+                            for p in rx.try_iter().take(CAPACITY) {
+                                got = true;
+                                if sink.take(p.seq()) {
+                                    return Ok(());
+                                }
+                            }
+                            if !got {
+                                sink.empty();
+                                match rx.recv() {
+                                    Ok(p) => {
+                                        if sink.take(p.seq()) {
+                                            return Ok(());
+                                        }
+                                    }
+                                    Err(_) => return Err("channel closed early".into()),
+                                }
+                            }
+                        }
+                    },
                 )
             }
             Queue::StdSyncChannel => {
@@ -189,18 +328,46 @@ impl Queue {
                     posters,
                     messages,
                     clones(tx, posters),
-                    |tx, p| tx.send(p).expect("receiver alive"),
-                    |tally| blocking_loop(tally, || rx.recv().ok()),
+                    |tx, p| match tx.try_send(p) {
+                        Ok(()) => Ok(()),
+                        Err(std::sync::mpsc::TrySendError::Full(back)) => Err(back),
+                        Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
+                            panic!("receiver alive")
+                        }
+                    },
+                    |sink| blocking_loop(sink, || rx.recv().ok()),
                 )
             }
-            Queue::TokioMpsc => {
+            Queue::TokioMpsc | Queue::TokioRecvMany => {
                 let (tx, mut rx) = tokio::sync::mpsc::channel::<P>(CAPACITY);
                 drive(
                     posters,
                     messages,
                     clones(tx, posters),
-                    |tx, p| tx.blocking_send(p).expect("receiver alive"),
-                    |tally| blocking_loop(tally, || rx.blocking_recv()),
+                    |tx, p| match tx.try_send(p) {
+                        Ok(()) => Ok(()),
+                        Err(tokio::sync::mpsc::error::TrySendError::Full(back)) => Err(back),
+                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+                            panic!("receiver alive")
+                        }
+                    },
+                    |sink| {
+                        if self == Queue::TokioMpsc {
+                            return blocking_loop(sink, || rx.blocking_recv());
+                        }
+                        let mut buf = Vec::with_capacity(CAPACITY);
+                        loop {
+                            if rx.blocking_recv_many(&mut buf, CAPACITY) == 0 {
+                                return Err("channel closed early".into());
+                            }
+                            for p in buf.drain(..) {
+                                sink.take(p.seq());
+                            }
+                            if sink.done() {
+                                return Ok(());
+                            }
+                        }
+                    },
                 )
             }
             Queue::Flume => {
@@ -209,8 +376,12 @@ impl Queue {
                     posters,
                     messages,
                     clones(tx, posters),
-                    |tx, p| tx.send(p).expect("receiver alive"),
-                    |tally| blocking_loop(tally, || rx.recv().ok()),
+                    |tx, p| match tx.try_send(p) {
+                        Ok(()) => Ok(()),
+                        Err(flume::TrySendError::Full(back)) => Err(back),
+                        Err(flume::TrySendError::Disconnected(_)) => panic!("receiver alive"),
+                    },
+                    |sink| blocking_loop(sink, || rx.recv().ok()),
                 )
             }
             Queue::Kanal => {
@@ -219,8 +390,14 @@ impl Queue {
                     posters,
                     messages,
                     clones(tx, posters),
-                    |tx, p| tx.send(p).expect("receiver alive"),
-                    |tally| blocking_loop(tally, || rx.recv().ok()),
+                    // kanal's `try_send` drops a refused value; the payload is
+                    // `Copy`, so the retry sends the same copy again.
+                    |tx, p| match tx.try_send(p) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => Err(p),
+                        Err(_) => panic!("receiver alive"),
+                    },
+                    |sink| blocking_loop(sink, || rx.recv().ok()),
                 )
             }
             Queue::Thingbuf => {
@@ -229,17 +406,70 @@ impl Queue {
                     posters,
                     messages,
                     clones(tx, posters),
-                    |tx, p| tx.send(p).expect("receiver alive"),
-                    |tally| blocking_loop(tally, || rx.recv()),
+                    |tx, p| match tx.try_send(p) {
+                        Ok(()) => Ok(()),
+                        Err(thingbuf::mpsc::errors::TrySendError::Full(back)) => Err(back),
+                        Err(_) => panic!("receiver alive"),
+                    },
+                    |sink| blocking_loop(sink, || rx.recv()),
                 )
             }
+        }?;
+        if !self.counts_empty_polls() {
+            stats.empty_polls = None;
         }
+        Ok(stats)
     }
 }
 
-/// The retry policy of every busy loop (consumer on empty, poster on full):
-/// spin, and yield the CPU every 64 misses in a row so that on a machine with
-/// fewer cores than threads the thread we wait for gets to run.
+/// What one throughput run measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunStats {
+    /// From the start barrier to the consumer's last event.
+    pub elapsed: Duration,
+    /// Events moved.
+    pub messages: u64,
+    /// Consumer calls that returned no event (a non-blocking receive that
+    /// found nothing, or a batch/drain call that yielded nothing); `None` if
+    /// the consumer only calls a blocking receive.
+    pub empty_polls: Option<u64>,
+    /// Posts refused as full, summed over the posters (each refusal is
+    /// retried).
+    pub full_refusals: u64,
+    /// Consumer CPU samples compared with a running poster's latest sample.
+    pub cpu_samples: u64,
+    /// Of those, how many found the poster on the consumer's CPU.
+    pub same_cpu: u64,
+}
+
+impl RunStats {
+    /// Events per second.
+    pub fn ops_per_sec(&self) -> f64 {
+        self.messages as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Empty polls per event moved.
+    pub fn empty_polls_per_msg(&self) -> Option<f64> {
+        self.empty_polls
+            .map(|e| e as f64 / self.messages.max(1) as f64)
+    }
+
+    /// Refused posts per event moved.
+    pub fn full_refusals_per_msg(&self) -> f64 {
+        self.full_refusals as f64 / self.messages.max(1) as f64
+    }
+
+    /// Share of CPU samples where a poster ran on the consumer's CPU; `None`
+    /// without samples (fewer than [`CPU_SAMPLE_EVERY`] events).
+    pub fn same_cpu_share(&self) -> Option<f64> {
+        (self.cpu_samples > 0).then(|| self.same_cpu as f64 / self.cpu_samples as f64)
+    }
+}
+
+/// The retry policy of every busy loop (a poster refused as full, a busy
+/// consumer that found nothing): spin, and yield the CPU every 64 misses in a
+/// row so that on a machine with fewer cores than threads the thread we wait
+/// for gets to run.
 #[derive(Default, Debug)]
 pub struct BusyWait {
     misses: u32,
@@ -264,6 +494,63 @@ impl BusyWait {
     }
 }
 
+/// The consumer's side of a run: the checksum, the empty-poll count and the
+/// CPU samples.
+pub struct Sink<'a> {
+    tally: Tally,
+    empty_polls: u64,
+    poster_cpus: &'a [AtomicU32],
+    cpu_samples: u64,
+    same_cpu: u64,
+}
+
+impl<'a> Sink<'a> {
+    fn new(messages: u64, poster_cpus: &'a [AtomicU32]) -> Self {
+        Sink {
+            tally: Tally::new(messages),
+            empty_polls: 0,
+            poster_cpus,
+            cpu_samples: 0,
+            same_cpu: 0,
+        }
+    }
+
+    /// Count one event; true once all expected events have arrived.
+    #[inline(always)]
+    pub fn take(&mut self, seq: u64) -> bool {
+        let done = self.tally.take(seq);
+        if self.tally.count() % CPU_SAMPLE_EVERY == 0 {
+            self.sample_cpu();
+        }
+        done
+    }
+
+    /// True once all expected events have arrived.
+    #[inline(always)]
+    pub fn done(&self) -> bool {
+        self.tally.done()
+    }
+
+    /// The consumer's receive call returned no event.
+    #[inline(always)]
+    pub fn empty(&mut self) {
+        self.empty_polls += 1;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn sample_cpu(&mut self) {
+        let me = current_cpu();
+        for slot in self.poster_cpus {
+            let theirs = slot.load(Ordering::Relaxed);
+            if theirs != NO_CPU {
+                self.cpu_samples += 1;
+                self.same_cpu += u64::from(theirs == me);
+            }
+        }
+    }
+}
+
 /// `n` handles: `n - 1` clones and the original.
 fn clones<S: Clone>(s: S, n: usize) -> Vec<S> {
     let mut v: Vec<S> = (1..n).map(|_| s.clone()).collect();
@@ -273,72 +560,118 @@ fn clones<S: Clone>(s: S, n: usize) -> Vec<S> {
 
 /// Poster `i` of `n` sends the sequence numbers `i, i + n, ...` below
 /// `messages`, so the consumer's checksum covers `0..messages` exactly once.
+///
+/// `try_send` is the system's non-blocking bounded send: `Err(value)` hands a
+/// value refused as full back. This is the one poster loop of every system:
+/// on a refusal it counts, calls [`BusyWait::miss`] and retries the same value.
 fn drive<P, S, SendFn, ConsumeFn>(
     posters: usize,
     messages: u64,
     senders: Vec<S>,
-    send: SendFn,
+    try_send: SendFn,
     consume: ConsumeFn,
-) -> Result<Duration, String>
+) -> Result<RunStats, String>
 where
     P: Payload,
     S: Send,
-    SendFn: Fn(&S, P) + Sync,
-    ConsumeFn: FnOnce(&mut Tally) -> Result<(), String>,
+    SendFn: Fn(&S, P) -> Result<(), P> + Sync,
+    ConsumeFn: FnOnce(&mut Sink<'_>) -> Result<(), String>,
 {
     let barrier = Barrier::new(posters + 1);
-    std::thread::scope(|scope| {
+    let cpus: Vec<AtomicU32> = (0..posters).map(|_| AtomicU32::new(NO_CPU)).collect();
+    let refusals = AtomicU64::new(0);
+    // Set when the consumer fails, so that posters refused by a queue nobody
+    // drains any more give up instead of retrying forever.
+    let abort = AtomicBool::new(false);
+    let (elapsed, sink) = std::thread::scope(|scope| {
         for (i, tx) in senders.into_iter().enumerate() {
-            let (barrier, send) = (&barrier, &send);
+            let (barrier, try_send, slot) = (&barrier, &try_send, &cpus[i]);
+            let (refusals, abort) = (&refusals, &abort);
             scope.spawn(move || {
                 barrier.wait();
+                slot.store(current_cpu(), Ordering::Relaxed);
+                let mut wait = BusyWait::default();
+                let (mut refused, mut sent) = (0u64, 0u64);
                 let mut seq = i as u64;
-                while seq < messages {
-                    send(&tx, P::from_seq(seq));
+                'posting: while seq < messages {
+                    let mut p = P::from_seq(seq);
+                    while let Err(back) = try_send(&tx, p) {
+                        p = back;
+                        refused += 1;
+                        if abort.load(Ordering::Relaxed) {
+                            break 'posting;
+                        }
+                        wait.miss();
+                    }
+                    wait.hit();
+                    sent += 1;
+                    if sent % CPU_SAMPLE_EVERY == 0 {
+                        slot.store(current_cpu(), Ordering::Relaxed);
+                    }
                     seq += posters as u64;
                 }
+                slot.store(NO_CPU, Ordering::Relaxed);
+                refusals.fetch_add(refused, Ordering::Relaxed);
+                drop(tx);
             });
         }
-        let mut tally = Tally::new(messages);
+        let mut sink = Sink::new(messages, &cpus);
         barrier.wait();
         let start = Instant::now();
         if messages > 0 {
-            consume(&mut tally)?;
+            if let Err(e) = consume(&mut sink) {
+                abort.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
         }
-        let elapsed = start.elapsed();
-        tally.verify()?;
-        Ok(elapsed)
+        Ok::<_, String>((start.elapsed(), sink))
+    })?;
+    sink.tally.verify()?;
+    Ok(RunStats {
+        elapsed,
+        messages,
+        empty_polls: Some(sink.empty_polls),
+        full_refusals: refusals.load(Ordering::Relaxed),
+        cpu_samples: sink.cpu_samples,
+        same_cpu: sink.same_cpu,
     })
 }
 
-fn post_evd<P: Payload>(tx: &evd::Poster<P>, mut p: P) {
-    let mut wait = BusyWait::default();
-    loop {
-        match tx.post(p) {
-            Ok(()) => return,
-            Err(evd::PostError::Full(back)) => {
-                p = back;
-                wait.miss();
-            }
-            Err(evd::PostError::Closed(_)) => panic!("consumer alive"),
-        }
+/// When empty: arm, and sleep in `wait(1)` if armed (the README's loop).
+fn arm_and_wait<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
+    match rx.arm() {
+        evd::ArmStatus::Armed => match rx.wait(1, None) {
+            // A poster found the ring full and retried: not a loss.
+            Ok(_) | Err(evd::WaitError::Overflow(_)) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        },
+        evd::ArmStatus::Pending => Ok(()),
+        evd::ArmStatus::Closed => Err("evd closed early".into()),
     }
 }
 
-fn consume_evd_single<P: Payload>(
+fn consume_evd_item<P: Payload>(
     rx: &mut evd::Consumer<P>,
-    tally: &mut Tally,
+    sink: &mut Sink<'_>,
+    blocking: bool,
 ) -> Result<(), String> {
     let mut wait = BusyWait::default();
     loop {
         match rx.try_dequeue() {
             Ok(p) => {
-                if tally.take(p.seq()) {
+                if sink.take(p.seq()) {
                     return Ok(());
                 }
                 wait.hit();
             }
-            Err(evd::TryDequeueError::Empty) => wait.miss(),
+            Err(evd::TryDequeueError::Empty) => {
+                sink.empty();
+                if blocking {
+                    arm_and_wait(rx)?;
+                } else {
+                    wait.miss();
+                }
+            }
             // A poster found the ring full and retried: not a loss.
             Err(evd::TryDequeueError::Overflow(_)) => {}
             Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
@@ -346,74 +679,59 @@ fn consume_evd_single<P: Payload>(
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BatchMode {
+    Busy,
+    Wait,
+    BackoffWait,
+}
+
 fn consume_evd_batch<P: Payload>(
     rx: &mut evd::Consumer<P>,
-    tally: &mut Tally,
+    sink: &mut Sink<'_>,
+    mode: BatchMode,
 ) -> Result<(), String> {
     let mut buf = Vec::with_capacity(CAPACITY);
     let mut wait = BusyWait::default();
-    loop {
-        match rx.dequeue_batch(&mut buf, CAPACITY) {
-            Ok(0) => wait.miss(),
-            Ok(_) => {
-                for p in buf.drain(..) {
-                    tally.take(p.seq());
-                }
-                if tally.done() {
-                    return Ok(());
-                }
-                wait.hit();
-            }
-            Err(evd::TryDequeueError::Overflow(_)) | Err(evd::TryDequeueError::Empty) => {}
-            Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
-        }
-    }
-}
-
-fn consume_evd_wait<P: Payload>(
-    rx: &mut evd::Consumer<P>,
-    tally: &mut Tally,
-    back_off_first: bool,
-) -> Result<(), String> {
-    let mut buf = Vec::with_capacity(CAPACITY);
     let backoff = crossbeam_utils::Backoff::new();
     loop {
         match rx.dequeue_batch(&mut buf, CAPACITY) {
-            Ok(0) => {
-                if back_off_first && !backoff.is_completed() {
-                    backoff.snooze();
-                } else {
-                    match rx.wait(1, None) {
-                        // The posters retry refused posts; the report is all.
-                        Ok(_) | Err(evd::WaitError::Overflow(_)) => {}
-                        Err(e) => return Err(e.to_string()),
+            Ok(0) | Err(evd::TryDequeueError::Empty) => {
+                sink.empty();
+                match mode {
+                    BatchMode::Busy => wait.miss(),
+                    BatchMode::BackoffWait if !backoff.is_completed() => backoff.snooze(),
+                    _ => {
+                        arm_and_wait(rx)?;
+                        backoff.reset();
                     }
-                    backoff.reset();
                 }
             }
             Ok(_) => {
                 for p in buf.drain(..) {
-                    tally.take(p.seq());
+                    sink.take(p.seq());
                 }
-                if tally.done() {
+                if sink.done() {
                     return Ok(());
                 }
+                wait.hit();
                 backoff.reset();
             }
-            Err(evd::TryDequeueError::Overflow(_)) | Err(evd::TryDequeueError::Empty) => {}
+            // A poster found the ring full and retried: not a loss.
+            Err(evd::TryDequeueError::Overflow(_)) => {}
             Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
         }
     }
 }
 
 fn blocking_loop<P: Payload>(
-    tally: &mut Tally,
+    sink: &mut Sink<'_>,
     mut recv: impl FnMut() -> Option<P>,
 ) -> Result<(), String> {
     loop {
         match recv() {
             Some(p) => {
-                if tally.take(p.seq()) {
+                if sink.take(p.seq()) {
                     return Ok(());
                 }
             }
@@ -440,14 +758,68 @@ mod tests {
     }
 
     #[test]
-    fn busy_rows_are_the_lock_free_ones() {
-        let busy: Vec<_> = Queue::ALL
+    fn every_style_has_an_evd_reference_and_rows_compare_within_their_style() {
+        for style in Style::ALL {
+            let evd = Queue::evd_of(style);
+            assert!(evd.is_evd());
+            assert_eq!(evd.style(), style);
+            assert_eq!(evd.baseline(), Some(evd));
+        }
+        for q in Queue::ALL {
+            match q.baseline() {
+                Some(b) => assert_eq!(b.style(), q.style(), "{}", q.name()),
+                None => assert_eq!(q, Queue::EvdBackoffWait),
+            }
+        }
+    }
+
+    #[test]
+    fn the_batch_rows_are_the_batch_receivers() {
+        let batch: Vec<_> = Queue::ALL
             .into_iter()
-            .filter(|q| q.style() == Style::Busy)
+            .filter(|q| q.style() == Style::BlockingBatch)
             .collect();
-        assert_eq!(busy, [Queue::EvdSingle, Queue::EvdBatch, Queue::ArrayQueue]);
-        assert!(Queue::evd_baseline(Style::Busy).is_evd());
-        assert!(Queue::evd_baseline(Style::Blocking).is_evd());
+        assert_eq!(
+            batch,
+            [
+                Queue::EvdWait,
+                Queue::EvdBackoffWait,
+                Queue::CrossbeamTryIter,
+                Queue::TokioRecvMany
+            ]
+        );
+    }
+
+    #[test]
+    fn diagnostics_are_counted() {
+        let run = Queue::EvdSingle.run::<u64>(1, 50_000).unwrap();
+        assert!(run.empty_polls.is_some());
+        assert!(run.cpu_samples > 0, "{run:?}");
+        assert!(run.same_cpu <= run.cpu_samples);
+        let share = run.same_cpu_share().unwrap();
+        assert!((0.0..=1.0).contains(&share));
+        let run = Queue::TokioRecvMany.run::<u64>(1, 5_000).unwrap();
+        assert_eq!(run.empty_polls, None);
+        assert_eq!(run.empty_polls_per_msg(), None);
+    }
+
+    #[test]
+    fn a_full_ring_is_counted_and_retried() {
+        // One poster, far more events than the capacity, a consumer that
+        // starts late: some posts must be refused and retried.
+        let (tx, mut rx) = evd::bounded::<u64>(CAPACITY).unwrap();
+        let run = drive(
+            1,
+            (CAPACITY * 4) as u64,
+            vec![tx],
+            |tx: &evd::Poster<u64>, p| tx.post(p).map_err(evd::PostError::into_inner),
+            |sink| {
+                std::thread::sleep(Duration::from_millis(20));
+                consume_evd_item(&mut rx, sink, false)
+            },
+        )
+        .unwrap();
+        assert!(run.full_refusals > 0);
     }
 
     #[test]
