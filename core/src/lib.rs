@@ -37,30 +37,70 @@
 //! posts) and one [`Consumer`] (`Send`, not `Clone`: the single-consumer rule
 //! is in the types). [`Consumer::into_upcalls`] turns the consumer into an
 //! [`Upcalls`] dispatcher under DAT's upcall policies.
+//!
+//! # Where things live
+//!
+//! The modules form a chain, each using only those before it:
+//!
+//! | module | concept | a change goes here when… |
+//! |---|---|---|
+//! | [`state`] | the state word and the loss word: bit layout, transition table, pure `const fn` transitions | a new bit or transition (and the fuzz crate's reference model, `fuzz/src/spec.rs`) |
+//! | `ring` | slot storage and stamps | the slot layout changes |
+//! | `shared` | the engine: every atomic operation, each ordering argued once, a one-page protocol summary | an ordering question, or a new atomic step |
+//! | `poster` | [`Poster`], [`Lossy`] | a new way to post |
+//! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
+//! | `upcall/` | [`Upcalls`] and its policies; `instance` (one upcall run); `handler` (the replaceable handler) | upcall policy or handler changes |
+//! | `error`, `query`, `notify`, `sync` | typed errors, [`Query`], notification targets, std/loom switch | — |
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
+mod consumer;
 mod error;
-mod evd;
-#[cfg(all(target_os = "linux", not(loom)))]
-mod eventfd;
-mod future;
 mod notify;
+mod poster;
 mod query;
 mod ring;
+mod shared;
 pub mod state;
 mod sync;
 mod upcall;
-mod wait;
 
+#[cfg(all(target_os = "linux", not(loom)))]
+pub use consumer::NotifyFd;
+pub use consumer::{ArmStatus, Consumer, Recv, DEFAULT_SPIN_BUDGET};
 pub use error::{
     BatchPostError, CreateError, Overflow, PolicyError, PostError, RecvError, ResizeError,
     TryDequeueError, WaitError,
 };
-pub use evd::{bounded, ArmStatus, Consumer, Lossy, Poster, DEFAULT_SPIN_BUDGET, MAX_CAPACITY};
-#[cfg(all(target_os = "linux", not(loom)))]
-pub use eventfd::NotifyFd;
-pub use future::Recv;
+pub use poster::{Lossy, Poster};
 pub use query::{Query, UpcallPolicy};
+pub use shared::MAX_CAPACITY;
 pub use state::Invoke;
 pub use upcall::{Handler, Upcalls};
+
+/// Create an EVD holding at least `capacity` events, split into its posting
+/// handle and its consumer.
+///
+/// The capacity is rounded up to a power of two (as DAT's `evd_min_qlen` is a
+/// minimum); [`Consumer::query`] reports the real one.
+///
+/// ```
+/// let (poster, mut consumer) = evd::bounded::<&str>(8).unwrap();
+/// poster.post("hello").unwrap();
+/// assert_eq!(consumer.try_dequeue(), Ok("hello"));
+///
+/// assert_eq!(evd::bounded::<u8>(0).unwrap_err(), evd::CreateError::ZeroCapacity);
+/// ```
+pub fn bounded<T: Send>(capacity: usize) -> Result<(Poster<T>, Consumer<T>), CreateError> {
+    if capacity == 0 {
+        return Err(CreateError::ZeroCapacity);
+    }
+    let log2 = shared::cap_log2_for(capacity).ok_or(CreateError::CapacityTooLarge {
+        requested: capacity,
+    })?;
+    let buffer = ring::Buffer::try_new(log2).ok_or(CreateError::AllocFailed {
+        capacity: 1 << log2,
+    })?;
+    let shared = sync::Arc::new(shared::Shared::new(log2, buffer));
+    Ok((Poster::new(shared.clone(), 0), Consumer::new(shared)))
+}

@@ -55,12 +55,14 @@
 //! |---|---|---|---|---|
 //! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / run the upcall |
 //! | batch post (poster) | [`reserve_batch`] | as for post | tail+count (count = min(asked, room)); notification as for post | publish every slot, then wake / run the upcall |
-//! | post refused, ring full (poster) | — | full | no change: the event is handed back, nothing is counted, no RMW | — |
+//! | post refused, ring full (poster) | — | full, no upcall can start | no change: the event is handed back, nothing is counted, no RMW | — |
+//! | post finds the ring full under an idle upcall policy (poster) | [`start_upcall_on_full`] | full, policy enabled, !TOKEN, INSTANCES below the limit | +TOKEN +NOTIFIED, INSTANCES+1 | run the upcall (it drains the ring), then retry the post |
 //! | lossy post drops its event (poster) | [`loss::commit`] on the loss word, then [`notify_loss`] | full, loss word not closed | loss word: count+1; word: as for a reservation, without the tail (an RMW even when unchanged) | wake / run the upcall (it reports the loss) |
-//! | arm (consumer) | [`arm`] | len < threshold, not closed-and-empty | +ARMED, and −NOTIFIED if empty | park / await / epoll |
+//! | arm (consumer) | [`arm`] | len < threshold, not closed | +ARMED, and −NOTIFIED if empty | park / await / epoll |
+//! | arm on a closed EVD | [`arm`] | closed, len < threshold | none (no CAS): pending if len > 0, end of stream if 0 | drain, or stop |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
 //! | disarm (consumer, on timeout) | [`disarm`] | — | −ARMED | — |
-//! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED | wake if it was ARMED |
+//! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED, +NOTIFIED if it was ARMED | wake if it was ARMED |
 //! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
 //! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | wait for reserved slots, move them |
 //! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |
@@ -72,11 +74,18 @@
 //!
 //! # Memory orderings (argued at each call site; summarised here)
 //!
-//! * A poster's reservation CAS is `Acquire` on success: it must see the waker
-//!   or thread the consumer registered before its `Release` arm CAS, and the
-//!   buffer pointer the consumer stored before its `Release` end-of-resize
-//!   CAS. The chain of CASes on the word is one release sequence, so any later
-//!   reservation inherits that visibility.
+//! * A poster's reservation CAS is `AcqRel` on success. `Acquire`: it must see
+//!   the waker or thread the consumer registered before its `Release` arm CAS,
+//!   and the buffer pointer the consumer stored before its `Release`
+//!   end-of-resize CAS; the CASes on the word form one release sequence, so
+//!   any later reservation inherits that visibility. `Release`: a `query`
+//!   that reads the new tail with `Acquire` then sees a head at least the one
+//!   the reservation was checked against, so it never pairs the new tail with
+//!   an older head (`len <= capacity`). Do not weaken it to `Acquire`.
+//! * The consumer decides "empty" from the head slot's stamp and the loss
+//!   word (see [`loss`]): close closes the loss word before the state word, so
+//!   an open loss word means an open EVD; once it is closed, an `Acquire` load
+//!   of the state word shows every reservation that will ever succeed.
 //! * Slot data is published by the slot's own stamp (`Release` store by the
 //!   poster, `Acquire` load by the consumer), not by the word: the word only
 //!   hands out tickets and notifications.
@@ -420,13 +429,34 @@ pub const fn notify_loss(w: u64) -> Option<(u64, Notify)> {
     if has(w, ARMED) {
         return Some(((w & !ARMED) | NOTIFIED, Notify::Wake));
     }
-    if !has(w, TOKEN) && instances(w) < policy(w).instance_limit() {
-        return Some((
-            with_instances(w | TOKEN | NOTIFIED, instances(w) + 1),
-            Notify::Upcall,
-        ));
+    match start_upcall_on_full(w) {
+        Some(new) => Some((new, Notify::Upcall)),
+        None => None,
     }
-    None
+}
+
+/// A post found the ring full while an upcall policy is enabled and no
+/// instance holds the token (upcalls enabled with [`Invoke::New`] on a ring
+/// that filled up): no arrival can start an upcall, so the refused poster
+/// takes the token and runs one, which drains the ring; then it retries. The
+/// refusal is not reported (nothing was lost). `None` when an instance runs
+/// or upcalls are off: the refusal writes nothing.
+///
+/// ```
+/// use evd::state::*;
+/// let on = set_policy(initial(0), 0, PolicyBits::Single, Invoke::New).new;
+/// let Reserve::Ticket { new: full, .. } = reserve(initial(0), 0) else { unreachable!() };
+/// let full_on = set_policy(full, 0, PolicyBits::Single, Invoke::New).new;
+/// assert!(start_upcall_on_full(full_on).is_some_and(|w| has(w, TOKEN)));
+/// assert_eq!(start_upcall_on_full(initial(0)), None); // upcalls off
+/// # let _ = on;
+/// ```
+pub const fn start_upcall_on_full(w: u64) -> Option<u64> {
+    if !has(w, TOKEN) && instances(w) < policy(w).instance_limit() {
+        Some(with_instances(w | TOKEN | NOTIFIED, instances(w) + 1))
+    } else {
+        None
+    }
 }
 
 /// Outcome of [`arm`].

@@ -292,8 +292,8 @@ fn a_replaced_handler_is_dropped_when_no_upcall_runs_it() {
     drop(up);
     assert_eq!(
         drops.load(SeqCst),
-        19,
-        "the current handler lives with the EVD"
+        20,
+        "dropping the dispatcher drops the current handler too"
     );
     drop(poster);
     assert_eq!(drops.load(SeqCst), 20);
@@ -425,4 +425,78 @@ fn dropping_the_consumer_waits_out_posters_mid_write() {
         drop(poster);
         assert_eq!(drops.load(SeqCst), made.load(SeqCst));
     }
+}
+
+#[test]
+fn teardown_from_a_nested_upcall_of_another_evd_is_refused_not_a_deadlock() {
+    // X's handler posts to Y, whose upcall runs inline on the same thread;
+    // Y's handler tries to tear X down: X's upcall is further down this very
+    // stack, so waiting for it would hang. It must be refused.
+    type Slot = Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>>;
+    let x_slot: Slot = Arc::default();
+    let refused = Arc::new(AtomicBool::new(false));
+    let (y_poster, y_consumer) = evd::bounded::<u32>(4).unwrap();
+    let (xs, r) = (x_slot.clone(), refused.clone());
+    let y = y_consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+        let mut guard = xs.lock().unwrap();
+        let x = guard.as_mut().expect("x installed");
+        let res = x.set_policy(UpcallPolicy::Teardown, Invoke::Any);
+        assert_eq!(res, Err(evd::PolicyError::FromUpcall));
+        r.store(true, SeqCst);
+    });
+    let (x_poster, x_consumer) = evd::bounded::<u32>(4).unwrap();
+    let x = x_consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+        y_poster.post(7).unwrap();
+    });
+    *x_slot.lock().unwrap() = Some(x);
+    x_poster.post(1).unwrap();
+    assert!(
+        refused.load(SeqCst),
+        "the nested handler ran and was refused"
+    );
+    let x = x_slot.lock().unwrap().take().unwrap();
+    drop(x.teardown());
+    drop(y.teardown());
+}
+
+#[test]
+fn wait_gives_ready_events_before_a_second_report() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.set_spin_budget(0);
+    for i in 0..4 {
+        poster.post(i).unwrap();
+    }
+    assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.wait(1, None),
+        Err(WaitError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.wait(1, None),
+        Ok(4),
+        "the events, not another report"
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+}
+
+#[test]
+fn teardown_drops_the_handler_so_a_poster_it_owns_cannot_keep_the_evd_open() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let own = consumer.poster();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+        let _ = &own; // a handler that re-posts would hold this
+    });
+    poster.post(1).unwrap();
+    let mut consumer = up.teardown();
+    drop(poster);
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Closed),
+        "the handler's poster went with the handler"
+    );
 }

@@ -210,7 +210,10 @@ fn upcall_invoc_new_waits_for_the_next_arrival() {
 }
 
 #[test]
-fn upcall_invoc_new_on_a_full_ring_fires_on_a_loss() {
+fn upcall_invoc_new_on_a_full_ring_is_run_by_the_poster_that_finds_it_full() {
+    // No arrival can start an INVOC_NEW upcall on a full ring: the poster
+    // that finds it full runs the upcall (which drains the queued events),
+    // then its own post goes in. Nothing is reported as lost.
     let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
     poster.post(1).unwrap();
     poster.post(2).unwrap();
@@ -219,14 +222,22 @@ fn upcall_invoc_new_on_a_full_ring_fires_on_a_loss() {
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
         g.lock().unwrap().push(ev);
     });
-    assert_eq!(poster.post(3), Err(PostError::Full(3)));
-    assert!(got.lock().unwrap().is_empty(), "a refused post is no news");
-    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
-    assert_eq!(
-        *got.lock().unwrap(),
-        [Err(Overflow { lost: 1 }), Ok(1), Ok(2)],
-        "the loss is news: it starts the upcall"
-    );
+    assert!(got.lock().unwrap().is_empty(), "INVOC_NEW: nothing yet");
+    assert_eq!(poster.post(3), Ok(()));
+    assert_eq!(*got.lock().unwrap(), [Ok(1), Ok(2), Ok(3)]);
+    assert_eq!(up.query().lost, 0);
+    drop(up);
+}
+
+#[test]
+fn a_refused_post_with_upcalls_disabled_writes_nothing() {
+    // Upcalls disabled on a full ring: the refusal is plain backpressure.
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    let up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::New, |_, _| {});
+    assert_eq!(poster.post(2), Err(PostError::Full(2)));
+    let q = up.query();
+    assert_eq!((q.len, q.lost, q.upcalls, q.notifications), (1, 0, 0, 0));
     drop(up);
 }
 

@@ -5,7 +5,7 @@
 //! The loop is: wait for the fd to be readable, [`NotifyFd::acknowledge`],
 //! drain, [`Consumer::arm`]; on `Pending` drain again, on `Armed` wait.
 
-use crate::evd::Consumer;
+use crate::consumer::Consumer;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
@@ -61,7 +61,7 @@ impl<T> Consumer<T> {
     /// assert!(fd.as_raw_fd() >= 0);
     /// ```
     pub fn notify_fd(&mut self) -> io::Result<NotifyFd> {
-        let fd = self.shared.targets.eventfd()?;
+        let fd = self.shared().eventfd()?;
         Ok(NotifyFd {
             fd: fd.try_clone()?,
         })

@@ -4,8 +4,8 @@
 //! events it loops, if it arms the task sleeps until the post that disarms
 //! wakes it. Dropping a future loses nothing: events stay in the ring.
 
+use crate::consumer::Consumer;
 use crate::error::{Overflow, RecvError, TryDequeueError};
-use crate::evd::Consumer;
 use crate::state::Arm;
 use futures_core::Stream;
 use std::future::Future;
@@ -19,7 +19,7 @@ const POLL_RETRIES: u32 = 4;
 impl<T> Consumer<T> {
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError>> {
         for _ in 0..POLL_RETRIES {
-            match self.shared.dequeue_one() {
+            match self.shared().dequeue_one() {
                 Ok(v) => return Poll::Ready(Ok(v)),
                 Err(TryDequeueError::Overflow(o)) => {
                     return Poll::Ready(Err(RecvError::Overflow(o)))
@@ -27,8 +27,8 @@ impl<T> Consumer<T> {
                 Err(TryDequeueError::Closed) => return Poll::Ready(Err(RecvError::Closed)),
                 Err(TryDequeueError::Empty) => {}
             }
-            self.shared.targets.register(cx.waker());
-            match self.shared.arm(1) {
+            self.shared().register_waker(cx.waker());
+            match self.shared().arm(1) {
                 Arm::Arm(_) => return Poll::Pending,
                 Arm::Closed => return Poll::Ready(Err(RecvError::Closed)),
                 Arm::Pending => {}

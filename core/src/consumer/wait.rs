@@ -1,10 +1,11 @@
 //! Blocking waits (DAT's `evd_wait`): spin for a budget, then register an
 //! unpark-this-thread waker, arm, and park until a post disarms the EVD.
 
+use crate::consumer::Consumer;
 use crate::error::WaitError;
-use crate::evd::{Consumer, Shared};
-use crate::state::{self, Arm};
-use crate::sync::{thread, Arc, Backoff, Ordering};
+use crate::shared::Shared;
+use crate::state::Arm;
+use crate::sync::{thread, Arc, Backoff};
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -53,12 +54,12 @@ fn park(_deadline: Option<Instant>) {
 /// of `done`'s condition wake the registered waker after changing it).
 pub(crate) fn block_until<T>(c: &mut Consumer<T>, done: impl Fn(&Shared<T>) -> bool) {
     let waker = thread_waker(c);
-    let s: Arc<Shared<T>> = c.shared.clone();
+    let s: Arc<Shared<T>> = c.shared().clone();
     loop {
         if done(&s) {
             return;
         }
-        s.targets.register(&waker);
+        s.register_waker(&waker);
         if done(&s) {
             return;
         }
@@ -76,8 +77,11 @@ impl<T> Consumer<T> {
     /// many events are ready. `threshold` must be in `1..=capacity`. Fails with
     /// [`WaitError::Unwaitable`] while the EVD is unwaitable, and with
     /// [`WaitError::Closed`] once it is closed with fewer than `threshold`
-    /// events left. A pending overflow report ends the wait as
-    /// [`WaitError::Overflow`] (reported once, as a dequeue would).
+    /// events left (a pending loss report comes before that end). A pending
+    /// loss report ends a wait that would otherwise block, as
+    /// [`WaitError::Overflow`] (reported once, as a dequeue would); a wait
+    /// that finds its `threshold` met returns `Ok` and leaves the report to
+    /// the next dequeue.
     ///
     /// ```
     /// use std::time::Duration;
@@ -96,7 +100,7 @@ impl<T> Consumer<T> {
         threshold: usize,
         timeout: Option<Duration>,
     ) -> Result<usize, WaitError> {
-        let s = self.shared.clone();
+        let s = self.shared().clone();
         let capacity = s.capacity() as usize;
         if threshold == 0 || threshold > capacity {
             return Err(WaitError::InvalidThreshold {
@@ -109,7 +113,7 @@ impl<T> Consumer<T> {
         // Spin, then yield, before parking: with posters sharing the CPUs a
         // yield lets them fill the ring, and a park costs a futex round trip
         // on both sides (see BENCHMARKS.md).
-        if s.unwaitable.load(Ordering::Acquire) {
+        if s.is_unwaitable() {
             return Err(WaitError::Unwaitable);
         }
         let backoff = Backoff::new();
@@ -124,8 +128,8 @@ impl<T> Consumer<T> {
         loop {
             // Register before checking the flag and before arming: a
             // `set_unwaitable` or a post after this point wakes this waker.
-            s.targets.register(&waker);
-            if s.unwaitable.load(Ordering::Acquire) {
+            s.register_waker(&waker);
+            if s.is_unwaitable() {
                 s.disarm();
                 return Err(WaitError::Unwaitable);
             }
@@ -145,18 +149,27 @@ impl<T> Consumer<T> {
                     park(deadline);
                 }
                 Arm::Pending => {
-                    if let Some(o) = s.take_report() {
-                        return Err(WaitError::Overflow(o));
-                    }
                     let ready = s.ready(u64::MAX);
+                    // A report ends the wait, except right after a report
+                    // while the events are ready: then the events come first,
+                    // so a flood of losses cannot keep the consumer waiting.
+                    if !(ready >= k && s.last_was_report()) {
+                        if let Some(o) = s.take_report() {
+                            return Err(WaitError::Overflow(o));
+                        }
+                    }
                     if ready >= k {
                         return Ok(ready as usize);
                     }
-                    let w = s.state.load(Ordering::Acquire);
-                    let queued = state::len(w, s.head());
-                    if state::has(w, state::CLOSED) && queued < k {
-                        // Nothing more will be posted.
-                        if ready == queued {
+                    if let Some(queued) = s.queued_if_closed() {
+                        // Nothing more will be posted: once the reserved
+                        // slots are written, fewer than `k` is final.
+                        if queued < k && ready == queued {
+                            // The loss count is final now that CLOSED was
+                            // seen with Acquire: a loss is told before the end.
+                            if let Some(o) = s.take_report() {
+                                return Err(WaitError::Overflow(o));
+                            }
                             return Err(WaitError::Closed {
                                 available: ready as usize,
                             });

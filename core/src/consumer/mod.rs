@@ -1,0 +1,261 @@
+//! The one consumer of an EVD: [`Consumer`] and what its arm reports,
+//! [`ArmStatus`]. Blocking waits, async receive and the eventfd live in the
+//! submodules; every atomic operation they make is one of
+//! [`Shared`]'s.
+
+#[cfg(all(target_os = "linux", not(loom)))]
+mod eventfd;
+mod future;
+mod wait;
+
+#[cfg(all(target_os = "linux", not(loom)))]
+pub use eventfd::NotifyFd;
+pub use future::Recv;
+pub(crate) use wait::block_until;
+
+use crate::error::{ResizeError, TryDequeueError};
+use crate::poster::Poster;
+use crate::query::Query;
+use crate::ring::Buffer;
+use crate::shared::{cap_log2_for, Shared};
+use crate::state::Arm;
+use crate::sync::Arc;
+
+/// Back-off steps a blocking wait takes before it parks, by default: about
+/// 130 spins and 3 yields.
+pub const DEFAULT_SPIN_BUDGET: u32 = 10;
+
+/// What [`Consumer::arm`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use = "sleep only on `Armed`; `Pending` means events are waiting"]
+pub enum ArmStatus {
+    /// Armed: the next post notifies (waker, thread, eventfd). Safe to sleep.
+    Armed,
+    /// Events are waiting: keep draining; do not sleep.
+    Pending,
+    /// Closed and drained: end of stream.
+    Closed,
+}
+
+/// The one consumer of an EVD: `Send`, not `Clone`.
+///
+/// It dequeues (one at a time or in batches), arms, waits (blocking, async, or
+/// through an eventfd), resizes, and can hand itself to an upcall dispatcher
+/// with [`Consumer::into_upcalls`](crate::Consumer::into_upcalls).
+pub struct Consumer<T> {
+    shared: Arc<Shared<T>>,
+    /// Unpark-this-thread waker for blocking waits, made on first use.
+    pub(crate) thread_waker: Option<(crate::sync::thread::ThreadId, std::task::Waker)>,
+    /// Back-off steps before a blocking wait parks.
+    pub(crate) spin_budget: u32,
+}
+
+impl<T> Consumer<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
+        Consumer {
+            shared,
+            thread_waker: None,
+            spin_budget: DEFAULT_SPIN_BUDGET,
+        }
+    }
+
+    /// Dequeue one event.
+    ///
+    /// A pending overflow report comes first, once; then events, FIFO per
+    /// poster; [`TryDequeueError::Closed`] once the EVD is closed and drained.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
+    /// poster.post('a').unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Ok('a'));
+    /// ```
+    #[inline]
+    pub fn try_dequeue(&mut self) -> Result<T, TryDequeueError> {
+        self.shared.dequeue_one()
+    }
+
+    /// Dequeue up to `max` events into `out` (appended), returning how many.
+    ///
+    /// Takes every published event up to `max`, found by the slots' stamps
+    /// alone, with one store of the head for the whole batch. `out` is
+    /// reserved once for them, so a buffer with enough capacity is never
+    /// reallocated. Returns `Ok(0)` when nothing is ready; a pending loss
+    /// report comes first, as an error (never twice in a row while events
+    /// are ready); `Err(Closed)` once closed and drained.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(8).unwrap();
+    /// for i in 0..5 { poster.post(i).unwrap(); }
+    /// let mut buf = Vec::with_capacity(8);
+    /// assert_eq!(consumer.dequeue_batch(&mut buf, 3), Ok(3));
+    /// assert_eq!(consumer.dequeue_batch(&mut buf, 8), Ok(2));
+    /// assert_eq!(buf, [0, 1, 2, 3, 4]);
+    /// ```
+    pub fn dequeue_batch(
+        &mut self,
+        out: &mut Vec<T>,
+        max: usize,
+    ) -> Result<usize, TryDequeueError> {
+        self.shared.dequeue_batch(out, max)
+    }
+
+    /// Arm-then-check in one CAS: either the next post notifies this consumer
+    /// ([`ArmStatus::Armed`]: safe to sleep), or events are waiting
+    /// ([`ArmStatus::Pending`]: keep draining). There is no second poll.
+    ///
+    /// Arming on an empty ring clears the sticky *notified* bit.
+    ///
+    /// ```
+    /// use evd::ArmStatus;
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// assert_eq!(consumer.arm(), ArmStatus::Armed);
+    /// poster.post(1).unwrap(); // disarms, notifies once
+    /// assert!(consumer.query().notified);
+    /// assert_eq!(consumer.arm(), ArmStatus::Pending);
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// assert_eq!(consumer.arm(), ArmStatus::Armed);
+    /// assert!(!consumer.query().notified);
+    /// ```
+    #[inline]
+    pub fn arm(&mut self) -> ArmStatus {
+        match self.shared.arm(1) {
+            Arm::Arm(_) => ArmStatus::Armed,
+            Arm::Pending => ArmStatus::Pending,
+            Arm::Closed => ArmStatus::Closed,
+        }
+    }
+
+    /// Withdraw an arm: the next post will not notify.
+    ///
+    /// ```
+    /// let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// consumer.arm();
+    /// consumer.disarm();
+    /// assert!(!consumer.query().armed);
+    /// ```
+    pub fn disarm(&mut self) {
+        self.shared.disarm();
+    }
+
+    /// Close the EVD; the consumer can still drain it.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// consumer.close();
+    /// assert!(poster.post(1).is_err());
+    /// ```
+    pub fn close(&mut self) {
+        self.shared.close();
+    }
+
+    /// A snapshot of the EVD's state and counters.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// consumer.try_dequeue().unwrap();
+    /// let q = consumer.query();
+    /// assert_eq!((q.posted, q.dequeued, q.len), (1, 1, 0));
+    /// ```
+    pub fn query(&self) -> Query {
+        self.shared.query()
+    }
+
+    /// Back-off steps a blocking [`Consumer::wait`] takes before it parks
+    /// (default [`DEFAULT_SPIN_BUDGET`]); 0 parks at once. Each step doubles
+    /// its spinning up to 64 spins, and steps past the seventh yield the CPU
+    /// (crossbeam's `Backoff::snooze`).
+    ///
+    /// ```
+    /// let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// consumer.set_spin_budget(0); // park as soon as nothing is ready
+    /// ```
+    pub fn set_spin_budget(&mut self, spins: u32) {
+        self.spin_budget = spins;
+    }
+
+    /// A new posting handle (for example after every poster was dropped and
+    /// the EVD was closed, a new poster still finds it closed).
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// let p2 = consumer.poster();
+    /// drop(poster);
+    /// p2.post(5u8).unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Ok(5));
+    /// ```
+    pub fn poster(&self) -> Poster<T> {
+        self.shared.add_poster();
+        Poster::new(self.shared.clone(), self.shared.fresh_head())
+    }
+
+    /// The shared engine (for the consumer's other modules and upcalls).
+    pub(crate) fn shared(&self) -> &Arc<Shared<T>> {
+        &self.shared
+    }
+
+    /// Grow or shrink the ring (DAT's `evd_resize`) while posters run: no
+    /// event is lost, FIFO is kept. The capacity is rounded up to a power of
+    /// two; shrinking below the number of queued events is refused. Returns
+    /// the new capacity.
+    ///
+    /// Posters that try to reserve during the move wait for it (it moves only
+    /// the queued events); outside a resize, posting is lock-free.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(2).unwrap();
+    /// poster.post(1).unwrap();
+    /// poster.post(2).unwrap();
+    /// assert_eq!(consumer.resize(8), Ok(8));
+    /// poster.post(3).unwrap();
+    /// assert_eq!(consumer.resize(1), Err(evd::ResizeError::TooSmall { queued: 3, capacity: 1 }));
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// ```
+    pub fn resize(&mut self, capacity: usize) -> Result<usize, ResizeError> {
+        if capacity == 0 {
+            return Err(ResizeError::ZeroCapacity);
+        }
+        let log2 = cap_log2_for(capacity).ok_or(ResizeError::CapacityTooLarge {
+            requested: capacity,
+        })?;
+        let new_cap = 1usize << log2;
+        let s = &*self.shared;
+        if s.capacity() == new_cap as u64 {
+            return Ok(new_cap);
+        }
+        // Allocate before stopping the posters, to keep the window short.
+        let fresh = Buffer::try_new(log2).ok_or(ResizeError::AllocFailed { capacity: new_cap })?;
+        s.resize(log2, fresh)?;
+        Ok(new_cap)
+    }
+}
+
+impl<T> Drop for Consumer<T> {
+    fn drop(&mut self) {
+        // Nobody will ever dequeue again: refuse further posts, and drop the
+        // queued events now rather than when the last poster goes. Dropped
+        // from inside its own upcall (the dispatcher being taken apart), the
+        // running instance still holds the consumer side; it stops at its
+        // next dequeue and the events go with the shared state.
+        // A panicking waker (woken by the close) must not keep the queued
+        // events alive: drop them, then resume its panic.
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.shared.close()));
+        if self.shared.instances() == 0 {
+            self.shared.drop_queued_after_close();
+        }
+        if let Err(p) = closed {
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(p);
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Consumer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("state", &self.query())
+            .finish()
+    }
+}

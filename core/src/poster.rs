@@ -1,0 +1,267 @@
+//! The posting handle: [`Poster`], and what a lossy post reports, [`Lossy`].
+
+use crate::error::{BatchPostError, PostError};
+use crate::query::Query;
+use crate::ring::Buffer;
+use crate::shared::{Refused, Shared};
+use crate::state::Notify;
+use crate::sync::{Arc, AtomicU64, Ordering};
+
+/// A posting handle: cloneable, `Send + Sync`, usable from any thread.
+///
+/// [`Poster::post`] is lock-free and allocation-free: one CAS on the state word
+/// reserves a slot (and takes the notification if the consumer is armed), then
+/// the value is written and published.
+pub struct Poster<T> {
+    shared: Arc<Shared<T>>,
+    /// A head the consumer has passed (a lower bound of the real head). Read
+    /// instead of the consumer's line on every post; reloaded only when the
+    /// ring looks full. `Release`/`Acquire` so that a thread using another
+    /// thread's refresh still synchronizes with the consumer's head store.
+    head_hint: AtomicU64,
+}
+
+impl<T> Poster<T> {
+    /// A handle on `shared` whose cached head is `head`; `shared`'s poster
+    /// count already includes it.
+    pub(crate) fn new(shared: Arc<Shared<T>>, head: u64) -> Self {
+        Poster {
+            shared,
+            head_hint: AtomicU64::new(head),
+        }
+    }
+}
+
+impl<T> Clone for Poster<T> {
+    fn clone(&self) -> Self {
+        self.shared.add_poster();
+        Poster {
+            shared: self.shared.clone(),
+            head_hint: AtomicU64::new(self.head_hint.load(Ordering::Acquire)),
+        }
+    }
+}
+
+impl<T> Drop for Poster<T> {
+    fn drop(&mut self) {
+        self.shared.release_poster();
+    }
+}
+
+impl<T: Send> Poster<T> {
+    /// Post an event (DAT's `post_se`, and the path every source uses).
+    ///
+    /// A full ring hands the event back as [`PostError::Full`]: that is
+    /// backpressure, not a loss, so nothing is counted or reported and the
+    /// refusal costs no write to shared memory; retry, or give the event up
+    /// with [`Poster::post_lossy`]. A closed EVD hands it back as
+    /// [`PostError::Closed`]. If the consumer is armed, this post disarms it
+    /// and notifies it exactly once; if an upcall policy is enabled and no
+    /// upcall is running, this thread runs the upcall before returning (also
+    /// when it finds the ring full: the upcall drains it, then this post
+    /// goes in, as nothing else could start an upcall).
+    ///
+    /// ```
+    /// use evd::{PostError, TryDequeueError};
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u32).unwrap();
+    /// assert_eq!(poster.post(2), Err(PostError::Full(2))); // handed back, not lost
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    /// consumer.close();
+    /// assert_eq!(poster.post(3), Err(PostError::Closed(3)));
+    /// ```
+    #[inline]
+    pub fn post(&self, event: T) -> Result<(), PostError<T>> {
+        match self.reserve(1) {
+            Ok((ticket, _, notify)) => {
+                let s = &*self.shared;
+                // SAFETY: the reservation gave us `ticket`, and its full check
+                // against a head the consumer has passed means the slot's
+                // previous lap has been taken.
+                unsafe { Buffer::publish(s.buffer_ptr(), ticket, event) };
+                self.deliver(notify);
+                Ok(())
+            }
+            Err(BatchPostError::Full) => Err(PostError::Full(event)),
+            Err(BatchPostError::Closed) => Err(PostError::Closed(event)),
+        }
+    }
+
+    /// Post an event, or give it up if the ring is full (DAT's provider
+    /// semantics: "queue it or count the loss"). A given-up event is dropped
+    /// here, counted, and reported to the consumer as an [`Overflow`](crate::Overflow) before
+    /// its end of stream; an armed consumer is woken (or an upcall started)
+    /// to hear of it. A closed EVD hands the event back as
+    /// [`PostError::Closed`]; this never returns [`PostError::Full`].
+    ///
+    /// ```
+    /// use evd::{Lossy, Overflow, TryDequeueError};
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// assert_eq!(poster.post_lossy(1u32), Ok(Lossy::Posted));
+    /// assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    /// assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Overflow(Overflow { lost: 1 })));
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// ```
+    pub fn post_lossy(&self, event: T) -> Result<Lossy, PostError<T>> {
+        match self.post(event) {
+            Ok(()) => Ok(Lossy::Posted),
+            Err(PostError::Closed(ev)) => Err(PostError::Closed(ev)),
+            Err(PostError::Full(ev)) => match self.shared.commit_loss() {
+                Some(notify) => {
+                    drop(ev);
+                    self.deliver(notify);
+                    Ok(Lossy::Lost)
+                }
+                None => Err(PostError::Closed(ev)),
+            },
+        }
+    }
+
+    /// Post events from the front of `events` with one reservation: as many
+    /// as the ring has room for, in order (`min(events.len(), free slots)`,
+    /// whatever this handle's cached view of the consumer says). Returns how
+    /// many were posted; they are drained from `events`, the rest stay there.
+    /// A call that can post nothing is refused with [`BatchPostError::Full`]
+    /// (backpressure: nothing is counted). The consumer is notified once,
+    /// after the whole batch is published.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// let mut batch = vec![1, 2, 3, 4, 5, 6];
+    /// assert_eq!(poster.post_batch(&mut batch), Ok(4));
+    /// assert_eq!(batch, [5, 6]);
+    /// assert_eq!(poster.post_batch(&mut batch), Err(evd::BatchPostError::Full));
+    /// let mut out = Vec::new();
+    /// consumer.dequeue_batch(&mut out, 8).unwrap();
+    /// assert_eq!(out, [1, 2, 3, 4]);
+    /// ```
+    pub fn post_batch(&self, events: &mut Vec<T>) -> Result<usize, BatchPostError> {
+        if events.is_empty() {
+            return Ok(0);
+        }
+        let (first, count, notify) = self.reserve(events.len() as u64)?;
+        let s = &*self.shared;
+        let buf = s.buffer_ptr();
+        // `Drain` yields exactly `count` items (count <= len), and cannot
+        // panic, so every reserved ticket gets its value.
+        for (i, ev) in events.drain(..count as usize).enumerate() {
+            // SAFETY: as in `post`, for each ticket of the batch.
+            unsafe { Buffer::publish(buf, first.wrapping_add(i as u64), ev) };
+        }
+        self.deliver(notify);
+        Ok(count as usize)
+    }
+}
+
+impl<T: Send> Poster<T> {
+    /// Reserve up to `want` tickets. A full ring under an idle upcall policy
+    /// has this thread run the upcall that drains it (nothing else could
+    /// start one), then try again.
+    #[inline(always)]
+    fn reserve(&self, want: u64) -> Result<(u64, u64, Notify), BatchPostError> {
+        loop {
+            match self.shared.reserve(&self.head_hint, want) {
+                Ok(r) => return Ok(r),
+                Err(Refused::Full) => return Err(BatchPostError::Full),
+                Err(Refused::Closed) => return Err(BatchPostError::Closed),
+                Err(Refused::FullTookToken) => self.deliver(Notify::Upcall),
+            }
+        }
+    }
+
+    /// Perform the notification a reservation (or a loss) took.
+    #[inline(always)]
+    fn deliver(&self, notify: Notify) {
+        match notify {
+            Notify::None => {}
+            Notify::Wake => self.shared.notify_consumer(),
+            Notify::Upcall => crate::upcall::instance::run(&self.shared),
+        }
+    }
+}
+
+impl<T> Poster<T> {
+    /// Close the EVD: later posts are refused (the event is handed back); the
+    /// consumer dequeues what is queued, then sees end-of-stream.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// poster.close();
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Closed));
+    /// ```
+    pub fn close(&self) {
+        self.shared.close();
+    }
+
+    /// Make blocking waits fail with [`WaitError::Unwaitable`](crate::WaitError)
+    /// and wake a waiter that is blocked now. Posts keep queueing.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// poster.set_unwaitable();
+    /// assert_eq!(consumer.wait(1, None), Err(evd::WaitError::Unwaitable));
+    /// poster.clear_unwaitable();
+    /// poster.post(7).unwrap();
+    /// assert_eq!(consumer.wait(1, None), Ok(1));
+    /// ```
+    pub fn set_unwaitable(&self) {
+        self.shared.set_unwaitable(true);
+    }
+
+    /// Undo [`Poster::set_unwaitable`].
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(4).unwrap();
+    /// poster.set_unwaitable();
+    /// poster.clear_unwaitable();
+    /// assert!(!poster.query().unwaitable);
+    /// ```
+    pub fn clear_unwaitable(&self) {
+        self.shared.set_unwaitable(false);
+    }
+
+    /// A snapshot of the EVD's state and counters.
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(3).unwrap();
+    /// poster.post(1).unwrap();
+    /// let q = poster.query();
+    /// assert_eq!((q.capacity, q.len, q.posted), (4, 1, 1));
+    /// ```
+    pub fn query(&self) -> Query {
+        self.shared.query()
+    }
+
+    /// True once the EVD is closed.
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded::<u8>(1).unwrap();
+    /// drop(consumer);
+    /// assert!(poster.is_closed());
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed()
+    }
+}
+
+/// What [`Poster::post_lossy`] did with the event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use = "a lost event may need accounting"]
+pub enum Lossy {
+    /// The event was queued.
+    Posted,
+    /// The ring was full: the event was dropped, counted, and will be
+    /// reported to the consumer as an [`Overflow`](crate::Overflow).
+    Lost,
+}
+
+impl<T> std::fmt::Debug for Poster<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poster")
+            .field("state", &self.query())
+            .finish()
+    }
+}

@@ -1,0 +1,1042 @@
+//! The shared engine of an EVD: every atomic operation on the state word,
+//! the loss word, the consumer's head and the slots, with its ordering
+//! argued here and only here. The handles ([`Poster`](crate::Poster),
+//! [`Consumer`](crate::Consumer), [`Upcalls`](crate::Upcalls)) call these
+//! operations; none touches an atomic of its own.
+//!
+//! # The protocol on one page
+//!
+//! * **Words.** The state word ([`state`]) holds the tail, the notification
+//!   flags, the upcall policy and instance count, and log2 of the capacity.
+//!   The loss word ([`state::loss`]) holds close's first step and the count of
+//!   events lost by lossy posts. The head is the consumer's own line.
+//! * **Post** = reserve (one CAS on the state word: tail+1, and the
+//!   notification if ARMED or an upcall may start), write the slot, publish
+//!   its stamp (`Release`), then notify. A full ring refuses without writing
+//!   anything shared. A lossy post that gives up commits on the loss word,
+//!   then does one RMW on the state word to take the notification.
+//! * **Dequeue** = the head slot's stamp (`Acquire`); if published, take the
+//!   value and store the head (`Release`). If not, the loss word (a
+//!   read-mostly line) says whether close has begun; only then is the state
+//!   word read, to tell "reserved, not yet written" from "closed and drained".
+//!   Reports and events alternate ([`ConsumerLine::last_was_report`]).
+//! * **Arm** = one CAS on the state word that either sets ARMED (nothing
+//!   queued) or fails/declines because the tail moved (pending). A loss
+//!   committed before the arm's CAS is seen after it (both are RMWs on the
+//!   state word), so it is reported as pending.
+//! * **Close** = loss word closed, then CLOSED in the state word; anyone who
+//!   sees the first without the second finishes it. Whoever sees CLOSED in the
+//!   state word with `Acquire` sees the final loss count.
+//! * **Resize** = RESIZING stops reservations, the queued events move, the
+//!   buffer pointer is swapped (`Release`), and clearing RESIZING releases it
+//!   to the next reservation (`Acquire`).
+//! * **Upcalls** = the TOKEN bit stands for the consumer side; taking and
+//!   giving it back are CASes on the state word (`AcqRel`), so the head and
+//!   slot reads of one holder happen before the next holder's.
+
+use crate::error::{Overflow, ResizeError, TryDequeueError};
+use crate::notify::NotifyTargets;
+use crate::query::{Counters, Query, UpcallPolicy};
+use crate::ring::Buffer;
+use crate::state::{self, loss, Arm, Exit, Invoke, Notify, PolicyBits, Reacquire, ReserveBatch};
+use crate::sync::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Ordering};
+use crate::upcall::handler::{Handler, HandlerSlot};
+use crossbeam_utils::CachePadded;
+use std::task::Waker;
+
+/// The largest capacity an EVD can have (2^32 events).
+pub const MAX_CAPACITY: usize = 1 << state::MAX_CAP_LOG2;
+
+/// The head epoch is the head divided by 2^40: a poster trusts its cached
+/// head only while it is at most one epoch behind, so the distance from it to
+/// the tail stays below 3·2^40 + capacity, well inside the 2^45 range in which
+/// the word's tail is compared.
+pub(crate) const HEAD_EPOCH_SHIFT: u32 = 40;
+
+/// Why [`Shared::reserve`] handed out no ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Not one slot is free; nothing was written.
+    Full,
+    /// Full, and an upcall policy was idle: the caller took the token and
+    /// must run an instance (which drains the ring), then retry.
+    FullTookToken,
+    /// The EVD is closed.
+    Closed,
+}
+
+/// Attempts [`Shared::query`] makes at reading the head unchanged around its
+/// load of the word before it settles for a clamped figure.
+const QUERY_ATTEMPTS: usize = 64;
+
+/// The lines the consumer (or the upcall instance holding the token) writes
+/// on every dequeue; posters read `head` only when the ring looks full.
+struct ConsumerLine {
+    /// The consumer's head, a full 64-bit count of dequeued events. Written
+    /// only by the consumer (or the token holder), with `Release` after the
+    /// value is moved out, so a poster that loads it with `Acquire` may reuse
+    /// the slot.
+    head: AtomicU64,
+    /// The last dequeue returned a loss report: the next one prefers an event,
+    /// so reports and events alternate and a flood of losses cannot starve
+    /// the consumer of the queued events. Touched only by the consumer side.
+    last_was_report: AtomicBool,
+}
+
+/// Fields every post reads and nobody writes in steady state.
+struct ReadMostly<T> {
+    /// The current ring. Replaced only by a resize, while `RESIZING` holds
+    /// every poster off (see [`Shared::resize`]).
+    buffer: AtomicPtr<Buffer<T>>,
+    /// `head >> HEAD_EPOCH_SHIFT`, stored by the consumer when it changes
+    /// (every 2^40 events): bounds how stale a poster's cached head may be.
+    head_epoch: AtomicU64,
+}
+
+/// What the posters and the consumer share. Each group of fields sits on its
+/// own cache line by who writes it: the state word (every post), the
+/// consumer's line (every dequeue), the read-mostly line (every post reads,
+/// a resize writes), the loss word (close and lossy posts), the notification
+/// targets (a waiter registering its waker), the rest.
+pub(crate) struct Shared<T> {
+    /// The state word: tail, flags, policy, instances, capacity (see [`state`]).
+    state: CachePadded<AtomicU64>,
+    /// Written by the consumer side on every dequeue.
+    consumer: CachePadded<ConsumerLine>,
+    /// Read by every post.
+    read_mostly: CachePadded<ReadMostly<T>>,
+    /// The loss word ([`state::loss`]): close's first step and the count of
+    /// events lost by lossy posts, not yet reported.
+    losses: CachePadded<AtomicU64>,
+    /// Where notifications go: the registered waker and the optional eventfd.
+    targets: CachePadded<NotifyTargets>,
+    /// The upcall handler.
+    handler: HandlerSlot<T>,
+    /// Waits fail with `Unwaitable` while this is set.
+    unwaitable: AtomicBool,
+    /// Live `Poster` handles; the last one to drop closes the EVD.
+    posters: AtomicUsize,
+    /// Statistics that are not derived from the word and the head.
+    counters: CachePadded<Counters>,
+}
+
+// SAFETY: the slots hand each `T` from one thread to another exactly once
+// (publish/take), so `T: Send` is what is needed; every other field is atomic.
+unsafe impl<T: Send> Send for Shared<T> {}
+// SAFETY: as above; shared access goes through atomics and the slot protocol.
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    pub(crate) fn new(log2: u32, buffer: Buffer<T>) -> Self {
+        Shared {
+            state: CachePadded::new(AtomicU64::new(state::initial(log2))),
+            consumer: CachePadded::new(ConsumerLine {
+                head: AtomicU64::new(0),
+                last_was_report: AtomicBool::new(false),
+            }),
+            read_mostly: CachePadded::new(ReadMostly {
+                buffer: AtomicPtr::new(Box::into_raw(Box::new(buffer))),
+                head_epoch: AtomicU64::new(0),
+            }),
+            losses: CachePadded::new(AtomicU64::new(0)),
+            targets: CachePadded::new(NotifyTargets::new()),
+            handler: HandlerSlot::new(),
+            unwaitable: AtomicBool::new(false),
+            posters: AtomicUsize::new(1),
+            counters: CachePadded::new(Counters::default()),
+        }
+    }
+
+    /// The consumer's head (only the consumer side calls this for its own
+    /// head; posters load it with `Acquire` in their full check).
+    #[inline(always)]
+    pub(crate) fn head(&self) -> u64 {
+        self.consumer.head.load(Ordering::Relaxed)
+    }
+
+    /// The current ring, as a raw pointer for [`Buffer::publish`].
+    #[inline(always)]
+    pub(crate) fn buffer_ptr(&self) -> *const Buffer<T> {
+        // Acquire: as in `buffer`.
+        self.read_mostly.buffer.load(Ordering::Acquire)
+    }
+
+    /// Store the consumer's new head (after the values before it were moved
+    /// out), and bump the head epoch when it crosses a boundary.
+    #[inline(always)]
+    fn publish_head(&self, old: u64, new: u64) {
+        // Release: the values were moved out before a poster may reuse the
+        // slots (it loads the head with Acquire).
+        self.consumer.head.store(new, Ordering::Release);
+        if new >> HEAD_EPOCH_SHIFT != old >> HEAD_EPOCH_SHIFT {
+            self.read_mostly
+                .head_epoch
+                .store(new >> HEAD_EPOCH_SHIFT, Ordering::Release);
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn buffer(&self) -> &Buffer<T> {
+        // Acquire: pairs with the `Release` store in `resize`. Posters reach
+        // this only after a reservation CAS that already synchronized with the
+        // end of any resize; the consumer is the writer. Either way the buffer
+        // is live: it is freed only by a resize, which first waits for every
+        // reserved ticket to be published, and the consumer side never calls
+        // this concurrently with its own resize.
+        let p = self.buffer_ptr();
+        // SAFETY: never null (set at creation), and see above for liveness.
+        unsafe { &*p }
+    }
+
+    /// Install the ring a resize built; returns the old one. Caller: the
+    /// consumer's resize, while RESIZING holds every poster off.
+    fn swap_buffer(&self, fresh: Buffer<T>) -> *mut Buffer<T> {
+        // Release: a poster whose reservation reads the word that ends the
+        // resize (released after this) sees the new pointer.
+        self.read_mostly
+            .buffer
+            .swap(Box::into_raw(Box::new(fresh)), Ordering::Release)
+    }
+
+    /// The ring's capacity, from the read-mostly line (the consumer side
+    /// only: a resize is the consumer's own call).
+    #[inline]
+    pub(crate) fn capacity(&self) -> u64 {
+        self.buffer().capacity()
+    }
+
+    /// Apply `f` to the word until the CAS succeeds or `f` declines.
+    #[inline]
+    fn update<R>(&self, success: Ordering, mut f: impl FnMut(u64) -> Result<(u64, R), R>) -> R {
+        let mut w = self.state.load(Ordering::Relaxed);
+        loop {
+            match f(w) {
+                Err(r) => return r,
+                Ok((new, r)) => {
+                    match self
+                        .state
+                        .compare_exchange_weak(w, new, success, Ordering::Relaxed)
+                    {
+                        Ok(_) => return r,
+                        Err(cur) => w = cur,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Apply `f` to the loss word until the CAS succeeds or `f` declines;
+    /// returns the word installed, or `None`.
+    fn update_losses(
+        &self,
+        success: Ordering,
+        mut f: impl FnMut(u64) -> Option<u64>,
+    ) -> Option<u64> {
+        let mut l = self.losses.load(Ordering::Relaxed);
+        loop {
+            let new = f(l)?;
+            match self
+                .losses
+                .compare_exchange_weak(l, new, success, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(new),
+                Err(cur) => l = cur,
+            }
+        }
+    }
+
+    /// Notify an armed consumer: count it, wake its waker, poke its eventfd.
+    pub(crate) fn notify_consumer(&self) {
+        self.counters.notifications.fetch_add(1, Ordering::Relaxed);
+        self.targets.notify();
+    }
+
+    /// Close: posts are refused from now on; an armed consumer is woken.
+    ///
+    /// Two steps: the loss word first ([`loss::close`]: no loss is committed
+    /// after it), then the state word ([`state::close`]: no ticket is handed
+    /// out after it). Anyone who finds the first step done and the second not
+    /// yet may finish it ([`Shared::finish_close`]), so a closer descheduled
+    /// between the two holds nobody up.
+    pub(crate) fn close(&self) {
+        // AcqRel: Release orders the committed losses before the state word's
+        // CLOSED (released by `finish_close`, which follows in this thread).
+        self.update_losses(Ordering::AcqRel, |l| {
+            (!loss::is_closed(l)).then_some(loss::close(l))
+        });
+        self.finish_close();
+    }
+
+    /// Close's second step: CLOSED in the state word, and the wake of an
+    /// armed consumer. Idempotent. Called only after the loss word is closed.
+    fn finish_close(&self) {
+        // AcqRel: Release so that whoever sees CLOSED with an Acquire load
+        // also sees the loss word closed (and so the final loss count); Acquire
+        // to take over an arm's registered waker.
+        let wake = self.update(Ordering::AcqRel, |w| {
+            if state::has(w, state::CLOSED) {
+                Err(false)
+            } else {
+                Ok(state::close(w))
+            }
+        });
+        if wake {
+            self.notify_consumer();
+        }
+    }
+
+    /// True if a loss report is waiting (a load of the read-mostly loss line).
+    #[inline(always)]
+    pub(crate) fn loss_pending(&self) -> bool {
+        loss::pending(self.losses.load(Ordering::Relaxed)) != 0
+    }
+
+    /// The consumer side's last dequeue (or wait) returned a loss report.
+    pub(crate) fn last_was_report(&self) -> bool {
+        self.consumer.last_was_report.load(Ordering::Relaxed)
+    }
+
+    /// Take the pending loss report, if any, and remember that the consumer
+    /// side was just told (its next dequeue prefers an event).
+    #[inline]
+    pub(crate) fn take_report(&self) -> Option<Overflow> {
+        if !self.loss_pending() {
+            return None;
+        }
+        let mut lost = 0;
+        // Relaxed: the count carries no data; what must be ordered with it
+        // (the arm, the end of stream) is ordered through the state word.
+        self.update_losses(Ordering::Relaxed, |l| {
+            let (new, n) = loss::take(l)?;
+            lost = n;
+            Some(new)
+        })?;
+        self.consumer.last_was_report.store(true, Ordering::Relaxed);
+        Some(Overflow { lost })
+    }
+
+    /// Dequeue one event at the head. Caller: the consumer, or the upcall
+    /// instance holding the token.
+    ///
+    /// Reads the consumer's own line, the read-mostly lines (buffer pointer,
+    /// loss word) and the head slot's stamp; the state word only once the loss
+    /// word says close has begun and the head slot is empty.
+    #[inline(always)]
+    pub(crate) fn dequeue_one(&self) -> Result<T, TryDequeueError> {
+        let last_was_report = self.consumer.last_was_report.load(Ordering::Relaxed);
+        if !last_was_report {
+            if let Some(o) = self.take_report() {
+                return Err(TryDequeueError::Overflow(o));
+            }
+        }
+        let h = self.head();
+        let buf = self.buffer();
+        if buf.is_published(h) {
+            // SAFETY: we are the only consumer, `h` is the head, and it is
+            // published; the head moves past it right after, so it is taken once.
+            let v = unsafe { buf.take(h) };
+            self.publish_head(h, h.wrapping_add(1));
+            if last_was_report {
+                self.consumer
+                    .last_was_report
+                    .store(false, Ordering::Relaxed);
+            }
+            return Ok(v);
+        }
+        self.nothing_ready(h, last_was_report)
+    }
+
+    /// The head slot is unpublished: a loss report if one waits (even right
+    /// after a report: there is no event to prefer), else empty or end of
+    /// stream.
+    #[cold]
+    fn nothing_ready<R>(&self, h: u64, last_was_report: bool) -> Result<R, TryDequeueError> {
+        if last_was_report {
+            self.consumer
+                .last_was_report
+                .store(false, Ordering::Relaxed);
+            if let Some(o) = self.take_report() {
+                return Err(TryDequeueError::Overflow(o));
+            }
+        }
+        Err(self.empty_or_end(h))
+    }
+
+    /// Empty, or end of stream, for a consumer at `h` whose head slot is
+    /// unpublished.
+    ///
+    /// The loss word is closed before the state word, so while it is open the
+    /// EVD is open: "empty" without touching the posters' line. Once it is
+    /// closed the state word says whether tickets are still outstanding.
+    #[inline]
+    fn empty_or_end(&self, h: u64) -> TryDequeueError {
+        // Acquire: pairs with close's Release on the loss word.
+        if !loss::is_closed(self.losses.load(Ordering::Acquire)) {
+            return TryDequeueError::Empty;
+        }
+        // Acquire: the loss word was closed before this load, so the word read
+        // here is at or after every reservation that will ever succeed once
+        // CLOSED is in it.
+        let mut w = self.state.load(Ordering::Acquire);
+        if !state::has(w, state::CLOSED) {
+            // The closer is between its two steps: finish for it.
+            self.finish_close();
+            w = self.state.load(Ordering::Acquire);
+        }
+        if state::len(w, h) != 0 {
+            // Reserved tickets whose posters are still writing them.
+            return TryDequeueError::Empty;
+        }
+        // Closed and drained. The loss count is final (no loss is committed
+        // once the loss word is closed): report what is left, then the end.
+        match self.take_report() {
+            Some(o) => TryDequeueError::Overflow(o),
+            None => TryDequeueError::Closed,
+        }
+    }
+
+    /// Published events at the head, counting at most `limit` (stamps only).
+    pub(crate) fn ready(&self, limit: u64) -> u64 {
+        let h = self.head();
+        let buf = self.buffer();
+        let mut n = 0;
+        while n < limit && buf.is_published(h.wrapping_add(n)) {
+            n += 1;
+        }
+        n
+    }
+
+    /// Move up to `max` published events at the head into `out`, with one
+    /// head store. Caller: the consumer side.
+    pub(crate) fn dequeue_batch(
+        &self,
+        out: &mut Vec<T>,
+        max: usize,
+    ) -> Result<usize, TryDequeueError> {
+        let last_was_report = self.consumer.last_was_report.load(Ordering::Relaxed);
+        if !last_was_report {
+            if let Some(o) = self.take_report() {
+                return Err(TryDequeueError::Overflow(o));
+            }
+        }
+        let n = self.ready(max as u64) as usize;
+        if n == 0 {
+            return match self.nothing_ready::<()>(self.head(), last_was_report) {
+                Err(TryDequeueError::Empty) => Ok(0),
+                Err(e) => Err(e),
+                Ok(()) => unreachable!("nothing_ready returns no event"),
+            };
+        }
+        // Reserve before taking anything, so no allocation (or its panic)
+        // comes between a take and its push.
+        out.reserve(n);
+        let h = self.head();
+        let buf = self.buffer();
+        for i in 0..n as u64 {
+            // SAFETY: published (counted above; a published slot stays so until
+            // the consumer takes it) and at or past the head; `out` has room.
+            out.push(unsafe { buf.take(h.wrapping_add(i)) });
+        }
+        // One head store for the whole batch, after every value moved.
+        self.publish_head(h, h.wrapping_add(n as u64));
+        if last_was_report {
+            self.consumer
+                .last_was_report
+                .store(false, Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+
+    /// The arm-then-check CAS for a consumer at its current head. A loss
+    /// report waiting to be dequeued counts as pending work.
+    #[inline]
+    pub(crate) fn arm(&self, threshold: u64) -> Arm {
+        let h = self.head();
+        // AcqRel: Release publishes the waker registered before this arm to
+        // the poster whose Acquire reservation CAS disarms it; Acquire makes a
+        // loss visible if its poster's RMW on the word came first.
+        let r = self.update(Ordering::AcqRel, |w| match state::arm(w, h, threshold) {
+            Arm::Arm(new) => Ok((new, Arm::Arm(new))),
+            other => Err(other),
+        });
+        match r {
+            Arm::Arm(_) if self.loss_pending() => {
+                // A loss was committed and its poster's RMW on the word came
+                // before our CAS, so it did not see ARMED: the report is
+                // pending work.
+                self.disarm();
+                Arm::Pending
+            }
+            Arm::Closed => {
+                // The word that said "closed and drained" was loaded Relaxed;
+                // this fence makes the loss word's final count (closed before
+                // the word's CLOSED was released) visible to the load below.
+                fence(Ordering::Acquire);
+                if self.loss_pending() {
+                    Arm::Pending
+                } else {
+                    Arm::Closed
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Withdraw an arm (timed-out wait, dropped future).
+    pub(crate) fn disarm(&self) {
+        self.update(Ordering::Relaxed, |w| {
+            if state::has(w, state::ARMED) {
+                Ok((state::disarm(w), ()))
+            } else {
+                Err(())
+            }
+        })
+    }
+
+    /// A lossy post found the ring full and gives its event up: commit the
+    /// loss, then take the notification as a post would (the caller performs
+    /// it). `None` if close has begun (the event is handed back as closed
+    /// instead).
+    #[cold]
+    pub(crate) fn commit_loss(&self) -> Option<Notify> {
+        // Relaxed: the state word RMW below orders the commit for the arm and
+        // the upcall exit; close's order is the loss word's own order.
+        if self
+            .update_losses(Ordering::Relaxed, loss::commit)
+            .is_none()
+        {
+            // Close has begun; make sure it is finished before the poster is
+            // told, so that its next post is refused too.
+            self.finish_close();
+            return None;
+        }
+        self.counters.lost.fetch_add(1, Ordering::Relaxed);
+        // Always one RMW on the word, even with nobody to notify (then it
+        // writes the word back unchanged). AcqRel: its Release makes the loss
+        // above visible to whoever's CAS on the word comes later — an arm, an
+        // upcall's exit — and they re-check the loss word after their CAS;
+        // whoever came earlier is seen here (ARMED, or a free token) and
+        // notified.
+        Some(self.update(Ordering::AcqRel, |w| {
+            Ok(state::notify_loss(w).unwrap_or((w, Notify::None)))
+        }))
+    }
+
+    /// The reservation loop of `post` and `post_batch`, for a poster whose
+    /// cached head is in `hint_cell`: up to `want`
+    /// (≥ 1) tickets; returns the first ticket, the count and the owed
+    /// notification. A refusal writes nothing shared.
+    #[inline(always)]
+    pub(crate) fn reserve(
+        &self,
+        hint_cell: &AtomicU64,
+        want: u64,
+    ) -> Result<(u64, u64, Notify), Refused> {
+        let s = self;
+        let mut hint = hint_cell.load(Ordering::Acquire);
+        let mut w = s.state.load(Ordering::Relaxed);
+        let mut backoff: Option<Backoff> = None;
+        // A short batch is settled for only against a freshly loaded head.
+        let mut head_is_fresh = false;
+        loop {
+            // A hint more than one epoch old could be 2^45 tickets behind,
+            // where the word's tail wraps and a full ring would look empty:
+            // reload it. Checked after every load of `w` (a stall between the
+            // check and the load must not outlive it), assuming the epoch
+            // load is not 2^40 events stale itself.
+            if s.read_mostly
+                .head_epoch
+                .load(Ordering::Relaxed)
+                .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
+                >= 2
+            {
+                hint = s.refresh_hint(hint_cell);
+                w = s.state.load(Ordering::Relaxed);
+            }
+            match state::reserve_batch(w, hint, want) {
+                ReserveBatch::Tickets { count, .. } if count < want && !head_is_fresh => {
+                    // The room computed from the cached head may be smaller
+                    // than the real one: look once more before a short count.
+                    head_is_fresh = true;
+                    let fresh = s.refresh_hint(hint_cell);
+                    if fresh != hint {
+                        hint = fresh;
+                        w = s.state.load(Ordering::Relaxed);
+                    }
+                }
+                ReserveBatch::Tickets {
+                    new,
+                    first,
+                    count,
+                    notify,
+                } => {
+                    // Acquire on success: see the waker registered before the
+                    // consumer's Release arm, and the buffer installed before
+                    // a resize's Release end. Release: whoever reads this word
+                    // with Acquire (`query`) then sees a head at least `hint`,
+                    // the head this reservation was checked against, so it
+                    // never pairs the new tail with an older head. (On x86 a
+                    // locked CAS orders both ways anyway: no cost.)
+                    match s
+                        .state
+                        .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Relaxed)
+                    {
+                        Ok(_) => return Ok((first, count, notify)),
+                        Err(cur) => w = cur,
+                    }
+                }
+                ReserveBatch::Full => {
+                    // Load the head before the word: then head <= tail(w), so a
+                    // "full" verdict is true at some instant, never an artefact
+                    // of a hint newer than the word.
+                    let fresh = s.consumer.head.load(Ordering::Acquire);
+                    let fresh_w = s.state.load(Ordering::Relaxed);
+                    if fresh == hint && fresh_w == w {
+                        if let Some(new) = state::start_upcall_on_full(w) {
+                            // AcqRel, as any token hand-off: see the last
+                            // holder's head; the caller runs the instance.
+                            if s.state
+                                .compare_exchange(w, new, Ordering::AcqRel, Ordering::Relaxed)
+                                .is_ok()
+                            {
+                                return Err(Refused::FullTookToken);
+                            }
+                            w = s.state.load(Ordering::Relaxed);
+                            continue;
+                        }
+                        return Err(Refused::Full);
+                    }
+                    if fresh != hint {
+                        hint = fresh;
+                        hint_cell.store(fresh, Ordering::Release);
+                    }
+                    w = fresh_w;
+                }
+                ReserveBatch::Closed => return Err(Refused::Closed),
+                ReserveBatch::Resizing => {
+                    backoff.get_or_insert_with(Backoff::new).snooze();
+                    w = s.state.load(Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Load the consumer's head into a poster's hint. The hint is
+    /// `Release`/`Acquire` so that a thread using another thread's refresh
+    /// still synchronizes with the consumer's head store.
+    #[cold]
+    fn refresh_hint(&self, hint_cell: &AtomicU64) -> u64 {
+        let fresh = self.fresh_head();
+        hint_cell.store(fresh, Ordering::Release);
+        fresh
+    }
+
+    /// The consumer's head as a poster may trust it: a slot below it has
+    /// been emptied.
+    pub(crate) fn fresh_head(&self) -> u64 {
+        // Acquire: pairs with the consumer's Release head store.
+        self.consumer.head.load(Ordering::Acquire)
+    }
+
+    /// One more live `Poster`.
+    pub(crate) fn add_poster(&self) {
+        // Relaxed: the new handle is made from a live one (no ordering needed
+        // to keep the count above zero).
+        self.posters.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A `Poster` went away; the last one closes the EVD.
+    pub(crate) fn release_poster(&self) {
+        // AcqRel: the last poster's close must come after every other poster's
+        // posts, which their own decrements release.
+        if self.posters.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.close();
+        }
+    }
+
+    /// True once the EVD is closed (the state word's CLOSED).
+    pub(crate) fn is_closed(&self) -> bool {
+        state::has(self.state.load(Ordering::Acquire), state::CLOSED)
+    }
+
+    /// The queued (reserved) events if the EVD is closed, else `None`: a
+    /// waiter decides there is nothing more to wait for.
+    pub(crate) fn queued_if_closed(&self) -> Option<u64> {
+        // Acquire: the tail read with CLOSED is final.
+        let w = self.state.load(Ordering::Acquire);
+        state::has(w, state::CLOSED).then(|| state::len(w, self.head()))
+    }
+
+    /// Set or clear "unwaitable"; setting wakes a waiter blocked now.
+    pub(crate) fn set_unwaitable(&self, on: bool) {
+        // Release before the wake: a waiter woken by it, or registering after
+        // it, sees the flag (its register is Acquire on the waker slot).
+        self.unwaitable.store(on, Ordering::Release);
+        if on {
+            self.targets.wake_waker();
+        }
+    }
+
+    /// True while waits must fail with `Unwaitable`.
+    pub(crate) fn is_unwaitable(&self) -> bool {
+        // Acquire: pairs with `set_unwaitable`.
+        self.unwaitable.load(Ordering::Acquire)
+    }
+
+    /// Register the waker the next notification wakes; before the arm CAS
+    /// that makes the notification possible.
+    pub(crate) fn register_waker(&self, w: &Waker) {
+        self.targets.register(w);
+    }
+
+    /// Wake the registered waker (a teardown waiting for instances to end).
+    pub(crate) fn wake_waker(&self) {
+        self.targets.wake_waker();
+    }
+
+    /// The EVD's notification eventfd, made on first use.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(crate) fn eventfd(&self) -> std::io::Result<&std::os::fd::OwnedFd> {
+        self.targets.eventfd()
+    }
+
+    /// Move the queued events into `fresh` (of `2^log2` slots) and install it,
+    /// while RESIZING holds posters off. Caller: the consumer.
+    pub(crate) fn resize(&self, log2: u32, fresh: Buffer<T>) -> Result<(), ResizeError> {
+        let new_cap = fresh.capacity();
+        // Acquire: after this no ticket is handed out; the tickets already
+        // handed out are in [head, tail(w)).
+        let w = self.update(Ordering::Acquire, |w| {
+            state::begin_resize(w).map(|n| (n, n)).ok_or(w)
+        });
+        let h = self.head();
+        let queued = state::len(w, h);
+        if queued > new_cap {
+            let old_log2 = state::cap_log2(w);
+            // Release: posters resume against the unchanged ring.
+            self.update(Ordering::Release, |w| {
+                Ok((state::end_resize(w, old_log2), ()))
+            });
+            return Err(ResizeError::TooSmall {
+                queued: queued as usize,
+                capacity: new_cap as usize,
+            });
+        }
+        let old = self.buffer();
+        let backoff = Backoff::new();
+        for i in 0..queued {
+            let t = h.wrapping_add(i);
+            // A poster that reserved before RESIZING is still writing: wait.
+            while !old.is_published(t) {
+                backoff.snooze();
+            }
+            // SAFETY: published and not taken; we are the consumer; the
+            // ticket is republished in the new ring with the same number.
+            unsafe { Buffer::publish(&fresh, t, old.take(t)) };
+        }
+        let old_ptr = self.swap_buffer(fresh);
+        // Release: a poster whose reservation reads the cleared flag (or any
+        // later word) sees the new buffer pointer.
+        self.update(Ordering::Release, |w| Ok((state::end_resize(w, log2), ())));
+        // SAFETY: every reserved ticket was published, so no poster touches the
+        // old ring any more, and new reservations use the new one. Its values
+        // were all moved out; dropping it frees only the slots.
+        drop(unsafe { Box::from_raw(old_ptr) });
+        Ok(())
+    }
+
+    // ---- upcalls: the token holder's operations on the word ----
+
+    /// The upcall policy now.
+    pub(crate) fn policy(&self) -> PolicyBits {
+        // Acquire: a token holder that sees the policy disabled stops; the
+        // disabling CAS released nothing it needs, but Acquire keeps the
+        // reasoning local.
+        state::policy(self.state.load(Ordering::Acquire))
+    }
+
+    /// The policy and the instances in flight, from one read of the word.
+    pub(crate) fn policy_and_instances(&self) -> (PolicyBits, u64) {
+        // Acquire: as in `instances`.
+        let w = self.state.load(Ordering::Acquire);
+        (state::policy(w), state::instances(w))
+    }
+
+    /// Upcall instances in flight now.
+    pub(crate) fn instances(&self) -> u64 {
+        // Acquire: see the head and slot reads of the last instance to end.
+        state::instances(self.state.load(Ordering::Acquire))
+    }
+
+    /// ManyInstances: the holder took one event out and gives the token back
+    /// before running its handler.
+    pub(crate) fn release_token(&self) {
+        // AcqRel: Release hands our head and slot reads to the next token
+        // holder.
+        self.update(Ordering::AcqRel, |w| Ok((state::release_token(w), ())));
+    }
+
+    /// ManyInstances: after its handler, take the token again (`Ok`) or end
+    /// (`Err` with the word installed).
+    pub(crate) fn reacquire_token(&self) -> Result<(), u64> {
+        // AcqRel: Acquire to see the last holder's head; Release for an exit.
+        self.update(Ordering::AcqRel, |w| match state::reacquire(w) {
+            Reacquire::Token(n) => Ok((n, Ok(()))),
+            Reacquire::Exit(n) => Ok((n, Err(n))),
+        })
+    }
+
+    /// The token holder wants to end: `Some(word)` if it ended, `None` if
+    /// work is queued (or a reserved slot is still being written).
+    pub(crate) fn exit_instance(&self) -> Option<u64> {
+        let h = self.head();
+        // AcqRel: Release so the next instance (or the torn-down consumer) sees
+        // our head; Acquire to read a current word, and with it any loss whose
+        // poster's RMW on the word came before this CAS.
+        self.update(Ordering::AcqRel, |w| match state::exit_instance(w, h) {
+            Exit::Exit(new) => Ok((new, Some(new))),
+            Exit::MoreWork => Err(None),
+        })
+    }
+
+    /// An instance unwinds out of a panicking handler: give back the token if
+    /// it held it, and leave. Returns the word installed.
+    pub(crate) fn abandon_instance(&self, held_token: bool) -> u64 {
+        // AcqRel: like a normal exit, hands the consumer side to whoever next
+        // takes the token.
+        self.update(Ordering::AcqRel, |w| {
+            let n = state::abandon_instance(w, held_token);
+            Ok((n, n))
+        })
+    }
+
+    /// Install a policy; true if the caller took the token and must run an
+    /// instance now (queued events, or a loss report, under `Invoke::Any`).
+    pub(crate) fn set_policy(&self, bits: PolicyBits, invoke: Invoke) -> bool {
+        let h = self.head();
+        // AcqRel: Release hands the consumer side to instances that start
+        // under the new policy; Acquire to see the last instance's head.
+        let start = self.update(Ordering::AcqRel, |w| {
+            let r = state::set_policy(w, h, bits, invoke);
+            Ok((r.new, r.start_instance))
+        });
+        // A loss report counts as a queued event for Invoke::Any.
+        start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss())
+    }
+
+    /// A loss was committed by a poster whose RMW on the word came before an
+    /// instance's exit CAS (or a policy change), so it saw a token and started
+    /// nothing: take the token (if upcalls are enabled and nobody holds it)
+    /// to report it. A poster whose RMW comes later starts an instance itself.
+    pub(crate) fn restart_for_loss(&self) -> bool {
+        self.update(Ordering::AcqRel, |w| match state::notify_loss(w) {
+            Some((new, Notify::Upcall)) => Ok((new, true)),
+            _ => Err(false),
+        })
+    }
+
+    /// Replace the upcall handler.
+    pub(crate) fn set_handler(&self, h: Box<Handler<T>>) {
+        self.handler.set(h);
+    }
+
+    /// Drop the upcall handler (teardown).
+    pub(crate) fn clear_handler(&self) {
+        self.handler.clear();
+    }
+
+    /// Call the handler with one item; counts the upcall.
+    pub(crate) fn call_handler(&self, item: Result<T, Overflow>, more: bool) {
+        self.counters.upcalls.fetch_add(1, Ordering::Relaxed);
+        self.handler.call(item, more);
+    }
+
+    /// Count an upcall instance's start as a notification.
+    pub(crate) fn count_instance_start(&self) {
+        self.counters.notifications.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A snapshot whose head and word belong to one instant: the head is read
+    /// before and after the word, and the pair is used only if it did not
+    /// move (the head moves only forward, so then it was that value when the
+    /// word was read). A consumer busy enough to move it every time gets a
+    /// head read before the word: `len` is then at most the distance to a
+    /// head older than the true one, clamped to the capacity.
+    pub(crate) fn query(&self) -> Query {
+        let mut attempt = 0;
+        let (w, head, consistent) = loop {
+            // Acquire on each: the counters and flags read after are at least
+            // as new as the head and word.
+            let before = self.consumer.head.load(Ordering::Acquire);
+            let w = self.state.load(Ordering::Acquire);
+            let after = self.consumer.head.load(Ordering::Acquire);
+            attempt += 1;
+            if before == after || attempt == QUERY_ATTEMPTS {
+                break (w, before, before == after);
+            }
+        };
+        let len = state::len(w, head);
+        let len = if consistent {
+            len
+        } else {
+            len.min(state::capacity(w))
+        };
+        debug_assert!(len <= state::capacity(w), "a consistent snapshot");
+        Query {
+            capacity: state::capacity(w) as usize,
+            len: len as usize,
+            policy: UpcallPolicy::from_bits(state::policy(w)),
+            armed: state::has(w, state::ARMED),
+            notified: state::has(w, state::NOTIFIED),
+            in_upcall: state::instances(w) > 0,
+            upcalls_in_flight: state::instances(w) as usize,
+            closed: state::has(w, state::CLOSED),
+            unwaitable: self.unwaitable.load(Ordering::Relaxed),
+            posted: head.wrapping_add(len),
+            dequeued: head,
+            lost: self.counters.lost.load(Ordering::Relaxed),
+            notifications: self.counters.notifications.load(Ordering::Relaxed),
+            upcalls: self.counters.upcalls.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Drop the events queued at `[head, tail)` now, after a close. Waits for
+    /// posters still writing reserved slots (no ticket is handed out after
+    /// the close). Every event is dropped even if one's destructor panics;
+    /// the first panic is resumed afterwards. Caller: the consumer side, with
+    /// no upcall instance in flight.
+    pub(crate) fn drop_queued_after_close(&self) {
+        // Acquire: after the close that precedes this, so the tail is final.
+        let w = self.state.load(Ordering::Acquire);
+        debug_assert!(state::has(w, state::CLOSED));
+        let h = self.head();
+        let n = state::len(w, h);
+        let buf = self.buffer();
+        let backoff = Backoff::new();
+        let mut first_panic = None;
+        for i in 0..n {
+            let t = h.wrapping_add(i);
+            while !buf.is_published(t) {
+                backoff.snooze();
+            }
+            // SAFETY: published, at or past the head, never taken; the head is
+            // moved past it before anything else can run.
+            let v = unsafe { buf.take(t) };
+            self.publish_head(t, t.wrapping_add(1));
+            drop_catching(v, &mut first_panic);
+        }
+        resume_first(first_panic);
+    }
+}
+
+/// Resume the first destructor panic, unless this thread is already
+/// unwinding (a second panic then would abort the process; the first one is
+/// on its way up anyway).
+fn resume_first(first_panic: Option<Box<dyn std::any::Any + Send>>) {
+    if let Some(p) = first_panic {
+        if !std::thread::panicking() {
+            std::panic::resume_unwind(p);
+        }
+    }
+}
+
+/// Drop `v`; if its destructor panics, keep the first panic for later.
+fn drop_catching<T>(v: T, first_panic: &mut Option<Box<dyn std::any::Any + Send>>) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(v)));
+    if let Err(p) = r {
+        first_panic.get_or_insert(p);
+    }
+}
+
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        // No handle is left, so no poster is between reserve and publish: every
+        // ticket in [head, tail) holds a value, dropped here exactly once, even
+        // if some destructor panics (the first panic is resumed after).
+        let w = self.state.load(Ordering::Relaxed);
+        let h = self.head();
+        let p = self.read_mostly.buffer.load(Ordering::Relaxed);
+        // SAFETY: `p` came from `Box::into_raw` and nobody else can reach it now.
+        let buf = unsafe { Box::from_raw(p) };
+        let mut first_panic = None;
+        for i in 0..state::len(w, h) {
+            let t = h.wrapping_add(i);
+            if buf.is_published(t) {
+                // SAFETY: published and never taken (it is at or past the head).
+                drop_catching(unsafe { buf.take(t) }, &mut first_panic);
+            }
+        }
+        drop(buf);
+        resume_first(first_panic);
+    }
+}
+
+/// Round a requested capacity up to the ring's power of two.
+pub(crate) fn cap_log2_for(capacity: usize) -> Option<u32> {
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return None;
+    }
+    Some(capacity.next_power_of_two().trailing_zeros())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::{bounded, PostError};
+
+    /// Put an empty EVD at `head` (as if 64-bit `head` events had passed).
+    fn fast_forward<T>(c: &crate::Consumer<T>, head: u64) {
+        let s = c.shared();
+        let w = s.state.load(Ordering::Relaxed);
+        s.state.store(
+            state::with_tail(w, head & state::TICKET_MASK),
+            Ordering::Relaxed,
+        );
+        s.consumer.head.store(head, Ordering::Relaxed);
+        s.read_mostly
+            .head_epoch
+            .store(head >> HEAD_EPOCH_SHIFT, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn an_idle_posters_stale_head_cannot_wrap_the_full_check() {
+        // A poster idle while 2^45 tickets pass must not keep a head hint
+        // that, compared modulo 2^45, makes a full ring look nearly empty.
+        let (idle, mut consumer) = bounded::<u64>(4).unwrap(); // hint 0
+        fast_forward(&consumer, 3 * (1 << state::TAIL_BITS) - 2);
+        let busy = consumer.poster(); // fresh hint
+        for i in 0..4 {
+            busy.post(i).unwrap();
+        }
+        assert_eq!(busy.post(9), Err(PostError::Full(9)));
+        assert_eq!(
+            idle.post(99),
+            Err(PostError::Full(99)),
+            "stale hint reloaded"
+        );
+        for i in 0..4 {
+            assert_eq!(consumer.try_dequeue(), Ok(i));
+        }
+        assert_eq!(consumer.query().len, 0);
+    }
+
+    #[test]
+    fn head_epoch_follows_the_head_across_a_boundary() {
+        let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+        fast_forward(&consumer, (1 << HEAD_EPOCH_SHIFT) - 1);
+        let p = consumer.poster();
+        p.post(1).unwrap();
+        p.post(2).unwrap();
+        let mut out = Vec::new();
+        consumer.dequeue_batch(&mut out, 2).unwrap();
+        assert_eq!(
+            consumer
+                .shared()
+                .read_mostly
+                .head_epoch
+                .load(Ordering::Relaxed),
+            1
+        );
+        drop(poster);
+    }
+}

@@ -1,0 +1,274 @@
+//! Upcalls: the consumer side run inline on the posting thread, as a CQ event
+//! handler runs in the kernel, under DAT's upcall policies.
+//!
+//! # Model
+//!
+//! [`Consumer::into_upcalls`] hands the consumer to an [`Upcalls`]
+//! dispatcher. From then on the *token* bit of the state word stands for the
+//! consumer: whoever holds it may dequeue. A post that finds the token free,
+//! under an enabled policy and below the policy's instance limit, takes the
+//! token in its reservation CAS ([`state::reserve`](crate::state::reserve)) and, after publishing its
+//! own event, runs an *instance* on its own thread:
+//!
+//! * **SingleInstance**: the instance keeps the token while it runs the
+//!   handler, event after event, until a dequeue finds nothing and the exit
+//!   CAS ([`state::exit_instance`](crate::state::exit_instance)) confirms the ring is empty. A post that
+//!   lands meanwhile sees the token and starts nothing; the exit CAS fails
+//!   because the tail moved, so the running instance delivers it. At most one
+//!   handler runs at any moment; no event is stranded.
+//! * **ManyInstances**: the instance takes one event out, gives the token back
+//!   ([`state::release_token`](crate::state::release_token)), runs the handler, then takes the token again
+//!   or ends ([`state::reacquire`](crate::state::reacquire)). Posts that find the token free meanwhile
+//!   start further instances, so handlers overlap while dequeues stay
+//!   serialized.
+//!
+//! Each handler call receives one event (or a loss report) and `more`:
+//! whether another event was ready (published) behind it just before the
+//! call (under ManyInstances, after the token was handed back).
+//!
+//! Policy changes are CASes on the same word, so they are race-free against
+//! posts and running instances. Disabling stops instances at their next
+//! dequeue and leaves the rest queued. [`UpcallPolicy::Teardown`] disables and
+//! then waits for the instance count in the word to reach zero: once it
+//! returns, no upcall runs. A panicking handler gives the token back on unwind
+//! ([`state::abandon_instance`](crate::state::abandon_instance)); the EVD stays usable and queued events go to
+//! the next instance.
+//!
+//! The handler can be replaced while posters run: it lives behind an
+//! `arc-swap` pointer, and the old one is dropped as soon as no instance is
+//! calling it.
+
+pub(crate) mod handler;
+pub(crate) mod instance;
+
+pub use handler::Handler;
+
+use crate::consumer::Consumer;
+use crate::error::{Overflow, PolicyError};
+use crate::poster::Poster;
+use crate::query::{Query, UpcallPolicy};
+use crate::shared::Shared;
+use crate::state::{Invoke, PolicyBits};
+
+/// The consumer of an EVD in upcall mode: events are delivered to a handler
+/// run on the posting threads. Owns the [`Consumer`]; [`Upcalls::teardown`]
+/// gives it back.
+pub struct Upcalls<T> {
+    consumer: Option<Consumer<T>>,
+}
+
+impl<T: Send> Consumer<T> {
+    /// Hand the consumer to an upcall dispatcher with `policy` and `handler`.
+    ///
+    /// With [`Invoke::Any`] events already queued start an upcall at once, on
+    /// this thread; with [`Invoke::New`] they wait for the next post.
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// use std::sync::{Arc, Mutex};
+    /// let (poster, consumer) = evd::bounded(8).unwrap();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = seen.clone();
+    /// let upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _more| {
+    ///     sink.lock().unwrap().push(ev.unwrap());
+    /// });
+    /// poster.post(1).unwrap(); // runs the handler on this thread
+    /// poster.post(2).unwrap();
+    /// let mut consumer = upcalls.teardown();
+    /// assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    /// assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
+    /// ```
+    pub fn into_upcalls<F>(mut self, policy: UpcallPolicy, invoke: Invoke, handler: F) -> Upcalls<T>
+    where
+        F: Fn(Result<T, Overflow>, bool) + Send + Sync + 'static,
+    {
+        self.disarm();
+        self.shared().set_handler(Box::new(handler));
+        let mut upcalls = Upcalls {
+            consumer: Some(self),
+        };
+        // Not inside an upcall of this EVD (we held its consumer), so this
+        // cannot fail.
+        let _ = upcalls.set_policy(policy, invoke);
+        upcalls
+    }
+}
+
+impl<T: Send> Upcalls<T> {
+    fn consumer(&self) -> &Consumer<T> {
+        self.consumer.as_ref().expect("present until teardown")
+    }
+
+    fn shared(&self) -> &Shared<T> {
+        self.consumer().shared()
+    }
+
+    /// Change the upcall policy; race-free against posts and running upcalls.
+    ///
+    /// * `Disabled`: no upcall starts; a running one stops after its current
+    ///   event; the rest stays queued.
+    /// * `SingleInstance` / `ManyInstances`: enable; with [`Invoke::Any`] and
+    ///   events queued, an upcall runs at once on this thread. Switching to
+    ///   `SingleInstance` while instances started under `ManyInstances` still
+    ///   run (directly or by way of `Disabled`) first waits for them, so at
+    ///   most one runs from the moment this returns.
+    /// * `Teardown`: disable, and return after every running upcall has
+    ///   returned. Refused from inside one of this EVD's upcalls.
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let (poster, consumer) = evd::bounded(8).unwrap();
+    /// let calls = Arc::new(AtomicUsize::new(0));
+    /// let c = calls.clone();
+    /// let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, move |_: Result<u8, _>, _| {
+    ///     c.fetch_add(1, Ordering::Relaxed);
+    /// });
+    /// poster.post(1).unwrap();
+    /// assert_eq!(calls.load(Ordering::Relaxed), 0);
+    /// up.set_policy(UpcallPolicy::SingleInstance, Invoke::New).unwrap(); // queued event waits
+    /// assert_eq!(calls.load(Ordering::Relaxed), 0);
+    /// poster.post(2).unwrap(); // the new arrival delivers both
+    /// assert_eq!(calls.load(Ordering::Relaxed), 2);
+    /// up.set_policy(UpcallPolicy::Teardown, Invoke::Any).unwrap();
+    /// ```
+    pub fn set_policy(&mut self, policy: UpcallPolicy, invoke: Invoke) -> Result<(), PolicyError> {
+        let s = self.shared();
+        // SingleInstance waits out instances started under ManyInstances.
+        // Under ManyInstances any post may start one between this read and
+        // the policy CAS, so that case always waits; under Disabled none can
+        // start, so the count read here cannot go stale.
+        let (current, in_flight) = s.policy_and_instances();
+        let needs_quiesce = policy == UpcallPolicy::Teardown
+            || (policy == UpcallPolicy::SingleInstance
+                && (current == PolicyBits::Many
+                    || (current != PolicyBits::Single && in_flight > 0)));
+        if needs_quiesce {
+            self.quiesce()?;
+            if policy == UpcallPolicy::Teardown {
+                return Ok(());
+            }
+        }
+        let s = self.shared();
+        if s.set_policy(policy.bits(), invoke) {
+            instance::run(s);
+        }
+        Ok(())
+    }
+
+    /// Disable upcalls and wait until none is in flight.
+    fn quiesce(&mut self) -> Result<(), PolicyError> {
+        let consumer = self.consumer.as_mut().expect("present until teardown");
+        if instance::in_own_upcall(consumer.shared()) {
+            return Err(PolicyError::FromUpcall);
+        }
+        disable_and_wait(consumer);
+        Ok(())
+    }
+
+    /// Replace the handler while posters run. Upcalls already running finish
+    /// with the old one; the old one is dropped once none can be using it.
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// let (poster, consumer) = evd::bounded(4).unwrap();
+    /// let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, |_: Result<u8, _>, _| {});
+    /// up.set_handler(|ev, _| assert_eq!(ev, Ok(9)));
+    /// poster.post(9).unwrap();
+    /// ```
+    pub fn set_handler<F>(&self, handler: F)
+    where
+        F: Fn(Result<T, Overflow>, bool) + Send + Sync + 'static,
+    {
+        self.shared().set_handler(Box::new(handler));
+    }
+
+    /// A snapshot of the EVD.
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// let (_poster, consumer) = evd::bounded::<u8>(4).unwrap();
+    /// let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, |_, _| {});
+    /// assert_eq!(up.query().policy, UpcallPolicy::ManyInstances);
+    /// ```
+    pub fn query(&self) -> Query {
+        self.shared().query()
+    }
+
+    /// A new posting handle.
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// let (_poster, consumer) = evd::bounded::<u8>(4).unwrap();
+    /// let up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, |_, _| {});
+    /// up.poster().post(1).unwrap();
+    /// assert_eq!(up.query().len, 1);
+    /// ```
+    pub fn poster(&self) -> Poster<T> {
+        self.consumer().poster()
+    }
+
+    /// Tear down (as [`UpcallPolicy::Teardown`]) and get the consumer back;
+    /// events still queued can then be dequeued.
+    ///
+    /// # Panics
+    /// If called from inside one of this EVD's own upcalls (it would wait for
+    /// itself forever).
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// let (poster, consumer) = evd::bounded(4).unwrap();
+    /// let up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, |_, _| {});
+    /// poster.post(3u8).unwrap();
+    /// let mut consumer = up.teardown();
+    /// assert_eq!(consumer.try_dequeue(), Ok(3));
+    /// ```
+    pub fn teardown(mut self) -> Consumer<T> {
+        self.quiesce()
+            .expect("Upcalls::teardown called from inside its own upcall");
+        let consumer = self.consumer.take().expect("present until teardown");
+        // No instance can call the handler now: drop it (and whatever it
+        // owns, a Poster of this EVD included, which would keep it open).
+        consumer.shared().clear_handler();
+        consumer
+    }
+}
+
+impl<T> Drop for Upcalls<T> {
+    fn drop(&mut self) {
+        let Some(consumer) = self.consumer.as_mut() else {
+            return;
+        };
+        if instance::in_own_upcall(consumer.shared()) {
+            // Dropped from inside its own upcall: that upcall is the one in
+            // flight, and it stops at its next dequeue; waiting would hang.
+            consumer
+                .shared()
+                .set_policy(PolicyBits::Disabled, Invoke::New);
+            // The running call keeps its handler alive until it returns.
+            consumer.shared().clear_handler();
+        } else {
+            disable_and_wait(consumer);
+            // No instance can call the handler now: drop it (and whatever it
+            // owns, a Poster of this EVD included, which would keep it open).
+            consumer.shared().clear_handler();
+        }
+    }
+}
+
+/// Disable upcalls, then block until no instance is in flight (a
+/// teardown's barrier). Not from inside one of the EVD's own upcalls.
+fn disable_and_wait<T>(consumer: &mut Consumer<T>) {
+    let disabled = consumer
+        .shared()
+        .set_policy(PolicyBits::Disabled, Invoke::New);
+    debug_assert!(!disabled, "disabling never starts an instance");
+    crate::consumer::block_until(consumer, |s| s.instances() == 0);
+}
+
+impl<T> std::fmt::Debug for Upcalls<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upcalls").finish_non_exhaustive()
+    }
+}
