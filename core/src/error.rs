@@ -64,6 +64,31 @@ impl<T> PostError<T> {
             PostError::Full(t) | PostError::Closed(t) => t,
         }
     }
+
+    /// True for [`PostError::Full`] (backpressure: retry, or give it up).
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    /// poster.post(1).unwrap();
+    /// let e = poster.post(2).unwrap_err();
+    /// assert!(e.is_full() && !e.is_closed());
+    /// # drop(consumer);
+    /// ```
+    pub fn is_full(&self) -> bool {
+        matches!(self, PostError::Full(_))
+    }
+
+    /// True for [`PostError::Closed`] (no later post can succeed).
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    /// drop(consumer);
+    /// let e = poster.post(1).unwrap_err();
+    /// assert!(e.is_closed() && !e.is_full());
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        matches!(self, PostError::Closed(_))
+    }
 }
 
 impl<T> fmt::Debug for PostError<T> {

@@ -162,6 +162,78 @@ impl<T> Consumer<T> {
         self.shared.query()
     }
 
+    /// Events accepted and not yet dequeued (including reserved slots whose
+    /// posters are still writing them, so a [`Consumer::try_dequeue`] may
+    /// still find nothing ready), as [`Query::len`].
+    ///
+    /// A snapshot (head and state word read as one instant, `len <=
+    /// capacity`): posters may have added more by the time it is returned.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// assert_eq!(consumer.len(), 1);
+    /// consumer.try_dequeue().unwrap();
+    /// assert_eq!(consumer.len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.shared.occupancy().0
+    }
+
+    /// How many events the ring holds (a power of two; changed only by
+    /// [`Consumer::resize`]).
+    ///
+    /// ```
+    /// let (_poster, mut consumer) = evd::bounded::<u8>(5).unwrap();
+    /// assert_eq!(consumer.capacity(), 8);
+    /// consumer.resize(16).unwrap();
+    /// assert_eq!(consumer.capacity(), 16);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.shared.occupancy().1
+    }
+
+    /// `len() == 0`, from one snapshot (posters may add events right after).
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded(4).unwrap();
+    /// assert!(consumer.is_empty());
+    /// poster.post(1u8).unwrap();
+    /// assert!(!consumer.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.shared.occupancy().0 == 0
+    }
+
+    /// `len() == capacity()`, from one snapshot.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// assert!(consumer.is_full());
+    /// consumer.try_dequeue().unwrap();
+    /// assert!(!consumer.is_full());
+    /// ```
+    pub fn is_full(&self) -> bool {
+        let (len, cap, _) = self.shared.occupancy();
+        len == cap
+    }
+
+    /// True once the EVD is closed: posts are refused, but queued events can
+    /// still be dequeued (end of stream comes after them). A snapshot, except
+    /// that once `true` it stays `true`.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// drop(poster); // the last poster closes the EVD
+    /// assert!(consumer.is_closed());
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed()
+    }
+
     /// Back-off steps a blocking [`Consumer::wait`] takes before it parks
     /// (default [`DEFAULT_SPIN_BUDGET`]); 0 parks at once. Each step doubles
     /// its spinning up to 64 spins, and steps past the seventh yield the CPU
