@@ -69,8 +69,8 @@ mod upcall;
 pub use consumer::NotifyFd;
 pub use consumer::{ArmStatus, Consumer, Recv, DEFAULT_SPIN_BUDGET};
 pub use error::{
-    BatchPostError, CreateError, Overflow, PolicyError, PostError, RecvError, ResizeError,
-    TryDequeueError, WaitError,
+    BatchPostError, CreateError, DequeueError, Overflow, PolicyError, PostError, RecvError,
+    ResizeError, TryDequeueError, WaitError,
 };
 pub use poster::{Lossy, Poster};
 pub use query::{Query, UpcallPolicy};

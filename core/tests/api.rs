@@ -1,7 +1,8 @@
 //! The convenience API: accessors, blocking dequeue, iterators, fused
 //! futures and streams. One test per promise, named after it.
 
-use evd::{PostError, TryDequeueError};
+use evd::{DequeueError, Lossy, Overflow, PostError, TryDequeueError, WaitError};
+use std::time::{Duration, Instant};
 
 #[test]
 fn accessors_agree_on_poster_and_consumer() {
@@ -69,4 +70,251 @@ fn post_error_is_full_and_is_closed() {
     let closed = poster.post(3).unwrap_err();
     assert!(closed.is_closed() && !closed.is_full());
     assert_eq!(closed, PostError::Closed(3));
+}
+
+#[test]
+fn dequeue_blocks_until_a_post_from_another_thread() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        poster.post(5).unwrap();
+        poster // keep it alive until joined
+    });
+    assert_eq!(consumer.dequeue(), Ok(5));
+    drop(t.join().unwrap());
+    assert_eq!(consumer.dequeue(), Err(DequeueError::Closed));
+}
+
+#[test]
+fn dequeue_takes_what_is_left_after_close_then_reports_closed() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    drop(poster);
+    assert_eq!(consumer.dequeue(), Ok(1));
+    assert_eq!(consumer.dequeue(), Ok(2));
+    assert_eq!(consumer.dequeue(), Err(DequeueError::Closed));
+    assert_eq!(
+        consumer.dequeue_timeout(Duration::ZERO),
+        Err(DequeueError::Closed)
+    );
+}
+
+#[test]
+fn dequeue_reports_a_loss_once_before_the_events() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    assert_eq!(poster.post_lossy(1), Ok(Lossy::Posted));
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.dequeue(),
+        Err(DequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.dequeue(), Ok(1));
+    drop(poster);
+    assert_eq!(consumer.dequeue(), Err(DequeueError::Closed));
+}
+
+#[test]
+fn dequeue_reports_a_loss_on_an_empty_ring_instead_of_blocking() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.dequeue(),
+        Err(DequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    // After a report the event comes first; then the ring is empty with a
+    // loss pending: the dequeue reports it rather than block.
+    assert_eq!(consumer.dequeue(), Ok(1));
+    assert!(consumer.is_empty());
+    assert_eq!(
+        consumer.dequeue(),
+        Err(DequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(
+        consumer.dequeue_timeout(Duration::ZERO),
+        Err(DequeueError::Timeout)
+    );
+}
+
+#[test]
+fn dequeue_unwaitable_returns_unwaitable_but_ready_events_come_first() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    poster.set_unwaitable();
+    assert_eq!(consumer.dequeue(), Ok(1));
+    assert_eq!(consumer.dequeue(), Err(DequeueError::Unwaitable));
+    poster.clear_unwaitable();
+    poster.post(2).unwrap();
+    assert_eq!(consumer.dequeue(), Ok(2));
+}
+
+#[test]
+fn dequeue_unwaitable_wakes_a_blocked_dequeue() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        poster.set_unwaitable();
+        poster
+    });
+    assert_eq!(consumer.dequeue(), Err(DequeueError::Unwaitable));
+    drop(t.join().unwrap());
+}
+
+#[test]
+fn dequeue_timeout_zero_with_nothing_queued_returns_timeout_at_once() {
+    let (_poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    assert_eq!(
+        consumer.dequeue_timeout(Duration::ZERO),
+        Err(DequeueError::Timeout)
+    );
+    assert!(
+        !consumer.query().armed,
+        "a timed-out dequeue leaves the EVD disarmed"
+    );
+}
+
+#[test]
+fn dequeue_timeout_zero_with_an_event_returns_it() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(9).unwrap();
+    assert_eq!(consumer.dequeue_timeout(Duration::ZERO), Ok(9));
+}
+
+#[test]
+fn dequeue_deadline_in_the_past_returns_timeout_or_the_event() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let past = Instant::now();
+    assert_eq!(consumer.dequeue_deadline(past), Err(DequeueError::Timeout));
+    poster.post(3).unwrap();
+    assert_eq!(consumer.dequeue_deadline(past), Ok(3));
+}
+
+#[test]
+fn dequeue_timeout_gets_an_event_posted_before_it_expires() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(10));
+        poster.post(11).unwrap();
+        poster
+    });
+    assert_eq!(consumer.dequeue_timeout(Duration::from_secs(30)), Ok(11));
+    drop(t.join().unwrap());
+}
+
+#[test]
+fn dequeue_many_from_racing_posters_loses_nothing() {
+    const PER: u32 = 20_000;
+    let (poster, mut consumer) = evd::bounded::<u32>(64).unwrap();
+    let threads: Vec<_> = (0..2)
+        .map(|id| {
+            let p = poster.clone();
+            std::thread::spawn(move || {
+                for i in 0..PER {
+                    let mut v = id * PER + i;
+                    while let Err(e) = p.post(v) {
+                        v = e.into_inner();
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(poster);
+    let mut seen = vec![false; 2 * PER as usize];
+    let mut n = 0;
+    loop {
+        match consumer.dequeue() {
+            Ok(v) => {
+                assert!(!seen[v as usize]);
+                seen[v as usize] = true;
+                n += 1;
+            }
+            Err(DequeueError::Closed) => break,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(n, 2 * PER);
+}
+
+#[test]
+fn dequeue_error_display_and_traits() {
+    let e: Box<dyn std::error::Error> = Box::new(DequeueError::Timeout);
+    assert!(!e.to_string().is_empty());
+    let all = [
+        DequeueError::Overflow(Overflow { lost: 2 }),
+        DequeueError::Timeout,
+        DequeueError::Unwaitable,
+        DequeueError::Closed,
+    ];
+    for e in all {
+        let copy = e;
+        assert_eq!(copy, e);
+        assert!(!format!("{e} {e:?}").is_empty());
+    }
+    assert!(DequeueError::Overflow(Overflow { lost: 2 })
+        .to_string()
+        .contains('2'));
+}
+
+#[test]
+fn wait_zero_timeout_with_nothing_queued_returns_timeout_zero_at_once() {
+    let (_poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.set_spin_budget(u32::MAX); // a spin phase would never end
+    assert_eq!(
+        consumer.wait(1, Some(Duration::ZERO)),
+        Err(WaitError::Timeout { available: 0 })
+    );
+    assert!(!consumer.query().armed);
+}
+
+#[test]
+fn wait_zero_timeout_with_threshold_met_returns_ok_at_once() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.set_spin_budget(u32::MAX);
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    assert_eq!(consumer.wait(2, Some(Duration::ZERO)), Ok(2));
+    assert_eq!(
+        consumer.wait(3, Some(Duration::ZERO)),
+        Err(WaitError::Timeout { available: 2 })
+    );
+}
+
+#[test]
+fn wait_deadline_in_the_past_skips_the_spin_phase() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.set_spin_budget(u32::MAX);
+    let past = Instant::now();
+    assert_eq!(
+        consumer.wait_deadline(1, past),
+        Err(WaitError::Timeout { available: 0 })
+    );
+    poster.post(1).unwrap();
+    assert_eq!(consumer.wait_deadline(1, past), Ok(1));
+}
+
+#[test]
+fn wait_deadline_wakes_on_a_post() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(10));
+        poster.post(1).unwrap();
+        poster
+    });
+    let far = Instant::now() + Duration::from_secs(30);
+    assert_eq!(consumer.wait_deadline(1, far), Ok(1));
+    drop(t.join().unwrap());
+}
+
+#[test]
+fn wait_huge_timeout_does_not_panic() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(consumer.wait(1, Some(Duration::MAX)), Ok(1));
+    assert_eq!(consumer.dequeue_timeout(Duration::MAX), Ok(1));
 }
