@@ -48,7 +48,7 @@
 //! | `ring` | slot storage and stamps | the slot layout changes |
 //! | `shared` | the engine: every atomic operation, each ordering argued once, a one-page protocol summary | an ordering question, or a new atomic step |
 //! | `poster` | [`Poster`], [`Lossy`] | a new way to post |
-//! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
+//! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
 //! | `upcall/` | [`Upcalls`] and its policies; `instance` (one upcall run); `handler` (the replaceable handler) | upcall policy or handler changes |
 //! | `error`, `query`, `notify`, `sync` | typed errors, [`Query`], notification targets, std/loom switch | — |
 #![deny(missing_docs)]
@@ -67,7 +67,7 @@ mod upcall;
 
 #[cfg(all(target_os = "linux", not(loom)))]
 pub use consumer::NotifyFd;
-pub use consumer::{ArmStatus, Consumer, Recv, DEFAULT_SPIN_BUDGET};
+pub use consumer::{ArmStatus, Consumer, IntoIter, Iter, Recv, TryIter, DEFAULT_SPIN_BUDGET};
 pub use error::{
     BatchPostError, CreateError, DequeueError, Overflow, PolicyError, PostError, RecvError,
     ResizeError, TryDequeueError, WaitError,

@@ -2,6 +2,7 @@
 //! futures and streams. One test per promise, named after it.
 
 use evd::{DequeueError, Lossy, Overflow, PostError, TryDequeueError, WaitError};
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -317,4 +318,186 @@ fn wait_huge_timeout_does_not_panic() {
     poster.post(1).unwrap();
     assert_eq!(consumer.wait(1, Some(Duration::MAX)), Ok(1));
     assert_eq!(consumer.dequeue_timeout(Duration::MAX), Ok(1));
+}
+
+#[test]
+fn try_iter_yields_ready_events_then_ends_when_empty() {
+    let (poster, mut consumer) = evd::bounded::<u32>(8).unwrap();
+    for i in 0..3 {
+        poster.post(i).unwrap();
+    }
+    let got: Vec<_> = consumer.try_iter().collect();
+    assert_eq!(got, [Ok(0), Ok(1), Ok(2)]);
+    assert_eq!(consumer.try_iter().next(), None);
+    poster.post(3).unwrap();
+    assert_eq!(consumer.try_iter().next(), Some(Ok(3)));
+}
+
+#[test]
+fn try_iter_yields_loss_reports_as_items() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    let got: Vec<_> = consumer.try_iter().collect();
+    assert_eq!(got, [Err(Overflow { lost: 2 }), Ok(1)]);
+}
+
+#[test]
+fn try_iter_ends_at_close_and_drained() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    drop(poster);
+    let got: Vec<_> = consumer.try_iter().collect();
+    assert_eq!(got, [Ok(1)]);
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
+}
+
+#[test]
+fn iter_blocks_and_ends_at_end_of_stream_with_every_event_in_order() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let t = std::thread::spawn(move || {
+        for i in 0..1000 {
+            let mut v = i;
+            while let Err(e) = poster.post(v) {
+                v = e.into_inner();
+                std::thread::yield_now();
+            }
+        }
+    });
+    let got: Vec<u32> = consumer.iter().map(Result::unwrap).collect();
+    assert_eq!(got, (0..1000).collect::<Vec<_>>());
+    t.join().unwrap();
+}
+
+#[test]
+fn iter_yields_loss_reports_as_items_before_the_end() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    drop(poster);
+    let got: Vec<_> = consumer.iter().collect();
+    assert_eq!(got, [Err(Overflow { lost: 1 }), Ok(1)]);
+}
+
+#[test]
+fn iter_ends_when_unwaitable_and_a_new_one_goes_on() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    poster.set_unwaitable();
+    let got: Vec<_> = consumer.iter().collect();
+    assert_eq!(got, [Ok(1)]);
+    poster.clear_unwaitable();
+    poster.post(2).unwrap();
+    drop(poster);
+    let got: Vec<_> = consumer.iter().collect();
+    assert_eq!(got, [Ok(2)]);
+}
+
+#[test]
+fn into_iter_owning_consumes_to_end_of_stream() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let t = std::thread::spawn(move || {
+        for i in 0..100 {
+            let mut v = i;
+            while let Err(e) = poster.post(v) {
+                v = e.into_inner();
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut n = 0;
+    for ev in consumer {
+        assert_eq!(ev, Ok(n));
+        n += 1;
+    }
+    assert_eq!(n, 100);
+    t.join().unwrap();
+}
+
+#[test]
+fn into_iter_by_mut_ref_leaves_the_consumer_usable() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    poster.set_unwaitable();
+    let mut seen = Vec::new();
+    for ev in &mut consumer {
+        seen.push(ev);
+    }
+    assert_eq!(seen, [Ok(1)]);
+    poster.clear_unwaitable();
+    poster.post(2).unwrap();
+    assert_eq!(consumer.dequeue(), Ok(2));
+}
+
+#[test]
+fn into_iter_into_inner_returns_the_consumer() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    let mut it = consumer.into_iter();
+    assert_eq!(it.next(), Some(Ok(1)));
+    let mut consumer = it.into_inner();
+    poster.post(2).unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+}
+
+#[test]
+fn fused_stream_is_terminated_after_none_and_stays_none() {
+    use futures::StreamExt;
+    use futures_core::stream::FusedStream;
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    assert!(!consumer.is_terminated());
+    assert_eq!(futures::executor::block_on(consumer.next()), Some(Ok(1)));
+    assert!(!consumer.is_terminated());
+    drop(poster);
+    assert_eq!(futures::executor::block_on(consumer.next()), None);
+    assert!(consumer.is_terminated());
+    assert_eq!(futures::executor::block_on(consumer.next()), None);
+    assert!(consumer.is_terminated());
+}
+
+#[test]
+fn fused_stream_is_not_terminated_by_a_loss_report() {
+    use futures::StreamExt;
+    use futures_core::stream::FusedStream;
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        futures::executor::block_on(consumer.next()),
+        Some(Err(Overflow { lost: 1 }))
+    );
+    assert!(!consumer.is_terminated());
+}
+
+#[test]
+fn fused_future_recv_is_terminated_after_ready() {
+    use futures_core::future::FusedFuture;
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let mut recv = consumer.recv();
+    assert!(!recv.is_terminated());
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(std::pin::Pin::new(&mut recv).poll(&mut cx).is_pending());
+    assert!(!recv.is_terminated(), "pending is not terminated");
+    poster.post(4).unwrap();
+    assert_eq!(
+        std::pin::Pin::new(&mut recv).poll(&mut cx),
+        std::task::Poll::Ready(Ok(4))
+    );
+    assert!(recv.is_terminated());
+}
+
+#[test]
+fn fused_future_recv_is_terminated_after_closed() {
+    use futures_core::future::FusedFuture;
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    drop(poster);
+    let mut recv = consumer.recv();
+    assert_eq!(
+        futures::executor::block_on(&mut recv),
+        Err(evd::RecvError::Closed)
+    );
+    assert!(recv.is_terminated());
 }

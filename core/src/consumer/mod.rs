@@ -6,11 +6,13 @@
 #[cfg(all(target_os = "linux", not(loom)))]
 mod eventfd;
 mod future;
+mod iter;
 mod wait;
 
 #[cfg(all(target_os = "linux", not(loom)))]
 pub use eventfd::NotifyFd;
 pub use future::Recv;
+pub use iter::{IntoIter, Iter, TryIter};
 pub(crate) use wait::block_until;
 
 use crate::error::{ResizeError, TryDequeueError};
@@ -48,6 +50,8 @@ pub struct Consumer<T> {
     pub(crate) thread_waker: Option<(crate::sync::thread::ThreadId, std::task::Waker)>,
     /// Back-off steps before a blocking wait parks.
     pub(crate) spin_budget: u32,
+    /// The `Stream` has yielded `None` (end of stream): `FusedStream`.
+    pub(crate) stream_done: bool,
 }
 
 impl<T> Consumer<T> {
@@ -56,6 +60,7 @@ impl<T> Consumer<T> {
             shared,
             thread_waker: None,
             spin_budget: DEFAULT_SPIN_BUDGET,
+            stream_done: false,
         }
     }
 
