@@ -51,6 +51,7 @@
 //! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
 //! | `upcall/` | [`Upcalls`] and its policies; `instance` (one upcall run); `handler` (the replaceable handler) | upcall policy or handler changes |
 //! | `error`, `query`, `notify`, `sync` | typed errors, [`Query`], notification targets, std/loom switch | — |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
@@ -61,11 +62,15 @@ mod poster;
 mod query;
 mod ring;
 mod shared;
+// Not part of the semver API: exposed for the fuzz crate's reference model
+// (`fuzz/src/spec.rs`), and may change in any release.
+#[doc(hidden)]
 pub mod state;
 mod sync;
 mod upcall;
 
 #[cfg(all(target_os = "linux", not(loom)))]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub use consumer::NotifyFd;
 pub use consumer::{ArmStatus, Consumer, IntoIter, Iter, Recv, TryIter, DEFAULT_SPIN_BUDGET};
 pub use error::{
