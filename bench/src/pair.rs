@@ -89,7 +89,7 @@ impl Pair {
             }
         }
         // The sum of 0..iters, wrapping like the loop's.
-        let want = if iters % 2 == 0 {
+        let want = if iters.is_multiple_of(2) {
             (iters / 2).wrapping_mul(iters.wrapping_sub(1))
         } else {
             iters.wrapping_mul((iters - 1) / 2)

@@ -107,7 +107,7 @@ impl Tally {
         let n = self.expected;
         let want = if n == 0 {
             0
-        } else if n % 2 == 0 {
+        } else if n.is_multiple_of(2) {
             (n / 2).wrapping_mul(n - 1)
         } else {
             n.wrapping_mul((n - 1) / 2)

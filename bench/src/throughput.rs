@@ -480,7 +480,7 @@ impl BusyWait {
     #[inline(always)]
     pub fn miss(&mut self) {
         self.misses = self.misses.wrapping_add(1);
-        if self.misses % 64 == 0 {
+        if self.misses.is_multiple_of(64) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
@@ -519,7 +519,7 @@ impl<'a> Sink<'a> {
     #[inline(always)]
     pub fn take(&mut self, seq: u64) -> bool {
         let done = self.tally.take(seq);
-        if self.tally.count() % CPU_SAMPLE_EVERY == 0 {
+        if self.tally.count().is_multiple_of(CPU_SAMPLE_EVERY) {
             self.sample_cpu();
         }
         done

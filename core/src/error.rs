@@ -64,6 +64,31 @@ impl<T> PostError<T> {
             PostError::Full(t) | PostError::Closed(t) => t,
         }
     }
+
+    /// True for [`PostError::Full`] (backpressure: retry, or give it up).
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    /// poster.post(1).unwrap();
+    /// let e = poster.post(2).unwrap_err();
+    /// assert!(e.is_full() && !e.is_closed());
+    /// # drop(consumer);
+    /// ```
+    pub fn is_full(&self) -> bool {
+        matches!(self, PostError::Full(_))
+    }
+
+    /// True for [`PostError::Closed`] (no later post can succeed).
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    /// drop(consumer);
+    /// let e = poster.post(1).unwrap_err();
+    /// assert!(e.is_closed() && !e.is_full());
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        matches!(self, PostError::Closed(_))
+    }
 }
 
 impl<T> fmt::Debug for PostError<T> {
@@ -220,6 +245,35 @@ impl fmt::Display for WaitError {
 }
 
 impl std::error::Error for WaitError {}
+
+/// Why a blocking dequeue ([`Consumer::dequeue`](crate::Consumer::dequeue)
+/// and its timed forms) returned no event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DequeueError {
+    /// Events were lost since the last report (reported once); the next
+    /// dequeue goes on with the events.
+    Overflow(Overflow),
+    /// The timeout or deadline passed with no event ready.
+    Timeout,
+    /// The EVD was made unwaitable (`set_unwaitable`) and no event was ready.
+    Unwaitable,
+    /// The EVD is closed and drained: end of stream.
+    Closed,
+}
+
+impl fmt::Display for DequeueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DequeueError::Overflow(o) => o.fmt(f),
+            DequeueError::Timeout => f.write_str("dequeue timed out with no event ready"),
+            DequeueError::Unwaitable => f.write_str("EVD is unwaitable"),
+            DequeueError::Closed => f.write_str("EVD is closed and drained"),
+        }
+    }
+}
+
+impl std::error::Error for DequeueError {}
 
 /// Why a resize was refused. The EVD is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

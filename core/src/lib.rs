@@ -48,9 +48,10 @@
 //! | `ring` | slot storage and stamps | the slot layout changes |
 //! | `shared` | the engine: every atomic operation, each ordering argued once, a one-page protocol summary | an ordering question, or a new atomic step |
 //! | `poster` | [`Poster`], [`Lossy`] | a new way to post |
-//! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
+//! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
 //! | `upcall/` | [`Upcalls`] and its policies; `instance` (one upcall run); `handler` (the replaceable handler) | upcall policy or handler changes |
 //! | `error`, `query`, `notify`, `sync` | typed errors, [`Query`], notification targets, std/loom switch | — |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
@@ -61,16 +62,20 @@ mod poster;
 mod query;
 mod ring;
 mod shared;
+// Not part of the semver API: exposed for the fuzz crate's reference model
+// (`fuzz/src/spec.rs`), and may change in any release.
+#[doc(hidden)]
 pub mod state;
 mod sync;
 mod upcall;
 
 #[cfg(all(target_os = "linux", not(loom)))]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub use consumer::NotifyFd;
-pub use consumer::{ArmStatus, Consumer, Recv, DEFAULT_SPIN_BUDGET};
+pub use consumer::{ArmStatus, Consumer, IntoIter, Iter, Recv, TryIter, DEFAULT_SPIN_BUDGET};
 pub use error::{
-    BatchPostError, CreateError, Overflow, PolicyError, PostError, RecvError, ResizeError,
-    TryDequeueError, WaitError,
+    BatchPostError, CreateError, DequeueError, Overflow, PolicyError, PostError, RecvError,
+    ResizeError, TryDequeueError, WaitError,
 };
 pub use poster::{Lossy, Poster};
 pub use query::{Query, UpcallPolicy};

@@ -235,15 +235,76 @@ impl<T> Poster<T> {
         self.shared.query()
     }
 
-    /// True once the EVD is closed.
+    /// True once the EVD is closed (posts are refused from then on).
+    ///
+    /// A snapshot: with other handles running it may be stale by the time
+    /// it is read, except that once `true` it stays `true`.
     ///
     /// ```
     /// let (poster, consumer) = evd::bounded::<u8>(1).unwrap();
+    /// assert!(!poster.is_closed());
     /// drop(consumer);
     /// assert!(poster.is_closed());
     /// ```
     pub fn is_closed(&self) -> bool {
         self.shared.is_closed()
+    }
+
+    /// Events accepted and not yet dequeued (including reserved slots whose
+    /// posters are still writing them), as [`Query::len`].
+    ///
+    /// A snapshot (head and state word read as one instant, `len <=
+    /// capacity`): other posters and the consumer may have changed it by the
+    /// time it is returned.
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// poster.post(2).unwrap();
+    /// assert_eq!(poster.len(), 2);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.shared.occupancy().0
+    }
+
+    /// How many events the ring holds (a power of two; changes only by
+    /// [`Consumer::resize`](crate::Consumer::resize)). A snapshot.
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(3).unwrap();
+    /// assert_eq!(poster.capacity(), 4);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.shared.occupancy().1
+    }
+
+    /// `len() == 0`, from one snapshot.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// assert!(poster.is_empty());
+    /// poster.post(1u8).unwrap();
+    /// assert!(!poster.is_empty());
+    /// consumer.try_dequeue().unwrap();
+    /// assert!(poster.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.shared.occupancy().0 == 0
+    }
+
+    /// `len() == capacity()`, from one snapshot: a [`Poster::post`] now
+    /// would likely be refused as full (a snapshot, not a promise).
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded(2).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// assert!(!poster.is_full());
+    /// poster.post(2).unwrap();
+    /// assert!(poster.is_full());
+    /// ```
+    pub fn is_full(&self) -> bool {
+        let (len, cap, _) = self.shared.occupancy();
+        len == cap
     }
 }
 

@@ -47,6 +47,7 @@ impl UpcallPolicy {
 /// `posted` and `dequeued` belong to one instant (`len <= capacity` always);
 /// the counters are read just after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Query {
     /// Events the ring holds (a power of two).
     pub capacity: usize,

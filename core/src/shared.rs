@@ -856,13 +856,12 @@ impl<T> Shared<T> {
         self.counters.notifications.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A snapshot whose head and word belong to one instant: the head is read
-    /// before and after the word, and the pair is used only if it did not
-    /// move (the head moves only forward, so then it was that value when the
-    /// word was read). A consumer busy enough to move it every time gets a
-    /// head read before the word: `len` is then at most the distance to a
-    /// head older than the true one, clamped to the capacity.
-    pub(crate) fn query(&self) -> Query {
+    /// The state word, the head and the queue length (`len <= capacity`),
+    /// read as one instant: the head is read on both sides of the word and
+    /// the read is retried until it did not move (the same loads, with the
+    /// same orderings, [`Shared::query`] has always made). Any thread may
+    /// call it: it reads the capacity from the word, not the buffer.
+    fn word_head_len(&self) -> (u64, u64, u64) {
         let mut attempt = 0;
         let (w, head, consistent) = loop {
             // Acquire on each: the counters and flags read after are at least
@@ -882,6 +881,29 @@ impl<T> Shared<T> {
             len.min(state::capacity(w))
         };
         debug_assert!(len <= state::capacity(w), "a consistent snapshot");
+        (w, head, len)
+    }
+
+    /// `(len, capacity, closed)` from one snapshot of the word and head: the
+    /// cheap part of [`Shared::query`] (no counters), for the handles'
+    /// `len`/`is_full`/... accessors. Safe from any thread.
+    pub(crate) fn occupancy(&self) -> (usize, usize, bool) {
+        let (w, _, len) = self.word_head_len();
+        (
+            len as usize,
+            state::capacity(w) as usize,
+            state::has(w, state::CLOSED),
+        )
+    }
+
+    /// A snapshot whose head and word belong to one instant: the head is read
+    /// before and after the word, and the pair is used only if it did not
+    /// move (the head moves only forward, so then it was that value when the
+    /// word was read). A consumer busy enough to move it every time gets a
+    /// head read before the word: `len` is then at most the distance to a
+    /// head older than the true one, clamped to the capacity.
+    pub(crate) fn query(&self) -> Query {
+        let (w, head, len) = self.word_head_len();
         Query {
             capacity: state::capacity(w) as usize,
             len: len as usize,

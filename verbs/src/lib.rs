@@ -42,6 +42,7 @@
 //! }
 //! driver.shutdown().unwrap();
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
@@ -52,6 +53,7 @@ mod driver;
 mod event;
 mod feed;
 #[cfg(feature = "ibverbs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ibverbs")))]
 pub mod ibv;
 mod poller;
 pub mod soft;

@@ -12,6 +12,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 /// A handle on the EVD's notification eventfd (a duplicate of it, so it can
 /// live apart from the consumer, for example inside a reactor).
 #[derive(Debug)]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub struct NotifyFd {
     fd: OwnedFd,
 }
@@ -60,6 +61,7 @@ impl<T> Consumer<T> {
     /// let fd = consumer.notify_fd().unwrap();
     /// assert!(fd.as_raw_fd() >= 0);
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
     pub fn notify_fd(&mut self) -> io::Result<NotifyFd> {
         let fd = self.shared().eventfd()?;
         Ok(NotifyFd {

@@ -7,6 +7,8 @@
 use crate::consumer::Consumer;
 use crate::error::{Overflow, RecvError, TryDequeueError};
 use crate::state::Arm;
+use futures_core::future::FusedFuture;
+use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use std::future::Future;
 use std::pin::Pin;
@@ -52,7 +54,10 @@ impl<T> Consumer<T> {
     /// assert_eq!(futures::executor::block_on(consumer.recv()), Err(evd::RecvError::Closed));
     /// ```
     pub fn recv(&mut self) -> Recv<'_, T> {
-        Recv { consumer: self }
+        Recv {
+            consumer: self,
+            done: false,
+        }
     }
 }
 
@@ -60,13 +65,38 @@ impl<T> Consumer<T> {
 #[must_use = "futures do nothing unless polled"]
 pub struct Recv<'a, T> {
     consumer: &'a mut Consumer<T>,
+    /// It returned `Ready`: `FusedFuture::is_terminated`.
+    done: bool,
 }
 
 impl<T> Future for Recv<'_, T> {
     type Output = Result<T, RecvError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.consumer.poll_event(cx)
+        let r = self.consumer.poll_event(cx);
+        if r.is_ready() {
+            self.done = true;
+        }
+        r
+    }
+}
+
+/// Terminated once it has returned `Ready` (so `select!` stops polling it).
+/// Polled again after that, it receives another event, as a new
+/// [`Consumer::recv`] would.
+///
+/// ```
+/// use futures_core::future::FusedFuture;
+/// let (poster, mut consumer) = evd::bounded(4).unwrap();
+/// poster.post(1u8).unwrap();
+/// let mut recv = consumer.recv();
+/// assert!(!recv.is_terminated());
+/// assert_eq!(futures::executor::block_on(&mut recv), Ok(1));
+/// assert!(recv.is_terminated());
+/// ```
+impl<T> FusedFuture for Recv<'_, T> {
+    fn is_terminated(&self) -> bool {
+        self.done
     }
 }
 
@@ -92,11 +122,37 @@ impl<T> Stream for Consumer<T> {
     type Item = Result<T, Overflow>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.stream_done {
+            return Poll::Ready(None);
+        }
         match self.poll_event(cx) {
             Poll::Ready(Ok(v)) => Poll::Ready(Some(Ok(v))),
             Poll::Ready(Err(RecvError::Overflow(o))) => Poll::Ready(Some(Err(o))),
-            Poll::Ready(Err(RecvError::Closed)) => Poll::Ready(None),
+            Poll::Ready(Err(RecvError::Closed)) => {
+                self.stream_done = true;
+                Poll::Ready(None)
+            }
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+/// Terminated once the stream has yielded `None` (closed and drained); it
+/// yields `None` from then on.
+///
+/// ```
+/// use futures::StreamExt;
+/// use futures_core::stream::FusedStream;
+/// let (poster, mut consumer) = evd::bounded(4).unwrap();
+/// poster.post(1u8).unwrap();
+/// drop(poster);
+/// assert!(!consumer.is_terminated());
+/// assert_eq!(futures::executor::block_on(consumer.next()), Some(Ok(1)));
+/// assert_eq!(futures::executor::block_on(consumer.next()), None);
+/// assert!(consumer.is_terminated());
+/// ```
+impl<T> FusedStream for Consumer<T> {
+    fn is_terminated(&self) -> bool {
+        self.stream_done
     }
 }

@@ -6,11 +6,13 @@
 #[cfg(all(target_os = "linux", not(loom)))]
 mod eventfd;
 mod future;
+mod iter;
 mod wait;
 
 #[cfg(all(target_os = "linux", not(loom)))]
 pub use eventfd::NotifyFd;
 pub use future::Recv;
+pub use iter::{IntoIter, Iter, TryIter};
 pub(crate) use wait::block_until;
 
 use crate::error::{ResizeError, TryDequeueError};
@@ -48,6 +50,8 @@ pub struct Consumer<T> {
     pub(crate) thread_waker: Option<(crate::sync::thread::ThreadId, std::task::Waker)>,
     /// Back-off steps before a blocking wait parks.
     pub(crate) spin_budget: u32,
+    /// The `Stream` has yielded `None` (end of stream): `FusedStream`.
+    pub(crate) stream_done: bool,
 }
 
 impl<T> Consumer<T> {
@@ -56,6 +60,7 @@ impl<T> Consumer<T> {
             shared,
             thread_waker: None,
             spin_budget: DEFAULT_SPIN_BUDGET,
+            stream_done: false,
         }
     }
 
@@ -160,6 +165,78 @@ impl<T> Consumer<T> {
     /// ```
     pub fn query(&self) -> Query {
         self.shared.query()
+    }
+
+    /// Events accepted and not yet dequeued (including reserved slots whose
+    /// posters are still writing them, so a [`Consumer::try_dequeue`] may
+    /// still find nothing ready), as [`Query::len`].
+    ///
+    /// A snapshot (head and state word read as one instant, `len <=
+    /// capacity`): posters may have added more by the time it is returned.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// assert_eq!(consumer.len(), 1);
+    /// consumer.try_dequeue().unwrap();
+    /// assert_eq!(consumer.len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.shared.occupancy().0
+    }
+
+    /// How many events the ring holds (a power of two; changed only by
+    /// [`Consumer::resize`]).
+    ///
+    /// ```
+    /// let (_poster, mut consumer) = evd::bounded::<u8>(5).unwrap();
+    /// assert_eq!(consumer.capacity(), 8);
+    /// consumer.resize(16).unwrap();
+    /// assert_eq!(consumer.capacity(), 16);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.shared.occupancy().1
+    }
+
+    /// `len() == 0`, from one snapshot (posters may add events right after).
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded(4).unwrap();
+    /// assert!(consumer.is_empty());
+    /// poster.post(1u8).unwrap();
+    /// assert!(!consumer.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.shared.occupancy().0 == 0
+    }
+
+    /// `len() == capacity()`, from one snapshot.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// assert!(consumer.is_full());
+    /// consumer.try_dequeue().unwrap();
+    /// assert!(!consumer.is_full());
+    /// ```
+    pub fn is_full(&self) -> bool {
+        let (len, cap, _) = self.shared.occupancy();
+        len == cap
+    }
+
+    /// True once the EVD is closed: posts are refused, but queued events can
+    /// still be dequeued (end of stream comes after them). A snapshot, except
+    /// that once `true` it stays `true`.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// drop(poster); // the last poster closes the EVD
+    /// assert!(consumer.is_closed());
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed()
     }
 
     /// Back-off steps a blocking [`Consumer::wait`] takes before it parks

@@ -2,7 +2,7 @@
 //! unpark-this-thread waker, arm, and park until a post disarms the EVD.
 
 use crate::consumer::Consumer;
-use crate::error::WaitError;
+use crate::error::{DequeueError, TryDequeueError, WaitError};
 use crate::shared::Shared;
 use crate::state::Arm;
 use crate::sync::{thread, Arc, Backoff};
@@ -95,10 +95,43 @@ impl<T> Consumer<T> {
     /// drop(poster); // the last poster closes the EVD
     /// assert_eq!(consumer.wait(4, None), Err(evd::WaitError::Closed { available: 3 }));
     /// ```
+    ///
+    /// A zero (or already expired) timeout checks once and returns at once,
+    /// without the back-off; a timeout too large for an [`Instant`] waits
+    /// without one.
     pub fn wait(
         &mut self,
         threshold: usize,
         timeout: Option<Duration>,
+    ) -> Result<usize, WaitError> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        self.wait_until(threshold, deadline)
+    }
+
+    /// [`Consumer::wait`] with a deadline instead of a timeout: block until at
+    /// least `threshold` events are ready or `deadline` passes. A deadline in
+    /// the past checks once and returns at once, without the back-off.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (poster, mut consumer) = evd::bounded(8).unwrap();
+    /// assert_eq!(consumer.wait_deadline(1, Instant::now()), Err(evd::WaitError::Timeout { available: 0 }));
+    /// poster.post(1u8).unwrap();
+    /// assert_eq!(consumer.wait_deadline(1, Instant::now() + Duration::from_secs(5)), Ok(1));
+    /// ```
+    pub fn wait_deadline(
+        &mut self,
+        threshold: usize,
+        deadline: Instant,
+    ) -> Result<usize, WaitError> {
+        self.wait_until(threshold, Some(deadline))
+    }
+
+    /// The wait behind [`Consumer::wait`] and [`Consumer::wait_deadline`].
+    pub(crate) fn wait_until(
+        &mut self,
+        threshold: usize,
+        deadline: Option<Instant>,
     ) -> Result<usize, WaitError> {
         let s = self.shared().clone();
         let capacity = s.capacity() as usize;
@@ -109,17 +142,22 @@ impl<T> Consumer<T> {
             });
         }
         let k = threshold as u64;
-        let deadline = timeout.map(|t| Instant::now() + t);
         // Spin, then yield, before parking: with posters sharing the CPUs a
         // yield lets them fill the ring, and a park costs a futex round trip
         // on both sides (see BENCHMARKS.md).
         if s.is_unwaitable() {
             return Err(WaitError::Unwaitable);
         }
+        // No back-off once the deadline has passed (a zero timeout is a
+        // poll): the arm below checks once and returns.
+        let expired = |d: &Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
         let backoff = Backoff::new();
         for _ in 0..self.spin_budget {
             if s.ready(k) >= k {
                 return Ok(s.ready(u64::MAX) as usize);
+            }
+            if expired(&deadline) {
+                break;
             }
             backoff.snooze();
         }
@@ -183,6 +221,85 @@ impl<T> Consumer<T> {
                         Some(o) => WaitError::Overflow(o),
                         None => WaitError::Closed { available: 0 },
                     })
+                }
+            }
+        }
+    }
+
+    /// Dequeue one event, blocking until one is posted or the stream ends.
+    ///
+    /// [`Consumer::try_dequeue`], then (if nothing was ready)
+    /// [`Consumer::wait`] for one event and again: the wait arms with one
+    /// CAS that fails if anything was posted since the failed dequeue, so no
+    /// post in between is missed. Like `try_dequeue`, a pending loss report
+    /// comes first, once, as [`DequeueError::Overflow`];
+    /// [`DequeueError::Closed`] once the EVD is closed and drained;
+    /// [`DequeueError::Unwaitable`] if it would block while the EVD is
+    /// unwaitable.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// let t = std::thread::spawn(move || poster.post(42u32).unwrap());
+    /// assert_eq!(consumer.dequeue(), Ok(42));
+    /// t.join().unwrap(); // the last poster is gone: end of stream
+    /// assert_eq!(consumer.dequeue(), Err(evd::DequeueError::Closed));
+    /// ```
+    pub fn dequeue(&mut self) -> Result<T, DequeueError> {
+        self.dequeue_until(None)
+    }
+
+    /// [`Consumer::dequeue`], giving up with [`DequeueError::Timeout`] after
+    /// `timeout`. A zero timeout is a [`Consumer::try_dequeue`] that reports
+    /// "nothing ready" as `Timeout`, returned at once (no back-off). A
+    /// timeout too large for an [`Instant`] waits without one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// assert_eq!(consumer.dequeue_timeout(Duration::ZERO), Err(evd::DequeueError::Timeout));
+    /// poster.post('x').unwrap();
+    /// assert_eq!(consumer.dequeue_timeout(Duration::from_secs(5)), Ok('x'));
+    /// ```
+    pub fn dequeue_timeout(&mut self, timeout: Duration) -> Result<T, DequeueError> {
+        self.dequeue_until(Instant::now().checked_add(timeout))
+    }
+
+    /// [`Consumer::dequeue`], giving up with [`DequeueError::Timeout`] once
+    /// `deadline` passes. A deadline in the past returns at once (no
+    /// back-off), with an event if one is ready.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// assert_eq!(consumer.dequeue_deadline(Instant::now()), Ok(1));
+    /// let soon = Instant::now() + Duration::from_millis(1);
+    /// assert_eq!(consumer.dequeue_deadline(soon), Err(evd::DequeueError::Timeout));
+    /// ```
+    pub fn dequeue_deadline(&mut self, deadline: Instant) -> Result<T, DequeueError> {
+        self.dequeue_until(Some(deadline))
+    }
+
+    fn dequeue_until(&mut self, deadline: Option<Instant>) -> Result<T, DequeueError> {
+        loop {
+            match self.try_dequeue() {
+                Ok(v) => return Ok(v),
+                Err(TryDequeueError::Overflow(o)) => return Err(DequeueError::Overflow(o)),
+                Err(TryDequeueError::Closed) => return Err(DequeueError::Closed),
+                Err(TryDequeueError::Empty) => {}
+            }
+            // Nothing was ready at the dequeue; the wait's arm CAS fails if
+            // anything was posted since, so no post is missed in between.
+            match self.wait_until(1, deadline) {
+                // An event is ready, or the EVD is closed (the next dequeue
+                // takes what is left, then reports the end).
+                Ok(_) | Err(WaitError::Closed { .. }) => {}
+                Err(WaitError::Timeout { .. }) => return Err(DequeueError::Timeout),
+                Err(WaitError::Unwaitable) => return Err(DequeueError::Unwaitable),
+                Err(WaitError::Overflow(o)) => return Err(DequeueError::Overflow(o)),
+                // A threshold of 1 is in 1..=capacity for every capacity.
+                Err(WaitError::InvalidThreshold { .. }) => {
+                    unreachable!("a threshold of 1 is always valid")
                 }
             }
         }
