@@ -109,3 +109,9 @@ pub fn bounded<T: Send>(capacity: usize) -> Result<(Poster<T>, Consumer<T>), Cre
     let shared = sync::Arc::new(shared::Shared::new(log2, buffer));
     Ok((Poster::new(shared.clone(), 0), Consumer::new(shared)))
 }
+
+/// Under `--cfg shuttle` only: the fuzz crate's hook on the state word (see
+/// `sync.rs`). Not part of the API.
+#[cfg(shuttle)]
+#[doc(hidden)]
+pub use sync::set_cas_observer;

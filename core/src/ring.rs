@@ -48,7 +48,7 @@ impl<T> Buffer<T> {
     /// The slots are zeroed memory (stamp 0 means "nothing published"), taken
     /// from `alloc_zeroed`, so a large ring costs no page touching up front
     /// and an impossible size is a `None`, not an abort.
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     pub(crate) fn try_new(cap_log2: u32) -> Option<Self> {
         use std::alloc::{alloc_zeroed, Layout};
         let cap = 1usize.checked_shl(cap_log2)?;
@@ -70,8 +70,9 @@ impl<T> Buffer<T> {
         })
     }
 
-    /// Allocate `2^cap_log2` empty slots (loom's atomics are not plain memory).
-    #[cfg(loom)]
+    /// Allocate `2^cap_log2` empty slots (loom's and shuttle's atomics are
+    /// not plain memory).
+    #[cfg(any(loom, shuttle))]
     pub(crate) fn try_new(cap_log2: u32) -> Option<Self> {
         let cap = 1usize.checked_shl(cap_log2)?;
         let mut v: Vec<Slot<T>> = Vec::new();

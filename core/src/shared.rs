@@ -39,7 +39,9 @@ use crate::notify::NotifyTargets;
 use crate::query::{Counters, Query, UpcallPolicy};
 use crate::ring::Buffer;
 use crate::state::{self, loss, Arm, Exit, Invoke, Notify, PolicyBits, Reacquire, ReserveBatch};
-use crate::sync::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Ordering};
+use crate::sync::{
+    fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Ordering, StateWord,
+};
 use crate::upcall::handler::{Handler, HandlerSlot};
 use crossbeam_utils::CachePadded;
 use std::task::Waker;
@@ -100,7 +102,7 @@ struct ReadMostly<T> {
 /// targets (a waiter registering its waker), the rest.
 pub(crate) struct Shared<T> {
     /// The state word: tail, flags, policy, instances, capacity (see [`state`]).
-    state: CachePadded<AtomicU64>,
+    state: CachePadded<StateWord>,
     /// Written by the consumer side on every dequeue.
     consumer: CachePadded<ConsumerLine>,
     /// Read by every post.
@@ -129,7 +131,7 @@ unsafe impl<T: Send> Sync for Shared<T> {}
 impl<T> Shared<T> {
     pub(crate) fn new(log2: u32, buffer: Buffer<T>) -> Self {
         Shared {
-            state: CachePadded::new(AtomicU64::new(state::initial(log2))),
+            state: CachePadded::new(StateWord::new(state::initial(log2))),
             consumer: CachePadded::new(ConsumerLine {
                 head: AtomicU64::new(0),
                 last_was_report: AtomicBool::new(false),

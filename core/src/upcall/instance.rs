@@ -19,7 +19,11 @@ struct Frame {
 loom::thread_local! {
     static INNERMOST: std::cell::Cell<*const Frame> = std::cell::Cell::new(std::ptr::null());
 }
-#[cfg(not(loom))]
+#[cfg(shuttle)]
+shuttle::thread_local! {
+    static INNERMOST: std::cell::Cell<*const Frame> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+#[cfg(not(any(loom, shuttle)))]
 std::thread_local! {
     static INNERMOST: std::cell::Cell<*const Frame> = const { std::cell::Cell::new(std::ptr::null()) };
 }
