@@ -413,12 +413,13 @@ fn dropping_every_poster_ends_an_async_receiver() {
 
 // --- regressions found by the fuzz targets ------------------------------------
 //
-// `fuzz/regressions/state_machine/single-instance-two-upcalls-2` has no test
+// `fuzz/regressions/schedule/single-instance-two-upcalls-2` has no test
 // here: it needs ManyInstances instances to start between the load and the
 // CAS of `set_policy(SingleInstance)`, a window real threads cannot be made
-// to hit on demand. The fuzz crate's unit tests replay it deterministically.
+// to hit on demand. The fuzz crate's shuttle tests replay it
+// deterministically against the real code (`scripts/fuzz` runs them).
 
-/// fuzz `state_machine`, `regressions/state_machine/single-instance-two-upcalls`:
+/// fuzz `state_machine` (now `regressions/schedule/single-instance-two-upcalls`):
 /// ManyInstances with two handlers running, then `Disabled`, then
 /// `SingleInstance`. `set_policy` quiesces only for a direct Many -> Single
 /// switch, so the detour through Disabled returned while two upcalls were

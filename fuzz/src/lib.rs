@@ -1,18 +1,29 @@
 //! Fuzz targets for evd, as a library so that the seed corpus also replays as
 //! ordinary unit tests (`cargo test -p evd-fuzz`) on stable Rust.
 //!
-//! * [`state_machine`]: a deterministic simulator of the concurrent protocol,
-//!   built from the real `evd::state` transition functions and stepped by a
-//!   fuzzer-chosen interleaving, checked against [`spec`] after every step.
-//! * [`ring`]: post / dequeue / batch / resize / close / drop sequences on
+//! * `schedule` (built only with `--cfg shuttle`): the real code on shuttle
+//!   threads, every scheduling decision taken from the input, every CAS on
+//!   the state word checked against [`spec`] as it happens.
+//! * [`transitions`]: every `evd::state` function against [`spec`] on
+//!   random words.
+//! * `ring`: post / dequeue / batch / resize / close / drop sequences on
 //!   the real ring against a `VecDeque` model, with drop-counting payloads.
-//! * [`api`]: sequences of public API calls, bad arguments included.
+//! * `api`: sequences of public API calls, bad arguments included.
+//!
+//! `ring` and `api` run the core on real threads, so they are built only
+//! without `--cfg shuttle`; `schedule` only with it (`scripts/fuzz` builds
+//! both ways, in separate target directories).
 
+#[cfg(not(shuttle))]
 pub mod api;
 pub mod payload;
+#[cfg(not(shuttle))]
 pub mod ring;
+#[cfg(shuttle)]
+pub mod schedule;
+pub mod semantics;
 pub mod spec;
-pub mod state_machine;
+pub mod transitions;
 
 /// Replay every file of `seeds/<target>/` (and `regressions/<target>/`)
 /// through `run`, decoding it as libFuzzer's `fuzz_target!` does.

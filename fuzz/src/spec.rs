@@ -1,10 +1,13 @@
 //! The reference model of the EVD state word: the documented bit layout and
 //! transition table of `evd::state`, written out again on a plain struct.
 //!
-//! Every transition the simulator computes with the real `evd::state`
-//! function is also computed here, from the decoded word, and the two must
-//! agree (outcome and new word). The model is sequential: it knows nothing of
-//! threads, only of the word before and after one transition.
+//! Two uses: the `transitions` target computes every `evd::state` function
+//! and the model here on the same (random) word and arguments, and the two
+//! must agree (outcome and new word); the `schedule` target checks, after
+//! every CAS the real code makes on the state word, that the word it
+//! installed is a legal successor of the one it replaced ([`successor`]).
+//! The model is sequential: it knows nothing of threads, only of the word
+//! before and after one transition.
 
 use evd::state::{self, Notify, PolicyBits};
 
@@ -141,6 +144,44 @@ pub fn reserve(a: Word, hint: u64) -> Reserve {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReserveBatch {
+    Tickets {
+        first: u64,
+        count: u64,
+        notify: Notify,
+        next: Word,
+    },
+    Closed,
+    Resizing,
+    Full,
+}
+
+/// batch post: as many of `want` (≥ 1) tickets as there is room for, with
+/// the notification of a single reservation.
+pub fn reserve_batch(a: Word, hint: u64, want: u64) -> ReserveBatch {
+    match reserve(a, hint) {
+        Reserve::Closed => ReserveBatch::Closed,
+        Reserve::Resizing => ReserveBatch::Resizing,
+        Reserve::Full => ReserveBatch::Full,
+        Reserve::Ticket {
+            ticket,
+            notify,
+            mut next,
+        } => {
+            let room = a.capacity() - a.len(hint);
+            let count = want.clamp(1, room);
+            next.tail = (a.tail + count) & TICKET_MASK;
+            ReserveBatch::Tickets {
+                first: ticket,
+                count,
+                notify,
+                next,
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arm {
     Arm(Word),
     Pending,
@@ -254,11 +295,11 @@ pub fn abandon_instance(a: Word, held: bool) -> Word {
     }
 }
 
-/// notify_overflow: a refused post takes the notification as a reservation
-/// would (wake an armed consumer, or start an instance), without a ticket,
-/// also on a closed EVD (the report must still be told); None if there is
-/// nobody to notify.
-pub fn notify_overflow(a: Word) -> Option<(Word, Notify)> {
+/// notify_loss: a lossy post that gave its event up takes the notification
+/// as a reservation would (wake an armed consumer, or start an instance),
+/// without a ticket, also on a closed EVD (the report must still be told);
+/// None if there is nobody to notify.
+pub fn notify_loss(a: Word) -> Option<(Word, Notify)> {
     let mut n = a;
     if a.armed {
         n.armed = false;
@@ -272,4 +313,136 @@ pub fn notify_overflow(a: Word) -> Option<(Word, Notify)> {
         return Some((n, Notify::Upcall));
     }
     None
+}
+
+/// Largest `cap_log2` a word may hold (`evd::state::MAX_CAP_LOG2`).
+pub const MAX_CAP_LOG2: u32 = 32;
+
+/// Properties every word must have, whatever transition made it.
+pub fn well_formed(w: Word) -> Result<(), String> {
+    if w.cap_log2 > MAX_CAP_LOG2 {
+        return Err(format!("capacity 2^{} above the maximum", w.cap_log2));
+    }
+    if w.instances > limit(2) {
+        return Err(format!("{} instances", w.instances));
+    }
+    if w.token && w.instances == 0 {
+        return Err("the token is held by no instance".into());
+    }
+    if w.policy == 1 && w.instances > 1 {
+        return Err(format!("{} instances under SingleInstance", w.instances));
+    }
+    if w.closed && w.armed {
+        return Err("armed on a closed EVD".into());
+    }
+    Ok(())
+}
+
+/// Is `new` what one transition of the table makes of `old`, for a consumer
+/// head among `heads`? Returns the name of the first transition that
+/// explains it. The arguments the real call passed and this function does
+/// not know (a threshold, a batch size, a policy, the poster's head hint)
+/// range over every value; the head ranges over `heads` (one value when the
+/// caller knows it exactly).
+pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, String> {
+    let a = Word::decode(old);
+    let n = Word::decode(new);
+    well_formed(n).map_err(|e| format!("ill-formed word {n:?}: {e}"))?;
+    if a.closed && !n.closed {
+        return Err("CLOSED was cleared".into());
+    }
+    match notify_loss(a) {
+        Some((next, _)) if next == n => return Ok("notify_loss"),
+        None if a == n => return Ok("notify_loss (nobody to notify)"),
+        _ => {}
+    }
+    for &h in heads {
+        if let Reserve::Ticket { next, .. } = reserve(a, h) {
+            if next == n {
+                return Ok("reserve");
+            }
+        }
+        let count = n.tail.wrapping_sub(a.tail) & TICKET_MASK;
+        if count >= 1 {
+            if let ReserveBatch::Tickets { next, count: c, .. } = reserve_batch(a, h, count) {
+                if c == count && next == n {
+                    return Ok("reserve_batch");
+                }
+            }
+        }
+        let queued = a.len(h);
+        if let Arm::Arm(next) = arm(a, h, queued + 1) {
+            if next == n {
+                return Ok("arm");
+            }
+        }
+        for p in 0..3 {
+            for any in [false, true] {
+                if set_policy(a, h, p, any).0 == n {
+                    return Ok("set_policy");
+                }
+            }
+        }
+        if exit_instance(a, h) == Some(n) {
+            return Ok("exit_instance");
+        }
+    }
+    if a.armed && disarm(a) == n {
+        return Ok("disarm");
+    }
+    if close(a).0 == n {
+        return Ok("close");
+    }
+    if begin_resize(a) == Some(n) {
+        return Ok("begin_resize");
+    }
+    if a.resizing && end_resize(a, n.cap_log2) == n {
+        return Ok("end_resize");
+    }
+    if a.token && release_token(a) == n {
+        return Ok("release_token");
+    }
+    if reacquire(a).1 == n {
+        return Ok("reacquire");
+    }
+    if abandon_instance(a, true) == n || abandon_instance(a, false) == n {
+        return Ok("abandon_instance");
+    }
+    Err(format!(
+        "no transition of the table makes\n  {n:?}\nof\n  {a:?}\nfor a head in {heads:?}"
+    ))
+}
+
+/// The loss word (`evd::state::loss`): bit 0 says close has begun, bits
+/// 1–63 count the losses not yet reported.
+pub mod loss {
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Loss {
+        pub closed: bool,
+        pub pending: u64,
+    }
+
+    pub fn decode(l: u64) -> Loss {
+        Loss {
+            closed: l & 1 != 0,
+            pending: l >> 1,
+        }
+    }
+
+    /// A lossy post counts one loss, unless close has begun.
+    pub fn commit(l: Loss) -> Option<Loss> {
+        (!l.closed).then_some(Loss {
+            pending: l.pending + 1,
+            ..l
+        })
+    }
+
+    pub fn close(l: Loss) -> Loss {
+        Loss { closed: true, ..l }
+    }
+
+    /// The consumer takes the report: (new word, count), if anything was lost.
+    pub fn take(l: Loss) -> Option<(Loss, u64)> {
+        (l.pending > 0).then_some((Loss { pending: 0, ..l }, l.pending))
+    }
 }

@@ -1,0 +1,249 @@
+//! The `transitions` target: every transition function of `evd::state`,
+//! computed on random words and arguments, against the reference model in
+//! [`crate::spec`] (outcome and new word), plus the accessors against the
+//! documented layout ([`Word::decode`] cross-checks them), and the loss
+//! word's functions (`evd::state::loss`) against [`crate::spec::loss`].
+//!
+//! Pure: no threads, no EVD. The words are arbitrary 64-bit values (with the
+//! one policy encoding that is no policy, 3, mapped to another), so states no
+//! execution reaches are covered too: the functions are total, and the model
+//! must agree on all of them.
+
+use crate::spec::{self, Word, TICKET_MASK};
+use arbitrary::{Arbitrary, Unstructured};
+use evd::state::{self, loss, Arm, Exit, Invoke, PolicyBits, Reacquire, Reserve, ReserveBatch};
+
+/// One case: a word and the arguments of every function.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub struct Case {
+    pub word: u64,
+    /// Chooses the head: near the tail (0 ..= capacity + 1 behind it) or any.
+    pub head: u64,
+    pub threshold: u8,
+    pub want: u8,
+    pub cap_log2: u8,
+    pub policy: u8,
+    pub flags: u8,
+}
+
+/// Cases are read until the input runs out.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub cases: Vec<Case>,
+}
+
+impl<'a> Arbitrary<'a> for Input {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Self::arbitrary_take_rest(Unstructured::new(u.bytes(u.len())?))
+    }
+
+    fn arbitrary_take_rest(mut u: Unstructured<'a>) -> arbitrary::Result<Self> {
+        let mut cases = Vec::new();
+        while u.len() >= std::mem::size_of::<Case>() {
+            cases.push(Case::arbitrary(&mut u)?);
+        }
+        Ok(Input { cases })
+    }
+}
+
+fn policy_from(bits: u8) -> PolicyBits {
+    match bits % 3 {
+        1 => PolicyBits::Single,
+        2 => PolicyBits::Many,
+        _ => PolicyBits::Disabled,
+    }
+}
+
+/// Check one case; panics on a disagreement.
+pub fn check(c: &Case) {
+    // Policy bits 3 are not a policy (the model refuses to decode them).
+    let mut w = c.word;
+    if (w >> 5) & 0b11 == 0b11 {
+        w &= !(1 << 6);
+    }
+    let a = Word::decode(w);
+    let head = if c.flags & 1 == 0 {
+        let behind = c.head % (a.capacity().min(1 << 20) + 2);
+        state::tail(w).wrapping_sub(behind) & TICKET_MASK
+    } else {
+        c.head
+    };
+    let k = 1 + c.threshold as u64;
+    let want = 1 + c.want as u64;
+    let any = c.flags & 2 != 0;
+    let held = c.flags & 4 != 0;
+    let dec = |w: u64| Word::decode(w);
+
+    assert_eq!(state::len(w, head), a.len(head), "len");
+    assert_eq!(state::capacity(w), a.capacity(), "capacity");
+    assert_eq!(
+        state::is_full(w, head),
+        a.len(head) >= a.capacity(),
+        "is_full"
+    );
+
+    match (state::reserve(w, head), spec::reserve(a, head)) {
+        (
+            Reserve::Ticket {
+                new,
+                ticket,
+                notify,
+            },
+            spec::Reserve::Ticket {
+                ticket: t,
+                notify: n,
+                next,
+            },
+        ) => assert_eq!((ticket, notify, dec(new)), (t, n, next), "reserve"),
+        (Reserve::Closed, spec::Reserve::Closed)
+        | (Reserve::Resizing, spec::Reserve::Resizing)
+        | (Reserve::Full, spec::Reserve::Full) => {}
+        (real, model) => panic!("reserve: {real:?} but the model says {model:?}"),
+    }
+
+    match (
+        state::reserve_batch(w, head, want),
+        spec::reserve_batch(a, head, want),
+    ) {
+        (
+            ReserveBatch::Tickets {
+                new,
+                first,
+                count,
+                notify,
+            },
+            spec::ReserveBatch::Tickets {
+                first: f,
+                count: n,
+                notify: k,
+                next,
+            },
+        ) => assert_eq!(
+            (first, count, notify, dec(new)),
+            (f, n, k, next),
+            "reserve_batch"
+        ),
+        (ReserveBatch::Closed, spec::ReserveBatch::Closed)
+        | (ReserveBatch::Resizing, spec::ReserveBatch::Resizing)
+        | (ReserveBatch::Full, spec::ReserveBatch::Full) => {}
+        (real, model) => panic!("reserve_batch: {real:?} but the model says {model:?}"),
+    }
+
+    assert_eq!(
+        state::notify_loss(w).map(|(n, k)| (dec(n), k)),
+        spec::notify_loss(a),
+        "notify_loss"
+    );
+
+    match (state::arm(w, head, k), spec::arm(a, head, k)) {
+        (Arm::Arm(new), spec::Arm::Arm(next)) => assert_eq!(dec(new), next, "arm"),
+        (Arm::Pending, spec::Arm::Pending) | (Arm::Closed, spec::Arm::Closed) => {}
+        (real, model) => panic!("arm: {real:?} but the model says {model:?}"),
+    }
+
+    assert_eq!(dec(state::disarm(w)), spec::disarm(a), "disarm");
+    let (closed, wake) = state::close(w);
+    assert_eq!((dec(closed), wake), spec::close(a), "close");
+    assert_eq!(
+        state::begin_resize(w).map(dec),
+        spec::begin_resize(a),
+        "begin_resize"
+    );
+    let cap = c.cap_log2 as u32 % (state::MAX_CAP_LOG2 + 1);
+    assert_eq!(
+        dec(state::end_resize(w, cap)),
+        spec::end_resize(a, cap),
+        "end_resize"
+    );
+
+    let p = policy_from(c.policy);
+    let invoke = if any { Invoke::Any } else { Invoke::New };
+    let r = state::set_policy(w, head, p, invoke);
+    assert_eq!(
+        (dec(r.new), r.start_instance),
+        spec::set_policy(a, head, spec::policy_bits(p), any),
+        "set_policy"
+    );
+
+    // The instance transitions debug-assert that an instance is running (and
+    // exit and abandon that it holds the token it gives back): only words
+    // that meet that are theirs.
+    let running = a.instances > 0;
+    if running && a.token {
+        match (state::exit_instance(w, head), spec::exit_instance(a, head)) {
+            (Exit::Exit(new), Some(next)) => assert_eq!(dec(new), next, "exit_instance"),
+            (Exit::MoreWork, None) => {}
+            (real, model) => panic!("exit_instance: {real:?} but the model says {model:?}"),
+        }
+    }
+
+    assert_eq!(
+        dec(state::release_token(w)),
+        spec::release_token(a),
+        "release_token"
+    );
+    if running {
+        let (took, next) = spec::reacquire(a);
+        match state::reacquire(w) {
+            Reacquire::Token(new) => assert!(took && dec(new) == next, "reacquire: token"),
+            Reacquire::Exit(new) => assert!(!took && dec(new) == next, "reacquire: exit"),
+        }
+    }
+    if running && (a.token || !held) {
+        assert_eq!(
+            dec(state::abandon_instance(w, held)),
+            spec::abandon_instance(a, held),
+            "abandon_instance"
+        );
+    }
+
+    // The loss word, from the same random bits (a count below the debug
+    // assertion's overflow bound).
+    let l = c.word >> 2 << 1 | (c.word & 1);
+    let m = spec::loss::decode(l);
+    assert_eq!(
+        (loss::pending(l), loss::is_closed(l)),
+        (m.pending, m.closed),
+        "loss word layout"
+    );
+    let ld = spec::loss::decode;
+    assert_eq!(
+        loss::commit(l).map(ld),
+        spec::loss::commit(m),
+        "loss::commit"
+    );
+    assert_eq!(ld(loss::close(l)), spec::loss::close(m), "loss::close");
+    assert_eq!(
+        loss::take(l).map(|(n, k)| (ld(n), k)),
+        spec::loss::take(m),
+        "loss::take"
+    );
+    assert_eq!(dec(state::initial(cap)), Word::initial(cap), "initial word");
+}
+
+/// Run one input.
+pub fn run(input: &Input) {
+    for c in &input.cases {
+        check(c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_corpus_replays() {
+        let n = crate::replay::<Input>("transitions", run);
+        assert!(n > 0, "no seed corpus for transitions");
+    }
+
+    #[test]
+    fn random_words() {
+        let mut rng = crate::Rng(0x7a11_5eed_0bad_c0de);
+        for _ in 0..200 {
+            let bytes = rng.bytes(4000);
+            run(&Input::arbitrary_take_rest(Unstructured::new(&bytes)).unwrap());
+        }
+    }
+}
