@@ -295,6 +295,18 @@ pub fn abandon_instance(a: Word, held: bool) -> Word {
     }
 }
 
+/// start_upcall_on_full: a post that found the ring full under an enabled
+/// policy with the token free takes the token and starts an instance (which
+/// drains the ring); None otherwise (the refusal writes nothing).
+pub fn start_upcall_on_full(a: Word) -> Option<Word> {
+    (!a.token && a.instances < limit(a.policy)).then_some(Word {
+        token: true,
+        notified: true,
+        instances: a.instances + 1,
+        ..a
+    })
+}
+
 /// notify_loss: a lossy post that gave its event up takes the notification
 /// as a reservation would (wake an armed consumer, or start an instance),
 /// without a ticket, also on a closed EVD (the report must still be told);
@@ -350,6 +362,9 @@ pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, Stri
     well_formed(n).map_err(|e| format!("ill-formed word {n:?}: {e}"))?;
     if a.closed && !n.closed {
         return Err("CLOSED was cleared".into());
+    }
+    if start_upcall_on_full(a) == Some(n) {
+        return Ok("start_upcall_on_full");
     }
     match notify_loss(a) {
         Some((next, _)) if next == n => return Ok("notify_loss"),

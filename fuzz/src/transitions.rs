@@ -135,6 +135,12 @@ pub fn check(c: &Case) {
         "notify_loss"
     );
 
+    assert_eq!(
+        state::start_upcall_on_full(w).map(dec),
+        spec::start_upcall_on_full(a),
+        "start_upcall_on_full"
+    );
+
     match (state::arm(w, head, k), spec::arm(a, head, k)) {
         (Arm::Arm(new), spec::Arm::Arm(next)) => assert_eq!(dec(new), next, "arm"),
         (Arm::Pending, spec::Arm::Pending) | (Arm::Closed, spec::Arm::Closed) => {}
