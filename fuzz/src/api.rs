@@ -724,7 +724,9 @@ impl Api {
             Ok(len)
         } else {
             self.registered = Registered::Thread;
-            if self.m.overflow > 0 {
+            // Right after a report, events that meet the threshold come
+            // before the next report (the core's wait prefers them).
+            if self.m.overflow > 0 && !(len >= k && self.m.last_was_report) {
                 // The arm finds work (or arms, then sees the report and
                 // withdraws); the wait returns the report.
                 if !self.m.closed && len < k && len == 0 {
