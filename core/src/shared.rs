@@ -38,7 +38,9 @@ use crate::error::{Overflow, ResizeError, TryDequeueError};
 use crate::notify::NotifyTargets;
 use crate::query::{Counters, Query, UpcallPolicy};
 use crate::ring::Buffer;
-use crate::state::{self, loss, Arm, Exit, Invoke, Notify, PolicyBits, Reacquire, ReserveBatch};
+use crate::state::{
+    self, loss, Arm, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
+};
 use crate::sync::{
     fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Ordering, StateWord,
 };
@@ -555,7 +557,28 @@ impl<T> Shared<T> {
                 hint = s.refresh_hint(hint_cell);
                 w = s.state.load(Ordering::Relaxed);
             }
-            match state::reserve_batch(w, hint, want) {
+            // One ticket (every `post`) takes the simpler transition; `want`
+            // is a constant there, so the branch folds away.
+            let verdict = if want == 1 {
+                match state::reserve(w, hint) {
+                    Reserve::Ticket {
+                        new,
+                        ticket,
+                        notify,
+                    } => ReserveBatch::Tickets {
+                        new,
+                        first: ticket,
+                        count: 1,
+                        notify,
+                    },
+                    Reserve::Full => ReserveBatch::Full,
+                    Reserve::Closed => ReserveBatch::Closed,
+                    Reserve::Resizing => ReserveBatch::Resizing,
+                }
+            } else {
+                state::reserve_batch(w, hint, want)
+            };
+            match verdict {
                 ReserveBatch::Tickets { count, .. } if count < want && !head_is_fresh => {
                     // The room computed from the cached head may be smaller
                     // than the real one: look once more before a short count.

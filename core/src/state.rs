@@ -171,6 +171,7 @@ pub enum Invoke {
 /// let Reserve::Ticket { new, .. } = reserve(w, 0) else { unreachable!() };
 /// assert_eq!((tail(w), tail(new)), (0, 1));
 /// ```
+#[inline]
 pub const fn tail(w: u64) -> u64 {
     w >> TAIL_SHIFT
 }
@@ -179,6 +180,7 @@ pub const fn tail(w: u64) -> u64 {
 /// ```
 /// assert_eq!(evd::state::cap_log2(evd::state::initial(6)), 6);
 /// ```
+#[inline]
 pub const fn cap_log2(w: u64) -> u32 {
     ((w & CAP_MASK) >> CAP_SHIFT) as u32
 }
@@ -187,6 +189,7 @@ pub const fn cap_log2(w: u64) -> u32 {
 /// ```
 /// assert_eq!(evd::state::capacity(evd::state::initial(6)), 64);
 /// ```
+#[inline]
 pub const fn capacity(w: u64) -> u64 {
     1 << cap_log2(w)
 }
@@ -198,6 +201,7 @@ pub const fn capacity(w: u64) -> u64 {
 /// let on = set_policy(initial(2), 0, PolicyBits::Single, Invoke::Any).new;
 /// assert_eq!(policy(on), PolicyBits::Single);
 /// ```
+#[inline]
 pub const fn policy(w: u64) -> PolicyBits {
     match (w & POLICY_MASK) >> POLICY_SHIFT {
         1 => PolicyBits::Single,
@@ -213,6 +217,7 @@ pub const fn policy(w: u64) -> PolicyBits {
 /// let Reserve::Ticket { new, .. } = reserve(on, 0) else { unreachable!() };
 /// assert_eq!(instances(new), 1);
 /// ```
+#[inline]
 pub const fn instances(w: u64) -> u64 {
     (w & INSTANCES_MASK) >> INSTANCES_SHIFT
 }
@@ -223,6 +228,7 @@ pub const fn instances(w: u64) -> u64 {
 /// let Reserve::Ticket { new, .. } = reserve(initial(2), 0) else { unreachable!() };
 /// assert_eq!((len(new, 0), len(new, 1)), (1, 0));
 /// ```
+#[inline]
 pub const fn len(w: u64, head: u64) -> u64 {
     tail(w).wrapping_sub(head) & TICKET_MASK
 }
@@ -234,6 +240,7 @@ pub const fn len(w: u64, head: u64) -> u64 {
 /// assert!(is_full(new, 0));
 /// assert!(!is_full(new, 1));
 /// ```
+#[inline]
 pub const fn is_full(w: u64, head: u64) -> bool {
     len(w, head) >= capacity(w)
 }
@@ -244,6 +251,7 @@ pub const fn is_full(w: u64, head: u64) -> bool {
 /// let Arm::Arm(w) = arm(initial(2), 0, 1) else { unreachable!() };
 /// assert!(has(w, ARMED) && !has(w, NOTIFIED));
 /// ```
+#[inline]
 pub const fn has(w: u64, f: u64) -> bool {
     w & f != 0
 }
@@ -254,22 +262,27 @@ pub const fn has(w: u64, f: u64) -> bool {
 /// let w = initial(10);
 /// assert_eq!((capacity(w), tail(w), instances(w)), (1024, 0, 0));
 /// ```
+#[inline]
 pub const fn initial(cap_log2: u32) -> u64 {
     (cap_log2 as u64) << CAP_SHIFT
 }
 
+#[inline]
 pub(crate) const fn with_tail(w: u64, t: u64) -> u64 {
     (w & ((1 << TAIL_SHIFT) - 1)) | ((t & TICKET_MASK) << TAIL_SHIFT)
 }
 
+#[inline]
 const fn with_instances(w: u64, n: u64) -> u64 {
     (w & !INSTANCES_MASK) | (n << INSTANCES_SHIFT)
 }
 
+#[inline]
 const fn with_policy(w: u64, p: PolicyBits) -> u64 {
     (w & !POLICY_MASK) | ((p as u64) << POLICY_SHIFT)
 }
 
+#[inline]
 const fn with_cap_log2(w: u64, c: u32) -> u64 {
     (w & !CAP_MASK) | ((c as u64) << CAP_SHIFT)
 }
@@ -318,6 +331,7 @@ pub enum Reserve {
 /// // ...the second only a ticket.
 /// assert!(matches!(reserve(new, 0), Reserve::Ticket { ticket: 1, notify: Notify::None, .. }));
 /// ```
+#[inline]
 pub const fn reserve(w: u64, head: u64) -> Reserve {
     if has(w, CLOSED) {
         return Reserve::Closed;
@@ -380,6 +394,7 @@ pub enum ReserveBatch {
 /// let ReserveBatch::Tickets { new, first: 0, count: 3, .. } = reserve_batch(w, 0, 3) else { unreachable!() };
 /// assert!(matches!(reserve_batch(new, 0, 3), ReserveBatch::Tickets { first: 3, count: 1, .. }));
 /// ```
+#[inline]
 pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
     let single = reserve(w, head);
     match single {
@@ -425,6 +440,7 @@ pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
 /// its remaining events and the report are drained, by the consumer or by an
 /// upcall (ARMED is never set on a closed word, so only the upcall branch
 /// applies there).
+#[inline]
 pub const fn notify_loss(w: u64) -> Option<(u64, Notify)> {
     if has(w, ARMED) {
         return Some(((w & !ARMED) | NOTIFIED, Notify::Wake));
@@ -451,6 +467,7 @@ pub const fn notify_loss(w: u64) -> Option<(u64, Notify)> {
 /// assert_eq!(start_upcall_on_full(initial(0)), None); // upcalls off
 /// # let _ = on;
 /// ```
+#[inline]
 pub const fn start_upcall_on_full(w: u64) -> Option<u64> {
     if !has(w, TOKEN) && instances(w) < policy(w).instance_limit() {
         Some(with_instances(w | TOKEN | NOTIFIED, instances(w) + 1))
@@ -483,6 +500,7 @@ pub enum Arm {
 /// let Reserve::Ticket { new, .. } = reserve(w, 0) else { unreachable!() };
 /// assert_eq!(arm(new, 0, 1), Arm::Pending); // the event that slipped in
 /// ```
+#[inline]
 pub const fn arm(w: u64, head: u64, threshold: u64) -> Arm {
     let n = len(w, head);
     if n >= threshold {
@@ -507,6 +525,7 @@ pub const fn arm(w: u64, head: u64, threshold: u64) -> Arm {
 /// let Arm::Arm(w) = arm(initial(2), 0, 1) else { unreachable!() };
 /// assert!(!has(disarm(w), ARMED));
 /// ```
+#[inline]
 pub const fn disarm(w: u64) -> u64 {
     w & !ARMED
 }
@@ -521,6 +540,7 @@ pub const fn disarm(w: u64) -> u64 {
 /// assert!(wake && has(closed, CLOSED));
 /// assert_eq!(reserve(closed, 0), Reserve::Closed);
 /// ```
+#[inline]
 pub const fn close(w: u64) -> (u64, bool) {
     let wake = has(w, ARMED);
     let mut new = (w | CLOSED) & !ARMED;
@@ -538,6 +558,7 @@ pub const fn close(w: u64) -> (u64, bool) {
 /// assert_eq!(reserve(r, 0), Reserve::Resizing);
 /// assert_eq!(begin_resize(r), None);
 /// ```
+#[inline]
 pub const fn begin_resize(w: u64) -> Option<u64> {
     if has(w, RESIZING) {
         None
@@ -553,6 +574,7 @@ pub const fn begin_resize(w: u64) -> Option<u64> {
 /// let r = begin_resize(initial(2)).unwrap();
 /// assert_eq!(capacity(end_resize(r, 5)), 32);
 /// ```
+#[inline]
 pub const fn end_resize(w: u64, new_cap_log2: u32) -> u64 {
     with_cap_log2(w & !RESIZING, new_cap_log2)
 }
@@ -575,6 +597,7 @@ pub struct SetPolicy {
 /// assert!(set_policy(queued, 0, PolicyBits::Single, Invoke::Any).start_instance);
 /// assert!(!set_policy(queued, 0, PolicyBits::Single, Invoke::New).start_instance);
 /// ```
+#[inline]
 pub const fn set_policy(w: u64, head: u64, p: PolicyBits, invoke: Invoke) -> SetPolicy {
     let new = with_policy(w, p);
     let start = matches!(invoke, Invoke::Any)
@@ -615,6 +638,7 @@ pub enum Exit {
 /// assert_eq!(exit_instance(running, 0), Exit::MoreWork); // its own event is still queued
 /// assert!(matches!(exit_instance(running, 1), Exit::Exit(w) if instances(w) == 0));
 /// ```
+#[inline]
 pub const fn exit_instance(w: u64, head: u64) -> Exit {
     let n = len(w, head);
     let enabled = !matches!(policy(w), PolicyBits::Disabled);
@@ -641,6 +665,7 @@ pub const fn exit_instance(w: u64, head: u64) -> Exit {
 /// let Reserve::Ticket { new: running, .. } = reserve(on, 0) else { unreachable!() };
 /// assert!(has(running, TOKEN) && !has(release_token(running), TOKEN));
 /// ```
+#[inline]
 pub const fn release_token(w: u64) -> u64 {
     w & !TOKEN
 }
@@ -669,6 +694,7 @@ pub enum Reacquire {
 /// assert!(matches!(reacquire(handed_back), Reacquire::Token(_)));
 /// assert!(matches!(reacquire(running), Reacquire::Exit(_))); // someone holds it
 /// ```
+#[inline]
 pub const fn reacquire(w: u64) -> Reacquire {
     debug_assert!(instances(w) > 0, "reacquire without a running instance");
     if has(w, TOKEN) || instances(w) > policy(w).instance_limit() {
@@ -688,6 +714,7 @@ pub const fn reacquire(w: u64) -> Reacquire {
 /// let after = abandon_instance(running, true);
 /// assert_eq!((instances(after), has(after, TOKEN)), (0, false));
 /// ```
+#[inline]
 pub const fn abandon_instance(w: u64, held_token: bool) -> u64 {
     debug_assert!(instances(w) > 0, "abandon without a running instance");
     debug_assert!(!held_token || has(w, TOKEN), "abandon of a token not held");
