@@ -209,9 +209,10 @@ impl<T> Shared<T> {
         self.buffer().capacity()
     }
 
-    /// Apply `f` to the word until the CAS succeeds or `f` declines.
+    /// Apply the transition `f` to the state word and install its result with
+    /// a CAS, retrying on a changed word, until it succeeds or `f` declines.
     #[inline]
-    fn update<R>(&self, success: Ordering, mut f: impl FnMut(u64) -> Result<(u64, R), R>) -> R {
+    fn transition<R>(&self, success: Ordering, mut f: impl FnMut(u64) -> Result<(u64, R), R>) -> R {
         let mut w = self.state.load(Ordering::Relaxed);
         loop {
             match f(w) {
@@ -231,7 +232,7 @@ impl<T> Shared<T> {
 
     /// Apply `f` to the loss word until the CAS succeeds or `f` declines;
     /// returns the word installed, or `None`.
-    fn update_losses(
+    fn transition_losses(
         &self,
         success: Ordering,
         mut f: impl FnMut(u64) -> Option<u64>,
@@ -265,7 +266,7 @@ impl<T> Shared<T> {
     pub(crate) fn close(&self) {
         // AcqRel: Release orders the committed losses before the state word's
         // CLOSED (released by `finish_close`, which follows in this thread).
-        self.update_losses(Ordering::AcqRel, |l| {
+        self.transition_losses(Ordering::AcqRel, |l| {
             (!loss::is_closed(l)).then_some(loss::close(l))
         });
         self.finish_close();
@@ -277,7 +278,7 @@ impl<T> Shared<T> {
         // AcqRel: Release so that whoever sees CLOSED with an Acquire load
         // also sees the loss word closed (and so the final loss count); Acquire
         // to take over an arm's registered waker.
-        let wake = self.update(Ordering::AcqRel, |w| {
+        let wake = self.transition(Ordering::AcqRel, |w| {
             if state::has(w, state::CLOSED) {
                 Err(false)
             } else {
@@ -310,7 +311,7 @@ impl<T> Shared<T> {
         let mut lost = 0;
         // Relaxed: the count carries no data; what must be ordered with it
         // (the arm, the end of stream) is ordered through the state word.
-        self.update_losses(Ordering::Relaxed, |l| {
+        self.transition_losses(Ordering::Relaxed, |l| {
             let (new, n) = loss::take(l)?;
             lost = n;
             Some(new)
@@ -459,12 +460,12 @@ impl<T> Shared<T> {
         // AcqRel: Release publishes the waker registered before this arm to
         // the poster whose Acquire reservation CAS disarms it; Acquire makes a
         // loss visible if its poster's RMW on the word came first.
-        let r = self.update(Ordering::AcqRel, |w| match state::arm(w, h, threshold) {
-            Arm::Arm(new) => Ok((new, Arm::Arm(new))),
+        let r = self.transition(Ordering::AcqRel, |w| match state::arm(w, h, threshold) {
+            Arm::Armed(new) => Ok((new, Arm::Armed(new))),
             other => Err(other),
         });
         match r {
-            Arm::Arm(_) if self.loss_pending() => {
+            Arm::Armed(_) if self.loss_pending() => {
                 // A loss was committed and its poster's RMW on the word came
                 // before our CAS, so it did not see ARMED: the report is
                 // pending work.
@@ -488,7 +489,7 @@ impl<T> Shared<T> {
 
     /// Withdraw an arm (timed-out wait, dropped future).
     pub(crate) fn disarm(&self) {
-        self.update(Ordering::Relaxed, |w| {
+        self.transition(Ordering::Relaxed, |w| {
             if state::has(w, state::ARMED) {
                 Ok((state::disarm(w), ()))
             } else {
@@ -506,7 +507,7 @@ impl<T> Shared<T> {
         // Relaxed: the state word RMW below orders the commit for the arm and
         // the upcall exit; close's order is the loss word's own order.
         if self
-            .update_losses(Ordering::Relaxed, loss::commit)
+            .transition_losses(Ordering::Relaxed, loss::commit)
             .is_none()
         {
             // Close has begun; make sure it is finished before the poster is
@@ -521,7 +522,7 @@ impl<T> Shared<T> {
         // upcall's exit — and they re-check the loss word after their CAS;
         // whoever came earlier is seen here (ARMED, or a free token) and
         // notified.
-        Some(self.update(Ordering::AcqRel, |w| {
+        Some(self.transition(Ordering::AcqRel, |w| {
             Ok(state::notify_loss(w).unwrap_or((w, Notify::None)))
         }))
     }
@@ -731,7 +732,7 @@ impl<T> Shared<T> {
         let new_cap = fresh.capacity();
         // Acquire: after this no ticket is handed out; the tickets already
         // handed out are in [head, tail(w)).
-        let w = self.update(Ordering::Acquire, |w| {
+        let w = self.transition(Ordering::Acquire, |w| {
             state::begin_resize(w).map(|n| (n, n)).ok_or(w)
         });
         let h = self.head();
@@ -739,7 +740,7 @@ impl<T> Shared<T> {
         if queued > new_cap {
             let old_log2 = state::cap_log2(w);
             // Release: posters resume against the unchanged ring.
-            self.update(Ordering::Release, |w| {
+            self.transition(Ordering::Release, |w| {
                 Ok((state::end_resize(w, old_log2), ()))
             });
             return Err(ResizeError::TooSmall {
@@ -762,7 +763,7 @@ impl<T> Shared<T> {
         let old_ptr = self.swap_buffer(fresh);
         // Release: a poster whose reservation reads the cleared flag (or any
         // later word) sees the new buffer pointer.
-        self.update(Ordering::Release, |w| Ok((state::end_resize(w, log2), ())));
+        self.transition(Ordering::Release, |w| Ok((state::end_resize(w, log2), ())));
         // SAFETY: every reserved ticket was published, so no poster touches the
         // old ring any more, and new reservations use the new one. Its values
         // were all moved out; dropping it frees only the slots.
@@ -798,14 +799,14 @@ impl<T> Shared<T> {
     pub(crate) fn release_token(&self) {
         // AcqRel: Release hands our head and slot reads to the next token
         // holder.
-        self.update(Ordering::AcqRel, |w| Ok((state::release_token(w), ())));
+        self.transition(Ordering::AcqRel, |w| Ok((state::release_token(w), ())));
     }
 
     /// ManyInstances: after its handler, take the token again (`Ok`) or end
     /// (`Err` with the word installed).
     pub(crate) fn reacquire_token(&self) -> Result<(), u64> {
         // AcqRel: Acquire to see the last holder's head; Release for an exit.
-        self.update(Ordering::AcqRel, |w| match state::reacquire(w) {
+        self.transition(Ordering::AcqRel, |w| match state::reacquire(w) {
             Reacquire::Token(n) => Ok((n, Ok(()))),
             Reacquire::Exit(n) => Ok((n, Err(n))),
         })
@@ -818,8 +819,8 @@ impl<T> Shared<T> {
         // AcqRel: Release so the next instance (or the torn-down consumer) sees
         // our head; Acquire to read a current word, and with it any loss whose
         // poster's RMW on the word came before this CAS.
-        self.update(Ordering::AcqRel, |w| match state::exit_instance(w, h) {
-            Exit::Exit(new) => Ok((new, Some(new))),
+        self.transition(Ordering::AcqRel, |w| match state::exit_instance(w, h) {
+            Exit::Ended(new) => Ok((new, Some(new))),
             Exit::MoreWork => Err(None),
         })
     }
@@ -829,7 +830,7 @@ impl<T> Shared<T> {
     pub(crate) fn abandon_instance(&self, held_token: bool) -> u64 {
         // AcqRel: like a normal exit, hands the consumer side to whoever next
         // takes the token.
-        self.update(Ordering::AcqRel, |w| {
+        self.transition(Ordering::AcqRel, |w| {
             let n = state::abandon_instance(w, held_token);
             Ok((n, n))
         })
@@ -841,7 +842,7 @@ impl<T> Shared<T> {
         let h = self.head();
         // AcqRel: Release hands the consumer side to instances that start
         // under the new policy; Acquire to see the last instance's head.
-        let start = self.update(Ordering::AcqRel, |w| {
+        let start = self.transition(Ordering::AcqRel, |w| {
             let r = state::set_policy(w, h, bits, invoke);
             Ok((r.new, r.start_instance))
         });
@@ -854,7 +855,7 @@ impl<T> Shared<T> {
     /// nothing: take the token (if upcalls are enabled and nobody holds it)
     /// to report it. A poster whose RMW comes later starts an instance itself.
     pub(crate) fn restart_for_loss(&self) -> bool {
-        self.update(Ordering::AcqRel, |w| match state::notify_loss(w) {
+        self.transition(Ordering::AcqRel, |w| match state::notify_loss(w) {
             Some((new, Notify::Upcall)) => Ok((new, true)),
             _ => Err(false),
         })

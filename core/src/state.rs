@@ -248,7 +248,7 @@ pub const fn is_full(w: u64, head: u64) -> bool {
 /// True if the flag `f` is set in `w`.
 /// ```
 /// use evd::state::*;
-/// let Arm::Arm(w) = arm(initial(2), 0, 1) else { unreachable!() };
+/// let Arm::Armed(w) = arm(initial(2), 0, 1) else { unreachable!() };
 /// assert!(has(w, ARMED) && !has(w, NOTIFIED));
 /// ```
 #[inline]
@@ -325,7 +325,7 @@ pub enum Reserve {
 ///
 /// ```
 /// use evd::state::*;
-/// let Arm::Arm(armed) = arm(initial(2), 0, 1) else { unreachable!() };
+/// let Arm::Armed(armed) = arm(initial(2), 0, 1) else { unreachable!() };
 /// // The first post takes ticket 0 and the notification...
 /// let Reserve::Ticket { new, ticket: 0, notify: Notify::Wake } = reserve(armed, 0) else { unreachable!() };
 /// // ...the second only a ticket.
@@ -431,7 +431,7 @@ pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
 ///
 /// ```
 /// use evd::state::*;
-/// let Arm::Arm(armed) = arm(initial(2), 0, 1) else { unreachable!() };
+/// let Arm::Armed(armed) = arm(initial(2), 0, 1) else { unreachable!() };
 /// assert!(matches!(notify_loss(armed), Some((_, Notify::Wake))));
 /// assert_eq!(notify_loss(initial(2)), None);
 /// ```
@@ -480,7 +480,7 @@ pub const fn start_upcall_on_full(w: u64) -> Option<u64> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arm {
     /// Install `new`: the next post will notify.
-    Arm(u64),
+    Armed(u64),
     /// At least `threshold` events are queued: keep draining, do not sleep.
     Pending,
     /// Closed and empty: end of stream.
@@ -496,7 +496,7 @@ pub enum Arm {
 /// ```
 /// use evd::state::*;
 /// let w = initial(2);
-/// assert!(matches!(arm(w, 0, 1), Arm::Arm(_)));
+/// assert!(matches!(arm(w, 0, 1), Arm::Armed(_)));
 /// let Reserve::Ticket { new, .. } = reserve(w, 0) else { unreachable!() };
 /// assert_eq!(arm(new, 0, 1), Arm::Pending); // the event that slipped in
 /// ```
@@ -515,14 +515,14 @@ pub const fn arm(w: u64, head: u64, threshold: u64) -> Arm {
     if n == 0 {
         new &= !NOTIFIED;
     }
-    Arm::Arm(new)
+    Arm::Armed(new)
 }
 
 /// The consumer withdraws its arm (a timed-out wait, a dropped future).
 ///
 /// ```
 /// use evd::state::*;
-/// let Arm::Arm(w) = arm(initial(2), 0, 1) else { unreachable!() };
+/// let Arm::Armed(w) = arm(initial(2), 0, 1) else { unreachable!() };
 /// assert!(!has(disarm(w), ARMED));
 /// ```
 #[inline]
@@ -535,7 +535,7 @@ pub const fn disarm(w: u64) -> u64 {
 ///
 /// ```
 /// use evd::state::*;
-/// let Arm::Arm(w) = arm(initial(2), 0, 1) else { unreachable!() };
+/// let Arm::Armed(w) = arm(initial(2), 0, 1) else { unreachable!() };
 /// let (closed, wake) = close(w);
 /// assert!(wake && has(closed, CLOSED));
 /// assert_eq!(reserve(closed, 0), Reserve::Closed);
@@ -621,7 +621,7 @@ pub const fn set_policy(w: u64, head: u64, p: PolicyBits, invoke: Invoke) -> Set
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
     /// Install `new`: the instance has ended.
-    Exit(u64),
+    Ended(u64),
     /// Events are queued and upcalls are enabled: keep the token and go on.
     MoreWork,
 }
@@ -636,7 +636,7 @@ pub enum Exit {
 /// let on = set_policy(initial(2), 0, PolicyBits::Single, Invoke::Any).new;
 /// let Reserve::Ticket { new: running, .. } = reserve(on, 0) else { unreachable!() };
 /// assert_eq!(exit_instance(running, 0), Exit::MoreWork); // its own event is still queued
-/// assert!(matches!(exit_instance(running, 1), Exit::Exit(w) if instances(w) == 0));
+/// assert!(matches!(exit_instance(running, 1), Exit::Ended(w) if instances(w) == 0));
 /// ```
 #[inline]
 pub const fn exit_instance(w: u64, head: u64) -> Exit {
@@ -653,7 +653,7 @@ pub const fn exit_instance(w: u64, head: u64) -> Exit {
     if n == 0 {
         new &= !NOTIFIED;
     }
-    Exit::Exit(new)
+    Exit::Ended(new)
 }
 
 /// ManyInstances: the token holder has taken one event out and hands the token
@@ -1005,7 +1005,7 @@ mod tests {
     #[test]
     fn arm_on_empty_ring_arms_and_clears_notified() {
         let w = with_tail(CAP4 | NOTIFIED, 3);
-        assert_eq!(arm(w, 3, 1), Arm::Arm((w | ARMED) & !NOTIFIED));
+        assert_eq!(arm(w, 3, 1), Arm::Armed((w | ARMED) & !NOTIFIED));
     }
 
     #[test]
@@ -1017,14 +1017,14 @@ mod tests {
     #[test]
     fn arm_below_threshold_arms_but_keeps_notified() {
         let w = with_tail(CAP4 | NOTIFIED, 3);
-        assert_eq!(arm(w, 2, 2), Arm::Arm(w | ARMED));
+        assert_eq!(arm(w, 2, 2), Arm::Armed(w | ARMED));
         assert_eq!(arm(w, 1, 2), Arm::Pending);
     }
 
     #[test]
     fn arm_is_idempotent() {
         let w = CAP4 | ARMED;
-        assert_eq!(arm(w, 0, 1), Arm::Arm(w));
+        assert_eq!(arm(w, 0, 1), Arm::Armed(w));
     }
 
     #[test]
@@ -1117,7 +1117,7 @@ mod tests {
         );
         assert_eq!(exit_instance(w, 1), Exit::MoreWork);
         match exit_instance(w, 2) {
-            Exit::Exit(new) => {
+            Exit::Ended(new) => {
                 assert!(!has(new, TOKEN | NOTIFIED));
                 assert_eq!(instances(new), 0);
             }
@@ -1129,7 +1129,7 @@ mod tests {
     fn exit_instance_when_disabled_leaves_events_and_notified() {
         let w = with_instances(with_tail(CAP4 | TOKEN | NOTIFIED, 2), 1);
         match exit_instance(w, 1) {
-            Exit::Exit(new) => {
+            Exit::Ended(new) => {
                 assert!(!has(new, TOKEN));
                 assert!(has(new, NOTIFIED), "not drained: notified stays");
                 assert_eq!(len(new, 1), 1);

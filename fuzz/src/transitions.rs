@@ -142,7 +142,7 @@ pub fn check(c: &Case) {
     );
 
     match (state::arm(w, head, k), spec::arm(a, head, k)) {
-        (Arm::Arm(new), spec::Arm::Arm(next)) => assert_eq!(dec(new), next, "arm"),
+        (Arm::Armed(new), spec::Arm::Arm(next)) => assert_eq!(dec(new), next, "arm"),
         (Arm::Pending, spec::Arm::Pending) | (Arm::Closed, spec::Arm::Closed) => {}
         (real, model) => panic!("arm: {real:?} but the model says {model:?}"),
     }
@@ -177,7 +177,7 @@ pub fn check(c: &Case) {
     let running = a.instances > 0;
     if running && a.token {
         match (state::exit_instance(w, head), spec::exit_instance(a, head)) {
-            (Exit::Exit(new), Some(next)) => assert_eq!(dec(new), next, "exit_instance"),
+            (Exit::Ended(new), Some(next)) => assert_eq!(dec(new), next, "exit_instance"),
             (Exit::MoreWork, None) => {}
             (real, model) => panic!("exit_instance: {real:?} but the model says {model:?}"),
         }

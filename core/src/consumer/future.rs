@@ -31,7 +31,7 @@ impl<T> Consumer<T> {
             }
             self.shared().register_waker(cx.waker());
             match self.shared().arm(1) {
-                Arm::Arm(_) => return Poll::Pending,
+                Arm::Armed(_) => return Poll::Pending,
                 Arm::Closed => return Poll::Ready(Err(RecvError::Closed)),
                 Arm::Pending => {}
             }

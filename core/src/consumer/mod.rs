@@ -125,7 +125,7 @@ impl<T> Consumer<T> {
     #[inline]
     pub fn arm(&mut self) -> ArmStatus {
         match self.shared.arm(1) {
-            Arm::Arm(_) => ArmStatus::Armed,
+            Arm::Armed(_) => ArmStatus::Armed,
             Arm::Pending => ArmStatus::Pending,
             Arm::Closed => ArmStatus::Closed,
         }

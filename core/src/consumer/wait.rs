@@ -141,7 +141,7 @@ impl<T> Consumer<T> {
                 capacity,
             });
         }
-        let k = threshold as u64;
+        let want = threshold as u64;
         // Spin, then yield, before parking: with posters sharing the CPUs a
         // yield lets them fill the ring, and a park costs a futex round trip
         // on both sides (see BENCHMARKS.md).
@@ -153,7 +153,7 @@ impl<T> Consumer<T> {
         let expired = |d: &Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
         let backoff = Backoff::new();
         for _ in 0..self.spin_budget {
-            if s.ready(k) >= k {
+            if s.ready(want) >= want {
                 return Ok(s.ready(u64::MAX) as usize);
             }
             if expired(&deadline) {
@@ -171,8 +171,8 @@ impl<T> Consumer<T> {
                 s.disarm();
                 return Err(WaitError::Unwaitable);
             }
-            match s.arm(k) {
-                Arm::Arm(_) => {
+            match s.arm(want) {
+                Arm::Armed(_) => {
                     if let Some(d) = deadline {
                         if Instant::now() >= d {
                             s.disarm();
@@ -191,18 +191,18 @@ impl<T> Consumer<T> {
                     // A report ends the wait, except right after a report
                     // while the events are ready: then the events come first,
                     // so a flood of losses cannot keep the consumer waiting.
-                    if !(ready >= k && s.last_was_report()) {
+                    if !(ready >= want && s.last_was_report()) {
                         if let Some(o) = s.take_report() {
                             return Err(WaitError::Overflow(o));
                         }
                     }
-                    if ready >= k {
+                    if ready >= want {
                         return Ok(ready as usize);
                     }
                     if let Some(queued) = s.queued_if_closed() {
                         // Nothing more will be posted: once the reserved
-                        // slots are written, fewer than `k` is final.
-                        if queued < k && ready == queued {
+                        // slots are written, fewer than `want` is final.
+                        if queued < want && ready == queued {
                             // The loss count is final now that CLOSED was
                             // seen with Acquire: a loss is told before the end.
                             if let Some(o) = s.take_report() {
