@@ -77,7 +77,6 @@ fn post_error_is_full_and_is_closed() {
 fn dequeue_blocks_until_a_post_from_another_thread() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
         poster.post(5).unwrap();
         poster // keep it alive until joined
     });
@@ -155,7 +154,6 @@ fn dequeue_unwaitable_returns_unwaitable_but_ready_events_come_first() {
 fn dequeue_unwaitable_wakes_a_blocked_dequeue() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
         poster.set_unwaitable();
         poster
     });
@@ -196,7 +194,6 @@ fn dequeue_deadline_in_the_past_returns_timeout_or_the_event() {
 fn dequeue_timeout_gets_an_event_posted_before_it_expires() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(10));
         poster.post(11).unwrap();
         poster
     });
@@ -303,7 +300,6 @@ fn wait_deadline_in_the_past_skips_the_spin_phase() {
 fn wait_deadline_wakes_on_a_post() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(10));
         poster.post(1).unwrap();
         poster
     });
