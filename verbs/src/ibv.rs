@@ -124,7 +124,7 @@ impl Context {
             // SAFETY: `i < n`; the name is read while the list is alive.
             let dev = unsafe { *list.add(i) };
             let dev_name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(dev)) };
-            if name.map_or(true, |want| dev_name.to_bytes() == want.as_bytes()) {
+            if name.is_none_or(|want| dev_name.to_bytes() == want.as_bytes()) {
                 chosen = dev;
                 break;
             }
