@@ -61,6 +61,7 @@ mod notify;
 mod poster;
 mod query;
 mod ring;
+mod room;
 mod shared;
 // Not part of the semver API: exposed for the fuzz crate's reference model
 // (`fuzz/src/spec.rs`), and may change in any release.
@@ -77,7 +78,7 @@ pub use error::{
     BatchPostError, CreateError, DequeueError, Overflow, PolicyError, PostError, RecvError,
     ResizeError, TryDequeueError, WaitError,
 };
-pub use poster::{Lossy, Poster};
+pub use poster::{Lossy, PostAsync, PostSink, Poster};
 pub use query::{Query, UpcallPolicy};
 pub use shared::MAX_CAPACITY;
 pub use state::Invoke;

@@ -77,6 +77,13 @@ pub struct Query {
     pub notifications: u64,
     /// Upcall handler invocations.
     pub upcalls: u64,
+    /// A poster is waiting for room ([`Poster::post_blocking`](crate::Poster::post_blocking)
+    /// and the other waiting posts).
+    pub room_wanted: bool,
+    /// Wakes sent to posters waiting for room: one per slot freed while they
+    /// wait, one per waiter at close, and one passed on by a woken waiter
+    /// that left.
+    pub room_wakes: u64,
 }
 
 /// Counters touched off the post/dequeue fast path only.
@@ -85,4 +92,5 @@ pub(crate) struct Counters {
     pub(crate) lost: AtomicU64,
     pub(crate) notifications: AtomicU64,
     pub(crate) upcalls: AtomicU64,
+    pub(crate) room_wakes: AtomicU64,
 }

@@ -33,16 +33,23 @@
 //! * **Upcalls** = the TOKEN bit stands for the consumer side; taking and
 //!   giving it back are CASes on the state word (`AcqRel`), so the head and
 //!   slot reads of one holder happen before the next holder's.
+//! * **Room** = a poster that waits for a free slot joins the room queue
+//!   (setting `room_wanted` in the consumer's line), runs the heavy barrier
+//!   and posts again before sleeping; every head store is followed by the
+//!   light barrier and a load of `room_wanted`, which wakes one waiter per
+//!   freed slot when set ([`crate::room`]).
 
 use crate::error::{Overflow, ResizeError, TryDequeueError};
 use crate::notify::NotifyTargets;
 use crate::query::{Counters, Query, UpcallPolicy};
 use crate::ring::Buffer;
+use crate::room::{Joined, Left, Seat, WaitQueue};
 use crate::state::{
     self, loss, Arm, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
 };
 use crate::sync::{
-    fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Ordering, StateWord,
+    fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Mutex, Ordering, RoomBarrier,
+    StateWord,
 };
 use crate::upcall::handler::{Handler, HandlerSlot};
 use crossbeam_utils::CachePadded;
@@ -85,6 +92,15 @@ struct ConsumerLine {
     /// so reports and events alternate and a flood of losses cannot starve
     /// the consumer of the queued events. Touched only by the consumer side.
     last_was_report: AtomicBool,
+    /// A poster waits for room: equal to `!room.is_empty()` whenever the room
+    /// lock is free (written only under it). Here, beside the head, so that
+    /// the consumer's check after each head store hits its own cache line;
+    /// written only while a poster waits.
+    room_wanted: AtomicBool,
+    /// The barrier pair that orders the head store before the `room_wanted`
+    /// load (consumer) against the flag store before the head load (waiting
+    /// poster). Immutable after creation.
+    room_barrier: RoomBarrier,
 }
 
 /// Fields every post reads and nobody writes in steady state.
@@ -122,6 +138,9 @@ pub(crate) struct Shared<T> {
     posters: AtomicUsize,
     /// Statistics that are not derived from the word and the head.
     counters: CachePadded<Counters>,
+    /// Posters waiting for room, FIFO ([`crate::room`]). Locked only by a
+    /// poster that waits and by a consumer that found `room_wanted` set.
+    room: CachePadded<Mutex<WaitQueue>>,
 }
 
 // SAFETY: the slots hand each `T` from one thread to another exactly once
@@ -137,6 +156,8 @@ impl<T> Shared<T> {
             consumer: CachePadded::new(ConsumerLine {
                 head: AtomicU64::new(0),
                 last_was_report: AtomicBool::new(false),
+                room_wanted: AtomicBool::new(false),
+                room_barrier: RoomBarrier::new(),
             }),
             read_mostly: CachePadded::new(ReadMostly {
                 buffer: AtomicPtr::new(Box::into_raw(Box::new(buffer))),
@@ -148,6 +169,7 @@ impl<T> Shared<T> {
             unwaitable: AtomicBool::new(false),
             posters: AtomicUsize::new(1),
             counters: CachePadded::new(Counters::default()),
+            room: CachePadded::new(Mutex::new(WaitQueue::default())),
         }
     }
 
@@ -166,7 +188,8 @@ impl<T> Shared<T> {
     }
 
     /// Store the consumer's new head (after the values before it were moved
-    /// out), and bump the head epoch when it crosses a boundary.
+    /// out), bump the head epoch when it crosses a boundary, and wake posters
+    /// waiting for the slots it freed.
     #[inline(always)]
     fn publish_head(&self, old: u64, new: u64) {
         // Release: the values were moved out before a poster may reuse the
@@ -177,6 +200,116 @@ impl<T> Shared<T> {
                 .head_epoch
                 .store(new >> HEAD_EPOCH_SHIFT, Ordering::Release);
         }
+        // The light half of the room barrier: with a waiting poster's heavy
+        // half, either its post after joining sees this head, or this load
+        // sees its flag. Relaxed: the barrier pair does the ordering, and the
+        // queue itself is read under its lock.
+        self.consumer.room_barrier.light();
+        if self.consumer.room_wanted.load(Ordering::Relaxed) {
+            self.wake_room(new.wrapping_sub(old));
+        }
+    }
+
+    // ---- the room signal (posters waiting for a free slot) ----
+
+    /// Lock the room queue. No user code runs under the lock except a
+    /// waker's clone; a panic there leaves the queue consistent, so a
+    /// poisoned lock is used as is.
+    fn room_queue(&self) -> crate::sync::MutexGuard<'_, WaitQueue> {
+        self.room.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keep `room_wanted == !queue.is_empty()`; under the lock. Writes the
+    /// consumer's line only when the flag changes.
+    fn sync_room_wanted(&self, q: &WaitQueue) {
+        let want = !q.is_empty();
+        if self.consumer.room_wanted.load(Ordering::Relaxed) != want {
+            self.consumer.room_wanted.store(want, Ordering::Relaxed);
+        }
+    }
+
+    /// Wake up to `n` waiting posters, first come first served (one per freed
+    /// slot; `u64::MAX` for all). Each waker is woken after the lock is
+    /// released, so a waker that posts again cannot deadlock on it.
+    #[cold]
+    #[inline(never)]
+    fn wake_room(&self, n: u64) {
+        for _ in 0..n {
+            let waker = {
+                let mut q = self.room_queue();
+                let w = q.pop();
+                self.sync_room_wanted(&q);
+                w
+            };
+            match waker {
+                Some(w) => {
+                    self.counters.room_wakes.fetch_add(1, Ordering::Relaxed);
+                    w.wake();
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// A poster found the ring full and will sleep until `waker` is woken:
+    /// join the room queue (first, or back at the front after a wake), and,
+    /// if it joined now, run the heavy barrier. The caller must post once
+    /// more after this and before it sleeps.
+    pub(crate) fn room_join(&self, seat: &mut Seat, waker: &Waker) {
+        let joined = {
+            let mut q = self.room_queue();
+            let j = q.join(seat, waker);
+            self.sync_room_wanted(&q);
+            j
+        };
+        if joined == Joined::Now {
+            // The heavy half of the room barrier: orders the flag store above
+            // before the head load of the caller's next post.
+            self.consumer.room_barrier.heavy();
+        }
+    }
+
+    /// A waiting poster is done: it `posted`, or gave up (deadline, close,
+    /// drop). Leave the queue; if it had been woken, pass one wake on to the
+    /// next waiter unless it posted and the ring is full now (the rule and
+    /// why in [`crate::room`]). The fullness snapshot is taken after the
+    /// lock that showed the seat woken, so it sees the head store whose
+    /// check woke it.
+    pub(crate) fn room_leave(&self, seat: &mut Seat, posted: bool) {
+        if !seat.is_taken() {
+            return;
+        }
+        let passed = {
+            let mut q = self.room_queue();
+            let w = match q.leave(seat) {
+                Left::Woken if !posted || !self.looks_full() => q.pop(),
+                _ => None,
+            };
+            self.sync_room_wanted(&q);
+            w
+        };
+        if let Some(w) = passed {
+            self.counters.room_wakes.fetch_add(1, Ordering::Relaxed);
+            w.wake();
+        }
+    }
+
+    /// Every slot is reserved now (a snapshot).
+    fn looks_full(&self) -> bool {
+        let (w, _, len) = self.word_head_len();
+        len == state::capacity(w)
+    }
+
+    /// Wake every waiting poster (close, a resize that grew the ring): each
+    /// retries and sees the change. A poster that joins after this sees it in
+    /// its post after joining (it locked the queue after us).
+    fn wake_all_room(&self) {
+        self.wake_room(u64::MAX);
+    }
+
+    /// A poster waits for room now (`Query::room_wanted`).
+    pub(crate) fn room_wanted(&self) -> bool {
+        self.consumer.room_wanted.load(Ordering::Relaxed)
     }
 
     #[inline(always)]
@@ -288,6 +421,8 @@ impl<T> Shared<T> {
         if wake {
             self.notify_consumer();
         }
+        // After CLOSED: a woken waiter's next post is refused as closed.
+        self.wake_all_room();
     }
 
     /// True if a loss report is waiting (a load of the read-mostly loss line).
@@ -768,6 +903,10 @@ impl<T> Shared<T> {
         // old ring any more, and new reservations use the new one. Its values
         // were all moved out; dropping it frees only the slots.
         drop(unsafe { Box::from_raw(old_ptr) });
+        if new_cap > state::capacity(w) {
+            // Room appeared without a head store.
+            self.wake_all_room();
+        }
         Ok(())
     }
 
@@ -945,6 +1084,8 @@ impl<T> Shared<T> {
             lost: self.counters.lost.load(Ordering::Relaxed),
             notifications: self.counters.notifications.load(Ordering::Relaxed),
             upcalls: self.counters.upcalls.load(Ordering::Relaxed),
+            room_wanted: self.room_wanted(),
+            room_wakes: self.counters.room_wakes.load(Ordering::Relaxed),
         }
     }
 

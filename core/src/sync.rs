@@ -7,13 +7,13 @@
 pub(crate) use loom::{
     cell::UnsafeCell,
     sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
-    sync::Arc,
+    sync::{Arc, Mutex, MutexGuard},
     thread,
 };
 #[cfg(not(any(loom, shuttle)))]
 pub(crate) use std::{
     sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
-    sync::Arc,
+    sync::{Arc, Mutex, MutexGuard},
     thread,
 };
 #[cfg(shuttle)]
@@ -21,6 +21,7 @@ pub(crate) use {
     observed::StateWord,
     shuttle::{
         sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
+        sync::{Mutex, MutexGuard},
         thread,
     },
     std::sync::Arc,
@@ -80,6 +81,145 @@ impl WakerSlot {
     pub(crate) fn wake(&self) {
         self.0.wake()
     }
+}
+
+/// The store-buffering barrier pair of the room signal (see `room.rs`): the
+/// consumer stores its head, then runs [`RoomBarrier::light`] and loads the
+/// room flag; a poster that is about to sleep stores the flag, then runs
+/// [`RoomBarrier::heavy`] and loads the head. The pair guarantees that one of
+/// the two loads sees the other side's store.
+///
+/// On Linux with `membarrier(2)` (private expedited, registered once per
+/// process) the light side is only a compiler fence, so the consumer pays
+/// nothing on its hot path, and the heavy side is the system call: it runs a
+/// full memory barrier on every CPU that is running a thread of this process
+/// (a thread that is not running passed one when it was switched out), so
+/// either the consumer's head store was drained before the poster's head
+/// load, or the consumer's flag load comes after the barrier and sees the
+/// flag (the folly `asymmetricLightBarrier` / `asymmetricHeavyBarrier` pair).
+/// Without it (other systems, Miri, a kernel or sandbox that refuses the
+/// registration) both sides are a `SeqCst` fence.
+#[cfg(not(any(loom, shuttle)))]
+#[derive(Debug)]
+pub(crate) struct RoomBarrier {
+    /// `membarrier` private expedited is registered for this process.
+    asymmetric: bool,
+}
+
+#[cfg(not(any(loom, shuttle)))]
+impl RoomBarrier {
+    pub(crate) fn new() -> Self {
+        RoomBarrier {
+            asymmetric: membarrier::registered(),
+        }
+    }
+
+    /// The consumer's side, between its head store and its flag load.
+    #[inline(always)]
+    pub(crate) fn light(&self) {
+        if self.asymmetric {
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// A waiting poster's side, between its flag store and its head load.
+    pub(crate) fn heavy(&self) {
+        fence(Ordering::SeqCst);
+        if self.asymmetric {
+            membarrier::run();
+        }
+    }
+}
+
+#[cfg(not(any(loom, shuttle)))]
+mod membarrier {
+    /// Register this process for private expedited membarriers, once; true if
+    /// the kernel accepted (Linux 4.14 and later, unless a seccomp filter
+    /// refuses the call).
+    #[cfg(all(target_os = "linux", not(miri)))]
+    pub(super) fn registered() -> bool {
+        use rustix::thread::{membarrier, MembarrierCommand};
+        static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *REGISTERED.get_or_init(|| membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok())
+    }
+
+    /// Run a barrier on every CPU running a thread of this process.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    pub(super) fn run() {
+        use rustix::thread::{membarrier, MembarrierCommand};
+        // After a successful registration the command fails only with EPERM
+        // for an unregistered process: impossible here, and a consumer that
+        // relies on it (it skips its fence) would miss a wakeup, so stop.
+        membarrier(MembarrierCommand::PrivateExpedited)
+            .expect("membarrier(PRIVATE_EXPEDITED) failed after its registration succeeded");
+    }
+
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    pub(super) fn registered() -> bool {
+        false
+    }
+
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    pub(super) fn run() {
+        unreachable!("no asymmetric barrier without membarrier")
+    }
+}
+
+/// Under loom and shuttle the barrier pair is modelled as what it
+/// guarantees: both sides do an `AcqRel` read-modify-write of one atomic, so
+/// whichever comes second in its modification order sees the other side's
+/// store (neither model checker runs `membarrier`, and loom treats `SeqCst`
+/// fences as `AcqRel`).
+#[cfg(any(loom, shuttle))]
+#[derive(Debug)]
+pub(crate) struct RoomBarrier(AtomicU64);
+
+#[cfg(any(loom, shuttle))]
+impl RoomBarrier {
+    pub(crate) fn new() -> Self {
+        RoomBarrier(AtomicU64::new(0))
+    }
+    pub(crate) fn light(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+    pub(crate) fn heavy(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Wakes a parked thread.
+struct Unparker(thread::Thread);
+
+impl std::task::Wake for Unparker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A waker that unparks `t` (a blocking wait's waker; one allocation).
+pub(crate) fn unpark_waker(t: thread::Thread) -> std::task::Waker {
+    std::task::Waker::from(std::sync::Arc::new(Unparker(t)))
+}
+
+/// Park the calling thread until it is unparked or `deadline` passes (it may
+/// also return spuriously: callers re-check their condition).
+#[cfg(not(loom))]
+pub(crate) fn park(deadline: Option<std::time::Instant>) {
+    match deadline {
+        None => thread::park(),
+        Some(d) => thread::park_timeout(d.saturating_duration_since(std::time::Instant::now())),
+    }
+}
+
+/// Park until unparked: loom has no time, so a model's waits are untimed.
+#[cfg(loom)]
+pub(crate) fn park(_deadline: Option<std::time::Instant>) {
+    thread::park();
 }
 
 /// Spin-then-yield backoff for the short waits the protocol has (a reserved

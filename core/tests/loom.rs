@@ -518,3 +518,69 @@ fn loss_vs_close_is_told_before_end_of_stream() {
         );
     });
 }
+
+// ---- the room signal: posters waiting for a free slot ----
+
+#[test]
+fn room_wait_vs_one_freed_slot_no_lost_wakeup() {
+    // The poster joins the room queue and posts again while the consumer
+    // frees the one slot: either the second post sees the new head, or the
+    // consumer's flag check sees the waiter. A lost wakeup leaves the poster
+    // parked forever: a loom deadlock in `join`.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(1).unwrap();
+        let p = poster.clone();
+        let t = thread::spawn(move || p.post_blocking(2));
+        assert_eq!(consumer.try_dequeue(), Ok(1));
+        assert_eq!(t.join().unwrap(), Ok(()));
+        assert_eq!(consumer.try_dequeue(), Ok(2));
+        assert!(!consumer.query().room_wanted);
+    });
+}
+
+#[test]
+fn room_two_waiters_one_slot_at_a_time_both_get_in() {
+    // Two posters wait on a one-slot ring; the consumer frees one slot at a
+    // time. One wake per freed slot must reach each waiter in turn: a herd
+    // that wakes both for one slot must not leave the loser asleep, and
+    // neither waits forever.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        consumer.set_spin_budget(0);
+        poster.post(1).unwrap();
+        let waiters: Vec<_> = [2, 3]
+            .into_iter()
+            .map(|v| {
+                let p = poster.clone();
+                thread::spawn(move || p.post_blocking(v))
+            })
+            .collect();
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            got.push(consumer.dequeue().unwrap());
+        }
+        for t in waiters {
+            assert_eq!(t.join().unwrap(), Ok(()));
+        }
+        got.sort();
+        assert_eq!(got, [1, 2, 3]);
+    });
+}
+
+#[test]
+fn room_wait_vs_close_hands_the_event_back() {
+    // Close races with a poster joining the room queue: the poster is woken
+    // (it joined first) or sees CLOSED in its post after joining (it joined
+    // after close's wake-all), and gets its event back either way.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(1).unwrap();
+        let p = poster.clone();
+        let t = thread::spawn(move || p.post_blocking(2));
+        consumer.close();
+        assert_eq!(t.join().unwrap(), Err(PostError::Closed(2)));
+        assert_eq!(consumer.try_dequeue(), Ok(1));
+        assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
+    });
+}

@@ -5,21 +5,9 @@ use crate::consumer::Consumer;
 use crate::error::{DequeueError, TryDequeueError, WaitError};
 use crate::shared::Shared;
 use crate::state::Arm;
-use crate::sync::{thread, Arc, Backoff};
-use std::task::{Wake, Waker};
+use crate::sync::{park, thread, unpark_waker, Arc, Backoff};
+use std::task::Waker;
 use std::time::{Duration, Instant};
-
-/// Wakes a parked thread.
-struct Unparker(thread::Thread);
-
-impl Wake for Unparker {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        self.0.unpark();
-    }
-}
 
 /// The calling thread's unpark waker, made once per consumer and thread (the
 /// only allocation of a wait, and not on the steady-state path).
@@ -28,25 +16,11 @@ fn thread_waker<T>(c: &mut Consumer<T>) -> Waker {
     match &c.thread_waker {
         Some((id, w)) if *id == me.id() => w.clone(),
         _ => {
-            let w = Waker::from(std::sync::Arc::new(Unparker(me.clone())));
+            let w = unpark_waker(me.clone());
             c.thread_waker = Some((me.id(), w.clone()));
             w
         }
     }
-}
-
-#[cfg(not(loom))]
-fn park(deadline: Option<Instant>) {
-    match deadline {
-        None => thread::park(),
-        Some(d) => thread::park_timeout(d.saturating_duration_since(Instant::now())),
-    }
-}
-
-#[cfg(loom)]
-fn park(_deadline: Option<Instant>) {
-    // loom has no time: a model's waits are untimed.
-    thread::park();
 }
 
 /// Park the consumer's thread until `done` holds. `done` is re-checked after

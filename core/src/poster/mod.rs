@@ -1,11 +1,22 @@
-//! The posting handle: [`Poster`], and what a lossy post reports, [`Lossy`].
+//! The posting handle: [`Poster`], and what a lossy post reports, [`Lossy`];
+//! `wait` (posts that block until there is room), `future` ([`PostAsync`]),
+//! `sink` ([`PostSink`]).
+
+mod future;
+mod sink;
+mod wait;
+
+pub use future::PostAsync;
+pub use sink::PostSink;
 
 use crate::error::{BatchPostError, PostError};
 use crate::query::Query;
 use crate::ring::Buffer;
+use crate::room::Seat;
 use crate::shared::{Refused, Shared};
 use crate::state::Notify;
 use crate::sync::{Arc, AtomicU64, Ordering};
+use std::task::Waker;
 
 /// A posting handle: cloneable, `Send + Sync`, usable from any thread.
 ///
@@ -170,6 +181,36 @@ impl<T: Send> Poster<T> {
         }
     }
 
+    /// One attempt of a post that waits for room: post; if the ring is full,
+    /// join the room queue with `waker` and post once more (the room
+    /// signal's check after its arm). `Wait` hands the event back: sleep
+    /// until `waker` is woken, then attempt again. A `Done` has left the
+    /// queue already.
+    ///
+    /// Inside an upcall of this EVD the thread is its consumer, and waiting
+    /// for room would wait for itself: a full ring is refused at once.
+    pub(crate) fn attempt(&self, seat: &mut Seat, event: T, waker: &Waker) -> Attempt<T> {
+        let event = match self.post(event) {
+            Err(PostError::Full(ev)) => ev,
+            done => return self.done(seat, done),
+        };
+        if crate::upcall::instance::in_own_upcall(&self.shared) {
+            return self.done(seat, Err(PostError::Full(event)));
+        }
+        self.shared.room_join(seat, waker);
+        match self.post(event) {
+            Err(PostError::Full(ev)) => Attempt::Wait(ev),
+            done => self.done(seat, done),
+        }
+    }
+
+    /// A waiting post is over: leave the room queue, passing on a wake that
+    /// was not used.
+    fn done(&self, seat: &mut Seat, r: Result<(), PostError<T>>) -> Attempt<T> {
+        self.shared.room_leave(seat, r.is_ok());
+        Attempt::Done(r)
+    }
+
     /// Perform the notification a reservation (or a loss) took.
     #[inline(always)]
     fn deliver(&self, notify: Notify) {
@@ -306,6 +347,14 @@ impl<T> Poster<T> {
         let (len, cap, _) = self.shared.occupancy();
         len == cap
     }
+}
+
+/// The outcome of [`Poster::attempt`].
+pub(crate) enum Attempt<T> {
+    /// Posted, or refused for good; the seat has left the room queue.
+    Done(Result<(), PostError<T>>),
+    /// Still full: the seat is queued; sleep until woken.
+    Wait(T),
 }
 
 /// What [`Poster::post_lossy`] did with the event.

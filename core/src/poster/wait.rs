@@ -1,0 +1,106 @@
+//! Posts that wait for room: block the posting thread until the consumer
+//! frees a slot, the EVD closes, or a deadline passes.
+
+use super::{Attempt, Poster};
+use crate::error::PostError;
+use crate::room::Seat;
+use crate::sync::{park, thread, unpark_waker};
+use std::time::{Duration, Instant};
+
+impl<T: Send> Poster<T> {
+    /// Post an event, waiting as long as it takes for room in a full ring.
+    ///
+    /// Returns `Ok` once the event is queued, or hands it back as
+    /// [`PostError::Closed`] if the EVD is (or gets) closed. The waiting
+    /// poster sleeps (no spinning) and is woken by the consumer's dequeue
+    /// that frees a slot for it: one waiter per freed slot, first come first
+    /// served ([`crate::Query::room_wakes`] counts the wakes). While no poster
+    /// waits, the consumer pays nothing for this.
+    ///
+    /// Called from inside an upcall of this same EVD (where the thread *is*
+    /// the consumer, so no slot could be freed while it waits) a full ring
+    /// is refused at once with [`PostError::Full`]; that is the only case it
+    /// is returned.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u32).unwrap();
+    /// let p = poster.clone();
+    /// let t = std::thread::spawn(move || p.post_blocking(2)); // waits: the ring is full
+    /// let mut got = Vec::new();
+    /// while got.len() < 2 {
+    ///     got.push(consumer.dequeue().unwrap());
+    /// }
+    /// t.join().unwrap().unwrap();
+    /// assert_eq!(got, [1, 2]);
+    /// ```
+    pub fn post_blocking(&self, event: T) -> Result<(), PostError<T>> {
+        self.post_until(event, None)
+    }
+
+    /// Post an event, waiting at most `timeout` for room in a full ring.
+    ///
+    /// As [`Poster::post_blocking`], but the event is handed back as
+    /// [`PostError::Full`] if the ring is still full when the timeout passes.
+    /// A zero timeout tries once and returns at once (as [`Poster::post`]);
+    /// a timeout too large for an [`Instant`] waits without one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use evd::PostError;
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u32).unwrap();
+    /// assert_eq!(poster.post_timeout(2, Duration::ZERO), Err(PostError::Full(2)));
+    /// assert_eq!(poster.post_timeout(2, Duration::from_millis(1)), Err(PostError::Full(2)));
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// assert_eq!(poster.post_timeout(2, Duration::from_secs(1)), Ok(()));
+    /// ```
+    pub fn post_timeout(&self, event: T, timeout: Duration) -> Result<(), PostError<T>> {
+        self.post_until(event, Instant::now().checked_add(timeout))
+    }
+
+    /// Post an event, waiting until `deadline` at the latest for room in a
+    /// full ring.
+    ///
+    /// As [`Poster::post_timeout`] with a deadline: one that has passed
+    /// tries once and returns at once.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use evd::PostError;
+    /// let (poster, consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u32).unwrap();
+    /// let soon = Instant::now() + Duration::from_millis(1);
+    /// assert_eq!(poster.post_deadline(2, soon), Err(PostError::Full(2)));
+    /// drop(consumer); // closes the EVD
+    /// assert_eq!(poster.post_deadline(3, soon), Err(PostError::Closed(3)));
+    /// ```
+    pub fn post_deadline(&self, event: T, deadline: Instant) -> Result<(), PostError<T>> {
+        self.post_until(event, Some(deadline))
+    }
+
+    fn post_until(&self, event: T, deadline: Option<Instant>) -> Result<(), PostError<T>> {
+        let expired = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
+        let mut event = match self.post(event) {
+            Err(PostError::Full(ev)) => ev,
+            done => return done,
+        };
+        if expired(deadline) {
+            return Err(PostError::Full(event));
+        }
+        let waker = unpark_waker(thread::current());
+        let mut seat = Seat::default();
+        loop {
+            match self.attempt(&mut seat, event, &waker) {
+                Attempt::Done(r) => return r,
+                Attempt::Wait(ev) => event = ev,
+            }
+            if expired(deadline) {
+                self.shared.room_leave(&mut seat, false);
+                return Err(PostError::Full(event));
+            }
+            // Woken by a freed slot, by close, or spuriously: attempt again.
+            park(deadline);
+        }
+    }
+}

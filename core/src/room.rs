@@ -1,0 +1,312 @@
+//! The room signal: posters that wait for a free slot, and how the consumer
+//! wakes them without paying for it while nobody waits.
+//!
+//! # The protocol
+//!
+//! A full ring refuses a post ([`PostError::Full`](crate::PostError)). A
+//! poster that wants to wait for room instead (`post_blocking`,
+//! `post_timeout`, `post_deadline`, `post_async`, the `Sink`) *joins* the
+//! room queue, then checks again, then sleeps — the arm-then-check of the
+//! consumer's side, turned around:
+//!
+//! ```text
+//! poster (slow path)                      consumer (every head store)
+//! ------------------                      ---------------------------
+//! lock queue; push waker;                 head.store(new, Release)
+//!   WANTED = true; unlock                 light barrier
+//! heavy barrier                           if WANTED.load(Relaxed):   (cold)
+//! post again (reloads the head)               lock queue; pop one waker per
+//! full? sleep until woken                     freed slot; WANTED = !empty
+//!                                             unlock; wake them
+//! ```
+//!
+//! `WANTED` lives in the consumer's own cache line, next to the head, so the
+//! consumer's check is a load that hits its own cache and a branch that is
+//! never taken while no poster waits. The barrier pair
+//! ([`RoomBarrier`](crate::sync::RoomBarrier)) is the store-buffering
+//! (Dekker) guarantee: either the poster's second post sees the consumer's new
+//! head (and goes in), or the consumer's flag load sees `WANTED` (and wakes a
+//! waiter). On Linux the consumer's half is a compiler fence and the poster's
+//! half is `membarrier(2)`, a system call paid only by a poster that is about
+//! to sleep.
+//!
+//! Why not a `ROOM_WANTED` bit in the state word: the posters' "is it still
+//! full?" depends on the head, which is not in the word, so one CAS could not
+//! make the check; and the consumer would have to load the posters' hot line
+//! after every head store, the contended load the dequeue path avoids.
+//!
+//! # The queue and its rules
+//!
+//! The queue ([`WaitQueue`]) is FIFO, guarded by a mutex taken only by
+//! waiting posters and by a consumer that found `WANTED` set: never on the
+//! path of a post that succeeds or of a dequeue while nobody waits.
+//! `WANTED == !queue.is_empty()` whenever the lock is free.
+//!
+//! * **One wake per freed slot.** A head store that frees `n` slots wakes at
+//!   most `n` waiters (the first `n`): no thundering herd for one slot.
+//! * **A woken waiter keeps its place.** It is taken out of the queue when it
+//!   is woken; if it then finds the ring full again (another poster took the
+//!   slot), it rejoins at the *front*, so a poster that keeps losing the race
+//!   is the next one woken.
+//! * **A wake is never dropped.** A waiter that leaves after being woken
+//!   passes one wake on to the next waiter — unless it posted and the ring
+//!   is full right after (checked after it found itself woken). A woken
+//!   waiter that posted may have used a slot freed *before* its wake (its
+//!   post after joining found it, and the consumer popped its stale entry for
+//!   the next freed slot): without the hand-on, that next slot would stay
+//!   free while the waiter behind it sleeps (loom found exactly this:
+//!   `room_two_waiters_one_slot_at_a_time_both_get_in`). A full ring needs
+//!   no hand-on: every slot is taken, and the next head store pops a waiter.
+//!
+//! Why no waiter sleeps forever next to a free slot: a waiter sleeps only
+//! after its post following the join found the ring full, so more dequeues
+//! are to come; each frees a slot and pops one waiter, and each popped waiter
+//! posts and leaves (passing the wake on unless the ring is full again),
+//! finds the ring full and rejoins at the front, or gives up and passes its
+//! wake on. A free slot therefore always has an awake waiter heading for it,
+//! or a head store still to come, as long as anyone waits.
+//! * **Close and resize wake every waiter** (they retry and see `Closed`, or
+//!   the larger ring).
+//!
+//! # Transitions of the queue
+//!
+//! | operation | who | queue before | queue after | returns |
+//! |---|---|---|---|---|
+//! | [`WaitQueue::join`] (new seat) | poster | any | seat at the back | `Joined::Now` |
+//! | [`WaitQueue::join`] (seat woken) | poster | seat absent | seat at the front | `Joined::Now` |
+//! | [`WaitQueue::join`] (seat queued) | poster | seat present | same place, new waker | `Joined::Already` |
+//! | [`WaitQueue::leave`] (seat queued) | poster | seat present | seat removed | no wake |
+//! | [`WaitQueue::leave`] (seat woken) | poster | seat absent | unchanged | `Left::Woken`: the caller may [`WaitQueue::pop`] to pass the wake on |
+//! | [`WaitQueue::pop`] | consumer, close | any | front popped, if any | its waker |
+//!
+//! `Joined::Now` tells the poster to run the heavy barrier and post again
+//! before it sleeps; `Joined::Already` does not need it (the flag was set,
+//! and seen or not by the consumer, by the earlier join's barrier).
+
+use std::collections::VecDeque;
+use std::task::Waker;
+
+/// A waiting poster's place in the room queue, kept by the poster between
+/// its attempts. `None` until it first joins.
+#[derive(Debug, Default)]
+pub(crate) struct Seat(Option<u64>);
+
+impl Seat {
+    /// True once this seat has joined (and not left) the queue: it is queued,
+    /// or it was woken and has not rejoined yet.
+    pub(crate) fn is_taken(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// What [`WaitQueue::join`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Joined {
+    /// The seat was put in the queue now: run the heavy barrier and post
+    /// again before sleeping.
+    Now,
+    /// The seat was still queued; only its waker was replaced.
+    Already,
+}
+
+/// Where [`WaitQueue::leave`] found the seat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// It never joined (or left already).
+    Absent,
+    /// It was still queued: removed; it was never woken.
+    Queued,
+    /// It had been woken (popped) and not rejoined.
+    Woken,
+}
+
+/// The FIFO of waiting posters. Pure: the caller holds the lock and keeps
+/// the consumer's `WANTED` flag equal to `!is_empty()`.
+#[derive(Debug, Default)]
+pub(crate) struct WaitQueue {
+    /// The id the next new seat gets.
+    next_id: u64,
+    /// Queued seats, front first. A seat appears at most once.
+    waiting: VecDeque<(u64, Waker)>,
+}
+
+impl WaitQueue {
+    /// No poster is waiting.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Seats queued.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    fn position(&self, id: u64) -> Option<usize> {
+        self.waiting.iter().position(|(i, _)| *i == id)
+    }
+
+    /// Put `seat` in the queue with `waker` (see the transition table).
+    pub(crate) fn join(&mut self, seat: &mut Seat, waker: &Waker) -> Joined {
+        match seat.0 {
+            Some(id) => match self.position(id) {
+                Some(at) => {
+                    let slot = &mut self.waiting[at].1;
+                    if !slot.will_wake(waker) {
+                        slot.clone_from(waker);
+                    }
+                    Joined::Already
+                }
+                None => {
+                    // Woken, and found the ring full again: first in line.
+                    self.waiting.push_front((id, waker.clone()));
+                    Joined::Now
+                }
+            },
+            None => {
+                let id = self.next_id;
+                self.next_id += 1;
+                seat.0 = Some(id);
+                self.waiting.push_back((id, waker.clone()));
+                Joined::Now
+            }
+        }
+    }
+
+    /// Take `seat` out for good (it posted, or gave up), saying where it
+    /// was: a `Woken` seat's wake may have to pass to the next waiter.
+    pub(crate) fn leave(&mut self, seat: &mut Seat) -> Left {
+        let Some(id) = seat.0.take() else {
+            return Left::Absent;
+        };
+        match self.position(id) {
+            Some(at) => {
+                self.waiting.remove(at);
+                Left::Queued
+            }
+            None => Left::Woken,
+        }
+    }
+
+    /// Take the first waiter out; the caller wakes it after unlocking.
+    pub(crate) fn pop(&mut self) -> Option<Waker> {
+        self.waiting.pop_front().map(|(_, w)| w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    /// A waker that counts its wakes, with a name to tell them apart.
+    struct Named(AtomicUsize);
+    impl Wake for Named {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn named(_n: usize) -> (Arc<Named>, Waker) {
+        let a = Arc::new(Named(AtomicUsize::new(0)));
+        (a.clone(), Waker::from(a))
+    }
+    fn who(q: &mut WaitQueue, wakers: &[Arc<Named>]) -> Option<usize> {
+        let w = q.pop()?;
+        w.wake();
+        wakers
+            .iter()
+            .position(|a| a.0.swap(0, Ordering::Relaxed) == 1)
+    }
+
+    #[test]
+    fn waiters_are_woken_first_come_first_served() {
+        let mut q = WaitQueue::default();
+        let ws: Vec<_> = (0..3).map(named).collect();
+        let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
+        for (s, (_, w)) in seats.iter_mut().zip(&ws) {
+            assert_eq!(q.join(s, w), Joined::Now);
+        }
+        let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
+        assert_eq!(who(&mut q, &arcs), Some(0));
+        assert_eq!(who(&mut q, &arcs), Some(1));
+        assert_eq!(who(&mut q, &arcs), Some(2));
+        assert!(q.is_empty() && q.pop().is_none());
+    }
+
+    #[test]
+    fn joining_again_while_queued_keeps_the_place_and_replaces_the_waker() {
+        let mut q = WaitQueue::default();
+        let (a0, w0) = named(0);
+        let (a1, w1) = named(1);
+        let (a2, w2) = named(2);
+        let (mut s0, mut s1) = (Seat::default(), Seat::default());
+        q.join(&mut s0, &w0);
+        q.join(&mut s1, &w1);
+        assert_eq!(q.join(&mut s0, &w2), Joined::Already);
+        assert_eq!(q.len(), 2);
+        let arcs = [a0, a1, a2];
+        assert_eq!(who(&mut q, &arcs), Some(2), "seat 0, with its new waker");
+        assert_eq!(who(&mut q, &arcs), Some(1));
+    }
+
+    #[test]
+    fn a_woken_waiter_that_rejoins_goes_to_the_front() {
+        let mut q = WaitQueue::default();
+        let ws: Vec<_> = (0..3).map(named).collect();
+        let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
+        let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
+        for (s, (_, w)) in seats.iter_mut().zip(&ws) {
+            q.join(s, w);
+        }
+        assert_eq!(who(&mut q, &arcs), Some(0));
+        // Seat 0 lost the slot to another poster and waits again.
+        assert_eq!(q.join(&mut seats[0], &ws[0].1), Joined::Now);
+        assert_eq!(who(&mut q, &arcs), Some(0));
+        assert_eq!(who(&mut q, &arcs), Some(1));
+    }
+
+    #[test]
+    fn leaving_while_queued_wakes_nobody() {
+        let mut q = WaitQueue::default();
+        let (_a0, w0) = named(0);
+        let (a1, w1) = named(1);
+        let (mut s0, mut s1) = (Seat::default(), Seat::default());
+        q.join(&mut s0, &w0);
+        q.join(&mut s1, &w1);
+        assert!(q.leave(&mut s0) == Left::Queued);
+        assert!(!s0.is_taken());
+        assert_eq!(q.len(), 1);
+        assert_eq!(who(&mut q, &[a1]), Some(0));
+    }
+
+    #[test]
+    fn leaving_after_a_wake_says_so() {
+        let mut q = WaitQueue::default();
+        let (a0, w0) = named(0);
+        let (a1, w1) = named(1);
+        let (mut s0, mut s1) = (Seat::default(), Seat::default());
+        q.join(&mut s0, &w0);
+        q.join(&mut s1, &w1);
+        let arcs = [a0, a1];
+        assert_eq!(who(&mut q, &arcs), Some(0));
+        assert_eq!(q.leave(&mut s0), Left::Woken);
+        assert_eq!(q.len(), 1, "the caller decides whether to pass the wake on");
+        assert_eq!(who(&mut q, &arcs), Some(1));
+        // Leaving twice, or leaving a seat that never joined, finds nothing.
+        assert_eq!(q.leave(&mut s0), Left::Absent);
+        assert_eq!(q.leave(&mut Seat::default()), Left::Absent);
+    }
+
+    #[test]
+    fn a_woken_waiter_alone_leaves_an_empty_queue() {
+        let mut q = WaitQueue::default();
+        let (_a0, w0) = named(0);
+        let mut s0 = Seat::default();
+        q.join(&mut s0, &w0);
+        assert!(q.pop().is_some());
+        assert_eq!(q.leave(&mut s0), Left::Woken);
+        assert!(q.is_empty() && q.pop().is_none());
+    }
+}

@@ -1,0 +1,403 @@
+//! Posters that wait for room: `post_blocking`, `post_timeout`,
+//! `post_deadline`, `post_async` and the `Sink`. One test per promise.
+//!
+//! The deterministic tests poll futures by hand with counting wakers, so the
+//! room queue's rules (one wake per freed slot, FIFO, a woken waiter that
+//! loses the race goes first next time, a dropped waiter passes its wake on)
+//! are checked without any thread timing. The threaded tests check that no
+//! wakeup is lost and nothing is lost or duplicated; they wait on conditions,
+//! never on time, and a watchdog turns a lost wakeup into a failure instead of
+//! a hang.
+
+use evd::{Invoke, PostError, UpcallPolicy};
+use futures::{executor::block_on, SinkExt};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+/// A waker that counts how often it was woken.
+#[derive(Default)]
+struct Counting(AtomicUsize);
+impl Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+fn counting() -> (Arc<Counting>, Waker) {
+    let c = Arc::new(Counting::default());
+    (c.clone(), Waker::from(c))
+}
+fn wakes(c: &Counting) -> usize {
+    c.0.load(Ordering::SeqCst)
+}
+fn poll<F: Future + Unpin>(f: &mut F, w: &Waker) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut Context::from_waker(w))
+}
+
+/// Wait (yielding) until `cond` holds, or fail after a minute: a lost
+/// wakeup becomes a failure, not a hang. Not a timing assertion: any
+/// machine, however busy, meets the condition long before.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < give_up, "never happened: {what}");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_blocked_poster_is_woken_by_the_dequeue_that_frees_a_slot() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    let p = poster.clone();
+    let t = std::thread::spawn(move || p.post_blocking(2));
+    eventually("the poster waits for room", || consumer.query().room_wanted);
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(consumer.dequeue(), Ok(2));
+    assert_eq!(t.join().unwrap(), Ok(()));
+    let q = consumer.query();
+    assert!(!q.room_wanted);
+    assert_eq!((q.room_wakes, q.lost), (1, 0));
+}
+
+#[test]
+fn one_wake_per_freed_slot_first_come_first_served_and_a_hand_on_while_room_is_left() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    for i in 0..4 {
+        poster.post(i).unwrap();
+    }
+    let waiters: Vec<_> = (0..4).map(|_| counting()).collect();
+    let mut futs: Vec<_> = (0..4).map(|i| poster.post_async(10 + i)).collect();
+    for (f, (_, w)) in futs.iter_mut().zip(&waiters) {
+        assert!(poll(f, w).is_pending());
+    }
+    let woken = || waiters.iter().map(|(c, _)| wakes(c)).collect::<Vec<_>>();
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!(
+        woken(),
+        [1, 0, 0, 0],
+        "one slot, one wake, the first waiter"
+    );
+    let mut out = Vec::new();
+    consumer.dequeue_batch(&mut out, 2).unwrap();
+    assert_eq!(woken(), [1, 1, 1, 0], "two slots, the next two waiters");
+    // The first woken waiter posts and the ring still has room (2 of 4):
+    // it hands a wake on (it cannot know whether its wake was for the slot
+    // it used), so the last waiter tries too.
+    assert_eq!(poll(&mut futs[0], &waiters[0].1), Poll::Ready(Ok(())));
+    assert_eq!(woken(), [1, 1, 1, 1]);
+    assert_eq!(poll(&mut futs[1], &waiters[1].1), Poll::Ready(Ok(())));
+    // The third fills the ring: no hand-on from a full ring.
+    assert_eq!(poll(&mut futs[2], &waiters[2].1), Poll::Ready(Ok(())));
+    assert_eq!(woken(), [1, 1, 1, 1]);
+    assert!(poll(&mut futs[3], &waiters[3].1).is_pending(), "full again");
+    assert_eq!(consumer.try_dequeue(), Ok(3));
+    assert_eq!(woken(), [1, 1, 1, 2]);
+    assert_eq!(poll(&mut futs[3], &waiters[3].1), Poll::Ready(Ok(())));
+    drop(futs);
+    let got: Vec<u32> = consumer.try_iter().collect::<Result<_, _>>().unwrap();
+    assert_eq!(got, [10, 11, 12, 13]);
+    assert_eq!(
+        consumer.query().room_wakes,
+        5,
+        "four freed slots, one hand-on"
+    );
+}
+
+#[test]
+fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap();
+    let (a, wa) = counting();
+    let (b, wb) = counting();
+    let mut fa = poster.post_async(1);
+    let mut fb = poster.post_async(2);
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(poll(&mut fb, &wb).is_pending());
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!((wakes(&a), wakes(&b)), (1, 0));
+    // A poster that does not wait takes the slot first.
+    poster.post(9).unwrap();
+    assert!(
+        poll(&mut fa, &wa).is_pending(),
+        "a lost the race: full again"
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(9));
+    assert_eq!((wakes(&a), wakes(&b)), (2, 0), "a is first in line again");
+    assert_eq!(poll(&mut fa, &wa), Poll::Ready(Ok(())));
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(wakes(&b), 1);
+    assert_eq!(poll(&mut fb, &wb), Poll::Ready(Ok(())));
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+}
+
+#[test]
+fn a_waiter_dropped_after_its_wake_passes_the_wake_on() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap();
+    let (a, wa) = counting();
+    let (b, wb) = counting();
+    let mut fa = poster.post_async(1);
+    let mut fb = poster.post_async(2);
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(poll(&mut fb, &wb).is_pending());
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!((wakes(&a), wakes(&b)), (1, 0));
+    drop(fa); // woken, never used the slot
+    assert_eq!(wakes(&b), 1, "the slot's wake reached the next waiter");
+    assert_eq!(poll(&mut fb, &wb), Poll::Ready(Ok(())));
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+    assert!(!consumer.query().room_wanted);
+}
+
+#[test]
+fn a_waiter_dropped_before_any_wake_wakes_nobody_and_leaves_the_queue() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap();
+    let (a, wa) = counting();
+    let mut fa = poster.post_async(1);
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(consumer.query().room_wanted);
+    drop(fa);
+    assert!(!consumer.query().room_wanted);
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!(wakes(&a), 0);
+    assert_eq!(consumer.query().room_wakes, 0);
+}
+
+#[test]
+fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap();
+    let threads: Vec<_> = (1..=4)
+        .map(|i| {
+            let p = poster.clone();
+            std::thread::spawn(move || p.post_blocking(i))
+        })
+        .collect();
+    let waiters: Vec<_> = (0..3).map(|_| counting()).collect();
+    let mut futs: Vec<_> = (0..3).map(|i| poster.post_async(10 + i)).collect();
+    for (f, (_, w)) in futs.iter_mut().zip(&waiters) {
+        assert!(poll(f, w).is_pending());
+    }
+    consumer.close();
+    for (i, t) in threads.into_iter().enumerate() {
+        assert_eq!(t.join().unwrap(), Err(PostError::Closed(i as u32 + 1)));
+    }
+    for (i, (f, (c, w))) in futs.iter_mut().zip(&waiters).enumerate() {
+        assert_eq!(wakes(c), 1);
+        assert_eq!(
+            poll(f, w),
+            Poll::Ready(Err(PostError::Closed(10 + i as u32)))
+        );
+    }
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+}
+
+#[test]
+fn a_resize_that_adds_room_wakes_the_waiting_posters() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap();
+    let (a, wa) = counting();
+    let mut fa = poster.post_async(1);
+    assert!(poll(&mut fa, &wa).is_pending());
+    consumer.resize(4).unwrap();
+    assert_eq!(wakes(&a), 1);
+    assert_eq!(poll(&mut fa, &wa), Poll::Ready(Ok(())));
+    let got: Vec<u32> = consumer.try_iter().collect::<Result<_, _>>().unwrap();
+    assert_eq!(got, [0, 1]);
+}
+
+#[test]
+fn a_zero_or_past_timeout_tries_once_and_never_joins_the_queue() {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap();
+    assert_eq!(
+        poster.post_timeout(1, Duration::ZERO),
+        Err(PostError::Full(1))
+    );
+    let past = Instant::now();
+    assert_eq!(poster.post_deadline(2, past), Err(PostError::Full(2)));
+    let q = consumer.query();
+    assert!(!q.room_wanted);
+    assert_eq!(q.room_wakes, 0);
+    // A timeout so large no Instant can hold it waits without one: here it
+    // finds room at once.
+    drop(consumer);
+    assert_eq!(
+        poster.post_timeout(3, Duration::MAX),
+        Err(PostError::Closed(3))
+    );
+}
+
+#[test]
+fn a_timed_out_poster_leaves_the_queue() {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap();
+    assert_eq!(
+        poster.post_timeout(1, Duration::from_millis(2)),
+        Err(PostError::Full(1))
+    );
+    assert!(!consumer.query().room_wanted);
+}
+
+#[test]
+fn waiting_inside_its_own_upcall_is_refused_at_once_instead_of_deadlocking() {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    let inner = poster.clone();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        if let Ok(0) = ev {
+            inner.post(100).unwrap(); // fills the one slot
+            let r = inner.post_blocking(101);
+            s.lock()
+                .unwrap()
+                .push(r.map_err(|e| (e.is_full(), e.into_inner())));
+        }
+    });
+    poster.post(0).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [Err((true, 101))]);
+    drop(up.teardown());
+}
+
+#[test]
+fn many_blocked_posters_lose_nothing_and_report_no_overflow() {
+    const POSTERS: u64 = 6;
+    const EACH: u64 = 3_000;
+    let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
+    let threads: Vec<_> = (0..POSTERS)
+        .map(|id| {
+            let p = poster.clone();
+            std::thread::spawn(move || {
+                for seq in 0..EACH {
+                    p.post_blocking(id << 32 | seq).unwrap();
+                }
+            })
+        })
+        .collect();
+    drop(poster);
+    let mut next = vec![0u64; POSTERS as usize];
+    // Every dequeue, blocking or not, ends in the same end of stream; any
+    // Overflow report would fail this unwrap-free match.
+    loop {
+        match consumer.dequeue() {
+            Ok(v) => {
+                let (id, seq) = ((v >> 32) as usize, v & 0xffff_ffff);
+                assert_eq!(seq, next[id], "FIFO per poster, no loss, no duplicate");
+                next[id] += 1;
+            }
+            Err(evd::DequeueError::Closed) => break,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(next.iter().all(|&n| n == EACH));
+    let q = consumer.query();
+    assert_eq!((q.lost, q.dequeued), (0, POSTERS * EACH));
+    assert!(!q.room_wanted);
+}
+
+#[test]
+fn waiting_posters_and_a_consumer_that_stops_and_starts_lose_no_wakeup() {
+    // Many short rounds: a one-slot ring, a poster blocking on every post,
+    // a consumer that dequeues with and without blocking. A lost room wakeup
+    // leaves the poster asleep with a free slot: the consumer's blocking
+    // dequeue then never returns and the watchdog fails the test.
+    for round in 0..300u32 {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        let t = std::thread::spawn(move || {
+            for i in 0..20 {
+                poster.post_blocking(i).unwrap();
+            }
+        });
+        for i in 0..20 {
+            let v = if (i + round) % 3 == 0 {
+                let mut v = None;
+                eventually("an event arrives", || {
+                    v = consumer.try_dequeue().ok();
+                    v.is_some()
+                });
+                v.unwrap()
+            } else {
+                consumer.dequeue().unwrap()
+            };
+            assert_eq!(v, i);
+        }
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn the_sink_sends_everything_in_order_through_a_tiny_ring() {
+    let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+    let producers: Vec<_> = (0..2u32)
+        .map(|id| {
+            let mut sink = poster.clone().into_sink();
+            std::thread::spawn(move || {
+                block_on(async {
+                    for seq in 0..2_000 {
+                        sink.send(id << 16 | seq).await.unwrap();
+                    }
+                    sink.close().await.unwrap();
+                    assert!(sink.poster().is_none());
+                })
+            })
+        })
+        .collect();
+    drop(poster);
+    let mut next = [0u32; 2];
+    for v in consumer {
+        let v = v.expect("no loss");
+        let (id, seq) = ((v >> 16) as usize, v & 0xffff);
+        assert_eq!(seq, next[id]);
+        next[id] += 1;
+    }
+    for t in producers {
+        t.join().unwrap();
+    }
+    assert_eq!(next, [2_000, 2_000]);
+}
+
+#[test]
+fn the_sink_hands_its_held_event_back_when_the_evd_closes() {
+    use futures::Sink;
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    let mut sink = poster.into_sink();
+    let (c, w) = counting();
+    let mut cx = Context::from_waker(&w);
+    assert_eq!(Pin::new(&mut sink).poll_ready(&mut cx), Poll::Ready(Ok(())));
+    Pin::new(&mut sink).start_send(1).unwrap();
+    assert_eq!(Pin::new(&mut sink).poll_ready(&mut cx), Poll::Ready(Ok(())));
+    Pin::new(&mut sink).start_send(2).unwrap(); // full: held by the sink
+    assert_eq!(
+        Pin::new(&mut sink).start_send(3),
+        Err(PostError::Full(3)),
+        "a second event without poll_ready is handed back"
+    );
+    assert!(Pin::new(&mut sink).poll_flush(&mut cx).is_pending());
+    consumer.close();
+    assert_eq!(wakes(&c), 1);
+    assert_eq!(
+        Pin::new(&mut sink).poll_flush(&mut cx),
+        Poll::Ready(Err(PostError::Closed(2)))
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+}
+
+#[test]
+fn post_async_resolves_once_and_is_fused() {
+    use futures::future::FusedFuture;
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    let (_c, w) = counting();
+    let mut f = poster.post_async(5);
+    assert!(!f.is_terminated());
+    assert_eq!(poll(&mut f, &w), Poll::Ready(Ok(())));
+    assert!(f.is_terminated());
+    assert_eq!(consumer.try_dequeue(), Ok(5));
+}
