@@ -38,6 +38,174 @@
 //! is in the types). [`Consumer::into_upcalls`] turns the consumer into an
 //! [`Upcalls`] dispatcher under DAT's upcall policies.
 //!
+//! # A tour
+//!
+//! Every mode below keeps the same two promises. **Exactly once**: each event
+//! a post accepted reaches the consumer once, never twice, never dropped
+//! (unless the consumer itself is dropped: that closes the EVD and drops
+//! what is queued). **FIFO per poster**: events leave the ring in the order
+//! their posts reserved slots, so one poster's events arrive in the order it
+//! posted them (under `ManyInstances` upcalls they leave the ring in that
+//! order, but the handler calls overlap and may finish in any order).
+//!
+//! The examples in the repository's `core/examples/` show each mode and
+//! assert both: `cargo run --release -p evd --example busy` (and `batch`,
+//! `blocking`, `async_recv`, `epoll`, `tokio_asyncfd`, `upcalls`, `lossy`).
+//!
+//! ## Posting
+//!
+//! * [`Poster::post`]: one CAS on the state word reserves a slot, then the
+//!   event is written and published; allocation-free, and lock-free except
+//!   while a [`Consumer::resize`] moves the ring. A full ring hands the
+//!   event back as [`PostError::Full`]: that is **backpressure, not a
+//!   loss**. Nothing is counted, the consumer is told nothing, and the
+//!   refusal writes no shared memory; retry ([`PostError::into_inner`] gives
+//!   the event back), or give it up with `post_lossy`. A closed EVD hands it
+//!   back as [`PostError::Closed`].
+//! * [`Poster::post_batch`]: one reservation for as many events from the
+//!   front of a `Vec` as there is room for, drained from it in order (the
+//!   rest stay); one notification once the whole batch is published.
+//!   [`BatchPostError::Full`] only when not one slot was free.
+//! * [`Poster::post_lossy`]: as `post`, but a full ring **gives the event
+//!   up**: it is dropped, counted ([`Query::lost`]), and `Ok(`[`Lossy::Lost`]`)`
+//!   is returned; the consumer later gets an [`Overflow`]` { lost }` report.
+//!   It never returns `Full`; a closed EVD still hands the event back.
+//! * Close: [`Poster::close`] or [`Consumer::close`]; dropping the last
+//!   `Poster` closes too. Later posts are refused as `Closed`; the consumer
+//!   dequeues what is queued, then sees the end of stream.
+//!   [`Poster::set_unwaitable`] is the softer stop: blocking waits fail with
+//!   [`WaitError::Unwaitable`] while posts keep queueing.
+//!
+// TODO(room): "Waiting for room": posters that wait for a free slot instead
+// of retrying (post_timeout, post_deadline, post_blocking, async post_async, a
+// Sink) are being added in a parallel branch; describe them here once landed.
+//!
+//! ## Consuming
+//!
+//! | mode | call | wakes by | guarantees |
+//! |---|---|---|---|
+//! | busy | [`try_dequeue`](Consumer::try_dequeue), [`try_iter`](Consumer::try_iter) | never sleeps; pair it with [`arm`](Consumer::arm) to sleep | an event, a loss report, `Empty` or `Closed`, at once; `try_iter` stops at the first empty poll |
+//! | batch | [`dequeue_batch`](Consumer::dequeue_batch) | never sleeps; pair it with `wait` | up to `max` events appended to a `Vec`, one head store; `Ok(0)` when nothing is ready |
+//! | blocking | [`wait`](Consumer::wait), [`wait_deadline`](Consumer::wait_deadline) | spins, yields, then parks; the notifying post unparks the thread | returns once `threshold` events are ready; dequeues nothing |
+//! | blocking | [`dequeue`](Consumer::dequeue), [`dequeue_timeout`](Consumer::dequeue_timeout), [`dequeue_deadline`](Consumer::dequeue_deadline), [`iter`](Consumer::iter), `for ev in &mut consumer` or `consumer` ([`IntoIter`]) | as `wait` | one event per call or item; the iterators end at the end of stream (or when one would block while the EVD is unwaitable) |
+//! | async | [`recv`](Consumer::recv)`().await`, the [`Stream`](futures_core::Stream) impl | the notifying post wakes the task's waker | one event per future, a stream of them ending at the end of stream; dropping a future loses nothing |
+//! | eventfd (Linux) | [`notify_fd`](Consumer::notify_fd) in epoll, poll or io_uring | the notifying post adds 1 to the eventfd | readable until [`acknowledge`](NotifyFd::acknowledge)d; drain with the busy calls, then arm |
+//! | tokio | tokio's `AsyncFd` on the [`NotifyFd`] | tokio's reactor sees the eventfd readable | as the eventfd: readable, acknowledge, drain, arm |
+//! | upcalls | [`into_upcalls`](Consumer::into_upcalls) | nothing sleeps: a post that finds no upcall running runs the handler on its own thread | `SingleInstance`: one handler call at a time; `ManyInstances`: handlers overlap |
+//!
+//! The blocking and async calls arm for themselves; the busy, batch and
+//! eventfd loops call [`Consumer::arm`] before they sleep. The blocking
+//! waits spin and yield first ([`Consumer::set_spin_budget`], default
+//! [`DEFAULT_SPIN_BUDGET`]); their timeout and deadline forms give up with
+//! `Timeout`. A `wait` with a `threshold` above 1 is woken by the first post
+//! after its arm, re-arms, and returns once `threshold` events are ready.
+//!
+//! ## Arm, then check: when a notification fires
+//!
+//! [`Consumer::arm`] is one CAS on the word that also holds the ring's tail
+//! (just a load when it finds events), so it cannot miss a post that lands
+//! after the last dequeue: [`ArmStatus::Armed`] (nothing queued: the next
+//! post notifies, sleeping is safe), [`ArmStatus::Pending`] (events are
+//! queued, or a post is still writing its slot: drain again; there is no
+//! second poll to make) or [`ArmStatus::Closed`] (closed and drained).
+//!
+//! A notification fires when a post, a batch post, a lossy post's loss or a
+//! close finds the EVD armed. That one operation disarms it in the same
+//! atomic step (for a post, the CAS that takes its slot) and notifies once:
+//! the registered waker (a parked thread or an awaiting task) and, if one
+//! was made, the eventfd. Posts after it notify nothing until the consumer
+//! arms again: one arm, at most one notification. It is sticky:
+//! [`Query::notified`] stays set until an arm that finds the ring empty
+//! clears it, and the eventfd stays readable until it is acknowledged.
+//!
+//! ```
+//! use evd::ArmStatus;
+//! let (poster, mut consumer) = evd::bounded(8).unwrap();
+//! assert_eq!(consumer.arm(), ArmStatus::Armed);
+//! poster.post(1).unwrap(); // disarms and notifies
+//! poster.post(2).unwrap(); // not armed any more: no notification
+//! assert_eq!(consumer.query().notifications, 1);
+//! assert_eq!(consumer.arm(), ArmStatus::Pending); // events are waiting: no arm
+//! assert!(consumer.query().notified); // sticky until an arm finds the ring empty
+//! assert_eq!(consumer.try_iter().collect::<Vec<_>>(), [Ok(1), Ok(2)]);
+//! assert_eq!(consumer.arm(), ArmStatus::Armed);
+//! assert!(!consumer.query().notified);
+//! ```
+//!
+//! ## Loss reports and the end of stream
+//!
+//! Only `post_lossy` loses events. The consumer hears of its losses as one
+//! [`Overflow`]` { lost }` report covering every loss since the last one:
+//! [`TryDequeueError::Overflow`] from `try_dequeue` and `dequeue_batch`,
+//! [`DequeueError::Overflow`] from the blocking dequeues,
+//! [`WaitError::Overflow`] from a `wait` that would otherwise block,
+//! [`RecvError::Overflow`] from `recv`, an `Err(Overflow)` item from the
+//! iterators and the `Stream`, and an `Err(Overflow)` call of an upcall
+//! handler. A loss wakes an armed consumer (or starts an upcall). A pending
+//! report comes first, ahead of the queued events, but never twice in a row
+//! while events are ready, so a flood of losses cannot starve the consumer.
+//!
+//! Once the EVD is closed and drained, the consumer sees the **end of
+//! stream**: [`TryDequeueError::Closed`], [`DequeueError::Closed`],
+//! [`RecvError::Closed`], [`ArmStatus::Closed`], and the iterators and the
+//! `Stream` end; a `wait` whose threshold can no longer be met fails with
+//! [`WaitError::Closed`]. **Every loss is reported before the end of
+//! stream.**
+//!
+//! ```
+//! use evd::{Lossy, Overflow, PostError, TryDequeueError};
+//! let (poster, mut consumer) = evd::bounded(2).unwrap();
+//! poster.post(1u8).unwrap();
+//! poster.post(2).unwrap();
+//! assert_eq!(poster.post(3), Err(PostError::Full(3))); // handed back, not counted
+//! assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost)); // given up, counted
+//! assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost));
+//! poster.close();
+//! let all: Vec<_> = consumer.try_iter().collect();
+//! assert_eq!(all, [Err(Overflow { lost: 2 }), Ok(1), Ok(2)]);
+//! assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
+//! ```
+//!
+//! ## Upcalls
+//!
+//! [`Consumer::into_upcalls`]`(policy, invoke, handler)` hands the consumer
+//! to an [`Upcalls`] dispatcher. The handler (a `Fn(Result<T, Overflow>,
+//! bool)`, `Send + Sync`) gets each event (or loss report) and whether
+//! another event was ready behind it. A post that finds upcalls enabled and
+//! none running takes the consumer's token in its reservation CAS and, after
+//! publishing its own event, runs the handler on its own thread before it
+//! returns. A post that finds the ring full while none runs starts one too,
+//! which drains the ring, then posts.
+//!
+//! * [`UpcallPolicy::SingleInstance`]: at most one handler call at any
+//!   moment; the running upcall delivers what other threads post meanwhile
+//!   and ends only when the ring is empty (or upcalls are disabled).
+//! * [`UpcallPolicy::ManyInstances`]: an upcall takes one event out, hands
+//!   the token back and runs the handler, so posts meanwhile start more
+//!   (at most 63 in flight). Events leave the ring in FIFO order; handlers
+//!   overlap and may finish in any order.
+//! * [`Invoke::Any`]: enabling upcalls with events queued runs one at once,
+//!   on the enabling thread. [`Invoke::New`]: the queued events wait for the
+//!   next post, which delivers them too.
+//! * [`Upcalls::set_policy`] and [`Upcalls::set_handler`] are race-free
+//!   against posts and running upcalls. [`Upcalls::teardown`] disables
+//!   upcalls, waits until none runs, drops the handler and gives the
+//!   [`Consumer`] back (queued events can then be dequeued); called from
+//!   inside one of its own upcalls it panics. A panicking handler gives the
+//!   token back; the EVD stays usable.
+//!
+//! ## Platforms and cfgs
+//!
+//! * Linux only (`target_os = "linux"`): [`Consumer::notify_fd`] and
+//!   [`NotifyFd`], an eventfd made through rustix, evd's only
+//!   platform-specific dependency. Everything else is portable `std` code
+//!   (thread park/unpark, `std::task` wakers) on any target with 64-bit
+//!   atomics: the state word is an `AtomicU64`.
+//! * Not for users: `--cfg loom` builds the crate for its loom models (no
+//!   `NotifyFd` there, and waits are untimed), `--cfg shuttle` for the fuzz
+//!   crate's schedules. The `state` module is public only for the fuzz crate
+//!   and hidden from these docs.
+//!
 //! # Where things live
 //!
 //! The modules form a chain, each using only those before it:
