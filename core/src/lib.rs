@@ -76,9 +76,22 @@
 //!   [`Poster::set_unwaitable`] is the softer stop: blocking waits fail with
 //!   [`WaitError::Unwaitable`] while posts keep queueing.
 //!
-// TODO(room): "Waiting for room": posters that wait for a free slot instead
-// of retrying (post_timeout, post_deadline, post_blocking, async post_async, a
-// Sink) are being added in a parallel branch; describe them here once landed.
+//! ## Waiting for room
+//!
+//! A poster that would rather wait than retry a full ring:
+//! [`Poster::post_blocking`], [`post_timeout`](Poster::post_timeout) and
+//! [`post_deadline`](Poster::post_deadline) park the thread;
+//! [`post_async`](Poster::post_async)`(ev).await` ([`PostAsync`]) waits in a
+//! task; [`Poster::into_sink`] ([`PostSink`]) is a `futures` `Sink` whose
+//! `poll_ready` waits. Waiting posters queue FIFO; each slot the consumer
+//! frees wakes one of them (no herd), and a woken poster that loses the slot
+//! to another is first in line again. Nothing is lost or counted: the
+//! timeout forms hand the event back as `Full` when the time is up, and
+//! close hands it back as `Closed` to every waiter. While no poster waits
+//! the consumer pays one load of its own cache line per head store; the
+//! waiting poster pays a lock and, on Linux, one `membarrier(2)` per wait.
+//! Inside an upcall of its own EVD (where the thread is the consumer) a
+//! waiting post refuses a full ring at once instead of waiting for itself.
 //!
 //! ## Consuming
 //!
