@@ -88,8 +88,11 @@
 //! to another is first in line again. Nothing is lost or counted: the
 //! timeout forms hand the event back as `Full` when the time is up, and
 //! close hands it back as `Closed` to every waiter. While no poster waits
-//! the consumer pays one load of its own cache line per head store; the
-//! waiting poster pays a lock and, on Linux, one `membarrier(2)` per wait.
+//! the consumer pays one load of its own cache line per head store (and a
+//! fence where Linux's `membarrier(2)` is unavailable); a poster that starts
+//! waiting pays a lock and one `membarrier`, which briefly interrupts every
+//! CPU running a thread of this process. A pending `post_async` or a sink
+//! holding an event keeps its place in the queue: poll it or drop it.
 //! Inside an upcall of its own EVD (where the thread is the consumer) a
 //! waiting post refuses a full ring at once instead of waiting for itself.
 //!

@@ -77,7 +77,31 @@
 //! | [`WaitQueue::join`] (seat queued) | poster | seat present | same place, new waker | `Joined::Already` |
 //! | [`WaitQueue::leave`] (seat queued) | poster | seat present | seat removed | no wake |
 //! | [`WaitQueue::leave`] (seat woken) | poster | seat absent | unchanged | `Left::Woken`: the caller may [`WaitQueue::pop`] to pass the wake on |
-//! | [`WaitQueue::pop`] | consumer, close | any | front popped, if any | its waker |
+//! | [`WaitQueue::pop`] | consumer | any | front popped, if any | its waker |
+//! | [`WaitQueue::take_all`] | close, growing resize | any | empty | every waker |
+//!
+//! No user code runs under the lock: replaced and removed wakers are handed
+//! back to be dropped, and popped ones woken, after it is released. A waker
+//! whose `wake` panics is counted as woken and its panic is not re-raised on
+//! the waking thread: that thread is the consumer in the middle of a
+//! dequeue (the event in hand would be lost) or a poster leaving the queue,
+//! and the other waiters still have to be woken.
+//!
+//! # Costs
+//!
+//! While no poster waits: one load of the consumer's own line per head store
+//! (plus a `SeqCst` fence per head store where `membarrier` is unavailable:
+//! other systems, Miri, a kernel or seccomp filter that refuses it). Per
+//! join: the lock, and `membarrier`, which interrupts every CPU running a
+//! thread of this process (the consumer's included) for a barrier: a poster
+//! that keeps finding the ring full pays it, and the consumer feels it, once
+//! per wait. The registration is made once per process, at the first EVD.
+//!
+//! A pending `post_async` future or a `PostSink` holding an event keeps its
+//! place in the queue: poll it or drop it. One that was woken and is then
+//! neither polled nor dropped holds the wake of the slot it was given (as a
+//! lock acquisition that is never polled holds the lock's turn), so a waiter
+//! behind it waits for the next freed slot.
 //!
 //! `Joined::Now` tells the poster to run the heavy barrier and post again
 //! before it sleeps; `Joined::Already` does not need it (the flag was set,
@@ -147,20 +171,21 @@ impl WaitQueue {
     }
 
     /// Put `seat` in the queue with `waker` (see the transition table).
-    pub(crate) fn join(&mut self, seat: &mut Seat, waker: &Waker) -> Joined {
+    /// Returns the waker it replaced, for the caller to drop after unlocking
+    /// (dropping a waker may run user code: the last reference to a task).
+    pub(crate) fn join(&mut self, seat: &mut Seat, waker: &Waker) -> (Joined, Option<Waker>) {
         match seat.0 {
             Some(id) => match self.position(id) {
                 Some(at) => {
                     let slot = &mut self.waiting[at].1;
-                    if !slot.will_wake(waker) {
-                        slot.clone_from(waker);
-                    }
-                    Joined::Already
+                    let old =
+                        (!slot.will_wake(waker)).then(|| std::mem::replace(slot, waker.clone()));
+                    (Joined::Already, old)
                 }
                 None => {
                     // Woken, and found the ring full again: first in line.
                     self.waiting.push_front((id, waker.clone()));
-                    Joined::Now
+                    (Joined::Now, None)
                 }
             },
             None => {
@@ -168,24 +193,31 @@ impl WaitQueue {
                 self.next_id += 1;
                 seat.0 = Some(id);
                 self.waiting.push_back((id, waker.clone()));
-                Joined::Now
+                (Joined::Now, None)
             }
         }
     }
 
     /// Take `seat` out for good (it posted, or gave up), saying where it
-    /// was: a `Woken` seat's wake may have to pass to the next waiter.
-    pub(crate) fn leave(&mut self, seat: &mut Seat) -> Left {
+    /// was: a `Woken` seat's wake may have to pass to the next waiter. A
+    /// `Queued` seat's waker is returned, for the caller to drop after
+    /// unlocking.
+    pub(crate) fn leave(&mut self, seat: &mut Seat) -> (Left, Option<Waker>) {
         let Some(id) = seat.0.take() else {
-            return Left::Absent;
+            return (Left::Absent, None);
         };
         match self.position(id) {
-            Some(at) => {
-                self.waiting.remove(at);
-                Left::Queued
-            }
-            None => Left::Woken,
+            Some(at) => (Left::Queued, self.waiting.remove(at).map(|(_, w)| w)),
+            None => (Left::Woken, None),
         }
+    }
+
+    /// Take every waiter out (close, a growing resize), front first; wake
+    /// them after unlocking.
+    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = Waker> {
+        std::mem::take(&mut self.waiting)
+            .into_iter()
+            .map(|(_, w)| w)
     }
 
     /// Take the first waiter out; the caller wakes it after unlocking.
@@ -226,7 +258,7 @@ mod tests {
         let ws: Vec<_> = (0..3).map(named).collect();
         let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
         for (s, (_, w)) in seats.iter_mut().zip(&ws) {
-            assert_eq!(q.join(s, w), Joined::Now);
+            assert_eq!(q.join(s, w).0, Joined::Now);
         }
         let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
         assert_eq!(who(&mut q, &arcs), Some(0));
@@ -244,7 +276,7 @@ mod tests {
         let (mut s0, mut s1) = (Seat::default(), Seat::default());
         q.join(&mut s0, &w0);
         q.join(&mut s1, &w1);
-        assert_eq!(q.join(&mut s0, &w2), Joined::Already);
+        assert_eq!(q.join(&mut s0, &w2).0, Joined::Already);
         assert_eq!(q.len(), 2);
         let arcs = [a0, a1, a2];
         assert_eq!(who(&mut q, &arcs), Some(2), "seat 0, with its new waker");
@@ -262,7 +294,7 @@ mod tests {
         }
         assert_eq!(who(&mut q, &arcs), Some(0));
         // Seat 0 lost the slot to another poster and waits again.
-        assert_eq!(q.join(&mut seats[0], &ws[0].1), Joined::Now);
+        assert_eq!(q.join(&mut seats[0], &ws[0].1).0, Joined::Now);
         assert_eq!(who(&mut q, &arcs), Some(0));
         assert_eq!(who(&mut q, &arcs), Some(1));
     }
@@ -275,7 +307,7 @@ mod tests {
         let (mut s0, mut s1) = (Seat::default(), Seat::default());
         q.join(&mut s0, &w0);
         q.join(&mut s1, &w1);
-        assert!(q.leave(&mut s0) == Left::Queued);
+        assert_eq!(q.leave(&mut s0).0, Left::Queued);
         assert!(!s0.is_taken());
         assert_eq!(q.len(), 1);
         assert_eq!(who(&mut q, &[a1]), Some(0));
@@ -291,12 +323,12 @@ mod tests {
         q.join(&mut s1, &w1);
         let arcs = [a0, a1];
         assert_eq!(who(&mut q, &arcs), Some(0));
-        assert_eq!(q.leave(&mut s0), Left::Woken);
+        assert_eq!(q.leave(&mut s0).0, Left::Woken);
         assert_eq!(q.len(), 1, "the caller decides whether to pass the wake on");
         assert_eq!(who(&mut q, &arcs), Some(1));
         // Leaving twice, or leaving a seat that never joined, finds nothing.
-        assert_eq!(q.leave(&mut s0), Left::Absent);
-        assert_eq!(q.leave(&mut Seat::default()), Left::Absent);
+        assert_eq!(q.leave(&mut s0).0, Left::Absent);
+        assert_eq!(q.leave(&mut Seat::default()).0, Left::Absent);
     }
 
     #[test]
@@ -306,7 +338,42 @@ mod tests {
         let mut s0 = Seat::default();
         q.join(&mut s0, &w0);
         assert!(q.pop().is_some());
-        assert_eq!(q.leave(&mut s0), Left::Woken);
+        assert_eq!(q.leave(&mut s0).0, Left::Woken);
         assert!(q.is_empty() && q.pop().is_none());
+    }
+
+    #[test]
+    fn take_all_empties_the_queue_front_first() {
+        let mut q = WaitQueue::default();
+        let ws: Vec<_> = (0..3).map(named).collect();
+        let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
+        for (s, (_, w)) in seats.iter_mut().zip(&ws) {
+            q.join(s, w);
+        }
+        let all: Vec<Waker> = q.take_all().collect();
+        assert_eq!(all.len(), 3);
+        assert!(all[0].will_wake(&ws[0].1) && all[2].will_wake(&ws[2].1));
+        assert!(q.is_empty());
+        // Each taken seat is woken: leaving says so.
+        assert_eq!(q.leave(&mut seats[1]).0, Left::Woken);
+    }
+
+    #[test]
+    fn replaced_and_removed_wakers_are_handed_back() {
+        let mut q = WaitQueue::default();
+        let (_a0, w0) = named(0);
+        let (_a1, w1) = named(1);
+        let mut s0 = Seat::default();
+        assert!(q.join(&mut s0, &w0).1.is_none());
+        let (j, old) = q.join(&mut s0, &w1);
+        assert_eq!(j, Joined::Already);
+        assert!(old.is_some_and(|o| o.will_wake(&w0)));
+        assert!(
+            q.join(&mut s0, &w1).1.is_none(),
+            "same waker: nothing replaced"
+        );
+        let (l, removed) = q.leave(&mut s0);
+        assert_eq!(l, Left::Queued);
+        assert!(removed.is_some_and(|r| r.will_wake(&w1)));
     }
 }

@@ -242,13 +242,18 @@ impl<T> Shared<T> {
                 w
             };
             match waker {
-                Some(w) => {
-                    self.counters.room_wakes.fetch_add(1, Ordering::Relaxed);
-                    w.wake();
-                }
+                Some(w) => self.wake_poster(w),
                 None => return,
             }
         }
+    }
+
+    /// Wake one waiting poster, outside the room lock. A panic in the
+    /// waker is not re-raised here (see [`crate::room`]): this thread may be
+    /// the consumer with a dequeued event in hand.
+    fn wake_poster(&self, w: Waker) {
+        self.counters.room_wakes.fetch_add(1, Ordering::Relaxed);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
     }
 
     /// A poster found the ring full and will sleep until `waker` is woken:
@@ -256,12 +261,13 @@ impl<T> Shared<T> {
     /// if it joined now, run the heavy barrier. The caller must post once
     /// more after this and before it sleeps.
     pub(crate) fn room_join(&self, seat: &mut Seat, waker: &Waker) {
-        let joined = {
+        let (joined, replaced) = {
             let mut q = self.room_queue();
             let j = q.join(seat, waker);
             self.sync_room_wanted(&q);
             j
         };
+        drop(replaced);
         if joined == Joined::Now {
             // The heavy half of the room barrier: orders the flag store above
             // before the head load of the caller's next post.
@@ -279,18 +285,19 @@ impl<T> Shared<T> {
         if !seat.is_taken() {
             return;
         }
-        let passed = {
+        let (passed, removed) = {
             let mut q = self.room_queue();
-            let w = match q.leave(seat) {
+            let (left, removed) = q.leave(seat);
+            let passed = match left {
                 Left::Woken if !posted || !self.looks_full() => q.pop(),
                 _ => None,
             };
             self.sync_room_wanted(&q);
-            w
+            (passed, removed)
         };
+        drop(removed);
         if let Some(w) = passed {
-            self.counters.room_wakes.fetch_add(1, Ordering::Relaxed);
-            w.wake();
+            self.wake_poster(w);
         }
     }
 
@@ -304,7 +311,15 @@ impl<T> Shared<T> {
     /// retries and sees the change. A poster that joins after this sees it in
     /// its post after joining (it locked the queue after us).
     fn wake_all_room(&self) {
-        self.wake_room(u64::MAX);
+        let all: Vec<Waker> = {
+            let mut q = self.room_queue();
+            let all = q.take_all().collect();
+            self.sync_room_wanted(&q);
+            all
+        };
+        for w in all {
+            self.wake_poster(w);
+        }
     }
 
     /// A poster waits for room now (`Query::room_wanted`).

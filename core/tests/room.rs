@@ -401,3 +401,31 @@ fn post_async_resolves_once_and_is_fused() {
     assert!(f.is_terminated());
     assert_eq!(consumer.try_dequeue(), Ok(5));
 }
+
+#[test]
+fn a_waker_that_panics_neither_costs_the_consumer_its_event_nor_the_others_their_wake() {
+    struct Panicking;
+    impl Wake for Panicking {
+        fn wake(self: Arc<Self>) {
+            panic!("a broken executor's waker");
+        }
+    }
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    poster.post(0).unwrap();
+    poster.post(1).unwrap();
+    let bad = Waker::from(Arc::new(Panicking));
+    let (good, good_waker) = counting();
+    let mut f_bad = poster.post_async(10);
+    let mut f_good = poster.post_async(11);
+    assert!(poll(&mut f_bad, &bad).is_pending());
+    assert!(poll(&mut f_good, &good_waker).is_pending());
+    let mut out = Vec::new();
+    // Two slots freed by one head store: the first waker panics, the second
+    // is still woken, and the consumer gets both events.
+    assert_eq!(consumer.dequeue_batch(&mut out, 2), Ok(2));
+    assert_eq!(out, [0, 1]);
+    assert_eq!(wakes(&good), 1);
+    assert_eq!(consumer.query().room_wakes, 2);
+    assert_eq!(poll(&mut f_good, &good_waker), Poll::Ready(Ok(())));
+    assert_eq!(poll(&mut f_bad, &good_waker), Poll::Ready(Ok(())));
+}

@@ -43,9 +43,10 @@ use crate::semantics::{self, Refusals};
 use crate::spec::{self, TICKET_MASK};
 use evd::state;
 use evd::{
-    ArmStatus, BatchPostError, Consumer, Invoke, Lossy, Overflow, PostError, Poster, Query,
-    RecvError, ResizeError, TryDequeueError, UpcallPolicy, Upcalls, WaitError,
+    ArmStatus, BatchPostError, Consumer, Invoke, Lossy, Overflow, PostError, PostSink, Poster,
+    Query, RecvError, ResizeError, TryDequeueError, UpcallPolicy, Upcalls, WaitError,
 };
+use futures_sink::Sink;
 use shuttle::scheduler::{Schedule, Scheduler, Task, TaskId};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -160,6 +161,13 @@ pub enum PosterOp {
     Close,
     /// Drop the handle and end the script.
     Drop,
+    /// Through the poster's `PostSink`: post a new event (`poll_ready`,
+    /// `start_send`, `poll_flush`), or, while the sink still holds one, poll
+    /// it again. A held event waits in the room queue (its waker does
+    /// nothing: the next poll is the next op); while one is held, every post
+    /// op of this script polls it instead, which keeps the poster's events
+    /// in order.
+    SinkSend,
 }
 
 impl PosterOp {
@@ -172,6 +180,7 @@ impl PosterOp {
             13 => PosterOp::Clone,
             14 if op.arg < 64 => PosterOp::Close,
             15 if op.arg < 64 => PosterOp::Drop,
+            14 | 15 if op.arg >= 192 => PosterOp::SinkSend,
             _ => PosterOp::Post,
         }
     }
@@ -905,11 +914,98 @@ impl Actor {
     }
 }
 
+/// A poster's `PostSink` and the id of the event it holds, if any.
+#[derive(Default)]
+struct SinkSide {
+    sink: Option<PostSink<Ev>>,
+    held: Option<u64>,
+}
+
+impl SinkSide {
+    /// One [`PosterOp::SinkSend`].
+    fn step(&mut self, p: &Poster<Ev>, me: &mut Actor) {
+        let waker = Waker::from(Arc::new(NoopWake));
+        let mut cx = Context::from_waker(&waker);
+        let sink = self.sink.get_or_insert_with(|| p.clone().into_sink());
+        if self.held.is_none() {
+            match Pin::new(&mut *sink).poll_ready(&mut cx) {
+                Poll::Ready(Ok(())) => {}
+                r => {
+                    check(|_| Err(format!("poll_ready with nothing held: {r:?}")));
+                    return;
+                }
+            }
+            let ev = me.event();
+            let id = ev.id();
+            check(|c| c.attempt(id));
+            if let Err(e) = Pin::new(&mut *sink).start_send(ev) {
+                trace(|| format!("sink start_send {id}: {e:?}"));
+                let closed = e.is_closed();
+                let back = e.into_inner();
+                check(|c| {
+                    ensure(closed && c.closed(), || {
+                        "start_send refused on an open EVD".into()
+                    })?;
+                    c.refuse(id, &back)
+                });
+                return;
+            }
+            self.held = Some(id);
+        }
+        let id = self.held.expect("an event is in flight");
+        let r = Pin::new(&mut *sink).poll_flush(&mut cx);
+        trace(|| format!("sink flush {id}: {r:?}"));
+        match r {
+            Poll::Pending => {}
+            Poll::Ready(Ok(())) => {
+                self.held = None;
+                check(|c| c.accept(id));
+            }
+            Poll::Ready(Err(e)) => {
+                self.held = None;
+                let closed = e.is_closed();
+                let back = e.into_inner();
+                check(|c| {
+                    ensure(closed && c.closed(), || {
+                        "flush refused on an open EVD".into()
+                    })?;
+                    c.refuse(id, &back)
+                });
+            }
+        }
+    }
+
+    /// Drop the sink; the event it still holds is dropped with it, never
+    /// posted.
+    fn drop_sink(&mut self) {
+        self.sink = None;
+        if let Some(id) = self.held.take() {
+            check(|c| {
+                ensure(!c.delivered.contains(&id), || {
+                    format!("event {id} was held by a dropped sink, yet delivered")
+                })?;
+                c.attempted.remove(&id);
+                Ok(())
+            });
+        }
+    }
+}
+
 fn poster_thread(mut p: Poster<Ev>, ops: Vec<Op>, mut me: Actor) {
+    let mut sink = SinkSide::default();
     for op in ops {
-        let op = PosterOp::of(op);
+        let mut op = PosterOp::of(op);
+        if sink.held.is_some()
+            && matches!(
+                op,
+                PosterOp::Post | PosterOp::PostLossy | PosterOp::PostBatch(_)
+            )
+        {
+            op = PosterOp::SinkSend;
+        }
         trace(|| format!("{op:?}"));
         match op {
+            PosterOp::SinkSend => sink.step(&p, &mut me),
             PosterOp::Post => me.post(&p),
             PosterOp::PostLossy => me.post_lossy(&p),
             PosterOp::PostBatch(n) => me.post_batch(&p, n),
@@ -926,6 +1022,7 @@ fn poster_thread(mut p: Poster<Ev>, ops: Vec<Op>, mut me: Actor) {
         }
     }
     with(|k| k.close_begun = true);
+    sink.drop_sink();
     drop(p);
 }
 

@@ -93,6 +93,29 @@ impl<T: Send> PostSink<T> {
         self.poster.as_ref()
     }
 
+    /// Take back the event this sink holds (one `start_send` could not post
+    /// yet), leaving the room queue: for a caller that gives up on a pending
+    /// `send` (a timeout around it, say) and will not poll the sink again
+    /// soon. A held event is otherwise posted by the next poll, so a caller
+    /// that resends it after giving up would post it twice.
+    ///
+    /// ```
+    /// use futures::Sink;
+    /// use std::pin::Pin;
+    /// let (poster, _consumer) = evd::bounded(1).unwrap();
+    /// poster.post(0u32).unwrap(); // full
+    /// let mut sink = poster.into_sink();
+    /// Pin::new(&mut sink).start_send(1).unwrap(); // held: no room
+    /// assert_eq!(sink.take_held(), Some(1));
+    /// assert_eq!(sink.take_held(), None);
+    /// ```
+    pub fn take_held(&mut self) -> Option<T> {
+        if let Some(p) = &self.poster {
+            p.shared.room_leave(&mut self.seat, false);
+        }
+        self.held.take()
+    }
+
     /// Post the held event, waiting for room.
     fn poll_post_held(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), PostError<T>>> {
         let Some(event) = self.held.take() else {

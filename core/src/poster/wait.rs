@@ -15,7 +15,10 @@ impl<T: Send> Poster<T> {
     /// poster sleeps (no spinning) and is woken by the consumer's dequeue
     /// that frees a slot for it: one waiter per freed slot, first come first
     /// served ([`crate::Query::room_wakes`] counts the wakes). While no poster
-    /// waits, the consumer pays nothing for this.
+    /// waits, the consumer pays one load of its own cache line per dequeue
+    /// for this (plus a fence where Linux's `membarrier(2)` is unavailable);
+    /// a poster that starts waiting pays a lock and one `membarrier`, which
+    /// briefly interrupts every CPU running a thread of this process.
     ///
     /// Called from inside an upcall of this same EVD (where the thread *is*
     /// the consumer, so no slot could be freed while it waits) a full ring
