@@ -325,11 +325,23 @@ pub enum PolicyError {
     /// Called from inside one of this EVD's own upcalls: waiting for in-flight
     /// upcalls to return would wait for itself.
     FromUpcall,
+    /// ManyInstances with an `FnMut` handler
+    /// ([`Consumer::into_upcalls_mut`](crate::Consumer::into_upcalls_mut),
+    /// [`Upcalls::set_handler_mut`](crate::Upcalls::set_handler_mut)), which
+    /// must not run on several threads at once: install an `Fn` handler
+    /// ([`Upcalls::set_handler`](crate::Upcalls::set_handler)) first, or keep
+    /// SingleInstance.
+    FnMutHandler,
 }
 
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("cannot tear down an EVD's upcalls from inside one of its upcalls")
+        f.write_str(match self {
+            PolicyError::FromUpcall => {
+                "cannot tear down an EVD's upcalls from inside one of its upcalls"
+            }
+            PolicyError::FnMutHandler => "an FnMut upcall handler cannot run under ManyInstances",
+        })
     }
 }
 

@@ -136,6 +136,48 @@ fn post_during_upcall_single_instance() {
     });
 }
 
+/// An `FnMut` handler's plain state, handed out when the handler is dropped.
+struct Sink {
+    seen: Vec<u32>,
+    out: Arc<loom::sync::Mutex<Vec<u32>>>,
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        *self.out.lock().unwrap() = std::mem::take(&mut self.seen);
+    }
+}
+
+#[test]
+fn fnmut_handler_single_instance_two_posters_exactly_once() {
+    // The handler mutates a plain Vec. It lives in loom's UnsafeCell inside
+    // the EVD, so two calls not ordered by the token's hand-off would fail
+    // the model as a causality violation, not only as a wrong count.
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+        let out = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let mut sink = Sink {
+            seen: Vec::new(),
+            out: out.clone(),
+        };
+        let upcalls = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
+            sink.seen.push(ev.unwrap());
+        });
+        let p2 = poster.clone();
+        let t = thread::spawn(move || p2.post(1).unwrap());
+        poster.post(2).unwrap();
+        t.join().unwrap();
+        // Teardown waits for a finishing upcall and drops the handler.
+        let mut consumer = upcalls.teardown();
+        let mut got = std::mem::take(&mut *out.lock().unwrap());
+        while let Ok(v) = consumer.try_dequeue() {
+            got.push(v);
+        }
+        got.sort_unstable();
+        assert_eq!(got, [1, 2], "each event exactly once");
+    });
+}
+
 #[test]
 fn many_instances_dequeue_exactly_once() {
     model(|| {
