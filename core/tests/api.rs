@@ -266,7 +266,7 @@ fn dequeue_error_display_and_traits() {
 #[test]
 fn wait_zero_timeout_with_nothing_queued_returns_timeout_zero_at_once() {
     let (_poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(u32::MAX); // a spin phase would never end
+    consumer.set_spin_budget(Duration::MAX); // a back-off that would never end
     assert_eq!(
         consumer.wait(1, Some(Duration::ZERO)),
         Err(WaitError::Timeout { available: 0 })
@@ -277,7 +277,7 @@ fn wait_zero_timeout_with_nothing_queued_returns_timeout_zero_at_once() {
 #[test]
 fn wait_zero_timeout_with_threshold_met_returns_ok_at_once() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(u32::MAX);
+    consumer.set_spin_budget(Duration::MAX);
     poster.post(1).unwrap();
     poster.post(2).unwrap();
     assert_eq!(consumer.wait(2, Some(Duration::ZERO)), Ok(2));
@@ -290,7 +290,7 @@ fn wait_zero_timeout_with_threshold_met_returns_ok_at_once() {
 #[test]
 fn wait_deadline_in_the_past_skips_the_spin_phase() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(u32::MAX);
+    consumer.set_spin_budget(Duration::MAX);
     let past = Instant::now();
     assert_eq!(
         consumer.wait_deadline(1, past),
@@ -702,4 +702,88 @@ fn a_panicking_fnmut_handler_does_not_wedge_the_evd_and_keeps_its_state() {
     poster.post(3).unwrap();
     drop(up);
     assert_eq!(tallied.try_recv().unwrap().0, [1, 2, 3]);
+}
+
+#[test]
+fn spin_budget_round_trips_and_defaults_to_default_spin_budget() {
+    let (_poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    assert_eq!(consumer.spin_budget(), evd::DEFAULT_SPIN_BUDGET);
+    for budget in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(50),
+        Duration::from_secs(3600),
+        Duration::MAX,
+    ] {
+        consumer.set_spin_budget(budget);
+        assert_eq!(consumer.spin_budget(), budget);
+    }
+}
+
+/// A ring holding one event with a loss behind it: the back-off's first look
+/// sees the event ready and returns `Ok`; an arm (the first look of a wait
+/// with no back-off) reports the loss first.
+fn one_event_and_a_loss() -> (evd::Poster<u32>, evd::Consumer<u32>) {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    (poster, consumer)
+}
+
+#[test]
+fn a_zero_spin_budget_arms_at_once_without_backing_off() {
+    // Observable without a clock: with a zero budget the wait's first look
+    // is its arm, which reports the pending loss before the ready event.
+    let (_poster, mut consumer) = one_event_and_a_loss();
+    consumer.set_spin_budget(Duration::ZERO);
+    assert_eq!(
+        consumer.wait(1, None),
+        Err(WaitError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    // With a budget, the back-off looks first and finds the event ready;
+    // the report waits for the next dequeue.
+    let (_poster, mut consumer) = one_event_and_a_loss();
+    consumer.set_spin_budget(evd::DEFAULT_SPIN_BUDGET);
+    assert_eq!(consumer.wait(1, None), Ok(1));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+}
+
+#[test]
+fn a_zero_spin_budget_wait_arms_and_is_woken_by_the_next_post() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.set_spin_budget(Duration::ZERO);
+    let waiter = std::thread::spawn(move || (consumer.wait(1, None), consumer));
+    while !poster.query().armed {
+        std::thread::yield_now();
+    }
+    poster.post(5).unwrap();
+    let (r, mut consumer) = waiter.join().unwrap();
+    assert_eq!(r, Ok(1));
+    assert_eq!(
+        consumer.query().notifications,
+        1,
+        "the post woke the armed wait"
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(5));
+}
+
+#[test]
+fn a_spin_budget_too_large_for_an_instant_backs_off_until_ready_and_never_arms() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.set_spin_budget(Duration::MAX);
+    let t = std::thread::spawn(move || poster.post(7).unwrap());
+    assert_eq!(consumer.wait(1, None), Ok(1));
+    t.join().unwrap();
+    let q = consumer.query();
+    assert_eq!(
+        q.notifications, 0,
+        "never armed, so the post notified nobody"
+    );
+    assert!(!q.armed);
+    assert_eq!(consumer.try_dequeue(), Ok(7));
 }

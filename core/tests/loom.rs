@@ -11,6 +11,7 @@ use evd::{ArmStatus, Invoke, PostError, TryDequeueError, UpcallPolicy, WaitError
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use std::time::Duration;
 
 /// Explore every interleaving with at most `LOOM_MAX_PREEMPTIONS` (default 3)
 /// preemptions: bounded, as tokio's CI runs its models, so that models with
@@ -26,7 +27,7 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
 /// Drain everything, blocking until end of stream. No model loses events
 /// except through `post_lossy`, whose reports are skipped here.
 fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
-    consumer.set_spin_budget(0);
+    consumer.set_spin_budget(Duration::ZERO);
     let mut got = Vec::new();
     loop {
         match consumer.try_dequeue() {
@@ -45,7 +46,7 @@ fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
 fn post_vs_arm_no_lost_notification() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || {
             // drain → arm → park, exactly the consumer loop the crate removes
             // the second poll from.
@@ -237,7 +238,7 @@ fn teardown_vs_post_no_upcall_after_teardown() {
 fn close_vs_wait() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || consumer.wait(1, None));
         poster.close();
         assert_eq!(c.join().unwrap(), Err(WaitError::Closed { available: 0 }));
@@ -259,7 +260,7 @@ fn last_poster_drop_vs_wait_ends_the_stream() {
 fn unwaitable_vs_wait() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || consumer.wait(1, None));
         poster.set_unwaitable();
         assert_eq!(c.join().unwrap(), Err(WaitError::Unwaitable));
@@ -315,7 +316,7 @@ fn loss_vs_arm_no_lost_report() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
         poster.post(0).unwrap(); // the ring is full
-        consumer.set_spin_budget(0); // park at once: the window is before the park
+        consumer.set_spin_budget(Duration::ZERO); // park at once: the window is before the park
         let c = thread::spawn(move || {
             let (mut events, mut reports) = (0, 0);
             while events + reports < 2 {
@@ -530,7 +531,7 @@ fn loss_vs_close_is_told_before_end_of_stream() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
         poster.post(0).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || {
             let (mut events, mut reports) = (0, 0);
             loop {

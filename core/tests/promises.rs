@@ -12,6 +12,7 @@ use evd::{
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Counts its drops; panics in `drop` if asked to.
 struct Tracked {
@@ -164,7 +165,7 @@ fn every_loss_is_reported_before_the_end_of_stream() {
     for round in 0..200u64 {
         let cap = 1 + (round % 8) as usize;
         let (poster, mut consumer) = evd::bounded::<u64>(cap).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let queued = Arc::new(AtomicU64::new(0));
         let lost = Arc::new(AtomicU64::new(0));
         let posters: Vec<_> = (0..4)
@@ -536,7 +537,7 @@ fn teardown_from_a_nested_upcall_of_another_evd_is_refused_not_a_deadlock() {
 #[test]
 fn wait_gives_ready_events_before_a_second_report() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(0);
+    consumer.set_spin_budget(Duration::ZERO);
     for i in 0..4 {
         poster.post(i).unwrap();
     }

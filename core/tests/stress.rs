@@ -202,7 +202,13 @@ fn run_phase(
             }
         }
         Mode::ArmWait => {
-            consumer.set_spin_budget([0, evd::DEFAULT_SPIN_BUDGET, 20][rng.below(3) as usize]);
+            consumer.set_spin_budget(
+                [
+                    Duration::ZERO,
+                    evd::DEFAULT_SPIN_BUDGET,
+                    Duration::from_micros(20),
+                ][rng.below(3) as usize],
+            );
             while !done(ck) && open {
                 match consumer.try_dequeue() {
                     Ok(ev) => ck.record(ev, true),

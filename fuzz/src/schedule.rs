@@ -194,7 +194,9 @@ pub enum ConsumerOp {
     Query,
     /// Post through a poster made from the consumer, dropped at once.
     Post,
-    SpinBudget(u32),
+    /// Under shuttle a non-zero budget is a few back-off steps, whatever its
+    /// length (no clock in a schedule).
+    SpinBudget(Duration),
     PollRecv,
     Close,
     /// Drop the consumer and end the script.
@@ -221,7 +223,7 @@ impl ConsumerOp {
             ),
             12 => ConsumerOp::Query,
             13 => ConsumerOp::Post,
-            14 => ConsumerOp::SpinBudget(op.arg as u32 % 3),
+            14 => ConsumerOp::SpinBudget(Duration::from_micros(u64::from(op.arg % 3))),
             _ => match a {
                 0..=15 => ConsumerOp::Close,
                 16..=23 => ConsumerOp::Drop,
@@ -1062,7 +1064,7 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
                     with(|k| k.close_begun = true);
                     me.post(&c.poster())
                 }
-                ConsumerOp::SpinBudget(n) => c.set_spin_budget(n),
+                ConsumerOp::SpinBudget(budget) => c.set_spin_budget(budget),
                 ConsumerOp::PollRecv => {
                     let waker = Waker::from(Arc::new(NoopWake));
                     let mut cx = Context::from_waker(&waker);
