@@ -233,6 +233,7 @@ fn run_phase(
                     Ok(ev) => ck.record(ev, true),
                     Err(evd::RecvError::Overflow(o)) => ck.record_item(Err(o), true),
                     Err(evd::RecvError::Closed) => open = false,
+                    Err(e) => panic!("recv: {e}"),
                 }
             }
         }),

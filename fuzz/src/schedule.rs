@@ -1029,6 +1029,7 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
                         Err(WaitError::Closed { available }) => {
                             ensure(ck.closed() && available < k, || format!("wait({k}): {r:?}"))
                         }
+                        Err(e) => Err(format!("wait({k}): unexpected {e:?}")),
                     });
                 }
                 ConsumerOp::Resize(cap) => {
@@ -1079,6 +1080,7 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
                         Poll::Ready(Err(RecvError::Closed)) => {
                             dequeued(Err(TryDequeueError::Closed))
                         }
+                        Poll::Ready(Err(e)) => check(|_| Err(format!("recv: unexpected {e:?}"))),
                         Poll::Pending => with(|k| k.dequeuing = 0),
                     }
                 }

@@ -42,6 +42,11 @@ use std::time::Duration;
 pub const DEFAULT_SPIN_BUDGET: Duration = Duration::from_micros(6);
 
 /// What [`Consumer::arm`] found.
+///
+/// Exhaustive on purpose: these are the three outcomes of the arm-then-check
+/// CAS, and a consumer must know which one lets it sleep. A `_` arm could
+/// only guess (sleeping on an unknown status may miss a wakeup; draining on
+/// one may spin), so a new status would be a breaking change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[must_use = "sleep only on `Armed`; `Pending` means events are waiting"]
 pub enum ArmStatus {
