@@ -30,7 +30,7 @@ fn main() {
     let (poster, mut consumer) = evd::bounded::<u64>(64).expect("valid capacity");
     // Park as soon as nothing is ready. (By default a blocking call spins and
     // yields a little first, which often finds the next event without a park.)
-    consumer.set_spin_budget(0);
+    consumer.set_spin_budget(Duration::ZERO);
 
     // Nothing is posted yet: a timed dequeue gives up after its timeout.
     let empty = consumer.dequeue_timeout(Duration::from_millis(5));

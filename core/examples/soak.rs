@@ -149,6 +149,7 @@ fn phase(
                 Ok(ev) => take(ev, fifo),
                 Err(evd::RecvError::Overflow(o)) => ledger.overflow(o),
                 Err(evd::RecvError::Closed) => return (c, true),
+                Err(e) => panic!("recv: {e}"),
             },
             Mode::Upcall(policy, any) => {
                 let l = ledger.clone();

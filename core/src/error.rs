@@ -3,7 +3,11 @@
 use std::fmt;
 
 /// Why an EVD could not be created.
+///
+/// `#[non_exhaustive]`: ways of creating an EVD may gain failures of their
+/// own; match with a `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CreateError {
     /// A capacity of zero was asked for.
     ZeroCapacity,
@@ -42,6 +46,11 @@ impl std::error::Error for CreateError {}
 /// A refusal is never a loss: nothing is counted and the consumer is told
 /// nothing. Only events given up by [`Poster::post_lossy`](crate::Poster::post_lossy)
 /// are reported, as an [`Overflow`].
+///
+/// Exhaustive on purpose: the two refusals are the whole decision a poster
+/// makes (retry later, or stop for good), each arm gets the event back, and
+/// a refusal of a new kind would change what every retry loop must do, so
+/// adding one is a breaking change rather than a case for a `_` arm.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PostError<T> {
     /// The ring is full (backpressure): retry later, or give the event up.
@@ -113,6 +122,8 @@ impl<T> std::error::Error for PostError<T> {}
 
 /// A refused [`Poster::post_batch`](crate::Poster::post_batch); the events
 /// stay in the caller's vector.
+///
+/// Exhaustive on purpose, as [`PostError`]: the same two refusals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BatchPostError {
     /// Not one slot was free (backpressure; nothing is counted).
@@ -155,6 +166,11 @@ impl fmt::Display for Overflow {
 impl std::error::Error for Overflow {}
 
 /// Why a non-blocking dequeue returned no event.
+///
+/// Exhaustive on purpose: a consumer's loop must know which outcome is
+/// transient (`Empty`: arm or wait), which is news (`Overflow`) and which is
+/// the end (`Closed`); a `_` arm could not know what a new one means, so
+/// adding one is a breaking change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TryDequeueError {
     /// Nothing is ready.
@@ -179,7 +195,11 @@ impl fmt::Display for TryDequeueError {
 impl std::error::Error for TryDequeueError {}
 
 /// Why an async receive or the stream ended without an event.
+///
+/// `#[non_exhaustive]`, as the blocking [`DequeueError`]: an await may gain
+/// reasons to end (such as the EVD being unwaitable); match with a `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecvError {
     /// Events were lost since the last report.
     Overflow(Overflow),
@@ -199,7 +219,11 @@ impl fmt::Display for RecvError {
 impl std::error::Error for RecvError {}
 
 /// Why a blocking wait returned without its threshold met.
+///
+/// `#[non_exhaustive]`, as [`DequeueError`]: a wait may gain reasons to
+/// return; match with a `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WaitError {
     /// The threshold was 0 or above the capacity.
     InvalidThreshold {
@@ -276,7 +300,11 @@ impl fmt::Display for DequeueError {
 impl std::error::Error for DequeueError {}
 
 /// Why a resize was refused. The EVD is unchanged.
+///
+/// `#[non_exhaustive]`: a resize may gain reasons to refuse; match with a
+/// `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResizeError {
     /// A capacity of zero was asked for.
     ZeroCapacity,
@@ -319,17 +347,33 @@ impl fmt::Display for ResizeError {
 
 impl std::error::Error for ResizeError {}
 
-/// Why an upcall policy change was refused.
+/// Why an upcall policy or handler change was refused.
+///
+/// `#[non_exhaustive]`: upcalls may gain reasons to refuse a change (as
+/// [`PolicyError::FnMutHandler`] was added); match with a `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PolicyError {
     /// Called from inside one of this EVD's own upcalls: waiting for in-flight
     /// upcalls to return would wait for itself.
     FromUpcall,
+    /// ManyInstances with an `FnMut` handler
+    /// ([`Consumer::into_upcalls_mut`](crate::Consumer::into_upcalls_mut),
+    /// [`Upcalls::set_handler_mut`](crate::Upcalls::set_handler_mut)), which
+    /// must not run on several threads at once: install an `Fn` handler
+    /// ([`Upcalls::set_handler`](crate::Upcalls::set_handler)) first, or keep
+    /// SingleInstance.
+    FnMutHandler,
 }
 
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("cannot tear down an EVD's upcalls from inside one of its upcalls")
+        f.write_str(match self {
+            PolicyError::FromUpcall => {
+                "cannot tear down an EVD's upcalls from inside one of its upcalls"
+            }
+            PolicyError::FnMutHandler => "an FnMut upcall handler cannot run under ManyInstances",
+        })
     }
 }
 

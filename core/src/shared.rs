@@ -51,7 +51,7 @@ use crate::sync::{
     fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Mutex, Ordering, RoomBarrier,
     StateWord,
 };
-use crate::upcall::handler::{Handler, HandlerSlot};
+use crate::upcall::handler::{HandlerSlot, Installed, Loaded};
 use crossbeam_utils::CachePadded;
 use std::task::Waker;
 
@@ -144,9 +144,13 @@ pub(crate) struct Shared<T> {
 }
 
 // SAFETY: the slots hand each `T` from one thread to another exactly once
-// (publish/take), so `T: Send` is what is needed; every other field is atomic.
+// (publish/take), so `T: Send` is what is needed; every other field is atomic,
+// except the handler slot, whose handlers are `Send + Sync` (shared) or
+// `Send` and called only by the token holder (exclusive, see
+// `upcall::handler::Exclusive`).
 unsafe impl<T: Send> Send for Shared<T> {}
-// SAFETY: as above; shared access goes through atomics and the slot protocol.
+// SAFETY: as above; shared access goes through atomics, the slot protocol and
+// the token.
 unsafe impl<T: Send> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
@@ -1016,7 +1020,7 @@ impl<T> Shared<T> {
     }
 
     /// Replace the upcall handler.
-    pub(crate) fn set_handler(&self, h: Box<Handler<T>>) {
+    pub(crate) fn set_handler(&self, h: Installed<T>) {
         self.handler.set(h);
     }
 
@@ -1025,10 +1029,32 @@ impl<T> Shared<T> {
         self.handler.clear();
     }
 
-    /// Call the handler with one item; counts the upcall.
-    pub(crate) fn call_handler(&self, item: Result<T, Overflow>, more: bool) {
+    /// The current handler, for one call (or to ask what kind it is).
+    #[inline]
+    pub(crate) fn load_handler(&self) -> Loaded<T> {
+        self.handler.load()
+    }
+
+    /// True if an upcall instance holds the token now (a debug check of
+    /// [`Shared::call_handler`]'s contract, and for tests).
+    pub(crate) fn token_taken(&self) -> bool {
+        state::has(self.state.load(Ordering::Relaxed), state::TOKEN)
+    }
+
+    /// Call `h` with one item; counts the upcall.
+    ///
+    /// # Safety
+    /// As [`Loaded::call`]: if `h` is exclusive, the caller holds this EVD's
+    /// token from before this call until after it returns.
+    #[inline]
+    pub(crate) unsafe fn call_handler(&self, h: &Loaded<T>, item: Result<T, Overflow>, more: bool) {
+        debug_assert!(
+            !h.is_exclusive() || self.token_taken(),
+            "an FnMut handler called without the token"
+        );
         self.counters.upcalls.fetch_add(1, Ordering::Relaxed);
-        self.handler.call(item, more);
+        // SAFETY: the caller's contract is `Loaded::call`'s.
+        unsafe { h.call(item, more) };
     }
 
     /// Count an upcall instance's start as a notification.

@@ -40,8 +40,8 @@ pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
 impl<T> UnsafeCell<T> {
-    /// A new cell (the ring's slots are zeroed memory otherwise).
-    #[cfg(shuttle)]
+    /// A new cell (the upcall handler's; the ring's slots are zeroed memory
+    /// except under shuttle).
     pub(crate) fn new(v: T) -> Self {
         UnsafeCell(std::cell::UnsafeCell::new(v))
     }

@@ -1,7 +1,11 @@
 //! The convenience API: accessors, blocking dequeue, iterators, fused
-//! futures and streams. One test per promise, named after it.
+//! futures and streams, `FnMut` upcall handlers. One test per promise, named
+//! after it.
 
-use evd::{DequeueError, Lossy, Overflow, PostError, TryDequeueError, WaitError};
+use evd::{
+    DequeueError, Invoke, Lossy, Overflow, PolicyError, PostError, TryDequeueError, UpcallPolicy,
+    WaitError,
+};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -262,7 +266,7 @@ fn dequeue_error_display_and_traits() {
 #[test]
 fn wait_zero_timeout_with_nothing_queued_returns_timeout_zero_at_once() {
     let (_poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(u32::MAX); // a spin phase would never end
+    consumer.set_spin_budget(Duration::MAX); // a back-off that would never end
     assert_eq!(
         consumer.wait(1, Some(Duration::ZERO)),
         Err(WaitError::Timeout { available: 0 })
@@ -273,7 +277,7 @@ fn wait_zero_timeout_with_nothing_queued_returns_timeout_zero_at_once() {
 #[test]
 fn wait_zero_timeout_with_threshold_met_returns_ok_at_once() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(u32::MAX);
+    consumer.set_spin_budget(Duration::MAX);
     poster.post(1).unwrap();
     poster.post(2).unwrap();
     assert_eq!(consumer.wait(2, Some(Duration::ZERO)), Ok(2));
@@ -286,7 +290,7 @@ fn wait_zero_timeout_with_threshold_met_returns_ok_at_once() {
 #[test]
 fn wait_deadline_in_the_past_skips_the_spin_phase() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(u32::MAX);
+    consumer.set_spin_budget(Duration::MAX);
     let past = Instant::now();
     assert_eq!(
         consumer.wait_deadline(1, past),
@@ -496,4 +500,290 @@ fn fused_future_recv_is_terminated_after_closed() {
         Err(evd::RecvError::Closed)
     );
     assert!(recv.is_terminated());
+}
+
+/// What an `FnMut` handler kept in plain (non-atomic) state, sent out when
+/// the handler is dropped (by a teardown or a replacement).
+struct Tally {
+    /// Every event, in the order the handler saw it.
+    seen: Vec<u32>,
+    /// Handler calls that had `more` set.
+    with_more: usize,
+    out: std::sync::mpsc::Sender<(Vec<u32>, usize)>,
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        let _ = self
+            .out
+            .send((std::mem::take(&mut self.seen), self.with_more));
+    }
+}
+
+fn tally() -> (Tally, std::sync::mpsc::Receiver<(Vec<u32>, usize)>) {
+    let (out, tallied) = std::sync::mpsc::channel();
+    let t = Tally {
+        seen: Vec::new(),
+        with_more: 0,
+        out,
+    };
+    (t, tallied)
+}
+
+#[test]
+fn fnmut_handler_sees_every_event_of_racing_posters_exactly_once_and_fifo_per_poster() {
+    const POSTERS: u32 = 4;
+    const PER: u32 = 20_000;
+    let (poster, consumer) = evd::bounded::<u32>(16).unwrap();
+    let (mut t, tallied) = tally();
+    // No atomics, no lock: SingleInstance never runs two calls at once.
+    let mut next = vec![0u32; POSTERS as usize];
+    let up = consumer.into_upcalls_mut(Invoke::Any, move |ev, more| {
+        let v = ev.expect("no lossy posts, no report");
+        let (p, seq) = ((v / PER) as usize, v % PER);
+        assert_eq!(seq, next[p], "poster {p}: FIFO");
+        next[p] += 1;
+        t.seen.push(v);
+        t.with_more += more as usize;
+    });
+    let threads: Vec<_> = (0..POSTERS)
+        .map(|id| {
+            let p = poster.clone();
+            std::thread::spawn(move || {
+                for i in 0..PER {
+                    let mut v = id * PER + i;
+                    while let Err(e) = p.post(v) {
+                        v = e.into_inner();
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(up.query().policy, UpcallPolicy::SingleInstance);
+    // Teardown waits for the running upcall and drops the handler, which
+    // sends its tally; what it left queued is drained here.
+    let mut consumer = up.teardown();
+    let (mut seen, _) = tallied.try_recv().expect("teardown dropped the handler");
+    let delivered = seen.len();
+    while let Ok(v) = consumer.try_dequeue() {
+        seen.push(v);
+    }
+    assert!(delivered > 0);
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..POSTERS * PER).collect::<Vec<_>>(),
+        "each event exactly once"
+    );
+    assert_eq!(consumer.query().upcalls, delivered as u64);
+}
+
+#[test]
+fn fnmut_handler_keeps_its_state_across_upcalls_and_gets_more() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let (mut t, tallied) = tally();
+    let mut up = consumer.into_upcalls_mut(Invoke::Any, move |ev, more| {
+        t.seen.push(ev.unwrap());
+        t.with_more += more as usize;
+    });
+    up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
+    for i in 0..3 {
+        poster.post(i).unwrap();
+    }
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        .unwrap(); // delivers the three queued ones on this thread
+    poster.post(3).unwrap();
+    drop(up);
+    assert_eq!(tallied.try_recv().unwrap(), (vec![0, 1, 2, 3], 2));
+}
+
+#[test]
+fn fnmut_handler_refuses_many_instances_until_an_fn_handler_replaces_it() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let (mut t, tallied) = tally();
+    let mut up = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| t.seen.push(ev.unwrap()));
+    assert_eq!(
+        up.set_policy(UpcallPolicy::ManyInstances, Invoke::Any),
+        Err(PolicyError::FnMutHandler)
+    );
+    assert_eq!(
+        up.query().policy,
+        UpcallPolicy::SingleInstance,
+        "left as it was"
+    );
+    // Not by way of Disabled either.
+    up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
+    assert_eq!(
+        up.set_policy(UpcallPolicy::ManyInstances, Invoke::Any),
+        Err(PolicyError::FnMutHandler)
+    );
+    assert_eq!(up.query().policy, UpcallPolicy::Disabled);
+    poster.post(1).unwrap(); // queued: upcalls are disabled
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        .unwrap();
+    // An Fn handler replaces it (and drops it): ManyInstances is allowed.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = calls.clone();
+    up.set_handler(move |_, _| {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(
+        tallied.try_recv().unwrap().0,
+        [1],
+        "the replaced FnMut was dropped"
+    );
+    up.set_policy(UpcallPolicy::ManyInstances, Invoke::Any)
+        .unwrap();
+    assert_eq!(up.query().policy, UpcallPolicy::ManyInstances);
+    poster.post(2).unwrap();
+    assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // Under ManyInstances an FnMut handler is refused, dropped, and the Fn
+    // one stays.
+    let (mut t, refused) = tally();
+    assert_eq!(
+        up.set_handler_mut(move |ev, _| t.seen.push(ev.unwrap())),
+        Err(PolicyError::FnMutHandler)
+    );
+    assert_eq!(
+        refused.try_recv().unwrap().0,
+        Vec::<u32>::new(),
+        "refused, dropped"
+    );
+    poster.post(3).unwrap();
+    assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert!(!PolicyError::FnMutHandler.to_string().is_empty());
+    assert_ne!(
+        PolicyError::FnMutHandler.to_string(),
+        PolicyError::FromUpcall.to_string()
+    );
+}
+
+#[test]
+fn set_handler_mut_is_allowed_while_disabled_and_under_single_instance() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, |_, _| {
+        panic!("replaced before any upcall")
+    });
+    let (mut t, tallied) = tally();
+    up.set_handler_mut(move |ev, _| t.seen.push(ev.unwrap()))
+        .unwrap();
+    poster.post(1).unwrap();
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        .unwrap();
+    let (mut t2, tallied2) = tally();
+    up.set_handler_mut(move |ev, _| t2.seen.push(ev.unwrap()))
+        .unwrap();
+    assert_eq!(tallied.try_recv().unwrap().0, [1]);
+    poster.post(2).unwrap();
+    let mut consumer = up.teardown();
+    assert_eq!(tallied2.try_recv().unwrap().0, [2]);
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+}
+
+#[test]
+fn a_panicking_fnmut_handler_does_not_wedge_the_evd_and_keeps_its_state() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let (mut t, tallied) = tally();
+    let up = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
+        let v = ev.unwrap();
+        t.seen.push(v);
+        if v == 2 {
+            panic!("handler panics on 2");
+        }
+    });
+    poster.post(1).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poster.post(2)));
+    assert!(r.is_err(), "the panic reaches the posting thread");
+    assert_eq!(up.query().upcalls_in_flight, 0, "the token was given back");
+    poster.post(3).unwrap();
+    drop(up);
+    assert_eq!(tallied.try_recv().unwrap().0, [1, 2, 3]);
+}
+
+#[test]
+fn spin_budget_round_trips_and_defaults_to_default_spin_budget() {
+    let (_poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    assert_eq!(consumer.spin_budget(), evd::DEFAULT_SPIN_BUDGET);
+    for budget in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(50),
+        Duration::from_secs(3600),
+        Duration::MAX,
+    ] {
+        consumer.set_spin_budget(budget);
+        assert_eq!(consumer.spin_budget(), budget);
+    }
+}
+
+/// A ring holding one event with a loss behind it: the back-off's first look
+/// sees the event ready and returns `Ok`; an arm (the first look of a wait
+/// with no back-off) reports the loss first.
+fn one_event_and_a_loss() -> (evd::Poster<u32>, evd::Consumer<u32>) {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    (poster, consumer)
+}
+
+#[test]
+fn a_zero_spin_budget_arms_at_once_without_backing_off() {
+    // Observable without a clock: with a zero budget the wait's first look
+    // is its arm, which reports the pending loss before the ready event.
+    let (_poster, mut consumer) = one_event_and_a_loss();
+    consumer.set_spin_budget(Duration::ZERO);
+    assert_eq!(
+        consumer.wait(1, None),
+        Err(WaitError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    // With a budget, the back-off looks first and finds the event ready;
+    // the report waits for the next dequeue.
+    let (_poster, mut consumer) = one_event_and_a_loss();
+    consumer.set_spin_budget(evd::DEFAULT_SPIN_BUDGET);
+    assert_eq!(consumer.wait(1, None), Ok(1));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+}
+
+#[test]
+fn a_zero_spin_budget_wait_arms_and_is_woken_by_the_next_post() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.set_spin_budget(Duration::ZERO);
+    let waiter = std::thread::spawn(move || (consumer.wait(1, None), consumer));
+    while !poster.query().armed {
+        std::thread::yield_now();
+    }
+    poster.post(5).unwrap();
+    let (r, mut consumer) = waiter.join().unwrap();
+    assert_eq!(r, Ok(1));
+    assert_eq!(
+        consumer.query().notifications,
+        1,
+        "the post woke the armed wait"
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(5));
+}
+
+#[test]
+fn a_spin_budget_too_large_for_an_instant_backs_off_until_ready_and_never_arms() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.set_spin_budget(Duration::MAX);
+    let t = std::thread::spawn(move || poster.post(7).unwrap());
+    assert_eq!(consumer.wait(1, None), Ok(1));
+    t.join().unwrap();
+    let q = consumer.query();
+    assert_eq!(
+        q.notifications, 0,
+        "never armed, so the post notified nobody"
+    );
+    assert!(!q.armed);
+    assert_eq!(consumer.try_dequeue(), Ok(7));
 }

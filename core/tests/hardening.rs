@@ -390,6 +390,7 @@ fn dropping_every_poster_ends_an_async_receiver() {
                 Ok(v) => got.push(v),
                 Err(RecvError::Closed) => return got,
                 Err(RecvError::Overflow(_)) => {}
+                Err(e) => panic!("unexpected {e}"),
             }
         }
     });

@@ -11,6 +11,7 @@ use evd::{ArmStatus, Invoke, PostError, TryDequeueError, UpcallPolicy, WaitError
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use std::time::Duration;
 
 /// Explore every interleaving with at most `LOOM_MAX_PREEMPTIONS` (default 3)
 /// preemptions: bounded, as tokio's CI runs its models, so that models with
@@ -32,7 +33,7 @@ fn model_bounded<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
 /// Drain everything, blocking until end of stream. No model loses events
 /// except through `post_lossy`, whose reports are skipped here.
 fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
-    consumer.set_spin_budget(0);
+    consumer.set_spin_budget(Duration::ZERO);
     let mut got = Vec::new();
     loop {
         match consumer.try_dequeue() {
@@ -51,7 +52,7 @@ fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
 fn post_vs_arm_no_lost_notification() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || {
             // drain → arm → park, exactly the consumer loop the crate removes
             // the second poll from.
@@ -142,6 +143,48 @@ fn post_during_upcall_single_instance() {
     });
 }
 
+/// An `FnMut` handler's plain state, handed out when the handler is dropped.
+struct Sink {
+    seen: Vec<u32>,
+    out: Arc<loom::sync::Mutex<Vec<u32>>>,
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        *self.out.lock().unwrap() = std::mem::take(&mut self.seen);
+    }
+}
+
+#[test]
+fn fnmut_handler_single_instance_two_posters_exactly_once() {
+    // The handler mutates a plain Vec. It lives in loom's UnsafeCell inside
+    // the EVD, so two calls not ordered by the token's hand-off would fail
+    // the model as a causality violation, not only as a wrong count.
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+        let out = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let mut sink = Sink {
+            seen: Vec::new(),
+            out: out.clone(),
+        };
+        let upcalls = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
+            sink.seen.push(ev.unwrap());
+        });
+        let p2 = poster.clone();
+        let t = thread::spawn(move || p2.post(1).unwrap());
+        poster.post(2).unwrap();
+        t.join().unwrap();
+        // Teardown waits for a finishing upcall and drops the handler.
+        let mut consumer = upcalls.teardown();
+        let mut got = std::mem::take(&mut *out.lock().unwrap());
+        while let Ok(v) = consumer.try_dequeue() {
+            got.push(v);
+        }
+        got.sort_unstable();
+        assert_eq!(got, [1, 2], "each event exactly once");
+    });
+}
+
 #[test]
 fn many_instances_dequeue_exactly_once() {
     model(|| {
@@ -201,7 +244,7 @@ fn teardown_vs_post_no_upcall_after_teardown() {
 fn close_vs_wait() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || consumer.wait(1, None));
         poster.close();
         assert_eq!(c.join().unwrap(), Err(WaitError::Closed { available: 0 }));
@@ -223,7 +266,7 @@ fn last_poster_drop_vs_wait_ends_the_stream() {
 fn unwaitable_vs_wait() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || consumer.wait(1, None));
         poster.set_unwaitable();
         assert_eq!(c.join().unwrap(), Err(WaitError::Unwaitable));
@@ -279,7 +322,7 @@ fn loss_vs_arm_no_lost_report() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
         poster.post(0).unwrap(); // the ring is full
-        consumer.set_spin_budget(0); // park at once: the window is before the park
+        consumer.set_spin_budget(Duration::ZERO); // park at once: the window is before the park
         let c = thread::spawn(move || {
             let (mut events, mut reports) = (0, 0);
             while events + reports < 2 {
@@ -494,7 +537,7 @@ fn loss_vs_close_is_told_before_end_of_stream() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
         poster.post(0).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || {
             let (mut events, mut reports) = (0, 0);
             loop {
@@ -557,7 +600,7 @@ fn room_two_waiters_one_slot_at_a_time_both_get_in() {
     // found in seconds with the hand-on removed.
     model_bounded(2, || {
         let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         poster.post(1).unwrap();
         let waiters: Vec<_> = [2, 3]
             .into_iter()

@@ -1,8 +1,8 @@
 //! Promises the EVD makes in its docs, each tested as a user would see it:
 //! losses never starve the consumer and are told before the end of stream,
-//! `query()` is a consistent snapshot, replaced handlers are dropped, a batch
-//! post fills the room there is, destructors that panic leak nothing, and
-//! dropping the consumer frees what it leaves queued.
+//! `query()` is a consistent snapshot, replaced handlers (`Fn` and `FnMut`)
+//! are dropped, a batch post fills the room there is, destructors that panic
+//! leak nothing, and dropping the consumer frees what it leaves queued.
 //!
 //! The threaded tests assert properties that hold in every interleaving (no
 //! timing, no sleeps used as synchronization), so they hold on a busy machine.
@@ -12,6 +12,7 @@ use evd::{
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Counts its drops; panics in `drop` if asked to.
 struct Tracked {
@@ -164,7 +165,7 @@ fn every_loss_is_reported_before_the_end_of_stream() {
     for round in 0..200u64 {
         let cap = 1 + (round % 8) as usize;
         let (poster, mut consumer) = evd::bounded::<u64>(cap).unwrap();
-        consumer.set_spin_budget(0);
+        consumer.set_spin_budget(Duration::ZERO);
         let queued = Arc::new(AtomicU64::new(0));
         let lost = Arc::new(AtomicU64::new(0));
         let posters: Vec<_> = (0..4)
@@ -330,6 +331,80 @@ fn a_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns(
 }
 
 #[test]
+fn a_replaced_fnmut_handler_is_dropped_when_no_upcall_runs_it() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let make = |drops: &Arc<AtomicUsize>| {
+        let owned = tracked(drops, false);
+        let mut calls = 0u32;
+        move |_: Result<u32, Overflow>, _: bool| {
+            let _keep = &owned;
+            calls += 1;
+            assert_eq!(calls, 1, "each handler here gets one event");
+        }
+    };
+    let up = consumer.into_upcalls_mut(Invoke::Any, make(&drops));
+    for i in 1..=19 {
+        poster.post(i).unwrap();
+        up.set_handler_mut(make(&drops)).unwrap();
+        assert_eq!(
+            drops.load(SeqCst),
+            i as usize,
+            "replacement {i} dropped at once"
+        );
+    }
+    // An Fn handler replacing an FnMut one drops it the same way.
+    poster.post(20).unwrap();
+    up.set_handler(|_, _| {});
+    assert_eq!(drops.load(SeqCst), 20);
+    up.set_handler_mut(make(&drops)).unwrap();
+    drop(up);
+    assert_eq!(
+        drops.load(SeqCst),
+        21,
+        "dropping the dispatcher drops the current FnMut handler too"
+    );
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 21);
+}
+
+#[test]
+fn an_fnmut_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let slot: Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>> = Arc::default();
+    let owned = tracked(&drops, false);
+    let (s, d) = (slot.clone(), drops.clone());
+    let mut seen = Vec::new();
+    let up = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
+        let _keep = &owned;
+        seen.push(ev.unwrap());
+        if let Some(up) = s.lock().unwrap().as_ref() {
+            let replacement = tracked(&d, false);
+            up.set_handler_mut(move |_, _| {
+                let _keep = &replacement;
+            })
+            .unwrap();
+            // Its own state is still there to use after the replacement.
+            seen.push(0);
+            assert_eq!(seen, [1, 0]);
+            assert_eq!(d.load(SeqCst), 0, "still running: not dropped yet");
+        }
+    });
+    *slot.lock().unwrap() = Some(up);
+    poster.post(1).unwrap(); // runs the first handler, which replaces itself
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "dropped as soon as its call returned"
+    );
+    let up = slot.lock().unwrap().take().unwrap();
+    drop(up);
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 2);
+}
+
+#[test]
 fn post_batch_fills_the_room_of_an_empty_ring_whatever_the_cached_head() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let mut batch = vec![0, 1, 2, 3];
@@ -462,7 +537,7 @@ fn teardown_from_a_nested_upcall_of_another_evd_is_refused_not_a_deadlock() {
 #[test]
 fn wait_gives_ready_events_before_a_second_report() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(0);
+    consumer.set_spin_budget(Duration::ZERO);
     for i in 0..4 {
         poster.post(i).unwrap();
     }

@@ -1,8 +1,9 @@
 //! Exactly-once stress: several posters with sequence numbers, one consumer
 //! that switches at random among every way to consume (dequeue, batch, arm +
 //! blocking wait with thresholds, async recv and Stream, eventfd + poll,
-//! SingleInstance and ManyInstances upcalls, and resizes), on a small ring so
-//! that overflow, backpressure and wrap-around happen all the time.
+//! SingleInstance (`Fn` and `FnMut`) and ManyInstances upcalls, and resizes),
+//! on a small ring so that overflow, backpressure and wrap-around happen all
+//! the time.
 //!
 //! Checks: every event delivered exactly once; FIFO per poster wherever
 //! delivery is serialized; at most one upcall at a time under SingleInstance;
@@ -121,11 +122,35 @@ enum Mode {
     Stream,
     EventFd,
     Upcall(UpcallPolicy, Invoke),
+    /// SingleInstance with an `FnMut` handler that also keeps plain state.
+    UpcallMut(Invoke),
     Resize,
 }
 
+/// An `FnMut` handler's plain (non-atomic) call count, stored out when the
+/// handler is dropped; two unordered calls would be a data race on it
+/// (`scripts/tsan` runs this test).
+struct PlainCount {
+    calls: u64,
+    out: Arc<AtomicU64>,
+}
+
+impl PlainCount {
+    /// Count a call (a method, so that the closure captures the whole
+    /// counter and its `Drop`, not a copy of the field).
+    fn bump(&mut self) {
+        self.calls += 1;
+    }
+}
+
+impl Drop for PlainCount {
+    fn drop(&mut self) {
+        self.out.store(self.calls, Release);
+    }
+}
+
 fn pick(rng: &mut Rng) -> Mode {
-    match rng.below(10) {
+    match rng.below(12) {
         0 => Mode::Dequeue,
         1 => Mode::Batch,
         2 => Mode::ArmWait,
@@ -135,6 +160,8 @@ fn pick(rng: &mut Rng) -> Mode {
         6 => Mode::Upcall(UpcallPolicy::SingleInstance, Invoke::Any),
         7 => Mode::Upcall(UpcallPolicy::SingleInstance, Invoke::New),
         8 => Mode::Upcall(UpcallPolicy::ManyInstances, Invoke::Any),
+        9 => Mode::UpcallMut(Invoke::Any),
+        10 => Mode::UpcallMut(Invoke::New),
         _ => Mode::Resize,
     }
 }
@@ -175,7 +202,13 @@ fn run_phase(
             }
         }
         Mode::ArmWait => {
-            consumer.set_spin_budget([0, evd::DEFAULT_SPIN_BUDGET, 20][rng.below(3) as usize]);
+            consumer.set_spin_budget(
+                [
+                    Duration::ZERO,
+                    evd::DEFAULT_SPIN_BUDGET,
+                    Duration::from_micros(20),
+                ][rng.below(3) as usize],
+            );
             while !done(ck) && open {
                 match consumer.try_dequeue() {
                     Ok(ev) => ck.record(ev, true),
@@ -200,6 +233,7 @@ fn run_phase(
                     Ok(ev) => ck.record(ev, true),
                     Err(evd::RecvError::Overflow(o)) => ck.record_item(Err(o), true),
                     Err(evd::RecvError::Closed) => open = false,
+                    Err(e) => panic!("recv: {e}"),
                 }
             }
         }),
@@ -256,6 +290,33 @@ fn run_phase(
             if !serialized {
                 ck.resync();
             }
+        }
+        Mode::UpcallMut(invoke) => {
+            let h = ck.clone();
+            let calls_before = ck.upcall_calls.load(Relaxed);
+            let out = Arc::new(AtomicU64::new(u64::MAX));
+            let mut plain = PlainCount {
+                calls: 0,
+                out: out.clone(),
+            };
+            let upcalls = consumer.into_upcalls_mut(invoke, move |item, _more| {
+                let concurrent = h.in_upcall.fetch_add(1, AcqRel);
+                assert_eq!(concurrent, 0, "two FnMut upcalls at once");
+                plain.bump();
+                h.upcall_calls.fetch_add(1, Relaxed);
+                h.record_item(item, true);
+                h.in_upcall.fetch_sub(1, AcqRel);
+            });
+            while !done(ck) && !posters_done.load(Acquire) {
+                std::thread::yield_now();
+            }
+            consumer = upcalls.teardown();
+            assert_eq!(consumer.query().upcalls_in_flight, 0);
+            assert_eq!(
+                out.load(Acquire),
+                ck.upcall_calls.load(Relaxed) - calls_before,
+                "teardown dropped the FnMut handler, whose plain count saw every call"
+            );
         }
         Mode::Resize => {
             let cap = 1usize << (2 + rng.below(7));
@@ -414,4 +475,130 @@ fn exactly_once_across_all_consumer_modes() {
         q.upcalls
     );
     println!("events delivered per consumer mode: {per_mode:?}");
+}
+
+/// An `FnMut` handler installed while instances started under ManyInstances
+/// are still finishing (ManyInstances, then Disabled, then
+/// `set_handler_mut`) is never entered by two threads at once: an instance
+/// that read ManyInstances before the switch and then finds the `FnMut`
+/// handler calls it with the token kept. Rounds of that switch race posters
+/// on two threads; every event still arrives exactly once. (A probe of a
+/// narrow window, not a proof: the argument is in `instance::run`.)
+#[test]
+fn an_fnmut_handler_installed_behind_many_instances_is_never_entered_twice() {
+    const POSTERS_HERE: u64 = 2;
+    const ROUNDS: u64 = 2000;
+    let per_poster = env_u64("EVD_STRESS_EVENTS", 200_000).min(100_000);
+    let (poster, consumer) = evd::bounded::<u64>(16).unwrap();
+    let seen: Arc<Vec<AtomicU8>> = Arc::new(
+        (0..POSTERS_HERE * per_poster)
+            .map(|_| AtomicU8::new(0))
+            .collect(),
+    );
+    let record = {
+        let seen = seen.clone();
+        move |item: Result<u64, Overflow>| {
+            let ev = item.expect("no lossy posts");
+            let i = (ev >> SEQ_BITS) * per_poster + (ev & ((1 << SEQ_BITS) - 1));
+            assert_eq!(seen[i as usize].swap(1, Relaxed), 0, "event {ev:#x} twice");
+        }
+    };
+    let inside_mut = Arc::new(AtomicBool::new(false));
+    // Calls of FnMut handlers, counted by an atomic and by each handler's
+    // plain count (stored out when it is dropped).
+    let mut_calls = Arc::new(AtomicU64::new(0));
+    let mut plain_counts = Vec::new();
+    let shared_handler = {
+        let record = record.clone();
+        move |item: Result<u64, Overflow>, _: bool| record(item)
+    };
+    let mut up = consumer.into_upcalls(
+        UpcallPolicy::ManyInstances,
+        Invoke::Any,
+        shared_handler.clone(),
+    );
+    // Posters stop after `per_poster` events or when the rounds are done,
+    // and say how many they posted.
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = (0..POSTERS_HERE)
+        .map(|p| {
+            let (poster, stop) = (poster.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seq = 0;
+                while seq < per_poster && !stop.load(Relaxed) {
+                    // Leave the switching thread some CPU on a 2-core machine.
+                    if seq % 64 == 63 {
+                        std::thread::yield_now();
+                    }
+                    let mut ev = (p << SEQ_BITS) | seq;
+                    while let Err(e) = poster.post(ev) {
+                        ev = e.into_inner();
+                        std::thread::yield_now();
+                    }
+                    seq += 1;
+                }
+                seq
+            })
+        })
+        .collect();
+    drop(poster);
+    let mut rounds = 0u64;
+    while rounds < ROUNDS && !producers.iter().all(|t| t.is_finished()) {
+        up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
+        let (record, inside, calls) = (record.clone(), inside_mut.clone(), mut_calls.clone());
+        let mut plain = PlainCount {
+            calls: 0,
+            out: Arc::new(AtomicU64::new(u64::MAX)),
+        };
+        plain_counts.push(plain.out.clone());
+        up.set_handler_mut(move |item, _| {
+            assert!(
+                !inside.swap(true, Acquire),
+                "an FnMut handler entered twice"
+            );
+            plain.bump();
+            calls.fetch_add(1, Relaxed);
+            record(item);
+            inside.store(false, Release);
+        })
+        .unwrap();
+        assert_eq!(
+            up.set_policy(UpcallPolicy::ManyInstances, Invoke::Any),
+            Err(evd::PolicyError::FnMutHandler)
+        );
+        // Waits for the ManyInstances-era instances, then lets SingleInstance
+        // upcalls run the FnMut handler for a moment.
+        up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+            .unwrap();
+        std::thread::yield_now();
+        up.set_handler(shared_handler.clone());
+        // The FnMut handler is dropped once no upcall runs it: the last
+        // instance that loaded it may still be calling it here.
+        up.set_policy(UpcallPolicy::ManyInstances, Invoke::Any)
+            .unwrap();
+        std::thread::yield_now();
+        rounds += 1;
+    }
+    stop.store(true, Relaxed);
+    let posted: Vec<u64> = producers.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut consumer = up.teardown();
+    while let Ok(ev) = consumer.try_dequeue() {
+        record(Ok(ev));
+    }
+    for (p, &n) in posted.iter().enumerate() {
+        let mine = &seen[p * per_poster as usize..][..per_poster as usize];
+        assert!(
+            mine[..n as usize].iter().all(|s| s.load(Relaxed) == 1),
+            "poster {p}: some event never arrived"
+        );
+        assert!(mine[n as usize..].iter().all(|s| s.load(Relaxed) == 0));
+    }
+    // Every FnMut handler has been dropped (replaced, then no upcall left
+    // that loaded it), and their plain counts add up to their calls.
+    let plain: u64 = plain_counts.iter().map(|c| c.load(Acquire)).sum();
+    assert_eq!(plain, mut_calls.load(Relaxed));
+    println!(
+        "{rounds} rounds; {posted:?} events posted; {} FnMut calls",
+        mut_calls.load(Relaxed)
+    );
 }

@@ -1,5 +1,6 @@
 //! The code paths built on `unsafe` — slot publish/take, batch take, resize
-//! moving values between rings, and the drops of queued events — exercised
+//! moving values between rings, the drops of queued events, and the `&mut`
+//! access to an `FnMut` upcall handler — exercised
 //! with drop-counting payloads at a size Miri runs in seconds
 //! (`scripts/miri`). They run as ordinary tests too.
 
@@ -204,4 +205,52 @@ fn upcalls_move_values_to_the_handler_and_teardown_returns_the_rest() {
     drop(consumer);
     drop(poster);
     assert_eq!(drops.load(SeqCst), 8);
+}
+
+#[test]
+fn an_fnmut_handler_owns_what_it_is_given_and_replacing_it_inside_its_call_frees_it_once() {
+    // The handler's `&mut` state lives in a cell inside the EVD: it keeps
+    // the values it is given, and replaces itself from inside its own call;
+    // the old handler (and the values it kept) is freed once, after the call.
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, consumer) = evd::bounded::<Tracked>(4).unwrap();
+    let slot: Arc<Mutex<Option<evd::Upcalls<Tracked>>>> = Arc::default();
+    let (s, d) = (slot.clone(), drops.clone());
+    let mut kept = Vec::new();
+    let up = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
+        kept.push(ev.unwrap());
+        if kept.len() == 3 {
+            let ids: Vec<u32> = kept.iter().map(|t| *t.id).collect();
+            assert_eq!(ids, [0, 1, 2]);
+            let mut later = Vec::new();
+            let replaced = s
+                .lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .set_handler_mut(move |ev, _| {
+                    later.push(ev.unwrap());
+                });
+            assert!(replaced.is_ok());
+            assert_eq!(d.load(SeqCst), 0, "still running: nothing freed yet");
+        }
+    });
+    *slot.lock().unwrap() = Some(up);
+    for i in 0..3 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+    }
+    assert_eq!(
+        drops.load(SeqCst),
+        3,
+        "the first handler and its three values"
+    );
+    for i in 3..5 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+    }
+    let up = slot.lock().unwrap().take().unwrap();
+    let consumer = up.teardown();
+    assert_eq!(drops.load(SeqCst), 5, "the second handler and its two");
+    drop(consumer);
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 5);
 }

@@ -64,7 +64,8 @@ pub enum ApiOp {
         block: bool,
     },
     SpinBudget {
-        spins: u8,
+        /// Microseconds, modulo 8.
+        micros: u8,
     },
     PollRecv {
         panicking_waker: bool,
@@ -241,7 +242,7 @@ struct Api {
     waker_wakes: u64,
     fd: Option<evd::NotifyFd>,
     fd_count: u64,
-    spin_budget: u32,
+    spin_budget: Duration,
     /// The last notification went to a waker that panics.
     expect_waker_panic: bool,
 }
@@ -489,13 +490,14 @@ impl Api {
                 }
             }
             ApiOp::Wait { threshold, block } => self.wait(threshold, block),
-            ApiOp::SpinBudget { spins } => {
+            ApiOp::SpinBudget { micros } => {
                 if let Side::Consumer(c) = &mut self.side {
-                    // Back-off steps past the seventh yield the CPU: keep
-                    // executions short when other processes compete for it.
-                    let spins = u32::from(spins % 8);
-                    c.set_spin_budget(spins);
-                    self.spin_budget = spins;
+                    // 0–7 µs: the back-off yields the CPU after its first
+                    // few microseconds; keep executions short when other
+                    // processes compete for it.
+                    let budget = Duration::from_micros(u64::from(micros % 8));
+                    c.set_spin_budget(budget);
+                    self.spin_budget = budget;
                 }
             }
             ApiOp::PollRecv { panicking_waker } => self.poll(false, panicking_waker),
@@ -720,7 +722,7 @@ impl Api {
         } else if self.unwaitable {
             // Checked before the back-off phase: nothing registered, no arm.
             Err(WaitError::Unwaitable)
-        } else if self.spin_budget > 0 && len >= k {
+        } else if !self.spin_budget.is_zero() && len >= k {
             Ok(len)
         } else {
             self.registered = Registered::Thread;

@@ -203,7 +203,9 @@ pub enum ConsumerOp {
     Query,
     /// Post through a poster made from the consumer, dropped at once.
     Post,
-    SpinBudget(u32),
+    /// Under shuttle a non-zero budget is a few back-off steps, whatever its
+    /// length (no clock in a schedule).
+    SpinBudget(Duration),
     PollRecv,
     Close,
     /// Drop the consumer and end the script.
@@ -230,7 +232,7 @@ impl ConsumerOp {
             ),
             12 => ConsumerOp::Query,
             13 => ConsumerOp::Post,
-            14 => ConsumerOp::SpinBudget(op.arg as u32 % 3),
+            14 => ConsumerOp::SpinBudget(Duration::from_micros(u64::from(op.arg % 3))),
             _ => match a {
                 0..=15 => ConsumerOp::Close,
                 16..=23 => ConsumerOp::Drop,
@@ -1124,6 +1126,7 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
                         Err(WaitError::Closed { available }) => {
                             ensure(ck.closed() && available < k, || format!("wait({k}): {r:?}"))
                         }
+                        Err(e) => Err(format!("wait({k}): unexpected {e:?}")),
                     });
                 }
                 ConsumerOp::Resize(cap) => {
@@ -1159,7 +1162,7 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
                     with(|k| k.close_begun = true);
                     me.post(&c.poster())
                 }
-                ConsumerOp::SpinBudget(n) => c.set_spin_budget(n),
+                ConsumerOp::SpinBudget(budget) => c.set_spin_budget(budget),
                 ConsumerOp::PollRecv => {
                     let waker = Waker::from(Arc::new(NoopWake));
                     let mut cx = Context::from_waker(&waker);
@@ -1174,6 +1177,7 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
                         Poll::Ready(Err(RecvError::Closed)) => {
                             dequeued(Err(TryDequeueError::Closed))
                         }
+                        Poll::Ready(Err(e)) => check(|_| Err(format!("recv: unexpected {e:?}"))),
                         Poll::Pending => with(|k| k.dequeuing = 0),
                     }
                 }

@@ -5,6 +5,7 @@ use crate::error::{Overflow, TryDequeueError};
 use crate::shared::Shared;
 use crate::state::{self, PolicyBits};
 use crate::sync::Backoff;
+use crate::upcall::handler::Loaded;
 
 /// One running handler call on this thread's stack. Nested upcalls (a
 /// handler that posts to another EVD whose upcall runs inline) form a chain,
@@ -92,7 +93,12 @@ fn wake_tearer<T>(s: &Shared<T>, new: u64) {
     }
 }
 
-fn deliver<T>(s: &Shared<T>, item: Result<T, Overflow>) {
+/// Run `handler` on one item, with this thread's frame linked.
+///
+/// # Safety
+/// If `handler` is exclusive (`FnMut`), the caller holds the token from
+/// before this call until after it returns.
+unsafe fn deliver<T>(s: &Shared<T>, handler: &Loaded<T>, item: Result<T, Overflow>) {
     // Another event is ready behind this one (its stamp says so; the state
     // word is not consulted).
     let more = s.ready(1) > 0;
@@ -101,7 +107,8 @@ fn deliver<T>(s: &Shared<T>, item: Result<T, Overflow>) {
         outer: INNERMOST.with(|innermost| innermost.get()),
     };
     let _link = Link::push(&frame);
-    s.call_handler(item, more);
+    // SAFETY: the caller's contract.
+    unsafe { s.call_handler(handler, item, more) };
 }
 
 /// Run one upcall instance. The caller's CAS took the token and counted the
@@ -123,19 +130,37 @@ pub(crate) fn run<T>(s: &Shared<T>) {
                 Err(TryDequeueError::Empty | TryDequeueError::Closed) => None,
             },
         };
+        debug_assert!(guard.holds_token, "the loop runs with the token");
         match (item, policy) {
             (Some(item), PolicyBits::Many) => {
-                s.release_token();
-                guard.holds_token = false;
-                deliver(s, item);
-                if let Err(new) = s.reacquire_token() {
-                    std::mem::forget(guard);
-                    wake_tearer(s, new);
-                    return;
+                // Loaded while we hold the token: an `FnMut` handler seen here
+                // is called with the token kept, as under SingleInstance.
+                // (`set_policy` refuses ManyInstances while one is installed,
+                // and `set_handler_mut` refuses to install one under it, but
+                // this instance read the policy before a change to Disabled
+                // and the handler swap that may follow it.)
+                let handler = s.load_handler();
+                if handler.is_exclusive() {
+                    // SAFETY: we hold the token (the loop runs with it) and
+                    // keep it through the call.
+                    unsafe { deliver(s, &handler, item) };
+                } else {
+                    s.release_token();
+                    guard.holds_token = false;
+                    // SAFETY: a shared handler: no token needed.
+                    unsafe { deliver(s, &handler, item) };
+                    drop(handler);
+                    if let Err(new) = s.reacquire_token() {
+                        std::mem::forget(guard);
+                        wake_tearer(s, new);
+                        return;
+                    }
+                    guard.holds_token = true;
                 }
-                guard.holds_token = true;
             }
-            (Some(item), _) => deliver(s, item),
+            // SAFETY: SingleInstance: we hold the token (the loop runs with
+            // it) and keep it through the call.
+            (Some(item), _) => unsafe { deliver(s, &s.load_handler(), item) },
             (None, _) => {
                 if try_exit(s) {
                     std::mem::forget(guard);
@@ -162,5 +187,111 @@ fn try_exit<T>(s: &Shared<T>) -> bool {
             Backoff::new().snooze();
             false
         }
+    }
+}
+
+/// The path the API keeps closed: an instance under ManyInstances that finds
+/// an `FnMut` handler (it read the policy before a switch to Disabled and the
+/// `set_handler_mut` that followed). The handler is installed here behind the
+/// API's back, so that every post runs into it.
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::upcall::handler::Installed;
+    use crate::{Invoke, UpcallPolicy};
+
+    #[test]
+    fn an_fnmut_handler_found_under_many_instances_runs_with_the_token_kept() {
+        let (poster, consumer) = crate::bounded::<u32>(4).unwrap();
+        let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, |_, _| {
+            unreachable!("replaced before any post")
+        });
+        let p = poster.clone();
+        let s = up.consumer().shared().clone();
+        let mut seen = Vec::new();
+        let mut depth = 0;
+        up.shared()
+            .set_handler(Installed::exclusive(Box::new(move |ev, _| {
+                depth += 1;
+                assert_eq!(depth, 1, "the FnMut handler nested in itself");
+                assert!(s.token_taken(), "called with the token held");
+                let v = ev.unwrap();
+                seen.push(v);
+                if v == 1 {
+                    // With the token held this only queues; had it been
+                    // handed back, this post would start a second instance
+                    // right here, inside this call.
+                    p.post(2).unwrap();
+                    assert_eq!(seen, [1]);
+                }
+                if v == 2 {
+                    assert_eq!(seen, [1, 2], "delivered after the call that posted it");
+                }
+                depth -= 1;
+            })));
+        poster.post(1).unwrap();
+        let q = up.query();
+        assert_eq!((q.upcalls, q.len, q.upcalls_in_flight), (2, 0, 0));
+        drop(up.teardown());
+    }
+}
+
+/// The loom model of the same path: two posters under ManyInstances with an
+/// `FnMut` handler, which mutates a plain `Vec` in loom's `UnsafeCell`. Were
+/// the token handed back before the call, the two instances' calls could
+/// overlap, and loom would report the cell's concurrent `&mut` access. Run by
+/// `scripts/test` (`--cfg loom`, `--lib`).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use crate::upcall::handler::Installed;
+    use crate::{Invoke, TryDequeueError, UpcallPolicy};
+    use loom::sync::{Arc, Mutex};
+
+    struct Sink {
+        seen: Vec<u32>,
+        out: Arc<Mutex<Vec<u32>>>,
+    }
+
+    impl Drop for Sink {
+        fn drop(&mut self) {
+            *self.out.lock().unwrap() = std::mem::take(&mut self.seen);
+        }
+    }
+
+    #[test]
+    fn an_fnmut_handler_found_under_many_instances_is_never_entered_twice() {
+        let mut b = loom::model::Builder::new();
+        if b.preemption_bound.is_none() {
+            b.preemption_bound = Some(3);
+        }
+        b.check(|| {
+            let (poster, consumer) = crate::bounded::<u32>(2).unwrap();
+            let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, |_, _| {
+                unreachable!("replaced before any post")
+            });
+            let out = Arc::new(Mutex::new(Vec::new()));
+            let mut sink = Sink {
+                seen: Vec::new(),
+                out: out.clone(),
+            };
+            up.shared()
+                .set_handler(Installed::exclusive(Box::new(move |ev, _| {
+                    sink.seen.push(ev.unwrap());
+                })));
+            let p2 = poster.clone();
+            let t = loom::thread::spawn(move || p2.post(1).unwrap());
+            poster.post(2).unwrap();
+            t.join().unwrap();
+            let mut consumer = up.teardown();
+            let mut got = std::mem::take(&mut *out.lock().unwrap());
+            loop {
+                match consumer.try_dequeue() {
+                    Ok(v) => got.push(v),
+                    Err(TryDequeueError::Empty) => break,
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+            got.sort_unstable();
+            assert_eq!(got, [1, 2], "each event exactly once");
+        });
     }
 }

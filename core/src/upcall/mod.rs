@@ -37,11 +37,24 @@
 //! The handler can be replaced while posters run: it lives behind an
 //! `arc-swap` pointer, and the old one is dropped as soon as no instance is
 //! calling it.
+//!
+//! A handler is `Fn + Send + Sync` ([`Consumer::into_upcalls`],
+//! [`Upcalls::set_handler`]), or `FnMut + Send` under SingleInstance
+//! ([`Consumer::into_upcalls_mut`], [`Upcalls::set_handler_mut`]): then only
+//! the instance holding the token calls it, and keeps the token through the
+//! call, so no two calls overlap and each one happens after the last (the
+//! token's hand-offs are `AcqRel` CASes on the word). No lock is taken for
+//! it. [`Upcalls::set_policy`] refuses ManyInstances while an `FnMut`
+//! handler is installed, and `set_handler_mut` refuses to install one under
+//! it ([`PolicyError::FnMutHandler`]); an instance that read ManyInstances
+//! before a switch away from it, and then finds an `FnMut` handler, calls it
+//! with the token kept, as under SingleInstance.
 
 pub(crate) mod handler;
 pub(crate) mod instance;
 
 pub use handler::Handler;
+use handler::Installed;
 
 use crate::consumer::Consumer;
 use crate::error::{Overflow, PolicyError};
@@ -83,13 +96,57 @@ impl<T: Send> Consumer<T> {
         F: Fn(Result<T, Overflow>, bool) + Send + Sync + 'static,
     {
         self.disarm();
-        self.shared().set_handler(Box::new(handler));
+        self.shared()
+            .set_handler(Installed::shared(Box::new(handler)));
         let mut upcalls = Upcalls {
             consumer: Some(self),
         };
-        // Not inside an upcall of this EVD (we held its consumer), so this
-        // cannot fail.
+        // Not inside an upcall of this EVD (we held its consumer), and the
+        // handler is shared, so this cannot fail.
         let _ = upcalls.set_policy(policy, invoke);
+        upcalls
+    }
+
+    /// Hand the consumer to an upcall dispatcher under
+    /// [`UpcallPolicy::SingleInstance`] with an `FnMut` handler: one that
+    /// keeps its own state without atomics or a lock, since under
+    /// SingleInstance no two calls ever overlap.
+    ///
+    /// The handler stays exclusive for as long as it is installed:
+    /// [`Upcalls::set_policy`] refuses [`UpcallPolicy::ManyInstances`] with
+    /// [`PolicyError::FnMutHandler`] until an `Fn` handler replaces it
+    /// ([`Upcalls::set_handler`]). Disabling and re-enabling SingleInstance
+    /// are allowed. `invoke` is as for [`Consumer::into_upcalls`].
+    ///
+    /// ```
+    /// use evd::Invoke;
+    /// let (poster, consumer) = evd::bounded(8).unwrap();
+    /// let mut total = 0u64; // plain state, moved into the handler
+    /// let (report, sum) = std::sync::mpsc::channel();
+    /// let upcalls = consumer.into_upcalls_mut(Invoke::Any, move |ev, more| {
+    ///     total += ev.unwrap();
+    ///     if !more {
+    ///         report.send(total).unwrap();
+    ///     }
+    /// });
+    /// poster.post(1).unwrap(); // runs the handler on this thread
+    /// poster.post(2).unwrap();
+    /// assert_eq!(sum.try_iter().last(), Some(3));
+    /// drop(upcalls);
+    /// ```
+    pub fn into_upcalls_mut<F>(mut self, invoke: Invoke, handler: F) -> Upcalls<T>
+    where
+        F: FnMut(Result<T, Overflow>, bool) + Send + 'static,
+    {
+        self.disarm();
+        self.shared()
+            .set_handler(Installed::exclusive(Box::new(handler)));
+        let mut upcalls = Upcalls {
+            consumer: Some(self),
+        };
+        // Not inside an upcall of this EVD (we held its consumer), and the
+        // policy is not ManyInstances, so this cannot fail.
+        let _ = upcalls.set_policy(UpcallPolicy::SingleInstance, invoke);
         upcalls
     }
 }
@@ -113,7 +170,12 @@ impl<T: Send> Upcalls<T> {
     ///   run (directly or by way of `Disabled`) first waits for them, so at
     ///   most one runs from the moment this returns.
     /// * `Teardown`: disable, and return after every running upcall has
-    ///   returned. Refused from inside one of this EVD's upcalls.
+    ///   returned. Refused from inside one of this EVD's upcalls
+    ///   ([`PolicyError::FromUpcall`]).
+    ///
+    /// `ManyInstances` is refused with [`PolicyError::FnMutHandler`] while the
+    /// handler is an `FnMut` one ([`Consumer::into_upcalls_mut`],
+    /// [`Upcalls::set_handler_mut`]); the policy is then left as it was.
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};
@@ -135,6 +197,14 @@ impl<T: Send> Upcalls<T> {
     /// ```
     pub fn set_policy(&mut self, policy: UpcallPolicy, invoke: Invoke) -> Result<(), PolicyError> {
         let s = self.shared();
+        // The handler is changed only through `&self`, so it cannot change
+        // between this check and the policy CAS below (`&mut self`). An
+        // instance that still finds an FnMut handler under ManyInstances
+        // calls it with the token kept (see `instance::run`), so this check
+        // is the API's promise, not what soundness rests on.
+        if policy == UpcallPolicy::ManyInstances && s.load_handler().is_exclusive() {
+            return Err(PolicyError::FnMutHandler);
+        }
         // SingleInstance waits out instances started under ManyInstances.
         // Under ManyInstances any post may start one between this read and
         // the policy CAS, so that case always waits; under Disabled none can
@@ -181,7 +251,48 @@ impl<T: Send> Upcalls<T> {
     where
         F: Fn(Result<T, Overflow>, bool) + Send + Sync + 'static,
     {
-        self.shared().set_handler(Box::new(handler));
+        self.shared()
+            .set_handler(Installed::shared(Box::new(handler)));
+    }
+
+    /// Replace the handler with an `FnMut` one, as
+    /// [`Consumer::into_upcalls_mut`] installs: it is called by one thread at
+    /// a time, and [`UpcallPolicy::ManyInstances`] is refused while it is
+    /// installed. Upcalls already running finish with the old handler; the
+    /// old one is dropped once none can be using it.
+    ///
+    /// Refused with [`PolicyError::FnMutHandler`] under ManyInstances (the
+    /// handler is then dropped and the current one stays). Allowed under
+    /// SingleInstance and while upcalls are disabled, from inside an upcall
+    /// too.
+    ///
+    /// ```
+    /// use evd::{Invoke, PolicyError, UpcallPolicy};
+    /// let (poster, consumer) = evd::bounded(4).unwrap();
+    /// let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, |_: Result<u8, _>, _| {});
+    /// assert_eq!(up.set_handler_mut(|_, _| {}), Err(PolicyError::FnMutHandler));
+    ///
+    /// up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any).unwrap();
+    /// let mut calls = 0;
+    /// up.set_handler_mut(move |ev, _| {
+    ///     calls += 1;
+    ///     assert_eq!((ev, calls), (Ok(9), 1));
+    /// })
+    /// .unwrap();
+    /// poster.post(9).unwrap();
+    /// ```
+    pub fn set_handler_mut<F>(&self, handler: F) -> Result<(), PolicyError>
+    where
+        F: FnMut(Result<T, Overflow>, bool) + Send + 'static,
+    {
+        let s = self.shared();
+        // The policy is changed only through `&mut self`, so it cannot become
+        // ManyInstances between this check and the store.
+        if s.policy() == PolicyBits::Many {
+            return Err(PolicyError::FnMutHandler);
+        }
+        s.set_handler(Installed::exclusive(Box::new(handler)));
+        Ok(())
     }
 
     /// A snapshot of the EVD.
