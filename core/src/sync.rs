@@ -235,6 +235,10 @@ impl Backoff {
     pub(crate) fn snooze(&self) {
         self.0.snooze()
     }
+    /// The spinning and yielding steps are used up: time to block.
+    pub(crate) fn is_completed(&self) -> bool {
+        self.0.is_completed()
+    }
 }
 
 /// Under loom or shuttle a wait must yield so the model lets the other
@@ -249,6 +253,11 @@ impl Backoff {
     }
     pub(crate) fn snooze(&self) {
         thread::yield_now()
+    }
+    /// No back-off before blocking in a model: the blocking path is the one
+    /// with the races, and a model's retries only multiply its states.
+    pub(crate) fn is_completed(&self) -> bool {
+        true
     }
 }
 

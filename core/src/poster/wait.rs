@@ -4,7 +4,7 @@
 use super::{Attempt, Poster};
 use crate::error::PostError;
 use crate::room::Seat;
-use crate::sync::{park, thread, unpark_waker};
+use crate::sync::{park, thread, unpark_waker, Backoff};
 use std::time::{Duration, Instant};
 
 impl<T: Send> Poster<T> {
@@ -12,7 +12,8 @@ impl<T: Send> Poster<T> {
     ///
     /// Returns `Ok` once the event is queued, or hands it back as
     /// [`PostError::Closed`] if the EVD is (or gets) closed. The waiting
-    /// poster sleeps (no spinning) and is woken by the consumer's dequeue
+    /// poster backs off briefly (a few spins and yields, retrying), then
+    /// sleeps and is woken by the consumer's dequeue
     /// that frees a slot for it: one waiter per freed slot, first come first
     /// served ([`crate::Query::room_wakes`] counts the wakes). While no poster
     /// waits, the consumer pays one load of its own cache line per dequeue
@@ -90,6 +91,21 @@ impl<T: Send> Poster<T> {
         };
         if expired(deadline) {
             return Err(PostError::Full(event));
+        }
+        // Back off (spin, then yield) and retry before sleeping, as the
+        // blocking peers do: a consumer that frees a slot every microsecond
+        // or so is caught here, without a join (lock, membarrier) and a
+        // sleep/wake per event.
+        let backoff = Backoff::new();
+        while !backoff.is_completed() {
+            backoff.snooze();
+            event = match self.post(event) {
+                Err(PostError::Full(ev)) => ev,
+                done => return done,
+            };
+            if expired(deadline) {
+                return Err(PostError::Full(event));
+            }
         }
         let waker = unpark_waker(thread::current());
         let mut seat = Seat::default();
