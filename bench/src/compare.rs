@@ -391,6 +391,7 @@ fn throughput_section(
                     Some(Diagnostics {
                         empty_polls_per_msg: run.empty_polls_per_msg(),
                         full_refusals_per_msg: run.full_refusals_per_msg(),
+                        room_wakes_per_msg: run.room_wakes_per_msg(),
                         same_cpu_share: run.same_cpu_share(),
                     }),
                 ),
@@ -413,6 +414,27 @@ fn throughput_section(
         sizes.len(),
     );
     order_throughput(c);
+    // No poster waits for room here: a room wake would be a bug.
+    for m in c
+        .measurements
+        .iter()
+        .filter(|m| m.case.starts_with("throughput/"))
+    {
+        let worst = m
+            .diagnostics
+            .iter()
+            .flatten()
+            .flatten()
+            .filter_map(|d| d.room_wakes_per_msg)
+            .fold(0.0, f64::max);
+        if worst > 0.0 {
+            notes.push(format!(
+                "{} {}: {worst:.3} room wakes per event although no poster waits for room \
+                 (non-blocking posts): the room signal woke someone it should not have",
+                m.system, m.case
+            ));
+        }
+    }
 }
 
 /// Keep the table in case order then system order, whatever order the

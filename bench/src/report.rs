@@ -91,6 +91,10 @@ pub struct Record {
     /// Throughput only, per round: posts refused as full (and retried), per
     /// event moved.
     pub full_refusals_per_msg: Option<Vec<Option<f64>>>,
+    /// Throughput only, evd rows only, per round: wakes evd sent to posters
+    /// waiting for room (`Query::room_wakes`), per event moved; 0, as no
+    /// throughput poster waits. `null` for peers and other cases.
+    pub room_wakes_per_msg: Option<Vec<Option<f64>>>,
     /// Throughput only, per round: share of the consumer's CPU samples that
     /// found a running poster's latest sample on the same CPU.
     pub same_cpu_share: Option<Vec<Option<f64>>>,
@@ -103,6 +107,8 @@ pub struct Diagnostics {
     pub empty_polls_per_msg: Option<f64>,
     /// See [`Record::full_refusals_per_msg`].
     pub full_refusals_per_msg: f64,
+    /// See [`Record::room_wakes_per_msg`].
+    pub room_wakes_per_msg: Option<f64>,
     /// See [`Record::same_cpu_share`].
     pub same_cpu_share: Option<f64>,
 }
@@ -208,7 +214,9 @@ pub fn records_from(measurements: Vec<Measurement>, cpus: usize) -> Vec<Record> 
                 diag.as_ref()
                     .map(|ds| ds.iter().map(|d| d.as_ref().and_then(f)).collect())
             };
-            let empty_polls: Option<Vec<Option<f64>>> = per_round(&|d| d.empty_polls_per_msg);
+            // A diagnostic no round has (a consumer with only a blocking
+            // receive, a peer's room wakes): null, not an array of nulls.
+            let counted = |v: Option<Vec<Option<f64>>>| v.filter(|v| v.iter().any(Option::is_some));
             Some(Record {
                 case: m.case,
                 system: m.system,
@@ -228,10 +236,9 @@ pub fn records_from(measurements: Vec<Measurement>, cpus: usize) -> Vec<Record> 
                 oversubscribed: m.threads > cpus,
                 floor: m.floor,
                 below_floor: None,
-                // A consumer with only a blocking receive has no count in
-                // any round: null, not an array of nulls.
-                empty_polls_per_msg: empty_polls.filter(|v| v.iter().any(Option::is_some)),
+                empty_polls_per_msg: counted(per_round(&|d| d.empty_polls_per_msg)),
                 full_refusals_per_msg: per_round(&|d| Some(d.full_refusals_per_msg)),
+                room_wakes_per_msg: counted(per_round(&|d| d.room_wakes_per_msg)),
                 same_cpu_share: per_round(&|d| d.same_cpu_share),
             })
         })
@@ -763,10 +770,12 @@ fn throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize, p
          Posters: {policy}.{}\n\
          Diagnostics are medians over rounds, with (slowest round → fastest round): empty polls = \
          consumer receive calls that returned nothing, per event (\"not countable\": the consumer \
-         only calls a blocking receive); full = posts refused as full, per event; same CPU = share \
-         of CPU samples with a poster on the consumer's CPU.\n\n\
-         | system | consumer | median | min – max | empty polls/msg | full/msg | same CPU | threads | ratio |\n\
-         |---|---|---|---|---|---|---|---|---|",
+         only calls a blocking receive); full = posts refused as full, per event; room wakes = wakes \
+         evd sent to posters waiting for room, per event (evd rows; no poster waits here, so it is \
+         0: these evd rows are the no-waiter cost of the room signal); same CPU = share of CPU \
+         samples with a poster on the consumer's CPU.\n\n\
+         | system | consumer | median | min – max | empty polls/msg | full/msg | room wakes/msg | same CPU | threads | ratio |\n\
+         |---|---|---|---|---|---|---|---|---|---|",
         ratio_sentence(true, "ops/s"),
         oversubscription_sentence(rows, cpus),
     );
@@ -775,7 +784,7 @@ fn throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize, p
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} – {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} – {} | {} | {} | {} | {} | {} | {} |",
             r.system,
             r.consumer,
             format_value(r.median, &r.unit),
@@ -783,12 +792,21 @@ fn throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize, p
             format_value(r.max, &r.unit),
             diag_cell(r, &r.empty_polls_per_msg, &num),
             diag_cell(r, &r.full_refusals_per_msg, &num),
+            room_wakes_cell(r),
             diag_cell(r, &r.same_cpu_share, &pct),
             threads_cell(r),
             format_ratio(r),
         );
     }
     s.push('\n');
+}
+
+/// The room wakes per event of an evd row; `—` for a peer (not visible).
+fn room_wakes_cell(r: &Record) -> String {
+    if r.room_wakes_per_msg.is_none() && r.role != Role::Evd {
+        return "—".into();
+    }
+    diag_cell(r, &r.room_wakes_per_msg, &|x| format!("{x:.3}"))
 }
 
 fn generic_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
@@ -974,6 +992,7 @@ mod tests {
         let d = |e| Diagnostics {
             empty_polls_per_msg: e,
             full_refusals_per_msg: 0.5,
+            room_wakes_per_msg: None,
             same_cpu_share: Some(0.25),
         };
         m.set_round(0, 1.0, Some(d(Some(0.1))));
@@ -991,6 +1010,7 @@ mod tests {
         let r = records_from(vec![m], 2).remove(0);
         assert_eq!(r.empty_polls_per_msg, None, "not countable is null");
         assert_eq!(r.full_refusals_per_msg, Some(vec![Some(0.5)]));
+        assert_eq!(r.room_wakes_per_msg, None, "a peer's room wakes are null");
     }
 
     fn sample_report() -> Report {
@@ -1010,6 +1030,7 @@ mod tests {
                 Some(Diagnostics {
                     empty_polls_per_msg: Some(0.1),
                     full_refusals_per_msg: 0.0,
+                    room_wakes_per_msg: Some(0.0),
                     same_cpu_share: Some(0.0),
                 }),
             );
@@ -1102,6 +1123,7 @@ mod tests {
                 "below_floor",
                 "empty_polls_per_msg",
                 "full_refusals_per_msg",
+                "room_wakes_per_msg",
                 "same_cpu_share",
             ])
         );

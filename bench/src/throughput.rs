@@ -8,6 +8,9 @@
 //! full, the poster takes the value back and retries after [`BusyWait::miss`]
 //! (`std::hint::spin_loop()`, and `std::thread::yield_now()` on every 64th
 //! refusal in a row). The loop is written once, in `drive`, for all systems.
+//! No poster ever sleeps waiting for room here, so the evd rows are also the
+//! *no-waiter* case of evd's room signal (their [`RunStats::room_wakes`] is
+//! 0).
 //!
 //! **Consumers: like against like.** Each row is labelled with its consumer
 //! [`Style`]: busy or blocking, one item per call or a batch per call. A peer
@@ -15,10 +18,10 @@
 //!
 //! **Diagnostics per run** ([`RunStats`]): how often the consumer's
 //! non-blocking receive found nothing (where the consumer has one), how often
-//! a poster's send was refused as full, and how often poster and consumer were
-//! seen on the same CPU (`getcpu` sampled every [`CPU_SAMPLE_EVERY`] events
-//! in every thread). A round that runs slow or fast for a reason shows it
-//! there.
+//! a poster's send was refused as full, how many room wakes evd sent (evd
+//! rows), and how often poster and consumer were seen on the same CPU
+//! (`getcpu` sampled every [`CPU_SAMPLE_EVERY`] events in every thread). A
+//! round that runs slow or fast for a reason shows it there.
 
 use crate::payload::{Payload, Tally};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -238,7 +241,7 @@ impl Queue {
             | Queue::EvdWait
             | Queue::EvdBackoffWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
-                drive(
+                let stats = drive(
                     posters,
                     messages,
                     clones(tx, posters),
@@ -254,7 +257,11 @@ impl Queue {
                         Queue::EvdWait => consume_evd_batch(&mut rx, sink, BatchMode::Wait),
                         _ => consume_evd_batch(&mut rx, sink, BatchMode::BackoffWait),
                     },
-                )
+                );
+                stats.map(|s| RunStats {
+                    room_wakes: Some(rx.query().room_wakes),
+                    ..s
+                })
             }
             Queue::ArrayQueue => {
                 let q = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(CAPACITY));
@@ -436,6 +443,9 @@ pub struct RunStats {
     /// Posts refused as full, summed over the posters (each refusal is
     /// retried).
     pub full_refusals: u64,
+    /// evd only: wakes evd sent to posters waiting for room
+    /// ([`evd::Query::room_wakes`]) during the run; `None` for the peers.
+    pub room_wakes: Option<u64>,
     /// Consumer CPU samples compared with a running poster's latest sample.
     pub cpu_samples: u64,
     /// Of those, how many found the poster on the consumer's CPU.
@@ -457,6 +467,12 @@ impl RunStats {
     /// Refused posts per event moved.
     pub fn full_refusals_per_msg(&self) -> f64 {
         self.full_refusals as f64 / self.messages.max(1) as f64
+    }
+
+    /// Room wakes per event moved (evd only).
+    pub fn room_wakes_per_msg(&self) -> Option<f64> {
+        self.room_wakes
+            .map(|w| w as f64 / self.messages.max(1) as f64)
     }
 
     /// Share of CPU samples where a poster ran on the consumer's CPU; `None`
@@ -632,6 +648,7 @@ where
         messages,
         empty_polls: Some(sink.empty_polls),
         full_refusals: refusals.load(Ordering::Relaxed),
+        room_wakes: None,
         cpu_samples: sink.cpu_samples,
         same_cpu: sink.same_cpu,
     })
@@ -749,8 +766,12 @@ mod tests {
     fn every_system_delivers_every_event_once_with_each_poster_count() {
         for q in Queue::ALL {
             for posters in [1, 2, 4] {
-                q.run::<u64>(posters, 20_000)
+                let run = q
+                    .run::<u64>(posters, 20_000)
                     .unwrap_or_else(|e| panic!("{} {posters}p: {e}", q.name()));
+                // Non-blocking posters never wait for room: no room wake.
+                let want = q.is_evd().then_some(0);
+                assert_eq!(run.room_wakes, want, "{} {posters}p", q.name());
                 q.run::<Event64>(posters, 5_000)
                     .unwrap_or_else(|e| panic!("{} {posters}p event64: {e}", q.name()));
             }
@@ -801,6 +822,7 @@ mod tests {
         let run = Queue::TokioRecvMany.run::<u64>(1, 5_000).unwrap();
         assert_eq!(run.empty_polls, None);
         assert_eq!(run.empty_polls_per_msg(), None);
+        assert_eq!(run.room_wakes, None);
     }
 
     #[test]
