@@ -8,6 +8,7 @@ use crate::payload::Event64;
 use crate::rearm::{count_instructions, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
+use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -110,15 +111,42 @@ pub fn throughput_case(payload: &str, posters: usize) -> String {
     format!("throughput/{payload}/{posters}p")
 }
 
-fn run_throughput(
-    q: Queue,
-    payload: &str,
+/// One system in one case of a section that moves events: what it is
+/// called, how to run it, its record skeleton.
+trait RunJob: Copy {
+    /// See [`Measurement::system`].
+    fn system(self) -> &'static str;
+    /// See [`Measurement::case`].
+    fn case(self) -> String;
+    /// Move `messages` events.
+    fn run(self, messages: u64) -> Result<RunStats, String>;
+    /// The record skeleton of its row.
+    fn measurement(self) -> Measurement;
+}
+
+/// A throughput job: one [`Queue`], payload and poster count.
+#[derive(Clone, Copy)]
+struct ThroughputJob {
+    payload: &'static str,
     posters: usize,
-    messages: u64,
-) -> Result<RunStats, String> {
-    match payload {
-        "u64" => q.run::<u64>(posters, messages),
-        _ => q.run::<Event64>(posters, messages),
+    q: Queue,
+}
+
+impl RunJob for ThroughputJob {
+    fn system(self) -> &'static str {
+        self.q.name()
+    }
+    fn case(self) -> String {
+        throughput_case(self.payload, self.posters)
+    }
+    fn run(self, messages: u64) -> Result<RunStats, String> {
+        match self.payload {
+            "u64" => self.q.run::<u64>(self.posters, messages),
+            _ => self.q.run::<Event64>(self.posters, messages),
+        }
+    }
+    fn measurement(self) -> Measurement {
+        throughput_measurement(self.q, &self.case(), self.posters)
     }
 }
 
@@ -142,6 +170,28 @@ fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
     m.baseline = q.baseline().map(|b| b.name().into());
     m.threads = posters + 1;
     m
+}
+
+/// One system of a latency section.
+trait LatencyJob: Copy {
+    /// See [`Measurement::system`].
+    fn name(self) -> &'static str;
+    /// Measure `samples` one-way wakes, in ns.
+    fn measure(self, samples: u64) -> Result<Histogram<u64>, String>;
+    /// The record skeleton of its row for `metric`.
+    fn measurement(self, metric: &str) -> Measurement;
+}
+
+impl LatencyJob for WakeSystem {
+    fn name(self) -> &'static str {
+        WakeSystem::name(self)
+    }
+    fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
+        WakeSystem::measure(self, samples)
+    }
+    fn measurement(self, metric: &str) -> Measurement {
+        latency_measurement(self, metric)
+    }
 }
 
 /// The record skeleton of a wake-latency row.
@@ -288,7 +338,19 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     };
     throughput_section(plan, deadline(0), &pb, &mut c, &mut notes);
     time("throughput");
-    latency_section(plan, deadline(1), &pb, &mut c, &mut notes);
+    let wake = Latency {
+        section: "wake latency",
+        case: "wake-latency",
+    };
+    latency_section(
+        plan,
+        deadline(1),
+        &pb,
+        &mut c,
+        &mut notes,
+        wake,
+        &WakeSystem::ALL,
+    );
     time("wake latency");
     rearm_section(plan, deadline(2), &pb, &mut c);
     time("re-arm");
@@ -326,94 +388,25 @@ fn throughput_section(
     c: &mut Collector,
     notes: &mut Vec<String>,
 ) {
-    // The calibration counts against the section's share.
-    let mut clock = SectionClock::new(deadline);
-    let cases: Vec<(&str, usize)> = PAYLOADS
+    let jobs: Vec<ThroughputJob> = PAYLOADS
         .iter()
         .flat_map(|p| POSTERS.iter().map(move |n| (*p, *n)))
+        .flat_map(|(payload, posters)| {
+            Queue::ALL.map(|q| ThroughputJob {
+                payload,
+                posters,
+                q,
+            })
+        })
         .collect();
-    // Calibration (also the warm-up): how many events make one run last
-    // `throughput_run` for this system and case.
-    let mut sizes = Vec::new();
-    for &(payload, posters) in &cases {
-        for q in Queue::ALL {
-            pb.set_message(format!(
-                "calibrating {} {}",
-                q.name(),
-                throughput_case(payload, posters)
-            ));
-            let n = plan.calibration_messages;
-            match run_throughput(q, payload, posters, n) {
-                Ok(run) => {
-                    let msgs = (run.ops_per_sec() * plan.throughput_run.as_secs_f64())
-                        .clamp(5_000.0, 200_000_000.0);
-                    sizes.push(((payload, posters, q), msgs as u64));
-                }
-                Err(e) => notes.push(format!(
-                    "{} {}: calibration failed: {e}",
-                    q.name(),
-                    throughput_case(payload, posters)
-                )),
-            }
-            pb.inc(1);
-        }
-    }
-    clock.round_done(clock.start);
-    // The calibration is one round's worth of work, so it stands for the
-    // first measured round's duration.
-    let mut rounds_run = 0;
-    for round in 0..plan.throughput_rounds {
-        if !clock.may_start_round(round) {
-            break;
-        }
-        let round_start = Instant::now();
-        // Rotate the order every round so no system always runs first.
-        let k = sizes.len();
-        for i in 0..k {
-            if clock.must_cut(round) {
-                c.discard_round(round, |case| case.starts_with("throughput/"));
-                notes.push(format!(
-                    "throughput: round {} passed the time budget after {i} of {k} runs and was discarded",
-                    round + 1
-                ));
-                // `skipped` counts the whole round as not run.
-                pb.set_position(pb.position().saturating_sub(i as u64));
-                break;
-            }
-            let ((payload, posters, q), msgs) = sizes[(i + round * 7) % k];
-            let case = throughput_case(payload, posters);
-            pb.set_message(format!("round {} {} {}", round + 1, q.name(), case));
-            match run_throughput(q, payload, posters, msgs) {
-                Ok(run) => c.push(
-                    throughput_measurement(q, &case, posters),
-                    round,
-                    run.ops_per_sec(),
-                    Some(Diagnostics {
-                        empty_polls_per_msg: run.empty_polls_per_msg(),
-                        full_refusals_per_msg: run.full_refusals_per_msg(),
-                        room_wakes_per_msg: run.room_wakes_per_msg(),
-                        same_cpu_share: run.same_cpu_share(),
-                    }),
-                ),
-                Err(e) => notes.push(format!("{} {case} round {}: {e}", q.name(), round + 1)),
-            }
-            pb.inc(1);
-        }
-        if clock.must_cut(round) {
-            break;
-        }
-        clock.round_done(round_start);
-        rounds_run += 1;
-    }
-    skipped(
-        pb,
-        notes,
-        "throughput",
-        rounds_run,
-        plan.throughput_rounds,
-        sizes.len(),
-    );
-    order_throughput(c);
+    let spec = RunSection {
+        section: "throughput",
+        prefix: "throughput/",
+        rounds: plan.throughput_rounds,
+        calibration_messages: plan.calibration_messages,
+        run: plan.throughput_run,
+    };
+    run_section(&spec, deadline, pb, c, notes, &jobs);
     // No poster waits for room here: a room wake would be a bug.
     for m in c
         .measurements
@@ -437,24 +430,117 @@ fn throughput_section(
     }
 }
 
-/// Keep the table in case order then system order, whatever order the
-/// rotated rounds first met them in.
-fn order_throughput(c: &mut Collector) {
-    let case_rank = |case: &str| {
-        PAYLOADS
-            .iter()
-            .flat_map(|p| POSTERS.iter().map(move |n| throughput_case(p, *n)))
-            .position(|x| x == case)
+/// What a section that moves events runs, besides its jobs.
+struct RunSection {
+    /// Its name in notes.
+    section: &'static str,
+    /// The start of all its case names.
+    prefix: &'static str,
+    /// Interleaved rounds after the calibration.
+    rounds: usize,
+    /// Events of each calibration run.
+    calibration_messages: u64,
+    /// Target wall time of one measured run.
+    run: Duration,
+}
+
+/// Calibrate every job (also the warm-up), then run `spec.rounds`
+/// interleaved rounds of all of them within `deadline`, in an order that
+/// rotates every round; leave the section's records in job order.
+fn run_section<J: RunJob>(
+    spec: &RunSection,
+    deadline: Instant,
+    pb: &ProgressBar,
+    c: &mut Collector,
+    notes: &mut Vec<String>,
+    jobs: &[J],
+) {
+    // The calibration counts against the section's share.
+    let mut clock = SectionClock::new(deadline);
+    let first = c.measurements.len();
+    // Calibration (also the warm-up): how many events make one run last
+    // `spec.run` for this system and case.
+    let mut sizes = Vec::new();
+    for &job in jobs {
+        pb.set_message(format!("calibrating {} {}", job.system(), job.case()));
+        match job.run(spec.calibration_messages) {
+            Ok(run) => {
+                let msgs =
+                    (run.ops_per_sec() * spec.run.as_secs_f64()).clamp(5_000.0, 200_000_000.0);
+                sizes.push((job, msgs as u64));
+            }
+            Err(e) => notes.push(format!(
+                "{} {}: calibration failed: {e}",
+                job.system(),
+                job.case()
+            )),
+        }
+        pb.inc(1);
+    }
+    clock.round_done(clock.start);
+    // The calibration is one round's worth of work, so it stands for the
+    // first measured round's duration.
+    let mut rounds_run = 0;
+    for round in 0..spec.rounds {
+        if !clock.may_start_round(round) {
+            break;
+        }
+        let round_start = Instant::now();
+        // Rotate the order every round so no system always runs first.
+        let k = sizes.len();
+        for i in 0..k {
+            if clock.must_cut(round) {
+                c.discard_round(round, |case| case.starts_with(spec.prefix));
+                notes.push(format!(
+                    "{}: round {} passed the time budget after {i} of {k} runs and was discarded",
+                    spec.section,
+                    round + 1
+                ));
+                // `skipped` counts the whole round as not run.
+                pb.set_position(pb.position().saturating_sub(i as u64));
+                break;
+            }
+            let (job, msgs) = sizes[(i + round * 7) % k];
+            let case = job.case();
+            pb.set_message(format!("round {} {} {}", round + 1, job.system(), case));
+            match job.run(msgs) {
+                Ok(run) => c.push(
+                    job.measurement(),
+                    round,
+                    run.ops_per_sec(),
+                    Some(Diagnostics {
+                        empty_polls_per_msg: run.empty_polls_per_msg(),
+                        full_refusals_per_msg: run.full_refusals_per_msg(),
+                        room_wakes_per_msg: run.room_wakes_per_msg(),
+                        same_cpu_share: run.same_cpu_share(),
+                    }),
+                ),
+                Err(e) => notes.push(format!("{} {case} round {}: {e}", job.system(), round + 1)),
+            }
+            pb.inc(1);
+        }
+        if clock.must_cut(round) {
+            break;
+        }
+        clock.round_done(round_start);
+        rounds_run += 1;
+    }
+    skipped(
+        pb,
+        notes,
+        spec.section,
+        rounds_run,
+        spec.rounds,
+        sizes.len(),
+    );
+    // Keep the table in case order then system order (the jobs' order),
+    // whatever order the rotated rounds first met them in.
+    let rank = |m: &Measurement| {
+        jobs.iter()
+            .position(|j| j.case() == m.case && j.system() == m.system)
             .unwrap_or(usize::MAX)
     };
-    let sys_rank = |s: &str| {
-        Queue::ALL
-            .iter()
-            .position(|q| q.name() == s)
-            .unwrap_or(usize::MAX)
-    };
-    c.measurements
-        .sort_by_key(|m| (case_rank(&m.case), sys_rank(&m.system)));
+    c.measurements[first..].sort_by_cached_key(rank);
 }
 
 fn skipped(
@@ -473,16 +559,24 @@ fn skipped(
     }
 }
 
-fn latency_section(
+/// A latency section: its name in notes and its case.
+#[derive(Clone, Copy)]
+struct Latency {
+    section: &'static str,
+    case: &'static str,
+}
+
+fn latency_section<S: LatencyJob>(
     plan: &Plan,
     deadline: Instant,
     pb: &ProgressBar,
     c: &mut Collector,
     notes: &mut Vec<String>,
+    what: Latency,
+    systems: &[S],
 ) {
     let mut clock = SectionClock::new(deadline);
     let mut rounds_run = 0;
-    let systems = WakeSystem::ALL;
     for round in 0..plan.latency_rounds {
         if !clock.may_start_round(round) {
             break;
@@ -490,9 +584,10 @@ fn latency_section(
         let round_start = Instant::now();
         for i in 0..systems.len() {
             if clock.must_cut(round) {
-                c.discard_round(round, |case| case == "wake-latency");
+                c.discard_round(round, |case| case == what.case);
                 notes.push(format!(
-                    "wake latency: round {} passed the time budget after {i} of {} systems and was discarded",
+                    "{}: round {} passed the time budget after {i} of {} systems and was discarded",
+                    what.section,
                     round + 1,
                     systems.len()
                 ));
@@ -500,7 +595,12 @@ fn latency_section(
                 break;
             }
             let sys = systems[(i + round) % systems.len()];
-            pb.set_message(format!("round {} wake latency {}", round + 1, sys.name()));
+            pb.set_message(format!(
+                "round {} {} {}",
+                round + 1,
+                what.section,
+                sys.name()
+            ));
             match sys.measure(plan.latency_samples) {
                 Ok(h) => {
                     for (metric, q) in [
@@ -509,7 +609,7 @@ fn latency_section(
                         ("latency_p999_ns", 0.999),
                     ] {
                         c.push(
-                            latency_measurement(sys, metric),
+                            sys.measurement(metric),
                             round,
                             h.value_at_quantile(q) as f64,
                             None,
@@ -517,7 +617,8 @@ fn latency_section(
                     }
                 }
                 Err(e) => notes.push(format!(
-                    "wake latency {} round {}: {e}",
+                    "{} {} round {}: {e}",
+                    what.section,
                     sys.name(),
                     round + 1
                 )),
@@ -533,7 +634,7 @@ fn latency_section(
     skipped(
         pb,
         notes,
-        "wake latency",
+        what.section,
         rounds_run,
         plan.latency_rounds,
         systems.len(),
@@ -706,5 +807,60 @@ mod tests {
         assert_eq!(m.role, Role::Evd);
         let m = latency_measurement(WakeSystem::ParkFloor, "latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
+    }
+
+    #[test]
+    fn run_section_keeps_job_order_and_leaves_earlier_records_alone() {
+        let mut c = Collector::default();
+        c.push(
+            Measurement::new("earlier", "x", Role::Evd, "busy/item", "ops_per_sec"),
+            0,
+            1.0,
+            None,
+        );
+        let jobs: Vec<ThroughputJob> = [2, 1]
+            .into_iter()
+            .flat_map(|posters| {
+                [Queue::Kanal, Queue::EvdSingle].map(|q| ThroughputJob {
+                    payload: "u64",
+                    posters,
+                    q,
+                })
+            })
+            .collect();
+        let spec = RunSection {
+            section: "throughput",
+            prefix: "throughput/",
+            rounds: 2,
+            calibration_messages: 2_000,
+            run: Duration::from_millis(1),
+        };
+        let mut notes = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        run_section(
+            &spec,
+            deadline,
+            &ProgressBar::hidden(),
+            &mut c,
+            &mut notes,
+            &jobs,
+        );
+        let got: Vec<(&str, &str)> = c
+            .measurements
+            .iter()
+            .map(|m| (m.case.as_str(), m.system.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("earlier", "x"),
+                ("throughput/u64/2p", "kanal recv"),
+                ("throughput/u64/2p", "evd try_dequeue"),
+                ("throughput/u64/1p", "kanal recv"),
+                ("throughput/u64/1p", "evd try_dequeue"),
+            ],
+            "{notes:?}"
+        );
+        assert!(c.measurements[1..].iter().all(|m| m.rounds.len() == 2));
     }
 }
