@@ -7,6 +7,7 @@ use crate::pair::{Pair, PairSystem};
 use crate::payload::Event64;
 use crate::rearm::{count_instructions, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
+use crate::room::{self, room_case, RoomSystem, RoomWakeSystem, Work};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -22,6 +23,8 @@ pub const PAYLOADS: [&str; 2] = ["u64", "event64"];
 pub const POSTERS: [usize; 3] = [1, 2, 4];
 /// The case of the single-thread post+dequeue pairs.
 pub const PAIR_CASE: &str = "single-thread/pair";
+/// The case of the room-wake latency.
+pub const ROOM_WAKE_CASE: &str = "room-wake-latency";
 
 /// How much of everything to run, and within what time.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,18 +34,25 @@ pub struct Plan {
     /// Hard upper bound of the whole run; sections stop adding rounds before it.
     pub budget: Duration,
     /// Share of the budget each section may use: throughput (calibration
-    /// included), wake latency, re-arm timing, single-thread pairs; what a
-    /// section leaves unused goes to the next. The rest is for callgrind.
-    pub shares: [f64; 4],
+    /// included), room throughput (calibration included), wake latency,
+    /// room-wake latency, re-arm timing, single-thread pairs; what a section
+    /// leaves unused goes to the next. The rest is for callgrind.
+    pub shares: [f64; 6],
     /// Interleaved throughput rounds (after one calibration round).
     pub throughput_rounds: usize,
     /// Events moved by each calibration run.
     pub calibration_messages: u64,
     /// Target wall time of one measured throughput run.
     pub throughput_run: Duration,
-    /// Interleaved wake-latency rounds.
+    /// Interleaved room throughput rounds (after one calibration round).
+    pub room_rounds: usize,
+    /// Events moved by each room calibration run.
+    pub room_calibration_messages: u64,
+    /// Target wall time of one measured room run.
+    pub room_run: Duration,
+    /// Interleaved wake-latency rounds (also the room-wake latency's).
     pub latency_rounds: usize,
-    /// Wakes measured per system and round.
+    /// Wakes measured per system and round (also the room-wake latency's).
     pub latency_samples: u64,
     /// Interleaved re-arm timing rounds.
     pub rearm_rounds: usize,
@@ -62,10 +72,13 @@ impl Plan {
         Plan {
             quick: false,
             budget: Duration::from_secs(56),
-            shares: [0.62, 0.22, 0.03, 0.03],
+            shares: [0.50, 0.14, 0.10, 0.05, 0.03, 0.03],
             throughput_rounds: 7,
             calibration_messages: 40_000,
             throughput_run: Duration::from_millis(35),
+            room_rounds: 7,
+            room_calibration_messages: 8_000,
+            room_run: Duration::from_millis(25),
             latency_rounds: 5,
             latency_samples: 1_500,
             rearm_rounds: 7,
@@ -81,10 +94,13 @@ impl Plan {
         Plan {
             quick: true,
             budget: Duration::from_secs(14),
-            shares: [0.5, 0.2, 0.02, 0.02],
+            shares: [0.40, 0.12, 0.14, 0.06, 0.02, 0.02],
             throughput_rounds: 3,
             calibration_messages: 10_000,
             throughput_run: Duration::from_millis(12),
+            room_rounds: 3,
+            room_calibration_messages: 3_000,
+            room_run: Duration::from_millis(8),
             latency_rounds: 3,
             latency_samples: 400,
             rearm_rounds: 3,
@@ -98,11 +114,14 @@ impl Plan {
     fn steps(&self) -> u64 {
         let tp = (PAYLOADS.len() * POSTERS.len() * Queue::ALL.len()) as u64
             * (1 + self.throughput_rounds as u64);
-        let lat = (self.latency_rounds * WakeSystem::ALL.len()) as u64;
+        let rm = (room::CAPACITIES.len() * room::POSTERS.len() * RoomSystem::ALL.len()) as u64
+            * (1 + self.room_rounds as u64);
+        let lat =
+            (self.latency_rounds * (WakeSystem::ALL.len() + RoomWakeSystem::ALL.len())) as u64;
         let re = (self.rearm_rounds * RearmKind::ALL.len()) as u64;
         let pair = (self.pair_rounds * PairSystem::ALL.len()) as u64;
         let cg = if self.callgrind { 2 } else { 0 };
-        tp + lat + re + pair + cg
+        tp + rm + lat + re + pair + cg
     }
 }
 
@@ -111,8 +130,8 @@ pub fn throughput_case(payload: &str, posters: usize) -> String {
     format!("throughput/{payload}/{posters}p")
 }
 
-/// One system in one case of a section that moves events: what it is
-/// called, how to run it, its record skeleton.
+/// One system in one case of a section that moves events (throughput,
+/// room): what it is called, how to run it, its record skeleton.
 trait RunJob: Copy {
     /// See [`Measurement::system`].
     fn system(self) -> &'static str;
@@ -150,6 +169,40 @@ impl RunJob for ThroughputJob {
     }
 }
 
+/// A room job: one [`RoomSystem`], capacity and poster count, with the
+/// consumer work every room job of the run shares.
+#[derive(Clone, Copy)]
+struct RoomJob {
+    capacity: usize,
+    posters: usize,
+    s: RoomSystem,
+    work: Work,
+}
+
+impl RunJob for RoomJob {
+    fn system(self) -> &'static str {
+        self.s.name()
+    }
+    fn case(self) -> String {
+        room_case(self.capacity, self.posters)
+    }
+    fn run(self, messages: u64) -> Result<RunStats, String> {
+        self.s.run(self.capacity, self.posters, messages, self.work)
+    }
+    fn measurement(self) -> Measurement {
+        let mut m = Measurement::new(
+            &self.case(),
+            self.s.name(),
+            role(self.s.is_evd()),
+            self.s.style().label(),
+            "ops_per_sec",
+        );
+        m.baseline = self.s.baseline().map(|b| b.name().into());
+        m.threads = self.posters + 1;
+        m
+    }
+}
+
 fn role(evd: bool) -> Role {
     if evd {
         Role::Evd
@@ -172,7 +225,7 @@ fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
     m
 }
 
-/// One system of a latency section.
+/// One system of a latency section (wake latency, room-wake latency).
 trait LatencyJob: Copy {
     /// See [`Measurement::system`].
     fn name(self) -> &'static str;
@@ -191,6 +244,28 @@ impl LatencyJob for WakeSystem {
     }
     fn measurement(self, metric: &str) -> Measurement {
         latency_measurement(self, metric)
+    }
+}
+
+impl LatencyJob for RoomWakeSystem {
+    fn name(self) -> &'static str {
+        RoomWakeSystem::name(self)
+    }
+    fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
+        RoomWakeSystem::measure(self, samples)
+    }
+    fn measurement(self, metric: &str) -> Measurement {
+        let r = if self.is_floor() {
+            Role::Floor
+        } else {
+            role(self.is_evd())
+        };
+        // The one that sleeps is the poster, in a blocking send.
+        let mut m = Measurement::new(ROOM_WAKE_CASE, self.name(), r, "blocking", metric);
+        m.baseline = Some(self.baseline().name().into());
+        m.floor = self.floor().map(|f| f.name().into());
+        m.threads = 2;
+        m
     }
 }
 
@@ -338,13 +413,15 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     };
     throughput_section(plan, deadline(0), &pb, &mut c, &mut notes);
     time("throughput");
+    room_section(plan, deadline(1), &pb, &mut c, &mut notes);
+    time("room");
     let wake = Latency {
         section: "wake latency",
         case: "wake-latency",
     };
     latency_section(
         plan,
-        deadline(1),
+        deadline(2),
         &pb,
         &mut c,
         &mut notes,
@@ -352,9 +429,23 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         &WakeSystem::ALL,
     );
     time("wake latency");
-    rearm_section(plan, deadline(2), &pb, &mut c);
+    let room_wake = Latency {
+        section: "room-wake latency",
+        case: ROOM_WAKE_CASE,
+    };
+    latency_section(
+        plan,
+        deadline(3),
+        &pb,
+        &mut c,
+        &mut notes,
+        room_wake,
+        &RoomWakeSystem::ALL,
+    );
+    time("room-wake latency");
+    rearm_section(plan, deadline(4), &pb, &mut c);
     time("re-arm");
-    pair_section(plan, deadline(3), &pb, &mut c, &mut notes);
+    pair_section(plan, deadline(5), &pb, &mut c, &mut notes);
     time("single-thread pair");
     if plan.callgrind {
         callgrind_section(plan, started, exe, &pb, &mut c, &mut notes);
@@ -428,6 +519,44 @@ fn throughput_section(
             ));
         }
     }
+}
+
+fn room_section(
+    plan: &Plan,
+    deadline: Instant,
+    pb: &ProgressBar,
+    c: &mut Collector,
+    notes: &mut Vec<String>,
+) {
+    let work = Work::calibrate(room::WORK_NS);
+    notes.push(format!(
+        "room: the consumer's work per event is {} black_box iterations ({:.0} ns measured at \
+         the start, calibrated to {:.0} ns), the same for every system; posters: {}",
+        work.iters,
+        work.ns_per_event(),
+        room::WORK_NS,
+        room::ROOM_POLICY
+    ));
+    let jobs: Vec<RoomJob> = room::CAPACITIES
+        .iter()
+        .flat_map(|cap| room::POSTERS.iter().map(move |n| (*cap, *n)))
+        .flat_map(|(capacity, posters)| {
+            RoomSystem::ALL.map(|s| RoomJob {
+                capacity,
+                posters,
+                s,
+                work,
+            })
+        })
+        .collect();
+    let spec = RunSection {
+        section: "room",
+        prefix: "room/",
+        rounds: plan.room_rounds,
+        calibration_messages: plan.room_calibration_messages,
+        run: plan.room_run,
+    };
+    run_section(&spec, deadline, pb, c, notes, &jobs);
 }
 
 /// What a section that moves events runs, besides its jobs.
@@ -806,6 +935,32 @@ mod tests {
         assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
         assert_eq!(m.role, Role::Evd);
         let m = latency_measurement(WakeSystem::ParkFloor, "latency_p50_ns");
+        assert_eq!((m.role, m.floor), (Role::Floor, None));
+    }
+
+    #[test]
+    fn room_skeletons_carry_cases_threads_baselines_and_floors() {
+        let job = |s| RoomJob {
+            capacity: 64,
+            posters: 2,
+            s,
+            work: Work::fixed(1),
+        };
+        let m = job(RoomSystem::Flume).measurement();
+        assert_eq!(m.case, "room/cap64/2p");
+        assert_eq!(m.threads, 3);
+        assert_eq!(m.baseline.as_deref(), Some("evd post_blocking+dequeue"));
+        assert_eq!((m.role, m.consumer.as_str()), (Role::Peer, "blocking/item"));
+        let m = job(RoomSystem::EvdBatchWait).measurement();
+        assert_eq!((m.role, m.baseline), (Role::Evd, None));
+        let m = RoomWakeSystem::CrossbeamSend.measurement("latency_p50_ns");
+        assert_eq!(m.case, ROOM_WAKE_CASE);
+        assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
+        assert_eq!(
+            m.baseline.as_deref(),
+            Some("evd post_blocking (park/unpark)")
+        );
+        let m = RoomWakeSystem::ParkFloor.measurement("latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
     }
 
