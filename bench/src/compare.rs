@@ -7,7 +7,9 @@ use crate::pair::{Pair, PairSystem};
 use crate::payload::Event64;
 use crate::rearm::{count_instructions, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
+use crate::room::{self, room_case, RoomSystem, RoomWakeSystem, Work};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
+use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,6 +23,8 @@ pub const PAYLOADS: [&str; 2] = ["u64", "event64"];
 pub const POSTERS: [usize; 3] = [1, 2, 4];
 /// The case of the single-thread post+dequeue pairs.
 pub const PAIR_CASE: &str = "single-thread/pair";
+/// The case of the room-wake latency.
+pub const ROOM_WAKE_CASE: &str = "room-wake-latency";
 
 /// How much of everything to run, and within what time.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,18 +34,25 @@ pub struct Plan {
     /// Hard upper bound of the whole run; sections stop adding rounds before it.
     pub budget: Duration,
     /// Share of the budget each section may use: throughput (calibration
-    /// included), wake latency, re-arm timing, single-thread pairs; what a
-    /// section leaves unused goes to the next. The rest is for callgrind.
-    pub shares: [f64; 4],
+    /// included), room throughput (calibration included), wake latency,
+    /// room-wake latency, re-arm timing, single-thread pairs; what a section
+    /// leaves unused goes to the next. The rest is for callgrind.
+    pub shares: [f64; 6],
     /// Interleaved throughput rounds (after one calibration round).
     pub throughput_rounds: usize,
     /// Events moved by each calibration run.
     pub calibration_messages: u64,
     /// Target wall time of one measured throughput run.
     pub throughput_run: Duration,
-    /// Interleaved wake-latency rounds.
+    /// Interleaved room throughput rounds (after one calibration round).
+    pub room_rounds: usize,
+    /// Events moved by each room calibration run.
+    pub room_calibration_messages: u64,
+    /// Target wall time of one measured room run.
+    pub room_run: Duration,
+    /// Interleaved wake-latency rounds (also the room-wake latency's).
     pub latency_rounds: usize,
-    /// Wakes measured per system and round.
+    /// Wakes measured per system and round (also the room-wake latency's).
     pub latency_samples: u64,
     /// Interleaved re-arm timing rounds.
     pub rearm_rounds: usize,
@@ -61,10 +72,13 @@ impl Plan {
         Plan {
             quick: false,
             budget: Duration::from_secs(56),
-            shares: [0.62, 0.22, 0.03, 0.03],
+            shares: [0.50, 0.14, 0.10, 0.05, 0.03, 0.03],
             throughput_rounds: 7,
             calibration_messages: 40_000,
             throughput_run: Duration::from_millis(35),
+            room_rounds: 7,
+            room_calibration_messages: 8_000,
+            room_run: Duration::from_millis(25),
             latency_rounds: 5,
             latency_samples: 1_500,
             rearm_rounds: 7,
@@ -80,10 +94,13 @@ impl Plan {
         Plan {
             quick: true,
             budget: Duration::from_secs(14),
-            shares: [0.5, 0.2, 0.02, 0.02],
+            shares: [0.40, 0.12, 0.14, 0.06, 0.02, 0.02],
             throughput_rounds: 3,
             calibration_messages: 10_000,
             throughput_run: Duration::from_millis(12),
+            room_rounds: 3,
+            room_calibration_messages: 3_000,
+            room_run: Duration::from_millis(8),
             latency_rounds: 3,
             latency_samples: 400,
             rearm_rounds: 3,
@@ -97,11 +114,14 @@ impl Plan {
     fn steps(&self) -> u64 {
         let tp = (PAYLOADS.len() * POSTERS.len() * Queue::ALL.len()) as u64
             * (1 + self.throughput_rounds as u64);
-        let lat = (self.latency_rounds * WakeSystem::ALL.len()) as u64;
+        let rm = (room::CAPACITIES.len() * room::POSTERS.len() * RoomSystem::ALL.len()) as u64
+            * (1 + self.room_rounds as u64);
+        let lat =
+            (self.latency_rounds * (WakeSystem::ALL.len() + RoomWakeSystem::ALL.len())) as u64;
         let re = (self.rearm_rounds * RearmKind::ALL.len()) as u64;
         let pair = (self.pair_rounds * PairSystem::ALL.len()) as u64;
         let cg = if self.callgrind { 2 } else { 0 };
-        tp + lat + re + pair + cg
+        tp + rm + lat + re + pair + cg
     }
 }
 
@@ -110,15 +130,76 @@ pub fn throughput_case(payload: &str, posters: usize) -> String {
     format!("throughput/{payload}/{posters}p")
 }
 
-fn run_throughput(
-    q: Queue,
-    payload: &str,
+/// One system in one case of a section that moves events (throughput,
+/// room): what it is called, how to run it, its record skeleton.
+trait RunJob: Copy {
+    /// See [`Measurement::system`].
+    fn system(self) -> &'static str;
+    /// See [`Measurement::case`].
+    fn case(self) -> String;
+    /// Move `messages` events.
+    fn run(self, messages: u64) -> Result<RunStats, String>;
+    /// The record skeleton of its row.
+    fn measurement(self) -> Measurement;
+}
+
+/// A throughput job: one [`Queue`], payload and poster count.
+#[derive(Clone, Copy)]
+struct ThroughputJob {
+    payload: &'static str,
     posters: usize,
-    messages: u64,
-) -> Result<RunStats, String> {
-    match payload {
-        "u64" => q.run::<u64>(posters, messages),
-        _ => q.run::<Event64>(posters, messages),
+    q: Queue,
+}
+
+impl RunJob for ThroughputJob {
+    fn system(self) -> &'static str {
+        self.q.name()
+    }
+    fn case(self) -> String {
+        throughput_case(self.payload, self.posters)
+    }
+    fn run(self, messages: u64) -> Result<RunStats, String> {
+        match self.payload {
+            "u64" => self.q.run::<u64>(self.posters, messages),
+            _ => self.q.run::<Event64>(self.posters, messages),
+        }
+    }
+    fn measurement(self) -> Measurement {
+        throughput_measurement(self.q, &self.case(), self.posters)
+    }
+}
+
+/// A room job: one [`RoomSystem`], capacity and poster count, with the
+/// consumer work every room job of the run shares.
+#[derive(Clone, Copy)]
+struct RoomJob {
+    capacity: usize,
+    posters: usize,
+    s: RoomSystem,
+    work: Work,
+}
+
+impl RunJob for RoomJob {
+    fn system(self) -> &'static str {
+        self.s.name()
+    }
+    fn case(self) -> String {
+        room_case(self.capacity, self.posters)
+    }
+    fn run(self, messages: u64) -> Result<RunStats, String> {
+        self.s.run(self.capacity, self.posters, messages, self.work)
+    }
+    fn measurement(self) -> Measurement {
+        let mut m = Measurement::new(
+            &self.case(),
+            self.s.name(),
+            role(self.s.is_evd()),
+            self.s.style().label(),
+            "ops_per_sec",
+        );
+        m.baseline = self.s.baseline().map(|b| b.name().into());
+        m.threads = self.posters + 1;
+        m
     }
 }
 
@@ -142,6 +223,50 @@ fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
     m.baseline = q.baseline().map(|b| b.name().into());
     m.threads = posters + 1;
     m
+}
+
+/// One system of a latency section (wake latency, room-wake latency).
+trait LatencyJob: Copy {
+    /// See [`Measurement::system`].
+    fn name(self) -> &'static str;
+    /// Measure `samples` one-way wakes, in ns.
+    fn measure(self, samples: u64) -> Result<Histogram<u64>, String>;
+    /// The record skeleton of its row for `metric`.
+    fn measurement(self, metric: &str) -> Measurement;
+}
+
+impl LatencyJob for WakeSystem {
+    fn name(self) -> &'static str {
+        WakeSystem::name(self)
+    }
+    fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
+        WakeSystem::measure(self, samples)
+    }
+    fn measurement(self, metric: &str) -> Measurement {
+        latency_measurement(self, metric)
+    }
+}
+
+impl LatencyJob for RoomWakeSystem {
+    fn name(self) -> &'static str {
+        RoomWakeSystem::name(self)
+    }
+    fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
+        RoomWakeSystem::measure(self, samples)
+    }
+    fn measurement(self, metric: &str) -> Measurement {
+        let r = if self.is_floor() {
+            Role::Floor
+        } else {
+            role(self.is_evd())
+        };
+        // The one that sleeps is the poster, in a blocking send.
+        let mut m = Measurement::new(ROOM_WAKE_CASE, self.name(), r, "blocking", metric);
+        m.baseline = Some(self.baseline().name().into());
+        m.floor = self.floor().map(|f| f.name().into());
+        m.threads = 2;
+        m
+    }
 }
 
 /// The record skeleton of a wake-latency row.
@@ -288,11 +413,39 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     };
     throughput_section(plan, deadline(0), &pb, &mut c, &mut notes);
     time("throughput");
-    latency_section(plan, deadline(1), &pb, &mut c, &mut notes);
+    room_section(plan, deadline(1), &pb, &mut c, &mut notes);
+    time("room");
+    let wake = Latency {
+        section: "wake latency",
+        case: "wake-latency",
+    };
+    latency_section(
+        plan,
+        deadline(2),
+        &pb,
+        &mut c,
+        &mut notes,
+        wake,
+        &WakeSystem::ALL,
+    );
     time("wake latency");
-    rearm_section(plan, deadline(2), &pb, &mut c);
+    let room_wake = Latency {
+        section: "room-wake latency",
+        case: ROOM_WAKE_CASE,
+    };
+    latency_section(
+        plan,
+        deadline(3),
+        &pb,
+        &mut c,
+        &mut notes,
+        room_wake,
+        &RoomWakeSystem::ALL,
+    );
+    time("room-wake latency");
+    rearm_section(plan, deadline(4), &pb, &mut c);
     time("re-arm");
-    pair_section(plan, deadline(3), &pb, &mut c, &mut notes);
+    pair_section(plan, deadline(5), &pb, &mut c, &mut notes);
     time("single-thread pair");
     if plan.callgrind {
         callgrind_section(plan, started, exe, &pb, &mut c, &mut notes);
@@ -326,43 +479,138 @@ fn throughput_section(
     c: &mut Collector,
     notes: &mut Vec<String>,
 ) {
-    // The calibration counts against the section's share.
-    let mut clock = SectionClock::new(deadline);
-    let cases: Vec<(&str, usize)> = PAYLOADS
+    let jobs: Vec<ThroughputJob> = PAYLOADS
         .iter()
         .flat_map(|p| POSTERS.iter().map(move |n| (*p, *n)))
+        .flat_map(|(payload, posters)| {
+            Queue::ALL.map(|q| ThroughputJob {
+                payload,
+                posters,
+                q,
+            })
+        })
         .collect();
-    // Calibration (also the warm-up): how many events make one run last
-    // `throughput_run` for this system and case.
-    let mut sizes = Vec::new();
-    for &(payload, posters) in &cases {
-        for q in Queue::ALL {
-            pb.set_message(format!(
-                "calibrating {} {}",
-                q.name(),
-                throughput_case(payload, posters)
+    let spec = RunSection {
+        section: "throughput",
+        prefix: "throughput/",
+        rounds: plan.throughput_rounds,
+        calibration_messages: plan.calibration_messages,
+        run: plan.throughput_run,
+    };
+    run_section(&spec, deadline, pb, c, notes, &jobs);
+    // No poster waits for room here: a room wake would be a bug.
+    for m in c
+        .measurements
+        .iter()
+        .filter(|m| m.case.starts_with("throughput/"))
+    {
+        let worst = m
+            .diagnostics
+            .iter()
+            .flatten()
+            .flatten()
+            .filter_map(|d| d.room_wakes_per_msg)
+            .fold(0.0, f64::max);
+        if worst > 0.0 {
+            notes.push(format!(
+                "{} {}: {worst:.3} room wakes per event although no poster waits for room \
+                 (non-blocking posts): the room signal woke someone it should not have",
+                m.system, m.case
             ));
-            let n = plan.calibration_messages;
-            match run_throughput(q, payload, posters, n) {
-                Ok(run) => {
-                    let msgs = (run.ops_per_sec() * plan.throughput_run.as_secs_f64())
-                        .clamp(5_000.0, 200_000_000.0);
-                    sizes.push(((payload, posters, q), msgs as u64));
-                }
-                Err(e) => notes.push(format!(
-                    "{} {}: calibration failed: {e}",
-                    q.name(),
-                    throughput_case(payload, posters)
-                )),
-            }
-            pb.inc(1);
         }
+    }
+}
+
+fn room_section(
+    plan: &Plan,
+    deadline: Instant,
+    pb: &ProgressBar,
+    c: &mut Collector,
+    notes: &mut Vec<String>,
+) {
+    let work = Work::calibrate(room::WORK_NS);
+    notes.push(format!(
+        "room: the consumer's work per event is {} black_box iterations ({:.0} ns measured at \
+         the start, calibrated to {:.0} ns), the same for every system; posters: {}",
+        work.iters,
+        work.ns_per_event(),
+        room::WORK_NS,
+        room::ROOM_POLICY
+    ));
+    let jobs: Vec<RoomJob> = room::CAPACITIES
+        .iter()
+        .flat_map(|cap| room::POSTERS.iter().map(move |n| (*cap, *n)))
+        .flat_map(|(capacity, posters)| {
+            RoomSystem::ALL.map(|s| RoomJob {
+                capacity,
+                posters,
+                s,
+                work,
+            })
+        })
+        .collect();
+    let spec = RunSection {
+        section: "room",
+        prefix: "room/",
+        rounds: plan.room_rounds,
+        calibration_messages: plan.room_calibration_messages,
+        run: plan.room_run,
+    };
+    run_section(&spec, deadline, pb, c, notes, &jobs);
+}
+
+/// What a section that moves events runs, besides its jobs.
+struct RunSection {
+    /// Its name in notes.
+    section: &'static str,
+    /// The start of all its case names.
+    prefix: &'static str,
+    /// Interleaved rounds after the calibration.
+    rounds: usize,
+    /// Events of each calibration run.
+    calibration_messages: u64,
+    /// Target wall time of one measured run.
+    run: Duration,
+}
+
+/// Calibrate every job (also the warm-up), then run `spec.rounds`
+/// interleaved rounds of all of them within `deadline`, in an order that
+/// rotates every round; leave the section's records in job order.
+fn run_section<J: RunJob>(
+    spec: &RunSection,
+    deadline: Instant,
+    pb: &ProgressBar,
+    c: &mut Collector,
+    notes: &mut Vec<String>,
+    jobs: &[J],
+) {
+    // The calibration counts against the section's share.
+    let mut clock = SectionClock::new(deadline);
+    let first = c.measurements.len();
+    // Calibration (also the warm-up): how many events make one run last
+    // `spec.run` for this system and case.
+    let mut sizes = Vec::new();
+    for &job in jobs {
+        pb.set_message(format!("calibrating {} {}", job.system(), job.case()));
+        match job.run(spec.calibration_messages) {
+            Ok(run) => {
+                let msgs =
+                    (run.ops_per_sec() * spec.run.as_secs_f64()).clamp(5_000.0, 200_000_000.0);
+                sizes.push((job, msgs as u64));
+            }
+            Err(e) => notes.push(format!(
+                "{} {}: calibration failed: {e}",
+                job.system(),
+                job.case()
+            )),
+        }
+        pb.inc(1);
     }
     clock.round_done(clock.start);
     // The calibration is one round's worth of work, so it stands for the
     // first measured round's duration.
     let mut rounds_run = 0;
-    for round in 0..plan.throughput_rounds {
+    for round in 0..spec.rounds {
         if !clock.may_start_round(round) {
             break;
         }
@@ -371,30 +619,32 @@ fn throughput_section(
         let k = sizes.len();
         for i in 0..k {
             if clock.must_cut(round) {
-                c.discard_round(round, |case| case.starts_with("throughput/"));
+                c.discard_round(round, |case| case.starts_with(spec.prefix));
                 notes.push(format!(
-                    "throughput: round {} passed the time budget after {i} of {k} runs and was discarded",
+                    "{}: round {} passed the time budget after {i} of {k} runs and was discarded",
+                    spec.section,
                     round + 1
                 ));
                 // `skipped` counts the whole round as not run.
                 pb.set_position(pb.position().saturating_sub(i as u64));
                 break;
             }
-            let ((payload, posters, q), msgs) = sizes[(i + round * 7) % k];
-            let case = throughput_case(payload, posters);
-            pb.set_message(format!("round {} {} {}", round + 1, q.name(), case));
-            match run_throughput(q, payload, posters, msgs) {
+            let (job, msgs) = sizes[(i + round * 7) % k];
+            let case = job.case();
+            pb.set_message(format!("round {} {} {}", round + 1, job.system(), case));
+            match job.run(msgs) {
                 Ok(run) => c.push(
-                    throughput_measurement(q, &case, posters),
+                    job.measurement(),
                     round,
                     run.ops_per_sec(),
                     Some(Diagnostics {
                         empty_polls_per_msg: run.empty_polls_per_msg(),
                         full_refusals_per_msg: run.full_refusals_per_msg(),
+                        room_wakes_per_msg: run.room_wakes_per_msg(),
                         same_cpu_share: run.same_cpu_share(),
                     }),
                 ),
-                Err(e) => notes.push(format!("{} {case} round {}: {e}", q.name(), round + 1)),
+                Err(e) => notes.push(format!("{} {case} round {}: {e}", job.system(), round + 1)),
             }
             pb.inc(1);
         }
@@ -407,32 +657,19 @@ fn throughput_section(
     skipped(
         pb,
         notes,
-        "throughput",
+        spec.section,
         rounds_run,
-        plan.throughput_rounds,
+        spec.rounds,
         sizes.len(),
     );
-    order_throughput(c);
-}
-
-/// Keep the table in case order then system order, whatever order the
-/// rotated rounds first met them in.
-fn order_throughput(c: &mut Collector) {
-    let case_rank = |case: &str| {
-        PAYLOADS
-            .iter()
-            .flat_map(|p| POSTERS.iter().map(move |n| throughput_case(p, *n)))
-            .position(|x| x == case)
+    // Keep the table in case order then system order (the jobs' order),
+    // whatever order the rotated rounds first met them in.
+    let rank = |m: &Measurement| {
+        jobs.iter()
+            .position(|j| j.case() == m.case && j.system() == m.system)
             .unwrap_or(usize::MAX)
     };
-    let sys_rank = |s: &str| {
-        Queue::ALL
-            .iter()
-            .position(|q| q.name() == s)
-            .unwrap_or(usize::MAX)
-    };
-    c.measurements
-        .sort_by_key(|m| (case_rank(&m.case), sys_rank(&m.system)));
+    c.measurements[first..].sort_by_cached_key(rank);
 }
 
 fn skipped(
@@ -451,16 +688,24 @@ fn skipped(
     }
 }
 
-fn latency_section(
+/// A latency section: its name in notes and its case.
+#[derive(Clone, Copy)]
+struct Latency {
+    section: &'static str,
+    case: &'static str,
+}
+
+fn latency_section<S: LatencyJob>(
     plan: &Plan,
     deadline: Instant,
     pb: &ProgressBar,
     c: &mut Collector,
     notes: &mut Vec<String>,
+    what: Latency,
+    systems: &[S],
 ) {
     let mut clock = SectionClock::new(deadline);
     let mut rounds_run = 0;
-    let systems = WakeSystem::ALL;
     for round in 0..plan.latency_rounds {
         if !clock.may_start_round(round) {
             break;
@@ -468,9 +713,10 @@ fn latency_section(
         let round_start = Instant::now();
         for i in 0..systems.len() {
             if clock.must_cut(round) {
-                c.discard_round(round, |case| case == "wake-latency");
+                c.discard_round(round, |case| case == what.case);
                 notes.push(format!(
-                    "wake latency: round {} passed the time budget after {i} of {} systems and was discarded",
+                    "{}: round {} passed the time budget after {i} of {} systems and was discarded",
+                    what.section,
                     round + 1,
                     systems.len()
                 ));
@@ -478,7 +724,12 @@ fn latency_section(
                 break;
             }
             let sys = systems[(i + round) % systems.len()];
-            pb.set_message(format!("round {} wake latency {}", round + 1, sys.name()));
+            pb.set_message(format!(
+                "round {} {} {}",
+                round + 1,
+                what.section,
+                sys.name()
+            ));
             match sys.measure(plan.latency_samples) {
                 Ok(h) => {
                     for (metric, q) in [
@@ -487,7 +738,7 @@ fn latency_section(
                         ("latency_p999_ns", 0.999),
                     ] {
                         c.push(
-                            latency_measurement(sys, metric),
+                            sys.measurement(metric),
                             round,
                             h.value_at_quantile(q) as f64,
                             None,
@@ -495,7 +746,8 @@ fn latency_section(
                     }
                 }
                 Err(e) => notes.push(format!(
-                    "wake latency {} round {}: {e}",
+                    "{} {} round {}: {e}",
+                    what.section,
                     sys.name(),
                     round + 1
                 )),
@@ -511,7 +763,7 @@ fn latency_section(
     skipped(
         pb,
         notes,
-        "wake latency",
+        what.section,
         rounds_run,
         plan.latency_rounds,
         systems.len(),
@@ -684,5 +936,86 @@ mod tests {
         assert_eq!(m.role, Role::Evd);
         let m = latency_measurement(WakeSystem::ParkFloor, "latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
+    }
+
+    #[test]
+    fn room_skeletons_carry_cases_threads_baselines_and_floors() {
+        let job = |s| RoomJob {
+            capacity: 64,
+            posters: 2,
+            s,
+            work: Work::fixed(1),
+        };
+        let m = job(RoomSystem::Flume).measurement();
+        assert_eq!(m.case, "room/cap64/2p");
+        assert_eq!(m.threads, 3);
+        assert_eq!(m.baseline.as_deref(), Some("evd post_blocking+dequeue"));
+        assert_eq!((m.role, m.consumer.as_str()), (Role::Peer, "blocking/item"));
+        let m = job(RoomSystem::EvdBatchWait).measurement();
+        assert_eq!((m.role, m.baseline), (Role::Evd, None));
+        let m = RoomWakeSystem::CrossbeamSend.measurement("latency_p50_ns");
+        assert_eq!(m.case, ROOM_WAKE_CASE);
+        assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
+        assert_eq!(
+            m.baseline.as_deref(),
+            Some("evd post_blocking (park/unpark)")
+        );
+        let m = RoomWakeSystem::ParkFloor.measurement("latency_p50_ns");
+        assert_eq!((m.role, m.floor), (Role::Floor, None));
+    }
+
+    #[test]
+    fn run_section_keeps_job_order_and_leaves_earlier_records_alone() {
+        let mut c = Collector::default();
+        c.push(
+            Measurement::new("earlier", "x", Role::Evd, "busy/item", "ops_per_sec"),
+            0,
+            1.0,
+            None,
+        );
+        let jobs: Vec<ThroughputJob> = [2, 1]
+            .into_iter()
+            .flat_map(|posters| {
+                [Queue::Kanal, Queue::EvdSingle].map(|q| ThroughputJob {
+                    payload: "u64",
+                    posters,
+                    q,
+                })
+            })
+            .collect();
+        let spec = RunSection {
+            section: "throughput",
+            prefix: "throughput/",
+            rounds: 2,
+            calibration_messages: 2_000,
+            run: Duration::from_millis(1),
+        };
+        let mut notes = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        run_section(
+            &spec,
+            deadline,
+            &ProgressBar::hidden(),
+            &mut c,
+            &mut notes,
+            &jobs,
+        );
+        let got: Vec<(&str, &str)> = c
+            .measurements
+            .iter()
+            .map(|m| (m.case.as_str(), m.system.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("earlier", "x"),
+                ("throughput/u64/2p", "kanal recv"),
+                ("throughput/u64/2p", "evd try_dequeue"),
+                ("throughput/u64/1p", "kanal recv"),
+                ("throughput/u64/1p", "evd try_dequeue"),
+            ],
+            "{notes:?}"
+        );
+        assert!(c.measurements[1..].iter().all(|m| m.rounds.len() == 2));
     }
 }

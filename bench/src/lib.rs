@@ -8,7 +8,13 @@
 //!   thingbuf; every poster retries a refused send the same way, every
 //!   consumer is labelled busy/blocking and item/batch and compared with the
 //!   evd row of its style; per-run empty polls, full refusals and same-CPU
-//!   share.
+//!   share, and evd's room wakes (0: no poster waits there).
+//! * [`room`]: posters that wait for room. A slow consumer (fixed work per
+//!   event) behind a ring of 64 or 1024 slots; 1 or 2 posters sleep in their
+//!   system's blocking bounded send (evd `post_blocking`); evd's room wakes
+//!   per event. And the room-wake latency: from the dequeue that frees the
+//!   slot of a full 1-slot ring to the blocked poster running, evd against
+//!   crossbeam-channel's `send` and the raw park/unpark floor.
 //! * [`latency`]: one-way wake latency of a consumer that is really asleep
 //!   (checked in `/proc/self/task/TID/stat`), into an hdrhistogram; evd's
 //!   four ways to be woken, three peers and two floors.
@@ -33,6 +39,7 @@ pub mod pair;
 pub mod payload;
 pub mod rearm;
 pub mod report;
+pub mod room;
 pub mod stats;
 pub mod throughput;
 

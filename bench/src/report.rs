@@ -35,7 +35,8 @@ pub enum Role {
 /// One measured quantity of one system in one case, over the interleaved rounds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// What was measured: `throughput/<payload>/<N>p`, `wake-latency`,
+    /// What was measured: `throughput/<payload>/<N>p`,
+    /// `room/cap<capacity>/<N>p`, `wake-latency`, `room-wake-latency`,
     /// `rearm` or `single-thread/pair`.
     pub case: String,
     /// The system under test, e.g. `evd try_dequeue`, `tokio mpsc blocking_recv_many`.
@@ -43,8 +44,9 @@ pub struct Record {
     /// `evd`, `peer` or `floor`.
     pub role: Role,
     /// How its consumer waits: `busy/item`, `busy/batch`, `blocking/item`,
-    /// `blocking/batch` (throughput), `blocking`, `async`, `epoll`, `inline`
-    /// (wake latency), or `single-thread`.
+    /// `blocking/batch` (throughput and room), `blocking`, `async`, `epoll`,
+    /// `inline` (wake latency; `blocking` for the room-wake latency, where
+    /// the poster is the one that sleeps), or `single-thread`.
     pub consumer: String,
     /// `ops_per_sec`, `latency_p50_ns`, `latency_p99_ns`, `latency_p999_ns`,
     /// `ns_per_rearm`, `instructions_per_rearm` or `ns_per_pair`.
@@ -84,25 +86,33 @@ pub struct Record {
     /// it for a higher-is-better metric): the figure is noise, not a win.
     /// `null` without a floor (or if the floor was not measured).
     pub below_floor: Option<bool>,
-    /// Throughput only, per round: consumer receive calls that returned no
-    /// event, per event moved; `null` for consumers that only call a
-    /// blocking receive (and for other cases).
+    /// Throughput and room only, per round: consumer receive calls that
+    /// returned no event, per event moved; `null` for consumers that only
+    /// call a blocking receive (and for other cases).
     pub empty_polls_per_msg: Option<Vec<Option<f64>>>,
     /// Throughput only, per round: posts refused as full (and retried), per
-    /// event moved.
+    /// event moved; `null` for the room cases (a blocking send's waits are
+    /// not visible) and other cases.
     pub full_refusals_per_msg: Option<Vec<Option<f64>>>,
-    /// Throughput only, per round: share of the consumer's CPU samples that
-    /// found a running poster's latest sample on the same CPU.
+    /// Throughput and room, evd rows only, per round: wakes evd sent to
+    /// posters waiting for room (`Query::room_wakes`), per event moved; 0
+    /// in the throughput cases, where no poster waits. `null` for peers and
+    /// other cases.
+    pub room_wakes_per_msg: Option<Vec<Option<f64>>>,
+    /// Throughput and room only, per round: share of the consumer's CPU
+    /// samples that found a running poster's latest sample on the same CPU.
     pub same_cpu_share: Option<Vec<Option<f64>>>,
 }
 
-/// The per-round diagnostics of one throughput run.
+/// The per-round diagnostics of one throughput or room run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Diagnostics {
     /// See [`Record::empty_polls_per_msg`].
     pub empty_polls_per_msg: Option<f64>,
     /// See [`Record::full_refusals_per_msg`].
-    pub full_refusals_per_msg: f64,
+    pub full_refusals_per_msg: Option<f64>,
+    /// See [`Record::room_wakes_per_msg`].
+    pub room_wakes_per_msg: Option<f64>,
     /// See [`Record::same_cpu_share`].
     pub same_cpu_share: Option<f64>,
 }
@@ -208,7 +218,10 @@ pub fn records_from(measurements: Vec<Measurement>, cpus: usize) -> Vec<Record> 
                 diag.as_ref()
                     .map(|ds| ds.iter().map(|d| d.as_ref().and_then(f)).collect())
             };
-            let empty_polls: Option<Vec<Option<f64>>> = per_round(&|d| d.empty_polls_per_msg);
+            // A diagnostic no round has (a consumer with only a blocking
+            // receive, a blocking send, a peer's room wakes): null, not an
+            // array of nulls.
+            let counted = |v: Option<Vec<Option<f64>>>| v.filter(|v| v.iter().any(Option::is_some));
             Some(Record {
                 case: m.case,
                 system: m.system,
@@ -228,10 +241,9 @@ pub fn records_from(measurements: Vec<Measurement>, cpus: usize) -> Vec<Record> 
                 oversubscribed: m.threads > cpus,
                 floor: m.floor,
                 below_floor: None,
-                // A consumer with only a blocking receive has no count in
-                // any round: null, not an array of nulls.
-                empty_polls_per_msg: empty_polls.filter(|v| v.iter().any(Option::is_some)),
-                full_refusals_per_msg: per_round(&|d| Some(d.full_refusals_per_msg)),
+                empty_polls_per_msg: counted(per_round(&|d| d.empty_polls_per_msg)),
+                full_refusals_per_msg: counted(per_round(&|d| d.full_refusals_per_msg)),
+                room_wakes_per_msg: counted(per_round(&|d| d.room_wakes_per_msg)),
                 same_cpu_share: per_round(&|d| d.same_cpu_share),
             })
         })
@@ -598,6 +610,24 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
         "ratio",
         Goal::AtMost(1.1),
     ));
+    out.push(target(
+        "room wake: evd post_blocking (park/unpark) ÷ floor: raw park/unpark, p50 ns, room-wake-latency"
+            .into(),
+        find(
+            records,
+            "room-wake-latency",
+            "evd post_blocking (park/unpark)",
+            "latency_p50_ns",
+        ),
+        Some(find(
+            records,
+            "room-wake-latency",
+            "floor: raw park/unpark",
+            "latency_p50_ns",
+        )),
+        "ratio",
+        Goal::AtMost(1.1),
+    ));
     out
 }
 
@@ -653,9 +683,19 @@ pub fn markdown(report: &Report) -> String {
     for case in cases {
         let rows: Vec<&Record> = report.records.iter().filter(|r| r.case == case).collect();
         if case == "wake-latency" {
-            latency_table(&mut s, case, &rows, cpus);
+            latency_table(&mut s, case, "post → consumer running", &rows, cpus);
+        } else if case == "room-wake-latency" {
+            latency_table(
+                &mut s,
+                case,
+                "consumer's dequeue that frees the slot → blocked poster running",
+                &rows,
+                cpus,
+            );
         } else if case.starts_with("throughput/") {
             throughput_table(&mut s, case, &rows, cpus, &report.poster_policy);
+        } else if case.starts_with("room/") {
+            room_table(&mut s, case, &rows, cpus);
         } else {
             generic_table(&mut s, case, &rows, cpus);
         }
@@ -763,11 +803,60 @@ fn throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize, p
          Posters: {policy}.{}\n\
          Diagnostics are medians over rounds, with (slowest round → fastest round): empty polls = \
          consumer receive calls that returned nothing, per event (\"not countable\": the consumer \
-         only calls a blocking receive); full = posts refused as full, per event; same CPU = share \
-         of CPU samples with a poster on the consumer's CPU.\n\n\
-         | system | consumer | median | min – max | empty polls/msg | full/msg | same CPU | threads | ratio |\n\
+         only calls a blocking receive); full = posts refused as full, per event; room wakes = wakes \
+         evd sent to posters waiting for room, per event (evd rows; no poster waits here, so it is \
+         0: these evd rows are the no-waiter cost of the room signal); same CPU = share of CPU \
+         samples with a poster on the consumer's CPU.\n\n\
+         | system | consumer | median | min – max | empty polls/msg | full/msg | room wakes/msg | same CPU | threads | ratio |\n\
+         |---|---|---|---|---|---|---|---|---|---|",
+        ratio_sentence(true, "ops/s"),
+        oversubscription_sentence(rows, cpus),
+    );
+    let num = |x: f64| format!("{x:.3}");
+    let pct = |x: f64| format!("{:.0} %", x * 100.0);
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} – {} | {} | {} | {} | {} | {} | {} |",
+            r.system,
+            r.consumer,
+            format_value(r.median, &r.unit),
+            format_value(r.min, &r.unit),
+            format_value(r.max, &r.unit),
+            diag_cell(r, &r.empty_polls_per_msg, &num),
+            diag_cell(r, &r.full_refusals_per_msg, &num),
+            room_wakes_cell(r),
+            diag_cell(r, &r.same_cpu_share, &pct),
+            threads_cell(r),
+            format_ratio(r),
+        );
+    }
+    s.push('\n');
+}
+
+/// The room wakes per event of an evd row; `—` for a peer (not visible).
+fn room_wakes_cell(r: &Record) -> String {
+    if r.room_wakes_per_msg.is_none() && r.role != Role::Evd {
+        return "—".into();
+    }
+    diag_cell(r, &r.room_wakes_per_msg, &|x| format!("{x:.3}"))
+}
+
+fn room_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
+    let _ = writeln!(
+        s,
+        "### {case}\n\n{}. Each row is compared with the evd row of its consumer style (vs). \
+         Posters wait for room: {}; the ring is full most of the time, so posters sleep and the \
+         consumer wakes them (the work per event is in the notes).{}\n\
+         Diagnostics are medians over rounds, with (slowest round → fastest round): room wakes = \
+         wakes evd sent to posters waiting for room, per event (evd rows; \"—\": a peer's wakes are \
+         not visible); empty polls = batch calls that returned nothing, per event; same CPU = share \
+         of CPU samples with a poster on the consumer's CPU. The cost of the room signal while no \
+         poster waits is in the evd rows of the throughput/ tables (room wakes 0 there).\n\n\
+         | system | consumer | median | min – max | room wakes/msg | empty polls/msg | same CPU | threads | ratio |\n\
          |---|---|---|---|---|---|---|---|---|",
         ratio_sentence(true, "ops/s"),
+        crate::room::ROOM_POLICY,
         oversubscription_sentence(rows, cpus),
     );
     let num = |x: f64| format!("{x:.3}");
@@ -781,8 +870,8 @@ fn throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize, p
             format_value(r.median, &r.unit),
             format_value(r.min, &r.unit),
             format_value(r.max, &r.unit),
+            room_wakes_cell(r),
             diag_cell(r, &r.empty_polls_per_msg, &num),
-            diag_cell(r, &r.full_refusals_per_msg, &num),
             diag_cell(r, &r.same_cpu_share, &pct),
             threads_cell(r),
             format_ratio(r),
@@ -827,10 +916,10 @@ fn generic_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
     s.push('\n');
 }
 
-fn latency_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
+fn latency_table(s: &mut String, case: &str, way: &str, rows: &[&Record], cpus: usize) {
     let _ = writeln!(
         s,
-        "### {case} (one way, post → consumer running; median of rounds [min – max])\n\n\
+        "### {case} (one way, {way}; median of rounds [min – max])\n\n\
          {} at p50. Each row is compared with the evd row that sleeps the same way (vs). \
          \"(below floor: noise)\" marks a median under the raw floor of the same sleep mechanism \
          in this run: no system can wake faster than that, so the figure is noise, not a win; a \
@@ -973,7 +1062,8 @@ mod tests {
         let mut m = Measurement::new("t", "evd", Role::Evd, "busy/item", "ops_per_sec");
         let d = |e| Diagnostics {
             empty_polls_per_msg: e,
-            full_refusals_per_msg: 0.5,
+            full_refusals_per_msg: Some(0.5),
+            room_wakes_per_msg: None,
             same_cpu_share: Some(0.25),
         };
         m.set_round(0, 1.0, Some(d(Some(0.1))));
@@ -991,6 +1081,28 @@ mod tests {
         let r = records_from(vec![m], 2).remove(0);
         assert_eq!(r.empty_polls_per_msg, None, "not countable is null");
         assert_eq!(r.full_refusals_per_msg, Some(vec![Some(0.5)]));
+        assert_eq!(r.room_wakes_per_msg, None, "a peer's room wakes are null");
+        // A room row: blocking sends (no refusal count), evd's room wakes.
+        let mut m = Measurement::new(
+            "room/cap64/1p",
+            "evd",
+            Role::Evd,
+            "blocking/item",
+            "ops_per_sec",
+        );
+        m.set_round(
+            0,
+            1.0,
+            Some(Diagnostics {
+                empty_polls_per_msg: None,
+                full_refusals_per_msg: None,
+                room_wakes_per_msg: Some(0.75),
+                same_cpu_share: None,
+            }),
+        );
+        let r = records_from(vec![m], 2).remove(0);
+        assert_eq!(r.full_refusals_per_msg, None);
+        assert_eq!(r.room_wakes_per_msg, Some(vec![Some(0.75)]));
     }
 
     fn sample_report() -> Report {
@@ -1009,7 +1121,8 @@ mod tests {
                 v,
                 Some(Diagnostics {
                     empty_polls_per_msg: Some(0.1),
-                    full_refusals_per_msg: 0.0,
+                    full_refusals_per_msg: Some(0.0),
+                    room_wakes_per_msg: Some(0.0),
                     same_cpu_share: Some(0.0),
                 }),
             );
@@ -1102,6 +1215,7 @@ mod tests {
                 "below_floor",
                 "empty_polls_per_msg",
                 "full_refusals_per_msg",
+                "room_wakes_per_msg",
                 "same_cpu_share",
             ])
         );
@@ -1132,7 +1246,7 @@ mod tests {
     #[test]
     fn targets_report_missing_sides_as_not_measured() {
         let ts = targets(&[]);
-        assert_eq!(ts.len(), 12);
+        assert_eq!(ts.len(), 13);
         assert!(ts.iter().all(|t| t.value.is_none() && t.met.is_none()));
     }
 
@@ -1270,6 +1384,79 @@ mod tests {
         );
         let evd = md.lines().find(|l| l.starts_with("| evd wait |")).unwrap();
         assert!(!evd.contains("noise"), "{evd}");
+    }
+
+    #[test]
+    fn room_tables_show_room_wakes_and_the_room_wake_target() {
+        let room = |system: &str, role, wakes: Option<f64>| {
+            let mut m = Measurement::new(
+                "room/cap64/1p",
+                system,
+                role,
+                "blocking/item",
+                "ops_per_sec",
+            );
+            m.baseline = Some("evd post_blocking+dequeue".into());
+            m.threads = 2;
+            let d = Diagnostics {
+                empty_polls_per_msg: None,
+                full_refusals_per_msg: None,
+                room_wakes_per_msg: wakes,
+                same_cpu_share: Some(0.0),
+            };
+            m.set_round(0, 1e6, Some(d));
+            m
+        };
+        let wake = |system: &str, role, median| {
+            let mut m = Measurement::new(
+                "room-wake-latency",
+                system,
+                role,
+                "blocking",
+                "latency_p50_ns",
+            );
+            m.baseline = Some("evd post_blocking (park/unpark)".into());
+            if role != Role::Floor {
+                m.floor = Some("floor: raw park/unpark".into());
+            }
+            m.threads = 2;
+            m.set_round(0, median, None);
+            m
+        };
+        let mut report = sample_report();
+        report.records = records_from(
+            vec![
+                room("evd post_blocking+dequeue", Role::Evd, Some(0.5)),
+                room("flume send+recv", Role::Peer, None),
+                wake("evd post_blocking (park/unpark)", Role::Evd, 5_500.0),
+                wake("floor: raw park/unpark", Role::Floor, 5_000.0),
+            ],
+            2,
+        );
+        report.targets = targets(&report.records);
+        let md = markdown(&report);
+        assert!(md.contains("### room/cap64/1p"), "{md}");
+        assert!(md.contains("blocking bounded send"), "{md}");
+        let evd = md
+            .lines()
+            .find(|l| l.starts_with("| evd post_blocking+dequeue |"))
+            .unwrap();
+        assert!(evd.contains("| 0.500 |"), "{evd}");
+        let peer = md
+            .lines()
+            .find(|l| l.starts_with("| flume send+recv |"))
+            .unwrap();
+        assert!(peer.contains("| — |"), "{peer}");
+        assert!(
+            md.contains("### room-wake-latency (one way, consumer's dequeue"),
+            "{md}"
+        );
+        let t = report
+            .targets
+            .iter()
+            .find(|t| t.name.starts_with("room wake:"))
+            .unwrap();
+        assert_eq!((t.value, t.met), (Some(1.1), Some(true)));
     }
 
     #[test]

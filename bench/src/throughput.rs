@@ -3,11 +3,14 @@
 //! consumer's last event, and a checksum proves every event arrived once.
 //!
 //! **Posters: one policy for every system.** Every poster uses its system's
-//! *non-blocking* bounded send (evd has no blocking post, so this is the only
-//! send every system has); when the send is refused because the queue is
+//! *non-blocking* bounded send; when the send is refused because the queue is
 //! full, the poster takes the value back and retries after [`BusyWait::miss`]
 //! (`std::hint::spin_loop()`, and `std::thread::yield_now()` on every 64th
 //! refusal in a row). The loop is written once, in `drive`, for all systems.
+//! No poster ever sleeps waiting for room here, so the evd rows are also the
+//! *no-waiter* case of evd's room signal (their [`RunStats::room_wakes`] is
+//! 0); posters that do sleep in their system's blocking send are measured in
+//! [`crate::room`].
 //!
 //! **Consumers: like against like.** Each row is labelled with its consumer
 //! [`Style`]: busy or blocking, one item per call or a batch per call. A peer
@@ -15,10 +18,10 @@
 //!
 //! **Diagnostics per run** ([`RunStats`]): how often the consumer's
 //! non-blocking receive found nothing (where the consumer has one), how often
-//! a poster's send was refused as full, and how often poster and consumer were
-//! seen on the same CPU (`getcpu` sampled every [`CPU_SAMPLE_EVERY`] events
-//! in every thread). A round that runs slow or fast for a reason shows it
-//! there.
+//! a poster's send was refused as full, how many room wakes evd sent (evd
+//! rows), and how often poster and consumer were seen on the same CPU
+//! (`getcpu` sampled every [`CPU_SAMPLE_EVERY`] events in every thread). A
+//! round that runs slow or fast for a reason shows it there.
 
 use crate::payload::{Payload, Tally};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -238,7 +241,7 @@ impl Queue {
             | Queue::EvdWait
             | Queue::EvdBackoffWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
-                drive(
+                let stats = drive(
                     posters,
                     messages,
                     clones(tx, posters),
@@ -254,7 +257,11 @@ impl Queue {
                         Queue::EvdWait => consume_evd_batch(&mut rx, sink, BatchMode::Wait),
                         _ => consume_evd_batch(&mut rx, sink, BatchMode::BackoffWait),
                     },
-                )
+                );
+                stats.map(|s| RunStats {
+                    room_wakes: Some(rx.query().room_wakes),
+                    ..s
+                })
             }
             Queue::ArrayQueue => {
                 let q = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(CAPACITY));
@@ -434,8 +441,12 @@ pub struct RunStats {
     /// the consumer only calls a blocking receive.
     pub empty_polls: Option<u64>,
     /// Posts refused as full, summed over the posters (each refusal is
-    /// retried).
-    pub full_refusals: u64,
+    /// retried); `None` where the posters use a blocking send, whose waits
+    /// are not visible ([`crate::room`]).
+    pub full_refusals: Option<u64>,
+    /// evd only: wakes evd sent to posters waiting for room
+    /// ([`evd::Query::room_wakes`]) during the run; `None` for the peers.
+    pub room_wakes: Option<u64>,
     /// Consumer CPU samples compared with a running poster's latest sample.
     pub cpu_samples: u64,
     /// Of those, how many found the poster on the consumer's CPU.
@@ -455,8 +466,15 @@ impl RunStats {
     }
 
     /// Refused posts per event moved.
-    pub fn full_refusals_per_msg(&self) -> f64 {
-        self.full_refusals as f64 / self.messages.max(1) as f64
+    pub fn full_refusals_per_msg(&self) -> Option<f64> {
+        self.full_refusals
+            .map(|r| r as f64 / self.messages.max(1) as f64)
+    }
+
+    /// Room wakes per event moved (evd only).
+    pub fn room_wakes_per_msg(&self) -> Option<f64> {
+        self.room_wakes
+            .map(|w| w as f64 / self.messages.max(1) as f64)
     }
 
     /// Share of CPU samples where a poster ran on the consumer's CPU; `None`
@@ -552,7 +570,7 @@ impl<'a> Sink<'a> {
 }
 
 /// `n` handles: `n - 1` clones and the original.
-fn clones<S: Clone>(s: S, n: usize) -> Vec<S> {
+pub(crate) fn clones<S: Clone>(s: S, n: usize) -> Vec<S> {
     let mut v: Vec<S> = (1..n).map(|_| s.clone()).collect();
     v.push(s);
     v
@@ -564,7 +582,11 @@ fn clones<S: Clone>(s: S, n: usize) -> Vec<S> {
 /// `try_send` is the system's non-blocking bounded send: `Err(value)` hands a
 /// value refused as full back. This is the one poster loop of every system:
 /// on a refusal it counts, calls [`BusyWait::miss`] and retries the same value.
-fn drive<P, S, SendFn, ConsumeFn>(
+/// [`crate::room`] passes a *blocking* send instead, which hands a value back
+/// only once the queue is closed (the consumer failed); it drops its
+/// consumer when `consume` returns, so that no poster stays asleep in a full
+/// queue, and does not report the refusal count.
+pub(crate) fn drive<P, S, SendFn, ConsumeFn>(
     posters: usize,
     messages: u64,
     senders: Vec<S>,
@@ -631,14 +653,15 @@ where
         elapsed,
         messages,
         empty_polls: Some(sink.empty_polls),
-        full_refusals: refusals.load(Ordering::Relaxed),
+        full_refusals: Some(refusals.load(Ordering::Relaxed)),
+        room_wakes: None,
         cpu_samples: sink.cpu_samples,
         same_cpu: sink.same_cpu,
     })
 }
 
 /// When empty: arm, and sleep in `wait(1)` if armed (the README's loop).
-fn arm_and_wait<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
+pub(crate) fn arm_and_wait<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
     match rx.arm() {
         evd::ArmStatus::Armed => match rx.wait(1, None) {
             // A poster found the ring full and retried: not a loss.
@@ -749,8 +772,12 @@ mod tests {
     fn every_system_delivers_every_event_once_with_each_poster_count() {
         for q in Queue::ALL {
             for posters in [1, 2, 4] {
-                q.run::<u64>(posters, 20_000)
+                let run = q
+                    .run::<u64>(posters, 20_000)
                     .unwrap_or_else(|e| panic!("{} {posters}p: {e}", q.name()));
+                // Non-blocking posters never wait for room: no room wake.
+                let want = q.is_evd().then_some(0);
+                assert_eq!(run.room_wakes, want, "{} {posters}p", q.name());
                 q.run::<Event64>(posters, 5_000)
                     .unwrap_or_else(|e| panic!("{} {posters}p event64: {e}", q.name()));
             }
@@ -801,6 +828,8 @@ mod tests {
         let run = Queue::TokioRecvMany.run::<u64>(1, 5_000).unwrap();
         assert_eq!(run.empty_polls, None);
         assert_eq!(run.empty_polls_per_msg(), None);
+        assert_eq!(run.room_wakes, None);
+        assert!(run.full_refusals.is_some());
     }
 
     #[test]
@@ -819,7 +848,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(run.full_refusals > 0);
+        assert!(run.full_refusals > Some(0));
     }
 
     #[test]
