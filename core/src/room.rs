@@ -20,7 +20,7 @@
 //!                                             unlock; wake them
 //! ```
 //!
-//! `WANTED` lives in the consumer's own cache line, next to the head, so the
+//! `WANTED` (`room_check` in `shared.rs`) lives in the consumer's own cache line, next to the head, so the
 //! consumer's check is a load that hits its own cache and a branch that is
 //! never taken while no poster waits. The barrier pair
 //! ([`RoomBarrier`](crate::sync::RoomBarrier)) is the store-buffering
@@ -89,9 +89,12 @@
 //!
 //! # Costs
 //!
-//! While no poster waits: one load of the consumer's own line per head store
-//! (plus a `SeqCst` fence per head store where `membarrier` is unavailable:
-//! other systems, Miri, a kernel or seccomp filter that refuses it). Per
+//! While no poster waits: one load of the consumer's own line and a branch
+//! per head store (4 instructions per post+dequeue pair under callgrind: 118
+//! against 114 before the room signal). Where `membarrier` is unavailable
+//! (other systems, Miri, a kernel or seccomp filter that refuses it) the
+//! consumer's flag is always set and every head store also takes the cold
+//! path's `SeqCst` fence and a second load. Per
 //! join: the lock, and `membarrier`, which interrupts every CPU running a
 //! thread of this process (the consumer's included) for a barrier: a poster
 //! that keeps finding the ring full pays it, and the consumer feels it, once

@@ -34,9 +34,9 @@
 //!   giving it back are CASes on the state word (`AcqRel`), so the head and
 //!   slot reads of one holder happen before the next holder's.
 //! * **Room** = a poster that waits for a free slot joins the room queue
-//!   (setting `room_wanted` in the consumer's line), runs the heavy barrier
+//!   (setting `room_check` in the consumer's line), runs the heavy barrier
 //!   and posts again before sleeping; every head store is followed by the
-//!   light barrier and a load of `room_wanted`, which wakes one waiter per
+//!   light barrier and a load of `room_check`, which wakes one waiter per
 //!   freed slot when set ([`crate::room`]).
 
 use crate::error::{Overflow, ResizeError, TryDequeueError};
@@ -92,12 +92,17 @@ struct ConsumerLine {
     /// so reports and events alternate and a flood of losses cannot starve
     /// the consumer of the queued events. Touched only by the consumer side.
     last_was_report: AtomicBool,
-    /// A poster waits for room: equal to `!room.is_empty()` whenever the room
-    /// lock is free (written only under it). Here, beside the head, so that
-    /// the consumer's check after each head store hits its own cache line;
+    /// The consumer must look at the room queue after a head store. With the
+    /// asymmetric barrier it is `room_waiting` itself (a poster waits); without
+    /// it (no `membarrier`) it is always set, and the cold path fences and
+    /// reads `room_waiting`, so the hot path is the same load either way.
+    /// Here, beside the head, so the check hits the consumer's own line;
     /// written only while a poster waits.
-    room_wanted: AtomicBool,
-    /// The barrier pair that orders the head store before the `room_wanted`
+    room_check: AtomicBool,
+    /// A poster waits for room: equal to `!room.is_empty()` whenever the room
+    /// lock is free (written only under it).
+    room_waiting: AtomicBool,
+    /// The barrier pair that orders the head store before the `room_check`
     /// load (consumer) against the flag store before the head load (waiting
     /// poster). Immutable after creation.
     room_barrier: RoomBarrier,
@@ -139,7 +144,7 @@ pub(crate) struct Shared<T> {
     /// Statistics that are not derived from the word and the head.
     counters: CachePadded<Counters>,
     /// Posters waiting for room, FIFO ([`crate::room`]). Locked only by a
-    /// poster that waits and by a consumer that found `room_wanted` set.
+    /// poster that waits and by a consumer that found `room_check` set.
     room: CachePadded<Mutex<WaitQueue>>,
 }
 
@@ -155,13 +160,15 @@ unsafe impl<T: Send> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
     pub(crate) fn new(log2: u32, buffer: Buffer<T>) -> Self {
+        let room_barrier = RoomBarrier::new();
         Shared {
             state: CachePadded::new(StateWord::new(state::initial(log2))),
             consumer: CachePadded::new(ConsumerLine {
                 head: AtomicU64::new(0),
                 last_was_report: AtomicBool::new(false),
-                room_wanted: AtomicBool::new(false),
-                room_barrier: RoomBarrier::new(),
+                room_check: AtomicBool::new(!room_barrier.is_asymmetric()),
+                room_waiting: AtomicBool::new(false),
+                room_barrier,
             }),
             read_mostly: CachePadded::new(ReadMostly {
                 buffer: AtomicPtr::new(Box::into_raw(Box::new(buffer))),
@@ -209,7 +216,7 @@ impl<T> Shared<T> {
         // sees its flag. Relaxed: the barrier pair does the ordering, and the
         // queue itself is read under its lock.
         self.consumer.room_barrier.light();
-        if self.consumer.room_wanted.load(Ordering::Relaxed) {
+        if self.consumer.room_check.load(Ordering::Relaxed) {
             self.wake_room(new.wrapping_sub(old));
         }
     }
@@ -223,12 +230,17 @@ impl<T> Shared<T> {
         self.room.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keep `room_wanted == !queue.is_empty()`; under the lock. Writes the
-    /// consumer's line only when the flag changes.
+    /// Keep `room_waiting == !queue.is_empty()` (and `room_check` with it,
+    /// under the asymmetric barrier); under the lock. Writes the consumer's
+    /// line only when a flag changes.
     fn sync_room_wanted(&self, q: &WaitQueue) {
         let want = !q.is_empty();
-        if self.consumer.room_wanted.load(Ordering::Relaxed) != want {
-            self.consumer.room_wanted.store(want, Ordering::Relaxed);
+        let c = &*self.consumer;
+        if c.room_waiting.load(Ordering::Relaxed) != want {
+            c.room_waiting.store(want, Ordering::Relaxed);
+            if c.room_barrier.is_asymmetric() {
+                c.room_check.store(want, Ordering::Relaxed);
+            }
         }
     }
 
@@ -238,6 +250,15 @@ impl<T> Shared<T> {
     #[cold]
     #[inline(never)]
     fn wake_room(&self, n: u64) {
+        if !self.consumer.room_barrier.is_asymmetric() {
+            // No membarrier: `room_check` is always set, and this fence is the
+            // consumer's half of a symmetric pair (the poster's heavy half is
+            // a SeqCst fence too).
+            fence(Ordering::SeqCst);
+            if !self.consumer.room_waiting.load(Ordering::Relaxed) {
+                return;
+            }
+        }
         for _ in 0..n {
             let waker = {
                 let mut q = self.room_queue();
@@ -328,7 +349,7 @@ impl<T> Shared<T> {
 
     /// A poster waits for room now (`Query::room_wanted`).
     pub(crate) fn room_wanted(&self) -> bool {
-        self.consumer.room_wanted.load(Ordering::Relaxed)
+        self.consumer.room_waiting.load(Ordering::Relaxed)
     }
 
     #[inline(always)]

@@ -98,7 +98,8 @@ impl WakerSlot {
 /// load, or the consumer's flag load comes after the barrier and sees the
 /// flag (the folly `asymmetricLightBarrier` / `asymmetricHeavyBarrier` pair).
 /// Without it (other systems, Miri, a kernel or sandbox that refuses the
-/// registration) both sides are a `SeqCst` fence.
+/// registration) both sides are a `SeqCst` fence: the consumer's runs on its
+/// cold path, which its flag then always takes (`shared.rs`).
 #[cfg(not(any(loom, shuttle)))]
 #[derive(Debug)]
 pub(crate) struct RoomBarrier {
@@ -114,14 +115,18 @@ impl RoomBarrier {
         }
     }
 
-    /// The consumer's side, between its head store and its flag load.
+    /// The consumer's side, between its head store and its flag load: a
+    /// compiler fence. Without membarrier the consumer's flag is always set
+    /// and its cold path runs the `SeqCst` fence instead (see `shared.rs`),
+    /// so the hot path has no branch on the mode.
     #[inline(always)]
     pub(crate) fn light(&self) {
-        if self.asymmetric {
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        } else {
-            fence(Ordering::SeqCst);
-        }
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    }
+
+    /// The heavy side is `membarrier`, so the light side needs no fence.
+    pub(crate) fn is_asymmetric(&self) -> bool {
+        self.asymmetric
     }
 
     /// A waiting poster's side, between its flag store and its head load.
@@ -186,6 +191,9 @@ impl RoomBarrier {
     }
     pub(crate) fn heavy(&self) {
         self.0.fetch_add(1, Ordering::AcqRel);
+    }
+    pub(crate) fn is_asymmetric(&self) -> bool {
+        true
     }
 }
 
