@@ -588,15 +588,18 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_consumer_makes_evd_posters_wait_and_be_woken() {
-        // 8 slots, 2 000 events, about 1 µs of work per event: the posters
-        // cannot avoid waiting.
+    fn evd_room_runs_move_every_event_and_count_room_wakes() {
+        // 8 slots, 2 000 events, about 1 µs of work per event. How often the
+        // posters sleep is the figure being measured, not a property: a
+        // poster's back-off may catch every freed slot (zero wakes is a legal
+        // outcome), so only the counting is checked.
         let work = Work::calibrate(1_000.0);
         for s in [RoomSystem::EvdDequeue, RoomSystem::EvdBatchWait] {
             let run = s.run(8, 1, 2_000, work).unwrap();
-            let wakes = run.room_wakes.unwrap();
-            assert!(wakes > 0, "{}: {run:?}", s.name());
-            assert!(run.room_wakes_per_msg().unwrap() > 0.0);
+            assert_eq!(run.messages, 2_000, "{}: {run:?}", s.name());
+            let wakes = run.room_wakes.expect("evd rows count room wakes");
+            let per_msg = run.room_wakes_per_msg().unwrap();
+            assert!((per_msg - wakes as f64 / 2_000.0).abs() < 1e-12);
         }
     }
 
