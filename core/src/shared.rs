@@ -223,11 +223,15 @@ impl<T> Shared<T> {
 
     // ---- the room signal (posters waiting for a free slot) ----
 
-    /// Lock the room queue. No user code runs under the lock except a
-    /// waker's clone; a panic there leaves the queue consistent, so a
-    /// poisoned lock is used as is.
-    fn room_queue(&self) -> crate::sync::MutexGuard<'_, WaitQueue> {
-        self.room.lock().unwrap_or_else(|e| e.into_inner())
+    /// Run `f` on the room queue under its lock, then bring the flags in
+    /// line with it. No user code runs under the lock except a waker's
+    /// clone; a panic there leaves the queue consistent, so a poisoned lock
+    /// is used as is.
+    fn with_room<R>(&self, f: impl FnOnce(&mut WaitQueue) -> R) -> R {
+        let mut q = self.room.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut q);
+        self.sync_room_wanted(&q);
+        r
     }
 
     /// Keep `room_waiting == !queue.is_empty()` (and `room_check` with it,
@@ -260,13 +264,7 @@ impl<T> Shared<T> {
             }
         }
         for _ in 0..n {
-            let waker = {
-                let mut q = self.room_queue();
-                let w = q.pop();
-                self.sync_room_wanted(&q);
-                w
-            };
-            match waker {
+            match self.with_room(WaitQueue::pop) {
                 Some(w) => self.wake_poster(w),
                 None => return,
             }
@@ -286,12 +284,7 @@ impl<T> Shared<T> {
     /// if it joined now, run the heavy barrier. The caller must post once
     /// more after this and before it sleeps.
     pub(crate) fn room_join(&self, seat: &mut Seat, waker: &Waker) {
-        let (joined, replaced) = {
-            let mut q = self.room_queue();
-            let j = q.join(seat, waker);
-            self.sync_room_wanted(&q);
-            j
-        };
+        let (joined, replaced) = self.with_room(|q| q.join(seat, waker));
         drop(replaced);
         if joined == Joined::Now {
             // The heavy half of the room barrier: orders the flag store above
@@ -310,16 +303,14 @@ impl<T> Shared<T> {
         if !seat.is_taken() {
             return;
         }
-        let (passed, removed) = {
-            let mut q = self.room_queue();
+        let (passed, removed) = self.with_room(|q| {
             let (left, removed) = q.leave(seat);
             let passed = match left {
                 Left::Woken if !posted || !self.looks_full() => q.pop(),
                 _ => None,
             };
-            self.sync_room_wanted(&q);
             (passed, removed)
-        };
+        });
         drop(removed);
         if let Some(w) = passed {
             self.wake_poster(w);
@@ -336,12 +327,7 @@ impl<T> Shared<T> {
     /// retries and sees the change. A poster that joins after this sees it in
     /// its post after joining (it locked the queue after us).
     fn wake_all_room(&self) {
-        let all: Vec<Waker> = {
-            let mut q = self.room_queue();
-            let all = q.take_all().collect();
-            self.sync_room_wanted(&q);
-            all
-        };
+        let all: Vec<Waker> = self.with_room(|q| q.take_all().collect());
         for w in all {
             self.wake_poster(w);
         }

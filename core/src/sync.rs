@@ -7,13 +7,13 @@
 pub(crate) use loom::{
     cell::UnsafeCell,
     sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex},
     thread,
 };
 #[cfg(not(any(loom, shuttle)))]
 pub(crate) use std::{
     sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex},
     thread,
 };
 #[cfg(shuttle)]
@@ -21,7 +21,7 @@ pub(crate) use {
     observed::StateWord,
     shuttle::{
         sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
-        sync::{Mutex, MutexGuard},
+        sync::Mutex,
         thread,
     },
     std::sync::Arc,
