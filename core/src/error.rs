@@ -378,3 +378,38 @@ impl fmt::Display for PolicyError {
 }
 
 impl std::error::Error for PolicyError {}
+
+/// A refused CNO operation on a [`Consumer`](crate::Consumer) (binding,
+/// enabling, moving).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CnoError {
+    /// The EVD is bound to a CNO already: unbind it, or move it with
+    /// [`Consumer::modify_cno`](crate::Consumer::modify_cno).
+    AlreadyBound,
+    /// The EVD is not bound to a CNO.
+    NotBound,
+    /// The CNO holds as many EVDs as it was made for.
+    Full {
+        /// The most EVDs the CNO holds.
+        capacity: usize,
+    },
+    /// The CNO was dropped: nobody waits on it. The EVD stays bound until it
+    /// is unbound (or moved); its notifications go to its own waiter.
+    CnoDropped,
+}
+
+impl fmt::Display for CnoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CnoError::AlreadyBound => f.write_str("the EVD is bound to a CNO already"),
+            CnoError::NotBound => f.write_str("the EVD is not bound to a CNO"),
+            CnoError::Full { capacity } => {
+                write!(f, "the CNO holds its most EVDs ({capacity})")
+            }
+            CnoError::CnoDropped => f.write_str("the CNO was dropped"),
+        }
+    }
+}
+
+impl std::error::Error for CnoError {}

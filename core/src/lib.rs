@@ -239,6 +239,7 @@
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
+pub mod cno;
 mod consumer;
 mod error;
 mod notify;
@@ -254,13 +255,14 @@ pub mod state;
 mod sync;
 mod upcall;
 
+pub use cno::{Cno, CnoHandle, ReadySet};
 #[cfg(all(target_os = "linux", not(loom)))]
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub use consumer::NotifyFd;
 pub use consumer::{ArmStatus, Consumer, IntoIter, Iter, Recv, TryIter, DEFAULT_SPIN_BUDGET};
 pub use error::{
-    BatchPostError, CreateError, DequeueError, Overflow, PolicyError, PostError, RecvError,
-    ResizeError, TryDequeueError, WaitError,
+    BatchPostError, CnoError, CreateError, DequeueError, Overflow, PolicyError, PostError,
+    RecvError, ResizeError, TryDequeueError, WaitError,
 };
 pub use poster::{Lossy, PostAsync, PostSink, Poster};
 pub use query::{Query, UpcallPolicy};

@@ -39,13 +39,14 @@
 //!   light barrier and a load of `room_check`, which wakes one waiter per
 //!   freed slot when set ([`crate::room`]).
 
+use crate::cno::engine::{Binding, Link, Reached};
 use crate::error::{Overflow, ResizeError, TryDequeueError};
 use crate::notify::NotifyTargets;
 use crate::query::{Counters, Query, UpcallPolicy};
 use crate::ring::Buffer;
 use crate::room::{Joined, Left, Seat, WaitQueue};
 use crate::state::{
-    self, loss, Arm, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
+    self, loss, Arm, Enable, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
 };
 use crate::sync::{
     fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Mutex, Ordering, RoomBarrier,
@@ -60,7 +61,7 @@ pub const MAX_CAPACITY: usize = 1 << state::MAX_CAP_LOG2;
 
 /// The head epoch is the head divided by 2^40: a poster trusts its cached
 /// head only while it is at most one epoch behind, so the distance from it to
-/// the tail stays below 3·2^40 + capacity, well inside the 2^45 range in which
+/// the tail stays below 3·2^40 + capacity, well inside the 2^44 range in which
 /// the word's tail is compared.
 pub(crate) const HEAD_EPOCH_SHIFT: u32 = 40;
 
@@ -146,6 +147,8 @@ pub(crate) struct Shared<T> {
     /// Posters waiting for room, FIFO ([`crate::room`]). Locked only by a
     /// poster that waits and by a consumer that found `room_check` set.
     room: CachePadded<Mutex<WaitQueue>>,
+    /// The CNO this EVD is bound to, if any ([`crate::cno`]).
+    cno: Link,
 }
 
 // SAFETY: the slots hand each `T` from one thread to another exactly once
@@ -181,6 +184,7 @@ impl<T> Shared<T> {
             posters: AtomicUsize::new(1),
             counters: CachePadded::new(Counters::default()),
             room: CachePadded::new(Mutex::new(WaitQueue::default())),
+            cno: Link::new(),
         }
     }
 
@@ -415,6 +419,96 @@ impl<T> Shared<T> {
         self.targets.notify();
     }
 
+    /// This thread took `CNO_ARMED` (a post, close or loss): put the EVD's
+    /// key in its CNO's ready set. A dropped CNO has nobody waiting on it:
+    /// the EVD's own targets are notified instead.
+    #[cold]
+    pub(crate) fn trigger_cno(&self) {
+        // SAFETY: this thread took CNO_ARMED with an Acquire CAS, which the
+        // enable's Release CAS (after the binding was written) precedes; the
+        // consumer rewrites the link only once this trigger reached its slot.
+        let Some((core, slot)) = (unsafe { self.cno.current() }) else {
+            debug_assert!(false, "CNO_ARMED without a binding");
+            return;
+        };
+        // SAFETY: the link keeps every CNO the EVD was bound to alive for as
+        // long as the EVD (`Link::set` moves it to `kept`), and this thread
+        // holds the EVD.
+        let core = unsafe { &*core };
+        if core.trigger(slot) == Reached::CnoGone {
+            self.notify_consumer();
+        }
+    }
+
+    /// The consumer's binding, if any (a clone). Caller: the EVD's consumer.
+    pub(crate) fn cno_binding(&self) -> Option<Binding> {
+        self.with_cno_binding(|b| b.cloned())
+    }
+
+    /// Run `f` on the consumer's binding. Caller: the EVD's consumer (the
+    /// link's only writer, so nothing changes it under `f`).
+    pub(crate) fn with_cno_binding<R>(&self, f: impl FnOnce(Option<&Binding>) -> R) -> R {
+        // SAFETY: only the consumer side calls this; readers only read.
+        unsafe { self.cno.with_binding(f) }
+    }
+
+    /// Replace the binding. Caller: the EVD's consumer, after
+    /// [`Shared::cno_disable`] (or before the first enable).
+    pub(crate) fn set_cno_binding(&self, b: Option<Binding>) {
+        debug_assert!(!state::has(
+            self.state.load(Ordering::Relaxed),
+            state::CNO_ARMED
+        ));
+        // SAFETY: CNO_ARMED is clear and the caller waited for every trigger
+        // that took it (`cno_disable`), so no thread reads the link.
+        unsafe { self.cno.set(b) }
+    }
+
+    /// Enable the EVD on its CNO: the arm-then-check CAS. Returns what it
+    /// found and whether a trigger is now owed (the CAS set `CNO_ARMED` and
+    /// nothing took it back here).
+    pub(crate) fn cno_enable(&self) -> (Arm, bool) {
+        let h = self.head();
+        // AcqRel, as `arm`: Release publishes the binding to the poster whose
+        // Acquire reservation takes CNO_ARMED; Acquire makes a loss visible
+        // if its poster's RMW on the word came first.
+        let r = self.transition(Ordering::AcqRel, |w| match state::enable_cno(w, h) {
+            Enable::Armed(new) => Ok((new, Enable::Armed(new))),
+            other => Err(other),
+        });
+        match r {
+            Enable::Armed(_) if self.loss_pending() => {
+                // As in `arm`: a loss whose RMW came before our CAS is pending
+                // work. If a trigger took the enable meanwhile it is owed.
+                let owed = !self.cno_disarm();
+                (Arm::Pending, owed)
+            }
+            Enable::Armed(w) => (Arm::Armed(w), true),
+            Enable::AlreadyArmed => (Arm::Armed(self.state.load(Ordering::Relaxed)), false),
+            Enable::Pending => (Arm::Pending, false),
+            Enable::Closed => {
+                // As in `arm`: the final loss count is visible after the fence.
+                fence(Ordering::Acquire);
+                if self.loss_pending() {
+                    (Arm::Pending, false)
+                } else {
+                    (Arm::Closed, false)
+                }
+            }
+        }
+    }
+
+    /// Clear `CNO_ARMED`; true if this call cleared it (so no trigger will
+    /// come for that enable).
+    pub(crate) fn cno_disarm(&self) -> bool {
+        // Relaxed: clearing the flag publishes nothing; the barrier that
+        // follows orders the link's rewrite through the slot's count.
+        self.transition(Ordering::Relaxed, |w| match state::disable_cno(w) {
+            Some(new) => Ok((new, true)),
+            None => Err(false),
+        })
+    }
+
     /// Close: posts are refused from now on; an armed consumer is woken.
     ///
     /// Two steps: the loss word first ([`loss::close`]: no loss is committed
@@ -437,13 +531,17 @@ impl<T> Shared<T> {
         // AcqRel: Release so that whoever sees CLOSED with an Acquire load
         // also sees the loss word closed (and so the final loss count); Acquire
         // to take over an arm's registered waker.
-        let wake = self.transition(Ordering::AcqRel, |w| {
+        let (wake, trigger_cno) = self.transition(Ordering::AcqRel, |w| {
             if state::has(w, state::CLOSED) {
-                Err(false)
+                Err((false, false))
             } else {
-                Ok(state::close(w))
+                let c = state::close(w);
+                Ok((c.new, (c.wake, c.trigger_cno)))
             }
         });
+        if trigger_cno {
+            self.trigger_cno();
+        }
         if wake {
             self.notify_consumer();
         }
@@ -705,7 +803,7 @@ impl<T> Shared<T> {
         // A short batch is settled for only against a freshly loaded head.
         let mut head_is_fresh = false;
         loop {
-            // A hint more than one epoch old could be 2^45 tickets behind,
+            // A hint more than one epoch old could be 2^44 tickets behind,
             // where the word's tail wraps and a full ring would look empty:
             // reload it. Checked after every load of `w` (a stall between the
             // check and the load must not outlive it), assuming the epoch
@@ -1237,8 +1335,8 @@ mod tests {
 
     #[test]
     fn an_idle_posters_stale_head_cannot_wrap_the_full_check() {
-        // A poster idle while 2^45 tickets pass must not keep a head hint
-        // that, compared modulo 2^45, makes a full ring look nearly empty.
+        // A poster idle while 2^44 tickets pass must not keep a head hint
+        // that, compared modulo 2^44, makes a full ring look nearly empty.
         let (idle, mut consumer) = bounded::<u64>(4).unwrap(); // hint 0
         fast_forward(&consumer, 3 * (1 << state::TAIL_BITS) - 2);
         let busy = consumer.poster(); // fresh hint

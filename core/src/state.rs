@@ -30,7 +30,8 @@
 //! | 5–6    | `POLICY`     | upcall policy: 0 = none/disabled, 1 = SingleInstance, 2 = ManyInstances |
 //! | 7–12   | `INSTANCES`  | upcall instances in flight (0..=63) |
 //! | 13–18  | `CAP_LOG2`   | log2 of the ring capacity (capacities are powers of two) |
-//! | 19–63  | `TAIL`       | ticket counter, modulo 2^45 |
+//! | 19     | `CNO_ARMED`  | the consumer enabled the EVD on its CNO: the next post puts its key in the CNO's ready set |
+//! | 20–63  | `TAIL`       | ticket counter, modulo 2^44 |
 //!
 //! The capacity sits in the word so that a poster's "is it full?" check and
 //! its reservation are made against the same capacity: a resize changes the
@@ -40,8 +41,8 @@
 //! The consumer's head is *not* in the word: it is written only by the consumer
 //! (or the upcall instance holding `TOKEN`), published in its own cache line,
 //! and passed to the functions below as an argument. The tail wraps modulo
-//! 2^45; all distances are computed with [`len`], modulo 2^45. That is exact
-//! when the head passed in is less than 2^45 − capacity behind the tail: the
+//! 2^44; all distances are computed with [`len`], modulo 2^44. That is exact
+//! when the head passed in is less than 2^44 − capacity behind the tail: the
 //! consumer's own head is at most `capacity` behind, and a poster's cached
 //! head is reloaded once it is more than one head epoch (2^40 events) old.
 //!
@@ -53,7 +54,7 @@
 //!
 //! | operation (who) | function | precondition | new word | side effect after CAS |
 //! |---|---|---|---|---|
-//! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / run the upcall |
+//! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if CNO_ARMED: −CNO_ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / trigger the CNO / run the upcall |
 //! | batch post (poster) | [`reserve_batch`] | as for post | tail+count (count = min(asked, room)); notification as for post | publish every slot, then wake / run the upcall |
 //! | post refused, ring full (poster) | — | full, no upcall can start | no change: the event is handed back, nothing is counted, no RMW | — |
 //! | post finds the ring full under an idle upcall policy (poster) | [`start_upcall_on_full`] | full, policy enabled, !TOKEN, INSTANCES below the limit | +TOKEN +NOTIFIED, INSTANCES+1 | run the upcall (it drains the ring), then retry the post |
@@ -62,7 +63,10 @@
 //! | arm on a closed EVD | [`arm`] | closed, len < threshold | none (no CAS): pending if len > 0, end of stream if 0 | drain, or stop |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
 //! | disarm (consumer, on timeout) | [`disarm`] | — | −ARMED | — |
-//! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED, +NOTIFIED if it was ARMED | wake if it was ARMED |
+//! | enable on the CNO (consumer of a bound EVD) | [`enable_cno`] | empty, not closed, !CNO_ARMED | +CNO_ARMED −NOTIFIED | wait on the CNO |
+//! | enable finds work / end / an enable | [`enable_cno`] | len > 0, or closed, or CNO_ARMED | none (no CAS) | drain, stop, or wait on the CNO |
+//! | disable on the CNO (consumer) | [`disable_cno`] | CNO_ARMED | −CNO_ARMED | none; without CNO_ARMED, wait for the trigger that took it to land |
+//! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED −CNO_ARMED, +NOTIFIED if either was set | wake if it was ARMED, trigger the CNO if it was CNO_ARMED |
 //! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
 //! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | wait for reserved slots, move them |
 //! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |
@@ -92,6 +96,9 @@
 //! * The consumer's arm CAS is `AcqRel`: `Release` so the waker registered just
 //!   before is visible to the poster that disarms; `Acquire` is not needed for
 //!   data but costs nothing on the CAS and keeps the reasoning local.
+//! * The enable CAS is `AcqRel` like the arm's: `Release` publishes the CNO
+//!   binding (written by the consumer before it) to the poster whose
+//!   `Acquire` reservation takes `CNO_ARMED`.
 //! * Token hand-offs between upcall instances are `AcqRel` CASes: the instance
 //!   that takes the token must see the head and slot reads of the one that
 //!   released it.
@@ -114,7 +121,11 @@ const INSTANCES_BITS: u32 = 6;
 const INSTANCES_MASK: u64 = ((1 << INSTANCES_BITS) - 1) << INSTANCES_SHIFT;
 const CAP_SHIFT: u32 = 13;
 const CAP_MASK: u64 = 0b11_1111 << CAP_SHIFT;
-const TAIL_SHIFT: u32 = 19;
+/// The consumer enabled the EVD on its CNO (see [`crate::Cno`]): the next
+/// post, close or loss puts the EVD's key in the CNO's ready set. A direct
+/// waiter's `ARMED` takes precedence (DAT: a direct waiter preempts the CNO).
+pub const CNO_ARMED: u64 = 1 << 19;
+const TAIL_SHIFT: u32 = 20;
 
 /// Number of bits of the tail ticket counter.
 pub const TAIL_BITS: u32 = 64 - TAIL_SHIFT;
@@ -296,6 +307,8 @@ pub enum Notify {
     Wake,
     /// This poster started an upcall instance and holds the token.
     Upcall,
+    /// Put the EVD's key in its CNO's ready set (it was `CNO_ARMED`).
+    Cno,
 }
 
 /// Outcome of [`reserve`].
@@ -347,6 +360,9 @@ pub const fn reserve(w: u64, head: u64) -> Reserve {
     let notify = if has(w, ARMED) {
         new = (new & !ARMED) | NOTIFIED;
         Notify::Wake
+    } else if has(w, CNO_ARMED) {
+        new = (new & !CNO_ARMED) | NOTIFIED;
+        Notify::Cno
     } else if !has(w, TOKEN) && instances(w) < policy(w).instance_limit() {
         new = with_instances(new | TOKEN | NOTIFIED, instances(w) + 1);
         Notify::Upcall
@@ -364,7 +380,7 @@ pub const fn reserve(w: u64, head: u64) -> Reserve {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReserveBatch {
     /// Install `new`; the poster owns tickets `first .. first + count`
-    /// (modulo 2^45) and must publish them all, then perform `notify`.
+    /// (modulo 2^44) and must publish them all, then perform `notify`.
     Tickets {
         /// The word to CAS in.
         new: u64,
@@ -444,6 +460,9 @@ pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
 pub const fn notify_loss(w: u64) -> Option<(u64, Notify)> {
     if has(w, ARMED) {
         return Some(((w & !ARMED) | NOTIFIED, Notify::Wake));
+    }
+    if has(w, CNO_ARMED) {
+        return Some(((w & !CNO_ARMED) | NOTIFIED, Notify::Cno));
     }
     match start_upcall_on_full(w) {
         Some(new) => Some((new, Notify::Upcall)),
@@ -530,24 +549,103 @@ pub const fn disarm(w: u64) -> u64 {
     w & !ARMED
 }
 
-/// Close: refuse posts from now on. Returns the new word and whether the
-/// closer must wake an armed consumer.
+/// Outcome of [`close`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Close {
+    /// The word to install.
+    pub new: u64,
+    /// The consumer was armed: the closer wakes it.
+    pub wake: bool,
+    /// The EVD was enabled on its CNO: the closer puts its key in the ready
+    /// set (the CNO's consumer then drains it and sees the end of stream).
+    pub trigger_cno: bool,
+}
+
+/// Close: refuse posts from now on. Both arms are spent: the end of stream is
+/// news for a direct waiter and for the CNO alike.
 ///
 /// ```
 /// use evd::state::*;
 /// let Arm::Armed(w) = arm(initial(2), 0, 1) else { unreachable!() };
-/// let (closed, wake) = close(w);
-/// assert!(wake && has(closed, CLOSED));
-/// assert_eq!(reserve(closed, 0), Reserve::Closed);
+/// let c = close(w);
+/// assert!(c.wake && !c.trigger_cno && has(c.new, CLOSED));
+/// assert_eq!(reserve(c.new, 0), Reserve::Closed);
 /// ```
 #[inline]
-pub const fn close(w: u64) -> (u64, bool) {
+pub const fn close(w: u64) -> Close {
     let wake = has(w, ARMED);
-    let mut new = (w | CLOSED) & !ARMED;
-    if wake {
+    let trigger_cno = has(w, CNO_ARMED);
+    let mut new = (w | CLOSED) & !(ARMED | CNO_ARMED);
+    if wake || trigger_cno {
         new |= NOTIFIED;
     }
-    (new, wake)
+    Close {
+        new,
+        wake,
+        trigger_cno,
+    }
+}
+
+/// Outcome of [`enable_cno`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enable {
+    /// Install `new`: the next post (or close, or loss) triggers the CNO.
+    Armed(u64),
+    /// Already enabled and still empty: nothing to install, nothing owed twice.
+    AlreadyArmed,
+    /// Events are queued: the EVD has work now.
+    Pending,
+    /// Closed and empty: end of stream.
+    Closed,
+}
+
+/// The consumer enables its EVD on its CNO: the CNO's own arm-then-check, the
+/// same single CAS as [`arm`] with threshold 1, setting `CNO_ARMED`. Not
+/// under an upcall policy (a bound EVD has none).
+///
+/// ```
+/// use evd::state::*;
+/// let Enable::Armed(w) = enable_cno(initial(2), 0) else { unreachable!() };
+/// assert_eq!(enable_cno(w, 0), Enable::AlreadyArmed);
+/// let Reserve::Ticket { new, notify: Notify::Cno, .. } = reserve(w, 0) else { unreachable!() };
+/// assert!(!has(new, CNO_ARMED) && has(new, NOTIFIED));
+/// assert_eq!(enable_cno(new, 0), Enable::Pending);
+/// ```
+#[inline]
+pub const fn enable_cno(w: u64, head: u64) -> Enable {
+    debug_assert!(
+        matches!(policy(w), PolicyBits::Disabled),
+        "a CNO binding under an upcall policy"
+    );
+    let n = len(w, head);
+    if n > 0 {
+        return Enable::Pending;
+    }
+    if has(w, CLOSED) {
+        return Enable::Closed;
+    }
+    if has(w, CNO_ARMED) {
+        return Enable::AlreadyArmed;
+    }
+    Enable::Armed((w | CNO_ARMED) & !NOTIFIED)
+}
+
+/// The consumer withdraws its CNO enable. `None`: not enabled (a post, close
+/// or loss took it, or it was never set).
+///
+/// ```
+/// use evd::state::*;
+/// let Enable::Armed(w) = enable_cno(initial(2), 0) else { unreachable!() };
+/// assert_eq!(disable_cno(w), Some(initial(2)));
+/// assert_eq!(disable_cno(initial(2)), None);
+/// ```
+#[inline]
+pub const fn disable_cno(w: u64) -> Option<u64> {
+    if has(w, CNO_ARMED) {
+        Some(w & !CNO_ARMED)
+    } else {
+        None
+    }
 }
 
 /// Begin a resize; `None` if one is already running.
@@ -841,6 +939,7 @@ mod tests {
             POLICY_MASK,
             INSTANCES_MASK,
             CAP_MASK,
+            CNO_ARMED,
             TICKET_MASK << TAIL_SHIFT,
         ];
         let mut seen = 0u64;
@@ -860,7 +959,10 @@ mod tests {
         assert_eq!(len(w, 0), 0);
         assert_eq!(policy(w), PolicyBits::Disabled);
         assert_eq!(instances(w), 0);
-        assert!(!has(w, ARMED | NOTIFIED | CLOSED | RESIZING | TOKEN));
+        assert!(!has(
+            w,
+            ARMED | NOTIFIED | CLOSED | RESIZING | TOKEN | CNO_ARMED
+        ));
     }
 
     #[test]
@@ -975,7 +1077,7 @@ mod tests {
         let wrap = with_tail(CAP4, TICKET_MASK - 1);
         match reserve_batch(wrap, TICKET_MASK - 1, 3) {
             ReserveBatch::Tickets { new, count, .. } => {
-                assert_eq!((count, tail(new)), (3, 1), "wraps modulo 2^45");
+                assert_eq!((count, tail(new)), (3, 1), "wraps modulo 2^44");
             }
             other => panic!("{other:?}"),
         }
@@ -1054,9 +1156,78 @@ mod tests {
 
     #[test]
     fn close_takes_the_wake_of_an_armed_consumer() {
-        assert_eq!(close(CAP4 | ARMED), (CAP4 | CLOSED | NOTIFIED, true));
-        assert_eq!(close(CAP4), (CAP4 | CLOSED, false));
-        assert_eq!(close(CAP4 | CLOSED), (CAP4 | CLOSED, false));
+        let c = |new, wake, trigger_cno| Close {
+            new,
+            wake,
+            trigger_cno,
+        };
+        assert_eq!(
+            close(CAP4 | ARMED),
+            c(CAP4 | CLOSED | NOTIFIED, true, false)
+        );
+        assert_eq!(close(CAP4), c(CAP4 | CLOSED, false, false));
+        assert_eq!(close(CAP4 | CLOSED), c(CAP4 | CLOSED, false, false));
+        assert_eq!(
+            close(CAP4 | CNO_ARMED),
+            c(CAP4 | CLOSED | NOTIFIED, false, true)
+        );
+        assert_eq!(
+            close(CAP4 | ARMED | CNO_ARMED),
+            c(CAP4 | CLOSED | NOTIFIED, true, true),
+            "the end of stream is news for both"
+        );
+    }
+
+    #[test]
+    fn a_post_triggers_the_cno_only_without_a_direct_waiter() {
+        let (new, _, n) = ticket(reserve(CAP4 | CNO_ARMED, 0));
+        assert_eq!(n, Notify::Cno);
+        assert_eq!(new & (CNO_ARMED | NOTIFIED), NOTIFIED);
+        // A direct waiter preempts the CNO: it takes the wake, the enable stays.
+        let (new, _, n) = ticket(reserve(CAP4 | ARMED | CNO_ARMED, 0));
+        assert_eq!(n, Notify::Wake);
+        assert!(has(new, CNO_ARMED) && !has(new, ARMED));
+        let (_, _, n) = ticket(reserve(new, 0));
+        assert_eq!(n, Notify::Cno, "once the direct wait is over");
+        // A batch owes the same notification once.
+        assert!(matches!(
+            reserve_batch(CAP4 | CNO_ARMED, 0, 3),
+            ReserveBatch::Tickets {
+                count: 3,
+                notify: Notify::Cno,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_loss_triggers_an_enabled_cno() {
+        let (new, n) = notify_loss(CAP4 | CNO_ARMED).unwrap();
+        assert_eq!((new, n), (CAP4 | NOTIFIED, Notify::Cno));
+        let (new, n) = notify_loss(CAP4 | ARMED | CNO_ARMED).unwrap();
+        assert_eq!((new, n), (CAP4 | CNO_ARMED | NOTIFIED, Notify::Wake));
+    }
+
+    #[test]
+    fn enable_cno_is_arm_then_check_with_threshold_one() {
+        let Enable::Armed(on) = enable_cno(CAP4 | NOTIFIED, 0) else {
+            panic!()
+        };
+        assert_eq!(on, CAP4 | CNO_ARMED, "drained after enabling: not notified");
+        assert_eq!(enable_cno(on, 0), Enable::AlreadyArmed);
+        let (queued, _, _) = ticket(reserve(CAP4, 0));
+        assert_eq!(enable_cno(queued, 0), Enable::Pending);
+        assert!(matches!(enable_cno(queued, 1), Enable::Armed(_)));
+        assert_eq!(enable_cno(CAP4 | CLOSED, 0), Enable::Closed);
+        assert_eq!(enable_cno(queued | CLOSED, 0), Enable::Pending);
+        // The direct arm leaves the enable alone, and the enable the arm.
+        let Arm::Armed(both) = arm(on, 0, 1) else {
+            panic!()
+        };
+        assert!(has(both, ARMED | CNO_ARMED));
+        assert_eq!(disable_cno(both), Some(CAP4 | ARMED));
+        assert_eq!(disarm(both), CAP4 | CNO_ARMED);
+        assert_eq!(disable_cno(CAP4 | ARMED), None);
     }
 
     #[test]

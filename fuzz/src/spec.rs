@@ -11,8 +11,8 @@
 
 use evd::state::{self, Notify, PolicyBits};
 
-/// Bits of the ticket counter (bits 19–63 of the word).
-pub const TICKET_MASK: u64 = (1 << 45) - 1;
+/// Bits of the ticket counter (bits 20–63 of the word).
+pub const TICKET_MASK: u64 = (1 << 44) - 1;
 
 /// The word's fields, decoded by the layout documented in `evd::state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +27,8 @@ pub struct Word {
     pub policy: u8,
     pub instances: u64,
     pub cap_log2: u32,
+    /// Enabled on the CNO (bit 19).
+    pub cno_armed: bool,
 }
 
 impl Word {
@@ -42,7 +44,8 @@ impl Word {
             policy: ((w >> 5) & 0b11) as u8,
             instances: (w >> 7) & 0b11_1111,
             cap_log2: ((w >> 13) & 0b11_1111) as u32,
-            tail: w >> 19,
+            cno_armed: (w >> 19) & 1 != 0,
+            tail: w >> 20,
         };
         assert_ne!(d.policy, 3, "policy bits 3 are not a policy: {w:#x}");
         assert_eq!(d.tail, state::tail(w));
@@ -54,6 +57,7 @@ impl Word {
         assert_eq!(d.closed, state::has(w, state::CLOSED));
         assert_eq!(d.resizing, state::has(w, state::RESIZING));
         assert_eq!(d.token, state::has(w, state::TOKEN));
+        assert_eq!(d.cno_armed, state::has(w, state::CNO_ARMED));
         d
     }
 
@@ -68,6 +72,7 @@ impl Word {
             policy: 0,
             instances: 0,
             cap_log2,
+            cno_armed: false,
         }
     }
 
@@ -128,6 +133,10 @@ pub fn reserve(a: Word, hint: u64) -> Reserve {
         n.armed = false;
         n.notified = true;
         Notify::Wake
+    } else if a.cno_armed {
+        n.cno_armed = false;
+        n.notified = true;
+        Notify::Cno
     } else if a.policy != 0 && !a.token && a.instances < limit(a.policy) {
         n.token = true;
         n.notified = true;
@@ -210,16 +219,49 @@ pub fn disarm(a: Word) -> Word {
     Word { armed: false, ..a }
 }
 
-/// close: set CLOSED, take the wake of an armed consumer.
-pub fn close(a: Word) -> (Word, bool) {
-    let wake = a.armed;
+/// close: set CLOSED, take the wake of an armed consumer and the CNO
+/// trigger of an enabled one: (new word, wake, trigger the CNO).
+pub fn close(a: Word) -> (Word, bool, bool) {
     let mut n = a;
     n.closed = true;
     n.armed = false;
-    if wake {
+    n.cno_armed = false;
+    if a.armed || a.cno_armed {
         n.notified = true;
     }
-    (n, wake)
+    (n, a.armed, a.cno_armed)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enable {
+    Armed(Word),
+    AlreadyArmed,
+    Pending,
+    Closed,
+}
+
+/// enable_cno: the arm with threshold 1 on the CNO_ARMED bit.
+pub fn enable_cno(a: Word, head: u64) -> Enable {
+    if a.len(head) > 0 {
+        Enable::Pending
+    } else if a.closed {
+        Enable::Closed
+    } else if a.cno_armed {
+        Enable::AlreadyArmed
+    } else {
+        Enable::Armed(Word {
+            cno_armed: true,
+            notified: false,
+            ..a
+        })
+    }
+}
+
+pub fn disable_cno(a: Word) -> Option<Word> {
+    a.cno_armed.then_some(Word {
+        cno_armed: false,
+        ..a
+    })
 }
 
 pub fn begin_resize(a: Word) -> Option<Word> {
@@ -318,6 +360,11 @@ pub fn notify_loss(a: Word) -> Option<(Word, Notify)> {
         n.notified = true;
         return Some((n, Notify::Wake));
     }
+    if a.cno_armed {
+        n.cno_armed = false;
+        n.notified = true;
+        return Some((n, Notify::Cno));
+    }
     if !a.token && a.instances < limit(a.policy) {
         n.token = true;
         n.notified = true;
@@ -346,6 +393,12 @@ pub fn well_formed(w: Word) -> Result<(), String> {
     }
     if w.closed && w.armed {
         return Err("armed on a closed EVD".into());
+    }
+    if w.closed && w.cno_armed {
+        return Err("enabled on the CNO on a closed EVD".into());
+    }
+    if w.cno_armed && w.policy != 0 {
+        return Err("enabled on a CNO under an upcall policy".into());
     }
     Ok(())
 }
@@ -401,6 +454,12 @@ pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, Stri
         if exit_instance(a, h) == Some(n) {
             return Ok("exit_instance");
         }
+        if enable_cno(a, h) == Enable::Armed(n) {
+            return Ok("enable_cno");
+        }
+    }
+    if disable_cno(a) == Some(n) {
+        return Ok("disable_cno");
     }
     if a.armed && disarm(a) == n {
         return Ok("disarm");
@@ -459,5 +518,58 @@ pub mod loss {
     /// The consumer takes the report: (new word, count), if anything was lost.
     pub fn take(l: Loss) -> Option<(Loss, u64)> {
         (l.pending > 0).then_some((Loss { pending: 0, ..l }, l.pending))
+    }
+}
+
+/// The CNO slot word (`evd::cno::slot`): bit 0 IN_RING, bit 1 PENDING, bits
+/// 32–63 the count of triggers that reached the slot.
+pub mod cno_slot {
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Slot {
+        pub in_ring: bool,
+        pub pending: bool,
+        pub fired: u32,
+    }
+
+    pub fn decode(s: u64) -> Slot {
+        assert_eq!(s & 0xffff_fffc, 0, "bits 2-31 are zero: {s:#x}");
+        Slot {
+            in_ring: s & 1 != 0,
+            pending: s & 2 != 0,
+            fired: (s >> 32) as u32,
+        }
+    }
+
+    /// A trigger: the key is due, the count goes up, and the index is pushed
+    /// unless it is in the ring: (new, push).
+    pub fn trigger(a: Slot) -> (Slot, bool) {
+        (
+            Slot {
+                in_ring: true,
+                pending: true,
+                fired: a.fired.wrapping_add(1),
+            },
+            !a.in_ring,
+        )
+    }
+
+    /// A pop of the index: (new, deliver the key).
+    pub fn take(a: Slot) -> (Slot, bool) {
+        (
+            Slot {
+                in_ring: false,
+                pending: false,
+                ..a
+            },
+            a.pending,
+        )
+    }
+
+    /// The consumer removes its pending key.
+    pub fn remove(a: Slot) -> Slot {
+        Slot {
+            pending: false,
+            ..a
+        }
     }
 }

@@ -11,7 +11,10 @@
 
 use crate::spec::{self, Word, TICKET_MASK};
 use arbitrary::{Arbitrary, Unstructured};
-use evd::state::{self, loss, Arm, Exit, Invoke, PolicyBits, Reacquire, Reserve, ReserveBatch};
+use evd::cno::slot as cno_slot;
+use evd::state::{
+    self, loss, Arm, Enable, Exit, Invoke, PolicyBits, Reacquire, Reserve, ReserveBatch,
+};
 
 /// One case: a word and the arguments of every function.
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -148,8 +151,55 @@ pub fn check(c: &Case) {
     }
 
     assert_eq!(dec(state::disarm(w)), spec::disarm(a), "disarm");
-    let (closed, wake) = state::close(w);
-    assert_eq!((dec(closed), wake), spec::close(a), "close");
+    let closed = state::close(w);
+    assert_eq!(
+        (dec(closed.new), closed.wake, closed.trigger_cno),
+        spec::close(a),
+        "close"
+    );
+    // enable_cno debug-asserts that no upcall policy is set (a bound EVD
+    // has none).
+    if a.policy == 0 {
+        match (state::enable_cno(w, head), spec::enable_cno(a, head)) {
+            (Enable::Armed(new), spec::Enable::Armed(next)) => {
+                assert_eq!(dec(new), next, "enable_cno")
+            }
+            (Enable::AlreadyArmed, spec::Enable::AlreadyArmed)
+            | (Enable::Pending, spec::Enable::Pending)
+            | (Enable::Closed, spec::Enable::Closed) => {}
+            (real, model) => panic!("enable_cno: {real:?} but the model says {model:?}"),
+        }
+    }
+    assert_eq!(
+        state::disable_cno(w).map(dec),
+        spec::disable_cno(a),
+        "disable_cno"
+    );
+    // The CNO slot word, from the same random bits (bits 2-31 are zero in
+    // every reachable slot word, and the transitions assert it).
+    let sw = c.word & !0xffff_fffc;
+    let sm = spec::cno_slot::decode(sw);
+    let sd = spec::cno_slot::decode;
+    assert_eq!(
+        (cno_slot::fired(sw), cno_slot::is_pending(sw)),
+        (sm.fired, sm.pending),
+        "cno slot layout"
+    );
+    let t = cno_slot::trigger(sw);
+    assert_eq!(
+        (sd(t.new), t.push),
+        spec::cno_slot::trigger(sm),
+        "cno trigger"
+    );
+    assert_eq!(
+        sd(cno_slot::remove(sw)),
+        spec::cno_slot::remove(sm),
+        "cno remove"
+    );
+    if sm.in_ring {
+        let t = cno_slot::take(sw);
+        assert_eq!((sd(t.new), t.deliver), spec::cno_slot::take(sm), "cno take");
+    }
     assert_eq!(
         state::begin_resize(w).map(dec),
         spec::begin_resize(a),

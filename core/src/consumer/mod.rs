@@ -3,6 +3,7 @@
 //! submodules; every atomic operation they make is one of
 //! [`Shared`]'s.
 
+mod cno;
 #[cfg(all(target_os = "linux", not(loom)))]
 mod eventfd;
 mod future;
@@ -71,6 +72,10 @@ pub struct Consumer<T> {
     pub(crate) spin_budget: Duration,
     /// The `Stream` has yielded `None` (end of stream): `FusedStream`.
     pub(crate) stream_done: bool,
+    /// The count of triggers the bound CNO slot will have seen once every
+    /// trigger owed by this consumer's enables has landed (the disable
+    /// barrier waits for it). Meaningful only while bound.
+    pub(crate) cno_fired: u32,
 }
 
 impl<T> Consumer<T> {
@@ -80,6 +85,7 @@ impl<T> Consumer<T> {
             thread_waker: None,
             spin_budget: DEFAULT_SPIN_BUDGET,
             stream_done: false,
+            cno_fired: 0,
         }
     }
 
@@ -359,6 +365,8 @@ impl<T> Consumer<T> {
 
 impl<T> Drop for Consumer<T> {
     fn drop(&mut self) {
+        // A bound EVD leaves its CNO first: its key is removed, the slot freed.
+        self.unbind_cno();
         // Nobody will ever dequeue again: refuse further posts, and drop the
         // queued events now rather than when the last poster goes. Dropped
         // from inside its own upcall (the dispatcher being taken apart), the

@@ -218,6 +218,7 @@ impl<T: Send> Poster<T> {
             Notify::None => {}
             Notify::Wake => self.shared.notify_consumer(),
             Notify::Upcall => crate::upcall::instance::run(&self.shared),
+            Notify::Cno => self.shared.trigger_cno(),
         }
     }
 }

@@ -96,6 +96,7 @@ impl<T: Send> Consumer<T> {
         F: Fn(Result<T, Overflow>, bool) + Send + Sync + 'static,
     {
         self.disarm();
+        self.unbind_cno();
         self.shared()
             .set_handler(Installed::shared(Box::new(handler)));
         let mut upcalls = Upcalls {
@@ -139,6 +140,7 @@ impl<T: Send> Consumer<T> {
         F: FnMut(Result<T, Overflow>, bool) + Send + 'static,
     {
         self.disarm();
+        self.unbind_cno();
         self.shared()
             .set_handler(Installed::exclusive(Box::new(handler)));
         let mut upcalls = Upcalls {

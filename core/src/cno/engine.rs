@@ -1,0 +1,297 @@
+//! The CNO's shared engine: the slot table, the free list and the ready ring,
+//! with every atomic operation on a slot word ([`super::slot`]) and its
+//! ordering argued here; and the link an EVD keeps to the CNO it is bound to.
+//!
+//! The ready ring is an EVD of slot indices (`u32`) with room for every slot.
+//! Each slot is in it at most once (`IN_RING`), so a push never finds it
+//! full; the CNO's waiter is that EVD's consumer, so waiting, timeouts, the
+//! async future and the eventfd are the EVD's own.
+
+use super::slot;
+use crate::error::CnoError;
+use crate::poster::Poster;
+use crate::sync::{Arc, AtomicBool, AtomicU64, Backoff, Mutex, Ordering, UnsafeCell};
+use crate::PostError;
+use crossbeam_utils::CachePadded;
+
+/// One binding's entry: its slot word and its key.
+struct Slot {
+    /// The slot word ([`slot`]): IN_RING, PENDING, FIRED.
+    state: AtomicU64,
+    /// The binding's key. Written by `bind` before the binding can trigger
+    /// (before the EVD's enable CAS releases it); read by the pop before its
+    /// CAS on `state` (see [`CnoCore::take`]).
+    key: AtomicU64,
+}
+
+/// What a trigger found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reached {
+    /// The key is in the ready set (or already was).
+    Ready,
+    /// The CNO was dropped: nobody waits on its ready set. The caller
+    /// notifies the EVD's own targets instead.
+    CnoGone,
+}
+
+/// The CNO's shared state: held by the [`Cno`](crate::Cno), every
+/// [`CnoHandle`](crate::CnoHandle) and every EVD that was bound to it.
+pub(crate) struct CnoCore {
+    slots: Box<[CachePadded<Slot>]>,
+    /// Unbound slot indices. Locked only to bind and unbind (never by a post).
+    free: Mutex<Vec<u32>>,
+    /// The ready ring's posting side; its consumer is the `Cno`. Dropping the
+    /// `Cno` closes the ring.
+    ready: Poster<u32>,
+    /// The `Cno` was dropped (set before its ring closes). Read by enables
+    /// and by triggers that find their index in the ring already; its own
+    /// line, written once.
+    gone: CachePadded<AtomicBool>,
+}
+
+impl CnoCore {
+    /// A CNO for `max` bindings whose ready ring (room for `max`) is fed
+    /// through `ready`.
+    pub(crate) fn new(max: usize, ready: Poster<u32>) -> Self {
+        debug_assert!(ready.capacity() >= max && max <= u32::MAX as usize);
+        CnoCore {
+            slots: (0..max)
+                .map(|_| {
+                    CachePadded::new(Slot {
+                        state: AtomicU64::new(0),
+                        key: AtomicU64::new(0),
+                    })
+                })
+                .collect(),
+            free: Mutex::new((0..max as u32).rev().collect()),
+            ready,
+            gone: CachePadded::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The most bindings at once.
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Bindings now.
+    pub(crate) fn bound(&self) -> usize {
+        self.slots.len() - self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Take a free slot for a binding with `key` (the slot's index if
+    /// `None`). Returns the slot and the key.
+    pub(crate) fn bind(&self, key: Option<u64>) -> Result<(u32, u64), CnoError> {
+        let slot = self
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .ok_or(CnoError::Full {
+                capacity: self.capacity(),
+            })?;
+        let key = key.unwrap_or(u64::from(slot));
+        // Release: a pop that sees a trigger of this binding (through the
+        // EVD's enable and reservation, then the trigger's slot CAS) sees
+        // this key; see `take`.
+        self.slots[slot as usize].key.store(key, Ordering::Release);
+        Ok((slot, key))
+    }
+
+    /// Give `slot` back. The caller removed its pending key first and no
+    /// trigger of its binding can come (the disable barrier).
+    pub(crate) fn release(&self, slot: u32) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        debug_assert!(!free.contains(&slot), "slot {slot} released twice");
+        free.push(slot);
+    }
+
+    /// Triggers that reached `slot` so far.
+    pub(crate) fn fired(&self, slot: u32) -> u32 {
+        // Acquire: pairs with the trigger's Release CAS, so a consumer that
+        // sees the count reached has the triggering thread's reads of the
+        // EVD's link behind it and may rewrite the link.
+        slot::fired(self.slots[slot as usize].state.load(Ordering::Acquire))
+    }
+
+    /// Wait until `slot` has seen `expected` triggers (the disable barrier:
+    /// a trigger runs between a reservation that took `CNO_ARMED` and this
+    /// count; the wait is that window).
+    pub(crate) fn wait_fired(&self, slot: u32, expected: u32) {
+        let backoff = Backoff::new();
+        while self.fired(slot) != expected {
+            backoff.snooze();
+        }
+    }
+
+    /// A trigger reached `slot`: make its key due and push the index unless
+    /// it is in the ring already. Two RMWs at most: the slot CAS and the
+    /// ring's reservation CAS (plus the ring's wake if the CNO's waiter
+    /// sleeps).
+    pub(crate) fn trigger(&self, slot: u32) -> Reached {
+        let cell = &self.slots[slot as usize].state;
+        let mut s = cell.load(Ordering::Relaxed);
+        let t = loop {
+            let t = slot::trigger(s);
+            // AcqRel: Release orders this thread's read of the EVD's link
+            // (and the event it published) before the count the disable
+            // barrier waits for, and before the PENDING a pop acquires;
+            // Acquire continues the release sequence of earlier triggers and
+            // pops, so a stale index pushed by one of them is seen as such.
+            match cell.compare_exchange_weak(s, t.new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break t,
+                Err(cur) => s = cur,
+            }
+        };
+        if !t.push {
+            return if self.is_gone() {
+                Reached::CnoGone
+            } else {
+                Reached::Ready
+            };
+        }
+        let backoff = Backoff::new();
+        loop {
+            match self.ready.post(slot) {
+                Ok(()) => return Reached::Ready,
+                Err(PostError::Closed(_)) => return Reached::CnoGone,
+                // Every slot is in the ring at most once and the ring has
+                // room for every slot: a full ring is a slot popped but not
+                // yet cleared by `take`, for an instant.
+                Err(PostError::Full(_)) => backoff.snooze(),
+            }
+        }
+    }
+
+    /// Remove `slot`'s pending key (disable, unbind, move). True if one was
+    /// pending: nobody will be given it now.
+    pub(crate) fn remove(&self, slot: u32) -> bool {
+        let cell = &self.slots[slot as usize].state;
+        // AcqRel: Acquire sees the key's trigger (so its count is behind this
+        // thread too); Release orders the removal before a later bind of the
+        // slot (through the free list's lock as well).
+        let old = cell
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |s| {
+                slot::is_pending(s).then_some(slot::remove(s))
+            })
+            .unwrap_or(0);
+        slot::is_pending(old)
+    }
+
+    /// The CNO's waiter popped `slot` from the ring: its key if one was due,
+    /// `None` if the entry was stale (its key removed).
+    ///
+    /// The key is read before the CAS that clears PENDING. If the CAS
+    /// succeeds, PENDING came from a trigger of the binding whose key was
+    /// stored before that trigger (released through the EVD's enable, the
+    /// reservation and the trigger's CAS, acquired by the load of `s`); a
+    /// later binding's key is stored only after a `remove` that follows this
+    /// CAS in the slot word's order, so the load cannot see it.
+    pub(crate) fn take(&self, slot: u32) -> Option<u64> {
+        let cell = &self.slots[slot as usize];
+        let mut s = cell.state.load(Ordering::Acquire);
+        loop {
+            let key = cell.key.load(Ordering::Acquire);
+            let t = slot::take(s);
+            // AcqRel: Release orders this pop before a `remove` that reads
+            // its word (so before a rebind's key store); Acquire as the load.
+            match cell
+                .state
+                .compare_exchange_weak(s, t.new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return t.deliver.then_some(key),
+                Err(cur) => s = cur,
+            }
+        }
+    }
+
+    /// True once the CNO was dropped.
+    pub(crate) fn is_gone(&self) -> bool {
+        // Acquire: pairs with `mark_gone`.
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// The `Cno` is being dropped; its ring closes next.
+    pub(crate) fn mark_gone(&self) {
+        // Release: whoever sees it sees the CNO's last state.
+        self.gone.store(true, Ordering::Release);
+    }
+}
+
+/// An EVD's binding to a CNO.
+#[derive(Clone)]
+pub(crate) struct Binding {
+    pub(crate) core: Arc<CnoCore>,
+    pub(crate) slot: u32,
+    pub(crate) key: u64,
+}
+
+/// The EVD's side of a binding, in the EVD's shared state.
+///
+/// Written only by the EVD's consumer, and only while no trigger can read it:
+/// `CNO_ARMED` is clear and every trigger that took it has reached its slot
+/// (the disable barrier). Read by the thread that took `CNO_ARMED`, after its
+/// `Acquire` CAS on the state word, which the enable's `Release` CAS (after
+/// the write) precedes.
+///
+/// `kept` holds every CNO this EVD was ever bound to, so that a trigger still
+/// pushing into a CNO's ring after the barrier (its count is reached before
+/// the push) never outlives that CNO.
+pub(crate) struct Link {
+    cell: UnsafeCell<LinkState>,
+}
+
+struct LinkState {
+    bound: Option<Binding>,
+    kept: Vec<Arc<CnoCore>>,
+}
+
+impl Link {
+    pub(crate) fn new() -> Self {
+        Link {
+            cell: UnsafeCell::new(LinkState {
+                bound: None,
+                kept: Vec::new(),
+            }),
+        }
+    }
+
+    /// The current binding, copied out.
+    ///
+    /// # Safety
+    /// The caller is the EVD's consumer, or the thread that took `CNO_ARMED`
+    /// with an `Acquire` CAS and has not yet reached its slot.
+    pub(crate) unsafe fn current(&self) -> Option<(*const CnoCore, u32)> {
+        // SAFETY: no writer runs now (the caller's contract and the type doc).
+        self.cell
+            .with(|p| unsafe { (*p).bound.as_ref().map(|b| (Arc::as_ptr(&b.core), b.slot)) })
+    }
+
+    /// Run `f` on the current binding (the consumer's view).
+    ///
+    /// # Safety
+    /// Only the EVD's consumer calls this (the only writer).
+    pub(crate) unsafe fn with_binding<R>(&self, f: impl FnOnce(Option<&Binding>) -> R) -> R {
+        // SAFETY: the consumer is the only writer and it is here; readers
+        // only read.
+        self.cell.with(|p| f(unsafe { (*p).bound.as_ref() }))
+    }
+
+    /// Replace the binding.
+    ///
+    /// # Safety
+    /// Only the EVD's consumer, while `CNO_ARMED` is clear and every trigger
+    /// that took it has reached its slot.
+    pub(crate) unsafe fn set(&self, new: Option<Binding>) {
+        // SAFETY: by the contract no reader runs.
+        self.cell.with_mut(|p| unsafe {
+            let st = &mut *p;
+            if let Some(old) = st.bound.take() {
+                if !st.kept.iter().any(|k| Arc::ptr_eq(k, &old.core)) {
+                    st.kept.push(old.core);
+                }
+            }
+            st.bound = new;
+        })
+    }
+}

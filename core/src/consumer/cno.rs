@@ -1,0 +1,226 @@
+//! Binding a consumer's EVD to a [`Cno`](crate::Cno): bind, enable (the
+//! EVD's own arm-then-check), disable (a barrier), move, unbind. The
+//! protocol is in [`crate::cno`]; every atomic operation is `Shared`'s or
+//! the CNO engine's.
+
+use crate::cno::engine::{Binding, CnoCore};
+use crate::cno::CnoHandle;
+use crate::consumer::{ArmStatus, Consumer};
+use crate::error::CnoError;
+use crate::state::Arm;
+use crate::sync::Arc;
+
+impl<T> Consumer<T> {
+    /// Bind this EVD to `cno` with `key` (what [`Cno::wait`](crate::Cno::wait)
+    /// hands back for it; keys are the caller's, the CNO does not check them
+    /// for uniqueness). The EVD is not enabled yet: see
+    /// [`Consumer::enable_cno`]. Works while posters run.
+    ///
+    /// ```
+    /// let cno = evd::Cno::new(1).unwrap();
+    /// let (_p1, mut a) = evd::bounded::<u8>(4).unwrap();
+    /// let (_p2, mut b) = evd::bounded::<String>(4).unwrap(); // any event type
+    /// a.bind_cno(&cno, 1).unwrap();
+    /// assert_eq!(a.bind_cno(&cno, 1), Err(evd::CnoError::AlreadyBound));
+    /// assert_eq!(b.bind_cno(&cno, 2), Err(evd::CnoError::Full { capacity: 1 }));
+    /// ```
+    pub fn bind_cno(&mut self, cno: &impl AsRef<CnoHandle>, key: u64) -> Result<(), CnoError> {
+        self.bind_with(cno.as_ref(), Some(key)).map(|_| ())
+    }
+
+    /// Bind this EVD to `cno` with a key the CNO hands out (unique among the
+    /// EVDs bound to it now, and below its capacity, so it can index a
+    /// table of the caller's).
+    ///
+    /// ```
+    /// let cno = evd::Cno::new(8).unwrap();
+    /// let (_p, mut c) = evd::bounded::<u8>(4).unwrap();
+    /// let key = c.bind_cno_new_key(&cno).unwrap();
+    /// assert!(key < 8);
+    /// assert_eq!(c.cno_key(), Some(key));
+    /// ```
+    pub fn bind_cno_new_key(&mut self, cno: &impl AsRef<CnoHandle>) -> Result<u64, CnoError> {
+        self.bind_with(cno.as_ref(), None)
+    }
+
+    fn bind_with(&mut self, cno: &CnoHandle, key: Option<u64>) -> Result<u64, CnoError> {
+        if self.cno_key().is_some() {
+            return Err(CnoError::AlreadyBound);
+        }
+        if cno.core.is_gone() {
+            return Err(CnoError::CnoDropped);
+        }
+        let (slot, key) = cno.core.bind(key)?;
+        self.install(&cno.core, slot, key);
+        Ok(key)
+    }
+
+    /// Make `slot` of `core` this EVD's binding. Caller: not enabled, no
+    /// trigger in flight (unbound, or past the disable barrier).
+    fn install(&mut self, core: &Arc<CnoCore>, slot: u32, key: u64) {
+        self.cno_fired = core.fired(slot);
+        self.shared().set_cno_binding(Some(Binding {
+            core: core.clone(),
+            slot,
+            key,
+        }));
+    }
+
+    /// The key this EVD is bound with, if it is bound.
+    ///
+    /// ```
+    /// let cno = evd::Cno::new(4).unwrap();
+    /// let (_p, mut c) = evd::bounded::<u8>(4).unwrap();
+    /// assert_eq!(c.cno_key(), None);
+    /// c.bind_cno(&cno, 42).unwrap();
+    /// assert_eq!(c.cno_key(), Some(42));
+    /// ```
+    pub fn cno_key(&self) -> Option<u64> {
+        self.shared().with_cno_binding(|b| b.map(|b| b.key))
+    }
+
+    /// Enable the EVD on its CNO: the EVD's own one-CAS arm-then-check.
+    /// `Armed`: the next post (or close, or loss) puts the key in the CNO's
+    /// ready set, exactly once. `Pending`: events (or a loss report) are
+    /// queued now, so drain, then enable again. `Closed`: closed and
+    /// drained. Enabling an enabled EVD changes nothing.
+    ///
+    /// A direct waiter ([`Consumer::wait`], [`Consumer::recv`], ...)
+    /// preempts the CNO: while it is armed, a post wakes it and leaves the
+    /// enable for the next post.
+    ///
+    /// ```
+    /// use evd::ArmStatus;
+    /// let cno = evd::Cno::new(4).unwrap();
+    /// let (p, mut c) = evd::bounded::<u8>(4).unwrap();
+    /// assert_eq!(c.enable_cno(), Err(evd::CnoError::NotBound));
+    /// c.bind_cno(&cno, 1).unwrap();
+    /// p.post(1).unwrap();
+    /// assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
+    /// c.try_dequeue().unwrap();
+    /// assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    /// ```
+    pub fn enable_cno(&mut self) -> Result<ArmStatus, CnoError> {
+        match self
+            .shared()
+            .with_cno_binding(|b| b.map(|b| b.core.is_gone()))
+        {
+            None => return Err(CnoError::NotBound),
+            Some(true) => return Err(CnoError::CnoDropped),
+            Some(false) => {}
+        }
+        let (arm, owed) = self.shared().cno_enable();
+        if owed {
+            self.cno_fired = self.cno_fired.wrapping_add(1);
+        }
+        Ok(match arm {
+            Arm::Armed(_) => ArmStatus::Armed,
+            Arm::Pending => ArmStatus::Pending,
+            Arm::Closed => ArmStatus::Closed,
+        })
+    }
+
+    /// Disable the EVD on its CNO, and remove its key from the ready set if
+    /// it is there. A barrier: once this returns, no post (or close) that
+    /// started before adds the key. A key the CNO's waiter took before may
+    /// still be in its hands. Nothing happens if the EVD is not bound.
+    ///
+    /// ```
+    /// let mut cno = evd::Cno::new(4).unwrap();
+    /// let (p, mut c) = evd::bounded::<u8>(4).unwrap();
+    /// c.bind_cno(&cno, 1).unwrap();
+    /// c.enable_cno().unwrap();
+    /// p.post(1).unwrap(); // key 1 is ready...
+    /// c.disable_cno(); // ...and removed
+    /// assert_eq!(cno.try_next(), None);
+    /// assert_eq!(c.try_dequeue(), Ok(1), "the event stays");
+    /// ```
+    pub fn disable_cno(&mut self) {
+        if let Some(b) = self.shared().cno_binding() {
+            self.settle(&b);
+            b.core.remove(b.slot);
+        }
+    }
+
+    /// The disable barrier: clear `CNO_ARMED`, then wait for every trigger
+    /// owed by this consumer's enables to reach the slot. Returns true if
+    /// the EVD was enabled (the clear took the enable back).
+    fn settle(&mut self, b: &Binding) -> bool {
+        let was_enabled = self.shared().cno_disarm();
+        if was_enabled {
+            self.cno_fired = self.cno_fired.wrapping_sub(1);
+        }
+        b.core.wait_fired(b.slot, self.cno_fired);
+        was_enabled
+    }
+
+    /// Move the EVD to another CNO (DAT's `dat_evd_modify_cno`) with `key`;
+    /// binds it if it is not bound. No re-check is needed: an enable and a
+    /// pending key move with the EVD, and a notification reaches exactly one
+    /// of the two CNOs (the old one only if its waiter took the key before
+    /// the move). On an error the EVD stays as it was.
+    ///
+    /// ```
+    /// let mut old = evd::Cno::new(4).unwrap();
+    /// let mut new = evd::Cno::new(4).unwrap();
+    /// let (p, mut c) = evd::bounded::<u8>(4).unwrap();
+    /// c.bind_cno(&old, 1).unwrap();
+    /// c.enable_cno().unwrap();
+    /// p.post(1).unwrap(); // pending on the old CNO
+    /// c.modify_cno(&new, 2).unwrap();
+    /// assert_eq!((old.try_next(), new.try_next()), (None, Some(2)));
+    /// ```
+    pub fn modify_cno(&mut self, cno: &impl AsRef<CnoHandle>, key: u64) -> Result<(), CnoError> {
+        let cno = cno.as_ref();
+        let Some(old) = self.shared().cno_binding() else {
+            return self.bind_cno(cno, key);
+        };
+        if cno.core.is_gone() {
+            return Err(CnoError::CnoDropped);
+        }
+        // The new slot first: a full CNO leaves the old binding as it was.
+        let (slot, key) = cno.core.bind(Some(key))?;
+        let was_enabled = self.settle(&old);
+        let had_pending = old.core.remove(old.slot);
+        old.core.release(old.slot);
+        self.install(&cno.core, slot, key);
+        let mut owe_key = had_pending;
+        if was_enabled {
+            let (arm, owed) = self.shared().cno_enable();
+            if owed {
+                self.cno_fired = self.cno_fired.wrapping_add(1);
+            }
+            // Events that came while the EVD was disabled for the move (or
+            // the end of stream) are news for the new CNO.
+            owe_key |= !matches!(arm, Arm::Armed(_));
+        }
+        if owe_key {
+            // This thread's own trigger: its count is in the slot on return.
+            cno.core.trigger(slot);
+            self.cno_fired = self.cno_fired.wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    /// Unbind the EVD from its CNO: disable (the barrier), remove its key,
+    /// free its place. Returns the key it had, or `None` if it was not bound.
+    /// Dropping the consumer unbinds it; so does
+    /// [`Consumer::into_upcalls`] (an EVD under an upcall policy is never
+    /// bound).
+    ///
+    /// ```
+    /// let cno = evd::Cno::new(4).unwrap();
+    /// let (_p, mut c) = evd::bounded::<u8>(4).unwrap();
+    /// c.bind_cno(&cno, 6).unwrap();
+    /// assert_eq!(c.unbind_cno(), Some(6));
+    /// assert_eq!((c.unbind_cno(), cno.bound()), (None, 0));
+    /// ```
+    pub fn unbind_cno(&mut self) -> Option<u64> {
+        let b = self.shared().cno_binding()?;
+        self.settle(&b);
+        b.core.remove(b.slot);
+        b.core.release(b.slot);
+        self.shared().set_cno_binding(None);
+        Some(b.key)
+    }
+}
