@@ -188,6 +188,12 @@ impl<T> Shared<T> {
         }
     }
 
+    /// The address of the state word (what the shuttle CAS observer reports).
+    #[cfg(shuttle)]
+    pub(crate) fn state_word_addr(&self) -> usize {
+        &*self.state as *const StateWord as usize
+    }
+
     /// The consumer's head (only the consumer side calls this for its own
     /// head; posters load it with `Acquire` in their full check).
     #[inline(always)]

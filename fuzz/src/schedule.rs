@@ -43,8 +43,9 @@ use crate::semantics::{self, Refusals};
 use crate::spec::{self, TICKET_MASK};
 use evd::state;
 use evd::{
-    ArmStatus, BatchPostError, Consumer, Invoke, Lossy, Overflow, PostError, PostSink, Poster,
-    Query, RecvError, ResizeError, TryDequeueError, UpcallPolicy, Upcalls, WaitError,
+    ArmStatus, BatchPostError, Cno, CnoError, Consumer, Invoke, Lossy, Overflow, PostError,
+    PostSink, Poster, Query, RecvError, ResizeError, TryDequeueError, UpcallPolicy, Upcalls,
+    WaitError,
 };
 use futures_sink::Sink;
 use shuttle::scheduler::{Schedule, Scheduler, Task, TaskId};
@@ -210,6 +211,23 @@ pub enum ConsumerOp {
     Close,
     /// Drop the consumer and end the script.
     Drop,
+    /// An operation on the EVD's binding to one of the consumer's two CNOs.
+    Cno(CnoOp),
+}
+
+/// What a consumer's CNO entry does (the consumer thread owns two CNOs of
+/// one slot each, and is their only waiter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CnoOp {
+    /// Bind to CNO 0 or 1 (key 100 + its number).
+    Bind(usize),
+    Enable,
+    Disable,
+    /// Move to the other CNO (or bind to CNO 0 if unbound).
+    Modify,
+    Unbind,
+    /// Take every ready key from both CNOs.
+    Take,
 }
 
 impl ConsumerOp {
@@ -237,6 +255,12 @@ impl ConsumerOp {
                 0..=15 => ConsumerOp::Close,
                 16..=23 => ConsumerOp::Drop,
                 24..=79 => ConsumerOp::PollRecv,
+                224..=229 => ConsumerOp::Cno(CnoOp::Bind(a & 1)),
+                230..=235 => ConsumerOp::Cno(CnoOp::Enable),
+                236..=239 => ConsumerOp::Cno(CnoOp::Disable),
+                240..=243 => ConsumerOp::Cno(CnoOp::Modify),
+                244..=247 => ConsumerOp::Cno(CnoOp::Unbind),
+                248..=255 => ConsumerOp::Cno(CnoOp::Take),
                 _ => ConsumerOp::TryDequeue,
             },
         }
@@ -413,6 +437,9 @@ struct Checker {
     /// A call that may close the EVD has begun (close is two steps: a lossy
     /// post may see the first before the state word has CLOSED).
     close_begun: bool,
+    /// The close CAS found the EVD enabled on its CNO, and that key has not
+    /// been taken, disabled or unbound since: it must be ready at the end.
+    close_key_due: bool,
     failed: bool,
     trace: bool,
 }
@@ -498,6 +525,7 @@ impl Checker {
             handlers: 0,
             torn_down: false,
             close_begun: false,
+            close_key_due: false,
             failed: false,
             trace: std::env::var_os("EVD_FUZZ_TRACE").is_some(),
         }
@@ -516,9 +544,10 @@ impl Checker {
     }
 
     fn on_cas(&mut self, addr: usize, old: u64, new: u64) -> Check {
-        ensure(*self.addr.get_or_insert(addr) == addr, || {
-            "a CAS on a second AtomicU64: the observer assumes only the state word is CASed".into()
-        })?;
+        if self.addr != Some(addr) {
+            // Another EVD's word: a CNO's ready ring.
+            return Ok(());
+        }
         ensure(old == self.word, || {
             format!(
                 "the word changed without an observed CAS: expected {:?}, the CAS replaced {:?}",
@@ -547,6 +576,9 @@ impl Checker {
             }
         };
         let how = spec::successor(old, new, &heads)?;
+        if !state::has(old, state::CLOSED) && state::has(new, state::CLOSED) {
+            self.close_key_due = state::has(old, state::CNO_ARMED);
+        }
         if self.trace {
             eprintln!(
                 "    {how}: {:?}\n        -> {:?}",
@@ -1060,7 +1092,124 @@ fn dequeued(r: Result<Ev, TryDequeueError>) {
     }
 }
 
-fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
+/// The consumer thread's two CNOs and what it knows of its binding.
+struct CnoSide {
+    cnos: [Cno; 2],
+    /// The CNO the EVD is bound to.
+    bound: Option<usize>,
+    /// Enables (returned `Armed`) not yet answered by a key: a key is legal
+    /// only against one. Zeroed by disable and unbind (they remove the key).
+    credit: u32,
+}
+
+impl CnoSide {
+    fn new() -> CnoSide {
+        CnoSide {
+            cnos: [Cno::new(1).unwrap(), Cno::new(1).unwrap()],
+            bound: None,
+            credit: 0,
+        }
+    }
+
+    /// The binding is gone (unbind, drop, into_upcalls): nothing is due.
+    fn unbound(&mut self) {
+        self.bound = None;
+        self.credit = 0;
+        with(|k| k.close_key_due = false);
+    }
+
+    /// Take every ready key; each must come from the bound CNO, with its
+    /// key, against an enable.
+    fn take(&mut self) {
+        for i in 0..2 {
+            while let Some(key) = self.cnos[i].try_next() {
+                trace(|| format!("cno {i}: key {key}"));
+                let (bound, credit) = (self.bound, self.credit);
+                check(|_| {
+                    ensure(bound == Some(i) && key == 100 + i as u64, || {
+                        format!("key {key} from CNO {i} while bound to {bound:?}")
+                    })?;
+                    ensure(credit > 0, || format!("key {key} without an enable"))
+                });
+                self.credit = self.credit.saturating_sub(1);
+                with(|k| k.close_key_due = false);
+            }
+        }
+    }
+
+    /// After a disable, unbind or move: CNO `i` has no key for this EVD.
+    fn none_from(&mut self, i: usize, what: &str) {
+        let got = self.cnos[i].try_next();
+        check(|_| ensure(got.is_none(), || format!("key {got:?} after {what}")));
+    }
+}
+
+fn cno_step(c: &mut Consumer<Ev>, op: CnoOp, s: &mut CnoSide) {
+    match op {
+        CnoOp::Bind(i) => {
+            let r = c.bind_cno(&s.cnos[i], 100 + i as u64);
+            trace(|| format!("bind to {i}: {r:?}"));
+            let was = s.bound;
+            check(|_| match (was, r) {
+                (None, Ok(())) | (Some(_), Err(CnoError::AlreadyBound)) => Ok(()),
+                other => Err(format!("bind_cno: {other:?}")),
+            });
+            if was.is_none() {
+                s.bound = Some(i);
+                s.credit = 0;
+            }
+        }
+        CnoOp::Enable => {
+            let r = c.enable_cno();
+            trace(|| format!("enable_cno: {r:?}"));
+            let bound = s.bound;
+            check(|k| match (bound, r) {
+                (None, Err(CnoError::NotBound)) => Ok(()),
+                (Some(_), Ok(ArmStatus::Armed | ArmStatus::Pending)) => Ok(()),
+                (Some(_), Ok(ArmStatus::Closed)) => k.end_of_stream(),
+                other => Err(format!("enable_cno: {other:?}")),
+            });
+            if r == Ok(ArmStatus::Armed) {
+                s.credit += 1;
+            }
+        }
+        CnoOp::Disable => {
+            c.disable_cno();
+            if let Some(i) = s.bound {
+                s.credit = 0;
+                with(|k| k.close_key_due = false);
+                s.none_from(i, "disable_cno");
+            }
+        }
+        CnoOp::Modify => {
+            let to = s.bound.map_or(0, |i| 1 - i);
+            let r = c.modify_cno(&s.cnos[to], 100 + to as u64);
+            trace(|| format!("modify_cno to {to}: {r:?}"));
+            check(|_| ensure(r.is_ok(), || format!("modify_cno: {r:?}")));
+            if let Some(from) = s.bound.replace(to) {
+                s.none_from(from, "modify_cno");
+            } else {
+                s.credit = 0;
+            }
+        }
+        CnoOp::Unbind => {
+            let r = c.unbind_cno();
+            let bound = s.bound;
+            check(|_| {
+                ensure(r == bound.map(|i| 100 + i as u64), || {
+                    format!("unbind_cno: {r:?} while bound to {bound:?}")
+                })
+            });
+            s.unbound();
+            if let Some(i) = bound {
+                s.none_from(i, "unbind_cno");
+            }
+        }
+        CnoOp::Take => s.take(),
+    }
+}
+
+fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide) -> Side {
     with(|k| k.owner_op_head = k.received);
     match side {
         Side::Consumer(mut c) => {
@@ -1146,7 +1295,9 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
                         Err(e) => Err(format!("resize({cap}): {e:?}")),
                     });
                 }
+                ConsumerOp::Cno(op) => cno_step(&mut c, op, cno),
                 ConsumerOp::IntoUpcalls(policy, invoke) => {
+                    cno.unbound(); // into_upcalls unbinds first
                     with(|k| {
                         k.mode = Mode::Upcalls;
                         k.torn_down = false;
@@ -1189,6 +1340,10 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor) -> Side {
                 ConsumerOp::Drop => {
                     with(|k| k.close_begun = true);
                     drop(c);
+                    if let Some(i) = cno.bound {
+                        cno.unbound();
+                        cno.none_from(i, "dropping the consumer");
+                    }
                     return Side::Gone;
                 }
             }
@@ -1280,10 +1435,15 @@ fn drain(c: &mut Consumer<Ev>) {
     }
 }
 
-fn consumer_thread(c: Consumer<Ev>, ops: Vec<Op>, mut me: Actor) -> Option<Consumer<Ev>> {
+fn consumer_thread(
+    c: Consumer<Ev>,
+    ops: Vec<Op>,
+    mut me: Actor,
+) -> (Option<Consumer<Ev>>, CnoSide) {
+    let mut cno = CnoSide::new();
     let mut side = Side::Consumer(c);
     for op in ops {
-        side = consumer_step(side, op, &mut me);
+        side = consumer_step(side, op, &mut me, &mut cno);
     }
     let mut c = match side {
         Side::Consumer(c) => c,
@@ -1297,11 +1457,11 @@ fn consumer_thread(c: Consumer<Ev>, ops: Vec<Op>, mut me: Actor) -> Option<Consu
             });
             c
         }
-        Side::Gone => return None,
+        Side::Gone => return (None, cno),
     };
     trace(|| "finish: drain".into());
     drain(&mut c);
-    Some(c)
+    (Some(c), cno)
 }
 
 /// One execution: the body shuttle runs.
@@ -1317,6 +1477,7 @@ fn execution(input: &Input) {
         last_query: None,
     };
     let (poster, consumer) = evd::bounded::<Ev>(1 << cap_log2).unwrap();
+    with(|k| k.addr = Some(consumer.state_word_addr()));
     let mut handles = Vec::new();
     let mut first = Some(poster);
     for (i, ops) in input.posters.iter().enumerate() {
@@ -1341,7 +1502,18 @@ fn execution(input: &Input) {
     for h in handles {
         h.join().unwrap();
     }
-    let consumer = consumer.join().unwrap();
+    let (consumer, mut cno) = consumer.join().unwrap();
+    // Closing an enabled EVD is news for its CNO: the key is ready now,
+    // unless it was taken, disabled or unbound since.
+    if let (Some(i), true) = (cno.bound, with(|k| k.close_key_due)) {
+        let got = cno.cnos[i].try_next();
+        check(|_| {
+            ensure(got == Some(100 + i as u64), || {
+                format!("closed while enabled on CNO {i}, but it holds {got:?}")
+            })
+        });
+    }
+    cno.take();
     if let Some(mut c) = consumer {
         // Every loss is told before the end of stream: nothing comes after.
         dequeuing(1);
@@ -1454,5 +1626,45 @@ mod tests {
             let bytes = rng.bytes(600);
             run(&Input::decode(&bytes));
         }
+    }
+
+    /// Random inputs whose consumer script is half CNO operations (random
+    /// bytes reach them in under 1% of consumer ops).
+    pub(crate) fn cno_heavy(rng: &mut crate::Rng) -> Input {
+        let mut input = Input::decode(&rng.bytes(600));
+        let b = rng.bytes(2 * input.consumer.len());
+        for (i, op) in input.consumer.iter_mut().enumerate() {
+            if b[2 * i] & 1 == 0 {
+                *op = Op {
+                    kind: 15,
+                    arg: 224 | b[2 * i + 1],
+                };
+            }
+        }
+        input
+    }
+
+    #[test]
+    fn random_cno_inputs() {
+        let mut rng = crate::Rng(0xc0_5eed_0f_c0ffee);
+        let mut seen = [0usize; 6];
+        for _ in 0..400 {
+            let input = cno_heavy(&mut rng);
+            for op in &input.consumer {
+                if let ConsumerOp::Cno(c) = ConsumerOp::of(*op, 1) {
+                    let k = match c {
+                        CnoOp::Bind(_) => 0,
+                        CnoOp::Enable => 1,
+                        CnoOp::Disable => 2,
+                        CnoOp::Modify => 3,
+                        CnoOp::Unbind => 4,
+                        CnoOp::Take => 5,
+                    };
+                    seen[k] += 1;
+                }
+            }
+            run(&input);
+        }
+        assert!(seen.iter().all(|&n| n > 50), "every CNO op drawn: {seen:?}");
     }
 }

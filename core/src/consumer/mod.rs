@@ -323,6 +323,14 @@ impl<T> Consumer<T> {
     }
 
     /// The shared engine (for the consumer's other modules and upcalls).
+    /// Under `--cfg shuttle` only: the address of the EVD's state word, the
+    /// one the fuzz crate's CAS observer checks. Not part of the API.
+    #[cfg(shuttle)]
+    #[doc(hidden)]
+    pub fn state_word_addr(&self) -> usize {
+        self.shared.state_word_addr()
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared<T>> {
         &self.shared
     }
