@@ -458,8 +458,9 @@ impl<T> Shared<T> {
         unsafe { self.cno.with_binding(f) }
     }
 
-    /// Replace the binding. Caller: the EVD's consumer, after
-    /// [`Shared::cno_disable`] (or before the first enable).
+    /// Replace the binding. Caller: the EVD's consumer, after the disable
+    /// barrier (`Consumer::settle`: [`Shared::cno_disarm`], then every owed
+    /// trigger reached its slot), or before the first enable.
     pub(crate) fn set_cno_binding(&self, b: Option<Binding>) {
         debug_assert!(!state::has(
             self.state.load(Ordering::Relaxed),
@@ -752,15 +753,21 @@ impl<T> Shared<T> {
         }
     }
 
-    /// Withdraw an arm (timed-out wait, dropped future).
+    /// Withdraw an arm (timed-out wait, dropped future). A direct waiter
+    /// that preempted the CNO and gives up with events queued hands them to
+    /// the CNO ([`state::withdraw`]): this thread then triggers it.
     pub(crate) fn disarm(&self) {
-        self.transition(Ordering::Relaxed, |w| {
-            if state::has(w, state::ARMED) {
-                Ok((state::disarm(w), ()))
-            } else {
-                Err(())
-            }
-        })
+        let h = self.head();
+        // AcqRel: Release for nothing; Acquire if this takes CNO_ARMED, as
+        // any trigger's CAS (the enable's binding must be visible; it is,
+        // the consumer wrote it, but the trigger path is the same).
+        let trigger = self.transition(Ordering::AcqRel, |w| match state::withdraw(w, h) {
+            Some((new, notify)) => Ok((new, notify == Notify::Cno)),
+            None => Err(false),
+        });
+        if trigger {
+            self.trigger_cno();
+        }
     }
 
     /// A lossy post found the ring full and gives its event up: commit the

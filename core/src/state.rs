@@ -62,7 +62,8 @@
 //! | arm (consumer) | [`arm`] | len < threshold, not closed | +ARMED, and −NOTIFIED if empty | park / await / epoll |
 //! | arm on a closed EVD | [`arm`] | closed, len < threshold | none (no CAS): pending if len > 0, end of stream if 0 | drain, or stop |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
-//! | disarm (consumer, on timeout) | [`disarm`] | — | −ARMED | — |
+//! | disarm (consumer, on timeout) | [`withdraw`] | ARMED, and CNO_ARMED clear or the ring empty | −ARMED | — |
+//! | a direct wait gives up with events queued on an enabled EVD (consumer) | [`withdraw`] | CNO_ARMED, len > 0 | −ARMED −CNO_ARMED +NOTIFIED | trigger the CNO |
 //! | enable on the CNO (consumer of a bound EVD) | [`enable_cno`] | empty, not closed, !CNO_ARMED | +CNO_ARMED −NOTIFIED | wait on the CNO |
 //! | enable finds work / end / an enable | [`enable_cno`] | len > 0, or closed, or CNO_ARMED | none (no CAS) | drain, stop, or wait on the CNO |
 //! | disable on the CNO (consumer) | [`disable_cno`] | CNO_ARMED | −CNO_ARMED | none; without CNO_ARMED, wait for the trigger that took it to land |
@@ -547,6 +548,36 @@ pub const fn arm(w: u64, head: u64, threshold: u64) -> Arm {
 #[inline]
 pub const fn disarm(w: u64) -> u64 {
     w & !ARMED
+}
+
+/// A direct wait ends without handing its events over (timeout, dropped
+/// future, explicit disarm) for a consumer at `head`: withdraw ARMED. A
+/// direct waiter preempts the CNO, so posts that came while it was armed
+/// woke it and left `CNO_ARMED` set: if events are queued, the CNO must be
+/// told now, or an enabled EVD with work would never reach it. `None`:
+/// nothing to change.
+///
+/// ```
+/// use evd::state::*;
+/// let Enable::Armed(on) = enable_cno(initial(2), 0) else { unreachable!() };
+/// let Arm::Armed(both) = arm(on, 0, 2) else { unreachable!() };
+/// let Reserve::Ticket { new, notify: Notify::Wake, .. } = reserve(both, 0) else { unreachable!() };
+/// // The direct waiter gives up with the event queued: the CNO gets it.
+/// let (after, n) = withdraw(new, 0).unwrap();
+/// assert_eq!(n, Notify::Cno);
+/// assert!(!has(after, CNO_ARMED | ARMED));
+/// assert_eq!(withdraw(on, 0), None, "nothing queued, not armed");
+/// ```
+#[inline]
+pub const fn withdraw(w: u64, head: u64) -> Option<(u64, Notify)> {
+    if has(w, CNO_ARMED) && len(w, head) > 0 {
+        return Some(((w & !(ARMED | CNO_ARMED)) | NOTIFIED, Notify::Cno));
+    }
+    if has(w, ARMED) {
+        Some((w & !ARMED, Notify::None))
+    } else {
+        None
+    }
 }
 
 /// Outcome of [`close`].

@@ -842,3 +842,26 @@ fn cno_wait_vs_unbind() {
         assert_eq!(consumer.try_dequeue(), Ok(5));
     });
 }
+
+#[test]
+fn cno_direct_wait_that_gives_up_hands_the_event_to_the_cno() {
+    // A direct waiter preempts the CNO, then gives up (a timeout, a dropped
+    // future) while the post that woke it is queued: the CNO must be told,
+    // or an enabled EVD with work would never reach it.
+    model(|| {
+        let mut cno = evd::Cno::new(1).unwrap();
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        consumer.bind_cno(&cno, 4).unwrap();
+        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        let c = thread::spawn(move || {
+            let _ = consumer.arm();
+            consumer.disarm();
+            consumer
+        });
+        poster.post(1).unwrap();
+        let mut consumer = c.join().unwrap();
+        assert_eq!(cno.try_next(), Some(4), "the enabled EVD has work");
+        assert_eq!(cno.try_next(), None);
+        assert_eq!(consumer.try_dequeue(), Ok(1));
+    });
+}

@@ -219,6 +219,23 @@ pub fn disarm(a: Word) -> Word {
     Word { armed: false, ..a }
 }
 
+/// withdraw: a direct wait gives up; with events queued on an enabled EVD
+/// the CNO is told (it was preempted). None if nothing changes.
+pub fn withdraw(a: Word, head: u64) -> Option<(Word, Notify)> {
+    if a.cno_armed && a.len(head) > 0 {
+        return Some((
+            Word {
+                armed: false,
+                cno_armed: false,
+                notified: true,
+                ..a
+            },
+            Notify::Cno,
+        ));
+    }
+    a.armed.then_some((disarm(a), Notify::None))
+}
+
 /// close: set CLOSED, take the wake of an armed consumer and the CNO
 /// trigger of an enabled one: (new word, wake, trigger the CNO).
 pub fn close(a: Word) -> (Word, bool, bool) {
@@ -457,6 +474,9 @@ pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, Stri
         if enable_cno(a, h) == Enable::Armed(n) {
             return Ok("enable_cno");
         }
+        if withdraw(a, h).map(|(w, _)| w) == Some(n) {
+            return Ok("withdraw");
+        }
     }
     if disable_cno(a) == Some(n) {
         return Ok("disable_cno");
@@ -521,22 +541,34 @@ pub mod loss {
     }
 }
 
-/// The CNO slot word (`evd::cno::slot`): bit 0 IN_RING, bit 1 PENDING, bits
-/// 32–63 the count of triggers that reached the slot.
+/// The CNO slot word (`evd::cno::slot`): bit 0 IN_RING, bit 1 PENDING, bit
+/// 2 FREEING, bits 32–63 the count of triggers that reached the slot.
 pub mod cno_slot {
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub struct Slot {
         pub in_ring: bool,
         pub pending: bool,
+        pub freeing: bool,
         pub fired: u32,
     }
 
     pub fn decode(s: u64) -> Slot {
-        assert_eq!(s & 0xffff_fffc, 0, "bits 2-31 are zero: {s:#x}");
+        assert_eq!(s & 0xffff_fff8, 0, "bits 3-31 are zero: {s:#x}");
         Slot {
             in_ring: s & 1 != 0,
             pending: s & 2 != 0,
+            freeing: s & 4 != 0,
             fired: (s >> 32) as u32,
+        }
+    }
+
+    /// A release by the unbinding consumer: (new, free now). A slot whose
+    /// index is queued is freed by its pop.
+    pub fn release(a: Slot) -> (Slot, bool) {
+        if a.in_ring {
+            (Slot { freeing: true, ..a }, false)
+        } else {
+            (a, true)
         }
     }
 
@@ -548,20 +580,23 @@ pub mod cno_slot {
                 in_ring: true,
                 pending: true,
                 fired: a.fired.wrapping_add(1),
+                ..a
             },
             !a.in_ring,
         )
     }
 
-    /// A pop of the index: (new, deliver the key).
-    pub fn take(a: Slot) -> (Slot, bool) {
+    /// A pop of the index: (new, deliver the key, free the slot).
+    pub fn take(a: Slot) -> (Slot, bool, bool) {
         (
             Slot {
                 in_ring: false,
                 pending: false,
+                freeing: false,
                 ..a
             },
             a.pending,
+            a.freeing,
         )
     }
 

@@ -175,9 +175,15 @@ pub fn check(c: &Case) {
         spec::disable_cno(a),
         "disable_cno"
     );
-    // The CNO slot word, from the same random bits (bits 2-31 are zero in
-    // every reachable slot word, and the transitions assert it).
-    let sw = c.word & !0xffff_fffc;
+    assert_eq!(
+        state::withdraw(w, head).map(|(n, k)| (dec(n), k)),
+        spec::withdraw(a, head),
+        "withdraw"
+    );
+    // The CNO slot word, from the same random bits (bits 3-31 are zero in
+    // every slot word). Each transition debug-asserts its precondition:
+    // only words that meet it are its.
+    let sw = c.word & !0xffff_fff8;
     let sm = spec::cno_slot::decode(sw);
     let sd = spec::cno_slot::decode;
     assert_eq!(
@@ -185,20 +191,34 @@ pub fn check(c: &Case) {
         (sm.fired, sm.pending),
         "cno slot layout"
     );
-    let t = cno_slot::trigger(sw);
-    assert_eq!(
-        (sd(t.new), t.push),
-        spec::cno_slot::trigger(sm),
-        "cno trigger"
-    );
     assert_eq!(
         sd(cno_slot::remove(sw)),
         spec::cno_slot::remove(sm),
         "cno remove"
     );
-    if sm.in_ring {
+    if !sm.freeing {
+        let t = cno_slot::trigger(sw);
+        assert_eq!(
+            (sd(t.new), t.push),
+            spec::cno_slot::trigger(sm),
+            "cno trigger"
+        );
+    }
+    if sm.in_ring && !(sm.freeing && sm.pending) {
         let t = cno_slot::take(sw);
-        assert_eq!((sd(t.new), t.deliver), spec::cno_slot::take(sm), "cno take");
+        assert_eq!(
+            (sd(t.new), t.deliver, t.free),
+            spec::cno_slot::take(sm),
+            "cno take"
+        );
+    }
+    if !sm.pending && !sm.freeing {
+        let r = cno_slot::release(sw);
+        assert_eq!(
+            (sd(r.new), r.free_now),
+            spec::cno_slot::release(sm),
+            "cno release"
+        );
     }
     assert_eq!(
         state::begin_resize(w).map(dec),

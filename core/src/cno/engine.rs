@@ -6,6 +6,10 @@
 //! Each slot is in it at most once (`IN_RING`), so a push never finds it
 //! full; the CNO's waiter is that EVD's consumer, so waiting, timeouts, the
 //! async future and the eventfd are the EVD's own.
+//!
+//! There are twice as many slots as bindings: a slot released while its
+//! index is still queued is bound again only after the CNO's waiter popped
+//! it (`FREEING`), and the spare slots keep such slots from refusing a bind.
 
 use super::slot;
 use crate::error::CnoError;
@@ -13,6 +17,7 @@ use crate::poster::Poster;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Backoff, Mutex, Ordering, UnsafeCell};
 use crate::PostError;
 use crossbeam_utils::CachePadded;
+use std::collections::VecDeque;
 
 /// One binding's entry: its slot word and its key.
 struct Slot {
@@ -34,12 +39,24 @@ pub(crate) enum Reached {
     CnoGone,
 }
 
+/// Slots not bound, and the count of bindings.
+struct FreeList {
+    /// Free slot indices, oldest first (a key handed out is reused as late
+    /// as possible).
+    free: VecDeque<u32>,
+    /// Live bindings (at most `CnoCore::max`).
+    bound: usize,
+}
+
 /// The CNO's shared state: held by the [`Cno`](crate::Cno), every
 /// [`CnoHandle`](crate::CnoHandle) and every EVD that was bound to it.
 pub(crate) struct CnoCore {
     slots: Box<[CachePadded<Slot>]>,
-    /// Unbound slot indices. Locked only to bind and unbind (never by a post).
-    free: Mutex<Vec<u32>>,
+    /// The most bindings at once.
+    max: usize,
+    /// Locked only to bind and unbind, and by the waiter's pop of a released
+    /// slot (never by a post).
+    free: Mutex<FreeList>,
     /// The ready ring's posting side; its consumer is the `Cno`. Dropping the
     /// `Cno` closes the ring.
     ready: Poster<u32>,
@@ -50,12 +67,19 @@ pub(crate) struct CnoCore {
 }
 
 impl CnoCore {
-    /// A CNO for `max` bindings whose ready ring (room for `max`) is fed
+    /// The slots a CNO for `max` bindings has, and its ready ring's room.
+    pub(crate) fn slots_for(max: usize) -> Option<usize> {
+        max.checked_mul(2).filter(|&n| n <= u32::MAX as usize)
+    }
+
+    /// A CNO for `max` bindings whose ready ring (room for every slot) is fed
     /// through `ready`.
     pub(crate) fn new(max: usize, ready: Poster<u32>) -> Self {
-        debug_assert!(ready.capacity() >= max && max <= u32::MAX as usize);
+        let slots = Self::slots_for(max).expect("checked by the caller");
+        debug_assert!(ready.capacity() >= slots);
         CnoCore {
-            slots: (0..max)
+            max,
+            slots: (0..slots)
                 .map(|_| {
                     CachePadded::new(Slot {
                         state: AtomicU64::new(0),
@@ -63,7 +87,10 @@ impl CnoCore {
                     })
                 })
                 .collect(),
-            free: Mutex::new((0..max as u32).rev().collect()),
+            free: Mutex::new(FreeList {
+                free: (0..slots as u32).collect(),
+                bound: 0,
+            }),
             ready,
             gone: CachePadded::new(AtomicBool::new(false)),
         }
@@ -71,25 +98,33 @@ impl CnoCore {
 
     /// The most bindings at once.
     pub(crate) fn capacity(&self) -> usize {
-        self.slots.len()
+        self.max
+    }
+
+    fn with_free<R>(&self, f: impl FnOnce(&mut FreeList) -> R) -> R {
+        f(&mut self.free.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Bindings now.
     pub(crate) fn bound(&self) -> usize {
-        self.slots.len() - self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.with_free(|f| f.bound)
     }
 
     /// Take a free slot for a binding with `key` (the slot's index if
-    /// `None`). Returns the slot and the key.
-    pub(crate) fn bind(&self, key: Option<u64>) -> Result<(u32, u64), CnoError> {
-        let slot = self
-            .free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop()
-            .ok_or(CnoError::Full {
-                capacity: self.capacity(),
-            })?;
+    /// `None`). `counted`: a new binding (a move within this CNO is not).
+    /// Returns the slot and the key.
+    pub(crate) fn bind(&self, key: Option<u64>, counted: bool) -> Result<(u32, u64), CnoError> {
+        let full = CnoError::Full { capacity: self.max };
+        let slot = self.with_free(|f| {
+            if counted && f.bound == self.max {
+                return Err(full);
+            }
+            // Only released slots whose stale index the waiter has not yet
+            // popped are missing; with twice the slots, that is rare.
+            let slot = f.free.pop_front().ok_or(full)?;
+            f.bound += usize::from(counted);
+            Ok(slot)
+        })?;
         let key = key.unwrap_or(u64::from(slot));
         // Release: a pop that sees a trigger of this binding (through the
         // EVD's enable and reservation, then the trigger's slot CAS) sees
@@ -98,12 +133,29 @@ impl CnoCore {
         Ok((slot, key))
     }
 
-    /// Give `slot` back. The caller removed its pending key first and no
-    /// trigger of its binding can come (the disable barrier).
-    pub(crate) fn release(&self, slot: u32) {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        debug_assert!(!free.contains(&slot), "slot {slot} released twice");
-        free.push(slot);
+    /// Give `slot` back (`counted` as for [`CnoCore::bind`]). The caller
+    /// removed its pending key first and no trigger of its binding can come
+    /// (the disable barrier). A slot whose index is still queued is freed by
+    /// the waiter's pop instead.
+    pub(crate) fn release(&self, slot: u32, counted: bool) {
+        let cell = &self.slots[slot as usize].state;
+        let mut s = cell.load(Ordering::Relaxed);
+        let r = loop {
+            let r = slot::release(s);
+            // AcqRel: ordered after the barrier and the removal (Acquire),
+            // and before the pop that frees it (Release).
+            match cell.compare_exchange_weak(s, r.new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break r,
+                Err(cur) => s = cur,
+            }
+        };
+        self.with_free(|f| {
+            f.bound -= usize::from(counted);
+            if r.free_now {
+                debug_assert!(!f.free.contains(&slot), "slot {slot} released twice");
+                f.free.push_back(slot);
+            }
+        });
     }
 
     /// Triggers that reached `slot` so far.
@@ -133,12 +185,11 @@ impl CnoCore {
         let mut s = cell.load(Ordering::Relaxed);
         let t = loop {
             let t = slot::trigger(s);
-            // AcqRel: Release orders this thread's read of the EVD's link
-            // (and the event it published) before the count the disable
-            // barrier waits for, and before the PENDING a pop acquires;
-            // Acquire continues the release sequence of earlier triggers and
-            // pops, so a stale index pushed by one of them is seen as such.
-            match cell.compare_exchange_weak(s, t.new, Ordering::AcqRel, Ordering::Relaxed) {
+            // Release: orders this thread's read of the EVD's link (and the
+            // event it published) before the count the disable barrier waits
+            // for, and before the PENDING a pop acquires. Nothing here needs
+            // Acquire.
+            match cell.compare_exchange_weak(s, t.new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => break t,
                 Err(cur) => s = cur,
             }
@@ -155,10 +206,14 @@ impl CnoCore {
             match self.ready.post(slot) {
                 Ok(()) => return Reached::Ready,
                 Err(PostError::Closed(_)) => return Reached::CnoGone,
-                // Every slot is in the ring at most once and the ring has
-                // room for every slot: a full ring is a slot popped but not
-                // yet cleared by `take`, for an instant.
-                Err(PostError::Full(_)) => backoff.snooze(),
+                // Unreachable: every slot is in the ring at most once (its
+                // IN_RING is cleared only by the pop that removed it) and the
+                // ring has room for every slot. Retrying keeps the key if
+                // that argument were ever wrong.
+                Err(PostError::Full(_)) => {
+                    debug_assert!(false, "the CNO's ready ring is full");
+                    backoff.snooze()
+                }
             }
         }
     }
@@ -179,14 +234,17 @@ impl CnoCore {
     }
 
     /// The CNO's waiter popped `slot` from the ring: its key if one was due,
-    /// `None` if the entry was stale (its key removed).
+    /// `None` if the entry was stale (its key removed; a released slot is
+    /// freed here).
     ///
     /// The key is read before the CAS that clears PENDING. If the CAS
-    /// succeeds, PENDING came from a trigger of the binding whose key was
-    /// stored before that trigger (released through the EVD's enable, the
-    /// reservation and the trigger's CAS, acquired by the load of `s`); a
-    /// later binding's key is stored only after a `remove` that follows this
-    /// CAS in the slot word's order, so the load cannot see it.
+    /// succeeds with PENDING set, the slot is still bound to the binding
+    /// whose trigger set it, and that binding's key was stored before the
+    /// trigger (released through the EVD's enable, the reservation and the
+    /// trigger's CAS; acquired by the load of `s`). A later binding of the
+    /// slot needs the slot freed, which needs this pop (or a release that
+    /// found IN_RING clear, which cannot precede this pop): its key store
+    /// comes after this CAS, so the key load cannot see it.
     pub(crate) fn take(&self, slot: u32) -> Option<u64> {
         let cell = &self.slots[slot as usize];
         let mut s = cell.state.load(Ordering::Acquire);
@@ -199,7 +257,12 @@ impl CnoCore {
                 .state
                 .compare_exchange_weak(s, t.new, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return t.deliver.then_some(key),
+                Ok(_) => {
+                    if t.free {
+                        self.with_free(|f| f.free.push_back(slot));
+                    }
+                    return t.deliver.then_some(key);
+                }
                 Err(cur) => s = cur,
             }
         }
@@ -211,9 +274,12 @@ impl CnoCore {
         self.gone.load(Ordering::Acquire)
     }
 
-    /// The `Cno` is being dropped; its ring closes next.
+    /// The `Cno` is being dropped; its ring closes next, and the keys in it
+    /// are discarded.
     pub(crate) fn mark_gone(&self) {
-        // Release: whoever sees it sees the CNO's last state.
+        // Release/Acquire with `is_gone`: an enable that sees it refuses. A
+        // trigger that read it clear just before may still queue a key that
+        // the drop then discards (see the `Cno` docs).
         self.gone.store(true, Ordering::Release);
     }
 }

@@ -34,12 +34,17 @@
 //!   wake when the CNO's waiter sleeps. A post to an EVD that is not enabled
 //!   costs what a post to an unbound EVD costs: the word has no `CNO_ARMED`.
 //! * **The ready ring** is an EVD of slot indices with room for every slot;
-//!   each slot is in it at most once, so it never overflows and its FIFO
-//!   order is the order in which keys became ready. The CNO's waiter is that
-//!   EVD's consumer: its waits, timeouts, future and eventfd.
+//!   each slot is in it at most once, so it never overflows, and keys are
+//!   served in the order their triggers entered it. The CNO's waiter is that
+//!   EVD's consumer: its waits, timeouts, future and eventfd. Like any evd
+//!   ring it is FIFO: a trigger preempted between its reservation and its
+//!   publish holds back the keys behind it until it runs.
 //! * **A direct waiter preempts the CNO** (DAT): a post that finds both
 //!   `ARMED` and `CNO_ARMED` wakes the direct waiter and leaves the enable for
-//!   the next post.
+//!   the next post. A direct wait that gives up (a timeout, a dropped
+//!   [`Recv`](crate::Recv), [`Consumer::disarm`]) with events queued on an
+//!   enabled EVD hands them to the CNO: the enabled EVD with work is not
+//!   missed.
 //! * **Disable is a barrier.** [`Consumer::disable_cno`] clears `CNO_ARMED`;
 //!   if a trigger took it first, it waits until that trigger reached the
 //!   slot (each slot counts its triggers), then removes the pending key. Once
@@ -49,11 +54,23 @@
 //!   and gives it the pending key and the enable: a notification reaches
 //!   exactly one of the two CNOs (the old one only if its waiter took the key
 //!   before the move removed it).
+//! * **Slots.** A CNO made for `n` EVDs has `2n` slots. An unbound slot whose
+//!   index is still in the ring is bound again only after the waiter popped
+//!   that stale index, so a new binding never waits behind a push of the
+//!   previous binding's poster; the spare slots keep that from refusing a
+//!   bind (only `n` unbinds with queued keys and no waiter running could).
 //! * **Lifetimes.** Closing an enabled EVD triggers its key once: its
 //!   consumer drains it and sees the end of stream. Dropping or unbinding an
-//!   EVD removes its key. Dropping the `Cno` closes its ring: a later
-//!   trigger notifies the EVD's own waiter instead, and
-//!   [`Consumer::enable_cno`] reports [`CnoError::CnoDropped`].
+//!   EVD removes its key. Dropping the `Cno` discards the keys in its ready
+//!   set and closes it: a later trigger notifies the EVD's own waiter
+//!   instead, and [`Consumer::enable_cno`] reports
+//!   [`CnoError::CnoDropped`]; the events stay in their EVDs (a direct arm
+//!   reports them `Pending`). An EVD keeps every CNO it was bound to
+//!   allocated until the EVD is dropped (a trigger may still be pushing
+//!   into one after a move).
+//! * **`Pending` from an enable** counts reserved events, as the arm does:
+//!   right after a poster reserved and before it published, a drain finds
+//!   nothing and the enable says `Pending` again until the poster is done.
 //!
 //! | race | outcome | loom model |
 //! |---|---|---|
@@ -63,13 +80,16 @@
 //! | direct wait vs CNO | the direct waiter is woken; the key comes with the next post | `cno_direct_wait_preempts` |
 //! | CNO wait vs close | the key is delivered once; the drain ends the stream | `cno_wait_vs_close` |
 //! | CNO wait vs unbind | the key is delivered or removed, never dangling | `cno_wait_vs_unbind` |
-//! | the eventfd | written once per idle → ready | `cno_eventfd_once_per_idle_to_ready` (test) |
+//! | direct wait gives up | the queued events go to the CNO | `cno_direct_wait_that_gives_up_hands_the_event_to_the_cno` |
+//! | the eventfd | written once per idle → ready | a test in `tests/cno.rs` |
 
 pub(crate) mod engine;
 #[doc(hidden)]
 pub mod slot;
 
 use crate::consumer::{ArmStatus, Consumer};
+#[cfg(doc)]
+use crate::error::CnoError;
 use crate::error::{CreateError, TryDequeueError};
 use crate::sync::Arc;
 use engine::CnoCore;
@@ -117,12 +137,13 @@ impl Cno {
     /// assert!(evd::Cno::new(0).is_err());
     /// ```
     pub fn new(max_evds: usize) -> Result<Cno, CreateError> {
-        if max_evds > u32::MAX as usize {
-            return Err(CreateError::CapacityTooLarge {
-                requested: max_evds,
-            });
+        if max_evds == 0 {
+            return Err(CreateError::ZeroCapacity);
         }
-        let (poster, ready) = crate::bounded::<u32>(max_evds)?;
+        let slots = CnoCore::slots_for(max_evds).ok_or(CreateError::CapacityTooLarge {
+            requested: max_evds,
+        })?;
+        let (poster, ready) = crate::bounded::<u32>(slots)?;
         Ok(Cno {
             handle: CnoHandle {
                 core: Arc::new(CnoCore::new(max_evds, poster)),

@@ -11,7 +11,8 @@
 //! |-------|------------|---------|
 //! | 0     | `IN_RING`  | the slot's index is in the ring (or being pushed): at most once, so the ring never overflows |
 //! | 1     | `PENDING`  | the binding's key is due: the next pop of the index delivers it |
-//! | 2–31  | —          | zero |
+//! | 2     | `FREEING`  | unbound while its index was in the ring: the pop of that stale index frees the slot |
+//! | 3–31  | —          | zero |
 //! | 32–63 | `FIRED`    | triggers that reached this slot, modulo 2^32 (the disable barrier counts them) |
 //!
 //! | operation (who) | function | new word | side effect after CAS |
@@ -19,19 +20,23 @@
 //! | trigger (the poster, closer or lossy poster that took `CNO_ARMED`) | [`trigger`] | +PENDING, FIRED+1; +IN_RING if it was clear | push the index if IN_RING was clear |
 //! | pop (the CNO's waiter, after taking the index from the ring) | [`take`] | −IN_RING −PENDING | deliver the key if PENDING was set; otherwise the entry is stale (its key was removed) |
 //! | remove (the EVD's consumer: disable, unbind, move) | [`remove`] | −PENDING | the pending key is gone; a stale index may stay in the ring until popped |
+//! | release (the EVD's consumer, after remove and the disable barrier) | [`release`] | +FREEING if IN_RING | free the slot now if its index is not in the ring |
+//! | pop of a releasing slot (the CNO's waiter) | [`take`] | −IN_RING −FREEING | free the slot |
 //!
-//! A slot may be bound again while a stale index of its previous binding is
-//! still in the ring: the new binding's trigger finds IN_RING set, adds
-//! PENDING, and the stale entry delivers the new key when popped. The key
-//! itself is read by the pop before its CAS (see `CnoCore::take`).
+//! A slot is bound again only once its index has left the ring, so a new
+//! binding's first trigger always pushes its own entry: its key never waits
+//! behind a stale entry that another EVD's poster may still be pushing. The
+//! key itself is read by the pop before its CAS (see `CnoCore::take`).
 
 /// The slot's index is in the ring (or a trigger is pushing it).
 pub const IN_RING: u64 = 1 << 0;
 /// The binding's key is due.
 pub const PENDING: u64 = 1 << 1;
+/// Unbound while its index was in the ring: the pop frees the slot.
+pub const FREEING: u64 = 1 << 2;
 const FIRED_SHIFT: u32 = 32;
 const FIRED_ONE: u64 = 1 << FIRED_SHIFT;
-const FLAGS: u64 = IN_RING | PENDING;
+const FLAGS: u64 = IN_RING | PENDING | FREEING;
 
 /// Triggers that reached the slot, modulo 2^32.
 ///
@@ -66,6 +71,7 @@ pub struct Trigger {
 #[inline]
 pub const fn trigger(s: u64) -> Trigger {
     debug_assert!(s & !(FLAGS | (u32::MAX as u64) << FIRED_SHIFT) == 0);
+    debug_assert!(s & FREEING == 0, "a trigger of a released slot");
     let push = s & IN_RING == 0;
     Trigger {
         new: s.wrapping_add(FIRED_ONE) | IN_RING | PENDING,
@@ -80,6 +86,8 @@ pub struct Take {
     pub new: u64,
     /// The key is delivered (it was pending); otherwise the entry was stale.
     pub deliver: bool,
+    /// The slot was released while its index was queued: free it now.
+    pub free: bool,
 }
 
 /// The CNO's waiter popped the slot's index from the ring.
@@ -96,9 +104,50 @@ pub const fn take(s: u64) -> Take {
         s & IN_RING != 0,
         "a pop of an index that is not in the ring"
     );
+    debug_assert!(
+        s & (FREEING | PENDING) != (FREEING | PENDING),
+        "a released slot with a pending key"
+    );
     Take {
         new: s & !FLAGS,
         deliver: s & PENDING != 0,
+        free: s & FREEING != 0,
+    }
+}
+
+/// Outcome of [`release`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Release {
+    /// The word to install.
+    pub new: u64,
+    /// The index is not in the ring: the slot is free now (else its pop
+    /// frees it).
+    pub free_now: bool,
+}
+
+/// The EVD's consumer gives its slot up (after [`remove`] and the disable
+/// barrier, so no key is pending and no trigger comes).
+///
+/// ```
+/// use evd::cno::slot::*;
+/// assert!(release(0).free_now);
+/// let queued = remove(trigger(0).new);
+/// let r = release(queued);
+/// assert!(!r.free_now && take(r.new).free);
+/// ```
+#[inline]
+pub const fn release(s: u64) -> Release {
+    debug_assert!(s & (PENDING | FREEING) == 0, "release with a pending key");
+    if s & IN_RING != 0 {
+        Release {
+            new: s | FREEING,
+            free_now: false,
+        }
+    } else {
+        Release {
+            new: s,
+            free_now: true,
+        }
     }
 }
 
@@ -133,11 +182,12 @@ mod tests {
     #[test]
     fn fields_do_not_overlap_and_fired_wraps() {
         assert_eq!(IN_RING & PENDING, 0);
+        assert_eq!((IN_RING | PENDING) & FREEING, 0);
         assert_eq!(FLAGS & (u32::MAX as u64) << FIRED_SHIFT, 0);
         let top = (u32::MAX as u64) << FIRED_SHIFT | IN_RING;
         let t = trigger(top);
         assert_eq!(fired(t.new), 0, "modulo 2^32");
-        assert_eq!(t.new & FLAGS, FLAGS);
+        assert_eq!(t.new & FLAGS, IN_RING | PENDING);
     }
 
     #[test]
@@ -161,17 +211,32 @@ mod tests {
     }
 
     #[test]
-    fn a_removed_key_leaves_a_stale_entry_that_a_new_trigger_revives() {
+    fn a_removed_key_leaves_a_stale_entry_that_a_new_enable_revives() {
         let queued = trigger(0).new;
         let removed = remove(queued);
         assert_eq!(removed & FLAGS, IN_RING, "the index stays until popped");
-        // The slot's next binding triggers while the stale index is queued:
-        // no second push, and the stale entry delivers the new key.
+        // The same binding enabled again triggers while the stale index is
+        // queued: no second push, and the stale entry delivers the key.
         let revived = trigger(removed);
         assert!(!revived.push);
         assert!(take(revived.new).deliver);
         // Without a new trigger the stale entry delivers nothing.
         assert!(!take(removed).deliver);
+    }
+
+    #[test]
+    fn a_slot_released_with_its_index_queued_is_freed_by_the_pop() {
+        let queued = remove(trigger(0).new);
+        let r = release(queued);
+        assert!(!r.free_now);
+        let t = take(r.new);
+        assert!(t.free && !t.deliver);
+        assert_eq!(t.new & FLAGS, 0);
+        assert_eq!(fired(t.new), 1);
+        // Popped before the release: free at once, and the pop frees nothing.
+        let popped = take(trigger(0).new);
+        assert!(!popped.free);
+        assert!(release(popped.new).free_now);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! protocol is in [`crate::cno`]; every atomic operation is `Shared`'s or
 //! the CNO engine's.
 
-use crate::cno::engine::{Binding, CnoCore};
+use crate::cno::engine::{Binding, CnoCore, Reached};
 use crate::cno::CnoHandle;
 use crate::consumer::{ArmStatus, Consumer};
 use crate::error::CnoError;
@@ -50,7 +50,7 @@ impl<T> Consumer<T> {
         if cno.core.is_gone() {
             return Err(CnoError::CnoDropped);
         }
-        let (slot, key) = cno.core.bind(key)?;
+        let (slot, key) = cno.core.bind(key, true)?;
         self.install(&cno.core, slot, key);
         Ok(key)
     }
@@ -178,26 +178,36 @@ impl<T> Consumer<T> {
         if cno.core.is_gone() {
             return Err(CnoError::CnoDropped);
         }
+        // A move within one CNO is not a new binding there.
+        let same = Arc::ptr_eq(&old.core, &cno.core);
         // The new slot first: a full CNO leaves the old binding as it was.
-        let (slot, key) = cno.core.bind(Some(key))?;
+        let (slot, key) = cno.core.bind(Some(key), !same)?;
         let was_enabled = self.settle(&old);
         let had_pending = old.core.remove(old.slot);
-        old.core.release(old.slot);
+        old.core.release(old.slot, !same);
         self.install(&cno.core, slot, key);
         let mut owe_key = had_pending;
         if was_enabled {
             let (arm, owed) = self.shared().cno_enable();
             if owed {
+                // A trigger took the enable (a loss, during the move): it
+                // carries the news itself.
                 self.cno_fired = self.cno_fired.wrapping_add(1);
+            } else {
+                // Events that came while the EVD was disabled for the move
+                // (or the end of stream) are news for the new CNO.
+                owe_key |= !matches!(arm, Arm::Armed(_));
             }
-            // Events that came while the EVD was disabled for the move (or
-            // the end of stream) are news for the new CNO.
-            owe_key |= !matches!(arm, Arm::Armed(_));
         }
         if owe_key {
             // This thread's own trigger: its count is in the slot on return.
-            cno.core.trigger(slot);
+            let reached = cno.core.trigger(slot);
             self.cno_fired = self.cno_fired.wrapping_add(1);
+            if reached == Reached::CnoGone {
+                // Dropped since the check: the news goes to the EVD's own
+                // waiter, as any trigger's would.
+                self.shared().notify_consumer();
+            }
         }
         Ok(())
     }
@@ -219,7 +229,7 @@ impl<T> Consumer<T> {
         let b = self.shared().cno_binding()?;
         self.settle(&b);
         b.core.remove(b.slot);
-        b.core.release(b.slot);
+        b.core.release(b.slot, true);
         self.shared().set_cno_binding(None);
         Some(b.key)
     }

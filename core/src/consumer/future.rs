@@ -100,6 +100,18 @@ impl<T> FusedFuture for Recv<'_, T> {
     }
 }
 
+/// A future dropped before it completed (a lost `select!` branch, a timeout)
+/// withdraws its arm if the EVD is bound to a CNO: a post it preempted the
+/// CNO for would otherwise leave an enabled EVD with work that the CNO never
+/// hears of ([`crate::state::withdraw`]). Unbound EVDs pay nothing here.
+impl<T> Drop for Recv<'_, T> {
+    fn drop(&mut self) {
+        if !self.done && self.consumer.cno_key().is_some() {
+            self.consumer.shared().disarm();
+        }
+    }
+}
+
 impl<T> std::fmt::Debug for Recv<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recv").finish_non_exhaustive()
