@@ -210,6 +210,56 @@
 //!   inside one of its own upcalls it panics. A panicking handler gives the
 //!   token back; the EVD stays usable.
 //!
+//! ## One waiter for many EVDs: the CNO
+//!
+//! A [`Cno`] (DAT's consumer notification object) lets one thread sleep on
+//! many EVDs, of any event types, and wake with the keys of those that have
+//! work: a ready set, not a hint, so nothing is scanned. Bind each EVD with
+//! a key ([`Consumer::bind_cno`]); [`Consumer::enable_cno`] is the EVD's own
+//! one-CAS arm-then-check (`Armed`, or `Pending`: drain now). The loop:
+//!
+//! ```
+//! use evd::{ArmStatus, Cno};
+//! let mut cno = Cno::new(64).unwrap();
+//! let mut conns = Vec::new();
+//! let mut posters = Vec::new();
+//! for key in 0..4u64 {
+//!     let (p, mut c) = evd::bounded::<u64>(16).unwrap();
+//!     c.bind_cno(&cno, key).unwrap();
+//!     conns.push(c);
+//!     posters.push(p);
+//! }
+//! let mut ready: Vec<u64> = (0..4).collect(); // enable each once
+//! posters[2].post(7).unwrap();
+//! let mut served = Vec::new();
+//! while served.len() < 1 {
+//!     for &key in &ready {
+//!         let c = &mut conns[key as usize];
+//!         loop {
+//!             while let Ok(ev) = c.try_dequeue() {
+//!                 served.push((key, ev));
+//!             }
+//!             match c.enable_cno().unwrap() {
+//!                 ArmStatus::Armed | ArmStatus::Closed => break,
+//!                 ArmStatus::Pending => {} // more came: drain again
+//!             }
+//!         }
+//!     }
+//!     ready.clear();
+//!     if served.is_empty() {
+//!         cno.wait(&mut ready); // sleeps; wakes with the keys that have work
+//!     }
+//! }
+//! assert_eq!(served, [(2, 7)]);
+//! ```
+//!
+//! A direct waiter on an EVD preempts the CNO for it;
+//! [`Consumer::disable_cno`] is a barrier; [`Consumer::modify_cno`] moves an
+//! EVD between CNOs with no re-check; the CNO waits blocking
+//! ([`Cno::wait`], with timeouts), async ([`Cno::ready_set`], a `Stream` of
+//! keys) or through an eventfd ([`Cno::notify_fd`]). The protocol is in
+//! [`cno`].
+//!
 //! ## Platforms and cfgs
 //!
 //! * Linux only (`target_os = "linux"`): [`Consumer::notify_fd`] and
@@ -234,6 +284,7 @@
 //! | `poster` | [`Poster`], [`Lossy`] | a new way to post |
 //! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
 //! | `upcall/` | [`Upcalls`] and its policies; `instance` (one upcall run); `handler` (the replaceable handler) | upcall policy or handler changes |
+//! | [`cno`] | [`Cno`], [`CnoHandle`]; `slot` (the slot word's pure transitions), `engine` (slot table, ready ring, the EVD's link); the binding calls are in `consumer/cno` | CNO behaviour (a new slot bit: `slot` and the fuzz model) |
 //! | `error`, `query`, `notify`, `sync` | typed errors, [`Query`], notification targets, std/loom switch | — |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
