@@ -23,7 +23,9 @@ use std::sync::Arc;
 const CQ_DEPTH: usize = 256;
 
 fn main() {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().unwrap());
+    let mut args = std::env::args()
+        .skip(1)
+        .map(|a| a.parse::<usize>().unwrap());
     let cqs = args.next().unwrap_or(32);
     let per_cq = args.next().unwrap_or(5_000) as u64;
 
@@ -65,7 +67,9 @@ fn main() {
                     wr_id: next[i],
                     ..Default::default()
                 };
-                hcas[i].push(wc).expect("never overruns: the credit holds it");
+                hcas[i]
+                    .push(wc)
+                    .expect("never overruns: the credit holds it");
                 next[i] += 1;
                 left -= 1;
             }
@@ -112,7 +116,10 @@ fn main() {
         cno.wait(&mut ready);
         waits += 1;
         for &key in &ready {
-            assert!(enabled[key as usize], "key {key} came back while not enabled");
+            assert!(
+                enabled[key as usize],
+                "key {key} came back while not enabled"
+            );
             keys_seen += 1;
         }
     }

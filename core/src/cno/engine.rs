@@ -218,6 +218,13 @@ impl CnoCore {
         }
     }
 
+    /// True if `slot`'s index is in the ready ring (or being pushed).
+    pub(crate) fn is_queued(&self, slot: u32) -> bool {
+        // Acquire: as `fired`; a stale answer only makes a disable move its
+        // binding to a fresh slot for nothing.
+        self.slots[slot as usize].state.load(Ordering::Acquire) & slot::IN_RING != 0
+    }
+
     /// Remove `slot`'s pending key (disable, unbind, move). True if one was
     /// pending: nobody will be given it now.
     pub(crate) fn remove(&self, slot: u32) -> bool {

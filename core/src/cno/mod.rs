@@ -59,6 +59,9 @@
 //!   that stale index, so a new binding never waits behind a push of the
 //!   previous binding's poster; the spare slots keep that from refusing a
 //!   bind (only `n` unbinds with queued keys and no waiter running could).
+//!   A disable whose removed key's index is still queued moves the binding
+//!   to a fresh slot for the same reason: the next enable's key joins the
+//!   ring at its tail instead of reviving the old entry ahead of others.
 //! * **Lifetimes.** Closing an enabled EVD triggers its key once: its
 //!   consumer drains it and sees the end of stream. Dropping or unbinding an
 //!   EVD removes its key. Dropping the `Cno` discards the keys in its ready

@@ -139,6 +139,18 @@ impl<T> Consumer<T> {
         if let Some(b) = self.shared().cno_binding() {
             self.settle(&b);
             b.core.remove(b.slot);
+            if b.core.is_queued(b.slot) {
+                // The removed key's entry is still in the ready ring: a later
+                // enable would revive it there, ahead of keys that became
+                // ready before. Move to a fresh slot, so the next trigger
+                // joins the ring at its tail. (With every spare slot waiting
+                // for the waiter's pop, keep this one: nothing is lost, the
+                // key is only served early.)
+                if let Ok((slot, key)) = b.core.bind(Some(b.key), false) {
+                    b.core.release(b.slot, false);
+                    self.install(&b.core, slot, key);
+                }
+            }
         }
     }
 
