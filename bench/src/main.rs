@@ -23,10 +23,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run every system, interleaved, in at most 60 s (15 s with --quick);
+    /// Run every system, interleaved, in at most 70 s (20 s with --quick);
     /// print the table, write report.json, report.md and report.svg.
     Compare {
-        /// Fewer, shorter rounds: at most 15 s.
+        /// Fewer, shorter rounds: at most 20 s.
         #[arg(long)]
         quick: bool,
         /// Output directory (default: <target dir>/evd-bench).
