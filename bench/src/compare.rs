@@ -2,10 +2,11 @@
 //! every case, interleaved round-robin within one run so that drift on a
 //! noisy machine hits all systems alike, inside a fixed time budget.
 
+use crate::cno::{self, CnoInsnKind, CnoSystem, CnoWakeSystem, Feed, Variant};
 use crate::latency::WakeSystem;
 use crate::pair::{Pair, PairSystem};
 use crate::payload::Event64;
-use crate::rearm::{count_instructions, Rearm, RearmKind};
+use crate::rearm::{count_instructions, count_mode, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
 use crate::room::{self, room_case, RoomSystem, RoomWakeSystem, Work};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
@@ -14,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Wall time of the two callgrind runs that count one re-arm kind.
+/// Wall time of the two callgrind runs (side by side) that count one kind.
 const CALLGRIND_ESTIMATE: Duration = Duration::from_secs(2);
 
 /// The payloads of the throughput cases.
@@ -35,9 +36,11 @@ pub struct Plan {
     pub budget: Duration,
     /// Share of the budget each section may use: throughput (calibration
     /// included), room throughput (calibration included), wake latency,
-    /// room-wake latency, re-arm timing, single-thread pairs; what a section
-    /// leaves unused goes to the next. The rest is for callgrind.
-    pub shares: [f64; 6],
+    /// room-wake latency, re-arm timing, single-thread pairs, CNO wake
+    /// latency, CNO trigger cost, CNO throughput (calibration included);
+    /// what a section leaves unused goes to the next. The rest is for
+    /// callgrind.
+    pub shares: [f64; 9],
     /// Interleaved throughput rounds (after one calibration round).
     pub throughput_rounds: usize,
     /// Events moved by each calibration run.
@@ -62,17 +65,32 @@ pub struct Plan {
     pub pair_rounds: usize,
     /// Post+dequeue pairs per round.
     pub pair_iters: u64,
+    /// Interleaved CNO trigger-cost rounds (the CNO wake latency has the
+    /// wake latency's rounds and samples).
+    pub cno_trigger_rounds: usize,
+    /// Timed length of one trigger-cost measurement (after a warm-up of a
+    /// quarter of it).
+    pub cno_trigger_run: Duration,
+    /// Interleaved CNO throughput rounds (after one calibration round).
+    pub cno_throughput_rounds: usize,
+    /// Events moved by each CNO throughput calibration run.
+    pub cno_calibration_messages: u64,
+    /// Target wall time of one measured CNO throughput run.
+    pub cno_throughput_run: Duration,
     /// Count re-arm instructions with callgrind, if valgrind is installed.
     pub callgrind: bool,
 }
 
 impl Plan {
-    /// The full comparison: at most 60 s.
+    /// The full comparison: at most 70 s.
     pub fn full() -> Self {
+        // Seconds per section, in the order of `shares`; callgrind has the
+        // rest of the budget.
+        const SECONDS: [f64; 9] = [28.0, 7.8, 5.6, 2.8, 1.7, 1.7, 1.5, 3.5, 3.5];
         Plan {
             quick: false,
-            budget: Duration::from_secs(56),
-            shares: [0.50, 0.14, 0.10, 0.05, 0.03, 0.03],
+            budget: Duration::from_secs(66),
+            shares: SECONDS.map(|s| s / 66.0),
             throughput_rounds: 7,
             calibration_messages: 40_000,
             throughput_run: Duration::from_millis(35),
@@ -85,16 +103,24 @@ impl Plan {
             rearm_iters: 2_000_000,
             pair_rounds: 7,
             pair_iters: 1_000_000,
+            cno_trigger_rounds: 7,
+            cno_trigger_run: Duration::from_millis(10),
+            cno_throughput_rounds: 7,
+            cno_calibration_messages: 40_000,
+            cno_throughput_run: Duration::from_millis(25),
             callgrind: true,
         }
     }
 
-    /// `--quick`: at most 15 s.
+    /// `--quick`: at most 20 s.
     pub fn quick() -> Self {
+        // Seconds per section, in the order of `shares`; callgrind has the
+        // rest of the budget.
+        const SECONDS: [f64; 9] = [5.6, 1.7, 2.0, 0.85, 0.3, 0.3, 0.7, 0.8, 1.0];
         Plan {
             quick: true,
-            budget: Duration::from_secs(14),
-            shares: [0.40, 0.12, 0.14, 0.06, 0.02, 0.02],
+            budget: Duration::from_secs(18),
+            shares: SECONDS.map(|s| s / 18.0),
             throughput_rounds: 3,
             calibration_messages: 10_000,
             throughput_run: Duration::from_millis(12),
@@ -107,6 +133,11 @@ impl Plan {
             rearm_iters: 1_000_000,
             pair_rounds: 3,
             pair_iters: 500_000,
+            cno_trigger_rounds: 3,
+            cno_trigger_run: Duration::from_millis(3),
+            cno_throughput_rounds: 3,
+            cno_calibration_messages: 10_000,
+            cno_throughput_run: Duration::from_millis(8),
             callgrind: true,
         }
     }
@@ -120,8 +151,15 @@ impl Plan {
             (self.latency_rounds * (WakeSystem::ALL.len() + RoomWakeSystem::ALL.len())) as u64;
         let re = (self.rearm_rounds * RearmKind::ALL.len()) as u64;
         let pair = (self.pair_rounds * PairSystem::ALL.len()) as u64;
-        let cg = if self.callgrind { 2 } else { 0 };
-        tp + rm + lat + re + pair + cg
+        let cno_lat = (self.latency_rounds * CnoWakeSystem::ALL.len()) as u64;
+        let cno_trig = (self.cno_trigger_rounds * cno_trigger_jobs().len()) as u64;
+        let cno_tp = cno_throughput_jobs().len() as u64 * (1 + self.cno_throughput_rounds as u64);
+        let cg = if self.callgrind {
+            (RearmKind::ALL.len() + CnoInsnKind::ALL.len()) as u64
+        } else {
+            0
+        };
+        tp + rm + lat + re + pair + cno_lat + cno_trig + cno_tp + cg
     }
 }
 
@@ -203,6 +241,71 @@ impl RunJob for RoomJob {
     }
 }
 
+/// A CNO throughput job: one [`CnoSystem`], EVD count and feed.
+#[derive(Clone, Copy)]
+struct CnoThroughputJob {
+    evds: usize,
+    feed: Feed,
+    s: CnoSystem,
+}
+
+impl RunJob for CnoThroughputJob {
+    fn system(self) -> &'static str {
+        self.s.name()
+    }
+    fn case(self) -> String {
+        self.feed.case(self.evds)
+    }
+    fn run(self, messages: u64) -> Result<RunStats, String> {
+        self.s.run_throughput(self.evds, messages, self.feed)
+    }
+    fn measurement(self) -> Measurement {
+        // The waiter sleeps when nothing is ready and drains a batch per EVD.
+        let mut m = Measurement::new(
+            &self.case(),
+            self.s.name(),
+            role(self.s.is_evd()),
+            "blocking/batch",
+            "ops_per_sec",
+        );
+        m.baseline = Some(CnoSystem::EvdCno.name().into());
+        m.threads = cno::THROUGHPUT_POSTERS + 1;
+        m
+    }
+}
+
+/// Every CNO throughput job, in table order.
+fn cno_throughput_jobs() -> Vec<CnoThroughputJob> {
+    Feed::ALL
+        .iter()
+        .flat_map(|&feed| cno::THROUGHPUT_EVDS.map(|evds| (feed, evds)))
+        .flat_map(|(feed, evds)| CnoSystem::ALL.map(|s| CnoThroughputJob { evds, feed, s }))
+        .collect()
+}
+
+/// Every CNO trigger-cost job, in table order.
+fn cno_trigger_jobs() -> Vec<(Variant, usize, CnoSystem)> {
+    Variant::ALL
+        .iter()
+        .flat_map(|&v| cno::TRIGGER_EVDS.map(|n| (v, n)))
+        .flat_map(|(v, n)| CnoSystem::ALL.map(|s| (v, n, s)))
+        .collect()
+}
+
+/// The record skeleton of a trigger-cost row.
+fn cno_trigger_measurement(v: Variant, n: usize, s: CnoSystem) -> Measurement {
+    let mut m = Measurement::new(
+        &v.case(n),
+        s.name(),
+        role(s.is_evd()),
+        v.consumer(),
+        cno::CYCLE_METRIC,
+    );
+    m.baseline = Some(CnoSystem::EvdCno.name().into());
+    m.threads = v.threads();
+    m
+}
+
 fn role(evd: bool) -> Role {
     if evd {
         Role::Evd
@@ -263,6 +366,27 @@ impl LatencyJob for RoomWakeSystem {
         // The one that sleeps is the poster, in a blocking send.
         let mut m = Measurement::new(ROOM_WAKE_CASE, self.name(), r, "blocking", metric);
         m.baseline = Some(self.baseline().name().into());
+        m.floor = self.floor().map(|f| f.name().into());
+        m.threads = 2;
+        m
+    }
+}
+
+impl LatencyJob for CnoWakeSystem {
+    fn name(self) -> &'static str {
+        CnoWakeSystem::name(self)
+    }
+    fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
+        CnoWakeSystem::measure(self, samples)
+    }
+    fn measurement(self, metric: &str) -> Measurement {
+        let r = if self.is_floor() {
+            Role::Floor
+        } else {
+            role(self.is_evd())
+        };
+        let mut m = Measurement::new(cno::WAKE_CASE, self.name(), r, "blocking", metric);
+        m.baseline = self.baseline().map(|b| b.name().into());
         m.floor = self.floor().map(|f| f.name().into());
         m.threads = 2;
         m
@@ -447,6 +571,38 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     time("re-arm");
     pair_section(plan, deadline(5), &pb, &mut c, &mut notes);
     time("single-thread pair");
+    let cno_wake = Latency {
+        section: "cno wake latency",
+        case: cno::WAKE_CASE,
+    };
+    latency_section(
+        plan,
+        deadline(6),
+        &pb,
+        &mut c,
+        &mut notes,
+        cno_wake,
+        &CnoWakeSystem::ALL,
+    );
+    time("cno wake latency");
+    cno_trigger_section(plan, deadline(7), &pb, &mut c, &mut notes);
+    time("cno trigger");
+    let spec = RunSection {
+        section: "cno throughput",
+        prefix: "cno-throughput",
+        rounds: plan.cno_throughput_rounds,
+        calibration_messages: plan.cno_calibration_messages,
+        run: plan.cno_throughput_run,
+    };
+    run_section(
+        &spec,
+        deadline(8),
+        &pb,
+        &mut c,
+        &mut notes,
+        &cno_throughput_jobs(),
+    );
+    time("cno throughput");
     if plan.callgrind {
         callgrind_section(plan, started, exe, &pb, &mut c, &mut notes);
         time("callgrind");
@@ -633,17 +789,27 @@ fn run_section<J: RunJob>(
             let case = job.case();
             pb.set_message(format!("round {} {} {}", round + 1, job.system(), case));
             match job.run(msgs) {
-                Ok(run) => c.push(
-                    job.measurement(),
-                    round,
-                    run.ops_per_sec(),
-                    Some(Diagnostics {
-                        empty_polls_per_msg: run.empty_polls_per_msg(),
-                        full_refusals_per_msg: run.full_refusals_per_msg(),
-                        room_wakes_per_msg: run.room_wakes_per_msg(),
-                        same_cpu_share: run.same_cpu_share(),
-                    }),
-                ),
+                Ok(run) => {
+                    c.push(
+                        job.measurement(),
+                        round,
+                        run.ops_per_sec(),
+                        Some(Diagnostics {
+                            empty_polls_per_msg: run.empty_polls_per_msg(),
+                            full_refusals_per_msg: run.full_refusals_per_msg(),
+                            room_wakes_per_msg: run.room_wakes_per_msg(),
+                            same_cpu_share: run.same_cpu_share(),
+                        }),
+                    );
+                    if let Some(spread) = run.served_max_over_min {
+                        c.push(
+                            with_metric(job.measurement(), cno::FAIRNESS_METRIC),
+                            round,
+                            spread,
+                            None,
+                        );
+                    }
+                }
                 Err(e) => notes.push(format!("{} {case} round {}: {e}", job.system(), round + 1)),
             }
             pb.inc(1);
@@ -670,6 +836,15 @@ fn run_section<J: RunJob>(
             .unwrap_or(usize::MAX)
     };
     c.measurements[first..].sort_by_cached_key(rank);
+}
+
+/// `m` for another metric of the same row (its unit and direction follow).
+fn with_metric(m: Measurement, metric: &str) -> Measurement {
+    let mut out = Measurement::new(&m.case, &m.system, m.role, &m.consumer, metric);
+    out.baseline = m.baseline;
+    out.threads = m.threads;
+    out.floor = m.floor;
+    out
 }
 
 fn skipped(
@@ -772,6 +947,77 @@ fn latency_section<S: LatencyJob>(
     // that order, so first-seen order is already the table order.
 }
 
+/// The trigger-cost cases: every (variant, EVD count, system) once per
+/// round, in an order that rotates every round; the records in job order.
+fn cno_trigger_section(
+    plan: &Plan,
+    deadline: Instant,
+    pb: &ProgressBar,
+    c: &mut Collector,
+    notes: &mut Vec<String>,
+) {
+    notes.push(
+        "cno: atomic read-modify-writes per trigger are a design figure, not a measurement: two \
+         beyond the post's reservation CAS while the waiter is awake (the slot word's CAS and the \
+         ready ring's reservation CAS, core/src/cno/engine.rs), plus the ready ring's wake when \
+         the waiter sleeps"
+            .into(),
+    );
+    let jobs = cno_trigger_jobs();
+    let k = jobs.len();
+    let first = c.measurements.len();
+    let mut clock = SectionClock::new(deadline);
+    let mut rounds_run = 0;
+    for round in 0..plan.cno_trigger_rounds {
+        if !clock.may_start_round(round) {
+            break;
+        }
+        let round_start = Instant::now();
+        for i in 0..k {
+            if clock.must_cut(round) {
+                c.discard_round(round, |case| case.starts_with("cno-trigger"));
+                notes.push(format!(
+                    "cno trigger: round {} passed the time budget after {i} of {k} runs and was discarded",
+                    round + 1
+                ));
+                pb.set_position(pb.position().saturating_sub(i as u64));
+                break;
+            }
+            let (v, n, s) = jobs[(i + round * 7) % k];
+            pb.set_message(format!("round {} {} {}", round + 1, s.name(), v.case(n)));
+            match s.cycle_ns(v, n, plan.cno_trigger_run) {
+                Ok(ns) => c.push(cno_trigger_measurement(v, n, s), round, ns, None),
+                Err(e) => notes.push(format!(
+                    "{} {} round {}: {e}",
+                    s.name(),
+                    v.case(n),
+                    round + 1
+                )),
+            }
+            pb.inc(1);
+        }
+        if clock.must_cut(round) {
+            break;
+        }
+        clock.round_done(round_start);
+        rounds_run += 1;
+    }
+    skipped(
+        pb,
+        notes,
+        "cno trigger",
+        rounds_run,
+        plan.cno_trigger_rounds,
+        k,
+    );
+    let rank = |m: &Measurement| {
+        jobs.iter()
+            .position(|&(v, n, s)| v.case(n) == m.case && s.name() == m.system)
+            .unwrap_or(usize::MAX)
+    };
+    c.measurements[first..].sort_by_cached_key(rank);
+}
+
 fn rearm_section(plan: &Plan, deadline: Instant, pb: &ProgressBar, c: &mut Collector) {
     let mut r = Rearm::new();
     for k in RearmKind::ALL {
@@ -861,8 +1107,8 @@ fn callgrind_section(
     notes: &mut Vec<String>,
 ) {
     let Some(exe) = exe else {
-        notes.push("re-arm instructions: no path to this binary, callgrind skipped".into());
-        pb.inc(2);
+        notes.push("re-arm and cno instructions: no path to this binary, callgrind skipped".into());
+        pb.inc((RearmKind::ALL.len() + CnoInsnKind::ALL.len()) as u64);
         return;
     };
     for k in RearmKind::ALL {
@@ -883,6 +1129,47 @@ fn callgrind_section(
         }
         pb.inc(1);
     }
+    for k in CnoInsnKind::ALL {
+        pb.set_message(format!("callgrind {}", k.name()));
+        if started.elapsed() + CALLGRIND_ESTIMATE > plan.budget {
+            notes.push("cno instructions: out of time budget, callgrind skipped".into());
+            pb.inc(1);
+            continue;
+        }
+        match count_mode(exe, &["cno-insns", "--kind", k.cli_name()]) {
+            Ok(insns) => c.push(cno_insns_measurement(k), 0, insns, None),
+            Err(e) => notes.push(format!("cno instructions of {}: {e}", k.name())),
+        }
+        pb.inc(1);
+    }
+    let insns = |k: CnoInsnKind| {
+        c.measurements
+            .iter()
+            .find(|m| m.case == cno::INSNS_CASE && m.system == k.name())
+            .and_then(|m| m.rounds.first().copied().flatten())
+    };
+    if let (Some(cycle), Some(plain)) =
+        (insns(CnoInsnKind::CnoCycle), insns(CnoInsnKind::PlainPair))
+    {
+        notes.push(format!(
+            "cno instructions: a CNO cycle ({}) is {cycle:.1} instructions, {:.1} more than a \
+             plain post+try_dequeue ({plain:.1})",
+            CnoInsnKind::CnoCycle.name(),
+            cycle - plain
+        ));
+    }
+}
+
+/// The record skeleton of a CNO instruction count: the CNO cycle is the
+/// reference, so the plain pair's ratio is plain ÷ cycle.
+fn cno_insns_measurement(k: CnoInsnKind) -> Measurement {
+    single_thread_measurement(
+        cno::INSNS_CASE,
+        k.name(),
+        true,
+        "instructions_per_cycle",
+        CnoInsnKind::CnoCycle.name(),
+    )
 }
 
 #[cfg(test)]
@@ -890,10 +1177,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quick_plan_is_smaller_than_full_and_within_15_s() {
+    fn quick_plan_is_smaller_than_full_and_within_20_s() {
         let (q, f) = (Plan::quick(), Plan::full());
-        assert!(q.budget <= Duration::from_secs(15));
-        assert!(f.budget <= Duration::from_secs(60));
+        assert!(q.budget <= Duration::from_secs(20));
+        assert!(f.budget <= Duration::from_secs(70));
         assert!(q.steps() < f.steps());
         for p in [&q, &f] {
             assert!(p.shares.iter().sum::<f64>() < 1.0);
@@ -962,6 +1249,37 @@ mod tests {
         );
         let m = RoomWakeSystem::ParkFloor.measurement("latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
+    }
+
+    #[test]
+    fn cno_skeletons_carry_cases_threads_baselines_and_floors() {
+        let job = CnoThroughputJob {
+            evds: 256,
+            feed: Feed::Batches,
+            s: CnoSystem::Epoll,
+        };
+        let m = job.measurement();
+        assert_eq!(m.case, "cno-throughput-batch/256");
+        assert_eq!((m.threads, m.role), (3, Role::Peer));
+        assert_eq!(m.baseline.as_deref(), Some(CnoSystem::EvdCno.name()));
+        let f = with_metric(m, cno::FAIRNESS_METRIC);
+        assert_eq!((f.unit.as_str(), f.higher_is_better), ("ratio", false));
+        assert_eq!(f.threads, 3);
+        let m = cno_trigger_measurement(Variant::CrossThread, 1024, CnoSystem::Scan);
+        assert_eq!(m.case, "cno-trigger-xthread/1024");
+        assert_eq!((m.threads, m.unit.as_str()), (2, "ns"));
+        let m = CnoWakeSystem::EvdCno.measurement("latency_p50_ns");
+        assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
+        assert_eq!(m.baseline.as_deref(), Some(CnoWakeSystem::EvdCno.name()));
+        let m = CnoWakeSystem::EvdWait.measurement("latency_p50_ns");
+        assert_eq!((m.role, m.baseline), (Role::Evd, None));
+        let m = CnoWakeSystem::ParkFloor.measurement("latency_p50_ns");
+        assert_eq!((m.role, m.floor), (Role::Floor, None));
+        let m = cno_insns_measurement(CnoInsnKind::PlainPair);
+        assert_eq!(m.unit, "instructions");
+        assert_eq!(m.baseline.as_deref(), Some(CnoInsnKind::CnoCycle.name()));
+        assert_eq!(cno_trigger_jobs().len(), 24);
+        assert_eq!(cno_throughput_jobs().len(), 12);
     }
 
     #[test]

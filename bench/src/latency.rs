@@ -345,6 +345,27 @@ where
     C: FnOnce(&mut dyn FnMut(u64)) -> Result<(), String> + Send + 'static,
     P: Fn(u64) -> Result<(), String>,
 {
+    sleeping_consumer_timed(
+        samples,
+        move |record: &mut dyn FnMut(u64, u64)| consume(&mut |t| record(t, now_ns())),
+        post,
+    )
+}
+
+/// [`sleeping_consumer`] whose consumer reads the clock itself: its
+/// `record(posted, woken)` callback records `woken - posted`, so the consumer
+/// can take `woken` at the moment it counts as awake (a [`crate::cno`]
+/// waiter: when its wait returns the key, before it dequeues the event that
+/// carries `posted`).
+pub(crate) fn sleeping_consumer_timed<C, P>(
+    samples: u64,
+    consume: C,
+    post: P,
+) -> Result<Histogram<u64>, String>
+where
+    C: FnOnce(&mut dyn FnMut(u64, u64)) -> Result<(), String> + Send + 'static,
+    P: Fn(u64) -> Result<(), String>,
+{
     let received = Arc::new(AtomicU64::new(0));
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let consumer = {
@@ -354,8 +375,8 @@ where
             .spawn(move || {
                 let _ = tid_tx.send(rustix::thread::gettid().as_raw_nonzero().get());
                 let mut hist = new_histogram();
-                let mut record = |t: u64| {
-                    hist.saturating_record(now_ns().saturating_sub(t).max(1));
+                let mut record = |t: u64, woken: u64| {
+                    hist.saturating_record(woken.saturating_sub(t).max(1));
                     // Release: the harness sees the count only after the
                     // record, so it never posts into a busy consumer.
                     received.fetch_add(1, Ordering::Release);

@@ -21,6 +21,11 @@
 //! * [`rearm`]: evd's one-CAS arm against "arm, then poll again", in ns and in
 //!   instructions (callgrind).
 //! * [`pair`]: one post and one dequeue on one thread, evd against `ArrayQueue`.
+//! * [`cno`]: one waiter for many EVDs: evd's `Cno` against epoll over the
+//!   EVDs' eventfds and a scan-every-EVD CNO; its wake latency against the
+//!   park/unpark floor, the cost of one trigger cycle at 1 to 1024 bound
+//!   EVDs, throughput and fairness over 16 and 256 busy EVDs, and its
+//!   instructions per cycle (callgrind).
 //! * [`compare`]: all of it interleaved round-robin within a time budget;
 //!   [`report`] and [`chart`] turn the result into a table, JSON and SVG.
 //!   Every ratio points the same way: above 1 = evd better.
@@ -33,6 +38,7 @@
 #![deny(missing_docs)]
 
 pub mod chart;
+pub mod cno;
 pub mod compare;
 pub mod latency;
 pub mod pair;

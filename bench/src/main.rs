@@ -1,7 +1,9 @@
 //! `evd-bench`: run the side-by-side comparison of evd and its peers
-//! (`compare`), or count re-arm instructions under callgrind (`rearm-insns`).
+//! (`compare`), or run what callgrind counts: re-arms (`rearm-insns`) and
+//! CNO cycles (`cno-insns`).
 
 use clap::{Parser, Subcommand};
+use evd_bench::cno::CnoInsnKind;
 use evd_bench::compare::{compare, Plan};
 use evd_bench::rearm::{Rearm, RearmKind};
 use evd_bench::{chart, report};
@@ -21,10 +23,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run every system, interleaved, in at most 60 s (15 s with --quick);
+    /// Run every system, interleaved, in at most 70 s (20 s with --quick);
     /// print the table, write report.json, report.md and report.svg.
     Compare {
-        /// Fewer, shorter rounds: at most 15 s.
+        /// Fewer, shorter rounds: at most 20 s.
         #[arg(long)]
         quick: bool,
         /// Output directory (default: <target dir>/evd-bench).
@@ -46,6 +48,16 @@ enum Command {
         #[arg(long)]
         iters: u64,
     },
+    /// Run N CNO cycles (or plain post+dequeue pairs) single-threaded (for
+    /// callgrind to count).
+    CnoInsns {
+        /// `cno` or `plain`.
+        #[arg(long)]
+        kind: String,
+        /// Number of cycles.
+        #[arg(long)]
+        iters: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,6 +69,19 @@ fn main() -> ExitCode {
             };
             Rearm::new().run(kind, iters);
             ExitCode::SUCCESS
+        }
+        Command::CnoInsns { kind, iters } => {
+            let Some(kind) = CnoInsnKind::from_cli(&kind) else {
+                eprintln!("unknown --kind {kind:?}: use `cno` or `plain`");
+                return ExitCode::FAILURE;
+            };
+            match kind.run(iters) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Compare {
             quick,

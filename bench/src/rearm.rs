@@ -15,7 +15,7 @@
 
 use std::hint::black_box;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 /// A way to re-enable notification.
@@ -133,10 +133,29 @@ pub const INSN_RUNS: (u64, u64) = (1_000, 101_000);
 /// Instructions of one re-arm of `kind`, counted by callgrind on `exe`'s
 /// `rearm-insns` mode; `Err` if valgrind is missing or fails.
 pub fn count_instructions(exe: &Path, kind: RearmKind) -> Result<f64, String> {
+    count_mode(exe, &["rearm-insns", "--kind", kind.cli_name()])
+}
+
+/// Instructions of one iteration of `exe`'s mode `mode` (its arguments but
+/// `--iters N`), counted by callgrind: the two runs of [`INSN_RUNS`], by
+/// difference. The two runs go side by side (callgrind counts the
+/// instructions of its own process, whatever else runs); `Err` if valgrind
+/// is missing or fails.
+pub fn count_mode(exe: &Path, mode: &[&str]) -> Result<f64, String> {
     let (n1, n2) = INSN_RUNS;
-    let i1 = callgrind_total(exe, kind, n1)?;
-    let i2 = callgrind_total(exe, kind, n2)?;
-    per_iteration(i1, i2, n2 - n1)
+    let first = callgrind_start(exe, mode, n1)?;
+    let second = match callgrind_start(exe, mode, n2) {
+        Ok(c) => c,
+        Err(e) => {
+            let mut first = first;
+            let _ = first.kill();
+            let _ = first.wait();
+            return Err(e);
+        }
+    };
+    let i1 = callgrind_total(first);
+    let i2 = callgrind_total(second);
+    per_iteration(i1?, i2?, n2 - n1)
 }
 
 /// `(i2 - i1) / iters`, refusing a decrease.
@@ -154,13 +173,22 @@ pub fn per_iteration(i1: u64, i2: u64, iters: u64) -> Result<f64, String> {
     Ok((i2 - i1) as f64 / iters as f64)
 }
 
-fn callgrind_total(exe: &Path, kind: RearmKind, iters: u64) -> Result<u64, String> {
-    let out = Command::new("valgrind")
+fn callgrind_start(exe: &Path, mode: &[&str], iters: u64) -> Result<Child, String> {
+    Command::new("valgrind")
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
         .arg(exe)
-        .args(["rearm-insns", "--kind", kind.cli_name(), "--iters"])
+        .args(mode)
+        .arg("--iters")
         .arg(iters.to_string())
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("valgrind: {e}"))
+}
+
+fn callgrind_total(child: Child) -> Result<u64, String> {
+    let out = child
+        .wait_with_output()
         .map_err(|e| format!("valgrind: {e}"))?;
     if !out.status.success() {
         return Err(format!(

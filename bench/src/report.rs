@@ -37,7 +37,9 @@ pub enum Role {
 pub struct Record {
     /// What was measured: `throughput/<payload>/<N>p`,
     /// `room/cap<capacity>/<N>p`, `wake-latency`, `room-wake-latency`,
-    /// `rearm` or `single-thread/pair`.
+    /// `rearm`, `single-thread/pair`, `cno-wake-latency`,
+    /// `cno-trigger/<N>`, `cno-trigger-xthread/<N>`, `cno-throughput/<N>`,
+    /// `cno-throughput-batch/<N>` (N bound EVDs) or `cno-insns`.
     pub case: String,
     /// The system under test, e.g. `evd try_dequeue`, `tokio mpsc blocking_recv_many`.
     pub system: String,
@@ -49,9 +51,11 @@ pub struct Record {
     /// the poster is the one that sleeps), or `single-thread`.
     pub consumer: String,
     /// `ops_per_sec`, `latency_p50_ns`, `latency_p99_ns`, `latency_p999_ns`,
-    /// `ns_per_rearm`, `instructions_per_rearm` or `ns_per_pair`.
+    /// `ns_per_rearm`, `instructions_per_rearm`, `ns_per_pair`,
+    /// `ns_per_cycle`, `served_max_over_min` or `instructions_per_cycle`.
     pub metric: String,
-    /// Unit of `median`, `min`, `max` and `rounds`: `ops/s`, `ns` or `instructions`.
+    /// Unit of `median`, `min`, `max` and `rounds`: `ops/s`, `ns`,
+    /// `instructions` or `ratio` (`served_max_over_min`).
     pub unit: String,
     /// True if more is better (throughput), false if less is (latency, cost).
     pub higher_is_better: bool,
@@ -152,7 +156,8 @@ impl Measurement {
     pub fn new(case: &str, system: &str, role: Role, consumer: &str, metric: &str) -> Self {
         let (unit, higher_is_better) = match metric {
             "ops_per_sec" => ("ops/s", true),
-            "instructions_per_rearm" => ("instructions", false),
+            m if m.starts_with("instructions_per_") => ("instructions", false),
+            "served_max_over_min" => ("ratio", false),
             _ => ("ns", false),
         };
         Measurement {
@@ -628,7 +633,66 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
         "ratio",
         Goal::AtMost(1.1),
     ));
+    cno_targets(records, &mut out);
     out
+}
+
+/// The CNO's targets: its wake at the park/unpark floor, a trigger cycle
+/// that does not grow with the bound EVDs and beats a scan, fairness under
+/// saturation.
+fn cno_targets(records: &[Record], out: &mut Vec<TargetCheck>) {
+    use crate::cno::{CnoSystem, CnoWakeSystem, Feed, Variant, CYCLE_METRIC, FAIRNESS_METRIC};
+    let wake = crate::cno::WAKE_CASE;
+    out.push(target(
+        format!(
+            "cno wake: {} ÷ {}, p50 ns, {wake}",
+            CnoWakeSystem::EvdCno.name(),
+            CnoWakeSystem::ParkFloor.name()
+        ),
+        find(
+            records,
+            wake,
+            CnoWakeSystem::EvdCno.name(),
+            "latency_p50_ns",
+        ),
+        Some(find(
+            records,
+            wake,
+            CnoWakeSystem::ParkFloor.name(),
+            "latency_p50_ns",
+        )),
+        "ratio",
+        Goal::AtMost(1.1),
+    ));
+    let evd = CnoSystem::EvdCno.name();
+    let scan = CnoSystem::Scan.name();
+    for v in Variant::ALL {
+        let (one, most) = (v.case(1), v.case(1024));
+        out.push(target(
+            format!("cno trigger: evd Cno at 1024 EVDs ÷ at 1 EVD, ns per cycle, {most} ÷ {one}"),
+            find(records, &most, evd, CYCLE_METRIC),
+            Some(find(records, &one, evd, CYCLE_METRIC)),
+            "ratio",
+            Goal::AtMost(1.5),
+        ));
+        out.push(target(
+            format!("cno trigger: {scan} ÷ evd Cno, ns per cycle, {most}"),
+            find(records, &most, scan, CYCLE_METRIC),
+            Some(find(records, &most, evd, CYCLE_METRIC)),
+            "ratio",
+            Goal::AtLeast(10.0),
+        ));
+    }
+    for n in crate::cno::THROUGHPUT_EVDS {
+        let case = Feed::Batches.case(n);
+        out.push(target(
+            format!("cno fairness: evd Cno, most ÷ fewest events served per EVD, {case}"),
+            find(records, &case, evd, FAIRNESS_METRIC),
+            None,
+            "ratio",
+            Goal::AtMost(1.1),
+        ));
+    }
 }
 
 /// A value in its unit, short: `95.3 M/s`, `8.61 µs`, `23.0 insns`.
@@ -646,6 +710,7 @@ pub fn format_value(v: f64, unit: &str) -> String {
         "ns" if v >= 1_000.0 => format!("{:.2} µs", v / 1e3),
         "ns" => format!("{v:.1} ns"),
         "instructions" => format!("{v:.1} insns"),
+        "ratio" => format!("{v:.3}"),
         _ => format!("{v:.3} {unit}"),
     }
 }
@@ -680,9 +745,31 @@ pub fn markdown(report: &Report) -> String {
             cases.push(&r.case);
         }
     }
+    let mut cno_trigger_done = false;
     for case in cases {
         let rows: Vec<&Record> = report.records.iter().filter(|r| r.case == case).collect();
-        if case == "wake-latency" {
+        if case.starts_with("cno-trigger") {
+            // One table for every trigger-cost case.
+            if !cno_trigger_done {
+                let all: Vec<&Record> = report
+                    .records
+                    .iter()
+                    .filter(|r| r.case.starts_with("cno-trigger"))
+                    .collect();
+                cno_trigger_table(&mut s, &all, cpus);
+                cno_trigger_done = true;
+            }
+        } else if case == crate::cno::WAKE_CASE {
+            latency_table(
+                &mut s,
+                case,
+                "post → the CNO waiter's wait returning the key",
+                &rows,
+                cpus,
+            );
+        } else if case.starts_with("cno-throughput") {
+            cno_throughput_table(&mut s, case, &rows, cpus);
+        } else if case == "wake-latency" {
             latency_table(&mut s, case, "post → consumer running", &rows, cpus);
         } else if case == "room-wake-latency" {
             latency_table(
@@ -871,6 +958,121 @@ fn room_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
             format_value(r.min, &r.unit),
             format_value(r.max, &r.unit),
             room_wakes_cell(r),
+            diag_cell(r, &r.empty_polls_per_msg, &num),
+            diag_cell(r, &r.same_cpu_share, &pct),
+            threads_cell(r),
+            format_ratio(r),
+        );
+    }
+    s.push('\n');
+}
+
+/// `median [min – max]` of a record.
+fn spread_cell(r: &Record) -> String {
+    format!(
+        "{} [{} – {}]",
+        format_value(r.median, &r.unit),
+        format_value(r.min, &r.unit),
+        format_value(r.max, &r.unit)
+    )
+}
+
+/// Every trigger-cost case in one table: a row per variant and system, a
+/// column per bound-EVD count.
+fn cno_trigger_table(s: &mut String, rows: &[&Record], cpus: usize) {
+    use crate::cno::{Variant, TRIGGER_EVDS};
+    let _ = writeln!(
+        s,
+        "### cno-trigger (ns per cycle: a post to a random enabled EVD → the waiter takes it, \
+         drains it and re-enables it; median of rounds [min – max] (ratio))\n\n\
+         {}, each against the evd Cno row of its column. N = bound EVDs. single-thread: post, \
+         then one pass of the waiter on the same thread; cross-thread: the harness posts, then \
+         spins until the waiter, on its own thread, has served the event (a ping-pong: the next \
+         post follows the acknowledgement at once, within the waiter's spin budget unless a \
+         thread is descheduled).{}\n",
+        ratio_sentence(false, "ns"),
+        oversubscription_sentence(rows, cpus),
+    );
+    let mut head = String::from("| variant | system |");
+    let mut rule = String::from("|---|---|");
+    for n in TRIGGER_EVDS {
+        let _ = write!(head, " N = {n} |");
+        rule.push_str("---|");
+    }
+    let _ = writeln!(s, "{head} threads |\n{rule}---|");
+    for v in Variant::ALL {
+        let mut systems: Vec<&str> = Vec::new();
+        for r in rows.iter().filter(|r| r.case.starts_with(v.prefix())) {
+            if !systems.contains(&r.system.as_str()) {
+                systems.push(&r.system);
+            }
+        }
+        for sys in systems {
+            let mut line = format!("| {} | {sys} |", v.label());
+            let mut threads = String::new();
+            for n in TRIGGER_EVDS {
+                let case = v.case(n);
+                match rows.iter().find(|r| r.case == case && r.system == sys) {
+                    Some(r) => {
+                        let ratio = match (&r.baseline, r.ratio_to_evd) {
+                            (Some(b), _) if *b == r.system => "reference".to_string(),
+                            (_, Some(x)) => format!("{x:.2}×"),
+                            _ => "n/a".into(),
+                        };
+                        let _ = write!(line, " {} ({ratio}) |", spread_cell(r));
+                        threads = threads_cell(r);
+                    }
+                    None => line.push_str(" n/a |"),
+                }
+            }
+            let _ = writeln!(s, "{line} {threads} |");
+        }
+    }
+    s.push('\n');
+}
+
+/// A CNO throughput case: events/s with the spread of events served per EVD
+/// and the diagnostics.
+fn cno_throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
+    let feed = if case.starts_with("cno-throughput-batch/") {
+        "each poster posts batches of up to 16 events (one post_batch) to the next EVD in turn, \
+         so that posters outrun the waiter (saturation; full/msg shows how often an EVD was full)"
+    } else {
+        "each poster posts one event at a time to the next EVD in turn"
+    };
+    let _ = writeln!(
+        s,
+        "### {case} (one waiter, {} poster threads; N = bound EVDs)\n\n{}. Posters: {feed}; \
+         a poster moves to the next EVD after a refusal as after a post, so an EVD the waiter \
+         neglects stays full and gets nothing. served max/min = the most events the waiter \
+         served from one EVD over the fewest from another, over the run (1 = even). \
+         Diagnostics are medians over rounds, with (slowest round → fastest round): full = \
+         posts (post_batch calls) refused as full, per event; empty polls = drains that found \
+         nothing, per event; same CPU = share of CPU samples with a poster on the waiter's \
+         CPU.{}\n\n\
+         | system | consumer | median | min – max | served max/min | full/msg | empty polls/msg | same CPU | threads | ratio |\n\
+         |---|---|---|---|---|---|---|---|---|---|",
+        crate::cno::THROUGHPUT_POSTERS,
+        ratio_sentence(true, "ops/s"),
+        oversubscription_sentence(rows, cpus),
+    );
+    let num = |x: f64| format!("{x:.3}");
+    let pct = |x: f64| format!("{:.0} %", x * 100.0);
+    for r in rows.iter().filter(|r| r.metric == "ops_per_sec") {
+        let spread = rows
+            .iter()
+            .find(|f| f.system == r.system && f.metric == crate::cno::FAIRNESS_METRIC)
+            .map_or_else(|| "n/a".into(), |f| spread_cell(f));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} – {} | {} | {} | {} | {} | {} | {} |",
+            r.system,
+            r.consumer,
+            format_value(r.median, &r.unit),
+            format_value(r.min, &r.unit),
+            format_value(r.max, &r.unit),
+            spread,
+            diag_cell(r, &r.full_refusals_per_msg, &num),
             diag_cell(r, &r.empty_polls_per_msg, &num),
             diag_cell(r, &r.same_cpu_share, &pct),
             threads_cell(r),
@@ -1246,7 +1448,7 @@ mod tests {
     #[test]
     fn targets_report_missing_sides_as_not_measured() {
         let ts = targets(&[]);
-        assert_eq!(ts.len(), 13);
+        assert_eq!(ts.len(), 20);
         assert!(ts.iter().all(|t| t.value.is_none() && t.met.is_none()));
     }
 
@@ -1457,6 +1659,74 @@ mod tests {
             .find(|t| t.name.starts_with("room wake:"))
             .unwrap();
         assert_eq!((t.value, t.met), (Some(1.1), Some(true)));
+    }
+
+    #[test]
+    fn cno_tables_and_targets() {
+        use crate::cno::{CnoSystem, Feed, Variant, CYCLE_METRIC, FAIRNESS_METRIC, WAKE_CASE};
+        let evd = CnoSystem::EvdCno.name();
+        let scan = CnoSystem::Scan.name();
+        let row = |case: &str, system: &str, metric: &str, v: f64| {
+            let role = if system == evd { Role::Evd } else { Role::Peer };
+            let mut m = Measurement::new(case, system, role, "blocking/batch", metric);
+            m.baseline = Some(evd.into());
+            m.threads = 3;
+            m.set_round(0, v, None);
+            m
+        };
+        let mut ms = Vec::new();
+        for v in Variant::ALL {
+            for (n, e, sc) in [(1, 100.0, 50.0), (1024, 140.0, 2_000.0)] {
+                ms.push(row(&v.case(n), evd, CYCLE_METRIC, e));
+                ms.push(row(&v.case(n), scan, CYCLE_METRIC, sc));
+            }
+        }
+        let tp = Feed::Batches.case(16);
+        ms.push(row(&tp, evd, "ops_per_sec", 4e7));
+        ms.push(row(&tp, evd, FAIRNESS_METRIC, 1.05));
+        ms.push(row(&tp, scan, "ops_per_sec", 2e7));
+        for (system, role, p50) in [
+            ("evd Cno::wait (park/unpark)", Role::Evd, 5_200.0),
+            ("floor: raw park/unpark", Role::Floor, 5_000.0),
+        ] {
+            let mut m = Measurement::new(WAKE_CASE, system, role, "blocking", "latency_p50_ns");
+            m.baseline = Some("evd Cno::wait (park/unpark)".into());
+            m.set_round(0, p50, None);
+            ms.push(m);
+        }
+        let mut report = sample_report();
+        report.records = records_from(ms, 2);
+        report.targets = targets(&report.records);
+        let md = markdown(&report);
+        assert_eq!(md.matches("### cno-trigger").count(), 1, "{md}");
+        let scan_single = md
+            .lines()
+            .find(|l| l.starts_with(&format!("| single-thread | {scan} |")))
+            .unwrap();
+        assert!(
+            scan_single.contains("(0.50×)") && scan_single.contains("(14.29×)"),
+            "{scan_single}"
+        );
+        assert!(md.contains("### cno-throughput-batch/16"), "{md}");
+        let evd_tp = md
+            .lines()
+            .find(|l| l.starts_with(&format!("| {evd} | blocking/batch | 40.00 M/s")))
+            .unwrap();
+        assert!(evd_tp.contains("| 1.050 [1.050 – 1.050] |"), "{evd_tp}");
+        assert!(md.contains("### cno-wake-latency"), "{md}");
+        let get = |s: &str| report.targets.iter().find(|t| t.name.contains(s)).unwrap();
+        let t = get("at 1 EVD, ns per cycle, cno-trigger/1024");
+        assert_eq!((t.value, t.met), (Some(1.4), Some(true)));
+        let t = get("evd Cno, ns per cycle, cno-trigger-xthread/1024");
+        assert_eq!(t.value.map(|v| (v * 100.0).round()), Some(1429.0));
+        let t = get("cno-throughput-batch/16");
+        assert_eq!(
+            (t.value, t.unit.as_str(), t.met),
+            (Some(1.05), "ratio", Some(true))
+        );
+        let t = get("cno wake:");
+        assert_eq!((t.value, t.met), (Some(1.04), Some(true)));
+        assert_eq!(get("cno-throughput-batch/256").met, None);
     }
 
     #[test]

@@ -43,7 +43,7 @@ value back and retries it after std::hint::spin_loop(), calling std::thread::yie
 instead on every 64th refusal in a row";
 
 /// A CPU slot whose poster has not started or has finished.
-const NO_CPU: u32 = u32::MAX;
+pub(crate) const NO_CPU: u32 = u32::MAX;
 
 /// The CPU the calling thread runs on.
 #[inline]
@@ -451,6 +451,9 @@ pub struct RunStats {
     pub cpu_samples: u64,
     /// Of those, how many found the poster on the consumer's CPU.
     pub same_cpu: u64,
+    /// [`crate::cno`] throughput only: the most events the waiter served
+    /// from one EVD over the fewest it served from another; `None` elsewhere.
+    pub served_max_over_min: Option<f64>,
 }
 
 impl RunStats {
@@ -523,7 +526,9 @@ pub struct Sink<'a> {
 }
 
 impl<'a> Sink<'a> {
-    fn new(messages: u64, poster_cpus: &'a [AtomicU32]) -> Self {
+    /// Expect `messages` events; `poster_cpus` holds each poster's latest
+    /// CPU ([`NO_CPU`] while it does not run).
+    pub(crate) fn new(messages: u64, poster_cpus: &'a [AtomicU32]) -> Self {
         Sink {
             tally: Tally::new(messages),
             empty_polls: 0,
@@ -553,6 +558,27 @@ impl<'a> Sink<'a> {
     #[inline(always)]
     pub fn empty(&mut self) {
         self.empty_polls += 1;
+    }
+
+    /// Check the checksum; the run's figures, with `refusals` posts
+    /// refused as full over all posters.
+    pub(crate) fn finish(
+        self,
+        elapsed: Duration,
+        messages: u64,
+        refusals: u64,
+    ) -> Result<RunStats, String> {
+        self.tally.verify()?;
+        Ok(RunStats {
+            elapsed,
+            messages,
+            empty_polls: Some(self.empty_polls),
+            full_refusals: Some(refusals),
+            room_wakes: None,
+            cpu_samples: self.cpu_samples,
+            same_cpu: self.same_cpu,
+            served_max_over_min: None,
+        })
     }
 
     #[cold]
@@ -657,6 +683,7 @@ where
         room_wakes: None,
         cpu_samples: sink.cpu_samples,
         same_cpu: sink.same_cpu,
+        served_max_over_min: None,
     })
 }
 
