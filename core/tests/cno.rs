@@ -1314,3 +1314,56 @@ fn the_eventfd_loop_serves_a_poster_thread_with_poll() {
     assert_eq!(next, 500);
     assert!(polls >= 1);
 }
+
+// ---- order, with an entry of a removed key still queued ------------------
+//
+// A disable (or unbind, or move) removes a pending key but leaves its slot's
+// entry in the ready ring; a later trigger of the same slot revives that
+// entry instead of queueing a new one (`cno::slot`: "the stale entry
+// delivers the new key when popped"), so the key comes out at the place
+// where the removed one had been, ahead of keys that became ready before it.
+
+#[test]
+fn keys_come_in_ready_order_after_a_disable_and_re_enable() {
+    let mut cno = Cno::new(4).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pc, mut c) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    c.bind_cno(&cno, 2).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap(); // key 1 ready
+    pc.post(1).unwrap(); // key 2 ready
+    a.disable_cno(); // key 1 removed
+    assert_eq!(drain(&mut a).0, [1]);
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(2).unwrap(); // key 1 ready again, after key 2
+    assert_eq!(
+        ready(&mut cno),
+        [2, 1],
+        "FIFO in the order keys became ready"
+    );
+}
+
+#[test]
+fn keys_come_in_ready_order_after_a_place_is_reused() {
+    let mut cno = Cno::new(2).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pc, mut c) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    c.bind_cno(&cno, 2).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap(); // key 1 ready
+    pc.post(1).unwrap(); // key 2 ready
+    drop(a); // key 1 removed, its place freed
+    let (pb, mut b) = pair::<u8>(4);
+    b.bind_cno(&cno, 3).unwrap(); // takes a's place
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    pb.post(1).unwrap(); // key 3 ready, after key 2
+    assert_eq!(
+        ready(&mut cno),
+        [2, 3],
+        "FIFO in the order keys became ready"
+    );
+}
