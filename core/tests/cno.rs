@@ -1367,3 +1367,43 @@ fn keys_come_in_ready_order_after_a_place_is_reused() {
         "FIFO in the order keys became ready"
     );
 }
+
+#[test]
+fn resizing_an_enabled_evd_keeps_its_enable() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(2);
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.resize(8), Ok(8));
+    p.post(1).unwrap();
+    assert_eq!(ready(&mut cno), [1]);
+    assert_eq!(c.resize(2), Ok(2), "shrinks with one event queued");
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
+    assert_eq!(drain(&mut c).0, [1]);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    c.disable_cno(); // the barrier returns: the resize kept the count straight
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(2).unwrap();
+    assert_eq!(ready(&mut cno), [1]);
+}
+
+#[test]
+fn modify_cno_to_the_same_cno_changes_the_key_and_moves_a_pending_key() {
+    let mut cno = Cno::new(2).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap(); // key 1 pending
+    c.modify_cno(&cno, 2).unwrap();
+    assert_eq!((c.cno_key(), cno.bound()), (Some(2), 1));
+    assert_eq!(
+        ready(&mut cno),
+        [2],
+        "the pending key, under its new key, once"
+    );
+    drain(&mut c);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    c.modify_cno(&cno.handle(), 3).unwrap(); // the enable moves too
+    p.post(2).unwrap();
+    assert_eq!(ready(&mut cno), [3]);
+}
