@@ -46,6 +46,20 @@ fn post_retry<T: Send>(p: &Poster<T>, mut ev: T) {
     }
 }
 
+/// A thread that posts 0, 1, 2, ... to `p` without pause (yielding only on
+/// a full ring) until `stop`, then drops `p` (closing the EVD); returns how
+/// many it posted.
+fn poster_until(p: Poster<u64>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut i = 0;
+        while !stop.load(Relaxed) {
+            post_retry(&p, i);
+            i += 1;
+        }
+        i
+    })
+}
+
 /// The keys ready now.
 fn ready(cno: &mut Cno) -> Vec<u64> {
     let mut keys = Vec::new();
@@ -388,17 +402,14 @@ fn disable_of_an_unbound_or_disabled_evd_does_nothing() {
 /// and every event is still dequeued, once, in order.
 #[test]
 fn disable_is_a_barrier_no_key_appears_after_it_returns() {
-    const EVENTS: u64 = 100_000;
+    const ROUNDS: u64 = 100_000;
     let mut cno = Cno::new(1).unwrap();
     let (p, mut c) = pair::<u64>(4);
     c.bind_cno(&cno, 3).unwrap();
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("disable barrier", progress.clone());
-    let poster = std::thread::spawn(move || {
-        for i in 0..EVENTS {
-            post_retry(&p, i);
-        }
-    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let poster = poster_until(p, stop.clone());
     let mut rng = Rng(0xba44_1e45);
     let (mut next, mut taken_before, mut rounds) = (0u64, 0u64, 0u64);
     'rounds: loop {
@@ -417,17 +428,21 @@ fn disable_is_a_barrier_no_key_appears_after_it_returns() {
             ArmStatus::Closed => break 'rounds,
         }
         rounds += 1;
+        if rounds == ROUNDS {
+            stop.store(true, Relaxed); // then drain to the end of stream
+        }
         // Sometimes the CNO's waiter takes the key before the disable (it
         // may: the key was due); sometimes it leaves it for the disable.
-        match rng.below(3) {
-            0 => {
-                taken_before += cno.try_next().map_or(0, |k| {
-                    assert_eq!(k, 3);
-                    1
-                })
-            }
-            1 => std::thread::yield_now(),
-            _ => {}
+        // A window of random length for a post to take the enable (and the
+        // poster a chance at the EVD's word).
+        for _ in 0..rng.below(512) {
+            std::hint::spin_loop();
+        }
+        if rng.below(2) == 0 {
+            taken_before += cno.try_next().map_or(0, |k| {
+                assert_eq!(k, 3);
+                1
+            });
         }
         c.disable_cno();
         assert_eq!(
@@ -436,9 +451,10 @@ fn disable_is_a_barrier_no_key_appears_after_it_returns() {
             "round {rounds}: a key after disable_cno returned"
         );
     }
-    poster.join().unwrap();
-    assert_eq!(next, EVENTS);
-    println!("{rounds} enable/disable rounds, {taken_before} keys taken before a disable");
+    assert_eq!(next, poster.join().unwrap(), "every event");
+    println!(
+        "{rounds} enable/disable rounds, {next} events, {taken_before} keys taken before a disable"
+    );
 }
 
 // ---- modify_cno -----------------------------------------------------------
@@ -566,17 +582,14 @@ fn modify_cno_to_a_full_or_dropped_cno_fails_and_leaves_the_binding_as_it_was() 
 /// of one), never twice, and none is lost (the waiter blocks for it).
 #[test]
 fn modify_cno_under_posts_each_notification_reaches_exactly_one_cno() {
-    const EVENTS: u64 = 50_000;
+    const ROUNDS: u64 = 50_000;
     let mut cnos = [Cno::new(1).unwrap(), Cno::new(1).unwrap()];
     let key = |i: usize| 100 + i as u64;
     let (p, mut c) = pair::<u64>(4);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("modify_cno under posts", progress.clone());
-    let poster = std::thread::spawn(move || {
-        for i in 0..EVENTS {
-            post_retry(&p, i);
-        }
-    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let poster = poster_until(p, stop.clone());
     let mut rng = Rng(0x30d1_f1ed);
     let mut cur = 0;
     c.bind_cno(&cnos[cur], key(cur)).unwrap();
@@ -624,12 +637,14 @@ fn modify_cno_under_posts_each_notification_reaches_exactly_one_cno() {
         cnos[cur].wait(&mut keys);
         assert_eq!(keys, [key(cur)], "one key, from the current CNO");
         keys_seen += 1;
+        if keys_seen == ROUNDS {
+            stop.store(true, Relaxed); // then serve to the end of stream
+        }
         // Nothing else is owed until the next enable, on either CNO.
         assert_eq!((cnos[0].try_next(), cnos[1].try_next()), (None, None));
     }
-    poster.join().unwrap();
-    assert_eq!(next, EVENTS);
-    println!("{keys_seen} keys, {moves} moves");
+    assert_eq!(next, poster.join().unwrap(), "every event");
+    println!("{keys_seen} keys, {moves} moves, {next} events");
 }
 
 // ---- unbind, drop, slot reuse ----------------------------------------------
