@@ -86,7 +86,7 @@ fn main() {
     // The serving thread (this one). Enable every connection first: each
     // says Armed (nothing posted yet) or Pending (drain it now).
     let mut next = vec![0u64; CONNECTIONS]; // next sequence number per connection
-    let mut enabled = vec![false; CONNECTIONS];
+    let mut enabled = [false; CONNECTIONS];
     let mut open = CONNECTIONS;
     let (mut waits, mut keys_served, mut drained, mut most) = (0u64, 0u64, 0u64, 0usize);
 
@@ -142,12 +142,8 @@ fn main() {
     }
     threads.into_iter().for_each(|t| t.join().unwrap());
 
-    for c in 0..CONNECTIONS {
-        assert_eq!(
-            next[c],
-            messages(c),
-            "connection {c}: every message arrived"
-        );
+    for (c, &n) in next.iter().enumerate() {
+        assert_eq!(n, messages(c), "connection {c}: every message arrived");
     }
     assert_eq!(cno.try_next(), None, "nothing left in the ready set");
     drop(conns); // dropping a bound consumer unbinds it

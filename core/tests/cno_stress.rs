@@ -527,7 +527,7 @@ fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
         let (retired, progress) = (retired.clone(), progress.clone());
         std::thread::spawn(move || {
             let mut keys = Vec::new();
-            let mut snapshot = vec![0u64; EVDS];
+            let mut snapshot = [0u64; EVDS];
             loop {
                 for (s, r) in snapshot.iter_mut().zip(retired.iter()) {
                     *s = r.load(Acquire);
