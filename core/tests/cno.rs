@@ -1,0 +1,1424 @@
+//! The CNO (one waiter for many EVDs), one test per promise of its docs
+//! (`core/src/cno/mod.rs`, `core/src/consumer/cno.rs`), named after it.
+//!
+//! Most tests are single-threaded and exact. The threaded ones assert only
+//! what holds in every interleaving (no sleeps as synchronization, no timed
+//! assertions); the few that could hang on a lost wakeup run under a
+//! watchdog that fails the process instead. The many-EVD stress test is in
+//! `cno_stress.rs`.
+
+use evd::{
+    ArmStatus, Cno, CnoError, CnoHandle, Consumer, Lossy, Overflow, Poster, TryDequeueError,
+};
+use futures::{FutureExt, StreamExt};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a threaded test may make no progress before the watchdog calls
+/// it a hang (a lost wakeup, or a disable barrier that never ends).
+const STALL_LIMIT: Duration = Duration::from_secs(60);
+
+fn pair<T: Send>(capacity: usize) -> (Poster<T>, Consumer<T>) {
+    evd::bounded(capacity).expect("valid capacity")
+}
+
+/// Everything queued now, and whether the drain ended at the end of stream.
+fn drain<T>(c: &mut Consumer<T>) -> (Vec<T>, bool) {
+    let mut got = Vec::new();
+    loop {
+        match c.try_dequeue() {
+            Ok(v) => got.push(v),
+            Err(TryDequeueError::Empty) => return (got, false),
+            Err(TryDequeueError::Closed) => return (got, true),
+            Err(TryDequeueError::Overflow(o)) => panic!("unexpected loss report {o:?}"),
+        }
+    }
+}
+
+/// Post, yielding while the ring is full.
+fn post_retry<T: Send>(p: &Poster<T>, mut ev: T) {
+    while let Err(e) = p.post(ev) {
+        assert!(!e.is_closed(), "closed under a live poster");
+        ev = e.into_inner();
+        std::thread::yield_now();
+    }
+}
+
+/// A thread that posts 0, 1, 2, ... to `p` without pause (yielding only on
+/// a full ring) until `stop`, then drops `p` (closing the EVD); returns how
+/// many it posted.
+fn poster_until(p: Poster<u64>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut i = 0;
+        while !stop.load(Relaxed) {
+            post_retry(&p, i);
+            i += 1;
+        }
+        i
+    })
+}
+
+/// The keys ready now.
+fn ready(cno: &mut Cno) -> Vec<u64> {
+    let mut keys = Vec::new();
+    let n = cno.try_ready(&mut keys);
+    assert_eq!(n, keys.len(), "try_ready returns how many it appended");
+    keys
+}
+
+/// xorshift64*: reproducible choices without a rand dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Fails the process (a hung test would hang the harness) if `progress`
+/// stays put for [`STALL_LIMIT`]; stops when dropped.
+struct Watchdog {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn new(what: &'static str, progress: Arc<AtomicU64>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut last = (progress.load(Relaxed), Instant::now());
+            while !s.load(Acquire) {
+                std::thread::park_timeout(Duration::from_millis(200));
+                let now = progress.load(Relaxed);
+                if now != last.0 {
+                    last = (now, Instant::now());
+                } else if last.1.elapsed() > STALL_LIMIT {
+                    use std::io::Write;
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "watchdog: {what}: no progress for {STALL_LIMIT:?} at {now}"
+                    );
+                    std::process::exit(101);
+                }
+            }
+        });
+        Watchdog {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+// ---- types ----------------------------------------------------------------
+
+#[test]
+fn a_handle_is_clone_send_and_sync_and_the_cno_is_send() {
+    fn clone_send_sync<T: Clone + Send + Sync>() {}
+    fn send<T: Send>() {}
+    clone_send_sync::<CnoHandle>();
+    send::<Cno>();
+    let cno = Cno::new(4).unwrap();
+    let h = cno.handle();
+    let (_p, mut c) = pair::<u8>(4);
+    let c = std::thread::spawn(move || {
+        c.bind_cno(&h, 11).unwrap();
+        c
+    })
+    .join()
+    .unwrap();
+    assert_eq!((c.cno_key(), cno.bound()), (Some(11), 1));
+    assert_eq!(cno.handle().bound(), 1);
+}
+
+#[test]
+fn new_refuses_zero_and_reports_its_capacity() {
+    assert!(Cno::new(0).is_err());
+    let cno = Cno::new(5).unwrap();
+    assert_eq!((cno.capacity(), cno.bound()), (5, 0));
+    assert_eq!(cno.handle().capacity(), 5);
+}
+
+// ---- the ready set --------------------------------------------------------
+
+#[test]
+fn the_ready_set_holds_exactly_the_enabled_evds_that_got_work() {
+    let mut cno = Cno::new(8).unwrap();
+    let (pa, mut a) = pair::<u32>(4); // enabled, gets a post
+    let (_pb, mut b) = pair::<u32>(4); // enabled, no post
+    let (pc, mut c) = pair::<u32>(4); // bound, not enabled, gets a post
+    let (pd, mut d) = pair::<u32>(4); // not bound, gets a post
+    a.bind_cno(&cno, 1).unwrap();
+    b.bind_cno(&cno, 2).unwrap();
+    c.bind_cno(&cno, 3).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(cno.try_next(), None, "nothing posted: nothing ready");
+    pa.post(10).unwrap();
+    pc.post(30).unwrap();
+    pd.post(40).unwrap();
+    assert_eq!(ready(&mut cno), [1]);
+    assert_eq!(ready(&mut cno), [] as [u64; 0], "taken keys leave the set");
+    assert_eq!(cno.try_next(), None);
+    assert_eq!(drain(&mut a).0, [10]);
+    assert_eq!(drain(&mut c).0, [30]);
+    assert_eq!(drain(&mut d).0, [40]);
+}
+
+#[test]
+fn try_ready_appends_to_what_out_holds() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 6).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(0).unwrap();
+    let mut out = vec![99];
+    assert_eq!(cno.try_ready(&mut out), 1);
+    assert_eq!(out, [99, 6]);
+    assert_eq!(cno.try_ready(&mut out), 0);
+}
+
+#[test]
+fn a_key_is_ready_at_most_once_per_enable() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u32>(8);
+    c.bind_cno(&cno, 5).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    for i in 0..4 {
+        p.post(i).unwrap();
+    }
+    assert_eq!(ready(&mut cno), [5], "four posts, one enable: one key");
+    p.post(4).unwrap();
+    assert_eq!(cno.try_next(), None, "the enable was used up");
+    // Enabling with events queued is Pending and arms nothing.
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
+    p.post(5).unwrap();
+    assert_eq!(cno.try_next(), None, "a Pending enable arms nothing");
+    assert_eq!(drain(&mut c).0, [0, 1, 2, 3, 4, 5]);
+    // Drained: a new enable, a new key.
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(6).unwrap();
+    p.post(7).unwrap();
+    assert_eq!(ready(&mut cno), [5]);
+    assert_eq!(cno.try_next(), None);
+}
+
+#[test]
+fn enabling_an_enabled_evd_changes_nothing() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u32>(4);
+    c.bind_cno(&cno, 8).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    assert_eq!(ready(&mut cno), [8], "three enables, one key");
+    p.post(2).unwrap();
+    assert_eq!(cno.try_next(), None);
+    // A disable after a repeated enable is still a barrier that returns
+    // (it waits only for the triggers the enables owe: here, the one taken).
+    drain(&mut c);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    c.disable_cno();
+    p.post(3).unwrap();
+    assert_eq!(cno.try_next(), None, "disabled");
+}
+
+#[test]
+fn enable_is_not_bound_before_a_bind_then_pending_armed_or_closed() {
+    let cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u32>(4);
+    assert_eq!(c.enable_cno(), Err(CnoError::NotBound));
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed), "empty: Armed");
+    c.disable_cno();
+    p.post(1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending), "queued: Pending");
+    p.close();
+    assert_eq!(
+        c.enable_cno(),
+        Ok(ArmStatus::Pending),
+        "closed with events: Pending"
+    );
+    assert_eq!(drain(&mut c), (vec![1], true));
+    assert_eq!(
+        c.enable_cno(),
+        Ok(ArmStatus::Closed),
+        "closed and drained: Closed"
+    );
+    assert_eq!(c.unbind_cno(), Some(1));
+    assert_eq!(c.enable_cno(), Err(CnoError::NotBound), "unbound again");
+}
+
+#[test]
+fn keys_are_the_callers_and_two_evds_may_share_one() {
+    let mut cno = Cno::new(4).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pb, mut b) = pair::<u8>(4);
+    a.bind_cno(&cno, 77).unwrap();
+    b.bind_cno(&cno, 77).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap();
+    pb.post(2).unwrap();
+    assert_eq!(ready(&mut cno), [77, 77], "not checked for uniqueness");
+}
+
+#[test]
+fn evds_of_different_event_types_share_one_cno() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p1, mut c1) = pair::<u8>(4);
+    let (p2, mut c2) = pair::<String>(4);
+    let (p3, mut c3) = pair::<Vec<u64>>(4);
+    let (p4, mut c4) = pair::<()>(4);
+    c1.bind_cno(&cno, 1).unwrap();
+    c2.bind_cno(&cno.handle(), 2).unwrap();
+    c3.bind_cno(&cno, 3).unwrap();
+    c4.bind_cno(&cno, 4).unwrap();
+    for r in [
+        c1.enable_cno(),
+        c2.enable_cno(),
+        c3.enable_cno(),
+        c4.enable_cno(),
+    ] {
+        assert_eq!(r, Ok(ArmStatus::Armed));
+    }
+    p3.post(vec![3, 33]).unwrap();
+    p1.post(1).unwrap();
+    p4.post(()).unwrap();
+    p2.post("two".to_string()).unwrap();
+    assert_eq!(ready(&mut cno), [3, 1, 4, 2]);
+    assert_eq!(drain(&mut c1).0, [1]);
+    assert_eq!(drain(&mut c2).0, ["two"]);
+    assert_eq!(drain(&mut c3).0, [vec![3, 33]]);
+    assert_eq!(drain(&mut c4).0, [()]);
+}
+
+// ---- order ----------------------------------------------------------------
+
+#[test]
+fn keys_come_in_the_order_their_evds_became_ready() {
+    const N: usize = 16;
+    let mut cno = Cno::new(N).unwrap();
+    let (posters, mut consumers): (Vec<_>, Vec<_>) = (0..N).map(|_| pair::<usize>(4)).unzip();
+    for (i, c) in consumers.iter_mut().enumerate() {
+        c.bind_cno(&cno, 100 + i as u64).unwrap();
+    }
+    let mut rng = Rng(0x0dd5_eed5);
+    for round in 0..20 {
+        // Enable in one order, post in another (a random permutation).
+        for i in (0..N).rev() {
+            assert_eq!(consumers[i].enable_cno(), Ok(ArmStatus::Armed));
+        }
+        let mut order: Vec<usize> = (0..N).collect();
+        for i in (1..N).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        for &i in &order {
+            posters[i].post(round).unwrap();
+        }
+        // A second post to an EVD already ready does not move its key.
+        for &i in order.iter().rev() {
+            posters[i].post(round).unwrap();
+        }
+        let want: Vec<u64> = order.iter().map(|&i| 100 + i as u64).collect();
+        assert_eq!(ready(&mut cno), want, "round {round}");
+        for c in consumers.iter_mut() {
+            drain(c);
+        }
+    }
+}
+
+// ---- disable --------------------------------------------------------------
+
+#[test]
+fn disable_removes_a_pending_key_and_keeps_the_events() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    let (q, mut d) = pair::<u8>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    d.bind_cno(&cno, 2).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(d.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    q.post(2).unwrap();
+    c.disable_cno();
+    assert_eq!(ready(&mut cno), [2], "only the other EVD's key is left");
+    assert_eq!(drain(&mut c).0, [1], "the event stays");
+    assert_eq!(c.cno_key(), Some(1), "disabled, still bound");
+    // Re-enabled, it works as before.
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(3).unwrap();
+    assert_eq!(ready(&mut cno), [1]);
+}
+
+#[test]
+fn disable_withdraws_an_enable_that_no_post_used() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    c.disable_cno();
+    p.post(1).unwrap();
+    p.close();
+    assert_eq!(cno.try_next(), None, "neither the post nor the close");
+    assert_eq!(drain(&mut c), (vec![1], true));
+}
+
+#[test]
+fn disable_of_an_unbound_or_disabled_evd_does_nothing() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.disable_cno();
+    c.bind_cno(&cno, 1).unwrap();
+    c.disable_cno();
+    c.disable_cno();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    assert_eq!(ready(&mut cno), [1]);
+}
+
+/// A poster posts without pause while the consumer enables and disables its
+/// EVD: once `disable_cno` returns, the ready set never holds the key (a
+/// trigger that took the enable before has landed and its key is removed),
+/// and every event is still dequeued, once, in order.
+#[test]
+fn disable_is_a_barrier_no_key_appears_after_it_returns() {
+    const ROUNDS: u64 = 100_000;
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u64>(4);
+    c.bind_cno(&cno, 3).unwrap();
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new("disable barrier", progress.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let poster = poster_until(p, stop.clone());
+    let mut rng = Rng(0xba44_1e45);
+    let (mut next, mut taken_before, mut rounds) = (0u64, 0u64, 0u64);
+    'rounds: loop {
+        let (got, closed) = drain(&mut c);
+        for ev in got {
+            assert_eq!(ev, next, "exactly once, in order");
+            next += 1;
+        }
+        progress.store(next, Relaxed);
+        if closed {
+            break;
+        }
+        match c.enable_cno().unwrap() {
+            ArmStatus::Armed => {}
+            ArmStatus::Pending => continue,
+            ArmStatus::Closed => break 'rounds,
+        }
+        rounds += 1;
+        if rounds == ROUNDS {
+            stop.store(true, Relaxed); // then drain to the end of stream
+        }
+        // Sometimes the CNO's waiter takes the key before the disable (it
+        // may: the key was due); sometimes it leaves it for the disable.
+        // A window of random length for a post to take the enable (and the
+        // poster a chance at the EVD's word).
+        for _ in 0..rng.below(512) {
+            std::hint::spin_loop();
+        }
+        if rng.below(2) == 0 {
+            taken_before += cno.try_next().map_or(0, |k| {
+                assert_eq!(k, 3);
+                1
+            });
+        }
+        c.disable_cno();
+        assert_eq!(
+            cno.try_next(),
+            None,
+            "round {rounds}: a key after disable_cno returned"
+        );
+    }
+    assert_eq!(next, poster.join().unwrap(), "every event");
+    println!(
+        "{rounds} enable/disable rounds, {next} events, {taken_before} keys taken before a disable"
+    );
+}
+
+// ---- modify_cno -----------------------------------------------------------
+
+#[test]
+fn modify_cno_moves_a_pending_key() {
+    let mut old = Cno::new(4).unwrap();
+    let mut new = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&old, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    c.modify_cno(&new, 2).unwrap();
+    assert_eq!((ready(&mut old), ready(&mut new)), (vec![], vec![2]));
+    assert_eq!((old.bound(), new.bound(), c.cno_key()), (0, 1, Some(2)));
+    // The moved key used the enable up: no second key without a new enable.
+    p.post(2).unwrap();
+    assert_eq!((old.try_next(), new.try_next()), (None, None));
+    drain(&mut c);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(3).unwrap();
+    assert_eq!((old.try_next(), new.try_next()), (None, Some(2)));
+}
+
+#[test]
+fn modify_cno_moves_an_enable_and_the_old_cno_never_gets_the_key() {
+    let mut old = Cno::new(4).unwrap();
+    let mut new = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&old, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    c.modify_cno(&new.handle(), 2).unwrap();
+    assert_eq!(
+        (old.try_next(), new.try_next()),
+        (None, None),
+        "no news yet"
+    );
+    p.post(1).unwrap();
+    assert_eq!((ready(&mut old), ready(&mut new)), (vec![], vec![2]));
+    // And every later enable goes to the new CNO only.
+    for i in 0..3 {
+        drain(&mut c);
+        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+        p.post(i).unwrap();
+        assert_eq!((old.try_next(), new.try_next()), (None, Some(2)));
+    }
+    drain(&mut c);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    drop(p); // the close goes to the new CNO too
+    assert_eq!((old.try_next(), new.try_next()), (None, Some(2)));
+}
+
+#[test]
+fn modify_cno_of_a_disabled_evd_moves_no_enable() {
+    let mut old = Cno::new(4).unwrap();
+    let mut new = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&old, 1).unwrap();
+    c.modify_cno(&new, 2).unwrap();
+    p.post(1).unwrap();
+    assert_eq!((old.try_next(), new.try_next()), (None, None));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
+}
+
+#[test]
+fn modify_cno_after_the_old_waiter_took_the_key_gives_the_new_one_nothing() {
+    let mut old = Cno::new(4).unwrap();
+    let mut new = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&old, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    assert_eq!(
+        old.try_next(),
+        Some(1),
+        "the old waiter took it before the move"
+    );
+    c.modify_cno(&new, 2).unwrap();
+    assert_eq!(
+        (old.try_next(), new.try_next()),
+        (None, None),
+        "one CNO only"
+    );
+    assert_eq!(drain(&mut c).0, [1]);
+}
+
+#[test]
+fn modify_cno_of_an_unbound_evd_binds_it() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.modify_cno(&cno, 9).unwrap();
+    assert_eq!((c.cno_key(), cno.bound()), (Some(9), 1));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    assert_eq!(cno.try_next(), Some(9));
+}
+
+#[test]
+fn modify_cno_to_a_full_or_dropped_cno_fails_and_leaves_the_binding_as_it_was() {
+    let mut old = Cno::new(4).unwrap();
+    let full = Cno::new(1).unwrap();
+    let (_q, mut other) = pair::<u8>(4);
+    other.bind_cno(&full, 50).unwrap();
+    let dropped = Cno::new(4).unwrap();
+    let dropped_handle = dropped.handle();
+    drop(dropped);
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&old, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.modify_cno(&full, 2), Err(CnoError::Full { capacity: 1 }));
+    assert_eq!(c.modify_cno(&dropped_handle, 3), Err(CnoError::CnoDropped));
+    assert_eq!((c.cno_key(), old.bound(), full.bound()), (Some(1), 1, 1));
+    p.post(1).unwrap();
+    assert_eq!(
+        ready(&mut old),
+        [1],
+        "still bound and enabled on the old CNO"
+    );
+}
+
+/// One EVD moves back and forth between two CNOs (each with room for one
+/// EVD, so every move frees the old place) while a poster posts without
+/// pause. Each notification reaches exactly one CNO: after a move the old
+/// CNO never hands out the key, a key comes only for an enable (or a move
+/// of one), never twice, and none is lost (the waiter blocks for it).
+#[test]
+fn modify_cno_under_posts_each_notification_reaches_exactly_one_cno() {
+    const ROUNDS: u64 = 50_000;
+    let mut cnos = [Cno::new(1).unwrap(), Cno::new(1).unwrap()];
+    let key = |i: usize| 100 + i as u64;
+    let (p, mut c) = pair::<u64>(4);
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new("modify_cno under posts", progress.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let poster = poster_until(p, stop.clone());
+    let mut rng = Rng(0x30d1_f1ed);
+    let mut cur = 0;
+    c.bind_cno(&cnos[cur], key(cur)).unwrap();
+    let (mut next, mut moves, mut keys_seen) = (0u64, 0u64, 0u64);
+    let mut keys = Vec::new();
+    let move_to_other = |c: &mut Consumer<u64>, cnos: &mut [Cno; 2], cur: &mut usize| {
+        let other = 1 - *cur;
+        c.modify_cno(&cnos[other], key(other)).unwrap();
+        assert_eq!((cnos[*cur].bound(), cnos[other].bound()), (0, 1));
+        assert_eq!(
+            cnos[*cur].try_next(),
+            None,
+            "the old CNO handed out the key after the move"
+        );
+        *cur = other;
+    };
+    loop {
+        // Not enabled, nothing pending: drain, maybe move, enable.
+        let (got, closed) = drain(&mut c);
+        for ev in got {
+            assert_eq!(ev, next, "exactly once, in order");
+            next += 1;
+        }
+        progress.store(next, Relaxed);
+        if closed {
+            break;
+        }
+        if rng.below(4) == 0 {
+            move_to_other(&mut c, &mut cnos, &mut cur);
+            moves += 1;
+        }
+        match c.enable_cno().unwrap() {
+            ArmStatus::Armed => {}
+            ArmStatus::Pending => continue,
+            ArmStatus::Closed => break,
+        }
+        // Enabled (or, after a move below, a key pending): move it while
+        // the poster races, zero to two times.
+        for _ in 0..rng.below(3) {
+            move_to_other(&mut c, &mut cnos, &mut cur);
+            moves += 1;
+        }
+        // Exactly one key is owed, on the current CNO: block for it.
+        keys.clear();
+        cnos[cur].wait(&mut keys);
+        assert_eq!(keys, [key(cur)], "one key, from the current CNO");
+        keys_seen += 1;
+        if keys_seen == ROUNDS {
+            stop.store(true, Relaxed); // then serve to the end of stream
+        }
+        // Nothing else is owed until the next enable, on either CNO.
+        assert_eq!((cnos[0].try_next(), cnos[1].try_next()), (None, None));
+    }
+    assert_eq!(next, poster.join().unwrap(), "every event");
+    println!("{keys_seen} keys, {moves} moves, {next} events");
+}
+
+// ---- unbind, drop, slot reuse ----------------------------------------------
+
+#[test]
+fn unbind_removes_a_pending_key_and_frees_its_place() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 4).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    assert_eq!(c.unbind_cno(), Some(4));
+    assert_eq!((c.cno_key(), cno.bound()), (None, 0));
+    assert_eq!(cno.try_next(), None, "the key went with the binding");
+    assert_eq!(c.unbind_cno(), None);
+    p.post(2).unwrap();
+    assert_eq!(cno.try_next(), None);
+    assert_eq!(drain(&mut c).0, [1, 2], "the events stay");
+    // Its place is free: another EVD binds in the full-size CNO.
+    let (_q, mut d) = pair::<u8>(4);
+    d.bind_cno(&cno, 5).unwrap();
+    // And the unbound one can bind again (after the other leaves).
+    assert_eq!(c.bind_cno(&cno, 6), Err(CnoError::Full { capacity: 1 }));
+    drop(d);
+    c.bind_cno(&cno, 6).unwrap();
+}
+
+#[test]
+fn dropping_a_bound_consumer_removes_its_key_and_frees_its_place() {
+    let mut cno = Cno::new(2).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pb, mut b) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    b.bind_cno(&cno, 2).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap();
+    pb.post(2).unwrap();
+    drop(a);
+    assert_eq!(cno.bound(), 1);
+    assert_eq!(ready(&mut cno), [2]);
+    // A dropped enabled consumer leaves no enable behind either.
+    drain(&mut b);
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    drop(b);
+    assert!(pb.post(3).is_err(), "closed by the drop");
+    assert_eq!((cno.bound(), cno.try_next()), (0, None));
+    assert!(pa.is_closed());
+}
+
+#[test]
+fn into_upcalls_unbinds_the_evd() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u32>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let seen = Arc::new(AtomicU64::new(0));
+    let s = seen.clone();
+    let up = c.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::Any,
+        move |item: Result<u32, Overflow>, _| {
+            s.fetch_add(u64::from(item.unwrap()), Relaxed);
+        },
+    );
+    assert_eq!(cno.bound(), 0, "its place is free");
+    p.post(5).unwrap();
+    assert_eq!(seen.load(Relaxed), 5, "the upcall got the event");
+    assert_eq!(cno.try_next(), None, "the CNO did not");
+    let c = up.teardown();
+    assert_eq!(c.cno_key(), None);
+}
+
+#[test]
+fn a_reused_place_delivers_the_new_key_not_the_old() {
+    let mut cno = Cno::new(1).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap(); // key 1 pending
+    drop(a); // removed, place freed
+    let (pb, mut b) = pair::<u8>(4);
+    b.bind_cno(&cno, 2).unwrap(); // the same (only) place
+    assert_eq!(cno.try_next(), None, "the old key is not handed out");
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    pb.post(2).unwrap();
+    assert_eq!(ready(&mut cno), [2]);
+
+    // The same with the new binding triggered before the waiter looks.
+    drain(&mut b);
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    pb.post(3).unwrap(); // key 2 pending
+    drop(b);
+    let (pc, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 3).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    pc.post(4).unwrap();
+    assert_eq!(ready(&mut cno), [3], "the new key, once");
+}
+
+#[test]
+fn bind_cno_new_key_hands_out_keys_unique_among_bound_evds() {
+    const N: usize = 32;
+    let mut cno = Cno::new(N).unwrap();
+    let mut consumers: Vec<_> = (0..N).map(|_| pair::<u8>(2)).collect();
+    let mut keys = HashSet::new();
+    for (_, c) in consumers.iter_mut() {
+        let k = c.bind_cno_new_key(&cno).unwrap();
+        assert!(k < N as u64, "below the capacity: {k}");
+        assert_eq!(c.cno_key(), Some(k));
+        assert!(keys.insert(k), "key {k} handed out twice");
+    }
+    let (_p, mut extra) = pair::<u8>(2);
+    assert_eq!(
+        extra.bind_cno_new_key(&cno),
+        Err(CnoError::Full { capacity: N })
+    );
+    assert_eq!(
+        consumers[0].1.bind_cno_new_key(&cno),
+        Err(CnoError::AlreadyBound)
+    );
+    // Unbind every third, bind fresh EVDs: still unique among those bound.
+    for (_, c) in consumers.iter_mut().step_by(3) {
+        keys.remove(&c.unbind_cno().unwrap());
+    }
+    let mut fresh: Vec<_> = (0..N.div_ceil(3)).map(|_| pair::<u8>(2)).collect();
+    for (_, c) in fresh.iter_mut() {
+        let k = c.bind_cno_new_key(&cno.handle()).unwrap();
+        assert!(k < N as u64 && keys.insert(k), "key {k} not unique");
+    }
+    assert_eq!(cno.bound(), N);
+    // Each key reaches the CNO as handed out.
+    for (p, c) in fresh.iter_mut() {
+        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+        p.post(0).unwrap();
+    }
+    let want: Vec<u64> = fresh.iter().map(|(_, c)| c.cno_key().unwrap()).collect();
+    assert_eq!(ready(&mut cno), want);
+}
+
+#[test]
+fn a_full_cno_refuses_a_bind_with_its_capacity() {
+    let cno = Cno::new(2).unwrap();
+    let (_p1, mut a) = pair::<u8>(2);
+    let (_p2, mut b) = pair::<u8>(2);
+    let (_p3, mut c) = pair::<u8>(2);
+    a.bind_cno(&cno, 1).unwrap();
+    assert_eq!(a.bind_cno(&cno, 1), Err(CnoError::AlreadyBound));
+    b.bind_cno(&cno, 2).unwrap();
+    assert_eq!(c.bind_cno(&cno, 3), Err(CnoError::Full { capacity: 2 }));
+    assert_eq!(c.cno_key(), None, "a refused bind leaves it unbound");
+    assert_eq!(cno.bound(), 2);
+    a.unbind_cno();
+    c.bind_cno(&cno, 3).unwrap();
+    assert_eq!(cno.bound(), 2);
+}
+
+// ---- close and loss ---------------------------------------------------------
+
+#[test]
+fn closing_an_enabled_evd_reports_its_key_once_then_the_drain_ends_the_stream() {
+    // Three ways to close: the last poster goes, a poster closes, the
+    // consumer closes.
+    for how in 0..3 {
+        let mut cno = Cno::new(1).unwrap();
+        let (p, mut c) = pair::<u8>(4);
+        c.bind_cno(&cno, 9).unwrap();
+        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+        let keep = p.clone();
+        match how {
+            0 => {
+                drop(keep);
+                drop(p);
+            }
+            1 => p.close(),
+            _ => c.close(),
+        }
+        assert_eq!(ready(&mut cno), [9], "close {how}: the key, once");
+        assert_eq!(drain(&mut c), (vec![], true), "the drain ends the stream");
+        assert_eq!(c.enable_cno(), Ok(ArmStatus::Closed));
+        assert_eq!(c.enable_cno(), Ok(ArmStatus::Closed));
+        assert_eq!(cno.try_next(), None, "close {how}: nothing more");
+    }
+}
+
+#[test]
+fn a_close_after_the_enable_was_used_adds_no_second_key() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 9).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    drop(p);
+    assert_eq!(ready(&mut cno), [9]);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
+    assert_eq!(drain(&mut c), (vec![1], true));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Closed));
+    assert_eq!(cno.try_next(), None);
+}
+
+#[test]
+fn closing_an_evd_both_directly_armed_and_enabled_wakes_both_once() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    let fd = c.notify_fd().unwrap();
+    c.bind_cno(&cno, 9).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.arm(), ArmStatus::Armed);
+    drop(p);
+    assert!(fd.acknowledge().unwrap() >= 1, "the direct waiter is woken");
+    assert_eq!(ready(&mut cno), [9], "and the CNO gets the key once");
+    assert_eq!(drain(&mut c), (vec![], true));
+}
+
+/// A loss is news like a post: on an enabled EVD it puts the key in the
+/// ready set. (The enable can outlive a post only behind a direct waiter,
+/// which the first post wakes; the lossy post on the full ring then finds
+/// the enable.)
+#[test]
+fn a_loss_on_an_enabled_evd_puts_its_key_in_the_ready_set() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(1);
+    c.bind_cno(&cno, 4).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.arm(), ArmStatus::Armed);
+    p.post(1).unwrap(); // wakes the direct waiter; the ring is full
+    assert_eq!(cno.try_next(), None);
+    assert_eq!(p.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(ready(&mut cno), [4]);
+    assert_eq!(
+        c.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(c.try_dequeue(), Ok(1));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+}
+
+// ---- a dropped Cno --------------------------------------------------------
+
+#[test]
+fn a_dropped_cno_makes_enable_fail_and_posts_still_work() {
+    let cno = Cno::new(2).unwrap();
+    let h = cno.handle();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert!(!h.is_dropped());
+    drop(cno);
+    assert!(h.is_dropped());
+    p.post(1).unwrap(); // triggers a dropped CNO
+    p.post(2).unwrap();
+    assert_eq!(drain(&mut c).0, [1, 2]);
+    assert_eq!(c.enable_cno(), Err(CnoError::CnoDropped));
+    assert_eq!(c.cno_key(), Some(1), "still bound until unbound");
+    // Binding to it is refused, whatever the form.
+    let (_q, mut d) = pair::<u8>(4);
+    assert_eq!(d.bind_cno(&h, 2), Err(CnoError::CnoDropped));
+    assert_eq!(d.bind_cno_new_key(&h), Err(CnoError::CnoDropped));
+    // Unbind and move away still work.
+    let mut fresh = Cno::new(1).unwrap();
+    c.modify_cno(&fresh, 5).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(3).unwrap();
+    assert_eq!(fresh.try_next(), Some(5));
+    assert_eq!(c.unbind_cno(), Some(5));
+}
+
+#[test]
+fn a_dropped_cno_sends_later_triggers_to_the_evds_own_eventfd() {
+    let cno = Cno::new(2).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    let fd = c.notify_fd().unwrap();
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    // A second EVD whose key is queued when the CNO goes.
+    let (q, mut d) = pair::<u8>(4);
+    let fd_d = d.notify_fd().unwrap();
+    d.bind_cno(&cno, 2).unwrap();
+    assert_eq!(d.enable_cno(), Ok(ArmStatus::Armed));
+    q.post(0).unwrap();
+    drop(cno);
+    assert_eq!(fd.acknowledge().unwrap(), 0);
+    p.post(1).unwrap();
+    assert_eq!(
+        fd.acknowledge().unwrap(),
+        1,
+        "the trigger notified the EVD's own waiter"
+    );
+    p.post(2).unwrap();
+    assert_eq!(fd.acknowledge().unwrap(), 0, "once per enable");
+    assert_eq!(drain(&mut c).0, [1, 2]);
+    assert_eq!(drain(&mut d).0, [0]);
+    assert_eq!(fd_d.acknowledge().unwrap(), 0);
+}
+
+#[test]
+fn a_dropped_cno_leaves_a_direct_waiter_woken() {
+    let cno = Cno::new(2).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    drop(cno);
+    let t = std::thread::spawn(move || {
+        let r = c.wait(1, None);
+        (c, r)
+    });
+    while !p.query().armed && !t.is_finished() {
+        std::thread::yield_now();
+    }
+    p.post(7).unwrap();
+    let (mut c, r) = t.join().unwrap();
+    assert_eq!(r, Ok(1));
+    assert_eq!(c.try_dequeue(), Ok(7));
+}
+
+// ---- a direct waiter preempts the CNO ----------------------------------------
+
+#[test]
+fn a_direct_waiter_preempts_the_cno_and_the_enable_stays_for_the_next_post() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    let fd = c.notify_fd().unwrap();
+    c.bind_cno(&cno, 2).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.arm(), ArmStatus::Armed);
+    p.post(1).unwrap();
+    assert_eq!(fd.acknowledge().unwrap(), 1, "the direct waiter is woken");
+    assert_eq!(cno.try_next(), None, "not the CNO");
+    assert!(!c.query().armed);
+    // The enable is still there: the next post reaches the CNO.
+    p.post(2).unwrap();
+    assert_eq!(ready(&mut cno), [2]);
+    assert_eq!(fd.acknowledge().unwrap(), 0);
+    assert_eq!(drain(&mut c).0, [1, 2]);
+}
+
+#[test]
+fn a_blocked_direct_waiter_preempts_the_cno() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 2).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let t = std::thread::spawn(move || {
+        let r = c.wait(1, None);
+        (c, r)
+    });
+    // The post must find the waiter armed to test the preemption; wait for
+    // the arm (it comes: the waiter has nothing to wait for but a post).
+    while !p.query().armed {
+        std::thread::yield_now();
+    }
+    p.post(1).unwrap();
+    let (mut c, r) = t.join().unwrap();
+    assert_eq!(r, Ok(1));
+    assert_eq!(cno.try_next(), None, "the direct waiter took the wake");
+    assert_eq!(drain(&mut c).0, [1]);
+    p.post(2).unwrap();
+    assert_eq!(cno.try_next(), Some(2), "the enable stayed");
+}
+
+#[test]
+fn an_async_direct_waiter_preempts_the_cno() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 2).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    {
+        let mut recv = c.recv();
+        assert_eq!((&mut recv).now_or_never(), None, "registered and armed");
+        p.post(1).unwrap();
+        assert_eq!(cno.try_next(), None, "the task took the wake");
+        assert_eq!(futures::executor::block_on(recv), Ok(1));
+    }
+    p.post(2).unwrap();
+    assert_eq!(cno.try_next(), Some(2));
+}
+
+// ---- waiting ----------------------------------------------------------------
+
+#[test]
+fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
+    let mut cno = Cno::new(4).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pb, mut b) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    b.bind_cno(&cno, 2).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new("Cno::wait", progress);
+    let t = std::thread::spawn(move || {
+        pa.post(1).unwrap();
+        pb.post(2).unwrap();
+        (pa, pb)
+    });
+    let mut keys = Vec::new();
+    while keys.len() < 2 {
+        let before = keys.len();
+        let n = cno.wait(&mut keys);
+        assert!(n >= 1 && keys.len() == before + n);
+    }
+    assert_eq!(keys, [1, 2]);
+    let _ = t.join().unwrap();
+}
+
+#[test]
+fn wait_with_a_zero_spin_budget_still_wakes() {
+    let mut cno = Cno::new(4).unwrap();
+    cno.set_spin_budget(Duration::ZERO);
+    let (p, mut c) = pair::<u32>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new("Cno::wait, zero spin", progress.clone());
+    let t = std::thread::spawn(move || {
+        for i in 0..200u32 {
+            post_retry(&p, i);
+        }
+    });
+    let mut keys = Vec::new();
+    let mut next = 0;
+    loop {
+        let (got, closed) = drain(&mut c);
+        for v in got {
+            assert_eq!(v, next);
+            next += 1;
+        }
+        progress.store(next.into(), Relaxed);
+        if closed {
+            break;
+        }
+        match c.enable_cno().unwrap() {
+            ArmStatus::Armed => {
+                keys.clear();
+                assert_eq!(cno.wait(&mut keys), 1);
+                assert_eq!(keys, [1]);
+            }
+            ArmStatus::Pending => {}
+            ArmStatus::Closed => break,
+        }
+    }
+    t.join().unwrap();
+    assert_eq!(next, 200);
+}
+
+#[test]
+fn wait_timeout_and_deadline_return_zero_only_when_no_key_is_ready() {
+    let mut cno = Cno::new(4).unwrap();
+    let mut keys = Vec::new();
+    assert_eq!(cno.wait_timeout(&mut keys, Duration::from_millis(1)), 0);
+    assert_eq!(cno.wait_deadline(&mut keys, Instant::now()), 0);
+    assert_eq!(cno.wait_timeout(&mut keys, Duration::ZERO), 0);
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 3).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap();
+    // A key ready before the call is taken even with a deadline passed.
+    assert_eq!(cno.wait_deadline(&mut keys, Instant::now()), 1);
+    assert_eq!(keys, [3]);
+    // An entry whose key was removed is no key: still a timeout.
+    drain(&mut c);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(2).unwrap();
+    c.disable_cno();
+    keys.clear();
+    assert_eq!(cno.wait_timeout(&mut keys, Duration::from_millis(1)), 0);
+    assert!(keys.is_empty());
+    // A timeout too large for an Instant waits without one.
+    drain(&mut c);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(3).unwrap();
+    assert_eq!(cno.wait_timeout(&mut keys, Duration::MAX), 1);
+}
+
+// ---- async: ready_set and Stream ---------------------------------------------
+
+#[test]
+fn ready_set_resolves_with_every_key_ready_then() {
+    let mut cno = Cno::new(4).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pb, mut b) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    b.bind_cno(&cno, 2).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let mut keys = Vec::new();
+    assert_eq!(cno.ready_set(&mut keys).now_or_never(), None, "nothing yet");
+    pb.post(1).unwrap();
+    pa.post(1).unwrap();
+    assert_eq!(futures::executor::block_on(cno.ready_set(&mut keys)), 2);
+    assert_eq!(keys, [2, 1]);
+    // An entry whose key was removed does not resolve it.
+    drain(&mut a);
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(2).unwrap();
+    a.disable_cno();
+    assert_eq!(cno.ready_set(&mut keys).now_or_never(), None);
+}
+
+#[test]
+fn ready_set_is_woken_by_a_post_on_another_thread() {
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 6).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new("ready_set", progress);
+    let t = std::thread::spawn(move || p.post(1).unwrap());
+    let mut keys = Vec::new();
+    assert_eq!(futures::executor::block_on(cno.ready_set(&mut keys)), 1);
+    assert_eq!(keys, [6]);
+    t.join().unwrap();
+}
+
+#[test]
+fn the_cno_stream_yields_keys_as_they_become_ready_and_never_ends() {
+    use futures::stream::FusedStream;
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = pair::<u32>(4);
+    c.bind_cno(&cno, 4).unwrap();
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new("Cno stream", progress.clone());
+    let t = std::thread::spawn(move || {
+        for i in 0..100u32 {
+            post_retry(&p, i);
+        }
+    });
+    let (mut next, mut keys) = (0u32, 0u32);
+    futures::executor::block_on(async {
+        loop {
+            let (got, closed) = drain(&mut c);
+            for v in got {
+                assert_eq!(v, next);
+                next += 1;
+            }
+            progress.store(next.into(), Relaxed);
+            if closed {
+                break;
+            }
+            match c.enable_cno().unwrap() {
+                ArmStatus::Armed => {
+                    assert_eq!(cno.next().await, Some(4));
+                    keys += 1;
+                }
+                ArmStatus::Pending => {}
+                ArmStatus::Closed => break,
+            }
+        }
+    });
+    t.join().unwrap();
+    assert_eq!(next, 100);
+    assert!(keys >= 1);
+    assert!(!cno.is_terminated());
+    assert_eq!(cno.next().now_or_never(), None, "pending, not ended");
+}
+
+#[test]
+fn the_cno_stream_skips_entries_whose_keys_were_removed() {
+    let mut cno = Cno::new(4).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pb, mut b) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    b.bind_cno(&cno, 2).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap();
+    pb.post(2).unwrap();
+    a.disable_cno(); // key 1 removed, its entry stays queued
+    assert_eq!(cno.next().now_or_never(), Some(Some(2)));
+    assert_eq!(cno.next().now_or_never(), None);
+}
+
+// ---- the eventfd ----------------------------------------------------------
+
+#[test]
+fn the_eventfd_is_written_exactly_once_per_idle_to_ready_transition() {
+    const N: usize = 3;
+    let mut cno = Cno::new(N).unwrap();
+    let fd = cno.notify_fd().unwrap();
+    let (posters, mut consumers): (Vec<_>, Vec<_>) = (0..N).map(|_| pair::<u8>(4)).unzip();
+    for (i, c) in consumers.iter_mut().enumerate() {
+        c.bind_cno(&cno, i as u64).unwrap();
+        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    }
+    assert_eq!(fd.acknowledge().unwrap(), 0);
+    assert_eq!(cno.arm(), ArmStatus::Armed);
+    assert_eq!(cno.arm(), ArmStatus::Armed);
+    for p in &posters {
+        p.post(1).unwrap();
+        p.post(2).unwrap();
+    }
+    assert_eq!(
+        fd.acknowledge().unwrap(),
+        1,
+        "three keys, one idle → ready transition"
+    );
+    assert_eq!(ready(&mut cno), [0, 1, 2]);
+    assert_eq!(fd.acknowledge().unwrap(), 0);
+
+    // Not armed: a new key does not write the fd.
+    drain(&mut consumers[0]);
+    assert_eq!(consumers[0].enable_cno(), Ok(ArmStatus::Armed));
+    posters[0].post(3).unwrap();
+    assert_eq!(fd.acknowledge().unwrap(), 0, "not armed");
+    assert_eq!(cno.arm(), ArmStatus::Pending, "a key is queued");
+    assert_eq!(ready(&mut cno), [0]);
+
+    // Armed again: the next key writes it once more.
+    assert_eq!(cno.arm(), ArmStatus::Armed);
+    for i in 1..N {
+        drain(&mut consumers[i]);
+        assert_eq!(consumers[i].enable_cno(), Ok(ArmStatus::Armed));
+        posters[i].post(4).unwrap();
+    }
+    assert_eq!(fd.acknowledge().unwrap(), 1);
+    assert_eq!(ready(&mut cno), [1, 2]);
+
+    // An entry whose key was removed makes arm say Pending; taking it (no
+    // key) lets the next arm say Armed.
+    drain(&mut consumers[0]);
+    assert_eq!(consumers[0].enable_cno(), Ok(ArmStatus::Armed));
+    posters[0].post(5).unwrap();
+    consumers[0].disable_cno();
+    assert_eq!(cno.arm(), ArmStatus::Pending);
+    assert_eq!(ready(&mut cno), [] as [u64; 0]);
+    assert_eq!(cno.arm(), ArmStatus::Armed);
+    assert_eq!(fd.acknowledge().unwrap(), 0);
+}
+
+#[test]
+fn the_eventfd_loop_serves_a_poster_thread_with_poll() {
+    let mut cno = Cno::new(2).unwrap();
+    let fd = cno.notify_fd().unwrap();
+    let (p, mut c) = pair::<u32>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new("CNO eventfd loop", progress.clone());
+    let t = std::thread::spawn(move || {
+        for i in 0..500u32 {
+            post_retry(&p, i);
+        }
+    });
+    let (mut next, mut polls) = (0u32, 0u32);
+    let mut enabled = false;
+    'outer: loop {
+        // Serve every ready key: drain, re-enable.
+        for k in ready(&mut cno) {
+            assert_eq!(k, 1);
+            assert!(enabled, "a key without an enable");
+            enabled = false;
+        }
+        while !enabled {
+            let (got, closed) = drain(&mut c);
+            for v in got {
+                assert_eq!(v, next);
+                next += 1;
+            }
+            progress.store(next.into(), Relaxed);
+            if closed {
+                break 'outer;
+            }
+            match c.enable_cno().unwrap() {
+                ArmStatus::Armed => enabled = true,
+                ArmStatus::Pending => {}
+                ArmStatus::Closed => break 'outer,
+            }
+        }
+        match cno.arm() {
+            ArmStatus::Armed => {
+                let mut fds = [rustix::event::PollFd::new(
+                    &fd,
+                    rustix::event::PollFlags::IN,
+                )];
+                rustix::event::poll(&mut fds, None).expect("poll");
+                fd.acknowledge().unwrap();
+                polls += 1;
+            }
+            ArmStatus::Pending => {}
+            ArmStatus::Closed => unreachable!("the ring closes only with the Cno"),
+        }
+    }
+    t.join().unwrap();
+    assert_eq!(next, 500);
+    assert!(polls >= 1);
+}
+
+// ---- order, with an entry of a removed key still queued ------------------
+//
+// A disable (or unbind, or move) removes a pending key but leaves its slot's
+// entry in the ready ring; a later trigger of the same slot revives that
+// entry instead of queueing a new one (`cno::slot`: "the stale entry
+// delivers the new key when popped"), so the key comes out at the place
+// where the removed one had been, ahead of keys that became ready before it.
+
+#[test]
+fn keys_come_in_ready_order_after_a_disable_and_re_enable() {
+    let mut cno = Cno::new(4).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pc, mut c) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    c.bind_cno(&cno, 2).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap(); // key 1 ready
+    pc.post(1).unwrap(); // key 2 ready
+    a.disable_cno(); // key 1 removed
+    assert_eq!(drain(&mut a).0, [1]);
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(2).unwrap(); // key 1 ready again, after key 2
+    assert_eq!(
+        ready(&mut cno),
+        [2, 1],
+        "FIFO in the order keys became ready"
+    );
+}
+
+#[test]
+fn keys_come_in_ready_order_after_a_place_is_reused() {
+    let mut cno = Cno::new(2).unwrap();
+    let (pa, mut a) = pair::<u8>(4);
+    let (pc, mut c) = pair::<u8>(4);
+    a.bind_cno(&cno, 1).unwrap();
+    c.bind_cno(&cno, 2).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap(); // key 1 ready
+    pc.post(1).unwrap(); // key 2 ready
+    drop(a); // key 1 removed, its place freed
+    let (pb, mut b) = pair::<u8>(4);
+    b.bind_cno(&cno, 3).unwrap(); // takes a's place
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    pb.post(1).unwrap(); // key 3 ready, after key 2
+    assert_eq!(
+        ready(&mut cno),
+        [2, 3],
+        "FIFO in the order keys became ready"
+    );
+}
+
+#[test]
+fn resizing_an_enabled_evd_keeps_its_enable() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = pair::<u8>(2);
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.resize(8), Ok(8));
+    p.post(1).unwrap();
+    assert_eq!(ready(&mut cno), [1]);
+    assert_eq!(c.resize(2), Ok(2), "shrinks with one event queued");
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
+    assert_eq!(drain(&mut c).0, [1]);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    c.disable_cno(); // the barrier returns: the resize kept the count straight
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(2).unwrap();
+    assert_eq!(ready(&mut cno), [1]);
+}
+
+#[test]
+fn modify_cno_to_the_same_cno_changes_the_key_and_moves_a_pending_key() {
+    let mut cno = Cno::new(2).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 1).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(1).unwrap(); // key 1 pending
+    c.modify_cno(&cno, 2).unwrap();
+    assert_eq!((c.cno_key(), cno.bound()), (Some(2), 1));
+    assert_eq!(
+        ready(&mut cno),
+        [2],
+        "the pending key, under its new key, once"
+    );
+    drain(&mut c);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    c.modify_cno(&cno.handle(), 3).unwrap(); // the enable moves too
+    p.post(2).unwrap();
+    assert_eq!(ready(&mut cno), [3]);
+}
