@@ -484,11 +484,16 @@ impl<T> Shared<T> {
             other => Err(other),
         });
         match r {
-            Enable::Armed(_) if self.loss_pending() => {
+            Enable::Armed(w) if self.loss_pending() => {
                 // As in `arm`: a loss whose RMW came before our CAS is pending
-                // work. If a trigger took the enable meanwhile it is owed.
-                let owed = !self.cno_disarm();
-                (Arm::Pending, owed)
+                // work: take the enable back and report it. If a trigger took
+                // the enable first, its key is on the way: that is `Armed`
+                // (a key comes exactly when the enable says `Armed`).
+                if self.cno_disarm() {
+                    (Arm::Pending, false)
+                } else {
+                    (Arm::Armed(w), true)
+                }
             }
             Enable::Armed(w) => (Arm::Armed(w), true),
             Enable::AlreadyArmed => (Arm::Armed(self.state.load(Ordering::Relaxed)), false),

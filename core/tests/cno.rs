@@ -753,7 +753,7 @@ fn bind_cno_new_key_hands_out_keys_unique_among_bound_evds() {
     let mut keys = HashSet::new();
     for (_, c) in consumers.iter_mut() {
         let k = c.bind_cno_new_key(&cno).unwrap();
-        assert!(k < N as u64, "below the capacity: {k}");
+        assert!(k < 2 * N as u64, "below twice the capacity: {k}");
         assert_eq!(c.cno_key(), Some(k));
         assert!(keys.insert(k), "key {k} handed out twice");
     }
@@ -773,7 +773,7 @@ fn bind_cno_new_key_hands_out_keys_unique_among_bound_evds() {
     let mut fresh: Vec<_> = (0..N.div_ceil(3)).map(|_| pair::<u8>(2)).collect();
     for (_, c) in fresh.iter_mut() {
         let k = c.bind_cno_new_key(&cno.handle()).unwrap();
-        assert!(k < N as u64 && keys.insert(k), "key {k} not unique");
+        assert!(k < 2 * N as u64 && keys.insert(k), "key {k} not unique");
     }
     assert_eq!(cno.bound(), N);
     // Each key reaches the CNO as handed out.

@@ -28,15 +28,16 @@ impl<T> Consumer<T> {
         self.bind_with(cno.as_ref(), Some(key)).map(|_| ())
     }
 
-    /// Bind this EVD to `cno` with a key the CNO hands out (unique among the
-    /// EVDs bound to it now, and below its capacity, so it can index a
-    /// table of the caller's).
+    /// Bind this EVD to `cno` with a key the CNO hands out: unique among the
+    /// EVDs bound to it now, and below twice its capacity (the CNO's slot
+    /// numbers), so it can index a table of the caller's. A freed key is
+    /// handed out again as late as possible.
     ///
     /// ```
     /// let cno = evd::Cno::new(8).unwrap();
     /// let (_p, mut c) = evd::bounded::<u8>(4).unwrap();
     /// let key = c.bind_cno_new_key(&cno).unwrap();
-    /// assert!(key < 8);
+    /// assert!(key < 16);
     /// assert_eq!(c.cno_key(), Some(key));
     /// ```
     pub fn bind_cno_new_key(&mut self, cno: &impl AsRef<CnoHandle>) -> Result<u64, CnoError> {
