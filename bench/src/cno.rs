@@ -1088,17 +1088,25 @@ pub enum CnoInsnKind {
     CnoCycle,
     /// Post and `try_dequeue` on an EVD bound to nothing.
     PlainPair,
+    /// Post and `try_dequeue` on an EVD bound to a CNO but not enabled: the
+    /// issue's "costs the same as a post to an unbound one".
+    BoundPair,
 }
 
 impl CnoInsnKind {
     /// Both, the CNO cycle first.
-    pub const ALL: [CnoInsnKind; 2] = [CnoInsnKind::CnoCycle, CnoInsnKind::PlainPair];
+    pub const ALL: [CnoInsnKind; 3] = [
+        CnoInsnKind::CnoCycle,
+        CnoInsnKind::PlainPair,
+        CnoInsnKind::BoundPair,
+    ];
 
     /// The name used in tables and the JSON report.
     pub fn name(self) -> &'static str {
         match self {
             CnoInsnKind::CnoCycle => "evd post+trigger, try_next, try_dequeue, enable_cno",
             CnoInsnKind::PlainPair => "evd post+try_dequeue, no CNO",
+            CnoInsnKind::BoundPair => "evd post+try_dequeue, bound to a CNO, not enabled",
         }
     }
 
@@ -1107,6 +1115,7 @@ impl CnoInsnKind {
         match self {
             CnoInsnKind::CnoCycle => "cno",
             CnoInsnKind::PlainPair => "plain",
+            CnoInsnKind::BoundPair => "bound",
         }
     }
 
@@ -1149,7 +1158,13 @@ impl CnoInsnKind {
                     let _ = black_box(rx.enable_cno());
                 }
             }
-            CnoInsnKind::PlainPair => {
+            CnoInsnKind::PlainPair | CnoInsnKind::BoundPair => {
+                // Bound or not, the same loop; a bound EVD that is never
+                // enabled must never put its key in the ready set.
+                let cno = evd::Cno::new(1).map_err(|e| e.to_string())?;
+                if self == CnoInsnKind::BoundPair {
+                    rx.bind_cno(&cno, 1).map_err(|e| e.to_string())?;
+                }
                 keys = iters;
                 for i in 0..iters {
                     let _ = tx.post(black_box(i));
@@ -1157,6 +1172,7 @@ impl CnoInsnKind {
                         sum = sum.wrapping_add(v);
                     }
                 }
+                drop(cno);
             }
         }
         let want = sum_below(iters);

@@ -1158,6 +1158,13 @@ fn callgrind_section(
             cycle - plain
         ));
     }
+    if let (Some(bound), Some(plain)) =
+        (insns(CnoInsnKind::BoundPair), insns(CnoInsnKind::PlainPair))
+    {
+        notes.push(format!(
+            "cno instructions: a post+try_dequeue on an EVD bound to a CNO but not enabled is              {bound:.1} instructions, against {plain:.1} on an unbound EVD"
+        ));
+    }
 }
 
 /// The record skeleton of a CNO instruction count: the CNO cycle is the

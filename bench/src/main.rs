@@ -51,7 +51,7 @@ enum Command {
     /// Run N CNO cycles (or plain post+dequeue pairs) single-threaded (for
     /// callgrind to count).
     CnoInsns {
-        /// `cno` or `plain`.
+        /// `cno`, `plain` or `bound`.
         #[arg(long)]
         kind: String,
         /// Number of cycles.
@@ -72,7 +72,7 @@ fn main() -> ExitCode {
         }
         Command::CnoInsns { kind, iters } => {
             let Some(kind) = CnoInsnKind::from_cli(&kind) else {
-                eprintln!("unknown --kind {kind:?}: use `cno` or `plain`");
+                eprintln!("unknown --kind {kind:?}: use `cno`, `plain` or `bound`");
                 return ExitCode::FAILURE;
             };
             match kind.run(iters) {
