@@ -1422,3 +1422,33 @@ fn modify_cno_to_the_same_cno_changes_the_key_and_moves_a_pending_key() {
     p.post(2).unwrap();
     assert_eq!(ready(&mut cno), [3]);
 }
+
+#[test]
+fn a_bind_is_refused_only_at_capacity_even_when_every_spare_slot_awaits_the_waiters_pop() {
+    // One EVD's worth of CNO (two slots). Each round binds, enables, posts
+    // (the key's index goes into the ready ring) and unbinds without the
+    // waiter popping: the slot must wait for that pop before it is free.
+    let mut cno = evd::Cno::new(1).unwrap();
+    let (_p0, mut keep) = evd::bounded::<u8>(2).unwrap();
+    for key in [10, 11] {
+        let (p, mut c) = evd::bounded::<u8>(2).unwrap();
+        c.bind_cno(&cno, key).unwrap();
+        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+        p.post(1).unwrap();
+        assert_eq!(c.unbind_cno(), Some(key));
+    }
+    // Both slots wait for a pop; nothing is bound: the bind succeeds.
+    keep.bind_cno(&cno, 12).unwrap();
+    assert_eq!(keep.enable_cno(), Ok(ArmStatus::Armed));
+    _p0.post(7).unwrap();
+    let mut keys = Vec::new();
+    cno.try_ready(&mut keys);
+    assert_eq!(keys, [12], "the stale entries deliver the new key once");
+    // And a second bind is refused: one EVD is bound.
+    let (_p, mut other) = evd::bounded::<u8>(2).unwrap();
+    assert_eq!(
+        other.bind_cno(&cno, 13),
+        Err(evd::CnoError::Full { capacity: 1 })
+    );
+    assert_eq!(keep.try_dequeue(), Ok(7));
+}

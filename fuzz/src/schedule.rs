@@ -1613,6 +1613,11 @@ mod tests {
             // its CAS; an instance dequeued meanwhile (benign: the new
             // instance finds nothing and ends). The harness allows it.
             "set-policy-any-with-a-stale-head",
+            // Found by this target on the first CNO: modify_cno to a CNO of
+            // one EVD whose two slots both waited for the waiter's pop of a
+            // stale index was refused as Full with nothing bound there (a
+            // bind now reclaims a releasing slot).
+            "cno-modify-to-a-cno-whose-slots-all-wait-for-a-pop",
         ] {
             let bytes = std::fs::read(dir.join(name)).expect(name);
             run(&Input::decode(&bytes));

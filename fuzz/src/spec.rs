@@ -607,4 +607,12 @@ pub mod cno_slot {
             ..a
         }
     }
+
+    /// A bind with no free slot takes a releasing one back.
+    pub fn reclaim(a: Slot) -> Slot {
+        Slot {
+            freeing: false,
+            ..a
+        }
+    }
 }

@@ -212,6 +212,11 @@ pub fn check(c: &Case) {
             "cno take"
         );
     }
+    assert_eq!(
+        sd(cno_slot::reclaim(sw)),
+        spec::cno_slot::reclaim(sm),
+        "cno reclaim"
+    );
     if !sm.pending && !sm.freeing {
         let r = cno_slot::release(sw);
         assert_eq!(

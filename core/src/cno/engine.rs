@@ -46,6 +46,9 @@ struct FreeList {
     free: VecDeque<u32>,
     /// Live bindings (at most `CnoCore::max`).
     bound: usize,
+    /// Slots released while their index was queued (FREEING): the waiter's
+    /// pop moves them to `free`, or a bind with no free slot reclaims one.
+    freeing: Vec<u32>,
 }
 
 /// The CNO's shared state: held by the [`Cno`](crate::Cno), every
@@ -90,6 +93,7 @@ impl CnoCore {
             free: Mutex::new(FreeList {
                 free: (0..slots as u32).collect(),
                 bound: 0,
+                freeing: Vec::new(),
             }),
             ready,
             gone: CachePadded::new(AtomicBool::new(false)),
@@ -119,9 +123,22 @@ impl CnoCore {
             if counted && f.bound == self.max {
                 return Err(full);
             }
-            // Only released slots whose stale index the waiter has not yet
-            // popped are missing; with twice the slots, that is rare.
-            let slot = f.free.pop_front().ok_or(full)?;
+            let slot = match f.free.pop_front() {
+                Some(slot) => slot,
+                // Every free slot is bound or waits for the waiter's pop of
+                // its stale index (rare, with twice the slots): take one of
+                // those back. Under the lock, so its pop cannot free it too.
+                None => {
+                    let slot = f.freeing.pop().ok_or(full)?;
+                    let cell = &self.slots[slot as usize].state;
+                    // AcqRel, as `release`: ordered after it, before the
+                    // triggers of the new binding.
+                    let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |s| {
+                        Some(slot::reclaim(s))
+                    });
+                    slot
+                }
+            };
             f.bound += usize::from(counted);
             Ok(slot)
         })?;
@@ -139,21 +156,25 @@ impl CnoCore {
     /// the waiter's pop instead.
     pub(crate) fn release(&self, slot: u32, counted: bool) {
         let cell = &self.slots[slot as usize].state;
-        let mut s = cell.load(Ordering::Relaxed);
-        let r = loop {
-            let r = slot::release(s);
-            // AcqRel: ordered after the barrier and the removal (Acquire),
-            // and before the pop that frees it (Release).
-            match cell.compare_exchange_weak(s, r.new, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => break r,
-                Err(cur) => s = cur,
-            }
-        };
+        // Under the lock: a pop that finds FREEING looks for the slot in
+        // `freeing` under it, so the slot is there by then.
         self.with_free(|f| {
+            let mut s = cell.load(Ordering::Relaxed);
+            let r = loop {
+                let r = slot::release(s);
+                // AcqRel: ordered after the barrier and the removal
+                // (Acquire), and before the pop that frees it (Release).
+                match cell.compare_exchange_weak(s, r.new, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => break r,
+                    Err(cur) => s = cur,
+                }
+            };
             f.bound -= usize::from(counted);
+            debug_assert!(!f.free.contains(&slot), "slot {slot} released twice");
             if r.free_now {
-                debug_assert!(!f.free.contains(&slot), "slot {slot} released twice");
                 f.free.push_back(slot);
+            } else {
+                f.freeing.push(slot);
             }
         });
     }
@@ -266,7 +287,13 @@ impl CnoCore {
             {
                 Ok(_) => {
                     if t.free {
-                        self.with_free(|f| f.free.push_back(slot));
+                        // Unless a bind reclaimed it meanwhile.
+                        self.with_free(|f| {
+                            if let Some(i) = f.freeing.iter().position(|&x| x == slot) {
+                                f.freeing.swap_remove(i);
+                                f.free.push_back(slot);
+                            }
+                        });
                     }
                     return t.deliver.then_some(key);
                 }

@@ -57,8 +57,10 @@
 //! * **Slots.** A CNO made for `n` EVDs has `2n` slots. An unbound slot whose
 //!   index is still in the ring is bound again only after the waiter popped
 //!   that stale index, so a new binding never waits behind a push of the
-//!   previous binding's poster; the spare slots keep that from refusing a
-//!   bind (only `n` unbinds with queued keys and no waiter running could).
+//!   previous binding's poster. When no free slot is left (every spare one
+//!   waits for the waiter's pop), a bind takes a releasing slot back and its
+//!   key rides that stale entry: a bind is refused only when `n` EVDs are
+//!   bound.
 //!   A disable whose removed key's index is still queued moves the binding
 //!   to a fresh slot for the same reason: the next enable's key joins the
 //!   ring at its tail instead of reviving the old entry ahead of others.

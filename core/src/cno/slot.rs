@@ -22,11 +22,14 @@
 //! | remove (the EVD's consumer: disable, unbind, move) | [`remove`] | −PENDING | the pending key is gone; a stale index may stay in the ring until popped |
 //! | release (the EVD's consumer, after remove and the disable barrier) | [`release`] | +FREEING if IN_RING | free the slot now if its index is not in the ring |
 //! | pop of a releasing slot (the CNO's waiter) | [`take`] | −IN_RING −FREEING | free the slot |
+//! | bind with no free slot left (a consumer) | [`reclaim`] | −FREEING | bind the releasing slot; its stale entry will carry the new key |
 //!
-//! A slot is bound again only once its index has left the ring, so a new
-//! binding's first trigger always pushes its own entry: its key never waits
-//! behind a stale entry that another EVD's poster may still be pushing. The
-//! key itself is read by the pop before its CAS (see `CnoCore::take`).
+//! A slot is bound again once its index has left the ring, so a new
+//! binding's first trigger pushes its own entry: its key never waits behind
+//! a stale entry that another EVD's poster may still be pushing. Only when
+//! every free slot is taken does a bind reclaim a releasing one; its key then
+//! rides the stale entry (served at that entry's place, once). The key itself
+//! is read by the pop before its CAS (see `CnoCore::take`).
 
 /// The slot's index is in the ring (or a trigger is pushing it).
 pub const IN_RING: u64 = 1 << 0;
@@ -162,6 +165,22 @@ pub const fn release(s: u64) -> Release {
 #[inline]
 pub const fn remove(s: u64) -> u64 {
     s & !PENDING
+}
+
+/// A bind found no free slot and takes back a releasing one: the slot stays
+/// in the ring (its stale entry will deliver the new binding's key, or
+/// nothing). A no-op if the waiter's pop cleared FREEING first.
+///
+/// ```
+/// use evd::cno::slot::*;
+/// let releasing = release(remove(trigger(0).new)).new;
+/// let bound = reclaim(releasing);
+/// assert!(bound & FREEING == 0 && bound & IN_RING != 0);
+/// assert!(take(trigger(bound).new).deliver, "the stale entry carries the key");
+/// ```
+#[inline]
+pub const fn reclaim(s: u64) -> u64 {
+    s & !FREEING
 }
 
 /// True if a key is pending in `s`.
