@@ -315,7 +315,7 @@ pub use error::{
     BatchPostError, CnoError, CreateError, DequeueError, Overflow, PolicyError, PostError,
     RecvError, ResizeError, TryDequeueError, WaitError,
 };
-pub use poster::{Lossy, PostAsync, PostSink, Poster};
+pub use poster::{Lossy, PostAsync, PostSink, Poster, RoomWaiter};
 pub use query::{Query, UpcallPolicy};
 pub use shared::MAX_CAPACITY;
 pub use state::Invoke;

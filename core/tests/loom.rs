@@ -589,6 +589,26 @@ fn room_wait_vs_one_freed_slot_no_lost_wakeup() {
 }
 
 #[test]
+fn room_waiter_vs_one_freed_slot_no_lost_wakeup() {
+    // A `RoomWaiter` (waiting for room with no event in hand, as a verbs
+    // feed does before it polls its CQ) joins the room queue and looks again
+    // while the consumer frees the one slot: either its look sees the new
+    // head, or the consumer's check sees it queued and wakes it. A lost
+    // wakeup leaves `block_on` parked forever: a loom deadlock.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(1).unwrap();
+        let mut room = poster.room_waiter();
+        let t = thread::spawn(move || {
+            loom::future::block_on(std::future::poll_fn(|cx| room.poll_room(cx)))
+        });
+        assert_eq!(consumer.try_dequeue(), Ok(1));
+        assert_eq!(t.join().unwrap(), Ok(1));
+        assert!(!consumer.query().room_wanted);
+    });
+}
+
+#[test]
 fn room_two_waiters_one_slot_at_a_time_both_get_in() {
     // Two posters wait on a one-slot ring; the consumer frees one slot at a
     // time. One wake per freed slot must reach each waiter in turn: a herd

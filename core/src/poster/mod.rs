@@ -1,12 +1,15 @@
 //! The posting handle: [`Poster`], and what a lossy post reports, [`Lossy`];
 //! `wait` (posts that block until there is room), `future` ([`PostAsync`]),
-//! `sink` ([`PostSink`]).
+//! `sink` ([`PostSink`]), `room` ([`RoomWaiter`]: waiting for room with no
+//! event in hand).
 
 mod future;
+mod room;
 mod sink;
 mod wait;
 
 pub use future::PostAsync;
+pub use room::RoomWaiter;
 pub use sink::PostSink;
 
 use crate::error::{BatchPostError, PostError};

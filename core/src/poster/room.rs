@@ -1,0 +1,138 @@
+//! [`RoomWaiter`]: wait for room without an event in hand, for posters that
+//! must know there is room *before* they produce what they post (a feed that
+//! takes completions out of a CQ only when the EVD can queue them).
+
+use super::Poster;
+use crate::error::BatchPostError;
+use crate::room::Seat;
+use std::task::{Context, Poll};
+
+/// A place in the EVD's room queue, owned: [`RoomWaiter::poll_room`]
+/// resolves once the ring has a free slot, and registers the task's waker
+/// with the consumer's dequeues while it has none. Made by
+/// [`Poster::room_waiter`]; it holds a [`Poster`] of its own, which
+/// [`RoomWaiter::poster`] lends out for the post that follows.
+///
+/// It follows the room queue's rules (see `post_blocking`): one wake per
+/// freed slot, first come first served, and a waiter that is woken and then
+/// finds room leaves the queue passing one wake on to the next waiter (the
+/// room it saw may be taken by another poster before it posts; the next
+/// waiter then finds the ring full and rejoins at the front). Dropping it
+/// leaves the queue the same way.
+///
+/// ```
+/// use futures::task::noop_waker;
+/// use std::task::{Context, Poll};
+/// let (poster, mut consumer) = evd::bounded(2).unwrap();
+/// let mut room = poster.room_waiter();
+/// let waker = noop_waker();
+/// let mut cx = Context::from_waker(&waker);
+/// assert_eq!(room.poll_room(&mut cx), Poll::Ready(Ok(2)));
+/// room.poster().post(1u8).unwrap();
+/// room.poster().post(2).unwrap();
+/// assert!(room.poll_room(&mut cx).is_pending()); // full: waits for a dequeue
+/// assert_eq!(consumer.try_dequeue(), Ok(1)); // wakes the waiter
+/// assert_eq!(room.poll_room(&mut cx), Poll::Ready(Ok(1)));
+/// ```
+pub struct RoomWaiter<T> {
+    poster: Poster<T>,
+    seat: Seat,
+}
+
+impl<T: Send> Poster<T> {
+    /// A [`RoomWaiter`] for this EVD (with a clone of this handle).
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(4).unwrap();
+    /// let room = poster.room_waiter();
+    /// assert_eq!(room.poster().capacity(), 4);
+    /// ```
+    pub fn room_waiter(&self) -> RoomWaiter<T> {
+        RoomWaiter {
+            poster: self.clone(),
+            seat: Seat::default(),
+        }
+    }
+}
+
+impl<T: Send> RoomWaiter<T> {
+    /// The handle to post with.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
+    /// let room = poster.room_waiter();
+    /// room.poster().post(3u8).unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Ok(3));
+    /// ```
+    pub fn poster(&self) -> &Poster<T> {
+        &self.poster
+    }
+
+    /// `Ready(Ok(free))` with the number of free slots seen (at least one;
+    /// other posters may take them before this caller posts), after leaving
+    /// the room queue; `Pending` with `cx`'s waker registered if the ring is
+    /// full: a dequeue that frees a slot wakes it. `Ready(Err(Closed))` once
+    /// the EVD is closed; `Ready(Err(Full))` at once if called inside an
+    /// upcall of this same EVD, where waiting would wait for itself.
+    ///
+    /// A full ring costs the first `Pending` a lock and one `membarrier`
+    /// (the heavy half of the room barrier); a ring with room costs a load of
+    /// the state word and the head.
+    ///
+    /// ```
+    /// use futures::task::noop_waker;
+    /// use std::task::{Context, Poll};
+    /// let (poster, consumer) = evd::bounded::<u8>(1).unwrap();
+    /// let mut room = poster.room_waiter();
+    /// drop(consumer); // closes the EVD
+    /// let waker = noop_waker();
+    /// let mut cx = Context::from_waker(&waker);
+    /// assert_eq!(room.poll_room(&mut cx), Poll::Ready(Err(evd::BatchPostError::Closed)));
+    /// ```
+    pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, BatchPostError>> {
+        if let Some(r) = self.room_now() {
+            return Poll::Ready(r);
+        }
+        if crate::upcall::instance::in_own_upcall(&self.poster.shared) {
+            return Poll::Ready(Err(BatchPostError::Full));
+        }
+        // Join, then look again: the look after the join's heavy barrier
+        // reloads the head, so either it sees the slot a concurrent dequeue
+        // freed, or that dequeue's check sees this waiter and wakes it (the
+        // room barrier's store-buffering pair, as for a waiting post).
+        self.poster.shared.room_join(&mut self.seat, cx.waker());
+        match self.room_now() {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Room or closure now, leaving the queue (with the wake hand-on) if so;
+    /// `None` if the ring is full.
+    fn room_now(&mut self) -> Option<Result<usize, BatchPostError>> {
+        let q = self.poster.shared.query();
+        let r = if q.closed {
+            Err(BatchPostError::Closed)
+        } else if q.len < q.capacity {
+            Ok(q.capacity - q.len)
+        } else {
+            return None;
+        };
+        self.poster.shared.room_leave(&mut self.seat, false);
+        Some(r)
+    }
+}
+
+impl<T> Drop for RoomWaiter<T> {
+    fn drop(&mut self) {
+        self.poster.shared.room_leave(&mut self.seat, false);
+    }
+}
+
+impl<T> std::fmt::Debug for RoomWaiter<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoomWaiter")
+            .field("waiting", &self.seat.is_taken())
+            .finish()
+    }
+}
