@@ -195,7 +195,7 @@ fn bursty_run(mode: Mode, bursts: usize) -> Result {
     let feed = Feed::new(cq, CqId(0), poster);
     enum Running {
         P(Poller<SoftCq>),
-        D(evd_verbs::RunningDriver),
+        D(evd_verbs::RunningDriver, evd_verbs::FeedKey<Feed<SoftCq>>),
     }
     let running = match mode {
         Mode::BusyPoll => Running::P(Poller::spawn(vec![feed], 256).unwrap()),
@@ -206,8 +206,8 @@ fn bursty_run(mode: Mode, bursts: usize) -> Result {
                 FeedMode::Adaptive(AdaptiveConfig::default())
             };
             let mut d = Driver::new(DriverConfig::default()).unwrap();
-            d.register(feed, m).unwrap();
-            Running::D(d.spawn().unwrap())
+            let key = d.register(feed, m).unwrap();
+            Running::D(d.spawn().unwrap(), key)
         }
     };
     for _ in 0..bursts {
@@ -233,14 +233,9 @@ fn bursty_run(mode: Mode, bursts: usize) -> Result {
             let s = p.stop();
             (s.cpu_time, s.feeds[0].stats().arms)
         }
-        Running::D(d) => {
-            let s = d.shutdown().unwrap();
-            let arms = s.feeds[0]
-                .1
-                .downcast_ref::<Feed<SoftCq>>()
-                .unwrap()
-                .stats()
-                .arms;
+        Running::D(d, key) => {
+            let mut s = d.shutdown().unwrap();
+            let arms = s.take(key).unwrap().stats().arms;
             (s.cpu_time, arms)
         }
     };

@@ -1,26 +1,35 @@
-//! The adaptive mode's spin policy: spin while completions keep arriving,
-//! then arm and sleep, with a spin budget that follows the arrival rate.
+//! The adaptive mode's spin policy: after a wake, keep polling while polls
+//! find completions; arm after `K` empty polls in a row or `T` without a
+//! completion, with `K` and `T` derived from the arrival process the feed
+//! observes, and bounded by [`AdaptiveConfig`].
 //!
-//! Like NAPI (poll while there is work, re-enable interrupts when a poll
-//! comes back short) and the kernel's DIM (step moderation up or down by
-//! whether the last step paid off), the budget moves on what each spin
-//! achieved:
-//! - a spin that found a completion after a gap `g` raises the budget to at
-//!   least `4g` (the next gaps of that size, and jitter up to four times
-//!   it, are caught without sleeping);
-//! - a wake-up that came only `g` after the previous completion also raises
-//!   it to `4g` (a spin that long would have avoided the sleep);
-//! - a spin that expired empty lowers it by a quarter (waiting was wasted).
+//! The anchor is NAPI's IRQ suspension (Karsten & Damato, 2024): while polls
+//! keep finding work, interrupts stay off; once a poll finds nothing for the
+//! suspend timeout, interrupts come back. Here the "interrupt" is the CQ's
+//! arm and its channel wake, and the timeout follows the traffic instead of
+//! being a fixed knob:
 //!
-//! So under bursts whose completions are closer together than
-//! [`AdaptiveConfig::max_spin`] the feed stays awake for the whole burst
-//! and sleeps between bursts, paying one expired spin per burst; under
-//! sparse traffic the budget decays to zero and the feed behaves as the
-//! pure event-driven one; under a steady stream it never stops polling.
+//! - Every completion found (by a poll, or by a wake) closes a **gap** since
+//!   the previous one. A gap no longer than [`AdaptiveConfig::max_spin`] is
+//!   *catchable*: a spin that long would have found it without a wake.
+//! - The policy keeps moving averages (weight 1/4, as net DIM and TCP's RTT
+//!   estimator smooth their samples) of the catchable gap, of the empty polls
+//!   that preceded a catch, and of the share of gaps that are catchable.
+//! - `T` is four times the average catchable gap (jitter and a preempted
+//!   producer must not end a spin in the middle of a burst), `K` four times
+//!   the average empty polls before a catch; both are clamped.
+//! - If fewer than half the gaps are catchable, spinning would mostly burn
+//!   its whole window and then sleep anyway: `T = K = 0` and the feed runs
+//!   the event-driven cycle (unless [`AdaptiveConfig::min_spin`] asks for a
+//!   floor). A load whose gaps all exceed the spin limit therefore costs what
+//!   event mode costs, plus the bookkeeping; a bursty load spins through each
+//!   burst and sleeps between bursts; a steady stream faster than the limit
+//!   is never slept through.
 
+use crate::driver::cycle::Limits;
 use std::time::{Duration, Instant};
 
-/// Bounds of the adaptive spin budget.
+/// Bounds of the adaptive spin.
 ///
 /// ```
 /// let cfg = evd_verbs::AdaptiveConfig::default();
@@ -28,34 +37,49 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AdaptiveConfig {
-    /// The budget never goes below this (zero lets it fall back to the pure
-    /// event-driven mode).
+    /// The spin window never goes below this (zero lets the feed fall back
+    /// to the event-driven cycle when arrivals are too sparse to catch).
     pub min_spin: Duration,
-    /// The budget never goes above this: gaps longer than this are slept
-    /// through. Set it around the cost of a sleep/wake cycle and above.
+    /// The spin window never goes above this, and gaps longer than this are
+    /// not caught by spinning. Set it around the cost of a sleep/wake cycle
+    /// and above.
     pub max_spin: Duration,
-    /// The budget a new feed starts with.
+    /// The window a new feed starts with, before it has seen any gap.
     pub initial_spin: Duration,
+    /// The most empty polls in a row a spin may take.
+    pub max_empty_polls: u32,
 }
 
 impl Default for AdaptiveConfig {
     /// 0 to 50 µs, starting at 10 µs (a wake through io_uring costs about
-    /// 5 µs on the machines measured, plus the re-arm and channel syscalls).
+    /// 5 µs on the machines measured, plus the re-arm and channel syscalls);
+    /// at most 4096 empty polls.
     fn default() -> Self {
         AdaptiveConfig {
             min_spin: Duration::ZERO,
             max_spin: Duration::from_micros(50),
             initial_spin: Duration::from_micros(10),
+            max_empty_polls: 4096,
         }
     }
 }
 
-/// How many times the observed gap a spin covers: arrival jitter (and a
-/// preempted producer) must not end a spin in the middle of a burst.
-const GAP_MARGIN: u32 = 4;
+/// How many times the average gap (and the average empty polls) a spin
+/// covers.
+const MARGIN: u32 = 4;
 
-/// Spins shorter than this are not worth starting.
+/// Weight of a new sample in the moving averages: `1 / 2^SMOOTHING`.
+const SMOOTHING: u32 = 2;
+
+/// The catchable share, in 1/256ths, below which spinning does not pay.
+const CATCH_FLOOR: u32 = 128;
+
+/// A spin window shorter than this is not worth starting.
 const MIN_USEFUL_SPIN: Duration = Duration::from_nanos(500);
+
+/// The fewest empty polls a spin is allowed (before any were observed, the
+/// window `T` alone bounds it).
+const MIN_EMPTY_POLLS: u32 = 8;
 
 /// The per-feed adaptive state.
 ///
@@ -64,63 +88,247 @@ const MIN_USEFUL_SPIN: Duration = Duration::from_nanos(500);
 /// use std::time::{Duration, Instant};
 /// let mut p = SpinPolicy::new(AdaptiveConfig::default());
 /// let t0 = Instant::now();
-/// p.found(t0);
-/// p.found(t0 + Duration::from_micros(10)); // a 10 µs gap caught by spinning
-/// assert_eq!(p.spin(), Duration::from_micros(40));
-/// p.expired();
-/// assert_eq!(p.spin(), Duration::from_micros(30));
+/// p.woken(t0);
+/// for i in 1..=8 {
+///     // completions 2 µs apart, each found after about 20 empty polls
+///     p.found(t0 + Duration::from_micros(2 * i), 20);
+/// }
+/// assert!(p.spin_window() >= Duration::from_micros(8)); // four gaps' worth
+/// assert!(p.spin_window() < Duration::from_micros(12));
+/// assert!(p.empty_poll_limit() >= 64);
+/// // Then the traffic turns sparse: gaps of 1 ms, beyond any spin.
+/// let mut t = t0 + Duration::from_micros(16);
+/// for _ in 0..8 {
+///     t += Duration::from_millis(1);
+///     p.woken(t);
+/// }
+/// assert_eq!(p.spin_window(), Duration::ZERO); // event-driven
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct SpinPolicy {
     cfg: AdaptiveConfig,
-    spin: Duration,
+    /// Moving average of the catchable gaps.
+    gap: Duration,
+    /// Moving average of the empty polls before a catch, in 1/16ths; `None`
+    /// until one was seen.
+    empty_polls_x16: Option<u32>,
+    /// Moving average of the catchable share, in 1/256ths.
+    catchable: u32,
     last_completion: Option<Instant>,
 }
 
 impl SpinPolicy {
-    /// A policy at its initial budget.
+    /// A policy that has seen nothing yet: window `initial_spin`.
+    ///
+    /// ```
+    /// let p = evd_verbs::SpinPolicy::new(Default::default());
+    /// assert_eq!(p.spin_window(), std::time::Duration::from_micros(10));
+    /// ```
     pub fn new(cfg: AdaptiveConfig) -> Self {
         SpinPolicy {
-            spin: cfg.initial_spin.clamp(cfg.min_spin, cfg.max_spin),
+            gap: cfg.initial_spin.clamp(cfg.min_spin, cfg.max_spin) / MARGIN,
             cfg,
+            empty_polls_x16: None,
+            catchable: 256,
             last_completion: None,
         }
     }
 
-    /// The current spin budget.
-    pub fn spin(&self) -> Duration {
-        self.spin
-    }
-
-    /// Whether to spin at all before arming.
-    pub fn should_spin(&self) -> bool {
-        self.spin >= MIN_USEFUL_SPIN
-    }
-
-    fn raise_to_cover(&mut self, gap: Duration) {
-        if gap <= self.cfg.max_spin {
-            self.spin = self
-                .spin
-                .max(gap * GAP_MARGIN)
-                .clamp(self.cfg.min_spin, self.cfg.max_spin);
+    /// `T`: how long a spin may go without a completion (zero: do not spin).
+    ///
+    /// ```
+    /// let p = evd_verbs::SpinPolicy::new(evd_verbs::AdaptiveConfig {
+    ///     initial_spin: std::time::Duration::ZERO,
+    ///     ..Default::default()
+    /// });
+    /// assert!(p.spin_window().is_zero());
+    /// ```
+    pub fn spin_window(&self) -> Duration {
+        if self.catchable < CATCH_FLOOR {
+            return self.cfg.min_spin;
+        }
+        let t = (self.gap * MARGIN).clamp(self.cfg.min_spin, self.cfg.max_spin);
+        if t < MIN_USEFUL_SPIN {
+            Duration::ZERO
+        } else {
+            t
         }
     }
 
-    /// Completions were found while spinning, at `now`.
-    pub fn found(&mut self, now: Instant) {
-        if let Some(last) = self.last_completion {
-            self.raise_to_cover(now.saturating_duration_since(last));
+    /// `K`: how many empty polls in a row a spin may take (zero: do not
+    /// spin).
+    ///
+    /// ```
+    /// let p = evd_verbs::SpinPolicy::new(Default::default());
+    /// assert_eq!(p.empty_poll_limit(), 4096); // nothing seen yet: `T` alone bounds the spin
+    /// ```
+    pub fn empty_poll_limit(&self) -> u32 {
+        if self.spin_window().is_zero() {
+            return 0;
         }
-        self.last_completion = Some(now);
+        match self.empty_polls_x16 {
+            None => self.cfg.max_empty_polls,
+            Some(x16) => (x16.saturating_mul(MARGIN) / 16).clamp(
+                MIN_EMPTY_POLLS,
+                self.cfg.max_empty_polls.max(MIN_EMPTY_POLLS),
+            ),
+        }
     }
 
-    /// The feed was woken from sleep by completions, at `now`.
+    /// The limits the cycle applies.
+    pub(crate) fn limits(&self) -> Limits {
+        let idle = self.spin_window();
+        if idle.is_zero() {
+            return Limits::EVENT;
+        }
+        Limits {
+            empty_polls: self.empty_poll_limit(),
+            idle,
+        }
+    }
+
+    /// A poll found completions at `now`, after `empty_polls` empty polls in
+    /// a row.
+    pub fn found(&mut self, now: Instant, empty_polls: u32) {
+        if let Some(gap) = self.gap_to(now) {
+            if self.observe(gap) {
+                let sample = empty_polls.saturating_mul(16);
+                self.empty_polls_x16 = Some(match self.empty_polls_x16 {
+                    None => sample,
+                    Some(avg) => smooth_u32(avg, sample),
+                });
+            }
+        }
+    }
+
+    /// The feed was woken by its channel at `now` (a completion it slept
+    /// through).
     pub fn woken(&mut self, now: Instant) {
-        self.found(now);
+        if let Some(gap) = self.gap_to(now) {
+            self.observe(gap);
+        }
     }
 
-    /// A spin ran out with nothing found.
-    pub fn expired(&mut self) {
-        self.spin = (self.spin * 3 / 4).max(self.cfg.min_spin);
+    fn gap_to(&mut self, now: Instant) -> Option<Duration> {
+        let gap = self
+            .last_completion
+            .map(|l| now.saturating_duration_since(l));
+        self.last_completion = Some(now);
+        gap
+    }
+
+    /// Fold one gap into the averages; returns whether it was catchable.
+    fn observe(&mut self, gap: Duration) -> bool {
+        let catchable = gap <= self.cfg.max_spin;
+        self.catchable = smooth_u32(self.catchable, if catchable { 256 } else { 0 });
+        if catchable {
+            self.gap = if gap >= self.gap {
+                self.gap + (gap - self.gap) / (1 << SMOOTHING)
+            } else {
+                self.gap - (self.gap - gap) / (1 << SMOOTHING)
+            };
+        }
+        catchable
+    }
+}
+
+fn smooth_u32(avg: u32, sample: u32) -> u32 {
+    let (avg, sample) = (i64::from(avg), i64::from(sample));
+    (avg + (sample - avg) / (1 << SMOOTHING)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    #[test]
+    fn a_steady_catchable_stream_sets_t_to_four_gaps() {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        let t0 = Instant::now();
+        p.woken(t0);
+        for i in 1..=40 {
+            p.found(t0 + us(5 * i), 50);
+        }
+        let t = p.spin_window();
+        assert!(t > us(19) && t <= us(20), "{t:?}");
+        let k = p.empty_poll_limit();
+        assert!((190..=200).contains(&k), "{k}");
+        assert_eq!(
+            p.limits(),
+            Limits {
+                empty_polls: k,
+                idle: t
+            }
+        );
+    }
+
+    #[test]
+    fn gaps_beyond_the_limit_turn_spinning_off_and_back_on() {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        let mut t = Instant::now();
+        p.woken(t);
+        for _ in 0..4 {
+            t += us(500);
+            p.woken(t);
+        }
+        assert_eq!(p.limits(), Limits::EVENT);
+        assert_eq!(p.empty_poll_limit(), 0);
+        for _ in 0..8 {
+            t += us(3);
+            p.found(t, 10);
+        }
+        assert!(!p.spin_window().is_zero());
+    }
+
+    #[test]
+    fn bursts_with_one_long_gap_each_keep_spinning() {
+        // 16 completions 2 µs apart, then 2 ms of silence: 15 of 16 gaps are
+        // catchable, so the feed spins through bursts.
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        let mut t = Instant::now();
+        for _ in 0..10 {
+            t += Duration::from_millis(2);
+            p.woken(t);
+            assert!(!p.spin_window().is_zero(), "after the long gap");
+            for _ in 0..15 {
+                t += us(2);
+                p.found(t, 30);
+            }
+        }
+        let w = p.spin_window();
+        assert!(w >= us(7) && w <= us(9), "{w:?}");
+    }
+
+    #[test]
+    fn the_window_stays_within_its_bounds() {
+        let cfg = AdaptiveConfig {
+            min_spin: us(2),
+            max_spin: us(30),
+            initial_spin: us(100),
+            max_empty_polls: 100,
+        };
+        let mut p = SpinPolicy::new(cfg);
+        assert_eq!(p.spin_window(), us(30));
+        let mut t = Instant::now();
+        p.woken(t);
+        for _ in 0..20 {
+            t += us(25);
+            p.found(t, 1000);
+        }
+        assert_eq!(p.spin_window(), us(30));
+        assert_eq!(p.empty_poll_limit(), 100);
+        for _ in 0..20 {
+            t += Duration::from_millis(1);
+            p.woken(t);
+        }
+        assert_eq!(
+            p.spin_window(),
+            us(2),
+            "min_spin is a floor even when nothing is caught"
+        );
     }
 }

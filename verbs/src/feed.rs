@@ -9,27 +9,33 @@
 //! [`Driver`](crate::Driver) runs for event and adaptive feeds.
 //!
 //! # Backpressure
-//! A feed never polls more completions than the EVD has room for (it reads
-//! the EVD's free space, counts it down as it polls, and reads it again when
-//! the count runs out), so completions wait in the CQ, not
-//! in the feed. Each polled batch is posted with one
-//! [`Poster::post_batch`] (one reservation CAS and one notification per
-//! batch, not per completion). If another poster fills the EVD between that
-//! check and the post, the completions that did not fit are held in the
-//! feed (at most one batch) and posted first, in order, next time; a post
-//! of which nothing fits is backpressure (the EVD counts and reports
-//! nothing: nothing is lost). A full
-//! EVD stops the feed with [`FeedStatus::Backpressure`]; the EVD has no
-//! "room again" notification, so the caller retries: busy-poll callers on
-//! their next `progress`, the driver on a bounded backoff timer (see
-//! [`Driver`](crate::Driver)) or when kicked.
+//! A feed never takes more completions out of its CQ than the EVD has room
+//! for: before every poll it reads the EVD's free space (one load of the
+//! state word and the head) and polls at most that many, so completions wait
+//! in the CQ, not in the feed. Feeds served by one thread (a [`Driver`] or a
+//! [`Poller`](crate::Poller)) run one after the other and post right after
+//! they poll, so however many of them share an EVD, none over-commits it.
+//! Each polled batch is posted with one [`Poster::post_batch`] (one
+//! reservation CAS and one notification per batch, not per completion).
+//! Only a poster on another thread can take the room between a feed's
+//! reading and its post; the completions that no longer fit are then held
+//! in the feed (at most one batch, counted in [`FeedStats::held`]) and
+//! posted first, in order, next time. Nothing is lost and the EVD reports
+//! nothing: a refusal is not a loss.
+//!
+//! A full EVD stops the feed with [`FeedStatus::Backpressure`]. The feed then
+//! waits for the EVD's room signal ([`Feed::poll_room`], the consumer's
+//! dequeue that frees a slot wakes it): the [`Driver`] does so with no timer.
+//!
+//! [`Driver`]: crate::Driver
 
 use crate::completion::WorkCompletion;
 use crate::cq::{CompletionQueue, PollError};
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent};
-use evd::{BatchPostError, Poster};
+use evd::{BatchPostError, Poster, RoomWaiter};
 use std::io;
 use std::mem::ManuallyDrop;
+use std::task::{Context, Poll};
 
 /// Completions polled per `poll` call (the kernel's `ib_poll_batch` is 16).
 pub const POLL_BATCH: usize = 16;
@@ -109,6 +115,11 @@ pub struct FeedStats {
     pub events_acked: u64,
     /// Times the feed stopped because the EVD was full.
     pub backpressure: u64,
+    /// Completions polled that the EVD then refused, because a poster on
+    /// another thread took the room the feed had read: held in the feed and
+    /// posted first next time. Zero while the feed's thread is the EVD's only
+    /// poster.
+    pub held: u64,
 }
 
 /// Moves completions from a [`CompletionQueue`] into an EVD.
@@ -132,7 +143,8 @@ pub struct FeedStats {
 pub struct Feed<C: CompletionQueue> {
     cq: C,
     id: CqId,
-    poster: Poster<VerbsEvent>,
+    /// Posts through its poster; waits for room with it when the EVD is full.
+    room: RoomWaiter<VerbsEvent>,
     /// Where the CQ is polled into.
     batch: [WorkCompletion; POLL_BATCH],
     /// Events polled (or a CQ failure raised) but not yet posted, in order.
@@ -147,8 +159,6 @@ pub struct Feed<C: CompletionQueue> {
     failed: bool,
     failure: Option<PollError>,
     closed: bool,
-    /// Free EVD slots known from the last reading, minus what was polled since.
-    room: usize,
     stats: FeedStats,
 }
 
@@ -159,7 +169,7 @@ impl<C: CompletionQueue> Feed<C> {
         Feed {
             cq,
             id,
-            poster,
+            room: poster.room_waiter(),
             batch: [WorkCompletion::default(); POLL_BATCH],
             held: Vec::with_capacity(POLL_BATCH),
             unacked: 0,
@@ -168,7 +178,6 @@ impl<C: CompletionQueue> Feed<C> {
             failed: false,
             failure: None,
             closed: false,
-            room: 0,
             stats: FeedStats::default(),
         }
     }
@@ -239,21 +248,16 @@ impl<C: CompletionQueue> Feed<C> {
     /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
         let mut delivered = 0;
-        if let Err(status) = self.post_held(&mut delivered) {
+        if let Err(status) = self.post_held(&mut delivered, false) {
             return self.stop(delivered, status);
         }
         if self.failed {
             return self.stop(delivered, FeedStatus::Failed);
         }
         while delivered < budget {
-            // The EVD's free space is read only when the count kept from the
-            // last reading runs out (reading it costs a look at the consumer's
-            // cache line); posts count it down. Other posters may take some
-            // of it meanwhile: then a post is refused and held, not lost.
-            if self.room == 0 {
-                self.room = self.free_space();
-            }
-            let room = self.room;
+            // Read the EVD's free space before every poll: completions are
+            // taken out of the CQ only when there is room for them.
+            let room = self.free_space();
             if room == 0 {
                 let status = if self.closed {
                     FeedStatus::Closed
@@ -275,12 +279,11 @@ impl<C: CompletionQueue> Feed<C> {
                         kind: AsyncEventKind::CqError,
                         element: AsyncElement::Cq(self.id),
                     }));
-                    let _ = self.post_held(&mut delivered);
+                    let _ = self.post_held(&mut delivered, false);
                     return self.stop(delivered, FeedStatus::Failed);
                 }
             };
             self.stats.polled += n as u64;
-            self.room -= n;
             let cq = self.id;
             // `held` is empty here (the post above succeeded) and n <=
             // POLL_BATCH, its capacity: no allocation.
@@ -289,7 +292,7 @@ impl<C: CompletionQueue> Feed<C> {
                     .iter()
                     .map(|&wc| VerbsEvent::Completion { cq, wc }),
             );
-            if let Err(status) = self.post_held(&mut delivered) {
+            if let Err(status) = self.post_held(&mut delivered, true) {
                 return self.stop(delivered, status);
             }
             if n < want {
@@ -316,6 +319,9 @@ impl<C: CompletionQueue> Feed<C> {
     /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
     /// assert!(!producer.is_stranded());
     /// ```
+    ///
+    /// One call delivers at most `budget` events, however it gets there (a
+    /// drain before the arm, when the EVD was full, counts against it).
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
         let mut delivered = 0;
         loop {
@@ -324,7 +330,7 @@ impl<C: CompletionQueue> Feed<C> {
                 // Arming while completions are held (EVD full) is pointless:
                 // the feed will not poll until there is room anyway.
                 if !self.held.is_empty() || self.free_space() == 0 {
-                    let mut p = self.progress(budget);
+                    let mut p = self.progress(budget - delivered);
                     p.delivered += delivered;
                     if p.status != FeedStatus::Drained {
                         return Ok(p);
@@ -340,7 +346,7 @@ impl<C: CompletionQueue> Feed<C> {
                 self.stats.arms += 1;
                 arming = true;
             }
-            let mut p = self.progress(budget);
+            let mut p = self.progress(budget - delivered);
             if arming {
                 self.stats.found_after_arm += p.delivered as u64;
             }
@@ -398,7 +404,7 @@ impl<C: CompletionQueue> Feed<C> {
     /// Free space in the EVD, or 0 (and `closed` set) if it is closed.
     #[inline]
     fn free_space(&mut self) -> usize {
-        let q = self.poster.query();
+        let q = self.room.poster().query();
         if q.closed {
             self.closed = true;
             return 0;
@@ -409,23 +415,30 @@ impl<C: CompletionQueue> Feed<C> {
     /// Post the held events, in order, with one reservation: as many as
     /// fit; the rest stay held.
     #[inline]
-    fn post_held(&mut self, delivered: &mut usize) -> Result<(), FeedStatus> {
+    /// `fresh`: the held events were just polled (so a refusal of them is
+    /// counted in [`FeedStats::held`]); otherwise they were refused and
+    /// counted before.
+    fn post_held(&mut self, delivered: &mut usize, fresh: bool) -> Result<(), FeedStatus> {
         if self.held.is_empty() {
             return Ok(());
         }
-        match self.poster.post_batch(&mut self.held) {
+        let before = self.held.len();
+        match self.room.poster().post_batch(&mut self.held) {
             Ok(n) => {
                 *delivered += n;
                 if self.held.is_empty() {
                     Ok(())
                 } else {
-                    // Other posters took the room this feed counted on.
-                    self.room = 0;
+                    if fresh {
+                        self.count_held(before, n);
+                    }
                     Err(FeedStatus::Backpressure)
                 }
             }
             Err(BatchPostError::Full) => {
-                self.room = 0;
+                if fresh {
+                    self.count_held(before, 0);
+                }
                 Err(FeedStatus::Backpressure)
             }
             Err(BatchPostError::Closed) => {
@@ -433,6 +446,39 @@ impl<C: CompletionQueue> Feed<C> {
                 Err(FeedStatus::Closed)
             }
         }
+    }
+
+    /// Another thread took the room this feed read: of `before` completions
+    /// just polled, `posted` went in.
+    #[cold]
+    fn count_held(&mut self, before: usize, posted: usize) {
+        self.stats.held += (before - posted) as u64;
+    }
+
+    /// Wait for room in a full EVD: `Ready` once the EVD has a free slot
+    /// (or is closed: the next call reports it), `Pending` with `cx`'s waker
+    /// registered with the EVD's room signal otherwise; the consumer's
+    /// dequeue that frees a slot wakes it.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, soft::SoftCq};
+    /// use futures::task::noop_waker;
+    /// use std::task::Context;
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// let (cq, hca) = SoftCq::new(8).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// hca.push_batch(&[WorkCompletion::default(); 2]);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits
+    /// let waker = noop_waker();
+    /// let mut cx = Context::from_waker(&waker);
+    /// assert!(feed.poll_room(&mut cx).is_pending());
+    /// consumer.try_dequeue().unwrap(); // frees the slot, wakes the waker
+    /// assert!(feed.poll_room(&mut cx).is_ready());
+    /// assert_eq!(feed.progress(16).delivered, 1);
+    /// assert_eq!(feed.stats().held, 0); // nothing was polled without room
+    /// ```
+    pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.room.poll_room(cx).map(|_| ())
     }
 
     #[inline]
@@ -468,8 +514,8 @@ impl<C: CompletionQueue> Feed<C> {
         // and the poster are each moved out exactly once; `held` was taken
         // (an empty Vec owns no allocation); the other fields are plain data
         // with no destructor.
-        let (cq, poster) = unsafe { (std::ptr::read(&me.cq), std::ptr::read(&me.poster)) };
-        drop(poster);
+        let (cq, room) = unsafe { (std::ptr::read(&me.cq), std::ptr::read(&me.room)) };
+        drop(room);
         (cq, undelivered)
     }
 }

@@ -47,10 +47,12 @@
 #![warn(unsafe_op_in_unsafe_fn)]
 
 mod adaptive;
+mod async_feed;
 mod completion;
 mod cq;
 mod driver;
 mod event;
+mod eventfd;
 mod feed;
 #[cfg(feature = "ibverbs")]
 #[cfg_attr(docsrs, doc(cfg(feature = "ibverbs")))]
@@ -59,11 +61,12 @@ mod poller;
 pub mod soft;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy};
+pub use async_feed::AsyncFeed;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use cq::{AsyncEventSource, CompletionQueue, PollError};
 pub use driver::{
-    Activity, AsyncFeed, Driver, DriverConfig, DriverHandle, FeedKey, FeedMode, RunningDriver,
-    Shutdown,
+    Activity, Driver, DriverConfig, DriverError, DriverHandle, DriverStats, FeedId, FeedKey,
+    FeedMode, RunningDriver, Shutdown,
 };
 pub use event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent};
 pub use feed::{Feed, FeedStats, FeedStatus, Progress, ACK_BATCH, POLL_BATCH};

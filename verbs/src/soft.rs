@@ -26,39 +26,12 @@
 use crate::completion::{WcStatus, WorkCompletion};
 use crate::cq::{AsyncEventSource, CompletionQueue, PollError};
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId};
+use crate::eventfd;
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// A non-blocking, close-on-exec eventfd.
-pub(crate) fn new_eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd has no memory arguments; the result is checked.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Add one to an eventfd's counter (makes it readable).
-pub(crate) fn signal_eventfd(fd: &OwnedFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own. EAGAIN
-    // (counter at its maximum) still leaves the fd readable, which is all a
-    // signal needs, so the result is not checked.
-    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-}
-
-/// Reset an eventfd's counter to zero (not readable any more).
-pub(crate) fn clear_eventfd(fd: &OwnedFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd;
-    // EAGAIN (already zero) is the same outcome as success.
-    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-}
 
 struct State {
     ring: VecDeque<WorkCompletion>,
@@ -80,6 +53,8 @@ struct State {
     req_notifies: u64,
     /// Completions to add inside the next `req_notify`, before it arms.
     window_injections: Vec<WorkCompletion>,
+    /// Run (outside the lock) by the next poll, after it took its completions.
+    during_next_poll: Option<Box<dyn FnOnce() + Send>>,
 }
 
 #[derive(Default)]
@@ -111,7 +86,7 @@ impl Inner {
     /// waiter such as a multishot poll sees each one.
     fn raise_event(&self, st: &mut State) {
         st.channel_events += 1;
-        signal_eventfd(&self.channel);
+        eventfd::signal(&self.channel);
     }
 
     fn add(
@@ -316,8 +291,9 @@ impl SoftCq {
                 overruns: 0,
                 req_notifies: 0,
                 window_injections: Vec::new(),
+                during_next_poll: None,
             }),
-            channel: new_eventfd()?,
+            channel: eventfd::new()?,
             faults: Faults::default(),
             device,
         });
@@ -386,6 +362,11 @@ impl CompletionQueue for SoftCq {
             *slot = wc;
         }
         st.polled += n as u64;
+        let during = st.during_next_poll.take();
+        drop(st);
+        if let Some(f) = during {
+            f();
+        }
         Ok(n)
     }
 
@@ -427,7 +408,7 @@ impl CompletionQueue for SoftCq {
         st.channel_events -= 1;
         st.events_got += 1;
         if st.channel_events == 0 {
-            clear_eventfd(&self.inner.channel);
+            eventfd::clear(&self.inner.channel);
         }
         Ok(true)
     }
@@ -545,6 +526,25 @@ impl SoftCqProducer {
         self.inner.lock().window_injections.push(wc);
     }
 
+    /// Run `f` inside the next poll, after it has taken its completions and
+    /// before it returns: what another thread does between a consumer's
+    /// look at its EVD's room and its post (posting into the same EVD, say).
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// let ran = Arc::new(AtomicBool::new(false));
+    /// let r = ran.clone();
+    /// producer.during_next_poll(move || r.store(true, Ordering::Relaxed));
+    /// cq.poll(&mut [WorkCompletion::default(); 1]).unwrap();
+    /// assert!(ran.load(Ordering::Relaxed));
+    /// ```
+    pub fn during_next_poll(&self, f: impl FnOnce() + Send + 'static) {
+        self.inner.lock().during_next_poll = Some(Box::new(f));
+    }
+
     /// Every `n`-th completion added gets status `WR_FLUSH_ERR` (0: never).
     ///
     /// ```
@@ -641,7 +641,7 @@ impl SoftDevice {
     pub fn new() -> io::Result<(SoftAsyncEvents, SoftDevice)> {
         let inner = Arc::new(DeviceInner {
             queue: Mutex::new(VecDeque::new()),
-            fd: new_eventfd()?,
+            fd: eventfd::new()?,
         });
         Ok((
             SoftAsyncEvents {
@@ -662,7 +662,7 @@ impl SoftDevice {
         let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
         q.push_back(event);
         if q.len() == 1 {
-            signal_eventfd(&self.inner.fd);
+            eventfd::signal(&self.inner.fd);
         }
     }
 }
@@ -676,7 +676,7 @@ impl AsyncEventSource for SoftAsyncEvents {
         let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
         let ev = q.pop_front();
         if q.is_empty() {
-            clear_eventfd(&self.inner.fd);
+            eventfd::clear(&self.inner.fd);
         }
         Ok(ev)
     }

@@ -1,13 +1,15 @@
 //! The io_uring driver: many CQs and EVDs on one ring, the user's own loop,
-//! backpressure retry, async events, and removal while running.
+//! backpressure woken by the EVD's room signal, async events, and removal
+//! while running.
 
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftDevice};
 use evd_verbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, Feed,
-    FeedMode, VerbsEvent, WorkCompletion,
+    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, DriverError,
+    Feed, FeedMode, VerbsEvent, WorkCompletion,
 };
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 fn wc(wr_id: u64) -> WorkCompletion {
@@ -78,7 +80,7 @@ fn one_ring_serves_many_cqs_and_evds() {
         assert_eq!(per_cq[&CqId(id)], (0..50).collect::<Vec<_>>(), "CQ {id}");
     }
     let stopped = running.shutdown().unwrap();
-    assert_eq!(stopped.feeds.len(), 4);
+    assert_eq!(stopped.len(), 4);
     drop(stopped);
     for hca in &hcas {
         let s = hca.stats();
@@ -102,8 +104,7 @@ fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
     hca.push(wc(1)).unwrap();
     take(&mut consumer, 1);
     hca.inject_spurious_event();
-    let feed = driver.handle().remove(key).unwrap();
-    let feed = feed.downcast::<Feed<SoftCq>>().unwrap();
+    let feed: Feed<SoftCq> = driver.handle().remove(key).unwrap();
     // After removal the driver never polls this CQ again.
     hca.push(wc(2)).unwrap();
     assert_eq!(hca.stats().len, 1);
@@ -111,7 +112,10 @@ fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
     let s = hca.stats();
     assert!(s.destroyed);
     assert_eq!(s.unacked_at_destroy, Some(0));
-    assert!(driver.handle().remove(key).is_err());
+    assert!(matches!(
+        driver.handle().remove(key),
+        Err(DriverError::NoSuchFeed)
+    ));
     driver.shutdown().unwrap();
 }
 
@@ -169,11 +173,13 @@ fn full_evd_blocks_the_feed_until_room_and_loses_nothing() {
             };
             got.push(wc.wr_id);
         }
-        running.handle().kick();
     }
     assert_eq!(got, (0..500).collect::<Vec<_>>());
     assert_eq!(consumer.query().lost, 0);
-    running.shutdown().unwrap();
+    let s = running.shutdown().unwrap();
+    // Woken by the consumer's dequeues, never by a timer.
+    assert_eq!(s.stats.timeouts, 0);
+    assert!(s.stats.room_wakes > 0, "{:?}", s.stats);
 }
 
 #[test]
@@ -210,5 +216,144 @@ fn async_events_are_delivered_through_the_evd() {
     // A broken CQ is not polled: its last completions are lost with it.
     assert_eq!((errors, completions), (2, 0), "{evs:?}");
     assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    running.shutdown().unwrap();
+}
+
+#[test]
+fn sixteen_feeds_into_one_small_evd_never_over_commit_and_wake_only_on_room() {
+    // 16 CQs of 1000 completions each, all queued before the driver starts,
+    // into one 64-slot EVD: the EVD is full most of the time. No feed may
+    // take a completion out of its CQ that the EVD has no room for (nothing
+    // held), nothing is lost or reported lost, every CQ's completions arrive
+    // in order, and blocked feeds are woken by the consumer's dequeues, never
+    // by a timer.
+    const FEEDS: u32 = 16;
+    const PER_CQ: u64 = 1000;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let mut hcas = Vec::new();
+    let mut keys = Vec::new();
+    for id in 0..FEEDS {
+        let (cq, hca) = SoftCq::new(1024).unwrap();
+        for i in 0..PER_CQ {
+            hca.push(wc(i)).unwrap();
+        }
+        keys.push(
+            driver
+                .register(Feed::new(cq, CqId(id), poster.clone()), FeedMode::Event)
+                .unwrap(),
+        );
+        hcas.push(hca);
+    }
+    drop(poster);
+    let running = driver.spawn().unwrap();
+    let mut next = vec![0u64; FEEDS as usize];
+    let mut overflow_reports = 0;
+    for ev in take_counting_overflow(
+        &mut consumer,
+        (FEEDS as u64 * PER_CQ) as usize,
+        &mut overflow_reports,
+    ) {
+        let VerbsEvent::Completion { cq, wc } = ev else {
+            panic!("{ev:?}")
+        };
+        let n = &mut next[cq.0 as usize];
+        assert_eq!(wc.wr_id, *n, "CQ {} out of order", cq.0);
+        *n += 1;
+    }
+    assert_eq!(next, vec![PER_CQ; FEEDS as usize]);
+    assert_eq!(overflow_reports, 0);
+    assert_eq!(consumer.query().lost, 0);
+    let mut s = running.shutdown().unwrap();
+    for key in keys {
+        let feed = s.take(key).unwrap();
+        assert_eq!(feed.stats().held, 0, "feed {:?} over-committed", feed.id());
+        assert_eq!(feed.stats().polled, PER_CQ);
+    }
+    assert_eq!(s.stats.timeouts, 0, "{:?}", s.stats);
+    assert!(
+        s.stats.room_wakes > 0,
+        "the EVD never filled: {:?}",
+        s.stats
+    );
+}
+
+/// As [`take`], counting overflow reports instead of skipping them silently.
+fn take_counting_overflow(
+    consumer: &mut evd::Consumer<VerbsEvent>,
+    n: usize,
+    overflow_reports: &mut usize,
+) -> Vec<VerbsEvent> {
+    let mut out = Vec::with_capacity(n);
+    let mut idle_waits = 0;
+    while out.len() < n {
+        match consumer.try_dequeue() {
+            Ok(ev) => out.push(ev),
+            Err(TryDequeueError::Overflow(_)) => *overflow_reports += 1,
+            Err(TryDequeueError::Empty) => {
+                if consumer.wait(1, Some(Duration::from_millis(100))).is_err() {
+                    idle_waits += 1;
+                    assert!(
+                        idle_waits < 300,
+                        "watchdog: got {} of {n} events",
+                        out.len()
+                    );
+                }
+            }
+            Err(TryDequeueError::Closed) => panic!("closed after {} events", out.len()),
+        }
+    }
+    out
+}
+
+#[test]
+fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked() {
+    use std::sync::{mpsc, Arc, Mutex, OnceLock};
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let handle = driver.handle();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    let key_cell = Arc::new(OnceLock::new());
+    key_cell.set(key).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let spare = Mutex::new(Some(SoftCq::new(4).unwrap().0));
+    let upcalls = consumer.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::Any,
+        move |ev, _| {
+            if ev.is_err() {
+                return;
+            }
+            // This runs on the driver's thread (the feed's post ran it).
+            let removed = handle.remove(*key_cell.get().unwrap());
+            let registered =
+                spare.lock().unwrap().take().map(|cq| {
+                    handle.register(Feed::new(cq, CqId(1), poster.clone()), FeedMode::Event)
+                });
+            tx.lock()
+                .unwrap()
+                .send((removed.err(), registered.and_then(Result::err)))
+                .unwrap();
+        },
+    );
+    hca.push(wc(1)).unwrap();
+    let (removed, registered) = rx.recv_timeout(Duration::from_secs(30)).expect("no upcall");
+    assert!(
+        matches!(removed, Some(DriverError::OnDriverThread)),
+        "{removed:?}"
+    );
+    assert!(
+        matches!(registered, Some(DriverError::OnDriverThread)),
+        "{registered:?}"
+    );
+    // From another thread the same calls work.
+    let feed: Feed<SoftCq> = running.handle().remove(key).unwrap();
+    drop(feed);
+    drop(upcalls.teardown());
     running.shutdown().unwrap();
 }

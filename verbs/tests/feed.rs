@@ -164,6 +164,48 @@ fn full_evd_applies_backpressure_without_loss() {
     assert_eq!(feed.stats().backpressure, 3);
 }
 
+fn port_event() -> VerbsEvent {
+    VerbsEvent::Async(evd_verbs::AsyncEvent {
+        kind: AsyncEventKind::PortActive,
+        element: AsyncElement::Port(1),
+    })
+}
+
+/// During the feed's next poll (after it read the EVD's room), another
+/// poster posts `n` events into the same EVD.
+fn post_during_next_poll(
+    hca: &evd_verbs::soft::SoftCqProducer,
+    poster: &evd::Poster<VerbsEvent>,
+    n: usize,
+) {
+    let p = poster.clone();
+    hca.during_next_poll(move || {
+        for _ in 0..n {
+            p.post(port_event()).unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_feed_polls_only_what_the_evd_has_room_for() {
+    let (poster, mut consumer) = evd::bounded(4).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    hca.push_batch(&[wc(0); 10]);
+    poster.post(port_event()).unwrap();
+    // Three free slots: three completions leave the CQ, seven stay there.
+    let p = feed.progress(64);
+    assert_eq!((p.delivered, p.status), (3, FeedStatus::Backpressure));
+    assert_eq!(hca.stats().len, 7);
+    assert_eq!(feed.stats().held, 0);
+    // The EVD stays full: nothing more leaves the CQ.
+    assert_eq!(feed.progress(64).delivered, 0);
+    assert_eq!(hca.stats().len, 7);
+    assert_eq!(feed.stats().polled, 3);
+    assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(_))));
+    assert_eq!(wr_ids(&mut consumer), [0, 0, 0]);
+}
+
 #[test]
 fn refused_post_is_held_and_reposted_in_order() {
     let (poster, mut consumer) = evd::bounded(4).unwrap();
@@ -172,19 +214,14 @@ fn refused_post_is_held_and_reposted_in_order() {
     for i in 0..4 {
         hca.push(wc(i)).unwrap();
     }
-    // The feed reads 4 free slots and uses 2 of them.
     assert_eq!(feed.progress(2).delivered, 2);
-    // Another poster takes the 2 slots the feed still counts on.
-    let port = VerbsEvent::Async(evd_verbs::AsyncEvent {
-        kind: AsyncEventKind::PortActive,
-        element: AsyncElement::Port(1),
-    });
-    poster.post(port).unwrap();
-    poster.post(port).unwrap();
-    // The feed polls 2 more, the EVD refuses them: they are held, in order.
+    // The feed reads 2 free slots and polls 2; another thread takes both
+    // before the feed posts: the 2 are held, in order.
+    post_during_next_poll(&hca, &poster, 2);
     let p = feed.progress(64);
     assert_eq!((p.delivered, p.status), (0, FeedStatus::Backpressure));
     assert_eq!(hca.stats().len, 0);
+    assert_eq!(feed.stats().held, 2);
     let mut ids = Vec::new();
     let mut overflow_reports = 0;
     loop {
@@ -202,6 +239,8 @@ fn refused_post_is_held_and_reposted_in_order() {
     assert_eq!((p.delivered, p.status), (2, FeedStatus::Drained));
     ids.extend(wr_ids(&mut consumer));
     assert_eq!(ids, vec![0, 1, 2, 3]);
+    // Re-offered completions are not counted twice.
+    assert_eq!(feed.stats().held, 2);
 }
 
 #[test]
@@ -212,19 +251,14 @@ fn batch_that_partly_fits_posts_the_front_and_holds_the_rest_in_order() {
     for i in 0..5 {
         hca.push(wc(i)).unwrap();
     }
-    // The feed reads 4 free slots and uses 1 of them.
     assert_eq!(feed.progress(1).delivered, 1);
-    // Another poster takes 1 of the 3 slots the feed still counts on.
-    let port = VerbsEvent::Async(evd_verbs::AsyncEvent {
-        kind: AsyncEventKind::PortActive,
-        element: AsyncElement::Port(1),
-    });
-    poster.post(port).unwrap();
-    // The feed polls 3 in one batch; one post places the first 2 and
-    // holds the third.
+    // The feed reads 3 free slots and polls 3 in one batch; another thread
+    // takes 1 of them: one post places the first 2 and holds the third.
+    post_during_next_poll(&hca, &poster, 1);
     let p = feed.progress(64);
     assert_eq!((p.delivered, p.status), (2, FeedStatus::Backpressure));
     assert_eq!(feed.stats().polled, 4);
+    assert_eq!(feed.stats().held, 1);
     assert_eq!(hca.stats().len, 1);
     let mut ids = Vec::new();
     let mut ports = 0;
@@ -255,13 +289,9 @@ fn held_completions_are_handed_back_at_teardown() {
         hca.push(wc(i)).unwrap();
     }
     assert_eq!(feed.progress(1).delivered, 1);
-    poster
-        .post(VerbsEvent::Async(evd_verbs::AsyncEvent {
-            kind: AsyncEventKind::PortActive,
-            element: AsyncElement::Port(1),
-        }))
-        .unwrap();
-    // Counted one free slot; the poll takes 1 and the post is refused.
+    // One free slot read, one completion polled; another thread takes the
+    // slot: the post is refused and the completion held.
+    post_during_next_poll(&hca, &poster, 1);
     assert_eq!(feed.progress(64).status, FeedStatus::Backpressure);
     let (_cq, undelivered) = feed.into_parts();
     assert_eq!(
@@ -347,4 +377,35 @@ fn teardown_acks_every_event_before_destroying_the_cq() {
     assert_eq!(hca.stats().events_acked, 2);
     assert!(cq.destroy().is_ok());
     assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+}
+
+#[test]
+fn arm_and_drain_delivers_at_most_its_budget_even_after_a_drain_before_the_arm() {
+    // The feed holds one completion (refused earlier), so `arm_and_drain`
+    // first drains without arming (the held one and 3 more), then arms; 8
+    // completions land just before the arm. The budget of 8 covers both
+    // drains together.
+    let (poster, mut consumer) = evd::bounded(32).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    for _ in 0..31 {
+        poster.post(port_event()).unwrap();
+    }
+    hca.push(wc(0)).unwrap();
+    post_during_next_poll(&hca, &poster, 1);
+    assert_eq!(feed.progress(16).status, FeedStatus::Backpressure);
+    assert_eq!(feed.stats().held, 1);
+    while consumer.try_dequeue().is_ok() {}
+    for i in 1..4 {
+        hca.push(wc(i)).unwrap();
+    }
+    for i in 4..12 {
+        hca.complete_in_next_rearm_window(wc(i));
+    }
+    let p = feed.arm_and_drain(8).unwrap();
+    assert_eq!((p.delivered, p.status), (8, FeedStatus::Budget));
+    assert_eq!(wr_ids(&mut consumer), (0..8).collect::<Vec<_>>());
+    let p = feed.arm_and_drain(8).unwrap();
+    assert_eq!((p.delivered, p.status), (4, FeedStatus::Drained));
+    assert_eq!(wr_ids(&mut consumer), (8..12).collect::<Vec<_>>());
 }

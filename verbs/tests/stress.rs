@@ -137,14 +137,14 @@ fn stress(mode: Mode) {
 
     enum Running {
         Poller(Poller<SoftCq>),
-        Driver(evd_verbs::RunningDriver),
+        Driver(evd_verbs::RunningDriver, evd_verbs::FeedKey<Feed<SoftCq>>),
     }
     let running = match mode {
         Mode::BusyPoll => Running::Poller(Poller::spawn(vec![feed], 64).unwrap()),
         Mode::Driver(m) => {
             let mut driver = Driver::new(DriverConfig::default()).unwrap();
-            driver.register(feed, m).unwrap();
-            Running::Driver(driver.spawn().unwrap())
+            let key = driver.register(feed, m).unwrap();
+            Running::Driver(driver.spawn().unwrap(), key)
         }
     };
     let producers = spawn_producers(&hca, &outstanding, &abort);
@@ -158,13 +158,14 @@ fn stress(mode: Mode) {
     // Teardown: every event got is acked before the CQ is destroyed.
     let feeds: Vec<Feed<SoftCq>> = match running {
         Running::Poller(p) => p.stop().feeds,
-        Running::Driver(d) => d
-            .shutdown()
-            .unwrap()
-            .feeds
-            .into_iter()
-            .map(|(_, f)| *f.downcast::<Feed<SoftCq>>().unwrap())
-            .collect(),
+        Running::Driver(d, key) => {
+            let mut s = d.shutdown().unwrap();
+            let feed = s.take(key).unwrap();
+            assert!(s.is_empty());
+            // No timer: the driver woke only for channels, commands and room.
+            assert_eq!(s.stats.timeouts, 0);
+            vec![feed]
+        }
     };
     assert_eq!(feeds.len(), 1);
     drop(feeds);

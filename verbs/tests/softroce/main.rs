@@ -246,10 +246,10 @@ fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
     let (mut p, cq_a, cq_b) = pair(pd, 256, (7, 8))?;
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
     let mut driver = Driver::new(DriverConfig::default()).map_err(|e| format!("io_uring: {e}"))?;
-    driver
+    let key_a = driver
         .register(Feed::new(cq_a, CqId(7), poster.clone()), FeedMode::Event)
         .map_err(|e| e.to_string())?;
-    driver
+    let key_b = driver
         .register(
             Feed::new(cq_b, CqId(8), poster.clone()),
             FeedMode::Adaptive(AdaptiveConfig::default()),
@@ -324,16 +324,16 @@ fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
             Err(e) => return Err(format!("dequeue: {e:?}")),
         }
     }
-    let stopped = driver.shutdown().map_err(|e| e.to_string())?;
+    let mut stopped = driver.shutdown().map_err(|e| e.to_string())?;
     let mut got = 0;
-    for (_, f) in &stopped.feeds {
-        if let Some(f) = f.downcast_ref::<Feed<IbvCq>>() {
-            got += f.stats().events_got;
-            eprintln!("    feed {:?}: {:?}", f.id(), f.stats());
-        }
+    let feeds = [key_a, key_b].map(|k| stopped.take(k));
+    for f in feeds.iter().flatten() {
+        got += f.stats().events_got;
+        eprintln!("    feed {:?}: {:?}", f.id(), f.stats());
     }
     ensure!(got > 0, "no channel event was used");
     // Dropping the feeds acks their events, then the QPs and CQs go.
+    drop(feeds);
     drop(stopped);
     drop(p);
     ensure!(

@@ -1,0 +1,341 @@
+//! The control plane: what other threads share with a driver (its command
+//! queue and wake fd), the [`DriverHandle`] that uses it, the
+//! [`RunningDriver`] on its own thread, and the [`Shutdown`] it ends with.
+//!
+//! A command is queued under a mutex, a flag is raised and the wake eventfd
+//! written; the driver looks at the queue only when the flag is up, so the
+//! data path never takes the lock. Calls that wait for the driver's answer
+//! (`register`, `remove`) refuse to run on the driver's own thread (from an
+//! upcall of an EVD its feeds post into): they would wait for themselves.
+
+use super::error::DriverError;
+use super::key::{FeedId, FeedKey};
+use super::source::Source;
+use super::FeedMode;
+use crate::async_feed::AsyncFeed;
+use crate::cq::{AsyncEventSource, CompletionQueue};
+use crate::eventfd;
+use crate::feed::Feed;
+use std::any::Any;
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A command for the driver, from a [`DriverHandle`].
+pub(crate) enum Command {
+    Register {
+        source: Box<dyn Source>,
+        mode: FeedMode,
+        reply: mpsc::Sender<Result<FeedId, DriverError>>,
+    },
+    Remove {
+        id: FeedId,
+        reply: mpsc::Sender<Result<Box<dyn Any + Send>, DriverError>>,
+    },
+}
+
+/// What a driver shares with its handles.
+pub(crate) struct Shared {
+    commands: Mutex<VecDeque<Command>>,
+    /// Raised with every command (and by `stop`), so the driver looks at the
+    /// queue only when there is something in it.
+    pending: AtomicBool,
+    stop: AtomicBool,
+    /// Written to wake the driver from its ring wait (commands, stop, and the
+    /// EVDs' room signals).
+    pub(crate) wake: OwnedFd,
+}
+
+thread_local! {
+    /// The driver this thread is running `process` for, if any.
+    static DRIVING: Cell<*const Shared> = const { Cell::new(std::ptr::null()) };
+}
+
+impl Shared {
+    pub(crate) fn new() -> std::io::Result<Arc<Self>> {
+        Ok(Arc::new(Shared {
+            commands: Mutex::new(VecDeque::new()),
+            pending: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            wake: eventfd::new()?,
+        }))
+    }
+
+    pub(crate) fn wake(&self) {
+        eventfd::signal(&self.wake);
+    }
+
+    fn send(&self, c: Command) {
+        self.commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(c);
+        // Release: the command queued above is visible to the driver's
+        // Acquire swap in `take_commands` (the mutex orders it too).
+        self.pending.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    /// The commands queued since the last call (none unless flagged).
+    pub(crate) fn take_commands(&self) -> Vec<Command> {
+        if !self.pending.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+        q.drain(..).collect()
+    }
+
+    pub(crate) fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    /// Mark this thread as running `self`'s driver until the guard drops.
+    pub(crate) fn driving(self: &Arc<Self>) -> DrivingGuard {
+        let previous = DRIVING.with(|d| d.replace(Arc::as_ptr(self)));
+        DrivingGuard { previous }
+    }
+
+    fn on_driver_thread(self: &Arc<Self>) -> bool {
+        DRIVING.with(|d| d.get() == Arc::as_ptr(self))
+    }
+}
+
+/// Restores the thread's previous driver mark (drivers may nest: a driver
+/// run from an upcall of another driver's feed).
+pub(crate) struct DrivingGuard {
+    previous: *const Shared,
+}
+
+impl Drop for DrivingGuard {
+    fn drop(&mut self) {
+        DRIVING.with(|d| d.set(self.previous));
+    }
+}
+
+/// A handle to a driver, usable from any thread: register and remove feeds.
+///
+/// ```
+/// use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, soft::SoftCq};
+/// let (poster, _consumer) = evd::bounded(16).unwrap();
+/// let running = Driver::new(DriverConfig::default()).unwrap().spawn().unwrap();
+/// let handle = running.handle().clone();
+/// let (cq, hca) = SoftCq::new(16).unwrap();
+/// let key = handle.register(Feed::new(cq, CqId(1), poster), FeedMode::Event).unwrap();
+/// let feed: Feed<SoftCq> = handle.remove(key).unwrap();
+/// drop(feed); // acks its CQ events, then destroys the CQ
+/// assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+/// running.shutdown().unwrap();
+/// ```
+#[derive(Clone)]
+pub struct DriverHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl DriverHandle {
+    /// Register a completion feed with the running driver.
+    ///
+    /// [`DriverError::OnDriverThread`] on the driver's own thread (see the
+    /// module notes); [`DriverError::Stopped`] once the driver has stopped.
+    pub fn register<C: CompletionQueue + 'static>(
+        &self,
+        feed: Feed<C>,
+        mode: FeedMode,
+    ) -> Result<FeedKey<Feed<C>>, DriverError> {
+        self.register_source(Box::new(feed), mode).map(FeedKey::new)
+    }
+
+    /// Register an async-event feed with the running driver.
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncFeed, Driver, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded(16).unwrap();
+    /// let running = Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// let (events, _device) = SoftDevice::new().unwrap();
+    /// let key = running.handle().register_async(AsyncFeed::new(events, poster)).unwrap();
+    /// let _feed = running.handle().remove(key).unwrap();
+    /// ```
+    pub fn register_async<S: AsyncEventSource + 'static>(
+        &self,
+        feed: AsyncFeed<S>,
+    ) -> Result<FeedKey<AsyncFeed<S>>, DriverError> {
+        self.register_source(Box::new(feed), FeedMode::Event)
+            .map(FeedKey::new)
+    }
+
+    fn register_source(
+        &self,
+        source: Box<dyn Source>,
+        mode: FeedMode,
+    ) -> Result<FeedId, DriverError> {
+        if self.shared.on_driver_thread() {
+            return Err(DriverError::OnDriverThread);
+        }
+        let (reply, answer) = mpsc::channel();
+        self.shared.send(Command::Register {
+            source,
+            mode,
+            reply,
+        });
+        answer.recv().map_err(|_| DriverError::Stopped)?
+    }
+
+    /// Remove a feed from the running driver and hand it back. When this
+    /// returns, the driver will never touch the feed again, so no post and
+    /// no upcall from it can follow.
+    ///
+    /// [`DriverError::NoSuchFeed`] if it was removed already;
+    /// [`DriverError::OnDriverThread`] on the driver's own thread;
+    /// [`DriverError::Stopped`] once the driver has stopped (its feeds are in
+    /// the [`Shutdown`]).
+    pub fn remove<F: 'static>(&self, key: FeedKey<F>) -> Result<F, DriverError> {
+        if self.shared.on_driver_thread() {
+            return Err(DriverError::OnDriverThread);
+        }
+        let (reply, answer) = mpsc::channel();
+        self.shared.send(Command::Remove {
+            id: key.id(),
+            reply,
+        });
+        let feed = answer.recv().map_err(|_| DriverError::Stopped)??;
+        Ok(downcast(feed))
+    }
+}
+
+impl fmt::Debug for DriverHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DriverHandle")
+            .field("stopping", &self.shared.stop_requested())
+            .finish()
+    }
+}
+
+/// A feed handed back under its key's type. The key was made from the
+/// feed's own type when it was registered, so the downcast cannot fail.
+pub(crate) fn downcast<F: 'static>(feed: Box<dyn Any + Send>) -> F {
+    *feed
+        .downcast::<F>()
+        .expect("a FeedKey's type is the type of the feed registered under it")
+}
+
+/// A driver running on its own thread. Dropping it shuts it down (and drops
+/// its feeds, acknowledging their events, on that thread) and joins it.
+///
+/// ```
+/// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
+/// drop(running); // stops and joins
+/// ```
+pub struct RunningDriver {
+    pub(crate) handle: DriverHandle,
+    pub(crate) thread: Option<JoinHandle<Result<Shutdown, DriverError>>>,
+}
+
+impl RunningDriver {
+    /// A handle to the running driver.
+    pub fn handle(&self) -> &DriverHandle {
+        &self.handle
+    }
+
+    /// Stop the driver, join its thread, and hand back its feeds (each
+    /// removed from the ring first). Returns the thread's error if it failed.
+    pub fn shutdown(mut self) -> Result<Shutdown, DriverError> {
+        self.stop_and_join()
+            .expect("thread present until shut down")
+    }
+
+    fn stop_and_join(&mut self) -> Option<Result<Shutdown, DriverError>> {
+        self.handle.shared.request_stop();
+        let t = self.thread.take()?;
+        Some(match t.join() {
+            Ok(r) => r,
+            Err(p) => std::panic::resume_unwind(p),
+        })
+    }
+}
+
+impl Drop for RunningDriver {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.handle.shared.request_stop();
+        } else {
+            drop(self.stop_and_join());
+        }
+    }
+}
+
+impl fmt::Debug for RunningDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunningDriver")
+            .field("running", &self.thread.is_some())
+            .finish()
+    }
+}
+
+/// A shut-down driver's feeds and the CPU time its thread used. Take each
+/// feed back typed with [`Shutdown::take`]; dropping the `Shutdown` drops the
+/// rest (acknowledging their CQ events, then destroying their CQs).
+///
+/// ```
+/// use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
+/// let (poster, _consumer) = evd::bounded(4).unwrap();
+/// let mut driver = Driver::new(Default::default()).unwrap();
+/// let key = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(2), poster), FeedMode::Event).unwrap();
+/// let mut s = driver.spawn().unwrap().shutdown().unwrap();
+/// assert_eq!(s.len(), 1);
+/// let feed: Feed<SoftCq> = s.take(key).unwrap();
+/// assert_eq!(feed.id(), CqId(2));
+/// assert!(s.is_empty());
+/// ```
+pub struct Shutdown {
+    pub(crate) feeds: Vec<(FeedId, Box<dyn Any + Send>)>,
+    /// CPU time of the driver thread.
+    pub cpu_time: Duration,
+    /// The driver's counters at the end.
+    pub stats: super::DriverStats,
+}
+
+impl Shutdown {
+    /// The feed registered under `key`, if it was still registered at the
+    /// shutdown (and not taken yet).
+    pub fn take<F: 'static>(&mut self, key: FeedKey<F>) -> Option<F> {
+        let i = self.feeds.iter().position(|(id, _)| *id == key.id())?;
+        Some(downcast(self.feeds.swap_remove(i).1))
+    }
+
+    /// Feeds not taken yet.
+    pub fn len(&self) -> usize {
+        self.feeds.len()
+    }
+
+    /// Every feed was taken (or none was registered).
+    pub fn is_empty(&self) -> bool {
+        self.feeds.is_empty()
+    }
+
+    /// The names of the feeds not taken yet.
+    pub fn ids(&self) -> impl Iterator<Item = FeedId> + '_ {
+        self.feeds.iter().map(|(id, _)| *id)
+    }
+}
+
+impl fmt::Debug for Shutdown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shutdown")
+            .field(
+                "feeds",
+                &self.feeds.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            )
+            .field("cpu_time", &self.cpu_time)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}

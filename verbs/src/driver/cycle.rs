@@ -1,0 +1,406 @@
+//! The per-feed cycle as a pure function: [`next`] maps where a feed is
+//! ([`Phase`]) and what the driver just saw ([`Observation`]) to where it
+//! goes and what the driver does to it next ([`Action`]). The driver's shell
+//! (`driver/mod.rs`) performs the actions on the feed and the ring; every
+//! decision is made here, and the tests below walk the whole table.
+//!
+//! # The cycle
+//!
+//! ```text
+//!            +-------- fd fired, no spin -------+
+//!            |                                  v
+//!   Sleeping ---- fd fired, spin worth it ---> Polling --(K empty polls or T idle)--> Arm
+//!      ^                                       |  ^  (found: stay)                    |
+//!      +------------- drained ----- Arm/Draining <----------------------------------+
+//!                                   |  budget: Draining
+//!  any delivering phase -- EVD full --> Blocked -- room signal --> Arm
+//!  any delivering phase -- EVD closed or CQ failed --> Done
+//! ```
+//!
+//! - **Arm and Draining** run [`Action::ArmAndDrain`]: arm the CQ if no arm
+//!   is outstanding, then drain within the budget. Drained means armed and
+//!   empty: the feed sleeps on its channel fd. A used-up budget leaves it
+//!   draining (armed) for its next turn.
+//! - **Polling** is the adaptive mode's suspension (NAPI's `irq_suspend`):
+//!   after a wake the feed polls without arming while polls find
+//!   completions, and arms after `K` empty polls in a row or `T` without a
+//!   completion, whichever comes first ([`Limits`], derived from the arrival
+//!   process by [`SpinPolicy`](crate::SpinPolicy)). With zero limits (event
+//!   mode, or arrivals too sparse to catch) a wake goes straight to Arm.
+//! - **Blocked**: the EVD refused a post. The feed takes nothing more out of
+//!   its CQ and waits for the EVD's room signal, not a timer.
+//! - A fired fd is taken by the shell at the feed's next turn whatever the
+//!   phase (so the channel can fire again); only in Sleeping does it start
+//!   the cycle.
+//!
+//! One turn runs at most one delivering action, plus the arm that ends a
+//! spin whose poll found nothing: a turn delivers at most the budget.
+
+use crate::feed::{FeedStatus, Progress};
+use std::time::{Duration, Instant};
+
+/// Where a feed is in its cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Must arm, then drain: new, a spin just ended, or room came back.
+    Arm,
+    /// Armed and drained: waits for its channel fd.
+    Sleeping,
+    /// Armed, budget used up: drains on at its next turn.
+    Draining,
+    /// Adaptive: polling unarmed since a wake.
+    Polling {
+        /// When a poll last found completions (or the wake).
+        last_found: Instant,
+        /// Empty polls in a row since then.
+        empty_polls: u32,
+    },
+    /// The EVD was full: waits for its room signal.
+    Blocked,
+    /// The EVD closed or the CQ failed: nothing more to do.
+    Done,
+}
+
+impl Phase {
+    /// The feed has work for its next turn: the driver must not sleep.
+    pub(crate) fn is_busy(self) -> bool {
+        matches!(self, Phase::Arm | Phase::Draining | Phase::Polling { .. })
+    }
+}
+
+/// What the driver saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Observation {
+    /// The feed's turn starts: whether its channel fd fired since its last
+    /// turn, and whether its room signal came.
+    Turn {
+        /// The channel fd fired (its events have been taken).
+        fd_fired: bool,
+        /// The EVD's room signal woke this feed.
+        room: bool,
+    },
+    /// The action just run on the feed returned this.
+    Ran(Progress),
+}
+
+/// What the driver does to the feed next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Nothing more this turn.
+    Idle,
+    /// Arm the CQ unless an arm is outstanding, then drain within the budget.
+    ArmAndDrain,
+    /// Poll within the budget without arming.
+    Poll,
+    /// Register the feed's waker with the EVD's room signal.
+    WaitForRoom,
+}
+
+/// When a polling feed gives up and arms: after `empty_polls` empty polls in
+/// a row, or `idle` without a completion, whichever comes first. Zero (both)
+/// means: never poll unarmed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Empty polls in a row that end a spin.
+    pub(crate) empty_polls: u32,
+    /// Time without a completion that ends a spin.
+    pub(crate) idle: Duration,
+}
+
+impl Limits {
+    /// Never poll unarmed: the event-driven cycle.
+    pub(crate) const EVENT: Limits = Limits {
+        empty_polls: 0,
+        idle: Duration::ZERO,
+    };
+
+    fn spin(self) -> bool {
+        self.empty_polls > 0 && !self.idle.is_zero()
+    }
+}
+
+/// The cycle's transition function (the table is the module doc's diagram;
+/// the tests cover every row).
+pub(crate) fn next(
+    phase: Phase,
+    seen: Observation,
+    now: Instant,
+    limits: Limits,
+) -> (Phase, Action) {
+    match seen {
+        Observation::Turn { fd_fired, room } => on_turn(phase, fd_fired, room, now, limits),
+        Observation::Ran(p) => after_run(phase, p, now, limits),
+    }
+}
+
+fn on_turn(
+    phase: Phase,
+    fd_fired: bool,
+    room: bool,
+    now: Instant,
+    limits: Limits,
+) -> (Phase, Action) {
+    match phase {
+        Phase::Done => (Phase::Done, Action::Idle),
+        Phase::Sleeping if !fd_fired => (Phase::Sleeping, Action::Idle),
+        Phase::Sleeping if limits.spin() => (
+            Phase::Polling {
+                last_found: now,
+                empty_polls: 0,
+            },
+            Action::Poll,
+        ),
+        Phase::Sleeping => (Phase::Arm, Action::ArmAndDrain),
+        Phase::Arm | Phase::Draining => (phase, Action::ArmAndDrain),
+        Phase::Polling { .. } => (phase, Action::Poll),
+        Phase::Blocked if room => (Phase::Arm, Action::ArmAndDrain),
+        Phase::Blocked => (Phase::Blocked, Action::Idle),
+    }
+}
+
+fn after_run(phase: Phase, p: Progress, now: Instant, limits: Limits) -> (Phase, Action) {
+    match p.status {
+        FeedStatus::Closed | FeedStatus::Failed => return (Phase::Done, Action::Idle),
+        FeedStatus::Backpressure => return (Phase::Blocked, Action::WaitForRoom),
+        FeedStatus::Drained | FeedStatus::Budget => {}
+    }
+    match phase {
+        Phase::Arm | Phase::Draining => match p.status {
+            FeedStatus::Drained => (Phase::Sleeping, Action::Idle),
+            _ => (Phase::Draining, Action::Idle),
+        },
+        Phase::Polling { .. } if p.delivered > 0 => (
+            Phase::Polling {
+                last_found: now,
+                empty_polls: 0,
+            },
+            Action::Idle,
+        ),
+        Phase::Polling {
+            last_found,
+            empty_polls,
+        } => {
+            let empty_polls = empty_polls.saturating_add(1);
+            if empty_polls >= limits.empty_polls
+                || now.saturating_duration_since(last_found) >= limits.idle
+            {
+                // Nothing was delivered this turn, so arming now keeps the
+                // turn within its budget and sends an idle feed to sleep
+                // without a wasted turn.
+                (Phase::Arm, Action::ArmAndDrain)
+            } else {
+                (
+                    Phase::Polling {
+                        last_found,
+                        empty_polls,
+                    },
+                    Action::Idle,
+                )
+            }
+        }
+        Phase::Sleeping | Phase::Blocked | Phase::Done => {
+            debug_assert!(false, "no action runs in {phase:?}");
+            (phase, Action::Idle)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPIN: Limits = Limits {
+        empty_polls: 3,
+        idle: Duration::from_micros(20),
+    };
+
+    fn turn(fd_fired: bool, room: bool) -> Observation {
+        Observation::Turn { fd_fired, room }
+    }
+
+    fn ran(delivered: usize, status: FeedStatus) -> Observation {
+        Observation::Ran(Progress { delivered, status })
+    }
+
+    fn polling(t: Instant, empty_polls: u32) -> Phase {
+        Phase::Polling {
+            last_found: t,
+            empty_polls,
+        }
+    }
+
+    #[test]
+    fn a_sleeping_feed_waits_for_its_fd() {
+        let t = Instant::now();
+        for l in [Limits::EVENT, SPIN] {
+            for room in [false, true] {
+                assert_eq!(
+                    next(Phase::Sleeping, turn(false, room), t, l),
+                    (Phase::Sleeping, Action::Idle)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_wake_arms_at_once_in_event_mode_and_polls_when_spinning_pays() {
+        let t = Instant::now();
+        assert_eq!(
+            next(Phase::Sleeping, turn(true, false), t, Limits::EVENT),
+            (Phase::Arm, Action::ArmAndDrain)
+        );
+        assert_eq!(
+            next(Phase::Sleeping, turn(true, false), t, SPIN),
+            (polling(t, 0), Action::Poll)
+        );
+        // Half a limit is still no spin.
+        let half = Limits {
+            empty_polls: 3,
+            idle: Duration::ZERO,
+        };
+        assert_eq!(
+            next(Phase::Sleeping, turn(true, false), t, half),
+            (Phase::Arm, Action::ArmAndDrain)
+        );
+    }
+
+    #[test]
+    fn arm_and_draining_turns_arm_and_drain_whatever_fired() {
+        let t = Instant::now();
+        for p in [Phase::Arm, Phase::Draining] {
+            for fd in [false, true] {
+                for room in [false, true] {
+                    assert_eq!(next(p, turn(fd, room), t, SPIN), (p, Action::ArmAndDrain));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_polling_turn_polls() {
+        let t = Instant::now();
+        let p = polling(t, 2);
+        assert_eq!(next(p, turn(true, true), t, SPIN), (p, Action::Poll));
+    }
+
+    #[test]
+    fn a_blocked_feed_moves_only_on_its_room_signal() {
+        let t = Instant::now();
+        assert_eq!(
+            next(Phase::Blocked, turn(true, false), t, SPIN),
+            (Phase::Blocked, Action::Idle)
+        );
+        assert_eq!(
+            next(Phase::Blocked, turn(false, true), t, SPIN),
+            (Phase::Arm, Action::ArmAndDrain)
+        );
+    }
+
+    #[test]
+    fn done_is_final() {
+        let t = Instant::now();
+        for fd in [false, true] {
+            for room in [false, true] {
+                assert_eq!(
+                    next(Phase::Done, turn(fd, room), t, SPIN),
+                    (Phase::Done, Action::Idle)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn arming_ends_in_sleep_when_drained_and_drains_on_after_the_budget() {
+        let t = Instant::now();
+        for p in [Phase::Arm, Phase::Draining] {
+            for n in [0, 5] {
+                assert_eq!(
+                    next(p, ran(n, FeedStatus::Drained), t, SPIN),
+                    (Phase::Sleeping, Action::Idle)
+                );
+            }
+            assert_eq!(
+                next(p, ran(8, FeedStatus::Budget), t, SPIN),
+                (Phase::Draining, Action::Idle)
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_evd_blocks_and_waits_for_room_a_closed_one_ends_from_any_running_phase() {
+        let t = Instant::now();
+        for p in [Phase::Arm, Phase::Draining, polling(t, 1)] {
+            for n in [0, 3] {
+                assert_eq!(
+                    next(p, ran(n, FeedStatus::Backpressure), t, SPIN),
+                    (Phase::Blocked, Action::WaitForRoom)
+                );
+                for s in [FeedStatus::Closed, FeedStatus::Failed] {
+                    assert_eq!(next(p, ran(n, s), t, SPIN), (Phase::Done, Action::Idle));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_poll_that_finds_completions_restarts_the_spin() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_micros(15);
+        for s in [FeedStatus::Drained, FeedStatus::Budget] {
+            assert_eq!(
+                next(polling(t0, 2), ran(4, s), t1, SPIN),
+                (polling(t1, 0), Action::Idle)
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_poll_counts_and_the_kth_arms_at_once() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_micros(1);
+        assert_eq!(
+            next(polling(t0, 0), ran(0, FeedStatus::Drained), t1, SPIN),
+            (polling(t0, 1), Action::Idle)
+        );
+        assert_eq!(
+            next(polling(t0, 1), ran(0, FeedStatus::Drained), t1, SPIN),
+            (polling(t0, 2), Action::Idle)
+        );
+        assert_eq!(
+            next(polling(t0, 2), ran(0, FeedStatus::Drained), t1, SPIN),
+            (Phase::Arm, Action::ArmAndDrain)
+        );
+    }
+
+    #[test]
+    fn an_empty_poll_after_the_idle_limit_arms_at_once() {
+        let t0 = Instant::now();
+        let late = t0 + SPIN.idle;
+        assert_eq!(
+            next(polling(t0, 0), ran(0, FeedStatus::Drained), late, SPIN),
+            (Phase::Arm, Action::ArmAndDrain)
+        );
+        let early = t0 + SPIN.idle - Duration::from_nanos(1);
+        assert_eq!(
+            next(polling(t0, 0), ran(0, FeedStatus::Drained), early, SPIN),
+            (polling(t0, 1), Action::Idle)
+        );
+    }
+
+    #[test]
+    fn busy_phases_are_the_ones_with_an_action_for_the_next_turn() {
+        let t = Instant::now();
+        for (p, busy) in [
+            (Phase::Arm, true),
+            (Phase::Draining, true),
+            (polling(t, 0), true),
+            (Phase::Sleeping, false),
+            (Phase::Blocked, false),
+            (Phase::Done, false),
+        ] {
+            assert_eq!(p.is_busy(), busy, "{p:?}");
+            let (_, a) = next(p, turn(false, false), t, SPIN);
+            assert_eq!(a != Action::Idle, busy, "{p:?}");
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Feed keys: [`FeedKey`] names a registered feed and its type, so that
+//! removing it hands the feed back typed; [`FeedId`] is the untyped name
+//! the ring's requests carry.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
+
+/// A feed's untyped name in a driver: its slot and the slot's generation.
+/// Names of removed feeds are never reused (until a slot's 24-bit generation
+/// wraps).
+///
+/// ```
+/// # use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
+/// # let (poster, _c) = evd::bounded(4).unwrap();
+/// let mut driver = Driver::new(Default::default()).unwrap();
+/// let a = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster.clone()), FeedMode::Event).unwrap();
+/// let b = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(1), poster), FeedMode::Event).unwrap();
+/// assert_ne!(a.id(), b.id());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FeedId {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+/// The largest slot generation (they fit the ring's 24-bit field).
+pub(crate) const MAX_GENERATION: u32 = (1 << 24) - 1;
+
+/// A registered feed's key, typed by the feed (`Feed<C>` or
+/// `AsyncFeed<S>`): [`Driver::remove`](crate::Driver::remove),
+/// [`DriverHandle::remove`](crate::DriverHandle::remove) and
+/// [`Shutdown::take`](crate::Shutdown::take) hand that feed back.
+///
+/// ```
+/// # use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
+/// # let (poster, _c) = evd::bounded(4).unwrap();
+/// let mut driver = Driver::new(Default::default()).unwrap();
+/// let key = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(3), poster), FeedMode::Event).unwrap();
+/// let feed: Feed<SoftCq> = driver.remove(key).unwrap();
+/// assert_eq!(feed.id(), CqId(3));
+/// ```
+pub struct FeedKey<F> {
+    id: FeedId,
+    feed: PhantomData<fn() -> F>,
+}
+
+impl<F> FeedKey<F> {
+    pub(crate) fn new(id: FeedId) -> Self {
+        FeedKey {
+            id,
+            feed: PhantomData,
+        }
+    }
+
+    /// The untyped name.
+    ///
+    /// ```
+    /// # use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
+    /// # let (poster, _c) = evd::bounded(4).unwrap();
+    /// # let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
+    /// let id = key.id();
+    /// # let _ = id;
+    /// ```
+    pub fn id(&self) -> FeedId {
+        self.id
+    }
+}
+
+impl<F> Clone for FeedKey<F> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<F> Copy for FeedKey<F> {}
+impl<F> PartialEq for FeedKey<F> {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+impl<F> Eq for FeedKey<F> {}
+impl<F> Hash for FeedKey<F> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.id.hash(state)
+    }
+}
+impl<F> fmt::Debug for FeedKey<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FeedKey")
+            .field("index", &self.id.index)
+            .field("generation", &self.id.generation)
+            .finish()
+    }
+}

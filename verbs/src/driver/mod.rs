@@ -1,0 +1,650 @@
+//! The io_uring driver: one ring waits on the completion channels of many
+//! feeds and runs each feed's cycle. It runs inside the application's own
+//! loop ([`Driver::process`], waiting on the driver's fd) or on a thread of
+//! its own ([`Driver::spawn`]).
+//!
+//! The parts, one concept each:
+//! - [`cycle`]: the per-feed cycle as a pure function `next(phase,
+//!   observation) -> (phase, action)`, with its whole table tested;
+//! - `uring`: the ring shell (poll requests, cancellation, waits, typed
+//!   completions);
+//! - `control`: commands from other threads, [`DriverHandle`],
+//!   [`RunningDriver`], [`Shutdown`];
+//! - `source`: what the driver asks of a feed; `key`: [`FeedKey`] and
+//!   [`FeedId`]; `config` and `error`.
+//!
+//! This file is the shell around them: it performs the cycle's actions on
+//! the feeds and keeps each sleeping feed's fd poll in the ring.
+//!
+//! # No timers
+//! A feed stopped by a full EVD takes nothing more out of its CQ and
+//! registers with the EVD's room signal ([`evd::RoomWaiter`]); the
+//! consumer's dequeue that frees a slot wakes the driver through its wake
+//! eventfd. So the driver sleeps in the kernel until a channel fires, a
+//! command comes, or room appears; it never wakes on a timer of its own
+//! ([`DriverStats::timeouts`] counts only the caller's timeouts).
+
+pub(crate) mod cycle;
+
+mod config;
+mod control;
+mod error;
+mod key;
+mod source;
+mod uring;
+
+pub use config::{DriverConfig, FeedMode};
+pub use control::{DriverHandle, RunningDriver, Shutdown};
+pub use error::DriverError;
+pub use key::{FeedId, FeedKey};
+
+use crate::adaptive::SpinPolicy;
+use crate::async_feed::AsyncFeed;
+use crate::cq::{AsyncEventSource, CompletionQueue};
+use crate::eventfd;
+use crate::feed::{Feed, FeedStatus, Progress};
+use control::{downcast, Command, Shared};
+use cycle::{Action, Limits, Observation, Phase};
+use key::MAX_GENERATION;
+use source::Source;
+use std::any::Any;
+use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Wake, Waker};
+use std::time::{Duration, Instant};
+use uring::{Completion, Request, Ring, Wait};
+
+/// What one [`Driver::process`] call left behind.
+///
+/// ```
+/// let mut driver = evd_verbs::Driver::new(Default::default()).unwrap();
+/// let a = driver.process(Some(std::time::Duration::ZERO)).unwrap();
+/// assert!(!a.busy);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activity {
+    /// Some feed has work now (draining, spinning, just unblocked): call
+    /// `process` again without waiting on the driver's fd.
+    pub busy: bool,
+}
+
+/// A driver's counters.
+///
+/// ```
+/// let mut driver = evd_verbs::Driver::new(Default::default()).unwrap();
+/// driver.process(Some(std::time::Duration::from_millis(1))).unwrap();
+/// assert_eq!(driver.stats().timeouts, 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Turns over the feeds.
+    pub turns: u64,
+    /// Waits in the kernel that could block (no feed was busy).
+    pub waits: u64,
+    /// Timed waits that ended with nothing to handle (the caller's timeout,
+    /// or a signal). The driver sets no timer of its own.
+    pub timeouts: u64,
+    /// Channel (or async fd) readiness reports.
+    pub fd_wakes: u64,
+    /// Room signals received from full EVDs.
+    pub room_wakes: u64,
+}
+
+/// A feed's room signal: the waker its EVD's room queue holds.
+struct RoomSignal {
+    signalled: AtomicBool,
+    shared: Arc<Shared>,
+}
+
+impl Wake for RoomSignal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Release pairs with the driver's Acquire swap: the consumer's head
+        // store that freed the slot is visible to the feed's next look.
+        self.signalled.store(true, Ordering::Release);
+        self.shared.wake();
+    }
+}
+
+/// Who waits for a feed being removed.
+enum Removal {
+    /// [`Driver::remove`], on this thread.
+    Local,
+    /// [`DriverHandle::remove`], on another.
+    Reply(mpsc::Sender<Result<Box<dyn Any + Send>, DriverError>>),
+}
+
+struct Slot {
+    source: Box<dyn Source>,
+    generation: u32,
+    /// `None`: event mode.
+    policy: Option<SpinPolicy>,
+    phase: Phase,
+    /// A poll request for the fd is in the kernel.
+    poll_in_flight: bool,
+    /// The fd fired and its events were not taken yet.
+    fd_fired: bool,
+    room: Arc<RoomSignal>,
+    room_waker: Waker,
+    /// The room was there when the feed registered for it.
+    room_ready: bool,
+    /// Being removed: waiting for the in-flight poll to end.
+    removing: Option<Removal>,
+}
+
+impl Slot {
+    fn limits(&self) -> Limits {
+        self.policy.map_or(Limits::EVENT, |p| p.limits())
+    }
+
+    /// One turn: take a fired fd's events, then run the cycle's actions (at
+    /// most one that delivers, plus the arm ending a spin that found nothing).
+    /// Returns how many events it delivered.
+    fn turn(&mut self, now: Instant, budget: usize) -> Result<usize, DriverError> {
+        let fd_fired = std::mem::take(&mut self.fd_fired);
+        if fd_fired {
+            self.source.take_events()?;
+            if self.phase == Phase::Sleeping {
+                if let Some(p) = &mut self.policy {
+                    p.woken(now);
+                }
+            }
+        }
+        // Acquire: see `RoomSignal::wake_by_ref`.
+        let room = self.room.signalled.swap(false, Ordering::Acquire)
+            | std::mem::take(&mut self.room_ready);
+        let limits = self.limits();
+        let (mut phase, mut action) = cycle::next(
+            self.phase,
+            Observation::Turn { fd_fired, room },
+            now,
+            limits,
+        );
+        let mut delivered = 0;
+        loop {
+            let progress = match action {
+                Action::Idle => break,
+                Action::WaitForRoom => {
+                    let mut cx = Context::from_waker(&self.room_waker);
+                    if self.source.poll_room(&mut cx).is_ready() {
+                        self.room_ready = true;
+                    }
+                    break;
+                }
+                Action::ArmAndDrain => self.source.arm_and_drain(budget)?,
+                Action::Poll => self.source.poll(budget),
+            };
+            delivered += progress.delivered;
+            self.observe(phase, progress, now);
+            (phase, action) = cycle::next(phase, Observation::Ran(progress), now, limits);
+        }
+        self.phase = phase;
+        Ok(delivered)
+    }
+
+    /// Feed the adaptive policy what a run found.
+    fn observe(&mut self, phase: Phase, p: Progress, now: Instant) {
+        let Some(policy) = &mut self.policy else {
+            return;
+        };
+        if p.delivered == 0 || p.status == FeedStatus::Backpressure {
+            return;
+        }
+        match phase {
+            Phase::Polling { empty_polls, .. } => policy.found(now, empty_polls),
+            _ => policy.woken(now),
+        }
+    }
+
+    fn is_busy(&self) -> bool {
+        self.phase.is_busy() || self.room_ready
+    }
+}
+
+/// One io_uring ring serving many feeds: it waits on every feed's channel
+/// fd (`POLL_ADD`, multishot where the kernel has it) and runs the event or
+/// adaptive cycle of the feeds that are ready, `budget` events each per turn.
+/// Run it on its own thread ([`Driver::spawn`]) or from your loop
+/// ([`Driver::process`], waiting on the driver's fd: [`AsFd`], [`AsRawFd`]).
+///
+/// ```
+/// use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+/// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+/// let (cq, producer) = SoftCq::new(64).unwrap();
+/// let mut driver = Driver::new(DriverConfig::default()).unwrap();
+/// let key = driver.register(Feed::new(cq, CqId(7), poster), FeedMode::Event).unwrap();
+/// let running = driver.spawn().unwrap();
+/// producer.push(WorkCompletion { wr_id: 1, ..Default::default() }).unwrap();
+/// consumer.wait(1, None).unwrap();
+/// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { cq: CqId(7), .. })));
+/// let mut stopped = running.shutdown().unwrap();
+/// let _feed: Feed<SoftCq> = stopped.take(key).unwrap();
+/// assert_eq!(producer.stats().unacked_at_destroy, None); // CQ handed back, not destroyed
+/// ```
+pub struct Driver {
+    ring: Ring,
+    cfg: DriverConfig,
+    slots: Vec<Option<Slot>>,
+    generations: Vec<u32>,
+    shared: Arc<Shared>,
+    wake_poll_in_flight: bool,
+    /// Round-robin start, so no feed is always served first.
+    cursor: usize,
+    /// Some feed has work for the next turn.
+    busy: bool,
+    /// Feeds removed by [`Driver::remove`], not collected yet.
+    removed: Vec<(FeedId, Box<dyn Any + Send>)>,
+    stats: DriverStats,
+}
+
+impl Driver {
+    /// A driver with its own ring.
+    pub fn new(cfg: DriverConfig) -> Result<Self, DriverError> {
+        Ok(Driver {
+            ring: Ring::new(cfg.ring_entries, cfg.busy_turns_per_enter)?,
+            cfg,
+            slots: Vec::new(),
+            generations: Vec::new(),
+            shared: Shared::new()?,
+            wake_poll_in_flight: false,
+            cursor: 0,
+            busy: false,
+            removed: Vec::new(),
+            stats: DriverStats::default(),
+        })
+    }
+
+    /// A handle for other threads.
+    ///
+    /// ```
+    /// let driver = evd_verbs::Driver::new(Default::default()).unwrap();
+    /// let _handle = driver.handle();
+    /// ```
+    pub fn handle(&self) -> DriverHandle {
+        DriverHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> DriverStats {
+        self.stats
+    }
+
+    /// Serve a completion feed. Its CQ must have a completion channel
+    /// ([`DriverError::NoChannel`] otherwise).
+    pub fn register<C: CompletionQueue + 'static>(
+        &mut self,
+        feed: Feed<C>,
+        mode: FeedMode,
+    ) -> Result<FeedKey<Feed<C>>, DriverError> {
+        self.insert(Box::new(feed), mode).map(FeedKey::new)
+    }
+
+    /// Serve an async-event feed (always event-driven).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncFeed, Driver, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let (events, _device) = SoftDevice::new().unwrap();
+    /// let key = driver.register_async(AsyncFeed::new(events, poster)).unwrap();
+    /// let _feed = driver.remove(key).unwrap();
+    /// ```
+    pub fn register_async<S: AsyncEventSource + 'static>(
+        &mut self,
+        feed: AsyncFeed<S>,
+    ) -> Result<FeedKey<AsyncFeed<S>>, DriverError> {
+        self.insert(Box::new(feed), FeedMode::Event)
+            .map(FeedKey::new)
+    }
+
+    fn insert(&mut self, source: Box<dyn Source>, mode: FeedMode) -> Result<FeedId, DriverError> {
+        if source.fd().is_none() {
+            return Err(DriverError::NoChannel);
+        }
+        let index = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.generations.push(0);
+                self.slots.len() - 1
+            }
+        };
+        let generation = self.generations[index].wrapping_add(1) & MAX_GENERATION;
+        self.generations[index] = generation;
+        let room = Arc::new(RoomSignal {
+            signalled: AtomicBool::new(false),
+            shared: self.shared.clone(),
+        });
+        self.slots[index] = Some(Slot {
+            source,
+            generation,
+            policy: match mode {
+                FeedMode::Adaptive(c) => Some(SpinPolicy::new(c)),
+                FeedMode::Event => None,
+            },
+            phase: Phase::Arm,
+            poll_in_flight: false,
+            fd_fired: false,
+            room_waker: Waker::from(room.clone()),
+            room,
+            room_ready: false,
+            removing: None,
+        });
+        self.busy = true;
+        Ok(FeedId {
+            index: index as u32,
+            generation,
+        })
+    }
+
+    /// Stop serving a feed and hand it back. Waits for the ring to let go of
+    /// its fd. Dropping the feed acknowledges its CQ events, then destroys
+    /// the CQ.
+    pub fn remove<F: 'static>(&mut self, key: FeedKey<F>) -> Result<F, DriverError> {
+        let id = key.id();
+        if !self.begin_remove(id, Removal::Local)? {
+            return Err(DriverError::NoSuchFeed);
+        }
+        loop {
+            if let Some(i) = self.removed.iter().position(|(r, _)| *r == id) {
+                return Ok(downcast(self.removed.swap_remove(i).1));
+            }
+            // The cancellation's completion ends this wait; the timeout only
+            // bounds it should the kernel be slow to report it.
+            self.process(Some(Duration::from_millis(100)))?;
+        }
+    }
+
+    fn slot_mut(&mut self, id: FeedId) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(id.index as usize)?
+            .as_mut()
+            .filter(|s| s.generation == id.generation && s.removing.is_none())
+    }
+
+    /// Start removing a feed; `false` if there is no such feed.
+    fn begin_remove(&mut self, id: FeedId, who: Removal) -> Result<bool, DriverError> {
+        let Some(slot) = self.slot_mut(id) else {
+            return Ok(false);
+        };
+        if slot.poll_in_flight {
+            slot.removing = Some(who);
+            self.ring.cancel(id)?;
+        } else {
+            let slot = self.slots[id.index as usize].take().expect("checked above");
+            self.hand_back(id, slot.source, who);
+        }
+        Ok(true)
+    }
+
+    fn hand_back(&mut self, id: FeedId, source: Box<dyn Source>, who: Removal) {
+        match who {
+            Removal::Local => self.removed.push((id, source.into_any())),
+            Removal::Reply(reply) => {
+                let _ = reply.send(Ok(source.into_any()));
+            }
+        }
+    }
+
+    /// One call: apply commands, handle the ring's completions and give every
+    /// feed that has work its turn. If that found nothing to do and no feed
+    /// is busy, wait up to `timeout` (`None`: until something happens) and
+    /// handle what the wait brought, within the same call.
+    ///
+    /// Driving the ring from your own loop:
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, WorkCompletion, soft::SoftCq};
+    /// use std::time::Duration;
+    /// let (poster, mut consumer) = evd::bounded(16).unwrap();
+    /// let (cq, hca) = SoftCq::new(16).unwrap();
+    /// let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    /// driver.register(Feed::new(cq, CqId(0), poster), FeedMode::Event).unwrap();
+    /// driver.process(Some(Duration::ZERO)).unwrap(); // arms the CQ, queues the channel poll
+    /// hca.push(WorkCompletion::default()).unwrap();
+    /// // Your loop would wait on the driver's fd (epoll, poll) here.
+    /// while consumer.query().len == 0 {
+    ///     driver.process(None).unwrap(); // sleeps until the channel fires
+    /// }
+    /// assert!(consumer.try_dequeue().is_ok());
+    /// ```
+    pub fn process(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
+        let shared = self.shared.clone();
+        let _driving = shared.driving();
+        if !self.wake_poll_in_flight {
+            self.ring
+                .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
+            self.wake_poll_in_flight = true;
+        }
+        let handled = self.turn()?;
+        let wait = match timeout {
+            // What was ready has been handled: report back instead of waiting,
+            // so the caller sees those events before this call sleeps.
+            _ if handled || self.busy => Wait::Busy,
+            Some(d) if d.is_zero() => Wait::Busy,
+            Some(d) => Wait::For(d),
+            None => Wait::Forever,
+        };
+        if wait != Wait::Busy {
+            self.stats.waits += 1;
+        }
+        if self.ring.submit_and_wait(wait)? {
+            self.stats.timeouts += 1;
+        }
+        if wait != Wait::Busy {
+            self.turn()?;
+        }
+        Ok(Activity { busy: self.busy })
+    }
+
+    /// Commands, completions, feeds, poll requests. Returns whether there
+    /// was anything to handle (a command, a ring completion, or a feed that
+    /// delivered).
+    fn turn(&mut self) -> Result<bool, DriverError> {
+        let commands = self.apply_commands()?;
+        let completions = self.reap()?;
+        let delivered = self.run_feeds()?;
+        Ok(commands || completions || delivered)
+    }
+
+    fn apply_commands(&mut self) -> Result<bool, DriverError> {
+        let commands = self.shared.take_commands();
+        let any = !commands.is_empty();
+        for c in commands {
+            match c {
+                Command::Register {
+                    source,
+                    mode,
+                    reply,
+                } => {
+                    let _ = reply.send(self.insert(source, mode));
+                }
+                Command::Remove { id, reply } => {
+                    let answer = reply.clone();
+                    if !self.begin_remove(id, Removal::Reply(reply))? {
+                        let _ = answer.send(Err(DriverError::NoSuchFeed));
+                    }
+                }
+            }
+        }
+        Ok(any)
+    }
+
+    /// Handle the ring's completions; returns whether there were any.
+    fn reap(&mut self) -> Result<bool, DriverError> {
+        let mut done = Vec::new();
+        let mut failure = None;
+        let mut completions = Vec::new();
+        self.ring.reap(|c| completions.push(c));
+        let any = !completions.is_empty();
+        for c in completions {
+            match c.request {
+                Request::WakePoll => {
+                    if !c.more {
+                        self.wake_poll_in_flight = false;
+                    }
+                    self.ring.refused_multishot(&c);
+                    eventfd::clear(&self.shared.wake);
+                    self.busy = true;
+                }
+                Request::FeedPoll(id) => {
+                    if let Some(removed) = self.on_feed_poll(id, c, &mut failure) {
+                        done.push(removed);
+                    }
+                }
+                Request::Cancel(_) => {}
+            }
+        }
+        for (id, source, who) in done {
+            self.hand_back(id, source, who);
+        }
+        failure.map_or(Ok(any), Err)
+    }
+
+    /// A feed's poll completed; returns the feed if that ends its removal.
+    fn on_feed_poll(
+        &mut self,
+        id: FeedId,
+        c: Completion,
+        failure: &mut Option<DriverError>,
+    ) -> Option<(FeedId, Box<dyn Source>, Removal)> {
+        let entry = self.slots.get_mut(id.index as usize)?;
+        let slot = entry.as_mut().filter(|s| s.generation == id.generation)?;
+        if !c.more {
+            slot.poll_in_flight = false;
+        }
+        if slot.removing.is_some() {
+            if slot.poll_in_flight {
+                return None;
+            }
+            let slot = entry.take().expect("present");
+            return Some((id, slot.source, slot.removing.expect("removing")));
+        }
+        if self.ring.refused_multishot(&c) {
+            // Asked again, one-shot, at the end of the turn.
+            return None;
+        }
+        if c.result < 0 && c.result != -libc::ECANCELED {
+            failure.get_or_insert(DriverError::Io(std::io::Error::from_raw_os_error(
+                -c.result,
+            )));
+            return None;
+        }
+        if c.result >= 0 {
+            slot.fd_fired = true;
+            self.stats.fd_wakes += 1;
+            self.busy = true;
+        }
+        None
+    }
+
+    /// Give every feed its turn; returns whether any delivered.
+    fn run_feeds(&mut self) -> Result<bool, DriverError> {
+        self.stats.turns += 1;
+        let n = self.slots.len();
+        let now = Instant::now();
+        let budget = self.cfg.budget;
+        let mut busy = false;
+        let mut delivered = false;
+        for k in 0..n {
+            let index = (self.cursor + k) % n;
+            let Some(slot) = self.slots[index].as_mut() else {
+                continue;
+            };
+            if slot.removing.is_some() {
+                continue;
+            }
+            if slot.room.signalled.load(Ordering::Relaxed) {
+                self.stats.room_wakes += 1;
+            }
+            delivered |= slot.turn(now, budget)? > 0;
+            busy |= slot.is_busy();
+            if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
+                slot.poll_in_flight = true;
+                let id = FeedId {
+                    index: index as u32,
+                    generation: slot.generation,
+                };
+                let fd = slot.source.fd().expect("checked at insert");
+                self.ring.poll(fd, Request::FeedPoll(id))?;
+            }
+        }
+        self.cursor = self.cursor.wrapping_add(1);
+        self.busy = busy;
+        Ok(delivered)
+    }
+
+    /// Run on a new thread until [`RunningDriver::shutdown`].
+    pub fn spawn(self) -> Result<RunningDriver, DriverError> {
+        let handle = self.handle();
+        let thread = std::thread::Builder::new()
+            .name("evd-verbs-driver".into())
+            .spawn(move || self.run())
+            .map_err(DriverError::Io)?;
+        Ok(RunningDriver {
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    fn run(mut self) -> Result<Shutdown, DriverError> {
+        while !self.shared.stop_requested() {
+            self.process(None)?;
+        }
+        let ids: Vec<FeedId> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                s.as_ref().map(|s| FeedId {
+                    index: i as u32,
+                    generation: s.generation,
+                })
+            })
+            .collect();
+        for id in &ids {
+            self.begin_remove(*id, Removal::Local)?;
+        }
+        while self.removed.len() < ids.len() {
+            self.process(Some(Duration::from_millis(100)))?;
+        }
+        Ok(Shutdown {
+            feeds: std::mem::take(&mut self.removed),
+            cpu_time: crate::thread_cpu_time(),
+            stats: self.stats,
+        })
+    }
+}
+
+impl AsRawFd for Driver {
+    /// The ring's fd: readable when [`Driver::process`] has completions to
+    /// handle. Wait on it (epoll, poll, tokio's `AsyncFd`) unless the last
+    /// `process` reported [`Activity::busy`].
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
+impl AsFd for Driver {
+    /// As [`AsRawFd::as_raw_fd`].
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ring.as_fd()
+    }
+}
+
+impl fmt::Debug for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("cfg", &self.cfg)
+            .field("feeds", &self.slots.iter().flatten().count())
+            .field("busy", &self.busy)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}

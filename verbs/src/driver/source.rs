@@ -1,0 +1,69 @@
+//! What the driver needs from a feed, whatever its CQ or source type.
+
+use crate::async_feed::AsyncFeed;
+use crate::cq::{AsyncEventSource, CompletionQueue};
+use crate::feed::{Feed, Progress};
+use std::any::Any;
+use std::io;
+use std::os::fd::RawFd;
+use std::task::{Context, Poll};
+
+/// A feed as the driver runs it (the actions of [`super::cycle::Action`]).
+pub(crate) trait Source: Send {
+    /// The fd the driver waits on.
+    fn fd(&self) -> Option<RawFd>;
+    /// Take every channel event waiting (the arm they report is used up).
+    fn take_events(&mut self) -> io::Result<()>;
+    /// Arm unless armed, then drain within `budget`.
+    fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress>;
+    /// Drain within `budget` without arming.
+    fn poll(&mut self, budget: usize) -> Progress;
+    /// Wait for room in the EVD.
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// The feed itself, to hand back typed.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+impl<C: CompletionQueue + 'static> Source for Feed<C> {
+    fn fd(&self) -> Option<RawFd> {
+        self.channel_fd()
+    }
+    fn take_events(&mut self) -> io::Result<()> {
+        Feed::take_events(self)
+    }
+    fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
+        Feed::arm_and_drain(self, budget)
+    }
+    fn poll(&mut self, budget: usize) -> Progress {
+        Feed::progress(self, budget)
+    }
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        Feed::poll_room(self, cx)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+impl<S: AsyncEventSource + 'static> Source for AsyncFeed<S> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.source().fd())
+    }
+    fn take_events(&mut self) -> io::Result<()> {
+        // The async fd is readable while events wait: nothing to take.
+        Ok(())
+    }
+    fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
+        // Nor to arm.
+        Ok(AsyncFeed::progress(self, budget))
+    }
+    fn poll(&mut self, budget: usize) -> Progress {
+        AsyncFeed::progress(self, budget)
+    }
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        AsyncFeed::poll_room(self, cx)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}

@@ -1,0 +1,296 @@
+//! The io_uring shell: poll requests on the feeds' fds and the wake fd,
+//! their cancellation, the waits, and the completions read back as typed
+//! [`Completion`]s. No feed logic lives here.
+
+use super::key::{FeedId, MAX_GENERATION};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::Duration;
+
+/// What a ring request is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// Readiness of a feed's fd.
+    FeedPoll(FeedId),
+    /// Readiness of the driver's wake eventfd.
+    WakePoll,
+    /// The cancellation of a feed's poll.
+    Cancel(FeedId),
+}
+
+/// A request's user data: which request, and for which feed. The layout
+/// (kind in the top byte, the generation's 24 bits, the slot's 32) is known
+/// only to [`UserData::encode`] and [`UserData::decode`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UserData {
+    pub(crate) kind: u8,
+    pub(crate) generation: u32,
+    pub(crate) index: u32,
+}
+
+const KIND_FEED: u8 = 1;
+const KIND_WAKE: u8 = 2;
+const KIND_CANCEL: u8 = 3;
+
+impl UserData {
+    fn of(r: Request) -> Self {
+        let (kind, id) = match r {
+            Request::FeedPoll(id) => (KIND_FEED, id),
+            Request::WakePoll => (
+                KIND_WAKE,
+                FeedId {
+                    index: 0,
+                    generation: 0,
+                },
+            ),
+            Request::Cancel(id) => (KIND_CANCEL, id),
+        };
+        debug_assert!(id.generation <= MAX_GENERATION);
+        UserData {
+            kind,
+            generation: id.generation,
+            index: id.index,
+        }
+    }
+
+    fn request(self) -> Option<Request> {
+        let id = FeedId {
+            index: self.index,
+            generation: self.generation,
+        };
+        match self.kind {
+            KIND_FEED => Some(Request::FeedPoll(id)),
+            KIND_WAKE => Some(Request::WakePoll),
+            KIND_CANCEL => Some(Request::Cancel(id)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn encode(self) -> u64 {
+        (u64::from(self.kind) << 56)
+            | (u64::from(self.generation & MAX_GENERATION) << 32)
+            | u64::from(self.index)
+    }
+
+    pub(crate) fn decode(v: u64) -> Self {
+        UserData {
+            kind: (v >> 56) as u8,
+            generation: ((v >> 32) as u32) & MAX_GENERATION,
+            index: v as u32,
+        }
+    }
+}
+
+/// One completion read back from the ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Completion {
+    pub(crate) request: Request,
+    /// The kernel's result: the poll's event mask, or a negated errno.
+    pub(crate) result: i32,
+    /// A multishot request stays in the kernel (more completions will come).
+    pub(crate) more: bool,
+}
+
+/// How long [`Ring::submit_and_wait`] may block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Not at all: some feed is busy.
+    Busy,
+    /// At most this long.
+    For(Duration),
+    /// Until a completion arrives.
+    Forever,
+}
+
+/// The ring and what it knows about the kernel.
+pub(crate) struct Ring {
+    ring: IoUring,
+    /// Multishot `POLL_ADD` (Linux 5.13); cleared when the kernel refuses it.
+    multishot: bool,
+    /// Busy turns since the ring was last entered.
+    busy_turns: u32,
+    busy_turns_per_enter: u32,
+    /// Completions taken out of a full completion queue to let a submit
+    /// through, not yet reaped.
+    set_aside: Vec<Completion>,
+}
+
+fn completion(cqe: &cqueue::Entry) -> Option<Completion> {
+    let request = UserData::decode(cqe.user_data()).request();
+    debug_assert!(request.is_some(), "a completion with unknown user data");
+    Some(Completion {
+        request: request?,
+        result: cqe.result(),
+        more: cqueue::more(cqe.flags()),
+    })
+}
+
+impl Ring {
+    pub(crate) fn new(entries: u32, busy_turns_per_enter: u32) -> io::Result<Self> {
+        let ring = IoUring::builder()
+            .setup_cqsize(entries * 2)
+            .build(entries)?;
+        Ok(Ring {
+            ring,
+            multishot: true,
+            busy_turns: 0,
+            busy_turns_per_enter: busy_turns_per_enter.max(1),
+            set_aside: Vec::new(),
+        })
+    }
+
+    /// Ask for readiness of `fd` (multishot where the kernel has it).
+    pub(crate) fn poll(&mut self, fd: RawFd, r: Request) -> io::Result<()> {
+        let sqe = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .multi(self.multishot)
+            .build()
+            .user_data(UserData::of(r).encode());
+        self.push(&sqe)
+    }
+
+    /// Cancel a feed's poll request.
+    pub(crate) fn cancel(&mut self, id: FeedId) -> io::Result<()> {
+        let sqe = opcode::AsyncCancel::new(UserData::of(Request::FeedPoll(id)).encode())
+            .build()
+            .user_data(UserData::of(Request::Cancel(id)).encode());
+        self.push(&sqe)
+    }
+
+    /// A poll completed with `EINVAL`: if the ring was asking for multishot,
+    /// the kernel predates it (5.13) and the poll is to be asked again as a
+    /// one-shot. Returns whether that was the reason.
+    pub(crate) fn refused_multishot(&mut self, c: &Completion) -> bool {
+        if c.result == -libc::EINVAL && self.multishot {
+            self.multishot = false;
+            return true;
+        }
+        false
+    }
+
+    fn push(&mut self, sqe: &squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: the entries reference no user memory (poll and cancel
+            // requests carry only an fd and a user-data value).
+            if unsafe { self.ring.submission().push(sqe) }.is_ok() {
+                return Ok(());
+            }
+            // Submission queue full: hand what is queued to the kernel.
+            match self.ring.submit() {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                // Completion queue full: move its completions aside (the
+                // next `reap` hands them out first) and submit again.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => self.set_aside(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Submit what is queued and wait as `wait` says. Returns whether a
+    /// timed wait ended with no completion to handle (its timeout, or a
+    /// signal): the kernel reports a timeout only when the same enter
+    /// submitted nothing, so the completion queue is what tells. While busy,
+    /// the kernel is entered only to submit, or once per
+    /// `busy_turns_per_enter` turns to collect the other feeds' readiness: an
+    /// enter per turn would cost a spinning feed a system call per poll.
+    pub(crate) fn submit_and_wait(&mut self, wait: Wait) -> io::Result<bool> {
+        let r = match wait {
+            Wait::Busy => {
+                self.busy_turns += 1;
+                if self.ring.submission().is_empty()
+                    && self.busy_turns % self.busy_turns_per_enter != 0
+                {
+                    return Ok(false);
+                }
+                self.ring.submit()
+            }
+            Wait::For(d) => {
+                let ts = types::Timespec::new()
+                    .sec(d.as_secs())
+                    .nsec(d.subsec_nanos());
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+            Wait::Forever => self.ring.submit_and_wait(1),
+        };
+        match r {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        let nothing = self.set_aside.is_empty() && self.ring.completion().is_empty();
+        Ok(matches!(wait, Wait::For(_)) && nothing)
+    }
+
+    /// Hand every completion the ring holds to `f`, oldest first.
+    pub(crate) fn reap(&mut self, mut f: impl FnMut(Completion)) {
+        for c in self.set_aside.drain(..) {
+            f(c);
+        }
+        for cqe in self.ring.completion() {
+            if let Some(c) = completion(&cqe) {
+                f(c);
+            }
+        }
+    }
+
+    /// Empty the completion queue into `set_aside`.
+    #[cold]
+    fn set_aside(&mut self) {
+        let Ring {
+            ring, set_aside, ..
+        } = self;
+        set_aside.extend(ring.completion().filter_map(|cqe| completion(&cqe)));
+    }
+}
+
+impl AsRawFd for Ring {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
+impl AsFd for Ring {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the ring's fd is open for as long as the ring, which the
+        // borrow keeps alive.
+        unsafe { BorrowedFd::borrow_raw(self.ring.as_raw_fd()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_data_round_trips_every_request() {
+        let id = FeedId {
+            index: u32::MAX,
+            generation: MAX_GENERATION,
+        };
+        for r in [
+            Request::FeedPoll(id),
+            Request::WakePoll,
+            Request::Cancel(id),
+        ] {
+            let ud = UserData::of(r);
+            assert_eq!(UserData::decode(ud.encode()), ud);
+            assert_eq!(UserData::decode(ud.encode()).request(), Some(r));
+        }
+        assert_eq!(UserData::decode(0).request(), None);
+    }
+
+    #[test]
+    fn a_wait_for_a_while_with_nothing_pending_times_out() {
+        let mut ring = Ring::new(4, 1).unwrap();
+        assert!(ring
+            .submit_and_wait(Wait::For(Duration::from_millis(1)))
+            .unwrap());
+        assert!(!ring.submit_and_wait(Wait::Busy).unwrap());
+    }
+}
