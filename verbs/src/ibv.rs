@@ -45,6 +45,7 @@ use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId};
 use crate::feed::POLL_BATCH;
 use ibverbs_sys as ffi;
 use std::ffi::CStr;
+use std::fmt;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
@@ -101,6 +102,7 @@ pub fn device_names() -> io::Result<Vec<String>> {
 }
 
 /// An open device (`ibv_context`).
+#[derive(Debug)]
 pub struct Context {
     ctx: *mut ffi::ibv_context,
 }
@@ -235,6 +237,7 @@ impl Drop for Context {
 }
 
 /// A protection domain.
+#[derive(Debug)]
 pub struct ProtectionDomain {
     ctx: Arc<Context>,
     pd: *mut ffi::ibv_pd,
@@ -334,6 +337,18 @@ pub struct MemoryRegion {
     _pd: Arc<ProtectionDomain>,
 }
 
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("mr", &self.mr)
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.buf.len())
+            .field("lkey", &self.lkey())
+            .field("rkey", &self.rkey())
+            .finish_non_exhaustive()
+    }
+}
+
 // SAFETY: the MR is used through libibverbs (thread-safe) and the buffer is
 // owned; the hardware writes it only while work requests that the owner
 // posted are outstanding.
@@ -420,6 +435,18 @@ pub struct QueuePair {
     _send_cq: Arc<RawCq>,
     _recv_cq: Arc<RawCq>,
     _pd: Arc<ProtectionDomain>,
+}
+
+impl fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qp", &self.qp)
+            .field("qp_num", &self.qp_num())
+            .field("send_cq", &self._send_cq.cq)
+            .field("recv_cq", &self._recv_cq.cq)
+            .field("pd", &self._pd.pd)
+            .finish()
+    }
 }
 
 // SAFETY: libibverbs QPs may be used from any thread.
@@ -624,6 +651,17 @@ pub struct IbvCq {
     acked: u64,
 }
 
+impl fmt::Debug for IbvCq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IbvCq")
+            .field("cq", &self.raw.cq)
+            .field("channel", &self.raw.channel)
+            .field("events_got", &self.got)
+            .field("events_acked", &self.acked)
+            .finish_non_exhaustive()
+    }
+}
+
 impl IbvCq {
     /// The raw CQ, for verbs this module does not wrap.
     pub fn as_ptr(&self) -> *mut ffi::ibv_cq {
@@ -730,6 +768,7 @@ impl Drop for IbvCq {
 }
 
 /// A device's async events (the context's async fd).
+#[derive(Debug)]
 pub struct IbvAsyncEvents {
     ctx: Arc<Context>,
 }
