@@ -360,7 +360,7 @@ fn throughput(pd: &Arc<ProtectionDomain>) -> Res {
     };
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     // Post a round and wait until it has executed at B.
-    let mut fill = |cq_b: &mut IbvCq| -> Res {
+    let fill = |cq_b: &mut IbvCq| -> Res {
         p.b.post_recv(0, &p.mr_b, 0, 64)
             .map_err(|e| e.to_string())?;
         for i in 0..BATCH - 1 {
