@@ -17,6 +17,15 @@
 //! (libibverbs is thread-safe); each wrapper is `Send`, and the shared ones
 //! (`Context`, `ProtectionDomain`) are `Sync` behind an `Arc`.
 //!
+//! Teardown: each object has an explicit `close`, which returns a failed
+//! destroy as a [`TeardownError`] and, for the shared objects, refuses
+//! while other handles are alive ([`CloseError::InUse`]). Dropping an
+//! object runs the same destroy; a failure there is counted and handed to
+//! the hook of the [`teardown`] module. An object whose destroy failed is
+//! leaked with what it depends on. The order is the reverse of creation:
+//! QPs and memory regions, then CQs, then protection domains, then the
+//! context.
+//!
 //! Needs an RDMA device to run (see `verbs/tests/softroce/run.sh`):
 //!
 //! ```no_run
@@ -43,10 +52,12 @@ use crate::completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::cq::{AsyncEventSource, CompletionQueue, PollError};
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId};
 use crate::feed::POLL_BATCH;
+use crate::teardown::{self, CloseError, TeardownError, VerbsObject};
 use ibverbs_sys as ffi;
 use std::ffi::CStr;
+use std::fmt;
 use std::io;
-use std::mem::MaybeUninit;
+use std::mem::{self, MaybeUninit};
 use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::Arc;
@@ -63,6 +74,24 @@ fn check(ret: i32) -> io::Result<()> {
         e if e > 0 => Err(io::Error::from_raw_os_error(e)),
         e => Err(io::Error::from_raw_os_error(-e)),
     }
+}
+
+/// The outcome of the destroy verb `op` on an `object`, which returned `ret`.
+fn destroyed(object: VerbsObject, op: &'static str, ret: i32) -> Result<(), TeardownError> {
+    check(ret).map_err(|error| TeardownError { object, op, error })
+}
+
+/// The end of a teardown in `Drop`: a failure goes to the counter and hook.
+fn report_failure(result: Result<(), TeardownError>) {
+    if let Err(e) = result {
+        teardown::report(&e);
+    }
+}
+
+/// Keep what `arc` points to alive for the rest of the process: an object
+/// whose destroy failed still exists and still depends on it.
+fn keep_forever<T>(arc: &Arc<T>) {
+    mem::forget(Arc::clone(arc));
 }
 
 fn set_nonblocking(fd: RawFd) -> io::Result<()> {
@@ -101,7 +130,9 @@ pub fn device_names() -> io::Result<Vec<String>> {
 }
 
 /// An open device (`ibv_context`).
+#[derive(Debug)]
 pub struct Context {
+    /// Non-null until `destroy`, which only `close` and `Drop` call.
     ctx: *mut ffi::ibv_context,
 }
 
@@ -123,6 +154,7 @@ impl Context {
         for i in 0..n.max(0) as usize {
             // SAFETY: `i < n`; the name is read while the list is alive.
             let dev = unsafe { *list.add(i) };
+            // SAFETY: a device of the live list; its name is a C string it owns.
             let dev_name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(dev)) };
             if name.is_none_or(|want| dev_name.to_bytes() == want.as_bytes()) {
                 chosen = dev;
@@ -224,19 +256,62 @@ impl Context {
         set_nonblocking(unsafe { (*self.ctx).async_fd })?;
         Ok(IbvAsyncEvents { ctx: self.clone() })
     }
+
+    /// Close the device now, if this is the last handle to it.
+    ///
+    /// Every object made from the context (protection domains, CQs, async
+    /// events, and through them MRs and QPs) holds a handle, so they must
+    /// be gone first. While any handle is alive, nothing is closed and the
+    /// error [`CloseError::InUse`] hands this one back. (Two threads each
+    /// closing one of the last two handles both get `InUse`.)
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::Context;
+    /// use evd_verbs::CloseError;
+    /// let ctx = Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let ctx = match ctx.close() {
+    ///     Err(CloseError::InUse { handle, .. }) => handle, // `pd` holds it
+    ///     other => panic!("{other:?}"),
+    /// };
+    /// pd.close()?;
+    /// ctx.close()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(self: Arc<Self>) -> Result<(), CloseError<Arc<Context>>> {
+        match Arc::try_unwrap(self) {
+            Ok(mut ctx) => ctx.destroy().map_err(CloseError::Failed),
+            Err(handle) => Err(CloseError::InUse {
+                object: VerbsObject::Context,
+                handle,
+            }),
+        }
+    }
+
+    fn destroy(&mut self) -> Result<(), TeardownError> {
+        let ctx = mem::replace(&mut self.ctx, ptr::null_mut());
+        if ctx.is_null() {
+            return Ok(());
+        }
+        // SAFETY: from ibv_open_device, and nulled above so closed at most
+        // once; every object made from it holds an Arc to it (one whose
+        // destroy failed, forever), so none is left.
+        let ret = unsafe { ffi::ibv_close_device(ctx) };
+        destroyed(VerbsObject::Context, "ibv_close_device", ret)
+    }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // SAFETY: every object made from it holds an Arc to it, so none is
-        // left; closed once.
-        unsafe { ffi::ibv_close_device(self.ctx) };
+        report_failure(self.destroy());
     }
 }
 
 /// A protection domain.
+#[derive(Debug)]
 pub struct ProtectionDomain {
     ctx: Arc<Context>,
+    /// Non-null until `destroy`, which only `close` and `Drop` call.
     pd: *mut ffi::ibv_pd,
 }
 
@@ -247,12 +322,50 @@ unsafe impl Sync for ProtectionDomain {}
 
 impl Drop for ProtectionDomain {
     fn drop(&mut self) {
-        // SAFETY: MRs and QPs hold an Arc to it, so none is left.
-        unsafe { ffi::ibv_dealloc_pd(self.pd) };
+        report_failure(self.destroy());
     }
 }
 
 impl ProtectionDomain {
+    /// Deallocate the domain now, if this is the last handle to it.
+    ///
+    /// Memory regions and QPs made from it hold a handle, so they must be
+    /// gone first. While any handle is alive, nothing is deallocated and
+    /// the error [`CloseError::InUse`] hands this one back.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let mr = pd.register(4096)?;
+    /// mr.close()?;
+    /// pd.close()?;
+    /// ctx.close()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(self: Arc<Self>) -> Result<(), CloseError<Arc<ProtectionDomain>>> {
+        match Arc::try_unwrap(self) {
+            Ok(mut pd) => pd.destroy().map_err(CloseError::Failed),
+            Err(handle) => Err(CloseError::InUse {
+                object: VerbsObject::ProtectionDomain,
+                handle,
+            }),
+        }
+    }
+
+    fn destroy(&mut self) -> Result<(), TeardownError> {
+        let pd = mem::replace(&mut self.pd, ptr::null_mut());
+        if pd.is_null() {
+            return Ok(());
+        }
+        // SAFETY: from ibv_alloc_pd, and nulled above so deallocated at most
+        // once; MRs and QPs hold an Arc to it (one whose destroy failed,
+        // forever), so none is left.
+        let ret = unsafe { ffi::ibv_dealloc_pd(pd) };
+        destroyed(VerbsObject::ProtectionDomain, "ibv_dealloc_pd", ret).inspect_err(|_| {
+            keep_forever(&self.ctx);
+        })
+    }
+
     /// The context.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
@@ -265,8 +378,8 @@ impl ProtectionDomain {
         let access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
             | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
             | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
-        // SAFETY: the buffer lives in the MemoryRegion, which deregisters
-        // before freeing it (field order and Drop below).
+        // SAFETY: the buffer lives in the MemoryRegion, which frees it only
+        // after a successful deregistration (`destroy`).
         let mr =
             unsafe { ffi::ibv_reg_mr(self.pd, buf.as_mut_ptr().cast(), buf.len(), access as i32) };
         if mr.is_null() {
@@ -275,7 +388,7 @@ impl ProtectionDomain {
         Ok(MemoryRegion {
             mr,
             buf,
-            _pd: self.clone(),
+            pd: self.clone(),
         })
     }
 
@@ -305,9 +418,9 @@ impl ProtectionDomain {
         }
         let qp = QueuePair {
             qp,
-            _send_cq: send_cq.raw.clone(),
-            _recv_cq: recv_cq.raw.clone(),
-            _pd: self.clone(),
+            send_cq: send_cq.raw.clone(),
+            recv_cq: recv_cq.raw.clone(),
+            pd: self.clone(),
         };
         let mut attr = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,
@@ -329,9 +442,23 @@ impl ProtectionDomain {
 
 /// A registered buffer.
 pub struct MemoryRegion {
+    /// Non-null until `destroy`, which only `close` and `Drop` call.
     mr: *mut ffi::ibv_mr,
+    /// Registered while `mr` is non-null.
     buf: Box<[u8]>,
-    _pd: Arc<ProtectionDomain>,
+    pd: Arc<ProtectionDomain>,
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("mr", &self.mr)
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.buf.len())
+            .field("lkey", &self.lkey())
+            .field("rkey", &self.rkey())
+            .finish_non_exhaustive()
+    }
 }
 
 // SAFETY: the MR is used through libibverbs (thread-safe) and the buffer is
@@ -372,10 +499,39 @@ impl MemoryRegion {
     }
 }
 
+impl MemoryRegion {
+    /// Deregister the region now and free its buffer.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// pd.register(4096)?.close()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(mut self) -> Result<(), TeardownError> {
+        self.destroy()
+    }
+
+    fn destroy(&mut self) -> Result<(), TeardownError> {
+        let mr = mem::replace(&mut self.mr, ptr::null_mut());
+        if mr.is_null() {
+            return Ok(());
+        }
+        // SAFETY: from ibv_reg_mr, and nulled above so deregistered at most
+        // once.
+        let ret = unsafe { ffi::ibv_dereg_mr(mr) };
+        destroyed(VerbsObject::MemoryRegion, "ibv_dereg_mr", ret).inspect_err(|_| {
+            // Still registered: the HCA may write the buffer, so it is never
+            // freed.
+            Box::leak(mem::take(&mut self.buf));
+            keep_forever(&self.pd);
+        })
+    }
+}
+
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        // SAFETY: registered once; deregistered before `buf` is freed.
-        unsafe { ffi::ibv_dereg_mr(self.mr) };
+        report_failure(self.destroy());
     }
 }
 
@@ -416,10 +572,23 @@ pub enum SendOp {
 
 /// A reliable-connected queue pair. Holds its CQs and PD alive.
 pub struct QueuePair {
+    /// Non-null until `destroy`, which only `close` and `Drop` call.
     qp: *mut ffi::ibv_qp,
-    _send_cq: Arc<RawCq>,
-    _recv_cq: Arc<RawCq>,
-    _pd: Arc<ProtectionDomain>,
+    send_cq: Arc<RawCq>,
+    recv_cq: Arc<RawCq>,
+    pd: Arc<ProtectionDomain>,
+}
+
+impl fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qp", &self.qp)
+            .field("qp_num", &self.qp_num())
+            .field("send_cq", &self.send_cq.cq)
+            .field("recv_cq", &self.recv_cq.cq)
+            .field("pd", &self.pd.pd)
+            .finish()
+    }
 }
 
 // SAFETY: libibverbs QPs may be used from any thread.
@@ -441,7 +610,7 @@ impl QueuePair {
     pub fn endpoint(&self, gid_index: i32) -> io::Result<Endpoint> {
         Ok(Endpoint {
             qp_num: self.qp_num(),
-            gid: self._pd.ctx.gid(1, gid_index)?,
+            gid: self.pd.ctx.gid(1, gid_index)?,
             psn: 0,
         })
     }
@@ -581,18 +750,54 @@ impl QueuePair {
     }
 }
 
+impl QueuePair {
+    /// Destroy the QP now; its CQs and PD can be closed after. Work
+    /// requests still outstanding get no completion (to have them flushed,
+    /// [`set_error`](QueuePair::set_error) and drain the CQs first).
+    ///
+    /// ```no_run
+    /// use evd_verbs::CqId;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = pd.create_rc_qp(&cq, &cq, 8)?;
+    /// qp.close()?;
+    /// cq.close()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(mut self) -> Result<(), TeardownError> {
+        self.destroy()
+    }
+
+    fn destroy(&mut self) -> Result<(), TeardownError> {
+        let qp = mem::replace(&mut self.qp, ptr::null_mut());
+        if qp.is_null() {
+            return Ok(());
+        }
+        // SAFETY: from ibv_create_qp, and nulled above so destroyed at most
+        // once; its CQs and PD are alive (it holds Arcs to them).
+        let ret = unsafe { ffi::ibv_destroy_qp(qp) };
+        destroyed(VerbsObject::QueuePair, "ibv_destroy_qp", ret).inspect_err(|_| {
+            keep_forever(&self.send_cq);
+            keep_forever(&self.recv_cq);
+            keep_forever(&self.pd);
+        })
+    }
+}
+
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        // SAFETY: created once, destroyed once, before its CQs and PD (it
-        // holds Arcs to them).
-        unsafe { ffi::ibv_destroy_qp(self.qp) };
+        report_failure(self.destroy());
     }
 }
 
 /// The CQ and channel themselves, shared by the [`IbvCq`] and the QPs that
 /// use the CQ, and destroyed after the last of them.
+#[derive(Debug)]
 struct RawCq {
     ctx: Arc<Context>,
+    /// Both non-null until `destroy`, which only `IbvCq::close` and `Drop`
+    /// call; `channel` is nulled only after `cq` is destroyed.
     cq: *mut ffi::ibv_cq,
     channel: *mut ffi::ibv_comp_channel,
 }
@@ -602,21 +807,49 @@ unsafe impl Send for RawCq {}
 // SAFETY: as above; the only shared use is destroy, once, in Drop.
 unsafe impl Sync for RawCq {}
 
+impl RawCq {
+    /// Destroy the CQ, then its channel. A CQ whose destroy failed still
+    /// uses its channel, so the channel is then left alone (libibverbs would
+    /// refuse it with `EBUSY` anyway) and leaks with it.
+    fn destroy(&mut self) -> Result<(), TeardownError> {
+        let cq = mem::replace(&mut self.cq, ptr::null_mut());
+        if !cq.is_null() {
+            // SAFETY: from ibv_create_cq, and nulled above so destroyed at
+            // most once; no QP uses it (each holds an Arc to this RawCq),
+            // and the IbvCq acknowledged every event it got before letting
+            // go, so ibv_destroy_cq does not wait for acks.
+            let ret = unsafe { ffi::ibv_destroy_cq(cq) };
+            destroyed(VerbsObject::CompletionQueue, "ibv_destroy_cq", ret).inspect_err(|_| {
+                self.channel = ptr::null_mut();
+                keep_forever(&self.ctx);
+            })?;
+        }
+        let channel = mem::replace(&mut self.channel, ptr::null_mut());
+        if channel.is_null() {
+            return Ok(());
+        }
+        // SAFETY: from ibv_create_comp_channel, and nulled above so
+        // destroyed at most once; its only CQ was destroyed above.
+        let ret = unsafe { ffi::ibv_destroy_comp_channel(channel) };
+        destroyed(
+            VerbsObject::CompletionChannel,
+            "ibv_destroy_comp_channel",
+            ret,
+        )
+        .inspect_err(|_| keep_forever(&self.ctx))
+    }
+}
+
 impl Drop for RawCq {
     fn drop(&mut self) {
-        // SAFETY: the IbvCq acknowledged every event it got before letting go
-        // (so ibv_destroy_cq does not wait), and no QP uses the CQ any more.
-        unsafe {
-            ffi::ibv_destroy_cq(self.cq);
-            ffi::ibv_destroy_comp_channel(self.channel);
-        }
-        let _ = &self.ctx;
+        report_failure(self.destroy());
     }
 }
 
 /// A libibverbs CQ with its own completion channel: the
 /// [`CompletionQueue`] of real verbs. Dropping it acknowledges any event
-/// still unacknowledged, then destroys the CQ (once no QP uses it).
+/// still unacknowledged, then destroys the CQ and its channel once no QP
+/// uses the CQ ([`close`](IbvCq::close) does it now, or refuses).
 pub struct IbvCq {
     raw: Arc<RawCq>,
     wcs: [ffi::ibv_wc; POLL_BATCH],
@@ -624,10 +857,70 @@ pub struct IbvCq {
     acked: u64,
 }
 
+impl fmt::Debug for IbvCq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IbvCq")
+            .field("cq", &self.raw.cq)
+            .field("channel", &self.raw.channel)
+            .field("events_got", &self.got)
+            .field("events_acked", &self.acked)
+            .finish_non_exhaustive()
+    }
+}
+
 impl IbvCq {
     /// The raw CQ, for verbs this module does not wrap.
     pub fn as_ptr(&self) -> *mut ffi::ibv_cq {
         self.raw.cq
+    }
+
+    /// Acknowledge every event still unacknowledged, then destroy the CQ,
+    /// then its completion channel.
+    ///
+    /// QPs made on this CQ hold it, so they must be gone first: while one
+    /// is alive, nothing is acknowledged or destroyed and the error
+    /// [`CloseError::InUse`] hands the CQ back. If destroying the CQ fails,
+    /// the channel is not destroyed (the CQ still uses it); the error names
+    /// whichever of the two failed.
+    ///
+    /// ```no_run
+    /// use evd_verbs::{CloseError, CqId};
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = pd.create_rc_qp(&cq, &cq, 8)?;
+    /// let cq = match cq.close() {
+    ///     Err(CloseError::InUse { handle, .. }) => handle, // `qp` uses it
+    ///     other => panic!("{other:?}"),
+    /// };
+    /// qp.close()?;
+    /// cq.close()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    // The error is large because it carries the IbvCq itself (its poll
+    // array), which is moved by value into and out of feeds anyway.
+    #[allow(clippy::result_large_err)]
+    pub fn close(mut self) -> Result<(), CloseError<IbvCq>> {
+        if Arc::get_mut(&mut self.raw).is_none() {
+            return Err(CloseError::InUse {
+                object: VerbsObject::CompletionQueue,
+                handle: self,
+            });
+        }
+        self.ack_unacked();
+        Arc::get_mut(&mut self.raw)
+            .expect("RawCq clones are made only from a &IbvCq, which owning self rules out")
+            .destroy()
+            .map_err(CloseError::Failed)
+    }
+
+    /// Acknowledge the events got and not yet acknowledged, as
+    /// ibv_destroy_cq waits for.
+    fn ack_unacked(&mut self) {
+        while self.got > self.acked {
+            let n = u32::try_from(self.got - self.acked).unwrap_or(u32::MAX);
+            self.ack_events(n);
+        }
     }
 }
 
@@ -722,14 +1015,14 @@ impl CompletionQueue for IbvCq {
 
 impl Drop for IbvCq {
     fn drop(&mut self) {
-        let left = self.got - self.acked;
-        if left > 0 {
-            self.ack_events(left as u32);
-        }
+        // The RawCq, destroyed after the last QP using it lets go, reports
+        // its own failures.
+        self.ack_unacked();
     }
 }
 
 /// A device's async events (the context's async fd).
+#[derive(Debug)]
 pub struct IbvAsyncEvents {
     ctx: Arc<Context>,
 }

@@ -22,6 +22,10 @@
 //! hardware) and, with the cargo feature `ibverbs`, by real libibverbs CQs
 //! in `ibv`.
 //!
+//! Tearing real verbs objects down can fail; [`teardown`] is how such a
+//! failure is reported: returned by an explicit `close`, counted and handed
+//! to a hook when it happens in a `Drop`.
+//!
 //! ```
 //! use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
 //! let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
@@ -59,6 +63,7 @@ mod feed;
 pub mod ibv;
 mod poller;
 pub mod soft;
+pub mod teardown;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy};
 pub use async_feed::AsyncFeed;
@@ -71,6 +76,10 @@ pub use driver::{
 pub use event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent};
 pub use feed::{Feed, FeedStats, FeedStatus, Progress, ACK_BATCH, POLL_BATCH};
 pub use poller::{Poller, Stopped};
+pub use teardown::{
+    clear_teardown_hook, set_teardown_hook, teardown_failures, CloseError, TeardownError,
+    VerbsObject,
+};
 
 /// CPU time used by the calling thread so far.
 ///

@@ -30,7 +30,18 @@ pub struct Poller<C: CompletionQueue + 'static> {
     thread: Option<JoinHandle<Stopped<C>>>,
 }
 
+/// The feeds are on the polling thread, so only its state shows.
+impl<C: CompletionQueue + 'static> std::fmt::Debug for Poller<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poller")
+            .field("stopping", &self.stop.load(Ordering::Relaxed))
+            .field("thread", &self.thread)
+            .finish()
+    }
+}
+
 /// What a stopped [`Poller`] hands back.
+#[derive(Debug)]
 pub struct Stopped<C: CompletionQueue> {
     /// The feeds, in the order given.
     pub feeds: Vec<Feed<C>>,

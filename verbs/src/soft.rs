@@ -75,6 +75,16 @@ struct Inner {
 }
 
 impl Inner {
+    /// What `Debug` shows of either handle: no lock is taken (the state
+    /// is in [`SoftCqProducer::stats`]).
+    fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("id", &self.id)
+            .field("channel_fd", &self.channel.as_raw_fd())
+            .field("on_device", &self.device.is_some())
+            .finish_non_exhaustive()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panicking test thread must not hide the CQ's state from the rest
         // of the test: the state is consistent at every unlock.
@@ -221,11 +231,23 @@ pub struct SoftCq {
     inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for SoftCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.debug("SoftCq", f)
+    }
+}
+
 /// The producer side of a [`SoftCq`] ("the HCA"): adds completions and
 /// injects faults. Cloneable, usable from any thread.
 #[derive(Clone)]
 pub struct SoftCqProducer {
     inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SoftCqProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.debug("SoftCqProducer", f)
+    }
 }
 
 impl SoftCq {
@@ -613,11 +635,26 @@ struct DeviceInner {
     fd: OwnedFd,
 }
 
+impl DeviceInner {
+    /// What `Debug` shows of either handle: no lock is taken.
+    fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("fd", &self.fd.as_raw_fd())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A software device's async-event side: [`SoftDevice::raise`] queues an
 /// event, [`SoftAsyncEvents`] (an [`AsyncEventSource`]) takes it.
 #[derive(Clone)]
 pub struct SoftDevice {
     inner: Arc<DeviceInner>,
+}
+
+impl std::fmt::Debug for SoftDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.debug("SoftDevice", f)
+    }
 }
 
 /// The consumer side of a [`SoftDevice`]'s async events.
@@ -629,6 +666,12 @@ pub struct SoftDevice {
 /// ```
 pub struct SoftAsyncEvents {
     inner: Arc<DeviceInner>,
+}
+
+impl std::fmt::Debug for SoftAsyncEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.debug("SoftAsyncEvents", f)
+    }
 }
 
 impl SoftDevice {

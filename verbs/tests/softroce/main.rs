@@ -5,14 +5,16 @@
 //!
 //! Cases: RC loopback send/recv, RDMA write with immediate, error
 //! completions (bad rkey; a send on an errored QP; a flushed receive), the
-//! event-driven and adaptive modes through io_uring, and the feed's
-//! throughput against a raw poll loop on the same CQ.
+//! event-driven and adaptive modes through io_uring, the feed's
+//! throughput against a raw poll loop on the same CQ, and an explicit
+//! teardown of every object.
 
 use evd::TryDequeueError;
 use evd_verbs::ibv::{Context, IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
 use evd_verbs::{
-    AdaptiveConfig, AsyncFeed, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode,
-    VerbsEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion, POLL_BATCH,
+    teardown_failures, AdaptiveConfig, AsyncFeed, CloseError, CompletionQueue, CqId, Driver,
+    DriverConfig, Feed, FeedMode, VerbsEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    POLL_BATCH,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -360,7 +362,7 @@ fn throughput(pd: &Arc<ProtectionDomain>) -> Res {
     };
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     // Post a round and wait until it has executed at B.
-    let mut fill = |cq_b: &mut IbvCq| -> Res {
+    let fill = |cq_b: &mut IbvCq| -> Res {
         p.b.post_recv(0, &p.mr_b, 0, 64)
             .map_err(|e| e.to_string())?;
         for i in 0..BATCH - 1 {
@@ -422,6 +424,74 @@ fn throughput(pd: &Arc<ProtectionDomain>) -> Res {
     Ok(())
 }
 
+/// Every object closed explicitly, children first (QP, MR, CQ, PD,
+/// context), on a context of its own: each close is Ok, the shared ones
+/// refuse while a child holds them, and no destroy fails in a Drop. The CQ
+/// is closed holding a channel event not yet acknowledged, which its close
+/// must acknowledge (else ibv_destroy_cq waits for it forever).
+fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
+    let failures = teardown_failures();
+    let ctx = Context::open(None).map_err(|e| format!("open: {e}"))?;
+    let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
+    let mr = pd.register(4096).map_err(|e| format!("reg_mr: {e}"))?;
+    let mut cq = ctx
+        .create_cq(16, CqId(11))
+        .map_err(|e| format!("create_cq: {e}"))?;
+    let qp = pd
+        .create_rc_qp(&cq, &cq, 8)
+        .map_err(|e| format!("create_qp: {e}"))?;
+    let me = qp
+        .endpoint(GID_INDEX as i32)
+        .map_err(|e| format!("gid: {e}"))?;
+    qp.connect(me, GID_INDEX)
+        .map_err(|e| format!("connect: {e}"))?;
+
+    // A loopback send and its receive, with the CQ armed: one channel event.
+    cq.req_notify(false).map_err(|e| format!("arm: {e}"))?;
+    qp.post_recv(1, &mr, 0, 64).map_err(|e| e.to_string())?;
+    qp.post_send(2, SendOp::Send, &mr, 1024, 8, false)
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cq.get_event().map_err(|e| format!("get_event: {e}"))? {
+        ensure!(Instant::now() < deadline, "no channel event after 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut polled = 0;
+    while polled < 2 {
+        polled += cq.poll(&mut wcs[polled..]).map_err(|e| e.to_string())?;
+        ensure!(
+            Instant::now() < deadline,
+            "{polled} of 2 completions after 10 s"
+        );
+    }
+    for wc in &wcs[..2] {
+        ensure!(wc.status.is_success(), "{wc:?}");
+    }
+
+    // The QP holds the CQ and the PD, the PD the context.
+    let cq = match cq.close() {
+        Err(CloseError::InUse { handle, .. }) => handle,
+        other => return Err(format!("close of a CQ a QP uses: {other:?}")),
+    };
+    let ctx = match ctx.close() {
+        Err(CloseError::InUse { handle, .. }) => handle,
+        other => return Err(format!("close of a context a PD uses: {other:?}")),
+    };
+
+    qp.close().map_err(|e| format!("qp: {e}"))?;
+    mr.close().map_err(|e| format!("mr: {e}"))?;
+    cq.close().map_err(|e| format!("cq: {e}"))?;
+    pd.close().map_err(|e| format!("pd: {e}"))?;
+    ctx.close().map_err(|e| format!("context: {e}"))?;
+    ensure!(
+        teardown_failures() == failures,
+        "{} destroys failed in Drop",
+        teardown_failures() - failures
+    );
+    Ok(())
+}
+
 fn main() {
     // A hang (a stranded completion, an unacked CQ destroy) fails the run.
     std::thread::spawn(|| {
@@ -444,12 +514,13 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 5] = [
+    let cases: [(&str, Case); 6] = [
         ("rc_send_recv", rc_send_recv),
         ("rdma_write_with_imm", rdma_write_with_imm),
         ("error_completions", error_completions),
         ("event_driven_io_uring", event_driven_io_uring),
         ("throughput", throughput),
+        ("explicit_teardown", explicit_teardown),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {

@@ -1,0 +1,371 @@
+//! Failures of destroying verbs objects.
+//!
+//! Destroying a verbs object can fail: `ibv_dealloc_pd` refuses with
+//! `EBUSY` while a memory region or QP still uses the domain, a destroy can
+//! fail with `EIO` once the device is gone, and so on. A failure matters:
+//! the object still exists (the kernel keeps its resources, the HCA may
+//! still write a memory region's buffer), so it must not go unseen.
+//!
+//! The verbs wrappers (in `ibv`, cargo feature `ibverbs`) therefore have two
+//! ways down:
+//!
+//! - an explicit `close`, which returns the failure as a [`TeardownError`]
+//!   (or, for the shared objects, refuses with [`CloseError::InUse`] while
+//!   other handles are alive);
+//! - `Drop`, which cannot return it: every failed destroy in a `Drop` is
+//!   counted in [`teardown_failures`] and handed to the hook installed with
+//!   [`set_teardown_hook`], if any.
+//!
+//! There is no default hook: a library does not own the process's stderr,
+//! so without a hook a failure is only counted. An application that wants
+//! them logged installs one (`|e| eprintln!("{e}")`).
+//!
+//! An object whose destroy failed is leaked together with what it depends
+//! on (a memory region keeps its buffer, a QP its CQs and domain, anything
+//! its context): since it still exists, freeing those under it could let
+//! the HCA write freed memory or leave the kernel object dangling.
+
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// The kind of verbs object a destroy failed on.
+///
+/// ```
+/// use evd_verbs::VerbsObject;
+/// assert_eq!(VerbsObject::QueuePair.to_string(), "queue pair");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum VerbsObject {
+    /// A device context (`ibv_close_device`).
+    Context,
+    /// A protection domain (`ibv_dealloc_pd`).
+    ProtectionDomain,
+    /// A memory region (`ibv_dereg_mr`).
+    MemoryRegion,
+    /// A queue pair (`ibv_destroy_qp`).
+    QueuePair,
+    /// A completion queue (`ibv_destroy_cq`).
+    CompletionQueue,
+    /// A completion channel (`ibv_destroy_comp_channel`).
+    CompletionChannel,
+}
+
+impl fmt::Display for VerbsObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            VerbsObject::Context => "device context",
+            VerbsObject::ProtectionDomain => "protection domain",
+            VerbsObject::MemoryRegion => "memory region",
+            VerbsObject::QueuePair => "queue pair",
+            VerbsObject::CompletionQueue => "completion queue",
+            VerbsObject::CompletionChannel => "completion channel",
+        })
+    }
+}
+
+/// A destroy verb that failed: which object, which call, and the error it
+/// returned.
+///
+/// Its `Display` includes the OS error, so [`source`](std::error::Error::source)
+/// is `None` (the error is not printed twice by error reporters).
+///
+/// ```
+/// use evd_verbs::{TeardownError, VerbsObject};
+/// let e = TeardownError {
+///     object: VerbsObject::ProtectionDomain,
+///     op: "ibv_dealloc_pd",
+///     error: std::io::Error::from_raw_os_error(libc::EBUSY),
+/// };
+/// assert_eq!(e.error.raw_os_error(), Some(libc::EBUSY));
+/// assert!(e.to_string().starts_with("ibv_dealloc_pd failed on a protection domain: "));
+/// ```
+#[derive(Debug)]
+pub struct TeardownError {
+    /// The object that is still there.
+    pub object: VerbsObject,
+    /// The verb that failed, e.g. `"ibv_destroy_qp"`.
+    pub op: &'static str,
+    /// What it returned (an errno).
+    pub error: io::Error,
+}
+
+impl fmt::Display for TeardownError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed on a {}: {}", self.op, self.object, self.error)
+    }
+}
+
+impl std::error::Error for TeardownError {}
+
+impl From<TeardownError> for io::Error {
+    /// An `io::Error` of the same kind, carrying the `TeardownError`.
+    ///
+    /// ```
+    /// use evd_verbs::{TeardownError, VerbsObject};
+    /// let e = TeardownError {
+    ///     object: VerbsObject::QueuePair,
+    ///     op: "ibv_destroy_qp",
+    ///     error: std::io::Error::from(std::io::ErrorKind::ResourceBusy),
+    /// };
+    /// let io: std::io::Error = e.into();
+    /// assert_eq!(io.kind(), std::io::ErrorKind::ResourceBusy);
+    /// ```
+    fn from(e: TeardownError) -> io::Error {
+        io::Error::new(e.error.kind(), e)
+    }
+}
+
+/// Why an explicit `close` of a shared verbs object did not close it.
+///
+/// `T` is the handle that was to be closed; [`InUse`](CloseError::InUse)
+/// hands it back untouched, so the caller can drop what still uses it and
+/// try again (or just drop it).
+///
+/// ```
+/// use evd_verbs::{CloseError, VerbsObject};
+/// let e: CloseError<&str> = CloseError::InUse { object: VerbsObject::Context, handle: "ctx" };
+/// assert_eq!(e.to_string(), "device context still in use: other handles or objects made from it are alive");
+/// assert_eq!(e.into_handle(), Some("ctx"));
+/// ```
+#[derive(Debug)]
+pub enum CloseError<T> {
+    /// Other handles to the object, or objects made from it, are alive:
+    /// nothing was destroyed.
+    InUse {
+        /// The object's kind.
+        object: VerbsObject,
+        /// The handle, back to the caller.
+        handle: T,
+    },
+    /// The destroy verb failed (the object is leaked, see the
+    /// [module docs](crate::teardown)).
+    Failed(TeardownError),
+}
+
+impl<T> CloseError<T> {
+    /// The handle [`InUse`](CloseError::InUse) gave back, if that is what
+    /// this is.
+    ///
+    /// ```
+    /// use evd_verbs::{CloseError, TeardownError, VerbsObject};
+    /// let e: CloseError<()> = CloseError::Failed(TeardownError {
+    ///     object: VerbsObject::Context,
+    ///     op: "ibv_close_device",
+    ///     error: std::io::Error::from_raw_os_error(libc::EIO),
+    /// });
+    /// assert!(e.into_handle().is_none());
+    /// ```
+    pub fn into_handle(self) -> Option<T> {
+        match self {
+            CloseError::InUse { handle, .. } => Some(handle),
+            CloseError::Failed(_) => None,
+        }
+    }
+}
+
+impl<T> From<TeardownError> for CloseError<T> {
+    /// [`CloseError::Failed`].
+    ///
+    /// ```
+    /// use evd_verbs::{CloseError, TeardownError, VerbsObject};
+    /// let e = TeardownError {
+    ///     object: VerbsObject::MemoryRegion,
+    ///     op: "ibv_dereg_mr",
+    ///     error: std::io::Error::from_raw_os_error(libc::EINVAL),
+    /// };
+    /// assert!(matches!(CloseError::<()>::from(e), CloseError::Failed(_)));
+    /// ```
+    fn from(e: TeardownError) -> Self {
+        CloseError::Failed(e)
+    }
+}
+
+impl<T> fmt::Display for CloseError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseError::InUse { object, .. } => write!(
+                f,
+                "{object} still in use: other handles or objects made from it are alive"
+            ),
+            CloseError::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<T: fmt::Debug> std::error::Error for CloseError<T> {}
+
+/// The hook: a `fn(&TeardownError)` cast to a pointer, or null for none.
+/// An atomic rather than a lock, so a `Drop` never blocks on, or is
+/// poisoned by, a thread installing a hook (std's alloc-error hook is kept
+/// the same way).
+static HOOK: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+static FAILURES: AtomicU64 = AtomicU64::new(0);
+
+fn to_hook(p: *mut ()) -> Option<fn(&TeardownError)> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: every non-null value in HOOK was stored by
+        // `set_teardown_hook` from a `fn(&TeardownError)`; function and data
+        // pointers have the same size on every target std supports.
+        Some(unsafe { std::mem::transmute::<*mut (), fn(&TeardownError)>(p) })
+    }
+}
+
+/// Install `hook` process-wide, to be called with every destroy failure
+/// that happens in a `Drop` of a verbs object (after it is counted in
+/// [`teardown_failures`]); returns the hook it replaces.
+///
+/// The hook runs on the thread that drops the object, possibly while that
+/// thread unwinds: it must not panic (a panic during unwinding aborts) and
+/// should be quick. Failures of an explicit `close` are returned to its
+/// caller instead and do not reach the hook.
+///
+/// ```
+/// fn log(e: &evd_verbs::TeardownError) {
+///     eprintln!("evd-verbs teardown: {e}");
+/// }
+/// let previous = evd_verbs::set_teardown_hook(log);
+/// # assert!(previous.is_none());
+/// # evd_verbs::clear_teardown_hook();
+/// ```
+pub fn set_teardown_hook(hook: fn(&TeardownError)) -> Option<fn(&TeardownError)> {
+    // AcqRel: the hook's code is published to the thread that later calls
+    // it, and the previous one is read after whoever stored it.
+    to_hook(HOOK.swap(hook as *mut (), Ordering::AcqRel))
+}
+
+/// Remove the hook: from now on failures in `Drop` are only counted.
+/// Returns the hook removed, if any.
+///
+/// ```
+/// fn ignore(_: &evd_verbs::TeardownError) {}
+/// evd_verbs::set_teardown_hook(ignore);
+/// assert!(evd_verbs::clear_teardown_hook().is_some());
+/// assert!(evd_verbs::clear_teardown_hook().is_none());
+/// ```
+pub fn clear_teardown_hook() -> Option<fn(&TeardownError)> {
+    to_hook(HOOK.swap(std::ptr::null_mut(), Ordering::AcqRel))
+}
+
+/// How many destroys have failed in a `Drop` of a verbs object in this
+/// process, hook or not (failures of an explicit `close` are returned, not
+/// counted).
+///
+/// ```
+/// // Without RDMA objects nothing can fail.
+/// assert_eq!(evd_verbs::teardown_failures(), 0);
+/// ```
+pub fn teardown_failures() -> u64 {
+    // Relaxed: a statistic; a count read on the thread that dropped the
+    // object includes that drop's failure.
+    FAILURES.load(Ordering::Relaxed)
+}
+
+/// A destroy in a `Drop` failed: count it, then hand it to the hook.
+#[cfg_attr(not(feature = "ibverbs"), allow(dead_code))]
+pub(crate) fn report(err: &TeardownError) {
+    FAILURES.fetch_add(1, Ordering::Relaxed);
+    if let Some(hook) = to_hook(HOOK.load(Ordering::Acquire)) {
+        hook(err);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// The hook and the counter are process-wide: the tests touching them
+    /// take turns.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    static SEEN: Mutex<Vec<(VerbsObject, &'static str, Option<i32>)>> = Mutex::new(Vec::new());
+
+    fn record(e: &TeardownError) {
+        SEEN.lock()
+            .unwrap()
+            .push((e.object, e.op, e.error.raw_os_error()));
+    }
+
+    fn busy(object: VerbsObject, op: &'static str) -> TeardownError {
+        TeardownError {
+            object,
+            op,
+            error: io::Error::from_raw_os_error(libc::EBUSY),
+        }
+    }
+
+    #[test]
+    fn report_counts_without_a_hook() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        clear_teardown_hook();
+        let before = teardown_failures();
+        report(&busy(VerbsObject::QueuePair, "ibv_destroy_qp"));
+        report(&busy(VerbsObject::ProtectionDomain, "ibv_dealloc_pd"));
+        assert_eq!(teardown_failures(), before + 2);
+    }
+
+    #[test]
+    fn report_counts_then_calls_the_hook() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        SEEN.lock().unwrap().clear();
+        clear_teardown_hook();
+        set_teardown_hook(record);
+        let before = teardown_failures();
+        report(&busy(VerbsObject::CompletionQueue, "ibv_destroy_cq"));
+        assert_eq!(teardown_failures(), before + 1);
+        assert_eq!(
+            *SEEN.lock().unwrap(),
+            [(
+                VerbsObject::CompletionQueue,
+                "ibv_destroy_cq",
+                Some(libc::EBUSY)
+            )]
+        );
+        // Removed: counted, not seen.
+        assert!(clear_teardown_hook().is_some());
+        report(&busy(VerbsObject::Context, "ibv_close_device"));
+        assert_eq!(teardown_failures(), before + 2);
+        assert_eq!(SEEN.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn set_returns_the_hook_it_replaces() {
+        static CALLED: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+        fn first(_: &TeardownError) {
+            CALLED.lock().unwrap().push("first");
+        }
+        fn second(_: &TeardownError) {
+            CALLED.lock().unwrap().push("second");
+        }
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let e = busy(VerbsObject::CompletionChannel, "ibv_destroy_comp_channel");
+        clear_teardown_hook();
+        assert!(set_teardown_hook(first).is_none());
+        // Told apart by calling them: function pointers do not compare
+        // reliably (identical bodies may be merged).
+        set_teardown_hook(second).expect("first is installed")(&e);
+        clear_teardown_hook().expect("second is installed")(&e);
+        assert_eq!(*CALLED.lock().unwrap(), ["first", "second"]);
+    }
+
+    #[test]
+    fn display_names_the_call_the_object_and_the_errno() {
+        let e = busy(VerbsObject::MemoryRegion, "ibv_dereg_mr");
+        let s = e.to_string();
+        assert!(
+            s.starts_with("ibv_dereg_mr failed on a memory region: "),
+            "{s}"
+        );
+        assert!(s.contains(&format!("os error {}", libc::EBUSY)), "{s}");
+        let c: CloseError<()> = e.into();
+        assert_eq!(c.to_string(), s);
+        let io: io::Error = busy(VerbsObject::QueuePair, "ibv_destroy_qp").into();
+        assert_eq!(io.kind(), io::ErrorKind::ResourceBusy);
+        assert!(io.to_string().starts_with("ibv_destroy_qp failed"));
+    }
+}
