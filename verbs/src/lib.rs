@@ -48,6 +48,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
+#![warn(missing_debug_implementations)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
 mod adaptive;
