@@ -6,8 +6,11 @@
 //! Cases: RC loopback send/recv, RDMA write with immediate, error
 //! completions (bad rkey; a send on an errored QP; a flushed receive), the
 //! event-driven and adaptive modes through io_uring, the feed's
-//! throughput against a raw poll loop on the same CQ, and an explicit
-//! teardown of every object.
+//! throughput against a raw poll loop on the same CQ, an explicit
+//! teardown of every object, and the ping-pong latency table
+//! (`latency.rs`).
+
+mod latency;
 
 use evd::TryDequeueError;
 use evd_verbs::ibv::{Context, IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 
 type Res = Result<(), String>;
 
+#[macro_export]
 macro_rules! ensure {
     ($c:expr, $($fmt:tt)+) => {
         if !$c { return Err(format!($($fmt)+)); }
@@ -514,13 +518,14 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 6] = [
+    let cases: [(&str, Case); 7] = [
         ("rc_send_recv", rc_send_recv),
         ("rdma_write_with_imm", rdma_write_with_imm),
         ("error_completions", error_completions),
         ("event_driven_io_uring", event_driven_io_uring),
         ("throughput", throughput),
         ("explicit_teardown", explicit_teardown),
+        ("pingpong_latency", latency::pingpong_latency),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {
