@@ -5,15 +5,17 @@
 //!   dequeue) against a raw poll loop on the same CQ, both draining a
 //!   pre-filled CQ on one thread.
 //!
-//! `cargo run --release -p evd-verbs --example feed_bench -- bursty [--rt]`
-//!   busy-poll, event-driven and adaptive feeds under a bursty load: bursts
-//!   of 64 completions 2 µs apart, 2 ms idle between bursts. Each mode
-//!   reports the CPU time of its feeding thread per completion and the
-//!   latency from the completion entering the CQ to its upcall (mean,
-//!   median, p99). The figure of merit is CPU per completion × mean latency
-//!   (lower is better): busy-poll buys latency with CPU, event-driven CPU
-//!   with latency; the product rewards getting both. `--rt` runs every
-//!   thread SCHED_FIFO so that other load does not distort the figures.
+//! `cargo run --release -p evd-verbs --example feed_bench -- loads [--rt]`
+//!   busy-poll, event-driven and adaptive feeds under three loads: bursty
+//!   (bursts of 64 completions 2 µs apart, 2 ms idle between bursts),
+//!   steady within the adaptive spin limit (one completion every 10 µs) and
+//!   steady beyond it (one every 200 µs). Each mode reports the CPU time of
+//!   its feeding thread per completion and the latency from the completion
+//!   entering the CQ to its upcall (mean, median, p99). The figure of merit
+//!   is CPU per completion × mean latency (lower is better): busy-poll buys
+//!   latency with CPU, event-driven CPU with latency; the product rewards
+//!   getting both. `--rt` runs every thread SCHED_FIFO so that other load
+//!   does not distort the figures. (`bursty` runs the bursty load alone.)
 
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::SoftCq;
@@ -168,9 +170,49 @@ enum Mode {
     Adaptive,
 }
 
-const BURST: usize = 64;
-const INTRA_GAP: Duration = Duration::from_micros(2);
-const IDLE: Duration = Duration::from_millis(2);
+/// An arrival pattern: `burst` completions `gap` apart, then `idle`.
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    name: &'static str,
+    burst: usize,
+    gap: Duration,
+    idle: Duration,
+    bursts: usize,
+}
+
+const BURSTY: Load = Load {
+    name: "bursty 64 x 2 µs, 2 ms idle",
+    burst: 64,
+    gap: Duration::from_micros(2),
+    idle: Duration::from_millis(2),
+    bursts: 300,
+};
+const STEADY_FAST: Load = Load {
+    name: "steady, every 10 µs",
+    burst: 1,
+    gap: Duration::ZERO,
+    idle: Duration::from_micros(10),
+    bursts: 20_000,
+};
+const STEADY_SLOW: Load = Load {
+    name: "steady, every 200 µs",
+    burst: 1,
+    gap: Duration::ZERO,
+    idle: Duration::from_micros(200),
+    bursts: 2_000,
+};
+
+/// Wait until `t`: sleep for long waits, spin for short ones (a sleep
+/// oversleeps by tens of µs).
+fn wait_until(t: Instant) {
+    let left = t.saturating_duration_since(Instant::now());
+    if left > Duration::from_micros(500) {
+        std::thread::sleep(left - Duration::from_micros(100));
+    }
+    while Instant::now() < t {
+        std::hint::spin_loop();
+    }
+}
 
 struct Result {
     mean: Duration,
@@ -180,11 +222,12 @@ struct Result {
     p99: Duration,
 }
 
-fn bursty_run(mode: Mode, bursts: usize) -> Result {
+fn load_run(mode: Mode, load: Load) -> Result {
+    let total = load.bursts * load.burst;
     let (cq, hca) = SoftCq::new(4096).unwrap();
     let (poster, consumer) = evd::bounded::<VerbsEvent>(4096).unwrap();
     let t0 = Instant::now();
-    let lat = Arc::new(Mutex::new(Vec::<u64>::with_capacity(bursts * BURST)));
+    let lat = Arc::new(Mutex::new(Vec::<u64>::with_capacity(total)));
     let sink = lat.clone();
     let upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
         if let Ok(VerbsEvent::Completion { wc, .. }) = ev {
@@ -210,22 +253,22 @@ fn bursty_run(mode: Mode, bursts: usize) -> Result {
             Running::D(d.spawn().unwrap(), key)
         }
     };
-    for _ in 0..bursts {
-        let mut next = Instant::now();
-        for _ in 0..BURST {
-            while Instant::now() < next {
-                std::hint::spin_loop();
+    let mut next = Instant::now();
+    for _ in 0..load.bursts {
+        for i in 0..load.burst {
+            if i > 0 {
+                next += load.gap;
             }
+            wait_until(next);
             hca.push(WorkCompletion {
                 wr_id: t0.elapsed().as_nanos() as u64,
                 ..Default::default()
             })
             .unwrap();
-            next += INTRA_GAP;
         }
-        std::thread::sleep(IDLE);
+        next += load.idle;
     }
-    while lat.lock().unwrap().len() < bursts * BURST {
+    while lat.lock().unwrap().len() < total {
         std::thread::sleep(Duration::from_millis(1));
     }
     let (cpu, arms) = match running {
@@ -235,8 +278,11 @@ fn bursty_run(mode: Mode, bursts: usize) -> Result {
         }
         Running::D(d, key) => {
             let mut s = d.shutdown().unwrap();
-            let arms = s.take(key).unwrap().stats().arms;
-            (s.cpu_time, arms)
+            let f = s.take(key).unwrap();
+            if std::env::var_os("FEED_BENCH_DEBUG").is_some() {
+                eprintln!("{mode:?} {:?} {:?}", f.stats(), s.stats);
+            }
+            (s.cpu_time, f.stats().arms)
         }
     };
     drop(upcalls.teardown());
@@ -245,51 +291,52 @@ fn bursty_run(mode: Mode, bursts: usize) -> Result {
     let mean = Duration::from_nanos(l.iter().sum::<u64>() / l.len() as u64);
     Result {
         mean,
-        arms_per_completion: arms as f64 / (bursts * BURST) as f64,
-        cpu_per_completion: cpu / (bursts * BURST) as u32,
+        arms_per_completion: arms as f64 / total as f64,
+        cpu_per_completion: cpu / total as u32,
         median: Duration::from_nanos(l[l.len() / 2]),
         p99: Duration::from_nanos(l[l.len() * 99 / 100]),
     }
 }
 
-fn bursty() {
-    const BURSTS: usize = 300;
+fn loads(loads: &[Load]) {
     const TRIALS: usize = 5;
-    println!(
-        "bursty load: {BURSTS} bursts of {BURST} completions {} µs apart, {} ms idle between bursts; \
-         median of {TRIALS} interleaved trials by the figure (CPU/completion x mean latency)",
-        INTRA_GAP.as_micros(),
-        IDLE.as_millis()
-    );
-    println!(
-        "{:<10} {:>11} {:>10} {:>10} {:>10} {:>12} {:>11}",
-        "mode", "CPU/compl", "mean lat", "p50 lat", "p99 lat", "figure (ns²)", "arms/compl"
-    );
-    let modes = [Mode::BusyPoll, Mode::Event, Mode::Adaptive];
-    let mut results: Vec<Vec<(f64, Result)>> = modes.iter().map(|_| Vec::new()).collect();
-    for _ in 0..TRIALS {
-        for (i, mode) in modes.iter().enumerate() {
-            let r = bursty_run(*mode, BURSTS);
-            let fom = r.cpu_per_completion.as_nanos() as f64 * r.mean.as_nanos() as f64;
-            results[i].push((fom, r));
-        }
-    }
-    let us = |d: Duration| d.as_nanos() as f64 / 1e3;
-    for (mode, mut rs) in modes.iter().zip(results) {
-        let all: Vec<String> = rs.iter().map(|(f, _)| format!("{f:.2e}")).collect();
-        rs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (fom, r) = &rs[TRIALS / 2];
+    for load in loads {
         println!(
-            "{:<10} {:>9.2}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>12.3e} {:>11.3}   trials: {}",
-            format!("{mode:?}"),
-            us(r.cpu_per_completion),
-            us(r.mean),
-            us(r.median),
-            us(r.p99),
-            fom,
-            r.arms_per_completion,
-            all.join(" ")
+            "{}: {} completions; median of {TRIALS} interleaved trials by the figure (CPU/completion x mean latency)",
+            load.name,
+            load.bursts * load.burst
         );
+        println!(
+            "{:<10} {:>11} {:>10} {:>10} {:>10} {:>12} {:>11}",
+            "mode", "CPU/compl", "mean lat", "p50 lat", "p99 lat", "figure (ns²)", "arms/compl"
+        );
+        let modes = [Mode::BusyPoll, Mode::Event, Mode::Adaptive];
+        let mut results: Vec<Vec<(f64, Result)>> = modes.iter().map(|_| Vec::new()).collect();
+        for _ in 0..TRIALS {
+            for (i, mode) in modes.iter().enumerate() {
+                let r = load_run(*mode, *load);
+                let fom = r.cpu_per_completion.as_nanos() as f64 * r.mean.as_nanos() as f64;
+                results[i].push((fom, r));
+            }
+        }
+        let us = |d: Duration| d.as_nanos() as f64 / 1e3;
+        for (mode, mut rs) in modes.iter().zip(results) {
+            let all: Vec<String> = rs.iter().map(|(f, _)| format!("{f:.2e}")).collect();
+            rs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (fom, r) = &rs[TRIALS / 2];
+            println!(
+                "{:<10} {:>9.2}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>12.3e} {:>11.3}   trials: {}",
+                format!("{mode:?}"),
+                us(r.cpu_per_completion),
+                us(r.mean),
+                us(r.median),
+                us(r.p99),
+                fom,
+                r.arms_per_completion,
+                all.join(" ")
+            );
+        }
+        println!();
     }
 }
 
@@ -315,10 +362,11 @@ fn main() {
     maybe_realtime();
     match std::env::args().nth(1).as_deref() {
         Some("throughput") => throughput(),
-        Some("bursty") => bursty(),
+        Some("bursty") => loads(&[BURSTY]),
+        Some("loads") => loads(&[BURSTY, STEADY_FAST, STEADY_SLOW]),
         _ => {
             throughput();
-            bursty();
+            loads(&[BURSTY, STEADY_FAST, STEADY_SLOW]);
         }
     }
 }

@@ -9,22 +9,26 @@
 //! arm and its channel wake, and the timeout follows the traffic instead of
 //! being a fixed knob:
 //!
-//! - Every completion found (by a poll, or by a wake) closes a **gap** since
-//!   the previous one. A gap no longer than [`AdaptiveConfig::max_spin`] is
-//!   *catchable*: a spin that long would have found it without a wake.
+//! - Only a spin sees true arrival gaps: a completion it finds closes a gap
+//!   since the previous one, and is a *catch* (a wake saved); a spin that
+//!   ends empty is a *miss*. Completions found after a wake say nothing
+//!   about gaps (the wake's own latency is in them), so they only restart
+//!   the clock.
 //! - The policy keeps moving averages (weight 1/4, as net DIM and TCP's RTT
-//!   estimator smooth their samples) of the catchable gap, of the empty polls
-//!   that preceded a catch, and of the share of gaps that are catchable.
-//! - `T` is four times the average catchable gap (jitter and a preempted
+//!   estimator smooth their samples) of the caught gaps, of the empty polls
+//!   before a catch, and of the share of spins' outcomes that were catches.
+//! - `T` is four times the average caught gap (jitter and a preempted
 //!   producer must not end a spin in the middle of a burst), `K` four times
 //!   the average empty polls before a catch; both are clamped.
-//! - If fewer than half the gaps are catchable, spinning would mostly burn
-//!   its whole window and then sleep anyway: `T = K = 0` and the feed runs
-//!   the event-driven cycle (unless [`AdaptiveConfig::min_spin`] asks for a
-//!   floor). A load whose gaps all exceed the spin limit therefore costs what
-//!   event mode costs, plus the bookkeeping; a bursty load spins through each
-//!   burst and sleeps between bursts; a steady stream faster than the limit
-//!   is never slept through.
+//! - If fewer than half the outcomes are catches, spinning mostly burns its
+//!   window and sleeps anyway: `T = K = 0` and the feed runs the
+//!   event-driven cycle (unless [`AdaptiveConfig::min_spin`] sets a floor),
+//!   except that one wake in [`PROBE_EVERY`] probes with the longest spin,
+//!   so a load that turns catchable is noticed. A load whose gaps all exceed
+//!   the spin limit therefore costs what event mode costs plus one probe per
+//!   `PROBE_EVERY` wakes; a bursty load spins through each burst and sleeps
+//!   between bursts (one miss per burst); a steady stream faster than the
+//!   limit is never slept through.
 
 use crate::driver::cycle::Limits;
 use std::time::{Duration, Instant};
@@ -79,30 +83,40 @@ const MIN_USEFUL_SPIN: Duration = Duration::from_nanos(500);
 
 /// The fewest empty polls a spin is allowed (before any were observed, the
 /// window `T` alone bounds it).
-const MIN_EMPTY_POLLS: u32 = 8;
+const MIN_EMPTY_POLLS: u32 = 64;
+
+/// While spinning does not pay, the first probe with the longest spin comes
+/// after this many wakes; each probe that catches nothing doubles the
+/// interval, up to [`PROBE_EVERY_MAX`] wakes.
+pub const PROBE_EVERY: u32 = 8;
+
+/// The longest interval between probes, in wakes.
+pub const PROBE_EVERY_MAX: u32 = 256;
 
 /// The per-feed adaptive state.
 ///
 /// ```
-/// use evd_verbs::{AdaptiveConfig, SpinPolicy};
+/// use evd_verbs::{AdaptiveConfig, SpinPolicy, PROBE_EVERY};
 /// use std::time::{Duration, Instant};
 /// let mut p = SpinPolicy::new(AdaptiveConfig::default());
 /// let t0 = Instant::now();
 /// p.woken(t0);
 /// for i in 1..=8 {
-///     // completions 2 µs apart, each found after about 20 empty polls
+///     // a spin catches completions 2 µs apart, each after about 20 empty polls
 ///     p.found(t0 + Duration::from_micros(2 * i), 20);
 /// }
 /// assert!(p.spin_window() >= Duration::from_micros(8)); // four gaps' worth
 /// assert!(p.spin_window() < Duration::from_micros(12));
 /// assert!(p.empty_poll_limit() >= 64);
-/// // Then the traffic turns sparse: gaps of 1 ms, beyond any spin.
-/// let mut t = t0 + Duration::from_micros(16);
-/// for _ in 0..8 {
-///     t += Duration::from_millis(1);
-///     p.woken(t);
+/// // Then the traffic turns sparse: every spin ends empty.
+/// for _ in 0..4 {
+///     p.expired();
 /// }
 /// assert_eq!(p.spin_window(), Duration::ZERO); // event-driven
+/// for _ in 0..PROBE_EVERY {
+///     p.woken(Instant::now());
+/// }
+/// assert_eq!(p.spin_window(), Duration::from_micros(50)); // one wake in PROBE_EVERY probes
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct SpinPolicy {
@@ -112,9 +126,17 @@ pub struct SpinPolicy {
     /// Moving average of the empty polls before a catch, in 1/16ths; `None`
     /// until one was seen.
     empty_polls_x16: Option<u32>,
-    /// Moving average of the catchable share, in 1/256ths.
+    /// Moving average of the share of spin outcomes that were catches, in
+    /// 1/256ths.
     catchable: u32,
     last_completion: Option<Instant>,
+    /// Wakes since the last probe.
+    wakes: u32,
+    /// Wakes between probes now.
+    probe_every: u32,
+    /// The current spin is a probe; whether it has caught anything.
+    probing: bool,
+    probe_caught: bool,
 }
 
 impl SpinPolicy {
@@ -131,6 +153,10 @@ impl SpinPolicy {
             empty_polls_x16: None,
             catchable: 256,
             last_completion: None,
+            wakes: 0,
+            probe_every: PROBE_EVERY,
+            probing: false,
+            probe_caught: false,
         }
     }
 
@@ -144,6 +170,9 @@ impl SpinPolicy {
     /// assert!(p.spin_window().is_zero());
     /// ```
     pub fn spin_window(&self) -> Duration {
+        if self.probing {
+            return self.cfg.max_spin;
+        }
         if self.catchable < CATCH_FLOOR {
             return self.cfg.min_spin;
         }
@@ -167,6 +196,7 @@ impl SpinPolicy {
             return 0;
         }
         match self.empty_polls_x16 {
+            _ if self.probing => self.cfg.max_empty_polls,
             None => self.cfg.max_empty_polls,
             Some(x16) => (x16.saturating_mul(MARGIN) / 16).clamp(
                 MIN_EMPTY_POLLS,
@@ -187,48 +217,73 @@ impl SpinPolicy {
         }
     }
 
-    /// A poll found completions at `now`, after `empty_polls` empty polls in
-    /// a row.
+    /// A spinning poll found completions at `now`, after `empty_polls` empty
+    /// polls in a row: a catch.
     pub fn found(&mut self, now: Instant, empty_polls: u32) {
-        if let Some(gap) = self.gap_to(now) {
-            if self.observe(gap) {
-                let sample = empty_polls.saturating_mul(16);
-                self.empty_polls_x16 = Some(match self.empty_polls_x16 {
-                    None => sample,
-                    Some(avg) => smooth_u32(avg, sample),
-                });
-            }
-        }
-    }
-
-    /// The feed was woken by its channel at `now` (a completion it slept
-    /// through).
-    pub fn woken(&mut self, now: Instant) {
-        if let Some(gap) = self.gap_to(now) {
-            self.observe(gap);
-        }
-    }
-
-    fn gap_to(&mut self, now: Instant) -> Option<Duration> {
+        // A probe lasts until its spin ends: its catches are what may turn
+        // spinning back on.
         let gap = self
             .last_completion
             .map(|l| now.saturating_duration_since(l));
         self.last_completion = Some(now);
-        gap
+        let Some(gap) = gap else {
+            return;
+        };
+        if gap > self.cfg.max_spin {
+            // Found, but later than any spin would have waited.
+            return;
+        }
+        self.catchable = smooth_u32(self.catchable, 256);
+        self.probe_caught |= self.probing;
+        if self.catchable >= CATCH_FLOOR {
+            self.probe_every = PROBE_EVERY;
+        }
+        self.gap = if gap >= self.gap {
+            self.gap + (gap - self.gap) / (1 << SMOOTHING)
+        } else {
+            self.gap - (self.gap - gap) / (1 << SMOOTHING)
+        };
+        if empty_polls == 0 {
+            // Found by the first poll: the gap was shorter than a poll, which
+            // says nothing about how many polls a gap takes.
+            return;
+        }
+        let sample = empty_polls.saturating_mul(16);
+        self.empty_polls_x16 = Some(match self.empty_polls_x16 {
+            None => sample,
+            Some(avg) => smooth_u32(avg, sample),
+        });
     }
 
-    /// Fold one gap into the averages; returns whether it was catchable.
-    fn observe(&mut self, gap: Duration) -> bool {
-        let catchable = gap <= self.cfg.max_spin;
-        self.catchable = smooth_u32(self.catchable, if catchable { 256 } else { 0 });
-        if catchable {
-            self.gap = if gap >= self.gap {
-                self.gap + (gap - self.gap) / (1 << SMOOTHING)
-            } else {
-                self.gap - (self.gap - gap) / (1 << SMOOTHING)
-            };
+    /// A spin ended with nothing found: a miss (and the end of a probe).
+    pub fn expired(&mut self) {
+        if self.probing && !self.probe_caught {
+            self.probe_every = (self.probe_every * 2).min(PROBE_EVERY_MAX);
         }
-        catchable
+        self.probing = false;
+        self.probe_caught = false;
+        self.catchable = smooth_u32(self.catchable, 0);
+    }
+
+    /// The feed was woken by its channel at `now`: the clock restarts, the
+    /// averages stay. While spinning does not pay, every
+    /// [`PROBE_EVERY`]-th wake (doubling after each probe that catches
+    /// nothing, up to [`PROBE_EVERY_MAX`]) makes the next spin a probe.
+    pub fn woken(&mut self, now: Instant) {
+        self.last_completion = Some(now);
+        if self.catchable < CATCH_FLOOR && !self.probing {
+            self.wakes += 1;
+            if self.wakes >= self.probe_every {
+                self.wakes = 0;
+                self.probing = true;
+            }
+        }
+    }
+
+    /// Completions were seen at `now` while draining (not a wake): the clock
+    /// restarts.
+    pub(crate) fn seen(&mut self, now: Instant) {
+        self.last_completion = Some(now);
     }
 }
 
@@ -246,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn a_steady_catchable_stream_sets_t_to_four_gaps() {
+    fn a_steady_caught_stream_sets_t_to_four_gaps_and_k_to_four_empty_runs() {
         let mut p = SpinPolicy::new(AdaptiveConfig::default());
         let t0 = Instant::now();
         p.woken(t0);
@@ -257,6 +312,9 @@ mod tests {
         assert!(t > us(19) && t <= us(20), "{t:?}");
         let k = p.empty_poll_limit();
         assert!((190..=200).contains(&k), "{k}");
+        // A find by the first poll (a batch) leaves K alone.
+        p.found(t0 + us(205), 0);
+        assert_eq!(p.empty_poll_limit(), k);
         assert_eq!(
             p.limits(),
             Limits {
@@ -267,17 +325,16 @@ mod tests {
     }
 
     #[test]
-    fn gaps_beyond_the_limit_turn_spinning_off_and_back_on() {
+    fn misses_turn_spinning_off_and_catches_turn_it_back_on() {
         let mut p = SpinPolicy::new(AdaptiveConfig::default());
-        let mut t = Instant::now();
-        p.woken(t);
-        for _ in 0..4 {
-            t += us(500);
-            p.woken(t);
+        for _ in 0..3 {
+            p.expired();
         }
         assert_eq!(p.limits(), Limits::EVENT);
         assert_eq!(p.empty_poll_limit(), 0);
-        for _ in 0..8 {
+        let mut t = Instant::now();
+        p.woken(t);
+        for _ in 0..4 {
             t += us(3);
             p.found(t, 10);
         }
@@ -285,9 +342,62 @@ mod tests {
     }
 
     #[test]
-    fn bursts_with_one_long_gap_each_keep_spinning() {
-        // 16 completions 2 µs apart, then 2 ms of silence: 15 of 16 gaps are
-        // catchable, so the feed spins through bursts.
+    fn only_spins_move_the_share_wakes_only_restart_the_clock() {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        let mut t = Instant::now();
+        for _ in 0..100 {
+            t += us(500);
+            p.woken(t);
+        }
+        assert_eq!(p.catchable, 256);
+        assert!(!p.spin_window().is_zero());
+    }
+
+    #[test]
+    fn a_late_find_is_neither_a_catch_nor_a_gap() {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        let t = Instant::now();
+        p.woken(t);
+        let before = (p.gap, p.catchable);
+        p.found(t + us(200), 5);
+        assert_eq!((p.gap, p.catchable), before);
+        assert_eq!(p.empty_polls_x16, None);
+    }
+
+    #[test]
+    fn while_spinning_does_not_pay_one_wake_in_probe_every_probes() {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        for _ in 0..4 {
+            p.expired();
+        }
+        let t = Instant::now();
+        for i in 1..PROBE_EVERY {
+            p.woken(t);
+            assert_eq!(p.limits(), Limits::EVENT, "wake {i}");
+        }
+        p.woken(t);
+        assert_eq!(
+            p.limits(),
+            Limits {
+                empty_polls: 4096,
+                idle: us(50)
+            }
+        );
+        p.expired();
+        assert_eq!(p.limits(), Limits::EVENT);
+        // That probe caught nothing: the next comes twice as late.
+        for _ in 1..2 * PROBE_EVERY {
+            p.woken(t);
+            assert_eq!(p.limits(), Limits::EVENT);
+        }
+        p.woken(t);
+        assert!(!p.limits().idle.is_zero());
+    }
+
+    #[test]
+    fn bursts_with_one_miss_each_keep_spinning() {
+        // 16 completions 2 µs apart, caught, then the spin ends empty: 15
+        // catches and one miss per burst.
         let mut p = SpinPolicy::new(AdaptiveConfig::default());
         let mut t = Instant::now();
         for _ in 0..10 {
@@ -298,6 +408,7 @@ mod tests {
                 t += us(2);
                 p.found(t, 30);
             }
+            p.expired();
         }
         let w = p.spin_window();
         assert!(w >= us(7) && w <= us(9), "{w:?}");
@@ -321,9 +432,17 @@ mod tests {
         }
         assert_eq!(p.spin_window(), us(30));
         assert_eq!(p.empty_poll_limit(), 100);
+        let small = SpinPolicy::new(AdaptiveConfig {
+            max_empty_polls: 10,
+            ..cfg
+        });
+        assert_eq!(
+            small.empty_poll_limit(),
+            10,
+            "a configured maximum below the floor wins"
+        );
         for _ in 0..20 {
-            t += Duration::from_millis(1);
-            p.woken(t);
+            p.expired();
         }
         assert_eq!(
             p.spin_window(),

@@ -66,7 +66,7 @@ mod poller;
 pub mod soft;
 pub mod teardown;
 
-pub use adaptive::{AdaptiveConfig, SpinPolicy};
+pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY};
 pub use async_feed::AsyncFeed;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use cq::{AsyncEventSource, CompletionQueue, PollError};

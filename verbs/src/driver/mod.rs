@@ -179,24 +179,27 @@ impl Slot {
                 Action::Poll => self.source.poll(budget),
             };
             delivered += progress.delivered;
-            self.observe(phase, progress, now);
+            let ran_in = phase;
             (phase, action) = cycle::next(phase, Observation::Ran(progress), now, limits);
+            self.observe(ran_in, phase, progress, now);
         }
         self.phase = phase;
         Ok(delivered)
     }
 
-    /// Feed the adaptive policy what a run found.
-    fn observe(&mut self, phase: Phase, p: Progress, now: Instant) {
+    /// Feed the adaptive policy what a run in phase `ran_in` found, and
+    /// where it led: a spinning poll's find is a catch, a spin that ends in
+    /// an arm is a miss, other finds restart the clock.
+    fn observe(&mut self, ran_in: Phase, led_to: Phase, p: Progress, now: Instant) {
         let Some(policy) = &mut self.policy else {
             return;
         };
-        if p.delivered == 0 || p.status == FeedStatus::Backpressure {
-            return;
-        }
-        match phase {
-            Phase::Polling { empty_polls, .. } => policy.found(now, empty_polls),
-            _ => policy.woken(now),
+        let found = p.delivered > 0 && p.status != FeedStatus::Backpressure;
+        match ran_in {
+            Phase::Polling { empty_polls, .. } if found => policy.found(now, empty_polls),
+            Phase::Polling { .. } if led_to == Phase::Arm => policy.expired(),
+            _ if found => policy.seen(now),
+            _ => {}
         }
     }
 
