@@ -51,6 +51,25 @@ pub trait CompletionQueue: Send {
 
     /// Acknowledge `count` events got with [`get_event`](Self::get_event).
     fn ack_events(&mut self, count: u32);
+
+    /// The async events of the CQ's device (CQ errors such as an overrun,
+    /// port and fatal device events), if nobody consumes them yet: the
+    /// caller becomes their consumer. A [`Driver`](crate::Driver) takes them
+    /// when it registers the CQ's feed, so that an overrun reaches the EVD
+    /// even if the application registered no [`AsyncFeed`](crate::AsyncFeed).
+    /// `None` (the default): no device, or its events are taken.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, CqId, soft::{SoftCq, SoftDevice}};
+    /// let device = SoftDevice::unheard().unwrap();
+    /// let (cq, _hca) = SoftCq::with_device(4, CqId(0), &device).unwrap();
+    /// let events = cq.device_events();
+    /// assert!(events.is_some());
+    /// assert!(cq.device_events().is_none()); // taken, while `events` lives
+    /// ```
+    fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {
+        None
+    }
 }
 
 /// A CQ poll failed: the CQ is unusable from now on.
@@ -93,4 +112,13 @@ pub trait AsyncEventSource: Send {
     fn fd(&self) -> RawFd;
     /// One event, or `Ok(None)` if none is waiting.
     fn next_event(&mut self) -> io::Result<Option<AsyncEvent>>;
+}
+
+impl<S: AsyncEventSource + ?Sized> AsyncEventSource for Box<S> {
+    fn fd(&self) -> RawFd {
+        (**self).fd()
+    }
+    fn next_event(&mut self) -> io::Result<Option<AsyncEvent>> {
+        (**self).next_event()
+    }
 }

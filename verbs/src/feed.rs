@@ -206,6 +206,18 @@ impl<C: CompletionQueue> Feed<C> {
         &self.cq
     }
 
+    /// The poster of the EVD this feed delivers into.
+    ///
+    /// ```
+    /// # use evd_verbs::{Feed, CqId, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded(4).unwrap();
+    /// let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
+    /// assert_eq!(feed.poster().capacity(), 4);
+    /// ```
+    pub fn poster(&self) -> &Poster<VerbsEvent> {
+        self.room.poster()
+    }
+
     /// The counters.
     pub fn stats(&self) -> FeedStats {
         self.stats

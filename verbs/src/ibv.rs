@@ -134,6 +134,8 @@ pub fn device_names() -> io::Result<Vec<String>> {
 pub struct Context {
     /// Non-null until `destroy`, which only `close` and `Drop` call.
     ctx: *mut ffi::ibv_context,
+    /// Live [`IbvAsyncEvents`]: someone consumes the async events.
+    listeners: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread, concurrently.
@@ -180,7 +182,10 @@ impl Context {
         if ctx.is_null() {
             return Err(err);
         }
-        Ok(Arc::new(Context { ctx }))
+        Ok(Arc::new(Context {
+            ctx,
+            listeners: std::sync::atomic::AtomicUsize::new(0),
+        }))
     }
 
     /// The raw context, for verbs this module does not wrap.
@@ -251,10 +256,24 @@ impl Context {
 
     /// This device's async events (CQ errors, QP errors, port and device
     /// events) as an [`AsyncEventSource`]. The async fd is made non-blocking.
+    /// While they are held, a [`Driver`](crate::Driver) does not serve them
+    /// by itself for this device's CQs (see
+    /// [`CompletionQueue::device_events`]).
     pub fn async_events(self: &Arc<Self>) -> io::Result<IbvAsyncEvents> {
+        // Relaxed: the count only records who listens; the events come
+        // through the fd.
+        self.listeners
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.listening()
+    }
+
+    /// The events for a listener already counted (whose Drop uncounts it,
+    /// also when this fails).
+    fn listening(self: &Arc<Self>) -> io::Result<IbvAsyncEvents> {
+        let events = IbvAsyncEvents { ctx: self.clone() };
         // SAFETY: a live context.
         set_nonblocking(unsafe { (*self.ctx).async_fd })?;
-        Ok(IbvAsyncEvents { ctx: self.clone() })
+        Ok(events)
     }
 
     /// Close the device now, if this is the last handle to it.
@@ -1011,6 +1030,18 @@ impl CompletionQueue for IbvCq {
         unsafe { ffi::ibv_ack_cq_events(self.raw.cq, count) };
         self.acked += u64::from(count);
     }
+
+    fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ctx = &self.raw.ctx;
+        // Take them only if nobody listens: 0 -> 1.
+        ctx.listeners
+            .compare_exchange(0, 1, Relaxed, Relaxed)
+            .ok()?;
+        // A failure to make the fd non-blocking drops the listener again.
+        let events = ctx.listening().ok()?;
+        Some(Box::new(events))
+    }
 }
 
 impl Drop for IbvCq {
@@ -1025,6 +1056,15 @@ impl Drop for IbvCq {
 #[derive(Debug)]
 pub struct IbvAsyncEvents {
     ctx: Arc<Context>,
+}
+
+impl Drop for IbvAsyncEvents {
+    fn drop(&mut self) {
+        // One listener fewer: with none left, a later driver may take them.
+        self.ctx
+            .listeners
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl AsyncEventSource for IbvAsyncEvents {

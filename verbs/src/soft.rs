@@ -30,7 +30,7 @@ use crate::eventfd;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 struct State {
@@ -460,6 +460,11 @@ impl CompletionQueue for SoftCq {
             st.events_got
         );
     }
+
+    fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {
+        let events = self.inner.device.as_ref()?.take_events()?;
+        Some(Box::new(events))
+    }
 }
 
 impl SoftCqProducer {
@@ -648,6 +653,8 @@ impl SoftCqProducer {
 struct DeviceInner {
     queue: Mutex<VecDeque<AsyncEvent>>,
     fd: OwnedFd,
+    /// A [`SoftAsyncEvents`] was handed out.
+    heard: AtomicBool,
 }
 
 impl DeviceInner {
@@ -697,16 +704,52 @@ impl SoftDevice {
     /// # drop((events, device));
     /// ```
     pub fn new() -> io::Result<(SoftAsyncEvents, SoftDevice)> {
-        let inner = Arc::new(DeviceInner {
-            queue: Mutex::new(VecDeque::new()),
-            fd: eventfd::new()?,
-        });
-        Ok((
-            SoftAsyncEvents {
-                inner: inner.clone(),
-            },
-            SoftDevice { inner },
-        ))
+        let device = SoftDevice::unheard()?;
+        let events = device
+            .take_events()
+            .expect("a new device's events are untaken");
+        Ok((events, device))
+    }
+
+    /// A software device whose async events nobody takes yet (as a real
+    /// device's, until someone reads its async fd): the first
+    /// [`SoftDevice::take_events`], or a [`Driver`](crate::Driver) that
+    /// registers a feed of one of its CQs, takes them.
+    ///
+    /// ```
+    /// let device = evd_verbs::soft::SoftDevice::unheard().unwrap();
+    /// let events = device.take_events();
+    /// assert!(events.is_some());
+    /// assert!(device.take_events().is_none()); // while `events` lives
+    /// ```
+    pub fn unheard() -> io::Result<SoftDevice> {
+        Ok(SoftDevice {
+            inner: Arc::new(DeviceInner {
+                queue: Mutex::new(VecDeque::new()),
+                fd: eventfd::new()?,
+                heard: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The device's async events, unless they are taken (and not dropped
+    /// since).
+    ///
+    /// ```
+    /// let (events, device) = evd_verbs::soft::SoftDevice::new().unwrap();
+    /// assert!(device.take_events().is_none());
+    /// drop(events);
+    /// assert!(device.take_events().is_some());
+    /// ```
+    pub fn take_events(&self) -> Option<SoftAsyncEvents> {
+        // Relaxed: the flag only decides who takes the events; the queue
+        // behind them has its own lock.
+        if self.inner.heard.swap(true, Ordering::Relaxed) {
+            return None;
+        }
+        Some(SoftAsyncEvents {
+            inner: self.inner.clone(),
+        })
     }
 
     /// Raise an async event (a port going down, a fatal device error ...).
@@ -722,6 +765,13 @@ impl SoftDevice {
         if q.len() == 1 {
             eventfd::signal(&self.inner.fd);
         }
+    }
+}
+
+impl Drop for SoftAsyncEvents {
+    fn drop(&mut self) {
+        // Nobody listens any more: the events can be taken again.
+        self.inner.heard.store(false, Ordering::Relaxed);
     }
 }
 

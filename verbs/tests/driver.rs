@@ -357,3 +357,40 @@ fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked()
     drop(upcalls.teardown());
     running.shutdown().unwrap();
 }
+
+#[test]
+fn a_cq_overrun_reaches_the_evd_with_no_async_feed_registered() {
+    // Nobody listens to the device: registering the CQ's feed makes the
+    // driver serve the device's async events into the same EVD, so the
+    // overrun's CqError arrives (from the device, and from the failed poll).
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let device = SoftDevice::unheard().unwrap();
+    let (cq, hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(9), poster), FeedMode::Event)
+        .unwrap();
+    assert!(device.take_events().is_none(), "the driver took them");
+    let running = driver.spawn().unwrap();
+    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
+    let evs = take(&mut consumer, 2);
+    let errors = evs
+        .iter()
+        .filter(|e| matches!(e, VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(9))))
+        .count();
+    assert_eq!(errors, 2, "{evs:?}");
+    let s = running.shutdown().unwrap();
+    assert_eq!(s.len(), 2, "the feed and the device's async feed");
+}
+
+#[test]
+fn a_device_whose_events_are_taken_is_not_served_twice() {
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (_events, device) = SoftDevice::new().unwrap();
+    let (cq, _hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(9), poster), FeedMode::Event)
+        .unwrap();
+    assert_eq!(driver.spawn().unwrap().shutdown().unwrap().len(), 1);
+}

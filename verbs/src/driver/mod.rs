@@ -280,6 +280,14 @@ impl Driver {
 
     /// Serve a completion feed. Its CQ must have a completion channel
     /// ([`DriverError::NoChannel`] otherwise).
+    ///
+    /// If nobody consumes the async events of the CQ's device yet
+    /// ([`CompletionQueue::device_events`]), the driver serves them too, into
+    /// this feed's EVD: a CQ overrun (which rxe reports only there, without
+    /// failing the poll) or a fatal device error reaches the consumer even
+    /// with no [`AsyncFeed`] registered. They stay served until shutdown
+    /// (the device outlives any one CQ). To deliver them elsewhere, take them
+    /// first (`ibv::Context::async_events`, [`SoftDevice::take_events`](crate::soft::SoftDevice::take_events)).
     pub fn register<C: CompletionQueue + 'static>(
         &mut self,
         feed: Feed<C>,
@@ -306,9 +314,18 @@ impl Driver {
             .map(FeedKey::new)
     }
 
-    fn insert(&mut self, source: Box<dyn Source>, mode: FeedMode) -> Result<FeedId, DriverError> {
+    fn insert(
+        &mut self,
+        mut source: Box<dyn Source>,
+        mode: FeedMode,
+    ) -> Result<FeedId, DriverError> {
         if source.fd().is_none() {
             return Err(DriverError::NoChannel);
+        }
+        if let Some((events, poster)) = source.device_events() {
+            // Nobody listens to the CQ's device: deliver its async events
+            // (an overrun among them) into this feed's EVD.
+            self.insert(Box::new(AsyncFeed::new(events, poster)), FeedMode::Event)?;
         }
         let index = match self.slots.iter().position(Option::is_none) {
             Some(i) => i,

@@ -2,7 +2,9 @@
 
 use crate::async_feed::AsyncFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
+use crate::event::VerbsEvent;
 use crate::feed::{Feed, Progress};
+use evd::Poster;
 use std::any::Any;
 use std::io;
 use std::os::fd::RawFd;
@@ -22,6 +24,11 @@ pub(crate) trait Source: Send {
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()>;
     /// The feed itself, to hand back typed.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// The device's async events if nobody consumes them yet, with a poster
+    /// of the feed's EVD to deliver them to.
+    fn device_events(&mut self) -> Option<(Box<dyn AsyncEventSource>, Poster<VerbsEvent>)> {
+        None
+    }
 }
 
 impl<C: CompletionQueue + 'static> Source for Feed<C> {
@@ -42,6 +49,10 @@ impl<C: CompletionQueue + 'static> Source for Feed<C> {
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+    fn device_events(&mut self) -> Option<(Box<dyn AsyncEventSource>, Poster<VerbsEvent>)> {
+        let events = self.cq().device_events()?;
+        Some((events, self.poster().clone()))
     }
 }
 

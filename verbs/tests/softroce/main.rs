@@ -252,6 +252,9 @@ fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
     let (mut p, cq_a, cq_b) = pair(pd, 256, (7, 8))?;
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
     let mut driver = Driver::new(DriverConfig::default()).map_err(|e| format!("io_uring: {e}"))?;
+    // Taken first, so the driver does not serve the device's events itself
+    // when the CQs' feeds are registered.
+    let async_events = pd.context().async_events().map_err(|e| e.to_string())?;
     let key_a = driver
         .register(Feed::new(cq_a, CqId(7), poster.clone()), FeedMode::Event)
         .map_err(|e| e.to_string())?;
@@ -261,7 +264,6 @@ fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
             FeedMode::Adaptive(AdaptiveConfig::default()),
         )
         .map_err(|e| e.to_string())?;
-    let async_events = pd.context().async_events().map_err(|e| e.to_string())?;
     driver
         .register_async(AsyncFeed::new(async_events, poster))
         .map_err(|e| e.to_string())?;
