@@ -66,7 +66,7 @@ mod poller;
 pub mod soft;
 pub mod teardown;
 
-pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY};
+pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
 pub use async_feed::AsyncFeed;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use cq::{AsyncEventSource, CompletionQueue, PollError};
