@@ -137,6 +137,9 @@ pub struct SpinPolicy {
     /// The current spin is a probe; whether it has caught anything.
     probing: bool,
     probe_caught: bool,
+    /// No poll has found anything since the last wake: the next find is the
+    /// wake's own completions, not a catch.
+    after_wake: bool,
 }
 
 impl SpinPolicy {
@@ -157,6 +160,7 @@ impl SpinPolicy {
             probe_every: PROBE_EVERY,
             probing: false,
             probe_caught: false,
+            after_wake: false,
         }
     }
 
@@ -226,6 +230,11 @@ impl SpinPolicy {
             .last_completion
             .map(|l| now.saturating_duration_since(l));
         self.last_completion = Some(now);
+        if std::mem::take(&mut self.after_wake) && empty_polls == 0 {
+            // The first poll after a wake found what woke it: no gap was
+            // spun through, so this is neither a catch nor a gap sample.
+            return;
+        }
         let Some(gap) = gap else {
             return;
         };
@@ -271,6 +280,7 @@ impl SpinPolicy {
     /// nothing, up to [`PROBE_EVERY_MAX`]) makes the next spin a probe.
     pub fn woken(&mut self, now: Instant) {
         self.last_completion = Some(now);
+        self.after_wake = true;
         if self.catchable < CATCH_FLOOR && !self.probing {
             self.wakes += 1;
             if self.wakes >= self.probe_every {
@@ -351,6 +361,23 @@ mod tests {
         }
         assert_eq!(p.catchable, 256);
         assert!(!p.spin_window().is_zero());
+    }
+
+    #[test]
+    fn the_first_poll_after_a_wake_finding_the_wakes_completions_is_not_a_catch() {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        for _ in 0..3 {
+            p.expired();
+        }
+        let share = p.catchable;
+        let t = Instant::now();
+        p.woken(t);
+        p.found(t, 0);
+        assert_eq!(p.catchable, share);
+        assert_eq!(p.gap, SpinPolicy::new(AdaptiveConfig::default()).gap);
+        // The next find is a catch.
+        p.found(t + us(2), 0);
+        assert!(p.catchable > share);
     }
 
     #[test]

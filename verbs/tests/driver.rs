@@ -394,3 +394,54 @@ fn a_device_whose_events_are_taken_is_not_served_twice() {
         .unwrap();
     assert_eq!(driver.spawn().unwrap().shutdown().unwrap().len(), 1);
 }
+
+#[test]
+fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
+    // A full one-slot EVD; the feed (its CQ empty) blocks and joins the room
+    // queue first, another poster's RoomWaiter joins behind it. The dequeue
+    // wakes the feed, which has nothing to post: it must pass the wake on,
+    // or the other waiter sleeps forever next to the free slot.
+    use std::sync::mpsc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Tell(Mutex<mpsc::Sender<()>>);
+    impl Wake for Tell {
+        fn wake(self: Arc<Self>) {
+            let _ = self.0.lock().unwrap().send(());
+        }
+    }
+    use std::sync::{Arc, Mutex};
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    poster
+        .post(VerbsEvent::Async(AsyncEvent {
+            kind: AsyncEventKind::PortActive,
+            element: AsyncElement::Port(1),
+        }))
+        .unwrap();
+    let (cq, _hca) = SoftCq::new(16).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    let mut idle = 0;
+    while !consumer.query().room_wanted {
+        // The feed's first turn finds the EVD full and joins the queue.
+        std::thread::yield_now();
+        idle += 1;
+        assert!(idle < 100_000_000, "the feed never waited for room");
+    }
+    let (tx, rx) = mpsc::channel();
+    let waker = Waker::from(Arc::new(Tell(Mutex::new(tx))));
+    let mut other = poster.room_waiter();
+    assert!(other
+        .poll_room(&mut Context::from_waker(&waker))
+        .is_pending());
+    assert!(consumer.try_dequeue().is_ok()); // wakes the feed, first in line
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the wake was not passed on to the waiter behind the feed");
+    assert!(matches!(
+        other.poll_room(&mut Context::from_waker(&waker)),
+        Poll::Ready(Ok(1))
+    ));
+    running.shutdown().unwrap();
+}

@@ -155,8 +155,16 @@ impl Slot {
             }
         }
         // Acquire: see `RoomSignal::wake_by_ref`.
-        let room = self.room.signalled.swap(false, Ordering::Acquire)
-            | std::mem::take(&mut self.room_ready);
+        let signalled = self.room.signalled.swap(false, Ordering::Acquire);
+        let mut room = std::mem::take(&mut self.room_ready);
+        if signalled && self.phase == Phase::Blocked {
+            // Look again through the room queue, not around it: `Ready`
+            // leaves the queue (passing the wake on, so a poster waiting
+            // behind this feed is not stranded if the feed posts nothing);
+            // `Pending` rejoins at the front.
+            let mut cx = Context::from_waker(&self.room_waker);
+            room |= self.source.poll_room(&mut cx).is_ready();
+        }
         let limits = self.limits();
         let (mut phase, mut action) = cycle::next(
             self.phase,
@@ -460,6 +468,15 @@ impl Driver {
         if wait != Wait::Busy {
             self.turn()?;
         }
+        // The caller may now wait on the ring's fd: the wake poll (which the
+        // last turn may have seen end) and the polls of feeds that went to
+        // sleep in that turn must be in the kernel before it does.
+        if !self.wake_poll_in_flight {
+            self.ring
+                .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
+            self.wake_poll_in_flight = true;
+        }
+        self.ring.flush()?;
         Ok(Activity { busy: self.busy })
     }
 

@@ -227,6 +227,22 @@ impl Ring {
         Ok(matches!(wait, Wait::For(_)) && nothing)
     }
 
+    /// Hand what is queued to the kernel, without waiting; nothing to do if
+    /// nothing is queued.
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        if self.ring.submission().is_empty() {
+            return Ok(());
+        }
+        loop {
+            match self.ring.submit() {
+                Ok(_) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => self.set_aside(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Hand every completion the ring holds to `f`, oldest first.
     pub(crate) fn reap(&mut self, mut f: impl FnMut(Completion)) {
         for c in self.set_aside.drain(..) {
