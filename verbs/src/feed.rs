@@ -416,12 +416,13 @@ impl<C: CompletionQueue> Feed<C> {
     /// Free space in the EVD, or 0 (and `closed` set) if it is closed.
     #[inline]
     fn free_space(&mut self) -> usize {
-        let q = self.room.poster().query();
-        if q.closed {
-            self.closed = true;
-            return 0;
+        match self.room.poster().free_slots() {
+            Some(free) => free,
+            None => {
+                self.closed = true;
+                0
+            }
         }
-        q.capacity.saturating_sub(q.len)
     }
 
     /// Post the held events, in order, with one reservation: as many as

@@ -312,6 +312,23 @@ impl<T> Poster<T> {
         self.shared.occupancy().0
     }
 
+    /// Free slots now, or `None` if the EVD is closed: one snapshot of the
+    /// state word and the head (two loads of the head, one of the word), for
+    /// a poster that must know there is room before it produces what it
+    /// posts. Other posters may take the room before this caller posts.
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded::<u8>(4).unwrap();
+    /// poster.post(1).unwrap();
+    /// assert_eq!(poster.free_slots(), Some(3));
+    /// drop(consumer);
+    /// assert_eq!(poster.free_slots(), None);
+    /// ```
+    pub fn free_slots(&self) -> Option<usize> {
+        let (len, capacity, closed) = self.shared.occupancy();
+        (!closed).then(|| capacity - len)
+    }
+
     /// How many events the ring holds (a power of two; changes only by
     /// [`Consumer::resize`](crate::Consumer::resize)). A snapshot.
     ///

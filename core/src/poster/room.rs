@@ -110,13 +110,10 @@ impl<T: Send> RoomWaiter<T> {
     /// Room or closure now, leaving the queue (with the wake hand-on) if so;
     /// `None` if the ring is full.
     fn room_now(&mut self) -> Option<Result<usize, BatchPostError>> {
-        let q = self.poster.shared.query();
-        let r = if q.closed {
-            Err(BatchPostError::Closed)
-        } else if q.len < q.capacity {
-            Ok(q.capacity - q.len)
-        } else {
-            return None;
+        let r = match self.poster.free_slots() {
+            None => Err(BatchPostError::Closed),
+            Some(0) => return None,
+            Some(free) => Ok(free),
         };
         self.poster.shared.room_leave(&mut self.seat, false);
         Some(r)
