@@ -19,28 +19,10 @@ fn wc(wr_id: u64) -> WorkCompletion {
     }
 }
 
-/// Wait for `n` events, failing (not hanging) if they never come.
+/// Wait for `n` events, failing (not hanging) if they never come; overflow
+/// reports are skipped.
 fn take(consumer: &mut evd::Consumer<VerbsEvent>, n: usize) -> Vec<VerbsEvent> {
-    let mut out = Vec::new();
-    let mut idle_waits = 0;
-    while out.len() < n {
-        match consumer.try_dequeue() {
-            Ok(ev) => out.push(ev),
-            Err(TryDequeueError::Overflow(_)) => {}
-            Err(TryDequeueError::Empty) => {
-                if consumer.wait(1, Some(Duration::from_millis(100))).is_err() {
-                    idle_waits += 1;
-                    assert!(
-                        idle_waits < 300,
-                        "watchdog: got {} of {n} events",
-                        out.len()
-                    );
-                }
-            }
-            Err(TryDequeueError::Closed) => panic!("closed after {} events", out.len()),
-        }
-    }
-    out
+    take_counting_overflow(consumer, n, &mut 0)
 }
 
 #[test]
@@ -164,6 +146,13 @@ fn full_evd_blocks_the_feed_until_room_and_loses_nothing() {
     for i in 0..500 {
         hca.push(wc(i)).unwrap();
     }
+    // Drain only once the feed waits for room (see the sixteen-feed test).
+    let mut idle = 0u64;
+    while !consumer.query().room_wanted {
+        std::thread::yield_now();
+        idle += 1;
+        assert!(idle < 100_000_000, "the feed never waited for room");
+    }
     let mut got = Vec::new();
     while got.len() < 500 {
         let evs = take(&mut consumer, 1);
@@ -247,6 +236,15 @@ fn sixteen_feeds_into_one_small_evd_never_over_commit_and_wake_only_on_room() {
     }
     drop(poster);
     let running = driver.spawn().unwrap();
+    // Drain only once a feed waits for room: the EVD has filled, so the
+    // room signal is certain to be used (a consumer draining from the start
+    // may keep up with the driver and never let it fill).
+    let mut idle = 0u64;
+    while !consumer.query().room_wanted {
+        std::thread::yield_now();
+        idle += 1;
+        assert!(idle < 100_000_000, "no feed ever waited for room");
+    }
     let mut next = vec![0u64; FEEDS as usize];
     let mut overflow_reports = 0;
     for ev in take_counting_overflow(
@@ -278,7 +276,8 @@ fn sixteen_feeds_into_one_small_evd_never_over_commit_and_wake_only_on_room() {
     );
 }
 
-/// As [`take`], counting overflow reports instead of skipping them silently.
+/// Wait for `n` events, failing (not hanging) if they never come; counts
+/// overflow reports in `overflow_reports`.
 fn take_counting_overflow(
     consumer: &mut evd::Consumer<VerbsEvent>,
     n: usize,
