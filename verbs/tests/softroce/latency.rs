@@ -65,7 +65,7 @@ fn is_recv(wc: &WorkCompletion) -> bool {
 }
 
 /// Wait on `fd` for readability, at most `ms` milliseconds.
-fn wait_fd(fd: RawFd, ms: i32) -> bool {
+pub(crate) fn wait_fd(fd: RawFd, ms: i32) -> bool {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -179,6 +179,34 @@ impl Initiator<'_> {
         Ok(t)
     }
 
+    /// `PER_ROUND` round trips through `evd`, calling `when_empty` whenever
+    /// the pong is not there yet (drive the ring, wait, or poll); appends
+    /// each round trip in ns. A pong that takes 10 s fails the round.
+    fn pongs(
+        &mut self,
+        evd: &mut evd::Consumer<VerbsEvent>,
+        out: &mut Vec<u64>,
+        mut when_empty: impl FnMut(&mut evd::Consumer<VerbsEvent>) -> Res,
+    ) -> Res {
+        for _ in 0..PER_ROUND {
+            let t = self.ping()?;
+            let deadline = t + Duration::from_secs(10);
+            loop {
+                match evd.try_dequeue() {
+                    Ok(VerbsEvent::Completion { wc, .. }) if is_recv(&wc) => break,
+                    Ok(_) => {}
+                    Err(TryDequeueError::Empty) => {
+                        when_empty(evd)?;
+                        ensure!(Instant::now() < deadline, "no pong in 10 s");
+                    }
+                    Err(e) => return Err(format!("{e:?}")),
+                }
+            }
+            out.push(t.elapsed().as_nanos() as u64);
+        }
+        Ok(())
+    }
+
     /// One round of `PER_ROUND` round trips the `way` way; appends each in ns.
     fn round(&mut self, way: Way, out: &mut Vec<u64>) -> Res {
         let never = AtomicBool::new(false);
@@ -216,27 +244,9 @@ impl Initiator<'_> {
                 let mut driver = Driver::new(DriverConfig::default()).map_err(|e| e.to_string())?;
                 let feed = Feed::new(self.cq.take().expect("cq"), CqId(1), poster);
                 let key = driver.register(feed, mode).map_err(|e| e.to_string())?;
-                let mut r = Ok(());
-                'rtt: for _ in 0..PER_ROUND {
-                    let t = self.ping()?;
-                    loop {
-                        match evd.try_dequeue() {
-                            Ok(VerbsEvent::Completion { wc, .. }) if is_recv(&wc) => break,
-                            Ok(_) => {}
-                            Err(TryDequeueError::Empty) => {
-                                if let Err(e) = driver.process(None) {
-                                    r = Err(e.to_string());
-                                    break 'rtt;
-                                }
-                            }
-                            Err(e) => {
-                                r = Err(format!("{e:?}"));
-                                break 'rtt;
-                            }
-                        }
-                    }
-                    out.push(t.elapsed().as_nanos() as u64);
-                }
+                let r = self.pongs(&mut evd, out, |_| {
+                    driver.process(None).map(drop).map_err(|e| e.to_string())
+                });
                 let feed = driver.remove(key).map_err(|e| e.to_string())?;
                 let (cq, undelivered) = feed.into_parts();
                 ensure!(undelivered.is_empty(), "undelivered {undelivered:?}");
@@ -252,27 +262,11 @@ impl Initiator<'_> {
                     .register(feed, FeedMode::Event)
                     .map_err(|e| e.to_string())?;
                 let running = driver.spawn().map_err(|e| e.to_string())?;
-                let mut r = Ok(());
-                'rtt: for _ in 0..PER_ROUND {
-                    let t = self.ping()?;
-                    loop {
-                        match evd.try_dequeue() {
-                            Ok(VerbsEvent::Completion { wc, .. }) if is_recv(&wc) => break,
-                            Ok(_) => {}
-                            Err(TryDequeueError::Empty) => {
-                                if let Err(e) = evd.wait(1, Some(Duration::from_secs(10))) {
-                                    r = Err(format!("wait: {e:?}"));
-                                    break 'rtt;
-                                }
-                            }
-                            Err(e) => {
-                                r = Err(format!("{e:?}"));
-                                break 'rtt;
-                            }
-                        }
-                    }
-                    out.push(t.elapsed().as_nanos() as u64);
-                }
+                let r = self.pongs(&mut evd, out, |evd| {
+                    evd.wait(1, Some(Duration::from_secs(10)))
+                        .map(drop)
+                        .map_err(|e| format!("wait: {e:?}"))
+                });
                 let mut s = running.shutdown().map_err(|e| e.to_string())?;
                 let (cq, undelivered) = s.take(key).expect("registered").into_parts();
                 ensure!(undelivered.is_empty(), "undelivered {undelivered:?}");
@@ -283,26 +277,14 @@ impl Initiator<'_> {
                 let (poster, mut evd) =
                     evd::bounded::<VerbsEvent>(64).map_err(|e| e.to_string())?;
                 let mut feed = Feed::new(self.cq.take().expect("cq"), CqId(1), poster);
-                for _ in 0..PER_ROUND {
-                    let t = self.ping()?;
-                    let deadline = t + Duration::from_secs(10);
-                    loop {
-                        match evd.try_dequeue() {
-                            Ok(VerbsEvent::Completion { wc, .. }) if is_recv(&wc) => break,
-                            Ok(_) => {}
-                            Err(TryDequeueError::Empty) => {
-                                feed.progress(64);
-                                ensure!(Instant::now() < deadline, "no pong in 10 s");
-                            }
-                            Err(e) => return Err(format!("{e:?}")),
-                        }
-                    }
-                    out.push(t.elapsed().as_nanos() as u64);
-                }
+                let r = self.pongs(&mut evd, out, |_| {
+                    feed.progress(64);
+                    Ok(())
+                });
                 let (cq, undelivered) = feed.into_parts();
                 ensure!(undelivered.is_empty(), "undelivered {undelivered:?}");
                 self.cq = Some(cq);
-                Ok(())
+                r
             }
         }
     }
