@@ -97,6 +97,11 @@ copy_with_libs() {
 copy_with_libs /usr/bin/ip /usr/bin/ip
 copy_with_libs /usr/bin/rdma /usr/bin/rdma
 copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+# rdma-mummy-sys loads libibverbs and librdmacm at run time (dlopen), so
+# ldd of the test binaries does not list them.
+for lib in libibverbs.so.1 librdmacm.so.1; do
+    copy_with_libs "/usr/lib/x86_64-linux-gnu/$lib" "/usr/lib/x86_64-linux-gnu/$lib"
+done
 cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 i=0
 names=()
@@ -108,7 +113,8 @@ for b in "${bins[@]}"; do
 done
 # Modules in load order (softroce.md): decompress if the package ships them
 # compressed, since busybox insmod takes plain .ko files.
-modules="udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe crc32_generic dummy"
+# ib_cm .. rdma_ucm: the connection manager (/dev/infiniband/rdma_cm).
+modules="udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe crc32_generic configfs ib_cm iw_cm rdma_cm rdma_ucm dummy"
 : > "$root/modules.list"
 for m in $modules; do
     for ko in $(modprobe -d "$kroot" -S "$kver" --show-depends "$m" | awk '/^insmod/ {print $2}'); do
@@ -135,6 +141,8 @@ while read -r ko opts; do
 done < /modules.list
 /usr/bin/ip link add dummy0 type dummy
 /usr/bin/ip link set dummy0 up
+# rdma_cm resolves IP addresses: the tests connect to this one.
+/usr/bin/ip addr add 10.0.0.1/24 dev dummy0
 /usr/bin/rdma link add rxe0 type rxe netdev dummy0 || echo "rdma link add failed"
 rc=0
 for t in ${names[*]}; do

@@ -1,0 +1,139 @@
+//! Real libibverbs (cargo feature `ibverbs`): a device context, protection
+//! domains, memory regions, RC queue pairs, and CQs with their own
+//! completion channel, implementing [`CompletionQueue`](crate::CompletionQueue).
+//!
+//! The bindings are `rdma-mummy-sys` ([`ffi`]): verbs and rdma_cm in one
+//! crate, with libibverbs and librdmacm loaded at run time (a host without
+//! them gets `EOPNOTSUPP` errors, not a link failure), and no rdma-core
+//! build. The verbs `verbs.h` defines `static inline` (`ibv_poll_cq`,
+//! `ibv_req_notify_cq`, `ibv_post_send`, `ibv_post_recv`) are wrapped by
+//! the bindings the way libibverbs' own inline functions call them: through
+//! the context's ops table.
+//!
+//! Thread safety: libibverbs objects may be used from any thread
+//! (libibverbs is thread-safe); each wrapper is `Send`, and the shared ones
+//! (`Context`, `ProtectionDomain`) are `Sync` behind an `Arc`.
+//!
+//! Teardown: each object has an explicit `close`, which returns a failed
+//! destroy as a [`TeardownError`] and, for the shared objects, refuses
+//! while other handles are alive ([`CloseError::InUse`](crate::CloseError::InUse)). Dropping an
+//! object runs the same destroy; a failure there is counted and handed to
+//! the hook of the [`teardown`] module. An object whose destroy failed is
+//! leaked with what it depends on. The order is the reverse of creation:
+//! QPs and memory regions, then CQs, then protection domains, then the
+//! context.
+//!
+//! Needs an RDMA device to run (see `verbs/tests/softroce/run.sh`):
+//!
+//! ```no_run
+//! use evd_verbs::ibv::{Context, SendOp};
+//! use evd_verbs::{CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent};
+//! let ctx = Context::open(None)?; // the first device, e.g. rxe0
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(64, CqId(1))?; // with its own completion channel
+//! let qp = pd.create_rc_qp(&cq, &cq, 16)?;
+//! qp.connect(qp.endpoint(0)?, 0)?; // loopback to itself
+//! let mr = pd.register(4096)?;
+//! let (poster, mut evd) = evd::bounded::<VerbsEvent>(256)?;
+//! let mut driver = Driver::new(DriverConfig::default())?;
+//! driver.register(Feed::new(cq, CqId(1), poster), FeedMode::Event)?;
+//! let driver = driver.spawn()?;
+//! qp.post_recv(1, &mr, 0, 64)?;
+//! qp.post_send(2, SendOp::Send, &mr, 64, 8, true)?;
+//! evd.wait(2, None)?; // the send and the receive completion
+//! driver.shutdown()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod async_events;
+mod context;
+mod cq;
+mod mr;
+mod pd;
+mod qp;
+
+pub use async_events::IbvAsyncEvents;
+pub use context::{device_names, Context};
+pub use cq::IbvCq;
+pub use mr::MemoryRegion;
+pub use pd::ProtectionDomain;
+pub use qp::{Endpoint, QueuePair, SendOp};
+
+/// The raw bindings (`rdma-mummy-sys`), for the raw handles every object
+/// here exposes and for verbs this module does not wrap.
+pub use rdma_mummy_sys as ffi;
+
+use crate::teardown::{self, TeardownError, VerbsObject};
+use std::io;
+use std::mem::{self, MaybeUninit};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// Binding structs whose all-zero bit pattern is a valid value: integers,
+/// raw pointers, and unions and arrays of them. libibverbs and librdmacm
+/// expect such structs zero-filled where a field is not set.
+///
+/// # Safety
+/// Only for types of which all-zero is a valid value.
+unsafe trait Zeroable: Sized {}
+// SAFETY: each is a C struct or union of integers, raw pointers and nested
+// such structs (no references, no Rust enums, no NonNull).
+unsafe impl Zeroable for ffi::ibv_gid {}
+// SAFETY: as above.
+unsafe impl Zeroable for ffi::ibv_qp_attr {}
+// SAFETY: as above.
+unsafe impl Zeroable for ffi::ibv_qp_init_attr {}
+// SAFETY: as above.
+unsafe impl Zeroable for ffi::ibv_send_wr {}
+// SAFETY: as above.
+unsafe impl Zeroable for ffi::ibv_wc {}
+
+/// A zero-filled binding struct.
+fn zeroed<T: Zeroable>() -> T {
+    // SAFETY: `Zeroable` promises all-zero is a valid `T`.
+    unsafe { MaybeUninit::zeroed().assume_init() }
+}
+
+fn last_err() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// A verbs call that returns 0 or an errno (directly, or -1 with errno set).
+fn check(ret: i32) -> io::Result<()> {
+    match ret {
+        0 => Ok(()),
+        -1 => Err(last_err()),
+        e if e > 0 => Err(io::Error::from_raw_os_error(e)),
+        e => Err(io::Error::from_raw_os_error(-e)),
+    }
+}
+
+/// The outcome of the destroy verb `op` on an `object`, which returned `ret`.
+fn destroyed(object: VerbsObject, op: &'static str, ret: i32) -> Result<(), TeardownError> {
+    check(ret).map_err(|error| TeardownError { object, op, error })
+}
+
+/// The end of a teardown in `Drop`: a failure goes to the counter and hook.
+fn report_failure(result: Result<(), TeardownError>) {
+    if let Err(e) = result {
+        teardown::report(&e);
+    }
+}
+
+/// Keep what `arc` points to alive for the rest of the process: an object
+/// whose destroy failed still exists and still depends on it.
+fn keep_forever<T>(arc: &Arc<T>) {
+    mem::forget(Arc::clone(arc));
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd owned by libibverbs; only the O_NONBLOCK flag
+    // changes, which libibverbs documents as the way to poll its channels.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(last_err());
+        }
+    }
+    Ok(())
+}
