@@ -53,6 +53,7 @@
 
 mod adaptive;
 mod async_feed;
+mod cm_event;
 mod completion;
 mod cq;
 mod driver;
@@ -68,6 +69,7 @@ pub mod teardown;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
 pub use async_feed::AsyncFeed;
+pub use cm_event::{CmEvent, CmEventKind, CmEventSource, CmToken, PrivateData, PRIVATE_DATA_MAX};
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use cq::{AsyncEventSource, CompletionQueue, PollError};
 pub use driver::{

@@ -23,6 +23,7 @@
 //! theirs with a spinlock; it is a development and test double, not a fast
 //! path.
 
+use crate::cm_event::{CmEvent, CmEventSource};
 use crate::completion::{WcStatus, WorkCompletion};
 use crate::cq::{AsyncEventSource, CompletionQueue, PollError};
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId};
@@ -650,19 +651,55 @@ impl SoftCqProducer {
     }
 }
 
-struct DeviceInner {
-    queue: Mutex<VecDeque<AsyncEvent>>,
+/// Events raised in software and taken through an fd that is readable
+/// while any wait: a device's async events, a connection manager's events.
+struct EventQueue<E> {
+    queue: Mutex<VecDeque<E>>,
     fd: OwnedFd,
+}
+
+impl<E> EventQueue<E> {
+    fn new() -> io::Result<Self> {
+        Ok(EventQueue {
+            queue: Mutex::new(VecDeque::new()),
+            fd: eventfd::new()?,
+        })
+    }
+
+    fn raise(&self, event: E) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(event);
+        if q.len() == 1 {
+            eventfd::signal(&self.fd);
+        }
+    }
+
+    fn next(&self) -> Option<E> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let ev = q.pop_front();
+        if q.is_empty() {
+            eventfd::clear(&self.fd);
+        }
+        ev
+    }
+
+    /// What `Debug` shows of a handle: no lock is taken.
+    fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("fd", &self.fd.as_raw_fd())
+            .finish_non_exhaustive()
+    }
+}
+
+struct DeviceInner {
+    events: EventQueue<AsyncEvent>,
     /// A [`SoftAsyncEvents`] was handed out.
     heard: AtomicBool,
 }
 
 impl DeviceInner {
-    /// What `Debug` shows of either handle: no lock is taken.
     fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct(name)
-            .field("fd", &self.fd.as_raw_fd())
-            .finish_non_exhaustive()
+        self.events.debug(name, f)
     }
 }
 
@@ -725,8 +762,7 @@ impl SoftDevice {
     pub fn unheard() -> io::Result<SoftDevice> {
         Ok(SoftDevice {
             inner: Arc::new(DeviceInner {
-                queue: Mutex::new(VecDeque::new()),
-                fd: eventfd::new()?,
+                events: EventQueue::new()?,
                 heard: AtomicBool::new(false),
             }),
         })
@@ -760,11 +796,7 @@ impl SoftDevice {
     /// device.raise(AsyncEvent { kind: AsyncEventKind::PortError, element: AsyncElement::Port(1) });
     /// ```
     pub fn raise(&self, event: AsyncEvent) {
-        let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.push_back(event);
-        if q.len() == 1 {
-            eventfd::signal(&self.inner.fd);
-        }
+        self.inner.events.raise(event);
     }
 }
 
@@ -777,15 +809,72 @@ impl Drop for SoftAsyncEvents {
 
 impl AsyncEventSource for SoftAsyncEvents {
     fn fd(&self) -> RawFd {
-        self.inner.fd.as_raw_fd()
+        self.inner.events.fd.as_raw_fd()
     }
 
     fn next_event(&mut self) -> io::Result<Option<AsyncEvent>> {
-        let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let ev = q.pop_front();
-        if q.is_empty() {
-            eventfd::clear(&self.inner.fd);
-        }
-        Ok(ev)
+        Ok(self.inner.events.next())
+    }
+}
+
+/// A software connection manager: [`SoftCm::raise`] queues an event (an
+/// incoming request, an established connection, a disconnect ...) that
+/// [`SoftCmEvents`] (a [`CmEventSource`]) hands out, in order, through an
+/// eventfd as `ibv::CmChannel` does through its event channel.
+///
+/// ```
+/// use evd_verbs::{CmEvent, CmEventKind, CmToken, CmEventSource, soft::SoftCm};
+/// let (mut events, cm) = SoftCm::new().unwrap();
+/// cm.raise(CmEvent { kind: CmEventKind::Disconnected, id: CmToken(3), ..Default::default() });
+/// let ev = events.next_event().unwrap().unwrap();
+/// assert_eq!((ev.kind, ev.id), (CmEventKind::Disconnected, CmToken(3)));
+/// ```
+#[derive(Clone)]
+pub struct SoftCm {
+    inner: Arc<EventQueue<CmEvent>>,
+}
+
+impl std::fmt::Debug for SoftCm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.debug("SoftCm", f)
+    }
+}
+
+/// The consumer side of a [`SoftCm`].
+pub struct SoftCmEvents {
+    inner: Arc<EventQueue<CmEvent>>,
+}
+
+impl std::fmt::Debug for SoftCmEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.debug("SoftCmEvents", f)
+    }
+}
+
+impl SoftCm {
+    /// A software connection manager and the source of its events.
+    pub fn new() -> io::Result<(SoftCmEvents, SoftCm)> {
+        let inner = Arc::new(EventQueue::new()?);
+        Ok((
+            SoftCmEvents {
+                inner: inner.clone(),
+            },
+            SoftCm { inner },
+        ))
+    }
+
+    /// Queue an event; the source's fd becomes readable.
+    pub fn raise(&self, event: CmEvent) {
+        self.inner.raise(event);
+    }
+}
+
+impl CmEventSource for SoftCmEvents {
+    fn fd(&self) -> RawFd {
+        self.inner.fd.as_raw_fd()
+    }
+
+    fn next_event(&mut self) -> io::Result<Option<CmEvent>> {
+        Ok(self.inner.next())
     }
 }

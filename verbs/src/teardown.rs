@@ -50,6 +50,8 @@ pub enum VerbsObject {
     CompletionQueue,
     /// A completion channel (`ibv_destroy_comp_channel`).
     CompletionChannel,
+    /// A connection identifier (`rdma_destroy_id`).
+    CmId,
 }
 
 impl fmt::Display for VerbsObject {
@@ -61,6 +63,7 @@ impl fmt::Display for VerbsObject {
             VerbsObject::QueuePair => "queue pair",
             VerbsObject::CompletionQueue => "completion queue",
             VerbsObject::CompletionChannel => "completion channel",
+            VerbsObject::CmId => "connection identifier",
         })
     }
 }

@@ -46,6 +46,7 @@
 //! ```
 
 mod async_events;
+mod cm;
 mod context;
 mod cq;
 mod mr;
@@ -53,6 +54,7 @@ mod pd;
 mod qp;
 
 pub use async_events::IbvAsyncEvents;
+pub use cm::{CmChannel, CmConnParams, CmEvents, CmId};
 pub use context::{device_names, Context};
 pub use cq::IbvCq;
 pub use mr::MemoryRegion;

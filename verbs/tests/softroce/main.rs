@@ -10,6 +10,7 @@
 //! teardown of every object, and the ping-pong latency table
 //! (`latency.rs`).
 
+mod cm;
 mod latency;
 
 use evd::TryDequeueError;
@@ -524,7 +525,7 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 7] = [
+    let cases: [(&str, Case); 9] = [
         ("rc_send_recv", rc_send_recv),
         ("rdma_write_with_imm", rdma_write_with_imm),
         ("error_completions", error_completions),
@@ -532,6 +533,11 @@ fn main() {
         ("throughput", throughput),
         ("explicit_teardown", explicit_teardown),
         ("pingpong_latency", latency::pingpong_latency),
+        (
+            "cm_connect_accept_disconnect",
+            cm::cm_connect_accept_disconnect,
+        ),
+        ("cm_reject_and_unreachable", cm::cm_reject_and_unreachable),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {

@@ -1,0 +1,263 @@
+//! Connection-manager events (`struct rdma_cm_event`), copied out of
+//! librdmacm so that they can wait in an EVD beside completions: the kind,
+//! the identifier they concern (by the token its owner gave it), the status
+//! and the private data.
+//!
+//! The types here need no RDMA library: the real source is `ibv::CmChannel`
+//! (feature `ibverbs`), and [`SoftCm`](crate::soft::SoftCm) raises them in
+//! software for tests.
+
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+
+/// The largest private data a connection-manager message carries (an IB CM
+/// REP: 196 bytes; a connect request carries at most 56 through rdma_cm).
+pub const PRIVATE_DATA_MAX: usize = 196;
+
+/// The caller's name for a connection identifier (`rdma_cm_id`), carried by
+/// every event about it. An identifier made by a listener for an incoming
+/// request gets a fresh token from the channel.
+///
+/// ```
+/// assert!(evd_verbs::CmToken(1) < evd_verbs::CmToken(2));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CmToken(pub u64);
+
+/// What happened to a connection identifier (`enum rdma_cm_event_type`).
+///
+/// ```
+/// use evd_verbs::CmEventKind;
+/// assert_eq!(CmEventKind::from_raw(9), CmEventKind::Established);
+/// assert_eq!(CmEventKind::from_raw(99), CmEventKind::Other(99));
+/// assert!(CmEventKind::Rejected.is_failure());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmEventKind {
+    /// `RDMA_CM_EVENT_ADDR_RESOLVED`: resolve the route next.
+    AddrResolved,
+    /// `RDMA_CM_EVENT_ADDR_ERROR`: the address did not resolve.
+    AddrError,
+    /// `RDMA_CM_EVENT_ROUTE_RESOLVED`: connect next.
+    RouteResolved,
+    /// `RDMA_CM_EVENT_ROUTE_ERROR`.
+    RouteError,
+    /// `RDMA_CM_EVENT_CONNECT_REQUEST`: a listener got a request; the new
+    /// identifier is taken from the channel by the event's token.
+    ConnectRequest,
+    /// `RDMA_CM_EVENT_CONNECT_RESPONSE`: the passive side accepted a
+    /// connection whose QP the caller transitions itself; finish it with
+    /// `establish`.
+    ConnectResponse,
+    /// `RDMA_CM_EVENT_CONNECT_ERROR`.
+    ConnectError,
+    /// `RDMA_CM_EVENT_UNREACHABLE`: the remote end did not answer.
+    Unreachable,
+    /// `RDMA_CM_EVENT_REJECTED`: the remote end rejected the request
+    /// (`status` holds the reason, private data the rejecter's words).
+    Rejected,
+    /// `RDMA_CM_EVENT_ESTABLISHED`.
+    Established,
+    /// `RDMA_CM_EVENT_DISCONNECTED`.
+    Disconnected,
+    /// `RDMA_CM_EVENT_DEVICE_REMOVAL`: the device is going away; destroy
+    /// everything made on it.
+    DeviceRemoval,
+    /// `RDMA_CM_EVENT_MULTICAST_JOIN`.
+    MulticastJoin,
+    /// `RDMA_CM_EVENT_MULTICAST_ERROR`.
+    MulticastError,
+    /// `RDMA_CM_EVENT_ADDR_CHANGE`.
+    AddrChange,
+    /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`: the QP may be reused.
+    TimewaitExit,
+    /// A kind newer than this crate.
+    Other(u32),
+}
+
+impl CmEventKind {
+    /// From the C enum value.
+    pub fn from_raw(v: u32) -> Self {
+        use CmEventKind::*;
+        match v {
+            0 => AddrResolved,
+            1 => AddrError,
+            2 => RouteResolved,
+            3 => RouteError,
+            4 => ConnectRequest,
+            5 => ConnectResponse,
+            6 => ConnectError,
+            7 => Unreachable,
+            8 => Rejected,
+            9 => Established,
+            10 => Disconnected,
+            11 => DeviceRemoval,
+            12 => MulticastJoin,
+            13 => MulticastError,
+            14 => AddrChange,
+            15 => TimewaitExit,
+            other => Other(other),
+        }
+    }
+
+    /// The C enum value.
+    ///
+    /// ```
+    /// use evd_verbs::CmEventKind;
+    /// for v in 0..20 {
+    ///     assert_eq!(CmEventKind::from_raw(v).to_raw(), v);
+    /// }
+    /// ```
+    pub fn to_raw(self) -> u32 {
+        use CmEventKind::*;
+        match self {
+            AddrResolved => 0,
+            AddrError => 1,
+            RouteResolved => 2,
+            RouteError => 3,
+            ConnectRequest => 4,
+            ConnectResponse => 5,
+            ConnectError => 6,
+            Unreachable => 7,
+            Rejected => 8,
+            Established => 9,
+            Disconnected => 10,
+            DeviceRemoval => 11,
+            MulticastJoin => 12,
+            MulticastError => 13,
+            AddrChange => 14,
+            TimewaitExit => 15,
+            Other(v) => v,
+        }
+    }
+
+    /// An attempt that ended the connection (or its setup) in failure.
+    pub fn is_failure(self) -> bool {
+        use CmEventKind::*;
+        matches!(
+            self,
+            AddrError
+                | RouteError
+                | ConnectError
+                | Unreachable
+                | Rejected
+                | DeviceRemoval
+                | MulticastError
+        )
+    }
+}
+
+/// Private data of a connection-manager message, copied out of the event
+/// (at most [`PRIVATE_DATA_MAX`] bytes, inline: no allocation).
+///
+/// ```
+/// use evd_verbs::PrivateData;
+/// let p = PrivateData::new(b"hello").unwrap();
+/// assert_eq!(p.as_bytes(), b"hello");
+/// assert!(PrivateData::new(&[0; 197]).is_none());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PrivateData {
+    len: u8,
+    bytes: [u8; PRIVATE_DATA_MAX],
+}
+
+impl PrivateData {
+    /// A copy of `data`, or `None` if it is longer than [`PRIVATE_DATA_MAX`].
+    pub fn new(data: &[u8]) -> Option<Self> {
+        if data.len() > PRIVATE_DATA_MAX {
+            return None;
+        }
+        let mut bytes = [0; PRIVATE_DATA_MAX];
+        bytes[..data.len()].copy_from_slice(data);
+        Some(PrivateData {
+            len: data.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl Default for PrivateData {
+    fn default() -> Self {
+        PrivateData {
+            len: 0,
+            bytes: [0; PRIVATE_DATA_MAX],
+        }
+    }
+}
+
+impl fmt::Debug for PrivateData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PrivateData({:02x?})", self.as_bytes())
+    }
+}
+
+/// A connection-manager event, copied out and acknowledged.
+///
+/// ```
+/// use evd_verbs::{CmEvent, CmEventKind, CmToken};
+/// let ev = CmEvent { kind: CmEventKind::Established, id: CmToken(7), ..Default::default() };
+/// assert_eq!(ev.listener, None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmEvent {
+    /// What happened.
+    pub kind: CmEventKind,
+    /// The identifier it happened to. For a [`CmEventKind::ConnectRequest`]:
+    /// the new identifier, to take from the channel.
+    pub id: CmToken,
+    /// For a [`CmEventKind::ConnectRequest`]: the listener that got it.
+    pub listener: Option<CmToken>,
+    /// The event's status: 0, a negative errno, or (for
+    /// [`CmEventKind::Rejected`]) the transport's reject reason.
+    pub status: i32,
+    /// The peer's QP number, on connect requests and responses (0 else).
+    pub peer_qp_num: u32,
+    /// The private data the peer sent (connect request, accept, reject).
+    pub private_data: PrivateData,
+}
+
+impl Default for CmEvent {
+    fn default() -> Self {
+        CmEvent {
+            kind: CmEventKind::Other(u32::MAX),
+            id: CmToken::default(),
+            listener: None,
+            status: 0,
+            peer_qp_num: 0,
+            private_data: PrivateData::default(),
+        }
+    }
+}
+
+/// Where connection-manager events come from: an event channel whose fd is
+/// readable while events wait (`ibv::CmChannel`, or [`SoftCm`](crate::soft::SoftCm)).
+///
+/// ```
+/// use evd_verbs::{CmEventSource, CmEvent, CmEventKind, soft::SoftCm};
+/// let (mut events, cm) = SoftCm::new().unwrap();
+/// cm.raise(CmEvent { kind: CmEventKind::Established, ..Default::default() });
+/// assert_eq!(events.next_event().unwrap().unwrap().kind, CmEventKind::Established);
+/// assert!(events.next_event().unwrap().is_none());
+/// ```
+pub trait CmEventSource: Send {
+    /// The fd, readable while events wait.
+    fn fd(&self) -> RawFd;
+    /// The next event, copied out and acknowledged; `None` if none waits.
+    fn next_event(&mut self) -> io::Result<Option<CmEvent>>;
+}
+
+impl<S: CmEventSource + ?Sized> CmEventSource for Box<S> {
+    fn fd(&self) -> RawFd {
+        (**self).fd()
+    }
+    fn next_event(&mut self) -> io::Result<Option<CmEvent>> {
+        (**self).next_event()
+    }
+}
