@@ -2,17 +2,20 @@
 //! events) into an EVD, beside the completion [`Feed`](crate::Feed).
 
 use crate::cq::AsyncEventSource;
-use crate::event::{AsyncEvent, VerbsEvent};
+use crate::event::VerbsEvent;
 use crate::feed::{FeedStatus, Progress};
 use evd::{PostError, Poster, RoomWaiter};
 use std::task::{Context, Poll};
 
-/// Delivers a device's async events into an EVD as [`VerbsEvent::Async`].
+/// Delivers a device's async events into an EVD of `T`, each as
+/// `T::from(`[`VerbsEvent::Async`]`(..))` (`T` is [`VerbsEvent`] unless you
+/// choose an event type of your own, as for [`Feed`](crate::Feed)).
 /// Busy-poll it with [`AsyncFeed::progress`] or register it with a
 /// [`Driver`](crate::Driver).
 ///
-/// An event the EVD refuses (full, or closed) is held and offered first
-/// next time: async events are never dropped by the feed.
+/// An event the EVD refuses (full, or closed) is held, as the `T` it was
+/// turned into, and offered first next time: async events are never dropped
+/// by the feed.
 ///
 /// ```
 /// use evd_verbs::{AsyncFeed, AsyncEvent, AsyncEventKind, AsyncElement, VerbsEvent, soft::SoftDevice};
@@ -23,16 +26,31 @@ use std::task::{Context, Poll};
 /// assert_eq!(feed.progress(16).delivered, 1);
 /// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(e)) if e.kind == AsyncEventKind::PortError));
 /// ```
-pub struct AsyncFeed<S: AsyncEventSource> {
+pub struct AsyncFeed<S: AsyncEventSource, T = VerbsEvent> {
     source: S,
-    room: RoomWaiter<VerbsEvent>,
-    held: Option<AsyncEvent>,
+    room: RoomWaiter<T>,
+    held: Option<T>,
     failed: bool,
 }
 
-impl<S: AsyncEventSource> AsyncFeed<S> {
-    /// A feed from `source` into the EVD of `poster`.
-    pub fn new(source: S, poster: Poster<VerbsEvent>) -> Self {
+impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
+    /// A feed from `source` into the EVD of `poster`, of whatever event type
+    /// `poster`'s EVD has (see [`Feed::new`](crate::Feed::new)).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncFeed, AsyncEvent, AsyncEventKind, AsyncElement, VerbsEvent, soft::SoftDevice};
+    /// enum AppEvent { Verbs(VerbsEvent), Tick(u64) }
+    /// impl From<VerbsEvent> for AppEvent {
+    ///     fn from(ev: VerbsEvent) -> Self { AppEvent::Verbs(ev) }
+    /// }
+    /// let (poster, mut consumer) = evd::bounded::<AppEvent>(8).unwrap();
+    /// let (events, device) = SoftDevice::new().unwrap();
+    /// let mut feed = AsyncFeed::new(events, poster);
+    /// device.raise(AsyncEvent { kind: AsyncEventKind::PortActive, element: AsyncElement::Port(1) });
+    /// feed.progress(16);
+    /// assert!(matches!(consumer.try_dequeue(), Ok(AppEvent::Verbs(VerbsEvent::Async(e))) if e.kind == AsyncEventKind::PortActive));
+    /// ```
+    pub fn new(source: S, poster: Poster<T>) -> Self {
         AsyncFeed {
             source,
             room: poster.room_waiter(),
@@ -42,6 +60,18 @@ impl<S: AsyncEventSource> AsyncFeed<S> {
     }
 
     /// Deliver up to `budget` waiting async events.
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncFeed, AsyncEvent, AsyncEventKind, AsyncElement, FeedStatus, VerbsEvent, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let (events, device) = SoftDevice::new().unwrap();
+    /// let mut feed = AsyncFeed::new(events, poster);
+    /// for qp in 0..3 {
+    ///     device.raise(AsyncEvent { kind: AsyncEventKind::QpFatal, element: AsyncElement::Qp(qp) });
+    /// }
+    /// assert_eq!(feed.progress(2).status, FeedStatus::Budget);
+    /// assert_eq!(feed.progress(2).delivered, 1);
+    /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
         let mut delivered = 0;
         while delivered < budget {
@@ -49,7 +79,7 @@ impl<S: AsyncEventSource> AsyncFeed<S> {
                 Some(ev) => ev,
                 None if self.failed => return stop(delivered, FeedStatus::Failed),
                 None => match self.source.next_event() {
-                    Ok(Some(ev)) => ev,
+                    Ok(Some(ev)) => T::from(VerbsEvent::Async(ev)),
                     Ok(None) => return stop(delivered, FeedStatus::Drained),
                     Err(_) => {
                         self.failed = true;
@@ -57,13 +87,13 @@ impl<S: AsyncEventSource> AsyncFeed<S> {
                     }
                 },
             };
-            match self.room.poster().post(VerbsEvent::Async(ev)) {
+            match self.room.poster().post(ev) {
                 Ok(()) => delivered += 1,
-                Err(PostError::Full(_)) => {
+                Err(PostError::Full(ev)) => {
                     self.held = Some(ev);
                     return stop(delivered, FeedStatus::Backpressure);
                 }
-                Err(PostError::Closed(_)) => {
+                Err(PostError::Closed(ev)) => {
                     self.held = Some(ev);
                     return stop(delivered, FeedStatus::Closed);
                 }
@@ -75,9 +105,9 @@ impl<S: AsyncEventSource> AsyncFeed<S> {
     /// Wait for room in a full EVD (see [`Feed::poll_room`](crate::Feed::poll_room)).
     ///
     /// ```
-    /// use evd_verbs::{AsyncFeed, soft::SoftDevice};
+    /// use evd_verbs::{AsyncFeed, VerbsEvent, soft::SoftDevice};
     /// use futures::task::noop_waker;
-    /// let (poster, _consumer) = evd::bounded(8).unwrap();
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
     /// let mut feed = AsyncFeed::new(SoftDevice::new().unwrap().0, poster);
     /// let waker = noop_waker();
     /// assert!(feed.poll_room(&mut std::task::Context::from_waker(&waker)).is_ready());
@@ -89,8 +119,8 @@ impl<S: AsyncEventSource> AsyncFeed<S> {
     /// The source.
     ///
     /// ```
-    /// use evd_verbs::{AsyncEventSource, AsyncFeed, soft::SoftDevice};
-    /// let (poster, _consumer) = evd::bounded(8).unwrap();
+    /// use evd_verbs::{AsyncEventSource, AsyncFeed, VerbsEvent, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
     /// let feed = AsyncFeed::new(SoftDevice::new().unwrap().0, poster);
     /// assert!(feed.source().fd() >= 0);
     /// ```
@@ -98,21 +128,35 @@ impl<S: AsyncEventSource> AsyncFeed<S> {
         &self.source
     }
 
-    /// Hand back the source, and the event the EVD refused, if one is held.
+    /// Hand back the source, and the event the EVD refused, if one is held
+    /// (already converted: the `T` the EVD refused).
     ///
     /// ```
-    /// use evd_verbs::{AsyncFeed, soft::SoftDevice};
-    /// let (poster, _consumer) = evd::bounded(8).unwrap();
-    /// let (source, held) = AsyncFeed::new(SoftDevice::new().unwrap().0, poster).into_parts();
-    /// assert!(held.is_none());
+    /// use evd_verbs::{AsyncFeed, AsyncEvent, AsyncEventKind, AsyncElement, FeedStatus, VerbsEvent, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    /// let (events, device) = SoftDevice::new().unwrap();
+    /// let mut feed = AsyncFeed::new(events, poster);
+    /// let port_down = AsyncEvent { kind: AsyncEventKind::PortError, element: AsyncElement::Port(1) };
+    /// device.raise(port_down);
+    /// device.raise(port_down);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits
+    /// let (source, held) = feed.into_parts();
+    /// assert_eq!(held, Some(VerbsEvent::Async(port_down)));
     /// # drop(source);
     /// ```
-    pub fn into_parts(self) -> (S, Option<AsyncEvent>) {
+    pub fn into_parts(self) -> (S, Option<T>) {
         (self.source, self.held)
     }
 
     /// Hand back the source (dropping a held event; see
     /// [`AsyncFeed::into_parts`]).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncEventSource, AsyncFeed, VerbsEvent, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let mut source = AsyncFeed::new(SoftDevice::new().unwrap().0, poster).into_source();
+    /// assert!(source.next_event().unwrap().is_none());
+    /// ```
     pub fn into_source(self) -> S {
         self.source
     }
@@ -122,7 +166,9 @@ fn stop(delivered: usize, status: FeedStatus) -> Progress {
     Progress { delivered, status }
 }
 
-impl<S: AsyncEventSource + std::fmt::Debug> std::fmt::Debug for AsyncFeed<S> {
+impl<S: AsyncEventSource + std::fmt::Debug, T: std::fmt::Debug> std::fmt::Debug
+    for AsyncFeed<S, T>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsyncFeed")
             .field("source", &self.source)

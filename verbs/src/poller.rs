@@ -1,6 +1,7 @@
 //! The busy-poll mode's optional dedicated thread.
 
 use crate::cq::CompletionQueue;
+use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,13 +26,39 @@ use std::time::Duration;
 /// let stopped = poller.stop();
 /// assert_eq!(stopped.feeds.len(), 1);
 /// ```
-pub struct Poller<C: CompletionQueue + 'static> {
+///
+/// The feeds post into EVDs of one event type `T` (see [`Feed`]), of the
+/// application's choosing:
+///
+/// ```
+/// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+/// struct Logged(VerbsEvent);
+/// impl From<VerbsEvent> for Logged {
+///     fn from(ev: VerbsEvent) -> Self { Logged(ev) }
+/// }
+/// let (poster, mut consumer) = evd::bounded::<Logged>(64).unwrap();
+/// let (cq, producer) = SoftCq::new(64).unwrap();
+/// let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), poster)], 16).unwrap();
+/// producer.push(WorkCompletion { wr_id: 6, ..Default::default() }).unwrap();
+/// consumer.wait(1, None).unwrap();
+/// assert!(matches!(consumer.try_dequeue(), Ok(Logged(VerbsEvent::Completion { wc, .. })) if wc.wr_id == 6));
+/// let _feeds: Vec<Feed<SoftCq, Logged>> = poller.stop().feeds;
+/// ```
+pub struct Poller<C, T = VerbsEvent>
+where
+    C: CompletionQueue + 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Stopped<C>>>,
+    thread: Option<JoinHandle<Stopped<C, T>>>,
 }
 
 /// The feeds are on the polling thread, so only its state shows.
-impl<C: CompletionQueue + 'static> std::fmt::Debug for Poller<C> {
+impl<C, T> std::fmt::Debug for Poller<C, T>
+where
+    C: CompletionQueue + 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Poller")
             .field("stopping", &self.stop.load(Ordering::Relaxed))
@@ -41,19 +68,39 @@ impl<C: CompletionQueue + 'static> std::fmt::Debug for Poller<C> {
 }
 
 /// What a stopped [`Poller`] hands back.
+///
+/// ```
+/// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
+/// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+/// let poller = Poller::spawn(vec![Feed::new(SoftCq::new(8).unwrap().0, CqId(0), poster)], 16).unwrap();
+/// let stopped = poller.stop();
+/// assert_eq!(stopped.feeds[0].id(), CqId(0));
+/// ```
 #[derive(Debug)]
-pub struct Stopped<C: CompletionQueue> {
+pub struct Stopped<C: CompletionQueue, T = VerbsEvent> {
     /// The feeds, in the order given.
-    pub feeds: Vec<Feed<C>>,
+    pub feeds: Vec<Feed<C, T>>,
     /// CPU time the polling thread used.
     pub cpu_time: Duration,
     /// Rounds over all feeds.
     pub rounds: u64,
 }
 
-impl<C: CompletionQueue + 'static> Poller<C> {
+impl<C, T> Poller<C, T>
+where
+    C: CompletionQueue + 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
     /// Start polling `feeds` on a new thread.
-    pub fn spawn(mut feeds: Vec<Feed<C>>, budget: usize) -> std::io::Result<Self> {
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let feeds = (0..2).map(|i| Feed::new(SoftCq::new(8).unwrap().0, CqId(i), poster.clone())).collect();
+    /// let poller = Poller::spawn(feeds, 16).unwrap();
+    /// assert_eq!(poller.stop().feeds.len(), 2);
+    /// ```
+    pub fn spawn(mut feeds: Vec<Feed<C, T>>, budget: usize) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -86,12 +133,20 @@ impl<C: CompletionQueue + 'static> Poller<C> {
     }
 
     /// Stop and join the thread; hand back the feeds.
-    pub fn stop(mut self) -> Stopped<C> {
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let poller = Poller::spawn(vec![Feed::new(SoftCq::new(8).unwrap().0, CqId(0), poster)], 16).unwrap();
+    /// let stopped = poller.stop(); // no post from its feeds after this
+    /// assert_eq!(stopped.feeds.len(), 1);
+    /// ```
+    pub fn stop(mut self) -> Stopped<C, T> {
         self.stop_and_join()
             .expect("poller thread handle present until stopped")
     }
 
-    fn stop_and_join(&mut self) -> Option<Stopped<C>> {
+    fn stop_and_join(&mut self) -> Option<Stopped<C, T>> {
         self.stop.store(true, Ordering::Relaxed);
         let t = self.thread.take()?;
         Some(match t.join() {
@@ -101,7 +156,11 @@ impl<C: CompletionQueue + 'static> Poller<C> {
     }
 }
 
-impl<C: CompletionQueue + 'static> Drop for Poller<C> {
+impl<C, T> Drop for Poller<C, T>
+where
+    C: CompletionQueue + 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
     fn drop(&mut self) {
         if !std::thread::panicking() {
             drop(self.stop_and_join());

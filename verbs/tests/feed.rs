@@ -364,7 +364,7 @@ fn closed_evd_stops_the_feed_and_teardown_returns_held_events() {
 
 #[test]
 fn teardown_acks_every_event_before_destroying_the_cq() {
-    let (poster, _consumer) = evd::bounded(16).unwrap();
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     let (cq, hca) = SoftCq::new(16).unwrap();
     let mut feed = Feed::new(cq, CqId(1), poster);
     feed.arm_and_drain(16).unwrap();

@@ -14,6 +14,7 @@ use super::source::Source;
 use super::FeedMode;
 use crate::async_feed::AsyncFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
+use crate::event::VerbsEvent;
 use crate::eventfd;
 use crate::feed::Feed;
 use std::any::Any;
@@ -146,28 +147,52 @@ impl DriverHandle {
     ///
     /// [`DriverError::OnDriverThread`] on the driver's own thread (see the
     /// module notes); [`DriverError::Stopped`] once the driver has stopped.
-    pub fn register<C: CompletionQueue + 'static>(
+    ///
+    /// As [`Driver::register`](super::Driver::register): the feed may post
+    /// into an EVD of the application's event type.
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// enum AppEvent { Verbs(VerbsEvent), Tick(u64) }
+    /// impl From<VerbsEvent> for AppEvent {
+    ///     fn from(ev: VerbsEvent) -> Self { AppEvent::Verbs(ev) }
+    /// }
+    /// let (poster, _consumer) = evd::bounded::<AppEvent>(16).unwrap();
+    /// let running = Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// let key = running.handle().register(Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster.clone()), FeedMode::Event).unwrap();
+    /// poster.post(AppEvent::Tick(0)).unwrap(); // beside the feed's completions
+    /// let _feed: Feed<SoftCq, AppEvent> = running.handle().remove(key).unwrap();
+    /// ```
+    pub fn register<C, T>(
         &self,
-        feed: Feed<C>,
+        feed: Feed<C, T>,
         mode: FeedMode,
-    ) -> Result<FeedKey<Feed<C>>, DriverError> {
+    ) -> Result<FeedKey<Feed<C, T>>, DriverError>
+    where
+        C: CompletionQueue + 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
         self.register_source(Box::new(feed), mode).map(FeedKey::new)
     }
 
     /// Register an async-event feed with the running driver.
     ///
     /// ```
-    /// use evd_verbs::{AsyncFeed, Driver, soft::SoftDevice};
-    /// let (poster, _consumer) = evd::bounded(16).unwrap();
+    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     /// let running = Driver::new(Default::default()).unwrap().spawn().unwrap();
     /// let (events, _device) = SoftDevice::new().unwrap();
     /// let key = running.handle().register_async(AsyncFeed::new(events, poster)).unwrap();
     /// let _feed = running.handle().remove(key).unwrap();
     /// ```
-    pub fn register_async<S: AsyncEventSource + 'static>(
+    pub fn register_async<S, T>(
         &self,
-        feed: AsyncFeed<S>,
-    ) -> Result<FeedKey<AsyncFeed<S>>, DriverError> {
+        feed: AsyncFeed<S, T>,
+    ) -> Result<FeedKey<AsyncFeed<S, T>>, DriverError>
+    where
+        S: AsyncEventSource + 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
         self.register_source(Box::new(feed), FeedMode::Event)
             .map(FeedKey::new)
     }
@@ -197,6 +222,15 @@ impl DriverHandle {
     /// [`DriverError::OnDriverThread`] on the driver's own thread;
     /// [`DriverError::Stopped`] once the driver has stopped (its feeds are in
     /// the [`Shutdown`]).
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let running = Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// let key = running.handle().register(Feed::new(SoftCq::new(16).unwrap().0, CqId(5), poster), FeedMode::Event).unwrap();
+    /// let feed: Feed<SoftCq> = running.handle().remove(key).unwrap(); // Feed<SoftCq, VerbsEvent>
+    /// assert_eq!(feed.id(), CqId(5));
+    /// ```
     pub fn remove<F: 'static>(&self, key: FeedKey<F>) -> Result<F, DriverError> {
         if self.shared.on_driver_thread() {
             return Err(DriverError::OnDriverThread);
@@ -306,6 +340,16 @@ pub struct Shutdown {
 impl Shutdown {
     /// The feed registered under `key`, if it was still registered at the
     /// shutdown (and not taken yet).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::{SoftAsyncEvents, SoftDevice}};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register_async(AsyncFeed::new(SoftDevice::new().unwrap().0, poster)).unwrap();
+    /// let mut stopped = driver.spawn().unwrap().shutdown().unwrap();
+    /// let _feed: AsyncFeed<SoftAsyncEvents> = stopped.take(key).unwrap();
+    /// assert!(stopped.take(key).is_none()); // taken
+    /// ```
     pub fn take<F: 'static>(&mut self, key: FeedKey<F>) -> Option<F> {
         let i = self.feeds.iter().position(|(id, _)| *id == key.id())?;
         Some(downcast(self.feeds.swap_remove(i).1))

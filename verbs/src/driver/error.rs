@@ -6,8 +6,8 @@ use std::io;
 /// Why a driver operation failed.
 ///
 /// ```
-/// use evd_verbs::{Driver, DriverError, Feed, FeedMode, CqId, soft::SoftCq};
-/// let (poster, _consumer) = evd::bounded(4).unwrap();
+/// use evd_verbs::{Driver, DriverError, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+/// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
 /// let mut driver = Driver::new(Default::default()).unwrap();
 /// let key = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
 /// driver.remove(key).unwrap();

@@ -11,8 +11,8 @@ use std::marker::PhantomData;
 /// wraps).
 ///
 /// ```
-/// # use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
-/// # let (poster, _c) = evd::bounded(4).unwrap();
+/// # use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+/// # let (poster, _c) = evd::bounded::<VerbsEvent>(4).unwrap();
 /// let mut driver = Driver::new(Default::default()).unwrap();
 /// let a = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster.clone()), FeedMode::Event).unwrap();
 /// let b = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(1), poster), FeedMode::Event).unwrap();
@@ -27,8 +27,8 @@ pub struct FeedId {
 /// The largest slot generation (they fit the ring's 24-bit field).
 pub(crate) const MAX_GENERATION: u32 = (1 << 24) - 1;
 
-/// A registered feed's key, typed by the feed (`Feed<C>` or
-/// `AsyncFeed<S>`): [`Driver::remove`](crate::Driver::remove),
+/// A registered feed's key, typed by the feed (`Feed<C, T>` or
+/// `AsyncFeed<S, T>`, `T` the EVD's event type): [`Driver::remove`](crate::Driver::remove),
 /// [`DriverHandle::remove`](crate::DriverHandle::remove) and
 /// [`Shutdown::take`](crate::Shutdown::take) hand that feed back.
 ///
@@ -56,8 +56,8 @@ impl<F> FeedKey<F> {
     /// The untyped name.
     ///
     /// ```
-    /// # use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
-    /// # let (poster, _c) = evd::bounded(4).unwrap();
+    /// # use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// # let (poster, _c) = evd::bounded::<VerbsEvent>(4).unwrap();
     /// # let mut driver = Driver::new(Default::default()).unwrap();
     /// let key = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
     /// let id = key.id();

@@ -41,6 +41,7 @@ pub use key::{FeedId, FeedKey};
 use crate::adaptive::SpinPolicy;
 use crate::async_feed::AsyncFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
+use crate::event::VerbsEvent;
 use crate::eventfd;
 use crate::feed::{Feed, FeedStatus, Progress};
 use control::{downcast, Command, Shared};
@@ -296,28 +297,51 @@ impl Driver {
     /// with no [`AsyncFeed`] registered. They stay served until shutdown
     /// (the device outlives any one CQ). To deliver them elsewhere, take them
     /// first (`ibv::Context::async_events`, [`SoftDevice::take_events`](crate::soft::SoftDevice::take_events)).
-    pub fn register<C: CompletionQueue + 'static>(
+    ///
+    /// The feed posts into an EVD of any event type `T` (see [`Feed`]); the
+    /// key names that type, so [`Driver::remove`] hands back a `Feed<C, T>`.
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// struct Logged(VerbsEvent);
+    /// impl From<VerbsEvent> for Logged {
+    ///     fn from(ev: VerbsEvent) -> Self { Logged(ev) }
+    /// }
+    /// let (poster, _consumer) = evd::bounded::<Logged>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register(Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
+    /// let _feed: Feed<SoftCq, Logged> = driver.remove(key).unwrap();
+    /// ```
+    pub fn register<C, T>(
         &mut self,
-        feed: Feed<C>,
+        feed: Feed<C, T>,
         mode: FeedMode,
-    ) -> Result<FeedKey<Feed<C>>, DriverError> {
+    ) -> Result<FeedKey<Feed<C, T>>, DriverError>
+    where
+        C: CompletionQueue + 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
         self.insert(Box::new(feed), mode).map(FeedKey::new)
     }
 
     /// Serve an async-event feed (always event-driven).
     ///
     /// ```
-    /// use evd_verbs::{AsyncFeed, Driver, soft::SoftDevice};
-    /// let (poster, _consumer) = evd::bounded(16).unwrap();
+    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     /// let mut driver = Driver::new(Default::default()).unwrap();
     /// let (events, _device) = SoftDevice::new().unwrap();
     /// let key = driver.register_async(AsyncFeed::new(events, poster)).unwrap();
     /// let _feed = driver.remove(key).unwrap();
     /// ```
-    pub fn register_async<S: AsyncEventSource + 'static>(
+    pub fn register_async<S, T>(
         &mut self,
-        feed: AsyncFeed<S>,
-    ) -> Result<FeedKey<AsyncFeed<S>>, DriverError> {
+        feed: AsyncFeed<S, T>,
+    ) -> Result<FeedKey<AsyncFeed<S, T>>, DriverError>
+    where
+        S: AsyncEventSource + 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
         self.insert(Box::new(feed), FeedMode::Event)
             .map(FeedKey::new)
     }
@@ -330,10 +354,10 @@ impl Driver {
         if source.fd().is_none() {
             return Err(DriverError::NoChannel);
         }
-        if let Some((events, poster)) = source.device_events() {
+        if let Some(device_feed) = source.device_feed() {
             // Nobody listens to the CQ's device: deliver its async events
             // (an overrun among them) into this feed's EVD.
-            self.insert(Box::new(AsyncFeed::new(events, poster)), FeedMode::Event)?;
+            self.insert(device_feed, FeedMode::Event)?;
         }
         let index = match self.slots.iter().position(Option::is_none) {
             Some(i) => i,
@@ -374,6 +398,15 @@ impl Driver {
     /// Stop serving a feed and hand it back. Waits for the ring to let go of
     /// its fd. Dropping the feed acknowledges its CQ events, then destroys
     /// the CQ.
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::{SoftAsyncEvents, SoftDevice}};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register_async(AsyncFeed::new(SoftDevice::new().unwrap().0, poster)).unwrap();
+    /// let feed: AsyncFeed<SoftAsyncEvents, VerbsEvent> = driver.remove(key).unwrap();
+    /// # drop(feed);
+    /// ```
     pub fn remove<F: 'static>(&mut self, key: FeedKey<F>) -> Result<F, DriverError> {
         let id = key.id();
         if !self.begin_remove(id, Removal::Local)? {
@@ -428,9 +461,9 @@ impl Driver {
     /// Driving the ring from your own loop:
     ///
     /// ```
-    /// use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, WorkCompletion, soft::SoftCq};
+    /// use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, WorkCompletion, VerbsEvent, soft::SoftCq};
     /// use std::time::Duration;
-    /// let (poster, mut consumer) = evd::bounded(16).unwrap();
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     /// let (cq, hca) = SoftCq::new(16).unwrap();
     /// let mut driver = Driver::new(DriverConfig::default()).unwrap();
     /// driver.register(Feed::new(cq, CqId(0), poster), FeedMode::Event).unwrap();

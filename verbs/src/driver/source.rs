@@ -4,7 +4,6 @@ use crate::async_feed::AsyncFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, Progress};
-use evd::Poster;
 use std::any::Any;
 use std::io;
 use std::os::fd::RawFd;
@@ -24,14 +23,19 @@ pub(crate) trait Source: Send {
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()>;
     /// The feed itself, to hand back typed.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
-    /// The device's async events if nobody consumes them yet, with a poster
-    /// of the feed's EVD to deliver them to.
-    fn device_events(&mut self) -> Option<(Box<dyn AsyncEventSource>, Poster<VerbsEvent>)> {
+    /// A feed of the device's async events into this feed's EVD, if nobody
+    /// consumes them yet. The feed builds it because only the feed knows its
+    /// EVD's event type.
+    fn device_feed(&mut self) -> Option<Box<dyn Source>> {
         None
     }
 }
 
-impl<C: CompletionQueue + 'static> Source for Feed<C> {
+impl<C, T> Source for Feed<C, T>
+where
+    C: CompletionQueue + 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
     fn fd(&self) -> Option<RawFd> {
         self.channel_fd()
     }
@@ -50,13 +54,19 @@ impl<C: CompletionQueue + 'static> Source for Feed<C> {
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
-    fn device_events(&mut self) -> Option<(Box<dyn AsyncEventSource>, Poster<VerbsEvent>)> {
+    fn device_feed(&mut self) -> Option<Box<dyn Source>> {
         let events = self.cq().device_events()?;
-        Some((events, self.poster().clone()))
+        let feed: AsyncFeed<Box<dyn AsyncEventSource>, T> =
+            AsyncFeed::new(events, self.poster().clone());
+        Some(Box::new(feed))
     }
 }
 
-impl<S: AsyncEventSource + 'static> Source for AsyncFeed<S> {
+impl<S, T> Source for AsyncFeed<S, T>
+where
+    S: AsyncEventSource + 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
     fn fd(&self) -> Option<RawFd> {
         Some(self.source().fd())
     }
