@@ -3,8 +3,9 @@
 
 use crate::cq::AsyncEventSource;
 use crate::event::VerbsEvent;
-use crate::feed::{FeedStatus, Progress};
-use evd::{PostError, Poster, RoomWaiter};
+use crate::event_feed::EventFeed;
+use crate::feed::Progress;
+use evd::Poster;
 use std::task::{Context, Poll};
 
 /// Delivers a device's async events into an EVD of `T`, each as
@@ -27,10 +28,7 @@ use std::task::{Context, Poll};
 /// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(e)) if e.kind == AsyncEventKind::PortError));
 /// ```
 pub struct AsyncFeed<S: AsyncEventSource, T = VerbsEvent> {
-    source: S,
-    room: RoomWaiter<T>,
-    held: Option<T>,
-    failed: bool,
+    feed: EventFeed<S, T>,
 }
 
 impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
@@ -52,10 +50,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// ```
     pub fn new(source: S, poster: Poster<T>) -> Self {
         AsyncFeed {
-            source,
-            room: poster.room_waiter(),
-            held: None,
-            failed: false,
+            feed: EventFeed::new(source, poster),
         }
     }
 
@@ -73,33 +68,11 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// assert_eq!(feed.progress(2).delivered, 1);
     /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
-        let mut delivered = 0;
-        while delivered < budget {
-            let ev = match self.held.take() {
-                Some(ev) => ev,
-                None if self.failed => return stop(delivered, FeedStatus::Failed),
-                None => match self.source.next_event() {
-                    Ok(Some(ev)) => T::from(VerbsEvent::Async(ev)),
-                    Ok(None) => return stop(delivered, FeedStatus::Drained),
-                    Err(_) => {
-                        self.failed = true;
-                        return stop(delivered, FeedStatus::Failed);
-                    }
-                },
-            };
-            match self.room.poster().post(ev) {
-                Ok(()) => delivered += 1,
-                Err(PostError::Full(ev)) => {
-                    self.held = Some(ev);
-                    return stop(delivered, FeedStatus::Backpressure);
-                }
-                Err(PostError::Closed(ev)) => {
-                    self.held = Some(ev);
-                    return stop(delivered, FeedStatus::Closed);
-                }
-            }
-        }
-        stop(delivered, FeedStatus::Budget)
+        self.feed.progress(budget, |source| {
+            Ok(source
+                .next_event()?
+                .map(|ev| T::from(VerbsEvent::Async(ev))))
+        })
     }
 
     /// Wait for room in a full EVD (see [`Feed::poll_room`](crate::Feed::poll_room)).
@@ -113,7 +86,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// assert!(feed.poll_room(&mut std::task::Context::from_waker(&waker)).is_ready());
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.room.poll_room(cx).map(|_| ())
+        self.feed.poll_room(cx)
     }
 
     /// The source.
@@ -125,7 +98,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// assert!(feed.source().fd() >= 0);
     /// ```
     pub fn source(&self) -> &S {
-        &self.source
+        &self.feed.source
     }
 
     /// Hand back the source, and the event the EVD refused, if one is held
@@ -145,7 +118,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// # drop(source);
     /// ```
     pub fn into_parts(self) -> (S, Option<T>) {
-        (self.source, self.held)
+        (self.feed.source, self.feed.held)
     }
 
     /// Hand back the source (dropping a held event; see
@@ -158,12 +131,8 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// assert!(source.next_event().unwrap().is_none());
     /// ```
     pub fn into_source(self) -> S {
-        self.source
+        self.feed.source
     }
-}
-
-fn stop(delivered: usize, status: FeedStatus) -> Progress {
-    Progress { delivered, status }
 }
 
 impl<S: AsyncEventSource + std::fmt::Debug, T: std::fmt::Debug> std::fmt::Debug
@@ -171,9 +140,7 @@ impl<S: AsyncEventSource + std::fmt::Debug, T: std::fmt::Debug> std::fmt::Debug
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsyncFeed")
-            .field("source", &self.source)
-            .field("held", &self.held)
-            .field("failed", &self.failed)
+            .field("feed", &self.feed)
             .finish()
     }
 }

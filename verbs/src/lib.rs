@@ -54,10 +54,12 @@
 mod adaptive;
 mod async_feed;
 mod cm_event;
+mod cm_feed;
 mod completion;
 mod cq;
 mod driver;
 mod event;
+mod event_feed;
 mod eventfd;
 mod feed;
 #[cfg(feature = "ibverbs")]
@@ -70,6 +72,7 @@ pub mod teardown;
 pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
 pub use async_feed::AsyncFeed;
 pub use cm_event::{CmEvent, CmEventKind, CmEventSource, CmToken, PrivateData, PRIVATE_DATA_MAX};
+pub use cm_feed::CmFeed;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use cq::{AsyncEventSource, CompletionQueue, PollError};
 pub use driver::{

@@ -13,6 +13,8 @@ use super::key::{FeedId, FeedKey};
 use super::source::Source;
 use super::FeedMode;
 use crate::async_feed::AsyncFeed;
+use crate::cm_event::{CmEvent, CmEventSource};
+use crate::cm_feed::CmFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
 use crate::event::VerbsEvent;
 use crate::eventfd;
@@ -192,6 +194,29 @@ impl DriverHandle {
     where
         S: AsyncEventSource + 'static,
         T: From<VerbsEvent> + Send + 'static,
+    {
+        self.register_source(Box::new(feed), FeedMode::Event)
+            .map(FeedKey::new)
+    }
+
+    /// Register a connection-manager feed (see [`Driver::register_cm`]).
+    /// Refused from the driver's own thread ([`DriverError::OnDriverThread`]).
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmFeed, Driver, soft::SoftCm};
+    /// let (poster, _consumer) = evd::bounded::<CmEvent>(16).unwrap();
+    /// let running = Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// let (events, _cm) = SoftCm::new().unwrap();
+    /// let key = running.handle().register_cm(CmFeed::new(events, poster)).unwrap();
+    /// let _feed = running.handle().remove(key).unwrap();
+    /// ```
+    pub fn register_cm<S, T>(
+        &self,
+        feed: CmFeed<S, T>,
+    ) -> Result<FeedKey<CmFeed<S, T>>, DriverError>
+    where
+        S: CmEventSource + 'static,
+        T: From<CmEvent> + Send + 'static,
     {
         self.register_source(Box::new(feed), FeedMode::Event)
             .map(FeedKey::new)

@@ -40,6 +40,8 @@ pub use key::{FeedId, FeedKey};
 
 use crate::adaptive::SpinPolicy;
 use crate::async_feed::AsyncFeed;
+use crate::cm_event::{CmEvent, CmEventSource};
+use crate::cm_feed::CmFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
 use crate::event::VerbsEvent;
 use crate::eventfd;
@@ -341,6 +343,33 @@ impl Driver {
     where
         S: AsyncEventSource + 'static,
         T: From<VerbsEvent> + Send + 'static,
+    {
+        self.insert(Box::new(feed), FeedMode::Event)
+            .map(FeedKey::new)
+    }
+
+    /// Serve a connection-manager feed (always event-driven): its events
+    /// reach the feed's EVD in the channel's order, beside the completions
+    /// and async events the same driver delivers.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, Driver, soft::SoftCm};
+    /// let (poster, mut consumer) = evd::bounded::<CmEvent>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let (events, cm) = SoftCm::new().unwrap();
+    /// driver.register_cm(CmFeed::new(events, poster)).unwrap();
+    /// cm.raise(CmEvent { kind: CmEventKind::Established, ..Default::default() });
+    /// while consumer.try_dequeue().is_err() {
+    ///     driver.process(None).unwrap();
+    /// }
+    /// ```
+    pub fn register_cm<S, T>(
+        &mut self,
+        feed: CmFeed<S, T>,
+    ) -> Result<FeedKey<CmFeed<S, T>>, DriverError>
+    where
+        S: CmEventSource + 'static,
+        T: From<CmEvent> + Send + 'static,
     {
         self.insert(Box::new(feed), FeedMode::Event)
             .map(FeedKey::new)

@@ -1,6 +1,8 @@
 //! What the driver needs from a feed, whatever its CQ or source type.
 
 use crate::async_feed::AsyncFeed;
+use crate::cm_event::{CmEvent, CmEventSource};
+use crate::cm_feed::CmFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, Progress};
@@ -83,6 +85,33 @@ where
     }
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         AsyncFeed::poll_room(self, cx)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+impl<S, T> Source for CmFeed<S, T>
+where
+    S: CmEventSource + 'static,
+    T: From<CmEvent> + Send + 'static,
+{
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.source().fd())
+    }
+    fn take_events(&mut self) -> io::Result<()> {
+        // The channel's fd is readable while events wait: nothing to take.
+        Ok(())
+    }
+    fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
+        // Nor to arm.
+        Ok(CmFeed::progress(self, budget))
+    }
+    fn poll(&mut self, budget: usize) -> Progress {
+        CmFeed::progress(self, budget)
+    }
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        CmFeed::poll_room(self, cx)
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self

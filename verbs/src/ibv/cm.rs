@@ -1,6 +1,6 @@
 //! The connection manager (librdmacm): connection identifiers on an event
 //! channel whose events a [`Driver`](crate::Driver) delivers into an EVD,
-//! beside completions, through a `CmFeed`.
+//! beside completions, through a [`CmFeed`](crate::CmFeed).
 //!
 //! ## Who owns what
 //! - [`CmChannel::new`] makes the event channel and returns its two halves:
@@ -123,7 +123,7 @@ impl fmt::Debug for CmChannel {
 
 /// The events of a [`CmChannel`], copied out and acknowledged one by one:
 /// the [`CmEventSource`] of real rdma_cm. Register it with a driver through
-/// a `CmFeed`.
+/// a [`CmFeed`](crate::CmFeed).
 pub struct CmEvents {
     inner: Arc<Channel>,
 }

@@ -1,0 +1,326 @@
+//! RC ping-pong between two processes connected through rdma_cm, every
+//! event (connection events and completions) through one EVD (feature
+//! `ibverbs`; needs an RDMA device).
+//!
+//! ```text
+//! # on host A (10.0.0.1):
+//! cargo run --release -p evd-verbs --features ibverbs --example cm_pingpong -- server --addr 10.0.0.1
+//! # on host B:
+//! cargo run --release -p evd-verbs --features ibverbs --example cm_pingpong -- client --addr 10.0.0.1 --iters 10000
+//! ```
+//!
+//! One EVD of [`Event`] per process is fed by an io_uring [`Driver`] on its
+//! own thread: a [`CmFeed`] delivers the connection manager's events and,
+//! once the connection exists, a completion [`Feed`] its CQ's completions
+//! (`--mode event` or `adaptive`); with `--mode busy` the application polls
+//! the completion feed itself. The client sends `--size` bytes, the server
+//! echoes them, and the client prints a latency histogram (p50, p99,
+//! p99.9) and the throughput.
+
+use clap::{Parser, ValueEnum};
+use evd::Consumer;
+use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context, MemoryRegion, QueuePair, SendOp};
+use evd_verbs::{
+    AdaptiveConfig, CmEvent, CmEventKind, CmFeed, CmToken, CqId, Driver, DriverConfig, Feed,
+    FeedMode, RunningDriver, VerbsEvent, WcOpcode, WorkCompletion,
+};
+use hdrhistogram::Histogram;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Everything the application hears, in one EVD.
+#[derive(Debug)]
+enum Event {
+    Verbs(VerbsEvent),
+    Cm(CmEvent),
+}
+
+impl From<VerbsEvent> for Event {
+    fn from(ev: VerbsEvent) -> Self {
+        Event::Verbs(ev)
+    }
+}
+
+impl From<CmEvent> for Event {
+    fn from(ev: CmEvent) -> Self {
+        Event::Cm(ev)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Role {
+    Server,
+    Client,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    Event,
+    Adaptive,
+    Busy,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "RC ping-pong over rdma_cm, every event through one EVD")]
+struct Args {
+    /// Listen (server) or connect (client).
+    role: Role,
+    /// The RDMA device to use; the one the address resolves to if omitted
+    /// (given, it must be that one).
+    #[arg(long)]
+    device: Option<String>,
+    /// The server's IP address (an address of an RDMA device's netdev).
+    #[arg(long)]
+    addr: IpAddr,
+    /// The server's rdma_cm port.
+    #[arg(long, default_value_t = 7471)]
+    port: u16,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 8)]
+    size: usize,
+    /// Round trips (client).
+    #[arg(long, default_value_t = 10_000)]
+    iters: u64,
+    /// How completions reach the EVD.
+    #[arg(long, value_enum, default_value_t = Mode::Event)]
+    mode: Mode,
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const LISTENER: CmToken = CmToken(1);
+const ACTIVE: CmToken = CmToken(2);
+const CQ: CqId = CqId(1);
+const RECVS: u64 = 16;
+const STALL: Duration = Duration::from_secs(10);
+
+/// The next event, waiting on the EVD (a long silence is an error).
+fn next(
+    evd: &mut Consumer<Event>,
+    busy: Option<&mut Feed<evd_verbs::ibv::IbvCq, Event>>,
+) -> Res<Event> {
+    let deadline = Instant::now() + STALL;
+    let mut busy = busy;
+    loop {
+        if let Ok(ev) = evd.try_dequeue() {
+            return Ok(ev);
+        }
+        match busy.as_deref_mut() {
+            Some(feed) => {
+                feed.progress(64);
+            }
+            None => {
+                let _ = evd.wait(1, Some(Duration::from_millis(100)));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("no event for 10 s".into());
+        }
+    }
+}
+
+/// Wait for a connection event of `kind`; completions are not expected yet.
+fn cm_event(evd: &mut Consumer<Event>, kind: CmEventKind) -> Res<CmEvent> {
+    match next(evd, None)? {
+        Event::Cm(ev) if ev.kind == kind => Ok(ev),
+        other => Err(format!("waiting for {kind:?}, got {other:?}").into()),
+    }
+}
+
+/// The verbs objects of one side of the connection.
+struct Side {
+    qp: QueuePair,
+    mr: MemoryRegion,
+    feed: Option<Feed<evd_verbs::ibv::IbvCq, Event>>,
+}
+
+fn side(id: &CmId, args: &Args, poster: &evd::Poster<Event>, driver: &RunningDriver) -> Res<Side> {
+    let name = id.device_name().ok_or("the identifier has no device")?;
+    if let Some(want) = &args.device {
+        if *want != name {
+            return Err(format!("{} is on {name}, not {want}", args.addr).into());
+        }
+    }
+    let ctx = Context::open(Some(&name))?;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(4 * RECVS as i32, CQ)?;
+    let qp = pd.create_rc_qp(&cq, &cq, 2 * RECVS as u32)?;
+    let mr = pd.register(args.size.max(1) * (RECVS as usize + 1))?;
+    let feed = Feed::new(cq, CQ, poster.clone());
+    let feed = match args.mode {
+        Mode::Busy => Some(feed),
+        Mode::Event => {
+            driver.handle().register(feed, FeedMode::Event)?;
+            None
+        }
+        Mode::Adaptive => {
+            driver
+                .handle()
+                .register(feed, FeedMode::Adaptive(AdaptiveConfig::default()))?;
+            None
+        }
+    };
+    let s = Side { qp, mr, feed };
+    for i in 0..RECVS {
+        s.post_recv(i, args.size)?;
+    }
+    Ok(s)
+}
+
+impl Side {
+    /// Receive buffer `i` is slot `i + 1`; slot 0 is the send buffer.
+    fn post_recv(&self, i: u64, size: usize) -> Res<()> {
+        Ok(self
+            .qp
+            .post_recv(i, &self.mr, (i as usize + 1) * size, size)?)
+    }
+
+    fn send(&self, wr_id: u64, size: usize) -> Res<()> {
+        Ok(self
+            .qp
+            .post_send(wr_id, SendOp::Send, &self.mr, 0, size, false)?)
+    }
+
+    /// The next completion, successful, skipping connection events that
+    /// are not a disconnect.
+    fn completion(&mut self, evd: &mut Consumer<Event>) -> Res<Option<WorkCompletion>> {
+        loop {
+            match next(evd, self.feed.as_mut())? {
+                Event::Verbs(VerbsEvent::Completion { wc, .. }) if wc.status.is_success() => {
+                    return Ok(Some(wc))
+                }
+                Event::Verbs(other) => return Err(format!("verbs event {other:?}").into()),
+                Event::Cm(ev) if ev.kind == CmEventKind::Disconnected => return Ok(None),
+                Event::Cm(ev) => println!("connection event {:?} on {:?}", ev.kind, ev.id),
+            }
+        }
+    }
+}
+
+fn server(
+    args: &Args,
+    evd: &mut Consumer<Event>,
+    poster: &evd::Poster<Event>,
+    channel: &CmChannel,
+    driver: &RunningDriver,
+) -> Res<()> {
+    let listener = CmId::new(channel, LISTENER)?;
+    listener.bind(SocketAddr::new(args.addr, args.port))?;
+    listener.listen(1)?;
+    println!("server: listening on {}:{}", args.addr, args.port);
+    let req = cm_event(evd, CmEventKind::ConnectRequest)?;
+    let id = channel
+        .take_request(req.id)
+        .ok_or("the request's identifier is gone")?;
+    let mut s = side(&id, args, poster, driver)?;
+    id.accept(&s.qp, &CmConnParams::default())?;
+    cm_event(evd, CmEventKind::Established)?;
+    println!("server: connected ({:?} mode), echoing", args.mode);
+    let mut echoed = 0u64;
+    // Echo each message from the send buffer; the receive is reposted at once.
+    while let Some(wc) = s.completion(evd)? {
+        match wc.opcode {
+            WcOpcode::RECV => {
+                let (size, at) = (args.size, (wc.wr_id as usize + 1) * args.size);
+                s.mr.as_mut_slice().copy_within(at..at + size, 0);
+                s.post_recv(wc.wr_id, size)?;
+                s.send(echoed, size)?;
+                echoed += 1;
+            }
+            WcOpcode::SEND => {}
+            other => return Err(format!("unexpected {other:?}").into()),
+        }
+    }
+    id.disconnect()?;
+    s.qp.set_error()?;
+    println!("server: peer disconnected after {echoed} messages");
+    Ok(())
+}
+
+fn client(
+    args: &Args,
+    evd: &mut Consumer<Event>,
+    poster: &evd::Poster<Event>,
+    channel: &CmChannel,
+    driver: &RunningDriver,
+) -> Res<()> {
+    let id = CmId::new(channel, ACTIVE)?;
+    id.resolve_addr(
+        SocketAddr::new(args.addr, args.port),
+        Duration::from_secs(2),
+    )?;
+    cm_event(evd, CmEventKind::AddrResolved)?;
+    id.resolve_route(Duration::from_secs(2))?;
+    cm_event(evd, CmEventKind::RouteResolved)?;
+    let mut s = side(&id, args, poster, driver)?;
+    id.connect(&s.qp, &CmConnParams::default())?;
+    match next(evd, None)? {
+        Event::Cm(ev) if ev.kind == CmEventKind::ConnectResponse => id.establish(&s.qp)?,
+        Event::Cm(ev) => {
+            return Err(format!("connect failed: {:?} (status {})", ev.kind, ev.status).into())
+        }
+        other => return Err(format!("waiting for the connection, got {other:?}").into()),
+    }
+    let mut hist = Histogram::<u64>::new(3)?;
+    let start = Instant::now();
+    for i in 0..args.iters {
+        let seq = i.to_le_bytes();
+        let n = seq.len().min(args.size);
+        s.mr.as_mut_slice()[..n].copy_from_slice(&seq[..n]);
+        let sent = Instant::now();
+        s.send(i, args.size)?;
+        // The echo's receive completes after our send's completion, or
+        // (the completions race) before it: wait for the receive.
+        loop {
+            let wc = s.completion(evd)?.ok_or("server disconnected")?;
+            if wc.opcode != WcOpcode::RECV {
+                continue;
+            }
+            hist.record(sent.elapsed().as_nanos() as u64)?;
+            let at = (wc.wr_id as usize + 1) * args.size;
+            if s.mr.as_slice()[at..at + n] != seq[..n] {
+                return Err(format!("echo {i} corrupted").into());
+            }
+            s.post_recv(wc.wr_id, args.size)?;
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    id.disconnect()?;
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
+    println!(
+        "client: {} round trips of {} bytes ({:?} mode) in {elapsed:.2?}: {:.0} round trips/s, {:.2} MB/s each way",
+        args.iters,
+        args.size,
+        args.mode,
+        args.iters as f64 / elapsed.as_secs_f64(),
+        (args.iters * args.size as u64) as f64 / elapsed.as_secs_f64() / 1e6,
+    );
+    println!(
+        "client: latency p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs, max {:.1} µs",
+        us(0.5),
+        us(0.99),
+        us(0.999),
+        hist.max() as f64 / 1e3
+    );
+    s.qp.set_error()?;
+    Ok(())
+}
+
+fn main() -> Res<()> {
+    let args = Args::parse();
+    if args.size == 0 {
+        return Err("--size must be at least 1".into());
+    }
+    let (poster, mut evd) = evd::bounded::<Event>(256)?;
+    let (events, channel) = CmChannel::new()?;
+    let mut driver = Driver::new(DriverConfig::default())?;
+    driver.register_cm(CmFeed::new(events, poster.clone()))?;
+    let driver = driver.spawn()?;
+    let result = match args.role {
+        Role::Server => server(&args, &mut evd, &poster, &channel, &driver),
+        Role::Client => client(&args, &mut evd, &poster, &channel, &driver),
+    };
+    driver.shutdown()?;
+    result
+}

@@ -1,0 +1,115 @@
+//! [`CmFeed`]: the connection manager's events into an EVD, beside the
+//! completion [`Feed`](crate::Feed) and the [`AsyncFeed`](crate::AsyncFeed).
+
+use crate::cm_event::{CmEvent, CmEventSource};
+use crate::event_feed::EventFeed;
+use crate::feed::Progress;
+use evd::Poster;
+use std::fmt;
+use std::task::{Context, Poll};
+
+/// Delivers connection-manager events (`ibv::CmEvents`, or
+/// [`SoftCm`](crate::soft::SoftCm)'s) into an EVD of `T`, each as
+/// `T::from(`[`CmEvent`]`)`, in the channel's order. Busy-poll it with
+/// [`CmFeed::progress`] or register it with a [`Driver`](crate::Driver)
+/// ([`Driver::register_cm`](crate::Driver::register_cm)), which waits on
+/// the channel's fd with the CQs' channels.
+///
+/// An event the EVD refuses (full, or closed) is held and offered first
+/// next time: connection events are never dropped by the feed.
+///
+/// ```
+/// use evd_verbs::{CmEvent, CmEventKind, CmFeed, CmToken, VerbsEvent, soft::SoftCm};
+/// /// The application's event type: completions and connection events.
+/// enum AppEvent { Verbs(VerbsEvent), Cm(CmEvent) }
+/// impl From<CmEvent> for AppEvent {
+///     fn from(ev: CmEvent) -> Self { AppEvent::Cm(ev) }
+/// }
+/// let (poster, mut consumer) = evd::bounded::<AppEvent>(8).unwrap();
+/// let (events, cm) = SoftCm::new().unwrap();
+/// let mut feed = CmFeed::new(events, poster);
+/// cm.raise(CmEvent { kind: CmEventKind::Established, id: CmToken(4), ..Default::default() });
+/// assert_eq!(feed.progress(16).delivered, 1);
+/// assert!(matches!(consumer.try_dequeue(), Ok(AppEvent::Cm(e)) if e.id == CmToken(4)));
+/// ```
+pub struct CmFeed<S: CmEventSource, T = CmEvent> {
+    feed: EventFeed<S, T>,
+}
+
+impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
+    /// A feed from `source` into the EVD of `poster`.
+    pub fn new(source: S, poster: Poster<T>) -> Self {
+        CmFeed {
+            feed: EventFeed::new(source, poster),
+        }
+    }
+
+    /// Deliver up to `budget` waiting events.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, CmToken, FeedStatus, soft::SoftCm};
+    /// let (poster, mut consumer) = evd::bounded::<CmEvent>(2).unwrap();
+    /// let (events, cm) = SoftCm::new().unwrap();
+    /// let mut feed = CmFeed::new(events, poster);
+    /// for id in 0..3 {
+    ///     cm.raise(CmEvent { kind: CmEventKind::Disconnected, id: CmToken(id), ..Default::default() });
+    /// }
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // two fit
+    /// assert_eq!(consumer.try_dequeue().unwrap().id, CmToken(0));
+    /// assert_eq!(feed.progress(16).delivered, 1); // the held one first
+    /// ```
+    pub fn progress(&mut self, budget: usize) -> Progress {
+        self.feed
+            .progress(budget, |source| Ok(source.next_event()?.map(T::from)))
+    }
+
+    /// Wait for room in a full EVD (see [`Feed::poll_room`](crate::Feed::poll_room)).
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmFeed, soft::SoftCm};
+    /// use futures::task::noop_waker;
+    /// let (poster, _consumer) = evd::bounded::<CmEvent>(8).unwrap();
+    /// let mut feed = CmFeed::new(SoftCm::new().unwrap().0, poster);
+    /// let waker = noop_waker();
+    /// assert!(feed.poll_room(&mut std::task::Context::from_waker(&waker)).is_ready());
+    /// ```
+    pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.feed.poll_room(cx)
+    }
+
+    /// The source.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventSource, CmFeed, soft::SoftCm};
+    /// let (poster, _consumer) = evd::bounded::<CmEvent>(8).unwrap();
+    /// let feed = CmFeed::new(SoftCm::new().unwrap().0, poster);
+    /// assert!(feed.source().fd() >= 0);
+    /// ```
+    pub fn source(&self) -> &S {
+        &self.feed.source
+    }
+
+    /// Hand back the source, and the event the EVD refused, if one is held.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, soft::SoftCm};
+    /// let (poster, _consumer) = evd::bounded::<CmEvent>(1).unwrap();
+    /// let (events, cm) = SoftCm::new().unwrap();
+    /// let mut feed = CmFeed::new(events, poster);
+    /// let ev = CmEvent { kind: CmEventKind::Established, ..Default::default() };
+    /// cm.raise(ev);
+    /// cm.raise(ev);
+    /// feed.progress(16);
+    /// let (_source, held) = feed.into_parts();
+    /// assert_eq!(held, Some(ev));
+    /// ```
+    pub fn into_parts(self) -> (S, Option<T>) {
+        (self.feed.source, self.feed.held)
+    }
+}
+
+impl<S: CmEventSource + fmt::Debug, T: fmt::Debug> fmt::Debug for CmFeed<S, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CmFeed").field("feed", &self.feed).finish()
+    }
+}
