@@ -14,8 +14,11 @@
 //!
 //! Every completion becomes a [`VerbsEvent::Completion`] (error completions
 //! included); CQ failures and device async events become
-//! [`VerbsEvent::Async`]. A full EVD stops the feed (backpressure: the
-//! completions wait in the CQ); nothing is dropped.
+//! [`VerbsEvent::Async`]. The EVD's event type is yours: a feed posts
+//! `T::from` of each [`VerbsEvent`] into an EVD of any
+//! `T: From<VerbsEvent>` (see [Your own event type](#your-own-event-type));
+//! [`VerbsEvent`] itself is the ready-made choice. A full EVD stops the feed
+//! (backpressure: the completions wait in the CQ); nothing is dropped.
 //!
 //! The CQ is abstracted by [`CompletionQueue`], implemented by the
 //! software CQ in [`soft`] (for tests and development without RDMA
@@ -46,6 +49,75 @@
 //! }
 //! driver.shutdown().unwrap();
 //! ```
+//!
+//! # Your own event type
+//!
+//! An application usually has events of its own besides the verbs ones.
+//! With an enum that wraps [`VerbsEvent`] and a `From<VerbsEvent>` for it,
+//! one EVD carries them all, so one loop (one wait, one upcall handler)
+//! handles every kind: [`Feed`] and [`AsyncFeed`] convert each event as they
+//! post it (no allocation, no extra copy), and the application's threads
+//! post their own variants through clones of the same [`evd::Poster`].
+//!
+//! ```
+//! use evd_verbs::soft::{SoftCq, SoftDevice};
+//! use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, Feed, FeedMode, VerbsEvent, WorkCompletion};
+//!
+//! #[derive(Debug)]
+//! enum AppEvent {
+//!     Verbs(VerbsEvent),
+//!     Tick(u64),
+//! }
+//! impl From<VerbsEvent> for AppEvent {
+//!     fn from(ev: VerbsEvent) -> Self {
+//!         AppEvent::Verbs(ev)
+//!     }
+//! }
+//!
+//! let (poster, mut consumer) = evd::bounded::<AppEvent>(64).unwrap();
+//! let mut driver = Driver::new(Default::default()).unwrap();
+//! let (cq, hca) = SoftCq::new(128).unwrap();
+//! driver.register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event).unwrap();
+//! let (events, device) = SoftDevice::new().unwrap();
+//! driver.register_async(AsyncFeed::new(events, poster.clone())).unwrap();
+//! let driver = driver.spawn().unwrap();
+//!
+//! let app_threads: Vec<_> = (0..2)
+//!     .map(|t| {
+//!         let poster = poster.clone();
+//!         std::thread::spawn(move || {
+//!             for i in 0..50 {
+//!                 // Waits for room while the EVD is full: nothing is dropped.
+//!                 poster.post_blocking(AppEvent::Tick(t * 1000 + i)).unwrap();
+//!             }
+//!         })
+//!     })
+//!     .collect();
+//! drop(poster);
+//! for wr_id in 0..100 {
+//!     hca.push(WorkCompletion { wr_id, ..Default::default() }).unwrap();
+//! }
+//! device.raise(AsyncEvent { kind: AsyncEventKind::PortActive, element: AsyncElement::Port(1) });
+//!
+//! let (mut completions, mut async_events, mut ticks) = (0, 0, 0);
+//! while completions + async_events + ticks < 100 + 1 + 2 * 50 {
+//!     match consumer.dequeue().unwrap() {
+//!         AppEvent::Verbs(VerbsEvent::Completion { wc, .. }) => {
+//!             assert_eq!(wc.wr_id, completions); // in order
+//!             completions += 1;
+//!         }
+//!         AppEvent::Verbs(VerbsEvent::Async(_)) => async_events += 1,
+//!         AppEvent::Tick(_) => ticks += 1,
+//!     }
+//! }
+//! for t in app_threads {
+//!     t.join().unwrap();
+//! }
+//! driver.shutdown().unwrap();
+//! assert_eq!((completions, async_events, ticks), (100, 1, 100));
+//! ```
+//!
+//! `examples/app_events.rs` is the same as a program.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
