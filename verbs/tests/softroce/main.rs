@@ -13,7 +13,10 @@
 mod latency;
 
 use evd::TryDequeueError;
-use evd_verbs::ibv::{Context, IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
+use evd_verbs::ibv::{
+    ConnectParams, Context, IbvCq, MemoryRegion, ProtectionDomain, QpCaps, QpState, QueuePair,
+    SendOp,
+};
 use evd_verbs::{
     teardown_failures, AdaptiveConfig, AsyncFeed, CloseError, CompletionQueue, CqId, Driver,
     DriverConfig, Feed, FeedMode, VerbsEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -32,6 +35,7 @@ macro_rules! ensure {
 }
 
 const GID_INDEX: u8 = 0;
+const PORT: u8 = 1;
 
 struct Pair {
     a: QueuePair,
@@ -46,6 +50,22 @@ fn pair(
     depth: i32,
     ids: (u32, u32),
 ) -> Result<(Pair, IbvCq, IbvCq), String> {
+    let caps = QpCaps {
+        max_send_wr: depth as u32 / 2,
+        max_recv_wr: depth as u32 / 2,
+        ..QpCaps::default()
+    };
+    pair_with(pd, depth, ids, &caps)
+}
+
+/// [`pair`] with QPs made with `caps`. The two sides start at different,
+/// non-zero PSNs, so a PSN handed over wrongly fails the transfers.
+fn pair_with(
+    pd: &Arc<ProtectionDomain>,
+    depth: i32,
+    ids: (u32, u32),
+    caps: &QpCaps,
+) -> Result<(Pair, IbvCq, IbvCq), String> {
     let ctx = pd.context();
     let cq_a = ctx
         .create_cq(depth, CqId(ids.0))
@@ -54,24 +74,52 @@ fn pair(
         .create_cq(depth, CqId(ids.1))
         .map_err(|e| format!("create_cq: {e}"))?;
     let a = pd
-        .create_rc_qp(&cq_a, &cq_a, depth as u32 / 2)
+        .create_rc_qp(&cq_a, &cq_a, caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
     let b = pd
-        .create_rc_qp(&cq_b, &cq_b, depth as u32 / 2)
+        .create_rc_qp(&cq_b, &cq_b, caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
-    let ea = a
-        .endpoint(GID_INDEX as i32)
-        .map_err(|e| format!("gid: {e}"))?;
-    let eb = b
-        .endpoint(GID_INDEX as i32)
-        .map_err(|e| format!("gid: {e}"))?;
-    a.connect(eb, GID_INDEX)
-        .map_err(|e| format!("connect a: {e}"))?;
-    b.connect(ea, GID_INDEX)
-        .map_err(|e| format!("connect b: {e}"))?;
+    connect_pair(&a, &b)?;
     let mr_a = pd.register(1 << 16).map_err(|e| format!("reg_mr: {e}"))?;
     let mr_b = pd.register(1 << 16).map_err(|e| format!("reg_mr: {e}"))?;
     Ok((Pair { a, b, mr_a, mr_b }, cq_a, cq_b))
+}
+
+/// Connect `a` and `b` to each other (`a` starts at PSN 0x1234, `b` at
+/// 0xabcdef).
+fn connect_pair(a: &QueuePair, b: &QueuePair) -> Res {
+    let ea = a
+        .endpoint(PORT, GID_INDEX, 0x1234)
+        .map_err(|e| format!("gid: {e}"))?;
+    let eb = b
+        .endpoint(PORT, GID_INDEX, 0xab_cdef)
+        .map_err(|e| format!("gid: {e}"))?;
+    let params = ConnectParams {
+        port: PORT,
+        gid_index: GID_INDEX,
+        ..ConnectParams::default()
+    };
+    a.connect(
+        eb,
+        &ConnectParams {
+            sq_psn: ea.psn,
+            ..params
+        },
+    )
+    .map_err(|e| format!("connect a: {e}"))?;
+    b.connect(
+        ea,
+        &ConnectParams {
+            sq_psn: eb.psn,
+            ..params
+        },
+    )
+    .map_err(|e| format!("connect b: {e}"))?;
+    for qp in [a, b] {
+        let state = qp.query_state().map_err(|e| format!("query_qp: {e}"))?;
+        ensure!(state == QpState::Rts, "connected QP in {state:?}");
+    }
+    Ok(())
 }
 
 /// Busy-poll the feeds until `n` completions are dequeued (10 s limit).
@@ -237,6 +285,8 @@ fn error_completions(pd: &Arc<ProtectionDomain>) -> Res {
     p.b.post_recv(3, &p.mr_b, 0, 64)
         .map_err(|e| e.to_string())?;
     p.b.set_error().map_err(|e| e.to_string())?;
+    let state = p.b.query_state().map_err(|e| e.to_string())?;
+    ensure!(state == QpState::Error, "after set_error: {state:?}");
     let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
     ensure!(
         got[0].0 == CqId(6) && got[0].1.wr_id == 3 && got[0].1.status == WcStatus::WR_FLUSH_ERR,
@@ -443,14 +493,25 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     let mut cq = ctx
         .create_cq(16, CqId(11))
         .map_err(|e| format!("create_cq: {e}"))?;
+    let caps = QpCaps {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        ..QpCaps::default()
+    };
     let qp = pd
-        .create_rc_qp(&cq, &cq, 8)
+        .create_rc_qp(&cq, &cq, &caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
     let me = qp
-        .endpoint(GID_INDEX as i32)
+        .endpoint(PORT, GID_INDEX, 77)
         .map_err(|e| format!("gid: {e}"))?;
-    qp.connect(me, GID_INDEX)
-        .map_err(|e| format!("connect: {e}"))?;
+    qp.connect(
+        me,
+        &ConnectParams {
+            sq_psn: me.psn,
+            ..ConnectParams::default()
+        },
+    )
+    .map_err(|e| format!("connect: {e}"))?;
 
     // A loopback send and its receive, with the CQ armed: one channel event.
     cq.req_notify(false).map_err(|e| format!("arm: {e}"))?;
@@ -490,7 +551,10 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     };
 
     qp.close().map_err(|e| format!("qp: {e}"))?;
-    mr.close().map_err(|e| format!("mr: {e}"))?;
+    ensure!(
+        mr.close().map_err(|e| format!("mr: {e}"))?.is_some(),
+        "an owned region gave no buffer back"
+    );
     cq.close().map_err(|e| format!("cq: {e}"))?;
     pd.close().map_err(|e| format!("pd: {e}"))?;
     ctx.close().map_err(|e| format!("context: {e}"))?;
