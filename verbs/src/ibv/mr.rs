@@ -165,8 +165,10 @@ impl Sub for AccessFlags {
 ///
 /// Made safely only from a [`MemoryRegion`] ([`MemoryRegion::sge`], range
 /// checked), or with the unsafe [`Sge::from_raw`]. It is plain data, so it
-/// can be kept and posted from any thread; if its region is deregistered
-/// first, the device refuses the key (an error completion, no access).
+/// can be kept and posted from any thread. Keep its region registered
+/// while requests posted with it are outstanding: once the region is
+/// deregistered its key no longer names that memory, and a request using
+/// it fails with a protection error.
 ///
 /// ```no_run
 /// let ctx = evd_verbs::ibv::Context::open(None)?;
