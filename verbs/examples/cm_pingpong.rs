@@ -19,7 +19,9 @@
 
 use clap::{Parser, ValueEnum};
 use evd::Consumer;
-use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context, MemoryRegion, QueuePair, SendOp};
+use evd_verbs::ibv::{
+    CmChannel, CmConnParams, CmId, Context, MemoryRegion, QpCaps, QueuePair, SendOp,
+};
 use evd_verbs::{
     AdaptiveConfig, CmEvent, CmEventKind, CmFeed, CmToken, CqId, Driver, DriverConfig, Feed,
     FeedMode, RunningDriver, VerbsEvent, WcOpcode, WorkCompletion,
@@ -60,7 +62,7 @@ enum Mode {
     Busy,
 }
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(about = "RC ping-pong over rdma_cm, every event through one EVD")]
 struct Args {
     /// Listen (server) or connect (client).
@@ -75,7 +77,8 @@ struct Args {
     /// The server's rdma_cm port.
     #[arg(long, default_value_t = 7471)]
     port: u16,
-    /// Message size in bytes.
+    /// Message size in bytes (the client's; it tells the server in its
+    /// connect request).
     #[arg(long, default_value_t = 8)]
     size: usize,
     /// Round trips (client).
@@ -144,7 +147,12 @@ fn side(id: &CmId, args: &Args, poster: &evd::Poster<Event>, driver: &RunningDri
     let ctx = Context::open(Some(&name))?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(4 * RECVS as i32, CQ)?;
-    let qp = pd.create_rc_qp(&cq, &cq, 2 * RECVS as u32)?;
+    let caps = QpCaps {
+        max_send_wr: 2 * RECVS as u32,
+        max_recv_wr: 2 * RECVS as u32,
+        ..QpCaps::default()
+    };
+    let qp = pd.create_rc_qp(&cq, &cq, &caps, id.port_num())?;
     let mr = pd.register(args.size.max(1) * (RECVS as usize + 1))?;
     let feed = Feed::new(cq, CQ, poster.clone());
     let feed = match args.mode {
@@ -212,10 +220,23 @@ fn server(
     let id = channel
         .take_request(req.id)
         .ok_or("the request's identifier is gone")?;
+    // The client's connect request names its message size.
+    let size = match <[u8; 4]>::try_from(req.private_data.as_bytes().get(..4).unwrap_or(&[])) {
+        Ok(b) => u32::from_le_bytes(b) as usize,
+        Err(_) => return Err("the connect request carries no message size".into()),
+    };
+    let args = &Args {
+        size,
+        ..args.clone()
+    };
     let mut s = side(&id, args, poster, driver)?;
     id.accept(&s.qp, &CmConnParams::default())?;
-    cm_event(evd, CmEventKind::Established)?;
-    println!("server: connected ({:?} mode), echoing", args.mode);
+    // The first message may complete before `Established` arrives: both
+    // come through the EVD, and the loop takes them in either order.
+    println!(
+        "server: accepted ({:?} mode), echoing {size}-byte messages",
+        args.mode
+    );
     let mut echoed = 0u64;
     // Echo each message from the send buffer; the receive is reposted at once.
     while let Some(wc) = s.completion(evd)? {
@@ -253,7 +274,14 @@ fn client(
     id.resolve_route(Duration::from_secs(2))?;
     cm_event(evd, CmEventKind::RouteResolved)?;
     let mut s = side(&id, args, poster, driver)?;
-    id.connect(&s.qp, &CmConnParams::default())?;
+    let size = (args.size as u32).to_le_bytes();
+    id.connect(
+        &s.qp,
+        &CmConnParams {
+            private_data: &size,
+            ..CmConnParams::default()
+        },
+    )?;
     match next(evd, None)? {
         Event::Cm(ev) if ev.kind == CmEventKind::ConnectResponse => id.establish(&s.qp)?,
         Event::Cm(ev) => {

@@ -11,7 +11,7 @@
 //! `cargo run --release -p evd-verbs --features ibverbs --example rc_pingpong -- [ROUNDS]`
 
 use evd::TryDequeueError;
-use evd_verbs::ibv::{Context, SendOp};
+use evd_verbs::ibv::{ConnectParams, Context, QpCaps, SendOp};
 use evd_verbs::{CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent, WcOpcode};
 use std::time::{Duration, Instant};
 
@@ -24,10 +24,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pd = ctx.alloc_pd()?;
     let cq_client = ctx.create_cq(64, CLIENT)?;
     let cq_server = ctx.create_cq(64, SERVER)?;
-    let client = pd.create_rc_qp(&cq_client, &cq_client, 16)?;
-    let server = pd.create_rc_qp(&cq_server, &cq_server, 16)?;
-    client.connect(server.endpoint(0)?, 0)?;
-    server.connect(client.endpoint(0)?, 0)?;
+    let client = pd.create_rc_qp(&cq_client, &cq_client, &QpCaps::default(), 1)?;
+    let server = pd.create_rc_qp(&cq_server, &cq_server, &QpCaps::default(), 1)?;
+    // Port 1, GID index 0; each side picks its first send PSN and tells
+    // the other (here in memory, in real life out of band).
+    let (client_end, server_end) = (client.endpoint(1, 0, 100)?, server.endpoint(1, 0, 200)?);
+    let params = ConnectParams::default();
+    client.connect(
+        server_end,
+        &ConnectParams {
+            sq_psn: client_end.psn,
+            ..params
+        },
+    )?;
+    server.connect(
+        client_end,
+        &ConnectParams {
+            sq_psn: server_end.psn,
+            ..params
+        },
+    )?;
     let mut mr_client = pd.register(4096)?;
     let mut mr_server = pd.register(4096)?;
 

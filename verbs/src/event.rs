@@ -167,8 +167,9 @@ impl AsyncEventKind {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AsyncElement {
-    /// A CQ, by the id its feed was given (or `CqId(u32::MAX)` if the
-    /// provider's CQ is not known to any feed).
+    /// A CQ, by its id: the one its feed was given, or for real verbs the
+    /// one it was made or wrapped with on its context (`ibv::IbvCq`);
+    /// `CqId(u32::MAX)` if the CQ is not known.
     Cq(CqId),
     /// A QP, by number.
     Qp(u32),

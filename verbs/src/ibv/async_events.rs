@@ -10,10 +10,59 @@ use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::Arc;
 
-/// A device's async events (the context's async fd).
+/// A device's async events (the context's async fd), from
+/// [`Context::async_events`].
+///
+/// A CQ error names its CQ by the [`CqId`] the CQ was made or wrapped with
+/// on this context ([`Context::create_cq_with`], [`IbvCq::from_raw`]),
+/// found in the context's registry; the CQ's `cq_context` is not read. A CQ
+/// not wrapped on this context (made with raw `ffi` calls and never
+/// wrapped, or already dropped) is named `AsyncElement::Cq(CqId(u32::MAX))`.
+///
+/// ```no_run
+/// use evd_verbs::{AsyncEventSource, AsyncElement, CqId};
+/// let ctx = evd_verbs::ibv::Context::open(None)?;
+/// let mut events = ctx.async_events()?;
+/// if let Some(ev) = events.next_event()? {
+///     if let AsyncElement::Cq(CqId(u32::MAX)) = ev.element {
+///         println!("an error on a CQ this crate does not know: {ev:?}");
+///     }
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct IbvAsyncEvents {
     pub(super) ctx: Arc<Context>,
+}
+
+/// What an async CQ error on a CQ unknown to the context names it.
+const UNKNOWN_CQ: CqId = CqId(u32::MAX);
+
+impl IbvAsyncEvents {
+    /// The raw context whose async fd this reads, for verbs this module
+    /// does not wrap.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let events = ctx.async_events()?;
+    /// assert_eq!(events.as_ptr(), ctx.as_ptr());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn as_ptr(&self) -> *mut ffi::ibv_context {
+        self.ctx.ctx
+    }
+
+    /// The context.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let events = ctx.async_events()?;
+    /// assert!(std::sync::Arc::ptr_eq(events.context(), &ctx));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
 }
 
 impl Drop for IbvAsyncEvents {
@@ -55,7 +104,8 @@ impl AsyncEventSource for IbvAsyncEvents {
         let element = unsafe {
             use AsyncEventKind::*;
             match kind {
-                CqError => AsyncElement::Cq(CqId((*ev.element.cq).cq_context as usize as u32)),
+                // By address: the pointer is not dereferenced.
+                CqError => AsyncElement::Cq(self.ctx.cq_id(ev.element.cq).unwrap_or(UNKNOWN_CQ)),
                 QpFatal | QpRequestError | QpAccessError | CommEstablished | SqDrained
                 | PathMigrated | PathMigrationError | QpLastWqeReached => {
                     AsyncElement::Qp((*ev.element.qp).qp_num)

@@ -496,7 +496,7 @@ impl CmId {
         let mut mask = 0;
         // SAFETY: a live id and live out-parameters.
         check(unsafe { ffi::rdma_init_qp_attr(self.id, &mut attr, &mut mask) })?;
-        qp.modify(&mut attr, mask as u32)
+        qp.modify(&mut attr, mask)
     }
 
     /// Request a connection for `qp` (after [`CmEventKind::RouteResolved`]).

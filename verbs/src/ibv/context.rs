@@ -1,15 +1,16 @@
-//! The device: listing devices, opening one (`ibv_context`), its GIDs.
+//! The device: listing devices, opening one (`ibv_context`) or wrapping
+//! one opened elsewhere, its GIDs, and the registry of its CQs that names
+//! them in async events.
 
-use super::cq::RawCq;
 use super::*;
 use crate::event::CqId;
-use crate::feed::POLL_BATCH;
 use crate::teardown::{CloseError, TeardownError, VerbsObject};
 use std::ffi::CStr;
 use std::io;
 use std::mem;
 use std::ptr;
-use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The names of the RDMA devices present.
 ///
@@ -34,13 +35,99 @@ pub fn device_names() -> io::Result<Vec<String>> {
     Ok(names)
 }
 
-/// An open device (`ibv_context`).
+/// Who destroys a verbs object wrapped from a raw pointer: this crate
+/// ([`Owned`](Ownership::Owned)) or whoever made it
+/// ([`Borrowed`](Ownership::Borrowed)).
+///
+/// ```no_run
+/// use evd_verbs::ibv::{ffi, Context, Ownership};
+/// # fn opened_by_librdmacm() -> *mut ffi::ibv_context { unimplemented!() }
+/// let raw = opened_by_librdmacm(); // e.g. `(*cm_id).verbs`
+/// // SAFETY: librdmacm keeps the device open until the wrapper is gone.
+/// let ctx = unsafe { Context::from_raw(raw, Ownership::Borrowed) };
+/// assert_eq!(ctx.ownership(), Ownership::Borrowed);
+/// drop(ctx); // the device stays open
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ownership {
+    /// The wrapper destroys the object (on `close` or drop), as if it had
+    /// made it.
+    Owned,
+    /// The wrapper never destroys the object: its maker does, after the
+    /// wrapper (and everything made from it) is gone.
+    Borrowed,
+}
+
+/// How to make a CQ with [`Context::create_cq_with`].
+///
+/// ```no_run
+/// use evd_verbs::ibv::{Context, CqConfig};
+/// use evd_verbs::CqId;
+/// let ctx = Context::open(None)?;
+/// let mine = Box::into_raw(Box::new(7u64)); // the application's own state
+/// let cq = ctx.create_cq_with(&CqConfig {
+///     comp_vector: 0,
+///     cq_context: mine.cast(),
+///     ..CqConfig::new(256, CqId(1))
+/// })?;
+/// // SAFETY: a live CQ; libibverbs keeps `cq_context` as given.
+/// assert_eq!(unsafe { (*cq.as_ptr()).cq_context }, mine.cast());
+/// drop(cq);
+/// // SAFETY: from Box::into_raw above, freed once, after the CQ is gone.
+/// drop(unsafe { Box::from_raw(mine) });
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct CqConfig {
+    /// The minimum number of entries (the provider may round it up).
+    pub depth: i32,
+    /// The CQ's name in events and in async CQ errors.
+    pub id: CqId,
+    /// The completion vector (interrupt) its channel events come from,
+    /// `0..num_comp_vectors` of the device; 0 by default.
+    pub comp_vector: i32,
+    /// The caller's pointer that libibverbs stores in the CQ
+    /// (`ibv_cq::cq_context`, returned by `ibv_get_cq_event`). This crate
+    /// never reads or frees it; null by default.
+    pub cq_context: *mut libc::c_void,
+}
+
+impl CqConfig {
+    /// `depth` entries named `id`, on completion vector 0, with a null
+    /// `cq_context`.
+    ///
+    /// ```
+    /// use evd_verbs::ibv::CqConfig;
+    /// let c = CqConfig::new(64, evd_verbs::CqId(3));
+    /// assert_eq!((c.depth, c.comp_vector), (64, 0));
+    /// assert!(c.cq_context.is_null());
+    /// ```
+    pub fn new(depth: i32, id: CqId) -> CqConfig {
+        CqConfig {
+            depth,
+            id,
+            comp_vector: 0,
+            cq_context: ptr::null_mut(),
+        }
+    }
+}
+
+/// A device context (`ibv_context`): opened here with [`open`](Context::open),
+/// or wrapped with [`from_raw`](Context::from_raw).
 #[derive(Debug)]
 pub struct Context {
     /// Non-null until `destroy`, which only `close` and `Drop` call.
     pub(super) ctx: *mut ffi::ibv_context,
+    /// Whether `destroy` closes the device.
+    ownership: Ownership,
     /// Live [`IbvAsyncEvents`]: someone consumes the async events.
-    pub(super) listeners: std::sync::atomic::AtomicUsize,
+    pub(super) listeners: AtomicUsize,
+    /// The CQs wrapped on this context (made by `create_cq_with` or
+    /// wrapped by `IbvCq::from_raw`) by address, with their ids: how an
+    /// async CQ error names its CQ, leaving `cq_context` to the caller.
+    /// Not a hot path: locked on CQ creation, destruction and async CQ
+    /// errors only.
+    cqs: Mutex<Vec<(usize, CqId)>>,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread, concurrently.
@@ -87,18 +174,125 @@ impl Context {
         if ctx.is_null() {
             return Err(err);
         }
-        Ok(Arc::new(Context {
+        Ok(Arc::new(Context::wrap(ctx, Ownership::Owned)))
+    }
+
+    fn wrap(ctx: *mut ffi::ibv_context, ownership: Ownership) -> Context {
+        Context {
             ctx,
-            listeners: std::sync::atomic::AtomicUsize::new(0),
-        }))
+            ownership,
+            listeners: AtomicUsize::new(0),
+            cqs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Wrap a device context opened elsewhere.
+    ///
+    /// With [`Ownership::Owned`] the last handle closes the device
+    /// (`ibv_close_device`, on [`close`](Context::close) or drop) as for
+    /// [`open`](Context::open); with [`Ownership::Borrowed`] it is never
+    /// closed here: for instance the context librdmacm opened
+    /// (`rdma_cm_id::verbs`), which librdmacm closes itself.
+    ///
+    /// # Safety
+    /// - `ctx` is a live context returned by `ibv_open_device` (or by a
+    ///   library that opened it that way, such as librdmacm).
+    /// - `Owned`: nobody else closes it; from now on it belongs to the
+    ///   returned handle.
+    /// - `Borrowed`: its owner keeps it open until the returned handle and
+    ///   every object made from it (protection domains, CQs, async events,
+    ///   and through them MRs and QPs) are gone.
+    /// - It is wrapped once at a time: two wrappers would both consume its
+    ///   async events and keep separate CQ registries.
+    ///
+    /// # Panics
+    /// If `ctx` is null.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{ffi, Context, Ownership};
+    /// let mut n = 0;
+    /// // SAFETY: `n` is a live int; the list is freed below.
+    /// let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+    /// assert!(!list.is_null() && n > 0);
+    /// // SAFETY: the first device of a live list.
+    /// let raw = unsafe { ffi::ibv_open_device(*list) };
+    /// // SAFETY: from ibv_get_device_list, freed once.
+    /// unsafe { ffi::ibv_free_device_list(list) };
+    /// assert!(!raw.is_null());
+    /// // SAFETY: just opened, handed over: the wrapper closes it.
+    /// let ctx = unsafe { Context::from_raw(raw, Ownership::Owned) };
+    /// assert_eq!(ctx.as_ptr(), raw);
+    /// ctx.close()?; // ibv_close_device
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub unsafe fn from_raw(ctx: *mut ffi::ibv_context, ownership: Ownership) -> Arc<Context> {
+        assert!(!ctx.is_null(), "Context::from_raw of a null context");
+        Arc::new(Context::wrap(ctx, ownership))
     }
 
     /// The raw context, for verbs this module does not wrap.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{ffi, Context};
+    /// let ctx = Context::open(None)?;
+    /// // SAFETY: a live context; the name is a C string it owns.
+    /// let name = unsafe { std::ffi::CStr::from_ptr(ffi::ibv_get_device_name((*ctx.as_ptr()).device)) };
+    /// println!("{name:?}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_ptr(&self) -> *mut ffi::ibv_context {
         self.ctx
     }
 
+    /// Whether this handle closes the device ([`Ownership::Owned`]: made
+    /// by [`open`](Context::open) or handed over to
+    /// [`from_raw`](Context::from_raw)) or not.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{Context, Ownership};
+    /// assert_eq!(Context::open(None)?.ownership(), Ownership::Owned);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ownership(&self) -> Ownership {
+        self.ownership
+    }
+
+    fn cqs(&self) -> MutexGuard<'_, Vec<(usize, CqId)>> {
+        // A panic while holding it cannot leave the Vec inconsistent.
+        self.cqs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Name the CQ at `cq` `id` in async events.
+    pub(super) fn register_cq(&self, cq: *mut ffi::ibv_cq, id: CqId) {
+        self.cqs().push((cq as usize, id));
+    }
+
+    /// Forget the CQ at `cq` named `id` (one registration of it).
+    pub(super) fn unregister_cq(&self, cq: *mut ffi::ibv_cq, id: CqId) {
+        let mut cqs = self.cqs();
+        if let Some(i) = cqs.iter().rposition(|&e| e == (cq as usize, id)) {
+            cqs.swap_remove(i);
+        }
+    }
+
+    /// The id of the CQ at `cq`, if it is wrapped on this context (the
+    /// latest wrapping, if several).
+    pub(super) fn cq_id(&self, cq: *mut ffi::ibv_cq) -> Option<CqId> {
+        let cqs = self.cqs();
+        cqs.iter()
+            .rev()
+            .find(|&&(p, _)| p == cq as usize)
+            .map(|&(_, id)| id)
+    }
+
     /// The GID at `index` of `port` (RoCE: index 0 is the link-local GID).
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let gid = ctx.gid(1, 0)?;
+    /// println!("{gid:02x?}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn gid(&self, port: u8, index: i32) -> io::Result<[u8; 16]> {
         let mut gid: ffi::ibv_gid = zeroed();
         // SAFETY: a live context and a live out-parameter.
@@ -108,6 +302,13 @@ impl Context {
     }
 
     /// Allocate a protection domain.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// assert!(std::sync::Arc::ptr_eq(pd.context(), &ctx));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn alloc_pd(self: &Arc<Self>) -> io::Result<Arc<ProtectionDomain>> {
         // SAFETY: a live context.
         let pd = unsafe { ffi::ibv_alloc_pd(self.ctx) };
@@ -121,8 +322,34 @@ impl Context {
     }
 
     /// A CQ of at least `depth` entries with its own completion channel
-    /// (non-blocking), named `id` in events and in async CQ errors.
+    /// (non-blocking), named `id` in events and in async CQ errors, on
+    /// completion vector 0 with a null `cq_context`: shorthand for
+    /// [`create_cq_with`](Context::create_cq_with).
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let cq = ctx.create_cq(64, evd_verbs::CqId(1))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn create_cq(self: &Arc<Self>, depth: i32, id: CqId) -> io::Result<IbvCq> {
+        self.create_cq_with(&CqConfig::new(depth, id))
+    }
+
+    /// A CQ as `config` says, with its own completion channel
+    /// (non-blocking). `config.cq_context` is stored in the CQ untouched;
+    /// async CQ errors name the CQ by `config.id` through this context's
+    /// registry instead.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{Context, CqConfig};
+    /// let ctx = Context::open(None)?;
+    /// let cq = ctx.create_cq_with(&CqConfig {
+    ///     comp_vector: 1,
+    ///     ..CqConfig::new(1024, evd_verbs::CqId(9))
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_cq_with(self: &Arc<Self>, config: &CqConfig) -> io::Result<IbvCq> {
         // SAFETY: a live context.
         let channel = unsafe { ffi::ibv_create_comp_channel(self.ctx) };
         if channel.is_null() {
@@ -135,27 +362,23 @@ impl Context {
             unsafe { ffi::ibv_destroy_comp_channel(channel) };
             return Err(e);
         }
-        // The CQ's context pointer carries its id, so an async CQ error can
-        // name the CQ without a lookup.
-        let cq_context = id.0 as usize as *mut libc::c_void;
-        // SAFETY: live context and channel.
-        let cq = unsafe { ffi::ibv_create_cq(self.ctx, depth, cq_context, channel, 0) };
+        // SAFETY: live context and channel; `cq_context` is only stored.
+        let cq = unsafe {
+            ffi::ibv_create_cq(
+                self.ctx,
+                config.depth,
+                config.cq_context,
+                channel,
+                config.comp_vector,
+            )
+        };
         if cq.is_null() {
             let e = last_err();
             // SAFETY: as above.
             unsafe { ffi::ibv_destroy_comp_channel(channel) };
             return Err(e);
         }
-        Ok(IbvCq {
-            raw: Arc::new(RawCq {
-                ctx: self.clone(),
-                cq,
-                channel,
-            }),
-            wcs: [zeroed(); POLL_BATCH],
-            got: 0,
-            acked: 0,
-        })
+        Ok(IbvCq::wrap(self, cq, channel, config.id, Ownership::Owned))
     }
 
     /// This device's async events (CQ errors, QP errors, port and device
@@ -163,6 +386,16 @@ impl Context {
     /// While they are held, a [`Driver`](crate::Driver) does not serve them
     /// by itself for this device's CQs (see
     /// [`CompletionQueue::device_events`](crate::CompletionQueue::device_events)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::AsyncEventSource;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mut events = ctx.async_events()?;
+    /// while let Some(ev) = events.next_event()? {
+    ///     println!("{ev:?}");
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn async_events(self: &Arc<Self>) -> io::Result<IbvAsyncEvents> {
         // Relaxed: the count only records who listens; the events come
         // through the fd.
@@ -180,7 +413,9 @@ impl Context {
         Ok(events)
     }
 
-    /// Close the device now, if this is the last handle to it.
+    /// Close the device now, if this is the last handle to it (a
+    /// [`Borrowed`](Ownership::Borrowed) context is let go without closing
+    /// it).
     ///
     /// Every object made from the context (protection domains, CQs, async
     /// events, and through them MRs and QPs) holds a handle, so they must
@@ -213,10 +448,11 @@ impl Context {
 
     fn destroy(&mut self) -> Result<(), TeardownError> {
         let ctx = mem::replace(&mut self.ctx, ptr::null_mut());
-        if ctx.is_null() {
+        if ctx.is_null() || self.ownership == Ownership::Borrowed {
             return Ok(());
         }
-        // SAFETY: from ibv_open_device, and nulled above so closed at most
+        // SAFETY: from ibv_open_device (here, or handed over to `from_raw`
+        // as Owned), and nulled above so closed at most
         // once; every object made from it holds an Arc to it (one whose
         // destroy failed, forever), so none is left.
         let ret = unsafe { ffi::ibv_close_device(ctx) };

@@ -1,9 +1,11 @@
 //! Completion queues with their completion channel: the
-//! [`CompletionQueue`](crate::CompletionQueue) of real verbs.
+//! [`CompletionQueue`](crate::CompletionQueue) of real verbs, made here or
+//! wrapped from raw pointers.
 
 use super::*;
 use crate::completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::cq::{AsyncEventSource, CompletionQueue, PollError};
+use crate::event::CqId;
 use crate::feed::POLL_BATCH;
 use crate::teardown::{CloseError, TeardownError, VerbsObject};
 use std::fmt;
@@ -18,10 +20,15 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub(super) struct RawCq {
     pub(super) ctx: Arc<Context>,
-    /// Both non-null until `destroy`, which only `IbvCq::close` and `Drop`
-    /// call; `channel` is nulled only after `cq` is destroyed.
+    /// Non-null until `destroy`, which only `IbvCq::close` and `Drop` call.
     pub(super) cq: *mut ffi::ibv_cq,
+    /// Null for a wrapped CQ without a channel; otherwise non-null until
+    /// `destroy`, nulled only after `cq` is destroyed.
     pub(super) channel: *mut ffi::ibv_comp_channel,
+    /// Its name in the context's registry.
+    id: CqId,
+    /// Whether `destroy` destroys the CQ and channel.
+    ownership: Ownership,
 }
 
 // SAFETY: libibverbs CQs and channels may be used from any thread.
@@ -30,18 +37,28 @@ unsafe impl Send for RawCq {}
 unsafe impl Sync for RawCq {}
 
 impl RawCq {
-    /// Destroy the CQ, then its channel. A CQ whose destroy failed still
-    /// uses its channel, so the channel is then left alone (libibverbs would
-    /// refuse it with `EBUSY` anyway) and leaks with it.
+    /// Take the CQ out of the context's registry, then (if owned) destroy
+    /// the CQ, then its channel. A CQ whose destroy failed still uses its
+    /// channel, so the channel is then left alone (libibverbs would refuse
+    /// it with `EBUSY` anyway) and leaks with it; the CQ, still alive, is
+    /// registered again.
     fn destroy(&mut self) -> Result<(), TeardownError> {
         let cq = mem::replace(&mut self.cq, ptr::null_mut());
         if !cq.is_null() {
-            // SAFETY: from ibv_create_cq, and nulled above so destroyed at
-            // most once; no QP uses it (each holds an Arc to this RawCq),
-            // and the IbvCq acknowledged every event it got before letting
-            // go, so ibv_destroy_cq does not wait for acks.
+            self.ctx.unregister_cq(cq, self.id);
+            if self.ownership == Ownership::Borrowed {
+                // Its maker destroys both.
+                self.channel = ptr::null_mut();
+                return Ok(());
+            }
+            // SAFETY: from ibv_create_cq (here, or handed over to `from_raw`
+            // as Owned), and nulled above so destroyed at most once; no QP
+            // uses it (each holds an Arc to this RawCq), and the IbvCq
+            // acknowledged every event it got before letting go, so
+            // ibv_destroy_cq does not wait for acks.
             let ret = unsafe { ffi::ibv_destroy_cq(cq) };
             destroyed(VerbsObject::CompletionQueue, "ibv_destroy_cq", ret).inspect_err(|_| {
+                self.ctx.register_cq(cq, self.id);
                 self.channel = ptr::null_mut();
                 keep_forever(&self.ctx);
             })?;
@@ -50,8 +67,9 @@ impl RawCq {
         if channel.is_null() {
             return Ok(());
         }
-        // SAFETY: from ibv_create_comp_channel, and nulled above so
-        // destroyed at most once; its only CQ was destroyed above.
+        // SAFETY: from ibv_create_comp_channel (here, or handed over to
+        // `from_raw` as Owned), and nulled above so destroyed at most once;
+        // its only CQ was destroyed above.
         let ret = unsafe { ffi::ibv_destroy_comp_channel(channel) };
         destroyed(
             VerbsObject::CompletionChannel,
@@ -71,7 +89,21 @@ impl Drop for RawCq {
 /// A libibverbs CQ with its own completion channel: the
 /// [`CompletionQueue`] of real verbs. Dropping it acknowledges any event
 /// still unacknowledged, then destroys the CQ and its channel once no QP
-/// uses the CQ ([`close`](IbvCq::close) does it now, or refuses).
+/// uses the CQ ([`close`](IbvCq::close) does it now, or refuses); a CQ
+/// wrapped as [`Borrowed`](Ownership::Borrowed) is acknowledged but not
+/// destroyed.
+///
+/// Made by [`Context::create_cq`] / [`Context::create_cq_with`], or
+/// wrapped with [`IbvCq::from_raw`].
+///
+/// ```no_run
+/// use evd_verbs::{CompletionQueue, CqId, WorkCompletion};
+/// let ctx = evd_verbs::ibv::Context::open(None)?;
+/// let mut cq = ctx.create_cq(16, CqId(0))?;
+/// let mut out = [WorkCompletion::default(); 16];
+/// assert_eq!(cq.poll(&mut out)?, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct IbvCq {
     pub(super) raw: Arc<RawCq>,
     pub(super) wcs: [ffi::ibv_wc; POLL_BATCH],
@@ -84,6 +116,8 @@ impl fmt::Debug for IbvCq {
         f.debug_struct("IbvCq")
             .field("cq", &self.raw.cq)
             .field("channel", &self.raw.channel)
+            .field("id", &self.raw.id)
+            .field("ownership", &self.raw.ownership)
             .field("events_got", &self.got)
             .field("events_acked", &self.acked)
             .finish_non_exhaustive()
@@ -91,13 +125,174 @@ impl fmt::Debug for IbvCq {
 }
 
 impl IbvCq {
+    /// Wrap a CQ on `ctx` (registered under `id` at once).
+    pub(super) fn wrap(
+        ctx: &Arc<Context>,
+        cq: *mut ffi::ibv_cq,
+        channel: *mut ffi::ibv_comp_channel,
+        id: CqId,
+        ownership: Ownership,
+    ) -> IbvCq {
+        ctx.register_cq(cq, id);
+        IbvCq {
+            raw: Arc::new(RawCq {
+                ctx: ctx.clone(),
+                cq,
+                channel,
+                id,
+                ownership,
+            }),
+            wcs: [zeroed(); POLL_BATCH],
+            got: 0,
+            acked: 0,
+        }
+    }
+
+    /// Wrap a CQ made elsewhere (by another crate, or with raw `ffi`
+    /// calls), with the completion channel it was created with, so that a
+    /// [`Feed`](crate::Feed) can serve it. It is named `id` in events and,
+    /// through `ctx`'s registry, in async CQ errors; its `cq_context` is
+    /// left alone. The channel's fd is made non-blocking.
+    ///
+    /// `channel` may be null: the CQ is then polled only (busy-poll feeds;
+    /// [`channel_fd`](CompletionQueue::channel_fd) is `None`), whether or
+    /// not it has a channel that someone else serves.
+    ///
+    /// With [`Ownership::Owned`], dropping or [closing](IbvCq::close) the
+    /// wrapper destroys the CQ, then the channel (if non-null), as for a
+    /// CQ made here. With [`Ownership::Borrowed`] neither is ever destroyed
+    /// here; the events this wrapper got from the channel are still all
+    /// acknowledged before it lets go, so the owner's `ibv_destroy_cq`
+    /// does not wait for them.
+    ///
+    /// # Safety
+    /// - `cq` is a live CQ created on `ctx`'s device context (`ctx.as_ptr()`).
+    /// - `channel` is null, or the completion channel `cq` was created with,
+    ///   used by no other CQ and read by nobody else while the wrapper
+    ///   lives: every event on it is taken as this CQ's.
+    /// - `Owned`: nobody else destroys them; from now on they belong to the
+    ///   returned wrapper.
+    /// - `Borrowed`: the owner destroys them only after the wrapper and
+    ///   every QP made on it are gone, and acknowledges the events it got
+    ///   itself, if any.
+    /// - While the wrapper lives, nobody else polls `cq` or arms it with
+    ///   `ibv_req_notify_cq` in a way the wrapper's user does not expect
+    ///   (a feed's completions would go elsewhere).
+    ///
+    /// # Panics
+    /// If `cq` is null, was not created on `ctx` (`(*cq).context`), or
+    /// `channel` is neither null nor `(*cq).channel`.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{ffi, Context, IbvCq, Ownership};
+    /// use evd_verbs::{CqId, Feed, VerbsEvent};
+    /// let ctx = Context::open(None)?;
+    /// // SAFETY: a live context.
+    /// let channel = unsafe { ffi::ibv_create_comp_channel(ctx.as_ptr()) };
+    /// // SAFETY: a live context and channel.
+    /// let raw = unsafe { ffi::ibv_create_cq(ctx.as_ptr(), 64, std::ptr::null_mut(), channel, 0) };
+    /// assert!(!channel.is_null() && !raw.is_null());
+    /// // SAFETY: `raw` was made on `ctx` with `channel`, which only it
+    /// // uses; both are destroyed below, after the wrapper is gone.
+    /// let cq = unsafe { IbvCq::from_raw(&ctx, raw, channel, CqId(5), Ownership::Borrowed)? };
+    /// let (poster, _evd) = evd::bounded::<VerbsEvent>(64)?;
+    /// let feed = Feed::new(cq, CqId(5), poster);
+    /// drop(feed); // acks its events, destroys nothing
+    /// // SAFETY: ours, no wrapper or QP uses them any more.
+    /// assert_eq!(unsafe { ffi::ibv_destroy_cq(raw) }, 0);
+    /// // SAFETY: as above; its CQ is gone.
+    /// assert_eq!(unsafe { ffi::ibv_destroy_comp_channel(channel) }, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub unsafe fn from_raw(
+        ctx: &Arc<Context>,
+        cq: *mut ffi::ibv_cq,
+        channel: *mut ffi::ibv_comp_channel,
+        id: CqId,
+        ownership: Ownership,
+    ) -> io::Result<IbvCq> {
+        assert!(!cq.is_null(), "IbvCq::from_raw of a null CQ");
+        // SAFETY: the caller promises a live CQ.
+        let (cq_ctx, cq_channel) = unsafe { ((*cq).context, (*cq).channel) };
+        assert_eq!(cq_ctx, ctx.ctx, "IbvCq::from_raw: the CQ is not on `ctx`");
+        if !channel.is_null() {
+            assert_eq!(
+                channel, cq_channel,
+                "IbvCq::from_raw: `channel` is not the CQ's channel"
+            );
+            // SAFETY: the caller promises a live channel; its fd belongs to
+            // it.
+            set_nonblocking(unsafe { (*channel).fd })?;
+        }
+        Ok(IbvCq::wrap(ctx, cq, channel, id, ownership))
+    }
+
     /// The raw CQ, for verbs this module does not wrap.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let cq = ctx.create_cq(16, evd_verbs::CqId(0))?;
+    /// // SAFETY: a live CQ.
+    /// println!("{} entries", unsafe { (*cq.as_ptr()).cqe });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_ptr(&self) -> *mut ffi::ibv_cq {
         self.raw.cq
     }
 
+    /// The raw completion channel (null for a CQ wrapped without one).
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let cq = ctx.create_cq(16, evd_verbs::CqId(0))?;
+    /// // SAFETY: a live channel.
+    /// println!("fd {}", unsafe { (*cq.channel_ptr()).fd });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn channel_ptr(&self) -> *mut ffi::ibv_comp_channel {
+        self.raw.channel
+    }
+
+    /// The id the CQ was made or wrapped with, which async CQ errors name.
+    ///
+    /// ```no_run
+    /// use evd_verbs::CqId;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// assert_eq!(ctx.create_cq(16, CqId(4))?.id(), CqId(4));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn id(&self) -> CqId {
+        self.raw.id
+    }
+
+    /// Whether dropping the wrapper destroys the CQ and its channel.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::Ownership;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let cq = ctx.create_cq(16, evd_verbs::CqId(0))?;
+    /// assert_eq!(cq.ownership(), Ownership::Owned);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ownership(&self) -> Ownership {
+        self.raw.ownership
+    }
+
+    /// The context the CQ is on.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let cq = ctx.create_cq(16, evd_verbs::CqId(0))?;
+    /// assert!(std::sync::Arc::ptr_eq(cq.context(), &ctx));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn context(&self) -> &Arc<Context> {
+        &self.raw.ctx
+    }
+
     /// Acknowledge every event still unacknowledged, then destroy the CQ,
-    /// then its completion channel.
+    /// then its completion channel (a [`Borrowed`](Ownership::Borrowed)
+    /// CQ is only acknowledged and let go).
     ///
     /// QPs made on this CQ hold it, so they must be gone first: while one
     /// is alive, nothing is acknowledged or destroyed and the error
@@ -110,7 +305,7 @@ impl IbvCq {
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let pd = ctx.alloc_pd()?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = pd.create_rc_qp(&cq, &cq, 8)?;
+    /// let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1)?;
     /// let cq = match cq.close() {
     ///     Err(CloseError::InUse { handle, .. }) => handle, // `qp` uses it
     ///     other => panic!("{other:?}"),
@@ -146,7 +341,39 @@ impl IbvCq {
     }
 }
 
-fn convert(wc: &ffi::ibv_wc) -> WorkCompletion {
+/// A raw work completion as this crate's [`WorkCompletion`], as the feeds
+/// convert what they poll: for applications that poll a CQ themselves
+/// (`ffi::ibv_poll_cq`) and want the same type. The immediate is turned
+/// from the wire's big-endian to host order.
+///
+/// ```
+/// use evd_verbs::ibv::{ffi, work_completion};
+/// use evd_verbs::{WcFlags, WcOpcode, WcStatus};
+/// let wc = ffi::ibv_wc {
+///     wr_id: 7,
+///     status: ffi::ibv_wc_status::IBV_WC_SUCCESS,
+///     opcode: ffi::ibv_wc_opcode::IBV_WC_RECV,
+///     vendor_err: 0,
+///     byte_len: 64,
+///     imm_data_invalidated_rkey_union: ffi::imm_data_invalidated_rkey_union_t {
+///         imm_data: 0x1234_5678u32.to_be(),
+///     },
+///     qp_num: 42,
+///     src_qp: 0,
+///     wc_flags: ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0,
+///     pkey_index: 0,
+///     slid: 0,
+///     sl: 0,
+///     dlid_path_bits: 0,
+/// };
+/// let c = work_completion(&wc);
+/// assert_eq!((c.wr_id, c.byte_len, c.qp_num), (7, 64, 42));
+/// assert!(c.status.is_success() && c.status == WcStatus::SUCCESS);
+/// assert_eq!(c.opcode, WcOpcode::RECV);
+/// assert!(c.wc_flags.contains(WcFlags::WITH_IMM));
+/// assert_eq!(c.imm_data, 0x1234_5678);
+/// ```
+pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
     WorkCompletion {
         wr_id: wc.wr_id,
         status: WcStatus(wc.status),
@@ -180,7 +407,7 @@ impl CompletionQueue for IbvCq {
             }
             let n = n as usize;
             for (o, wc) in chunk.iter_mut().zip(&self.wcs[..n]) {
-                *o = convert(wc);
+                *o = work_completion(wc);
             }
             total += n;
             if n < chunk.len() {
@@ -203,11 +430,17 @@ impl CompletionQueue for IbvCq {
     }
 
     fn channel_fd(&self) -> Option<RawFd> {
+        if self.raw.channel.is_null() {
+            return None;
+        }
         // SAFETY: a live channel.
         Some(unsafe { (*self.raw.channel).fd })
     }
 
     fn get_event(&mut self) -> io::Result<bool> {
+        if self.raw.channel.is_null() {
+            return Ok(false);
+        }
         let mut cq = ptr::null_mut();
         let mut ctx = ptr::null_mut();
         // SAFETY: a live, non-blocking channel; out-parameters are locals.

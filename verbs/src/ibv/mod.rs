@@ -10,9 +10,30 @@
 //! the bindings the way libibverbs' own inline functions call them: through
 //! the context's ops table.
 //!
+//! Bring your own objects: every wrapper gives its raw handle (`as_ptr`,
+//! and [`IbvCq::channel_ptr`]), and a context or CQ made elsewhere (by
+//! librdmacm, another crate, raw [`ffi`] calls) can be wrapped with the
+//! unsafe [`Context::from_raw`] and [`IbvCq::from_raw`], either taking it
+//! over ([`Ownership::Owned`]) or leaving its destruction to its maker
+//! ([`Ownership::Borrowed`]). A QP can be made on raw CQs
+//! ([`ProtectionDomain::create_rc_qp_raw`]) and moved through any
+//! transition ([`QueuePair::modify`]); memory can be registered with
+//! chosen [`AccessFlags`], from the caller's buffer or raw memory. The
+//! CQ's `cq_context` is the caller's ([`CqConfig`]): async CQ errors find
+//! the CQ's id in the context's registry instead. Applications polling a
+//! CQ themselves convert with [`work_completion`].
+//!
+//! Work requests: [`QueuePair::post_send_wr`] takes a [`SendRequest`]
+//! (send, send with immediate, RDMA write with or without immediate, RDMA
+//! read; up to [`MAX_SGES`] [`Sge`]s; signaled or not, solicited, fenced,
+//! inline) and [`QueuePair::post_recv_sges`] a list of SGEs, both without
+//! allocating. An [`Sge`] is made safely only from a [`MemoryRegion`]
+//! ([`MemoryRegion::sge`], range-checked).
+//!
 //! Thread safety: libibverbs objects may be used from any thread
-//! (libibverbs is thread-safe); each wrapper is `Send`, and the shared ones
-//! (`Context`, `ProtectionDomain`) are `Sync` behind an `Arc`.
+//! (libibverbs is thread-safe); each wrapper is `Send`, the shared ones
+//! (`Context`, `ProtectionDomain`) are `Sync` behind an `Arc`, and
+//! `QueuePair` is `Sync` so that several threads may post on it.
 //!
 //! Teardown: each object has an explicit `close`, which returns a failed
 //! destroy as a [`TeardownError`] and, for the shared objects, refuses
@@ -21,18 +42,19 @@
 //! the hook of the [`teardown`] module. An object whose destroy failed is
 //! leaked with what it depends on. The order is the reverse of creation:
 //! QPs and memory regions, then CQs, then protection domains, then the
-//! context.
+//! context. A [`Borrowed`](Ownership::Borrowed) object is never destroyed
+//! here.
 //!
 //! Needs an RDMA device to run (see `verbs/tests/softroce/run.sh`):
 //!
 //! ```no_run
-//! use evd_verbs::ibv::{Context, SendOp};
+//! use evd_verbs::ibv::{ConnectParams, Context, QpCaps, SendOp};
 //! use evd_verbs::{CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent};
 //! let ctx = Context::open(None)?; // the first device, e.g. rxe0
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.create_cq(64, CqId(1))?; // with its own completion channel
-//! let qp = pd.create_rc_qp(&cq, &cq, 16)?;
-//! qp.connect(qp.endpoint(0)?, 0)?; // loopback to itself
+//! let qp = pd.create_rc_qp(&cq, &cq, &QpCaps::default(), 1)?; // port 1
+//! qp.connect(qp.endpoint(1, 0, 0)?, &ConnectParams::default())?; // loopback to itself
 //! let mr = pd.register(4096)?;
 //! let (poster, mut evd) = evd::bounded::<VerbsEvent>(256)?;
 //! let mut driver = Driver::new(DriverConfig::default())?;
@@ -55,11 +77,13 @@ mod qp;
 
 pub use async_events::IbvAsyncEvents;
 pub use cm::{CmChannel, CmConnParams, CmEvents, CmId};
-pub use context::{device_names, Context};
-pub use cq::IbvCq;
-pub use mr::MemoryRegion;
-pub use pd::ProtectionDomain;
-pub use qp::{Endpoint, QueuePair, SendOp};
+pub use context::{device_names, Context, CqConfig, Ownership};
+pub use cq::{work_completion, IbvCq};
+pub use mr::{AccessFlags, MemoryRegion, RangeError, Sge};
+pub use pd::{ProtectionDomain, QpCaps};
+pub use qp::{
+    ConnectParams, Endpoint, Mtu, PostWrError, QpState, QueuePair, SendOp, SendRequest, MAX_SGES,
+};
 
 /// The raw bindings (`rdma-mummy-sys`), for the raw handles every object
 /// here exposes and for verbs this module does not wrap.

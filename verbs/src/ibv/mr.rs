@@ -1,18 +1,335 @@
-//! Memory regions (`ibv_mr`): buffers registered with the device.
+//! Memory regions (`ibv_mr`): buffers registered with the device, with the
+//! access they allow, and the scatter/gather entries that name them in
+//! work requests.
 
 use super::*;
 use crate::teardown::{TeardownError, VerbsObject};
 use std::fmt;
+use std::io;
 use std::mem;
+use std::ops::{BitAnd, BitAndAssign, BitOr, BitOrAssign, Sub};
 use std::ptr;
 use std::sync::Arc;
 
-/// A registered buffer.
+/// The access a memory region (or a QP) allows (`ibv_access_flags`).
+///
+/// Local reads are always allowed. libibverbs refuses `REMOTE_WRITE` or
+/// `REMOTE_ATOMIC` without `LOCAL_WRITE` (`EINVAL`).
+///
+/// ```
+/// use evd_verbs::ibv::AccessFlags;
+/// let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+/// assert!(rw.contains(AccessFlags::REMOTE_READ));
+/// assert!(!rw.contains(AccessFlags::REMOTE_WRITE));
+/// assert_eq!(rw - AccessFlags::REMOTE_READ, AccessFlags::LOCAL_WRITE);
+/// assert_eq!(rw & AccessFlags::LOCAL_WRITE, AccessFlags::LOCAL_WRITE);
+/// assert!(AccessFlags::empty().is_empty());
+/// ```
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AccessFlags(u32);
+
+impl AccessFlags {
+    /// `IBV_ACCESS_LOCAL_WRITE`: the device may write the memory for local
+    /// work requests (receives, RDMA read responses).
+    pub const LOCAL_WRITE: AccessFlags =
+        AccessFlags(ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0);
+    /// `IBV_ACCESS_REMOTE_WRITE`: peers may RDMA-write it.
+    pub const REMOTE_WRITE: AccessFlags =
+        AccessFlags(ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0);
+    /// `IBV_ACCESS_REMOTE_READ`: peers may RDMA-read it.
+    pub const REMOTE_READ: AccessFlags =
+        AccessFlags(ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0);
+    /// `IBV_ACCESS_REMOTE_ATOMIC`: peers may run atomics on it.
+    pub const REMOTE_ATOMIC: AccessFlags =
+        AccessFlags(ffi::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0);
+
+    /// No flag: local reads only.
+    ///
+    /// ```
+    /// assert_eq!(evd_verbs::ibv::AccessFlags::empty().bits(), 0);
+    /// ```
+    pub const fn empty() -> AccessFlags {
+        AccessFlags(0)
+    }
+
+    /// Any `ibv_access_flags` bits, including those without a constant
+    /// here (e.g. `IBV_ACCESS_RELAXED_ORDERING`), passed on as they are.
+    ///
+    /// ```
+    /// use evd_verbs::ibv::{ffi, AccessFlags};
+    /// let f = AccessFlags::from_bits(ffi::ibv_access_flags::IBV_ACCESS_RELAXED_ORDERING.0)
+    ///     | AccessFlags::LOCAL_WRITE;
+    /// assert!(f.contains(AccessFlags::LOCAL_WRITE));
+    /// ```
+    pub const fn from_bits(bits: u32) -> AccessFlags {
+        AccessFlags(bits)
+    }
+
+    /// The `ibv_access_flags` bits.
+    ///
+    /// ```
+    /// use evd_verbs::ibv::{ffi, AccessFlags};
+    /// assert_eq!(AccessFlags::REMOTE_READ.bits(), ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0);
+    /// ```
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag of `other` is set.
+    ///
+    /// ```
+    /// use evd_verbs::ibv::AccessFlags;
+    /// assert!((AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).contains(AccessFlags::REMOTE_WRITE));
+    /// ```
+    pub const fn contains(self, other: AccessFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether no flag is set.
+    ///
+    /// ```
+    /// assert!(!evd_verbs::ibv::AccessFlags::LOCAL_WRITE.is_empty());
+    /// ```
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl fmt::Debug for AccessFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (AccessFlags::LOCAL_WRITE, "LOCAL_WRITE"),
+            (AccessFlags::REMOTE_WRITE, "REMOTE_WRITE"),
+            (AccessFlags::REMOTE_READ, "REMOTE_READ"),
+            (AccessFlags::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        ];
+        let mut rest = self.0;
+        let mut first = true;
+        f.write_str("AccessFlags(")?;
+        for (flag, name) in names {
+            if self.contains(flag) {
+                if !first {
+                    f.write_str(" | ")?;
+                }
+                f.write_str(name)?;
+                first = false;
+                rest &= !flag.0;
+            }
+        }
+        if rest != 0 {
+            if !first {
+                f.write_str(" | ")?;
+            }
+            write!(f, "{rest:#x}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl BitOr for AccessFlags {
+    type Output = AccessFlags;
+    fn bitor(self, rhs: AccessFlags) -> AccessFlags {
+        AccessFlags(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for AccessFlags {
+    fn bitor_assign(&mut self, rhs: AccessFlags) {
+        self.0 |= rhs.0;
+    }
+}
+
+impl BitAnd for AccessFlags {
+    type Output = AccessFlags;
+    fn bitand(self, rhs: AccessFlags) -> AccessFlags {
+        AccessFlags(self.0 & rhs.0)
+    }
+}
+
+impl BitAndAssign for AccessFlags {
+    fn bitand_assign(&mut self, rhs: AccessFlags) {
+        self.0 &= rhs.0;
+    }
+}
+
+impl Sub for AccessFlags {
+    type Output = AccessFlags;
+    /// The flags of `self` without those of `rhs`.
+    fn sub(self, rhs: AccessFlags) -> AccessFlags {
+        AccessFlags(self.0 & !rhs.0)
+    }
+}
+
+/// One scatter/gather entry of a work request (`ibv_sge`): `length` bytes
+/// at `addr`, in the registration of local key `lkey`.
+///
+/// Made safely only from a [`MemoryRegion`] ([`MemoryRegion::sge`], range
+/// checked), or with the unsafe [`Sge::from_raw`]. It is plain data, so it
+/// can be kept and posted from any thread. Keep its region registered
+/// while requests posted with it are outstanding: once the region is
+/// deregistered its key no longer names that memory, and a request using
+/// it fails with a protection error.
+///
+/// ```no_run
+/// let ctx = evd_verbs::ibv::Context::open(None)?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.register(4096)?;
+/// let sge = mr.sge(128, 64)?;
+/// assert_eq!((sge.addr(), sge.length(), sge.lkey()), (mr.addr() + 128, 64, mr.lkey()));
+/// assert!(mr.sge(4090, 64).is_err()); // past the end
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sge {
+    addr: u64,
+    length: u32,
+    lkey: u32,
+}
+
+impl Sge {
+    /// An entry from raw parts, for memory registered elsewhere (or, for an
+    /// inline send, not registered at all).
+    ///
+    /// # Safety
+    /// Until every work request posted with it has completed (or its QP is
+    /// destroyed), `length` bytes at `addr`:
+    /// - lie inside a live registration whose local key is `lkey` (not
+    ///   needed for an [inline](crate::ibv::SendRequest::inline) send,
+    ///   whose bytes are copied when it is posted and only need to be
+    ///   readable then);
+    /// - stay allocated and unmoved, readable for sends and RDMA writes,
+    ///   and, for receives and RDMA reads (which the device writes), not
+    ///   referenced by anything that assumes they do not change.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::Sge;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let mr = pd.register(4096)?;
+    /// // SAFETY: inside `mr`, which outlives every request posted with it.
+    /// let sge = unsafe { Sge::from_raw(mr.addr() + 16, 32, mr.lkey()) };
+    /// assert_eq!(sge, mr.sge(16, 32)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub unsafe fn from_raw(addr: u64, length: u32, lkey: u32) -> Sge {
+        Sge { addr, length, lkey }
+    }
+
+    /// The address.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// assert_eq!(mr.sge(8, 8)?.addr(), mr.addr() + 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// The length in bytes.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// assert_eq!(mr.sge(8, 8)?.length(), 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn length(&self) -> u32 {
+        self.length
+    }
+
+    /// The local key.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// assert_eq!(mr.sge(0, 8)?.lkey(), mr.lkey());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    pub(super) fn raw(&self) -> ffi::ibv_sge {
+        ffi::ibv_sge {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+        }
+    }
+}
+
+/// A range not inside a memory region ([`MemoryRegion::sge`]), or longer
+/// than an SGE can say (`u32::MAX` bytes).
+///
+/// ```no_run
+/// let ctx = evd_verbs::ibv::Context::open(None)?;
+/// let mr = ctx.alloc_pd()?.register(64)?;
+/// let e = mr.sge(60, 8).unwrap_err();
+/// assert_eq!((e.offset, e.len, e.region_len), (60, 8, 64));
+/// let io: std::io::Error = e.into();
+/// assert_eq!(io.kind(), std::io::ErrorKind::InvalidInput);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeError {
+    /// The offset asked for.
+    pub offset: usize,
+    /// The length asked for.
+    pub len: usize,
+    /// The region's length.
+    pub region_len: usize,
+}
+
+impl fmt::Display for RangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} bytes at offset {} are not inside a memory region of {} bytes",
+            self.len, self.offset, self.region_len
+        )
+    }
+}
+
+impl std::error::Error for RangeError {}
+
+impl From<RangeError> for io::Error {
+    /// An [`InvalidInput`](io::ErrorKind::InvalidInput) error carrying it.
+    fn from(e: RangeError) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
+}
+
+/// The memory a region covers.
+pub(super) enum Memory {
+    /// A buffer the region owns: freed (or given back by `close`) once
+    /// deregistered.
+    Owned(Box<[u8]>),
+    /// The caller's memory (`register_raw`).
+    Raw { ptr: *mut u8, len: usize },
+}
+
+/// A registered buffer: one this region owns (made by
+/// [`ProtectionDomain::register`], [`register_with`](ProtectionDomain::register_with)
+/// or [`register_buffer`](ProtectionDomain::register_buffer)), or the
+/// caller's memory ([`register_raw`](ProtectionDomain::register_raw)).
+///
+/// ```no_run
+/// use evd_verbs::ibv::AccessFlags;
+/// let ctx = evd_verbs::ibv::Context::open(None)?;
+/// let pd = ctx.alloc_pd()?;
+/// let mut mr = pd.register_with(4096, AccessFlags::LOCAL_WRITE)?;
+/// mr.as_mut_slice()[..5].copy_from_slice(b"hello");
+/// assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct MemoryRegion {
     /// Non-null until `destroy`, which only `close` and `Drop` call.
     pub(super) mr: *mut ffi::ibv_mr,
     /// Registered while `mr` is non-null.
-    pub(super) buf: Box<[u8]>,
+    memory: Memory,
+    access: AccessFlags,
     pub(super) pd: Arc<ProtectionDomain>,
 }
 
@@ -21,62 +338,245 @@ impl fmt::Debug for MemoryRegion {
         f.debug_struct("MemoryRegion")
             .field("mr", &self.mr)
             .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("len", &self.buf.len())
+            .field("len", &self.len())
             .field("lkey", &self.lkey())
             .field("rkey", &self.rkey())
+            .field("access", &self.access)
+            .field("owned", &matches!(self.memory, Memory::Owned(_)))
             .finish_non_exhaustive()
     }
 }
 
-// SAFETY: the MR is used through libibverbs (thread-safe) and the buffer is
-// owned; the hardware writes it only while work requests that the owner
-// posted are outstanding.
+// SAFETY: the MR is used through libibverbs (thread-safe); the memory is
+// owned, or the caller's under `register_raw`'s contract (valid and unmoved
+// until deregistered, viewed only through this region); the hardware
+// writes it only while work requests that the owner posted are
+// outstanding.
 unsafe impl Send for MemoryRegion {}
 
 impl MemoryRegion {
-    /// The buffer.
+    /// Register `memory` in `pd`.
+    ///
+    /// # Safety
+    /// The memory stays valid and unmoved until the region is deregistered
+    /// (`Owned`: the region holds it; `Raw`: the caller promised it).
+    pub(super) unsafe fn register(
+        pd: &Arc<ProtectionDomain>,
+        mut memory: Memory,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, (io::Error, Memory)> {
+        let (addr, len) = match &mut memory {
+            Memory::Owned(buf) => (buf.as_mut_ptr(), buf.len()),
+            Memory::Raw { ptr, len } => (*ptr, *len),
+        };
+        // SAFETY: a live PD; the memory is valid and unmoved until the
+        // region deregisters it (this function's contract).
+        let mr = unsafe { ffi::ibv_reg_mr(pd.pd, addr.cast(), len, access.bits() as i32) };
+        if mr.is_null() {
+            return Err((last_err(), memory));
+        }
+        Ok(MemoryRegion {
+            mr,
+            memory,
+            access,
+            pd: pd.clone(),
+        })
+    }
+
+    fn base(&self) -> *mut u8 {
+        match &self.memory {
+            Memory::Owned(buf) => buf.as_ptr().cast_mut(),
+            Memory::Raw { ptr, .. } => *ptr,
+        }
+    }
+
+    /// The registered memory.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// assert!(mr.as_slice().iter().all(|&b| b == 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_slice(&self) -> &[u8] {
-        &self.buf
+        match &self.memory {
+            Memory::Owned(buf) => buf,
+            // SAFETY: `register_raw`'s contract: valid for `len` bytes and
+            // viewed only through this region while it is registered.
+            Memory::Raw { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
     }
-    /// The buffer, mutably.
+
+    /// The registered memory, mutably.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mut mr = ctx.alloc_pd()?.register(64)?;
+    /// mr.as_mut_slice()[0] = 1;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.buf
+        match &mut self.memory {
+            Memory::Owned(buf) => buf,
+            // SAFETY: as in `as_slice`; `&mut self` makes this the only view.
+            Memory::Raw { ptr, len } => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+        }
     }
+
+    /// The length in bytes.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// assert_eq!(ctx.alloc_pd()?.register(4096)?.len(), 4096);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        match &self.memory {
+            Memory::Owned(buf) => buf.len(),
+            Memory::Raw { len, .. } => *len,
+        }
+    }
+
+    /// Whether the region is empty.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// assert!(!ctx.alloc_pd()?.register(64)?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The address remote peers write to.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// assert_eq!(mr.addr(), mr.as_slice().as_ptr() as u64);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn addr(&self) -> u64 {
-        self.buf.as_ptr() as u64
+        self.base() as u64
     }
+
     /// The local key.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// println!("lkey {:#x}", mr.lkey());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn lkey(&self) -> u32 {
         // SAFETY: a live MR.
         unsafe { (*self.mr).lkey }
     }
-    /// The remote key.
+
+    /// The remote key, which peers name the region by in RDMA reads and
+    /// writes.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// println!("rkey {:#x}", mr.rkey());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn rkey(&self) -> u32 {
         // SAFETY: a live MR.
         unsafe { (*self.mr).rkey }
     }
-    pub(super) fn sge(&self, offset: usize, len: usize) -> ffi::ibv_sge {
-        assert!(offset + len <= self.buf.len(), "range outside the region");
-        ffi::ibv_sge {
-            addr: self.addr() + offset as u64,
-            length: len as u32,
-            lkey: self.lkey(),
-        }
-    }
-}
 
-impl MemoryRegion {
-    /// Deregister the region now and free its buffer.
+    /// The access it was registered with.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::AccessFlags;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// assert!(mr.access().contains(AccessFlags::REMOTE_WRITE));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The raw memory region, for verbs this module does not wrap.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// // SAFETY: a live MR.
+    /// assert_eq!(unsafe { (*mr.as_ptr()).length }, 64);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn as_ptr(&self) -> *mut ffi::ibv_mr {
+        self.mr
+    }
+
+    /// The protection domain it is registered in.
     ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let pd = ctx.alloc_pd()?;
-    /// pd.register(4096)?.close()?;
+    /// let mr = pd.register(64)?;
+    /// assert!(std::sync::Arc::ptr_eq(mr.pd(), &pd));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn close(mut self) -> Result<(), TeardownError> {
-        self.destroy()
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// The scatter/gather entry for `len` bytes at `offset`, or an error
+    /// if that is not inside the region (or `len` exceeds `u32::MAX`).
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(4096)?;
+    /// let (head, body) = (mr.sge(0, 16)?, mr.sge(1024, 512)?);
+    /// assert!(mr.sge(4096, 1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sge(&self, offset: usize, len: usize) -> Result<Sge, RangeError> {
+        let err = RangeError {
+            offset,
+            len,
+            region_len: self.len(),
+        };
+        let end = offset.checked_add(len).ok_or(err)?;
+        if end > self.len() {
+            return Err(err);
+        }
+        let length = u32::try_from(len).map_err(|_| err)?;
+        Ok(Sge {
+            addr: self.addr() + offset as u64,
+            length,
+            lkey: self.lkey(),
+        })
+    }
+}
+
+impl MemoryRegion {
+    /// Deregister the region now; returns the buffer it owned (`None` for
+    /// [`register_raw`](ProtectionDomain::register_raw) memory, which is
+    /// the caller's again).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::AccessFlags;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let mr = pd.register_buffer(vec![7u8; 4096].into_boxed_slice(), AccessFlags::LOCAL_WRITE)?;
+    /// let buf = mr.close()?.expect("an owned buffer");
+    /// assert_eq!(buf.len(), 4096);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(mut self) -> Result<Option<Box<[u8]>>, TeardownError> {
+        self.destroy()?;
+        Ok(
+            match mem::replace(&mut self.memory, Memory::Owned(Box::default())) {
+                Memory::Owned(buf) => Some(buf),
+                Memory::Raw { .. } => None,
+            },
+        )
     }
 
     fn destroy(&mut self) -> Result<(), TeardownError> {
@@ -89,8 +589,12 @@ impl MemoryRegion {
         let ret = unsafe { ffi::ibv_dereg_mr(mr) };
         destroyed(VerbsObject::MemoryRegion, "ibv_dereg_mr", ret).inspect_err(|_| {
             // Still registered: the HCA may write the buffer, so it is never
-            // freed.
-            Box::leak(mem::take(&mut self.buf));
+            // freed (raw memory: the caller cannot know, so is told by the
+            // error; its contract already keeps it valid until a successful
+            // deregistration).
+            if let Memory::Owned(buf) = &mut self.memory {
+                Box::leak(mem::take(buf));
+            }
             keep_forever(&self.pd);
         })
     }

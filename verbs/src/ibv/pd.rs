@@ -1,5 +1,6 @@
 //! Protection domains (`ibv_pd`): what memory regions and QPs are made in.
 
+use super::mr::Memory;
 use super::*;
 use crate::teardown::{CloseError, TeardownError, VerbsObject};
 use std::io;
@@ -7,7 +8,14 @@ use std::mem;
 use std::ptr;
 use std::sync::Arc;
 
-/// A protection domain.
+/// A protection domain, from [`Context::alloc_pd`].
+///
+/// ```no_run
+/// let ctx = evd_verbs::ibv::Context::open(None)?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.register(4096)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct ProtectionDomain {
     pub(super) ctx: Arc<Context>,
@@ -67,75 +75,244 @@ impl ProtectionDomain {
     }
 
     /// The context.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// assert!(std::sync::Arc::ptr_eq(pd.context(), &ctx));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
     }
 
-    /// Register a zeroed buffer of `len` bytes for local and remote
-    /// read/write access.
-    pub fn register(self: &Arc<Self>, len: usize) -> io::Result<MemoryRegion> {
-        let mut buf = vec![0u8; len.max(1)].into_boxed_slice();
-        let access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
-            | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
-        // SAFETY: the buffer lives in the MemoryRegion, which frees it only
-        // after a successful deregistration (`destroy`).
-        let mr =
-            unsafe { ffi::ibv_reg_mr(self.pd, buf.as_mut_ptr().cast(), buf.len(), access as i32) };
-        if mr.is_null() {
-            return Err(last_err());
-        }
-        Ok(MemoryRegion {
-            mr,
-            buf,
-            pd: self.clone(),
-        })
+    /// The raw protection domain, for verbs this module does not wrap.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// // SAFETY: a live PD.
+    /// assert_eq!(unsafe { (*pd.as_ptr()).context }, ctx.as_ptr());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn as_ptr(&self) -> *mut ffi::ibv_pd {
+        self.pd
     }
 
-    /// A reliable-connected QP on `send_cq` and `recv_cq`, in the INIT
-    /// state; connect it with [`QueuePair::connect`].
+    /// Register a zeroed buffer of `len` bytes (at least 1) for local
+    /// write and remote read/write access: shorthand for
+    /// [`register_with`](ProtectionDomain::register_with).
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(4096)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn register(self: &Arc<Self>, len: usize) -> io::Result<MemoryRegion> {
+        self.register_with(
+            len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        )
+    }
+
+    /// Register a zeroed buffer of `len` bytes (at least 1) that the region
+    /// owns, with `access`.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::AccessFlags;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// // Peers may read it, not write it.
+    /// let mr = pd.register_with(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn register_with(
+        self: &Arc<Self>,
+        len: usize,
+        access: AccessFlags,
+    ) -> io::Result<MemoryRegion> {
+        self.register_buffer(vec![0u8; len.max(1)].into_boxed_slice(), access)
+    }
+
+    /// Register the caller's buffer with `access`; the region owns it while
+    /// registered, and [`MemoryRegion::close`] gives it back (dropping the
+    /// region frees it). On failure the buffer is dropped.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::AccessFlags;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let buf: Box<[u8]> = b"ready-made payload".to_vec().into_boxed_slice();
+    /// let mr = pd.register_buffer(buf, AccessFlags::empty())?; // send-only
+    /// assert_eq!(mr.as_slice(), b"ready-made payload");
+    /// let buf = mr.close()?.expect("owned");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn register_buffer(
+        self: &Arc<Self>,
+        buf: Box<[u8]>,
+        access: AccessFlags,
+    ) -> io::Result<MemoryRegion> {
+        // SAFETY: the region holds the buffer and frees (or returns) it only
+        // after a successful deregistration (`MemoryRegion::destroy`);
+        // moving the Box does not move its heap memory.
+        unsafe { MemoryRegion::register(self, Memory::Owned(buf), access) }.map_err(|(e, _)| e)
+    }
+
+    /// Register `len` bytes of the caller's memory at `ptr` with `access`.
+    /// The region does not own or free it; [`MemoryRegion::as_slice`] and
+    /// [`as_mut_slice`](MemoryRegion::as_mut_slice) view it.
+    ///
+    /// # Safety
+    /// - `ptr` is valid for reads and writes of `len` bytes and stays
+    ///   allocated and unmoved until the region is closed or dropped, and
+    ///   for ever if deregistering it fails (a [`TeardownError`], returned
+    ///   by `close` or reported to the [teardown hook](crate::teardown)):
+    ///   the device may access it until then.
+    /// - While the region lives the memory is not used through other
+    ///   references that assume it does not change (the device and the
+    ///   region's slices write it), as with `slice::from_raw_parts_mut`.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::AccessFlags;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let mut pool = vec![0u8; 1 << 20]; // e.g. a pool from another allocator
+    /// // SAFETY: `pool` outlives the region (closed below) and is used only
+    /// // through it meanwhile.
+    /// let mr = unsafe { pd.register_raw(pool.as_mut_ptr(), pool.len(), AccessFlags::LOCAL_WRITE)? };
+    /// assert_eq!(mr.addr(), pool.as_ptr() as u64);
+    /// assert!(mr.close()?.is_none()); // not owned
+    /// drop(pool);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub unsafe fn register_raw(
+        self: &Arc<Self>,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> io::Result<MemoryRegion> {
+        // SAFETY: the caller keeps the memory valid and unmoved until the
+        // region is deregistered (this function's contract).
+        unsafe { MemoryRegion::register(self, Memory::Raw { ptr, len }, access) }
+            .map_err(|(e, _)| e)
+    }
+
+    /// A reliable-connected QP on `send_cq` and `recv_cq` with `caps`, in
+    /// the INIT state on `port`; connect it with [`QueuePair::connect`] (or
+    /// move it on with [`QueuePair::modify`]). The QP holds both CQs alive.
+    ///
+    /// The capabilities the provider granted (which may exceed those asked
+    /// for) are [`QueuePair::caps`].
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::QpCaps;
+    /// use evd_verbs::CqId;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let cq = ctx.create_cq(256, CqId(1))?;
+    /// let caps = QpCaps { max_send_wr: 128, max_send_sge: 4, max_inline_data: 64, ..QpCaps::default() };
+    /// let qp = pd.create_rc_qp(&cq, &cq, &caps, 1)?;
+    /// assert!(qp.caps().max_inline_data >= 64);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn create_rc_qp(
         self: &Arc<Self>,
         send_cq: &IbvCq,
         recv_cq: &IbvCq,
-        max_wr: u32,
+        caps: &QpCaps,
+        port: u8,
     ) -> io::Result<QueuePair> {
-        let mut init = ffi::ibv_qp_init_attr {
-            send_cq: send_cq.raw.cq,
-            recv_cq: recv_cq.raw.cq,
-            qp_type: ffi::ibv_qp_type::IBV_QPT_RC,
-            sq_sig_all: 0,
-            ..zeroed()
-        };
-        init.cap.max_send_wr = max_wr;
-        init.cap.max_recv_wr = max_wr;
-        init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
-        // SAFETY: live PD and CQs; the QP keeps Arcs to both CQs.
-        let qp = unsafe { ffi::ibv_create_qp(self.pd, &mut init) };
-        if qp.is_null() {
-            return Err(last_err());
+        // SAFETY: the CQs are live, and the QP keeps Arcs to both.
+        unsafe {
+            QueuePair::create(
+                self,
+                (send_cq.raw.cq, recv_cq.raw.cq),
+                [Some(send_cq.raw.clone()), Some(recv_cq.raw.clone())],
+                caps,
+                port,
+            )
         }
-        let qp = QueuePair {
-            qp,
-            send_cq: send_cq.raw.clone(),
-            recv_cq: recv_cq.raw.clone(),
-            pd: self.clone(),
-        };
-        let mut attr = ffi::ibv_qp_attr {
-            qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-                | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
-                | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0,
-            ..zeroed()
-        };
-        let mask = ffi::ibv_qp_attr_mask::IBV_QP_STATE.0
-            | ffi::ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
-            | ffi::ibv_qp_attr_mask::IBV_QP_PORT.0
-            | ffi::ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
-        qp.modify(&mut attr, mask)?;
-        Ok(qp)
+    }
+
+    /// [`create_rc_qp`](ProtectionDomain::create_rc_qp) on CQs made
+    /// elsewhere (another crate, raw `ffi` calls), given as raw pointers.
+    ///
+    /// # Safety
+    /// `send_cq` and `recv_cq` are live CQs of this PD's device context,
+    /// and the caller keeps them alive (not destroyed) until the QP is
+    /// closed or dropped.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{ffi, QpCaps};
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// // SAFETY: a live context; no channel.
+    /// let cq = unsafe { ffi::ibv_create_cq(ctx.as_ptr(), 64, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+    /// assert!(!cq.is_null());
+    /// // SAFETY: `cq` is live until destroyed below, after the QP.
+    /// let qp = unsafe { pd.create_rc_qp_raw(cq, cq, &QpCaps::default(), 1)? };
+    /// qp.close()?;
+    /// // SAFETY: ours, and no QP uses it any more.
+    /// assert_eq!(unsafe { ffi::ibv_destroy_cq(cq) }, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub unsafe fn create_rc_qp_raw(
+        self: &Arc<Self>,
+        send_cq: *mut ffi::ibv_cq,
+        recv_cq: *mut ffi::ibv_cq,
+        caps: &QpCaps,
+        port: u8,
+    ) -> io::Result<QueuePair> {
+        // SAFETY: the caller keeps the CQs alive while the QP lives.
+        unsafe { QueuePair::create(self, (send_cq, recv_cq), [None, None], caps, port) }
+    }
+}
+
+/// What a QP is created with (`ibv_qp_cap`, `sq_sig_all`) and the access
+/// it allows peers, for [`ProtectionDomain::create_rc_qp`].
+///
+/// The default is 16 send and 16 receive work requests, 1 SGE each way,
+/// no inline data, only requests asking for it signaled, and local write
+/// plus remote read and write access.
+///
+/// ```
+/// use evd_verbs::ibv::{AccessFlags, QpCaps};
+/// let caps = QpCaps { max_send_wr: 1024, max_inline_data: 128, ..QpCaps::default() };
+/// assert_eq!((caps.max_recv_wr, caps.max_send_sge, caps.sq_sig_all), (16, 1, false));
+/// assert!(caps.access.contains(AccessFlags::REMOTE_WRITE));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Outstanding send-side work requests.
+    pub max_send_wr: u32,
+    /// Outstanding receives.
+    pub max_recv_wr: u32,
+    /// SGEs per send-side work request (at most [`MAX_SGES`] are posted
+    /// by this crate).
+    pub max_send_sge: u32,
+    /// SGEs per receive.
+    pub max_recv_sge: u32,
+    /// Bytes a send-side request may carry inline.
+    pub max_inline_data: u32,
+    /// Every send-side request completes (`sq_sig_all`), signaled or not.
+    pub sq_sig_all: bool,
+    /// What peers may do to this side's memory through the QP
+    /// (`IBV_QP_ACCESS_FLAGS`, set on the move to INIT; each memory region
+    /// must allow it too).
+    pub access: AccessFlags,
+}
+
+impl Default for QpCaps {
+    fn default() -> QpCaps {
+        QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+            sq_sig_all: false,
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        }
     }
 }

@@ -3,8 +3,12 @@
 //! dummy0 that address), every event read through `ibv::CmEvents`.
 
 use crate::{ensure, Res};
-use evd_verbs::ibv::{CmChannel, CmConnParams, CmEvents, CmId, Context, QueuePair};
-use evd_verbs::{CmEvent, CmEventKind, CmEventSource, CmToken, CqId};
+use evd_verbs::ibv::{
+    CmChannel, CmConnParams, CmEvents, CmId, Context, IbvCq, QpCaps, QueuePair, SendOp,
+};
+use evd_verbs::{
+    CmEvent, CmEventKind, CmEventSource, CmToken, CompletionQueue, CqId, WorkCompletion,
+};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,8 +45,20 @@ fn expect(events: &mut CmEvents, kind: CmEventKind, id: CmToken) -> Result<CmEve
     Ok(ev)
 }
 
+/// The next completion of `cq`, busy-polled (10 s limit).
+fn poll_one(cq: &mut IbvCq) -> Result<WorkCompletion, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut wc = [WorkCompletion::default(); 1];
+    loop {
+        if cq.poll(&mut wc).map_err(|e| format!("poll: {e:?}"))? == 1 {
+            return Ok(wc[0]);
+        }
+        ensure!(Instant::now() < deadline, "no completion after 10 s");
+    }
+}
+
 /// A QP (in INIT) with its CQ, on the device `id` is bound to.
-fn qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, Arc<Context>), String> {
+fn qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, IbvCq), String> {
     let name = id.device_name().ok_or("identifier not bound to a device")?;
     let ctx = Context::open(Some(&name)).map_err(|e| format!("open {name}: {e}"))?;
     let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
@@ -50,9 +66,9 @@ fn qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, Arc<Context>), String> {
         .create_cq(16, CqId(cq))
         .map_err(|e| format!("create_cq: {e}"))?;
     let qp = pd
-        .create_rc_qp(&cq, &cq, 8)
+        .create_rc_qp(&cq, &cq, &QpCaps::default(), id.port_num())
         .map_err(|e| format!("create_qp: {e}"))?;
-    Ok((qp, ctx))
+    Ok((qp, cq))
 }
 
 /// Listen, connect, accept with private data both ways, establish on both
@@ -73,7 +89,16 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         .resolve_route(TIMEOUT)
         .map_err(|e| format!("resolve_route: {e}"))?;
     expect(&mut events, CmEventKind::RouteResolved, CLIENT)?;
-    let (client_qp, _cctx) = qp_for(&client, 1)?;
+    let (client_qp, mut client_cq) = qp_for(&client, 1)?;
+    // Receives are posted in INIT, before the connection exists, as an
+    // application does so that the first message finds one.
+    let client_dst = client_qp
+        .pd()
+        .register(64)
+        .map_err(|e| format!("reg: {e}"))?;
+    client_qp
+        .post_recv(7, &client_dst, 0, 64)
+        .map_err(|e| format!("post_recv: {e}"))?;
     client
         .connect(
             &client_qp,
@@ -105,7 +130,14 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         .take_request(req.id)
         .ok_or("request identifier not parked")?;
     ensure!(channel.take_request(req.id).is_none(), "taken twice");
-    let (server_qp, _sctx) = qp_for(&server, 2)?;
+    let (server_qp, mut server_cq) = qp_for(&server, 2)?;
+    let server_dst = server_qp
+        .pd()
+        .register(64)
+        .map_err(|e| format!("reg: {e}"))?;
+    server_qp
+        .post_recv(7, &server_dst, 0, 64)
+        .map_err(|e| format!("post_recv: {e}"))?;
     server
         .accept(
             &server_qp,
@@ -125,6 +157,28 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         .establish(&client_qp)
         .map_err(|e| format!("establish: {e}"))?;
     expect(&mut events, CmEventKind::Established, req.id)?;
+    // Data flows both ways over the connection librdmacm set up.
+    for (from, to, tag) in [(0, 1, 0x5au8), (1, 0, 0xa5)] {
+        let qps = [&client_qp, &server_qp];
+        let from_qp = qps[from];
+        let dst = [&client_dst, &server_dst][to];
+        let mut src = from_qp.pd().register(64).map_err(|e| format!("reg: {e}"))?;
+        src.as_mut_slice()[..32].fill(tag);
+        from_qp
+            .post_send(8, SendOp::Send, &src, 0, 32, false)
+            .map_err(|e| format!("post_send: {e}"))?;
+        let cqs = [&mut client_cq, &mut server_cq];
+        let [c, s] = cqs;
+        let (from_cq, to_cq) = if from == 0 { (c, s) } else { (s, c) };
+        let got = poll_one(to_cq)?;
+        ensure!(got.status.is_success(), "receive {tag:#x}: {got:?}");
+        let sent = poll_one(from_cq)?;
+        ensure!(sent.status.is_success(), "send {tag:#x}: {sent:?}");
+        ensure!(
+            dst.as_slice()[..32].iter().all(|&b| b == tag),
+            "payload {tag:#x}"
+        );
+    }
     client
         .disconnect()
         .map_err(|e| format!("disconnect: {e}"))?;
@@ -167,7 +221,7 @@ pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> R
             .resolve_route(TIMEOUT)
             .map_err(|e| format!("resolve_route: {e}"))?;
         expect(&mut events, CmEventKind::RouteResolved, CLIENT)?;
-        let (qp, _ctx) = qp_for(&client, 3)?;
+        let (qp, _cq) = qp_for(&client, 3)?;
         client
             .connect(&qp, &CmConnParams::default())
             .map_err(|e| format!("connect: {e}"))?;

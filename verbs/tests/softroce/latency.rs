@@ -305,7 +305,7 @@ pub(crate) fn pingpong_latency(pd: &Arc<ProtectionDomain>) -> Res {
     let mut samples: Vec<Vec<u64>> = WAYS.iter().map(|_| Vec::new()).collect();
     let mut round_p50: Vec<Vec<u64>> = WAYS.iter().map(|_| Vec::new()).collect();
     let result = std::thread::scope(|s| {
-        // QPs and MRs are Send, not Sync: the responder's move to its thread.
+        // MRs are Send, not Sync: the responder's move to its thread.
         let responder = s.spawn(move || {
             let r = respond(cq_b, &b, &mr_b, stop);
             (r, b, mr_b)

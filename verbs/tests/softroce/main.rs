@@ -4,9 +4,14 @@
 //! `cargo test --release -p evd-verbs --features ibverbs --test softroce --no-run`.
 //!
 //! Cases: RC loopback send/recv, RDMA write with immediate, error
-//! completions (bad rkey; a send on an errored QP; a flushed receive), the
-//! event-driven and adaptive modes through io_uring, the feed's
-//! throughput against a raw poll loop on the same CQ, an explicit
+//! completions (bad rkey; a send on an errored QP; a flushed receive),
+//! the posting options (unsignaled, inline, send with immediate, RDMA
+//! read, several SGEs each way), memory registered with chosen access (a
+//! write refused without REMOTE_WRITE), objects brought from outside (the
+//! caller's `cq_context` kept with async CQ errors still named; a raw CQ
+//! wrapped Borrowed behind a feed; a raw context wrapped Borrowed and
+//! Owned), the event-driven and adaptive modes through io_uring, the
+//! feed's throughput against a raw poll loop on the same CQ, an explicit
 //! teardown of every object, and the ping-pong latency table
 //! (`latency.rs`).
 
@@ -14,12 +19,17 @@ mod cm;
 mod latency;
 
 use evd::TryDequeueError;
-use evd_verbs::ibv::{Context, IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
-use evd_verbs::{
-    teardown_failures, AdaptiveConfig, AsyncFeed, CloseError, CompletionQueue, CqId, Driver,
-    DriverConfig, Feed, FeedMode, VerbsEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    POLL_BATCH,
+use evd_verbs::ibv::{
+    ffi, work_completion, AccessFlags, ConnectParams, Context, CqConfig, IbvCq, MemoryRegion,
+    Ownership, PostWrError, ProtectionDomain, QpCaps, QpState, QueuePair, SendOp, SendRequest, Sge,
+    MAX_SGES,
 };
+use evd_verbs::{
+    teardown_failures, AdaptiveConfig, AsyncElement, AsyncEventKind, AsyncEventSource, AsyncFeed,
+    CloseError, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion, POLL_BATCH,
+};
+use std::ptr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +43,7 @@ macro_rules! ensure {
 }
 
 const GID_INDEX: u8 = 0;
+const PORT: u8 = 1;
 
 struct Pair {
     a: QueuePair,
@@ -47,6 +58,22 @@ fn pair(
     depth: i32,
     ids: (u32, u32),
 ) -> Result<(Pair, IbvCq, IbvCq), String> {
+    let caps = QpCaps {
+        max_send_wr: depth as u32 / 2,
+        max_recv_wr: depth as u32 / 2,
+        ..QpCaps::default()
+    };
+    pair_with(pd, depth, ids, &caps)
+}
+
+/// [`pair`] with QPs made with `caps`. The two sides start at different,
+/// non-zero PSNs, so a PSN handed over wrongly fails the transfers.
+fn pair_with(
+    pd: &Arc<ProtectionDomain>,
+    depth: i32,
+    ids: (u32, u32),
+    caps: &QpCaps,
+) -> Result<(Pair, IbvCq, IbvCq), String> {
     let ctx = pd.context();
     let cq_a = ctx
         .create_cq(depth, CqId(ids.0))
@@ -55,24 +82,52 @@ fn pair(
         .create_cq(depth, CqId(ids.1))
         .map_err(|e| format!("create_cq: {e}"))?;
     let a = pd
-        .create_rc_qp(&cq_a, &cq_a, depth as u32 / 2)
+        .create_rc_qp(&cq_a, &cq_a, caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
     let b = pd
-        .create_rc_qp(&cq_b, &cq_b, depth as u32 / 2)
+        .create_rc_qp(&cq_b, &cq_b, caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
-    let ea = a
-        .endpoint(GID_INDEX as i32)
-        .map_err(|e| format!("gid: {e}"))?;
-    let eb = b
-        .endpoint(GID_INDEX as i32)
-        .map_err(|e| format!("gid: {e}"))?;
-    a.connect(eb, GID_INDEX)
-        .map_err(|e| format!("connect a: {e}"))?;
-    b.connect(ea, GID_INDEX)
-        .map_err(|e| format!("connect b: {e}"))?;
+    connect_pair(&a, &b)?;
     let mr_a = pd.register(1 << 16).map_err(|e| format!("reg_mr: {e}"))?;
     let mr_b = pd.register(1 << 16).map_err(|e| format!("reg_mr: {e}"))?;
     Ok((Pair { a, b, mr_a, mr_b }, cq_a, cq_b))
+}
+
+/// Connect `a` and `b` to each other (`a` starts at PSN 0x1234, `b` at
+/// 0xabcdef).
+fn connect_pair(a: &QueuePair, b: &QueuePair) -> Res {
+    let ea = a
+        .endpoint(PORT, GID_INDEX, 0x1234)
+        .map_err(|e| format!("gid: {e}"))?;
+    let eb = b
+        .endpoint(PORT, GID_INDEX, 0xab_cdef)
+        .map_err(|e| format!("gid: {e}"))?;
+    let params = ConnectParams {
+        port: PORT,
+        gid_index: GID_INDEX,
+        ..ConnectParams::default()
+    };
+    a.connect(
+        eb,
+        &ConnectParams {
+            sq_psn: ea.psn,
+            ..params
+        },
+    )
+    .map_err(|e| format!("connect a: {e}"))?;
+    b.connect(
+        ea,
+        &ConnectParams {
+            sq_psn: eb.psn,
+            ..params
+        },
+    )
+    .map_err(|e| format!("connect b: {e}"))?;
+    for qp in [a, b] {
+        let state = qp.query_state().map_err(|e| format!("query_qp: {e}"))?;
+        ensure!(state == QpState::Rts, "connected QP in {state:?}");
+    }
+    Ok(())
 }
 
 /// Busy-poll the feeds until `n` completions are dequeued (10 s limit).
@@ -238,6 +293,8 @@ fn error_completions(pd: &Arc<ProtectionDomain>) -> Res {
     p.b.post_recv(3, &p.mr_b, 0, 64)
         .map_err(|e| e.to_string())?;
     p.b.set_error().map_err(|e| e.to_string())?;
+    let state = p.b.query_state().map_err(|e| e.to_string())?;
+    ensure!(state == QpState::Error, "after set_error: {state:?}");
     let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
     ensure!(
         got[0].0 == CqId(6) && got[0].1.wr_id == 3 && got[0].1.status == WcStatus::WR_FLUSH_ERR,
@@ -444,14 +501,25 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     let mut cq = ctx
         .create_cq(16, CqId(11))
         .map_err(|e| format!("create_cq: {e}"))?;
+    let caps = QpCaps {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        ..QpCaps::default()
+    };
     let qp = pd
-        .create_rc_qp(&cq, &cq, 8)
+        .create_rc_qp(&cq, &cq, &caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
     let me = qp
-        .endpoint(GID_INDEX as i32)
+        .endpoint(PORT, GID_INDEX, 77)
         .map_err(|e| format!("gid: {e}"))?;
-    qp.connect(me, GID_INDEX)
-        .map_err(|e| format!("connect: {e}"))?;
+    qp.connect(
+        me,
+        &ConnectParams {
+            sq_psn: me.psn,
+            ..ConnectParams::default()
+        },
+    )
+    .map_err(|e| format!("connect: {e}"))?;
 
     // A loopback send and its receive, with the CQ armed: one channel event.
     cq.req_notify(false).map_err(|e| format!("arm: {e}"))?;
@@ -491,7 +559,10 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     };
 
     qp.close().map_err(|e| format!("qp: {e}"))?;
-    mr.close().map_err(|e| format!("mr: {e}"))?;
+    ensure!(
+        mr.close().map_err(|e| format!("mr: {e}"))?.is_some(),
+        "an owned region gave no buffer back"
+    );
     cq.close().map_err(|e| format!("cq: {e}"))?;
     pd.close().map_err(|e| format!("pd: {e}"))?;
     ctx.close().map_err(|e| format!("context: {e}"))?;
@@ -501,6 +572,632 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
         teardown_failures() - failures
     );
     Ok(())
+}
+
+/// Poll the feeds for `window` and return whatever arrives: what should
+/// not come.
+fn quiet(
+    feeds: &mut [&mut Feed<IbvCq>],
+    consumer: &mut evd::Consumer<VerbsEvent>,
+    window: Duration,
+) -> Result<Vec<(CqId, WorkCompletion)>, String> {
+    let end = Instant::now() + window;
+    let mut out = Vec::new();
+    while Instant::now() < end {
+        for f in feeds.iter_mut() {
+            f.progress(64);
+        }
+        loop {
+            match consumer.try_dequeue() {
+                Ok(VerbsEvent::Completion { cq, wc }) => out.push((cq, wc)),
+                Ok(VerbsEvent::Async(a)) => return Err(format!("unexpected async event {a:?}")),
+                Err(TryDequeueError::Empty) => break,
+                Err(e) => return Err(format!("dequeue: {e:?}")),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(out)
+}
+
+/// The completions of `got` from `cq`.
+fn on(got: &[(CqId, WorkCompletion)], cq: CqId) -> Vec<WorkCompletion> {
+    got.iter()
+        .filter(|(c, _)| *c == cq)
+        .map(|(_, w)| *w)
+        .collect()
+}
+
+fn e2s(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Three unsignaled sends then a signaled one: all four arrive, and only
+/// the signaled one completes at the sender.
+fn unsignaled_sends(pd: &Arc<ProtectionDomain>) -> Res {
+    let (mut p, cq_a, cq_b) = pair(pd, 64, (31, 32))?;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut fa = Feed::new(cq_a, CqId(31), poster.clone());
+    let mut fb = Feed::new(cq_b, CqId(32), poster);
+    for i in 0..4u64 {
+        p.b.post_recv(100 + i, &p.mr_b, i as usize * 64, 64)
+            .map_err(e2s)?;
+    }
+    for i in 0..4u64 {
+        let off = i as usize * 64;
+        p.mr_a.as_mut_slice()[off..off + 16].fill(0x40 + i as u8);
+        let sges = [p.mr_a.sge(off, 16).map_err(e2s)?];
+        let wr = SendRequest {
+            signaled: i == 3,
+            ..SendRequest::new(i, SendOp::Send, &sges)
+        };
+        p.a.post_send_wr(&wr).map_err(e2s)?;
+    }
+    let mut got = collect(&mut [&mut fa, &mut fb], &mut consumer, 5)?;
+    got.extend(quiet(
+        &mut [&mut fa, &mut fb],
+        &mut consumer,
+        Duration::from_millis(300),
+    )?);
+    let sends = on(&got, CqId(31));
+    let recvs = on(&got, CqId(32));
+    ensure!(
+        sends.len() == 1 && sends[0].wr_id == 3 && sends[0].status.is_success(),
+        "sender completions: {sends:?}"
+    );
+    ensure!(recvs.len() == 4, "{} receives", recvs.len());
+    for (i, wc) in recvs.iter().enumerate() {
+        ensure!(
+            wc.status.is_success() && wc.wr_id == 100 + i as u64 && wc.byte_len == 16,
+            "recv {i}: {wc:?}"
+        );
+        let data = &p.mr_b.as_slice()[i * 64..i * 64 + 16];
+        ensure!(
+            data.iter().all(|&x| x == 0x40 + i as u8),
+            "payload {i} wrong"
+        );
+    }
+    Ok(())
+}
+
+/// An inline send: the source is overwritten as soon as the post returns
+/// and the receiver still sees what was posted; an unregistered buffer
+/// (lkey 0) works inline; more than `max_inline_data` is refused.
+fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
+    let caps = QpCaps {
+        max_inline_data: 64,
+        ..QpCaps::default()
+    };
+    let (mut p, cq_a, cq_b) = pair_with(pd, 64, (33, 34), &caps)?;
+    let max = p.a.caps().max_inline_data;
+    ensure!(max >= 64, "granted max_inline_data {max}");
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut fa = Feed::new(cq_a, CqId(33), poster.clone());
+    let mut fb = Feed::new(cq_b, CqId(34), poster);
+    p.b.post_recv(1, &p.mr_b, 0, 64).map_err(e2s)?;
+    p.b.post_recv(2, &p.mr_b, 64, 64).map_err(e2s)?;
+    let pattern: Vec<u8> = (0..48u8).map(|i| i ^ 0xa5).collect();
+    p.mr_a.as_mut_slice()[..48].copy_from_slice(&pattern);
+    let sges = [p.mr_a.sge(0, 48).map_err(e2s)?];
+    p.a.post_send_wr(&SendRequest {
+        inline: true,
+        ..SendRequest::new(10, SendOp::Send, &sges)
+    })
+    .map_err(e2s)?;
+    // Copied at post time: this must not reach the receiver.
+    p.mr_a.as_mut_slice()[..48].fill(0);
+    let unregistered = *b"inline from an unregistered stack buffer";
+    // SAFETY: an inline send: the bytes are read during the post only, and
+    // `unregistered` outlives it.
+    let raw = unsafe { Sge::from_raw(unregistered.as_ptr() as u64, unregistered.len() as u32, 0) };
+    p.a.post_send_wr(&SendRequest {
+        inline: true,
+        ..SendRequest::new(11, SendOp::Send, &[raw])
+    })
+    .map_err(e2s)?;
+    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 4)?;
+    for (cq, wc) in &got {
+        ensure!(wc.status.is_success(), "{cq:?}: {wc:?}");
+    }
+    let recvs = on(&got, CqId(34));
+    ensure!(
+        recvs.len() == 2
+            && recvs[0].byte_len == 48
+            && recvs[1].byte_len == unregistered.len() as u32,
+        "receives: {recvs:?}"
+    );
+    ensure!(
+        p.mr_b.as_slice()[..48] == pattern[..],
+        "the inline payload is not what was posted: {:?}",
+        &p.mr_b.as_slice()[..48]
+    );
+    ensure!(
+        p.mr_b.as_slice()[64..64 + unregistered.len()] == unregistered[..],
+        "unregistered inline payload wrong"
+    );
+    let long = [p.mr_a.sge(0, max as usize + 1).map_err(e2s)?];
+    match p.a.post_send_wr(&SendRequest {
+        inline: true,
+        ..SendRequest::new(12, SendOp::Send, &long)
+    }) {
+        Err(PostWrError::InlineTooLong { len, max: m })
+            if len == u64::from(max) + 1 && m == max => {}
+        other => return Err(format!("an inline send over the limit: {other:?}")),
+    }
+    Ok(())
+}
+
+/// A send with immediate: the receiver's completion carries it.
+fn send_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
+    let (mut p, cq_a, cq_b) = pair(pd, 64, (35, 36))?;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut fa = Feed::new(cq_a, CqId(35), poster.clone());
+    let mut fb = Feed::new(cq_b, CqId(36), poster);
+    p.b.post_recv(5, &p.mr_b, 0, 64).map_err(e2s)?;
+    p.mr_a.as_mut_slice()[..16].copy_from_slice(b"with immediate!!");
+    p.a.post_send(
+        6,
+        SendOp::SendWithImm { imm: 0xdead_beef },
+        &p.mr_a,
+        0,
+        16,
+        true,
+    )
+    .map_err(e2s)?;
+    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 2)?;
+    let send = on(&got, CqId(35));
+    let recv = on(&got, CqId(36));
+    ensure!(
+        send.len() == 1 && send[0].status.is_success() && send[0].opcode == WcOpcode::SEND,
+        "send: {send:?}"
+    );
+    ensure!(recv.len() == 1, "receives: {recv:?}");
+    let r = recv[0];
+    ensure!(
+        r.status.is_success()
+            && r.opcode == WcOpcode::RECV
+            && r.wc_flags.contains(WcFlags::WITH_IMM)
+            && r.imm_data == 0xdead_beef
+            && r.byte_len == 16
+            && r.wr_id == 5,
+        "recv: {r:?}"
+    );
+    ensure!(
+        &p.mr_b.as_slice()[..16] == b"with immediate!!",
+        "payload wrong"
+    );
+    Ok(())
+}
+
+/// An RDMA read of the peer's region lands in ours.
+fn rdma_read(pd: &Arc<ProtectionDomain>) -> Res {
+    let (mut p, cq_a, cq_b) = pair(pd, 64, (37, 38))?;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut fa = Feed::new(cq_a, CqId(37), poster.clone());
+    let mut fb = Feed::new(cq_b, CqId(38), poster);
+    for (i, x) in p.mr_b.as_mut_slice()[2048..2348].iter_mut().enumerate() {
+        *x = (i * 7) as u8;
+    }
+    let sges = [p.mr_a.sge(4096, 300).map_err(e2s)?];
+    let read = SendOp::Read {
+        remote_addr: p.mr_b.addr() + 2048,
+        rkey: p.mr_b.rkey(),
+    };
+    p.a.post_send_wr(&SendRequest::new(9, read, &sges))
+        .map_err(e2s)?;
+    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+    let (cq, wc) = got[0];
+    ensure!(
+        cq == CqId(37)
+            && wc.wr_id == 9
+            && wc.status.is_success()
+            && wc.opcode == WcOpcode::RDMA_READ,
+        "read: {got:?}"
+    );
+    ensure!(
+        p.mr_a.as_slice()[4096..4396]
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == (i * 7) as u8),
+        "read data wrong"
+    );
+    Ok(())
+}
+
+/// A send gathered from three SGEs (two regions, one of them the caller's
+/// own memory registered raw) into a receive scattered over two: the
+/// receiver gets the concatenation. More than MAX_SGES is refused.
+fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
+    let caps = QpCaps {
+        max_send_sge: 3,
+        max_recv_sge: 2,
+        ..QpCaps::default()
+    };
+    let (mut p, cq_a, cq_b) = pair_with(pd, 64, (39, 40), &caps)?;
+    ensure!(
+        p.a.caps().max_send_sge >= 3 && p.b.caps().max_recv_sge >= 2,
+        "granted {:?}",
+        p.a.caps()
+    );
+    let mut own = vec![0u8; 256];
+    // SAFETY: `own` outlives the region (closed below) and is used only
+    // through it meanwhile.
+    let mut own_mr =
+        unsafe { pd.register_raw(own.as_mut_ptr(), own.len(), AccessFlags::LOCAL_WRITE) }
+            .map_err(|e| format!("register_raw: {e}"))?;
+    ensure!(
+        own_mr.addr() == own.as_ptr() as u64 && own_mr.len() == 256,
+        "{own_mr:?}"
+    );
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut fa = Feed::new(cq_a, CqId(39), poster.clone());
+    let mut fb = Feed::new(cq_b, CqId(40), poster);
+    p.mr_a.as_mut_slice()[..10].copy_from_slice(b"0123456789");
+    p.mr_a.as_mut_slice()[1000..1020].copy_from_slice(b"abcdefghijklmnopqrst");
+    own_mr.as_mut_slice()[100..130].copy_from_slice(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ!?#%");
+    let expect: Vec<u8> = [
+        &b"0123456789"[..],
+        b"abcdefghijklmnopqrst",
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZ!?#%",
+    ]
+    .concat();
+    p.b.post_recv_sges(
+        7,
+        &[
+            p.mr_b.sge(0, 25).map_err(e2s)?,
+            p.mr_b.sge(5000, 100).map_err(e2s)?,
+        ],
+    )
+    .map_err(e2s)?;
+    let sges = [
+        p.mr_a.sge(0, 10).map_err(e2s)?,
+        p.mr_a.sge(1000, 20).map_err(e2s)?,
+        own_mr.sge(100, 30).map_err(e2s)?,
+    ];
+    p.a.post_send_wr(&SendRequest::new(8, SendOp::Send, &sges))
+        .map_err(e2s)?;
+    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 2)?;
+    for (cq, wc) in &got {
+        ensure!(wc.status.is_success(), "{cq:?}: {wc:?}");
+    }
+    let recv = on(&got, CqId(40));
+    ensure!(
+        recv.len() == 1 && recv[0].byte_len == 60 && recv[0].wr_id == 7,
+        "recv: {recv:?}"
+    );
+    let b = p.mr_b.as_slice();
+    let got_bytes = [&b[..25], &b[5000..5035]].concat();
+    ensure!(
+        got_bytes == expect,
+        "scattered {:?}",
+        String::from_utf8_lossy(&got_bytes)
+    );
+    let many = [sges[0]; MAX_SGES + 1];
+    match p.a.post_send_wr(&SendRequest::new(9, SendOp::Send, &many)) {
+        Err(PostWrError::TooManySges { given, max })
+            if given == MAX_SGES + 1 && max == MAX_SGES => {}
+        other => return Err(format!("{} SGEs: {other:?}", MAX_SGES + 1)),
+    }
+    ensure!(
+        own_mr.close().map_err(e2s)?.is_none(),
+        "a raw region gave a buffer back"
+    );
+    drop(own);
+    Ok(())
+}
+
+/// The caller's buffer registered without REMOTE_WRITE: an RDMA write to
+/// it fails with a remote-access error and leaves it untouched, while the
+/// same write to a buffer registered with REMOTE_WRITE lands; both
+/// buffers come back on close.
+fn remote_write_refused(pd: &Arc<ProtectionDomain>) -> Res {
+    let (mut p, cq_a, cq_b) = pair(pd, 64, (41, 42))?;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut fa = Feed::new(cq_a, CqId(41), poster.clone());
+    let mut fb = Feed::new(cq_b, CqId(42), poster);
+    let writable = pd
+        .register_buffer(
+            vec![0x11; 4096].into_boxed_slice(),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .map_err(|e| format!("register_buffer: {e}"))?;
+    let read_only = pd
+        .register_buffer(
+            vec![0x22; 4096].into_boxed_slice(),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        )
+        .map_err(|e| format!("register_buffer: {e}"))?;
+    ensure!(
+        !read_only.access().contains(AccessFlags::REMOTE_WRITE),
+        "{read_only:?}"
+    );
+    p.mr_a.as_mut_slice()[..64].fill(0x77);
+    let write = |mr: &MemoryRegion| SendOp::Write {
+        remote_addr: mr.addr(),
+        rkey: mr.rkey(),
+    };
+    p.a.post_send(1, write(&writable), &p.mr_a, 0, 64, false)
+        .map_err(e2s)?;
+    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+    ensure!(
+        got[0].1.wr_id == 1 && got[0].1.status.is_success(),
+        "write to a writable region: {got:?}"
+    );
+    p.a.post_send(2, write(&read_only), &p.mr_a, 0, 64, false)
+        .map_err(e2s)?;
+    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+    let (cq, wc) = got[0];
+    ensure!(cq == CqId(41) && wc.wr_id == 2, "{got:?}");
+    ensure!(
+        wc.status == WcStatus::REM_ACCESS_ERR,
+        "write without REMOTE_WRITE gave {:?}",
+        wc.status
+    );
+    let w = writable.close().map_err(e2s)?.ok_or("no buffer back")?;
+    let r = read_only.close().map_err(e2s)?.ok_or("no buffer back")?;
+    ensure!(
+        w.len() == 4096 && w[..64].iter().all(|&x| x == 0x77) && w[64..].iter().all(|&x| x == 0x11),
+        "the writable buffer"
+    );
+    ensure!(
+        r.len() == 4096 && r.iter().all(|&x| x == 0x22),
+        "the refused write changed the buffer"
+    );
+    Ok(())
+}
+
+/// A CQ made with the caller's `cq_context` keeps it, and an async error
+/// on it (an overrun: more receive completions than it holds) still
+/// names it by its CqId. On a context of its own, so that its async
+/// events are this test's.
+fn cq_context_kept(_shared: &Arc<ProtectionDomain>) -> Res {
+    let ctx = Context::open(None).map_err(|e| format!("open: {e}"))?;
+    let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
+    let mut events = ctx.async_events().map_err(|e| format!("async: {e}"))?;
+    let mut marker = 0u64;
+    let sentinel: *mut libc::c_void = (&mut marker as *mut u64).cast();
+    let small = ctx
+        .create_cq_with(&CqConfig {
+            cq_context: sentinel,
+            ..CqConfig::new(1, CqId(44))
+        })
+        .map_err(|e| format!("create_cq_with: {e}"))?;
+    // SAFETY: a live CQ.
+    let (kept, cqe) = unsafe { ((*small.as_ptr()).cq_context, (*small.as_ptr()).cqe) };
+    ensure!(
+        kept == sentinel,
+        "cq_context {kept:?}, made with {sentinel:?}"
+    );
+    let big = ctx
+        .create_cq(64, CqId(43))
+        .map_err(|e| format!("create_cq: {e}"))?;
+    let caps = QpCaps {
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        ..QpCaps::default()
+    };
+    let sends = cqe as u64 + 4;
+    ensure!(sends <= 32, "the small CQ holds {cqe}");
+    let a = pd
+        .create_rc_qp(&big, &big, &caps, PORT)
+        .map_err(|e| format!("create_qp: {e}"))?;
+    let b = pd
+        .create_rc_qp(&big, &small, &caps, PORT)
+        .map_err(|e| format!("create_qp: {e}"))?;
+    connect_pair(&a, &b)?;
+    let mr = pd.register(4096).map_err(|e| format!("reg_mr: {e}"))?;
+    for i in 0..sends {
+        b.post_recv(i, &mr, 0, 64).map_err(e2s)?;
+    }
+    let sge = [mr.sge(1024, 8).map_err(e2s)?];
+    for i in 0..sends {
+        a.post_send_wr(&SendRequest {
+            signaled: false,
+            ..SendRequest::new(i, SendOp::Send, &sge)
+        })
+        .map_err(e2s)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    loop {
+        match events
+            .next_event()
+            .map_err(|e| format!("next_event: {e}"))?
+        {
+            Some(ev) if ev.kind == AsyncEventKind::CqError => {
+                ensure!(
+                    ev.element == AsyncElement::Cq(CqId(44)),
+                    "the overrun names {:?} (other events: {seen:?})",
+                    ev.element
+                );
+                break;
+            }
+            Some(ev) => seen.push(ev),
+            None => {
+                ensure!(
+                    Instant::now() < deadline,
+                    "no CQ error after 10 s (events: {seen:?})"
+                );
+                latency::wait_fd(events.fd(), 100);
+            }
+        }
+    }
+    // SAFETY: as above.
+    let still = unsafe { (*small.as_ptr()).cq_context };
+    ensure!(still == sentinel, "cq_context now {still:?}");
+    drop((a, b, mr, small, big, events, pd));
+    let _ = marker;
+    ctx.close().map_err(|e| format!("context: {e:?}"))
+}
+
+/// A CQ and channel made with raw ffi calls, wrapped Borrowed: a feed on
+/// it delivers receives through the event-driven driver, and dropping the
+/// wrapper destroys neither (the test does, and both destroys return 0).
+/// The sender's QP is on a raw CQ too (`create_rc_qp_raw`), polled with
+/// `ibv_poll_cq` and converted with `work_completion`.
+fn cq_from_raw_borrowed(pd: &Arc<ProtectionDomain>) -> Res {
+    const N: u64 = 5;
+    let ctx = pd.context();
+    // SAFETY: a live context.
+    let channel = unsafe { ffi::ibv_create_comp_channel(ctx.as_ptr()) };
+    ensure!(!channel.is_null(), "ibv_create_comp_channel failed");
+    // SAFETY: a live context and channel.
+    let raw_b = unsafe { ffi::ibv_create_cq(ctx.as_ptr(), 64, ptr::null_mut(), channel, 0) };
+    // SAFETY: a live context; no channel.
+    let raw_a =
+        unsafe { ffi::ibv_create_cq(ctx.as_ptr(), 64, ptr::null_mut(), ptr::null_mut(), 0) };
+    ensure!(!raw_a.is_null() && !raw_b.is_null(), "ibv_create_cq failed");
+    // SAFETY: `raw_b` was made on `ctx` with `channel`, which only it uses;
+    // both are destroyed below, after the wrapper and the QP are gone.
+    let cq_b = unsafe { IbvCq::from_raw(ctx, raw_b, channel, CqId(52), Ownership::Borrowed) }
+        .map_err(|e| format!("from_raw: {e}"))?;
+    ensure!(
+        cq_b.as_ptr() == raw_b && cq_b.channel_ptr() == channel && cq_b.id() == CqId(52),
+        "{cq_b:?}"
+    );
+    // SAFETY: `raw_a` stays alive until destroyed below, after the QP.
+    let a = unsafe { pd.create_rc_qp_raw(raw_a, raw_a, &QpCaps::default(), PORT) }
+        .map_err(|e| format!("create_rc_qp_raw: {e}"))?;
+    let b = pd
+        .create_rc_qp(&cq_b, &cq_b, &QpCaps::default(), PORT)
+        .map_err(|e| format!("create_qp: {e}"))?;
+    connect_pair(&a, &b)?;
+    let mut mr = pd.register(4096).map_err(|e| format!("reg_mr: {e}"))?;
+
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).map_err(|e| format!("io_uring: {e}"))?;
+    let key = driver
+        .register(Feed::new(cq_b, CqId(52), poster), FeedMode::Event)
+        .map_err(e2s)?;
+    let driver = driver.spawn().map_err(e2s)?;
+    let mut wcs: [ffi::ibv_wc; 4] = [zeroed_wc(); 4];
+    for i in 0..N {
+        b.post_recv(i, &mr, 0, 64).map_err(e2s)?;
+        mr.as_mut_slice()[1024..1032].copy_from_slice(&i.to_le_bytes());
+        a.post_send(100 + i, SendOp::Send, &mr, 1024, 8, false)
+            .map_err(e2s)?;
+        // The receive, through the channel and the driver.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let wc = loop {
+            match consumer.try_dequeue() {
+                Ok(VerbsEvent::Completion { cq, wc }) => {
+                    ensure!(cq == CqId(52), "completion from {cq:?}");
+                    break wc;
+                }
+                Ok(other) => return Err(format!("unexpected {other:?}")),
+                Err(TryDequeueError::Empty) => {
+                    let _ = consumer.wait(1, Some(Duration::from_millis(100)));
+                    ensure!(Instant::now() < deadline, "receive {i}: nothing after 10 s");
+                }
+                Err(e) => return Err(format!("dequeue: {e:?}")),
+            }
+        };
+        ensure!(
+            wc.status.is_success() && wc.opcode == WcOpcode::RECV && wc.wr_id == i,
+            "recv {i}: {wc:?}"
+        );
+        ensure!(mr.as_slice()[..8] == i.to_le_bytes(), "payload {i} wrong");
+        // The send, polled by hand from the raw CQ.
+        let wc = loop {
+            // SAFETY: a live CQ and room for 4 entries.
+            let n = unsafe { ffi::ibv_poll_cq(raw_a, 4, wcs.as_mut_ptr()) };
+            ensure!(n >= 0, "ibv_poll_cq: {n}");
+            if n > 0 {
+                ensure!(n == 1, "{n} send completions at once");
+                break work_completion(&wcs[0]);
+            }
+            ensure!(Instant::now() < deadline, "send {i}: nothing after 10 s");
+        };
+        ensure!(
+            wc.status.is_success() && wc.opcode == WcOpcode::SEND && wc.wr_id == 100 + i,
+            "send {i}: {wc:?}"
+        );
+    }
+    let mut stopped = driver.shutdown().map_err(e2s)?;
+    let feed = stopped.take(key).ok_or("the feed is gone")?;
+    let stats = feed.stats();
+    ensure!(stats.events_got > 0, "no channel event was used: {stats:?}");
+    // The feed acks its events; the wrapper destroys nothing.
+    drop(feed);
+    drop(stopped);
+    drop((a, b, mr));
+    // SAFETY: made above; no wrapper or QP uses them any more.
+    let r = unsafe { ffi::ibv_destroy_cq(raw_b) };
+    ensure!(r == 0, "ibv_destroy_cq of the borrowed CQ: {r}");
+    // SAFETY: as above; its CQ is gone.
+    let r = unsafe { ffi::ibv_destroy_comp_channel(channel) };
+    ensure!(r == 0, "ibv_destroy_comp_channel: {r}");
+    // SAFETY: as above.
+    let r = unsafe { ffi::ibv_destroy_cq(raw_a) };
+    ensure!(r == 0, "ibv_destroy_cq of the raw CQ: {r}");
+    Ok(())
+}
+
+/// An all-zero work completion, for `ibv_poll_cq` to fill.
+fn zeroed_wc() -> ffi::ibv_wc {
+    // SAFETY: integers and a union of integers: all-zero is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A context opened with raw ffi calls, wrapped Borrowed: objects made
+/// from it work, and letting the wrapper go leaves the device open (the
+/// test allocates a PD on it after, then closes it, which returns 0). One
+/// wrapped Owned is closed by its wrapper.
+fn context_from_raw(_shared: &Arc<ProtectionDomain>) -> Res {
+    let open = || -> Result<*mut ffi::ibv_context, String> {
+        let mut n = 0;
+        // SAFETY: `n` is a live int; the list is freed below.
+        let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+        ensure!(!list.is_null() && n > 0, "no device list");
+        // SAFETY: the first device of a live list.
+        let raw = unsafe { ffi::ibv_open_device(*list) };
+        // SAFETY: from ibv_get_device_list, freed once.
+        unsafe { ffi::ibv_free_device_list(list) };
+        ensure!(!raw.is_null(), "ibv_open_device failed");
+        Ok(raw)
+    };
+    let raw = open()?;
+    // SAFETY: open until closed below, after the wrapper and everything
+    // made from it are gone; wrapped once.
+    let ctx = unsafe { Context::from_raw(raw, Ownership::Borrowed) };
+    ensure!(
+        ctx.as_ptr() == raw && ctx.ownership() == Ownership::Borrowed,
+        "{ctx:?}"
+    );
+    let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
+    let cq = ctx
+        .create_cq(16, CqId(53))
+        .map_err(|e| format!("create_cq: {e}"))?;
+    let qp = pd
+        .create_rc_qp(&cq, &cq, &QpCaps::default(), PORT)
+        .map_err(|e| format!("create_qp: {e}"))?;
+    ensure!(
+        qp.query_state().map_err(e2s)? == QpState::Init,
+        "a new QP is not in INIT"
+    );
+    qp.close().map_err(e2s)?;
+    cq.close().map_err(|e| format!("cq: {e:?}"))?;
+    pd.close().map_err(|e| format!("pd: {e:?}"))?;
+    ctx.close().map_err(|e| format!("context: {e:?}"))?;
+    // Still open.
+    // SAFETY: the context is open (the wrapper did not close it).
+    let pd = unsafe { ffi::ibv_alloc_pd(raw) };
+    ensure!(!pd.is_null(), "ibv_alloc_pd on the borrowed context failed");
+    // SAFETY: allocated above, once.
+    let r = unsafe { ffi::ibv_dealloc_pd(pd) };
+    ensure!(r == 0, "ibv_dealloc_pd: {r}");
+    // SAFETY: opened above, closed once; nothing uses it.
+    let r = unsafe { ffi::ibv_close_device(raw) };
+    ensure!(r == 0, "ibv_close_device: {r}");
+
+    let raw = open()?;
+    // SAFETY: just opened, handed over: the wrapper closes it.
+    let ctx = unsafe { Context::from_raw(raw, Ownership::Owned) };
+    ctx.alloc_pd()
+        .map_err(|e| format!("alloc_pd: {e}"))?
+        .close()
+        .map_err(|e| format!("pd: {e:?}"))?;
+    ctx.close().map_err(|e| format!("owned context: {e:?}"))
 }
 
 fn main() {
@@ -525,10 +1222,19 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 9] = [
+    let cases: [(&str, Case); 18] = [
         ("rc_send_recv", rc_send_recv),
         ("rdma_write_with_imm", rdma_write_with_imm),
         ("error_completions", error_completions),
+        ("unsignaled_sends", unsignaled_sends),
+        ("inline_send", inline_send),
+        ("send_with_imm", send_with_imm),
+        ("rdma_read", rdma_read),
+        ("multi_sge_send", multi_sge_send),
+        ("remote_write_refused", remote_write_refused),
+        ("cq_context_kept", cq_context_kept),
+        ("cq_from_raw_borrowed", cq_from_raw_borrowed),
+        ("context_from_raw", context_from_raw),
         ("event_driven_io_uring", event_driven_io_uring),
         ("throughput", throughput),
         ("explicit_teardown", explicit_teardown),

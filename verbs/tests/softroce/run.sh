@@ -33,8 +33,12 @@ for line in open(sys.argv[1]):
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "softroce" and m.get("executable"):
         print(m["executable"])' "$work/build.json")
     [ -n "$test_bin" ] || { log "could not build the softroce test binary"; exit 1; }
-    (cd "$repo" && cargo build --release -p evd-verbs --features ibverbs --example rc_pingpong)
+    (cd "$repo" && cargo build --release -p evd-verbs --features ibverbs --example rc_pingpong \
+        --example cm_pingpong)
     bins=("$test_bin" "$CARGO_TARGET_DIR/release/examples/rc_pingpong")
+    # Two processes, server and client, connected through rdma_cm: run by
+    # the guest's own script below, not as a plain binary.
+    two_process="$CARGO_TARGET_DIR/release/examples/cm_pingpong"
 fi
 
 # --- the guest kernel (Debian's, unpacked, never installed) -------------------
@@ -82,7 +86,7 @@ mkdir -p "$root"/{etc,proc,sys,dev,tmp,run,tests} \
     "$root"/usr/lib/x86_64-linux-gnu/libibverbs "$root"/etc/libibverbs.d
 for d in bin sbin lib lib64; do ln -s "usr/$d" "$root/$d"; done
 cp /bin/busybox "$root/usr/bin/busybox"
-for applet in sh mount mkdir echo cat poweroff sleep ls dmesg insmod; do
+for applet in sh mount mkdir echo cat poweroff sleep ls dmesg insmod grep; do
     ln -sf busybox "$root/usr/bin/$applet"
 done
 copy_with_libs() {
@@ -103,6 +107,9 @@ for lib in libibverbs.so.1 librdmacm.so.1; do
     copy_with_libs "/usr/lib/x86_64-linux-gnu/$lib" "/usr/lib/x86_64-linux-gnu/$lib"
 done
 cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+if [ -n "${two_process:-}" ]; then
+    copy_with_libs "$two_process" /tests/cm_pingpong
+fi
 i=0
 names=()
 for b in "${bins[@]}"; do
@@ -152,6 +159,25 @@ for t in ${names[*]}; do
     echo "=== guest: \$t exited \$r"
     [ \$r -eq 0 ] || rc=\$r
 done
+# The rdma_cm ping-pong between two processes, in each mode: the server
+# must be listening before the client connects (it prints "listening").
+if [ -x /tests/cm_pingpong ]; then
+    for mode in event adaptive busy; do
+        echo "=== guest: cm_pingpong (\$mode), two processes"
+        /tests/cm_pingpong server --addr 10.0.0.1 --mode \$mode > /tmp/server.log 2>&1 &
+        server=\$!
+        n=0
+        until grep -q listening /tmp/server.log || [ \$n -ge 300 ]; do sleep 0.1; n=\$((n + 1)); done
+        /tests/cm_pingpong client --addr 10.0.0.1 --size 64 --iters 2000 --mode \$mode
+        c=\$?
+        wait \$server
+        s=\$?
+        cat /tmp/server.log
+        echo "=== guest: cm_pingpong (\$mode) client exited \$c, server exited \$s"
+        [ \$c -eq 0 ] || rc=\$c
+        [ \$s -eq 0 ] || rc=\$s
+    done
+fi
 echo "GUEST_EXIT=\$rc"
 poweroff -f
 INIT
