@@ -199,7 +199,7 @@ impl DriverHandle {
             .map(FeedKey::new)
     }
 
-    /// Register a connection-manager feed (see [`Driver::register_cm`]).
+    /// Register a connection-manager feed (see [`Driver::register_cm`](crate::Driver::register_cm)).
     /// Refused from the driver's own thread ([`DriverError::OnDriverThread`]).
     ///
     /// ```
