@@ -512,10 +512,16 @@ impl CmId {
         check(unsafe { ffi::rdma_connect(self.id, &mut raw) })
     }
 
-    /// On [`CmEventKind::ConnectResponse`]: move `qp` to RTR and RTS, then
+    /// On [`CmEventKind::ConnectResponse`]: move `qp` to INIT (with the
+    /// access the connection grants), RTR and RTS, then
     /// complete the connection (the passive side gets
     /// [`CmEventKind::Established`]).
     pub fn establish(&self, qp: &QueuePair) -> io::Result<()> {
+        // INIT again first, as librdmacm does for its own QPs: before the
+        // exchange the INIT attributes grant no remote access; now they
+        // carry what the connection allows (remote writes, and reads if
+        // responder resources were offered).
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)?;
         // SAFETY: a live id.
