@@ -1,16 +1,17 @@
-//! One EVD of the application's own event type, fed by two completion
-//! queues (on a driver thread), a device's async events, and two threads of
-//! the application posting their own events. Software CQs and device: no
-//! RDMA hardware needed.
+//! One EVD of the application's own event type, fed by all four sources:
+//! two completion queues and a connection manager (on a driver thread), a
+//! device's async events, and two threads of the application posting their
+//! own events. Software CQs, connection manager and device: no RDMA
+//! hardware needed.
 //!
 //! ```text
 //! cargo run -p evd-verbs --example app_events
 //! ```
 
-use evd_verbs::soft::{SoftCq, SoftDevice};
+use evd_verbs::soft::{SoftCm, SoftCq, SoftDevice};
 use evd_verbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, Feed,
-    FeedMode, VerbsEvent, WorkCompletion,
+    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CmEvent, CmEventKind, CmFeed, CmToken,
+    CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent, WorkCompletion,
 };
 use std::thread;
 
@@ -19,6 +20,8 @@ use std::thread;
 enum AppEvent {
     /// A completion or async event, from the feeds.
     Verbs(VerbsEvent),
+    /// A connection event, from the connection manager's feed.
+    Cm(CmEvent),
     /// The application's own: the `seq`th tick of thread `thread`.
     Tick { thread: usize, seq: u64 },
 }
@@ -30,11 +33,19 @@ impl From<VerbsEvent> for AppEvent {
     }
 }
 
+/// And the connection manager's feed.
+impl From<CmEvent> for AppEvent {
+    fn from(ev: CmEvent) -> Self {
+        AppEvent::Cm(ev)
+    }
+}
+
 const CQS: usize = 2;
 const COMPLETIONS_PER_CQ: u64 = 10_000;
 const APP_THREADS: usize = 2;
 const TICKS_PER_THREAD: u64 = 10_000;
 const ASYNC_EVENTS: u64 = 100;
+const CM_EVENTS: u64 = 100;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Smaller than what arrives: every source meets a full EVD and waits.
@@ -52,6 +63,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (device_events, device) = SoftDevice::new()?;
     driver.register_async(AsyncFeed::new(device_events, poster.clone()))?;
+    let (cm_events, cm) = SoftCm::new()?;
+    driver.register_cm(CmFeed::new(cm_events, poster.clone()))?;
     let driver = driver.spawn()?;
 
     let mut threads = Vec::new();
@@ -67,6 +80,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }));
     }
+    threads.push(thread::spawn(move || {
+        // Connections come and go: each identifier is established, then
+        // disconnected.
+        for id in 0..CM_EVENTS / 2 {
+            for kind in [CmEventKind::Established, CmEventKind::Disconnected] {
+                cm.raise(CmEvent {
+                    kind,
+                    id: CmToken(id),
+                    ..Default::default()
+                });
+            }
+        }
+    }));
     threads.push(thread::spawn(move || {
         for qp in 0..ASYNC_EVENTS as u32 {
             device.raise(AsyncEvent {
@@ -93,8 +119,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut completions = [0u64; CQS];
     let mut ticks = [0u64; APP_THREADS];
     let mut async_events = 0u64;
-    let total =
-        CQS as u64 * COMPLETIONS_PER_CQ + APP_THREADS as u64 * TICKS_PER_THREAD + ASYNC_EVENTS;
+    let mut cm_events = 0u64;
+    let total = CQS as u64 * COMPLETIONS_PER_CQ
+        + APP_THREADS as u64 * TICKS_PER_THREAD
+        + ASYNC_EVENTS
+        + CM_EVENTS;
     for _ in 0..total {
         match consumer.dequeue()? {
             AppEvent::Verbs(VerbsEvent::Completion { cq, wc }) => {
@@ -105,6 +134,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             AppEvent::Verbs(VerbsEvent::Async(ev)) => {
                 assert_eq!(ev.element, AsyncElement::Qp(async_events as u32));
                 async_events += 1;
+            }
+            AppEvent::Cm(ev) => {
+                // Established then Disconnected, identifier after identifier.
+                assert_eq!(ev.id, CmToken(cm_events / 2), "connection events in order");
+                cm_events += 1;
             }
             AppEvent::Tick { thread, seq } => {
                 assert_eq!(seq, ticks[thread], "each thread's ticks arrive in order");
@@ -121,6 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("completions from CQ {cq}: {n}");
     }
     println!("async events: {async_events}");
+    println!("connection events: {cm_events}");
     for (thread, n) in ticks.iter().enumerate() {
         println!("ticks from app thread {thread}: {n}");
     }
