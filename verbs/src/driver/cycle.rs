@@ -114,7 +114,7 @@ impl Limits {
         idle: Duration::ZERO,
     };
 
-    fn spin(self) -> bool {
+    pub(crate) fn spin(self) -> bool {
         self.empty_polls > 0 && !self.idle.is_zero()
     }
 }

@@ -93,6 +93,12 @@ pub struct DriverStats {
     pub fd_wakes: u64,
     /// Room signals received from full EVDs.
     pub room_wakes: u64,
+    /// Adaptive feeds: polls of a spin that found completions (wakes saved).
+    pub spin_catches: u64,
+    /// Adaptive feeds: spins that ended empty and armed.
+    pub spin_misses: u64,
+    /// Adaptive feeds: wakes served by the event cycle, without a spin.
+    pub unspun_wakes: u64,
 }
 
 /// A feed's room signal: the waker its EVD's room queue holds.
@@ -147,7 +153,12 @@ impl Slot {
     /// One turn: take a fired fd's events, then run the cycle's actions (at
     /// most one that delivers, plus the arm ending a spin that found nothing).
     /// Returns how many events it delivered.
-    fn turn(&mut self, now: Instant, budget: usize) -> Result<usize, DriverError> {
+    fn turn(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        stats: &mut DriverStats,
+    ) -> Result<usize, DriverError> {
         let fd_fired = std::mem::take(&mut self.fd_fired);
         if fd_fired {
             self.source.take_events()?;
@@ -169,6 +180,9 @@ impl Slot {
             room |= self.source.poll_room(&mut cx).is_ready();
         }
         let limits = self.limits();
+        if fd_fired && self.phase == Phase::Sleeping && self.policy.is_some() && !limits.spin() {
+            stats.unspun_wakes += 1;
+        }
         let (mut phase, mut action) = cycle::next(
             self.phase,
             Observation::Turn { fd_fired, room },
@@ -192,7 +206,7 @@ impl Slot {
             delivered += progress.delivered;
             let ran_in = phase;
             (phase, action) = cycle::next(phase, Observation::Ran(progress), now, limits);
-            self.observe(ran_in, phase, progress, now);
+            self.observe(ran_in, phase, progress, now, stats);
         }
         self.phase = phase;
         Ok(delivered)
@@ -201,14 +215,27 @@ impl Slot {
     /// Feed the adaptive policy what a run in phase `ran_in` found, and
     /// where it led: a spinning poll's find is a catch, a spin that ends in
     /// an arm is a miss, other finds restart the clock.
-    fn observe(&mut self, ran_in: Phase, led_to: Phase, p: Progress, now: Instant) {
+    fn observe(
+        &mut self,
+        ran_in: Phase,
+        led_to: Phase,
+        p: Progress,
+        now: Instant,
+        stats: &mut DriverStats,
+    ) {
         let Some(policy) = &mut self.policy else {
             return;
         };
         let found = p.delivered > 0 && p.status != FeedStatus::Backpressure;
         match ran_in {
-            Phase::Polling { empty_polls, .. } if found => policy.found(now, empty_polls),
-            Phase::Polling { .. } if led_to == Phase::Arm => policy.expired(),
+            Phase::Polling { empty_polls, .. } if found => {
+                stats.spin_catches += 1;
+                policy.found(now, empty_polls)
+            }
+            Phase::Polling { .. } if led_to == Phase::Arm => {
+                stats.spin_misses += 1;
+                policy.expired()
+            }
             _ if found => policy.seen(now),
             _ => {}
         }
@@ -662,7 +689,7 @@ impl Driver {
             if slot.room.signalled.load(Ordering::Relaxed) {
                 self.stats.room_wakes += 1;
             }
-            delivered |= slot.turn(now, budget)? > 0;
+            delivered |= slot.turn(now, budget, &mut self.stats)? > 0;
             busy |= slot.is_busy();
             if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
                 slot.poll_in_flight = true;
