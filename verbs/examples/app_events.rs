@@ -21,7 +21,10 @@ enum AppEvent {
     /// A completion or async event, from the feeds.
     Verbs(VerbsEvent),
     /// A connection event, from the connection manager's feed.
-    Cm(CmEvent),
+    /// Boxed: a connection event (private data inline) is six times a
+    /// completion, and connection events are rare; the EVD's slots stay
+    /// completion-sized.
+    Cm(Box<CmEvent>),
     /// The application's own: the `seq`th tick of thread `thread`.
     Tick { thread: usize, seq: u64 },
 }
@@ -36,7 +39,7 @@ impl From<VerbsEvent> for AppEvent {
 /// And the connection manager's feed.
 impl From<CmEvent> for AppEvent {
     fn from(ev: CmEvent) -> Self {
-        AppEvent::Cm(ev)
+        AppEvent::Cm(Box::new(ev))
     }
 }
 

@@ -34,7 +34,10 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 enum Event {
     Verbs(VerbsEvent),
-    Cm(CmEvent),
+    /// Boxed: a connection event (private data inline) is six times a
+    /// completion, and connection events are rare; the EVD's slots stay
+    /// completion-sized.
+    Cm(Box<CmEvent>),
 }
 
 impl From<VerbsEvent> for Event {
@@ -45,7 +48,7 @@ impl From<VerbsEvent> for Event {
 
 impl From<CmEvent> for Event {
     fn from(ev: CmEvent) -> Self {
-        Event::Cm(ev)
+        Event::Cm(Box::new(ev))
     }
 }
 
@@ -125,7 +128,7 @@ fn next(
 /// Wait for a connection event of `kind`; completions are not expected yet.
 fn cm_event(evd: &mut Consumer<Event>, kind: CmEventKind) -> Res<CmEvent> {
     match next(evd, None)? {
-        Event::Cm(ev) if ev.kind == kind => Ok(ev),
+        Event::Cm(ev) if ev.kind == kind => Ok(*ev),
         other => Err(format!("waiting for {kind:?}, got {other:?}").into()),
     }
 }

@@ -226,6 +226,8 @@ fn wait_until(t: Instant) {
 }
 
 struct Result {
+    /// Adaptive feeds' spin outcomes: catches and misses.
+    spins: (u64, u64),
     mean: Duration,
     arms_per_completion: f64,
     cpu_per_completion: Duration,
@@ -251,6 +253,15 @@ fn load_run(mode: Mode, load: Load) -> Result {
         P(Poller<SoftCq>),
         D(evd_verbs::RunningDriver, evd_verbs::FeedKey<Feed<SoftCq>>),
     }
+    // With `--pin`, the feeding thread (and the upcalls it runs) gets CPU 1
+    // and the producer, this thread, CPU 0: the producer stands for an HCA,
+    // which never shares the consumer's CPU. Unpinned, the scheduler may
+    // wake the driver onto the producer's CPU, and a spin there starves
+    // the producer it waits for.
+    let pinned = std::env::args().any(|a| a == "--pin");
+    if pinned {
+        pin_to(1);
+    }
     let running = match mode {
         Mode::BusyPoll => Running::P(Poller::spawn(vec![feed], 256).unwrap()),
         Mode::Event | Mode::Adaptive => {
@@ -264,6 +275,9 @@ fn load_run(mode: Mode, load: Load) -> Result {
             Running::D(d.spawn().unwrap(), key)
         }
     };
+    if pinned {
+        pin_to(0);
+    }
     let mut next = Instant::now();
     for _ in 0..load.bursts {
         for i in 0..load.burst {
@@ -282,10 +296,10 @@ fn load_run(mode: Mode, load: Load) -> Result {
     while lat.lock().unwrap().len() < total {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let (cpu, arms) = match running {
+    let (cpu, arms, spins) = match running {
         Running::P(p) => {
             let s = p.stop();
-            (s.cpu_time, s.feeds[0].stats().arms)
+            (s.cpu_time, s.feeds[0].stats().arms, (0, 0))
         }
         Running::D(d, key) => {
             let mut s = d.shutdown().unwrap();
@@ -293,7 +307,8 @@ fn load_run(mode: Mode, load: Load) -> Result {
             if std::env::var_os("FEED_BENCH_DEBUG").is_some() {
                 eprintln!("{mode:?} {:?} {:?}", f.stats(), s.stats);
             }
-            (s.cpu_time, f.stats().arms)
+            let spins = (s.stats.spin_catches, s.stats.spin_misses);
+            (s.cpu_time, f.stats().arms, spins)
         }
     };
     drop(upcalls.teardown());
@@ -301,6 +316,7 @@ fn load_run(mode: Mode, load: Load) -> Result {
     l.sort_unstable();
     let mean = Duration::from_nanos(l.iter().sum::<u64>() / l.len() as u64);
     Result {
+        spins,
         mean,
         arms_per_completion: arms as f64 / total as f64,
         cpu_per_completion: cpu / total as u32,
@@ -318,8 +334,15 @@ fn loads(loads: &[Load]) {
             load.bursts * load.burst
         );
         println!(
-            "{:<10} {:>11} {:>10} {:>10} {:>10} {:>12} {:>11}",
-            "mode", "CPU/compl", "mean lat", "p50 lat", "p99 lat", "figure (ns²)", "arms/compl"
+            "{:<10} {:>11} {:>10} {:>10} {:>10} {:>12} {:>11} {:>13}",
+            "mode",
+            "CPU/compl",
+            "mean lat",
+            "p50 lat",
+            "p99 lat",
+            "figure (ns²)",
+            "arms/compl",
+            "catches/miss"
         );
         let modes = [Mode::BusyPoll, Mode::Event, Mode::Adaptive];
         let mut results: Vec<Vec<(f64, Result)>> = modes.iter().map(|_| Vec::new()).collect();
@@ -336,7 +359,7 @@ fn loads(loads: &[Load]) {
             rs.sort_by(|a, b| a.0.total_cmp(&b.0));
             let (fom, r) = &rs[TRIALS / 2];
             println!(
-                "{:<10} {:>9.2}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>12.3e} {:>11.3}   trials: {}",
+                "{:<10} {:>9.2}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>12.3e} {:>11.3} {:>13}   trials: {}",
                 format!("{mode:?}"),
                 us(r.cpu_per_completion),
                 us(r.mean),
@@ -344,10 +367,30 @@ fn loads(loads: &[Load]) {
                 us(r.p99),
                 fom,
                 r.arms_per_completion,
+                match r.spins {
+                    (0, 0) => "-".to_string(),
+                    (c, m) => format!("{:.1}", c as f64 / m.max(1) as f64),
+                },
                 all.join(" ")
             );
         }
         println!();
+    }
+}
+
+/// Run the calling thread on `cpu` only.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and
+    // sched_setaffinity get a live local of the right size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            eprintln!(
+                "sched_setaffinity({cpu}): {}",
+                std::io::Error::last_os_error()
+            );
+        }
     }
 }
 

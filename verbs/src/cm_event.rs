@@ -11,9 +11,10 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 
-/// The largest private data a connection-manager message carries (an IB CM
-/// REP: 196 bytes; a connect request carries at most 56 through rdma_cm).
-pub const PRIVATE_DATA_MAX: usize = 196;
+/// The largest private data a connection-manager event carries: its length
+/// is a `u8` (an IB CM REP carries 196 bytes, a connect request at most 56
+/// through rdma_cm; iWARP's MPA up to 255).
+pub const PRIVATE_DATA_MAX: usize = 255;
 
 /// The caller's name for a connection identifier (`rdma_cm_id`), carried by
 /// every event about it. An identifier made by a listener for an incoming
@@ -155,7 +156,7 @@ impl CmEventKind {
 /// use evd_verbs::PrivateData;
 /// let p = PrivateData::new(b"hello").unwrap();
 /// assert_eq!(p.as_bytes(), b"hello");
-/// assert!(PrivateData::new(&[0; 197]).is_none());
+/// assert!(PrivateData::new(&[0; 256]).is_none());
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PrivateData {

@@ -20,10 +20,12 @@ use std::task::{Context, Poll};
 ///
 /// ```
 /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, CmToken, VerbsEvent, soft::SoftCm};
-/// /// The application's event type: completions and connection events.
-/// enum AppEvent { Verbs(VerbsEvent), Cm(CmEvent) }
+/// /// The application's event type: completions and connection events
+/// /// (boxed: rare, and with its private data inline six times the size of
+/// /// a completion, which would size every slot of the EVD).
+/// enum AppEvent { Verbs(VerbsEvent), Cm(Box<CmEvent>) }
 /// impl From<CmEvent> for AppEvent {
-///     fn from(ev: CmEvent) -> Self { AppEvent::Cm(ev) }
+///     fn from(ev: CmEvent) -> Self { AppEvent::Cm(Box::new(ev)) }
 /// }
 /// let (poster, mut consumer) = evd::bounded::<AppEvent>(8).unwrap();
 /// let (events, cm) = SoftCm::new().unwrap();

@@ -37,7 +37,10 @@ const CAPACITY: usize = 16384;
 #[derive(Debug)]
 enum Event {
     Verbs(VerbsEvent),
-    Cm(CmEvent),
+    /// Boxed: a connection event (private data inline) is six times a
+    /// completion, and connection events are rare; the EVD's slots stay
+    /// completion-sized.
+    Cm(Box<CmEvent>),
     App {
         thread: u8,
         seq: u64,
@@ -57,7 +60,7 @@ impl From<VerbsEvent> for Event {
 
 impl From<CmEvent> for Event {
     fn from(ev: CmEvent) -> Self {
-        Event::Cm(ev)
+        Event::Cm(Box::new(ev))
     }
 }
 

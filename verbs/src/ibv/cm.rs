@@ -50,6 +50,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+// A token travels in the identifier's `context` pointer: it must fit.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("ibv::cm carries 64-bit tokens in pointers: 64-bit targets only");
+
 impl CmToken {
     /// Tokens at or above this one are given by the channel to identifiers
     /// of incoming requests; [`CmId::new`] refuses them.
@@ -64,6 +68,64 @@ struct Channel {
     next_incoming: AtomicU64,
     /// Identifiers of connect requests, not yet taken by the application.
     requests: Mutex<Vec<(CmToken, RawId)>>,
+    /// The device name and port of each identifier bound to a device, read
+    /// from the identifier by the thread that librdmacm updated it on (the
+    /// feed's, in `copy_out`, before the ack; the caller's, in `bind`), so
+    /// that `CmId::device_name` never reads a field librdmacm may be
+    /// writing on another thread.
+    bound: Mutex<Vec<(CmToken, Bound)>>,
+}
+
+/// Where an identifier is bound: its device's name and port.
+#[derive(Clone, Debug)]
+struct Bound {
+    device: String,
+    port: u8,
+}
+
+/// The device and port `id` is bound to, if it is.
+///
+/// # Safety
+/// `id` is live and librdmacm is not updating it concurrently: the caller
+/// runs on the thread that just completed the call (or got the event) that
+/// bound it.
+unsafe fn bound_of(id: *mut ffi::rdma_cm_id) -> Option<Bound> {
+    // SAFETY: the caller's; `verbs` is null or librdmacm's open context,
+    // whose device name is a C string it owns.
+    unsafe {
+        let verbs = (*id).verbs;
+        if verbs.is_null() {
+            return None;
+        }
+        let name = CStr::from_ptr(ffi::ibv_get_device_name((*verbs).device));
+        Some(Bound {
+            device: name.to_string_lossy().into_owned(),
+            port: (*id).port_num,
+        })
+    }
+}
+
+impl Channel {
+    fn record_bound(&self, token: CmToken, bound: Option<Bound>) {
+        let Some(bound) = bound else { return };
+        let mut all = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        match all.iter_mut().find(|(t, _)| *t == token) {
+            Some((_, b)) => *b = bound,
+            None => all.push((token, bound)),
+        }
+    }
+
+    fn bound(&self, token: CmToken) -> Option<Bound> {
+        let all = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, b)| b.clone())
+    }
+
+    fn forget_bound(&self, token: CmToken) {
+        let mut all = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|(t, _)| *t != token);
+    }
 }
 
 /// An `rdma_cm_id` parked in the channel.
@@ -82,15 +144,21 @@ unsafe impl Sync for Channel {}
 impl Drop for Channel {
     fn drop(&mut self) {
         let parked = mem::take(self.requests.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let mut all_gone = true;
         for (_, RawId(id)) in parked {
             // SAFETY: an id librdmacm made for a request, parked here and
             // never handed out, destroyed once; its event was acked.
             let ret = unsafe { ffi::rdma_destroy_id(id) };
-            report_failure(destroyed(VerbsObject::CmId, "rdma_destroy_id", ret));
+            let result = destroyed(VerbsObject::CmId, "rdma_destroy_id", ret);
+            all_gone &= result.is_ok();
+            report_failure(result);
         }
-        // SAFETY: every identifier on the channel is gone: each holds an Arc
-        // to this value, and the parked ones were destroyed above.
-        unsafe { ffi::rdma_destroy_event_channel(self.raw) };
+        if all_gone {
+            // SAFETY: every identifier on the channel is gone: each holds an
+            // Arc to this value (one whose destroy failed keeps it forever),
+            // and the parked ones were destroyed above.
+            unsafe { ffi::rdma_destroy_event_channel(self.raw) };
+        }
     }
 }
 
@@ -149,6 +217,7 @@ impl CmChannel {
             raw,
             next_incoming: AtomicU64::new(CmToken::INCOMING.0),
             requests: Mutex::new(Vec::new()),
+            bound: Mutex::new(Vec::new()),
         });
         // SAFETY: a live channel; its fd belongs to it.
         set_nonblocking(unsafe { (*raw).fd })?;
@@ -223,6 +292,17 @@ impl CmEvents {
         } else {
             (token_of(id), None)
         };
+        if matches!(
+            kind,
+            CmEventKind::ConnectRequest
+                | CmEventKind::AddrResolved
+                | CmEventKind::RouteResolved
+                | CmEventKind::AddrChange
+        ) {
+            // SAFETY: this thread is the one librdmacm just updated the id
+            // on (inside rdma_get_cm_event); the event is not acked yet.
+            self.inner.record_bound(token, unsafe { bound_of(id) });
+        }
         let (private_data, peer_qp_num) = match kind {
             CmEventKind::ConnectRequest
             | CmEventKind::ConnectResponse
@@ -278,7 +358,11 @@ impl CmEventSource for CmEvents {
         let copied = unsafe { self.copy_out(ev) };
         // SAFETY: the event just got, acked once, after everything was
         // copied out of it.
-        check(unsafe { ffi::rdma_ack_cm_event(ev) })?;
+        let acked = unsafe { ffi::rdma_ack_cm_event(ev) };
+        // librdmacm refuses an ack only for a null event, which this is
+        // not; the event is delivered whatever the ack said (it was copied
+        // out, and a request's identifier is parked already).
+        debug_assert_eq!(acked, 0, "rdma_ack_cm_event refused an event it gave");
         Ok(Some(copied))
     }
 }
@@ -435,7 +519,12 @@ impl CmId {
     pub fn bind(&self, addr: SocketAddr) -> io::Result<()> {
         let (mut sa, _) = sockaddr(addr);
         // SAFETY: a live id and a sockaddr valid for the call.
-        check(unsafe { ffi::rdma_bind_addr(self.id, ptr::addr_of_mut!(sa).cast()) })
+        check(unsafe { ffi::rdma_bind_addr(self.id, ptr::addr_of_mut!(sa).cast()) })?;
+        // SAFETY: rdma_bind_addr updated the id on this thread, and no
+        // event for it is pending (binding raises none).
+        self._channel
+            .record_bound(self.token, unsafe { bound_of(self.id) });
+        Ok(())
     }
 
     /// Listen for connect requests ([`CmEventKind::ConnectRequest`]).
@@ -466,26 +555,18 @@ impl CmId {
         check(unsafe { ffi::rdma_resolve_route(self.id, millis(timeout)) })
     }
 
-    /// The name of the device the identifier is bound to (after `bind` to a
-    /// device's address, `resolve_addr`, or on an incoming request): open a
-    /// [`Context`] on it for the QP and CQs.
+    /// The name of the device the identifier is bound to: after `bind` to
+    /// a device's address, once its [`CmEventKind::AddrResolved`] event was
+    /// delivered, or for a taken request. Open a [`Context`] on it for the
+    /// QP and CQs. `None` before.
     pub fn device_name(&self) -> Option<String> {
-        // SAFETY: a live id; `verbs` is null or librdmacm's open context,
-        // whose device name is a C string it owns.
-        unsafe {
-            let verbs = (*self.id).verbs;
-            if verbs.is_null() {
-                return None;
-            }
-            let name = CStr::from_ptr(ffi::ibv_get_device_name((*verbs).device));
-            Some(name.to_string_lossy().into_owned())
-        }
+        self._channel.bound(self.token).map(|b| b.device)
     }
 
-    /// The device port the identifier is bound to (0 before).
+    /// The device port the identifier is bound to (0 before; see
+    /// [`device_name`](CmId::device_name)).
     pub fn port_num(&self) -> u8 {
-        // SAFETY: a live id.
-        unsafe { (*self.id).port_num }
+        self._channel.bound(self.token).map_or(0, |b| b.port)
     }
 
     /// Move `qp` to `state` with the attributes librdmacm computes for
@@ -567,10 +648,14 @@ impl CmId {
         if id.is_null() {
             return Ok(());
         }
+        self._channel.forget_bound(self.token);
         // SAFETY: a live id, nulled above so destroyed once; the channel
         // outlives it (the Arc field drops after this).
         let ret = unsafe { ffi::rdma_destroy_id(id) };
+        // An id whose destroy failed still uses the channel: it is never
+        // destroyed then.
         destroyed(VerbsObject::CmId, "rdma_destroy_id", ret)
+            .inspect_err(|_| keep_forever(&self._channel))
     }
 }
 

@@ -36,9 +36,17 @@ const SERVER_CQ: CqId = CqId(22);
 #[derive(Debug)]
 enum Event {
     Verbs(VerbsEvent),
-    Cm(CmEvent),
-    App { thread: u8, seq: u64 },
-    FollowUp { thread: ThreadId },
+    /// Boxed: a connection event (private data inline) is six times a
+    /// completion, and connection events are rare; the EVD's slots stay
+    /// completion-sized.
+    Cm(Box<CmEvent>),
+    App {
+        thread: u8,
+        seq: u64,
+    },
+    FollowUp {
+        thread: ThreadId,
+    },
 }
 
 impl From<VerbsEvent> for Event {
@@ -49,7 +57,7 @@ impl From<VerbsEvent> for Event {
 
 impl From<CmEvent> for Event {
     fn from(ev: CmEvent) -> Self {
-        Event::Cm(ev)
+        Event::Cm(Box::new(ev))
     }
 }
 
@@ -144,7 +152,7 @@ pub fn single_instance_every_source(_: &Arc<ProtectionDomain>) -> Res {
                 }
                 Ok(Event::Cm(c)) => {
                     // The main thread drives the connection from these.
-                    let _ = cm_tx.send(c);
+                    let _ = cm_tx.send(*c);
                 }
                 Ok(Event::App { thread, seq }) => {
                     log.app[usize::from(thread)].push(seq);
