@@ -17,6 +17,7 @@
 
 mod cm;
 mod latency;
+mod overrun;
 mod scenario;
 
 use evd::TryDequeueError;
@@ -1223,7 +1224,7 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 19] = [
+    let cases: [(&str, Case); 20] = [
         ("rc_send_recv", rc_send_recv),
         ("rdma_write_with_imm", rdma_write_with_imm),
         ("error_completions", error_completions),
@@ -1245,6 +1246,10 @@ fn main() {
             cm::cm_connect_accept_disconnect,
         ),
         ("cm_reject_and_unreachable", cm::cm_reject_and_unreachable),
+        (
+            "cq_overrun_reaches_the_consumer",
+            overrun::cq_overrun_reaches_the_consumer,
+        ),
         // Last: it takes the link down and up.
         (
             "single_instance_every_source",
