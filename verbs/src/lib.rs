@@ -125,6 +125,7 @@
 
 mod adaptive;
 mod async_feed;
+pub mod channel_feed;
 mod cm_event;
 mod cm_feed;
 mod completion;
@@ -143,6 +144,7 @@ pub mod teardown;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
 pub use async_feed::AsyncFeed;
+pub use channel_feed::{ChannelEvent, ChannelFeed, ChannelFeedStats, CqKey, SharedChannel};
 pub use cm_event::{CmEvent, CmEventKind, CmEventSource, CmToken, PrivateData, PRIVATE_DATA_MAX};
 pub use cm_feed::CmFeed;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
