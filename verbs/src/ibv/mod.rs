@@ -68,6 +68,7 @@
 //! ```
 
 mod async_events;
+mod channel;
 mod cm;
 mod context;
 mod cq;
@@ -76,6 +77,7 @@ mod pd;
 mod qp;
 
 pub use async_events::IbvAsyncEvents;
+pub use channel::CompletionChannel;
 pub use cm::{CmChannel, CmConnParams, CmEvents, CmId};
 pub use context::{device_names, Context, CqConfig, Ownership};
 pub use cq::{work_completion, IbvCq};
