@@ -17,6 +17,7 @@
 
 mod cm;
 mod latency;
+mod shared_channel;
 
 use evd::TryDequeueError;
 use evd_verbs::ibv::{
@@ -1222,7 +1223,7 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 18] = [
+    let cases: [(&str, Case); 19] = [
         ("rc_send_recv", rc_send_recv),
         ("rdma_write_with_imm", rdma_write_with_imm),
         ("error_completions", error_completions),
@@ -1244,6 +1245,10 @@ fn main() {
             cm::cm_connect_accept_disconnect,
         ),
         ("cm_reject_and_unreachable", cm::cm_reject_and_unreachable),
+        (
+            "shared_channel_four_cqs",
+            shared_channel::shared_channel_four_cqs,
+        ),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {
