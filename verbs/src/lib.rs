@@ -20,6 +20,10 @@
 //! [`VerbsEvent`] itself is the ready-made choice. A full EVD stops the feed
 //! (backpressure: the completions wait in the CQ); nothing is dropped.
 //!
+//! Many CQs can share one completion channel (one fd): a [`ChannelFeed`]
+//! serves them all as one feed, demultiplexing the channel's events by CQ
+//! ([`channel_feed`], [`SharedChannel`]).
+//!
 //! The CQ is abstracted by [`CompletionQueue`], implemented by the
 //! software CQ in [`soft`] (for tests and development without RDMA
 //! hardware) and, with the cargo feature `ibverbs`, by real libibverbs CQs

@@ -19,6 +19,9 @@
 //! - destroying it with events got but not acknowledged is recorded
 //!   ([`SoftCqStats::unacked_at_destroy`]) where libibverbs would block.
 //!
+//! A [`SoftChannel`] is one channel shared by many such CQs, as one
+//! `ibv_comp_channel` is: one eventfd, and each event names its CQ.
+//!
 //! The CQ is guarded by one mutex, as software providers (rxe, siw) guard
 //! theirs with a spinlock; it is a development and test double, not a fast
 //! path.
