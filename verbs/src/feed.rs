@@ -426,16 +426,22 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// Get every waiting channel event, acknowledging in batches.
     pub(crate) fn take_events(&mut self) -> io::Result<()> {
         while self.cq.get_event()? {
-            // The arm it reports is used up (or it is spurious; re-arming is
-            // correct either way).
-            self.armed = false;
-            self.stats.events_got += 1;
-            self.unacked += 1;
-            if self.unacked >= ACK_BATCH {
-                self.ack_all();
-            }
+            self.credit_event();
         }
         Ok(())
+    }
+
+    /// One channel event for this feed's CQ was got (here, or from a
+    /// channel shared with other CQs): the arm it reports is used up (or it
+    /// is spurious; re-arming is correct either way), and it is
+    /// acknowledged with the next batch.
+    pub(crate) fn credit_event(&mut self) {
+        self.armed = false;
+        self.stats.events_got += 1;
+        self.unacked += 1;
+        if self.unacked >= ACK_BATCH {
+            self.ack_all();
+        }
     }
 
     /// Free space in the EVD, or 0 (and `closed` set) if it is closed.

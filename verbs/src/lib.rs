@@ -20,6 +20,10 @@
 //! [`VerbsEvent`] itself is the ready-made choice. A full EVD stops the feed
 //! (backpressure: the completions wait in the CQ); nothing is dropped.
 //!
+//! Many CQs can share one completion channel (one fd): a [`ChannelFeed`]
+//! serves them all as one feed, demultiplexing the channel's events by CQ
+//! ([`channel_feed`], [`SharedChannel`]).
+//!
 //! The CQ is abstracted by [`CompletionQueue`], implemented by the
 //! software CQ in [`soft`] (for tests and development without RDMA
 //! hardware) and, with the cargo feature `ibverbs`, by real libibverbs CQs
@@ -125,6 +129,7 @@
 
 mod adaptive;
 mod async_feed;
+pub mod channel_feed;
 mod cm_event;
 mod cm_feed;
 mod completion;
@@ -143,6 +148,7 @@ pub mod teardown;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
 pub use async_feed::AsyncFeed;
+pub use channel_feed::{ChannelEvent, ChannelFeed, ChannelFeedStats, CqKey, SharedChannel};
 pub use cm_event::{CmEvent, CmEventKind, CmEventSource, CmToken, PrivateData, PRIVATE_DATA_MAX};
 pub use cm_feed::CmFeed;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};

@@ -13,6 +13,7 @@ use super::key::{FeedId, FeedKey};
 use super::source::Source;
 use super::FeedMode;
 use crate::async_feed::AsyncFeed;
+use crate::channel_feed::{ChannelFeed, SharedChannel};
 use crate::cm_event::{CmEvent, CmEventSource};
 use crate::cm_feed::CmFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
@@ -172,6 +173,34 @@ impl DriverHandle {
     ) -> Result<FeedKey<Feed<C, T>>, DriverError>
     where
         C: CompletionQueue + 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
+        self.register_source(Box::new(feed), mode).map(FeedKey::new)
+    }
+
+    /// Register the feed of a shared completion channel with the running
+    /// driver (see [`Driver::register_channel`](super::Driver::register_channel)).
+    /// Refused from the driver's own thread ([`DriverError::OnDriverThread`]).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
+    /// let running = Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// let key = running.handle().register_channel(feed, FeedMode::Event).unwrap();
+    /// let feed: ChannelFeed<SoftChannel> = running.handle().remove(key).unwrap();
+    /// assert_eq!(feed.len(), 1);
+    /// ```
+    pub fn register_channel<H, T>(
+        &self,
+        feed: ChannelFeed<H, T>,
+        mode: FeedMode,
+    ) -> Result<FeedKey<ChannelFeed<H, T>>, DriverError>
+    where
+        H: SharedChannel + 'static,
+        H::Cq: 'static,
         T: From<VerbsEvent> + Send + 'static,
     {
         self.register_source(Box::new(feed), mode).map(FeedKey::new)

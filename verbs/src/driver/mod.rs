@@ -40,6 +40,7 @@ pub use key::{FeedId, FeedKey};
 
 use crate::adaptive::SpinPolicy;
 use crate::async_feed::AsyncFeed;
+use crate::channel_feed::{ChannelFeed, SharedChannel};
 use crate::cm_event::{CmEvent, CmEventSource};
 use crate::cm_feed::CmFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
@@ -348,6 +349,58 @@ impl Driver {
     ) -> Result<FeedKey<Feed<C, T>>, DriverError>
     where
         C: CompletionQueue + 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
+        self.insert(Box::new(feed), mode).map(FeedKey::new)
+    }
+
+    /// Serve the CQs of one shared completion channel as one feed: the
+    /// driver waits on the channel's one fd and the feed demultiplexes its
+    /// events (see [`ChannelFeed`]). [`FeedMode::Event`] and
+    /// [`FeedMode::Adaptive`] both work; [`Driver::remove`] hands the
+    /// [`ChannelFeed`] back, every CQ in it. As for [`register`](Self::register),
+    /// the device's async events are served too if nobody consumes them.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let mut hcas = Vec::new();
+    /// for i in 0..4 {
+    ///     let (cq, hca) = channel.create_cq(16).unwrap();
+    ///     feed.add(cq, CqId(i)).unwrap();
+    ///     hcas.push(hca);
+    /// }
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register_channel(feed, FeedMode::Event).unwrap();
+    /// let running = driver.spawn().unwrap();
+    /// for (i, hca) in hcas.iter().enumerate() {
+    ///     hca.push(WorkCompletion { wr_id: i as u64, ..Default::default() }).unwrap();
+    /// }
+    /// let mut seen = [false; 4];
+    /// for _ in 0..4 {
+    ///     match consumer.dequeue().unwrap() {
+    ///         VerbsEvent::Completion { cq, wc } => {
+    ///             assert_eq!(u64::from(cq.0), wc.wr_id);
+    ///             seen[cq.0 as usize] = true;
+    ///         }
+    ///         other => panic!("{other:?}"),
+    ///     }
+    /// }
+    /// assert_eq!(seen, [true; 4]);
+    /// let mut stopped = running.shutdown().unwrap();
+    /// let feed: ChannelFeed<SoftChannel> = stopped.take(key).unwrap();
+    /// assert_eq!(feed.len(), 4);
+    /// ```
+    pub fn register_channel<H, T>(
+        &mut self,
+        feed: ChannelFeed<H, T>,
+        mode: FeedMode,
+    ) -> Result<FeedKey<ChannelFeed<H, T>>, DriverError>
+    where
+        H: SharedChannel + 'static,
+        H::Cq: 'static,
         T: From<VerbsEvent> + Send + 'static,
     {
         self.insert(Box::new(feed), mode).map(FeedKey::new)

@@ -1,6 +1,7 @@
 //! What the driver needs from a feed, whatever its CQ or source type.
 
 use crate::async_feed::AsyncFeed;
+use crate::channel_feed::{ChannelFeed, SharedChannel};
 use crate::cm_event::{CmEvent, CmEventSource};
 use crate::cm_feed::CmFeed;
 use crate::cq::{AsyncEventSource, CompletionQueue};
@@ -58,6 +59,39 @@ where
     }
     fn device_feed(&mut self) -> Option<Box<dyn Source>> {
         let events = self.cq().device_events()?;
+        let feed: AsyncFeed<Box<dyn AsyncEventSource>, T> =
+            AsyncFeed::new(events, self.poster().clone());
+        Some(Box::new(feed))
+    }
+}
+
+impl<H, T> Source for ChannelFeed<H, T>
+where
+    H: SharedChannel + 'static,
+    H::Cq: 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.channel().fd())
+    }
+    fn take_events(&mut self) -> io::Result<()> {
+        ChannelFeed::take_events(self).map(|_| ())
+    }
+    fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
+        ChannelFeed::arm_and_drain(self, budget)
+    }
+    fn poll(&mut self, budget: usize) -> Progress {
+        ChannelFeed::progress(self, budget)
+    }
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        ChannelFeed::poll_room(self, cx)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+    fn device_feed(&mut self) -> Option<Box<dyn Source>> {
+        // The CQs of one channel are on one device.
+        let events = self.feeds().next()?.cq().device_events()?;
         let feed: AsyncFeed<Box<dyn AsyncEventSource>, T> =
             AsyncFeed::new(events, self.poster().clone());
         Some(Box::new(feed))

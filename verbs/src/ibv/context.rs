@@ -378,7 +378,98 @@ impl Context {
             unsafe { ffi::ibv_destroy_comp_channel(channel) };
             return Err(e);
         }
-        Ok(IbvCq::wrap(self, cq, channel, config.id, Ownership::Owned))
+        Ok(IbvCq::wrap(
+            self,
+            cq,
+            channel,
+            config.id,
+            Ownership::Owned,
+            None,
+        ))
+    }
+
+    /// A completion channel to share among CQs ([`create_cq_on`](Context::create_cq_on)),
+    /// its fd non-blocking; served by a [`ChannelFeed`](crate::ChannelFeed).
+    /// It is destroyed when the last handle to it goes, which each CQ made
+    /// on it holds: after its last CQ.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{Context, CqConfig};
+    /// use evd_verbs::CqId;
+    /// let ctx = Context::open(None)?;
+    /// let channel = ctx.create_channel()?;
+    /// let a = ctx.create_cq_on(&channel, &CqConfig::new(64, CqId(0)))?;
+    /// let b = ctx.create_cq_on(&channel, &CqConfig::new(64, CqId(1)))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_channel(self: &Arc<Self>) -> io::Result<Arc<CompletionChannel>> {
+        // SAFETY: a live context.
+        let channel = unsafe { ffi::ibv_create_comp_channel(self.ctx) };
+        if channel.is_null() {
+            return Err(last_err());
+        }
+        let channel = CompletionChannel::wrap(channel, Ownership::Owned, Some(self.clone()));
+        set_nonblocking(channel.fd())?;
+        Ok(Arc::new(channel))
+    }
+
+    /// A CQ as `config` says, on the shared `channel` (made on this
+    /// context): its events come through the channel, named by the CQ, for
+    /// a [`ChannelFeed`](crate::ChannelFeed) to demultiplex. The CQ's own
+    /// [`channel_fd`](crate::CompletionQueue::channel_fd) is `None` (a
+    /// single-CQ [`Feed`](crate::Feed) cannot sleep on it). The CQ holds
+    /// the channel, which outlives it.
+    ///
+    /// `InvalidInput` if `channel` is on another device context.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{Context, CqConfig};
+    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent};
+    /// let ctx = Context::open(None)?;
+    /// let channel = ctx.create_channel()?;
+    /// let (poster, _evd) = evd::bounded::<VerbsEvent>(1024)?;
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// for i in 0..4 {
+    ///     let cq = ctx.create_cq_on(&channel, &CqConfig { comp_vector: 0, ..CqConfig::new(256, CqId(i)) })?;
+    ///     feed.add(cq, CqId(i)).expect("on this channel");
+    /// }
+    /// let mut driver = Driver::new(Default::default())?;
+    /// driver.register_channel(feed, FeedMode::Event)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_cq_on(
+        self: &Arc<Self>,
+        channel: &Arc<CompletionChannel>,
+        config: &CqConfig,
+    ) -> io::Result<IbvCq> {
+        if channel.context_ptr() != self.ctx {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the completion channel is on another device context",
+            ));
+        }
+        // SAFETY: live context and channel (the Arc keeps it); `cq_context`
+        // is only stored.
+        let cq = unsafe {
+            ffi::ibv_create_cq(
+                self.ctx,
+                config.depth,
+                config.cq_context,
+                channel.as_ptr(),
+                config.comp_vector,
+            )
+        };
+        if cq.is_null() {
+            return Err(last_err());
+        }
+        Ok(IbvCq::wrap(
+            self,
+            cq,
+            ptr::null_mut(),
+            config.id,
+            Ownership::Owned,
+            Some(channel.clone()),
+        ))
     }
 
     /// This device's async events (CQ errors, QP errors, port and device

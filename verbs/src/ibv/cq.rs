@@ -27,6 +27,10 @@ pub(super) struct RawCq {
     pub(super) channel: *mut ffi::ibv_comp_channel,
     /// Its name in the context's registry.
     id: CqId,
+    /// The shared channel it was made on (`channel` is then null): held so
+    /// that the channel is destroyed after its last CQ (this field drops
+    /// after `Drop::drop` destroyed the CQ).
+    pub(super) shared: Option<Arc<super::CompletionChannel>>,
     /// Whether `destroy` destroys the CQ and channel.
     ownership: Ownership,
 }
@@ -132,6 +136,7 @@ impl IbvCq {
         channel: *mut ffi::ibv_comp_channel,
         id: CqId,
         ownership: Ownership,
+        shared: Option<Arc<super::CompletionChannel>>,
     ) -> IbvCq {
         ctx.register_cq(cq, id);
         IbvCq {
@@ -140,6 +145,7 @@ impl IbvCq {
                 cq,
                 channel,
                 id,
+                shared,
                 ownership,
             }),
             wcs: [zeroed(); POLL_BATCH],
@@ -224,7 +230,7 @@ impl IbvCq {
             // it.
             set_nonblocking(unsafe { (*channel).fd })?;
         }
-        Ok(IbvCq::wrap(ctx, cq, channel, id, ownership))
+        Ok(IbvCq::wrap(ctx, cq, channel, id, ownership, None))
     }
 
     /// The raw CQ, for verbs this module does not wrap.

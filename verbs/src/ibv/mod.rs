@@ -23,6 +23,10 @@
 //! the CQ's id in the context's registry instead. Applications polling a
 //! CQ themselves convert with [`work_completion`].
 //!
+//! One channel for many CQs: [`Context::create_channel`] makes a
+//! [`CompletionChannel`] and [`Context::create_cq_on`] CQs on it, served
+//! together by a [`ChannelFeed`](crate::ChannelFeed).
+//!
 //! Work requests: [`QueuePair::post_send_wr`] takes a [`SendRequest`]
 //! (send, send with immediate, RDMA write with or without immediate, RDMA
 //! read; up to [`MAX_SGES`] [`Sge`]s; signaled or not, solicited, fenced,
@@ -68,6 +72,7 @@
 //! ```
 
 mod async_events;
+mod channel;
 mod cm;
 mod context;
 mod cq;
@@ -76,6 +81,7 @@ mod pd;
 mod qp;
 
 pub use async_events::IbvAsyncEvents;
+pub use channel::CompletionChannel;
 pub use cm::{CmChannel, CmConnParams, CmEvents, CmId};
 pub use context::{device_names, Context, CqConfig, Ownership};
 pub use cq::{work_completion, IbvCq};

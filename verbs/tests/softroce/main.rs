@@ -19,6 +19,7 @@ mod cm;
 mod latency;
 mod overrun;
 mod scenario;
+mod shared_channel;
 
 use evd::TryDequeueError;
 use evd_verbs::ibv::{
@@ -1224,7 +1225,7 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 20] = [
+    let cases: [(&str, Case); 21] = [
         ("rc_send_recv", rc_send_recv),
         ("rdma_write_with_imm", rdma_write_with_imm),
         ("error_completions", error_completions),
@@ -1246,6 +1247,10 @@ fn main() {
             cm::cm_connect_accept_disconnect,
         ),
         ("cm_reject_and_unreachable", cm::cm_reject_and_unreachable),
+        (
+            "shared_channel_four_cqs",
+            shared_channel::shared_channel_four_cqs,
+        ),
         (
             "cq_overrun_reaches_the_consumer",
             overrun::cq_overrun_reaches_the_consumer,

@@ -1,0 +1,538 @@
+//! One completion channel shared by many CQs, served as one feed.
+//!
+//! Applications with many CQs usually give them one completion channel
+//! (`ibv_comp_channel`): one fd to wait on, whatever the number of CQs.
+//! `ibv_get_cq_event` then says *which* CQ each event is for, and the
+//! consumer demultiplexes. [`SharedChannel`] is that channel as a feed sees
+//! it (implemented by `ibv::CompletionChannel` and by
+//! [`SoftChannel`](crate::soft::SoftChannel)); [`ChannelFeed`] serves it.
+//!
+//! # Design
+//! A [`ChannelFeed`] holds one [`Feed`] per CQ, all posting into one EVD,
+//! and is *one* driver source: one fd, one cycle ([`Driver::register_channel`](crate::Driver::register_channel)).
+//! Every per-CQ property is the [`Feed`]'s own (arming, the poll after the
+//! arm, batched acks, budgets, reading the EVD's free space before every
+//! poll, holding what another poster's post refused); the channel feed only
+//! decides *which* feeds run:
+//!
+//! - **Taking events** ([`ChannelFeed::take_events`]): every waiting event
+//!   is got, until the channel has none, and credited to the feed of the CQ
+//!   it names: that feed's arm is used up, the event joins its next ack
+//!   batch (per CQ, [`ACK_BATCH`](crate::ACK_BATCH)), and the feed is marked
+//!   *dirty*. An event for a CQ the channel feed does not hold (a CQ made
+//!   on the channel by someone else, or added nowhere) is acknowledged at
+//!   once through [`SharedChannel::ack_unknown`], so its owner's destroy
+//!   does not wait for it, and counted in [`ChannelFeedStats::unknown_events`];
+//!   nothing else happens (its completions are not this feed's).
+//! - **Arming and draining** ([`ChannelFeed::arm_and_drain`]): each dirty
+//!   feed, round robin, runs [`Feed::arm_and_drain`], which re-arms it only
+//!   if its arm was used up and polls after arming. A feed leaves the dirty
+//!   set only when that returns `Drained` (armed and empty). So the channel
+//!   feed reports `Drained`, safe to sleep on the fd, exactly when every
+//!   live CQ is armed and was found empty after its arm.
+//!
+//! # Invariants
+//! - *No lost wakeup.* A CQ that is not dirty is armed and was empty after
+//!   its arm, so its next completion raises an event on the shared fd; the
+//!   driver's next turn takes every event, whichever CQ it names, before it
+//!   runs the feeds. Events are taken only there, never while one CQ is
+//!   being served, so none is consumed on a CQ's behalf and forgotten.
+//! - *No over-commit.* The feeds run one after the other on the driver's
+//!   thread and each reads the EVD's free space before every poll; a full
+//!   EVD stops the whole pass (`Backpressure`): the feeds not reached stay
+//!   dirty and run when the room signal comes.
+//! - *Budgets.* One call delivers at most its budget over all the CQs; the
+//!   next call starts after the CQ that used it up, so one busy CQ does not
+//!   starve the others.
+//! - *Acks.* Every event got is acknowledged exactly once: by its CQ's feed
+//!   (in batches, and the rest when the feed is dropped or handed back,
+//!   before the CQ is destroyed), or at once if its CQ is unknown.
+//! - *FIFO per CQ*: each CQ is polled by its own feed only.
+//! - A CQ that fails (overrun, poll error) delivers its `CqError` and is
+//!   not polled again; the others go on. The channel feed reports `Failed`
+//!   only when every CQ has failed, `Closed` when the EVD is closed.
+//!
+//! The driver's cycle needs no new observation: to it the channel feed is
+//! one feed whose fd is the channel's. [`FeedMode::Adaptive`](crate::FeedMode::Adaptive)
+//! works as for one CQ: its unarmed polls poll every CQ, and the arm that
+//! ends a spin arms the dirty ones.
+
+use crate::cq::CompletionQueue;
+use crate::event::{CqId, VerbsEvent};
+use crate::feed::{Feed, FeedStatus, Progress};
+use evd::{Poster, RoomWaiter};
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+use std::task::{Context, Poll};
+
+/// The name of a CQ on a [`SharedChannel`], as its events carry it (for
+/// real verbs, the `ibv_cq` address `ibv_get_cq_event` returns).
+///
+/// ```
+/// let k = evd_verbs::CqKey(0x1000);
+/// assert_eq!(k.0, 0x1000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CqKey(pub usize);
+
+/// One event got from a [`SharedChannel`]: the CQ it is for. It must be
+/// acknowledged once, on that CQ ([`CompletionQueue::ack_events`]) or with
+/// [`SharedChannel::ack_unknown`]; it is neither `Clone` nor `Copy`.
+///
+/// ```
+/// use evd_verbs::{SharedChannel, soft::SoftChannel};
+/// let mut channel = SoftChannel::new().unwrap();
+/// assert!(channel.get_cq_event().unwrap().is_none());
+/// ```
+#[derive(Debug, PartialEq, Eq)]
+pub struct ChannelEvent {
+    cq: CqKey,
+}
+
+impl ChannelEvent {
+    /// An event for the CQ named `cq`.
+    ///
+    /// # Safety
+    /// One channel event of the live CQ `cq` names was just got and is
+    /// not acknowledged yet: [`SharedChannel::ack_unknown`] of the result
+    /// acknowledges it (for real verbs, with `ibv_ack_cq_events` on that
+    /// address).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelEvent, CqKey};
+    /// // SAFETY: never acknowledged; only its key is looked at.
+    /// let ev = unsafe { ChannelEvent::new(CqKey(1)) };
+    /// assert_eq!(ev.cq(), CqKey(1));
+    /// ```
+    pub unsafe fn new(cq: CqKey) -> ChannelEvent {
+        ChannelEvent { cq }
+    }
+
+    /// The CQ the event is for.
+    pub fn cq(&self) -> CqKey {
+        self.cq
+    }
+}
+
+/// A completion channel shared by many CQs: one fd, events that name their
+/// CQ. Implemented by `ibv::CompletionChannel` (feature `ibverbs`) and by
+/// [`SoftChannel`](crate::soft::SoftChannel).
+///
+/// The CQs on it get their events only through the channel: their own
+/// [`CompletionQueue::get_event`] finds none. Each event got must be
+/// acknowledged once: on its CQ with [`CompletionQueue::ack_events`] (in
+/// batches) before that CQ is destroyed, or, for a CQ the caller does not
+/// hold, with [`ack_unknown`](Self::ack_unknown).
+///
+/// ```
+/// use evd_verbs::{CompletionQueue, SharedChannel, WorkCompletion, soft::SoftChannel};
+/// let mut channel = SoftChannel::new().unwrap();
+/// let (mut cq, hca) = channel.create_cq(4).unwrap();
+/// cq.req_notify(false).unwrap();
+/// hca.push(WorkCompletion::default()).unwrap();
+/// let ev = channel.get_cq_event().unwrap().expect("an event");
+/// assert_eq!(Some(ev.cq()), channel.key_of(&cq));
+/// cq.ack_events(1);
+/// assert_eq!(hca.stats().events_acked, 1);
+/// ```
+pub trait SharedChannel: Send {
+    /// The CQs made on it.
+    type Cq: CompletionQueue;
+
+    /// The fd, readable while events wait.
+    fn fd(&self) -> RawFd;
+
+    /// Take one event without blocking: the CQ it names, or `Ok(None)` if
+    /// none waits.
+    fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>>;
+
+    /// The key the events of `cq` carry, or `None` if `cq` is not on this
+    /// channel.
+    fn key_of(&self, cq: &Self::Cq) -> Option<CqKey>;
+
+    /// Acknowledge an event whose CQ the caller does not hold.
+    fn ack_unknown(&mut self, event: ChannelEvent);
+}
+
+/// A [`ChannelFeed`]'s own counters (each CQ's are in its [`Feed`]'s
+/// [`stats`](Feed::stats)).
+///
+/// ```
+/// use evd_verbs::{ChannelFeed, VerbsEvent, soft::SoftChannel};
+/// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+/// let feed = ChannelFeed::new(SoftChannel::new().unwrap(), poster);
+/// assert_eq!(feed.stats().events_got, 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelFeedStats {
+    /// Channel events got, for every CQ.
+    pub events_got: u64,
+    /// Events for CQs this feed does not hold, acknowledged at once.
+    pub unknown_events: u64,
+    /// CQs that failed (and are not polled any more).
+    pub failed_cqs: u64,
+}
+
+struct Member<C: CompletionQueue, T> {
+    feed: Feed<C, T>,
+    /// Must run `arm_and_drain`: new, its arm was used up, or its last
+    /// run did not end drained.
+    dirty: bool,
+    /// Failed: never polled again.
+    done: bool,
+}
+
+/// Moves completions from every CQ on one [`SharedChannel`] into one EVD:
+/// one driver source, one fd (see the [module notes](self) for the design
+/// and its invariants).
+///
+/// ```
+/// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
+/// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+/// let channel = SoftChannel::new().unwrap();
+/// let mut feed = ChannelFeed::new(channel.clone(), poster);
+/// let mut hcas = Vec::new();
+/// for i in 0..3 {
+///     let (cq, hca) = channel.create_cq(16).unwrap();
+///     feed.add(cq, CqId(i)).unwrap();
+///     hcas.push(hca);
+/// }
+/// // Arms all three: safe to sleep on the channel's fd.
+/// assert_eq!(feed.arm_and_drain(64).unwrap().status, FeedStatus::Drained);
+/// hcas[2].push(WorkCompletion { wr_id: 7, ..Default::default() }).unwrap();
+/// let p = feed.on_channel_ready(64).unwrap(); // the fd was readable
+/// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+/// assert!(matches!(
+///     consumer.try_dequeue(),
+///     Ok(VerbsEvent::Completion { cq: CqId(2), wc }) if wc.wr_id == 7
+/// ));
+/// ```
+pub struct ChannelFeed<H: SharedChannel, T = VerbsEvent> {
+    /// Declared before `channel`: dropped first, so every CQ (acked by its
+    /// feed) is gone before the handle to the channel is let go.
+    members: Vec<Member<H::Cq, T>>,
+    by_key: HashMap<CqKey, usize>,
+    channel: H,
+    room: RoomWaiter<T>,
+    /// Where the next pass starts.
+    cursor: usize,
+    stats: ChannelFeedStats,
+}
+
+impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
+    /// A feed of `channel`'s CQs (none yet: [`add`](Self::add) them) into
+    /// the EVD of `poster`.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let feed = ChannelFeed::new(SoftChannel::new().unwrap(), poster);
+    /// assert!(feed.is_empty());
+    /// ```
+    pub fn new(channel: H, poster: Poster<T>) -> Self {
+        ChannelFeed {
+            members: Vec::new(),
+            by_key: HashMap::new(),
+            channel,
+            room: poster.room_waiter(),
+            cursor: 0,
+            stats: ChannelFeedStats::default(),
+        }
+    }
+
+    /// Serve `cq`, named `id` in its events. Hands the CQ back if it is not
+    /// on this channel or is served already. Add CQs before registering the
+    /// feed with a driver (the driver owns it afterwards).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::{SoftChannel, SoftCq}};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// assert!(feed.add(channel.create_cq(8).unwrap().0, CqId(0)).is_ok());
+    /// let (elsewhere, _hca) = SoftCq::new(8).unwrap(); // its own channel
+    /// assert!(feed.add(elsewhere, CqId(1)).is_err());
+    /// ```
+    // The error hands the CQ back; a real CQ carries its poll array.
+    #[allow(clippy::result_large_err)]
+    pub fn add(&mut self, cq: H::Cq, id: CqId) -> Result<(), H::Cq> {
+        let Some(key) = self.channel.key_of(&cq) else {
+            return Err(cq);
+        };
+        if self.by_key.contains_key(&key) {
+            return Err(cq);
+        }
+        self.by_key.insert(key, self.members.len());
+        self.members.push(Member {
+            feed: Feed::new(cq, id, self.room.poster().clone()),
+            dirty: true,
+            done: false,
+        });
+        Ok(())
+    }
+
+    /// How many CQs it serves.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// It serves no CQ.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The channel.
+    pub fn channel(&self) -> &H {
+        &self.channel
+    }
+
+    /// The feed of each CQ, in the order they were added.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// feed.add(channel.create_cq(8).unwrap().0, CqId(4)).unwrap();
+    /// assert_eq!(feed.feeds().map(|f| f.id()).collect::<Vec<_>>(), [CqId(4)]);
+    /// ```
+    pub fn feeds(&self) -> impl Iterator<Item = &Feed<H::Cq, T>> + '_ {
+        self.members.iter().map(|m| &m.feed)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> ChannelFeedStats {
+        self.stats
+    }
+
+    /// The poster of the EVD it delivers into.
+    pub fn poster(&self) -> &Poster<T> {
+        self.room.poster()
+    }
+
+    /// Get every waiting channel event and credit each to its CQ's feed
+    /// (see the [module notes](self)); returns how many were got.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// hca.inject_spurious_event();
+    /// assert_eq!(feed.take_events().unwrap(), 1);
+    /// assert_eq!(feed.feeds().next().unwrap().stats().events_got, 1);
+    /// ```
+    pub fn take_events(&mut self) -> io::Result<usize> {
+        let mut got = 0;
+        while let Some(event) = self.channel.get_cq_event()? {
+            got += 1;
+            self.stats.events_got += 1;
+            match self.by_key.get(&event.cq()) {
+                Some(&i) => {
+                    let m = &mut self.members[i];
+                    m.feed.credit_event();
+                    m.dirty = !m.done;
+                }
+                None => {
+                    self.stats.unknown_events += 1;
+                    self.channel.ack_unknown(event);
+                }
+            }
+        }
+        Ok(got)
+    }
+
+    /// Event-driven step: run [`Feed::arm_and_drain`] on each CQ that needs
+    /// it (its arm used up, or not drained yet), round robin, within
+    /// `budget` for them all. [`FeedStatus::Drained`] means every live CQ
+    /// is armed and empty: safe to sleep on the channel's fd.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(64).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// hca.push_batch(&[WorkCompletion::default(); 20]);
+    /// assert_eq!(feed.arm_and_drain(16).unwrap().status, FeedStatus::Budget);
+    /// let p = feed.arm_and_drain(16).unwrap();
+    /// assert_eq!((p.delivered, p.status), (4, FeedStatus::Drained));
+    /// ```
+    pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
+        let n = self.members.len();
+        let mut delivered = 0;
+        for k in 0..n {
+            let i = (self.cursor + k) % n;
+            let m = &mut self.members[i];
+            if m.done || !m.dirty {
+                continue;
+            }
+            if delivered >= budget {
+                self.cursor = i;
+                return Ok(Progress {
+                    delivered,
+                    status: FeedStatus::Budget,
+                });
+            }
+            let p = m.feed.arm_and_drain(budget - delivered)?;
+            delivered += p.delivered;
+            match p.status {
+                FeedStatus::Drained => m.dirty = false,
+                FeedStatus::Budget => {
+                    // Still dirty; the others come first next time.
+                    self.cursor = (i + 1) % n;
+                    return Ok(Progress {
+                        delivered,
+                        status: FeedStatus::Budget,
+                    });
+                }
+                FeedStatus::Backpressure | FeedStatus::Closed => {
+                    // Still dirty: run again once there is room.
+                    self.cursor = i;
+                    return Ok(Progress {
+                        delivered,
+                        status: p.status,
+                    });
+                }
+                FeedStatus::Failed => self.fail(i),
+            }
+        }
+        self.cursor = if n == 0 { 0 } else { (self.cursor + 1) % n };
+        let all_failed = n > 0 && self.members.iter().all(|m| m.done);
+        Ok(Progress {
+            delivered,
+            status: if all_failed {
+                FeedStatus::Failed
+            } else {
+                FeedStatus::Drained
+            },
+        })
+    }
+
+    /// Event-driven wake-up, when the channel's fd is readable:
+    /// [`take_events`](Self::take_events), then
+    /// [`arm_and_drain`](Self::arm_and_drain).
+    pub fn on_channel_ready(&mut self, budget: usize) -> io::Result<Progress> {
+        self.take_events()?;
+        self.arm_and_drain(budget)
+    }
+
+    /// Busy-poll every live CQ without arming, round robin, within `budget`
+    /// for them all ([`Feed::progress`] on each). `Drained`: every CQ was
+    /// found empty (not necessarily armed).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (a, hca_a) = channel.create_cq(8).unwrap();
+    /// let (b, hca_b) = channel.create_cq(8).unwrap();
+    /// feed.add(a, CqId(0)).unwrap();
+    /// feed.add(b, CqId(1)).unwrap();
+    /// hca_a.push(WorkCompletion::default()).unwrap();
+    /// hca_b.push(WorkCompletion::default()).unwrap();
+    /// assert_eq!(feed.progress(16).delivered, 2);
+    /// ```
+    pub fn progress(&mut self, budget: usize) -> Progress {
+        let n = self.members.len();
+        let mut delivered = 0;
+        for k in 0..n {
+            let i = (self.cursor + k) % n;
+            let m = &mut self.members[i];
+            if m.done {
+                continue;
+            }
+            if delivered >= budget {
+                self.cursor = i;
+                return Progress {
+                    delivered,
+                    status: FeedStatus::Budget,
+                };
+            }
+            let p = m.feed.progress(budget - delivered);
+            delivered += p.delivered;
+            match p.status {
+                FeedStatus::Drained => {}
+                FeedStatus::Budget => {
+                    self.cursor = (i + 1) % n;
+                    return Progress {
+                        delivered,
+                        status: FeedStatus::Budget,
+                    };
+                }
+                FeedStatus::Backpressure | FeedStatus::Closed => {
+                    // Its completions wait in the CQ; the arm, if it was
+                    // used up, is still to be made: it stays dirty.
+                    self.cursor = i;
+                    return Progress {
+                        delivered,
+                        status: p.status,
+                    };
+                }
+                FeedStatus::Failed => self.fail(i),
+            }
+        }
+        self.cursor = if n == 0 { 0 } else { (self.cursor + 1) % n };
+        let all_failed = n > 0 && self.members.iter().all(|m| m.done);
+        Progress {
+            delivered,
+            status: if all_failed {
+                FeedStatus::Failed
+            } else {
+                FeedStatus::Drained
+            },
+        }
+    }
+
+    fn fail(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        if !m.done {
+            m.done = true;
+            m.dirty = false;
+            self.stats.failed_cqs += 1;
+        }
+    }
+
+    /// Wait for room in a full EVD (as [`Feed::poll_room`]).
+    pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.room.poll_room(cx).map(|_| ())
+    }
+
+    /// Tear down: hand back the channel and the feed of each CQ, in the
+    /// order they were added. Each feed acknowledges the events credited to
+    /// it when it is dropped or taken apart ([`Feed::into_parts`]).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// hca.inject_spurious_event();
+    /// feed.take_events().unwrap();
+    /// let (_channel, feeds) = feed.into_parts();
+    /// drop(feeds); // acks, then destroys the CQ
+    /// assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+    /// ```
+    pub fn into_parts(self) -> (H, Vec<Feed<H::Cq, T>>) {
+        let feeds = self.members.into_iter().map(|m| m.feed).collect();
+        (self.channel, feeds)
+    }
+}
+
+impl<H: SharedChannel + fmt::Debug, T> fmt::Debug for ChannelFeed<H, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelFeed")
+            .field("channel", &self.channel)
+            .field("cqs", &self.members.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}

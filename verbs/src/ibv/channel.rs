@@ -1,0 +1,195 @@
+//! A completion channel shared by many CQs: the [`SharedChannel`] of real
+//! verbs, which a [`ChannelFeed`](crate::ChannelFeed) serves.
+
+use super::*;
+use crate::channel_feed::{ChannelEvent, CqKey, SharedChannel};
+use crate::teardown::VerbsObject;
+use std::fmt;
+use std::os::fd::RawFd;
+use std::ptr;
+
+/// An `ibv_comp_channel` for many CQs: one fd, and `ibv_get_cq_event`
+/// names the CQ of each event. Made by [`Context::create_channel`] (CQs on
+/// it by [`Context::create_cq_on`]) or wrapped with
+/// [`CompletionChannel::from_raw`]; shared as `Arc<CompletionChannel>`,
+/// which is the [`SharedChannel`] a [`ChannelFeed`](crate::ChannelFeed)
+/// takes. Each CQ made on it holds it, so it is destroyed (if
+/// [`Owned`](Ownership::Owned)) after the last of them and the last handle.
+///
+/// ```no_run
+/// use evd_verbs::ibv::{Context, CqConfig};
+/// use evd_verbs::{CqId, SharedChannel};
+/// let ctx = Context::open(None)?;
+/// let channel = ctx.create_channel()?;
+/// let cq = ctx.create_cq_on(&channel, &CqConfig::new(64, CqId(0)))?;
+/// assert!(channel.key_of(&cq).is_some());
+/// println!("one fd for every CQ: {}", channel.fd());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct CompletionChannel {
+    /// Non-null until dropped.
+    channel: *mut ffi::ibv_comp_channel,
+    ownership: Ownership,
+    /// The context it was made on, kept open while the channel lives
+    /// (`None` when wrapped: its maker keeps the context open).
+    _ctx: Option<Arc<Context>>,
+}
+
+// SAFETY: libibverbs channels may be used from any thread; getting events
+// from one is serialized by the kernel's read of its fd.
+unsafe impl Send for CompletionChannel {}
+// SAFETY: as above; the wrapper's fields are not mutated after creation.
+unsafe impl Sync for CompletionChannel {}
+
+impl CompletionChannel {
+    pub(super) fn wrap(
+        channel: *mut ffi::ibv_comp_channel,
+        ownership: Ownership,
+        ctx: Option<Arc<Context>>,
+    ) -> CompletionChannel {
+        CompletionChannel {
+            channel,
+            ownership,
+            _ctx: ctx,
+        }
+    }
+
+    /// Wrap a completion channel made elsewhere (`ibv_create_comp_channel`
+    /// by another crate, or raw [`ffi`] calls), to make CQs on it
+    /// ([`Context::create_cq_on`]) and serve them with a
+    /// [`ChannelFeed`](crate::ChannelFeed). Its fd is made non-blocking.
+    ///
+    /// With [`Ownership::Owned`] the last handle destroys it; with
+    /// [`Ownership::Borrowed`] it is never destroyed here.
+    ///
+    /// # Safety
+    /// - `channel` is a live completion channel, and its device context
+    ///   stays open while the wrapper and the CQs made on it live.
+    /// - Nobody else gets events from it while the wrapper lives (they
+    ///   would be taken from the feed).
+    /// - `Owned`: nobody else destroys it. `Borrowed`: its owner destroys
+    ///   it only after the wrapper and every CQ made on it are gone.
+    ///
+    /// # Panics
+    /// If `channel` is null.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{ffi, CompletionChannel, Context, Ownership};
+    /// let ctx = Context::open(None)?;
+    /// // SAFETY: a live context.
+    /// let raw = unsafe { ffi::ibv_create_comp_channel(ctx.as_ptr()) };
+    /// assert!(!raw.is_null());
+    /// // SAFETY: just made on `ctx`, which outlives the wrapper; handed over.
+    /// let channel = unsafe { CompletionChannel::from_raw(raw, Ownership::Owned)? };
+    /// assert_eq!(channel.as_ptr(), raw);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub unsafe fn from_raw(
+        channel: *mut ffi::ibv_comp_channel,
+        ownership: Ownership,
+    ) -> io::Result<Arc<CompletionChannel>> {
+        assert!(
+            !channel.is_null(),
+            "CompletionChannel::from_raw of a null channel"
+        );
+        let channel = CompletionChannel::wrap(channel, ownership, None);
+        set_nonblocking(channel.fd())?;
+        Ok(Arc::new(channel))
+    }
+
+    /// The raw channel, for verbs this module does not wrap.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let channel = ctx.create_channel()?;
+    /// // SAFETY: a live channel.
+    /// println!("fd {}", unsafe { (*channel.as_ptr()).fd });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn as_ptr(&self) -> *mut ffi::ibv_comp_channel {
+        self.channel
+    }
+
+    /// The channel's fd (non-blocking), readable while events wait.
+    pub fn fd(&self) -> RawFd {
+        // SAFETY: a live channel; its fd field is set at creation.
+        unsafe { (*self.channel).fd }
+    }
+
+    /// Whether the last handle destroys the channel.
+    pub fn ownership(&self) -> Ownership {
+        self.ownership
+    }
+
+    pub(super) fn context_ptr(&self) -> *mut ffi::ibv_context {
+        // SAFETY: a live channel; its context field is set at creation.
+        unsafe { (*self.channel).context }
+    }
+}
+
+impl fmt::Debug for CompletionChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompletionChannel")
+            .field("channel", &self.channel)
+            .field("ownership", &self.ownership)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for CompletionChannel {
+    fn drop(&mut self) {
+        let channel = std::mem::replace(&mut self.channel, ptr::null_mut());
+        if channel.is_null() || self.ownership == Ownership::Borrowed {
+            return;
+        }
+        // SAFETY: from ibv_create_comp_channel (here, or handed over to
+        // `from_raw` as Owned), nulled above so destroyed once; every CQ made
+        // on it here holds an Arc to it, so none is left.
+        let ret = unsafe { ffi::ibv_destroy_comp_channel(channel) };
+        report_failure(destroyed(
+            VerbsObject::CompletionChannel,
+            "ibv_destroy_comp_channel",
+            ret,
+        ));
+    }
+}
+
+impl SharedChannel for Arc<CompletionChannel> {
+    type Cq = IbvCq;
+
+    fn fd(&self) -> RawFd {
+        CompletionChannel::fd(self)
+    }
+
+    fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>> {
+        let mut cq = ptr::null_mut();
+        let mut cq_context = ptr::null_mut();
+        // SAFETY: a live, non-blocking channel; out-parameters are locals.
+        let r = unsafe { ffi::ibv_get_cq_event(self.channel, &mut cq, &mut cq_context) };
+        if r != 0 {
+            let e = last_err();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        // SAFETY: one event of the live CQ `cq` was just got (its destroy
+        // waits for the ack), and is not acknowledged.
+        Ok(Some(unsafe { ChannelEvent::new(CqKey(cq as usize)) }))
+    }
+
+    fn key_of(&self, cq: &IbvCq) -> Option<CqKey> {
+        match &cq.raw.shared {
+            Some(ch) if Arc::ptr_eq(ch, self) => Some(CqKey(cq.raw.cq as usize)),
+            _ => None,
+        }
+    }
+
+    fn ack_unknown(&mut self, event: ChannelEvent) {
+        // SAFETY: `ChannelEvent::new`'s contract: the key is the address of
+        // a live CQ with this one event got and not acknowledged (it cannot
+        // be destroyed before this ack: ibv_destroy_cq waits for it).
+        unsafe { ffi::ibv_ack_cq_events(event.cq().0 as *mut ffi::ibv_cq, 1) };
+    }
+}

@@ -1,0 +1,468 @@
+//! One completion channel shared by many CQs, served by one `ChannelFeed`
+//! on a driver: exactly-once and FIFO delivery per CQ while producers on
+//! several threads complete on random CQs (with widened re-arm windows and
+//! spurious events), every channel event acknowledged, no CQ stranded,
+//! backpressure with a small EVD without over-commit, events for CQs the
+//! feed does not hold, and events for one CQ raised while another is
+//! being served.
+//!
+//! The only clock is a watchdog that turns a hang (a stranded completion)
+//! into a failure: no assertion depends on timing.
+
+use evd::TryDequeueError;
+use evd_verbs::soft::{SoftChannel, SoftCqProducer};
+use evd_verbs::{
+    ChannelFeed, CompletionQueue, CqId, Driver, DriverConfig, FeedMode, FeedStatus, SharedChannel,
+    VerbsEvent, WorkCompletion,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CQS: usize = 8;
+const PRODUCERS: u64 = 4;
+const CQ_DEPTH: usize = 256;
+/// No delivery for this long means a stranded completion (or a hang).
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+fn wc(wr_id: u64) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        ..Default::default()
+    }
+}
+
+/// A small xorshift: which CQ each completion goes to.
+fn next_random(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+struct Setup {
+    channel: SoftChannel,
+    hcas: Vec<SoftCqProducer>,
+}
+
+/// `CQS` soft CQs on one channel, in one feed into `poster`'s EVD; odd CQs
+/// have a widened re-arm window, every third CQ raises spurious events.
+fn setup(poster: evd::Poster<VerbsEvent>) -> (Setup, ChannelFeed<SoftChannel>) {
+    let channel = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    let mut hcas = Vec::new();
+    for i in 0..CQS {
+        let (cq, hca) = channel.create_cq(CQ_DEPTH).unwrap();
+        if i % 2 == 1 {
+            hca.set_rearm_window(3);
+        }
+        if i % 3 == 0 {
+            hca.set_spurious_every(3);
+        }
+        feed.add(cq, CqId(i as u32)).unwrap();
+        hcas.push(hca);
+    }
+    (Setup { channel, hcas }, feed)
+}
+
+/// Producers: each completes `per_producer` work requests on random CQs,
+/// with at most `CQ_DEPTH` completions outstanding over all CQs (so no CQ
+/// overruns). `wr_id` = producer << 32 | sequence number.
+fn spawn_producers(
+    hcas: &[SoftCqProducer],
+    per_producer: u64,
+    outstanding: &Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..PRODUCERS)
+        .map(|p| {
+            let hcas = hcas.to_vec();
+            let outstanding = outstanding.clone();
+            std::thread::spawn(move || {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (p + 1).wrapping_mul(0x1234_5678_9abc);
+                for seq in 0..per_producer {
+                    // Take a credit: wait (yielding, not sleeping) for the
+                    // consumer to free one.
+                    loop {
+                        let o = outstanding.load(Ordering::Acquire);
+                        if o < CQ_DEPTH as u64
+                            && outstanding
+                                .compare_exchange(o, o + 1, Ordering::AcqRel, Ordering::Acquire)
+                                .is_ok()
+                        {
+                            break;
+                        }
+                        std::thread::yield_now();
+                    }
+                    let cq = (next_random(&mut rng) % CQS as u64) as usize;
+                    hcas[cq]
+                        .push(wc((p << 32) | seq))
+                        .expect("no overrun: at most CQ_DEPTH outstanding");
+                }
+            })
+        })
+        .collect()
+}
+
+/// What the consumer saw: per CQ, per producer, the sequence numbers in
+/// the order they came.
+type Seen = Vec<Vec<Vec<u64>>>;
+
+/// Dequeue `n` completions, recording them in `seen` and returning a credit
+/// to the producers for each; fails (not hangs) when nothing comes for
+/// `WATCHDOG`.
+fn consume(
+    consumer: &mut evd::Consumer<VerbsEvent>,
+    n: u64,
+    seen: &mut Seen,
+    outstanding: &AtomicU64,
+    channel: &SoftChannel,
+    hcas: &[SoftCqProducer],
+) {
+    let mut got = 0;
+    let mut last = Instant::now();
+    let mut batch = Vec::with_capacity(64);
+    while got < n {
+        batch.clear();
+        match consumer.dequeue_batch(&mut batch, 64) {
+            Ok(0) => {
+                if last.elapsed() > WATCHDOG {
+                    let stranded: Vec<_> = hcas.iter().map(|h| h.is_stranded()).collect();
+                    panic!(
+                        "watchdog: {got} of {n} completions; channel {:?}; stranded {stranded:?}; \
+                         CQs {:?}",
+                        channel.stats(),
+                        hcas.iter().map(|h| h.stats()).collect::<Vec<_>>()
+                    );
+                }
+                let _ = consumer.wait(1, Some(Duration::from_millis(100)));
+            }
+            Ok(k) => {
+                last = Instant::now();
+                for ev in &batch {
+                    let VerbsEvent::Completion { cq, wc } = ev else {
+                        panic!("unexpected {ev:?}");
+                    };
+                    let p = (wc.wr_id >> 32) as usize;
+                    seen[cq.0 as usize][p].push(wc.wr_id & 0xffff_ffff);
+                }
+                got += k as u64;
+                outstanding.fetch_sub(k as u64, Ordering::AcqRel);
+            }
+            Err(TryDequeueError::Overflow(_)) => panic!("the EVD overflowed: over-commit"),
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+}
+
+/// Every producer's completions arrived exactly once, and in order on each
+/// CQ.
+fn check_exactly_once_fifo(seen: &Seen, per_producer: u64) {
+    for p in 0..PRODUCERS as usize {
+        let mut all = Vec::new();
+        for (cq, per_cq) in seen.iter().enumerate() {
+            let s = &per_cq[p];
+            assert!(
+                s.windows(2).all(|w| w[0] < w[1]),
+                "CQ {cq}, producer {p}: out of order or duplicated"
+            );
+            all.extend_from_slice(s);
+        }
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            (0..per_producer).collect::<Vec<_>>(),
+            "producer {p}: lost or duplicated"
+        );
+    }
+}
+
+/// After the load: one more completion on every CQ while the driver sleeps
+/// must arrive (each CQ was left armed or with an event waiting: none is
+/// stranded), then the teardown acknowledges every event got.
+fn finish(
+    s: Setup,
+    key: evd_verbs::FeedKey<ChannelFeed<SoftChannel>>,
+    running: evd_verbs::RunningDriver,
+    consumer: &mut evd::Consumer<VerbsEvent>,
+    outstanding: &AtomicU64,
+) -> Vec<evd_verbs::FeedStats> {
+    for (i, hca) in s.hcas.iter().enumerate() {
+        outstanding.fetch_add(1, Ordering::AcqRel);
+        hca.push(wc(u64::MAX - i as u64)).unwrap();
+    }
+    let mut markers = [false; CQS];
+    let mut last = Instant::now();
+    while markers.iter().any(|m| !m) {
+        match consumer.try_dequeue() {
+            Ok(VerbsEvent::Completion { cq, wc }) => {
+                assert_eq!(wc.wr_id, u64::MAX - u64::from(cq.0), "a late duplicate");
+                assert!(!markers[cq.0 as usize], "marker of CQ {} twice", cq.0);
+                markers[cq.0 as usize] = true;
+                last = Instant::now();
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(TryDequeueError::Empty) => {
+                assert!(
+                    last.elapsed() < WATCHDOG,
+                    "watchdog: CQs stranded {:?}",
+                    s.hcas.iter().map(|h| h.is_stranded()).collect::<Vec<_>>()
+                );
+                let _ = consumer.wait(1, Some(Duration::from_millis(100)));
+            }
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    let mut stopped = running.shutdown().unwrap();
+    let feed: ChannelFeed<SoftChannel> = stopped.take(key).expect("handed back typed");
+    assert_eq!(feed.len(), CQS);
+    assert_eq!(feed.stats().unknown_events, 0);
+    let total_credited: u64 = feed.feeds().map(|f| f.stats().events_got).sum();
+    assert_eq!(
+        total_credited,
+        feed.stats().events_got,
+        "every event credited"
+    );
+    let chan = s.channel.stats();
+    assert_eq!(chan.got, feed.stats().events_got);
+    let stats: Vec<_> = feed.feeds().map(|f| f.stats()).collect();
+    drop(feed);
+    for (i, hca) in s.hcas.iter().enumerate() {
+        let st = hca.stats();
+        assert_eq!(st.len, 0, "CQ {i} left completions");
+        assert_eq!(st.unacked_at_destroy, Some(0), "CQ {i}: events not acked");
+        assert_eq!(st.events_got, st.events_acked, "CQ {i}: {st:?}");
+        assert_eq!(st.events_got, stats[i].events_got, "CQ {i}: {st:?}");
+    }
+    let chan = s.channel.stats();
+    assert_eq!(chan.acked_unknown, 0);
+    assert_eq!(chan.raised, chan.got + chan.queued as u64 + chan.dropped);
+    stats
+}
+
+fn many_producers(mode: FeedMode) {
+    const PER_PRODUCER: u64 = 25_000;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
+    let (s, feed) = setup(poster);
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver.register_channel(feed, mode).unwrap();
+    let running = driver.spawn().unwrap();
+    let outstanding = Arc::new(AtomicU64::new(0));
+    let producers = spawn_producers(&s.hcas, PER_PRODUCER, &outstanding);
+    let mut seen: Seen = vec![vec![Vec::new(); PRODUCERS as usize]; CQS];
+    consume(
+        &mut consumer,
+        PRODUCERS * PER_PRODUCER,
+        &mut seen,
+        &outstanding,
+        &s.channel,
+        &s.hcas,
+    );
+    for p in producers {
+        p.join().unwrap();
+    }
+    check_exactly_once_fifo(&seen, PER_PRODUCER);
+    for (i, per_cq) in seen.iter().enumerate() {
+        assert!(per_cq.iter().any(|v| !v.is_empty()), "CQ {i} got nothing");
+    }
+    let stats = finish(s, key, running, &mut consumer, &outstanding);
+    for st in stats {
+        assert_eq!(st.held, 0, "the driver is the only poster: {st:?}");
+    }
+}
+
+#[test]
+fn eight_cqs_on_one_channel_event_mode_exactly_once_fifo_acked_none_stranded() {
+    many_producers(FeedMode::Event);
+}
+
+#[test]
+fn eight_cqs_on_one_channel_adaptive_mode_exactly_once_fifo_acked_none_stranded() {
+    many_producers(FeedMode::Adaptive(Default::default()));
+}
+
+#[test]
+fn a_small_evd_blocks_the_channel_feed_without_over_commit_and_loses_nothing() {
+    const EVD: usize = 8;
+    const PER_PRODUCER: u64 = 5_000;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(EVD).unwrap();
+    let (s, feed) = setup(poster);
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver.register_channel(feed, FeedMode::Event).unwrap();
+    let running = driver.spawn().unwrap();
+    let outstanding = Arc::new(AtomicU64::new(0));
+    let mut seen: Seen = vec![vec![Vec::new(); PRODUCERS as usize]; CQS];
+    // Before anything is dequeued, more completions than the EVD holds:
+    // the feed must stop at a full EVD and wait for its room signal.
+    let first = spawn_producers(&s.hcas, 50, &outstanding);
+    for p in first {
+        p.join().unwrap();
+    }
+    // Producer numbers restart: the second phase writes its own table.
+    consume(
+        &mut consumer,
+        PRODUCERS * 50,
+        &mut seen,
+        &outstanding,
+        &s.channel,
+        &s.hcas,
+    );
+    check_exactly_once_fifo(&seen, 50);
+    let mut seen: Seen = vec![vec![Vec::new(); PRODUCERS as usize]; CQS];
+    let producers = spawn_producers(&s.hcas, PER_PRODUCER, &outstanding);
+    consume(
+        &mut consumer,
+        PRODUCERS * PER_PRODUCER,
+        &mut seen,
+        &outstanding,
+        &s.channel,
+        &s.hcas,
+    );
+    for p in producers {
+        p.join().unwrap();
+    }
+    check_exactly_once_fifo(&seen, PER_PRODUCER);
+    let stats = finish(s, key, running, &mut consumer, &outstanding);
+    let backpressure: u64 = stats.iter().map(|s| s.backpressure).sum();
+    assert!(
+        backpressure > 0,
+        "200 completions into 8 slots never blocked"
+    );
+    for st in stats {
+        assert_eq!(st.held, 0, "polled without room: {st:?}");
+    }
+}
+
+#[test]
+fn an_event_for_a_cq_the_feed_does_not_hold_is_acked_at_once_and_counted() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let mut channel = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    let (mine, my_hca) = channel.create_cq(8).unwrap();
+    feed.add(mine, CqId(0)).unwrap();
+    let (mut other, other_hca) = channel.create_cq(8).unwrap();
+    assert_eq!(feed.arm_and_drain(16).unwrap().status, FeedStatus::Drained);
+    other.req_notify(false).unwrap();
+    other_hca.push(wc(99)).unwrap();
+    my_hca.push(wc(1)).unwrap();
+    let p = feed.on_channel_ready(16).unwrap();
+    assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+    assert!(matches!(
+        consumer.try_dequeue(),
+        Ok(VerbsEvent::Completion { cq: CqId(0), wc }) if wc.wr_id == 1
+    ));
+    assert_eq!(feed.stats().unknown_events, 1);
+    assert_eq!(feed.stats().events_got, 2);
+    // Acked at once, on the CQ it named; its completion is not ours.
+    let st = other_hca.stats();
+    assert_eq!((st.events_got, st.events_acked, st.len), (1, 1, 1));
+    assert_eq!(channel.stats().acked_unknown, 1);
+    assert!(channel.get_cq_event().unwrap().is_none());
+    // Its owner can destroy it: nothing is left unacknowledged.
+    assert!(other.destroy().is_ok());
+    drop(feed);
+    assert_eq!(my_hca.stats().unacked_at_destroy, Some(0));
+}
+
+#[test]
+fn an_event_for_cq_b_raised_while_cq_a_is_served_is_not_lost() {
+    // Without a driver, step by step: B's event arrives in the middle of
+    // A's drain; the pass that reports "drained" leaves it on the channel
+    // (the fd stays readable), and the next wake delivers B.
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    let (a, hca_a) = channel.create_cq(64).unwrap();
+    let (b, hca_b) = channel.create_cq(64).unwrap();
+    feed.add(a, CqId(0)).unwrap();
+    feed.add(b, CqId(1)).unwrap();
+    assert_eq!(feed.arm_and_drain(16).unwrap().status, FeedStatus::Drained);
+    hca_a.push_batch(&[wc(0); 20]);
+    let b_during = hca_b.clone();
+    hca_a.during_next_poll(move || b_during.push(wc(1000)).unwrap());
+    let p = feed.on_channel_ready(16).unwrap();
+    assert_eq!((p.delivered, p.status), (16, FeedStatus::Budget));
+    let p = feed.arm_and_drain(16).unwrap();
+    assert_eq!((p.delivered, p.status), (4, FeedStatus::Drained));
+    assert_eq!(channel.stats().queued, 1, "B's event waits on the channel");
+    assert!(!hca_b.is_stranded());
+    let p = feed.on_channel_ready(16).unwrap();
+    assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+    let got: Vec<_> = std::iter::from_fn(|| consumer.try_dequeue().ok()).collect();
+    assert_eq!(got.len(), 21);
+    assert!(matches!(
+        got[20],
+        VerbsEvent::Completion { cq: CqId(1), wc } if wc.wr_id == 1000
+    ));
+}
+
+#[test]
+fn events_for_other_cqs_raised_during_every_poll_reach_the_evd_through_the_driver() {
+    // The same on a driver: each poll of CQ 0 completes on the next CQ,
+    // whose event the driver must take and serve, round after round.
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(256).unwrap();
+    let (s, feed) = setup(poster);
+    let hcas = s.hcas.clone();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver.register_channel(feed, FeedMode::Event).unwrap();
+    let running = driver.spawn().unwrap();
+    let mut total = 0;
+    for round in 0..200u64 {
+        let from = (round as usize) % CQS;
+        let to = (from + 1) % CQS;
+        let next = hcas[to].clone();
+        hcas[from].during_next_poll(move || next.push(wc(round << 1 | 1)).unwrap());
+        hcas[from].push(wc(round << 1)).unwrap();
+        let mut got = 0;
+        let mut last = Instant::now();
+        while got < 2 {
+            match consumer.try_dequeue() {
+                Ok(VerbsEvent::Completion { wc, .. }) => {
+                    assert_eq!(wc.wr_id >> 1, round);
+                    got += 1;
+                    last = Instant::now();
+                }
+                Ok(other) => panic!("{other:?}"),
+                Err(_) => {
+                    assert!(last.elapsed() < WATCHDOG, "watchdog: round {round}");
+                    let _ = consumer.wait(1, Some(Duration::from_millis(100)));
+                }
+            }
+        }
+        total += got;
+    }
+    assert_eq!(total, 400);
+    let mut stopped = running.shutdown().unwrap();
+    let feed = stopped.take(key).unwrap();
+    drop(feed);
+    for hca in &hcas {
+        assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+    }
+}
+
+#[test]
+fn a_cq_not_on_the_channel_is_refused_and_a_removed_feed_hands_back_every_cq() {
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let other = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    assert!(feed.add(other.create_cq(4).unwrap().0, CqId(9)).is_err());
+    for i in 0..3 {
+        feed.add(channel.create_cq(4).unwrap().0, CqId(i)).unwrap();
+    }
+    let running = Driver::new(DriverConfig::default())
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let key = running
+        .handle()
+        .register_channel(feed, FeedMode::Event)
+        .unwrap();
+    let feed = running.handle().remove(key).unwrap();
+    let (_channel, feeds) = feed.into_parts();
+    assert_eq!(
+        feeds.iter().map(|f| f.id()).collect::<Vec<_>>(),
+        [CqId(0), CqId(1), CqId(2)]
+    );
+    assert!(feeds.iter().all(|f| f.stats().arms == 1));
+    running.shutdown().unwrap();
+}
