@@ -203,7 +203,8 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
 
 /// A rejected request reaches the client as `Rejected` with the
 /// rejecter's private data; a connect to a port nobody listens on is
-/// rejected (or unreachable) too; both are failures.
+/// rejected (or unreachable) too; an address with no route does not
+/// resolve (an error or `AddrError`, with a status); all are failures.
 pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> Res {
     let (mut events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
     let listener = CmId::new(&channel, LISTENER).map_err(|e| format!("create_id: {e}"))?;
@@ -249,5 +250,26 @@ pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> R
         client.close().map_err(|e| format!("destroy: {e}"))?;
     }
     ensure!(channel.pending_requests() == 0, "requests left parked");
+    // An address with no route to it (TEST-NET-1; the guest has no default
+    // route): reported at once by the call, or as an `AddrError` event.
+    let lost = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
+    match lost.resolve_addr(
+        SocketAddr::from(([192, 0, 2, 1], 7474)),
+        Duration::from_millis(500),
+    ) {
+        Err(e) => ensure!(
+            e.raw_os_error() == Some(libc::ENETUNREACH),
+            "resolving an unroutable address: {e}"
+        ),
+        Ok(()) => {
+            let ev = next(&mut events)?;
+            ensure!(
+                ev.id == CLIENT && ev.kind == CmEventKind::AddrError,
+                "an unroutable address: expected AddrError, got {ev:?}"
+            );
+            ensure!(ev.kind.is_failure() && ev.status != 0, "{ev:?}");
+        }
+    }
+    lost.close().map_err(|e| format!("destroy: {e}"))?;
     Ok(())
 }
