@@ -22,8 +22,11 @@
 //!   *dirty*. An event for a CQ the channel feed does not hold (a CQ made
 //!   on the channel by someone else, or added nowhere) is acknowledged at
 //!   once through [`SharedChannel::ack_unknown`], so its owner's destroy
-//!   does not wait for it, and counted in [`ChannelFeedStats::unknown_events`];
-//!   nothing else happens (its completions are not this feed's).
+//!   does not wait for it, and counted in [`ChannelFeedStats::unknown_events`].
+//!   Its completions are not this feed's, and its owner never sees that
+//!   event: **a channel served by a `ChannelFeed` must be served by it
+//!   alone** (every CQ on it added to it); an unknown event is a usage
+//!   error, counted so that it shows.
 //! - **Arming and draining** ([`ChannelFeed::arm_and_drain`]): each dirty
 //!   feed, round robin, runs [`Feed::arm_and_drain`], which re-arms it only
 //!   if its arm was used up and polls after arming. A feed leaves the dirty
@@ -48,8 +51,10 @@
 //!   (in batches, and the rest when the feed is dropped or handed back,
 //!   before the CQ is destroyed), or at once if its CQ is unknown.
 //! - *FIFO per CQ*: each CQ is polled by its own feed only.
-//! - A CQ that fails (overrun, poll error) delivers its `CqError` and is
-//!   not polled again; the others go on. The channel feed reports `Failed`
+//! - A CQ that fails (overrun, poll error) delivers its `CqError` (held,
+//!   with `Backpressure`, until the EVD has room) and is not polled again;
+//!   a CQ whose arm fails leaves the feed (both counted in
+//!   [`ChannelFeedStats::failed_cqs`]); the others go on. The channel feed reports `Failed`
 //!   only when every CQ has failed, `Closed` when the EVD is closed.
 //!
 //! The driver's cycle needs no new observation: to it the channel feed is
@@ -379,7 +384,15 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                     status: FeedStatus::Budget,
                 });
             }
-            let p = m.feed.arm_and_drain(budget - delivered)?;
+            let p = match m.feed.arm_and_drain(budget - delivered) {
+                Ok(p) => p,
+                Err(_) => {
+                    // This CQ's arm failed (`req_notify`): it cannot be
+                    // slept on, so it leaves the feed; the others go on.
+                    self.fail(i);
+                    continue;
+                }
+            };
             delivered += p.delivered;
             match p.status {
                 FeedStatus::Drained => m.dirty = false,
@@ -504,8 +517,8 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         self.room.poll_room(cx).map(|_| ())
     }
 
-    /// Tear down: hand back the channel and the feed of each CQ, in the
-    /// order they were added. Each feed acknowledges the events credited to
+    /// Tear down: hand back the feed of each CQ, in the order they were
+    /// added, and the channel. Each feed acknowledges the events credited to
     /// it when it is dropped or taken apart ([`Feed::into_parts`]).
     ///
     /// ```
@@ -517,13 +530,15 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// feed.add(cq, CqId(0)).unwrap();
     /// hca.inject_spurious_event();
     /// feed.take_events().unwrap();
-    /// let (_channel, feeds) = feed.into_parts();
+    /// let (feeds, _channel) = feed.into_parts();
     /// drop(feeds); // acks, then destroys the CQ
     /// assert_eq!(hca.stats().unacked_at_destroy, Some(0));
     /// ```
-    pub fn into_parts(self) -> (H, Vec<Feed<H::Cq, T>>) {
+    pub fn into_parts(self) -> (Vec<Feed<H::Cq, T>>, H) {
         let feeds = self.members.into_iter().map(|m| m.feed).collect();
-        (self.channel, feeds)
+        // The feeds first: a tuple drops in order, so dropping what this
+        // returns destroys the CQs before the channel they are on.
+        (feeds, self.channel)
     }
 }
 

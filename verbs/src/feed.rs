@@ -324,7 +324,13 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                         kind: AsyncEventKind::CqError,
                         element: AsyncElement::Cq(self.id),
                     })));
-                    let _ = self.post_held(&mut delivered, false);
+                    // Refused (another thread's poster took the room): the
+                    // error stays held and the status says why, so the
+                    // caller waits for room and the next call delivers it,
+                    // then reports `Failed`.
+                    if let Err(status) = self.post_held(&mut delivered, false) {
+                        return self.stop(delivered, status);
+                    }
                     return self.stop(delivered, FeedStatus::Failed);
                 }
             };

@@ -428,20 +428,24 @@ impl CompletionQueue for SoftCq {
         if injected != 0 {
             st.broken = Some(PollError::Failed(injected));
         }
-        if let Some(e) = st.broken {
-            return Err(e);
-        }
-        let n = out.len().min(st.ring.len());
-        for (slot, wc) in out.iter_mut().zip(st.ring.drain(..n)) {
-            *slot = wc;
-        }
-        st.polled += n as u64;
+        // Run after the lock is released, whether the poll fails or not.
         let during = st.during_next_poll.take();
+        let result = match st.broken {
+            Some(e) => Err(e),
+            None => {
+                let n = out.len().min(st.ring.len());
+                for (slot, wc) in out.iter_mut().zip(st.ring.drain(..n)) {
+                    *slot = wc;
+                }
+                st.polled += n as u64;
+                Ok(n)
+            }
+        };
         drop(st);
         if let Some(f) = during {
             f();
         }
-        Ok(n)
+        result
     }
 
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()> {

@@ -5,8 +5,8 @@
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftDevice};
 use evd_verbs::{
-    AsyncElement, AsyncEventKind, CompletionQueue, CqId, Feed, FeedStatus, VerbsEvent, WcStatus,
-    WorkCompletion, POLL_BATCH,
+    AsyncElement, AsyncEventKind, CompletionQueue, CqId, Feed, FeedStatus, PollError, Progress,
+    VerbsEvent, WcStatus, WorkCompletion, POLL_BATCH,
 };
 
 fn wc(wr_id: u64) -> WorkCompletion {
@@ -344,6 +344,36 @@ fn poll_failure_is_reported_once() {
         matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(a)) if a.kind == AsyncEventKind::CqError)
     );
     assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+}
+
+#[test]
+fn a_cq_error_refused_by_a_full_evd_is_held_and_delivered_once_there_is_room() {
+    let (poster, mut consumer) = evd::bounded(2).unwrap();
+    let (cq, hca) = SoftCq::new(8).unwrap();
+    let mut feed = Feed::new(cq, CqId(5), poster.clone());
+    // The feed reads two free slots, then its poll fails while another
+    // poster takes both: the CqError cannot go in yet.
+    hca.fail_next_poll(libc::EIO);
+    post_during_next_poll(&hca, &poster, 2);
+    let p = feed.progress(16);
+    assert_eq!((p.delivered, p.status), (0, FeedStatus::Backpressure));
+    assert_eq!(feed.failure(), Some(PollError::Failed(libc::EIO)));
+    // Room: the held error goes in, and only then does the feed say Failed.
+    assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(_))));
+    let p = feed.progress(16);
+    assert_eq!((p.delivered, p.status), (1, FeedStatus::Failed));
+    assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(_)))); // the filler
+    assert!(matches!(
+        consumer.try_dequeue(),
+        Ok(VerbsEvent::Async(a)) if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(5))
+    ));
+    assert_eq!(
+        feed.progress(16),
+        Progress {
+            delivered: 0,
+            status: FeedStatus::Failed
+        }
+    );
 }
 
 #[test]

@@ -458,7 +458,7 @@ fn a_cq_not_on_the_channel_is_refused_and_a_removed_feed_hands_back_every_cq() {
         .register_channel(feed, FeedMode::Event)
         .unwrap();
     let feed = running.handle().remove(key).unwrap();
-    let (_channel, feeds) = feed.into_parts();
+    let (feeds, _channel) = feed.into_parts();
     assert_eq!(
         feeds.iter().map(|f| f.id()).collect::<Vec<_>>(),
         [CqId(0), CqId(1), CqId(2)]
