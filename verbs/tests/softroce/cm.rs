@@ -273,3 +273,35 @@ pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> R
     lost.close().map_err(|e| format!("destroy: {e}"))?;
     Ok(())
 }
+
+/// A listener hears its device go away: the guest's script removes rxe0
+/// once this prints "listening"; the listener gets `DeviceRemoval`, and
+/// destroying it (and the channel) lets the removal finish.
+pub fn device_removal() -> Res {
+    let (mut events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
+    let listener = CmId::new(&channel, LISTENER).map_err(|e| format!("create_id: {e}"))?;
+    listener
+        .bind(addr(7490))
+        .map_err(|e| format!("bind: {e}"))?;
+    listener.listen(1).map_err(|e| format!("listen: {e}"))?;
+    ensure!(listener.device_name().is_some(), "bound to no device");
+    println!("device-removal: listening");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ev = loop {
+        if let Some(ev) = events
+            .next_event()
+            .map_err(|e| format!("rdma_get_cm_event: {e}"))?
+        {
+            break ev;
+        }
+        ensure!(Instant::now() < deadline, "no event in 60 s");
+        std::thread::yield_now();
+    };
+    ensure!(
+        ev.kind == CmEventKind::DeviceRemoval && ev.id == LISTENER && ev.kind.is_failure(),
+        "expected DeviceRemoval on the listener, got {ev:?}"
+    );
+    listener.close().map_err(|e| format!("destroy: {e}"))?;
+    drop((events, channel));
+    Ok(())
+}

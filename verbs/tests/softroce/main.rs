@@ -1222,6 +1222,19 @@ fn main() {
         }
     };
     println!("devices: {names:?}");
+    if std::env::args().any(|a| a == "device-removal") {
+        // Run alone, by the guest's script, which removes the device: this
+        // process must hold no verbs context of its own, or the removal
+        // would wait for it.
+        match cm::device_removal() {
+            Ok(()) => println!("test cm_device_removal ... ok"),
+            Err(e) => {
+                println!("test cm_device_removal ... FAILED: {e}");
+                std::process::exit(1);
+            }
+        }
+        std::process::exit(0);
+    }
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;

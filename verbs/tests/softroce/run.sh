@@ -178,6 +178,19 @@ if [ -x /tests/cm_pingpong ]; then
         [ \$s -eq 0 ] || rc=\$s
     done
 fi
+# Last, as it removes the device: a listener hears DEVICE_REMOVAL.
+set -- ${names[*]}
+echo "=== guest: device removal"
+/tests/\$1 device-removal > /tmp/removal.log 2>&1 &
+listener=\$!
+n=0
+until grep -q listening /tmp/removal.log || [ \$n -ge 300 ]; do sleep 0.1; n=\$((n + 1)); done
+/usr/bin/rdma link delete rxe0 || echo "rdma link delete failed"
+wait \$listener
+r=\$?
+cat /tmp/removal.log
+echo "=== guest: device removal exited \$r"
+[ \$r -eq 0 ] || rc=\$r
 echo "GUEST_EXIT=\$rc"
 poweroff -f
 INIT
