@@ -41,9 +41,17 @@ pub fn device_names() -> io::Result<Vec<String>> {
 ///
 /// ```no_run
 /// use evd_verbs::ibv::{ffi, Context, Ownership};
-/// # fn opened_by_librdmacm() -> *mut ffi::ibv_context { unimplemented!() }
-/// let raw = opened_by_librdmacm(); // e.g. `(*cm_id).verbs`
-/// // SAFETY: librdmacm keeps the device open until the wrapper is gone.
+/// // A context opened elsewhere: here with raw calls; librdmacm's
+/// // `(*cm_id).verbs` is another.
+/// // SAFETY: the list is live; its first device is opened, the list freed.
+/// let raw = unsafe {
+///     let mut n = 0;
+///     let list = ffi::ibv_get_device_list(&mut n);
+///     let ctx = ffi::ibv_open_device(*list);
+///     ffi::ibv_free_device_list(list);
+///     ctx
+/// };
+/// // SAFETY: its opener keeps the device open until the wrapper is gone.
 /// let ctx = unsafe { Context::from_raw(raw, Ownership::Borrowed) };
 /// assert_eq!(ctx.ownership(), Ownership::Borrowed);
 /// drop(ctx); // the device stays open

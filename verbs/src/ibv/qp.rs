@@ -25,7 +25,11 @@ pub const MAX_SGES: usize = 16;
 ///
 /// ```no_run
 /// use evd_verbs::ibv::{ConnectParams, Endpoint};
-/// # let (qp, peer): (evd_verbs::ibv::QueuePair, Endpoint) = unimplemented!();
+/// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+/// # let pd = ctx.alloc_pd().unwrap();
+/// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+/// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+/// # let peer = qp.endpoint(1, 0, 0).unwrap();
 /// let me = qp.endpoint(1, 0, 0x1234)?; // send this to the peer
 /// qp.connect(peer, &ConnectParams { sq_psn: me.psn, ..ConnectParams::default() })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -168,7 +172,9 @@ impl Default for ConnectParams {
 ///
 /// ```no_run
 /// use evd_verbs::ibv::SendOp;
-/// # let peer_mr: evd_verbs::ibv::MemoryRegion = unimplemented!();
+/// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+/// # let pd = ctx.alloc_pd().unwrap();
+/// # let peer_mr = pd.register(4096).unwrap();
 /// // The peer sends its region's address and rkey out of band.
 /// let read = SendOp::Read { remote_addr: peer_mr.addr(), rkey: peer_mr.rkey() };
 /// ```
@@ -216,7 +222,11 @@ pub enum SendOp {
 ///
 /// ```no_run
 /// use evd_verbs::ibv::{SendOp, SendRequest};
-/// # let (qp, mr): (evd_verbs::ibv::QueuePair, evd_verbs::ibv::MemoryRegion) = unimplemented!();
+/// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+/// # let pd = ctx.alloc_pd().unwrap();
+/// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+/// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+/// # let mr = pd.register(8192).unwrap();
 /// let sges = [mr.sge(0, 16)?, mr.sge(512, 100)?]; // a header and a body
 /// qp.post_send_wr(&SendRequest { signaled: false, ..SendRequest::new(1, SendOp::Send, &sges) })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -257,7 +267,9 @@ impl<'a> SendRequest<'a> {
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{SendOp, SendRequest};
-    /// # let mr: evd_verbs::ibv::MemoryRegion = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let mr = pd.register(8192).unwrap();
     /// let sges = [mr.sge(0, 8)?];
     /// let wr = SendRequest::new(7, SendOp::SendWithImm { imm: 42 }, &sges);
     /// assert!(wr.signaled && !wr.inline);
@@ -521,7 +533,10 @@ impl QueuePair {
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, QpState};
-    /// # let qp: evd_verbs::ibv::QueuePair = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// // SAFETY: all-zero is a valid ibv_qp_attr (integers only).
     /// let mut attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
     /// attr.qp_state = ffi::ibv_qp_state::IBV_QPS_ERR;
@@ -564,7 +579,10 @@ impl QueuePair {
     /// The QP number.
     ///
     /// ```no_run
-    /// # let qp: evd_verbs::ibv::QueuePair = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// println!("QP {:#x}", qp.qp_num());
     /// ```
     pub fn qp_num(&self) -> u32 {
@@ -575,7 +593,10 @@ impl QueuePair {
     /// The raw QP, for verbs this module does not wrap.
     ///
     /// ```no_run
-    /// # let qp: evd_verbs::ibv::QueuePair = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// // SAFETY: a live QP.
     /// assert_eq!(unsafe { (*qp.as_ptr()).qp_num }, qp.qp_num());
     /// ```
@@ -587,7 +608,10 @@ impl QueuePair {
     /// with the `sq_sig_all` and `access` asked for.
     ///
     /// ```no_run
-    /// # let qp: evd_verbs::ibv::QueuePair = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// println!("{} bytes inline", qp.caps().max_inline_data);
     /// ```
     pub fn caps(&self) -> QpCaps {
@@ -597,7 +621,10 @@ impl QueuePair {
     /// The port the QP was made on.
     ///
     /// ```no_run
-    /// # let qp: evd_verbs::ibv::QueuePair = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// assert_eq!(qp.port(), 1);
     /// ```
     pub fn port(&self) -> u8 {
@@ -607,7 +634,10 @@ impl QueuePair {
     /// The protection domain.
     ///
     /// ```no_run
-    /// # let qp: evd_verbs::ibv::QueuePair = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// let mr = qp.pd().register(4096)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -620,7 +650,10 @@ impl QueuePair {
     /// with, [`ConnectParams::sq_psn`]; 24 bits, higher ones are dropped).
     ///
     /// ```no_run
-    /// # let qp: evd_verbs::ibv::QueuePair = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// let me = qp.endpoint(1, 0, 0xabcdef)?;
     /// assert_eq!(me.qp_num, qp.qp_num());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -639,7 +672,11 @@ impl QueuePair {
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{ConnectParams, Mtu};
-    /// # let (qp, peer): (evd_verbs::ibv::QueuePair, evd_verbs::ibv::Endpoint) = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let peer = qp.endpoint(1, 0, 0).unwrap();
     /// qp.connect(peer, &ConnectParams { mtu: Mtu::B4096, sq_psn: 0x1234, ..Default::default() })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -696,7 +733,10 @@ impl QueuePair {
     /// requests complete with `WR_FLUSH_ERR`.
     ///
     /// ```no_run
-    /// # let qp: evd_verbs::ibv::QueuePair = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// qp.set_error()?; // then drain its CQs
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -714,7 +754,11 @@ impl QueuePair {
     /// error carrying a [`RangeError`].
     ///
     /// ```no_run
-    /// # let (qp, mr): (evd_verbs::ibv::QueuePair, evd_verbs::ibv::MemoryRegion) = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mr = pd.register(8192).unwrap();
     /// for i in 0..8 {
     ///     qp.post_recv(i, &mr, i as usize * 256, 256)?;
     /// }
@@ -736,7 +780,11 @@ impl QueuePair {
     /// The memory must stay registered until the receive completes.
     ///
     /// ```no_run
-    /// # let (qp, mr): (evd_verbs::ibv::QueuePair, evd_verbs::ibv::MemoryRegion) = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mr = pd.register(8192).unwrap();
     /// // A header into one place, the payload into another.
     /// qp.post_recv_sges(1, &[mr.sge(0, 16)?, mr.sge(4096, 1024)?])?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -770,7 +818,11 @@ impl QueuePair {
     ///
     /// ```no_run
     /// use evd_verbs::ibv::SendOp;
-    /// # let (qp, mut mr): (evd_verbs::ibv::QueuePair, evd_verbs::ibv::MemoryRegion) = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut mr = pd.register(8192).unwrap();
     /// mr.as_mut_slice()[..5].copy_from_slice(b"hello");
     /// qp.post_send(1, SendOp::Send, &mr, 0, 5, false)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -798,7 +850,11 @@ impl QueuePair {
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{SendOp, SendRequest};
-    /// # let (qp, mr): (evd_verbs::ibv::QueuePair, evd_verbs::ibv::MemoryRegion) = unimplemented!();
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mr = pd.register(8192).unwrap();
     /// let sges = [mr.sge(0, 32)?];
     /// // Three unsignaled sends, then a signaled one: one completion.
     /// for i in 0..3 {

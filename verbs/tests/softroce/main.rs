@@ -598,7 +598,7 @@ fn quiet(
                 Err(e) => return Err(format!("dequeue: {e:?}")),
             }
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::yield_now();
     }
     Ok(out)
 }
