@@ -57,6 +57,17 @@ fn poll_one(cq: &mut IbvCq) -> Result<WorkCompletion, String> {
     }
 }
 
+/// Resolve the address, then the route, of the client `id` to `to`.
+fn resolve(id: &CmId, to: SocketAddr, events: &mut CmEvents) -> Res {
+    id.resolve_addr(to, TIMEOUT)
+        .map_err(|e| format!("resolve_addr: {e}"))?;
+    expect(events, CmEventKind::AddrResolved, CLIENT)?;
+    id.resolve_route(TIMEOUT)
+        .map_err(|e| format!("resolve_route: {e}"))?;
+    expect(events, CmEventKind::RouteResolved, CLIENT)?;
+    Ok(())
+}
+
 /// A QP (in INIT) with its CQ, on the device `id` is bound to.
 fn qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, IbvCq), String> {
     let name = id.device_name().ok_or("identifier not bound to a device")?;
@@ -81,14 +92,7 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         .map_err(|e| format!("bind: {e}"))?;
     listener.listen(4).map_err(|e| format!("listen: {e}"))?;
     let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
-    client
-        .resolve_addr(addr(7471), TIMEOUT)
-        .map_err(|e| format!("resolve_addr: {e}"))?;
-    expect(&mut events, CmEventKind::AddrResolved, CLIENT)?;
-    client
-        .resolve_route(TIMEOUT)
-        .map_err(|e| format!("resolve_route: {e}"))?;
-    expect(&mut events, CmEventKind::RouteResolved, CLIENT)?;
+    resolve(&client, addr(7471), &mut events)?;
     let (client_qp, mut client_cq) = qp_for(&client, 1)?;
     // Receives are posted in INIT, before the connection exists, as an
     // application does so that the first message finds one.
@@ -214,14 +218,7 @@ pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> R
     listener.listen(4).map_err(|e| format!("listen: {e}"))?;
     for (port, reject) in [(7472, true), (7473, false)] {
         let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
-        client
-            .resolve_addr(addr(port), TIMEOUT)
-            .map_err(|e| format!("resolve_addr: {e}"))?;
-        expect(&mut events, CmEventKind::AddrResolved, CLIENT)?;
-        client
-            .resolve_route(TIMEOUT)
-            .map_err(|e| format!("resolve_route: {e}"))?;
-        expect(&mut events, CmEventKind::RouteResolved, CLIENT)?;
+        resolve(&client, addr(port), &mut events)?;
         let (qp, _cq) = qp_for(&client, 3)?;
         client
             .connect(&qp, &CmConnParams::default())
