@@ -429,6 +429,36 @@ fn post_batch_fills_the_room_of_an_empty_ring_whatever_the_cached_head() {
 }
 
 #[test]
+fn post_batch_up_to_posts_min_of_max_len_and_room_in_order() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let mut held = vec![0, 1, 2, 3, 4, 5];
+    assert_eq!(poster.post_batch_up_to(&mut held, 3), Ok(3), "max");
+    assert_eq!(held, [3, 4, 5]);
+    assert_eq!(poster.post_batch_up_to(&mut held, 0), Ok(0), "max 0");
+    assert_eq!(poster.post_batch_up_to(&mut held, 8), Ok(1), "room");
+    assert_eq!(held, [4, 5]);
+    assert_eq!(
+        poster.post_batch_up_to(&mut held, 1),
+        Err(evd::BatchPostError::Full),
+        "no room: refused, nothing taken"
+    );
+    assert_eq!(held, [4, 5]);
+    let mut out = Vec::new();
+    assert_eq!(consumer.dequeue_batch(&mut out, 8), Ok(4));
+    assert_eq!(out, [0, 1, 2, 3]);
+    assert_eq!(poster.post_batch_up_to(&mut held, 8), Ok(2), "len");
+    assert!(held.is_empty());
+    assert_eq!(poster.post_batch_up_to(&mut held, 8), Ok(0), "empty");
+    consumer.close();
+    let mut more = vec![9];
+    assert_eq!(
+        poster.post_batch_up_to(&mut more, 1),
+        Err(evd::BatchPostError::Closed)
+    );
+    assert_eq!(more, [9], "a closed EVD hands the events back");
+}
+
+#[test]
 fn a_panicking_destructor_does_not_stop_the_others_being_dropped() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (poster, consumer) = evd::bounded::<Tracked>(4).unwrap();

@@ -293,7 +293,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
         let mut delivered = 0;
-        if let Err(status) = self.post_held(&mut delivered, false) {
+        if let Err(status) = self.post_held(&mut delivered, budget, false) {
             return self.stop(delivered, status);
         }
         if self.failed {
@@ -328,7 +328,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                     // error stays held and the status says why, so the
                     // caller waits for room and the next call delivers it,
                     // then reports `Failed`.
-                    if let Err(status) = self.post_held(&mut delivered, false) {
+                    if let Err(status) = self.post_held(&mut delivered, budget, false) {
                         return self.stop(delivered, status);
                     }
                     return self.stop(delivered, FeedStatus::Failed);
@@ -344,7 +344,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                     .iter()
                     .map(|&wc| T::from(VerbsEvent::Completion { cq, wc })),
             );
-            if let Err(status) = self.post_held(&mut delivered, true) {
+            if let Err(status) = self.post_held(&mut delivered, budget, true) {
                 return self.stop(delivered, status);
             }
             if n < want {
@@ -462,22 +462,34 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         }
     }
 
-    /// Post the held events, in order, with one reservation: as many as
-    /// fit; the rest stay held.
-    #[inline]
+    /// Post the held events, in order, with one reservation: as many as fit,
+    /// but no more than what is left of `budget` after `delivered`; the rest
+    /// stay held, and the error says which bound stopped them.
+    ///
     /// `fresh`: the held events were just polled (so a refusal of them is
     /// counted in [`FeedStats::held`]); otherwise they were refused and
     /// counted before.
-    fn post_held(&mut self, delivered: &mut usize, fresh: bool) -> Result<(), FeedStatus> {
+    #[inline]
+    fn post_held(
+        &mut self,
+        delivered: &mut usize,
+        budget: usize,
+        fresh: bool,
+    ) -> Result<(), FeedStatus> {
         if self.held.is_empty() {
             return Ok(());
         }
+        let limit = budget.saturating_sub(*delivered);
         let before = self.held.len();
-        match self.room.poster().post_batch(&mut self.held) {
+        match self.room.poster().post_batch_up_to(&mut self.held, limit) {
             Ok(n) => {
                 *delivered += n;
                 if self.held.is_empty() {
                     Ok(())
+                } else if n == limit {
+                    // The budget, not the EVD, stopped them: nothing was
+                    // refused.
+                    Err(FeedStatus::Budget)
                 } else {
                     if fresh {
                         self.count_held(before, n);

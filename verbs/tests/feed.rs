@@ -439,3 +439,32 @@ fn arm_and_drain_delivers_at_most_its_budget_even_after_a_drain_before_the_arm()
     assert_eq!((p.delivered, p.status), (4, FeedStatus::Drained));
     assert_eq!(wr_ids(&mut consumer), (8..12).collect::<Vec<_>>());
 }
+
+#[test]
+fn held_completions_count_against_the_budget() {
+    // The feed reads 16 free slots and polls 16 completions; another thread
+    // takes the room first, so all 16 are held. Once there is room again,
+    // each call posts at most its budget of them, in order.
+    let (poster, mut consumer) = evd::bounded(16).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    for i in 0..16 {
+        hca.push(wc(i)).unwrap();
+    }
+    post_during_next_poll(&hca, &poster, 16);
+    let p = feed.progress(64);
+    assert_eq!((p.delivered, p.status), (0, FeedStatus::Backpressure));
+    assert_eq!(feed.stats().held, 16);
+    while consumer.try_dequeue().is_ok() {}
+    for budget in [1, 4, 0, 3] {
+        let p = feed.progress(budget);
+        assert_eq!((p.delivered, p.status), (budget, FeedStatus::Budget));
+    }
+    assert_eq!(wr_ids(&mut consumer), (0..8).collect::<Vec<_>>());
+    let p = feed.arm_and_drain(5).unwrap();
+    assert_eq!((p.delivered, p.status), (5, FeedStatus::Budget));
+    let p = feed.arm_and_drain(5).unwrap();
+    assert_eq!((p.delivered, p.status), (3, FeedStatus::Drained));
+    assert_eq!(wr_ids(&mut consumer), (8..16).collect::<Vec<_>>());
+    assert_eq!(feed.stats().held, 16, "none refused after the first time");
+}

@@ -151,10 +151,35 @@ impl<T: Send> Poster<T> {
     /// assert_eq!(out, [1, 2, 3, 4]);
     /// ```
     pub fn post_batch(&self, events: &mut Vec<T>) -> Result<usize, BatchPostError> {
-        if events.is_empty() {
+        self.post_batch_up_to(events, usize::MAX)
+    }
+
+    /// [`Poster::post_batch`], posting at most `max` events: `min(max,
+    /// events.len(), free slots)` from the front of `events`, in order, with
+    /// one reservation. A caller with a budget (a driver that may deliver so
+    /// many events per step) posts what it holds without going over it.
+    /// `max == 0` (or an empty `events`) posts nothing and returns `Ok(0)`.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(8).unwrap();
+    /// let mut held = vec![1, 2, 3, 4, 5];
+    /// assert_eq!(poster.post_batch_up_to(&mut held, 2), Ok(2));
+    /// assert_eq!(held, [3, 4, 5]);
+    /// assert_eq!(poster.post_batch_up_to(&mut held, 0), Ok(0));
+    /// let mut out = Vec::new();
+    /// consumer.dequeue_batch(&mut out, 8).unwrap();
+    /// assert_eq!(out, [1, 2]);
+    /// ```
+    pub fn post_batch_up_to(
+        &self,
+        events: &mut Vec<T>,
+        max: usize,
+    ) -> Result<usize, BatchPostError> {
+        let want = events.len().min(max);
+        if want == 0 {
             return Ok(0);
         }
-        let (first, count, notify) = self.reserve(events.len() as u64)?;
+        let (first, count, notify) = self.reserve(want as u64)?;
         let s = &*self.shared;
         let buf = s.buffer_ptr();
         // `Drain` yields exactly `count` items (count <= len), and cannot
