@@ -95,8 +95,13 @@ impl<T> Buffer<T> {
 
     #[inline(always)]
     fn slot(&self, t: u64) -> &Slot<T> {
-        // `mask` < slots.len(), so the index is in bounds; the compiler sees it.
-        &self.slots[(t & self.mask) as usize]
+        let i = (t & self.mask) as usize;
+        debug_assert!(i < self.slots.len());
+        // SAFETY: `slots.len() == mask + 1` (both set at construction and
+        // never changed), so `t & mask` is in bounds. The compiler cannot see
+        // that through the two fields, and every post and dequeue would pay
+        // its bounds check.
+        unsafe { self.slots.get_unchecked(i) }
     }
 
     /// Write ticket `t`'s value and publish it.
@@ -130,6 +135,27 @@ impl<T> Buffer<T> {
         // Acquire: pairs with the Release in `publish`, so a following `take`
         // reads the written value.
         self.slot(t).stamp.load(Ordering::Acquire) == published(t)
+    }
+
+    /// Move ticket `t`'s value out if it has been published: the consumer's
+    /// one-event dequeue, with one slot lookup for the stamp and the value.
+    ///
+    /// # Safety
+    /// The caller is the consumer (or holds the token) and `t` is its head;
+    /// after a `Some` the head moves past `t` before anything reads the
+    /// slot again, so the value is taken at most once.
+    #[inline(always)]
+    pub(crate) unsafe fn take_published(&self, t: u64) -> Option<T> {
+        let slot = self.slot(t);
+        // Acquire: pairs with the Release in `publish`, so the read below
+        // sees the written value.
+        if slot.stamp.load(Ordering::Acquire) != published(t) {
+            return None;
+        }
+        // SAFETY: published and not yet taken (the caller's contract), so
+        // initialized; the poster of the next lap cannot write until the
+        // consumer publishes a head past `t`.
+        Some(slot.value.with_mut(|p| unsafe { (*p).assume_init_read() }))
     }
 
     /// Move ticket `t`'s value out.

@@ -606,11 +606,9 @@ impl<T> Shared<T> {
             }
         }
         let h = self.head();
-        let buf = self.buffer();
-        if buf.is_published(h) {
-            // SAFETY: we are the only consumer, `h` is the head, and it is
-            // published; the head moves past it right after, so it is taken once.
-            let v = unsafe { buf.take(h) };
+        // SAFETY: we are the only consumer and `h` is the head; on `Some` the
+        // head moves past it right below, so it is taken once.
+        if let Some(v) = unsafe { self.buffer().take_published(h) } {
             self.publish_head(h, h.wrapping_add(1));
             if last_was_report {
                 self.consumer
@@ -704,15 +702,19 @@ impl<T> Shared<T> {
             };
         }
         // Reserve before taking anything, so no allocation (or its panic)
-        // comes between a take and its push.
+        // comes between a take and its store into `out`.
         out.reserve(n);
         let h = self.head();
         let buf = self.buffer();
-        for i in 0..n as u64 {
+        let len = out.len();
+        for (i, dst) in out.spare_capacity_mut()[..n].iter_mut().enumerate() {
             // SAFETY: published (counted above; a published slot stays so until
-            // the consumer takes it) and at or past the head; `out` has room.
-            out.push(unsafe { buf.take(h.wrapping_add(i)) });
+            // the consumer takes it) and at or past the head.
+            dst.write(unsafe { buf.take(h.wrapping_add(i as u64)) });
         }
+        // SAFETY: the `n` elements after `len` were written just above (a
+        // take cannot panic: it is a read of an initialized value).
+        unsafe { out.set_len(len + n) };
         // One head store for the whole batch, after every value moved.
         self.publish_head(h, h.wrapping_add(n as u64));
         if last_was_report {

@@ -347,6 +347,34 @@ pub enum Reserve {
 /// ```
 #[inline]
 pub const fn reserve(w: u64, head: u64) -> Reserve {
+    if w & PLAIN_RESERVE_BLOCKERS == 0 {
+        // Open, not resizing, nobody to notify and no upcall policy: the
+        // general path below would only move the tail (it reaches
+        // `Notify::None`, leaving every other bit as it is). This is every
+        // post of a consumer that is not waiting, so it is kept short.
+        if is_full(w, head) {
+            return Reserve::Full;
+        }
+        return Reserve::Ticket {
+            // The tail is the top field: adding one there wraps it modulo
+            // 2^44 and touches no other bit, as `with_tail` would.
+            new: w.wrapping_add(1 << TAIL_SHIFT),
+            ticket: tail(w),
+            notify: Notify::None,
+        };
+    }
+    reserve_general(w, head)
+}
+
+/// The bits under which a reservation does more than move the tail (or is
+/// refused for another reason than a full ring): see [`reserve`]'s first
+/// branch. A set `TOKEN` is not among them: without a policy it starts
+/// nothing either way.
+const PLAIN_RESERVE_BLOCKERS: u64 = ARMED | CLOSED | RESIZING | CNO_ARMED | POLICY_MASK;
+
+/// [`reserve`] for any word: the transition table's row, flag by flag.
+#[inline]
+const fn reserve_general(w: u64, head: u64) -> Reserve {
     if has(w, CLOSED) {
         return Reserve::Closed;
     }
@@ -1373,6 +1401,46 @@ mod tests {
         let new = abandon_instance(many, false);
         assert!(has(new, TOKEN), "another instance's token is not ours");
         assert_eq!(instances(new), 1);
+    }
+
+    #[test]
+    fn the_plain_reservation_is_the_general_one() {
+        // Every combination of the flag and policy bits, instance counts at
+        // the edges, capacities 1 and 1024, and tails near the wrap, against
+        // heads from empty to full.
+        let flags = [ARMED, NOTIFIED, CLOSED, RESIZING, TOKEN, CNO_ARMED];
+        let mut checked = 0;
+        for mask in 0..(1u32 << flags.len()) {
+            let mut bits = 0;
+            for (i, f) in flags.iter().enumerate() {
+                if mask & (1 << i) != 0 {
+                    bits |= f;
+                }
+            }
+            for pol in 0..4u64 {
+                for inst in [0, 1, MAX_INSTANCES] {
+                    for log2 in [0, 10] {
+                        for t in [0, 1, 5, TICKET_MASK - 1, TICKET_MASK] {
+                            let w = with_instances(
+                                with_tail(initial(log2) | bits | (pol << POLICY_SHIFT), t),
+                                inst,
+                            );
+                            let cap = 1u64 << log2;
+                            for behind in [0, 1, cap - 1, cap] {
+                                let head = t.wrapping_sub(behind) & TICKET_MASK;
+                                assert_eq!(
+                                    reserve(w, head),
+                                    reserve_general(w, head),
+                                    "word {w:#x}, head {head}"
+                                );
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000);
     }
 
     #[test]
