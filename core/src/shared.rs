@@ -806,6 +806,44 @@ impl<T> Shared<T> {
         }))
     }
 
+    /// One try at the reservation of every plain post: one ticket, nothing
+    /// owed ([`state::reserve`]'s first branch), with a cached head no more
+    /// than an epoch old, installed by the first CAS. `None` hands the post
+    /// to [`Shared::reserve`]'s loop (a stale hint, a full ring, a flag, an
+    /// upcall policy or a CAS lost to another poster); nothing was changed.
+    ///
+    /// Small enough to be inlined into every post, so the common post pays
+    /// no call into the loop's slow paths.
+    #[inline(always)]
+    pub(crate) fn try_reserve_plain(&self, hint_cell: &AtomicU64) -> Option<u64> {
+        // Acquire, Relaxed: as in `reserve`.
+        let hint = hint_cell.load(Ordering::Acquire);
+        let w = self.state.load(Ordering::Relaxed);
+        // As in `reserve`: a hint more than one epoch old is not trusted.
+        if self
+            .read_mostly
+            .head_epoch
+            .load(Ordering::Relaxed)
+            .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
+            >= 2
+        {
+            return None;
+        }
+        match state::reserve(w, hint) {
+            Reserve::Ticket {
+                new,
+                ticket,
+                notify: Notify::None,
+            } => self
+                .state
+                // AcqRel on success: as in `reserve`.
+                .compare_exchange(w, new, Ordering::AcqRel, Ordering::Relaxed)
+                .ok()
+                .map(|_| ticket),
+            _ => None,
+        }
+    }
+
     /// The reservation loop of `post` and `post_batch`, for a poster whose
     /// cached head is in `hint_cell`: up to `want`
     /// (≥ 1) tickets; returns the first ticket, the count and the owed

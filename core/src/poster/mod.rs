@@ -87,6 +87,21 @@ impl<T: Send> Poster<T> {
     /// ```
     #[inline]
     pub fn post(&self, event: T) -> Result<(), PostError<T>> {
+        if let Some(ticket) = self.shared.try_reserve_plain(&self.head_hint) {
+            // SAFETY: the reservation gave us `ticket`, and its full check
+            // against a head the consumer has passed means the slot's
+            // previous lap has been taken. It owes no notification.
+            unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
+            return Ok(());
+        }
+        self.post_slow(event)
+    }
+
+    /// `post` when the one plain try did not reserve: the reservation loop
+    /// with every case (full, closed, resizing, a notification or an upcall
+    /// owed, a CAS lost to another poster).
+    #[inline(never)]
+    fn post_slow(&self, event: T) -> Result<(), PostError<T>> {
         match self.reserve(1) {
             Ok((ticket, _, notify)) => {
                 let s = &*self.shared;
