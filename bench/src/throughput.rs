@@ -120,14 +120,19 @@ pub enum Queue {
     CrossbeamTryIter,
     /// tokio `mpsc::channel`, `blocking_recv_many` (at most [`CAPACITY`]).
     TokioRecvMany,
+    /// evd, `dequeue_with` in a loop (the batch handed to a closure, no
+    /// `Vec`). An evd variant of the busy/batch style, compared with no peer:
+    /// set it beside `evd dequeue_batch`.
+    EvdWith,
 }
 
 impl Queue {
     /// Every system, grouped by consumer style, evd first in each group.
-    pub const ALL: [Queue; 14] = [
+    pub const ALL: [Queue; 15] = [
         Queue::EvdSingle,
         Queue::ArrayQueue,
         Queue::EvdBatch,
+        Queue::EvdWith,
         Queue::EvdItemWait,
         Queue::CrossbeamChannel,
         Queue::StdSyncChannel,
@@ -158,6 +163,7 @@ impl Queue {
             Queue::EvdBackoffWait => "evd batch+backoff+wait",
             Queue::CrossbeamTryIter => "crossbeam-channel try_iter+recv",
             Queue::TokioRecvMany => "tokio mpsc blocking_recv_many",
+            Queue::EvdWith => "evd dequeue_with",
         }
     }
 
@@ -165,7 +171,7 @@ impl Queue {
     pub fn style(self) -> Style {
         match self {
             Queue::EvdSingle | Queue::ArrayQueue => Style::BusyItem,
-            Queue::EvdBatch => Style::BusyBatch,
+            Queue::EvdBatch | Queue::EvdWith => Style::BusyBatch,
             Queue::EvdWait
             | Queue::EvdBackoffWait
             | Queue::CrossbeamTryIter
@@ -180,6 +186,7 @@ impl Queue {
             self,
             Queue::EvdSingle
                 | Queue::EvdBatch
+                | Queue::EvdWith
                 | Queue::EvdItemWait
                 | Queue::EvdWait
                 | Queue::EvdBackoffWait
@@ -214,6 +221,7 @@ impl Queue {
             Queue::EvdSingle
                 | Queue::ArrayQueue
                 | Queue::EvdBatch
+                | Queue::EvdWith
                 | Queue::EvdItemWait
                 | Queue::EvdWait
                 | Queue::EvdBackoffWait
@@ -237,6 +245,7 @@ impl Queue {
         let mut stats = match self {
             Queue::EvdSingle
             | Queue::EvdBatch
+            | Queue::EvdWith
             | Queue::EvdItemWait
             | Queue::EvdWait
             | Queue::EvdBackoffWait => {
@@ -254,6 +263,7 @@ impl Queue {
                         Queue::EvdSingle => consume_evd_item(&mut rx, sink, false),
                         Queue::EvdItemWait => consume_evd_item(&mut rx, sink, true),
                         Queue::EvdBatch => consume_evd_batch(&mut rx, sink, BatchMode::Busy),
+                        Queue::EvdWith => consume_evd_with(&mut rx, sink),
                         Queue::EvdWait => consume_evd_batch(&mut rx, sink, BatchMode::Wait),
                         _ => consume_evd_batch(&mut rx, sink, BatchMode::BackoffWait),
                     },
@@ -774,6 +784,33 @@ fn consume_evd_batch<P: Payload>(
     }
 }
 
+/// Busy `dequeue_with`: the batch goes straight from the ring to the sink.
+fn consume_evd_with<P: Payload>(
+    rx: &mut evd::Consumer<P>,
+    sink: &mut Sink<'_>,
+) -> Result<(), String> {
+    let mut wait = BusyWait::default();
+    loop {
+        match rx.dequeue_with(CAPACITY, |p| {
+            sink.take(p.seq());
+        }) {
+            Ok(0) | Err(evd::TryDequeueError::Empty) => {
+                sink.empty();
+                wait.miss();
+            }
+            Ok(_) => {
+                if sink.done() {
+                    return Ok(());
+                }
+                wait.hit();
+            }
+            // A poster found the ring full and retried: not a loss.
+            Err(evd::TryDequeueError::Overflow(_)) => {}
+            Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
+        }
+    }
+}
+
 fn blocking_loop<P: Payload>(
     sink: &mut Sink<'_>,
     mut recv: impl FnMut() -> Option<P>,
@@ -822,7 +859,11 @@ mod tests {
         for q in Queue::ALL {
             match q.baseline() {
                 Some(b) => assert_eq!(b.style(), q.style(), "{}", q.name()),
-                None => assert_eq!(q, Queue::EvdBackoffWait),
+                None => assert!(
+                    matches!(q, Queue::EvdBackoffWait | Queue::EvdWith),
+                    "{} has no baseline",
+                    q.name()
+                ),
             }
         }
     }

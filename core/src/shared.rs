@@ -725,6 +725,64 @@ impl<T> Shared<T> {
         Ok(n)
     }
 
+    /// Hand up to `max` published events at the head to `f`, in order, with
+    /// one head store. Caller: the consumer side. If `f` panics, the events
+    /// it was given are gone (it owned them) and the head still moves past
+    /// them; the rest stay queued.
+    pub(crate) fn dequeue_with(
+        &self,
+        max: usize,
+        mut f: impl FnMut(T),
+    ) -> Result<usize, TryDequeueError> {
+        let last_was_report = self.consumer.last_was_report.load(Ordering::Relaxed);
+        if !last_was_report {
+            if let Some(o) = self.take_report() {
+                return Err(TryDequeueError::Overflow(o));
+            }
+        }
+        let n = self.ready(max as u64);
+        if n == 0 {
+            return match self.nothing_ready::<()>(self.head(), last_was_report) {
+                Err(TryDequeueError::Empty) => Ok(0),
+                Err(e) => Err(e),
+                Ok(()) => unreachable!("nothing_ready returns no event"),
+            };
+        }
+        /// Publishes the head past the events taken so far when dropped: at
+        /// the end, or while `f` unwinds.
+        struct Taken<'a, T> {
+            shared: &'a Shared<T>,
+            head: u64,
+            count: u64,
+            last_was_report: bool,
+        }
+        impl<T> Drop for Taken<'_, T> {
+            fn drop(&mut self) {
+                let s = self.shared;
+                s.publish_head(self.head, self.head.wrapping_add(self.count));
+                if self.last_was_report {
+                    s.consumer.last_was_report.store(false, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut taken = Taken {
+            shared: self,
+            head: self.head(),
+            count: 0,
+            last_was_report,
+        };
+        let buf = self.buffer();
+        while taken.count < n {
+            // SAFETY: published (counted above; a published slot stays so
+            // until the consumer takes it) and at or past the head; counted
+            // before `f` runs, so a panic in `f` cannot make it taken twice.
+            let v = unsafe { buf.take(taken.head.wrapping_add(taken.count)) };
+            taken.count += 1;
+            f(v);
+        }
+        Ok(n as usize)
+    }
+
     /// The arm-then-check CAS for a consumer at its current head. A loss
     /// report waiting to be dequeued counts as pending work.
     #[inline]

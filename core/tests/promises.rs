@@ -459,6 +459,50 @@ fn post_batch_up_to_posts_min_of_max_len_and_room_in_order() {
 }
 
 #[test]
+fn dequeue_with_reports_a_loss_first_then_events_then_the_end() {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    assert_eq!(poster.post_lossy(3), Ok(evd::Lossy::Lost));
+    let mut got = Vec::new();
+    assert_eq!(
+        consumer.dequeue_with(8, |v| got.push(v)),
+        Err(TryDequeueError::Overflow(evd::Overflow { lost: 1 }))
+    );
+    assert!(got.is_empty(), "nothing taken with the report");
+    assert_eq!(consumer.dequeue_with(1, |v| got.push(v)), Ok(1));
+    assert_eq!(consumer.dequeue_with(8, |v| got.push(v)), Ok(1));
+    assert_eq!(got, [1, 2]);
+    assert_eq!(consumer.dequeue_with(8, |v| got.push(v)), Ok(0), "empty");
+    assert_eq!(consumer.dequeue_with(0, |v| got.push(v)), Ok(0), "max 0");
+    poster.post(4).unwrap();
+    poster.close();
+    assert_eq!(consumer.dequeue_with(8, |v| got.push(v)), Ok(1));
+    assert_eq!(
+        consumer.dequeue_with(8, |v| got.push(v)),
+        Err(TryDequeueError::Closed)
+    );
+    assert_eq!(got, [1, 2, 4]);
+}
+
+#[test]
+fn dequeue_with_frees_room_for_a_waiting_poster() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap();
+    let p = poster.clone();
+    let waiter = std::thread::spawn(move || p.post_blocking(1));
+    // However the waiter and this thread interleave, the waiter gets in once
+    // the consumer has taken the first event: the head store wakes it.
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        consumer.dequeue_with(1, |v| got.push(v)).unwrap();
+        std::hint::spin_loop();
+    }
+    assert_eq!(waiter.join().unwrap(), Ok(()));
+    assert_eq!(got, [0, 1]);
+}
+
+#[test]
 fn a_panicking_destructor_does_not_stop_the_others_being_dropped() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (poster, consumer) = evd::bounded::<Tracked>(4).unwrap();

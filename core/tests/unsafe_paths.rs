@@ -69,6 +69,70 @@ fn batch_take_appends_in_order_and_moves_each_value_once() {
 }
 
 #[test]
+fn dequeue_with_hands_each_value_once_in_order_around_the_ring() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, mut consumer) = evd::bounded::<Tracked>(8).unwrap();
+    let mut ids = Vec::new();
+    for round in 0..5u32 {
+        for i in 0..6 {
+            poster.post(Tracked::new(round * 10 + i, &drops)).unwrap();
+        }
+        assert_eq!(consumer.dequeue_with(4, |t| ids.push(*t.id)), Ok(4));
+        assert_eq!(consumer.dequeue_with(8, |t| ids.push(*t.id)), Ok(2));
+    }
+    let want: Vec<u32> = (0..5u32)
+        .flat_map(|round| (0..6).map(move |i| round * 10 + i))
+        .collect();
+    assert_eq!(ids, want);
+    assert_eq!(
+        drops.load(SeqCst),
+        30,
+        "each value dropped once, by the closure"
+    );
+}
+
+#[test]
+fn a_panic_in_dequeue_with_consumes_what_it_was_given_and_keeps_the_rest() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, mut consumer) = evd::bounded::<Tracked>(8).unwrap();
+    for i in 0..6 {
+        poster.post(Tracked::new(i, &drops)).unwrap();
+    }
+    let mut seen = Vec::new();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        consumer.dequeue_with(8, |t| {
+            seen.push(*t.id);
+            if *t.id == 2 {
+                panic!("handler fails on 2");
+            }
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(seen, [0, 1, 2]);
+    assert_eq!(
+        drops.load(SeqCst),
+        3,
+        "the three given were dropped (2 by the unwind)"
+    );
+    assert_eq!(consumer.len(), 3);
+    let rest: Vec<u32> = std::iter::from_fn(|| consumer.try_dequeue().ok())
+        .map(|t| *t.id)
+        .collect();
+    assert_eq!(
+        rest,
+        [3, 4, 5],
+        "the head moved past exactly the three taken"
+    );
+    // The slots the panic freed are free for posters again.
+    for i in 0..8 {
+        poster.post(Tracked::new(10 + i, &drops)).unwrap();
+    }
+    drop(consumer);
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 14);
+}
+
+#[test]
 fn refused_posts_hand_the_value_back_intact() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (poster, mut consumer) = evd::bounded::<Tracked>(1).unwrap();

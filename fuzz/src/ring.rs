@@ -15,18 +15,37 @@ use std::collections::VecDeque;
 /// One operation.
 #[derive(Arbitrary, Debug, Clone, Copy)]
 pub enum RingOp {
-    Post { poster: u8 },
+    Post {
+        poster: u8,
+    },
     TryDequeue,
-    Batch { max: u8, prealloc: u8 },
-    Resize { cap: u8 },
-    ClosePoster { poster: u8 },
+    Batch {
+        max: u8,
+        prealloc: u8,
+    },
+    Resize {
+        cap: u8,
+    },
+    ClosePoster {
+        poster: u8,
+    },
     CloseConsumer,
-    ClonePoster { poster: u8 },
+    ClonePoster {
+        poster: u8,
+    },
     NewPoster,
-    DropPoster { poster: u8 },
+    DropPoster {
+        poster: u8,
+    },
     DropConsumer,
     Query,
-    PostLossy { poster: u8 },
+    PostLossy {
+        poster: u8,
+    },
+    /// `dequeue_with`, checked as a batch into an empty `Vec`.
+    With {
+        max: u8,
+    },
 }
 
 /// One fuzz input: the creation capacity, then operations until the input
@@ -312,6 +331,14 @@ fn apply(
                 let max = max as usize % 20;
                 let r = c.dequeue_batch(&mut out, max);
                 model.batch(max, before, &out, r);
+            }
+        }
+        RingOp::With { max } => {
+            if let Some(c) = consumer {
+                let mut out = Vec::new();
+                let max = max as usize % 20;
+                let r = c.dequeue_with(max, |p| out.push(p));
+                model.batch(max, 0, &out, r);
             }
         }
         RingOp::Resize { cap } => {

@@ -130,6 +130,40 @@ impl<T> Consumer<T> {
         self.shared.dequeue_batch(out, max)
     }
 
+    /// Hand up to `max` events to `f`, in order, straight out of the ring:
+    /// [`Consumer::dequeue_batch`] without the `Vec`. Takes every published
+    /// event up to `max` (found by the slots' stamps alone) with one store of
+    /// the head for the whole batch, and returns how many `f` got; `Ok(0)`
+    /// when nothing is ready. A pending loss report comes first, as an error
+    /// (never twice in a row while events are ready); `Err(Closed)` once
+    /// closed and drained.
+    ///
+    /// The slots are freed for posters once `f` has had the whole batch (the
+    /// one head store comes last), where `dequeue_batch` frees them before
+    /// the caller looks at the events: a slow `f` on a full ring holds
+    /// posters off for the whole batch, so give it a smaller `max`. It pays
+    /// for events big enough that the copy into a `Vec` and out again shows
+    /// (BENCHMARKS.md: 64-byte events); for a `u64` the two are even.
+    ///
+    /// If `f` panics, the events it was given are consumed (it owned them)
+    /// and the rest stay queued for the next dequeue: none is lost or handed
+    /// out twice. `f` runs on the consumer's thread while the consumer is
+    /// borrowed; a blocking post into this same EVD from `f` would wait for
+    /// room only this consumer can make.
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(8).unwrap();
+    /// for i in 0..5 { poster.post(i).unwrap(); }
+    /// let mut sum = 0;
+    /// assert_eq!(consumer.dequeue_with(3, |v| sum += v), Ok(3));
+    /// assert_eq!(sum, 0 + 1 + 2);
+    /// assert_eq!(consumer.dequeue_with(8, |v| sum += v), Ok(2));
+    /// assert_eq!(consumer.dequeue_with(8, |_| unreachable!()), Ok(0));
+    /// ```
+    pub fn dequeue_with(&mut self, max: usize, f: impl FnMut(T)) -> Result<usize, TryDequeueError> {
+        self.shared.dequeue_with(max, f)
+    }
+
     /// Arm-then-check in one CAS: either the next post notifies this consumer
     /// ([`ArmStatus::Armed`]: safe to sleep), or events are waiting
     /// ([`ArmStatus::Pending`]: keep draining). There is no second poll.
