@@ -687,6 +687,10 @@ impl<T> Shared<T> {
         out: &mut Vec<T>,
         max: usize,
     ) -> Result<usize, TryDequeueError> {
+        if max == 0 {
+            // Nothing asked for: nothing taken, no report, no state changed.
+            return Ok(0);
+        }
         let last_was_report = self.consumer.last_was_report.load(Ordering::Relaxed);
         if !last_was_report {
             if let Some(o) = self.take_report() {
@@ -734,6 +738,10 @@ impl<T> Shared<T> {
         max: usize,
         mut f: impl FnMut(T),
     ) -> Result<usize, TryDequeueError> {
+        if max == 0 {
+            // As in `dequeue_batch`.
+            return Ok(0);
+        }
         let last_was_report = self.consumer.last_was_report.load(Ordering::Relaxed);
         if !last_was_report {
             if let Some(o) = self.take_report() {
@@ -772,14 +780,20 @@ impl<T> Shared<T> {
             last_was_report,
         };
         let buf = self.buffer();
-        while taken.count < n {
-            // SAFETY: published (counted above; a published slot stays so
-            // until the consumer takes it) and at or past the head; counted
-            // before `f` runs, so a panic in `f` cannot make it taken twice.
-            let v = unsafe { buf.take(taken.head.wrapping_add(taken.count)) };
-            taken.count += 1;
-            f(v);
-        }
+        // `f` runs as this EVD's consumer inside a handler call, as an upcall
+        // handler does: a post from it that would wait for room here is
+        // refused at once (the room it waits for is freed after `f`).
+        crate::upcall::instance::as_handler_of(self, || {
+            while taken.count < n {
+                // SAFETY: published (counted above; a published slot stays so
+                // until the consumer takes it) and at or past the head;
+                // counted before `f` runs, so a panic in `f` cannot make it
+                // taken twice.
+                let v = unsafe { buf.take(taken.head.wrapping_add(taken.count)) };
+                taken.count += 1;
+                f(v);
+            }
+        });
         Ok(n as usize)
     }
 

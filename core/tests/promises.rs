@@ -486,6 +486,32 @@ fn dequeue_with_reports_a_loss_first_then_events_then_the_end() {
 }
 
 #[test]
+fn a_zero_max_takes_nothing_not_even_a_report() {
+    // Reports and events alternate: a zero-sized batch right after a report
+    // must not hand out a second report in a row while events are ready.
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    let mut out = Vec::new();
+    assert_eq!(consumer.dequeue_batch(&mut out, 0), Ok(0));
+    assert_eq!(consumer.dequeue_with(0, |_| unreachable!()), Ok(0));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(1),
+        "the event comes before the next report"
+    );
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+}
+
+#[test]
 fn dequeue_with_frees_room_for_a_waiting_poster() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(0).unwrap();

@@ -208,6 +208,11 @@ impl Model {
         out: &[Payload],
         r: Result<usize, TryDequeueError>,
     ) {
+        if max == 0 {
+            // Nothing asked for: nothing taken, no report, no state changed.
+            assert_eq!(r, Ok(0));
+            return assert_eq!(out.len(), before);
+        }
         if !self.last_was_report {
             if let Some(report) = self.report() {
                 assert_eq!(out.len(), before);

@@ -148,8 +148,12 @@ impl<T> Consumer<T> {
     /// If `f` panics, the events it was given are consumed (it owned them)
     /// and the rest stay queued for the next dequeue: none is lost or handed
     /// out twice. `f` runs on the consumer's thread while the consumer is
-    /// borrowed; a blocking post into this same EVD from `f` would wait for
-    /// room only this consumer can make.
+    /// borrowed, as this EVD's handler (like an upcall's): a post from `f`
+    /// that would wait for room in this same EVD (`post_blocking`,
+    /// `post_timeout`, `post_async`, a `RoomWaiter`) is refused at once with
+    /// `Full` instead of waiting for room that only the end of `f` frees; a
+    /// `post_lossy` from `f` into a full ring gives its event up, where a
+    /// post after the batch would have found room.
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(8).unwrap();
@@ -159,6 +163,14 @@ impl<T> Consumer<T> {
     /// assert_eq!(sum, 0 + 1 + 2);
     /// assert_eq!(consumer.dequeue_with(8, |v| sum += v), Ok(2));
     /// assert_eq!(consumer.dequeue_with(8, |_| unreachable!()), Ok(0));
+    ///
+    /// // A full ring: waiting for room from `f` is refused, not a deadlock.
+    /// poster.post(10).unwrap();
+    /// while poster.post(0).is_ok() {}
+    /// consumer.dequeue_with(1, |v| {
+    ///     assert_eq!(v, 10);
+    ///     assert_eq!(poster.post_blocking(11), Err(evd::PostError::Full(11)));
+    /// }).unwrap();
     /// ```
     pub fn dequeue_with(&mut self, max: usize, f: impl FnMut(T)) -> Result<usize, TryDequeueError> {
         self.shared.dequeue_with(max, f)

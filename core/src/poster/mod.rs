@@ -230,14 +230,15 @@ impl<T: Send> Poster<T> {
     /// until `waker` is woken, then attempt again. A `Done` has left the
     /// queue already.
     ///
-    /// Inside an upcall of this EVD the thread is its consumer, and waiting
-    /// for room would wait for itself: a full ring is refused at once.
+    /// Inside a handler call of this EVD (an upcall, or `dequeue_with`'s
+    /// closure) the thread is its consumer, and waiting for room would wait
+    /// for itself: a full ring is refused at once.
     pub(crate) fn attempt(&self, seat: &mut Seat, event: T, waker: &Waker) -> Attempt<T> {
         let event = match self.post(event) {
             Err(PostError::Full(ev)) => ev,
             done => return self.done(seat, done),
         };
-        if crate::upcall::instance::in_own_upcall(&self.shared) {
+        if crate::upcall::instance::in_own_handler(&self.shared) {
             return self.done(seat, Err(PostError::Full(event)));
         }
         self.shared.room_join(seat, waker);

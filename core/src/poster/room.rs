@@ -73,7 +73,8 @@ impl<T: Send> RoomWaiter<T> {
     /// the room queue; `Pending` with `cx`'s waker registered if the ring is
     /// full: a dequeue that frees a slot wakes it. `Ready(Err(Closed))` once
     /// the EVD is closed; `Ready(Err(Full))` at once if called inside an
-    /// upcall of this same EVD, where waiting would wait for itself.
+    /// upcall of this same EVD (or the closure of its `dequeue_with`), where
+    /// waiting would wait for itself.
     ///
     /// A full ring costs the first `Pending` a lock and one `membarrier`
     /// (the heavy half of the room barrier); a ring with room costs a load of
@@ -93,7 +94,7 @@ impl<T: Send> RoomWaiter<T> {
         if let Some(r) = self.room_now() {
             return Poll::Ready(r);
         }
-        if crate::upcall::instance::in_own_upcall(&self.poster.shared) {
+        if crate::upcall::instance::in_own_handler(&self.poster.shared) {
             return Poll::Ready(Err(BatchPostError::Full));
         }
         // Join, then look again: the look after the join's heavy barrier

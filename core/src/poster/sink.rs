@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 /// take the room `poll_ready` saw). Every error hands the event back
 /// ([`PostError::Closed`]; [`PostError::Full`] only from `start_send`
 /// called while an event is still held, i.e. without `poll_ready`, or
-/// inside an upcall of this same EVD). Closing the sink flushes it and drops
+/// inside an upcall of this same EVD or the closure of its `dequeue_with`). Closing the sink flushes it and drops
 /// its `Poster` handle (the EVD closes when its last poster is dropped, as
 /// always); dropping an unflushed sink drops the event it holds.
 ///

@@ -21,8 +21,9 @@ impl<T: Send> Poster<T> {
     /// a poster that starts waiting pays a lock and one `membarrier`, which
     /// briefly interrupts every CPU running a thread of this process.
     ///
-    /// Called from inside an upcall of this same EVD (where the thread *is*
-    /// the consumer, so no slot could be freed while it waits) a full ring
+    /// Called from inside an upcall of this same EVD, or the closure of its
+    /// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with) (where the
+    /// thread *is* the consumer, so no slot could be freed while it waits) a full ring
     /// is refused at once with [`PostError::Full`]; that is the only case it
     /// is returned.
     ///

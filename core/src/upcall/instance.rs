@@ -33,8 +33,11 @@ fn evd_id<T>(s: &Shared<T>) -> usize {
     s as *const Shared<T> as usize
 }
 
-/// True if this thread is inside one of `s`'s upcalls, at any depth.
-pub(crate) fn in_own_upcall<T>(s: &Shared<T>) -> bool {
+/// True if this thread is inside one of `s`'s handler calls, at any depth:
+/// an upcall, or the closure of
+/// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with). The thread is
+/// then `s`'s consumer side, and must not wait for room in `s`.
+pub(crate) fn in_own_handler<T>(s: &Shared<T>) -> bool {
     let id = evd_id(s);
     INNERMOST.with(|innermost| {
         let mut f = innermost.get();
@@ -51,6 +54,17 @@ pub(crate) fn in_own_upcall<T>(s: &Shared<T>) -> bool {
         }
         false
     })
+}
+
+/// Run `f` with a frame of `s` linked, as a handler call is: the closure of
+/// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with).
+pub(crate) fn as_handler_of<T, R>(s: &Shared<T>, f: impl FnOnce() -> R) -> R {
+    let frame = Frame {
+        evd: evd_id(s),
+        outer: INNERMOST.with(|innermost| innermost.get()),
+    };
+    let _link = Link::push(&frame);
+    f()
 }
 
 /// Links a frame as this thread's innermost handler call; unlinks it on

@@ -232,7 +232,7 @@ impl<T: Send> Upcalls<T> {
     /// Disable upcalls and wait until none is in flight.
     fn quiesce(&mut self) -> Result<(), PolicyError> {
         let consumer = self.consumer.as_mut().expect("present until teardown");
-        if instance::in_own_upcall(consumer.shared()) {
+        if instance::in_own_handler(consumer.shared()) {
             return Err(PolicyError::FromUpcall);
         }
         disable_and_wait(consumer);
@@ -353,7 +353,7 @@ impl<T> Drop for Upcalls<T> {
         let Some(consumer) = self.consumer.as_mut() else {
             return;
         };
-        if instance::in_own_upcall(consumer.shared()) {
+        if instance::in_own_handler(consumer.shared()) {
             // Dropped from inside its own upcall: that upcall is the one in
             // flight, and it stops at its next dequeue; waiting would hang.
             consumer
