@@ -7,8 +7,9 @@
 //! # The cycle
 //!
 //! ```text
-//!            +-------- fd fired, no spin -------+
-//!            |                                  v
+//!            +---- fd fired, no spin ----> Woken --(found: next turn)--+
+//!            |                               |  (nothing: at once)     |
+//!            |                               v                         v
 //!   Sleeping ---- fd fired, spin worth it ---> Polling --(K empty polls or T idle)--> Arm
 //!      ^                                       |  ^  (found: stay)                    |
 //!      +------------- drained ----- Arm/Draining <----------------------------------+
@@ -17,6 +18,13 @@
 //!  any delivering phase -- EVD closed or CQ failed --> Done
 //! ```
 //!
+//! - **Woken** (the event cycle's wake): poll what the wake announced and
+//!   deliver it *before* re-arming, as a raw verbs loop does: the arm (a
+//!   system call on most providers) then runs in the feed's next turn, after
+//!   the caller has had the events, instead of between the completion and
+//!   its delivery. A poll that finds nothing (a spurious wake) arms in the
+//!   same turn. The arm is followed by a drain as always, so a completion
+//!   that lands between the poll and the arm is not missed.
 //! - **Arm and Draining** run [`Action::ArmAndDrain`]: arm the CQ if no arm
 //!   is outstanding, then drain within the budget. Drained means armed and
 //!   empty: the feed sleeps on its channel fd. A used-up budget leaves it
@@ -46,6 +54,8 @@ pub(crate) enum Phase {
     Arm,
     /// Armed and drained: waits for its channel fd.
     Sleeping,
+    /// Event cycle: the channel fired; polls once, unarmed, then arms.
+    Woken,
     /// Armed, budget used up: drains on at its next turn.
     Draining,
     /// Adaptive: polling unarmed since a wake.
@@ -64,7 +74,10 @@ pub(crate) enum Phase {
 impl Phase {
     /// The feed has work for its next turn: the driver must not sleep.
     pub(crate) fn is_busy(self) -> bool {
-        matches!(self, Phase::Arm | Phase::Draining | Phase::Polling { .. })
+        matches!(
+            self,
+            Phase::Arm | Phase::Draining | Phase::Woken | Phase::Polling { .. }
+        )
     }
 }
 
@@ -150,9 +163,9 @@ fn on_turn(
             },
             Action::Poll,
         ),
-        Phase::Sleeping => (Phase::Arm, Action::ArmAndDrain),
+        Phase::Sleeping => (Phase::Woken, Action::Poll),
         Phase::Arm | Phase::Draining => (phase, Action::ArmAndDrain),
-        Phase::Polling { .. } => (phase, Action::Poll),
+        Phase::Woken | Phase::Polling { .. } => (phase, Action::Poll),
         Phase::Blocked if room => (Phase::Arm, Action::ArmAndDrain),
         Phase::Blocked => (Phase::Blocked, Action::Idle),
     }
@@ -169,6 +182,10 @@ fn after_run(phase: Phase, p: Progress, now: Instant, limits: Limits) -> (Phase,
             FeedStatus::Drained => (Phase::Sleeping, Action::Idle),
             _ => (Phase::Draining, Action::Idle),
         },
+        // Delivered: the caller gets the events before this feed's arm.
+        Phase::Woken if p.delivered > 0 => (Phase::Arm, Action::Idle),
+        // Nothing (a spurious wake): arm now; no delivery used the budget.
+        Phase::Woken => (Phase::Arm, Action::ArmAndDrain),
         Phase::Polling { .. } if p.delivered > 0 => (
             Phase::Polling {
                 last_found: now,
@@ -243,11 +260,11 @@ mod tests {
     }
 
     #[test]
-    fn a_wake_arms_at_once_in_event_mode_and_polls_when_spinning_pays() {
+    fn a_wake_polls_before_it_arms_in_event_mode_and_spins_when_spinning_pays() {
         let t = Instant::now();
         assert_eq!(
             next(Phase::Sleeping, turn(true, false), t, Limits::EVENT),
-            (Phase::Arm, Action::ArmAndDrain)
+            (Phase::Woken, Action::Poll)
         );
         assert_eq!(
             next(Phase::Sleeping, turn(true, false), t, SPIN),
@@ -260,8 +277,31 @@ mod tests {
         };
         assert_eq!(
             next(Phase::Sleeping, turn(true, false), t, half),
-            (Phase::Arm, Action::ArmAndDrain)
+            (Phase::Woken, Action::Poll)
         );
+    }
+
+    #[test]
+    fn a_woken_poll_that_delivers_arms_next_turn_and_an_empty_one_arms_now() {
+        let t = Instant::now();
+        for l in [Limits::EVENT, SPIN] {
+            for s in [FeedStatus::Drained, FeedStatus::Budget] {
+                assert_eq!(
+                    next(Phase::Woken, ran(3, s), t, l),
+                    (Phase::Arm, Action::Idle),
+                    "{s:?}"
+                );
+            }
+            assert_eq!(
+                next(Phase::Woken, ran(0, FeedStatus::Drained), t, l),
+                (Phase::Arm, Action::ArmAndDrain)
+            );
+            // Then the next turn arms and drains.
+            assert_eq!(
+                next(Phase::Arm, turn(false, false), t, l),
+                (Phase::Arm, Action::ArmAndDrain)
+            );
+        }
     }
 
     #[test]
@@ -329,7 +369,7 @@ mod tests {
     #[test]
     fn a_full_evd_blocks_and_waits_for_room_a_closed_one_ends_from_any_running_phase() {
         let t = Instant::now();
-        for p in [Phase::Arm, Phase::Draining, polling(t, 1)] {
+        for p in [Phase::Arm, Phase::Draining, Phase::Woken, polling(t, 1)] {
             for n in [0, 3] {
                 assert_eq!(
                     next(p, ran(n, FeedStatus::Backpressure), t, SPIN),
@@ -394,6 +434,7 @@ mod tests {
             (Phase::Arm, true),
             (Phase::Draining, true),
             (polling(t, 0), true),
+            (Phase::Woken, true),
             (Phase::Sleeping, false),
             (Phase::Blocked, false),
             (Phase::Done, false),

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const ROUNDS: usize = 7;
+const ROUNDS: usize = 21;
 const PER_ROUND: usize = 200;
 const MSG: usize = 8;
 /// Receives the initiator keeps posted.
