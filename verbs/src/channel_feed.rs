@@ -58,9 +58,10 @@
 //!   only when every CQ has failed, `Closed` when the EVD is closed.
 //!
 //! The driver's cycle needs no new observation: to it the channel feed is
-//! one feed whose fd is the channel's. [`FeedMode::Adaptive`](crate::FeedMode::Adaptive)
-//! works as for one CQ: its unarmed polls poll every CQ, and the arm that
-//! ends a spin arms the dirty ones.
+//! one feed whose fd is the channel's. Its unarmed polls (the event cycle's
+//! poll after a wake, and [`FeedMode::Adaptive`](crate::FeedMode::Adaptive)'s
+//! spin) poll every CQ, as for one CQ, and the arm that follows arms the
+//! dirty ones.
 
 use crate::cq::CompletionQueue;
 use crate::event::{CqId, VerbsEvent};

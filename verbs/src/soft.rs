@@ -15,7 +15,8 @@
 //!   breaks the CQ (polls fail with [`PollError::Overrun`]), signals the
 //!   channel so a sleeping consumer finds out, and raises `CqError` on the
 //!   [`SoftDevice`] it belongs to;
-//! - polls can fail ([`SoftCqProducer::fail_next_poll`]);
+//! - polls can fail ([`SoftCqProducer::fail_next_poll`]), and so can an
+//!   arm ([`SoftCqProducer::fail_next_arm`]);
 //! - destroying it with events got but not acknowledged is recorded
 //!   ([`SoftCqStats::unacked_at_destroy`]) where libibverbs would block.
 //!
@@ -69,6 +70,7 @@ struct Faults {
     error_every: AtomicU32,
     error_counter: AtomicU64,
     fail_next_poll: AtomicI32,
+    fail_next_arm: AtomicI32,
 }
 
 /// Lock attempts a contended CQ spins through before it sleeps.
@@ -449,6 +451,10 @@ impl CompletionQueue for SoftCq {
     }
 
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()> {
+        let injected = self.inner.faults.fail_next_arm.swap(0, Ordering::Relaxed);
+        if injected != 0 {
+            return Err(io::Error::from_raw_os_error(injected));
+        }
         // Widen the window between the caller's last poll and the arm, where
         // producers may add completions that this arm will not report.
         for _ in 0..self
@@ -658,6 +664,24 @@ impl SoftCqProducer {
         self.inner
             .faults
             .fail_next_poll
+            .store(errno, Ordering::Relaxed);
+    }
+
+    /// The next `req_notify` fails with `errno` and leaves the CQ unarmed;
+    /// the one after works again.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, soft::SoftCq};
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// producer.fail_next_arm(libc::EIO);
+    /// assert_eq!(cq.req_notify(false).unwrap_err().raw_os_error(), Some(libc::EIO));
+    /// assert!(!producer.stats().armed);
+    /// assert!(cq.req_notify(false).is_ok());
+    /// ```
+    pub fn fail_next_arm(&self, errno: i32) {
+        self.inner
+            .faults
+            .fail_next_arm
             .store(errno, Ordering::Relaxed);
     }
 

@@ -444,3 +444,89 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
     ));
     running.shutdown().unwrap();
 }
+
+/// A software CQ whose next poll hides what is queued (as if the wake's
+/// completion had been polled already) and whose next arm fails: the
+/// ingredients of a wake whose poll finds nothing and whose arm then fails.
+struct Flaky {
+    cq: SoftCq,
+    hide_next_poll: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    fail_next_arm: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl evd_verbs::CompletionQueue for Flaky {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, evd_verbs::PollError> {
+        if self
+            .hide_next_poll
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(0);
+        }
+        self.cq.poll(out)
+    }
+    fn req_notify(&mut self, solicited_only: bool) -> std::io::Result<()> {
+        if self
+            .fail_next_arm
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.cq.req_notify(solicited_only)
+    }
+    fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.cq.channel_fd()
+    }
+    fn get_event(&mut self) -> std::io::Result<bool> {
+        self.cq.get_event()
+    }
+    fn ack_events(&mut self, count: u32) {
+        self.cq.ack_events(count)
+    }
+}
+
+#[test]
+fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
+    // A completion fires the CQ's arm; the wake's poll finds nothing (it is
+    // hidden once), so the feed arms at once, and that arm fails. The next
+    // `process` must arm and drain: a feed left asleep on its unarmed CQ
+    // would strand the completion for good.
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let hide = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flaky = Flaky {
+        cq,
+        hide_next_poll: hide.clone(),
+        fail_next_arm: fail.clone(),
+    };
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(flaky, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    driver.process(Some(Duration::ZERO)).unwrap();
+    assert!(hca.stats().armed);
+    hide.store(true, std::sync::atomic::Ordering::Relaxed);
+    fail.store(true, std::sync::atomic::Ordering::Relaxed);
+    hca.push(wc(9)).unwrap();
+    let mut failed = None;
+    for _ in 0..100 {
+        if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
+            failed = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(&failed, Some(DriverError::Io(e)) if e.raw_os_error() == Some(libc::EIO)),
+        "the failed arm is reported: {failed:?}"
+    );
+    assert!(!hca.stats().armed);
+    assert!(
+        hca.is_stranded(),
+        "queued, unarmed, no event: only a retry helps"
+    );
+    driver.process(Some(Duration::ZERO)).unwrap();
+    assert!(hca.stats().armed, "the retry armed the CQ");
+    assert!(
+        matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 9)
+    );
+}

@@ -13,8 +13,9 @@ use crate::adaptive::AdaptiveConfig;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FeedMode {
-    /// Sleep on the channel; on a wake, get and ack the events, re-arm, drain
-    /// until empty, sleep again.
+    /// Sleep on the channel; on a wake, get and ack the events, poll and
+    /// deliver what is there, then (next turn) re-arm, drain until empty,
+    /// sleep again.
     Event,
     /// After a wake, keep polling (unarmed) while polls find completions;
     /// arm after `K` empty polls or `T` without a completion, both derived
@@ -34,7 +35,7 @@ pub struct DriverConfig {
     /// Submission-queue entries of the ring (completion queue: twice that).
     pub ring_entries: u32,
     /// Events one feed may deliver per turn before the driver moves on to
-    /// the others (the kernel's irq_poll budget is 256).
+    /// the others (the kernel's irq_poll budget is 256). Zero is taken as 1.
     pub budget: usize,
     /// While some feed is busy (draining, spinning), enter the kernel once
     /// per this many turns to collect the other feeds' readiness; a turn

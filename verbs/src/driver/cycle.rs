@@ -22,9 +22,11 @@
 //!   deliver it *before* re-arming, as a raw verbs loop does: the arm (a
 //!   system call on most providers) then runs in the feed's next turn, after
 //!   the caller has had the events, instead of between the completion and
-//!   its delivery. A poll that finds nothing (a spurious wake) arms in the
-//!   same turn. The arm is followed by a drain as always, so a completion
-//!   that lands between the poll and the arm is not missed.
+//!   its delivery. A poll that uses up the budget polls on next turn, still
+//!   unarmed (arming a CQ that is not empty would only raise another event);
+//!   one that finds nothing (a spurious wake) arms in the same turn. The arm
+//!   is followed by a drain as always, so a completion that lands between
+//!   the poll and the arm is not missed.
 //! - **Arm and Draining** run [`Action::ArmAndDrain`]: arm the CQ if no arm
 //!   is outstanding, then drain within the budget. Drained means armed and
 //!   empty: the feed sleeps on its channel fd. A used-up budget leaves it
@@ -34,7 +36,7 @@
 //!   completions, and arms after `K` empty polls in a row or `T` without a
 //!   completion, whichever comes first ([`Limits`], derived from the arrival
 //!   process by [`SpinPolicy`](crate::SpinPolicy)). With zero limits (event
-//!   mode, or arrivals too sparse to catch) a wake goes straight to Arm.
+//!   mode, or arrivals too sparse to catch) a wake goes to Woken.
 //! - **Blocked**: the EVD refused a post. The feed takes nothing more out of
 //!   its CQ and waits for the EVD's room signal, not a timer.
 //! - A fired fd is taken by the shell at the feed's next turn whatever the
@@ -42,7 +44,9 @@
 //!   the cycle.
 //!
 //! One turn runs at most one delivering action, plus the arm that ends a
-//! spin whose poll found nothing: a turn delivers at most the budget.
+//! spin, or a Woken poll, that found nothing: a turn delivers at most the
+//! budget. A shell whose action fails puts the feed back in Arm (see
+//! `Slot::turn`), so a retry arms and drains.
 
 use crate::feed::{FeedStatus, Progress};
 use std::time::{Duration, Instant};
@@ -50,11 +54,13 @@ use std::time::{Duration, Instant};
 /// Where a feed is in its cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
-    /// Must arm, then drain: new, a spin just ended, or room came back.
+    /// Must arm, then drain: new, a spin just ended, a wake's events were
+    /// delivered, room came back, or an action failed.
     Arm,
     /// Armed and drained: waits for its channel fd.
     Sleeping,
-    /// Event cycle: the channel fired; polls once, unarmed, then arms.
+    /// Event cycle: the channel fired; polls (unarmed) until a poll ends
+    /// within the budget, then arms.
     Woken,
     /// Armed, budget used up: drains on at its next turn.
     Draining,
@@ -182,6 +188,8 @@ fn after_run(phase: Phase, p: Progress, now: Instant, limits: Limits) -> (Phase,
             FeedStatus::Drained => (Phase::Sleeping, Action::Idle),
             _ => (Phase::Draining, Action::Idle),
         },
+        // More than the budget waits: poll on next turn, still unarmed.
+        Phase::Woken if p.status == FeedStatus::Budget => (Phase::Woken, Action::Idle),
         // Delivered: the caller gets the events before this feed's arm.
         Phase::Woken if p.delivered > 0 => (Phase::Arm, Action::Idle),
         // Nothing (a spurious wake): arm now; no delivery used the budget.
@@ -282,16 +290,22 @@ mod tests {
     }
 
     #[test]
-    fn a_woken_poll_that_delivers_arms_next_turn_and_an_empty_one_arms_now() {
+    fn a_woken_poll_delivers_before_the_arm_and_an_empty_one_arms_now() {
         let t = Instant::now();
         for l in [Limits::EVENT, SPIN] {
-            for s in [FeedStatus::Drained, FeedStatus::Budget] {
-                assert_eq!(
-                    next(Phase::Woken, ran(3, s), t, l),
-                    (Phase::Arm, Action::Idle),
-                    "{s:?}"
-                );
-            }
+            assert_eq!(
+                next(Phase::Woken, ran(3, FeedStatus::Drained), t, l),
+                (Phase::Arm, Action::Idle)
+            );
+            // The budget ran out: poll on, unarmed, next turn.
+            assert_eq!(
+                next(Phase::Woken, ran(8, FeedStatus::Budget), t, l),
+                (Phase::Woken, Action::Idle)
+            );
+            assert_eq!(
+                next(Phase::Woken, turn(false, false), t, l),
+                (Phase::Woken, Action::Poll)
+            );
             assert_eq!(
                 next(Phase::Woken, ran(0, FeedStatus::Drained), t, l),
                 (Phase::Arm, Action::ArmAndDrain)

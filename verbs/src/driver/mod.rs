@@ -152,9 +152,27 @@ impl Slot {
     }
 
     /// One turn: take a fired fd's events, then run the cycle's actions (at
-    /// most one that delivers, plus the arm ending a spin that found nothing).
-    /// Returns how many events it delivered.
+    /// most one that delivers, plus the arm ending a spin or a wake's poll
+    /// that found nothing). Returns how many events it delivered.
+    ///
+    /// If taking the events or an action fails, the feed goes back to Arm
+    /// (unless it is done): the failure may have left its CQ unarmed with
+    /// the channel's event consumed, so a retry must arm and drain, never
+    /// sleep.
     fn turn(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        stats: &mut DriverStats,
+    ) -> Result<usize, DriverError> {
+        let r = self.run_cycle(now, budget, stats);
+        if r.is_err() && self.phase != Phase::Done {
+            self.phase = Phase::Arm;
+        }
+        r
+    }
+
+    fn run_cycle(
         &mut self,
         now: Instant,
         budget: usize,
@@ -286,6 +304,10 @@ pub struct Driver {
 impl Driver {
     /// A driver with its own ring.
     pub fn new(cfg: DriverConfig) -> Result<Self, DriverError> {
+        let cfg = DriverConfig {
+            budget: cfg.budget.max(1),
+            ..cfg
+        };
         Ok(Driver {
             ring: Ring::new(cfg.ring_entries, cfg.busy_turns_per_enter)?,
             cfg,

@@ -19,14 +19,19 @@ pub(crate) enum Request {
     Cancel(FeedId),
 }
 
-/// A request's user data: which request, and for which feed. The layout
-/// (kind in the top byte, the generation's 24 bits, the slot's 32) is known
-/// only to [`UserData::encode`] and [`UserData::decode`].
+/// A request's user data: which request, for which feed, and whether it
+/// was submitted multishot. The layout (the multishot bit on top, the kind
+/// in the other 7 bits of the top byte, the generation's 24 bits, the
+/// slot's 32) is known only to [`UserData::encode`] and
+/// [`UserData::decode`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct UserData {
     pub(crate) kind: u8,
     pub(crate) generation: u32,
     pub(crate) index: u32,
+    /// A poll asked for as multishot: an `EINVAL` for it is the kernel
+    /// refusing multishot, not an error of the request.
+    pub(crate) multishot: bool,
 }
 
 const KIND_FEED: u8 = 1;
@@ -51,6 +56,7 @@ impl UserData {
             kind,
             generation: id.generation,
             index: id.index,
+            multishot: false,
         }
     }
 
@@ -68,14 +74,17 @@ impl UserData {
     }
 
     pub(crate) fn encode(self) -> u64 {
-        (u64::from(self.kind) << 56)
+        debug_assert!(self.kind < 0x80);
+        (u64::from(self.multishot) << 63)
+            | (u64::from(self.kind & 0x7f) << 56)
             | (u64::from(self.generation & MAX_GENERATION) << 32)
             | u64::from(self.index)
     }
 
     pub(crate) fn decode(v: u64) -> Self {
         UserData {
-            kind: (v >> 56) as u8,
+            multishot: v >> 63 != 0,
+            kind: ((v >> 56) as u8) & 0x7f,
             generation: ((v >> 32) as u32) & MAX_GENERATION,
             index: v as u32,
         }
@@ -90,6 +99,8 @@ pub(crate) struct Completion {
     pub(crate) result: i32,
     /// A multishot request stays in the kernel (more completions will come).
     pub(crate) more: bool,
+    /// The request was submitted multishot.
+    pub(crate) multishot: bool,
 }
 
 /// How long [`Ring::submit_and_wait`] may block.
@@ -117,12 +128,14 @@ pub(crate) struct Ring {
 }
 
 fn completion(cqe: &cqueue::Entry) -> Option<Completion> {
-    let request = UserData::decode(cqe.user_data()).request();
+    let data = UserData::decode(cqe.user_data());
+    let request = data.request();
     debug_assert!(request.is_some(), "a completion with unknown user data");
     Some(Completion {
         request: request?,
         result: cqe.result(),
         more: cqueue::more(cqe.flags()),
+        multishot: data.multishot,
     })
 }
 
@@ -142,26 +155,43 @@ impl Ring {
 
     /// Ask for readiness of `fd` (multishot where the kernel has it).
     pub(crate) fn poll(&mut self, fd: RawFd, r: Request) -> io::Result<()> {
+        let data = UserData {
+            multishot: self.multishot,
+            ..UserData::of(r)
+        };
         let sqe = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
             .multi(self.multishot)
             .build()
-            .user_data(UserData::of(r).encode());
+            .user_data(data.encode());
         self.push(&sqe)
     }
 
-    /// Cancel a feed's poll request.
+    /// Cancel a feed's poll request. A cancel names its target by user
+    /// data, which says whether the poll was asked multishot; the feed's
+    /// poll may have been asked either way (the ring stops asking multishot
+    /// when the kernel refuses it), so both are cancelled, and the one that
+    /// names no request completes with `ENOENT`, which nobody reads.
     pub(crate) fn cancel(&mut self, id: FeedId) -> io::Result<()> {
-        let sqe = opcode::AsyncCancel::new(UserData::of(Request::FeedPoll(id)).encode())
-            .build()
-            .user_data(UserData::of(Request::Cancel(id)).encode());
-        self.push(&sqe)
+        for multishot in [true, false] {
+            let target = UserData {
+                multishot,
+                ..UserData::of(Request::FeedPoll(id))
+            };
+            let sqe = opcode::AsyncCancel::new(target.encode())
+                .build()
+                .user_data(UserData::of(Request::Cancel(id)).encode());
+            self.push(&sqe)?;
+        }
+        Ok(())
     }
 
-    /// A poll completed with `EINVAL`: if the ring was asking for multishot,
-    /// the kernel predates it (5.13) and the poll is to be asked again as a
-    /// one-shot. Returns whether that was the reason.
+    /// A poll completed: true if it was submitted multishot and the kernel
+    /// refused that (`EINVAL`, before Linux 5.13). The ring asks one-shot
+    /// from then on, and the caller asks again. Decided per request, so
+    /// every multishot poll already in flight when the first refusal comes
+    /// back is recognised as refused too, not taken for an error.
     pub(crate) fn refused_multishot(&mut self, c: &Completion) -> bool {
-        if c.result == -libc::EINVAL && self.multishot {
+        if c.result == -libc::EINVAL && c.multishot {
             self.multishot = false;
             return true;
         }
@@ -294,11 +324,47 @@ mod tests {
             Request::WakePoll,
             Request::Cancel(id),
         ] {
-            let ud = UserData::of(r);
-            assert_eq!(UserData::decode(ud.encode()), ud);
-            assert_eq!(UserData::decode(ud.encode()).request(), Some(r));
+            for multishot in [false, true] {
+                let ud = UserData {
+                    multishot,
+                    ..UserData::of(r)
+                };
+                assert_eq!(UserData::decode(ud.encode()), ud);
+                assert_eq!(UserData::decode(ud.encode()).request(), Some(r));
+            }
         }
         assert_eq!(UserData::decode(0).request(), None);
+    }
+
+    #[test]
+    fn every_multishot_poll_in_flight_is_a_refusal_once_the_kernel_refuses() {
+        // Two polls asked multishot, both refused: the second is a refusal
+        // too, though the first already turned multishot off. A one-shot
+        // poll's EINVAL is an error of its own.
+        let mut ring = Ring::new(4, 1).unwrap();
+        let refused = |request| Completion {
+            request,
+            result: -libc::EINVAL,
+            more: false,
+            multishot: true,
+        };
+        assert!(ring.refused_multishot(&refused(Request::WakePoll)));
+        let id = FeedId {
+            index: 3,
+            generation: 1,
+        };
+        assert!(ring.refused_multishot(&refused(Request::FeedPoll(id))));
+        assert!(!ring.multishot);
+        let one_shot = Completion {
+            multishot: false,
+            ..refused(Request::FeedPoll(id))
+        };
+        assert!(!ring.refused_multishot(&one_shot));
+        let ready = Completion {
+            result: libc::POLLIN as i32,
+            ..refused(Request::FeedPoll(id))
+        };
+        assert!(!ring.refused_multishot(&ready));
     }
 
     #[test]
