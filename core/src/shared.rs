@@ -680,16 +680,15 @@ impl<T> Shared<T> {
         n
     }
 
-    /// Move up to `max` published events at the head into `out`, with one
-    /// head store. Caller: the consumer side.
-    pub(crate) fn dequeue_batch(
-        &self,
-        out: &mut Vec<T>,
-        max: usize,
-    ) -> Result<usize, TryDequeueError> {
+    /// The start of a batch dequeue of up to `max` events: a pending loss
+    /// report (unless the last dequeue was one) or the end of stream as the
+    /// error; `None` when there is nothing to take now (or `max` is 0: then
+    /// nothing is looked at or changed); else how many are published at the
+    /// head, and whether the last dequeue was a report (for
+    /// [`Shared::batch_end`]).
+    fn batch_start(&self, max: usize) -> Result<Option<(u64, bool)>, TryDequeueError> {
         if max == 0 {
-            // Nothing asked for: nothing taken, no report, no state changed.
-            return Ok(0);
+            return Ok(None);
         }
         let last_was_report = self.consumer.last_was_report.load(Ordering::Relaxed);
         if !last_was_report {
@@ -697,14 +696,39 @@ impl<T> Shared<T> {
                 return Err(TryDequeueError::Overflow(o));
             }
         }
-        let n = self.ready(max as u64) as usize;
+        let n = self.ready(max as u64);
         if n == 0 {
             return match self.nothing_ready::<()>(self.head(), last_was_report) {
-                Err(TryDequeueError::Empty) => Ok(0),
+                Err(TryDequeueError::Empty) => Ok(None),
                 Err(e) => Err(e),
                 Ok(()) => unreachable!("nothing_ready returns no event"),
             };
         }
+        Ok(Some((n, last_was_report)))
+    }
+
+    /// The end of a batch dequeue that moved `n` events out from `head`:
+    /// one head store for them all, and an event now follows any report.
+    fn batch_end(&self, head: u64, n: u64, last_was_report: bool) {
+        self.publish_head(head, head.wrapping_add(n));
+        if last_was_report {
+            self.consumer
+                .last_was_report
+                .store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Move up to `max` published events at the head into `out`, with one
+    /// head store. Caller: the consumer side.
+    pub(crate) fn dequeue_batch(
+        &self,
+        out: &mut Vec<T>,
+        max: usize,
+    ) -> Result<usize, TryDequeueError> {
+        let Some((n, last_was_report)) = self.batch_start(max)? else {
+            return Ok(0);
+        };
+        let n = n as usize;
         // Reserve before taking anything, so no allocation (or its panic)
         // comes between a take and its store into `out`.
         out.reserve(n);
@@ -720,12 +744,7 @@ impl<T> Shared<T> {
         // take cannot panic: it is a read of an initialized value).
         unsafe { out.set_len(len + n) };
         // One head store for the whole batch, after every value moved.
-        self.publish_head(h, h.wrapping_add(n as u64));
-        if last_was_report {
-            self.consumer
-                .last_was_report
-                .store(false, Ordering::Relaxed);
-        }
+        self.batch_end(h, n as u64, last_was_report);
         Ok(n)
     }
 
@@ -738,24 +757,9 @@ impl<T> Shared<T> {
         max: usize,
         mut f: impl FnMut(T),
     ) -> Result<usize, TryDequeueError> {
-        if max == 0 {
-            // As in `dequeue_batch`.
+        let Some((n, last_was_report)) = self.batch_start(max)? else {
             return Ok(0);
-        }
-        let last_was_report = self.consumer.last_was_report.load(Ordering::Relaxed);
-        if !last_was_report {
-            if let Some(o) = self.take_report() {
-                return Err(TryDequeueError::Overflow(o));
-            }
-        }
-        let n = self.ready(max as u64);
-        if n == 0 {
-            return match self.nothing_ready::<()>(self.head(), last_was_report) {
-                Err(TryDequeueError::Empty) => Ok(0),
-                Err(e) => Err(e),
-                Ok(()) => unreachable!("nothing_ready returns no event"),
-            };
-        }
+        };
         /// Publishes the head past the events taken so far when dropped: at
         /// the end, or while `f` unwinds.
         struct Taken<'a, T> {
@@ -766,11 +770,8 @@ impl<T> Shared<T> {
         }
         impl<T> Drop for Taken<'_, T> {
             fn drop(&mut self) {
-                let s = self.shared;
-                s.publish_head(self.head, self.head.wrapping_add(self.count));
-                if self.last_was_report {
-                    s.consumer.last_was_report.store(false, Ordering::Relaxed);
-                }
+                self.shared
+                    .batch_end(self.head, self.count, self.last_was_report);
             }
         }
         let mut taken = Taken {
@@ -878,6 +879,17 @@ impl<T> Shared<T> {
         }))
     }
 
+    /// A poster's cached head more than one head epoch old: not to be
+    /// trusted (see `reserve`); a load of the read-mostly line.
+    #[inline(always)]
+    fn hint_is_stale(&self, hint: u64) -> bool {
+        self.read_mostly
+            .head_epoch
+            .load(Ordering::Relaxed)
+            .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
+            >= 2
+    }
+
     /// One try at the reservation of every plain post: one ticket, nothing
     /// owed ([`state::reserve`]'s first branch), with a cached head no more
     /// than an epoch old, installed by the first CAS. `None` hands the post
@@ -891,14 +903,7 @@ impl<T> Shared<T> {
         // Acquire, Relaxed: as in `reserve`.
         let hint = hint_cell.load(Ordering::Acquire);
         let w = self.state.load(Ordering::Relaxed);
-        // As in `reserve`: a hint more than one epoch old is not trusted.
-        if self
-            .read_mostly
-            .head_epoch
-            .load(Ordering::Relaxed)
-            .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
-            >= 2
-        {
+        if self.hint_is_stale(hint) {
             return None;
         }
         match state::reserve(w, hint) {
@@ -938,12 +943,7 @@ impl<T> Shared<T> {
             // reload it. Checked after every load of `w` (a stall between the
             // check and the load must not outlive it), assuming the epoch
             // load is not 2^40 events stale itself.
-            if s.read_mostly
-                .head_epoch
-                .load(Ordering::Relaxed)
-                .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
-                >= 2
-            {
+            if s.hint_is_stale(hint) {
                 hint = s.refresh_hint(hint_cell);
                 w = s.state.load(Ordering::Relaxed);
             }
