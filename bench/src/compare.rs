@@ -4,7 +4,7 @@
 
 use crate::cno::{self, CnoInsnKind, CnoSystem, CnoWakeSystem, Feed, Variant};
 use crate::latency::WakeSystem;
-use crate::pair::{Pair, PairSystem};
+use crate::pair::{Pair, PairCalls, PairSystem};
 use crate::payload::Event64;
 use crate::rearm::{count_instructions, count_mode, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
@@ -150,7 +150,7 @@ impl Plan {
         let lat =
             (self.latency_rounds * (WakeSystem::ALL.len() + RoomWakeSystem::ALL.len())) as u64;
         let re = (self.rearm_rounds * RearmKind::ALL.len()) as u64;
-        let pair = (self.pair_rounds * PairSystem::ALL.len()) as u64;
+        let pair = (self.pair_rounds * PairSystem::ALL.len() * PairCalls::ALL.len()) as u64;
         let cno_lat = (self.latency_rounds * CnoWakeSystem::ALL.len()) as u64;
         let cno_trig = (self.cno_trigger_rounds * cno_trigger_jobs().len()) as u64;
         let cno_tp = cno_throughput_jobs().len() as u64 * (1 + self.cno_throughput_rounds as u64);
@@ -1059,11 +1059,15 @@ fn pair_section(
     notes: &mut Vec<String>,
 ) {
     let mut p = Pair::new();
-    for s in PairSystem::ALL {
-        let _ = p.run(s, plan.pair_iters / 4); // warm-up
+    let runs: Vec<(PairCalls, PairSystem)> = PairCalls::ALL
+        .iter()
+        .flat_map(|&c| PairSystem::ALL.iter().map(move |&s| (c, s)))
+        .collect();
+    for &(c, s) in &runs {
+        let _ = p.run(s, c, plan.pair_iters / 4); // warm-up
     }
     let mut clock = SectionClock::new(deadline);
-    let n = PairSystem::ALL.len();
+    let n = runs.len();
     for round in 0..plan.pair_rounds {
         if !clock.may_start_round(round) {
             pb.inc(((plan.pair_rounds - round) * n) as u64);
@@ -1075,12 +1079,12 @@ fn pair_section(
         }
         let round_start = Instant::now();
         for i in 0..n {
-            let s = PairSystem::ALL[(i + round) % n];
-            pb.set_message(format!("round {} pair {}", round + 1, s.name()));
-            match p.time_ns(s, plan.pair_iters) {
+            let (calls, s) = runs[(i + round) % n];
+            pb.set_message(format!("round {} {} {}", round + 1, calls.case(), s.name()));
+            match p.time_ns(s, calls, plan.pair_iters) {
                 Ok(ns) => c.push(
                     single_thread_measurement(
-                        PAIR_CASE,
+                        calls.case(),
                         s.name(),
                         s == PairSystem::Evd,
                         "ns_per_pair",
@@ -1090,7 +1094,7 @@ fn pair_section(
                     ns,
                     None,
                 ),
-                Err(e) => notes.push(format!("{PAIR_CASE} round {}: {e}", round + 1)),
+                Err(e) => notes.push(format!("{} round {}: {e}", calls.case(), round + 1)),
             }
             pb.inc(1);
         }
