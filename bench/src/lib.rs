@@ -46,6 +46,7 @@ pub mod payload;
 pub mod rearm;
 pub mod report;
 pub mod room;
+pub mod stamp_ring;
 pub mod stats;
 pub mod throughput;
 

@@ -124,9 +124,17 @@ pub enum Queue {
     /// `Vec`). An evd variant of the busy/batch style, compared with no peer:
     /// set it beside `evd dequeue_batch`.
     EvdWith,
+    /// Floor: [`crate::stamp_ring`] without an RMW, one poster only.
+    FloorStampRing,
+    /// Floor: [`crate::stamp_ring`] with one CAS per post, one poster only.
+    FloorStampRingCas,
 }
 
 impl Queue {
+    /// The floor rows of the busy/item style ([`crate::stamp_ring`]): run at
+    /// one poster only, not part of [`Queue::ALL`].
+    pub const FLOORS: [Queue; 2] = [Queue::FloorStampRing, Queue::FloorStampRingCas];
+
     /// Every system, grouped by consumer style, evd first in each group.
     pub const ALL: [Queue; 15] = [
         Queue::EvdSingle,
@@ -164,13 +172,18 @@ impl Queue {
             Queue::CrossbeamTryIter => "crossbeam-channel try_iter+recv",
             Queue::TokioRecvMany => "tokio mpsc blocking_recv_many",
             Queue::EvdWith => "evd dequeue_with",
+            Queue::FloorStampRing => "floor: 1-poster stamp ring, no RMW",
+            Queue::FloorStampRingCas => "floor: 1-poster stamp ring + 1 CAS per post",
         }
     }
 
     /// How its consumer waits and how much it takes per call.
     pub fn style(self) -> Style {
         match self {
-            Queue::EvdSingle | Queue::ArrayQueue => Style::BusyItem,
+            Queue::EvdSingle
+            | Queue::ArrayQueue
+            | Queue::FloorStampRing
+            | Queue::FloorStampRingCas => Style::BusyItem,
             Queue::EvdBatch | Queue::EvdWith => Style::BusyBatch,
             Queue::EvdWait
             | Queue::EvdBackoffWait
@@ -191,6 +204,16 @@ impl Queue {
                 | Queue::EvdWait
                 | Queue::EvdBackoffWait
         )
+    }
+
+    /// True for the floor rows ([`Queue::FLOORS`]).
+    pub fn is_floor(self) -> bool {
+        matches!(self, Queue::FloorStampRing | Queue::FloorStampRingCas)
+    }
+
+    /// The most posters it can run with (`None`: any number).
+    pub fn max_posters(self) -> Option<usize> {
+        self.is_floor().then_some(1)
     }
 
     /// The evd row of each consumer style, that the style's peers are
@@ -226,6 +249,8 @@ impl Queue {
                 | Queue::EvdWait
                 | Queue::EvdBackoffWait
                 | Queue::CrossbeamTryIter
+                | Queue::FloorStampRing
+                | Queue::FloorStampRingCas
         )
     }
 
@@ -234,14 +259,18 @@ impl Queue {
     ///
     /// ```
     /// use evd_bench::throughput::Queue;
-    /// for q in Queue::ALL {
-    ///     let run = q.run::<u64>(2, 10_000).unwrap();
+    /// for q in Queue::ALL.into_iter().chain(Queue::FLOORS) {
+    ///     let posters = q.max_posters().unwrap_or(2);
+    ///     let run = q.run::<u64>(posters, 10_000).unwrap();
     ///     assert_eq!(run.messages, 10_000);
     ///     assert_eq!(run.empty_polls.is_some(), q.counts_empty_polls());
     /// }
     /// ```
     pub fn run<P: Payload>(self, posters: usize, messages: u64) -> Result<RunStats, String> {
         assert!(posters >= 1);
+        if self.max_posters().is_some_and(|most| posters > most) {
+            return Err(format!("{}: {posters} posters, at most 1", self.name()));
+        }
         let mut stats = match self {
             Queue::EvdSingle
             | Queue::EvdBatch
@@ -273,6 +302,17 @@ impl Queue {
                     ..s
                 })
             }
+            Queue::FloorStampRing | Queue::FloorStampRingCas => {
+                let (tx, mut rx) =
+                    crate::stamp_ring::stamp_ring::<P>(CAPACITY, self == Queue::FloorStampRingCas);
+                drive(
+                    posters,
+                    messages,
+                    vec![tx],
+                    |tx, p| tx.try_send(p),
+                    |sink| busy_loop(sink, || rx.try_recv()),
+                )
+            }
             Queue::ArrayQueue => {
                 let q = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(CAPACITY));
                 drive(
@@ -280,23 +320,7 @@ impl Queue {
                     messages,
                     clones(q.clone(), posters),
                     |q: &Arc<crossbeam_queue::ArrayQueue<P>>, p| q.push(p),
-                    |sink| {
-                        let mut wait = BusyWait::default();
-                        loop {
-                            match q.pop() {
-                                Some(p) => {
-                                    if sink.take(p.seq()) {
-                                        return Ok(());
-                                    }
-                                    wait.hit();
-                                }
-                                None => {
-                                    sink.empty();
-                                    wait.miss();
-                                }
-                            }
-                        }
-                    },
+                    |sink| busy_loop(sink, || q.pop()),
                 )
             }
             Queue::CrossbeamChannel | Queue::CrossbeamTryIter => {
@@ -807,6 +831,29 @@ fn consume_evd_with<P: Payload>(
             // A poster found the ring full and retried: not a loss.
             Err(evd::TryDequeueError::Overflow(_)) => {}
             Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
+        }
+    }
+}
+
+/// A busy consumer of one item per call: `recv` until the sink has every
+/// event, counting the calls that found nothing.
+fn busy_loop<P: Payload>(
+    sink: &mut Sink<'_>,
+    mut recv: impl FnMut() -> Option<P>,
+) -> Result<(), String> {
+    let mut wait = BusyWait::default();
+    loop {
+        match recv() {
+            Some(p) => {
+                if sink.take(p.seq()) {
+                    return Ok(());
+                }
+                wait.hit();
+            }
+            None => {
+                sink.empty();
+                wait.miss();
+            }
         }
     }
 }
