@@ -1235,7 +1235,7 @@ mod tests {
         assert_eq!(m.threads, 3);
         assert_eq!(m.baseline.as_deref(), Some("evd batch+wait"));
         assert_eq!(m.consumer, "blocking/batch");
-        let m = throughput_measurement(Queue::EvdBackoffWait, "throughput/u64/2p", 2);
+        let m = throughput_measurement(Queue::EvdArmWait, "throughput/u64/2p", 2);
         assert_eq!(m.baseline, None);
         let m = latency_measurement(WakeSystem::EvdWait, "latency_p50_ns");
         assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));

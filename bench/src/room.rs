@@ -26,7 +26,7 @@
 
 use crate::latency::{new_histogram, now_ns, ThreadState, WakeSystem};
 use crate::payload::Payload;
-use crate::throughput::{arm_and_wait, clones, drive, RunStats, Sink, Style};
+use crate::throughput::{clones, drive, RunStats, Sink, Style};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -341,7 +341,7 @@ fn consume_evd_batch(
         match rx.dequeue_batch(&mut buf, capacity) {
             Ok(0) | Err(evd::TryDequeueError::Empty) => {
                 sink.empty();
-                arm_and_wait(rx)?;
+                crate::throughput::wait_for_one(rx)?;
             }
             Ok(_) => {
                 for p in buf.drain(..) {

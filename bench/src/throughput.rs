@@ -93,7 +93,8 @@ pub enum Queue {
     ArrayQueue,
     /// evd, `dequeue_batch` in a loop.
     EvdBatch,
-    /// evd, `try_dequeue`; when empty `arm()`, and if armed `wait(1, None)`.
+    /// evd, `try_dequeue`; when empty `wait(1, None)` (which backs off on the
+    /// slot stamps, then arms and parks).
     EvdItemWait,
     /// crossbeam-channel `bounded`, blocking `recv`.
     CrossbeamChannel,
@@ -107,14 +108,15 @@ pub enum Queue {
     Kanal,
     /// thingbuf `mpsc::blocking::channel`, blocking `recv`.
     Thingbuf,
-    /// evd, `dequeue_batch`; when it returns nothing `arm()`, and if armed
-    /// `wait(1, None)`.
+    /// evd, `dequeue_batch`; when it returns nothing `wait(1, None)`, which
+    /// backs off on the slot stamps (spin, then yield, for the spin budget),
+    /// then arms and parks: what a peer's blocking `recv` does inside.
     EvdWait,
-    /// evd, `dequeue_batch`; when it returns nothing back off first
-    /// (crossbeam-utils `Backoff`: spin, then yield) and only once the backoff
-    /// is completed `arm()` and `wait(1, None)`: what crossbeam-channel's
-    /// `recv` does inside. An evd variant, compared with no peer.
-    EvdBackoffWait,
+    /// evd, `dequeue_batch`; when it returns nothing `arm()` at once, and if
+    /// armed `wait(1, None)`: a CAS on the posters' state word at every empty
+    /// batch, and a wake owed by the next post. An evd variant, compared with
+    /// no peer.
+    EvdArmWait,
     /// crossbeam-channel, drain with `try_iter` (at most [`CAPACITY`]), and
     /// when that yields nothing block in `recv`.
     CrossbeamTryIter,
@@ -149,7 +151,7 @@ impl Queue {
         Queue::Kanal,
         Queue::Thingbuf,
         Queue::EvdWait,
-        Queue::EvdBackoffWait,
+        Queue::EvdArmWait,
         Queue::CrossbeamTryIter,
         Queue::TokioRecvMany,
     ];
@@ -168,7 +170,7 @@ impl Queue {
             Queue::Kanal => "kanal recv",
             Queue::Thingbuf => "thingbuf mpsc recv",
             Queue::EvdWait => "evd batch+wait",
-            Queue::EvdBackoffWait => "evd batch+backoff+wait",
+            Queue::EvdArmWait => "evd batch+arm+wait",
             Queue::CrossbeamTryIter => "crossbeam-channel try_iter+recv",
             Queue::TokioRecvMany => "tokio mpsc blocking_recv_many",
             Queue::EvdWith => "evd dequeue_with",
@@ -185,10 +187,9 @@ impl Queue {
             | Queue::FloorStampRing
             | Queue::FloorStampRingCas => Style::BusyItem,
             Queue::EvdBatch | Queue::EvdWith => Style::BusyBatch,
-            Queue::EvdWait
-            | Queue::EvdBackoffWait
-            | Queue::CrossbeamTryIter
-            | Queue::TokioRecvMany => Style::BlockingBatch,
+            Queue::EvdWait | Queue::EvdArmWait | Queue::CrossbeamTryIter | Queue::TokioRecvMany => {
+                Style::BlockingBatch
+            }
             _ => Style::BlockingItem,
         }
     }
@@ -202,7 +203,7 @@ impl Queue {
                 | Queue::EvdWith
                 | Queue::EvdItemWait
                 | Queue::EvdWait
-                | Queue::EvdBackoffWait
+                | Queue::EvdArmWait
         )
     }
 
@@ -247,7 +248,7 @@ impl Queue {
                 | Queue::EvdWith
                 | Queue::EvdItemWait
                 | Queue::EvdWait
-                | Queue::EvdBackoffWait
+                | Queue::EvdArmWait
                 | Queue::CrossbeamTryIter
                 | Queue::FloorStampRing
                 | Queue::FloorStampRingCas
@@ -277,7 +278,7 @@ impl Queue {
             | Queue::EvdWith
             | Queue::EvdItemWait
             | Queue::EvdWait
-            | Queue::EvdBackoffWait => {
+            | Queue::EvdArmWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
                 let stats = drive(
                     posters,
@@ -294,7 +295,7 @@ impl Queue {
                         Queue::EvdBatch => consume_evd_batch(&mut rx, sink, BatchMode::Busy),
                         Queue::EvdWith => consume_evd_with(&mut rx, sink),
                         Queue::EvdWait => consume_evd_batch(&mut rx, sink, BatchMode::Wait),
-                        _ => consume_evd_batch(&mut rx, sink, BatchMode::BackoffWait),
+                        _ => consume_evd_batch(&mut rx, sink, BatchMode::ArmWait),
                     },
                 );
                 stats.map(|s| RunStats {
@@ -721,14 +722,23 @@ where
     })
 }
 
-/// When empty: arm, and sleep in `wait(1)` if armed (the README's loop).
-pub(crate) fn arm_and_wait<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
+/// When empty: `wait(1)`, which backs off reading the slot stamps, then arms
+/// and sleeps until a post (the README's loop).
+pub(crate) fn wait_for_one<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
+    match rx.wait(1, None) {
+        // A poster found the ring full and retried: not a loss.
+        Ok(_) | Err(evd::WaitError::Overflow(_)) => Ok(()),
+        Err(evd::WaitError::Closed { .. }) => Err("evd closed early".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// When empty: `arm()` first, and sleep in `wait(1)` if armed: the loop that
+/// arms on every empty poll (each arm a CAS on the posters' state word, and
+/// the next post then owes a wake).
+fn arm_then_wait<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
     match rx.arm() {
-        evd::ArmStatus::Armed => match rx.wait(1, None) {
-            // A poster found the ring full and retried: not a loss.
-            Ok(_) | Err(evd::WaitError::Overflow(_)) => Ok(()),
-            Err(e) => Err(e.to_string()),
-        },
+        evd::ArmStatus::Armed => wait_for_one(rx),
         evd::ArmStatus::Pending => Ok(()),
         evd::ArmStatus::Closed => Err("evd closed early".into()),
     }
@@ -751,7 +761,7 @@ fn consume_evd_item<P: Payload>(
             Err(evd::TryDequeueError::Empty) => {
                 sink.empty();
                 if blocking {
-                    arm_and_wait(rx)?;
+                    wait_for_one(rx)?;
                 } else {
                     wait.miss();
                 }
@@ -767,7 +777,7 @@ fn consume_evd_item<P: Payload>(
 enum BatchMode {
     Busy,
     Wait,
-    BackoffWait,
+    ArmWait,
 }
 
 fn consume_evd_batch<P: Payload>(
@@ -777,18 +787,14 @@ fn consume_evd_batch<P: Payload>(
 ) -> Result<(), String> {
     let mut buf = Vec::with_capacity(CAPACITY);
     let mut wait = BusyWait::default();
-    let backoff = crossbeam_utils::Backoff::new();
     loop {
         match rx.dequeue_batch(&mut buf, CAPACITY) {
             Ok(0) | Err(evd::TryDequeueError::Empty) => {
                 sink.empty();
                 match mode {
                     BatchMode::Busy => wait.miss(),
-                    BatchMode::BackoffWait if !backoff.is_completed() => backoff.snooze(),
-                    _ => {
-                        arm_and_wait(rx)?;
-                        backoff.reset();
-                    }
+                    BatchMode::Wait => wait_for_one(rx)?,
+                    BatchMode::ArmWait => arm_then_wait(rx)?,
                 }
             }
             Ok(_) => {
@@ -799,7 +805,6 @@ fn consume_evd_batch<P: Payload>(
                     return Ok(());
                 }
                 wait.hit();
-                backoff.reset();
             }
             // A poster found the ring full and retried: not a loss.
             Err(evd::TryDequeueError::Overflow(_)) => {}
@@ -907,7 +912,7 @@ mod tests {
             match q.baseline() {
                 Some(b) => assert_eq!(b.style(), q.style(), "{}", q.name()),
                 None => assert!(
-                    matches!(q, Queue::EvdBackoffWait | Queue::EvdWith),
+                    matches!(q, Queue::EvdArmWait | Queue::EvdWith),
                     "{} has no baseline",
                     q.name()
                 ),
@@ -925,7 +930,7 @@ mod tests {
             batch,
             [
                 Queue::EvdWait,
-                Queue::EvdBackoffWait,
+                Queue::EvdArmWait,
                 Queue::CrossbeamTryIter,
                 Queue::TokioRecvMany
             ]

@@ -33,6 +33,12 @@
 //! producer.join().unwrap();
 //! ```
 //!
+//! [`Consumer::wait`] makes that arm itself, once its back-off (which reads
+//! only the slots) has found nothing: a loop that only ever sleeps in `wait`
+//! can call `wait(1, None)` after draining, and spares the posters' state
+//! word a CAS at every empty poll. Arm explicitly to sleep elsewhere (an fd,
+//! a CNO, a future).
+//!
 //! Handles: [`Poster`] (clone it; `Send + Sync`; lock-free, allocation-free
 //! posts) and one [`Consumer`] (`Send`, not `Clone`: the single-consumer rule
 //! is in the types). [`Consumer::into_upcalls`] turns the consumer into an
