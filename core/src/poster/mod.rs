@@ -85,8 +85,13 @@ impl<T: Send> Poster<T> {
     /// consumer.close();
     /// assert_eq!(poster.post(3), Err(PostError::Closed(3)));
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn post(&self, event: T) -> Result<(), PostError<T>> {
+        // The event goes into no call: the slow path only reserves. Handed
+        // to an out-of-line call, it had to be in memory for it, and the
+        // compiler spilled it to the stack before the reservation on every
+        // post; 64-byte events then ran at about half the rate of a ring that
+        // writes them straight from registers (BENCHMARKS.md, runs 18-20).
         if let Some(ticket) = self.shared.try_reserve_plain(&self.head_hint) {
             // SAFETY: the reservation gave us `ticket`, and its full check
             // against a head the consumer has passed means the slot's
@@ -94,27 +99,25 @@ impl<T: Send> Poster<T> {
             unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
             return Ok(());
         }
-        self.post_slow(event)
-    }
-
-    /// `post` when the one plain try did not reserve: the reservation loop
-    /// with every case (full, closed, resizing, a notification or an upcall
-    /// owed, a CAS lost to another poster).
-    #[inline(never)]
-    fn post_slow(&self, event: T) -> Result<(), PostError<T>> {
-        match self.reserve(1) {
-            Ok((ticket, _, notify)) => {
-                let s = &*self.shared;
-                // SAFETY: the reservation gave us `ticket`, and its full check
-                // against a head the consumer has passed means the slot's
-                // previous lap has been taken.
-                unsafe { Buffer::publish(s.buffer_ptr(), ticket, event) };
+        match self.reserve_one_slow() {
+            Ok((ticket, notify)) => {
+                // SAFETY: as above.
+                unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
                 self.deliver(notify);
                 Ok(())
             }
             Err(BatchPostError::Full) => Err(PostError::Full(event)),
             Err(BatchPostError::Closed) => Err(PostError::Closed(event)),
         }
+    }
+
+    /// The reservation of a `post` whose one plain try did not reserve: the
+    /// reservation loop with every case (full, closed, resizing, a
+    /// notification or an upcall owed, a CAS lost to another poster).
+    #[inline(never)]
+    fn reserve_one_slow(&self) -> Result<(u64, Notify), BatchPostError> {
+        self.reserve(1)
+            .map(|(ticket, _count, notify)| (ticket, notify))
     }
 
     /// Post an event, or give it up if the ring is full (DAT's provider
