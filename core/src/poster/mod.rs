@@ -95,13 +95,19 @@ impl<T: Send> Poster<T> {
         if let Some(ticket) = self.shared.try_reserve_plain(&self.head_hint) {
             // SAFETY: the reservation gave us `ticket`, and its full check
             // against a head the consumer has passed means the slot's
-            // previous lap has been taken. It owes no notification.
+            // previous lap has been taken. The buffer pointer is loaded after
+            // the reservation, and a resize frees a buffer only once every
+            // ticket reserved in it is published, so it is live until the
+            // stamp store. (The plain try owes no notification.)
             unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
             return Ok(());
         }
         match self.reserve_one_slow() {
             Ok((ticket, notify)) => {
-                // SAFETY: as above.
+                // SAFETY: as for the plain try (the ticket and its full
+                // check; the buffer loaded after the reservation). The
+                // notification this reservation took is delivered after
+                // the publish.
                 unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
                 self.deliver(notify);
                 Ok(())
@@ -203,7 +209,8 @@ impl<T: Send> Poster<T> {
         // `Drain` yields exactly `count` items (count <= len), and cannot
         // panic, so every reserved ticket gets its value.
         for (i, ev) in events.drain(..count as usize).enumerate() {
-            // SAFETY: as in `post`, for each ticket of the batch.
+            // SAFETY: as in `post` (ticket, full check, the buffer loaded
+            // after the reservation), for each ticket of the batch.
             unsafe { Buffer::publish(buf, first.wrapping_add(i as u64), ev) };
         }
         self.deliver(notify);
