@@ -921,6 +921,21 @@ mod tests {
     }
 
     #[test]
+    fn the_floors_run_one_poster_only_and_move_every_event() {
+        for q in Queue::FLOORS {
+            assert!(q.is_floor() && !q.is_evd());
+            assert_eq!(q.baseline(), Some(Queue::EvdSingle));
+            assert_eq!(q.max_posters(), Some(1));
+            assert!(q.run::<u64>(2, 1_000).is_err(), "{}", q.name());
+            let run = q.run::<Event64>(1, 20_000).unwrap();
+            assert_eq!(run.messages, 20_000);
+        }
+        assert!(Queue::ALL
+            .iter()
+            .all(|q| !q.is_floor() && q.max_posters().is_none()));
+    }
+
+    #[test]
     fn the_batch_rows_are_the_batch_receivers() {
         let batch: Vec<_> = Queue::ALL
             .into_iter()
