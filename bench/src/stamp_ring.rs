@@ -1,17 +1,19 @@
-//! The throughput floor rows: a single-poster ring of stamped slots (the
-//! slot layout evd uses: a `u64` stamp and the value) that does no
-//! read-modify-write at all, and the same ring with one compare-and-swap per
-//! post on a word of the poster's own, as every multi-poster ring that
-//! reserves with an RMW pays (evd's reservation CAS, ArrayQueue's tail CAS).
+//! The throughput floor rows: rings of stamped slots (the slot layout evd
+//! uses: a `u64` stamp and the value) that do nothing but move events.
 //!
-//! Not a product and not a peer: the two rows bound what a ring with these
-//! slots can do on the machine of the run. The first shows the cost of the
-//! slot traffic alone; the second what one locked instruction per post adds
-//! (on x86 it waits for the poster's previous slot stores to reach its
-//! cache, that is for the line the consumer just read to come back). A
-//! busy evd row near the second is at the speed of its design; a target
-//! above the second's ratio to a peer is beyond any ring of that design on
-//! that run.
+//! - [`Reserve::Own`]: one poster, which owns the tail and does no
+//!   read-modify-write at all: the cost of the slot traffic alone.
+//! - [`Reserve::CasTail`]: any number of posters, each reserving its ticket
+//!   with one compare-and-swap on a shared tail, as every multi-poster ring
+//!   that reserves with an RMW does (evd's reservation CAS, ArrayQueue's tail
+//!   CAS). On x86 the locked instruction waits for the poster's previous slot
+//!   stores, that is for the line the consumer just read to come back; with
+//!   several posters the tail's line also moves between them.
+//!
+//! Not a product and not a peer: the rows bound what a ring with these slots
+//! can do on the machine of the run. A busy evd row near the `CasTail` one
+//! is at the speed of its design; a target above that row's ratio to a peer
+//! is beyond any ring of that design in that run.
 
 use crate::payload::Payload;
 use crossbeam_utils::CachePadded;
@@ -19,6 +21,15 @@ use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// How a poster takes its ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reserve {
+    /// The one poster counts its tickets itself: no RMW.
+    Own,
+    /// One CAS on a tail shared by every poster.
+    CasTail,
+}
 
 /// The stamp of a slot holding ticket `t`: never 0, which a fresh slot has.
 fn published(t: u64) -> u64 {
@@ -39,22 +50,26 @@ struct Ring<P> {
     mask: u64,
     /// The consumer's next ticket; written only by the consumer.
     head: CachePadded<AtomicU64>,
+    /// The next ticket, under [`Reserve::CasTail`].
+    tail: CachePadded<AtomicU64>,
 }
 
-// SAFETY: each value moves from the one poster to the one consumer exactly
-// once, published by its slot's stamp (Release store, Acquire load) and
-// freed for reuse by the head (Release store, Acquire load); `P: Send`.
+// SAFETY: each value moves from the poster that reserved its ticket to the
+// one consumer exactly once, published by its slot's stamp (Release store,
+// Acquire load) and freed for reuse by the head (Release store, Acquire
+// load); a ticket has one owner (the only poster under `Own`, the winner of
+// the tail CAS under `CasTail`); `P: Send`.
 unsafe impl<P: Send> Sync for Ring<P> {}
 
-/// The posting side (one only: it is not `Clone`).
+/// A posting side. Under [`Reserve::CasTail`] it can be cloned
+/// ([`StampPoster::another`]); under [`Reserve::Own`] there is only one.
 pub struct StampPoster<P> {
     ring: Arc<Ring<P>>,
-    /// The next ticket.
-    tail: Cell<u64>,
+    reserve: Reserve,
+    /// The next ticket, under [`Reserve::Own`].
+    own_tail: Cell<u64>,
     /// The last head loaded; reloaded only when the ring looks full.
     head_hint: Cell<u64>,
-    /// The word of the one CAS per post, if this ring makes one.
-    rmw: Option<CachePadded<AtomicU64>>,
 }
 
 /// The consuming side.
@@ -63,17 +78,24 @@ pub struct StampConsumer<P> {
     head: u64,
 }
 
-/// A ring of `capacity` (a power of two) slots; with `rmw` every post makes
-/// one compare-and-swap on a word of the poster's own before it writes.
+/// A ring of `capacity` (a power of two) slots whose posters take their
+/// tickets as `reserve` says.
 ///
 /// ```
-/// let (tx, mut rx) = evd_bench::stamp_ring::stamp_ring::<u64>(2, true);
+/// use evd_bench::stamp_ring::{stamp_ring, Reserve};
+/// let (tx, mut rx) = stamp_ring::<u64>(2, Reserve::CasTail);
+/// let tx2 = tx.another().unwrap();
 /// assert!(tx.try_send(1).is_ok());
-/// assert!(tx.try_send(2).is_ok());
+/// assert!(tx2.try_send(2).is_ok());
 /// assert_eq!(tx.try_send(3), Err(3));
 /// assert_eq!((rx.try_recv(), rx.try_recv(), rx.try_recv()), (Some(1), Some(2), None));
+/// let (own, _rx) = stamp_ring::<u64>(2, Reserve::Own);
+/// assert!(own.another().is_none());
 /// ```
-pub fn stamp_ring<P: Payload>(capacity: usize, rmw: bool) -> (StampPoster<P>, StampConsumer<P>) {
+pub fn stamp_ring<P: Payload>(
+    capacity: usize,
+    reserve: Reserve,
+) -> (StampPoster<P>, StampConsumer<P>) {
     assert!(capacity.is_power_of_two());
     let ring = Arc::new(Ring {
         slots: (0..capacity)
@@ -84,44 +106,77 @@ pub fn stamp_ring<P: Payload>(capacity: usize, rmw: bool) -> (StampPoster<P>, St
             .collect(),
         mask: capacity as u64 - 1,
         head: CachePadded::new(AtomicU64::new(0)),
+        tail: CachePadded::new(AtomicU64::new(0)),
     });
     let poster = StampPoster {
         ring: ring.clone(),
-        tail: Cell::new(0),
+        reserve,
+        own_tail: Cell::new(0),
         head_hint: Cell::new(0),
-        rmw: rmw.then(|| CachePadded::new(AtomicU64::new(0))),
     };
     (poster, StampConsumer { ring, head: 0 })
 }
 
 impl<P: Payload> StampPoster<P> {
+    /// Another poster on the same ring: `None` under [`Reserve::Own`].
+    pub fn another(&self) -> Option<Self> {
+        (self.reserve == Reserve::CasTail).then(|| StampPoster {
+            ring: self.ring.clone(),
+            reserve: Reserve::CasTail,
+            own_tail: Cell::new(0),
+            head_hint: Cell::new(self.head_hint.get()),
+        })
+    }
+
+    /// Whether ticket `t` would overrun the consumer: checked against the
+    /// cached head first, then against a fresh one.
+    #[inline]
+    fn full(&self, t: u64) -> bool {
+        let capacity = self.ring.mask + 1;
+        if t.wrapping_sub(self.head_hint.get()) < capacity {
+            return false;
+        }
+        // Acquire: the consumer moved the values out before it stored the
+        // head that frees their slots.
+        self.head_hint.set(self.ring.head.load(Ordering::Acquire));
+        t.wrapping_sub(self.head_hint.get()) >= capacity
+    }
+
     /// Post `p`, or hand it back if the ring is full.
     #[inline]
     pub fn try_send(&self, p: P) -> Result<(), P> {
         let r = &*self.ring;
-        let t = self.tail.get();
-        let capacity = r.mask + 1;
-        if t - self.head_hint.get() >= capacity {
-            // Acquire: the consumer moved the values out before it stored
-            // the head that frees their slots.
-            self.head_hint.set(r.head.load(Ordering::Acquire));
-            if t - self.head_hint.get() >= capacity {
-                return Err(p);
+        let t = match self.reserve {
+            Reserve::Own => {
+                let t = self.own_tail.get();
+                if self.full(t) {
+                    return Err(p);
+                }
+                self.own_tail.set(t + 1);
+                t
             }
-        }
-        if let Some(word) = &self.rmw {
-            let w = word.load(Ordering::Relaxed);
-            // The cost under test; nothing depends on the result.
-            let _ = word.compare_exchange(w, w + 1, Ordering::AcqRel, Ordering::Relaxed);
-        }
+            Reserve::CasTail => loop {
+                // Relaxed: the tail only hands out tickets; the slot's stamp
+                // and the head order the data.
+                let t = r.tail.load(Ordering::Relaxed);
+                if self.full(t) {
+                    return Err(p);
+                }
+                if r.tail
+                    .compare_exchange_weak(t, t + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    break t;
+                }
+            },
+        };
         let slot = &r.slots[(t & r.mask) as usize];
-        // SAFETY: this is the only poster and ticket `t` is its own; the
-        // head check above saw the consumer take ticket `t - capacity`, so
+        // SAFETY: ticket `t` is this poster's alone (see `Ring`'s Sync), and
+        // the full check saw the consumer take ticket `t - capacity`, so
         // nobody reads or writes this value until the stamp below.
         unsafe { (*slot.value.get()).write(p) };
         // Release: the value is written before the consumer sees the stamp.
         slot.stamp.store(published(t), Ordering::Release);
-        self.tail.set(t + 1);
         Ok(())
     }
 }
@@ -141,7 +196,7 @@ impl<P: Payload> StampConsumer<P> {
         // this consumer takes it, once (the head moves past it below).
         let p = unsafe { (*slot.value.get()).assume_init_read() };
         self.head = h + 1;
-        // Release: the value was moved out before the poster reuses the slot.
+        // Release: the value was moved out before a poster reuses the slot.
         r.head.store(h + 1, Ordering::Release);
         Some(p)
     }
@@ -152,28 +207,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_value_arrives_once_in_order_across_threads() {
-        for rmw in [false, true] {
-            let (tx, mut rx) = stamp_ring::<u64>(8, rmw);
-            let n = 100_000u64;
-            let poster = std::thread::spawn(move || {
-                for i in 0..n {
-                    let mut v = i;
-                    while let Err(back) = tx.try_send(v) {
-                        v = back;
-                        std::hint::spin_loop();
-                    }
-                }
-            });
-            let mut next = 0;
-            while next < n {
+    fn every_value_arrives_once_in_order_per_poster_across_threads() {
+        let per = 50_000u64;
+        for (reserve, n) in [
+            (Reserve::Own, 1u64),
+            (Reserve::CasTail, 1),
+            (Reserve::CasTail, 3),
+        ] {
+            let (first, mut rx) = stamp_ring::<u64>(8, reserve);
+            let mut posters: Vec<StampPoster<u64>> =
+                (1..n).map(|_| first.another().unwrap()).collect();
+            posters.insert(0, first);
+            let threads: Vec<_> = posters
+                .into_iter()
+                .enumerate()
+                .map(|(k, tx)| {
+                    std::thread::spawn(move || {
+                        for i in 0..per {
+                            let mut v = (k as u64) << 32 | i;
+                            while let Err(back) = tx.try_send(v) {
+                                v = back;
+                                std::hint::spin_loop();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let mut next = vec![0u64; n as usize];
+            let mut got = 0;
+            while got < per * n {
                 if let Some(v) = rx.try_recv() {
-                    assert_eq!(v, next);
-                    next += 1;
+                    let (k, i) = ((v >> 32) as usize, v & 0xffff_ffff);
+                    assert_eq!(i, next[k], "poster {k} out of order or duplicated");
+                    next[k] += 1;
+                    got += 1;
                 }
             }
-            poster.join().unwrap();
+            for t in threads {
+                t.join().unwrap();
+            }
             assert_eq!(rx.try_recv(), None);
+            assert!(next.iter().all(|&c| c == per));
         }
     }
 }

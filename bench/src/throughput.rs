@@ -128,13 +128,15 @@ pub enum Queue {
     EvdWith,
     /// Floor: [`crate::stamp_ring`] without an RMW, one poster only.
     FloorStampRing,
-    /// Floor: [`crate::stamp_ring`] with one CAS per post, one poster only.
+    /// Floor: [`crate::stamp_ring`] whose posters reserve with one CAS on a
+    /// shared tail, any number of posters.
     FloorStampRingCas,
 }
 
 impl Queue {
-    /// The floor rows of the busy/item style ([`crate::stamp_ring`]): run at
-    /// one poster only, not part of [`Queue::ALL`].
+    /// The floor rows of the busy/item style ([`crate::stamp_ring`]), not
+    /// part of [`Queue::ALL`]: the ring without an RMW runs at one poster
+    /// only.
     pub const FLOORS: [Queue; 2] = [Queue::FloorStampRing, Queue::FloorStampRingCas];
 
     /// Every system, grouped by consumer style, evd first in each group.
@@ -175,7 +177,7 @@ impl Queue {
             Queue::TokioRecvMany => "tokio mpsc blocking_recv_many",
             Queue::EvdWith => "evd dequeue_with",
             Queue::FloorStampRing => "floor: 1-poster stamp ring, no RMW",
-            Queue::FloorStampRingCas => "floor: 1-poster stamp ring + 1 CAS per post",
+            Queue::FloorStampRingCas => "floor: stamp ring + 1 CAS per post",
         }
     }
 
@@ -214,7 +216,7 @@ impl Queue {
 
     /// The most posters it can run with (`None`: any number).
     pub fn max_posters(self) -> Option<usize> {
-        self.is_floor().then_some(1)
+        (self == Queue::FloorStampRing).then_some(1)
     }
 
     /// The evd row of each consumer style, that the style's peers are
@@ -304,12 +306,21 @@ impl Queue {
                 })
             }
             Queue::FloorStampRing | Queue::FloorStampRingCas => {
-                let (tx, mut rx) =
-                    crate::stamp_ring::stamp_ring::<P>(CAPACITY, self == Queue::FloorStampRingCas);
+                use crate::stamp_ring::{stamp_ring, Reserve};
+                let reserve = if self == Queue::FloorStampRing {
+                    Reserve::Own
+                } else {
+                    Reserve::CasTail
+                };
+                let (tx, mut rx) = stamp_ring::<P>(CAPACITY, reserve);
+                let mut senders: Vec<_> = (1..posters)
+                    .map(|_| tx.another().expect("CasTail rings take many posters"))
+                    .collect();
+                senders.insert(0, tx);
                 drive(
                     posters,
                     messages,
-                    vec![tx],
+                    senders,
                     |tx, p| tx.try_send(p),
                     |sink| busy_loop(sink, || rx.try_recv()),
                 )
@@ -921,15 +932,18 @@ mod tests {
     }
 
     #[test]
-    fn the_floors_run_one_poster_only_and_move_every_event() {
+    fn the_floors_move_every_event_and_the_no_rmw_ring_takes_one_poster() {
         for q in Queue::FLOORS {
             assert!(q.is_floor() && !q.is_evd());
             assert_eq!(q.baseline(), Some(Queue::EvdSingle));
-            assert_eq!(q.max_posters(), Some(1));
-            assert!(q.run::<u64>(2, 1_000).is_err(), "{}", q.name());
             let run = q.run::<Event64>(1, 20_000).unwrap();
             assert_eq!(run.messages, 20_000);
         }
+        assert_eq!(Queue::FloorStampRing.max_posters(), Some(1));
+        assert!(Queue::FloorStampRing.run::<u64>(2, 1_000).is_err());
+        assert_eq!(Queue::FloorStampRingCas.max_posters(), None);
+        let run = Queue::FloorStampRingCas.run::<u64>(3, 30_000).unwrap();
+        assert_eq!(run.messages, 30_000);
         assert!(Queue::ALL
             .iter()
             .all(|q| !q.is_floor() && q.max_posters().is_none()));
