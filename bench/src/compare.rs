@@ -801,11 +801,13 @@ fn run_section<J: RunJob>(
                 pb.set_position(pb.position().saturating_sub(i as u64));
                 break;
             }
-            let (job, msgs) = sizes[(i + round * 7) % k];
+            let slot = (i + round * 7) % k;
+            let (job, msgs) = sizes[slot];
             let case = job.case();
             pb.set_message(format!("round {} {} {}", round + 1, job.system(), case));
             match job.run(msgs) {
                 Ok(run) => {
+                    sizes[slot].1 = resized(msgs, &run, spec.run);
                     c.push(
                         job.measurement(),
                         round,
@@ -852,6 +854,21 @@ fn run_section<J: RunJob>(
             .unwrap_or(usize::MAX)
     };
     c.measurements[first..].sort_by_cached_key(rank);
+}
+
+/// The event count of a job's next run, after a run of `msgs` events that
+/// took `run.elapsed`: cut to what lasts `target` at this run's rate when
+/// it took more than twice that, else unchanged. A calibration that met
+/// the VM in a fast phase (rates here move 5x between phases) would
+/// otherwise size every later run of that job for that phase, and a slow
+/// phase would then stretch a round past the section's budget. Never
+/// raised, so a round never grows past the calibrated one.
+fn resized(msgs: u64, run: &RunStats, target: Duration) -> u64 {
+    if run.elapsed <= target * 2 {
+        return msgs;
+    }
+    let fit = (run.ops_per_sec() * target.as_secs_f64()) as u64;
+    fit.clamp(5_000, msgs)
 }
 
 /// `m` for another metric of the same row (its unit and direction follow).
@@ -1307,6 +1324,31 @@ mod tests {
         assert_eq!(m.baseline.as_deref(), Some(CnoInsnKind::CnoCycle.name()));
         assert_eq!(cno_trigger_jobs().len(), 24);
         assert_eq!(cno_throughput_jobs().len(), 12);
+    }
+
+    #[test]
+    fn a_run_that_overstays_shrinks_the_next_and_none_grows() {
+        let target = Duration::from_millis(35);
+        let run = |messages: u64, ms: u64| RunStats {
+            elapsed: Duration::from_millis(ms),
+            messages,
+            empty_polls: None,
+            full_refusals: None,
+            room_wakes: None,
+            cpu_samples: 0,
+            same_cpu: 0,
+            served_max_over_min: None,
+        };
+        // 10 M events in 350 ms (10x over): sized for 35 ms at that rate.
+        assert_eq!(
+            resized(10_000_000, &run(10_000_000, 350), target),
+            1_000_000
+        );
+        // Within twice the target, or faster: unchanged (never raised).
+        assert_eq!(resized(1_000_000, &run(1_000_000, 70), target), 1_000_000);
+        assert_eq!(resized(1_000_000, &run(1_000_000, 5), target), 1_000_000);
+        // Never below the floor count.
+        assert_eq!(resized(10_000, &run(10_000, 10_000), target), 5_000);
     }
 
     #[test]
