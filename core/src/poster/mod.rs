@@ -87,11 +87,12 @@ impl<T: Send> Poster<T> {
     /// ```
     #[inline(always)]
     pub fn post(&self, event: T) -> Result<(), PostError<T>> {
-        // The event goes into no call: the slow path only reserves. Handed
-        // to an out-of-line call, it had to be in memory for it, and the
-        // compiler spilled it to the stack before the reservation on every
-        // post; 64-byte events then ran at about half the rate of a ring that
-        // writes them straight from registers (BENCHMARKS.md, runs 18-20).
+        // The event goes into no call: the slow path only reserves. An event
+        // handed to an out-of-line call must be in memory for it, so the
+        // compiler would store it to the stack before the reservation on
+        // every post and read it back after the CAS; 64-byte events would
+        // run at about half the rate of a ring that writes them straight
+        // from registers (measured: BENCHMARKS.md, runs 18-20).
         if let Some(ticket) = self.shared.try_reserve_plain(&self.head_hint) {
             // SAFETY: the reservation gave us `ticket`, and its full check
             // against a head the consumer has passed means the slot's
