@@ -129,14 +129,14 @@ pub enum Queue {
     /// Floor: [`crate::stamp_ring`] without an RMW, one poster only.
     FloorStampRing,
     /// Floor: [`crate::stamp_ring`] whose posters reserve with one CAS on a
-    /// shared tail, any number of posters.
+    /// shared tail (run at 1 and 2 posters).
     FloorStampRingCas,
 }
 
 impl Queue {
     /// The floor rows of the busy/item style ([`crate::stamp_ring`]), not
-    /// part of [`Queue::ALL`]: the ring without an RMW runs at one poster
-    /// only.
+    /// part of [`Queue::ALL`]: they run only where [`Queue::max_posters`]
+    /// allows.
     pub const FLOORS: [Queue; 2] = [Queue::FloorStampRing, Queue::FloorStampRingCas];
 
     /// Every system, grouped by consumer style, evd first in each group.
