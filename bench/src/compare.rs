@@ -145,13 +145,7 @@ impl Plan {
     fn steps(&self) -> u64 {
         let per_payload: usize = POSTERS
             .iter()
-            .map(|&n| {
-                Queue::ALL.len()
-                    + Queue::FLOORS
-                        .iter()
-                        .filter(|q| q.max_posters().is_none_or(|most| n <= most))
-                        .count()
-            })
+            .map(|&n| Queue::ALL.len() + Queue::FLOORS.iter().filter(|q| q.runs_with(n)).count())
             .sum();
         let tp = (PAYLOADS.len() * per_payload) as u64 * (1 + self.throughput_rounds as u64);
         let rm = (room::CAPACITIES.len() * room::POSTERS.len() * RoomSystem::ALL.len()) as u64
@@ -654,7 +648,7 @@ fn throughput_section(
             Queue::ALL
                 .into_iter()
                 .chain(Queue::FLOORS)
-                .filter(move |q| q.max_posters().is_none_or(|most| posters <= most))
+                .filter(move |q| q.runs_with(posters))
                 .map(move |q| ThroughputJob {
                     payload,
                     posters,

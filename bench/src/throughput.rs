@@ -225,6 +225,11 @@ impl Queue {
         }
     }
 
+    /// Whether it runs in the `posters`-poster cases ([`Queue::max_posters`]).
+    pub fn runs_with(self, posters: usize) -> bool {
+        self.max_posters().is_none_or(|most| posters <= most)
+    }
+
     /// The evd row of each consumer style, that the style's peers are
     /// compared with.
     pub fn evd_of(style: Style) -> Queue {
