@@ -5,7 +5,7 @@
 //!   dequeue) against a raw poll loop on the same CQ, both draining a
 //!   pre-filled CQ on one thread.
 //!
-//! `cargo run --release -p evd-verbs --example feed_bench -- loads [--rt]`
+//! `cargo run --release -p evd-verbs --example feed_bench -- loads [--rt] [--unpinned]`
 //!   busy-poll, event-driven and adaptive feeds under four loads: bursty
 //!   (bursts of 256 completions 2 µs apart, 2 ms idle between bursts), short
 //!   bursts (64 completions: shorter than a wake-up on the measured machine),
@@ -16,7 +16,25 @@
 //!   is CPU per completion × mean latency (lower is better): busy-poll buys
 //!   latency with CPU, event-driven CPU with latency; the product rewards
 //!   getting both. `--rt` runs every thread SCHED_FIFO so that other load
-//!   does not distort the figures. (`bursty` runs the bursty load alone.)
+//!   does not distort the figures. (`bursty` runs the two bursty loads
+//!   alone, `steady` the two steady ones.)
+//!
+//!   The producer thread stands for an HCA, which never runs on the
+//!   consumer's CPU, so it is pinned to CPU 0 and the feeding thread to
+//!   CPU 1. `--unpinned` leaves placement to the scheduler: it then often
+//!   wakes the feeding thread onto the CPU where the producer spins out its
+//!   2 µs gaps, and every mode that sleeps waits for the producer's time
+//!   slice (a co-location test, not a model of an HCA).
+//!
+//!   Each load also gets a `sleep floor` row: the latency no mode that
+//!   sleeps while the CQ is idle can beat. In every trial the producer's
+//!   thread wakes a thread blocked on an eventfd after the load's idle time,
+//!   on the same two CPUs, and records how long the wake took (`W`). A
+//!   sleeping mode's first completion of a burst waits `W`, and the
+//!   completions that arrive during it wait out the rest of `W`; the floor
+//!   is the mean over the measured `W` of that latency, spread over the
+//!   burst (the rest of the burst at zero). Busy-poll never sleeps and is
+//!   not bound by it.
 
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::SoftCq;
@@ -213,6 +231,22 @@ const STEADY_SLOW: Load = Load {
     bursts: 2_000,
 };
 
+/// Raise the load's completions at its times, calling `complete` with the
+/// nanoseconds since `t0` (the completion's stamp) for each.
+fn produce_at(load: Load, t0: Instant, mut complete: impl FnMut(u64)) {
+    let mut next = Instant::now();
+    for _ in 0..load.bursts {
+        for i in 0..load.burst {
+            if i > 0 {
+                next += load.gap;
+            }
+            wait_until(next);
+            complete(t0.elapsed().as_nanos() as u64);
+        }
+        next += load.idle;
+    }
+}
+
 /// Wait until `t`: sleep for long waits, spin for short ones (a sleep
 /// oversleeps by tens of µs).
 fn wait_until(t: Instant) {
@@ -253,12 +287,10 @@ fn load_run(mode: Mode, load: Load) -> Result {
         P(Poller<SoftCq>),
         D(evd_verbs::RunningDriver, evd_verbs::FeedKey<Feed<SoftCq>>),
     }
-    // With `--pin`, the feeding thread (and the upcalls it runs) gets CPU 1
-    // and the producer, this thread, CPU 0: the producer stands for an HCA,
-    // which never shares the consumer's CPU. Unpinned, the scheduler may
-    // wake the driver onto the producer's CPU, and a spin there starves
-    // the producer it waits for.
-    let pinned = std::env::args().any(|a| a == "--pin");
+    // The feeding thread (and the upcalls it runs) gets CPU 1 and the
+    // producer, this thread, CPU 0: the producer stands for an HCA, which
+    // never shares the consumer's CPU (see the module doc for `--unpinned`).
+    let pinned = is_pinned();
     if pinned {
         pin_to(1);
     }
@@ -278,20 +310,15 @@ fn load_run(mode: Mode, load: Load) -> Result {
     if pinned {
         pin_to(0);
     }
-    let mut next = Instant::now();
-    for _ in 0..load.bursts {
-        for i in 0..load.burst {
-            if i > 0 {
-                next += load.gap;
-            }
-            wait_until(next);
-            hca.push(WorkCompletion {
-                wr_id: t0.elapsed().as_nanos() as u64,
-                ..Default::default()
-            })
-            .unwrap();
-        }
-        next += load.idle;
+    produce_at(load, t0, |stamp| {
+        hca.push(WorkCompletion {
+            wr_id: stamp,
+            ..Default::default()
+        })
+        .unwrap()
+    });
+    if pinned {
+        unpin();
     }
     while lat.lock().unwrap().len() < total {
         std::thread::sleep(Duration::from_millis(1));
@@ -346,18 +373,33 @@ fn loads(loads: &[Load]) {
         );
         let modes = [Mode::BusyPoll, Mode::Event, Mode::Adaptive];
         let mut results: Vec<Vec<(f64, Result)>> = modes.iter().map(|_| Vec::new()).collect();
+        let mut wakes = Vec::new();
         for _ in 0..TRIALS {
             for (i, mode) in modes.iter().enumerate() {
                 let r = load_run(*mode, *load);
                 let fom = r.cpu_per_completion.as_nanos() as f64 * r.mean.as_nanos() as f64;
                 results[i].push((fom, r));
             }
+            wakes.extend(idle_wakes(*load));
         }
+        let floor = wakes
+            .iter()
+            .map(|w| burst_mean_after_wake(*load, *w))
+            .sum::<Duration>()
+            / wakes.len() as u32;
+        wakes.sort_unstable();
+        let mut floor_ratios = Vec::new();
         let us = |d: Duration| d.as_nanos() as f64 / 1e3;
         for (mode, mut rs) in modes.iter().zip(results) {
             let all: Vec<String> = rs.iter().map(|(f, _)| format!("{f:.2e}")).collect();
             rs.sort_by(|a, b| a.0.total_cmp(&b.0));
             let (fom, r) = &rs[TRIALS / 2];
+            if !matches!(mode, Mode::BusyPoll) {
+                floor_ratios.push(format!(
+                    "{mode:?} {:.2}",
+                    r.mean.as_secs_f64() / floor.as_secs_f64()
+                ));
+            }
             println!(
                 "{:<10} {:>9.2}µs {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>12.3e} {:>11.3} {:>13}   trials: {}",
                 format!("{mode:?}"),
@@ -374,7 +416,104 @@ fn loads(loads: &[Load]) {
                 all.join(" ")
             );
         }
+        println!(
+            "{:<10} {:>11} {:>8.1}µs   (wake after {:?} idle: p50 {:.1} µs, mean {:.1} µs, {} wakes)",
+            "sleep floor",
+            "-",
+            us(floor),
+            load.idle,
+            us(wakes[wakes.len() / 2]),
+            us(wakes.iter().sum::<Duration>() / wakes.len() as u32),
+            wakes.len()
+        );
+        println!(
+            "mean latency ÷ sleep floor (modes that sleep; a spinning adaptive feed may go below it): {}",
+            floor_ratios.join(", ")
+        );
         println!();
+    }
+}
+
+/// The wake latencies behind the load's sleep floor: the thread that runs
+/// the load's timing wakes a thread blocked on an eventfd read after each
+/// of the load's idle periods (`bursts` of them, at most 300), on the CPUs
+/// the load's threads run on.
+fn idle_wakes(load: Load) -> Vec<Duration> {
+    use rustix::event::{eventfd, EventfdFlags};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let efd = Arc::new(eventfd(0, EventfdFlags::CLOEXEC).unwrap());
+    // When the last wake was raised, in ns since `t0` (0: taken).
+    let raised = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let n = load.bursts.min(300);
+    let pinned = is_pinned();
+    let sleeper = {
+        let (efd, raised) = (efd.clone(), raised.clone());
+        std::thread::spawn(move || {
+            if pinned {
+                pin_to(1);
+            }
+            let mut buf = [0u8; 8];
+            (0..n)
+                .map(|_| {
+                    rustix::io::read(&*efd, &mut buf).unwrap();
+                    let now = t0.elapsed().as_nanos() as u64;
+                    // Acquire: pairs with the release below, so the stamp
+                    // read is the one raised before the write.
+                    let at = raised.swap(0, Ordering::AcqRel);
+                    Duration::from_nanos(now - at)
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    if pinned {
+        pin_to(0);
+    }
+    let mut next = Instant::now();
+    for _ in 0..n {
+        next += load.idle;
+        wait_until(next);
+        // The sleeper has taken the previous wake (it is blocked again, or
+        // about to be): a wake raised before that would not find it asleep.
+        while raised.load(Ordering::Acquire) != 0 {
+            std::hint::spin_loop();
+        }
+        raised.store(t0.elapsed().as_nanos() as u64, Ordering::Release);
+        rustix::io::write(&*efd, &1u64.to_ne_bytes()).unwrap();
+    }
+    if pinned {
+        unpin();
+    }
+    sleeper.join().unwrap()
+}
+
+/// The mean latency of a burst whose first completion waits `wake` and
+/// whose later ones, `gap` apart, wait for what is left of it (the rest of
+/// the burst at zero).
+fn burst_mean_after_wake(load: Load, wake: Duration) -> Duration {
+    let mut sum = Duration::ZERO;
+    for k in 0..load.burst as u32 {
+        match wake.checked_sub(load.gap * k) {
+            Some(left) if !left.is_zero() => sum += left,
+            _ => break,
+        }
+    }
+    sum / load.burst as u32
+}
+
+fn is_pinned() -> bool {
+    !std::env::args().any(|a| a == "--unpinned")
+}
+
+/// Let the calling thread run on every CPU again.
+fn unpin() {
+    // SAFETY: as in `pin_to`, with every CPU of the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
@@ -417,6 +556,7 @@ fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("throughput") => throughput(),
         Some("bursty") => loads(&[BURSTY, SHORT_BURSTS]),
+        Some("steady") => loads(&[STEADY_FAST, STEADY_SLOW]),
         Some("loads") => loads(&[BURSTY, SHORT_BURSTS, STEADY_FAST, STEADY_SLOW]),
         _ => {
             throughput();
