@@ -231,22 +231,6 @@ const STEADY_SLOW: Load = Load {
     bursts: 2_000,
 };
 
-/// Raise the load's completions at its times, calling `complete` with the
-/// nanoseconds since `t0` (the completion's stamp) for each.
-fn produce_at(load: Load, t0: Instant, mut complete: impl FnMut(u64)) {
-    let mut next = Instant::now();
-    for _ in 0..load.bursts {
-        for i in 0..load.burst {
-            if i > 0 {
-                next += load.gap;
-            }
-            wait_until(next);
-            complete(t0.elapsed().as_nanos() as u64);
-        }
-        next += load.idle;
-    }
-}
-
 /// Wait until `t`: sleep for long waits, spin for short ones (a sleep
 /// oversleeps by tens of µs).
 fn wait_until(t: Instant) {
@@ -310,15 +294,20 @@ fn load_run(mode: Mode, load: Load) -> Result {
     if pinned {
         pin_to(0);
     }
-    produce_at(load, t0, |stamp| {
-        hca.push(WorkCompletion {
-            wr_id: stamp,
-            ..Default::default()
-        })
-        .unwrap()
-    });
-    if pinned {
-        unpin();
+    let mut next = Instant::now();
+    for _ in 0..load.bursts {
+        for i in 0..load.burst {
+            if i > 0 {
+                next += load.gap;
+            }
+            wait_until(next);
+            hca.push(WorkCompletion {
+                wr_id: t0.elapsed().as_nanos() as u64,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        next += load.idle;
     }
     while lat.lock().unwrap().len() < total {
         std::thread::sleep(Duration::from_millis(1));
@@ -458,9 +447,9 @@ fn idle_wakes(load: Load) -> Vec<Duration> {
                 .map(|_| {
                     rustix::io::read(&*efd, &mut buf).unwrap();
                     let now = t0.elapsed().as_nanos() as u64;
-                    // Acquire: pairs with the release below, so the stamp
+                    // Acquire: pairs with the waker's release, so the stamp
                     // read is the one raised before the write.
-                    let at = raised.swap(0, Ordering::AcqRel);
+                    let at = raised.swap(0, Ordering::Acquire);
                     Duration::from_nanos(now - at)
                 })
                 .collect::<Vec<_>>()
@@ -481,9 +470,6 @@ fn idle_wakes(load: Load) -> Vec<Duration> {
         raised.store(t0.elapsed().as_nanos() as u64, Ordering::Release);
         rustix::io::write(&*efd, &1u64.to_ne_bytes()).unwrap();
     }
-    if pinned {
-        unpin();
-    }
     sleeper.join().unwrap()
 }
 
@@ -503,18 +489,6 @@ fn burst_mean_after_wake(load: Load, wake: Duration) -> Duration {
 
 fn is_pinned() -> bool {
     !std::env::args().any(|a| a == "--unpinned")
-}
-
-/// Let the calling thread run on every CPU again.
-fn unpin() {
-    // SAFETY: as in `pin_to`, with every CPU of the set.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..libc::CPU_SETSIZE as usize {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 /// Run the calling thread on `cpu` only.
