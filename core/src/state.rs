@@ -348,22 +348,58 @@ pub enum Reserve {
 #[inline]
 pub const fn reserve(w: u64, head: u64) -> Reserve {
     if w & PLAIN_RESERVE_BLOCKERS == 0 {
-        // Open, not resizing, nobody to notify and no upcall policy: the
-        // general path below would only move the tail (it reaches
-        // `Notify::None`, leaving every other bit as it is). This is every
-        // post of a consumer that is not waiting, so it is kept short.
-        if is_full(w, head) {
-            return Reserve::Full;
-        }
-        return Reserve::Ticket {
-            // The tail is the top field: adding one there wraps it modulo
-            // 2^44 and touches no other bit, as `with_tail` would.
-            new: w.wrapping_add(1 << TAIL_SHIFT),
-            ticket: tail(w),
-            notify: Notify::None,
+        return match reserve_plain(w, head) {
+            Some(Plain { new, ticket }) => Reserve::Ticket {
+                new,
+                ticket,
+                notify: Notify::None,
+            },
+            None => Reserve::Full,
         };
     }
     reserve_general(w, head)
+}
+
+/// A reservation that only moves the tail: [`reserve`]'s outcome when it is
+/// a ticket that owes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plain {
+    /// The word to CAS in.
+    pub new: u64,
+    /// The reserved ticket.
+    pub ticket: u64,
+}
+
+/// [`reserve`]'s first branch alone: the reservation of a post on an open
+/// ring that is not resizing, with nobody to notify and no upcall policy
+/// (every post of a consumer that is not waiting), or `None` when that
+/// branch does not apply or the ring is full. Where it returns `Some`,
+/// [`reserve`] returns the same ticket with [`Notify::None`]; where it
+/// returns `None`, [`reserve`] decides.
+///
+/// ```
+/// use evd::state::*;
+/// let w = initial(1); // 2 slots
+/// let Some(Plain { new, ticket: 0 }) = reserve_plain(w, 0) else { unreachable!() };
+/// let Some(Plain { new, ticket: 1 }) = reserve_plain(new, 0) else { unreachable!() };
+/// assert_eq!(reserve_plain(new, 0), None); // full
+/// let Arm::Armed(armed) = arm(w, 0, 1) else { unreachable!() };
+/// assert_eq!(reserve_plain(armed, 0), None); // owes a wake: not plain
+/// ```
+#[inline]
+pub const fn reserve_plain(w: u64, head: u64) -> Option<Plain> {
+    // Open, not resizing, nobody to notify and no upcall policy: the general
+    // path would only move the tail (it reaches `Notify::None`, leaving every
+    // other bit as it is).
+    if w & PLAIN_RESERVE_BLOCKERS != 0 || is_full(w, head) {
+        return None;
+    }
+    Some(Plain {
+        // The tail is the top field: adding one there wraps it modulo 2^44
+        // and touches no other bit, as `with_tail` would.
+        new: w.wrapping_add(1 << TAIL_SHIFT),
+        ticket: tail(w),
+    })
 }
 
 /// The bits under which a reservation does more than move the tail (or is
@@ -1404,7 +1440,7 @@ mod tests {
     }
 
     #[test]
-    fn the_plain_reservation_is_the_general_one() {
+    fn the_plain_reservations_are_the_general_one() {
         // Every combination of the flag and policy bits, instance counts at
         // the edges, capacities 1 and 1024, and tails near the wrap, against
         // heads from empty to full.
@@ -1428,10 +1464,22 @@ mod tests {
                             let cap = 1u64 << log2;
                             for behind in [0, 1, cap - 1, cap] {
                                 let head = t.wrapping_sub(behind) & TICKET_MASK;
+                                let general = reserve_general(w, head);
+                                assert_eq!(reserve(w, head), general, "word {w:#x}, head {head}");
+                                // The plain try takes exactly the tickets that
+                                // owe nothing on a word with no blocker, and
+                                // leaves every other case to `reserve`.
+                                let plain = reserve_plain(w, head).map(|p| Reserve::Ticket {
+                                    new: p.new,
+                                    ticket: p.ticket,
+                                    notify: Notify::None,
+                                });
+                                let applies = w & PLAIN_RESERVE_BLOCKERS == 0
+                                    && matches!(general, Reserve::Ticket { .. });
                                 assert_eq!(
-                                    reserve(w, head),
-                                    reserve_general(w, head),
-                                    "word {w:#x}, head {head}"
+                                    plain,
+                                    applies.then_some(general),
+                                    "plain try, word {w:#x}, head {head}"
                                 );
                                 checked += 1;
                             }

@@ -87,22 +87,48 @@ impl<T: Send> Poster<T> {
     /// ```
     #[inline(always)]
     pub fn post(&self, event: T) -> Result<(), PostError<T>> {
-        // The event goes into no call: the slow path only reserves. An event
-        // handed to an out-of-line call must be in memory for it, so the
-        // compiler would store it to the stack before the reservation on
-        // every post and read it back after the CAS; 64-byte events would
-        // run at about half the rate of a ring that writes them straight
-        // from registers (measured: BENCHMARKS.md, runs 18-20).
-        if let Some(ticket) = self.shared.try_reserve_plain(&self.head_hint) {
+        // The fast path is a leaf: one plain try at the reservation, the
+        // publish, return. Everything else is behind one call made only when
+        // the try fails, so an out-of-line `post` saves no registers and
+        // writes nothing to the stack before its CAS (a store there would
+        // have to drain before the locked instruction; measured in
+        // BENCHMARKS.md, run 30). How the event reaches that call depends on
+        // its size: an event of up to two words goes in registers, so the
+        // whole rest of the post is the call; a larger one would have to be
+        // in memory for it, and the compiler then stores it to the stack on
+        // every post, before the reservation, and reads it back after the
+        // CAS (64-byte events ran at half the rate of a ring that writes
+        // them from registers: BENCHMARKS.md, runs 18-20). For those only
+        // the reservation is out of line, and the event goes into no call.
+        let shared = &*self.shared;
+        if let Some(ticket) = shared.try_reserve_plain(&self.head_hint) {
             // SAFETY: the reservation gave us `ticket`, and its full check
             // against a head the consumer has passed means the slot's
             // previous lap has been taken. The buffer pointer is loaded after
             // the reservation, and a resize frees a buffer only once every
             // ticket reserved in it is published, so it is live until the
             // stamp store. (The plain try owes no notification.)
-            unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
+            unsafe { Buffer::publish(shared.buffer_ptr(), ticket, event) };
             return Ok(());
         }
+        if size_of::<T>() <= 2 * size_of::<usize>() {
+            return self.post_after_plain_try_out_of_line(event);
+        }
+        self.post_after_plain_try(event)
+    }
+
+    /// [`Poster::post_after_plain_try`] behind a call, for events small
+    /// enough to be passed in registers.
+    #[cold]
+    #[inline(never)]
+    fn post_after_plain_try_out_of_line(&self, event: T) -> Result<(), PostError<T>> {
+        self.post_after_plain_try(event)
+    }
+
+    /// The rest of a `post` whose plain try did not reserve: the general
+    /// reservation, the publish, the notification owed.
+    #[inline(always)]
+    fn post_after_plain_try(&self, event: T) -> Result<(), PostError<T>> {
         match self.reserve_one_slow() {
             Ok((ticket, notify)) => {
                 // SAFETY: as for the plain try (the ticket and its full
