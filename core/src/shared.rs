@@ -242,7 +242,7 @@ impl<T> Shared<T> {
     /// Wake posters waiting for the `n` slots just freed, then hand `r`
     /// back: the room wake of a one-event dequeue, with the event passed
     /// through the call so that the fast path keeps nothing live across it
-    /// and, out of line, saves no registers (BENCHMARKS.md, run 30).
+    /// and, out of line, saves no registers (BENCHMARKS.md, runs 30-32).
     #[cold]
     #[inline(never)]
     fn wake_room_then<R>(&self, n: u64, r: R) -> R {

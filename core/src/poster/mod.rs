@@ -92,7 +92,7 @@ impl<T: Send> Poster<T> {
         // the try fails, so an out-of-line `post` saves no registers and
         // writes nothing to the stack before its CAS (a store there would
         // have to drain before the locked instruction; measured in
-        // BENCHMARKS.md, run 30). How the event reaches that call depends on
+        // BENCHMARKS.md, runs 30-32). How the event reaches that call depends on
         // its size: an event of up to two words goes in registers, so the
         // whole rest of the post is the call; a larger one would have to be
         // in memory for it, and the compiler then stores it to the stack on
