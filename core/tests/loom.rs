@@ -30,6 +30,24 @@ fn model_bounded<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
     b.check(f);
 }
 
+/// Take exactly `n` events, blocking (drain, arm, park) whenever the ring is
+/// empty; the EVD must stay open meanwhile.
+fn take_exactly(consumer: &mut evd::Consumer<u32>, n: usize) -> Vec<u32> {
+    consumer.set_spin_budget(Duration::ZERO);
+    let mut got = Vec::new();
+    while got.len() < n {
+        match consumer.try_dequeue() {
+            Ok(v) => got.push(v),
+            Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
+                Ok(_) => {}
+                Err(e) => panic!("unexpected {e}"),
+            },
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    got
+}
+
 /// Drain everything, blocking until end of stream. No model loses events
 /// except through `post_lossy`, whose reports are skipped here.
 fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
@@ -100,14 +118,21 @@ fn two_posters_vs_arm() {
     model(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
         let p2 = poster.clone();
-        let c = thread::spawn(move || drain_to_end(&mut consumer));
+        // The consumer waits for both events while both posters are alive:
+        // close's wake cannot stand in for a notification a post owed, so a
+        // lost one is a deadlock here, not a late end of stream.
+        let c = thread::spawn(move || {
+            let got = take_exactly(&mut consumer, 2);
+            (got, consumer)
+        });
         let t = thread::spawn(move || p2.post(2).unwrap());
         poster.post(1).unwrap();
-        drop(poster);
         t.join().unwrap();
-        let mut got = c.join().unwrap();
+        let (mut got, mut consumer) = c.join().unwrap();
         got.sort_unstable();
         assert_eq!(got, [1, 2], "each event exactly once");
+        drop(poster);
+        assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
     });
 }
 
@@ -132,14 +157,19 @@ fn post_during_upcall_single_instance() {
         let t = thread::spawn(move || p2.post(1).unwrap());
         poster.post(2).unwrap();
         t.join().unwrap();
-        // Both posts returned: each event was delivered by an upcall, or is
-        // still queued for one that is finishing. Teardown waits for it.
+        // Instances run inside the posts, so once both returned none runs,
+        // and no event may be left queued for one: each was delivered once.
+        assert_eq!(
+            delivered.load(Ordering::SeqCst),
+            3,
+            "delivered exactly once"
+        );
         let mut consumer = upcalls.teardown();
-        let mut total = delivered.load(Ordering::SeqCst);
-        while let Ok(v) = consumer.try_dequeue() {
-            total += v as usize;
-        }
-        assert_eq!(total, 3, "no event lost or duplicated");
+        assert_eq!(
+            consumer.try_dequeue(),
+            Err(TryDequeueError::Empty),
+            "none stranded"
+        );
     });
 }
 
@@ -174,14 +204,17 @@ fn fnmut_handler_single_instance_two_posters_exactly_once() {
         let t = thread::spawn(move || p2.post(1).unwrap());
         poster.post(2).unwrap();
         t.join().unwrap();
-        // Teardown waits for a finishing upcall and drops the handler.
+        // Both posts returned, so no instance runs and none is owed: every
+        // event went to the handler. Teardown drops it, handing out `seen`.
         let mut consumer = upcalls.teardown();
+        assert_eq!(
+            consumer.try_dequeue(),
+            Err(TryDequeueError::Empty),
+            "none stranded"
+        );
         let mut got = std::mem::take(&mut *out.lock().unwrap());
-        while let Ok(v) = consumer.try_dequeue() {
-            got.push(v);
-        }
         got.sort_unstable();
-        assert_eq!(got, [1, 2], "each event exactly once");
+        assert_eq!(got, [1, 2], "each event exactly once, by the handler");
     });
 }
 
@@ -199,12 +232,19 @@ fn many_instances_dequeue_exactly_once() {
         let t = thread::spawn(move || p2.post(1).unwrap());
         poster.post(2).unwrap();
         t.join().unwrap();
+        // As under SingleInstance: the instances ran inside the posts, and
+        // an instance ends only when it finds nothing to take.
+        assert_eq!(
+            delivered.load(Ordering::SeqCst),
+            3,
+            "delivered exactly once"
+        );
         let mut consumer = upcalls.teardown();
-        let mut total = delivered.load(Ordering::SeqCst);
-        while let Ok(v) = consumer.try_dequeue() {
-            total += v as usize;
-        }
-        assert_eq!(total, 3);
+        assert_eq!(
+            consumer.try_dequeue(),
+            Err(TryDequeueError::Empty),
+            "none stranded"
+        );
     });
 }
 
