@@ -298,6 +298,9 @@ pub struct Driver {
     busy: bool,
     /// Feeds removed by [`Driver::remove`], not collected yet.
     removed: Vec<(FeedId, Box<dyn Any + Send>)>,
+    /// Scratch for [`Driver::reap`]: empty between turns, its capacity kept,
+    /// so a turn allocates nothing once it has seen the ring's largest batch.
+    reaped: Vec<Completion>,
     stats: DriverStats,
 }
 
@@ -318,6 +321,7 @@ impl Driver {
             cursor: 0,
             busy: false,
             removed: Vec::new(),
+            reaped: Vec::new(),
             stats: DriverStats::default(),
         })
     }
@@ -679,12 +683,15 @@ impl Driver {
 
     /// Handle the ring's completions; returns whether there were any.
     fn reap(&mut self) -> Result<bool, DriverError> {
+        // (A removal that ends here is rare: `done` allocates only then.)
         let mut done = Vec::new();
         let mut failure = None;
-        let mut completions = Vec::new();
+        // Collected first: handling one needs `&mut self`, which the ring's
+        // iterator borrows.
+        let mut completions = std::mem::take(&mut self.reaped);
         self.ring.reap(|c| completions.push(c));
         let any = !completions.is_empty();
-        for c in completions {
+        for c in completions.drain(..) {
             match c.request {
                 Request::WakePoll => {
                     if !c.more {
@@ -702,6 +709,7 @@ impl Driver {
                 Request::Cancel(_) => {}
             }
         }
+        self.reaped = completions;
         for (id, source, who) in done {
             self.hand_back(id, source, who);
         }
