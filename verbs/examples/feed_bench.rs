@@ -35,6 +35,12 @@
 //!   is the mean over the measured `W` of that latency, spread over the
 //!   burst (the rest of the burst at zero). Busy-poll never sleeps and is
 //!   not bound by it.
+//!
+//!   Each trial runs the three modes back to back and then event mode once
+//!   more. The `paired` lines give adaptive ÷ event per trial beside that
+//!   second event run ÷ the first (the null: the same mode twice), and count
+//!   the trials whose ratio lies outside the null's range: on this noisy a
+//!   machine, a difference the null shows too is not one.
 
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::SoftCq;
@@ -342,7 +348,7 @@ fn load_run(mode: Mode, load: Load) -> Result {
 }
 
 fn loads(loads: &[Load]) {
-    const TRIALS: usize = 5;
+    const TRIALS: usize = 7;
     for load in loads {
         println!(
             "{}: {} completions; median of {TRIALS} interleaved trials by the figure (CPU/completion x mean latency)",
@@ -362,15 +368,21 @@ fn loads(loads: &[Load]) {
         );
         let modes = [Mode::BusyPoll, Mode::Event, Mode::Adaptive];
         let mut results: Vec<Vec<(f64, Result)>> = modes.iter().map(|_| Vec::new()).collect();
+        // A second event-mode run in every trial: event ÷ event is what the
+        // paired ratios look like when the two modes are the same.
+        let mut control: Vec<(f64, Result)> = Vec::new();
         let mut wakes = Vec::new();
+        let figure = |r: &Result| r.cpu_per_completion.as_nanos() as f64 * r.mean.as_nanos() as f64;
         for _ in 0..TRIALS {
             for (i, mode) in modes.iter().enumerate() {
                 let r = load_run(*mode, *load);
-                let fom = r.cpu_per_completion.as_nanos() as f64 * r.mean.as_nanos() as f64;
-                results[i].push((fom, r));
+                results[i].push((figure(&r), r));
             }
+            let r = load_run(Mode::Event, *load);
+            control.push((figure(&r), r));
             wakes.extend(idle_wakes(*load));
         }
+        let paired = Paired::of(&results[1], &results[2], &control);
         let floor = wakes
             .iter()
             .map(|w| burst_mean_after_wake(*load, *w))
@@ -419,8 +431,70 @@ fn loads(loads: &[Load]) {
             "mean latency ÷ sleep floor (modes that sleep; a spinning adaptive feed may go below it): {}",
             floor_ratios.join(", ")
         );
+        paired.print();
         println!();
     }
+}
+
+/// Adaptive against event mode trial by trial (the runs of one trial are
+/// back to back, so they share the machine's state), beside the same ratios
+/// for two event-mode runs of each trial: a difference the null ratios also
+/// show is noise.
+struct Paired {
+    /// Per trial: (adaptive ÷ event, event again ÷ event), for the mean
+    /// latency, the CPU per completion and the figure.
+    mean: Vec<(f64, f64)>,
+    cpu: Vec<(f64, f64)>,
+    figure: Vec<(f64, f64)>,
+}
+
+impl Paired {
+    fn of(event: &[(f64, Result)], adaptive: &[(f64, Result)], control: &[(f64, Result)]) -> Self {
+        let ratios = |f: &dyn Fn(&(f64, Result)) -> f64| -> Vec<(f64, f64)> {
+            event
+                .iter()
+                .zip(adaptive)
+                .zip(control)
+                .map(|((e, a), c)| (f(a) / f(e), f(c) / f(e)))
+                .collect()
+        };
+        Paired {
+            mean: ratios(&|(_, r)| r.mean.as_secs_f64()),
+            cpu: ratios(&|(_, r)| r.cpu_per_completion.as_secs_f64()),
+            figure: ratios(&|(f, _)| *f),
+        }
+    }
+
+    fn print(&self) {
+        println!(
+            "paired by trial, adaptive ÷ event (null: a second event run ÷ the first, same trial):"
+        );
+        for (name, pairs) in [
+            ("mean lat", &self.mean),
+            ("CPU/compl", &self.cpu),
+            ("figure", &self.figure),
+        ] {
+            let ratio: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+            let null: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+            let (lo, hi) = null
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let above = ratio.iter().filter(|&&r| r > hi).count();
+            let below = ratio.iter().filter(|&&r| r < lo).count();
+            println!(
+                "  {name:<10} median {:.2} [{}]   null median {:.2}, range {lo:.2}–{hi:.2}   trials above the null range {above}, below {below}",
+                median(&ratio),
+                ratio.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" "),
+                median(&null),
+            );
+        }
+    }
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// The wake latencies behind the load's sleep floor: the thread that runs
