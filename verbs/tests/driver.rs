@@ -6,7 +6,7 @@ use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftDevice};
 use evd_verbs::{
     AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, DriverError,
-    Feed, FeedMode, VerbsEvent, WorkCompletion,
+    DriverHandle, Feed, FeedKey, FeedMode, VerbsEvent, WorkCompletion,
 };
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -17,6 +17,22 @@ fn wc(wr_id: u64) -> WorkCompletion {
         wr_id,
         ..Default::default()
     }
+}
+
+/// `handle.remove(key)` under a watchdog: a removal that never completes
+/// fails the test instead of hanging it (the limit is generous, for a busy
+/// machine; a removal takes one ring round trip).
+fn remove_within<F: Send + 'static>(
+    handle: &DriverHandle,
+    key: FeedKey<F>,
+) -> Result<F, DriverError> {
+    let handle = handle.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(handle.remove(key));
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the removal did not complete within 60 s")
 }
 
 /// Wait for `n` events, failing (not hanging) if they never come; overflow
@@ -86,7 +102,7 @@ fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
     hca.push(wc(1)).unwrap();
     take(&mut consumer, 1);
     hca.inject_spurious_event();
-    let feed: Feed<SoftCq> = driver.handle().remove(key).unwrap();
+    let feed: Feed<SoftCq> = remove_within(driver.handle(), key).unwrap();
     // After removal the driver never polls this CQ again.
     hca.push(wc(2)).unwrap();
     assert_eq!(hca.stats().len, 1);
@@ -95,7 +111,7 @@ fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
     assert!(s.destroyed);
     assert_eq!(s.unacked_at_destroy, Some(0));
     assert!(matches!(
-        driver.handle().remove(key),
+        remove_within(driver.handle(), key),
         Err(DriverError::NoSuchFeed)
     ));
     driver.shutdown().unwrap();
@@ -351,7 +367,7 @@ fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked()
         "{registered:?}"
     );
     // From another thread the same calls work.
-    let feed: Feed<SoftCq> = running.handle().remove(key).unwrap();
+    let feed: Feed<SoftCq> = remove_within(running.handle(), key).unwrap();
     drop(feed);
     drop(upcalls.teardown());
     running.shutdown().unwrap();
