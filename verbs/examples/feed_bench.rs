@@ -40,7 +40,10 @@
 //!   more. The `paired` lines give adaptive ÷ event per trial beside that
 //!   second event run ÷ the first (the null: the same mode twice), and count
 //!   the trials whose ratio lies outside the null's range: on this noisy a
-//!   machine, a difference the null shows too is not one.
+//!   machine, a difference the null shows too is not one. A last line
+//!   counts the trials in which adaptive beat both other modes of the same
+//!   trial: on the figure, and on each one's weakness (the mean latency
+//!   against event mode, the CPU against busy-poll).
 
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::SoftCq;
@@ -383,6 +386,7 @@ fn loads(loads: &[Load]) {
             wakes.extend(idle_wakes(*load));
         }
         let paired = Paired::of(&results[1], &results[2], &control);
+        let against_both = best_of_three(&results);
         let floor = wakes
             .iter()
             .map(|w| burst_mean_after_wake(*load, *w))
@@ -432,6 +436,7 @@ fn loads(loads: &[Load]) {
             floor_ratios.join(", ")
         );
         paired.print();
+        println!("{against_both}");
         println!();
     }
 }
@@ -489,6 +494,27 @@ impl Paired {
             );
         }
     }
+}
+
+/// Per trial, whether adaptive beat both other modes of the same trial:
+/// on the figure, and each on its own weakness (the mean latency against
+/// event mode, the CPU per completion against busy-poll).
+fn best_of_three(results: &[Vec<(f64, Result)>]) -> String {
+    let [busy, event, adaptive] = results else {
+        unreachable!("three modes")
+    };
+    let trials = adaptive.len();
+    let count = |won: &dyn Fn(usize) -> bool| (0..trials).filter(|&i| won(i)).count();
+    let figure = count(&|i| adaptive[i].0 < busy[i].0 && adaptive[i].0 < event[i].0);
+    let latency = count(&|i| adaptive[i].1.mean < event[i].1.mean);
+    let cpu = count(&|i| adaptive[i].1.cpu_per_completion < busy[i].1.cpu_per_completion);
+    let both = count(&|i| {
+        adaptive[i].1.mean < event[i].1.mean
+            && adaptive[i].1.cpu_per_completion < busy[i].1.cpu_per_completion
+    });
+    format!(
+        "adaptive against both, same trial: lowest figure in {figure} of {trials}; mean below event's in {latency}, CPU below busy-poll's in {cpu}, both in {both}"
+    )
 }
 
 fn median(xs: &[f64]) -> f64 {
