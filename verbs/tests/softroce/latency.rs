@@ -12,15 +12,24 @@
 //! - `adaptive`: the in-loop driver in adaptive mode;
 //! - `busy`: `Feed::progress` polled in a loop, no arming at all.
 //!
+//! - `in-loop again`: `in-loop` a second time in every round, the null for
+//!   the paired lines: what a per-round ratio looks like when the two ways
+//!   are the same.
+//!
 //! The table gives p50 and p99 of the round trips of every round together,
-//! and each against `raw`.
+//! and each against `raw`, and the initiator's CPU time per round trip
+//! (its thread's, plus the driver thread's for `own-thread`; the responder,
+//! the same for every way, is not counted): the median over rounds. The
+//! paired lines divide adaptive's and own-thread's per-round p50 by
+//! in-loop's of the same round, beside in-loop again ÷ in-loop, and count
+//! the rounds outside the null's range.
 
 use crate::{ensure, pair, Res, GID_INDEX};
 use evd::TryDequeueError;
 use evd_verbs::ibv::{IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
 use evd_verbs::{
-    AdaptiveConfig, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent,
-    WcOpcode, WorkCompletion,
+    thread_cpu_time, AdaptiveConfig, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode,
+    VerbsEvent, WcOpcode, WorkCompletion,
 };
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,14 +49,16 @@ enum Way {
     OwnThread,
     Adaptive,
     Busy,
+    InLoopAgain,
 }
 
-const WAYS: [Way; 5] = [
+const WAYS: [Way; 6] = [
     Way::Raw,
     Way::InLoop,
     Way::OwnThread,
     Way::Adaptive,
     Way::Busy,
+    Way::InLoopAgain,
 ];
 
 fn name(w: Way) -> &'static str {
@@ -57,6 +68,7 @@ fn name(w: Way) -> &'static str {
         Way::OwnThread => "own-thread driver (event)",
         Way::Adaptive => "in-loop driver (adaptive)",
         Way::Busy => "busy poll (feed)",
+        Way::InLoopAgain => "in-loop again (the null)",
     }
 }
 
@@ -207,13 +219,15 @@ impl Initiator<'_> {
         Ok(())
     }
 
-    /// One round of `PER_ROUND` round trips the `way` way; appends each in ns.
-    fn round(&mut self, way: Way, out: &mut Vec<u64>) -> Res {
+    /// One round of `PER_ROUND` round trips the `way` way; appends each in
+    /// ns and returns the CPU time the round trips took (see the module doc).
+    fn round(&mut self, way: Way, out: &mut Vec<u64>) -> Result<Duration, String> {
         let never = AtomicBool::new(false);
         match way {
             Way::Raw => {
                 let mut cq = self.cq.take().expect("cq");
                 let mut r = Ok(());
+                let cpu = thread_cpu_time();
                 for _ in 0..PER_ROUND {
                     let t = self.ping()?;
                     let mut got = false;
@@ -226,32 +240,35 @@ impl Initiator<'_> {
                     }
                     out.push(t.elapsed().as_nanos() as u64);
                 }
+                let cpu = thread_cpu_time() - cpu;
                 if self.unacked > 0 {
                     cq.ack_events(self.unacked);
                     self.unacked = 0;
                 }
                 self.cq = Some(cq);
-                r
+                r.map(|()| cpu)
             }
-            Way::InLoop | Way::Adaptive => {
-                let mode = if way == Way::InLoop {
-                    FeedMode::Event
-                } else {
+            Way::InLoop | Way::InLoopAgain | Way::Adaptive => {
+                let mode = if way == Way::Adaptive {
                     FeedMode::Adaptive(AdaptiveConfig::default())
+                } else {
+                    FeedMode::Event
                 };
                 let (poster, mut evd) =
                     evd::bounded::<VerbsEvent>(64).map_err(|e| e.to_string())?;
                 let mut driver = Driver::new(DriverConfig::default()).map_err(|e| e.to_string())?;
                 let feed = Feed::new(self.cq.take().expect("cq"), CqId(1), poster);
                 let key = driver.register(feed, mode).map_err(|e| e.to_string())?;
+                let cpu = thread_cpu_time();
                 let r = self.pongs(&mut evd, out, |_| {
                     driver.process(None).map(drop).map_err(|e| e.to_string())
                 });
+                let cpu = thread_cpu_time() - cpu;
                 let feed = driver.remove(key).map_err(|e| e.to_string())?;
                 let (cq, undelivered) = feed.into_parts();
                 ensure!(undelivered.is_empty(), "undelivered {undelivered:?}");
                 self.cq = Some(cq);
-                r
+                r.map(|()| cpu)
             }
             Way::OwnThread => {
                 let (poster, mut evd) =
@@ -262,29 +279,36 @@ impl Initiator<'_> {
                     .register(feed, FeedMode::Event)
                     .map_err(|e| e.to_string())?;
                 let running = driver.spawn().map_err(|e| e.to_string())?;
+                let cpu = thread_cpu_time();
                 let r = self.pongs(&mut evd, out, |evd| {
                     evd.wait(1, Some(Duration::from_secs(10)))
                         .map(drop)
                         .map_err(|e| format!("wait: {e:?}"))
                 });
+                let cpu = thread_cpu_time() - cpu;
                 let mut s = running.shutdown().map_err(|e| e.to_string())?;
+                // The driver thread's whole life: the round, and its start
+                // and stop, which are a small part of 200 round trips.
+                let cpu = cpu + s.cpu_time;
                 let (cq, undelivered) = s.take(key).expect("registered").into_parts();
                 ensure!(undelivered.is_empty(), "undelivered {undelivered:?}");
                 self.cq = Some(cq);
-                r
+                r.map(|()| cpu)
             }
             Way::Busy => {
                 let (poster, mut evd) =
                     evd::bounded::<VerbsEvent>(64).map_err(|e| e.to_string())?;
                 let mut feed = Feed::new(self.cq.take().expect("cq"), CqId(1), poster);
+                let cpu = thread_cpu_time();
                 let r = self.pongs(&mut evd, out, |_| {
                     feed.progress(64);
                     Ok(())
                 });
+                let cpu = thread_cpu_time() - cpu;
                 let (cq, undelivered) = feed.into_parts();
                 ensure!(undelivered.is_empty(), "undelivered {undelivered:?}");
                 self.cq = Some(cq);
-                r
+                r.map(|()| cpu)
             }
         }
     }
@@ -304,6 +328,8 @@ pub(crate) fn pingpong_latency(pd: &Arc<ProtectionDomain>) -> Res {
     let stop = &stop;
     let mut samples: Vec<Vec<u64>> = WAYS.iter().map(|_| Vec::new()).collect();
     let mut round_p50: Vec<Vec<u64>> = WAYS.iter().map(|_| Vec::new()).collect();
+    // Per round, CPU ns per round trip.
+    let mut round_cpu: Vec<Vec<u64>> = WAYS.iter().map(|_| Vec::new()).collect();
     let result = std::thread::scope(|s| {
         // MRs are Send, not Sync: the responder's move to its thread.
         let responder = s.spawn(move || {
@@ -323,9 +349,12 @@ pub(crate) fn pingpong_latency(pd: &Arc<ProtectionDomain>) -> Res {
             for k in 0..WAYS.len() {
                 let i = (round + k) % WAYS.len();
                 let mut one = Vec::with_capacity(PER_ROUND);
-                if let Err(e) = me.round(WAYS[i], &mut one) {
-                    r = Err(format!("{}: {e}", name(WAYS[i])));
-                    break 'rounds;
+                match me.round(WAYS[i], &mut one) {
+                    Ok(cpu) => round_cpu[i].push(cpu.as_nanos() as u64 / PER_ROUND as u64),
+                    Err(e) => {
+                        r = Err(format!("{}: {e}", name(WAYS[i])));
+                        break 'rounds;
+                    }
                 }
                 one.sort_unstable();
                 round_p50[i].push(percentile(&one, 50));
@@ -348,9 +377,15 @@ pub(crate) fn pingpong_latency(pd: &Arc<ProtectionDomain>) -> Res {
         "ping-pong latency, {MSG}-byte sends, {ROUNDS} interleaved rounds of {PER_ROUND} round trips per way"
     );
     println!(
-        "  {:<27} {:>9} {:>9} {:>8} {:>8}   per-round p50 (µs)",
-        "way", "p50 µs", "p99 µs", "p50/raw", "p99/raw"
+        "  {:<27} {:>9} {:>9} {:>8} {:>8} {:>10} {:>8}   per-round p50 (µs)",
+        "way", "p50 µs", "p99 µs", "p50/raw", "p99/raw", "CPU/rt µs", "CPU/raw"
     );
+    let cpu_median = |i: usize| {
+        let mut v = round_cpu[i].clone();
+        v.sort_unstable();
+        percentile(&v, 50)
+    };
+    let raw_cpu = cpu_median(0);
     for (i, w) in WAYS.iter().enumerate() {
         let mut all = std::mem::take(&mut samples[i]);
         all.sort_unstable();
@@ -363,13 +398,49 @@ pub(crate) fn pingpong_latency(pd: &Arc<ProtectionDomain>) -> Res {
             .map(|&v| format!("{:.1}", us(v)))
             .collect();
         println!(
-            "  {:<27} {:>9.1} {:>9.1} {:>8.2} {:>8.2}   {}",
+            "  {:<27} {:>9.1} {:>9.1} {:>8.2} {:>8.2} {:>10.1} {:>8.2}   {}",
             name(*w),
             us(p50),
             us(p99),
             p50 as f64 / raw.0 as f64,
             p99 as f64 / raw.1 as f64,
+            us(cpu_median(i)),
+            cpu_median(i) as f64 / raw_cpu as f64,
             rounds.join(" ")
+        );
+    }
+    let index = |w: Way| WAYS.iter().position(|&x| x == w).expect("a way");
+    let (event, again) = (index(Way::InLoop), index(Way::InLoopAgain));
+    println!(
+        "  paired by round, ÷ in-loop (event) of the same round (null: in-loop again ÷ in-loop):"
+    );
+    for (w, figure, per_round) in [
+        (Way::Adaptive, "p50", &round_p50),
+        (Way::Adaptive, "CPU", &round_cpu),
+        (Way::OwnThread, "p50", &round_p50),
+        (Way::OwnThread, "CPU", &round_cpu),
+    ] {
+        let ratio = |i: usize| -> Vec<f64> {
+            per_round[i]
+                .iter()
+                .zip(&per_round[event])
+                .map(|(&x, &e)| x as f64 / e as f64)
+                .collect()
+        };
+        let (mut ours, mut null) = (ratio(index(w)), ratio(again));
+        let (lo, hi) = null
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        let above = ours.iter().filter(|&&x| x > hi).count();
+        let below = ours.iter().filter(|&&x| x < lo).count();
+        ours.sort_by(f64::total_cmp);
+        null.sort_by(f64::total_cmp);
+        println!(
+            "    {:<27} {figure}: median {:.2}, null median {:.2} (range {lo:.2}–{hi:.2}); rounds above the null range {above}, below {below}, of {}",
+            name(w),
+            ours[ours.len() / 2],
+            null[null.len() / 2],
+            ours.len()
         );
     }
     Ok(())
