@@ -39,7 +39,7 @@
 //!   Each trial runs the three modes back to back and then event mode once
 //!   more. The `paired` lines give adaptive ÷ event per trial beside that
 //!   second event run ÷ the first (the null: the same mode twice), and count
-//!   the trials whose ratio lies outside the null's range: on this noisy a
+//!   the trials whose ratio lies outside the null's range: on so noisy a
 //!   machine, a difference the null shows too is not one. A last line
 //!   counts the trials in which adaptive beat both other modes of the same
 //!   trial: on the figure, and on each one's weakness (the mean latency
