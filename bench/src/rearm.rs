@@ -4,8 +4,9 @@
 //! poll differs.
 //!
 //! Each iteration re-arms an empty, armed ring; evd's arm is idempotent there
-//! and runs exactly the code of a first arm (load the head and the word,
-//! compute the armed word, CAS it in).
+//! and runs exactly the code of a first arm on an empty ring (load the head,
+//! find the head slot unpublished and the tail it last saw behind the head,
+//! load the word, compute the armed word, CAS it in).
 //!
 //! The instruction count comes from valgrind's callgrind: the binary's
 //! `rearm-insns` mode runs N re-arms of one kind single-threaded, and two

@@ -23,7 +23,14 @@
 //! * **Arm** = one CAS on the state word that either sets ARMED (nothing
 //!   queued) or fails/declines because the tail moved (pending). A loss
 //!   committed before the arm's CAS is seen after it (both are RMWs on the
-//!   state word), so it is reported as pending.
+//!   state word), so it is reported as pending. An arm that can tell
+//!   "pending" without the word says so without loading it: the head slot is
+//!   published, or the tail the consumer saw at its last load of the word
+//!   ([`ConsumerLine::seen_tail`]) is ahead of the head. Every ticket below a
+//!   tail once seen was reserved and will be published, so the word's own
+//!   answer would be pending too and would change nothing; no ordering is
+//!   needed, as nothing is installed and the caller's next dequeue reads the
+//!   stamp with `Acquire`.
 //! * **Close** = loss word closed, then CLOSED in the state word; anyone who
 //!   sees the first without the second finishes it. Whoever sees CLOSED in the
 //!   state word with `Acquire` sees the final loss count.
@@ -93,6 +100,13 @@ struct ConsumerLine {
     /// so reports and events alternate and a flood of losses cannot starve
     /// the consumer of the queued events. Touched only by the consumer side.
     last_was_report: AtomicBool,
+    /// The tail, as a full ticket count ([`state::tail_count`]), at the
+    /// consumer side's last load of the state word. Every ticket below it was
+    /// reserved and will be published, so while the head is below it an arm
+    /// is `Pending` without looking at the word ([`state::known_queued`]).
+    /// Touched only by the consumer side; written only after a load of the
+    /// word, which the hot paths do not make.
+    seen_tail: AtomicU64,
     /// The consumer must look at the room queue after a head store. With the
     /// asymmetric barrier it is `room_waiting` itself (a poster waits); without
     /// it (no `membarrier`) it is always set, and the cold path fences and
@@ -169,6 +183,7 @@ impl<T> Shared<T> {
             consumer: CachePadded::new(ConsumerLine {
                 head: AtomicU64::new(0),
                 last_was_report: AtomicBool::new(false),
+                seen_tail: AtomicU64::new(0),
                 room_check: AtomicBool::new(!room_barrier.is_asymmetric()),
                 room_waiting: AtomicBool::new(false),
                 room_barrier,
@@ -679,6 +694,7 @@ impl<T> Shared<T> {
             self.finish_close();
             w = self.state.load(Ordering::Acquire);
         }
+        self.saw_word(w, h);
         if state::len(w, h) != 0 {
             // Reserved tickets whose posters are still writing them.
             return TryDequeueError::Empty;
@@ -825,13 +841,21 @@ impl<T> Shared<T> {
     #[inline]
     pub(crate) fn arm(&self, threshold: u64) -> Arm {
         let h = self.head();
+        if self.known_pending(h, threshold) {
+            return Arm::Pending;
+        }
         // AcqRel: Release publishes the waker registered before this arm to
         // the poster whose Acquire reservation CAS disarms it; Acquire makes a
         // loss visible if its poster's RMW on the word came first.
-        let r = self.transition(Ordering::AcqRel, |w| match state::arm(w, h, threshold) {
-            Arm::Armed(new) => Ok((new, Arm::Armed(new))),
-            other => Err(other),
+        let mut seen = 0;
+        let r = self.transition(Ordering::AcqRel, |w| {
+            seen = w;
+            match state::arm(w, h, threshold) {
+                Arm::Armed(new) => Ok((new, Arm::Armed(new))),
+                other => Err(other),
+            }
         });
+        self.saw_word(seen, h);
         match r {
             Arm::Armed(_) if self.loss_pending() => {
                 // A loss was committed and its poster's RMW on the word came
@@ -853,6 +877,33 @@ impl<T> Shared<T> {
             }
             other => other,
         }
+    }
+
+    /// At least `threshold` events are queued or on their way, known without
+    /// loading the state word: the head slot is published (for a threshold
+    /// of 1), or the tail seen at the last load of the word is far enough
+    /// ahead. Then [`state::arm`] would say `Pending` (a later word's tail
+    /// is at or past the seen one) and change nothing, so this is that
+    /// outcome without the load. The stamp catches the event that landed
+    /// between the consumer's empty dequeue and its arm; the seen tail keeps
+    /// a consumer that re-arms while a poster is between its reservation and
+    /// its publish from pulling the posters' line on every retry
+    /// (BENCHMARKS.md, run 36).
+    #[inline]
+    fn known_pending(&self, h: u64, threshold: u64) -> bool {
+        if threshold == 1 && self.buffer().is_published(h) {
+            return true;
+        }
+        let seen_tail = self.consumer.seen_tail.load(Ordering::Relaxed);
+        state::known_queued(seen_tail, h) >= threshold
+    }
+
+    /// The consumer side loaded the word `w` at head `h`: remember its tail.
+    #[inline]
+    fn saw_word(&self, w: u64, h: u64) {
+        self.consumer
+            .seen_tail
+            .store(state::tail_count(w, h), Ordering::Relaxed);
     }
 
     /// Withdraw an arm (timed-out wait, dropped future). A direct waiter

@@ -245,6 +245,42 @@ pub const fn len(w: u64, head: u64) -> u64 {
     tail(w).wrapping_sub(head) & TICKET_MASK
 }
 
+/// The tail of `w` as a full 64-bit ticket count, for a consumer at `head`
+/// that loaded `w` after its head reached `head` (so `head` ≤ the tail ≤
+/// `head` + capacity, and the word's 44-bit tail extends uniquely).
+/// ```
+/// use evd::state::*;
+/// let Reserve::Ticket { new, .. } = reserve(initial(2), 0) else { unreachable!() };
+/// assert_eq!((tail_count(new, 0), tail_count(new, 1)), (1, 1));
+/// ```
+#[inline]
+pub const fn tail_count(w: u64, head: u64) -> u64 {
+    head.wrapping_add(len(w, head))
+}
+
+/// Events a consumer at `head` knows to be reserved, from the tail count
+/// [`tail_count`] gave it at an earlier load of the word: every ticket below
+/// that tail was reserved, and a reserved ticket is always published, so
+/// that many events are queued or on their way, whatever the word says
+/// now. 0 once the head has reached that tail.
+/// ```
+/// use evd::state::*;
+/// assert_eq!(known_queued(10, 7), 3);
+/// assert_eq!(known_queued(10, 10), 0);
+/// assert_eq!(known_queued(10, 12), 0); // the head passed it: nothing known
+/// ```
+#[inline]
+pub const fn known_queued(seen_tail: u64, head: u64) -> u64 {
+    let d = seen_tail.wrapping_sub(head);
+    // A head past the seen tail makes `d` wrap to near 2^64; a real count is
+    // at most the capacity, far below 2^44.
+    if d <= TICKET_MASK {
+        d
+    } else {
+        0
+    }
+}
+
 /// True if a reservation in `w` would exceed the capacity, given `head`.
 /// ```
 /// use evd::state::*;
@@ -1216,6 +1252,55 @@ mod tests {
         let w = with_tail(CAP4 | NOTIFIED, 3);
         assert_eq!(arm(w, 2, 2), Arm::Armed(w | ARMED));
         assert_eq!(arm(w, 1, 2), Arm::Pending);
+    }
+
+    #[test]
+    fn tail_count_extends_a_wrapped_tail_field() {
+        for head in [
+            0,
+            5,
+            TICKET_MASK - 1,
+            TICKET_MASK,
+            TICKET_MASK + 1,
+            3 << 44,
+            u64::MAX - 2,
+        ] {
+            for queued in 0..4u64 {
+                let w = with_tail(CAP4, head.wrapping_add(queued));
+                assert_eq!(tail_count(w, head), head.wrapping_add(queued));
+                assert_eq!(known_queued(tail_count(w, head), head), queued);
+            }
+        }
+    }
+
+    /// The consumer's shortcut is sound: a tail seen at any earlier load
+    /// (tail and head only grow) never claims more events than the word
+    /// now holds, so "known queued ≥ threshold" implies `arm` says Pending.
+    #[test]
+    fn known_queued_never_exceeds_what_arm_sees() {
+        let base = TICKET_MASK - 6; // across the tail field's wrap
+        for seen_at in 0..6u64 {
+            for seen_len in 0..=4u64 {
+                let seen_tail =
+                    tail_count(with_tail(CAP4, base + seen_at + seen_len), base + seen_at);
+                for head in seen_at..seen_at + 6 {
+                    for now_len in 0..=4u64 {
+                        let (h, t) = (base + head, base + head + now_len);
+                        if t < seen_tail {
+                            continue; // the tail never moves back
+                        }
+                        for flags in [0, CLOSED, NOTIFIED, ARMED | NOTIFIED] {
+                            let w = with_tail(CAP4 | flags, t);
+                            for threshold in 1..=4 {
+                                if known_queued(seen_tail, h) >= threshold {
+                                    assert_eq!(arm(w, h, threshold), Arm::Pending);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

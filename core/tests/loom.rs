@@ -137,6 +137,50 @@ fn two_posters_vs_arm() {
 }
 
 #[test]
+fn explicit_arm_loop_vs_two_posters_then_arms_on_the_drained_ring() {
+    // The DAT loop: drain, arm, and wait only when the arm says `Armed`. An
+    // arm that knows of reserved events from an earlier look at the word
+    // says `Pending` without looking again; it must never claim more than
+    // were reserved (once both events are taken the arm must arm), and a
+    // `Pending` for events still being written must not hide an arm the
+    // posts then owe a notification (a lost one deadlocks the model).
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let p2 = poster.clone();
+        let c = thread::spawn(move || {
+            consumer.set_spin_budget(Duration::ZERO);
+            let mut got = Vec::new();
+            while got.len() < 2 {
+                match consumer.dequeue_batch(&mut got, 2) {
+                    Ok(0) => match consumer.arm() {
+                        ArmStatus::Armed => {
+                            consumer.wait(1, None).unwrap();
+                        }
+                        ArmStatus::Pending => thread::yield_now(),
+                        ArmStatus::Closed => panic!("both posters are alive"),
+                    },
+                    Ok(_) => {}
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+            (got, consumer)
+        });
+        let t = thread::spawn(move || p2.post(2).unwrap());
+        poster.post(1).unwrap();
+        t.join().unwrap();
+        let (mut got, mut consumer) = c.join().unwrap();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2]);
+        assert_eq!(
+            consumer.arm(),
+            ArmStatus::Armed,
+            "drained: nothing is pending"
+        );
+        drop(poster);
+    });
+}
+
+#[test]
 fn post_during_upcall_single_instance() {
     model(|| {
         let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
