@@ -338,6 +338,28 @@ fn load_run(mode: Mode, load: Load) -> Result {
     };
     drop(upcalls.teardown());
     let mut l = lat.lock().unwrap().clone();
+    if std::env::var_os("FEED_BENCH_DEBUG").is_some() && load.burst > 1 {
+        let tenth = load.burst.div_ceil(10);
+        let mut sums = vec![(0u64, 0u64); 10];
+        for (i, &x) in l.iter().enumerate() {
+            let s = &mut sums[(i % load.burst) / tenth];
+            s.0 += x;
+            s.1 += 1;
+        }
+        let late = l
+            .iter()
+            .enumerate()
+            .filter(|(i, &x)| i % load.burst >= 32 && x > 20_000)
+            .count();
+        let means: Vec<String> = sums
+            .iter()
+            .map(|(s, n)| format!("{:.1}", *s as f64 / (*n).max(1) as f64 / 1e3))
+            .collect();
+        eprintln!(
+            "{mode:?} mean µs by tenth of the burst {} ; beyond 32nd waiting > 20 µs: {late}",
+            means.join(" ")
+        );
+    }
     l.sort_unstable();
     let mean = Duration::from_nanos(l.iter().sum::<u64>() / l.len() as u64);
     Result {
