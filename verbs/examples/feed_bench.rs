@@ -340,7 +340,7 @@ fn load_run(mode: Mode, load: Load) -> Result {
     let mut l = lat.lock().unwrap().clone();
     if std::env::var_os("FEED_BENCH_DEBUG").is_some() && load.burst > 1 {
         let tenth = load.burst.div_ceil(10);
-        let mut sums = vec![(0u64, 0u64); 10];
+        let mut sums = [(0u64, 0u64); 10];
         for (i, &x) in l.iter().enumerate() {
             let s = &mut sums[(i % load.burst) / tenth];
             s.0 += x;
