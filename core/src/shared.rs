@@ -25,12 +25,13 @@
 //!   committed before the arm's CAS is seen after it (both are RMWs on the
 //!   state word), so it is reported as pending. An arm that can tell
 //!   "pending" without the word says so without loading it: the head slot is
-//!   published, or the tail the consumer saw at its last load of the word
-//!   ([`ConsumerLine::seen_tail`]) is ahead of the head. Every ticket below a
-//!   tail once seen was reserved and will be published, so the word's own
-//!   answer would be pending too and would change nothing; no ordering is
-//!   needed, as nothing is installed and the caller's next dequeue reads the
-//!   stamp with `Acquire`.
+//!   published, or the tail the consumer saw at an earlier load of the word
+//!   ([`ConsumerLine::seen_tail`]) is at least the threshold ahead of the
+//!   head. Every ticket in [head, seen tail) was reserved and will be
+//!   published (the tail only grows, and a reserved ticket is always
+//!   written), so the word's own answer would be pending too and would
+//!   change nothing; no ordering is needed, as nothing is installed and the
+//!   caller's next dequeue reads the stamp with `Acquire`.
 //! * **Close** = loss word closed, then CLOSED in the state word; anyone who
 //!   sees the first without the second finishes it. Whoever sees CLOSED in the
 //!   state word with `Acquire` sees the final loss count.
@@ -101,11 +102,15 @@ struct ConsumerLine {
     /// the consumer of the queued events. Touched only by the consumer side.
     last_was_report: AtomicBool,
     /// The tail, as a full ticket count ([`state::tail_count`]), at the
-    /// consumer side's last load of the state word. Every ticket below it was
+    /// consumer side's last arm that loaded the word, or its last empty check
+    /// on a closed EVD (other loads of the word do not record it: any earlier
+    /// tail is still a lower bound). Every ticket from the head up to it was
     /// reserved and will be published, so while the head is below it an arm
     /// is `Pending` without looking at the word ([`state::known_queued`]).
-    /// Touched only by the consumer side; written only after a load of the
-    /// word, which the hot paths do not make.
+    /// Touched only by the consumer side (the token holder, under upcalls);
+    /// written only after a load of the word, which the hot paths do not
+    /// make. Anything that moves the head or the tickets other than a dequeue
+    /// must move it too (only the tests' `fast_forward` does).
     seen_tail: AtomicU64,
     /// The consumer must look at the room queue after a head store. With the
     /// asymmetric barrier it is `room_waiting` itself (a poster waits); without
@@ -1524,9 +1529,98 @@ mod tests {
             Ordering::Relaxed,
         );
         s.consumer.head.store(head, Ordering::Relaxed);
+        // The seen tail is a ticket count: it moves with the head, or an arm
+        // would trust a tail from before the jump.
+        s.consumer.seen_tail.store(head, Ordering::Relaxed);
         s.read_mostly
             .head_epoch
             .store(head >> HEAD_EPOCH_SHIFT, Ordering::Relaxed);
+    }
+
+    /// Move the word's tail as a reservation would, without a slot written:
+    /// a poster stopped between its CAS and its publish. (Tests set it back
+    /// before the EVD drops: teardown waits for reserved slots.)
+    fn set_tail<T>(c: &crate::Consumer<T>, tail: u64) {
+        let s = c.shared();
+        let w = s.state.load(Ordering::Relaxed);
+        s.state.store(
+            state::with_tail(w, tail & state::TICKET_MASK),
+            Ordering::Relaxed,
+        );
+    }
+
+    #[test]
+    fn an_arm_that_finds_the_head_published_leaves_the_word_alone() {
+        let (poster, consumer) = bounded::<u64>(4).unwrap();
+        poster.post(1).unwrap();
+        let s = consumer.shared();
+        let before = s.state.load(Ordering::Relaxed);
+        assert_eq!(s.arm(1), Arm::Pending);
+        assert_eq!(s.state.load(Ordering::Relaxed), before);
+        assert_eq!(
+            s.consumer.seen_tail.load(Ordering::Relaxed),
+            0,
+            "the word was not read"
+        );
+    }
+
+    #[test]
+    fn an_arm_trusts_a_seen_tail_only_while_the_head_is_below_it() {
+        let (_poster, mut consumer) = bounded::<u64>(4).unwrap();
+        fast_forward(&consumer, u64::MAX - 1); // the head wraps 2^64 below
+        let h = consumer.shared().head();
+        set_tail(&consumer, h.wrapping_add(2)); // two posters mid-post
+        assert_eq!(consumer.shared().arm(1), Arm::Pending, "from the word");
+        assert_eq!(
+            consumer.shared().consumer.seen_tail.load(Ordering::Relaxed),
+            h.wrapping_add(2)
+        );
+        // A word that no longer shows the tickets (no real word does that:
+        // tails only grow) tells the shortcut from the word's own answer.
+        set_tail(&consumer, h);
+        assert_eq!(consumer.shared().arm(2), Arm::Pending, "from the seen tail");
+        assert!(
+            matches!(consumer.shared().arm(3), Arm::Armed(_)),
+            "only 2 known"
+        );
+        consumer.disarm();
+        // The head reaches and passes the seen tail (across 2^64): nothing is
+        // known any more, so the arm reads the word, and the empty ring arms.
+        for k in 1..=3u64 {
+            fast_forward(&consumer, h.wrapping_add(k));
+            consumer
+                .shared()
+                .consumer
+                .seen_tail
+                .store(h.wrapping_add(2), Ordering::Relaxed);
+            assert_eq!(consumer.shared().head(), h.wrapping_add(k));
+            let r = consumer.shared().arm(1);
+            if k < 2 {
+                assert_eq!(r, Arm::Pending, "head +{k}: one ticket still known");
+            } else {
+                assert!(matches!(r, Arm::Armed(_)), "head +{k}");
+                consumer.disarm();
+            }
+        }
+    }
+
+    #[test]
+    fn a_timed_wait_ends_at_its_deadline_while_a_poster_is_mid_post() {
+        let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+        set_tail(&consumer, 1); // reserved, never published
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let r = consumer.wait(1, Some(std::time::Duration::from_millis(20)));
+            tx.send(r).unwrap();
+            consumer
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the wait must end at its deadline, not wait for the publish");
+        assert_eq!(r, Err(crate::WaitError::Timeout { available: 0 }));
+        let consumer = waiter.join().unwrap();
+        set_tail(&consumer, 0);
+        drop(poster);
     }
 
     #[test]

@@ -281,7 +281,14 @@ impl<T> Consumer<T> {
                             });
                         }
                     }
-                    // Reserved slots whose posters are still writing them.
+                    // Reserved slots whose posters are still writing them: a
+                    // poster stopped there must not keep a timed wait past
+                    // its deadline.
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(WaitError::Timeout {
+                            available: ready as usize,
+                        });
+                    }
                     backoff.snooze();
                 }
                 Arm::Closed => {
