@@ -1523,11 +1523,7 @@ mod tests {
     /// Put an empty EVD at `head` (as if 64-bit `head` events had passed).
     fn fast_forward<T>(c: &crate::Consumer<T>, head: u64) {
         let s = c.shared();
-        let w = s.state.load(Ordering::Relaxed);
-        s.state.store(
-            state::with_tail(w, head & state::TICKET_MASK),
-            Ordering::Relaxed,
-        );
+        set_tail(c, head);
         s.consumer.head.store(head, Ordering::Relaxed);
         // The seen tail is a ticket count: it moves with the head, or an arm
         // would trust a tail from before the jump.
