@@ -113,24 +113,35 @@ fn arm_reports_an_event_posted_after_the_last_dequeue() {
     });
 }
 
+/// Two posters, one event each (1 from this thread, 2 from another), while
+/// `take` runs on the consumer's thread and returns what it took; asserts
+/// each event came exactly once, and hands back the consumer and a poster
+/// (still alive, so the EVD is open).
+fn two_posters_each_post_once(
+    take: impl FnOnce(&mut evd::Consumer<u32>) -> Vec<u32> + Send + 'static,
+) -> (evd::Consumer<u32>, evd::Poster<u32>) {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    let p2 = poster.clone();
+    let c = thread::spawn(move || {
+        let got = take(&mut consumer);
+        (got, consumer)
+    });
+    let t = thread::spawn(move || p2.post(2).unwrap());
+    poster.post(1).unwrap();
+    t.join().unwrap();
+    let (mut got, consumer) = c.join().unwrap();
+    got.sort_unstable();
+    assert_eq!(got, [1, 2], "each event exactly once");
+    (consumer, poster)
+}
+
 #[test]
 fn two_posters_vs_arm() {
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        let p2 = poster.clone();
         // The consumer waits for both events while both posters are alive:
         // close's wake cannot stand in for a notification a post owed, so a
         // lost one is a deadlock here, not a late end of stream.
-        let c = thread::spawn(move || {
-            let got = take_exactly(&mut consumer, 2);
-            (got, consumer)
-        });
-        let t = thread::spawn(move || p2.post(2).unwrap());
-        poster.post(1).unwrap();
-        t.join().unwrap();
-        let (mut got, mut consumer) = c.join().unwrap();
-        got.sort_unstable();
-        assert_eq!(got, [1, 2], "each event exactly once");
+        let (mut consumer, poster) = two_posters_each_post_once(|c| take_exactly(c, 2));
         drop(poster);
         assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
     });
@@ -145,9 +156,7 @@ fn explicit_arm_loop_vs_two_posters_then_arms_on_the_drained_ring() {
     // `Pending` for events still being written must not hide an arm the
     // posts then owe a notification (a lost one deadlocks the model).
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        let p2 = poster.clone();
-        let c = thread::spawn(move || {
+        let (mut consumer, poster) = two_posters_each_post_once(|consumer| {
             consumer.set_spin_budget(Duration::ZERO);
             let mut got = Vec::new();
             while got.len() < 2 {
@@ -163,14 +172,8 @@ fn explicit_arm_loop_vs_two_posters_then_arms_on_the_drained_ring() {
                     Err(e) => panic!("unexpected {e}"),
                 }
             }
-            (got, consumer)
+            got
         });
-        let t = thread::spawn(move || p2.post(2).unwrap());
-        poster.post(1).unwrap();
-        t.join().unwrap();
-        let (mut got, mut consumer) = c.join().unwrap();
-        got.sort_unstable();
-        assert_eq!(got, [1, 2]);
         assert_eq!(
             consumer.arm(),
             ArmStatus::Armed,
