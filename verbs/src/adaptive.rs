@@ -20,6 +20,20 @@
 //! - `T` is four times the average caught gap (jitter and a preempted
 //!   producer must not end a spin in the middle of a burst), `K` four times
 //!   the average empty polls before a catch; both are clamped.
+//! - Caught gaps are censored: a gap longer than `T` ends the spin, so it is
+//!   never caught and never moves the average, and a producer that stalls
+//!   now and then inside a burst sends the feed to sleep (and its next
+//!   completions through a wake) each time. So a miss is not the end of the
+//!   story: the next find after it (the arm's own drain, or the first poll
+//!   after the wake) closes the missed gap. If that gap is within
+//!   [`AdaptiveConfig::max_spin`], a longer spin would have caught it: the
+//!   gap (an upper bound: a wake's latency may be in it) becomes the *stall*
+//!   estimate at once if it is longer. A miss whose gap turns out longer
+//!   than any spin (the real end of a burst) lets the estimate decay by a
+//!   quarter. `T` is at least the stall estimate and `K` grows with it in
+//!   proportion, so a feed spins through the stalls its load keeps showing
+//!   and forgets them when they stop; a load whose gaps all exceed the spin
+//!   limit never raises it.
 //! - If fewer than half the outcomes are catches, spinning mostly burns its
 //!   window and sleeps anyway: `T = K = 0` and the feed runs the
 //!   event-driven cycle (unless [`AdaptiveConfig::min_spin`] sets a floor),
@@ -140,6 +154,12 @@ pub struct SpinPolicy {
     /// No poll has found anything since the last wake: the next find is the
     /// wake's own completions, not a catch.
     after_wake: bool,
+    /// The longest recent gap that ended a spin and that the next find
+    /// showed a longer spin would have caught (zero: none).
+    stall: Duration,
+    /// A spin ended empty and no find has closed its gap yet: when the last
+    /// completion before it was seen.
+    missed_since: Option<Instant>,
 }
 
 impl SpinPolicy {
@@ -161,6 +181,8 @@ impl SpinPolicy {
             probing: false,
             probe_caught: false,
             after_wake: false,
+            stall: Duration::ZERO,
+            missed_since: None,
         }
     }
 
@@ -180,7 +202,10 @@ impl SpinPolicy {
         if self.catchable < CATCH_FLOOR {
             return self.cfg.min_spin;
         }
-        let t = (self.gap * MARGIN).clamp(self.cfg.min_spin, self.cfg.max_spin);
+        let t = self
+            .caught_window()
+            .max(self.stall)
+            .clamp(self.cfg.min_spin, self.cfg.max_spin);
         if t < MIN_USEFUL_SPIN {
             Duration::ZERO
         } else {
@@ -202,10 +227,60 @@ impl SpinPolicy {
         match self.empty_polls_x16 {
             _ if self.probing => self.cfg.max_empty_polls,
             None => self.cfg.max_empty_polls,
-            Some(x16) => (x16.saturating_mul(MARGIN) / 16).clamp(
-                MIN_EMPTY_POLLS,
-                self.cfg.max_empty_polls.max(MIN_EMPTY_POLLS),
-            ),
+            Some(x16) => {
+                let caught = u64::from(x16.saturating_mul(MARGIN) / 16);
+                // The stall estimate stretches `T` past the caught window:
+                // stretch `K` by as much, or the poll count would end the
+                // spin the window was widened to keep.
+                let window = self.caught_window().as_nanos();
+                let k = if self.stall.as_nanos() > window && window > 0 {
+                    let stretched = u128::from(caught) * self.stall.as_nanos() / window;
+                    u64::try_from(stretched).unwrap_or(u64::MAX)
+                } else {
+                    caught
+                };
+                u32::try_from(k).unwrap_or(u32::MAX).clamp(
+                    MIN_EMPTY_POLLS,
+                    self.cfg.max_empty_polls.max(MIN_EMPTY_POLLS),
+                )
+            }
+        }
+    }
+
+    /// The window the caught gaps alone call for.
+    fn caught_window(&self) -> Duration {
+        self.gap * MARGIN
+    }
+
+    /// The stall estimate (zero: no miss has shown a catchable gap lately).
+    ///
+    /// ```
+    /// use evd_verbs::SpinPolicy;
+    /// use std::time::{Duration, Instant};
+    /// let mut p = SpinPolicy::new(Default::default());
+    /// let t0 = Instant::now();
+    /// p.woken(t0);
+    /// p.found(t0 + Duration::from_micros(2), 20);
+    /// p.expired(); // the producer stalled: the spin gave up
+    /// p.woken(t0 + Duration::from_micros(30));
+    /// p.found(t0 + Duration::from_micros(30), 0); // ... but the burst went on
+    /// assert_eq!(p.stall(), Duration::from_micros(28));
+    /// assert!(p.spin_window() >= p.stall());
+    /// ```
+    pub fn stall(&self) -> Duration {
+        self.stall
+    }
+
+    /// A find at `now` closes the gap a miss left open, if one is.
+    fn close_missed_gap(&mut self, now: Instant) {
+        let Some(since) = self.missed_since.take() else {
+            return;
+        };
+        let gap = now.saturating_duration_since(since);
+        if gap <= self.cfg.max_spin {
+            self.stall = self.stall.max(gap);
+        } else {
+            self.stall -= self.stall / 4;
         }
     }
 
@@ -224,6 +299,7 @@ impl SpinPolicy {
     /// A spinning poll found completions at `now`, after `empty_polls` empty
     /// polls in a row: a catch.
     pub fn found(&mut self, now: Instant, empty_polls: u32) {
+        self.close_missed_gap(now);
         // A probe lasts until its spin ends: its catches are what may turn
         // spinning back on.
         let gap = self
@@ -266,6 +342,7 @@ impl SpinPolicy {
 
     /// A spin ended with nothing found: a miss (and the end of a probe).
     pub fn expired(&mut self) {
+        self.missed_since = self.last_completion;
         if self.probing && !self.probe_caught {
             self.probe_every = (self.probe_every * 2).min(PROBE_EVERY_MAX);
         }
@@ -293,6 +370,7 @@ impl SpinPolicy {
     /// Completions were seen at `now` while draining (not a wake): the clock
     /// restarts.
     pub(crate) fn seen(&mut self, now: Instant) {
+        self.close_missed_gap(now);
         self.last_completion = Some(now);
     }
 }
@@ -439,6 +517,110 @@ mod tests {
         }
         let w = p.spin_window();
         assert!(w >= us(7) && w <= us(9), "{w:?}");
+    }
+
+    /// A policy that caught a 2 µs stream after 20 empty polls a gap, as
+    /// of `t`: `T` 8 µs, `K` 80.
+    fn caught_two_microsecond_gaps(t: &mut Instant) -> SpinPolicy {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        p.woken(*t);
+        for _ in 0..40 {
+            *t += us(2);
+            p.found(*t, 20);
+        }
+        let w = p.spin_window();
+        assert!(w >= us(8) && w < Duration::from_nanos(8_100), "{w:?}");
+        assert_eq!(p.empty_poll_limit(), 80);
+        p
+    }
+
+    #[test]
+    fn a_miss_the_wake_shows_was_inside_a_burst_widens_t_and_k() {
+        let mut t = Instant::now();
+        let mut p = caught_two_microsecond_gaps(&mut t);
+        let last = t;
+        p.expired();
+        t += us(30);
+        p.woken(t);
+        assert_eq!(p.stall(), Duration::ZERO, "a wake alone closes no gap");
+        p.found(t, 0);
+        assert_eq!(p.stall(), us(30));
+        assert_eq!(p.spin_window(), us(30));
+        // K stretched as T was: 80 polls per 8 µs, for 30 µs.
+        let k = p.empty_poll_limit();
+        assert!((295..=300).contains(&k), "{k}");
+        // Catches of short gaps afterwards do not shrink it; a shorter
+        // stall does not either.
+        for _ in 0..20 {
+            t += us(2);
+            p.found(t, 20);
+        }
+        p.expired();
+        t += us(12);
+        p.woken(t);
+        p.found(t, 0);
+        assert_eq!(p.stall(), us(30));
+        assert!(t > last);
+    }
+
+    #[test]
+    fn the_arms_own_drain_closes_the_missed_gap_too() {
+        let mut t = Instant::now();
+        let mut p = caught_two_microsecond_gaps(&mut t);
+        p.expired();
+        t += us(9);
+        p.seen(t);
+        assert_eq!(p.stall(), us(9));
+        assert_eq!(p.spin_window(), us(9));
+        // The gap is closed: a later find is not a second sample of it.
+        t += us(40);
+        p.seen(t);
+        assert_eq!(p.stall(), us(9));
+    }
+
+    #[test]
+    fn misses_at_the_real_end_of_bursts_let_the_stall_estimate_decay() {
+        let mut t = Instant::now();
+        let mut p = caught_two_microsecond_gaps(&mut t);
+        p.expired();
+        t += us(40);
+        p.woken(t);
+        p.found(t, 0);
+        assert_eq!(p.stall(), us(40));
+        let mut stalls = vec![];
+        for _ in 0..12 {
+            // A burst of caught 2 µs gaps, a miss, 2 ms of idle.
+            for _ in 0..30 {
+                t += us(2);
+                p.found(t, 20);
+            }
+            p.expired();
+            t += Duration::from_millis(2);
+            p.woken(t);
+            p.found(t, 0);
+            stalls.push(p.stall());
+        }
+        assert_eq!(stalls[0], us(30), "down by a quarter");
+        assert!(stalls.windows(2).all(|w| w[1] <= w[0]), "{stalls:?}");
+        assert!(
+            p.spin_window() < Duration::from_nanos(8_100),
+            "back to the caught window"
+        );
+        assert_eq!(p.empty_poll_limit(), 80);
+    }
+
+    #[test]
+    fn gaps_beyond_the_spin_limit_never_raise_the_stall_estimate() {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        let mut t = Instant::now();
+        for _ in 0..50 {
+            p.woken(t);
+            p.found(t, 0);
+            p.expired();
+            t += us(51);
+        }
+        assert_eq!(p.stall(), Duration::ZERO);
+        assert_eq!(p.limits(), Limits::EVENT);
     }
 
     #[test]
