@@ -28,12 +28,15 @@
 //!   after the wake) closes the missed gap. If that gap is within
 //!   [`AdaptiveConfig::max_spin`], a longer spin would have caught it: the
 //!   gap (an upper bound: a wake's latency may be in it) becomes the *stall*
-//!   estimate at once if it is longer. A miss whose gap turns out longer
-//!   than any spin (the real end of a burst) lets the estimate decay by a
-//!   quarter. `T` is at least the stall estimate and `K` grows with it in
-//!   proportion, so a feed spins through the stalls its load keeps showing
-//!   and forgets them when they stop; a load whose gaps all exceed the spin
-//!   limit never raises it.
+//!   estimate at once if it is longer, and so does a caught gap longer than
+//!   the caught gaps' window (one the estimate let the spin wait out). A
+//!   miss whose gap turns out longer than any spin (the real end of a burst)
+//!   lets the estimate decay by a quarter, unless the burst it ends had such
+//!   a long gap: a load with one stall per burst keeps it covered, and one
+//!   whose stalls stop loses it a quarter per burst. `T` is at least the
+//!   stall estimate and `K` grows with it in proportion (up to
+//!   [`AdaptiveConfig::max_empty_polls`]); a load whose gaps all exceed the
+//!   spin limit never raises it.
 //! - If fewer than half the outcomes are catches, spinning mostly burns its
 //!   window and sleeps anyway: `T = K = 0` and the feed runs the
 //!   event-driven cycle (unless [`AdaptiveConfig::min_spin`] sets a floor),
@@ -160,6 +163,10 @@ pub struct SpinPolicy {
     /// A spin ended empty and no find has closed its gap yet: when the last
     /// completion before it was seen.
     missed_since: Option<Instant>,
+    /// A gap longer than the caught window and within the spin limit
+    /// (caught, or missed and closed) was seen since the last real end of a
+    /// burst: the stall estimate is in use and does not decay there.
+    stall_seen: bool,
 }
 
 impl SpinPolicy {
@@ -183,6 +190,7 @@ impl SpinPolicy {
             after_wake: false,
             stall: Duration::ZERO,
             missed_since: None,
+            stall_seen: false,
         }
     }
 
@@ -278,10 +286,20 @@ impl SpinPolicy {
         };
         let gap = now.saturating_duration_since(since);
         if gap <= self.cfg.max_spin {
-            self.stall = self.stall.max(gap);
+            self.saw_stall(gap);
         } else {
-            self.stall -= self.stall / 4;
+            // The real end of a burst.
+            if !std::mem::take(&mut self.stall_seen) {
+                self.stall -= self.stall / 4;
+            }
         }
+    }
+
+    /// A gap of `gap`, within the spin limit and longer than the caught
+    /// window, was missed or waited out.
+    fn saw_stall(&mut self, gap: Duration) {
+        self.stall = self.stall.max(gap);
+        self.stall_seen = true;
     }
 
     /// The limits the cycle applies.
@@ -322,6 +340,9 @@ impl SpinPolicy {
         self.probe_caught |= self.probing;
         if self.catchable >= CATCH_FLOOR {
             self.probe_every = PROBE_EVERY;
+        }
+        if gap > self.caught_window() {
+            self.saw_stall(gap);
         }
         self.gap = if gap >= self.gap {
             self.gap + (gap - self.gap) / (1 << SMOOTHING)
@@ -538,7 +559,6 @@ mod tests {
     fn a_miss_the_wake_shows_was_inside_a_burst_widens_t_and_k() {
         let mut t = Instant::now();
         let mut p = caught_two_microsecond_gaps(&mut t);
-        let last = t;
         p.expired();
         t += us(30);
         p.woken(t);
@@ -550,17 +570,15 @@ mod tests {
         let k = p.empty_poll_limit();
         assert!((295..=300).contains(&k), "{k}");
         // Catches of short gaps afterwards do not shrink it; a shorter
-        // stall does not either.
+        // stall, waited out, does not either.
         for _ in 0..20 {
             t += us(2);
             p.found(t, 20);
         }
-        p.expired();
-        t += us(12);
-        p.woken(t);
-        p.found(t, 0);
         assert_eq!(p.stall(), us(30));
-        assert!(t > last);
+        t += us(12);
+        p.found(t, 120);
+        assert_eq!(p.stall(), us(30));
     }
 
     #[test]
@@ -600,7 +618,8 @@ mod tests {
             p.found(t, 0);
             stalls.push(p.stall());
         }
-        assert_eq!(stalls[0], us(30), "down by a quarter");
+        assert_eq!(stalls[0], us(40), "the burst that had the stall keeps it");
+        assert_eq!(stalls[1], us(30), "a burst without one: down by a quarter");
         assert!(stalls.windows(2).all(|w| w[1] <= w[0]), "{stalls:?}");
         assert!(
             p.spin_window() < Duration::from_nanos(8_100),
@@ -611,16 +630,67 @@ mod tests {
 
     #[test]
     fn gaps_beyond_the_spin_limit_never_raise_the_stall_estimate() {
-        let mut p = SpinPolicy::new(AdaptiveConfig::default());
         let mut t = Instant::now();
-        for _ in 0..50 {
-            p.woken(t);
-            p.found(t, 0);
+        let mut p = caught_two_microsecond_gaps(&mut t);
+        for _ in 0..20 {
             p.expired();
             t += us(51);
+            p.woken(t);
+            p.found(t, 0);
+            assert_eq!(p.stall(), Duration::ZERO);
+            t += us(2);
+            p.found(t, 20);
         }
-        assert_eq!(p.stall(), Duration::ZERO);
-        assert_eq!(p.limits(), Limits::EVENT);
+        // The limit itself is catchable.
+        p.expired();
+        t += us(50);
+        p.woken(t);
+        p.found(t, 0);
+        assert_eq!(p.stall(), us(50));
+    }
+
+    /// Drive `p` as the driver would through one burst of 2 µs gaps (about
+    /// ten polls per µs) in which gap `stall_at` lasts `stall` instead, then
+    /// the burst's end and 2 ms of idle; each gap the spin does not cover is
+    /// a miss, an arm and a wake 5 µs late. Returns the misses inside the
+    /// burst.
+    fn burst(p: &mut SpinPolicy, t: &mut Instant, stall_at: usize, stall: Duration) -> u32 {
+        let mut misses = 0;
+        for i in 0..30 {
+            let gap = if i == stall_at { stall } else { us(2) };
+            let polls = (gap.as_nanos() / 100) as u32;
+            if gap < p.spin_window() && polls < p.empty_poll_limit() {
+                *t += gap;
+                p.found(*t, polls);
+            } else {
+                misses += 1;
+                p.expired();
+                *t += gap + us(5);
+                p.woken(*t);
+                p.found(*t, 0);
+            }
+        }
+        p.expired();
+        *t += Duration::from_millis(2);
+        p.woken(*t);
+        p.found(*t, 0);
+        misses
+    }
+
+    #[test]
+    fn one_stall_per_burst_is_missed_once_then_spun_through() {
+        let mut t = Instant::now();
+        let mut p = caught_two_microsecond_gaps(&mut t);
+        let misses: Vec<u32> = (0..12).map(|_| burst(&mut p, &mut t, 10, us(30))).collect();
+        assert_eq!(misses[0], 1, "{misses:?}");
+        assert!(misses[1..].iter().all(|&m| m == 0), "{misses:?}");
+        assert!(p.stall() >= us(30), "{:?}", p.stall());
+        // The stalls stop: a quarter off per burst, back to the caught window.
+        for _ in 0..12 {
+            assert_eq!(burst(&mut p, &mut t, usize::MAX, us(2)), 0);
+        }
+        assert!(p.stall() < us(2), "{:?}", p.stall());
+        assert!(p.spin_window() < Duration::from_nanos(8_100));
     }
 
     #[test]
