@@ -379,9 +379,10 @@ pub struct TargetCheck {
     pub rounds_measured: usize,
     /// Why the figure may not mean what it seems: `oversubscribed: ...`,
     /// `... below its floor: noise`, `met in k of n rounds`, and for the busy
-    /// targets `floor: stamp ring + 1 CAS per post ÷ ArrayQueue: x` (how far
-    /// a ring that pays evd's one CAS per post got against the same peer in
-    /// the same run).
+    /// targets `floor: stamp ring + 1 CAS per post ÷ ArrayQueue: x` and
+    /// `floor: stamp ring + 1 fetch_add per post ÷ ArrayQueue: x` (how far a
+    /// ring that pays evd's one CAS per post, or one fetch_add, got against
+    /// the same peer in the same run).
     pub caveats: Vec<String>,
 }
 
@@ -522,7 +523,10 @@ pub const NOTIFYING_PEERS: [&str; 5] = [
 /// Each target's value is written in the goal's own direction (its name says
 /// which is divided by which).
 pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
-    const CAS_FLOOR: &str = "floor: stamp ring + 1 CAS per post";
+    const RMW_FLOORS: [&str; 2] = [
+        "floor: stamp ring + 1 CAS per post",
+        "floor: stamp ring + 1 fetch_add per post",
+    ];
     let ops = "ops_per_sec";
     let mut out = Vec::new();
     for (payload, posters, goal) in [
@@ -541,11 +545,13 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
             Goal::AtLeast(goal),
         );
         // What a ring that pays one CAS per post, as evd's reservation does,
-        // reached against the same peer in the same run.
-        let ceiling = find(records, &case, CAS_FLOOR, ops);
-        if let (Some(f), Some(p)) = (ceiling, peer) {
-            if let Some(x) = quotient(f.median, p.median) {
-                t.caveats.push(format!("{CAS_FLOOR} ÷ ArrayQueue: {x:.2}"));
+        // or one fetch_add, reached against the same peer in the same run.
+        for floor in RMW_FLOORS {
+            let ceiling = find(records, &case, floor, ops);
+            if let (Some(f), Some(p)) = (ceiling, peer) {
+                if let Some(x) = quotient(f.median, p.median) {
+                    t.caveats.push(format!("{floor} ÷ ArrayQueue: {x:.2}"));
+                }
             }
         }
         out.push(t);
@@ -915,10 +921,11 @@ fn throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize, p
         oversubscription_sentence(rows, cpus),
         if rows.iter().any(|r| r.role == Role::Floor) {
             " The floor rows are rings of evd's slot layout that only move events: one with a \
-             single poster and no read-modify-write (1-poster cases only), and one whose posters \
-             reserve with one CAS on a shared tail, as evd's reservation does: what a ring of these \
-             slots, and one that reserves with an RMW, reached in this run (their ratio is evd ÷ \
-             floor)."
+             single poster and no read-modify-write (1-poster cases only), one whose posters \
+             reserve with one CAS on a shared tail, as evd's reservation does, and one whose \
+             posters reserve with one fetch_add on it (a ticket taken cannot be handed back, so \
+             its posters wait for room instead of retrying): what a ring of these slots, and \
+             one that reserves with an RMW, reached in this run (their ratio is evd ÷ floor)."
         } else {
             ""
         },
@@ -1580,6 +1587,13 @@ mod tests {
                 80.0,
                 "evd try_dequeue",
             ),
+            rec(
+                case,
+                "floor: stamp ring + 1 fetch_add per post",
+                ops,
+                70.0,
+                "evd try_dequeue",
+            ),
         ];
         let t = targets(&rs);
         let busy = |c: &str| {
@@ -1593,6 +1607,9 @@ mod tests {
         assert!(busy(case)
             .caveats
             .contains(&"floor: stamp ring + 1 CAS per post ÷ ArrayQueue: 1.60".to_string()));
+        assert!(busy(case)
+            .caveats
+            .contains(&"floor: stamp ring + 1 fetch_add per post ÷ ArrayQueue: 1.40".to_string()));
         // No floor row in the 2-poster case here: no such caveat.
         assert!(busy("throughput/u64/2p").caveats.is_empty());
     }

@@ -9,6 +9,11 @@
 //!   CAS). On x86 the locked instruction waits for the poster's previous slot
 //!   stores, that is for the line the consumer just read to come back; with
 //!   several posters the tail's line also moves between them.
+//! - [`Reserve::FaaTail`]: any number of posters, each taking its ticket
+//!   with one fetch-and-add on the shared tail: no retry loop under
+//!   contention, but a ticket taken cannot be handed back, so a poster whose
+//!   slot is still in use waits for the consumer there. It shows whether an
+//!   RMW that cannot fail would beat the CAS on this machine.
 //!
 //! Not a product and not a peer: the rows bound what a ring with these slots
 //! can do on the machine of the run. A busy evd row near the `CasTail` one
@@ -29,6 +34,11 @@ pub enum Reserve {
     Own,
     /// One CAS on a tail shared by every poster.
     CasTail,
+    /// One fetch-and-add on a tail shared by every poster. A ticket taken
+    /// cannot be given back, so a poster whose ticket's slot is still in
+    /// use waits for the consumer to free it instead of handing the value
+    /// back.
+    FaaTail,
 }
 
 /// The stamp of a slot holding ticket `t`: never 0, which a fresh slot has.
@@ -120,9 +130,9 @@ pub fn stamp_ring<P: Payload>(
 impl<P: Payload> StampPoster<P> {
     /// Another poster on the same ring: `None` under [`Reserve::Own`].
     pub fn another(&self) -> Option<Self> {
-        (self.reserve == Reserve::CasTail).then(|| StampPoster {
+        (self.reserve != Reserve::Own).then(|| StampPoster {
             ring: self.ring.clone(),
-            reserve: Reserve::CasTail,
+            reserve: self.reserve,
             own_tail: Cell::new(0),
             head_hint: Cell::new(self.head_hint.get()),
         })
@@ -169,6 +179,20 @@ impl<P: Payload> StampPoster<P> {
                     break t;
                 }
             },
+            Reserve::FaaTail => {
+                // Relaxed: as for the CAS.
+                let t = r.tail.fetch_add(1, Ordering::Relaxed);
+                let mut spins = 0u32;
+                while self.full(t) {
+                    spins += 1;
+                    if spins.is_multiple_of(64) {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                t
+            }
         };
         let slot = &r.slots[(t & r.mask) as usize];
         // SAFETY: ticket `t` is this poster's alone (see `Ring`'s Sync), and
@@ -213,6 +237,8 @@ mod tests {
             (Reserve::Own, 1u64),
             (Reserve::CasTail, 1),
             (Reserve::CasTail, 3),
+            (Reserve::FaaTail, 1),
+            (Reserve::FaaTail, 3),
         ] {
             let (first, mut rx) = stamp_ring::<u64>(8, reserve);
             let mut posters: Vec<StampPoster<u64>> =

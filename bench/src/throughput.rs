@@ -131,13 +131,20 @@ pub enum Queue {
     /// Floor: [`crate::stamp_ring`] whose posters reserve with one CAS on a
     /// shared tail (run at 1 and 2 posters).
     FloorStampRingCas,
+    /// Floor: [`crate::stamp_ring`] whose posters reserve with one
+    /// fetch-and-add on a shared tail, waiting for room after it.
+    FloorStampRingFaa,
 }
 
 impl Queue {
     /// The floor rows of the busy/item style ([`crate::stamp_ring`]), not
     /// part of [`Queue::ALL`]: they run only where [`Queue::max_posters`]
     /// allows.
-    pub const FLOORS: [Queue; 2] = [Queue::FloorStampRing, Queue::FloorStampRingCas];
+    pub const FLOORS: [Queue; 3] = [
+        Queue::FloorStampRing,
+        Queue::FloorStampRingCas,
+        Queue::FloorStampRingFaa,
+    ];
 
     /// Every system, grouped by consumer style, evd first in each group.
     pub const ALL: [Queue; 15] = [
@@ -178,6 +185,7 @@ impl Queue {
             Queue::EvdWith => "evd dequeue_with",
             Queue::FloorStampRing => "floor: 1-poster stamp ring, no RMW",
             Queue::FloorStampRingCas => "floor: stamp ring + 1 CAS per post",
+            Queue::FloorStampRingFaa => "floor: stamp ring + 1 fetch_add per post",
         }
     }
 
@@ -187,7 +195,8 @@ impl Queue {
             Queue::EvdSingle
             | Queue::ArrayQueue
             | Queue::FloorStampRing
-            | Queue::FloorStampRingCas => Style::BusyItem,
+            | Queue::FloorStampRingCas
+            | Queue::FloorStampRingFaa => Style::BusyItem,
             Queue::EvdBatch | Queue::EvdWith => Style::BusyBatch,
             Queue::EvdWait | Queue::EvdArmWait | Queue::CrossbeamTryIter | Queue::TokioRecvMany => {
                 Style::BlockingBatch
@@ -211,7 +220,10 @@ impl Queue {
 
     /// True for the floor rows ([`Queue::FLOORS`]).
     pub fn is_floor(self) -> bool {
-        matches!(self, Queue::FloorStampRing | Queue::FloorStampRingCas)
+        matches!(
+            self,
+            Queue::FloorStampRing | Queue::FloorStampRingCas | Queue::FloorStampRingFaa
+        )
     }
 
     /// The most posters it runs with (`None`: any number). The CAS floor
@@ -220,7 +232,7 @@ impl Queue {
     pub fn max_posters(self) -> Option<usize> {
         match self {
             Queue::FloorStampRing => Some(1),
-            Queue::FloorStampRingCas => Some(2),
+            Queue::FloorStampRingCas | Queue::FloorStampRingFaa => Some(2),
             _ => None,
         }
     }
@@ -265,6 +277,7 @@ impl Queue {
                 | Queue::CrossbeamTryIter
                 | Queue::FloorStampRing
                 | Queue::FloorStampRingCas
+                | Queue::FloorStampRingFaa
         )
     }
 
@@ -319,12 +332,12 @@ impl Queue {
                     ..s
                 })
             }
-            Queue::FloorStampRing | Queue::FloorStampRingCas => {
+            Queue::FloorStampRing | Queue::FloorStampRingCas | Queue::FloorStampRingFaa => {
                 use crate::stamp_ring::{stamp_ring, Reserve};
-                let reserve = if self == Queue::FloorStampRing {
-                    Reserve::Own
-                } else {
-                    Reserve::CasTail
+                let reserve = match self {
+                    Queue::FloorStampRing => Reserve::Own,
+                    Queue::FloorStampRingCas => Reserve::CasTail,
+                    _ => Reserve::FaaTail,
                 };
                 let (tx, mut rx) = stamp_ring::<P>(CAPACITY, reserve);
                 let mut senders: Vec<_> = (1..posters)
@@ -955,9 +968,11 @@ mod tests {
         }
         assert_eq!(Queue::FloorStampRing.max_posters(), Some(1));
         assert!(Queue::FloorStampRing.run::<u64>(2, 1_000).is_err());
-        assert_eq!(Queue::FloorStampRingCas.max_posters(), Some(2));
-        let run = Queue::FloorStampRingCas.run::<u64>(2, 30_000).unwrap();
-        assert_eq!(run.messages, 30_000);
+        for q in [Queue::FloorStampRingCas, Queue::FloorStampRingFaa] {
+            assert_eq!(q.max_posters(), Some(2));
+            let run = q.run::<u64>(2, 30_000).unwrap();
+            assert_eq!(run.messages, 30_000);
+        }
         assert!(Queue::ALL
             .iter()
             .all(|q| !q.is_floor() && q.max_posters().is_none()));
