@@ -718,8 +718,10 @@ impl AnyWaiter {
     fn drain(&mut self, k: usize, buf: &mut Vec<u64>) -> Result<(), String> {
         match self.evd(k).dequeue_batch(buf, EVD_CAPACITY) {
             Ok(_) | Err(evd::TryDequeueError::Empty) => Ok(()),
-            // No post here is lossy.
-            Err(evd::TryDequeueError::Overflow(_)) => Ok(()),
+            // No post here is lossy: a loss report would be a broken promise.
+            Err(evd::TryDequeueError::Overflow(o)) => {
+                Err(format!("{o}, but no post here is lossy"))
+            }
             Err(evd::TryDequeueError::Closed) => Err("an EVD closed early".into()),
         }
     }

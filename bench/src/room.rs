@@ -323,8 +323,10 @@ fn consume_evd_dequeue(
                     return Ok(());
                 }
             }
-            // Not a loss: no post here is lossy.
-            Err(evd::DequeueError::Overflow(_)) => {}
+            // No post here is lossy: a loss report would be a broken promise.
+            Err(evd::DequeueError::Overflow(o)) => {
+                return Err(format!("{o}, but no post here is lossy"))
+            }
             Err(e) => return Err(e.to_string()),
         }
     }
@@ -352,7 +354,10 @@ fn consume_evd_batch(
                     return Ok(());
                 }
             }
-            Err(evd::TryDequeueError::Overflow(_)) => {}
+            // No post here is lossy: a loss report would be a broken promise.
+            Err(evd::TryDequeueError::Overflow(o)) => {
+                return Err(format!("{o}, but no post here is lossy"))
+            }
             Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
         }
     }

@@ -764,8 +764,9 @@ where
 /// and sleeps until a post (the README's loop).
 pub(crate) fn wait_for_one<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
     match rx.wait(1, None) {
-        // A poster found the ring full and retried: not a loss.
-        Ok(_) | Err(evd::WaitError::Overflow(_)) => Ok(()),
+        Ok(_) => Ok(()),
+        // No post here is lossy: a loss report would be a broken promise.
+        Err(evd::WaitError::Overflow(o)) => Err(format!("{o}, but no post here is lossy")),
         Err(evd::WaitError::Closed { .. }) => Err("evd closed early".into()),
         Err(e) => Err(e.to_string()),
     }
@@ -804,8 +805,10 @@ fn consume_evd_item<P: Payload>(
                     wait.miss();
                 }
             }
-            // A poster found the ring full and retried: not a loss.
-            Err(evd::TryDequeueError::Overflow(_)) => {}
+            // No post here is lossy: a loss report would be a broken promise.
+            Err(evd::TryDequeueError::Overflow(o)) => {
+                return Err(format!("{o}, but no post here is lossy"))
+            }
             Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
         }
     }
@@ -844,8 +847,10 @@ fn consume_evd_batch<P: Payload>(
                 }
                 wait.hit();
             }
-            // A poster found the ring full and retried: not a loss.
-            Err(evd::TryDequeueError::Overflow(_)) => {}
+            // No post here is lossy: a loss report would be a broken promise.
+            Err(evd::TryDequeueError::Overflow(o)) => {
+                return Err(format!("{o}, but no post here is lossy"))
+            }
             Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
         }
     }
@@ -871,8 +876,10 @@ fn consume_evd_with<P: Payload>(
                 }
                 wait.hit();
             }
-            // A poster found the ring full and retried: not a loss.
-            Err(evd::TryDequeueError::Overflow(_)) => {}
+            // No post here is lossy: a loss report would be a broken promise.
+            Err(evd::TryDequeueError::Overflow(o)) => {
+                return Err(format!("{o}, but no post here is lossy"))
+            }
             Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
         }
     }
