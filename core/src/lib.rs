@@ -88,8 +88,8 @@
 //! [`Poster::post_blocking`], [`post_timeout`](Poster::post_timeout) and
 //! [`post_deadline`](Poster::post_deadline) park the thread;
 //! [`post_async`](Poster::post_async)`(ev).await` ([`PostAsync`]) waits in a
-//! task; [`Poster::into_sink`] ([`PostSink`]) is a `futures` `Sink` whose
-//! `poll_ready` waits. Waiting posters queue FIFO; each slot the consumer
+//! task; [`Poster::into_sink`] ([`PostSink`]) is a `futures` `Sink` that
+//! holds one event and waits for room for it. Waiting posters queue FIFO; each slot the consumer
 //! frees wakes one of them (no herd), and a woken poster that loses the slot
 //! to another is first in line again. Nothing is lost or counted: the
 //! timeout forms hand the event back as `Full` when the time is up, and
@@ -164,8 +164,12 @@
 //! [`RecvError::Overflow`] from `recv`, an `Err(Overflow)` item from the
 //! iterators and the `Stream`, and an `Err(Overflow)` call of an upcall
 //! handler. A loss wakes an armed consumer (or starts an upcall). A pending
-//! report comes first, ahead of the queued events, but never twice in a row
-//! while events are ready, so a flood of losses cannot starve the consumer.
+//! report comes first, ahead of the queued events, but a dequeue right after
+//! a report takes an event if one is ready, so a flood of losses cannot
+//! starve the consumer: between two reports the consumer gets an event, or
+//! a dequeue that found none ready (`Empty`, or `Ok(0)` from a batch; the
+//! next report may then come first again). A `wait` whose threshold is met
+//! returns `Ok` and leaves a pending report to the next dequeue.
 //!
 //! Once the EVD is closed and drained, the consumer sees the **end of
 //! stream**: [`TryDequeueError::Closed`], [`DequeueError::Closed`],
@@ -310,6 +314,7 @@ mod shared;
 #[doc(hidden)]
 pub mod state;
 mod sync;
+mod unwind;
 mod upcall;
 
 pub use cno::{Cno, CnoHandle, ReadySet};

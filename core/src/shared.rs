@@ -60,6 +60,7 @@ use crate::sync::{
     fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Mutex, Ordering, RoomBarrier,
     StateWord,
 };
+use crate::unwind::Panics;
 use crate::upcall::handler::{HandlerSlot, Installed, Loaded};
 use crossbeam_utils::CachePadded;
 use std::task::Waker;
@@ -590,25 +591,27 @@ impl<T> Shared<T> {
                 Ok((c.new, (c.wake, c.trigger_cno)))
             }
         });
+        // After CLOSED: a woken waiter's next post is refused as closed. The
+        // room wakes come first: they catch their wakers' panics, while the
+        // consumer's waker (or the CNO's) may panic out of this call, and
+        // must not leave a waiting poster asleep on a closed EVD.
+        self.wake_all_room();
+        // Both owed notifications are delivered even if the first target's
+        // waker panics; the first panic goes on after them.
+        let mut panics = Panics::default();
         if trigger_cno {
-            self.trigger_cno();
+            panics.run(|| self.trigger_cno());
         }
         if wake {
-            self.notify_consumer();
+            panics.run(|| self.notify_consumer());
         }
-        // After CLOSED: a woken waiter's next post is refused as closed.
-        self.wake_all_room();
+        panics.resume();
     }
 
     /// True if a loss report is waiting (a load of the read-mostly loss line).
     #[inline(always)]
     pub(crate) fn loss_pending(&self) -> bool {
         loss::pending(self.losses.load(Ordering::Relaxed)) != 0
-    }
-
-    /// The consumer side's last dequeue (or wait) returned a loss report.
-    pub(crate) fn last_was_report(&self) -> bool {
-        self.consumer.last_was_report.load(Ordering::Relaxed)
     }
 
     /// Take the pending loss report, if any, and remember that the consumer
@@ -1449,7 +1452,7 @@ impl<T> Shared<T> {
         let n = state::len(w, h);
         let buf = self.buffer();
         let backoff = Backoff::new();
-        let mut first_panic = None;
+        let mut panics = Panics::default();
         for i in 0..n {
             let t = h.wrapping_add(i);
             while !buf.is_published(t) {
@@ -1459,28 +1462,9 @@ impl<T> Shared<T> {
             // moved past it before anything else can run.
             let v = unsafe { buf.take(t) };
             self.publish_head(t, t.wrapping_add(1));
-            drop_catching(v, &mut first_panic);
+            panics.drop(v);
         }
-        resume_first(first_panic);
-    }
-}
-
-/// Resume the first destructor panic, unless this thread is already
-/// unwinding (a second panic then would abort the process; the first one is
-/// on its way up anyway).
-fn resume_first(first_panic: Option<Box<dyn std::any::Any + Send>>) {
-    if let Some(p) = first_panic {
-        if !std::thread::panicking() {
-            std::panic::resume_unwind(p);
-        }
-    }
-}
-
-/// Drop `v`; if its destructor panics, keep the first panic for later.
-fn drop_catching<T>(v: T, first_panic: &mut Option<Box<dyn std::any::Any + Send>>) {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(v)));
-    if let Err(p) = r {
-        first_panic.get_or_insert(p);
+        panics.resume();
     }
 }
 
@@ -1494,16 +1478,16 @@ impl<T> Drop for Shared<T> {
         let p = self.read_mostly.buffer.load(Ordering::Relaxed);
         // SAFETY: `p` came from `Box::into_raw` and nobody else can reach it now.
         let buf = unsafe { Box::from_raw(p) };
-        let mut first_panic = None;
+        let mut panics = Panics::default();
         for i in 0..state::len(w, h) {
             let t = h.wrapping_add(i);
             if buf.is_published(t) {
                 // SAFETY: published and never taken (it is at or past the head).
-                drop_catching(unsafe { buf.take(t) }, &mut first_panic);
+                panics.drop(unsafe { buf.take(t) });
             }
         }
         drop(buf);
-        resume_first(first_panic);
+        panics.resume();
     }
 }
 

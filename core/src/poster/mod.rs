@@ -19,6 +19,7 @@ use crate::room::Seat;
 use crate::shared::{Refused, Shared};
 use crate::state::Notify;
 use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::unwind::Panics;
 use std::task::Waker;
 
 /// A posting handle: cloneable, `Send + Sync`, usable from any thread.
@@ -174,8 +175,7 @@ impl<T: Send> Poster<T> {
             Err(PostError::Closed(ev)) => Err(PostError::Closed(ev)),
             Err(PostError::Full(ev)) => match self.shared.commit_loss() {
                 Some(notify) => {
-                    drop(ev);
-                    self.deliver(notify);
+                    self.deliver_then_drop(notify, ev);
                     Ok(Lossy::Lost)
                 }
                 None => Err(PostError::Closed(ev)),
@@ -290,6 +290,22 @@ impl<T: Send> Poster<T> {
     fn done(&self, seat: &mut Seat, r: Result<(), PostError<T>>) -> Attempt<T> {
         self.shared.room_leave(seat, r.is_ok());
         Attempt::Done(r)
+    }
+
+    /// Deliver the notification a loss took, then drop the event given up.
+    ///
+    /// The notification is a debt: the loss's RMW on the state word took it
+    /// (an armed consumer's wake, an upcall's token and instance count, a CNO
+    /// trigger), and nothing else will pay it. So it is paid first, and the
+    /// event's `Drop` (user code, which may panic) runs after. If the
+    /// delivery panics (a handler, a waker), the event is still dropped,
+    /// once; the first panic goes on after both.
+    #[cold]
+    fn deliver_then_drop(&self, notify: Notify, ev: T) {
+        let mut panics = Panics::default();
+        panics.run(|| self.deliver(notify));
+        panics.drop(ev);
+        panics.resume();
     }
 
     /// Perform the notification a reservation (or a loss) took.
