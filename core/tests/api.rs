@@ -720,39 +720,6 @@ fn spin_budget_round_trips_and_defaults_to_default_spin_budget() {
     }
 }
 
-/// A ring holding one event with a loss behind it: the back-off's first look
-/// sees the event ready and returns `Ok`; an arm (the first look of a wait
-/// with no back-off) reports the loss first.
-fn one_event_and_a_loss() -> (evd::Poster<u32>, evd::Consumer<u32>) {
-    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
-    (poster, consumer)
-}
-
-#[test]
-fn a_zero_spin_budget_arms_at_once_without_backing_off() {
-    // Observable without a clock: with a zero budget the wait's first look
-    // is its arm, which reports the pending loss before the ready event.
-    let (_poster, mut consumer) = one_event_and_a_loss();
-    consumer.set_spin_budget(Duration::ZERO);
-    assert_eq!(
-        consumer.wait(1, None),
-        Err(WaitError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(consumer.try_dequeue(), Ok(1));
-    // With a budget, the back-off looks first and finds the event ready;
-    // the report waits for the next dequeue.
-    let (_poster, mut consumer) = one_event_and_a_loss();
-    consumer.set_spin_budget(evd::DEFAULT_SPIN_BUDGET);
-    assert_eq!(consumer.wait(1, None), Ok(1));
-    assert_eq!(
-        consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(consumer.try_dequeue(), Ok(1));
-}
-
 #[test]
 fn a_zero_spin_budget_wait_arms_and_is_woken_by_the_next_post() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();

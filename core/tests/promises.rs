@@ -635,28 +635,120 @@ fn teardown_from_a_nested_upcall_of_another_evd_is_refused_not_a_deadlock() {
 }
 
 #[test]
-fn wait_gives_ready_events_before_a_second_report() {
-    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    consumer.set_spin_budget(Duration::ZERO);
-    for i in 0..4 {
-        poster.post(i).unwrap();
+fn a_wait_that_finds_its_threshold_met_leaves_the_report_to_the_next_dequeue() {
+    for budget in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        evd::DEFAULT_SPIN_BUDGET,
+    ] {
+        for threshold in 1..=4 {
+            for timeout in [None, Some(Duration::ZERO), Some(Duration::from_secs(1))] {
+                let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+                consumer.set_spin_budget(budget);
+                for i in 0..4 {
+                    poster.post(i).unwrap();
+                }
+                assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+                assert_eq!(
+                    consumer.wait(threshold, timeout),
+                    Ok(4),
+                    "budget {budget:?}, threshold {threshold}, timeout {timeout:?}"
+                );
+                assert_eq!(
+                    consumer.try_dequeue(),
+                    Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
+                    "the report waits for the next dequeue"
+                );
+                assert_eq!(consumer.try_dequeue(), Ok(0));
+            }
+        }
     }
+}
+
+#[test]
+fn a_pending_report_ends_a_wait_that_would_block() {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    consumer.set_spin_budget(Duration::ZERO);
+    poster.post(0).unwrap();
+    poster.post(1).unwrap();
     assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.wait(1, None),
-        Err(WaitError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.wait(1, None),
-        Ok(4),
-        "the events, not another report"
-    );
-    assert_eq!(consumer.try_dequeue(), Ok(0));
     assert_eq!(
         consumer.try_dequeue(),
         Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
     );
+    assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(0),
+        "right after a report, an event"
+    );
+    // One event ready, two wanted: the report ends the wait instead of a park.
+    assert_eq!(
+        consumer.wait(2, None),
+        Err(WaitError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+}
+
+#[test]
+fn single_instance_re_enabled_from_its_own_upcall_delivers_the_next_post() {
+    // The seed thread's pattern: the upcall disables itself
+    // (`dat_evd_modify_upcall`), does its work, enables again, and drains.
+    // Only other instances would be waited for; its own goes on.
+    type Slot = Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>>;
+    let slot: Slot = Arc::default();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (s, seen2) = (slot.clone(), seen.clone());
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        let v = ev.unwrap();
+        seen2.lock().unwrap().push(v);
+        if v == 1 {
+            let mut guard = s.lock().unwrap();
+            let up = guard.as_mut().expect("installed before the first post");
+            up.set_policy(UpcallPolicy::Disabled, Invoke::Any).unwrap();
+            assert_eq!(up.query().policy, UpcallPolicy::Disabled);
+            up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+                .expect("re-enabling from its own upcall waits for no other instance");
+            assert_eq!(up.query().policy, UpcallPolicy::SingleInstance);
+        }
+    });
+    *slot.lock().unwrap() = Some(up);
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [1, 2], "the next post was delivered");
+    let up = slot.lock().unwrap().take().unwrap();
+    let q = up.query();
+    assert_eq!((q.len, q.upcalls_in_flight), (0, 0));
+    drop(up.teardown());
+}
+
+#[test]
+fn a_switch_to_single_instance_that_would_wait_for_other_instances_is_refused_from_an_upcall() {
+    // Under ManyInstances other instances may be running: waiting for them
+    // from inside a handler is refused, and the policy stays as it was.
+    type Slot = Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>>;
+    let slot: Slot = Arc::default();
+    let result = Arc::new(std::sync::Mutex::new(None));
+    let (s, r) = (slot.clone(), result.clone());
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |_, _| {
+        if let Some(up) = s.lock().unwrap().as_mut() {
+            let res = up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any);
+            *r.lock().unwrap() = Some((res, up.query().policy));
+        }
+    });
+    *slot.lock().unwrap() = Some(up);
+    poster.post(1).unwrap();
+    assert_eq!(
+        *result.lock().unwrap(),
+        Some((
+            Err(evd::PolicyError::FromUpcall),
+            UpcallPolicy::ManyInstances
+        ))
+    );
+    let up = slot.lock().unwrap().take().unwrap();
+    drop(up.teardown());
 }
 
 #[test]
@@ -674,4 +766,32 @@ fn teardown_drops_the_handler_so_a_poster_it_owns_cannot_keep_the_evd_open() {
         Err(TryDequeueError::Closed),
         "the handler's poster went with the handler"
     );
+}
+
+#[test]
+fn an_arm_with_only_a_report_pending_says_pending_clears_notified_and_arms_nothing() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    poster.post(1).unwrap(); // disarms and notifies
+    assert!(consumer.query().notified);
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(1),
+        "right after a report, an event"
+    );
+    // The ring is empty; one report is pending.
+    assert_eq!(consumer.arm(), ArmStatus::Pending, "a report is work");
+    let q = consumer.query();
+    assert!(!q.notified && !q.armed, "notified cleared, nothing armed");
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
 }

@@ -722,35 +722,19 @@ impl Api {
         } else if self.unwaitable {
             // Checked before the back-off phase: nothing registered, no arm.
             Err(WaitError::Unwaitable)
-        } else if !self.spin_budget.is_zero() && len >= k {
+        } else if len >= k {
+            // Met: `Ok`, and a pending report waits for the next dequeue.
             Ok(len)
+        } else if self.m.overflow > 0 {
+            // A report ends a wait that would otherwise block.
+            self.m.last_was_report = true;
+            Err(WaitError::Overflow(Overflow {
+                lost: std::mem::take(&mut self.m.overflow),
+            }))
+        } else if self.m.closed {
+            Err(WaitError::Closed { available: len })
         } else {
-            self.registered = Registered::Thread;
-            // Right after a report, events that meet the threshold come
-            // before the next report (the core's wait prefers them).
-            if self.m.overflow > 0 && !(len >= k && self.m.last_was_report) {
-                // The arm finds work (or arms, then sees the report and
-                // withdraws); the wait returns the report.
-                if !self.m.closed && len < k && len == 0 {
-                    self.notified = false;
-                }
-                self.armed = false;
-                self.m.last_was_report = true;
-                Err(WaitError::Overflow(Overflow {
-                    lost: std::mem::take(&mut self.m.overflow),
-                }))
-            } else if len >= k {
-                Ok(len)
-            } else if self.m.closed {
-                Err(WaitError::Closed { available: len })
-            } else {
-                // Arms, finds the (zero) timeout expired, disarms.
-                if len == 0 {
-                    self.notified = false;
-                }
-                self.armed = false;
-                Err(WaitError::Timeout { available: len })
-            }
+            Err(WaitError::Timeout { available: len })
         };
         let blocks_forever = matches!(want, Err(WaitError::Timeout { .. }));
         let timeout = if block && !blocks_forever {
@@ -758,6 +742,25 @@ impl Api {
         } else {
             Some(Duration::ZERO)
         };
+        // A zero timeout is a poll: no waker registered, the arm left alone.
+        // Without one, the wait registers its thread and arms, unless the
+        // back-off (a non-zero budget) found the threshold met first.
+        let arms = timeout.is_none()
+            && !matches!(
+                want,
+                Err(WaitError::InvalidThreshold { .. } | WaitError::Unwaitable)
+            )
+            && !(len >= k && !self.spin_budget.is_zero());
+        if arms {
+            self.registered = Registered::Thread;
+            if matches!(want, Err(WaitError::Overflow(_))) {
+                // The arm arms, then sees the report and withdraws.
+                if !self.m.closed && len == 0 {
+                    self.notified = false;
+                }
+                self.armed = false;
+            }
+        }
         assert_eq!(c.wait(k, timeout), want, "wait({k}, {timeout:?})");
     }
 

@@ -127,6 +127,35 @@ mod clock {
     }
 }
 
+/// What a wait that does not block finds: `Some` if it ends now. Met
+/// (`ready >= want`) is `Ok`, and leaves a pending report to the next
+/// dequeue; otherwise a pending report ends the wait; otherwise a closed EVD
+/// whose reserved slots are all written ends it with fewer than `want`.
+/// `None`: the wait would block (or a reserved slot is still being written).
+fn look<T>(s: &Shared<T>, want: u64) -> Option<Result<usize, WaitError>> {
+    let ready = s.ready(u64::MAX);
+    if ready >= want {
+        return Some(Ok(ready as usize));
+    }
+    if let Some(o) = s.take_report() {
+        return Some(Err(WaitError::Overflow(o)));
+    }
+    let queued = s.queued_if_closed()?;
+    // Nothing more will be posted: once the reserved slots are written,
+    // fewer than `want` is final.
+    if queued < want && ready == queued {
+        // The loss count is final now that CLOSED was seen with Acquire: a
+        // loss is told before the end.
+        if let Some(o) = s.take_report() {
+            return Some(Err(WaitError::Overflow(o)));
+        }
+        return Some(Err(WaitError::Closed {
+            available: ready as usize,
+        }));
+    }
+    None
+}
+
 /// Park the consumer's thread until `done` holds. `done` is re-checked after
 /// registering the waker, so a wake between the two is not lost (the wakers
 /// of `done`'s condition wake the registered waker after changing it).
@@ -175,8 +204,20 @@ impl<T> Consumer<T> {
     /// ```
     ///
     /// A zero (or already expired) timeout checks once and returns at once,
-    /// without the back-off; a timeout too large for an [`Instant`] waits
-    /// without one.
+    /// without the back-off and without arming: an arm made with
+    /// [`Consumer::arm`] stays in place (and the *notified* bit as it was). A
+    /// timeout too large for an [`Instant`] waits without one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// assert_eq!(consumer.arm(), evd::ArmStatus::Armed);
+    /// let poll = consumer.wait(1, Some(Duration::ZERO));
+    /// assert_eq!(poll, Err(evd::WaitError::Timeout { available: 0 }));
+    /// assert!(consumer.query().armed, "a poll leaves the arm in place");
+    /// poster.post(1).unwrap(); // and this post notifies it
+    /// assert!(consumer.query().notified);
+    /// ```
     pub fn wait(
         &mut self,
         threshold: usize,
@@ -229,6 +270,15 @@ impl<T> Consumer<T> {
         if let Some(ready) = back_off(&s, want, self.spin_budget, deadline) {
             return Ok(ready as usize);
         }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            // A poll: it looks once and leaves the arm alone, so an arm the
+            // caller made with `arm()` (and its registered waker) stays.
+            return look(&s, want).unwrap_or_else(|| {
+                Err(WaitError::Timeout {
+                    available: s.ready(u64::MAX) as usize,
+                })
+            });
+        }
         let waker = thread_waker(self);
         let backoff = Backoff::new();
         loop {
@@ -255,38 +305,15 @@ impl<T> Consumer<T> {
                     park(deadline);
                 }
                 Arm::Pending => {
-                    let ready = s.ready(u64::MAX);
-                    // A report ends the wait, except right after a report
-                    // while the events are ready: then the events come first,
-                    // so a flood of losses cannot keep the consumer waiting.
-                    if !(ready >= want && s.last_was_report()) {
-                        if let Some(o) = s.take_report() {
-                            return Err(WaitError::Overflow(o));
-                        }
-                    }
-                    if ready >= want {
-                        return Ok(ready as usize);
-                    }
-                    if let Some(queued) = s.queued_if_closed() {
-                        // Nothing more will be posted: once the reserved
-                        // slots are written, fewer than `want` is final.
-                        if queued < want && ready == queued {
-                            // The loss count is final now that CLOSED was
-                            // seen with Acquire: a loss is told before the end.
-                            if let Some(o) = s.take_report() {
-                                return Err(WaitError::Overflow(o));
-                            }
-                            return Err(WaitError::Closed {
-                                available: ready as usize,
-                            });
-                        }
+                    if let Some(end) = look(&s, want) {
+                        return end;
                     }
                     // Reserved slots whose posters are still writing them: a
                     // poster stopped there must not keep a timed wait past
                     // its deadline.
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Err(WaitError::Timeout {
-                            available: ready as usize,
+                            available: s.ready(u64::MAX) as usize,
                         });
                     }
                     backoff.snooze();
@@ -325,8 +352,9 @@ impl<T> Consumer<T> {
 
     /// [`Consumer::dequeue`], giving up with [`DequeueError::Timeout`] after
     /// `timeout`. A zero timeout is a [`Consumer::try_dequeue`] that reports
-    /// "nothing ready" as `Timeout`, returned at once (no back-off). A
-    /// timeout too large for an [`Instant`] waits without one.
+    /// "nothing ready" as `Timeout`, returned at once (no back-off, no arm:
+    /// an arm made with [`Consumer::arm`] stays in place). A timeout too
+    /// large for an [`Instant`] waits without one.
     ///
     /// ```
     /// use std::time::Duration;
