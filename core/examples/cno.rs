@@ -35,9 +35,11 @@ fn main() {
     let mut cno = evd::Cno::new(CONNECTIONS).expect("valid capacity");
 
     // The connections: small rings (8 slots) so posters sometimes find one
-    // full and retry. `bind_cno_new_key` hands out keys below the CNO's
-    // capacity, so a key indexes the connection table directly.
-    let mut conns: Vec<Option<Consumer<u64>>> = (0..CONNECTIONS).map(|_| None).collect();
+    // full and retry. `bind_cno_new_key` hands out keys below twice the
+    // CNO's capacity, so a key indexes a table of that size directly.
+    let keys_max = 2 * cno.capacity();
+    let mut conns: Vec<Option<Consumer<u64>>> = (0..keys_max).map(|_| None).collect();
+    let mut bound = Vec::with_capacity(CONNECTIONS);
     let mut owners: Vec<Vec<(usize, evd::Poster<u64>)>> =
         (0..POSTER_THREADS).map(|_| Vec::new()).collect();
     for c in 0..CONNECTIONS {
@@ -45,8 +47,8 @@ fn main() {
         let key = consumer.bind_cno_new_key(&cno).expect("room for 64") as usize;
         owners[c % POSTER_THREADS].push((key, poster));
         conns[key] = Some(consumer);
+        bound.push(key);
     }
-    let mut conns: Vec<Consumer<u64>> = conns.into_iter().map(Option::unwrap).collect();
 
     // Each poster thread interleaves messages to the connections it owns
     // (`key << 32 | sequence`), then drops its posters: each connection
@@ -85,8 +87,8 @@ fn main() {
 
     // The serving thread (this one). Enable every connection first: each
     // says Armed (nothing posted yet) or Pending (drain it now).
-    let mut next = vec![0u64; CONNECTIONS]; // next sequence number per connection
-    let mut enabled = [false; CONNECTIONS];
+    let mut next = vec![0u64; keys_max]; // next sequence number per connection
+    let mut enabled = vec![false; keys_max];
     let mut open = CONNECTIONS;
     let (mut waits, mut keys_served, mut drained, mut most) = (0u64, 0u64, 0u64, 0usize);
 
@@ -118,8 +120,9 @@ fn main() {
         }
     };
 
-    for key in 0..CONNECTIONS {
-        if !serve(key, &mut conns[key], &mut enabled[key]) {
+    for &key in &bound {
+        let conn = conns[key].as_mut().expect("bound");
+        if !serve(key, conn, &mut enabled[key]) {
             open -= 1;
         }
     }
@@ -135,15 +138,20 @@ fn main() {
             assert!(enabled[key], "a key only for an enabled connection, once");
             enabled[key] = false;
             keys_served += 1;
-            if !serve(key, &mut conns[key], &mut enabled[key]) {
+            let conn = conns[key].as_mut().expect("a key the CNO handed out");
+            if !serve(key, conn, &mut enabled[key]) {
                 open -= 1;
             }
         }
     }
     threads.into_iter().for_each(|t| t.join().unwrap());
 
-    for (c, &n) in next.iter().enumerate() {
-        assert_eq!(n, messages(c), "connection {c}: every message arrived");
+    for &c in &bound {
+        assert_eq!(
+            next[c],
+            messages(c),
+            "connection {c}: every message arrived"
+        );
     }
     assert_eq!(cno.try_next(), None, "nothing left in the ready set");
     drop(conns); // dropping a bound consumer unbinds it

@@ -92,6 +92,16 @@ pub struct CqKey(pub usize);
 /// let mut channel = SoftChannel::new().unwrap();
 /// assert!(channel.get_cq_event().unwrap().is_none());
 /// ```
+///
+/// ```compile_fail
+/// fn assert_clone<T: Clone>() {}
+/// assert_clone::<evd_verbs::ChannelEvent>();
+/// ```
+///
+/// ```compile_fail
+/// fn assert_copy<T: Copy>() {}
+/// assert_copy::<evd_verbs::ChannelEvent>();
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 pub struct ChannelEvent {
     cq: CqKey,

@@ -107,9 +107,10 @@ use std::time::{Duration, Instant};
 
 /// A CNO: one waiter for many EVDs (see the [module docs](crate::cno)).
 ///
-/// `Send`, not `Sync`: one thread (or task) waits on it. EVDs of any event
-/// type are bound to it through a [`CnoHandle`] (or `&Cno`), each with a
-/// `u64` key that [`Cno::wait`] hands back.
+/// `Send` and `Sync`: waiting takes `&mut self`, so one thread (or task)
+/// waits on it while others may bind EVDs through `&Cno` or a
+/// [`CnoHandle`]. EVDs of any event type are bound to it, each with a `u64`
+/// key that [`Cno::wait`] hands back.
 pub struct Cno {
     handle: CnoHandle,
     ready: Consumer<u32>,

@@ -64,6 +64,11 @@ pub enum ArmStatus {
 /// It dequeues (one at a time or in batches), arms, waits (blocking, async, or
 /// through an eventfd), resizes, and can hand itself to an upcall dispatcher
 /// with [`Consumer::into_upcalls`](crate::Consumer::into_upcalls).
+///
+/// ```compile_fail
+/// fn assert_clone<T: Clone>() {}
+/// assert_clone::<evd::Consumer<u8>>();
+/// ```
 pub struct Consumer<T> {
     shared: Arc<Shared<T>>,
     /// Unpark-this-thread waker for blocking waits, made on first use.
@@ -111,8 +116,24 @@ impl<T> Consumer<T> {
     /// alone, with one store of the head for the whole batch. `out` is
     /// reserved once for them, so a buffer with enough capacity is never
     /// reallocated. Returns `Ok(0)` when nothing is ready; a pending loss
-    /// report comes first, as an error (never twice in a row while events
-    /// are ready); `Err(Closed)` once closed and drained.
+    /// report comes first, as an error (but right after a report, the ready
+    /// events come first: see the crate docs, "Loss reports"); `Err(Closed)`
+    /// once closed and drained. `max == 0` looks at nothing and changes
+    /// nothing: it returns `Ok(0)` whatever the state, and a pending report
+    /// or the end of stream waits for a call with `max > 0`.
+    /// ```
+    /// use evd::{Lossy, Overflow, TryDequeueError};
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    /// drop(poster); // closed
+    /// let mut out = Vec::new();
+    /// assert_eq!(consumer.dequeue_batch(&mut out, 0), Ok(0)); // reports nothing
+    /// assert_eq!(consumer.dequeue_batch(&mut out, 4), Err(TryDequeueError::Overflow(Overflow { lost: 1 })));
+    /// assert_eq!(consumer.dequeue_batch(&mut out, 4), Ok(1));
+    /// assert_eq!(consumer.dequeue_batch(&mut out, 0), Ok(0)); // even at the end of stream
+    /// assert_eq!(consumer.dequeue_batch(&mut out, 4), Err(TryDequeueError::Closed));
+    /// ```
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(8).unwrap();
@@ -135,8 +156,9 @@ impl<T> Consumer<T> {
     /// event up to `max` (found by the slots' stamps alone) with one store of
     /// the head for the whole batch, and returns how many `f` got; `Ok(0)`
     /// when nothing is ready. A pending loss report comes first, as an error
-    /// (never twice in a row while events are ready); `Err(Closed)` once
-    /// closed and drained.
+    /// (but right after a report, the ready events come first);
+    /// `Err(Closed)` once closed and drained. `max == 0` is `Ok(0)` whatever
+    /// the state, as for `dequeue_batch`.
     ///
     /// The slots are freed for posters once `f` has had the whole batch (the
     /// one head store comes last), where `dequeue_batch` frees them before
@@ -180,7 +202,11 @@ impl<T> Consumer<T> {
     /// ([`ArmStatus::Armed`]: safe to sleep), or events are waiting
     /// ([`ArmStatus::Pending`]: keep draining). There is no second poll.
     ///
-    /// Arming on an empty ring clears the sticky *notified* bit.
+    /// Arming on an empty ring clears the sticky *notified* bit. A pending
+    /// loss report is work too: with only a report pending (the ring empty)
+    /// the arm's CAS clears *notified*, then finds the report and takes the
+    /// arm back: `Pending`, with *notified* clear and nothing armed. The
+    /// dequeue that follows returns the report.
     ///
     /// ```
     /// use evd::ArmStatus;

@@ -8,18 +8,23 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// A [`Poster`] as a [`Sink`], for `futures`' `SinkExt::send`, `send_all`
-/// and `forward`: `poll_ready` waits (without blocking) for room, as
-/// [`Poster::post_async`] does.
+/// and `forward`, with a buffer of one event: the wait for room (without
+/// blocking, as [`Poster::post_async`] waits) is the held event's.
 ///
 /// The sink holds at most one event of its own: `start_send` posts at once
 /// when the ring has room, and otherwise keeps the event until a later
-/// `poll_ready`, `poll_flush` or `poll_close` posts it (another poster may
-/// take the room `poll_ready` saw). Every error hands the event back
+/// `poll_ready`, `poll_flush` or `poll_close` posts it. So `poll_ready` is
+/// `Ready` whenever the sink holds no event, full ring or not (it reserves
+/// nothing: the room a snapshot would show could be taken by another poster
+/// anyway), and waits for room only while it holds one; `poll_flush` waits
+/// until the held event is in the ring, so `SinkExt::send` (ready, start,
+/// flush) returns once its event is posted. Every error hands the event back
 /// ([`PostError::Closed`]; [`PostError::Full`] only from `start_send`
 /// called while an event is still held, i.e. without `poll_ready`, or
-/// inside an upcall of this same EVD or the closure of its `dequeue_with`). Closing the sink flushes it and drops
-/// its `Poster` handle (the EVD closes when its last poster is dropped, as
-/// always); dropping an unflushed sink drops the event it holds.
+/// inside an upcall of this same EVD or the closure of its `dequeue_with`).
+/// Closing the sink flushes it and drops its `Poster` handle (the EVD closes
+/// when its last poster is dropped, as always); dropping an unflushed sink
+/// drops the event it holds.
 ///
 /// ```
 /// use futures::{executor::block_on, SinkExt};

@@ -56,6 +56,24 @@ pub(crate) fn in_own_handler<T>(s: &Shared<T>) -> bool {
     })
 }
 
+/// How many of `s`'s handler calls are on this thread's stack (each one an
+/// upcall instance of `s` in flight, once `s` is in upcall mode: the
+/// consumer, which `dequeue_with` needs, is then inside the dispatcher).
+pub(crate) fn own_calls<T>(s: &Shared<T>) -> u64 {
+    let id = evd_id(s);
+    INNERMOST.with(|innermost| {
+        let mut n = 0;
+        let mut f = innermost.get();
+        while !f.is_null() {
+            // SAFETY: as in `in_own_handler`: every frame in the chain is live.
+            let frame = unsafe { &*f };
+            n += u64::from(frame.evd == id);
+            f = frame.outer;
+        }
+        n
+    })
+}
+
 /// Run `f` with a frame of `s` linked, as a handler call is: the closure of
 /// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with).
 pub(crate) fn as_handler_of<T, R>(s: &Shared<T>, f: impl FnOnce() -> R) -> R {

@@ -75,6 +75,20 @@ impl<T: Send> Consumer<T> {
     ///
     /// With [`Invoke::Any`] events already queued start an upcall at once, on
     /// this thread; with [`Invoke::New`] they wait for the next post.
+    /// [`UpcallPolicy::Teardown`] is taken as [`UpcallPolicy::Disabled`]: no
+    /// upcall has run yet, so the dispatcher starts in the state a teardown
+    /// leaves (`query().policy == Disabled`, nothing in flight):
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// let (poster, consumer) = evd::bounded(4).unwrap();
+    /// let up = consumer.into_upcalls(UpcallPolicy::Teardown, Invoke::Any, |_: Result<u8, _>, _| {
+    ///     unreachable!("disabled")
+    /// });
+    /// assert_eq!(up.query().policy, UpcallPolicy::Disabled);
+    /// poster.post(1).unwrap(); // queued, not delivered
+    /// assert_eq!(up.teardown().try_dequeue(), Ok(1));
+    /// ```
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};
@@ -173,7 +187,15 @@ impl<T: Send> Upcalls<T> {
     ///   most one runs from the moment this returns.
     /// * `Teardown`: disable, and return after every running upcall has
     ///   returned. Refused from inside one of this EVD's upcalls
-    ///   ([`PolicyError::FromUpcall`]).
+    ///   ([`PolicyError::FromUpcall`]): it would wait for itself.
+    ///
+    /// From inside one of this EVD's own upcalls only *other* instances are
+    /// waited for: a SingleInstance handler may disable the policy and enable
+    /// it again (DAT's `dat_evd_modify_upcall` from the upcall, then drain),
+    /// and its own instance goes on delivering. A switch to `SingleInstance`
+    /// that would have to wait for other instances (some started under
+    /// `ManyInstances`) is refused from inside an upcall with
+    /// [`PolicyError::FromUpcall`], and the policy is left as it was.
     ///
     /// `ManyInstances` is refused with [`PolicyError::FnMutHandler`] while the
     /// handler is an `FnMut` one ([`Consumer::into_upcalls_mut`],
@@ -211,11 +233,13 @@ impl<T: Send> Upcalls<T> {
         // Under ManyInstances any post may start one between this read and
         // the policy CAS, so that case always waits; under Disabled none can
         // start, so the count read here cannot go stale.
+        // Instances in flight on this thread's own stack (a call from inside
+        // a handler) are the caller's: they are not waited for.
         let (current, in_flight) = s.policy_and_instances();
+        let others = in_flight.saturating_sub(instance::own_calls(s));
         let needs_quiesce = policy == UpcallPolicy::Teardown
             || (policy == UpcallPolicy::SingleInstance
-                && (current == PolicyBits::Many
-                    || (current != PolicyBits::Single && in_flight > 0)));
+                && (current == PolicyBits::Many || (current != PolicyBits::Single && others > 0)));
         if needs_quiesce {
             self.quiesce()?;
             if policy == UpcallPolicy::Teardown {
