@@ -608,6 +608,16 @@ impl<T> Shared<T> {
         panics.resume();
     }
 
+    /// True if a loss report is waiting or close has begun: a waiter's
+    /// back-off, which looks only at the slots, must stop looking and decide
+    /// (one load of the read-mostly loss line; a hint, the decision reads
+    /// the words again).
+    #[inline(always)]
+    pub(crate) fn report_or_close_begun(&self) -> bool {
+        let l = self.losses.load(Ordering::Relaxed);
+        loss::pending(l) != 0 || loss::is_closed(l)
+    }
+
     /// True if a loss report is waiting (a load of the read-mostly loss line).
     #[inline(always)]
     pub(crate) fn loss_pending(&self) -> bool {

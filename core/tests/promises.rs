@@ -795,3 +795,29 @@ fn an_arm_with_only_a_report_pending_says_pending_clears_notified_and_arms_nothi
     );
     assert_eq!(consumer.arm(), ArmStatus::Armed);
 }
+
+#[test]
+fn a_wait_that_spins_without_end_still_ends_at_a_report_and_at_the_end_of_stream() {
+    // `Duration::MAX` spins until events are ready and never parks: a report
+    // or the end of stream must end it all the same.
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    consumer.set_spin_budget(Duration::MAX);
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(
+        consumer.wait(1, None),
+        Err(WaitError::Overflow(Overflow { lost: 1 })),
+        "a report ends the spin"
+    );
+    drop(poster);
+    assert_eq!(
+        consumer.wait(1, None),
+        Err(WaitError::Closed { available: 0 })
+    );
+}

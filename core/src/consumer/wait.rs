@@ -70,6 +70,12 @@ fn back_off<T>(
             if s.ready(want) >= want {
                 return Some(s.ready(u64::MAX));
             }
+            // A report or the end of stream ends the wait as well: the arm
+            // path decides which (a budget too large for an `Instant` would
+            // otherwise spin past them forever).
+            if s.report_or_close_begun() {
+                return None;
+            }
         }
         if clock::over(&end) {
             return None;
