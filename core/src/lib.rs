@@ -304,6 +304,7 @@ pub mod cno;
 mod consumer;
 mod error;
 mod notify;
+mod pace;
 mod poster;
 mod query;
 mod ring;
@@ -321,7 +322,9 @@ pub use cno::{Cno, CnoHandle, ReadySet};
 #[cfg(all(target_os = "linux", not(loom)))]
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub use consumer::NotifyFd;
-pub use consumer::{ArmStatus, Consumer, IntoIter, Iter, Recv, TryIter, DEFAULT_SPIN_BUDGET};
+pub use consumer::{
+    ArmStatus, Consumer, IntoIter, Iter, Recv, TryIter, DEFAULT_LINGER_CAP, DEFAULT_SPIN_BUDGET,
+};
 pub use error::{
     BatchPostError, CnoError, CreateError, DequeueError, Overflow, PolicyError, PostError,
     RecvError, ResizeError, TryDequeueError, WaitError,

@@ -87,6 +87,18 @@ impl<T> Buffer<T> {
         })
     }
 
+    /// How many tickets ahead a post prefetches: about
+    /// [`PREFETCH_AHEAD_BYTES`](crate::pace::PREFETCH_AHEAD_BYTES) of slots,
+    /// at least one.
+    const PREFETCH_AHEAD: u64 = {
+        let n = crate::pace::PREFETCH_AHEAD_BYTES / std::mem::size_of::<Slot<T>>();
+        if n == 0 {
+            1
+        } else {
+            n as u64
+        }
+    };
+
     /// The number of slots.
     #[inline(always)]
     pub(crate) fn capacity(&self) -> u64 {
@@ -120,7 +132,13 @@ impl<T> Buffer<T> {
     #[inline(always)]
     pub(crate) unsafe fn publish(this: *const Self, t: u64, value: T) {
         // SAFETY: live by the caller's contract; the `&Buffer` made here ends
-        // with the call to `slot`.
+        // with the call to `slot`, and the pointer taken from it is only
+        // handed to a prefetch, which never dereferences it.
+        let ahead: *const Slot<T> = unsafe { (*this).slot(t.wrapping_add(Self::PREFETCH_AHEAD)) };
+        // The slot a later post will write: ask for its line now (the
+        // poster's half of `crate::pace`).
+        crate::pace::prefetch_for_write(ahead);
+        // SAFETY: as above.
         let slot = unsafe { (*this).slot(t) };
         // SAFETY: by the caller's contract this thread has exclusive access to
         // the value until the stamp below is stored.

@@ -50,6 +50,7 @@
 use crate::cno::engine::{Binding, Link, Reached};
 use crate::error::{Overflow, ResizeError, TryDequeueError};
 use crate::notify::NotifyTargets;
+use crate::pace::Pacer;
 use crate::query::{Counters, Query, UpcallPolicy};
 use crate::ring::Buffer;
 use crate::room::{Joined, Left, Seat, WaitQueue};
@@ -127,6 +128,9 @@ struct ConsumerLine {
     /// load (consumer) against the flag store before the head load (waiting
     /// poster). Immutable after creation.
     room_barrier: RoomBarrier,
+    /// When a dequeue that finds nothing lingers ([`crate::pace`]): touched
+    /// only on that path.
+    pub(crate) pacer: Pacer,
 }
 
 /// Fields every post reads and nobody writes in steady state.
@@ -193,6 +197,7 @@ impl<T> Shared<T> {
                 room_check: AtomicBool::new(!room_barrier.is_asymmetric()),
                 room_waiting: AtomicBool::new(false),
                 room_barrier,
+                pacer: Pacer::new(0),
             }),
             read_mostly: CachePadded::new(ReadMostly {
                 buffer: AtomicPtr::new(Box::into_raw(Box::new(buffer))),
@@ -608,6 +613,22 @@ impl<T> Shared<T> {
         panics.resume();
     }
 
+    /// Cap the consumer's linger ([`crate::pace`]).
+    pub(crate) fn set_linger_cap(&self, cap: std::time::Duration) {
+        self.consumer.pacer.set_cap(cap);
+    }
+
+    /// The consumer's linger cap.
+    pub(crate) fn linger_cap(&self) -> std::time::Duration {
+        self.consumer.pacer.cap()
+    }
+
+    /// Wait one gap of a waiter's back-off by the clock, touching no line a
+    /// poster writes ([`crate::pace`]).
+    pub(crate) fn pace_gap(&self) {
+        self.consumer.pacer.gap();
+    }
+
     /// True if a loss report is waiting or close has begun: a waiter's
     /// back-off, which looks only at the slots, must stop looking and decide
     /// (one load of the read-mostly loss line; a hint, the decision reads
@@ -661,18 +682,34 @@ impl<T> Shared<T> {
         // SAFETY: we are the only consumer and `h` is the head; on `Some` the
         // head moves past it right below, so it is taken once.
         if let Some(v) = unsafe { self.buffer().take_published(h) } {
-            let wake_room = self.store_head(h, h.wrapping_add(1));
-            if last_was_report {
-                self.consumer
-                    .last_was_report
-                    .store(false, Ordering::Relaxed);
+            return Ok(self.took_one(h, v, last_was_report));
+        }
+        if self.consumer.pacer.after_run(h) {
+            // Right after a run: let the posters get ahead, then look again
+            // (`crate::pace`).
+            self.consumer.pacer.linger(h);
+            // SAFETY: as above.
+            if let Some(v) = unsafe { self.buffer().take_published(h) } {
+                return Ok(self.took_one(h, v, last_was_report));
             }
-            if wake_room {
-                return Ok(self.wake_room_then(1, v));
-            }
-            return Ok(v);
         }
         self.nothing_ready(h, last_was_report)
+    }
+
+    /// The event at `h` was taken: move the head past it (waking a poster
+    /// that waits for room if one does), and an event now follows any report.
+    #[inline(always)]
+    fn took_one(&self, h: u64, v: T, last_was_report: bool) -> T {
+        let wake_room = self.store_head(h, h.wrapping_add(1));
+        if last_was_report {
+            self.consumer
+                .last_was_report
+                .store(false, Ordering::Relaxed);
+        }
+        if wake_room {
+            return self.wake_room_then(1, v);
+        }
+        v
     }
 
     /// The head slot is unpublished: a loss report if one waits (even right
@@ -752,7 +789,13 @@ impl<T> Shared<T> {
                 return Err(TryDequeueError::Overflow(o));
             }
         }
-        let n = self.ready(max as u64);
+        let mut n = self.ready(max as u64);
+        if n == 0 && self.consumer.pacer.after_run(self.head()) {
+            // Right after a run: let the posters get ahead, then look again
+            // (`crate::pace`).
+            self.consumer.pacer.linger(self.head());
+            n = self.ready(max as u64);
+        }
         if n == 0 {
             return match self.nothing_ready::<()>(self.head(), last_was_report) {
                 Err(TryDequeueError::Empty) => Ok(None),

@@ -42,6 +42,10 @@ use std::time::Duration;
 /// ```
 pub const DEFAULT_SPIN_BUDGET: Duration = Duration::from_micros(6);
 
+/// The longest a dequeue that finds nothing right after a run lingers, by
+/// default ([`Consumer::set_linger_cap`]): 2 µs.
+pub const DEFAULT_LINGER_CAP: Duration = crate::pace::LINGER_MAX;
+
 /// What [`Consumer::arm`] found.
 ///
 /// Exhaustive on purpose: these are the three outcomes of the arm-then-check
@@ -98,6 +102,9 @@ impl<T> Consumer<T> {
     ///
     /// A pending overflow report comes first, once; then events, FIFO per
     /// poster; [`TryDequeueError::Closed`] once the EVD is closed and drained.
+    /// Right after a run of dequeues, finding nothing ready takes a short
+    /// linger (at most [`Consumer::linger_cap`]) before `Empty`: see
+    /// [`Consumer::set_linger_cap`]; otherwise `Empty` is returned at once.
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(4).unwrap();
@@ -366,6 +373,46 @@ impl<T> Consumer<T> {
     /// ```
     pub fn set_spin_budget(&mut self, budget: Duration) {
         self.spin_budget = budget;
+    }
+
+    /// Cap how long a dequeue that finds nothing right after a run of
+    /// dequeues lingers before it reports it (default [`DEFAULT_LINGER_CAP`];
+    /// [`Duration::ZERO`]: never linger, every empty poll returns at once).
+    ///
+    /// While posters keep the ring busy, a consumer that polls the head slot
+    /// as soon as it has drained the ring reads the very cache line a poster
+    /// is writing, and every locked instruction of the next post then waits
+    /// for that line: on some CPUs this halves the ring's rate. So a dequeue
+    /// (`try_dequeue`, `dequeue_batch`, `dequeue_with`, `recv`, an upcall
+    /// instance's loop) that finds nothing after at least two dequeues since
+    /// its last empty poll waits a short time by the clock, touching no
+    /// poster's line, then looks once more: the time the posters took for a
+    /// couple of dozen events at their last measured pace, between 200 ns
+    /// and this cap. A consumer whose events come one at a time (a request
+    /// and its reply) never lingers; a run that really ended costs one
+    /// linger. The gaps between a blocking wait's looks during its back-off
+    /// are as long. Set zero for a consumer that must return at once from
+    /// every empty poll (one that polls many EVDs in turn, say).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (poster, mut consumer) = evd::bounded::<u8>(8).unwrap();
+    /// assert_eq!(consumer.linger_cap(), evd::DEFAULT_LINGER_CAP);
+    /// consumer.set_linger_cap(Duration::ZERO);
+    /// poster.post(1).unwrap();
+    /// poster.post(2).unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Ok(1));
+    /// assert_eq!(consumer.try_dequeue(), Ok(2));
+    /// // After a run, and no linger: reported at once.
+    /// assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
+    /// ```
+    pub fn set_linger_cap(&mut self, cap: Duration) {
+        self.shared.set_linger_cap(cap);
+    }
+
+    /// The linger cap ([`Consumer::set_linger_cap`]).
+    pub fn linger_cap(&self) -> Duration {
+        self.shared.linger_cap()
     }
 
     /// How long a blocking wait backs off before it parks

@@ -24,32 +24,25 @@ fn thread_waker<T>(c: &mut Consumer<T>) -> Waker {
     }
 }
 
-/// Back-off steps between two reads of the clock during a wait's back-off.
-///
-/// Measured on a 2-vCPU AMD EPYC Firecracker VM (TSC clocksource), the
-/// machine [`DEFAULT_SPIN_BUDGET`](crate::DEFAULT_SPIN_BUDGET) was measured on:
-/// `Instant::now` costs about 54 ns (a vDSO read), one spin 30–40 ns, a yield
-/// about 0.8 µs, and the back-off's steps double: 1, 2, 4, … 64 spins, then a
-/// yield each. Read every step, the clock would cost more than each of the
-/// first four steps (1–8 spins) and about 10% of the default budget (11
-/// reads in 6 µs). Read every fourth step, it costs about 10% of the first
-/// stretch (15 spins), about 1% of the next (112 spins and a yield), under 2%
-/// of each later one (four yields), about 3% of the default budget. Every
-/// second step it would cost half of the first stretch (3 spins) and an
-/// eighth of the second; every eighth, the budget could be overrun by eight
-/// steps. The price of four: the budget is overrun by up to four steps, well
-/// under a microsecond while the spins are short, a few microseconds once
-/// they are long or yield.
-const CLOCK_EVERY: u32 = 4;
+/// How long a wait's back-off spins, by the clock, before it yields the CPU
+/// between its looks instead: with posters sharing the CPUs a yield lets them
+/// fill the ring. The spinning half of the default budget.
+const SPIN_PHASE: Duration = Duration::from_micros(3);
 
 /// The back-off phase of a wait: look for `want` ready events for `budget`
-/// (or until `deadline`), spinning then yielding. `Some(ready)` if they were
-/// found; `None` when the wait must arm.
+/// (or until `deadline`); `Some(ready)` if they were found; `None` when the
+/// wait must arm (the budget is over, or a report or close has begun).
+///
+/// Between two looks it waits one gap by the clock, reading no line a poster
+/// writes (the consumer's half of [`crate::pace`]: each look at the head
+/// slot would pull the line a poster is writing): the pacer's gap while the
+/// back-off is younger than [`SPIN_PHASE`], a yield after. The gap follows
+/// the posters' last measured pace, so it is the same share of their work on
+/// any CPU; no step is counted in spins or PAUSE instructions.
 ///
 /// A non-zero budget looks once before anything else (ready events end the
 /// wait at once, even past its deadline); a deadline already past then skips
-/// the back-off (a zero timeout is a poll). The clock is read when the
-/// back-off starts and every [`CLOCK_EVERY`] steps, never on the others.
+/// the back-off (a zero timeout is a poll).
 fn back_off<T>(
     s: &Shared<T>,
     want: u64,
@@ -63,19 +56,20 @@ fn back_off<T>(
         return Some(s.ready(u64::MAX));
     }
     let end = clock::start(budget, deadline)?;
-    let backoff = Backoff::new();
     loop {
-        for _ in 0..CLOCK_EVERY {
-            backoff.snooze();
-            if s.ready(want) >= want {
-                return Some(s.ready(u64::MAX));
-            }
-            // A report or the end of stream ends the wait as well: the arm
-            // path decides which (a budget too large for an `Instant` would
-            // otherwise spin past them forever).
-            if s.report_or_close_begun() {
-                return None;
-            }
+        // A report or the end of stream ends the wait as well: the arm path
+        // decides which (a budget too large for an `Instant` would otherwise
+        // spin past them forever).
+        if s.report_or_close_begun() {
+            return None;
+        }
+        if clock::spinning(&end) {
+            s.pace_gap();
+        } else {
+            thread::yield_now();
+        }
+        if s.ready(want) >= want {
+            return Some(s.ready(u64::MAX));
         }
         if clock::over(&end) {
             return None;
@@ -88,9 +82,12 @@ fn back_off<T>(
 mod clock {
     use std::time::{Duration, Instant};
 
-    /// When the back-off ends; `None`: never (a budget too large for an
-    /// `Instant`, and no deadline).
-    pub(super) struct End(Option<Instant>);
+    /// When the back-off started, and when it ends (`None`: never, a budget
+    /// too large for an `Instant`, and no deadline).
+    pub(super) struct End {
+        start: Instant,
+        end: Option<Instant>,
+    }
 
     /// Start the back-off now; `None` if the deadline has passed already.
     pub(super) fn start(budget: Duration, deadline: Option<Instant>) -> Option<End> {
@@ -102,19 +99,24 @@ mod clock {
         };
         match end {
             Some(e) if now >= e => None,
-            _ => Some(End(end)),
+            _ => Some(End { start: now, end }),
         }
     }
 
+    /// Still in the spinning phase ([`super::SPIN_PHASE`]).
+    pub(super) fn spinning(end: &End) -> bool {
+        end.start.elapsed() < super::SPIN_PHASE
+    }
+
     pub(super) fn over(end: &End) -> bool {
-        end.0.is_some_and(|e| Instant::now() >= e)
+        end.end.is_some_and(|e| Instant::now() >= e)
     }
 }
 
 /// loom and shuttle have no time, and a model's runs must not depend on the
-/// wall clock: the budget is over at its first check (`CLOCK_EVERY` steps).
-/// A deadline, which the models use only as "now" (a zero timeout), is still
-/// checked at the start, so a poll does not back off.
+/// wall clock: the budget is over after its first gap (a yield). A deadline,
+/// which the models use only as "now" (a zero timeout), is still checked at
+/// the start, so a poll does not back off.
 #[cfg(any(loom, shuttle))]
 mod clock {
     use std::time::{Duration, Instant};
@@ -126,6 +128,10 @@ mod clock {
             Some(d) if Instant::now() >= d => None,
             _ => Some(End),
         }
+    }
+
+    pub(super) fn spinning(_end: &End) -> bool {
+        true
     }
 
     pub(super) fn over(_end: &End) -> bool {

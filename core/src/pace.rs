@@ -1,0 +1,309 @@
+//! Pacing: keeping the consumer off the posters' cache lines while the ring
+//! runs, and the posters' stores on lines they already own.
+//!
+//! # Why
+//!
+//! A post is one locked instruction (the reservation CAS) and a few plain
+//! stores (the slot's value and stamp). A locked instruction is a full
+//! barrier: it waits until the store buffer has drained, so each CAS waits
+//! for the previous post's slot stores to reach the cache. Those stores miss
+//! whenever the consumer has just read that slot's line, which is what a
+//! consumer faster than its posters does: it runs the ring near-empty and
+//! polls the very line the posters are writing. Every poll then moves the
+//! line to the consumer and every store moves it back, and the next CAS waits
+//! for that. On CPUs whose locked instructions are cheap (AMD EPYC, about
+//! 3 ns uncontended) this hides behind the CAS; on those where they cost
+//! 10–11 ns and drain the store buffer strictly (Intel Xeon), it halves the
+//! rate of the ring, below that of a queue (crossbeam's `ArrayQueue`) whose
+//! slower consumer never catches up with its posters.
+//!
+//! # What
+//!
+//! Two halves, each cheap where it is not needed:
+//!
+//! * **The poster asks for its lines early.** After its reservation, a post
+//!   issues a write prefetch ([`prefetch_for_write`]) for the slot
+//!   [`PREFETCH_AHEAD_BYTES`] ahead of its own, so that by the time a later
+//!   post writes that slot the line is already owned by a poster, and the
+//!   stores that the next CAS waits for hit. One instruction, no shared
+//!   write; a hint, so it cannot be wrong, only useless.
+//! * **The consumer lets the posters get ahead after a run.** A dequeue that
+//!   finds the head slot unpublished right after a run of at least
+//!   [`RUN`] dequeues ([`Pacer::after_run`]) does not report "empty" at
+//!   once: it waits ([`Pacer::linger`]) for the linger time by the clock,
+//!   reading no line any poster writes, then looks once more. While the ring
+//!   runs, that look finds a batch of events published in lines their
+//!   posters finished with, and the next empty poll is many events later;
+//!   the empty polls per event fall from about 0.2 to near 0. A consumer
+//!   whose traffic comes one event at a time (a ping-pong, a request and its
+//!   reply) never has a run, so it never lingers, and its busy polling keeps
+//!   its latency at the floor. A run that really ended costs one linger,
+//!   once: the next empty poll is not after a run.
+//!
+//! The linger time is measured in the posters' own pace, not in spin counts
+//! or PAUSE instructions (whose cost differs tenfold between CPUs): each
+//! linger reads the clock when it starts and when it ends, and the pacer
+//! keeps the time and count of the last run it saw (from the end of one
+//! linger to the start of the next). The linger is [`LINGER_EVENTS`] events
+//! at that run's rate, held between [`LINGER_MIN`] and [`LINGER_MAX`]: long
+//! enough for the posters to fill a few lines, short enough that a run that
+//! really ended costs little. [`Consumer::set_linger`](crate::Consumer)
+//! caps it (zero turns lingering off).
+//!
+//! # Correctness
+//!
+//! Nothing here is part of the protocol. The prefetch writes nothing. The
+//! linger reads only the consumer's own line and the clock, and is followed
+//! by the same stamp check a dequeue makes anyway; skipping it (as loom and
+//! shuttle do: they have no clock) changes only when "empty" is reported, and
+//! "empty" was always a snapshot.
+
+// std's atomics even under loom and shuttle: the pacer is no part of the
+// protocol (it orders nothing and is read only by the thread that writes it),
+// and the models need not explore its loads and stores.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A dequeue that finds nothing after at least this many dequeues since the
+/// last such find lingers. Two, so that a strict ping-pong (one event, then
+/// nothing) never lingers.
+pub(crate) const RUN: u64 = 2;
+
+/// The linger lasts this many events at the pace of the last run.
+pub(crate) const LINGER_EVENTS: u64 = 24;
+
+/// The shortest linger: below this the clock's own cost (two reads, tens of
+/// nanoseconds) is a large part of it.
+pub(crate) const LINGER_MIN: Duration = Duration::from_nanos(200);
+
+/// The longest linger, and the default cap: a busy-polling consumer whose
+/// run really ended loses at most this once per run.
+pub(crate) const LINGER_MAX: Duration = Duration::from_micros(2);
+
+/// How far ahead of its own slot a post prefetches: two cache lines (four
+/// `u64` slots share a line; one 64-byte event's slot spans two).
+pub(crate) const PREFETCH_AHEAD_BYTES: usize = 128;
+
+/// The consumer side's pacing state, in the consumer's own line. Touched only
+/// by the consumer side (the token holder, under upcalls), and only when a
+/// dequeue finds nothing.
+pub(crate) struct Pacer {
+    /// The head at the last dequeue that found nothing (lingered or not).
+    quiet_head: AtomicU64,
+    /// The linger cap in nanoseconds (`Consumer::set_linger`); 0: never.
+    cap_ns: AtomicU64,
+    /// The pace of the last run: nanoseconds per event, as a fixed-point
+    /// value (<< 8), 0 until a run has been timed.
+    pace: AtomicU64,
+    /// When the last linger ended (nanoseconds since the pacer's epoch), and
+    /// the head then: the start of the run the next linger times.
+    run_start_ns: AtomicU64,
+    run_start_head: AtomicU64,
+    #[cfg(not(any(loom, shuttle)))]
+    epoch: std::time::Instant,
+}
+
+impl Pacer {
+    pub(crate) fn new(head: u64) -> Self {
+        Pacer {
+            quiet_head: AtomicU64::new(head),
+            cap_ns: AtomicU64::new(LINGER_MAX.as_nanos() as u64),
+            pace: AtomicU64::new(0),
+            run_start_ns: AtomicU64::new(0),
+            run_start_head: AtomicU64::new(head),
+            #[cfg(not(any(loom, shuttle)))]
+            epoch: std::time::Instant::now(),
+        }
+    }
+
+    /// Cap the linger at `cap` (zero: never linger).
+    pub(crate) fn set_cap(&self, cap: Duration) {
+        let ns = u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX);
+        self.cap_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The linger cap.
+    pub(crate) fn cap(&self) -> Duration {
+        Duration::from_nanos(self.cap_ns.load(Ordering::Relaxed))
+    }
+
+    /// A dequeue at head `h` found nothing: true if it came right after a
+    /// run and should [`linger`](Pacer::linger), then look once more. Either
+    /// way `h` is now the last quiet head.
+    #[inline]
+    pub(crate) fn after_run(&self, h: u64) -> bool {
+        // Relaxed: the consumer side's own field (the upcall token's
+        // hand-offs order it between holders).
+        let last = self.quiet_head.swap_relaxed(h);
+        let run = h.wrapping_sub(last) >= RUN && self.cap_ns.load(Ordering::Relaxed) != 0;
+        if !run && self.run_start_ns.load(Ordering::Relaxed) != 0 {
+            // A quiet poll between two lingers: the next run starts later
+            // than the last linger's end, so it is not timed.
+            self.run_start_ns.store(0, Ordering::Relaxed);
+        }
+        run
+    }
+
+    /// Wait for the linger time by the clock, reading nothing any poster
+    /// writes. Called only after [`Pacer::after_run`] said so.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn linger(&self, h: u64) {
+        #[cfg(not(any(loom, shuttle)))]
+        {
+            let now = self.now_ns();
+            self.learn_pace(now, h);
+            let until = now.saturating_add(self.linger_ns());
+            let mut t = now;
+            while t < until {
+                std::hint::spin_loop();
+                t = self.now_ns();
+            }
+            let _ = t;
+            self.run_start_ns.store(now, Ordering::Relaxed);
+            self.run_start_head.store(h, Ordering::Relaxed);
+        }
+        #[cfg(any(loom, shuttle))]
+        {
+            // No clock: the linger is a yield, so that a model explores the
+            // look after it with posts in between.
+            let _ = h;
+            crate::sync::thread::yield_now();
+        }
+    }
+
+    /// One gap between two looks of a waiter's back-off: as long as a
+    /// linger, by the clock, reading nothing any poster writes.
+    #[cold]
+    pub(crate) fn gap(&self) {
+        #[cfg(not(any(loom, shuttle)))]
+        {
+            let now = self.now_ns();
+            let until = now.saturating_add(self.linger_ns().max(1));
+            while self.now_ns() < until {
+                std::hint::spin_loop();
+            }
+        }
+        #[cfg(any(loom, shuttle))]
+        crate::sync::thread::yield_now();
+    }
+
+    /// The run that ends at head `h` and time `now`: from the end of the
+    /// last linger, if that was its start (no quiet poll in between moved it).
+    #[cfg(not(any(loom, shuttle)))]
+    fn learn_pace(&self, now: u64, h: u64) {
+        let start = self.run_start_ns.load(Ordering::Relaxed);
+        let events = h.wrapping_sub(self.run_start_head.load(Ordering::Relaxed));
+        if start == 0 || events < RUN || now <= start {
+            return;
+        }
+        let pace = ((now - start) << 8) / events;
+        self.pace.store(pace, Ordering::Relaxed);
+    }
+
+    /// The linger: [`LINGER_EVENTS`] at the last run's pace, within
+    /// [`LINGER_MIN`]..=[`LINGER_MAX`] and under the cap.
+    #[cfg(not(any(loom, shuttle)))]
+    fn linger_ns(&self) -> u64 {
+        let pace = self.pace.load(Ordering::Relaxed);
+        let want = if pace == 0 {
+            LINGER_MIN.as_nanos() as u64
+        } else {
+            (pace * LINGER_EVENTS) >> 8
+        };
+        let want = want.clamp(LINGER_MIN.as_nanos() as u64, LINGER_MAX.as_nanos() as u64);
+        want.min(self.cap_ns.load(Ordering::Relaxed))
+    }
+
+    #[cfg(not(any(loom, shuttle)))]
+    fn now_ns(&self) -> u64 {
+        // Nanoseconds since the epoch; never 0 after the first (the epoch
+        // itself is read before any linger).
+        self.epoch.elapsed().as_nanos() as u64 | 1
+    }
+}
+
+/// A plain load-then-store on a field only one thread writes: a swap that
+/// needs no locked instruction.
+trait SwapRelaxed {
+    fn swap_relaxed(&self, v: u64) -> u64;
+}
+
+impl SwapRelaxed for AtomicU64 {
+    #[inline(always)]
+    fn swap_relaxed(&self, v: u64) -> u64 {
+        let old = self.load(Ordering::Relaxed);
+        self.store(v, Ordering::Relaxed);
+        old
+    }
+}
+
+/// Ask for the cache line at `p` in a state this core can write, without
+/// waiting for it. A hint: no fault, no effect on what any thread reads.
+#[inline(always)]
+pub(crate) fn prefetch_for_write<U>(p: *const U) {
+    #[cfg(all(target_arch = "x86_64", not(any(loom, shuttle, miri))))]
+    // SAFETY: `prefetchw` only hints the cache; it never faults, whatever the
+    // address, and writes no register or memory. On a CPU without it
+    // (before Broadwell) the encoding is a NOP.
+    unsafe {
+        std::arch::asm!(
+            "prefetchw [{p}]",
+            p = in(reg) p,
+            options(nostack, preserves_flags, readonly)
+        );
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(any(loom, shuttle, miri)))))]
+    let _ = p;
+}
+
+#[cfg(all(test, not(any(loom, shuttle))))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_dequeue_after_a_run_lingers() {
+        let p = Pacer::new(0);
+        assert!(!p.after_run(0), "nothing dequeued yet");
+        assert!(!p.after_run(1), "one event is no run");
+        assert!(p.after_run(3), "two dequeues since the last quiet poll");
+        assert!(!p.after_run(3), "the next poll is not after a run");
+    }
+
+    #[test]
+    fn a_zero_cap_never_lingers() {
+        let p = Pacer::new(0);
+        p.set_cap(Duration::ZERO);
+        assert!(!p.after_run(100));
+        assert_eq!(p.cap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_linger_follows_the_last_runs_pace_within_its_bounds() {
+        let p = Pacer::new(0);
+        assert_eq!(
+            p.linger_ns(),
+            LINGER_MIN.as_nanos() as u64,
+            "untimed: the minimum"
+        );
+        // A run of 100 events in 2 µs: 20 ns each.
+        p.run_start_ns.store(1_000, Ordering::Relaxed);
+        p.run_start_head.store(0, Ordering::Relaxed);
+        p.learn_pace(3_000, 100);
+        assert_eq!(p.linger_ns(), 20 * LINGER_EVENTS);
+        // A slow run: held at the maximum.
+        p.learn_pace(1_000_000, 100);
+        assert_eq!(p.linger_ns(), LINGER_MAX.as_nanos() as u64);
+        // Under a lower cap.
+        p.set_cap(Duration::from_nanos(300));
+        assert_eq!(p.linger_ns(), 300);
+    }
+
+    #[test]
+    fn a_linger_waits_by_the_clock() {
+        let p = Pacer::new(0);
+        let start = std::time::Instant::now();
+        p.linger(10);
+        assert!(start.elapsed() >= LINGER_MIN, "it waited its minimum");
+    }
+}
