@@ -1,6 +1,7 @@
 //! Criterion re-arm benches: evd's one-CAS arm against "arm, then poll
-//! again" on the same empty evd ring (see `evd_bench::rearm`). Instruction
-//! counts come from `evd-bench compare` (callgrind), not from here.
+//! again" on the same empty evd ring, and against one bare uncontended CAS
+//! (see `evd_bench::rearm`). Instruction counts come from `evd-bench
+//! compare` (callgrind), not from here.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use evd_bench::rearm::{Rearm, RearmKind};

@@ -6,6 +6,7 @@ use crate::cno::{self, CnoInsnKind, CnoSystem, CnoWakeSystem, Feed, Variant};
 use crate::latency::WakeSystem;
 use crate::pair::{Pair, PairCalls, PairSystem};
 use crate::payload::Event64;
+use crate::pingpong::{self, PingPongSystem};
 use crate::rearm::{count_instructions, count_mode, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
 use crate::room::{self, room_case, RoomSystem, RoomWakeSystem, Work};
@@ -36,11 +37,11 @@ pub struct Plan {
     pub budget: Duration,
     /// Share of the budget each section may use: throughput (calibration
     /// included), room throughput (calibration included), wake latency,
-    /// room-wake latency, re-arm timing, single-thread pairs, CNO wake
-    /// latency, CNO trigger cost, CNO throughput (calibration included);
-    /// what a section leaves unused goes to the next. The rest is for
-    /// callgrind.
-    pub shares: [f64; 9],
+    /// room-wake latency, re-arm timing, single-thread pairs, busy
+    /// ping-pong, CNO wake latency, CNO trigger cost, CNO throughput
+    /// (calibration included); what a section leaves unused goes to the
+    /// next. The rest is for callgrind.
+    pub shares: [f64; 10],
     /// Interleaved throughput rounds (after one calibration round).
     pub throughput_rounds: usize,
     /// Events moved by each calibration run.
@@ -65,6 +66,11 @@ pub struct Plan {
     pub pair_rounds: usize,
     /// Post+dequeue pairs per round.
     pub pair_iters: u64,
+    /// Interleaved busy ping-pong rounds.
+    pub pingpong_rounds: usize,
+    /// Round trips measured per system and round (after
+    /// [`pingpong::WARMUP`] unrecorded ones).
+    pub pingpong_samples: u64,
     /// Interleaved CNO trigger-cost rounds (the CNO wake latency has the
     /// wake latency's rounds and samples).
     pub cno_trigger_rounds: usize,
@@ -86,11 +92,11 @@ impl Plan {
     pub fn full() -> Self {
         // Seconds per section, in the order of `shares`; callgrind has the
         // rest of the budget.
-        const SECONDS: [f64; 9] = [30.0, 7.8, 5.6, 2.8, 1.7, 1.7, 1.5, 3.5, 3.5];
+        const SECONDS: [f64; 10] = [30.0, 7.8, 5.6, 2.8, 1.7, 1.7, 2.0, 1.5, 3.5, 3.5];
         Plan {
             quick: false,
-            budget: Duration::from_secs(66),
-            shares: SECONDS.map(|s| s / 66.0),
+            budget: Duration::from_secs(68),
+            shares: SECONDS.map(|s| s / 68.0),
             throughput_rounds: 7,
             calibration_messages: 40_000,
             throughput_run: Duration::from_millis(35),
@@ -103,6 +109,8 @@ impl Plan {
             rearm_iters: 2_000_000,
             pair_rounds: 7,
             pair_iters: 1_000_000,
+            pingpong_rounds: 7,
+            pingpong_samples: 40_000,
             cno_trigger_rounds: 7,
             cno_trigger_run: Duration::from_millis(10),
             cno_throughput_rounds: 7,
@@ -116,11 +124,11 @@ impl Plan {
     pub fn quick() -> Self {
         // Seconds per section, in the order of `shares`; callgrind has the
         // rest of the budget.
-        const SECONDS: [f64; 9] = [5.6, 1.7, 2.0, 0.85, 0.3, 0.3, 0.7, 0.8, 1.0];
+        const SECONDS: [f64; 10] = [5.6, 1.7, 2.0, 0.85, 0.3, 0.3, 0.5, 0.7, 0.8, 1.0];
         Plan {
             quick: true,
-            budget: Duration::from_secs(18),
-            shares: SECONDS.map(|s| s / 18.0),
+            budget: Duration::from_millis(18_500),
+            shares: SECONDS.map(|s| s / 18.5),
             throughput_rounds: 3,
             calibration_messages: 10_000,
             throughput_run: Duration::from_millis(12),
@@ -133,6 +141,8 @@ impl Plan {
             rearm_iters: 1_000_000,
             pair_rounds: 3,
             pair_iters: 500_000,
+            pingpong_rounds: 3,
+            pingpong_samples: 10_000,
             cno_trigger_rounds: 3,
             cno_trigger_run: Duration::from_millis(3),
             cno_throughput_rounds: 3,
@@ -154,15 +164,16 @@ impl Plan {
             (self.latency_rounds * (WakeSystem::ALL.len() + RoomWakeSystem::ALL.len())) as u64;
         let re = (self.rearm_rounds * RearmKind::ALL.len()) as u64;
         let pair = (self.pair_rounds * PairSystem::ALL.len() * PairCalls::ALL.len()) as u64;
+        let pp = (self.pingpong_rounds * PingPongSystem::ALL.len()) as u64;
         let cno_lat = (self.latency_rounds * CnoWakeSystem::ALL.len()) as u64;
         let cno_trig = (self.cno_trigger_rounds * cno_trigger_jobs().len()) as u64;
         let cno_tp = cno_throughput_jobs().len() as u64 * (1 + self.cno_throughput_rounds as u64);
         let cg = if self.callgrind {
-            (RearmKind::ALL.len() + CnoInsnKind::ALL.len()) as u64
+            (RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()) as u64
         } else {
             0
         };
-        tp + rm + lat + re + pair + cno_lat + cno_trig + cno_tp + cg
+        tp + rm + lat + re + pair + pp + cno_lat + cno_trig + cno_tp + cg
     }
 }
 
@@ -338,8 +349,9 @@ fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
 trait LatencyJob: Copy {
     /// See [`Measurement::system`].
     fn name(self) -> &'static str;
-    /// Measure `samples` one-way wakes, in ns.
-    fn measure(self, samples: u64) -> Result<Histogram<u64>, String>;
+    /// Measure `samples` latencies, in ns, with the run's diagnostics if it
+    /// has any.
+    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String>;
     /// The record skeleton of its row for `metric`.
     fn measurement(self, metric: &str) -> Measurement;
 }
@@ -348,8 +360,8 @@ impl LatencyJob for WakeSystem {
     fn name(self) -> &'static str {
         WakeSystem::name(self)
     }
-    fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
-        WakeSystem::measure(self, samples)
+    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> {
+        WakeSystem::measure(self, samples).map(|h| (h, None))
     }
     fn measurement(self, metric: &str) -> Measurement {
         latency_measurement(self, metric)
@@ -360,8 +372,8 @@ impl LatencyJob for RoomWakeSystem {
     fn name(self) -> &'static str {
         RoomWakeSystem::name(self)
     }
-    fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
-        RoomWakeSystem::measure(self, samples)
+    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> {
+        RoomWakeSystem::measure(self, samples).map(|h| (h, None))
     }
     fn measurement(self, metric: &str) -> Measurement {
         let r = if self.is_floor() {
@@ -382,8 +394,8 @@ impl LatencyJob for CnoWakeSystem {
     fn name(self) -> &'static str {
         CnoWakeSystem::name(self)
     }
-    fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
-        CnoWakeSystem::measure(self, samples)
+    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> {
+        CnoWakeSystem::measure(self, samples).map(|h| (h, None))
     }
     fn measurement(self, metric: &str) -> Measurement {
         let r = if self.is_floor() {
@@ -393,6 +405,34 @@ impl LatencyJob for CnoWakeSystem {
         };
         let mut m = Measurement::new(cno::WAKE_CASE, self.name(), r, "blocking", metric);
         m.baseline = self.baseline().map(|b| b.name().into());
+        m.floor = self.floor().map(|f| f.name().into());
+        m.threads = 2;
+        m
+    }
+}
+
+impl LatencyJob for PingPongSystem {
+    fn name(self) -> &'static str {
+        PingPongSystem::name(self)
+    }
+    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> {
+        let (h, same_cpu_share) = PingPongSystem::measure(self, samples)?;
+        let d = Diagnostics {
+            empty_polls_per_msg: None,
+            full_refusals_per_msg: None,
+            room_wakes_per_msg: None,
+            same_cpu_share,
+        };
+        Ok((h, Some(d)))
+    }
+    fn measurement(self, metric: &str) -> Measurement {
+        let r = if self.is_floor() {
+            Role::Floor
+        } else {
+            role(self.is_evd())
+        };
+        let mut m = Measurement::new(pingpong::CASE, self.name(), r, self.consumer(), metric);
+        m.baseline = Some(self.baseline().name().into());
         m.floor = self.floor().map(|f| f.name().into());
         m.threads = 2;
         m
@@ -548,23 +588,18 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     let wake = Latency {
         section: "wake latency",
         case: "wake-latency",
+        rounds: plan.latency_rounds,
+        samples: plan.latency_samples,
     };
-    latency_section(
-        plan,
-        deadline(2),
-        &pb,
-        &mut c,
-        &mut notes,
-        wake,
-        &WakeSystem::ALL,
-    );
+    latency_section(deadline(2), &pb, &mut c, &mut notes, wake, &WakeSystem::ALL);
     time("wake latency");
     let room_wake = Latency {
         section: "room-wake latency",
         case: ROOM_WAKE_CASE,
+        rounds: plan.latency_rounds,
+        samples: plan.latency_samples,
     };
     latency_section(
-        plan,
         deadline(3),
         &pb,
         &mut c,
@@ -573,17 +608,33 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         &RoomWakeSystem::ALL,
     );
     time("room-wake latency");
-    rearm_section(plan, deadline(4), &pb, &mut c);
+    rearm_section(plan, deadline(4), &pb, &mut c, &mut notes);
     time("re-arm");
     pair_section(plan, deadline(5), &pb, &mut c, &mut notes);
     time("single-thread pair");
+    let pingpong = Latency {
+        section: "busy ping-pong",
+        case: pingpong::CASE,
+        rounds: plan.pingpong_rounds,
+        samples: plan.pingpong_samples,
+    };
+    latency_section(
+        deadline(6),
+        &pb,
+        &mut c,
+        &mut notes,
+        pingpong,
+        &PingPongSystem::ALL,
+    );
+    time("busy ping-pong");
     let cno_wake = Latency {
         section: "cno wake latency",
         case: cno::WAKE_CASE,
+        rounds: plan.latency_rounds,
+        samples: plan.latency_samples,
     };
     latency_section(
-        plan,
-        deadline(6),
+        deadline(7),
         &pb,
         &mut c,
         &mut notes,
@@ -591,7 +642,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         &CnoWakeSystem::ALL,
     );
     time("cno wake latency");
-    cno_trigger_section(plan, deadline(7), &pb, &mut c, &mut notes);
+    cno_trigger_section(plan, deadline(8), &pb, &mut c, &mut notes);
     time("cno trigger");
     let spec = RunSection {
         section: "cno throughput",
@@ -602,7 +653,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     };
     run_section(
         &spec,
-        deadline(8),
+        deadline(9),
         &pb,
         &mut c,
         &mut notes,
@@ -890,15 +941,17 @@ fn skipped(
     }
 }
 
-/// A latency section: its name in notes and its case.
+/// A latency section: its name in notes, its case, its interleaved rounds
+/// and the samples of each system per round.
 #[derive(Clone, Copy)]
 struct Latency {
     section: &'static str,
     case: &'static str,
+    rounds: usize,
+    samples: u64,
 }
 
 fn latency_section<S: LatencyJob>(
-    plan: &Plan,
     deadline: Instant,
     pb: &ProgressBar,
     c: &mut Collector,
@@ -908,7 +961,7 @@ fn latency_section<S: LatencyJob>(
 ) {
     let mut clock = SectionClock::new(deadline);
     let mut rounds_run = 0;
-    for round in 0..plan.latency_rounds {
+    for round in 0..what.rounds {
         if !clock.may_start_round(round) {
             break;
         }
@@ -932,8 +985,8 @@ fn latency_section<S: LatencyJob>(
                 what.section,
                 sys.name()
             ));
-            match sys.measure(plan.latency_samples) {
-                Ok(h) => {
+            match sys.measure(what.samples) {
+                Ok((h, diag)) => {
                     for (metric, q) in [
                         ("latency_p50_ns", 0.50),
                         ("latency_p99_ns", 0.99),
@@ -943,7 +996,7 @@ fn latency_section<S: LatencyJob>(
                             sys.measurement(metric),
                             round,
                             h.value_at_quantile(q) as f64,
-                            None,
+                            diag,
                         );
                     }
                 }
@@ -967,7 +1020,7 @@ fn latency_section<S: LatencyJob>(
         notes,
         what.section,
         rounds_run,
-        plan.latency_rounds,
+        what.rounds,
         systems.len(),
     );
     // Round 0 starts with the first system and pushes p50, p99, p99.9 in
@@ -1045,7 +1098,26 @@ fn cno_trigger_section(
     c.measurements[first..].sort_by_cached_key(rank);
 }
 
-fn rearm_section(plan: &Plan, deadline: Instant, pb: &ProgressBar, c: &mut Collector) {
+fn rearm_section(
+    plan: &Plan,
+    deadline: Instant,
+    pb: &ProgressBar,
+    c: &mut Collector,
+    notes: &mut Vec<String>,
+) {
+    notes.push(format!(
+        "rearm: each timed loop runs {} iterations per round, the kinds interleaved in the same \
+         rounds. `{}`: one arm() on an empty ring that is already armed (it loads the head, the \
+         head slot and the state word, and its one CAS installs the armed word it found: it \
+         succeeds, and no iteration disarms); `{}`: the same arm(), then one try_dequeue() that \
+         finds nothing; `{}`: a Relaxed load and one compare_exchange (AcqRel, as arm's) that \
+         succeeds, installing the word with its armed bit set, on a cache-padded AtomicU64 no \
+         other thread touches: one RMW per iteration, as the arm loop",
+        plan.rearm_iters,
+        RearmKind::EvdArm.name(),
+        RearmKind::ArmThenPoll.name(),
+        RearmKind::CasFloor.name(),
+    ));
     let mut r = Rearm::new();
     for k in RearmKind::ALL {
         r.run(k, plan.rearm_iters / 4); // warm-up
@@ -1068,14 +1140,22 @@ fn rearm_section(plan: &Plan, deadline: Instant, pb: &ProgressBar, c: &mut Colle
     }
 }
 
+/// The record skeleton of a re-arm row: every kind against evd's arm; in
+/// ns, the re-arms have the bare CAS as their floor.
 fn rearm_measurement(k: RearmKind, metric: &str) -> Measurement {
-    single_thread_measurement(
+    let mut m = single_thread_measurement(
         "rearm",
         k.name(),
         k == RearmKind::EvdArm,
         metric,
         RearmKind::EvdArm.name(),
-    )
+    );
+    if k.is_floor() {
+        m.role = Role::Floor;
+    } else if metric == "ns_per_rearm" {
+        m.floor = Some(RearmKind::CasFloor.name().into());
+    }
+    m
 }
 
 fn pair_section(
@@ -1139,10 +1219,10 @@ fn callgrind_section(
 ) {
     let Some(exe) = exe else {
         notes.push("re-arm and cno instructions: no path to this binary, callgrind skipped".into());
-        pb.inc((RearmKind::ALL.len() + CnoInsnKind::ALL.len()) as u64);
+        pb.inc((RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()) as u64);
         return;
     };
-    for k in RearmKind::ALL {
+    for k in RearmKind::COUNTED {
         pb.set_message(format!("callgrind {}", k.name()));
         if started.elapsed() + CALLGRIND_ESTIMATE > plan.budget {
             notes.push("re-arm instructions: out of time budget, callgrind skipped".into());
@@ -1260,6 +1340,20 @@ mod tests {
         assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
         assert_eq!(m.role, Role::Evd);
         let m = latency_measurement(WakeSystem::ParkFloor, "latency_p50_ns");
+        assert_eq!((m.role, m.floor), (Role::Floor, None));
+        let m = rearm_measurement(RearmKind::EvdArm, "ns_per_rearm");
+        assert_eq!(m.floor.as_deref(), Some("floor: one uncontended CAS"));
+        assert_eq!(m.baseline.as_deref(), Some("evd arm (one CAS)"));
+        let m = rearm_measurement(RearmKind::EvdArm, "instructions_per_rearm");
+        assert_eq!(m.floor, None);
+        let m = rearm_measurement(RearmKind::CasFloor, "ns_per_rearm");
+        assert_eq!((m.role, m.floor), (Role::Floor, None));
+        let m = PingPongSystem::EvdBatch.measurement("latency_p99_ns");
+        assert_eq!((m.case.as_str(), m.threads), (pingpong::CASE, 2));
+        assert_eq!(m.baseline.as_deref(), Some("evd try_dequeue"));
+        assert_eq!(m.floor.as_deref(), Some("floor: two atomics"));
+        assert_eq!((m.role, m.consumer.as_str()), (Role::Evd, "busy/batch"));
+        let m = PingPongSystem::Floor.measurement("latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
     }
 

@@ -19,8 +19,11 @@
 //!   (checked in `/proc/self/task/TID/stat`), into an hdrhistogram; evd's
 //!   four ways to be woken, three peers and two floors.
 //! * [`rearm`]: evd's one-CAS arm against "arm, then poll again", in ns and in
-//!   instructions (callgrind).
+//!   instructions (callgrind), and against one bare uncontended CAS (ns).
 //! * [`pair`]: one post and one dequeue on one thread, evd against `ArrayQueue`.
+//! * [`pingpong`]: the round trip of two busy-polling threads over two
+//!   queues, evd against rtrb, `ArrayQueue`, crossbeam-channel and a floor of
+//!   two atomics.
 //! * [`cno`]: one waiter for many EVDs: evd's `Cno` against epoll over the
 //!   EVDs' eventfds and a scan-every-EVD CNO; its wake latency against the
 //!   park/unpark floor, the cost of one trigger cycle at 1 to 1024 bound
@@ -43,6 +46,7 @@ pub mod compare;
 pub mod latency;
 pub mod pair;
 pub mod payload;
+pub mod pingpong;
 pub mod rearm;
 pub mod report;
 pub mod room;

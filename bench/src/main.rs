@@ -41,7 +41,7 @@ enum Command {
     },
     /// Run N re-arms of one kind single-threaded (for callgrind to count).
     RearmInsns {
-        /// `evd` or `arm-then-poll`.
+        /// `evd`, `arm-then-poll` or `cas-floor`.
         #[arg(long)]
         kind: String,
         /// Number of re-arms.
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::RearmInsns { kind, iters } => {
             let Some(kind) = RearmKind::from_cli(&kind) else {
-                eprintln!("unknown --kind {kind:?}: use `evd` or `arm-then-poll`");
+                eprintln!("unknown --kind {kind:?}: use `evd`, `arm-then-poll` or `cas-floor`");
                 return ExitCode::FAILURE;
             };
             Rearm::new().run(kind, iters);
@@ -101,16 +101,9 @@ fn main() -> ExitCode {
             });
             let exe = std::env::current_exe().ok();
             let report = compare(&plan, &command, exe.as_deref(), !no_progress);
+            // The table output starts with the run and the machine, CPU
+            // model first.
             let md = report::markdown(&report);
-            println!(
-                "evd-bench compare{} on {} ({} CPUs, kernel {}, load average {} at start), {:.1} s\n",
-                if quick { " --quick" } else { "" },
-                report.machine.cpu,
-                report.machine.logical_cpus,
-                report.machine.kernel,
-                report.machine.load_average,
-                report.duration_s
-            );
             println!("{md}");
             if let Err(e) = write_outputs(&report, &md, &dir) {
                 eprintln!("writing the report to {}: {e}", dir.display());

@@ -1,12 +1,18 @@
 //! Re-arm cost: evd's one-CAS arm against the classic "arm, then poll again"
 //! (verbs' `ibv_req_notify_cq` then `ibv_poll_cq`, UCX's and libfabric's
 //! arm-then-progress), emulated on the same evd ring so that only the extra
-//! poll differs.
+//! poll differs, and against the floor of any arm: one bare uncontended CAS.
 //!
 //! Each iteration re-arms an empty, armed ring; evd's arm is idempotent there
 //! and runs exactly the code of a first arm on an empty ring (load the head,
 //! find the head slot unpublished and the tail it last saw behind the head,
-//! load the word, compute the armed word, CAS it in).
+//! load the word, compute the armed word, CAS it in). No iteration disarms:
+//! the CAS installs the word it found, and succeeds. The floor's loop has
+//! the same shape and the same RMW: a `Relaxed` load of an `AtomicU64` on
+//! its own cache line, which no other thread touches, then one
+//! `compare_exchange` (`AcqRel`, as evd's arm) that installs the word with
+//! its "armed" bit set (the word it found, after the first iteration), and
+//! succeeds.
 //!
 //! The instruction count comes from valgrind's callgrind: the binary's
 //! `rearm-insns` mode runs N re-arms of one kind single-threaded, and two
@@ -14,9 +20,11 @@
 //! (start-up and teardown cancel out exactly; callgrind's count is
 //! deterministic).
 
+use crossbeam_utils::CachePadded;
 use std::hint::black_box;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// A way to re-enable notification.
@@ -27,17 +35,29 @@ pub enum RearmKind {
     /// Classic: `arm()`, then one more `try_dequeue()` to catch an event that
     /// landed between the last poll and the arm.
     ArmThenPoll,
+    /// Floor: a load and one `compare_exchange` that succeeds, on an
+    /// `AtomicU64` no other thread touches: what any one-CAS arm costs.
+    CasFloor,
 }
 
 impl RearmKind {
-    /// Both kinds, evd first.
-    pub const ALL: [RearmKind; 2] = [RearmKind::EvdArm, RearmKind::ArmThenPoll];
+    /// Every kind, evd first, the floor last.
+    pub const ALL: [RearmKind; 3] = [
+        RearmKind::EvdArm,
+        RearmKind::ArmThenPoll,
+        RearmKind::CasFloor,
+    ];
+
+    /// The kinds whose instructions `compare` counts with callgrind (the
+    /// floor is one CAS by construction).
+    pub const COUNTED: [RearmKind; 2] = [RearmKind::EvdArm, RearmKind::ArmThenPoll];
 
     /// The name used in tables and the JSON report.
     pub fn name(self) -> &'static str {
         match self {
             RearmKind::EvdArm => "evd arm (one CAS)",
             RearmKind::ArmThenPoll => "arm, then poll again",
+            RearmKind::CasFloor => "floor: one uncontended CAS",
         }
     }
 
@@ -46,6 +66,7 @@ impl RearmKind {
         match self {
             RearmKind::EvdArm => "evd",
             RearmKind::ArmThenPoll => "arm-then-poll",
+            RearmKind::CasFloor => "cas-floor",
         }
     }
 
@@ -60,6 +81,11 @@ impl RearmKind {
         Self::ALL.into_iter().find(|k| k.cli_name() == s)
     }
 
+    /// True for the bare-CAS floor.
+    pub fn is_floor(self) -> bool {
+        self == RearmKind::CasFloor
+    }
+
     /// Run `iters` re-arms on an empty ring (single-threaded).
     ///
     /// ```
@@ -72,10 +98,12 @@ impl RearmKind {
     }
 }
 
-/// An empty evd ring to re-arm (its poster is kept alive so it stays open).
+/// An empty evd ring to re-arm (its poster is kept alive so it stays open),
+/// and the floor's word, on its own cache line.
 pub struct Rearm {
     _poster: evd::Poster<u64>,
     consumer: evd::Consumer<u64>,
+    word: CachePadded<AtomicU64>,
 }
 
 impl Default for Rearm {
@@ -91,16 +119,29 @@ impl Rearm {
         Rearm {
             _poster: poster,
             consumer,
+            word: CachePadded::new(AtomicU64::new(0)),
         }
     }
 
     /// Run `iters` re-arms of `kind`. Results go through `black_box` rather
-    /// than checks inside the loop, so both kinds pay only for their calls;
+    /// than checks inside the loop, so every kind pays only for its calls;
     /// the ring is checked once afterwards (armed and empty, hence every arm
-    /// armed and every extra poll found nothing).
+    /// armed and every extra poll found nothing), the floor's word too (its
+    /// bit set: the CAS, single-threaded, cannot fail).
     pub fn run(&mut self, kind: RearmKind, iters: u64) {
         let c = &mut self.consumer;
         match kind {
+            RearmKind::CasFloor => {
+                let word: &AtomicU64 = &self.word;
+                for _ in 0..iters {
+                    let _ = black_box(bare_cas(black_box(word)));
+                }
+                assert!(
+                    iters == 0 || word.load(Ordering::Relaxed) == ARMED,
+                    "the floor's CAS must succeed"
+                );
+                return;
+            }
             RearmKind::EvdArm => {
                 for _ in 0..iters {
                     let _ = black_box(black_box(&mut *c).arm());
@@ -126,6 +167,17 @@ impl Rearm {
         self.run(kind, iters);
         start.elapsed().as_nanos() as f64 / iters.max(1) as f64
     }
+}
+
+/// The bit the floor's CAS sets.
+const ARMED: u64 = 1;
+
+/// The floor's re-arm: load the word, compute the armed word, CAS it in
+/// (`AcqRel` on success, `Relaxed` on failure, as evd's arm).
+#[inline(always)]
+fn bare_cas(word: &AtomicU64) -> Result<u64, u64> {
+    let w = word.load(Ordering::Relaxed);
+    word.compare_exchange(w, w | ARMED, Ordering::AcqRel, Ordering::Relaxed)
 }
 
 /// The iteration counts of the two callgrind runs.
@@ -220,8 +272,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_kinds_leave_the_ring_armed_and_empty() {
+    fn every_kind_leaves_the_ring_armed_and_empty() {
         let mut r = Rearm::new();
+        r.run(RearmKind::CasFloor, 100);
+        assert_eq!(r.word.load(Ordering::Relaxed), ARMED);
+        assert!(!r.consumer.query().armed, "the floor leaves the ring alone");
         for k in RearmKind::ALL {
             r.run(k, 100);
             let q = r.consumer.query();

@@ -37,7 +37,8 @@ pub enum Role {
 pub struct Record {
     /// What was measured: `throughput/<payload>/<N>p`,
     /// `room/cap<capacity>/<N>p`, `wake-latency`, `room-wake-latency`,
-    /// `rearm`, `single-thread/pair`, `single-thread/pair-out-of-line`, `cno-wake-latency`,
+    /// `rearm`, `single-thread/pair`, `single-thread/pair-out-of-line`,
+    /// `pingpong/u64` (busy round trip), `cno-wake-latency`,
     /// `cno-trigger/<N>`, `cno-trigger-xthread/<N>`, `cno-throughput/<N>`,
     /// `cno-throughput-batch/<N>` (N bound EVDs) or `cno-insns`.
     pub case: String,
@@ -48,7 +49,8 @@ pub struct Record {
     /// How its consumer waits: `busy/item`, `busy/batch`, `blocking/item`,
     /// `blocking/batch` (throughput and room), `blocking`, `async`, `epoll`,
     /// `inline` (wake latency; `blocking` for the room-wake latency, where
-    /// the poster is the one that sleeps), or `single-thread`.
+    /// the poster is the one that sleeps; `busy/item` or `busy/batch` in the
+    /// busy ping-pong), or `single-thread`.
     pub consumer: String,
     /// `ops_per_sec`, `latency_p50_ns`, `latency_p99_ns`, `latency_p999_ns`,
     /// `ns_per_rearm`, `instructions_per_rearm`, `ns_per_pair`,
@@ -73,7 +75,9 @@ pub struct Record {
     pub rounds: Vec<Option<f64>>,
     /// The evd system this record's ratio is taken against (same case,
     /// metric and consumer style; an evd reference row names itself); `null`
-    /// for an evd variant that is compared with nothing.
+    /// for an evd variant that is no style's reference row (`evd
+    /// batch+arm+wait` is compared with the best notifying peer by a target
+    /// instead).
     pub baseline: Option<String>,
     /// See [`RATIO_CONVENTION`]: above 1 = evd better; `null` without a
     /// baseline or if its median is missing or 0.
@@ -103,12 +107,14 @@ pub struct Record {
     /// in the throughput cases, where no poster waits. `null` for peers and
     /// other cases.
     pub room_wakes_per_msg: Option<Vec<Option<f64>>>,
-    /// Throughput and room only, per round: share of the consumer's CPU
-    /// samples that found a running poster's latest sample on the same CPU.
+    /// Throughput, room, CNO throughput and busy ping-pong only, per round:
+    /// share of the consumer's (ping-pong: the timing thread's) CPU samples
+    /// that found a running poster's (the echo thread's) latest sample on the
+    /// same CPU.
     pub same_cpu_share: Option<Vec<Option<f64>>>,
 }
 
-/// The per-round diagnostics of one throughput or room run.
+/// The per-round diagnostics of one throughput, room or busy ping-pong run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Diagnostics {
     /// See [`Record::empty_polls_per_msg`].
@@ -146,7 +152,7 @@ pub struct Measurement {
     pub floor: Option<String>,
     /// One value per round, by round number.
     pub rounds: Vec<Option<f64>>,
-    /// Throughput diagnostics, by round number (`None` for other cases).
+    /// Per-round diagnostics, by round number (`None` for cases without).
     pub diagnostics: Option<Vec<Option<Diagnostics>>>,
 }
 
@@ -307,8 +313,14 @@ pub fn find<'a>(
 /// The machine the report was made on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
-    /// CPU model from `/proc/cpuinfo`.
+    /// CPU model name (`model name` in `/proc/cpuinfo`).
     pub cpu: String,
+    /// CPU vendor (`vendor_id`, e.g. `GenuineIntel`).
+    pub cpu_vendor: String,
+    /// CPU family number (`cpu family`); `None` where `/proc/cpuinfo` has none.
+    pub cpu_family: Option<u32>,
+    /// CPU model number (`model`); `None` where `/proc/cpuinfo` has none.
+    pub cpu_model: Option<u32>,
     /// Logical CPUs available to the process (`available_parallelism`).
     pub logical_cpus: usize,
     /// Kernel release.
@@ -322,6 +334,39 @@ pub struct Machine {
     pub load_average_end: String,
 }
 
+impl Machine {
+    /// The CPU in one phrase: its model name, then vendor, family and model
+    /// where known.
+    ///
+    /// ```
+    /// let mut m = evd_bench::report::Machine::detect();
+    /// m.cpu = "Xeon".into();
+    /// m.cpu_vendor = "GenuineIntel".into();
+    /// (m.cpu_family, m.cpu_model) = (Some(6), Some(207));
+    /// assert_eq!(m.cpu_line(), "Xeon (GenuineIntel, family 6, model 207)");
+    /// m.cpu_vendor = "unknown".into();
+    /// m.cpu_model = None;
+    /// assert_eq!(m.cpu_line(), "Xeon (family 6)");
+    /// ```
+    pub fn cpu_line(&self) -> String {
+        let mut parts = Vec::new();
+        if self.cpu_vendor != "unknown" {
+            parts.push(self.cpu_vendor.clone());
+        }
+        if let Some(f) = self.cpu_family {
+            parts.push(format!("family {f}"));
+        }
+        if let Some(m) = self.cpu_model {
+            parts.push(format!("model {m}"));
+        }
+        if parts.is_empty() {
+            self.cpu.clone()
+        } else {
+            format!("{} ({})", self.cpu, parts.join(", "))
+        }
+    }
+}
+
 /// `/proc/loadavg`'s three load figures, or `"unknown"`.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -330,8 +375,8 @@ pub fn load_average() -> String {
 }
 
 impl Machine {
-    /// Describe this machine (fields it cannot read are `"unknown"`);
-    /// `load_average_end` starts equal to `load_average`.
+    /// Describe this machine (fields it cannot read are `"unknown"` or
+    /// `None`); `load_average_end` starts equal to `load_average`.
     pub fn detect() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let field = |name: &str| {
@@ -341,8 +386,12 @@ impl Machine {
             })
         };
         let load = load_average();
+        let number = |name: &str| field(name).and_then(|v| v.parse().ok());
         Machine {
             cpu: field("model name").unwrap_or_else(|| "unknown".into()),
+            cpu_vendor: field("vendor_id").unwrap_or_else(|| "unknown".into()),
+            cpu_family: number("cpu family"),
+            cpu_model: number("model"),
             logical_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|s| s.trim().to_string())
@@ -529,17 +578,11 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
     ];
     let ops = "ops_per_sec";
     let mut out = Vec::new();
-    for (payload, posters, goal) in [
-        ("u64", 1, 2.0),
-        ("u64", 2, 2.5),
-        ("event64", 1, 1.5),
-        ("event64", 2, 1.5),
-    ] {
-        let case = format!("throughput/{payload}/{posters}p");
-        let peer = find(records, &case, "crossbeam ArrayQueue", ops);
+    let busy = |label: &str, case: &str, goal: f64| {
+        let peer = find(records, case, "crossbeam ArrayQueue", ops);
         let mut t = target(
-            format!("busy: evd try_dequeue ÷ crossbeam ArrayQueue, ops/s, {case}"),
-            find(records, &case, "evd try_dequeue", ops),
+            format!("{label}: evd try_dequeue ÷ crossbeam ArrayQueue, ops/s, {case}"),
+            find(records, case, "evd try_dequeue", ops),
             Some(peer),
             "ratio",
             Goal::AtLeast(goal),
@@ -547,14 +590,26 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
         // What a ring that pays one CAS per post, as evd's reservation does,
         // or one fetch_add, reached against the same peer in the same run.
         for floor in RMW_FLOORS {
-            let ceiling = find(records, &case, floor, ops);
+            let ceiling = find(records, case, floor, ops);
             if let (Some(f), Some(p)) = (ceiling, peer) {
                 if let Some(x) = quotient(f.median, p.median) {
                     t.caveats.push(format!("{floor} ÷ ArrayQueue: {x:.2}"));
                 }
             }
         }
-        out.push(t);
+        t
+    };
+    for (payload, posters, goal) in [
+        ("u64", 1, 2.0),
+        ("u64", 2, 2.5),
+        ("event64", 1, 1.5),
+        ("event64", 2, 1.5),
+    ] {
+        out.push(busy(
+            "busy",
+            &format!("throughput/{payload}/{posters}p"),
+            goal,
+        ));
     }
     for posters in [1, 2] {
         let case = format!("throughput/u64/{posters}p");
@@ -575,16 +630,45 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
             Goal::AtLeast(0.9),
         ));
         let peer = best(records, &case, ops, &NOTIFYING_PEERS);
+        let peer_name = peer.map_or("not measured", |r| r.system.as_str());
         out.push(target(
-            format!(
-                "blocking vs peers: evd batch+wait ÷ best notifying peer ({}), ops/s, {case}",
-                peer.map_or("not measured", |r| r.system.as_str())
-            ),
+            format!("blocking vs peers: evd batch+wait ÷ best notifying peer ({peer_name}), ops/s, {case}"),
             find(records, &case, "evd batch+wait", ops),
             Some(peer),
             "ratio",
             Goal::AtLeast(1.5),
         ));
+        // The two loops a blocking consumer writes, against the same best
+        // peer: the README's (`wait(1)` when a batch is empty) and the one
+        // that calls `arm()` itself after every empty batch.
+        for (label, system) in [
+            ("README loop", "evd batch+wait"),
+            ("explicit-arm loop", "evd batch+arm+wait"),
+        ] {
+            out.push(target(
+                format!("{label}: {system} ÷ best notifying peer ({peer_name}), ops/s, {case}"),
+                find(records, &case, system, ops),
+                Some(peer),
+                "ratio",
+                Goal::AtLeast(1.4),
+            ));
+        }
+    }
+    // Issue 30: the busy rows against ArrayQueue, and how often the evd
+    // consumers (busy and blocking) find nothing.
+    for payload in ["u64", "event64"] {
+        for posters in [1, 2] {
+            let case = format!("throughput/{payload}/{posters}p");
+            out.push(busy("issue 30, busy", &case, 1.4));
+            for (label, blocking) in [("busy", false), ("blocking", true)] {
+                let rows: Vec<&str> = crate::throughput::Queue::ALL
+                    .iter()
+                    .filter(|q| q.is_evd() && q.style().label().starts_with("blocking") == blocking)
+                    .map(|q| q.name())
+                    .collect();
+                out.push(empty_polls_target(records, &case, label, &rows, 0.05));
+            }
+        }
     }
     for pair in ["single-thread/pair", "single-thread/pair-out-of-line"] {
         out.push(target(
@@ -596,11 +680,16 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
         ));
     }
     out.push(target(
-        "arm(): evd arm (one CAS), ns per re-arm, rearm".into(),
+        "arm(): evd arm (one CAS) ÷ floor: one uncontended CAS, ns per re-arm, rearm".into(),
         find(records, "rearm", "evd arm (one CAS)", "ns_per_rearm"),
-        None,
-        "ns",
-        Goal::AtMost(4.0),
+        Some(find(
+            records,
+            "rearm",
+            "floor: one uncontended CAS",
+            "ns_per_rearm",
+        )),
+        "ratio",
+        Goal::AtMost(1.2),
     ));
     out.push(target(
         "arm(): evd arm (one CAS) ÷ arm, then poll again, instructions per re-arm, rearm".into(),
@@ -654,8 +743,68 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
         "ratio",
         Goal::AtMost(1.1),
     ));
+    let pp = crate::pingpong::CASE;
+    for (peer, goal) in [("floor: two atomics", 1.1), ("rtrb pop", 0.8)] {
+        out.push(target(
+            format!("busy ping-pong: evd try_dequeue ÷ {peer}, p50 ns, {pp}"),
+            find(records, pp, "evd try_dequeue", "latency_p50_ns"),
+            Some(find(records, pp, peer, "latency_p50_ns")),
+            "ratio",
+            Goal::AtMost(goal),
+        ));
+    }
     cno_targets(records, &mut out);
     out
+}
+
+/// A target on the empty polls per event of the worst of `systems` (their
+/// `ops_per_sec` records in `case`): the highest median names the row, and
+/// each round's value is that round's highest.
+fn empty_polls_target(
+    records: &[Record],
+    case: &str,
+    label: &str,
+    systems: &[&str],
+    goal: f64,
+) -> TargetCheck {
+    let rows: Vec<(&Record, &Vec<Option<f64>>, f64)> = systems
+        .iter()
+        .filter_map(|sys| {
+            let r = find(records, case, sys, "ops_per_sec")?;
+            let v = r.empty_polls_per_msg.as_ref()?;
+            let values: Vec<f64> = v.iter().flatten().copied().collect();
+            Some((r, v, Summary::of(&values)?.median))
+        })
+        .collect();
+    let worst = rows.iter().max_by(|a, b| a.2.total_cmp(&b.2));
+    // The worst row's record, its figures replaced by its empty polls, so
+    // that the target reads like any other absolute one.
+    let proxy = worst.map(|&(r, _, median)| {
+        let n = rows.iter().map(|(_, v, _)| v.len()).max().unwrap_or(0);
+        let rounds = (0..n)
+            .map(|i| {
+                rows.iter()
+                    .filter_map(|(_, v, _)| v.get(i).copied().flatten())
+                    .reduce(f64::max)
+            })
+            .collect();
+        Record {
+            median,
+            rounds,
+            below_floor: None,
+            ..r.clone()
+        }
+    });
+    target(
+        format!(
+            "issue 30, empty polls: worst evd {label} row ({}), empty polls per event, {case}",
+            worst.map_or("not measured", |(r, _, _)| r.system.as_str())
+        ),
+        proxy.as_ref(),
+        None,
+        "ratio",
+        Goal::AtMost(goal),
+    )
 }
 
 /// The CNO's targets: its wake at the park/unpark floor, a trigger cycle
@@ -756,9 +905,25 @@ pub fn ratio_sentence(higher_is_better: bool, unit: &str) -> String {
     }
 }
 
-/// The report as Markdown tables, one per case, plus the targets.
+/// The report as Markdown: a line that names the run and the machine (CPU
+/// model first), tables, one per case, the targets and the notes.
 pub fn markdown(report: &Report) -> String {
     let mut s = String::new();
+    let m = &report.machine;
+    let _ =
+        writeln!(
+        s,
+        "evd-bench compare{} on CPU {}, {} logical CPUs{}, kernel {}, load average {} at start \
+         and {} at end, {:.1} s\n",
+        if report.quick { " --quick" } else { "" },
+        m.cpu_line(),
+        m.logical_cpus,
+        if m.hypervisor { " (under a hypervisor)" } else { "" },
+        m.kernel,
+        m.load_average,
+        m.load_average_end,
+        report.duration_s
+    );
     let cpus = report.machine.logical_cpus;
     let mut cases: Vec<&str> = Vec::new();
     for r in &report.records {
@@ -790,6 +955,22 @@ pub fn markdown(report: &Report) -> String {
             );
         } else if case.starts_with("cno-throughput") {
             cno_throughput_table(&mut s, case, &rows, cpus);
+        } else if case == crate::pingpong::CASE {
+            percentile_table(
+                &mut s,
+                &format!("{case} (round trip of two busy-polling threads; median of rounds [min – max])"),
+                "Two queues of capacity 1024 (A→B, B→A): one thread sends a u64 and polls until it \
+                 comes back, the other polls and sends it back; both poll without ever sleeping \
+                 (spin, and yield after 64 empty polls in a row), nothing is pinned, and each run \
+                 starts with 2000 unrecorded round trips. Every row is compared with `evd \
+                 try_dequeue`. The floor is two atomics on separate cache lines, each thread \
+                 spinning on the other's: a figure below it is noise. Same CPU = share of CPU \
+                 samples that found both threads on one CPU (median over rounds, with (slowest \
+                 round → fastest round)): two busy threads on one CPU take turns, and their round \
+                 trip is then a time slice.",
+                &rows,
+                cpus,
+            );
         } else if case == "wake-latency" {
             latency_table(&mut s, case, "post → consumer running", &rows, cpus);
         } else if case == "room-wake-latency" {
@@ -870,16 +1051,22 @@ fn oversubscription_sentence(rows: &[&Record], cpus: usize) -> String {
     }
 }
 
-/// Index of the slowest and the fastest round of a throughput record.
+/// Index of the slowest and the fastest round of a record (the lowest and
+/// the highest value of a throughput record, the other way round for a
+/// latency).
 fn extreme_rounds(r: &Record) -> Option<(usize, usize)> {
     let valid = r
         .rounds
         .iter()
         .enumerate()
         .filter_map(|(i, v)| Some((i, (*v)?)));
-    let slow = valid.clone().min_by(|a, b| a.1.total_cmp(&b.1))?.0;
-    let fast = valid.max_by(|a, b| a.1.total_cmp(&b.1))?.0;
-    Some((slow, fast))
+    let low = valid.clone().min_by(|a, b| a.1.total_cmp(&b.1))?.0;
+    let high = valid.max_by(|a, b| a.1.total_cmp(&b.1))?.0;
+    Some(if r.higher_is_better {
+        (low, high)
+    } else {
+        (high, low)
+    })
 }
 
 /// `median (slowest → fastest round)` of a per-round diagnostic.
@@ -1169,16 +1356,30 @@ fn generic_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
 }
 
 fn latency_table(s: &mut String, case: &str, way: &str, rows: &[&Record], cpus: usize) {
-    let _ = writeln!(
+    percentile_table(
         s,
-        "### {case} (one way, {way}; median of rounds [min – max])\n\n\
-         {} at p50. Each row is compared with the evd row that sleeps the same way (vs). \
+        &format!("{case} (one way, {way}; median of rounds [min – max])"),
+        "Each row is compared with the evd row that sleeps the same way (vs). \
          \"(below floor: noise)\" marks a median under the raw floor of the same sleep mechanism \
          in this run: no system can wake faster than that, so the figure is noise, not a win; a \
-         p50 ratio with such a figure on either side is marked too.{}\n\n\
-         | system | consumer | p50 | p99 | p99.9 | threads | p50 ratio |\n|---|---|---|---|---|---|---|",
+         p50 ratio with such a figure on either side is marked too.",
+        rows,
+        cpus,
+    );
+}
+
+/// A latency case: a row per system with its p50, p99 and p99.9 (and the
+/// same-CPU share where the rows have one), under `title` and `about`.
+fn percentile_table(s: &mut String, title: &str, about: &str, rows: &[&Record], cpus: usize) {
+    let same_cpu = rows.iter().any(|r| r.same_cpu_share.is_some());
+    let _ = writeln!(
+        s,
+        "### {title}\n\n{} at p50. {about}{}\n\n\
+         | system | consumer | p50 | p99 | p99.9 |{} threads | p50 ratio |\n|---|---|---|---|---|{}---|---|",
         ratio_sentence(false, "ns"),
         oversubscription_sentence(rows, cpus),
+        if same_cpu { " same CPU |" } else { "" },
+        if same_cpu { "---|" } else { "" },
     );
     let mut systems: Vec<&str> = Vec::new();
     for r in rows {
@@ -1222,9 +1423,15 @@ fn latency_table(s: &mut String, case: &str, way: &str, rows: &[&Record], cpus: 
         } else {
             ""
         };
+        let same = if same_cpu {
+            let pct = |x: f64| format!("{:.0} %", x * 100.0);
+            format!(" {} |", diag_cell(p50, &p50.same_cpu_share, &pct))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "| {sys} | {} | {} | {} | {} | {} | {}{noise} |",
+            "| {sys} | {} | {} | {} | {} |{same} {} | {}{noise} |",
             p50.consumer,
             cell("latency_p50_ns"),
             cell("latency_p99_ns"),
@@ -1387,6 +1594,9 @@ mod tests {
             duration_s: 2.0,
             machine: Machine {
                 cpu: "cpu".into(),
+                cpu_vendor: "GenuineIntel".into(),
+                cpu_family: Some(6),
+                cpu_model: Some(207),
                 logical_cpus: 2,
                 kernel: "k".into(),
                 hypervisor: true,
@@ -1436,6 +1646,9 @@ mod tests {
             keys(&v["machine"]),
             sorted(&[
                 "cpu",
+                "cpu_vendor",
+                "cpu_family",
+                "cpu_model",
                 "logical_cpus",
                 "kernel",
                 "hypervisor",
@@ -1498,7 +1711,7 @@ mod tests {
     #[test]
     fn targets_report_missing_sides_as_not_measured() {
         let ts = targets(&[]);
-        assert_eq!(ts.len(), 21);
+        assert_eq!(ts.len(), 39);
         assert!(ts.iter().all(|t| t.value.is_none() && t.met.is_none()));
     }
 
@@ -1571,6 +1784,114 @@ mod tests {
         let peers = get("blocking vs peers: evd batch+wait ÷ best notifying peer (std");
         assert_eq!(peers.value, Some(90.0 / 70.0), "tokio is not in the list");
         assert_eq!(peers.met, Some(false));
+    }
+
+    #[test]
+    fn ratio_targets_of_arm_ping_pong_loops_and_empty_polls() {
+        let (case, ops, pp) = ("throughput/u64/1p", "ops_per_sec", crate::pingpong::CASE);
+        let p50 = "latency_p50_ns";
+        let mut rs = vec![
+            rec(case, "evd batch+wait", ops, 90.0, "evd batch+wait"),
+            rec(case, "evd batch+arm+wait", ops, 84.0, "evd batch+wait"),
+            rec(case, "kanal recv", ops, 60.0, "evd batch+wait"),
+            rec(
+                case,
+                "evd try_dequeue+wait",
+                ops,
+                80.0,
+                "evd try_dequeue+wait",
+            ),
+            rec(
+                "rearm",
+                "evd arm (one CAS)",
+                "ns_per_rearm",
+                6.0,
+                "evd arm (one CAS)",
+            ),
+            rec(
+                "rearm",
+                "floor: one uncontended CAS",
+                "ns_per_rearm",
+                5.0,
+                "evd arm (one CAS)",
+            ),
+            rec(pp, "evd try_dequeue", p50, 110.0, "evd try_dequeue"),
+            rec(pp, "floor: two atomics", p50, 100.0, "evd try_dequeue"),
+            rec(pp, "rtrb pop", p50, 200.0, "evd try_dequeue"),
+        ];
+        rs[0].empty_polls_per_msg = Some(vec![Some(0.01)]);
+        rs[1].empty_polls_per_msg = Some(vec![Some(0.2)]);
+        rs[3].empty_polls_per_msg = Some(vec![Some(0.03)]);
+        let ts = targets(&rs);
+        let get = |s: &str| ts.iter().find(|t| t.name.starts_with(s)).unwrap();
+        let t = get("explicit-arm loop: evd batch+arm+wait ÷ best notifying peer (kanal recv)");
+        assert_eq!((t.value, t.met), (Some(1.4), Some(true)));
+        let t = get("README loop: evd batch+wait ÷ best notifying peer (kanal recv)");
+        assert_eq!((t.value, t.met), (Some(1.5), Some(true)));
+        let t = get("arm(): evd arm (one CAS) ÷ floor: one uncontended CAS");
+        assert_eq!((t.value, t.met), (Some(1.2), Some(true)));
+        let t = get("busy ping-pong: evd try_dequeue ÷ floor: two atomics");
+        assert_eq!((t.value, t.met), (Some(1.1), Some(true)));
+        let t = get("busy ping-pong: evd try_dequeue ÷ rtrb pop");
+        assert_eq!((t.value, t.met), (Some(0.55), Some(true)));
+        let t = get("issue 30, empty polls: worst evd blocking row (evd batch+arm+wait)");
+        assert!(t.name.ends_with(case), "{}", t.name);
+        assert_eq!((t.value, t.met), (Some(0.2), Some(false)));
+        assert_eq!(t.rounds, [Some(0.2)]);
+        let t = get("issue 30, empty polls: worst evd busy row (not measured)");
+        assert_eq!(t.met, None);
+        assert_eq!(
+            get("issue 30, busy: evd try_dequeue ÷ crossbeam ArrayQueue").goal,
+            ">= 1.4"
+        );
+    }
+
+    #[test]
+    fn markdown_names_the_cpu_first_and_shows_ping_pong_percentiles() {
+        let mut report = sample_report();
+        let md = markdown(&report);
+        assert!(
+            md.lines()
+                .next()
+                .unwrap()
+                .contains("on CPU cpu (GenuineIntel, family 6, model 207), 2 logical CPUs"),
+            "{md}"
+        );
+        let pp = crate::pingpong::CASE;
+        let m = |system: &str, role, metric, v| {
+            let mut m = Measurement::new(pp, system, role, "busy/item", metric);
+            m.baseline = Some("evd try_dequeue".into());
+            m.threads = 2;
+            let d = Diagnostics {
+                empty_polls_per_msg: None,
+                full_refusals_per_msg: None,
+                room_wakes_per_msg: None,
+                same_cpu_share: Some(0.0),
+            };
+            m.set_round(0, v, Some(d));
+            m
+        };
+        report.records = records_from(
+            vec![
+                m("evd try_dequeue", Role::Evd, "latency_p50_ns", 150.0),
+                m("evd try_dequeue", Role::Evd, "latency_p99_ns", 300.0),
+                m("rtrb pop", Role::Peer, "latency_p50_ns", 300.0),
+            ],
+            2,
+        );
+        let md = markdown(&report);
+        assert!(md.contains(&format!("### {pp} (round trip")), "{md}");
+        assert!(md.contains("| p99.9 | same CPU | threads |"), "{md}");
+        let evd = md
+            .lines()
+            .find(|l| l.starts_with("| evd try_dequeue |"))
+            .unwrap();
+        assert!(
+            evd.contains("| 300.0 ns [300.0 ns – 300.0 ns] | n/a | 0 % | 2 |"),
+            "{evd}"
+        );
+        let rtrb = md.lines().find(|l| l.starts_with("| rtrb pop |")).unwrap();
+        assert!(rtrb.contains("2.00× (vs evd try_dequeue)"), "{rtrb}");
     }
 
     #[test]

@@ -750,7 +750,7 @@ impl Api {
                 want,
                 Err(WaitError::InvalidThreshold { .. } | WaitError::Unwaitable)
             )
-            && !(len >= k && !self.spin_budget.is_zero());
+            && (len < k || self.spin_budget.is_zero());
         if arms {
             self.registered = Registered::Thread;
             if matches!(want, Err(WaitError::Overflow(_))) {
