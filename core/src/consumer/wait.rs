@@ -27,6 +27,7 @@ fn thread_waker<T>(c: &mut Consumer<T>) -> Waker {
 /// How long a wait's back-off spins, by the clock, before it yields the CPU
 /// between its looks instead: with posters sharing the CPUs a yield lets them
 /// fill the ring. The spinning half of the default budget.
+#[cfg_attr(any(loom, shuttle), allow(dead_code))]
 const SPIN_PHASE: Duration = Duration::from_micros(3);
 
 /// The back-off phase of a wait: look for `want` ready events for `budget`
@@ -168,6 +169,20 @@ fn look<T>(s: &Shared<T>, want: u64) -> Option<Result<usize, WaitError>> {
     None
 }
 
+/// The deadline has passed: `Timeout` with the events ready now, or `Ok` if
+/// they meet the threshold after all (a post may have landed since the last
+/// look: a timeout never says `available >= threshold`).
+fn timed_out<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
+    let available = s.ready(u64::MAX);
+    if available >= want {
+        Ok(available as usize)
+    } else {
+        Err(WaitError::Timeout {
+            available: available as usize,
+        })
+    }
+}
+
 /// Park the consumer's thread until `done` holds. `done` is re-checked after
 /// registering the waker, so a wake between the two is not lost (the wakers
 /// of `done`'s condition wake the registered waker after changing it).
@@ -285,11 +300,7 @@ impl<T> Consumer<T> {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             // A poll: it looks once and leaves the arm alone, so an arm the
             // caller made with `arm()` (and its registered waker) stays.
-            return look(&s, want).unwrap_or_else(|| {
-                Err(WaitError::Timeout {
-                    available: s.ready(u64::MAX) as usize,
-                })
-            });
+            return look(&s, want).unwrap_or_else(|| timed_out(&s, want));
         }
         let waker = thread_waker(self);
         let backoff = Backoff::new();
@@ -306,12 +317,7 @@ impl<T> Consumer<T> {
                     if let Some(d) = deadline {
                         if Instant::now() >= d {
                             s.disarm();
-                            let available = s.ready(u64::MAX) as usize;
-                            return if available >= threshold {
-                                Ok(available)
-                            } else {
-                                Err(WaitError::Timeout { available })
-                            };
+                            return timed_out(&s, want);
                         }
                     }
                     park(deadline);
@@ -324,9 +330,7 @@ impl<T> Consumer<T> {
                     // poster stopped there must not keep a timed wait past
                     // its deadline.
                     if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(WaitError::Timeout {
-                            available: s.ready(u64::MAX) as usize,
-                        });
+                        return timed_out(&s, want);
                     }
                     backoff.snooze();
                 }
