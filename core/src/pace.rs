@@ -58,6 +58,9 @@
 //! shuttle do: they have no clock) changes only when "empty" is reported, and
 //! "empty" was always a snapshot.
 
+// loom and shuttle have no clock: the pace is neither measured nor used there.
+#![cfg_attr(any(loom, shuttle), allow(dead_code))]
+
 // std's atomics even under loom and shuttle: the pacer is no part of the
 // protocol (it orders nothing and is read only by the thread that writes it),
 // and the models need not explore its loads and stores.

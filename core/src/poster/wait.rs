@@ -109,18 +109,35 @@ impl<T: Send> Poster<T> {
             }
         }
         let waker = unpark_waker(thread::current());
-        let mut seat = Seat::default();
+        let mut seat = LeaveOnDrop {
+            poster: self,
+            seat: Seat::default(),
+        };
         loop {
-            match self.attempt(&mut seat, event, &waker) {
+            match self.attempt(&mut seat.seat, event, &waker) {
                 Attempt::Done(r) => return r,
                 Attempt::Wait(ev) => event = ev,
             }
             if expired(deadline) {
-                self.shared.room_leave(&mut seat, false);
+                self.shared.room_leave(&mut seat.seat, false);
                 return Err(PostError::Full(event));
             }
             // Woken by a freed slot, by close, or spuriously: attempt again.
             park(deadline);
         }
+    }
+}
+
+/// A blocking post's seat in the room queue, left when the post returns or
+/// unwinds (a post inside it may run user code that panics: the consumer's
+/// waker, a handler). Leaving a seat that already left does nothing.
+struct LeaveOnDrop<'a, T> {
+    poster: &'a Poster<T>,
+    seat: Seat,
+}
+
+impl<T> Drop for LeaveOnDrop<'_, T> {
+    fn drop(&mut self) {
+        self.poster.shared.room_leave(&mut self.seat, false);
     }
 }

@@ -5,6 +5,7 @@ use crate::error::{Overflow, TryDequeueError};
 use crate::shared::Shared;
 use crate::state::{self, PolicyBits};
 use crate::sync::Backoff;
+use crate::unwind::Panics;
 use crate::upcall::handler::Loaded;
 
 /// One running handler call on this thread's stack. Nested upcalls (a
@@ -113,7 +114,12 @@ struct InstanceGuard<'a, T> {
 impl<T> Drop for InstanceGuard<'_, T> {
     fn drop(&mut self) {
         let new = self.shared.abandon_instance(self.holds_token);
-        wake_tearer(self.shared, new);
+        // The handler's panic is unwinding: a panic of the waker woken here
+        // would abort the process, so it is caught (and dropped, as the
+        // handler's goes on).
+        let mut panics = Panics::default();
+        panics.run(|| wake_tearer(self.shared, new));
+        panics.resume();
     }
 }
 

@@ -1,0 +1,971 @@
+//! The promise: user code that panics (a handler, a waker, an event's
+//! `Drop`) never wedges the EVD or strands a notification. Every path that
+//! takes a notification (post, post_lossy, post_batch, close, resize, a CNO
+//! trigger) delivers it even when the user code it runs, or drops, panics;
+//! the panic reaches the caller (a room waiter's waker's panic is swallowed
+//! instead, wherever it is woken), and the EVD goes on: the next post is
+//! delivered, nothing is lost or duplicated, no upcall instance or token is
+//! left in flight, and teardown returns.
+//!
+//! `hardening.rs` has the first cases of each kind (a panicking handler under
+//! either policy, a waker that panics on a post and on `Poster::close`);
+//! `room.rs` a room waker that panics on a head store that frees two slots;
+//! `loom.rs` the lossy post whose event panics on drop, in every
+//! interleaving. Here every position is walked by one table with the same
+//! checks, and the orderings of `post_lossy` and close get their own tests.
+//!
+//! Every planted panic has the payload [`Planted`], which the panic hook
+//! keeps quiet and [`caught`] insists on: a failed assertion inside the EVD's
+//! user code is never mistaken for the planted panic.
+
+use evd::{
+    ArmStatus, BatchPostError, Cno, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
+    UpcallPolicy,
+};
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, Once};
+use std::task::{Context, Poll, Wake, Waker};
+
+// --- planted panics -----------------------------------------------------------
+
+/// The payload of every panic these tests plant.
+struct Planted;
+
+fn plant() -> ! {
+    std::panic::panic_any(Planted)
+}
+
+/// Keep the hook from printing planted panics; every other panic prints.
+fn quiet_planted_panics() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Planted>() {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Run `f`: `Ok` with its result, or `Err(())` if it raised a planted panic.
+/// Any other panic (a failed assertion) goes on.
+fn caught<R>(f: impl FnOnce() -> R) -> Result<R, ()> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => Ok(r),
+        Err(p) if p.is::<Planted>() => Err(()),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// `f` must raise a planted panic.
+fn must_panic<R>(what: &str, f: impl FnOnce() -> R) {
+    assert!(
+        caught(f).is_err(),
+        "{what}: the planted panic did not surface"
+    );
+}
+
+// --- events -------------------------------------------------------------------
+
+/// An event whose `Drop` panics while it is live. Whoever takes it (a
+/// handler, a dequeue) defuses it; an event given up by a lossy post, or
+/// dropped by the EVD, is dropped live. Every drop is counted.
+struct Ev {
+    seq: u64,
+    live: bool,
+    drops: Arc<AtomicU64>,
+}
+
+impl Ev {
+    /// Defuse and return the sequence number.
+    fn take(mut self) -> u64 {
+        self.live = false;
+        self.seq
+    }
+}
+
+impl Drop for Ev {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, SeqCst);
+        if self.live {
+            plant();
+        }
+    }
+}
+
+/// Makes events with fresh sequence numbers and remembers what the EVD
+/// accepted and what it reported lost, to check exactly-once at the end.
+#[derive(Default)]
+struct Ledger {
+    next: u64,
+    drops: Arc<AtomicU64>,
+    accepted: Vec<u64>,
+    lost: u64,
+}
+
+impl Ledger {
+    /// A defused event (its drop is quiet).
+    fn ev(&mut self) -> Ev {
+        self.make(false)
+    }
+
+    /// A live event: its drop panics.
+    fn live(&mut self) -> Ev {
+        self.make(true)
+    }
+
+    fn make(&mut self, live: bool) -> Ev {
+        self.next += 1;
+        Ev {
+            seq: self.next,
+            live,
+            drops: self.drops.clone(),
+        }
+    }
+
+    /// Post a defused event that must be accepted.
+    fn post(&mut self, poster: &evd::Poster<Ev>) -> u64 {
+        let ev = self.ev();
+        let seq = ev.seq;
+        assert!(poster.post(ev).is_ok(), "post of {seq} refused");
+        self.accepted.push(seq);
+        seq
+    }
+}
+
+// --- wakers -------------------------------------------------------------------
+
+/// A waker that counts its wakes and, if `panics`, panics in each.
+struct TestWaker {
+    wakes: AtomicU64,
+    panics: bool,
+}
+
+impl TestWaker {
+    fn new(panics: bool) -> (Arc<TestWaker>, Waker) {
+        let w = Arc::new(TestWaker {
+            wakes: AtomicU64::new(0),
+            panics,
+        });
+        (w.clone(), Waker::from(w))
+    }
+
+    fn wakes(&self) -> u64 {
+        self.wakes.load(SeqCst)
+    }
+}
+
+impl Wake for TestWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes.fetch_add(1, SeqCst);
+        if self.panics {
+            plant();
+        }
+    }
+}
+
+fn poll_once<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut Context::from_waker(waker))
+}
+
+/// Arm the consumer with `waker` (a `Recv` polled once on an empty ring, as
+/// `hardening.rs`'s `register_panicking_waker`).
+fn arm_with<T>(consumer: &mut evd::Consumer<T>, waker: &Waker) {
+    let mut recv = consumer.recv();
+    assert!(
+        poll_once(&mut recv, waker).is_pending(),
+        "the ring is empty"
+    );
+    drop(recv);
+    assert!(consumer.query().armed);
+}
+
+// --- the checks after a panic -------------------------------------------------
+
+/// Drain a consumer: the events' sequence numbers, and the losses reported,
+/// until the ring is empty (or closed and drained).
+fn drain(consumer: &mut evd::Consumer<Ev>) -> (Vec<u64>, u64) {
+    let (mut got, mut lost) = (Vec::new(), 0);
+    loop {
+        match consumer.try_dequeue() {
+            Ok(ev) => got.push(ev.take()),
+            Err(TryDequeueError::Overflow(o)) => lost += o.lost,
+            Err(TryDequeueError::Empty | TryDequeueError::Closed) => return (got, lost),
+        }
+    }
+}
+
+/// No upcall instance, token or room waiter is left behind.
+fn nothing_in_flight(q: &evd::Query, case: &str) {
+    assert_eq!(
+        q.upcalls_in_flight, 0,
+        "{case}: an upcall instance in flight"
+    );
+    assert!(!q.in_upcall, "{case}: the upcall token is still taken");
+    assert!(!q.room_wanted, "{case}: a room waiter is left queued");
+}
+
+/// A consumer after the panic: still usable. The next post is dequeued; every
+/// event accepted before (`taken` were already dequeued) comes exactly once;
+/// every loss is reported; closing ends the stream.
+fn check_consumer(
+    case: &str,
+    poster: evd::Poster<Ev>,
+    mut consumer: evd::Consumer<Ev>,
+    mut ledger: Ledger,
+    taken: Vec<u64>,
+) {
+    let q = consumer.query();
+    nothing_in_flight(&q, case);
+    let (mut got, lost) = drain(&mut consumer);
+    if !q.closed {
+        let seq = ledger.post(&poster);
+        let next = consumer.try_dequeue().map(Ev::take);
+        assert_eq!(next, Ok(seq), "{case}: the next post");
+        got.push(seq);
+    }
+    got.extend(taken);
+    got.sort_unstable();
+    assert_eq!(got, ledger.accepted, "{case}: each event exactly once");
+    assert_eq!(lost, ledger.lost, "{case}: each loss reported");
+    assert_eq!(
+        consumer.arm(),
+        if q.closed {
+            ArmStatus::Closed
+        } else {
+            ArmStatus::Armed
+        }
+    );
+    poster.close();
+    assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Closed));
+    assert_eq!(
+        futures::executor::block_on(consumer.recv()).err(),
+        Some(RecvError::Closed),
+        "{case}"
+    );
+    // Every event made was dropped exactly once (the last one is the
+    // refused post's, handed back and dropped here).
+    let ev = ledger.ev();
+    assert!(matches!(poster.post(ev), Err(PostError::Closed(_))));
+    drop((poster, consumer));
+    assert_eq!(ledger.drops.load(SeqCst), ledger.next, "{case}: drops");
+}
+
+/// What an upcall handler heard: sequence numbers and losses.
+#[derive(Default)]
+struct Heard {
+    seqs: Mutex<Vec<u64>>,
+    lost: AtomicU64,
+}
+
+impl Heard {
+    /// Record `ev` (defusing it); `Some(seq)` for an event.
+    fn record(&self, ev: Result<Ev, Overflow>) -> Option<u64> {
+        match ev {
+            Ok(ev) => {
+                let seq = ev.take();
+                self.seqs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(seq);
+                Some(seq)
+            }
+            Err(o) => {
+                self.lost.fetch_add(o.lost, SeqCst);
+                None
+            }
+        }
+    }
+
+    fn seqs(&self) -> Vec<u64> {
+        let mut s = self.seqs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        s.sort_unstable();
+        s
+    }
+}
+
+/// An upcall dispatcher after the panic: no instance in flight, the next
+/// post is handled by the next upcall, every event came once, teardown
+/// returns and leaves nothing queued.
+fn check_upcalls(
+    case: &str,
+    poster: evd::Poster<Ev>,
+    up: evd::Upcalls<Ev>,
+    heard: &Heard,
+    mut ledger: Ledger,
+) {
+    let q = up.query();
+    if q.upcalls_in_flight != 0 || q.in_upcall {
+        // Its drop would wait for the stranded instance forever.
+        std::mem::forget(up);
+        panic!("{case}: an upcall instance is stranded: {q:?}");
+    }
+    nothing_in_flight(&q, case);
+    let seq = ledger.post(&poster);
+    assert!(
+        heard.seqs().contains(&seq),
+        "{case}: the next post was not handled"
+    );
+    assert_eq!(
+        heard.seqs(),
+        ledger.accepted,
+        "{case}: each event exactly once"
+    );
+    assert_eq!(
+        heard.lost.load(SeqCst),
+        ledger.lost,
+        "{case}: each loss reported"
+    );
+    nothing_in_flight(&up.query(), case);
+    let mut consumer = up.teardown();
+    assert_eq!(
+        consumer.try_dequeue().err(),
+        Some(TryDequeueError::Empty),
+        "{case}"
+    );
+    drop((poster, consumer));
+    assert_eq!(ledger.drops.load(SeqCst), ledger.next, "{case}: drops");
+}
+
+// --- the table ----------------------------------------------------------------
+
+/// Where user code panics.
+#[derive(Clone, Copy, Debug)]
+enum Position {
+    /// The `Drop` of the event a lossy post gives up (nothing owed here;
+    /// the owed cases are the stress test below and the loom models).
+    LossyEventDrop,
+    /// The consumer's waker, woken by a batch post.
+    ConsumerWakerOnBatchPost,
+    /// The consumer's waker, woken by a lossy post that queues.
+    ConsumerWakerOnLossyPost,
+    /// The consumer's waker, woken by the close of the last poster's drop.
+    ConsumerWakerOnLastPosterDrop,
+    /// A room waiter's waker, woken by the head store that frees its slot.
+    RoomWakerOnHeadStore,
+    /// A room waiter's waker, woken by close.
+    RoomWakerOnClose,
+    /// A room waiter's waker, woken by a resize that grows the ring.
+    RoomWakerOnResize,
+    /// A SingleInstance handler.
+    SingleInstanceHandler,
+    /// A ManyInstances handler.
+    ManyInstancesHandler,
+    /// An `FnMut` handler (`into_upcalls_mut`), on a loss report.
+    FnMutHandlerOnLossReport,
+    /// The CNO's waker, woken by a post's trigger.
+    CnoWakerOnTrigger,
+    /// The CNO's waker, woken by the trigger of a direct wait that gives up
+    /// (a dropped `Recv`) and hands the queued events to the CNO.
+    CnoWakerOnWithdraw,
+    /// The closure of `dequeue_with`.
+    DequeueWithClosure,
+}
+
+const POSITIONS: [Position; 13] = [
+    Position::LossyEventDrop,
+    Position::ConsumerWakerOnBatchPost,
+    Position::ConsumerWakerOnLossyPost,
+    Position::ConsumerWakerOnLastPosterDrop,
+    Position::RoomWakerOnHeadStore,
+    Position::RoomWakerOnClose,
+    Position::RoomWakerOnResize,
+    Position::SingleInstanceHandler,
+    Position::ManyInstancesHandler,
+    Position::FnMutHandlerOnLossReport,
+    Position::CnoWakerOnTrigger,
+    Position::CnoWakerOnWithdraw,
+    Position::DequeueWithClosure,
+];
+
+#[test]
+fn user_code_that_panics_never_wedges_the_evd_or_strands_a_notification() {
+    quiet_planted_panics();
+    for p in POSITIONS {
+        let case = format!("{p:?}");
+        match p {
+            Position::LossyEventDrop => lossy_event_drop(&case),
+            Position::ConsumerWakerOnBatchPost => consumer_waker_on_batch_post(&case),
+            Position::ConsumerWakerOnLossyPost => consumer_waker_on_lossy_post(&case),
+            Position::ConsumerWakerOnLastPosterDrop => consumer_waker_on_last_poster_drop(&case),
+            Position::RoomWakerOnHeadStore => room_waker_on_head_store(&case),
+            Position::RoomWakerOnClose => room_waker_on_close(&case),
+            Position::RoomWakerOnResize => room_waker_on_resize(&case),
+            Position::SingleInstanceHandler => handler(&case, UpcallPolicy::SingleInstance),
+            Position::ManyInstancesHandler => handler(&case, UpcallPolicy::ManyInstances),
+            Position::FnMutHandlerOnLossReport => fnmut_handler_on_loss_report(&case),
+            Position::CnoWakerOnTrigger => cno_waker_on_trigger(&case),
+            Position::CnoWakerOnWithdraw => cno_waker_on_withdraw(&case),
+            Position::DequeueWithClosure => dequeue_with_closure(&case),
+        }
+    }
+}
+
+fn lossy_event_drop(case: &str) {
+    let (poster, consumer) = evd::bounded::<Ev>(1).unwrap();
+    let mut ledger = Ledger::default();
+    ledger.post(&poster); // full
+    let ev = ledger.live();
+    must_panic(case, || poster.post_lossy(ev));
+    ledger.lost += 1;
+    assert_eq!(
+        ledger.drops.load(SeqCst),
+        1,
+        "{case}: the given-up event dropped once"
+    );
+    assert_eq!(consumer.query().lost, 1, "{case}: counted");
+    check_consumer(case, poster, consumer, ledger, Vec::new());
+}
+
+fn consumer_waker_on_batch_post(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    let mut ledger = Ledger::default();
+    let (w, waker) = TestWaker::new(true);
+    arm_with(&mut consumer, &waker);
+    let mut batch = vec![ledger.ev(), ledger.ev(), ledger.ev()];
+    let seqs: Vec<u64> = batch.iter().map(|e| e.seq).collect();
+    must_panic(case, || poster.post_batch(&mut batch));
+    assert!(
+        batch.is_empty(),
+        "{case}: the batch was taken before the wake"
+    );
+    ledger.accepted.extend(seqs);
+    assert_eq!(w.wakes(), 1, "{case}: woken once");
+    let q = consumer.query();
+    assert!(
+        !q.armed && q.notified,
+        "{case}: the batch took the notification"
+    );
+    check_consumer(case, poster, consumer, ledger, Vec::new());
+    assert_eq!(w.wakes(), 1, "{case}: the old waker is not woken again");
+}
+
+fn consumer_waker_on_lossy_post(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(2).unwrap();
+    let mut ledger = Ledger::default();
+    let (w, waker) = TestWaker::new(true);
+    arm_with(&mut consumer, &waker);
+    let ev = ledger.ev();
+    let seq = ev.seq;
+    must_panic(case, || poster.post_lossy(ev));
+    ledger.accepted.push(seq);
+    assert_eq!(w.wakes(), 1, "{case}: woken once");
+    check_consumer(case, poster, consumer, ledger, Vec::new());
+}
+
+fn consumer_waker_on_last_poster_drop(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    let mut ledger = Ledger::default();
+    ledger.post(&poster);
+    let taken = vec![consumer.try_dequeue().unwrap().take()];
+    let (w, waker) = TestWaker::new(true);
+    arm_with(&mut consumer, &waker);
+    // A second handle keeps the EVD open until the last one goes.
+    let last = poster.clone();
+    drop(poster);
+    must_panic(case, move || drop(last));
+    assert_eq!(w.wakes(), 1, "{case}: woken once");
+    assert!(consumer.is_closed(), "{case}: closed");
+    let poster = consumer.poster(); // made after close: finds it closed
+    check_consumer(case, poster, consumer, ledger, taken);
+}
+
+fn room_waker_on_head_store(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(1).unwrap();
+    let mut ledger = Ledger::default();
+    ledger.post(&poster); // full
+    let mut room = poster.room_waiter();
+    let (bad, bad_waker) = TestWaker::new(true);
+    assert!(room
+        .poll_room(&mut Context::from_waker(&bad_waker))
+        .is_pending());
+    // The consumer has the event in hand: the waker's panic is not its
+    // business, and does not reach it.
+    let taken = vec![consumer
+        .try_dequeue()
+        .expect("not lost to the waker")
+        .take()];
+    assert_eq!(bad.wakes(), 1, "{case}: woken once");
+    assert_eq!(consumer.query().room_wakes, 1);
+    let (_, good) = TestWaker::new(false);
+    assert_eq!(
+        room.poll_room(&mut Context::from_waker(&good)),
+        Poll::Ready(Ok(1)),
+        "{case}: the freed slot is found"
+    );
+    ledger.post(room.poster());
+    drop(room);
+    check_consumer(case, poster, consumer, ledger, taken);
+}
+
+fn room_waker_on_close(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(1).unwrap();
+    let mut ledger = Ledger::default();
+    ledger.post(&poster); // full
+
+    // Two waiters, the first one's waker panics: the second is still woken.
+    let (bad, bad_waker) = TestWaker::new(true);
+    let (good, good_waker) = TestWaker::new(false);
+    let mut first = poster.post_async(ledger.ev());
+    let mut second = poster.room_waiter();
+    assert!(poll_once(&mut first, &bad_waker).is_pending());
+    assert!(second
+        .poll_room(&mut Context::from_waker(&good_waker))
+        .is_pending());
+    // Close from the consumer side: the wakers' panics do not reach it.
+    consumer.close();
+    assert_eq!((bad.wakes(), good.wakes()), (1, 1), "{case}: both woken");
+    assert!(matches!(
+        poll_once(&mut first, &good_waker),
+        Poll::Ready(Err(PostError::Closed(_)))
+    ));
+    assert_eq!(
+        second.poll_room(&mut Context::from_waker(&good_waker)),
+        Poll::Ready(Err(BatchPostError::Closed))
+    );
+    drop((first, second));
+    check_consumer(case, poster, consumer, ledger, Vec::new());
+}
+
+fn room_waker_on_resize(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(1).unwrap();
+    let mut ledger = Ledger::default();
+    ledger.post(&poster); // full
+    let (bad, bad_waker) = TestWaker::new(true);
+    let mut room = poster.room_waiter();
+    assert!(room
+        .poll_room(&mut Context::from_waker(&bad_waker))
+        .is_pending());
+    assert_eq!(
+        consumer.resize(2),
+        Ok(2),
+        "{case}: the waker's panic does not reach it"
+    );
+    assert_eq!(bad.wakes(), 1, "{case}: woken once");
+    let (_, good) = TestWaker::new(false);
+    assert_eq!(
+        room.poll_room(&mut Context::from_waker(&good)),
+        Poll::Ready(Ok(1))
+    );
+    ledger.post(room.poster());
+    drop(room);
+    check_consumer(case, poster, consumer, ledger, Vec::new());
+}
+
+/// The handler panics on one planted event (after hearing it).
+fn handler(case: &str, policy: UpcallPolicy) {
+    let (poster, consumer) = evd::bounded::<Ev>(4).unwrap();
+    let mut ledger = Ledger::default();
+    let heard = Arc::new(Heard::default());
+    let panic_on = Arc::new(AtomicU64::new(0));
+    let (h, p) = (heard.clone(), panic_on.clone());
+    let up = consumer.into_upcalls(policy, Invoke::Any, move |ev, _| {
+        if h.record(ev) == Some(p.load(SeqCst)) {
+            plant();
+        }
+    });
+    ledger.post(&poster);
+    let ev = ledger.ev();
+    panic_on.store(ev.seq, SeqCst);
+    ledger.accepted.push(ev.seq);
+    must_panic(case, || poster.post(ev));
+    check_upcalls(case, poster, up, &heard, ledger);
+}
+
+/// The `FnMut` handler panics on the report of a loss: the report was given
+/// (it is not reported twice), and the token is given back.
+fn fnmut_handler_on_loss_report(case: &str) {
+    let (poster, consumer) = evd::bounded::<Ev>(1).unwrap();
+    let mut ledger = Ledger::default();
+    let heard = Arc::new(Heard::default());
+    let h = heard.clone();
+    let mut up = consumer.into_upcalls_mut(Invoke::New, move |ev, _| {
+        if h.record(ev).is_none() {
+            plant();
+        }
+    });
+    up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
+    ledger.post(&poster); // full, nothing runs
+    let ev = ledger.live();
+    must_panic(case, || poster.post_lossy(ev)); // its drop
+    ledger.lost += 1;
+    // Enabling with Invoke::Any runs an instance here: the event, then the
+    // report, on which the handler panics.
+    must_panic(case, || {
+        up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+    });
+    check_upcalls(case, poster, up, &heard, ledger);
+}
+
+fn cno_waker_on_trigger(case: &str) {
+    const KEY: u64 = 7;
+    let mut cno = Cno::new(2).unwrap();
+    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    let mut ledger = Ledger::default();
+    consumer.bind_cno(&cno, KEY).unwrap();
+    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+    let (w, waker) = TestWaker::new(true);
+    let mut keys = Vec::new();
+    {
+        let mut ready = cno.ready_set(&mut keys);
+        assert!(poll_once(&mut ready, &waker).is_pending());
+    }
+    let ev = ledger.ev();
+    ledger.accepted.push(ev.seq);
+    must_panic(case, || poster.post(ev));
+    assert_eq!(w.wakes(), 1, "{case}: the CNO's waiter woken once");
+    assert_eq!(
+        cno.try_next(),
+        Some(KEY),
+        "{case}: the key reached the ready set"
+    );
+    assert_eq!(cno.try_next(), None, "{case}: once");
+    // Serve it, re-enable, and the next post triggers the CNO again.
+    let (mut taken, lost) = drain(&mut consumer);
+    assert_eq!(lost, 0);
+    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+    ledger.post(&poster);
+    assert_eq!(cno.try_next(), Some(KEY), "{case}: triggered again");
+    taken.extend(drain(&mut consumer).0);
+    assert_eq!(w.wakes(), 1, "{case}: the old waker is not woken again");
+    consumer.unbind_cno();
+    check_consumer(case, poster, consumer, ledger, taken);
+}
+
+fn cno_waker_on_withdraw(case: &str) {
+    const KEY: u64 = 9;
+    let mut cno = Cno::new(2).unwrap();
+    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    let mut ledger = Ledger::default();
+    consumer.bind_cno(&cno, KEY).unwrap();
+    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+    let (w, waker) = TestWaker::new(true);
+    let mut keys = Vec::new();
+    {
+        let mut ready = cno.ready_set(&mut keys);
+        assert!(poll_once(&mut ready, &waker).is_pending());
+    }
+    // A direct waiter preempts the CNO: the post wakes it and leaves the
+    // enable in place. Dropped unresolved, it hands the event to the CNO.
+    let (direct_w, direct_waker) = TestWaker::new(false);
+    let mut recv = consumer.recv();
+    assert!(poll_once(&mut recv, &direct_waker).is_pending());
+    ledger.post(&poster);
+    assert_eq!(direct_w.wakes(), 1, "{case}: the direct waiter woken");
+    assert_eq!(cno.try_next(), None, "{case}: the direct waiter preempted");
+    must_panic(case, move || drop(recv));
+    assert_eq!(w.wakes(), 1, "{case}: the CNO's waiter woken once");
+    assert_eq!(
+        cno.try_next(),
+        Some(KEY),
+        "{case}: the event was handed to the CNO"
+    );
+    let (taken, lost) = drain(&mut consumer);
+    assert_eq!(lost, 0);
+    consumer.unbind_cno();
+    check_consumer(case, poster, consumer, ledger, taken);
+}
+
+fn dequeue_with_closure(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    let mut ledger = Ledger::default();
+    for _ in 0..3 {
+        ledger.post(&poster);
+    }
+    // A poster waits for room: the unwinding closure's head store wakes it.
+    let mut room = poster.room_waiter();
+    ledger.post(&poster); // full
+    let (w, waker) = TestWaker::new(false);
+    assert!(room
+        .poll_room(&mut Context::from_waker(&waker))
+        .is_pending());
+    let mut taken = Vec::new();
+    must_panic(case, || {
+        consumer.dequeue_with(4, |ev| {
+            taken.push(ev.take());
+            if taken.len() == 2 {
+                plant();
+            }
+        })
+    });
+    assert_eq!(taken.len(), 2, "{case}: the panic stopped the batch");
+    assert_eq!(consumer.len(), 2, "{case}: the rest stays queued");
+    assert_eq!(w.wakes(), 1, "{case}: the room waiter woken");
+    assert_eq!(
+        room.poll_room(&mut Context::from_waker(&waker)),
+        Poll::Ready(Ok(2))
+    );
+    drop(room);
+    check_consumer(case, poster, consumer, ledger, taken);
+}
+
+// --- close: every owed wake, whoever panics first ------------------------------
+
+#[test]
+fn close_wakes_a_waiting_poster_even_if_the_consumers_waker_panics() {
+    // One slot, two waiting posters; a dequeue frees the slot and wakes the
+    // first, leaving the ring empty and the second queued. The consumer arms
+    // with a waker that panics. Close owes the consumer its wake and every
+    // waiting poster theirs: the consumer's panic must not cost the poster
+    // its wake (it would sleep forever on a closed EVD).
+    quiet_planted_panics();
+    let (poster, mut consumer) = evd::bounded::<Ev>(1).unwrap();
+    let mut ledger = Ledger::default();
+    ledger.post(&poster);
+    let (first_w, first_waker) = TestWaker::new(false);
+    let (second_w, second_waker) = TestWaker::new(false);
+    let mut first = poster.post_async(ledger.ev());
+    let mut second = poster.post_async(ledger.ev());
+    assert!(poll_once(&mut first, &first_waker).is_pending());
+    assert!(poll_once(&mut second, &second_waker).is_pending());
+    let taken = vec![consumer.try_dequeue().unwrap().take()];
+    assert_eq!((first_w.wakes(), second_w.wakes()), (1, 0));
+    let (consumer_w, consumer_waker) = TestWaker::new(true);
+    arm_with(&mut consumer, &consumer_waker);
+    must_panic("close", || poster.close());
+    assert_eq!(consumer_w.wakes(), 1, "the consumer woken");
+    assert_eq!(second_w.wakes(), 1, "the waiting poster woken by close");
+    for f in [&mut first, &mut second] {
+        assert!(matches!(
+            poll_once(f, &first_waker),
+            Poll::Ready(Err(PostError::Closed(_)))
+        ));
+    }
+    drop((first, second));
+    check_consumer("close", poster, consumer, ledger, taken);
+}
+
+#[test]
+fn close_wakes_both_the_direct_waiter_and_the_cno_whichever_waker_panics() {
+    // An EVD enabled on its CNO and armed by a direct waiter too (the direct
+    // waiter preempts the CNO, so both flags stay set): its close owes both
+    // a trigger and a wake. Each target's waker panics in turn; the other
+    // must still hear of the close.
+    quiet_planted_panics();
+    const KEY: u64 = 3;
+    for cno_panics in [true, false] {
+        let case = if cno_panics {
+            "the CNO's waker panics"
+        } else {
+            "the consumer's waker panics"
+        };
+        let mut cno = Cno::new(1).unwrap();
+        let (poster, mut consumer) = evd::bounded::<Ev>(2).unwrap();
+        consumer.bind_cno(&cno, KEY).unwrap();
+        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        let (cno_w, cno_waker) = TestWaker::new(cno_panics);
+        let mut keys = Vec::new();
+        {
+            let mut ready = cno.ready_set(&mut keys);
+            assert!(poll_once(&mut ready, &cno_waker).is_pending());
+        }
+        let (direct_w, direct_waker) = TestWaker::new(!cno_panics);
+        // Held while the EVD closes: a `Recv` dropped unresolved withdraws
+        // its arm from an EVD bound to a CNO.
+        let mut recv = consumer.recv();
+        assert!(poll_once(&mut recv, &direct_waker).is_pending());
+        must_panic(case, || poster.close());
+        assert_eq!(cno_w.wakes(), 1, "{case}: the CNO's waiter woken");
+        assert_eq!(cno.try_next(), Some(KEY), "{case}: the close's key");
+        assert_eq!(direct_w.wakes(), 1, "{case}: the direct waiter woken");
+        let (_, quiet) = TestWaker::new(false);
+        assert!(
+            matches!(
+                poll_once(&mut recv, &quiet),
+                Poll::Ready(Err(RecvError::Closed))
+            ),
+            "{case}: the direct waiter sees the end"
+        );
+        drop(recv);
+        consumer.unbind_cno();
+        check_consumer(case, poster, consumer, Ledger::default(), Vec::new());
+    }
+}
+
+// --- post_lossy: the notification a loss took, under a panicking Drop -----------
+
+/// The old `post_lossy` dropped the given-up event before delivering the
+/// notification its loss had taken: an event whose `Drop` panicked then left
+/// an upcall token and instance count taken forever (`upcalls_in_flight ==
+/// 1` with an event queued, and a teardown that hangs).
+///
+/// The window is a race: the lossy post finds the ring (of one slot) full
+/// while the steady thread's instance holds the token, and that instance
+/// drains the ring and exits before the loss's RMW on the word, which then
+/// takes the token. So this repeats it: the steady thread posts until the
+/// lossy thread has given up `LOSSES` events (or made `ATTEMPTS` lossy
+/// posts). No post is retried and no wait depends on the EVD, so a wedged EVD
+/// (every post refused as full from then on) fails the checks instead of
+/// hanging the test. The outcome checked is the same whatever the
+/// interleavings (the loom model
+/// `a_lossy_post_whose_event_panics_on_drop_still_delivers_the_upcall_it_took`
+/// explores them).
+#[test]
+fn a_lossy_post_whose_event_panics_on_drop_never_wedges_upcalls() {
+    const LOSSES: u64 = 2000;
+    const ATTEMPTS: u64 = 200_000;
+    quiet_planted_panics();
+    let (poster, consumer) = evd::bounded::<Ev>(1).unwrap();
+    let drops = Arc::new(AtomicU64::new(0));
+    let heard = Arc::new(Heard::default());
+    let h = heard.clone();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        h.record(ev);
+    });
+    let made = Arc::new(AtomicU64::new(0));
+    let ev = {
+        let (drops, made) = (drops.clone(), made.clone());
+        move |live| Ev {
+            seq: made.fetch_add(1, SeqCst) + 1,
+            live,
+            drops: drops.clone(),
+        }
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let steady = {
+        let (poster, done, ev) = (poster.clone(), done.clone(), ev.clone());
+        std::thread::spawn(move || {
+            let mut posted = 0u64;
+            while !done.load(SeqCst) {
+                match poster.post(ev(false)) {
+                    Ok(()) => posted += 1,
+                    Err(PostError::Full(_)) => {}
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+            posted
+        })
+    };
+    let lossy = {
+        let (poster, done, ev) = (poster.clone(), done.clone(), ev.clone());
+        let steady_started = made.clone();
+        std::thread::spawn(move || {
+            // Start once the steady thread posts.
+            while steady_started.load(SeqCst) == 0 {
+                std::hint::spin_loop();
+            }
+            let (mut posted, mut lost) = (0u64, 0u64);
+            for _ in 0..ATTEMPTS {
+                if lost == LOSSES {
+                    break;
+                }
+                match caught(|| poster.post_lossy(ev(true))) {
+                    // Queued: the handler defuses it.
+                    Ok(Ok(Lossy::Posted)) => posted += 1,
+                    // Given up: its drop panicked, after the notification.
+                    Err(()) => lost += 1,
+                    Ok(other) => panic!("unexpected {:?}", other.map_err(|e| e.to_string())),
+                }
+            }
+            done.store(true, SeqCst);
+            (posted, lost)
+        })
+    };
+    let (lossy_posted, lost) = lossy.join().unwrap();
+    let steady_posted = steady.join().unwrap();
+    let q = up.query();
+    if q.upcalls_in_flight != 0 || q.in_upcall {
+        // Its drop would wait for the stranded instance forever.
+        std::mem::forget(up);
+        panic!("an upcall instance is stranded after {lost} losses: {q:?}");
+    }
+    // A final post runs the next instance, which drains the ring.
+    assert!(
+        poster.post(ev(false)).is_ok(),
+        "the final post is refused: {:?}",
+        up.query()
+    );
+    let q = up.query();
+    assert_eq!((q.len, q.upcalls_in_flight), (0, 0), "{q:?}");
+    let handled = heard.seqs().len() as u64;
+    assert_eq!(
+        handled,
+        steady_posted + lossy_posted + 1,
+        "each event handled once"
+    );
+    assert_eq!(heard.lost.load(SeqCst), lost, "each loss reported");
+    assert_eq!(q.lost, lost);
+    let mut consumer = up.teardown();
+    assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Empty));
+    drop((poster, consumer));
+    // Every event made was dropped once: handled, given up, or refused.
+    assert_eq!(drops.load(SeqCst), made.load(SeqCst), "drops");
+}
+
+// --- a wake run while a handler's panic unwinds ----------------------------------
+
+/// The child half of
+/// [`a_handler_that_panics_after_disabling_upcalls_does_not_abort_the_process`]:
+/// it runs only in the child process that test starts.
+const CHILD: &str = "EVD_PANICS_TEST_CHILD";
+
+/// A consumer that once waited asynchronously (its task's waker panics, as a
+/// broken executor's may) is handed to upcalls; the handler disables them
+/// (`dat_evd_modify_upcall` from the upcall) and then panics. The instance's
+/// unwind gives the token back and, finding upcalls disabled with none left
+/// in flight, wakes the consumer's registered waker for a teardown that
+/// might wait: the stale waker, whose panic during the unwind aborts the
+/// process. Run in a child process, so that the abort fails this test
+/// instead of killing the test binary.
+#[test]
+fn a_handler_that_panics_after_disabling_upcalls_does_not_abort_the_process() {
+    if std::env::var_os(CHILD).is_some() {
+        return handler_that_disables_then_panics();
+    }
+    let name = "a_handler_that_panics_after_disabling_upcalls_does_not_abort_the_process";
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--include-ignored", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the child failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn handler_that_disables_then_panics() {
+    quiet_planted_panics();
+    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    let mut ledger = Ledger::default();
+    let (w, waker) = TestWaker::new(true);
+    arm_with(&mut consumer, &waker);
+    let heard = Arc::new(Heard::default());
+    let slot: Arc<Mutex<Option<evd::Upcalls<Ev>>>> = Arc::new(Mutex::new(None));
+    let panic_on = Arc::new(AtomicU64::new(0));
+    let (h, s, p) = (heard.clone(), slot.clone(), panic_on.clone());
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        if h.record(ev) == Some(p.load(SeqCst)) {
+            let mut up = s.lock().unwrap();
+            let up = up.as_mut().expect("installed before the posts");
+            up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
+            plant();
+        }
+    });
+    *slot.lock().unwrap() = Some(up);
+    ledger.post(&poster);
+    let ev = ledger.ev();
+    panic_on.store(ev.seq, SeqCst);
+    ledger.accepted.push(ev.seq);
+    must_panic("the handler", || poster.post(ev));
+    let _ = w.wakes(); // whether the stale waker is woken is not the point
+    let mut up = slot
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap();
+    assert_eq!(up.query().policy, UpcallPolicy::Disabled);
+    assert_eq!(up.query().upcalls_in_flight, 0);
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        .unwrap();
+    check_upcalls("disable, then panic", poster, up, &heard, ledger);
+}
