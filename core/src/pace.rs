@@ -23,7 +23,7 @@
 //!
 //! * **The poster asks for its lines early.** After its reservation, a post
 //!   issues a write prefetch ([`prefetch_for_write`]) for the slot
-//!   [`PREFETCH_AHEAD_BYTES`] ahead of its own, so that by the time a later
+//!   [`PREFETCH_AHEAD`] tickets ahead of its own, so that by the time a later
 //!   post writes that slot the line is already owned by a poster, and the
 //!   stores that the next CAS waits for hit. One instruction, no shared
 //!   write; a hint, so it cannot be wrong, only useless.
@@ -34,7 +34,11 @@
 //!   reading no line any poster writes, then looks once more. While the ring
 //!   runs, that look finds a batch of events published in lines their
 //!   posters finished with, and the next empty poll is many events later;
-//!   the empty polls per event fall from about 0.2 to near 0. A consumer
+//!   the empty polls per event fall from about 0.2 to near 0. A batch
+//!   dequeue whose scan stops within [`SHORT_BATCH`] slots of the head has
+//!   read the line a poster is writing just as an empty poll does, so after
+//!   a run it lingers too; otherwise a batch consumer would chase the
+//!   posters in batches of one or two, each ending on their line. A consumer
 //!   whose traffic comes one event at a time (a ping-pong, a request and its
 //!   reply) never has a run, so it never lingers, and its busy polling keeps
 //!   its latency at the floor. A run that really ended costs one linger,
@@ -72,6 +76,18 @@ use std::time::Duration;
 /// nothing) never lingers.
 pub(crate) const RUN: u64 = 2;
 
+/// A batch dequeue whose scan stops (at an unpublished slot) within this
+/// many slots of the head reads the line a poster is writing, as an empty
+/// poll does: after a run it lingers too. A cache line of `u64` slots.
+pub(crate) const SHORT_BATCH: u64 = 4;
+
+/// A batch scan found `n` of at most `max` events ready: it stopped short,
+/// at a slot a poster has not yet published, a few slots from the head.
+#[inline(always)]
+pub(crate) fn is_short(n: u64, max: u64) -> bool {
+    n < max && n < SHORT_BATCH
+}
+
 /// The linger lasts this many events at the pace of the last run.
 pub(crate) const LINGER_EVENTS: u64 = 24;
 
@@ -83,9 +99,14 @@ pub(crate) const LINGER_MIN: Duration = Duration::from_nanos(200);
 /// run really ended loses at most this once per run.
 pub(crate) const LINGER_MAX: Duration = Duration::from_micros(2);
 
-/// How far ahead of its own slot a post prefetches: two cache lines (four
-/// `u64` slots share a line; one 64-byte event's slot spans two).
-pub(crate) const PREFETCH_AHEAD_BYTES: usize = 128;
+/// How many tickets ahead of its own a post prefetches. A count of posts,
+/// not of bytes: the prefetch must be issued early enough for the line to
+/// arrive before the post that writes it, and that is a matter of time
+/// (eight posts are a few hundred nanoseconds, a cross-core line transfer is
+/// one or two hundred), whatever the slot's size. Nearer (one slot ahead)
+/// the line comes too late; much farther (16-32 `u64` posts) it reaches
+/// into lines the posters will not write for a while and helps less.
+pub(crate) const PREFETCH_AHEAD: u64 = 8;
 
 /// The consumer side's pacing state, in the consumer's own line. Touched only
 /// by the consumer side (the token holder, under upcalls), and only when a
@@ -102,6 +123,7 @@ pub(crate) struct Pacer {
     /// the head then: the start of the run the next linger times.
     run_start_ns: AtomicU64,
     run_start_head: AtomicU64,
+    drained: std::sync::atomic::AtomicBool,
     #[cfg(not(any(loom, shuttle)))]
     epoch: std::time::Instant,
 }
@@ -114,9 +136,35 @@ impl Pacer {
             pace: AtomicU64::new(0),
             run_start_ns: AtomicU64::new(0),
             run_start_head: AtomicU64::new(head),
+            drained: std::sync::atomic::AtomicBool::new(false),
             #[cfg(not(any(loom, shuttle)))]
             epoch: std::time::Instant::now(),
         }
+    }
+
+    /// A batch dequeue took `n` of at most `max` events. If it took a run
+    /// and its scan stopped at an unpublished slot (it drained the ring, and
+    /// read the line a poster is writing), the next batch lingers before it
+    /// scans ([`Pacer::take_drained`]). A consumer that cannot keep up takes
+    /// full batches and never lingers this way; one that keeps up lingers
+    /// once per batch, while its posters fill the next.
+    #[inline]
+    pub(crate) fn batch_taken(&self, n: u64, max: u64) {
+        if n < max && n >= RUN && self.cap_ns.load(Ordering::Relaxed) != 0 {
+            self.drained.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// True (once) if the last batch drained the ring after a run: linger
+    /// now. The head `h` is then the last quiet point.
+    #[inline]
+    pub(crate) fn take_drained(&self, h: u64) -> bool {
+        if !self.drained.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.drained.store(false, Ordering::Relaxed);
+        self.quiet_head.store(h, Ordering::Relaxed);
+        true
     }
 
     /// Cap the linger at `cap` (zero: never linger).

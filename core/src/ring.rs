@@ -87,17 +87,9 @@ impl<T> Buffer<T> {
         })
     }
 
-    /// How many tickets ahead a post prefetches: about
-    /// [`PREFETCH_AHEAD_BYTES`](crate::pace::PREFETCH_AHEAD_BYTES) of slots,
-    /// at least one.
-    const PREFETCH_AHEAD: u64 = {
-        let n = crate::pace::PREFETCH_AHEAD_BYTES / std::mem::size_of::<Slot<T>>();
-        if n == 0 {
-            1
-        } else {
-            n as u64
-        }
-    };
+    /// How many tickets ahead a post prefetches
+    /// ([`PREFETCH_AHEAD`](crate::pace::PREFETCH_AHEAD)).
+    const PREFETCH_AHEAD: u64 = crate::pace::PREFETCH_AHEAD;
 
     /// The number of slots.
     #[inline(always)]

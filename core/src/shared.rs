@@ -789,13 +789,25 @@ impl<T> Shared<T> {
                 return Err(TryDequeueError::Overflow(o));
             }
         }
-        let mut n = self.ready(max as u64);
-        if n == 0 && self.consumer.pacer.after_run(self.head()) {
-            // Right after a run: let the posters get ahead, then look again
+        let (h, max64, pacer) = (self.head(), max as u64, &self.consumer.pacer);
+        let n = if pacer.take_drained(h) {
+            // The last batch took a run and its scan ended on the line a
+            // poster is writing: let the posters get ahead before this scan
             // (`crate::pace`).
-            self.consumer.pacer.linger(self.head());
-            n = self.ready(max as u64);
-        }
+            pacer.linger(h);
+            self.ready(max64)
+        } else {
+            let n = self.ready(max64);
+            if crate::pace::is_short(n, max64) && pacer.after_run(h) {
+                // Right after a run the scan ended within a few slots of
+                // where it started: the same, before looking again.
+                pacer.linger(h);
+                self.ready(max64)
+            } else {
+                n
+            }
+        };
+        pacer.batch_taken(n, max64);
         if n == 0 {
             return match self.nothing_ready::<()>(self.head(), last_was_report) {
                 Err(TryDequeueError::Empty) => Ok(None),
