@@ -119,8 +119,11 @@ pub(crate) struct Pacer {
     /// The pace of the last run: nanoseconds per event, as a fixed-point
     /// value (<< 8), 0 until a run has been timed.
     pace: AtomicU64,
-    /// When the last linger ended (nanoseconds since the pacer's epoch), and
-    /// the head then: the start of the run the next linger times.
+    /// When the last linger started (nanoseconds since the pacer's epoch),
+    /// and the head then: the ring was drained at that moment, so the events
+    /// dequeued between it and the next linger's start are those the posters
+    /// posted in that time, and their quotient is the posters' pace. 0: no
+    /// run to time (a quiet poll came between).
     run_start_ns: AtomicU64,
     run_start_head: AtomicU64,
     drained: std::sync::atomic::AtomicBool,
@@ -204,15 +207,9 @@ impl Pacer {
         {
             let now = self.now_ns();
             self.learn_pace(now, h);
-            let until = now.saturating_add(self.linger_ns());
-            let mut t = now;
-            while t < until {
-                std::hint::spin_loop();
-                t = self.now_ns();
-            }
-            let _ = t;
             self.run_start_ns.store(now, Ordering::Relaxed);
             self.run_start_head.store(h, Ordering::Relaxed);
+            self.spin_until(now.saturating_add(self.linger_ns()));
         }
         #[cfg(any(loom, shuttle))]
         {
@@ -229,11 +226,7 @@ impl Pacer {
     pub(crate) fn gap(&self) {
         #[cfg(not(any(loom, shuttle)))]
         {
-            let now = self.now_ns();
-            let until = now.saturating_add(self.linger_ns().max(1));
-            while self.now_ns() < until {
-                std::hint::spin_loop();
-            }
+            self.spin_until(self.now_ns().saturating_add(self.linger_ns().max(1)));
         }
         #[cfg(any(loom, shuttle))]
         crate::sync::thread::yield_now();
@@ -248,7 +241,9 @@ impl Pacer {
         if start == 0 || events < RUN || now <= start {
             return;
         }
-        let pace = ((now - start) << 8) / events;
+        // Fixed point, saturating: a run that took longer than the longest
+        // linger is only ever used clamped to it.
+        let pace = (now - start).saturating_mul(256) / events;
         self.pace.store(pace, Ordering::Relaxed);
     }
 
@@ -260,10 +255,18 @@ impl Pacer {
         let want = if pace == 0 {
             LINGER_MIN.as_nanos() as u64
         } else {
-            (pace * LINGER_EVENTS) >> 8
+            pace.saturating_mul(LINGER_EVENTS) >> 8
         };
         let want = want.clamp(LINGER_MIN.as_nanos() as u64, LINGER_MAX.as_nanos() as u64);
         want.min(self.cap_ns.load(Ordering::Relaxed))
+    }
+
+    /// Spin until the clock reads `until` (nanoseconds since the epoch).
+    #[cfg(not(any(loom, shuttle)))]
+    fn spin_until(&self, until: u64) {
+        while self.now_ns() < until {
+            std::hint::spin_loop();
+        }
     }
 
     #[cfg(not(any(loom, shuttle)))]
@@ -289,14 +292,41 @@ impl SwapRelaxed for AtomicU64 {
     }
 }
 
+/// True if this CPU has a write prefetch that [`prefetch_for_write`] may
+/// issue: on x86-64, CPUID's PREFETCHW flag (leaf 0x8000_0001, ECX bit 8;
+/// AMD since long ago, Intel since Broadwell). Intel's manual does not say
+/// what a CPU without the flag does with the instruction, so it is only
+/// issued where the flag is set. Read once per process.
+pub(crate) fn has_prefetch_for_write() -> bool {
+    #[cfg(all(target_arch = "x86_64", not(any(loom, shuttle, miri))))]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| {
+            use std::arch::x86_64::__cpuid;
+            // CPUID is on every x86-64 CPU; the extended leaf is read only
+            // if the CPU reports it.
+            #[allow(unused_unsafe)]
+            // SAFETY: CPUID exists on every x86-64 CPU and has no effect.
+            let max_extended = unsafe { __cpuid(0x8000_0000) }.eax;
+            #[allow(unused_unsafe)]
+            // SAFETY: as above; the leaf is within the reported range.
+            let ecx = (max_extended >= 0x8000_0001).then(|| unsafe { __cpuid(0x8000_0001) }.ecx);
+            ecx.is_some_and(|ecx| ecx & (1 << 8) != 0)
+        })
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(any(loom, shuttle, miri)))))]
+    false
+}
+
 /// Ask for the cache line at `p` in a state this core can write, without
 /// waiting for it. A hint: no fault, no effect on what any thread reads.
+/// Only where [`has_prefetch_for_write`] says so.
 #[inline(always)]
 pub(crate) fn prefetch_for_write<U>(p: *const U) {
     #[cfg(all(target_arch = "x86_64", not(any(loom, shuttle, miri))))]
-    // SAFETY: `prefetchw` only hints the cache; it never faults, whatever the
-    // address, and writes no register or memory. On a CPU without it
-    // (before Broadwell) the encoding is a NOP.
+    // SAFETY: `prefetchw` only hints the cache: it never faults, whatever
+    // the address, and writes no register or memory. The caller issues it
+    // only where CPUID reports it (`has_prefetch_for_write`).
     unsafe {
         std::arch::asm!(
             "prefetchw [{p}]",
@@ -348,6 +378,14 @@ mod tests {
         // Under a lower cap.
         p.set_cap(Duration::from_nanos(300));
         assert_eq!(p.linger_ns(), 300);
+    }
+
+    #[test]
+    fn a_run_timed_after_a_long_idle_saturates_at_the_longest_linger() {
+        let p = Pacer::new(0);
+        p.run_start_ns.store(1, Ordering::Relaxed);
+        p.learn_pace(u64::MAX / 2, 2);
+        assert_eq!(p.linger_ns(), LINGER_MAX.as_nanos() as u64);
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub(crate) struct Slot<T> {
 pub(crate) struct Buffer<T> {
     slots: Box<[Slot<T>]>,
     mask: u64,
+    /// The CPU has a write prefetch ([`crate::pace::has_prefetch_for_write`],
+    /// read once when the buffer is made, beside `mask`, which every post
+    /// reads anyway).
+    prefetch: bool,
 }
 
 impl<T> Buffer<T> {
@@ -67,6 +71,7 @@ impl<T> Buffer<T> {
         Some(Buffer {
             slots,
             mask: (cap - 1) as u64,
+            prefetch: crate::pace::has_prefetch_for_write(),
         })
     }
 
@@ -84,6 +89,7 @@ impl<T> Buffer<T> {
         Some(Buffer {
             slots: v.into_boxed_slice(),
             mask: (cap - 1) as u64,
+            prefetch: false,
         })
     }
 
@@ -124,12 +130,16 @@ impl<T> Buffer<T> {
     #[inline(always)]
     pub(crate) unsafe fn publish(this: *const Self, t: u64, value: T) {
         // SAFETY: live by the caller's contract; the `&Buffer` made here ends
-        // with the call to `slot`, and the pointer taken from it is only
-        // handed to a prefetch, which never dereferences it.
-        let ahead: *const Slot<T> = unsafe { (*this).slot(t.wrapping_add(Self::PREFETCH_AHEAD)) };
-        // The slot a later post will write: ask for its line now (the
-        // poster's half of `crate::pace`).
-        crate::pace::prefetch_for_write(ahead);
+        // with this block, and the pointer taken from it is only handed to a
+        // prefetch, which never dereferences it.
+        unsafe {
+            if (*this).prefetch {
+                // The slot a later post will write: ask for its line now (the
+                // poster's half of `crate::pace`).
+                let ahead: *const Slot<T> = (*this).slot(t.wrapping_add(Self::PREFETCH_AHEAD));
+                crate::pace::prefetch_for_write(ahead);
+            }
+        }
         // SAFETY: as above.
         let slot = unsafe { (*this).slot(t) };
         // SAFETY: by the caller's contract this thread has exclusive access to

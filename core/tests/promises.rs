@@ -821,3 +821,12 @@ fn a_wait_that_spins_without_end_still_ends_at_a_report_and_at_the_end_of_stream
         Err(WaitError::Closed { available: 0 })
     );
 }
+
+#[test]
+fn a_wait_that_spins_without_end_still_ends_when_the_evd_is_made_unwaitable() {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    consumer.set_spin_budget(Duration::MAX);
+    let waiter = std::thread::spawn(move || consumer.wait(1, None));
+    poster.set_unwaitable();
+    assert_eq!(waiter.join().unwrap(), Err(WaitError::Unwaitable));
+}

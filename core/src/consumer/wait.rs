@@ -58,10 +58,10 @@ fn back_off<T>(
     }
     let end = clock::start(budget, deadline)?;
     loop {
-        // A report or the end of stream ends the wait as well: the arm path
-        // decides which (a budget too large for an `Instant` would otherwise
-        // spin past them forever).
-        if s.report_or_close_begun() {
+        // A report, the end of stream or `set_unwaitable` ends the wait as
+        // well: the arm path decides which (a budget too large for an
+        // `Instant` would otherwise spin past them forever).
+        if s.report_or_close_begun() || s.is_unwaitable() {
             return None;
         }
         if clock::spinning(&end) {
