@@ -28,11 +28,10 @@ use std::time::Duration;
 /// How long a blocking wait spins, then yields, before it arms and parks, by
 /// default: 6 µs.
 ///
-/// It matches, in time, the ten back-off steps (127 spins, then 3 yields) that
-/// were the budget when it was counted in steps: those took 6.0–6.5 µs (median
-/// of 20 000 runs, three runs), about 3.6 µs of spinning and 2.5 µs of
-/// yielding, on a 2-vCPU AMD EPYC Firecracker VM (the kind of machine
-/// `BENCHMARKS.md` describes).
+/// Half of it spins (looking at the slots in clock-timed gaps), half yields
+/// the CPU between looks, so that posters sharing the CPUs can fill the ring;
+/// a few microseconds is short beside the park/unpark round trip it saves
+/// (10-20 µs on the VMs `BENCHMARKS.md` describes).
 ///
 /// ```
 /// use std::time::Duration;
@@ -349,20 +348,20 @@ impl<T> Consumer<T> {
     /// [`DEFAULT_SPIN_BUDGET`]). [`Duration::ZERO`] arms at once: the wait's
     /// first look is its arm.
     ///
-    /// The back-off is crossbeam's `Backoff::snooze`: each step doubles its
-    /// spinning up to 64 spins, and steps past the seventh yield the CPU. The
-    /// clock is read once when the back-off starts and then every fourth
-    /// step (a read costs about as much as one or two spins, and the first
-    /// four steps are 15 spins), so the budget is overrun by up to four
-    /// steps: well under a microsecond at first, a few microseconds (four
-    /// yields, longer if other threads want the CPU) later. A wait's deadline
-    /// ends the back-off too; a deadline already past skips it. A budget too
-    /// large for an [`Instant`](std::time::Instant) (such as
-    /// [`Duration::MAX`]) with no deadline spins until events are ready and
-    /// never parks.
+    /// The back-off looks at the slots, then waits one gap by the clock
+    /// without touching any line a poster writes, and looks again: gaps as
+    /// long as a linger ([`Consumer::set_linger_cap`]), spun for the first
+    /// 3 µs of the back-off, then a yield of the CPU between looks. It reads
+    /// the clock at each gap, so the budget is overrun by at most one gap (or
+    /// one yield). A wait's deadline ends the back-off too; a deadline
+    /// already past skips it. A pending loss report, a close and
+    /// `set_unwaitable` end it as well. A budget too large for an
+    /// [`Instant`](std::time::Instant) (such as [`Duration::MAX`]) with no
+    /// deadline looks until events are ready (or one of those) and never
+    /// parks.
     ///
-    /// Under loom and shuttle there is no clock: a non-zero budget is four
-    /// steps.
+    /// Under loom and shuttle there is no clock: a non-zero budget is one
+    /// gap (a yield).
     ///
     /// ```
     /// use std::time::Duration;
