@@ -35,28 +35,38 @@
 //!   runs, that look finds a batch of events published in lines their
 //!   posters finished with, and the next empty poll is many events later;
 //!   the empty polls per event fall from about 0.2 to near 0. A batch
-//!   dequeue whose scan stops within [`SHORT_BATCH`] slots of the head has
-//!   read the line a poster is writing just as an empty poll does, so after
-//!   a run it lingers too; otherwise a batch consumer would chase the
-//!   posters in batches of one or two, each ending on their line. A consumer
-//!   whose traffic comes one event at a time (a ping-pong, a request and its
-//!   reply) never has a run, so it never lingers, and its busy polling keeps
-//!   its latency at the floor. A run that really ended costs one linger,
-//!   once: the next empty poll is not after a run.
+//!   dequeue that takes a run and whose scan stops at an unpublished slot
+//!   has drained the ring and read the line a poster is writing, just as an
+//!   empty poll does: the next batch lingers before it scans
+//!   ([`Pacer::batch_taken`], [`Pacer::take_drained`]); otherwise a batch
+//!   consumer would chase the posters in small batches, each ending on
+//!   their line, and never see an empty poll. A consumer that cannot keep
+//!   up takes full batches and never lingers this way. A batch whose scan
+//!   stops within [`SHORT_BATCH`] slots of the head after a run lingers
+//!   like an empty poll. A consumer whose traffic comes one event at a time
+//!   (a ping-pong, a request and its reply) never has a run, so it never
+//!   lingers, and its busy polling keeps its latency at the floor. A run
+//!   that really ended costs one linger, once: the next empty poll is not
+//!   after a run.
+//! * **A waiter looks in gaps.** A blocking wait's back-off waits one gap
+//!   ([`Pacer::gap`], as long as a linger) between two looks at the slots.
 //!
 //! The linger time is measured in the posters' own pace, not in spin counts
-//! or PAUSE instructions (whose cost differs tenfold between CPUs): each
-//! linger reads the clock when it starts and when it ends, and the pacer
-//! keeps the time and count of the last run it saw (from the end of one
-//! linger to the start of the next). The linger is [`LINGER_EVENTS`] events
-//! at that run's rate, held between [`LINGER_MIN`] and [`LINGER_MAX`]: long
-//! enough for the posters to fill a few lines, short enough that a run that
-//! really ended costs little. [`Consumer::set_linger`](crate::Consumer)
-//! caps it (zero turns lingering off).
+//! or PAUSE instructions (whose cost differs tenfold between CPUs): a linger
+//! starts when the consumer has just drained the ring, so the events it
+//! dequeues from one linger's start to the next are those the posters
+//! posted meanwhile, and their quotient by the clock is the posters' pace.
+//! The linger is [`LINGER_EVENTS`] events at that pace, held between
+//! [`LINGER_MIN`] and [`LINGER_MAX`]: long enough for the posters to fill a
+//! few lines, short enough that a run that really ended costs little.
+//! [`Consumer::set_linger_cap`](crate::Consumer::set_linger_cap) caps it
+//! (zero turns lingering off). The clock is read twice per linger and once
+//! per gap; a post and a dequeue that finds an event read it never.
 //!
 //! # Correctness
 //!
-//! Nothing here is part of the protocol. The prefetch writes nothing. The
+//! Nothing here is part of the protocol. The prefetch writes nothing and is
+//! issued only where CPUID reports it ([`has_prefetch_for_write`]). The
 //! linger reads only the consumer's own line and the clock, and is followed
 //! by the same stamp check a dequeue makes anyway; skipping it (as loom and
 //! shuttle do: they have no clock) changes only when "empty" is reported, and
