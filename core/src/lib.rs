@@ -277,10 +277,12 @@
 //!   platform-specific dependency. Everything else is portable `std` code
 //!   (thread park/unpark, `std::task` wakers) on any target with 64-bit
 //!   atomics: the state word is an `AtomicU64`.
-//! * Not for users: `--cfg loom` builds the crate for its loom models (no
-//!   `NotifyFd` there, and waits are untimed), `--cfg shuttle` for the fuzz
-//!   crate's schedules. The `state` module is public only for the fuzz crate
-//!   and hidden from these docs.
+//! * Not for users: `--cfg loom --features __loom` builds the crate for its
+//!   loom models (no `NotifyFd` there, and waits are untimed), `--cfg
+//!   shuttle --features __shuttle` for the fuzz crate's schedules. loom and
+//!   shuttle are optional dependencies behind those hidden features, so they
+//!   never reach a dependent's `Cargo.lock`. The `state` module is public
+//!   only for the fuzz crate and hidden from these docs.
 //!
 //! # Where things live
 //!
@@ -299,6 +301,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
+
+#[cfg(all(loom, not(feature = "__loom")))]
+compile_error!("`--cfg loom` needs `--features __loom` (the loom dependency is optional)");
+#[cfg(all(shuttle, not(feature = "__shuttle")))]
+compile_error!("`--cfg shuttle` needs `--features __shuttle` (the shuttle dependency is optional)");
 
 pub mod cno;
 mod consumer;

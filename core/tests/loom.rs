@@ -1,5 +1,5 @@
 //! loom models, one per race. Run with:
-//! `RUSTFLAGS="--cfg loom" cargo test -p evd --release --test loom`
+//! `RUSTFLAGS="--cfg loom" cargo test -p evd --release --features __loom --test loom`
 //!
 //! A lost wakeup shows up as a loom deadlock (every thread parked); a lost or
 //! duplicated event as a failed assertion. Consumers run on spawned threads and

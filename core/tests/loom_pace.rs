@@ -4,7 +4,7 @@
 //! look a dequeue makes anyway; these models check that the look after it,
 //! with posts and a close landing around it, loses no event and no wakeup.
 //! Run with:
-//! `RUSTFLAGS="--cfg loom" cargo test -p evd --release --test loom_pace`
+//! `RUSTFLAGS="--cfg loom" cargo test -p evd --release --features __loom --test loom_pace`
 #![cfg(loom)]
 
 use evd::{TryDequeueError, WaitError};

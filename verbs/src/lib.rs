@@ -127,6 +127,11 @@
 #![warn(missing_debug_implementations)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "evd-verbs supports Linux only: RDMA verbs, io_uring, eventfd and epoll are Linux interfaces"
+);
+
 mod adaptive;
 mod async_feed;
 pub mod channel_feed;
