@@ -27,6 +27,14 @@ use std::task::Waker;
 /// [`Poster::post`] is lock-free and allocation-free: one CAS on the state word
 /// reserves a slot (and takes the notification if the consumer is armed), then
 /// the value is written and published.
+///
+/// `Send + Sync` only for events that are `Send`: a handle that could carry an
+/// `Rc` to another thread does not compile.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>() {}
+/// assert_send::<evd::Poster<std::rc::Rc<u8>>>();
+/// ```
 pub struct Poster<T> {
     shared: Arc<Shared<T>>,
     /// A head the consumer has passed (a lower bound of the real head). Read
