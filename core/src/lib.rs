@@ -56,7 +56,10 @@
 //!
 //! The examples in the repository's `core/examples/` show each mode and
 //! assert both: `cargo run --release -p evd --example busy` (and `batch`,
-//! `blocking`, `async_recv`, `epoll`, `tokio_asyncfd`, `upcalls`, `lossy`).
+//! `blocking`, `async_recv`, `epoll`, `tokio_asyncfd`, `upcalls`, `lossy`);
+//! `arm_then_check` shows the one-CAS arm at work, `room` posters that wait
+//! for room, `cno` one thread serving many EVDs, and `soak` every consumer
+//! mode at random against two posters for as many events as it is given.
 //!
 //! ## Posting
 //!

@@ -112,9 +112,20 @@ impl<T> Drop for Recv<'_, T> {
     }
 }
 
+/// Shows whether the future has completed and the EVD's state.
+///
+/// ```
+/// let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+/// let recv = consumer.recv();
+/// let shown = format!("{recv:?}");
+/// assert!(shown.starts_with("Recv { done: false, state: Query {"), "{shown}");
+/// ```
 impl<T> std::fmt::Debug for Recv<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recv").finish_non_exhaustive()
+        f.debug_struct("Recv")
+            .field("done", &self.done)
+            .field("state", &self.consumer.query())
+            .finish()
     }
 }
 

@@ -404,8 +404,24 @@ fn disable_and_wait<T>(consumer: &mut Consumer<T>) {
     crate::consumer::block_until(consumer, |s| s.instances() == 0);
 }
 
+/// Shows the EVD's state (policy, upcalls in flight, counters) as
+/// [`Upcalls::query`] does.
+///
+/// ```
+/// use evd::{Invoke, UpcallPolicy};
+/// let (_poster, consumer) = evd::bounded::<u8>(4).unwrap();
+/// let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, |_, _| {});
+/// let shown = format!("{up:?}");
+/// assert!(shown.starts_with("Upcalls { state: Query {"), "{shown}");
+/// assert!(shown.contains("policy: SingleInstance"), "{shown}");
+/// ```
 impl<T> std::fmt::Debug for Upcalls<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upcalls").finish_non_exhaustive()
+        let mut d = f.debug_struct("Upcalls");
+        match &self.consumer {
+            Some(c) => d.field("state", &c.query()),
+            None => d.field("state", &"torn down"),
+        };
+        d.finish()
     }
 }
