@@ -323,7 +323,7 @@ fn load_run(mode: Mode, load: Load) -> Result {
     }
     let (cpu, arms, spins) = match running {
         Running::P(p) => {
-            let s = p.stop();
+            let s = p.stop().expect("the poller thread did not panic");
             (s.cpu_time, s.feeds[0].stats().arms, (0, 0))
         }
         Running::D(d, key) => {

@@ -160,7 +160,7 @@ pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use cq::{AsyncEventSource, CompletionQueue, PollError};
 pub use driver::{
     Activity, Driver, DriverConfig, DriverError, DriverHandle, DriverStats, FeedId, FeedKey,
-    FeedMode, RunningDriver, Shutdown,
+    FeedMode, Panic, RunningDriver, Shutdown,
 };
 pub use event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent};
 pub use feed::{Feed, FeedStats, FeedStatus, Progress, ACK_BATCH, POLL_BATCH};

@@ -1,6 +1,7 @@
 //! The busy-poll mode's optional dedicated thread.
 
 use crate::cq::CompletionQueue;
+use crate::driver::Panic;
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +24,7 @@ use std::time::Duration;
 /// producer.push(WorkCompletion { wr_id: 5, ..Default::default() }).unwrap();
 /// consumer.wait(1, None).unwrap();
 /// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 5));
-/// let stopped = poller.stop();
+/// let stopped = poller.stop().unwrap();
 /// assert_eq!(stopped.feeds.len(), 1);
 /// ```
 ///
@@ -42,7 +43,7 @@ use std::time::Duration;
 /// producer.push(WorkCompletion { wr_id: 6, ..Default::default() }).unwrap();
 /// consumer.wait(1, None).unwrap();
 /// assert!(matches!(consumer.try_dequeue(), Ok(Logged(VerbsEvent::Completion { wc, .. })) if wc.wr_id == 6));
-/// let _feeds: Vec<Feed<SoftCq, Logged>> = poller.stop().feeds;
+/// let _feeds: Vec<Feed<SoftCq, Logged>> = poller.stop().unwrap().feeds;
 /// ```
 pub struct Poller<C, T = VerbsEvent>
 where
@@ -73,7 +74,7 @@ where
 /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
 /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
 /// let poller = Poller::spawn(vec![Feed::new(SoftCq::new(8).unwrap().0, CqId(0), poster)], 16).unwrap();
-/// let stopped = poller.stop();
+/// let stopped = poller.stop().unwrap();
 /// assert_eq!(stopped.feeds[0].id(), CqId(0));
 /// ```
 #[derive(Debug)]
@@ -98,7 +99,7 @@ where
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
     /// let feeds = (0..2).map(|i| Feed::new(SoftCq::new(8).unwrap().0, CqId(i), poster.clone())).collect();
     /// let poller = Poller::spawn(feeds, 16).unwrap();
-    /// assert_eq!(poller.stop().feeds.len(), 2);
+    /// assert_eq!(poller.stop().unwrap().feeds.len(), 2);
     /// ```
     pub fn spawn(mut feeds: Vec<Feed<C, T>>, budget: usize) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -134,25 +135,27 @@ where
 
     /// Stop and join the thread; hand back the feeds.
     ///
+    /// # Errors
+    /// [`Panic`] with the payload if the thread panicked (user code it ran
+    /// panicked: an upcall handler of an EVD its feeds post into, say); the
+    /// feeds went with the thread. This never panics again.
+    ///
     /// ```
     /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
     /// let poller = Poller::spawn(vec![Feed::new(SoftCq::new(8).unwrap().0, CqId(0), poster)], 16).unwrap();
-    /// let stopped = poller.stop(); // no post from its feeds after this
+    /// let stopped = poller.stop().unwrap(); // no post from its feeds after this
     /// assert_eq!(stopped.feeds.len(), 1);
     /// ```
-    pub fn stop(mut self) -> Stopped<C, T> {
+    pub fn stop(mut self) -> Result<Stopped<C, T>, Panic> {
         self.stop_and_join()
             .expect("poller thread handle present until stopped")
     }
 
-    fn stop_and_join(&mut self) -> Option<Stopped<C, T>> {
+    fn stop_and_join(&mut self) -> Option<Result<Stopped<C, T>, Panic>> {
         self.stop.store(true, Ordering::Relaxed);
         let t = self.thread.take()?;
-        Some(match t.join() {
-            Ok(s) => s,
-            Err(p) => std::panic::resume_unwind(p),
-        })
+        Some(t.join().map_err(Panic::new))
     }
 }
 

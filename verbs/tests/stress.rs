@@ -157,7 +157,7 @@ fn stress(mode: Mode) {
 
     // Teardown: every event got is acked before the CQ is destroyed.
     let feeds: Vec<Feed<SoftCq>> = match running {
-        Running::Poller(p) => p.stop().feeds,
+        Running::Poller(p) => p.stop().expect("the poller thread did not panic").feeds,
         Running::Driver(d, key) => {
             let mut s = d.shutdown().unwrap();
             let feed = s.take(key).unwrap();

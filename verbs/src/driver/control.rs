@@ -334,10 +334,32 @@ impl RunningDriver {
     }
 
     /// Stop the driver, join its thread, and hand back its feeds (each
-    /// removed from the ring first). Returns the thread's error if it failed.
+    /// removed from the ring first).
+    ///
+    /// # Errors
+    /// The thread's error if it failed; [`DriverError::Panicked`] with the
+    /// payload if it panicked (user code it ran panicked: an upcall handler
+    /// of an EVD its feeds post into, say); this never panics again.
+    /// [`DriverError::OnDriverThread`] when called on the driver's own thread
+    /// (from such an upcall), where joining would wait for itself: the
+    /// driver is asked to stop, and stops once that upcall returns; its feeds
+    /// are dropped on its thread, not handed back.
     pub fn shutdown(mut self) -> Result<Shutdown, DriverError> {
+        if self.on_driver_thread() {
+            self.handle.shared.request_stop();
+            // Detach: the thread ends on its own once this call returns to it.
+            drop(self.thread.take());
+            return Err(DriverError::OnDriverThread);
+        }
         self.stop_and_join()
             .expect("thread present until shut down")
+    }
+
+    /// True if the caller is the driver's own thread.
+    fn on_driver_thread(&self) -> bool {
+        self.thread
+            .as_ref()
+            .is_some_and(|t| t.thread().id() == std::thread::current().id())
     }
 
     fn stop_and_join(&mut self) -> Option<Result<Shutdown, DriverError>> {
@@ -345,14 +367,16 @@ impl RunningDriver {
         let t = self.thread.take()?;
         Some(match t.join() {
             Ok(r) => r,
-            Err(p) => std::panic::resume_unwind(p),
+            Err(p) => Err(DriverError::Panicked(super::Panic::new(p))),
         })
     }
 }
 
 impl Drop for RunningDriver {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || self.on_driver_thread() {
+            // Unwinding, or on the driver's own thread (joining would wait
+            // for itself): ask it to stop and let it end on its own.
             self.handle.shared.request_stop();
         } else {
             drop(self.stop_and_join());

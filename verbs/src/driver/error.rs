@@ -32,7 +32,62 @@ pub enum DriverError {
     /// The ring, or a verbs call of a feed (`req_notify`, `get_cq_event`),
     /// failed.
     Io(io::Error),
+    /// The driver's thread panicked: user code it ran (an EVD's upcall
+    /// handler, a waker, an event's `Drop`) panicked, and the thread ended.
+    /// The payload is kept; [`RunningDriver::shutdown`](crate::RunningDriver::shutdown)
+    /// returns it rather than panicking again.
+    Panicked(Panic),
 }
+
+/// The payload of a panic caught where a thread of this crate joined another
+/// (a driver's, a [`Poller`](crate::Poller)'s): what `std::thread::JoinHandle::join`
+/// returned, with its message when it has one.
+///
+/// ```
+/// let p = evd_verbs::Panic::new(Box::new("a handler failed"));
+/// assert_eq!(p.message(), Some("a handler failed"));
+/// assert_eq!(p.to_string(), "panicked: a handler failed");
+/// ```
+pub struct Panic(Box<dyn std::any::Any + Send>);
+
+impl Panic {
+    /// Wrap a panic payload.
+    pub fn new(payload: Box<dyn std::any::Any + Send>) -> Self {
+        Panic(payload)
+    }
+
+    /// The panic's message, if it was a `&str` or a `String` (as `panic!`
+    /// makes them).
+    pub fn message(&self) -> Option<&str> {
+        self.0
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| self.0.downcast_ref::<String>().map(String::as_str))
+    }
+
+    /// The payload, to resume the panic with `std::panic::resume_unwind` if
+    /// the caller wants that.
+    pub fn into_payload(self) -> Box<dyn std::any::Any + Send> {
+        self.0
+    }
+}
+
+impl fmt::Debug for Panic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Panic").field(&self.message()).finish()
+    }
+}
+
+impl fmt::Display for Panic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.message() {
+            Some(m) => write!(f, "panicked: {m}"),
+            None => f.write_str("panicked (a payload that is not a message)"),
+        }
+    }
+}
+
+impl std::error::Error for Panic {}
 
 impl fmt::Display for DriverError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -46,6 +101,7 @@ impl fmt::Display for DriverError {
                 f.write_str("called on the driver's own thread, where it would wait for itself")
             }
             DriverError::Io(e) => write!(f, "driver I/O failed: {e}"),
+            DriverError::Panicked(p) => write!(f, "the driver's thread {p}"),
         }
     }
 }

@@ -35,7 +35,7 @@ mod uring;
 
 pub use config::{DriverConfig, FeedMode};
 pub use control::{DriverHandle, RunningDriver, Shutdown};
-pub use error::DriverError;
+pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
 
 use crate::adaptive::SpinPolicy;
