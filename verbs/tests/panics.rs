@@ -4,7 +4,7 @@
 //! refused instead of joining itself.
 
 use evd::{Invoke, UpcallPolicy};
-use evd_verbs::soft::SoftCq;
+use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::{
     CqId, Driver, DriverConfig, DriverError, Feed, FeedMode, Poller, RunningDriver, VerbsEvent,
     WorkCompletion,
@@ -43,18 +43,34 @@ fn panicking_evd(
     (poster, up, rx)
 }
 
-#[test]
-fn a_driver_whose_handler_panicked_shuts_down_with_the_panic_not_a_second_one() {
-    let (poster, _up, ran) = panicking_evd("a driver's handler failed");
+/// A running driver with one soft CQ's feed into `poster`'s EVD (event
+/// mode), and the CQ's producer side.
+fn spawn_driver(poster: evd::Poster<VerbsEvent>) -> (RunningDriver, SoftCqProducer) {
     let (cq, hca) = SoftCq::new(64).unwrap();
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
     driver
         .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
         .unwrap();
-    let running = driver.spawn().unwrap();
+    (driver.spawn().unwrap(), hca)
+}
+
+/// A running driver whose thread has run a handler that panicked with
+/// `message` (the handler reported that it ran before panicking), and the
+/// dispatcher (kept alive so that its EVD stays open).
+fn driver_whose_handler_panicked(
+    message: &'static str,
+) -> (RunningDriver, evd::Upcalls<VerbsEvent>) {
+    let (poster, up, ran) = panicking_evd(message);
+    let (running, hca) = spawn_driver(poster);
     hca.push(wc(1)).unwrap();
     ran.recv_timeout(WATCHDOG)
         .expect("the handler ran on the driver thread");
+    (running, up)
+}
+
+#[test]
+fn a_driver_whose_handler_panicked_shuts_down_with_the_panic_not_a_second_one() {
+    let (running, _up) = driver_whose_handler_panicked("a driver's handler failed");
     match running.shutdown() {
         Err(DriverError::Panicked(p)) => {
             assert_eq!(p.message(), Some("a driver's handler failed"))
@@ -65,16 +81,7 @@ fn a_driver_whose_handler_panicked_shuts_down_with_the_panic_not_a_second_one() 
 
 #[test]
 fn a_dropped_driver_whose_handler_panicked_does_not_panic_again() {
-    let (poster, _up, ran) = panicking_evd("a dropped driver's handler failed");
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
-    let running = driver.spawn().unwrap();
-    hca.push(wc(1)).unwrap();
-    ran.recv_timeout(WATCHDOG)
-        .expect("the handler ran on the driver thread");
+    let (running, _up) = driver_whose_handler_panicked("a dropped driver's handler failed");
     drop(running); // joins; the panic is not resumed here
 }
 
@@ -90,12 +97,8 @@ fn shutdown_from_an_upcall_on_the_driver_thread_is_refused_not_a_deadlock() {
             let _ = said.lock().unwrap().send(running.shutdown().err());
         }
     });
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
-    *slot.lock().unwrap() = Some(driver.spawn().unwrap());
+    let (running, hca) = spawn_driver(poster);
+    *slot.lock().unwrap() = Some(running);
     hca.push(wc(1)).unwrap();
     let got = answer
         .recv_timeout(WATCHDOG)
