@@ -198,7 +198,10 @@ impl Pacer {
     pub(crate) fn after_run(&self, h: u64) -> bool {
         // Relaxed: the consumer side's own field (the upcall token's
         // hand-offs order it between holders).
-        let last = self.quiet_head.swap_relaxed(h);
+        // A load and a store, not a swap: only this thread writes the field,
+        // so it needs no locked instruction.
+        let last = self.quiet_head.load(Ordering::Relaxed);
+        self.quiet_head.store(h, Ordering::Relaxed);
         let run = h.wrapping_sub(last) >= RUN && self.cap_ns.load(Ordering::Relaxed) != 0;
         if !run && self.run_start_ns.load(Ordering::Relaxed) != 0 {
             // A quiet poll between two lingers: the next run starts later
@@ -284,21 +287,6 @@ impl Pacer {
         // Nanoseconds since the epoch; never 0 after the first (the epoch
         // itself is read before any linger).
         self.epoch.elapsed().as_nanos() as u64 | 1
-    }
-}
-
-/// A plain load-then-store on a field only one thread writes: a swap that
-/// needs no locked instruction.
-trait SwapRelaxed {
-    fn swap_relaxed(&self, v: u64) -> u64;
-}
-
-impl SwapRelaxed for AtomicU64 {
-    #[inline(always)]
-    fn swap_relaxed(&self, v: u64) -> u64 {
-        let old = self.load(Ordering::Relaxed);
-        self.store(v, Ordering::Relaxed);
-        old
     }
 }
 
