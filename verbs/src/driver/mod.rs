@@ -6,6 +6,8 @@
 //! The parts, one concept each:
 //! - [`cycle`]: the per-feed cycle as a pure function `next(phase,
 //!   observation) -> (phase, action)`, with its whole table tested;
+//! - `adaptive`: the adaptive mode's spin policy ([`SpinPolicy`]), which
+//!   gives the cycle its spin limits from the arrival process;
 //! - `uring`: the ring shell (poll requests, cancellation, waits, typed
 //!   completions);
 //! - `control`: commands from other threads, [`DriverHandle`],
@@ -26,6 +28,7 @@
 
 pub(crate) mod cycle;
 
+mod adaptive;
 mod config;
 mod control;
 mod error;
@@ -33,20 +36,18 @@ mod key;
 mod source;
 mod uring;
 
+pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
 pub use config::{DriverConfig, FeedMode};
 pub use control::{DriverHandle, RunningDriver, Shutdown};
 pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
 
-use crate::adaptive::SpinPolicy;
-use crate::async_feed::AsyncFeed;
-use crate::channel_feed::{ChannelFeed, SharedChannel};
-use crate::cm_event::{CmEvent, CmEventSource};
-use crate::cm_feed::CmFeed;
-use crate::cq::{AsyncEventSource, CompletionQueue};
+use crate::event::CmEvent;
 use crate::event::VerbsEvent;
 use crate::eventfd;
+use crate::feed::{AsyncFeed, ChannelFeed, CmFeed};
 use crate::feed::{Feed, FeedStatus, Progress};
+use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
 use control::{downcast, Command, Shared};
 use cycle::{Action, Limits, Observation, Phase};
 use key::MAX_GENERATION;
@@ -825,7 +826,7 @@ impl Driver {
         }
         Ok(Shutdown {
             feeds: std::mem::take(&mut self.removed),
-            cpu_time: crate::thread_cpu_time(),
+            cpu_time: crate::cpu_time::thread_cpu_time(),
             stats: self.stats,
         })
     }

@@ -36,9 +36,10 @@
 //! handshake. A disconnect does not flush the QP: call
 //! [`QueuePair::set_error`] to have outstanding work requests complete.
 
+use super::teardown::{TeardownError, VerbsObject};
 use super::*;
-use crate::cm_event::{CmEvent, CmEventKind, CmEventSource, CmToken, PrivateData};
-use crate::teardown::{TeardownError, VerbsObject};
+use crate::event::{CmEvent, CmEventKind, CmToken, PrivateData};
+use crate::source::CmEventSource;
 use std::ffi::CStr;
 use std::fmt;
 use std::io;

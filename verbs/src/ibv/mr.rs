@@ -2,8 +2,8 @@
 //! access they allow, and the scatter/gather entries that name them in
 //! work requests.
 
+use super::teardown::{TeardownError, VerbsObject};
 use super::*;
-use crate::teardown::{TeardownError, VerbsObject};
 use std::fmt;
 use std::io;
 use std::mem;

@@ -1,8 +1,8 @@
 //! Reliable-connected queue pairs (`ibv_qp`): connecting and posting.
 
 use super::cq::RawCq;
+use super::teardown::{TeardownError, VerbsObject};
 use super::*;
-use crate::teardown::{TeardownError, VerbsObject};
 use std::fmt;
 use std::io;
 use std::mem;

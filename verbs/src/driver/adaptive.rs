@@ -47,7 +47,7 @@
 //!   between bursts (one miss per burst); a steady stream faster than the
 //!   limit is never slept through.
 
-use crate::driver::cycle::Limits;
+use super::cycle::Limits;
 use std::time::{Duration, Instant};
 
 /// Bounds of the adaptive spin.
