@@ -72,7 +72,10 @@
 //! Each layer uses only those above it in the table (a provider knows the
 //! contracts, not the feeds; a feed knows the contracts, not the
 //! providers; the runners know the feeds), except that `ibv` reads
-//! [`POLL_BATCH`] to size its poll buffer.
+//! [`POLL_BATCH`] to size its poll buffer; unit tests use the software
+//! providers wherever they are. Two helpers serve every layer: `eventfd`
+//! (the software channels' and the driver's wake-ups) and `cpu_time`
+//! ([`thread_cpu_time`], what the runners' threads report).
 //!
 //! Where a change goes:
 //! - **a new event kind**: a module in `event`, and a variant of
@@ -183,8 +186,6 @@ mod ibv {
     pub mod teardown;
 }
 
-/// The shared completion channel and its feed (the module
-/// [`ChannelFeed`] lives in; its items are also at the crate root).
 pub use feed::channel as channel_feed;
 #[doc(inline)]
 pub use ibv::teardown;
