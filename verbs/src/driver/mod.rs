@@ -17,8 +17,10 @@
 //! - `slot`: one registered feed and how a turn runs it; `registry`:
 //!   registering and removing feeds.
 //!
-//! This file is the shell around them: it performs the cycle's actions on
-//! the feeds and keeps each sleeping feed's fd poll in the ring.
+//! This file is the shell around them: each turn it applies the commands,
+//! reaps the ring's completions, gives every feed with work its turn (the
+//! slot performs the cycle's actions) and keeps each sleeping feed's fd
+//! poll in the ring.
 //!
 //! # No timers
 //! A feed stopped by a full EVD takes nothing more out of its CQ and
@@ -28,11 +30,10 @@
 //! command comes, or room appears; it never wakes on a timer of its own
 //! ([`DriverStats::timeouts`] counts only the caller's timeouts).
 
-pub(crate) mod cycle;
-
 mod adaptive;
 mod config;
 mod control;
+mod cycle;
 mod error;
 mod key;
 mod registry;
