@@ -27,7 +27,7 @@
 //! The CQ is abstracted by [`CompletionQueue`], implemented by the
 //! software CQ in [`soft`] (for tests and development without RDMA
 //! hardware) and, with the cargo feature `ibverbs`, by real libibverbs CQs
-//! in `ibv`.
+//! in `ibv`; the other sources likewise (see the [module map](#module-map)).
 //!
 //! Tearing real verbs objects down can fail; [`teardown`] is how such a
 //! failure is reported: returned by an explicit `close`, counted and handed
@@ -53,6 +53,41 @@
 //! }
 //! driver.shutdown().unwrap();
 //! ```
+//!
+//! # Module map
+//!
+//! The crate reads in the order data flows: what lands in the EVD, what it
+//! is read from, who reads it, who runs the readers.
+//!
+//! | Module | Role | Holds |
+//! |---|---|---|
+//! | `event` | the events that land in an EVD | [`VerbsEvent`], [`CqId`], [`WorkCompletion`] and its status, opcode and flags, [`AsyncEvent`], [`CmEvent`] |
+//! | `source` | the source contracts, one place | [`CompletionQueue`], [`SharedChannel`], [`AsyncEventSource`], [`CmEventSource`] |
+//! | [`soft`] | the software providers, one per file | [`SoftCq`](soft::SoftCq), [`SoftChannel`](soft::SoftChannel), [`SoftDevice`](soft::SoftDevice), [`SoftCm`](soft::SoftCm) |
+//! | `ibv` (feature `ibverbs`) | the real-verbs providers, one per file, and their [`teardown`] reporting | `Context`, `IbvCq`, `CompletionChannel`, `QueuePair`, `CmChannel`, ... |
+//! | `feed` | the feeds: a source into an EVD, within a budget, with backpressure | [`Feed`], [`ChannelFeed`] ([`channel_feed`]), [`AsyncFeed`], [`CmFeed`] |
+//! | `driver` | the io_uring runner and its adaptive spin policy | [`Driver`], [`SpinPolicy`], [`RunningDriver`], [`DriverHandle`] |
+//! | `poller` | the busy-poll runner's thread | [`Poller`] |
+//!
+//! Each layer uses only those above it in the table (a provider knows the
+//! contracts, not the feeds; a feed knows the contracts, not the
+//! providers; the runners know the feeds), except that `ibv` reads
+//! [`POLL_BATCH`] to size its poll buffer; unit tests use the software
+//! providers wherever they are. Two helpers serve every layer: `eventfd`
+//! (the software channels' and the driver's wake-ups) and `cpu_time`
+//! ([`thread_cpu_time`], what the runners' threads report).
+//!
+//! Where a change goes:
+//! - **a new event kind**: a module in `event`, and a variant of
+//!   [`VerbsEvent`] if it shares the completions' EVD;
+//! - **a new kind of source**: its contract in `source`, its feed in
+//!   `feed` (an event stream reuses `feed::stream`), and its arm of the
+//!   driver's `Source` trait in `driver/source.rs`;
+//! - **a new provider** of an existing contract: one file in [`soft`]
+//!   (software) or in `ibv` (real verbs), implementing the `source` trait;
+//! - **the adaptive mode's spin policy**: `driver/adaptive.rs`; the
+//!   per-feed cycle (arm, drain, spin, sleep): `driver/cycle.rs`, a pure
+//!   transition table tested whole.
 //!
 //! # Your own event type
 //!
@@ -132,59 +167,47 @@ compile_error!(
     "evd-verbs supports Linux only: RDMA verbs, io_uring, eventfd and epoll are Linux interfaces"
 );
 
-mod adaptive;
-mod async_feed;
-pub mod channel_feed;
-mod cm_event;
-mod cm_feed;
-mod completion;
-mod cq;
+mod cpu_time;
 mod driver;
 mod event;
-mod event_feed;
 mod eventfd;
 mod feed;
+mod poller;
+pub mod soft;
+mod source;
+
 #[cfg(feature = "ibverbs")]
 #[cfg_attr(docsrs, doc(cfg(feature = "ibverbs")))]
 pub mod ibv;
-mod poller;
-pub mod soft;
-pub mod teardown;
+/// Without the feature `ibverbs`, `ibv` holds only its teardown reporting,
+/// public as [`teardown`].
+#[cfg(not(feature = "ibverbs"))]
+mod ibv {
+    pub mod teardown;
+}
 
-pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
-pub use async_feed::AsyncFeed;
-pub use channel_feed::{ChannelEvent, ChannelFeed, ChannelFeedStats, CqKey, SharedChannel};
-pub use cm_event::{CmEvent, CmEventKind, CmEventSource, CmToken, PrivateData, PRIVATE_DATA_MAX};
-pub use cm_feed::CmFeed;
-pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
-pub use cq::{AsyncEventSource, CompletionQueue, PollError};
+pub use feed::channel as channel_feed;
+#[doc(inline)]
+pub use ibv::teardown;
+
+pub use cpu_time::thread_cpu_time;
 pub use driver::{
-    Activity, Driver, DriverConfig, DriverError, DriverHandle, DriverStats, FeedId, FeedKey,
-    FeedMode, Panic, RunningDriver, Shutdown,
+    Activity, AdaptiveConfig, Driver, DriverConfig, DriverError, DriverHandle, DriverStats, FeedId,
+    FeedKey, FeedMode, Panic, RunningDriver, Shutdown, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX,
 };
-pub use event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent};
-pub use feed::{Feed, FeedStats, FeedStatus, Progress, ACK_BATCH, POLL_BATCH};
+pub use event::{
+    AsyncElement, AsyncEvent, AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId, PrivateData,
+    VerbsEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion, PRIVATE_DATA_MAX,
+};
+pub use feed::{
+    AsyncFeed, ChannelFeed, ChannelFeedStats, CmFeed, Feed, FeedStats, FeedStatus, Progress,
+    ACK_BATCH, POLL_BATCH,
+};
 pub use poller::{Poller, Stopped};
+pub use source::{
+    AsyncEventSource, ChannelEvent, CmEventSource, CompletionQueue, CqKey, PollError, SharedChannel,
+};
 pub use teardown::{
     clear_teardown_hook, set_teardown_hook, teardown_failures, CloseError, TeardownError,
     VerbsObject,
 };
-
-/// CPU time used by the calling thread so far.
-///
-/// ```
-/// let t = evd_verbs::thread_cpu_time();
-/// assert!(evd_verbs::thread_cpu_time() >= t);
-/// ```
-pub fn thread_cpu_time() -> std::time::Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into a live local.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if r != 0 {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}

@@ -1,9 +1,9 @@
 //! The busy-poll mode's optional dedicated thread.
 
-use crate::cq::CompletionQueue;
 use crate::driver::Panic;
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
+use crate::source::CompletionQueue;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -123,7 +123,7 @@ where
                 }
                 Stopped {
                     feeds,
-                    cpu_time: crate::thread_cpu_time(),
+                    cpu_time: crate::cpu_time::thread_cpu_time(),
                     rounds,
                 }
             })?;

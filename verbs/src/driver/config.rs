@@ -1,7 +1,7 @@
 //! How the driver runs: [`DriverConfig`] for the ring and the turns,
 //! [`FeedMode`] for each feed.
 
-use crate::adaptive::AdaptiveConfig;
+use super::adaptive::AdaptiveConfig;
 
 /// How the driver runs a feed.
 ///

@@ -6,15 +6,21 @@
 //! The parts, one concept each:
 //! - [`cycle`]: the per-feed cycle as a pure function `next(phase,
 //!   observation) -> (phase, action)`, with its whole table tested;
+//! - `adaptive`: the adaptive mode's spin policy ([`SpinPolicy`]), which
+//!   gives the cycle its spin limits from the arrival process;
 //! - `uring`: the ring shell (poll requests, cancellation, waits, typed
 //!   completions);
 //! - `control`: commands from other threads, [`DriverHandle`],
 //!   [`RunningDriver`], [`Shutdown`];
 //! - `source`: what the driver asks of a feed; `key`: [`FeedKey`] and
-//!   [`FeedId`]; `config` and `error`.
+//!   [`FeedId`]; `config` and `error`;
+//! - `slot`: one registered feed and how a turn runs it; `registry`:
+//!   registering and removing feeds.
 //!
-//! This file is the shell around them: it performs the cycle's actions on
-//! the feeds and keeps each sleeping feed's fd poll in the ring.
+//! This file is the shell around them: each turn it applies the commands,
+//! reaps the ring's completions, gives every feed with work its turn (the
+//! slot performs the cycle's actions) and keeps each sleeping feed's fd
+//! poll in the ring.
 //!
 //! # No timers
 //! A feed stopped by a full EVD takes nothing more out of its CQ and
@@ -24,39 +30,33 @@
 //! command comes, or room appears; it never wakes on a timer of its own
 //! ([`DriverStats::timeouts`] counts only the caller's timeouts).
 
-pub(crate) mod cycle;
-
+mod adaptive;
 mod config;
 mod control;
+mod cycle;
 mod error;
 mod key;
+mod registry;
+mod slot;
 mod source;
 mod uring;
 
+pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
 pub use config::{DriverConfig, FeedMode};
 pub use control::{DriverHandle, RunningDriver, Shutdown};
 pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
 
-use crate::adaptive::SpinPolicy;
-use crate::async_feed::AsyncFeed;
-use crate::channel_feed::{ChannelFeed, SharedChannel};
-use crate::cm_event::{CmEvent, CmEventSource};
-use crate::cm_feed::CmFeed;
-use crate::cq::{AsyncEventSource, CompletionQueue};
-use crate::event::VerbsEvent;
 use crate::eventfd;
-use crate::feed::{Feed, FeedStatus, Progress};
-use control::{downcast, Command, Shared};
-use cycle::{Action, Limits, Observation, Phase};
-use key::MAX_GENERATION;
+use control::{Command, Shared};
+use cycle::Phase;
+use slot::{Removal, Slot};
 use source::Source;
 use std::any::Any;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::task::{Context, Wake, Waker};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uring::{Completion, Request, Ring, Wait};
 
@@ -100,169 +100,6 @@ pub struct DriverStats {
     pub spin_misses: u64,
     /// Adaptive feeds: wakes served by the event cycle, without a spin.
     pub unspun_wakes: u64,
-}
-
-/// A feed's room signal: the waker its EVD's room queue holds.
-struct RoomSignal {
-    signalled: AtomicBool,
-    shared: Arc<Shared>,
-}
-
-impl Wake for RoomSignal {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        // Release pairs with the driver's Acquire swap: the consumer's head
-        // store that freed the slot is visible to the feed's next look.
-        self.signalled.store(true, Ordering::Release);
-        self.shared.wake();
-    }
-}
-
-/// Who waits for a feed being removed.
-enum Removal {
-    /// [`Driver::remove`], on this thread.
-    Local,
-    /// [`DriverHandle::remove`], on another.
-    Reply(mpsc::Sender<Result<Box<dyn Any + Send>, DriverError>>),
-}
-
-struct Slot {
-    source: Box<dyn Source>,
-    generation: u32,
-    /// `None`: event mode.
-    policy: Option<SpinPolicy>,
-    phase: Phase,
-    /// A poll request for the fd is in the kernel.
-    poll_in_flight: bool,
-    /// The fd fired and its events were not taken yet.
-    fd_fired: bool,
-    room: Arc<RoomSignal>,
-    room_waker: Waker,
-    /// The room was there when the feed registered for it.
-    room_ready: bool,
-    /// Being removed: waiting for the in-flight poll to end.
-    removing: Option<Removal>,
-}
-
-impl Slot {
-    fn limits(&self) -> Limits {
-        self.policy.map_or(Limits::EVENT, |p| p.limits())
-    }
-
-    /// One turn: take a fired fd's events, then run the cycle's actions (at
-    /// most one that delivers, plus the arm ending a spin or a wake's poll
-    /// that found nothing). Returns how many events it delivered.
-    ///
-    /// If taking the events or an action fails, the feed goes back to Arm
-    /// (unless it is done): the failure may have left its CQ unarmed with
-    /// the channel's event consumed, so a retry must arm and drain, never
-    /// sleep.
-    fn turn(
-        &mut self,
-        now: Instant,
-        budget: usize,
-        stats: &mut DriverStats,
-    ) -> Result<usize, DriverError> {
-        let r = self.run_cycle(now, budget, stats);
-        if r.is_err() && self.phase != Phase::Done {
-            self.phase = Phase::Arm;
-        }
-        r
-    }
-
-    fn run_cycle(
-        &mut self,
-        now: Instant,
-        budget: usize,
-        stats: &mut DriverStats,
-    ) -> Result<usize, DriverError> {
-        let fd_fired = std::mem::take(&mut self.fd_fired);
-        if fd_fired {
-            self.source.take_events()?;
-            if self.phase == Phase::Sleeping {
-                if let Some(p) = &mut self.policy {
-                    p.woken(now);
-                }
-            }
-        }
-        // Acquire: see `RoomSignal::wake_by_ref`.
-        let signalled = self.room.signalled.swap(false, Ordering::Acquire);
-        let mut room = std::mem::take(&mut self.room_ready);
-        if signalled && self.phase == Phase::Blocked {
-            // Look again through the room queue, not around it: `Ready`
-            // leaves the queue (passing the wake on, so a poster waiting
-            // behind this feed is not stranded if the feed posts nothing);
-            // `Pending` rejoins at the front.
-            let mut cx = Context::from_waker(&self.room_waker);
-            room |= self.source.poll_room(&mut cx).is_ready();
-        }
-        let limits = self.limits();
-        if fd_fired && self.phase == Phase::Sleeping && self.policy.is_some() && !limits.spin() {
-            stats.unspun_wakes += 1;
-        }
-        let (mut phase, mut action) = cycle::next(
-            self.phase,
-            Observation::Turn { fd_fired, room },
-            now,
-            limits,
-        );
-        let mut delivered = 0;
-        loop {
-            let progress = match action {
-                Action::Idle => break,
-                Action::WaitForRoom => {
-                    let mut cx = Context::from_waker(&self.room_waker);
-                    if self.source.poll_room(&mut cx).is_ready() {
-                        self.room_ready = true;
-                    }
-                    break;
-                }
-                Action::ArmAndDrain => self.source.arm_and_drain(budget)?,
-                Action::Poll => self.source.poll(budget),
-            };
-            delivered += progress.delivered;
-            let ran_in = phase;
-            (phase, action) = cycle::next(phase, Observation::Ran(progress), now, limits);
-            self.observe(ran_in, phase, progress, now, stats);
-        }
-        self.phase = phase;
-        Ok(delivered)
-    }
-
-    /// Feed the adaptive policy what a run in phase `ran_in` found, and
-    /// where it led: a spinning poll's find is a catch, a spin that ends in
-    /// an arm is a miss, other finds restart the clock.
-    fn observe(
-        &mut self,
-        ran_in: Phase,
-        led_to: Phase,
-        p: Progress,
-        now: Instant,
-        stats: &mut DriverStats,
-    ) {
-        let Some(policy) = &mut self.policy else {
-            return;
-        };
-        let found = p.delivered > 0 && p.status != FeedStatus::Backpressure;
-        match ran_in {
-            Phase::Polling { empty_polls, .. } if found => {
-                stats.spin_catches += 1;
-                policy.found(now, empty_polls)
-            }
-            Phase::Polling { .. } if led_to == Phase::Arm => {
-                stats.spin_misses += 1;
-                policy.expired()
-            }
-            _ if found => policy.seen(now),
-            _ => {}
-        }
-    }
-
-    fn is_busy(&self) -> bool {
-        self.phase.is_busy() || self.room_ready
-    }
 }
 
 /// One io_uring ring serving many feeds: it waits on every feed's channel
@@ -341,251 +178,6 @@ impl Driver {
     /// The counters.
     pub fn stats(&self) -> DriverStats {
         self.stats
-    }
-
-    /// Serve a completion feed. Its CQ must have a completion channel
-    /// ([`DriverError::NoChannel`] otherwise).
-    ///
-    /// If nobody consumes the async events of the CQ's device yet
-    /// ([`CompletionQueue::device_events`]), the driver serves them too, into
-    /// this feed's EVD: a CQ overrun (which rxe reports only there, without
-    /// failing the poll) or a fatal device error reaches the consumer even
-    /// with no [`AsyncFeed`] registered. They stay served until shutdown
-    /// (the device outlives any one CQ). To deliver them elsewhere, take them
-    /// first (`ibv::Context::async_events`, [`SoftDevice::take_events`](crate::soft::SoftDevice::take_events)).
-    ///
-    /// The feed posts into an EVD of any event type `T` (see [`Feed`]); the
-    /// key names that type, so [`Driver::remove`] hands back a `Feed<C, T>`.
-    ///
-    /// ```
-    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
-    /// struct Logged(VerbsEvent);
-    /// impl From<VerbsEvent> for Logged {
-    ///     fn from(ev: VerbsEvent) -> Self { Logged(ev) }
-    /// }
-    /// let (poster, _consumer) = evd::bounded::<Logged>(16).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let key = driver.register(Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
-    /// let _feed: Feed<SoftCq, Logged> = driver.remove(key).unwrap();
-    /// ```
-    pub fn register<C, T>(
-        &mut self,
-        feed: Feed<C, T>,
-        mode: FeedMode,
-    ) -> Result<FeedKey<Feed<C, T>>, DriverError>
-    where
-        C: CompletionQueue + 'static,
-        T: From<VerbsEvent> + Send + 'static,
-    {
-        self.insert(Box::new(feed), mode).map(FeedKey::new)
-    }
-
-    /// Serve the CQs of one shared completion channel as one feed: the
-    /// driver waits on the channel's one fd and the feed demultiplexes its
-    /// events (see [`ChannelFeed`]). [`FeedMode::Event`] and
-    /// [`FeedMode::Adaptive`] both work; [`Driver::remove`] hands the
-    /// [`ChannelFeed`] back, every CQ in it. As for [`register`](Self::register),
-    /// the device's async events are served too if nobody consumes them.
-    ///
-    /// ```
-    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, WorkCompletion, soft::SoftChannel};
-    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    /// let channel = SoftChannel::new().unwrap();
-    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
-    /// let mut hcas = Vec::new();
-    /// for i in 0..4 {
-    ///     let (cq, hca) = channel.create_cq(16).unwrap();
-    ///     feed.add(cq, CqId(i)).unwrap();
-    ///     hcas.push(hca);
-    /// }
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let key = driver.register_channel(feed, FeedMode::Event).unwrap();
-    /// let running = driver.spawn().unwrap();
-    /// for (i, hca) in hcas.iter().enumerate() {
-    ///     hca.push(WorkCompletion { wr_id: i as u64, ..Default::default() }).unwrap();
-    /// }
-    /// let mut seen = [false; 4];
-    /// for _ in 0..4 {
-    ///     match consumer.dequeue().unwrap() {
-    ///         VerbsEvent::Completion { cq, wc } => {
-    ///             assert_eq!(u64::from(cq.0), wc.wr_id);
-    ///             seen[cq.0 as usize] = true;
-    ///         }
-    ///         other => panic!("{other:?}"),
-    ///     }
-    /// }
-    /// assert_eq!(seen, [true; 4]);
-    /// let mut stopped = running.shutdown().unwrap();
-    /// let feed: ChannelFeed<SoftChannel> = stopped.take(key).unwrap();
-    /// assert_eq!(feed.len(), 4);
-    /// ```
-    pub fn register_channel<H, T>(
-        &mut self,
-        feed: ChannelFeed<H, T>,
-        mode: FeedMode,
-    ) -> Result<FeedKey<ChannelFeed<H, T>>, DriverError>
-    where
-        H: SharedChannel + 'static,
-        H::Cq: 'static,
-        T: From<VerbsEvent> + Send + 'static,
-    {
-        self.insert(Box::new(feed), mode).map(FeedKey::new)
-    }
-
-    /// Serve an async-event feed (always event-driven).
-    ///
-    /// ```
-    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::SoftDevice};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let (events, _device) = SoftDevice::new().unwrap();
-    /// let key = driver.register_async(AsyncFeed::new(events, poster)).unwrap();
-    /// let _feed = driver.remove(key).unwrap();
-    /// ```
-    pub fn register_async<S, T>(
-        &mut self,
-        feed: AsyncFeed<S, T>,
-    ) -> Result<FeedKey<AsyncFeed<S, T>>, DriverError>
-    where
-        S: AsyncEventSource + 'static,
-        T: From<VerbsEvent> + Send + 'static,
-    {
-        self.insert(Box::new(feed), FeedMode::Event)
-            .map(FeedKey::new)
-    }
-
-    /// Serve a connection-manager feed (always event-driven): its events
-    /// reach the feed's EVD in the channel's order, beside the completions
-    /// and async events the same driver delivers.
-    ///
-    /// ```
-    /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, Driver, soft::SoftCm};
-    /// let (poster, mut consumer) = evd::bounded::<CmEvent>(16).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let (events, cm) = SoftCm::new().unwrap();
-    /// driver.register_cm(CmFeed::new(events, poster)).unwrap();
-    /// cm.raise(CmEvent { kind: CmEventKind::Established, ..Default::default() });
-    /// while consumer.try_dequeue().is_err() {
-    ///     driver.process(None).unwrap();
-    /// }
-    /// ```
-    pub fn register_cm<S, T>(
-        &mut self,
-        feed: CmFeed<S, T>,
-    ) -> Result<FeedKey<CmFeed<S, T>>, DriverError>
-    where
-        S: CmEventSource + 'static,
-        T: From<CmEvent> + Send + 'static,
-    {
-        self.insert(Box::new(feed), FeedMode::Event)
-            .map(FeedKey::new)
-    }
-
-    fn insert(
-        &mut self,
-        mut source: Box<dyn Source>,
-        mode: FeedMode,
-    ) -> Result<FeedId, DriverError> {
-        if source.fd().is_none() {
-            return Err(DriverError::NoChannel);
-        }
-        if let Some(device_feed) = source.device_feed() {
-            // Nobody listens to the CQ's device: deliver its async events
-            // (an overrun among them) into this feed's EVD.
-            self.insert(device_feed, FeedMode::Event)?;
-        }
-        let index = match self.slots.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                self.slots.push(None);
-                self.generations.push(0);
-                self.slots.len() - 1
-            }
-        };
-        let generation = self.generations[index].wrapping_add(1) & MAX_GENERATION;
-        self.generations[index] = generation;
-        let room = Arc::new(RoomSignal {
-            signalled: AtomicBool::new(false),
-            shared: self.shared.clone(),
-        });
-        self.slots[index] = Some(Slot {
-            source,
-            generation,
-            policy: match mode {
-                FeedMode::Adaptive(c) => Some(SpinPolicy::new(c)),
-                FeedMode::Event => None,
-            },
-            phase: Phase::Arm,
-            poll_in_flight: false,
-            fd_fired: false,
-            room_waker: Waker::from(room.clone()),
-            room,
-            room_ready: false,
-            removing: None,
-        });
-        self.busy = true;
-        Ok(FeedId {
-            index: index as u32,
-            generation,
-        })
-    }
-
-    /// Stop serving a feed and hand it back. Waits for the ring to let go of
-    /// its fd. Dropping the feed acknowledges its CQ events, then destroys
-    /// the CQ.
-    ///
-    /// ```
-    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::{SoftAsyncEvents, SoftDevice}};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let key = driver.register_async(AsyncFeed::new(SoftDevice::new().unwrap().0, poster)).unwrap();
-    /// let feed: AsyncFeed<SoftAsyncEvents, VerbsEvent> = driver.remove(key).unwrap();
-    /// # drop(feed);
-    /// ```
-    pub fn remove<F: 'static>(&mut self, key: FeedKey<F>) -> Result<F, DriverError> {
-        let id = key.id();
-        if !self.begin_remove(id, Removal::Local)? {
-            return Err(DriverError::NoSuchFeed);
-        }
-        loop {
-            if let Some(i) = self.removed.iter().position(|(r, _)| *r == id) {
-                return Ok(downcast(self.removed.swap_remove(i).1));
-            }
-            // The cancellation's completion ends this wait; the timeout only
-            // bounds it should the kernel be slow to report it.
-            self.process(Some(Duration::from_millis(100)))?;
-        }
-    }
-
-    fn slot_mut(&mut self, id: FeedId) -> Option<&mut Slot> {
-        self.slots
-            .get_mut(id.index as usize)?
-            .as_mut()
-            .filter(|s| s.generation == id.generation && s.removing.is_none())
-    }
-
-    /// Start removing a feed; `false` if there is no such feed.
-    fn begin_remove(&mut self, id: FeedId, who: Removal) -> Result<bool, DriverError> {
-        let Some(slot) = self.slot_mut(id) else {
-            return Ok(false);
-        };
-        if slot.poll_in_flight {
-            slot.removing = Some(who);
-            self.ring.cancel(id)?;
-        } else {
-            let slot = self.slots[id.index as usize].take().expect("checked above");
-            self.hand_back(id, slot.source, who);
-        }
-        Ok(true)
-    }
-
-    fn hand_back(&mut self, id: FeedId, source: Box<dyn Source>, who: Removal) {
-        match who {
-            Removal::Local => self.removed.push((id, source.into_any())),
-            Removal::Reply(reply) => {
-                let _ = reply.send(Ok(source.into_any()));
-            }
-        }
     }
 
     /// One call: apply commands, handle the ring's completions and give every
@@ -825,7 +417,7 @@ impl Driver {
         }
         Ok(Shutdown {
             feeds: std::mem::take(&mut self.removed),
-            cpu_time: crate::thread_cpu_time(),
+            cpu_time: crate::cpu_time::thread_cpu_time(),
             stats: self.stats,
         })
     }

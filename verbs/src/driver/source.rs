@@ -1,12 +1,10 @@
 //! What the driver needs from a feed, whatever its CQ or source type.
 
-use crate::async_feed::AsyncFeed;
-use crate::channel_feed::{ChannelFeed, SharedChannel};
-use crate::cm_event::{CmEvent, CmEventSource};
-use crate::cm_feed::CmFeed;
-use crate::cq::{AsyncEventSource, CompletionQueue};
+use crate::event::CmEvent;
 use crate::event::VerbsEvent;
+use crate::feed::{AsyncFeed, ChannelFeed, CmFeed};
 use crate::feed::{Feed, Progress};
+use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
 use std::any::Any;
 use std::io;
 use std::os::fd::RawFd;

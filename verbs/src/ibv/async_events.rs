@@ -2,8 +2,8 @@
 //! [`AsyncEventSource`](crate::AsyncEventSource).
 
 use super::*;
-use crate::cq::AsyncEventSource;
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId};
+use crate::source::AsyncEventSource;
 use std::io;
 use std::mem;
 use std::os::fd::RawFd;

@@ -1,9 +1,9 @@
 //! A completion channel shared by many CQs: the [`SharedChannel`] of real
 //! verbs, which a [`ChannelFeed`](crate::ChannelFeed) serves.
 
+use super::teardown::VerbsObject;
 use super::*;
-use crate::channel_feed::{ChannelEvent, CqKey, SharedChannel};
-use crate::teardown::VerbsObject;
+use crate::source::{ChannelEvent, CqKey, SharedChannel};
 use std::fmt;
 use std::os::fd::RawFd;
 use std::ptr;

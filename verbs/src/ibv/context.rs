@@ -2,9 +2,9 @@
 //! one opened elsewhere, its GIDs, and the registry of its CQs that names
 //! them in async events.
 
+use super::teardown::{CloseError, TeardownError, VerbsObject};
 use super::*;
 use crate::event::CqId;
-use crate::teardown::{CloseError, TeardownError, VerbsObject};
 use std::ffi::CStr;
 use std::io;
 use std::mem;

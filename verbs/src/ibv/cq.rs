@@ -2,12 +2,11 @@
 //! [`CompletionQueue`](crate::CompletionQueue) of real verbs, made here or
 //! wrapped from raw pointers.
 
+use super::teardown::{CloseError, TeardownError, VerbsObject};
 use super::*;
-use crate::completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
-use crate::cq::{AsyncEventSource, CompletionQueue, PollError};
-use crate::event::CqId;
+use crate::event::{CqId, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::feed::POLL_BATCH;
-use crate::teardown::{CloseError, TeardownError, VerbsObject};
+use crate::source::{AsyncEventSource, CompletionQueue, PollError};
 use std::fmt;
 use std::io;
 use std::mem;

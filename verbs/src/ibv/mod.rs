@@ -79,6 +79,7 @@ mod cq;
 mod mr;
 mod pd;
 mod qp;
+pub mod teardown;
 
 pub use async_events::IbvAsyncEvents;
 pub use channel::CompletionChannel;
@@ -95,11 +96,11 @@ pub use qp::{
 /// here exposes and for verbs this module does not wrap.
 pub use rdma_mummy_sys as ffi;
 
-use crate::teardown::{self, TeardownError, VerbsObject};
 use std::io;
 use std::mem::{self, MaybeUninit};
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use teardown::{TeardownError, VerbsObject};
 
 /// Binding structs whose all-zero bit pattern is a valid value: integers,
 /// raw pointers, and unions and arrays of them. libibverbs and librdmacm

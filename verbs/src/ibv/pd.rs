@@ -1,8 +1,8 @@
 //! Protection domains (`ibv_pd`): what memory regions and QPs are made in.
 
 use super::mr::Memory;
+use super::teardown::{CloseError, TeardownError, VerbsObject};
 use super::*;
-use crate::teardown::{CloseError, TeardownError, VerbsObject};
 use std::io;
 use std::mem;
 use std::ptr;

@@ -8,34 +8,20 @@
 //! [`Feed::arm_and_drain`] are the event-driven cycle, which the io_uring
 //! [`Driver`](crate::Driver) runs for event and adaptive feeds.
 //!
-//! # Backpressure
-//! A feed never takes more completions out of its CQ than the EVD has room
-//! for: before every poll it reads the EVD's free space (one load of the
-//! state word and the head) and polls at most that many, so completions wait
-//! in the CQ, not in the feed. Feeds served by one thread (a [`Driver`] or a
-//! [`Poller`](crate::Poller)) run one after the other and post right after
-//! they poll, so however many of them share an EVD, none over-commits it.
-//! Each polled batch is posted with one [`Poster::post_batch`] (one
-//! reservation CAS and one notification per batch, not per completion).
-//! Only a poster on another thread can take the room between a feed's
-//! reading and its post; the completions that no longer fit are then held
-//! in the feed (at most one batch, counted in [`FeedStats::held`]) and
-//! posted first, in order, next time. Nothing is lost and the EVD reports
-//! nothing: a refusal is not a loss.
-//!
-//! A full EVD stops the feed with [`FeedStatus::Backpressure`]. The feed then
-//! waits for the EVD's room signal ([`Feed::poll_room`], the consumer's
-//! dequeue that frees a slot wakes it): the [`Driver`] does so with no timer.
+//! Backpressure (a full EVD) is in `backpressure`: the feed never polls
+//! more than the EVD has room for, and holds what another poster took the
+//! room of.
 //!
 //! [`Driver`]: crate::Driver
 
-use crate::completion::WorkCompletion;
-use crate::cq::{CompletionQueue, PollError};
-use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent};
-use evd::{BatchPostError, Poster, RoomWaiter};
+mod backpressure;
+
+use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent, WorkCompletion};
+use crate::feed::{FeedStatus, Progress};
+use crate::source::{CompletionQueue, PollError};
+use evd::{Poster, RoomWaiter};
 use std::io;
 use std::mem::ManuallyDrop;
-use std::task::{Context, Poll};
 
 /// Completions polled per `poll` call (the kernel's `ib_poll_batch` is 16).
 pub const POLL_BATCH: usize = 16;
@@ -43,47 +29,6 @@ pub const POLL_BATCH: usize = 16;
 /// Channel events acknowledged per `ack_events` call: acknowledging takes a
 /// mutex in libibverbs, so it is batched (as rdma-io and the kernel do).
 pub const ACK_BATCH: u32 = 16;
-
-/// Why a feed stopped moving completions.
-///
-/// ```
-/// use evd_verbs::{Feed, FeedStatus, CqId, VerbsEvent, soft::SoftCq};
-/// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
-/// let mut feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
-/// assert_eq!(feed.progress(16).status, FeedStatus::Drained);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FeedStatus {
-    /// The CQ is empty. After [`Feed::arm_and_drain`] this also means the CQ
-    /// is armed: it is safe to sleep on the channel fd.
-    Drained,
-    /// The budget was used up; more completions may be waiting.
-    Budget,
-    /// The EVD is full: completions wait in the CQ until there is room.
-    Backpressure,
-    /// The EVD is closed: nothing more will be delivered.
-    Closed,
-    /// The CQ failed (overrun or poll error); a `CqError` async event was
-    /// delivered (or is held for delivery) and the CQ is not polled again.
-    Failed,
-}
-
-/// What one call delivered and why it stopped.
-///
-/// ```
-/// # use evd_verbs::{Feed, FeedStatus, CqId, Progress, VerbsEvent, soft::SoftCq};
-/// # let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
-/// # let mut feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
-/// let p: Progress = feed.progress(16);
-/// assert_eq!(p, Progress { delivered: 0, status: FeedStatus::Drained });
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Progress {
-    /// Events posted into the EVD by this call.
-    pub delivered: usize,
-    /// Why it stopped.
-    pub status: FeedStatus,
-}
 
 /// A feed's counters.
 ///
@@ -448,99 +393,6 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         if self.unacked >= ACK_BATCH {
             self.ack_all();
         }
-    }
-
-    /// Free space in the EVD, or 0 (and `closed` set) if it is closed.
-    #[inline]
-    fn free_space(&mut self) -> usize {
-        match self.room.poster().free_slots() {
-            Some(free) => free,
-            None => {
-                self.closed = true;
-                0
-            }
-        }
-    }
-
-    /// Post the held events, in order, with one reservation: as many as fit,
-    /// but no more than what is left of `budget` after `delivered`; the rest
-    /// stay held, and the error says which bound stopped them.
-    ///
-    /// `fresh`: the held events were just polled (so a refusal of them is
-    /// counted in [`FeedStats::held`]); otherwise they were refused and
-    /// counted before.
-    #[inline]
-    fn post_held(
-        &mut self,
-        delivered: &mut usize,
-        budget: usize,
-        fresh: bool,
-    ) -> Result<(), FeedStatus> {
-        if self.held.is_empty() {
-            return Ok(());
-        }
-        let limit = budget.saturating_sub(*delivered);
-        let before = self.held.len();
-        match self.room.poster().post_batch_up_to(&mut self.held, limit) {
-            Ok(n) => {
-                *delivered += n;
-                if self.held.is_empty() {
-                    Ok(())
-                } else if n == limit {
-                    // The budget, not the EVD, stopped them: nothing was
-                    // refused.
-                    Err(FeedStatus::Budget)
-                } else {
-                    if fresh {
-                        self.count_held(before, n);
-                    }
-                    Err(FeedStatus::Backpressure)
-                }
-            }
-            Err(BatchPostError::Full) => {
-                if fresh {
-                    self.count_held(before, 0);
-                }
-                Err(FeedStatus::Backpressure)
-            }
-            Err(BatchPostError::Closed) => {
-                self.closed = true;
-                Err(FeedStatus::Closed)
-            }
-        }
-    }
-
-    /// Another thread took the room this feed read: of `before` completions
-    /// just polled, `posted` went in.
-    #[cold]
-    fn count_held(&mut self, before: usize, posted: usize) {
-        self.stats.held += (before - posted) as u64;
-    }
-
-    /// Wait for room in a full EVD: `Ready` once the EVD has a free slot
-    /// (or is closed: the next call reports it), `Pending` with `cx`'s waker
-    /// registered with the EVD's room signal otherwise; the consumer's
-    /// dequeue that frees a slot wakes it.
-    ///
-    /// ```
-    /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, VerbsEvent, soft::SoftCq};
-    /// use futures::task::noop_waker;
-    /// use std::task::Context;
-    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
-    /// let (cq, hca) = SoftCq::new(8).unwrap();
-    /// let mut feed = Feed::new(cq, CqId(0), poster);
-    /// hca.push_batch(&[WorkCompletion::default(); 2]);
-    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits
-    /// let waker = noop_waker();
-    /// let mut cx = Context::from_waker(&waker);
-    /// assert!(feed.poll_room(&mut cx).is_pending());
-    /// consumer.try_dequeue().unwrap(); // frees the slot, wakes the waker
-    /// assert!(feed.poll_room(&mut cx).is_ready());
-    /// assert_eq!(feed.progress(16).delivered, 1);
-    /// assert_eq!(feed.stats().held, 0); // nothing was polled without room
-    /// ```
-    pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.room.poll_room(cx).map(|_| ())
     }
 
     #[inline]

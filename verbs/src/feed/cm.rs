@@ -1,9 +1,10 @@
 //! [`CmFeed`]: the connection manager's events into an EVD, beside the
 //! completion [`Feed`](crate::Feed) and the [`AsyncFeed`](crate::AsyncFeed).
 
-use crate::cm_event::{CmEvent, CmEventSource};
-use crate::event_feed::EventFeed;
+use super::stream::EventFeed;
+use crate::event::CmEvent;
 use crate::feed::Progress;
+use crate::source::CmEventSource;
 use evd::Poster;
 use std::fmt;
 use std::task::{Context, Poll};

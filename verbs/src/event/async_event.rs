@@ -1,35 +1,7 @@
-//! The event a feed posts into an EVD: a work completion, or an async error.
+//! Device async events (`struct ibv_async_event`): what happened, and to
+//! which object.
 
-use crate::completion::WorkCompletion;
-
-/// The caller's name for a completion queue: carried by every completion
-/// and CQ async event, so one EVD can be fed by many CQs.
-///
-/// ```
-/// assert!(evd_verbs::CqId(1) < evd_verbs::CqId(2));
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CqId(pub u32);
-
-/// An EVD event produced by this crate.
-///
-/// ```
-/// use evd_verbs::{VerbsEvent, CqId, WorkCompletion};
-/// let ev = VerbsEvent::Completion { cq: CqId(1), wc: WorkCompletion::default() };
-/// assert!(matches!(ev, VerbsEvent::Completion { cq: CqId(1), .. }));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VerbsEvent {
-    /// A work completion (DAT's DTO event), successful or not.
-    Completion {
-        /// The CQ it was polled from.
-        cq: CqId,
-        /// The completion itself.
-        wc: WorkCompletion,
-    },
-    /// An asynchronous error or state change (DAT's async-error stream).
-    Async(AsyncEvent),
-}
+use super::CqId;
 
 /// An asynchronous event (`struct ibv_async_event`): a CQ error or overrun,
 /// a QP or SRQ error, a port or device change.

@@ -8,8 +8,6 @@
 //! software for tests.
 
 use std::fmt;
-use std::io;
-use std::os::fd::RawFd;
 
 /// The largest private data a connection-manager event carries: its length
 /// is a `u8` (an IB CM REP carries 196 bytes, a connect request at most 56
@@ -234,31 +232,5 @@ impl Default for CmEvent {
             peer_qp_num: 0,
             private_data: PrivateData::default(),
         }
-    }
-}
-
-/// Where connection-manager events come from: an event channel whose fd is
-/// readable while events wait (`ibv::CmChannel`, or [`SoftCm`](crate::soft::SoftCm)).
-///
-/// ```
-/// use evd_verbs::{CmEventSource, CmEvent, CmEventKind, soft::SoftCm};
-/// let (mut events, cm) = SoftCm::new().unwrap();
-/// cm.raise(CmEvent { kind: CmEventKind::Established, ..Default::default() });
-/// assert_eq!(events.next_event().unwrap().unwrap().kind, CmEventKind::Established);
-/// assert!(events.next_event().unwrap().is_none());
-/// ```
-pub trait CmEventSource: Send {
-    /// The fd, readable while events wait.
-    fn fd(&self) -> RawFd;
-    /// The next event, copied out and acknowledged; `None` if none waits.
-    fn next_event(&mut self) -> io::Result<Option<CmEvent>>;
-}
-
-impl<S: CmEventSource + ?Sized> CmEventSource for Box<S> {
-    fn fd(&self) -> RawFd {
-        (**self).fd()
-    }
-    fn next_event(&mut self) -> io::Result<Option<CmEvent>> {
-        (**self).next_event()
     }
 }

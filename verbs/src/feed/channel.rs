@@ -63,114 +63,16 @@
 //! spin) poll every CQ, as for one CQ, and the arm that follows arms the
 //! dirty ones.
 
-use crate::cq::CompletionQueue;
+pub use crate::source::{ChannelEvent, CqKey, SharedChannel};
+
 use crate::event::{CqId, VerbsEvent};
 use crate::feed::{Feed, FeedStatus, Progress};
+use crate::source::CompletionQueue;
 use evd::{Poster, RoomWaiter};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::os::fd::RawFd;
 use std::task::{Context, Poll};
-
-/// The name of a CQ on a [`SharedChannel`], as its events carry it (for
-/// real verbs, the `ibv_cq` address `ibv_get_cq_event` returns).
-///
-/// ```
-/// let k = evd_verbs::CqKey(0x1000);
-/// assert_eq!(k.0, 0x1000);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct CqKey(pub usize);
-
-/// One event got from a [`SharedChannel`]: the CQ it is for. It must be
-/// acknowledged once, on that CQ ([`CompletionQueue::ack_events`]) or with
-/// [`SharedChannel::ack_unknown`]; it is neither `Clone` nor `Copy`.
-///
-/// ```
-/// use evd_verbs::{SharedChannel, soft::SoftChannel};
-/// let mut channel = SoftChannel::new().unwrap();
-/// assert!(channel.get_cq_event().unwrap().is_none());
-/// ```
-///
-/// ```compile_fail
-/// fn assert_clone<T: Clone>() {}
-/// assert_clone::<evd_verbs::ChannelEvent>();
-/// ```
-///
-/// ```compile_fail
-/// fn assert_copy<T: Copy>() {}
-/// assert_copy::<evd_verbs::ChannelEvent>();
-/// ```
-#[derive(Debug, PartialEq, Eq)]
-pub struct ChannelEvent {
-    cq: CqKey,
-}
-
-impl ChannelEvent {
-    /// An event for the CQ named `cq`.
-    ///
-    /// # Safety
-    /// One channel event of the live CQ `cq` names was just got and is
-    /// not acknowledged yet: [`SharedChannel::ack_unknown`] of the result
-    /// acknowledges it (for real verbs, with `ibv_ack_cq_events` on that
-    /// address).
-    ///
-    /// ```
-    /// use evd_verbs::{ChannelEvent, CqKey};
-    /// // SAFETY: never acknowledged; only its key is looked at.
-    /// let ev = unsafe { ChannelEvent::new(CqKey(1)) };
-    /// assert_eq!(ev.cq(), CqKey(1));
-    /// ```
-    pub unsafe fn new(cq: CqKey) -> ChannelEvent {
-        ChannelEvent { cq }
-    }
-
-    /// The CQ the event is for.
-    pub fn cq(&self) -> CqKey {
-        self.cq
-    }
-}
-
-/// A completion channel shared by many CQs: one fd, events that name their
-/// CQ. Implemented by `ibv::CompletionChannel` (feature `ibverbs`) and by
-/// [`SoftChannel`](crate::soft::SoftChannel).
-///
-/// The CQs on it get their events only through the channel: their own
-/// [`CompletionQueue::get_event`] finds none. Each event got must be
-/// acknowledged once: on its CQ with [`CompletionQueue::ack_events`] (in
-/// batches) before that CQ is destroyed, or, for a CQ the caller does not
-/// hold, with [`ack_unknown`](Self::ack_unknown).
-///
-/// ```
-/// use evd_verbs::{CompletionQueue, SharedChannel, WorkCompletion, soft::SoftChannel};
-/// let mut channel = SoftChannel::new().unwrap();
-/// let (mut cq, hca) = channel.create_cq(4).unwrap();
-/// cq.req_notify(false).unwrap();
-/// hca.push(WorkCompletion::default()).unwrap();
-/// let ev = channel.get_cq_event().unwrap().expect("an event");
-/// assert_eq!(Some(ev.cq()), channel.key_of(&cq));
-/// cq.ack_events(1);
-/// assert_eq!(hca.stats().events_acked, 1);
-/// ```
-pub trait SharedChannel: Send {
-    /// The CQs made on it.
-    type Cq: CompletionQueue;
-
-    /// The fd, readable while events wait.
-    fn fd(&self) -> RawFd;
-
-    /// Take one event without blocking: the CQ it names, or `Ok(None)` if
-    /// none waits.
-    fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>>;
-
-    /// The key the events of `cq` carry, or `None` if `cq` is not on this
-    /// channel.
-    fn key_of(&self, cq: &Self::Cq) -> Option<CqKey>;
-
-    /// Acknowledge an event whose CQ the caller does not hold.
-    fn ack_unknown(&mut self, event: ChannelEvent);
-}
 
 /// A [`ChannelFeed`]'s own counters (each CQ's are in its [`Feed`]'s
 /// [`stats`](Feed::stats)).

@@ -1,10 +1,10 @@
 //! [`AsyncFeed`]: a device's async events (CQ errors, port and device
 //! events) into an EVD, beside the completion [`Feed`](crate::Feed).
 
-use crate::cq::AsyncEventSource;
+use super::stream::EventFeed;
 use crate::event::VerbsEvent;
-use crate::event_feed::EventFeed;
 use crate::feed::Progress;
+use crate::source::AsyncEventSource;
 use evd::Poster;
 use std::task::{Context, Poll};
 

@@ -1,0 +1,263 @@
+//! Registering feeds with a [`Driver`] and removing them: the slots, their
+//! generations, and handing a removed feed back.
+
+use super::control::downcast;
+use super::cycle::Phase;
+use super::key::MAX_GENERATION;
+use super::slot::{Removal, RoomSignal, Slot};
+use super::source::Source;
+use super::{Driver, DriverError, FeedId, FeedKey, FeedMode, SpinPolicy};
+use crate::event::{CmEvent, VerbsEvent};
+use crate::feed::{AsyncFeed, ChannelFeed, CmFeed, Feed};
+use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+impl Driver {
+    /// Serve a completion feed. Its CQ must have a completion channel
+    /// ([`DriverError::NoChannel`] otherwise).
+    ///
+    /// If nobody consumes the async events of the CQ's device yet
+    /// ([`CompletionQueue::device_events`]), the driver serves them too, into
+    /// this feed's EVD: a CQ overrun (which rxe reports only there, without
+    /// failing the poll) or a fatal device error reaches the consumer even
+    /// with no [`AsyncFeed`] registered. They stay served until shutdown
+    /// (the device outlives any one CQ). To deliver them elsewhere, take them
+    /// first (`ibv::Context::async_events`, [`SoftDevice::take_events`](crate::soft::SoftDevice::take_events)).
+    ///
+    /// The feed posts into an EVD of any event type `T` (see [`Feed`]); the
+    /// key names that type, so [`Driver::remove`] hands back a `Feed<C, T>`.
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// struct Logged(VerbsEvent);
+    /// impl From<VerbsEvent> for Logged {
+    ///     fn from(ev: VerbsEvent) -> Self { Logged(ev) }
+    /// }
+    /// let (poster, _consumer) = evd::bounded::<Logged>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register(Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
+    /// let _feed: Feed<SoftCq, Logged> = driver.remove(key).unwrap();
+    /// ```
+    pub fn register<C, T>(
+        &mut self,
+        feed: Feed<C, T>,
+        mode: FeedMode,
+    ) -> Result<FeedKey<Feed<C, T>>, DriverError>
+    where
+        C: CompletionQueue + 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
+        self.insert(Box::new(feed), mode).map(FeedKey::new)
+    }
+
+    /// Serve the CQs of one shared completion channel as one feed: the
+    /// driver waits on the channel's one fd and the feed demultiplexes its
+    /// events (see [`ChannelFeed`]). [`FeedMode::Event`] and
+    /// [`FeedMode::Adaptive`] both work; [`Driver::remove`] hands the
+    /// [`ChannelFeed`] back, every CQ in it. As for [`register`](Self::register),
+    /// the device's async events are served too if nobody consumes them.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let mut hcas = Vec::new();
+    /// for i in 0..4 {
+    ///     let (cq, hca) = channel.create_cq(16).unwrap();
+    ///     feed.add(cq, CqId(i)).unwrap();
+    ///     hcas.push(hca);
+    /// }
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register_channel(feed, FeedMode::Event).unwrap();
+    /// let running = driver.spawn().unwrap();
+    /// for (i, hca) in hcas.iter().enumerate() {
+    ///     hca.push(WorkCompletion { wr_id: i as u64, ..Default::default() }).unwrap();
+    /// }
+    /// let mut seen = [false; 4];
+    /// for _ in 0..4 {
+    ///     match consumer.dequeue().unwrap() {
+    ///         VerbsEvent::Completion { cq, wc } => {
+    ///             assert_eq!(u64::from(cq.0), wc.wr_id);
+    ///             seen[cq.0 as usize] = true;
+    ///         }
+    ///         other => panic!("{other:?}"),
+    ///     }
+    /// }
+    /// assert_eq!(seen, [true; 4]);
+    /// let mut stopped = running.shutdown().unwrap();
+    /// let feed: ChannelFeed<SoftChannel> = stopped.take(key).unwrap();
+    /// assert_eq!(feed.len(), 4);
+    /// ```
+    pub fn register_channel<H, T>(
+        &mut self,
+        feed: ChannelFeed<H, T>,
+        mode: FeedMode,
+    ) -> Result<FeedKey<ChannelFeed<H, T>>, DriverError>
+    where
+        H: SharedChannel + 'static,
+        H::Cq: 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
+        self.insert(Box::new(feed), mode).map(FeedKey::new)
+    }
+
+    /// Serve an async-event feed (always event-driven).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::SoftDevice};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let (events, _device) = SoftDevice::new().unwrap();
+    /// let key = driver.register_async(AsyncFeed::new(events, poster)).unwrap();
+    /// let _feed = driver.remove(key).unwrap();
+    /// ```
+    pub fn register_async<S, T>(
+        &mut self,
+        feed: AsyncFeed<S, T>,
+    ) -> Result<FeedKey<AsyncFeed<S, T>>, DriverError>
+    where
+        S: AsyncEventSource + 'static,
+        T: From<VerbsEvent> + Send + 'static,
+    {
+        self.insert(Box::new(feed), FeedMode::Event)
+            .map(FeedKey::new)
+    }
+
+    /// Serve a connection-manager feed (always event-driven): its events
+    /// reach the feed's EVD in the channel's order, beside the completions
+    /// and async events the same driver delivers.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, Driver, soft::SoftCm};
+    /// let (poster, mut consumer) = evd::bounded::<CmEvent>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let (events, cm) = SoftCm::new().unwrap();
+    /// driver.register_cm(CmFeed::new(events, poster)).unwrap();
+    /// cm.raise(CmEvent { kind: CmEventKind::Established, ..Default::default() });
+    /// while consumer.try_dequeue().is_err() {
+    ///     driver.process(None).unwrap();
+    /// }
+    /// ```
+    pub fn register_cm<S, T>(
+        &mut self,
+        feed: CmFeed<S, T>,
+    ) -> Result<FeedKey<CmFeed<S, T>>, DriverError>
+    where
+        S: CmEventSource + 'static,
+        T: From<CmEvent> + Send + 'static,
+    {
+        self.insert(Box::new(feed), FeedMode::Event)
+            .map(FeedKey::new)
+    }
+
+    pub(super) fn insert(
+        &mut self,
+        mut source: Box<dyn Source>,
+        mode: FeedMode,
+    ) -> Result<FeedId, DriverError> {
+        if source.fd().is_none() {
+            return Err(DriverError::NoChannel);
+        }
+        if let Some(device_feed) = source.device_feed() {
+            // Nobody listens to the CQ's device: deliver its async events
+            // (an overrun among them) into this feed's EVD.
+            self.insert(device_feed, FeedMode::Event)?;
+        }
+        let index = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.generations.push(0);
+                self.slots.len() - 1
+            }
+        };
+        let generation = self.generations[index].wrapping_add(1) & MAX_GENERATION;
+        self.generations[index] = generation;
+        let room = Arc::new(RoomSignal {
+            signalled: AtomicBool::new(false),
+            shared: self.shared.clone(),
+        });
+        self.slots[index] = Some(Slot {
+            source,
+            generation,
+            policy: match mode {
+                FeedMode::Adaptive(c) => Some(SpinPolicy::new(c)),
+                FeedMode::Event => None,
+            },
+            phase: Phase::Arm,
+            poll_in_flight: false,
+            fd_fired: false,
+            room_waker: Waker::from(room.clone()),
+            room,
+            room_ready: false,
+            removing: None,
+        });
+        self.busy = true;
+        Ok(FeedId {
+            index: index as u32,
+            generation,
+        })
+    }
+
+    /// Stop serving a feed and hand it back. Waits for the ring to let go of
+    /// its fd. Dropping the feed acknowledges its CQ events, then destroys
+    /// the CQ.
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::{SoftAsyncEvents, SoftDevice}};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register_async(AsyncFeed::new(SoftDevice::new().unwrap().0, poster)).unwrap();
+    /// let feed: AsyncFeed<SoftAsyncEvents, VerbsEvent> = driver.remove(key).unwrap();
+    /// # drop(feed);
+    /// ```
+    pub fn remove<F: 'static>(&mut self, key: FeedKey<F>) -> Result<F, DriverError> {
+        let id = key.id();
+        if !self.begin_remove(id, Removal::Local)? {
+            return Err(DriverError::NoSuchFeed);
+        }
+        loop {
+            if let Some(i) = self.removed.iter().position(|(r, _)| *r == id) {
+                return Ok(downcast(self.removed.swap_remove(i).1));
+            }
+            // The cancellation's completion ends this wait; the timeout only
+            // bounds it should the kernel be slow to report it.
+            self.process(Some(Duration::from_millis(100)))?;
+        }
+    }
+
+    pub(super) fn slot_mut(&mut self, id: FeedId) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(id.index as usize)?
+            .as_mut()
+            .filter(|s| s.generation == id.generation && s.removing.is_none())
+    }
+
+    /// Start removing a feed; `false` if there is no such feed.
+    pub(super) fn begin_remove(&mut self, id: FeedId, who: Removal) -> Result<bool, DriverError> {
+        let Some(slot) = self.slot_mut(id) else {
+            return Ok(false);
+        };
+        if slot.poll_in_flight {
+            slot.removing = Some(who);
+            self.ring.cancel(id)?;
+        } else {
+            let slot = self.slots[id.index as usize].take().expect("checked above");
+            self.hand_back(id, slot.source, who);
+        }
+        Ok(true)
+    }
+
+    pub(super) fn hand_back(&mut self, id: FeedId, source: Box<dyn Source>, who: Removal) {
+        match who {
+            Removal::Local => self.removed.push((id, source.into_any())),
+            Removal::Reply(reply) => {
+                let _ = reply.send(Ok(source.into_any()));
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! One registered feed as the driver holds it: its source, its place in
+//! the cycle, its adaptive policy, its fd poll and its room signal; and
+//! how one turn runs it.
+
+use super::control::Shared;
+use super::cycle::{self, Action, Limits, Observation, Phase};
+use super::source::Source;
+use super::{DriverError, DriverStats, SpinPolicy};
+use crate::feed::{FeedStatus, Progress};
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Wake, Waker};
+use std::time::Instant;
+
+/// A feed's room signal: the waker its EVD's room queue holds.
+pub(super) struct RoomSignal {
+    pub(super) signalled: AtomicBool,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl Wake for RoomSignal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Release pairs with the driver's Acquire swap: the consumer's head
+        // store that freed the slot is visible to the feed's next look.
+        self.signalled.store(true, Ordering::Release);
+        self.shared.wake();
+    }
+}
+
+/// Who waits for a feed being removed.
+pub(super) enum Removal {
+    /// [`Driver::remove`], on this thread.
+    Local,
+    /// [`DriverHandle::remove`], on another.
+    Reply(mpsc::Sender<Result<Box<dyn Any + Send>, DriverError>>),
+}
+
+pub(super) struct Slot {
+    pub(super) source: Box<dyn Source>,
+    pub(super) generation: u32,
+    /// `None`: event mode.
+    pub(super) policy: Option<SpinPolicy>,
+    pub(super) phase: Phase,
+    /// A poll request for the fd is in the kernel.
+    pub(super) poll_in_flight: bool,
+    /// The fd fired and its events were not taken yet.
+    pub(super) fd_fired: bool,
+    pub(super) room: Arc<RoomSignal>,
+    pub(super) room_waker: Waker,
+    /// The room was there when the feed registered for it.
+    pub(super) room_ready: bool,
+    /// Being removed: waiting for the in-flight poll to end.
+    pub(super) removing: Option<Removal>,
+}
+
+impl Slot {
+    pub(super) fn limits(&self) -> Limits {
+        self.policy.map_or(Limits::EVENT, |p| p.limits())
+    }
+
+    /// One turn: take a fired fd's events, then run the cycle's actions (at
+    /// most one that delivers, plus the arm ending a spin or a wake's poll
+    /// that found nothing). Returns how many events it delivered.
+    ///
+    /// If taking the events or an action fails, the feed goes back to Arm
+    /// (unless it is done): the failure may have left its CQ unarmed with
+    /// the channel's event consumed, so a retry must arm and drain, never
+    /// sleep.
+    pub(super) fn turn(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        stats: &mut DriverStats,
+    ) -> Result<usize, DriverError> {
+        let r = self.run_cycle(now, budget, stats);
+        if r.is_err() && self.phase != Phase::Done {
+            self.phase = Phase::Arm;
+        }
+        r
+    }
+
+    pub(super) fn run_cycle(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        stats: &mut DriverStats,
+    ) -> Result<usize, DriverError> {
+        let fd_fired = std::mem::take(&mut self.fd_fired);
+        if fd_fired {
+            self.source.take_events()?;
+            if self.phase == Phase::Sleeping {
+                if let Some(p) = &mut self.policy {
+                    p.woken(now);
+                }
+            }
+        }
+        // Acquire: see `RoomSignal::wake_by_ref`.
+        let signalled = self.room.signalled.swap(false, Ordering::Acquire);
+        let mut room = std::mem::take(&mut self.room_ready);
+        if signalled && self.phase == Phase::Blocked {
+            // Look again through the room queue, not around it: `Ready`
+            // leaves the queue (passing the wake on, so a poster waiting
+            // behind this feed is not stranded if the feed posts nothing);
+            // `Pending` rejoins at the front.
+            let mut cx = Context::from_waker(&self.room_waker);
+            room |= self.source.poll_room(&mut cx).is_ready();
+        }
+        let limits = self.limits();
+        if fd_fired && self.phase == Phase::Sleeping && self.policy.is_some() && !limits.spin() {
+            stats.unspun_wakes += 1;
+        }
+        let (mut phase, mut action) = cycle::next(
+            self.phase,
+            Observation::Turn { fd_fired, room },
+            now,
+            limits,
+        );
+        let mut delivered = 0;
+        loop {
+            let progress = match action {
+                Action::Idle => break,
+                Action::WaitForRoom => {
+                    let mut cx = Context::from_waker(&self.room_waker);
+                    if self.source.poll_room(&mut cx).is_ready() {
+                        self.room_ready = true;
+                    }
+                    break;
+                }
+                Action::ArmAndDrain => self.source.arm_and_drain(budget)?,
+                Action::Poll => self.source.poll(budget),
+            };
+            delivered += progress.delivered;
+            let ran_in = phase;
+            (phase, action) = cycle::next(phase, Observation::Ran(progress), now, limits);
+            self.observe(ran_in, phase, progress, now, stats);
+        }
+        self.phase = phase;
+        Ok(delivered)
+    }
+
+    /// Feed the adaptive policy what a run in phase `ran_in` found, and
+    /// where it led: a spinning poll's find is a catch, a spin that ends in
+    /// an arm is a miss, other finds restart the clock.
+    pub(super) fn observe(
+        &mut self,
+        ran_in: Phase,
+        led_to: Phase,
+        p: Progress,
+        now: Instant,
+        stats: &mut DriverStats,
+    ) {
+        let Some(policy) = &mut self.policy else {
+            return;
+        };
+        let found = p.delivered > 0 && p.status != FeedStatus::Backpressure;
+        match ran_in {
+            Phase::Polling { empty_polls, .. } if found => {
+                stats.spin_catches += 1;
+                policy.found(now, empty_polls)
+            }
+            Phase::Polling { .. } if led_to == Phase::Arm => {
+                stats.spin_misses += 1;
+                policy.expired()
+            }
+            _ if found => policy.seen(now),
+            _ => {}
+        }
+    }
+
+    pub(super) fn is_busy(&self) -> bool {
+        self.phase.is_busy() || self.room_ready
+    }
+}

@@ -1,0 +1,69 @@
+//! The feeds: each moves what one source yields into an EVD, within a
+//! budget, stopping at a full EVD without losing anything.
+//!
+//! - [`cq`]: [`Feed`], one [`CompletionQueue`](crate::CompletionQueue)
+//!   (polling, arming, batched acks, backpressure);
+//! - [`channel`]: [`ChannelFeed`], many CQs on one
+//!   [`SharedChannel`](crate::SharedChannel), one [`Feed`] per CQ
+//!   (public as [`channel_feed`](crate::channel_feed));
+//! - [`stream`]: the engine shared by the feeds of event streams, whose
+//!   source hands out one event at a time: [`async_events`] ([`AsyncFeed`],
+//!   a device's async events) and [`cm`] ([`CmFeed`], the connection
+//!   manager's events).
+//!
+//! Every feed answers a call with a [`Progress`]; the runners (the
+//! [`Driver`](crate::Driver), the [`Poller`](crate::Poller), or the
+//! application's own loop) decide when to call. A new feed goes here, with
+//! a `driver::source::Source` impl so the driver can run it.
+
+mod async_events;
+pub mod channel;
+mod cm;
+mod cq;
+mod stream;
+
+pub use async_events::AsyncFeed;
+pub use channel::{ChannelFeed, ChannelFeedStats};
+pub use cm::CmFeed;
+pub use cq::{Feed, FeedStats, ACK_BATCH, POLL_BATCH};
+
+/// Why a feed stopped moving completions.
+///
+/// ```
+/// use evd_verbs::{Feed, FeedStatus, CqId, VerbsEvent, soft::SoftCq};
+/// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+/// let mut feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
+/// assert_eq!(feed.progress(16).status, FeedStatus::Drained);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FeedStatus {
+    /// The CQ is empty. After [`Feed::arm_and_drain`] this also means the CQ
+    /// is armed: it is safe to sleep on the channel fd.
+    Drained,
+    /// The budget was used up; more completions may be waiting.
+    Budget,
+    /// The EVD is full: completions wait in the CQ until there is room.
+    Backpressure,
+    /// The EVD is closed: nothing more will be delivered.
+    Closed,
+    /// The CQ failed (overrun or poll error); a `CqError` async event was
+    /// delivered (or is held for delivery) and the CQ is not polled again.
+    Failed,
+}
+
+/// What one call delivered and why it stopped.
+///
+/// ```
+/// # use evd_verbs::{Feed, FeedStatus, CqId, Progress, VerbsEvent, soft::SoftCq};
+/// # let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+/// # let mut feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
+/// let p: Progress = feed.progress(16);
+/// assert_eq!(p, Progress { delivered: 0, status: FeedStatus::Drained });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Events posted into the EVD by this call.
+    pub delivered: usize,
+    /// Why it stopped.
+    pub status: FeedStatus,
+}

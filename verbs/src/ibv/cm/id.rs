@@ -1,0 +1,316 @@
+//! A connection identifier ([`CmId`]) and what it offers the peer
+//! ([`CmConnParams`]): binding, listening, resolving, connecting,
+//! accepting, rejecting, disconnecting, and moving the caller's QP with
+//! the attributes librdmacm computes.
+
+use super::{bound_of, Channel};
+#[cfg(doc)]
+use crate::event::CmEventKind;
+use crate::event::CmToken;
+use crate::ibv::teardown::{TeardownError, VerbsObject};
+use crate::ibv::*;
+use std::fmt;
+use std::io;
+use std::mem;
+use std::net::SocketAddr;
+use std::ptr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a connect or accept offers the peer (`struct rdma_conn_param`).
+#[derive(Clone, Copy, Debug)]
+pub struct CmConnParams<'a> {
+    /// Private data for the peer (at most 56 bytes on a connect, 196 on an
+    /// accept, over InfiniBand and RoCE).
+    pub private_data: &'a [u8],
+    /// RDMA reads and atomics this side accepts in flight.
+    pub responder_resources: u8,
+    /// RDMA reads and atomics this side issues in flight.
+    pub initiator_depth: u8,
+    /// Transport retries (0..=7).
+    pub retry_count: u8,
+    /// Receiver-not-ready retries (0..=7; 7 is infinite).
+    pub rnr_retry_count: u8,
+}
+
+impl Default for CmConnParams<'_> {
+    fn default() -> Self {
+        CmConnParams {
+            private_data: &[],
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+impl CmConnParams<'_> {
+    fn raw(&self, qp: &QueuePair) -> io::Result<ffi::rdma_conn_param> {
+        let len = u8::try_from(self.private_data.len()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "private data over 255 bytes")
+        })?;
+        Ok(ffi::rdma_conn_param {
+            private_data: self.private_data.as_ptr().cast(),
+            private_data_len: len,
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            flow_control: 1,
+            retry_count: self.retry_count,
+            rnr_retry_count: self.rnr_retry_count,
+            srq: 0,
+            qp_num: qp.qp_num(),
+        })
+    }
+}
+
+/// A connection identifier (`rdma_cm_id`, port space TCP: reliable
+/// connections), named by the token its events carry.
+pub struct CmId {
+    /// Non-null until `destroy`, which only `close` and `Drop` call.
+    pub(super) id: *mut ffi::rdma_cm_id,
+    pub(super) token: CmToken,
+    /// Keeps the channel alive: it is destroyed after its identifiers.
+    pub(super) _channel: Arc<Channel>,
+}
+
+impl fmt::Debug for CmId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CmId")
+            .field("id", &self.id)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: librdmacm identifiers may be used from any thread.
+unsafe impl Send for CmId {}
+
+/// A `sockaddr_in` or `sockaddr_in6` for `addr`, as librdmacm takes it.
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain integers; all-zero is valid.
+    let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for any
+            // sockaddr.
+            unsafe { ptr::write(ptr::addr_of_mut!(storage).cast(), sin) };
+            mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { ptr::write(ptr::addr_of_mut!(storage).cast(), sin6) };
+            mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+fn millis(timeout: Duration) -> i32 {
+    i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX)
+}
+
+impl CmId {
+    /// A new identifier on `channel`, whose events carry `token` (below
+    /// [`CmToken::INCOMING`]).
+    pub fn new(channel: &CmChannel, token: CmToken) -> io::Result<CmId> {
+        if token >= CmToken::INCOMING {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "tokens from CmToken::INCOMING up are the channel's",
+            ));
+        }
+        let mut id = ptr::null_mut();
+        // SAFETY: a live channel; the context is the token, never
+        // dereferenced.
+        check(unsafe {
+            ffi::rdma_create_id(
+                channel.inner.raw,
+                &mut id,
+                token.0 as usize as *mut libc::c_void,
+                ffi::rdma_port_space::RDMA_PS_TCP,
+            )
+        })?;
+        Ok(CmId {
+            id,
+            token,
+            _channel: channel.inner.clone(),
+        })
+    }
+
+    /// The token its events carry.
+    pub fn token(&self) -> CmToken {
+        self.token
+    }
+
+    /// The raw identifier.
+    pub fn as_ptr(&self) -> *mut ffi::rdma_cm_id {
+        self.id
+    }
+
+    /// Bind to a local address (a listener's, or a chosen source).
+    pub fn bind(&self, addr: SocketAddr) -> io::Result<()> {
+        let (mut sa, _) = sockaddr(addr);
+        // SAFETY: a live id and a sockaddr valid for the call.
+        check(unsafe { ffi::rdma_bind_addr(self.id, ptr::addr_of_mut!(sa).cast()) })?;
+        // SAFETY: rdma_bind_addr updated the id on this thread, and no
+        // event for it is pending (binding raises none).
+        self._channel
+            .record_bound(self.token, unsafe { bound_of(self.id) });
+        Ok(())
+    }
+
+    /// Listen for connect requests ([`CmEventKind::ConnectRequest`]).
+    pub fn listen(&self, backlog: i32) -> io::Result<()> {
+        // SAFETY: a live id.
+        check(unsafe { ffi::rdma_listen(self.id, backlog) })
+    }
+
+    /// Resolve `dst` to a device and port ([`CmEventKind::AddrResolved`] or
+    /// [`CmEventKind::AddrError`] follows).
+    pub fn resolve_addr(&self, dst: SocketAddr, timeout: Duration) -> io::Result<()> {
+        let (mut sa, _) = sockaddr(dst);
+        // SAFETY: a live id and a sockaddr valid for the call (copied).
+        check(unsafe {
+            ffi::rdma_resolve_addr(
+                self.id,
+                ptr::null_mut(),
+                ptr::addr_of_mut!(sa).cast(),
+                millis(timeout),
+            )
+        })
+    }
+
+    /// Resolve the route to the resolved address
+    /// ([`CmEventKind::RouteResolved`] or [`CmEventKind::RouteError`]).
+    pub fn resolve_route(&self, timeout: Duration) -> io::Result<()> {
+        // SAFETY: a live id.
+        check(unsafe { ffi::rdma_resolve_route(self.id, millis(timeout)) })
+    }
+
+    /// The name of the device the identifier is bound to: after `bind` to
+    /// a device's address, once its [`CmEventKind::AddrResolved`] event was
+    /// delivered, or for a taken request. Open a [`Context`] on it for the
+    /// QP and CQs. `None` before.
+    pub fn device_name(&self) -> Option<String> {
+        self._channel.bound(self.token).map(|b| b.device)
+    }
+
+    /// The device port the identifier is bound to (0 before; see
+    /// [`device_name`](CmId::device_name)).
+    pub fn port_num(&self) -> u8 {
+        self._channel.bound(self.token).map_or(0, |b| b.port)
+    }
+
+    /// Move `qp` to `state` with the attributes librdmacm computes for
+    /// this connection (`rdma_init_qp_attr`).
+    fn transition(&self, qp: &QueuePair, state: ffi::ibv_qp_state::Type) -> io::Result<()> {
+        let mut attr: ffi::ibv_qp_attr = zeroed();
+        attr.qp_state = state;
+        let mut mask = 0;
+        // SAFETY: a live id and live out-parameters.
+        check(unsafe { ffi::rdma_init_qp_attr(self.id, &mut attr, &mut mask) })?;
+        qp.modify(&mut attr, mask)
+    }
+
+    /// Request a connection for `qp` (after [`CmEventKind::RouteResolved`]).
+    /// `qp` is in INIT, on this identifier's device. The peer's answer is
+    /// [`CmEventKind::ConnectResponse`] (then call
+    /// [`establish`](CmId::establish)), [`CmEventKind::Rejected`] or
+    /// [`CmEventKind::Unreachable`].
+    pub fn connect(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        let mut raw = params.raw(qp)?;
+        // SAFETY: a live id; the parameters and private data live across
+        // the call (librdmacm copies them).
+        check(unsafe { ffi::rdma_connect(self.id, &mut raw) })
+    }
+
+    /// On [`CmEventKind::ConnectResponse`]: move `qp` to INIT (with the
+    /// access the connection grants), RTR and RTS, then
+    /// complete the connection (the passive side gets
+    /// [`CmEventKind::Established`]).
+    pub fn establish(&self, qp: &QueuePair) -> io::Result<()> {
+        // INIT again first, as librdmacm does for its own QPs: before the
+        // exchange the INIT attributes grant no remote access; now they
+        // carry what the connection allows (remote writes, and reads if
+        // responder resources were offered).
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)?;
+        // SAFETY: a live id.
+        check(unsafe { ffi::rdma_establish(self.id) })
+    }
+
+    /// Accept the request this identifier came with, on `qp` (in INIT, on
+    /// this identifier's device), which is moved to RTS first: receives can
+    /// be posted before, sends after [`CmEventKind::Established`].
+    pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)?;
+        let mut raw = params.raw(qp)?;
+        // SAFETY: as in `connect`.
+        check(unsafe { ffi::rdma_accept(self.id, &mut raw) })
+    }
+
+    /// Reject the request this identifier came with; the peer gets
+    /// [`CmEventKind::Rejected`] with `private_data`.
+    pub fn reject(&self, private_data: &[u8]) -> io::Result<()> {
+        let len = u8::try_from(private_data.len()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "private data over 255 bytes")
+        })?;
+        // SAFETY: a live id; the data lives across the call.
+        check(unsafe { ffi::rdma_reject(self.id, private_data.as_ptr().cast(), len) })
+    }
+
+    /// Disconnect; both sides get [`CmEventKind::Disconnected`].
+    pub fn disconnect(&self) -> io::Result<()> {
+        // SAFETY: a live id.
+        check(unsafe { ffi::rdma_disconnect(self.id) })
+    }
+
+    /// Destroy the identifier now, reporting a failure. Its undelivered
+    /// events are discarded by librdmacm.
+    pub fn close(mut self) -> Result<(), TeardownError> {
+        self.destroy()
+    }
+
+    fn destroy(&mut self) -> Result<(), TeardownError> {
+        let id = mem::replace(&mut self.id, ptr::null_mut());
+        if id.is_null() {
+            return Ok(());
+        }
+        self._channel.forget_bound(self.token);
+        // SAFETY: a live id, nulled above so destroyed once; the channel
+        // outlives it (the Arc field drops after this).
+        let ret = unsafe { ffi::rdma_destroy_id(id) };
+        // An id whose destroy failed still uses the channel: it is never
+        // destroyed then.
+        destroyed(VerbsObject::CmId, "rdma_destroy_id", ret)
+            .inspect_err(|_| keep_forever(&self._channel))
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        report_failure(self.destroy());
+    }
+}

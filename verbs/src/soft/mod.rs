@@ -1,0 +1,52 @@
+//! The software providers: each source contract implemented without RDMA
+//! hardware, one per file as `ibv` does with real verbs. Tests use them; so
+//! can users without RDMA hardware.
+//!
+//! | Contract | Provider | File |
+//! |---|---|---|
+//! | [`CompletionQueue`] | [`SoftCq`] (consumer side) and [`SoftCqProducer`] ("the HCA") | `cq.rs`, `producer.rs` |
+//! | [`SharedChannel`] | [`SoftChannel`] | `channel.rs` |
+//! | [`AsyncEventSource`] | [`SoftDevice`], [`SoftAsyncEvents`] | `device.rs` |
+//! | [`CmEventSource`] | [`SoftCm`], [`SoftCmEvents`] | `cm.rs` |
+//!
+//! The software CQ has an eventfd as its completion channel and knobs for
+//! fault injection. It reproduces what makes real CQs hard to consume:
+//! - `req_notify` is one shot and ignores completions already queued, so a
+//!   completion that lands between the consumer's last poll and its re-arm
+//!   raises no event (the [`SoftCqProducer::set_rearm_window`] and
+//!   [`SoftCqProducer::complete_in_next_rearm_window`] knobs widen or hit
+//!   that window);
+//! - channel events can be spurious ([`SoftCqProducer::inject_spurious_event`],
+//!   [`SoftCqProducer::set_spurious_every`]);
+//! - completions can carry errors ([`SoftCqProducer::set_error_every`]);
+//! - the CQ can overrun (push past its capacity), which loses the completion,
+//!   breaks the CQ (polls fail with [`PollError::Overrun`]), signals the
+//!   channel so a sleeping consumer finds out, and raises `CqError` on the
+//!   [`SoftDevice`] it belongs to;
+//! - polls can fail ([`SoftCqProducer::fail_next_poll`]), and so can an
+//!   arm ([`SoftCqProducer::fail_next_arm`]);
+//! - destroying it with events got but not acknowledged is recorded
+//!   ([`SoftCqStats::unacked_at_destroy`]) where libibverbs would block.
+//!
+//! A [`SoftChannel`] is one channel shared by many such CQs, as one
+//! `ibv_comp_channel` is: one eventfd, and each event names its CQ.
+//!
+//! The CQ is guarded by one mutex, as software providers (rxe, siw) guard
+//! theirs with a spinlock; it is a development and test double, not a fast
+//! path.
+
+mod channel;
+mod cm;
+mod cq;
+mod device;
+mod event_queue;
+mod producer;
+
+pub use channel::{SoftChannel, SoftChannelStats};
+pub use cm::{SoftCm, SoftCmEvents};
+pub use cq::SoftCq;
+pub use device::{SoftAsyncEvents, SoftDevice};
+pub use producer::{PushError, SoftCqProducer, SoftCqStats};
+
+#[cfg(doc)]
+use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, PollError, SharedChannel};

@@ -1,0 +1,261 @@
+//! The source contracts: exactly the operations the feeds use on what they
+//! read from, so that real verbs (`ibv`) and the software providers
+//! ([`soft`](crate::soft)) are interchangeable.
+//!
+//! - [`CompletionQueue`]: a CQ with an optional completion channel of its
+//!   own (served by a [`Feed`](crate::Feed));
+//! - [`SharedChannel`]: one completion channel for many CQs, whose events
+//!   name their CQ ([`ChannelEvent`], [`CqKey`]; served by a
+//!   [`ChannelFeed`](crate::ChannelFeed));
+//! - [`AsyncEventSource`]: a device's async events (served by an
+//!   [`AsyncFeed`](crate::AsyncFeed));
+//! - [`CmEventSource`]: the connection manager's events (served by a
+//!   [`CmFeed`](crate::CmFeed)).
+//!
+//! A new provider implements these; a new kind of source gets its contract
+//! here and its feed in `feed`.
+
+use crate::event::{AsyncEvent, CmEvent, WorkCompletion};
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+
+/// A completion queue with an optional completion channel, seen through the
+/// verbs operations a feed needs.
+///
+/// The contract is libibverbs':
+/// - [`poll`](Self::poll) removes up to `out.len()` completions, oldest first.
+/// - [`req_notify`](Self::req_notify) is *one shot* and only concerns
+///   completions added *after* it: completions already in the CQ do not
+///   trigger it. So a consumer must poll again after arming, or a completion
+///   that arrived between its last poll and the arm is stranded.
+/// - A triggered arm makes the channel fd readable; [`get_event`](Self::get_event)
+///   consumes one channel event. Events may be spurious (no new completion).
+/// - Every event got must be acknowledged with [`ack_events`](Self::ack_events)
+///   (in batches: the ack takes a lock) before the CQ is destroyed.
+///
+/// Implementations: [`SoftCq`](crate::soft::SoftCq), and `IbvCq` (feature
+/// `ibverbs`).
+///
+/// ```
+/// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+/// let (mut cq, producer) = SoftCq::new(16).unwrap();
+/// producer.push(WorkCompletion { wr_id: 1, ..Default::default() }).unwrap();
+/// let mut out = [WorkCompletion::default(); 4];
+/// assert_eq!(cq.poll(&mut out), Ok(1));
+/// assert_eq!(out[0].wr_id, 1);
+/// ```
+pub trait CompletionQueue: Send {
+    /// Poll up to `out.len()` completions into `out`; returns how many.
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, PollError>;
+
+    /// Arm the CQ: the next completion added (with `solicited_only`: the next
+    /// solicited or error completion) produces one channel event.
+    fn req_notify(&mut self, solicited_only: bool) -> io::Result<()>;
+
+    /// The completion channel's fd, readable while events are waiting to be
+    /// got; `None` if the CQ has no channel (busy-poll only).
+    fn channel_fd(&self) -> Option<RawFd>;
+
+    /// Consume one channel event without blocking: `Ok(true)` if one was got
+    /// (it must be acknowledged later), `Ok(false)` if none was waiting.
+    fn get_event(&mut self) -> io::Result<bool>;
+
+    /// Acknowledge `count` events got with [`get_event`](Self::get_event).
+    fn ack_events(&mut self, count: u32);
+
+    /// The async events of the CQ's device (CQ errors such as an overrun,
+    /// port and fatal device events), if nobody consumes them yet: the
+    /// caller becomes their consumer. A [`Driver`](crate::Driver) takes them
+    /// when it registers the CQ's feed, so that an overrun reaches the EVD
+    /// even if the application registered no [`AsyncFeed`](crate::AsyncFeed).
+    /// `None` (the default): no device, or its events are taken.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, CqId, soft::{SoftCq, SoftDevice}};
+    /// let device = SoftDevice::unheard().unwrap();
+    /// let (cq, _hca) = SoftCq::with_device(4, CqId(0), &device).unwrap();
+    /// let events = cq.device_events();
+    /// assert!(events.is_some());
+    /// assert!(cq.device_events().is_none()); // taken, while `events` lives
+    /// ```
+    fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {
+        None
+    }
+}
+
+/// A CQ poll failed: the CQ is unusable from now on.
+///
+/// ```
+/// assert_eq!(evd_verbs::PollError::Overrun.to_string(), "completion queue overrun");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollError {
+    /// The CQ overran: completions were lost by the provider.
+    Overrun,
+    /// The provider's poll returned an error (the errno, if it gave one).
+    Failed(i32),
+}
+
+impl fmt::Display for PollError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PollError::Overrun => f.write_str("completion queue overrun"),
+            PollError::Failed(e) => write!(f, "completion queue poll failed (errno {e})"),
+        }
+    }
+}
+
+impl std::error::Error for PollError {}
+
+/// A source of async events (a device context's async fd, or the software
+/// device): readable while events wait; [`next_event`](Self::next_event)
+/// takes (and acknowledges) one without blocking.
+///
+/// ```
+/// use evd_verbs::{AsyncEventSource, AsyncEvent, AsyncEventKind, AsyncElement, soft::SoftDevice};
+/// let (mut events, device) = SoftDevice::new().unwrap();
+/// device.raise(AsyncEvent { kind: AsyncEventKind::PortActive, element: AsyncElement::Port(1) });
+/// assert_eq!(events.next_event().unwrap().unwrap().kind, AsyncEventKind::PortActive);
+/// assert!(events.next_event().unwrap().is_none());
+/// ```
+pub trait AsyncEventSource: Send {
+    /// The fd to wait on.
+    fn fd(&self) -> RawFd;
+    /// One event, or `Ok(None)` if none is waiting.
+    fn next_event(&mut self) -> io::Result<Option<AsyncEvent>>;
+}
+
+impl<S: AsyncEventSource + ?Sized> AsyncEventSource for Box<S> {
+    fn fd(&self) -> RawFd {
+        (**self).fd()
+    }
+    fn next_event(&mut self) -> io::Result<Option<AsyncEvent>> {
+        (**self).next_event()
+    }
+}
+
+/// Where connection-manager events come from: an event channel whose fd is
+/// readable while events wait (`ibv::CmChannel`, or [`SoftCm`](crate::soft::SoftCm)).
+///
+/// ```
+/// use evd_verbs::{CmEventSource, CmEvent, CmEventKind, soft::SoftCm};
+/// let (mut events, cm) = SoftCm::new().unwrap();
+/// cm.raise(CmEvent { kind: CmEventKind::Established, ..Default::default() });
+/// assert_eq!(events.next_event().unwrap().unwrap().kind, CmEventKind::Established);
+/// assert!(events.next_event().unwrap().is_none());
+/// ```
+pub trait CmEventSource: Send {
+    /// The fd, readable while events wait.
+    fn fd(&self) -> RawFd;
+    /// The next event, copied out and acknowledged; `None` if none waits.
+    fn next_event(&mut self) -> io::Result<Option<CmEvent>>;
+}
+
+impl<S: CmEventSource + ?Sized> CmEventSource for Box<S> {
+    fn fd(&self) -> RawFd {
+        (**self).fd()
+    }
+    fn next_event(&mut self) -> io::Result<Option<CmEvent>> {
+        (**self).next_event()
+    }
+}
+
+/// The name of a CQ on a [`SharedChannel`], as its events carry it (for
+/// real verbs, the `ibv_cq` address `ibv_get_cq_event` returns).
+///
+/// ```
+/// let k = evd_verbs::CqKey(0x1000);
+/// assert_eq!(k.0, 0x1000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CqKey(pub usize);
+
+/// One event got from a [`SharedChannel`]: the CQ it is for. It must be
+/// acknowledged once, on that CQ ([`CompletionQueue::ack_events`]) or with
+/// [`SharedChannel::ack_unknown`]; it is neither `Clone` nor `Copy`.
+///
+/// ```
+/// use evd_verbs::{SharedChannel, soft::SoftChannel};
+/// let mut channel = SoftChannel::new().unwrap();
+/// assert!(channel.get_cq_event().unwrap().is_none());
+/// ```
+///
+/// ```compile_fail
+/// fn assert_clone<T: Clone>() {}
+/// assert_clone::<evd_verbs::ChannelEvent>();
+/// ```
+///
+/// ```compile_fail
+/// fn assert_copy<T: Copy>() {}
+/// assert_copy::<evd_verbs::ChannelEvent>();
+/// ```
+#[derive(Debug, PartialEq, Eq)]
+pub struct ChannelEvent {
+    cq: CqKey,
+}
+
+impl ChannelEvent {
+    /// An event for the CQ named `cq`.
+    ///
+    /// # Safety
+    /// One channel event of the live CQ `cq` names was just got and is
+    /// not acknowledged yet: [`SharedChannel::ack_unknown`] of the result
+    /// acknowledges it (for real verbs, with `ibv_ack_cq_events` on that
+    /// address).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelEvent, CqKey};
+    /// // SAFETY: never acknowledged; only its key is looked at.
+    /// let ev = unsafe { ChannelEvent::new(CqKey(1)) };
+    /// assert_eq!(ev.cq(), CqKey(1));
+    /// ```
+    pub unsafe fn new(cq: CqKey) -> ChannelEvent {
+        ChannelEvent { cq }
+    }
+
+    /// The CQ the event is for.
+    pub fn cq(&self) -> CqKey {
+        self.cq
+    }
+}
+
+/// A completion channel shared by many CQs: one fd, events that name their
+/// CQ. Implemented by `ibv::CompletionChannel` (feature `ibverbs`) and by
+/// [`SoftChannel`](crate::soft::SoftChannel).
+///
+/// The CQs on it get their events only through the channel: their own
+/// [`CompletionQueue::get_event`] finds none. Each event got must be
+/// acknowledged once: on its CQ with [`CompletionQueue::ack_events`] (in
+/// batches) before that CQ is destroyed, or, for a CQ the caller does not
+/// hold, with [`ack_unknown`](Self::ack_unknown).
+///
+/// ```
+/// use evd_verbs::{CompletionQueue, SharedChannel, WorkCompletion, soft::SoftChannel};
+/// let mut channel = SoftChannel::new().unwrap();
+/// let (mut cq, hca) = channel.create_cq(4).unwrap();
+/// cq.req_notify(false).unwrap();
+/// hca.push(WorkCompletion::default()).unwrap();
+/// let ev = channel.get_cq_event().unwrap().expect("an event");
+/// assert_eq!(Some(ev.cq()), channel.key_of(&cq));
+/// cq.ack_events(1);
+/// assert_eq!(hca.stats().events_acked, 1);
+/// ```
+pub trait SharedChannel: Send {
+    /// The CQs made on it.
+    type Cq: CompletionQueue;
+
+    /// The fd, readable while events wait.
+    fn fd(&self) -> RawFd;
+
+    /// Take one event without blocking: the CQ it names, or `Ok(None)` if
+    /// none waits.
+    fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>>;
+
+    /// The key the events of `cq` carry, or `None` if `cq` is not on this
+    /// channel.
+    fn key_of(&self, cq: &Self::Cq) -> Option<CqKey>;
+
+    /// Acknowledge an event whose CQ the caller does not hold.
+    fn ack_unknown(&mut self, event: ChannelEvent);
+}
