@@ -33,7 +33,8 @@ pub enum Role {
     Floor,
 }
 
-/// One measured quantity of one system in one case, over the interleaved rounds.
+/// One measured quantity of one system in one case, over the interleaved
+/// rounds (the fields of `report.json`'s records: `bench/README.md`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// What was measured: `throughput/<payload>/<N>p`,
@@ -799,7 +800,7 @@ mod tests {
             a.sort();
             a
         };
-        // Exactly these fields: the README's schema tables list the same.
+        // Exactly these fields: bench/README.md's schema tables list the same.
         assert_eq!(
             keys(&v),
             sorted(&[
