@@ -34,32 +34,21 @@ pub enum Role {
 }
 
 /// One measured quantity of one system in one case, over the interleaved
-/// rounds (the fields of `report.json`'s records: `bench/README.md`).
+/// rounds. Each field's values and meaning: the record table of
+/// `bench/README.md`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// What was measured: `throughput/<payload>/<N>p`,
-    /// `room/cap<capacity>/<N>p`, `wake-latency`, `room-wake-latency`,
-    /// `rearm`, `single-thread/pair`, `single-thread/pair-out-of-line`,
-    /// `pingpong/u64` (busy round trip), `cno-wake-latency`,
-    /// `cno-trigger/<N>`, `cno-trigger-xthread/<N>`, `cno-throughput/<N>`,
-    /// `cno-throughput-batch/<N>` (N bound EVDs) or `cno-insns`.
+    /// What was measured, e.g. `throughput/u64/1p`, `wake-latency`, `cno-trigger/16`.
     pub case: String,
     /// The system under test, e.g. `evd try_dequeue`, `tokio mpsc blocking_recv_many`.
     pub system: String,
     /// `evd`, `peer` or `floor`.
     pub role: Role,
-    /// How its consumer waits: `busy/item`, `busy/batch`, `blocking/item`,
-    /// `blocking/batch` (throughput and room), `blocking`, `async`, `epoll`,
-    /// `inline` (wake latency; `blocking` for the room-wake latency, where
-    /// the poster is the one that sleeps; `busy/item` or `busy/batch` in the
-    /// busy ping-pong), or `single-thread`.
+    /// How its consumer waits, e.g. `busy/item`, `blocking/batch`, `async`, `single-thread`.
     pub consumer: String,
-    /// `ops_per_sec`, `latency_p50_ns`, `latency_p99_ns`, `latency_p999_ns`,
-    /// `ns_per_rearm`, `instructions_per_rearm`, `ns_per_pair`,
-    /// `ns_per_cycle`, `served_max_over_min` or `instructions_per_cycle`.
+    /// The quantity, e.g. `ops_per_sec`, `latency_p50_ns`, `ns_per_rearm`.
     pub metric: String,
-    /// Unit of `median`, `min`, `max` and `rounds`: `ops/s`, `ns`,
-    /// `instructions` or `ratio` (`served_max_over_min`).
+    /// Unit of `median`, `min`, `max` and `rounds`: `ops/s`, `ns`, `instructions` or `ratio`.
     pub unit: String,
     /// True if more is better (throughput), false if less is (latency, cost).
     pub higher_is_better: bool,
@@ -71,48 +60,27 @@ pub struct Record {
     pub max: f64,
     /// Number of rounds that produced a value.
     pub samples: usize,
-    /// One value per interleaved round, by round number (`null`: that round
-    /// failed or did not run for this system). Round `i` of two records of
-    /// one section ran in the same pass.
+    /// One value per interleaved round, by round number (`None`: no value).
     pub rounds: Vec<Option<f64>>,
-    /// The evd system this record's ratio is taken against (same case,
-    /// metric and consumer style; an evd reference row names itself); `null`
-    /// for an evd variant that is no style's reference row (`evd
-    /// batch+arm+wait` is compared with the best notifying peer by a target
-    /// instead).
+    /// The evd system the ratio is taken against; `None` for an evd variant.
     pub baseline: Option<String>,
-    /// See [`RATIO_CONVENTION`]: above 1 = evd better; `null` without a
-    /// baseline or if its median is missing or 0.
+    /// See [`RATIO_CONVENTION`]: above 1 = evd better.
     pub ratio_to_evd: Option<f64>,
-    /// Threads the measurement runs (posters + consumer; 2 or 1 for wake
-    /// latency; 1 for single-thread cases).
+    /// Threads the measurement runs.
     pub threads: usize,
     /// `threads` > the logical CPUs available to the process.
     pub oversubscribed: bool,
-    /// The raw floor this figure cannot physically beat (a system name in
-    /// the same case and metric), or `null` where none applies.
+    /// The raw floor this figure cannot physically beat (a system of the same case).
     pub floor: Option<String>,
-    /// The median beats the floor's median in this run (is below it; above
-    /// it for a higher-is-better metric): the figure is noise, not a win.
-    /// `null` without a floor (or if the floor was not measured).
+    /// The median beats the floor's: the figure is noise, not a win.
     pub below_floor: Option<bool>,
-    /// Throughput and room only, per round: consumer receive calls that
-    /// returned no event, per event moved; `null` for consumers that only
-    /// call a blocking receive (and for other cases).
+    /// Per round: receive calls that returned no event, per event moved.
     pub empty_polls_per_msg: Option<Vec<Option<f64>>>,
-    /// Throughput only, per round: posts refused as full (and retried), per
-    /// event moved; `null` for the room cases (a blocking send's waits are
-    /// not visible) and other cases.
+    /// Per round: posts refused as full, per event moved.
     pub full_refusals_per_msg: Option<Vec<Option<f64>>>,
-    /// Throughput and room, evd rows only, per round: wakes evd sent to
-    /// posters waiting for room (`Query::room_wakes`), per event moved; 0
-    /// in the throughput cases, where no poster waits. `null` for peers and
-    /// other cases.
+    /// Per round, evd rows: wakes sent to posters waiting for room, per event moved.
     pub room_wakes_per_msg: Option<Vec<Option<f64>>>,
-    /// Throughput, room, CNO throughput and busy ping-pong only, per round:
-    /// share of the consumer's (ping-pong: the timing thread's) CPU samples
-    /// that found a running poster's (the echo thread's) latest sample on the
-    /// same CPU.
+    /// Per round: share of CPU samples that found a poster on the consumer's CPU.
     pub same_cpu_share: Option<Vec<Option<f64>>>,
 }
 
@@ -405,35 +373,27 @@ impl Machine {
     }
 }
 
-/// One of the issue's targets, evaluated on this run.
+/// One of the issue's targets ([`crate::targets`]), evaluated on this run.
+/// Each field's meaning: the target table of `bench/README.md`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TargetCheck {
-    /// What is compared, in the goal's own direction, e.g. `busy: evd
-    /// try_dequeue ÷ crossbeam ArrayQueue, ops/s, throughput/u64/1p`.
+    /// What is compared, in the goal's own direction.
     pub name: String,
-    /// The measured value from the medians of this run: a ratio of medians
-    /// (`unit` = `ratio`) or one median (`unit` = `ns`); `null` if a side is
-    /// missing.
+    /// The ratio of the medians (or one median); `None` if a side is missing.
     pub value: Option<f64>,
-    /// `ratio` or the unit of an absolute target (`ns`).
+    /// `ratio`.
     pub unit: String,
-    /// The goal, `>= G` or `<= G`, in the same direction as `value`.
+    /// `>= G` or `<= G`.
     pub goal: String,
-    /// Whether `value` meets the goal (`null` if not measured).
+    /// Whether `value` meets the goal.
     pub met: Option<bool>,
-    /// The same quantity per interleaved round (round `i` of each side),
-    /// `null` where a side has no value for that round.
+    /// The same quantity per interleaved round.
     pub rounds: Vec<Option<f64>>,
     /// In how many of the rounds with a value the goal was met.
     pub rounds_met: usize,
     /// Rounds with a value.
     pub rounds_measured: usize,
-    /// Why the figure may not mean what it seems: `oversubscribed: ...`,
-    /// `... below its floor: noise`, `met in k of n rounds`, and for the busy
-    /// targets `floor: stamp ring + 1 CAS per post ÷ ArrayQueue: x` and
-    /// `floor: stamp ring + 1 fetch_add per post ÷ ArrayQueue: x` (how far a
-    /// ring that pays evd's one CAS per post, or one fetch_add, got against
-    /// the same peer in the same run).
+    /// Why the figure may not mean what it seems.
     pub caveats: Vec<String>,
 }
 
@@ -618,25 +578,47 @@ pub fn format_value(v: f64, unit: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::table::markdown;
 
-    fn rec(case: &str, system: &str, metric: &str, median: f64, baseline: &str) -> Record {
-        let mut m = Measurement::new(
-            case,
-            system,
-            if system.starts_with("evd") {
-                Role::Evd
-            } else {
-                Role::Peer
-            },
-            "busy/item",
-            metric,
-        );
+    /// A one-round record, busy/item, evd if its system starts with `evd`.
+    pub(crate) fn rec(
+        case: &str,
+        system: &str,
+        metric: &str,
+        median: f64,
+        baseline: &str,
+    ) -> Record {
+        let role = if system.starts_with("evd") {
+            Role::Evd
+        } else {
+            Role::Peer
+        };
+        let mut m = Measurement::new(case, system, role, "busy/item", metric);
         m.baseline = Some(baseline.into());
         m.set_round(0, median, None);
         records_from(vec![m], 2).remove(0)
+    }
+
+    /// [`rec`] for each `(system, median, baseline)` of one case and metric.
+    pub(crate) fn recs(case: &str, metric: &str, rows: &[(&str, f64, &str)]) -> Vec<Record> {
+        rows.iter()
+            .map(|&(s, v, b)| rec(case, s, metric, v, b))
+            .collect()
+    }
+
+    pub(crate) fn diag(
+        empty: Option<f64>,
+        full: Option<f64>,
+        wakes: Option<f64>,
+        cpu: Option<f64>,
+    ) -> Diagnostics {
+        Diagnostics {
+            empty_polls_per_msg: empty,
+            full_refusals_per_msg: full,
+            room_wakes_per_msg: wakes,
+            same_cpu_share: cpu,
+        }
     }
 
     #[test]
@@ -665,26 +647,32 @@ mod tests {
 
     #[test]
     fn cost_ratios_are_peer_over_evd() {
-        let mut rs = vec![
-            rec("r", "evd", "ns_per_rearm", 3.0, "evd"),
-            rec("r", "peer", "ns_per_rearm", 6.0, "evd"),
-        ];
+        let mut rs = recs(
+            "r",
+            "ns_per_rearm",
+            &[("evd", 3.0, "evd"), ("peer", 6.0, "evd")],
+        );
         fill_ratios(&mut rs);
         assert_eq!(rs[1].ratio_to_evd, Some(2.0), "peer costs twice as much");
     }
 
     #[test]
     fn below_floor_and_oversubscription_are_marked() {
-        let mut floor = Measurement::new("w", "floor", Role::Floor, "blocking", "latency_p50_ns");
-        floor.set_round(0, 10.0, None);
-        let mut fast = Measurement::new("w", "evd", Role::Evd, "blocking", "latency_p50_ns");
-        fast.floor = Some("floor".into());
-        fast.threads = 3;
-        fast.set_round(0, 9.0, None);
-        let mut slow = Measurement::new("w", "peer", Role::Peer, "blocking", "latency_p50_ns");
-        slow.floor = Some("floor".into());
-        slow.set_round(0, 11.0, None);
-        let rs = records_from(vec![floor, fast, slow], 2);
+        let m = |system, role, v, threads| {
+            let mut m = Measurement::new("w", system, role, "blocking", "latency_p50_ns");
+            m.floor = (role != Role::Floor).then(|| "floor".into());
+            m.threads = threads;
+            m.set_round(0, v, None);
+            m
+        };
+        let rs = records_from(
+            vec![
+                m("floor", Role::Floor, 10.0, 1),
+                m("evd", Role::Evd, 9.0, 3),
+                m("peer", Role::Peer, 11.0, 1),
+            ],
+            2,
+        );
         assert_eq!(rs[0].below_floor, None);
         assert_eq!(rs[1].below_floor, Some(true));
         assert_eq!(rs[2].below_floor, Some(false));
@@ -694,12 +682,7 @@ mod tests {
     #[test]
     fn diagnostics_follow_round_numbers() {
         let mut m = Measurement::new("t", "evd", Role::Evd, "busy/item", "ops_per_sec");
-        let d = |e| Diagnostics {
-            empty_polls_per_msg: e,
-            full_refusals_per_msg: Some(0.5),
-            room_wakes_per_msg: None,
-            same_cpu_share: Some(0.25),
-        };
+        let d = |e| diag(e, Some(0.5), None, Some(0.25));
         m.set_round(0, 1.0, Some(d(Some(0.1))));
         m.set_round(2, 3.0, Some(d(Some(0.3))));
         let r = records_from(vec![m], 2).remove(0);
@@ -724,22 +707,14 @@ mod tests {
             "blocking/item",
             "ops_per_sec",
         );
-        m.set_round(
-            0,
-            1.0,
-            Some(Diagnostics {
-                empty_polls_per_msg: None,
-                full_refusals_per_msg: None,
-                room_wakes_per_msg: Some(0.75),
-                same_cpu_share: None,
-            }),
-        );
+        m.set_round(0, 1.0, Some(diag(None, None, Some(0.75), None)));
         let r = records_from(vec![m], 2).remove(0);
         assert_eq!(r.full_refusals_per_msg, None);
         assert_eq!(r.room_wakes_per_msg, Some(vec![Some(0.75)]));
     }
 
-    fn sample_report() -> Report {
+    /// A report of one busy evd throughput record over three rounds.
+    pub(crate) fn sample_report() -> Report {
         let mut m = Measurement::new(
             "throughput/u64/1p",
             "evd try_dequeue",
@@ -750,40 +725,57 @@ mod tests {
         m.baseline = Some("evd try_dequeue".into());
         m.threads = 2;
         for (i, v) in [1e6, 3e6, 2e6].into_iter().enumerate() {
-            m.set_round(
-                i,
-                v,
-                Some(Diagnostics {
-                    empty_polls_per_msg: Some(0.1),
-                    full_refusals_per_msg: Some(0.0),
-                    room_wakes_per_msg: Some(0.0),
-                    same_cpu_share: Some(0.0),
-                }),
-            );
+            m.set_round(i, v, Some(diag(Some(0.1), Some(0.0), Some(0.0), Some(0.0))));
         }
+        let machine = Machine {
+            cpu: "cpu".into(),
+            cpu_vendor: "GenuineIntel".into(),
+            cpu_family: Some(6),
+            cpu_model: Some(207),
+            logical_cpus: 2,
+            kernel: "k".into(),
+            hypervisor: true,
+            load_average: "0.00 0.00 0.00".into(),
+            load_average_end: "0.10 0.00 0.00".into(),
+        };
         Report {
             schema: SCHEMA.into(),
             command: "evd-bench compare".into(),
             quick: true,
             started_unix_s: 1,
             duration_s: 2.0,
-            machine: Machine {
-                cpu: "cpu".into(),
-                cpu_vendor: "GenuineIntel".into(),
-                cpu_family: Some(6),
-                cpu_model: Some(207),
-                logical_cpus: 2,
-                kernel: "k".into(),
-                hypervisor: true,
-                load_average: "0.00 0.00 0.00".into(),
-                load_average_end: "0.10 0.00 0.00".into(),
-            },
+            machine,
             ratio_convention: RATIO_CONVENTION.into(),
             poster_policy: "p".into(),
             records: records_from(vec![m], 2),
             targets: targets(&[]),
             notes: vec![],
         }
+    }
+
+    /// The fields the schema table that follows `heading` in
+    /// `bench/README.md` lists.
+    fn documented(heading: &str) -> Vec<String> {
+        let readme = include_str!("../README.md");
+        let table = &readme[readme.find(heading).expect(heading)..];
+        let table = &table[table.find("| field |").unwrap()..];
+        let mut fields: Vec<String> = table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with("| "))
+            .flat_map(|l| {
+                l.split('|')
+                    .nth(1)
+                    .unwrap()
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        fields.sort();
+        fields
     }
 
     #[test]
@@ -795,84 +787,13 @@ mod tests {
             k.sort();
             k
         };
-        let sorted = |a: &[&str]| {
-            let mut a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
-            a.sort();
-            a
-        };
-        // Exactly these fields: bench/README.md's schema tables list the same.
-        assert_eq!(
-            keys(&v),
-            sorted(&[
-                "schema",
-                "command",
-                "quick",
-                "started_unix_s",
-                "duration_s",
-                "machine",
-                "ratio_convention",
-                "poster_policy",
-                "records",
-                "targets",
-                "notes",
-            ])
-        );
-        assert_eq!(
-            keys(&v["machine"]),
-            sorted(&[
-                "cpu",
-                "cpu_vendor",
-                "cpu_family",
-                "cpu_model",
-                "logical_cpus",
-                "kernel",
-                "hypervisor",
-                "load_average",
-                "load_average_end"
-            ])
-        );
+        // Exactly the fields of bench/README.md's three schema tables.
+        assert_eq!(keys(&v), documented("Top level:"));
         let r = &v["records"][0];
-        assert_eq!(
-            keys(r),
-            sorted(&[
-                "case",
-                "system",
-                "role",
-                "consumer",
-                "metric",
-                "unit",
-                "higher_is_better",
-                "median",
-                "min",
-                "max",
-                "samples",
-                "rounds",
-                "baseline",
-                "ratio_to_evd",
-                "threads",
-                "oversubscribed",
-                "floor",
-                "below_floor",
-                "empty_polls_per_msg",
-                "full_refusals_per_msg",
-                "room_wakes_per_msg",
-                "same_cpu_share",
-            ])
-        );
-        assert_eq!(
-            keys(&v["targets"][0]),
-            sorted(&[
-                "name",
-                "value",
-                "unit",
-                "goal",
-                "met",
-                "rounds",
-                "rounds_met",
-                "rounds_measured",
-                "caveats"
-            ])
-        );
+        assert_eq!(keys(r), documented("Each record:"));
+        assert_eq!(keys(&v["targets"][0]), documented("Each target"));
+        let machine = "cpu cpu_family cpu_model cpu_vendor hypervisor kernel load_average load_average_end logical_cpus";
+        assert_eq!(keys(&v["machine"]).join(" "), machine);
         assert_eq!(r["role"], "evd");
         assert_eq!(r["median"], 2e6);
         assert_eq!(r["min"], 1e6);
@@ -892,58 +813,19 @@ mod tests {
 
     #[test]
     fn targets_compare_like_with_like_and_take_the_best_peer() {
-        let case = "throughput/u64/1p";
-        let mut rs = vec![
-            rec(
-                case,
-                "evd try_dequeue",
-                "ops_per_sec",
-                90.0,
-                "evd try_dequeue",
-            ),
-            rec(
-                case,
-                "evd dequeue_batch",
-                "ops_per_sec",
-                95.0,
-                "evd dequeue_batch",
-            ),
-            rec(
-                case,
-                "crossbeam ArrayQueue",
-                "ops_per_sec",
-                30.0,
-                "evd try_dequeue",
-            ),
-            rec(
-                case,
-                "evd batch+wait",
-                "ops_per_sec",
-                90.0,
-                "evd batch+wait",
-            ),
-            rec(
-                case,
-                "crossbeam-channel try_iter+recv",
-                "ops_per_sec",
-                50.0,
-                "evd batch+wait",
-            ),
-            rec(
-                case,
-                "std sync_channel recv",
-                "ops_per_sec",
-                70.0,
-                "evd try_dequeue+wait",
-            ),
-            rec(
-                case,
-                "tokio mpsc blocking_recv_many",
-                "ops_per_sec",
-                89.0,
-                "evd batch+wait",
-            ),
-        ];
+        let mut rs = recs(
+            "throughput/u64/1p",
+            "ops_per_sec",
+            &[
+                ("evd try_dequeue", 90.0, "evd try_dequeue"),
+                ("evd dequeue_batch", 95.0, "evd dequeue_batch"),
+                ("crossbeam ArrayQueue", 30.0, "evd try_dequeue"),
+                ("evd batch+wait", 90.0, "evd batch+wait"),
+                ("crossbeam-channel try_iter+recv", 50.0, "evd batch+wait"),
+                ("std sync_channel recv", 70.0, "evd try_dequeue+wait"),
+                ("tokio mpsc blocking_recv_many", 89.0, "evd batch+wait"),
+            ],
+        );
         rs[2].threads = 3;
         rs[2].oversubscribed = true;
         let ts = targets(&rs);
@@ -964,36 +846,27 @@ mod tests {
     #[test]
     fn ratio_targets_of_arm_ping_pong_loops_and_empty_polls() {
         let (case, ops, pp) = ("throughput/u64/1p", "ops_per_sec", crate::pingpong::CASE);
-        let p50 = "latency_p50_ns";
-        let mut rs = vec![
-            rec(case, "evd batch+wait", ops, 90.0, "evd batch+wait"),
-            rec(case, "evd batch+arm+wait", ops, 84.0, "evd batch+wait"),
-            rec(case, "kanal recv", ops, 60.0, "evd batch+wait"),
-            rec(
-                case,
-                "evd try_dequeue+wait",
-                ops,
-                80.0,
-                "evd try_dequeue+wait",
-            ),
-            rec(
-                "rearm",
-                "evd arm (one CAS)",
-                "ns_per_rearm",
-                6.0,
-                "evd arm (one CAS)",
-            ),
-            rec(
-                "rearm",
-                "floor: one uncontended CAS",
-                "ns_per_rearm",
-                5.0,
-                "evd arm (one CAS)",
-            ),
-            rec(pp, "evd try_dequeue", p50, 110.0, "evd try_dequeue"),
-            rec(pp, "floor: two atomics", p50, 100.0, "evd try_dequeue"),
-            rec(pp, "rtrb pop", p50, 200.0, "evd try_dequeue"),
+        let mut rs = recs(
+            case,
+            ops,
+            &[
+                ("evd batch+wait", 90.0, "evd batch+wait"),
+                ("evd batch+arm+wait", 84.0, "evd batch+wait"),
+                ("kanal recv", 60.0, "evd batch+wait"),
+                ("evd try_dequeue+wait", 80.0, "evd try_dequeue+wait"),
+            ],
+        );
+        let arm = &[
+            ("evd arm (one CAS)", 6.0, "evd arm (one CAS)"),
+            ("floor: one uncontended CAS", 5.0, "evd arm (one CAS)"),
         ];
+        rs.extend(recs("rearm", "ns_per_rearm", arm));
+        let pingpong = &[
+            ("evd try_dequeue", 110.0, "evd try_dequeue"),
+            ("floor: two atomics", 100.0, "evd try_dequeue"),
+            ("rtrb pop", 200.0, "evd try_dequeue"),
+        ];
+        rs.extend(recs(pp, "latency_p50_ns", pingpong));
         rs[0].empty_polls_per_msg = Some(vec![Some(0.01)]);
         rs[1].empty_polls_per_msg = Some(vec![Some(0.2)]);
         rs[3].empty_polls_per_msg = Some(vec![Some(0.03)]);
@@ -1022,89 +895,37 @@ mod tests {
     }
 
     #[test]
-    fn markdown_names_the_cpu_first_and_shows_ping_pong_percentiles() {
-        let mut report = sample_report();
-        let md = markdown(&report);
-        assert!(
-            md.lines()
-                .next()
-                .unwrap()
-                .contains("on CPU cpu (GenuineIntel, family 6, model 207), 2 logical CPUs"),
-            "{md}"
-        );
-        let pp = crate::pingpong::CASE;
-        let m = |system: &str, role, metric, v| {
-            let mut m = Measurement::new(pp, system, role, "busy/item", metric);
-            m.baseline = Some("evd try_dequeue".into());
-            m.threads = 2;
-            let d = Diagnostics {
-                empty_polls_per_msg: None,
-                full_refusals_per_msg: None,
-                room_wakes_per_msg: None,
-                same_cpu_share: Some(0.0),
-            };
-            m.set_round(0, v, Some(d));
-            m
-        };
-        report.records = records_from(
-            vec![
-                m("evd try_dequeue", Role::Evd, "latency_p50_ns", 150.0),
-                m("evd try_dequeue", Role::Evd, "latency_p99_ns", 300.0),
-                m("rtrb pop", Role::Peer, "latency_p50_ns", 300.0),
-            ],
-            2,
-        );
-        let md = markdown(&report);
-        assert!(md.contains(&format!("### {pp} (round trip")), "{md}");
-        assert!(md.contains("| p99.9 | same CPU | threads |"), "{md}");
-        let evd = md
-            .lines()
-            .find(|l| l.starts_with("| evd try_dequeue |"))
-            .unwrap();
-        assert!(
-            evd.contains("| 300.0 ns [300.0 ns – 300.0 ns] | n/a | 0 % | 2 |"),
-            "{evd}"
-        );
-        let rtrb = md.lines().find(|l| l.starts_with("| rtrb pop |")).unwrap();
-        assert!(rtrb.contains("2.00× (vs evd try_dequeue)"), "{rtrb}");
-    }
-
-    #[test]
     fn busy_targets_name_the_ceiling_of_a_one_cas_ring() {
         let case = "throughput/u64/1p";
-        let ops = "ops_per_sec";
-        let rs = vec![
-            rec(case, "evd try_dequeue", ops, 90.0, "evd try_dequeue"),
-            rec(case, "crossbeam ArrayQueue", ops, 50.0, "evd try_dequeue"),
-            rec(
-                case,
-                "floor: stamp ring + 1 CAS per post",
-                ops,
-                80.0,
-                "evd try_dequeue",
-            ),
-            rec(
-                case,
-                "floor: stamp ring + 1 fetch_add per post",
-                ops,
-                70.0,
-                "evd try_dequeue",
-            ),
-        ];
+        let rs = recs(
+            case,
+            "ops_per_sec",
+            &[
+                ("evd try_dequeue", 90.0, "evd try_dequeue"),
+                ("crossbeam ArrayQueue", 50.0, "evd try_dequeue"),
+                (
+                    "floor: stamp ring + 1 CAS per post",
+                    80.0,
+                    "evd try_dequeue",
+                ),
+                (
+                    "floor: stamp ring + 1 fetch_add per post",
+                    70.0,
+                    "evd try_dequeue",
+                ),
+            ],
+        );
         let t = targets(&rs);
         let busy = |c: &str| {
-            t.iter()
-                .find(|t| {
-                    t.name == format!("busy: evd try_dequeue ÷ crossbeam ArrayQueue, ops/s, {c}")
-                })
-                .unwrap()
+            let name = format!("busy: evd try_dequeue ÷ crossbeam ArrayQueue, ops/s, {c}");
+            t.iter().find(|t| t.name == name).unwrap()
         };
         assert_eq!(busy(case).value, Some(1.8));
-        assert!(busy(case)
-            .caveats
-            .contains(&"floor: stamp ring + 1 CAS per post ÷ ArrayQueue: 1.60".to_string()));
-        assert!(busy(case)
-            .caveats
+        let caveats = &busy(case).caveats;
+        assert!(
+            caveats.contains(&"floor: stamp ring + 1 CAS per post ÷ ArrayQueue: 1.60".to_string())
+        );
+        assert!(caveats
             .contains(&"floor: stamp ring + 1 fetch_add per post ÷ ArrayQueue: 1.40".to_string()));
         // No floor row in the 2-poster case here: no such caveat.
         assert!(busy("throughput/u64/2p").caveats.is_empty());
@@ -1112,23 +933,15 @@ mod tests {
 
     #[test]
     fn time_targets_keep_the_goal_direction() {
-        let pair = "single-thread/pair";
-        let rs = vec![
-            rec(
-                pair,
-                "evd post+try_dequeue",
-                "ns_per_pair",
-                6.0,
-                "evd post+try_dequeue",
-            ),
-            rec(
-                pair,
-                "crossbeam ArrayQueue push+pop",
-                "ns_per_pair",
-                10.0,
-                "evd post+try_dequeue",
-            ),
-        ];
+        let evd = "evd post+try_dequeue";
+        let rs = recs(
+            "single-thread/pair",
+            "ns_per_pair",
+            &[
+                (evd, 6.0, evd),
+                ("crossbeam ArrayQueue push+pop", 10.0, evd),
+            ],
+        );
         let t = targets(&rs);
         let t = t
             .iter()
@@ -1136,198 +949,5 @@ mod tests {
             .unwrap();
         assert_eq!(t.value, Some(0.6));
         assert_eq!(t.met, Some(true));
-    }
-
-    #[test]
-    fn latency_table_marks_figures_below_the_floor_as_noise() {
-        let m = |system: &str, role, median| {
-            let mut m =
-                Measurement::new("wake-latency", system, role, "blocking", "latency_p50_ns");
-            m.baseline = Some("evd wait".into());
-            if role != Role::Floor {
-                m.floor = Some("floor".into());
-            }
-            m.threads = 2;
-            m.set_round(0, median, None);
-            m
-        };
-        let mut report = sample_report();
-        report.records = records_from(
-            vec![
-                m("evd wait", Role::Evd, 12_000.0),
-                m("peer", Role::Peer, 9_000.0),
-                m("floor", Role::Floor, 10_000.0),
-            ],
-            2,
-        );
-        let md = markdown(&report);
-        assert!(md.contains("ratio = peer ÷ evd (ns"), "{md}");
-        let peer = md.lines().find(|l| l.starts_with("| peer |")).unwrap();
-        assert!(
-            peer.contains("9.00 µs [9.00 µs – 9.00 µs] (below floor: noise)"),
-            "{peer}"
-        );
-        assert!(
-            peer.contains("0.75× (vs evd wait) (noise: below floor)"),
-            "{peer}"
-        );
-        let evd = md.lines().find(|l| l.starts_with("| evd wait |")).unwrap();
-        assert!(!evd.contains("noise"), "{evd}");
-    }
-
-    #[test]
-    fn room_tables_show_room_wakes_and_the_room_wake_target() {
-        let room = |system: &str, role, wakes: Option<f64>| {
-            let mut m = Measurement::new(
-                "room/cap64/1p",
-                system,
-                role,
-                "blocking/item",
-                "ops_per_sec",
-            );
-            m.baseline = Some("evd post_blocking+dequeue".into());
-            m.threads = 2;
-            let d = Diagnostics {
-                empty_polls_per_msg: None,
-                full_refusals_per_msg: None,
-                room_wakes_per_msg: wakes,
-                same_cpu_share: Some(0.0),
-            };
-            m.set_round(0, 1e6, Some(d));
-            m
-        };
-        let wake = |system: &str, role, median| {
-            let mut m = Measurement::new(
-                "room-wake-latency",
-                system,
-                role,
-                "blocking",
-                "latency_p50_ns",
-            );
-            m.baseline = Some("evd post_blocking (park/unpark)".into());
-            if role != Role::Floor {
-                m.floor = Some("floor: raw park/unpark".into());
-            }
-            m.threads = 2;
-            m.set_round(0, median, None);
-            m
-        };
-        let mut report = sample_report();
-        report.records = records_from(
-            vec![
-                room("evd post_blocking+dequeue", Role::Evd, Some(0.5)),
-                room("flume send+recv", Role::Peer, None),
-                wake("evd post_blocking (park/unpark)", Role::Evd, 5_500.0),
-                wake("floor: raw park/unpark", Role::Floor, 5_000.0),
-            ],
-            2,
-        );
-        report.targets = targets(&report.records);
-        let md = markdown(&report);
-        assert!(md.contains("### room/cap64/1p"), "{md}");
-        assert!(md.contains("blocking bounded send"), "{md}");
-        let evd = md
-            .lines()
-            .find(|l| l.starts_with("| evd post_blocking+dequeue |"))
-            .unwrap();
-        assert!(evd.contains("| 0.500 |"), "{evd}");
-        let peer = md
-            .lines()
-            .find(|l| l.starts_with("| flume send+recv |"))
-            .unwrap();
-        assert!(peer.contains("| — |"), "{peer}");
-        assert!(
-            md.contains("### room-wake-latency (one way, consumer's dequeue"),
-            "{md}"
-        );
-        let t = report
-            .targets
-            .iter()
-            .find(|t| t.name.starts_with("room wake:"))
-            .unwrap();
-        assert_eq!((t.value, t.met), (Some(1.1), Some(true)));
-    }
-
-    #[test]
-    fn cno_tables_and_targets() {
-        use crate::cno::{CnoSystem, Feed, Variant, CYCLE_METRIC, FAIRNESS_METRIC, WAKE_CASE};
-        let evd = CnoSystem::EvdCno.name();
-        let scan = CnoSystem::Scan.name();
-        let row = |case: &str, system: &str, metric: &str, v: f64| {
-            let role = if system == evd { Role::Evd } else { Role::Peer };
-            let mut m = Measurement::new(case, system, role, "blocking/batch", metric);
-            m.baseline = Some(evd.into());
-            m.threads = 3;
-            m.set_round(0, v, None);
-            m
-        };
-        let mut ms = Vec::new();
-        for v in Variant::ALL {
-            for (n, e, sc) in [(1, 100.0, 50.0), (1024, 140.0, 2_000.0)] {
-                ms.push(row(&v.case(n), evd, CYCLE_METRIC, e));
-                ms.push(row(&v.case(n), scan, CYCLE_METRIC, sc));
-            }
-        }
-        let tp = Feed::Batches.case(16);
-        ms.push(row(&tp, evd, "ops_per_sec", 4e7));
-        ms.push(row(&tp, evd, FAIRNESS_METRIC, 1.05));
-        ms.push(row(&tp, scan, "ops_per_sec", 2e7));
-        for (system, role, p50) in [
-            ("evd Cno::wait (park/unpark)", Role::Evd, 5_200.0),
-            ("floor: raw park/unpark", Role::Floor, 5_000.0),
-        ] {
-            let mut m = Measurement::new(WAKE_CASE, system, role, "blocking", "latency_p50_ns");
-            m.baseline = Some("evd Cno::wait (park/unpark)".into());
-            m.set_round(0, p50, None);
-            ms.push(m);
-        }
-        let mut report = sample_report();
-        report.records = records_from(ms, 2);
-        report.targets = targets(&report.records);
-        let md = markdown(&report);
-        assert_eq!(md.matches("### cno-trigger").count(), 1, "{md}");
-        let scan_single = md
-            .lines()
-            .find(|l| l.starts_with(&format!("| single-thread | {scan} |")))
-            .unwrap();
-        assert!(
-            scan_single.contains("(0.50×)") && scan_single.contains("(14.29×)"),
-            "{scan_single}"
-        );
-        assert!(md.contains("### cno-throughput-batch/16"), "{md}");
-        let evd_tp = md
-            .lines()
-            .find(|l| l.starts_with(&format!("| {evd} | blocking/batch | 40.00 M/s")))
-            .unwrap();
-        assert!(evd_tp.contains("| 1.050 [1.050 – 1.050] |"), "{evd_tp}");
-        assert!(md.contains("### cno-wake-latency"), "{md}");
-        let get = |s: &str| report.targets.iter().find(|t| t.name.contains(s)).unwrap();
-        let t = get("at 1 EVD, ns per cycle, cno-trigger/1024");
-        assert_eq!((t.value, t.met), (Some(1.4), Some(true)));
-        let t = get("evd Cno, ns per cycle, cno-trigger-xthread/1024");
-        assert_eq!(t.value.map(|v| (v * 100.0).round()), Some(1429.0));
-        let t = get("cno-throughput-batch/16");
-        assert_eq!(
-            (t.value, t.unit.as_str(), t.met),
-            (Some(1.05), "ratio", Some(true))
-        );
-        let t = get("cno wake:");
-        assert_eq!((t.value, t.met), (Some(1.04), Some(true)));
-        assert_eq!(get("cno-throughput-batch/256").met, None);
-    }
-
-    #[test]
-    fn markdown_states_the_ratio_direction_and_marks() {
-        let mut report = sample_report();
-        report.notes.push("n1".into());
-        let md = markdown(&report);
-        assert!(md.contains("ratio = evd ÷ peer (ops/s"));
-        assert!(md.contains("above 1 = evd faster"));
-        assert!(md.contains("| evd try_dequeue | busy/item | 2.00 M/s"));
-        assert!(md.contains("1.00× (reference)"));
-        assert!(md.contains("0.100"), "{md}");
-        assert!(md.contains("note: n1"));
-        report.records[0].oversubscribed = true;
-        assert!(markdown(&report).contains("(oversubscribed)"));
     }
 }
