@@ -805,6 +805,35 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn every_system_a_target_names_is_one_the_comparison_runs() {
+        use crate::targets::{Side, TARGETS};
+        let mut known: Vec<&str> = crate::throughput::Queue::ALL
+            .iter()
+            .chain(&crate::throughput::Queue::FLOORS)
+            .map(|q| q.name())
+            .collect();
+        known.extend(crate::pair::PairSystem::ALL.map(|s| s.name()));
+        known.extend(crate::rearm::RearmKind::ALL.map(|s| s.name()));
+        known.extend(crate::latency::WakeSystem::ALL.map(|s| s.name()));
+        known.extend(crate::room::RoomWakeSystem::ALL.map(|s| s.name()));
+        known.extend(crate::pingpong::PingPongSystem::ALL.map(|s| s.name()));
+        known.extend(crate::cno::CnoSystem::ALL.map(|s| s.name()));
+        known.extend(crate::cno::CnoWakeSystem::ALL.map(|s| s.name()));
+        for t in TARGETS {
+            let mut named: Vec<&str> = t.ceilings.0.to_vec();
+            for side in [Some(t.a), t.b].into_iter().flatten() {
+                match side {
+                    Side::System(s) | Side::Named(_, s) | Side::At(_, s, _) => named.push(s),
+                    Side::Best(_, ss) | Side::WorstEmptyPolls(_, ss) => named.extend(ss),
+                }
+            }
+            for s in named {
+                assert!(known.contains(&s), "{}: no system named {s:?}", t.label);
+            }
+        }
+    }
+
+    #[test]
     fn targets_report_missing_sides_as_not_measured() {
         let ts = targets(&[]);
         assert_eq!(ts.len(), 39);
