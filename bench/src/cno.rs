@@ -71,7 +71,7 @@
 
 use crate::latency::{now_ns, sleeping_consumer_timed, WakeSystem};
 use crate::throughput::{
-    clones, current_cpu, drive, BusyWait, RunStats, Sink, CPU_SAMPLE_EVERY, NO_CPU,
+    clones, current_cpu, drive, harness, BusyWait, RunStats, Sink, CPU_SAMPLE_EVERY,
 };
 use crossbeam_utils::{Backoff, CachePadded};
 use hdrhistogram::Histogram;
@@ -79,7 +79,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -336,60 +336,38 @@ fn drive_batches(
 ) -> Result<RunStats, String> {
     let posters = THROUGHPUT_POSTERS;
     let n = side.posters.len();
-    let barrier = Barrier::new(posters + 1);
-    let cpus: Vec<AtomicU32> = (0..posters).map(|_| AtomicU32::new(NO_CPU)).collect();
-    let refusals = AtomicU64::new(0);
-    let abort = AtomicBool::new(false);
-    let (elapsed, sink) = std::thread::scope(|scope| {
-        for (i, slot) in cpus.iter().enumerate() {
-            let (barrier, refusals, abort) = (&barrier, &refusals, &abort);
-            scope.spawn(move || {
-                barrier.wait();
-                slot.store(current_cpu(), Ordering::Relaxed);
-                let mut wait = BusyWait::default();
-                let mut buf = Vec::with_capacity(SATURATION_BATCH);
-                let (mut seq, mut k) = (i as u64, i * n / posters);
-                let (mut refused, mut sent, mut sampled) = (0u64, 0u64, 0u64);
-                while seq < messages || !buf.is_empty() {
-                    while buf.len() < SATURATION_BATCH && seq < messages {
-                        buf.push(seq);
-                        seq += posters as u64;
-                    }
-                    match side.post_batch(k, &mut buf) {
-                        Some(c) => {
-                            wait.hit();
-                            sent += c as u64;
-                            if sent - sampled >= CPU_SAMPLE_EVERY {
-                                sampled = sent;
-                                slot.store(current_cpu(), Ordering::Relaxed);
-                            }
-                        }
-                        None => {
-                            refused += 1;
-                            if abort.load(Ordering::Relaxed) {
-                                break;
-                            }
-                            wait.miss();
-                        }
-                    }
-                    k = if k + 1 == n { 0 } else { k + 1 };
-                }
-                slot.store(NO_CPU, Ordering::Relaxed);
-                refusals.fetch_add(refused, Ordering::Relaxed);
-            });
-        }
-        let mut sink = Sink::new(messages, &cpus);
-        barrier.wait();
-        let start = Instant::now();
-        if messages > 0 {
-            if let Err(e) = consume(&mut sink) {
-                abort.store(true, Ordering::Relaxed);
-                return Err(e);
+    let poster = |i: usize, (): (), slot: &AtomicU32, abort: &AtomicBool| {
+        let mut wait = BusyWait::default();
+        let mut buf = Vec::with_capacity(SATURATION_BATCH);
+        let (mut seq, mut k) = (i as u64, i * n / posters);
+        let (mut refused, mut sent, mut sampled) = (0u64, 0u64, 0u64);
+        while seq < messages || !buf.is_empty() {
+            while buf.len() < SATURATION_BATCH && seq < messages {
+                buf.push(seq);
+                seq += posters as u64;
             }
+            match side.post_batch(k, &mut buf) {
+                Some(c) => {
+                    wait.hit();
+                    sent += c as u64;
+                    if sent - sampled >= CPU_SAMPLE_EVERY {
+                        sampled = sent;
+                        slot.store(current_cpu(), Ordering::Relaxed);
+                    }
+                }
+                None => {
+                    refused += 1;
+                    if abort.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    wait.miss();
+                }
+            }
+            k = if k + 1 == n { 0 } else { k + 1 };
         }
-        Ok::<_, String>((start.elapsed(), sink))
-    })?;
-    sink.finish(elapsed, messages, refusals.load(Ordering::Relaxed))
+        refused
+    };
+    harness(vec![(); posters], messages, poster, consume)
 }
 
 /// How the trigger cycle is run.

@@ -7,7 +7,7 @@ use crate::latency::WakeSystem;
 use crate::pair::{Pair, PairCalls, PairSystem};
 use crate::payload::Event64;
 use crate::pingpong::{self, PingPongSystem};
-use crate::rearm::{count_instructions, count_mode, Rearm, RearmKind};
+use crate::rearm::{count_mode, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
 use crate::room::{self, room_case, RoomSystem, RoomWakeSystem, Work};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
@@ -152,28 +152,43 @@ impl Plan {
         }
     }
 
+    /// Progress-bar steps: every job's preparation and rounds, and the
+    /// callgrind counts.
     fn steps(&self) -> u64 {
-        let per_payload: usize = POSTERS
+        let tp: usize = POSTERS
             .iter()
             .map(|&n| Queue::ALL.len() + Queue::FLOORS.iter().filter(|q| q.runs_with(n)).count())
             .sum();
-        let tp = (PAYLOADS.len() * per_payload) as u64 * (1 + self.throughput_rounds as u64);
-        let rm = (room::CAPACITIES.len() * room::POSTERS.len() * RoomSystem::ALL.len()) as u64
-            * (1 + self.room_rounds as u64);
-        let lat =
-            (self.latency_rounds * (WakeSystem::ALL.len() + RoomWakeSystem::ALL.len())) as u64;
-        let re = (self.rearm_rounds * RearmKind::ALL.len()) as u64;
-        let pair = (self.pair_rounds * PairSystem::ALL.len() * PairCalls::ALL.len()) as u64;
-        let pp = (self.pingpong_rounds * PingPongSystem::ALL.len()) as u64;
-        let cno_lat = (self.latency_rounds * CnoWakeSystem::ALL.len()) as u64;
-        let cno_trig = (self.cno_trigger_rounds * cno_trigger_jobs().len()) as u64;
-        let cno_tp = cno_throughput_jobs().len() as u64 * (1 + self.cno_throughput_rounds as u64);
-        let cg = if self.callgrind {
-            (RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()) as u64
+        let sections = [
+            (PAYLOADS.len() * tp, self.throughput_rounds),
+            (
+                room::CAPACITIES.len() * room::POSTERS.len() * RoomSystem::ALL.len(),
+                self.room_rounds,
+            ),
+            (
+                WakeSystem::ALL.len() + RoomWakeSystem::ALL.len(),
+                self.latency_rounds,
+            ),
+            (RearmKind::ALL.len(), self.rearm_rounds),
+            (
+                PairSystem::ALL.len() * PairCalls::ALL.len(),
+                self.pair_rounds,
+            ),
+            (PingPongSystem::ALL.len(), self.pingpong_rounds),
+            (CnoWakeSystem::ALL.len(), self.latency_rounds),
+            (cno_trigger_jobs().len(), self.cno_trigger_rounds),
+            (cno_throughput_jobs().len(), self.cno_throughput_rounds),
+        ];
+        let callgrind = if self.callgrind {
+            RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()
         } else {
             0
         };
-        tp + rm + lat + re + pair + pp + cno_lat + cno_trig + cno_tp + cg
+        (sections
+            .iter()
+            .map(|(jobs, rounds)| jobs * (rounds + 1))
+            .sum::<usize>()
+            + callgrind) as u64
     }
 }
 
@@ -182,118 +197,346 @@ pub fn throughput_case(payload: &str, posters: usize) -> String {
     format!("throughput/{payload}/{posters}p")
 }
 
-/// One system in one case of a section that moves events (throughput,
-/// room): what it is called, how to run it, its record skeleton.
-trait RunJob: Copy {
-    /// See [`Measurement::system`].
-    fn system(self) -> &'static str;
+/// One value of one round: the record it belongs to, the value and the
+/// round's diagnostics.
+type Value = (Measurement, f64, Option<Diagnostics>);
+
+/// One system in one case of a section.
+struct Job {
     /// See [`Measurement::case`].
-    fn case(self) -> String;
-    /// Move `messages` events.
-    fn run(self, messages: u64) -> Result<RunStats, String>;
-    /// The record skeleton of its row.
-    fn measurement(self) -> Measurement;
+    case: String,
+    /// See [`Measurement::system`].
+    system: String,
+    /// Called with `true` once before the rounds (calibration or warm-up,
+    /// its values dropped), then with `false` once per round.
+    run: Box<dyn FnMut(bool) -> Result<Vec<Value>, String>>,
 }
 
-/// A throughput job: one [`Queue`], payload and poster count.
-#[derive(Clone, Copy)]
-struct ThroughputJob {
-    payload: &'static str,
-    posters: usize,
-    q: Queue,
-}
-
-impl RunJob for ThroughputJob {
-    fn system(self) -> &'static str {
-        self.q.name()
-    }
-    fn case(self) -> String {
-        throughput_case(self.payload, self.posters)
-    }
-    fn run(self, messages: u64) -> Result<RunStats, String> {
-        match self.payload {
-            "u64" => self.q.run::<u64>(self.posters, messages),
-            _ => self.q.run::<Event64>(self.posters, messages),
+impl Job {
+    fn new(
+        proto: &Measurement,
+        run: impl FnMut(bool) -> Result<Vec<Value>, String> + 'static,
+    ) -> Self {
+        Job {
+            case: proto.case.clone(),
+            system: proto.system.clone(),
+            run: Box::new(run),
         }
     }
-    fn measurement(self) -> Measurement {
-        throughput_measurement(self.q, &self.case(), self.posters)
+
+    /// A run that moves events: its calibration (also the warm-up) sizes
+    /// the runs to last `target`; its records are `ops_per_sec` (with the
+    /// run's diagnostics) and, for a CNO run, the spread of events served.
+    fn moving(
+        proto: Measurement,
+        calibration: u64,
+        target: Duration,
+        mut run: impl FnMut(u64) -> Result<RunStats, String> + 'static,
+    ) -> Self {
+        let mut msgs = calibration;
+        Job::new(&proto.clone(), move |calibrating| {
+            let stats = run(msgs)?;
+            if calibrating {
+                msgs = (stats.ops_per_sec() * target.as_secs_f64()).clamp(5_000.0, 200_000_000.0)
+                    as u64;
+                return Ok(Vec::new());
+            }
+            msgs = resized(msgs, &stats, target);
+            let diag = Diagnostics {
+                empty_polls_per_msg: stats.empty_polls_per_msg(),
+                full_refusals_per_msg: stats.full_refusals_per_msg(),
+                room_wakes_per_msg: stats.room_wakes_per_msg(),
+                same_cpu_share: stats.same_cpu_share(),
+            };
+            let mut values = vec![(proto.clone(), stats.ops_per_sec(), Some(diag))];
+            if let Some(spread) = stats.served_max_over_min {
+                values.push((with_metric(&proto, cno::FAIRNESS_METRIC), spread, None));
+            }
+            Ok(values)
+        })
+    }
+
+    /// A latency run of `samples` samples: its p50, p99 and p99.9 (`proto`
+    /// is the p50 record).
+    fn percentiles(
+        proto: Measurement,
+        samples: u64,
+        mut measure: impl FnMut(u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> + 'static,
+    ) -> Self {
+        Job::new(&proto.clone(), move |warm_up| {
+            if warm_up {
+                return Ok(Vec::new());
+            }
+            let (h, diag) = measure(samples)?;
+            let at = |metric, q| {
+                (
+                    with_metric(&proto, metric),
+                    h.value_at_quantile(q) as f64,
+                    diag,
+                )
+            };
+            Ok(vec![
+                at("latency_p50_ns", 0.50),
+                at("latency_p99_ns", 0.99),
+                at("latency_p999_ns", 0.999),
+            ])
+        })
+    }
+
+    /// A single-thread timing: `time(true)` is the warm-up.
+    fn timed(
+        proto: Measurement,
+        mut time: impl FnMut(bool) -> Result<f64, String> + 'static,
+    ) -> Self {
+        Job::new(&proto.clone(), move |warm_up| {
+            let ns = time(warm_up)?;
+            Ok(if warm_up {
+                Vec::new()
+            } else {
+                vec![(proto.clone(), ns, None)]
+            })
+        })
     }
 }
 
-/// A room job: one [`RoomSystem`], capacity and poster count, with the
-/// consumer work every room job of the run shares.
-#[derive(Clone, Copy)]
-struct RoomJob {
-    capacity: usize,
-    posters: usize,
-    s: RoomSystem,
-    work: Work,
-}
-
-impl RunJob for RoomJob {
-    fn system(self) -> &'static str {
-        self.s.name()
-    }
-    fn case(self) -> String {
-        room_case(self.capacity, self.posters)
-    }
-    fn run(self, messages: u64) -> Result<RunStats, String> {
-        self.s.run(self.capacity, self.posters, messages, self.work)
-    }
-    fn measurement(self) -> Measurement {
-        let mut m = Measurement::new(
-            &self.case(),
-            self.s.name(),
-            role(self.s.is_evd()),
-            self.s.style().label(),
-            "ops_per_sec",
-        );
-        m.baseline = self.s.baseline().map(|b| b.name().into());
-        m.threads = self.posters + 1;
-        m
+fn role(evd: bool, floor: bool) -> Role {
+    match (evd, floor) {
+        (_, true) => Role::Floor,
+        (true, false) => Role::Evd,
+        (false, false) => Role::Peer,
     }
 }
 
-/// A CNO throughput job: one [`CnoSystem`], EVD count and feed.
-#[derive(Clone, Copy)]
-struct CnoThroughputJob {
-    evds: usize,
-    feed: Feed,
-    s: CnoSystem,
+/// A record skeleton: its identity, then its baseline, floor and threads.
+#[allow(clippy::too_many_arguments)]
+fn skeleton(
+    case: &str,
+    system: &str,
+    role: Role,
+    consumer: &str,
+    metric: &str,
+    baseline: Option<&str>,
+    floor: Option<&str>,
+    threads: usize,
+) -> Measurement {
+    let mut m = Measurement::new(case, system, role, consumer, metric);
+    m.baseline = baseline.map(Into::into);
+    m.floor = floor.map(Into::into);
+    m.threads = threads;
+    m
 }
 
-impl RunJob for CnoThroughputJob {
-    fn system(self) -> &'static str {
-        self.s.name()
-    }
-    fn case(self) -> String {
-        self.feed.case(self.evds)
-    }
-    fn run(self, messages: u64) -> Result<RunStats, String> {
-        self.s.run_throughput(self.evds, messages, self.feed)
-    }
-    fn measurement(self) -> Measurement {
-        // The waiter sleeps when nothing is ready and drains a batch per EVD.
-        let mut m = Measurement::new(
-            &self.case(),
-            self.s.name(),
-            role(self.s.is_evd()),
-            "blocking/batch",
-            "ops_per_sec",
-        );
-        m.baseline = Some(CnoSystem::EvdCno.name().into());
-        m.threads = cno::THROUGHPUT_POSTERS + 1;
-        m
-    }
+/// `m` for another metric of the same row (its unit and direction follow).
+fn with_metric(m: &Measurement, metric: &str) -> Measurement {
+    let mut out = Measurement::new(&m.case, &m.system, m.role, &m.consumer, metric);
+    out.baseline.clone_from(&m.baseline);
+    out.threads = m.threads;
+    out.floor.clone_from(&m.floor);
+    out
 }
 
-/// Every CNO throughput job, in table order.
-fn cno_throughput_jobs() -> Vec<CnoThroughputJob> {
+/// The record skeleton of a throughput row.
+fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
+    // A busy evd row faster than the ring that does no RMW at all is noise.
+    let floor = (q == Queue::EvdSingle && posters == 1).then(|| Queue::FloorStampRing.name());
+    let role = role(q.is_evd(), q.is_floor());
+    let baseline = q.baseline().map(Queue::name);
+    skeleton(
+        case,
+        q.name(),
+        role,
+        q.style().label(),
+        "ops_per_sec",
+        baseline,
+        floor,
+        posters + 1,
+    )
+}
+
+/// The record skeleton of a room row.
+fn room_measurement(s: RoomSystem, capacity: usize, posters: usize) -> Measurement {
+    let case = room_case(capacity, posters);
+    let baseline = s.baseline().map(RoomSystem::name);
+    let role = role(s.is_evd(), false);
+    skeleton(
+        &case,
+        s.name(),
+        role,
+        s.style().label(),
+        "ops_per_sec",
+        baseline,
+        None,
+        posters + 1,
+    )
+}
+
+/// The record skeleton of a CNO throughput row: the waiter sleeps when
+/// nothing is ready and drains a batch per EVD.
+fn cno_throughput_measurement(s: CnoSystem, evds: usize, feed: Feed) -> Measurement {
+    let (case, threads) = (feed.case(evds), cno::THROUGHPUT_POSTERS + 1);
+    let baseline = Some(CnoSystem::EvdCno.name());
+    let role = role(s.is_evd(), false);
+    skeleton(
+        &case,
+        s.name(),
+        role,
+        "blocking/batch",
+        "ops_per_sec",
+        baseline,
+        None,
+        threads,
+    )
+}
+
+/// The record skeleton of a trigger-cost row.
+fn cno_trigger_measurement(v: Variant, n: usize, s: CnoSystem) -> Measurement {
+    let baseline = Some(CnoSystem::EvdCno.name());
+    let role = role(s.is_evd(), false);
+    skeleton(
+        &v.case(n),
+        s.name(),
+        role,
+        v.consumer(),
+        cno::CYCLE_METRIC,
+        baseline,
+        None,
+        v.threads(),
+    )
+}
+
+/// The record skeleton of a wake-latency row.
+fn wake_measurement(s: WakeSystem, metric: &str) -> Measurement {
+    let (baseline, floor) = (Some(s.baseline().name()), s.floor().map(WakeSystem::name));
+    let role = role(s.is_evd(), s.is_floor());
+    skeleton(
+        "wake-latency",
+        s.name(),
+        role,
+        s.consumer(),
+        metric,
+        baseline,
+        floor,
+        s.threads(),
+    )
+}
+
+/// The record skeleton of a room-wake-latency row: the one that sleeps is
+/// the poster, in a blocking send.
+fn room_wake_measurement(s: RoomWakeSystem, metric: &str) -> Measurement {
+    let (baseline, floor) = (
+        Some(s.baseline().name()),
+        s.floor().map(RoomWakeSystem::name),
+    );
+    let role = role(s.is_evd(), s.is_floor());
+    skeleton(
+        ROOM_WAKE_CASE,
+        s.name(),
+        role,
+        "blocking",
+        metric,
+        baseline,
+        floor,
+        2,
+    )
+}
+
+/// The record skeleton of a CNO wake-latency row.
+fn cno_wake_measurement(s: CnoWakeSystem, metric: &str) -> Measurement {
+    let (baseline, floor) = (
+        s.baseline().map(CnoWakeSystem::name),
+        s.floor().map(CnoWakeSystem::name),
+    );
+    let role = role(s.is_evd(), s.is_floor());
+    skeleton(
+        cno::WAKE_CASE,
+        s.name(),
+        role,
+        "blocking",
+        metric,
+        baseline,
+        floor,
+        2,
+    )
+}
+
+/// The record skeleton of a busy ping-pong row.
+fn pingpong_measurement(s: PingPongSystem, metric: &str) -> Measurement {
+    let (baseline, floor) = (
+        Some(s.baseline().name()),
+        s.floor().map(PingPongSystem::name),
+    );
+    let role = role(s.is_evd(), s.is_floor());
+    skeleton(
+        pingpong::CASE,
+        s.name(),
+        role,
+        s.consumer(),
+        metric,
+        baseline,
+        floor,
+        2,
+    )
+}
+
+/// The record skeleton of a re-arm row: every kind against evd's arm; in
+/// ns, the re-arms have the bare CAS as their floor.
+fn rearm_measurement(k: RearmKind, metric: &str) -> Measurement {
+    let floor = (!k.is_floor() && metric == "ns_per_rearm").then(|| RearmKind::CasFloor.name());
+    let role = role(k == RearmKind::EvdArm, k.is_floor());
+    let baseline = Some(RearmKind::EvdArm.name());
+    skeleton(
+        "rearm",
+        k.name(),
+        role,
+        "single-thread",
+        metric,
+        baseline,
+        floor,
+        1,
+    )
+}
+
+/// The record skeleton of a single-thread pair row.
+fn pair_measurement(calls: PairCalls, s: PairSystem) -> Measurement {
+    let (role, baseline) = (
+        role(s == PairSystem::Evd, false),
+        Some(PairSystem::Evd.name()),
+    );
+    skeleton(
+        calls.case(),
+        s.name(),
+        role,
+        "single-thread",
+        "ns_per_pair",
+        baseline,
+        None,
+        1,
+    )
+}
+
+/// The record skeleton of a CNO instruction count: the CNO cycle is the
+/// reference, so the plain pair's ratio is plain ÷ cycle.
+fn cno_insns_measurement(k: CnoInsnKind) -> Measurement {
+    let baseline = Some(CnoInsnKind::CnoCycle.name());
+    let metric = "instructions_per_cycle";
+    skeleton(
+        cno::INSNS_CASE,
+        k.name(),
+        Role::Evd,
+        "single-thread",
+        metric,
+        baseline,
+        None,
+        1,
+    )
+}
+
+/// Every CNO throughput job's system, EVD count and feed, in table order.
+fn cno_throughput_jobs() -> Vec<(CnoSystem, usize, Feed)> {
     Feed::ALL
         .iter()
         .flat_map(|&feed| cno::THROUGHPUT_EVDS.map(|evds| (feed, evds)))
-        .flat_map(|(feed, evds)| CnoSystem::ALL.map(|s| CnoThroughputJob { evds, feed, s }))
+        .flat_map(|(feed, evds)| CnoSystem::ALL.map(|s| (s, evds, feed)))
         .collect()
 }
 
@@ -304,166 +547,6 @@ fn cno_trigger_jobs() -> Vec<(Variant, usize, CnoSystem)> {
         .flat_map(|&v| cno::TRIGGER_EVDS.map(|n| (v, n)))
         .flat_map(|(v, n)| CnoSystem::ALL.map(|s| (v, n, s)))
         .collect()
-}
-
-/// The record skeleton of a trigger-cost row.
-fn cno_trigger_measurement(v: Variant, n: usize, s: CnoSystem) -> Measurement {
-    let mut m = Measurement::new(
-        &v.case(n),
-        s.name(),
-        role(s.is_evd()),
-        v.consumer(),
-        cno::CYCLE_METRIC,
-    );
-    m.baseline = Some(CnoSystem::EvdCno.name().into());
-    m.threads = v.threads();
-    m
-}
-
-fn role(evd: bool) -> Role {
-    if evd {
-        Role::Evd
-    } else {
-        Role::Peer
-    }
-}
-
-/// The record skeleton of a throughput row.
-fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
-    let r = if q.is_floor() {
-        Role::Floor
-    } else {
-        role(q.is_evd())
-    };
-    let mut m = Measurement::new(case, q.name(), r, q.style().label(), "ops_per_sec");
-    m.baseline = q.baseline().map(|b| b.name().into());
-    // A busy evd row faster than the ring that does no RMW at all is noise.
-    if q == Queue::EvdSingle && posters == 1 {
-        m.floor = Some(Queue::FloorStampRing.name().into());
-    }
-    m.threads = posters + 1;
-    m
-}
-
-/// One system of a latency section (wake latency, room-wake latency).
-trait LatencyJob: Copy {
-    /// See [`Measurement::system`].
-    fn name(self) -> &'static str;
-    /// Measure `samples` latencies, in ns, with the run's diagnostics if it
-    /// has any.
-    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String>;
-    /// The record skeleton of its row for `metric`.
-    fn measurement(self, metric: &str) -> Measurement;
-}
-
-impl LatencyJob for WakeSystem {
-    fn name(self) -> &'static str {
-        WakeSystem::name(self)
-    }
-    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> {
-        WakeSystem::measure(self, samples).map(|h| (h, None))
-    }
-    fn measurement(self, metric: &str) -> Measurement {
-        latency_measurement(self, metric)
-    }
-}
-
-impl LatencyJob for RoomWakeSystem {
-    fn name(self) -> &'static str {
-        RoomWakeSystem::name(self)
-    }
-    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> {
-        RoomWakeSystem::measure(self, samples).map(|h| (h, None))
-    }
-    fn measurement(self, metric: &str) -> Measurement {
-        let r = if self.is_floor() {
-            Role::Floor
-        } else {
-            role(self.is_evd())
-        };
-        // The one that sleeps is the poster, in a blocking send.
-        let mut m = Measurement::new(ROOM_WAKE_CASE, self.name(), r, "blocking", metric);
-        m.baseline = Some(self.baseline().name().into());
-        m.floor = self.floor().map(|f| f.name().into());
-        m.threads = 2;
-        m
-    }
-}
-
-impl LatencyJob for CnoWakeSystem {
-    fn name(self) -> &'static str {
-        CnoWakeSystem::name(self)
-    }
-    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> {
-        CnoWakeSystem::measure(self, samples).map(|h| (h, None))
-    }
-    fn measurement(self, metric: &str) -> Measurement {
-        let r = if self.is_floor() {
-            Role::Floor
-        } else {
-            role(self.is_evd())
-        };
-        let mut m = Measurement::new(cno::WAKE_CASE, self.name(), r, "blocking", metric);
-        m.baseline = self.baseline().map(|b| b.name().into());
-        m.floor = self.floor().map(|f| f.name().into());
-        m.threads = 2;
-        m
-    }
-}
-
-impl LatencyJob for PingPongSystem {
-    fn name(self) -> &'static str {
-        PingPongSystem::name(self)
-    }
-    fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<Diagnostics>), String> {
-        let (h, same_cpu_share) = PingPongSystem::measure(self, samples)?;
-        let d = Diagnostics {
-            empty_polls_per_msg: None,
-            full_refusals_per_msg: None,
-            room_wakes_per_msg: None,
-            same_cpu_share,
-        };
-        Ok((h, Some(d)))
-    }
-    fn measurement(self, metric: &str) -> Measurement {
-        let r = if self.is_floor() {
-            Role::Floor
-        } else {
-            role(self.is_evd())
-        };
-        let mut m = Measurement::new(pingpong::CASE, self.name(), r, self.consumer(), metric);
-        m.baseline = Some(self.baseline().name().into());
-        m.floor = self.floor().map(|f| f.name().into());
-        m.threads = 2;
-        m
-    }
-}
-
-/// The record skeleton of a wake-latency row.
-fn latency_measurement(sys: WakeSystem, metric: &str) -> Measurement {
-    let r = if sys.is_floor() {
-        Role::Floor
-    } else {
-        role(sys.is_evd())
-    };
-    let mut m = Measurement::new("wake-latency", sys.name(), r, sys.consumer(), metric);
-    m.baseline = Some(sys.baseline().name().into());
-    m.floor = sys.floor().map(|f| f.name().into());
-    m.threads = sys.threads();
-    m
-}
-
-/// The record skeleton of a single-thread row (`case` `rearm` or the pair case).
-fn single_thread_measurement(
-    case: &str,
-    system: &str,
-    evd: bool,
-    metric: &str,
-    baseline: &str,
-) -> Measurement {
-    let mut m = Measurement::new(case, system, role(evd), "single-thread", metric);
-    m.baseline = Some(baseline.into());
-    m
 }
 
 /// Collected rounds, kept in first-seen order.
@@ -540,6 +623,131 @@ impl SectionClock {
     }
 }
 
+/// The running state shared by every section of one comparison.
+struct Run<'a> {
+    pb: &'a ProgressBar,
+    c: Collector,
+    notes: Vec<String>,
+}
+
+/// A section's name in notes, its interleaved rounds, its deadline and
+/// the step by which the order of its jobs rotates every round (more than
+/// 1 where jobs of one case sit side by side, so that consecutive rounds
+/// also change which case runs first).
+struct Rounds {
+    name: &'static str,
+    rounds: usize,
+    deadline: Instant,
+    stride: usize,
+}
+
+impl Run<'_> {
+    /// Prepare every job (a job whose preparation fails is dropped), then
+    /// run `s.rounds` interleaved rounds of all of them within
+    /// `s.deadline`, in an order that rotates every round; a round still
+    /// running at the deadline is cut and discarded, so every system keeps
+    /// the same rounds. The section's records are left in job order.
+    fn interleave(&mut self, s: &Rounds, mut jobs: Vec<Job>) {
+        let mut clock = SectionClock::new(s.deadline);
+        let first = self.c.measurements.len();
+        let keys: Vec<(String, String)> = jobs
+            .iter()
+            .map(|j| (j.case.clone(), j.system.clone()))
+            .collect();
+        jobs.retain_mut(|job| {
+            self.pb
+                .set_message(format!("preparing {} {}", job.system, job.case));
+            self.pb.inc(1);
+            (job.run)(true)
+                .map_err(|e| {
+                    self.notes.push(format!(
+                        "{} {}: calibration failed: {e}",
+                        job.system, job.case
+                    ))
+                })
+                .is_ok()
+        });
+        // The preparation is one round's worth of work, so it stands for
+        // the first measured round's duration.
+        clock.round_done(clock.start);
+        let k = jobs.len();
+        let mut rounds_run = 0;
+        for round in 0..s.rounds {
+            if !clock.may_start_round(round) {
+                break;
+            }
+            let round_start = Instant::now();
+            for i in 0..k {
+                if clock.must_cut(round) {
+                    self.c
+                        .discard_round(round, |case| keys.iter().any(|(c, _)| c == case));
+                    self.notes.push(format!(
+                        "{}: round {} passed the time budget after {i} of {k} runs and was discarded",
+                        s.name,
+                        round + 1
+                    ));
+                    // The whole round counts as not run below.
+                    self.pb
+                        .set_position(self.pb.position().saturating_sub(i as u64));
+                    break;
+                }
+                let job = &mut jobs[(i + round * s.stride) % k];
+                self.pb
+                    .set_message(format!("round {} {} {}", round + 1, job.system, job.case));
+                match (job.run)(false) {
+                    Ok(values) => {
+                        for (m, v, d) in values {
+                            self.c.push(m, round, v, d);
+                        }
+                    }
+                    Err(e) => self.notes.push(format!(
+                        "{} {} round {}: {e}",
+                        job.system,
+                        job.case,
+                        round + 1
+                    )),
+                }
+                self.pb.inc(1);
+            }
+            if clock.must_cut(round) {
+                break;
+            }
+            clock.round_done(round_start);
+            rounds_run += 1;
+        }
+        if rounds_run < s.rounds {
+            self.notes.push(format!(
+                "{}: {rounds_run} of {} rounds fitted in the time budget",
+                s.name, s.rounds
+            ));
+            self.pb.inc(((s.rounds - rounds_run) * k) as u64);
+        }
+        // Case order then system order (the jobs' order), whatever order
+        // the rotated rounds first met them in.
+        let rank = |m: &Measurement| {
+            keys.iter()
+                .position(|(case, system)| *case == m.case && *system == m.system)
+                .unwrap_or(usize::MAX)
+        };
+        self.c.measurements[first..].sort_by_cached_key(rank);
+    }
+}
+
+/// The event count of a job's next run, after a run of `msgs` events that
+/// took `run.elapsed`: cut to what lasts `target` at this run's rate when
+/// it took more than twice that, else unchanged. A calibration that met
+/// the VM in a fast phase (rates here move 5x between phases) would
+/// otherwise size every later run of that job for that phase, and a slow
+/// phase would then stretch a round past the section's budget. Never
+/// raised, so a round never grows past the calibrated one.
+fn resized(msgs: u64, run: &RunStats, target: Duration) -> u64 {
+    if run.elapsed <= target * 2 {
+        return msgs;
+    }
+    let fit = (run.ops_per_sec() * target.as_secs_f64()) as u64;
+    fit.clamp(5_000, msgs)
+}
+
 /// Run the comparison. `exe` is this binary, for the callgrind runs.
 pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -> Report {
     let mut machine = Machine::detect();
@@ -557,8 +765,11 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
             .expect("valid template")
             .progress_chars("=> "),
     );
-    let mut c = Collector::default();
-    let mut notes = Vec::new();
+    let mut run = Run {
+        pb: &pb,
+        c: Collector::default(),
+        notes: Vec::new(),
+    };
     let load1: f64 = machine
         .load_average
         .split_whitespace()
@@ -566,7 +777,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         .and_then(|l| l.parse().ok())
         .unwrap_or(0.0);
     if machine.logical_cpus > 0 && load1 >= 0.5 {
-        notes.push(format!(
+        run.notes.push(format!(
             "load average {} at the start on {} CPUs: other work competed for the CPUs",
             machine.load_average, machine.logical_cpus
         ));
@@ -574,97 +785,204 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     // Section i ends by the run's start plus the shares up to and including
     // its own, so time an earlier section did not use goes to the next.
     let deadline = |i: usize| started + plan.budget.mul_f64(plan.shares[..=i].iter().sum::<f64>());
-
+    let rounds = |name, rounds, i, stride| Rounds {
+        name,
+        rounds,
+        deadline: deadline(i),
+        stride,
+    };
     let mut times = Vec::new();
     let mut lap = Instant::now();
-    let mut time = |name: &str| {
+    let mut section = |run: &mut Run, name: &'static str, s: Rounds, jobs: Vec<Job>| {
+        run.interleave(&s, jobs);
         times.push(format!("{name} {:.1} s", lap.elapsed().as_secs_f64()));
         lap = Instant::now();
     };
-    throughput_section(plan, deadline(0), &pb, &mut c, &mut notes);
-    time("throughput");
-    room_section(plan, deadline(1), &pb, &mut c, &mut notes);
-    time("room");
-    let wake = Latency {
-        section: "wake latency",
-        case: "wake-latency",
-        rounds: plan.latency_rounds,
-        samples: plan.latency_samples,
-    };
-    latency_section(deadline(2), &pb, &mut c, &mut notes, wake, &WakeSystem::ALL);
-    time("wake latency");
-    let room_wake = Latency {
-        section: "room-wake latency",
-        case: ROOM_WAKE_CASE,
-        rounds: plan.latency_rounds,
-        samples: plan.latency_samples,
-    };
-    latency_section(
-        deadline(3),
-        &pb,
-        &mut c,
-        &mut notes,
-        room_wake,
-        &RoomWakeSystem::ALL,
+
+    section(
+        &mut run,
+        "throughput",
+        rounds("throughput", plan.throughput_rounds, 0, 7),
+        throughput_jobs(plan),
     );
-    time("room-wake latency");
-    rearm_section(plan, deadline(4), &pb, &mut c, &mut notes);
-    time("re-arm");
-    pair_section(plan, deadline(5), &pb, &mut c, &mut notes);
-    time("single-thread pair");
-    let pingpong = Latency {
-        section: "busy ping-pong",
-        case: pingpong::CASE,
-        rounds: plan.pingpong_rounds,
-        samples: plan.pingpong_samples,
-    };
-    latency_section(
-        deadline(6),
-        &pb,
-        &mut c,
-        &mut notes,
-        pingpong,
-        &PingPongSystem::ALL,
+    no_room_wakes_in_throughput(&mut run);
+    let work = Work::calibrate(room::WORK_NS);
+    run.notes.push(format!(
+        "room: the consumer's work per event is {} black_box iterations ({:.0} ns measured at \
+         the start, calibrated to {:.0} ns), the same for every system; posters: {}",
+        work.iters,
+        work.ns_per_event(),
+        room::WORK_NS,
+        room::ROOM_POLICY
+    ));
+    section(
+        &mut run,
+        "room",
+        rounds("room", plan.room_rounds, 1, 7),
+        room_jobs(plan, work),
     );
-    time("busy ping-pong");
-    let cno_wake = Latency {
-        section: "cno wake latency",
-        case: cno::WAKE_CASE,
-        rounds: plan.latency_rounds,
-        samples: plan.latency_samples,
-    };
-    latency_section(
-        deadline(7),
-        &pb,
-        &mut c,
-        &mut notes,
-        cno_wake,
-        &CnoWakeSystem::ALL,
+    let samples = plan.latency_samples;
+    let wake = WakeSystem::ALL.map(|s| {
+        Job::percentiles(wake_measurement(s, "latency_p50_ns"), samples, move |n| {
+            Ok((s.measure(n)?, None))
+        })
+    });
+    section(
+        &mut run,
+        "wake latency",
+        rounds("wake latency", plan.latency_rounds, 2, 1),
+        wake.into(),
     );
-    time("cno wake latency");
-    cno_trigger_section(plan, deadline(8), &pb, &mut c, &mut notes);
-    time("cno trigger");
-    let spec = RunSection {
-        section: "cno throughput",
-        prefix: "cno-throughput",
-        rounds: plan.cno_throughput_rounds,
-        calibration_messages: plan.cno_calibration_messages,
-        run: plan.cno_throughput_run,
-    };
-    run_section(
-        &spec,
-        deadline(9),
-        &pb,
-        &mut c,
-        &mut notes,
-        &cno_throughput_jobs(),
+    let room_wake = RoomWakeSystem::ALL.map(|s| {
+        Job::percentiles(
+            room_wake_measurement(s, "latency_p50_ns"),
+            samples,
+            move |n| Ok((s.measure(n)?, None)),
+        )
+    });
+    section(
+        &mut run,
+        "room-wake latency",
+        rounds("room-wake latency", plan.latency_rounds, 3, 1),
+        room_wake.into(),
     );
-    time("cno throughput");
+    run.notes.push(format!(
+        "rearm: each timed loop runs {} iterations per round, the kinds interleaved in the same \
+         rounds. `{}`: one arm() on an empty ring that is already armed (it loads the head, the \
+         head slot and the state word, and its one CAS installs the armed word it found: it \
+         succeeds, and no iteration disarms); `{}`: the same arm(), then one try_dequeue() that \
+         finds nothing; `{}`: a Relaxed load and one compare_exchange (AcqRel, as arm's) that \
+         succeeds, installing the word with its armed bit set, on a cache-padded AtomicU64 no \
+         other thread touches: one RMW per iteration, as the arm loop",
+        plan.rearm_iters,
+        RearmKind::EvdArm.name(),
+        RearmKind::ArmThenPoll.name(),
+        RearmKind::CasFloor.name(),
+    ));
+    let iters = plan.rearm_iters;
+    let rearm = RearmKind::ALL.map(|k| {
+        let mut r = Rearm::new();
+        Job::timed(rearm_measurement(k, "ns_per_rearm"), move |warm_up| {
+            Ok(if warm_up {
+                r.run(k, iters / 4);
+                0.0
+            } else {
+                r.time_ns(k, iters)
+            })
+        })
+    });
+    section(
+        &mut run,
+        "re-arm",
+        rounds("re-arm", plan.rearm_rounds, 4, 1),
+        rearm.into(),
+    );
+    let iters = plan.pair_iters;
+    let pair = PairCalls::ALL
+        .iter()
+        .flat_map(|&calls| PairSystem::ALL.map(|s| (calls, s)))
+        .map(|(calls, s)| {
+            let mut p = Pair::new();
+            Job::timed(pair_measurement(calls, s), move |warm_up| {
+                if warm_up {
+                    p.run(s, calls, iters / 4).map(|()| 0.0)
+                } else {
+                    p.time_ns(s, calls, iters)
+                }
+            })
+        })
+        .collect();
+    section(
+        &mut run,
+        "single-thread pair",
+        rounds(PAIR_CASE, plan.pair_rounds, 5, 1),
+        pair,
+    );
+    let pingpong = PingPongSystem::ALL.map(|s| {
+        Job::percentiles(
+            pingpong_measurement(s, "latency_p50_ns"),
+            plan.pingpong_samples,
+            move |n| {
+                let (h, same_cpu_share) = s.measure(n)?;
+                let d = Diagnostics {
+                    empty_polls_per_msg: None,
+                    full_refusals_per_msg: None,
+                    room_wakes_per_msg: None,
+                    same_cpu_share,
+                };
+                Ok((h, Some(d)))
+            },
+        )
+    });
+    section(
+        &mut run,
+        "busy ping-pong",
+        rounds("busy ping-pong", plan.pingpong_rounds, 6, 1),
+        pingpong.into(),
+    );
+    let cno_wake = CnoWakeSystem::ALL.map(|s| {
+        Job::percentiles(
+            cno_wake_measurement(s, "latency_p50_ns"),
+            samples,
+            move |n| Ok((s.measure(n)?, None)),
+        )
+    });
+    section(
+        &mut run,
+        "cno wake latency",
+        rounds("cno wake latency", plan.latency_rounds, 7, 1),
+        cno_wake.into(),
+    );
+    run.notes.push(
+        "cno: atomic read-modify-writes per trigger are a design figure, not a measurement: two \
+         beyond the post's reservation CAS while the waiter is awake (the slot word's CAS and the \
+         ready ring's reservation CAS, core/src/cno/engine.rs), plus the ready ring's wake when \
+         the waiter sleeps"
+            .into(),
+    );
+    let cycle = plan.cno_trigger_run;
+    let trigger = cno_trigger_jobs()
+        .into_iter()
+        .map(|(v, n, s)| {
+            Job::timed(cno_trigger_measurement(v, n, s), move |warm_up| {
+                if warm_up {
+                    Ok(0.0)
+                } else {
+                    s.cycle_ns(v, n, cycle)
+                }
+            })
+        })
+        .collect();
+    section(
+        &mut run,
+        "cno trigger",
+        rounds("cno trigger", plan.cno_trigger_rounds, 8, 7),
+        trigger,
+    );
+    let (calibration, target) = (plan.cno_calibration_messages, plan.cno_throughput_run);
+    let cno_tp = cno_throughput_jobs()
+        .into_iter()
+        .map(|(s, evds, feed)| {
+            Job::moving(
+                cno_throughput_measurement(s, evds, feed),
+                calibration,
+                target,
+                move |n| s.run_throughput(evds, n, feed),
+            )
+        })
+        .collect();
+    section(
+        &mut run,
+        "cno throughput",
+        rounds("cno throughput", plan.cno_throughput_rounds, 9, 7),
+        cno_tp,
+    );
     if plan.callgrind {
-        callgrind_section(plan, started, exe, &pb, &mut c, &mut notes);
-        time("callgrind");
+        callgrind_section(plan, started, exe, &mut run);
+        times.push(format!("callgrind {:.1} s", lap.elapsed().as_secs_f64()));
     }
     pb.finish_and_clear();
+    let Run { c, mut notes, .. } = run;
     notes.push(format!("time per section: {}", times.join(", ")));
 
     machine.load_average_end = report::load_average();
@@ -685,14 +1003,11 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     }
 }
 
-fn throughput_section(
-    plan: &Plan,
-    deadline: Instant,
-    pb: &ProgressBar,
-    c: &mut Collector,
-    notes: &mut Vec<String>,
-) {
-    let jobs: Vec<ThroughputJob> = PAYLOADS
+/// Every throughput job: each payload and poster count, every system that
+/// runs with that many posters.
+fn throughput_jobs(plan: &Plan) -> Vec<Job> {
+    let (calibration, target) = (plan.calibration_messages, plan.throughput_run);
+    PAYLOADS
         .iter()
         .flat_map(|p| POSTERS.iter().map(move |n| (*p, *n)))
         .flat_map(|(payload, posters)| {
@@ -700,23 +1015,39 @@ fn throughput_section(
                 .into_iter()
                 .chain(Queue::FLOORS)
                 .filter(move |q| q.runs_with(posters))
-                .map(move |q| ThroughputJob {
-                    payload,
-                    posters,
-                    q,
-                })
+                .map(move |q| (payload, posters, q))
         })
-        .collect();
-    let spec = RunSection {
-        section: "throughput",
-        prefix: "throughput/",
-        rounds: plan.throughput_rounds,
-        calibration_messages: plan.calibration_messages,
-        run: plan.throughput_run,
-    };
-    run_section(&spec, deadline, pb, c, notes, &jobs);
-    // No poster waits for room here: a room wake would be a bug.
-    for m in c
+        .map(|(payload, posters, q)| {
+            let proto = throughput_measurement(q, &throughput_case(payload, posters), posters);
+            Job::moving(proto, calibration, target, move |n| match payload {
+                "u64" => q.run::<u64>(posters, n),
+                _ => q.run::<Event64>(posters, n),
+            })
+        })
+        .collect()
+}
+
+/// Every room job, with the consumer work every room job of the run shares.
+fn room_jobs(plan: &Plan, work: Work) -> Vec<Job> {
+    let (calibration, target) = (plan.room_calibration_messages, plan.room_run);
+    room::CAPACITIES
+        .iter()
+        .flat_map(|cap| room::POSTERS.iter().map(move |n| (*cap, *n)))
+        .flat_map(|(capacity, posters)| RoomSystem::ALL.map(|s| (capacity, posters, s)))
+        .map(|(capacity, posters, s)| {
+            let proto = room_measurement(s, capacity, posters);
+            Job::moving(proto, calibration, target, move |n| {
+                s.run(capacity, posters, n, work)
+            })
+        })
+        .collect()
+}
+
+/// No poster waits for room in the throughput cases: a room wake there
+/// would be a bug, noted.
+fn no_room_wakes_in_throughput(run: &mut Run) {
+    for m in run
+        .c
         .measurements
         .iter()
         .filter(|m| m.case.starts_with("throughput/"))
@@ -729,7 +1060,7 @@ fn throughput_section(
             .filter_map(|d| d.room_wakes_per_msg)
             .fold(0.0, f64::max);
         if worst > 0.0 {
-            notes.push(format!(
+            run.notes.push(format!(
                 "{} {}: {worst:.3} room wakes per event although no poster waits for room \
                  (non-blocking posts): the room signal woke someone it should not have",
                 m.system, m.case
@@ -738,556 +1069,74 @@ fn throughput_section(
     }
 }
 
-fn room_section(
-    plan: &Plan,
-    deadline: Instant,
-    pb: &ProgressBar,
-    c: &mut Collector,
-    notes: &mut Vec<String>,
-) {
-    let work = Work::calibrate(room::WORK_NS);
-    notes.push(format!(
-        "room: the consumer's work per event is {} black_box iterations ({:.0} ns measured at \
-         the start, calibrated to {:.0} ns), the same for every system; posters: {}",
-        work.iters,
-        work.ns_per_event(),
-        room::WORK_NS,
-        room::ROOM_POLICY
-    ));
-    let jobs: Vec<RoomJob> = room::CAPACITIES
-        .iter()
-        .flat_map(|cap| room::POSTERS.iter().map(move |n| (*cap, *n)))
-        .flat_map(|(capacity, posters)| {
-            RoomSystem::ALL.map(|s| RoomJob {
-                capacity,
-                posters,
-                s,
-                work,
-            })
-        })
-        .collect();
-    let spec = RunSection {
-        section: "room",
-        prefix: "room/",
-        rounds: plan.room_rounds,
-        calibration_messages: plan.room_calibration_messages,
-        run: plan.room_run,
-    };
-    run_section(&spec, deadline, pb, c, notes, &jobs);
-}
-
-/// What a section that moves events runs, besides its jobs.
-struct RunSection {
-    /// Its name in notes.
-    section: &'static str,
-    /// The start of all its case names.
-    prefix: &'static str,
-    /// Interleaved rounds after the calibration.
-    rounds: usize,
-    /// Events of each calibration run.
-    calibration_messages: u64,
-    /// Target wall time of one measured run.
-    run: Duration,
-}
-
-/// Calibrate every job (also the warm-up), then run `spec.rounds`
-/// interleaved rounds of all of them within `deadline`, in an order that
-/// rotates every round; leave the section's records in job order.
-fn run_section<J: RunJob>(
-    spec: &RunSection,
-    deadline: Instant,
-    pb: &ProgressBar,
-    c: &mut Collector,
-    notes: &mut Vec<String>,
-    jobs: &[J],
-) {
-    // The calibration counts against the section's share.
-    let mut clock = SectionClock::new(deadline);
-    let first = c.measurements.len();
-    // Calibration (also the warm-up): how many events make one run last
-    // `spec.run` for this system and case.
-    let mut sizes = Vec::new();
-    for &job in jobs {
-        pb.set_message(format!("calibrating {} {}", job.system(), job.case()));
-        match job.run(spec.calibration_messages) {
-            Ok(run) => {
-                let msgs =
-                    (run.ops_per_sec() * spec.run.as_secs_f64()).clamp(5_000.0, 200_000_000.0);
-                sizes.push((job, msgs as u64));
-            }
-            Err(e) => notes.push(format!(
-                "{} {}: calibration failed: {e}",
-                job.system(),
-                job.case()
-            )),
-        }
-        pb.inc(1);
-    }
-    clock.round_done(clock.start);
-    // The calibration is one round's worth of work, so it stands for the
-    // first measured round's duration.
-    let mut rounds_run = 0;
-    for round in 0..spec.rounds {
-        if !clock.may_start_round(round) {
-            break;
-        }
-        let round_start = Instant::now();
-        // Rotate the order every round so no system always runs first.
-        let k = sizes.len();
-        for i in 0..k {
-            if clock.must_cut(round) {
-                c.discard_round(round, |case| case.starts_with(spec.prefix));
-                notes.push(format!(
-                    "{}: round {} passed the time budget after {i} of {k} runs and was discarded",
-                    spec.section,
-                    round + 1
-                ));
-                // `skipped` counts the whole round as not run.
-                pb.set_position(pb.position().saturating_sub(i as u64));
-                break;
-            }
-            let slot = (i + round * 7) % k;
-            let (job, msgs) = sizes[slot];
-            let case = job.case();
-            pb.set_message(format!("round {} {} {}", round + 1, job.system(), case));
-            match job.run(msgs) {
-                Ok(run) => {
-                    sizes[slot].1 = resized(msgs, &run, spec.run);
-                    c.push(
-                        job.measurement(),
-                        round,
-                        run.ops_per_sec(),
-                        Some(Diagnostics {
-                            empty_polls_per_msg: run.empty_polls_per_msg(),
-                            full_refusals_per_msg: run.full_refusals_per_msg(),
-                            room_wakes_per_msg: run.room_wakes_per_msg(),
-                            same_cpu_share: run.same_cpu_share(),
-                        }),
-                    );
-                    if let Some(spread) = run.served_max_over_min {
-                        c.push(
-                            with_metric(job.measurement(), cno::FAIRNESS_METRIC),
-                            round,
-                            spread,
-                            None,
-                        );
-                    }
-                }
-                Err(e) => notes.push(format!("{} {case} round {}: {e}", job.system(), round + 1)),
-            }
-            pb.inc(1);
-        }
-        if clock.must_cut(round) {
-            break;
-        }
-        clock.round_done(round_start);
-        rounds_run += 1;
-    }
-    skipped(
-        pb,
-        notes,
-        spec.section,
-        rounds_run,
-        spec.rounds,
-        sizes.len(),
-    );
-    // Keep the table in case order then system order (the jobs' order),
-    // whatever order the rotated rounds first met them in.
-    let rank = |m: &Measurement| {
-        jobs.iter()
-            .position(|j| j.case() == m.case && j.system() == m.system)
-            .unwrap_or(usize::MAX)
-    };
-    c.measurements[first..].sort_by_cached_key(rank);
-}
-
-/// The event count of a job's next run, after a run of `msgs` events that
-/// took `run.elapsed`: cut to what lasts `target` at this run's rate when
-/// it took more than twice that, else unchanged. A calibration that met
-/// the VM in a fast phase (rates here move 5x between phases) would
-/// otherwise size every later run of that job for that phase, and a slow
-/// phase would then stretch a round past the section's budget. Never
-/// raised, so a round never grows past the calibrated one.
-fn resized(msgs: u64, run: &RunStats, target: Duration) -> u64 {
-    if run.elapsed <= target * 2 {
-        return msgs;
-    }
-    let fit = (run.ops_per_sec() * target.as_secs_f64()) as u64;
-    fit.clamp(5_000, msgs)
-}
-
-/// `m` for another metric of the same row (its unit and direction follow).
-fn with_metric(m: Measurement, metric: &str) -> Measurement {
-    let mut out = Measurement::new(&m.case, &m.system, m.role, &m.consumer, metric);
-    out.baseline = m.baseline;
-    out.threads = m.threads;
-    out.floor = m.floor;
-    out
-}
-
-fn skipped(
-    pb: &ProgressBar,
-    notes: &mut Vec<String>,
-    what: &str,
-    ran: usize,
-    planned: usize,
-    per_round: usize,
-) {
-    if ran < planned {
-        notes.push(format!(
-            "{what}: {ran} of {planned} rounds fitted in the time budget"
-        ));
-        pb.inc(((planned - ran) * per_round) as u64);
-    }
-}
-
-/// A latency section: its name in notes, its case, its interleaved rounds
-/// and the samples of each system per round.
-#[derive(Clone, Copy)]
-struct Latency {
-    section: &'static str,
-    case: &'static str,
-    rounds: usize,
-    samples: u64,
-}
-
-fn latency_section<S: LatencyJob>(
-    deadline: Instant,
-    pb: &ProgressBar,
-    c: &mut Collector,
-    notes: &mut Vec<String>,
-    what: Latency,
-    systems: &[S],
-) {
-    let mut clock = SectionClock::new(deadline);
-    let mut rounds_run = 0;
-    for round in 0..what.rounds {
-        if !clock.may_start_round(round) {
-            break;
-        }
-        let round_start = Instant::now();
-        for i in 0..systems.len() {
-            if clock.must_cut(round) {
-                c.discard_round(round, |case| case == what.case);
-                notes.push(format!(
-                    "{}: round {} passed the time budget after {i} of {} systems and was discarded",
-                    what.section,
-                    round + 1,
-                    systems.len()
-                ));
-                pb.set_position(pb.position().saturating_sub(i as u64));
-                break;
-            }
-            let sys = systems[(i + round) % systems.len()];
-            pb.set_message(format!(
-                "round {} {} {}",
-                round + 1,
-                what.section,
-                sys.name()
-            ));
-            match sys.measure(what.samples) {
-                Ok((h, diag)) => {
-                    for (metric, q) in [
-                        ("latency_p50_ns", 0.50),
-                        ("latency_p99_ns", 0.99),
-                        ("latency_p999_ns", 0.999),
-                    ] {
-                        c.push(
-                            sys.measurement(metric),
-                            round,
-                            h.value_at_quantile(q) as f64,
-                            diag,
-                        );
-                    }
-                }
-                Err(e) => notes.push(format!(
-                    "{} {} round {}: {e}",
-                    what.section,
-                    sys.name(),
-                    round + 1
-                )),
-            }
-            pb.inc(1);
-        }
-        if clock.must_cut(round) {
-            break;
-        }
-        clock.round_done(round_start);
-        rounds_run += 1;
-    }
-    skipped(
-        pb,
-        notes,
-        what.section,
-        rounds_run,
-        what.rounds,
-        systems.len(),
-    );
-    // Round 0 starts with the first system and pushes p50, p99, p99.9 in
-    // that order, so first-seen order is already the table order.
-}
-
-/// The trigger-cost cases: every (variant, EVD count, system) once per
-/// round, in an order that rotates every round; the records in job order.
-fn cno_trigger_section(
-    plan: &Plan,
-    deadline: Instant,
-    pb: &ProgressBar,
-    c: &mut Collector,
-    notes: &mut Vec<String>,
-) {
-    notes.push(
-        "cno: atomic read-modify-writes per trigger are a design figure, not a measurement: two \
-         beyond the post's reservation CAS while the waiter is awake (the slot word's CAS and the \
-         ready ring's reservation CAS, core/src/cno/engine.rs), plus the ready ring's wake when \
-         the waiter sleeps"
-            .into(),
-    );
-    let jobs = cno_trigger_jobs();
-    let k = jobs.len();
-    let first = c.measurements.len();
-    let mut clock = SectionClock::new(deadline);
-    let mut rounds_run = 0;
-    for round in 0..plan.cno_trigger_rounds {
-        if !clock.may_start_round(round) {
-            break;
-        }
-        let round_start = Instant::now();
-        for i in 0..k {
-            if clock.must_cut(round) {
-                c.discard_round(round, |case| case.starts_with("cno-trigger"));
-                notes.push(format!(
-                    "cno trigger: round {} passed the time budget after {i} of {k} runs and was discarded",
-                    round + 1
-                ));
-                pb.set_position(pb.position().saturating_sub(i as u64));
-                break;
-            }
-            let (v, n, s) = jobs[(i + round * 7) % k];
-            pb.set_message(format!("round {} {} {}", round + 1, s.name(), v.case(n)));
-            match s.cycle_ns(v, n, plan.cno_trigger_run) {
-                Ok(ns) => c.push(cno_trigger_measurement(v, n, s), round, ns, None),
-                Err(e) => notes.push(format!(
-                    "{} {} round {}: {e}",
-                    s.name(),
-                    v.case(n),
-                    round + 1
-                )),
-            }
-            pb.inc(1);
-        }
-        if clock.must_cut(round) {
-            break;
-        }
-        clock.round_done(round_start);
-        rounds_run += 1;
-    }
-    skipped(
-        pb,
-        notes,
-        "cno trigger",
-        rounds_run,
-        plan.cno_trigger_rounds,
-        k,
-    );
-    let rank = |m: &Measurement| {
-        jobs.iter()
-            .position(|&(v, n, s)| v.case(n) == m.case && s.name() == m.system)
-            .unwrap_or(usize::MAX)
-    };
-    c.measurements[first..].sort_by_cached_key(rank);
-}
-
-fn rearm_section(
-    plan: &Plan,
-    deadline: Instant,
-    pb: &ProgressBar,
-    c: &mut Collector,
-    notes: &mut Vec<String>,
-) {
-    notes.push(format!(
-        "rearm: each timed loop runs {} iterations per round, the kinds interleaved in the same \
-         rounds. `{}`: one arm() on an empty ring that is already armed (it loads the head, the \
-         head slot and the state word, and its one CAS installs the armed word it found: it \
-         succeeds, and no iteration disarms); `{}`: the same arm(), then one try_dequeue() that \
-         finds nothing; `{}`: a Relaxed load and one compare_exchange (AcqRel, as arm's) that \
-         succeeds, installing the word with its armed bit set, on a cache-padded AtomicU64 no \
-         other thread touches: one RMW per iteration, as the arm loop",
-        plan.rearm_iters,
-        RearmKind::EvdArm.name(),
-        RearmKind::ArmThenPoll.name(),
-        RearmKind::CasFloor.name(),
-    ));
-    let mut r = Rearm::new();
-    for k in RearmKind::ALL {
-        r.run(k, plan.rearm_iters / 4); // warm-up
-    }
-    let mut clock = SectionClock::new(deadline);
-    for round in 0..plan.rearm_rounds {
-        if !clock.may_start_round(round) {
-            pb.inc(((plan.rearm_rounds - round) * RearmKind::ALL.len()) as u64);
-            break;
-        }
-        let round_start = Instant::now();
-        for i in 0..RearmKind::ALL.len() {
-            let k = RearmKind::ALL[(i + round) % RearmKind::ALL.len()];
-            pb.set_message(format!("round {} re-arm {}", round + 1, k.name()));
-            let ns = r.time_ns(k, plan.rearm_iters);
-            c.push(rearm_measurement(k, "ns_per_rearm"), round, ns, None);
-            pb.inc(1);
-        }
-        clock.round_done(round_start);
-    }
-}
-
-/// The record skeleton of a re-arm row: every kind against evd's arm; in
-/// ns, the re-arms have the bare CAS as their floor.
-fn rearm_measurement(k: RearmKind, metric: &str) -> Measurement {
-    let mut m = single_thread_measurement(
-        "rearm",
-        k.name(),
-        k == RearmKind::EvdArm,
-        metric,
-        RearmKind::EvdArm.name(),
-    );
-    if k.is_floor() {
-        m.role = Role::Floor;
-    } else if metric == "ns_per_rearm" {
-        m.floor = Some(RearmKind::CasFloor.name().into());
-    }
-    m
-}
-
-fn pair_section(
-    plan: &Plan,
-    deadline: Instant,
-    pb: &ProgressBar,
-    c: &mut Collector,
-    notes: &mut Vec<String>,
-) {
-    let mut p = Pair::new();
-    let runs: Vec<(PairCalls, PairSystem)> = PairCalls::ALL
-        .iter()
-        .flat_map(|&c| PairSystem::ALL.iter().map(move |&s| (c, s)))
-        .collect();
-    for &(c, s) in &runs {
-        let _ = p.run(s, c, plan.pair_iters / 4); // warm-up
-    }
-    let mut clock = SectionClock::new(deadline);
-    let n = runs.len();
-    for round in 0..plan.pair_rounds {
-        if !clock.may_start_round(round) {
-            pb.inc(((plan.pair_rounds - round) * n) as u64);
-            notes.push(format!(
-                "{PAIR_CASE}: {round} of {} rounds fitted in the time budget",
-                plan.pair_rounds
-            ));
-            break;
-        }
-        let round_start = Instant::now();
-        for i in 0..n {
-            let (calls, s) = runs[(i + round) % n];
-            pb.set_message(format!("round {} {} {}", round + 1, calls.case(), s.name()));
-            match p.time_ns(s, calls, plan.pair_iters) {
-                Ok(ns) => c.push(
-                    single_thread_measurement(
-                        calls.case(),
-                        s.name(),
-                        s == PairSystem::Evd,
-                        "ns_per_pair",
-                        PairSystem::Evd.name(),
-                    ),
-                    round,
-                    ns,
-                    None,
-                ),
-                Err(e) => notes.push(format!("{} round {}: {e}", calls.case(), round + 1)),
-            }
-            pb.inc(1);
-        }
-        clock.round_done(round_start);
-    }
-}
-
-fn callgrind_section(
-    plan: &Plan,
-    started: Instant,
-    exe: Option<&Path>,
-    pb: &ProgressBar,
-    c: &mut Collector,
-    notes: &mut Vec<String>,
-) {
+/// Count instructions with callgrind: per re-arm of the counted kinds and
+/// per CNO cycle (and plain pair), each once, while the budget allows.
+fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mut Run) {
     let Some(exe) = exe else {
-        notes.push("re-arm and cno instructions: no path to this binary, callgrind skipped".into());
-        pb.inc((RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()) as u64);
+        run.notes
+            .push("re-arm and cno instructions: no path to this binary, callgrind skipped".into());
+        run.pb
+            .inc((RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()) as u64);
         return;
     };
-    for k in RearmKind::COUNTED {
-        pb.set_message(format!("callgrind {}", k.name()));
-        if started.elapsed() + CALLGRIND_ESTIMATE > plan.budget {
-            notes.push("re-arm instructions: out of time budget, callgrind skipped".into());
-            pb.inc(1);
-            continue;
-        }
-        match count_instructions(exe, k) {
-            Ok(insns) => c.push(
+    let counts = RearmKind::COUNTED
+        .map(|k| {
+            (
+                "re-arm",
                 rearm_measurement(k, "instructions_per_rearm"),
-                0,
-                insns,
-                None,
-            ),
-            Err(e) => notes.push(format!("re-arm instructions of {}: {e}", k.name())),
-        }
-        pb.inc(1);
-    }
-    for k in CnoInsnKind::ALL {
-        pb.set_message(format!("callgrind {}", k.name()));
+                vec!["rearm-insns", "--kind", k.cli_name()],
+            )
+        })
+        .into_iter()
+        .chain(CnoInsnKind::ALL.map(|k| {
+            (
+                "cno",
+                cno_insns_measurement(k),
+                vec!["cno-insns", "--kind", k.cli_name()],
+            )
+        }));
+    for (what, proto, mode) in counts {
+        run.pb.set_message(format!("callgrind {}", proto.system));
         if started.elapsed() + CALLGRIND_ESTIMATE > plan.budget {
-            notes.push("cno instructions: out of time budget, callgrind skipped".into());
-            pb.inc(1);
-            continue;
+            run.notes.push(format!(
+                "{what} instructions: out of time budget, callgrind skipped"
+            ));
+        } else {
+            match count_mode(exe, &mode) {
+                Ok(insns) => run.c.push(proto, 0, insns, None),
+                Err(e) => run
+                    .notes
+                    .push(format!("{what} instructions of {}: {e}", proto.system)),
+            }
         }
-        match count_mode(exe, &["cno-insns", "--kind", k.cli_name()]) {
-            Ok(insns) => c.push(cno_insns_measurement(k), 0, insns, None),
-            Err(e) => notes.push(format!("cno instructions of {}: {e}", k.name())),
-        }
-        pb.inc(1);
+        run.pb.inc(1);
     }
     let insns = |k: CnoInsnKind| {
-        c.measurements
+        run.c
+            .measurements
             .iter()
             .find(|m| m.case == cno::INSNS_CASE && m.system == k.name())
             .and_then(|m| m.rounds.first().copied().flatten())
     };
-    if let (Some(cycle), Some(plain)) =
-        (insns(CnoInsnKind::CnoCycle), insns(CnoInsnKind::PlainPair))
-    {
-        notes.push(format!(
+    let (cycle, bound, plain) = (
+        insns(CnoInsnKind::CnoCycle),
+        insns(CnoInsnKind::BoundPair),
+        insns(CnoInsnKind::PlainPair),
+    );
+    if let (Some(cycle), Some(plain)) = (cycle, plain) {
+        run.notes.push(format!(
             "cno instructions: a CNO cycle ({}) is {cycle:.1} instructions, {:.1} more than a \
              plain post+try_dequeue ({plain:.1})",
             CnoInsnKind::CnoCycle.name(),
             cycle - plain
         ));
     }
-    if let (Some(bound), Some(plain)) =
-        (insns(CnoInsnKind::BoundPair), insns(CnoInsnKind::PlainPair))
-    {
-        notes.push(format!(
-            "cno instructions: a post+try_dequeue on an EVD bound to a CNO but not enabled is              {bound:.1} instructions, against {plain:.1} on an unbound EVD"
+    if let (Some(bound), Some(plain)) = (bound, plain) {
+        run.notes.push(format!(
+            "cno instructions: a post+try_dequeue on an EVD bound to a CNO but not enabled is \
+             {bound:.1} instructions, against {plain:.1} on an unbound EVD"
         ));
     }
-}
-
-/// The record skeleton of a CNO instruction count: the CNO cycle is the
-/// reference, so the plain pair's ratio is plain ÷ cycle.
-fn cno_insns_measurement(k: CnoInsnKind) -> Measurement {
-    single_thread_measurement(
-        cno::INSNS_CASE,
-        k.name(),
-        true,
-        "instructions_per_cycle",
-        CnoInsnKind::CnoCycle.name(),
-    )
 }
 
 #[cfg(test)]
@@ -1336,10 +1185,10 @@ mod tests {
         assert_eq!(m.consumer, "blocking/batch");
         let m = throughput_measurement(Queue::EvdArmWait, "throughput/u64/2p", 2);
         assert_eq!(m.baseline, None);
-        let m = latency_measurement(WakeSystem::EvdWait, "latency_p50_ns");
+        let m = wake_measurement(WakeSystem::EvdWait, "latency_p50_ns");
         assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
         assert_eq!(m.role, Role::Evd);
-        let m = latency_measurement(WakeSystem::ParkFloor, "latency_p50_ns");
+        let m = wake_measurement(WakeSystem::ParkFloor, "latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
         let m = rearm_measurement(RearmKind::EvdArm, "ns_per_rearm");
         assert_eq!(m.floor.as_deref(), Some("floor: one uncontended CAS"));
@@ -1348,64 +1197,53 @@ mod tests {
         assert_eq!(m.floor, None);
         let m = rearm_measurement(RearmKind::CasFloor, "ns_per_rearm");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
-        let m = PingPongSystem::EvdBatch.measurement("latency_p99_ns");
+        let m = pingpong_measurement(PingPongSystem::EvdBatch, "latency_p99_ns");
         assert_eq!((m.case.as_str(), m.threads), (pingpong::CASE, 2));
         assert_eq!(m.baseline.as_deref(), Some("evd try_dequeue"));
         assert_eq!(m.floor.as_deref(), Some("floor: two atomics"));
         assert_eq!((m.role, m.consumer.as_str()), (Role::Evd, "busy/batch"));
-        let m = PingPongSystem::Floor.measurement("latency_p50_ns");
+        let m = pingpong_measurement(PingPongSystem::Floor, "latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
     }
 
     #[test]
     fn room_skeletons_carry_cases_threads_baselines_and_floors() {
-        let job = |s| RoomJob {
-            capacity: 64,
-            posters: 2,
-            s,
-            work: Work::fixed(1),
-        };
-        let m = job(RoomSystem::Flume).measurement();
+        let m = room_measurement(RoomSystem::Flume, 64, 2);
         assert_eq!(m.case, "room/cap64/2p");
         assert_eq!(m.threads, 3);
         assert_eq!(m.baseline.as_deref(), Some("evd post_blocking+dequeue"));
         assert_eq!((m.role, m.consumer.as_str()), (Role::Peer, "blocking/item"));
-        let m = job(RoomSystem::EvdBatchWait).measurement();
+        let m = room_measurement(RoomSystem::EvdBatchWait, 64, 2);
         assert_eq!((m.role, m.baseline), (Role::Evd, None));
-        let m = RoomWakeSystem::CrossbeamSend.measurement("latency_p50_ns");
+        let m = room_wake_measurement(RoomWakeSystem::CrossbeamSend, "latency_p50_ns");
         assert_eq!(m.case, ROOM_WAKE_CASE);
         assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
         assert_eq!(
             m.baseline.as_deref(),
             Some("evd post_blocking (park/unpark)")
         );
-        let m = RoomWakeSystem::ParkFloor.measurement("latency_p50_ns");
+        let m = room_wake_measurement(RoomWakeSystem::ParkFloor, "latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
     }
 
     #[test]
     fn cno_skeletons_carry_cases_threads_baselines_and_floors() {
-        let job = CnoThroughputJob {
-            evds: 256,
-            feed: Feed::Batches,
-            s: CnoSystem::Epoll,
-        };
-        let m = job.measurement();
+        let m = cno_throughput_measurement(CnoSystem::Epoll, 256, Feed::Batches);
         assert_eq!(m.case, "cno-throughput-batch/256");
         assert_eq!((m.threads, m.role), (3, Role::Peer));
         assert_eq!(m.baseline.as_deref(), Some(CnoSystem::EvdCno.name()));
-        let f = with_metric(m, cno::FAIRNESS_METRIC);
+        let f = with_metric(&m, cno::FAIRNESS_METRIC);
         assert_eq!((f.unit.as_str(), f.higher_is_better), ("ratio", false));
         assert_eq!(f.threads, 3);
         let m = cno_trigger_measurement(Variant::CrossThread, 1024, CnoSystem::Scan);
         assert_eq!(m.case, "cno-trigger-xthread/1024");
         assert_eq!((m.threads, m.unit.as_str()), (2, "ns"));
-        let m = CnoWakeSystem::EvdCno.measurement("latency_p50_ns");
+        let m = cno_wake_measurement(CnoWakeSystem::EvdCno, "latency_p50_ns");
         assert_eq!(m.floor.as_deref(), Some("floor: raw park/unpark"));
         assert_eq!(m.baseline.as_deref(), Some(CnoWakeSystem::EvdCno.name()));
-        let m = CnoWakeSystem::EvdWait.measurement("latency_p50_ns");
+        let m = cno_wake_measurement(CnoWakeSystem::EvdWait, "latency_p50_ns");
         assert_eq!((m.role, m.baseline), (Role::Evd, None));
-        let m = CnoWakeSystem::ParkFloor.measurement("latency_p50_ns");
+        let m = cno_wake_measurement(CnoWakeSystem::ParkFloor, "latency_p50_ns");
         assert_eq!((m.role, m.floor), (Role::Floor, None));
         let m = cno_insns_measurement(CnoInsnKind::PlainPair);
         assert_eq!(m.unit, "instructions");
@@ -1440,42 +1278,37 @@ mod tests {
     }
 
     #[test]
-    fn run_section_keeps_job_order_and_leaves_earlier_records_alone() {
-        let mut c = Collector::default();
-        c.push(
-            Measurement::new("earlier", "x", Role::Evd, "busy/item", "ops_per_sec"),
-            0,
-            1.0,
-            None,
-        );
-        let jobs: Vec<ThroughputJob> = [2, 1]
+    fn interleave_keeps_job_order_and_leaves_earlier_records_alone() {
+        let pb = ProgressBar::hidden();
+        let mut run = Run {
+            pb: &pb,
+            c: Collector::default(),
+            notes: Vec::new(),
+        };
+        let earlier = Measurement::new("earlier", "x", Role::Evd, "busy/item", "ops_per_sec");
+        run.c.push(earlier, 0, 1.0, None);
+        let jobs = [2, 1]
             .into_iter()
-            .flat_map(|posters| {
-                [Queue::Kanal, Queue::EvdSingle].map(|q| ThroughputJob {
-                    payload: "u64",
-                    posters,
-                    q,
+            .flat_map(|posters| [Queue::Kanal, Queue::EvdSingle].map(|q| (posters, q)))
+            .map(|(posters, q)| {
+                let proto = throughput_measurement(q, &throughput_case("u64", posters), posters);
+                Job::moving(proto, 2_000, Duration::from_millis(1), move |n| {
+                    q.run::<u64>(posters, n)
                 })
             })
             .collect();
-        let spec = RunSection {
-            section: "throughput",
-            prefix: "throughput/",
-            rounds: 2,
-            calibration_messages: 2_000,
-            run: Duration::from_millis(1),
-        };
-        let mut notes = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(30);
-        run_section(
-            &spec,
-            deadline,
-            &ProgressBar::hidden(),
-            &mut c,
-            &mut notes,
-            &jobs,
+        run.interleave(
+            &Rounds {
+                name: "throughput",
+                rounds: 2,
+                deadline,
+                stride: 7,
+            },
+            jobs,
         );
-        let got: Vec<(&str, &str)> = c
+        let got: Vec<(&str, &str)> = run
+            .c
             .measurements
             .iter()
             .map(|m| (m.case.as_str(), m.system.as_str()))
@@ -1489,8 +1322,9 @@ mod tests {
                 ("throughput/u64/1p", "kanal recv"),
                 ("throughput/u64/1p", "evd try_dequeue"),
             ],
-            "{notes:?}"
+            "{:?}",
+            run.notes
         );
-        assert!(c.measurements[1..].iter().all(|m| m.rounds.len() == 2));
+        assert!(run.c.measurements[1..].iter().all(|m| m.rounds.len() == 2));
     }
 }

@@ -30,7 +30,8 @@
 //!   EVDs, throughput and fairness over 16 and 256 busy EVDs, and its
 //!   instructions per cycle (callgrind).
 //! * [`compare`]: all of it interleaved round-robin within a time budget;
-//!   [`report`] and [`chart`] turn the result into a table, JSON and SVG.
+//!   [`report`] holds the records and evaluates the [`targets`] (data);
+//!   [`table`] writes them as Markdown and [`chart`] as SVG.
 //!   Every ratio points the same way: above 1 = evd better.
 //!
 //! ```
@@ -52,6 +53,8 @@ pub mod report;
 pub mod room;
 pub mod stamp_ring;
 pub mod stats;
+pub mod table;
+pub mod targets;
 pub mod throughput;
 
 use std::path::{Path, PathBuf};

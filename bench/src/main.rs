@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use evd_bench::cno::CnoInsnKind;
 use evd_bench::compare::{compare, Plan};
 use evd_bench::rearm::{Rearm, RearmKind};
-use evd_bench::{chart, report};
+use evd_bench::{chart, report, table};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -103,7 +103,7 @@ fn main() -> ExitCode {
             let report = compare(&plan, &command, exe.as_deref(), !no_progress);
             // The table output starts with the run and the machine, CPU
             // model first.
-            let md = report::markdown(&report);
+            let md = table::markdown(&report);
             println!("{md}");
             if let Err(e) = write_outputs(&report, &md, &dir) {
                 eprintln!("writing the report to {}: {e}", dir.display());

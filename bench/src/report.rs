@@ -1,12 +1,13 @@
 //! The comparison's results: records (one per case, system and metric), the
-//! targets, the machine, and their outputs: a Markdown table, `report.json`
-//! (schema in the workspace README, "`report.json` schema") and, through
-//! [`crate::chart`], an SVG.
+//! targets evaluated on them, the machine; serialized as `report.json`
+//! (schema in `bench/README.md`), drawn by [`crate::table`] (Markdown) and
+//! [`crate::chart`] (SVG).
 //!
 //! Every ratio in a record points the same way: **above 1 = evd better**
 //! ([`RATIO_CONVENTION`], [`crate::stats::ratio_to_evd`]).
 
 use crate::stats::{quotient, ratio_to_evd, Summary};
+use crate::targets::{Goal, Side, Target, TARGETS};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -32,32 +33,22 @@ pub enum Role {
     Floor,
 }
 
-/// One measured quantity of one system in one case, over the interleaved rounds.
+/// One measured quantity of one system in one case, over the interleaved
+/// rounds. Each field's values and meaning: the record table of
+/// `bench/README.md`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// What was measured: `throughput/<payload>/<N>p`,
-    /// `room/cap<capacity>/<N>p`, `wake-latency`, `room-wake-latency`,
-    /// `rearm`, `single-thread/pair`, `single-thread/pair-out-of-line`,
-    /// `pingpong/u64` (busy round trip), `cno-wake-latency`,
-    /// `cno-trigger/<N>`, `cno-trigger-xthread/<N>`, `cno-throughput/<N>`,
-    /// `cno-throughput-batch/<N>` (N bound EVDs) or `cno-insns`.
+    /// What was measured, e.g. `throughput/u64/1p`, `wake-latency`, `cno-trigger/16`.
     pub case: String,
     /// The system under test, e.g. `evd try_dequeue`, `tokio mpsc blocking_recv_many`.
     pub system: String,
     /// `evd`, `peer` or `floor`.
     pub role: Role,
-    /// How its consumer waits: `busy/item`, `busy/batch`, `blocking/item`,
-    /// `blocking/batch` (throughput and room), `blocking`, `async`, `epoll`,
-    /// `inline` (wake latency; `blocking` for the room-wake latency, where
-    /// the poster is the one that sleeps; `busy/item` or `busy/batch` in the
-    /// busy ping-pong), or `single-thread`.
+    /// How its consumer waits, e.g. `busy/item`, `blocking/batch`, `async`, `single-thread`.
     pub consumer: String,
-    /// `ops_per_sec`, `latency_p50_ns`, `latency_p99_ns`, `latency_p999_ns`,
-    /// `ns_per_rearm`, `instructions_per_rearm`, `ns_per_pair`,
-    /// `ns_per_cycle`, `served_max_over_min` or `instructions_per_cycle`.
+    /// The quantity, e.g. `ops_per_sec`, `latency_p50_ns`, `ns_per_rearm`.
     pub metric: String,
-    /// Unit of `median`, `min`, `max` and `rounds`: `ops/s`, `ns`,
-    /// `instructions` or `ratio` (`served_max_over_min`).
+    /// Unit of `median`, `min`, `max` and `rounds`: `ops/s`, `ns`, `instructions` or `ratio`.
     pub unit: String,
     /// True if more is better (throughput), false if less is (latency, cost).
     pub higher_is_better: bool,
@@ -69,48 +60,27 @@ pub struct Record {
     pub max: f64,
     /// Number of rounds that produced a value.
     pub samples: usize,
-    /// One value per interleaved round, by round number (`null`: that round
-    /// failed or did not run for this system). Round `i` of two records of
-    /// one section ran in the same pass.
+    /// One value per interleaved round, by round number (`None`: no value).
     pub rounds: Vec<Option<f64>>,
-    /// The evd system this record's ratio is taken against (same case,
-    /// metric and consumer style; an evd reference row names itself); `null`
-    /// for an evd variant that is no style's reference row (`evd
-    /// batch+arm+wait` is compared with the best notifying peer by a target
-    /// instead).
+    /// The evd system the ratio is taken against; `None` for an evd variant.
     pub baseline: Option<String>,
-    /// See [`RATIO_CONVENTION`]: above 1 = evd better; `null` without a
-    /// baseline or if its median is missing or 0.
+    /// See [`RATIO_CONVENTION`]: above 1 = evd better.
     pub ratio_to_evd: Option<f64>,
-    /// Threads the measurement runs (posters + consumer; 2 or 1 for wake
-    /// latency; 1 for single-thread cases).
+    /// Threads the measurement runs.
     pub threads: usize,
     /// `threads` > the logical CPUs available to the process.
     pub oversubscribed: bool,
-    /// The raw floor this figure cannot physically beat (a system name in
-    /// the same case and metric), or `null` where none applies.
+    /// The raw floor this figure cannot physically beat (a system of the same case).
     pub floor: Option<String>,
-    /// The median beats the floor's median in this run (is below it; above
-    /// it for a higher-is-better metric): the figure is noise, not a win.
-    /// `null` without a floor (or if the floor was not measured).
+    /// The median beats the floor's: the figure is noise, not a win.
     pub below_floor: Option<bool>,
-    /// Throughput and room only, per round: consumer receive calls that
-    /// returned no event, per event moved; `null` for consumers that only
-    /// call a blocking receive (and for other cases).
+    /// Per round: receive calls that returned no event, per event moved.
     pub empty_polls_per_msg: Option<Vec<Option<f64>>>,
-    /// Throughput only, per round: posts refused as full (and retried), per
-    /// event moved; `null` for the room cases (a blocking send's waits are
-    /// not visible) and other cases.
+    /// Per round: posts refused as full, per event moved.
     pub full_refusals_per_msg: Option<Vec<Option<f64>>>,
-    /// Throughput and room, evd rows only, per round: wakes evd sent to
-    /// posters waiting for room (`Query::room_wakes`), per event moved; 0
-    /// in the throughput cases, where no poster waits. `null` for peers and
-    /// other cases.
+    /// Per round, evd rows: wakes sent to posters waiting for room, per event moved.
     pub room_wakes_per_msg: Option<Vec<Option<f64>>>,
-    /// Throughput, room, CNO throughput and busy ping-pong only, per round:
-    /// share of the consumer's (ping-pong: the timing thread's) CPU samples
-    /// that found a running poster's (the echo thread's) latest sample on the
-    /// same CPU.
+    /// Per round: share of CPU samples that found a poster on the consumer's CPU.
     pub same_cpu_share: Option<Vec<Option<f64>>>,
 }
 
@@ -403,35 +373,27 @@ impl Machine {
     }
 }
 
-/// One of the issue's targets, evaluated on this run.
+/// One of the issue's targets ([`crate::targets`]), evaluated on this run.
+/// Each field's meaning: the target table of `bench/README.md`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TargetCheck {
-    /// What is compared, in the goal's own direction, e.g. `busy: evd
-    /// try_dequeue ÷ crossbeam ArrayQueue, ops/s, throughput/u64/1p`.
+    /// What is compared, in the goal's own direction.
     pub name: String,
-    /// The measured value from the medians of this run: a ratio of medians
-    /// (`unit` = `ratio`) or one median (`unit` = `ns`); `null` if a side is
-    /// missing.
+    /// The ratio of the medians (or one median); `None` if a side is missing.
     pub value: Option<f64>,
-    /// `ratio` or the unit of an absolute target (`ns`).
+    /// `ratio`.
     pub unit: String,
-    /// The goal, `>= G` or `<= G`, in the same direction as `value`.
+    /// `>= G` or `<= G`.
     pub goal: String,
-    /// Whether `value` meets the goal (`null` if not measured).
+    /// Whether `value` meets the goal.
     pub met: Option<bool>,
-    /// The same quantity per interleaved round (round `i` of each side),
-    /// `null` where a side has no value for that round.
+    /// The same quantity per interleaved round.
     pub rounds: Vec<Option<f64>>,
     /// In how many of the rounds with a value the goal was met.
     pub rounds_met: usize,
     /// Rounds with a value.
     pub rounds_measured: usize,
-    /// Why the figure may not mean what it seems: `oversubscribed: ...`,
-    /// `... below its floor: noise`, `met in k of n rounds`, and for the busy
-    /// targets `floor: stamp ring + 1 CAS per post ÷ ArrayQueue: x` and
-    /// `floor: stamp ring + 1 fetch_add per post ÷ ArrayQueue: x` (how far a
-    /// ring that pays evd's one CAS per post, or one fetch_add, got against
-    /// the same peer in the same run).
+    /// Why the figure may not mean what it seems.
     pub caveats: Vec<String>,
 }
 
@@ -463,56 +425,101 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-/// The goal of a target: at least or at most a value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Goal {
-    /// `value >= g`.
-    AtLeast(f64),
-    /// `value <= g`.
-    AtMost(f64),
+/// Evaluate every target of [`TARGETS`] on `records`, from the medians of
+/// this run. Each target's value is written in the goal's own direction (its
+/// name says which is divided by which).
+pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
+    TARGETS.iter().map(|t| evaluate(records, t)).collect()
 }
 
-impl Goal {
-    fn met(self, v: f64) -> bool {
-        match self {
-            Goal::AtLeast(g) => v >= g,
-            Goal::AtMost(g) => v <= g,
+/// The record a side of `t` reads and the side's name in the target's name.
+fn side(records: &[Record], t: &Target, s: Side) -> (Option<Record>, String) {
+    let pick = |case: &str, system: &str| find(records, case, system, t.metric).cloned();
+    let chosen = |r: Option<&Record>| r.map_or("not measured", |r| r.system.as_str()).to_owned();
+    match s {
+        Side::System(system) => (pick(t.case, system), system.into()),
+        Side::Named(name, system) => (pick(t.case, system), name.into()),
+        Side::At(name, system, case) => (pick(case, system), name.into()),
+        Side::Best(name, systems) => {
+            let best = systems
+                .iter()
+                .filter_map(|s| find(records, t.case, s, t.metric))
+                .max_by(|a, b| {
+                    let order = a.median.total_cmp(&b.median);
+                    if a.higher_is_better {
+                        order
+                    } else {
+                        order.reverse()
+                    }
+                });
+            (best.cloned(), format!("{name} ({})", chosen(best)))
         }
-    }
-
-    fn text(self) -> String {
-        match self {
-            Goal::AtLeast(g) => format!(">= {g}"),
-            Goal::AtMost(g) => format!("<= {g}"),
+        Side::WorstEmptyPolls(name, systems) => {
+            let rows: Vec<(&Record, &Vec<Option<f64>>, f64)> = systems
+                .iter()
+                .filter_map(|system| {
+                    let r = find(records, t.case, system, t.metric)?;
+                    let v = r.empty_polls_per_msg.as_ref()?;
+                    let values: Vec<f64> = v.iter().flatten().copied().collect();
+                    Some((r, v, Summary::of(&values)?.median))
+                })
+                .collect();
+            let worst = rows.iter().max_by(|a, b| a.2.total_cmp(&b.2));
+            // The worst row's record, its figures replaced by its empty polls,
+            // so that the target reads like any other absolute one.
+            let proxy = worst.map(|&(r, _, median)| {
+                let n = rows.iter().map(|(_, v, _)| v.len()).max().unwrap_or(0);
+                let rounds = (0..n)
+                    .map(|i| {
+                        rows.iter()
+                            .filter_map(|(_, v, _)| v.get(i).copied().flatten())
+                            .reduce(f64::max)
+                    })
+                    .collect();
+                Record {
+                    median,
+                    rounds,
+                    below_floor: None,
+                    ..r.clone()
+                }
+            });
+            let name = format!("{name} ({})", chosen(worst.map(|w| w.0)));
+            (proxy, name)
         }
     }
 }
 
-/// A target on `a`'s median alone (`b` = `None`, unit `unit`) or on the
-/// ratio of `a`'s median to `b`'s.
-fn target(
-    name: String,
-    a: Option<&Record>,
-    b: Option<Option<&Record>>,
-    unit: &str,
-    goal: Goal,
-) -> TargetCheck {
-    let (value, rounds) = match (a, b) {
+/// One target on `records`: `a`'s median alone, or the ratio of `a`'s to `b`'s.
+fn evaluate(records: &[Record], t: &Target) -> TargetCheck {
+    let (a, a_name) = side(records, t, t.a);
+    let b = t.b.map(|s| side(records, t, s));
+    let mut name = format!("{}: {a_name}", t.label);
+    if let Some((_, b_name)) = &b {
+        let _ = write!(name, " ÷ {b_name}");
+    }
+    let _ = write!(name, ", {}, {}", t.quantity, t.case);
+    if let Some(Side::At(_, _, case)) = t.b {
+        let _ = write!(name, " ÷ {case}");
+    }
+    let b_record = b.as_ref().and_then(|(r, _)| r.as_ref());
+    let (value, rounds) = match (&a, &b) {
         (Some(a), None) => (Some(a.median), a.rounds.clone()),
-        (Some(a), Some(Some(b))) => {
+        (Some(a), Some((Some(b), _))) => {
             let n = a.rounds.len().max(b.rounds.len());
             let at = |r: &Record, i: usize| r.rounds.get(i).copied().flatten();
-            let rounds = (0..n)
-                .map(|i| quotient(at(a, i)?, at(b, i)?))
-                .collect::<Vec<_>>();
+            let rounds = (0..n).map(|i| quotient(at(a, i)?, at(b, i)?)).collect();
             (quotient(a.median, b.median), rounds)
         }
         _ => (None, Vec::new()),
     };
+    let met = |v: f64| match t.goal {
+        Goal::AtLeast(g) => v >= g,
+        Goal::AtMost(g) => v <= g,
+    };
     let measured: Vec<f64> = rounds.iter().flatten().copied().collect();
-    let rounds_met = measured.iter().filter(|v| goal.met(**v)).count();
+    let rounds_met = measured.iter().filter(|v| met(**v)).count();
     let mut caveats = Vec::new();
-    let sides: Vec<&Record> = a.into_iter().chain(b.flatten()).collect();
+    let sides: Vec<&Record> = a.iter().chain(b_record).collect();
     if let Some(r) = sides.iter().find(|r| r.oversubscribed) {
         caveats.push(format!("oversubscribed: {} threads", r.threads));
     }
@@ -524,344 +531,29 @@ fn target(
     if value.is_some() && rounds_met != 0 && rounds_met != measured.len() {
         caveats.push(format!("met in {rounds_met} of {} rounds", measured.len()));
     }
+    let (floors, peer) = t.ceilings;
+    for floor in floors {
+        let ceiling = find(records, t.case, floor, t.metric);
+        if let Some(x) = ceiling
+            .zip(b_record)
+            .and_then(|(f, p)| quotient(f.median, p.median))
+        {
+            caveats.push(format!("{floor} ÷ {peer}: {x:.2}"));
+        }
+    }
     TargetCheck {
         name,
         value,
-        unit: unit.into(),
-        goal: goal.text(),
-        met: value.map(|v| goal.met(v)),
+        unit: "ratio".into(),
+        goal: match t.goal {
+            Goal::AtLeast(g) => format!(">= {g}"),
+            Goal::AtMost(g) => format!("<= {g}"),
+        },
+        met: value.map(met),
         rounds,
         rounds_met,
         rounds_measured: measured.len(),
         caveats,
-    }
-}
-
-/// The record with the best median among `systems` for `case` and `metric`.
-fn best<'a>(
-    records: &'a [Record],
-    case: &str,
-    metric: &str,
-    systems: &[&str],
-) -> Option<&'a Record> {
-    systems
-        .iter()
-        .filter_map(|s| find(records, case, s, metric))
-        .max_by(|a, b| {
-            let (x, y) = (a.median, b.median);
-            if a.higher_is_better {
-                x.total_cmp(&y)
-            } else {
-                y.total_cmp(&x)
-            }
-        })
-}
-
-/// The notifying peers of the blocking target: every row of std
-/// sync_channel, thingbuf, kanal and crossbeam-channel (item and batch
-/// consumers alike; the best one counts).
-pub const NOTIFYING_PEERS: [&str; 5] = [
-    "std sync_channel recv",
-    "thingbuf mpsc recv",
-    "kanal recv",
-    "crossbeam-channel recv",
-    "crossbeam-channel try_iter+recv",
-];
-
-/// Evaluate the issue's targets on `records`, from the medians of this run.
-/// Each target's value is written in the goal's own direction (its name says
-/// which is divided by which).
-pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
-    const RMW_FLOORS: [&str; 2] = [
-        "floor: stamp ring + 1 CAS per post",
-        "floor: stamp ring + 1 fetch_add per post",
-    ];
-    let ops = "ops_per_sec";
-    let mut out = Vec::new();
-    let busy = |label: &str, case: &str, goal: f64| {
-        let peer = find(records, case, "crossbeam ArrayQueue", ops);
-        let mut t = target(
-            format!("{label}: evd try_dequeue ÷ crossbeam ArrayQueue, ops/s, {case}"),
-            find(records, case, "evd try_dequeue", ops),
-            Some(peer),
-            "ratio",
-            Goal::AtLeast(goal),
-        );
-        // What a ring that pays one CAS per post, as evd's reservation does,
-        // or one fetch_add, reached against the same peer in the same run.
-        for floor in RMW_FLOORS {
-            let ceiling = find(records, case, floor, ops);
-            if let (Some(f), Some(p)) = (ceiling, peer) {
-                if let Some(x) = quotient(f.median, p.median) {
-                    t.caveats.push(format!("{floor} ÷ ArrayQueue: {x:.2}"));
-                }
-            }
-        }
-        t
-    };
-    for (payload, posters, goal) in [
-        ("u64", 1, 2.0),
-        ("u64", 2, 2.5),
-        ("event64", 1, 1.5),
-        ("event64", 2, 1.5),
-    ] {
-        out.push(busy(
-            "busy",
-            &format!("throughput/{payload}/{posters}p"),
-            goal,
-        ));
-    }
-    for posters in [1, 2] {
-        let case = format!("throughput/u64/{posters}p");
-        let own = best(
-            records,
-            &case,
-            ops,
-            &["evd try_dequeue", "evd dequeue_batch"],
-        );
-        out.push(target(
-            format!(
-                "blocking vs busy: evd batch+wait ÷ best busy evd row ({}), ops/s, {case}",
-                own.map_or("not measured", |r| r.system.as_str())
-            ),
-            find(records, &case, "evd batch+wait", ops),
-            Some(own),
-            "ratio",
-            Goal::AtLeast(0.9),
-        ));
-        let peer = best(records, &case, ops, &NOTIFYING_PEERS);
-        let peer_name = peer.map_or("not measured", |r| r.system.as_str());
-        out.push(target(
-            format!("blocking vs peers: evd batch+wait ÷ best notifying peer ({peer_name}), ops/s, {case}"),
-            find(records, &case, "evd batch+wait", ops),
-            Some(peer),
-            "ratio",
-            Goal::AtLeast(1.5),
-        ));
-        // The two loops a blocking consumer writes, against the same best
-        // peer: the README's (`wait(1)` when a batch is empty) and the one
-        // that calls `arm()` itself after every empty batch.
-        for (label, system) in [
-            ("README loop", "evd batch+wait"),
-            ("explicit-arm loop", "evd batch+arm+wait"),
-        ] {
-            out.push(target(
-                format!("{label}: {system} ÷ best notifying peer ({peer_name}), ops/s, {case}"),
-                find(records, &case, system, ops),
-                Some(peer),
-                "ratio",
-                Goal::AtLeast(1.4),
-            ));
-        }
-    }
-    // Issue 30: the busy rows against ArrayQueue, and how often the evd
-    // consumers (busy and blocking) find nothing.
-    for payload in ["u64", "event64"] {
-        for posters in [1, 2] {
-            let case = format!("throughput/{payload}/{posters}p");
-            out.push(busy("issue 30, busy", &case, 1.4));
-            for (label, blocking) in [("busy", false), ("blocking", true)] {
-                let rows: Vec<&str> = crate::throughput::Queue::ALL
-                    .iter()
-                    .filter(|q| q.is_evd() && q.style().label().starts_with("blocking") == blocking)
-                    .map(|q| q.name())
-                    .collect();
-                out.push(empty_polls_target(records, &case, label, &rows, 0.05));
-            }
-        }
-    }
-    for pair in ["single-thread/pair", "single-thread/pair-out-of-line"] {
-        out.push(target(
-            format!("single thread: evd post+try_dequeue ÷ crossbeam ArrayQueue push+pop, ns per pair (time ratio), {pair}"),
-            find(records, pair, "evd post+try_dequeue", "ns_per_pair"),
-            Some(find(records, pair, "crossbeam ArrayQueue push+pop", "ns_per_pair")),
-            "ratio",
-            Goal::AtMost(0.65),
-        ));
-    }
-    out.push(target(
-        "arm(): evd arm (one CAS) ÷ floor: one uncontended CAS, ns per re-arm, rearm".into(),
-        find(records, "rearm", "evd arm (one CAS)", "ns_per_rearm"),
-        Some(find(
-            records,
-            "rearm",
-            "floor: one uncontended CAS",
-            "ns_per_rearm",
-        )),
-        "ratio",
-        Goal::AtMost(1.2),
-    ));
-    out.push(target(
-        "arm(): evd arm (one CAS) ÷ arm, then poll again, instructions per re-arm, rearm".into(),
-        find(
-            records,
-            "rearm",
-            "evd arm (one CAS)",
-            "instructions_per_rearm",
-        ),
-        Some(find(
-            records,
-            "rearm",
-            "arm, then poll again",
-            "instructions_per_rearm",
-        )),
-        "ratio",
-        Goal::AtMost(0.5),
-    ));
-    out.push(target(
-        "wake: evd wait (park/unpark) ÷ floor: raw park/unpark, p50 ns, wake-latency".into(),
-        find(
-            records,
-            "wake-latency",
-            "evd wait (park/unpark)",
-            "latency_p50_ns",
-        ),
-        Some(find(
-            records,
-            "wake-latency",
-            "floor: raw park/unpark",
-            "latency_p50_ns",
-        )),
-        "ratio",
-        Goal::AtMost(1.1),
-    ));
-    out.push(target(
-        "room wake: evd post_blocking (park/unpark) ÷ floor: raw park/unpark, p50 ns, room-wake-latency"
-            .into(),
-        find(
-            records,
-            "room-wake-latency",
-            "evd post_blocking (park/unpark)",
-            "latency_p50_ns",
-        ),
-        Some(find(
-            records,
-            "room-wake-latency",
-            "floor: raw park/unpark",
-            "latency_p50_ns",
-        )),
-        "ratio",
-        Goal::AtMost(1.1),
-    ));
-    let pp = crate::pingpong::CASE;
-    for (peer, goal) in [("floor: two atomics", 1.1), ("rtrb pop", 0.8)] {
-        out.push(target(
-            format!("busy ping-pong: evd try_dequeue ÷ {peer}, p50 ns, {pp}"),
-            find(records, pp, "evd try_dequeue", "latency_p50_ns"),
-            Some(find(records, pp, peer, "latency_p50_ns")),
-            "ratio",
-            Goal::AtMost(goal),
-        ));
-    }
-    cno_targets(records, &mut out);
-    out
-}
-
-/// A target on the empty polls per event of the worst of `systems` (their
-/// `ops_per_sec` records in `case`): the highest median names the row, and
-/// each round's value is that round's highest.
-fn empty_polls_target(
-    records: &[Record],
-    case: &str,
-    label: &str,
-    systems: &[&str],
-    goal: f64,
-) -> TargetCheck {
-    let rows: Vec<(&Record, &Vec<Option<f64>>, f64)> = systems
-        .iter()
-        .filter_map(|sys| {
-            let r = find(records, case, sys, "ops_per_sec")?;
-            let v = r.empty_polls_per_msg.as_ref()?;
-            let values: Vec<f64> = v.iter().flatten().copied().collect();
-            Some((r, v, Summary::of(&values)?.median))
-        })
-        .collect();
-    let worst = rows.iter().max_by(|a, b| a.2.total_cmp(&b.2));
-    // The worst row's record, its figures replaced by its empty polls, so
-    // that the target reads like any other absolute one.
-    let proxy = worst.map(|&(r, _, median)| {
-        let n = rows.iter().map(|(_, v, _)| v.len()).max().unwrap_or(0);
-        let rounds = (0..n)
-            .map(|i| {
-                rows.iter()
-                    .filter_map(|(_, v, _)| v.get(i).copied().flatten())
-                    .reduce(f64::max)
-            })
-            .collect();
-        Record {
-            median,
-            rounds,
-            below_floor: None,
-            ..r.clone()
-        }
-    });
-    target(
-        format!(
-            "issue 30, empty polls: worst evd {label} row ({}), empty polls per event, {case}",
-            worst.map_or("not measured", |(r, _, _)| r.system.as_str())
-        ),
-        proxy.as_ref(),
-        None,
-        "ratio",
-        Goal::AtMost(goal),
-    )
-}
-
-/// The CNO's targets: its wake at the park/unpark floor, a trigger cycle
-/// that does not grow with the bound EVDs and beats a scan, fairness under
-/// saturation.
-fn cno_targets(records: &[Record], out: &mut Vec<TargetCheck>) {
-    use crate::cno::{CnoSystem, CnoWakeSystem, Feed, Variant, CYCLE_METRIC, FAIRNESS_METRIC};
-    let wake = crate::cno::WAKE_CASE;
-    out.push(target(
-        format!(
-            "cno wake: {} ÷ {}, p50 ns, {wake}",
-            CnoWakeSystem::EvdCno.name(),
-            CnoWakeSystem::ParkFloor.name()
-        ),
-        find(
-            records,
-            wake,
-            CnoWakeSystem::EvdCno.name(),
-            "latency_p50_ns",
-        ),
-        Some(find(
-            records,
-            wake,
-            CnoWakeSystem::ParkFloor.name(),
-            "latency_p50_ns",
-        )),
-        "ratio",
-        Goal::AtMost(1.1),
-    ));
-    let evd = CnoSystem::EvdCno.name();
-    let scan = CnoSystem::Scan.name();
-    for v in Variant::ALL {
-        let (one, most) = (v.case(1), v.case(1024));
-        out.push(target(
-            format!("cno trigger: evd Cno at 1024 EVDs ÷ at 1 EVD, ns per cycle, {most} ÷ {one}"),
-            find(records, &most, evd, CYCLE_METRIC),
-            Some(find(records, &one, evd, CYCLE_METRIC)),
-            "ratio",
-            Goal::AtMost(1.5),
-        ));
-        out.push(target(
-            format!("cno trigger: {scan} ÷ evd Cno, ns per cycle, {most}"),
-            find(records, &most, scan, CYCLE_METRIC),
-            Some(find(records, &most, evd, CYCLE_METRIC)),
-            "ratio",
-            Goal::AtLeast(10.0),
-        ));
-    }
-    for n in crate::cno::THROUGHPUT_EVDS {
-        let case = Feed::Batches.case(n);
-        out.push(target(
-            format!("cno fairness: evd Cno, most ÷ fewest events served per EVD, {case}"),
-            find(records, &case, evd, FAIRNESS_METRIC),
-            None,
-            "ratio",
-            Goal::AtMost(1.1),
-        ));
     }
 }
 
@@ -885,583 +577,48 @@ pub fn format_value(v: f64, unit: &str) -> String {
     }
 }
 
-fn format_ratio(r: &Record) -> String {
-    match (&r.baseline, r.ratio_to_evd) {
-        (None, _) => "— (evd variant)".into(),
-        (Some(b), _) if *b == r.system => "1.00× (reference)".into(),
-        (Some(b), Some(x)) => format!("{x:.2}× (vs {b})"),
-        (Some(b), None) => format!("n/a (vs {b})"),
-    }
-}
-
-/// The sentence that states a table's ratio direction.
-pub fn ratio_sentence(higher_is_better: bool, unit: &str) -> String {
-    if higher_is_better {
-        format!("ratio = evd ÷ peer ({unit}, medians of this run): **above 1 = evd faster**")
-    } else {
-        format!(
-            "ratio = peer ÷ evd ({unit}, medians of this run): **above 1 = evd faster or cheaper**"
-        )
-    }
-}
-
-/// The report as Markdown: a line that names the run and the machine (CPU
-/// model first), tables, one per case, the targets and the notes.
-pub fn markdown(report: &Report) -> String {
-    let mut s = String::new();
-    let m = &report.machine;
-    let _ =
-        writeln!(
-        s,
-        "evd-bench compare{} on CPU {}, {} logical CPUs{}, kernel {}, load average {} at start \
-         and {} at end, {:.1} s\n",
-        if report.quick { " --quick" } else { "" },
-        m.cpu_line(),
-        m.logical_cpus,
-        if m.hypervisor { " (under a hypervisor)" } else { "" },
-        m.kernel,
-        m.load_average,
-        m.load_average_end,
-        report.duration_s
-    );
-    let cpus = report.machine.logical_cpus;
-    let mut cases: Vec<&str> = Vec::new();
-    for r in &report.records {
-        if !cases.contains(&r.case.as_str()) {
-            cases.push(&r.case);
-        }
-    }
-    let mut cno_trigger_done = false;
-    for case in cases {
-        let rows: Vec<&Record> = report.records.iter().filter(|r| r.case == case).collect();
-        if case.starts_with("cno-trigger") {
-            // One table for every trigger-cost case.
-            if !cno_trigger_done {
-                let all: Vec<&Record> = report
-                    .records
-                    .iter()
-                    .filter(|r| r.case.starts_with("cno-trigger"))
-                    .collect();
-                cno_trigger_table(&mut s, &all, cpus);
-                cno_trigger_done = true;
-            }
-        } else if case == crate::cno::WAKE_CASE {
-            latency_table(
-                &mut s,
-                case,
-                "post → the CNO waiter's wait returning the key",
-                &rows,
-                cpus,
-            );
-        } else if case.starts_with("cno-throughput") {
-            cno_throughput_table(&mut s, case, &rows, cpus);
-        } else if case == crate::pingpong::CASE {
-            percentile_table(
-                &mut s,
-                &format!("{case} (round trip of two busy-polling threads; median of rounds [min – max])"),
-                "Two queues of capacity 1024 (A→B, B→A): one thread sends a u64 and polls until it \
-                 comes back, the other polls and sends it back; both poll without ever sleeping \
-                 (spin, and yield after 64 empty polls in a row), nothing is pinned, and each run \
-                 starts with 2000 unrecorded round trips. Every row is compared with `evd \
-                 try_dequeue`. The floor is two atomics on separate cache lines, each thread \
-                 spinning on the other's: a figure below it is noise. Same CPU = share of CPU \
-                 samples that found both threads on one CPU (median over rounds, with (slowest \
-                 round → fastest round)): two busy threads on one CPU take turns, and their round \
-                 trip is then a time slice.",
-                &rows,
-                cpus,
-            );
-        } else if case == "wake-latency" {
-            latency_table(&mut s, case, "post → consumer running", &rows, cpus);
-        } else if case == "room-wake-latency" {
-            latency_table(
-                &mut s,
-                case,
-                "consumer's dequeue that frees the slot → blocked poster running",
-                &rows,
-                cpus,
-            );
-        } else if case.starts_with("throughput/") {
-            throughput_table(&mut s, case, &rows, cpus, &report.poster_policy);
-        } else if case.starts_with("room/") {
-            room_table(&mut s, case, &rows, cpus);
-        } else {
-            generic_table(&mut s, case, &rows, cpus);
-        }
-    }
-    if !report.targets.is_empty() {
-        let _ = writeln!(
-            s,
-            "### targets\n\nEach value is computed from this run's medians in the direction its goal is \
-             stated in (the name says what is divided by what); `rounds` counts the interleaved rounds \
-             whose own ratio meets the goal.\n\n\
-             | target | measured | goal | met | rounds | caveats |\n|---|---|---|---|---|---|"
-        );
-        for t in &report.targets {
-            let met = match t.met {
-                Some(true) => "yes",
-                Some(false) => "**no**",
-                None => "not measured",
-            };
-            let v = t.value.map_or_else(
-                || "n/a".into(),
-                |v| {
-                    if t.unit == "ratio" {
-                        format!("{v:.2}")
-                    } else {
-                        format_value(v, &t.unit)
-                    }
-                },
-            );
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} of {} | {} |",
-                t.name,
-                v,
-                t.goal,
-                met,
-                t.rounds_met,
-                t.rounds_measured,
-                t.caveats.join("; ")
-            );
-        }
-        s.push('\n');
-    }
-    for n in &report.notes {
-        let _ = writeln!(s, "note: {n}");
-    }
-    s
-}
-
-fn threads_cell(r: &Record) -> String {
-    if r.oversubscribed {
-        format!("{} (oversubscribed)", r.threads)
-    } else {
-        r.threads.to_string()
-    }
-}
-
-fn oversubscription_sentence(rows: &[&Record], cpus: usize) -> String {
-    match rows.iter().find(|r| r.oversubscribed) {
-        Some(r) => format!(
-            " **Oversubscribed**: {} threads on {cpus} CPUs, so threads take turns on a CPU.",
-            r.threads
-        ),
-        None => String::new(),
-    }
-}
-
-/// Index of the slowest and the fastest round of a record (the lowest and
-/// the highest value of a throughput record, the other way round for a
-/// latency).
-fn extreme_rounds(r: &Record) -> Option<(usize, usize)> {
-    let valid = r
-        .rounds
-        .iter()
-        .enumerate()
-        .filter_map(|(i, v)| Some((i, (*v)?)));
-    let low = valid.clone().min_by(|a, b| a.1.total_cmp(&b.1))?.0;
-    let high = valid.max_by(|a, b| a.1.total_cmp(&b.1))?.0;
-    Some(if r.higher_is_better {
-        (low, high)
-    } else {
-        (high, low)
-    })
-}
-
-/// `median (slowest → fastest round)` of a per-round diagnostic.
-fn diag_cell(
-    r: &Record,
-    per_round: &Option<Vec<Option<f64>>>,
-    fmt: &dyn Fn(f64) -> String,
-) -> String {
-    let Some(v) = per_round else {
-        return "not countable".into();
-    };
-    let values: Vec<f64> = v.iter().flatten().copied().collect();
-    let Some(s) = Summary::of(&values) else {
-        return "n/a".into();
-    };
-    let at = |i: usize| v.get(i).copied().flatten().map_or("n/a".into(), fmt);
-    match extreme_rounds(r) {
-        Some((slow, fast)) if slow != fast => {
-            format!("{} ({} → {})", fmt(s.median), at(slow), at(fast))
-        }
-        _ => fmt(s.median),
-    }
-}
-
-fn throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize, policy: &str) {
-    let _ = writeln!(
-        s,
-        "### {case}\n\n{}. Each row is compared with the evd row of its consumer style (vs). \
-         Posters: {policy}.{}{}\n\
-         Diagnostics are medians over rounds, with (slowest round → fastest round): empty polls = \
-         consumer receive calls that returned nothing, per event (\"not countable\": the consumer \
-         only calls a blocking receive); full = posts refused as full, per event; room wakes = wakes \
-         evd sent to posters waiting for room, per event (evd rows; no poster waits here, so it is \
-         0: these evd rows are the no-waiter cost of the room signal); same CPU = share of CPU \
-         samples with a poster on the consumer's CPU.\n\n\
-         | system | consumer | median | min – max | empty polls/msg | full/msg | room wakes/msg | same CPU | threads | ratio |\n\
-         |---|---|---|---|---|---|---|---|---|---|",
-        ratio_sentence(true, "ops/s"),
-        oversubscription_sentence(rows, cpus),
-        if rows.iter().any(|r| r.role == Role::Floor) {
-            " The floor rows are rings of evd's slot layout that only move events: one with a \
-             single poster and no read-modify-write (1-poster cases only), one whose posters \
-             reserve with one CAS on a shared tail, as evd's reservation does, and one whose \
-             posters reserve with one fetch_add on it (a ticket taken cannot be handed back, so \
-             its posters wait for room instead of retrying): what a ring of these slots, and \
-             one that reserves with an RMW, reached in this run (their ratio is evd ÷ floor)."
-        } else {
-            ""
-        },
-    );
-    let num = |x: f64| format!("{x:.3}");
-    let pct = |x: f64| format!("{:.0} %", x * 100.0);
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} – {} | {} | {} | {} | {} | {} | {} |",
-            r.system,
-            r.consumer,
-            format_value(r.median, &r.unit),
-            format_value(r.min, &r.unit),
-            format_value(r.max, &r.unit),
-            diag_cell(r, &r.empty_polls_per_msg, &num),
-            diag_cell(r, &r.full_refusals_per_msg, &num),
-            room_wakes_cell(r),
-            diag_cell(r, &r.same_cpu_share, &pct),
-            threads_cell(r),
-            format_ratio(r),
-        );
-    }
-    s.push('\n');
-}
-
-/// The room wakes per event of an evd row; `—` for a peer (not visible).
-fn room_wakes_cell(r: &Record) -> String {
-    if r.room_wakes_per_msg.is_none() && r.role != Role::Evd {
-        return "—".into();
-    }
-    diag_cell(r, &r.room_wakes_per_msg, &|x| format!("{x:.3}"))
-}
-
-fn room_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
-    let _ = writeln!(
-        s,
-        "### {case}\n\n{}. Each row is compared with the evd row of its consumer style (vs). \
-         Posters wait for room: {}; the ring is full most of the time, so posters sleep and the \
-         consumer wakes them (the work per event is in the notes).{}\n\
-         Diagnostics are medians over rounds, with (slowest round → fastest round): room wakes = \
-         wakes evd sent to posters waiting for room, per event (evd rows; \"—\": a peer's wakes are \
-         not visible); empty polls = batch calls that returned nothing, per event; same CPU = share \
-         of CPU samples with a poster on the consumer's CPU. The cost of the room signal while no \
-         poster waits is in the evd rows of the throughput/ tables (room wakes 0 there).\n\n\
-         | system | consumer | median | min – max | room wakes/msg | empty polls/msg | same CPU | threads | ratio |\n\
-         |---|---|---|---|---|---|---|---|---|",
-        ratio_sentence(true, "ops/s"),
-        crate::room::ROOM_POLICY,
-        oversubscription_sentence(rows, cpus),
-    );
-    let num = |x: f64| format!("{x:.3}");
-    let pct = |x: f64| format!("{:.0} %", x * 100.0);
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} – {} | {} | {} | {} | {} | {} |",
-            r.system,
-            r.consumer,
-            format_value(r.median, &r.unit),
-            format_value(r.min, &r.unit),
-            format_value(r.max, &r.unit),
-            room_wakes_cell(r),
-            diag_cell(r, &r.empty_polls_per_msg, &num),
-            diag_cell(r, &r.same_cpu_share, &pct),
-            threads_cell(r),
-            format_ratio(r),
-        );
-    }
-    s.push('\n');
-}
-
-/// `median [min – max]` of a record.
-fn spread_cell(r: &Record) -> String {
-    format!(
-        "{} [{} – {}]",
-        format_value(r.median, &r.unit),
-        format_value(r.min, &r.unit),
-        format_value(r.max, &r.unit)
-    )
-}
-
-/// Every trigger-cost case in one table: a row per variant and system, a
-/// column per bound-EVD count.
-fn cno_trigger_table(s: &mut String, rows: &[&Record], cpus: usize) {
-    use crate::cno::{Variant, TRIGGER_EVDS};
-    let _ = writeln!(
-        s,
-        "### cno-trigger (ns per cycle: a post to a random enabled EVD → the waiter takes it, \
-         drains it and re-enables it; median of rounds [min – max] (ratio))\n\n\
-         {}, each against the evd Cno row of its column. N = bound EVDs. single-thread: post, \
-         then one pass of the waiter on the same thread; cross-thread: the harness posts, then \
-         spins until the waiter, on its own thread, has served the event (a ping-pong: the next \
-         post follows the acknowledgement at once, within the waiter's spin budget unless a \
-         thread is descheduled).{}\n",
-        ratio_sentence(false, "ns"),
-        oversubscription_sentence(rows, cpus),
-    );
-    let mut head = String::from("| variant | system |");
-    let mut rule = String::from("|---|---|");
-    for n in TRIGGER_EVDS {
-        let _ = write!(head, " N = {n} |");
-        rule.push_str("---|");
-    }
-    let _ = writeln!(s, "{head} threads |\n{rule}---|");
-    for v in Variant::ALL {
-        let mut systems: Vec<&str> = Vec::new();
-        for r in rows.iter().filter(|r| r.case.starts_with(v.prefix())) {
-            if !systems.contains(&r.system.as_str()) {
-                systems.push(&r.system);
-            }
-        }
-        for sys in systems {
-            let mut line = format!("| {} | {sys} |", v.label());
-            let mut threads = String::new();
-            for n in TRIGGER_EVDS {
-                let case = v.case(n);
-                match rows.iter().find(|r| r.case == case && r.system == sys) {
-                    Some(r) => {
-                        let ratio = match (&r.baseline, r.ratio_to_evd) {
-                            (Some(b), _) if *b == r.system => "reference".to_string(),
-                            (_, Some(x)) => format!("{x:.2}×"),
-                            _ => "n/a".into(),
-                        };
-                        let _ = write!(line, " {} ({ratio}) |", spread_cell(r));
-                        threads = threads_cell(r);
-                    }
-                    None => line.push_str(" n/a |"),
-                }
-            }
-            let _ = writeln!(s, "{line} {threads} |");
-        }
-    }
-    s.push('\n');
-}
-
-/// A CNO throughput case: events/s with the spread of events served per EVD
-/// and the diagnostics.
-fn cno_throughput_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
-    let feed = if case.starts_with("cno-throughput-batch/") {
-        "each poster posts batches of up to 16 events (one post_batch) to the next EVD in turn, \
-         so that posters outrun the waiter (saturation; full/msg shows how often an EVD was full)"
-    } else {
-        "each poster posts one event at a time to the next EVD in turn"
-    };
-    let _ = writeln!(
-        s,
-        "### {case} (one waiter, {} poster threads; N = bound EVDs)\n\n{}. Posters: {feed}; \
-         a poster moves to the next EVD after a refusal as after a post, so an EVD the waiter \
-         neglects stays full and gets nothing. served max/min = the most events the waiter \
-         served from one EVD over the fewest from another, over the run (1 = even). \
-         Diagnostics are medians over rounds, with (slowest round → fastest round): full = \
-         posts (post_batch calls) refused as full, per event; empty polls = drains that found \
-         nothing, per event; same CPU = share of CPU samples with a poster on the waiter's \
-         CPU.{}\n\n\
-         | system | consumer | median | min – max | served max/min | full/msg | empty polls/msg | same CPU | threads | ratio |\n\
-         |---|---|---|---|---|---|---|---|---|---|",
-        crate::cno::THROUGHPUT_POSTERS,
-        ratio_sentence(true, "ops/s"),
-        oversubscription_sentence(rows, cpus),
-    );
-    let num = |x: f64| format!("{x:.3}");
-    let pct = |x: f64| format!("{:.0} %", x * 100.0);
-    for r in rows.iter().filter(|r| r.metric == "ops_per_sec") {
-        let spread = rows
-            .iter()
-            .find(|f| f.system == r.system && f.metric == crate::cno::FAIRNESS_METRIC)
-            .map_or_else(|| "n/a".into(), |f| spread_cell(f));
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} – {} | {} | {} | {} | {} | {} | {} |",
-            r.system,
-            r.consumer,
-            format_value(r.median, &r.unit),
-            format_value(r.min, &r.unit),
-            format_value(r.max, &r.unit),
-            spread,
-            diag_cell(r, &r.full_refusals_per_msg, &num),
-            diag_cell(r, &r.empty_polls_per_msg, &num),
-            diag_cell(r, &r.same_cpu_share, &pct),
-            threads_cell(r),
-            format_ratio(r),
-        );
-    }
-    s.push('\n');
-}
-
-/// What a case of the generic tables measures, where its name does not say.
-fn case_sentence(case: &str) -> &'static str {
-    match case {
-        "single-thread/pair" => {
-            " The loop as compiled: here the compiler inlines evd's post and try_dequeue \
-             and calls ArrayQueue's push and pop out of line (a crate that calls them from one \
-             place only gets them inlined, and then the two run about even); \
-             single-thread/pair-out-of-line has each operation of both behind a call."
-        }
-        "single-thread/pair-out-of-line" => {
-            " Each post and each dequeue of both systems is a call to a non-inlined \
-             function of the bench: one call per operation each, the cost of the code \
-             and not of the inliner's choice."
-        }
-        _ => "",
-    }
-}
-
-fn generic_table(s: &mut String, case: &str, rows: &[&Record], cpus: usize) {
-    let mut metrics: Vec<(&str, &str, bool)> = Vec::new();
-    for r in rows {
-        let m = (r.metric.as_str(), r.unit.as_str(), r.higher_is_better);
-        if !metrics.contains(&m) {
-            metrics.push(m);
-        }
-    }
-    let sentences: Vec<String> = metrics
-        .iter()
-        .map(|(m, unit, hib)| format!("{m}: {}", ratio_sentence(*hib, unit)))
-        .collect();
-    let _ = writeln!(
-        s,
-        "### {case}\n\n{}.{}{}\n\n\
-         | system | consumer | metric | median | min – max | threads | ratio |\n|---|---|---|---|---|---|---|",
-        sentences.join("; "),
-        case_sentence(case),
-        oversubscription_sentence(rows, cpus),
-    );
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} – {} | {} | {} |",
-            r.system,
-            r.consumer,
-            r.metric,
-            format_value(r.median, &r.unit),
-            format_value(r.min, &r.unit),
-            format_value(r.max, &r.unit),
-            threads_cell(r),
-            format_ratio(r),
-        );
-    }
-    s.push('\n');
-}
-
-fn latency_table(s: &mut String, case: &str, way: &str, rows: &[&Record], cpus: usize) {
-    percentile_table(
-        s,
-        &format!("{case} (one way, {way}; median of rounds [min – max])"),
-        "Each row is compared with the evd row that sleeps the same way (vs). \
-         \"(below floor: noise)\" marks a median under the raw floor of the same sleep mechanism \
-         in this run: no system can wake faster than that, so the figure is noise, not a win; a \
-         p50 ratio with such a figure on either side is marked too.",
-        rows,
-        cpus,
-    );
-}
-
-/// A latency case: a row per system with its p50, p99 and p99.9 (and the
-/// same-CPU share where the rows have one), under `title` and `about`.
-fn percentile_table(s: &mut String, title: &str, about: &str, rows: &[&Record], cpus: usize) {
-    let same_cpu = rows.iter().any(|r| r.same_cpu_share.is_some());
-    let _ = writeln!(
-        s,
-        "### {title}\n\n{} at p50. {about}{}\n\n\
-         | system | consumer | p50 | p99 | p99.9 |{} threads | p50 ratio |\n|---|---|---|---|---|{}---|---|",
-        ratio_sentence(false, "ns"),
-        oversubscription_sentence(rows, cpus),
-        if same_cpu { " same CPU |" } else { "" },
-        if same_cpu { "---|" } else { "" },
-    );
-    let mut systems: Vec<&str> = Vec::new();
-    for r in rows {
-        if !systems.contains(&r.system.as_str()) {
-            systems.push(&r.system);
-        }
-    }
-    for sys in systems {
-        let get = |metric: &str| rows.iter().find(|r| r.system == sys && r.metric == metric);
-        let cell = |metric: &str| {
-            get(metric).map_or_else(
-                || "n/a".to_string(),
-                |r| {
-                    format!(
-                        "{} [{} – {}]{}",
-                        format_value(r.median, "ns"),
-                        format_value(r.min, "ns"),
-                        format_value(r.max, "ns"),
-                        if r.below_floor == Some(true) {
-                            " (below floor: noise)"
-                        } else {
-                            ""
-                        }
-                    )
-                },
-            )
-        };
-        let Some(p50) = get("latency_p50_ns") else {
-            continue;
-        };
-        let base_below = p50
-            .baseline
-            .as_deref()
-            .and_then(|b| {
-                rows.iter()
-                    .find(|r| r.system == b && r.metric == p50.metric)
-            })
-            .is_some_and(|b| b.below_floor == Some(true));
-        let noise = if p50.below_floor == Some(true) || base_below {
-            " (noise: below floor)"
-        } else {
-            ""
-        };
-        let same = if same_cpu {
-            let pct = |x: f64| format!("{:.0} %", x * 100.0);
-            format!(" {} |", diag_cell(p50, &p50.same_cpu_share, &pct))
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            s,
-            "| {sys} | {} | {} | {} | {} |{same} {} | {}{noise} |",
-            p50.consumer,
-            cell("latency_p50_ns"),
-            cell("latency_p99_ns"),
-            cell("latency_p999_ns"),
-            threads_cell(p50),
-            format_ratio(p50)
-        );
-    }
-    s.push('\n');
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rec(case: &str, system: &str, metric: &str, median: f64, baseline: &str) -> Record {
-        let mut m = Measurement::new(
-            case,
-            system,
-            if system.starts_with("evd") {
-                Role::Evd
-            } else {
-                Role::Peer
-            },
-            "busy/item",
-            metric,
-        );
+    /// A one-round record, busy/item, evd if its system starts with `evd`.
+    pub(crate) fn rec(
+        case: &str,
+        system: &str,
+        metric: &str,
+        median: f64,
+        baseline: &str,
+    ) -> Record {
+        let role = if system.starts_with("evd") {
+            Role::Evd
+        } else {
+            Role::Peer
+        };
+        let mut m = Measurement::new(case, system, role, "busy/item", metric);
         m.baseline = Some(baseline.into());
         m.set_round(0, median, None);
         records_from(vec![m], 2).remove(0)
+    }
+
+    /// [`rec`] for each `(system, median, baseline)` of one case and metric.
+    pub(crate) fn recs(case: &str, metric: &str, rows: &[(&str, f64, &str)]) -> Vec<Record> {
+        rows.iter()
+            .map(|&(s, v, b)| rec(case, s, metric, v, b))
+            .collect()
+    }
+
+    pub(crate) fn diag(
+        empty: Option<f64>,
+        full: Option<f64>,
+        wakes: Option<f64>,
+        cpu: Option<f64>,
+    ) -> Diagnostics {
+        Diagnostics {
+            empty_polls_per_msg: empty,
+            full_refusals_per_msg: full,
+            room_wakes_per_msg: wakes,
+            same_cpu_share: cpu,
+        }
     }
 
     #[test]
@@ -1490,26 +647,32 @@ mod tests {
 
     #[test]
     fn cost_ratios_are_peer_over_evd() {
-        let mut rs = vec![
-            rec("r", "evd", "ns_per_rearm", 3.0, "evd"),
-            rec("r", "peer", "ns_per_rearm", 6.0, "evd"),
-        ];
+        let mut rs = recs(
+            "r",
+            "ns_per_rearm",
+            &[("evd", 3.0, "evd"), ("peer", 6.0, "evd")],
+        );
         fill_ratios(&mut rs);
         assert_eq!(rs[1].ratio_to_evd, Some(2.0), "peer costs twice as much");
     }
 
     #[test]
     fn below_floor_and_oversubscription_are_marked() {
-        let mut floor = Measurement::new("w", "floor", Role::Floor, "blocking", "latency_p50_ns");
-        floor.set_round(0, 10.0, None);
-        let mut fast = Measurement::new("w", "evd", Role::Evd, "blocking", "latency_p50_ns");
-        fast.floor = Some("floor".into());
-        fast.threads = 3;
-        fast.set_round(0, 9.0, None);
-        let mut slow = Measurement::new("w", "peer", Role::Peer, "blocking", "latency_p50_ns");
-        slow.floor = Some("floor".into());
-        slow.set_round(0, 11.0, None);
-        let rs = records_from(vec![floor, fast, slow], 2);
+        let m = |system, role, v, threads| {
+            let mut m = Measurement::new("w", system, role, "blocking", "latency_p50_ns");
+            m.floor = (role != Role::Floor).then(|| "floor".into());
+            m.threads = threads;
+            m.set_round(0, v, None);
+            m
+        };
+        let rs = records_from(
+            vec![
+                m("floor", Role::Floor, 10.0, 1),
+                m("evd", Role::Evd, 9.0, 3),
+                m("peer", Role::Peer, 11.0, 1),
+            ],
+            2,
+        );
         assert_eq!(rs[0].below_floor, None);
         assert_eq!(rs[1].below_floor, Some(true));
         assert_eq!(rs[2].below_floor, Some(false));
@@ -1519,12 +682,7 @@ mod tests {
     #[test]
     fn diagnostics_follow_round_numbers() {
         let mut m = Measurement::new("t", "evd", Role::Evd, "busy/item", "ops_per_sec");
-        let d = |e| Diagnostics {
-            empty_polls_per_msg: e,
-            full_refusals_per_msg: Some(0.5),
-            room_wakes_per_msg: None,
-            same_cpu_share: Some(0.25),
-        };
+        let d = |e| diag(e, Some(0.5), None, Some(0.25));
         m.set_round(0, 1.0, Some(d(Some(0.1))));
         m.set_round(2, 3.0, Some(d(Some(0.3))));
         let r = records_from(vec![m], 2).remove(0);
@@ -1549,22 +707,14 @@ mod tests {
             "blocking/item",
             "ops_per_sec",
         );
-        m.set_round(
-            0,
-            1.0,
-            Some(Diagnostics {
-                empty_polls_per_msg: None,
-                full_refusals_per_msg: None,
-                room_wakes_per_msg: Some(0.75),
-                same_cpu_share: None,
-            }),
-        );
+        m.set_round(0, 1.0, Some(diag(None, None, Some(0.75), None)));
         let r = records_from(vec![m], 2).remove(0);
         assert_eq!(r.full_refusals_per_msg, None);
         assert_eq!(r.room_wakes_per_msg, Some(vec![Some(0.75)]));
     }
 
-    fn sample_report() -> Report {
+    /// A report of one busy evd throughput record over three rounds.
+    pub(crate) fn sample_report() -> Report {
         let mut m = Measurement::new(
             "throughput/u64/1p",
             "evd try_dequeue",
@@ -1575,40 +725,57 @@ mod tests {
         m.baseline = Some("evd try_dequeue".into());
         m.threads = 2;
         for (i, v) in [1e6, 3e6, 2e6].into_iter().enumerate() {
-            m.set_round(
-                i,
-                v,
-                Some(Diagnostics {
-                    empty_polls_per_msg: Some(0.1),
-                    full_refusals_per_msg: Some(0.0),
-                    room_wakes_per_msg: Some(0.0),
-                    same_cpu_share: Some(0.0),
-                }),
-            );
+            m.set_round(i, v, Some(diag(Some(0.1), Some(0.0), Some(0.0), Some(0.0))));
         }
+        let machine = Machine {
+            cpu: "cpu".into(),
+            cpu_vendor: "GenuineIntel".into(),
+            cpu_family: Some(6),
+            cpu_model: Some(207),
+            logical_cpus: 2,
+            kernel: "k".into(),
+            hypervisor: true,
+            load_average: "0.00 0.00 0.00".into(),
+            load_average_end: "0.10 0.00 0.00".into(),
+        };
         Report {
             schema: SCHEMA.into(),
             command: "evd-bench compare".into(),
             quick: true,
             started_unix_s: 1,
             duration_s: 2.0,
-            machine: Machine {
-                cpu: "cpu".into(),
-                cpu_vendor: "GenuineIntel".into(),
-                cpu_family: Some(6),
-                cpu_model: Some(207),
-                logical_cpus: 2,
-                kernel: "k".into(),
-                hypervisor: true,
-                load_average: "0.00 0.00 0.00".into(),
-                load_average_end: "0.10 0.00 0.00".into(),
-            },
+            machine,
             ratio_convention: RATIO_CONVENTION.into(),
             poster_policy: "p".into(),
             records: records_from(vec![m], 2),
             targets: targets(&[]),
             notes: vec![],
         }
+    }
+
+    /// The fields the schema table that follows `heading` in
+    /// `bench/README.md` lists.
+    fn documented(heading: &str) -> Vec<String> {
+        let readme = include_str!("../README.md");
+        let table = &readme[readme.find(heading).expect(heading)..];
+        let table = &table[table.find("| field |").unwrap()..];
+        let mut fields: Vec<String> = table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with("| "))
+            .flat_map(|l| {
+                l.split('|')
+                    .nth(1)
+                    .unwrap()
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        fields.sort();
+        fields
     }
 
     #[test]
@@ -1620,84 +787,13 @@ mod tests {
             k.sort();
             k
         };
-        let sorted = |a: &[&str]| {
-            let mut a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
-            a.sort();
-            a
-        };
-        // Exactly these fields: the README's schema tables list the same.
-        assert_eq!(
-            keys(&v),
-            sorted(&[
-                "schema",
-                "command",
-                "quick",
-                "started_unix_s",
-                "duration_s",
-                "machine",
-                "ratio_convention",
-                "poster_policy",
-                "records",
-                "targets",
-                "notes",
-            ])
-        );
-        assert_eq!(
-            keys(&v["machine"]),
-            sorted(&[
-                "cpu",
-                "cpu_vendor",
-                "cpu_family",
-                "cpu_model",
-                "logical_cpus",
-                "kernel",
-                "hypervisor",
-                "load_average",
-                "load_average_end"
-            ])
-        );
+        // Exactly the fields of bench/README.md's three schema tables.
+        assert_eq!(keys(&v), documented("Top level:"));
         let r = &v["records"][0];
-        assert_eq!(
-            keys(r),
-            sorted(&[
-                "case",
-                "system",
-                "role",
-                "consumer",
-                "metric",
-                "unit",
-                "higher_is_better",
-                "median",
-                "min",
-                "max",
-                "samples",
-                "rounds",
-                "baseline",
-                "ratio_to_evd",
-                "threads",
-                "oversubscribed",
-                "floor",
-                "below_floor",
-                "empty_polls_per_msg",
-                "full_refusals_per_msg",
-                "room_wakes_per_msg",
-                "same_cpu_share",
-            ])
-        );
-        assert_eq!(
-            keys(&v["targets"][0]),
-            sorted(&[
-                "name",
-                "value",
-                "unit",
-                "goal",
-                "met",
-                "rounds",
-                "rounds_met",
-                "rounds_measured",
-                "caveats"
-            ])
-        );
+        assert_eq!(keys(r), documented("Each record:"));
+        assert_eq!(keys(&v["targets"][0]), documented("Each target"));
+        let machine = "cpu cpu_family cpu_model cpu_vendor hypervisor kernel load_average load_average_end logical_cpus";
+        assert_eq!(keys(&v["machine"]).join(" "), machine);
         assert_eq!(r["role"], "evd");
         assert_eq!(r["median"], 2e6);
         assert_eq!(r["min"], 1e6);
@@ -1709,6 +805,35 @@ mod tests {
     }
 
     #[test]
+    fn every_system_a_target_names_is_one_the_comparison_runs() {
+        use crate::targets::{Side, TARGETS};
+        let mut known: Vec<&str> = crate::throughput::Queue::ALL
+            .iter()
+            .chain(&crate::throughput::Queue::FLOORS)
+            .map(|q| q.name())
+            .collect();
+        known.extend(crate::pair::PairSystem::ALL.map(|s| s.name()));
+        known.extend(crate::rearm::RearmKind::ALL.map(|s| s.name()));
+        known.extend(crate::latency::WakeSystem::ALL.map(|s| s.name()));
+        known.extend(crate::room::RoomWakeSystem::ALL.map(|s| s.name()));
+        known.extend(crate::pingpong::PingPongSystem::ALL.map(|s| s.name()));
+        known.extend(crate::cno::CnoSystem::ALL.map(|s| s.name()));
+        known.extend(crate::cno::CnoWakeSystem::ALL.map(|s| s.name()));
+        for t in TARGETS {
+            let mut named: Vec<&str> = t.ceilings.0.to_vec();
+            for side in [Some(t.a), t.b].into_iter().flatten() {
+                match side {
+                    Side::System(s) | Side::Named(_, s) | Side::At(_, s, _) => named.push(s),
+                    Side::Best(_, ss) | Side::WorstEmptyPolls(_, ss) => named.extend(ss),
+                }
+            }
+            for s in named {
+                assert!(known.contains(&s), "{}: no system named {s:?}", t.label);
+            }
+        }
+    }
+
+    #[test]
     fn targets_report_missing_sides_as_not_measured() {
         let ts = targets(&[]);
         assert_eq!(ts.len(), 39);
@@ -1717,58 +842,19 @@ mod tests {
 
     #[test]
     fn targets_compare_like_with_like_and_take_the_best_peer() {
-        let case = "throughput/u64/1p";
-        let mut rs = vec![
-            rec(
-                case,
-                "evd try_dequeue",
-                "ops_per_sec",
-                90.0,
-                "evd try_dequeue",
-            ),
-            rec(
-                case,
-                "evd dequeue_batch",
-                "ops_per_sec",
-                95.0,
-                "evd dequeue_batch",
-            ),
-            rec(
-                case,
-                "crossbeam ArrayQueue",
-                "ops_per_sec",
-                30.0,
-                "evd try_dequeue",
-            ),
-            rec(
-                case,
-                "evd batch+wait",
-                "ops_per_sec",
-                90.0,
-                "evd batch+wait",
-            ),
-            rec(
-                case,
-                "crossbeam-channel try_iter+recv",
-                "ops_per_sec",
-                50.0,
-                "evd batch+wait",
-            ),
-            rec(
-                case,
-                "std sync_channel recv",
-                "ops_per_sec",
-                70.0,
-                "evd try_dequeue+wait",
-            ),
-            rec(
-                case,
-                "tokio mpsc blocking_recv_many",
-                "ops_per_sec",
-                89.0,
-                "evd batch+wait",
-            ),
-        ];
+        let mut rs = recs(
+            "throughput/u64/1p",
+            "ops_per_sec",
+            &[
+                ("evd try_dequeue", 90.0, "evd try_dequeue"),
+                ("evd dequeue_batch", 95.0, "evd dequeue_batch"),
+                ("crossbeam ArrayQueue", 30.0, "evd try_dequeue"),
+                ("evd batch+wait", 90.0, "evd batch+wait"),
+                ("crossbeam-channel try_iter+recv", 50.0, "evd batch+wait"),
+                ("std sync_channel recv", 70.0, "evd try_dequeue+wait"),
+                ("tokio mpsc blocking_recv_many", 89.0, "evd batch+wait"),
+            ],
+        );
         rs[2].threads = 3;
         rs[2].oversubscribed = true;
         let ts = targets(&rs);
@@ -1789,36 +875,27 @@ mod tests {
     #[test]
     fn ratio_targets_of_arm_ping_pong_loops_and_empty_polls() {
         let (case, ops, pp) = ("throughput/u64/1p", "ops_per_sec", crate::pingpong::CASE);
-        let p50 = "latency_p50_ns";
-        let mut rs = vec![
-            rec(case, "evd batch+wait", ops, 90.0, "evd batch+wait"),
-            rec(case, "evd batch+arm+wait", ops, 84.0, "evd batch+wait"),
-            rec(case, "kanal recv", ops, 60.0, "evd batch+wait"),
-            rec(
-                case,
-                "evd try_dequeue+wait",
-                ops,
-                80.0,
-                "evd try_dequeue+wait",
-            ),
-            rec(
-                "rearm",
-                "evd arm (one CAS)",
-                "ns_per_rearm",
-                6.0,
-                "evd arm (one CAS)",
-            ),
-            rec(
-                "rearm",
-                "floor: one uncontended CAS",
-                "ns_per_rearm",
-                5.0,
-                "evd arm (one CAS)",
-            ),
-            rec(pp, "evd try_dequeue", p50, 110.0, "evd try_dequeue"),
-            rec(pp, "floor: two atomics", p50, 100.0, "evd try_dequeue"),
-            rec(pp, "rtrb pop", p50, 200.0, "evd try_dequeue"),
+        let mut rs = recs(
+            case,
+            ops,
+            &[
+                ("evd batch+wait", 90.0, "evd batch+wait"),
+                ("evd batch+arm+wait", 84.0, "evd batch+wait"),
+                ("kanal recv", 60.0, "evd batch+wait"),
+                ("evd try_dequeue+wait", 80.0, "evd try_dequeue+wait"),
+            ],
+        );
+        let arm = &[
+            ("evd arm (one CAS)", 6.0, "evd arm (one CAS)"),
+            ("floor: one uncontended CAS", 5.0, "evd arm (one CAS)"),
         ];
+        rs.extend(recs("rearm", "ns_per_rearm", arm));
+        let pingpong = &[
+            ("evd try_dequeue", 110.0, "evd try_dequeue"),
+            ("floor: two atomics", 100.0, "evd try_dequeue"),
+            ("rtrb pop", 200.0, "evd try_dequeue"),
+        ];
+        rs.extend(recs(pp, "latency_p50_ns", pingpong));
         rs[0].empty_polls_per_msg = Some(vec![Some(0.01)]);
         rs[1].empty_polls_per_msg = Some(vec![Some(0.2)]);
         rs[3].empty_polls_per_msg = Some(vec![Some(0.03)]);
@@ -1847,89 +924,37 @@ mod tests {
     }
 
     #[test]
-    fn markdown_names_the_cpu_first_and_shows_ping_pong_percentiles() {
-        let mut report = sample_report();
-        let md = markdown(&report);
-        assert!(
-            md.lines()
-                .next()
-                .unwrap()
-                .contains("on CPU cpu (GenuineIntel, family 6, model 207), 2 logical CPUs"),
-            "{md}"
-        );
-        let pp = crate::pingpong::CASE;
-        let m = |system: &str, role, metric, v| {
-            let mut m = Measurement::new(pp, system, role, "busy/item", metric);
-            m.baseline = Some("evd try_dequeue".into());
-            m.threads = 2;
-            let d = Diagnostics {
-                empty_polls_per_msg: None,
-                full_refusals_per_msg: None,
-                room_wakes_per_msg: None,
-                same_cpu_share: Some(0.0),
-            };
-            m.set_round(0, v, Some(d));
-            m
-        };
-        report.records = records_from(
-            vec![
-                m("evd try_dequeue", Role::Evd, "latency_p50_ns", 150.0),
-                m("evd try_dequeue", Role::Evd, "latency_p99_ns", 300.0),
-                m("rtrb pop", Role::Peer, "latency_p50_ns", 300.0),
-            ],
-            2,
-        );
-        let md = markdown(&report);
-        assert!(md.contains(&format!("### {pp} (round trip")), "{md}");
-        assert!(md.contains("| p99.9 | same CPU | threads |"), "{md}");
-        let evd = md
-            .lines()
-            .find(|l| l.starts_with("| evd try_dequeue |"))
-            .unwrap();
-        assert!(
-            evd.contains("| 300.0 ns [300.0 ns – 300.0 ns] | n/a | 0 % | 2 |"),
-            "{evd}"
-        );
-        let rtrb = md.lines().find(|l| l.starts_with("| rtrb pop |")).unwrap();
-        assert!(rtrb.contains("2.00× (vs evd try_dequeue)"), "{rtrb}");
-    }
-
-    #[test]
     fn busy_targets_name_the_ceiling_of_a_one_cas_ring() {
         let case = "throughput/u64/1p";
-        let ops = "ops_per_sec";
-        let rs = vec![
-            rec(case, "evd try_dequeue", ops, 90.0, "evd try_dequeue"),
-            rec(case, "crossbeam ArrayQueue", ops, 50.0, "evd try_dequeue"),
-            rec(
-                case,
-                "floor: stamp ring + 1 CAS per post",
-                ops,
-                80.0,
-                "evd try_dequeue",
-            ),
-            rec(
-                case,
-                "floor: stamp ring + 1 fetch_add per post",
-                ops,
-                70.0,
-                "evd try_dequeue",
-            ),
-        ];
+        let rs = recs(
+            case,
+            "ops_per_sec",
+            &[
+                ("evd try_dequeue", 90.0, "evd try_dequeue"),
+                ("crossbeam ArrayQueue", 50.0, "evd try_dequeue"),
+                (
+                    "floor: stamp ring + 1 CAS per post",
+                    80.0,
+                    "evd try_dequeue",
+                ),
+                (
+                    "floor: stamp ring + 1 fetch_add per post",
+                    70.0,
+                    "evd try_dequeue",
+                ),
+            ],
+        );
         let t = targets(&rs);
         let busy = |c: &str| {
-            t.iter()
-                .find(|t| {
-                    t.name == format!("busy: evd try_dequeue ÷ crossbeam ArrayQueue, ops/s, {c}")
-                })
-                .unwrap()
+            let name = format!("busy: evd try_dequeue ÷ crossbeam ArrayQueue, ops/s, {c}");
+            t.iter().find(|t| t.name == name).unwrap()
         };
         assert_eq!(busy(case).value, Some(1.8));
-        assert!(busy(case)
-            .caveats
-            .contains(&"floor: stamp ring + 1 CAS per post ÷ ArrayQueue: 1.60".to_string()));
-        assert!(busy(case)
-            .caveats
+        let caveats = &busy(case).caveats;
+        assert!(
+            caveats.contains(&"floor: stamp ring + 1 CAS per post ÷ ArrayQueue: 1.60".to_string())
+        );
+        assert!(caveats
             .contains(&"floor: stamp ring + 1 fetch_add per post ÷ ArrayQueue: 1.40".to_string()));
         // No floor row in the 2-poster case here: no such caveat.
         assert!(busy("throughput/u64/2p").caveats.is_empty());
@@ -1937,23 +962,15 @@ mod tests {
 
     #[test]
     fn time_targets_keep_the_goal_direction() {
-        let pair = "single-thread/pair";
-        let rs = vec![
-            rec(
-                pair,
-                "evd post+try_dequeue",
-                "ns_per_pair",
-                6.0,
-                "evd post+try_dequeue",
-            ),
-            rec(
-                pair,
-                "crossbeam ArrayQueue push+pop",
-                "ns_per_pair",
-                10.0,
-                "evd post+try_dequeue",
-            ),
-        ];
+        let evd = "evd post+try_dequeue";
+        let rs = recs(
+            "single-thread/pair",
+            "ns_per_pair",
+            &[
+                (evd, 6.0, evd),
+                ("crossbeam ArrayQueue push+pop", 10.0, evd),
+            ],
+        );
         let t = targets(&rs);
         let t = t
             .iter()
@@ -1961,198 +978,5 @@ mod tests {
             .unwrap();
         assert_eq!(t.value, Some(0.6));
         assert_eq!(t.met, Some(true));
-    }
-
-    #[test]
-    fn latency_table_marks_figures_below_the_floor_as_noise() {
-        let m = |system: &str, role, median| {
-            let mut m =
-                Measurement::new("wake-latency", system, role, "blocking", "latency_p50_ns");
-            m.baseline = Some("evd wait".into());
-            if role != Role::Floor {
-                m.floor = Some("floor".into());
-            }
-            m.threads = 2;
-            m.set_round(0, median, None);
-            m
-        };
-        let mut report = sample_report();
-        report.records = records_from(
-            vec![
-                m("evd wait", Role::Evd, 12_000.0),
-                m("peer", Role::Peer, 9_000.0),
-                m("floor", Role::Floor, 10_000.0),
-            ],
-            2,
-        );
-        let md = markdown(&report);
-        assert!(md.contains("ratio = peer ÷ evd (ns"), "{md}");
-        let peer = md.lines().find(|l| l.starts_with("| peer |")).unwrap();
-        assert!(
-            peer.contains("9.00 µs [9.00 µs – 9.00 µs] (below floor: noise)"),
-            "{peer}"
-        );
-        assert!(
-            peer.contains("0.75× (vs evd wait) (noise: below floor)"),
-            "{peer}"
-        );
-        let evd = md.lines().find(|l| l.starts_with("| evd wait |")).unwrap();
-        assert!(!evd.contains("noise"), "{evd}");
-    }
-
-    #[test]
-    fn room_tables_show_room_wakes_and_the_room_wake_target() {
-        let room = |system: &str, role, wakes: Option<f64>| {
-            let mut m = Measurement::new(
-                "room/cap64/1p",
-                system,
-                role,
-                "blocking/item",
-                "ops_per_sec",
-            );
-            m.baseline = Some("evd post_blocking+dequeue".into());
-            m.threads = 2;
-            let d = Diagnostics {
-                empty_polls_per_msg: None,
-                full_refusals_per_msg: None,
-                room_wakes_per_msg: wakes,
-                same_cpu_share: Some(0.0),
-            };
-            m.set_round(0, 1e6, Some(d));
-            m
-        };
-        let wake = |system: &str, role, median| {
-            let mut m = Measurement::new(
-                "room-wake-latency",
-                system,
-                role,
-                "blocking",
-                "latency_p50_ns",
-            );
-            m.baseline = Some("evd post_blocking (park/unpark)".into());
-            if role != Role::Floor {
-                m.floor = Some("floor: raw park/unpark".into());
-            }
-            m.threads = 2;
-            m.set_round(0, median, None);
-            m
-        };
-        let mut report = sample_report();
-        report.records = records_from(
-            vec![
-                room("evd post_blocking+dequeue", Role::Evd, Some(0.5)),
-                room("flume send+recv", Role::Peer, None),
-                wake("evd post_blocking (park/unpark)", Role::Evd, 5_500.0),
-                wake("floor: raw park/unpark", Role::Floor, 5_000.0),
-            ],
-            2,
-        );
-        report.targets = targets(&report.records);
-        let md = markdown(&report);
-        assert!(md.contains("### room/cap64/1p"), "{md}");
-        assert!(md.contains("blocking bounded send"), "{md}");
-        let evd = md
-            .lines()
-            .find(|l| l.starts_with("| evd post_blocking+dequeue |"))
-            .unwrap();
-        assert!(evd.contains("| 0.500 |"), "{evd}");
-        let peer = md
-            .lines()
-            .find(|l| l.starts_with("| flume send+recv |"))
-            .unwrap();
-        assert!(peer.contains("| — |"), "{peer}");
-        assert!(
-            md.contains("### room-wake-latency (one way, consumer's dequeue"),
-            "{md}"
-        );
-        let t = report
-            .targets
-            .iter()
-            .find(|t| t.name.starts_with("room wake:"))
-            .unwrap();
-        assert_eq!((t.value, t.met), (Some(1.1), Some(true)));
-    }
-
-    #[test]
-    fn cno_tables_and_targets() {
-        use crate::cno::{CnoSystem, Feed, Variant, CYCLE_METRIC, FAIRNESS_METRIC, WAKE_CASE};
-        let evd = CnoSystem::EvdCno.name();
-        let scan = CnoSystem::Scan.name();
-        let row = |case: &str, system: &str, metric: &str, v: f64| {
-            let role = if system == evd { Role::Evd } else { Role::Peer };
-            let mut m = Measurement::new(case, system, role, "blocking/batch", metric);
-            m.baseline = Some(evd.into());
-            m.threads = 3;
-            m.set_round(0, v, None);
-            m
-        };
-        let mut ms = Vec::new();
-        for v in Variant::ALL {
-            for (n, e, sc) in [(1, 100.0, 50.0), (1024, 140.0, 2_000.0)] {
-                ms.push(row(&v.case(n), evd, CYCLE_METRIC, e));
-                ms.push(row(&v.case(n), scan, CYCLE_METRIC, sc));
-            }
-        }
-        let tp = Feed::Batches.case(16);
-        ms.push(row(&tp, evd, "ops_per_sec", 4e7));
-        ms.push(row(&tp, evd, FAIRNESS_METRIC, 1.05));
-        ms.push(row(&tp, scan, "ops_per_sec", 2e7));
-        for (system, role, p50) in [
-            ("evd Cno::wait (park/unpark)", Role::Evd, 5_200.0),
-            ("floor: raw park/unpark", Role::Floor, 5_000.0),
-        ] {
-            let mut m = Measurement::new(WAKE_CASE, system, role, "blocking", "latency_p50_ns");
-            m.baseline = Some("evd Cno::wait (park/unpark)".into());
-            m.set_round(0, p50, None);
-            ms.push(m);
-        }
-        let mut report = sample_report();
-        report.records = records_from(ms, 2);
-        report.targets = targets(&report.records);
-        let md = markdown(&report);
-        assert_eq!(md.matches("### cno-trigger").count(), 1, "{md}");
-        let scan_single = md
-            .lines()
-            .find(|l| l.starts_with(&format!("| single-thread | {scan} |")))
-            .unwrap();
-        assert!(
-            scan_single.contains("(0.50×)") && scan_single.contains("(14.29×)"),
-            "{scan_single}"
-        );
-        assert!(md.contains("### cno-throughput-batch/16"), "{md}");
-        let evd_tp = md
-            .lines()
-            .find(|l| l.starts_with(&format!("| {evd} | blocking/batch | 40.00 M/s")))
-            .unwrap();
-        assert!(evd_tp.contains("| 1.050 [1.050 – 1.050] |"), "{evd_tp}");
-        assert!(md.contains("### cno-wake-latency"), "{md}");
-        let get = |s: &str| report.targets.iter().find(|t| t.name.contains(s)).unwrap();
-        let t = get("at 1 EVD, ns per cycle, cno-trigger/1024");
-        assert_eq!((t.value, t.met), (Some(1.4), Some(true)));
-        let t = get("evd Cno, ns per cycle, cno-trigger-xthread/1024");
-        assert_eq!(t.value.map(|v| (v * 100.0).round()), Some(1429.0));
-        let t = get("cno-throughput-batch/16");
-        assert_eq!(
-            (t.value, t.unit.as_str(), t.met),
-            (Some(1.05), "ratio", Some(true))
-        );
-        let t = get("cno wake:");
-        assert_eq!((t.value, t.met), (Some(1.04), Some(true)));
-        assert_eq!(get("cno-throughput-batch/256").met, None);
-    }
-
-    #[test]
-    fn markdown_states_the_ratio_direction_and_marks() {
-        let mut report = sample_report();
-        report.notes.push("n1".into());
-        let md = markdown(&report);
-        assert!(md.contains("ratio = evd ÷ peer (ops/s"));
-        assert!(md.contains("above 1 = evd faster"));
-        assert!(md.contains("| evd try_dequeue | busy/item | 2.00 M/s"));
-        assert!(md.contains("1.00× (reference)"));
-        assert!(md.contains("0.100"), "{md}");
-        assert!(md.contains("note: n1"));
-        report.records[0].oversubscribed = true;
-        assert!(markdown(&report).contains("(oversubscribed)"));
     }
 }

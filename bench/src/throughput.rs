@@ -698,42 +698,65 @@ where
     SendFn: Fn(&S, P) -> Result<(), P> + Sync,
     ConsumeFn: FnOnce(&mut Sink<'_>) -> Result<(), String>,
 {
-    let barrier = Barrier::new(posters + 1);
-    let cpus: Vec<AtomicU32> = (0..posters).map(|_| AtomicU32::new(NO_CPU)).collect();
+    let poster = |i: usize, tx: S, slot: &AtomicU32, abort: &AtomicBool| {
+        let mut wait = BusyWait::default();
+        let (mut refused, mut sent) = (0u64, 0u64);
+        let mut seq = i as u64;
+        'posting: while seq < messages {
+            let mut p = P::from_seq(seq);
+            while let Err(back) = try_send(&tx, p) {
+                p = back;
+                refused += 1;
+                if abort.load(Ordering::Relaxed) {
+                    break 'posting;
+                }
+                wait.miss();
+            }
+            wait.hit();
+            sent += 1;
+            if sent % CPU_SAMPLE_EVERY == 0 {
+                slot.store(current_cpu(), Ordering::Relaxed);
+            }
+            seq += posters as u64;
+        }
+        drop(tx);
+        refused
+    };
+    harness(senders, messages, poster, consume)
+}
+
+/// The harness of every run with poster threads: one thread per element
+/// of `posters` runs `post(i, element, its CPU slot, abort)`, which returns
+/// its refusals; all start at one barrier with the consumer, which runs
+/// `consume` on this thread (timed); every poster publishes its CPU in its
+/// slot for the consumer's samples ([`NO_CPU`] once done). Fails if the
+/// consumer fails or the checksum does not cover every event once.
+pub(crate) fn harness<S, PostFn, ConsumeFn>(
+    posters: Vec<S>,
+    messages: u64,
+    post: PostFn,
+    consume: ConsumeFn,
+) -> Result<RunStats, String>
+where
+    S: Send,
+    PostFn: Fn(usize, S, &AtomicU32, &AtomicBool) -> u64 + Sync,
+    ConsumeFn: FnOnce(&mut Sink<'_>) -> Result<(), String>,
+{
+    let barrier = Barrier::new(posters.len() + 1);
+    let cpus: Vec<AtomicU32> = posters.iter().map(|_| AtomicU32::new(NO_CPU)).collect();
     let refusals = AtomicU64::new(0);
     // Set when the consumer fails, so that posters refused by a queue nobody
     // drains any more give up instead of retrying forever.
     let abort = AtomicBool::new(false);
     let (elapsed, sink) = std::thread::scope(|scope| {
-        for (i, tx) in senders.into_iter().enumerate() {
-            let (barrier, try_send, slot) = (&barrier, &try_send, &cpus[i]);
-            let (refusals, abort) = (&refusals, &abort);
+        for (i, (tx, slot)) in posters.into_iter().zip(&cpus).enumerate() {
+            let (barrier, post, refusals, abort) = (&barrier, &post, &refusals, &abort);
             scope.spawn(move || {
                 barrier.wait();
                 slot.store(current_cpu(), Ordering::Relaxed);
-                let mut wait = BusyWait::default();
-                let (mut refused, mut sent) = (0u64, 0u64);
-                let mut seq = i as u64;
-                'posting: while seq < messages {
-                    let mut p = P::from_seq(seq);
-                    while let Err(back) = try_send(&tx, p) {
-                        p = back;
-                        refused += 1;
-                        if abort.load(Ordering::Relaxed) {
-                            break 'posting;
-                        }
-                        wait.miss();
-                    }
-                    wait.hit();
-                    sent += 1;
-                    if sent % CPU_SAMPLE_EVERY == 0 {
-                        slot.store(current_cpu(), Ordering::Relaxed);
-                    }
-                    seq += posters as u64;
-                }
+                let refused = post(i, tx, slot, abort);
                 slot.store(NO_CPU, Ordering::Relaxed);
                 refusals.fetch_add(refused, Ordering::Relaxed);
-                drop(tx);
             });
         }
         let mut sink = Sink::new(messages, &cpus);
@@ -747,17 +770,7 @@ where
         }
         Ok::<_, String>((start.elapsed(), sink))
     })?;
-    sink.tally.verify()?;
-    Ok(RunStats {
-        elapsed,
-        messages,
-        empty_polls: Some(sink.empty_polls),
-        full_refusals: Some(refusals.load(Ordering::Relaxed)),
-        room_wakes: None,
-        cpu_samples: sink.cpu_samples,
-        same_cpu: sink.same_cpu,
-        served_max_over_min: None,
-    })
+    sink.finish(elapsed, messages, refusals.load(Ordering::Relaxed))
 }
 
 /// When empty: `wait(1)`, which backs off reading the slot stamps, then arms
