@@ -16,11 +16,16 @@
 //! (`latency.rs`).
 
 mod cm;
+#[path = "../common/mod.rs"]
+mod common;
 mod latency;
 mod overrun;
 mod scenario;
+#[path = "../scenarios/mod.rs"]
+mod scenarios;
 mod shared_channel;
 
+use common::{e2s, ensure, Res};
 use evd::TryDequeueError;
 use evd_verbs::ibv::{
     ffi, work_completion, AccessFlags, ConnectParams, Context, CqConfig, IbvCq, MemoryRegion,
@@ -35,15 +40,6 @@ use evd_verbs::{
 use std::ptr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-type Res = Result<(), String>;
-
-#[macro_export]
-macro_rules! ensure {
-    ($c:expr, $($fmt:tt)+) => {
-        if !$c { return Err(format!($($fmt)+)); }
-    };
-}
 
 const GID_INDEX: u8 = 0;
 const PORT: u8 = 1;
@@ -133,60 +129,81 @@ fn connect_pair(a: &QueuePair, b: &QueuePair) -> Res {
     Ok(())
 }
 
-/// Busy-poll the feeds until `n` completions are dequeued (10 s limit).
-fn collect(
-    feeds: &mut [&mut Feed<IbvCq>],
-    consumer: &mut evd::Consumer<VerbsEvent>,
-    n: usize,
-) -> Result<Vec<(CqId, WorkCompletion)>, String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut out = Vec::new();
-    while out.len() < n {
-        for f in feeds.iter_mut() {
+/// The feeds of a pair's two CQs into one EVD, busy-polled by the test.
+struct Fed {
+    feeds: [Feed<IbvCq>; 2],
+    consumer: evd::Consumer<VerbsEvent>,
+}
+
+/// [`pair`]'s QPs, their CQs in a [`Fed`].
+fn fed((p, cq_a, cq_b): (Pair, IbvCq, IbvCq)) -> (Pair, Fed) {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(256).unwrap();
+    let (a, b) = (cq_a.id(), cq_b.id());
+    let feeds = [
+        Feed::new(cq_a, a, poster.clone()),
+        Feed::new(cq_b, b, poster),
+    ];
+    (p, Fed { feeds, consumer })
+}
+
+impl Fed {
+    /// One pass: poll both CQs, take what the EVD holds into `out`.
+    fn pass(&mut self, out: &mut Vec<(CqId, WorkCompletion)>) -> Res {
+        for f in &mut self.feeds {
             f.progress(64);
         }
         loop {
-            match consumer.try_dequeue() {
+            match self.consumer.try_dequeue() {
                 Ok(VerbsEvent::Completion { cq, wc }) => out.push((cq, wc)),
                 Ok(VerbsEvent::Async(a)) => return Err(format!("unexpected async event {a:?}")),
-                Err(TryDequeueError::Empty) => break,
+                Err(TryDequeueError::Empty) => return Ok(()),
                 Err(e) => return Err(format!("dequeue: {e:?}")),
             }
         }
-        ensure!(
-            Instant::now() < deadline,
-            "only {} of {n} completions after 10 s",
-            out.len()
-        );
     }
-    Ok(out)
+
+    /// Busy-poll until `n` completions are dequeued (10 s limit).
+    fn collect(&mut self, n: usize) -> Result<Vec<(CqId, WorkCompletion)>, String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut out = Vec::new();
+        while out.len() < n {
+            self.pass(&mut out)?;
+            ensure!(
+                Instant::now() < deadline,
+                "only {} of {n} completions after 10 s",
+                out.len()
+            );
+        }
+        Ok(out)
+    }
+
+    /// Busy-poll for `window` and return whatever arrives: what should
+    /// not come.
+    fn quiet(&mut self, window: Duration) -> Result<Vec<(CqId, WorkCompletion)>, String> {
+        let end = Instant::now() + window;
+        let mut out = Vec::new();
+        while Instant::now() < end {
+            self.pass(&mut out)?;
+            std::thread::yield_now();
+        }
+        Ok(out)
+    }
 }
 
 fn rc_send_recv(pd: &Arc<ProtectionDomain>) -> Res {
-    let (mut p, cq_a, cq_b) = pair(pd, 64, (1, 2))?;
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(256).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(1), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(2), poster);
+    let (mut p, mut fed) = fed(pair(pd, 64, (1, 2))?);
     for i in 0..10u64 {
         p.b.post_recv(100 + i, &p.mr_b, i as usize * 64, 64)
-            .map_err(|e| e.to_string())?;
+            .map_err(e2s)?;
     }
     for i in 0..10u64 {
         p.mr_a.as_mut_slice()[i as usize * 64..i as usize * 64 + 32].fill(i as u8 + 1);
         p.a.post_send(i, SendOp::Send, &p.mr_a, i as usize * 64, 32, false)
-            .map_err(|e| e.to_string())?;
+            .map_err(e2s)?;
     }
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 20)?;
-    let sends: Vec<_> = got
-        .iter()
-        .filter(|(c, _)| *c == CqId(1))
-        .map(|(_, w)| *w)
-        .collect();
-    let recvs: Vec<_> = got
-        .iter()
-        .filter(|(c, _)| *c == CqId(2))
-        .map(|(_, w)| *w)
-        .collect();
+    let got = fed.collect(20)?;
+    let sends = on(&got, CqId(1));
+    let recvs = on(&got, CqId(2));
     ensure!(
         sends.len() == 10 && recvs.len() == 10,
         "sends {} recvs {}",
@@ -215,11 +232,8 @@ fn rc_send_recv(pd: &Arc<ProtectionDomain>) -> Res {
 }
 
 fn rdma_write_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
-    let (mut p, cq_a, cq_b) = pair(pd, 64, (3, 4))?;
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(3), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(4), poster);
-    p.b.post_recv(7, &p.mr_b, 0, 0).map_err(|e| e.to_string())?;
+    let (mut p, mut fed) = fed(pair(pd, 64, (3, 4))?);
+    p.b.post_recv(7, &p.mr_b, 0, 0).map_err(e2s)?;
     for (i, x) in p.mr_a.as_mut_slice()[..256].iter_mut().enumerate() {
         *x = i as u8;
     }
@@ -228,9 +242,8 @@ fn rdma_write_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
         rkey: p.mr_b.rkey(),
         imm: 0x1234_5678,
     };
-    p.a.post_send(8, op, &p.mr_a, 0, 256, true)
-        .map_err(|e| e.to_string())?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 2)?;
+    p.a.post_send(8, op, &p.mr_a, 0, 256, true).map_err(e2s)?;
+    let got = fed.collect(2)?;
     let write = got
         .iter()
         .find(|(c, _)| *c == CqId(3))
@@ -265,18 +278,14 @@ fn rdma_write_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
 }
 
 fn error_completions(pd: &Arc<ProtectionDomain>) -> Res {
-    let (p, cq_a, cq_b) = pair(pd, 64, (5, 6))?;
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(5), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(6), poster);
+    let (p, mut fed) = fed(pair(pd, 64, (5, 6))?);
     // A write with a wrong rkey: the responder refuses it.
     let bad = SendOp::Write {
         remote_addr: p.mr_b.addr(),
         rkey: p.mr_b.rkey() ^ 0x5a5a,
     };
-    p.a.post_send(1, bad, &p.mr_a, 0, 64, false)
-        .map_err(|e| e.to_string())?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+    p.a.post_send(1, bad, &p.mr_a, 0, 64, false).map_err(e2s)?;
+    let got = fed.collect(1)?;
     let (cq, wc) = got[0];
     ensure!(cq == CqId(5) && wc.wr_id == 1, "{got:?}");
     ensure!(
@@ -286,19 +295,18 @@ fn error_completions(pd: &Arc<ProtectionDomain>) -> Res {
     );
     // The requester's QP is now in error: a send on it is flushed.
     p.a.post_send(2, SendOp::Send, &p.mr_a, 0, 8, false)
-        .map_err(|e| e.to_string())?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+        .map_err(e2s)?;
+    let got = fed.collect(1)?;
     ensure!(
         got[0].1.wr_id == 2 && got[0].1.status == WcStatus::WR_FLUSH_ERR,
         "send on errored QP: {got:?}"
     );
     // A receive outstanding when its QP is moved to error is flushed too.
-    p.b.post_recv(3, &p.mr_b, 0, 64)
-        .map_err(|e| e.to_string())?;
-    p.b.set_error().map_err(|e| e.to_string())?;
-    let state = p.b.query_state().map_err(|e| e.to_string())?;
+    p.b.post_recv(3, &p.mr_b, 0, 64).map_err(e2s)?;
+    p.b.set_error().map_err(e2s)?;
+    let state = p.b.query_state().map_err(e2s)?;
     ensure!(state == QpState::Error, "after set_error: {state:?}");
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+    let got = fed.collect(1)?;
     ensure!(
         got[0].0 == CqId(6) && got[0].1.wr_id == 3 && got[0].1.status == WcStatus::WR_FLUSH_ERR,
         "flushed recv: {got:?}"
@@ -315,20 +323,20 @@ fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
     let mut driver = Driver::new(DriverConfig::default()).map_err(|e| format!("io_uring: {e}"))?;
     // Taken first, so the driver does not serve the device's events itself
     // when the CQs' feeds are registered.
-    let async_events = pd.context().async_events().map_err(|e| e.to_string())?;
+    let async_events = pd.context().async_events().map_err(e2s)?;
     let key_a = driver
         .register(Feed::new(cq_a, CqId(7), poster.clone()), FeedMode::Event)
-        .map_err(|e| e.to_string())?;
+        .map_err(e2s)?;
     let key_b = driver
         .register(
             Feed::new(cq_b, CqId(8), poster.clone()),
             FeedMode::Adaptive(AdaptiveConfig::default()),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(e2s)?;
     driver
         .register_async(AsyncFeed::new(async_events, poster))
-        .map_err(|e| e.to_string())?;
-    let driver = driver.spawn().map_err(|e| e.to_string())?;
+        .map_err(e2s)?;
+    let driver = driver.spawn().map_err(e2s)?;
     // B echoes every message back; A sends the next one when the echo lands.
     for side in [&p.a, &p.b] {
         for i in 0..4 {
@@ -342,12 +350,12 @@ fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
                 0,
                 64,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(e2s)?;
         }
     }
     p.mr_a.as_mut_slice()[..8].copy_from_slice(&0u64.to_le_bytes());
     p.a.post_send(0, SendOp::Send, &p.mr_a, 0, 8, true)
-        .map_err(|e| e.to_string())?;
+        .map_err(e2s)?;
     let (mut pings, mut pongs, mut sends) = (0u64, 0u64, 0u64);
     let mut idle = 0;
     while pongs < ROUNDS {
@@ -360,21 +368,19 @@ fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
                         let seq = u64::from_le_bytes(p.mr_b.as_slice()[..8].try_into().unwrap());
                         ensure!(seq == pings, "ping {seq}, expected {pings}");
                         pings += 1;
-                        p.b.post_recv(wc.wr_id, &p.mr_b, 0, 64)
-                            .map_err(|e| e.to_string())?;
+                        p.b.post_recv(wc.wr_id, &p.mr_b, 0, 64).map_err(e2s)?;
                         p.b.post_send(seq, SendOp::Send, &p.mr_b, 0, 8, true)
-                            .map_err(|e| e.to_string())?;
+                            .map_err(e2s)?;
                     }
                     (CqId(7), WcOpcode::RECV) => {
                         let seq = u64::from_le_bytes(p.mr_a.as_slice()[..8].try_into().unwrap());
                         ensure!(seq == pongs, "pong {seq}, expected {pongs}");
                         pongs += 1;
-                        p.a.post_recv(wc.wr_id, &p.mr_a, 0, 64)
-                            .map_err(|e| e.to_string())?;
+                        p.a.post_recv(wc.wr_id, &p.mr_a, 0, 64).map_err(e2s)?;
                         if pongs < ROUNDS {
                             p.mr_a.as_mut_slice()[..8].copy_from_slice(&pongs.to_le_bytes());
                             p.a.post_send(pongs, SendOp::Send, &p.mr_a, 0, 8, true)
-                                .map_err(|e| e.to_string())?;
+                                .map_err(e2s)?;
                         }
                     }
                     other => return Err(format!("unexpected completion {other:?}")),
@@ -393,7 +399,7 @@ fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
             Err(e) => return Err(format!("dequeue: {e:?}")),
         }
     }
-    let mut stopped = driver.shutdown().map_err(|e| e.to_string())?;
+    let mut stopped = driver.shutdown().map_err(e2s)?;
     let mut got = 0;
     let feeds = [key_a, key_b].map(|k| stopped.take(k));
     for f in feeds.iter().flatten() {
@@ -430,17 +436,16 @@ fn throughput(pd: &Arc<ProtectionDomain>) -> Res {
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     // Post a round and wait until it has executed at B.
     let fill = |cq_b: &mut IbvCq| -> Res {
-        p.b.post_recv(0, &p.mr_b, 0, 64)
-            .map_err(|e| e.to_string())?;
+        p.b.post_recv(0, &p.mr_b, 0, 64).map_err(e2s)?;
         for i in 0..BATCH - 1 {
             p.a.post_send(i as u64, write, &p.mr_a, 0, 8, false)
-                .map_err(|e| e.to_string())?;
+                .map_err(e2s)?;
         }
         p.a.post_send(BATCH as u64, SendOp::Send, &p.mr_a, 0, 8, false)
-            .map_err(|e| e.to_string())?;
+            .map_err(e2s)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut b = [WorkCompletion::default(); 1];
-        while cq_b.poll(&mut b).map_err(|e| e.to_string())? == 0 {
+        while cq_b.poll(&mut b).map_err(e2s)? == 0 {
             ensure!(Instant::now() < deadline, "round never reached B");
         }
         ensure!(b[0].status.is_success(), "B: {:?}", b[0]);
@@ -456,7 +461,7 @@ fn throughput(pd: &Arc<ProtectionDomain>) -> Res {
         let t = Instant::now();
         let mut n = 0;
         while n < BATCH {
-            let k = raw_cq.poll(&mut wcs).map_err(|e| e.to_string())?;
+            let k = raw_cq.poll(&mut wcs).map_err(e2s)?;
             for wc in &wcs[..k] {
                 ensure!(wc.status.is_success(), "raw: {wc:?}");
             }
@@ -526,9 +531,9 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
 
     // A loopback send and its receive, with the CQ armed: one channel event.
     cq.req_notify(false).map_err(|e| format!("arm: {e}"))?;
-    qp.post_recv(1, &mr, 0, 64).map_err(|e| e.to_string())?;
+    qp.post_recv(1, &mr, 0, 64).map_err(e2s)?;
     qp.post_send(2, SendOp::Send, &mr, 1024, 8, false)
-        .map_err(|e| e.to_string())?;
+        .map_err(e2s)?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let channel = cq.channel_fd().expect("a channel");
     while !cq.get_event().map_err(|e| format!("get_event: {e}"))? {
@@ -541,7 +546,7 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     let mut wcs = [WorkCompletion::default(); 4];
     let mut polled = 0;
     while polled < 2 {
-        polled += cq.poll(&mut wcs[polled..]).map_err(|e| e.to_string())?;
+        polled += cq.poll(&mut wcs[polled..]).map_err(e2s)?;
         ensure!(
             Instant::now() < deadline,
             "{polled} of 2 completions after 10 s"
@@ -577,32 +582,6 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     Ok(())
 }
 
-/// Poll the feeds for `window` and return whatever arrives: what should
-/// not come.
-fn quiet(
-    feeds: &mut [&mut Feed<IbvCq>],
-    consumer: &mut evd::Consumer<VerbsEvent>,
-    window: Duration,
-) -> Result<Vec<(CqId, WorkCompletion)>, String> {
-    let end = Instant::now() + window;
-    let mut out = Vec::new();
-    while Instant::now() < end {
-        for f in feeds.iter_mut() {
-            f.progress(64);
-        }
-        loop {
-            match consumer.try_dequeue() {
-                Ok(VerbsEvent::Completion { cq, wc }) => out.push((cq, wc)),
-                Ok(VerbsEvent::Async(a)) => return Err(format!("unexpected async event {a:?}")),
-                Err(TryDequeueError::Empty) => break,
-                Err(e) => return Err(format!("dequeue: {e:?}")),
-            }
-        }
-        std::thread::yield_now();
-    }
-    Ok(out)
-}
-
 /// The completions of `got` from `cq`.
 fn on(got: &[(CqId, WorkCompletion)], cq: CqId) -> Vec<WorkCompletion> {
     got.iter()
@@ -611,17 +590,10 @@ fn on(got: &[(CqId, WorkCompletion)], cq: CqId) -> Vec<WorkCompletion> {
         .collect()
 }
 
-fn e2s(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
 /// Three unsignaled sends then a signaled one: all four arrive, and only
 /// the signaled one completes at the sender.
 fn unsignaled_sends(pd: &Arc<ProtectionDomain>) -> Res {
-    let (mut p, cq_a, cq_b) = pair(pd, 64, (31, 32))?;
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(31), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(32), poster);
+    let (mut p, mut fed) = fed(pair(pd, 64, (31, 32))?);
     for i in 0..4u64 {
         p.b.post_recv(100 + i, &p.mr_b, i as usize * 64, 64)
             .map_err(e2s)?;
@@ -636,12 +608,8 @@ fn unsignaled_sends(pd: &Arc<ProtectionDomain>) -> Res {
         };
         p.a.post_send_wr(&wr).map_err(e2s)?;
     }
-    let mut got = collect(&mut [&mut fa, &mut fb], &mut consumer, 5)?;
-    got.extend(quiet(
-        &mut [&mut fa, &mut fb],
-        &mut consumer,
-        Duration::from_millis(300),
-    )?);
+    let mut got = fed.collect(5)?;
+    got.extend(fed.quiet(Duration::from_millis(300))?);
     let sends = on(&got, CqId(31));
     let recvs = on(&got, CqId(32));
     ensure!(
@@ -671,12 +639,9 @@ fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
         max_inline_data: 64,
         ..QpCaps::default()
     };
-    let (mut p, cq_a, cq_b) = pair_with(pd, 64, (33, 34), &caps)?;
+    let (mut p, mut fed) = fed(pair_with(pd, 64, (33, 34), &caps)?);
     let max = p.a.caps().max_inline_data;
     ensure!(max >= 64, "granted max_inline_data {max}");
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(33), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(34), poster);
     p.b.post_recv(1, &p.mr_b, 0, 64).map_err(e2s)?;
     p.b.post_recv(2, &p.mr_b, 64, 64).map_err(e2s)?;
     let pattern: Vec<u8> = (0..48u8).map(|i| i ^ 0xa5).collect();
@@ -698,7 +663,7 @@ fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
         ..SendRequest::new(11, SendOp::Send, &[raw])
     })
     .map_err(e2s)?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 4)?;
+    let got = fed.collect(4)?;
     for (cq, wc) in &got {
         ensure!(wc.status.is_success(), "{cq:?}: {wc:?}");
     }
@@ -732,10 +697,7 @@ fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
 
 /// A send with immediate: the receiver's completion carries it.
 fn send_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
-    let (mut p, cq_a, cq_b) = pair(pd, 64, (35, 36))?;
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(35), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(36), poster);
+    let (mut p, mut fed) = fed(pair(pd, 64, (35, 36))?);
     p.b.post_recv(5, &p.mr_b, 0, 64).map_err(e2s)?;
     p.mr_a.as_mut_slice()[..16].copy_from_slice(b"with immediate!!");
     p.a.post_send(
@@ -747,7 +709,7 @@ fn send_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
         true,
     )
     .map_err(e2s)?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 2)?;
+    let got = fed.collect(2)?;
     let send = on(&got, CqId(35));
     let recv = on(&got, CqId(36));
     ensure!(
@@ -774,10 +736,7 @@ fn send_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
 
 /// An RDMA read of the peer's region lands in ours.
 fn rdma_read(pd: &Arc<ProtectionDomain>) -> Res {
-    let (mut p, cq_a, cq_b) = pair(pd, 64, (37, 38))?;
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(37), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(38), poster);
+    let (mut p, mut fed) = fed(pair(pd, 64, (37, 38))?);
     for (i, x) in p.mr_b.as_mut_slice()[2048..2348].iter_mut().enumerate() {
         *x = (i * 7) as u8;
     }
@@ -788,7 +747,7 @@ fn rdma_read(pd: &Arc<ProtectionDomain>) -> Res {
     };
     p.a.post_send_wr(&SendRequest::new(9, read, &sges))
         .map_err(e2s)?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+    let got = fed.collect(1)?;
     let (cq, wc) = got[0];
     ensure!(
         cq == CqId(37)
@@ -816,7 +775,7 @@ fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
         max_recv_sge: 2,
         ..QpCaps::default()
     };
-    let (mut p, cq_a, cq_b) = pair_with(pd, 64, (39, 40), &caps)?;
+    let (mut p, mut fed) = fed(pair_with(pd, 64, (39, 40), &caps)?);
     ensure!(
         p.a.caps().max_send_sge >= 3 && p.b.caps().max_recv_sge >= 2,
         "granted {:?}",
@@ -832,9 +791,6 @@ fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
         own_mr.addr() == own.as_ptr() as u64 && own_mr.len() == 256,
         "{own_mr:?}"
     );
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(39), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(40), poster);
     p.mr_a.as_mut_slice()[..10].copy_from_slice(b"0123456789");
     p.mr_a.as_mut_slice()[1000..1020].copy_from_slice(b"abcdefghijklmnopqrst");
     own_mr.as_mut_slice()[100..130].copy_from_slice(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ!?#%");
@@ -859,7 +815,7 @@ fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
     ];
     p.a.post_send_wr(&SendRequest::new(8, SendOp::Send, &sges))
         .map_err(e2s)?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 2)?;
+    let got = fed.collect(2)?;
     for (cq, wc) in &got {
         ensure!(wc.status.is_success(), "{cq:?}: {wc:?}");
     }
@@ -894,10 +850,7 @@ fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
 /// same write to a buffer registered with REMOTE_WRITE lands; both
 /// buffers come back on close.
 fn remote_write_refused(pd: &Arc<ProtectionDomain>) -> Res {
-    let (mut p, cq_a, cq_b) = pair(pd, 64, (41, 42))?;
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut fa = Feed::new(cq_a, CqId(41), poster.clone());
-    let mut fb = Feed::new(cq_b, CqId(42), poster);
+    let (mut p, mut fed) = fed(pair(pd, 64, (41, 42))?);
     let writable = pd
         .register_buffer(
             vec![0x11; 4096].into_boxed_slice(),
@@ -921,14 +874,14 @@ fn remote_write_refused(pd: &Arc<ProtectionDomain>) -> Res {
     };
     p.a.post_send(1, write(&writable), &p.mr_a, 0, 64, false)
         .map_err(e2s)?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+    let got = fed.collect(1)?;
     ensure!(
         got[0].1.wr_id == 1 && got[0].1.status.is_success(),
         "write to a writable region: {got:?}"
     );
     p.a.post_send(2, write(&read_only), &p.mr_a, 0, 64, false)
         .map_err(e2s)?;
-    let got = collect(&mut [&mut fa, &mut fb], &mut consumer, 1)?;
+    let got = fed.collect(1)?;
     let (cq, wc) = got[0];
     ensure!(cq == CqId(41) && wc.wr_id == 2, "{got:?}");
     ensure!(
