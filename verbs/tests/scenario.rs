@@ -9,17 +9,21 @@ mod scenarios;
 use common::{e2s, ensure, Res};
 use evd::Poster;
 use evd_verbs::soft::SoftCq;
-use evd_verbs::soft::{SoftCm, SoftCqProducer, SoftDevice};
+use evd_verbs::soft::{SoftAsyncEvents, SoftCm, SoftCmEvents, SoftCqProducer, SoftDevice};
 use evd_verbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CmEvent, CmEventKind, CmFeed, CmToken,
-    CqId, Driver, Feed, FeedMode, WorkCompletion,
+    AsyncElement, AsyncEvent, AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId, Driver, Feed,
+    FeedMode, WorkCompletion,
 };
-use scenarios::every_source::{every_source_at_once, Devices, Event, Log, Traffic};
+use scenarios::every_source::{every_source_at_once, Apps, Devices, Event, Log, Traffic};
 use std::thread;
 
 const COMPLETIONS: u64 = 3000; // per CQ
 const CM_EVENTS: u64 = 300;
 const ASYNC_EVENTS: u8 = 50;
+const APPS: Apps = Apps {
+    events: 3000,
+    follow_up_every: 100,
+};
 
 #[derive(Default)]
 struct Soft {
@@ -32,16 +36,23 @@ impl Soft {
     /// Everything phase 1 delivers: the devices' events and the
     /// application's with their follow-ups.
     fn expected() -> usize {
-        let follow_ups = 2 * Self::APP_EVENTS.div_ceil(Self::FOLLOW_UP_EVERY);
-        (2 * COMPLETIONS + CM_EVENTS + 2 * Self::APP_EVENTS + follow_ups) as usize
+        (2 * COMPLETIONS + CM_EVENTS + 2 * APPS.events + APPS.follow_ups()) as usize
             + usize::from(ASYNC_EVENTS)
     }
 }
 
 impl Devices for Soft {
-    const APP_EVENTS: u64 = 3000;
-    const FOLLOW_UP_EVERY: u64 = 100;
     const THREADS: usize = 3;
+
+    type Cm = SoftCmEvents;
+    type Async = SoftAsyncEvents;
+
+    fn sources(&mut self) -> Result<(SoftCmEvents, SoftAsyncEvents), String> {
+        let (cm_events, cm) = SoftCm::new().map_err(e2s)?;
+        let (async_events, device) = SoftDevice::new().map_err(e2s)?;
+        (self.cm, self.device) = (Some(cm), Some(device));
+        Ok((cm_events, async_events))
+    }
 
     fn register(&mut self, driver: &mut Driver, poster: &Poster<Event>) -> Res {
         for id in 0..2 {
@@ -56,15 +67,6 @@ impl Devices for Soft {
                 .map_err(e2s)?;
             self.hcas.push(hca);
         }
-        let (cm_events, cm) = SoftCm::new().map_err(e2s)?;
-        driver
-            .register_cm(CmFeed::new(cm_events, poster.clone()))
-            .map_err(e2s)?;
-        let (async_events, device) = SoftDevice::new().map_err(e2s)?;
-        driver
-            .register_async(AsyncFeed::new(async_events, poster.clone()))
-            .map_err(e2s)?;
-        (self.cm, self.device) = (Some(cm), Some(device));
         Ok(())
     }
 
@@ -150,5 +152,5 @@ impl Devices for Soft {
 
 #[test]
 fn every_source_at_once_under_single_instance_upcalls() {
-    every_source_at_once(Soft::default()).unwrap();
+    every_source_at_once(Soft::default(), APPS).unwrap();
 }

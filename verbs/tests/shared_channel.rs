@@ -12,7 +12,7 @@
 mod common;
 mod scenarios;
 
-use common::{e2s, ensure, Credits, Res, Watchdog, Xorshift};
+use common::{drain_completions, e2s, ensure, Credits, Overflow, Res, Watchdog, Xorshift};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftChannel, SoftCqProducer};
 use evd_verbs::{
@@ -69,22 +69,16 @@ fn spawn_producers(
     per_producer: u64,
     credits: &Arc<Credits>,
 ) -> Vec<std::thread::JoinHandle<()>> {
-    (0..PRODUCERS)
-        .map(|p| {
-            let hcas = hcas.to_vec();
-            let credits = credits.clone();
-            std::thread::spawn(move || {
-                let mut rng = Xorshift::for_producer(p);
-                for seq in 0..per_producer {
-                    credits.take(None);
-                    let cq = rng.below(CQS as u64) as usize;
-                    hcas[cq]
-                        .push(wc((p << 32) | seq))
-                        .expect("no overrun: at most CQ_DEPTH outstanding");
-                }
-            })
-        })
-        .collect()
+    common::spawn_producers(PRODUCERS, per_producer, credits, None, |p| {
+        let hcas = hcas.to_vec();
+        let mut rng = Xorshift::for_producer(p);
+        move |seq| {
+            let cq = rng.below(CQS as u64) as usize;
+            hcas[cq]
+                .push(wc((p << 32) | seq))
+                .expect("no overrun: at most CQ_DEPTH outstanding");
+        }
+    })
 }
 
 /// What the consumer saw: per CQ, per producer, the sequence numbers in
@@ -104,40 +98,27 @@ fn consume(
 ) -> Seen {
     let n = PRODUCERS * per_producer;
     let mut seen: Seen = vec![vec![Vec::new(); PRODUCERS as usize]; CQS];
-    let mut got = 0;
-    let mut watchdog = Watchdog::new(WATCHDOG);
-    let mut batch = Vec::with_capacity(64);
-    while got < n {
-        batch.clear();
-        match consumer.dequeue_batch(&mut batch, 64) {
-            Ok(0) => {
-                if watchdog.expired() {
-                    let stranded: Vec<_> = s.hcas.iter().map(|h| h.is_stranded()).collect();
-                    panic!(
-                        "watchdog: {got} of {n} completions; channel {:?}; stranded {stranded:?}; \
-                         CQs {:?}",
-                        s.channel.stats(),
-                        s.hcas.iter().map(|h| h.stats()).collect::<Vec<_>>()
-                    );
-                }
-                let _ = consumer.wait(1, Some(Duration::from_millis(100)));
-            }
-            Ok(k) => {
-                watchdog.progress();
-                for ev in &batch {
-                    let VerbsEvent::Completion { cq, wc } = ev else {
-                        panic!("unexpected {ev:?}");
-                    };
-                    let p = (wc.wr_id >> 32) as usize;
-                    seen[cq.0 as usize][p].push(wc.wr_id & 0xffff_ffff);
-                }
-                got += k as u64;
-                credits.give_back(k as u64);
-            }
-            Err(TryDequeueError::Overflow(_)) => panic!("the EVD overflowed: over-commit"),
-            Err(e) => panic!("unexpected {e:?}"),
-        }
-    }
+    let record = |cq: CqId, wc: &WorkCompletion| {
+        let p = (wc.wr_id >> 32) as usize;
+        seen[cq.0 as usize][p].push(wc.wr_id & 0xffff_ffff);
+    };
+    let stalled = |got| {
+        let stranded: Vec<_> = s.hcas.iter().map(|h| h.is_stranded()).collect();
+        format!(
+            "{got} of {n} completions; channel {:?}; stranded {stranded:?}; CQs {:?}",
+            s.channel.stats(),
+            s.hcas.iter().map(|h| h.stats()).collect::<Vec<_>>()
+        )
+    };
+    drain_completions(
+        consumer,
+        n,
+        credits,
+        WATCHDOG,
+        Overflow::Fails,
+        record,
+        stalled,
+    );
     for p in producers {
         p.join().unwrap();
     }

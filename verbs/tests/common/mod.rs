@@ -7,9 +7,13 @@
 //! happened for a long while, and no assertion depends on timing.
 
 // Each test crate uses a part of this module.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
 
+use evd::TryDequeueError;
+use evd_verbs::{CqId, VerbsEvent, WorkCompletion};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The outcome of a check that reports instead of panicking.
@@ -23,6 +27,7 @@ macro_rules! ensure {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use ensure;
 
 /// An error as the `String` the checks return.
@@ -106,6 +111,36 @@ impl Credits {
     }
 }
 
+/// `producers` threads, each making `per_producer` completions with what
+/// `producer(p)` returns, called with each sequence number in turn after
+/// taking a credit for it; a producer stops early if `abort` is set while
+/// it waits for a credit.
+pub fn spawn_producers<F>(
+    producers: u64,
+    per_producer: u64,
+    credits: &Arc<Credits>,
+    abort: Option<&Arc<AtomicBool>>,
+    producer: impl Fn(u64) -> F,
+) -> Vec<JoinHandle<()>>
+where
+    F: FnMut(u64) + Send + 'static,
+{
+    (0..producers)
+        .map(|p| {
+            let (credits, abort) = (credits.clone(), abort.cloned());
+            let mut produce = producer(p);
+            std::thread::spawn(move || {
+                for seq in 0..per_producer {
+                    if !credits.take(abort.as_deref()) {
+                        return;
+                    }
+                    produce(seq);
+                }
+            })
+        })
+        .collect()
+}
+
 /// Fails a wait in which nothing happened for `limit`: a stranded
 /// completion or a hang becomes a failure instead of a stuck test.
 pub struct Watchdog {
@@ -129,5 +164,55 @@ impl Watchdog {
     /// Whether nothing happened for the limit.
     pub fn expired(&self) -> bool {
         self.last.elapsed() > self.limit
+    }
+}
+
+/// What an overflow report means to [`drain_completions`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    /// A failure: nothing may be refused.
+    Fails,
+    /// Not a loss: a feed's held post was refused once and is retried.
+    Tolerated,
+}
+
+/// Dequeue `n` completions in batches of up to 64, handing each to `each`
+/// and giving its credit back; while the EVD is empty, wait on it (100 ms
+/// at a time). Panics with `stalled(got)` when nothing comes for
+/// `watchdog`.
+pub fn drain_completions(
+    consumer: &mut evd::Consumer<VerbsEvent>,
+    n: u64,
+    credits: &Credits,
+    watchdog: Duration,
+    overflow: Overflow,
+    mut each: impl FnMut(CqId, &WorkCompletion),
+    stalled: impl Fn(u64) -> String,
+) {
+    let mut got = 0;
+    let mut dog = Watchdog::new(watchdog);
+    let mut batch = Vec::with_capacity(64);
+    while got < n {
+        batch.clear();
+        match consumer.dequeue_batch(&mut batch, 64) {
+            Ok(0) => {
+                assert!(!dog.expired(), "watchdog: {}", stalled(got));
+                let _ = consumer.wait(1, Some(Duration::from_millis(100)));
+            }
+            Ok(k) => {
+                dog.progress();
+                for ev in &batch {
+                    let VerbsEvent::Completion { cq, wc } = ev else {
+                        panic!("unexpected {ev:?}");
+                    };
+                    each(*cq, wc);
+                }
+                got += k as u64;
+                credits.give_back(k as u64);
+            }
+            Err(TryDequeueError::Overflow(_)) if overflow == Overflow::Tolerated => {}
+            Err(TryDequeueError::Overflow(_)) => panic!("the EVD overflowed: over-commit"),
+            Err(e) => panic!("unexpected {e:?}"),
+        }
     }
 }

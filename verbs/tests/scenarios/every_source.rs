@@ -15,7 +15,10 @@
 
 use crate::common::{e2s, ensure, Res, Watchdog};
 use evd::{Invoke, PostError, Poster};
-use evd_verbs::{AsyncEvent, CmEvent, CqId, Driver, DriverConfig, DriverHandle, VerbsEvent};
+use evd_verbs::{
+    AsyncEvent, AsyncEventSource, AsyncFeed, CmEvent, CmEventSource, CmFeed, CqId, Driver,
+    DriverConfig, DriverHandle, VerbsEvent,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -169,18 +172,38 @@ pub struct Traffic<'a> {
     pub shared: &'a Shared,
 }
 
+/// What the application threads post.
+#[derive(Clone, Copy)]
+pub struct Apps {
+    /// Events each application thread posts in a phase.
+    pub events: u64,
+    /// An application event whose sequence number is a multiple of this
+    /// has the handler post a follow-up.
+    pub follow_up_every: u64,
+}
+
+impl Apps {
+    /// The follow-ups of a phase.
+    pub fn follow_ups(&self) -> u64 {
+        APP_THREADS as u64 * self.events.div_ceil(self.follow_up_every)
+    }
+}
+
 /// The devices that feed the scenario: two CQs, a connection manager and
 /// a device's async events.
 pub trait Devices {
-    /// Events each application thread posts in a phase.
-    const APP_EVENTS: u64;
-    /// An application event whose sequence number is a multiple of this
-    /// has the handler post a follow-up.
-    const FOLLOW_UP_EVERY: u64;
     /// Threads `traffic` starts that wait at `go`.
     const THREADS: usize;
 
-    /// Register what the driver serves from its start.
+    /// The connection manager's events.
+    type Cm: CmEventSource + 'static;
+    /// The device's async events.
+    type Async: AsyncEventSource + 'static;
+
+    /// The event sources the driver serves from its start.
+    fn sources(&mut self) -> Result<(Self::Cm, Self::Async), String>;
+
+    /// Register the CQs the driver serves from its start, if any.
     fn register(&mut self, driver: &mut Driver, poster: &Poster<Event>) -> Res;
 
     /// Phase 1's device events: completions on both CQs, CM and async
@@ -233,7 +256,7 @@ fn join(threads: Vec<JoinHandle<Res>>) -> Res {
     Ok(())
 }
 
-pub fn every_source_at_once<D: Devices>(mut devices: D) -> Res {
+pub fn every_source_at_once<D: Devices>(mut devices: D, apps: Apps) -> Res {
     let (poster, consumer) = evd::bounded::<Event>(CAPACITY).map_err(e2s)?;
     let shared = Arc::new(Shared::default());
     let (cm_tx, cm_rx) = mpsc::channel::<CmEvent>();
@@ -245,7 +268,7 @@ pub fn every_source_at_once<D: Devices>(mut devices: D) -> Res {
         // and two overlapping calls both increment before either decrements.
         let overlapping = seen.in_flight.fetch_add(1, Ordering::Relaxed) != 0;
         let after_teardown = seen.torn_down.load(Ordering::Acquire);
-        let follow_up = matches!(ev, Ok(Event::App { seq, .. }) if seq % D::FOLLOW_UP_EVERY == 0);
+        let follow_up = matches!(ev, Ok(Event::App { seq, .. }) if seq % apps.follow_up_every == 0);
         if let Ok(Event::Cm(c)) = &ev {
             // The devices' traffic drives a connection from these.
             let _ = cm_tx.send(**c);
@@ -285,12 +308,19 @@ pub fn every_source_at_once<D: Devices>(mut devices: D) -> Res {
     });
 
     let mut driver = Driver::new(DriverConfig::default()).map_err(e2s)?;
+    let (cm_events, async_events) = devices.sources()?;
+    driver
+        .register_cm(CmFeed::new(cm_events, poster.clone()))
+        .map_err(e2s)?;
+    driver
+        .register_async(AsyncFeed::new(async_events, poster.clone()))
+        .map_err(e2s)?;
     devices.register(&mut driver, &poster)?;
     let driver = driver.spawn().map_err(e2s)?;
 
     // Phase 1: everyone at once.
     let go = Arc::new(Barrier::new(APP_THREADS + D::THREADS + 1));
-    let apps = spawn_apps(&poster, &go, 0..D::APP_EVENTS);
+    let app_threads = spawn_apps(&poster, &go, 0..apps.events);
     devices.traffic(Traffic {
         go: &go,
         handle: driver.handle(),
@@ -298,10 +328,10 @@ pub fn every_source_at_once<D: Devices>(mut devices: D) -> Res {
         cm: &cm_rx,
         shared: &shared,
     })?;
-    join(apps)?;
-    let follow_ups = APP_THREADS as u64 * D::APP_EVENTS.div_ceil(D::FOLLOW_UP_EVERY);
+    join(app_threads)?;
+    let follow_ups = apps.follow_ups();
     let log = shared.wait_until("phase 1", |log| {
-        log.app.iter().all(|a| a.len() as u64 >= D::APP_EVENTS)
+        log.app.iter().all(|a| a.len() as u64 >= apps.events)
             && log.follow_ups_delivered >= follow_ups
             && devices.delivered(log)
     })?;
@@ -312,10 +342,10 @@ pub fn every_source_at_once<D: Devices>(mut devices: D) -> Res {
     );
     for (t, app) in log.app.iter().enumerate() {
         ensure!(
-            *app == (0..D::APP_EVENTS).collect::<Vec<_>>(),
+            *app == (0..apps.events).collect::<Vec<_>>(),
             "app thread {t}: {} events, not 0..{} in order",
             app.len(),
-            D::APP_EVENTS
+            apps.events
         );
     }
     ensure!(
@@ -330,11 +360,11 @@ pub fn every_source_at_once<D: Devices>(mut devices: D) -> Res {
 
     // Phase 2: Teardown while the application threads keep posting.
     let go = Arc::new(Barrier::new(APP_THREADS + 1));
-    let apps = spawn_apps(&poster, &go, D::APP_EVENTS..2 * D::APP_EVENTS);
+    let app_threads = spawn_apps(&poster, &go, apps.events..2 * apps.events);
     go.wait();
     let mut rest = upcalls.teardown();
     shared.torn_down.store(true, Ordering::Release);
-    join(apps)?;
+    join(app_threads)?;
     devices.finish()?;
     drop(driver.shutdown().map_err(e2s)?);
     drop(poster);
@@ -354,10 +384,10 @@ pub fn every_source_at_once<D: Devices>(mut devices: D) -> Res {
         all.dedup();
         ensure!(all.len() == log.app[t].len(), "app thread {t}: a duplicate");
         ensure!(
-            all == (0..2 * D::APP_EVENTS).collect::<Vec<_>>(),
+            all == (0..2 * apps.events).collect::<Vec<_>>(),
             "app thread {t}: {} events, not 0..{}",
             all.len(),
-            2 * D::APP_EVENTS
+            2 * apps.events
         );
         // Upcalls, then the consumer: still in order.
         ensure!(log.app[t] == all, "app thread {t}: out of order");

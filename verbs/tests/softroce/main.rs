@@ -211,17 +211,11 @@ fn rc_send_recv(pd: &Arc<ProtectionDomain>) -> Res {
         recvs.len()
     );
     for (i, wc) in sends.iter().enumerate() {
-        ensure!(
-            wc.status.is_success() && wc.opcode == WcOpcode::SEND && wc.wr_id == i as u64,
-            "send {i}: {wc:?}"
-        );
+        ensure!(done(wc, WcOpcode::SEND, i as u64), "send {i}: {wc:?}");
     }
     for (i, wc) in recvs.iter().enumerate() {
         ensure!(
-            wc.status.is_success()
-                && wc.opcode == WcOpcode::RECV
-                && wc.wr_id == 100 + i as u64
-                && wc.byte_len == 32,
+            done(wc, WcOpcode::RECV, 100 + i as u64) && wc.byte_len == 32,
             "recv {i}: {wc:?}"
         );
         ensure!(wc.qp_num == p.b.qp_num(), "recv on QP {}", wc.qp_num);
@@ -254,17 +248,11 @@ fn rdma_write_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
         .find(|(c, _)| *c == CqId(4))
         .ok_or("no receive completion")?
         .1;
+    ensure!(done(&write, WcOpcode::RDMA_WRITE, 8), "write: {write:?}");
     ensure!(
-        write.status.is_success() && write.opcode == WcOpcode::RDMA_WRITE && write.wr_id == 8,
-        "write: {write:?}"
-    );
-    ensure!(
-        recv.status.is_success()
-            && recv.opcode == WcOpcode::RECV_RDMA_WITH_IMM
-            && recv.wc_flags.contains(WcFlags::WITH_IMM)
-            && recv.imm_data == 0x1234_5678
-            && recv.byte_len == 256
-            && recv.wr_id == 7,
+        done(&recv, WcOpcode::RECV_RDMA_WITH_IMM, 7)
+            && carries_imm(&recv, 0x1234_5678)
+            && recv.byte_len == 256,
         "recv: {recv:?}"
     );
     ensure!(
@@ -582,6 +570,17 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     Ok(())
 }
 
+/// Whether `wc` is the successful `opcode` completion of work request
+/// `wr_id`.
+fn done(wc: &WorkCompletion, opcode: WcOpcode, wr_id: u64) -> bool {
+    wc.status.is_success() && wc.opcode == opcode && wc.wr_id == wr_id
+}
+
+/// Whether `wc` carries the immediate `imm`.
+fn carries_imm(wc: &WorkCompletion, imm: u32) -> bool {
+    wc.wc_flags.contains(WcFlags::WITH_IMM) && wc.imm_data == imm
+}
+
 /// The completions of `got` from `cq`.
 fn on(got: &[(CqId, WorkCompletion)], cq: CqId) -> Vec<WorkCompletion> {
     got.iter()
@@ -713,18 +712,13 @@ fn send_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
     let send = on(&got, CqId(35));
     let recv = on(&got, CqId(36));
     ensure!(
-        send.len() == 1 && send[0].status.is_success() && send[0].opcode == WcOpcode::SEND,
+        send.len() == 1 && done(&send[0], WcOpcode::SEND, 6),
         "send: {send:?}"
     );
     ensure!(recv.len() == 1, "receives: {recv:?}");
     let r = recv[0];
     ensure!(
-        r.status.is_success()
-            && r.opcode == WcOpcode::RECV
-            && r.wc_flags.contains(WcFlags::WITH_IMM)
-            && r.imm_data == 0xdead_beef
-            && r.byte_len == 16
-            && r.wr_id == 5,
+        done(&r, WcOpcode::RECV, 5) && carries_imm(&r, 0xdead_beef) && r.byte_len == 16,
         "recv: {r:?}"
     );
     ensure!(
@@ -750,10 +744,7 @@ fn rdma_read(pd: &Arc<ProtectionDomain>) -> Res {
     let got = fed.collect(1)?;
     let (cq, wc) = got[0];
     ensure!(
-        cq == CqId(37)
-            && wc.wr_id == 9
-            && wc.status.is_success()
-            && wc.opcode == WcOpcode::RDMA_READ,
+        cq == CqId(37) && done(&wc, WcOpcode::RDMA_READ, 9),
         "read: {got:?}"
     );
     ensure!(
@@ -1048,10 +1039,7 @@ fn cq_from_raw_borrowed(pd: &Arc<ProtectionDomain>) -> Res {
                 Err(e) => return Err(format!("dequeue: {e:?}")),
             }
         };
-        ensure!(
-            wc.status.is_success() && wc.opcode == WcOpcode::RECV && wc.wr_id == i,
-            "recv {i}: {wc:?}"
-        );
+        ensure!(done(&wc, WcOpcode::RECV, i), "recv {i}: {wc:?}");
         ensure!(mr.as_slice()[..8] == i.to_le_bytes(), "payload {i} wrong");
         // The send, polled by hand from the raw CQ.
         let wc = loop {
@@ -1064,10 +1052,7 @@ fn cq_from_raw_borrowed(pd: &Arc<ProtectionDomain>) -> Res {
             }
             ensure!(Instant::now() < deadline, "send {i}: nothing after 10 s");
         };
-        ensure!(
-            wc.status.is_success() && wc.opcode == WcOpcode::SEND && wc.wr_id == 100 + i,
-            "send {i}: {wc:?}"
-        );
+        ensure!(done(&wc, WcOpcode::SEND, 100 + i), "send {i}: {wc:?}");
     }
     let mut stopped = driver.shutdown().map_err(e2s)?;
     let feed = stopped.take(key).ok_or("the feed is gone")?;

@@ -5,16 +5,15 @@
 //! upcalls deliver), and the device's async events (a link toggled down
 //! and up).
 
+use crate::cm::qp_for;
 use crate::common::{e2s, ensure, Res};
-use crate::scenarios::every_source::{every_source_at_once, Devices, Event, Log, Traffic};
+use crate::scenarios::every_source::{every_source_at_once, Apps, Devices, Event, Log, Traffic};
 use evd::Poster;
 use evd_verbs::ibv::{
-    CmChannel, CmConnParams, CmId, Context, IbvCq, MemoryRegion, ProtectionDomain, QpCaps,
-    QueuePair, SendOp,
+    CmChannel, CmConnParams, CmEvents, CmId, Context, IbvAsyncEvents, IbvCq, MemoryRegion,
+    ProtectionDomain, QueuePair, SendOp,
 };
-use evd_verbs::{
-    AsyncEventKind, AsyncFeed, CmEvent, CmEventKind, CmFeed, CmToken, CqId, Driver, Feed, FeedMode,
-};
+use evd_verbs::{AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId, Driver, Feed, FeedMode};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread;
@@ -47,35 +46,27 @@ struct Rxe {
 
 /// A QP in INIT with its CQ and a region, on the identifier's device.
 fn verbs_for(id: &CmId, cq: CqId) -> Result<(Side, IbvCq), String> {
-    let name = id.device_name().ok_or("identifier not bound")?;
-    let ctx = Context::open(Some(&name)).map_err(|e| format!("open: {e}"))?;
-    let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
-    let cq = ctx
-        .create_cq(64, cq)
-        .map_err(|e| format!("create_cq: {e}"))?;
-    let qp = pd
-        .create_rc_qp(&cq, &cq, &QpCaps::default(), id.port_num())
-        .map_err(|e| format!("create_qp: {e}"))?;
-    let mr = pd.register(4096).map_err(|e| format!("reg_mr: {e}"))?;
+    let (qp, cq) = qp_for(id, cq, 64)?;
+    let mr = qp.pd().register(4096).map_err(|e| format!("reg_mr: {e}"))?;
     Ok((Side { qp, mr }, cq))
 }
 
 impl Devices for Rxe {
-    const APP_EVENTS: u64 = 4000;
-    const FOLLOW_UP_EVERY: u64 = 200;
     const THREADS: usize = 0;
 
-    fn register(&mut self, driver: &mut Driver, poster: &Poster<Event>) -> Res {
+    type Cm = CmEvents;
+    type Async = IbvAsyncEvents;
+
+    fn sources(&mut self) -> Result<(CmEvents, IbvAsyncEvents), String> {
         let (events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
         let device = Context::open(None).map_err(|e| format!("open: {e}"))?;
-        driver
-            .register_cm(CmFeed::new(events, poster.clone()))
-            .map_err(e2s)?;
         let async_events = device.async_events().map_err(e2s)?;
-        driver
-            .register_async(AsyncFeed::new(async_events, poster.clone()))
-            .map_err(e2s)?;
         (self.device, self.channel) = (Some(device), Some(channel));
+        Ok((events, async_events))
+    }
+
+    /// The CQs come with the connection: `traffic` registers them.
+    fn register(&mut self, _: &mut Driver, _: &Poster<Event>) -> Res {
         Ok(())
     }
 
@@ -210,5 +201,11 @@ fn port_events(log: &Log) -> usize {
 }
 
 pub fn single_instance_every_source(_: &Arc<ProtectionDomain>) -> Res {
-    every_source_at_once(Rxe::default())
+    every_source_at_once(
+        Rxe::default(),
+        Apps {
+            events: 4000,
+            follow_up_every: 200,
+        },
+    )
 }
