@@ -2,6 +2,9 @@
 //! backpressure woken by the EVD's room signal, async events, and removal
 //! while running.
 
+mod common;
+
+use common::{driver_serving, running_driver, wc};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftDevice};
 use evd_verbs::{
@@ -12,11 +15,14 @@ use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
+/// How many of `evs` report an error of `cq`.
+fn cq_errors(evs: &[VerbsEvent], cq: CqId) -> usize {
+    evs.iter()
+        .filter(|e| {
+            matches!(e, VerbsEvent::Async(a)
+                if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(cq))
+        })
+        .count()
 }
 
 /// `handle.remove(key)` under a watchdog: a removal that never completes
@@ -91,10 +97,7 @@ fn one_ring_serves_many_cqs_and_evds() {
 fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let (cq, hca) = SoftCq::new(64).unwrap();
-    let driver = Driver::new(DriverConfig::default())
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let driver = running_driver();
     let key = driver
         .handle()
         .register(Feed::new(cq, CqId(2), poster), FeedMode::Event)
@@ -121,10 +124,7 @@ fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
 fn user_loop_drives_the_ring_through_process() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (mut driver, _) = driver_serving(Feed::new(cq, CqId(0), poster), FeedMode::Event);
     // First turn arms the CQ and puts the channel poll in the ring.
     let a = driver.process(Some(Duration::ZERO)).unwrap();
     assert!(!a.busy);
@@ -154,10 +154,7 @@ fn user_loop_drives_the_ring_through_process() {
 fn full_evd_blocks_the_feed_until_room_and_loses_nothing() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
     let (cq, hca) = SoftCq::new(1024).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster), FeedMode::Event);
     let running = driver.spawn().unwrap();
     for i in 0..500 {
         hca.push(wc(i)).unwrap();
@@ -210,10 +207,7 @@ fn async_events_are_delivered_through_the_evd() {
     // device reports CqError, and the feed's poll fails and reports it too.
     assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
     let evs = take(&mut consumer, 2);
-    let errors = evs
-        .iter()
-        .filter(|e| matches!(e, VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(8))))
-        .count();
+    let errors = cq_errors(&evs, CqId(8));
     let completions = evs
         .iter()
         .filter(|e| matches!(e, VerbsEvent::Completion { .. }))
@@ -381,18 +375,12 @@ fn a_cq_overrun_reaches_the_evd_with_no_async_feed_registered() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let device = SoftDevice::unheard().unwrap();
     let (cq, hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(9), poster), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(9), poster), FeedMode::Event);
     assert!(device.take_events().is_none(), "the driver took them");
     let running = driver.spawn().unwrap();
     assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
     let evs = take(&mut consumer, 2);
-    let errors = evs
-        .iter()
-        .filter(|e| matches!(e, VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(9))))
-        .count();
+    let errors = cq_errors(&evs, CqId(9));
     assert_eq!(errors, 2, "{evs:?}");
     let s = running.shutdown().unwrap();
     assert_eq!(s.len(), 2, "the feed and the device's async feed");
@@ -403,10 +391,7 @@ fn a_device_whose_events_are_taken_is_not_served_twice() {
     let (poster, _consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let (_events, device) = SoftDevice::new().unwrap();
     let (cq, _hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(9), poster), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(9), poster), FeedMode::Event);
     assert_eq!(driver.spawn().unwrap().shutdown().unwrap().len(), 1);
 }
 
@@ -433,10 +418,7 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
         }))
         .unwrap();
     let (cq, _hca) = SoftCq::new(16).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event);
     let running = driver.spawn().unwrap();
     let mut idle = 0;
     while !consumer.query().room_wanted {
@@ -515,10 +497,7 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
         hide_next_poll: hide.clone(),
         fail_next_arm: fail.clone(),
     };
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(flaky, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (mut driver, _) = driver_serving(Feed::new(flaky, CqId(0), poster), FeedMode::Event);
     driver.process(Some(Duration::ZERO)).unwrap();
     assert!(hca.stats().armed);
     hide.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -3,12 +3,12 @@
 //! and never panics again; a shutdown called on the driver's own thread is
 //! refused instead of joining itself.
 
+mod common;
+
+use common::{driver_serving, wc};
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
-use evd_verbs::{
-    CqId, Driver, DriverConfig, DriverError, Feed, FeedMode, Poller, RunningDriver, VerbsEvent,
-    WorkCompletion,
-};
+use evd_verbs::{CqId, DriverError, Feed, FeedMode, Poller, RunningDriver, VerbsEvent};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,13 +16,6 @@ use std::time::Duration;
 /// A watchdog, not a sleep: a report that never comes fails the test instead
 /// of hanging it (generous, for a busy machine).
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
-}
 
 /// An EVD whose SingleInstance handler reports that it ran, then panics with
 /// `message`. Returns its poster and the channel the report comes on.
@@ -47,10 +40,7 @@ fn panicking_evd(
 /// mode), and the CQ's producer side.
 fn spawn_driver(poster: evd::Poster<VerbsEvent>) -> (RunningDriver, SoftCqProducer) {
     let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster), FeedMode::Event);
     (driver.spawn().unwrap(), hca)
 }
 

@@ -12,7 +12,9 @@
 mod common;
 mod scenarios;
 
-use common::{drain_completions, e2s, ensure, Credits, Overflow, Res, Watchdog, Xorshift};
+use common::{
+    drain_completions, e2s, ensure, running_driver, wc, Credits, Overflow, Res, Watchdog, Xorshift,
+};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftChannel, SoftCqProducer};
 use evd_verbs::{
@@ -28,13 +30,6 @@ const PRODUCERS: u64 = 4;
 const CQ_DEPTH: usize = 256;
 /// No delivery for this long means a stranded completion (or a hang).
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
-}
 
 struct Setup {
     channel: SoftChannel,
@@ -387,10 +382,7 @@ fn a_cq_not_on_the_channel_is_refused_and_a_removed_feed_hands_back_every_cq() {
     for i in 0..3 {
         feed.add(channel.create_cq(4).unwrap().0, CqId(i)).unwrap();
     }
-    let running = Driver::new(DriverConfig::default())
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let running = running_driver();
     let key = running
         .handle()
         .register_channel(feed, FeedMode::Event)

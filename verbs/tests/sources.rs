@@ -3,6 +3,9 @@
 //! posting their own events: exactly once and in order per source, nothing
 //! dropped, whoever fills the EVD.
 
+mod common;
+
+use common::driver_serving;
 use evd::{PostError, Poster, RoomWaiter, TryDequeueError};
 use evd_verbs::soft::{SoftCq, SoftDevice};
 use evd_verbs::{
@@ -284,10 +287,7 @@ fn a_cq_overrun_reaches_an_app_evd_with_no_async_feed_registered() {
     let (poster, mut consumer) = evd::bounded::<AppEvent>(64).unwrap();
     let device = SoftDevice::unheard().unwrap();
     let (cq, hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(9), poster.clone()), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(9), poster.clone()), FeedMode::Event);
     assert!(device.take_events().is_none(), "the driver took them");
     let running = driver.spawn().unwrap();
     poster.post(AppEvent::Tick { thread: 0, seq: 0 }).unwrap();

@@ -10,7 +10,10 @@
 #![allow(dead_code, unused_macros)]
 
 use evd::TryDequeueError;
-use evd_verbs::{CqId, VerbsEvent, WorkCompletion};
+use evd_verbs::{
+    CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedKey, FeedMode, VerbsEvent,
+    WorkCompletion,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -33,6 +36,33 @@ pub(crate) use ensure;
 /// An error as the `String` the checks return.
 pub fn e2s(e: impl std::fmt::Display) -> String {
     e.to_string()
+}
+
+/// A successful completion of work request `wr_id`.
+pub fn wc(wr_id: u64) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        ..Default::default()
+    }
+}
+
+/// A driver, not yet running, serving `feed` in `mode`; and the feed's key.
+pub fn driver_serving<C, T>(feed: Feed<C, T>, mode: FeedMode) -> (Driver, FeedKey<Feed<C, T>>)
+where
+    C: CompletionQueue + 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver.register(feed, mode).unwrap();
+    (driver, key)
+}
+
+/// A running driver serving nothing yet.
+pub fn running_driver() -> evd_verbs::RunningDriver {
+    Driver::new(DriverConfig::default())
+        .unwrap()
+        .spawn()
+        .unwrap()
 }
 
 /// A small xorshift: a reproducible stream from its seed.

@@ -58,6 +58,18 @@ fn poll_one(cq: &mut IbvCq) -> Result<WorkCompletion, String> {
     }
 }
 
+/// Whether `ev`'s private data starts with `data` (the transport may pad
+/// it).
+fn carries(ev: &CmEvent, data: &[u8]) -> Res {
+    ensure!(
+        ev.private_data.as_bytes().starts_with(data),
+        "{:?}: private data {:?}",
+        ev.kind,
+        ev.private_data
+    );
+    Ok(())
+}
+
 /// Resolve the address, then the route, of the client `id` to `to`.
 fn resolve(id: &CmId, to: SocketAddr, events: &mut CmEvents) -> Res {
     id.resolve_addr(to, TIMEOUT)
@@ -132,11 +144,7 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         req.listener
     );
     ensure!(req.id >= CmToken::INCOMING, "request token {:?}", req.id);
-    ensure!(
-        req.private_data.as_bytes().starts_with(b"hello"),
-        "request data {:?}",
-        req.private_data
-    );
+    carries(&req, b"hello")?;
     ensure!(
         req.peer_qp_num == client_qp.qp_num(),
         "request names QP {} not {}",
@@ -152,11 +160,7 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         .accept(&server_qp, &with_data(b"welcome"))
         .map_err(|e| format!("accept: {e}"))?;
     let resp = expect(&mut events, CmEventKind::ConnectResponse, CLIENT)?;
-    ensure!(
-        resp.private_data.as_bytes().starts_with(b"welcome"),
-        "response data {:?}",
-        resp.private_data
-    );
+    carries(&resp, b"welcome")?;
     client
         .establish(&client_qp)
         .map_err(|e| format!("establish: {e}"))?;

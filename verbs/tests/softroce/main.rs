@@ -51,6 +51,19 @@ struct Pair {
     mr_b: MemoryRegion,
 }
 
+impl Pair {
+    /// `n` receives on `b`, the `i`th with work request `100 + i` into
+    /// the `i`th 64 bytes of its region.
+    fn post_recvs(&self, n: u64) -> Res {
+        for i in 0..n {
+            self.b
+                .post_recv(100 + i, &self.mr_b, i as usize * 64, 64)
+                .map_err(e2s)?;
+        }
+        Ok(())
+    }
+}
+
 /// Two RC QPs on the same device connected to each other, each with its own CQ.
 fn pair(
     pd: &Arc<ProtectionDomain>,
@@ -177,6 +190,20 @@ impl Fed {
         Ok(out)
     }
 
+    /// The next completion is `cq`'s of work request `wr_id`, refused by
+    /// the responder (`what` names the case).
+    fn refused(&mut self, cq: CqId, wr_id: u64, what: &str) -> Res {
+        let got = self.collect(1)?;
+        let (from, wc) = got[0];
+        ensure!(from == cq && wc.wr_id == wr_id, "{what}: {got:?}");
+        ensure!(
+            wc.status == WcStatus::REM_ACCESS_ERR,
+            "{what} gave {:?}",
+            wc.status
+        );
+        Ok(())
+    }
+
     /// Busy-poll for `window` and return whatever arrives: what should
     /// not come.
     fn quiet(&mut self, window: Duration) -> Result<Vec<(CqId, WorkCompletion)>, String> {
@@ -192,10 +219,7 @@ impl Fed {
 
 fn rc_send_recv(pd: &Arc<ProtectionDomain>) -> Res {
     let (mut p, mut fed) = fed(pair(pd, 64, (1, 2))?);
-    for i in 0..10u64 {
-        p.b.post_recv(100 + i, &p.mr_b, i as usize * 64, 64)
-            .map_err(e2s)?;
-    }
+    p.post_recvs(10)?;
     for i in 0..10u64 {
         p.mr_a.as_mut_slice()[i as usize * 64..i as usize * 64 + 32].fill(i as u8 + 1);
         p.a.post_send(i, SendOp::Send, &p.mr_a, i as usize * 64, 32, false)
@@ -273,14 +297,7 @@ fn error_completions(pd: &Arc<ProtectionDomain>) -> Res {
         rkey: p.mr_b.rkey() ^ 0x5a5a,
     };
     p.a.post_send(1, bad, &p.mr_a, 0, 64, false).map_err(e2s)?;
-    let got = fed.collect(1)?;
-    let (cq, wc) = got[0];
-    ensure!(cq == CqId(5) && wc.wr_id == 1, "{got:?}");
-    ensure!(
-        wc.status == WcStatus::REM_ACCESS_ERR,
-        "bad rkey gave {:?}",
-        wc.status
-    );
+    fed.refused(CqId(5), 1, "bad rkey")?;
     // The requester's QP is now in error: a send on it is flushed.
     p.a.post_send(2, SendOp::Send, &p.mr_a, 0, 8, false)
         .map_err(e2s)?;
@@ -593,10 +610,7 @@ fn on(got: &[(CqId, WorkCompletion)], cq: CqId) -> Vec<WorkCompletion> {
 /// the signaled one completes at the sender.
 fn unsignaled_sends(pd: &Arc<ProtectionDomain>) -> Res {
     let (mut p, mut fed) = fed(pair(pd, 64, (31, 32))?);
-    for i in 0..4u64 {
-        p.b.post_recv(100 + i, &p.mr_b, i as usize * 64, 64)
-            .map_err(e2s)?;
-    }
+    p.post_recvs(4)?;
     for i in 0..4u64 {
         let off = i as usize * 64;
         p.mr_a.as_mut_slice()[off..off + 16].fill(0x40 + i as u8);
@@ -872,14 +886,7 @@ fn remote_write_refused(pd: &Arc<ProtectionDomain>) -> Res {
     );
     p.a.post_send(2, write(&read_only), &p.mr_a, 0, 64, false)
         .map_err(e2s)?;
-    let got = fed.collect(1)?;
-    let (cq, wc) = got[0];
-    ensure!(cq == CqId(41) && wc.wr_id == 2, "{got:?}");
-    ensure!(
-        wc.status == WcStatus::REM_ACCESS_ERR,
-        "write without REMOTE_WRITE gave {:?}",
-        wc.status
-    );
+    fed.refused(CqId(41), 2, "write without REMOTE_WRITE")?;
     let w = writable.close().map_err(e2s)?.ok_or("no buffer back")?;
     let r = read_only.close().map_err(e2s)?.ok_or("no buffer back")?;
     ensure!(
