@@ -3,9 +3,6 @@
 //! posting their own events: exactly once and in order per source, nothing
 //! dropped, whoever fills the EVD.
 
-mod common;
-
-use common::driver_serving;
 use evd::{PostError, Poster, RoomWaiter, TryDequeueError};
 use evd_verbs::soft::{SoftCq, SoftDevice};
 use evd_verbs::{
@@ -278,44 +275,4 @@ fn completions_async_events_and_app_events_share_one_evd_exactly_once_in_order()
         consumer.try_dequeue(),
         Err(TryDequeueError::Closed)
     ));
-}
-
-#[test]
-fn a_cq_overrun_reaches_an_app_evd_with_no_async_feed_registered() {
-    // The driver builds the device's fallback async feed into the feed's own
-    // EVD, of the feed's event type.
-    let (poster, mut consumer) = evd::bounded::<AppEvent>(64).unwrap();
-    let device = SoftDevice::unheard().unwrap();
-    let (cq, hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
-    let (driver, _) = driver_serving(Feed::new(cq, CqId(9), poster.clone()), FeedMode::Event);
-    assert!(device.take_events().is_none(), "the driver took them");
-    let running = driver.spawn().unwrap();
-    poster.post(AppEvent::Tick { thread: 0, seq: 0 }).unwrap();
-    // Three into a CQ of two: the third overruns it.
-    assert_eq!(hca.push_batch(&[WorkCompletion::default(); 3]), 2);
-    // The tick, then a CqError from the device and one from the failed poll.
-    let mut errors = 0;
-    let mut ticks = 0;
-    let mut idle = Duration::ZERO;
-    while errors < 2 || ticks < 1 {
-        match consumer.try_dequeue() {
-            Ok(AppEvent::Verbs(VerbsEvent::Async(a))) => {
-                assert_eq!(a.kind, AsyncEventKind::CqError);
-                assert_eq!(a.element, AsyncElement::Cq(CqId(9)));
-                errors += 1;
-            }
-            Ok(AppEvent::Tick { .. }) => ticks += 1,
-            Ok(other) => panic!("{other:?}"),
-            Err(TryDequeueError::Empty) => {
-                let step = Duration::from_secs(1);
-                if consumer.wait(1, Some(step)).is_err() {
-                    idle += step;
-                    assert!(idle < WATCHDOG, "watchdog: {errors} errors, {ticks} ticks");
-                }
-            }
-            Err(e) => panic!("{e:?}"),
-        }
-    }
-    let s = running.shutdown().unwrap();
-    assert_eq!(s.len(), 2, "the feed and the device's async feed");
 }

@@ -11,8 +11,8 @@
 
 use evd::TryDequeueError;
 use evd_verbs::{
-    CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedKey, FeedMode, VerbsEvent,
-    WorkCompletion,
+    CompletionQueue, CqId, Driver, DriverConfig, DriverError, DriverHandle, Feed, FeedKey,
+    FeedMode, VerbsEvent, WorkCompletion,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,6 +55,57 @@ where
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
     let key = driver.register(feed, mode).unwrap();
     (driver, key)
+}
+
+/// Wait for `n` events, failing (not hanging) if they never come; overflow
+/// reports are skipped.
+pub fn take<T>(consumer: &mut evd::Consumer<T>, n: usize) -> Vec<T> {
+    take_counting_overflow(consumer, n, &mut 0)
+}
+
+/// Wait for `n` events, failing (not hanging) if they never come; counts
+/// overflow reports in `overflow_reports`.
+pub fn take_counting_overflow<T>(
+    consumer: &mut evd::Consumer<T>,
+    n: usize,
+    overflow_reports: &mut usize,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(n);
+    let mut idle_waits = 0;
+    while out.len() < n {
+        match consumer.try_dequeue() {
+            Ok(ev) => out.push(ev),
+            Err(TryDequeueError::Overflow(_)) => *overflow_reports += 1,
+            Err(TryDequeueError::Empty) => {
+                if consumer.wait(1, Some(Duration::from_millis(100))).is_err() {
+                    idle_waits += 1;
+                    assert!(
+                        idle_waits < 300,
+                        "watchdog: got {} of {n} events",
+                        out.len()
+                    );
+                }
+            }
+            Err(TryDequeueError::Closed) => panic!("closed after {} events", out.len()),
+        }
+    }
+    out
+}
+
+/// `handle.remove(key)` under a watchdog: a removal that never completes
+/// fails the test instead of hanging it (the limit is generous, for a busy
+/// machine; a removal takes one ring round trip).
+pub fn remove_within<F: Send + 'static>(
+    handle: &DriverHandle,
+    key: FeedKey<F>,
+) -> Result<F, DriverError> {
+    let handle = handle.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(handle.remove(key));
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the removal did not complete within 60 s")
 }
 
 /// A running driver serving nothing yet.
