@@ -190,6 +190,15 @@ impl Fed {
         Ok(out)
     }
 
+    /// [`collect`](Self::collect), each completion a success.
+    fn collect_ok(&mut self, n: usize) -> Result<Vec<(CqId, WorkCompletion)>, String> {
+        let got = self.collect(n)?;
+        for (cq, wc) in &got {
+            ensure!(wc.status.is_success(), "{cq:?}: {wc:?}");
+        }
+        Ok(got)
+    }
+
     /// The next completion is `cq`'s of work request `wr_id`, refused by
     /// the responder (`what` names the case).
     fn refused(&mut self, cq: CqId, wr_id: u64, what: &str) -> Res {
@@ -676,10 +685,7 @@ fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
         ..SendRequest::new(11, SendOp::Send, &[raw])
     })
     .map_err(e2s)?;
-    let got = fed.collect(4)?;
-    for (cq, wc) in &got {
-        ensure!(wc.status.is_success(), "{cq:?}: {wc:?}");
-    }
+    let got = fed.collect_ok(4)?;
     let recvs = on(&got, CqId(34));
     ensure!(
         recvs.len() == 2
@@ -820,10 +826,7 @@ fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
     ];
     p.a.post_send_wr(&SendRequest::new(8, SendOp::Send, &sges))
         .map_err(e2s)?;
-    let got = fed.collect(2)?;
-    for (cq, wc) in &got {
-        ensure!(wc.status.is_success(), "{cq:?}: {wc:?}");
-    }
+    let got = fed.collect_ok(2)?;
     let recv = on(&got, CqId(40));
     ensure!(
         recv.len() == 1 && recv[0].byte_len == 60 && recv[0].wr_id == 7,
