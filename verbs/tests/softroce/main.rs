@@ -64,17 +64,23 @@ impl Pair {
     }
 }
 
+/// QP capabilities with room for `depth` outstanding sends and as many
+/// receives.
+fn room_for(depth: u32) -> QpCaps {
+    QpCaps {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        ..QpCaps::default()
+    }
+}
+
 /// Two RC QPs on the same device connected to each other, each with its own CQ.
 fn pair(
     pd: &Arc<ProtectionDomain>,
     depth: i32,
     ids: (u32, u32),
 ) -> Result<(Pair, IbvCq, IbvCq), String> {
-    let caps = QpCaps {
-        max_send_wr: depth as u32 / 2,
-        max_recv_wr: depth as u32 / 2,
-        ..QpCaps::default()
-    };
+    let caps = room_for(depth as u32 / 2);
     pair_with(pd, depth, ids, &caps)
 }
 
@@ -523,11 +529,7 @@ fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     let mut cq = ctx
         .create_cq(16, CqId(11))
         .map_err(|e| format!("create_cq: {e}"))?;
-    let caps = QpCaps {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        ..QpCaps::default()
-    };
+    let caps = room_for(8);
     let qp = pd
         .create_rc_qp(&cq, &cq, &caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
@@ -928,11 +930,7 @@ fn cq_context_kept(_shared: &Arc<ProtectionDomain>) -> Res {
     let big = ctx
         .create_cq(64, CqId(43))
         .map_err(|e| format!("create_cq: {e}"))?;
-    let caps = QpCaps {
-        max_send_wr: 32,
-        max_recv_wr: 32,
-        ..QpCaps::default()
-    };
+    let caps = room_for(32);
     let sends = cqe as u64 + 4;
     ensure!(sends <= 32, "the small CQ holds {cqe}");
     let a = pd

@@ -4,11 +4,11 @@
 //! completes each one; the CQs and the channel destroyed after the feed
 //! with no destroy failing.
 
-use super::{connect_pair, PORT};
+use super::{connect_pair, room_for, PORT};
 use crate::common::{ensure, Res};
 use crate::scenarios::shared_channel::{four_cqs_on_one_channel, ChannelDevices, CQS, PER_ROUND};
 use evd_verbs::ibv::{
-    CompletionChannel, CqConfig, IbvCq, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, SendOp,
+    CompletionChannel, CqConfig, IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp,
 };
 use evd_verbs::{teardown_failures, ChannelFeed, WcOpcode, WorkCompletion};
 use std::sync::Arc;
@@ -38,11 +38,7 @@ impl ChannelDevices for Rxe {
                     .map_err(|e| format!("create_cq_on: {e}"))?,
             );
         }
-        let caps = QpCaps {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            ..QpCaps::default()
-        };
+        let caps = room_for(64);
         for cq in &cqs {
             self.qps.push(
                 self.pd
