@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::driver_serving;
+use common::driver::driver_serving;
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::WorkCompletion;
 use evd_verbs::{AdaptiveConfig, CqId, Driver, Feed, FeedMode, VerbsEvent};

@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{driver_serving, take, take_counting_overflow, wc};
+use common::driver::{driver_serving, take, take_counting_overflow};
+use common::wc;
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftDevice};
 use evd_verbs::{

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{driver_serving, remove_within, running_driver, take, take_counting_overflow, wc};
+use common::driver::{driver_serving, remove_within, running_driver, take, take_counting_overflow};
+use common::wc;
 use evd_verbs::soft::SoftCq;
 use evd_verbs::{
     AsyncElement, AsyncEvent, AsyncEventKind, CqId, Driver, DriverConfig, DriverError, Feed,

@@ -6,7 +6,8 @@
 
 mod common;
 
-use common::{driver_serving, remove_within, wc};
+use common::driver::{driver_serving, remove_within};
+use common::wc;
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::{

@@ -12,9 +12,9 @@
 mod common;
 mod scenarios;
 
-use common::{
-    drain_completions, e2s, ensure, running_driver, wc, Credits, Overflow, Res, Watchdog, Xorshift,
-};
+use common::driver::running_driver;
+use common::load::{drain_completions, Credits, Overflow, Watchdog, Xorshift};
+use common::{e2s, ensure, wc, Res};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftChannel, SoftCqProducer};
 use evd_verbs::{
@@ -64,7 +64,7 @@ fn spawn_producers(
     per_producer: u64,
     credits: &Arc<Credits>,
 ) -> Vec<std::thread::JoinHandle<()>> {
-    common::spawn_producers(PRODUCERS, per_producer, credits, None, |p| {
+    common::load::spawn_producers(PRODUCERS, per_producer, credits, None, |p| {
         let hcas = hcas.to_vec();
         let mut rng = Xorshift::for_producer(p);
         move |seq| {

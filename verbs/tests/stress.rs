@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{drain_completions, Credits, Overflow};
+use common::load::{drain_completions, Credits, Overflow};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::{
@@ -37,7 +37,7 @@ fn spawn_producers(
     credits: &Arc<Credits>,
     abort: &Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<()>> {
-    common::spawn_producers(PRODUCERS, PER_PRODUCER, credits, Some(abort), |p| {
+    common::load::spawn_producers(PRODUCERS, PER_PRODUCER, credits, Some(abort), |p| {
         let hca = hca.clone();
         move |seq| {
             hca.push(WorkCompletion {

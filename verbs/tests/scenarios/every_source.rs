@@ -13,7 +13,8 @@
 //! no upcall after it returns, and what the upcalls did not take is in the
 //! consumer it hands back, exactly once.
 
-use crate::common::{e2s, ensure, Res, Watchdog};
+use crate::common::load::Watchdog;
+use crate::common::{e2s, ensure, Res};
 use evd::{Invoke, PostError, Poster};
 use evd_verbs::{
     AsyncEvent, AsyncEventSource, AsyncFeed, CmEvent, CmEventSource, CmFeed, CqId, Driver,
