@@ -133,6 +133,15 @@ fn cm_event(evd: &mut Consumer<Event>, kind: CmEventKind) -> Res<CmEvent> {
     }
 }
 
+/// What either role works with: the EVD everything lands in, and the
+/// connection manager's channel, served by the driver.
+struct Conn {
+    evd: Consumer<Event>,
+    poster: evd::Poster<Event>,
+    channel: CmChannel,
+    driver: RunningDriver,
+}
+
 /// The verbs objects of one side of the connection.
 struct Side {
     qp: QueuePair,
@@ -208,19 +217,14 @@ impl Side {
     }
 }
 
-fn server(
-    args: &Args,
-    evd: &mut Consumer<Event>,
-    poster: &evd::Poster<Event>,
-    channel: &CmChannel,
-    driver: &RunningDriver,
-) -> Res<()> {
-    let listener = CmId::new(channel, LISTENER)?;
+fn server(args: &Args, c: &mut Conn) -> Res<()> {
+    let listener = CmId::new(&c.channel, LISTENER)?;
     listener.bind(SocketAddr::new(args.addr, args.port))?;
     listener.listen(1)?;
     println!("server: listening on {}:{}", args.addr, args.port);
-    let req = cm_event(evd, CmEventKind::ConnectRequest)?;
-    let id = channel
+    let req = cm_event(&mut c.evd, CmEventKind::ConnectRequest)?;
+    let id = c
+        .channel
         .take_request(req.id)
         .ok_or("the request's identifier is gone")?;
     // The client's connect request names its message size.
@@ -232,7 +236,7 @@ fn server(
         size,
         ..args.clone()
     };
-    let mut s = side(&id, args, poster, driver)?;
+    let mut s = side(&id, args, &c.poster, &c.driver)?;
     id.accept(&s.qp, &CmConnParams::default())?;
     // The first message may complete before `Established` arrives: both
     // come through the EVD, and the loop takes them in either order.
@@ -242,7 +246,7 @@ fn server(
     );
     let mut echoed = 0u64;
     // Echo each message from the send buffer; the receive is reposted at once.
-    while let Some(wc) = s.completion(evd)? {
+    while let Some(wc) = s.completion(&mut c.evd)? {
         match wc.opcode {
             WcOpcode::RECV => {
                 let (size, at) = (args.size, (wc.wr_id as usize + 1) * args.size);
@@ -261,22 +265,16 @@ fn server(
     Ok(())
 }
 
-fn client(
-    args: &Args,
-    evd: &mut Consumer<Event>,
-    poster: &evd::Poster<Event>,
-    channel: &CmChannel,
-    driver: &RunningDriver,
-) -> Res<()> {
-    let id = CmId::new(channel, ACTIVE)?;
+fn client(args: &Args, c: &mut Conn) -> Res<()> {
+    let id = CmId::new(&c.channel, ACTIVE)?;
     id.resolve_addr(
         SocketAddr::new(args.addr, args.port),
         Duration::from_secs(2),
     )?;
-    cm_event(evd, CmEventKind::AddrResolved)?;
+    cm_event(&mut c.evd, CmEventKind::AddrResolved)?;
     id.resolve_route(Duration::from_secs(2))?;
-    cm_event(evd, CmEventKind::RouteResolved)?;
-    let mut s = side(&id, args, poster, driver)?;
+    cm_event(&mut c.evd, CmEventKind::RouteResolved)?;
+    let mut s = side(&id, args, &c.poster, &c.driver)?;
     let size = (args.size as u32).to_le_bytes();
     id.connect(
         &s.qp,
@@ -285,7 +283,7 @@ fn client(
             ..CmConnParams::default()
         },
     )?;
-    match next(evd, None)? {
+    match next(&mut c.evd, None)? {
         Event::Cm(ev) if ev.kind == CmEventKind::ConnectResponse => id.establish(&s.qp)?,
         Event::Cm(ev) => {
             return Err(format!("connect failed: {:?} (status {})", ev.kind, ev.status).into())
@@ -303,7 +301,7 @@ fn client(
         // The echo's receive completes after our send's completion, or
         // (the completions race) before it: wait for the receive.
         loop {
-            let wc = s.completion(evd)?.ok_or("server disconnected")?;
+            let wc = s.completion(&mut c.evd)?.ok_or("server disconnected")?;
             if wc.opcode != WcOpcode::RECV {
                 continue;
             }
@@ -343,15 +341,21 @@ fn main() -> Res<()> {
     if args.size == 0 {
         return Err("--size must be at least 1".into());
     }
-    let (poster, mut evd) = evd::bounded::<Event>(256)?;
+    let (poster, evd) = evd::bounded::<Event>(256)?;
     let (events, channel) = CmChannel::new()?;
     let mut driver = Driver::new(DriverConfig::default())?;
     driver.register_cm(CmFeed::new(events, poster.clone()))?;
     let driver = driver.spawn()?;
-    let result = match args.role {
-        Role::Server => server(&args, &mut evd, &poster, &channel, &driver),
-        Role::Client => client(&args, &mut evd, &poster, &channel, &driver),
+    let mut c = Conn {
+        evd,
+        poster,
+        channel,
+        driver,
     };
-    driver.shutdown()?;
+    let result = match args.role {
+        Role::Server => server(&args, &mut c),
+        Role::Client => client(&args, &mut c),
+    };
+    c.driver.shutdown()?;
     result
 }

@@ -54,6 +54,40 @@ use evd_verbs::{
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// `rounds` rounds, each `prepare` (not timed), then `step` and a batch
+/// dequeue until `chunk` events came out: the time the steps and
+/// dequeues took. What is dequeued is read (its `wr_id`s summed), as an
+/// application reads it.
+fn dequeue_rounds(
+    consumer: &mut evd::Consumer<VerbsEvent>,
+    rounds: usize,
+    chunk: usize,
+    mut prepare: impl FnMut(),
+    mut step: impl FnMut(),
+) -> Duration {
+    let mut out = Vec::with_capacity(1024);
+    let mut sum = 0u64;
+    let mut took = Duration::ZERO;
+    for _ in 0..rounds {
+        prepare();
+        let t = Instant::now();
+        let mut got = 0;
+        while got < chunk {
+            step();
+            out.clear();
+            got += consumer.dequeue_batch(&mut out, 1024).unwrap();
+            for ev in &out {
+                if let VerbsEvent::Completion { wc, .. } = ev {
+                    sum = sum.wrapping_add(wc.wr_id);
+                }
+            }
+        }
+        took += t.elapsed();
+    }
+    std::hint::black_box(sum);
+    took
+}
+
 fn throughput() {
     const CHUNK: usize = 65_536;
     const ROUNDS: usize = 60;
@@ -92,25 +126,17 @@ fn throughput() {
         let (cq, hca) = SoftCq::new(CHUNK).unwrap();
         let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
         let mut feed = Feed::new(cq, CqId(0), poster);
-        let mut out = Vec::with_capacity(1024);
-        let mut fed = Duration::ZERO;
-        for _ in 0..ROUNDS {
-            hca.push_batch(&fill);
-            let t = Instant::now();
-            let mut got = 0;
-            while got < CHUNK {
+        let fed = dequeue_rounds(
+            &mut consumer,
+            ROUNDS,
+            CHUNK,
+            || {
+                hca.push_batch(&fill);
+            },
+            || {
                 feed.progress(512);
-                out.clear();
-                got += consumer.dequeue_batch(&mut out, 1024).unwrap();
-                for ev in &out {
-                    if let VerbsEvent::Completion { wc, .. } = ev {
-                        sum = sum.wrapping_add(wc.wr_id);
-                    }
-                }
-            }
-            fed += t.elapsed();
-        }
-        std::hint::black_box(sum);
+            },
+        );
         // The EVD alone: post the same events and dequeue them in batches,
         // no CQ, to show where the feed's cost goes.
         let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
@@ -118,47 +144,25 @@ fn throughput() {
             cq: CqId(0),
             wc: fill[1],
         };
-        let t = Instant::now();
-        for _ in 0..ROUNDS {
-            let mut got = 0;
-            while got < CHUNK {
-                for _ in 0..512 {
-                    poster.post(ev).unwrap();
-                }
-                out.clear();
-                got += consumer.dequeue_batch(&mut out, 1024).unwrap();
-                for ev in &out {
-                    if let VerbsEvent::Completion { wc, .. } = ev {
-                        sum = sum.wrapping_add(wc.wr_id);
-                    }
-                }
+        let post_each = || {
+            for _ in 0..512 {
+                poster.post(ev).unwrap();
             }
-        }
-        best_evd = best_evd.min(t.elapsed().as_secs_f64() / (CHUNK * ROUNDS) as f64);
-        std::hint::black_box(sum);
+        };
+        let t = dequeue_rounds(&mut consumer, ROUNDS, CHUNK, || {}, post_each);
+        best_evd = best_evd.min(t.as_secs_f64() / (CHUNK * ROUNDS) as f64);
         // The EVD alone again, posting batches of POLL_BATCH as the feed
         // does: the floor under the feed's cost (the feed adds the poll).
         let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
         let mut pending = Vec::with_capacity(POLL_BATCH);
-        let t = Instant::now();
-        for _ in 0..ROUNDS {
-            let mut got = 0;
-            while got < CHUNK {
-                for _ in 0..512 / POLL_BATCH {
-                    pending.resize(POLL_BATCH, ev);
-                    poster.post_batch(&mut pending).unwrap();
-                }
-                out.clear();
-                got += consumer.dequeue_batch(&mut out, 1024).unwrap();
-                for ev in &out {
-                    if let VerbsEvent::Completion { wc, .. } = ev {
-                        sum = sum.wrapping_add(wc.wr_id);
-                    }
-                }
+        let post_batches = || {
+            for _ in 0..512 / POLL_BATCH {
+                pending.resize(POLL_BATCH, ev);
+                poster.post_batch(&mut pending).unwrap();
             }
-        }
-        best_evd_batch = best_evd_batch.min(t.elapsed().as_secs_f64() / (CHUNK * ROUNDS) as f64);
-        std::hint::black_box(sum);
+        };
+        let t = dequeue_rounds(&mut consumer, ROUNDS, CHUNK, || {}, post_batches);
+        best_evd_batch = best_evd_batch.min(t.as_secs_f64() / (CHUNK * ROUNDS) as f64);
         let n = (CHUNK * ROUNDS) as f64;
         best_raw = best_raw.min(raw.as_secs_f64() / n);
         best_feed = best_feed.min(fed.as_secs_f64() / n);

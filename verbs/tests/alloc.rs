@@ -7,9 +7,12 @@
 //! thread while a thread-local switch is on. Everything here runs on the test
 //! thread (the software HCA's push too), so none is missed.
 
+mod common;
+
+use common::driver::driver_serving;
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::WorkCompletion;
-use evd_verbs::{AdaptiveConfig, CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent};
+use evd_verbs::{AdaptiveConfig, CqId, Driver, Feed, FeedMode, VerbsEvent};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
@@ -96,10 +99,7 @@ fn round(
 fn steady_state_allocates_nothing(mode: FeedMode) {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), mode)
-        .unwrap();
+    let (mut driver, _) = driver_serving(Feed::new(cq, CqId(0), poster), mode);
     let mut next = 0;
     // Warm up: every scratch buffer reaches the largest batch it will hold.
     for _ in 0..64 {

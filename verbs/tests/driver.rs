@@ -1,45 +1,19 @@
 //! The io_uring driver: many CQs and EVDs on one ring, the user's own loop,
-//! backpressure woken by the EVD's room signal, async events, and removal
-//! while running.
+//! backpressure woken by the EVD's room signal, and removal while running.
+//! (The device's async events it serves: `async_events.rs`.)
 
-use evd::TryDequeueError;
-use evd_verbs::soft::{SoftCq, SoftDevice};
+mod common;
+
+use common::driver::{driver_serving, remove_within, running_driver, take, take_counting_overflow};
+use common::wc;
+use evd_verbs::soft::SoftCq;
 use evd_verbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, DriverError,
-    DriverHandle, Feed, FeedKey, FeedMode, VerbsEvent, WorkCompletion,
+    AsyncElement, AsyncEvent, AsyncEventKind, CqId, Driver, DriverConfig, DriverError, Feed,
+    FeedMode, VerbsEvent, WorkCompletion,
 };
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
-
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
-}
-
-/// `handle.remove(key)` under a watchdog: a removal that never completes
-/// fails the test instead of hanging it (the limit is generous, for a busy
-/// machine; a removal takes one ring round trip).
-fn remove_within<F: Send + 'static>(
-    handle: &DriverHandle,
-    key: FeedKey<F>,
-) -> Result<F, DriverError> {
-    let handle = handle.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(handle.remove(key));
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the removal did not complete within 60 s")
-}
-
-/// Wait for `n` events, failing (not hanging) if they never come; overflow
-/// reports are skipped.
-fn take(consumer: &mut evd::Consumer<VerbsEvent>, n: usize) -> Vec<VerbsEvent> {
-    take_counting_overflow(consumer, n, &mut 0)
-}
 
 #[test]
 fn one_ring_serves_many_cqs_and_evds() {
@@ -91,10 +65,7 @@ fn one_ring_serves_many_cqs_and_evds() {
 fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let (cq, hca) = SoftCq::new(64).unwrap();
-    let driver = Driver::new(DriverConfig::default())
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let driver = running_driver();
     let key = driver
         .handle()
         .register(Feed::new(cq, CqId(2), poster), FeedMode::Event)
@@ -121,10 +92,7 @@ fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
 fn user_loop_drives_the_ring_through_process() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (mut driver, _) = driver_serving(Feed::new(cq, CqId(0), poster), FeedMode::Event);
     // First turn arms the CQ and puts the channel poll in the ring.
     let a = driver.process(Some(Duration::ZERO)).unwrap();
     assert!(!a.busy);
@@ -154,10 +122,7 @@ fn user_loop_drives_the_ring_through_process() {
 fn full_evd_blocks_the_feed_until_room_and_loses_nothing() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
     let (cq, hca) = SoftCq::new(1024).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster), FeedMode::Event);
     let running = driver.spawn().unwrap();
     for i in 0..500 {
         hca.push(wc(i)).unwrap();
@@ -185,43 +150,6 @@ fn full_evd_blocks_the_feed_until_room_and_loses_nothing() {
     // Woken by the consumer's dequeues, never by a timer.
     assert_eq!(s.stats.timeouts, 0);
     assert!(s.stats.room_wakes > 0, "{:?}", s.stats);
-}
-
-#[test]
-fn async_events_are_delivered_through_the_evd() {
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let (events, device) = SoftDevice::new().unwrap();
-    let (cq, hca) = SoftCq::with_device(2, CqId(8), &device).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register_async(AsyncFeed::new(events, poster.clone()))
-        .unwrap();
-    driver
-        .register(Feed::new(cq, CqId(8), poster), FeedMode::Event)
-        .unwrap();
-    let running = driver.spawn().unwrap();
-    device.raise(AsyncEvent {
-        kind: AsyncEventKind::PortActive,
-        element: AsyncElement::Port(1),
-    });
-    let evs = take(&mut consumer, 1);
-    assert!(matches!(evs[0], VerbsEvent::Async(a) if a.kind == AsyncEventKind::PortActive));
-    // Overrun the CQ (all three under one lock, so the third overruns): the
-    // device reports CqError, and the feed's poll fails and reports it too.
-    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
-    let evs = take(&mut consumer, 2);
-    let errors = evs
-        .iter()
-        .filter(|e| matches!(e, VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(8))))
-        .count();
-    let completions = evs
-        .iter()
-        .filter(|e| matches!(e, VerbsEvent::Completion { .. }))
-        .count();
-    // A broken CQ is not polled: its last completions are lost with it.
-    assert_eq!((errors, completions), (2, 0), "{evs:?}");
-    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
-    running.shutdown().unwrap();
 }
 
 #[test]
@@ -292,124 +220,6 @@ fn sixteen_feeds_into_one_small_evd_never_over_commit_and_wake_only_on_room() {
     );
 }
 
-/// Wait for `n` events, failing (not hanging) if they never come; counts
-/// overflow reports in `overflow_reports`.
-fn take_counting_overflow(
-    consumer: &mut evd::Consumer<VerbsEvent>,
-    n: usize,
-    overflow_reports: &mut usize,
-) -> Vec<VerbsEvent> {
-    let mut out = Vec::with_capacity(n);
-    let mut idle_waits = 0;
-    while out.len() < n {
-        match consumer.try_dequeue() {
-            Ok(ev) => out.push(ev),
-            Err(TryDequeueError::Overflow(_)) => *overflow_reports += 1,
-            Err(TryDequeueError::Empty) => {
-                if consumer.wait(1, Some(Duration::from_millis(100))).is_err() {
-                    idle_waits += 1;
-                    assert!(
-                        idle_waits < 300,
-                        "watchdog: got {} of {n} events",
-                        out.len()
-                    );
-                }
-            }
-            Err(TryDequeueError::Closed) => panic!("closed after {} events", out.len()),
-        }
-    }
-    out
-}
-
-#[test]
-fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked() {
-    use std::sync::{mpsc, Arc, Mutex, OnceLock};
-    let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    let handle = driver.handle();
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let key = driver
-        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
-        .unwrap();
-    let running = driver.spawn().unwrap();
-    let key_cell = Arc::new(OnceLock::new());
-    key_cell.set(key).unwrap();
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    let spare = Mutex::new(Some(SoftCq::new(4).unwrap().0));
-    let upcalls = consumer.into_upcalls(
-        evd::UpcallPolicy::SingleInstance,
-        evd::Invoke::Any,
-        move |ev, _| {
-            if ev.is_err() {
-                return;
-            }
-            // This runs on the driver's thread (the feed's post ran it).
-            let removed = handle.remove(*key_cell.get().unwrap());
-            let registered =
-                spare.lock().unwrap().take().map(|cq| {
-                    handle.register(Feed::new(cq, CqId(1), poster.clone()), FeedMode::Event)
-                });
-            tx.lock()
-                .unwrap()
-                .send((removed.err(), registered.and_then(Result::err)))
-                .unwrap();
-        },
-    );
-    hca.push(wc(1)).unwrap();
-    let (removed, registered) = rx.recv_timeout(Duration::from_secs(30)).expect("no upcall");
-    assert!(
-        matches!(removed, Some(DriverError::OnDriverThread)),
-        "{removed:?}"
-    );
-    assert!(
-        matches!(registered, Some(DriverError::OnDriverThread)),
-        "{registered:?}"
-    );
-    // From another thread the same calls work.
-    let feed: Feed<SoftCq> = remove_within(running.handle(), key).unwrap();
-    drop(feed);
-    drop(upcalls.teardown());
-    running.shutdown().unwrap();
-}
-
-#[test]
-fn a_cq_overrun_reaches_the_evd_with_no_async_feed_registered() {
-    // Nobody listens to the device: registering the CQ's feed makes the
-    // driver serve the device's async events into the same EVD, so the
-    // overrun's CqError arrives (from the device, and from the failed poll).
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let device = SoftDevice::unheard().unwrap();
-    let (cq, hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(9), poster), FeedMode::Event)
-        .unwrap();
-    assert!(device.take_events().is_none(), "the driver took them");
-    let running = driver.spawn().unwrap();
-    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
-    let evs = take(&mut consumer, 2);
-    let errors = evs
-        .iter()
-        .filter(|e| matches!(e, VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(9))))
-        .count();
-    assert_eq!(errors, 2, "{evs:?}");
-    let s = running.shutdown().unwrap();
-    assert_eq!(s.len(), 2, "the feed and the device's async feed");
-}
-
-#[test]
-fn a_device_whose_events_are_taken_is_not_served_twice() {
-    let (poster, _consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let (_events, device) = SoftDevice::new().unwrap();
-    let (cq, _hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(9), poster), FeedMode::Event)
-        .unwrap();
-    assert_eq!(driver.spawn().unwrap().shutdown().unwrap().len(), 1);
-}
-
 #[test]
 fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
     // A full one-slot EVD; the feed (its CQ empty) blocks and joins the room
@@ -433,10 +243,7 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
         }))
         .unwrap();
     let (cq, _hca) = SoftCq::new(16).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event);
     let running = driver.spawn().unwrap();
     let mut idle = 0;
     while !consumer.query().room_wanted {
@@ -515,10 +322,7 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
         hide_next_poll: hide.clone(),
         fail_next_arm: fail.clone(),
     };
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(flaky, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (mut driver, _) = driver_serving(Feed::new(flaky, CqId(0), poster), FeedMode::Event);
     driver.process(Some(Duration::ZERO)).unwrap();
     assert!(hca.stats().armed);
     hide.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -2,46 +2,88 @@
 //! completions, the re-arm window, spurious events, backpressure, CQ
 //! failures, and teardown.
 
+mod common;
+
+use common::wc;
 use evd::TryDequeueError;
-use evd_verbs::soft::{SoftCq, SoftDevice};
+use evd_verbs::soft::{SoftCq, SoftCqProducer, SoftDevice};
 use evd_verbs::{
     AsyncElement, AsyncEventKind, CompletionQueue, CqId, Feed, FeedStatus, PollError, Progress,
     VerbsEvent, WcStatus, WorkCompletion, POLL_BATCH,
 };
 
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
+/// What an EVD held when it was emptied.
+#[derive(Debug, Default)]
+struct Held {
+    /// The completions' work request ids, in order.
+    ids: Vec<u64>,
+    async_events: usize,
+    overflow_reports: usize,
 }
 
-fn wr_ids(consumer: &mut evd::Consumer<VerbsEvent>) -> Vec<u64> {
-    let mut out = Vec::new();
+/// Empty the EVD.
+fn take_all(consumer: &mut evd::Consumer<VerbsEvent>) -> Held {
+    let mut held = Held::default();
     loop {
         match consumer.try_dequeue() {
-            Ok(VerbsEvent::Completion { wc, .. }) => out.push(wc.wr_id),
-            Ok(VerbsEvent::Async(a)) => panic!("unexpected async event {a:?}"),
-            Err(TryDequeueError::Empty) => return out,
+            Ok(VerbsEvent::Completion { wc, .. }) => held.ids.push(wc.wr_id),
+            Ok(VerbsEvent::Async(_)) => held.async_events += 1,
+            Err(TryDequeueError::Overflow(_)) => held.overflow_reports += 1,
+            Err(TryDequeueError::Empty) => return held,
             Err(e) => panic!("unexpected {e:?}"),
         }
     }
 }
 
+/// The completions the EVD holds, which holds nothing else.
+fn wr_ids(consumer: &mut evd::Consumer<VerbsEvent>) -> Vec<u64> {
+    let held = take_all(consumer);
+    assert_eq!(
+        (held.async_events, held.overflow_reports),
+        (0, 0),
+        "{held:?}"
+    );
+    held.ids
+}
+
+/// An EVD of `capacity` and a feed into it (as `CqId(0)`) of a CQ
+/// holding the completions of work requests `0..queued`, which has
+/// delivered `first` of them.
+fn raced(
+    capacity: usize,
+    queued: u64,
+    first: usize,
+) -> (evd::Consumer<VerbsEvent>, SoftCqProducer, Feed<SoftCq>) {
+    let (poster, consumer) = evd::bounded(capacity).unwrap();
+    let (cq, hca) = cq_holding(64, queued);
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    assert_eq!(feed.progress(first).delivered, first);
+    (consumer, hca, feed)
+}
+
+/// What a feed's step delivered, and why it stopped.
+fn outcome(p: Progress) -> (usize, FeedStatus) {
+    (p.delivered, p.status)
+}
+
+/// A soft CQ of `depth` holding the completions of work requests `0..n`.
+fn cq_holding(depth: usize, n: u64) -> (SoftCq, SoftCqProducer) {
+    let (cq, hca) = SoftCq::new(depth).unwrap();
+    for i in 0..n {
+        hca.push(wc(i)).unwrap();
+    }
+    (cq, hca)
+}
+
 #[test]
 fn progress_respects_budget_and_batches() {
     let (poster, mut consumer) = evd::bounded(1024).unwrap();
-    let (cq, hca) = SoftCq::new(1024).unwrap();
+    let (cq, hca) = cq_holding(1024, 100);
     let mut feed = Feed::new(cq, CqId(3), poster);
-    for i in 0..100 {
-        hca.push(wc(i)).unwrap();
-    }
-    let p = feed.progress(40);
-    assert_eq!((p.delivered, p.status), (40, FeedStatus::Budget));
+    assert_eq!(outcome(feed.progress(40)), (40, FeedStatus::Budget));
     // Polls are batched: 40 = 16 + 16 + 8.
     assert_eq!(feed.stats().polls, 3);
-    let p = feed.progress(1000);
-    assert_eq!((p.delivered, p.status), (60, FeedStatus::Drained));
+    assert_eq!(outcome(feed.progress(1000)), (60, FeedStatus::Drained));
     assert_eq!(wr_ids(&mut consumer), (0..100).collect::<Vec<_>>());
     assert_eq!(hca.stats().len, 0);
 }
@@ -110,8 +152,10 @@ fn spurious_events_are_harmless_and_acked() {
     for _ in 0..40 {
         hca.inject_spurious_event();
     }
-    let p = feed.on_channel_ready(64).unwrap();
-    assert_eq!((p.delivered, p.status), (0, FeedStatus::Drained));
+    assert_eq!(
+        outcome(feed.on_channel_ready(64).unwrap()),
+        (0, FeedStatus::Drained)
+    );
     assert!(wr_ids(&mut consumer).is_empty());
     // Acked in batches of 16: 32 so far, 8 outstanding until teardown.
     let s = hca.stats();
@@ -137,13 +181,9 @@ fn solicited_only_sleeps_through_unsolicited_completions() {
 #[test]
 fn full_evd_applies_backpressure_without_loss() {
     let (poster, mut consumer) = evd::bounded(4).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
+    let (cq, hca) = cq_holding(64, 10);
     let mut feed = Feed::new(cq, CqId(0), poster);
-    for i in 0..10 {
-        hca.push(wc(i)).unwrap();
-    }
-    let p = feed.progress(64);
-    assert_eq!((p.delivered, p.status), (4, FeedStatus::Backpressure));
+    assert_eq!(outcome(feed.progress(64)), (4, FeedStatus::Backpressure));
     // The rest waits in the CQ, not in the feed.
     assert_eq!(hca.stats().len, 6);
     // Event mode does not arm while blocked.
@@ -155,8 +195,10 @@ fn full_evd_applies_backpressure_without_loss() {
     let mut got = wr_ids(&mut consumer);
     assert_eq!(feed.progress(64).delivered, 4);
     got.extend(wr_ids(&mut consumer));
-    let p = feed.arm_and_drain(64).unwrap();
-    assert_eq!((p.delivered, p.status), (2, FeedStatus::Drained));
+    assert_eq!(
+        outcome(feed.arm_and_drain(64).unwrap()),
+        (2, FeedStatus::Drained)
+    );
     got.extend(wr_ids(&mut consumer));
     assert_eq!(got, (0..10).collect::<Vec<_>>());
     // The feed never made the EVD refuse a post.
@@ -194,8 +236,7 @@ fn a_feed_polls_only_what_the_evd_has_room_for() {
     hca.push_batch(&[wc(0); 10]);
     poster.post(port_event()).unwrap();
     // Three free slots: three completions leave the CQ, seven stay there.
-    let p = feed.progress(64);
-    assert_eq!((p.delivered, p.status), (3, FeedStatus::Backpressure));
+    assert_eq!(outcome(feed.progress(64)), (3, FeedStatus::Backpressure));
     assert_eq!(hca.stats().len, 7);
     assert_eq!(feed.stats().held, 0);
     // The EVD stays full: nothing more leaves the CQ.
@@ -208,35 +249,21 @@ fn a_feed_polls_only_what_the_evd_has_room_for() {
 
 #[test]
 fn refused_post_is_held_and_reposted_in_order() {
-    let (poster, mut consumer) = evd::bounded(4).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut feed = Feed::new(cq, CqId(0), poster.clone());
-    for i in 0..4 {
-        hca.push(wc(i)).unwrap();
-    }
-    assert_eq!(feed.progress(2).delivered, 2);
+    let (mut consumer, hca, mut feed) = raced(4, 4, 2);
     // The feed reads 2 free slots and polls 2; another thread takes both
     // before the feed posts: the 2 are held, in order.
-    post_during_next_poll(&hca, &poster, 2);
-    let p = feed.progress(64);
-    assert_eq!((p.delivered, p.status), (0, FeedStatus::Backpressure));
+    post_during_next_poll(&hca, feed.poster(), 2);
+    assert_eq!(outcome(feed.progress(64)), (0, FeedStatus::Backpressure));
     assert_eq!(hca.stats().len, 0);
     assert_eq!(feed.stats().held, 2);
-    let mut ids = Vec::new();
-    let mut overflow_reports = 0;
-    loop {
-        match consumer.try_dequeue() {
-            Ok(VerbsEvent::Completion { wc, .. }) => ids.push(wc.wr_id),
-            Ok(VerbsEvent::Async(_)) => {}
-            Err(TryDequeueError::Overflow(_)) => overflow_reports += 1,
-            Err(TryDequeueError::Empty) => break,
-            Err(e) => panic!("{e:?}"),
-        }
-    }
+    let Held {
+        mut ids,
+        overflow_reports,
+        ..
+    } = take_all(&mut consumer);
     // The refusal is backpressure, not a loss: nothing is reported.
     assert_eq!(overflow_reports, 0);
-    let p = feed.progress(64);
-    assert_eq!((p.delivered, p.status), (2, FeedStatus::Drained));
+    assert_eq!(outcome(feed.progress(64)), (2, FeedStatus::Drained));
     ids.extend(wr_ids(&mut consumer));
     assert_eq!(ids, vec![0, 1, 2, 3]);
     // Re-offered completions are not counted twice.
@@ -245,53 +272,32 @@ fn refused_post_is_held_and_reposted_in_order() {
 
 #[test]
 fn batch_that_partly_fits_posts_the_front_and_holds_the_rest_in_order() {
-    let (poster, mut consumer) = evd::bounded(4).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut feed = Feed::new(cq, CqId(0), poster.clone());
-    for i in 0..5 {
-        hca.push(wc(i)).unwrap();
-    }
-    assert_eq!(feed.progress(1).delivered, 1);
+    let (mut consumer, hca, mut feed) = raced(4, 5, 1);
     // The feed reads 3 free slots and polls 3 in one batch; another thread
     // takes 1 of them: one post places the first 2 and holds the third.
-    post_during_next_poll(&hca, &poster, 1);
-    let p = feed.progress(64);
-    assert_eq!((p.delivered, p.status), (2, FeedStatus::Backpressure));
+    post_during_next_poll(&hca, feed.poster(), 1);
+    assert_eq!(outcome(feed.progress(64)), (2, FeedStatus::Backpressure));
     assert_eq!(feed.stats().polled, 4);
     assert_eq!(feed.stats().held, 1);
     assert_eq!(hca.stats().len, 1);
-    let mut ids = Vec::new();
-    let mut ports = 0;
-    loop {
-        match consumer.try_dequeue() {
-            Ok(VerbsEvent::Completion { wc, .. }) => ids.push(wc.wr_id),
-            Ok(VerbsEvent::Async(_)) => ports += 1,
-            Err(TryDequeueError::Empty) => break,
-            Err(e) => panic!("unexpected {e:?}"),
-        }
-    }
+    let held = take_all(&mut consumer);
+    assert_eq!(held.overflow_reports, 0, "{held:?}");
+    let (mut ids, ports) = (held.ids, held.async_events);
     assert_eq!((ids.as_slice(), ports), ([0, 1, 2].as_slice(), 1));
     // A short post is not a refusal: no overflow was reported.
     assert_eq!(consumer.query().lost, 0);
     // The held completion goes first, then the rest of the CQ.
-    let p = feed.progress(64);
-    assert_eq!((p.delivered, p.status), (2, FeedStatus::Drained));
+    assert_eq!(outcome(feed.progress(64)), (2, FeedStatus::Drained));
     ids.extend(wr_ids(&mut consumer));
     assert_eq!(ids, vec![0, 1, 2, 3, 4]);
 }
 
 #[test]
 fn held_completions_are_handed_back_at_teardown() {
-    let (poster, mut consumer) = evd::bounded(2).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut feed = Feed::new(cq, CqId(0), poster.clone());
-    for i in 0..3 {
-        hca.push(wc(i)).unwrap();
-    }
-    assert_eq!(feed.progress(1).delivered, 1);
+    let (mut consumer, hca, mut feed) = raced(2, 3, 1);
     // One free slot read, one completion polled; another thread takes the
     // slot: the post is refused and the completion held.
-    post_during_next_poll(&hca, &poster, 1);
+    post_during_next_poll(&hca, feed.poster(), 1);
     assert_eq!(feed.progress(64).status, FeedStatus::Backpressure);
     let (_cq, undelivered) = feed.into_parts();
     assert_eq!(
@@ -355,13 +361,11 @@ fn a_cq_error_refused_by_a_full_evd_is_held_and_delivered_once_there_is_room() {
     // poster takes both: the CqError cannot go in yet.
     hca.fail_next_poll(libc::EIO);
     post_during_next_poll(&hca, &poster, 2);
-    let p = feed.progress(16);
-    assert_eq!((p.delivered, p.status), (0, FeedStatus::Backpressure));
+    assert_eq!(outcome(feed.progress(16)), (0, FeedStatus::Backpressure));
     assert_eq!(feed.failure(), Some(PollError::Failed(libc::EIO)));
     // Room: the held error goes in, and only then does the feed say Failed.
     assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(_))));
-    let p = feed.progress(16);
-    assert_eq!((p.delivered, p.status), (1, FeedStatus::Failed));
+    assert_eq!(outcome(feed.progress(16)), (1, FeedStatus::Failed));
     assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(_)))); // the filler
     assert!(matches!(
         consumer.try_dequeue(),
@@ -432,11 +436,15 @@ fn arm_and_drain_delivers_at_most_its_budget_even_after_a_drain_before_the_arm()
     for i in 4..12 {
         hca.complete_in_next_rearm_window(wc(i));
     }
-    let p = feed.arm_and_drain(8).unwrap();
-    assert_eq!((p.delivered, p.status), (8, FeedStatus::Budget));
+    assert_eq!(
+        outcome(feed.arm_and_drain(8).unwrap()),
+        (8, FeedStatus::Budget)
+    );
     assert_eq!(wr_ids(&mut consumer), (0..8).collect::<Vec<_>>());
-    let p = feed.arm_and_drain(8).unwrap();
-    assert_eq!((p.delivered, p.status), (4, FeedStatus::Drained));
+    assert_eq!(
+        outcome(feed.arm_and_drain(8).unwrap()),
+        (4, FeedStatus::Drained)
+    );
     assert_eq!(wr_ids(&mut consumer), (8..12).collect::<Vec<_>>());
 }
 
@@ -446,14 +454,10 @@ fn held_completions_count_against_the_budget() {
     // takes the room first, so all 16 are held. Once there is room again,
     // each call posts at most its budget of them, in order.
     let (poster, mut consumer) = evd::bounded(16).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
+    let (cq, hca) = cq_holding(64, 16);
     let mut feed = Feed::new(cq, CqId(0), poster.clone());
-    for i in 0..16 {
-        hca.push(wc(i)).unwrap();
-    }
     post_during_next_poll(&hca, &poster, 16);
-    let p = feed.progress(64);
-    assert_eq!((p.delivered, p.status), (0, FeedStatus::Backpressure));
+    assert_eq!(outcome(feed.progress(64)), (0, FeedStatus::Backpressure));
     assert_eq!(feed.stats().held, 16);
     while consumer.try_dequeue().is_ok() {}
     for budget in [1, 4, 0, 3] {
@@ -461,10 +465,14 @@ fn held_completions_count_against_the_budget() {
         assert_eq!((p.delivered, p.status), (budget, FeedStatus::Budget));
     }
     assert_eq!(wr_ids(&mut consumer), (0..8).collect::<Vec<_>>());
-    let p = feed.arm_and_drain(5).unwrap();
-    assert_eq!((p.delivered, p.status), (5, FeedStatus::Budget));
-    let p = feed.arm_and_drain(5).unwrap();
-    assert_eq!((p.delivered, p.status), (3, FeedStatus::Drained));
+    assert_eq!(
+        outcome(feed.arm_and_drain(5).unwrap()),
+        (5, FeedStatus::Budget)
+    );
+    assert_eq!(
+        outcome(feed.arm_and_drain(5).unwrap()),
+        (3, FeedStatus::Drained)
+    );
     assert_eq!(wr_ids(&mut consumer), (8..16).collect::<Vec<_>>());
     assert_eq!(feed.stats().held, 16, "none refused after the first time");
 }

@@ -9,36 +9,27 @@
 //! The only clock is a watchdog that turns a hang (a stranded completion)
 //! into a failure: no assertion depends on timing.
 
+mod common;
+mod scenarios;
+
+use common::driver::running_driver;
+use common::load::{drain_completions, Credits, Overflow, Watchdog, Xorshift};
+use common::{e2s, ensure, wc, Res};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftChannel, SoftCqProducer};
 use evd_verbs::{
     ChannelFeed, CompletionQueue, CqId, Driver, DriverConfig, FeedMode, FeedStatus, SharedChannel,
     VerbsEvent, WorkCompletion,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use scenarios::shared_channel::{four_cqs_on_one_channel, ChannelDevices, Cqs, CQS as ROUND_CQS};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CQS: usize = 8;
 const PRODUCERS: u64 = 4;
 const CQ_DEPTH: usize = 256;
 /// No delivery for this long means a stranded completion (or a hang).
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
-}
-
-/// A small xorshift: which CQ each completion goes to.
-fn next_random(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
 
 struct Setup {
     channel: SoftChannel,
@@ -71,87 +62,63 @@ fn setup(poster: evd::Poster<VerbsEvent>) -> (Setup, ChannelFeed<SoftChannel>) {
 fn spawn_producers(
     hcas: &[SoftCqProducer],
     per_producer: u64,
-    outstanding: &Arc<AtomicU64>,
+    credits: &Arc<Credits>,
 ) -> Vec<std::thread::JoinHandle<()>> {
-    (0..PRODUCERS)
-        .map(|p| {
-            let hcas = hcas.to_vec();
-            let outstanding = outstanding.clone();
-            std::thread::spawn(move || {
-                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (p + 1).wrapping_mul(0x1234_5678_9abc);
-                for seq in 0..per_producer {
-                    // Take a credit: wait (yielding, not sleeping) for the
-                    // consumer to free one.
-                    loop {
-                        let o = outstanding.load(Ordering::Acquire);
-                        if o < CQ_DEPTH as u64
-                            && outstanding
-                                .compare_exchange(o, o + 1, Ordering::AcqRel, Ordering::Acquire)
-                                .is_ok()
-                        {
-                            break;
-                        }
-                        std::thread::yield_now();
-                    }
-                    let cq = (next_random(&mut rng) % CQS as u64) as usize;
-                    hcas[cq]
-                        .push(wc((p << 32) | seq))
-                        .expect("no overrun: at most CQ_DEPTH outstanding");
-                }
-            })
-        })
-        .collect()
+    common::load::spawn_producers(PRODUCERS, per_producer, credits, None, |p| {
+        let hcas = hcas.to_vec();
+        let mut rng = Xorshift::for_producer(p);
+        move |seq| {
+            let cq = rng.below(CQS as u64) as usize;
+            hcas[cq]
+                .push(wc((p << 32) | seq))
+                .expect("no overrun: at most CQ_DEPTH outstanding");
+        }
+    })
 }
 
 /// What the consumer saw: per CQ, per producer, the sequence numbers in
 /// the order they came.
 type Seen = Vec<Vec<Vec<u64>>>;
 
-/// Dequeue `n` completions, recording them in `seen` and returning a credit
-/// to the producers for each; fails (not hangs) when nothing comes for
-/// `WATCHDOG`.
+/// Dequeue the `per_producer` completions of each producer, returning a
+/// credit for each, then join `producers`: every completion arrives
+/// exactly once, in order on each CQ. Fails (not hangs) when nothing comes
+/// for `WATCHDOG`. What was seen, per CQ and producer.
 fn consume(
+    s: &Setup,
     consumer: &mut evd::Consumer<VerbsEvent>,
-    n: u64,
-    seen: &mut Seen,
-    outstanding: &AtomicU64,
-    channel: &SoftChannel,
-    hcas: &[SoftCqProducer],
-) {
-    let mut got = 0;
-    let mut last = Instant::now();
-    let mut batch = Vec::with_capacity(64);
-    while got < n {
-        batch.clear();
-        match consumer.dequeue_batch(&mut batch, 64) {
-            Ok(0) => {
-                if last.elapsed() > WATCHDOG {
-                    let stranded: Vec<_> = hcas.iter().map(|h| h.is_stranded()).collect();
-                    panic!(
-                        "watchdog: {got} of {n} completions; channel {:?}; stranded {stranded:?}; \
-                         CQs {:?}",
-                        channel.stats(),
-                        hcas.iter().map(|h| h.stats()).collect::<Vec<_>>()
-                    );
-                }
-                let _ = consumer.wait(1, Some(Duration::from_millis(100)));
-            }
-            Ok(k) => {
-                last = Instant::now();
-                for ev in &batch {
-                    let VerbsEvent::Completion { cq, wc } = ev else {
-                        panic!("unexpected {ev:?}");
-                    };
-                    let p = (wc.wr_id >> 32) as usize;
-                    seen[cq.0 as usize][p].push(wc.wr_id & 0xffff_ffff);
-                }
-                got += k as u64;
-                outstanding.fetch_sub(k as u64, Ordering::AcqRel);
-            }
-            Err(TryDequeueError::Overflow(_)) => panic!("the EVD overflowed: over-commit"),
-            Err(e) => panic!("unexpected {e:?}"),
-        }
+    per_producer: u64,
+    credits: &Credits,
+    producers: Vec<std::thread::JoinHandle<()>>,
+) -> Seen {
+    let n = PRODUCERS * per_producer;
+    let mut seen: Seen = vec![vec![Vec::new(); PRODUCERS as usize]; CQS];
+    let record = |cq: CqId, wc: &WorkCompletion| {
+        let p = (wc.wr_id >> 32) as usize;
+        seen[cq.0 as usize][p].push(wc.wr_id & 0xffff_ffff);
+    };
+    let stalled = |got| {
+        let stranded: Vec<_> = s.hcas.iter().map(|h| h.is_stranded()).collect();
+        format!(
+            "{got} of {n} completions; channel {:?}; stranded {stranded:?}; CQs {:?}",
+            s.channel.stats(),
+            s.hcas.iter().map(|h| h.stats()).collect::<Vec<_>>()
+        )
+    };
+    drain_completions(
+        consumer,
+        n,
+        credits,
+        WATCHDOG,
+        Overflow::Fails,
+        record,
+        stalled,
+    );
+    for p in producers {
+        p.join().unwrap();
     }
+    check_exactly_once_fifo(&seen, per_producer);
+    seen
 }
 
 /// Every producer's completions arrived exactly once, and in order on each
@@ -184,26 +151,26 @@ fn finish(
     key: evd_verbs::FeedKey<ChannelFeed<SoftChannel>>,
     running: evd_verbs::RunningDriver,
     consumer: &mut evd::Consumer<VerbsEvent>,
-    outstanding: &AtomicU64,
+    credits: &Credits,
 ) -> Vec<evd_verbs::FeedStats> {
     for (i, hca) in s.hcas.iter().enumerate() {
-        outstanding.fetch_add(1, Ordering::AcqRel);
+        credits.add(1);
         hca.push(wc(u64::MAX - i as u64)).unwrap();
     }
     let mut markers = [false; CQS];
-    let mut last = Instant::now();
+    let mut watchdog = Watchdog::new(WATCHDOG);
     while markers.iter().any(|m| !m) {
         match consumer.try_dequeue() {
             Ok(VerbsEvent::Completion { cq, wc }) => {
                 assert_eq!(wc.wr_id, u64::MAX - u64::from(cq.0), "a late duplicate");
                 assert!(!markers[cq.0 as usize], "marker of CQ {} twice", cq.0);
                 markers[cq.0 as usize] = true;
-                last = Instant::now();
+                watchdog.progress();
             }
             Ok(other) => panic!("unexpected {other:?}"),
             Err(TryDequeueError::Empty) => {
                 assert!(
-                    last.elapsed() < WATCHDOG,
+                    !watchdog.expired(),
                     "watchdog: CQs stranded {:?}",
                     s.hcas.iter().map(|h| h.is_stranded()).collect::<Vec<_>>()
                 );
@@ -246,25 +213,13 @@ fn many_producers(mode: FeedMode) {
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
     let key = driver.register_channel(feed, mode).unwrap();
     let running = driver.spawn().unwrap();
-    let outstanding = Arc::new(AtomicU64::new(0));
-    let producers = spawn_producers(&s.hcas, PER_PRODUCER, &outstanding);
-    let mut seen: Seen = vec![vec![Vec::new(); PRODUCERS as usize]; CQS];
-    consume(
-        &mut consumer,
-        PRODUCERS * PER_PRODUCER,
-        &mut seen,
-        &outstanding,
-        &s.channel,
-        &s.hcas,
-    );
-    for p in producers {
-        p.join().unwrap();
-    }
-    check_exactly_once_fifo(&seen, PER_PRODUCER);
+    let credits = Arc::new(Credits::new(CQ_DEPTH as u64));
+    let producers = spawn_producers(&s.hcas, PER_PRODUCER, &credits);
+    let seen = consume(&s, &mut consumer, PER_PRODUCER, &credits, producers);
     for (i, per_cq) in seen.iter().enumerate() {
         assert!(per_cq.iter().any(|v| !v.is_empty()), "CQ {i} got nothing");
     }
-    let stats = finish(s, key, running, &mut consumer, &outstanding);
+    let stats = finish(s, key, running, &mut consumer, &credits);
     for st in stats {
         assert_eq!(st.held, 0, "the driver is the only poster: {st:?}");
     }
@@ -289,39 +244,17 @@ fn a_small_evd_blocks_the_channel_feed_without_over_commit_and_loses_nothing() {
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
     let key = driver.register_channel(feed, FeedMode::Event).unwrap();
     let running = driver.spawn().unwrap();
-    let outstanding = Arc::new(AtomicU64::new(0));
-    let mut seen: Seen = vec![vec![Vec::new(); PRODUCERS as usize]; CQS];
+    let credits = Arc::new(Credits::new(CQ_DEPTH as u64));
     // Before anything is dequeued, more completions than the EVD holds:
     // the feed must stop at a full EVD and wait for its room signal.
-    let first = spawn_producers(&s.hcas, 50, &outstanding);
-    for p in first {
+    for p in spawn_producers(&s.hcas, 50, &credits) {
         p.join().unwrap();
     }
     // Producer numbers restart: the second phase writes its own table.
-    consume(
-        &mut consumer,
-        PRODUCERS * 50,
-        &mut seen,
-        &outstanding,
-        &s.channel,
-        &s.hcas,
-    );
-    check_exactly_once_fifo(&seen, 50);
-    let mut seen: Seen = vec![vec![Vec::new(); PRODUCERS as usize]; CQS];
-    let producers = spawn_producers(&s.hcas, PER_PRODUCER, &outstanding);
-    consume(
-        &mut consumer,
-        PRODUCERS * PER_PRODUCER,
-        &mut seen,
-        &outstanding,
-        &s.channel,
-        &s.hcas,
-    );
-    for p in producers {
-        p.join().unwrap();
-    }
-    check_exactly_once_fifo(&seen, PER_PRODUCER);
-    let stats = finish(s, key, running, &mut consumer, &outstanding);
+    consume(&s, &mut consumer, 50, &credits, Vec::new());
+    let producers = spawn_producers(&s.hcas, PER_PRODUCER, &credits);
+    consume(&s, &mut consumer, PER_PRODUCER, &credits, producers);
+    let stats = finish(s, key, running, &mut consumer, &credits);
     let backpressure: u64 = stats.iter().map(|s| s.backpressure).sum();
     assert!(
         backpressure > 0,
@@ -413,17 +346,17 @@ fn events_for_other_cqs_raised_during_every_poll_reach_the_evd_through_the_drive
         hcas[from].during_next_poll(move || next.push(wc(round << 1 | 1)).unwrap());
         hcas[from].push(wc(round << 1)).unwrap();
         let mut got = 0;
-        let mut last = Instant::now();
+        let mut watchdog = Watchdog::new(WATCHDOG);
         while got < 2 {
             match consumer.try_dequeue() {
                 Ok(VerbsEvent::Completion { wc, .. }) => {
                     assert_eq!(wc.wr_id >> 1, round);
                     got += 1;
-                    last = Instant::now();
+                    watchdog.progress();
                 }
                 Ok(other) => panic!("{other:?}"),
                 Err(_) => {
-                    assert!(last.elapsed() < WATCHDOG, "watchdog: round {round}");
+                    assert!(!watchdog.expired(), "watchdog: round {round}");
                     let _ = consumer.wait(1, Some(Duration::from_millis(100)));
                 }
             }
@@ -449,10 +382,7 @@ fn a_cq_not_on_the_channel_is_refused_and_a_removed_feed_hands_back_every_cq() {
     for i in 0..3 {
         feed.add(channel.create_cq(4).unwrap().0, CqId(i)).unwrap();
     }
-    let running = Driver::new(DriverConfig::default())
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let running = running_driver();
     let key = running
         .handle()
         .register_channel(feed, FeedMode::Event)
@@ -465,4 +395,68 @@ fn a_cq_not_on_the_channel_is_refused_and_a_removed_feed_hands_back_every_cq() {
     );
     assert!(feeds.iter().all(|f| f.stats().arms == 1));
     running.shutdown().unwrap();
+}
+
+/// The four-CQ scenario (`scenarios/shared_channel.rs`) on soft CQs, with
+/// what only a soft CQ shows: every event got acknowledged on its CQ,
+/// nothing left in a CQ, and the channel's count of events balanced.
+struct SoftFour {
+    channel: SoftChannel,
+    hcas: Vec<SoftCqProducer>,
+}
+
+impl ChannelDevices for SoftFour {
+    type Channel = SoftChannel;
+
+    fn create(&mut self, _first: u32) -> Result<(SoftChannel, Cqs<SoftChannel>), String> {
+        let mut cqs = Vec::new();
+        for _ in 0..ROUND_CQS {
+            let (cq, hca) = self.channel.create_cq(128).map_err(e2s)?;
+            cqs.push(cq);
+            self.hcas.push(hca);
+        }
+        Ok((self.channel.clone(), cqs))
+    }
+
+    fn complete(&mut self, wr_id: u64) -> Res {
+        for hca in &self.hcas {
+            hca.push(wc(wr_id)).map_err(|e| format!("{e:?}"))?;
+        }
+        Ok(())
+    }
+
+    fn check(&self, i: usize, wc: &WorkCompletion) -> Res {
+        ensure!(wc.status.is_success(), "CQ {i}: {wc:?}");
+        Ok(())
+    }
+
+    fn finish(self, feed: ChannelFeed<SoftChannel>) -> Res {
+        let stats: Vec<_> = feed.feeds().map(|f| f.stats()).collect();
+        drop(feed);
+        for (i, hca) in self.hcas.iter().enumerate() {
+            let st = hca.stats();
+            ensure!(
+                st.len == 0
+                    && st.unacked_at_destroy == Some(0)
+                    && st.events_got == st.events_acked
+                    && st.events_got == stats[i].events_got,
+                "CQ {i}: {st:?}"
+            );
+        }
+        let chan = self.channel.stats();
+        ensure!(
+            chan.acked_unknown == 0 && chan.raised == chan.got + chan.queued as u64 + chan.dropped,
+            "{chan:?}"
+        );
+        Ok(())
+    }
+}
+
+#[test]
+fn four_cqs_on_one_channel_in_rounds_each_completion_once_in_order_every_event_acked() {
+    let devices = SoftFour {
+        channel: SoftChannel::new().unwrap(),
+        hcas: Vec::new(),
+    };
+    four_cqs_on_one_channel(devices, 60).unwrap();
 }

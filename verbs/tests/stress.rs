@@ -5,15 +5,18 @@
 //! left in the CQ while the feed sleeps: a stranded completion would never
 //! be delivered, and the watchdog then fails the test instead of hanging.
 
+mod common;
+
+use common::load::{drain_completions, Credits, Overflow};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::{
     AdaptiveConfig, CqId, Driver, DriverConfig, Feed, FeedMode, Poller, VerbsEvent, WcStatus,
     WorkCompletion,
 };
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PRODUCERS: u64 = 2;
 const PER_PRODUCER: u64 = 100_000;
@@ -31,49 +34,29 @@ enum Mode {
 /// application sizes its CQ; idle gaps now and then so the feed goes to sleep.
 fn spawn_producers(
     hca: &SoftCqProducer,
-    outstanding: &Arc<AtomicU64>,
+    credits: &Arc<Credits>,
     abort: &Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<()>> {
-    (0..PRODUCERS)
-        .map(|p| {
-            let hca = hca.clone();
-            let outstanding = outstanding.clone();
-            let abort = abort.clone();
-            std::thread::spawn(move || {
-                for seq in 0..PER_PRODUCER {
-                    loop {
-                        let o = outstanding.load(Ordering::Acquire);
-                        if o < CQ_DEPTH
-                            && outstanding
-                                .compare_exchange(o, o + 1, Ordering::AcqRel, Ordering::Acquire)
-                                .is_ok()
-                        {
-                            break;
-                        }
-                        if abort.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        std::thread::yield_now();
-                    }
-                    hca.push(WorkCompletion {
-                        wr_id: (p << 32) | seq,
-                        ..Default::default()
-                    })
-                    .expect("the CQ never overruns: producers respect its depth");
-                    if seq % 4096 == 0 {
-                        // Load shaping, not synchronization: an idle gap lets
-                        // the feed drain, arm and sleep.
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                }
+    common::load::spawn_producers(PRODUCERS, PER_PRODUCER, credits, Some(abort), |p| {
+        let hca = hca.clone();
+        move |seq| {
+            hca.push(WorkCompletion {
+                wr_id: (p << 32) | seq,
+                ..Default::default()
             })
-        })
-        .collect()
+            .expect("the CQ never overruns: producers respect its depth");
+            if seq % 4096 == 0 {
+                // Load shaping, not synchronization: an idle gap lets
+                // the feed drain, arm and sleep.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    })
 }
 
 fn consume_all(
     consumer: &mut evd::Consumer<VerbsEvent>,
-    outstanding: &AtomicU64,
+    credits: &Credits,
     hca: &SoftCqProducer,
     abort: &AtomicBool,
 ) -> (u64, u64) {
@@ -81,47 +64,37 @@ fn consume_all(
     let mut next = vec![0u64; PRODUCERS as usize];
     let mut received = 0u64;
     let mut errors = 0u64;
-    let mut batch = Vec::with_capacity(EVD_CAPACITY);
-    let mut last_progress = Instant::now();
-    while received < total {
-        batch.clear();
-        match consumer.dequeue_batch(&mut batch, EVD_CAPACITY) {
-            Ok(0) => {
-                if last_progress.elapsed() > WATCHDOG {
-                    abort.store(true, Ordering::Relaxed);
-                    panic!(
-                        "watchdog: nothing delivered for {WATCHDOG:?}; received {received}/{total}; \
-                         CQ {:?}; stranded: {}",
-                        hca.stats(),
-                        hca.is_stranded()
-                    );
-                }
-                let _ = consumer.wait(1, Some(Duration::from_millis(100)));
-            }
-            Ok(_) => {
-                last_progress = Instant::now();
-                for ev in &batch {
-                    let VerbsEvent::Completion { cq, wc } = ev else {
-                        panic!("unexpected {ev:?}");
-                    };
-                    assert_eq!(*cq, CqId(1));
-                    let p = (wc.wr_id >> 32) as usize;
-                    let seq = wc.wr_id & 0xffff_ffff;
-                    assert_eq!(seq, next[p], "producer {p}: lost, duplicated or reordered");
-                    next[p] += 1;
-                    if !wc.status.is_success() {
-                        assert_eq!(wc.status, WcStatus::WR_FLUSH_ERR);
-                        errors += 1;
-                    }
-                }
-                received += batch.len() as u64;
-                outstanding.fetch_sub(batch.len() as u64, Ordering::AcqRel);
-            }
-            // The feed's held-and-retried post was refused once: not a loss.
-            Err(TryDequeueError::Overflow(_)) => {}
-            Err(e) => panic!("unexpected {e:?}"),
+    let record = |cq: CqId, wc: &WorkCompletion| {
+        assert_eq!(cq, CqId(1));
+        let p = (wc.wr_id >> 32) as usize;
+        let seq = wc.wr_id & 0xffff_ffff;
+        assert_eq!(seq, next[p], "producer {p}: lost, duplicated or reordered");
+        next[p] += 1;
+        received += 1;
+        if !wc.status.is_success() {
+            assert_eq!(wc.status, WcStatus::WR_FLUSH_ERR);
+            errors += 1;
         }
-    }
+    };
+    let stalled = |got| {
+        abort.store(true, Ordering::Relaxed);
+        format!(
+            "nothing delivered for {WATCHDOG:?}; received {got}/{total}; CQ {:?}; stranded: {}",
+            hca.stats(),
+            hca.is_stranded()
+        )
+    };
+    // An overflow report is tolerated: the feed's held-and-retried post
+    // was refused once, not a loss.
+    drain_completions(
+        consumer,
+        total,
+        credits,
+        WATCHDOG,
+        Overflow::Tolerated,
+        record,
+        stalled,
+    );
     (received, errors)
 }
 
@@ -132,7 +105,7 @@ fn stress(mode: Mode) {
     hca.set_spurious_every(7);
     hca.set_error_every(13);
     let feed = Feed::new(cq, CqId(1), poster);
-    let outstanding = Arc::new(AtomicU64::new(0));
+    let credits = Arc::new(Credits::new(CQ_DEPTH));
     let abort = Arc::new(AtomicBool::new(false));
 
     enum Running {
@@ -147,8 +120,8 @@ fn stress(mode: Mode) {
             Running::Driver(driver.spawn().unwrap(), key)
         }
     };
-    let producers = spawn_producers(&hca, &outstanding, &abort);
-    let (received, errors) = consume_all(&mut consumer, &outstanding, &hca, &abort);
+    let producers = spawn_producers(&hca, &credits, &abort);
+    let (received, errors) = consume_all(&mut consumer, &credits, &hca, &abort);
     for p in producers {
         p.join().unwrap();
     }

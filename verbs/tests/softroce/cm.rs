@@ -2,9 +2,10 @@
 //! and a client in this process, over the guest's 10.0.0.1 (run.sh gives
 //! dummy0 that address), every event read through `ibv::CmEvents`.
 
-use crate::{ensure, Res};
+use crate::common::{ensure, Res};
 use evd_verbs::ibv::{
-    CmChannel, CmConnParams, CmEvents, CmId, Context, IbvCq, QpCaps, QueuePair, SendOp,
+    CmChannel, CmConnParams, CmEvents, CmId, Context, IbvCq, MemoryRegion, QpCaps, QueuePair,
+    SendOp,
 };
 use evd_verbs::{
     CmEvent, CmEventKind, CmEventSource, CmToken, CompletionQueue, CqId, WorkCompletion,
@@ -57,6 +58,18 @@ fn poll_one(cq: &mut IbvCq) -> Result<WorkCompletion, String> {
     }
 }
 
+/// Whether `ev`'s private data starts with `data` (the transport may pad
+/// it).
+fn carries(ev: &CmEvent, data: &[u8]) -> Res {
+    ensure!(
+        ev.private_data.as_bytes().starts_with(data),
+        "{:?}: private data {:?}",
+        ev.kind,
+        ev.private_data
+    );
+    Ok(())
+}
+
 /// Resolve the address, then the route, of the client `id` to `to`.
 fn resolve(id: &CmId, to: SocketAddr, events: &mut CmEvents) -> Res {
     id.resolve_addr(to, TIMEOUT)
@@ -68,13 +81,26 @@ fn resolve(id: &CmId, to: SocketAddr, events: &mut CmEvents) -> Res {
     Ok(())
 }
 
-/// A QP (in INIT) with its CQ, on the device `id` is bound to.
-fn qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, IbvCq), String> {
+/// A listener on `addr(port)`, its channel and the channel's events.
+fn listening(port: u16, backlog: i32) -> Result<(CmEvents, CmChannel, CmId), String> {
+    let (events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
+    let listener = CmId::new(&channel, LISTENER).map_err(|e| format!("create_id: {e}"))?;
+    listener
+        .bind(addr(port))
+        .map_err(|e| format!("bind: {e}"))?;
+    listener
+        .listen(backlog)
+        .map_err(|e| format!("listen: {e}"))?;
+    Ok((events, channel, listener))
+}
+
+/// A QP (in INIT) with its CQ of `depth`, on the device `id` is bound to.
+pub(crate) fn qp_for(id: &CmId, cq: CqId, depth: i32) -> Result<(QueuePair, IbvCq), String> {
     let name = id.device_name().ok_or("identifier not bound to a device")?;
     let ctx = Context::open(Some(&name)).map_err(|e| format!("open {name}: {e}"))?;
     let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
     let cq = ctx
-        .create_cq(16, CqId(cq))
+        .create_cq(depth, cq)
         .map_err(|e| format!("create_cq: {e}"))?;
     let qp = pd
         .create_rc_qp(&cq, &cq, &QpCaps::default(), id.port_num())
@@ -82,35 +108,34 @@ fn qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, IbvCq), String> {
     Ok((qp, cq))
 }
 
+/// [`qp_for`] with a 64-byte region and a receive posted into it. The
+/// receive is posted in INIT, before the connection exists, as an
+/// application does so that the first message finds one.
+fn receiving_qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, IbvCq, MemoryRegion), String> {
+    let (qp, cq) = qp_for(id, CqId(cq), 16)?;
+    let dst = qp.pd().register(64).map_err(|e| format!("reg: {e}"))?;
+    qp.post_recv(7, &dst, 0, 64)
+        .map_err(|e| format!("post_recv: {e}"))?;
+    Ok((qp, cq, dst))
+}
+
+/// Connection parameters carrying `data`.
+fn with_data(private_data: &[u8]) -> CmConnParams<'_> {
+    CmConnParams {
+        private_data,
+        ..Default::default()
+    }
+}
+
 /// Listen, connect, accept with private data both ways, establish on both
 /// sides, disconnect: every event in order, with its token and data.
 pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> Res {
-    let (mut events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
-    let listener = CmId::new(&channel, LISTENER).map_err(|e| format!("create_id: {e}"))?;
-    listener
-        .bind(addr(7471))
-        .map_err(|e| format!("bind: {e}"))?;
-    listener.listen(4).map_err(|e| format!("listen: {e}"))?;
+    let (mut events, channel, listener) = listening(7471, 4)?;
     let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
     resolve(&client, addr(7471), &mut events)?;
-    let (client_qp, mut client_cq) = qp_for(&client, 1)?;
-    // Receives are posted in INIT, before the connection exists, as an
-    // application does so that the first message finds one.
-    let client_dst = client_qp
-        .pd()
-        .register(64)
-        .map_err(|e| format!("reg: {e}"))?;
-    client_qp
-        .post_recv(7, &client_dst, 0, 64)
-        .map_err(|e| format!("post_recv: {e}"))?;
+    let (client_qp, mut client_cq, client_dst) = receiving_qp_for(&client, 1)?;
     client
-        .connect(
-            &client_qp,
-            &CmConnParams {
-                private_data: b"hello",
-                ..Default::default()
-            },
-        )
+        .connect(&client_qp, &with_data(b"hello"))
         .map_err(|e| format!("connect: {e}"))?;
     let req = expect(&mut events, CmEventKind::ConnectRequest, CLIENT)?;
     ensure!(
@@ -119,11 +144,7 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         req.listener
     );
     ensure!(req.id >= CmToken::INCOMING, "request token {:?}", req.id);
-    ensure!(
-        req.private_data.as_bytes().starts_with(b"hello"),
-        "request data {:?}",
-        req.private_data
-    );
+    carries(&req, b"hello")?;
     ensure!(
         req.peer_qp_num == client_qp.qp_num(),
         "request names QP {} not {}",
@@ -134,29 +155,12 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         .take_request(req.id)
         .ok_or("request identifier not parked")?;
     ensure!(channel.take_request(req.id).is_none(), "taken twice");
-    let (server_qp, mut server_cq) = qp_for(&server, 2)?;
-    let server_dst = server_qp
-        .pd()
-        .register(64)
-        .map_err(|e| format!("reg: {e}"))?;
-    server_qp
-        .post_recv(7, &server_dst, 0, 64)
-        .map_err(|e| format!("post_recv: {e}"))?;
+    let (server_qp, mut server_cq, server_dst) = receiving_qp_for(&server, 2)?;
     server
-        .accept(
-            &server_qp,
-            &CmConnParams {
-                private_data: b"welcome",
-                ..Default::default()
-            },
-        )
+        .accept(&server_qp, &with_data(b"welcome"))
         .map_err(|e| format!("accept: {e}"))?;
     let resp = expect(&mut events, CmEventKind::ConnectResponse, CLIENT)?;
-    ensure!(
-        resp.private_data.as_bytes().starts_with(b"welcome"),
-        "response data {:?}",
-        resp.private_data
-    );
+    carries(&resp, b"welcome")?;
     client
         .establish(&client_qp)
         .map_err(|e| format!("establish: {e}"))?;
@@ -210,16 +214,11 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
 /// rejected (or unreachable) too; an address with no route does not
 /// resolve (an error or `AddrError`, with a status); all are failures.
 pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> Res {
-    let (mut events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
-    let listener = CmId::new(&channel, LISTENER).map_err(|e| format!("create_id: {e}"))?;
-    listener
-        .bind(addr(7472))
-        .map_err(|e| format!("bind: {e}"))?;
-    listener.listen(4).map_err(|e| format!("listen: {e}"))?;
+    let (mut events, channel, _listener) = listening(7472, 4)?;
     for (port, reject) in [(7472, true), (7473, false)] {
         let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
         resolve(&client, addr(port), &mut events)?;
-        let (qp, _cq) = qp_for(&client, 3)?;
+        let (qp, _cq) = qp_for(&client, CqId(3), 16)?;
         client
             .connect(&qp, &CmConnParams::default())
             .map_err(|e| format!("connect: {e}"))?;
@@ -275,12 +274,7 @@ pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> R
 /// once this prints "listening"; the listener gets `DeviceRemoval`, and
 /// destroying it (and the channel) lets the removal finish.
 pub fn device_removal() -> Res {
-    let (mut events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
-    let listener = CmId::new(&channel, LISTENER).map_err(|e| format!("create_id: {e}"))?;
-    listener
-        .bind(addr(7490))
-        .map_err(|e| format!("bind: {e}"))?;
-    listener.listen(1).map_err(|e| format!("listen: {e}"))?;
+    let (mut events, channel, listener) = listening(7490, 1)?;
     ensure!(listener.device_name().is_some(), "bound to no device");
     println!("device-removal: listening");
     let deadline = Instant::now() + Duration::from_secs(60);

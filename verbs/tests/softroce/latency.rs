@@ -24,7 +24,8 @@
 //! in-loop's of the same round, beside in-loop again ÷ in-loop, and count
 //! the rounds outside the null's range.
 
-use crate::{ensure, pair, Res, GID_INDEX};
+use crate::common::{e2s, ensure, Res};
+use crate::{pair, GID_INDEX};
 use evd::TryDequeueError;
 use evd_verbs::ibv::{IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
 use evd_verbs::{
@@ -97,7 +98,7 @@ fn raw_loop(
 ) -> Result<(), String> {
     let mut wcs = [WorkCompletion::default(); 16];
     loop {
-        let n = cq.poll(&mut wcs).map_err(|e| e.to_string())?;
+        let n = cq.poll(&mut wcs).map_err(e2s)?;
         for wc in &wcs[..n] {
             ensure!(wc.status.is_success(), "{wc:?}");
             if !on_wc(wc) {
@@ -107,9 +108,9 @@ fn raw_loop(
         if n > 0 {
             continue;
         }
-        cq.req_notify(false).map_err(|e| e.to_string())?;
+        cq.req_notify(false).map_err(e2s)?;
         // The verbs race: poll once more after arming.
-        let n = cq.poll(&mut wcs).map_err(|e| e.to_string())?;
+        let n = cq.poll(&mut wcs).map_err(e2s)?;
         let mut go_on = true;
         for wc in &wcs[..n] {
             ensure!(wc.status.is_success(), "{wc:?}");
@@ -127,7 +128,7 @@ fn raw_loop(
                 return Ok(());
             }
         }
-        while cq.get_event().map_err(|e| e.to_string())? {
+        while cq.get_event().map_err(e2s)? {
             *unacked += 1;
         }
         if *unacked >= 16 {
@@ -145,8 +146,7 @@ fn respond(
     stop: &AtomicBool,
 ) -> Result<IbvCq, String> {
     for i in 0..RECVS {
-        qp.post_recv(i, mr, (i as usize) * 64, 64)
-            .map_err(|e| e.to_string())?;
+        qp.post_recv(i, mr, (i as usize) * 64, 64).map_err(e2s)?;
     }
     let mut unacked = 0;
     let mut failure = None;
@@ -183,11 +183,11 @@ impl Initiator<'_> {
         self.next_recv += 1;
         self.qp
             .post_recv(slot, self.mr, (slot as usize) * 64, 64)
-            .map_err(|e| e.to_string())?;
+            .map_err(e2s)?;
         let t = Instant::now();
         self.qp
             .post_send(2000, SendOp::Send, self.mr, 4096, MSG, false)
-            .map_err(|e| e.to_string())?;
+            .map_err(e2s)?;
         Ok(t)
     }
 
@@ -254,31 +254,27 @@ impl Initiator<'_> {
                 } else {
                     FeedMode::Event
                 };
-                let (poster, mut evd) =
-                    evd::bounded::<VerbsEvent>(64).map_err(|e| e.to_string())?;
-                let mut driver = Driver::new(DriverConfig::default()).map_err(|e| e.to_string())?;
+                let (poster, mut evd) = evd::bounded::<VerbsEvent>(64).map_err(e2s)?;
+                let mut driver = Driver::new(DriverConfig::default()).map_err(e2s)?;
                 let feed = Feed::new(self.cq.take().expect("cq"), CqId(1), poster);
-                let key = driver.register(feed, mode).map_err(|e| e.to_string())?;
+                let key = driver.register(feed, mode).map_err(e2s)?;
                 let cpu = thread_cpu_time();
                 let r = self.pongs(&mut evd, out, |_| {
-                    driver.process(None).map(drop).map_err(|e| e.to_string())
+                    driver.process(None).map(drop).map_err(e2s)
                 });
                 let cpu = thread_cpu_time() - cpu;
-                let feed = driver.remove(key).map_err(|e| e.to_string())?;
+                let feed = driver.remove(key).map_err(e2s)?;
                 let (cq, undelivered) = feed.into_parts();
                 ensure!(undelivered.is_empty(), "undelivered {undelivered:?}");
                 self.cq = Some(cq);
                 r.map(|()| cpu)
             }
             Way::OwnThread => {
-                let (poster, mut evd) =
-                    evd::bounded::<VerbsEvent>(64).map_err(|e| e.to_string())?;
-                let mut driver = Driver::new(DriverConfig::default()).map_err(|e| e.to_string())?;
+                let (poster, mut evd) = evd::bounded::<VerbsEvent>(64).map_err(e2s)?;
+                let mut driver = Driver::new(DriverConfig::default()).map_err(e2s)?;
                 let feed = Feed::new(self.cq.take().expect("cq"), CqId(1), poster);
-                let key = driver
-                    .register(feed, FeedMode::Event)
-                    .map_err(|e| e.to_string())?;
-                let running = driver.spawn().map_err(|e| e.to_string())?;
+                let key = driver.register(feed, FeedMode::Event).map_err(e2s)?;
+                let running = driver.spawn().map_err(e2s)?;
                 let cpu = thread_cpu_time();
                 let r = self.pongs(&mut evd, out, |evd| {
                     evd.wait(1, Some(Duration::from_secs(10)))
@@ -286,7 +282,7 @@ impl Initiator<'_> {
                         .map_err(|e| format!("wait: {e:?}"))
                 });
                 let cpu = thread_cpu_time() - cpu;
-                let mut s = running.shutdown().map_err(|e| e.to_string())?;
+                let mut s = running.shutdown().map_err(e2s)?;
                 // The driver thread's whole life: the round, and its start
                 // and stop, which are a small part of 200 round trips.
                 let cpu = cpu + s.cpu_time;
@@ -296,8 +292,7 @@ impl Initiator<'_> {
                 r.map(|()| cpu)
             }
             Way::Busy => {
-                let (poster, mut evd) =
-                    evd::bounded::<VerbsEvent>(64).map_err(|e| e.to_string())?;
+                let (poster, mut evd) = evd::bounded::<VerbsEvent>(64).map_err(e2s)?;
                 let mut feed = Feed::new(self.cq.take().expect("cq"), CqId(1), poster);
                 let cpu = thread_cpu_time();
                 let r = self.pongs(&mut evd, out, |_| {

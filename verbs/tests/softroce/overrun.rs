@@ -4,7 +4,8 @@
 //! device's async events by itself when nobody listens, so the overrun
 //! still reaches the consumer, as a `CqError` on the right CQ.
 
-use crate::{ensure, pair_with, Res};
+use crate::common::{e2s, ensure, Res};
+use crate::pair_with;
 use evd::TryDequeueError;
 use evd_verbs::ibv::{ProtectionDomain, QpCaps, SendOp};
 use evd_verbs::{
@@ -27,7 +28,7 @@ pub fn cq_overrun_reaches_the_consumer(pd: &Arc<ProtectionDomain>) -> Res {
     };
     let (p, cq_a, _cq_b) = pair_with(pd, CQ_DEPTH, (ID.0, ID.0 + 1), &caps)?;
     // A full EVD: the feed polls nothing (backpressure), so the CQ fills.
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(EVD).map_err(|e| e.to_string())?;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(EVD).map_err(e2s)?;
     for _ in 0..EVD {
         poster
             .post(VerbsEvent::Completion {
@@ -36,15 +37,13 @@ pub fn cq_overrun_reaches_the_consumer(pd: &Arc<ProtectionDomain>) -> Res {
             })
             .map_err(|_| "prefill refused")?;
     }
-    let mut driver = Driver::new(DriverConfig::default()).map_err(|e| e.to_string())?;
+    let mut driver = Driver::new(DriverConfig::default()).map_err(e2s)?;
     driver
         .register(Feed::new(cq_a, ID, poster), FeedMode::Event)
-        .map_err(|e| e.to_string())?;
-    let driver = driver.spawn().map_err(|e| e.to_string())?;
+        .map_err(e2s)?;
+    let driver = driver.spawn().map_err(e2s)?;
     // Each write puts its number (from 1) in its own slot at the peer.
-    let mut src = pd
-        .register(8 * WRITES as usize)
-        .map_err(|e| e.to_string())?;
+    let mut src = pd.register(8 * WRITES as usize).map_err(e2s)?;
     for i in 0..WRITES {
         let at = 8 * i as usize;
         src.as_mut_slice()[at..at + 8].copy_from_slice(&(i + 1).to_le_bytes());
@@ -102,6 +101,6 @@ pub fn cq_overrun_reaches_the_consumer(pd: &Arc<ProtectionDomain>) -> Res {
         completions < WRITES,
         "all {WRITES} completions arrived: the CQ did not overrun"
     );
-    drop(driver.shutdown().map_err(|e| e.to_string())?);
+    drop(driver.shutdown().map_err(e2s)?);
     Ok(())
 }

@@ -1,13 +1,17 @@
-//! A driver's or a poller's thread whose user code panics (an upcall handler
-//! of an EVD its feeds post into): stopping it returns the panic as an error
-//! and never panics again; a shutdown called on the driver's own thread is
-//! refused instead of joining itself.
+//! User code on a driver's or a poller's thread (an upcall handler of an
+//! EVD its feeds post into). One that panics: stopping the thread returns
+//! the panic as an error and never panics again. One that calls back into
+//! the driver: a shutdown, a removal or a registration from the driver's
+//! own thread is refused instead of waiting for itself.
 
+mod common;
+
+use common::driver::{driver_serving, remove_within};
+use common::wc;
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::{
     CqId, Driver, DriverConfig, DriverError, Feed, FeedMode, Poller, RunningDriver, VerbsEvent,
-    WorkCompletion,
 };
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -16,13 +20,6 @@ use std::time::Duration;
 /// A watchdog, not a sleep: a report that never comes fails the test instead
 /// of hanging it (generous, for a busy machine).
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
-}
 
 /// An EVD whose SingleInstance handler reports that it ran, then panics with
 /// `message`. Returns its poster and the channel the report comes on.
@@ -47,10 +44,7 @@ fn panicking_evd(
 /// mode), and the CQ's producer side.
 fn spawn_driver(poster: evd::Poster<VerbsEvent>) -> (RunningDriver, SoftCqProducer) {
     let (cq, hca) = SoftCq::new(64).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster), FeedMode::Event);
     (driver.spawn().unwrap(), hca)
 }
 
@@ -122,4 +116,56 @@ fn a_poller_whose_handler_panicked_stops_with_the_panic_not_a_second_one() {
         Err(p) => assert_eq!(p.message(), Some("a poller's handler failed")),
         Ok(_) => panic!("expected the handler's panic"),
     }
+}
+
+#[test]
+fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked() {
+    use std::sync::{mpsc, Arc, Mutex, OnceLock};
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let handle = driver.handle();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    let key_cell = Arc::new(OnceLock::new());
+    key_cell.set(key).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let spare = Mutex::new(Some(SoftCq::new(4).unwrap().0));
+    let upcalls = consumer.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::Any,
+        move |ev, _| {
+            if ev.is_err() {
+                return;
+            }
+            // This runs on the driver's thread (the feed's post ran it).
+            let removed = handle.remove(*key_cell.get().unwrap());
+            let registered =
+                spare.lock().unwrap().take().map(|cq| {
+                    handle.register(Feed::new(cq, CqId(1), poster.clone()), FeedMode::Event)
+                });
+            tx.lock()
+                .unwrap()
+                .send((removed.err(), registered.and_then(Result::err)))
+                .unwrap();
+        },
+    );
+    hca.push(wc(1)).unwrap();
+    let (removed, registered) = rx.recv_timeout(Duration::from_secs(30)).expect("no upcall");
+    assert!(
+        matches!(removed, Some(DriverError::OnDriverThread)),
+        "{removed:?}"
+    );
+    assert!(
+        matches!(registered, Some(DriverError::OnDriverThread)),
+        "{registered:?}"
+    );
+    // From another thread the same calls work.
+    let feed: Feed<SoftCq> = remove_within(running.handle(), key).unwrap();
+    drop(feed);
+    drop(upcalls.teardown());
+    running.shutdown().unwrap();
 }

@@ -1,0 +1,134 @@
+//! The device's async events through the driver: delivered into the EVD
+//! of the feeds registered with them, and served by the driver itself when
+//! nobody registered an async feed (a CQ overrun still reaches the EVD,
+//! of whatever event type), but never twice.
+
+mod common;
+
+use common::driver::{driver_serving, take, take_counting_overflow};
+use common::wc;
+use evd::TryDequeueError;
+use evd_verbs::soft::{SoftCq, SoftDevice};
+use evd_verbs::{
+    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, Feed,
+    FeedMode, VerbsEvent, WorkCompletion,
+};
+
+/// An application's own event type: the verbs events, and its own.
+#[derive(Debug)]
+enum AppEvent {
+    Verbs(VerbsEvent),
+    Tick,
+}
+
+impl From<VerbsEvent> for AppEvent {
+    fn from(ev: VerbsEvent) -> Self {
+        AppEvent::Verbs(ev)
+    }
+}
+
+/// How many of `evs` report an error of `cq`.
+fn cq_errors(evs: &[VerbsEvent], cq: CqId) -> usize {
+    evs.iter()
+        .filter(|e| {
+            matches!(e, VerbsEvent::Async(a)
+                if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(cq))
+        })
+        .count()
+}
+
+#[test]
+fn async_events_are_delivered_through_the_evd() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (events, device) = SoftDevice::new().unwrap();
+    let (cq, hca) = SoftCq::with_device(2, CqId(8), &device).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register_async(AsyncFeed::new(events, poster.clone()))
+        .unwrap();
+    driver
+        .register(Feed::new(cq, CqId(8), poster), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    device.raise(AsyncEvent {
+        kind: AsyncEventKind::PortActive,
+        element: AsyncElement::Port(1),
+    });
+    let evs = take(&mut consumer, 1);
+    assert!(matches!(evs[0], VerbsEvent::Async(a) if a.kind == AsyncEventKind::PortActive));
+    // Overrun the CQ (all three under one lock, so the third overruns): the
+    // device reports CqError, and the feed's poll fails and reports it too.
+    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
+    let evs = take(&mut consumer, 2);
+    let errors = cq_errors(&evs, CqId(8));
+    let completions = evs
+        .iter()
+        .filter(|e| matches!(e, VerbsEvent::Completion { .. }))
+        .count();
+    // A broken CQ is not polled: its last completions are lost with it.
+    assert_eq!((errors, completions), (2, 0), "{evs:?}");
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    running.shutdown().unwrap();
+}
+
+#[test]
+fn a_cq_overrun_reaches_the_evd_with_no_async_feed_registered() {
+    // Nobody listens to the device: registering the CQ's feed makes the
+    // driver serve the device's async events into the same EVD, so the
+    // overrun's CqError arrives (from the device, and from the failed poll).
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let device = SoftDevice::unheard().unwrap();
+    let (cq, hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(9), poster), FeedMode::Event);
+    assert!(device.take_events().is_none(), "the driver took them");
+    let running = driver.spawn().unwrap();
+    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
+    let evs = take(&mut consumer, 2);
+    let errors = cq_errors(&evs, CqId(9));
+    assert_eq!(errors, 2, "{evs:?}");
+    let s = running.shutdown().unwrap();
+    assert_eq!(s.len(), 2, "the feed and the device's async feed");
+}
+
+#[test]
+fn a_device_whose_events_are_taken_is_not_served_twice() {
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (_events, device) = SoftDevice::new().unwrap();
+    let (cq, _hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(9), poster), FeedMode::Event);
+    assert_eq!(driver.spawn().unwrap().shutdown().unwrap().len(), 1);
+}
+
+#[test]
+fn a_cq_overrun_reaches_an_app_evd_with_no_async_feed_registered() {
+    // The driver builds the device's fallback async feed into the feed's own
+    // EVD, of the feed's event type.
+    let (poster, mut consumer) = evd::bounded::<AppEvent>(64).unwrap();
+    let device = SoftDevice::unheard().unwrap();
+    let (cq, hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(9), poster.clone()), FeedMode::Event);
+    assert!(device.take_events().is_none(), "the driver took them");
+    let running = driver.spawn().unwrap();
+    poster.post(AppEvent::Tick).unwrap();
+    // Three into a CQ of two: the third overruns it.
+    assert_eq!(hca.push_batch(&[WorkCompletion::default(); 3]), 2);
+    // The tick, then a CqError from the device and one from the failed poll.
+    let mut overflow_reports = 0;
+    let evs = take_counting_overflow(&mut consumer, 3, &mut overflow_reports);
+    assert_eq!(overflow_reports, 0);
+    let (mut errors, mut ticks) = (0, 0);
+    for ev in evs {
+        match ev {
+            AppEvent::Verbs(VerbsEvent::Async(a)) => {
+                assert_eq!(a.kind, AsyncEventKind::CqError);
+                assert_eq!(a.element, AsyncElement::Cq(CqId(9)));
+                errors += 1;
+            }
+            AppEvent::Tick => ticks += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((errors, ticks), (2, 1));
+    let s = running.shutdown().unwrap();
+    assert_eq!(s.len(), 2, "the feed and the device's async feed");
+}

@@ -1,0 +1,78 @@
+//! A driver serving a feed, and waiting for what it delivers.
+
+use evd::TryDequeueError;
+use evd_verbs::{
+    CompletionQueue, Driver, DriverConfig, DriverError, DriverHandle, Feed, FeedKey, FeedMode,
+    VerbsEvent,
+};
+use std::time::Duration;
+
+/// A driver, not yet running, serving `feed` in `mode`; and the feed's key.
+pub fn driver_serving<C, T>(feed: Feed<C, T>, mode: FeedMode) -> (Driver, FeedKey<Feed<C, T>>)
+where
+    C: CompletionQueue + 'static,
+    T: From<VerbsEvent> + Send + 'static,
+{
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver.register(feed, mode).unwrap();
+    (driver, key)
+}
+
+/// Wait for `n` events, failing (not hanging) if they never come; overflow
+/// reports are skipped.
+pub fn take<T>(consumer: &mut evd::Consumer<T>, n: usize) -> Vec<T> {
+    take_counting_overflow(consumer, n, &mut 0)
+}
+
+/// Wait for `n` events, failing (not hanging) if they never come; counts
+/// overflow reports in `overflow_reports`.
+pub fn take_counting_overflow<T>(
+    consumer: &mut evd::Consumer<T>,
+    n: usize,
+    overflow_reports: &mut usize,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(n);
+    let mut idle_waits = 0;
+    while out.len() < n {
+        match consumer.try_dequeue() {
+            Ok(ev) => out.push(ev),
+            Err(TryDequeueError::Overflow(_)) => *overflow_reports += 1,
+            Err(TryDequeueError::Empty) => {
+                if consumer.wait(1, Some(Duration::from_millis(100))).is_err() {
+                    idle_waits += 1;
+                    assert!(
+                        idle_waits < 300,
+                        "watchdog: got {} of {n} events",
+                        out.len()
+                    );
+                }
+            }
+            Err(TryDequeueError::Closed) => panic!("closed after {} events", out.len()),
+        }
+    }
+    out
+}
+
+/// `handle.remove(key)` under a watchdog: a removal that never completes
+/// fails the test instead of hanging it (the limit is generous, for a busy
+/// machine; a removal takes one ring round trip).
+pub fn remove_within<F: Send + 'static>(
+    handle: &DriverHandle,
+    key: FeedKey<F>,
+) -> Result<F, DriverError> {
+    let handle = handle.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(handle.remove(key));
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the removal did not complete within 60 s")
+}
+
+/// A running driver serving nothing yet.
+pub fn running_driver() -> evd_verbs::RunningDriver {
+    Driver::new(DriverConfig::default())
+        .unwrap()
+        .spawn()
+        .unwrap()
+}

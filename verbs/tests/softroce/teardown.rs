@@ -1,0 +1,91 @@
+//! Every object closed explicitly, children first, with nothing failing
+//! in a Drop.
+
+use crate::common::{e2s, ensure, Res};
+use crate::{latency, room_for, GID_INDEX, PORT};
+use evd_verbs::ibv::{ConnectParams, Context, ProtectionDomain, SendOp};
+use evd_verbs::{teardown_failures, CloseError, CompletionQueue, CqId, WorkCompletion};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Every object closed explicitly, children first (QP, MR, CQ, PD,
+/// context), on a context of its own: each close is Ok, the shared ones
+/// refuse while a child holds them, and no destroy fails in a Drop. The CQ
+/// is closed holding a channel event not yet acknowledged, which its close
+/// must acknowledge (else ibv_destroy_cq waits for it forever).
+pub(crate) fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
+    let failures = teardown_failures();
+    let ctx = Context::open(None).map_err(|e| format!("open: {e}"))?;
+    let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
+    let mr = pd.register(4096).map_err(|e| format!("reg_mr: {e}"))?;
+    let mut cq = ctx
+        .create_cq(16, CqId(11))
+        .map_err(|e| format!("create_cq: {e}"))?;
+    let caps = room_for(8);
+    let qp = pd
+        .create_rc_qp(&cq, &cq, &caps, PORT)
+        .map_err(|e| format!("create_qp: {e}"))?;
+    let me = qp
+        .endpoint(PORT, GID_INDEX, 77)
+        .map_err(|e| format!("gid: {e}"))?;
+    qp.connect(
+        me,
+        &ConnectParams {
+            sq_psn: me.psn,
+            ..ConnectParams::default()
+        },
+    )
+    .map_err(|e| format!("connect: {e}"))?;
+
+    // A loopback send and its receive, with the CQ armed: one channel event.
+    cq.req_notify(false).map_err(|e| format!("arm: {e}"))?;
+    qp.post_recv(1, &mr, 0, 64).map_err(e2s)?;
+    qp.post_send(2, SendOp::Send, &mr, 1024, 8, false)
+        .map_err(e2s)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let channel = cq.channel_fd().expect("a channel");
+    while !cq.get_event().map_err(|e| format!("get_event: {e}"))? {
+        // Wait on the channel fd itself; the timeout is a watchdog.
+        ensure!(
+            latency::wait_fd(channel, 10_000),
+            "no channel event after 10 s"
+        );
+    }
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut polled = 0;
+    while polled < 2 {
+        polled += cq.poll(&mut wcs[polled..]).map_err(e2s)?;
+        ensure!(
+            Instant::now() < deadline,
+            "{polled} of 2 completions after 10 s"
+        );
+    }
+    for wc in &wcs[..2] {
+        ensure!(wc.status.is_success(), "{wc:?}");
+    }
+
+    // The QP holds the CQ and the PD, the PD the context.
+    let cq = match cq.close() {
+        Err(CloseError::InUse { handle, .. }) => handle,
+        other => return Err(format!("close of a CQ a QP uses: {other:?}")),
+    };
+    let ctx = match ctx.close() {
+        Err(CloseError::InUse { handle, .. }) => handle,
+        other => return Err(format!("close of a context a PD uses: {other:?}")),
+    };
+
+    qp.close().map_err(|e| format!("qp: {e}"))?;
+    ensure!(
+        mr.close().map_err(|e| format!("mr: {e}"))?.is_some(),
+        "an owned region gave no buffer back"
+    );
+    cq.close().map_err(|e| format!("cq: {e}"))?;
+    pd.close().map_err(|e| format!("pd: {e}"))?;
+    ctx.close().map_err(|e| format!("context: {e}"))?;
+    ensure!(
+        teardown_failures() == failures,
+        "{} destroys failed in Drop",
+        teardown_failures() - failures
+    );
+    Ok(())
+}
