@@ -313,6 +313,7 @@ compile_error!("`--cfg shuttle` needs `--features __shuttle` (the shuttle depend
 pub mod cno;
 mod consumer;
 mod error;
+mod frames;
 mod notify;
 mod pace;
 mod poster;
@@ -341,7 +342,7 @@ pub use error::{
 };
 pub use poster::{Lossy, PostAsync, PostSink, Poster, RoomWaiter};
 pub use query::{Query, UpcallPolicy};
-pub use shared::MAX_CAPACITY;
+pub use ring::MAX_CAPACITY;
 pub use state::Invoke;
 pub use upcall::{Handler, Upcalls};
 
@@ -362,7 +363,7 @@ pub fn bounded<T: Send>(capacity: usize) -> Result<(Poster<T>, Consumer<T>), Cre
     if capacity == 0 {
         return Err(CreateError::ZeroCapacity);
     }
-    let log2 = shared::cap_log2_for(capacity).ok_or(CreateError::CapacityTooLarge {
+    let log2 = ring::cap_log2_for(capacity).ok_or(CreateError::CapacityTooLarge {
         requested: capacity,
     })?;
     let buffer = ring::Buffer::try_new(log2).ok_or(CreateError::AllocFailed {

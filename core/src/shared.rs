@@ -47,9 +47,8 @@
 //!   light barrier and a load of `room_check`, which wakes one waiter per
 //!   freed slot when set ([`crate::room`]).
 
-use crate::cno::engine::{Binding, Link, Reached};
 use crate::error::{Overflow, ResizeError, TryDequeueError};
-use crate::notify::NotifyTargets;
+use crate::notify::{CnoLink, CnoTarget, NotifyTargets, Reached};
 use crate::pace::Pacer;
 use crate::query::{Counters, Query, UpcallPolicy};
 use crate::ring::Buffer;
@@ -58,16 +57,13 @@ use crate::state::{
     self, loss, Arm, Enable, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
 };
 use crate::sync::{
-    fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Mutex, Ordering, RoomBarrier,
-    StateWord,
+    fence, Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Backoff, Mutex, Ordering,
+    RoomBarrier, StateWord,
 };
 use crate::unwind::Panics;
 use crate::upcall::handler::{HandlerSlot, Installed, Loaded};
 use crossbeam_utils::CachePadded;
 use std::task::Waker;
-
-/// The largest capacity an EVD can have (2^32 events).
-pub const MAX_CAPACITY: usize = 1 << state::MAX_CAP_LOG2;
 
 /// The head epoch is the head divided by 2^40: a poster trusts its cached
 /// head only while it is at most one epoch behind, so the distance from it to
@@ -172,7 +168,7 @@ pub(crate) struct Shared<T> {
     /// poster that waits and by a consumer that found `room_check` set.
     room: CachePadded<Mutex<WaitQueue>>,
     /// The CNO this EVD is bound to, if any ([`crate::cno`]).
-    cno: Link,
+    cno: CnoLink,
 }
 
 // SAFETY: the slots hand each `T` from one thread to another exactly once
@@ -210,7 +206,7 @@ impl<T> Shared<T> {
             posters: AtomicUsize::new(1),
             counters: CachePadded::new(Counters::default()),
             room: CachePadded::new(Mutex::new(WaitQueue::default())),
-            cno: Link::new(),
+            cno: CnoLink::new(),
         }
     }
 
@@ -218,6 +214,13 @@ impl<T> Shared<T> {
     #[cfg(shuttle)]
     pub(crate) fn state_word_addr(&self) -> usize {
         &*self.state as *const StateWord as usize
+    }
+
+    /// This EVD's id in the thread's handler frames ([`crate::frames`]): the
+    /// address of its shared state, fixed while any handle lives.
+    #[inline]
+    pub(crate) fn id(&self) -> usize {
+        self as *const Self as usize
     }
 
     /// The consumer's head (only the consumer side calls this for its own
@@ -476,44 +479,32 @@ impl<T> Shared<T> {
     #[cold]
     pub(crate) fn trigger_cno(&self) {
         // SAFETY: this thread took CNO_ARMED with an Acquire CAS, which the
-        // enable's Release CAS (after the binding was written) precedes; the
+        // enable's Release CAS (after the link was written) precedes; the
         // consumer rewrites the link only once this trigger reached its slot.
-        let Some((core, slot)) = (unsafe { self.cno.current() }) else {
+        let Some((target, slot)) = (unsafe { self.cno.current() }) else {
             debug_assert!(false, "CNO_ARMED without a binding");
             return;
         };
         // SAFETY: the link keeps every CNO the EVD was bound to alive for as
-        // long as the EVD (`Link::set` moves it to `kept`), and this thread
-        // holds the EVD.
-        let core = unsafe { &*core };
-        if core.trigger(slot) == Reached::CnoGone {
+        // long as the EVD, and this thread holds the EVD.
+        let target = unsafe { &*target };
+        if target.trigger(slot) == Reached::CnoGone {
             self.notify_consumer();
         }
     }
 
-    /// The consumer's binding, if any (a clone). Caller: the EVD's consumer.
-    pub(crate) fn cno_binding(&self) -> Option<Binding> {
-        self.with_cno_binding(|b| b.cloned())
-    }
-
-    /// Run `f` on the consumer's binding. Caller: the EVD's consumer (the
-    /// link's only writer, so nothing changes it under `f`).
-    pub(crate) fn with_cno_binding<R>(&self, f: impl FnOnce(Option<&Binding>) -> R) -> R {
-        // SAFETY: only the consumer side calls this; readers only read.
-        unsafe { self.cno.with_binding(f) }
-    }
-
-    /// Replace the binding. Caller: the EVD's consumer, after the disable
-    /// barrier (`Consumer::settle`: [`Shared::cno_disarm`], then every owed
-    /// trigger reached its slot), or before the first enable.
-    pub(crate) fn set_cno_binding(&self, b: Option<Binding>) {
+    /// Point the trigger at `slot` of the CNO `target`, or at nothing.
+    /// Caller: the EVD's consumer, after the disable barrier
+    /// (`Consumer::settle`: [`Shared::cno_disarm`], then every owed trigger
+    /// reached its slot), or before the first enable.
+    pub(crate) fn set_cno_target<C: CnoTarget + 'static>(&self, target: Option<(Arc<C>, u32)>) {
         debug_assert!(!state::has(
             self.state.load(Ordering::Relaxed),
             state::CNO_ARMED
         ));
         // SAFETY: CNO_ARMED is clear and the caller waited for every trigger
         // that took it (`cno_disable`), so no thread reads the link.
-        unsafe { self.cno.set(b) }
+        unsafe { self.cno.set(target) }
     }
 
     /// Enable the EVD on its CNO: the arm-then-check CAS. Returns what it
@@ -895,7 +886,7 @@ impl<T> Shared<T> {
         // `f` runs as this EVD's consumer inside a handler call, as an upcall
         // handler does: a post from it that would wait for room here is
         // refused at once (the room it waits for is freed after `f`).
-        crate::upcall::instance::as_handler_of(self, || {
+        crate::frames::as_handler_of(self.id(), || {
             while taken.count < n {
                 // SAFETY: published (counted above; a published slot stays so
                 // until the consumer takes it) and at or past the head;
@@ -1554,14 +1545,6 @@ impl<T> Drop for Shared<T> {
         drop(buf);
         panics.resume();
     }
-}
-
-/// Round a requested capacity up to the ring's power of two.
-pub(crate) fn cap_log2_for(capacity: usize) -> Option<u32> {
-    if capacity == 0 || capacity > MAX_CAPACITY {
-        return None;
-    }
-    Some(capacity.next_power_of_two().trailing_zeros())
 }
 
 #[cfg(all(test, not(loom)))]

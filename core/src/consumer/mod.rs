@@ -16,11 +16,12 @@ pub use future::Recv;
 pub use iter::{IntoIter, Iter, TryIter};
 pub(crate) use wait::block_until;
 
+use crate::cno::engine::Binding;
 use crate::error::{ResizeError, TryDequeueError};
 use crate::poster::Poster;
 use crate::query::Query;
-use crate::ring::Buffer;
-use crate::shared::{cap_log2_for, Shared};
+use crate::ring::{cap_log2_for, Buffer};
+use crate::shared::Shared;
 use crate::state::Arm;
 use crate::sync::Arc;
 use std::time::Duration;
@@ -84,6 +85,10 @@ pub struct Consumer<T> {
     /// trigger owed by this consumer's enables has landed (the disable
     /// barrier waits for it). Meaningful only while bound.
     pub(crate) cno_fired: u32,
+    /// The CNO this EVD is bound to, if any ([`crate::cno`]): read and
+    /// written only here, by the consumer. The EVD's shared state holds the
+    /// trigger's end of it.
+    pub(crate) cno: Option<Binding>,
 }
 
 impl<T> Consumer<T> {
@@ -94,6 +99,7 @@ impl<T> Consumer<T> {
             spin_budget: DEFAULT_SPIN_BUDGET,
             stream_done: false,
             cno_fired: 0,
+            cno: None,
         }
     }
 

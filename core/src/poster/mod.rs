@@ -283,7 +283,7 @@ impl<T: Send> Poster<T> {
             Err(PostError::Full(ev)) => ev,
             done => return self.done(seat, done),
         };
-        if crate::upcall::instance::in_own_handler(&self.shared) {
+        if crate::frames::in_own_handler(self.shared.id()) {
             return self.done(seat, Err(PostError::Full(event)));
         }
         self.shared.room_join(seat, waker);
