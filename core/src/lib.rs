@@ -312,6 +312,7 @@ compile_error!("`--cfg shuttle` needs `--features __shuttle` (the shuttle depend
 
 pub mod cno;
 mod consumer;
+mod engine;
 mod error;
 mod frames;
 mod notify;
@@ -320,7 +321,6 @@ mod poster;
 mod query;
 mod ring;
 mod room;
-mod shared;
 // Not part of the semver API: exposed for the fuzz crate's reference model
 // (`fuzz/src/spec.rs`), and may change in any release.
 #[doc(hidden)]
@@ -369,7 +369,7 @@ pub fn bounded<T: Send>(capacity: usize) -> Result<(Poster<T>, Consumer<T>), Cre
     let buffer = ring::Buffer::try_new(log2).ok_or(CreateError::AllocFailed {
         capacity: 1 << log2,
     })?;
-    let shared = sync::Arc::new(shared::Shared::new(log2, buffer));
+    let shared = sync::Arc::new(engine::Shared::new(log2, buffer));
     Ok((Poster::new(shared.clone(), 0), Consumer::new(shared)))
 }
 

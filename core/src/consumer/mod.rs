@@ -17,11 +17,11 @@ pub use iter::{IntoIter, Iter, TryIter};
 pub(crate) use wait::block_until;
 
 use crate::cno::engine::Binding;
+use crate::engine::Shared;
 use crate::error::{ResizeError, TryDequeueError};
 use crate::poster::Poster;
 use crate::query::Query;
 use crate::ring::{cap_log2_for, Buffer};
-use crate::shared::Shared;
 use crate::state::Arm;
 use crate::sync::Arc;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! until a post disarms the EVD.
 
 use crate::consumer::Consumer;
+use crate::engine::Shared;
 use crate::error::{DequeueError, TryDequeueError, WaitError};
-use crate::shared::Shared;
 use crate::state::Arm;
 use crate::sync::{park, thread, unpark_waker, Arc, Backoff};
 use std::task::Waker;

@@ -12,11 +12,11 @@ pub use future::PostAsync;
 pub use room::RoomWaiter;
 pub use sink::PostSink;
 
+use crate::engine::{Refused, Shared};
 use crate::error::{BatchPostError, PostError};
 use crate::query::Query;
 use crate::ring::Buffer;
 use crate::room::Seat;
-use crate::shared::{Refused, Shared};
 use crate::state::Notify;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use crate::unwind::Panics;

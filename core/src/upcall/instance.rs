@@ -1,9 +1,9 @@
 //! One upcall instance: the consumer side run on a posting thread while it
 //! holds the token, through [`Shared`]'s token operations.
 
+use crate::engine::Shared;
 use crate::error::{Overflow, TryDequeueError};
 use crate::frames;
-use crate::shared::Shared;
 use crate::state::{self, PolicyBits};
 use crate::sync::Backoff;
 use crate::unwind::Panics;

@@ -57,11 +57,11 @@ pub use handler::Handler;
 use handler::Installed;
 
 use crate::consumer::Consumer;
+use crate::engine::Shared;
 use crate::error::{Overflow, PolicyError};
 use crate::frames;
 use crate::poster::Poster;
 use crate::query::{Query, UpcallPolicy};
-use crate::shared::Shared;
 use crate::state::{Invoke, PolicyBits};
 
 /// The consumer of an EVD in upcall mode: events are delivered to a handler
