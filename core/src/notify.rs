@@ -129,6 +129,7 @@ impl CnoLink {
     /// The caller is the EVD's consumer, or the thread that took `CNO_ARMED`
     /// with an `Acquire` CAS and has not yet reached its slot. The target
     /// stays allocated as long as this link.
+    #[inline]
     pub(crate) unsafe fn current(&self) -> Option<(*const dyn CnoTarget, u32)> {
         // SAFETY: no writer runs now (the caller's contract and the type doc).
         self.cell.with(|p| unsafe { (*p).bound })

@@ -249,6 +249,7 @@ pub(crate) struct RoomFlags {
 }
 
 impl RoomFlags {
+    #[inline]
     pub(crate) fn new() -> Self {
         let barrier = RoomBarrier::new();
         RoomFlags {
@@ -271,6 +272,7 @@ impl RoomFlags {
     }
 
     /// A poster waits for room now (`Query::room_wanted`).
+    #[inline]
     pub(crate) fn waiting(&self) -> bool {
         self.waiting.load(Ordering::Relaxed)
     }

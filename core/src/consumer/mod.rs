@@ -32,7 +32,7 @@ use std::time::Duration;
 /// Half of it spins (looking at the slots in clock-timed gaps), half yields
 /// the CPU between looks, so that posters sharing the CPUs can fill the ring;
 /// a few microseconds is short beside the park/unpark round trip it saves
-/// (10-20 µs on the VMs `BENCHMARKS.md` describes).
+/// (measured at 10-20 µs on 2-CPU virtual machines).
 ///
 /// ```
 /// use std::time::Duration;
@@ -177,7 +177,8 @@ impl<T> Consumer<T> {
     /// the caller looks at the events: a slow `f` on a full ring holds
     /// posters off for the whole batch, so give it a smaller `max`. It pays
     /// for events big enough that the copy into a `Vec` and out again shows
-    /// (BENCHMARKS.md: 64-byte events); for a `u64` the two are even.
+    /// (it measured faster with 64-byte events); for a `u64` the two are
+    /// even.
     ///
     /// If `f` panics, the events it was given are consumed (it owned them)
     /// and the rest stay queued for the next dequeue: none is lost or handed

@@ -30,12 +30,14 @@ use crate::sync::{AtomicU64, Ordering};
 pub(crate) struct LossWord(AtomicU64);
 
 impl LossWord {
+    #[inline]
     pub(crate) fn new() -> Self {
         LossWord(AtomicU64::new(0))
     }
 
     /// Apply `f` to the word until the CAS succeeds or `f` declines;
     /// returns the word installed, or `None`.
+    #[inline]
     fn transition(&self, success: Ordering, mut f: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
         let mut l = self.0.load(Ordering::Relaxed);
         loop {
@@ -52,6 +54,7 @@ impl LossWord {
 
     /// Close's first step ([`loss::close`]): no loss is committed after it.
     /// Idempotent.
+    #[inline]
     pub(crate) fn close(&self) {
         // AcqRel: Release orders the committed losses before the state word's
         // CLOSED (released by `finish_close`, which follows in this thread).
@@ -62,12 +65,14 @@ impl LossWord {
 
     /// Commit one lost event ([`loss::commit`]); false if close has begun
     /// (then nothing was counted).
+    #[inline]
     pub(crate) fn commit(&self) -> bool {
         // Relaxed: see the module docs.
         self.transition(Ordering::Relaxed, loss::commit).is_some()
     }
 
     /// Take the pending count ([`loss::take`]), if any.
+    #[inline]
     pub(crate) fn take(&self) -> Option<u64> {
         let mut lost = 0;
         // Relaxed: see the module docs.

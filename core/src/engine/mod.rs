@@ -348,9 +348,9 @@ impl<T> Shared<T> {
 
     // ---- the room signal (posters waiting for a free slot, [`crate::room`]) ----
 
-    /// Wake posters waiting for the `n` slots a head store just freed.
-    #[cold]
-    #[inline(never)]
+    /// Wake posters waiting for the `n` slots a head store just freed (the
+    /// call out of line is [`RoomQueue::wake`]).
+    #[inline(always)]
     pub(super) fn wake_room(&self, n: u64) {
         let woken = &self.counters.room_wakes;
         self.room.wake(&self.consumer.room, n, woken);
