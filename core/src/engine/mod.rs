@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | the state word | tail, flags, policy, instances, capacity | every post | [`word`]: every CAS, the release sequence as a whole |
 //! | the consumer's line | head, report alternation, seen tail, pacer, the room flags | every dequeue | [`dequeue`]: the dequeue paths |
-//! | the read-mostly line | buffer pointer, head epoch | read by every post, written by a resize and every 2^40 events | here, at each access |
+//! | the read-mostly line | buffer pointer, head epoch | read by every post, written by a resize and every 2^40 events | at each access: the buffer here, the head epoch in [`dequeue`] (store) and [`word`] (load) |
 //! | the loss word | close's first step, lost count | close, lossy posts | [`loss`] |
 //! | the notification targets | waker, eventfd; the CNO link | a waiter registering | [`crate::notify`] |
 //! | the room queue | waiting posters, FIFO, under a lock | waiting posters only | [`crate::room`] |
@@ -128,7 +128,9 @@ pub(crate) struct Shared<T> {
 // (publish/take), so `T: Send` is what is needed; every other field is atomic,
 // except the handler slot, whose handlers are `Send + Sync` (shared) or
 // `Send` and called only by the token holder (exclusive, see
-// `upcall::handler::Exclusive`).
+// `upcall::handler::Exclusive`), and the CNO link, whose targets are
+// `Send + Sync` and which only the consumer writes, while no trigger reads
+// it (see `CnoLink`).
 unsafe impl<T: Send> Send for Shared<T> {}
 // SAFETY: as above; shared access goes through atomics, the slot protocol and
 // the token.
