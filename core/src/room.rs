@@ -23,7 +23,7 @@
 //! `WANTED` ([`RoomFlags`]) lives in the consumer's own cache line, next to
 //! the head, so the consumer's check is a load that hits its own cache and a branch that is
 //! never taken while no poster waits. The barrier pair
-//! ([`RoomBarrier`](crate::sync::RoomBarrier)) is the store-buffering
+//! ([`RoomBarrier`]) is the store-buffering
 //! (Dekker) guarantee: either the poster's second post sees the consumer's new
 //! head (and goes in), or the consumer's flag load sees `WANTED` (and wakes a
 //! waiter). On Linux the consumer's half is a compiler fence and the poster's

@@ -18,12 +18,12 @@ pub(super) struct ConsumerLine {
     /// so reports and events alternate and a flood of losses cannot starve
     /// the consumer of the queued events. Touched only by the consumer side.
     pub(super) last_was_report: AtomicBool,
-    /// The tail, as a full ticket count ([`state::tail_count`]), at the
+    /// The tail, as a full ticket count ([`tail_count`](crate::state::tail_count)), at the
     /// consumer side's last arm that loaded the word, or its last empty check
     /// on a closed EVD (other loads of the word do not record it: any earlier
     /// tail is still a lower bound). Every ticket from the head up to it was
     /// reserved and will be published, so while the head is below it an arm
-    /// is `Pending` without looking at the word ([`state::known_queued`]).
+    /// is `Pending` without looking at the word ([`known_queued`](crate::state::known_queued)).
     /// Touched only by the consumer side (the token holder, under upcalls);
     /// written only after a load of the word, which the hot paths do not
     /// make. Anything that moves the head or the tickets other than a dequeue

@@ -1,7 +1,7 @@
 //! The dequeue paths: every operation on the consumer's line
-//! ([`ConsumerLine`](super::consumer_line::ConsumerLine): the head, the report/event alternation, the seen tail,
-//! the pacer), made only by the consumer side (the consumer, or the upcall
-//! instance holding the token).
+//! ([`ConsumerLine`](super::consumer_line::ConsumerLine): the head, the
+//! report/event alternation, the seen tail, the pacer), made only by the
+//! consumer side (the consumer, or the upcall instance holding the token).
 //!
 //! # Invariant
 //!
@@ -22,7 +22,7 @@
 //!   after a report the next dequeue prefers an event, so a flood of losses
 //!   cannot starve the consumer.
 //! * **Every head store is followed by the room check**
-//!   ([`RoomFlags::check_after_head_store`](crate::room::RoomFlags::check_after_head_store)): the light half of the room
+//!   ([`RoomFlags`](crate::room::RoomFlags)): the light half of the room
 //!   barrier and one load of the consumer's own line; the cold path wakes
 //!   one waiting poster per freed slot ([`crate::room`]).
 //! * **The head epoch** (`head >> HEAD_EPOCH_SHIFT`, on the read-mostly line)

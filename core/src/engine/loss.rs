@@ -1,4 +1,4 @@
-//! The loss word ([`state::loss`]): close's first step and the count of
+//! The loss word ([`state::loss`](crate::state::loss)): close's first step and the count of
 //! events lost by lossy posts and not yet reported. Its own line, read on
 //! the consumer's slow paths and written only by close, a lossy post that
 //! gives up, and the consumer side taking a report.

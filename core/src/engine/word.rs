@@ -385,7 +385,7 @@ impl<T> Shared<T> {
 
     /// Close: posts are refused from now on; an armed consumer is woken.
     ///
-    /// Two steps: the loss word first ([`loss::close`]: no loss is committed
+    /// Two steps: the loss word first ([`loss::close`](crate::state::loss::close): no loss is committed
     /// after it), then the state word ([`state::close`]: no ticket is handed
     /// out after it). Anyone who finds the first step done and the second not
     /// yet may finish it ([`Shared::finish_close`]), so a closer descheduled
