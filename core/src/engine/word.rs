@@ -6,6 +6,16 @@
 //! post's notification, one RMW), so the word's modification order is the
 //! order of the operations.
 //!
+//! # Invariant
+//!
+//! Only this file writes the word, and every write is an RMW (a CAS, or the
+//! lossy post's one RMW) applying one of `state`'s transitions: the tail
+//! only grows, a ticket is handed out only while the ring has room against a
+//! head the consumer has passed and neither `CLOSED` nor `RESIZING` is set,
+//! each `ARMED`/`CNO_ARMED` is taken by exactly one operation, and `TOKEN`
+//! has at most one holder. Other files only load it (the dequeue's end of
+//! stream check, [`super::snapshot`]).
+//!
 //! # The release sequence, argued as a whole
 //!
 //! Every write of the word is an RMW, so every write continues the release
