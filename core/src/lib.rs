@@ -289,18 +289,26 @@
 //!
 //! # Where things live
 //!
-//! The modules form a chain, each using only those before it:
+//! Read top-down: each module uses only modules in rows above it, so there
+//! is no import circle (`scripts/module-circles` checks it, file by file,
+//! and prints the files in such an order).
 //!
 //! | module | concept | a change goes here when… |
 //! |---|---|---|
 //! | [`state`] | the state word and the loss word: bit layout, transition table, pure `const fn` transitions | a new bit or transition (and the fuzz crate's reference model, `fuzz/src/spec.rs`) |
-//! | `ring` | slot storage and stamps | the slot layout changes |
-//! | `shared` | the engine: every atomic operation, each ordering argued once, a one-page protocol summary | an ordering question, or a new atomic step |
-//! | `poster` | [`Poster`], [`Lossy`] | a new way to post |
+//! | `sync`, `pace`, `unwind`, `frames` | std/loom/shuttle switch; the consumer's linger; panic collection; the thread's chain of handler calls (am I inside this EVD's handler?) | — |
+//! | `ring`, `error`, `query` | slot storage, stamps and the capacity; typed errors; [`Query`] | the slot layout changes |
+//! | `room` | the room signal: the waiting posters' queue, its flags in the consumer's line, the barrier pair | how posters wait for room |
+//! | `notify` | where a notification goes: waker, eventfd, and the CNO link (a trait the CNO implements) | a new way to be notified |
+//! | `upcall/handler` | the replaceable upcall handler | handler replacement |
+//! | `engine/` | `Shared`, a composition of owners, each with its atomics and its ordering argument: `word` (every CAS on the state word, the release sequence as a whole), `consumer_line` and `dequeue` (the head and the dequeue paths), `loss` (the loss word), `snapshot` (queries) | an ordering question: the owner of that atomic |
+//! | `upcall/instance` | one upcall run on a posting thread | how an instance takes, delivers, exits |
+//! | `poster/` | [`Poster`], [`Lossy`]; `wait`, `future` ([`PostAsync`]), `sink` ([`PostSink`]), `room` ([`RoomWaiter`]) | a new way to post |
+//! | `cno/slot`, `cno/engine` | the slot word's pure transitions; the CNO's slot table, ready ring and the typed binding | CNO behaviour (a new slot bit: `slot` and the fuzz model) |
 //! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
-//! | `upcall/` | [`Upcalls`] and its policies; `instance` (one upcall run); `handler` (the replaceable handler) | upcall policy or handler changes |
-//! | [`cno`] | [`Cno`], [`CnoHandle`]; `slot` (the slot word's pure transitions), `engine` (slot table, ready ring, the EVD's link); the binding calls are in `consumer/cno` | CNO behaviour (a new slot bit: `slot` and the fuzz model) |
-//! | `error`, `query`, `notify`, `sync` | typed errors, [`Query`], notification targets, std/loom switch | — |
+//! | [`cno`] | [`Cno`], [`CnoHandle`]: the ready ring's consumer; the protocol | the CNO's waiting API |
+//! | `consumer/cno` | bind, enable, disable, move (the consumer holds the binding) | how an EVD joins a CNO |
+//! | `upcall/` | [`Upcalls`] and its policies | upcall policy changes |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
@@ -312,14 +320,15 @@ compile_error!("`--cfg shuttle` needs `--features __shuttle` (the shuttle depend
 
 pub mod cno;
 mod consumer;
+mod engine;
 mod error;
+mod frames;
 mod notify;
 mod pace;
 mod poster;
 mod query;
 mod ring;
 mod room;
-mod shared;
 // Not part of the semver API: exposed for the fuzz crate's reference model
 // (`fuzz/src/spec.rs`), and may change in any release.
 #[doc(hidden)]
@@ -341,7 +350,7 @@ pub use error::{
 };
 pub use poster::{Lossy, PostAsync, PostSink, Poster, RoomWaiter};
 pub use query::{Query, UpcallPolicy};
-pub use shared::MAX_CAPACITY;
+pub use ring::MAX_CAPACITY;
 pub use state::Invoke;
 pub use upcall::{Handler, Upcalls};
 
@@ -362,13 +371,13 @@ pub fn bounded<T: Send>(capacity: usize) -> Result<(Poster<T>, Consumer<T>), Cre
     if capacity == 0 {
         return Err(CreateError::ZeroCapacity);
     }
-    let log2 = shared::cap_log2_for(capacity).ok_or(CreateError::CapacityTooLarge {
+    let log2 = ring::cap_log2_for(capacity).ok_or(CreateError::CapacityTooLarge {
         requested: capacity,
     })?;
     let buffer = ring::Buffer::try_new(log2).ok_or(CreateError::AllocFailed {
         capacity: 1 << log2,
     })?;
-    let shared = sync::Arc::new(shared::Shared::new(log2, buffer));
+    let shared = sync::Arc::new(engine::Shared::new(log2, buffer));
     Ok((Poster::new(shared.clone(), 0), Consumer::new(shared)))
 }
 

@@ -16,9 +16,20 @@
 //! separate words, so the notification flags could not share a CAS with the
 //! tail, and arm-then-check would need the second poll this crate removes.
 
-use crate::state::TICKET_MASK;
+use crate::state::{self, TICKET_MASK};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 use std::mem::MaybeUninit;
+
+/// The largest capacity an EVD can have (2^32 events).
+pub const MAX_CAPACITY: usize = 1 << state::MAX_CAP_LOG2;
+
+/// Round a requested capacity up to the ring's power of two.
+pub(crate) fn cap_log2_for(capacity: usize) -> Option<u32> {
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return None;
+    }
+    Some(capacity.next_power_of_two().trailing_zeros())
+}
 
 /// The stamp that marks a slot as holding ticket `t`'s event (odd, so that the
 /// initial zero never matches).

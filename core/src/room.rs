@@ -20,10 +20,10 @@
 //!                                             unlock; wake them
 //! ```
 //!
-//! `WANTED` (`room_check` in `shared.rs`) lives in the consumer's own cache line, next to the head, so the
-//! consumer's check is a load that hits its own cache and a branch that is
+//! `WANTED` ([`RoomFlags`]) lives in the consumer's own cache line, next to
+//! the head, so the consumer's check is a load that hits its own cache and a branch that is
 //! never taken while no poster waits. The barrier pair
-//! ([`RoomBarrier`](crate::sync::RoomBarrier)) is the store-buffering
+//! ([`RoomBarrier`]) is the store-buffering
 //! (Dekker) guarantee: either the poster's second post sees the consumer's new
 //! head (and goes in), or the consumer's flag load sees `WANTED` (and wakes a
 //! waiter). On Linux the consumer's half is a compiler fence and the poster's
@@ -90,8 +90,7 @@
 //! # Costs
 //!
 //! While no poster waits: one load of the consumer's own line and a branch
-//! per head store (4 instructions per post+dequeue pair under callgrind: 118
-//! against 114 before the room signal). Where `membarrier` is unavailable
+//! per head store (4 instructions per post+dequeue pair under callgrind). Where `membarrier` is unavailable
 //! (other systems, Miri, a kernel or seccomp filter that refuses it) the
 //! consumer's flag is always set and every head store also takes the cold
 //! path's `SeqCst` fence and a second load. Per
@@ -110,6 +109,7 @@
 //! before it sleeps; `Joined::Already` does not need it (the flag was set,
 //! and seen or not by the consumer, by the earlier join's barrier).
 
+use crate::sync::{fence, AtomicBool, AtomicU64, Mutex, Ordering, RoomBarrier};
 use std::collections::VecDeque;
 use std::task::Waker;
 
@@ -227,6 +227,176 @@ impl WaitQueue {
     pub(crate) fn pop(&mut self) -> Option<Waker> {
         self.waiting.pop_front().map(|(_, w)| w)
     }
+}
+
+/// The consumer-line half of the room signal: `WANTED` and the barrier
+/// pair, in the consumer's own cache line beside the head, so that the
+/// check after every head store hits the consumer's own line.
+pub(crate) struct RoomFlags {
+    /// The consumer must look at the room queue after a head store. With the
+    /// asymmetric barrier it is `waiting` itself (a poster waits); without
+    /// it (no `membarrier`) it is always set, and the cold path fences and
+    /// reads `waiting`, so the hot path is the same load either way.
+    /// Written only while a poster waits.
+    check: AtomicBool,
+    /// A poster waits for room: equal to `!queue.is_empty()` whenever the
+    /// room lock is free (written only under it).
+    waiting: AtomicBool,
+    /// The barrier pair that orders the head store before the `check` load
+    /// (consumer) against the flag store before the head load (waiting
+    /// poster). Immutable after creation.
+    barrier: RoomBarrier,
+}
+
+impl RoomFlags {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        let barrier = RoomBarrier::new();
+        RoomFlags {
+            check: AtomicBool::new(!barrier.is_asymmetric()),
+            waiting: AtomicBool::new(false),
+            barrier,
+        }
+    }
+
+    /// The consumer's check after its head store: true if it must wake
+    /// posters waiting for room ([`RoomQueue::wake`]).
+    #[inline(always)]
+    pub(crate) fn check_after_head_store(&self) -> bool {
+        // The light half of the room barrier: with a waiting poster's heavy
+        // half, either its post after joining sees this head, or this load
+        // sees its flag. Relaxed: the barrier pair does the ordering, and the
+        // queue itself is read under its lock.
+        self.barrier.light();
+        self.check.load(Ordering::Relaxed)
+    }
+
+    /// A poster waits for room now (`Query::room_wanted`).
+    #[inline]
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Keep `waiting == !queue.is_empty()` (and `check` with it, under the
+    /// asymmetric barrier); under the lock. Writes the consumer's line only
+    /// when a flag changes.
+    fn sync(&self, q: &WaitQueue) {
+        let want = !q.is_empty();
+        if self.waiting.load(Ordering::Relaxed) != want {
+            self.waiting.store(want, Ordering::Relaxed);
+            if self.barrier.is_asymmetric() {
+                self.check.store(want, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The room queue behind its lock, on its own line; every operation keeps
+/// the [`RoomFlags`] in line with it. Wakers are woken after the lock is
+/// released, each with its panic caught and counted in `woken`.
+pub(crate) struct RoomQueue(Mutex<WaitQueue>);
+
+impl RoomQueue {
+    pub(crate) fn new() -> Self {
+        RoomQueue(Mutex::new(WaitQueue::default()))
+    }
+
+    /// Run `f` on the queue under its lock, then bring the flags in line
+    /// with it. No user code runs under the lock except a waker's clone; a
+    /// panic there leaves the queue consistent, so a poisoned lock is used
+    /// as is.
+    fn with<R>(&self, flags: &RoomFlags, f: impl FnOnce(&mut WaitQueue) -> R) -> R {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut q);
+        flags.sync(&q);
+        r
+    }
+
+    /// Wake up to `n` waiting posters, first come first served (one per
+    /// freed slot; `u64::MAX` for all): the consumer's side after a head
+    /// store whose check was set. Each waker is woken after the lock is
+    /// released, so a waker that posts again cannot deadlock on it.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn wake(&self, flags: &RoomFlags, n: u64, woken: &AtomicU64) {
+        if !flags.barrier.is_asymmetric() {
+            // No membarrier: `check` is always set, and this fence is the
+            // consumer's half of a symmetric pair (the poster's heavy half is
+            // a SeqCst fence too).
+            fence(Ordering::SeqCst);
+            if !flags.waiting.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        for _ in 0..n {
+            match self.with(flags, WaitQueue::pop) {
+                Some(w) => wake_poster(w, woken),
+                None => return,
+            }
+        }
+    }
+
+    /// A poster found the ring full and will sleep until `waker` is woken:
+    /// join the queue (first, or back at the front after a wake), and, if it
+    /// joined now, run the heavy barrier. The caller must post once more
+    /// after this and before it sleeps.
+    pub(crate) fn join(&self, flags: &RoomFlags, seat: &mut Seat, waker: &Waker) {
+        let (joined, replaced) = self.with(flags, |q| q.join(seat, waker));
+        drop(replaced);
+        if joined == Joined::Now {
+            // The heavy half of the room barrier: orders the flag store above
+            // before the head load of the caller's next post.
+            flags.barrier.heavy();
+        }
+    }
+
+    /// A waiting poster is done: it `posted`, or gave up (deadline, close,
+    /// drop). Leave the queue; if it had been woken, pass one wake on to the
+    /// next waiter unless it posted and the ring is full now
+    /// (`looks_full`, a snapshot taken after the lock that showed the seat
+    /// woken, so it sees the head store whose check woke it).
+    pub(crate) fn leave(
+        &self,
+        flags: &RoomFlags,
+        seat: &mut Seat,
+        posted: bool,
+        looks_full: impl FnOnce() -> bool,
+        woken: &AtomicU64,
+    ) {
+        if !seat.is_taken() {
+            return;
+        }
+        let (passed, removed) = self.with(flags, |q| {
+            let (left, removed) = q.leave(seat);
+            let passed = match left {
+                Left::Woken if !posted || !looks_full() => q.pop(),
+                _ => None,
+            };
+            (passed, removed)
+        });
+        drop(removed);
+        if let Some(w) = passed {
+            wake_poster(w, woken);
+        }
+    }
+
+    /// Wake every waiting poster (close, a resize that grew the ring): each
+    /// retries and sees the change. A poster that joins after this sees it in
+    /// its post after joining (it locked the queue after us).
+    pub(crate) fn wake_all(&self, flags: &RoomFlags, woken: &AtomicU64) {
+        let all: Vec<Waker> = self.with(flags, |q| q.take_all().collect());
+        for w in all {
+            wake_poster(w, woken);
+        }
+    }
+}
+
+/// Wake one waiting poster, outside the room lock, and count it. A panic in
+/// the waker is not re-raised (see the module docs): this thread may be the
+/// consumer with a dequeued event in hand.
+fn wake_poster(w: Waker, woken: &AtomicU64) {
+    woken.fetch_add(1, Ordering::Relaxed);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
 }
 
 #[cfg(test)]

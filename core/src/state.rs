@@ -15,8 +15,9 @@
 //! first after the arm) owns the notification. There is no second poll.
 //!
 //! This is the NAPI `SCHED|MISSED` idea (one CAS on a state word) extended with
-//! the ring index, and it matches what the prototype in `ring-notes.md`
-//! measured as free for posters: the disarm rides on the reservation CAS.
+//! the ring index. It is free for posters: the disarm rides on the
+//! reservation CAS every post makes anyway, so a post into an armed EVD
+//! costs the same one CAS as a post into an unarmed one.
 //!
 //! # Bit layout (least significant bit first)
 //!

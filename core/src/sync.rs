@@ -105,7 +105,7 @@ impl WakerSlot {
 /// flag (the folly `asymmetricLightBarrier` / `asymmetricHeavyBarrier` pair).
 /// Without it (other systems, Miri, a kernel or sandbox that refuses the
 /// registration) both sides are a `SeqCst` fence: the consumer's runs on its
-/// cold path, which its flag then always takes (`shared.rs`).
+/// cold path, which its flag then always takes (`RoomQueue::wake` in `room.rs`).
 #[cfg(not(any(loom, shuttle)))]
 #[derive(Debug)]
 pub(crate) struct RoomBarrier {
@@ -123,7 +123,7 @@ impl RoomBarrier {
 
     /// The consumer's side, between its head store and its flag load: a
     /// compiler fence. Without membarrier the consumer's flag is always set
-    /// and its cold path runs the `SeqCst` fence instead (see `shared.rs`),
+    /// and its cold path runs the `SeqCst` fence instead (see `RoomQueue::wake` in `room.rs`),
     /// so the hot path has no branch on the mode.
     #[inline(always)]
     pub(crate) fn light(&self) {

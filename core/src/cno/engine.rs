@@ -1,6 +1,6 @@
 //! The CNO's shared engine: the slot table, the free list and the ready ring,
 //! with every atomic operation on a slot word ([`super::slot`]) and its
-//! ordering argued here; and the link an EVD keeps to the CNO it is bound to.
+//! ordering argued here; and the typed binding an EVD's consumer keeps.
 //!
 //! The ready ring is an EVD of slot indices (`u32`) with room for every slot.
 //! Each slot is in it at most once (`IN_RING`), so a push never finds it
@@ -13,8 +13,9 @@
 
 use super::slot;
 use crate::error::CnoError;
+use crate::notify::{CnoTarget, Reached};
 use crate::poster::Poster;
-use crate::sync::{Arc, AtomicBool, AtomicU64, Backoff, Mutex, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Backoff, Mutex, Ordering};
 use crate::PostError;
 use crossbeam_utils::CachePadded;
 use std::collections::VecDeque;
@@ -27,16 +28,6 @@ struct Slot {
     /// (before the EVD's enable CAS releases it); read by the pop before its
     /// CAS on `state` (see [`CnoCore::take`]).
     key: AtomicU64,
-}
-
-/// What a trigger found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reached {
-    /// The key is in the ready set (or already was).
-    Ready,
-    /// The CNO was dropped: nobody waits on its ready set. The caller
-    /// notifies the EVD's own targets instead.
-    CnoGone,
 }
 
 /// Slots not bound, and the count of bindings.
@@ -318,7 +309,10 @@ impl CnoCore {
     }
 }
 
-/// An EVD's binding to a CNO.
+/// An EVD's binding to a CNO, typed: held by the EVD's consumer
+/// ([`Consumer`](crate::Consumer)), the only side that reads it. The EVD's
+/// shared state holds only the trigger's end of it
+/// ([`CnoLink`](crate::notify::CnoLink)).
 #[derive(Clone)]
 pub(crate) struct Binding {
     pub(crate) core: Arc<CnoCore>,
@@ -326,72 +320,8 @@ pub(crate) struct Binding {
     pub(crate) key: u64,
 }
 
-/// The EVD's side of a binding, in the EVD's shared state.
-///
-/// Written only by the EVD's consumer, and only while no trigger can read it:
-/// `CNO_ARMED` is clear and every trigger that took it has reached its slot
-/// (the disable barrier). Read by the thread that took `CNO_ARMED`, after its
-/// `Acquire` CAS on the state word, which the enable's `Release` CAS (after
-/// the write) precedes.
-///
-/// `kept` holds every CNO this EVD was ever bound to, so that a trigger still
-/// pushing into a CNO's ring after the barrier (its count is reached before
-/// the push) never outlives that CNO.
-pub(crate) struct Link {
-    cell: UnsafeCell<LinkState>,
-}
-
-struct LinkState {
-    bound: Option<Binding>,
-    kept: Vec<Arc<CnoCore>>,
-}
-
-impl Link {
-    pub(crate) fn new() -> Self {
-        Link {
-            cell: UnsafeCell::new(LinkState {
-                bound: None,
-                kept: Vec::new(),
-            }),
-        }
-    }
-
-    /// The current binding, copied out.
-    ///
-    /// # Safety
-    /// The caller is the EVD's consumer, or the thread that took `CNO_ARMED`
-    /// with an `Acquire` CAS and has not yet reached its slot.
-    pub(crate) unsafe fn current(&self) -> Option<(*const CnoCore, u32)> {
-        // SAFETY: no writer runs now (the caller's contract and the type doc).
-        self.cell
-            .with(|p| unsafe { (*p).bound.as_ref().map(|b| (Arc::as_ptr(&b.core), b.slot)) })
-    }
-
-    /// Run `f` on the current binding (the consumer's view).
-    ///
-    /// # Safety
-    /// Only the EVD's consumer calls this (the only writer).
-    pub(crate) unsafe fn with_binding<R>(&self, f: impl FnOnce(Option<&Binding>) -> R) -> R {
-        // SAFETY: the consumer is the only writer and it is here; readers
-        // only read.
-        self.cell.with(|p| f(unsafe { (*p).bound.as_ref() }))
-    }
-
-    /// Replace the binding.
-    ///
-    /// # Safety
-    /// Only the EVD's consumer, while `CNO_ARMED` is clear and every trigger
-    /// that took it has reached its slot.
-    pub(crate) unsafe fn set(&self, new: Option<Binding>) {
-        // SAFETY: by the contract no reader runs.
-        self.cell.with_mut(|p| unsafe {
-            let st = &mut *p;
-            if let Some(old) = st.bound.take() {
-                if !st.kept.iter().any(|k| Arc::ptr_eq(k, &old.core)) {
-                    st.kept.push(old.core);
-                }
-            }
-            st.bound = new;
-        })
+impl CnoTarget for CnoCore {
+    fn trigger(&self, slot: u32) -> Reached {
+        CnoCore::trigger(self, slot)
     }
 }

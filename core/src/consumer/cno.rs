@@ -3,10 +3,11 @@
 //! protocol is in [`crate::cno`]; every atomic operation is `Shared`'s or
 //! the CNO engine's.
 
-use crate::cno::engine::{Binding, CnoCore, Reached};
+use crate::cno::engine::{Binding, CnoCore};
 use crate::cno::CnoHandle;
 use crate::consumer::{ArmStatus, Consumer};
 use crate::error::CnoError;
+use crate::notify::Reached;
 use crate::state::Arm;
 use crate::sync::Arc;
 
@@ -60,11 +61,12 @@ impl<T> Consumer<T> {
     /// trigger in flight (unbound, or past the disable barrier).
     fn install(&mut self, core: &Arc<CnoCore>, slot: u32, key: u64) {
         self.cno_fired = core.fired(slot);
-        self.shared().set_cno_binding(Some(Binding {
+        self.shared().set_cno_target(Some((core.clone(), slot)));
+        self.cno = Some(Binding {
             core: core.clone(),
             slot,
             key,
-        }));
+        });
     }
 
     /// The key this EVD is bound with, if it is bound.
@@ -77,7 +79,7 @@ impl<T> Consumer<T> {
     /// assert_eq!(c.cno_key(), Some(42));
     /// ```
     pub fn cno_key(&self) -> Option<u64> {
-        self.shared().with_cno_binding(|b| b.map(|b| b.key))
+        self.cno.as_ref().map(|b| b.key)
     }
 
     /// Enable the EVD on its CNO: the EVD's own one-CAS arm-then-check.
@@ -102,10 +104,7 @@ impl<T> Consumer<T> {
     /// assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
     /// ```
     pub fn enable_cno(&mut self) -> Result<ArmStatus, CnoError> {
-        match self
-            .shared()
-            .with_cno_binding(|b| b.map(|b| b.core.is_gone()))
-        {
+        match self.cno.as_ref().map(|b| b.core.is_gone()) {
             None => return Err(CnoError::NotBound),
             Some(true) => return Err(CnoError::CnoDropped),
             Some(false) => {}
@@ -137,7 +136,7 @@ impl<T> Consumer<T> {
     /// assert_eq!(c.try_dequeue(), Ok(1), "the event stays");
     /// ```
     pub fn disable_cno(&mut self) {
-        if let Some(b) = self.shared().cno_binding() {
+        if let Some(b) = self.cno.clone() {
             self.settle(&b);
             b.core.remove(b.slot);
             if b.core.is_queued(b.slot) {
@@ -185,7 +184,7 @@ impl<T> Consumer<T> {
     /// ```
     pub fn modify_cno(&mut self, cno: &impl AsRef<CnoHandle>, key: u64) -> Result<(), CnoError> {
         let cno = cno.as_ref();
-        let Some(old) = self.shared().cno_binding() else {
+        let Some(old) = self.cno.clone() else {
             return self.bind_cno(cno, key);
         };
         if cno.core.is_gone() {
@@ -239,11 +238,12 @@ impl<T> Consumer<T> {
     /// assert_eq!((c.unbind_cno(), cno.bound()), (None, 0));
     /// ```
     pub fn unbind_cno(&mut self) -> Option<u64> {
-        let b = self.shared().cno_binding()?;
+        let b = self.cno.clone()?;
         self.settle(&b);
         b.core.remove(b.slot);
         b.core.release(b.slot, true);
-        self.shared().set_cno_binding(None);
+        self.shared().set_cno_target::<CnoCore>(None);
+        self.cno = None;
         Some(b.key)
     }
 }

@@ -16,11 +16,12 @@ pub use future::Recv;
 pub use iter::{IntoIter, Iter, TryIter};
 pub(crate) use wait::block_until;
 
+use crate::cno::engine::Binding;
+use crate::engine::Shared;
 use crate::error::{ResizeError, TryDequeueError};
 use crate::poster::Poster;
 use crate::query::Query;
-use crate::ring::Buffer;
-use crate::shared::{cap_log2_for, Shared};
+use crate::ring::{cap_log2_for, Buffer};
 use crate::state::Arm;
 use crate::sync::Arc;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use std::time::Duration;
 /// Half of it spins (looking at the slots in clock-timed gaps), half yields
 /// the CPU between looks, so that posters sharing the CPUs can fill the ring;
 /// a few microseconds is short beside the park/unpark round trip it saves
-/// (10-20 µs on the VMs `BENCHMARKS.md` describes).
+/// (measured at 10-20 µs on 2-CPU virtual machines).
 ///
 /// ```
 /// use std::time::Duration;
@@ -84,6 +85,10 @@ pub struct Consumer<T> {
     /// trigger owed by this consumer's enables has landed (the disable
     /// barrier waits for it). Meaningful only while bound.
     pub(crate) cno_fired: u32,
+    /// The CNO this EVD is bound to, if any ([`crate::cno`]): read and
+    /// written only here, by the consumer. The EVD's shared state holds the
+    /// trigger's end of it.
+    pub(crate) cno: Option<Binding>,
 }
 
 impl<T> Consumer<T> {
@@ -94,6 +99,7 @@ impl<T> Consumer<T> {
             spin_budget: DEFAULT_SPIN_BUDGET,
             stream_done: false,
             cno_fired: 0,
+            cno: None,
         }
     }
 
@@ -171,7 +177,8 @@ impl<T> Consumer<T> {
     /// the caller looks at the events: a slow `f` on a full ring holds
     /// posters off for the whole batch, so give it a smaller `max`. It pays
     /// for events big enough that the copy into a `Vec` and out again shows
-    /// (BENCHMARKS.md: 64-byte events); for a `u64` the two are even.
+    /// (it measured faster with 64-byte events); for a `u64` the two are
+    /// even.
     ///
     /// If `f` panics, the events it was given are consumed (it owned them)
     /// and the rest stay queued for the next dequeue: none is lost or handed

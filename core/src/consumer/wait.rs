@@ -3,8 +3,8 @@
 //! until a post disarms the EVD.
 
 use crate::consumer::Consumer;
+use crate::engine::Shared;
 use crate::error::{DequeueError, TryDequeueError, WaitError};
-use crate::shared::Shared;
 use crate::state::Arm;
 use crate::sync::{park, thread, unpark_waker, Arc, Backoff};
 use std::task::Waker;
@@ -290,7 +290,7 @@ impl<T> Consumer<T> {
         let want = threshold as u64;
         // Spin, then yield, before parking: with posters sharing the CPUs a
         // yield lets them fill the ring, and a park costs a futex round trip
-        // on both sides (see BENCHMARKS.md).
+        // on both sides, longer than the whole spin.
         if s.is_unwaitable() {
             return Err(WaitError::Unwaitable);
         }

@@ -12,11 +12,11 @@ pub use future::PostAsync;
 pub use room::RoomWaiter;
 pub use sink::PostSink;
 
+use crate::engine::{Refused, Shared};
 use crate::error::{BatchPostError, PostError};
 use crate::query::Query;
 use crate::ring::Buffer;
 use crate::room::Seat;
-use crate::shared::{Refused, Shared};
 use crate::state::Notify;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use crate::unwind::Panics;
@@ -100,14 +100,13 @@ impl<T: Send> Poster<T> {
         // publish, return. Everything else is behind one call made only when
         // the try fails, so an out-of-line `post` saves no registers and
         // writes nothing to the stack before its CAS (a store there would
-        // have to drain before the locked instruction; measured in
-        // BENCHMARKS.md, runs 30-32). How the event reaches that call depends on
-        // its size: an event of up to two words goes in registers, so the
+        // have to drain before the locked instruction: measured as a lower
+        // post rate). How the event reaches that call depends on its size: an event of up to two words goes in registers, so the
         // whole rest of the post is the call; a larger one would have to be
         // in memory for it, and the compiler then stores it to the stack on
         // every post, before the reservation, and reads it back after the
         // CAS (64-byte events ran at half the rate of a ring that writes
-        // them from registers: BENCHMARKS.md, runs 18-20). For those only
+        // them from registers). For those only
         // the reservation is out of line, and the event goes into no call.
         let shared = &*self.shared;
         if let Some(ticket) = shared.try_reserve_plain(&self.head_hint) {
@@ -283,7 +282,7 @@ impl<T: Send> Poster<T> {
             Err(PostError::Full(ev)) => ev,
             done => return self.done(seat, done),
         };
-        if crate::upcall::instance::in_own_handler(&self.shared) {
+        if crate::frames::in_own_handler(self.shared.id()) {
             return self.done(seat, Err(PostError::Full(event)));
         }
         self.shared.room_join(seat, waker);

@@ -94,7 +94,7 @@ impl<T: Send> RoomWaiter<T> {
         if let Some(r) = self.room_now() {
             return Poll::Ready(r);
         }
-        if crate::upcall::instance::in_own_handler(&self.poster.shared) {
+        if crate::frames::in_own_handler(self.poster.shared.id()) {
             return Poll::Ready(Err(BatchPostError::Full));
         }
         // Join, then look again: the look after the join's heavy barrier

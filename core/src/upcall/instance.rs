@@ -1,109 +1,13 @@
 //! One upcall instance: the consumer side run on a posting thread while it
 //! holds the token, through [`Shared`]'s token operations.
 
+use crate::engine::Shared;
 use crate::error::{Overflow, TryDequeueError};
-use crate::shared::Shared;
+use crate::frames;
 use crate::state::{self, PolicyBits};
 use crate::sync::Backoff;
 use crate::unwind::Panics;
 use crate::upcall::handler::Loaded;
-
-/// One running handler call on this thread's stack. Nested upcalls (a
-/// handler that posts to another EVD whose upcall runs inline) form a chain,
-/// innermost first, so "am I inside an upcall of this EVD?" is answered for
-/// every EVD on the stack, not only the innermost one.
-struct Frame {
-    evd: usize,
-    outer: *const Frame,
-}
-
-#[cfg(loom)]
-loom::thread_local! {
-    static INNERMOST: std::cell::Cell<*const Frame> = std::cell::Cell::new(std::ptr::null());
-}
-#[cfg(shuttle)]
-shuttle::thread_local! {
-    static INNERMOST: std::cell::Cell<*const Frame> = const { std::cell::Cell::new(std::ptr::null()) };
-}
-#[cfg(not(any(loom, shuttle)))]
-std::thread_local! {
-    static INNERMOST: std::cell::Cell<*const Frame> = const { std::cell::Cell::new(std::ptr::null()) };
-}
-
-fn evd_id<T>(s: &Shared<T>) -> usize {
-    s as *const Shared<T> as usize
-}
-
-/// True if this thread is inside one of `s`'s handler calls, at any depth:
-/// an upcall, or the closure of
-/// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with). The thread is
-/// then `s`'s consumer side, and must not wait for room in `s`.
-pub(crate) fn in_own_handler<T>(s: &Shared<T>) -> bool {
-    let id = evd_id(s);
-    INNERMOST.with(|innermost| {
-        let mut f = innermost.get();
-        while !f.is_null() {
-            // SAFETY: a frame is linked only while the `deliver` call that owns
-            // it (on this thread's stack, borrowed by its `Link`) runs, and
-            // unlinked when that `Link` drops, innermost first; so every
-            // pointer in the chain points to a live frame.
-            let frame = unsafe { &*f };
-            if frame.evd == id {
-                return true;
-            }
-            f = frame.outer;
-        }
-        false
-    })
-}
-
-/// How many of `s`'s handler calls are on this thread's stack (each one an
-/// upcall instance of `s` in flight, once `s` is in upcall mode: the
-/// consumer, which `dequeue_with` needs, is then inside the dispatcher).
-pub(crate) fn own_calls<T>(s: &Shared<T>) -> u64 {
-    let id = evd_id(s);
-    INNERMOST.with(|innermost| {
-        let mut n = 0;
-        let mut f = innermost.get();
-        while !f.is_null() {
-            // SAFETY: as in `in_own_handler`: every frame in the chain is live.
-            let frame = unsafe { &*f };
-            n += u64::from(frame.evd == id);
-            f = frame.outer;
-        }
-        n
-    })
-}
-
-/// Run `f` with a frame of `s` linked, as a handler call is: the closure of
-/// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with).
-pub(crate) fn as_handler_of<T, R>(s: &Shared<T>, f: impl FnOnce() -> R) -> R {
-    let frame = Frame {
-        evd: evd_id(s),
-        outer: INNERMOST.with(|innermost| innermost.get()),
-    };
-    let _link = Link::push(&frame);
-    f()
-}
-
-/// Links a frame as this thread's innermost handler call; unlinks it on
-/// drop (including on unwind).
-struct Link<'a> {
-    frame: &'a Frame,
-}
-
-impl<'a> Link<'a> {
-    fn push(frame: &'a Frame) -> Self {
-        INNERMOST.with(|innermost| innermost.set(frame));
-        Link { frame }
-    }
-}
-
-impl Drop for Link<'_> {
-    fn drop(&mut self) {
-        INNERMOST.with(|innermost| innermost.set(self.frame.outer));
-    }
-}
 
 /// Gives an instance's share of the word back if its handler unwinds.
 struct InstanceGuard<'a, T> {
@@ -140,13 +44,10 @@ unsafe fn deliver<T>(s: &Shared<T>, handler: &Loaded<T>, item: Result<T, Overflo
     // Another event is ready behind this one (its stamp says so; the state
     // word is not consulted).
     let more = s.ready(1) > 0;
-    let frame = Frame {
-        evd: evd_id(s),
-        outer: INNERMOST.with(|innermost| innermost.get()),
-    };
-    let _link = Link::push(&frame);
-    // SAFETY: the caller's contract.
-    unsafe { s.call_handler(handler, item, more) };
+    frames::as_handler_of(s.id(), || {
+        // SAFETY: the caller's contract.
+        unsafe { s.call_handler(handler, item, more) }
+    });
 }
 
 /// Run one upcall instance. The caller's CAS took the token and counted the

@@ -57,10 +57,11 @@ pub use handler::Handler;
 use handler::Installed;
 
 use crate::consumer::Consumer;
+use crate::engine::Shared;
 use crate::error::{Overflow, PolicyError};
+use crate::frames;
 use crate::poster::Poster;
 use crate::query::{Query, UpcallPolicy};
-use crate::shared::Shared;
 use crate::state::{Invoke, PolicyBits};
 
 /// The consumer of an EVD in upcall mode: events are delivered to a handler
@@ -236,7 +237,7 @@ impl<T: Send> Upcalls<T> {
         // Instances in flight on this thread's own stack (a call from inside
         // a handler) are the caller's: they are not waited for.
         let (current, in_flight) = s.policy_and_instances();
-        let others = in_flight.saturating_sub(instance::own_calls(s));
+        let others = in_flight.saturating_sub(frames::own_calls(s.id()));
         let needs_quiesce = policy == UpcallPolicy::Teardown
             || (policy == UpcallPolicy::SingleInstance
                 && (current == PolicyBits::Many || (current != PolicyBits::Single && others > 0)));
@@ -256,7 +257,7 @@ impl<T: Send> Upcalls<T> {
     /// Disable upcalls and wait until none is in flight.
     fn quiesce(&mut self) -> Result<(), PolicyError> {
         let consumer = self.consumer.as_mut().expect("present until teardown");
-        if instance::in_own_handler(consumer.shared()) {
+        if frames::in_own_handler(consumer.shared().id()) {
             return Err(PolicyError::FromUpcall);
         }
         disable_and_wait(consumer);
@@ -377,7 +378,7 @@ impl<T> Drop for Upcalls<T> {
         let Some(consumer) = self.consumer.as_mut() else {
             return;
         };
-        if instance::in_own_handler(consumer.shared()) {
+        if frames::in_own_handler(consumer.shared().id()) {
             // Dropped from inside its own upcall: that upcall is the one in
             // flight, and it stops at its next dequeue; waiting would hang.
             consumer

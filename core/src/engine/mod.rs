@@ -1,0 +1,562 @@
+//! The shared engine of an EVD: a composition of owners, each holding its
+//! atomics and the argument for their orderings. The handles
+//! ([`Poster`](crate::Poster), [`Consumer`](crate::Consumer),
+//! [`Upcalls`](crate::Upcalls)) call the engine's operations; none touches
+//! an atomic of its own.
+//!
+//! # The owners
+//!
+//! | owner | atomics | its line | ordering argued in |
+//! |---|---|---|---|
+//! | the state word | tail, flags, policy, instances, capacity | every post | [`word`]: every CAS, the release sequence as a whole |
+//! | the consumer's line | head, report alternation, seen tail, pacer, the room flags | every dequeue | [`dequeue`]: the dequeue paths |
+//! | the read-mostly line | buffer pointer, head epoch | read by every post, written by a resize and every 2^40 events | at each access: the buffer here, the head epoch in [`dequeue`] (store) and [`word`] (load) |
+//! | the loss word | close's first step, lost count | close, lossy posts | [`loss`] |
+//! | the notification targets | waker, eventfd; the CNO link | a waiter registering | [`crate::notify`] |
+//! | the room queue | waiting posters, FIFO, under a lock | waiting posters only | [`crate::room`] |
+//! | snapshots | loads of the word and the head | — | [`snapshot`] |
+//!
+//! # The protocol on one page
+//!
+//! * **Post** = reserve (one CAS on the state word: tail+1, and the
+//!   notification if ARMED or an upcall may start), write the slot, publish
+//!   its stamp (`Release`), then notify. A full ring refuses without writing
+//!   anything shared. A lossy post that gives up commits on the loss word,
+//!   then does one RMW on the state word to take the notification.
+//! * **Dequeue** = the head slot's stamp (`Acquire`); if published, take the
+//!   value and store the head (`Release`). If not, the loss word says
+//!   whether close has begun; only then is the state word read ([`dequeue`]).
+//! * **Arm** = one CAS on the state word that either sets ARMED (nothing
+//!   queued) or fails/declines because the tail moved (pending). An arm that
+//!   can tell "pending" without the word says so without loading it: the
+//!   head slot is published, or the tail the consumer saw at an earlier load
+//!   of the word (`ConsumerLine::seen_tail`) is at least the threshold ahead
+//!   of the head. Every ticket in [head, seen tail) was reserved and will be
+//!   published (the tail only grows, and a reserved ticket is always
+//!   written), so the word's own answer would be pending too and would
+//!   change nothing; no ordering is needed, as nothing is installed and the
+//!   caller's next dequeue reads the stamp with `Acquire`.
+//! * **Close** = loss word closed, then CLOSED in the state word; anyone who
+//!   sees the first without the second finishes it ([`word`], [`loss`]).
+//! * **Resize** = RESIZING stops reservations, the queued events move, the
+//!   buffer pointer is swapped (`Release`), and clearing RESIZING releases it
+//!   to the next reservation (`Acquire`).
+//! * **Upcalls** = the TOKEN bit stands for the consumer side; taking and
+//!   giving it back are CASes on the state word (`AcqRel`), so the head and
+//!   slot reads of one holder happen before the next holder's.
+//! * **Room** = a poster that waits for a free slot joins the room queue
+//!   (setting the room flag in the consumer's line), runs the heavy barrier
+//!   and posts again before sleeping; every head store is followed by the
+//!   light barrier and a load of that flag, which wakes one waiter per freed
+//!   slot when set ([`crate::room`]).
+//! * **CNO** = an enable is the arm's CAS for `CNO_ARMED`; the post that
+//!   takes it triggers the bound CNO through the link
+//!   ([`crate::notify::CnoTarget`]); the protocol is in [`crate::cno`].
+
+mod consumer_line;
+mod dequeue;
+mod loss;
+mod snapshot;
+mod word;
+
+pub(crate) use word::Refused;
+
+use crate::error::Overflow;
+use crate::notify::{CnoLink, CnoTarget, NotifyTargets, Reached};
+use crate::query::Counters;
+use crate::ring::Buffer;
+use crate::room::{RoomQueue, Seat};
+use crate::state;
+use crate::sync::{Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, StateWord};
+use crate::unwind::Panics;
+use crate::upcall::handler::{HandlerSlot, Installed, Loaded};
+use consumer_line::ConsumerLine;
+use crossbeam_utils::CachePadded;
+use loss::LossWord;
+use std::task::Waker;
+
+/// The head epoch is the head divided by 2^40: a poster trusts its cached
+/// head only while it is at most one epoch behind, so the distance from it to
+/// the tail stays below 3·2^40 + capacity, well inside the 2^44 range in which
+/// the word's tail is compared.
+pub(crate) const HEAD_EPOCH_SHIFT: u32 = 40;
+
+/// Fields every post reads and nobody writes in steady state.
+struct ReadMostly<T> {
+    /// The current ring. Replaced only by a resize, while `RESIZING` holds
+    /// every poster off (see [`Shared::resize`]).
+    buffer: AtomicPtr<Buffer<T>>,
+    /// `head >> HEAD_EPOCH_SHIFT`, stored by the consumer when it changes
+    /// (every 2^40 events): bounds how stale a poster's cached head may be.
+    head_epoch: AtomicU64,
+}
+
+/// What the posters and the consumer share. Each group of fields sits on its
+/// own cache line by who writes it: the state word (every post), the
+/// consumer's line (every dequeue), the read-mostly line (every post reads,
+/// a resize writes), the loss word (close and lossy posts), the notification
+/// targets (a waiter registering its waker), the rest.
+pub(crate) struct Shared<T> {
+    /// The state word: tail, flags, policy, instances, capacity (see [`state`]).
+    state: CachePadded<StateWord>,
+    /// Written by the consumer side on every dequeue.
+    consumer: CachePadded<ConsumerLine>,
+    /// Read by every post.
+    read_mostly: CachePadded<ReadMostly<T>>,
+    /// The loss word ([`state::loss`]): close's first step and the count of
+    /// events lost by lossy posts, not yet reported.
+    losses: CachePadded<LossWord>,
+    /// Where notifications go: the registered waker and the optional eventfd.
+    targets: CachePadded<NotifyTargets>,
+    /// The upcall handler.
+    handler: HandlerSlot<T>,
+    /// Waits fail with `Unwaitable` while this is set.
+    unwaitable: AtomicBool,
+    /// Live `Poster` handles; the last one to drop closes the EVD.
+    posters: AtomicUsize,
+    /// Statistics that are not derived from the word and the head.
+    counters: CachePadded<Counters>,
+    /// Posters waiting for room, FIFO ([`crate::room`]). Locked only by a
+    /// poster that waits and by a consumer whose room check was set.
+    room: CachePadded<RoomQueue>,
+    /// The trigger's end of the CNO this EVD is bound to, if any
+    /// ([`crate::notify::CnoLink`]).
+    cno: CnoLink,
+}
+
+// SAFETY: the slots hand each `T` from one thread to another exactly once
+// (publish/take), so `T: Send` is what is needed; every other field is atomic,
+// except the handler slot, whose handlers are `Send + Sync` (shared) or
+// `Send` and called only by the token holder (exclusive, see
+// `upcall::handler::Exclusive`), and the CNO link, whose targets are
+// `Send + Sync` and which only the consumer writes, while no trigger reads
+// it (see `CnoLink`).
+unsafe impl<T: Send> Send for Shared<T> {}
+// SAFETY: as above; shared access goes through atomics, the slot protocol and
+// the token.
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    pub(crate) fn new(log2: u32, buffer: Buffer<T>) -> Self {
+        Shared {
+            state: CachePadded::new(StateWord::new(state::initial(log2))),
+            consumer: CachePadded::new(ConsumerLine::new()),
+            read_mostly: CachePadded::new(ReadMostly {
+                buffer: AtomicPtr::new(Box::into_raw(Box::new(buffer))),
+                head_epoch: AtomicU64::new(0),
+            }),
+            losses: CachePadded::new(LossWord::new()),
+            targets: CachePadded::new(NotifyTargets::new()),
+            handler: HandlerSlot::new(),
+            unwaitable: AtomicBool::new(false),
+            posters: AtomicUsize::new(1),
+            counters: CachePadded::new(Counters::default()),
+            room: CachePadded::new(RoomQueue::new()),
+            cno: CnoLink::new(),
+        }
+    }
+
+    /// The address of the state word (what the shuttle CAS observer reports).
+    #[cfg(shuttle)]
+    pub(crate) fn state_word_addr(&self) -> usize {
+        &*self.state as *const StateWord as usize
+    }
+
+    /// This EVD's id in the thread's handler frames ([`crate::frames`]): the
+    /// address of its shared state, fixed while any handle lives.
+    #[inline]
+    pub(crate) fn id(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// The current ring, as a raw pointer for [`Buffer::publish`].
+    #[inline(always)]
+    pub(crate) fn buffer_ptr(&self) -> *const Buffer<T> {
+        // Acquire: as in `buffer`.
+        self.read_mostly.buffer.load(Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    pub(crate) fn buffer(&self) -> &Buffer<T> {
+        // Acquire: pairs with the `Release` store in `resize`. Posters reach
+        // this only after a reservation CAS that already synchronized with the
+        // end of any resize; the consumer is the writer. Either way the buffer
+        // is live: it is freed only by a resize, which first waits for every
+        // reserved ticket to be published, and the consumer side never calls
+        // this concurrently with its own resize.
+        let p = self.buffer_ptr();
+        // SAFETY: never null (set at creation), and see above for liveness.
+        unsafe { &*p }
+    }
+
+    /// Install the ring a resize built; returns the old one. Caller: the
+    /// consumer's resize, while RESIZING holds every poster off.
+    pub(super) fn swap_buffer(&self, fresh: Buffer<T>) -> *mut Buffer<T> {
+        // Release: a poster whose reservation reads the word that ends the
+        // resize (released after this) sees the new pointer.
+        self.read_mostly
+            .buffer
+            .swap(Box::into_raw(Box::new(fresh)), Ordering::Release)
+    }
+
+    /// The ring's capacity, from the read-mostly line (the consumer side
+    /// only: a resize is the consumer's own call).
+    #[inline]
+    pub(crate) fn capacity(&self) -> u64 {
+        self.buffer().capacity()
+    }
+
+    /// Notify an armed consumer: count it, wake its waker, poke its eventfd.
+    pub(crate) fn notify_consumer(&self) {
+        self.counters.notifications.fetch_add(1, Ordering::Relaxed);
+        self.targets.notify();
+    }
+
+    /// This thread took `CNO_ARMED` (a post, close or loss): put the EVD's
+    /// key in its CNO's ready set. A dropped CNO has nobody waiting on it:
+    /// the EVD's own targets are notified instead.
+    #[cold]
+    pub(crate) fn trigger_cno(&self) {
+        // SAFETY: this thread took CNO_ARMED with an Acquire CAS, which the
+        // enable's Release CAS (after the link was written) precedes; the
+        // consumer rewrites the link only once this trigger reached its slot.
+        let Some((target, slot)) = (unsafe { self.cno.current() }) else {
+            debug_assert!(false, "CNO_ARMED without a binding");
+            return;
+        };
+        // SAFETY: the link keeps every CNO the EVD was bound to alive for as
+        // long as the EVD, and this thread holds the EVD.
+        let target = unsafe { &*target };
+        if target.trigger(slot) == Reached::CnoGone {
+            self.notify_consumer();
+        }
+    }
+
+    /// Point the trigger at `slot` of the CNO `target`, or at nothing.
+    /// Caller: the EVD's consumer, after the disable barrier
+    /// (`Consumer::settle`: [`Shared::cno_disarm`], then every owed trigger
+    /// reached its slot), or before the first enable.
+    pub(crate) fn set_cno_target<C: CnoTarget + 'static>(&self, target: Option<(Arc<C>, u32)>) {
+        debug_assert!(!state::has(
+            self.state.load(Ordering::Relaxed),
+            state::CNO_ARMED
+        ));
+        // SAFETY: CNO_ARMED is clear and the caller waited for every trigger
+        // that took it (`cno_disable`), so no thread reads the link.
+        unsafe { self.cno.set(target) }
+    }
+
+    /// Cap the consumer's linger ([`crate::pace`]).
+    pub(crate) fn set_linger_cap(&self, cap: std::time::Duration) {
+        self.consumer.pacer.set_cap(cap);
+    }
+
+    /// The consumer's linger cap.
+    pub(crate) fn linger_cap(&self) -> std::time::Duration {
+        self.consumer.pacer.cap()
+    }
+
+    /// Wait one gap of a waiter's back-off by the clock, touching no line a
+    /// poster writes ([`crate::pace`]).
+    pub(crate) fn pace_gap(&self) {
+        self.consumer.pacer.gap();
+    }
+
+    /// One more live `Poster`.
+    pub(crate) fn add_poster(&self) {
+        // Relaxed: the new handle is made from a live one (no ordering needed
+        // to keep the count above zero).
+        self.posters.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A `Poster` went away; the last one closes the EVD.
+    pub(crate) fn release_poster(&self) {
+        // AcqRel: the last poster's close must come after every other poster's
+        // posts, which their own decrements release.
+        if self.posters.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.close();
+        }
+    }
+
+    /// Set or clear "unwaitable"; setting wakes a waiter blocked now.
+    pub(crate) fn set_unwaitable(&self, on: bool) {
+        // Release before the wake: a waiter woken by it, or registering after
+        // it, sees the flag (its register is Acquire on the waker slot).
+        self.unwaitable.store(on, Ordering::Release);
+        if on {
+            self.targets.wake_waker();
+        }
+    }
+
+    /// True while waits must fail with `Unwaitable`.
+    pub(crate) fn is_unwaitable(&self) -> bool {
+        // Acquire: pairs with `set_unwaitable`.
+        self.unwaitable.load(Ordering::Acquire)
+    }
+
+    /// Register the waker the next notification wakes; before the arm CAS
+    /// that makes the notification possible.
+    pub(crate) fn register_waker(&self, w: &Waker) {
+        self.targets.register(w);
+    }
+
+    /// Wake the registered waker (a teardown waiting for instances to end).
+    pub(crate) fn wake_waker(&self) {
+        self.targets.wake_waker();
+    }
+
+    /// The EVD's notification eventfd, made on first use.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(crate) fn eventfd(&self) -> std::io::Result<&std::os::fd::OwnedFd> {
+        self.targets.eventfd()
+    }
+
+    /// Replace the upcall handler.
+    pub(crate) fn set_handler(&self, h: Installed<T>) {
+        self.handler.set(h);
+    }
+
+    /// Drop the upcall handler (teardown).
+    pub(crate) fn clear_handler(&self) {
+        self.handler.clear();
+    }
+
+    /// The current handler, for one call (or to ask what kind it is).
+    #[inline]
+    pub(crate) fn load_handler(&self) -> Loaded<T> {
+        self.handler.load()
+    }
+
+    /// Call `h` with one item; counts the upcall.
+    ///
+    /// # Safety
+    /// As [`Loaded::call`]: if `h` is exclusive, the caller holds this EVD's
+    /// token from before this call until after it returns.
+    #[inline]
+    pub(crate) unsafe fn call_handler(&self, h: &Loaded<T>, item: Result<T, Overflow>, more: bool) {
+        debug_assert!(
+            !h.is_exclusive() || self.token_taken(),
+            "an FnMut handler called without the token"
+        );
+        self.counters.upcalls.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is `Loaded::call`'s.
+        unsafe { h.call(item, more) };
+    }
+
+    /// Count an upcall instance's start as a notification.
+    pub(crate) fn count_instance_start(&self) {
+        self.counters.notifications.fetch_add(1, Ordering::Relaxed);
+    }
+
+    // ---- the room signal (posters waiting for a free slot, [`crate::room`]) ----
+
+    /// Wake posters waiting for the `n` slots a head store just freed (the
+    /// call out of line is [`RoomQueue::wake`]).
+    #[inline(always)]
+    pub(super) fn wake_room(&self, n: u64) {
+        let woken = &self.counters.room_wakes;
+        self.room.wake(&self.consumer.room, n, woken);
+    }
+
+    /// A poster found the ring full and will sleep until `waker` is woken:
+    /// join the room queue ([`RoomQueue::join`]). The caller must post once
+    /// more after this and before it sleeps.
+    pub(crate) fn room_join(&self, seat: &mut Seat, waker: &Waker) {
+        self.room.join(&self.consumer.room, seat, waker);
+    }
+
+    /// A waiting poster is done: it `posted`, or gave up
+    /// ([`RoomQueue::leave`]).
+    pub(crate) fn room_leave(&self, seat: &mut Seat, posted: bool) {
+        let woken = &self.counters.room_wakes;
+        self.room.leave(
+            &self.consumer.room,
+            seat,
+            posted,
+            || self.looks_full(),
+            woken,
+        );
+    }
+
+    /// Wake every waiting poster (close, a resize that grew the ring).
+    pub(super) fn wake_all_room(&self) {
+        self.room
+            .wake_all(&self.consumer.room, &self.counters.room_wakes);
+    }
+
+    /// A poster waits for room now (`Query::room_wanted`).
+    pub(crate) fn room_wanted(&self) -> bool {
+        self.consumer.room.waiting()
+    }
+}
+
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        // No handle is left, so no poster is between reserve and publish: every
+        // ticket in [head, tail) holds a value, dropped here exactly once, even
+        // if some destructor panics (the first panic is resumed after).
+        let w = self.state.load(Ordering::Relaxed);
+        let h = self.head();
+        let p = self.read_mostly.buffer.load(Ordering::Relaxed);
+        // SAFETY: `p` came from `Box::into_raw` and nobody else can reach it now.
+        let buf = unsafe { Box::from_raw(p) };
+        let mut panics = Panics::default();
+        for i in 0..state::len(w, h) {
+            let t = h.wrapping_add(i);
+            if buf.is_published(t) {
+                // SAFETY: published and never taken (it is at or past the head).
+                panics.drop(unsafe { buf.take(t) });
+            }
+        }
+        drop(buf);
+        panics.resume();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::state::Arm;
+    use crate::{bounded, PostError};
+
+    /// Put an empty EVD at `head` (as if 64-bit `head` events had passed).
+    fn fast_forward<T>(c: &crate::Consumer<T>, head: u64) {
+        let s = c.shared();
+        set_tail(c, head);
+        s.consumer.head.store(head, Ordering::Relaxed);
+        // The seen tail is a ticket count: it moves with the head, or an arm
+        // would trust a tail from before the jump.
+        s.consumer.seen_tail.store(head, Ordering::Relaxed);
+        s.read_mostly
+            .head_epoch
+            .store(head >> HEAD_EPOCH_SHIFT, Ordering::Relaxed);
+    }
+
+    /// Move the word's tail as a reservation would, without a slot written:
+    /// a poster stopped between its CAS and its publish. (Tests set it back
+    /// before the EVD drops: teardown waits for reserved slots.)
+    fn set_tail<T>(c: &crate::Consumer<T>, tail: u64) {
+        let s = c.shared();
+        let w = s.state.load(Ordering::Relaxed);
+        s.state.store(
+            state::with_tail(w, tail & state::TICKET_MASK),
+            Ordering::Relaxed,
+        );
+    }
+
+    #[test]
+    fn an_arm_that_finds_the_head_published_leaves_the_word_alone() {
+        let (poster, consumer) = bounded::<u64>(4).unwrap();
+        poster.post(1).unwrap();
+        let s = consumer.shared();
+        let before = s.state.load(Ordering::Relaxed);
+        assert_eq!(s.arm(1), Arm::Pending);
+        assert_eq!(s.state.load(Ordering::Relaxed), before);
+        assert_eq!(
+            s.consumer.seen_tail.load(Ordering::Relaxed),
+            0,
+            "the word was not read"
+        );
+    }
+
+    #[test]
+    fn an_arm_trusts_a_seen_tail_only_while_the_head_is_below_it() {
+        let (_poster, mut consumer) = bounded::<u64>(4).unwrap();
+        fast_forward(&consumer, u64::MAX - 1); // the head wraps 2^64 below
+        let h = consumer.shared().head();
+        set_tail(&consumer, h.wrapping_add(2)); // two posters mid-post
+        assert_eq!(consumer.shared().arm(1), Arm::Pending, "from the word");
+        assert_eq!(
+            consumer.shared().consumer.seen_tail.load(Ordering::Relaxed),
+            h.wrapping_add(2)
+        );
+        // A word that no longer shows the tickets (no real word does that:
+        // tails only grow) tells the shortcut from the word's own answer.
+        set_tail(&consumer, h);
+        assert_eq!(consumer.shared().arm(2), Arm::Pending, "from the seen tail");
+        assert!(
+            matches!(consumer.shared().arm(3), Arm::Armed(_)),
+            "only 2 known"
+        );
+        consumer.disarm();
+        // The head reaches and passes the seen tail (across 2^64): nothing is
+        // known any more, so the arm reads the word, and the empty ring arms.
+        for k in 1..=3u64 {
+            fast_forward(&consumer, h.wrapping_add(k));
+            consumer
+                .shared()
+                .consumer
+                .seen_tail
+                .store(h.wrapping_add(2), Ordering::Relaxed);
+            assert_eq!(consumer.shared().head(), h.wrapping_add(k));
+            let r = consumer.shared().arm(1);
+            if k < 2 {
+                assert_eq!(r, Arm::Pending, "head +{k}: one ticket still known");
+            } else {
+                assert!(matches!(r, Arm::Armed(_)), "head +{k}");
+                consumer.disarm();
+            }
+        }
+    }
+
+    #[test]
+    fn a_timed_wait_ends_at_its_deadline_while_a_poster_is_mid_post() {
+        let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+        set_tail(&consumer, 1); // reserved, never published
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let r = consumer.wait(1, Some(std::time::Duration::from_millis(20)));
+            tx.send(r).unwrap();
+            consumer
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the wait must end at its deadline, not wait for the publish");
+        assert_eq!(r, Err(crate::WaitError::Timeout { available: 0 }));
+        let consumer = waiter.join().unwrap();
+        set_tail(&consumer, 0);
+        drop(poster);
+    }
+
+    #[test]
+    fn an_idle_posters_stale_head_cannot_wrap_the_full_check() {
+        // A poster idle while 2^44 tickets pass must not keep a head hint
+        // that, compared modulo 2^44, makes a full ring look nearly empty.
+        let (idle, mut consumer) = bounded::<u64>(4).unwrap(); // hint 0
+        fast_forward(&consumer, 3 * (1 << state::TAIL_BITS) - 2);
+        let busy = consumer.poster(); // fresh hint
+        for i in 0..4 {
+            busy.post(i).unwrap();
+        }
+        assert_eq!(busy.post(9), Err(PostError::Full(9)));
+        assert_eq!(
+            idle.post(99),
+            Err(PostError::Full(99)),
+            "stale hint reloaded"
+        );
+        for i in 0..4 {
+            assert_eq!(consumer.try_dequeue(), Ok(i));
+        }
+        assert_eq!(consumer.query().len, 0);
+    }
+
+    #[test]
+    fn head_epoch_follows_the_head_across_a_boundary() {
+        let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+        fast_forward(&consumer, (1 << HEAD_EPOCH_SHIFT) - 1);
+        let p = consumer.poster();
+        p.post(1).unwrap();
+        p.post(2).unwrap();
+        let mut out = Vec::new();
+        consumer.dequeue_batch(&mut out, 2).unwrap();
+        assert_eq!(
+            consumer
+                .shared()
+                .read_mostly
+                .head_epoch
+                .load(Ordering::Relaxed),
+            1
+        );
+        drop(poster);
+    }
+}

@@ -1,0 +1,582 @@
+//! The state word: every CAS on it, and the release sequence they form.
+//!
+//! The word ([`state`]) holds the tail, the notification flags, the upcall
+//! policy and instance count, and log2 of the capacity. Each operation below
+//! applies one of `state`'s pure transitions with a CAS (or, for a lossy
+//! post's notification, one RMW), so the word's modification order is the
+//! order of the operations.
+//!
+//! # Invariant
+//!
+//! Only this file writes the word, and every write is an RMW (a CAS, or the
+//! lossy post's one RMW) applying one of `state`'s transitions: the tail
+//! only grows, a ticket is handed out only while the ring has room against a
+//! head the consumer has passed and neither `CLOSED` nor `RESIZING` is set,
+//! each `ARMED`/`CNO_ARMED` is taken by exactly one operation, and `TOKEN`
+//! has at most one holder. Other files only load it (the dequeue's end of
+//! stream check, [`super::snapshot`]).
+//!
+//! # The release sequence, argued as a whole
+//!
+//! Every write of the word is an RMW, so every write continues the release
+//! sequence of every earlier `Release` write: an `Acquire` RMW synchronizes
+//! with every `Release` RMW before it in the word's order, whoever made the
+//! ones in between. The operations and what each must publish or see:
+//!
+//! * **Reserve** (every post, `AcqRel` on success): `Acquire` sees the waker
+//!   registered before the consumer's `Release` arm, the binding written
+//!   before a CNO enable, and the buffer installed before a resize's
+//!   `Release` end. `Release`: whoever reads the word with `Acquire`
+//!   (`query`) then sees a head at least the one the reservation was
+//!   checked against. (On x86 a locked CAS orders both ways anyway.)
+//!   A full ring refuses without writing anything shared.
+//! * **Arm** and **CNO enable** (`AcqRel`): `Release` publishes the waker
+//!   (the CNO binding) to the poster whose reservation takes `ARMED`
+//!   (`CNO_ARMED`); `Acquire` makes a loss visible if its poster's RMW came
+//!   first. A loss committed before the arm's CAS is seen after it (both are
+//!   RMWs on the word), so it is reported as pending. **CNO disarm** is
+//!   `Relaxed`: clearing the flag publishes nothing; the disable barrier
+//!   orders the link's rewrite through the slot's trigger count.
+//! * **Close's second step** (`AcqRel`): `Release` so that whoever sees
+//!   `CLOSED` with `Acquire` also sees the loss word closed (close's first
+//!   step, [`super::loss`]) and so the final loss count; `Acquire` to take
+//!   over an arm's registered waker. Anyone who sees the first step without
+//!   the second finishes it.
+//! * **A lossy post's notification** (`AcqRel`, always one RMW, even one
+//!   that writes the word back unchanged): its `Release` makes the loss
+//!   committed before it visible to whoever's CAS comes later (an arm, an
+//!   upcall's exit), and they re-check the loss word after their CAS;
+//!   whoever came earlier is seen here (`ARMED`, or a free token) and
+//!   notified.
+//! * **Resize**: `RESIZING` (`Acquire`) stops reservations; the queued
+//!   events move; the buffer pointer is swapped (`Release`); clearing
+//!   `RESIZING` (`Release`) publishes it to the next reservation
+//!   (`Acquire`).
+//! * **The upcall token** (`TOKEN` stands for the consumer side): taking and
+//!   giving it back are `AcqRel` CASes, so the head and slot reads of one
+//!   holder happen before the next holder's.
+
+use super::{Shared, HEAD_EPOCH_SHIFT};
+use crate::error::ResizeError;
+use crate::ring::Buffer;
+use crate::state::{
+    self, Arm, Enable, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
+};
+use crate::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::unwind::Panics;
+
+/// Why [`Shared::reserve`] handed out no ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Not one slot is free; nothing was written.
+    Full,
+    /// Full, and an upcall policy was idle: the caller took the token and
+    /// must run an instance (which drains the ring), then retry.
+    FullTookToken,
+    /// The EVD is closed.
+    Closed,
+}
+
+impl<T> Shared<T> {
+    /// Apply the transition `f` to the state word and install its result with
+    /// a CAS, retrying on a changed word, until it succeeds or `f` declines.
+    #[inline]
+    pub(super) fn transition<R>(
+        &self,
+        success: Ordering,
+        mut f: impl FnMut(u64) -> Result<(u64, R), R>,
+    ) -> R {
+        let mut w = self.state.load(Ordering::Relaxed);
+        loop {
+            match f(w) {
+                Err(r) => return r,
+                Ok((new, r)) => {
+                    match self
+                        .state
+                        .compare_exchange_weak(w, new, success, Ordering::Relaxed)
+                    {
+                        Ok(_) => return r,
+                        Err(cur) => w = cur,
+                    }
+                }
+            }
+        }
+    }
+
+    /// A poster's cached head more than one head epoch old: not to be
+    /// trusted (see `reserve`); a load of the read-mostly line.
+    #[inline(always)]
+    pub(super) fn hint_is_stale(&self, hint: u64) -> bool {
+        self.read_mostly
+            .head_epoch
+            .load(Ordering::Relaxed)
+            .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
+            >= 2
+    }
+
+    /// One try at the reservation of every plain post: one ticket, nothing
+    /// owed ([`state::reserve`]'s first branch), with a cached head no more
+    /// than an epoch old, installed by the first CAS. `None` hands the post
+    /// to [`Shared::reserve`]'s loop (a stale hint, a full ring, a flag, an
+    /// upcall policy or a CAS lost to another poster); nothing was changed.
+    ///
+    /// Small enough to be inlined into every post, so the common post pays
+    /// no call into the loop's slow paths.
+    #[inline(always)]
+    pub(crate) fn try_reserve_plain(&self, hint_cell: &AtomicU64) -> Option<u64> {
+        // Acquire, Relaxed: as in `reserve`.
+        let hint = hint_cell.load(Ordering::Acquire);
+        let w = self.state.load(Ordering::Relaxed);
+        if self.hint_is_stale(hint) {
+            return None;
+        }
+        let state::Plain { new, ticket } = state::reserve_plain(w, hint)?;
+        self.state
+            // AcqRel on success: as in `reserve`.
+            .compare_exchange(w, new, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+            .map(|_| ticket)
+    }
+
+    /// The reservation loop of `post` and `post_batch`, for a poster whose
+    /// cached head is in `hint_cell`: up to `want`
+    /// (≥ 1) tickets; returns the first ticket, the count and the owed
+    /// notification. A refusal writes nothing shared.
+    #[inline(always)]
+    pub(crate) fn reserve(
+        &self,
+        hint_cell: &AtomicU64,
+        want: u64,
+    ) -> Result<(u64, u64, Notify), Refused> {
+        let s = self;
+        let mut hint = hint_cell.load(Ordering::Acquire);
+        let mut w = s.state.load(Ordering::Relaxed);
+        let mut backoff: Option<Backoff> = None;
+        // A short batch is settled for only against a freshly loaded head.
+        let mut head_is_fresh = false;
+        loop {
+            // A hint more than one epoch old could be 2^44 tickets behind,
+            // where the word's tail wraps and a full ring would look empty:
+            // reload it. Checked after every load of `w` (a stall between the
+            // check and the load must not outlive it), assuming the epoch
+            // load is not 2^40 events stale itself.
+            if s.hint_is_stale(hint) {
+                hint = s.refresh_hint(hint_cell);
+                w = s.state.load(Ordering::Relaxed);
+            }
+            // One ticket (every `post`) takes the simpler transition; `want`
+            // is a constant there, so the branch folds away.
+            let verdict = if want == 1 {
+                match state::reserve(w, hint) {
+                    Reserve::Ticket {
+                        new,
+                        ticket,
+                        notify,
+                    } => ReserveBatch::Tickets {
+                        new,
+                        first: ticket,
+                        count: 1,
+                        notify,
+                    },
+                    Reserve::Full => ReserveBatch::Full,
+                    Reserve::Closed => ReserveBatch::Closed,
+                    Reserve::Resizing => ReserveBatch::Resizing,
+                }
+            } else {
+                state::reserve_batch(w, hint, want)
+            };
+            match verdict {
+                ReserveBatch::Tickets { count, .. } if count < want && !head_is_fresh => {
+                    // The room computed from the cached head may be smaller
+                    // than the real one: look once more before a short count.
+                    head_is_fresh = true;
+                    let fresh = s.refresh_hint(hint_cell);
+                    if fresh != hint {
+                        hint = fresh;
+                        w = s.state.load(Ordering::Relaxed);
+                    }
+                }
+                ReserveBatch::Tickets {
+                    new,
+                    first,
+                    count,
+                    notify,
+                } => {
+                    // Acquire on success: see the waker registered before the
+                    // consumer's Release arm, and the buffer installed before
+                    // a resize's Release end. Release: whoever reads this word
+                    // with Acquire (`query`) then sees a head at least `hint`,
+                    // the head this reservation was checked against, so it
+                    // never pairs the new tail with an older head. (On x86 a
+                    // locked CAS orders both ways anyway: no cost.)
+                    match s
+                        .state
+                        .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Relaxed)
+                    {
+                        Ok(_) => return Ok((first, count, notify)),
+                        Err(cur) => w = cur,
+                    }
+                }
+                ReserveBatch::Full => {
+                    // Load the head before the word: then head <= tail(w), so a
+                    // "full" verdict is true at some instant, never an artefact
+                    // of a hint newer than the word.
+                    let fresh = s.consumer.head.load(Ordering::Acquire);
+                    let fresh_w = s.state.load(Ordering::Relaxed);
+                    if fresh == hint && fresh_w == w {
+                        if let Some(new) = state::start_upcall_on_full(w) {
+                            // AcqRel, as any token hand-off: see the last
+                            // holder's head; the caller runs the instance.
+                            if s.state
+                                .compare_exchange(w, new, Ordering::AcqRel, Ordering::Relaxed)
+                                .is_ok()
+                            {
+                                return Err(Refused::FullTookToken);
+                            }
+                            w = s.state.load(Ordering::Relaxed);
+                            continue;
+                        }
+                        return Err(Refused::Full);
+                    }
+                    if fresh != hint {
+                        hint = fresh;
+                        hint_cell.store(fresh, Ordering::Release);
+                    }
+                    w = fresh_w;
+                }
+                ReserveBatch::Closed => return Err(Refused::Closed),
+                ReserveBatch::Resizing => {
+                    backoff.get_or_insert_with(Backoff::new).snooze();
+                    w = s.state.load(Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Load the consumer's head into a poster's hint. The hint is
+    /// `Release`/`Acquire` so that a thread using another thread's refresh
+    /// still synchronizes with the consumer's head store.
+    #[cold]
+    pub(super) fn refresh_hint(&self, hint_cell: &AtomicU64) -> u64 {
+        let fresh = self.fresh_head();
+        hint_cell.store(fresh, Ordering::Release);
+        fresh
+    }
+
+    /// The arm-then-check CAS for a consumer at its current head. A loss
+    /// report waiting to be dequeued counts as pending work.
+    #[inline]
+    pub(crate) fn arm(&self, threshold: u64) -> Arm {
+        let h = self.head();
+        if self.known_pending(h, threshold) {
+            return Arm::Pending;
+        }
+        // AcqRel: Release publishes the waker registered before this arm to
+        // the poster whose Acquire reservation CAS disarms it; Acquire makes a
+        // loss visible if its poster's RMW on the word came first.
+        let mut seen = 0;
+        let r = self.transition(Ordering::AcqRel, |w| {
+            seen = w;
+            match state::arm(w, h, threshold) {
+                Arm::Armed(new) => Ok((new, Arm::Armed(new))),
+                other => Err(other),
+            }
+        });
+        self.saw_word(seen, h);
+        match r {
+            Arm::Armed(_) if self.loss_pending() => {
+                // A loss was committed and its poster's RMW on the word came
+                // before our CAS, so it did not see ARMED: the report is
+                // pending work.
+                self.disarm();
+                Arm::Pending
+            }
+            Arm::Closed => {
+                // The word that said "closed and drained" was loaded Relaxed;
+                // this fence makes the loss word's final count (closed before
+                // the word's CLOSED was released) visible to the load below.
+                fence(Ordering::Acquire);
+                if self.loss_pending() {
+                    Arm::Pending
+                } else {
+                    Arm::Closed
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// At least `threshold` events are queued or on their way, known without
+    /// loading the state word: the head slot is published (for a threshold
+    /// of 1), or the tail seen at the last load of the word is far enough
+    /// ahead. Then [`state::arm`] would say `Pending` (a later word's tail
+    /// is at or past the seen one) and change nothing, so this is that
+    /// outcome without the load. The stamp catches the event that landed
+    /// between the consumer's empty dequeue and its arm; the seen tail keeps
+    /// a consumer that re-arms while a poster is between its reservation and
+    /// its publish from pulling the posters' line on every retry (a
+    /// contended load per retry, measured as a slower drain under two
+    /// posters).
+    #[inline]
+    pub(super) fn known_pending(&self, h: u64, threshold: u64) -> bool {
+        if threshold == 1 && self.buffer().is_published(h) {
+            return true;
+        }
+        let seen_tail = self.consumer.seen_tail.load(Ordering::Relaxed);
+        state::known_queued(seen_tail, h) >= threshold
+    }
+
+    /// Withdraw an arm (timed-out wait, dropped future). A direct waiter
+    /// that preempted the CNO and gives up with events queued hands them to
+    /// the CNO ([`state::withdraw`]): this thread then triggers it.
+    pub(crate) fn disarm(&self) {
+        let h = self.head();
+        // AcqRel: Release for nothing; Acquire if this takes CNO_ARMED, as
+        // any trigger's CAS (the enable's binding must be visible; it is,
+        // the consumer wrote it, but the trigger path is the same).
+        let trigger = self.transition(Ordering::AcqRel, |w| match state::withdraw(w, h) {
+            Some((new, notify)) => Ok((new, notify == Notify::Cno)),
+            None => Err(false),
+        });
+        if trigger {
+            self.trigger_cno();
+        }
+    }
+
+    /// Enable the EVD on its CNO: the arm-then-check CAS. Returns what it
+    /// found and whether a trigger is now owed (the CAS set `CNO_ARMED` and
+    /// nothing took it back here).
+    pub(crate) fn cno_enable(&self) -> (Arm, bool) {
+        let h = self.head();
+        // AcqRel, as `arm`: Release publishes the binding to the poster whose
+        // Acquire reservation takes CNO_ARMED; Acquire makes a loss visible
+        // if its poster's RMW on the word came first.
+        let r = self.transition(Ordering::AcqRel, |w| match state::enable_cno(w, h) {
+            Enable::Armed(new) => Ok((new, Enable::Armed(new))),
+            other => Err(other),
+        });
+        match r {
+            Enable::Armed(w) if self.loss_pending() => {
+                // As in `arm`: a loss whose RMW came before our CAS is pending
+                // work: take the enable back and report it. If a trigger took
+                // the enable first, its key is on the way: that is `Armed`
+                // (a key comes exactly when the enable says `Armed`).
+                if self.cno_disarm() {
+                    (Arm::Pending, false)
+                } else {
+                    (Arm::Armed(w), true)
+                }
+            }
+            Enable::Armed(w) => (Arm::Armed(w), true),
+            Enable::AlreadyArmed => (Arm::Armed(self.state.load(Ordering::Relaxed)), false),
+            Enable::Pending => (Arm::Pending, false),
+            Enable::Closed => {
+                // As in `arm`: the final loss count is visible after the fence.
+                fence(Ordering::Acquire);
+                if self.loss_pending() {
+                    (Arm::Pending, false)
+                } else {
+                    (Arm::Closed, false)
+                }
+            }
+        }
+    }
+
+    /// Clear `CNO_ARMED`; true if this call cleared it (so no trigger will
+    /// come for that enable).
+    pub(crate) fn cno_disarm(&self) -> bool {
+        // Relaxed: clearing the flag publishes nothing; the barrier that
+        // follows orders the link's rewrite through the slot's count.
+        self.transition(Ordering::Relaxed, |w| match state::disable_cno(w) {
+            Some(new) => Ok((new, true)),
+            None => Err(false),
+        })
+    }
+
+    /// Close: posts are refused from now on; an armed consumer is woken.
+    ///
+    /// Two steps: the loss word first ([`loss::close`](crate::state::loss::close): no loss is committed
+    /// after it), then the state word ([`state::close`]: no ticket is handed
+    /// out after it). Anyone who finds the first step done and the second not
+    /// yet may finish it ([`Shared::finish_close`]), so a closer descheduled
+    /// between the two holds nobody up.
+    pub(crate) fn close(&self) {
+        self.losses.close();
+        self.finish_close();
+    }
+
+    /// Close's second step: CLOSED in the state word, and the wake of an
+    /// armed consumer. Idempotent. Called only after the loss word is closed.
+    pub(super) fn finish_close(&self) {
+        // AcqRel: Release so that whoever sees CLOSED with an Acquire load
+        // also sees the loss word closed (and so the final loss count); Acquire
+        // to take over an arm's registered waker.
+        let (wake, trigger_cno) = self.transition(Ordering::AcqRel, |w| {
+            if state::has(w, state::CLOSED) {
+                Err((false, false))
+            } else {
+                let c = state::close(w);
+                Ok((c.new, (c.wake, c.trigger_cno)))
+            }
+        });
+        // After CLOSED: a woken waiter's next post is refused as closed. The
+        // room wakes come first: they catch their wakers' panics, while the
+        // consumer's waker (or the CNO's) may panic out of this call, and
+        // must not leave a waiting poster asleep on a closed EVD.
+        self.wake_all_room();
+        // Both owed notifications are delivered even if the first target's
+        // waker panics; the first panic goes on after them.
+        let mut panics = Panics::default();
+        if trigger_cno {
+            panics.run(|| self.trigger_cno());
+        }
+        if wake {
+            panics.run(|| self.notify_consumer());
+        }
+        panics.resume();
+    }
+
+    /// A lossy post found the ring full and gives its event up: commit the
+    /// loss, then take the notification as a post would (the caller performs
+    /// it). `None` if close has begun (the event is handed back as closed
+    /// instead).
+    #[cold]
+    pub(crate) fn commit_loss(&self) -> Option<Notify> {
+        // Relaxed: the state word RMW below orders the commit for the arm and
+        // the upcall exit; close's order is the loss word's own order.
+        if !self.losses.commit() {
+            // Close has begun; make sure it is finished before the poster is
+            // told, so that its next post is refused too.
+            self.finish_close();
+            return None;
+        }
+        self.counters.lost.fetch_add(1, Ordering::Relaxed);
+        // Always one RMW on the word, even with nobody to notify (then it
+        // writes the word back unchanged). AcqRel: its Release makes the loss
+        // above visible to whoever's CAS on the word comes later — an arm, an
+        // upcall's exit — and they re-check the loss word after their CAS;
+        // whoever came earlier is seen here (ARMED, or a free token) and
+        // notified.
+        Some(self.transition(Ordering::AcqRel, |w| {
+            Ok(state::notify_loss(w).unwrap_or((w, Notify::None)))
+        }))
+    }
+
+    /// Move the queued events into `fresh` (of `2^log2` slots) and install it,
+    /// while RESIZING holds posters off. Caller: the consumer.
+    pub(crate) fn resize(&self, log2: u32, fresh: Buffer<T>) -> Result<(), ResizeError> {
+        let new_cap = fresh.capacity();
+        // Acquire: after this no ticket is handed out; the tickets already
+        // handed out are in [head, tail(w)).
+        let w = self.transition(Ordering::Acquire, |w| {
+            state::begin_resize(w).map(|n| (n, n)).ok_or(w)
+        });
+        let h = self.head();
+        let queued = state::len(w, h);
+        if queued > new_cap {
+            let old_log2 = state::cap_log2(w);
+            // Release: posters resume against the unchanged ring.
+            self.transition(Ordering::Release, |w| {
+                Ok((state::end_resize(w, old_log2), ()))
+            });
+            return Err(ResizeError::TooSmall {
+                queued: queued as usize,
+                capacity: new_cap as usize,
+            });
+        }
+        let old = self.buffer();
+        let backoff = Backoff::new();
+        for i in 0..queued {
+            let t = h.wrapping_add(i);
+            // A poster that reserved before RESIZING is still writing: wait.
+            while !old.is_published(t) {
+                backoff.snooze();
+            }
+            // SAFETY: published and not taken; we are the consumer; the
+            // ticket is republished in the new ring with the same number.
+            unsafe { Buffer::publish(&fresh, t, old.take(t)) };
+        }
+        let old_ptr = self.swap_buffer(fresh);
+        // Release: a poster whose reservation reads the cleared flag (or any
+        // later word) sees the new buffer pointer.
+        self.transition(Ordering::Release, |w| Ok((state::end_resize(w, log2), ())));
+        // SAFETY: every reserved ticket was published, so no poster touches the
+        // old ring any more, and new reservations use the new one. Its values
+        // were all moved out; dropping it frees only the slots.
+        drop(unsafe { Box::from_raw(old_ptr) });
+        if new_cap > state::capacity(w) {
+            // Room appeared without a head store.
+            self.wake_all_room();
+        }
+        Ok(())
+    }
+
+    // ---- upcalls: the token holder's operations on the word ----
+
+    /// ManyInstances: the holder took one event out and gives the token back
+    /// before running its handler.
+    pub(crate) fn release_token(&self) {
+        // AcqRel: Release hands our head and slot reads to the next token
+        // holder.
+        self.transition(Ordering::AcqRel, |w| Ok((state::release_token(w), ())));
+    }
+
+    /// ManyInstances: after its handler, take the token again (`Ok`) or end
+    /// (`Err` with the word installed).
+    pub(crate) fn reacquire_token(&self) -> Result<(), u64> {
+        // AcqRel: Acquire to see the last holder's head; Release for an exit.
+        self.transition(Ordering::AcqRel, |w| match state::reacquire(w) {
+            Reacquire::Token(n) => Ok((n, Ok(()))),
+            Reacquire::Exit(n) => Ok((n, Err(n))),
+        })
+    }
+
+    /// The token holder wants to end: `Some(word)` if it ended, `None` if
+    /// work is queued (or a reserved slot is still being written).
+    pub(crate) fn exit_instance(&self) -> Option<u64> {
+        let h = self.head();
+        // AcqRel: Release so the next instance (or the torn-down consumer) sees
+        // our head; Acquire to read a current word, and with it any loss whose
+        // poster's RMW on the word came before this CAS.
+        self.transition(Ordering::AcqRel, |w| match state::exit_instance(w, h) {
+            Exit::Ended(new) => Ok((new, Some(new))),
+            Exit::MoreWork => Err(None),
+        })
+    }
+
+    /// An instance unwinds out of a panicking handler: give back the token if
+    /// it held it, and leave. Returns the word installed.
+    pub(crate) fn abandon_instance(&self, held_token: bool) -> u64 {
+        // AcqRel: like a normal exit, hands the consumer side to whoever next
+        // takes the token.
+        self.transition(Ordering::AcqRel, |w| {
+            let n = state::abandon_instance(w, held_token);
+            Ok((n, n))
+        })
+    }
+
+    /// Install a policy; true if the caller took the token and must run an
+    /// instance now (queued events, or a loss report, under `Invoke::Any`).
+    pub(crate) fn set_policy(&self, bits: PolicyBits, invoke: Invoke) -> bool {
+        let h = self.head();
+        // AcqRel: Release hands the consumer side to instances that start
+        // under the new policy; Acquire to see the last instance's head.
+        let start = self.transition(Ordering::AcqRel, |w| {
+            let r = state::set_policy(w, h, bits, invoke);
+            Ok((r.new, r.start_instance))
+        });
+        // A loss report counts as a queued event for Invoke::Any.
+        start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss())
+    }
+
+    /// A loss was committed by a poster whose RMW on the word came before an
+    /// instance's exit CAS (or a policy change), so it saw a token and started
+    /// nothing: take the token (if upcalls are enabled and nobody holds it)
+    /// to report it. A poster whose RMW comes later starts an instance itself.
+    pub(crate) fn restart_for_loss(&self) -> bool {
+        self.transition(Ordering::AcqRel, |w| match state::notify_loss(w) {
+            Some((new, Notify::Upcall)) => Ok((new, true)),
+            _ => Err(false),
+        })
+    }
+}
