@@ -47,6 +47,7 @@ pub mod compare;
 pub mod latency;
 pub mod pair;
 pub mod payload;
+pub mod peers;
 pub mod pingpong;
 pub mod rearm;
 pub mod report;

@@ -26,6 +26,7 @@
 
 use crate::latency::{new_histogram, now_ns, ThreadState, WakeSystem};
 use crate::payload::Payload;
+use crate::peers::Channel;
 use crate::throughput::{clones, drive, RunStats, Sink, Style};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
@@ -227,66 +228,18 @@ impl RoomSystem {
                 }
             }
             RoomSystem::CrossbeamChannel => {
-                let (tx, rx) = crossbeam_channel::bounded::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.send(p).map_err(|e| e.into_inner()),
-                    move |sink| recv_loop(sink, work, || rx.recv().ok()),
-                )?
+                peer::<crossbeam_channel::Receiver<u64>>(capacity, posters, messages, work)?
             }
             RoomSystem::StdSyncChannel => {
-                let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.send(p).map_err(|e| e.0),
-                    move |sink| recv_loop(sink, work, || rx.recv().ok()),
-                )?
+                peer::<std::sync::mpsc::Receiver<u64>>(capacity, posters, messages, work)?
             }
-            RoomSystem::Flume => {
-                let (tx, rx) = flume::bounded::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.send(p).map_err(|e| e.into_inner()),
-                    move |sink| recv_loop(sink, work, || rx.recv().ok()),
-                )?
-            }
+            RoomSystem::Flume => peer::<flume::Receiver<u64>>(capacity, posters, messages, work)?,
             RoomSystem::TokioMpsc => {
-                let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.blocking_send(p).map_err(|e| e.0),
-                    move |sink| recv_loop(sink, work, || rx.blocking_recv()),
-                )?
+                peer::<tokio::sync::mpsc::Receiver<u64>>(capacity, posters, messages, work)?
             }
-            RoomSystem::Kanal => {
-                let (tx, rx) = kanal::bounded::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    // kanal's `send` drops a refused value; the payload is
-                    // `Copy`, so the same copy is handed back.
-                    |tx, p| tx.send(p).map_err(|_| p),
-                    move |sink| recv_loop(sink, work, || rx.recv().ok()),
-                )?
-            }
+            RoomSystem::Kanal => peer::<kanal::Receiver<u64>>(capacity, posters, messages, work)?,
             RoomSystem::Thingbuf => {
-                let (tx, rx) = thingbuf::mpsc::blocking::channel::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.send(p).map_err(|_| p),
-                    move |sink| recv_loop(sink, work, || rx.recv()),
-                )?
+                peer::<thingbuf::mpsc::blocking::Receiver<u64>>(capacity, posters, messages, work)?
             }
         };
         // A blocking send's waits are not visible; `drive` counted only
@@ -361,6 +314,27 @@ fn consume_evd_batch(
             Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
         }
     }
+}
+
+/// A peer: posters in its blocking send, the consumer in its blocking
+/// receive; the consumer is dropped when `drive`'s `consume` returns.
+fn peer<C: Channel<u64>>(
+    capacity: usize,
+    posters: usize,
+    messages: u64,
+    work: Work,
+) -> Result<RunStats, String> {
+    let (tx, rx) = C::bounded(capacity);
+    drive(
+        posters,
+        messages,
+        clones(tx, posters),
+        C::send,
+        move |sink| {
+            let mut rx = rx;
+            recv_loop(sink, work, || rx.recv())
+        },
+    )
 }
 
 fn recv_loop(

@@ -24,6 +24,7 @@
 //! round that runs slow or fast for a reason shows it there.
 
 use crate::payload::{Payload, Tally};
+use crate::peers::Channel;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -362,79 +363,51 @@ impl Queue {
                     |sink| busy_loop(sink, || q.pop()),
                 )
             }
-            Queue::CrossbeamChannel | Queue::CrossbeamTryIter => {
-                let (tx, rx) = crossbeam_channel::bounded::<P>(CAPACITY);
+            Queue::CrossbeamChannel => peer::<crossbeam_channel::Receiver<P>, P>(posters, messages),
+            Queue::StdSyncChannel => peer::<std::sync::mpsc::Receiver<P>, P>(posters, messages),
+            Queue::TokioMpsc => peer::<tokio::sync::mpsc::Receiver<P>, P>(posters, messages),
+            Queue::Flume => peer::<flume::Receiver<P>, P>(posters, messages),
+            Queue::Kanal => peer::<kanal::Receiver<P>, P>(posters, messages),
+            Queue::Thingbuf => peer::<thingbuf::mpsc::blocking::Receiver<P>, P>(posters, messages),
+            Queue::CrossbeamTryIter => {
+                type Rx<P> = crossbeam_channel::Receiver<P>;
+                let (tx, rx) = Rx::<P>::bounded(CAPACITY);
                 drive(
                     posters,
                     messages,
                     clones(tx, posters),
-                    |tx, p| match tx.try_send(p) {
-                        Ok(()) => Ok(()),
-                        Err(crossbeam_channel::TrySendError::Full(back)) => Err(back),
-                        Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
-                            panic!("receiver alive")
-                        }
-                    },
-                    |sink| {
-                        if self == Queue::CrossbeamChannel {
-                            return blocking_loop(sink, || rx.recv().ok());
-                        }
-                        loop {
-                            let mut got = false;
-                            for p in rx.try_iter().take(CAPACITY) {
-                                got = true;
-                                if sink.take(p.seq()) {
-                                    return Ok(());
-                                }
+                    Rx::try_send,
+                    |sink| loop {
+                        let mut got = false;
+                        for p in rx.try_iter().take(CAPACITY) {
+                            got = true;
+                            if sink.take(p.seq()) {
+                                return Ok(());
                             }
-                            if !got {
-                                sink.empty();
-                                match rx.recv() {
-                                    Ok(p) => {
-                                        if sink.take(p.seq()) {
-                                            return Ok(());
-                                        }
+                        }
+                        if !got {
+                            sink.empty();
+                            match rx.recv() {
+                                Ok(p) => {
+                                    if sink.take(p.seq()) {
+                                        return Ok(());
                                     }
-                                    Err(_) => return Err("channel closed early".into()),
                                 }
+                                Err(_) => return Err("channel closed early".into()),
                             }
                         }
                     },
                 )
             }
-            Queue::StdSyncChannel => {
-                let (tx, rx) = std::sync::mpsc::sync_channel::<P>(CAPACITY);
+            Queue::TokioRecvMany => {
+                type Rx<P> = tokio::sync::mpsc::Receiver<P>;
+                let (tx, mut rx) = Rx::<P>::bounded(CAPACITY);
                 drive(
                     posters,
                     messages,
                     clones(tx, posters),
-                    |tx, p| match tx.try_send(p) {
-                        Ok(()) => Ok(()),
-                        Err(std::sync::mpsc::TrySendError::Full(back)) => Err(back),
-                        Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
-                            panic!("receiver alive")
-                        }
-                    },
-                    |sink| blocking_loop(sink, || rx.recv().ok()),
-                )
-            }
-            Queue::TokioMpsc | Queue::TokioRecvMany => {
-                let (tx, mut rx) = tokio::sync::mpsc::channel::<P>(CAPACITY);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| match tx.try_send(p) {
-                        Ok(()) => Ok(()),
-                        Err(tokio::sync::mpsc::error::TrySendError::Full(back)) => Err(back),
-                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
-                            panic!("receiver alive")
-                        }
-                    },
+                    Rx::try_send,
                     |sink| {
-                        if self == Queue::TokioMpsc {
-                            return blocking_loop(sink, || rx.blocking_recv());
-                        }
                         let mut buf = Vec::with_capacity(CAPACITY);
                         loop {
                             if rx.blocking_recv_many(&mut buf, CAPACITY) == 0 {
@@ -450,56 +423,24 @@ impl Queue {
                     },
                 )
             }
-            Queue::Flume => {
-                let (tx, rx) = flume::bounded::<P>(CAPACITY);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| match tx.try_send(p) {
-                        Ok(()) => Ok(()),
-                        Err(flume::TrySendError::Full(back)) => Err(back),
-                        Err(flume::TrySendError::Disconnected(_)) => panic!("receiver alive"),
-                    },
-                    |sink| blocking_loop(sink, || rx.recv().ok()),
-                )
-            }
-            Queue::Kanal => {
-                let (tx, rx) = kanal::bounded::<P>(CAPACITY);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    // kanal's `try_send` drops a refused value; the payload is
-                    // `Copy`, so the retry sends the same copy again.
-                    |tx, p| match tx.try_send(p) {
-                        Ok(true) => Ok(()),
-                        Ok(false) => Err(p),
-                        Err(_) => panic!("receiver alive"),
-                    },
-                    |sink| blocking_loop(sink, || rx.recv().ok()),
-                )
-            }
-            Queue::Thingbuf => {
-                let (tx, rx) = thingbuf::mpsc::blocking::channel::<P>(CAPACITY);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| match tx.try_send(p) {
-                        Ok(()) => Ok(()),
-                        Err(thingbuf::mpsc::errors::TrySendError::Full(back)) => Err(back),
-                        Err(_) => panic!("receiver alive"),
-                    },
-                    |sink| blocking_loop(sink, || rx.recv()),
-                )
-            }
         }?;
         if !self.counts_empty_polls() {
             stats.empty_polls = None;
         }
         Ok(stats)
     }
+}
+
+/// A peer whose consumer takes one item per blocking receive.
+fn peer<C: Channel<P>, P: Payload>(posters: usize, messages: u64) -> Result<RunStats, String> {
+    let (tx, mut rx) = C::bounded(CAPACITY);
+    drive(
+        posters,
+        messages,
+        clones(tx, posters),
+        C::try_send,
+        |sink| blocking_loop(sink, || rx.recv()),
+    )
 }
 
 /// What one throughput run measured.
