@@ -85,6 +85,21 @@ impl Style {
     }
 }
 
+/// What a row of the throughput table is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// An evd row.
+    Evd,
+    /// A peer whose consumer makes non-blocking receive calls, whose empty
+    /// results are counted.
+    PolledPeer,
+    /// A peer whose consumer only calls a blocking receive (its own polling
+    /// inside is not visible).
+    BlockedPeer,
+    /// A floor row ([`Queue::FLOORS`]).
+    Floor,
+}
+
 /// A system under test in the throughput benches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Queue {
@@ -166,65 +181,54 @@ impl Queue {
         Queue::TokioRecvMany,
     ];
 
+    /// Its row of the system table: the name in tables and the JSON report,
+    /// the consumer style and its [`Kind`].
+    fn row(self) -> (&'static str, Style, Kind) {
+        use {Kind::*, Style::*};
+        match self {
+            Queue::EvdSingle => ("evd try_dequeue", BusyItem, Evd),
+            Queue::ArrayQueue => ("crossbeam ArrayQueue", BusyItem, PolledPeer),
+            Queue::EvdBatch => ("evd dequeue_batch", BusyBatch, Evd),
+            Queue::EvdItemWait => ("evd try_dequeue+wait", BlockingItem, Evd),
+            Queue::CrossbeamChannel => ("crossbeam-channel recv", BlockingItem, BlockedPeer),
+            Queue::StdSyncChannel => ("std sync_channel recv", BlockingItem, BlockedPeer),
+            Queue::TokioMpsc => ("tokio mpsc blocking_recv", BlockingItem, BlockedPeer),
+            Queue::Flume => ("flume recv", BlockingItem, BlockedPeer),
+            Queue::Kanal => ("kanal recv", BlockingItem, BlockedPeer),
+            Queue::Thingbuf => ("thingbuf mpsc recv", BlockingItem, BlockedPeer),
+            Queue::EvdWait => ("evd batch+wait", BlockingBatch, Evd),
+            Queue::EvdArmWait => ("evd batch+arm+wait", BlockingBatch, Evd),
+            Queue::CrossbeamTryIter => {
+                ("crossbeam-channel try_iter+recv", BlockingBatch, PolledPeer)
+            }
+            Queue::TokioRecvMany => ("tokio mpsc blocking_recv_many", BlockingBatch, BlockedPeer),
+            Queue::EvdWith => ("evd dequeue_with", BusyBatch, Evd),
+            Queue::FloorStampRing => ("floor: 1-poster stamp ring, no RMW", BusyItem, Floor),
+            Queue::FloorStampRingCas => ("floor: stamp ring + 1 CAS per post", BusyItem, Floor),
+            Queue::FloorStampRingFaa => {
+                ("floor: stamp ring + 1 fetch_add per post", BusyItem, Floor)
+            }
+        }
+    }
+
     /// The name used in tables and the JSON report.
     pub fn name(self) -> &'static str {
-        match self {
-            Queue::EvdSingle => "evd try_dequeue",
-            Queue::ArrayQueue => "crossbeam ArrayQueue",
-            Queue::EvdBatch => "evd dequeue_batch",
-            Queue::EvdItemWait => "evd try_dequeue+wait",
-            Queue::CrossbeamChannel => "crossbeam-channel recv",
-            Queue::StdSyncChannel => "std sync_channel recv",
-            Queue::TokioMpsc => "tokio mpsc blocking_recv",
-            Queue::Flume => "flume recv",
-            Queue::Kanal => "kanal recv",
-            Queue::Thingbuf => "thingbuf mpsc recv",
-            Queue::EvdWait => "evd batch+wait",
-            Queue::EvdArmWait => "evd batch+arm+wait",
-            Queue::CrossbeamTryIter => "crossbeam-channel try_iter+recv",
-            Queue::TokioRecvMany => "tokio mpsc blocking_recv_many",
-            Queue::EvdWith => "evd dequeue_with",
-            Queue::FloorStampRing => "floor: 1-poster stamp ring, no RMW",
-            Queue::FloorStampRingCas => "floor: stamp ring + 1 CAS per post",
-            Queue::FloorStampRingFaa => "floor: stamp ring + 1 fetch_add per post",
-        }
+        self.row().0
     }
 
     /// How its consumer waits and how much it takes per call.
     pub fn style(self) -> Style {
-        match self {
-            Queue::EvdSingle
-            | Queue::ArrayQueue
-            | Queue::FloorStampRing
-            | Queue::FloorStampRingCas
-            | Queue::FloorStampRingFaa => Style::BusyItem,
-            Queue::EvdBatch | Queue::EvdWith => Style::BusyBatch,
-            Queue::EvdWait | Queue::EvdArmWait | Queue::CrossbeamTryIter | Queue::TokioRecvMany => {
-                Style::BlockingBatch
-            }
-            _ => Style::BlockingItem,
-        }
+        self.row().1
     }
 
     /// True for the evd rows.
     pub fn is_evd(self) -> bool {
-        matches!(
-            self,
-            Queue::EvdSingle
-                | Queue::EvdBatch
-                | Queue::EvdWith
-                | Queue::EvdItemWait
-                | Queue::EvdWait
-                | Queue::EvdArmWait
-        )
+        self.row().2 == Kind::Evd
     }
 
     /// True for the floor rows ([`Queue::FLOORS`]).
     pub fn is_floor(self) -> bool {
-        matches!(
-            self,
-            Queue::FloorStampRing | Queue::FloorStampRingCas | Queue::FloorStampRingFaa
-        )
+        self.row().2 == Kind::Floor
     }
 
     /// The most posters it runs with (`None`: any number). The CAS floor
@@ -263,23 +267,9 @@ impl Queue {
     }
 
     /// True if the consumer makes non-blocking receive calls whose empty
-    /// results can be counted; false for consumers that only call a blocking
-    /// receive (its own polling inside is not visible).
+    /// results can be counted ([`Queue::row`]).
     pub fn counts_empty_polls(self) -> bool {
-        matches!(
-            self,
-            Queue::EvdSingle
-                | Queue::ArrayQueue
-                | Queue::EvdBatch
-                | Queue::EvdWith
-                | Queue::EvdItemWait
-                | Queue::EvdWait
-                | Queue::EvdArmWait
-                | Queue::CrossbeamTryIter
-                | Queue::FloorStampRing
-                | Queue::FloorStampRingCas
-                | Queue::FloorStampRingFaa
-        )
+        self.row().2 != Kind::BlockedPeer
     }
 
     /// Move `messages` events of type `P` from `posters` threads to one
