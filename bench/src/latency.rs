@@ -14,6 +14,7 @@
 //! The inline upcall is the exception: it has no sleeping consumer; the time
 //! is from before the post to the start of the handler, on the posting thread.
 
+use crate::peers::Channel;
 use hdrhistogram::Histogram;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -62,40 +63,70 @@ impl WakeSystem {
         WakeSystem::EventfdFloor,
     ];
 
+    /// Its row of the system table: the name in tables and the JSON report;
+    /// how the consumer waits (`blocking`, `async`, `epoll` or `inline`);
+    /// the evd row it is compared with, the one that sleeps the same way (a
+    /// thread park, a tokio current-thread runtime, an eventfd, no sleep at
+    /// all; each evd row is its own); and its floor, the raw wake of the
+    /// mechanism it sleeps on, which nothing sleeping that way can beat, so a
+    /// figure below it in the same run is noise. Futex-based sleeps (thread
+    /// park, crossbeam's and flume's blocking receive, a tokio current-thread
+    /// runtime's park) have the park/unpark floor, the epoll loop the eventfd
+    /// floor; the inline upcall wakes no thread and the floors are not
+    /// measured against themselves.
+    fn row(self) -> (&'static str, &'static str, WakeSystem, Option<WakeSystem>) {
+        use WakeSystem::*;
+        match self {
+            EvdWait => (
+                "evd wait (park/unpark)",
+                "blocking",
+                EvdWait,
+                Some(ParkFloor),
+            ),
+            EvdAsync => (
+                "evd recv().await (tokio current-thread)",
+                "async",
+                EvdAsync,
+                Some(ParkFloor),
+            ),
+            EvdEventfd => (
+                "evd eventfd + epoll",
+                "epoll",
+                EvdEventfd,
+                Some(EventfdFloor),
+            ),
+            EvdUpcall => ("evd inline upcall", "inline", EvdUpcall, None),
+            CrossbeamChannel => (
+                "crossbeam-channel recv",
+                "blocking",
+                EvdWait,
+                Some(ParkFloor),
+            ),
+            TokioMpsc => (
+                "tokio mpsc recv().await",
+                "async",
+                EvdAsync,
+                Some(ParkFloor),
+            ),
+            Flume => ("flume recv", "blocking", EvdWait, Some(ParkFloor)),
+            ParkFloor => ("floor: raw park/unpark", "blocking", EvdWait, None),
+            EventfdFloor => ("floor: raw eventfd read", "blocking", EvdEventfd, None),
+        }
+    }
+
     /// The name used in tables and the JSON report.
     pub fn name(self) -> &'static str {
-        match self {
-            WakeSystem::EvdWait => "evd wait (park/unpark)",
-            WakeSystem::EvdAsync => "evd recv().await (tokio current-thread)",
-            WakeSystem::EvdEventfd => "evd eventfd + epoll",
-            WakeSystem::EvdUpcall => "evd inline upcall",
-            WakeSystem::CrossbeamChannel => "crossbeam-channel recv",
-            WakeSystem::TokioMpsc => "tokio mpsc recv().await",
-            WakeSystem::Flume => "flume recv",
-            WakeSystem::ParkFloor => "floor: raw park/unpark",
-            WakeSystem::EventfdFloor => "floor: raw eventfd read",
-        }
+        self.row().0
     }
 
     /// How the consumer waits: `blocking`, `async`, `epoll` or `inline`.
     pub fn consumer(self) -> &'static str {
-        match self {
-            WakeSystem::EvdAsync | WakeSystem::TokioMpsc => "async",
-            WakeSystem::EvdEventfd => "epoll",
-            WakeSystem::EvdUpcall => "inline",
-            _ => "blocking",
-        }
+        self.row().1
     }
 
     /// True for the evd rows.
     pub fn is_evd(self) -> bool {
-        matches!(
-            self,
-            WakeSystem::EvdWait
-                | WakeSystem::EvdAsync
-                | WakeSystem::EvdEventfd
-                | WakeSystem::EvdUpcall
-        )
+        self.baseline() == self
     }
 
     /// True for the two raw floors.
@@ -103,9 +134,7 @@ impl WakeSystem {
         matches!(self, WakeSystem::ParkFloor | WakeSystem::EventfdFloor)
     }
 
-    /// The evd row this one is compared with: the one that sleeps the same
-    /// way (a thread park, a tokio current-thread runtime, an eventfd, no
-    /// sleep at all). Each evd row is its own baseline.
+    /// The evd row this one is compared with ([`WakeSystem::row`]).
     ///
     /// ```
     /// use evd_bench::latency::WakeSystem;
@@ -113,33 +142,12 @@ impl WakeSystem {
     /// assert_eq!(WakeSystem::EventfdFloor.baseline(), WakeSystem::EvdEventfd);
     /// ```
     pub fn baseline(self) -> WakeSystem {
-        match self {
-            WakeSystem::EvdAsync | WakeSystem::TokioMpsc => WakeSystem::EvdAsync,
-            WakeSystem::EvdEventfd | WakeSystem::EventfdFloor => WakeSystem::EvdEventfd,
-            WakeSystem::EvdUpcall => WakeSystem::EvdUpcall,
-            WakeSystem::EvdWait
-            | WakeSystem::CrossbeamChannel
-            | WakeSystem::Flume
-            | WakeSystem::ParkFloor => WakeSystem::EvdWait,
-        }
+        self.row().2
     }
 
-    /// The raw wake of the mechanism this system sleeps on, which no system
-    /// sleeping that way can beat: a figure below it in the same run is
-    /// noise. Futex-based sleeps (thread park, crossbeam's and flume's
-    /// blocking receive, a tokio current-thread runtime's park) have the
-    /// park/unpark floor, the epoll loop the eventfd floor; the inline upcall
-    /// wakes no thread and the floors are not measured against themselves.
+    /// The floor of the mechanism it sleeps on ([`WakeSystem::row`]).
     pub fn floor(self) -> Option<WakeSystem> {
-        match self {
-            WakeSystem::EvdWait
-            | WakeSystem::EvdAsync
-            | WakeSystem::CrossbeamChannel
-            | WakeSystem::TokioMpsc
-            | WakeSystem::Flume => Some(WakeSystem::ParkFloor),
-            WakeSystem::EvdEventfd => Some(WakeSystem::EventfdFloor),
-            WakeSystem::EvdUpcall | WakeSystem::ParkFloor | WakeSystem::EventfdFloor => None,
-        }
+        self.row().3
     }
 
     /// Threads the measurement runs: the posting harness and the sleeping
@@ -209,17 +217,7 @@ impl WakeSystem {
                 )
             }
             WakeSystem::CrossbeamChannel => {
-                let (tx, rx) = crossbeam_channel::bounded::<u64>(1024);
-                sleeping_consumer(
-                    samples,
-                    move |record| {
-                        for _ in 0..samples {
-                            record(rx.recv().map_err(|e| e.to_string())?);
-                        }
-                        Ok(())
-                    },
-                    move |t| tx.send(t).map_err(|e| e.to_string()),
-                )
+                blocking_peer::<crossbeam_channel::Receiver<u64>>(samples)
             }
             WakeSystem::TokioMpsc => {
                 let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(1024);
@@ -236,19 +234,7 @@ impl WakeSystem {
                     move |t| tx.try_send(t).map_err(|e| e.to_string()),
                 )
             }
-            WakeSystem::Flume => {
-                let (tx, rx) = flume::bounded::<u64>(1024);
-                sleeping_consumer(
-                    samples,
-                    move |record| {
-                        for _ in 0..samples {
-                            record(rx.recv().map_err(|e| e.to_string())?);
-                        }
-                        Ok(())
-                    },
-                    move |t| tx.send(t).map_err(|e| e.to_string()),
-                )
-            }
+            WakeSystem::Flume => blocking_peer::<flume::Receiver<u64>>(samples),
             WakeSystem::ParkFloor => measure_park_floor(samples),
             WakeSystem::EventfdFloor => {
                 use rustix::event::{eventfd, EventfdFlags};
@@ -275,6 +261,21 @@ impl WakeSystem {
             }
         }
     }
+}
+
+/// A peer's blocking `recv` woken by its blocking `send`.
+fn blocking_peer<C: Channel<u64> + 'static>(samples: u64) -> Result<Histogram<u64>, String> {
+    let (tx, mut rx) = C::bounded(1024);
+    sleeping_consumer(
+        samples,
+        move |record| {
+            for _ in 0..samples {
+                record(rx.recv().ok_or("channel closed")?);
+            }
+            Ok(())
+        },
+        move |t| C::send(&tx, t).map_err(|_| "channel closed".to_string()),
+    )
 }
 
 /// Nanoseconds since a process-wide origin, never 0 (an eventfd write of 0
