@@ -27,7 +27,7 @@
 use crate::latency::{new_histogram, now_ns, ThreadState, WakeSystem};
 use crate::payload::Payload;
 use crate::peers::Channel;
-use crate::throughput::{clones, drive, RunStats, Sink, Style};
+use crate::throughput::{clones, dequeue_failed, drive, RunStats, Sink, Style};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -307,11 +307,7 @@ fn consume_evd_batch(
                     return Ok(());
                 }
             }
-            // No post here is lossy: a loss report would be a broken promise.
-            Err(evd::TryDequeueError::Overflow(o)) => {
-                return Err(format!("{o}, but no post here is lossy"))
-            }
-            Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
+            Err(e) => return Err(dequeue_failed(e)),
         }
     }
 }

@@ -716,6 +716,17 @@ pub(crate) fn wait_for_one<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), 
     }
 }
 
+/// The run's failure for a dequeue error other than `Empty`: no post here
+/// is lossy, so a loss report is a broken promise, and the posters outlive
+/// the consumer.
+pub(crate) fn dequeue_failed(e: evd::TryDequeueError) -> String {
+    match e {
+        evd::TryDequeueError::Overflow(o) => format!("{o}, but no post here is lossy"),
+        evd::TryDequeueError::Closed => "evd closed early".into(),
+        e => e.to_string(),
+    }
+}
+
 /// When empty: `arm()` first, and sleep in `wait(1)` if armed: the loop that
 /// arms on every empty poll (each arm a CAS on the posters' state word, and
 /// the next post then owes a wake).
@@ -749,11 +760,7 @@ fn consume_evd_item<P: Payload>(
                     wait.miss();
                 }
             }
-            // No post here is lossy: a loss report would be a broken promise.
-            Err(evd::TryDequeueError::Overflow(o)) => {
-                return Err(format!("{o}, but no post here is lossy"))
-            }
-            Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
+            Err(e) => return Err(dequeue_failed(e)),
         }
     }
 }
@@ -791,11 +798,7 @@ fn consume_evd_batch<P: Payload>(
                 }
                 wait.hit();
             }
-            // No post here is lossy: a loss report would be a broken promise.
-            Err(evd::TryDequeueError::Overflow(o)) => {
-                return Err(format!("{o}, but no post here is lossy"))
-            }
-            Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
+            Err(e) => return Err(dequeue_failed(e)),
         }
     }
 }
@@ -820,11 +823,7 @@ fn consume_evd_with<P: Payload>(
                 }
                 wait.hit();
             }
-            // No post here is lossy: a loss report would be a broken promise.
-            Err(evd::TryDequeueError::Overflow(o)) => {
-                return Err(format!("{o}, but no post here is lossy"))
-            }
-            Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
+            Err(e) => return Err(dequeue_failed(e)),
         }
     }
 }
