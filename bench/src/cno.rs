@@ -394,36 +394,33 @@ impl Variant {
         format!("{}{n}", self.prefix())
     }
 
+    /// Its row: the start of its case names, its label in the tables, the
+    /// record's consumer label and the threads the measurement runs.
+    fn row(self) -> (&'static str, &'static str, &'static str, usize) {
+        match self {
+            Variant::SingleThread => ("cno-trigger/", "single-thread", "single-thread", 1),
+            Variant::CrossThread => ("cno-trigger-xthread/", "cross-thread", "blocking", 2),
+        }
+    }
+
     /// The start of its case names.
     pub fn prefix(self) -> &'static str {
-        match self {
-            Variant::SingleThread => "cno-trigger/",
-            Variant::CrossThread => "cno-trigger-xthread/",
-        }
+        self.row().0
     }
 
     /// `single-thread` or `cross-thread`, for the tables.
     pub fn label(self) -> &'static str {
-        match self {
-            Variant::SingleThread => "single-thread",
-            Variant::CrossThread => "cross-thread",
-        }
+        self.row().1
     }
 
     /// The record's consumer label.
     pub fn consumer(self) -> &'static str {
-        match self {
-            Variant::SingleThread => "single-thread",
-            Variant::CrossThread => "blocking",
-        }
+        self.row().2
     }
 
     /// Threads the measurement runs.
     pub fn threads(self) -> usize {
-        match self {
-            Variant::SingleThread => 1,
-            Variant::CrossThread => 2,
-        }
+        self.row().3
     }
 }
 

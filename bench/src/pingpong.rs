@@ -71,22 +71,24 @@ impl PingPongSystem {
 
     /// The name used in tables and the JSON report.
     pub fn name(self) -> &'static str {
+        use PingPongSystem::*;
         match self {
-            PingPongSystem::EvdItem => "evd try_dequeue",
-            PingPongSystem::EvdBatch => "evd dequeue_batch",
-            PingPongSystem::Rtrb => "rtrb pop",
-            PingPongSystem::ArrayQueue => "crossbeam ArrayQueue",
-            PingPongSystem::CrossbeamChannel => "crossbeam-channel try_recv",
-            PingPongSystem::Floor => "floor: two atomics",
+            EvdItem => "evd try_dequeue",
+            EvdBatch => "evd dequeue_batch",
+            Rtrb => "rtrb pop",
+            ArrayQueue => "crossbeam ArrayQueue",
+            CrossbeamChannel => "crossbeam-channel try_recv",
+            Floor => "floor: two atomics",
         }
     }
 
     /// How each side receives: `busy/batch` for `dequeue_batch`, else
     /// `busy/item`.
     pub fn consumer(self) -> &'static str {
-        match self {
-            PingPongSystem::EvdBatch => "busy/batch",
-            _ => "busy/item",
+        if self == PingPongSystem::EvdBatch {
+            "busy/batch"
+        } else {
+            "busy/item"
         }
     }
 
