@@ -63,17 +63,8 @@ impl WakeSystem {
         WakeSystem::EventfdFloor,
     ];
 
-    /// Its row of the system table: the name in tables and the JSON report;
-    /// how the consumer waits (`blocking`, `async`, `epoll` or `inline`);
-    /// the evd row it is compared with, the one that sleeps the same way (a
-    /// thread park, a tokio current-thread runtime, an eventfd, no sleep at
-    /// all; each evd row is its own); and its floor, the raw wake of the
-    /// mechanism it sleeps on, which nothing sleeping that way can beat, so a
-    /// figure below it in the same run is noise. Futex-based sleeps (thread
-    /// park, crossbeam's and flume's blocking receive, a tokio current-thread
-    /// runtime's park) have the park/unpark floor, the epoll loop the eventfd
-    /// floor; the inline upcall wakes no thread and the floors are not
-    /// measured against themselves.
+    /// Its row of the system table: [`WakeSystem::name`], [`WakeSystem::consumer`],
+    /// [`WakeSystem::baseline`] and [`WakeSystem::floor`].
     fn row(self) -> (&'static str, &'static str, WakeSystem, Option<WakeSystem>) {
         use WakeSystem::*;
         match self {
@@ -134,7 +125,9 @@ impl WakeSystem {
         matches!(self, WakeSystem::ParkFloor | WakeSystem::EventfdFloor)
     }
 
-    /// The evd row this one is compared with ([`WakeSystem::row`]).
+    /// The evd row this one is compared with: the one that sleeps the same
+    /// way (a thread park, a tokio current-thread runtime, an eventfd, no
+    /// sleep at all). Each evd row is its own baseline.
     ///
     /// ```
     /// use evd_bench::latency::WakeSystem;
@@ -145,7 +138,12 @@ impl WakeSystem {
         self.row().2
     }
 
-    /// The floor of the mechanism it sleeps on ([`WakeSystem::row`]).
+    /// The raw wake of the mechanism this system sleeps on, which no system
+    /// sleeping that way can beat: a figure below it in the same run is
+    /// noise. Futex-based sleeps (thread park, crossbeam's and flume's
+    /// blocking receive, a tokio current-thread runtime's park) have the
+    /// park/unpark floor, the epoll loop the eventfd floor; the inline upcall
+    /// wakes no thread and the floors are not measured against themselves.
     pub fn floor(self) -> Option<WakeSystem> {
         self.row().3
     }

@@ -267,7 +267,8 @@ impl Queue {
     }
 
     /// True if the consumer makes non-blocking receive calls whose empty
-    /// results can be counted ([`Queue::row`]).
+    /// results can be counted; false for consumers that only call a blocking
+    /// receive (its own polling inside is not visible).
     pub fn counts_empty_polls(self) -> bool {
         self.row().2 != Kind::BlockedPeer
     }
