@@ -307,17 +307,12 @@ fn role(evd: bool, floor: bool) -> Role {
     }
 }
 
-/// A record skeleton: its identity, then its baseline, floor and threads.
-#[allow(clippy::too_many_arguments)]
+/// A record skeleton: case, system, consumer and metric, then its role,
+/// baseline, floor and threads.
 fn skeleton(
-    case: &str,
-    system: &str,
+    [case, system, consumer, metric]: [&str; 4],
     role: Role,
-    consumer: &str,
-    metric: &str,
-    baseline: Option<&str>,
-    floor: Option<&str>,
-    threads: usize,
+    (baseline, floor, threads): (Option<&str>, Option<&str>, usize),
 ) -> Measurement {
     let mut m = Measurement::new(case, system, role, consumer, metric);
     m.baseline = baseline.map(Into::into);
@@ -335,200 +330,104 @@ fn with_metric(m: &Measurement, metric: &str) -> Measurement {
     out
 }
 
-/// The record skeleton of a throughput row.
 fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
     // A busy evd row faster than the ring that does no RMW at all is noise.
     let floor = (q == Queue::EvdSingle && posters == 1).then(|| Queue::FloorStampRing.name());
-    let role = role(q.is_evd(), q.is_floor());
-    let baseline = q.baseline().map(Queue::name);
+    let id = [case, q.name(), q.style().label(), "ops_per_sec"];
+    let base = q.baseline().map(Queue::name);
     skeleton(
-        case,
-        q.name(),
-        role,
-        q.style().label(),
-        "ops_per_sec",
-        baseline,
-        floor,
-        posters + 1,
+        id,
+        role(q.is_evd(), q.is_floor()),
+        (base, floor, posters + 1),
     )
 }
 
-/// The record skeleton of a room row.
 fn room_measurement(s: RoomSystem, capacity: usize, posters: usize) -> Measurement {
     let case = room_case(capacity, posters);
-    let baseline = s.baseline().map(RoomSystem::name);
-    let role = role(s.is_evd(), false);
-    skeleton(
-        &case,
-        s.name(),
-        role,
-        s.style().label(),
-        "ops_per_sec",
-        baseline,
-        None,
-        posters + 1,
-    )
+    let id = [&case, s.name(), s.style().label(), "ops_per_sec"];
+    let base = s.baseline().map(RoomSystem::name);
+    skeleton(id, role(s.is_evd(), false), (base, None, posters + 1))
 }
 
-/// The record skeleton of a CNO throughput row: the waiter sleeps when
-/// nothing is ready and drains a batch per EVD.
+/// A CNO throughput row: the waiter sleeps when nothing is ready and drains
+/// a batch per EVD.
 fn cno_throughput_measurement(s: CnoSystem, evds: usize, feed: Feed) -> Measurement {
     let (case, threads) = (feed.case(evds), cno::THROUGHPUT_POSTERS + 1);
-    let baseline = Some(CnoSystem::EvdCno.name());
-    let role = role(s.is_evd(), false);
-    skeleton(
-        &case,
-        s.name(),
-        role,
-        "blocking/batch",
-        "ops_per_sec",
-        baseline,
-        None,
-        threads,
-    )
+    let id = [&case, s.name(), "blocking/batch", "ops_per_sec"];
+    let base = Some(CnoSystem::EvdCno.name());
+    skeleton(id, role(s.is_evd(), false), (base, None, threads))
 }
 
-/// The record skeleton of a trigger-cost row.
 fn cno_trigger_measurement(v: Variant, n: usize, s: CnoSystem) -> Measurement {
-    let baseline = Some(CnoSystem::EvdCno.name());
-    let role = role(s.is_evd(), false);
-    skeleton(
-        &v.case(n),
-        s.name(),
-        role,
-        v.consumer(),
-        cno::CYCLE_METRIC,
-        baseline,
-        None,
-        v.threads(),
-    )
+    let id = [&v.case(n), s.name(), v.consumer(), cno::CYCLE_METRIC];
+    let base = Some(CnoSystem::EvdCno.name());
+    skeleton(id, role(s.is_evd(), false), (base, None, v.threads()))
 }
 
-/// The record skeleton of a wake-latency row.
 fn wake_measurement(s: WakeSystem, metric: &str) -> Measurement {
-    let (baseline, floor) = (Some(s.baseline().name()), s.floor().map(WakeSystem::name));
-    let role = role(s.is_evd(), s.is_floor());
+    let (base, floor) = (Some(s.baseline().name()), s.floor().map(WakeSystem::name));
+    let id = ["wake-latency", s.name(), s.consumer(), metric];
     skeleton(
-        "wake-latency",
-        s.name(),
-        role,
-        s.consumer(),
-        metric,
-        baseline,
-        floor,
-        s.threads(),
+        id,
+        role(s.is_evd(), s.is_floor()),
+        (base, floor, s.threads()),
     )
 }
 
-/// The record skeleton of a room-wake-latency row: the one that sleeps is
-/// the poster, in a blocking send.
+/// A room-wake-latency row: the one that sleeps is the poster, in a
+/// blocking send.
 fn room_wake_measurement(s: RoomWakeSystem, metric: &str) -> Measurement {
-    let (baseline, floor) = (
+    let (base, floor) = (
         Some(s.baseline().name()),
         s.floor().map(RoomWakeSystem::name),
     );
-    let role = role(s.is_evd(), s.is_floor());
-    skeleton(
-        ROOM_WAKE_CASE,
-        s.name(),
-        role,
-        "blocking",
-        metric,
-        baseline,
-        floor,
-        2,
-    )
+    let id = [ROOM_WAKE_CASE, s.name(), "blocking", metric];
+    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
 }
 
-/// The record skeleton of a CNO wake-latency row.
 fn cno_wake_measurement(s: CnoWakeSystem, metric: &str) -> Measurement {
-    let (baseline, floor) = (
-        s.baseline().map(CnoWakeSystem::name),
-        s.floor().map(CnoWakeSystem::name),
-    );
-    let role = role(s.is_evd(), s.is_floor());
-    skeleton(
-        cno::WAKE_CASE,
-        s.name(),
-        role,
-        "blocking",
-        metric,
-        baseline,
-        floor,
-        2,
-    )
+    let base = s.baseline().map(CnoWakeSystem::name);
+    let floor = s.floor().map(CnoWakeSystem::name);
+    let id = [cno::WAKE_CASE, s.name(), "blocking", metric];
+    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
 }
 
-/// The record skeleton of a busy ping-pong row.
 fn pingpong_measurement(s: PingPongSystem, metric: &str) -> Measurement {
-    let (baseline, floor) = (
-        Some(s.baseline().name()),
-        s.floor().map(PingPongSystem::name),
-    );
-    let role = role(s.is_evd(), s.is_floor());
-    skeleton(
-        pingpong::CASE,
-        s.name(),
-        role,
-        s.consumer(),
-        metric,
-        baseline,
-        floor,
-        2,
-    )
+    let base = Some(s.baseline().name());
+    let floor = s.floor().map(PingPongSystem::name);
+    let id = [pingpong::CASE, s.name(), s.consumer(), metric];
+    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
 }
 
-/// The record skeleton of a re-arm row: every kind against evd's arm; in
-/// ns, the re-arms have the bare CAS as their floor.
+/// A re-arm row: every kind against evd's arm; in ns, the re-arms have the
+/// bare CAS as their floor.
 fn rearm_measurement(k: RearmKind, metric: &str) -> Measurement {
     let floor = (!k.is_floor() && metric == "ns_per_rearm").then(|| RearmKind::CasFloor.name());
-    let role = role(k == RearmKind::EvdArm, k.is_floor());
-    let baseline = Some(RearmKind::EvdArm.name());
+    let id = ["rearm", k.name(), "single-thread", metric];
+    let base = Some(RearmKind::EvdArm.name());
     skeleton(
-        "rearm",
-        k.name(),
-        role,
-        "single-thread",
-        metric,
-        baseline,
-        floor,
-        1,
+        id,
+        role(k == RearmKind::EvdArm, k.is_floor()),
+        (base, floor, 1),
     )
 }
 
-/// The record skeleton of a single-thread pair row.
 fn pair_measurement(calls: PairCalls, s: PairSystem) -> Measurement {
-    let (role, baseline) = (
-        role(s == PairSystem::Evd, false),
-        Some(PairSystem::Evd.name()),
-    );
-    skeleton(
-        calls.case(),
-        s.name(),
-        role,
-        "single-thread",
-        "ns_per_pair",
-        baseline,
-        None,
-        1,
-    )
+    let id = [calls.case(), s.name(), "single-thread", "ns_per_pair"];
+    let base = Some(PairSystem::Evd.name());
+    skeleton(id, role(s == PairSystem::Evd, false), (base, None, 1))
 }
 
-/// The record skeleton of a CNO instruction count: the CNO cycle is the
-/// reference, so the plain pair's ratio is plain ÷ cycle.
+/// A CNO instruction count: the CNO cycle is the reference, so the plain
+/// pair's ratio is plain ÷ cycle.
 fn cno_insns_measurement(k: CnoInsnKind) -> Measurement {
-    let baseline = Some(CnoInsnKind::CnoCycle.name());
-    let metric = "instructions_per_cycle";
-    skeleton(
+    let id = [
         cno::INSNS_CASE,
         k.name(),
-        Role::Evd,
         "single-thread",
-        metric,
-        baseline,
-        None,
-        1,
-    )
+        "instructions_per_cycle",
+    ];
+    skeleton(id, Role::Evd, (Some(CnoInsnKind::CnoCycle.name()), None, 1))
 }
 
 /// Every CNO throughput job's system, EVD count and feed, in table order.
@@ -785,24 +684,34 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     // Section i ends by the run's start plus the shares up to and including
     // its own, so time an earlier section did not use goes to the next.
     let deadline = |i: usize| started + plan.budget.mul_f64(plan.shares[..=i].iter().sum::<f64>());
-    let rounds = |name, rounds, i, stride| Rounds {
-        name,
-        rounds,
-        deadline: deadline(i),
-        stride,
-    };
     let mut times = Vec::new();
-    let mut lap = Instant::now();
-    let mut section = |run: &mut Run, name: &'static str, s: Rounds, jobs: Vec<Job>| {
-        run.interleave(&s, jobs);
+    let (mut lap, mut index) = (Instant::now(), 0);
+    let mut section = |run: &mut Run, name: &'static str, rounds, stride, jobs: Vec<Job>| {
+        // The pair section's notes name its case.
+        let note = if name == "single-thread pair" {
+            PAIR_CASE
+        } else {
+            name
+        };
+        let deadline = deadline(index);
+        run.interleave(
+            &Rounds {
+                name: note,
+                rounds,
+                deadline,
+                stride,
+            },
+            jobs,
+        );
         times.push(format!("{name} {:.1} s", lap.elapsed().as_secs_f64()));
-        lap = Instant::now();
+        (lap, index) = (Instant::now(), index + 1);
     };
 
     section(
         &mut run,
         "throughput",
-        rounds("throughput", plan.throughput_rounds, 0, 7),
+        plan.throughput_rounds,
+        7,
         throughput_jobs(plan),
     );
     no_room_wakes_in_throughput(&mut run);
@@ -815,12 +724,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         room::WORK_NS,
         room::ROOM_POLICY
     ));
-    section(
-        &mut run,
-        "room",
-        rounds("room", plan.room_rounds, 1, 7),
-        room_jobs(plan, work),
-    );
+    section(&mut run, "room", plan.room_rounds, 7, room_jobs(plan, work));
     let samples = plan.latency_samples;
     let wake = WakeSystem::ALL.map(|s| {
         Job::percentiles(wake_measurement(s, "latency_p50_ns"), samples, move |n| {
@@ -830,7 +734,8 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     section(
         &mut run,
         "wake latency",
-        rounds("wake latency", plan.latency_rounds, 2, 1),
+        plan.latency_rounds,
+        1,
         wake.into(),
     );
     let room_wake = RoomWakeSystem::ALL.map(|s| {
@@ -843,7 +748,8 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     section(
         &mut run,
         "room-wake latency",
-        rounds("room-wake latency", plan.latency_rounds, 3, 1),
+        plan.latency_rounds,
+        1,
         room_wake.into(),
     );
     run.notes.push(format!(
@@ -871,12 +777,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
             })
         })
     });
-    section(
-        &mut run,
-        "re-arm",
-        rounds("re-arm", plan.rearm_rounds, 4, 1),
-        rearm.into(),
-    );
+    section(&mut run, "re-arm", plan.rearm_rounds, 1, rearm.into());
     let iters = plan.pair_iters;
     let pair = PairCalls::ALL
         .iter()
@@ -892,12 +793,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
             })
         })
         .collect();
-    section(
-        &mut run,
-        "single-thread pair",
-        rounds(PAIR_CASE, plan.pair_rounds, 5, 1),
-        pair,
-    );
+    section(&mut run, "single-thread pair", plan.pair_rounds, 1, pair);
     let pingpong = PingPongSystem::ALL.map(|s| {
         Job::percentiles(
             pingpong_measurement(s, "latency_p50_ns"),
@@ -917,7 +813,8 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     section(
         &mut run,
         "busy ping-pong",
-        rounds("busy ping-pong", plan.pingpong_rounds, 6, 1),
+        plan.pingpong_rounds,
+        1,
         pingpong.into(),
     );
     let cno_wake = CnoWakeSystem::ALL.map(|s| {
@@ -930,7 +827,8 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     section(
         &mut run,
         "cno wake latency",
-        rounds("cno wake latency", plan.latency_rounds, 7, 1),
+        plan.latency_rounds,
+        1,
         cno_wake.into(),
     );
     run.notes.push(
@@ -953,12 +851,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
             })
         })
         .collect();
-    section(
-        &mut run,
-        "cno trigger",
-        rounds("cno trigger", plan.cno_trigger_rounds, 8, 7),
-        trigger,
-    );
+    section(&mut run, "cno trigger", plan.cno_trigger_rounds, 7, trigger);
     let (calibration, target) = (plan.cno_calibration_messages, plan.cno_throughput_run);
     let cno_tp = cno_throughput_jobs()
         .into_iter()
@@ -974,7 +867,8 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     section(
         &mut run,
         "cno throughput",
-        rounds("cno throughput", plan.cno_throughput_rounds, 9, 7),
+        plan.cno_throughput_rounds,
+        7,
         cno_tp,
     );
     if plan.callgrind {

@@ -14,6 +14,7 @@
 //! The inline upcall is the exception: it has no sleeping consumer; the time
 //! is from before the post to the start of the handler, on the posting thread.
 
+use crate::peers::Channel;
 use hdrhistogram::Histogram;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -62,40 +63,61 @@ impl WakeSystem {
         WakeSystem::EventfdFloor,
     ];
 
+    /// Its row of the system table: [`WakeSystem::name`], [`WakeSystem::consumer`],
+    /// [`WakeSystem::baseline`] and [`WakeSystem::floor`].
+    fn row(self) -> (&'static str, &'static str, WakeSystem, Option<WakeSystem>) {
+        use WakeSystem::*;
+        match self {
+            EvdWait => (
+                "evd wait (park/unpark)",
+                "blocking",
+                EvdWait,
+                Some(ParkFloor),
+            ),
+            EvdAsync => (
+                "evd recv().await (tokio current-thread)",
+                "async",
+                EvdAsync,
+                Some(ParkFloor),
+            ),
+            EvdEventfd => (
+                "evd eventfd + epoll",
+                "epoll",
+                EvdEventfd,
+                Some(EventfdFloor),
+            ),
+            EvdUpcall => ("evd inline upcall", "inline", EvdUpcall, None),
+            CrossbeamChannel => (
+                "crossbeam-channel recv",
+                "blocking",
+                EvdWait,
+                Some(ParkFloor),
+            ),
+            TokioMpsc => (
+                "tokio mpsc recv().await",
+                "async",
+                EvdAsync,
+                Some(ParkFloor),
+            ),
+            Flume => ("flume recv", "blocking", EvdWait, Some(ParkFloor)),
+            ParkFloor => ("floor: raw park/unpark", "blocking", EvdWait, None),
+            EventfdFloor => ("floor: raw eventfd read", "blocking", EvdEventfd, None),
+        }
+    }
+
     /// The name used in tables and the JSON report.
     pub fn name(self) -> &'static str {
-        match self {
-            WakeSystem::EvdWait => "evd wait (park/unpark)",
-            WakeSystem::EvdAsync => "evd recv().await (tokio current-thread)",
-            WakeSystem::EvdEventfd => "evd eventfd + epoll",
-            WakeSystem::EvdUpcall => "evd inline upcall",
-            WakeSystem::CrossbeamChannel => "crossbeam-channel recv",
-            WakeSystem::TokioMpsc => "tokio mpsc recv().await",
-            WakeSystem::Flume => "flume recv",
-            WakeSystem::ParkFloor => "floor: raw park/unpark",
-            WakeSystem::EventfdFloor => "floor: raw eventfd read",
-        }
+        self.row().0
     }
 
     /// How the consumer waits: `blocking`, `async`, `epoll` or `inline`.
     pub fn consumer(self) -> &'static str {
-        match self {
-            WakeSystem::EvdAsync | WakeSystem::TokioMpsc => "async",
-            WakeSystem::EvdEventfd => "epoll",
-            WakeSystem::EvdUpcall => "inline",
-            _ => "blocking",
-        }
+        self.row().1
     }
 
     /// True for the evd rows.
     pub fn is_evd(self) -> bool {
-        matches!(
-            self,
-            WakeSystem::EvdWait
-                | WakeSystem::EvdAsync
-                | WakeSystem::EvdEventfd
-                | WakeSystem::EvdUpcall
-        )
+        self.baseline() == self
     }
 
     /// True for the two raw floors.
@@ -113,15 +135,7 @@ impl WakeSystem {
     /// assert_eq!(WakeSystem::EventfdFloor.baseline(), WakeSystem::EvdEventfd);
     /// ```
     pub fn baseline(self) -> WakeSystem {
-        match self {
-            WakeSystem::EvdAsync | WakeSystem::TokioMpsc => WakeSystem::EvdAsync,
-            WakeSystem::EvdEventfd | WakeSystem::EventfdFloor => WakeSystem::EvdEventfd,
-            WakeSystem::EvdUpcall => WakeSystem::EvdUpcall,
-            WakeSystem::EvdWait
-            | WakeSystem::CrossbeamChannel
-            | WakeSystem::Flume
-            | WakeSystem::ParkFloor => WakeSystem::EvdWait,
-        }
+        self.row().2
     }
 
     /// The raw wake of the mechanism this system sleeps on, which no system
@@ -131,15 +145,7 @@ impl WakeSystem {
     /// park/unpark floor, the epoll loop the eventfd floor; the inline upcall
     /// wakes no thread and the floors are not measured against themselves.
     pub fn floor(self) -> Option<WakeSystem> {
-        match self {
-            WakeSystem::EvdWait
-            | WakeSystem::EvdAsync
-            | WakeSystem::CrossbeamChannel
-            | WakeSystem::TokioMpsc
-            | WakeSystem::Flume => Some(WakeSystem::ParkFloor),
-            WakeSystem::EvdEventfd => Some(WakeSystem::EventfdFloor),
-            WakeSystem::EvdUpcall | WakeSystem::ParkFloor | WakeSystem::EventfdFloor => None,
-        }
+        self.row().3
     }
 
     /// Threads the measurement runs: the posting harness and the sleeping
@@ -209,17 +215,7 @@ impl WakeSystem {
                 )
             }
             WakeSystem::CrossbeamChannel => {
-                let (tx, rx) = crossbeam_channel::bounded::<u64>(1024);
-                sleeping_consumer(
-                    samples,
-                    move |record| {
-                        for _ in 0..samples {
-                            record(rx.recv().map_err(|e| e.to_string())?);
-                        }
-                        Ok(())
-                    },
-                    move |t| tx.send(t).map_err(|e| e.to_string()),
-                )
+                blocking_peer::<crossbeam_channel::Receiver<u64>>(samples)
             }
             WakeSystem::TokioMpsc => {
                 let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(1024);
@@ -236,19 +232,7 @@ impl WakeSystem {
                     move |t| tx.try_send(t).map_err(|e| e.to_string()),
                 )
             }
-            WakeSystem::Flume => {
-                let (tx, rx) = flume::bounded::<u64>(1024);
-                sleeping_consumer(
-                    samples,
-                    move |record| {
-                        for _ in 0..samples {
-                            record(rx.recv().map_err(|e| e.to_string())?);
-                        }
-                        Ok(())
-                    },
-                    move |t| tx.send(t).map_err(|e| e.to_string()),
-                )
-            }
+            WakeSystem::Flume => blocking_peer::<flume::Receiver<u64>>(samples),
             WakeSystem::ParkFloor => measure_park_floor(samples),
             WakeSystem::EventfdFloor => {
                 use rustix::event::{eventfd, EventfdFlags};
@@ -275,6 +259,21 @@ impl WakeSystem {
             }
         }
     }
+}
+
+/// A peer's blocking `recv` woken by its blocking `send`.
+fn blocking_peer<C: Channel<u64> + 'static>(samples: u64) -> Result<Histogram<u64>, String> {
+    let (tx, mut rx) = C::bounded(1024);
+    sleeping_consumer(
+        samples,
+        move |record| {
+            for _ in 0..samples {
+                record(rx.recv().ok_or("channel closed")?);
+            }
+            Ok(())
+        },
+        move |t| C::send(&tx, t).map_err(|_| "channel closed".to_string()),
+    )
 }
 
 /// Nanoseconds since a process-wide origin, never 0 (an eventfd write of 0
@@ -525,37 +524,4 @@ fn measure_upcall(samples: u64) -> Result<Histogram<u64>, String> {
     }
     drop(upcalls);
     Ok(hist)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stat_state_is_read_after_the_last_parenthesis() {
-        assert_eq!(parse_stat_state(b"1 (sh) R 0 1"), Some(b'R'));
-        assert_eq!(parse_stat_state(b"7 (we(i)rd) name) S 3"), Some(b'S'));
-        assert_eq!(parse_stat_state(b"no parenthesis"), None);
-        assert_eq!(parse_stat_state(b"1 (x)"), None);
-    }
-
-    #[test]
-    fn own_thread_is_running_while_it_reads_its_state() {
-        let tid = rustix::thread::gettid().as_raw_nonzero().get();
-        let mut s = ThreadState::open(tid).unwrap();
-        assert_eq!(s.state().unwrap(), b'R');
-        // Re-reading at offset 0 regenerates the line.
-        assert_eq!(s.state().unwrap(), b'R');
-    }
-
-    #[test]
-    fn every_system_records_one_sample_per_post() {
-        for sys in WakeSystem::ALL {
-            let h = sys
-                .measure(50)
-                .unwrap_or_else(|e| panic!("{}: {e}", sys.name()));
-            assert_eq!(h.len(), 50, "{}", sys.name());
-            assert!(h.min() >= 1);
-        }
-    }
 }

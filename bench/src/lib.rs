@@ -9,6 +9,8 @@
 //!   consumer is labelled busy/blocking and item/batch and compared with the
 //!   evd row of its style; per-run empty polls, full refusals and same-CPU
 //!   share, and evd's room wakes (0: no poster waits there).
+//! * [`peers`]: the peer channels behind one interface ([`peers::Channel`]),
+//!   so that [`throughput`], [`room`] and [`latency`] drive each the same way.
 //! * [`room`]: posters that wait for room. A slow consumer (fixed work per
 //!   event) behind a ring of 64 or 1024 slots; 1 or 2 posters sleep in their
 //!   system's blocking bounded send (evd `post_blocking`); evd's room wakes
@@ -47,6 +49,7 @@ pub mod compare;
 pub mod latency;
 pub mod pair;
 pub mod payload;
+pub mod peers;
 pub mod pingpong;
 pub mod rearm;
 pub mod report;

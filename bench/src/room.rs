@@ -26,7 +26,8 @@
 
 use crate::latency::{new_histogram, now_ns, ThreadState, WakeSystem};
 use crate::payload::Payload;
-use crate::throughput::{clones, drive, RunStats, Sink, Style};
+use crate::peers::Channel;
+use crate::throughput::{clones, dequeue_failed, drive, RunStats, Sink, Style};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -227,66 +228,18 @@ impl RoomSystem {
                 }
             }
             RoomSystem::CrossbeamChannel => {
-                let (tx, rx) = crossbeam_channel::bounded::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.send(p).map_err(|e| e.into_inner()),
-                    move |sink| recv_loop(sink, work, || rx.recv().ok()),
-                )?
+                peer::<crossbeam_channel::Receiver<u64>>(capacity, posters, messages, work)?
             }
             RoomSystem::StdSyncChannel => {
-                let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.send(p).map_err(|e| e.0),
-                    move |sink| recv_loop(sink, work, || rx.recv().ok()),
-                )?
+                peer::<std::sync::mpsc::Receiver<u64>>(capacity, posters, messages, work)?
             }
-            RoomSystem::Flume => {
-                let (tx, rx) = flume::bounded::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.send(p).map_err(|e| e.into_inner()),
-                    move |sink| recv_loop(sink, work, || rx.recv().ok()),
-                )?
-            }
+            RoomSystem::Flume => peer::<flume::Receiver<u64>>(capacity, posters, messages, work)?,
             RoomSystem::TokioMpsc => {
-                let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.blocking_send(p).map_err(|e| e.0),
-                    move |sink| recv_loop(sink, work, || rx.blocking_recv()),
-                )?
+                peer::<tokio::sync::mpsc::Receiver<u64>>(capacity, posters, messages, work)?
             }
-            RoomSystem::Kanal => {
-                let (tx, rx) = kanal::bounded::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    // kanal's `send` drops a refused value; the payload is
-                    // `Copy`, so the same copy is handed back.
-                    |tx, p| tx.send(p).map_err(|_| p),
-                    move |sink| recv_loop(sink, work, || rx.recv().ok()),
-                )?
-            }
+            RoomSystem::Kanal => peer::<kanal::Receiver<u64>>(capacity, posters, messages, work)?,
             RoomSystem::Thingbuf => {
-                let (tx, rx) = thingbuf::mpsc::blocking::channel::<u64>(capacity);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    |tx, p| tx.send(p).map_err(|_| p),
-                    move |sink| recv_loop(sink, work, || rx.recv()),
-                )?
+                peer::<thingbuf::mpsc::blocking::Receiver<u64>>(capacity, posters, messages, work)?
             }
         };
         // A blocking send's waits are not visible; `drive` counted only
@@ -354,13 +307,30 @@ fn consume_evd_batch(
                     return Ok(());
                 }
             }
-            // No post here is lossy: a loss report would be a broken promise.
-            Err(evd::TryDequeueError::Overflow(o)) => {
-                return Err(format!("{o}, but no post here is lossy"))
-            }
-            Err(evd::TryDequeueError::Closed) => return Err("evd closed early".into()),
+            Err(e) => return Err(dequeue_failed(e)),
         }
     }
+}
+
+/// A peer: posters in its blocking send, the consumer in its blocking
+/// receive; the consumer is dropped when `drive`'s `consume` returns.
+fn peer<C: Channel<u64>>(
+    capacity: usize,
+    posters: usize,
+    messages: u64,
+    work: Work,
+) -> Result<RunStats, String> {
+    let (tx, rx) = C::bounded(capacity);
+    drive(
+        posters,
+        messages,
+        clones(tx, posters),
+        C::send,
+        move |sink| {
+            let mut rx = rx;
+            recv_loop(sink, work, || rx.recv())
+        },
+    )
 }
 
 fn recv_loop(
@@ -566,82 +536,4 @@ where
     }
     let hist = poster.join().map_err(|_| "poster panicked".to_string())??;
     Ok((hist, rx))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_system_delivers_every_event_once_in_every_case() {
-        for s in RoomSystem::ALL {
-            for capacity in CAPACITIES {
-                for posters in POSTERS {
-                    let run = s
-                        .run(capacity, posters, 4_000, Work::fixed(20))
-                        .unwrap_or_else(|e| panic!("{} cap {capacity} {posters}p: {e}", s.name()));
-                    assert_eq!(run.full_refusals, None);
-                    assert_eq!(
-                        run.empty_polls.is_some(),
-                        s == RoomSystem::EvdBatchWait,
-                        "{}",
-                        s.name()
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn evd_room_runs_move_every_event_and_count_room_wakes() {
-        // 8 slots, 2 000 events, about 1 µs of work per event. How often the
-        // posters sleep is the figure being measured, not a property: a
-        // poster's back-off may catch every freed slot (zero wakes is a legal
-        // outcome), so only the counting is checked.
-        let work = Work::calibrate(1_000.0);
-        for s in [RoomSystem::EvdDequeue, RoomSystem::EvdBatchWait] {
-            let run = s.run(8, 1, 2_000, work).unwrap();
-            assert_eq!(run.messages, 2_000, "{}: {run:?}", s.name());
-            let wakes = run.room_wakes.expect("evd rows count room wakes");
-            let per_msg = run.room_wakes_per_msg().unwrap();
-            assert!((per_msg - wakes as f64 / 2_000.0).abs() < 1e-12);
-        }
-    }
-
-    #[test]
-    fn every_room_wake_system_records_one_sample_per_wake() {
-        for s in RoomWakeSystem::ALL {
-            let h = s
-                .measure(50)
-                .unwrap_or_else(|e| panic!("{}: {e}", s.name()));
-            assert_eq!(h.len(), 50, "{}", s.name());
-            assert!(h.min() >= 1);
-        }
-    }
-
-    #[test]
-    fn rows_compare_with_the_evd_item_row_and_the_park_floor() {
-        for s in RoomSystem::ALL {
-            match s.baseline() {
-                Some(b) => assert_eq!((b, b.style()), (RoomSystem::EvdDequeue, s.style())),
-                None => assert_eq!(s, RoomSystem::EvdBatchWait),
-            }
-        }
-        assert_eq!(
-            RoomWakeSystem::CrossbeamSend.floor(),
-            Some(RoomWakeSystem::ParkFloor)
-        );
-        assert_eq!(RoomWakeSystem::ParkFloor.floor(), None);
-        assert_eq!(
-            RoomWakeSystem::ParkFloor.name(),
-            WakeSystem::ParkFloor.name()
-        );
-    }
-
-    #[test]
-    fn work_is_calibrated_to_a_positive_count() {
-        let w = Work::calibrate(WORK_NS);
-        assert!(w.iters >= 1);
-        assert!(w.ns_per_event() > 0.0);
-    }
 }

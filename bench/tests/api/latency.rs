@@ -1,0 +1,29 @@
+use evd_bench::latency::*;
+
+#[test]
+fn stat_state_is_read_after_the_last_parenthesis() {
+    assert_eq!(parse_stat_state(b"1 (sh) R 0 1"), Some(b'R'));
+    assert_eq!(parse_stat_state(b"7 (we(i)rd) name) S 3"), Some(b'S'));
+    assert_eq!(parse_stat_state(b"no parenthesis"), None);
+    assert_eq!(parse_stat_state(b"1 (x)"), None);
+}
+
+#[test]
+fn own_thread_is_running_while_it_reads_its_state() {
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    let mut s = ThreadState::open(tid).unwrap();
+    assert_eq!(s.state().unwrap(), b'R');
+    // Re-reading at offset 0 regenerates the line.
+    assert_eq!(s.state().unwrap(), b'R');
+}
+
+#[test]
+fn every_system_records_one_sample_per_post() {
+    for sys in WakeSystem::ALL {
+        let h = sys
+            .measure(50)
+            .unwrap_or_else(|e| panic!("{}: {e}", sys.name()));
+        assert_eq!(h.len(), 50, "{}", sys.name());
+        assert!(h.min() >= 1);
+    }
+}
