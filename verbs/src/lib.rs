@@ -20,6 +20,14 @@
 //! [`VerbsEvent`] itself is the ready-made choice. A full EVD stops the feed
 //! (backpressure: the completions wait in the CQ); nothing is dropped.
 //!
+//! The runners survive the user code they run: a panic of an upcall
+//! handler (a feed's post runs it), of an event type's `From` or `Drop`, is
+//! caught around that feed's turn, counted and reported, and the [`Driver`]
+//! or [`Poller`] serves on, every feed included ([`Driver::process`],
+//! [`RunningDriver`]); a running driver answers
+//! [`is_running`](RunningDriver::is_running) and live
+//! [`stats`](RunningDriver::stats).
+//!
 //! Many CQs can share one completion channel (one fd): a [`ChannelFeed`]
 //! serves them all as one feed, demultiplexing the channel's events by CQ
 //! ([`channel_feed`], [`SharedChannel`]).

@@ -14,8 +14,10 @@
 //!   [`RunningDriver`], [`Shutdown`];
 //! - `source`: what the driver asks of a feed; `key`: [`FeedKey`] and
 //!   [`FeedId`]; `config` and `error`;
-//! - `slot`: one registered feed and how a turn runs it; `registry`:
-//!   registering and removing feeds.
+//! - `slot`: one registered feed and how a turn runs it (a panic of user
+//!   code in the turn is caught there); `registry`: registering and
+//!   removing feeds;
+//! - `stats`: [`DriverStats`] and their live publication to other threads.
 //!
 //! This file is the shell around them: each turn it applies the commands,
 //! reaps the ring's completions, gives every feed with work its turn (the
@@ -39,6 +41,7 @@ mod key;
 mod registry;
 mod slot;
 mod source;
+mod stats;
 mod uring;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
@@ -46,9 +49,10 @@ pub use config::{DriverConfig, FeedMode};
 pub use control::{DriverHandle, RunningDriver, Shutdown};
 pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
+pub use stats::DriverStats;
 
 use crate::eventfd;
-use control::{Command, Shared};
+use control::{Command, RunningMark, Shared};
 use cycle::Phase;
 use slot::{Removal, Slot};
 use source::Source;
@@ -72,34 +76,6 @@ pub struct Activity {
     /// Some feed has work now (draining, spinning, just unblocked): call
     /// `process` again without waiting on the driver's fd.
     pub busy: bool,
-}
-
-/// A driver's counters.
-///
-/// ```
-/// let mut driver = evd_verbs::Driver::new(Default::default()).unwrap();
-/// driver.process(Some(std::time::Duration::from_millis(1))).unwrap();
-/// assert_eq!(driver.stats().timeouts, 1);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DriverStats {
-    /// Turns over the feeds.
-    pub turns: u64,
-    /// Waits in the kernel that could block (no feed was busy).
-    pub waits: u64,
-    /// Timed waits that ended with nothing to handle (the caller's timeout,
-    /// or a signal). The driver sets no timer of its own.
-    pub timeouts: u64,
-    /// Channel (or async fd) readiness reports.
-    pub fd_wakes: u64,
-    /// Room signals received from full EVDs.
-    pub room_wakes: u64,
-    /// Adaptive feeds: polls of a spin that found completions (wakes saved).
-    pub spin_catches: u64,
-    /// Adaptive feeds: spins that ended empty and armed.
-    pub spin_misses: u64,
-    /// Adaptive feeds: wakes served by the event cycle, without a spin.
-    pub unspun_wakes: u64,
 }
 
 /// One io_uring ring serving many feeds: it waits on every feed's channel
@@ -139,6 +115,9 @@ pub struct Driver {
     /// so a turn allocates nothing once it has seen the ring's largest batch.
     reaped: Vec<Completion>,
     stats: DriverStats,
+    /// The first panic caught in a feed's turn that [`Driver::process`] has
+    /// not reported yet.
+    caught: Option<Panic>,
 }
 
 impl Driver {
@@ -160,6 +139,7 @@ impl Driver {
             removed: Vec::new(),
             reaped: Vec::new(),
             stats: DriverStats::default(),
+            caught: None,
         })
     }
 
@@ -202,7 +182,43 @@ impl Driver {
     /// }
     /// assert!(consumer.try_dequeue().is_ok());
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::Io`] if the ring or a feed's verbs call failed.
+    /// [`DriverError::Panicked`] if user code panicked in a feed's turn (see
+    /// Panics): the call still completed, and the driver is intact.
+    ///
+    /// # Panics
+    /// Not because of a handler. A feed's turn runs user code: the upcall
+    /// handler of its EVD (a post runs it), its event type's `From` and
+    /// `Drop`, a completion queue's own code. A panic there is caught at the
+    /// end of that feed's turn and counted ([`DriverStats::handler_panics`]);
+    /// the other feeds get their turns, and the call ends as usual, then
+    /// returns the first panic it caught as [`DriverError::Panicked`] (the
+    /// others are counted only). Call `process` again to serve on: every
+    /// feed is still served, the one whose turn panicked too. Its next turn
+    /// arms and drains it (as after a failed verbs call). Nothing it took
+    /// from its CQ is lost: the events of the post that ran the handler are
+    /// in the EVD (the handler had the one it panicked on; the core's
+    /// upcalls give the rest to the next instance, and the EVD stays
+    /// usable), and events not posted yet stay held by the feed. Two limits:
+    /// a panicking `From` loses the completions of its poll not converted
+    /// yet, and the feed's own counters ([`FeedStats`](crate::FeedStats))
+    /// miss the batch whose post panicked.
     pub fn process(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
+        let activity = self.step(timeout);
+        self.shared.stats.publish(&self.stats);
+        let activity = activity?;
+        match self.caught.take() {
+            Some(p) => Err(DriverError::Panicked(p)),
+            None => Ok(activity),
+        }
+    }
+
+    /// [`Driver::process`] without reporting a caught panic (it stays in
+    /// `caught` for the next `process`) or publishing the counters: the
+    /// loops of a removal and of a shutdown, which must not stop half-way.
+    fn step(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
         let shared = self.shared.clone();
         let _driving = shared.driving();
         if !self.wake_poll_in_flight {
@@ -364,7 +380,18 @@ impl Driver {
             if slot.room.signalled.load(Ordering::Relaxed) {
                 self.stats.room_wakes += 1;
             }
-            delivered |= slot.turn(now, budget, &mut self.stats)? > 0;
+            match slot.turn(now, budget, &mut self.stats) {
+                Ok(n) => delivered |= n > 0,
+                // Caught in the feed's turn (which counted it): the feed is
+                // back in Arm, and the other feeds get their turns.
+                Err(DriverError::Panicked(p)) => {
+                    delivered = true;
+                    if self.caught.is_none() {
+                        self.caught = Some(p);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
             busy |= slot.is_busy();
             if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
                 slot.poll_in_flight = true;
@@ -381,12 +408,19 @@ impl Driver {
         Ok(delivered)
     }
 
-    /// Run on a new thread until [`RunningDriver::shutdown`].
+    /// Run on a new thread until [`RunningDriver::shutdown`]. A panic in a
+    /// feed's turn is caught and kept there, and the thread serves on (see
+    /// [`RunningDriver`]).
     pub fn spawn(self) -> Result<RunningDriver, DriverError> {
         let handle = self.handle();
+        let running = RunningMark::new(self.shared.clone());
         let thread = std::thread::Builder::new()
             .name("evd-verbs-driver".into())
-            .spawn(move || self.run())
+            .spawn(move || {
+                // Dropped when the thread ends, however it ends.
+                let _running = running;
+                self.run()
+            })
             .map_err(DriverError::Io)?;
         Ok(RunningDriver {
             handle,
@@ -395,8 +429,24 @@ impl Driver {
     }
 
     fn run(mut self) -> Result<Shutdown, DriverError> {
+        let r = self.serve_until_stopped();
+        // The last publish, before the thread's `RunningMark` says it ended.
+        self.shared.stats.publish(&self.stats);
+        if let Some(p) = self.caught.take() {
+            self.shared.keep_panic(p);
+        }
+        r
+    }
+
+    fn serve_until_stopped(&mut self) -> Result<Shutdown, DriverError> {
         while !self.shared.stop_requested() {
-            self.process(None)?;
+            match self.process(None) {
+                Ok(_) => {}
+                // Caught in a feed's turn; the driver is intact: keep the
+                // panic for `take_panic` (or the shutdown) and serve on.
+                Err(DriverError::Panicked(p)) => self.shared.keep_panic(p),
+                Err(e) => return Err(e),
+            }
         }
         let ids: Vec<FeedId> = self
             .slots
@@ -413,7 +463,7 @@ impl Driver {
             self.begin_remove(*id, Removal::Local)?;
         }
         while self.removed.len() < ids.len() {
-            self.process(Some(Duration::from_millis(100)))?;
+            self.step(Some(Duration::from_millis(100)))?;
         }
         Ok(Shutdown {
             feeds: std::mem::take(&mut self.removed),
