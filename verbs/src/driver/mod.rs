@@ -1,5 +1,6 @@
-//! The io_uring driver: one ring waits on the completion channels of many
-//! feeds and runs each feed's cycle. It runs inside the application's own
+//! The driver: one io_uring ring (or, where io_uring is refused, one epoll
+//! instance) waits on the completion channels of many feeds and runs each
+//! feed's cycle. It runs inside the application's own
 //! loop ([`Driver::process`], waiting on the driver's fd) or on a thread of
 //! its own ([`Driver::spawn`]).
 //!
@@ -8,8 +9,10 @@
 //!   observation) -> (phase, action)`, with its whole table tested;
 //! - `adaptive`: the adaptive mode's spin policy ([`SpinPolicy`]), which
 //!   gives the cycle its spin limits from the arrival process;
-//! - `uring`: the ring shell (poll requests, cancellation, waits, typed
-//!   completions);
+//! - `readiness`: the requests (fd polls, cancellations), completions and
+//!   waits, whichever backend carries them; `uring`: the io_uring shell;
+//!   `epoll`: the epoll shell; `backend`: the one a driver uses
+//!   ([`DriverBackend`]: io_uring, epoll where io_uring is refused);
 //! - `control`: commands from other threads, [`DriverHandle`],
 //!   [`RunningDriver`], [`Shutdown`];
 //! - `source`: what the driver asks of a feed; `key`: [`FeedKey`] and
@@ -20,9 +23,9 @@
 //! - `stats`: [`DriverStats`] and their live publication to other threads.
 //!
 //! This file is the shell around them: each turn it applies the commands,
-//! reaps the ring's completions, gives every feed with work its turn (the
-//! slot performs the cycle's actions) and keeps each sleeping feed's fd
-//! poll in the ring.
+//! reaps the backend's completions, gives every feed with work its turn
+//! (the slot performs the cycle's actions) and keeps each sleeping feed's
+//! fd poll in the backend.
 //!
 //! # No timers
 //! A feed stopped by a full EVD takes nothing more out of its CQ and
@@ -33,11 +36,14 @@
 //! ([`DriverStats::timeouts`] counts only the caller's timeouts).
 
 mod adaptive;
+mod backend;
 mod config;
 mod control;
 mod cycle;
+mod epoll;
 mod error;
 mod key;
+mod readiness;
 mod registry;
 mod slot;
 mod source;
@@ -45,15 +51,17 @@ mod stats;
 mod uring;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
-pub use config::{DriverConfig, FeedMode};
+pub use config::{DriverBackend, DriverConfig, FeedMode};
 pub use control::{DriverHandle, RunningDriver, Shutdown};
 pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
 pub use stats::DriverStats;
 
 use crate::eventfd;
+use backend::Backend;
 use control::{Command, RunningMark, Shared};
 use cycle::Phase;
+use readiness::{Completion, Request, Wait};
 use slot::{Removal, Slot};
 use source::Source;
 use std::any::Any;
@@ -62,7 +70,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uring::{Completion, Request, Ring, Wait};
 
 /// What one [`Driver::process`] call left behind.
 ///
@@ -81,6 +88,9 @@ pub struct Activity {
 /// One io_uring ring serving many feeds: it waits on every feed's channel
 /// fd (`POLL_ADD`, multishot where the kernel has it) and runs the event or
 /// adaptive cycle of the feeds that are ready, `budget` events each per turn.
+/// Where the kernel or a sandbox refuses io_uring (seccomp, gVisor,
+/// `kernel.io_uring_disabled`), one epoll instance does the waiting instead,
+/// behind the same API ([`DriverBackend`]).
 /// Run it on its own thread ([`Driver::spawn`]) or from your loop
 /// ([`Driver::process`], waiting on the driver's fd: [`AsFd`], [`AsRawFd`]).
 ///
@@ -99,7 +109,8 @@ pub struct Activity {
 /// assert_eq!(producer.stats().unacked_at_destroy, None); // CQ handed back, not destroyed
 /// ```
 pub struct Driver {
-    ring: Ring,
+    /// The kernel interface: an io_uring ring, or epoll.
+    backend: Backend,
     cfg: DriverConfig,
     slots: Vec<Option<Slot>>,
     generations: Vec<u32>,
@@ -121,14 +132,20 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// A driver with its own ring.
+    /// A driver with its own ring, or its own epoll instance where io_uring
+    /// is refused or asked not to be used ([`DriverConfig::backend`]).
+    ///
+    /// # Errors
+    /// [`DriverError::Io`] if the backend or the wake fd could not be set
+    /// up (io_uring refused while [`DriverBackend::IoUring`] was asked
+    /// for, say).
     pub fn new(cfg: DriverConfig) -> Result<Self, DriverError> {
         let cfg = DriverConfig {
             budget: cfg.budget.max(1),
             ..cfg
         };
         Ok(Driver {
-            ring: Ring::new(cfg.ring_entries, cfg.busy_turns_per_enter)?,
+            backend: Backend::open(&cfg)?,
             cfg,
             slots: Vec::new(),
             generations: Vec::new(),
@@ -153,6 +170,18 @@ impl Driver {
         DriverHandle {
             shared: self.shared.clone(),
         }
+    }
+
+    /// The backend this driver waits with: [`DriverBackend::IoUring`] or
+    /// [`DriverBackend::Epoll`] (never `Auto`: the choice made).
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, DriverBackend};
+    /// let driver = Driver::new(Default::default()).unwrap();
+    /// assert_ne!(driver.backend(), DriverBackend::Auto);
+    /// ```
+    pub fn backend(&self) -> DriverBackend {
+        self.backend.kind()
     }
 
     /// The counters.
@@ -222,7 +251,7 @@ impl Driver {
         let shared = self.shared.clone();
         let _driving = shared.driving();
         if !self.wake_poll_in_flight {
-            self.ring
+            self.backend
                 .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
             self.wake_poll_in_flight = true;
         }
@@ -231,28 +260,29 @@ impl Driver {
             // What was ready has been handled: report back instead of waiting,
             // so the caller sees those events before this call sleeps.
             _ if handled || self.busy => Wait::Busy,
-            Some(d) if d.is_zero() => Wait::Busy,
+            Some(d) if d.is_zero() => Wait::Check,
             Some(d) => Wait::For(d),
             None => Wait::Forever,
         };
-        if wait != Wait::Busy {
+        let blocks = matches!(wait, Wait::For(_) | Wait::Forever);
+        if blocks {
             self.stats.waits += 1;
         }
-        if self.ring.submit_and_wait(wait)? {
+        if self.backend.submit_and_wait(wait)? {
             self.stats.timeouts += 1;
         }
-        if wait != Wait::Busy {
+        if blocks || (wait == Wait::Check && self.backend.collected()) {
             self.turn()?;
         }
         // The caller may now wait on the ring's fd: the wake poll (which the
         // last turn may have seen end) and the polls of feeds that went to
         // sleep in that turn must be in the kernel before it does.
         if !self.wake_poll_in_flight {
-            self.ring
+            self.backend
                 .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
             self.wake_poll_in_flight = true;
         }
-        self.ring.flush()?;
+        self.backend.flush()?;
         Ok(Activity { busy: self.busy })
     }
 
@@ -297,7 +327,7 @@ impl Driver {
         // Collected first: handling one needs `&mut self`, which the ring's
         // iterator borrows.
         let mut completions = std::mem::take(&mut self.reaped);
-        self.ring.reap(|c| completions.push(c));
+        self.backend.reap(|c| completions.push(c));
         let any = !completions.is_empty();
         for c in completions.drain(..) {
             match c.request {
@@ -305,7 +335,7 @@ impl Driver {
                     if !c.more {
                         self.wake_poll_in_flight = false;
                     }
-                    self.ring.refused_multishot(&c);
+                    self.backend.refused_multishot(&c);
                     eventfd::clear(&self.shared.wake);
                     self.busy = true;
                 }
@@ -343,7 +373,7 @@ impl Driver {
             let slot = entry.take().expect("present");
             return Some((id, slot.source, slot.removing.expect("removing")));
         }
-        if self.ring.refused_multishot(&c) {
+        if self.backend.refused_multishot(&c) {
             // Asked again, one-shot, at the end of the turn.
             return None;
         }
@@ -400,7 +430,7 @@ impl Driver {
                     generation: slot.generation,
                 };
                 let fd = slot.source.fd().expect("checked at insert");
-                self.ring.poll(fd, Request::FeedPoll(id))?;
+                self.backend.poll(fd, Request::FeedPoll(id))?;
             }
         }
         self.cursor = self.cursor.wrapping_add(1);
@@ -474,24 +504,25 @@ impl Driver {
 }
 
 impl AsRawFd for Driver {
-    /// The ring's fd: readable when [`Driver::process`] has completions to
-    /// handle. Wait on it (epoll, poll, tokio's `AsyncFd`) unless the last
+    /// The ring's fd (the epoll instance's, on that backend): readable when
+    /// [`Driver::process`] has completions to handle. Wait on it (epoll, poll, tokio's `AsyncFd`) unless the last
     /// `process` reported [`Activity::busy`].
     fn as_raw_fd(&self) -> RawFd {
-        self.ring.as_raw_fd()
+        self.backend.as_raw_fd()
     }
 }
 
 impl AsFd for Driver {
     /// As [`AsRawFd::as_raw_fd`].
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.ring.as_fd()
+        self.backend.as_fd()
     }
 }
 
 impl fmt::Debug for Driver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Driver")
+            .field("backend", &self.backend())
             .field("cfg", &self.cfg)
             .field("feeds", &self.slots.iter().flatten().count())
             .field("busy", &self.busy)

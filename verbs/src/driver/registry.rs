@@ -251,7 +251,7 @@ impl Driver {
         };
         if slot.poll_in_flight {
             slot.removing = Some(who);
-            self.ring.cancel(id)?;
+            self.backend.cancel(id)?;
         } else {
             let slot = self.slots[id.index as usize].take().expect("checked above");
             self.hand_back(id, slot.source, who);
