@@ -53,6 +53,93 @@ fn an_explicit_backend_is_the_one_used_whatever_the_environment_says() {
     }
 }
 
+/// Refuse `io_uring_setup` with `EPERM` on this thread (and the threads it
+/// spawns from now on), as Docker's default seccomp profile does. The
+/// filter stays with the thread, which ends with the test.
+fn refuse_io_uring_on_this_thread() {
+    let ret_errno = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    let mut filter = [
+        // Load the system call's number (`seccomp_data.nr`, offset 0).
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        // io_uring_setup: fail it; anything else: allow.
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_io_uring_setup as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: ret_errno,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: plain prctl calls; the program points at `filter`, alive
+    // across the call (the kernel copies it). No new privileges is what an
+    // unprivileged seccomp filter requires.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &program as *const libc::sock_fprog,
+            ),
+            0,
+            "installing the seccomp filter failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[test]
+fn auto_falls_back_to_epoll_when_io_uring_is_refused_and_the_driver_serves() {
+    // On a thread of its own: the filter must not reach the other tests.
+    std::thread::spawn(|| {
+        refuse_io_uring_on_this_thread();
+        let refused = Driver::new(config(DriverBackend::IoUring)).unwrap_err();
+        assert!(
+            matches!(&refused, evd_verbs::DriverError::Io(e) if e.raw_os_error() == Some(libc::EPERM)),
+            "an explicit io_uring is not replaced: {refused:?}"
+        );
+        if std::env::var("EVD_DRIVER_BACKEND").as_deref() == Ok("io_uring") {
+            return; // Auto is told to use io_uring: nothing to fall back from.
+        }
+        let mut driver = Driver::new(DriverConfig::default()).unwrap();
+        assert_eq!(driver.backend(), DriverBackend::Epoll);
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        driver
+            .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+            .unwrap();
+        let running = driver.spawn().unwrap();
+        hca.push(wc(7)).unwrap();
+        match consumer.dequeue_timeout(WATCHDOG).unwrap() {
+            VerbsEvent::Completion { wc, .. } => assert_eq!(wc.wr_id, 7),
+            other => panic!("{other:?}"),
+        }
+        running.shutdown().unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
 const PRODUCERS: u64 = 2;
 const PER_PRODUCER: u64 = 5_000;
 
