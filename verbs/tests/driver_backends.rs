@@ -306,3 +306,48 @@ fn every_backends_fd_wakes_the_callers_own_loop() {
         }
     }
 }
+
+#[test]
+fn readiness_collected_by_a_busy_turn_is_reported_busy_not_left_behind_the_fd() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq0, hca0) = SoftCq::new(16).unwrap();
+        let (cq1, hca1) = SoftCq::new(16).unwrap();
+        // Every busy turn collects the kernel's readiness reports.
+        let mut driver = Driver::new(DriverConfig {
+            busy_turns_per_enter: 1,
+            ..config(backend)
+        })
+        .unwrap();
+        driver
+            .register(Feed::new(cq0, CqId(0), poster.clone()), FeedMode::Event)
+            .unwrap();
+        driver
+            .register(Feed::new(cq1, CqId(1), poster), FeedMode::Event)
+            .unwrap();
+        let mut busy = driver.process(Some(Duration::ZERO)).unwrap().busy; // arms both
+        let mut got = Vec::new();
+        let mut take = |busy: &mut bool, driver: &mut Driver, n: usize| {
+            while got.len() < n {
+                if !*busy {
+                    wait_readable(driver.as_fd());
+                }
+                *busy = driver.process(Some(Duration::ZERO)).unwrap().busy;
+                while let Ok(VerbsEvent::Completion { cq, wc }) = consumer.try_dequeue() {
+                    got.push((cq.0, wc.wr_id));
+                }
+            }
+        };
+        // Feed 0's wake delivers, then leaves it to re-arm next turn.
+        hca0.push(wc(1)).unwrap();
+        take(&mut busy, &mut driver, 1);
+        // That turn drains feed 0 and sends it to sleep (nothing busy), and
+        // its busy wait collects feed 1's readiness: the call must say
+        // busy, as the driver's fd no longer shows it.
+        hca0.push(wc(2)).unwrap();
+        hca1.push(wc(3)).unwrap();
+        take(&mut busy, &mut driver, 3);
+        got.sort_unstable();
+        assert_eq!(got, [(0, 1), (0, 2), (1, 3)], "{backend:?}");
+    }
+}

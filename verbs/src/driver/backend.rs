@@ -103,8 +103,10 @@ impl Backend {
         }
     }
 
-    /// A `Wait::Check` collected completions for a turn to handle now (the
-    /// ring's are visible without one, so the next call's turn takes them).
+    /// Completions collected by a wait and not handled yet, which the
+    /// backend's fd no longer shows (epoll's: their reports were read). The
+    /// ring's stay in its completion queue, where its fd shows them and the
+    /// next turn takes them: `false`.
     pub(crate) fn collected(&self) -> bool {
         match self {
             Backend::Uring(_) => false,

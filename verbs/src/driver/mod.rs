@@ -283,7 +283,12 @@ impl Driver {
             self.wake_poll_in_flight = true;
         }
         self.backend.flush()?;
-        Ok(Activity { busy: self.busy })
+        // Readiness a busy wait collected (epoll's, every few busy turns)
+        // no longer shows on the driver's fd: the next call must handle it
+        // without waiting on the fd first.
+        Ok(Activity {
+            busy: self.busy || self.backend.collected(),
+        })
     }
 
     /// Commands, completions, feeds, poll requests. Returns whether there
