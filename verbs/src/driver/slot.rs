@@ -91,7 +91,8 @@ impl Slot {
         //   posted stay in `held`, in order), and Arm re-arms and drains it,
         //   which is right from any state the turn can leave it in;
         // - `stats`: plain counters, each a valid count of what did happen;
-        // - the room signal and the policy: their updates are single writes.
+        // - the adaptive policy and the room signal: no user code runs
+        //   inside their updates, so no unwind leaves one half done.
         let r = match catch_unwind(AssertUnwindSafe(|| self.run_cycle(now, budget, stats))) {
             Ok(r) => r,
             Err(payload) => {
