@@ -7,7 +7,11 @@
 //!   application or by a dedicated [`Poller`] thread;
 //! - **event-driven**: the [`Driver`] waits on the CQs' completion channels
 //!   through one io_uring ring, and on readiness gets the events, acks them
-//!   in batches, re-arms, then drains until empty ([`FeedMode::Event`]);
+//!   in batches, re-arms, then drains until empty ([`FeedMode::Event`]).
+//!   Where io_uring is refused (Docker's default seccomp profile, gVisor,
+//!   `kernel.io_uring_disabled`) the driver waits through epoll instead,
+//!   same API, same cycle ([`DriverBackend`]; `EVD_DRIVER_BACKEND=epoll`
+//!   forces it);
 //! - **adaptive**: the driver keeps polling while completions keep coming,
 //!   then arms and sleeps, with a spin budget that follows the arrival rate
 //!   ([`FeedMode::Adaptive`], [`SpinPolicy`]).
@@ -19,6 +23,14 @@
 //! `T: From<VerbsEvent>` (see [Your own event type](#your-own-event-type));
 //! [`VerbsEvent`] itself is the ready-made choice. A full EVD stops the feed
 //! (backpressure: the completions wait in the CQ); nothing is dropped.
+//!
+//! The runners survive the user code they run: a panic of an upcall
+//! handler (a feed's post runs it), of an event type's `From` or `Drop`, is
+//! caught around that feed's turn, counted and reported, and the [`Driver`]
+//! or [`Poller`] serves on, every feed included ([`Driver::process`],
+//! [`RunningDriver`]); a running driver answers
+//! [`is_running`](RunningDriver::is_running) and live
+//! [`stats`](RunningDriver::stats).
 //!
 //! Many CQs can share one completion channel (one fd): a [`ChannelFeed`]
 //! serves them all as one feed, demultiplexing the channel's events by CQ
@@ -66,7 +78,7 @@
 //! | [`soft`] | the software providers, one per file | [`SoftCq`](soft::SoftCq), [`SoftChannel`](soft::SoftChannel), [`SoftDevice`](soft::SoftDevice), [`SoftCm`](soft::SoftCm) |
 //! | `ibv` (feature `ibverbs`) | the real-verbs providers, one per file, and their [`teardown`] reporting | `Context`, `IbvCq`, `CompletionChannel`, `QueuePair`, `CmChannel`, ... |
 //! | `feed` | the feeds: a source into an EVD, within a budget, with backpressure | [`Feed`], [`ChannelFeed`] ([`channel_feed`]), [`AsyncFeed`], [`CmFeed`] |
-//! | `driver` | the io_uring runner and its adaptive spin policy | [`Driver`], [`SpinPolicy`], [`RunningDriver`], [`DriverHandle`] |
+//! | `driver` | the io_uring (or epoll) runner and its adaptive spin policy | [`Driver`], [`SpinPolicy`], [`RunningDriver`], [`DriverHandle`] |
 //! | `poller` | the busy-poll runner's thread | [`Poller`] |
 //!
 //! Each layer uses only those above it in the table (a provider knows the
@@ -192,8 +204,9 @@ pub use ibv::teardown;
 
 pub use cpu_time::thread_cpu_time;
 pub use driver::{
-    Activity, AdaptiveConfig, Driver, DriverConfig, DriverError, DriverHandle, DriverStats, FeedId,
-    FeedKey, FeedMode, Panic, RunningDriver, Shutdown, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX,
+    Activity, AdaptiveConfig, Driver, DriverBackend, DriverConfig, DriverError, DriverHandle,
+    DriverStats, FeedId, FeedKey, FeedMode, Panic, RunningDriver, Shutdown, SpinPolicy,
+    PROBE_EVERY, PROBE_EVERY_MAX,
 };
 pub use event::{
     AsyncElement, AsyncEvent, AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId, PrivateData,

@@ -4,8 +4,9 @@ use crate::driver::Panic;
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use crate::source::CompletionQueue;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -15,6 +16,16 @@ use std::time::Duration;
 ///
 /// Stopping (or dropping) it joins the thread; no post (hence no upcall)
 /// from its feeds happens after that returns.
+///
+/// # Panics in user code
+/// The thread runs user code: the upcall handlers of the EVDs its feeds
+/// post into, the event type's `From` and `Drop`, the CQs' own code. A
+/// panic there is caught around that feed's [`Feed::progress`] call,
+/// counted ([`Poller::handler_panics`]) and kept ([`Poller::take_panic`]),
+/// and the thread polls on, every feed included (a feed's state is
+/// consistent at each point where it runs user code: see
+/// [`Driver::process`](crate::Driver::process) for what the feed keeps).
+/// [`Poller::stop`] reports a panic nobody took.
 ///
 /// ```
 /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
@@ -50,8 +61,41 @@ where
     C: CompletionQueue + 'static,
     T: From<VerbsEvent> + Send + 'static,
 {
-    stop: Arc<AtomicBool>,
+    shared: Arc<PollerShared>,
     thread: Option<JoinHandle<Stopped<C, T>>>,
+}
+
+/// What a poller's thread shares with its [`Poller`].
+#[derive(Default)]
+struct PollerShared {
+    stop: AtomicBool,
+    /// Set before the thread starts, cleared (`Release`) when it ends.
+    running: AtomicBool,
+    /// Feed calls that panicked. Written by the polling thread only (a
+    /// `Relaxed` store of its own count: no read-modify-write), and only
+    /// when one did; read `Relaxed` (it guards no data).
+    handler_panics: AtomicU64,
+    /// The first caught panic not taken yet. Locked only when a call
+    /// panicked and when it is taken: never on the polling path.
+    panic: Mutex<Option<Panic>>,
+}
+
+impl PollerShared {
+    fn take_panic(&self) -> Option<Panic> {
+        self.panic.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// Held by the polling thread: clears `running` when the thread ends,
+/// however it ends.
+struct RunningMark(Arc<PollerShared>);
+
+impl Drop for RunningMark {
+    fn drop(&mut self) {
+        // Release: what the thread did before it ended (its last count of
+        // panics) is visible to a reader whose Acquire load sees `false`.
+        self.0.running.store(false, Ordering::Release);
+    }
 }
 
 /// The feeds are on the polling thread, so only its state shows.
@@ -62,8 +106,9 @@ where
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Poller")
-            .field("stopping", &self.stop.load(Ordering::Relaxed))
-            .field("thread", &self.thread)
+            .field("running", &self.is_running())
+            .field("stopping", &self.shared.stop.load(Ordering::Relaxed))
+            .field("handler_panics", &self.handler_panics())
             .finish()
     }
 }
@@ -85,6 +130,8 @@ pub struct Stopped<C: CompletionQueue, T = VerbsEvent> {
     pub cpu_time: Duration,
     /// Rounds over all feeds.
     pub rounds: u64,
+    /// Feed calls that panicked (caught; see [`Poller`]).
+    pub handler_panics: u64,
 }
 
 impl<C, T> Poller<C, T>
@@ -102,18 +149,37 @@ where
     /// assert_eq!(poller.stop().unwrap().feeds.len(), 2);
     /// ```
     pub fn spawn(mut feeds: Vec<Feed<C, T>>, budget: usize) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let shared = Arc::new(PollerShared::default());
+        // Relaxed: the spawn below orders it before anything the thread does.
+        shared.running.store(true, Ordering::Relaxed);
+        let mark = RunningMark(shared.clone());
         let thread = std::thread::Builder::new()
             .name("evd-verbs-poller".into())
             .spawn(move || {
+                let mark = mark;
+                let shared = &*mark.0;
                 let mut rounds = 0u64;
+                let mut panics = 0u64;
                 // Relaxed: the flag carries no data; the join publishes the feeds.
-                while !flag.load(Ordering::Relaxed) {
+                while !shared.stop.load(Ordering::Relaxed) {
                     let mut idle = true;
                     for f in feeds.iter_mut() {
-                        if f.progress(budget).status == FeedStatus::Budget {
-                            idle = false;
+                        // AssertUnwindSafe: a feed's fields are consistent
+                        // at each point where it runs user code (see
+                        // `Slot::turn` in the driver), and its next call
+                        // goes on from there.
+                        match catch_unwind(AssertUnwindSafe(|| f.progress(budget))) {
+                            Ok(p) => idle &= p.status != FeedStatus::Budget,
+                            Err(payload) => {
+                                panics += 1;
+                                shared.handler_panics.store(panics, Ordering::Relaxed);
+                                let mut kept =
+                                    shared.panic.lock().unwrap_or_else(|e| e.into_inner());
+                                if kept.is_none() {
+                                    *kept = Some(Panic::new(payload));
+                                }
+                                idle = false;
+                            }
                         }
                     }
                     if idle {
@@ -125,20 +191,69 @@ where
                     feeds,
                     cpu_time: crate::cpu_time::thread_cpu_time(),
                     rounds,
+                    handler_panics: panics,
                 }
             })?;
         Ok(Poller {
-            stop,
+            shared,
             thread: Some(thread),
         })
+    }
+
+    /// Whether the polling thread still runs (until [`Poller::stop`], or
+    /// until it died of a panic outside a feed call).
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let poller = Poller::spawn(vec![Feed::new(SoftCq::new(8).unwrap().0, CqId(0), poster)], 16).unwrap();
+    /// assert!(poller.is_running());
+    /// # poller.stop().unwrap();
+    /// ```
+    pub fn is_running(&self) -> bool {
+        // Acquire: pairs with the Release store of the thread's end.
+        self.shared.running.load(Ordering::Acquire)
+    }
+
+    /// Feed calls that panicked so far (caught; the thread polls on).
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let poller = Poller::spawn(vec![Feed::new(SoftCq::new(8).unwrap().0, CqId(0), poster)], 16).unwrap();
+    /// assert_eq!(poller.handler_panics(), 0);
+    /// # poller.stop().unwrap();
+    /// ```
+    pub fn handler_panics(&self) -> u64 {
+        self.shared.handler_panics.load(Ordering::Relaxed)
+    }
+
+    /// The first panic caught in a feed call and not taken yet. Taking it
+    /// keeps [`Poller::stop`] from reporting it.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let poller = Poller::spawn(vec![Feed::new(SoftCq::new(8).unwrap().0, CqId(0), poster)], 16).unwrap();
+    /// assert!(poller.take_panic().is_none());
+    /// # poller.stop().unwrap();
+    /// ```
+    pub fn take_panic(&self) -> Option<Panic> {
+        self.shared.take_panic()
     }
 
     /// Stop and join the thread; hand back the feeds.
     ///
     /// # Errors
-    /// [`Panic`] with the payload if the thread panicked (user code it ran
-    /// panicked: an upcall handler of an EVD its feeds post into, say); the
-    /// feeds went with the thread. This never panics again.
+    /// [`Panic`] with the payload if user code the thread ran panicked (an
+    /// upcall handler of an EVD its feeds post into, say) and nobody took
+    /// that panic ([`Poller::take_panic`]): a panic is reported, never
+    /// swallowed, and the feeds are then dropped here instead of handed
+    /// back (take the panic first to get them). The same if the thread
+    /// itself died of a panic; the feeds went with it.
+    ///
+    /// # Panics
+    /// Never: see Errors.
     ///
     /// ```
     /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
@@ -153,9 +268,16 @@ where
     }
 
     fn stop_and_join(&mut self) -> Option<Result<Stopped<C, T>, Panic>> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::Relaxed);
         let t = self.thread.take()?;
-        Some(t.join().map_err(Panic::new))
+        Some(
+            t.join()
+                .map_err(Panic::new)
+                .and_then(|stopped| match self.shared.take_panic() {
+                    Some(p) => Err(p),
+                    None => Ok(stopped),
+                }),
+        )
     }
 }
 
@@ -168,7 +290,7 @@ where
         if !std::thread::panicking() {
             drop(self.stop_and_join());
         } else {
-            self.stop.store(true, Ordering::Relaxed);
+            self.shared.stop.store(true, Ordering::Relaxed);
         }
     }
 }

@@ -8,10 +8,11 @@
 //! (`register`, `remove`) refuse to run on the driver's own thread (from an
 //! upcall of an EVD its feeds post into): they would wait for themselves.
 
-use super::error::DriverError;
+use super::error::{DriverError, Panic};
 use super::key::{FeedId, FeedKey};
 use super::source::Source;
-use super::FeedMode;
+use super::stats::PublishedStats;
+use super::{DriverStats, FeedMode};
 use crate::event::CmEvent;
 use crate::event::VerbsEvent;
 use crate::eventfd;
@@ -51,6 +52,13 @@ pub(crate) struct Shared {
     /// Written to wake the driver from its ring wait (commands, stop, and the
     /// EVDs' room signals).
     pub(crate) wake: OwnedFd,
+    /// The driver's counters as its thread last published them, and whether
+    /// a spawned driver's thread runs.
+    pub(crate) stats: PublishedStats,
+    /// The first panic a spawned driver caught in a feed's turn that nobody
+    /// has taken yet. Locked only when a turn panicked and when it is taken:
+    /// never on the data path.
+    panic: Mutex<Option<Panic>>,
 }
 
 thread_local! {
@@ -65,7 +73,23 @@ impl Shared {
             pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             wake: eventfd::new()?,
+            stats: PublishedStats::default(),
+            panic: Mutex::new(None),
         }))
+    }
+
+    /// Keep `p` unless an earlier panic is still waiting to be taken (the
+    /// first one is the likelier cause; every one is counted in
+    /// [`DriverStats::handler_panics`]).
+    pub(crate) fn keep_panic(&self, p: Panic) {
+        let mut kept = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.is_none() {
+            *kept = Some(p);
+        }
+    }
+
+    fn take_panic(&self) -> Option<Panic> {
+        self.panic.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     pub(crate) fn wake(&self) {
@@ -109,6 +133,24 @@ impl Shared {
 
     fn on_driver_thread(self: &Arc<Self>) -> bool {
         DRIVING.with(|d| d.get() == Arc::as_ptr(self))
+    }
+}
+
+/// Held by a spawned driver's thread: marks the driver running until the
+/// thread ends, however it ends (returning, failing, unwinding).
+pub(crate) struct RunningMark(Arc<Shared>);
+
+impl RunningMark {
+    /// Mark `shared`'s driver running, before its thread is spawned.
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        shared.stats.set_running();
+        RunningMark(shared)
+    }
+}
+
+impl Drop for RunningMark {
+    fn drop(&mut self) {
+        self.0.stats.set_stopped();
     }
 }
 
@@ -249,6 +291,54 @@ impl DriverHandle {
             .map(FeedKey::new)
     }
 
+    /// Whether the driver runs on a thread of its own: spawned
+    /// ([`Driver::spawn`](super::Driver::spawn)) and its thread not ended
+    /// (shut down, or failed). `false` for a driver run by the caller's own
+    /// loop. Once it reads `false`, [`stats`](Self::stats) are final.
+    ///
+    /// ```
+    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// let handle = running.handle().clone();
+    /// assert!(handle.is_running());
+    /// running.shutdown().unwrap();
+    /// assert!(!handle.is_running());
+    /// ```
+    pub fn is_running(&self) -> bool {
+        self.shared.stats.is_running()
+    }
+
+    /// The driver's counters, live: as the thread running the driver
+    /// published them at the end of its last
+    /// [`Driver::process`](super::Driver::process) call. Each counter only
+    /// grows; two counters may come from different calls. Costs the driver
+    /// no lock and no read-modify-write: its thread stores its own counters
+    /// (`Relaxed`, as their only writer), the reader loads them.
+    ///
+    /// ```
+    /// let mut driver = evd_verbs::Driver::new(Default::default()).unwrap();
+    /// let handle = driver.handle();
+    /// driver.process(Some(std::time::Duration::ZERO)).unwrap();
+    /// assert_eq!(handle.stats(), driver.stats());
+    /// ```
+    pub fn stats(&self) -> DriverStats {
+        self.shared.stats.load()
+    }
+
+    /// The first panic a spawned driver caught in a feed's turn since the
+    /// last call (an upcall handler of the feed's EVD, say), if any. The
+    /// driver served on; taking the panic here also keeps
+    /// [`RunningDriver::shutdown`] from reporting it. Every panic is counted
+    /// in [`DriverStats::handler_panics`]; only the first not taken is kept.
+    ///
+    /// ```
+    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// assert!(running.handle().take_panic().is_none());
+    /// # running.shutdown().unwrap();
+    /// ```
+    pub fn take_panic(&self) -> Option<Panic> {
+        self.shared.take_panic()
+    }
+
     fn register_source(
         &self,
         source: Box<dyn Source>,
@@ -300,6 +390,7 @@ impl DriverHandle {
 impl fmt::Debug for DriverHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DriverHandle")
+            .field("running", &self.is_running())
             .field("stopping", &self.shared.stop_requested())
             .finish()
     }
@@ -316,8 +407,19 @@ pub(crate) fn downcast<F: 'static>(feed: Box<dyn Any + Send>) -> F {
 /// A driver running on its own thread. Dropping it shuts it down (and drops
 /// its feeds, acknowledging their events, on that thread) and joins it.
 ///
+/// # Panics in user code
+/// The thread runs user code: the upcall handlers of the EVDs its feeds
+/// post into, the event types' `From` and `Drop`, a completion queue's own
+/// code. A panic there is caught at the end of the feed's turn, counted
+/// ([`DriverStats::handler_panics`]) and kept ([`RunningDriver::take_panic`]);
+/// the driver serves on, every feed included, the one whose handler
+/// panicked too (see [`Driver::process`](super::Driver::process)). No call
+/// on this type panics because of it: [`RunningDriver::shutdown`] reports a
+/// panic nobody took as [`DriverError::Panicked`].
+///
 /// ```
 /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
+/// assert!(running.is_running());
 /// drop(running); // stops and joins
 /// ```
 pub struct RunningDriver {
@@ -331,17 +433,58 @@ impl RunningDriver {
         &self.handle
     }
 
+    /// Whether the driver's thread still runs (it ends on a shutdown, or
+    /// when the driver fails). See [`DriverHandle::is_running`].
+    ///
+    /// ```
+    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// assert!(running.is_running());
+    /// # running.shutdown().unwrap();
+    /// ```
+    pub fn is_running(&self) -> bool {
+        self.handle.is_running()
+    }
+
+    /// The driver's counters, live (see [`DriverHandle::stats`]).
+    ///
+    /// ```
+    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// assert_eq!(running.stats().handler_panics, 0);
+    /// # running.shutdown().unwrap();
+    /// ```
+    pub fn stats(&self) -> DriverStats {
+        self.handle.stats()
+    }
+
+    /// The first panic caught in a feed's turn and not taken yet (see
+    /// [`DriverHandle::take_panic`]).
+    ///
+    /// ```
+    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// assert!(running.take_panic().is_none());
+    /// # running.shutdown().unwrap();
+    /// ```
+    pub fn take_panic(&self) -> Option<Panic> {
+        self.handle.take_panic()
+    }
+
     /// Stop the driver, join its thread, and hand back its feeds (each
     /// removed from the ring first).
     ///
     /// # Errors
-    /// The thread's error if it failed; [`DriverError::Panicked`] with the
-    /// payload if it panicked (user code it ran panicked: an upcall handler
-    /// of an EVD its feeds post into, say); this never panics again.
+    /// The thread's error if it failed. [`DriverError::Panicked`] with the
+    /// payload if user code the thread ran panicked and nobody took that
+    /// panic ([`take_panic`](Self::take_panic)): a panic is reported, never
+    /// swallowed, and the feeds are then dropped here instead of handed
+    /// back (take the panic first to get them). The same if the thread
+    /// itself panicked outside a feed's turn. This never panics again.
     /// [`DriverError::OnDriverThread`] when called on the driver's own thread
     /// (from such an upcall), where joining would wait for itself: the
     /// driver is asked to stop, and stops once that upcall returns; its feeds
     /// are dropped on its thread, not handed back.
+    ///
+    /// # Panics
+    /// Never: see Errors.
     pub fn shutdown(mut self) -> Result<Shutdown, DriverError> {
         if self.on_driver_thread() {
             self.handle.shared.request_stop();
@@ -349,8 +492,13 @@ impl RunningDriver {
             drop(self.thread.take());
             return Err(DriverError::OnDriverThread);
         }
-        self.stop_and_join()
-            .expect("thread present until shut down")
+        let stopped = self
+            .stop_and_join()
+            .expect("thread present until shut down")?;
+        match self.handle.shared.take_panic() {
+            Some(p) => Err(DriverError::Panicked(p)),
+            None => Ok(stopped),
+        }
     }
 
     /// True if the caller is the driver's own thread.
@@ -365,7 +513,7 @@ impl RunningDriver {
         let t = self.thread.take()?;
         Some(match t.join() {
             Ok(r) => r,
-            Err(p) => Err(DriverError::Panicked(super::Panic::new(p))),
+            Err(p) => Err(DriverError::Panicked(Panic::new(p))),
         })
     }
 }
@@ -385,7 +533,7 @@ impl Drop for RunningDriver {
 impl fmt::Debug for RunningDriver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RunningDriver")
-            .field("running", &self.thread.is_some())
+            .field("running", &self.is_running())
             .finish()
     }
 }
@@ -410,7 +558,7 @@ pub struct Shutdown {
     /// CPU time of the driver thread.
     pub cpu_time: Duration,
     /// The driver's counters at the end.
-    pub stats: super::DriverStats,
+    pub stats: DriverStats,
 }
 
 impl Shutdown {

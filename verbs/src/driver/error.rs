@@ -32,16 +32,24 @@ pub enum DriverError {
     /// The ring, or a verbs call of a feed (`req_notify`, `get_cq_event`),
     /// failed.
     Io(io::Error),
-    /// The driver's thread panicked: user code it ran (an EVD's upcall
-    /// handler, a waker, an event's `Drop`) panicked, and the thread ended.
-    /// The payload is kept; [`RunningDriver::shutdown`](crate::RunningDriver::shutdown)
-    /// returns it rather than panicking again.
+    /// User code the driver ran panicked (an EVD's upcall handler, an event
+    /// type's `From` or `Drop`, a completion queue's own code); this is its
+    /// payload.
+    ///
+    /// From [`Driver::process`](crate::Driver::process): the panic was
+    /// caught in one feed's turn and counted; the call completed and the
+    /// driver is intact, so call it again to serve on (every feed, the one
+    /// whose turn panicked included). From
+    /// [`RunningDriver::shutdown`](crate::RunningDriver::shutdown): a panic
+    /// its thread caught that nobody took with
+    /// [`RunningDriver::take_panic`](crate::RunningDriver::take_panic), or a
+    /// panic that ended the thread; it is returned, never raised again.
     Panicked(Panic),
 }
 
-/// The payload of a panic caught where a thread of this crate joined another
-/// (a driver's, a [`Poller`](crate::Poller)'s): what `std::thread::JoinHandle::join`
-/// returned, with its message when it has one.
+/// The payload of a panic of user code run by a driver or a
+/// [`Poller`](crate::Poller) (caught where it ran, or where its thread was
+/// joined), with its message when it has one.
 ///
 /// ```
 /// let p = evd_verbs::Panic::new(Box::new("a handler failed"));
@@ -101,7 +109,7 @@ impl fmt::Display for DriverError {
                 f.write_str("called on the driver's own thread, where it would wait for itself")
             }
             DriverError::Io(e) => write!(f, "driver I/O failed: {e}"),
-            DriverError::Panicked(p) => write!(f, "the driver's thread {p}"),
+            DriverError::Panicked(p) => write!(f, "user code run by the driver {p}"),
         }
     }
 }

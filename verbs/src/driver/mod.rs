@@ -1,5 +1,6 @@
-//! The io_uring driver: one ring waits on the completion channels of many
-//! feeds and runs each feed's cycle. It runs inside the application's own
+//! The driver: one io_uring ring (or, where io_uring is refused, one epoll
+//! instance) waits on the completion channels of many feeds and runs each
+//! feed's cycle. It runs inside the application's own
 //! loop ([`Driver::process`], waiting on the driver's fd) or on a thread of
 //! its own ([`Driver::spawn`]).
 //!
@@ -8,19 +9,23 @@
 //!   observation) -> (phase, action)`, with its whole table tested;
 //! - `adaptive`: the adaptive mode's spin policy ([`SpinPolicy`]), which
 //!   gives the cycle its spin limits from the arrival process;
-//! - `uring`: the ring shell (poll requests, cancellation, waits, typed
-//!   completions);
+//! - `readiness`: the requests (fd polls, cancellations), completions and
+//!   waits, whichever backend carries them; `uring`: the io_uring shell;
+//!   `epoll`: the epoll shell; `backend`: the one a driver uses
+//!   ([`DriverBackend`]: io_uring, epoll where io_uring is refused);
 //! - `control`: commands from other threads, [`DriverHandle`],
 //!   [`RunningDriver`], [`Shutdown`];
 //! - `source`: what the driver asks of a feed; `key`: [`FeedKey`] and
 //!   [`FeedId`]; `config` and `error`;
-//! - `slot`: one registered feed and how a turn runs it; `registry`:
-//!   registering and removing feeds.
+//! - `slot`: one registered feed and how a turn runs it (a panic of user
+//!   code in the turn is caught there); `registry`: registering and
+//!   removing feeds;
+//! - `stats`: [`DriverStats`] and their live publication to other threads.
 //!
 //! This file is the shell around them: each turn it applies the commands,
-//! reaps the ring's completions, gives every feed with work its turn (the
-//! slot performs the cycle's actions) and keeps each sleeping feed's fd
-//! poll in the ring.
+//! reaps the backend's completions, gives every feed with work its turn
+//! (the slot performs the cycle's actions) and keeps each sleeping feed's
+//! fd poll in the backend.
 //!
 //! # No timers
 //! A feed stopped by a full EVD takes nothing more out of its CQ and
@@ -31,25 +36,32 @@
 //! ([`DriverStats::timeouts`] counts only the caller's timeouts).
 
 mod adaptive;
+mod backend;
 mod config;
 mod control;
 mod cycle;
+mod epoll;
 mod error;
 mod key;
+mod readiness;
 mod registry;
 mod slot;
 mod source;
+mod stats;
 mod uring;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
-pub use config::{DriverConfig, FeedMode};
+pub use config::{DriverBackend, DriverConfig, FeedMode};
 pub use control::{DriverHandle, RunningDriver, Shutdown};
 pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
+pub use stats::DriverStats;
 
 use crate::eventfd;
-use control::{Command, Shared};
+use backend::Backend;
+use control::{Command, RunningMark, Shared};
 use cycle::Phase;
+use readiness::{Completion, Request, Wait};
 use slot::{Removal, Slot};
 use source::Source;
 use std::any::Any;
@@ -58,7 +70,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uring::{Completion, Request, Ring, Wait};
 
 /// What one [`Driver::process`] call left behind.
 ///
@@ -74,37 +85,12 @@ pub struct Activity {
     pub busy: bool,
 }
 
-/// A driver's counters.
-///
-/// ```
-/// let mut driver = evd_verbs::Driver::new(Default::default()).unwrap();
-/// driver.process(Some(std::time::Duration::from_millis(1))).unwrap();
-/// assert_eq!(driver.stats().timeouts, 1);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DriverStats {
-    /// Turns over the feeds.
-    pub turns: u64,
-    /// Waits in the kernel that could block (no feed was busy).
-    pub waits: u64,
-    /// Timed waits that ended with nothing to handle (the caller's timeout,
-    /// or a signal). The driver sets no timer of its own.
-    pub timeouts: u64,
-    /// Channel (or async fd) readiness reports.
-    pub fd_wakes: u64,
-    /// Room signals received from full EVDs.
-    pub room_wakes: u64,
-    /// Adaptive feeds: polls of a spin that found completions (wakes saved).
-    pub spin_catches: u64,
-    /// Adaptive feeds: spins that ended empty and armed.
-    pub spin_misses: u64,
-    /// Adaptive feeds: wakes served by the event cycle, without a spin.
-    pub unspun_wakes: u64,
-}
-
 /// One io_uring ring serving many feeds: it waits on every feed's channel
 /// fd (`POLL_ADD`, multishot where the kernel has it) and runs the event or
 /// adaptive cycle of the feeds that are ready, `budget` events each per turn.
+/// Where the kernel or a sandbox refuses io_uring (seccomp, gVisor,
+/// `kernel.io_uring_disabled`), one epoll instance does the waiting instead,
+/// behind the same API ([`DriverBackend`]).
 /// Run it on its own thread ([`Driver::spawn`]) or from your loop
 /// ([`Driver::process`], waiting on the driver's fd: [`AsFd`], [`AsRawFd`]).
 ///
@@ -123,7 +109,8 @@ pub struct DriverStats {
 /// assert_eq!(producer.stats().unacked_at_destroy, None); // CQ handed back, not destroyed
 /// ```
 pub struct Driver {
-    ring: Ring,
+    /// The kernel interface: an io_uring ring, or epoll.
+    backend: Backend,
     cfg: DriverConfig,
     slots: Vec<Option<Slot>>,
     generations: Vec<u32>,
@@ -139,17 +126,26 @@ pub struct Driver {
     /// so a turn allocates nothing once it has seen the ring's largest batch.
     reaped: Vec<Completion>,
     stats: DriverStats,
+    /// The first panic caught in a feed's turn that [`Driver::process`] has
+    /// not reported yet.
+    caught: Option<Panic>,
 }
 
 impl Driver {
-    /// A driver with its own ring.
+    /// A driver with its own ring, or its own epoll instance where io_uring
+    /// is refused or asked not to be used ([`DriverConfig::backend`]).
+    ///
+    /// # Errors
+    /// [`DriverError::Io`] if the backend or the wake fd could not be set
+    /// up (io_uring refused while [`DriverBackend::IoUring`] was asked
+    /// for, say).
     pub fn new(cfg: DriverConfig) -> Result<Self, DriverError> {
         let cfg = DriverConfig {
             budget: cfg.budget.max(1),
             ..cfg
         };
         Ok(Driver {
-            ring: Ring::new(cfg.ring_entries, cfg.busy_turns_per_enter)?,
+            backend: Backend::open(&cfg)?,
             cfg,
             slots: Vec::new(),
             generations: Vec::new(),
@@ -160,6 +156,7 @@ impl Driver {
             removed: Vec::new(),
             reaped: Vec::new(),
             stats: DriverStats::default(),
+            caught: None,
         })
     }
 
@@ -173,6 +170,18 @@ impl Driver {
         DriverHandle {
             shared: self.shared.clone(),
         }
+    }
+
+    /// The backend this driver waits with: [`DriverBackend::IoUring`] or
+    /// [`DriverBackend::Epoll`] (never `Auto`: the choice made).
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, DriverBackend};
+    /// let driver = Driver::new(Default::default()).unwrap();
+    /// assert_ne!(driver.backend(), DriverBackend::Auto);
+    /// ```
+    pub fn backend(&self) -> DriverBackend {
+        self.backend.kind()
     }
 
     /// The counters.
@@ -202,11 +211,47 @@ impl Driver {
     /// }
     /// assert!(consumer.try_dequeue().is_ok());
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::Io`] if the ring or a feed's verbs call failed.
+    /// [`DriverError::Panicked`] if user code panicked in a feed's turn (see
+    /// Panics): the call still completed, and the driver is intact.
+    ///
+    /// # Panics
+    /// Not because of a handler. A feed's turn runs user code: the upcall
+    /// handler of its EVD (a post runs it), its event type's `From` and
+    /// `Drop`, a completion queue's own code. A panic there is caught at the
+    /// end of that feed's turn and counted ([`DriverStats::handler_panics`]);
+    /// the other feeds get their turns, and the call ends as usual, then
+    /// returns the first panic it caught as [`DriverError::Panicked`] (the
+    /// others are counted only). Call `process` again to serve on: every
+    /// feed is still served, the one whose turn panicked too. Its next turn
+    /// arms and drains it (as after a failed verbs call). Nothing it took
+    /// from its CQ is lost: the events of the post that ran the handler are
+    /// in the EVD (the handler had the one it panicked on; the core's
+    /// upcalls give the rest to the next instance, and the EVD stays
+    /// usable), and events not posted yet stay held by the feed. Two limits:
+    /// a panicking `From` loses the completions of its poll not converted
+    /// yet, and the feed's own counters ([`FeedStats`](crate::FeedStats))
+    /// miss the batch whose post panicked.
     pub fn process(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
+        let activity = self.step(timeout);
+        self.shared.stats.publish(&self.stats);
+        let activity = activity?;
+        match self.caught.take() {
+            Some(p) => Err(DriverError::Panicked(p)),
+            None => Ok(activity),
+        }
+    }
+
+    /// [`Driver::process`] without reporting a caught panic (it stays in
+    /// `caught` for the next `process`) or publishing the counters: the
+    /// loops of a removal and of a shutdown, which must not stop half-way.
+    fn step(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
         let shared = self.shared.clone();
         let _driving = shared.driving();
         if !self.wake_poll_in_flight {
-            self.ring
+            self.backend
                 .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
             self.wake_poll_in_flight = true;
         }
@@ -215,29 +260,35 @@ impl Driver {
             // What was ready has been handled: report back instead of waiting,
             // so the caller sees those events before this call sleeps.
             _ if handled || self.busy => Wait::Busy,
-            Some(d) if d.is_zero() => Wait::Busy,
+            Some(d) if d.is_zero() => Wait::Check,
             Some(d) => Wait::For(d),
             None => Wait::Forever,
         };
-        if wait != Wait::Busy {
+        let blocks = matches!(wait, Wait::For(_) | Wait::Forever);
+        if blocks {
             self.stats.waits += 1;
         }
-        if self.ring.submit_and_wait(wait)? {
+        if self.backend.submit_and_wait(wait)? {
             self.stats.timeouts += 1;
         }
-        if wait != Wait::Busy {
+        if blocks || (wait == Wait::Check && self.backend.collected()) {
             self.turn()?;
         }
         // The caller may now wait on the ring's fd: the wake poll (which the
         // last turn may have seen end) and the polls of feeds that went to
         // sleep in that turn must be in the kernel before it does.
         if !self.wake_poll_in_flight {
-            self.ring
+            self.backend
                 .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
             self.wake_poll_in_flight = true;
         }
-        self.ring.flush()?;
-        Ok(Activity { busy: self.busy })
+        self.backend.flush()?;
+        // Readiness a busy wait collected (epoll's, every few busy turns)
+        // no longer shows on the driver's fd: the next call must handle it
+        // without waiting on the fd first.
+        Ok(Activity {
+            busy: self.busy || self.backend.collected(),
+        })
     }
 
     /// Commands, completions, feeds, poll requests. Returns whether there
@@ -281,7 +332,7 @@ impl Driver {
         // Collected first: handling one needs `&mut self`, which the ring's
         // iterator borrows.
         let mut completions = std::mem::take(&mut self.reaped);
-        self.ring.reap(|c| completions.push(c));
+        self.backend.reap(|c| completions.push(c));
         let any = !completions.is_empty();
         for c in completions.drain(..) {
             match c.request {
@@ -289,7 +340,7 @@ impl Driver {
                     if !c.more {
                         self.wake_poll_in_flight = false;
                     }
-                    self.ring.refused_multishot(&c);
+                    self.backend.refused_multishot(&c);
                     eventfd::clear(&self.shared.wake);
                     self.busy = true;
                 }
@@ -327,7 +378,7 @@ impl Driver {
             let slot = entry.take().expect("present");
             return Some((id, slot.source, slot.removing.expect("removing")));
         }
-        if self.ring.refused_multishot(&c) {
+        if self.backend.refused_multishot(&c) {
             // Asked again, one-shot, at the end of the turn.
             return None;
         }
@@ -364,7 +415,18 @@ impl Driver {
             if slot.room.signalled.load(Ordering::Relaxed) {
                 self.stats.room_wakes += 1;
             }
-            delivered |= slot.turn(now, budget, &mut self.stats)? > 0;
+            match slot.turn(now, budget, &mut self.stats) {
+                Ok(n) => delivered |= n > 0,
+                // Caught in the feed's turn (which counted it): the feed is
+                // back in Arm, and the other feeds get their turns.
+                Err(DriverError::Panicked(p)) => {
+                    delivered = true;
+                    if self.caught.is_none() {
+                        self.caught = Some(p);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
             busy |= slot.is_busy();
             if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
                 slot.poll_in_flight = true;
@@ -373,7 +435,7 @@ impl Driver {
                     generation: slot.generation,
                 };
                 let fd = slot.source.fd().expect("checked at insert");
-                self.ring.poll(fd, Request::FeedPoll(id))?;
+                self.backend.poll(fd, Request::FeedPoll(id))?;
             }
         }
         self.cursor = self.cursor.wrapping_add(1);
@@ -381,12 +443,19 @@ impl Driver {
         Ok(delivered)
     }
 
-    /// Run on a new thread until [`RunningDriver::shutdown`].
+    /// Run on a new thread until [`RunningDriver::shutdown`]. A panic in a
+    /// feed's turn is caught and kept there, and the thread serves on (see
+    /// [`RunningDriver`]).
     pub fn spawn(self) -> Result<RunningDriver, DriverError> {
         let handle = self.handle();
+        let running = RunningMark::new(self.shared.clone());
         let thread = std::thread::Builder::new()
             .name("evd-verbs-driver".into())
-            .spawn(move || self.run())
+            .spawn(move || {
+                // Dropped when the thread ends, however it ends.
+                let _running = running;
+                self.run()
+            })
             .map_err(DriverError::Io)?;
         Ok(RunningDriver {
             handle,
@@ -395,8 +464,24 @@ impl Driver {
     }
 
     fn run(mut self) -> Result<Shutdown, DriverError> {
+        let r = self.serve_until_stopped();
+        // The last publish, before the thread's `RunningMark` says it ended.
+        self.shared.stats.publish(&self.stats);
+        if let Some(p) = self.caught.take() {
+            self.shared.keep_panic(p);
+        }
+        r
+    }
+
+    fn serve_until_stopped(&mut self) -> Result<Shutdown, DriverError> {
         while !self.shared.stop_requested() {
-            self.process(None)?;
+            match self.process(None) {
+                Ok(_) => {}
+                // Caught in a feed's turn; the driver is intact: keep the
+                // panic for `take_panic` (or the shutdown) and serve on.
+                Err(DriverError::Panicked(p)) => self.shared.keep_panic(p),
+                Err(e) => return Err(e),
+            }
         }
         let ids: Vec<FeedId> = self
             .slots
@@ -413,7 +498,7 @@ impl Driver {
             self.begin_remove(*id, Removal::Local)?;
         }
         while self.removed.len() < ids.len() {
-            self.process(Some(Duration::from_millis(100)))?;
+            self.step(Some(Duration::from_millis(100)))?;
         }
         Ok(Shutdown {
             feeds: std::mem::take(&mut self.removed),
@@ -424,24 +509,25 @@ impl Driver {
 }
 
 impl AsRawFd for Driver {
-    /// The ring's fd: readable when [`Driver::process`] has completions to
-    /// handle. Wait on it (epoll, poll, tokio's `AsyncFd`) unless the last
+    /// The ring's fd (the epoll instance's, on that backend): readable when
+    /// [`Driver::process`] has completions to handle. Wait on it (epoll, poll, tokio's `AsyncFd`) unless the last
     /// `process` reported [`Activity::busy`].
     fn as_raw_fd(&self) -> RawFd {
-        self.ring.as_raw_fd()
+        self.backend.as_raw_fd()
     }
 }
 
 impl AsFd for Driver {
     /// As [`AsRawFd::as_raw_fd`].
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.ring.as_fd()
+        self.backend.as_fd()
     }
 }
 
 impl fmt::Debug for Driver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Driver")
+            .field("backend", &self.backend())
             .field("cfg", &self.cfg)
             .field("feeds", &self.slots.iter().flatten().count())
             .field("busy", &self.busy)

@@ -215,6 +215,11 @@ impl Driver {
     /// let feed: AsyncFeed<SoftAsyncEvents, VerbsEvent> = driver.remove(key).unwrap();
     /// # drop(feed);
     /// ```
+    ///
+    /// # Panics
+    /// Not because of a handler: waiting for the ring, this call gives the
+    /// other feeds their turns, and a panic in one is caught, counted and
+    /// reported by the next [`Driver::process`] (see its Panics section).
     pub fn remove<F: 'static>(&mut self, key: FeedKey<F>) -> Result<F, DriverError> {
         let id = key.id();
         if !self.begin_remove(id, Removal::Local)? {
@@ -225,8 +230,10 @@ impl Driver {
                 return Ok(downcast(self.removed.swap_remove(i).1));
             }
             // The cancellation's completion ends this wait; the timeout only
-            // bounds it should the kernel be slow to report it.
-            self.process(Some(Duration::from_millis(100)))?;
+            // bounds it should the kernel be slow to report it. A panic
+            // caught meanwhile is kept for the next `process` to report: it
+            // must not leave this removal half done.
+            self.step(Some(Duration::from_millis(100)))?;
         }
     }
 
@@ -244,7 +251,7 @@ impl Driver {
         };
         if slot.poll_in_flight {
             slot.removing = Some(who);
-            self.ring.cancel(id)?;
+            self.backend.cancel(id)?;
         } else {
             let slot = self.slots[id.index as usize].take().expect("checked above");
             self.hand_back(id, slot.source, who);

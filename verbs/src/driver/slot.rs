@@ -5,9 +5,10 @@
 use super::control::Shared;
 use super::cycle::{self, Action, Limits, Observation, Phase};
 use super::source::Source;
-use super::{DriverError, DriverStats, SpinPolicy};
+use super::{DriverError, DriverStats, Panic, SpinPolicy};
 use crate::feed::{FeedStatus, Progress};
 use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Wake, Waker};
@@ -70,13 +71,35 @@ impl Slot {
     /// (unless it is done): the failure may have left its CQ unarmed with
     /// the channel's event consumed, so a retry must arm and drain, never
     /// sleep.
+    ///
+    /// A panic of user code in the turn (the EVD's upcall handler run by a
+    /// post, the event type's `From` or `Drop`, the CQ's own code) is caught
+    /// here, counted in `stats`, and returned as [`DriverError::Panicked`]:
+    /// a failure like the others, so the feed goes back to Arm.
     pub(super) fn turn(
         &mut self,
         now: Instant,
         budget: usize,
         stats: &mut DriverStats,
     ) -> Result<usize, DriverError> {
-        let r = self.run_cycle(now, budget, stats);
+        // AssertUnwindSafe: what the unwind may leave half-updated is
+        // - `self.phase`: written only at the end of `run_cycle`, so it still
+        //   holds the phase the turn started in; it is reset to Arm below;
+        // - the feed (`self.source`): a feed's fields are consistent at each
+        //   point where it runs user code (a post publishes and drains its
+        //   batch from `held` before it runs the handler; the events not yet
+        //   posted stay in `held`, in order), and Arm re-arms and drains it,
+        //   which is right from any state the turn can leave it in;
+        // - `stats`: plain counters, each a valid count of what did happen;
+        // - the adaptive policy and the room signal: no user code runs
+        //   inside their updates, so no unwind leaves one half done.
+        let r = match catch_unwind(AssertUnwindSafe(|| self.run_cycle(now, budget, stats))) {
+            Ok(r) => r,
+            Err(payload) => {
+                stats.handler_panics += 1;
+                Err(DriverError::Panicked(Panic::new(payload)))
+            }
+        };
         if r.is_err() && self.phase != Phase::Done {
             self.phase = Phase::Arm;
         }

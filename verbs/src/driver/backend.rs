@@ -1,0 +1,176 @@
+//! The driver's kernel interface, chosen once per driver: the io_uring ring
+//! (`uring`) or the epoll fallback (`epoll`), behind the requests and
+//! completions of `readiness`. The shell (`driver/mod.rs`) and the pure
+//! cycle are the same on both.
+
+use super::config::{DriverBackend, DriverConfig};
+use super::epoll::Epoll;
+use super::key::FeedId;
+use super::readiness::{Completion, Request, Wait};
+use super::uring::Ring;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+
+/// The environment variable that overrides [`DriverBackend::Auto`].
+pub(crate) const BACKEND_ENV: &str = "EVD_DRIVER_BACKEND";
+
+/// One driver's kernel interface.
+// One per driver, so the ring's size costs nothing; boxing it would add an
+// indirection to every turn.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Backend {
+    Uring(Ring),
+    Epoll(Epoll),
+}
+
+/// The choice `Auto` makes when the environment names a backend.
+fn from_env() -> Option<DriverBackend> {
+    match std::env::var(BACKEND_ENV).ok()?.as_str() {
+        "epoll" => Some(DriverBackend::Epoll),
+        "io_uring" => Some(DriverBackend::IoUring),
+        _ => None,
+    }
+}
+
+/// io_uring setup failed because the kernel (or a sandbox) refuses it,
+/// not because of this request: fall back to epoll.
+fn io_uring_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EOPNOTSUPP)
+    )
+}
+
+impl Backend {
+    pub(crate) fn open(cfg: &DriverConfig) -> io::Result<Self> {
+        let uring = || Ring::new(cfg.ring_entries, cfg.busy_turns_per_enter).map(Backend::Uring);
+        let epoll = || Epoll::new(cfg.ring_entries, cfg.busy_turns_per_enter).map(Backend::Epoll);
+        let choice = match cfg.backend {
+            DriverBackend::Auto => from_env().unwrap_or(DriverBackend::Auto),
+            other => other,
+        };
+        match choice {
+            DriverBackend::IoUring => uring(),
+            DriverBackend::Epoll => epoll(),
+            _ => match uring() {
+                Err(e) if io_uring_refused(&e) => epoll(),
+                r => r,
+            },
+        }
+    }
+
+    /// Which backend this is.
+    pub(crate) fn kind(&self) -> DriverBackend {
+        match self {
+            Backend::Uring(_) => DriverBackend::IoUring,
+            Backend::Epoll(_) => DriverBackend::Epoll,
+        }
+    }
+
+    /// Ask for readiness of `fd`.
+    pub(crate) fn poll(&mut self, fd: RawFd, r: Request) -> io::Result<()> {
+        match self {
+            Backend::Uring(b) => b.poll(fd, r),
+            Backend::Epoll(b) => b.poll(fd, r),
+        }
+    }
+
+    /// Cancel a feed's poll request; its poll then completes (`ECANCELED`
+    /// unless it completed first).
+    pub(crate) fn cancel(&mut self, id: FeedId) -> io::Result<()> {
+        match self {
+            Backend::Uring(b) => b.cancel(id),
+            Backend::Epoll(b) => b.cancel(id),
+        }
+    }
+
+    /// A poll completed: true if it was asked multishot and the kernel
+    /// refused that (the caller asks again). Never on epoll, which is
+    /// asked one-shot.
+    pub(crate) fn refused_multishot(&mut self, c: &Completion) -> bool {
+        match self {
+            Backend::Uring(b) => b.refused_multishot(c),
+            Backend::Epoll(_) => false,
+        }
+    }
+
+    /// Submit what is queued and wait as `wait` says; whether a timed wait
+    /// ended with nothing to handle.
+    pub(crate) fn submit_and_wait(&mut self, wait: Wait) -> io::Result<bool> {
+        match self {
+            Backend::Uring(b) => b.submit_and_wait(wait),
+            Backend::Epoll(b) => b.submit_and_wait(wait),
+        }
+    }
+
+    /// Completions collected by a wait and not handled yet, which the
+    /// backend's fd no longer shows (epoll's: their reports were read). The
+    /// ring's stay in its completion queue, where its fd shows them and the
+    /// next turn takes them: `false`.
+    pub(crate) fn collected(&self) -> bool {
+        match self {
+            Backend::Uring(_) => false,
+            Backend::Epoll(b) => b.collected(),
+        }
+    }
+
+    /// Hand what is queued to the kernel, without waiting.
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Backend::Uring(b) => b.flush(),
+            Backend::Epoll(b) => b.flush(),
+        }
+    }
+
+    /// Hand every completion to `f`, oldest first.
+    pub(crate) fn reap(&mut self, f: impl FnMut(Completion)) {
+        match self {
+            Backend::Uring(b) => b.reap(f),
+            Backend::Epoll(b) => b.reap(f),
+        }
+    }
+}
+
+impl AsRawFd for Backend {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Backend::Uring(b) => b.as_raw_fd(),
+            Backend::Epoll(b) => b.as_raw_fd(),
+        }
+    }
+}
+
+impl AsFd for Backend {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Backend::Uring(b) => b.as_fd(),
+            Backend::Epoll(b) => b.as_fd(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_of_io_uring_falls_back() {
+        for errno in [libc::ENOSYS, libc::EPERM, libc::EOPNOTSUPP] {
+            assert!(io_uring_refused(&io::Error::from_raw_os_error(errno)));
+        }
+        for errno in [libc::ENOMEM, libc::EINVAL, libc::EMFILE] {
+            assert!(!io_uring_refused(&io::Error::from_raw_os_error(errno)));
+        }
+    }
+
+    #[test]
+    fn an_explicit_backend_is_the_one_opened() {
+        for kind in [DriverBackend::IoUring, DriverBackend::Epoll] {
+            let cfg = DriverConfig {
+                backend: kind,
+                ..Default::default()
+            };
+            assert_eq!(Backend::open(&cfg).unwrap().kind(), kind);
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The epoll shell, for kernels or sandboxes that refuse io_uring: the same
+//! requests as the ring's (`uring`), carried by one epoll instance. No feed
+//! logic lives here.
+//!
+//! Each fd is registered one-shot (`EPOLLONESHOT`, level-triggered): a
+//! readiness report disables it, as a one-shot `POLL_ADD` ends, and the
+//! next poll request re-arms it (`EPOLL_CTL_MOD`, or `EPOLL_CTL_ADD` the
+//! first time). A level-triggered registration of an fd that is ready
+//! already reports at once, as a `POLL_ADD` does. A request takes effect in
+//! its `epoll_ctl`, so there is nothing to submit; a cancellation removes
+//! the fd (`EPOLL_CTL_DEL`) and reports the poll ended (`ECANCELED`), as the
+//! ring's cancellation does.
+
+use super::key::FeedId;
+use super::readiness::{Completion, Request, UserData, Wait};
+use rustix::buffer::spare_capacity;
+use rustix::event::{epoll, Timespec};
+use rustix::io::Errno;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// The epoll instance and the reports read from it, not yet reaped.
+pub(crate) struct Epoll {
+    epoll: OwnedFd,
+    /// Where `epoll_wait` writes; its capacity (the most reports one wait
+    /// reads) is kept, so a wait allocates nothing.
+    events: Reports,
+    /// Reports read (and cancellations made), oldest first, for `reap`.
+    ready: Vec<Completion>,
+    /// The fd of each feed slot's last poll request, by slot index, for
+    /// its cancellation (`-1`: none yet).
+    feed_fds: Vec<RawFd>,
+    /// Busy turns since `epoll_wait` was last called.
+    busy_turns: u32,
+    busy_turns_per_enter: u32,
+}
+
+/// An `epoll_wait` that only collects what is ready.
+const NO_WAIT: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+};
+
+/// The buffer `epoll_wait` fills.
+struct Reports(Vec<epoll::Event>);
+
+// SAFETY: an `epoll::Event`'s data may be a pointer, which is what keeps it
+// from being `Send`; here it never is: every registration stores an integer
+// (`EventData::new_u64` of a request's user data), so the buffer holds
+// plain integers, which any thread may own.
+unsafe impl Send for Reports {}
+
+impl Epoll {
+    /// An epoll instance reading up to `reports_per_wait` reports a wait.
+    pub(crate) fn new(reports_per_wait: u32, busy_turns_per_enter: u32) -> io::Result<Self> {
+        Ok(Epoll {
+            epoll: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+            events: Reports(Vec::with_capacity(reports_per_wait.max(1) as usize)),
+            ready: Vec::new(),
+            feed_fds: Vec::new(),
+            busy_turns: 0,
+            busy_turns_per_enter: busy_turns_per_enter.max(1),
+        })
+    }
+
+    /// Ask for one readiness report of `fd` (one-shot).
+    pub(crate) fn poll(&mut self, fd: RawFd, r: Request) -> io::Result<()> {
+        if let Request::FeedPoll(id) = r {
+            let i = id.index as usize;
+            if self.feed_fds.len() <= i {
+                self.feed_fds.resize(i + 1, -1);
+            }
+            self.feed_fds[i] = fd;
+        }
+        // SAFETY: the caller's fd is open while its poll is requested: a
+        // feed's fd belongs to the feed in its slot, the wake fd to the
+        // driver's shared block, both alive across this call.
+        let source = unsafe { BorrowedFd::borrow_raw(fd) };
+        let data = epoll::EventData::new_u64(UserData::of(r).encode());
+        let flags = epoll::EventFlags::IN | epoll::EventFlags::ONESHOT;
+        match epoll::modify(&self.epoll, source, data, flags) {
+            Ok(()) => Ok(()),
+            // Not registered yet (or a new file under a reused number).
+            Err(Errno::NOENT) => Ok(epoll::add(&self.epoll, source, data, flags)?),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Cancel a feed's poll request: remove its fd and report the poll
+    /// ended, as the ring's cancellation does.
+    pub(crate) fn cancel(&mut self, id: FeedId) -> io::Result<()> {
+        let Some(&fd) = self.feed_fds.get(id.index as usize) else {
+            return Ok(());
+        };
+        if fd >= 0 {
+            // SAFETY: a cancelled feed is still in its slot (being removed),
+            // so its fd is open.
+            let source = unsafe { BorrowedFd::borrow_raw(fd) };
+            match epoll::delete(&self.epoll, source) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.ready.push(Completion {
+            request: Request::FeedPoll(id),
+            result: -libc::ECANCELED,
+            more: false,
+            multishot: false,
+        });
+        Ok(())
+    }
+
+    /// Wait as `wait` says and collect the reports. Returns whether a
+    /// timed wait ended with nothing to handle (its timeout, or a signal).
+    /// While busy, `epoll_wait` is called (without blocking) once per
+    /// `busy_turns_per_enter` turns, to collect the other feeds' readiness.
+    pub(crate) fn submit_and_wait(&mut self, wait: Wait) -> io::Result<bool> {
+        let timeout = match wait {
+            Wait::Busy => {
+                self.busy_turns += 1;
+                if self.busy_turns % self.busy_turns_per_enter != 0 {
+                    return Ok(false);
+                }
+                Some(NO_WAIT)
+            }
+            Wait::Check => Some(NO_WAIT),
+            // Reports already collected (a cancellation's) need no wait.
+            _ if !self.ready.is_empty() => Some(NO_WAIT),
+            Wait::For(d) => {
+                // epoll_wait takes milliseconds in a C int (before Linux 5.11).
+                let d = d.min(Duration::from_millis(i32::MAX as u64));
+                Some(Timespec {
+                    tv_sec: d.as_secs() as _,
+                    tv_nsec: d.subsec_nanos() as _,
+                })
+            }
+            Wait::Forever => None,
+        };
+        self.events.0.clear();
+        match epoll::wait(
+            &self.epoll,
+            spare_capacity(&mut self.events.0),
+            timeout.as_ref(),
+        ) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        for ev in self.events.0.drain(..) {
+            // Copied out: the event is a packed struct on some targets.
+            let (flags, data) = (ev.flags, ev.data);
+            let data = UserData::decode(data.u64());
+            let request = data.request();
+            debug_assert!(request.is_some(), "a report with unknown user data");
+            if let Some(request) = request {
+                self.ready.push(Completion {
+                    request,
+                    result: flags.bits() as i32,
+                    more: false,
+                    multishot: false,
+                });
+            }
+        }
+        Ok(matches!(wait, Wait::For(_)) && self.ready.is_empty())
+    }
+
+    /// Reports collected and not reaped yet.
+    pub(crate) fn collected(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Nothing to hand to the kernel: each request took effect in its
+    /// `epoll_ctl`.
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Hand every report collected to `f`, oldest first.
+    pub(crate) fn reap(&mut self, mut f: impl FnMut(Completion)) {
+        for c in self.ready.drain(..) {
+            f(c);
+        }
+    }
+}
+
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+}
+
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eventfd;
+
+    #[test]
+    fn a_ready_fd_reports_once_until_polled_again() {
+        let mut ep = Epoll::new(4, 1).unwrap();
+        let fd = eventfd::new().unwrap();
+        eventfd::signal(&fd);
+        ep.poll(fd.as_raw_fd(), Request::WakePoll).unwrap();
+        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        let mut got = Vec::new();
+        ep.reap(|c| got.push(c));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].request, Request::WakePoll);
+        assert!(got[0].result > 0 && !got[0].more);
+        // One-shot: still readable, but not reported until asked again.
+        assert!(ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        ep.poll(fd.as_raw_fd(), Request::WakePoll).unwrap();
+        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+    }
+
+    #[test]
+    fn a_cancelled_poll_ends_with_ecanceled_and_reports_nothing_more() {
+        let mut ep = Epoll::new(4, 1).unwrap();
+        let fd = eventfd::new().unwrap();
+        let id = FeedId {
+            index: 2,
+            generation: 5,
+        };
+        ep.poll(fd.as_raw_fd(), Request::FeedPoll(id)).unwrap();
+        ep.cancel(id).unwrap();
+        eventfd::signal(&fd);
+        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        let mut got = Vec::new();
+        ep.reap(|c| got.push(c));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].request, Request::FeedPoll(id));
+        assert_eq!(got[0].result, -libc::ECANCELED);
+    }
+
+    #[test]
+    fn a_wait_for_a_while_with_nothing_pending_times_out() {
+        let mut ep = Epoll::new(4, 1).unwrap();
+        assert!(ep
+            .submit_and_wait(Wait::For(Duration::from_millis(1)))
+            .unwrap());
+        assert!(!ep.submit_and_wait(Wait::Busy).unwrap());
+    }
+}

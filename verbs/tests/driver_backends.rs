@@ -1,0 +1,353 @@
+//! The driver behind both backends: io_uring, and the epoll fallback for
+//! kernels and sandboxes that refuse io_uring. The same promises on each:
+//! every event delivered exactly once and in order per CQ through
+//! backpressure, removal while running, the caller's own loop waiting on
+//! the driver's fd. `EVD_DRIVER_BACKEND=epoll` forces the fallback for every
+//! driver built with `DriverBackend::Auto` (run the whole driver suite that
+//! way to test it on epoll).
+
+use evd_verbs::soft::{SoftCq, SoftCqProducer};
+use evd_verbs::{
+    AdaptiveConfig, CqId, Driver, DriverBackend, DriverConfig, Feed, FeedMode, VerbsEvent,
+    WorkCompletion,
+};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+/// A watchdog, not a sleep: an event that never comes fails the test
+/// instead of hanging it (generous, for a busy machine).
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+const BACKENDS: [DriverBackend; 2] = [DriverBackend::IoUring, DriverBackend::Epoll];
+
+fn config(backend: DriverBackend) -> DriverConfig {
+    DriverConfig {
+        backend,
+        budget: 16,
+        ..Default::default()
+    }
+}
+
+fn wc(wr_id: u64) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn auto_takes_the_backend_the_environment_names_and_otherwise_one_that_works() {
+    let driver = Driver::new(DriverConfig::default()).unwrap();
+    match std::env::var("EVD_DRIVER_BACKEND").as_deref() {
+        Ok("epoll") => assert_eq!(driver.backend(), DriverBackend::Epoll),
+        Ok("io_uring") => assert_eq!(driver.backend(), DriverBackend::IoUring),
+        _ => assert_ne!(driver.backend(), DriverBackend::Auto),
+    }
+}
+
+#[test]
+fn an_explicit_backend_is_the_one_used_whatever_the_environment_says() {
+    for backend in BACKENDS {
+        let driver = Driver::new(config(backend)).unwrap();
+        assert_eq!(driver.backend(), backend);
+    }
+}
+
+/// Refuse `io_uring_setup` with `EPERM` on this thread (and the threads it
+/// spawns from now on), as Docker's default seccomp profile does. The
+/// filter stays with the thread, which ends with the test.
+fn refuse_io_uring_on_this_thread() {
+    let ret_errno = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    let mut filter = [
+        // Load the system call's number (`seccomp_data.nr`, offset 0).
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        // io_uring_setup: fail it; anything else: allow.
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_io_uring_setup as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: ret_errno,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: plain prctl calls; the program points at `filter`, alive
+    // across the call (the kernel copies it). No new privileges is what an
+    // unprivileged seccomp filter requires.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &program as *const libc::sock_fprog,
+            ),
+            0,
+            "installing the seccomp filter failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[test]
+fn auto_falls_back_to_epoll_when_io_uring_is_refused_and_the_driver_serves() {
+    // On a thread of its own: the filter must not reach the other tests.
+    std::thread::spawn(|| {
+        refuse_io_uring_on_this_thread();
+        let refused = Driver::new(config(DriverBackend::IoUring)).unwrap_err();
+        assert!(
+            matches!(&refused, evd_verbs::DriverError::Io(e) if e.raw_os_error() == Some(libc::EPERM)),
+            "an explicit io_uring is not replaced: {refused:?}"
+        );
+        if std::env::var("EVD_DRIVER_BACKEND").as_deref() == Ok("io_uring") {
+            return; // Auto is told to use io_uring: nothing to fall back from.
+        }
+        let mut driver = Driver::new(DriverConfig::default()).unwrap();
+        assert_eq!(driver.backend(), DriverBackend::Epoll);
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        driver
+            .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+            .unwrap();
+        let running = driver.spawn().unwrap();
+        hca.push(wc(7)).unwrap();
+        match consumer.dequeue_timeout(WATCHDOG).unwrap() {
+            VerbsEvent::Completion { wc, .. } => assert_eq!(wc.wr_id, 7),
+            other => panic!("{other:?}"),
+        }
+        running.shutdown().unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+const PRODUCERS: u64 = 2;
+const PER_PRODUCER: u64 = 5_000;
+
+/// Producer threads, each pushing its numbered completions into every CQ
+/// (each CQ holds them all, so it never overruns).
+fn produce(hcas: &[SoftCqProducer]) {
+    std::thread::scope(|s| {
+        for p in 0..PRODUCERS {
+            s.spawn(move || {
+                for seq in 0..PER_PRODUCER {
+                    for hca in hcas {
+                        hca.push(wc((p << 32) | seq))
+                            .expect("the CQ holds every event");
+                    }
+                    if seq % 512 == 0 {
+                        // Load shaping, not synchronization: lets the feeds
+                        // drain, arm and sleep now and then.
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Take `n` completions of one CQ, checking each producer's are in order.
+fn take_in_order(consumer: &mut evd::Consumer<VerbsEvent>, cq: CqId, n: u64) {
+    let mut next = [0u64; PRODUCERS as usize];
+    for i in 0..n {
+        let ev = consumer
+            .dequeue_timeout(WATCHDOG)
+            .unwrap_or_else(|e| panic!("{cq:?}: event {i} of {n} never came: {e:?}"));
+        let VerbsEvent::Completion { cq: got, wc } = ev else {
+            panic!("{cq:?}: expected a completion, got {ev:?}")
+        };
+        assert_eq!(got, cq);
+        let p = (wc.wr_id >> 32) as usize;
+        assert_eq!(
+            wc.wr_id & 0xffff_ffff,
+            next[p],
+            "{cq:?}: producer {p} out of order"
+        );
+        next[p] += 1;
+    }
+    assert!(
+        consumer.try_dequeue().is_err(),
+        "{cq:?}: an event came twice"
+    );
+}
+
+#[test]
+fn every_backend_delivers_every_event_once_in_order_through_backpressure() {
+    let per_cq = PRODUCERS * PER_PRODUCER;
+    for backend in BACKENDS {
+        let mut driver = Driver::new(config(backend)).unwrap();
+        let mut hcas = Vec::new();
+        let mut consumers = Vec::new();
+        for (id, mode) in [
+            FeedMode::Event,
+            FeedMode::Adaptive(AdaptiveConfig::default()),
+            FeedMode::Event,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            // An EVD far smaller than the load: the feeds wait for room.
+            let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+            let (cq, hca) = SoftCq::new(per_cq as usize + 1).unwrap();
+            driver
+                .register(Feed::new(cq, CqId(id as u32), poster), mode)
+                .unwrap();
+            hcas.push(hca);
+            consumers.push(consumer);
+        }
+        let running = driver.spawn().unwrap();
+        std::thread::scope(|s| {
+            for (id, consumer) in consumers.iter_mut().enumerate() {
+                s.spawn(move || take_in_order(consumer, CqId(id as u32), per_cq));
+            }
+            produce(&hcas);
+        });
+        let stats = running.stats();
+        let stopped = running
+            .shutdown()
+            .unwrap_or_else(|e| panic!("{backend:?}: {e}"));
+        assert_eq!(stopped.len(), 3, "{backend:?}");
+        assert!(stopped.stats.room_wakes >= stats.room_wakes, "{backend:?}");
+    }
+}
+
+#[test]
+fn every_backend_removes_a_feed_while_running_and_serves_the_rest() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let running = Driver::new(config(backend)).unwrap().spawn().unwrap();
+        let handle = running.handle().clone();
+        let (cq0, hca0) = SoftCq::new(64).unwrap();
+        let (cq1, hca1) = SoftCq::new(64).unwrap();
+        let k0 = handle
+            .register(Feed::new(cq0, CqId(0), poster.clone()), FeedMode::Event)
+            .unwrap();
+        let k1 = handle
+            .register(Feed::new(cq1, CqId(1), poster), FeedMode::Event)
+            .unwrap();
+        hca0.push(wc(1)).unwrap();
+        let ev = consumer.dequeue_timeout(WATCHDOG).unwrap();
+        assert!(matches!(ev, VerbsEvent::Completion { cq: CqId(0), .. }));
+        // Feed 0 sleeps on its fd: its removal cancels that poll.
+        let feed0: Feed<SoftCq> = handle.remove(k0).unwrap();
+        assert_eq!(feed0.id(), CqId(0));
+        hca0.push(wc(2)).unwrap();
+        hca1.push(wc(3)).unwrap();
+        match consumer.dequeue_timeout(WATCHDOG).unwrap() {
+            VerbsEvent::Completion { cq, wc } => assert_eq!((cq, wc.wr_id), (CqId(1), 3)),
+            other => panic!("{backend:?}: {other:?}"),
+        }
+        assert!(
+            consumer.try_dequeue().is_err(),
+            "{backend:?}: the removed feed posted"
+        );
+        let mut stopped = running.shutdown().unwrap();
+        assert!(stopped.take(k1).is_some(), "{backend:?}");
+    }
+}
+
+/// Wait until `fd` is readable, failing (not hanging) if it never is.
+fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
+    let mut fds = [libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: one valid pollfd, for the length given.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, WATCHDOG.as_millis() as i32) };
+    assert_eq!(n, 1, "the driver's fd never became readable");
+}
+
+#[test]
+fn every_backends_fd_wakes_the_callers_own_loop() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        let mut driver = Driver::new(config(backend)).unwrap();
+        driver
+            .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+            .unwrap();
+        // Arms the CQ; a busy driver is called again without waiting.
+        let mut busy = driver.process(Some(Duration::ZERO)).unwrap().busy;
+        for id in 0..3 {
+            hca.push(wc(id)).unwrap();
+            let got = loop {
+                if !busy {
+                    wait_readable(driver.as_fd());
+                }
+                busy = driver.process(Some(Duration::ZERO)).unwrap().busy;
+                if let Ok(ev) = consumer.try_dequeue() {
+                    break ev;
+                }
+            };
+            match got {
+                VerbsEvent::Completion { wc, .. } => assert_eq!(wc.wr_id, id),
+                other => panic!("{backend:?}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn readiness_collected_by_a_busy_turn_is_reported_busy_not_left_behind_the_fd() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq0, hca0) = SoftCq::new(16).unwrap();
+        let (cq1, hca1) = SoftCq::new(16).unwrap();
+        // Every busy turn collects the kernel's readiness reports.
+        let mut driver = Driver::new(DriverConfig {
+            busy_turns_per_enter: 1,
+            ..config(backend)
+        })
+        .unwrap();
+        driver
+            .register(Feed::new(cq0, CqId(0), poster.clone()), FeedMode::Event)
+            .unwrap();
+        driver
+            .register(Feed::new(cq1, CqId(1), poster), FeedMode::Event)
+            .unwrap();
+        let mut busy = driver.process(Some(Duration::ZERO)).unwrap().busy; // arms both
+        let mut got = Vec::new();
+        let mut take = |busy: &mut bool, driver: &mut Driver, n: usize| {
+            while got.len() < n {
+                if !*busy {
+                    wait_readable(driver.as_fd());
+                }
+                *busy = driver.process(Some(Duration::ZERO)).unwrap().busy;
+                while let Ok(VerbsEvent::Completion { cq, wc }) = consumer.try_dequeue() {
+                    got.push((cq.0, wc.wr_id));
+                }
+            }
+        };
+        // Feed 0's wake delivers, then leaves it to re-arm next turn.
+        hca0.push(wc(1)).unwrap();
+        take(&mut busy, &mut driver, 1);
+        // That turn drains feed 0 and sends it to sleep (nothing busy), and
+        // its busy wait collects feed 1's readiness: the call must say
+        // busy, as the driver's fd no longer shows it.
+        hca0.push(wc(2)).unwrap();
+        hca1.push(wc(3)).unwrap();
+        take(&mut busy, &mut driver, 3);
+        got.sort_unstable();
+        assert_eq!(got, [(0, 1), (0, 2), (1, 3)], "{backend:?}");
+    }
+}

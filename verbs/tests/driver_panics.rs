@@ -1,0 +1,399 @@
+//! A driver (and a poller) that survives its handlers: a panic in user code
+//! run on the driver's thread (an upcall handler of an EVD a feed posts
+//! into) is caught, counted and kept, the driver serves on (the other feeds
+//! and the one whose handler panicked, nothing lost, nothing twice), and it
+//! answers `is_running()` and `stats()` while it runs.
+
+use evd::{Invoke, UpcallPolicy};
+use evd_verbs::soft::{SoftCq, SoftCqProducer};
+use evd_verbs::{
+    AdaptiveConfig, CqId, Driver, DriverConfig, DriverError, DriverStats, Feed, FeedMode, Poller,
+    VerbsEvent, WorkCompletion,
+};
+use std::collections::HashSet;
+use std::sync::{mpsc, Once};
+use std::time::{Duration, Instant};
+
+/// A watchdog, not a sleep: a report that never comes fails the test instead
+/// of hanging it (generous, for a busy machine).
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// Every panic these tests provoke says this; the hook keeps them quiet.
+const PROVOKED: &str = "provoked by driver_panics";
+
+/// Silence the provoked panics (hundreds of them) and only those.
+fn quiet_provoked_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+            if message != Some(PROVOKED) {
+                default(info);
+            }
+        }));
+    });
+}
+
+fn wc(wr_id: u64) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        ..Default::default()
+    }
+}
+
+fn wr_id(ev: VerbsEvent) -> u64 {
+    match ev {
+        VerbsEvent::Completion { wc, .. } => wc.wr_id,
+        other => panic!("expected a completion, got {other:?}"),
+    }
+}
+
+/// An EVD whose SingleInstance handler reports each completion's `wr_id`,
+/// then panics if `panics_on(wr_id)`. The handler runs on the thread that
+/// posts: the driver's (or the poller's).
+fn evd_with_handler(
+    capacity: usize,
+    panics_on: impl Fn(u64) -> bool + Send + Sync + 'static,
+) -> (
+    evd::Poster<VerbsEvent>,
+    evd::Upcalls<VerbsEvent>,
+    mpsc::Receiver<u64>,
+) {
+    quiet_provoked_panics();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(capacity).unwrap();
+    let (seen, rx) = mpsc::channel();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        let id = wr_id(ev.expect("no overflow: the feed never posts lossy"));
+        let _ = seen.send(id);
+        if panics_on(id) {
+            panic!("{}", PROVOKED);
+        }
+    });
+    (poster, up, rx)
+}
+
+/// Receive `n` reports, failing (not hanging) if they stop coming.
+fn receive(rx: &mpsc::Receiver<u64>, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            rx.recv_timeout(WATCHDOG)
+                .unwrap_or_else(|_| panic!("report {i} of {n} never came"))
+        })
+        .collect()
+}
+
+/// Dequeue `n` completions' `wr_id`s, failing (not hanging) if they stop.
+fn dequeue(consumer: &mut evd::Consumer<VerbsEvent>, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            wr_id(
+                consumer
+                    .dequeue_timeout(WATCHDOG)
+                    .unwrap_or_else(|e| panic!("event {i} of {n} never came: {e:?}")),
+            )
+        })
+        .collect()
+}
+
+/// `ids` hold each of `expected` exactly once.
+fn assert_exactly_once(what: &str, ids: &[u64], expected: &HashSet<u64>) {
+    let got: HashSet<u64> = ids.iter().copied().collect();
+    assert_eq!(got.len(), ids.len(), "{what}: an event came twice");
+    assert_eq!(&got, expected, "{what}: events missing or foreign");
+}
+
+/// Poll `f` until it gives a value, under the watchdog: for reports the
+/// driver's thread makes after the event that shows them (its counters are
+/// published, its panic kept, at the end of the turn).
+fn eventually<R>(what: &str, mut f: impl FnMut() -> Option<R>) -> R {
+    let start = Instant::now();
+    loop {
+        if let Some(r) = f() {
+            return r;
+        }
+        assert!(start.elapsed() < WATCHDOG, "{what} never happened");
+        std::thread::yield_now();
+    }
+}
+
+const PRODUCERS: u64 = 3;
+const PER_PRODUCER: u64 = 4_000;
+/// The panicking feed's handler panics on every `PANIC_EVERY`th sequence
+/// number of each producer.
+const PANIC_EVERY: u64 = 97;
+/// A completion pushed after the producers are done, whose post starts an
+/// upcall that delivers whatever a panic left queued behind it.
+const LAST: u64 = u64::MAX;
+
+fn panics_on(id: u64) -> bool {
+    id != LAST && (id & 0xffff_ffff) % PANIC_EVERY == PANIC_EVERY - 1
+}
+
+/// Producer threads, each pushing its numbered completions into every CQ
+/// (each CQ holds them all, so it never overruns).
+fn produce(hcas: &[SoftCqProducer]) {
+    std::thread::scope(|s| {
+        for p in 0..PRODUCERS {
+            s.spawn(move || {
+                for seq in 0..PER_PRODUCER {
+                    for hca in hcas {
+                        hca.push(wc((p << 32) | seq))
+                            .expect("the CQ holds every event");
+                    }
+                    if seq % 256 == 0 {
+                        // Load shaping, not synchronization: lets the feeds
+                        // drain, arm and sleep now and then.
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_handler_panicking_every_nth_event_leaves_every_feed_delivering_every_event_exactly_once() {
+    let per_cq = (PRODUCERS * PER_PRODUCER) as usize;
+    let expected: HashSet<u64> = (0..PRODUCERS)
+        .flat_map(|p| (0..PER_PRODUCER).map(move |seq| (p << 32) | seq))
+        .collect();
+    let panics_expected = expected.iter().filter(|&&id| panics_on(id)).count() as u64;
+
+    // Feed 0 posts into an EVD whose handler panics; feeds 1 and 2 (event
+    // and adaptive) into EVDs of their own, small enough to push back.
+    let (panicking, up, handled) = evd_with_handler(64, panics_on);
+    let (p1, mut c1) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (p2, mut c2) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let mut driver = Driver::new(DriverConfig {
+        budget: 32,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut hcas = Vec::new();
+    for (id, (poster, mode)) in [
+        (panicking, FeedMode::Event),
+        (p1, FeedMode::Event),
+        (p2, FeedMode::Adaptive(AdaptiveConfig::default())),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (cq, hca) = SoftCq::new(per_cq + 1).unwrap();
+        driver
+            .register(Feed::new(cq, CqId(id as u32), poster), mode)
+            .unwrap();
+        hcas.push(hca);
+    }
+    let running = driver.spawn().unwrap();
+    assert!(running.is_running());
+
+    let (ids1, ids2) = std::thread::scope(|s| {
+        let one = s.spawn(|| dequeue(&mut c1, per_cq));
+        let two = s.spawn(|| dequeue(&mut c2, per_cq));
+        produce(&hcas);
+        (one.join().unwrap(), two.join().unwrap())
+    });
+    assert_exactly_once("the event feed beside the panics", &ids1, &expected);
+    assert_exactly_once("the adaptive feed beside the panics", &ids2, &expected);
+
+    // The panicking feed is served on too: after the last completion's
+    // post, its handler has had every event once.
+    hcas[0].push(wc(LAST)).unwrap();
+    let mut ids0 = receive(&handled, per_cq + 1);
+    assert_eq!(
+        ids0.pop(),
+        Some(LAST),
+        "the last completion is handled last"
+    );
+    assert_exactly_once("the feed whose handler panics", &ids0, &expected);
+
+    assert!(running.is_running(), "the driver survived its handlers");
+    let caught = eventually("the panic was kept", || running.take_panic());
+    assert_eq!(caught.message(), Some(PROVOKED));
+    let stats = eventually("every panic was counted", || {
+        let s = running.stats();
+        (s.handler_panics == panics_expected).then_some(s)
+    });
+    assert!(stats.turns > 0 && stats.fd_wakes > 0, "{stats:?}");
+
+    let handle = running.handle().clone();
+    match running.shutdown() {
+        Ok(stopped) => {
+            assert_eq!(stopped.stats.handler_panics, panics_expected);
+            assert_eq!(stopped.len(), 3, "every feed is handed back");
+        }
+        // The documented error: a panic caught after the one taken above
+        // (its report came before it was kept), reported, not dropped.
+        Err(DriverError::Panicked(p)) => assert_eq!(p.message(), Some(PROVOKED)),
+        Err(e) => panic!("the driver survived, so its shutdown succeeds: {e}"),
+    }
+    assert!(!handle.is_running());
+    assert_eq!(handle.stats().handler_panics, panics_expected);
+    drop(up.teardown());
+}
+
+#[test]
+fn a_driver_run_by_the_callers_loop_returns_a_handlers_panic_once_and_serves_on() {
+    // The handler panics on completion 1 only.
+    let (panicking, up, handled) = evd_with_handler(16, |id| id == 1);
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq0, hca0) = SoftCq::new(16).unwrap();
+    let (cq1, hca1) = SoftCq::new(16).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq0, CqId(0), panicking), FeedMode::Event)
+        .unwrap();
+    driver
+        .register(Feed::new(cq1, CqId(1), poster), FeedMode::Event)
+        .unwrap();
+    let handle = driver.handle();
+    driver.process(Some(Duration::ZERO)).unwrap(); // arms both CQs
+
+    for id in 1..=3 {
+        hca0.push(wc(id)).unwrap();
+        hca1.push(wc(id)).unwrap();
+    }
+    let mut panics = Vec::new();
+    let mut delivered = Vec::new();
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    while delivered.len() < 3 || panics.is_empty() {
+        assert!(start.elapsed() < WATCHDOG, "the events never came");
+        match driver.process(Some(Duration::from_millis(10))) {
+            Ok(_) => {}
+            Err(DriverError::Panicked(p)) => panics.push(p),
+            Err(e) => panic!("{e}"),
+        }
+        while let Ok(ev) = consumer.try_dequeue() {
+            delivered.push(wr_id(ev));
+        }
+        seen.extend(handled.try_iter());
+    }
+    assert_eq!(delivered, [1, 2, 3], "the other feed delivered every event");
+    assert_eq!(panics.len(), 1, "one panic, returned once");
+    assert_eq!(panics[0].message(), Some(PROVOKED));
+    assert_eq!(driver.stats().handler_panics, 1);
+    assert_eq!(handle.stats(), driver.stats(), "published by every call");
+
+    // The feed whose handler panicked is served on: a later completion's
+    // post runs the handler again, which gets what the panic left queued.
+    hca0.push(wc(4)).unwrap();
+    let start = Instant::now();
+    while !seen.contains(&4) {
+        assert!(start.elapsed() < WATCHDOG, "completion 4 was never handled");
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+        seen.extend(handled.try_iter());
+    }
+    assert_eq!(seen, [1, 2, 3, 4], "every event handled once, in order");
+    drop(up.teardown());
+}
+
+#[test]
+fn is_running_is_true_while_the_driver_runs_and_false_once_it_stopped_with_its_final_stats() {
+    let running = Driver::new(DriverConfig::default())
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let handle = running.handle().clone();
+    assert!(running.is_running());
+    assert!(handle.is_running());
+    let stopped = running.shutdown().unwrap();
+    assert!(!handle.is_running());
+    assert_eq!(handle.stats(), stopped.stats, "the last publish is final");
+
+    // A driver run by the caller's own loop has no thread of its own.
+    let driver = Driver::new(DriverConfig::default()).unwrap();
+    assert!(!driver.handle().is_running());
+}
+
+#[test]
+fn live_stats_grow_while_the_driver_runs() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    let mut last = DriverStats::default();
+    let mut grows = |what: &str| {
+        let s = eventually(what, || {
+            let s = running.stats();
+            // Each counter only grows, whenever it is read.
+            assert!(s.turns >= last.turns && s.waits >= last.waits);
+            assert!(s.fd_wakes >= last.fd_wakes);
+            // The turn that delivered the event is counted.
+            (s.turns > last.turns).then_some(s)
+        });
+        last = s;
+    };
+    for id in 0..3 {
+        hca.push(wc(id)).unwrap();
+        assert_eq!(dequeue(&mut consumer, 1), [id]);
+        grows("a turn counted");
+    }
+    let stopped = running.shutdown().unwrap();
+    assert!(stopped.stats.turns >= last.turns);
+}
+
+#[test]
+fn shutdown_after_a_taken_handler_panic_succeeds_and_hands_the_feeds_back() {
+    let (panicking, up, handled) = evd_with_handler(16, |id| id == 1);
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(0), panicking), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    hca.push(wc(1)).unwrap();
+    assert_eq!(receive(&handled, 1), [1]);
+    let p = eventually("the panic was kept", || running.take_panic());
+    assert_eq!(p.message(), Some(PROVOKED));
+    assert!(running.is_running());
+    let mut stopped = running.shutdown().expect("the driver survived its handler");
+    assert_eq!(stopped.stats.handler_panics, 1);
+    let feed: Feed<SoftCq> = stopped.take(key).expect("handed back");
+    assert_eq!(feed.id(), CqId(0));
+    drop(up.teardown());
+}
+
+#[test]
+fn a_poller_serves_on_after_a_handler_panics_and_stops_cleanly_once_the_panic_is_taken() {
+    let (panicking, up, handled) = evd_with_handler(16, |id| id == 1);
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq0, hca0) = SoftCq::new(16).unwrap();
+    let (cq1, hca1) = SoftCq::new(16).unwrap();
+    let poller = Poller::spawn(
+        vec![
+            Feed::new(cq0, CqId(0), panicking),
+            Feed::new(cq1, CqId(1), poster),
+        ],
+        16,
+    )
+    .unwrap();
+    hca0.push(wc(1)).unwrap();
+    assert_eq!(receive(&handled, 1), [1]);
+    for id in 2..=4 {
+        hca0.push(wc(id)).unwrap();
+        hca1.push(wc(id)).unwrap();
+    }
+    assert_eq!(
+        receive(&handled, 3),
+        [2, 3, 4],
+        "the panicking feed is served on"
+    );
+    assert_eq!(dequeue(&mut consumer, 3), [2, 3, 4], "so is the other");
+    assert!(poller.is_running());
+    let p = eventually("the panic was kept", || poller.take_panic());
+    assert_eq!(p.message(), Some(PROVOKED));
+    assert_eq!(poller.handler_panics(), 1);
+    let stopped = poller.stop().expect("the poller survived its handler");
+    assert_eq!(stopped.handler_panics, 1);
+    assert_eq!(stopped.feeds.len(), 2);
+    drop(up.teardown());
+}
