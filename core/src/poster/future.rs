@@ -33,6 +33,11 @@ impl<T: Send> Poster<T> {
     /// closure of its `dequeue_with`), where waiting would wait for itself. A full ring registers the task's waker
     /// in the room queue; the consumer's dequeue that frees a slot wakes it.
     ///
+    /// # Panics
+    ///
+    /// Polling the future can panic as [`Poster::post`] does (it posts from
+    /// inside `poll`); a panic there takes the future's room seat with it.
+    ///
     /// ```
     /// use futures::executor::block_on;
     /// let (poster, mut consumer) = evd::bounded(1).unwrap();

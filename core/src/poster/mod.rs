@@ -84,6 +84,17 @@ impl<T: Send> Poster<T> {
     /// when it finds the ring full: the upcall drains it, then this post
     /// goes in, as nothing else could start an upcall).
     ///
+    /// # Panics
+    ///
+    /// Never on its own; user code this call runs may panic, and its panic
+    /// then comes out of this call: the upcall handler (when an upcall
+    /// policy is enabled), the consumer's or the CNO's waker (when the post
+    /// notifies). The event is in the ring by then, the upcall token and
+    /// instance count are released, and the EVD stays usable: what is
+    /// still queued goes to the next upcall or dequeue. One exception: a
+    /// post that finds the ring full and runs the upcall to make room drops
+    /// its event if that upcall panics (it was never posted).
+    ///
     /// ```
     /// use evd::{PostError, TryDequeueError};
     /// let (poster, mut consumer) = evd::bounded(1).unwrap();
@@ -168,6 +179,12 @@ impl<T: Send> Poster<T> {
     /// to hear of it. A closed EVD hands the event back as
     /// [`PostError::Closed`]; this never returns [`PostError::Full`].
     ///
+    /// # Panics
+    ///
+    /// As [`Poster::post`]; also when a given-up event's `Drop` panics,
+    /// after the notification the loss took is delivered (the consumer
+    /// still hears of the loss).
+    ///
     /// ```
     /// use evd::{Lossy, Overflow, TryDequeueError};
     /// let (poster, mut consumer) = evd::bounded(1).unwrap();
@@ -198,6 +215,11 @@ impl<T: Send> Poster<T> {
     /// (backpressure: nothing is counted). The consumer is notified once,
     /// after the whole batch is published.
     ///
+    /// # Panics
+    ///
+    /// As [`Poster::post`], once per batch: the events are all in the ring
+    /// before the one notification (or upcall) that may panic.
+    ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(4).unwrap();
     /// let mut batch = vec![1, 2, 3, 4, 5, 6];
@@ -217,6 +239,10 @@ impl<T: Send> Poster<T> {
     /// one reservation. A caller with a budget (a driver that may deliver so
     /// many events per step) posts what it holds without going over it.
     /// `max == 0` (or an empty `events`) posts nothing and returns `Ok(0)`.
+    ///
+    /// # Panics
+    ///
+    /// As [`Poster::post_batch`].
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(8).unwrap();

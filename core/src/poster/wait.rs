@@ -27,6 +27,11 @@ impl<T: Send> Poster<T> {
     /// is refused at once with [`PostError::Full`]; that is the only case it
     /// is returned.
     ///
+    /// # Panics
+    ///
+    /// As [`Poster::post`]. A panic while waiting (a waker's) leaves the
+    /// room queue: the next freed slot wakes the next waiter.
+    ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(1).unwrap();
     /// poster.post(1u32).unwrap();
@@ -50,6 +55,10 @@ impl<T: Send> Poster<T> {
     /// A zero timeout tries once and returns at once (as [`Poster::post`]);
     /// a timeout too large for an [`Instant`] waits without one.
     ///
+    /// # Panics
+    ///
+    /// As [`Poster::post_blocking`].
+    ///
     /// ```
     /// use std::time::Duration;
     /// use evd::PostError;
@@ -69,6 +78,10 @@ impl<T: Send> Poster<T> {
     ///
     /// As [`Poster::post_timeout`] with a deadline: one that has passed
     /// tries once and returns at once.
+    ///
+    /// # Panics
+    ///
+    /// As [`Poster::post_blocking`].
     ///
     /// ```
     /// use std::time::{Duration, Instant};
