@@ -36,7 +36,8 @@ impl<T: Send> Poster<T> {
     /// # Panics
     ///
     /// Polling the future can panic as [`Poster::post`] does (it posts from
-    /// inside `poll`); a panic there takes the future's room seat with it.
+    /// inside `poll`); dropped after it, the future leaves the room queue
+    /// as any dropped `PostAsync` does.
     ///
     /// ```
     /// use futures::executor::block_on;
