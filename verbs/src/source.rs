@@ -40,7 +40,7 @@ use std::os::fd::RawFd;
 /// ```
 /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
 /// let (mut cq, producer) = SoftCq::new(16).unwrap();
-/// producer.push(WorkCompletion { wr_id: 1, ..Default::default() }).unwrap();
+/// producer.push(WorkCompletion::new(1)).unwrap();
 /// let mut out = [WorkCompletion::default(); 4];
 /// assert_eq!(cq.poll(&mut out), Ok(1));
 /// assert_eq!(out[0].wr_id, 1);
@@ -90,6 +90,7 @@ pub trait CompletionQueue: Send {
 /// assert_eq!(evd_verbs::PollError::Overrun.to_string(), "completion queue overrun");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PollError {
     /// The CQ overran: completions were lost by the provider.
     Overrun,
@@ -115,7 +116,7 @@ impl std::error::Error for PollError {}
 /// ```
 /// use evd_verbs::{AsyncEventSource, AsyncEvent, AsyncEventKind, AsyncElement, soft::SoftDevice};
 /// let (mut events, device) = SoftDevice::new().unwrap();
-/// device.raise(AsyncEvent { kind: AsyncEventKind::PortActive, element: AsyncElement::Port(1) });
+/// device.raise(AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(1)));
 /// assert_eq!(events.next_event().unwrap().unwrap().kind, AsyncEventKind::PortActive);
 /// assert!(events.next_event().unwrap().is_none());
 /// ```

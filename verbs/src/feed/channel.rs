@@ -84,6 +84,7 @@ use std::task::{Context, Poll};
 /// assert_eq!(feed.stats().events_got, 0);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ChannelFeedStats {
     /// Channel events got, for every CQ.
     pub events_got: u64,
@@ -119,7 +120,7 @@ struct Member<C: CompletionQueue, T> {
 /// }
 /// // Arms all three: safe to sleep on the channel's fd.
 /// assert_eq!(feed.arm_and_drain(64).unwrap().status, FeedStatus::Drained);
-/// hcas[2].push(WorkCompletion { wr_id: 7, ..Default::default() }).unwrap();
+/// hcas[2].push(WorkCompletion::new(7)).unwrap();
 /// let p = feed.on_channel_ready(64).unwrap(); // the fd was readable
 /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
 /// assert!(matches!(

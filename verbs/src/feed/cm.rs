@@ -31,7 +31,7 @@ use std::task::{Context, Poll};
 /// let (poster, mut consumer) = evd::bounded::<AppEvent>(8).unwrap();
 /// let (events, cm) = SoftCm::new().unwrap();
 /// let mut feed = CmFeed::new(events, poster);
-/// cm.raise(CmEvent { kind: CmEventKind::Established, id: CmToken(4), ..Default::default() });
+/// cm.raise(CmEvent::new(CmEventKind::Established, CmToken(4)));
 /// assert_eq!(feed.progress(16).delivered, 1);
 /// assert!(matches!(consumer.try_dequeue(), Ok(AppEvent::Cm(e)) if e.id == CmToken(4)));
 /// ```
@@ -55,7 +55,7 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// let (events, cm) = SoftCm::new().unwrap();
     /// let mut feed = CmFeed::new(events, poster);
     /// for id in 0..3 {
-    ///     cm.raise(CmEvent { kind: CmEventKind::Disconnected, id: CmToken(id), ..Default::default() });
+    ///     cm.raise(CmEvent::new(CmEventKind::Disconnected, CmToken(id)));
     /// }
     /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // two fit
     /// assert_eq!(consumer.try_dequeue().unwrap().id, CmToken(0));

@@ -40,6 +40,7 @@ pub const ACK_BATCH: u32 = 16;
 /// assert_eq!(feed.stats().arms, 1);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FeedStats {
     /// Completions polled from the CQ.
     pub polled: u64,
@@ -87,7 +88,7 @@ pub struct FeedStats {
 /// let (cq, producer) = SoftCq::new(64).unwrap();
 /// let mut feed = Feed::new(cq, CqId(1), poster);
 /// for i in 0..3 {
-///     producer.push(WorkCompletion { wr_id: i, ..Default::default() }).unwrap();
+///     producer.push(WorkCompletion::new(i)).unwrap();
 /// }
 /// let p = feed.progress(16);
 /// assert_eq!((p.delivered, p.status), (3, FeedStatus::Drained));
@@ -134,7 +135,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// let (poster, mut consumer) = evd::bounded::<AppEvent>(16).unwrap();
     /// let (cq, hca) = SoftCq::new(16).unwrap();
     /// let mut feed = Feed::new(cq, CqId(4), poster.clone());
-    /// hca.push(WorkCompletion { wr_id: 9, ..Default::default() }).unwrap();
+    /// hca.push(WorkCompletion::new(9)).unwrap();
     /// feed.progress(16);
     /// poster.post(AppEvent::Tick(1)).unwrap();
     /// assert!(matches!(
@@ -265,10 +266,10 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                     self.failure = Some(e);
                     // Nothing is held here (the post above succeeded), so
                     // the error comes after every completion polled before.
-                    self.held.push(T::from(VerbsEvent::Async(AsyncEvent {
-                        kind: AsyncEventKind::CqError,
-                        element: AsyncElement::Cq(self.id),
-                    })));
+                    self.held.push(T::from(VerbsEvent::Async(AsyncEvent::new(
+                        AsyncEventKind::CqError,
+                        AsyncElement::Cq(self.id),
+                    ))));
                     // Refused (another thread's poster took the room): the
                     // error stays held and the status says why, so the
                     // caller waits for room and the next call delivers it,
@@ -311,7 +312,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// let (cq, producer) = SoftCq::new(16).unwrap();
     /// let mut feed = Feed::new(cq, CqId(0), poster);
     /// // A completion lands after the last poll, just before the arm:
-    /// producer.complete_in_next_rearm_window(WorkCompletion { wr_id: 42, ..Default::default() });
+    /// producer.complete_in_next_rearm_window(WorkCompletion::new(42));
     /// let p = feed.arm_and_drain(64).unwrap();
     /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
     /// assert!(!producer.is_stranded());
@@ -496,12 +497,7 @@ mod tests {
         let buffer = (feed.held.as_ptr(), feed.held.capacity());
         assert_eq!(buffer.1, POLL_BATCH);
         for round in 0..20u64 {
-            hca.push_batch(
-                &[WorkCompletion {
-                    wr_id: round,
-                    ..Default::default()
-                }; 3],
-            );
+            hca.push_batch(&[WorkCompletion::new(round); 3]);
             // Another poster takes the room the feed read (4 free, 3
             // polled): 2 ticks leave room for 2 of them, 4 for none; the
             // rest is held as `AppEvent`s.

@@ -73,11 +73,9 @@ pub enum Ownership {
 /// use evd_verbs::CqId;
 /// let ctx = Context::open(None)?;
 /// let mine = Box::into_raw(Box::new(7u64)); // the application's own state
-/// let cq = ctx.create_cq_with(&CqConfig {
-///     comp_vector: 0,
-///     cq_context: mine.cast(),
-///     ..CqConfig::new(256, CqId(1))
-/// })?;
+/// let mut config = CqConfig::new(256, CqId(1));
+/// config.cq_context = mine.cast();
+/// let cq = ctx.create_cq_with(&config)?;
 /// // SAFETY: a live CQ; libibverbs keeps `cq_context` as given.
 /// assert_eq!(unsafe { (*cq.as_ptr()).cq_context }, mine.cast());
 /// drop(cq);
@@ -86,6 +84,7 @@ pub enum Ownership {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct CqConfig {
     /// The minimum number of entries (the provider may round it up).
     pub depth: i32,

@@ -127,6 +127,7 @@ impl Sge {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RangeError {
     /// The offset asked for.
     pub offset: usize,

@@ -278,11 +278,21 @@ impl ProtectionDomain {
 ///
 /// ```
 /// use evd_verbs::ibv::{AccessFlags, QpCaps};
-/// let caps = QpCaps { max_send_wr: 1024, max_inline_data: 128, ..QpCaps::default() };
+/// let mut caps = QpCaps::default();
+/// caps.max_send_wr = 1024;
+/// caps.max_inline_data = 128;
 /// assert_eq!((caps.max_recv_wr, caps.max_send_sge, caps.sq_sig_all), (16, 1, false));
 /// assert!(caps.access.contains(AccessFlags::REMOTE_WRITE));
 /// ```
+///
+/// It may gain fields: outside this crate it is built from [`Default`] and
+/// its fields set, not with a struct literal.
+///
+/// ```compile_fail,E0639
+/// let caps = evd_verbs::ibv::QpCaps { max_send_wr: 1024, ..Default::default() };
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QpCaps {
     /// Outstanding send-side work requests.
     pub max_send_wr: u32,

@@ -55,6 +55,7 @@ impl ChannelInner {
 /// assert_eq!(channel.stats().queued, 0);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SoftChannelStats {
     /// Events waiting to be got now.
     pub queued: usize,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// ```
 /// use evd_verbs::{CmEvent, CmEventKind, CmToken, CmEventSource, soft::SoftCm};
 /// let (mut events, cm) = SoftCm::new().unwrap();
-/// cm.raise(CmEvent { kind: CmEventKind::Disconnected, id: CmToken(3), ..Default::default() });
+/// cm.raise(CmEvent::new(CmEventKind::Disconnected, CmToken(3)));
 /// let ev = events.next_event().unwrap().unwrap();
 /// assert_eq!((ev.kind, ev.id), (CmEventKind::Disconnected, CmToken(3)));
 /// ```

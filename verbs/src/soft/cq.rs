@@ -396,10 +396,10 @@ impl Inner {
             // overrun, whether or not the CQ was armed.
             self.raise_event(st);
             if let Some(dev) = &self.device {
-                dev.raise(AsyncEvent {
-                    kind: AsyncEventKind::CqError,
-                    element: AsyncElement::Cq(self.id),
-                });
+                dev.raise(AsyncEvent::new(
+                    AsyncEventKind::CqError,
+                    AsyncElement::Cq(self.id),
+                ));
             }
             return Err(PushError::Overrun);
         }

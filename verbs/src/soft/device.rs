@@ -111,7 +111,7 @@ impl SoftDevice {
     /// ```
     /// use evd_verbs::{AsyncEvent, AsyncEventKind, AsyncElement};
     /// let (_events, device) = evd_verbs::soft::SoftDevice::new().unwrap();
-    /// device.raise(AsyncEvent { kind: AsyncEventKind::PortError, element: AsyncElement::Port(1) });
+    /// device.raise(AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1)));
     /// ```
     pub fn raise(&self, event: AsyncEvent) {
         self.inner.events.raise(event);

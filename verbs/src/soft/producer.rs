@@ -30,6 +30,7 @@ impl std::fmt::Debug for SoftCqProducer {
 /// assert_eq!(hca.push(WorkCompletion::default()), Err(PushError::Destroyed));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PushError {
     /// The CQ was full: it overran, the completion is lost and the CQ is broken.
     Overrun,
@@ -61,6 +62,7 @@ impl std::error::Error for PushError {}
 /// assert_eq!((s.len, s.pushed, s.armed), (1, 1, false));
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SoftCqStats {
     /// Completions queued now.
     pub len: usize,
@@ -183,7 +185,7 @@ impl SoftCqProducer {
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
     /// let (mut cq, producer) = SoftCq::new(4).unwrap();
-    /// producer.complete_in_next_rearm_window(WorkCompletion { wr_id: 9, ..Default::default() });
+    /// producer.complete_in_next_rearm_window(WorkCompletion::new(9));
     /// cq.req_notify(false).unwrap();
     /// assert!(!cq.get_event().unwrap()); // no event: only polling finds it
     /// assert_eq!(producer.stats().len, 1);

@@ -18,7 +18,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What a connect or accept offers the peer (`struct rdma_conn_param`).
+///
+/// The default offers no private data, one RDMA read or atomic in flight
+/// each way, and 7 retries of each kind. It may gain fields: outside this
+/// crate it is built from [`Default`] and its fields set.
+///
+/// ```
+/// use evd_verbs::ibv::CmConnParams;
+/// let mut params = CmConnParams::default();
+/// params.private_data = b"hello";
+/// assert_eq!((params.initiator_depth, params.retry_count), (1, 7));
+/// ```
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct CmConnParams<'a> {
     /// Private data for the peer (at most 56 bytes on a connect, 196 on an
     /// accept, over InfiniBand and RoCE).

@@ -30,6 +30,7 @@ pub const MAX_SGES: usize = 16;
 /// let read = SendOp::Read { remote_addr: peer_mr.addr(), rkey: peer_mr.rkey() };
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendOp {
     /// A send, consuming a receive at the peer.
     Send,
@@ -79,10 +80,11 @@ pub enum SendOp {
 /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
 /// # let mr = pd.register(8192).unwrap();
 /// let sges = [mr.sge(0, 16)?, mr.sge(512, 100)?]; // a header and a body
-/// qp.post_send_wr(&SendRequest { signaled: false, ..SendRequest::new(1, SendOp::Send, &sges) })?;
+/// qp.post_send_wr(&SendRequest::new(1, SendOp::Send, &sges).with_signaled(false))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct SendRequest<'a> {
     /// The id its completion carries.
     pub wr_id: u64,
@@ -136,6 +138,76 @@ impl<'a> SendRequest<'a> {
             fence: false,
             inline: false,
         }
+    }
+}
+
+impl SendRequest<'_> {
+    /// With `IBV_SEND_SIGNALED` on or off ([`signaled`](Self::signaled)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// let wr = SendRequest::new(1, SendOp::Send, &sges).with_signaled(false);
+    /// assert!(!wr.signaled);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_signaled(mut self, signaled: bool) -> Self {
+        self.signaled = signaled;
+        self
+    }
+
+    /// With `IBV_SEND_SOLICITED` on or off ([`solicited`](Self::solicited)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// let wr = SendRequest::new(1, SendOp::SendWithImm { imm: 1 }, &sges).with_solicited(true);
+    /// assert!(wr.solicited);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_solicited(mut self, solicited: bool) -> Self {
+        self.solicited = solicited;
+        self
+    }
+
+    /// With `IBV_SEND_FENCE` on or off ([`fence`](Self::fence)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// let wr = SendRequest::new(1, SendOp::Send, &sges).with_fence(true);
+    /// assert!(wr.fence);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_fence(mut self, fence: bool) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// With `IBV_SEND_INLINE` on or off ([`inline`](Self::inline)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// let wr = SendRequest::new(1, SendOp::Send, &sges).with_inline(true);
+    /// assert!(wr.inline);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_inline(mut self, inline: bool) -> Self {
+        self.inline = inline;
+        self
     }
 }
 
