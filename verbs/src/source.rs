@@ -47,10 +47,20 @@ use std::os::fd::RawFd;
 /// ```
 pub trait CompletionQueue: Send {
     /// Poll up to `out.len()` completions into `out`; returns how many.
+    ///
+    /// # Errors
+    ///
+    /// [`PollError`]: the CQ overran or the provider's poll failed; the CQ
+    /// is not polled again.
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, PollError>;
 
     /// Arm the CQ: the next completion added (with `solicited_only`: the next
     /// solicited or error completion) produces one channel event.
+    ///
+    /// # Errors
+    ///
+    /// The provider's error (for real verbs, the errno of
+    /// `ibv_req_notify_cq`).
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()>;
 
     /// The completion channel's fd, readable while events are waiting to be
@@ -59,6 +69,11 @@ pub trait CompletionQueue: Send {
 
     /// Consume one channel event without blocking: `Ok(true)` if one was got
     /// (it must be acknowledged later), `Ok(false)` if none was waiting.
+    ///
+    /// # Errors
+    ///
+    /// The provider's error other than "none waiting" (for real verbs,
+    /// `ibv_get_cq_event`'s errno other than `EAGAIN`).
     fn get_event(&mut self) -> io::Result<bool>;
 
     /// Acknowledge `count` events got with [`get_event`](Self::get_event).
@@ -124,6 +139,11 @@ pub trait AsyncEventSource: Send {
     /// The fd to wait on.
     fn fd(&self) -> RawFd;
     /// One event, or `Ok(None)` if none is waiting.
+    ///
+    /// # Errors
+    ///
+    /// The source's error other than "none waiting" (for real verbs,
+    /// `ibv_get_async_event`'s errno other than `EAGAIN`).
     fn next_event(&mut self) -> io::Result<Option<AsyncEvent>>;
 }
 
@@ -150,6 +170,11 @@ pub trait CmEventSource: Send {
     /// The fd, readable while events wait.
     fn fd(&self) -> RawFd;
     /// The next event, copied out and acknowledged; `None` if none waits.
+    ///
+    /// # Errors
+    ///
+    /// The channel's error other than "none waiting" (for real verbs,
+    /// `rdma_get_cm_event`'s errno other than `EAGAIN`).
     fn next_event(&mut self) -> io::Result<Option<CmEvent>>;
 }
 
@@ -251,6 +276,11 @@ pub trait SharedChannel: Send {
 
     /// Take one event without blocking: the CQ it names, or `Ok(None)` if
     /// none waits.
+    ///
+    /// # Errors
+    ///
+    /// The channel's error other than "none waiting" (for real verbs,
+    /// `ibv_get_cq_event`'s errno other than `EAGAIN`).
     fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>>;
 
     /// The key the events of `cq` carry, or `None` if `cq` is not on this

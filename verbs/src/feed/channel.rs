@@ -165,6 +165,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// on this channel or is served already. Add CQs before registering the
     /// feed with a driver (the driver owns it afterwards).
     ///
+    /// # Errors
+    ///
+    /// Hands `cq` back (`Err(cq)`) if it is not on this feed's channel or
+    /// this feed serves it already.
+    ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::{SoftChannel, SoftCq}};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
@@ -234,6 +239,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// Get every waiting channel event and credit each to its CQ's feed
     /// (see the [module notes](self)); returns how many were got.
     ///
+    /// # Errors
+    ///
+    /// The channel's [`get_cq_event`](SharedChannel::get_cq_event) error;
+    /// the events got before it are credited.
+    ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
@@ -269,6 +279,13 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// it (its arm used up, or not drained yet), round robin, within
     /// `budget` for them all. [`FeedStatus::Drained`] means every live CQ
     /// is armed and empty: safe to sleep on the channel's fd.
+    ///
+    /// # Errors
+    ///
+    /// A CQ's [`req_notify`](CompletionQueue::req_notify) error; the CQs
+    /// served before it in this call keep what they delivered. A CQ whose
+    /// poll fails is not an error here: it is reported as a `CqError`
+    /// async event and not served again.
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
@@ -343,6 +360,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
 
     /// Event-driven wake-up, when the channel's fd is readable:
     /// [`take_events`](Self::take_events), then
+    /// [`arm_and_drain`](Self::arm_and_drain).
+    ///
+    /// # Errors
+    ///
+    /// As [`take_events`](Self::take_events), then as
     /// [`arm_and_drain`](Self::arm_and_drain).
     pub fn on_channel_ready(&mut self, budget: usize) -> io::Result<Progress> {
         self.take_events()?;

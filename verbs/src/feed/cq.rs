@@ -306,6 +306,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// CAS does not remove). [`FeedStatus::Drained`] means: armed and empty,
     /// safe to sleep on the channel fd.
     ///
+    /// # Errors
+    ///
+    /// The CQ's [`req_notify`](CompletionQueue::req_notify) error (the feed
+    /// stays unarmed). A failed poll is not an error here: it ends the call
+    /// with [`FeedStatus::Failed`] and a `CqError` async event.
+    ///
     /// ```
     /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, VerbsEvent, soft::SoftCq};
     /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
@@ -357,6 +363,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// waiting channel event, acknowledge them in batches of [`ACK_BATCH`],
     /// re-arm, then drain (see [`Feed::arm_and_drain`]). Spurious events are
     /// harmless: they cost one empty poll.
+    ///
+    /// # Errors
+    ///
+    /// The CQ's [`get_event`](CompletionQueue::get_event) error, or as
+    /// [`arm_and_drain`](Self::arm_and_drain).
     ///
     /// ```
     /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, VerbsEvent, soft::SoftCq};

@@ -73,6 +73,11 @@ impl CompletionChannel {
     /// # Panics
     /// If `channel` is null.
     ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the channel's fd cannot be made non-blocking
+    /// (`fcntl`).
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, CompletionChannel, Context, Ownership};
     /// let ctx = Context::open(None)?;

@@ -210,6 +210,11 @@ impl fmt::Debug for CmEvents {
 impl CmChannel {
     /// A new event channel (its fd non-blocking), as its event source and
     /// its handle.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_create_event_channel`, or of making its fd
+    /// non-blocking.
     pub fn new() -> io::Result<(CmEvents, CmChannel)> {
         // SAFETY: no arguments; the channel is owned by `Channel` below.
         let raw = unsafe { ffi::rdma_create_event_channel() };

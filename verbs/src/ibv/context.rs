@@ -16,6 +16,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 ///
 /// On a host without RDMA support this is an error (`ENOSYS`), not an
 /// empty list, as libibverbs reports it.
+///
+/// # Errors
+///
+/// The errno of `ibv_get_device_list` (`ENOSYS` without RDMA support).
 pub fn device_names() -> io::Result<Vec<String>> {
     let mut n = 0;
     // SAFETY: `n` is a live int; the list is freed below.
@@ -144,6 +148,12 @@ unsafe impl Sync for Context {}
 
 impl Context {
     /// Open the device named `name`, or the first device with `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`NotFound`](io::ErrorKind::NotFound) if no device (or none named
+    /// `name`) is present; the errno of `ibv_get_device_list` or
+    /// `ibv_open_device`.
     pub fn open(name: Option<&str>) -> io::Result<Arc<Context>> {
         let mut n = 0;
         // SAFETY: as in `device_names`.
@@ -294,6 +304,11 @@ impl Context {
 
     /// The GID at `index` of `port` (RoCE: index 0 is the link-local GID).
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_query_gid`, as an [`io::Error`]. (`EINVAL` for a port or
+    /// index the device does not have).
+    ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let gid = ctx.gid(1, 0)?;
@@ -309,6 +324,10 @@ impl Context {
     }
 
     /// Allocate a protection domain.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_alloc_pd`, as an [`io::Error`].
     ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
@@ -333,6 +352,10 @@ impl Context {
     /// completion vector 0 with a null `cq_context`: shorthand for
     /// [`create_cq_with`](Context::create_cq_with).
     ///
+    /// # Errors
+    ///
+    /// As [`create_cq_with`](Context::create_cq_with).
+    ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let cq = ctx.create_cq(64, evd_verbs::CqId(1))?;
@@ -346,6 +369,12 @@ impl Context {
     /// (non-blocking). `config.cq_context` is stored in the CQ untouched;
     /// async CQ errors name the CQ by `config.id` through this context's
     /// registry instead.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_create_comp_channel` or `ibv_create_cq` (`EINVAL`
+    /// for a depth over the device's maximum), or of making the channel's fd
+    /// non-blocking; nothing is left behind.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{Context, CqConfig};
@@ -400,6 +429,11 @@ impl Context {
     /// It is destroyed when the last handle to it goes, which each CQ made
     /// on it holds: after its last CQ.
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_create_comp_channel`, or of making its fd
+    /// non-blocking.
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{Context, CqConfig};
     /// use evd_verbs::CqId;
@@ -428,6 +462,11 @@ impl Context {
     /// the channel, which outlives it.
     ///
     /// `InvalidInput` if `channel` is on another device context.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `channel` is on
+    /// another device context; the errno of `ibv_create_cq`.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{Context, CqConfig};
@@ -485,6 +524,10 @@ impl Context {
     /// by itself for this device's CQs (see
     /// [`CompletionQueue::device_events`](crate::CompletionQueue::device_events)).
     ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the async fd cannot be made non-blocking.
+    ///
     /// ```no_run
     /// use evd_verbs::AsyncEventSource;
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
@@ -520,6 +563,11 @@ impl Context {
     /// be gone first. While any handle is alive, nothing is closed and the
     /// error [`CloseError::InUse`] hands this one back. (Two threads each
     /// closing one of the last two handles both get `InUse`.)
+    ///
+    /// # Errors
+    ///
+    /// [`CloseError::InUse`] (with this handle) while other handles are
+    /// alive; [`CloseError::Failed`] if `ibv_close_device` fails.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::Context;

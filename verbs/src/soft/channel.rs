@@ -110,6 +110,11 @@ impl std::fmt::Debug for SoftChannel {
 impl SoftChannel {
     /// A new channel with no CQ on it.
     ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the eventfd cannot be made (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`).
+    ///
     /// ```
     /// let channel = evd_verbs::soft::SoftChannel::new().unwrap();
     /// # drop(channel);
@@ -130,6 +135,10 @@ impl SoftChannel {
 
     /// A software CQ of `capacity` completions whose events go to this
     /// channel.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `capacity` is 0.
     ///
     /// ```
     /// use evd_verbs::CompletionQueue;

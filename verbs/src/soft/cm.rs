@@ -44,6 +44,11 @@ impl std::fmt::Debug for SoftCmEvents {
 
 impl SoftCm {
     /// A software connection manager and the source of its events.
+    ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the eventfd cannot be made (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`).
     pub fn new() -> io::Result<(SoftCmEvents, SoftCm)> {
         let inner = Arc::new(EventQueue::new()?);
         Ok((

@@ -42,6 +42,11 @@ impl SoftCq {
     /// A software CQ holding up to `capacity` completions, not attached to a
     /// device.
     ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `capacity` is 0;
+    /// an [`io::Error`] if the CQ's channel eventfd cannot be made.
+    ///
     /// ```
     /// let (cq, producer) = evd_verbs::soft::SoftCq::new(8).unwrap();
     /// assert_eq!(producer.stats().len, 0);
@@ -53,6 +58,10 @@ impl SoftCq {
 
     /// A software CQ belonging to `device`: its overrun raises
     /// `CqError` for `id` there, as a real device's async fd does.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](SoftCq::new).
     ///
     /// ```
     /// use evd_verbs::{soft::{SoftCq, SoftDevice, PushError}, CqId, WorkCompletion, AsyncEventSource};
@@ -123,6 +132,11 @@ impl SoftCq {
 
     /// Destroy the CQ, refusing (and handing it back) while channel events
     /// got are not all acknowledged, as `ibv_destroy_cq` requires.
+    ///
+    /// # Errors
+    ///
+    /// Hands the CQ back (`Err(cq)`) while channel events got from it are
+    /// not all acknowledged.
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, soft::SoftCq};

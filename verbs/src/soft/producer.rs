@@ -96,6 +96,12 @@ pub struct SoftCqStats {
 impl SoftCqProducer {
     /// Add a completion (not solicited). An armed CQ raises one channel event.
     ///
+    /// # Errors
+    ///
+    /// [`PushError::Overrun`] if the CQ was full (the completion is lost and
+    /// the CQ breaks), [`PushError::Broken`] if it broke earlier,
+    /// [`PushError::Destroyed`] if it was destroyed.
+    ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
     /// let (mut cq, producer) = SoftCq::new(4).unwrap();
@@ -110,6 +116,10 @@ impl SoftCqProducer {
     }
 
     /// Add a solicited completion: also wakes a CQ armed for solicited only.
+    ///
+    /// # Errors
+    ///
+    /// As [`push`](Self::push).
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};

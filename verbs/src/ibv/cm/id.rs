@@ -142,6 +142,11 @@ fn millis(timeout: Duration) -> i32 {
 impl CmId {
     /// A new identifier on `channel`, whose events carry `token` (below
     /// [`CmToken::INCOMING`]).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `token` is not below
+    /// [`CmToken::INCOMING`]; the errno of `rdma_create_id`.
     pub fn new(channel: &CmChannel, token: CmToken) -> io::Result<CmId> {
         if token >= CmToken::INCOMING {
             return Err(io::Error::new(
@@ -178,6 +183,10 @@ impl CmId {
     }
 
     /// Bind to a local address (a listener's, or a chosen source).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_bind_addr`, as an [`io::Error`]. (`EADDRINUSE`, `EADDRNOTAVAIL`...).
     pub fn bind(&self, addr: SocketAddr) -> io::Result<()> {
         let (mut sa, _) = sockaddr(addr);
         // SAFETY: a live id and a sockaddr valid for the call.
@@ -190,6 +199,10 @@ impl CmId {
     }
 
     /// Listen for connect requests ([`CmEventKind::ConnectRequest`]).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_listen`, as an [`io::Error`].
     pub fn listen(&self, backlog: i32) -> io::Result<()> {
         // SAFETY: a live id.
         check(unsafe { ffi::rdma_listen(self.id, backlog) })
@@ -197,6 +210,11 @@ impl CmId {
 
     /// Resolve `dst` to a device and port ([`CmEventKind::AddrResolved`] or
     /// [`CmEventKind::AddrError`] follows).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_resolve_addr`, as an [`io::Error`]. A resolution that fails
+    /// later is an [`AddrError`](CmEventKind::AddrError) event instead.
     pub fn resolve_addr(&self, dst: SocketAddr, timeout: Duration) -> io::Result<()> {
         let (mut sa, _) = sockaddr(dst);
         // SAFETY: a live id and a sockaddr valid for the call (copied).
@@ -212,6 +230,11 @@ impl CmId {
 
     /// Resolve the route to the resolved address
     /// ([`CmEventKind::RouteResolved`] or [`CmEventKind::RouteError`]).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_resolve_route`, as an [`io::Error`]. A resolution that fails
+    /// later is a [`RouteError`](CmEventKind::RouteError) event instead.
     pub fn resolve_route(&self, timeout: Duration) -> io::Result<()> {
         // SAFETY: a live id.
         check(unsafe { ffi::rdma_resolve_route(self.id, millis(timeout)) })
@@ -247,6 +270,12 @@ impl CmId {
     /// [`CmEventKind::ConnectResponse`] (then call
     /// [`establish`](CmId::establish)), [`CmEventKind::Rejected`] or
     /// [`CmEventKind::Unreachable`].
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `params.private_data`
+    /// is over 255 bytes; the errno of moving `qp` to INIT (`rdma_init_qp_attr`,
+    /// `ibv_modify_qp`) or of `rdma_connect`.
     pub fn connect(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
         let mut raw = params.raw(qp)?;
@@ -259,6 +288,11 @@ impl CmId {
     /// access the connection grants), RTR and RTS, then
     /// complete the connection (the passive side gets
     /// [`CmEventKind::Established`]).
+    ///
+    /// # Errors
+    ///
+    /// The errno of a QP transition (`rdma_init_qp_attr`, `ibv_modify_qp`) or
+    /// of `rdma_establish`.
     pub fn establish(&self, qp: &QueuePair) -> io::Result<()> {
         // INIT again first, as librdmacm does for its own QPs: before the
         // exchange the INIT attributes grant no remote access; now they
@@ -274,6 +308,12 @@ impl CmId {
     /// Accept the request this identifier came with, on `qp` (in INIT, on
     /// this identifier's device), which is moved to RTS first: receives can
     /// be posted before, sends after [`CmEventKind::Established`].
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `params.private_data`
+    /// is over 255 bytes; the errno of a QP transition (`rdma_init_qp_attr`,
+    /// `ibv_modify_qp`) or of `rdma_accept`.
     pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
@@ -285,6 +325,11 @@ impl CmId {
 
     /// Reject the request this identifier came with; the peer gets
     /// [`CmEventKind::Rejected`] with `private_data`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `private_data` is
+    /// over 255 bytes; the errno of `rdma_reject`.
     pub fn reject(&self, private_data: &[u8]) -> io::Result<()> {
         let len = u8::try_from(private_data.len()).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "private data over 255 bytes")
@@ -294,6 +339,10 @@ impl CmId {
     }
 
     /// Disconnect; both sides get [`CmEventKind::Disconnected`].
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_disconnect`, as an [`io::Error`].
     pub fn disconnect(&self) -> io::Result<()> {
         // SAFETY: a live id.
         check(unsafe { ffi::rdma_disconnect(self.id) })
@@ -301,6 +350,11 @@ impl CmId {
 
     /// Destroy the identifier now, reporting a failure. Its undelivered
     /// events are discarded by librdmacm.
+    ///
+    /// # Errors
+    ///
+    /// A [`TeardownError`] if `rdma_destroy_id` fails (the identifier is
+    /// leaked).
     pub fn close(mut self) -> Result<(), TeardownError> {
         self.destroy()
     }

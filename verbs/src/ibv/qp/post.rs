@@ -284,6 +284,12 @@ impl QueuePair {
     /// outside `mr` is an [`InvalidInput`](io::ErrorKind::InvalidInput)
     /// error carrying a [`RangeError`].
     ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) carrying a
+    /// [`RangeError`] for a range outside `mr`; otherwise as
+    /// [`post_recv_sges`](QueuePair::post_recv_sges), converted.
+    ///
     /// ```no_run
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
@@ -309,6 +315,12 @@ impl QueuePair {
     /// Post a receive scattering into `sges` in order (at most
     /// [`MAX_SGES`], and the QP's [`max_recv_sge`](QpCaps::max_recv_sge)).
     /// The memory must stay registered until the receive completes.
+    ///
+    /// # Errors
+    ///
+    /// [`PostWrError::TooManySges`] over [`MAX_SGES`];
+    /// [`PostWrError::Verbs`] with the errno of `ibv_post_recv` (`ENOMEM`:
+    /// the receive queue is full).
     ///
     /// ```no_run
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
@@ -347,6 +359,12 @@ impl QueuePair {
     /// range outside `mr` is an [`InvalidInput`](io::ErrorKind::InvalidInput)
     /// error carrying a [`RangeError`].
     ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) carrying a
+    /// [`RangeError`] for a range outside `mr`; otherwise as
+    /// [`post_send_wr`](QueuePair::post_send_wr), converted.
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::SendOp;
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
@@ -378,6 +396,13 @@ impl QueuePair {
     /// Post a send-side work request: any [`SendOp`], up to [`MAX_SGES`]
     /// SGEs (and the QP's [`max_send_sge`](QpCaps::max_send_sge)),
     /// signaled or not, solicited, fenced, inline.
+    ///
+    /// # Errors
+    ///
+    /// [`PostWrError::TooManySges`] over [`MAX_SGES`];
+    /// [`PostWrError::InlineTooLong`] for an inline request over the QP's
+    /// [`max_inline_data`](QpCaps::max_inline_data); [`PostWrError::Verbs`]
+    /// with the errno of `ibv_post_send` (`ENOMEM`: the send queue is full).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{SendOp, SendRequest};

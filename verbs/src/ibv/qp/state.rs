@@ -235,6 +235,11 @@ impl QueuePair {
     /// any transition, such as those `rdma_init_qp_attr` describes for
     /// rdma_cm. The provider and kernel check the attributes.
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_modify_qp`, as an [`io::Error`]. (`EINVAL` for attributes
+    /// the transition does not take).
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, QpState};
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
@@ -255,6 +260,10 @@ impl QueuePair {
     }
 
     /// The QP's current state (`ibv_query_qp` of `IBV_QP_STATE`).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_query_qp`, as an [`io::Error`].
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{QpCaps, QpState};
@@ -284,6 +293,11 @@ impl QueuePair {
     /// of `port`, and `psn` (the first send PSN this side will connect
     /// with, [`ConnectParams::sq_psn`]; 24 bits, higher ones are dropped).
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_query_gid` (a port or GID index the device does
+    /// not have).
+    ///
     /// ```no_run
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
@@ -304,6 +318,11 @@ impl QueuePair {
     /// Move to RTR then RTS, connected to `remote` over RoCE (a global
     /// route to its GID) with `params`; `params.sq_psn` should be the `psn`
     /// of the endpoint given to the peer.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_modify_qp` for the move to RTR or to RTS (the QP
+    /// stays in the state it reached).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{ConnectParams, Mtu};
@@ -366,6 +385,10 @@ impl QueuePair {
 
     /// Move the QP to the error state: its outstanding and later work
     /// requests complete with `WR_FLUSH_ERR`.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_modify_qp`, as an [`io::Error`].
     ///
     /// ```no_run
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
