@@ -146,6 +146,7 @@
 //!             completions += 1;
 //!         }
 //!         AppEvent::Verbs(VerbsEvent::Async(_)) => async_events += 1,
+//!         AppEvent::Verbs(other) => panic!("unexpected {other:?}"), // VerbsEvent may grow
 //!         AppEvent::Tick(_) => ticks += 1,
 //!     }
 //! }

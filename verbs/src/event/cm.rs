@@ -80,6 +80,12 @@ pub enum CmEventKind {
 
 impl CmEventKind {
     /// From the C enum value.
+    ///
+    /// ```
+    /// use evd_verbs::CmEventKind;
+    /// assert_eq!(CmEventKind::from_raw(4), CmEventKind::ConnectRequest);
+    /// assert_eq!(CmEventKind::from_raw(1000), CmEventKind::Other(1000));
+    /// ```
     pub fn from_raw(v: u32) -> Self {
         use CmEventKind::*;
         match v {
@@ -135,6 +141,12 @@ impl CmEventKind {
     }
 
     /// An attempt that ended the connection (or its setup) in failure.
+    ///
+    /// ```
+    /// use evd_verbs::CmEventKind;
+    /// assert!(CmEventKind::Unreachable.is_failure());
+    /// assert!(!CmEventKind::Established.is_failure());
+    /// ```
     pub fn is_failure(self) -> bool {
         use CmEventKind::*;
         matches!(
@@ -167,6 +179,12 @@ pub struct PrivateData {
 
 impl PrivateData {
     /// A copy of `data`, or `None` if it is longer than [`PRIVATE_DATA_MAX`].
+    ///
+    /// ```
+    /// use evd_verbs::{PrivateData, PRIVATE_DATA_MAX};
+    /// assert!(PrivateData::new(&[7; PRIVATE_DATA_MAX]).is_some());
+    /// assert!(PrivateData::new(&[7; PRIVATE_DATA_MAX + 1]).is_none());
+    /// ```
     pub fn new(data: &[u8]) -> Option<Self> {
         if data.len() > PRIVATE_DATA_MAX {
             return None;
@@ -180,6 +198,11 @@ impl PrivateData {
     }
 
     /// The bytes.
+    ///
+    /// ```
+    /// let p = evd_verbs::PrivateData::new(&[1, 2, 3]).unwrap();
+    /// assert_eq!(p.as_bytes(), [1, 2, 3]);
+    /// ```
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }

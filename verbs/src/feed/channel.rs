@@ -198,16 +198,46 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     }
 
     /// How many CQs it serves.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
+    /// feed.add(channel.create_cq(8).unwrap().0, CqId(1)).unwrap();
+    /// assert_eq!(feed.len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         self.members.len()
     }
 
     /// It serves no CQ.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// assert!(feed.is_empty());
+    /// feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
+    /// assert!(!feed.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
 
     /// The channel.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// use evd_verbs::SharedChannel;
+    /// assert_eq!(feed.channel().fd(), channel.fd()); // the same channel
+    /// # feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
+    /// ```
     pub fn channel(&self) -> &H {
         &self.channel
     }
@@ -227,11 +257,30 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     }
 
     /// The counters.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// hca.inject_spurious_event();
+    /// feed.take_events().unwrap();
+    /// assert_eq!(feed.stats().events_got, 1);
+    /// ```
     pub fn stats(&self) -> ChannelFeedStats {
         self.stats
     }
 
     /// The poster of the EVD it delivers into.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let feed = ChannelFeed::new(SoftChannel::new().unwrap(), poster);
+    /// assert_eq!(feed.poster().capacity(), 16);
+    /// ```
     pub fn poster(&self) -> &Poster<T> {
         self.room.poster()
     }
@@ -366,6 +415,19 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     ///
     /// As [`take_events`](Self::take_events), then as
     /// [`arm_and_drain`](Self::arm_and_drain).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// assert_eq!(feed.arm_and_drain(16).unwrap().status, FeedStatus::Drained); // armed
+    /// hca.push(WorkCompletion::new(1)).unwrap(); // the armed CQ raises an event
+    /// let p = feed.on_channel_ready(16).unwrap();
+    /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+    /// ```
     pub fn on_channel_ready(&mut self, budget: usize) -> io::Result<Progress> {
         self.take_events()?;
         self.arm_and_drain(budget)
@@ -449,6 +511,24 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     }
 
     /// Wait for room in a full EVD (as [`Feed::poll_room`]).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// use futures::task::noop_waker;
+    /// use std::task::Context;
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// hca.push_batch(&[WorkCompletion::default(); 2]);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits
+    /// let waker = noop_waker();
+    /// let mut cx = Context::from_waker(&waker);
+    /// assert!(feed.poll_room(&mut cx).is_pending());
+    /// consumer.try_dequeue().unwrap(); // frees the slot
+    /// assert!(feed.poll_room(&mut cx).is_ready());
+    /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.room.poll_room(cx).map(|_| ())
     }

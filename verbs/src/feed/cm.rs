@@ -41,6 +41,14 @@ pub struct CmFeed<S: CmEventSource, T = CmEvent> {
 
 impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// A feed from `source` into the EVD of `poster`.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmFeed, soft::SoftCm};
+    /// let (poster, _consumer) = evd::bounded::<CmEvent>(8).unwrap();
+    /// let (events, _cm) = SoftCm::new().unwrap();
+    /// let mut feed = CmFeed::new(events, poster);
+    /// assert_eq!(feed.progress(16).delivered, 0);
+    /// ```
     pub fn new(source: S, poster: Poster<T>) -> Self {
         CmFeed {
             feed: EventFeed::new(source, poster),
@@ -99,7 +107,7 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// let (poster, _consumer) = evd::bounded::<CmEvent>(1).unwrap();
     /// let (events, cm) = SoftCm::new().unwrap();
     /// let mut feed = CmFeed::new(events, poster);
-    /// let ev = CmEvent { kind: CmEventKind::Established, ..Default::default() };
+    /// let ev = CmEvent::new(CmEventKind::Established, evd_verbs::CmToken(0));
     /// cm.raise(ev);
     /// cm.raise(ev);
     /// feed.progress(16);

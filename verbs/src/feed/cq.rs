@@ -176,11 +176,26 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     }
 
     /// The id this feed's events carry.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(3), poster);
+    /// assert_eq!(feed.id(), CqId(3));
+    /// ```
     pub fn id(&self) -> CqId {
         self.id
     }
 
     /// The CQ.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(3), poster);
+    /// use evd_verbs::CompletionQueue;
+    /// assert!(feed.cq().channel_fd().is_some());
+    /// ```
     pub fn cq(&self) -> &C {
         &self.cq
     }
@@ -198,6 +213,17 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     }
 
     /// The counters.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let (cq, hca) = SoftCq::new(4).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// feed.progress(16);
+    /// let s = feed.stats();
+    /// assert_eq!((s.polled, s.delivered), (1, 1));
+    /// ```
     pub fn stats(&self) -> FeedStats {
         self.stats
     }
@@ -219,6 +245,13 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     }
 
     /// The completion channel's fd, if the CQ has one.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(3), poster);
+    /// assert_eq!(feed.channel_fd(), evd_verbs::CompletionQueue::channel_fd(feed.cq()));
+    /// ```
     pub fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
         self.cq.channel_fd()
     }

@@ -20,6 +20,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// # Errors
 ///
 /// The errno of `ibv_get_device_list` (`ENOSYS` without RDMA support).
+///
+/// ```no_run
+/// for name in evd_verbs::ibv::device_names()? {
+///     println!("{name}");
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn device_names() -> io::Result<Vec<String>> {
     let mut n = 0;
     // SAFETY: `n` is a live int; the list is freed below.
@@ -154,6 +161,14 @@ impl Context {
     /// [`NotFound`](io::ErrorKind::NotFound) if no device (or none named
     /// `name`) is present; the errno of `ibv_get_device_list` or
     /// `ibv_open_device`.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{device_names, Context};
+    /// let first = Context::open(None)?;
+    /// let named = Context::open(Some(&device_names()?[0]))?;
+    /// # drop((first, named));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(name: Option<&str>) -> io::Result<Arc<Context>> {
         let mut n = 0;
         // SAFETY: as in `device_names`.
@@ -306,7 +321,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// The errno of `ibv_query_gid`, as an [`io::Error`]. (`EINVAL` for a port or
+    /// The errno of `ibv_query_gid`, as an [`io::Error`] (`EINVAL` for a port or
     /// index the device does not have).
     ///
     /// ```no_run
@@ -379,10 +394,9 @@ impl Context {
     /// ```no_run
     /// use evd_verbs::ibv::{Context, CqConfig};
     /// let ctx = Context::open(None)?;
-    /// let cq = ctx.create_cq_with(&CqConfig {
-    ///     comp_vector: 1,
-    ///     ..CqConfig::new(1024, evd_verbs::CqId(9))
-    /// })?;
+    /// let mut config = CqConfig::new(1024, evd_verbs::CqId(9));
+    /// config.comp_vector = 1;
+    /// let cq = ctx.create_cq_with(&config)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn create_cq_with(self: &Arc<Self>, config: &CqConfig) -> io::Result<IbvCq> {
@@ -476,7 +490,7 @@ impl Context {
     /// let (poster, _evd) = evd::bounded::<VerbsEvent>(1024)?;
     /// let mut feed = ChannelFeed::new(channel.clone(), poster);
     /// for i in 0..4 {
-    ///     let cq = ctx.create_cq_on(&channel, &CqConfig { comp_vector: 0, ..CqConfig::new(256, CqId(i)) })?;
+    ///     let cq = ctx.create_cq_on(&channel, &CqConfig::new(256, CqId(i)))?;
     ///     feed.add(cq, CqId(i)).expect("on this channel");
     /// }
     /// let mut driver = Driver::new(Default::default())?;

@@ -239,7 +239,10 @@ impl ProtectionDomain {
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let pd = ctx.alloc_pd()?;
     /// let cq = ctx.create_cq(256, CqId(1))?;
-    /// let caps = QpCaps { max_send_wr: 128, max_send_sge: 4, max_inline_data: 64, ..QpCaps::default() };
+    /// let mut caps = QpCaps::default();
+    /// caps.max_send_wr = 128;
+    /// caps.max_send_sge = 4;
+    /// caps.max_inline_data = 64;
     /// let qp = pd.create_rc_qp(&cq, &cq, &caps, 1)?;
     /// assert!(qp.caps().max_inline_data >= 64);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -156,6 +156,18 @@ impl SoftChannel {
     }
 
     /// The counters.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, SharedChannel, WorkCompletion, soft::SoftChannel};
+    /// let mut channel = SoftChannel::new().unwrap();
+    /// let (mut cq, hca) = channel.create_cq(4).unwrap();
+    /// cq.req_notify(false).unwrap();
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// assert_eq!((channel.stats().raised, channel.stats().queued), (1, 1));
+    /// let _event = channel.get_cq_event().unwrap().unwrap();
+    /// assert_eq!(channel.stats().got, 1);
+    /// cq.ack_events(1);
+    /// ```
     pub fn stats(&self) -> SoftChannelStats {
         let queued = self
             .inner

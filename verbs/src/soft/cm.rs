@@ -49,6 +49,12 @@ impl SoftCm {
     ///
     /// An [`io::Error`] if the eventfd cannot be made (`EMFILE`, `ENFILE`,
     /// `ENOMEM`).
+    ///
+    /// ```
+    /// use evd_verbs::CmEventSource;
+    /// let (mut events, _cm) = evd_verbs::soft::SoftCm::new().unwrap();
+    /// assert!(events.next_event().unwrap().is_none());
+    /// ```
     pub fn new() -> io::Result<(SoftCmEvents, SoftCm)> {
         let inner = Arc::new(EventQueue::new()?);
         Ok((
@@ -60,6 +66,13 @@ impl SoftCm {
     }
 
     /// Queue an event; the source's fd becomes readable.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmEventSource, CmToken, soft::SoftCm};
+    /// let (mut events, cm) = SoftCm::new().unwrap();
+    /// cm.raise(CmEvent::new(CmEventKind::Disconnected, CmToken(2)));
+    /// assert_eq!(events.next_event().unwrap().unwrap().id, CmToken(2));
+    /// ```
     pub fn raise(&self, event: CmEvent) {
         self.inner.raise(event);
     }

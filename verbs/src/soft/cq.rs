@@ -162,6 +162,13 @@ impl SoftCq {
     }
 
     /// The producer handle of this CQ.
+    ///
+    /// ```
+    /// use evd_verbs::{WorkCompletion, soft::SoftCq};
+    /// let (cq, _hca) = SoftCq::new(4).unwrap();
+    /// cq.producer().push(WorkCompletion::new(1)).unwrap();
+    /// assert_eq!(cq.producer().stats().len, 1);
+    /// ```
     pub fn producer(&self) -> SoftCqProducer {
         SoftCqProducer {
             inner: self.inner.clone(),

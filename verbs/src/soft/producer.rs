@@ -267,6 +267,15 @@ impl SoftCqProducer {
     }
 
     /// A snapshot of the CQ's state and counters.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, hca) = SoftCq::new(4).unwrap();
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// cq.poll(&mut [WorkCompletion::default(); 4]).unwrap();
+    /// let s = hca.stats();
+    /// assert_eq!((s.len, s.pushed, s.polled), (0, 1, 1));
+    /// ```
     pub fn stats(&self) -> SoftCqStats {
         let st = self.inner.lock();
         SoftCqStats {

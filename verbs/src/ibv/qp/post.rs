@@ -414,11 +414,11 @@ impl QueuePair {
     /// let sges = [mr.sge(0, 32)?];
     /// // Three unsignaled sends, then a signaled one: one completion.
     /// for i in 0..3 {
-    ///     qp.post_send_wr(&SendRequest { signaled: false, ..SendRequest::new(i, SendOp::Send, &sges) })?;
+    ///     qp.post_send_wr(&SendRequest::new(i, SendOp::Send, &sges).with_signaled(false))?;
     /// }
     /// qp.post_send_wr(&SendRequest::new(3, SendOp::Send, &sges))?;
     /// // A small message copied at post time.
-    /// qp.post_send_wr(&SendRequest { inline: true, ..SendRequest::new(4, SendOp::Send, &sges) })?;
+    /// qp.post_send_wr(&SendRequest::new(4, SendOp::Send, &sges).with_inline(true))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn post_send_wr(&self, request: &SendRequest<'_>) -> Result<(), PostWrError> {

@@ -237,7 +237,7 @@ impl QueuePair {
     ///
     /// # Errors
     ///
-    /// The errno of `ibv_modify_qp`, as an [`io::Error`]. (`EINVAL` for attributes
+    /// The errno of `ibv_modify_qp`, as an [`io::Error`] (`EINVAL` for attributes
     /// the transition does not take).
     ///
     /// ```no_run
@@ -331,7 +331,10 @@ impl QueuePair {
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
     /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// # let peer = qp.endpoint(1, 0, 0).unwrap();
-    /// qp.connect(peer, &ConnectParams { mtu: Mtu::B4096, sq_psn: 0x1234, ..Default::default() })?;
+    /// let mut params = ConnectParams::default();
+    /// params.mtu = Mtu::B4096;
+    /// params.sq_psn = 0x1234;
+    /// qp.connect(peer, &params)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn connect(&self, remote: Endpoint, params: &ConnectParams) -> io::Result<()> {
