@@ -91,7 +91,7 @@ fn dequeue_rounds(
 fn throughput() {
     const CHUNK: usize = 65_536;
     const ROUNDS: usize = 60;
-    let fill: Vec<WorkCompletion> = (0..CHUNK as u64).map(|i| WorkCompletion::new(i)).collect();
+    let fill: Vec<WorkCompletion> = (0..CHUNK as u64).map(WorkCompletion::new).collect();
     let mut best_raw = f64::MAX;
     let mut best_feed = f64::MAX;
     let mut best_evd = f64::MAX;
