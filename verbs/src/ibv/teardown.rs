@@ -76,7 +76,11 @@ impl fmt::Display for VerbsObject {
 ///
 /// ```
 /// use evd_verbs::{TeardownError, VerbsObject};
-/// let e = TeardownError::new(VerbsObject::ProtectionDomain, "ibv_dealloc_pd", std::io::Error::from_raw_os_error(libc::EBUSY));
+/// let e = TeardownError::new(
+///     VerbsObject::ProtectionDomain,
+///     "ibv_dealloc_pd",
+///     std::io::Error::from_raw_os_error(libc::EBUSY),
+/// );
 /// assert_eq!(e.error.raw_os_error(), Some(libc::EBUSY));
 /// assert!(e.to_string().starts_with("ibv_dealloc_pd failed on a protection domain: "));
 /// ```
@@ -97,7 +101,11 @@ impl TeardownError {
     ///
     /// ```
     /// use evd_verbs::{TeardownError, VerbsObject};
-    /// let e = TeardownError::new(VerbsObject::QueuePair, "ibv_destroy_qp", std::io::ErrorKind::ResourceBusy.into());
+    /// let e = TeardownError::new(
+    ///     VerbsObject::QueuePair,
+    ///     "ibv_destroy_qp",
+    ///     std::io::ErrorKind::ResourceBusy.into(),
+    /// );
     /// assert_eq!(e.op, "ibv_destroy_qp");
     /// ```
     #[must_use]
@@ -119,7 +127,11 @@ impl From<TeardownError> for io::Error {
     ///
     /// ```
     /// use evd_verbs::{TeardownError, VerbsObject};
-    /// let e = TeardownError::new(VerbsObject::QueuePair, "ibv_destroy_qp", std::io::Error::from(std::io::ErrorKind::ResourceBusy));
+    /// let e = TeardownError::new(
+    ///     VerbsObject::QueuePair,
+    ///     "ibv_destroy_qp",
+    ///     std::io::Error::from(std::io::ErrorKind::ResourceBusy),
+    /// );
     /// let io: std::io::Error = e.into();
     /// assert_eq!(io.kind(), std::io::ErrorKind::ResourceBusy);
     /// ```
@@ -162,7 +174,11 @@ impl<T> CloseError<T> {
     ///
     /// ```
     /// use evd_verbs::{CloseError, TeardownError, VerbsObject};
-    /// let e: CloseError<()> = CloseError::Failed(TeardownError::new(VerbsObject::Context, "ibv_close_device", std::io::Error::from_raw_os_error(libc::EIO)));
+    /// let e: CloseError<()> = CloseError::Failed(TeardownError::new(
+    ///     VerbsObject::Context,
+    ///     "ibv_close_device",
+    ///     std::io::Error::from_raw_os_error(libc::EIO),
+    /// ));
     /// assert!(e.into_handle().is_none());
     /// ```
     pub fn into_handle(self) -> Option<T> {
@@ -178,7 +194,11 @@ impl<T> From<TeardownError> for CloseError<T> {
     ///
     /// ```
     /// use evd_verbs::{CloseError, TeardownError, VerbsObject};
-    /// let e = TeardownError::new(VerbsObject::MemoryRegion, "ibv_dereg_mr", std::io::Error::from_raw_os_error(libc::EINVAL));
+    /// let e = TeardownError::new(
+    ///     VerbsObject::MemoryRegion,
+    ///     "ibv_dereg_mr",
+    ///     std::io::Error::from_raw_os_error(libc::EINVAL),
+    /// );
     /// assert!(matches!(CloseError::<()>::from(e), CloseError::Failed(_)));
     /// ```
     fn from(e: TeardownError) -> Self {

@@ -213,7 +213,8 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// The errno of `rdma_bind_addr`, as an [`io::Error`] (`EADDRINUSE`, `EADDRNOTAVAIL`...).
+    /// The errno of `rdma_bind_addr`, as an [`io::Error`] (`EADDRINUSE`,
+    /// `EADDRNOTAVAIL`...).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{CmChannel, CmId};
