@@ -343,3 +343,29 @@ impl Default for CmEvent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_and_each_setter_set_their_own_fields() {
+        let data = PrivateData::new(b"pd").unwrap();
+        let ev = CmEvent::new(CmEventKind::ConnectRequest, CmToken(2))
+            .with_listener(CmToken(1))
+            .with_status(-3)
+            .with_peer_qp_num(4)
+            .with_private_data(data);
+        assert_eq!(
+            ev,
+            CmEvent {
+                kind: CmEventKind::ConnectRequest,
+                id: CmToken(2),
+                listener: Some(CmToken(1)),
+                status: -3,
+                peer_qp_num: 4,
+                private_data: data,
+            }
+        );
+    }
+}

@@ -346,3 +346,42 @@ impl WorkCompletion {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_is_the_default_with_the_id_and_each_setter_sets_its_own_field() {
+        assert_eq!(
+            WorkCompletion::new(9),
+            WorkCompletion {
+                wr_id: 9,
+                ..WorkCompletion::default()
+            }
+        );
+        let wc = WorkCompletion::new(1)
+            .with_status(WcStatus::REM_ACCESS_ERR)
+            .with_opcode(WcOpcode::RECV_RDMA_WITH_IMM)
+            .with_vendor_err(2)
+            .with_byte_len(3)
+            .with_imm_data(4)
+            .with_qp_num(5)
+            .with_src_qp(6)
+            .with_flags(WcFlags::WITH_IMM);
+        assert_eq!(
+            wc,
+            WorkCompletion {
+                wr_id: 1,
+                status: WcStatus::REM_ACCESS_ERR,
+                opcode: WcOpcode::RECV_RDMA_WITH_IMM,
+                vendor_err: 2,
+                byte_len: 3,
+                imm_data: 4,
+                qp_num: 5,
+                src_qp: 6,
+                wc_flags: WcFlags::WITH_IMM,
+            }
+        );
+    }
+}
