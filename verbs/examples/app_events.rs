@@ -75,10 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for hca in hcas {
         threads.push(thread::spawn(move || {
             for wr_id in 0..COMPLETIONS_PER_CQ {
-                let wc = WorkCompletion {
-                    wr_id,
-                    ..Default::default()
-                };
+                let wc = WorkCompletion::new(wr_id);
                 hca.push(wc).expect("the CQ holds every completion");
             }
         }));
@@ -88,20 +85,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // disconnected.
         for id in 0..CM_EVENTS / 2 {
             for kind in [CmEventKind::Established, CmEventKind::Disconnected] {
-                cm.raise(CmEvent {
-                    kind,
-                    id: CmToken(id),
-                    ..Default::default()
-                });
+                cm.raise(CmEvent::new(kind, CmToken(id)));
             }
         }
     }));
     threads.push(thread::spawn(move || {
         for qp in 0..ASYNC_EVENTS as u32 {
-            device.raise(AsyncEvent {
-                kind: AsyncEventKind::CommEstablished,
-                element: AsyncElement::Qp(qp),
-            });
+            device.raise(AsyncEvent::new(
+                AsyncEventKind::CommEstablished,
+                AsyncElement::Qp(qp),
+            ));
         }
     }));
     // The application's own events, through clones of the same poster.
@@ -138,6 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 assert_eq!(ev.element, AsyncElement::Qp(async_events as u32));
                 async_events += 1;
             }
+            AppEvent::Verbs(other) => panic!("unexpected {other:?}"),
             AppEvent::Cm(ev) => {
                 // Established then Disconnected, identifier after identifier.
                 assert_eq!(ev.id, CmToken(cm_events / 2), "connection events in order");

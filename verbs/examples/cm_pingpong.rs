@@ -159,11 +159,9 @@ fn side(id: &CmId, args: &Args, poster: &evd::Poster<Event>, driver: &RunningDri
     let ctx = Context::open(Some(&name))?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(4 * RECVS as i32, CQ)?;
-    let caps = QpCaps {
-        max_send_wr: 2 * RECVS as u32,
-        max_recv_wr: 2 * RECVS as u32,
-        ..QpCaps::default()
-    };
+    let mut caps = QpCaps::default();
+    caps.max_send_wr = 2 * RECVS as u32;
+    caps.max_recv_wr = 2 * RECVS as u32;
     let qp = pd.create_rc_qp(&cq, &cq, &caps, id.port_num())?;
     let mr = pd.register(args.size.max(1) * (RECVS as usize + 1))?;
     let feed = Feed::new(cq, CQ, poster.clone());
@@ -276,13 +274,9 @@ fn client(args: &Args, c: &mut Conn) -> Res<()> {
     cm_event(&mut c.evd, CmEventKind::RouteResolved)?;
     let mut s = side(&id, args, &c.poster, &c.driver)?;
     let size = (args.size as u32).to_le_bytes();
-    id.connect(
-        &s.qp,
-        &CmConnParams {
-            private_data: &size,
-            ..CmConnParams::default()
-        },
-    )?;
+    let mut params = CmConnParams::default();
+    params.private_data = &size;
+    id.connect(&s.qp, &params)?;
     match next(&mut c.evd, None)? {
         Event::Cm(ev) if ev.kind == CmEventKind::ConnectResponse => id.establish(&s.qp)?,
         Event::Cm(ev) => {

@@ -63,10 +63,7 @@ fn main() {
                     std::thread::yield_now();
                     continue;
                 }
-                let wc = WorkCompletion {
-                    wr_id: next[i],
-                    ..Default::default()
-                };
+                let wc = WorkCompletion::new(next[i]);
                 hcas[i]
                     .push(wc)
                     .expect("never overruns: the credit holds it");
@@ -97,7 +94,7 @@ fn main() {
                             got += 1;
                             taken[i].fetch_add(1, Ordering::Release);
                         }
-                        Ok(VerbsEvent::Async(ev)) => panic!("unexpected {ev:?}"),
+                        Ok(other) => panic!("unexpected {other:?}"),
                         Err(TryDequeueError::Empty) => break,
                         Err(e) => panic!("CQ {i}: {e:?}"),
                     }

@@ -91,12 +91,7 @@ fn dequeue_rounds(
 fn throughput() {
     const CHUNK: usize = 65_536;
     const ROUNDS: usize = 60;
-    let fill: Vec<WorkCompletion> = (0..CHUNK as u64)
-        .map(|i| WorkCompletion {
-            wr_id: i,
-            ..Default::default()
-        })
-        .collect();
+    let fill: Vec<WorkCompletion> = (0..CHUNK as u64).map(WorkCompletion::new).collect();
     let mut best_raw = f64::MAX;
     let mut best_feed = f64::MAX;
     let mut best_evd = f64::MAX;
@@ -314,11 +309,8 @@ fn load_run(mode: Mode, load: Load) -> Result {
                 next += load.gap;
             }
             wait_until(next);
-            hca.push(WorkCompletion {
-                wr_id: t0.elapsed().as_nanos() as u64,
-                ..Default::default()
-            })
-            .unwrap();
+            hca.push(WorkCompletion::new(t0.elapsed().as_nanos() as u64))
+                .unwrap();
         }
         next += load.idle;
     }

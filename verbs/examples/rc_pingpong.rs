@@ -29,21 +29,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Port 1, GID index 0; each side picks its first send PSN and tells
     // the other (here in memory, in real life out of band).
     let (client_end, server_end) = (client.endpoint(1, 0, 100)?, server.endpoint(1, 0, 200)?);
-    let params = ConnectParams::default();
-    client.connect(
-        server_end,
-        &ConnectParams {
-            sq_psn: client_end.psn,
-            ..params
-        },
-    )?;
-    server.connect(
-        client_end,
-        &ConnectParams {
-            sq_psn: server_end.psn,
-            ..params
-        },
-    )?;
+    let mut params = ConnectParams::default();
+    params.sq_psn = client_end.psn;
+    client.connect(server_end, &params)?;
+    params.sq_psn = server_end.psn;
+    server.connect(client_end, &params)?;
     let mut mr_client = pd.register(4096)?;
     let mut mr_server = pd.register(4096)?;
 

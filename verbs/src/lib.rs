@@ -53,7 +53,7 @@
 //! driver.register(Feed::new(cq, CqId(0), poster), FeedMode::Event).unwrap();
 //! let driver = driver.spawn().unwrap();
 //! for i in 0..100 {
-//!     hca.push(WorkCompletion { wr_id: i, ..Default::default() }).unwrap();
+//!     hca.push(WorkCompletion::new(i)).unwrap();
 //! }
 //! let mut seen = 0;
 //! while seen < 100 {
@@ -87,7 +87,7 @@
 //! [`POLL_BATCH`] to size its poll buffer; unit tests use the software
 //! providers wherever they are. Two helpers serve every layer: `eventfd`
 //! (the software channels' and the driver's wake-ups) and `cpu_time`
-//! ([`thread_cpu_time`], what the runners' threads report).
+//! (the thread CPU time the runners' threads report).
 //!
 //! Where a change goes:
 //! - **a new event kind**: a module in `event`, and a variant of
@@ -146,9 +146,9 @@
 //!     .collect();
 //! drop(poster);
 //! for wr_id in 0..100 {
-//!     hca.push(WorkCompletion { wr_id, ..Default::default() }).unwrap();
+//!     hca.push(WorkCompletion::new(wr_id)).unwrap();
 //! }
-//! device.raise(AsyncEvent { kind: AsyncEventKind::PortActive, element: AsyncElement::Port(1) });
+//! device.raise(AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(1)));
 //!
 //! let (mut completions, mut async_events, mut ticks) = (0, 0, 0);
 //! while completions + async_events + ticks < 100 + 1 + 2 * 50 {
@@ -158,6 +158,7 @@
 //!             completions += 1;
 //!         }
 //!         AppEvent::Verbs(VerbsEvent::Async(_)) => async_events += 1,
+//!         AppEvent::Verbs(other) => panic!("unexpected {other:?}"), // VerbsEvent may grow
 //!         AppEvent::Tick(_) => ticks += 1,
 //!     }
 //! }
@@ -202,7 +203,6 @@ pub use feed::channel as channel_feed;
 #[doc(inline)]
 pub use ibv::teardown;
 
-pub use cpu_time::thread_cpu_time;
 pub use driver::{
     Activity, AdaptiveConfig, Driver, DriverBackend, DriverConfig, DriverError, DriverHandle,
     DriverStats, FeedId, FeedKey, FeedMode, Panic, RunningDriver, Shutdown, SpinPolicy,

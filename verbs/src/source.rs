@@ -40,28 +40,91 @@ use std::os::fd::RawFd;
 /// ```
 /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
 /// let (mut cq, producer) = SoftCq::new(16).unwrap();
-/// producer.push(WorkCompletion { wr_id: 1, ..Default::default() }).unwrap();
+/// producer.push(WorkCompletion::new(1)).unwrap();
 /// let mut out = [WorkCompletion::default(); 4];
 /// assert_eq!(cq.poll(&mut out), Ok(1));
 /// assert_eq!(out[0].wr_id, 1);
 /// ```
 pub trait CompletionQueue: Send {
     /// Poll up to `out.len()` completions into `out`; returns how many.
+    ///
+    /// # Errors
+    ///
+    /// [`PollError`]: the CQ overran or the provider's poll failed; the CQ
+    /// is not polled again.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, hca) = SoftCq::new(8).unwrap();
+    /// hca.push_batch(&[WorkCompletion::new(1), WorkCompletion::new(2), WorkCompletion::new(3)]);
+    /// let mut out = [WorkCompletion::default(); 2];
+    /// assert_eq!(cq.poll(&mut out), Ok(2)); // oldest first
+    /// assert_eq!((out[0].wr_id, out[1].wr_id), (1, 2));
+    /// assert_eq!(cq.poll(&mut out), Ok(1));
+    /// ```
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, PollError>;
 
     /// Arm the CQ: the next completion added (with `solicited_only`: the next
     /// solicited or error completion) produces one channel event.
+    ///
+    /// # Errors
+    ///
+    /// The provider's error (for real verbs, the errno of
+    /// `ibv_req_notify_cq`).
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, hca) = SoftCq::new(8).unwrap();
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// cq.req_notify(false).unwrap();
+    /// assert!(!cq.get_event().unwrap()); // a completion from before the arm does not fire it
+    /// hca.push(WorkCompletion::new(2)).unwrap();
+    /// assert!(cq.get_event().unwrap());
+    /// cq.ack_events(1);
+    /// ```
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()>;
 
     /// The completion channel's fd, readable while events are waiting to be
     /// got; `None` if the CQ has no channel (busy-poll only).
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, soft::{SoftChannel, SoftCq}};
+    /// let (own, _hca) = SoftCq::new(8).unwrap();
+    /// assert!(own.channel_fd().is_some());
+    /// let (shared, _hca) = SoftChannel::new().unwrap().create_cq(8).unwrap();
+    /// assert!(shared.channel_fd().is_none()); // its events come through the channel
+    /// ```
     fn channel_fd(&self) -> Option<RawFd>;
 
     /// Consume one channel event without blocking: `Ok(true)` if one was got
     /// (it must be acknowledged later), `Ok(false)` if none was waiting.
+    ///
+    /// # Errors
+    ///
+    /// The provider's error other than "none waiting" (for real verbs,
+    /// `ibv_get_cq_event`'s errno other than `EAGAIN`).
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, soft::SoftCq};
+    /// let (mut cq, hca) = SoftCq::new(8).unwrap();
+    /// assert!(!cq.get_event().unwrap());
+    /// hca.inject_spurious_event();
+    /// assert!(cq.get_event().unwrap());
+    /// cq.ack_events(1);
+    /// ```
     fn get_event(&mut self) -> io::Result<bool>;
 
     /// Acknowledge `count` events got with [`get_event`](Self::get_event).
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, soft::SoftCq};
+    /// let (mut cq, hca) = SoftCq::new(8).unwrap();
+    /// hca.inject_spurious_event();
+    /// hca.inject_spurious_event();
+    /// while cq.get_event().unwrap() {}
+    /// cq.ack_events(2); // one call for the batch
+    /// assert_eq!(hca.stats().events_acked, 2);
+    /// ```
     fn ack_events(&mut self, count: u32);
 
     /// The async events of the CQ's device (CQ errors such as an overrun,
@@ -90,6 +153,7 @@ pub trait CompletionQueue: Send {
 /// assert_eq!(evd_verbs::PollError::Overrun.to_string(), "completion queue overrun");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PollError {
     /// The CQ overran: completions were lost by the provider.
     Overrun,
@@ -115,14 +179,33 @@ impl std::error::Error for PollError {}
 /// ```
 /// use evd_verbs::{AsyncEventSource, AsyncEvent, AsyncEventKind, AsyncElement, soft::SoftDevice};
 /// let (mut events, device) = SoftDevice::new().unwrap();
-/// device.raise(AsyncEvent { kind: AsyncEventKind::PortActive, element: AsyncElement::Port(1) });
+/// device.raise(AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(1)));
 /// assert_eq!(events.next_event().unwrap().unwrap().kind, AsyncEventKind::PortActive);
 /// assert!(events.next_event().unwrap().is_none());
 /// ```
 pub trait AsyncEventSource: Send {
     /// The fd to wait on.
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncEventSource, soft::SoftDevice};
+    /// let (events, _device) = SoftDevice::new().unwrap();
+    /// assert!(events.fd() >= 0);
+    /// ```
     fn fd(&self) -> RawFd;
     /// One event, or `Ok(None)` if none is waiting.
+    ///
+    /// # Errors
+    ///
+    /// The source's error other than "none waiting" (for real verbs,
+    /// `ibv_get_async_event`'s errno other than `EAGAIN`).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEventSource, soft::SoftDevice};
+    /// let (mut events, device) = SoftDevice::new().unwrap();
+    /// assert!(events.next_event().unwrap().is_none());
+    /// device.raise(AsyncEvent::new(AsyncEventKind::DeviceFatal, AsyncElement::Device));
+    /// assert_eq!(events.next_event().unwrap().unwrap().kind, AsyncEventKind::DeviceFatal);
+    /// ```
     fn next_event(&mut self) -> io::Result<Option<AsyncEvent>>;
 }
 
@@ -141,14 +224,33 @@ impl<S: AsyncEventSource + ?Sized> AsyncEventSource for Box<S> {
 /// ```
 /// use evd_verbs::{CmEventSource, CmEvent, CmEventKind, soft::SoftCm};
 /// let (mut events, cm) = SoftCm::new().unwrap();
-/// cm.raise(CmEvent { kind: CmEventKind::Established, ..Default::default() });
+/// cm.raise(CmEvent::new(CmEventKind::Established, evd_verbs::CmToken(0)));
 /// assert_eq!(events.next_event().unwrap().unwrap().kind, CmEventKind::Established);
 /// assert!(events.next_event().unwrap().is_none());
 /// ```
 pub trait CmEventSource: Send {
     /// The fd, readable while events wait.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEventSource, soft::SoftCm};
+    /// let (events, _cm) = SoftCm::new().unwrap();
+    /// assert!(events.fd() >= 0);
+    /// ```
     fn fd(&self) -> RawFd;
     /// The next event, copied out and acknowledged; `None` if none waits.
+    ///
+    /// # Errors
+    ///
+    /// The channel's error other than "none waiting" (for real verbs,
+    /// `rdma_get_cm_event`'s errno other than `EAGAIN`).
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmEventSource, CmToken, soft::SoftCm};
+    /// let (mut events, cm) = SoftCm::new().unwrap();
+    /// assert!(events.next_event().unwrap().is_none());
+    /// cm.raise(CmEvent::new(CmEventKind::TimewaitExit, CmToken(1)));
+    /// assert_eq!(events.next_event().unwrap().unwrap().kind, CmEventKind::TimewaitExit);
+    /// ```
     fn next_event(&mut self) -> io::Result<Option<CmEvent>>;
 }
 
@@ -215,6 +317,16 @@ impl ChannelEvent {
     }
 
     /// The CQ the event is for.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, SharedChannel, soft::SoftChannel};
+    /// let mut channel = SoftChannel::new().unwrap();
+    /// let (mut cq, hca) = channel.create_cq(4).unwrap();
+    /// hca.inject_spurious_event();
+    /// let ev = channel.get_cq_event().unwrap().unwrap();
+    /// assert_eq!(Some(ev.cq()), channel.key_of(&cq));
+    /// cq.ack_events(1);
+    /// ```
     pub fn cq(&self) -> CqKey {
         self.cq
     }
@@ -246,16 +358,59 @@ pub trait SharedChannel: Send {
     type Cq: CompletionQueue;
 
     /// The fd, readable while events wait.
+    ///
+    /// ```
+    /// use evd_verbs::{SharedChannel, soft::SoftChannel};
+    /// let channel = SoftChannel::new().unwrap();
+    /// assert!(channel.fd() >= 0);
+    /// ```
     fn fd(&self) -> RawFd;
 
     /// Take one event without blocking: the CQ it names, or `Ok(None)` if
     /// none waits.
+    ///
+    /// # Errors
+    ///
+    /// The channel's error other than "none waiting" (for real verbs,
+    /// `ibv_get_cq_event`'s errno other than `EAGAIN`).
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, SharedChannel, WorkCompletion, soft::SoftChannel};
+    /// let mut channel = SoftChannel::new().unwrap();
+    /// let (mut cq, hca) = channel.create_cq(4).unwrap();
+    /// assert!(channel.get_cq_event().unwrap().is_none());
+    /// cq.req_notify(false).unwrap();
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// assert!(channel.get_cq_event().unwrap().is_some());
+    /// cq.ack_events(1);
+    /// ```
     fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>>;
 
     /// The key the events of `cq` carry, or `None` if `cq` is not on this
     /// channel.
+    ///
+    /// ```
+    /// use evd_verbs::{SharedChannel, soft::{SoftChannel, SoftCq}};
+    /// let channel = SoftChannel::new().unwrap();
+    /// let (a, _) = channel.create_cq(4).unwrap();
+    /// let (b, _) = channel.create_cq(4).unwrap();
+    /// assert_ne!(channel.key_of(&a), channel.key_of(&b));
+    /// let (elsewhere, _) = SoftCq::new(4).unwrap();
+    /// assert_eq!(channel.key_of(&elsewhere), None);
+    /// ```
     fn key_of(&self, cq: &Self::Cq) -> Option<CqKey>;
 
     /// Acknowledge an event whose CQ the caller does not hold.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, SharedChannel, soft::SoftChannel};
+    /// let mut channel = SoftChannel::new().unwrap();
+    /// let (cq, hca) = channel.create_cq(4).unwrap();
+    /// hca.inject_spurious_event();
+    /// let ev = channel.get_cq_event().unwrap().unwrap();
+    /// channel.ack_unknown(ev); // as if `cq` were not held here
+    /// assert_eq!(channel.stats().acked_unknown, 1);
+    /// assert!(cq.destroy().is_ok()); // nothing left unacknowledged
+    /// ```
     fn ack_unknown(&mut self, event: ChannelEvent);
 }

@@ -72,11 +72,7 @@ fn round(
     burst: u64,
 ) {
     for id in first..first + burst {
-        hca.push(WorkCompletion {
-            wr_id: id,
-            ..Default::default()
-        })
-        .unwrap();
+        hca.push(WorkCompletion::new(id)).unwrap();
     }
     let mut got = 0;
     let mut turns = 0;

@@ -50,10 +50,10 @@ fn async_events_are_delivered_through_the_evd() {
         .register(Feed::new(cq, CqId(8), poster), FeedMode::Event)
         .unwrap();
     let running = driver.spawn().unwrap();
-    device.raise(AsyncEvent {
-        kind: AsyncEventKind::PortActive,
-        element: AsyncElement::Port(1),
-    });
+    device.raise(AsyncEvent::new(
+        AsyncEventKind::PortActive,
+        AsyncElement::Port(1),
+    ));
     let evs = take(&mut consumer, 1);
     assert!(matches!(evs[0], VerbsEvent::Async(a) if a.kind == AsyncEventKind::PortActive));
     // Overrun the CQ (all three under one lock, so the third overruns): the

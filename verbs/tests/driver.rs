@@ -237,10 +237,10 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
     use std::sync::{Arc, Mutex};
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
     poster
-        .post(VerbsEvent::Async(AsyncEvent {
-            kind: AsyncEventKind::PortActive,
-            element: AsyncElement::Port(1),
-        }))
+        .post(VerbsEvent::Async(AsyncEvent::new(
+            AsyncEventKind::PortActive,
+            AsyncElement::Port(1),
+        )))
         .unwrap();
     let (cq, _hca) = SoftCq::new(16).unwrap();
     let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event);

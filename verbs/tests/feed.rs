@@ -28,6 +28,7 @@ fn take_all(consumer: &mut evd::Consumer<VerbsEvent>) -> Held {
         match consumer.try_dequeue() {
             Ok(VerbsEvent::Completion { wc, .. }) => held.ids.push(wc.wr_id),
             Ok(VerbsEvent::Async(_)) => held.async_events += 1,
+            Ok(other) => panic!("unexpected {other:?}"),
             Err(TryDequeueError::Overflow(_)) => held.overflow_reports += 1,
             Err(TryDequeueError::Empty) => return held,
             Err(e) => panic!("unexpected {e:?}"),
@@ -93,17 +94,15 @@ fn completion_fields_and_errors_are_delivered() {
     let (poster, mut consumer) = evd::bounded(16).unwrap();
     let (cq, hca) = SoftCq::new(16).unwrap();
     let mut feed = Feed::new(cq, CqId(9), poster);
-    let full = WorkCompletion {
-        wr_id: 1,
-        status: WcStatus::REM_ACCESS_ERR,
-        opcode: evd_verbs::WcOpcode::RECV_RDMA_WITH_IMM,
-        vendor_err: 0x81,
-        byte_len: 4096,
-        imm_data: 0xdead_beef,
-        qp_num: 17,
-        src_qp: 18,
-        wc_flags: evd_verbs::WcFlags::WITH_IMM,
-    };
+    let full = WorkCompletion::new(1)
+        .with_status(WcStatus::REM_ACCESS_ERR)
+        .with_opcode(evd_verbs::WcOpcode::RECV_RDMA_WITH_IMM)
+        .with_vendor_err(0x81)
+        .with_byte_len(4096)
+        .with_imm_data(0xdead_beef)
+        .with_qp_num(17)
+        .with_src_qp(18)
+        .with_flags(evd_verbs::WcFlags::WITH_IMM);
     hca.push(full).unwrap();
     hca.set_error_every(1);
     hca.push(wc(2)).unwrap();
@@ -207,10 +206,10 @@ fn full_evd_applies_backpressure_without_loss() {
 }
 
 fn port_event() -> VerbsEvent {
-    VerbsEvent::Async(evd_verbs::AsyncEvent {
-        kind: AsyncEventKind::PortActive,
-        element: AsyncElement::Port(1),
-    })
+    VerbsEvent::Async(evd_verbs::AsyncEvent::new(
+        AsyncEventKind::PortActive,
+        AsyncElement::Port(1),
+    ))
 }
 
 /// During the feed's next poll (after it read the EVD's room), another
@@ -371,13 +370,7 @@ fn a_cq_error_refused_by_a_full_evd_is_held_and_delivered_once_there_is_room() {
         consumer.try_dequeue(),
         Ok(VerbsEvent::Async(a)) if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(5))
     ));
-    assert_eq!(
-        feed.progress(16),
-        Progress {
-            delivered: 0,
-            status: FeedStatus::Failed
-        }
-    );
+    assert_eq!(outcome(feed.progress(16)), (0, FeedStatus::Failed));
 }
 
 #[test]

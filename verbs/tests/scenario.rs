@@ -77,12 +77,8 @@ impl Devices for Soft {
             threads.push(thread::spawn(move || {
                 go.wait();
                 for n in 0..COMPLETIONS {
-                    hca.push(WorkCompletion {
-                        wr_id: n,
-                        qp_num: i as u32,
-                        ..Default::default()
-                    })
-                    .unwrap();
+                    hca.push(WorkCompletion::new(n).with_qp_num(i as u32))
+                        .unwrap();
                 }
             }));
         }
@@ -91,16 +87,12 @@ impl Devices for Soft {
         threads.push(thread::spawn(move || {
             go.wait();
             for n in 0..CM_EVENTS {
-                cm.raise(CmEvent {
-                    kind: CmEventKind::Established,
-                    id: CmToken(n),
-                    ..Default::default()
-                });
+                cm.raise(CmEvent::new(CmEventKind::Established, CmToken(n)));
                 if n < u64::from(ASYNC_EVENTS) {
-                    device.raise(AsyncEvent {
-                        kind: AsyncEventKind::PortActive,
-                        element: AsyncElement::Port(n as u8),
-                    });
+                    device.raise(AsyncEvent::new(
+                        AsyncEventKind::PortActive,
+                        AsyncElement::Port(n as u8),
+                    ));
                 }
             }
         }));

@@ -131,6 +131,7 @@ impl Expected {
                 );
                 self.async_events += 1;
             }
+            AppEvent::Verbs(other) => panic!("unexpected {other:?}"),
             AppEvent::Tick { thread, seq } => {
                 let next = &mut self.per_app_thread[thread];
                 assert_eq!(
@@ -151,10 +152,7 @@ impl Expected {
 
 /// The `n`th async event the device raises (told apart by the QP number).
 fn port_event(n: u32) -> AsyncEvent {
-    AsyncEvent {
-        kind: AsyncEventKind::CommEstablished,
-        element: AsyncElement::Qp(n),
-    }
+    AsyncEvent::new(AsyncEventKind::CommEstablished, AsyncElement::Qp(n))
 }
 
 #[test]
@@ -187,11 +185,7 @@ fn completions_async_events_and_app_events_share_one_evd_exactly_once_in_order()
             let hca = hca.clone();
             thread::spawn(move || {
                 for wr_id in 0..PER_CQ {
-                    hca.push(WorkCompletion {
-                        wr_id,
-                        ..Default::default()
-                    })
-                    .unwrap();
+                    hca.push(WorkCompletion::new(wr_id)).unwrap();
                 }
             })
         })

@@ -40,11 +40,8 @@ fn spawn_producers(
     common::load::spawn_producers(PRODUCERS, PER_PRODUCER, credits, Some(abort), |p| {
         let hca = hca.clone();
         move |seq| {
-            hca.push(WorkCompletion {
-                wr_id: (p << 32) | seq,
-                ..Default::default()
-            })
-            .expect("the CQ never overruns: producers respect its depth");
+            hca.push(WorkCompletion::new((p << 32) | seq))
+                .expect("the CQ never overruns: producers respect its depth");
             if seq % 4096 == 0 {
                 // Load shaping, not synchronization: an idle gap lets
                 // the feed drain, arm and sleep.

@@ -8,10 +8,11 @@ use super::CqId;
 ///
 /// ```
 /// use evd_verbs::{AsyncEvent, AsyncEventKind, AsyncElement, CqId};
-/// let ev = AsyncEvent { kind: AsyncEventKind::CqError, element: AsyncElement::Cq(CqId(3)) };
+/// let ev = AsyncEvent::new(AsyncEventKind::CqError, AsyncElement::Cq(CqId(3)));
 /// assert!(ev.kind.is_error());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AsyncEvent {
     /// What happened.
     pub kind: AsyncEventKind,
@@ -19,12 +20,28 @@ pub struct AsyncEvent {
     pub element: AsyncElement,
 }
 
-/// The kind of an async event (`enum ibv_event_type`).
+impl AsyncEvent {
+    /// An event of `kind` about `element`.
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind};
+    /// let ev = AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(1));
+    /// assert_eq!(ev.element, AsyncElement::Port(1));
+    /// ```
+    #[must_use]
+    pub const fn new(kind: AsyncEventKind, element: AsyncElement) -> Self {
+        AsyncEvent { kind, element }
+    }
+}
+
+/// The kind of an async event (`enum ibv_event_type`). New kinds of
+/// libibverbs may get variants of their own: a `match` needs a `_` arm.
 ///
 /// ```
 /// assert_eq!(evd_verbs::AsyncEventKind::from_raw(9), evd_verbs::AsyncEventKind::PortActive);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AsyncEventKind {
     /// `IBV_EVENT_CQ_ERR`: the CQ failed, typically an overrun. Also
     /// posted by a feed whose CQ poll fails.
@@ -131,13 +148,15 @@ impl AsyncEventKind {
     }
 }
 
-/// The object an async event is about.
+/// The object an async event is about (more kinds of object may come: a
+/// `match` needs a `_` arm).
 ///
 /// ```
 /// use evd_verbs::{AsyncElement, CqId};
 /// assert_ne!(AsyncElement::Cq(CqId(1)), AsyncElement::Qp(1));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AsyncElement {
     /// A CQ, by its id: the one its feed was given, or for real verbs the
     /// one it was made or wrapped with on its context (`ibv::IbvCq`);

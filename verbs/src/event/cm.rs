@@ -25,6 +25,8 @@ pub const PRIVATE_DATA_MAX: usize = 255;
 pub struct CmToken(pub u64);
 
 /// What happened to a connection identifier (`enum rdma_cm_event_type`).
+/// New kinds of librdmacm may get variants of their own: a `match` needs a
+/// `_` arm.
 ///
 /// ```
 /// use evd_verbs::CmEventKind;
@@ -33,6 +35,7 @@ pub struct CmToken(pub u64);
 /// assert!(CmEventKind::Rejected.is_failure());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CmEventKind {
     /// `RDMA_CM_EVENT_ADDR_RESOLVED`: resolve the route next.
     AddrResolved,
@@ -77,6 +80,12 @@ pub enum CmEventKind {
 
 impl CmEventKind {
     /// From the C enum value.
+    ///
+    /// ```
+    /// use evd_verbs::CmEventKind;
+    /// assert_eq!(CmEventKind::from_raw(4), CmEventKind::ConnectRequest);
+    /// assert_eq!(CmEventKind::from_raw(1000), CmEventKind::Other(1000));
+    /// ```
     pub fn from_raw(v: u32) -> Self {
         use CmEventKind::*;
         match v {
@@ -132,6 +141,12 @@ impl CmEventKind {
     }
 
     /// An attempt that ended the connection (or its setup) in failure.
+    ///
+    /// ```
+    /// use evd_verbs::CmEventKind;
+    /// assert!(CmEventKind::Unreachable.is_failure());
+    /// assert!(!CmEventKind::Established.is_failure());
+    /// ```
     pub fn is_failure(self) -> bool {
         use CmEventKind::*;
         matches!(
@@ -164,6 +179,12 @@ pub struct PrivateData {
 
 impl PrivateData {
     /// A copy of `data`, or `None` if it is longer than [`PRIVATE_DATA_MAX`].
+    ///
+    /// ```
+    /// use evd_verbs::{PrivateData, PRIVATE_DATA_MAX};
+    /// assert!(PrivateData::new(&[7; PRIVATE_DATA_MAX]).is_some());
+    /// assert!(PrivateData::new(&[7; PRIVATE_DATA_MAX + 1]).is_none());
+    /// ```
     pub fn new(data: &[u8]) -> Option<Self> {
         if data.len() > PRIVATE_DATA_MAX {
             return None;
@@ -177,6 +198,11 @@ impl PrivateData {
     }
 
     /// The bytes.
+    ///
+    /// ```
+    /// let p = evd_verbs::PrivateData::new(&[1, 2, 3]).unwrap();
+    /// assert_eq!(p.as_bytes(), [1, 2, 3]);
+    /// ```
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }
@@ -199,12 +225,23 @@ impl fmt::Debug for PrivateData {
 
 /// A connection-manager event, copied out and acknowledged.
 ///
+/// Outside this crate it is built with [`new`](CmEvent::new) and the
+/// `with_` setters (a software CM's, a test's), so that it may gain fields.
+///
 /// ```
 /// use evd_verbs::{CmEvent, CmEventKind, CmToken};
-/// let ev = CmEvent { kind: CmEventKind::Established, id: CmToken(7), ..Default::default() };
+/// let ev = CmEvent::new(CmEventKind::Established, CmToken(7));
 /// assert_eq!(ev.listener, None);
 /// ```
+///
+/// A struct literal does not compile outside the crate:
+///
+/// ```compile_fail,E0639
+/// use evd_verbs::{CmEvent, CmEventKind, CmToken};
+/// let ev = CmEvent { kind: CmEventKind::Established, id: CmToken(7), status: 0, ..Default::default() };
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CmEvent {
     /// What happened.
     pub kind: CmEventKind,
@@ -222,6 +259,78 @@ pub struct CmEvent {
     pub private_data: PrivateData,
 }
 
+impl CmEvent {
+    /// An event of `kind` for the identifier `id`: no listener, status 0,
+    /// no peer QP, no private data.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmToken};
+    /// let ev = CmEvent::new(CmEventKind::Disconnected, CmToken(2));
+    /// assert_eq!((ev.kind, ev.id, ev.status), (CmEventKind::Disconnected, CmToken(2), 0));
+    /// ```
+    #[must_use]
+    pub fn new(kind: CmEventKind, id: CmToken) -> Self {
+        CmEvent {
+            kind,
+            id,
+            ..CmEvent::default()
+        }
+    }
+
+    /// With the listener that got a connect request.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmToken};
+    /// let ev = CmEvent::new(CmEventKind::ConnectRequest, CmToken(5)).with_listener(CmToken(1));
+    /// assert_eq!(ev.listener, Some(CmToken(1)));
+    /// ```
+    #[must_use]
+    pub fn with_listener(mut self, listener: CmToken) -> Self {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// With `status` (a negative errno, or a reject reason).
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmToken};
+    /// let ev = CmEvent::new(CmEventKind::Rejected, CmToken(5)).with_status(28);
+    /// assert_eq!(ev.status, 28);
+    /// ```
+    #[must_use]
+    pub fn with_status(mut self, status: i32) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// With the peer's QP number.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmToken};
+    /// let ev = CmEvent::new(CmEventKind::ConnectResponse, CmToken(5)).with_peer_qp_num(0x11);
+    /// assert_eq!(ev.peer_qp_num, 0x11);
+    /// ```
+    #[must_use]
+    pub fn with_peer_qp_num(mut self, peer_qp_num: u32) -> Self {
+        self.peer_qp_num = peer_qp_num;
+        self
+    }
+
+    /// With the peer's private data.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmToken, PrivateData};
+    /// let data = PrivateData::new(b"hi").unwrap();
+    /// let ev = CmEvent::new(CmEventKind::ConnectRequest, CmToken(5)).with_private_data(data);
+    /// assert_eq!(ev.private_data.as_bytes(), b"hi");
+    /// ```
+    #[must_use]
+    pub fn with_private_data(mut self, private_data: PrivateData) -> Self {
+        self.private_data = private_data;
+        self
+    }
+}
+
 impl Default for CmEvent {
     fn default() -> Self {
         CmEvent {
@@ -232,5 +341,31 @@ impl Default for CmEvent {
             peer_qp_num: 0,
             private_data: PrivateData::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_and_each_setter_set_their_own_fields() {
+        let data = PrivateData::new(b"pd").unwrap();
+        let ev = CmEvent::new(CmEventKind::ConnectRequest, CmToken(2))
+            .with_listener(CmToken(1))
+            .with_status(-3)
+            .with_peer_qp_num(4)
+            .with_private_data(data);
+        assert_eq!(
+            ev,
+            CmEvent {
+                kind: CmEventKind::ConnectRequest,
+                id: CmToken(2),
+                listener: Some(CmToken(1)),
+                status: -3,
+                peer_qp_num: 4,
+                private_data: data,
+            }
+        );
     }
 }

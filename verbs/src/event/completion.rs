@@ -185,12 +185,24 @@ impl WcFlags {
 ///
 /// An error completion is a completion like any other: feeds deliver it.
 ///
+/// Outside this crate it is built with [`new`](WorkCompletion::new) and
+/// the `with_` setters (a software provider's, a test's): it may gain
+/// fields (a CQ-ex timestamp, say) without breaking those callers.
+///
 /// ```
 /// use evd_verbs::{WorkCompletion, WcStatus, WcOpcode};
-/// let wc = WorkCompletion { wr_id: 7, opcode: WcOpcode::RECV, byte_len: 64, ..Default::default() };
+/// let wc = WorkCompletion::new(7).with_opcode(WcOpcode::RECV).with_byte_len(64);
 /// assert!(wc.status.is_success());
+/// assert_eq!((wc.wr_id, wc.byte_len), (7, 64));
+/// ```
+///
+/// A struct literal does not compile outside the crate:
+///
+/// ```compile_fail,E0639
+/// let wc = evd_verbs::WorkCompletion { wr_id: 7, byte_len: 64, ..Default::default() };
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct WorkCompletion {
     /// The caller's id from the work request.
     pub wr_id: u64,
@@ -211,4 +223,165 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// Completion flags.
     pub wc_flags: WcFlags,
+}
+
+impl WorkCompletion {
+    /// A successful completion of work request `wr_id`, every other field
+    /// zero ([`WcOpcode::SEND`], no flags): what [`Default`] gives, with
+    /// the id.
+    ///
+    /// ```
+    /// use evd_verbs::{WcStatus, WorkCompletion};
+    /// let wc = WorkCompletion::new(3);
+    /// assert_eq!((wc.wr_id, wc.status, wc.byte_len), (3, WcStatus::SUCCESS, 0));
+    /// ```
+    #[must_use]
+    pub const fn new(wr_id: u64) -> Self {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::SUCCESS,
+            opcode: WcOpcode::SEND,
+            vendor_err: 0,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num: 0,
+            src_qp: 0,
+            wc_flags: WcFlags(0),
+        }
+    }
+
+    /// With `status` (an error completion unless [`WcStatus::SUCCESS`]).
+    ///
+    /// ```
+    /// use evd_verbs::{WcStatus, WorkCompletion};
+    /// let wc = WorkCompletion::new(1).with_status(WcStatus::WR_FLUSH_ERR);
+    /// assert!(!wc.status.is_success());
+    /// ```
+    #[must_use]
+    pub const fn with_status(mut self, status: WcStatus) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// With `opcode`.
+    ///
+    /// ```
+    /// use evd_verbs::{WcOpcode, WorkCompletion};
+    /// assert_eq!(WorkCompletion::new(1).with_opcode(WcOpcode::RECV).opcode, WcOpcode::RECV);
+    /// ```
+    #[must_use]
+    pub const fn with_opcode(mut self, opcode: WcOpcode) -> Self {
+        self.opcode = opcode;
+        self
+    }
+
+    /// With the provider's error detail `vendor_err`.
+    ///
+    /// ```
+    /// assert_eq!(evd_verbs::WorkCompletion::new(1).with_vendor_err(0x81).vendor_err, 0x81);
+    /// ```
+    #[must_use]
+    pub const fn with_vendor_err(mut self, vendor_err: u32) -> Self {
+        self.vendor_err = vendor_err;
+        self
+    }
+
+    /// With `byte_len` bytes transferred.
+    ///
+    /// ```
+    /// assert_eq!(evd_verbs::WorkCompletion::new(1).with_byte_len(64).byte_len, 64);
+    /// ```
+    #[must_use]
+    pub const fn with_byte_len(mut self, byte_len: u32) -> Self {
+        self.byte_len = byte_len;
+        self
+    }
+
+    /// With immediate data `imm_data` (host order); the flags are left as
+    /// they are: add [`WcFlags::WITH_IMM`] with [`with_flags`](Self::with_flags).
+    ///
+    /// ```
+    /// use evd_verbs::{WcFlags, WorkCompletion};
+    /// let wc = WorkCompletion::new(1).with_imm_data(42).with_flags(WcFlags::WITH_IMM);
+    /// assert!(wc.wc_flags.contains(WcFlags::WITH_IMM));
+    /// assert_eq!(wc.imm_data, 42);
+    /// ```
+    #[must_use]
+    pub const fn with_imm_data(mut self, imm_data: u32) -> Self {
+        self.imm_data = imm_data;
+        self
+    }
+
+    /// With the local QP number `qp_num`.
+    ///
+    /// ```
+    /// assert_eq!(evd_verbs::WorkCompletion::new(1).with_qp_num(17).qp_num, 17);
+    /// ```
+    #[must_use]
+    pub const fn with_qp_num(mut self, qp_num: u32) -> Self {
+        self.qp_num = qp_num;
+        self
+    }
+
+    /// With the remote QP number `src_qp`.
+    ///
+    /// ```
+    /// assert_eq!(evd_verbs::WorkCompletion::new(1).with_src_qp(18).src_qp, 18);
+    /// ```
+    #[must_use]
+    pub const fn with_src_qp(mut self, src_qp: u32) -> Self {
+        self.src_qp = src_qp;
+        self
+    }
+
+    /// With the flags `wc_flags` (replacing any set before).
+    ///
+    /// ```
+    /// use evd_verbs::{WcFlags, WorkCompletion};
+    /// assert_eq!(WorkCompletion::new(1).with_flags(WcFlags::GRH).wc_flags, WcFlags::GRH);
+    /// ```
+    #[must_use]
+    pub const fn with_flags(mut self, wc_flags: WcFlags) -> Self {
+        self.wc_flags = wc_flags;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_is_the_default_with_the_id_and_each_setter_sets_its_own_field() {
+        assert_eq!(
+            WorkCompletion::new(9),
+            WorkCompletion {
+                wr_id: 9,
+                ..WorkCompletion::default()
+            }
+        );
+        let wc = WorkCompletion::new(1)
+            .with_status(WcStatus::REM_ACCESS_ERR)
+            .with_opcode(WcOpcode::RECV_RDMA_WITH_IMM)
+            .with_vendor_err(2)
+            .with_byte_len(3)
+            .with_imm_data(4)
+            .with_qp_num(5)
+            .with_src_qp(6)
+            .with_flags(WcFlags::WITH_IMM);
+        assert_eq!(
+            wc,
+            WorkCompletion {
+                wr_id: 1,
+                status: WcStatus::REM_ACCESS_ERR,
+                opcode: WcOpcode::RECV_RDMA_WITH_IMM,
+                vendor_err: 2,
+                byte_len: 3,
+                imm_data: 4,
+                qp_num: 5,
+                src_qp: 6,
+                wc_flags: WcFlags::WITH_IMM,
+            }
+        );
+    }
 }

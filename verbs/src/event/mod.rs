@@ -23,14 +23,24 @@ pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CqId(pub u32);
 
-/// An EVD event produced by this crate.
+/// An EVD event produced by this crate. New kinds of event may get
+/// variants of their own: a `match` needs a `_` arm.
 ///
 /// ```
 /// use evd_verbs::{VerbsEvent, CqId, WorkCompletion};
-/// let ev = VerbsEvent::Completion { cq: CqId(1), wc: WorkCompletion::default() };
+/// let ev = VerbsEvent::Completion { cq: CqId(1), wc: WorkCompletion::new(9) };
 /// assert!(matches!(ev, VerbsEvent::Completion { cq: CqId(1), .. }));
 /// ```
+///
+/// ```compile_fail,E0004
+/// # let ev = evd_verbs::VerbsEvent::Completion { cq: evd_verbs::CqId(1), wc: Default::default() };
+/// match ev { // refused: the enum may grow
+///     evd_verbs::VerbsEvent::Completion { .. } => {}
+///     evd_verbs::VerbsEvent::Async(_) => {}
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VerbsEvent {
     /// A work completion (DAT's DTO event), successful or not.
     Completion {

@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 /// let (poster, mut consumer) = evd::bounded(8).unwrap();
 /// let (events, device) = SoftDevice::new().unwrap();
 /// let mut feed = AsyncFeed::new(events, poster);
-/// device.raise(AsyncEvent { kind: AsyncEventKind::PortError, element: AsyncElement::Port(1) });
+/// device.raise(AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1)));
 /// assert_eq!(feed.progress(16).delivered, 1);
 /// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(e)) if e.kind == AsyncEventKind::PortError));
 /// ```
@@ -44,7 +44,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// let (poster, mut consumer) = evd::bounded::<AppEvent>(8).unwrap();
     /// let (events, device) = SoftDevice::new().unwrap();
     /// let mut feed = AsyncFeed::new(events, poster);
-    /// device.raise(AsyncEvent { kind: AsyncEventKind::PortActive, element: AsyncElement::Port(1) });
+    /// device.raise(AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(1)));
     /// feed.progress(16);
     /// assert!(matches!(consumer.try_dequeue(), Ok(AppEvent::Verbs(VerbsEvent::Async(e))) if e.kind == AsyncEventKind::PortActive));
     /// ```
@@ -62,7 +62,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// let (events, device) = SoftDevice::new().unwrap();
     /// let mut feed = AsyncFeed::new(events, poster);
     /// for qp in 0..3 {
-    ///     device.raise(AsyncEvent { kind: AsyncEventKind::QpFatal, element: AsyncElement::Qp(qp) });
+    ///     device.raise(AsyncEvent::new(AsyncEventKind::QpFatal, AsyncElement::Qp(qp)));
     /// }
     /// assert_eq!(feed.progress(2).status, FeedStatus::Budget);
     /// assert_eq!(feed.progress(2).delivered, 1);
@@ -109,7 +109,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
     /// let (events, device) = SoftDevice::new().unwrap();
     /// let mut feed = AsyncFeed::new(events, poster);
-    /// let port_down = AsyncEvent { kind: AsyncEventKind::PortError, element: AsyncElement::Port(1) };
+    /// let port_down = AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1));
     /// device.raise(port_down);
     /// device.raise(port_down);
     /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits

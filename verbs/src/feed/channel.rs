@@ -84,6 +84,7 @@ use std::task::{Context, Poll};
 /// assert_eq!(feed.stats().events_got, 0);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ChannelFeedStats {
     /// Channel events got, for every CQ.
     pub events_got: u64,
@@ -119,7 +120,7 @@ struct Member<C: CompletionQueue, T> {
 /// }
 /// // Arms all three: safe to sleep on the channel's fd.
 /// assert_eq!(feed.arm_and_drain(64).unwrap().status, FeedStatus::Drained);
-/// hcas[2].push(WorkCompletion { wr_id: 7, ..Default::default() }).unwrap();
+/// hcas[2].push(WorkCompletion::new(7)).unwrap();
 /// let p = feed.on_channel_ready(64).unwrap(); // the fd was readable
 /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
 /// assert!(matches!(
@@ -164,6 +165,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// on this channel or is served already. Add CQs before registering the
     /// feed with a driver (the driver owns it afterwards).
     ///
+    /// # Errors
+    ///
+    /// Hands `cq` back (`Err(cq)`) if it is not on this feed's channel or
+    /// this feed serves it already.
+    ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::{SoftChannel, SoftCq}};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
@@ -192,16 +198,46 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     }
 
     /// How many CQs it serves.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
+    /// feed.add(channel.create_cq(8).unwrap().0, CqId(1)).unwrap();
+    /// assert_eq!(feed.len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         self.members.len()
     }
 
     /// It serves no CQ.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// assert!(feed.is_empty());
+    /// feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
+    /// assert!(!feed.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
 
     /// The channel.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// use evd_verbs::SharedChannel;
+    /// assert_eq!(feed.channel().fd(), channel.fd()); // the same channel
+    /// # feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
+    /// ```
     pub fn channel(&self) -> &H {
         &self.channel
     }
@@ -221,17 +257,41 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     }
 
     /// The counters.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// hca.inject_spurious_event();
+    /// feed.take_events().unwrap();
+    /// assert_eq!(feed.stats().events_got, 1);
+    /// ```
     pub fn stats(&self) -> ChannelFeedStats {
         self.stats
     }
 
     /// The poster of the EVD it delivers into.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let feed = ChannelFeed::new(SoftChannel::new().unwrap(), poster);
+    /// assert_eq!(feed.poster().capacity(), 16);
+    /// ```
     pub fn poster(&self) -> &Poster<T> {
         self.room.poster()
     }
 
     /// Get every waiting channel event and credit each to its CQ's feed
     /// (see the [module notes](self)); returns how many were got.
+    ///
+    /// # Errors
+    ///
+    /// The channel's [`get_cq_event`](SharedChannel::get_cq_event) error;
+    /// the events got before it are credited.
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
@@ -268,6 +328,13 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// it (its arm used up, or not drained yet), round robin, within
     /// `budget` for them all. [`FeedStatus::Drained`] means every live CQ
     /// is armed and empty: safe to sleep on the channel's fd.
+    ///
+    /// # Errors
+    ///
+    /// A CQ's [`req_notify`](CompletionQueue::req_notify) error; the CQs
+    /// served before it in this call keep what they delivered. A CQ whose
+    /// poll fails is not an error here: it is reported as a `CqError`
+    /// async event and not served again.
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
@@ -343,6 +410,24 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// Event-driven wake-up, when the channel's fd is readable:
     /// [`take_events`](Self::take_events), then
     /// [`arm_and_drain`](Self::arm_and_drain).
+    ///
+    /// # Errors
+    ///
+    /// As [`take_events`](Self::take_events), then as
+    /// [`arm_and_drain`](Self::arm_and_drain).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// assert_eq!(feed.arm_and_drain(16).unwrap().status, FeedStatus::Drained); // armed
+    /// hca.push(WorkCompletion::new(1)).unwrap(); // the armed CQ raises an event
+    /// let p = feed.on_channel_ready(16).unwrap();
+    /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+    /// ```
     pub fn on_channel_ready(&mut self, budget: usize) -> io::Result<Progress> {
         self.take_events()?;
         self.arm_and_drain(budget)
@@ -426,6 +511,24 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     }
 
     /// Wait for room in a full EVD (as [`Feed::poll_room`]).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// use futures::task::noop_waker;
+    /// use std::task::Context;
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// hca.push_batch(&[WorkCompletion::default(); 2]);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits
+    /// let waker = noop_waker();
+    /// let mut cx = Context::from_waker(&waker);
+    /// assert!(feed.poll_room(&mut cx).is_pending());
+    /// consumer.try_dequeue().unwrap(); // frees the slot
+    /// assert!(feed.poll_room(&mut cx).is_ready());
+    /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.room.poll_room(cx).map(|_| ())
     }

@@ -31,7 +31,7 @@ use std::task::{Context, Poll};
 /// let (poster, mut consumer) = evd::bounded::<AppEvent>(8).unwrap();
 /// let (events, cm) = SoftCm::new().unwrap();
 /// let mut feed = CmFeed::new(events, poster);
-/// cm.raise(CmEvent { kind: CmEventKind::Established, id: CmToken(4), ..Default::default() });
+/// cm.raise(CmEvent::new(CmEventKind::Established, CmToken(4)));
 /// assert_eq!(feed.progress(16).delivered, 1);
 /// assert!(matches!(consumer.try_dequeue(), Ok(AppEvent::Cm(e)) if e.id == CmToken(4)));
 /// ```
@@ -41,6 +41,14 @@ pub struct CmFeed<S: CmEventSource, T = CmEvent> {
 
 impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// A feed from `source` into the EVD of `poster`.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmFeed, soft::SoftCm};
+    /// let (poster, _consumer) = evd::bounded::<CmEvent>(8).unwrap();
+    /// let (events, _cm) = SoftCm::new().unwrap();
+    /// let mut feed = CmFeed::new(events, poster);
+    /// assert_eq!(feed.progress(16).delivered, 0);
+    /// ```
     pub fn new(source: S, poster: Poster<T>) -> Self {
         CmFeed {
             feed: EventFeed::new(source, poster),
@@ -55,7 +63,7 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// let (events, cm) = SoftCm::new().unwrap();
     /// let mut feed = CmFeed::new(events, poster);
     /// for id in 0..3 {
-    ///     cm.raise(CmEvent { kind: CmEventKind::Disconnected, id: CmToken(id), ..Default::default() });
+    ///     cm.raise(CmEvent::new(CmEventKind::Disconnected, CmToken(id)));
     /// }
     /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // two fit
     /// assert_eq!(consumer.try_dequeue().unwrap().id, CmToken(0));
@@ -99,7 +107,7 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// let (poster, _consumer) = evd::bounded::<CmEvent>(1).unwrap();
     /// let (events, cm) = SoftCm::new().unwrap();
     /// let mut feed = CmFeed::new(events, poster);
-    /// let ev = CmEvent { kind: CmEventKind::Established, ..Default::default() };
+    /// let ev = CmEvent::new(CmEventKind::Established, evd_verbs::CmToken(0));
     /// cm.raise(ev);
     /// cm.raise(ev);
     /// feed.progress(16);

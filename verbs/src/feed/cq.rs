@@ -40,6 +40,7 @@ pub const ACK_BATCH: u32 = 16;
 /// assert_eq!(feed.stats().arms, 1);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FeedStats {
     /// Completions polled from the CQ.
     pub polled: u64,
@@ -87,7 +88,7 @@ pub struct FeedStats {
 /// let (cq, producer) = SoftCq::new(64).unwrap();
 /// let mut feed = Feed::new(cq, CqId(1), poster);
 /// for i in 0..3 {
-///     producer.push(WorkCompletion { wr_id: i, ..Default::default() }).unwrap();
+///     producer.push(WorkCompletion::new(i)).unwrap();
 /// }
 /// let p = feed.progress(16);
 /// assert_eq!((p.delivered, p.status), (3, FeedStatus::Drained));
@@ -134,7 +135,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// let (poster, mut consumer) = evd::bounded::<AppEvent>(16).unwrap();
     /// let (cq, hca) = SoftCq::new(16).unwrap();
     /// let mut feed = Feed::new(cq, CqId(4), poster.clone());
-    /// hca.push(WorkCompletion { wr_id: 9, ..Default::default() }).unwrap();
+    /// hca.push(WorkCompletion::new(9)).unwrap();
     /// feed.progress(16);
     /// poster.post(AppEvent::Tick(1)).unwrap();
     /// assert!(matches!(
@@ -175,11 +176,26 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     }
 
     /// The id this feed's events carry.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(3), poster);
+    /// assert_eq!(feed.id(), CqId(3));
+    /// ```
     pub fn id(&self) -> CqId {
         self.id
     }
 
     /// The CQ.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(3), poster);
+    /// use evd_verbs::CompletionQueue;
+    /// assert!(feed.cq().channel_fd().is_some());
+    /// ```
     pub fn cq(&self) -> &C {
         &self.cq
     }
@@ -197,6 +213,17 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     }
 
     /// The counters.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let (cq, hca) = SoftCq::new(4).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// feed.progress(16);
+    /// let s = feed.stats();
+    /// assert_eq!((s.polled, s.delivered), (1, 1));
+    /// ```
     pub fn stats(&self) -> FeedStats {
         self.stats
     }
@@ -218,6 +245,13 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     }
 
     /// The completion channel's fd, if the CQ has one.
+    ///
+    /// ```
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(3), poster);
+    /// assert_eq!(feed.channel_fd(), evd_verbs::CompletionQueue::channel_fd(feed.cq()));
+    /// ```
     pub fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
         self.cq.channel_fd()
     }
@@ -265,10 +299,10 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                     self.failure = Some(e);
                     // Nothing is held here (the post above succeeded), so
                     // the error comes after every completion polled before.
-                    self.held.push(T::from(VerbsEvent::Async(AsyncEvent {
-                        kind: AsyncEventKind::CqError,
-                        element: AsyncElement::Cq(self.id),
-                    })));
+                    self.held.push(T::from(VerbsEvent::Async(AsyncEvent::new(
+                        AsyncEventKind::CqError,
+                        AsyncElement::Cq(self.id),
+                    ))));
                     // Refused (another thread's poster took the room): the
                     // error stays held and the status says why, so the
                     // caller waits for room and the next call delivers it,
@@ -305,13 +339,19 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// CAS does not remove). [`FeedStatus::Drained`] means: armed and empty,
     /// safe to sleep on the channel fd.
     ///
+    /// # Errors
+    ///
+    /// The CQ's [`req_notify`](CompletionQueue::req_notify) error (the feed
+    /// stays unarmed). A failed poll is not an error here: it ends the call
+    /// with [`FeedStatus::Failed`] and a `CqError` async event.
+    ///
     /// ```
     /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, VerbsEvent, soft::SoftCq};
     /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     /// let (cq, producer) = SoftCq::new(16).unwrap();
     /// let mut feed = Feed::new(cq, CqId(0), poster);
     /// // A completion lands after the last poll, just before the arm:
-    /// producer.complete_in_next_rearm_window(WorkCompletion { wr_id: 42, ..Default::default() });
+    /// producer.complete_in_next_rearm_window(WorkCompletion::new(42));
     /// let p = feed.arm_and_drain(64).unwrap();
     /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
     /// assert!(!producer.is_stranded());
@@ -356,6 +396,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// waiting channel event, acknowledge them in batches of [`ACK_BATCH`],
     /// re-arm, then drain (see [`Feed::arm_and_drain`]). Spurious events are
     /// harmless: they cost one empty poll.
+    ///
+    /// # Errors
+    ///
+    /// The CQ's [`get_event`](CompletionQueue::get_event) error, or as
+    /// [`arm_and_drain`](Self::arm_and_drain).
     ///
     /// ```
     /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, VerbsEvent, soft::SoftCq};
@@ -496,12 +541,7 @@ mod tests {
         let buffer = (feed.held.as_ptr(), feed.held.capacity());
         assert_eq!(buffer.1, POLL_BATCH);
         for round in 0..20u64 {
-            hca.push_batch(
-                &[WorkCompletion {
-                    wr_id: round,
-                    ..Default::default()
-                }; 3],
-            );
+            hca.push_batch(&[WorkCompletion::new(round); 3]);
             // Another poster takes the room the feed read (4 free, 3
             // polled): 2 ticks leave room for 2 of them, 4 for none; the
             // rest is held as `AppEvent`s.

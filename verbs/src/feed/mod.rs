@@ -36,6 +36,7 @@ pub use cq::{Feed, FeedStats, ACK_BATCH, POLL_BATCH};
 /// assert_eq!(feed.progress(16).status, FeedStatus::Drained);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FeedStatus {
     /// The CQ is empty. After [`Feed::arm_and_drain`] this also means the CQ
     /// is armed: it is safe to sleep on the channel fd.
@@ -58,9 +59,10 @@ pub enum FeedStatus {
 /// # let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
 /// # let mut feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
 /// let p: Progress = feed.progress(16);
-/// assert_eq!(p, Progress { delivered: 0, status: FeedStatus::Drained });
+/// assert_eq!((p.delivered, p.status), (0, FeedStatus::Drained));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Progress {
     /// Events posted into the EVD by this call.
     pub delivered: usize,

@@ -73,6 +73,11 @@ impl CompletionChannel {
     /// # Panics
     /// If `channel` is null.
     ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the channel's fd cannot be made non-blocking
+    /// (`fcntl`).
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, CompletionChannel, Context, Ownership};
     /// let ctx = Context::open(None)?;
@@ -111,12 +116,25 @@ impl CompletionChannel {
     }
 
     /// The channel's fd (non-blocking), readable while events wait.
+    ///
+    /// ```no_run
+    /// let channel = evd_verbs::ibv::Context::open(None)?.create_channel()?;
+    /// assert!(channel.fd() >= 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn fd(&self) -> RawFd {
         // SAFETY: a live channel; its fd field is set at creation.
         unsafe { (*self.channel).fd }
     }
 
     /// Whether the last handle destroys the channel.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{Context, Ownership};
+    /// let channel = Context::open(None)?.create_channel()?;
+    /// assert_eq!(channel.ownership(), Ownership::Owned); // made here: destroyed here
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn ownership(&self) -> Ownership {
         self.ownership
     }

@@ -210,6 +210,18 @@ impl fmt::Debug for CmEvents {
 impl CmChannel {
     /// A new event channel (its fd non-blocking), as its event source and
     /// its handle.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_create_event_channel`, or of making its fd
+    /// non-blocking.
+    ///
+    /// ```no_run
+    /// use evd_verbs::CmEventSource;
+    /// let (mut events, _channel) = evd_verbs::ibv::CmChannel::new()?;
+    /// assert!(events.next_event()?.is_none()); // non-blocking
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new() -> io::Result<(CmEvents, CmChannel)> {
         // SAFETY: no arguments; the channel is owned by `Channel` below.
         let raw = unsafe { ffi::rdma_create_event_channel() };
@@ -233,6 +245,13 @@ impl CmChannel {
     }
 
     /// The raw channel.
+    ///
+    /// ```no_run
+    /// let (_events, channel) = evd_verbs::ibv::CmChannel::new()?;
+    /// // SAFETY: a live channel.
+    /// println!("fd {}", unsafe { (*channel.as_ptr()).fd });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_ptr(&self) -> *mut ffi::rdma_event_channel {
         self.inner.raw
     }
@@ -240,6 +259,24 @@ impl CmChannel {
     /// Take the identifier of the connect request whose event carried `token`
     /// ([`CmEvent::id`]), to accept or reject it. `None` if there is none
     /// (already taken, or not a request).
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let request = next(&mut events);
+    /// assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    /// let id = channel.take_request(request.id).expect("the request's identifier");
+    /// assert!(channel.take_request(request.id).is_none()); // taken once
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn take_request(&self, token: CmToken) -> Option<CmId> {
         let mut parked = self
             .inner
@@ -256,6 +293,24 @@ impl CmChannel {
     }
 
     /// Identifiers of requests waiting to be taken.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmId};
+    /// use evd_verbs::{CmEventKind, CmToken};
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let request = next(&mut events);
+    /// assert_eq!(channel.pending_requests(), 1);
+    /// drop(channel.take_request(request.id)); // dropping it destroys it: the peer gets no answer
+    /// assert_eq!(channel.pending_requests(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn pending_requests(&self) -> usize {
         self.inner
             .requests

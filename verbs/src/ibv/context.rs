@@ -16,6 +16,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 ///
 /// On a host without RDMA support this is an error (`ENOSYS`), not an
 /// empty list, as libibverbs reports it.
+///
+/// # Errors
+///
+/// The errno of `ibv_get_device_list` (`ENOSYS` without RDMA support).
+///
+/// ```no_run
+/// for name in evd_verbs::ibv::device_names()? {
+///     println!("{name}");
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn device_names() -> io::Result<Vec<String>> {
     let mut n = 0;
     // SAFETY: `n` is a live int; the list is freed below.
@@ -73,11 +84,9 @@ pub enum Ownership {
 /// use evd_verbs::CqId;
 /// let ctx = Context::open(None)?;
 /// let mine = Box::into_raw(Box::new(7u64)); // the application's own state
-/// let cq = ctx.create_cq_with(&CqConfig {
-///     comp_vector: 0,
-///     cq_context: mine.cast(),
-///     ..CqConfig::new(256, CqId(1))
-/// })?;
+/// let mut config = CqConfig::new(256, CqId(1));
+/// config.cq_context = mine.cast();
+/// let cq = ctx.create_cq_with(&config)?;
 /// // SAFETY: a live CQ; libibverbs keeps `cq_context` as given.
 /// assert_eq!(unsafe { (*cq.as_ptr()).cq_context }, mine.cast());
 /// drop(cq);
@@ -86,6 +95,7 @@ pub enum Ownership {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct CqConfig {
     /// The minimum number of entries (the provider may round it up).
     pub depth: i32,
@@ -145,6 +155,20 @@ unsafe impl Sync for Context {}
 
 impl Context {
     /// Open the device named `name`, or the first device with `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`NotFound`](io::ErrorKind::NotFound) if no device (or none named
+    /// `name`) is present; the errno of `ibv_get_device_list` or
+    /// `ibv_open_device`.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{device_names, Context};
+    /// let first = Context::open(None)?;
+    /// let named = Context::open(Some(&device_names()?[0]))?;
+    /// # drop((first, named));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(name: Option<&str>) -> io::Result<Arc<Context>> {
         let mut n = 0;
         // SAFETY: as in `device_names`.
@@ -295,6 +319,11 @@ impl Context {
 
     /// The GID at `index` of `port` (RoCE: index 0 is the link-local GID).
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_query_gid`, as an [`io::Error`] (`EINVAL` for a port or
+    /// index the device does not have).
+    ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let gid = ctx.gid(1, 0)?;
@@ -310,6 +339,10 @@ impl Context {
     }
 
     /// Allocate a protection domain.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_alloc_pd`, as an [`io::Error`].
     ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
@@ -334,6 +367,10 @@ impl Context {
     /// completion vector 0 with a null `cq_context`: shorthand for
     /// [`create_cq_with`](Context::create_cq_with).
     ///
+    /// # Errors
+    ///
+    /// As [`create_cq_with`](Context::create_cq_with).
+    ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let cq = ctx.create_cq(64, evd_verbs::CqId(1))?;
@@ -348,13 +385,18 @@ impl Context {
     /// async CQ errors name the CQ by `config.id` through this context's
     /// registry instead.
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_create_comp_channel` or `ibv_create_cq` (`EINVAL`
+    /// for a depth over the device's maximum), or of making the channel's fd
+    /// non-blocking; nothing is left behind.
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{Context, CqConfig};
     /// let ctx = Context::open(None)?;
-    /// let cq = ctx.create_cq_with(&CqConfig {
-    ///     comp_vector: 1,
-    ///     ..CqConfig::new(1024, evd_verbs::CqId(9))
-    /// })?;
+    /// let mut config = CqConfig::new(1024, evd_verbs::CqId(9));
+    /// config.comp_vector = 1;
+    /// let cq = ctx.create_cq_with(&config)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn create_cq_with(self: &Arc<Self>, config: &CqConfig) -> io::Result<IbvCq> {
@@ -401,6 +443,11 @@ impl Context {
     /// It is destroyed when the last handle to it goes, which each CQ made
     /// on it holds: after its last CQ.
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_create_comp_channel`, or of making its fd
+    /// non-blocking.
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{Context, CqConfig};
     /// use evd_verbs::CqId;
@@ -430,6 +477,11 @@ impl Context {
     ///
     /// `InvalidInput` if `channel` is on another device context.
     ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `channel` is on
+    /// another device context; the errno of `ibv_create_cq`.
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{Context, CqConfig};
     /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent};
@@ -438,7 +490,7 @@ impl Context {
     /// let (poster, _evd) = evd::bounded::<VerbsEvent>(1024)?;
     /// let mut feed = ChannelFeed::new(channel.clone(), poster);
     /// for i in 0..4 {
-    ///     let cq = ctx.create_cq_on(&channel, &CqConfig { comp_vector: 0, ..CqConfig::new(256, CqId(i)) })?;
+    ///     let cq = ctx.create_cq_on(&channel, &CqConfig::new(256, CqId(i)))?;
     ///     feed.add(cq, CqId(i)).expect("on this channel");
     /// }
     /// let mut driver = Driver::new(Default::default())?;
@@ -486,6 +538,10 @@ impl Context {
     /// by itself for this device's CQs (see
     /// [`CompletionQueue::device_events`](crate::CompletionQueue::device_events)).
     ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the async fd cannot be made non-blocking.
+    ///
     /// ```no_run
     /// use evd_verbs::AsyncEventSource;
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
@@ -521,6 +577,11 @@ impl Context {
     /// be gone first. While any handle is alive, nothing is closed and the
     /// error [`CloseError::InUse`] hands this one back. (Two threads each
     /// closing one of the last two handles both get `InUse`.)
+    ///
+    /// # Errors
+    ///
+    /// [`CloseError::InUse`] (with this handle) while other handles are
+    /// alive; [`CloseError::Failed`] if `ibv_close_device` fails.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::Context;

@@ -188,6 +188,11 @@ impl IbvCq {
     /// If `cq` is null, was not created on `ctx` (`(*cq).context`), or
     /// `channel` is neither null nor `(*cq).channel`.
     ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the channel's fd cannot be made non-blocking
+    /// (nothing is wrapped then).
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, Context, IbvCq, Ownership};
     /// use evd_verbs::{CqId, Feed, VerbsEvent};
@@ -304,6 +309,12 @@ impl IbvCq {
     /// [`CloseError::InUse`] hands the CQ back. If destroying the CQ fails,
     /// the channel is not destroyed (the CQ still uses it); the error names
     /// whichever of the two failed.
+    ///
+    /// # Errors
+    ///
+    /// [`CloseError::InUse`] (with the CQ) while a QP made on it is alive;
+    /// [`CloseError::Failed`] if `ibv_destroy_cq` or
+    /// `ibv_destroy_comp_channel` fails.
     ///
     /// ```no_run
     /// use evd_verbs::{CloseError, CqId};

@@ -127,6 +127,7 @@ impl Sge {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RangeError {
     /// The offset asked for.
     pub offset: usize,
@@ -383,6 +384,11 @@ impl MemoryRegion {
     /// The scatter/gather entry for `len` bytes at `offset`, or an error
     /// if that is not inside the region (or `len` exceeds `u32::MAX`).
     ///
+    /// # Errors
+    ///
+    /// A [`RangeError`] if the range is not inside the region or `len`
+    /// exceeds `u32::MAX`.
+    ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let mr = ctx.alloc_pd()?.register(4096)?;
@@ -413,6 +419,11 @@ impl MemoryRegion {
     /// Deregister the region now; returns the buffer it owned (`None` for
     /// [`register_raw`](ProtectionDomain::register_raw) memory, which is
     /// the caller's again).
+    ///
+    /// # Errors
+    ///
+    /// A [`TeardownError`] if `ibv_dereg_mr` fails (the region and its
+    /// memory are leaked: the device may still access them).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::AccessFlags;

@@ -41,6 +41,11 @@ impl ProtectionDomain {
     /// gone first. While any handle is alive, nothing is deallocated and
     /// the error [`CloseError::InUse`] hands this one back.
     ///
+    /// # Errors
+    ///
+    /// [`CloseError::InUse`] (with this handle) while other handles are
+    /// alive; [`CloseError::Failed`] if `ibv_dealloc_pd` fails.
+    ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let pd = ctx.alloc_pd()?;
@@ -103,6 +108,10 @@ impl ProtectionDomain {
     /// write and remote read/write access: shorthand for
     /// [`register_with`](ProtectionDomain::register_with).
     ///
+    /// # Errors
+    ///
+    /// As [`register_with`](ProtectionDomain::register_with).
+    ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let mr = ctx.alloc_pd()?.register(4096)?;
@@ -117,6 +126,10 @@ impl ProtectionDomain {
 
     /// Register a zeroed buffer of `len` bytes (at least 1) that the region
     /// owns, with `access`.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_reg_mr` (`ENOMEM` past the locked-memory limit).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::AccessFlags;
@@ -137,6 +150,11 @@ impl ProtectionDomain {
     /// Register the caller's buffer with `access`; the region owns it while
     /// registered, and [`MemoryRegion::close`] gives it back (dropping the
     /// region frees it). On failure the buffer is dropped.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_reg_mr` (`ENOMEM` past the locked-memory limit);
+    /// the buffer is dropped.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::AccessFlags;
@@ -173,6 +191,10 @@ impl ProtectionDomain {
     ///   references that assume it does not change (the device and the
     ///   region's slices write it), as with `slice::from_raw_parts_mut`.
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_reg_mr` (`EINVAL` for memory it cannot pin).
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::AccessFlags;
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
@@ -205,13 +227,22 @@ impl ProtectionDomain {
     /// The capabilities the provider granted (which may exceed those asked
     /// for) are [`QueuePair::caps`].
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_create_qp` (`EINVAL` for capabilities over the
+    /// device's) or of the move to INIT (`ibv_modify_qp`); nothing is left
+    /// behind.
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::QpCaps;
     /// use evd_verbs::CqId;
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let pd = ctx.alloc_pd()?;
     /// let cq = ctx.create_cq(256, CqId(1))?;
-    /// let caps = QpCaps { max_send_wr: 128, max_send_sge: 4, max_inline_data: 64, ..QpCaps::default() };
+    /// let mut caps = QpCaps::default();
+    /// caps.max_send_wr = 128;
+    /// caps.max_send_sge = 4;
+    /// caps.max_inline_data = 64;
     /// let qp = pd.create_rc_qp(&cq, &cq, &caps, 1)?;
     /// assert!(qp.caps().max_inline_data >= 64);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -242,6 +273,10 @@ impl ProtectionDomain {
     /// `send_cq` and `recv_cq` are live CQs of this PD's device context,
     /// and the caller keeps them alive (not destroyed) until the QP is
     /// closed or dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`create_rc_qp`](ProtectionDomain::create_rc_qp).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, QpCaps};
@@ -278,11 +313,21 @@ impl ProtectionDomain {
 ///
 /// ```
 /// use evd_verbs::ibv::{AccessFlags, QpCaps};
-/// let caps = QpCaps { max_send_wr: 1024, max_inline_data: 128, ..QpCaps::default() };
+/// let mut caps = QpCaps::default();
+/// caps.max_send_wr = 1024;
+/// caps.max_inline_data = 128;
 /// assert_eq!((caps.max_recv_wr, caps.max_send_sge, caps.sq_sig_all), (16, 1, false));
 /// assert!(caps.access.contains(AccessFlags::REMOTE_WRITE));
 /// ```
+///
+/// It may gain fields: outside this crate it is built from [`Default`] and
+/// its fields set, not with a struct literal.
+///
+/// ```compile_fail,E0639
+/// let caps = evd_verbs::ibv::QpCaps { max_send_wr: 1024, ..Default::default() };
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QpCaps {
     /// Outstanding send-side work requests.
     pub max_send_wr: u32,

@@ -215,6 +215,10 @@ impl QueuePair {
     /// requests still outstanding get no completion (to have them flushed,
     /// [`set_error`](QueuePair::set_error) and drain the CQs first).
     ///
+    /// # Errors
+    ///
+    /// A [`TeardownError`] if `ibv_destroy_qp` fails (the QP is leaked).
+    ///
     /// ```no_run
     /// use evd_verbs::CqId;
     /// let ctx = evd_verbs::ibv::Context::open(None)?;

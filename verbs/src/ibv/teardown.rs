@@ -76,15 +76,16 @@ impl fmt::Display for VerbsObject {
 ///
 /// ```
 /// use evd_verbs::{TeardownError, VerbsObject};
-/// let e = TeardownError {
-///     object: VerbsObject::ProtectionDomain,
-///     op: "ibv_dealloc_pd",
-///     error: std::io::Error::from_raw_os_error(libc::EBUSY),
-/// };
+/// let e = TeardownError::new(
+///     VerbsObject::ProtectionDomain,
+///     "ibv_dealloc_pd",
+///     std::io::Error::from_raw_os_error(libc::EBUSY),
+/// );
 /// assert_eq!(e.error.raw_os_error(), Some(libc::EBUSY));
 /// assert!(e.to_string().starts_with("ibv_dealloc_pd failed on a protection domain: "));
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct TeardownError {
     /// The object that is still there.
     pub object: VerbsObject,
@@ -92,6 +93,25 @@ pub struct TeardownError {
     pub op: &'static str,
     /// What it returned (an errno).
     pub error: io::Error,
+}
+
+impl TeardownError {
+    /// `op` failed on `object` with `error` (what a provider of verbs
+    /// objects reports, or a test feeds a teardown hook).
+    ///
+    /// ```
+    /// use evd_verbs::{TeardownError, VerbsObject};
+    /// let e = TeardownError::new(
+    ///     VerbsObject::QueuePair,
+    ///     "ibv_destroy_qp",
+    ///     std::io::ErrorKind::ResourceBusy.into(),
+    /// );
+    /// assert_eq!(e.op, "ibv_destroy_qp");
+    /// ```
+    #[must_use]
+    pub fn new(object: VerbsObject, op: &'static str, error: io::Error) -> Self {
+        TeardownError { object, op, error }
+    }
 }
 
 impl fmt::Display for TeardownError {
@@ -107,11 +127,11 @@ impl From<TeardownError> for io::Error {
     ///
     /// ```
     /// use evd_verbs::{TeardownError, VerbsObject};
-    /// let e = TeardownError {
-    ///     object: VerbsObject::QueuePair,
-    ///     op: "ibv_destroy_qp",
-    ///     error: std::io::Error::from(std::io::ErrorKind::ResourceBusy),
-    /// };
+    /// let e = TeardownError::new(
+    ///     VerbsObject::QueuePair,
+    ///     "ibv_destroy_qp",
+    ///     std::io::Error::from(std::io::ErrorKind::ResourceBusy),
+    /// );
     /// let io: std::io::Error = e.into();
     /// assert_eq!(io.kind(), std::io::ErrorKind::ResourceBusy);
     /// ```
@@ -133,6 +153,7 @@ impl From<TeardownError> for io::Error {
 /// assert_eq!(e.into_handle(), Some("ctx"));
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum CloseError<T> {
     /// Other handles to the object, or objects made from it, are alive:
     /// nothing was destroyed.
@@ -153,11 +174,11 @@ impl<T> CloseError<T> {
     ///
     /// ```
     /// use evd_verbs::{CloseError, TeardownError, VerbsObject};
-    /// let e: CloseError<()> = CloseError::Failed(TeardownError {
-    ///     object: VerbsObject::Context,
-    ///     op: "ibv_close_device",
-    ///     error: std::io::Error::from_raw_os_error(libc::EIO),
-    /// });
+    /// let e: CloseError<()> = CloseError::Failed(TeardownError::new(
+    ///     VerbsObject::Context,
+    ///     "ibv_close_device",
+    ///     std::io::Error::from_raw_os_error(libc::EIO),
+    /// ));
     /// assert!(e.into_handle().is_none());
     /// ```
     pub fn into_handle(self) -> Option<T> {
@@ -173,11 +194,11 @@ impl<T> From<TeardownError> for CloseError<T> {
     ///
     /// ```
     /// use evd_verbs::{CloseError, TeardownError, VerbsObject};
-    /// let e = TeardownError {
-    ///     object: VerbsObject::MemoryRegion,
-    ///     op: "ibv_dereg_mr",
-    ///     error: std::io::Error::from_raw_os_error(libc::EINVAL),
-    /// };
+    /// let e = TeardownError::new(
+    ///     VerbsObject::MemoryRegion,
+    ///     "ibv_dereg_mr",
+    ///     std::io::Error::from_raw_os_error(libc::EINVAL),
+    /// );
     /// assert!(matches!(CloseError::<()>::from(e), CloseError::Failed(_)));
     /// ```
     fn from(e: TeardownError) -> Self {

@@ -55,6 +55,7 @@ impl ChannelInner {
 /// assert_eq!(channel.stats().queued, 0);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SoftChannelStats {
     /// Events waiting to be got now.
     pub queued: usize,
@@ -109,6 +110,11 @@ impl std::fmt::Debug for SoftChannel {
 impl SoftChannel {
     /// A new channel with no CQ on it.
     ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the eventfd cannot be made (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`).
+    ///
     /// ```
     /// let channel = evd_verbs::soft::SoftChannel::new().unwrap();
     /// # drop(channel);
@@ -130,6 +136,10 @@ impl SoftChannel {
     /// A software CQ of `capacity` completions whose events go to this
     /// channel.
     ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `capacity` is 0.
+    ///
     /// ```
     /// use evd_verbs::CompletionQueue;
     /// let channel = evd_verbs::soft::SoftChannel::new().unwrap();
@@ -146,6 +156,18 @@ impl SoftChannel {
     }
 
     /// The counters.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, SharedChannel, WorkCompletion, soft::SoftChannel};
+    /// let mut channel = SoftChannel::new().unwrap();
+    /// let (mut cq, hca) = channel.create_cq(4).unwrap();
+    /// cq.req_notify(false).unwrap();
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// assert_eq!((channel.stats().raised, channel.stats().queued), (1, 1));
+    /// let _event = channel.get_cq_event().unwrap().unwrap();
+    /// assert_eq!(channel.stats().got, 1);
+    /// cq.ack_events(1);
+    /// ```
     pub fn stats(&self) -> SoftChannelStats {
         let queued = self
             .inner

@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// ```
 /// use evd_verbs::{CmEvent, CmEventKind, CmToken, CmEventSource, soft::SoftCm};
 /// let (mut events, cm) = SoftCm::new().unwrap();
-/// cm.raise(CmEvent { kind: CmEventKind::Disconnected, id: CmToken(3), ..Default::default() });
+/// cm.raise(CmEvent::new(CmEventKind::Disconnected, CmToken(3)));
 /// let ev = events.next_event().unwrap().unwrap();
 /// assert_eq!((ev.kind, ev.id), (CmEventKind::Disconnected, CmToken(3)));
 /// ```
@@ -44,6 +44,17 @@ impl std::fmt::Debug for SoftCmEvents {
 
 impl SoftCm {
     /// A software connection manager and the source of its events.
+    ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the eventfd cannot be made (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`).
+    ///
+    /// ```
+    /// use evd_verbs::CmEventSource;
+    /// let (mut events, _cm) = evd_verbs::soft::SoftCm::new().unwrap();
+    /// assert!(events.next_event().unwrap().is_none());
+    /// ```
     pub fn new() -> io::Result<(SoftCmEvents, SoftCm)> {
         let inner = Arc::new(EventQueue::new()?);
         Ok((
@@ -55,6 +66,13 @@ impl SoftCm {
     }
 
     /// Queue an event; the source's fd becomes readable.
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmEventSource, CmToken, soft::SoftCm};
+    /// let (mut events, cm) = SoftCm::new().unwrap();
+    /// cm.raise(CmEvent::new(CmEventKind::Disconnected, CmToken(2)));
+    /// assert_eq!(events.next_event().unwrap().unwrap().id, CmToken(2));
+    /// ```
     pub fn raise(&self, event: CmEvent) {
         self.inner.raise(event);
     }

@@ -42,6 +42,11 @@ impl SoftCq {
     /// A software CQ holding up to `capacity` completions, not attached to a
     /// device.
     ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `capacity` is 0;
+    /// an [`io::Error`] if the CQ's channel eventfd cannot be made.
+    ///
     /// ```
     /// let (cq, producer) = evd_verbs::soft::SoftCq::new(8).unwrap();
     /// assert_eq!(producer.stats().len, 0);
@@ -53,6 +58,10 @@ impl SoftCq {
 
     /// A software CQ belonging to `device`: its overrun raises
     /// `CqError` for `id` there, as a real device's async fd does.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](SoftCq::new).
     ///
     /// ```
     /// use evd_verbs::{soft::{SoftCq, SoftDevice, PushError}, CqId, WorkCompletion, AsyncEventSource};
@@ -124,6 +133,11 @@ impl SoftCq {
     /// Destroy the CQ, refusing (and handing it back) while channel events
     /// got are not all acknowledged, as `ibv_destroy_cq` requires.
     ///
+    /// # Errors
+    ///
+    /// Hands the CQ back (`Err(cq)`) while channel events got from it are
+    /// not all acknowledged.
+    ///
     /// ```
     /// use evd_verbs::{CompletionQueue, soft::SoftCq};
     /// let (mut cq, producer) = SoftCq::new(4).unwrap();
@@ -148,6 +162,13 @@ impl SoftCq {
     }
 
     /// The producer handle of this CQ.
+    ///
+    /// ```
+    /// use evd_verbs::{WorkCompletion, soft::SoftCq};
+    /// let (cq, _hca) = SoftCq::new(4).unwrap();
+    /// cq.producer().push(WorkCompletion::new(1)).unwrap();
+    /// assert_eq!(cq.producer().stats().len, 1);
+    /// ```
     pub fn producer(&self) -> SoftCqProducer {
         SoftCqProducer {
             inner: self.inner.clone(),
@@ -396,10 +417,10 @@ impl Inner {
             // overrun, whether or not the CQ was armed.
             self.raise_event(st);
             if let Some(dev) = &self.device {
-                dev.raise(AsyncEvent {
-                    kind: AsyncEventKind::CqError,
-                    element: AsyncElement::Cq(self.id),
-                });
+                dev.raise(AsyncEvent::new(
+                    AsyncEventKind::CqError,
+                    AsyncElement::Cq(self.id),
+                ));
             }
             return Err(PushError::Overrun);
         }

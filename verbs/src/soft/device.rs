@@ -54,6 +54,11 @@ impl std::fmt::Debug for SoftAsyncEvents {
 impl SoftDevice {
     /// A software device and the source of its async events.
     ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the eventfd cannot be made (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`).
+    ///
     /// ```
     /// let (events, device) = evd_verbs::soft::SoftDevice::new().unwrap();
     /// # drop((events, device));
@@ -70,6 +75,11 @@ impl SoftDevice {
     /// device's, until someone reads its async fd): the first
     /// [`SoftDevice::take_events`], or a [`Driver`](crate::Driver) that
     /// registers a feed of one of its CQs, takes them.
+    ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the eventfd cannot be made (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`).
     ///
     /// ```
     /// let device = evd_verbs::soft::SoftDevice::unheard().unwrap();
@@ -111,7 +121,7 @@ impl SoftDevice {
     /// ```
     /// use evd_verbs::{AsyncEvent, AsyncEventKind, AsyncElement};
     /// let (_events, device) = evd_verbs::soft::SoftDevice::new().unwrap();
-    /// device.raise(AsyncEvent { kind: AsyncEventKind::PortError, element: AsyncElement::Port(1) });
+    /// device.raise(AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1)));
     /// ```
     pub fn raise(&self, event: AsyncEvent) {
         self.inner.events.raise(event);

@@ -30,6 +30,7 @@ impl std::fmt::Debug for SoftCqProducer {
 /// assert_eq!(hca.push(WorkCompletion::default()), Err(PushError::Destroyed));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PushError {
     /// The CQ was full: it overran, the completion is lost and the CQ is broken.
     Overrun,
@@ -61,6 +62,7 @@ impl std::error::Error for PushError {}
 /// assert_eq!((s.len, s.pushed, s.armed), (1, 1, false));
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SoftCqStats {
     /// Completions queued now.
     pub len: usize,
@@ -94,6 +96,12 @@ pub struct SoftCqStats {
 impl SoftCqProducer {
     /// Add a completion (not solicited). An armed CQ raises one channel event.
     ///
+    /// # Errors
+    ///
+    /// [`PushError::Overrun`] if the CQ was full (the completion is lost and
+    /// the CQ breaks), [`PushError::Broken`] if it broke earlier,
+    /// [`PushError::Destroyed`] if it was destroyed.
+    ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
     /// let (mut cq, producer) = SoftCq::new(4).unwrap();
@@ -108,6 +116,10 @@ impl SoftCqProducer {
     }
 
     /// Add a solicited completion: also wakes a CQ armed for solicited only.
+    ///
+    /// # Errors
+    ///
+    /// As [`push`](Self::push).
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
@@ -183,7 +195,7 @@ impl SoftCqProducer {
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
     /// let (mut cq, producer) = SoftCq::new(4).unwrap();
-    /// producer.complete_in_next_rearm_window(WorkCompletion { wr_id: 9, ..Default::default() });
+    /// producer.complete_in_next_rearm_window(WorkCompletion::new(9));
     /// cq.req_notify(false).unwrap();
     /// assert!(!cq.get_event().unwrap()); // no event: only polling finds it
     /// assert_eq!(producer.stats().len, 1);
@@ -255,6 +267,15 @@ impl SoftCqProducer {
     }
 
     /// A snapshot of the CQ's state and counters.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, hca) = SoftCq::new(4).unwrap();
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// cq.poll(&mut [WorkCompletion::default(); 4]).unwrap();
+    /// let s = hca.stats();
+    /// assert_eq!((s.len, s.pushed, s.polled), (0, 1, 1));
+    /// ```
     pub fn stats(&self) -> SoftCqStats {
         let st = self.inner.lock();
         SoftCqStats {

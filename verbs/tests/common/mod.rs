@@ -36,8 +36,5 @@ pub fn e2s(e: impl std::fmt::Display) -> String {
 
 /// A successful completion of work request `wr_id`.
 pub fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
+    WorkCompletion::new(wr_id)
 }

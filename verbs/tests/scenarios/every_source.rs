@@ -102,6 +102,7 @@ impl Log {
                 self.per_cq.entry(cq).or_default().push(wc.wr_id);
             }
             Event::Verbs(VerbsEvent::Async(a)) => self.async_events.push(a),
+            Event::Verbs(other) => self.violations.push(format!("unexpected {other:?}")),
             Event::Cm(c) => self.cm.push(*c),
             Event::App { thread, seq } => self.app[usize::from(thread)].push(seq),
             Event::FollowUp { thread, seq } => {

@@ -74,6 +74,7 @@ pub fn four_cqs_on_one_channel<D: ChannelDevices>(mut devices: D, first: u32) ->
                     seen[i].push(wc.wr_id);
                 }
                 Ok(VerbsEvent::Async(a)) => return Err(format!("unexpected async event {a:?}")),
+                Ok(other) => return Err(format!("unexpected event {other:?}")),
                 Err(TryDequeueError::Empty) => {
                     ensure!(
                         Instant::now() < deadline,

@@ -121,10 +121,9 @@ fn receiving_qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, IbvCq, MemoryRegio
 
 /// Connection parameters carrying `data`.
 fn with_data(private_data: &[u8]) -> CmConnParams<'_> {
-    CmConnParams {
-        private_data,
-        ..Default::default()
-    }
+    let mut params = CmConnParams::default();
+    params.private_data = private_data;
+    params
 }
 
 /// Listen, connect, accept with private data both ways, establish on both

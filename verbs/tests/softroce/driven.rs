@@ -86,6 +86,7 @@ pub(crate) fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
                 }
             }
             Ok(VerbsEvent::Async(a)) => return Err(format!("unexpected async event {a:?}")),
+            Ok(other) => return Err(format!("unexpected event {other:?}")),
             Err(TryDequeueError::Empty) => {
                 if consumer.wait(1, Some(Duration::from_millis(200))).is_err() {
                     idle += 1;

@@ -29,9 +29,10 @@ pub(crate) fn cq_context_kept(_shared: &Arc<ProtectionDomain>) -> Res {
     let mut marker = 0u64;
     let sentinel: *mut libc::c_void = (&mut marker as *mut u64).cast();
     let small = ctx
-        .create_cq_with(&CqConfig {
-            cq_context: sentinel,
-            ..CqConfig::new(1, CqId(44))
+        .create_cq_with(&{
+            let mut config = CqConfig::new(1, CqId(44));
+            config.cq_context = sentinel;
+            config
         })
         .map_err(|e| format!("create_cq_with: {e}"))?;
     // SAFETY: a live CQ.
@@ -59,11 +60,8 @@ pub(crate) fn cq_context_kept(_shared: &Arc<ProtectionDomain>) -> Res {
     }
     let sge = [mr.sge(1024, 8).map_err(e2s)?];
     for i in 0..sends {
-        a.post_send_wr(&SendRequest {
-            signaled: false,
-            ..SendRequest::new(i, SendOp::Send, &sge)
-        })
-        .map_err(e2s)?;
+        a.post_send_wr(&SendRequest::new(i, SendOp::Send, &sge).with_signaled(false))
+            .map_err(e2s)?;
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut seen = Vec::new();

@@ -25,12 +25,13 @@
 //! the rounds outside the null's range.
 
 use crate::common::{e2s, ensure, Res};
+use crate::cpu_time::thread_cpu_time;
 use crate::{pair, GID_INDEX};
 use evd::TryDequeueError;
 use evd_verbs::ibv::{IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
 use evd_verbs::{
-    thread_cpu_time, AdaptiveConfig, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode,
-    VerbsEvent, WcOpcode, WorkCompletion,
+    AdaptiveConfig, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent,
+    WcOpcode, WorkCompletion,
 };
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};

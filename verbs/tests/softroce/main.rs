@@ -16,6 +16,7 @@
 mod cm;
 #[path = "../common/mod.rs"]
 mod common;
+mod cpu_time;
 mod driven;
 mod foreign;
 mod latency;
@@ -62,11 +63,10 @@ impl Pair {
 /// QP capabilities with room for `depth` outstanding sends and as many
 /// receives.
 fn room_for(depth: u32) -> QpCaps {
-    QpCaps {
-        max_send_wr: depth,
-        max_recv_wr: depth,
-        ..QpCaps::default()
-    }
+    let mut caps = QpCaps::default();
+    caps.max_send_wr = depth;
+    caps.max_recv_wr = depth;
+    caps
 }
 
 /// Two RC QPs on the same device connected to each other, each with its own CQ.
@@ -115,27 +115,15 @@ fn connect_pair(a: &QueuePair, b: &QueuePair) -> Res {
     let eb = b
         .endpoint(PORT, GID_INDEX, 0xab_cdef)
         .map_err(|e| format!("gid: {e}"))?;
-    let params = ConnectParams {
-        port: PORT,
-        gid_index: GID_INDEX,
-        ..ConnectParams::default()
-    };
-    a.connect(
-        eb,
-        &ConnectParams {
-            sq_psn: ea.psn,
-            ..params
-        },
-    )
-    .map_err(|e| format!("connect a: {e}"))?;
-    b.connect(
-        ea,
-        &ConnectParams {
-            sq_psn: eb.psn,
-            ..params
-        },
-    )
-    .map_err(|e| format!("connect b: {e}"))?;
+    let mut params = ConnectParams::default();
+    params.port = PORT;
+    params.gid_index = GID_INDEX;
+    params.sq_psn = ea.psn;
+    a.connect(eb, &params)
+        .map_err(|e| format!("connect a: {e}"))?;
+    params.sq_psn = eb.psn;
+    b.connect(ea, &params)
+        .map_err(|e| format!("connect b: {e}"))?;
     for qp in [a, b] {
         let state = qp.query_state().map_err(|e| format!("query_qp: {e}"))?;
         ensure!(state == QpState::Rts, "connected QP in {state:?}");
@@ -170,6 +158,7 @@ impl Fed {
             match self.consumer.try_dequeue() {
                 Ok(VerbsEvent::Completion { cq, wc }) => out.push((cq, wc)),
                 Ok(VerbsEvent::Async(a)) => return Err(format!("unexpected async event {a:?}")),
+                Ok(other) => return Err(format!("unexpected event {other:?}")),
                 Err(TryDequeueError::Empty) => return Ok(()),
                 Err(e) => return Err(format!("dequeue: {e:?}")),
             }

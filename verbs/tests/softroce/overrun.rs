@@ -21,11 +21,9 @@ const EVD: usize = 8;
 const ID: CqId = CqId(31);
 
 pub fn cq_overrun_reaches_the_consumer(pd: &Arc<ProtectionDomain>) -> Res {
-    let caps = QpCaps {
-        max_send_wr: WRITES as u32,
-        max_recv_wr: 4,
-        ..QpCaps::default()
-    };
+    let mut caps = QpCaps::default();
+    caps.max_send_wr = WRITES as u32;
+    caps.max_recv_wr = 4;
     let (p, cq_a, _cq_b) = pair_with(pd, CQ_DEPTH, (ID.0, ID.0 + 1), &caps)?;
     // A full EVD: the feed polls nothing (backpressure), so the CQ fills.
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(EVD).map_err(e2s)?;
@@ -87,6 +85,7 @@ pub fn cq_overrun_reaches_the_consumer(pd: &Arc<ProtectionDomain>) -> Res {
                     completions += 1;
                 }
             }
+            Ok(other) => return Err(format!("unexpected event {other:?}")),
             Err(TryDequeueError::Empty) => {
                 let _ = consumer.wait(1, Some(Duration::from_millis(100)));
             }

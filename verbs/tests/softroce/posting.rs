@@ -126,10 +126,7 @@ pub(crate) fn unsignaled_sends(pd: &Arc<ProtectionDomain>) -> Res {
         let off = i as usize * 64;
         p.mr_a.as_mut_slice()[off..off + 16].fill(0x40 + i as u8);
         let sges = [p.mr_a.sge(off, 16).map_err(e2s)?];
-        let wr = SendRequest {
-            signaled: i == 3,
-            ..SendRequest::new(i, SendOp::Send, &sges)
-        };
+        let wr = SendRequest::new(i, SendOp::Send, &sges).with_signaled(i == 3);
         p.a.post_send_wr(&wr).map_err(e2s)?;
     }
     let mut got = fed.collect(5)?;
@@ -159,10 +156,8 @@ pub(crate) fn unsignaled_sends(pd: &Arc<ProtectionDomain>) -> Res {
 /// and the receiver still sees what was posted; an unregistered buffer
 /// (lkey 0) works inline; more than `max_inline_data` is refused.
 pub(crate) fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
-    let caps = QpCaps {
-        max_inline_data: 64,
-        ..QpCaps::default()
-    };
+    let mut caps = QpCaps::default();
+    caps.max_inline_data = 64;
     let (mut p, mut fed) = fed(pair_with(pd, 64, (33, 34), &caps)?);
     let max = p.a.caps().max_inline_data;
     ensure!(max >= 64, "granted max_inline_data {max}");
@@ -171,22 +166,16 @@ pub(crate) fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
     let pattern: Vec<u8> = (0..48u8).map(|i| i ^ 0xa5).collect();
     p.mr_a.as_mut_slice()[..48].copy_from_slice(&pattern);
     let sges = [p.mr_a.sge(0, 48).map_err(e2s)?];
-    p.a.post_send_wr(&SendRequest {
-        inline: true,
-        ..SendRequest::new(10, SendOp::Send, &sges)
-    })
-    .map_err(e2s)?;
+    p.a.post_send_wr(&SendRequest::new(10, SendOp::Send, &sges).with_inline(true))
+        .map_err(e2s)?;
     // Copied at post time: this must not reach the receiver.
     p.mr_a.as_mut_slice()[..48].fill(0);
     let unregistered = *b"inline from an unregistered stack buffer";
     // SAFETY: an inline send: the bytes are read during the post only, and
     // `unregistered` outlives it.
     let raw = unsafe { Sge::from_raw(unregistered.as_ptr() as u64, unregistered.len() as u32, 0) };
-    p.a.post_send_wr(&SendRequest {
-        inline: true,
-        ..SendRequest::new(11, SendOp::Send, &[raw])
-    })
-    .map_err(e2s)?;
+    p.a.post_send_wr(&SendRequest::new(11, SendOp::Send, &[raw]).with_inline(true))
+        .map_err(e2s)?;
     let got = fed.collect_ok(4)?;
     let recvs = on(&got, CqId(34));
     ensure!(
@@ -205,10 +194,10 @@ pub(crate) fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
         "unregistered inline payload wrong"
     );
     let long = [p.mr_a.sge(0, max as usize + 1).map_err(e2s)?];
-    match p.a.post_send_wr(&SendRequest {
-        inline: true,
-        ..SendRequest::new(12, SendOp::Send, &long)
-    }) {
+    match p
+        .a
+        .post_send_wr(&SendRequest::new(12, SendOp::Send, &long).with_inline(true))
+    {
         Err(PostWrError::InlineTooLong { len, max: m })
             if len == u64::from(max) + 1 && m == max => {}
         other => return Err(format!("an inline send over the limit: {other:?}")),
@@ -283,11 +272,9 @@ pub(crate) fn rdma_read(pd: &Arc<ProtectionDomain>) -> Res {
 /// own memory registered raw) into a receive scattered over two: the
 /// receiver gets the concatenation. More than MAX_SGES is refused.
 pub(crate) fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
-    let caps = QpCaps {
-        max_send_sge: 3,
-        max_recv_sge: 2,
-        ..QpCaps::default()
-    };
+    let mut caps = QpCaps::default();
+    caps.max_send_sge = 3;
+    caps.max_recv_sge = 2;
     let (mut p, mut fed) = fed(pair_with(pd, 64, (39, 40), &caps)?);
     ensure!(
         p.a.caps().max_send_sge >= 3 && p.b.caps().max_recv_sge >= 2,

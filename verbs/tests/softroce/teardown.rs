@@ -28,13 +28,11 @@ pub(crate) fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
     let me = qp
         .endpoint(PORT, GID_INDEX, 77)
         .map_err(|e| format!("gid: {e}"))?;
-    qp.connect(
-        me,
-        &ConnectParams {
-            sq_psn: me.psn,
-            ..ConnectParams::default()
-        },
-    )
+    qp.connect(me, &{
+        let mut params = ConnectParams::default();
+        params.sq_psn = me.psn;
+        params
+    })
     .map_err(|e| format!("connect: {e}"))?;
 
     // A loopback send and its receive, with the CQ armed: one channel event.

@@ -18,7 +18,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What a connect or accept offers the peer (`struct rdma_conn_param`).
+///
+/// The default offers no private data, one RDMA read or atomic in flight
+/// each way, and 7 retries of each kind. It may gain fields: outside this
+/// crate it is built from [`Default`] and its fields set.
+///
+/// ```
+/// use evd_verbs::ibv::CmConnParams;
+/// let mut params = CmConnParams::default();
+/// params.private_data = b"hello";
+/// assert_eq!((params.initiator_depth, params.retry_count), (1, 7));
+/// ```
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct CmConnParams<'a> {
     /// Private data for the peer (at most 56 bytes on a connect, 196 on an
     /// accept, over InfiniBand and RoCE).
@@ -130,6 +142,20 @@ fn millis(timeout: Duration) -> i32 {
 impl CmId {
     /// A new identifier on `channel`, whose events carry `token` (below
     /// [`CmToken::INCOMING`]).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `token` is not below
+    /// [`CmToken::INCOMING`]; the errno of `rdma_create_id`.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{CmChannel, CmId};
+    /// use evd_verbs::CmToken;
+    /// let (_events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(7))?;
+    /// assert!(CmId::new(&channel, CmToken::INCOMING).is_err()); // the channel's own tokens
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(channel: &CmChannel, token: CmToken) -> io::Result<CmId> {
         if token >= CmToken::INCOMING {
             return Err(io::Error::new(
@@ -156,16 +182,48 @@ impl CmId {
     }
 
     /// The token its events carry.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{CmChannel, CmId};
+    /// use evd_verbs::CmToken;
+    /// let (_events, channel) = CmChannel::new()?;
+    /// assert_eq!(CmId::new(&channel, CmToken(7))?.token(), CmToken(7));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn token(&self) -> CmToken {
         self.token
     }
 
     /// The raw identifier.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{CmChannel, CmId};
+    /// let (_events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, evd_verbs::CmToken(1))?;
+    /// // SAFETY: a live identifier.
+    /// let verbs = unsafe { (*id.as_ptr()).verbs }; // null until bound to a device
+    /// assert!(verbs.is_null());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_ptr(&self) -> *mut ffi::rdma_cm_id {
         self.id
     }
 
     /// Bind to a local address (a listener's, or a chosen source).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_bind_addr`, as an [`io::Error`] (`EADDRINUSE`,
+    /// `EADDRNOTAVAIL`...).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{CmChannel, CmId};
+    /// let (_events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, evd_verbs::CmToken(1))?;
+    /// listener.bind("10.0.0.1:7471".parse()?)?; // an address of an RDMA device
+    /// assert!(listener.device_name().is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn bind(&self, addr: SocketAddr) -> io::Result<()> {
         let (mut sa, _) = sockaddr(addr);
         // SAFETY: a live id and a sockaddr valid for the call.
@@ -178,6 +236,27 @@ impl CmId {
     }
 
     /// Listen for connect requests ([`CmEventKind::ConnectRequest`]).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_listen`, as an [`io::Error`].
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let request = next(&mut events);
+    /// assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    /// let id = channel.take_request(request.id).expect("the request's identifier");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn listen(&self, backlog: i32) -> io::Result<()> {
         // SAFETY: a live id.
         check(unsafe { ffi::rdma_listen(self.id, backlog) })
@@ -185,6 +264,31 @@ impl CmId {
 
     /// Resolve `dst` to a device and port ([`CmEventKind::AddrResolved`] or
     /// [`CmEventKind::AddrError`] follows).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_resolve_addr`, as an [`io::Error`]. A resolution that fails
+    /// later is an [`AddrError`](CmEventKind::AddrError) event instead.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn resolve_addr(&self, dst: SocketAddr, timeout: Duration) -> io::Result<()> {
         let (mut sa, _) = sockaddr(dst);
         // SAFETY: a live id and a sockaddr valid for the call (copied).
@@ -200,6 +304,31 @@ impl CmId {
 
     /// Resolve the route to the resolved address
     /// ([`CmEventKind::RouteResolved`] or [`CmEventKind::RouteError`]).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_resolve_route`, as an [`io::Error`]. A resolution that fails
+    /// later is a [`RouteError`](CmEventKind::RouteError) event instead.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn resolve_route(&self, timeout: Duration) -> io::Result<()> {
         // SAFETY: a live id.
         check(unsafe { ffi::rdma_resolve_route(self.id, millis(timeout)) })
@@ -209,12 +338,54 @@ impl CmId {
     /// a device's address, once its [`CmEventKind::AddrResolved`] event was
     /// delivered, or for a taken request. Open a [`Context`] on it for the
     /// QP and CQs. `None` before.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// println!("QP {} on {:?}", qp.qp_num(), id.device_name());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn device_name(&self) -> Option<String> {
         self._channel.bound(self.token).map(|b| b.device)
     }
 
     /// The device port the identifier is bound to (0 before; see
     /// [`device_name`](CmId::device_name)).
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// assert!(id.port_num() >= 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn port_num(&self) -> u8 {
         self._channel.bound(self.token).map_or(0, |b| b.port)
     }
@@ -235,6 +406,39 @@ impl CmId {
     /// [`CmEventKind::ConnectResponse`] (then call
     /// [`establish`](CmId::establish)), [`CmEventKind::Rejected`] or
     /// [`CmEventKind::Unreachable`].
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `params.private_data`
+    /// is over 255 bytes; the errno of moving `qp` to INIT (`rdma_init_qp_attr`,
+    /// `ibv_modify_qp`) or of `rdma_connect`.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// let mut params = CmConnParams::default();
+    /// params.private_data = b"hello";
+    /// id.connect(&qp, &params)?;
+    /// match next(&mut events).kind {
+    ///     CmEventKind::ConnectResponse => id.establish(&qp)?,
+    ///     other => panic!("not connected: {other:?}"),
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn connect(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
         let mut raw = params.raw(qp)?;
@@ -247,6 +451,34 @@ impl CmId {
     /// access the connection grants), RTR and RTS, then
     /// complete the connection (the passive side gets
     /// [`CmEventKind::Established`]).
+    ///
+    /// # Errors
+    ///
+    /// The errno of a QP transition (`rdma_init_qp_attr`, `ibv_modify_qp`) or
+    /// of `rdma_establish`.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// id.connect(&qp, &CmConnParams::default())?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::ConnectResponse);
+    /// id.establish(&qp)?; // the QP is in RTS: post sends
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn establish(&self, qp: &QueuePair) -> io::Result<()> {
         // INIT again first, as librdmacm does for its own QPs: before the
         // exchange the INIT attributes grant no remote access; now they
@@ -262,6 +494,35 @@ impl CmId {
     /// Accept the request this identifier came with, on `qp` (in INIT, on
     /// this identifier's device), which is moved to RTS first: receives can
     /// be posted before, sends after [`CmEventKind::Established`].
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `params.private_data`
+    /// is over 255 bytes; the errno of a QP transition (`rdma_init_qp_attr`,
+    /// `ibv_modify_qp`) or of `rdma_accept`.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let request = next(&mut events);
+    /// assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    /// let id = channel.take_request(request.id).expect("the request's identifier");
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// qp.post_recv(1, &qp.pd().register(64)?, 0, 64)?; // receives before the accept
+    /// id.accept(&qp, &CmConnParams::default())?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::Established);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
@@ -273,6 +534,30 @@ impl CmId {
 
     /// Reject the request this identifier came with; the peer gets
     /// [`CmEventKind::Rejected`] with `private_data`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `private_data` is
+    /// over 255 bytes; the errno of `rdma_reject`.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let request = next(&mut events);
+    /// assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    /// let id = channel.take_request(request.id).expect("the request's identifier");
+    /// assert!(request.private_data.as_bytes().starts_with(b"v1"), "unknown client");
+    /// id.reject(b"busy")?; // the client gets Rejected with these bytes
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn reject(&self, private_data: &[u8]) -> io::Result<()> {
         let len = u8::try_from(private_data.len()).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "private data over 255 bytes")
@@ -282,6 +567,35 @@ impl CmId {
     }
 
     /// Disconnect; both sides get [`CmEventKind::Disconnected`].
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_disconnect`, as an [`io::Error`].
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// id.connect(&qp, &CmConnParams::default())?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::ConnectResponse);
+    /// id.establish(&qp)?;
+    /// id.disconnect()?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::Disconnected);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn disconnect(&self) -> io::Result<()> {
         // SAFETY: a live id.
         check(unsafe { ffi::rdma_disconnect(self.id) })
@@ -289,6 +603,19 @@ impl CmId {
 
     /// Destroy the identifier now, reporting a failure. Its undelivered
     /// events are discarded by librdmacm.
+    ///
+    /// # Errors
+    ///
+    /// A [`TeardownError`] if `rdma_destroy_id` fails (the identifier is
+    /// leaked).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{CmChannel, CmId};
+    /// let (_events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, evd_verbs::CmToken(1))?;
+    /// id.close()?; // dropping it would report a failure to the teardown hook instead
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn close(mut self) -> Result<(), TeardownError> {
         self.destroy()
     }

@@ -30,6 +30,7 @@ pub const MAX_SGES: usize = 16;
 /// let read = SendOp::Read { remote_addr: peer_mr.addr(), rkey: peer_mr.rkey() };
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendOp {
     /// A send, consuming a receive at the peer.
     Send,
@@ -79,10 +80,11 @@ pub enum SendOp {
 /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
 /// # let mr = pd.register(8192).unwrap();
 /// let sges = [mr.sge(0, 16)?, mr.sge(512, 100)?]; // a header and a body
-/// qp.post_send_wr(&SendRequest { signaled: false, ..SendRequest::new(1, SendOp::Send, &sges) })?;
+/// qp.post_send_wr(&SendRequest::new(1, SendOp::Send, &sges).with_signaled(false))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct SendRequest<'a> {
     /// The id its completion carries.
     pub wr_id: u64,
@@ -136,6 +138,76 @@ impl<'a> SendRequest<'a> {
             fence: false,
             inline: false,
         }
+    }
+}
+
+impl SendRequest<'_> {
+    /// With `IBV_SEND_SIGNALED` on or off ([`signaled`](Self::signaled)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// let wr = SendRequest::new(1, SendOp::Send, &sges).with_signaled(false);
+    /// assert!(!wr.signaled);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_signaled(mut self, signaled: bool) -> Self {
+        self.signaled = signaled;
+        self
+    }
+
+    /// With `IBV_SEND_SOLICITED` on or off ([`solicited`](Self::solicited)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// let wr = SendRequest::new(1, SendOp::SendWithImm { imm: 1 }, &sges).with_solicited(true);
+    /// assert!(wr.solicited);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_solicited(mut self, solicited: bool) -> Self {
+        self.solicited = solicited;
+        self
+    }
+
+    /// With `IBV_SEND_FENCE` on or off ([`fence`](Self::fence)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// let wr = SendRequest::new(1, SendOp::Send, &sges).with_fence(true);
+    /// assert!(wr.fence);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_fence(mut self, fence: bool) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// With `IBV_SEND_INLINE` on or off ([`inline`](Self::inline)).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// let wr = SendRequest::new(1, SendOp::Send, &sges).with_inline(true);
+    /// assert!(wr.inline);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_inline(mut self, inline: bool) -> Self {
+        self.inline = inline;
+        self
     }
 }
 
@@ -212,6 +284,12 @@ impl QueuePair {
     /// outside `mr` is an [`InvalidInput`](io::ErrorKind::InvalidInput)
     /// error carrying a [`RangeError`].
     ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) carrying a
+    /// [`RangeError`] for a range outside `mr`; otherwise as
+    /// [`post_recv_sges`](QueuePair::post_recv_sges), converted.
+    ///
     /// ```no_run
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
@@ -237,6 +315,12 @@ impl QueuePair {
     /// Post a receive scattering into `sges` in order (at most
     /// [`MAX_SGES`], and the QP's [`max_recv_sge`](QpCaps::max_recv_sge)).
     /// The memory must stay registered until the receive completes.
+    ///
+    /// # Errors
+    ///
+    /// [`PostWrError::TooManySges`] over [`MAX_SGES`];
+    /// [`PostWrError::Verbs`] with the errno of `ibv_post_recv` (`ENOMEM`:
+    /// the receive queue is full).
     ///
     /// ```no_run
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
@@ -275,6 +359,12 @@ impl QueuePair {
     /// range outside `mr` is an [`InvalidInput`](io::ErrorKind::InvalidInput)
     /// error carrying a [`RangeError`].
     ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) carrying a
+    /// [`RangeError`] for a range outside `mr`; otherwise as
+    /// [`post_send_wr`](QueuePair::post_send_wr), converted.
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::SendOp;
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
@@ -307,6 +397,13 @@ impl QueuePair {
     /// SGEs (and the QP's [`max_send_sge`](QpCaps::max_send_sge)),
     /// signaled or not, solicited, fenced, inline.
     ///
+    /// # Errors
+    ///
+    /// [`PostWrError::TooManySges`] over [`MAX_SGES`];
+    /// [`PostWrError::InlineTooLong`] for an inline request over the QP's
+    /// [`max_inline_data`](QpCaps::max_inline_data); [`PostWrError::Verbs`]
+    /// with the errno of `ibv_post_send` (`ENOMEM`: the send queue is full).
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{SendOp, SendRequest};
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
@@ -317,11 +414,11 @@ impl QueuePair {
     /// let sges = [mr.sge(0, 32)?];
     /// // Three unsignaled sends, then a signaled one: one completion.
     /// for i in 0..3 {
-    ///     qp.post_send_wr(&SendRequest { signaled: false, ..SendRequest::new(i, SendOp::Send, &sges) })?;
+    ///     qp.post_send_wr(&SendRequest::new(i, SendOp::Send, &sges).with_signaled(false))?;
     /// }
     /// qp.post_send_wr(&SendRequest::new(3, SendOp::Send, &sges))?;
     /// // A small message copied at post time.
-    /// qp.post_send_wr(&SendRequest { inline: true, ..SendRequest::new(4, SendOp::Send, &sges) })?;
+    /// qp.post_send_wr(&SendRequest::new(4, SendOp::Send, &sges).with_inline(true))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn post_send_wr(&self, request: &SendRequest<'_>) -> Result<(), PostWrError> {

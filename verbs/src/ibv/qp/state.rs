@@ -18,10 +18,13 @@ use std::io;
 /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
 /// # let peer = qp.endpoint(1, 0, 0).unwrap();
 /// let me = qp.endpoint(1, 0, 0x1234)?; // send this to the peer
-/// qp.connect(peer, &ConnectParams { sq_psn: me.psn, ..ConnectParams::default() })?;
+/// let mut params = ConnectParams::default();
+/// params.sq_psn = me.psn;
+/// qp.connect(peer, &params)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Endpoint {
     /// QP number.
     pub qp_num: u32,
@@ -30,6 +33,21 @@ pub struct Endpoint {
     /// The first packet sequence number the QP sends with (24 bits): the
     /// peer's receive PSN ([`ConnectParams::sq_psn`] on this side).
     pub psn: u32,
+}
+
+impl Endpoint {
+    /// The endpoint of QP `qp_num` at `gid`, sending from `psn`: what a
+    /// peer rebuilds from the three values exchanged out of band.
+    ///
+    /// ```
+    /// use evd_verbs::ibv::Endpoint;
+    /// let peer = Endpoint::new(0x11, [0; 16], 0x1234);
+    /// assert_eq!((peer.qp_num, peer.psn), (0x11, 0x1234));
+    /// ```
+    #[must_use]
+    pub const fn new(qp_num: u32, gid: [u8; 16], psn: u32) -> Self {
+        Endpoint { qp_num, gid, psn }
+    }
 }
 
 /// A path MTU (`ibv_mtu`).
@@ -98,10 +116,17 @@ impl Mtu {
 ///
 /// ```
 /// use evd_verbs::ibv::{ConnectParams, Mtu};
-/// let p = ConnectParams { mtu: Mtu::B4096, gid_index: 1, sq_psn: 77, ..ConnectParams::default() };
+/// let mut p = ConnectParams::default();
+/// p.mtu = Mtu::B4096;
+/// p.gid_index = 1;
+/// p.sq_psn = 77;
 /// assert_eq!((p.port, p.timeout, p.retry_cnt, p.min_rnr_timer), (1, 14, 7, 12));
 /// ```
+///
+/// It may gain fields: outside this crate it is built from [`Default`] and
+/// its fields set, not with a struct literal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnectParams {
     /// The local port (the QP's port from
     /// [`create_rc_qp`](ProtectionDomain::create_rc_qp) and the address
@@ -163,6 +188,7 @@ impl Default for ConnectParams {
 /// assert_eq!(QpState::from_raw(99), QpState::Unknown(99));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum QpState {
     /// `IBV_QPS_RESET`.
     Reset,
@@ -209,6 +235,11 @@ impl QueuePair {
     /// any transition, such as those `rdma_init_qp_attr` describes for
     /// rdma_cm. The provider and kernel check the attributes.
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_modify_qp`, as an [`io::Error`] (`EINVAL` for attributes
+    /// the transition does not take).
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, QpState};
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
@@ -229,6 +260,10 @@ impl QueuePair {
     }
 
     /// The QP's current state (`ibv_query_qp` of `IBV_QP_STATE`).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_query_qp`, as an [`io::Error`].
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{QpCaps, QpState};
@@ -258,6 +293,11 @@ impl QueuePair {
     /// of `port`, and `psn` (the first send PSN this side will connect
     /// with, [`ConnectParams::sq_psn`]; 24 bits, higher ones are dropped).
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_query_gid` (a port or GID index the device does
+    /// not have).
+    ///
     /// ```no_run
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
@@ -279,6 +319,11 @@ impl QueuePair {
     /// route to its GID) with `params`; `params.sq_psn` should be the `psn`
     /// of the endpoint given to the peer.
     ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_modify_qp` for the move to RTR or to RTS (the QP
+    /// stays in the state it reached).
+    ///
     /// ```no_run
     /// use evd_verbs::ibv::{ConnectParams, Mtu};
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
@@ -286,7 +331,10 @@ impl QueuePair {
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
     /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// # let peer = qp.endpoint(1, 0, 0).unwrap();
-    /// qp.connect(peer, &ConnectParams { mtu: Mtu::B4096, sq_psn: 0x1234, ..Default::default() })?;
+    /// let mut params = ConnectParams::default();
+    /// params.mtu = Mtu::B4096;
+    /// params.sq_psn = 0x1234;
+    /// qp.connect(peer, &params)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn connect(&self, remote: Endpoint, params: &ConnectParams) -> io::Result<()> {
@@ -340,6 +388,10 @@ impl QueuePair {
 
     /// Move the QP to the error state: its outstanding and later work
     /// requests complete with `WR_FLUSH_ERR`.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_modify_qp`, as an [`io::Error`].
     ///
     /// ```no_run
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
