@@ -29,10 +29,7 @@ fn config(backend: DriverBackend) -> DriverConfig {
 }
 
 fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
+    WorkCompletion::new(wr_id)
 }
 
 #[test]

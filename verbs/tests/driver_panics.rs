@@ -40,10 +40,7 @@ fn quiet_provoked_panics() {
 }
 
 fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        ..Default::default()
-    }
+    WorkCompletion::new(wr_id)
 }
 
 fn wr_id(ev: VerbsEvent) -> u64 {

@@ -101,7 +101,7 @@ pub struct Activity {
 /// let mut driver = Driver::new(DriverConfig::default()).unwrap();
 /// let key = driver.register(Feed::new(cq, CqId(7), poster), FeedMode::Event).unwrap();
 /// let running = driver.spawn().unwrap();
-/// producer.push(WorkCompletion { wr_id: 1, ..Default::default() }).unwrap();
+/// producer.push(WorkCompletion::new(1)).unwrap();
 /// consumer.wait(1, None).unwrap();
 /// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { cq: CqId(7), .. })));
 /// let mut stopped = running.shutdown().unwrap();

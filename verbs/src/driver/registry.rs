@@ -75,7 +75,7 @@ impl Driver {
     /// let key = driver.register_channel(feed, FeedMode::Event).unwrap();
     /// let running = driver.spawn().unwrap();
     /// for (i, hca) in hcas.iter().enumerate() {
-    ///     hca.push(WorkCompletion { wr_id: i as u64, ..Default::default() }).unwrap();
+    ///     hca.push(WorkCompletion::new(i as u64)).unwrap();
     /// }
     /// let mut seen = [false; 4];
     /// for _ in 0..4 {
@@ -137,7 +137,7 @@ impl Driver {
     /// let mut driver = Driver::new(Default::default()).unwrap();
     /// let (events, cm) = SoftCm::new().unwrap();
     /// driver.register_cm(CmFeed::new(events, poster)).unwrap();
-    /// cm.raise(CmEvent { kind: CmEventKind::Established, ..Default::default() });
+    /// cm.raise(CmEvent::new(CmEventKind::Established, evd_verbs::CmToken(0)));
     /// while consumer.try_dequeue().is_err() {
     ///     driver.process(None).unwrap();
     /// }
