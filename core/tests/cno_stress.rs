@@ -28,13 +28,12 @@
 //! `EVD_CNO_STRESS_POSTERS` posters (default 3); `EVD_CNO_STRESS_SEED` to
 //! replay a run (each test prints its seed).
 
+mod common;
+use common::{env_u64, Rng, Watchdog, STALL_LIMIT};
 use evd::{ArmStatus, BatchPostError, Cno, Consumer, PostError, Poster, TryDequeueError};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long delivery may stall before the watchdog calls it a lost wakeup.
-const STALL_LIMIT: Duration = Duration::from_secs(60);
+use std::time::Duration;
 /// Slots per EVD: small, so that full rings and backpressure are common.
 const EVD_CAPACITY: usize = 4;
 /// Event layout: poster (8 bits) | EVD index (16 bits) | sequence (40 bits).
@@ -43,27 +42,6 @@ const EVD_SHIFT: u32 = 40;
 const SEQ_MASK: u64 = (1 << EVD_SHIFT) - 1;
 /// Keys are not the EVD indices (nor the CNO's slot numbers).
 const KEY_BASE: u64 = 1_000_000;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// xorshift64*: reproducible from a seed, no rand dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What the watchdog prints if delivery stalls.
 struct Progress {
@@ -74,63 +52,28 @@ struct Progress {
     enabled: AtomicU64,
     posted: Vec<AtomicU64>,
 }
-
 /// Fails the process (instead of hanging the test) if neither an event nor
-/// a key is delivered for [`STALL_LIMIT`]: that is how a lost wakeup shows.
+/// a key is delivered for the stall limit: that is how a lost wakeup shows.
 /// Stops when dropped.
-struct Watchdog {
-    finished: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Watchdog {
-    fn new(what: String, progress: Arc<Progress>, per_poster: u64) -> Self {
-        let finished = Arc::new(AtomicBool::new(false));
-        let done = finished.clone();
-        let thread = std::thread::spawn(move || {
-            let at = |p: &Progress| p.delivered.load(Relaxed) + p.keys.load(Relaxed);
-            let mut last = (at(&progress), Instant::now());
-            while !done.load(Acquire) {
-                std::thread::park_timeout(Duration::from_millis(200));
-                let now = at(&progress);
-                if now != last.0 {
-                    last = (now, Instant::now());
-                } else if last.1.elapsed() > STALL_LIMIT {
-                    // Straight to the process's stderr: the harness captures
-                    // eprintln!, and its capture dies with exit().
-                    use std::io::Write;
-                    let posted: Vec<u64> =
-                        progress.posted.iter().map(|a| a.load(Relaxed)).collect();
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "watchdog: {what}: no progress for {STALL_LIMIT:?}: \
-                         {} events delivered, {} keys in {} waits, {} EVDs ended, {} enabled; \
-                         posted per poster {posted:?} of {per_poster}",
-                        progress.delivered.load(Relaxed),
-                        progress.keys.load(Relaxed),
-                        progress.waits.load(Relaxed),
-                        progress.closed.load(Relaxed),
-                        progress.enabled.load(Relaxed),
-                    );
-                    std::process::exit(101);
-                }
-            }
-        });
-        Watchdog {
-            finished,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.finished.store(true, Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
-    }
+fn watchdog(what: String, progress: Arc<Progress>, per_poster: u64) -> Watchdog {
+    let at = progress.clone();
+    Watchdog::watching(
+        what,
+        STALL_LIMIT,
+        move || at.delivered.load(Relaxed) + at.keys.load(Relaxed),
+        move || {
+            let posted: Vec<u64> = progress.posted.iter().map(|a| a.load(Relaxed)).collect();
+            format!(
+                "{} events delivered, {} keys in {} waits, {} EVDs ended, {} enabled; \
+                 posted per poster {posted:?} of {per_poster}",
+                progress.delivered.load(Relaxed),
+                progress.keys.load(Relaxed),
+                progress.waits.load(Relaxed),
+                progress.closed.load(Relaxed),
+                progress.enabled.load(Relaxed),
+            )
+        },
+    )
 }
 
 /// One poster thread: `per_poster` events to EVDs picked at random, then
@@ -365,7 +308,7 @@ fn stress(evds: usize, spin: Duration) {
         .collect();
     drop(posters);
 
-    let _watchdog = Watchdog::new(
+    let _watchdog = watchdog(
         format!("{evds} EVDs, seed {seed}"),
         progress.clone(),
         per_poster,
@@ -553,7 +496,7 @@ fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
         })
     };
 
-    let _watchdog = Watchdog::new(format!("churn, seed {seed}"), progress.clone(), per_poster);
+    let _watchdog = watchdog(format!("churn, seed {seed}"), progress.clone(), per_poster);
     let mut s = Server {
         consumers,
         enabled: vec![false; EVDS],
@@ -724,7 +667,7 @@ fn stress_dropping_the_cno_while_posts_run_loses_no_event() {
         })
         .collect();
     drop(posters);
-    let _watchdog = Watchdog::new(
+    let _watchdog = watchdog(
         format!("cno drop, seed {seed}"),
         progress.clone(),
         per_poster,

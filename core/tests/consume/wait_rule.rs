@@ -29,6 +29,7 @@
 //! wait that the model says cannot block, and that blocks anyway, into an
 //! abort with its seed instead of a silent hang.
 
+use crate::common::{splitmix64, Rng};
 use evd::{
     ArmStatus, Consumer, DequeueError, Lossy, Overflow, PostError, Poster, TryDequeueError,
     WaitError, DEFAULT_SPIN_BUDGET,
@@ -72,47 +73,9 @@ const BUDGETS: [Duration; 5] = [
     Duration::MAX,
 ];
 
-// ---------------------------------------------------------------------------
-// A small deterministic RNG.
-
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// xorshift64*, seeded through splitmix64 (never zero).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        let mut s = seed;
-        Rng(splitmix64(&mut s) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// In `0..n` (the modulo bias is irrelevant here).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    fn budget(&mut self) -> Duration {
-        BUDGETS[self.below(BUDGETS.len() as u64) as usize]
-    }
+/// One of [`BUDGETS`], picked by `rng`.
+fn pick_budget(rng: &mut Rng) -> Duration {
+    BUDGETS[rng.below(BUDGETS.len() as u64) as usize]
 }
 
 /// The sequence seeds derived from a base seed.
@@ -587,7 +550,7 @@ fn gen_op(rng: &mut Rng, m: &Model, budget: Duration, next_value: &mut u64) -> O
             Op::Wait { threshold, timeout }
         }
         182..=193 => Op::DequeueTimeoutZero,
-        194..=197 => Op::SetSpinBudget(rng.budget()),
+        194..=197 => Op::SetSpinBudget(pick_budget(rng)),
         // Close rarely: about one sequence in two closes at some point.
         _ if rng.one_in(3) => Op::Close,
         _ => Op::TryDequeue,
@@ -597,7 +560,7 @@ fn gen_op(rng: &mut Rng, m: &Model, budget: Duration, next_value: &mut u64) -> O
 fn run_sequence(seed: u64, cov: &mut Coverage) -> Result<(), Failure> {
     let mut rng = Rng::new(seed);
     let capacity = 1usize << rng.below(4);
-    let mut budget = rng.budget();
+    let mut budget = pick_budget(&mut rng);
     let ops = MIN_OPS + rng.below(EXTRA_OPS + 1);
     let (poster, mut consumer): (Poster<u64>, Consumer<u64>) = evd::bounded(capacity).unwrap();
     assert_eq!(consumer.capacity(), capacity);

@@ -1,81 +1,14 @@
-//! The convenience API: accessors, blocking dequeue, iterators, fused
-//! futures and streams, `FnMut` upcall handlers. One test per promise, named
-//! after it.
+//! Consuming: `try_dequeue`, blocking `dequeue` and `wait` with their
+//! timeouts, deadlines and spin budgets, the iterators, the fused future and
+//! stream, and `set_unwaitable`. The wait rule itself (when a wait returns,
+//! over random sequences) is the `wait_rule` module. One test per promise.
 
-use evd::{
-    DequeueError, Invoke, Lossy, Overflow, PolicyError, PostError, TryDequeueError, UpcallPolicy,
-    WaitError,
-};
+#[path = "../common/mod.rs"]
+mod common;
+mod wait_rule;
+use evd::{DequeueError, Lossy, Overflow, TryDequeueError, WaitError};
 use std::future::Future;
 use std::time::{Duration, Instant};
-
-#[test]
-fn accessors_agree_on_poster_and_consumer() {
-    let (poster, mut consumer) = evd::bounded::<u32>(3).unwrap();
-    for (len, cap) in [
-        (poster.len(), poster.capacity()),
-        (consumer.len(), consumer.capacity()),
-    ] {
-        assert_eq!((len, cap), (0, 4));
-    }
-    assert!(poster.is_empty() && consumer.is_empty());
-    assert!(!poster.is_full() && !consumer.is_full());
-    for i in 0..4 {
-        poster.post(i).unwrap();
-    }
-    assert_eq!((poster.len(), consumer.len()), (4, 4));
-    assert!(poster.is_full() && consumer.is_full());
-    assert!(!poster.is_empty() && !consumer.is_empty());
-    assert_eq!(consumer.try_dequeue(), Ok(0));
-    assert_eq!((poster.len(), consumer.len()), (3, 3));
-    assert!(!poster.is_full() && !consumer.is_full());
-}
-
-#[test]
-fn accessors_match_query() {
-    let (poster, mut consumer) = evd::bounded::<u32>(8).unwrap();
-    for i in 0..5 {
-        poster.post(i).unwrap();
-    }
-    consumer.try_dequeue().unwrap();
-    let q = consumer.query();
-    assert_eq!((consumer.len(), consumer.capacity()), (q.len, q.capacity));
-    assert_eq!((poster.len(), poster.capacity()), (q.len, q.capacity));
-    assert_eq!(consumer.is_closed(), q.closed);
-}
-
-#[test]
-fn capacity_follows_resize_on_both_handles() {
-    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-    consumer.resize(32).unwrap();
-    assert_eq!((poster.capacity(), consumer.capacity()), (32, 32));
-}
-
-#[test]
-fn is_closed_seen_by_both_handles_and_events_still_drain() {
-    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    poster.post(7).unwrap();
-    assert!(!poster.is_closed() && !consumer.is_closed());
-    poster.close();
-    assert!(poster.is_closed() && consumer.is_closed());
-    assert_eq!(consumer.len(), 1);
-    assert_eq!(consumer.try_dequeue(), Ok(7));
-    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
-    assert!(consumer.is_empty());
-}
-
-#[test]
-fn post_error_is_full_and_is_closed() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(1).unwrap();
-    let full = poster.post(2).unwrap_err();
-    assert!(full.is_full() && !full.is_closed());
-    assert_eq!(full.into_inner(), 2);
-    consumer.close();
-    let closed = poster.post(3).unwrap_err();
-    assert!(closed.is_closed() && !closed.is_full());
-    assert_eq!(closed, PostError::Closed(3));
-}
 
 #[test]
 fn dequeue_blocks_until_a_post_from_another_thread() {
@@ -87,59 +20,6 @@ fn dequeue_blocks_until_a_post_from_another_thread() {
     assert_eq!(consumer.dequeue(), Ok(5));
     drop(t.join().unwrap());
     assert_eq!(consumer.dequeue(), Err(DequeueError::Closed));
-}
-
-#[test]
-fn dequeue_takes_what_is_left_after_close_then_reports_closed() {
-    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    poster.post(1).unwrap();
-    poster.post(2).unwrap();
-    drop(poster);
-    assert_eq!(consumer.dequeue(), Ok(1));
-    assert_eq!(consumer.dequeue(), Ok(2));
-    assert_eq!(consumer.dequeue(), Err(DequeueError::Closed));
-    assert_eq!(
-        consumer.dequeue_timeout(Duration::ZERO),
-        Err(DequeueError::Closed)
-    );
-}
-
-#[test]
-fn dequeue_reports_a_loss_once_before_the_events() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    assert_eq!(poster.post_lossy(1), Ok(Lossy::Posted));
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.dequeue(),
-        Err(DequeueError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(consumer.dequeue(), Ok(1));
-    drop(poster);
-    assert_eq!(consumer.dequeue(), Err(DequeueError::Closed));
-}
-
-#[test]
-fn dequeue_reports_a_loss_on_an_empty_ring_instead_of_blocking() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.dequeue(),
-        Err(DequeueError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
-    // After a report the event comes first; then the ring is empty with a
-    // loss pending: the dequeue reports it rather than block.
-    assert_eq!(consumer.dequeue(), Ok(1));
-    assert!(consumer.is_empty());
-    assert_eq!(
-        consumer.dequeue(),
-        Err(DequeueError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(
-        consumer.dequeue_timeout(Duration::ZERO),
-        Err(DequeueError::Timeout)
-    );
 }
 
 #[test]
@@ -502,208 +382,6 @@ fn fused_future_recv_is_terminated_after_closed() {
     assert!(recv.is_terminated());
 }
 
-/// What an `FnMut` handler kept in plain (non-atomic) state, sent out when
-/// the handler is dropped (by a teardown or a replacement).
-struct Tally {
-    /// Every event, in the order the handler saw it.
-    seen: Vec<u32>,
-    /// Handler calls that had `more` set.
-    with_more: usize,
-    out: std::sync::mpsc::Sender<(Vec<u32>, usize)>,
-}
-
-impl Drop for Tally {
-    fn drop(&mut self) {
-        let _ = self
-            .out
-            .send((std::mem::take(&mut self.seen), self.with_more));
-    }
-}
-
-fn tally() -> (Tally, std::sync::mpsc::Receiver<(Vec<u32>, usize)>) {
-    let (out, tallied) = std::sync::mpsc::channel();
-    let t = Tally {
-        seen: Vec::new(),
-        with_more: 0,
-        out,
-    };
-    (t, tallied)
-}
-
-#[test]
-fn fnmut_handler_sees_every_event_of_racing_posters_exactly_once_and_fifo_per_poster() {
-    const POSTERS: u32 = 4;
-    const PER: u32 = 20_000;
-    let (poster, consumer) = evd::bounded::<u32>(16).unwrap();
-    let (mut t, tallied) = tally();
-    // No atomics, no lock: SingleInstance never runs two calls at once.
-    let mut next = vec![0u32; POSTERS as usize];
-    let up = consumer.into_upcalls_mut(Invoke::Any, move |ev, more| {
-        let v = ev.expect("no lossy posts, no report");
-        let (p, seq) = ((v / PER) as usize, v % PER);
-        assert_eq!(seq, next[p], "poster {p}: FIFO");
-        next[p] += 1;
-        t.seen.push(v);
-        t.with_more += more as usize;
-    });
-    let threads: Vec<_> = (0..POSTERS)
-        .map(|id| {
-            let p = poster.clone();
-            std::thread::spawn(move || {
-                for i in 0..PER {
-                    let mut v = id * PER + i;
-                    while let Err(e) = p.post(v) {
-                        v = e.into_inner();
-                        std::thread::yield_now();
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert_eq!(up.query().policy, UpcallPolicy::SingleInstance);
-    // Teardown waits for the running upcall and drops the handler, which
-    // sends its tally; what it left queued is drained here.
-    let mut consumer = up.teardown();
-    let (mut seen, _) = tallied.try_recv().expect("teardown dropped the handler");
-    let delivered = seen.len();
-    while let Ok(v) = consumer.try_dequeue() {
-        seen.push(v);
-    }
-    assert!(delivered > 0);
-    seen.sort_unstable();
-    assert_eq!(
-        seen,
-        (0..POSTERS * PER).collect::<Vec<_>>(),
-        "each event exactly once"
-    );
-    assert_eq!(consumer.query().upcalls, delivered as u64);
-}
-
-#[test]
-fn fnmut_handler_keeps_its_state_across_upcalls_and_gets_more() {
-    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
-    let (mut t, tallied) = tally();
-    let mut up = consumer.into_upcalls_mut(Invoke::Any, move |ev, more| {
-        t.seen.push(ev.unwrap());
-        t.with_more += more as usize;
-    });
-    up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
-    for i in 0..3 {
-        poster.post(i).unwrap();
-    }
-    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
-        .unwrap(); // delivers the three queued ones on this thread
-    poster.post(3).unwrap();
-    drop(up);
-    assert_eq!(tallied.try_recv().unwrap(), (vec![0, 1, 2, 3], 2));
-}
-
-#[test]
-fn fnmut_handler_refuses_many_instances_until_an_fn_handler_replaces_it() {
-    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
-    let (mut t, tallied) = tally();
-    let mut up = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| t.seen.push(ev.unwrap()));
-    assert_eq!(
-        up.set_policy(UpcallPolicy::ManyInstances, Invoke::Any),
-        Err(PolicyError::FnMutHandler)
-    );
-    assert_eq!(
-        up.query().policy,
-        UpcallPolicy::SingleInstance,
-        "left as it was"
-    );
-    // Not by way of Disabled either.
-    up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
-    assert_eq!(
-        up.set_policy(UpcallPolicy::ManyInstances, Invoke::Any),
-        Err(PolicyError::FnMutHandler)
-    );
-    assert_eq!(up.query().policy, UpcallPolicy::Disabled);
-    poster.post(1).unwrap(); // queued: upcalls are disabled
-    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
-        .unwrap();
-    // An Fn handler replaces it (and drops it): ManyInstances is allowed.
-    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let c = calls.clone();
-    up.set_handler(move |_, _| {
-        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    });
-    assert_eq!(
-        tallied.try_recv().unwrap().0,
-        [1],
-        "the replaced FnMut was dropped"
-    );
-    up.set_policy(UpcallPolicy::ManyInstances, Invoke::Any)
-        .unwrap();
-    assert_eq!(up.query().policy, UpcallPolicy::ManyInstances);
-    poster.post(2).unwrap();
-    assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 1);
-    // Under ManyInstances an FnMut handler is refused, dropped, and the Fn
-    // one stays.
-    let (mut t, refused) = tally();
-    assert_eq!(
-        up.set_handler_mut(move |ev, _| t.seen.push(ev.unwrap())),
-        Err(PolicyError::FnMutHandler)
-    );
-    assert_eq!(
-        refused.try_recv().unwrap().0,
-        Vec::<u32>::new(),
-        "refused, dropped"
-    );
-    poster.post(3).unwrap();
-    assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
-    assert!(!PolicyError::FnMutHandler.to_string().is_empty());
-    assert_ne!(
-        PolicyError::FnMutHandler.to_string(),
-        PolicyError::FromUpcall.to_string()
-    );
-}
-
-#[test]
-fn set_handler_mut_is_allowed_while_disabled_and_under_single_instance() {
-    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
-    let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, |_, _| {
-        panic!("replaced before any upcall")
-    });
-    let (mut t, tallied) = tally();
-    up.set_handler_mut(move |ev, _| t.seen.push(ev.unwrap()))
-        .unwrap();
-    poster.post(1).unwrap();
-    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
-        .unwrap();
-    let (mut t2, tallied2) = tally();
-    up.set_handler_mut(move |ev, _| t2.seen.push(ev.unwrap()))
-        .unwrap();
-    assert_eq!(tallied.try_recv().unwrap().0, [1]);
-    poster.post(2).unwrap();
-    let mut consumer = up.teardown();
-    assert_eq!(tallied2.try_recv().unwrap().0, [2]);
-    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
-}
-
-#[test]
-fn a_panicking_fnmut_handler_does_not_wedge_the_evd_and_keeps_its_state() {
-    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
-    let (mut t, tallied) = tally();
-    let up = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
-        let v = ev.unwrap();
-        t.seen.push(v);
-        if v == 2 {
-            panic!("handler panics on 2");
-        }
-    });
-    poster.post(1).unwrap();
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poster.post(2)));
-    assert!(r.is_err(), "the panic reaches the posting thread");
-    assert_eq!(up.query().upcalls_in_flight, 0, "the token was given back");
-    poster.post(3).unwrap();
-    drop(up);
-    assert_eq!(tallied.try_recv().unwrap().0, [1, 2, 3]);
-}
-
 #[test]
 fn spin_budget_round_trips_and_defaults_to_default_spin_budget() {
     let (_poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
@@ -753,4 +431,170 @@ fn a_spin_budget_too_large_for_an_instant_backs_off_until_ready_and_never_arms()
     );
     assert!(!q.armed);
     assert_eq!(consumer.try_dequeue(), Ok(7));
+}
+
+#[test]
+fn a_zero_max_takes_nothing_not_even_a_report() {
+    // Reports and events alternate: a zero-sized batch right after a report
+    // must not hand out a second report in a row while events are ready.
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    let mut out = Vec::new();
+    assert_eq!(consumer.dequeue_batch(&mut out, 0), Ok(0));
+    assert_eq!(consumer.dequeue_with(0, |_| unreachable!()), Ok(0));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(1),
+        "the event comes before the next report"
+    );
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+}
+
+#[test]
+fn a_wait_that_finds_its_threshold_met_leaves_the_report_to_the_next_dequeue() {
+    for budget in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        evd::DEFAULT_SPIN_BUDGET,
+    ] {
+        for threshold in 1..=4 {
+            for timeout in [None, Some(Duration::ZERO), Some(Duration::from_secs(1))] {
+                let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+                consumer.set_spin_budget(budget);
+                for i in 0..4 {
+                    poster.post(i).unwrap();
+                }
+                assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+                assert_eq!(
+                    consumer.wait(threshold, timeout),
+                    Ok(4),
+                    "budget {budget:?}, threshold {threshold}, timeout {timeout:?}"
+                );
+                assert_eq!(
+                    consumer.try_dequeue(),
+                    Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
+                    "the report waits for the next dequeue"
+                );
+                assert_eq!(consumer.try_dequeue(), Ok(0));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pending_report_ends_a_wait_that_would_block() {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    consumer.set_spin_budget(Duration::ZERO);
+    poster.post(0).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(0),
+        "right after a report, an event"
+    );
+    // One event ready, two wanted: the report ends the wait instead of a park.
+    assert_eq!(
+        consumer.wait(2, None),
+        Err(WaitError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+}
+
+#[test]
+fn a_wait_that_spins_without_end_still_ends_at_a_report_and_at_the_end_of_stream() {
+    // `Duration::MAX` spins until events are ready and never parks: a report
+    // or the end of stream must end it all the same.
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    consumer.set_spin_budget(Duration::MAX);
+    poster.post(1).unwrap();
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(
+        consumer.wait(1, None),
+        Err(WaitError::Overflow(Overflow { lost: 1 })),
+        "a report ends the spin"
+    );
+    drop(poster);
+    assert_eq!(
+        consumer.wait(1, None),
+        Err(WaitError::Closed { available: 0 })
+    );
+}
+
+#[test]
+fn a_wait_that_spins_without_end_still_ends_when_the_evd_is_made_unwaitable() {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    consumer.set_spin_budget(Duration::MAX);
+    let waiter = std::thread::spawn(move || consumer.wait(1, None));
+    poster.set_unwaitable();
+    assert_eq!(waiter.join().unwrap(), Err(WaitError::Unwaitable));
+}
+
+#[test]
+fn wait_threshold_counts_and_timeouts_dequeue_nothing() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    assert_eq!(
+        consumer.wait(2, Some(Duration::from_millis(5))),
+        Err(WaitError::Timeout { available: 1 })
+    );
+    assert_eq!(consumer.query().len, 1, "a timed-out wait dequeues nothing");
+    assert!(!consumer.query().armed, "and withdraws its arm");
+    assert_eq!(
+        consumer.wait(5, None),
+        Err(WaitError::InvalidThreshold {
+            threshold: 5,
+            capacity: 4
+        })
+    );
+    let p = poster.clone();
+    let t = std::thread::spawn(move || p.post(2).unwrap());
+    assert_eq!(consumer.wait(2, None), Ok(2));
+    t.join().unwrap();
+}
+
+#[test]
+fn unwaitable_wakes_a_blocked_waiter_and_posts_keep_queueing() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let r = consumer.wait(1, None);
+        (r, consumer)
+    });
+    // Wait until the waiter is really blocked (armed), then make it unwaitable.
+    while !poster.query().armed {
+        std::thread::yield_now();
+    }
+    poster.set_unwaitable();
+    let (r, mut consumer) = waiter.join().unwrap();
+    assert_eq!(r, Err(WaitError::Unwaitable));
+    poster.post(3).unwrap();
+    assert_eq!(consumer.wait(1, None), Err(WaitError::Unwaitable));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(3),
+        "events still queue and dequeue"
+    );
+    poster.clear_unwaitable();
+    poster.post(4).unwrap();
+    assert_eq!(consumer.wait(1, None), Ok(1));
 }

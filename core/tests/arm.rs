@@ -1,0 +1,83 @@
+//! Arm-then-check: an arm reports what it finds queued, one notification per
+//! arm, `notified` sticky until an arm finds the ring empty, and the classic
+//! race (an event between the last dequeue and the arm) reported as pending.
+
+use evd::{ArmStatus, Lossy, Overflow, TryDequeueError};
+
+#[test]
+fn an_arm_with_only_a_report_pending_says_pending_clears_notified_and_arms_nothing() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    poster.post(1).unwrap(); // disarms and notifies
+    assert!(consumer.query().notified);
+    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(1),
+        "right after a report, an event"
+    );
+    // The ring is empty; one report is pending.
+    assert_eq!(consumer.arm(), ArmStatus::Pending, "a report is work");
+    let q = consumer.query();
+    assert!(!q.notified && !q.armed, "notified cleared, nothing armed");
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
+    );
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+}
+
+#[test]
+fn classic_race_event_between_last_dequeue_and_arm_is_reported_pending() {
+    let (poster, mut consumer) = evd::bounded::<u32>(8).unwrap();
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty)); // last dequeue
+    poster.post(1).unwrap(); // lands in the window
+    assert_eq!(
+        consumer.arm(),
+        ArmStatus::Pending,
+        "the arm itself reports it"
+    );
+    assert!(!consumer.query().armed);
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+}
+
+#[test]
+fn one_notification_per_arm() {
+    let (poster, mut consumer) = evd::bounded::<u32>(8).unwrap();
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    for i in 0..5 {
+        poster.post(i).unwrap();
+    }
+    assert_eq!(consumer.query().notifications, 1);
+}
+
+#[test]
+fn notified_is_sticky_until_an_arm_finds_the_ring_empty() {
+    let (poster, mut consumer) = evd::bounded::<u32>(8).unwrap();
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    assert!(consumer.query().notified);
+    consumer.try_dequeue().unwrap();
+    assert!(
+        consumer.query().notified,
+        "draining alone does not clear it"
+    );
+    assert_eq!(consumer.arm(), ArmStatus::Pending);
+    assert!(
+        consumer.query().notified,
+        "an arm that finds events keeps it"
+    );
+    consumer.try_dequeue().unwrap();
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    assert!(
+        !consumer.query().notified,
+        "drained after re-arming: cleared"
+    );
+}

@@ -1,0 +1,288 @@
+//! What the integration tests share: a seeded RNG and the environment knobs
+//! that size a run, a watchdog that turns a hang into a failure, ledgers for
+//! exactly-once accounting, and the small drain and post helpers.
+//!
+//! Each test binary includes this module with `mod common;` and uses only
+//! part of it, hence `dead_code` is allowed here and nowhere else.
+#![allow(dead_code)]
+
+use evd::{Cno, Consumer, Poster, TryDequeueError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+// ---- the environment and the RNG ------------------------------------------
+
+/// The number in the environment variable `name`, or `default` if it is
+/// unset or not a number.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One step of splitmix64: spreads any seed (zero included) over 64 bits.
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// xorshift64*: reproducible choices from a seed without a rand dependency.
+/// Its state must never be zero: seed it with an odd number or with
+/// [`Rng::new`].
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Seeded through splitmix64, so any seed gives a nonzero state.
+    pub fn new(seed: u64) -> Self {
+        let mut s = seed;
+        Rng(splitmix64(&mut s) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// In `0..n` (the modulo bias is irrelevant here).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+}
+
+// ---- hangs become failures ------------------------------------------------
+
+/// How long a threaded test may make no progress before a [`Watchdog`]
+/// calls it a hang (a lost wakeup, or a barrier that never ends). Not a
+/// timing assertion: any machine, however busy, progresses long before.
+pub const STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Fails the process (a hung test would hang the harness) if its progress
+/// count stays put for its stall limit, printing what it watches and the
+/// status the test gives; stops when dropped.
+pub struct Watchdog {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Watches a counter the test bumps as it progresses, for [`STALL_LIMIT`].
+    pub fn new(what: &'static str, progress: Arc<AtomicU64>) -> Self {
+        Self::watching(
+            what.to_string(),
+            STALL_LIMIT,
+            move || progress.load(Relaxed),
+            String::new,
+        )
+    }
+
+    /// Watches `progress()`; on a stall prints `what` and `status()`.
+    pub fn watching(
+        what: String,
+        limit: Duration,
+        progress: impl Fn() -> u64 + Send + 'static,
+        status: impl Fn() -> String + Send + 'static,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut last = (progress(), Instant::now());
+            while !s.load(Acquire) {
+                std::thread::park_timeout(Duration::from_millis(200));
+                let now = progress();
+                if now != last.0 {
+                    last = (now, Instant::now());
+                } else if last.1.elapsed() > limit {
+                    // Straight to the process's stderr: the harness captures
+                    // eprintln!, and its capture dies with exit().
+                    use std::io::Write;
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "watchdog: {what}: no progress for {limit:?} at {now}; {}",
+                        status()
+                    );
+                    std::process::exit(101);
+                }
+            }
+        });
+        Watchdog {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+/// Wait (yielding) until `cond` holds, or fail after a minute: a lost
+/// wakeup becomes a failure, not a hang. Not a timing assertion: any
+/// machine, however busy, meets the condition long before.
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < give_up, "never happened: {what}");
+        std::thread::yield_now();
+    }
+}
+
+// ---- ledgers --------------------------------------------------------------
+
+/// Exactly-once accounting of events numbered `0..len`: each may be
+/// recorded once; [`Ledger::all_seen`] says whether every one was.
+pub struct Ledger {
+    bits: Vec<AtomicU64>,
+    len: u64,
+    recorded: AtomicU64,
+}
+
+impl Ledger {
+    pub fn new(len: u64) -> Self {
+        Ledger {
+            bits: (0..len.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            len,
+            recorded: AtomicU64::new(0),
+        }
+    }
+
+    /// Records event `i`; fails the test if it is out of range or was
+    /// recorded before.
+    pub fn record(&self, i: u64) {
+        assert!(i < self.len, "invented event {i} (of {})", self.len);
+        let bit = 1 << (i % 64);
+        let old = self.bits[(i / 64) as usize].fetch_or(bit, Relaxed);
+        assert_eq!(old & bit, 0, "event {i} delivered twice");
+        self.recorded.fetch_add(1, Release);
+    }
+
+    /// How many events were recorded.
+    pub fn recorded(&self) -> u64 {
+        self.recorded.load(Acquire)
+    }
+
+    /// Whether every event `0..len` was recorded.
+    pub fn all_seen(&self) -> bool {
+        (0..self.len).all(|i| self.bits[(i / 64) as usize].load(Relaxed) & (1 << (i % 64)) != 0)
+    }
+}
+
+/// Counts its drops; panics in `drop` if asked to.
+pub struct Tracked {
+    drops: Arc<AtomicUsize>,
+    panic_on_drop: bool,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, SeqCst);
+        if self.panic_on_drop {
+            panic!("a panicking destructor");
+        }
+    }
+}
+
+pub fn tracked(drops: &Arc<AtomicUsize>, panic_on_drop: bool) -> Tracked {
+    Tracked {
+        drops: drops.clone(),
+        panic_on_drop,
+    }
+}
+
+/// What an `FnMut` handler kept in plain (non-atomic) state, sent out when
+/// the handler is dropped (by a teardown or a replacement).
+pub struct Tally {
+    /// Every event, in the order the handler saw it.
+    pub seen: Vec<u32>,
+    /// Handler calls that had `more` set.
+    pub with_more: usize,
+    out: std::sync::mpsc::Sender<(Vec<u32>, usize)>,
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        let _ = self
+            .out
+            .send((std::mem::take(&mut self.seen), self.with_more));
+    }
+}
+
+pub fn tally() -> (Tally, std::sync::mpsc::Receiver<(Vec<u32>, usize)>) {
+    let (out, tallied) = std::sync::mpsc::channel();
+    let t = Tally {
+        seen: Vec::new(),
+        with_more: 0,
+        out,
+    };
+    (t, tallied)
+}
+
+// ---- draining and posting -------------------------------------------------
+
+pub fn pair<T: Send>(capacity: usize) -> (Poster<T>, Consumer<T>) {
+    evd::bounded(capacity).expect("valid capacity")
+}
+
+/// Everything queued now, and whether the drain ended at the end of stream.
+pub fn drain<T>(c: &mut Consumer<T>) -> (Vec<T>, bool) {
+    let mut got = Vec::new();
+    loop {
+        match c.try_dequeue() {
+            Ok(v) => got.push(v),
+            Err(TryDequeueError::Empty) => return (got, false),
+            Err(TryDequeueError::Closed) => return (got, true),
+            Err(TryDequeueError::Overflow(o)) => panic!("unexpected loss report {o:?}"),
+        }
+    }
+}
+
+/// Drains what is queued now, checking that it continues the sequence
+/// `*next, *next + 1, ...` and publishing the count to `progress`; returns
+/// whether the drain reached the end of stream.
+pub fn drain_in_order<T: Into<u64>>(
+    c: &mut Consumer<T>,
+    next: &mut u64,
+    progress: &AtomicU64,
+) -> bool {
+    let (got, closed) = drain(c);
+    for ev in got {
+        assert_eq!(ev.into(), *next, "exactly once, in order");
+        *next += 1;
+    }
+    progress.store(*next, Relaxed);
+    closed
+}
+
+/// The keys ready now.
+pub fn ready_keys(cno: &mut Cno) -> Vec<u64> {
+    let mut keys = Vec::new();
+    let n = cno.try_ready(&mut keys);
+    assert_eq!(n, keys.len(), "try_ready returns how many it appended");
+    keys
+}
+
+/// Post, yielding while the ring is full.
+pub fn post_retry<T: Send>(p: &Poster<T>, mut ev: T) {
+    while let Err(e) = p.post(ev) {
+        assert!(!e.is_closed(), "closed under a live poster");
+        ev = e.into_inner();
+        std::thread::yield_now();
+    }
+}
