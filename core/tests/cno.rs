@@ -10,7 +10,7 @@
 //! are in `cno_paths.rs`, the many-EVD stress test in `cno_stress.rs`.
 
 mod common;
-use common::{drain, drain_in_order, pair, post_retry, ready_keys, Rng, Watchdog};
+use common::{bound, drain, drain_in_order, enabled, pair, post_retry, ready_keys, Rng, Watchdog};
 use evd::{
     ArmStatus, Cno, CnoError, CnoHandle, Consumer, Lossy, Overflow, Poster, TryDequeueError,
 };
@@ -65,15 +65,10 @@ fn new_refuses_zero_and_reports_its_capacity() {
 #[test]
 fn the_ready_set_holds_exactly_the_enabled_evds_that_got_work() {
     let mut cno = Cno::new(8).unwrap();
-    let (pa, mut a) = pair::<u32>(4); // enabled, gets a post
-    let (_pb, mut b) = pair::<u32>(4); // enabled, no post
-    let (pc, mut c) = pair::<u32>(4); // bound, not enabled, gets a post
+    let (pa, mut a) = enabled::<u32>(&cno, 1); // enabled, gets a post
+    let (_pb, _b) = enabled::<u32>(&cno, 2); // enabled, no post
+    let (pc, mut c) = bound::<u32>(&cno, 3); // bound, not enabled, gets a post
     let (pd, mut d) = pair::<u32>(4); // not bound, gets a post
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    c.bind_cno(&cno, 3).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
     assert_eq!(cno.try_next(), None, "nothing posted: nothing ready");
     pa.post(10).unwrap();
     pc.post(30).unwrap();
@@ -93,9 +88,7 @@ fn the_ready_set_holds_exactly_the_enabled_evds_that_got_work() {
 #[test]
 fn try_ready_appends_to_what_out_holds() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 6).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, _c) = enabled::<u8>(&cno, 6);
     p.post(0).unwrap();
     let mut out = vec![99];
     assert_eq!(cno.try_ready(&mut out), 1);
@@ -131,11 +124,7 @@ fn a_key_is_ready_at_most_once_per_enable() {
 #[test]
 fn enabling_an_enabled_evd_changes_nothing() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 8).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u32>(&cno, 8);
     p.post(1).unwrap();
     assert_eq!(ready_keys(&mut cno), [8], "three enables, one key");
     p.post(2).unwrap();
@@ -179,12 +168,8 @@ fn enable_is_not_bound_before_a_bind_then_pending_armed_or_closed() {
 #[test]
 fn keys_are_the_callers_and_two_evds_may_share_one() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 77).unwrap();
-    b.bind_cno(&cno, 77).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, _a) = enabled::<u8>(&cno, 77);
+    let (pb, _b) = enabled::<u8>(&cno, 77);
     pa.post(1).unwrap();
     pb.post(2).unwrap();
     assert_eq!(ready_keys(&mut cno), [77, 77], "not checked for uniqueness");
@@ -256,9 +241,7 @@ fn keys_come_in_the_order_their_evds_became_ready() {
 #[test]
 fn disable_withdraws_an_enable_that_no_post_used() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 1);
     c.disable_cno();
     p.post(1).unwrap();
     p.close();
@@ -287,8 +270,7 @@ fn disable_of_an_unbound_or_disabled_evd_does_nothing() {
 fn disable_is_a_barrier_no_key_appears_after_it_returns() {
     const ROUNDS: u64 = 100_000;
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u64>(4);
-    c.bind_cno(&cno, 3).unwrap();
+    let (p, mut c) = bound::<u64>(&cno, 3);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("disable barrier", progress.clone());
     let stop = Arc::new(AtomicBool::new(false));
@@ -338,8 +320,7 @@ fn disable_is_a_barrier_no_key_appears_after_it_returns() {
 fn modify_cno_of_a_disabled_evd_moves_no_enable() {
     let mut old = Cno::new(4).unwrap();
     let mut new = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
+    let (p, mut c) = bound::<u8>(&old, 1);
     c.modify_cno(&new, 2).unwrap();
     p.post(1).unwrap();
     assert_eq!((old.try_next(), new.try_next()), (None, None));
@@ -350,9 +331,7 @@ fn modify_cno_of_a_disabled_evd_moves_no_enable() {
 fn modify_cno_after_the_old_waiter_took_the_key_gives_the_new_one_nothing() {
     let mut old = Cno::new(4).unwrap();
     let mut new = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&old, 1);
     p.post(1).unwrap();
     assert_eq!(
         old.try_next(),
@@ -383,14 +362,11 @@ fn modify_cno_of_an_unbound_evd_binds_it() {
 fn modify_cno_to_a_full_or_dropped_cno_fails_and_leaves_the_binding_as_it_was() {
     let mut old = Cno::new(4).unwrap();
     let full = Cno::new(1).unwrap();
-    let (_q, mut other) = pair::<u8>(4);
-    other.bind_cno(&full, 50).unwrap();
+    let (_q, _other) = bound::<u8>(&full, 50);
     let dropped = Cno::new(4).unwrap();
     let dropped_handle = dropped.handle();
     drop(dropped);
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&old, 1);
     assert_eq!(c.modify_cno(&full, 2), Err(CnoError::Full { capacity: 1 }));
     assert_eq!(c.modify_cno(&dropped_handle, 3), Err(CnoError::CnoDropped));
     assert_eq!((c.cno_key(), old.bound(), full.bound()), (Some(1), 1, 1));
@@ -528,9 +504,7 @@ fn a_full_cno_refuses_a_bind_with_its_capacity() {
 #[test]
 fn a_close_after_the_enable_was_used_adds_no_second_key() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 9).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 9);
     p.post(1).unwrap();
     drop(p);
     assert_eq!(ready_keys(&mut cno), [9]);
@@ -608,9 +582,7 @@ fn a_dropped_cno_sends_later_triggers_to_the_evds_own_eventfd() {
 #[test]
 fn a_dropped_cno_leaves_a_direct_waiter_woken() {
     let cno = Cno::new(2).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 1);
     drop(cno);
     let t = std::thread::spawn(move || {
         let r = c.wait(1, None);
@@ -647,9 +619,7 @@ fn a_direct_waiter_preempts_the_cno_and_the_enable_stays_for_the_next_post() {
 #[test]
 fn a_blocked_direct_waiter_preempts_the_cno() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 2);
     let t = std::thread::spawn(move || {
         let r = c.wait(1, None);
         (c, r)
@@ -671,9 +641,7 @@ fn a_blocked_direct_waiter_preempts_the_cno() {
 #[test]
 fn an_async_direct_waiter_preempts_the_cno() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 2);
     {
         let mut recv = c.recv();
         assert_eq!((&mut recv).now_or_never(), None, "registered and armed");
@@ -688,12 +656,8 @@ fn an_async_direct_waiter_preempts_the_cno() {
 #[test]
 fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, _a) = enabled::<u8>(&cno, 1);
+    let (pb, _b) = enabled::<u8>(&cno, 2);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno::wait", progress);
     let t = std::thread::spawn(move || {
@@ -715,8 +679,7 @@ fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
 fn wait_with_a_zero_spin_budget_still_wakes() {
     let mut cno = Cno::new(4).unwrap();
     cno.set_spin_budget(Duration::ZERO);
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 1).unwrap();
+    let (p, mut c) = bound::<u32>(&cno, 1);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno::wait, zero spin", progress.clone());
     let t = std::thread::spawn(move || {
@@ -751,9 +714,7 @@ fn wait_timeout_and_deadline_return_zero_only_when_no_key_is_ready() {
     assert_eq!(cno.wait_timeout(&mut keys, Duration::from_millis(1)), 0);
     assert_eq!(cno.wait_deadline(&mut keys, Instant::now()), 0);
     assert_eq!(cno.wait_timeout(&mut keys, Duration::ZERO), 0);
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 3).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 3);
     p.post(1).unwrap();
     // A key ready before the call is taken even with a deadline passed.
     assert_eq!(cno.wait_deadline(&mut keys, Instant::now()), 1);
@@ -776,12 +737,8 @@ fn wait_timeout_and_deadline_return_zero_only_when_no_key_is_ready() {
 #[test]
 fn ready_set_resolves_with_every_key_ready_then() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, mut a) = enabled::<u8>(&cno, 1);
+    let (pb, _b) = enabled::<u8>(&cno, 2);
     let mut keys = Vec::new();
     assert_eq!(cno.ready_set(&mut keys).now_or_never(), None, "nothing yet");
     pb.post(1).unwrap();
@@ -799,9 +756,7 @@ fn ready_set_resolves_with_every_key_ready_then() {
 #[test]
 fn ready_set_is_woken_by_a_post_on_another_thread() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 6).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, _c) = enabled::<u8>(&cno, 6);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("ready_set", progress);
     let t = std::thread::spawn(move || p.post(1).unwrap());
@@ -815,8 +770,7 @@ fn ready_set_is_woken_by_a_post_on_another_thread() {
 fn the_cno_stream_yields_keys_as_they_become_ready_and_never_ends() {
     use futures::stream::FusedStream;
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 4).unwrap();
+    let (p, mut c) = bound::<u32>(&cno, 4);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno stream", progress.clone());
     let t = std::thread::spawn(move || {
@@ -906,8 +860,7 @@ fn the_eventfd_is_written_exactly_once_per_idle_to_ready_transition() {
 fn the_eventfd_loop_serves_a_poster_thread_with_poll() {
     let mut cno = Cno::new(2).unwrap();
     let fd = cno.notify_fd().unwrap();
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 1).unwrap();
+    let (p, mut c) = bound::<u32>(&cno, 1);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("CNO eventfd loop", progress.clone());
     let t = std::thread::spawn(move || {

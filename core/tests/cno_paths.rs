@@ -5,7 +5,7 @@
 //! checks the EVD's link cell and the kept CNOs' lifetimes.
 
 mod common;
-use common::{drain, pair, ready_keys};
+use common::{bound, drain, enabled, pair, ready_keys};
 use evd::{ArmStatus, Cno, CnoError, Overflow};
 use futures::{FutureExt, StreamExt};
 use std::sync::atomic::AtomicU64;
@@ -15,12 +15,8 @@ use std::sync::Arc;
 #[test]
 fn disable_removes_a_pending_key_and_keeps_the_events() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    let (q, mut d) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    d.bind_cno(&cno, 2).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(d.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 1);
+    let (q, _d) = enabled::<u8>(&cno, 2);
     p.post(1).unwrap();
     q.post(2).unwrap();
     c.disable_cno();
@@ -41,9 +37,7 @@ fn disable_removes_a_pending_key_and_keeps_the_events() {
 fn modify_cno_moves_a_pending_key() {
     let mut old = Cno::new(4).unwrap();
     let mut new = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&old, 1);
     p.post(1).unwrap();
     c.modify_cno(&new, 2).unwrap();
     assert_eq!(
@@ -64,9 +58,7 @@ fn modify_cno_moves_a_pending_key() {
 fn modify_cno_moves_an_enable_and_the_old_cno_never_gets_the_key() {
     let mut old = Cno::new(4).unwrap();
     let mut new = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&old, 1);
     c.modify_cno(&new.handle(), 2).unwrap();
     assert_eq!(
         (old.try_next(), new.try_next()),
@@ -94,9 +86,7 @@ fn modify_cno_moves_an_enable_and_the_old_cno_never_gets_the_key() {
 #[test]
 fn unbind_removes_a_pending_key_and_frees_its_place() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 4).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 4);
     p.post(1).unwrap();
     assert_eq!(c.unbind_cno(), Some(4));
     assert_eq!((c.cno_key(), cno.bound()), (None, 0));
@@ -106,8 +96,7 @@ fn unbind_removes_a_pending_key_and_frees_its_place() {
     assert_eq!(cno.try_next(), None);
     assert_eq!(drain(&mut c).0, [1, 2], "the events stay");
     // Its place is free: another EVD binds in the full-size CNO.
-    let (_q, mut d) = pair::<u8>(4);
-    d.bind_cno(&cno, 5).unwrap();
+    let (_q, d) = bound::<u8>(&cno, 5);
     // And the unbound one can bind again (after the other leaves).
     assert_eq!(c.bind_cno(&cno, 6), Err(CnoError::Full { capacity: 1 }));
     drop(d);
@@ -117,12 +106,8 @@ fn unbind_removes_a_pending_key_and_frees_its_place() {
 #[test]
 fn dropping_a_bound_consumer_removes_its_key_and_frees_its_place() {
     let mut cno = Cno::new(2).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, a) = enabled::<u8>(&cno, 1);
+    let (pb, mut b) = enabled::<u8>(&cno, 2);
     pa.post(1).unwrap();
     pb.post(2).unwrap();
     drop(a);
@@ -140,9 +125,7 @@ fn dropping_a_bound_consumer_removes_its_key_and_frees_its_place() {
 #[test]
 fn into_upcalls_unbinds_the_evd() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, c) = enabled::<u32>(&cno, 1);
     let seen = Arc::new(AtomicU64::new(0));
     let s = seen.clone();
     let up = c.into_upcalls(
@@ -163,9 +146,7 @@ fn into_upcalls_unbinds_the_evd() {
 #[test]
 fn a_reused_place_delivers_the_new_key_not_the_old() {
     let mut cno = Cno::new(1).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, a) = enabled::<u8>(&cno, 1);
     pa.post(1).unwrap(); // key 1 pending
     drop(a); // removed, place freed
     let (pb, mut b) = pair::<u8>(4);
@@ -180,9 +161,7 @@ fn a_reused_place_delivers_the_new_key_not_the_old() {
     assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
     pb.post(3).unwrap(); // key 2 pending
     drop(b);
-    let (pc, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 3).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (pc, _c) = enabled::<u8>(&cno, 3);
     pc.post(4).unwrap();
     assert_eq!(ready_keys(&mut cno), [3], "the new key, once");
 }
@@ -193,9 +172,7 @@ fn closing_an_enabled_evd_reports_its_key_once_then_the_drain_ends_the_stream() 
     // consumer closes.
     for how in 0..3 {
         let mut cno = Cno::new(1).unwrap();
-        let (p, mut c) = pair::<u8>(4);
-        c.bind_cno(&cno, 9).unwrap();
-        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+        let (p, mut c) = enabled::<u8>(&cno, 9);
         let keep = p.clone();
         match how {
             0 => {
@@ -217,9 +194,7 @@ fn closing_an_enabled_evd_reports_its_key_once_then_the_drain_ends_the_stream() 
 fn a_dropped_cno_makes_enable_fail_and_posts_still_work() {
     let cno = Cno::new(2).unwrap();
     let h = cno.handle();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 1);
     assert!(!h.is_dropped());
     drop(cno);
     assert!(h.is_dropped());
@@ -244,12 +219,8 @@ fn a_dropped_cno_makes_enable_fail_and_posts_still_work() {
 #[test]
 fn the_cno_stream_skips_entries_whose_keys_were_removed() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, mut a) = enabled::<u8>(&cno, 1);
+    let (pb, _b) = enabled::<u8>(&cno, 2);
     pa.post(1).unwrap();
     pb.post(2).unwrap();
     a.disable_cno(); // key 1 removed, its entry stays queued
@@ -267,12 +238,8 @@ fn the_cno_stream_skips_entries_whose_keys_were_removed() {
 #[test]
 fn keys_come_in_ready_order_after_a_disable_and_re_enable() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pc, mut c) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, mut a) = enabled::<u8>(&cno, 1);
+    let (pc, _c) = enabled::<u8>(&cno, 2);
     pa.post(1).unwrap(); // key 1 ready
     pc.post(1).unwrap(); // key 2 ready
     a.disable_cno(); // key 1 removed
@@ -289,12 +256,8 @@ fn keys_come_in_ready_order_after_a_disable_and_re_enable() {
 #[test]
 fn keys_come_in_ready_order_after_a_place_is_reused() {
     let mut cno = Cno::new(2).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pc, mut c) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, a) = enabled::<u8>(&cno, 1);
+    let (pc, _c) = enabled::<u8>(&cno, 2);
     pa.post(1).unwrap(); // key 1 ready
     pc.post(1).unwrap(); // key 2 ready
     drop(a); // key 1 removed, its place freed
@@ -331,9 +294,7 @@ fn resizing_an_enabled_evd_keeps_its_enable() {
 #[test]
 fn modify_cno_to_the_same_cno_changes_the_key_and_moves_a_pending_key() {
     let mut cno = Cno::new(2).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 1);
     p.post(1).unwrap(); // key 1 pending
     c.modify_cno(&cno, 2).unwrap();
     assert_eq!((c.cno_key(), cno.bound()), (Some(2), 1));

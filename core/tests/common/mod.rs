@@ -6,7 +6,7 @@
 //! part of it, hence `dead_code` is allowed here and nowhere else.
 #![allow(dead_code)]
 
-use evd::{Cno, Consumer, Poster, TryDequeueError};
+use evd::{ArmStatus, Cno, CnoHandle, Consumer, Poster, TryDequeueError};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -238,6 +238,21 @@ pub fn tally() -> (Tally, std::sync::mpsc::Receiver<(Vec<u32>, usize)>) {
 
 pub fn pair<T: Send>(capacity: usize) -> (Poster<T>, Consumer<T>) {
     evd::bounded(capacity).expect("valid capacity")
+}
+
+/// A new EVD of 4 slots bound to `cno` with `key`.
+pub fn bound<T: Send>(cno: &impl AsRef<CnoHandle>, key: u64) -> (Poster<T>, Consumer<T>) {
+    let (p, mut c) = pair(4);
+    c.bind_cno(cno, key).unwrap();
+    (p, c)
+}
+
+/// A new EVD of 4 slots bound to `cno` with `key` and enabled (it is empty,
+/// so the enable arms).
+pub fn enabled<T: Send>(cno: &impl AsRef<CnoHandle>, key: u64) -> (Poster<T>, Consumer<T>) {
+    let (p, mut c) = bound(cno, key);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    (p, c)
 }
 
 /// Everything queued now, and whether the drain ended at the end of stream.

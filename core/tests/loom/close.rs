@@ -1,0 +1,186 @@
+#[test]
+fn close_vs_wait() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        consumer.set_spin_budget(Duration::ZERO);
+        let c = thread::spawn(move || consumer.wait(1, None));
+        poster.close();
+        assert_eq!(c.join().unwrap(), Err(WaitError::Closed { available: 0 }));
+    });
+}
+
+#[test]
+fn last_poster_drop_vs_wait_ends_the_stream() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || drain_to_end(&mut consumer));
+        poster.post(3).unwrap();
+        drop(poster);
+        assert_eq!(c.join().unwrap(), [3]);
+    });
+}
+
+#[test]
+fn unwaitable_vs_wait() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        consumer.set_spin_budget(Duration::ZERO);
+        let c = thread::spawn(move || consumer.wait(1, None));
+        poster.set_unwaitable();
+        assert_eq!(c.join().unwrap(), Err(WaitError::Unwaitable));
+    });
+}
+
+#[test]
+fn loss_vs_arm_no_lost_report() {
+    // A lossy post commits its loss after the consumer's last dequeue but
+    // before its arm: the arm must see the report as pending work, or the
+    // loss must wake the armed consumer.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(0).unwrap(); // the ring is full
+        consumer.set_spin_budget(Duration::ZERO); // park at once: the window is before the park
+        let c = thread::spawn(move || {
+            let (mut events, mut reports) = (0, 0);
+            while events + reports < 2 {
+                match consumer.try_dequeue() {
+                    Ok(_) => events += 1,
+                    Err(TryDequeueError::Overflow(o)) => reports += o.lost,
+                    Err(TryDequeueError::Closed) => panic!("not closed"),
+                    Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
+                        Err(WaitError::Overflow(o)) => reports += o.lost,
+                        Ok(_) => {}
+                        Err(e) => panic!("unexpected {e}"),
+                    },
+                }
+            }
+            (events, reports)
+        });
+        // Either queued (after the consumer made room) or lost and reported;
+        // either way the consumer must hear of it.
+        let _ = poster.post_lossy(1);
+        let (events, reports) = c.join().unwrap();
+        assert_eq!(events + reports, 2);
+        drop(poster);
+    });
+}
+
+#[test]
+fn loss_vs_upcall_exit_no_stranded_report() {
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+        let heard = Arc::new(AtomicUsize::new(0));
+        let h = heard.clone();
+        let upcalls =
+            consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+                h.fetch_add(
+                    ev.map(|_| 1).unwrap_or_else(|o| o.lost as usize),
+                    Ordering::SeqCst,
+                );
+            });
+        let p2 = poster.clone();
+        let t = thread::spawn(move || {
+            let _ = p2.post_lossy(2);
+        });
+        let _ = poster.post_lossy(1);
+        t.join().unwrap();
+        // Both posts returned: each event was delivered or reported, except
+        // what is still queued for the teardown to hand back.
+        let mut consumer = upcalls.teardown();
+        let mut total = heard.load(Ordering::SeqCst);
+        loop {
+            match consumer.try_dequeue() {
+                Ok(_) => total += 1,
+                Err(TryDequeueError::Overflow(o)) => total += o.lost as usize,
+                Err(_) => break,
+            }
+        }
+        assert_eq!(total, 2);
+    });
+}
+
+#[test]
+fn close_vs_consumer_spinning_on_an_empty_ring() {
+    // The consumer decides "empty" from the head slot's stamp and the loss
+    // word alone; close must still end its stream: it gets the last event,
+    // then Closed, and never spins forever.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                match consumer.try_dequeue() {
+                    Ok(v) => got.push(v),
+                    Err(TryDequeueError::Closed) => return got,
+                    Err(TryDequeueError::Overflow(o)) => panic!("nothing was lost: {o}"),
+                    Err(TryDequeueError::Empty) => thread::yield_now(),
+                }
+            }
+        });
+        poster.post(1).unwrap();
+        poster.close();
+        assert_eq!(c.join().unwrap(), [1], "the last event, then the end");
+        drop(poster);
+    });
+}
+
+#[test]
+fn batch_dequeue_vs_close_ends_after_the_last_event() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                match consumer.dequeue_batch(&mut got, 2) {
+                    Ok(0) => thread::yield_now(),
+                    Ok(_) => {}
+                    Err(TryDequeueError::Closed) => return got,
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+        });
+        let mut batch = vec![1, 2];
+        assert_eq!(poster.post_batch(&mut batch), Ok(2));
+        drop(poster); // the last poster closes
+        assert_eq!(c.join().unwrap(), [1, 2]);
+    });
+}
+
+#[test]
+fn loss_vs_close_is_told_before_end_of_stream() {
+    // A lossy post commits its loss after the consumer's last dequeue and
+    // then closes the EVD: a consumer that stops at Closed must have heard
+    // of the loss first.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        poster.post(0).unwrap();
+        consumer.set_spin_budget(Duration::ZERO);
+        let c = thread::spawn(move || {
+            let (mut events, mut reports) = (0, 0);
+            loop {
+                match consumer.try_dequeue() {
+                    Ok(_) => events += 1,
+                    Err(TryDequeueError::Overflow(o)) => reports += o.lost,
+                    Err(TryDequeueError::Empty | TryDequeueError::Closed) => match consumer.arm() {
+                        ArmStatus::Closed => break,
+                        ArmStatus::Pending => {}
+                        ArmStatus::Armed => {
+                            if let Err(WaitError::Overflow(o)) = consumer.wait(1, None) {
+                                reports += o.lost;
+                            }
+                        }
+                    },
+                }
+            }
+            (events, reports)
+        });
+        let _ = poster.post_lossy(1);
+        drop(poster); // closes
+        let (events, reports) = c.join().unwrap();
+        assert_eq!(
+            events + reports,
+            2,
+            "told of every loss before end of stream"
+        );
+    });
+}

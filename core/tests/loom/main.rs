@@ -1,0 +1,121 @@
+//! loom models, one per race, in one binary (`--test loom`) with a file per
+//! concern. Run with:
+//! `RUSTFLAGS="--cfg loom" cargo test -p evd --release --features __loom --test loom`
+//!
+//! A lost wakeup shows up as a loom deadlock (every thread parked); a lost or
+//! duplicated event as a failed assertion. Consumers run on spawned threads and
+//! posters on the main thread, so an unpark never lands on a thread blocked in
+//! `join` (loom issue 249).
+//!
+//! The concerns' files are included at the crate root, not declared as
+//! modules, so that a model's test name is its function's name:
+//! `scripts/loom-mutants` runs models by `--exact` name. They therefore hold
+//! no `use` items of their own; the imports are here.
+#![cfg(loom)]
+
+use evd::{ArmStatus, Invoke, PostError, TryDequeueError, UpcallPolicy, WaitError};
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use std::time::Duration;
+
+// Post against arm: the arm-then-check protocol and its notification.
+include!("arm.rs");
+// Upcalls: single and many instances, FnMut handlers, teardown, INVOC_NEW.
+include!("upcall.rs");
+// Loss and close: reports, end of stream, unwaitable.
+include!("close.rs");
+// Resize under a post.
+include!("resize.rs");
+// Posters waiting for room.
+include!("room.rs");
+// User code that panics inside a post or a wake.
+include!("panics.rs");
+// The CNO: enable, disable, modify, unbind, close against posts.
+include!("cno.rs");
+// The consumer's pacing (`core/src/pace.rs`): the linger of a dequeue that
+// finds nothing after a run, and the gaps of a wait's back-off. Under loom
+// each is a yield (no clock), followed by the same look a dequeue makes
+// anyway; these models check that the look after it, with posts and a close
+// landing around it, loses no event and no wakeup.
+include!("pace.rs");
+
+/// Explore every interleaving with at most `LOOM_MAX_PREEMPTIONS` (default 3)
+/// preemptions: bounded, as tokio's CI runs its models, so that models with
+/// three threads finish in seconds; the races here need at most two.
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    model_bounded(3, f)
+}
+
+/// [`model`] with a smaller default bound, for a model whose threads do
+/// many atomic steps (`LOOM_MAX_PREEMPTIONS` still overrides it).
+fn model_bounded<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(bound);
+    }
+    b.check(f);
+}
+
+/// What a drain does with a loss report.
+#[derive(Clone, Copy)]
+enum Reports {
+    /// Skip it: the model posts with `post_lossy`.
+    Skip,
+    /// Fail the model: it loses nothing.
+    Fail,
+}
+
+/// Drain everything, blocking until end of stream. No model loses events
+/// except through `post_lossy`, whose reports are skipped here.
+fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
+    drain_until_closed(consumer, Duration::ZERO, Reports::Skip)
+}
+
+/// Take events until end of stream with busy `try_dequeue`, waiting (with
+/// `budget` of spin and back-off) whenever nothing is ready.
+fn drain_until_closed(
+    consumer: &mut evd::Consumer<u32>,
+    budget: Duration,
+    reports: Reports,
+) -> Vec<u32> {
+    consumer.set_spin_budget(budget);
+    let mut got = Vec::new();
+    loop {
+        match (consumer.try_dequeue(), reports) {
+            (Ok(v), _) => got.push(v),
+            (Err(TryDequeueError::Closed), _) => return got,
+            (Err(TryDequeueError::Overflow(_)), Reports::Skip) => {}
+            (Err(TryDequeueError::Empty), _) => match (consumer.wait(1, None), reports) {
+                (Ok(_) | Err(WaitError::Closed { .. }), _)
+                | (Err(WaitError::Overflow(_)), Reports::Skip) => {}
+                (Err(e), _) => panic!("unexpected {e}"),
+            },
+            (Err(e), _) => panic!("unexpected {e}"),
+        }
+    }
+}
+
+/// Keep the panic hook from printing `message` (a model that panics on
+/// purpose in every interleaving); other panics print as usual. Each model
+/// adds its own message: the hook is installed once, for all of them.
+fn quiet_panics_from(message: &'static str) {
+    static QUIET: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let quiet = |m: &str| QUIET.lock().unwrap_or_else(|e| e.into_inner()).contains(&m);
+    if !quiet(message) {
+        QUIET
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(message);
+    }
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            match info.payload().downcast_ref::<&str>() {
+                Some(m) if quiet(m) => {}
+                _ => default(info),
+            }
+        }));
+    });
+}
