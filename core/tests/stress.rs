@@ -19,8 +19,8 @@
 //! through a two-slot ring.
 
 mod common;
-use common::{env_u64, eventually, Rng, Watchdog};
-use evd::{ArmStatus, Invoke, Overflow, PostError, TryDequeueError, UpcallPolicy, WaitError};
+use common::{env_u64, eventually, post_retry, Rng, Watchdog};
+use evd::{ArmStatus, Invoke, Overflow, TryDequeueError, UpcallPolicy, WaitError};
 use futures::executor::block_on;
 use futures::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
@@ -361,19 +361,8 @@ fn exactly_once_across_all_consumer_modes() {
                         }
                         continue;
                     }
-                    let mut ev = (p << SEQ_BITS) | seq;
+                    refused.fetch_add(post_retry(&poster, (p << SEQ_BITS) | seq), Relaxed);
                     seq += 1;
-                    loop {
-                        match poster.post(ev) {
-                            Ok(()) => break,
-                            Err(PostError::Full(back)) => {
-                                refused.fetch_add(1, Relaxed);
-                                ev = back;
-                                std::thread::yield_now();
-                            }
-                            Err(PostError::Closed(_)) => panic!("closed under a live poster"),
-                        }
-                    }
                 }
                 if finished_posters.fetch_add(1, AcqRel) + 1 == POSTERS {
                     posters_done.store(true, Release);

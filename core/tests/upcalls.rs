@@ -4,7 +4,7 @@
 
 mod common;
 use common::{tally, tracked};
-use evd::{Invoke, Overflow, PolicyError, TryDequeueError, UpcallPolicy};
+use evd::{Invoke, Overflow, PolicyError, Poster, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
@@ -193,11 +193,30 @@ fn a_replaced_handler_is_dropped_when_no_upcall_runs_it() {
     assert_eq!(drops.load(SeqCst), 20);
 }
 
+/// Where a handler finds its own dispatcher, to replace itself.
+type SelfSlot = Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>>;
+
+/// Posts one event, whose upcall replaces the handler (found in `slot`):
+/// the replaced handler is dropped as soon as that call returns, the
+/// replacement when the dispatcher goes.
+fn post_one_that_replaces_the_handler(poster: Poster<u32>, slot: &SelfSlot, drops: &AtomicUsize) {
+    poster.post(1).unwrap();
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "dropped as soon as its call returned"
+    );
+    let up = slot.lock().unwrap().take().unwrap();
+    drop(up);
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 2);
+}
+
 #[test]
 fn a_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
     let drops = Arc::new(AtomicUsize::new(0));
-    let slot: Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>> = Arc::default();
+    let slot: SelfSlot = Arc::default();
     let owned = tracked(&drops, false);
     let (s, d) = (slot.clone(), drops.clone());
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
@@ -211,16 +230,7 @@ fn a_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns(
         }
     });
     *slot.lock().unwrap() = Some(up);
-    poster.post(1).unwrap(); // runs the first handler, which replaces itself
-    assert_eq!(
-        drops.load(SeqCst),
-        1,
-        "dropped as soon as its call returned"
-    );
-    let up = slot.lock().unwrap().take().unwrap();
-    drop(up);
-    drop(poster);
-    assert_eq!(drops.load(SeqCst), 2);
+    post_one_that_replaces_the_handler(poster, &slot, &drops);
 }
 
 #[test]
@@ -265,7 +275,7 @@ fn a_replaced_fnmut_handler_is_dropped_when_no_upcall_runs_it() {
 fn an_fnmut_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
     let drops = Arc::new(AtomicUsize::new(0));
-    let slot: Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>> = Arc::default();
+    let slot: SelfSlot = Arc::default();
     let owned = tracked(&drops, false);
     let (s, d) = (slot.clone(), drops.clone());
     let mut seen = Vec::new();
@@ -285,16 +295,7 @@ fn an_fnmut_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_r
         }
     });
     *slot.lock().unwrap() = Some(up);
-    poster.post(1).unwrap(); // runs the first handler, which replaces itself
-    assert_eq!(
-        drops.load(SeqCst),
-        1,
-        "dropped as soon as its call returned"
-    );
-    let up = slot.lock().unwrap().take().unwrap();
-    drop(up);
-    drop(poster);
-    assert_eq!(drops.load(SeqCst), 2);
+    post_one_that_replaces_the_handler(poster, &slot, &drops);
 }
 
 #[test]
@@ -742,12 +743,11 @@ fn handler_replacement_while_posters_run_loses_nothing() {
 // to hit on demand. The fuzz crate's shuttle tests replay it
 // deterministically against the real code (`scripts/fuzz` runs them).
 
-/// fuzz `state_machine` (now `regressions/schedule/single-instance-two-upcalls`):
 /// ManyInstances with two handlers running, then `Disabled`, then
-/// `SingleInstance`. `set_policy` quiesces only for a direct Many -> Single
-/// switch, so the detour through Disabled returned while two upcalls were
-/// still in flight under SingleInstance ("at most one runs from the moment
-/// this returns").
+/// `SingleInstance`: the switch to SingleInstance waits for the handlers
+/// started under ManyInstances even by way of Disabled, so that at most one
+/// runs from the moment it returns (the schedule
+/// `fuzz/regressions/schedule/single-instance-two-upcalls`).
 #[test]
 fn single_instance_after_a_detour_through_disabled_waits_for_running_upcalls() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();

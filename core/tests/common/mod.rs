@@ -293,11 +293,15 @@ pub fn ready_keys(cno: &mut Cno) -> Vec<u64> {
     keys
 }
 
-/// Post, yielding while the ring is full.
-pub fn post_retry<T: Send>(p: &Poster<T>, mut ev: T) {
+/// Post, yielding while the ring is full; returns how many times the ring
+/// refused it as full.
+pub fn post_retry<T: Send>(p: &Poster<T>, mut ev: T) -> u64 {
+    let mut refused = 0;
     while let Err(e) = p.post(ev) {
         assert!(!e.is_closed(), "closed under a live poster");
         ev = e.into_inner();
+        refused += 1;
         std::thread::yield_now();
     }
+    refused
 }
