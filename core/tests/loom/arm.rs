@@ -148,8 +148,7 @@ fn refused_post_vs_arm_reports_nothing() {
     // A post refused as full is backpressure: a consumer draining and arming
     // around it never sees an overflow report.
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(0).unwrap();
+        let (poster, mut consumer) = full_ring(0);
         let c = thread::spawn(move || {
             let mut got = Vec::new();
             loop {
@@ -185,8 +184,7 @@ fn query_vs_dequeue_is_a_consistent_snapshot() {
     // reservation needed that head: head and word must belong to one instant
     // (a stale head with a newer tail would report more than the capacity).
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(1).unwrap();
+        let (poster, mut consumer) = full_ring(1);
         let observer = poster.clone();
         let o = thread::spawn(move || {
             let q = observer.query();

@@ -37,25 +37,9 @@ fn loss_vs_arm_no_lost_report() {
     // before its arm: the arm must see the report as pending work, or the
     // loss must wake the armed consumer.
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(0).unwrap(); // the ring is full
+        let (poster, mut consumer) = full_ring(0); // the ring is full
         consumer.set_spin_budget(Duration::ZERO); // park at once: the window is before the park
-        let c = thread::spawn(move || {
-            let (mut events, mut reports) = (0, 0);
-            while events + reports < 2 {
-                match consumer.try_dequeue() {
-                    Ok(_) => events += 1,
-                    Err(TryDequeueError::Overflow(o)) => reports += o.lost,
-                    Err(TryDequeueError::Closed) => panic!("not closed"),
-                    Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
-                        Err(WaitError::Overflow(o)) => reports += o.lost,
-                        Ok(_) => {}
-                        Err(e) => panic!("unexpected {e}"),
-                    },
-                }
-            }
-            (events, reports)
-        });
+        let c = thread::spawn(move || take_events_and_reports(&mut consumer, 2, drop));
         // Either queued (after the consumer made room) or lost and reported;
         // either way the consumer must hear of it.
         let _ = poster.post_lossy(1);
@@ -69,15 +53,9 @@ fn loss_vs_arm_no_lost_report() {
 fn loss_vs_upcall_exit_no_stranded_report() {
     model(|| {
         let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
-        let heard = Arc::new(AtomicUsize::new(0));
-        let h = heard.clone();
-        let upcalls =
-            consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
-                h.fetch_add(
-                    ev.map(|_| 1).unwrap_or_else(|o| o.lost as usize),
-                    Ordering::SeqCst,
-                );
-            });
+        let (upcalls, heard) = counting_upcalls(consumer, UpcallPolicy::SingleInstance, |ev| {
+            ev.map(|_| 1).unwrap_or_else(|o| o.lost as usize)
+        });
         let p2 = poster.clone();
         let t = thread::spawn(move || {
             let _ = p2.post_lossy(2);
@@ -86,16 +64,7 @@ fn loss_vs_upcall_exit_no_stranded_report() {
         t.join().unwrap();
         // Both posts returned: each event was delivered or reported, except
         // what is still queued for the teardown to hand back.
-        let mut consumer = upcalls.teardown();
-        let mut total = heard.load(Ordering::SeqCst);
-        loop {
-            match consumer.try_dequeue() {
-                Ok(_) => total += 1,
-                Err(TryDequeueError::Overflow(o)) => total += o.lost as usize,
-                Err(_) => break,
-            }
-        }
-        assert_eq!(total, 2);
+        assert_eq!(count_after_teardown(upcalls, &heard, drop), 2);
     });
 }
 
@@ -152,8 +121,7 @@ fn loss_vs_close_is_told_before_end_of_stream() {
     // then closes the EVD: a consumer that stops at Closed must have heard
     // of the loss first.
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(0).unwrap();
+        let (poster, mut consumer) = full_ring(0);
         consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || {
             let (mut events, mut reports) = (0, 0);

@@ -96,6 +96,88 @@ fn drain_until_closed(
     }
 }
 
+/// A one-slot ring, full: `first` is queued in it.
+fn full_ring(first: u32) -> (evd::Poster<u32>, evd::Consumer<u32>) {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(first).unwrap();
+    (poster, consumer)
+}
+
+/// A thread that posts `ev` with `post_blocking` (waiting for room).
+fn post_blocking_on_a_thread(
+    poster: &evd::Poster<u32>,
+    ev: u32,
+) -> thread::JoinHandle<Result<(), PostError<u32>>> {
+    let p = poster.clone();
+    thread::spawn(move || p.post_blocking(ev))
+}
+
+/// Take events and loss reports, blocking whenever nothing is ready, until
+/// the events plus the events reported lost make `n`; `take` gets each
+/// event. Returns how many events came and how many were reported lost. The
+/// EVD must stay open meanwhile.
+fn take_events_and_reports<T>(
+    consumer: &mut evd::Consumer<T>,
+    n: u64,
+    mut take: impl FnMut(T),
+) -> (u64, u64) {
+    let (mut events, mut reports) = (0, 0);
+    while events + reports < n {
+        match consumer.try_dequeue() {
+            Ok(ev) => {
+                take(ev);
+                events += 1;
+            }
+            Err(TryDequeueError::Overflow(o)) => reports += o.lost,
+            Err(TryDequeueError::Closed) => panic!("not closed"),
+            Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
+                Err(WaitError::Overflow(o)) => reports += o.lost,
+                Ok(_) => {}
+                Err(e) => panic!("unexpected {e}"),
+            },
+        }
+    }
+    (events, reports)
+}
+
+/// `consumer` as upcalls under `policy` (for any event) whose handler adds
+/// `count(event or report)` to the counter returned with them.
+fn counting_upcalls<T: Send + 'static>(
+    consumer: evd::Consumer<T>,
+    policy: UpcallPolicy,
+    count: impl Fn(Result<T, evd::Overflow>) -> usize + Send + Sync + 'static,
+) -> (evd::Upcalls<T>, Arc<AtomicUsize>) {
+    let counted = Arc::new(AtomicUsize::new(0));
+    let c = counted.clone();
+    let upcalls = consumer.into_upcalls(policy, Invoke::Any, move |ev, _| {
+        c.fetch_add(count(ev), Ordering::SeqCst);
+    });
+    (upcalls, counted)
+}
+
+/// Tears `upcalls` down and returns `counted` plus what the teardown hands
+/// back: one for each event left queued (given to `take`), and what each
+/// loss report says was lost.
+fn count_after_teardown<T: Send>(
+    upcalls: evd::Upcalls<T>,
+    counted: &AtomicUsize,
+    mut take: impl FnMut(T),
+) -> usize {
+    let mut consumer = upcalls.teardown();
+    let mut total = counted.load(Ordering::SeqCst);
+    loop {
+        match consumer.try_dequeue() {
+            Ok(ev) => {
+                take(ev);
+                total += 1;
+            }
+            Err(TryDequeueError::Overflow(o)) => total += o.lost as usize,
+            Err(_) => break,
+        }
+    }
+    total
+}
+
 /// Keep the panic hook from printing `message` (a model that panics on
 /// purpose in every interleaving); other panics print as usual. Each model
 /// adds its own message: the hook is installed once, for all of them.

@@ -35,23 +35,7 @@ fn a_lossy_post_whose_event_panics_on_drop_still_wakes_the_consumer_it_disarmed(
         poster.post(Grenade { live: false }).unwrap(); // the ring is full
         consumer.set_spin_budget(Duration::ZERO);
         let c = thread::spawn(move || {
-            let (mut events, mut reports) = (0, 0);
-            while events + reports < 2 {
-                match consumer.try_dequeue() {
-                    Ok(mut g) => {
-                        g.live = false;
-                        events += 1;
-                    }
-                    Err(TryDequeueError::Overflow(o)) => reports += o.lost,
-                    Err(TryDequeueError::Closed) => panic!("not closed"),
-                    Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
-                        Err(WaitError::Overflow(o)) => reports += o.lost,
-                        Ok(_) => {}
-                        Err(e) => panic!("unexpected {e}"),
-                    },
-                }
-            }
-            (events, reports)
+            take_events_and_reports(&mut consumer, 2, |mut g: Grenade| g.live = false)
         });
         let lossy = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             poster.post_lossy(Grenade { live: true })
@@ -83,18 +67,13 @@ fn a_lossy_post_whose_event_panics_on_drop_still_delivers_the_upcall_it_took() {
     quiet_panics_from("a given-up event's drop fails");
     model(|| {
         let (poster, consumer) = evd::bounded::<Grenade>(1).unwrap();
-        let heard = Arc::new(AtomicUsize::new(0));
-        let h = heard.clone();
-        let upcalls =
-            consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
-                let n = match ev {
-                    Ok(mut g) => {
-                        g.live = false;
-                        1
-                    }
-                    Err(o) => o.lost as usize,
-                };
-                h.fetch_add(n, Ordering::SeqCst);
+        let (upcalls, heard) =
+            counting_upcalls(consumer, UpcallPolicy::SingleInstance, |ev| match ev {
+                Ok(mut g) => {
+                    g.live = false;
+                    1
+                }
+                Err(o) => o.lost as usize,
             });
         let p2 = poster.clone();
         // Refused as full while this thread's event is being delivered: then
@@ -120,19 +99,11 @@ fn a_lossy_post_whose_event_panics_on_drop_still_delivers_the_upcall_it_took() {
             std::mem::forget(upcalls);
             panic!("an upcall was taken and never run: {q:?}");
         }
-        let mut consumer = upcalls.teardown();
-        let mut total = heard.load(Ordering::SeqCst);
-        loop {
-            match consumer.try_dequeue() {
-                Ok(mut g) => {
-                    g.live = false;
-                    total += 1;
-                }
-                Err(TryDequeueError::Overflow(o)) => total += o.lost as usize,
-                Err(_) => break,
-            }
-        }
-        assert_eq!(total, posted, "each event handled once or reported lost");
+        assert_eq!(
+            count_after_teardown(upcalls, &heard, |mut g: Grenade| g.live = false),
+            posted,
+            "each event handled once or reported lost"
+        );
     });
 }
 
@@ -148,8 +119,7 @@ fn a_blocking_post_whose_notification_panics_leaves_the_room_queue() {
     use std::future::Future;
     quiet_panics_from("a waker fails");
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(1).unwrap();
+        let (poster, mut consumer) = full_ring(1);
         let p = poster.clone();
         let t = thread::spawn(move || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.post_blocking(2))).is_err()

@@ -5,10 +5,8 @@ fn room_wait_vs_one_freed_slot_no_lost_wakeup() {
     // consumer's flag check sees the waiter. A lost wakeup leaves the poster
     // parked forever: a loom deadlock in `join`.
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(1).unwrap();
-        let p = poster.clone();
-        let t = thread::spawn(move || p.post_blocking(2));
+        let (poster, mut consumer) = full_ring(1);
+        let t = post_blocking_on_a_thread(&poster, 2);
         assert_eq!(consumer.try_dequeue(), Ok(1));
         assert_eq!(t.join().unwrap(), Ok(()));
         assert_eq!(consumer.try_dequeue(), Ok(2));
@@ -24,10 +22,8 @@ fn dequeue_with_whose_handler_panics_still_frees_the_slot_for_a_waiting_poster()
     // skipped on the unwind, parks the poster forever: a loom deadlock.
     quiet_panics_from("handler fails");
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(1).unwrap();
-        let p = poster.clone();
-        let t = thread::spawn(move || p.post_blocking(2));
+        let (poster, mut consumer) = full_ring(1);
+        let t = post_blocking_on_a_thread(&poster, 2);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             consumer.dequeue_with(1, |_| panic!("handler fails"))
         }));
@@ -45,8 +41,7 @@ fn room_waiter_vs_one_freed_slot_no_lost_wakeup() {
     // head, or the consumer's check sees it queued and wakes it. A lost
     // wakeup leaves `block_on` parked forever: a loom deadlock.
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(1).unwrap();
+        let (poster, mut consumer) = full_ring(1);
         let mut room = poster.room_waiter();
         let t = thread::spawn(move || {
             loom::future::block_on(std::future::poll_fn(|cx| room.poll_room(cx)))
@@ -102,10 +97,8 @@ fn room_wait_vs_close_hands_the_event_back() {
     // (it joined first) or sees CLOSED in its post after joining (it joined
     // after close's wake-all), and gets its event back either way.
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        poster.post(1).unwrap();
-        let p = poster.clone();
-        let t = thread::spawn(move || p.post_blocking(2));
+        let (poster, mut consumer) = full_ring(1);
+        let t = post_blocking_on_a_thread(&poster, 2);
         consumer.close();
         assert_eq!(t.join().unwrap(), Err(PostError::Closed(2)));
         assert_eq!(consumer.try_dequeue(), Ok(1));

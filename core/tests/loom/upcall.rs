@@ -10,6 +10,32 @@ impl Drop for Sink {
     }
 }
 
+/// Posts 1 from another thread and 2 from this one, and returns when both
+/// posts have.
+fn post_from_two_threads(poster: &evd::Poster<u32>) {
+    let p2 = poster.clone();
+    let t = thread::spawn(move || p2.post(1).unwrap());
+    poster.post(2).unwrap();
+    t.join().unwrap();
+}
+
+/// After [`post_from_two_threads`] under an upcall handler that adds each
+/// event to `delivered`: each event was delivered once, and none is left
+/// queued for an instance that will not come.
+fn assert_delivered_once(delivered: &AtomicUsize, upcalls: evd::Upcalls<u32>) {
+    assert_eq!(
+        delivered.load(Ordering::SeqCst),
+        3,
+        "delivered exactly once"
+    );
+    let mut consumer = upcalls.teardown();
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Empty),
+        "none stranded"
+    );
+}
+
 #[test]
 fn post_during_upcall_single_instance() {
     model(|| {
@@ -27,23 +53,10 @@ fn post_during_upcall_single_instance() {
                 d.fetch_add(ev.unwrap() as usize, Ordering::SeqCst);
                 f.fetch_sub(1, Ordering::SeqCst);
             });
-        let p2 = poster.clone();
-        let t = thread::spawn(move || p2.post(1).unwrap());
-        poster.post(2).unwrap();
-        t.join().unwrap();
+        post_from_two_threads(&poster);
         // Instances run inside the posts, so once both returned none runs,
         // and no event may be left queued for one: each was delivered once.
-        assert_eq!(
-            delivered.load(Ordering::SeqCst),
-            3,
-            "delivered exactly once"
-        );
-        let mut consumer = upcalls.teardown();
-        assert_eq!(
-            consumer.try_dequeue(),
-            Err(TryDequeueError::Empty),
-            "none stranded"
-        );
+        assert_delivered_once(&delivered, upcalls);
     });
 }
 
@@ -62,10 +75,7 @@ fn fnmut_handler_single_instance_two_posters_exactly_once() {
         let upcalls = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
             sink.seen.push(ev.unwrap());
         });
-        let p2 = poster.clone();
-        let t = thread::spawn(move || p2.post(1).unwrap());
-        poster.post(2).unwrap();
-        t.join().unwrap();
+        post_from_two_threads(&poster);
         // Both posts returned, so no instance runs and none is owed: every
         // event went to the handler. Teardown drops it, handing out `seen`.
         let mut consumer = upcalls.teardown();
@@ -84,29 +94,13 @@ fn fnmut_handler_single_instance_two_posters_exactly_once() {
 fn many_instances_dequeue_exactly_once() {
     model(|| {
         let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
-        let delivered = Arc::new(AtomicUsize::new(0));
-        let d = delivered.clone();
-        let upcalls =
-            consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
-                d.fetch_add(ev.unwrap() as usize, Ordering::SeqCst);
-            });
-        let p2 = poster.clone();
-        let t = thread::spawn(move || p2.post(1).unwrap());
-        poster.post(2).unwrap();
-        t.join().unwrap();
+        let (upcalls, delivered) = counting_upcalls(consumer, UpcallPolicy::ManyInstances, |ev| {
+            ev.unwrap() as usize
+        });
+        post_from_two_threads(&poster);
         // As under SingleInstance: the instances ran inside the posts, and
         // an instance ends only when it finds nothing to take.
-        assert_eq!(
-            delivered.load(Ordering::SeqCst),
-            3,
-            "delivered exactly once"
-        );
-        let mut consumer = upcalls.teardown();
-        assert_eq!(
-            consumer.try_dequeue(),
-            Err(TryDequeueError::Empty),
-            "none stranded"
-        );
+        assert_delivered_once(&delivered, upcalls);
     });
 }
 
