@@ -4,7 +4,7 @@
 //! queued events and to posters mid-write.
 
 mod common;
-use common::{tracked, Tracked};
+use common::{assert_report, lose, tracked, Tracked};
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
     UpcallPolicy, WaitError,
@@ -46,7 +46,7 @@ fn dequeue_takes_what_is_left_after_close_then_reports_closed() {
 fn dequeue_reports_a_loss_once_before_the_events() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     assert_eq!(poster.post_lossy(1), Ok(Lossy::Posted));
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    lose(&poster, 2);
     assert_eq!(
         consumer.dequeue(),
         Err(DequeueError::Overflow(Overflow { lost: 1 }))
@@ -60,12 +60,12 @@ fn dequeue_reports_a_loss_once_before_the_events() {
 fn dequeue_reports_a_loss_on_an_empty_ring_instead_of_blocking() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    lose(&poster, 2);
     assert_eq!(
         consumer.dequeue(),
         Err(DequeueError::Overflow(Overflow { lost: 1 }))
     );
-    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    lose(&poster, 3);
     // After a report the event comes first; then the ring is empty with a
     // loss pending: the dequeue reports it rather than block.
     assert_eq!(consumer.dequeue(), Ok(1));
@@ -169,24 +169,18 @@ fn reports_never_come_twice_in_a_row_while_events_are_ready() {
     let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
     poster.post(1).unwrap();
     poster.post(2).unwrap();
-    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost));
+    lose(&poster, 3);
+    assert_report(&mut consumer, 1);
+    lose(&poster, 4);
     assert_eq!(
         consumer.try_dequeue(),
         Ok(1),
         "the event before the next report"
     );
-    assert_eq!(
-        consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
+    assert_report(&mut consumer, 1);
     let mut out = Vec::new();
     assert_eq!(poster.post_lossy(5), Ok(Lossy::Posted));
-    assert_eq!(poster.post_lossy(6), Ok(Lossy::Lost));
+    lose(&poster, 6);
     assert_eq!(
         consumer.dequeue_batch(&mut out, 8),
         Ok(2),
@@ -397,12 +391,9 @@ fn a_lossy_posts_losses_are_reported_once_with_the_count() {
     let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
     assert_eq!(poster.post_lossy(1), Ok(Lossy::Posted));
     assert_eq!(poster.post_lossy(2), Ok(Lossy::Posted));
-    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
-    assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 2 }))
-    );
+    lose(&poster, 3);
+    lose(&poster, 4);
+    assert_report(&mut consumer, 2);
     assert_eq!(consumer.try_dequeue(), Ok(1));
     assert_eq!(consumer.try_dequeue(), Ok(2));
     assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));

@@ -10,10 +10,11 @@
 //! are in `cno_paths.rs`, the many-EVD stress test in `cno_stress.rs`.
 
 mod common;
-use common::{bound, drain, drain_in_order, enabled, pair, post_retry, ready_keys, Rng, Watchdog};
-use evd::{
-    ArmStatus, Cno, CnoError, CnoHandle, Consumer, Lossy, Overflow, Poster, TryDequeueError,
+use common::{
+    assert_report, bound, drain, drain_in_order, enabled, lose, pair, post_0_to, post_retry,
+    ready_keys, Rng, Watchdog,
 };
+use evd::{ArmStatus, Cno, CnoError, CnoHandle, Consumer, Poster};
 use futures::{FutureExt, StreamExt};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::*;
@@ -541,12 +542,9 @@ fn a_loss_on_an_enabled_evd_puts_its_key_in_the_ready_set() {
     assert_eq!(c.arm(), ArmStatus::Armed);
     p.post(1).unwrap(); // wakes the direct waiter; the ring is full
     assert_eq!(cno.try_next(), None);
-    assert_eq!(p.post_lossy(2), Ok(Lossy::Lost));
+    lose(&p, 2);
     assert_eq!(ready_keys(&mut cno), [4]);
-    assert_eq!(
-        c.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
+    assert_report(&mut c, 1);
     assert_eq!(c.try_dequeue(), Ok(1));
     assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
 }
@@ -682,11 +680,7 @@ fn wait_with_a_zero_spin_budget_still_wakes() {
     let (p, mut c) = bound::<u32>(&cno, 1);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno::wait, zero spin", progress.clone());
-    let t = std::thread::spawn(move || {
-        for i in 0..200u32 {
-            post_retry(&p, i);
-        }
-    });
+    let t = post_0_to(p, 200);
     let mut keys = Vec::new();
     let mut next = 0;
     loop {
@@ -773,11 +767,7 @@ fn the_cno_stream_yields_keys_as_they_become_ready_and_never_ends() {
     let (p, mut c) = bound::<u32>(&cno, 4);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno stream", progress.clone());
-    let t = std::thread::spawn(move || {
-        for i in 0..100u32 {
-            post_retry(&p, i);
-        }
-    });
+    let t = post_0_to(p, 100);
     let (mut next, mut keys) = (0u64, 0u32);
     futures::executor::block_on(async {
         loop {
@@ -863,11 +853,7 @@ fn the_eventfd_loop_serves_a_poster_thread_with_poll() {
     let (p, mut c) = bound::<u32>(&cno, 1);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("CNO eventfd loop", progress.clone());
-    let t = std::thread::spawn(move || {
-        for i in 0..500u32 {
-            post_retry(&p, i);
-        }
-    });
+    let t = post_0_to(p, 500);
     let (mut next, mut polls) = (0u64, 0u32);
     let mut enabled = false;
     'outer: loop {

@@ -3,7 +3,7 @@
 //! and what an upcall may and may not do from inside itself.
 
 mod common;
-use common::{tally, tracked};
+use common::{spawn_posters, tally, tracked};
 use evd::{Invoke, Overflow, PolicyError, Poster, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -25,20 +25,7 @@ fn fnmut_handler_sees_every_event_of_racing_posters_exactly_once_and_fifo_per_po
         t.seen.push(v);
         t.with_more += more as usize;
     });
-    let threads: Vec<_> = (0..POSTERS)
-        .map(|id| {
-            let p = poster.clone();
-            std::thread::spawn(move || {
-                for i in 0..PER {
-                    let mut v = id * PER + i;
-                    while let Err(e) = p.post(v) {
-                        v = e.into_inner();
-                        std::thread::yield_now();
-                    }
-                }
-            })
-        })
-        .collect();
+    let threads = spawn_posters(&poster, POSTERS, PER, None);
     for t in threads {
         t.join().unwrap();
     }
@@ -510,21 +497,7 @@ fn many_instances_overlap_handlers_and_deliver_exactly_once() {
         f.fetch_sub(1, SeqCst);
     });
     let start = Arc::new(Barrier::new(2));
-    let threads: Vec<_> = (0..2)
-        .map(|t| {
-            let (p, b) = (poster.clone(), start.clone());
-            std::thread::spawn(move || {
-                b.wait();
-                for i in 0..N {
-                    let mut v = t * N + i;
-                    while let Err(e) = p.post(v) {
-                        v = e.into_inner();
-                        std::thread::yield_now();
-                    }
-                }
-            })
-        })
-        .collect();
+    let threads = spawn_posters(&poster, 2, N, Some(&start));
     for t in threads {
         t.join().unwrap();
     }

@@ -6,9 +6,9 @@
 //! part of it, hence `dead_code` is allowed here and nowhere else.
 #![allow(dead_code)]
 
-use evd::{ArmStatus, Cno, CnoHandle, Consumer, Poster, TryDequeueError};
+use evd::{ArmStatus, Cno, CnoHandle, Consumer, Lossy, Overflow, Poster, TryDequeueError};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -291,6 +291,55 @@ pub fn ready_keys(cno: &mut Cno) -> Vec<u64> {
     let n = cno.try_ready(&mut keys);
     assert_eq!(n, keys.len(), "try_ready returns how many it appended");
     keys
+}
+
+/// A thread that posts `0..n` in order ([`post_retry`]), then drops
+/// `poster` (closing the EVD if it was the last).
+pub fn post_0_to(poster: Poster<u32>, n: u32) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        for i in 0..n {
+            post_retry(&poster, i);
+        }
+    })
+}
+
+/// `posters` threads, poster `id` posting `id * per + i` for each `i` in
+/// `0..per` in order ([`post_retry`]), each after waiting at `start` if
+/// given.
+pub fn spawn_posters(
+    poster: &Poster<u32>,
+    posters: u32,
+    per: u32,
+    start: Option<&Arc<Barrier>>,
+) -> Vec<JoinHandle<()>> {
+    (0..posters)
+        .map(|id| {
+            let (p, start) = (poster.clone(), start.cloned());
+            std::thread::spawn(move || {
+                if let Some(b) = start {
+                    b.wait();
+                }
+                for i in 0..per {
+                    post_retry(&p, id * per + i);
+                }
+            })
+        })
+        .collect()
+}
+
+/// A lossy post of `ev` that finds the ring full: lost.
+#[track_caller]
+pub fn lose<T: Send + std::fmt::Debug + PartialEq>(poster: &Poster<T>, ev: T) {
+    assert_eq!(poster.post_lossy(ev), Ok(Lossy::Lost));
+}
+
+/// The next dequeue is the report of `lost` events lost.
+#[track_caller]
+pub fn assert_report<T: std::fmt::Debug + PartialEq>(consumer: &mut Consumer<T>, lost: u64) {
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost }))
+    );
 }
 
 /// Post, yielding while the ring is full; returns how many times the ring

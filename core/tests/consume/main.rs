@@ -6,7 +6,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod wait_rule;
-use evd::{DequeueError, Lossy, Overflow, TryDequeueError, WaitError};
+use common::{assert_report, lose, spawn_posters};
+use evd::{DequeueError, Overflow, TryDequeueError, WaitError};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -89,20 +90,7 @@ fn dequeue_timeout_gets_an_event_posted_before_it_expires() {
 fn dequeue_many_from_racing_posters_loses_nothing() {
     const PER: u32 = 20_000;
     let (poster, mut consumer) = evd::bounded::<u32>(64).unwrap();
-    let threads: Vec<_> = (0..2)
-        .map(|id| {
-            let p = poster.clone();
-            std::thread::spawn(move || {
-                for i in 0..PER {
-                    let mut v = id * PER + i;
-                    while let Err(e) = p.post(v) {
-                        v = e.into_inner();
-                        std::thread::yield_now();
-                    }
-                }
-            })
-        })
-        .collect();
+    let threads = spawn_posters(&poster, 2, PER, None);
     drop(poster);
     let mut seen = vec![false; 2 * PER as usize];
     let mut n = 0;
@@ -217,8 +205,8 @@ fn try_iter_yields_ready_events_then_ends_when_empty() {
 fn try_iter_yields_loss_reports_as_items() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
-    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    lose(&poster, 2);
+    lose(&poster, 3);
     let got: Vec<_> = consumer.try_iter().collect();
     assert_eq!(got, [Err(Overflow { lost: 2 }), Ok(1)]);
 }
@@ -254,7 +242,7 @@ fn iter_blocks_and_ends_at_end_of_stream_with_every_event_in_order() {
 fn iter_yields_loss_reports_as_items_before_the_end() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    lose(&poster, 2);
     drop(poster);
     let got: Vec<_> = consumer.iter().collect();
     assert_eq!(got, [Err(Overflow { lost: 1 }), Ok(1)]);
@@ -343,7 +331,7 @@ fn fused_stream_is_not_terminated_by_a_loss_report() {
     use futures_core::stream::FusedStream;
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
+    lose(&poster, 2);
     assert_eq!(
         futures::executor::block_on(consumer.next()),
         Some(Err(Overflow { lost: 1 }))
@@ -439,12 +427,9 @@ fn a_zero_max_takes_nothing_not_even_a_report() {
     // must not hand out a second report in a row while events are ready.
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    lose(&poster, 2);
+    assert_report(&mut consumer, 1);
+    lose(&poster, 3);
     let mut out = Vec::new();
     assert_eq!(consumer.dequeue_batch(&mut out, 0), Ok(0));
     assert_eq!(consumer.dequeue_with(0, |_| unreachable!()), Ok(0));
@@ -453,10 +438,7 @@ fn a_zero_max_takes_nothing_not_even_a_report() {
         Ok(1),
         "the event comes before the next report"
     );
-    assert_eq!(
-        consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
+    assert_report(&mut consumer, 1);
 }
 
 #[test]
@@ -473,7 +455,7 @@ fn a_wait_that_finds_its_threshold_met_leaves_the_report_to_the_next_dequeue() {
                 for i in 0..4 {
                     poster.post(i).unwrap();
                 }
-                assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+                lose(&poster, 9);
                 assert_eq!(
                     consumer.wait(threshold, timeout),
                     Ok(4),
@@ -496,12 +478,9 @@ fn a_pending_report_ends_a_wait_that_would_block() {
     consumer.set_spin_budget(Duration::ZERO);
     poster.post(0).unwrap();
     poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(poster.post_lossy(9), Ok(Lossy::Lost));
+    lose(&poster, 9);
+    assert_report(&mut consumer, 1);
+    lose(&poster, 9);
     assert_eq!(
         consumer.try_dequeue(),
         Ok(0),
@@ -522,12 +501,9 @@ fn a_wait_that_spins_without_end_still_ends_at_a_report_and_at_the_end_of_stream
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     consumer.set_spin_budget(Duration::MAX);
     poster.post(1).unwrap();
-    assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost));
-    assert_eq!(
-        consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
-    assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost));
+    lose(&poster, 2);
+    assert_report(&mut consumer, 1);
+    lose(&poster, 3);
     assert_eq!(consumer.try_dequeue(), Ok(1));
     assert_eq!(
         consumer.wait(1, None),

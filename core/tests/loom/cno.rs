@@ -1,3 +1,11 @@
+/// A two-slot EVD bound to `cno` with `key`, enabled (empty, so it arms).
+fn enabled_evd(cno: &evd::Cno, key: u64) -> (evd::Poster<u32>, evd::Consumer<u32>) {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    consumer.bind_cno(cno, key).unwrap();
+    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+    (poster, consumer)
+}
+
 /// The CNO consumer loop for the EVDs in `evds` (key = index): take ready
 /// keys, check each was enabled, drain it, enable it again; until `want`
 /// events are in. A lost key leaves the waiter parked: a loom deadlock.
@@ -61,9 +69,7 @@ fn cno_modify_vs_post_exactly_one_cno() {
     model_bounded(2, || {
         let mut old = evd::Cno::new(1).unwrap();
         let mut new = evd::Cno::new(1).unwrap();
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.bind_cno(&old, 1).unwrap();
-        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        let (poster, mut consumer) = enabled_evd(&old, 1);
         let new_handle = new.handle();
         let mover = thread::spawn(move || {
             consumer.modify_cno(&new_handle, 2).unwrap();
@@ -90,9 +96,7 @@ fn cno_disable_vs_post_is_a_barrier() {
     // event is still there to dequeue.
     model(|| {
         let mut cno = evd::Cno::new(1).unwrap();
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.bind_cno(&cno, 1).unwrap();
-        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        let (poster, mut consumer) = enabled_evd(&cno, 1);
         let c = thread::spawn(move || {
             consumer.disable_cno();
             assert_eq!(cno.try_next(), None, "no key after disable");
@@ -115,10 +119,8 @@ fn cno_direct_wait_preempts() {
     // first if it came before the waiter armed, else by the second.
     model(|| {
         let mut cno = evd::Cno::new(1).unwrap();
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let (poster, mut consumer) = enabled_evd(&cno, 1);
         consumer.set_spin_budget(Duration::ZERO);
-        consumer.bind_cno(&cno, 1).unwrap();
-        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
         let c = thread::spawn(move || {
             assert!(consumer.wait(1, None).is_ok());
             assert_eq!(consumer.try_dequeue(), Ok(1));
@@ -144,9 +146,7 @@ fn cno_wait_vs_close() {
     // stream.
     model(|| {
         let mut cno = evd::Cno::new(1).unwrap();
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.bind_cno(&cno, 3).unwrap();
-        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        let (poster, mut consumer) = enabled_evd(&cno, 3);
         let c = thread::spawn(move || {
             cno.set_spin_budget(Duration::ZERO);
             let mut keys = Vec::new();
@@ -172,15 +172,11 @@ fn cno_wait_vs_unbind() {
     // event stays in its EVD.
     model_bounded(2, || {
         let mut cno = evd::Cno::new(1).unwrap();
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.bind_cno(&cno, 1).unwrap();
-        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        let (poster, mut consumer) = enabled_evd(&cno, 1);
         let c = thread::spawn(move || {
             assert_eq!(consumer.unbind_cno(), Some(1));
             assert_eq!(cno.try_next(), None, "removed by the unbind");
-            let (p2, mut other) = evd::bounded::<u32>(2).unwrap();
-            other.bind_cno(&cno, 2).unwrap();
-            assert_eq!(other.enable_cno(), Ok(ArmStatus::Armed));
+            let (p2, _other) = enabled_evd(&cno, 2);
             p2.post(9).unwrap();
             cno.set_spin_budget(Duration::ZERO);
             let mut keys = Vec::new();
@@ -202,9 +198,7 @@ fn cno_direct_wait_that_gives_up_hands_the_event_to_the_cno() {
     // or an enabled EVD with work would never reach it.
     model(|| {
         let mut cno = evd::Cno::new(1).unwrap();
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.bind_cno(&cno, 4).unwrap();
-        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        let (poster, mut consumer) = enabled_evd(&cno, 4);
         let c = thread::spawn(move || {
             let _ = consumer.arm();
             consumer.disarm();
