@@ -4,7 +4,7 @@
 //! queued events and to posters mid-write.
 
 mod common;
-use common::{assert_report, lose, tracked, Tracked};
+use common::{assert_report, lose, lose_twice_around_a_report, tracked, Tracked};
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
     UpcallPolicy, WaitError,
@@ -169,14 +169,7 @@ fn reports_never_come_twice_in_a_row_while_events_are_ready() {
     let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
     poster.post(1).unwrap();
     poster.post(2).unwrap();
-    lose(&poster, 3);
-    assert_report(&mut consumer, 1);
-    lose(&poster, 4);
-    assert_eq!(
-        consumer.try_dequeue(),
-        Ok(1),
-        "the event before the next report"
-    );
+    lose_twice_around_a_report(&poster, &mut consumer, [3, 4], 1);
     assert_report(&mut consumer, 1);
     let mut out = Vec::new();
     assert_eq!(poster.post_lossy(5), Ok(Lossy::Posted));

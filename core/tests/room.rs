@@ -10,7 +10,7 @@
 
 mod common;
 use common::eventually;
-use evd::{Invoke, PostError, UpcallPolicy};
+use evd::{Invoke, PostAsync, PostError, Poster, UpcallPolicy};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,6 +46,14 @@ impl Wake for Counting {
 fn counting() -> (Arc<Counting>, Waker) {
     let c = Arc::new(Counting::default());
     (c.clone(), Waker::from(c))
+}
+/// A `post_async` of `ev` polled once with a counting waker, and found
+/// waiting for room: its count, its waker and the future.
+fn waiting(poster: &Poster<u32>, ev: u32) -> (Arc<Counting>, Waker, PostAsync<'_, u32>) {
+    let (count, waker) = counting();
+    let mut fut = poster.post_async(ev);
+    assert!(poll(&mut fut, &waker).is_pending());
+    (count, waker, fut)
 }
 fn wakes(c: &Counting) -> usize {
     c.0.load(Ordering::SeqCst)
@@ -117,12 +125,8 @@ fn one_wake_per_freed_slot_first_come_first_served_and_a_hand_on_while_room_is_l
 fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(0).unwrap();
-    let (a, wa) = counting();
-    let (b, wb) = counting();
-    let mut fa = poster.post_async(1);
-    let mut fb = poster.post_async(2);
-    assert!(poll(&mut fa, &wa).is_pending());
-    assert!(poll(&mut fb, &wb).is_pending());
+    let (a, wa, mut fa) = waiting(&poster, 1);
+    let (b, wb, mut fb) = waiting(&poster, 2);
     assert_eq!(consumer.try_dequeue(), Ok(0));
     assert_eq!((wakes(&a), wakes(&b)), (1, 0));
     // A poster that does not wait takes the slot first.
@@ -144,12 +148,8 @@ fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
 fn a_waiter_dropped_after_its_wake_passes_the_wake_on() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(0).unwrap();
-    let (a, wa) = counting();
-    let (b, wb) = counting();
-    let mut fa = poster.post_async(1);
-    let mut fb = poster.post_async(2);
-    assert!(poll(&mut fa, &wa).is_pending());
-    assert!(poll(&mut fb, &wb).is_pending());
+    let (a, _wa, fa) = waiting(&poster, 1);
+    let (b, wb, mut fb) = waiting(&poster, 2);
     assert_eq!(consumer.try_dequeue(), Ok(0));
     assert_eq!((wakes(&a), wakes(&b)), (1, 0));
     drop(fa); // woken, never used the slot
@@ -163,9 +163,7 @@ fn a_waiter_dropped_after_its_wake_passes_the_wake_on() {
 fn a_waiter_dropped_before_any_wake_wakes_nobody_and_leaves_the_queue() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(0).unwrap();
-    let (a, wa) = counting();
-    let mut fa = poster.post_async(1);
-    assert!(poll(&mut fa, &wa).is_pending());
+    let (a, _wa, fa) = waiting(&poster, 1);
     assert!(consumer.query().room_wanted);
     drop(fa);
     assert!(!consumer.query().room_wanted);
@@ -207,9 +205,7 @@ fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
 fn a_resize_that_adds_room_wakes_the_waiting_posters() {
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(0).unwrap();
-    let (a, wa) = counting();
-    let mut fa = poster.post_async(1);
-    assert!(poll(&mut fa, &wa).is_pending());
+    let (a, wa, mut fa) = waiting(&poster, 1);
     consumer.resize(4).unwrap();
     assert_eq!(wakes(&a), 1);
     assert_eq!(poll(&mut fa, &wa), Poll::Ready(Ok(())));

@@ -3,8 +3,8 @@
 //! and what an upcall may and may not do from inside itself.
 
 mod common;
-use common::{spawn_posters, tally, tracked};
-use evd::{Invoke, Overflow, PolicyError, Poster, TryDequeueError, UpcallPolicy};
+use common::{spawn_posters, tally, tracked, Tracked};
+use evd::{Consumer, Invoke, Overflow, PolicyError, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
@@ -183,10 +183,21 @@ fn a_replaced_handler_is_dropped_when_no_upcall_runs_it() {
 /// Where a handler finds its own dispatcher, to replace itself.
 type SelfSlot = Arc<std::sync::Mutex<Option<evd::Upcalls<u32>>>>;
 
-/// Posts one event, whose upcall replaces the handler (found in `slot`):
-/// the replaced handler is dropped as soon as that call returns, the
+/// An EVD whose dispatcher `install` makes from its consumer, a handler
+/// owning `owned` (its drop counts in `drops`), the slot where the handler
+/// finds its own dispatcher, and `drops`. One post runs the handler, which
+/// replaces itself with a handler owning a second tracked value: the
+/// replaced handler is dropped as soon as that call returns, the
 /// replacement when the dispatcher goes.
-fn post_one_that_replaces_the_handler(poster: Poster<u32>, slot: &SelfSlot, drops: &AtomicUsize) {
+fn handler_replaced_inside_its_upcall(
+    install: impl FnOnce(Consumer<u32>, Tracked, SelfSlot, Arc<AtomicUsize>) -> evd::Upcalls<u32>,
+) {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let slot: SelfSlot = Arc::default();
+    let owned = tracked(&drops, false);
+    let up = install(consumer, owned, slot.clone(), drops.clone());
+    *slot.lock().unwrap() = Some(up);
     poster.post(1).unwrap();
     assert_eq!(
         drops.load(SeqCst),
@@ -201,23 +212,18 @@ fn post_one_that_replaces_the_handler(poster: Poster<u32>, slot: &SelfSlot, drop
 
 #[test]
 fn a_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns() {
-    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
-    let drops = Arc::new(AtomicUsize::new(0));
-    let slot: SelfSlot = Arc::default();
-    let owned = tracked(&drops, false);
-    let (s, d) = (slot.clone(), drops.clone());
-    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
-        let _keep = &owned;
-        if let Some(up) = s.lock().unwrap().as_ref() {
-            let replacement = tracked(&d, false);
-            up.set_handler(move |_, _| {
-                let _keep = &replacement;
-            });
-            assert_eq!(d.load(SeqCst), 0, "still running: not dropped yet");
-        }
+    handler_replaced_inside_its_upcall(|consumer, owned, s, d| {
+        consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+            let _keep = &owned;
+            if let Some(up) = s.lock().unwrap().as_ref() {
+                let replacement = tracked(&d, false);
+                up.set_handler(move |_, _| {
+                    let _keep = &replacement;
+                });
+                assert_eq!(d.load(SeqCst), 0, "still running: not dropped yet");
+            }
+        })
     });
-    *slot.lock().unwrap() = Some(up);
-    post_one_that_replaces_the_handler(poster, &slot, &drops);
 }
 
 #[test]
@@ -260,29 +266,24 @@ fn a_replaced_fnmut_handler_is_dropped_when_no_upcall_runs_it() {
 
 #[test]
 fn an_fnmut_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns() {
-    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
-    let drops = Arc::new(AtomicUsize::new(0));
-    let slot: SelfSlot = Arc::default();
-    let owned = tracked(&drops, false);
-    let (s, d) = (slot.clone(), drops.clone());
-    let mut seen = Vec::new();
-    let up = consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
-        let _keep = &owned;
-        seen.push(ev.unwrap());
-        if let Some(up) = s.lock().unwrap().as_ref() {
-            let replacement = tracked(&d, false);
-            up.set_handler_mut(move |_, _| {
-                let _keep = &replacement;
-            })
-            .unwrap();
-            // Its own state is still there to use after the replacement.
-            seen.push(0);
-            assert_eq!(seen, [1, 0]);
-            assert_eq!(d.load(SeqCst), 0, "still running: not dropped yet");
-        }
+    handler_replaced_inside_its_upcall(|consumer, owned, s, d| {
+        let mut seen = Vec::new();
+        consumer.into_upcalls_mut(Invoke::Any, move |ev, _| {
+            let _keep = &owned;
+            seen.push(ev.unwrap());
+            if let Some(up) = s.lock().unwrap().as_ref() {
+                let replacement = tracked(&d, false);
+                up.set_handler_mut(move |_, _| {
+                    let _keep = &replacement;
+                })
+                .unwrap();
+                // Its own state is still there to use after the replacement.
+                seen.push(0);
+                assert_eq!(seen, [1, 0]);
+                assert_eq!(d.load(SeqCst), 0, "still running: not dropped yet");
+            }
+        })
     });
-    *slot.lock().unwrap() = Some(up);
-    post_one_that_replaces_the_handler(poster, &slot, &drops);
 }
 
 #[test]

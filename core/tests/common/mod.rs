@@ -333,6 +333,27 @@ pub fn lose<T: Send + std::fmt::Debug + PartialEq>(poster: &Poster<T>, ev: T) {
     assert_eq!(poster.post_lossy(ev), Ok(Lossy::Lost));
 }
 
+/// On a full ring whose oldest event is `oldest`: a lossy post is lost and
+/// reported, then a second one is lost, and the next dequeue is `oldest`,
+/// not the second report: reports and events alternate, so a report is left
+/// pending behind the events.
+#[track_caller]
+pub fn lose_twice_around_a_report(
+    poster: &Poster<u32>,
+    consumer: &mut Consumer<u32>,
+    lost: [u32; 2],
+    oldest: u32,
+) {
+    lose(poster, lost[0]);
+    assert_report(consumer, 1);
+    lose(poster, lost[1]);
+    assert_eq!(
+        consumer.try_dequeue(),
+        Ok(oldest),
+        "right after a report, an event"
+    );
+}
+
 /// The next dequeue is the report of `lost` events lost.
 #[track_caller]
 pub fn assert_report<T: std::fmt::Debug + PartialEq>(consumer: &mut Consumer<T>, lost: u64) {
