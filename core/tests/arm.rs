@@ -12,7 +12,7 @@ fn an_arm_with_only_a_report_pending_says_pending_clears_notified_and_arms_nothi
     assert_eq!(consumer.arm(), ArmStatus::Armed);
     poster.post(1).unwrap(); // disarms and notifies
     assert!(consumer.query().notified);
-    lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 1);
+    lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 1, "");
     // The ring is empty; one report is pending.
     assert_eq!(consumer.arm(), ArmStatus::Pending, "a report is work");
     let q = consumer.query();

@@ -169,7 +169,7 @@ fn reports_never_come_twice_in_a_row_while_events_are_ready() {
     let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
     poster.post(1).unwrap();
     poster.post(2).unwrap();
-    lose_twice_around_a_report(&poster, &mut consumer, [3, 4], 1);
+    lose_twice_around_a_report(&poster, &mut consumer, [3, 4], 1, "");
     assert_report(&mut consumer, 1);
     let mut out = Vec::new();
     assert_eq!(poster.post_lossy(5), Ok(Lossy::Posted));

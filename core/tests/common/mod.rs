@@ -336,21 +336,26 @@ pub fn lose<T: Send + std::fmt::Debug + PartialEq>(poster: &Poster<T>, ev: T) {
 /// On a full ring whose oldest event is `oldest`: a lossy post is lost and
 /// reported, then a second one is lost, and the next dequeue is `oldest`,
 /// not the second report: reports and events alternate, so a report is left
-/// pending behind the events.
+/// pending behind the events. `ctx` goes into the failure messages.
 #[track_caller]
-pub fn lose_twice_around_a_report(
-    poster: &Poster<u32>,
-    consumer: &mut Consumer<u32>,
-    lost: [u32; 2],
-    oldest: u32,
+pub fn lose_twice_around_a_report<T: Send + std::fmt::Debug + PartialEq>(
+    poster: &Poster<T>,
+    consumer: &mut Consumer<T>,
+    [first_lost, second_lost]: [T; 2],
+    oldest: T,
+    ctx: &str,
 ) {
-    lose(poster, lost[0]);
-    assert_report(consumer, 1);
-    lose(poster, lost[1]);
+    assert_eq!(poster.post_lossy(first_lost), Ok(Lossy::Lost), "{ctx}");
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
+        "{ctx}"
+    );
+    assert_eq!(poster.post_lossy(second_lost), Ok(Lossy::Lost), "{ctx}");
     assert_eq!(
         consumer.try_dequeue(),
         Ok(oldest),
-        "right after a report, an event"
+        "right after a report, an event: {ctx}"
     );
 }
 

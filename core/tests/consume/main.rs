@@ -478,7 +478,7 @@ fn a_pending_report_ends_a_wait_that_would_block() {
     consumer.set_spin_budget(Duration::ZERO);
     poster.post(0).unwrap();
     poster.post(1).unwrap();
-    lose_twice_around_a_report(&poster, &mut consumer, [9, 9], 0);
+    lose_twice_around_a_report(&poster, &mut consumer, [9, 9], 0, "");
     // One event ready, two wanted: the report ends the wait instead of a park.
     assert_eq!(
         consumer.wait(2, None),
@@ -494,7 +494,7 @@ fn a_wait_that_spins_without_end_still_ends_at_a_report_and_at_the_end_of_stream
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     consumer.set_spin_budget(Duration::MAX);
     poster.post(1).unwrap();
-    lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 1);
+    lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 1, "");
     assert_eq!(
         consumer.wait(1, None),
         Err(WaitError::Overflow(Overflow { lost: 1 })),

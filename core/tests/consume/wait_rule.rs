@@ -29,7 +29,7 @@
 //! wait that the model says cannot block, and that blocks anyway, into an
 //! abort with its seed instead of a silent hang.
 
-use crate::common::{splitmix64, Rng};
+use crate::common::{lose_twice_around_a_report, splitmix64, Rng};
 use evd::{
     ArmStatus, Consumer, DequeueError, Lossy, Overflow, PostError, Poster, TryDequeueError,
     WaitError, DEFAULT_SPIN_BUDGET,
@@ -786,6 +786,22 @@ fn wait_follows_its_threshold_rule_over_random_sequences_and_spin_budgets() {
 // ---------------------------------------------------------------------------
 // The promises, one case each.
 
+/// A closed and drained EVD: a wait, whatever its timeout, and a dequeue
+/// both say so.
+#[track_caller]
+fn assert_drained_and_closed(consumer: &mut Consumer<u64>, timeout: Option<Duration>, ctx: &str) {
+    assert_eq!(
+        consumer.wait(1, timeout),
+        Err(WaitError::Closed { available: 0 }),
+        "{ctx}"
+    );
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Closed),
+        "{ctx}"
+    );
+}
+
 /// Budgets under which a wait may be made with any timeout where it cannot
 /// block (not `Duration::MAX`, which spins until events are ready).
 const FINITE_BUDGETS: [Duration; 4] = [Duration::ZERO, ONE_NANO, ONE_MICRO, DEFAULT_SPIN_BUDGET];
@@ -882,15 +898,7 @@ fn a_pending_report_ends_a_wait_that_would_otherwise_block_and_comes_before_its_
             consumer.set_spin_budget(budget);
             poster.post(0).unwrap();
             poster.post(1).unwrap();
-            assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost), "{ctx}");
-            // Right after a report, the event comes first.
-            assert_eq!(consumer.try_dequeue(), Ok(0), "{ctx}");
+            lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 0, &ctx);
             // One ready, a report pending: a wait for two would block.
             assert_eq!(
                 consumer.wait(2, timeout),
@@ -924,45 +932,20 @@ fn a_pending_report_ends_a_wait_that_would_otherwise_block_and_comes_before_its_
                 "{ctx}"
             );
             assert_eq!(consumer.try_dequeue(), Ok(5), "{ctx}");
-            assert_eq!(
-                consumer.wait(1, timeout),
-                Err(WaitError::Closed { available: 0 }),
-                "{ctx}"
-            );
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Closed),
-                "{ctx}"
-            );
+            assert_drained_and_closed(&mut consumer, timeout, &ctx);
 
             // Closed and drained with a report pending: the report, then the end.
             let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
             consumer.set_spin_budget(budget);
             poster.post(0).unwrap();
-            assert_eq!(poster.post_lossy(1), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(consumer.try_dequeue(), Ok(0), "{ctx}");
+            lose_twice_around_a_report(&poster, &mut consumer, [1, 2], 0, &ctx);
             poster.close();
             assert_eq!(
                 consumer.wait(1, timeout),
                 Err(WaitError::Overflow(Overflow { lost: 1 })),
                 "{ctx}"
             );
-            assert_eq!(
-                consumer.wait(1, timeout),
-                Err(WaitError::Closed { available: 0 }),
-                "{ctx}"
-            );
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Closed),
-                "{ctx}"
-            );
+            assert_drained_and_closed(&mut consumer, timeout, &ctx);
         }
     }
 }

@@ -18,6 +18,7 @@
 //! keeps quiet and [`caught`] insists on: a failed assertion inside the EVD's
 //! user code is never mistaken for the planted panic.
 
+use crate::common::enabled;
 use evd::{
     ArmStatus, BatchPostError, Cno, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
     UpcallPolicy,
@@ -604,19 +605,24 @@ fn fnmut_handler_on_loss_report(case: &str) {
     check_upcalls(case, poster, up, &heard, ledger);
 }
 
-fn cno_waker_on_trigger(case: &str) {
-    const KEY: u64 = 7;
-    let mut cno = Cno::new(2).unwrap();
-    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
-    let mut ledger = Ledger::default();
-    consumer.bind_cno(&cno, KEY).unwrap();
-    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+/// Polls a `ready_set` future of `cno` once, with a waker that panics when
+/// woken; returns that waker's record.
+fn await_with_a_panicking_waker(cno: &mut Cno) -> Arc<TestWaker> {
     let (w, waker) = TestWaker::new(true);
     let mut keys = Vec::new();
     {
         let mut ready = cno.ready_set(&mut keys);
         assert!(poll_once(&mut ready, &waker).is_pending());
     }
+    w
+}
+
+fn cno_waker_on_trigger(case: &str) {
+    const KEY: u64 = 7;
+    let mut cno = Cno::new(2).unwrap();
+    let (poster, mut consumer) = enabled::<Ev>(&cno, KEY);
+    let mut ledger = Ledger::default();
+    let w = await_with_a_panicking_waker(&mut cno);
     let ev = ledger.ev();
     ledger.accepted.push(ev.seq);
     must_panic(case, || poster.post(ev));
@@ -642,16 +648,9 @@ fn cno_waker_on_trigger(case: &str) {
 fn cno_waker_on_withdraw(case: &str) {
     const KEY: u64 = 9;
     let mut cno = Cno::new(2).unwrap();
-    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    let (poster, mut consumer) = enabled::<Ev>(&cno, KEY);
     let mut ledger = Ledger::default();
-    consumer.bind_cno(&cno, KEY).unwrap();
-    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
-    let (w, waker) = TestWaker::new(true);
-    let mut keys = Vec::new();
-    {
-        let mut ready = cno.ready_set(&mut keys);
-        assert!(poll_once(&mut ready, &waker).is_pending());
-    }
+    let w = await_with_a_panicking_waker(&mut cno);
     // A direct waiter preempts the CNO: the post wakes it and leaves the
     // enable in place. Dropped unresolved, it hands the event to the CNO.
     let (direct_w, direct_waker) = TestWaker::new(false);
