@@ -157,7 +157,7 @@ fn refused_post_vs_invoc_new_on_a_full_ring() {
         let second = t.join().unwrap();
         let mut consumer = upcalls.teardown();
         let mut total = heard.load(Ordering::SeqCst);
-        while let Ok(_) = consumer.try_dequeue() {
+        while consumer.try_dequeue().is_ok() {
             total += 1;
         }
         assert_eq!(total, if second { 2 } else { 1 });
