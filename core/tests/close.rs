@@ -4,7 +4,9 @@
 //! queued events and to posters mid-write.
 
 mod common;
-use common::{assert_report, lose, lose_twice_around_a_report, tracked, Tracked};
+use common::{
+    assert_report, lose, lose_twice_around_a_report, spawn_tagged_posters, tracked, Tracked,
+};
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
     UpcallPolicy, WaitError,
@@ -587,23 +589,7 @@ fn dropping_every_poster_while_the_consumer_waits_is_end_of_stream() {
             }
         }
     });
-    let posters: Vec<_> = (0..2u64)
-        .map(|p| {
-            let poster = poster.clone();
-            std::thread::spawn(move || {
-                for i in 0..PER {
-                    let mut v = (p << 32) | i;
-                    while let Err(e) = poster.post(v) {
-                        let PostError::Full(back) = e else {
-                            panic!("closed while this poster holds a handle")
-                        };
-                        v = back;
-                        std::thread::yield_now();
-                    }
-                }
-            })
-        })
-        .collect();
+    let posters = spawn_tagged_posters(&poster, 2, PER);
     drop(poster);
     for p in posters {
         p.join().unwrap();

@@ -2,6 +2,8 @@
 //! resize lose nothing and keep FIFO, and a resize that cannot allocate leaves
 //! the EVD as it was.
 
+mod common;
+use common::spawn_tagged_posters;
 use evd::{ResizeError, TryDequeueError};
 
 #[test]
@@ -15,20 +17,7 @@ fn capacity_follows_resize_on_both_handles() {
 fn resize_while_posters_run_keeps_fifo_and_loses_nothing() {
     const N: u64 = 50_000;
     let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
-    let producers: Vec<_> = (0..2u64)
-        .map(|p| {
-            let poster = poster.clone();
-            std::thread::spawn(move || {
-                for i in 0..N {
-                    let mut v = (p << 32) | i;
-                    while let Err(e) = poster.post(v) {
-                        v = e.into_inner();
-                        std::thread::yield_now();
-                    }
-                }
-            })
-        })
-        .collect();
+    let producers = spawn_tagged_posters(&poster, 2, N);
     drop(poster);
     let mut next = [0u64; 2];
     let mut caps = [4usize, 64, 8, 1024, 16, 2].into_iter().cycle();

@@ -327,6 +327,22 @@ pub fn spawn_posters(
         .collect()
 }
 
+/// `posters` threads, poster `p` posting `p << 32 | i` for each `i` in
+/// `0..per` in order ([`post_retry`]): the high half of an event names its
+/// poster, the low half counts.
+pub fn spawn_tagged_posters(poster: &Poster<u64>, posters: u64, per: u64) -> Vec<JoinHandle<()>> {
+    (0..posters)
+        .map(|p| {
+            let poster = poster.clone();
+            std::thread::spawn(move || {
+                for i in 0..per {
+                    post_retry(&poster, (p << 32) | i);
+                }
+            })
+        })
+        .collect()
+}
+
 /// A lossy post of `ev` that finds the ring full: lost.
 #[track_caller]
 pub fn lose<T: Send + std::fmt::Debug + PartialEq>(poster: &Poster<T>, ev: T) {
