@@ -5,7 +5,8 @@
 
 mod common;
 use common::{
-    assert_report, lose, lose_twice_around_a_report, spawn_tagged_posters, tracked, Tracked,
+    assert_report, lose, lose_twice_around_a_report, next_of_its_poster, spawn_tagged_posters,
+    tracked, Tracked,
 };
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
@@ -575,9 +576,7 @@ fn dropping_every_poster_while_the_consumer_waits_is_end_of_stream() {
         loop {
             match consumer.try_dequeue() {
                 Ok(v) => {
-                    let p = (v >> 32) as usize;
-                    assert_eq!(v & 0xffff_ffff, got[p], "exactly once, in order");
-                    got[p] += 1;
+                    next_of_its_poster(&mut got, v);
                 }
                 // Posters retry refused posts: refusals are reported.
                 Err(TryDequeueError::Overflow(_)) => {}

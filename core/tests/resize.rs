@@ -3,7 +3,7 @@
 //! the EVD as it was.
 
 mod common;
-use common::spawn_tagged_posters;
+use common::{next_of_its_poster, spawn_tagged_posters};
 use evd::{ResizeError, TryDequeueError};
 
 #[test]
@@ -25,9 +25,7 @@ fn resize_while_posters_run_keeps_fifo_and_loses_nothing() {
     loop {
         match consumer.try_dequeue() {
             Ok(v) => {
-                let p = (v >> 32) as usize;
-                assert_eq!(v & 0xffff_ffff, next[p], "FIFO per poster");
-                next[p] += 1;
+                next_of_its_poster(&mut next, v);
                 n += 1;
                 if n % 997 == 0 {
                     let _ = consumer.resize(caps.next().unwrap());

@@ -517,6 +517,28 @@ fn many_instances_overlap_handlers_and_deliver_exactly_once() {
     );
 }
 
+/// Switches `up` to SingleInstance while another thread lets the running
+/// handlers finish (it sets `release` after a yield, so the switch has had
+/// to wait): the switch returns only after they did.
+fn switch_to_single_while_handlers_run(
+    up: &mut evd::Upcalls<u32>,
+    release: &Arc<AtomicBool>,
+    why: &str,
+) {
+    let releaser = {
+        let r = release.clone();
+        std::thread::spawn(move || {
+            std::thread::yield_now();
+            r.store(true, SeqCst);
+        })
+    };
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        .unwrap();
+    assert!(release.load(SeqCst), "{why}");
+    assert_eq!(up.query().upcalls_in_flight, 0);
+    releaser.join().unwrap();
+}
+
 #[test]
 fn switching_many_to_single_waits_for_running_instances() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
@@ -534,30 +556,19 @@ fn switching_many_to_single_waits_for_running_instances() {
     while !entered.load(SeqCst) {
         std::thread::yield_now();
     }
-    let releaser = {
-        let r = release.clone();
-        std::thread::spawn(move || {
-            // Lets the handler finish only after set_policy has had to wait.
-            std::thread::yield_now();
-            r.store(true, SeqCst);
-        })
-    };
-    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
-        .unwrap();
-    assert!(
-        release.load(SeqCst),
-        "returned only after the running upcall"
+    switch_to_single_while_handlers_run(
+        &mut up,
+        &release,
+        "returned only after the running upcall",
     );
-    assert_eq!(up.query().upcalls_in_flight, 0);
-    releaser.join().unwrap();
     t.join().unwrap();
 }
 
 #[test]
 fn many_to_single_by_way_of_disabled_still_waits_for_many_era_handlers() {
-    // Review finding: Many -> Disabled -> Single did not wait, and a
-    // Many-era instance then took the token under SingleInstance while
-    // another Many-era handler was still running.
+    // Many -> Disabled -> Single waits for the Many-era handlers as a
+    // direct switch does: no Many-era instance may take the token under
+    // SingleInstance while another Many-era handler still runs.
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
     let entered = Arc::new(Barrier::new(3));
     let release = Arc::new(AtomicBool::new(false));
@@ -583,22 +594,11 @@ fn many_to_single_by_way_of_disabled_still_waits_for_many_era_handlers() {
         .collect();
     entered.wait(); // both ManyInstances handlers are running
     up.set_policy(UpcallPolicy::Disabled, Invoke::Any).unwrap();
-    let releaser = {
-        let r = release.clone();
-        std::thread::spawn(move || {
-            std::thread::yield_now();
-            r.store(true, SeqCst);
-        })
-    };
-    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
-        .unwrap();
-    assert!(release.load(SeqCst), "returned while Many-era handlers ran");
-    assert_eq!(up.query().upcalls_in_flight, 0);
+    switch_to_single_while_handlers_run(&mut up, &release, "returned while Many-era handlers ran");
     poster.post(3).unwrap(); // runs alone
     for t in posts {
         t.join().unwrap();
     }
-    releaser.join().unwrap();
     assert_eq!(up.query().upcalls, 3);
 }
 

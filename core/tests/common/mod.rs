@@ -343,6 +343,19 @@ pub fn spawn_tagged_posters(poster: &Poster<u64>, posters: u64, per: u64) -> Vec
         .collect()
 }
 
+/// Checks that `ev`, from [`spawn_tagged_posters`], is the next event of its
+/// poster (`next` holds each poster's count so far), and counts it.
+#[track_caller]
+pub fn next_of_its_poster(next: &mut [u64], ev: u64) {
+    let p = (ev >> 32) as usize;
+    assert_eq!(
+        ev & 0xffff_ffff,
+        next[p],
+        "exactly once, in order per poster"
+    );
+    next[p] += 1;
+}
+
 /// A lossy post of `ev` that finds the ring full: lost.
 #[track_caller]
 pub fn lose<T: Send + std::fmt::Debug + PartialEq>(poster: &Poster<T>, ev: T) {
