@@ -1,33 +1,35 @@
+/// A consumer thread's `wait(1, None)`, with no spin (it parks at once),
+/// against `act` on this thread; returns what the wait returned.
+fn wait_vs(act: impl FnOnce(&evd::Poster<u32>)) -> Result<usize, WaitError> {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    consumer.set_spin_budget(Duration::ZERO);
+    let c = thread::spawn(move || consumer.wait(1, None));
+    act(&poster);
+    c.join().unwrap()
+}
+
 #[test]
 fn close_vs_wait() {
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.set_spin_budget(Duration::ZERO);
-        let c = thread::spawn(move || consumer.wait(1, None));
-        poster.close();
-        assert_eq!(c.join().unwrap(), Err(WaitError::Closed { available: 0 }));
+        assert_eq!(
+            wait_vs(|poster| poster.close()),
+            Err(WaitError::Closed { available: 0 })
+        );
     });
 }
 
 #[test]
 fn last_poster_drop_vs_wait_ends_the_stream() {
-    model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        let c = thread::spawn(move || drain_to_end(&mut consumer));
-        poster.post(3).unwrap();
-        drop(poster);
-        assert_eq!(c.join().unwrap(), [3]);
-    });
+    model(|| consumer_vs_last_post(2, &[], 3, drain_to_end));
 }
 
 #[test]
 fn unwaitable_vs_wait() {
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        consumer.set_spin_budget(Duration::ZERO);
-        let c = thread::spawn(move || consumer.wait(1, None));
-        poster.set_unwaitable();
-        assert_eq!(c.join().unwrap(), Err(WaitError::Unwaitable));
+        assert_eq!(
+            wait_vs(|poster| poster.set_unwaitable()),
+            Err(WaitError::Unwaitable)
+        )
     });
 }
 

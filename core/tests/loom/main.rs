@@ -96,6 +96,27 @@ fn drain_until_closed(
     }
 }
 
+/// One race: `before` posted to an EVD of `capacity` slots, a consumer
+/// thread running `consume` on it while this thread posts `after` and drops
+/// its poster (the EVD closes); `consume` must return every event, in order.
+fn consumer_vs_last_post(
+    capacity: usize,
+    before: &[u32],
+    after: u32,
+    consume: fn(&mut evd::Consumer<u32>) -> Vec<u32>,
+) {
+    let (poster, mut consumer) = evd::bounded::<u32>(capacity).unwrap();
+    for &ev in before {
+        poster.post(ev).unwrap();
+    }
+    let c = thread::spawn(move || consume(&mut consumer));
+    poster.post(after).unwrap();
+    drop(poster);
+    let mut all = before.to_vec();
+    all.push(after);
+    assert_eq!(c.join().unwrap(), all);
+}
+
 /// A one-slot ring, full: `first` is queued in it.
 fn full_ring(first: u32) -> (evd::Poster<u32>, evd::Consumer<u32>) {
     let (poster, consumer) = evd::bounded::<u32>(1).unwrap();

@@ -3,24 +3,16 @@ fn a_dequeue_that_lingers_after_a_run_loses_no_event_and_no_wakeup() {
     // Two events make a run; the dequeue after them lingers, looks again,
     // then the wait arms and parks. The third post lands anywhere in that.
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-        poster.post(0).unwrap();
-        poster.post(1).unwrap();
-        let c =
-            thread::spawn(move || drain_until_closed(&mut consumer, Duration::ZERO, Reports::Fail));
-        poster.post(2).unwrap();
-        drop(poster);
-        assert_eq!(c.join().unwrap(), [0, 1, 2]);
+        consumer_vs_last_post(4, &[0, 1], 2, |consumer| {
+            drain_until_closed(consumer, Duration::ZERO, Reports::Fail)
+        })
     });
 }
 
 #[test]
 fn a_batch_that_lingers_after_a_run_loses_no_event_and_no_wakeup() {
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-        poster.post(0).unwrap();
-        poster.post(1).unwrap();
-        let c = thread::spawn(move || {
+        consumer_vs_last_post(4, &[0, 1], 2, |consumer| {
             consumer.set_spin_budget(Duration::ZERO);
             let mut got = Vec::new();
             loop {
@@ -34,10 +26,7 @@ fn a_batch_that_lingers_after_a_run_loses_no_event_and_no_wakeup() {
                     Err(e) => panic!("unexpected {e}"),
                 }
             }
-        });
-        poster.post(2).unwrap();
-        drop(poster);
-        assert_eq!(c.join().unwrap(), [0, 1, 2]);
+        })
     });
 }
 
@@ -46,13 +35,9 @@ fn a_wait_that_backs_off_in_gaps_loses_no_event_and_no_wakeup() {
     // The default budget: the wait looks, waits a gap, looks, then arms and
     // parks; the post lands anywhere in that.
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        let c = thread::spawn(move || {
-            drain_until_closed(&mut consumer, evd::DEFAULT_SPIN_BUDGET, Reports::Fail)
-        });
-        poster.post(7).unwrap();
-        drop(poster);
-        assert_eq!(c.join().unwrap(), [7]);
+        consumer_vs_last_post(2, &[], 7, |consumer| {
+            drain_until_closed(consumer, evd::DEFAULT_SPIN_BUDGET, Reports::Fail)
+        })
     });
 }
 
