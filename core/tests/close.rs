@@ -5,8 +5,8 @@
 
 mod common;
 use common::{
-    assert_report, lose, lose_twice_around_a_report, next_of_its_poster, spawn_tagged_posters,
-    tracked, Tracked,
+    assert_report, lose, lose_twice_around_a_report, next_of_its_poster, shared_vec,
+    spawn_tagged_posters, tracked, Tracked,
 };
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
@@ -14,7 +14,7 @@ use evd::{
 };
 use std::sync::atomic::Ordering::{SeqCst, *};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 #[test]
@@ -496,8 +496,7 @@ fn upcalls_after_close_deliver_what_is_left_and_start_no_more() {
     let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
     poster.post(1).unwrap();
     poster.close();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
+    let (seen, s) = shared_vec();
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
         s.lock().unwrap().push(ev.unwrap())
     });

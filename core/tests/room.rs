@@ -9,12 +9,12 @@
 //! never on time. The long threaded ones are in `stress.rs`.
 
 mod common;
-use common::eventually;
+use common::{eventually, shared_vec};
 use evd::{Invoke, PostAsync, PostError, Poster, UpcallPolicy};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -250,8 +250,7 @@ fn a_timed_out_poster_leaves_the_queue() {
 fn waiting_inside_its_own_upcall_is_refused_at_once_instead_of_deadlocking() {
     let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
     let inner = poster.clone();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
+    let (seen, s) = shared_vec();
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
         if let Ok(0) = ev {
             inner.post(100).unwrap(); // fills the one slot

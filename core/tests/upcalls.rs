@@ -3,7 +3,7 @@
 //! and what an upcall may and may not do from inside itself.
 
 mod common;
-use common::{spawn_posters, tally, tracked, Tracked};
+use common::{shared_vec, spawn_posters, tally, tracked, Tracked};
 use evd::{Consumer, Invoke, Overflow, PolicyError, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -401,8 +401,7 @@ fn upcall_invoc_any_fires_at_once_for_queued_events() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
     poster.post(1).unwrap();
     poster.post(2).unwrap();
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
+    let (got, g) = shared_vec();
     let up = consumer.into_upcalls(
         UpcallPolicy::SingleInstance,
         Invoke::Any,
@@ -422,8 +421,7 @@ fn upcall_invoc_any_fires_at_once_for_queued_events() {
 fn upcall_invoc_new_waits_for_the_next_arrival() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
     poster.post(1).unwrap();
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
+    let (got, g) = shared_vec();
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
         g.lock().unwrap().push(ev.unwrap());
     });
@@ -441,8 +439,7 @@ fn upcall_invoc_new_on_a_full_ring_is_run_by_the_poster_that_finds_it_full() {
     let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
     poster.post(1).unwrap();
     poster.post(2).unwrap();
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
+    let (got, g) = shared_vec();
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
         g.lock().unwrap().push(ev);
     });
@@ -457,8 +454,7 @@ fn upcall_invoc_new_on_a_full_ring_is_run_by_the_poster_that_finds_it_full() {
 fn post_during_single_instance_upcall_is_delivered_by_the_same_upcall() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
     let inner = poster.clone();
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
+    let (got, g) = shared_vec();
     let depth = Arc::new(AtomicUsize::new(0));
     let up = consumer.into_upcalls(
         UpcallPolicy::SingleInstance,

@@ -8,7 +8,7 @@
 
 use evd::{ArmStatus, Cno, CnoHandle, Consumer, Lossy, Overflow, Poster, TryDequeueError};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -232,6 +232,13 @@ pub fn tally() -> (Tally, std::sync::mpsc::Receiver<(Vec<u32>, usize)>) {
         out,
     };
     (t, tallied)
+}
+
+/// An empty vector shared with a handler: two handles to it, one to move
+/// into the handler and one to look at.
+pub fn shared_vec<T>() -> (Arc<Mutex<Vec<T>>>, Arc<Mutex<Vec<T>>>) {
+    let v = Arc::new(Mutex::new(Vec::new()));
+    (v.clone(), v)
 }
 
 // ---- draining and posting -------------------------------------------------

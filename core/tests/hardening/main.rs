@@ -5,7 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-use common::{tally, tracked, Tracked};
+use common::{shared_vec, tally, tracked, Tracked};
 mod panics;
 use evd::{ArmStatus, CreateError, Invoke, PostError, TryDequeueError, UpcallPolicy};
 use std::future::Future;
@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 #[test]
@@ -53,8 +53,7 @@ fn a_panicking_destructor_does_not_stop_the_others_being_dropped() {
 #[test]
 fn panicking_upcall_does_not_wedge_the_evd() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
+    let (got, g) = shared_vec();
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
         let v = ev.unwrap();
         if v == 13 {
@@ -81,8 +80,7 @@ fn panicking_upcall_keeps_every_event(policy: UpcallPolicy) {
     for i in 1..=5 {
         poster.post(i).unwrap();
     }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
+    let (seen, s) = shared_vec();
     let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, move |ev, _| {
         let v = ev.unwrap();
         s.lock().unwrap().push(v);
@@ -176,8 +174,7 @@ fn panicking_many_instances_upcall_loses_no_event() {
 #[test]
 fn panicking_upcall_on_a_posting_thread_leaves_the_evd_usable() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
+    let (seen, s) = shared_vec();
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
         let v = ev.unwrap();
         s.lock().unwrap().push(v);
