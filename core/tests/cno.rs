@@ -22,6 +22,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// An EVD of 4 slots with its notification eventfd, bound to `cno` with
+/// `key` and enabled.
+fn enabled_with_an_eventfd(cno: &Cno, key: u64) -> (Poster<u8>, Consumer<u8>, evd::NotifyFd) {
+    let (p, mut c) = pair::<u8>(4);
+    let fd = c.notify_fd().unwrap();
+    c.bind_cno(cno, key).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    (p, c, fd)
+}
+
 /// A thread that posts 0, 1, 2, ... to `p` without pause (yielding only on
 /// a full ring) until `stop`, then drops `p` (closing the EVD); returns how
 /// many it posted.
@@ -518,10 +528,7 @@ fn a_close_after_the_enable_was_used_adds_no_second_key() {
 #[test]
 fn closing_an_evd_both_directly_armed_and_enabled_wakes_both_once() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    let fd = c.notify_fd().unwrap();
-    c.bind_cno(&cno, 9).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c, fd) = enabled_with_an_eventfd(&cno, 9);
     assert_eq!(c.arm(), ArmStatus::Armed);
     drop(p);
     assert!(fd.acknowledge().unwrap() >= 1, "the direct waiter is woken");
@@ -552,10 +559,7 @@ fn a_loss_on_an_enabled_evd_puts_its_key_in_the_ready_set() {
 #[test]
 fn a_dropped_cno_sends_later_triggers_to_the_evds_own_eventfd() {
     let cno = Cno::new(2).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    let fd = c.notify_fd().unwrap();
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c, fd) = enabled_with_an_eventfd(&cno, 1);
     // A second EVD whose key is queued when the CNO goes.
     let (q, mut d) = pair::<u8>(4);
     let fd_d = d.notify_fd().unwrap();
@@ -598,10 +602,7 @@ fn a_dropped_cno_leaves_a_direct_waiter_woken() {
 #[test]
 fn a_direct_waiter_preempts_the_cno_and_the_enable_stays_for_the_next_post() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    let fd = c.notify_fd().unwrap();
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c, fd) = enabled_with_an_eventfd(&cno, 2);
     assert_eq!(c.arm(), ArmStatus::Armed);
     p.post(1).unwrap();
     assert_eq!(fd.acknowledge().unwrap(), 1, "the direct waiter is woken");
