@@ -234,9 +234,12 @@ pub fn tally() -> (Tally, std::sync::mpsc::Receiver<(Vec<u32>, usize)>) {
     (t, tallied)
 }
 
+/// A vector shared between a test and the handlers it installs.
+pub type SharedVec<T> = Arc<Mutex<Vec<T>>>;
+
 /// An empty vector shared with a handler: two handles to it, one to move
 /// into the handler and one to look at.
-pub fn shared_vec<T>() -> (Arc<Mutex<Vec<T>>>, Arc<Mutex<Vec<T>>>) {
+pub fn shared_vec<T>() -> (SharedVec<T>, SharedVec<T>) {
     let v = Arc::new(Mutex::new(Vec::new()));
     (v.clone(), v)
 }
