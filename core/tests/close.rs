@@ -5,7 +5,7 @@
 
 mod common;
 use common::{
-    assert_report, lose, lose_twice_around_a_report, next_of_its_poster, shared_vec,
+    assert_report, full_ring, lose, lose_twice_around_a_report, next_of_its_poster, shared_vec,
     spawn_tagged_posters, tracked, Tracked,
 };
 use evd::{
@@ -61,8 +61,7 @@ fn dequeue_reports_a_loss_once_before_the_events() {
 
 #[test]
 fn dequeue_reports_a_loss_on_an_empty_ring_instead_of_blocking() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(1).unwrap();
+    let (poster, mut consumer) = full_ring(1);
     lose(&poster, 2);
     assert_eq!(
         consumer.dequeue(),

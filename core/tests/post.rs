@@ -3,7 +3,7 @@
 //! and `query()` report about the ring. One test per promise, named after it.
 
 mod common;
-use common::lose;
+use common::{full_ring, lose};
 use evd::{ArmStatus, Invoke, PostError, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::*;
@@ -46,8 +46,7 @@ fn accessors_match_query() {
 
 #[test]
 fn post_error_is_full_and_is_closed() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(1).unwrap();
+    let (poster, mut consumer) = full_ring(1);
     let full = poster.post(2).unwrap_err();
     assert!(full.is_full() && !full.is_closed());
     assert_eq!(full.into_inner(), 2);
@@ -168,8 +167,7 @@ fn a_refused_post_is_backpressure_not_an_overflow() {
 #[test]
 fn a_refused_post_with_upcalls_disabled_writes_nothing() {
     // Upcalls disabled on a full ring: the refusal is plain backpressure.
-    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(1).unwrap();
+    let (poster, consumer) = full_ring(1);
     let up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::New, |_, _| {});
     assert_eq!(poster.post(2), Err(PostError::Full(2)));
     let q = up.query();

@@ -6,7 +6,9 @@
 //! part of it, hence `dead_code` is allowed here and nowhere else.
 #![allow(dead_code)]
 
-use evd::{ArmStatus, Cno, CnoHandle, Consumer, Lossy, Overflow, Poster, TryDequeueError};
+use evd::{
+    ArmStatus, Cno, CnoHandle, Consumer, Lossy, Overflow, PostError, Poster, TryDequeueError,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
@@ -364,6 +366,22 @@ pub fn next_of_its_poster(next: &mut [u64], ev: u64) {
         "exactly once, in order per poster"
     );
     next[p] += 1;
+}
+
+/// A one-slot ring, full: `first` is queued in it.
+pub fn full_ring(first: u32) -> (Poster<u32>, Consumer<u32>) {
+    let (poster, consumer) = pair(1);
+    poster.post(first).unwrap();
+    (poster, consumer)
+}
+
+/// A thread that posts `ev` with `post_blocking` (waiting for room).
+pub fn post_blocking_on_a_thread(
+    poster: &Poster<u32>,
+    ev: u32,
+) -> JoinHandle<Result<(), PostError<u32>>> {
+    let p = poster.clone();
+    std::thread::spawn(move || p.post_blocking(ev))
 }
 
 /// A lossy post of `ev` that finds the ring full: lost.
