@@ -87,6 +87,26 @@ impl Checker {
         }
     }
 
+    /// One upcall's delivery of `item`: fails with `overlap` if another
+    /// upcall runs at the same time where delivery is `serialized`, runs
+    /// `inside` (the handler's own work), counts the call and records the item.
+    fn upcall(
+        &self,
+        item: Result<u64, Overflow>,
+        serialized: bool,
+        overlap: &str,
+        inside: impl FnOnce(),
+    ) {
+        let concurrent = self.in_upcall.fetch_add(1, AcqRel);
+        if serialized {
+            assert_eq!(concurrent, 0, "{overlap}");
+        }
+        inside();
+        self.upcall_calls.fetch_add(1, Relaxed);
+        self.record_item(item, serialized);
+        self.in_upcall.fetch_sub(1, AcqRel);
+    }
+
     /// After a phase whose deliveries may overlap, FIFO resumes after the
     /// highest sequence number seen (dequeues were FIFO even if handlers
     /// finished out of order).
@@ -162,6 +182,17 @@ fn run_phase(
     let mut consumer = consumer;
     let start = ck.delivered.load(Acquire);
     let done = |ck: &Checker| ck.delivered.load(Acquire) - start >= budget;
+    // Upcalls run on the posting threads; this thread only waits for them to
+    // deliver the budget, or for the posters to finish (with Invoke::New
+    // nothing may start once they stop), then tears them down.
+    let teardown_when_served = |upcalls: evd::Upcalls<u64>| {
+        while !done(ck) && !posters_done.load(Acquire) {
+            std::thread::yield_now();
+        }
+        let consumer = upcalls.teardown();
+        assert_eq!(consumer.query().upcalls_in_flight, 0);
+        consumer
+    };
     let mut open = true;
     match mode {
         Mode::Dequeue => {
@@ -255,22 +286,14 @@ fn run_phase(
             let serialized = policy == UpcallPolicy::SingleInstance;
             let h = ck.clone();
             let upcalls = consumer.into_upcalls(policy, invoke, move |item, _more| {
-                let concurrent = h.in_upcall.fetch_add(1, AcqRel);
-                if serialized {
-                    assert_eq!(concurrent, 0, "two upcalls at once under SingleInstance");
-                }
-                h.upcall_calls.fetch_add(1, Relaxed);
-                h.record_item(item, serialized);
-                h.in_upcall.fetch_sub(1, AcqRel);
+                h.upcall(
+                    item,
+                    serialized,
+                    "two upcalls at once under SingleInstance",
+                    || {},
+                );
             });
-            // Upcalls run on the posting threads; this thread only waits for
-            // them to deliver the budget, or for the posters to finish (with
-            // Invoke::New nothing may start once they stop).
-            while !done(ck) && !posters_done.load(Acquire) {
-                std::thread::yield_now();
-            }
-            consumer = upcalls.teardown();
-            assert_eq!(consumer.query().upcalls_in_flight, 0);
+            consumer = teardown_when_served(upcalls);
             if !serialized {
                 ck.resync();
             }
@@ -284,18 +307,9 @@ fn run_phase(
                 out: out.clone(),
             };
             let upcalls = consumer.into_upcalls_mut(invoke, move |item, _more| {
-                let concurrent = h.in_upcall.fetch_add(1, AcqRel);
-                assert_eq!(concurrent, 0, "two FnMut upcalls at once");
-                plain.bump();
-                h.upcall_calls.fetch_add(1, Relaxed);
-                h.record_item(item, true);
-                h.in_upcall.fetch_sub(1, AcqRel);
+                h.upcall(item, true, "two FnMut upcalls at once", || plain.bump());
             });
-            while !done(ck) && !posters_done.load(Acquire) {
-                std::thread::yield_now();
-            }
-            consumer = upcalls.teardown();
-            assert_eq!(consumer.query().upcalls_in_flight, 0);
+            consumer = teardown_when_served(upcalls);
             assert_eq!(
                 out.load(Acquire),
                 ck.upcall_calls.load(Relaxed) - calls_before,
