@@ -61,7 +61,7 @@ fn dequeue_reports_a_loss_once_before_the_events() {
 
 #[test]
 fn dequeue_reports_a_loss_on_an_empty_ring_instead_of_blocking() {
-    let (poster, mut consumer) = full_ring(1);
+    let (poster, mut consumer) = full_ring(&[1]);
     lose(&poster, 2);
     assert_eq!(
         consumer.dequeue(),
@@ -168,9 +168,7 @@ fn a_consumer_that_backs_off_keeps_getting_events_under_lossy_posters() {
 fn reports_never_come_twice_in_a_row_while_events_are_ready() {
     // Deterministic: a report, then the queued event, even when more losses
     // were committed in between.
-    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-    poster.post(1).unwrap();
-    poster.post(2).unwrap();
+    let (poster, mut consumer) = full_ring(&[1, 2]);
     lose_twice_around_a_report(&poster, &mut consumer, [3, 4], 1, "");
     assert_report(&mut consumer, 1);
     let mut out = Vec::new();
@@ -264,10 +262,8 @@ fn every_loss_is_reported_before_the_end_of_stream() {
 
 #[test]
 fn dequeue_with_reports_a_loss_first_then_events_then_the_end() {
-    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-    poster.post(1).unwrap();
-    poster.post(2).unwrap();
-    assert_eq!(poster.post_lossy(3), Ok(evd::Lossy::Lost));
+    let (poster, mut consumer) = full_ring(&[1, 2]);
+    lose(&poster, 3);
     let mut got = Vec::new();
     assert_eq!(
         consumer.dequeue_with(8, |v| got.push(v)),

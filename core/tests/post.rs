@@ -46,7 +46,7 @@ fn accessors_match_query() {
 
 #[test]
 fn post_error_is_full_and_is_closed() {
-    let (poster, mut consumer) = full_ring(1);
+    let (poster, mut consumer) = full_ring(&[1]);
     let full = poster.post(2).unwrap_err();
     assert!(full.is_full() && !full.is_closed());
     assert_eq!(full.into_inner(), 2);
@@ -153,9 +153,7 @@ fn post_batch_up_to_posts_min_of_max_len_and_room_in_order() {
 
 #[test]
 fn a_refused_post_is_backpressure_not_an_overflow() {
-    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-    poster.post(1).unwrap();
-    poster.post(2).unwrap();
+    let (poster, mut consumer) = full_ring(&[1, 2]);
     assert_eq!(poster.post(3), Err(PostError::Full(3)));
     assert_eq!(poster.post(4), Err(PostError::Full(4)));
     assert_eq!(consumer.try_dequeue(), Ok(1), "no report before the events");
@@ -167,7 +165,7 @@ fn a_refused_post_is_backpressure_not_an_overflow() {
 #[test]
 fn a_refused_post_with_upcalls_disabled_writes_nothing() {
     // Upcalls disabled on a full ring: the refusal is plain backpressure.
-    let (poster, consumer) = full_ring(1);
+    let (poster, consumer) = full_ring(&[1]);
     let up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::New, |_, _| {});
     assert_eq!(poster.post(2), Err(PostError::Full(2)));
     let q = up.query();

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn dequeue_with_frees_room_for_a_waiting_poster() {
-    let (poster, mut consumer) = full_ring(0);
+    let (poster, mut consumer) = full_ring(&[0]);
     let waiter = post_blocking_on_a_thread(&poster, 1);
     // However the waiter and this thread interleave, the waiter gets in once
     // the consumer has taken the first event: the head store wakes it.
@@ -62,7 +62,7 @@ fn poll<F: Future + Unpin>(f: &mut F, w: &Waker) -> Poll<F::Output> {
 
 #[test]
 fn a_blocked_poster_is_woken_by_the_dequeue_that_frees_a_slot() {
-    let (poster, mut consumer) = full_ring(1);
+    let (poster, mut consumer) = full_ring(&[1]);
     let t = post_blocking_on_a_thread(&poster, 2);
     eventually("the poster waits for room", || consumer.query().room_wanted);
     assert_eq!(consumer.try_dequeue(), Ok(1));
@@ -119,7 +119,7 @@ fn one_wake_per_freed_slot_first_come_first_served_and_a_hand_on_while_room_is_l
 
 #[test]
 fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
-    let (poster, mut consumer) = full_ring(0);
+    let (poster, mut consumer) = full_ring(&[0]);
     let (a, wa, mut fa) = waiting(&poster, 1);
     let (b, wb, mut fb) = waiting(&poster, 2);
     assert_eq!(consumer.try_dequeue(), Ok(0));
@@ -141,7 +141,7 @@ fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
 
 #[test]
 fn a_waiter_dropped_after_its_wake_passes_the_wake_on() {
-    let (poster, mut consumer) = full_ring(0);
+    let (poster, mut consumer) = full_ring(&[0]);
     let (a, _wa, fa) = waiting(&poster, 1);
     let (b, wb, mut fb) = waiting(&poster, 2);
     assert_eq!(consumer.try_dequeue(), Ok(0));
@@ -155,7 +155,7 @@ fn a_waiter_dropped_after_its_wake_passes_the_wake_on() {
 
 #[test]
 fn a_waiter_dropped_before_any_wake_wakes_nobody_and_leaves_the_queue() {
-    let (poster, mut consumer) = full_ring(0);
+    let (poster, mut consumer) = full_ring(&[0]);
     let (a, _wa, fa) = waiting(&poster, 1);
     assert!(consumer.query().room_wanted);
     drop(fa);
@@ -167,7 +167,7 @@ fn a_waiter_dropped_before_any_wake_wakes_nobody_and_leaves_the_queue() {
 
 #[test]
 fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
-    let (poster, mut consumer) = full_ring(0);
+    let (poster, mut consumer) = full_ring(&[0]);
     let threads: Vec<_> = (1..=4)
         .map(|i| {
             let p = poster.clone();
@@ -195,7 +195,7 @@ fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
 
 #[test]
 fn a_resize_that_adds_room_wakes_the_waiting_posters() {
-    let (poster, mut consumer) = full_ring(0);
+    let (poster, mut consumer) = full_ring(&[0]);
     let (a, wa, mut fa) = waiting(&poster, 1);
     consumer.resize(4).unwrap();
     assert_eq!(wakes(&a), 1);
@@ -206,7 +206,7 @@ fn a_resize_that_adds_room_wakes_the_waiting_posters() {
 
 #[test]
 fn a_zero_or_past_timeout_tries_once_and_never_joins_the_queue() {
-    let (poster, consumer) = full_ring(0);
+    let (poster, consumer) = full_ring(&[0]);
     assert_eq!(
         poster.post_timeout(1, Duration::ZERO),
         Err(PostError::Full(1))
@@ -227,7 +227,7 @@ fn a_zero_or_past_timeout_tries_once_and_never_joins_the_queue() {
 
 #[test]
 fn a_timed_out_poster_leaves_the_queue() {
-    let (poster, consumer) = full_ring(0);
+    let (poster, consumer) = full_ring(&[0]);
     assert_eq!(
         poster.post_timeout(1, Duration::from_millis(2)),
         Err(PostError::Full(1))
@@ -300,9 +300,7 @@ fn a_waker_that_panics_neither_costs_the_consumer_its_event_nor_the_others_their
             panic!("a broken executor's waker");
         }
     }
-    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-    poster.post(0).unwrap();
-    poster.post(1).unwrap();
+    let (poster, mut consumer) = full_ring(&[0, 1]);
     let bad = Waker::from(Arc::new(Panicking));
     let (good, good_waker) = counting();
     let mut f_bad = poster.post_async(10);

@@ -3,7 +3,7 @@
 //! and what an upcall may and may not do from inside itself.
 
 mod common;
-use common::{shared_vec, spawn_posters, tally, tracked, Tracked};
+use common::{full_ring, shared_vec, spawn_posters, tally, tracked, Tracked};
 use evd::{Consumer, Invoke, Overflow, PolicyError, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -436,9 +436,7 @@ fn upcall_invoc_new_on_a_full_ring_is_run_by_the_poster_that_finds_it_full() {
     // No arrival can start an INVOC_NEW upcall on a full ring: the poster
     // that finds it full runs the upcall (which drains the queued events),
     // then its own post goes in. Nothing is reported as lost.
-    let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
-    poster.post(1).unwrap();
-    poster.post(2).unwrap();
+    let (poster, consumer) = full_ring(&[1, 2]);
     let (got, g) = shared_vec();
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
         g.lock().unwrap().push(ev);

@@ -368,10 +368,12 @@ pub fn next_of_its_poster(next: &mut [u64], ev: u64) {
     next[p] += 1;
 }
 
-/// A one-slot ring, full: `first` is queued in it.
-pub fn full_ring(first: u32) -> (Poster<u32>, Consumer<u32>) {
-    let (poster, consumer) = pair(1);
-    poster.post(first).unwrap();
+/// A ring of as many slots as `events`, full of them.
+pub fn full_ring(events: &[u32]) -> (Poster<u32>, Consumer<u32>) {
+    let (poster, consumer) = pair(events.len());
+    for &ev in events {
+        poster.post(ev).unwrap();
+    }
     (poster, consumer)
 }
 

@@ -203,7 +203,7 @@ fn try_iter_yields_ready_events_then_ends_when_empty() {
 
 #[test]
 fn try_iter_yields_loss_reports_as_items() {
-    let (poster, mut consumer) = full_ring(1);
+    let (poster, mut consumer) = full_ring(&[1]);
     lose(&poster, 2);
     lose(&poster, 3);
     let got: Vec<_> = consumer.try_iter().collect();
@@ -239,7 +239,7 @@ fn iter_blocks_and_ends_at_end_of_stream_with_every_event_in_order() {
 
 #[test]
 fn iter_yields_loss_reports_as_items_before_the_end() {
-    let (poster, mut consumer) = full_ring(1);
+    let (poster, mut consumer) = full_ring(&[1]);
     lose(&poster, 2);
     drop(poster);
     let got: Vec<_> = consumer.iter().collect();
@@ -327,7 +327,7 @@ fn fused_stream_is_terminated_after_none_and_stays_none() {
 fn fused_stream_is_not_terminated_by_a_loss_report() {
     use futures::StreamExt;
     use futures_core::stream::FusedStream;
-    let (poster, mut consumer) = full_ring(1);
+    let (poster, mut consumer) = full_ring(&[1]);
     lose(&poster, 2);
     assert_eq!(
         futures::executor::block_on(consumer.next()),
@@ -422,7 +422,7 @@ fn a_spin_budget_too_large_for_an_instant_backs_off_until_ready_and_never_arms()
 fn a_zero_max_takes_nothing_not_even_a_report() {
     // Reports and events alternate: a zero-sized batch right after a report
     // must not hand out a second report in a row while events are ready.
-    let (poster, mut consumer) = full_ring(1);
+    let (poster, mut consumer) = full_ring(&[1]);
     lose(&poster, 2);
     assert_report(&mut consumer, 1);
     lose(&poster, 3);
