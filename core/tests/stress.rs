@@ -19,7 +19,7 @@
 //! through a two-slot ring.
 
 mod common;
-use common::{env_u64, eventually, post_retry, Rng, Watchdog};
+use common::{env_u64, eventually, post_retry, Ledger, Rng, Watchdog};
 use evd::{ArmStatus, Invoke, Overflow, TryDequeueError, UpcallPolicy, WaitError};
 use futures::executor::block_on;
 use futures::{SinkExt, StreamExt};
@@ -33,7 +33,8 @@ const SEQ_BITS: u32 = 40;
 /// Exactly-once and FIFO bookkeeping, shared with upcall handlers.
 struct Checker {
     per_poster: u64,
-    seen: Vec<AtomicU8>,
+    /// Exactly once: one entry per (poster, sequence number).
+    seen: Ledger,
     /// Next expected sequence number per poster (serialized delivery only).
     next: Vec<AtomicU64>,
     /// Highest sequence number seen per poster (ManyInstances phases).
@@ -48,9 +49,7 @@ impl Checker {
     fn new(per_poster: u64) -> Self {
         Checker {
             per_poster,
-            seen: (0..POSTERS * per_poster)
-                .map(|_| AtomicU8::new(0))
-                .collect(),
+            seen: Ledger::new(POSTERS * per_poster),
             next: (0..POSTERS).map(|_| AtomicU64::new(0)).collect(),
             max_seen: (0..POSTERS).map(|_| AtomicU64::new(0)).collect(),
             delivered: AtomicU64::new(0),
@@ -67,8 +66,7 @@ impl Checker {
             p < POSTERS && seq < self.per_poster,
             "garbage event {ev:#x}"
         );
-        let first = self.seen[(p * self.per_poster + seq) as usize].swap(1, Relaxed);
-        assert_eq!(first, 0, "event {p}/{seq} delivered twice");
+        self.seen.record(p * self.per_poster + seq);
         if serialized {
             let expected = self.next[p as usize].load(Relaxed);
             assert_eq!(seq, expected, "poster {p}: FIFO broken");
@@ -419,10 +417,7 @@ fn exactly_once_across_all_consumer_modes() {
 
     let total = POSTERS * per_poster;
     assert_eq!(ck.delivered.load(Relaxed), total, "events lost");
-    assert!(
-        ck.seen.iter().all(|s| s.load(Relaxed) == 1),
-        "some event never arrived"
-    );
+    assert!(ck.seen.all_seen(), "some event never arrived");
     let q = consumer.query();
     assert_eq!(q.posted, total);
     assert_eq!(q.dequeued, total);

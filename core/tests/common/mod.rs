@@ -153,7 +153,6 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 pub struct Ledger {
     bits: Vec<AtomicU64>,
     len: u64,
-    recorded: AtomicU64,
 }
 
 impl Ledger {
@@ -161,7 +160,6 @@ impl Ledger {
         Ledger {
             bits: (0..len.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             len,
-            recorded: AtomicU64::new(0),
         }
     }
 
@@ -172,12 +170,6 @@ impl Ledger {
         let bit = 1 << (i % 64);
         let old = self.bits[(i / 64) as usize].fetch_or(bit, Relaxed);
         assert_eq!(old & bit, 0, "event {i} delivered twice");
-        self.recorded.fetch_add(1, Release);
-    }
-
-    /// How many events were recorded.
-    pub fn recorded(&self) -> u64 {
-        self.recorded.load(Acquire)
     }
 
     /// Whether every event `0..len` was recorded.

@@ -7,11 +7,11 @@
 //! delivered, nothing is lost or duplicated, no upcall instance or token is
 //! left in flight, and teardown returns.
 //!
-//! `hardening.rs` has the first cases of each kind (a panicking handler under
-//! either policy, a waker that panics on a post and on `Poster::close`);
-//! `room.rs` a room waker that panics on a head store that frees two slots;
-//! `loom.rs` the lossy post whose event panics on drop, in every
-//! interleaving. Here every position is walked by one table with the same
+//! This binary's `main.rs` has the first cases of each kind (a panicking
+//! handler under either policy, a waker that panics on a post and on
+//! `Poster::close`); `room.rs` a room waker that panics on a head store that
+//! frees two slots; `loom/panics.rs` the lossy post whose event panics on
+//! drop, in every interleaving. Here every position is walked by one table with the same
 //! checks, and the orderings of `post_lossy` and close get their own tests.
 //!
 //! Every planted panic has the payload [`Planted`], which the panic hook
@@ -177,7 +177,7 @@ fn poll_once<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
 }
 
 /// Arm the consumer with `waker` (a `Recv` polled once on an empty ring, as
-/// `hardening.rs`'s `register_panicking_waker`).
+/// `register_panicking_waker` in `main.rs`).
 fn arm_with<T>(consumer: &mut evd::Consumer<T>, waker: &Waker) {
     let mut recv = consumer.recv();
     assert!(
