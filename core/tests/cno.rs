@@ -11,8 +11,8 @@
 
 mod common;
 use common::{
-    assert_report, bound, drain, drain_in_order, enabled, lose, pair, post_0_to, post_retry,
-    ready_keys, Rng, Watchdog,
+    assert_report, bound, drain, drain_in_order, enabled, enabled_with_capacity, lose, pair,
+    post_0_to, post_retry, ready_keys, Rng, Watchdog,
 };
 use evd::{ArmStatus, Cno, CnoError, CnoHandle, Consumer, Poster};
 use futures::{FutureExt, StreamExt};
@@ -110,9 +110,7 @@ fn try_ready_appends_to_what_out_holds() {
 #[test]
 fn a_key_is_ready_at_most_once_per_enable() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u32>(8);
-    c.bind_cno(&cno, 5).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled_with_capacity::<u32>(&cno, 5, 8);
     for i in 0..4 {
         p.post(i).unwrap();
     }
@@ -543,9 +541,7 @@ fn closing_an_evd_both_directly_armed_and_enabled_wakes_both_once() {
 #[test]
 fn a_loss_on_an_enabled_evd_puts_its_key_in_the_ready_set() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(1);
-    c.bind_cno(&cno, 4).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled_with_capacity::<u8>(&cno, 4, 1);
     assert_eq!(c.arm(), ArmStatus::Armed);
     p.post(1).unwrap(); // wakes the direct waiter; the ring is full
     assert_eq!(cno.try_next(), None);

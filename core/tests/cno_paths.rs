@@ -5,7 +5,7 @@
 //! checks the EVD's link cell and the kept CNOs' lifetimes.
 
 mod common;
-use common::{bound, drain, enabled, pair, ready_keys};
+use common::{bound, drain, enabled, enabled_with_capacity, pair, ready_keys};
 use evd::{ArmStatus, Cno, CnoError, Overflow};
 use futures::{FutureExt, StreamExt};
 use std::sync::atomic::AtomicU64;
@@ -275,9 +275,7 @@ fn keys_come_in_ready_order_after_a_place_is_reused() {
 #[test]
 fn resizing_an_enabled_evd_keeps_its_enable() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(2);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled_with_capacity::<u8>(&cno, 1, 2);
     assert_eq!(c.resize(8), Ok(8));
     p.post(1).unwrap();
     assert_eq!(ready_keys(&mut cno), [1]);

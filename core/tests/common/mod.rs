@@ -254,7 +254,17 @@ pub fn bound<T: Send>(cno: &impl AsRef<CnoHandle>, key: u64) -> (Poster<T>, Cons
 /// A new EVD of 4 slots bound to `cno` with `key` and enabled (it is empty,
 /// so the enable arms).
 pub fn enabled<T: Send>(cno: &impl AsRef<CnoHandle>, key: u64) -> (Poster<T>, Consumer<T>) {
-    let (p, mut c) = bound(cno, key);
+    enabled_with_capacity(cno, key, 4)
+}
+
+/// [`enabled`], with `capacity` slots.
+pub fn enabled_with_capacity<T: Send>(
+    cno: &impl AsRef<CnoHandle>,
+    key: u64,
+    capacity: usize,
+) -> (Poster<T>, Consumer<T>) {
+    let (p, mut c) = pair(capacity);
+    c.bind_cno(cno, key).unwrap();
     assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
     (p, c)
 }
