@@ -605,24 +605,46 @@ fn fnmut_handler_on_loss_report(case: &str) {
     check_upcalls(case, poster, up, &heard, ledger);
 }
 
-/// Polls a `ready_set` future of `cno` once, with a waker that panics when
-/// woken; returns that waker's record.
-fn await_with_a_panicking_waker(cno: &mut Cno) -> Arc<TestWaker> {
-    let (w, waker) = TestWaker::new(true);
-    let mut keys = Vec::new();
-    {
-        let mut ready = cno.ready_set(&mut keys);
-        assert!(poll_once(&mut ready, &waker).is_pending());
+/// The setup of the CNO cases: an EVD of 4 slots bound to a CNO with `key`
+/// and enabled, and the CNO's `ready_set` future polled once with a waker
+/// that panics when woken (the last field records its wakes).
+struct CnoCase(
+    Cno,
+    evd::Poster<Ev>,
+    evd::Consumer<Ev>,
+    Ledger,
+    Arc<TestWaker>,
+);
+
+impl CnoCase {
+    fn new(key: u64) -> Self {
+        let mut cno = Cno::new(2).unwrap();
+        let (poster, consumer) = enabled::<Ev>(&cno, key);
+        let (waiter, waker) = TestWaker::new(true);
+        let mut keys = Vec::new();
+        {
+            let mut ready = cno.ready_set(&mut keys);
+            assert!(poll_once(&mut ready, &waker).is_pending());
+        }
+        CnoCase(cno, poster, consumer, Ledger::default(), waiter)
     }
-    w
+}
+
+/// Unbinds the consumer of a CNO case, then [`check_consumer`].
+fn check_unbound(
+    case: &str,
+    poster: evd::Poster<Ev>,
+    mut consumer: evd::Consumer<Ev>,
+    ledger: Ledger,
+    taken: Vec<u64>,
+) {
+    consumer.unbind_cno();
+    check_consumer(case, poster, consumer, ledger, taken);
 }
 
 fn cno_waker_on_trigger(case: &str) {
     const KEY: u64 = 7;
-    let mut cno = Cno::new(2).unwrap();
-    let (poster, mut consumer) = enabled::<Ev>(&cno, KEY);
-    let mut ledger = Ledger::default();
-    let w = await_with_a_panicking_waker(&mut cno);
+    let CnoCase(mut cno, poster, mut consumer, mut ledger, w) = CnoCase::new(KEY);
     let ev = ledger.ev();
     ledger.accepted.push(ev.seq);
     must_panic(case, || poster.post(ev));
@@ -641,16 +663,12 @@ fn cno_waker_on_trigger(case: &str) {
     assert_eq!(cno.try_next(), Some(KEY), "{case}: triggered again");
     taken.extend(drain(&mut consumer).0);
     assert_eq!(w.wakes(), 1, "{case}: the old waker is not woken again");
-    consumer.unbind_cno();
-    check_consumer(case, poster, consumer, ledger, taken);
+    check_unbound(case, poster, consumer, ledger, taken);
 }
 
 fn cno_waker_on_withdraw(case: &str) {
     const KEY: u64 = 9;
-    let mut cno = Cno::new(2).unwrap();
-    let (poster, mut consumer) = enabled::<Ev>(&cno, KEY);
-    let mut ledger = Ledger::default();
-    let w = await_with_a_panicking_waker(&mut cno);
+    let CnoCase(mut cno, poster, mut consumer, mut ledger, w) = CnoCase::new(KEY);
     // A direct waiter preempts the CNO: the post wakes it and leaves the
     // enable in place. Dropped unresolved, it hands the event to the CNO.
     let (direct_w, direct_waker) = TestWaker::new(false);
@@ -668,8 +686,7 @@ fn cno_waker_on_withdraw(case: &str) {
     );
     let (taken, lost) = drain(&mut consumer);
     assert_eq!(lost, 0);
-    consumer.unbind_cno();
-    check_consumer(case, poster, consumer, ledger, taken);
+    check_unbound(case, poster, consumer, ledger, taken);
 }
 
 fn dequeue_with_closure(case: &str) {
