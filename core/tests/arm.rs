@@ -3,13 +3,12 @@
 //! race (an event between the last dequeue and the arm) reported as pending.
 
 mod common;
-use common::{assert_report, lose_twice_around_a_report};
+use common::{armed_empty, assert_report, lose_twice_around_a_report};
 use evd::{ArmStatus, TryDequeueError};
 
 #[test]
 fn an_arm_with_only_a_report_pending_says_pending_clears_notified_and_arms_nothing() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    let (poster, mut consumer) = armed_empty(1);
     poster.post(1).unwrap(); // disarms and notifies
     assert!(consumer.query().notified);
     lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 1, "");
@@ -38,8 +37,7 @@ fn classic_race_event_between_last_dequeue_and_arm_is_reported_pending() {
 
 #[test]
 fn one_notification_per_arm() {
-    let (poster, mut consumer) = evd::bounded::<u32>(8).unwrap();
-    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    let (poster, consumer) = armed_empty(8);
     for i in 0..5 {
         poster.post(i).unwrap();
     }
@@ -48,8 +46,7 @@ fn one_notification_per_arm() {
 
 #[test]
 fn notified_is_sticky_until_an_arm_finds_the_ring_empty() {
-    let (poster, mut consumer) = evd::bounded::<u32>(8).unwrap();
-    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    let (poster, mut consumer) = armed_empty(8);
     poster.post(1).unwrap();
     poster.post(2).unwrap();
     assert!(consumer.query().notified);

@@ -3,8 +3,8 @@
 //! and `query()` report about the ring. One test per promise, named after it.
 
 mod common;
-use common::{full_ring, lose};
-use evd::{ArmStatus, Invoke, PostError, TryDequeueError, UpcallPolicy};
+use common::{armed_empty, full_ring, lose};
+use evd::{Invoke, PostError, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -175,8 +175,7 @@ fn a_refused_post_with_upcalls_disabled_writes_nothing() {
 
 #[test]
 fn query_counters_add_up() {
-    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    let (poster, mut consumer) = armed_empty(2);
     poster.post(1).unwrap();
     poster.post(2).unwrap();
     lose(&poster, 3);

@@ -370,6 +370,13 @@ pub fn next_of_its_poster(next: &mut [u64], ev: u64) {
     next[p] += 1;
 }
 
+/// An empty EVD of `capacity` slots, armed.
+pub fn armed_empty(capacity: usize) -> (Poster<u32>, Consumer<u32>) {
+    let (poster, mut consumer) = pair(capacity);
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    (poster, consumer)
+}
+
 /// A ring of as many slots as `events`, full of them.
 pub fn full_ring(events: &[u32]) -> (Poster<u32>, Consumer<u32>) {
     let (poster, consumer) = pair(events.len());
