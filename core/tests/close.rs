@@ -5,8 +5,8 @@
 
 mod common;
 use common::{
-    assert_report, full_ring, lose, lose_twice_around_a_report, next_of_its_poster, shared_vec,
-    spawn_tagged_posters, tracked, Tracked,
+    assert_report, assert_wait_ends, full_ring, lose, lose_twice_around_a_report,
+    next_of_its_poster, shared_vec, spawn_tagged_posters, tracked, Tracked,
 };
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
@@ -355,10 +355,7 @@ fn close_hands_events_back_and_drains_to_end_of_stream() {
     assert_eq!(consumer.try_dequeue(), Ok(1));
     assert_eq!(consumer.arm(), ArmStatus::Closed);
     assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
-    assert_eq!(
-        consumer.wait(1, None),
-        Err(WaitError::Closed { available: 0 })
-    );
+    assert_wait_ends(&mut consumer);
 }
 
 #[test]
@@ -459,10 +456,7 @@ fn post_arm_wait_and_dequeue_after_close() {
     assert_eq!(out, [2]);
     // Drained: end of stream everywhere, without blocking.
     assert_eq!(consumer.arm(), ArmStatus::Closed);
-    assert_eq!(
-        consumer.wait(1, None),
-        Err(WaitError::Closed { available: 0 })
-    );
+    assert_wait_ends(&mut consumer);
     assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
     assert_eq!(
         consumer.dequeue_batch(&mut out, 8),

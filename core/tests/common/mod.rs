@@ -8,6 +8,7 @@
 
 use evd::{
     ArmStatus, Cno, CnoHandle, Consumer, Lossy, Overflow, PostError, Poster, TryDequeueError,
+    WaitError,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Barrier, Mutex};
@@ -433,6 +434,15 @@ pub fn assert_report<T: std::fmt::Debug + PartialEq>(consumer: &mut Consumer<T>,
     assert_eq!(
         consumer.try_dequeue(),
         Err(TryDequeueError::Overflow(Overflow { lost }))
+    );
+}
+
+/// A wait on a closed and drained EVD ends at once, saying so.
+#[track_caller]
+pub fn assert_wait_ends<T: Send>(consumer: &mut Consumer<T>) {
+    assert_eq!(
+        consumer.wait(1, None),
+        Err(WaitError::Closed { available: 0 })
     );
 }
 
