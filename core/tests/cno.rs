@@ -12,7 +12,7 @@
 mod common;
 use common::{
     assert_report, bound, drain, drain_in_order, enabled, enabled_with_capacity, lose, pair,
-    post_0_to, post_retry, ready_keys, Rng, Watchdog,
+    post_0_to, post_retry, ready_keys, two_cnos, Rng, Watchdog,
 };
 use evd::{ArmStatus, Cno, CnoError, CnoHandle, Consumer, Poster};
 use futures::{FutureExt, StreamExt};
@@ -327,8 +327,7 @@ fn disable_is_a_barrier_no_key_appears_after_it_returns() {
 
 #[test]
 fn modify_cno_of_a_disabled_evd_moves_no_enable() {
-    let mut old = Cno::new(4).unwrap();
-    let mut new = Cno::new(4).unwrap();
+    let [mut old, mut new] = two_cnos();
     let (p, mut c) = bound::<u8>(&old, 1);
     c.modify_cno(&new, 2).unwrap();
     p.post(1).unwrap();
@@ -338,8 +337,7 @@ fn modify_cno_of_a_disabled_evd_moves_no_enable() {
 
 #[test]
 fn modify_cno_after_the_old_waiter_took_the_key_gives_the_new_one_nothing() {
-    let mut old = Cno::new(4).unwrap();
-    let mut new = Cno::new(4).unwrap();
+    let [mut old, mut new] = two_cnos();
     let (p, mut c) = enabled::<u8>(&old, 1);
     p.post(1).unwrap();
     assert_eq!(

@@ -5,7 +5,7 @@
 //! checks the EVD's link cell and the kept CNOs' lifetimes.
 
 mod common;
-use common::{bound, drain, enabled, enabled_with_capacity, pair, ready_keys};
+use common::{bound, drain, enabled, enabled_with_capacity, pair, ready_keys, two_cnos};
 use evd::{ArmStatus, Cno, CnoError, Overflow};
 use futures::{FutureExt, StreamExt};
 use std::sync::atomic::AtomicU64;
@@ -35,8 +35,7 @@ fn disable_removes_a_pending_key_and_keeps_the_events() {
 
 #[test]
 fn modify_cno_moves_a_pending_key() {
-    let mut old = Cno::new(4).unwrap();
-    let mut new = Cno::new(4).unwrap();
+    let [mut old, mut new] = two_cnos();
     let (p, mut c) = enabled::<u8>(&old, 1);
     p.post(1).unwrap();
     c.modify_cno(&new, 2).unwrap();
@@ -56,8 +55,7 @@ fn modify_cno_moves_a_pending_key() {
 
 #[test]
 fn modify_cno_moves_an_enable_and_the_old_cno_never_gets_the_key() {
-    let mut old = Cno::new(4).unwrap();
-    let mut new = Cno::new(4).unwrap();
+    let [mut old, mut new] = two_cnos();
     let (p, mut c) = enabled::<u8>(&old, 1);
     c.modify_cno(&new.handle(), 2).unwrap();
     assert_eq!(

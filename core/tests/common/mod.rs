@@ -245,6 +245,11 @@ pub fn pair<T: Send>(capacity: usize) -> (Poster<T>, Consumer<T>) {
     evd::bounded(capacity).expect("valid capacity")
 }
 
+/// Two CNOs of 4 places: one an EVD is bound to, one it moves to.
+pub fn two_cnos() -> [Cno; 2] {
+    [Cno::new(4).unwrap(), Cno::new(4).unwrap()]
+}
+
 /// A new EVD of 4 slots bound to `cno` with `key`.
 pub fn bound<T: Send>(cno: &impl AsRef<CnoHandle>, key: u64) -> (Poster<T>, Consumer<T>) {
     let (p, mut c) = pair(4);
