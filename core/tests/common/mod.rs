@@ -436,9 +436,20 @@ pub fn lose_twice_around_a_report<T: Send + std::fmt::Debug + PartialEq>(
 /// The next dequeue is the report of `lost` events lost.
 #[track_caller]
 pub fn assert_report<T: std::fmt::Debug + PartialEq>(consumer: &mut Consumer<T>, lost: u64) {
+    assert_report_in(consumer, lost, "");
+}
+
+/// [`assert_report`], with `ctx` in the failure message.
+#[track_caller]
+pub fn assert_report_in<T: std::fmt::Debug + PartialEq>(
+    consumer: &mut Consumer<T>,
+    lost: u64,
+    ctx: &str,
+) {
     assert_eq!(
         consumer.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost }))
+        Err(TryDequeueError::Overflow(Overflow { lost })),
+        "{ctx}"
     );
 }
 

@@ -29,7 +29,7 @@
 //! wait that the model says cannot block, and that blocks anyway, into an
 //! abort with its seed instead of a silent hang.
 
-use crate::common::{lose_twice_around_a_report, splitmix64, Rng};
+use crate::common::{assert_report_in, lose_twice_around_a_report, splitmix64, Rng};
 use evd::{
     ArmStatus, Consumer, DequeueError, Lossy, Overflow, PostError, Poster, TryDequeueError,
     WaitError, DEFAULT_SPIN_BUDGET,
@@ -807,41 +807,48 @@ fn assert_drained_and_closed(consumer: &mut Consumer<u64>, timeout: Option<Durat
 const FINITE_BUDGETS: [Duration; 4] = [Duration::ZERO, ONE_NANO, ONE_MICRO, DEFAULT_SPIN_BUDGET];
 const TIMEOUTS: [Option<Duration>; 3] = [Some(Duration::ZERO), None, Some(Duration::from_secs(1))];
 
-#[test]
-fn a_wait_that_finds_its_threshold_met_leaves_the_report_to_the_next_dequeue() {
+/// Runs `case` for each of [`FINITE_BUDGETS`] and [`TIMEOUTS`], with a
+/// context naming both for its failure messages.
+fn for_budgets_and_timeouts(mut case: impl FnMut(Duration, Option<Duration>, &str)) {
     for budget in FINITE_BUDGETS {
         for timeout in TIMEOUTS {
-            let ctx = format!("spin budget {budget:?}, timeout {timeout:?}");
-            let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
-            consumer.set_spin_budget(budget);
-            for v in 0..4 {
-                poster.post(v).unwrap();
-            }
-            assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(consumer.wait(1, timeout), Ok(4), "{ctx}");
-            assert_eq!(consumer.wait(4, timeout), Ok(4), "{ctx}");
-            assert_eq!(consumer.query().len, 4, "nothing dequeued: {ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "the report is still pending: {ctx}"
+            case(
+                budget,
+                timeout,
+                &format!("spin budget {budget:?}, timeout {timeout:?}"),
             );
-            assert_eq!(consumer.try_dequeue(), Ok(0), "{ctx}");
-
-            // One slot, one event and a loss.
-            let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
-            consumer.set_spin_budget(budget);
-            poster.post(7).unwrap();
-            assert_eq!(poster.post_lossy(8), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(consumer.wait(1, timeout), Ok(1), "{ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(consumer.try_dequeue(), Ok(7), "{ctx}");
         }
     }
+}
+
+#[test]
+fn a_wait_that_finds_its_threshold_met_leaves_the_report_to_the_next_dequeue() {
+    for_budgets_and_timeouts(|budget, timeout, ctx| {
+        let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
+        consumer.set_spin_budget(budget);
+        for v in 0..4 {
+            poster.post(v).unwrap();
+        }
+        assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost), "{ctx}");
+        assert_eq!(consumer.wait(1, timeout), Ok(4), "{ctx}");
+        assert_eq!(consumer.wait(4, timeout), Ok(4), "{ctx}");
+        assert_eq!(consumer.query().len, 4, "nothing dequeued: {ctx}");
+        assert_eq!(
+            consumer.try_dequeue(),
+            Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
+            "the report is still pending: {ctx}"
+        );
+        assert_eq!(consumer.try_dequeue(), Ok(0), "{ctx}");
+
+        // One slot, one event and a loss.
+        let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
+        consumer.set_spin_budget(budget);
+        poster.post(7).unwrap();
+        assert_eq!(poster.post_lossy(8), Ok(Lossy::Lost), "{ctx}");
+        assert_eq!(consumer.wait(1, timeout), Ok(1), "{ctx}");
+        assert_report_in(&mut consumer, 1, ctx);
+        assert_eq!(consumer.try_dequeue(), Ok(7), "{ctx}");
+    });
 }
 
 #[test]
@@ -891,61 +898,54 @@ fn a_zero_timeout_wait_leaves_an_arm_in_place() {
 
 #[test]
 fn a_pending_report_ends_a_wait_that_would_otherwise_block_and_comes_before_its_end() {
-    for budget in FINITE_BUDGETS {
-        for timeout in TIMEOUTS {
-            let ctx = format!("spin budget {budget:?}, timeout {timeout:?}");
-            let (poster, mut consumer) = evd::bounded::<u64>(2).unwrap();
-            consumer.set_spin_budget(budget);
-            poster.post(0).unwrap();
-            poster.post(1).unwrap();
-            lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 0, &ctx);
-            // One ready, a report pending: a wait for two would block.
-            assert_eq!(
-                consumer.wait(2, timeout),
-                Err(WaitError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(
-                consumer.wait(2, Some(Duration::ZERO)),
-                Err(WaitError::Timeout { available: 1 }),
-                "reported once: {ctx}"
-            );
-            assert_eq!(consumer.wait(1, timeout), Ok(1), "{ctx}");
-            assert_eq!(consumer.try_dequeue(), Ok(1), "{ctx}");
+    for_budgets_and_timeouts(|budget, timeout, ctx| {
+        let (poster, mut consumer) = evd::bounded::<u64>(2).unwrap();
+        consumer.set_spin_budget(budget);
+        poster.post(0).unwrap();
+        poster.post(1).unwrap();
+        lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 0, ctx);
+        // One ready, a report pending: a wait for two would block.
+        assert_eq!(
+            consumer.wait(2, timeout),
+            Err(WaitError::Overflow(Overflow { lost: 1 })),
+            "{ctx}"
+        );
+        assert_eq!(
+            consumer.wait(2, Some(Duration::ZERO)),
+            Err(WaitError::Timeout { available: 1 }),
+            "reported once: {ctx}"
+        );
+        assert_eq!(consumer.wait(1, timeout), Ok(1), "{ctx}");
+        assert_eq!(consumer.try_dequeue(), Ok(1), "{ctx}");
 
-            // Closed with two left and a report pending: met, the report stays.
-            poster.post(4).unwrap();
-            poster.post(5).unwrap();
-            assert_eq!(poster.post_lossy(6), Ok(Lossy::Lost), "{ctx}");
-            poster.close();
-            assert_eq!(consumer.wait(2, timeout), Ok(2), "{ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(consumer.try_dequeue(), Ok(4), "{ctx}");
-            // One left: a wait for two can never be met.
-            assert_eq!(
-                consumer.wait(2, timeout),
-                Err(WaitError::Closed { available: 1 }),
-                "{ctx}"
-            );
-            assert_eq!(consumer.try_dequeue(), Ok(5), "{ctx}");
-            assert_drained_and_closed(&mut consumer, timeout, &ctx);
+        // Closed with two left and a report pending: met, the report stays.
+        poster.post(4).unwrap();
+        poster.post(5).unwrap();
+        assert_eq!(poster.post_lossy(6), Ok(Lossy::Lost), "{ctx}");
+        poster.close();
+        assert_eq!(consumer.wait(2, timeout), Ok(2), "{ctx}");
+        assert_report_in(&mut consumer, 1, ctx);
+        assert_eq!(consumer.try_dequeue(), Ok(4), "{ctx}");
+        // One left: a wait for two can never be met.
+        assert_eq!(
+            consumer.wait(2, timeout),
+            Err(WaitError::Closed { available: 1 }),
+            "{ctx}"
+        );
+        assert_eq!(consumer.try_dequeue(), Ok(5), "{ctx}");
+        assert_drained_and_closed(&mut consumer, timeout, ctx);
 
-            // Closed and drained with a report pending: the report, then the end.
-            let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
-            consumer.set_spin_budget(budget);
-            poster.post(0).unwrap();
-            lose_twice_around_a_report(&poster, &mut consumer, [1, 2], 0, &ctx);
-            poster.close();
-            assert_eq!(
-                consumer.wait(1, timeout),
-                Err(WaitError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_drained_and_closed(&mut consumer, timeout, &ctx);
-        }
-    }
+        // Closed and drained with a report pending: the report, then the end.
+        let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
+        consumer.set_spin_budget(budget);
+        poster.post(0).unwrap();
+        lose_twice_around_a_report(&poster, &mut consumer, [1, 2], 0, ctx);
+        poster.close();
+        assert_eq!(
+            consumer.wait(1, timeout),
+            Err(WaitError::Overflow(Overflow { lost: 1 })),
+            "{ctx}"
+        );
+        assert_drained_and_closed(&mut consumer, timeout, ctx);
+    });
 }
