@@ -21,19 +21,13 @@ use std::time::{Duration, Instant};
 
 const POSTERS: u64 = 2;
 
-/// xorshift64*, seeded from the command line.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+/// xorshift64* (its state seeded from the command line, never zero): a
+/// number below `n`.
+fn below(state: &mut u64, n: u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
 }
 
 /// Exactly-once ledger shared with upcall handlers.
@@ -69,8 +63,8 @@ enum Mode {
     Upcall(UpcallPolicy, bool),
 }
 
-fn pick(rng: &mut Rng) -> Mode {
-    match rng.below(9) {
+fn pick(rng: &mut u64) -> Mode {
+    match below(rng, 9) {
         0 => Mode::Dequeue,
         1 => Mode::Batch,
         2 => Mode::Wait,
@@ -245,7 +239,7 @@ fn main() {
             }
         });
     }
-    let mut rng = Rng(seed);
+    let mut rng = seed;
     let mut fifo = Fifo([None; POSTERS as usize]);
     let mut per_mode: Vec<(Mode, u64)> = Vec::new();
     let mut phases = 0u64;
@@ -253,8 +247,8 @@ fn main() {
     loop {
         let mode = pick(&mut rng);
         // Phases of 1..=2^20 events, so modes switch often and also run long.
-        let scale = 1 + rng.below(20);
-        let quota = 1 + rng.below(1 << scale);
+        let scale = 1 + below(&mut rng, 20);
+        let quota = 1 + below(&mut rng, 1 << scale);
         let before = ledger.delivered.load(Relaxed);
         let (c, ended) = phase(consumer, mode, quota, &ledger, &mut fifo);
         consumer = c;
@@ -264,8 +258,8 @@ fn main() {
             None => per_mode.push((mode, n)),
         }
         phases += 1;
-        if rng.below(16) == 0 {
-            let cap = 1usize << (4 + rng.below(9));
+        if below(&mut rng, 16) == 0 {
+            let cap = 1usize << (4 + below(&mut rng, 9));
             let _ = consumer.resize(cap);
         }
         if last_report.elapsed() > Duration::from_secs(10) {

@@ -1,49 +1,35 @@
 //! The CNO (one waiter for many EVDs), one test per promise of its docs
-//! (`core/src/cno/mod.rs`, `core/src/consumer/cno.rs`), named after it.
+//! (`core/src/cno/mod.rs`, `core/src/consumer/cno.rs`), named after it: the
+//! ready set and its order, enable and disable, the blocking, timed, async
+//! and eventfd waits, and the CNO's lifetime.
 //!
 //! Most tests are single-threaded and exact. The threaded ones assert only
 //! what holds in every interleaving (no sleeps as synchronization, no timed
 //! assertions); the few that could hang on a lost wakeup run under a
-//! watchdog that fails the process instead. The many-EVD stress test is in
-//! `cno_stress.rs`.
+//! watchdog that fails the process instead. The binding paths Miri checks
+//! are in `cno_paths.rs`, the many-EVD stress test in `cno_stress.rs`.
 
-use evd::{
-    ArmStatus, Cno, CnoError, CnoHandle, Consumer, Lossy, Overflow, Poster, TryDequeueError,
+mod common;
+use common::{
+    assert_report, bound, drain, drain_in_order, enabled, enabled_with_capacity, lose, pair,
+    post_0_to, post_retry, ready_keys, two_cnos, Rng, Watchdog,
 };
+use evd::{ArmStatus, Cno, CnoError, CnoHandle, Consumer, Poster};
 use futures::{FutureExt, StreamExt};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a threaded test may make no progress before the watchdog calls
-/// it a hang (a lost wakeup, or a disable barrier that never ends).
-const STALL_LIMIT: Duration = Duration::from_secs(60);
-
-fn pair<T: Send>(capacity: usize) -> (Poster<T>, Consumer<T>) {
-    evd::bounded(capacity).expect("valid capacity")
-}
-
-/// Everything queued now, and whether the drain ended at the end of stream.
-fn drain<T>(c: &mut Consumer<T>) -> (Vec<T>, bool) {
-    let mut got = Vec::new();
-    loop {
-        match c.try_dequeue() {
-            Ok(v) => got.push(v),
-            Err(TryDequeueError::Empty) => return (got, false),
-            Err(TryDequeueError::Closed) => return (got, true),
-            Err(TryDequeueError::Overflow(o)) => panic!("unexpected loss report {o:?}"),
-        }
-    }
-}
-
-/// Post, yielding while the ring is full.
-fn post_retry<T: Send>(p: &Poster<T>, mut ev: T) {
-    while let Err(e) = p.post(ev) {
-        assert!(!e.is_closed(), "closed under a live poster");
-        ev = e.into_inner();
-        std::thread::yield_now();
-    }
+/// An EVD of 4 slots with its notification eventfd, bound to `cno` with
+/// `key` and enabled.
+fn enabled_with_an_eventfd(cno: &Cno, key: u64) -> (Poster<u8>, Consumer<u8>, evd::NotifyFd) {
+    let (p, mut c) = pair::<u8>(4);
+    let fd = c.notify_fd().unwrap();
+    c.bind_cno(cno, key).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    (p, c, fd)
 }
 
 /// A thread that posts 0, 1, 2, ... to `p` without pause (yielding only on
@@ -59,75 +45,6 @@ fn poster_until(p: Poster<u64>, stop: Arc<AtomicBool>) -> std::thread::JoinHandl
         i
     })
 }
-
-/// The keys ready now.
-fn ready(cno: &mut Cno) -> Vec<u64> {
-    let mut keys = Vec::new();
-    let n = cno.try_ready(&mut keys);
-    assert_eq!(n, keys.len(), "try_ready returns how many it appended");
-    keys
-}
-
-/// xorshift64*: reproducible choices without a rand dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// Fails the process (a hung test would hang the harness) if `progress`
-/// stays put for [`STALL_LIMIT`]; stops when dropped.
-struct Watchdog {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Watchdog {
-    fn new(what: &'static str, progress: Arc<AtomicU64>) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut last = (progress.load(Relaxed), Instant::now());
-            while !s.load(Acquire) {
-                std::thread::park_timeout(Duration::from_millis(200));
-                let now = progress.load(Relaxed);
-                if now != last.0 {
-                    last = (now, Instant::now());
-                } else if last.1.elapsed() > STALL_LIMIT {
-                    use std::io::Write;
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "watchdog: {what}: no progress for {STALL_LIMIT:?} at {now}"
-                    );
-                    std::process::exit(101);
-                }
-            }
-        });
-        Watchdog {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.stop.store(true, Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
-    }
-}
-
-// ---- types ----------------------------------------------------------------
 
 #[test]
 fn a_handle_is_clone_send_and_sync_and_the_cno_is_send() {
@@ -156,26 +73,23 @@ fn new_refuses_zero_and_reports_its_capacity() {
     assert_eq!(cno.handle().capacity(), 5);
 }
 
-// ---- the ready set --------------------------------------------------------
-
 #[test]
 fn the_ready_set_holds_exactly_the_enabled_evds_that_got_work() {
     let mut cno = Cno::new(8).unwrap();
-    let (pa, mut a) = pair::<u32>(4); // enabled, gets a post
-    let (_pb, mut b) = pair::<u32>(4); // enabled, no post
-    let (pc, mut c) = pair::<u32>(4); // bound, not enabled, gets a post
+    let (pa, mut a) = enabled::<u32>(&cno, 1); // enabled, gets a post
+    let (_pb, _b) = enabled::<u32>(&cno, 2); // enabled, no post
+    let (pc, mut c) = bound::<u32>(&cno, 3); // bound, not enabled, gets a post
     let (pd, mut d) = pair::<u32>(4); // not bound, gets a post
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    c.bind_cno(&cno, 3).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
     assert_eq!(cno.try_next(), None, "nothing posted: nothing ready");
     pa.post(10).unwrap();
     pc.post(30).unwrap();
     pd.post(40).unwrap();
-    assert_eq!(ready(&mut cno), [1]);
-    assert_eq!(ready(&mut cno), [] as [u64; 0], "taken keys leave the set");
+    assert_eq!(ready_keys(&mut cno), [1]);
+    assert_eq!(
+        ready_keys(&mut cno),
+        [] as [u64; 0],
+        "taken keys leave the set"
+    );
     assert_eq!(cno.try_next(), None);
     assert_eq!(drain(&mut a).0, [10]);
     assert_eq!(drain(&mut c).0, [30]);
@@ -185,9 +99,7 @@ fn the_ready_set_holds_exactly_the_enabled_evds_that_got_work() {
 #[test]
 fn try_ready_appends_to_what_out_holds() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 6).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, _c) = enabled::<u8>(&cno, 6);
     p.post(0).unwrap();
     let mut out = vec![99];
     assert_eq!(cno.try_ready(&mut out), 1);
@@ -198,13 +110,11 @@ fn try_ready_appends_to_what_out_holds() {
 #[test]
 fn a_key_is_ready_at_most_once_per_enable() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u32>(8);
-    c.bind_cno(&cno, 5).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled_with_capacity::<u32>(&cno, 5, 8);
     for i in 0..4 {
         p.post(i).unwrap();
     }
-    assert_eq!(ready(&mut cno), [5], "four posts, one enable: one key");
+    assert_eq!(ready_keys(&mut cno), [5], "four posts, one enable: one key");
     p.post(4).unwrap();
     assert_eq!(cno.try_next(), None, "the enable was used up");
     // Enabling with events queued is Pending and arms nothing.
@@ -216,20 +126,16 @@ fn a_key_is_ready_at_most_once_per_enable() {
     assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
     p.post(6).unwrap();
     p.post(7).unwrap();
-    assert_eq!(ready(&mut cno), [5]);
+    assert_eq!(ready_keys(&mut cno), [5]);
     assert_eq!(cno.try_next(), None);
 }
 
 #[test]
 fn enabling_an_enabled_evd_changes_nothing() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 8).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u32>(&cno, 8);
     p.post(1).unwrap();
-    assert_eq!(ready(&mut cno), [8], "three enables, one key");
+    assert_eq!(ready_keys(&mut cno), [8], "three enables, one key");
     p.post(2).unwrap();
     assert_eq!(cno.try_next(), None);
     // A disable after a repeated enable is still a barrier that returns
@@ -271,15 +177,11 @@ fn enable_is_not_bound_before_a_bind_then_pending_armed_or_closed() {
 #[test]
 fn keys_are_the_callers_and_two_evds_may_share_one() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 77).unwrap();
-    b.bind_cno(&cno, 77).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, _a) = enabled::<u8>(&cno, 77);
+    let (pb, _b) = enabled::<u8>(&cno, 77);
     pa.post(1).unwrap();
     pb.post(2).unwrap();
-    assert_eq!(ready(&mut cno), [77, 77], "not checked for uniqueness");
+    assert_eq!(ready_keys(&mut cno), [77, 77], "not checked for uniqueness");
 }
 
 #[test]
@@ -305,14 +207,12 @@ fn evds_of_different_event_types_share_one_cno() {
     p1.post(1).unwrap();
     p4.post(()).unwrap();
     p2.post("two".to_string()).unwrap();
-    assert_eq!(ready(&mut cno), [3, 1, 4, 2]);
+    assert_eq!(ready_keys(&mut cno), [3, 1, 4, 2]);
     assert_eq!(drain(&mut c1).0, [1]);
     assert_eq!(drain(&mut c2).0, ["two"]);
     assert_eq!(drain(&mut c3).0, [vec![3, 33]]);
     assert_eq!(drain(&mut c4).0, [()]);
 }
-
-// ---- order ----------------------------------------------------------------
 
 #[test]
 fn keys_come_in_the_order_their_evds_became_ready() {
@@ -340,42 +240,17 @@ fn keys_come_in_the_order_their_evds_became_ready() {
             posters[i].post(round).unwrap();
         }
         let want: Vec<u64> = order.iter().map(|&i| 100 + i as u64).collect();
-        assert_eq!(ready(&mut cno), want, "round {round}");
+        assert_eq!(ready_keys(&mut cno), want, "round {round}");
         for c in consumers.iter_mut() {
             drain(c);
         }
     }
 }
 
-// ---- disable --------------------------------------------------------------
-
-#[test]
-fn disable_removes_a_pending_key_and_keeps_the_events() {
-    let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    let (q, mut d) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    d.bind_cno(&cno, 2).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(d.enable_cno(), Ok(ArmStatus::Armed));
-    p.post(1).unwrap();
-    q.post(2).unwrap();
-    c.disable_cno();
-    assert_eq!(ready(&mut cno), [2], "only the other EVD's key is left");
-    assert_eq!(drain(&mut c).0, [1], "the event stays");
-    assert_eq!(c.cno_key(), Some(1), "disabled, still bound");
-    // Re-enabled, it works as before.
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    p.post(3).unwrap();
-    assert_eq!(ready(&mut cno), [1]);
-}
-
 #[test]
 fn disable_withdraws_an_enable_that_no_post_used() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 1);
     c.disable_cno();
     p.post(1).unwrap();
     p.close();
@@ -393,7 +268,7 @@ fn disable_of_an_unbound_or_disabled_evd_does_nothing() {
     c.disable_cno();
     assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
     p.post(1).unwrap();
-    assert_eq!(ready(&mut cno), [1]);
+    assert_eq!(ready_keys(&mut cno), [1]);
 }
 
 /// A poster posts without pause while the consumer enables and disables its
@@ -404,8 +279,7 @@ fn disable_of_an_unbound_or_disabled_evd_does_nothing() {
 fn disable_is_a_barrier_no_key_appears_after_it_returns() {
     const ROUNDS: u64 = 100_000;
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u64>(4);
-    c.bind_cno(&cno, 3).unwrap();
+    let (p, mut c) = bound::<u64>(&cno, 3);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("disable barrier", progress.clone());
     let stop = Arc::new(AtomicBool::new(false));
@@ -413,13 +287,7 @@ fn disable_is_a_barrier_no_key_appears_after_it_returns() {
     let mut rng = Rng(0xba44_1e45);
     let (mut next, mut taken_before, mut rounds) = (0u64, 0u64, 0u64);
     'rounds: loop {
-        let (got, closed) = drain(&mut c);
-        for ev in got {
-            assert_eq!(ev, next, "exactly once, in order");
-            next += 1;
-        }
-        progress.store(next, Relaxed);
-        if closed {
+        if drain_in_order(&mut c, &mut next, &progress) {
             break;
         }
         match c.enable_cno().unwrap() {
@@ -457,62 +325,10 @@ fn disable_is_a_barrier_no_key_appears_after_it_returns() {
     );
 }
 
-// ---- modify_cno -----------------------------------------------------------
-
-#[test]
-fn modify_cno_moves_a_pending_key() {
-    let mut old = Cno::new(4).unwrap();
-    let mut new = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    p.post(1).unwrap();
-    c.modify_cno(&new, 2).unwrap();
-    assert_eq!((ready(&mut old), ready(&mut new)), (vec![], vec![2]));
-    assert_eq!((old.bound(), new.bound(), c.cno_key()), (0, 1, Some(2)));
-    // The moved key used the enable up: no second key without a new enable.
-    p.post(2).unwrap();
-    assert_eq!((old.try_next(), new.try_next()), (None, None));
-    drain(&mut c);
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    p.post(3).unwrap();
-    assert_eq!((old.try_next(), new.try_next()), (None, Some(2)));
-}
-
-#[test]
-fn modify_cno_moves_an_enable_and_the_old_cno_never_gets_the_key() {
-    let mut old = Cno::new(4).unwrap();
-    let mut new = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    c.modify_cno(&new.handle(), 2).unwrap();
-    assert_eq!(
-        (old.try_next(), new.try_next()),
-        (None, None),
-        "no news yet"
-    );
-    p.post(1).unwrap();
-    assert_eq!((ready(&mut old), ready(&mut new)), (vec![], vec![2]));
-    // And every later enable goes to the new CNO only.
-    for i in 0..3 {
-        drain(&mut c);
-        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-        p.post(i).unwrap();
-        assert_eq!((old.try_next(), new.try_next()), (None, Some(2)));
-    }
-    drain(&mut c);
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    drop(p); // the close goes to the new CNO too
-    assert_eq!((old.try_next(), new.try_next()), (None, Some(2)));
-}
-
 #[test]
 fn modify_cno_of_a_disabled_evd_moves_no_enable() {
-    let mut old = Cno::new(4).unwrap();
-    let mut new = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
+    let [mut old, mut new] = two_cnos();
+    let (p, mut c) = bound::<u8>(&old, 1);
     c.modify_cno(&new, 2).unwrap();
     p.post(1).unwrap();
     assert_eq!((old.try_next(), new.try_next()), (None, None));
@@ -521,11 +337,8 @@ fn modify_cno_of_a_disabled_evd_moves_no_enable() {
 
 #[test]
 fn modify_cno_after_the_old_waiter_took_the_key_gives_the_new_one_nothing() {
-    let mut old = Cno::new(4).unwrap();
-    let mut new = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let [mut old, mut new] = two_cnos();
+    let (p, mut c) = enabled::<u8>(&old, 1);
     p.post(1).unwrap();
     assert_eq!(
         old.try_next(),
@@ -556,20 +369,17 @@ fn modify_cno_of_an_unbound_evd_binds_it() {
 fn modify_cno_to_a_full_or_dropped_cno_fails_and_leaves_the_binding_as_it_was() {
     let mut old = Cno::new(4).unwrap();
     let full = Cno::new(1).unwrap();
-    let (_q, mut other) = pair::<u8>(4);
-    other.bind_cno(&full, 50).unwrap();
+    let (_q, _other) = bound::<u8>(&full, 50);
     let dropped = Cno::new(4).unwrap();
     let dropped_handle = dropped.handle();
     drop(dropped);
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&old, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&old, 1);
     assert_eq!(c.modify_cno(&full, 2), Err(CnoError::Full { capacity: 1 }));
     assert_eq!(c.modify_cno(&dropped_handle, 3), Err(CnoError::CnoDropped));
     assert_eq!((c.cno_key(), old.bound(), full.bound()), (Some(1), 1, 1));
     p.post(1).unwrap();
     assert_eq!(
-        ready(&mut old),
+        ready_keys(&mut old),
         [1],
         "still bound and enabled on the old CNO"
     );
@@ -608,13 +418,7 @@ fn modify_cno_under_posts_each_notification_reaches_exactly_one_cno() {
     };
     loop {
         // Not enabled, nothing pending: drain, maybe move, enable.
-        let (got, closed) = drain(&mut c);
-        for ev in got {
-            assert_eq!(ev, next, "exactly once, in order");
-            next += 1;
-        }
-        progress.store(next, Relaxed);
-        if closed {
+        if drain_in_order(&mut c, &mut next, &progress) {
             break;
         }
         if rng.below(4) == 0 {
@@ -645,104 +449,6 @@ fn modify_cno_under_posts_each_notification_reaches_exactly_one_cno() {
     }
     assert_eq!(next, poster.join().unwrap(), "every event");
     println!("{keys_seen} keys, {moves} moves, {next} events");
-}
-
-// ---- unbind, drop, slot reuse ----------------------------------------------
-
-#[test]
-fn unbind_removes_a_pending_key_and_frees_its_place() {
-    let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 4).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    p.post(1).unwrap();
-    assert_eq!(c.unbind_cno(), Some(4));
-    assert_eq!((c.cno_key(), cno.bound()), (None, 0));
-    assert_eq!(cno.try_next(), None, "the key went with the binding");
-    assert_eq!(c.unbind_cno(), None);
-    p.post(2).unwrap();
-    assert_eq!(cno.try_next(), None);
-    assert_eq!(drain(&mut c).0, [1, 2], "the events stay");
-    // Its place is free: another EVD binds in the full-size CNO.
-    let (_q, mut d) = pair::<u8>(4);
-    d.bind_cno(&cno, 5).unwrap();
-    // And the unbound one can bind again (after the other leaves).
-    assert_eq!(c.bind_cno(&cno, 6), Err(CnoError::Full { capacity: 1 }));
-    drop(d);
-    c.bind_cno(&cno, 6).unwrap();
-}
-
-#[test]
-fn dropping_a_bound_consumer_removes_its_key_and_frees_its_place() {
-    let mut cno = Cno::new(2).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
-    pa.post(1).unwrap();
-    pb.post(2).unwrap();
-    drop(a);
-    assert_eq!(cno.bound(), 1);
-    assert_eq!(ready(&mut cno), [2]);
-    // A dropped enabled consumer leaves no enable behind either.
-    drain(&mut b);
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
-    drop(b);
-    assert!(pb.post(3).is_err(), "closed by the drop");
-    assert_eq!((cno.bound(), cno.try_next()), (0, None));
-    assert!(pa.is_closed());
-}
-
-#[test]
-fn into_upcalls_unbinds_the_evd() {
-    let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    let seen = Arc::new(AtomicU64::new(0));
-    let s = seen.clone();
-    let up = c.into_upcalls(
-        evd::UpcallPolicy::SingleInstance,
-        evd::Invoke::Any,
-        move |item: Result<u32, Overflow>, _| {
-            s.fetch_add(u64::from(item.unwrap()), Relaxed);
-        },
-    );
-    assert_eq!(cno.bound(), 0, "its place is free");
-    p.post(5).unwrap();
-    assert_eq!(seen.load(Relaxed), 5, "the upcall got the event");
-    assert_eq!(cno.try_next(), None, "the CNO did not");
-    let c = up.teardown();
-    assert_eq!(c.cno_key(), None);
-}
-
-#[test]
-fn a_reused_place_delivers_the_new_key_not_the_old() {
-    let mut cno = Cno::new(1).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    pa.post(1).unwrap(); // key 1 pending
-    drop(a); // removed, place freed
-    let (pb, mut b) = pair::<u8>(4);
-    b.bind_cno(&cno, 2).unwrap(); // the same (only) place
-    assert_eq!(cno.try_next(), None, "the old key is not handed out");
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
-    pb.post(2).unwrap();
-    assert_eq!(ready(&mut cno), [2]);
-
-    // The same with the new binding triggered before the waiter looks.
-    drain(&mut b);
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
-    pb.post(3).unwrap(); // key 2 pending
-    drop(b);
-    let (pc, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 3).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    pc.post(4).unwrap();
-    assert_eq!(ready(&mut cno), [3], "the new key, once");
 }
 
 #[test]
@@ -782,7 +488,7 @@ fn bind_cno_new_key_hands_out_keys_unique_among_bound_evds() {
         p.post(0).unwrap();
     }
     let want: Vec<u64> = fresh.iter().map(|(_, c)| c.cno_key().unwrap()).collect();
-    assert_eq!(ready(&mut cno), want);
+    assert_eq!(ready_keys(&mut cno), want);
 }
 
 #[test]
@@ -802,43 +508,13 @@ fn a_full_cno_refuses_a_bind_with_its_capacity() {
     assert_eq!(cno.bound(), 2);
 }
 
-// ---- close and loss ---------------------------------------------------------
-
-#[test]
-fn closing_an_enabled_evd_reports_its_key_once_then_the_drain_ends_the_stream() {
-    // Three ways to close: the last poster goes, a poster closes, the
-    // consumer closes.
-    for how in 0..3 {
-        let mut cno = Cno::new(1).unwrap();
-        let (p, mut c) = pair::<u8>(4);
-        c.bind_cno(&cno, 9).unwrap();
-        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-        let keep = p.clone();
-        match how {
-            0 => {
-                drop(keep);
-                drop(p);
-            }
-            1 => p.close(),
-            _ => c.close(),
-        }
-        assert_eq!(ready(&mut cno), [9], "close {how}: the key, once");
-        assert_eq!(drain(&mut c), (vec![], true), "the drain ends the stream");
-        assert_eq!(c.enable_cno(), Ok(ArmStatus::Closed));
-        assert_eq!(c.enable_cno(), Ok(ArmStatus::Closed));
-        assert_eq!(cno.try_next(), None, "close {how}: nothing more");
-    }
-}
-
 #[test]
 fn a_close_after_the_enable_was_used_adds_no_second_key() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 9).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 9);
     p.post(1).unwrap();
     drop(p);
-    assert_eq!(ready(&mut cno), [9]);
+    assert_eq!(ready_keys(&mut cno), [9]);
     assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
     assert_eq!(drain(&mut c), (vec![1], true));
     assert_eq!(c.enable_cno(), Ok(ArmStatus::Closed));
@@ -848,14 +524,11 @@ fn a_close_after_the_enable_was_used_adds_no_second_key() {
 #[test]
 fn closing_an_evd_both_directly_armed_and_enabled_wakes_both_once() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    let fd = c.notify_fd().unwrap();
-    c.bind_cno(&cno, 9).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c, fd) = enabled_with_an_eventfd(&cno, 9);
     assert_eq!(c.arm(), ArmStatus::Armed);
     drop(p);
     assert!(fd.acknowledge().unwrap() >= 1, "the direct waiter is woken");
-    assert_eq!(ready(&mut cno), [9], "and the CNO gets the key once");
+    assert_eq!(ready_keys(&mut cno), [9], "and the CNO gets the key once");
     assert_eq!(drain(&mut c), (vec![], true));
 }
 
@@ -866,59 +539,21 @@ fn closing_an_evd_both_directly_armed_and_enabled_wakes_both_once() {
 #[test]
 fn a_loss_on_an_enabled_evd_puts_its_key_in_the_ready_set() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(1);
-    c.bind_cno(&cno, 4).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled_with_capacity::<u8>(&cno, 4, 1);
     assert_eq!(c.arm(), ArmStatus::Armed);
     p.post(1).unwrap(); // wakes the direct waiter; the ring is full
     assert_eq!(cno.try_next(), None);
-    assert_eq!(p.post_lossy(2), Ok(Lossy::Lost));
-    assert_eq!(ready(&mut cno), [4]);
-    assert_eq!(
-        c.try_dequeue(),
-        Err(TryDequeueError::Overflow(Overflow { lost: 1 }))
-    );
+    lose(&p, 2);
+    assert_eq!(ready_keys(&mut cno), [4]);
+    assert_report(&mut c, 1);
     assert_eq!(c.try_dequeue(), Ok(1));
     assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-}
-
-// ---- a dropped Cno --------------------------------------------------------
-
-#[test]
-fn a_dropped_cno_makes_enable_fail_and_posts_still_work() {
-    let cno = Cno::new(2).unwrap();
-    let h = cno.handle();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    assert!(!h.is_dropped());
-    drop(cno);
-    assert!(h.is_dropped());
-    p.post(1).unwrap(); // triggers a dropped CNO
-    p.post(2).unwrap();
-    assert_eq!(drain(&mut c).0, [1, 2]);
-    assert_eq!(c.enable_cno(), Err(CnoError::CnoDropped));
-    assert_eq!(c.cno_key(), Some(1), "still bound until unbound");
-    // Binding to it is refused, whatever the form.
-    let (_q, mut d) = pair::<u8>(4);
-    assert_eq!(d.bind_cno(&h, 2), Err(CnoError::CnoDropped));
-    assert_eq!(d.bind_cno_new_key(&h), Err(CnoError::CnoDropped));
-    // Unbind and move away still work.
-    let mut fresh = Cno::new(1).unwrap();
-    c.modify_cno(&fresh, 5).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    p.post(3).unwrap();
-    assert_eq!(fresh.try_next(), Some(5));
-    assert_eq!(c.unbind_cno(), Some(5));
 }
 
 #[test]
 fn a_dropped_cno_sends_later_triggers_to_the_evds_own_eventfd() {
     let cno = Cno::new(2).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    let fd = c.notify_fd().unwrap();
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c, fd) = enabled_with_an_eventfd(&cno, 1);
     // A second EVD whose key is queued when the CNO goes.
     let (q, mut d) = pair::<u8>(4);
     let fd_d = d.notify_fd().unwrap();
@@ -943,9 +578,7 @@ fn a_dropped_cno_sends_later_triggers_to_the_evds_own_eventfd() {
 #[test]
 fn a_dropped_cno_leaves_a_direct_waiter_woken() {
     let cno = Cno::new(2).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 1);
     drop(cno);
     let t = std::thread::spawn(move || {
         let r = c.wait(1, None);
@@ -960,15 +593,10 @@ fn a_dropped_cno_leaves_a_direct_waiter_woken() {
     assert_eq!(c.try_dequeue(), Ok(7));
 }
 
-// ---- a direct waiter preempts the CNO ----------------------------------------
-
 #[test]
 fn a_direct_waiter_preempts_the_cno_and_the_enable_stays_for_the_next_post() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    let fd = c.notify_fd().unwrap();
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c, fd) = enabled_with_an_eventfd(&cno, 2);
     assert_eq!(c.arm(), ArmStatus::Armed);
     p.post(1).unwrap();
     assert_eq!(fd.acknowledge().unwrap(), 1, "the direct waiter is woken");
@@ -976,7 +604,7 @@ fn a_direct_waiter_preempts_the_cno_and_the_enable_stays_for_the_next_post() {
     assert!(!c.query().armed);
     // The enable is still there: the next post reaches the CNO.
     p.post(2).unwrap();
-    assert_eq!(ready(&mut cno), [2]);
+    assert_eq!(ready_keys(&mut cno), [2]);
     assert_eq!(fd.acknowledge().unwrap(), 0);
     assert_eq!(drain(&mut c).0, [1, 2]);
 }
@@ -984,9 +612,7 @@ fn a_direct_waiter_preempts_the_cno_and_the_enable_stays_for_the_next_post() {
 #[test]
 fn a_blocked_direct_waiter_preempts_the_cno() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 2);
     let t = std::thread::spawn(move || {
         let r = c.wait(1, None);
         (c, r)
@@ -1008,9 +634,7 @@ fn a_blocked_direct_waiter_preempts_the_cno() {
 #[test]
 fn an_async_direct_waiter_preempts_the_cno() {
     let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 2);
     {
         let mut recv = c.recv();
         assert_eq!((&mut recv).now_or_never(), None, "registered and armed");
@@ -1022,17 +646,11 @@ fn an_async_direct_waiter_preempts_the_cno() {
     assert_eq!(cno.try_next(), Some(2));
 }
 
-// ---- waiting ----------------------------------------------------------------
-
 #[test]
 fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, _a) = enabled::<u8>(&cno, 1);
+    let (pb, _b) = enabled::<u8>(&cno, 2);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno::wait", progress);
     let t = std::thread::spawn(move || {
@@ -1054,25 +672,14 @@ fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
 fn wait_with_a_zero_spin_budget_still_wakes() {
     let mut cno = Cno::new(4).unwrap();
     cno.set_spin_budget(Duration::ZERO);
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 1).unwrap();
+    let (p, mut c) = bound::<u32>(&cno, 1);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno::wait, zero spin", progress.clone());
-    let t = std::thread::spawn(move || {
-        for i in 0..200u32 {
-            post_retry(&p, i);
-        }
-    });
+    let t = post_0_to(p, 200);
     let mut keys = Vec::new();
     let mut next = 0;
     loop {
-        let (got, closed) = drain(&mut c);
-        for v in got {
-            assert_eq!(v, next);
-            next += 1;
-        }
-        progress.store(next.into(), Relaxed);
-        if closed {
+        if drain_in_order(&mut c, &mut next, &progress) {
             break;
         }
         match c.enable_cno().unwrap() {
@@ -1096,9 +703,7 @@ fn wait_timeout_and_deadline_return_zero_only_when_no_key_is_ready() {
     assert_eq!(cno.wait_timeout(&mut keys, Duration::from_millis(1)), 0);
     assert_eq!(cno.wait_deadline(&mut keys, Instant::now()), 0);
     assert_eq!(cno.wait_timeout(&mut keys, Duration::ZERO), 0);
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 3).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, mut c) = enabled::<u8>(&cno, 3);
     p.post(1).unwrap();
     // A key ready before the call is taken even with a deadline passed.
     assert_eq!(cno.wait_deadline(&mut keys, Instant::now()), 1);
@@ -1118,17 +723,11 @@ fn wait_timeout_and_deadline_return_zero_only_when_no_key_is_ready() {
     assert_eq!(cno.wait_timeout(&mut keys, Duration::MAX), 1);
 }
 
-// ---- async: ready_set and Stream ---------------------------------------------
-
 #[test]
 fn ready_set_resolves_with_every_key_ready_then() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    let (pa, mut a) = enabled::<u8>(&cno, 1);
+    let (pb, _b) = enabled::<u8>(&cno, 2);
     let mut keys = Vec::new();
     assert_eq!(cno.ready_set(&mut keys).now_or_never(), None, "nothing yet");
     pb.post(1).unwrap();
@@ -1146,9 +745,7 @@ fn ready_set_resolves_with_every_key_ready_then() {
 #[test]
 fn ready_set_is_woken_by_a_post_on_another_thread() {
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 6).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    let (p, _c) = enabled::<u8>(&cno, 6);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("ready_set", progress);
     let t = std::thread::spawn(move || p.post(1).unwrap());
@@ -1162,25 +759,14 @@ fn ready_set_is_woken_by_a_post_on_another_thread() {
 fn the_cno_stream_yields_keys_as_they_become_ready_and_never_ends() {
     use futures::stream::FusedStream;
     let mut cno = Cno::new(4).unwrap();
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 4).unwrap();
+    let (p, mut c) = bound::<u32>(&cno, 4);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno stream", progress.clone());
-    let t = std::thread::spawn(move || {
-        for i in 0..100u32 {
-            post_retry(&p, i);
-        }
-    });
-    let (mut next, mut keys) = (0u32, 0u32);
+    let t = post_0_to(p, 100);
+    let (mut next, mut keys) = (0u64, 0u32);
     futures::executor::block_on(async {
         loop {
-            let (got, closed) = drain(&mut c);
-            for v in got {
-                assert_eq!(v, next);
-                next += 1;
-            }
-            progress.store(next.into(), Relaxed);
-            if closed {
+            if drain_in_order(&mut c, &mut next, &progress) {
                 break;
             }
             match c.enable_cno().unwrap() {
@@ -1199,24 +785,6 @@ fn the_cno_stream_yields_keys_as_they_become_ready_and_never_ends() {
     assert!(!cno.is_terminated());
     assert_eq!(cno.next().now_or_never(), None, "pending, not ended");
 }
-
-#[test]
-fn the_cno_stream_skips_entries_whose_keys_were_removed() {
-    let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pb, mut b) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    b.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
-    pa.post(1).unwrap();
-    pb.post(2).unwrap();
-    a.disable_cno(); // key 1 removed, its entry stays queued
-    assert_eq!(cno.next().now_or_never(), Some(Some(2)));
-    assert_eq!(cno.next().now_or_never(), None);
-}
-
-// ---- the eventfd ----------------------------------------------------------
 
 #[test]
 fn the_eventfd_is_written_exactly_once_per_idle_to_ready_transition() {
@@ -1240,7 +808,7 @@ fn the_eventfd_is_written_exactly_once_per_idle_to_ready_transition() {
         1,
         "three keys, one idle → ready transition"
     );
-    assert_eq!(ready(&mut cno), [0, 1, 2]);
+    assert_eq!(ready_keys(&mut cno), [0, 1, 2]);
     assert_eq!(fd.acknowledge().unwrap(), 0);
 
     // Not armed: a new key does not write the fd.
@@ -1249,7 +817,7 @@ fn the_eventfd_is_written_exactly_once_per_idle_to_ready_transition() {
     posters[0].post(3).unwrap();
     assert_eq!(fd.acknowledge().unwrap(), 0, "not armed");
     assert_eq!(cno.arm(), ArmStatus::Pending, "a key is queued");
-    assert_eq!(ready(&mut cno), [0]);
+    assert_eq!(ready_keys(&mut cno), [0]);
 
     // Armed again: the next key writes it once more.
     assert_eq!(cno.arm(), ArmStatus::Armed);
@@ -1259,7 +827,7 @@ fn the_eventfd_is_written_exactly_once_per_idle_to_ready_transition() {
         posters[i].post(4).unwrap();
     }
     assert_eq!(fd.acknowledge().unwrap(), 1);
-    assert_eq!(ready(&mut cno), [1, 2]);
+    assert_eq!(ready_keys(&mut cno), [1, 2]);
 
     // An entry whose key was removed makes arm say Pending; taking it (no
     // key) lets the next arm say Armed.
@@ -1268,7 +836,7 @@ fn the_eventfd_is_written_exactly_once_per_idle_to_ready_transition() {
     posters[0].post(5).unwrap();
     consumers[0].disable_cno();
     assert_eq!(cno.arm(), ArmStatus::Pending);
-    assert_eq!(ready(&mut cno), [] as [u64; 0]);
+    assert_eq!(ready_keys(&mut cno), [] as [u64; 0]);
     assert_eq!(cno.arm(), ArmStatus::Armed);
     assert_eq!(fd.acknowledge().unwrap(), 0);
 }
@@ -1277,32 +845,21 @@ fn the_eventfd_is_written_exactly_once_per_idle_to_ready_transition() {
 fn the_eventfd_loop_serves_a_poster_thread_with_poll() {
     let mut cno = Cno::new(2).unwrap();
     let fd = cno.notify_fd().unwrap();
-    let (p, mut c) = pair::<u32>(4);
-    c.bind_cno(&cno, 1).unwrap();
+    let (p, mut c) = bound::<u32>(&cno, 1);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("CNO eventfd loop", progress.clone());
-    let t = std::thread::spawn(move || {
-        for i in 0..500u32 {
-            post_retry(&p, i);
-        }
-    });
-    let (mut next, mut polls) = (0u32, 0u32);
+    let t = post_0_to(p, 500);
+    let (mut next, mut polls) = (0u64, 0u32);
     let mut enabled = false;
     'outer: loop {
         // Serve every ready key: drain, re-enable.
-        for k in ready(&mut cno) {
+        for k in ready_keys(&mut cno) {
             assert_eq!(k, 1);
             assert!(enabled, "a key without an enable");
             enabled = false;
         }
         while !enabled {
-            let (got, closed) = drain(&mut c);
-            for v in got {
-                assert_eq!(v, next);
-                next += 1;
-            }
-            progress.store(next.into(), Relaxed);
-            if closed {
+            if drain_in_order(&mut c, &mut next, &progress) {
                 break 'outer;
             }
             match c.enable_cno().unwrap() {
@@ -1328,99 +885,6 @@ fn the_eventfd_loop_serves_a_poster_thread_with_poll() {
     t.join().unwrap();
     assert_eq!(next, 500);
     assert!(polls >= 1);
-}
-
-// ---- order, with an entry of a removed key still queued ------------------
-//
-// A disable (or unbind, or move) removes a pending key but leaves its slot's
-// entry in the ready ring; a later trigger of the same slot revives that
-// entry instead of queueing a new one (`cno::slot`: "the stale entry
-// delivers the new key when popped"), so the key comes out at the place
-// where the removed one had been, ahead of keys that became ready before it.
-
-#[test]
-fn keys_come_in_ready_order_after_a_disable_and_re_enable() {
-    let mut cno = Cno::new(4).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pc, mut c) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    pa.post(1).unwrap(); // key 1 ready
-    pc.post(1).unwrap(); // key 2 ready
-    a.disable_cno(); // key 1 removed
-    assert_eq!(drain(&mut a).0, [1]);
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    pa.post(2).unwrap(); // key 1 ready again, after key 2
-    assert_eq!(
-        ready(&mut cno),
-        [2, 1],
-        "FIFO in the order keys became ready"
-    );
-}
-
-#[test]
-fn keys_come_in_ready_order_after_a_place_is_reused() {
-    let mut cno = Cno::new(2).unwrap();
-    let (pa, mut a) = pair::<u8>(4);
-    let (pc, mut c) = pair::<u8>(4);
-    a.bind_cno(&cno, 1).unwrap();
-    c.bind_cno(&cno, 2).unwrap();
-    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    pa.post(1).unwrap(); // key 1 ready
-    pc.post(1).unwrap(); // key 2 ready
-    drop(a); // key 1 removed, its place freed
-    let (pb, mut b) = pair::<u8>(4);
-    b.bind_cno(&cno, 3).unwrap(); // takes a's place
-    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
-    pb.post(1).unwrap(); // key 3 ready, after key 2
-    assert_eq!(
-        ready(&mut cno),
-        [2, 3],
-        "FIFO in the order keys became ready"
-    );
-}
-
-#[test]
-fn resizing_an_enabled_evd_keeps_its_enable() {
-    let mut cno = Cno::new(1).unwrap();
-    let (p, mut c) = pair::<u8>(2);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    assert_eq!(c.resize(8), Ok(8));
-    p.post(1).unwrap();
-    assert_eq!(ready(&mut cno), [1]);
-    assert_eq!(c.resize(2), Ok(2), "shrinks with one event queued");
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
-    assert_eq!(drain(&mut c).0, [1]);
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    c.disable_cno(); // the barrier returns: the resize kept the count straight
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    p.post(2).unwrap();
-    assert_eq!(ready(&mut cno), [1]);
-}
-
-#[test]
-fn modify_cno_to_the_same_cno_changes_the_key_and_moves_a_pending_key() {
-    let mut cno = Cno::new(2).unwrap();
-    let (p, mut c) = pair::<u8>(4);
-    c.bind_cno(&cno, 1).unwrap();
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    p.post(1).unwrap(); // key 1 pending
-    c.modify_cno(&cno, 2).unwrap();
-    assert_eq!((c.cno_key(), cno.bound()), (Some(2), 1));
-    assert_eq!(
-        ready(&mut cno),
-        [2],
-        "the pending key, under its new key, once"
-    );
-    drain(&mut c);
-    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
-    c.modify_cno(&cno.handle(), 3).unwrap(); // the enable moves too
-    p.post(2).unwrap();
-    assert_eq!(ready(&mut cno), [3]);
 }
 
 #[test]

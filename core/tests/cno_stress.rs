@@ -28,13 +28,12 @@
 //! `EVD_CNO_STRESS_POSTERS` posters (default 3); `EVD_CNO_STRESS_SEED` to
 //! replay a run (each test prints its seed).
 
+mod common;
+use common::{env_u64, Rng, Watchdog, STALL_LIMIT};
 use evd::{ArmStatus, BatchPostError, Cno, Consumer, PostError, Poster, TryDequeueError};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long delivery may stall before the watchdog calls it a lost wakeup.
-const STALL_LIMIT: Duration = Duration::from_secs(60);
+use std::time::Duration;
 /// Slots per EVD: small, so that full rings and backpressure are common.
 const EVD_CAPACITY: usize = 4;
 /// Event layout: poster (8 bits) | EVD index (16 bits) | sequence (40 bits).
@@ -43,27 +42,6 @@ const EVD_SHIFT: u32 = 40;
 const SEQ_MASK: u64 = (1 << EVD_SHIFT) - 1;
 /// Keys are not the EVD indices (nor the CNO's slot numbers).
 const KEY_BASE: u64 = 1_000_000;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// xorshift64*: reproducible from a seed, no rand dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What the watchdog prints if delivery stalls.
 struct Progress {
@@ -74,63 +52,72 @@ struct Progress {
     enabled: AtomicU64,
     posted: Vec<AtomicU64>,
 }
+impl Progress {
+    fn new(posters: u64) -> Arc<Self> {
+        Arc::new(Progress {
+            delivered: AtomicU64::new(0),
+            keys: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            enabled: AtomicU64::new(0),
+            posted: (0..posters).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+}
 
 /// Fails the process (instead of hanging the test) if neither an event nor
-/// a key is delivered for [`STALL_LIMIT`]: that is how a lost wakeup shows.
+/// a key is delivered for the stall limit: that is how a lost wakeup shows.
 /// Stops when dropped.
-struct Watchdog {
-    finished: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+fn watchdog(what: String, progress: Arc<Progress>, per_poster: u64) -> Watchdog {
+    let at = progress.clone();
+    Watchdog::watching(
+        what,
+        STALL_LIMIT,
+        move || at.delivered.load(Relaxed) + at.keys.load(Relaxed),
+        move || {
+            let posted: Vec<u64> = progress.posted.iter().map(|a| a.load(Relaxed)).collect();
+            format!(
+                "{} events delivered, {} keys in {} waits, {} EVDs ended, {} enabled; \
+                 posted per poster {posted:?} of {per_poster}",
+                progress.delivered.load(Relaxed),
+                progress.keys.load(Relaxed),
+                progress.waits.load(Relaxed),
+                progress.closed.load(Relaxed),
+                progress.enabled.load(Relaxed),
+            )
+        },
+    )
 }
 
-impl Watchdog {
-    fn new(what: String, progress: Arc<Progress>, per_poster: u64) -> Self {
-        let finished = Arc::new(AtomicBool::new(false));
-        let done = finished.clone();
-        let thread = std::thread::spawn(move || {
-            let at = |p: &Progress| p.delivered.load(Relaxed) + p.keys.load(Relaxed);
-            let mut last = (at(&progress), Instant::now());
-            while !done.load(Acquire) {
-                std::thread::park_timeout(Duration::from_millis(200));
-                let now = at(&progress);
-                if now != last.0 {
-                    last = (now, Instant::now());
-                } else if last.1.elapsed() > STALL_LIMIT {
-                    // Straight to the process's stderr: the harness captures
-                    // eprintln!, and its capture dies with exit().
-                    use std::io::Write;
-                    let posted: Vec<u64> =
-                        progress.posted.iter().map(|a| a.load(Relaxed)).collect();
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "watchdog: {what}: no progress for {STALL_LIMIT:?}: \
-                         {} events delivered, {} keys in {} waits, {} EVDs ended, {} enabled; \
-                         posted per poster {posted:?} of {per_poster}",
-                        progress.delivered.load(Relaxed),
-                        progress.keys.load(Relaxed),
-                        progress.waits.load(Relaxed),
-                        progress.closed.load(Relaxed),
-                        progress.enabled.load(Relaxed),
-                    );
-                    std::process::exit(101);
-                }
-            }
-        });
-        Watchdog {
-            finished,
-            thread: Some(thread),
-        }
-    }
+/// The run's size and seed from the environment: events per poster,
+/// posters, and the seed (`default_seed` when `EVD_CNO_STRESS_SEED` is unset).
+fn sizes(default_seed: u64) -> (u64, u64, u64) {
+    let per_poster = env_u64("EVD_CNO_STRESS_EVENTS", 40_000).clamp(1, SEQ_MASK);
+    let posters_n = env_u64("EVD_CNO_STRESS_POSTERS", 3).clamp(1, 255);
+    let seed = env_u64("EVD_CNO_STRESS_SEED", default_seed) | 1;
+    (per_poster, posters_n, seed)
 }
 
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.finished.store(true, Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
-    }
+/// `n` EVDs of [`EVD_CAPACITY`] slots.
+fn small_evds(n: usize) -> (Vec<Poster<u64>>, Vec<Consumer<u64>>) {
+    (0..n).map(|_| evd::bounded(EVD_CAPACITY).unwrap()).unzip()
+}
+
+/// One [`poster_thread`] per entry of `progress.posted`, each with a clone
+/// of every poster; the posters given are dropped, so that the EVDs close
+/// when the threads end.
+fn spawn_posters(
+    posters: Vec<Poster<u64>>,
+    per_poster: u64,
+    seed: u64,
+    progress: &Arc<Progress>,
+) -> Vec<std::thread::JoinHandle<Vec<u64>>> {
+    (0..progress.posted.len() as u64)
+        .map(|p| {
+            let (posters, progress) = (posters.clone(), progress.clone());
+            std::thread::spawn(move || poster_thread(p, posters, per_poster, seed, progress))
+        })
+        .collect()
 }
 
 /// One poster thread: `per_poster` events to EVDs picked at random, then
@@ -219,6 +206,25 @@ struct Server {
 }
 
 impl Server {
+    /// Serves `consumers` (none enabled yet) for `progress.posted.len()`
+    /// posters of `per_poster` events each.
+    fn new(consumers: Vec<Consumer<u64>>, per_poster: u64, progress: &Arc<Progress>) -> Self {
+        let (evds, posters) = (consumers.len(), progress.posted.len());
+        Server {
+            consumers,
+            enabled: vec![false; evds],
+            done: vec![false; evds],
+            next: vec![vec![0; posters]; evds],
+            got: vec![vec![0; posters]; evds],
+            seen: vec![vec![0; per_poster.div_ceil(64) as usize]; posters],
+            posters: posters as u64,
+            per_poster,
+            closed: 0,
+            enabled_now: 0,
+            progress: progress.clone(),
+        }
+    }
+
     fn record(&mut self, i: usize, ev: u64) {
         let (p, e, seq) = (
             ev >> POSTER_SHIFT,
@@ -330,12 +336,8 @@ impl Server {
 
 /// `spin`: the CNO's spin budget (zero: every wait that finds nothing parks).
 fn stress(evds: usize, spin: Duration) {
-    let per_poster = env_u64("EVD_CNO_STRESS_EVENTS", 40_000).clamp(1, SEQ_MASK);
-    let posters_n = env_u64("EVD_CNO_STRESS_POSTERS", 3).clamp(1, 255);
-    let seed = env_u64(
-        "EVD_CNO_STRESS_SEED",
-        0x5eed ^ (u64::from(std::process::id()) << 16) ^ evds as u64,
-    ) | 1;
+    let (per_poster, posters_n, seed) =
+        sizes(0x5eed ^ (u64::from(std::process::id()) << 16) ^ evds as u64);
     println!(
         "{evds} EVDs: EVD_CNO_STRESS_SEED={seed} EVD_CNO_STRESS_EVENTS={per_poster} \
          EVD_CNO_STRESS_POSTERS={posters_n}; spin budget {spin:?}"
@@ -343,46 +345,19 @@ fn stress(evds: usize, spin: Duration) {
     assert!(evds <= 0xffff);
     let mut cno = Cno::new(evds).unwrap();
     cno.set_spin_budget(spin);
-    let (posters, consumers): (Vec<Poster<u64>>, Vec<Consumer<u64>>) = (0..evds)
-        .map(|_| evd::bounded(EVD_CAPACITY).unwrap())
-        .unzip();
-    let progress = Arc::new(Progress {
-        delivered: AtomicU64::new(0),
-        keys: AtomicU64::new(0),
-        waits: AtomicU64::new(0),
-        closed: AtomicU64::new(0),
-        enabled: AtomicU64::new(0),
-        posted: (0..posters_n).map(|_| AtomicU64::new(0)).collect(),
-    });
+    let (posters, consumers) = small_evds(evds);
+    let progress = Progress::new(posters_n);
 
     // The posters start before the EVDs are bound: binding and enabling
     // work while posts run.
-    let threads: Vec<_> = (0..posters_n)
-        .map(|p| {
-            let (posters, progress) = (posters.clone(), progress.clone());
-            std::thread::spawn(move || poster_thread(p, posters, per_poster, seed, progress))
-        })
-        .collect();
-    drop(posters);
+    let threads = spawn_posters(posters, per_poster, seed, &progress);
 
-    let _watchdog = Watchdog::new(
+    let _watchdog = watchdog(
         format!("{evds} EVDs, seed {seed}"),
         progress.clone(),
         per_poster,
     );
-    let mut s = Server {
-        consumers,
-        enabled: vec![false; evds],
-        done: vec![false; evds],
-        next: vec![vec![0; posters_n as usize]; evds],
-        got: vec![vec![0; posters_n as usize]; evds],
-        seen: vec![vec![0; per_poster.div_ceil(64) as usize]; posters_n as usize],
-        posters: posters_n,
-        per_poster,
-        closed: 0,
-        enabled_now: 0,
-        progress: progress.clone(),
-    };
+    let mut s = Server::new(consumers, per_poster, &progress);
     for (i, c) in s.consumers.iter_mut().enumerate() {
         c.bind_cno(&cno, KEY_BASE + i as u64).unwrap();
     }
@@ -482,12 +457,7 @@ fn churn_key(i: usize, g: u64) -> u64 {
 fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
     const EVDS: usize = 16;
     const STOP: u64 = u64::MAX;
-    let per_poster = env_u64("EVD_CNO_STRESS_EVENTS", 40_000).clamp(1, SEQ_MASK);
-    let posters_n = env_u64("EVD_CNO_STRESS_POSTERS", 3).clamp(1, 255);
-    let seed = env_u64(
-        "EVD_CNO_STRESS_SEED",
-        0xc4a2 ^ u64::from(std::process::id()),
-    ) | 1;
+    let (per_poster, posters_n, seed) = sizes(0xc4a2 ^ u64::from(std::process::id()));
     println!(
         "churn: EVD_CNO_STRESS_SEED={seed} EVD_CNO_STRESS_EVENTS={per_poster} \
          EVD_CNO_STRESS_POSTERS={posters_n}"
@@ -498,27 +468,12 @@ fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
     let (stop_poster, mut stop) = evd::bounded::<u8>(1).unwrap();
     stop.bind_cno(&cno, STOP).unwrap();
     assert_eq!(stop.enable_cno(), Ok(ArmStatus::Armed));
-    let (posters, mut consumers): (Vec<Poster<u64>>, Vec<Consumer<u64>>) = (0..EVDS)
-        .map(|_| evd::bounded(EVD_CAPACITY).unwrap())
-        .unzip();
+    let (posters, mut consumers) = small_evds(EVDS);
     for (i, c) in consumers.iter_mut().enumerate() {
         c.bind_cno(&h, churn_key(i, 0)).unwrap();
     }
-    let progress = Arc::new(Progress {
-        delivered: AtomicU64::new(0),
-        keys: AtomicU64::new(0),
-        waits: AtomicU64::new(0),
-        closed: AtomicU64::new(0),
-        enabled: AtomicU64::new(0),
-        posted: (0..posters_n).map(|_| AtomicU64::new(0)).collect(),
-    });
-    let threads: Vec<_> = (0..posters_n)
-        .map(|p| {
-            let (posters, progress) = (posters.clone(), progress.clone());
-            std::thread::spawn(move || poster_thread(p, posters, per_poster, seed, progress))
-        })
-        .collect();
-    drop(posters);
+    let progress = Progress::new(posters_n);
+    let threads = spawn_posters(posters, per_poster, seed, &progress);
     // Per EVD: the last generation whose unbind or move has returned, plus
     // one (0: none yet).
     let retired: Arc<Vec<AtomicU64>> = Arc::new((0..EVDS).map(|_| AtomicU64::new(0)).collect());
@@ -553,20 +508,8 @@ fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
         })
     };
 
-    let _watchdog = Watchdog::new(format!("churn, seed {seed}"), progress.clone(), per_poster);
-    let mut s = Server {
-        consumers,
-        enabled: vec![false; EVDS],
-        done: vec![false; EVDS],
-        next: vec![vec![0; posters_n as usize]; EVDS],
-        got: vec![vec![0; posters_n as usize]; EVDS],
-        seen: vec![vec![0; per_poster.div_ceil(64) as usize]; posters_n as usize],
-        posters: posters_n,
-        per_poster,
-        closed: 0,
-        enabled_now: 0,
-        progress: progress.clone(),
-    };
+    let _watchdog = watchdog(format!("churn, seed {seed}"), progress.clone(), per_poster);
+    let mut s = Server::new(consumers, per_poster, &progress);
     // Per EVD: its binding's generation; the first generation since its
     // last unbind (a move keeps the outstanding enable, an unbind drops it);
     // the generation its outstanding enable was made in.
@@ -697,51 +640,19 @@ fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
 #[test]
 fn stress_dropping_the_cno_while_posts_run_loses_no_event() {
     const EVDS: usize = 16;
-    let per_poster = env_u64("EVD_CNO_STRESS_EVENTS", 40_000).clamp(1, SEQ_MASK);
-    let posters_n = env_u64("EVD_CNO_STRESS_POSTERS", 3).clamp(1, 255);
-    let seed = env_u64(
-        "EVD_CNO_STRESS_SEED",
-        0xd209 ^ u64::from(std::process::id()),
-    ) | 1;
+    let (per_poster, posters_n, seed) = sizes(0xd209 ^ u64::from(std::process::id()));
     println!("cno drop: EVD_CNO_STRESS_SEED={seed} EVD_CNO_STRESS_EVENTS={per_poster}");
     let mut cno = Cno::new(EVDS).unwrap();
     let h = cno.handle();
-    let (posters, consumers): (Vec<Poster<u64>>, Vec<Consumer<u64>>) = (0..EVDS)
-        .map(|_| evd::bounded(EVD_CAPACITY).unwrap())
-        .unzip();
-    let progress = Arc::new(Progress {
-        delivered: AtomicU64::new(0),
-        keys: AtomicU64::new(0),
-        waits: AtomicU64::new(0),
-        closed: AtomicU64::new(0),
-        enabled: AtomicU64::new(0),
-        posted: (0..posters_n).map(|_| AtomicU64::new(0)).collect(),
-    });
-    let threads: Vec<_> = (0..posters_n)
-        .map(|p| {
-            let (posters, progress) = (posters.clone(), progress.clone());
-            std::thread::spawn(move || poster_thread(p, posters, per_poster, seed, progress))
-        })
-        .collect();
-    drop(posters);
-    let _watchdog = Watchdog::new(
+    let (posters, consumers) = small_evds(EVDS);
+    let progress = Progress::new(posters_n);
+    let threads = spawn_posters(posters, per_poster, seed, &progress);
+    let _watchdog = watchdog(
         format!("cno drop, seed {seed}"),
         progress.clone(),
         per_poster,
     );
-    let mut s = Server {
-        consumers,
-        enabled: vec![false; EVDS],
-        done: vec![false; EVDS],
-        next: vec![vec![0; posters_n as usize]; EVDS],
-        got: vec![vec![0; posters_n as usize]; EVDS],
-        seen: vec![vec![0; per_poster.div_ceil(64) as usize]; posters_n as usize],
-        posters: posters_n,
-        per_poster,
-        closed: 0,
-        enabled_now: 0,
-        progress: progress.clone(),
-    };
+    let mut s = Server::new(consumers, per_poster, &progress);
     for (i, c) in s.consumers.iter_mut().enumerate() {
         c.bind_cno(&cno, KEY_BASE + i as u64).unwrap();
     }

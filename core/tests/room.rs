@@ -4,19 +4,34 @@
 //! The deterministic tests poll futures by hand with counting wakers, so the
 //! room queue's rules (one wake per freed slot, FIFO, a woken waiter that
 //! loses the race goes first next time, a dropped waiter passes its wake on)
-//! are checked without any thread timing. The threaded tests check that no
-//! wakeup is lost and nothing is lost or duplicated; they wait on conditions,
-//! never on time, and a watchdog turns a lost wakeup into a failure instead of
-//! a hang.
+//! are checked without any thread timing. The threaded tests here are short
+//! enough for Miri (`scripts/miri` runs this file); they wait on conditions,
+//! never on time. The long threaded ones are in `stress.rs`.
 
-use evd::{Invoke, PostError, UpcallPolicy};
-use futures::{executor::block_on, SinkExt};
+mod common;
+use common::{eventually, full_ring, post_blocking_on_a_thread, shared_vec};
+use evd::{Invoke, PostAsync, PostError, Poster, UpcallPolicy};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
+
+#[test]
+fn dequeue_with_frees_room_for_a_waiting_poster() {
+    let (poster, mut consumer) = full_ring(&[0]);
+    let waiter = post_blocking_on_a_thread(&poster, 1);
+    // However the waiter and this thread interleave, the waiter gets in once
+    // the consumer has taken the first event: the head store wakes it.
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        consumer.dequeue_with(1, |v| got.push(v)).unwrap();
+        std::hint::spin_loop();
+    }
+    assert_eq!(waiter.join().unwrap(), Ok(()));
+    assert_eq!(got, [0, 1]);
+}
 
 /// A waker that counts how often it was woken.
 #[derive(Default)]
@@ -30,6 +45,14 @@ fn counting() -> (Arc<Counting>, Waker) {
     let c = Arc::new(Counting::default());
     (c.clone(), Waker::from(c))
 }
+/// A `post_async` of `ev` polled once with a counting waker, and found
+/// waiting for room: its count, its waker and the future.
+fn waiting(poster: &Poster<u32>, ev: u32) -> (Arc<Counting>, Waker, PostAsync<'_, u32>) {
+    let (count, waker) = counting();
+    let mut fut = poster.post_async(ev);
+    assert!(poll(&mut fut, &waker).is_pending());
+    (count, waker, fut)
+}
 fn wakes(c: &Counting) -> usize {
     c.0.load(Ordering::SeqCst)
 }
@@ -37,23 +60,10 @@ fn poll<F: Future + Unpin>(f: &mut F, w: &Waker) -> Poll<F::Output> {
     Pin::new(f).poll(&mut Context::from_waker(w))
 }
 
-/// Wait (yielding) until `cond` holds, or fail after a minute: a lost
-/// wakeup becomes a failure, not a hang. Not a timing assertion: any
-/// machine, however busy, meets the condition long before.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let give_up = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < give_up, "never happened: {what}");
-        std::thread::yield_now();
-    }
-}
-
 #[test]
 fn a_blocked_poster_is_woken_by_the_dequeue_that_frees_a_slot() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(1).unwrap();
-    let p = poster.clone();
-    let t = std::thread::spawn(move || p.post_blocking(2));
+    let (poster, mut consumer) = full_ring(&[1]);
+    let t = post_blocking_on_a_thread(&poster, 2);
     eventually("the poster waits for room", || consumer.query().room_wanted);
     assert_eq!(consumer.try_dequeue(), Ok(1));
     assert_eq!(consumer.dequeue(), Ok(2));
@@ -109,14 +119,9 @@ fn one_wake_per_freed_slot_first_come_first_served_and_a_hand_on_while_room_is_l
 
 #[test]
 fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(0).unwrap();
-    let (a, wa) = counting();
-    let (b, wb) = counting();
-    let mut fa = poster.post_async(1);
-    let mut fb = poster.post_async(2);
-    assert!(poll(&mut fa, &wa).is_pending());
-    assert!(poll(&mut fb, &wb).is_pending());
+    let (poster, mut consumer) = full_ring(&[0]);
+    let (a, wa, mut fa) = waiting(&poster, 1);
+    let (b, wb, mut fb) = waiting(&poster, 2);
     assert_eq!(consumer.try_dequeue(), Ok(0));
     assert_eq!((wakes(&a), wakes(&b)), (1, 0));
     // A poster that does not wait takes the slot first.
@@ -136,14 +141,9 @@ fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
 
 #[test]
 fn a_waiter_dropped_after_its_wake_passes_the_wake_on() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(0).unwrap();
-    let (a, wa) = counting();
-    let (b, wb) = counting();
-    let mut fa = poster.post_async(1);
-    let mut fb = poster.post_async(2);
-    assert!(poll(&mut fa, &wa).is_pending());
-    assert!(poll(&mut fb, &wb).is_pending());
+    let (poster, mut consumer) = full_ring(&[0]);
+    let (a, _wa, fa) = waiting(&poster, 1);
+    let (b, wb, mut fb) = waiting(&poster, 2);
     assert_eq!(consumer.try_dequeue(), Ok(0));
     assert_eq!((wakes(&a), wakes(&b)), (1, 0));
     drop(fa); // woken, never used the slot
@@ -155,11 +155,8 @@ fn a_waiter_dropped_after_its_wake_passes_the_wake_on() {
 
 #[test]
 fn a_waiter_dropped_before_any_wake_wakes_nobody_and_leaves_the_queue() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(0).unwrap();
-    let (a, wa) = counting();
-    let mut fa = poster.post_async(1);
-    assert!(poll(&mut fa, &wa).is_pending());
+    let (poster, mut consumer) = full_ring(&[0]);
+    let (a, _wa, fa) = waiting(&poster, 1);
     assert!(consumer.query().room_wanted);
     drop(fa);
     assert!(!consumer.query().room_wanted);
@@ -170,8 +167,7 @@ fn a_waiter_dropped_before_any_wake_wakes_nobody_and_leaves_the_queue() {
 
 #[test]
 fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(0).unwrap();
+    let (poster, mut consumer) = full_ring(&[0]);
     let threads: Vec<_> = (1..=4)
         .map(|i| {
             let p = poster.clone();
@@ -199,11 +195,8 @@ fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
 
 #[test]
 fn a_resize_that_adds_room_wakes_the_waiting_posters() {
-    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(0).unwrap();
-    let (a, wa) = counting();
-    let mut fa = poster.post_async(1);
-    assert!(poll(&mut fa, &wa).is_pending());
+    let (poster, mut consumer) = full_ring(&[0]);
+    let (a, wa, mut fa) = waiting(&poster, 1);
     consumer.resize(4).unwrap();
     assert_eq!(wakes(&a), 1);
     assert_eq!(poll(&mut fa, &wa), Poll::Ready(Ok(())));
@@ -213,8 +206,7 @@ fn a_resize_that_adds_room_wakes_the_waiting_posters() {
 
 #[test]
 fn a_zero_or_past_timeout_tries_once_and_never_joins_the_queue() {
-    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(0).unwrap();
+    let (poster, consumer) = full_ring(&[0]);
     assert_eq!(
         poster.post_timeout(1, Duration::ZERO),
         Err(PostError::Full(1))
@@ -235,8 +227,7 @@ fn a_zero_or_past_timeout_tries_once_and_never_joins_the_queue() {
 
 #[test]
 fn a_timed_out_poster_leaves_the_queue() {
-    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
-    poster.post(0).unwrap();
+    let (poster, consumer) = full_ring(&[0]);
     assert_eq!(
         poster.post_timeout(1, Duration::from_millis(2)),
         Err(PostError::Full(1))
@@ -248,8 +239,7 @@ fn a_timed_out_poster_leaves_the_queue() {
 fn waiting_inside_its_own_upcall_is_refused_at_once_instead_of_deadlocking() {
     let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
     let inner = poster.clone();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
+    let (seen, s) = shared_vec();
     let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
         if let Ok(0) = ev {
             inner.post(100).unwrap(); // fills the one slot
@@ -262,106 +252,6 @@ fn waiting_inside_its_own_upcall_is_refused_at_once_instead_of_deadlocking() {
     poster.post(0).unwrap();
     assert_eq!(*seen.lock().unwrap(), [Err((true, 101))]);
     drop(up.teardown());
-}
-
-#[test]
-fn many_blocked_posters_lose_nothing_and_report_no_overflow() {
-    const POSTERS: u64 = 6;
-    const EACH: u64 = 3_000;
-    let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
-    let threads: Vec<_> = (0..POSTERS)
-        .map(|id| {
-            let p = poster.clone();
-            std::thread::spawn(move || {
-                for seq in 0..EACH {
-                    p.post_blocking(id << 32 | seq).unwrap();
-                }
-            })
-        })
-        .collect();
-    drop(poster);
-    let mut next = vec![0u64; POSTERS as usize];
-    // Every dequeue, blocking or not, ends in the same end of stream; any
-    // Overflow report would fail this unwrap-free match.
-    loop {
-        match consumer.dequeue() {
-            Ok(v) => {
-                let (id, seq) = ((v >> 32) as usize, v & 0xffff_ffff);
-                assert_eq!(seq, next[id], "FIFO per poster, no loss, no duplicate");
-                next[id] += 1;
-            }
-            Err(evd::DequeueError::Closed) => break,
-            Err(e) => panic!("unexpected {e:?}"),
-        }
-    }
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert!(next.iter().all(|&n| n == EACH));
-    let q = consumer.query();
-    assert_eq!((q.lost, q.dequeued), (0, POSTERS * EACH));
-    assert!(!q.room_wanted);
-}
-
-#[test]
-fn waiting_posters_and_a_consumer_that_stops_and_starts_lose_no_wakeup() {
-    // Many short rounds: a one-slot ring, a poster blocking on every post,
-    // a consumer that dequeues with and without blocking. A lost room wakeup
-    // leaves the poster asleep with a free slot: the consumer's blocking
-    // dequeue then never returns and the watchdog fails the test.
-    for round in 0..300u32 {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        let t = std::thread::spawn(move || {
-            for i in 0..20 {
-                poster.post_blocking(i).unwrap();
-            }
-        });
-        for i in 0..20 {
-            let v = if (i + round) % 3 == 0 {
-                let mut v = None;
-                eventually("an event arrives", || {
-                    v = consumer.try_dequeue().ok();
-                    v.is_some()
-                });
-                v.unwrap()
-            } else {
-                consumer.dequeue().unwrap()
-            };
-            assert_eq!(v, i);
-        }
-        t.join().unwrap();
-    }
-}
-
-#[test]
-fn the_sink_sends_everything_in_order_through_a_tiny_ring() {
-    let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
-    let producers: Vec<_> = (0..2u32)
-        .map(|id| {
-            let mut sink = poster.clone().into_sink();
-            std::thread::spawn(move || {
-                block_on(async {
-                    for seq in 0..2_000 {
-                        sink.send(id << 16 | seq).await.unwrap();
-                    }
-                    sink.close().await.unwrap();
-                    assert!(sink.poster().is_none());
-                })
-            })
-        })
-        .collect();
-    drop(poster);
-    let mut next = [0u32; 2];
-    for v in consumer {
-        let v = v.expect("no loss");
-        let (id, seq) = ((v >> 16) as usize, v & 0xffff);
-        assert_eq!(seq, next[id]);
-        next[id] += 1;
-    }
-    for t in producers {
-        t.join().unwrap();
-    }
-    assert_eq!(next, [2_000, 2_000]);
 }
 
 #[test]
@@ -410,9 +300,7 @@ fn a_waker_that_panics_neither_costs_the_consumer_its_event_nor_the_others_their
             panic!("a broken executor's waker");
         }
     }
-    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-    poster.post(0).unwrap();
-    poster.post(1).unwrap();
+    let (poster, mut consumer) = full_ring(&[0, 1]);
     let bad = Waker::from(Arc::new(Panicking));
     let (good, good_waker) = counting();
     let mut f_bad = poster.post_async(10);

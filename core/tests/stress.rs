@@ -13,43 +13,28 @@
 //!
 //! Size: `EVD_STRESS_EVENTS` events per poster (default 200 000);
 //! `EVD_STRESS_SEED` to replay a run.
+//!
+//! Also here, the room tests too long for Miri: many posters blocked on a
+//! tiny ring, posters and a consumer that stops and starts, and the `Sink`
+//! through a two-slot ring.
 
-use evd::{ArmStatus, Invoke, Overflow, PostError, TryDequeueError, UpcallPolicy, WaitError};
-use futures::StreamExt;
+mod common;
+use common::{env_u64, eventually, post_retry, Ledger, Rng, Watchdog};
+use evd::{ArmStatus, Invoke, Overflow, TryDequeueError, UpcallPolicy, WaitError};
+use futures::executor::block_on;
+use futures::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const POSTERS: u64 = 3;
 const SEQ_BITS: u32 = 40;
-/// How long delivery may stall before the watchdog calls it a lost wakeup.
-const STALL_LIMIT: Duration = Duration::from_secs(30);
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// xorshift64*: enough randomness to pick modes, reproducible from a seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Exactly-once and FIFO bookkeeping, shared with upcall handlers.
 struct Checker {
     per_poster: u64,
-    seen: Vec<AtomicU8>,
+    /// Exactly once: one entry per (poster, sequence number).
+    seen: Ledger,
     /// Next expected sequence number per poster (serialized delivery only).
     next: Vec<AtomicU64>,
     /// Highest sequence number seen per poster (ManyInstances phases).
@@ -64,9 +49,7 @@ impl Checker {
     fn new(per_poster: u64) -> Self {
         Checker {
             per_poster,
-            seen: (0..POSTERS * per_poster)
-                .map(|_| AtomicU8::new(0))
-                .collect(),
+            seen: Ledger::new(POSTERS * per_poster),
             next: (0..POSTERS).map(|_| AtomicU64::new(0)).collect(),
             max_seen: (0..POSTERS).map(|_| AtomicU64::new(0)).collect(),
             delivered: AtomicU64::new(0),
@@ -83,8 +66,7 @@ impl Checker {
             p < POSTERS && seq < self.per_poster,
             "garbage event {ev:#x}"
         );
-        let first = self.seen[(p * self.per_poster + seq) as usize].swap(1, Relaxed);
-        assert_eq!(first, 0, "event {p}/{seq} delivered twice");
+        self.seen.record(p * self.per_poster + seq);
         if serialized {
             let expected = self.next[p as usize].load(Relaxed);
             assert_eq!(seq, expected, "poster {p}: FIFO broken");
@@ -101,6 +83,26 @@ impl Checker {
                 self.overflow_reported.fetch_add(o.lost, Relaxed);
             }
         }
+    }
+
+    /// One upcall's delivery of `item`: fails with `overlap` if another
+    /// upcall runs at the same time where delivery is `serialized`, runs
+    /// `inside` (the handler's own work), counts the call and records the item.
+    fn upcall(
+        &self,
+        item: Result<u64, Overflow>,
+        serialized: bool,
+        overlap: &str,
+        inside: impl FnOnce(),
+    ) {
+        let concurrent = self.in_upcall.fetch_add(1, AcqRel);
+        if serialized {
+            assert_eq!(concurrent, 0, "{overlap}");
+        }
+        inside();
+        self.upcall_calls.fetch_add(1, Relaxed);
+        self.record_item(item, serialized);
+        self.in_upcall.fetch_sub(1, AcqRel);
     }
 
     /// After a phase whose deliveries may overlap, FIFO resumes after the
@@ -178,6 +180,17 @@ fn run_phase(
     let mut consumer = consumer;
     let start = ck.delivered.load(Acquire);
     let done = |ck: &Checker| ck.delivered.load(Acquire) - start >= budget;
+    // Upcalls run on the posting threads; this thread only waits for them to
+    // deliver the budget, or for the posters to finish (with Invoke::New
+    // nothing may start once they stop), then tears them down.
+    let teardown_when_served = |upcalls: evd::Upcalls<u64>| {
+        while !done(ck) && !posters_done.load(Acquire) {
+            std::thread::yield_now();
+        }
+        let consumer = upcalls.teardown();
+        assert_eq!(consumer.query().upcalls_in_flight, 0);
+        consumer
+    };
     let mut open = true;
     match mode {
         Mode::Dequeue => {
@@ -271,22 +284,14 @@ fn run_phase(
             let serialized = policy == UpcallPolicy::SingleInstance;
             let h = ck.clone();
             let upcalls = consumer.into_upcalls(policy, invoke, move |item, _more| {
-                let concurrent = h.in_upcall.fetch_add(1, AcqRel);
-                if serialized {
-                    assert_eq!(concurrent, 0, "two upcalls at once under SingleInstance");
-                }
-                h.upcall_calls.fetch_add(1, Relaxed);
-                h.record_item(item, serialized);
-                h.in_upcall.fetch_sub(1, AcqRel);
+                h.upcall(
+                    item,
+                    serialized,
+                    "two upcalls at once under SingleInstance",
+                    || {},
+                );
             });
-            // Upcalls run on the posting threads; this thread only waits for
-            // them to deliver the budget, or for the posters to finish (with
-            // Invoke::New nothing may start once they stop).
-            while !done(ck) && !posters_done.load(Acquire) {
-                std::thread::yield_now();
-            }
-            consumer = upcalls.teardown();
-            assert_eq!(consumer.query().upcalls_in_flight, 0);
+            consumer = teardown_when_served(upcalls);
             if !serialized {
                 ck.resync();
             }
@@ -300,18 +305,9 @@ fn run_phase(
                 out: out.clone(),
             };
             let upcalls = consumer.into_upcalls_mut(invoke, move |item, _more| {
-                let concurrent = h.in_upcall.fetch_add(1, AcqRel);
-                assert_eq!(concurrent, 0, "two FnMut upcalls at once");
-                plain.bump();
-                h.upcall_calls.fetch_add(1, Relaxed);
-                h.record_item(item, true);
-                h.in_upcall.fetch_sub(1, AcqRel);
+                h.upcall(item, true, "two FnMut upcalls at once", || plain.bump());
             });
-            while !done(ck) && !posters_done.load(Acquire) {
-                std::thread::yield_now();
-            }
-            consumer = upcalls.teardown();
-            assert_eq!(consumer.query().upcalls_in_flight, 0);
+            consumer = teardown_when_served(upcalls);
             assert_eq!(
                 out.load(Acquire),
                 ck.upcall_calls.load(Relaxed) - calls_before,
@@ -341,7 +337,6 @@ fn exactly_once_across_all_consumer_modes() {
     let refused = Arc::new(AtomicU64::new(0));
     let posters_done = Arc::new(AtomicBool::new(false));
     let finished_posters = Arc::new(AtomicU64::new(0));
-    let finished = Arc::new(AtomicBool::new(false));
 
     let producers: Vec<_> = (0..POSTERS)
         .map(|p| {
@@ -378,19 +373,8 @@ fn exactly_once_across_all_consumer_modes() {
                         }
                         continue;
                     }
-                    let mut ev = (p << SEQ_BITS) | seq;
+                    refused.fetch_add(post_retry(&poster, (p << SEQ_BITS) | seq), Relaxed);
                     seq += 1;
-                    loop {
-                        match poster.post(ev) {
-                            Ok(()) => break,
-                            Err(PostError::Full(back)) => {
-                                refused.fetch_add(1, Relaxed);
-                                ev = back;
-                                std::thread::yield_now();
-                            }
-                            Err(PostError::Closed(_)) => panic!("closed under a live poster"),
-                        }
-                    }
                 }
                 if finished_posters.fetch_add(1, AcqRel) + 1 == POSTERS {
                     posters_done.store(true, Release);
@@ -400,31 +384,15 @@ fn exactly_once_across_all_consumer_modes() {
         .collect();
     drop(poster);
 
+    let status = Arc::new(Mutex::new(String::new()));
     let watchdog = {
-        let (ck, finished) = (ck.clone(), finished.clone());
-        let status = Arc::new(Mutex::new(String::new()));
-        let st = status.clone();
-        let t = std::thread::spawn(move || {
-            let mut last = (ck.delivered.load(Relaxed), Instant::now());
-            while !finished.load(Acquire) {
-                std::thread::park_timeout(Duration::from_millis(200));
-                let now = ck.delivered.load(Relaxed);
-                if now != last.0 {
-                    last = (now, Instant::now());
-                } else if last.1.elapsed() > STALL_LIMIT {
-                    // Straight to the process's stderr: the test harness
-                    // captures eprintln!, and its capture dies with exit().
-                    use std::io::Write;
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "watchdog: no delivery for {STALL_LIMIT:?} at {now} events; consumer phase: {}",
-                        st.lock().unwrap()
-                    );
-                    std::process::exit(101);
-                }
-            }
-        });
-        (t, status)
+        let (ck, status) = (ck.clone(), status.clone());
+        Watchdog::watching(
+            "delivery".to_string(),
+            Duration::from_secs(30),
+            move || ck.delivered.load(Relaxed),
+            move || format!("consumer phase: {}", status.lock().unwrap()),
+        )
     };
 
     let mut consumer = consumer;
@@ -434,8 +402,7 @@ fn exactly_once_across_all_consumer_modes() {
     while open {
         let mode = pick(&mut rng);
         let budget = 1 + rng.below(500);
-        *watchdog.1.lock().unwrap() =
-            format!("{mode:?} budget {budget} query {:?}", consumer.query());
+        *status.lock().unwrap() = format!("{mode:?} budget {budget} query {:?}", consumer.query());
         let before = ck.delivered.load(Acquire);
         let (c, still_open) = run_phase(consumer, mode, budget, &mut rng, &ck, &posters_done);
         *per_mode.entry(format!("{mode:?}")).or_default() += ck.delivered.load(Acquire) - before;
@@ -446,16 +413,11 @@ fn exactly_once_across_all_consumer_modes() {
     for t in producers {
         t.join().unwrap();
     }
-    finished.store(true, Release);
-    watchdog.0.thread().unpark();
-    watchdog.0.join().unwrap();
+    drop(watchdog);
 
     let total = POSTERS * per_poster;
     assert_eq!(ck.delivered.load(Relaxed), total, "events lost");
-    assert!(
-        ck.seen.iter().all(|s| s.load(Relaxed) == 1),
-        "some event never arrived"
-    );
+    assert!(ck.seen.all_seen(), "some event never arrived");
     let q = consumer.query();
     assert_eq!(q.posted, total);
     assert_eq!(q.dequeued, total);
@@ -601,4 +563,104 @@ fn an_fnmut_handler_installed_behind_many_instances_is_never_entered_twice() {
         "{rounds} rounds; {posted:?} events posted; {} FnMut calls",
         mut_calls.load(Relaxed)
     );
+}
+
+#[test]
+fn many_blocked_posters_lose_nothing_and_report_no_overflow() {
+    const POSTERS: u64 = 6;
+    const EACH: u64 = 3_000;
+    let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
+    let threads: Vec<_> = (0..POSTERS)
+        .map(|id| {
+            let p = poster.clone();
+            std::thread::spawn(move || {
+                for seq in 0..EACH {
+                    p.post_blocking(id << 32 | seq).unwrap();
+                }
+            })
+        })
+        .collect();
+    drop(poster);
+    let mut next = vec![0u64; POSTERS as usize];
+    // Every dequeue, blocking or not, ends in the same end of stream; any
+    // Overflow report would fail this unwrap-free match.
+    loop {
+        match consumer.dequeue() {
+            Ok(v) => {
+                let (id, seq) = ((v >> 32) as usize, v & 0xffff_ffff);
+                assert_eq!(seq, next[id], "FIFO per poster, no loss, no duplicate");
+                next[id] += 1;
+            }
+            Err(evd::DequeueError::Closed) => break,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(next.iter().all(|&n| n == EACH));
+    let q = consumer.query();
+    assert_eq!((q.lost, q.dequeued), (0, POSTERS * EACH));
+    assert!(!q.room_wanted);
+}
+
+#[test]
+fn waiting_posters_and_a_consumer_that_stops_and_starts_lose_no_wakeup() {
+    // Many short rounds: a one-slot ring, a poster blocking on every post,
+    // a consumer that dequeues with and without blocking. A lost room wakeup
+    // leaves the poster asleep with a free slot: the consumer's blocking
+    // dequeue then never returns and the watchdog fails the test.
+    for round in 0..300u32 {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        let t = std::thread::spawn(move || {
+            for i in 0..20 {
+                poster.post_blocking(i).unwrap();
+            }
+        });
+        for i in 0..20 {
+            let v = if (i + round) % 3 == 0 {
+                let mut v = None;
+                eventually("an event arrives", || {
+                    v = consumer.try_dequeue().ok();
+                    v.is_some()
+                });
+                v.unwrap()
+            } else {
+                consumer.dequeue().unwrap()
+            };
+            assert_eq!(v, i);
+        }
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn the_sink_sends_everything_in_order_through_a_tiny_ring() {
+    let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+    let producers: Vec<_> = (0..2u32)
+        .map(|id| {
+            let mut sink = poster.clone().into_sink();
+            std::thread::spawn(move || {
+                block_on(async {
+                    for seq in 0..2_000 {
+                        sink.send(id << 16 | seq).await.unwrap();
+                    }
+                    sink.close().await.unwrap();
+                    assert!(sink.poster().is_none());
+                })
+            })
+        })
+        .collect();
+    drop(poster);
+    let mut next = [0u32; 2];
+    for v in consumer {
+        let v = v.expect("no loss");
+        let (id, seq) = ((v >> 16) as usize, v & 0xffff);
+        assert_eq!(seq, next[id]);
+        next[id] += 1;
+    }
+    for t in producers {
+        t.join().unwrap();
+    }
+    assert_eq!(next, [2_000, 2_000]);
 }

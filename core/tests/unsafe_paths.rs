@@ -4,7 +4,7 @@
 //! with drop-counting payloads at a size Miri runs in seconds
 //! (`scripts/miri`). They run as ordinary tests too.
 
-use evd::{Invoke, PostError, TryDequeueError, UpcallPolicy};
+use evd::{Consumer, Invoke, PostError, Poster, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +22,20 @@ impl Tracked {
             drops: drops.clone(),
         }
     }
+}
+
+/// Posts a tracked value for each id in `ids`; the ring must have room.
+fn post_tracked(poster: &Poster<Tracked>, ids: std::ops::Range<u32>, drops: &Arc<AtomicUsize>) {
+    for i in ids {
+        poster.post(Tracked::new(i, drops)).unwrap();
+    }
+}
+
+/// The ids of every value queued now, in order.
+fn take_ids(consumer: &mut Consumer<Tracked>) -> Vec<u32> {
+    std::iter::from_fn(|| consumer.try_dequeue().ok())
+        .map(|t| *t.id)
+        .collect()
 }
 
 impl Drop for Tracked {
@@ -95,9 +109,7 @@ fn dequeue_with_hands_each_value_once_in_order_around_the_ring() {
 fn a_panic_in_dequeue_with_consumes_what_it_was_given_and_keeps_the_rest() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (poster, mut consumer) = evd::bounded::<Tracked>(8).unwrap();
-    for i in 0..6 {
-        poster.post(Tracked::new(i, &drops)).unwrap();
-    }
+    post_tracked(&poster, 0..6, &drops);
     let mut seen = Vec::new();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         consumer.dequeue_with(8, |t| {
@@ -115,9 +127,7 @@ fn a_panic_in_dequeue_with_consumes_what_it_was_given_and_keeps_the_rest() {
         "the three given were dropped (2 by the unwind)"
     );
     assert_eq!(consumer.len(), 3);
-    let rest: Vec<u32> = std::iter::from_fn(|| consumer.try_dequeue().ok())
-        .map(|t| *t.id)
-        .collect();
+    let rest: Vec<u32> = take_ids(&mut consumer);
     assert_eq!(
         rest,
         [3, 4, 5],
@@ -161,20 +171,14 @@ fn resize_moves_wrapped_values_and_frees_the_old_ring() {
         poster.post(Tracked::new(i, &drops)).unwrap();
         consumer.try_dequeue().unwrap();
     }
-    for i in 3..7 {
-        poster.post(Tracked::new(i, &drops)).unwrap();
-    }
+    post_tracked(&poster, 3..7, &drops);
     assert_eq!(consumer.resize(16), Ok(16));
-    for i in 7..12 {
-        poster.post(Tracked::new(i, &drops)).unwrap();
-    }
+    post_tracked(&poster, 7..12, &drops);
     assert_eq!(*consumer.try_dequeue().unwrap().id, 3);
     // Shrink below, then to, what is queued (8 events).
     assert!(consumer.resize(4).is_err());
     assert_eq!(consumer.resize(8), Ok(8));
-    let ids: Vec<u32> = std::iter::from_fn(|| consumer.try_dequeue().ok())
-        .map(|t| *t.id)
-        .collect();
+    let ids: Vec<u32> = take_ids(&mut consumer);
     assert_eq!(ids, (4..12).collect::<Vec<_>>());
     assert_eq!(drops.load(SeqCst), 12);
 }
@@ -184,14 +188,10 @@ fn dropping_the_evd_drops_queued_values_exactly_once() {
     let drops = Arc::new(AtomicUsize::new(0));
     {
         let (poster, mut consumer) = evd::bounded::<Tracked>(8).unwrap();
-        for i in 0..6 {
-            poster.post(Tracked::new(i, &drops)).unwrap();
-        }
+        post_tracked(&poster, 0..6, &drops);
         consumer.try_dequeue().unwrap();
         assert_eq!(consumer.resize(16), Ok(16));
-        for i in 6..9 {
-            poster.post(Tracked::new(i, &drops)).unwrap();
-        }
+        post_tracked(&poster, 6..9, &drops);
         drop(consumer);
         assert_eq!(
             drops.load(SeqCst),
@@ -255,13 +255,9 @@ fn upcalls_move_values_to_the_handler_and_teardown_returns_the_rest() {
     let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
         s.lock().unwrap().push(*ev.unwrap().id);
     });
-    for i in 0..5 {
-        poster.post(Tracked::new(i, &drops)).unwrap();
-    }
+    post_tracked(&poster, 0..5, &drops);
     up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
-    for i in 5..8 {
-        poster.post(Tracked::new(i, &drops)).unwrap();
-    }
+    post_tracked(&poster, 5..8, &drops);
     let mut consumer = up.teardown();
     assert_eq!(*seen.lock().unwrap(), [0, 1, 2, 3, 4]);
     assert_eq!(drops.load(SeqCst), 5);
@@ -300,17 +296,13 @@ fn an_fnmut_handler_owns_what_it_is_given_and_replacing_it_inside_its_call_frees
         }
     });
     *slot.lock().unwrap() = Some(up);
-    for i in 0..3 {
-        poster.post(Tracked::new(i, &drops)).unwrap();
-    }
+    post_tracked(&poster, 0..3, &drops);
     assert_eq!(
         drops.load(SeqCst),
         3,
         "the first handler and its three values"
     );
-    for i in 3..5 {
-        poster.post(Tracked::new(i, &drops)).unwrap();
-    }
+    post_tracked(&poster, 3..5, &drops);
     let up = slot.lock().unwrap().take().unwrap();
     let consumer = up.teardown();
     assert_eq!(drops.load(SeqCst), 5, "the second handler and its two");

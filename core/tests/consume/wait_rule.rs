@@ -29,6 +29,7 @@
 //! wait that the model says cannot block, and that blocks anyway, into an
 //! abort with its seed instead of a silent hang.
 
+use crate::common::{assert_report_in, lose_twice_around_a_report, splitmix64, Rng};
 use evd::{
     ArmStatus, Consumer, DequeueError, Lossy, Overflow, PostError, Poster, TryDequeueError,
     WaitError, DEFAULT_SPIN_BUDGET,
@@ -72,47 +73,9 @@ const BUDGETS: [Duration; 5] = [
     Duration::MAX,
 ];
 
-// ---------------------------------------------------------------------------
-// A small deterministic RNG.
-
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// xorshift64*, seeded through splitmix64 (never zero).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        let mut s = seed;
-        Rng(splitmix64(&mut s) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// In `0..n` (the modulo bias is irrelevant here).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    fn budget(&mut self) -> Duration {
-        BUDGETS[self.below(BUDGETS.len() as u64) as usize]
-    }
+/// One of [`BUDGETS`], picked by `rng`.
+fn pick_budget(rng: &mut Rng) -> Duration {
+    BUDGETS[rng.below(BUDGETS.len() as u64) as usize]
 }
 
 /// The sequence seeds derived from a base seed.
@@ -587,7 +550,7 @@ fn gen_op(rng: &mut Rng, m: &Model, budget: Duration, next_value: &mut u64) -> O
             Op::Wait { threshold, timeout }
         }
         182..=193 => Op::DequeueTimeoutZero,
-        194..=197 => Op::SetSpinBudget(rng.budget()),
+        194..=197 => Op::SetSpinBudget(pick_budget(rng)),
         // Close rarely: about one sequence in two closes at some point.
         _ if rng.one_in(3) => Op::Close,
         _ => Op::TryDequeue,
@@ -597,7 +560,7 @@ fn gen_op(rng: &mut Rng, m: &Model, budget: Duration, next_value: &mut u64) -> O
 fn run_sequence(seed: u64, cov: &mut Coverage) -> Result<(), Failure> {
     let mut rng = Rng::new(seed);
     let capacity = 1usize << rng.below(4);
-    let mut budget = rng.budget();
+    let mut budget = pick_budget(&mut rng);
     let ops = MIN_OPS + rng.below(EXTRA_OPS + 1);
     let (poster, mut consumer): (Poster<u64>, Consumer<u64>) = evd::bounded(capacity).unwrap();
     assert_eq!(consumer.capacity(), capacity);
@@ -823,46 +786,69 @@ fn wait_follows_its_threshold_rule_over_random_sequences_and_spin_budgets() {
 // ---------------------------------------------------------------------------
 // The promises, one case each.
 
+/// A closed and drained EVD: a wait, whatever its timeout, and a dequeue
+/// both say so.
+#[track_caller]
+fn assert_drained_and_closed(consumer: &mut Consumer<u64>, timeout: Option<Duration>, ctx: &str) {
+    assert_eq!(
+        consumer.wait(1, timeout),
+        Err(WaitError::Closed { available: 0 }),
+        "{ctx}"
+    );
+    assert_eq!(
+        consumer.try_dequeue(),
+        Err(TryDequeueError::Closed),
+        "{ctx}"
+    );
+}
+
 /// Budgets under which a wait may be made with any timeout where it cannot
 /// block (not `Duration::MAX`, which spins until events are ready).
 const FINITE_BUDGETS: [Duration; 4] = [Duration::ZERO, ONE_NANO, ONE_MICRO, DEFAULT_SPIN_BUDGET];
 const TIMEOUTS: [Option<Duration>; 3] = [Some(Duration::ZERO), None, Some(Duration::from_secs(1))];
 
-#[test]
-fn a_wait_that_finds_its_threshold_met_leaves_the_report_to_the_next_dequeue() {
+/// Runs `case` for each of [`FINITE_BUDGETS`] and [`TIMEOUTS`], with a
+/// context naming both for its failure messages.
+fn for_budgets_and_timeouts(mut case: impl FnMut(Duration, Option<Duration>, &str)) {
     for budget in FINITE_BUDGETS {
         for timeout in TIMEOUTS {
-            let ctx = format!("spin budget {budget:?}, timeout {timeout:?}");
-            let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
-            consumer.set_spin_budget(budget);
-            for v in 0..4 {
-                poster.post(v).unwrap();
-            }
-            assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(consumer.wait(1, timeout), Ok(4), "{ctx}");
-            assert_eq!(consumer.wait(4, timeout), Ok(4), "{ctx}");
-            assert_eq!(consumer.query().len, 4, "nothing dequeued: {ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "the report is still pending: {ctx}"
+            case(
+                budget,
+                timeout,
+                &format!("spin budget {budget:?}, timeout {timeout:?}"),
             );
-            assert_eq!(consumer.try_dequeue(), Ok(0), "{ctx}");
-
-            // One slot, one event and a loss.
-            let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
-            consumer.set_spin_budget(budget);
-            poster.post(7).unwrap();
-            assert_eq!(poster.post_lossy(8), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(consumer.wait(1, timeout), Ok(1), "{ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(consumer.try_dequeue(), Ok(7), "{ctx}");
         }
     }
+}
+
+#[test]
+fn a_wait_that_finds_its_threshold_met_leaves_the_report_to_the_next_dequeue() {
+    for_budgets_and_timeouts(|budget, timeout, ctx| {
+        let (poster, mut consumer) = evd::bounded::<u64>(4).unwrap();
+        consumer.set_spin_budget(budget);
+        for v in 0..4 {
+            poster.post(v).unwrap();
+        }
+        assert_eq!(poster.post_lossy(4), Ok(Lossy::Lost), "{ctx}");
+        assert_eq!(consumer.wait(1, timeout), Ok(4), "{ctx}");
+        assert_eq!(consumer.wait(4, timeout), Ok(4), "{ctx}");
+        assert_eq!(consumer.query().len, 4, "nothing dequeued: {ctx}");
+        assert_eq!(
+            consumer.try_dequeue(),
+            Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
+            "the report is still pending: {ctx}"
+        );
+        assert_eq!(consumer.try_dequeue(), Ok(0), "{ctx}");
+
+        // One slot, one event and a loss.
+        let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
+        consumer.set_spin_budget(budget);
+        poster.post(7).unwrap();
+        assert_eq!(poster.post_lossy(8), Ok(Lossy::Lost), "{ctx}");
+        assert_eq!(consumer.wait(1, timeout), Ok(1), "{ctx}");
+        assert_report_in(&mut consumer, 1, ctx);
+        assert_eq!(consumer.try_dequeue(), Ok(7), "{ctx}");
+    });
 }
 
 #[test]
@@ -912,94 +898,54 @@ fn a_zero_timeout_wait_leaves_an_arm_in_place() {
 
 #[test]
 fn a_pending_report_ends_a_wait_that_would_otherwise_block_and_comes_before_its_end() {
-    for budget in FINITE_BUDGETS {
-        for timeout in TIMEOUTS {
-            let ctx = format!("spin budget {budget:?}, timeout {timeout:?}");
-            let (poster, mut consumer) = evd::bounded::<u64>(2).unwrap();
-            consumer.set_spin_budget(budget);
-            poster.post(0).unwrap();
-            poster.post(1).unwrap();
-            assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(poster.post_lossy(3), Ok(Lossy::Lost), "{ctx}");
-            // Right after a report, the event comes first.
-            assert_eq!(consumer.try_dequeue(), Ok(0), "{ctx}");
-            // One ready, a report pending: a wait for two would block.
-            assert_eq!(
-                consumer.wait(2, timeout),
-                Err(WaitError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(
-                consumer.wait(2, Some(Duration::ZERO)),
-                Err(WaitError::Timeout { available: 1 }),
-                "reported once: {ctx}"
-            );
-            assert_eq!(consumer.wait(1, timeout), Ok(1), "{ctx}");
-            assert_eq!(consumer.try_dequeue(), Ok(1), "{ctx}");
+    for_budgets_and_timeouts(|budget, timeout, ctx| {
+        let (poster, mut consumer) = evd::bounded::<u64>(2).unwrap();
+        consumer.set_spin_budget(budget);
+        poster.post(0).unwrap();
+        poster.post(1).unwrap();
+        lose_twice_around_a_report(&poster, &mut consumer, [2, 3], 0, ctx);
+        // One ready, a report pending: a wait for two would block.
+        assert_eq!(
+            consumer.wait(2, timeout),
+            Err(WaitError::Overflow(Overflow { lost: 1 })),
+            "{ctx}"
+        );
+        assert_eq!(
+            consumer.wait(2, Some(Duration::ZERO)),
+            Err(WaitError::Timeout { available: 1 }),
+            "reported once: {ctx}"
+        );
+        assert_eq!(consumer.wait(1, timeout), Ok(1), "{ctx}");
+        assert_eq!(consumer.try_dequeue(), Ok(1), "{ctx}");
 
-            // Closed with two left and a report pending: met, the report stays.
-            poster.post(4).unwrap();
-            poster.post(5).unwrap();
-            assert_eq!(poster.post_lossy(6), Ok(Lossy::Lost), "{ctx}");
-            poster.close();
-            assert_eq!(consumer.wait(2, timeout), Ok(2), "{ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(consumer.try_dequeue(), Ok(4), "{ctx}");
-            // One left: a wait for two can never be met.
-            assert_eq!(
-                consumer.wait(2, timeout),
-                Err(WaitError::Closed { available: 1 }),
-                "{ctx}"
-            );
-            assert_eq!(consumer.try_dequeue(), Ok(5), "{ctx}");
-            assert_eq!(
-                consumer.wait(1, timeout),
-                Err(WaitError::Closed { available: 0 }),
-                "{ctx}"
-            );
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Closed),
-                "{ctx}"
-            );
+        // Closed with two left and a report pending: met, the report stays.
+        poster.post(4).unwrap();
+        poster.post(5).unwrap();
+        assert_eq!(poster.post_lossy(6), Ok(Lossy::Lost), "{ctx}");
+        poster.close();
+        assert_eq!(consumer.wait(2, timeout), Ok(2), "{ctx}");
+        assert_report_in(&mut consumer, 1, ctx);
+        assert_eq!(consumer.try_dequeue(), Ok(4), "{ctx}");
+        // One left: a wait for two can never be met.
+        assert_eq!(
+            consumer.wait(2, timeout),
+            Err(WaitError::Closed { available: 1 }),
+            "{ctx}"
+        );
+        assert_eq!(consumer.try_dequeue(), Ok(5), "{ctx}");
+        assert_drained_and_closed(&mut consumer, timeout, ctx);
 
-            // Closed and drained with a report pending: the report, then the end.
-            let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
-            consumer.set_spin_budget(budget);
-            poster.post(0).unwrap();
-            assert_eq!(poster.post_lossy(1), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(poster.post_lossy(2), Ok(Lossy::Lost), "{ctx}");
-            assert_eq!(consumer.try_dequeue(), Ok(0), "{ctx}");
-            poster.close();
-            assert_eq!(
-                consumer.wait(1, timeout),
-                Err(WaitError::Overflow(Overflow { lost: 1 })),
-                "{ctx}"
-            );
-            assert_eq!(
-                consumer.wait(1, timeout),
-                Err(WaitError::Closed { available: 0 }),
-                "{ctx}"
-            );
-            assert_eq!(
-                consumer.try_dequeue(),
-                Err(TryDequeueError::Closed),
-                "{ctx}"
-            );
-        }
-    }
+        // Closed and drained with a report pending: the report, then the end.
+        let (poster, mut consumer) = evd::bounded::<u64>(1).unwrap();
+        consumer.set_spin_budget(budget);
+        poster.post(0).unwrap();
+        lose_twice_around_a_report(&poster, &mut consumer, [1, 2], 0, ctx);
+        poster.close();
+        assert_eq!(
+            consumer.wait(1, timeout),
+            Err(WaitError::Overflow(Overflow { lost: 1 })),
+            "{ctx}"
+        );
+        assert_drained_and_closed(&mut consumer, timeout, ctx);
+    });
 }

@@ -7,17 +7,18 @@
 //! delivered, nothing is lost or duplicated, no upcall instance or token is
 //! left in flight, and teardown returns.
 //!
-//! `hardening.rs` has the first cases of each kind (a panicking handler under
-//! either policy, a waker that panics on a post and on `Poster::close`);
-//! `room.rs` a room waker that panics on a head store that frees two slots;
-//! `loom.rs` the lossy post whose event panics on drop, in every
-//! interleaving. Here every position is walked by one table with the same
+//! This binary's `main.rs` has the first cases of each kind (a panicking
+//! handler under either policy, a waker that panics on a post and on
+//! `Poster::close`); `room.rs` a room waker that panics on a head store that
+//! frees two slots; `loom/panics.rs` the lossy post whose event panics on
+//! drop, in every interleaving. Here every position is walked by one table with the same
 //! checks, and the orderings of `post_lossy` and close get their own tests.
 //!
 //! Every planted panic has the payload [`Planted`], which the panic hook
 //! keeps quiet and [`caught`] insists on: a failed assertion inside the EVD's
 //! user code is never mistaken for the planted panic.
 
+use crate::common::enabled;
 use evd::{
     ArmStatus, BatchPostError, Cno, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
     UpcallPolicy,
@@ -176,7 +177,7 @@ fn poll_once<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
 }
 
 /// Arm the consumer with `waker` (a `Recv` polled once on an empty ring, as
-/// `hardening.rs`'s `register_panicking_waker`).
+/// `register_panicking_waker` in `main.rs`).
 fn arm_with<T>(consumer: &mut evd::Consumer<T>, waker: &Waker) {
     let mut recv = consumer.recv();
     assert!(
@@ -604,19 +605,46 @@ fn fnmut_handler_on_loss_report(case: &str) {
     check_upcalls(case, poster, up, &heard, ledger);
 }
 
+/// The setup of the CNO cases: an EVD of 4 slots bound to a CNO with `key`
+/// and enabled, and the CNO's `ready_set` future polled once with a waker
+/// that panics when woken (the last field records its wakes).
+struct CnoCase(
+    Cno,
+    evd::Poster<Ev>,
+    evd::Consumer<Ev>,
+    Ledger,
+    Arc<TestWaker>,
+);
+
+impl CnoCase {
+    fn new(key: u64) -> Self {
+        let mut cno = Cno::new(2).unwrap();
+        let (poster, consumer) = enabled::<Ev>(&cno, key);
+        let (waiter, waker) = TestWaker::new(true);
+        let mut keys = Vec::new();
+        {
+            let mut ready = cno.ready_set(&mut keys);
+            assert!(poll_once(&mut ready, &waker).is_pending());
+        }
+        CnoCase(cno, poster, consumer, Ledger::default(), waiter)
+    }
+}
+
+/// Unbinds the consumer of a CNO case, then [`check_consumer`].
+fn check_unbound(
+    case: &str,
+    poster: evd::Poster<Ev>,
+    mut consumer: evd::Consumer<Ev>,
+    ledger: Ledger,
+    taken: Vec<u64>,
+) {
+    consumer.unbind_cno();
+    check_consumer(case, poster, consumer, ledger, taken);
+}
+
 fn cno_waker_on_trigger(case: &str) {
     const KEY: u64 = 7;
-    let mut cno = Cno::new(2).unwrap();
-    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
-    let mut ledger = Ledger::default();
-    consumer.bind_cno(&cno, KEY).unwrap();
-    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
-    let (w, waker) = TestWaker::new(true);
-    let mut keys = Vec::new();
-    {
-        let mut ready = cno.ready_set(&mut keys);
-        assert!(poll_once(&mut ready, &waker).is_pending());
-    }
+    let CnoCase(mut cno, poster, mut consumer, mut ledger, w) = CnoCase::new(KEY);
     let ev = ledger.ev();
     ledger.accepted.push(ev.seq);
     must_panic(case, || poster.post(ev));
@@ -635,23 +663,12 @@ fn cno_waker_on_trigger(case: &str) {
     assert_eq!(cno.try_next(), Some(KEY), "{case}: triggered again");
     taken.extend(drain(&mut consumer).0);
     assert_eq!(w.wakes(), 1, "{case}: the old waker is not woken again");
-    consumer.unbind_cno();
-    check_consumer(case, poster, consumer, ledger, taken);
+    check_unbound(case, poster, consumer, ledger, taken);
 }
 
 fn cno_waker_on_withdraw(case: &str) {
     const KEY: u64 = 9;
-    let mut cno = Cno::new(2).unwrap();
-    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
-    let mut ledger = Ledger::default();
-    consumer.bind_cno(&cno, KEY).unwrap();
-    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
-    let (w, waker) = TestWaker::new(true);
-    let mut keys = Vec::new();
-    {
-        let mut ready = cno.ready_set(&mut keys);
-        assert!(poll_once(&mut ready, &waker).is_pending());
-    }
+    let CnoCase(mut cno, poster, mut consumer, mut ledger, w) = CnoCase::new(KEY);
     // A direct waiter preempts the CNO: the post wakes it and leaves the
     // enable in place. Dropped unresolved, it hands the event to the CNO.
     let (direct_w, direct_waker) = TestWaker::new(false);
@@ -669,8 +686,7 @@ fn cno_waker_on_withdraw(case: &str) {
     );
     let (taken, lost) = drain(&mut consumer);
     assert_eq!(lost, 0);
-    consumer.unbind_cno();
-    check_consumer(case, poster, consumer, ledger, taken);
+    check_unbound(case, poster, consumer, ledger, taken);
 }
 
 fn dequeue_with_closure(case: &str) {

@@ -1,0 +1,156 @@
+/// A consumer thread's `wait(1, None)`, with no spin (it parks at once),
+/// against `act` on this thread; returns what the wait returned.
+fn wait_vs(act: impl FnOnce(&evd::Poster<u32>)) -> Result<usize, WaitError> {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    consumer.set_spin_budget(Duration::ZERO);
+    let c = thread::spawn(move || consumer.wait(1, None));
+    act(&poster);
+    c.join().unwrap()
+}
+
+#[test]
+fn close_vs_wait() {
+    model(|| {
+        assert_eq!(
+            wait_vs(|poster| poster.close()),
+            Err(WaitError::Closed { available: 0 })
+        );
+    });
+}
+
+#[test]
+fn last_poster_drop_vs_wait_ends_the_stream() {
+    model(|| consumer_vs_last_post(2, &[], 3, drain_to_end));
+}
+
+#[test]
+fn unwaitable_vs_wait() {
+    model(|| {
+        assert_eq!(
+            wait_vs(|poster| poster.set_unwaitable()),
+            Err(WaitError::Unwaitable)
+        )
+    });
+}
+
+#[test]
+fn loss_vs_arm_no_lost_report() {
+    // A lossy post commits its loss after the consumer's last dequeue but
+    // before its arm: the arm must see the report as pending work, or the
+    // loss must wake the armed consumer.
+    model(|| {
+        let (poster, mut consumer) = full_ring(0); // the ring is full
+        consumer.set_spin_budget(Duration::ZERO); // park at once: the window is before the park
+        let c = thread::spawn(move || take_events_and_reports(&mut consumer, 2, drop));
+        // Either queued (after the consumer made room) or lost and reported;
+        // either way the consumer must hear of it.
+        let _ = poster.post_lossy(1);
+        let (events, reports) = c.join().unwrap();
+        assert_eq!(events + reports, 2);
+        drop(poster);
+    });
+}
+
+#[test]
+fn loss_vs_upcall_exit_no_stranded_report() {
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+        let (upcalls, heard) = counting_upcalls(consumer, UpcallPolicy::SingleInstance, |ev| {
+            ev.map(|_| 1).unwrap_or_else(|o| o.lost as usize)
+        });
+        let p2 = poster.clone();
+        let t = thread::spawn(move || {
+            let _ = p2.post_lossy(2);
+        });
+        let _ = poster.post_lossy(1);
+        t.join().unwrap();
+        // Both posts returned: each event was delivered or reported, except
+        // what is still queued for the teardown to hand back.
+        assert_eq!(count_after_teardown(upcalls, &heard, drop), 2);
+    });
+}
+
+#[test]
+fn close_vs_consumer_spinning_on_an_empty_ring() {
+    // The consumer decides "empty" from the head slot's stamp and the loss
+    // word alone; close must still end its stream: it gets the last event,
+    // then Closed, and never spins forever.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                match consumer.try_dequeue() {
+                    Ok(v) => got.push(v),
+                    Err(TryDequeueError::Closed) => return got,
+                    Err(TryDequeueError::Overflow(o)) => panic!("nothing was lost: {o}"),
+                    Err(TryDequeueError::Empty) => thread::yield_now(),
+                }
+            }
+        });
+        poster.post(1).unwrap();
+        poster.close();
+        assert_eq!(c.join().unwrap(), [1], "the last event, then the end");
+        drop(poster);
+    });
+}
+
+#[test]
+fn batch_dequeue_vs_close_ends_after_the_last_event() {
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                match consumer.dequeue_batch(&mut got, 2) {
+                    Ok(0) => thread::yield_now(),
+                    Ok(_) => {}
+                    Err(TryDequeueError::Closed) => return got,
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+        });
+        let mut batch = vec![1, 2];
+        assert_eq!(poster.post_batch(&mut batch), Ok(2));
+        drop(poster); // the last poster closes
+        assert_eq!(c.join().unwrap(), [1, 2]);
+    });
+}
+
+#[test]
+fn loss_vs_close_is_told_before_end_of_stream() {
+    // A lossy post commits its loss after the consumer's last dequeue and
+    // then closes the EVD: a consumer that stops at Closed must have heard
+    // of the loss first.
+    model(|| {
+        let (poster, mut consumer) = full_ring(0);
+        consumer.set_spin_budget(Duration::ZERO);
+        let c = thread::spawn(move || {
+            let (mut events, mut reports) = (0, 0);
+            loop {
+                match consumer.try_dequeue() {
+                    Ok(_) => events += 1,
+                    Err(TryDequeueError::Overflow(o)) => reports += o.lost,
+                    Err(TryDequeueError::Empty | TryDequeueError::Closed) => match consumer.arm() {
+                        ArmStatus::Closed => break,
+                        ArmStatus::Pending => {}
+                        ArmStatus::Armed => {
+                            if let Err(WaitError::Overflow(o)) = consumer.wait(1, None) {
+                                reports += o.lost;
+                            }
+                        }
+                    },
+                }
+            }
+            (events, reports)
+        });
+        let _ = poster.post_lossy(1);
+        drop(poster); // closes
+        let (events, reports) = c.join().unwrap();
+        assert_eq!(
+            events + reports,
+            2,
+            "told of every loss before end of stream"
+        );
+    });
+}
