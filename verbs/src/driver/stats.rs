@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// assert_eq!(driver.stats().timeouts, 1);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DriverStats {
     /// Turns over the feeds.
     pub turns: u64,
