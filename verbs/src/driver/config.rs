@@ -12,6 +12,16 @@ use super::adaptive::AdaptiveConfig;
 /// let mode = FeedMode::Adaptive(AdaptiveConfig::default().with_max_spin(Duration::from_micros(20)));
 /// assert_ne!(mode, FeedMode::Event);
 /// ```
+///
+/// ```compile_fail,E0004
+/// use evd_verbs::FeedMode;
+/// fn name(mode: FeedMode) -> &'static str {
+///     match mode {
+///         FeedMode::Event => "event",
+///         FeedMode::Adaptive(_) => "adaptive",
+///     }
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FeedMode {
