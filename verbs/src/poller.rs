@@ -123,6 +123,7 @@ where
 /// assert_eq!(stopped.feeds[0].id(), CqId(0));
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Stopped<C: CompletionQueue, T = VerbsEvent> {
     /// The feeds, in the order given.
     pub feeds: Vec<Feed<C, T>>,
@@ -148,6 +149,10 @@ where
     /// let poller = Poller::spawn(feeds, 16).unwrap();
     /// assert_eq!(poller.stop().unwrap().feeds.len(), 2);
     /// ```
+    ///
+    /// # Errors
+    /// The operating system's error if it refused a new thread; `feeds`
+    /// are then dropped.
     pub fn spawn(mut feeds: Vec<Feed<C, T>>, budget: usize) -> std::io::Result<Self> {
         let shared = Arc::new(PollerShared::default());
         // Relaxed: the spawn below orders it before anything the thread does.

@@ -80,12 +80,11 @@ fn round_trips_beyond_the_limit_stop_the_spin_and_probes_back_off() {
 
 #[test]
 fn the_window_and_the_poll_limit_stay_within_their_bounds() {
-    let cfg = AdaptiveConfig {
-        min_spin: us(1),
-        max_spin: us(30),
-        initial_spin: us(1),
-        max_empty_polls: 500,
-    };
+    let cfg = AdaptiveConfig::default()
+        .with_min_spin(us(1))
+        .with_max_spin(us(30))
+        .with_initial_spin(us(1))
+        .with_max_empty_polls(500);
     let mut p = SpinPolicy::new(cfg);
     let t = Instant::now();
     p.woken(t);

@@ -21,11 +21,9 @@ const WATCHDOG: Duration = Duration::from_secs(60);
 const BACKENDS: [DriverBackend; 2] = [DriverBackend::IoUring, DriverBackend::Epoll];
 
 fn config(backend: DriverBackend) -> DriverConfig {
-    DriverConfig {
-        backend,
-        budget: 16,
-        ..Default::default()
-    }
+    DriverConfig::default()
+        .with_backend(backend)
+        .with_budget(16)
 }
 
 fn wc(wr_id: u64) -> WorkCompletion {
@@ -311,11 +309,7 @@ fn readiness_collected_by_a_busy_turn_is_reported_busy_not_left_behind_the_fd() 
         let (cq0, hca0) = SoftCq::new(16).unwrap();
         let (cq1, hca1) = SoftCq::new(16).unwrap();
         // Every busy turn collects the kernel's readiness reports.
-        let mut driver = Driver::new(DriverConfig {
-            busy_turns_per_enter: 1,
-            ..config(backend)
-        })
-        .unwrap();
+        let mut driver = Driver::new(config(backend).with_busy_turns_per_enter(1)).unwrap();
         driver
             .register(Feed::new(cq0, CqId(0), poster.clone()), FeedMode::Event)
             .unwrap();

@@ -166,11 +166,7 @@ fn a_handler_panicking_every_nth_event_leaves_every_feed_delivering_every_event_
     let (panicking, up, handled) = evd_with_handler(64, panics_on);
     let (p1, mut c1) = evd::bounded::<VerbsEvent>(64).unwrap();
     let (p2, mut c2) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let mut driver = Driver::new(DriverConfig {
-        budget: 32,
-        ..Default::default()
-    })
-    .unwrap();
+    let mut driver = Driver::new(DriverConfig::default().with_budget(32)).unwrap();
     let mut hcas = Vec::new();
     for (id, (poster, mode)) in [
         (panicking, FeedMode::Event),

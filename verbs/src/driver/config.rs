@@ -3,15 +3,27 @@
 
 use super::adaptive::AdaptiveConfig;
 
-/// How the driver runs a feed.
+/// How the driver runs a feed. More modes may come: a `match` on it needs
+/// a wildcard arm.
 ///
 /// ```
 /// use evd_verbs::{AdaptiveConfig, FeedMode};
 /// use std::time::Duration;
-/// let mode = FeedMode::Adaptive(AdaptiveConfig { max_spin: Duration::from_micros(20), ..Default::default() });
+/// let mode = FeedMode::Adaptive(AdaptiveConfig::default().with_max_spin(Duration::from_micros(20)));
 /// assert_ne!(mode, FeedMode::Event);
 /// ```
+///
+/// ```compile_fail,E0004
+/// use evd_verbs::FeedMode;
+/// fn name(mode: FeedMode) -> &'static str {
+///     match mode {
+///         FeedMode::Event => "event",
+///         FeedMode::Adaptive(_) => "adaptive",
+///     }
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FeedMode {
     /// Sleep on the channel; on a wake, get and ack the events, poll and
     /// deliver what is there, then (next turn) re-arm, drain until empty,
@@ -23,14 +35,26 @@ pub enum FeedMode {
     Adaptive(AdaptiveConfig),
 }
 
-/// Driver settings.
+/// Driver settings. Start from [`Default`] and change what you need with
+/// the `with_…` setters (or assign the public fields of a mutable value);
+/// more settings may come, so a struct literal is refused outside this
+/// crate.
 ///
 /// ```
+/// use evd_verbs::{Driver, DriverBackend, DriverConfig};
+/// let cfg = DriverConfig::default().with_budget(64).with_backend(DriverBackend::Epoll);
+/// let driver = Driver::new(cfg).unwrap();
+/// assert_eq!(driver.backend(), DriverBackend::Epoll);
+/// let mut cfg = DriverConfig::default();
+/// cfg.ring_entries = 512;
+/// # drop(Driver::new(cfg).unwrap());
+/// ```
+///
+/// ```compile_fail,E0639
 /// let cfg = evd_verbs::DriverConfig { budget: 64, ..Default::default() };
-/// let driver = evd_verbs::Driver::new(cfg).unwrap();
-/// # drop(driver);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DriverConfig {
     /// How the driver waits on the feeds' fds: io_uring, or epoll where
     /// io_uring is refused ([`DriverBackend::Auto`], the default).
@@ -58,13 +82,64 @@ impl Default for DriverConfig {
     }
 }
 
+impl DriverConfig {
+    /// With [`backend`](Self::backend) set.
+    ///
+    /// ```
+    /// use evd_verbs::{DriverBackend, DriverConfig};
+    /// let cfg = DriverConfig::default().with_backend(DriverBackend::IoUring);
+    /// assert_eq!(cfg.backend, DriverBackend::IoUring);
+    /// ```
+    #[must_use]
+    pub const fn with_backend(mut self, backend: DriverBackend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// With [`ring_entries`](Self::ring_entries) set.
+    ///
+    /// ```
+    /// let cfg = evd_verbs::DriverConfig::default().with_ring_entries(1024);
+    /// assert_eq!(cfg.ring_entries, 1024);
+    /// ```
+    #[must_use]
+    pub const fn with_ring_entries(mut self, ring_entries: u32) -> Self {
+        self.ring_entries = ring_entries;
+        self
+    }
+
+    /// With [`budget`](Self::budget) set.
+    ///
+    /// ```
+    /// let cfg = evd_verbs::DriverConfig::default().with_budget(64);
+    /// assert_eq!(cfg.budget, 64);
+    /// ```
+    #[must_use]
+    pub const fn with_budget(mut self, budget: usize) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// With [`busy_turns_per_enter`](Self::busy_turns_per_enter) set.
+    ///
+    /// ```
+    /// let cfg = evd_verbs::DriverConfig::default().with_busy_turns_per_enter(8);
+    /// assert_eq!(cfg.busy_turns_per_enter, 8);
+    /// ```
+    #[must_use]
+    pub const fn with_busy_turns_per_enter(mut self, turns: u32) -> Self {
+        self.busy_turns_per_enter = turns;
+        self
+    }
+}
+
 /// How a [`Driver`](crate::Driver) waits on its feeds' fds. Both backends
 /// run the same per-feed cycle behind the same API; they differ in what the
 /// kernel must allow and in what a wait costs.
 ///
 /// ```
 /// use evd_verbs::{Driver, DriverBackend, DriverConfig};
-/// let driver = Driver::new(DriverConfig { backend: DriverBackend::Epoll, ..Default::default() }).unwrap();
+/// let driver = Driver::new(DriverConfig::default().with_backend(DriverBackend::Epoll)).unwrap();
 /// assert_eq!(driver.backend(), DriverBackend::Epoll);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -188,9 +188,6 @@ pub struct DriverHandle {
 impl DriverHandle {
     /// Register a completion feed with the running driver.
     ///
-    /// [`DriverError::OnDriverThread`] on the driver's own thread (see the
-    /// module notes); [`DriverError::Stopped`] once the driver has stopped.
-    ///
     /// As [`Driver::register`](super::Driver::register): the feed may post
     /// into an EVD of the application's event type.
     ///
@@ -206,6 +203,13 @@ impl DriverHandle {
     /// poster.post(AppEvent::Tick(0)).unwrap(); // beside the feed's completions
     /// let _feed: Feed<SoftCq, AppEvent> = running.handle().remove(key).unwrap();
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::NoChannel`] if the CQ has no completion channel (the
+    /// feed is dropped). [`DriverError::OnDriverThread`] on the driver's own
+    /// thread (from an upcall of an EVD its feeds post into), where waiting
+    /// for the answer would wait for itself; [`DriverError::Stopped`] once
+    /// the driver has stopped. In both the feed is dropped.
     pub fn register<C, T>(
         &self,
         feed: Feed<C, T>,
@@ -220,7 +224,6 @@ impl DriverHandle {
 
     /// Register the feed of a shared completion channel with the running
     /// driver (see [`Driver::register_channel`](super::Driver::register_channel)).
-    /// Refused from the driver's own thread ([`DriverError::OnDriverThread`]).
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, soft::SoftChannel};
@@ -233,6 +236,11 @@ impl DriverHandle {
     /// let feed: ChannelFeed<SoftChannel> = running.handle().remove(key).unwrap();
     /// assert_eq!(feed.len(), 1);
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::OnDriverThread`] on the driver's own thread,
+    /// [`DriverError::Stopped`] once the driver has stopped; the feed is
+    /// dropped.
     pub fn register_channel<H, T>(
         &self,
         feed: ChannelFeed<H, T>,
@@ -256,6 +264,11 @@ impl DriverHandle {
     /// let key = running.handle().register_async(AsyncFeed::new(events, poster)).unwrap();
     /// let _feed = running.handle().remove(key).unwrap();
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::OnDriverThread`] on the driver's own thread,
+    /// [`DriverError::Stopped`] once the driver has stopped; the feed is
+    /// dropped.
     pub fn register_async<S, T>(
         &self,
         feed: AsyncFeed<S, T>,
@@ -269,7 +282,6 @@ impl DriverHandle {
     }
 
     /// Register a connection-manager feed (see [`Driver::register_cm`](crate::Driver::register_cm)).
-    /// Refused from the driver's own thread ([`DriverError::OnDriverThread`]).
     ///
     /// ```
     /// use evd_verbs::{CmEvent, CmFeed, Driver, soft::SoftCm};
@@ -279,6 +291,11 @@ impl DriverHandle {
     /// let key = running.handle().register_cm(CmFeed::new(events, poster)).unwrap();
     /// let _feed = running.handle().remove(key).unwrap();
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::OnDriverThread`] on the driver's own thread,
+    /// [`DriverError::Stopped`] once the driver has stopped; the feed is
+    /// dropped.
     pub fn register_cm<S, T>(
         &self,
         feed: CmFeed<S, T>,
@@ -360,11 +377,6 @@ impl DriverHandle {
     /// returns, the driver will never touch the feed again, so no post and
     /// no upcall from it can follow.
     ///
-    /// [`DriverError::NoSuchFeed`] if it was removed already;
-    /// [`DriverError::OnDriverThread`] on the driver's own thread;
-    /// [`DriverError::Stopped`] once the driver has stopped (its feeds are in
-    /// the [`Shutdown`]).
-    ///
     /// ```
     /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
@@ -373,6 +385,13 @@ impl DriverHandle {
     /// let feed: Feed<SoftCq> = running.handle().remove(key).unwrap(); // Feed<SoftCq, VerbsEvent>
     /// assert_eq!(feed.id(), CqId(5));
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::NoSuchFeed`] if it was removed already;
+    /// [`DriverError::OnDriverThread`] on the driver's own thread, where
+    /// waiting for the feed would wait for itself;
+    /// [`DriverError::Stopped`] once the driver has stopped (its feeds are in
+    /// the [`Shutdown`]).
     pub fn remove<F: 'static>(&self, key: FeedKey<F>) -> Result<F, DriverError> {
         if self.shared.on_driver_thread() {
             return Err(DriverError::OnDriverThread);
@@ -428,7 +447,14 @@ pub struct RunningDriver {
 }
 
 impl RunningDriver {
-    /// A handle to the running driver.
+    /// A handle to the running driver; clone it for other threads.
+    ///
+    /// ```
+    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// let handle = running.handle().clone();
+    /// std::thread::spawn(move || assert!(handle.is_running())).join().unwrap();
+    /// running.shutdown().unwrap();
+    /// ```
     pub fn handle(&self) -> &DriverHandle {
         &self.handle
     }
@@ -470,6 +496,18 @@ impl RunningDriver {
 
     /// Stop the driver, join its thread, and hand back its feeds (each
     /// removed from the ring first).
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register(Feed::new(SoftCq::new(16).unwrap().0, CqId(4), poster), FeedMode::Event).unwrap();
+    /// let running = driver.spawn().unwrap();
+    /// let mut stopped = running.shutdown().unwrap();
+    /// assert_eq!(stopped.stats.handler_panics, 0);
+    /// let feed: Feed<SoftCq> = stopped.take(key).unwrap();
+    /// assert_eq!(feed.id(), CqId(4));
+    /// ```
     ///
     /// # Errors
     /// The thread's error if it failed. [`DriverError::Panicked`] with the
@@ -580,16 +618,48 @@ impl Shutdown {
     }
 
     /// Feeds not taken yet.
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// for i in 0..3 {
+    ///     driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(i), poster.clone()), FeedMode::Event).unwrap();
+    /// }
+    /// assert_eq!(driver.spawn().unwrap().shutdown().unwrap().len(), 3);
+    /// ```
     pub fn len(&self) -> usize {
         self.feeds.len()
     }
 
     /// Every feed was taken (or none was registered).
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
+    /// let mut stopped = driver.spawn().unwrap().shutdown().unwrap();
+    /// assert!(!stopped.is_empty());
+    /// let _feed: Feed<SoftCq> = stopped.take(key).unwrap();
+    /// assert!(stopped.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.feeds.is_empty()
     }
 
     /// The names of the feeds not taken yet.
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let a = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster.clone()), FeedMode::Event).unwrap();
+    /// let b = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(1), poster), FeedMode::Event).unwrap();
+    /// let mut stopped = driver.spawn().unwrap().shutdown().unwrap();
+    /// let _feed: Feed<SoftCq> = stopped.take(a).unwrap();
+    /// assert_eq!(stopped.ids().collect::<Vec<_>>(), [b.id()]);
+    /// ```
     pub fn ids(&self) -> impl Iterator<Item = FeedId> + '_ {
         self.feeds.iter().map(|(id, _)| *id)
     }

@@ -59,13 +59,27 @@ pub enum DriverError {
 pub struct Panic(Box<dyn std::any::Any + Send>);
 
 impl Panic {
-    /// Wrap a panic payload.
+    /// Wrap a panic payload, as `std::panic::catch_unwind` or
+    /// `JoinHandle::join` give it.
+    ///
+    /// ```
+    /// let payload = std::panic::catch_unwind(|| panic!("boom {}", 7)).unwrap_err();
+    /// let p = evd_verbs::Panic::new(payload);
+    /// assert_eq!(p.message(), Some("boom 7"));
+    /// ```
     pub fn new(payload: Box<dyn std::any::Any + Send>) -> Self {
         Panic(payload)
     }
 
     /// The panic's message, if it was a `&str` or a `String` (as `panic!`
     /// makes them).
+    ///
+    /// ```
+    /// use evd_verbs::Panic;
+    /// assert_eq!(Panic::new(Box::new("static")).message(), Some("static"));
+    /// assert_eq!(Panic::new(Box::new(String::from("formatted"))).message(), Some("formatted"));
+    /// assert_eq!(Panic::new(Box::new(42u32)).message(), None);
+    /// ```
     pub fn message(&self) -> Option<&str> {
         self.0
             .downcast_ref::<&str>()
@@ -75,6 +89,13 @@ impl Panic {
 
     /// The payload, to resume the panic with `std::panic::resume_unwind` if
     /// the caller wants that.
+    ///
+    /// ```
+    /// let p = evd_verbs::Panic::new(Box::new(42u32));
+    /// let payload = p.into_payload();
+    /// assert_eq!(payload.downcast_ref::<u32>(), Some(&42));
+    /// // std::panic::resume_unwind(payload) would raise it again here.
+    /// ```
     pub fn into_payload(self) -> Box<dyn std::any::Any + Send> {
         self.0
     }

@@ -79,6 +79,7 @@ use std::time::{Duration, Instant};
 /// assert!(!a.busy);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Activity {
     /// Some feed has work now (draining, spinning, just unblocked): call
     /// `process` again without waiting on the driver's fd.
@@ -135,6 +136,12 @@ impl Driver {
     /// A driver with its own ring, or its own epoll instance where io_uring
     /// is refused or asked not to be used ([`DriverConfig::backend`]).
     ///
+    /// ```
+    /// use evd_verbs::{Driver, DriverConfig};
+    /// let driver = Driver::new(DriverConfig::default().with_budget(64)).unwrap();
+    /// assert_eq!(driver.stats().turns, 0);
+    /// ```
+    ///
     /// # Errors
     /// [`DriverError::Io`] if the backend or the wake fd could not be set
     /// up (io_uring refused while [`DriverBackend::IoUring`] was asked
@@ -184,7 +191,18 @@ impl Driver {
         self.backend.kind()
     }
 
-    /// The counters.
+    /// The counters, as this driver's own [`process`](Self::process) calls
+    /// left them (other threads read them through
+    /// [`DriverHandle::stats`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut driver = evd_verbs::Driver::new(Default::default()).unwrap();
+    /// driver.process(Some(Duration::ZERO)).unwrap();
+    /// let stats = driver.stats();
+    /// assert!(stats.turns >= 1);
+    /// assert_eq!(stats.handler_panics, 0);
+    /// ```
     pub fn stats(&self) -> DriverStats {
         self.stats
     }
@@ -446,6 +464,22 @@ impl Driver {
     /// Run on a new thread until [`RunningDriver::shutdown`]. A panic in a
     /// feed's turn is caught and kept there, and the thread serves on (see
     /// [`RunningDriver`]).
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let (cq, hca) = SoftCq::new(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// driver.register(Feed::new(cq, CqId(1), poster), FeedMode::Event).unwrap();
+    /// let running = driver.spawn().unwrap();
+    /// hca.push(WorkCompletion::new(9)).unwrap();
+    /// assert!(matches!(consumer.dequeue(), Ok(VerbsEvent::Completion { cq: CqId(1), .. })));
+    /// assert_eq!(running.shutdown().unwrap().len(), 1);
+    /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::Io`] if the operating system refused a new thread;
+    /// the driver and its feeds are then dropped.
     pub fn spawn(self) -> Result<RunningDriver, DriverError> {
         let handle = self.handle();
         let running = RunningMark::new(self.shared.clone());

@@ -41,6 +41,11 @@ impl Driver {
     /// let key = driver.register(Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
     /// let _feed: Feed<SoftCq, Logged> = driver.remove(key).unwrap();
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::NoChannel`] if the CQ has no completion channel (busy
+    /// poll such a feed with [`Feed::progress`] or a
+    /// [`Poller`](crate::Poller)); the feed is dropped.
     pub fn register<C, T>(
         &mut self,
         feed: Feed<C, T>,
@@ -92,6 +97,11 @@ impl Driver {
     /// let feed: ChannelFeed<SoftChannel> = stopped.take(key).unwrap();
     /// assert_eq!(feed.len(), 4);
     /// ```
+    ///
+    /// # Errors
+    /// None: a shared channel always has an fd to wait on. The `Result`
+    /// matches the other `register` calls (and
+    /// [`DriverHandle`](crate::DriverHandle)'s, which can fail).
     pub fn register_channel<H, T>(
         &mut self,
         feed: ChannelFeed<H, T>,
@@ -115,6 +125,11 @@ impl Driver {
     /// let key = driver.register_async(AsyncFeed::new(events, poster)).unwrap();
     /// let _feed = driver.remove(key).unwrap();
     /// ```
+    ///
+    /// # Errors
+    /// None: the source always has an fd to wait on. The `Result` matches
+    /// the other `register` calls (and [`DriverHandle`](crate::DriverHandle)'s,
+    /// which can fail).
     pub fn register_async<S, T>(
         &mut self,
         feed: AsyncFeed<S, T>,
@@ -142,6 +157,11 @@ impl Driver {
     ///     driver.process(None).unwrap();
     /// }
     /// ```
+    ///
+    /// # Errors
+    /// None: the source always has an fd to wait on. The `Result` matches
+    /// the other `register` calls (and [`DriverHandle`](crate::DriverHandle)'s,
+    /// which can fail).
     pub fn register_cm<S, T>(
         &mut self,
         feed: CmFeed<S, T>,
@@ -215,6 +235,12 @@ impl Driver {
     /// let feed: AsyncFeed<SoftAsyncEvents, VerbsEvent> = driver.remove(key).unwrap();
     /// # drop(feed);
     /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::NoSuchFeed`] if the key names no feed of this driver
+    /// (removed already). [`DriverError::Io`] if the ring failed while this
+    /// call waited for it to let go of the feed's fd; the feed then stays
+    /// registered, its removal pending.
     ///
     /// # Panics
     /// Not because of a handler: waiting for the ring, this call gives the

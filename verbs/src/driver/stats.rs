@@ -36,7 +36,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// driver.process(Some(std::time::Duration::from_millis(1))).unwrap();
 /// assert_eq!(driver.stats().timeouts, 1);
 /// ```
+///
+/// More counters may come: read the fields, do not build the struct.
+///
+/// ```compile_fail,E0639
+/// let stats = evd_verbs::DriverStats { turns: 1, ..Default::default() };
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DriverStats {
     /// Turns over the feeds.
     pub turns: u64,

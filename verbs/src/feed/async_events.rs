@@ -67,6 +67,17 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// assert_eq!(feed.progress(2).status, FeedStatus::Budget);
     /// assert_eq!(feed.progress(2).delivered, 1);
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Not on its own. The call runs user code: the event type's `From`
+    /// and, in each post, the EVD's upcall handler or the waker the post
+    /// notifies. A panic there comes out of this call; the feed and the EVD
+    /// stay usable, and the next call takes the next event from the device.
+    /// The event whose post panicked is in the EVD, except when the EVD was
+    /// full and the post ran the upcall to make room: that event is lost
+    /// with the panic (see [`evd::Poster::post`]). An event whose `From`
+    /// panicked is lost.
     pub fn progress(&mut self, budget: usize) -> Progress {
         self.feed.progress(budget, |source| {
             Ok(source

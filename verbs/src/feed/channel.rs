@@ -348,6 +348,14 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// let p = feed.arm_and_drain(16).unwrap();
     /// assert_eq!((p.delivered, p.status), (4, FeedStatus::Drained));
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Not on its own; a panic of user code in a post (the EVD's upcall
+    /// handler, the event type's `From`) comes out of this call, leaving
+    /// the CQ it was serving as [`Feed::arm_and_drain`] says and still to
+    /// be drained: the next call serves it again, and the feed and the EVD
+    /// stay usable. Call again before sleeping on the channel's fd.
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
         let n = self.members.len();
         let mut delivered = 0;
@@ -428,6 +436,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// let p = feed.on_channel_ready(16).unwrap();
     /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`arm_and_drain`](Self::arm_and_drain); the channel events got
+    /// before it are credited.
     pub fn on_channel_ready(&mut self, budget: usize) -> io::Result<Progress> {
         self.take_events()?;
         self.arm_and_drain(budget)
@@ -450,6 +463,12 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// hca_b.push(WorkCompletion::default()).unwrap();
     /// assert_eq!(feed.progress(16).delivered, 2);
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Not on its own; a panic of user code in a post comes out of this
+    /// call, leaving the CQ it was serving as [`Feed::progress`] says: the
+    /// feed and the EVD stay usable, and the next call goes on.
     pub fn progress(&mut self, budget: usize) -> Progress {
         let n = self.members.len();
         let mut delivered = 0;

@@ -69,6 +69,14 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// assert_eq!(consumer.try_dequeue().unwrap().id, CmToken(0));
     /// assert_eq!(feed.progress(16).delivered, 1); // the held one first
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`AsyncFeed::progress`](crate::AsyncFeed::progress): a panic of
+    /// the event type's `From` or of user code a post runs (the EVD's
+    /// upcall handler, a waker) comes out of this call, the feed and the
+    /// EVD stay usable, and the event whose post panicked is in the EVD
+    /// unless that post found the EVD full and ran the upcall to make room.
     pub fn progress(&mut self, budget: usize) -> Progress {
         self.feed
             .progress(budget, |source| Ok(source.next_event()?.map(T::from)))

@@ -270,6 +270,43 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// assert_eq!(feed.progress(32).status, FeedStatus::Budget);
     /// assert_eq!(feed.progress(32).delivered, 8);
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Not on its own. The call runs user code: the event type's `From`,
+    /// and, in each post, the EVD's upcall handler (under an upcall policy)
+    /// or the waker the post notifies. A panic there comes out of this call,
+    /// and the feed and the EVD stay usable: the next call goes on where the
+    /// panic left off. The batch whose post ran the handler is in the EVD
+    /// (the handler had the event it panicked on; the EVD's next upcall, or
+    /// a dequeue, gets the rest), and the completions polled and not posted
+    /// yet stay held in the feed and are posted first, in order. Two
+    /// limits: a panicking `From` loses the completions of its poll not
+    /// converted yet, and [`stats`](Self::stats) miss the batch whose post
+    /// panicked. A [`Driver`](crate::Driver) or a [`Poller`](crate::Poller)
+    /// catches such a panic and serves on; a caller of its own catches it
+    /// (`std::panic::catch_unwind`) and calls again:
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// use evd_verbs::{Feed, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+    /// use std::panic::{catch_unwind, AssertUnwindSafe};
+    /// use std::sync::mpsc;
+    /// let (poster, consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let (seen, handled) = mpsc::channel();
+    /// let _upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+    ///     let Ok(VerbsEvent::Completion { wc, .. }) = ev else { return };
+    ///     seen.send(wc.wr_id).unwrap();
+    ///     assert_ne!(wc.wr_id, 1, "this handler fails on completion 1");
+    /// });
+    /// let (cq, hca) = SoftCq::new(16).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// hca.push_batch(&[WorkCompletion::new(0), WorkCompletion::new(1), WorkCompletion::new(2)]);
+    /// assert!(catch_unwind(AssertUnwindSafe(|| feed.progress(16))).is_err());
+    /// hca.push(WorkCompletion::new(3)).unwrap();
+    /// assert_eq!(feed.progress(16).delivered, 1); // its post's upcall gets 2, then 3
+    /// assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 1, 2, 3]);
+    /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
         let mut delivered = 0;
         if let Err(status) = self.post_held(&mut delivered, budget, false) {
@@ -359,6 +396,17 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     ///
     /// One call delivers at most `budget` events, however it gets there (a
     /// drain before the arm, when the EVD was full, counts against it).
+    ///
+    /// # Panics
+    ///
+    /// Not on its own; a panic of user code in a post comes out of this
+    /// call, as for [`progress`](Self::progress), and leaves the feed and
+    /// the EVD as `progress` does. The arm made before the drain stays, but
+    /// the drain was cut short: completions may wait in the CQ that no
+    /// channel event will announce, so call `arm_and_drain` again (it drains
+    /// without arming twice) before sleeping on the channel fd. The
+    /// [`Driver`](crate::Driver) does so: the feed's next turn arms and
+    /// drains.
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
         let mut delivered = 0;
         loop {
@@ -414,6 +462,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
     /// assert_eq!(feed.stats().events_got, 2); // the real one and the spurious one
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`arm_and_drain`](Self::arm_and_drain): the channel events got
+    /// before the panic are credited (acknowledged with the next batch), and
+    /// the next `arm_and_drain` re-arms and drains.
     pub fn on_channel_ready(&mut self, budget: usize) -> io::Result<Progress> {
         self.take_events()?;
         self.arm_and_drain(budget)

@@ -50,13 +50,24 @@
 use super::cycle::Limits;
 use std::time::{Duration, Instant};
 
-/// Bounds of the adaptive spin.
+/// Bounds of the adaptive spin. Start from [`Default`] and change what you
+/// need with the `with_…` setters; more bounds may come, so a struct
+/// literal is refused outside this crate.
 ///
 /// ```
-/// let cfg = evd_verbs::AdaptiveConfig::default();
+/// use evd_verbs::AdaptiveConfig;
+/// use std::time::Duration;
+/// let cfg = AdaptiveConfig::default();
 /// assert!(cfg.min_spin <= cfg.initial_spin && cfg.initial_spin <= cfg.max_spin);
+/// let short = cfg.with_max_spin(Duration::from_micros(20)).with_max_empty_polls(512);
+/// assert_eq!(short.max_spin, Duration::from_micros(20));
+/// ```
+///
+/// ```compile_fail,E0639
+/// let cfg = evd_verbs::AdaptiveConfig { max_empty_polls: 64, ..Default::default() };
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AdaptiveConfig {
     /// The spin window never goes below this (zero lets the feed fall back
     /// to the event-driven cycle when arrivals are too sparse to catch).
@@ -82,6 +93,59 @@ impl Default for AdaptiveConfig {
             initial_spin: Duration::from_micros(10),
             max_empty_polls: 4096,
         }
+    }
+}
+
+impl AdaptiveConfig {
+    /// With [`min_spin`](Self::min_spin) set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let cfg = evd_verbs::AdaptiveConfig::default().with_min_spin(Duration::from_micros(2));
+    /// assert_eq!(cfg.min_spin, Duration::from_micros(2));
+    /// ```
+    #[must_use]
+    pub const fn with_min_spin(mut self, min_spin: Duration) -> Self {
+        self.min_spin = min_spin;
+        self
+    }
+
+    /// With [`max_spin`](Self::max_spin) set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let cfg = evd_verbs::AdaptiveConfig::default().with_max_spin(Duration::from_micros(20));
+    /// assert_eq!(cfg.max_spin, Duration::from_micros(20));
+    /// ```
+    #[must_use]
+    pub const fn with_max_spin(mut self, max_spin: Duration) -> Self {
+        self.max_spin = max_spin;
+        self
+    }
+
+    /// With [`initial_spin`](Self::initial_spin) set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let cfg = evd_verbs::AdaptiveConfig::default().with_initial_spin(Duration::ZERO);
+    /// assert!(cfg.initial_spin.is_zero());
+    /// ```
+    #[must_use]
+    pub const fn with_initial_spin(mut self, initial_spin: Duration) -> Self {
+        self.initial_spin = initial_spin;
+        self
+    }
+
+    /// With [`max_empty_polls`](Self::max_empty_polls) set.
+    ///
+    /// ```
+    /// let cfg = evd_verbs::AdaptiveConfig::default().with_max_empty_polls(512);
+    /// assert_eq!(cfg.max_empty_polls, 512);
+    /// ```
+    #[must_use]
+    pub const fn with_max_empty_polls(mut self, max_empty_polls: u32) -> Self {
+        self.max_empty_polls = max_empty_polls;
+        self
     }
 }
 
@@ -197,10 +261,9 @@ impl SpinPolicy {
     /// `T`: how long a spin may go without a completion (zero: do not spin).
     ///
     /// ```
-    /// let p = evd_verbs::SpinPolicy::new(evd_verbs::AdaptiveConfig {
-    ///     initial_spin: std::time::Duration::ZERO,
-    ///     ..Default::default()
-    /// });
+    /// let p = evd_verbs::SpinPolicy::new(
+    ///     evd_verbs::AdaptiveConfig::default().with_initial_spin(std::time::Duration::ZERO),
+    /// );
     /// assert!(p.spin_window().is_zero());
     /// ```
     pub fn spin_window(&self) -> Duration {
@@ -316,6 +379,21 @@ impl SpinPolicy {
 
     /// A spinning poll found completions at `now`, after `empty_polls` empty
     /// polls in a row: a catch.
+    ///
+    /// ```
+    /// use evd_verbs::{AdaptiveConfig, SpinPolicy};
+    /// use std::time::{Duration, Instant};
+    /// let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    /// let t0 = Instant::now();
+    /// p.woken(t0);
+    /// for i in 1..=16 {
+    ///     // completions 1 µs apart, each caught after 10 empty polls
+    ///     p.found(t0 + Duration::from_micros(i), 10);
+    /// }
+    /// // The window follows the short gaps down from its initial 10 µs.
+    /// assert!(p.spin_window() < Duration::from_micros(10));
+    /// assert!(p.spin_window() > Duration::ZERO);
+    /// ```
     pub fn found(&mut self, now: Instant, empty_polls: u32) {
         self.close_missed_gap(now);
         // A probe lasts until its spin ends: its catches are what may turn
@@ -362,6 +440,16 @@ impl SpinPolicy {
     }
 
     /// A spin ended with nothing found: a miss (and the end of a probe).
+    ///
+    /// ```
+    /// use evd_verbs::{AdaptiveConfig, SpinPolicy};
+    /// use std::time::Duration;
+    /// let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    /// for _ in 0..4 {
+    ///     p.expired(); // spin after spin finds nothing
+    /// }
+    /// assert_eq!(p.spin_window(), Duration::ZERO); // the event-driven cycle
+    /// ```
     pub fn expired(&mut self) {
         self.missed_since = self.last_completion;
         if self.probing && !self.probe_caught {
@@ -376,6 +464,21 @@ impl SpinPolicy {
     /// averages stay. While spinning does not pay, every
     /// [`PROBE_EVERY`]-th wake (doubling after each probe that catches
     /// nothing, up to [`PROBE_EVERY_MAX`]) makes the next spin a probe.
+    ///
+    /// ```
+    /// use evd_verbs::{AdaptiveConfig, SpinPolicy, PROBE_EVERY};
+    /// use std::time::{Duration, Instant};
+    /// let cfg = AdaptiveConfig::default();
+    /// let mut p = SpinPolicy::new(cfg);
+    /// for _ in 0..4 {
+    ///     p.expired();
+    /// }
+    /// assert_eq!(p.spin_window(), Duration::ZERO);
+    /// for _ in 0..PROBE_EVERY {
+    ///     p.woken(Instant::now());
+    /// }
+    /// assert_eq!(p.spin_window(), cfg.max_spin); // this wake's spin probes
+    /// ```
     pub fn woken(&mut self, now: Instant) {
         self.last_completion = Some(now);
         self.after_wake = true;
