@@ -1,6 +1,6 @@
 //! Ping-pong latency on one RC pair: the same responder (a raw event loop
 //! on its own thread) answers every ping; the initiator waits for each pong
-//! five ways, in interleaved rounds, so that every way sees the same guest,
+//! six ways, in interleaved rounds, so that every way sees the same guest,
 //! the same moment and the same noise:
 //!
 //! - `raw`: the verbs event loop with no EVD (`req_notify`, `poll`, `poll(2)`
@@ -10,6 +10,8 @@
 //! - `own-thread`: the same driver spawned, the initiator blocked in the
 //!   EVD's `wait`: one thread hop per pong;
 //! - `adaptive`: the in-loop driver in adaptive mode;
+//! - `in-loop (epoll)`: the in-loop driver on the epoll backend (what
+//!   `DriverBackend::Auto` falls back to where io_uring is refused);
 //! - `busy`: `Feed::progress` polled in a loop, no arming at all.
 //!
 //! - `in-loop again`: `in-loop` a second time in every round, the null for
@@ -20,7 +22,7 @@
 //! and each against `raw`, and the initiator's CPU time per round trip
 //! (its thread's, plus the driver thread's for `own-thread`; the responder,
 //! the same for every way, is not counted): the median over rounds. The
-//! paired lines divide adaptive's and own-thread's per-round p50 by
+//! paired lines divide adaptive's, own-thread's and epoll's per-round p50 by
 //! in-loop's of the same round, beside in-loop again ÷ in-loop, and count
 //! the rounds outside the null's range.
 
@@ -30,8 +32,8 @@ use crate::{pair, GID_INDEX};
 use evd::TryDequeueError;
 use evd_verbs::ibv::{IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
 use evd_verbs::{
-    AdaptiveConfig, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent,
-    WcOpcode, WorkCompletion,
+    AdaptiveConfig, CompletionQueue, CqId, Driver, DriverBackend, DriverConfig, Feed, FeedMode,
+    VerbsEvent, WcOpcode, WorkCompletion,
 };
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,15 +53,17 @@ enum Way {
     OwnThread,
     Adaptive,
     Busy,
+    InLoopEpoll,
     InLoopAgain,
 }
 
-const WAYS: [Way; 6] = [
+const WAYS: [Way; 7] = [
     Way::Raw,
     Way::InLoop,
     Way::OwnThread,
     Way::Adaptive,
     Way::Busy,
+    Way::InLoopEpoll,
     Way::InLoopAgain,
 ];
 
@@ -70,6 +74,7 @@ fn name(w: Way) -> &'static str {
         Way::OwnThread => "own-thread driver (event)",
         Way::Adaptive => "in-loop driver (adaptive)",
         Way::Busy => "busy poll (feed)",
+        Way::InLoopEpoll => "in-loop driver (event, epoll)",
         Way::InLoopAgain => "in-loop again (the null)",
     }
 }
@@ -249,14 +254,26 @@ impl Initiator<'_> {
                 self.cq = Some(cq);
                 r.map(|()| cpu)
             }
-            Way::InLoop | Way::InLoopAgain | Way::Adaptive => {
+            Way::InLoop | Way::InLoopAgain | Way::Adaptive | Way::InLoopEpoll => {
                 let mode = if way == Way::Adaptive {
                     FeedMode::Adaptive(AdaptiveConfig::default())
                 } else {
                     FeedMode::Event
                 };
                 let (poster, mut evd) = evd::bounded::<VerbsEvent>(64).map_err(e2s)?;
-                let mut driver = Driver::new(DriverConfig::default()).map_err(e2s)?;
+                let (config, backend) = if way == Way::InLoopEpoll {
+                    let b = DriverBackend::Epoll;
+                    (DriverConfig::default().with_backend(b), b)
+                } else {
+                    let b = DriverBackend::IoUring;
+                    (DriverConfig::default().with_backend(b), b)
+                };
+                let mut driver = Driver::new(config).map_err(e2s)?;
+                ensure!(
+                    driver.backend() == backend,
+                    "{way:?} runs on {:?}",
+                    driver.backend()
+                );
                 let feed = Feed::new(self.cq.take().expect("cq"), CqId(1), poster);
                 let key = driver.register(feed, mode).map_err(e2s)?;
                 let cpu = thread_cpu_time();
@@ -415,6 +432,8 @@ pub(crate) fn pingpong_latency(pd: &Arc<ProtectionDomain>) -> Res {
         (Way::Adaptive, "CPU", &round_cpu),
         (Way::OwnThread, "p50", &round_p50),
         (Way::OwnThread, "CPU", &round_cpu),
+        (Way::InLoopEpoll, "p50", &round_p50),
+        (Way::InLoopEpoll, "CPU", &round_cpu),
     ] {
         let ratio = |i: usize| -> Vec<f64> {
             per_round[i]
