@@ -36,9 +36,11 @@
 //! handshake. A disconnect does not flush the QP: call
 //! [`QueuePair::set_error`] to have outstanding work requests complete.
 
+mod connect;
 mod id;
 
-pub use id::{CmConnParams, CmId};
+pub use connect::CmConnParams;
+pub use id::CmId;
 
 use super::teardown::VerbsObject;
 use super::*;

@@ -1,0 +1,282 @@
+//! Connecting a [`CmId`]: what a connect or accept offers the peer
+//! ([`CmConnParams`]), and the calls that move the caller's QP with the
+//! attributes librdmacm computes (connect, establish, accept), reject and
+//! disconnect.
+
+use super::CmId;
+#[cfg(doc)]
+use crate::event::CmEventKind;
+use crate::ibv::*;
+use std::io;
+
+/// What a connect or accept offers the peer (`struct rdma_conn_param`).
+///
+/// The default offers no private data, one RDMA read or atomic in flight
+/// each way, and 7 retries of each kind. It may gain fields: outside this
+/// crate it is built from [`Default`] and its fields set.
+///
+/// ```
+/// use evd_verbs::ibv::CmConnParams;
+/// let mut params = CmConnParams::default();
+/// params.private_data = b"hello";
+/// assert_eq!((params.initiator_depth, params.retry_count), (1, 7));
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct CmConnParams<'a> {
+    /// Private data for the peer (at most 56 bytes on a connect, 196 on an
+    /// accept, over InfiniBand and RoCE).
+    pub private_data: &'a [u8],
+    /// RDMA reads and atomics this side accepts in flight.
+    pub responder_resources: u8,
+    /// RDMA reads and atomics this side issues in flight.
+    pub initiator_depth: u8,
+    /// Transport retries (0..=7).
+    pub retry_count: u8,
+    /// Receiver-not-ready retries (0..=7; 7 is infinite).
+    pub rnr_retry_count: u8,
+}
+
+impl Default for CmConnParams<'_> {
+    fn default() -> Self {
+        CmConnParams {
+            private_data: &[],
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+impl CmConnParams<'_> {
+    fn raw(&self, qp: &QueuePair) -> io::Result<ffi::rdma_conn_param> {
+        let len = u8::try_from(self.private_data.len()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "private data over 255 bytes")
+        })?;
+        Ok(ffi::rdma_conn_param {
+            private_data: self.private_data.as_ptr().cast(),
+            private_data_len: len,
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            flow_control: 1,
+            retry_count: self.retry_count,
+            rnr_retry_count: self.rnr_retry_count,
+            srq: 0,
+            qp_num: qp.qp_num(),
+        })
+    }
+}
+
+impl CmId {
+    /// Move `qp` to `state` with the attributes librdmacm computes for
+    /// this connection (`rdma_init_qp_attr`).
+    fn transition(&self, qp: &QueuePair, state: ffi::ibv_qp_state::Type) -> io::Result<()> {
+        let mut attr: ffi::ibv_qp_attr = zeroed();
+        attr.qp_state = state;
+        let mut mask = 0;
+        // SAFETY: a live id and live out-parameters.
+        check(unsafe { ffi::rdma_init_qp_attr(self.id, &mut attr, &mut mask) })?;
+        qp.modify(&mut attr, mask)
+    }
+
+    /// Request a connection for `qp` (after [`CmEventKind::RouteResolved`]).
+    /// `qp` is in INIT, on this identifier's device. The peer's answer is
+    /// [`CmEventKind::ConnectResponse`] (then call
+    /// [`establish`](CmId::establish)), [`CmEventKind::Rejected`] or
+    /// [`CmEventKind::Unreachable`].
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `params.private_data`
+    /// is over 255 bytes; the errno of moving `qp` to INIT (`rdma_init_qp_attr`,
+    /// `ibv_modify_qp`) or of `rdma_connect`.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// let mut params = CmConnParams::default();
+    /// params.private_data = b"hello";
+    /// id.connect(&qp, &params)?;
+    /// match next(&mut events).kind {
+    ///     CmEventKind::ConnectResponse => id.establish(&qp)?,
+    ///     other => panic!("not connected: {other:?}"),
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn connect(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        let mut raw = params.raw(qp)?;
+        // SAFETY: a live id; the parameters and private data live across
+        // the call (librdmacm copies them).
+        check(unsafe { ffi::rdma_connect(self.id, &mut raw) })
+    }
+
+    /// On [`CmEventKind::ConnectResponse`]: move `qp` to INIT (with the
+    /// access the connection grants), RTR and RTS, then
+    /// complete the connection (the passive side gets
+    /// [`CmEventKind::Established`]).
+    ///
+    /// # Errors
+    ///
+    /// The errno of a QP transition (`rdma_init_qp_attr`, `ibv_modify_qp`) or
+    /// of `rdma_establish`.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// id.connect(&qp, &CmConnParams::default())?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::ConnectResponse);
+    /// id.establish(&qp)?; // the QP is in RTS: post sends
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn establish(&self, qp: &QueuePair) -> io::Result<()> {
+        // INIT again first, as librdmacm does for its own QPs: before the
+        // exchange the INIT attributes grant no remote access; now they
+        // carry what the connection allows (remote writes, and reads if
+        // responder resources were offered).
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)?;
+        // SAFETY: a live id.
+        check(unsafe { ffi::rdma_establish(self.id) })
+    }
+
+    /// Accept the request this identifier came with, on `qp` (in INIT, on
+    /// this identifier's device), which is moved to RTS first: receives can
+    /// be posted before, sends after [`CmEventKind::Established`].
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `params.private_data`
+    /// is over 255 bytes; the errno of a QP transition (`rdma_init_qp_attr`,
+    /// `ibv_modify_qp`) or of `rdma_accept`.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let request = next(&mut events);
+    /// assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    /// let id = channel.take_request(request.id).expect("the request's identifier");
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// qp.post_recv(1, &qp.pd().register(64)?, 0, 64)?; // receives before the accept
+    /// id.accept(&qp, &CmConnParams::default())?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::Established);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)?;
+        let mut raw = params.raw(qp)?;
+        // SAFETY: as in `connect`.
+        check(unsafe { ffi::rdma_accept(self.id, &mut raw) })
+    }
+
+    /// Reject the request this identifier came with; the peer gets
+    /// [`CmEventKind::Rejected`] with `private_data`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `private_data` is
+    /// over 255 bytes; the errno of `rdma_reject`.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let request = next(&mut events);
+    /// assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    /// let id = channel.take_request(request.id).expect("the request's identifier");
+    /// assert!(request.private_data.as_bytes().starts_with(b"v1"), "unknown client");
+    /// id.reject(b"busy")?; // the client gets Rejected with these bytes
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reject(&self, private_data: &[u8]) -> io::Result<()> {
+        let len = u8::try_from(private_data.len()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "private data over 255 bytes")
+        })?;
+        // SAFETY: a live id; the data lives across the call.
+        check(unsafe { ffi::rdma_reject(self.id, private_data.as_ptr().cast(), len) })
+    }
+
+    /// Disconnect; both sides get [`CmEventKind::Disconnected`].
+    ///
+    /// # Errors
+    ///
+    /// The errno of `rdma_disconnect`, as an [`io::Error`].
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// use std::time::Duration;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let id = CmId::new(&channel, CmToken(1))?;
+    /// id.resolve_addr("10.0.0.2:7471".parse()?, Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::AddrResolved);
+    /// id.resolve_route(Duration::from_secs(2))?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
+    /// let ctx = Context::open(id.device_name().as_deref())?;
+    /// let cq = ctx.create_cq(16, CqId(0))?;
+    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// id.connect(&qp, &CmConnParams::default())?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::ConnectResponse);
+    /// id.establish(&qp)?;
+    /// id.disconnect()?;
+    /// assert_eq!(next(&mut events).kind, CmEventKind::Disconnected);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn disconnect(&self) -> io::Result<()> {
+        // SAFETY: a live id.
+        check(unsafe { ffi::rdma_disconnect(self.id) })
+    }
+}
