@@ -334,6 +334,7 @@ mod room;
 #[doc(hidden)]
 pub mod state;
 mod sync;
+mod trace;
 mod unwind;
 mod upcall;
 
