@@ -188,6 +188,7 @@ mod feed;
 mod poller;
 pub mod soft;
 mod source;
+mod trace;
 
 #[cfg(feature = "ibverbs")]
 #[cfg_attr(docsrs, doc(cfg(feature = "ibverbs")))]
@@ -222,5 +223,5 @@ pub use source::{
 };
 pub use teardown::{
     clear_teardown_hook, set_teardown_hook, teardown_failures, CloseError, TeardownError,
-    VerbsObject,
+    TeardownHook, VerbsObject,
 };
