@@ -433,6 +433,53 @@ mod tests {
         clear_teardown_hook();
     }
 
+    /// With the `tracing` feature a failure in `Drop` is also a WARN event
+    /// naming the verb (recorded on this thread by a minimal subscriber).
+    #[cfg(feature = "tracing")]
+    #[test]
+    fn report_emits_a_warning_event() {
+        use tracing::field::{Field, Visit};
+        use tracing::span::{Attributes, Id, Record};
+        use tracing::{Event, Level, Metadata};
+
+        struct Ops(Mutex<Vec<(Level, String)>>);
+        struct Op<'a>(&'a mut String);
+        impl Visit for Op<'_> {
+            fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+                if field.name() == "op" {
+                    *self.0 = format!("{value:?}");
+                }
+            }
+        }
+        impl tracing::Subscriber for Ops {
+            fn enabled(&self, _: &Metadata<'_>) -> bool {
+                true
+            }
+            fn new_span(&self, _: &Attributes<'_>) -> Id {
+                Id::from_u64(1)
+            }
+            fn record(&self, _: &Id, _: &Record<'_>) {}
+            fn record_follows_from(&self, _: &Id, _: &Id) {}
+            fn event(&self, event: &Event<'_>) {
+                let mut op = String::new();
+                event.record(&mut Op(&mut op));
+                self.0.lock().unwrap().push((*event.metadata().level(), op));
+            }
+            fn enter(&self, _: &Id) {}
+            fn exit(&self, _: &Id) {}
+        }
+
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let ops = std::sync::Arc::new(Ops(Mutex::new(Vec::new())));
+        tracing::subscriber::with_default(ops.clone(), || {
+            report(&busy(VerbsObject::ProtectionDomain, "ibv_dealloc_pd"));
+        });
+        assert_eq!(
+            *ops.0.lock().unwrap(),
+            [(Level::WARN, "\"ibv_dealloc_pd\"".to_owned())]
+        );
+    }
+
     #[test]
     fn display_names_the_call_the_object_and_the_errno() {
         let e = busy(VerbsObject::MemoryRegion, "ibv_dereg_mr");
