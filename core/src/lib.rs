@@ -287,6 +287,26 @@
 //!   never reach a dependent's `Cargo.lock`. The `state` module is public
 //!   only for the fuzz crate and hidden from these docs.
 //!
+//! ## Observability
+//!
+//! [`Consumer::query`], [`Poster::query`] and [`Upcalls::query`] give a
+//! [`Query`]: the EVD's state and its counters, which only grow. Read it
+//! from a thread of its own to export it periodically (evd-verbs'
+//! `examples/metrics_export.rs` does so with a driver's counters beside).
+//!
+//! With the cargo feature `tracing` (off by default; without it there is no
+//! `tracing` dependency and no code), evd emits [`tracing`] events at its
+//! control-plane points, never on a post's or a dequeue's path:
+//!
+//! | event | level | target |
+//! |---|---|---|
+//! | an EVD closed (once) | DEBUG | `evd::engine::word` |
+//! | [`Consumer::resize`] done | DEBUG | `evd::consumer` |
+//! | [`Upcalls::set_policy`] done | DEBUG | `evd::upcall` |
+//! | a blocking post slept longer than 1 ms for room (once, when it ends) | INFO | `evd::poster::wait` |
+//!
+//! [`tracing`]: https://docs.rs/tracing
+//!
 //! # Where things live
 //!
 //! Read top-down: each module uses only modules in rows above it, so there
@@ -334,6 +354,7 @@ mod room;
 #[doc(hidden)]
 pub mod state;
 mod sync;
+mod trace;
 mod unwind;
 mod upcall;
 

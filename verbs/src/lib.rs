@@ -45,6 +45,18 @@
 //! failure is reported: returned by an explicit `close`, counted and handed
 //! to a hook when it happens in a `Drop`.
 //!
+//! With the cargo feature `tracing` (which turns on evd's), the control
+//! plane emits [`tracing`](https://docs.rs/tracing) events, never on the
+//! per-completion path: driver created (DEBUG, with its backend), io_uring
+//! refused and epoll chosen (INFO), driver thread started and stopped
+//! (INFO; ERROR if it failed), feed registered and removed (DEBUG), a CQ
+//! failed (overrun or poll error) or a channel member's arm failed (WARN),
+//! an async device event (WARN if [`AsyncEventKind::is_error`], else INFO),
+//! a caught panic in a feed's turn (ERROR), a destroy failed in `Drop`
+//! (WARN). Targets are the modules' paths (`evd_verbs::driver::...`).
+//! `examples/metrics_export.rs` exports [`evd::Query`], [`DriverStats`] and
+//! [`FeedStats`] periodically as plain counters.
+//!
 //! ```
 //! use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
 //! let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1024).unwrap();
@@ -188,6 +200,7 @@ mod feed;
 mod poller;
 pub mod soft;
 mod source;
+mod trace;
 
 #[cfg(feature = "ibverbs")]
 #[cfg_attr(docsrs, doc(cfg(feature = "ibverbs")))]
@@ -222,5 +235,5 @@ pub use source::{
 };
 pub use teardown::{
     clear_teardown_hook, set_teardown_hook, teardown_failures, CloseError, TeardownError,
-    VerbsObject,
+    TeardownHook, VerbsObject,
 };

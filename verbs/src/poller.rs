@@ -176,6 +176,7 @@ where
                         match catch_unwind(AssertUnwindSafe(|| f.progress(budget))) {
                             Ok(p) => idle &= p.status != FeedStatus::Budget,
                             Err(payload) => {
+                                crate::trace::event!(ERROR, "a feed call panicked (a handler, most likely); caught, the poller polls on");
                                 panics += 1;
                                 shared.handler_panics.store(panics, Ordering::Relaxed);
                                 let mut kept =

@@ -486,12 +486,20 @@ impl<T> Consumer<T> {
         })?;
         let new_cap = 1usize << log2;
         let s = &*self.shared;
-        if s.capacity() == new_cap as u64 {
+        let old_cap = s.capacity();
+        if old_cap == new_cap as u64 {
             return Ok(new_cap);
         }
         // Allocate before stopping the posters, to keep the window short.
         let fresh = Buffer::try_new(log2).ok_or(ResizeError::AllocFailed { capacity: new_cap })?;
         s.resize(log2, fresh)?;
+        crate::trace::event!(
+            DEBUG,
+            evd = s.id(),
+            from = old_cap,
+            to = new_cap,
+            "EVD resized"
+        );
         Ok(new_cap)
     }
 }

@@ -63,6 +63,7 @@ use crate::state::{
     self, Arm, Enable, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
 };
 use crate::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::trace;
 use crate::unwind::Panics;
 
 /// Why [`Shared::reserve`] handed out no ticket.
@@ -411,14 +412,17 @@ impl<T> Shared<T> {
         // AcqRel: Release so that whoever sees CLOSED with an Acquire load
         // also sees the loss word closed (and so the final loss count); Acquire
         // to take over an arm's registered waker.
-        let (wake, trigger_cno) = self.transition(Ordering::AcqRel, |w| {
+        let (closed_here, wake, trigger_cno) = self.transition(Ordering::AcqRel, |w| {
             if state::has(w, state::CLOSED) {
-                Err((false, false))
+                Err((false, false, false))
             } else {
                 let c = state::close(w);
-                Ok((c.new, (c.wake, c.trigger_cno)))
+                Ok((c.new, (true, c.wake, c.trigger_cno)))
             }
         });
+        if closed_here {
+            trace::event!(DEBUG, evd = self.id(), "EVD closed");
+        }
         // After CLOSED: a woken waiter's next post is refused as closed. The
         // room wakes come first: they catch their wakers' panics, while the
         // consumer's waker (or the CNO's) may panic out of this call, and

@@ -20,6 +20,9 @@ impl<T: Send> Poster<T> {
     /// for this (plus a fence where Linux's `membarrier(2)` is unavailable);
     /// a poster that starts waiting pays a lock and one `membarrier`, which
     /// briefly interrupts every CPU running a thread of this process.
+    /// With the cargo feature `tracing`, a wait that sleeps longer than 1 ms
+    /// is reported by one event (target `evd::poster::wait`, level INFO)
+    /// when it ends; the clock is read only once the poster goes to sleep.
     ///
     /// Called from inside an upcall of this same EVD, or the closure of its
     /// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with) (where the
@@ -121,6 +124,13 @@ impl<T: Send> Poster<T> {
                 return Err(PostError::Full(event));
             }
         }
+        // The slow path that sleeps: only here is the clock read for the
+        // `tracing` report of a long wait.
+        #[cfg(feature = "tracing")]
+        let _clock = LongWaitReport {
+            evd: self.shared.id(),
+            since: Instant::now(),
+        };
         let waker = unpark_waker(thread::current());
         let mut seat = LeaveOnDrop {
             poster: self,
@@ -137,6 +147,34 @@ impl<T: Send> Poster<T> {
             }
             // Woken by a freed slot, by close, or spuriously: attempt again.
             park(deadline);
+        }
+    }
+}
+
+/// A blocking post's wait for room that lasts longer than this is reported
+/// once, when it ends, by a `tracing` event (cargo feature `tracing`).
+#[cfg(feature = "tracing")]
+const LONG_ROOM_WAIT: Duration = Duration::from_millis(1);
+
+/// Reports, when dropped (the wait ended, however), a blocking post's wait
+/// for room that lasted longer than [`LONG_ROOM_WAIT`].
+#[cfg(feature = "tracing")]
+struct LongWaitReport {
+    evd: usize,
+    since: Instant,
+}
+
+#[cfg(feature = "tracing")]
+impl Drop for LongWaitReport {
+    fn drop(&mut self) {
+        let waited = self.since.elapsed();
+        if waited > LONG_ROOM_WAIT {
+            crate::trace::event!(
+                INFO,
+                evd = self.evd,
+                waited_us = waited.as_micros() as u64,
+                "a post waited long for room"
+            );
         }
     }
 }

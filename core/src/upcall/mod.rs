@@ -244,11 +244,19 @@ impl<T: Send> Upcalls<T> {
         if needs_quiesce {
             self.quiesce()?;
             if policy == UpcallPolicy::Teardown {
+                crate::trace::event!(
+                    DEBUG,
+                    evd = self.shared().id(),
+                    ?policy,
+                    "upcall policy set"
+                );
                 return Ok(());
             }
         }
         let s = self.shared();
-        if s.set_policy(policy.bits(), invoke) {
+        let starts = s.set_policy(policy.bits(), invoke);
+        crate::trace::event!(DEBUG, evd = s.id(), ?policy, ?invoke, "upcall policy set");
+        if starts {
             instance::run(s);
         }
         Ok(())

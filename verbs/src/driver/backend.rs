@@ -53,7 +53,10 @@ impl Backend {
             DriverBackend::IoUring => uring(),
             DriverBackend::Epoll => epoll(),
             _ => match uring() {
-                Err(e) if io_uring_refused(&e) => epoll(),
+                Err(e) if io_uring_refused(&e) => {
+                    crate::trace::event!(INFO, error = %e, "io_uring refused; the driver falls back to epoll");
+                    epoll()
+                }
                 r => r,
             },
         }

@@ -58,6 +58,7 @@ pub use key::{FeedId, FeedKey};
 pub use stats::DriverStats;
 
 use crate::eventfd;
+use crate::trace;
 use backend::Backend;
 use control::{Command, RunningMark, Shared};
 use cycle::Phase;
@@ -151,8 +152,10 @@ impl Driver {
             budget: cfg.budget.max(1),
             ..cfg
         };
+        let backend = Backend::open(&cfg)?;
+        trace::event!(DEBUG, backend = ?backend.kind(), "driver created");
         Ok(Driver {
-            backend: Backend::open(&cfg)?,
+            backend,
             cfg,
             slots: Vec::new(),
             generations: Vec::new(),
@@ -498,7 +501,21 @@ impl Driver {
     }
 
     fn run(mut self) -> Result<Shutdown, DriverError> {
+        trace::event!(
+            INFO,
+            backend = ?self.backend(),
+            feeds = self.slots.iter().flatten().count(),
+            "driver thread started"
+        );
         let r = self.serve_until_stopped();
+        match &r {
+            Ok(_) => {
+                trace::event!(INFO, stats = ?self.stats, "driver thread stopped");
+            }
+            Err(_e) => {
+                trace::event!(ERROR, error = %_e, stats = ?self.stats, "driver thread failed");
+            }
+        }
         // The last publish, before the thread's `RunningMark` says it ended.
         self.shared.stats.publish(&self.stats);
         if let Some(p) = self.caught.take() {

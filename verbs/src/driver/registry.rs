@@ -10,6 +10,7 @@ use super::{Driver, DriverError, FeedId, FeedKey, FeedMode, SpinPolicy};
 use crate::event::{CmEvent, VerbsEvent};
 use crate::feed::{AsyncFeed, ChannelFeed, CmFeed, Feed};
 use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
+use crate::trace;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::task::Waker;
@@ -217,10 +218,12 @@ impl Driver {
             removing: None,
         });
         self.busy = true;
-        Ok(FeedId {
+        let id = FeedId {
             index: index as u32,
             generation,
-        })
+        };
+        trace::event!(DEBUG, feed = ?id, ?mode, "feed registered");
+        Ok(id)
     }
 
     /// Stop serving a feed and hand it back. Waits for the ring to let go of
@@ -286,6 +289,7 @@ impl Driver {
     }
 
     pub(super) fn hand_back(&mut self, id: FeedId, source: Box<dyn Source>, who: Removal) {
+        trace::event!(DEBUG, feed = ?id, "feed removed");
         match who {
             Removal::Local => self.removed.push((id, source.into_any())),
             Removal::Reply(reply) => {

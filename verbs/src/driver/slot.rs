@@ -97,7 +97,13 @@ impl Slot {
             Ok(r) => r,
             Err(payload) => {
                 stats.handler_panics += 1;
-                Err(DriverError::Panicked(Panic::new(payload)))
+                let panic = Panic::new(payload);
+                crate::trace::event!(
+                    ERROR,
+                    payload = panic.message(),
+                    "a feed's turn panicked (a handler, most likely); caught, the driver serves on"
+                );
+                Err(DriverError::Panicked(panic))
             }
         };
         if r.is_err() && self.phase != Phase::Done {

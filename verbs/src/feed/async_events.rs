@@ -82,7 +82,14 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
         self.feed.progress(budget, |source| {
             Ok(source
                 .next_event()?
-                .map(|ev| T::from(VerbsEvent::Async(ev))))
+                .map(|ev| {
+                    if ev.kind.is_error() {
+                        crate::trace::event!(WARN, kind = ?ev.kind, element = ?ev.element, "async device event");
+                    } else {
+                        crate::trace::event!(INFO, kind = ?ev.kind, element = ?ev.element, "async device event");
+                    }
+                    T::from(VerbsEvent::Async(ev))
+                }))
         })
     }
 

@@ -374,7 +374,8 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             }
             let p = match m.feed.arm_and_drain(budget - delivered) {
                 Ok(p) => p,
-                Err(_) => {
+                Err(_e) => {
+                    crate::trace::event!(WARN, error = %_e, "a CQ's arm failed; it leaves its channel feed");
                     // This CQ's arm failed (`req_notify`): it cannot be
                     // slept on, so it leaves the feed; the others go on.
                     self.fail(i);

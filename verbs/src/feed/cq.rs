@@ -332,6 +332,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             let n = match self.cq.poll(&mut self.batch[..want]) {
                 Ok(n) => n,
                 Err(e) => {
+                    crate::trace::event!(WARN, cq = ?self.id, error = %e, "CQ failed; its feed stops and delivers a CqError");
                     self.failed = true;
                     self.failure = Some(e);
                     // Nothing is held here (the post above succeeded), so

@@ -25,9 +25,11 @@
 //! its context): since it still exists, freeing those under it could let
 //! the HCA write freed memory or leave the kernel object dangling.
 
+use arc_swap::ArcSwapOption;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The kind of verbs object a destroy failed on.
 ///
@@ -220,23 +222,28 @@ impl<T> fmt::Display for CloseError<T> {
 
 impl<T: fmt::Debug> std::error::Error for CloseError<T> {}
 
-/// The hook: a `fn(&TeardownError)` cast to a pointer, or null for none.
-/// An atomic rather than a lock, so a `Drop` never blocks on, or is
-/// poisoned by, a thread installing a hook (std's alloc-error hook is kept
-/// the same way).
-static HOOK: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+/// A teardown hook as [`set_teardown_hook`] keeps it and hands it back: any
+/// closure that may be called from any thread, so it can carry a metrics
+/// handle or a logger.
+///
+/// ```
+/// use evd_verbs::{TeardownError, TeardownHook, VerbsObject};
+/// let hook: TeardownHook = std::sync::Arc::new(|e: &TeardownError| eprintln!("{e}"));
+/// hook(&TeardownError::new(VerbsObject::CmId, "rdma_destroy_id", std::io::ErrorKind::Other.into()));
+/// ```
+pub type TeardownHook = Arc<dyn Fn(&TeardownError) + Send + Sync>;
+
+/// The hook, or none. An `ArcSwapOption` rather than a lock: a `Drop` that
+/// reports a failure never blocks on, or is poisoned by, a thread installing
+/// a hook (std's alloc-error hook is kept lock-free for the same reason), and
+/// a hook replaced while it runs stays alive until that call returns.
+static HOOK: ArcSwapOption<TeardownHook> = ArcSwapOption::const_empty();
 
 static FAILURES: AtomicU64 = AtomicU64::new(0);
 
-fn to_hook(p: *mut ()) -> Option<fn(&TeardownError)> {
-    if p.is_null() {
-        None
-    } else {
-        // SAFETY: every non-null value in HOOK was stored by
-        // `set_teardown_hook` from a `fn(&TeardownError)`; function and data
-        // pointers have the same size on every target std supports.
-        Some(unsafe { std::mem::transmute::<*mut (), fn(&TeardownError)>(p) })
-    }
+/// The hook out of its slot's `Arc` (cloned if a report still holds it).
+fn unwrap_hook(slot: Arc<TeardownHook>) -> TeardownHook {
+    Arc::try_unwrap(slot).unwrap_or_else(|shared| TeardownHook::clone(&shared))
 }
 
 /// Install `hook` process-wide, to be called with every destroy failure
@@ -249,30 +256,36 @@ fn to_hook(p: *mut ()) -> Option<fn(&TeardownError)> {
 /// caller instead and do not reach the hook.
 ///
 /// ```
-/// fn log(e: &evd_verbs::TeardownError) {
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// // A closure can carry state: here a counter a metrics exporter reads.
+/// let failed = Arc::new(AtomicU64::new(0));
+/// let counter = failed.clone();
+/// let previous = evd_verbs::set_teardown_hook(move |e| {
+///     counter.fetch_add(1, Ordering::Relaxed);
 ///     eprintln!("evd-verbs teardown: {e}");
-/// }
-/// let previous = evd_verbs::set_teardown_hook(log);
+/// });
 /// # assert!(previous.is_none());
 /// # evd_verbs::clear_teardown_hook();
 /// ```
-pub fn set_teardown_hook(hook: fn(&TeardownError)) -> Option<fn(&TeardownError)> {
-    // AcqRel: the hook's code is published to the thread that later calls
-    // it, and the previous one is read after whoever stored it.
-    to_hook(HOOK.swap(hook as *mut (), Ordering::AcqRel))
+pub fn set_teardown_hook<F>(hook: F) -> Option<TeardownHook>
+where
+    F: Fn(&TeardownError) + Send + Sync + 'static,
+{
+    let hook: TeardownHook = Arc::new(hook);
+    HOOK.swap(Some(Arc::new(hook))).map(unwrap_hook)
 }
 
 /// Remove the hook: from now on failures in `Drop` are only counted.
 /// Returns the hook removed, if any.
 ///
 /// ```
-/// fn ignore(_: &evd_verbs::TeardownError) {}
-/// evd_verbs::set_teardown_hook(ignore);
+/// evd_verbs::set_teardown_hook(|_| {});
 /// assert!(evd_verbs::clear_teardown_hook().is_some());
 /// assert!(evd_verbs::clear_teardown_hook().is_none());
 /// ```
-pub fn clear_teardown_hook() -> Option<fn(&TeardownError)> {
-    to_hook(HOOK.swap(std::ptr::null_mut(), Ordering::AcqRel))
+pub fn clear_teardown_hook() -> Option<TeardownHook> {
+    HOOK.swap(None).map(unwrap_hook)
 }
 
 /// How many destroys have failed in a `Drop` of a verbs object in this
@@ -293,7 +306,15 @@ pub fn teardown_failures() -> u64 {
 #[cfg_attr(not(feature = "ibverbs"), allow(dead_code))]
 pub(crate) fn report(err: &TeardownError) {
     FAILURES.fetch_add(1, Ordering::Relaxed);
-    if let Some(hook) = to_hook(HOOK.load(Ordering::Acquire)) {
+    crate::trace::event!(
+        WARN,
+        object = %err.object,
+        op = err.op,
+        error = %err.error,
+        "a verbs object's destroy failed in Drop; the object is leaked"
+    );
+    // A clone, not a guard: the hook may install another hook.
+    if let Some(hook) = HOOK.load_full() {
         hook(err);
     }
 }
@@ -375,6 +396,88 @@ mod tests {
         set_teardown_hook(second).expect("first is installed")(&e);
         clear_teardown_hook().expect("second is installed")(&e);
         assert_eq!(*CALLED.lock().unwrap(), ["first", "second"]);
+    }
+
+    #[test]
+    fn a_closure_hook_carries_its_state() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = Arc::new(AtomicU64::new(0));
+        let counter = seen.clone();
+        clear_teardown_hook();
+        set_teardown_hook(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        });
+        report(&busy(VerbsObject::MemoryRegion, "ibv_dereg_mr"));
+        report(&busy(VerbsObject::CmId, "rdma_destroy_id"));
+        assert_eq!(seen.load(Ordering::Relaxed), 2);
+        // The removed hook is handed back whole, its state with it.
+        let removed = clear_teardown_hook().expect("installed above");
+        removed(&busy(VerbsObject::Context, "ibv_close_device"));
+        assert_eq!(seen.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_hook_may_replace_itself_while_it_runs() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        clear_teardown_hook();
+        set_teardown_hook(|_| {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+            set_teardown_hook(|_| {
+                CALLS.fetch_add(10, Ordering::Relaxed);
+            });
+        });
+        report(&busy(VerbsObject::QueuePair, "ibv_destroy_qp"));
+        report(&busy(VerbsObject::QueuePair, "ibv_destroy_qp"));
+        assert_eq!(CALLS.load(Ordering::Relaxed), 11);
+        clear_teardown_hook();
+    }
+
+    /// With the `tracing` feature a failure in `Drop` is also a WARN event
+    /// naming the verb (recorded on this thread by a minimal subscriber).
+    #[cfg(feature = "tracing")]
+    #[test]
+    fn report_emits_a_warning_event() {
+        use tracing::field::{Field, Visit};
+        use tracing::span::{Attributes, Id, Record};
+        use tracing::{Event, Level, Metadata};
+
+        struct Ops(Mutex<Vec<(Level, String)>>);
+        struct Op<'a>(&'a mut String);
+        impl Visit for Op<'_> {
+            fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+                if field.name() == "op" {
+                    *self.0 = format!("{value:?}");
+                }
+            }
+        }
+        impl tracing::Subscriber for Ops {
+            fn enabled(&self, _: &Metadata<'_>) -> bool {
+                true
+            }
+            fn new_span(&self, _: &Attributes<'_>) -> Id {
+                Id::from_u64(1)
+            }
+            fn record(&self, _: &Id, _: &Record<'_>) {}
+            fn record_follows_from(&self, _: &Id, _: &Id) {}
+            fn event(&self, event: &Event<'_>) {
+                let mut op = String::new();
+                event.record(&mut Op(&mut op));
+                self.0.lock().unwrap().push((*event.metadata().level(), op));
+            }
+            fn enter(&self, _: &Id) {}
+            fn exit(&self, _: &Id) {}
+        }
+
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let ops = std::sync::Arc::new(Ops(Mutex::new(Vec::new())));
+        tracing::subscriber::with_default(ops.clone(), || {
+            report(&busy(VerbsObject::ProtectionDomain, "ibv_dealloc_pd"));
+        });
+        assert_eq!(
+            *ops.0.lock().unwrap(),
+            [(Level::WARN, "\"ibv_dealloc_pd\"".to_owned())]
+        );
     }
 
     #[test]

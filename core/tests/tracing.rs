@@ -1,0 +1,123 @@
+//! With the `tracing` feature, evd's control-plane points emit events: an
+//! EVD's close (once, however many closes), a resize, an upcall policy
+//! change, and a blocking post's wait for room longer than 1 ms (once, when
+//! it ends). A small hand-written subscriber records them on the test's
+//! own thread (no `tracing-subscriber` dependency).
+//!
+//! Run with `cargo test -p evd --features tracing --test tracing`.
+
+use evd::{Invoke, PostError, UpcallPolicy};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Metadata, Subscriber};
+
+/// Events as (level, target, fields as text).
+#[derive(Default)]
+struct Recorder(Mutex<Vec<(Level, String, String)>>);
+
+struct Fields<'a>(&'a mut String);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        let _ = write!(self.0, "{}={:?} ", field.name(), value);
+    }
+}
+
+impl Subscriber for Recorder {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        let mut text = String::new();
+        event.record(&mut Fields(&mut text));
+        let meta = event.metadata();
+        self.0
+            .lock()
+            .unwrap()
+            .push((*meta.level(), meta.target().to_owned(), text));
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+/// Run `f` with a recorder as this thread's subscriber; its events.
+fn recorded(f: impl FnOnce()) -> Vec<(Level, String, String)> {
+    let recorder = Arc::new(Recorder::default());
+    tracing::subscriber::with_default(recorder.clone(), f);
+    let events = recorder.0.lock().unwrap().clone();
+    events
+}
+
+#[test]
+fn a_close_is_reported_once() {
+    let events = recorded(|| {
+        let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+        consumer.close();
+        consumer.close();
+        drop(consumer); // closes again: not reported again
+    });
+    let closes: Vec<_> = events
+        .iter()
+        .filter(|e| e.2.contains("EVD closed"))
+        .collect();
+    assert_eq!(closes.len(), 1, "{events:?}");
+    assert_eq!(closes[0].0, Level::DEBUG);
+    assert!(closes[0].1.starts_with("evd"), "{events:?}");
+}
+
+#[test]
+fn a_resize_and_a_policy_change_are_reported() {
+    let events = recorded(|| {
+        let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+        assert_eq!(consumer.resize(16), Ok(16));
+        let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, |_, _| {});
+        up.set_policy(UpcallPolicy::SingleInstance, Invoke::New)
+            .unwrap();
+    });
+    let resized = events
+        .iter()
+        .any(|e| e.2.contains("EVD resized") && e.2.contains("from=4") && e.2.contains("to=16"));
+    let policy = events
+        .iter()
+        .any(|e| e.2.contains("upcall policy set") && e.2.contains("SingleInstance"));
+    assert!(resized && policy, "{events:?}");
+}
+
+#[test]
+fn a_long_room_wait_is_reported_once_when_it_ends() {
+    let events = recorded(|| {
+        let (poster, _consumer) = evd::bounded::<u8>(1).unwrap();
+        poster.post(1).unwrap();
+        // Nobody dequeues: the post sleeps until its timeout, well past 1 ms.
+        assert_eq!(
+            poster.post_timeout(2, Duration::from_millis(20)),
+            Err(PostError::Full(2))
+        );
+        // A post that finds room does not read the clock, nor report.
+        let (poster, _consumer) = evd::bounded::<u8>(1).unwrap();
+        poster.post_blocking(3).unwrap();
+    });
+    let waits: Vec<_> = events
+        .iter()
+        .filter(|e| e.2.contains("waited long for room"))
+        .collect();
+    assert_eq!(waits.len(), 1, "{events:?}");
+    assert_eq!(waits[0].0, Level::INFO);
+    let waited_us: u64 = waits[0]
+        .2
+        .split("waited_us=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .expect("a waited_us field");
+    // Measured from the sleep, after the backoff: above the 1 ms bound.
+    assert!(waited_us > 1_000, "{events:?}");
+}
