@@ -1,6 +1,6 @@
 //! The control plane: what other threads share with a driver (its command
-//! queue and wake fd), the [`DriverHandle`] that uses it, the
-//! [`RunningDriver`] on its own thread, and the [`Shutdown`] it ends with.
+//! queue and wake fd) and the [`DriverHandle`] that uses it; the driver on
+//! its own thread is in `running.rs`.
 //!
 //! A command is queued under a mutex, a flag is raised and the wake eventfd
 //! written; the driver looks at the queue only when the flag is up, so the
@@ -10,6 +10,8 @@
 
 use super::error::{DriverError, Panic};
 use super::key::{FeedId, FeedKey};
+#[cfg(doc)]
+use super::running::{RunningDriver, Shutdown};
 use super::source::Source;
 use super::stats::PublishedStats;
 use super::{DriverStats, FeedMode};
@@ -26,8 +28,6 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// A command for the driver, from a [`DriverHandle`].
 pub(crate) enum Command {
@@ -88,7 +88,7 @@ impl Shared {
         }
     }
 
-    fn take_panic(&self) -> Option<Panic> {
+    pub(super) fn take_panic(&self) -> Option<Panic> {
         self.panic.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
@@ -120,7 +120,7 @@ impl Shared {
         self.stop.load(Ordering::Acquire)
     }
 
-    fn request_stop(&self) {
+    pub(super) fn request_stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.wake();
     }
@@ -421,259 +421,4 @@ pub(crate) fn downcast<F: 'static>(feed: Box<dyn Any + Send>) -> F {
     *feed
         .downcast::<F>()
         .expect("a FeedKey's type is the type of the feed registered under it")
-}
-
-/// A driver running on its own thread. Dropping it shuts it down (and drops
-/// its feeds, acknowledging their events, on that thread) and joins it.
-///
-/// # Panics in user code
-/// The thread runs user code: the upcall handlers of the EVDs its feeds
-/// post into, the event types' `From` and `Drop`, a completion queue's own
-/// code. A panic there is caught at the end of the feed's turn, counted
-/// ([`DriverStats::handler_panics`]) and kept ([`RunningDriver::take_panic`]);
-/// the driver serves on, every feed included, the one whose handler
-/// panicked too (see [`Driver::process`](super::Driver::process)). No call
-/// on this type panics because of it: [`RunningDriver::shutdown`] reports a
-/// panic nobody took as [`DriverError::Panicked`].
-///
-/// ```
-/// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
-/// assert!(running.is_running());
-/// drop(running); // stops and joins
-/// ```
-pub struct RunningDriver {
-    pub(crate) handle: DriverHandle,
-    pub(crate) thread: Option<JoinHandle<Result<Shutdown, DriverError>>>,
-}
-
-impl RunningDriver {
-    /// A handle to the running driver; clone it for other threads.
-    ///
-    /// ```
-    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
-    /// let handle = running.handle().clone();
-    /// std::thread::spawn(move || assert!(handle.is_running())).join().unwrap();
-    /// running.shutdown().unwrap();
-    /// ```
-    pub fn handle(&self) -> &DriverHandle {
-        &self.handle
-    }
-
-    /// Whether the driver's thread still runs (it ends on a shutdown, or
-    /// when the driver fails). See [`DriverHandle::is_running`].
-    ///
-    /// ```
-    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
-    /// assert!(running.is_running());
-    /// # running.shutdown().unwrap();
-    /// ```
-    pub fn is_running(&self) -> bool {
-        self.handle.is_running()
-    }
-
-    /// The driver's counters, live (see [`DriverHandle::stats`]).
-    ///
-    /// ```
-    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
-    /// assert_eq!(running.stats().handler_panics, 0);
-    /// # running.shutdown().unwrap();
-    /// ```
-    pub fn stats(&self) -> DriverStats {
-        self.handle.stats()
-    }
-
-    /// The first panic caught in a feed's turn and not taken yet (see
-    /// [`DriverHandle::take_panic`]).
-    ///
-    /// ```
-    /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
-    /// assert!(running.take_panic().is_none());
-    /// # running.shutdown().unwrap();
-    /// ```
-    pub fn take_panic(&self) -> Option<Panic> {
-        self.handle.take_panic()
-    }
-
-    /// Stop the driver, join its thread, and hand back its feeds (each
-    /// removed from the ring first).
-    ///
-    /// ```
-    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let key = driver.register(Feed::new(SoftCq::new(16).unwrap().0, CqId(4), poster), FeedMode::Event).unwrap();
-    /// let running = driver.spawn().unwrap();
-    /// let mut stopped = running.shutdown().unwrap();
-    /// assert_eq!(stopped.stats.handler_panics, 0);
-    /// let feed: Feed<SoftCq> = stopped.take(key).unwrap();
-    /// assert_eq!(feed.id(), CqId(4));
-    /// ```
-    ///
-    /// # Errors
-    /// The thread's error if it failed. [`DriverError::Panicked`] with the
-    /// payload if user code the thread ran panicked and nobody took that
-    /// panic ([`take_panic`](Self::take_panic)): a panic is reported, never
-    /// swallowed, and the feeds are then dropped here instead of handed
-    /// back (take the panic first to get them). The same if the thread
-    /// itself panicked outside a feed's turn. This never panics again.
-    /// [`DriverError::OnDriverThread`] when called on the driver's own thread
-    /// (from such an upcall), where joining would wait for itself: the
-    /// driver is asked to stop, and stops once that upcall returns; its feeds
-    /// are dropped on its thread, not handed back.
-    ///
-    /// # Panics
-    /// Never: see Errors.
-    pub fn shutdown(mut self) -> Result<Shutdown, DriverError> {
-        if self.on_driver_thread() {
-            self.handle.shared.request_stop();
-            // Detach: the thread ends on its own once this call returns to it.
-            drop(self.thread.take());
-            return Err(DriverError::OnDriverThread);
-        }
-        let stopped = self
-            .stop_and_join()
-            .expect("thread present until shut down")?;
-        match self.handle.shared.take_panic() {
-            Some(p) => Err(DriverError::Panicked(p)),
-            None => Ok(stopped),
-        }
-    }
-
-    /// True if the caller is the driver's own thread.
-    fn on_driver_thread(&self) -> bool {
-        self.thread
-            .as_ref()
-            .is_some_and(|t| t.thread().id() == std::thread::current().id())
-    }
-
-    fn stop_and_join(&mut self) -> Option<Result<Shutdown, DriverError>> {
-        self.handle.shared.request_stop();
-        let t = self.thread.take()?;
-        Some(match t.join() {
-            Ok(r) => r,
-            Err(p) => Err(DriverError::Panicked(Panic::new(p))),
-        })
-    }
-}
-
-impl Drop for RunningDriver {
-    fn drop(&mut self) {
-        if std::thread::panicking() || self.on_driver_thread() {
-            // Unwinding, or on the driver's own thread (joining would wait
-            // for itself): ask it to stop and let it end on its own.
-            self.handle.shared.request_stop();
-        } else {
-            drop(self.stop_and_join());
-        }
-    }
-}
-
-impl fmt::Debug for RunningDriver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunningDriver")
-            .field("running", &self.is_running())
-            .finish()
-    }
-}
-
-/// A shut-down driver's feeds and the CPU time its thread used. Take each
-/// feed back typed with [`Shutdown::take`]; dropping the `Shutdown` drops the
-/// rest (acknowledging their CQ events, then destroying their CQs).
-///
-/// ```
-/// use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
-/// let (poster, _consumer) = evd::bounded(4).unwrap();
-/// let mut driver = Driver::new(Default::default()).unwrap();
-/// let key = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(2), poster), FeedMode::Event).unwrap();
-/// let mut s = driver.spawn().unwrap().shutdown().unwrap();
-/// assert_eq!(s.len(), 1);
-/// let feed: Feed<SoftCq> = s.take(key).unwrap();
-/// assert_eq!(feed.id(), CqId(2));
-/// assert!(s.is_empty());
-/// ```
-pub struct Shutdown {
-    pub(crate) feeds: Vec<(FeedId, Box<dyn Any + Send>)>,
-    /// CPU time of the driver thread.
-    pub cpu_time: Duration,
-    /// The driver's counters at the end.
-    pub stats: DriverStats,
-}
-
-impl Shutdown {
-    /// The feed registered under `key`, if it was still registered at the
-    /// shutdown (and not taken yet).
-    ///
-    /// ```
-    /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::{SoftAsyncEvents, SoftDevice}};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let key = driver.register_async(AsyncFeed::new(SoftDevice::new().unwrap().0, poster)).unwrap();
-    /// let mut stopped = driver.spawn().unwrap().shutdown().unwrap();
-    /// let _feed: AsyncFeed<SoftAsyncEvents> = stopped.take(key).unwrap();
-    /// assert!(stopped.take(key).is_none()); // taken
-    /// ```
-    pub fn take<F: 'static>(&mut self, key: FeedKey<F>) -> Option<F> {
-        let i = self.feeds.iter().position(|(id, _)| *id == key.id())?;
-        Some(downcast(self.feeds.swap_remove(i).1))
-    }
-
-    /// Feeds not taken yet.
-    ///
-    /// ```
-    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// for i in 0..3 {
-    ///     driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(i), poster.clone()), FeedMode::Event).unwrap();
-    /// }
-    /// assert_eq!(driver.spawn().unwrap().shutdown().unwrap().len(), 3);
-    /// ```
-    pub fn len(&self) -> usize {
-        self.feeds.len()
-    }
-
-    /// Every feed was taken (or none was registered).
-    ///
-    /// ```
-    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let key = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster), FeedMode::Event).unwrap();
-    /// let mut stopped = driver.spawn().unwrap().shutdown().unwrap();
-    /// assert!(!stopped.is_empty());
-    /// let _feed: Feed<SoftCq> = stopped.take(key).unwrap();
-    /// assert!(stopped.is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.feeds.is_empty()
-    }
-
-    /// The names of the feeds not taken yet.
-    ///
-    /// ```
-    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// let a = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster.clone()), FeedMode::Event).unwrap();
-    /// let b = driver.register(Feed::new(SoftCq::new(4).unwrap().0, CqId(1), poster), FeedMode::Event).unwrap();
-    /// let mut stopped = driver.spawn().unwrap().shutdown().unwrap();
-    /// let _feed: Feed<SoftCq> = stopped.take(a).unwrap();
-    /// assert_eq!(stopped.ids().collect::<Vec<_>>(), [b.id()]);
-    /// ```
-    pub fn ids(&self) -> impl Iterator<Item = FeedId> + '_ {
-        self.feeds.iter().map(|(id, _)| *id)
-    }
-}
-
-impl fmt::Debug for Shutdown {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shutdown")
-            .field(
-                "feeds",
-                &self.feeds.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-            )
-            .field("cpu_time", &self.cpu_time)
-            .field("stats", &self.stats)
-            .finish()
-    }
 }

@@ -45,6 +45,7 @@ mod error;
 mod key;
 mod readiness;
 mod registry;
+mod running;
 mod slot;
 mod source;
 mod stats;
@@ -52,9 +53,10 @@ mod uring;
 
 pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
 pub use config::{DriverBackend, DriverConfig, FeedMode};
-pub use control::{DriverHandle, RunningDriver, Shutdown};
+pub use control::DriverHandle;
 pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
+pub use running::{RunningDriver, Shutdown};
 pub use stats::DriverStats;
 
 use crate::eventfd;
