@@ -653,10 +653,11 @@ pub const fn disarm(w: u64) -> u64 {
 
 /// A direct wait ends without handing its events over (timeout, dropped
 /// future, explicit disarm) for a consumer at `head`: withdraw ARMED. A
-/// direct waiter preempts the CNO, so posts that came while it was armed
-/// woke it and left `CNO_ARMED` set: if events are queued, the CNO must be
-/// told now, or an enabled EVD with work would never reach it. `None`:
-/// nothing to change.
+/// direct waiter preempts the CNO, so posts (and losses) that came while it
+/// was armed woke it and left `CNO_ARMED` set: if events are queued or a
+/// loss report is pending (`report`, read from the loss word after this
+/// word), the CNO must be told now, or an enabled EVD with news would never
+/// reach it. `None`: nothing to change.
 ///
 /// ```
 /// use evd::state::*;
@@ -664,14 +665,18 @@ pub const fn disarm(w: u64) -> u64 {
 /// let Arm::Armed(both) = arm(on, 0, 2) else { unreachable!() };
 /// let Reserve::Ticket { new, notify: Notify::Wake, .. } = reserve(both, 0) else { unreachable!() };
 /// // The direct waiter gives up with the event queued: the CNO gets it.
-/// let (after, n) = withdraw(new, 0).unwrap();
+/// let (after, n) = withdraw(new, 0, false).unwrap();
 /// assert_eq!(n, Notify::Cno);
 /// assert!(!has(after, CNO_ARMED | ARMED));
-/// assert_eq!(withdraw(on, 0), None, "nothing queued, not armed");
+/// assert_eq!(withdraw(on, 0, false), None, "nothing queued, not armed");
+/// // A loss that woke the direct waiter is news for the CNO too.
+/// let Some((lost, Notify::Wake)) = notify_loss(both) else { unreachable!() };
+/// assert_eq!(withdraw(lost, 0, true).map(|(_, n)| n), Some(Notify::Cno));
+/// assert_eq!(withdraw(lost, 0, false), None, "no report, nothing queued");
 /// ```
 #[inline]
-pub const fn withdraw(w: u64, head: u64) -> Option<(u64, Notify)> {
-    if has(w, CNO_ARMED) && len(w, head) > 0 {
+pub const fn withdraw(w: u64, head: u64, report: bool) -> Option<(u64, Notify)> {
+    if has(w, CNO_ARMED) && (len(w, head) > 0 || report) {
         return Some(((w & !(ARMED | CNO_ARMED)) | NOTIFIED, Notify::Cno));
     }
     if has(w, ARMED) {

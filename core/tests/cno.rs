@@ -916,3 +916,31 @@ fn a_bind_is_refused_only_at_capacity_even_when_every_spare_slot_awaits_the_wait
     );
     assert_eq!(keep.try_dequeue(), Ok(7));
 }
+
+/// A direct arm left behind by an abandoned async wait (a `Stream` poll or
+/// an unbound `Recv` that returned `Pending`, then was dropped) would take
+/// the next post's notification, a direct waiter preempting the CNO, and
+/// wake nobody: enabling on the CNO withdraws it, so the post reaches the
+/// CNO.
+#[test]
+fn an_enable_after_an_abandoned_async_wait_gets_the_next_post() {
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    for abandon in ["stream", "recv"] {
+        let mut cno = Cno::new(4).unwrap();
+        let (p, mut c) = pair::<u8>(4);
+        match abandon {
+            "stream" => assert!(c.poll_next_unpin(&mut cx).is_pending()),
+            _ => assert!(c.recv().poll_unpin(&mut cx).is_pending()),
+        }
+        c.bind_cno(&cno, 9).unwrap();
+        assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed), "{abandon}");
+        p.post(1).unwrap();
+        assert_eq!(
+            cno.try_next(),
+            Some(9),
+            "{abandon}: the post reached the CNO"
+        );
+        assert_eq!(c.try_dequeue(), Ok(1), "{abandon}");
+    }
+}

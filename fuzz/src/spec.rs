@@ -219,10 +219,11 @@ pub fn disarm(a: Word) -> Word {
     Word { armed: false, ..a }
 }
 
-/// withdraw: a direct wait gives up; with events queued on an enabled EVD
-/// the CNO is told (it was preempted). None if nothing changes.
-pub fn withdraw(a: Word, head: u64) -> Option<(Word, Notify)> {
-    if a.cno_armed && a.len(head) > 0 {
+/// withdraw: a direct wait gives up; with events queued or a loss report
+/// pending on an enabled EVD the CNO is told (it was preempted). None if
+/// nothing changes.
+pub fn withdraw(a: Word, head: u64, report: bool) -> Option<(Word, Notify)> {
+    if a.cno_armed && (a.len(head) > 0 || report) {
         return Some((
             Word {
                 armed: false,
@@ -474,7 +475,9 @@ pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, Stri
         if enable_cno(a, h) == Enable::Armed(n) {
             return Ok("enable_cno");
         }
-        if withdraw(a, h).map(|(w, _)| w) == Some(n) {
+        if withdraw(a, h, false).map(|(w, _)| w) == Some(n)
+            || withdraw(a, h, true).map(|(w, _)| w) == Some(n)
+        {
             return Ok("withdraw");
         }
     }

@@ -175,11 +175,13 @@ pub fn check(c: &Case) {
         spec::disable_cno(a),
         "disable_cno"
     );
-    assert_eq!(
-        state::withdraw(w, head).map(|(n, k)| (dec(n), k)),
-        spec::withdraw(a, head),
-        "withdraw"
-    );
+    for report in [false, true] {
+        assert_eq!(
+            state::withdraw(w, head, report).map(|(n, k)| (dec(n), k)),
+            spec::withdraw(a, head, report),
+            "withdraw"
+        );
+    }
     // The CNO slot word, from the same random bits (bits 3-31 are zero in
     // every slot word). Each transition debug-asserts its precondition:
     // only words that meet it are its.

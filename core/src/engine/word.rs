@@ -328,16 +328,30 @@ impl<T> Shared<T> {
     }
 
     /// Withdraw an arm (timed-out wait, dropped future). A direct waiter
-    /// that preempted the CNO and gives up with events queued hands them to
-    /// the CNO ([`state::withdraw`]): this thread then triggers it.
+    /// that preempted the CNO and gives up with events queued or a loss
+    /// report pending hands them to the CNO ([`state::withdraw`]): this
+    /// thread then triggers it.
     pub(crate) fn disarm(&self) {
         let h = self.head();
         // AcqRel: Release for nothing; Acquire if this takes CNO_ARMED, as
         // any trigger's CAS (the enable's binding must be visible; it is,
         // the consumer wrote it, but the trigger path is the same).
-        let trigger = self.transition(Ordering::AcqRel, |w| match state::withdraw(w, h) {
-            Some((new, notify)) => Ok((new, notify == Notify::Cno)),
-            None => Err(false),
+        let trigger = self.transition(Ordering::AcqRel, |w| {
+            // A lossy poster commits to the loss word, then takes ARMED with
+            // an AcqRel RMW on this word. If `w` (read by the load or the
+            // failed CAS of `transition`, both Relaxed) is that RMW's or a
+            // later one's, the Acquire fence makes its commit visible to the
+            // load below; if it is an earlier word, our CAS fails on the
+            // poster's RMW or the poster finds ARMED clear and triggers the
+            // CNO itself. Only an enabled EVD needs the loss word read.
+            let report = state::has(w, state::CNO_ARMED) && {
+                fence(Ordering::Acquire);
+                self.loss_pending()
+            };
+            match state::withdraw(w, h, report) {
+                Some((new, notify)) => Ok((new, notify == Notify::Cno)),
+                None => Err(false),
+            }
         });
         if trigger {
             self.trigger_cno();
@@ -348,6 +362,12 @@ impl<T> Shared<T> {
     /// found and whether a trigger is now owed (the CAS set `CNO_ARMED` and
     /// nothing took it back here).
     pub(crate) fn cno_enable(&self) -> (Arm, bool) {
+        // An ARMED bit here is stale: the consumer, which alone arms, is
+        // enabling, not waiting (a `Stream` poll or an unbound `Recv` that
+        // returned `Pending` and was dropped leaves one). Left in place it
+        // would take the next post's notification (a direct waiter preempts
+        // the CNO) and wake nobody: withdraw it first.
+        self.disarm();
         let h = self.head();
         // AcqRel, as `arm`: Release publishes the binding to the poster whose
         // Acquire reservation takes CNO_ARMED; Acquire makes a loss visible
