@@ -90,7 +90,11 @@ impl<T> Consumer<T> {
     ///
     /// A direct waiter ([`Consumer::wait`], [`Consumer::recv`], ...)
     /// preempts the CNO: while it is armed, a post wakes it and leaves the
-    /// enable for the next post.
+    /// enable for the next post. A direct arm still set when this is called
+    /// (an explicit [`Consumer::arm`], or an async wait that returned
+    /// `Pending` and was dropped) is withdrawn: nobody is waiting on it, and
+    /// the next post's news is the CNO's. A direct wait that gives up with
+    /// events queued or a loss report pending hands them to the CNO.
     ///
     /// ```
     /// use evd::ArmStatus;
