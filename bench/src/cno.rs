@@ -208,16 +208,6 @@ impl CnoSystem {
     /// Nanoseconds per trigger cycle at `n` bound EVDs, `variant`, over
     /// cycles run for about `run` after a warm-up of a quarter of that.
     /// Fails unless every event came back once.
-    ///
-    /// ```
-    /// use evd_bench::cno::{CnoSystem, Variant};
-    /// use std::time::Duration;
-    /// for s in CnoSystem::ALL {
-    ///     for v in Variant::ALL {
-    ///         assert!(s.cycle_ns(v, 16, Duration::from_millis(2)).unwrap() > 0.0);
-    ///     }
-    /// }
-    /// ```
     pub fn cycle_ns(self, variant: Variant, n: usize, run: Duration) -> Result<f64, String> {
         let (w, side) = self.fixture(n)?;
         let seq = sequence(n);
@@ -230,17 +220,6 @@ impl CnoSystem {
     /// Move `messages` `u64` events from [`THROUGHPUT_POSTERS`] posters over
     /// `n` EVDs to one waiter, posted as `feed` says (module docs); fails if
     /// an event is lost or duplicated, or an EVD was never served.
-    ///
-    /// ```
-    /// use evd_bench::cno::{CnoSystem, Feed};
-    /// for s in CnoSystem::ALL {
-    ///     for feed in Feed::ALL {
-    ///         let run = s.run_throughput(16, 20_000, feed).unwrap();
-    ///         assert_eq!(run.messages, 20_000);
-    ///         assert!(run.served_max_over_min.unwrap() >= 1.0);
-    ///     }
-    /// }
-    /// ```
     pub fn run_throughput(self, n: usize, messages: u64, feed: Feed) -> Result<RunStats, String> {
         let (mut w, side) = self.fixture(n)?;
         let mut served = vec![0u64; n];
@@ -309,12 +288,6 @@ impl Feed {
     pub const ALL: [Feed; 2] = [Feed::Events, Feed::Batches];
 
     /// The case name at `n` EVDs.
-    ///
-    /// ```
-    /// use evd_bench::cno::Feed;
-    /// assert_eq!(Feed::Events.case(256), "cno-throughput/256");
-    /// assert_eq!(Feed::Batches.case(16), "cno-throughput-batch/16");
-    /// ```
     pub fn case(self, n: usize) -> String {
         match self {
             Feed::Events => format!("cno-throughput/{n}"),
@@ -384,12 +357,6 @@ impl Variant {
     pub const ALL: [Variant; 2] = [Variant::SingleThread, Variant::CrossThread];
 
     /// The case name at `n` bound EVDs.
-    ///
-    /// ```
-    /// use evd_bench::cno::Variant;
-    /// assert_eq!(Variant::SingleThread.case(16), "cno-trigger/16");
-    /// assert_eq!(Variant::CrossThread.case(16), "cno-trigger-xthread/16");
-    /// ```
     pub fn case(self, n: usize) -> String {
         format!("{}{n}", self.prefix())
     }
@@ -458,11 +425,6 @@ fn sequence(n: usize) -> Vec<u32> {
 }
 
 /// The most served over the fewest served; `Err` if an EVD got nothing.
-///
-/// ```
-/// assert_eq!(evd_bench::cno::max_over_min(&[4, 2, 3]), Ok(2.0));
-/// assert!(evd_bench::cno::max_over_min(&[4, 0]).is_err());
-/// ```
 pub fn max_over_min(served: &[u64]) -> Result<f64, String> {
     let max = served.iter().copied().max().unwrap_or(0);
     match served.iter().copied().enumerate().min_by_key(|&(_, c)| c) {
@@ -991,13 +953,6 @@ impl CnoWakeSystem {
     }
 
     /// Measure `samples` one-way wakes; the histogram is in nanoseconds.
-    ///
-    /// ```
-    /// use evd_bench::cno::CnoWakeSystem;
-    /// for s in CnoWakeSystem::ALL {
-    ///     assert_eq!(s.measure(20).unwrap().len(), 20);
-    /// }
-    /// ```
     pub fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
         match self {
             CnoWakeSystem::EvdCno => measure_cno_wake(samples),
@@ -1097,25 +1052,12 @@ impl CnoInsnKind {
     }
 
     /// Parse a `--kind` value.
-    ///
-    /// ```
-    /// use evd_bench::cno::CnoInsnKind;
-    /// assert_eq!(CnoInsnKind::from_cli("cno"), Some(CnoInsnKind::CnoCycle));
-    /// assert_eq!(CnoInsnKind::from_cli("x"), None);
-    /// ```
     pub fn from_cli(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.cli_name() == s)
     }
 
     /// Run `iters` cycles on one thread; fails unless every event (and, for
     /// the CNO, every key) came back once.
-    ///
-    /// ```
-    /// use evd_bench::cno::CnoInsnKind;
-    /// for k in CnoInsnKind::ALL {
-    ///     k.run(1000).unwrap();
-    /// }
-    /// ```
     pub fn run(self, iters: u64) -> Result<(), String> {
         let (tx, mut rx) = evd::bounded::<u64>(EVD_CAPACITY).map_err(|e| e.to_string())?;
         let (mut sum, mut keys) = (0u64, 0u64);

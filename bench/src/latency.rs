@@ -128,12 +128,6 @@ impl WakeSystem {
     /// The evd row this one is compared with: the one that sleeps the same
     /// way (a thread park, a tokio current-thread runtime, an eventfd, no
     /// sleep at all). Each evd row is its own baseline.
-    ///
-    /// ```
-    /// use evd_bench::latency::WakeSystem;
-    /// assert_eq!(WakeSystem::TokioMpsc.baseline(), WakeSystem::EvdAsync);
-    /// assert_eq!(WakeSystem::EventfdFloor.baseline(), WakeSystem::EvdEventfd);
-    /// ```
     pub fn baseline(self) -> WakeSystem {
         self.row().2
     }
@@ -159,12 +153,6 @@ impl WakeSystem {
     }
 
     /// Measure `samples` one-way wakes; the histogram is in nanoseconds.
-    ///
-    /// ```
-    /// use evd_bench::latency::WakeSystem;
-    /// let h = WakeSystem::ParkFloor.measure(20).unwrap();
-    /// assert_eq!(h.len(), 20);
-    /// ```
     pub fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
         match self {
             WakeSystem::EvdUpcall => measure_upcall(samples),
@@ -322,11 +310,6 @@ impl ThreadState {
 
 /// The state field of a `/proc/.../stat` line: the first letter after the
 /// last `)` (the command name in parentheses may itself contain `)`).
-///
-/// ```
-/// assert_eq!(evd_bench::latency::parse_stat_state(b"42 (a) b)) S 1 2"), Some(b'S'));
-/// assert_eq!(evd_bench::latency::parse_stat_state(b"42 (x"), None);
-/// ```
 pub fn parse_stat_state(line: &[u8]) -> Option<u8> {
     let close = line.iter().rposition(|&b| b == b')')?;
     line[close + 1..]

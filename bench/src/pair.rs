@@ -91,16 +91,6 @@ impl Pair {
 
     /// Run `iters` post/dequeue pairs of `system`, its operations reached
     /// as `calls` says; fails unless every event came back.
-    ///
-    /// ```
-    /// use evd_bench::pair::{Pair, PairCalls, PairSystem};
-    /// let mut p = Pair::new();
-    /// for s in PairSystem::ALL {
-    ///     for c in PairCalls::ALL {
-    ///         p.run(s, c, 1000).unwrap();
-    ///     }
-    /// }
-    /// ```
     pub fn run(&mut self, system: PairSystem, calls: PairCalls, iters: u64) -> Result<(), String> {
         let (tx, rx, q) = (&self.poster, &mut self.consumer, &self.queue);
         let sum = match (system, calls) {

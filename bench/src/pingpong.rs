@@ -116,13 +116,6 @@ impl PingPongSystem {
     /// Measure `samples` round trips (after [`WARMUP`] unrecorded ones): the
     /// histogram in nanoseconds, and the share of CPU samples that found
     /// both threads on one CPU (`None` without a sample).
-    ///
-    /// ```
-    /// use evd_bench::pingpong::PingPongSystem;
-    /// for s in PingPongSystem::ALL {
-    ///     assert_eq!(s.measure(100).unwrap().0.len(), 100);
-    /// }
-    /// ```
     pub fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<f64>), String> {
         let evd = || evd::bounded::<u64>(CAPACITY).expect("capacity 1024 is valid");
         let evd_end = |batch: bool| {

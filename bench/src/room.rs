@@ -69,11 +69,6 @@ impl Work {
     /// The iteration count that takes about `ns` nanoseconds on this
     /// machine now: the fastest of a few timed runs (the least disturbed)
     /// gives the time per iteration.
-    ///
-    /// ```
-    /// let w = evd_bench::room::Work::calibrate(500.0);
-    /// assert!(w.iters >= 1);
-    /// ```
     pub fn calibrate(ns: f64) -> Self {
         const PROBE: u64 = 200_000;
         let best = (0..5)
@@ -184,15 +179,6 @@ impl RoomSystem {
     /// its blocking send while the queue of `capacity` is full, to one
     /// consumer that does `work` per event. Fails if an event is lost or
     /// duplicated, or a channel breaks.
-    ///
-    /// ```
-    /// use evd_bench::room::{RoomSystem, Work};
-    /// for s in RoomSystem::ALL {
-    ///     let run = s.run(64, 2, 5_000, Work::fixed(50)).unwrap();
-    ///     assert_eq!(run.messages, 5_000);
-    ///     assert_eq!(run.room_wakes.is_some(), s.is_evd());
-    /// }
-    /// ```
     pub fn run(
         self,
         capacity: usize,
@@ -254,10 +240,6 @@ impl RoomSystem {
 }
 
 /// The case name of a room throughput case.
-///
-/// ```
-/// assert_eq!(evd_bench::room::room_case(64, 2), "room/cap64/2p");
-/// ```
 pub fn room_case(capacity: usize, posters: usize) -> String {
     format!("room/cap{capacity}/{posters}p")
 }
@@ -404,13 +386,6 @@ impl RoomWakeSystem {
 
     /// Measure `samples` one-way room wakes; the histogram is in
     /// nanoseconds.
-    ///
-    /// ```
-    /// use evd_bench::room::RoomWakeSystem;
-    /// for s in RoomWakeSystem::ALL {
-    ///     assert_eq!(s.measure(20).unwrap().len(), 20);
-    /// }
-    /// ```
     pub fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
         match self {
             RoomWakeSystem::EvdPostBlocking => {

@@ -275,16 +275,6 @@ impl Queue {
 
     /// Move `messages` events of type `P` from `posters` threads to one
     /// consumer. Fails if an event is lost or duplicated, or a channel breaks.
-    ///
-    /// ```
-    /// use evd_bench::throughput::Queue;
-    /// for q in Queue::ALL.into_iter().chain(Queue::FLOORS) {
-    ///     let posters = q.max_posters().unwrap_or(2);
-    ///     let run = q.run::<u64>(posters, 10_000).unwrap();
-    ///     assert_eq!(run.messages, 10_000);
-    ///     assert_eq!(run.empty_polls.is_some(), q.counts_empty_polls());
-    /// }
-    /// ```
     pub fn run<P: Payload>(self, posters: usize, messages: u64) -> Result<RunStats, String> {
         assert!(posters >= 1);
         if let Some(most) = self.max_posters().filter(|&most| posters > most) {

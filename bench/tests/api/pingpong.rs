@@ -21,3 +21,11 @@ fn rows_compare_with_evd_try_dequeue_and_the_floor() {
     assert_eq!(PingPongSystem::EvdBatch.consumer(), "busy/batch");
     assert_eq!(PingPongSystem::Floor.name(), "floor: two atomics");
 }
+
+#[test]
+fn every_pingpong_system_measures_each_round_trip() {
+    use evd_bench::pingpong::PingPongSystem;
+    for s in PingPongSystem::ALL {
+        assert_eq!(s.measure(100).unwrap().0.len(), 100);
+    }
+}
