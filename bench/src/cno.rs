@@ -70,6 +70,7 @@
 //! fuzz crate's shuttle builds.
 
 use crate::latency::{now_ns, sleeping_consumer_timed, WakeSystem};
+use crate::report::{Role, System};
 use crate::throughput::{
     clones, current_cpu, drive, harness, BusyWait, RunStats, Sink, CPU_SAMPLE_EVERY,
 };
@@ -126,12 +127,9 @@ pub enum CnoSystem {
     Scan,
 }
 
-impl CnoSystem {
-    /// Every system, evd first.
-    pub const ALL: [CnoSystem; 3] = [CnoSystem::EvdCno, CnoSystem::Epoll, CnoSystem::Scan];
-
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// Every row is compared with the evd `Cno` row.
+impl System for CnoSystem {
+    fn name(self) -> &'static str {
         match self {
             CnoSystem::EvdCno => "evd Cno (wait, drain, enable_cno)",
             CnoSystem::Epoll => "epoll over the EVDs' eventfds (arm)",
@@ -139,10 +137,22 @@ impl CnoSystem {
         }
     }
 
-    /// True for the evd row.
-    pub fn is_evd(self) -> bool {
-        self == CnoSystem::EvdCno
+    fn role(self) -> Role {
+        if self == CnoSystem::EvdCno {
+            Role::Evd
+        } else {
+            Role::Peer
+        }
     }
+
+    fn baseline(self) -> Option<CnoSystem> {
+        Some(CnoSystem::EvdCno)
+    }
+}
+
+impl CnoSystem {
+    /// Every system, evd first.
+    pub const ALL: [CnoSystem; 3] = [CnoSystem::EvdCno, CnoSystem::Epoll, CnoSystem::Scan];
 
     /// N EVDs, each with its poster, made ready for this system's waiter.
     fn fixture(self, n: usize) -> Result<(AnyWaiter, PostSide), String> {
@@ -912,16 +922,11 @@ pub enum CnoWakeSystem {
     ParkFloor,
 }
 
-impl CnoWakeSystem {
-    /// Every system, the CNO first, the floor last.
-    pub const ALL: [CnoWakeSystem; 3] = [
-        CnoWakeSystem::EvdCno,
-        CnoWakeSystem::EvdWait,
-        CnoWakeSystem::ParkFloor,
-    ];
-
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// The CNO row is the baseline of itself and the floor; the direct wait is
+/// an evd variant shown for what the CNO adds. The evd rows sleep in a futex
+/// park, whose floor is the raw park/unpark.
+impl System for CnoWakeSystem {
+    fn name(self) -> &'static str {
         match self {
             CnoWakeSystem::EvdCno => "evd Cno::wait (park/unpark)",
             CnoWakeSystem::EvdWait => "evd wait (park/unpark), no CNO",
@@ -929,28 +934,30 @@ impl CnoWakeSystem {
         }
     }
 
-    /// True for the two evd rows.
-    pub fn is_evd(self) -> bool {
-        self != CnoWakeSystem::ParkFloor
+    fn role(self) -> Role {
+        if self == CnoWakeSystem::ParkFloor {
+            Role::Floor
+        } else {
+            Role::Evd
+        }
     }
 
-    /// True for the floor.
-    pub fn is_floor(self) -> bool {
-        self == CnoWakeSystem::ParkFloor
-    }
-
-    /// The row this one's ratio is taken against: the CNO row, for itself
-    /// and the floor; `None` for the direct wait, an evd variant shown for
-    /// what the CNO adds.
-    pub fn baseline(self) -> Option<CnoWakeSystem> {
+    fn baseline(self) -> Option<CnoWakeSystem> {
         (self != CnoWakeSystem::EvdWait).then_some(CnoWakeSystem::EvdCno)
     }
 
-    /// The floor of the sleep the evd rows use (a futex park), or `None` for
-    /// the floor itself.
-    pub fn floor(self) -> Option<CnoWakeSystem> {
+    fn floor(self) -> Option<CnoWakeSystem> {
         (!self.is_floor()).then_some(CnoWakeSystem::ParkFloor)
     }
+}
+
+impl CnoWakeSystem {
+    /// Every system, the CNO first, the floor last.
+    pub const ALL: [CnoWakeSystem; 3] = [
+        CnoWakeSystem::EvdCno,
+        CnoWakeSystem::EvdWait,
+        CnoWakeSystem::ParkFloor,
+    ];
 
     /// Measure `samples` one-way wakes; the histogram is in nanoseconds.
     pub fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
@@ -1032,9 +1039,12 @@ impl CnoInsnKind {
         CnoInsnKind::PlainPair,
         CnoInsnKind::BoundPair,
     ];
+}
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// Every count is an evd row; the CNO cycle is the reference, so the plain
+/// pair's ratio is plain ÷ cycle.
+impl System for CnoInsnKind {
+    fn name(self) -> &'static str {
         match self {
             CnoInsnKind::CnoCycle => "evd post+trigger, try_next, try_dequeue, enable_cno",
             CnoInsnKind::PlainPair => "evd post+try_dequeue, no CNO",
@@ -1042,6 +1052,16 @@ impl CnoInsnKind {
         }
     }
 
+    fn role(self) -> Role {
+        Role::Evd
+    }
+
+    fn baseline(self) -> Option<CnoInsnKind> {
+        Some(CnoInsnKind::CnoCycle)
+    }
+}
+
+impl CnoInsnKind {
     /// The `--kind` value of the `cno-insns` mode.
     pub fn cli_name(self) -> &'static str {
         match self {

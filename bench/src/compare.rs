@@ -8,7 +8,7 @@ use crate::pair::{Pair, PairCalls, PairSystem};
 use crate::payload::Event64;
 use crate::pingpong::{self, PingPongSystem};
 use crate::rearm::{count_mode, Rearm, RearmKind};
-use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
+use crate::report::{self, Diagnostics, Machine, Measurement, Report, System};
 use crate::room::{self, room_case, RoomSystem, RoomWakeSystem, Work};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
 use hdrhistogram::Histogram;
@@ -249,28 +249,6 @@ impl Job {
     }
 }
 
-fn role(evd: bool, floor: bool) -> Role {
-    match (evd, floor) {
-        (_, true) => Role::Floor,
-        (true, false) => Role::Evd,
-        (false, false) => Role::Peer,
-    }
-}
-
-/// A record skeleton: case, system, consumer and metric, then its role,
-/// baseline, floor and threads.
-fn skeleton(
-    [case, system, consumer, metric]: [&str; 4],
-    role: Role,
-    (baseline, floor, threads): (Option<&str>, Option<&str>, usize),
-) -> Measurement {
-    let mut m = Measurement::new(case, system, role, consumer, metric);
-    m.baseline = baseline.map(Into::into);
-    m.floor = floor.map(Into::into);
-    m.threads = threads;
-    m
-}
-
 /// `m` for another metric of the same row (its unit and direction follow).
 fn with_metric(m: &Measurement, metric: &str) -> Measurement {
     let mut out = Measurement::new(&m.case, &m.system, m.role, &m.consumer, metric);
@@ -281,103 +259,64 @@ fn with_metric(m: &Measurement, metric: &str) -> Measurement {
 }
 
 fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
+    let mut m = q.measurement([case, q.style().label(), "ops_per_sec"], posters + 1);
     // A busy evd row faster than the ring that does no RMW at all is noise.
-    let floor = (q == Queue::EvdSingle && posters == 1).then(|| Queue::FloorStampRing.name());
-    let id = [case, q.name(), q.style().label(), "ops_per_sec"];
-    let base = q.baseline().map(Queue::name);
-    skeleton(
-        id,
-        role(q.is_evd(), q.is_floor()),
-        (base, floor, posters + 1),
-    )
+    if q == Queue::EvdSingle && posters == 1 {
+        m.floor = Some(Queue::FloorStampRing.name().into());
+    }
+    m
 }
 
 fn room_measurement(s: RoomSystem, capacity: usize, posters: usize) -> Measurement {
     let case = room_case(capacity, posters);
-    let id = [&case, s.name(), s.style().label(), "ops_per_sec"];
-    let base = s.baseline().map(RoomSystem::name);
-    skeleton(id, role(s.is_evd(), false), (base, None, posters + 1))
+    s.measurement([&case, s.style().label(), "ops_per_sec"], posters + 1)
 }
 
 /// A CNO throughput row: the waiter sleeps when nothing is ready and drains
 /// a batch per EVD.
 fn cno_throughput_measurement(s: CnoSystem, evds: usize, feed: Feed) -> Measurement {
-    let (case, threads) = (feed.case(evds), cno::THROUGHPUT_POSTERS + 1);
-    let id = [&case, s.name(), "blocking/batch", "ops_per_sec"];
-    let base = Some(CnoSystem::EvdCno.name());
-    skeleton(id, role(s.is_evd(), false), (base, None, threads))
+    let id = [&feed.case(evds), "blocking/batch", "ops_per_sec"];
+    s.measurement(id, cno::THROUGHPUT_POSTERS + 1)
 }
 
 fn cno_trigger_measurement(v: Variant, n: usize, s: CnoSystem) -> Measurement {
-    let id = [&v.case(n), s.name(), v.consumer(), cno::CYCLE_METRIC];
-    let base = Some(CnoSystem::EvdCno.name());
-    skeleton(id, role(s.is_evd(), false), (base, None, v.threads()))
+    s.measurement([&v.case(n), v.consumer(), cno::CYCLE_METRIC], v.threads())
 }
 
 fn wake_measurement(s: WakeSystem, metric: &str) -> Measurement {
-    let (base, floor) = (Some(s.baseline().name()), s.floor().map(WakeSystem::name));
-    let id = ["wake-latency", s.name(), s.consumer(), metric];
-    skeleton(
-        id,
-        role(s.is_evd(), s.is_floor()),
-        (base, floor, s.threads()),
-    )
+    s.measurement(["wake-latency", s.consumer(), metric], s.threads())
 }
 
 /// A room-wake-latency row: the one that sleeps is the poster, in a
 /// blocking send.
 fn room_wake_measurement(s: RoomWakeSystem, metric: &str) -> Measurement {
-    let (base, floor) = (
-        Some(s.baseline().name()),
-        s.floor().map(RoomWakeSystem::name),
-    );
-    let id = [ROOM_WAKE_CASE, s.name(), "blocking", metric];
-    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
+    s.measurement([ROOM_WAKE_CASE, "blocking", metric], 2)
 }
 
 fn cno_wake_measurement(s: CnoWakeSystem, metric: &str) -> Measurement {
-    let base = s.baseline().map(CnoWakeSystem::name);
-    let floor = s.floor().map(CnoWakeSystem::name);
-    let id = [cno::WAKE_CASE, s.name(), "blocking", metric];
-    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
+    s.measurement([cno::WAKE_CASE, "blocking", metric], 2)
 }
 
 fn pingpong_measurement(s: PingPongSystem, metric: &str) -> Measurement {
-    let base = Some(s.baseline().name());
-    let floor = s.floor().map(PingPongSystem::name);
-    let id = [pingpong::CASE, s.name(), s.consumer(), metric];
-    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
+    s.measurement([pingpong::CASE, s.consumer(), metric], 2)
 }
 
-/// A re-arm row: every kind against evd's arm; in ns, the re-arms have the
-/// bare CAS as their floor.
+/// Only the timed re-arms have a floor: the bare CAS is not counted.
 fn rearm_measurement(k: RearmKind, metric: &str) -> Measurement {
-    let floor = (!k.is_floor() && metric == "ns_per_rearm").then(|| RearmKind::CasFloor.name());
-    let id = ["rearm", k.name(), "single-thread", metric];
-    let base = Some(RearmKind::EvdArm.name());
-    skeleton(
-        id,
-        role(k == RearmKind::EvdArm, k.is_floor()),
-        (base, floor, 1),
-    )
+    let mut m = k.measurement(["rearm", "single-thread", metric], 1);
+    if metric != "ns_per_rearm" {
+        m.floor = None;
+    }
+    m
 }
 
 fn pair_measurement(calls: PairCalls, s: PairSystem) -> Measurement {
-    let id = [calls.case(), s.name(), "single-thread", "ns_per_pair"];
-    let base = Some(PairSystem::Evd.name());
-    skeleton(id, role(s == PairSystem::Evd, false), (base, None, 1))
+    s.measurement([calls.case(), "single-thread", "ns_per_pair"], 1)
 }
 
-/// A CNO instruction count: the CNO cycle is the reference, so the plain
-/// pair's ratio is plain ÷ cycle.
 fn cno_insns_measurement(k: CnoInsnKind) -> Measurement {
-    let id = [
-        cno::INSNS_CASE,
-        k.name(),
-        "single-thread",
-        "instructions_per_cycle",
-    ];
-    skeleton(id, Role::Evd, (Some(CnoInsnKind::CnoCycle.name()), None, 1))
+    let id = [cno::INSNS_CASE, "single-thread", "instructions_per_cycle"];
+    k.measurement(id, 1)
 }
 
 /// Every CNO throughput job's system, EVD count and feed, in table order.
@@ -974,6 +913,7 @@ fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Role;
 
     #[test]
     fn quick_plan_is_smaller_than_full_and_within_20_s() {

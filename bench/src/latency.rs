@@ -15,6 +15,7 @@
 //! is from before the post to the start of the handler, on the posting thread.
 
 use crate::peers::Channel;
+use crate::report::{Role, System};
 use hdrhistogram::Histogram;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -49,6 +50,36 @@ pub enum WakeSystem {
     EventfdFloor,
 }
 
+/// Each row is compared with the evd row that sleeps the same way (a thread
+/// park, a tokio current-thread runtime, an eventfd, no sleep at all); each
+/// evd row is its own baseline. Futex-based sleeps (thread park, crossbeam's
+/// and flume's blocking receive, a tokio current-thread runtime's park) have
+/// the park/unpark floor, the epoll loop the eventfd floor; the inline upcall
+/// wakes no thread and the floors are not measured against themselves.
+impl System for WakeSystem {
+    fn name(self) -> &'static str {
+        self.row().0
+    }
+
+    fn role(self) -> Role {
+        if matches!(self, WakeSystem::ParkFloor | WakeSystem::EventfdFloor) {
+            Role::Floor
+        } else if self.row().2 == self {
+            Role::Evd
+        } else {
+            Role::Peer
+        }
+    }
+
+    fn baseline(self) -> Option<WakeSystem> {
+        Some(self.row().2)
+    }
+
+    fn floor(self) -> Option<WakeSystem> {
+        self.row().3
+    }
+}
+
 impl WakeSystem {
     /// Every system, evd first, floors last.
     pub const ALL: [WakeSystem; 9] = [
@@ -63,8 +94,7 @@ impl WakeSystem {
         WakeSystem::EventfdFloor,
     ];
 
-    /// Its row of the system table: [`WakeSystem::name`], [`WakeSystem::consumer`],
-    /// [`WakeSystem::baseline`] and [`WakeSystem::floor`].
+    /// Its row: name, consumer, baseline and floor.
     fn row(self) -> (&'static str, &'static str, WakeSystem, Option<WakeSystem>) {
         use WakeSystem::*;
         match self {
@@ -105,41 +135,9 @@ impl WakeSystem {
         }
     }
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
-        self.row().0
-    }
-
     /// How the consumer waits: `blocking`, `async`, `epoll` or `inline`.
     pub fn consumer(self) -> &'static str {
         self.row().1
-    }
-
-    /// True for the evd rows.
-    pub fn is_evd(self) -> bool {
-        self.baseline() == self
-    }
-
-    /// True for the two raw floors.
-    pub fn is_floor(self) -> bool {
-        matches!(self, WakeSystem::ParkFloor | WakeSystem::EventfdFloor)
-    }
-
-    /// The evd row this one is compared with: the one that sleeps the same
-    /// way (a thread park, a tokio current-thread runtime, an eventfd, no
-    /// sleep at all). Each evd row is its own baseline.
-    pub fn baseline(self) -> WakeSystem {
-        self.row().2
-    }
-
-    /// The raw wake of the mechanism this system sleeps on, which no system
-    /// sleeping that way can beat: a figure below it in the same run is
-    /// noise. Futex-based sleeps (thread park, crossbeam's and flume's
-    /// blocking receive, a tokio current-thread runtime's park) have the
-    /// park/unpark floor, the epoll loop the eventfd floor; the inline upcall
-    /// wakes no thread and the floors are not measured against themselves.
-    pub fn floor(self) -> Option<WakeSystem> {
-        self.row().3
     }
 
     /// Threads the measurement runs: the posting harness and the sleeping

@@ -7,6 +7,7 @@
 //! afterwards, so a refused post or an empty dequeue fails the run instead of
 //! going unnoticed, and neither loop pays for a check per iteration.
 
+use crate::report::{Role, System};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -22,13 +23,27 @@ pub enum PairSystem {
 impl PairSystem {
     /// Both systems, evd first.
     pub const ALL: [PairSystem; 2] = [PairSystem::Evd, PairSystem::ArrayQueue];
+}
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// `ArrayQueue` is compared with evd.
+impl System for PairSystem {
+    fn name(self) -> &'static str {
         match self {
             PairSystem::Evd => "evd post+try_dequeue",
             PairSystem::ArrayQueue => "crossbeam ArrayQueue push+pop",
         }
+    }
+
+    fn role(self) -> Role {
+        if self == PairSystem::Evd {
+            Role::Evd
+        } else {
+            Role::Peer
+        }
+    }
+
+    fn baseline(self) -> Option<PairSystem> {
+        Some(PairSystem::Evd)
     }
 }
 

@@ -20,6 +20,7 @@
 //! (start-up and teardown cancel out exactly; callgrind's count is
 //! deterministic).
 
+use crate::report::{Role, System};
 use crossbeam_utils::CachePadded;
 use std::hint::black_box;
 use std::path::Path;
@@ -40,6 +41,34 @@ pub enum RearmKind {
     CasFloor,
 }
 
+/// Every kind is compared with evd's arm; in ns, the re-arms have the bare
+/// CAS as their floor.
+impl System for RearmKind {
+    fn name(self) -> &'static str {
+        match self {
+            RearmKind::EvdArm => "evd arm (one CAS)",
+            RearmKind::ArmThenPoll => "arm, then poll again",
+            RearmKind::CasFloor => "floor: one uncontended CAS",
+        }
+    }
+
+    fn role(self) -> Role {
+        match self {
+            RearmKind::EvdArm => Role::Evd,
+            RearmKind::ArmThenPoll => Role::Peer,
+            RearmKind::CasFloor => Role::Floor,
+        }
+    }
+
+    fn baseline(self) -> Option<RearmKind> {
+        Some(RearmKind::EvdArm)
+    }
+
+    fn floor(self) -> Option<RearmKind> {
+        (!self.is_floor()).then_some(RearmKind::CasFloor)
+    }
+}
+
 impl RearmKind {
     /// Every kind, evd first, the floor last.
     pub const ALL: [RearmKind; 3] = [
@@ -51,15 +80,6 @@ impl RearmKind {
     /// The kinds whose instructions `compare` counts with callgrind (the
     /// floor is one CAS by construction).
     pub const COUNTED: [RearmKind; 2] = [RearmKind::EvdArm, RearmKind::ArmThenPoll];
-
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
-        match self {
-            RearmKind::EvdArm => "evd arm (one CAS)",
-            RearmKind::ArmThenPoll => "arm, then poll again",
-            RearmKind::CasFloor => "floor: one uncontended CAS",
-        }
-    }
 
     /// The `--kind` value of the `rearm-insns` mode.
     pub fn cli_name(self) -> &'static str {
@@ -73,11 +93,6 @@ impl RearmKind {
     /// Parse a `--kind` value.
     pub fn from_cli(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.cli_name() == s)
-    }
-
-    /// True for the bare-CAS floor.
-    pub fn is_floor(self) -> bool {
-        self == RearmKind::CasFloor
     }
 
     /// Run `iters` re-arms on an empty ring (single-threaded).

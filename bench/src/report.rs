@@ -33,6 +33,39 @@ pub enum Role {
     Floor,
 }
 
+/// A system of one section, as its records name and compare it.
+pub trait System: Copy + PartialEq + 'static {
+    /// The name used in tables and the JSON report.
+    fn name(self) -> &'static str;
+    /// An evd row, a peer or a raw floor.
+    fn role(self) -> Role;
+    /// The row its ratio is taken against; `None` for an evd variant
+    /// compared with nothing.
+    fn baseline(self) -> Option<Self>;
+    /// The raw floor of the mechanism it waits on, which no system waiting
+    /// that way can beat: a figure below it in the same run is noise.
+    fn floor(self) -> Option<Self> {
+        None
+    }
+    /// True for the evd rows.
+    fn is_evd(self) -> bool {
+        self.role() == Role::Evd
+    }
+    /// True for the floors.
+    fn is_floor(self) -> bool {
+        self.role() == Role::Floor
+    }
+    /// Its record of `metric` in `case`, its consumer labelled `consumer`,
+    /// the measurement running `threads` threads.
+    fn measurement(self, [case, consumer, metric]: [&str; 3], threads: usize) -> Measurement {
+        let mut m = Measurement::new(case, self.name(), self.role(), consumer, metric);
+        m.baseline = self.baseline().map(|b| b.name().into());
+        m.floor = self.floor().map(|f| f.name().into());
+        m.threads = threads;
+        m
+    }
+}
+
 /// One measured quantity of one system in one case, over the interleaved
 /// rounds. Each field's values and meaning: the record table of
 /// `bench/README.md`.

@@ -27,6 +27,7 @@
 use crate::latency::{new_histogram, now_ns, ThreadState, WakeSystem};
 use crate::payload::Payload;
 use crate::peers::Channel;
+use crate::report::{Role, System};
 use crate::throughput::{clones, dequeue_failed, drive, RunStats, Sink, Style};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
@@ -127,6 +128,35 @@ pub enum RoomSystem {
     Thingbuf,
 }
 
+/// Named by the blocking send, then the consumer's receive; compared with
+/// `evd post_blocking+dequeue` (every peer's consumer takes one event per
+/// call) but for the batch variant, an evd row compared with nothing.
+impl System for RoomSystem {
+    fn name(self) -> &'static str {
+        match self {
+            RoomSystem::EvdDequeue => "evd post_blocking+dequeue",
+            RoomSystem::EvdBatchWait => "evd post_blocking+batch+wait",
+            RoomSystem::CrossbeamChannel => "crossbeam-channel send+recv",
+            RoomSystem::StdSyncChannel => "std sync_channel send+recv",
+            RoomSystem::Flume => "flume send+recv",
+            RoomSystem::TokioMpsc => "tokio mpsc blocking_send+blocking_recv",
+            RoomSystem::Kanal => "kanal send+recv",
+            RoomSystem::Thingbuf => "thingbuf mpsc send+recv",
+        }
+    }
+
+    fn role(self) -> Role {
+        match self {
+            RoomSystem::EvdDequeue | RoomSystem::EvdBatchWait => Role::Evd,
+            _ => Role::Peer,
+        }
+    }
+
+    fn baseline(self) -> Option<RoomSystem> {
+        (self != RoomSystem::EvdBatchWait).then_some(RoomSystem::EvdDequeue)
+    }
+}
+
 impl RoomSystem {
     /// Every system, evd first.
     pub const ALL: [RoomSystem; 8] = [
@@ -140,39 +170,12 @@ impl RoomSystem {
         RoomSystem::Thingbuf,
     ];
 
-    /// The name used in tables and the JSON report: the blocking send, then
-    /// the consumer's receive.
-    pub fn name(self) -> &'static str {
-        match self {
-            RoomSystem::EvdDequeue => "evd post_blocking+dequeue",
-            RoomSystem::EvdBatchWait => "evd post_blocking+batch+wait",
-            RoomSystem::CrossbeamChannel => "crossbeam-channel send+recv",
-            RoomSystem::StdSyncChannel => "std sync_channel send+recv",
-            RoomSystem::Flume => "flume send+recv",
-            RoomSystem::TokioMpsc => "tokio mpsc blocking_send+blocking_recv",
-            RoomSystem::Kanal => "kanal send+recv",
-            RoomSystem::Thingbuf => "thingbuf mpsc send+recv",
-        }
-    }
-
     /// How its consumer waits and how much it takes per call.
     pub fn style(self) -> Style {
         match self {
             RoomSystem::EvdBatchWait => Style::BlockingBatch,
             _ => Style::BlockingItem,
         }
-    }
-
-    /// True for the evd rows.
-    pub fn is_evd(self) -> bool {
-        matches!(self, RoomSystem::EvdDequeue | RoomSystem::EvdBatchWait)
-    }
-
-    /// The row this one's ratio is taken against: `evd post_blocking+dequeue`
-    /// (every peer's consumer takes one event per call); `None` for the batch
-    /// variant, an evd row compared with nothing.
-    pub fn baseline(self) -> Option<RoomSystem> {
-        (self != RoomSystem::EvdBatchWait).then_some(RoomSystem::EvdDequeue)
     }
 
     /// Move `messages` `u64` events from `posters` threads, each sleeping in
@@ -346,16 +349,10 @@ pub enum RoomWakeSystem {
     ParkFloor,
 }
 
-impl RoomWakeSystem {
-    /// Every system, evd first, the floor last.
-    pub const ALL: [RoomWakeSystem; 3] = [
-        RoomWakeSystem::EvdPostBlocking,
-        RoomWakeSystem::CrossbeamSend,
-        RoomWakeSystem::ParkFloor,
-    ];
-
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// Every row is compared with the evd row; both systems sleep in a futex
+/// park, whose floor is the raw park/unpark.
+impl System for RoomWakeSystem {
+    fn name(self) -> &'static str {
         match self {
             RoomWakeSystem::EvdPostBlocking => "evd post_blocking (park/unpark)",
             RoomWakeSystem::CrossbeamSend => "crossbeam-channel send",
@@ -363,26 +360,30 @@ impl RoomWakeSystem {
         }
     }
 
-    /// True for the evd row.
-    pub fn is_evd(self) -> bool {
-        self == RoomWakeSystem::EvdPostBlocking
+    fn role(self) -> Role {
+        match self {
+            RoomWakeSystem::EvdPostBlocking => Role::Evd,
+            RoomWakeSystem::CrossbeamSend => Role::Peer,
+            RoomWakeSystem::ParkFloor => Role::Floor,
+        }
     }
 
-    /// True for the floor.
-    pub fn is_floor(self) -> bool {
-        self == RoomWakeSystem::ParkFloor
+    fn baseline(self) -> Option<RoomWakeSystem> {
+        Some(RoomWakeSystem::EvdPostBlocking)
     }
 
-    /// Every row is compared with the evd row.
-    pub fn baseline(self) -> RoomWakeSystem {
-        RoomWakeSystem::EvdPostBlocking
-    }
-
-    /// The floor of the sleep both systems use (a futex park), or `None`
-    /// for the floor itself.
-    pub fn floor(self) -> Option<RoomWakeSystem> {
+    fn floor(self) -> Option<RoomWakeSystem> {
         (!self.is_floor()).then_some(RoomWakeSystem::ParkFloor)
     }
+}
+
+impl RoomWakeSystem {
+    /// Every system, evd first, the floor last.
+    pub const ALL: [RoomWakeSystem; 3] = [
+        RoomWakeSystem::EvdPostBlocking,
+        RoomWakeSystem::CrossbeamSend,
+        RoomWakeSystem::ParkFloor,
+    ];
 
     /// Measure `samples` one-way room wakes; the histogram is in
     /// nanoseconds.

@@ -1,4 +1,5 @@
 use evd_bench::cno::*;
+use evd_bench::report::System;
 use std::time::Duration;
 
 #[test]

@@ -1,4 +1,5 @@
 use evd_bench::pingpong::*;
+use evd_bench::report::System;
 
 #[test]
 fn every_system_records_one_sample_per_round_trip() {
@@ -15,7 +16,7 @@ fn every_system_records_one_sample_per_round_trip() {
 #[test]
 fn rows_compare_with_evd_try_dequeue_and_the_floor() {
     for s in PingPongSystem::ALL {
-        assert_eq!(s.baseline(), PingPongSystem::EvdItem);
+        assert_eq!(s.baseline(), Some(PingPongSystem::EvdItem));
         assert_eq!(s.floor().is_none(), s.is_floor());
     }
     assert_eq!(PingPongSystem::EvdBatch.consumer(), "busy/batch");

@@ -1,4 +1,5 @@
 use evd_bench::latency::WakeSystem;
+use evd_bench::report::System;
 use evd_bench::room::*;
 
 #[test]

@@ -1,4 +1,5 @@
 use evd_bench::payload::Event64;
+use evd_bench::report::System;
 use evd_bench::throughput::*;
 
 #[test]
