@@ -94,8 +94,7 @@ pub const THROUGHPUT_POSTERS: usize = 2;
 pub const EVD_CAPACITY: usize = 64;
 /// Events per `post_batch` of the saturated throughput feed.
 pub const SATURATION_BATCH: usize = 16;
-/// EVDs bound to the `Cno` of the wake latency (the harness posts to each in
-/// turn).
+/// EVDs bound to the `Cno` of the wake latency.
 pub const WAKE_EVDS: usize = 16;
 /// How long every waiter spins (or polls) before it sleeps: evd's default.
 pub const SPIN_BUDGET: Duration = evd::DEFAULT_SPIN_BUDGET;
@@ -108,8 +107,7 @@ pub const CYCLE_METRIC: &str = "ns_per_cycle";
 /// The metric of the fairness of a throughput case.
 pub const FAIRNESS_METRIC: &str = "served_max_over_min";
 
-/// How long a cross-thread harness waits for the waiter before it declares
-/// the run broken.
+/// How long a cross-thread harness waits for the waiter.
 const STALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The event that ends a cross-thread waiter.
 const STOP: u64 = u64::MAX;
@@ -227,9 +225,9 @@ impl CnoSystem {
         }
     }
 
-    /// Move `messages` `u64` events from [`THROUGHPUT_POSTERS`] posters over
-    /// `n` EVDs to one waiter, posted as `feed` says (module docs); fails if
-    /// an event is lost or duplicated, or an EVD was never served.
+    /// Move `messages` events from [`THROUGHPUT_POSTERS`] posters over `n`
+    /// EVDs to one waiter; fails if an event is lost or duplicated, or an EVD
+    /// was never served.
     pub fn run_throughput(self, n: usize, messages: u64, feed: Feed) -> Result<RunStats, String> {
         let (mut w, side) = self.fixture(n)?;
         let mut served = vec![0u64; n];
@@ -306,12 +304,9 @@ impl Feed {
     }
 }
 
-/// The saturated feed: [`THROUGHPUT_POSTERS`] threads, each taking its
-/// sequence numbers `i, i + posters, ...` in batches of
-/// [`SATURATION_BATCH`], posting each batch with one `post_batch` to the
-/// next EVD in turn (the rest of a batch that did not fit goes to the next
-/// one; a refused call counts as a refusal, as in [`drive`]), with
-/// `drive`'s start barrier, CPU samples and checksum.
+/// The saturated feed: each poster posts its sequence numbers in batches of
+/// [`SATURATION_BATCH`], one `post_batch` per EVD in turn; what did not fit
+/// goes to the next.
 fn drive_batches(
     side: &PostSide,
     messages: u64,
@@ -371,8 +366,6 @@ impl Variant {
         format!("{}{n}", self.prefix())
     }
 
-    /// Its row: the start of its case names, its label in the tables, the
-    /// record's consumer label and the threads the measurement runs.
     fn row(self) -> (&'static str, &'static str, &'static str, usize) {
         match self {
             Variant::SingleThread => ("cno-trigger/", "single-thread", "single-thread", 1),
@@ -408,8 +401,7 @@ fn expect_armed(s: evd::ArmStatus) -> Result<(), String> {
     }
 }
 
-/// Raise the soft limit on open files towards `want` (up to the hard
-/// limit): the epoll fixtures need two descriptors per EVD.
+/// The epoll fixtures need two descriptors per EVD.
 fn raise_fd_limit(want: u64) {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut lim = getrlimit(Resource::Nofile);
@@ -420,8 +412,7 @@ fn raise_fd_limit(want: u64) {
     }
 }
 
-/// `n`-way pseudo-random indices (xorshift, fixed seed): the same sequence
-/// for every system.
+/// `n`-way pseudo-random indices, the same for every system.
 fn sequence(n: usize) -> Vec<u32> {
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     (0..SEQUENCE)
@@ -447,8 +438,7 @@ pub fn max_over_min(served: &[u64]) -> Result<f64, String> {
     }
 }
 
-/// The posting side of a fixture: every EVD's poster, and the scan CNO's
-/// flag (set after every post) for that system.
+/// Every EVD's poster, and the scan CNO's flag, set after every post.
 #[derive(Clone)]
 struct PostSide {
     posters: Arc<Vec<evd::Poster<u64>>>,
@@ -456,7 +446,6 @@ struct PostSide {
 }
 
 impl PostSide {
-    /// Post `v` to EVD `k`; a refused event comes back.
     #[inline]
     fn post(&self, k: usize, v: u64) -> Result<(), u64> {
         match self.posters[k].post(v) {
@@ -469,11 +458,8 @@ impl PostSide {
             Err(e) => Err(e.into_inner()),
         }
     }
-}
 
-impl PostSide {
-    /// Post from the front of `buf` to EVD `k` with one reservation; how
-    /// many went, or `None` if none did (full).
+    /// How many of `buf` went to EVD `k`, or `None` if it was full.
     #[inline]
     fn post_batch(&self, k: usize, buf: &mut Vec<u64>) -> Option<usize> {
         match self.posters[k].post_batch(buf) {
@@ -489,8 +475,7 @@ impl PostSide {
     }
 }
 
-/// A throughput poster: posts to the EVDs in turn, moving on after a
-/// refusal as after a post.
+/// A throughput poster: moves to the next EVD after a post or a refusal.
 struct Cursor {
     side: PostSide,
     next: Cell<usize>,
@@ -595,8 +580,7 @@ struct ScanWaiter {
 }
 
 impl AnyWaiter {
-    /// Append the EVDs that may have work to `out`: wait until there are
-    /// some if `block`, else look once.
+    /// Append the EVDs that may have work to `out`, waiting if `block`.
     fn ready(&mut self, out: &mut Vec<usize>, block: bool) -> Result<(), String> {
         match self {
             AnyWaiter::Cno(w) => {
@@ -660,7 +644,6 @@ impl AnyWaiter {
         }
     }
 
-    /// Drain EVD `k` with one `dequeue_batch` (at most its capacity).
     #[inline]
     fn drain(&mut self, k: usize, buf: &mut Vec<u64>) -> Result<(), String> {
         match self.evd(k).dequeue_batch(buf, EVD_CAPACITY) {
@@ -673,8 +656,7 @@ impl AnyWaiter {
         }
     }
 
-    /// Re-enable EVD `k` after its drain: true if the next post notifies
-    /// again, false if events are waiting (serve it again).
+    /// Re-enable EVD `k`: false if events are waiting (serve it again).
     #[inline]
     fn enable(&mut self, k: usize) -> Result<bool, String> {
         let status = match self {
@@ -691,8 +673,6 @@ impl AnyWaiter {
     }
 }
 
-/// The waiter's loop state: the ready set of this pass, the EVDs to serve
-/// again, the batch buffer.
 struct Server {
     ready: Vec<usize>,
     again: Vec<usize>,
@@ -739,8 +719,7 @@ impl Server {
     }
 }
 
-/// Cycles on one thread: post, then serve (never blocking) until the event
-/// is back. Returns ns per cycle.
+/// Post, then serve (never blocking) until the event is back.
 fn cycles_single(
     mut w: AnyWaiter,
     side: &PostSide,
@@ -779,11 +758,9 @@ fn cycles_single(
     Ok(t.ns_per_cycle())
 }
 
-/// What [`timed`] ran.
 struct Timed {
     /// Every cycle, the warm-up's included.
     cycles: u64,
-    /// The cycles after the warm-up, and their time.
     measured: u64,
     elapsed: Duration,
 }
@@ -795,8 +772,7 @@ impl Timed {
 }
 
 /// Run `cycle(i)` for i = 0, 1, ...: a warm-up of a quarter of `run`, then
-/// cycles for at least `run` more, timed (the clock is read every 64
-/// cycles).
+/// at least `run` timed.
 fn timed(run: Duration, mut cycle: impl FnMut(u64) -> Result<(), String>) -> Result<Timed, String> {
     let mut i = 0u64;
     let warm = Instant::now();
@@ -823,9 +799,8 @@ fn timed(run: Duration, mut cycle: impl FnMut(u64) -> Result<(), String>) -> Res
     }
 }
 
-/// Cycles across two threads: the harness posts and spins until the waiter
-/// (its own thread) has served the event and counted it. Returns ns per
-/// cycle.
+/// The harness posts and spins until the waiter, on its own thread, has
+/// served the event.
 fn cycles_cross(w: AnyWaiter, side: &PostSide, seq: &[u32], run: Duration) -> Result<f64, String> {
     let n = side.posters.len();
     let acked = Arc::new(CachePadded::new(AtomicU64::new(0)));
@@ -1076,8 +1051,8 @@ impl CnoInsnKind {
         Self::ALL.into_iter().find(|k| k.cli_name() == s)
     }
 
-    /// Run `iters` cycles on one thread; fails unless every event (and, for
-    /// the CNO, every key) came back once.
+    /// Run `iters` cycles on one thread; fails unless every event and key
+    /// came back once.
     pub fn run(self, iters: u64) -> Result<(), String> {
         let (tx, mut rx) = evd::bounded::<u64>(EVD_CAPACITY).map_err(|e| e.to_string())?;
         let (mut sum, mut keys) = (0u64, 0u64);

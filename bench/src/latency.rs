@@ -23,8 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long the harness waits for a consumer to fall asleep (or to consume
-/// its previous event) before it declares the run broken.
+/// How long the harness waits for a consumer to fall asleep.
 const SLEEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A system under test in the wake-latency benches.
@@ -140,8 +139,7 @@ impl WakeSystem {
         self.row().1
     }
 
-    /// Threads the measurement runs: the posting harness and the sleeping
-    /// consumer, or the posting thread alone for the inline upcall.
+    /// Threads the measurement runs: 1 for the inline upcall, else 2.
     pub fn threads(self) -> usize {
         if self == WakeSystem::EvdUpcall {
             1
@@ -316,10 +314,9 @@ pub fn parse_stat_state(line: &[u8]) -> Option<u8> {
         .find(|b| !b.is_ascii_whitespace())
 }
 
-/// Run `consume` on a new thread, which receives post times and passes each
-/// to its `record` callback; the harness posts `samples` times with `post`,
-/// each time only once the consumer has recorded the previous event and is
-/// asleep.
+/// Run `consume` on a new thread, which passes each post time to `record`;
+/// the harness posts `samples` times, each once the consumer has recorded
+/// the previous event and is asleep.
 fn sleeping_consumer<C, P>(samples: u64, consume: C, post: P) -> Result<Histogram<u64>, String>
 where
     C: FnOnce(&mut dyn FnMut(u64)) -> Result<(), String> + Send + 'static,
@@ -332,11 +329,9 @@ where
     )
 }
 
-/// [`sleeping_consumer`] whose consumer reads the clock itself: its
-/// `record(posted, woken)` callback records `woken - posted`, so the consumer
-/// can take `woken` at the moment it counts as awake (a [`crate::cno`]
-/// waiter: when its wait returns the key, before it dequeues the event that
-/// carries `posted`).
+/// [`sleeping_consumer`] whose consumer takes `woken` itself (a
+/// [`crate::cno`] waiter: when its wait returns the key) and records
+/// `record(posted, woken)`.
 pub(crate) fn sleeping_consumer_timed<C, P>(
     samples: u64,
     consume: C,

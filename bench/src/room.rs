@@ -44,8 +44,7 @@ pub const POSTERS: [usize; 2] = [1, 2];
 /// What the consumer's fixed work per event is calibrated to, in ns.
 pub const WORK_NS: f64 = 750.0;
 
-/// How long the harness waits for a poster to fall asleep before it declares
-/// the run broken.
+/// How long the harness waits for a poster to fall asleep.
 const SLEEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What every room poster and consumer does, for the tables and the notes.
@@ -67,9 +66,8 @@ impl Work {
         Work { iters }
     }
 
-    /// The iteration count that takes about `ns` nanoseconds on this
-    /// machine now: the fastest of a few timed runs (the least disturbed)
-    /// gives the time per iteration.
+    /// The iteration count that takes about `ns` nanoseconds now, timed by
+    /// the fastest (least disturbed) of a few runs.
     pub fn calibrate(ns: f64) -> Self {
         const PROBE: u64 = 200_000;
         let best = (0..5)
@@ -83,8 +81,7 @@ impl Work {
         Work::fixed(((ns / per_iter).round() as u64).max(1))
     }
 
-    /// Nanoseconds one event's work takes now (the fastest of a few runs
-    /// of 100 events' worth, timed like [`Work::calibrate`]'s).
+    /// Nanoseconds one event's work takes now.
     pub fn ns_per_event(self) -> f64 {
         (0..10)
             .map(|_| {
@@ -178,10 +175,9 @@ impl RoomSystem {
         }
     }
 
-    /// Move `messages` `u64` events from `posters` threads, each sleeping in
-    /// its blocking send while the queue of `capacity` is full, to one
-    /// consumer that does `work` per event. Fails if an event is lost or
-    /// duplicated, or a channel breaks.
+    /// Move `messages` events from `posters` threads in their blocking send
+    /// to one consumer that does `work` per event. Fails if an event is lost
+    /// or duplicated, or a channel breaks.
     pub fn run(
         self,
         capacity: usize,
@@ -385,8 +381,7 @@ impl RoomWakeSystem {
         RoomWakeSystem::ParkFloor,
     ];
 
-    /// Measure `samples` one-way room wakes; the histogram is in
-    /// nanoseconds.
+    /// Measure `samples` one-way room wakes, in nanoseconds.
     pub fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
         match self {
             RoomWakeSystem::EvdPostBlocking => {
@@ -426,14 +421,11 @@ impl RoomWakeSystem {
     }
 }
 
-/// Run `post` on a new thread, `samples` times, on a queue that is full
-/// before each call, so that each call sleeps until the harness frees the
-/// slot with `free`; the harness stores the time right before each `free`,
-/// the poster records the time from it to right after its `post` returns.
-/// Each `free` waits until the poster has recorded the previous sample,
-/// `waiting` says it waits for room, and it is asleep. Returns the histogram
-/// and the queue's receiving side; on failure the receiving side is dropped,
-/// which closes the queue and lets the poster go.
+/// Run `post` `samples` times on a new thread, on a queue full before each
+/// call; the harness calls `free` once the poster has recorded the previous
+/// sample, `waiting` says it waits for room, and it is asleep. On failure
+/// the receiving side is dropped, which closes the queue and frees the
+/// poster.
 fn blocked_poster<R, P>(
     samples: u64,
     mut rx: R,
