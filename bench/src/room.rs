@@ -28,7 +28,7 @@ use crate::latency::{new_histogram, now_ns, ThreadState, WakeSystem};
 use crate::payload::Payload;
 use crate::peers::Channel;
 use crate::report::{Role, System};
-use crate::throughput::{clones, dequeue_failed, drive, RunStats, Sink, Style};
+use crate::throughput::{blocking_loop, clones, dequeue_failed, drive, RunStats, Sink, Style};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -309,28 +309,9 @@ fn peer<C: Channel<u64>>(
         C::send,
         move |sink| {
             let mut rx = rx;
-            recv_loop(sink, work, || rx.recv())
+            blocking_loop(sink, || rx.recv(), || work.run())
         },
     )
-}
-
-fn recv_loop(
-    sink: &mut Sink<'_>,
-    work: Work,
-    mut recv: impl FnMut() -> Option<u64>,
-) -> Result<(), String> {
-    loop {
-        match recv() {
-            Some(p) => {
-                let done = sink.take(p.seq());
-                work.run();
-                if done {
-                    return Ok(());
-                }
-            }
-            None => return Err("channel closed early".into()),
-        }
-    }
 }
 
 /// A system under test in the room-wake latency case.

@@ -411,7 +411,7 @@ fn peer<C: Channel<P>, P: Payload>(posters: usize, messages: u64) -> Result<RunS
         messages,
         clones(tx, posters),
         C::try_send,
-        |sink| blocking_loop(sink, || rx.recv()),
+        |sink| blocking_loop(sink, || rx.recv(), || {}),
     )
 }
 
@@ -812,14 +812,19 @@ fn busy_loop<P: Payload>(
     }
 }
 
-fn blocking_loop<P: Payload>(
+/// A consumer of one item per blocking receive; `work` runs after each event
+/// is counted ([`crate::room`]'s fixed work, nothing here).
+pub(crate) fn blocking_loop<P: Payload>(
     sink: &mut Sink<'_>,
     mut recv: impl FnMut() -> Option<P>,
+    work: impl Fn(),
 ) -> Result<(), String> {
     loop {
         match recv() {
             Some(p) => {
-                if sink.take(p.seq()) {
+                let done = sink.take(p.seq());
+                work();
+                if done {
                     return Ok(());
                 }
             }
