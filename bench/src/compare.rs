@@ -147,15 +147,11 @@ pub fn throughput_case(payload: &str, posters: usize) -> String {
     format!("throughput/{payload}/{posters}p")
 }
 
-/// One value of one round: the record it belongs to, the value and the
-/// round's diagnostics.
 type Value = (Measurement, f64, Option<Diagnostics>);
 
 /// One system in one case of a section.
 struct Job {
-    /// See [`Measurement::case`].
     case: String,
-    /// See [`Measurement::system`].
     system: String,
     /// Called with `true` once before the rounds (calibration or warm-up,
     /// its values dropped), then with `false` once per round.
@@ -319,7 +315,7 @@ fn cno_insns_measurement(k: CnoInsnKind) -> Measurement {
     k.measurement(id, 1)
 }
 
-/// Every CNO throughput job's system, EVD count and feed, in table order.
+/// In table order.
 fn cno_throughput_jobs() -> Vec<(CnoSystem, usize, Feed)> {
     Feed::ALL
         .iter()
@@ -328,7 +324,7 @@ fn cno_throughput_jobs() -> Vec<(CnoSystem, usize, Feed)> {
         .collect()
 }
 
-/// Every CNO trigger-cost job, in table order.
+/// In table order.
 fn cno_trigger_jobs() -> Vec<(Variant, usize, CnoSystem)> {
     Variant::ALL
         .iter()
@@ -344,8 +340,7 @@ struct Collector {
 }
 
 impl Collector {
-    /// Add round `round`'s value to the measurement `proto` describes
-    /// (same case, system and metric), creating it from `proto` if new.
+    /// Add a value to the measurement of `proto`'s case, system and metric.
     fn push(&mut self, proto: Measurement, round: usize, value: f64, diag: Option<Diagnostics>) {
         let i = match self.measurements.iter().position(|m| {
             m.case == proto.case && m.system == proto.system && m.metric == proto.metric
@@ -411,7 +406,6 @@ impl SectionClock {
     }
 }
 
-/// The running state shared by every section of one comparison.
 struct Run<'a> {
     pb: &'a ProgressBar,
     c: Collector,
