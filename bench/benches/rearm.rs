@@ -5,6 +5,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use evd_bench::rearm::{Rearm, RearmKind};
+use evd_bench::report::System;
 use std::time::Instant;
 
 fn rearm(c: &mut Criterion) {

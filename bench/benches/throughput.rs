@@ -6,6 +6,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use evd_bench::compare::{throughput_case, PAYLOADS, POSTERS};
 use evd_bench::payload::Event64;
+use evd_bench::report::System;
 use evd_bench::throughput::Queue;
 use std::time::Duration;
 

@@ -6,6 +6,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use evd_bench::latency::WakeSystem;
+use evd_bench::report::System;
 use std::time::Duration;
 
 fn wake_latency(c: &mut Criterion) {

@@ -70,6 +70,7 @@
 //! fuzz crate's shuttle builds.
 
 use crate::latency::{now_ns, sleeping_consumer_timed, WakeSystem};
+use crate::report::{Role, System};
 use crate::throughput::{
     clones, current_cpu, drive, harness, BusyWait, RunStats, Sink, CPU_SAMPLE_EVERY,
 };
@@ -93,8 +94,7 @@ pub const THROUGHPUT_POSTERS: usize = 2;
 pub const EVD_CAPACITY: usize = 64;
 /// Events per `post_batch` of the saturated throughput feed.
 pub const SATURATION_BATCH: usize = 16;
-/// EVDs bound to the `Cno` of the wake latency (the harness posts to each in
-/// turn).
+/// EVDs bound to the `Cno` of the wake latency.
 pub const WAKE_EVDS: usize = 16;
 /// How long every waiter spins (or polls) before it sleeps: evd's default.
 pub const SPIN_BUDGET: Duration = evd::DEFAULT_SPIN_BUDGET;
@@ -107,8 +107,7 @@ pub const CYCLE_METRIC: &str = "ns_per_cycle";
 /// The metric of the fairness of a throughput case.
 pub const FAIRNESS_METRIC: &str = "served_max_over_min";
 
-/// How long a cross-thread harness waits for the waiter before it declares
-/// the run broken.
+/// How long a cross-thread harness waits for the waiter.
 const STALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The event that ends a cross-thread waiter.
 const STOP: u64 = u64::MAX;
@@ -126,12 +125,9 @@ pub enum CnoSystem {
     Scan,
 }
 
-impl CnoSystem {
-    /// Every system, evd first.
-    pub const ALL: [CnoSystem; 3] = [CnoSystem::EvdCno, CnoSystem::Epoll, CnoSystem::Scan];
-
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// Every row is compared with the evd `Cno` row.
+impl System for CnoSystem {
+    fn name(self) -> &'static str {
         match self {
             CnoSystem::EvdCno => "evd Cno (wait, drain, enable_cno)",
             CnoSystem::Epoll => "epoll over the EVDs' eventfds (arm)",
@@ -139,10 +135,22 @@ impl CnoSystem {
         }
     }
 
-    /// True for the evd row.
-    pub fn is_evd(self) -> bool {
-        self == CnoSystem::EvdCno
+    fn role(self) -> Role {
+        if self == CnoSystem::EvdCno {
+            Role::Evd
+        } else {
+            Role::Peer
+        }
     }
+
+    fn baseline(self) -> Option<CnoSystem> {
+        Some(CnoSystem::EvdCno)
+    }
+}
+
+impl CnoSystem {
+    /// Every system, evd first.
+    pub const ALL: [CnoSystem; 3] = [CnoSystem::EvdCno, CnoSystem::Epoll, CnoSystem::Scan];
 
     /// N EVDs, each with its poster, made ready for this system's waiter.
     fn fixture(self, n: usize) -> Result<(AnyWaiter, PostSide), String> {
@@ -208,16 +216,6 @@ impl CnoSystem {
     /// Nanoseconds per trigger cycle at `n` bound EVDs, `variant`, over
     /// cycles run for about `run` after a warm-up of a quarter of that.
     /// Fails unless every event came back once.
-    ///
-    /// ```
-    /// use evd_bench::cno::{CnoSystem, Variant};
-    /// use std::time::Duration;
-    /// for s in CnoSystem::ALL {
-    ///     for v in Variant::ALL {
-    ///         assert!(s.cycle_ns(v, 16, Duration::from_millis(2)).unwrap() > 0.0);
-    ///     }
-    /// }
-    /// ```
     pub fn cycle_ns(self, variant: Variant, n: usize, run: Duration) -> Result<f64, String> {
         let (w, side) = self.fixture(n)?;
         let seq = sequence(n);
@@ -227,20 +225,9 @@ impl CnoSystem {
         }
     }
 
-    /// Move `messages` `u64` events from [`THROUGHPUT_POSTERS`] posters over
-    /// `n` EVDs to one waiter, posted as `feed` says (module docs); fails if
-    /// an event is lost or duplicated, or an EVD was never served.
-    ///
-    /// ```
-    /// use evd_bench::cno::{CnoSystem, Feed};
-    /// for s in CnoSystem::ALL {
-    ///     for feed in Feed::ALL {
-    ///         let run = s.run_throughput(16, 20_000, feed).unwrap();
-    ///         assert_eq!(run.messages, 20_000);
-    ///         assert!(run.served_max_over_min.unwrap() >= 1.0);
-    ///     }
-    /// }
-    /// ```
+    /// Move `messages` events from [`THROUGHPUT_POSTERS`] posters over `n`
+    /// EVDs to one waiter; fails if an event is lost or duplicated, or an EVD
+    /// was never served.
     pub fn run_throughput(self, n: usize, messages: u64, feed: Feed) -> Result<RunStats, String> {
         let (mut w, side) = self.fixture(n)?;
         let mut served = vec![0u64; n];
@@ -309,12 +296,6 @@ impl Feed {
     pub const ALL: [Feed; 2] = [Feed::Events, Feed::Batches];
 
     /// The case name at `n` EVDs.
-    ///
-    /// ```
-    /// use evd_bench::cno::Feed;
-    /// assert_eq!(Feed::Events.case(256), "cno-throughput/256");
-    /// assert_eq!(Feed::Batches.case(16), "cno-throughput-batch/16");
-    /// ```
     pub fn case(self, n: usize) -> String {
         match self {
             Feed::Events => format!("cno-throughput/{n}"),
@@ -323,12 +304,9 @@ impl Feed {
     }
 }
 
-/// The saturated feed: [`THROUGHPUT_POSTERS`] threads, each taking its
-/// sequence numbers `i, i + posters, ...` in batches of
-/// [`SATURATION_BATCH`], posting each batch with one `post_batch` to the
-/// next EVD in turn (the rest of a batch that did not fit goes to the next
-/// one; a refused call counts as a refusal, as in [`drive`]), with
-/// `drive`'s start barrier, CPU samples and checksum.
+/// The saturated feed: each poster posts its sequence numbers in batches of
+/// [`SATURATION_BATCH`], one `post_batch` per EVD in turn; what did not fit
+/// goes to the next.
 fn drive_batches(
     side: &PostSide,
     messages: u64,
@@ -384,18 +362,10 @@ impl Variant {
     pub const ALL: [Variant; 2] = [Variant::SingleThread, Variant::CrossThread];
 
     /// The case name at `n` bound EVDs.
-    ///
-    /// ```
-    /// use evd_bench::cno::Variant;
-    /// assert_eq!(Variant::SingleThread.case(16), "cno-trigger/16");
-    /// assert_eq!(Variant::CrossThread.case(16), "cno-trigger-xthread/16");
-    /// ```
     pub fn case(self, n: usize) -> String {
         format!("{}{n}", self.prefix())
     }
 
-    /// Its row: the start of its case names, its label in the tables, the
-    /// record's consumer label and the threads the measurement runs.
     fn row(self) -> (&'static str, &'static str, &'static str, usize) {
         match self {
             Variant::SingleThread => ("cno-trigger/", "single-thread", "single-thread", 1),
@@ -431,8 +401,7 @@ fn expect_armed(s: evd::ArmStatus) -> Result<(), String> {
     }
 }
 
-/// Raise the soft limit on open files towards `want` (up to the hard
-/// limit): the epoll fixtures need two descriptors per EVD.
+/// The epoll fixtures need two descriptors per EVD.
 fn raise_fd_limit(want: u64) {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut lim = getrlimit(Resource::Nofile);
@@ -443,8 +412,7 @@ fn raise_fd_limit(want: u64) {
     }
 }
 
-/// `n`-way pseudo-random indices (xorshift, fixed seed): the same sequence
-/// for every system.
+/// `n`-way pseudo-random indices, the same for every system.
 fn sequence(n: usize) -> Vec<u32> {
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     (0..SEQUENCE)
@@ -458,11 +426,6 @@ fn sequence(n: usize) -> Vec<u32> {
 }
 
 /// The most served over the fewest served; `Err` if an EVD got nothing.
-///
-/// ```
-/// assert_eq!(evd_bench::cno::max_over_min(&[4, 2, 3]), Ok(2.0));
-/// assert!(evd_bench::cno::max_over_min(&[4, 0]).is_err());
-/// ```
 pub fn max_over_min(served: &[u64]) -> Result<f64, String> {
     let max = served.iter().copied().max().unwrap_or(0);
     match served.iter().copied().enumerate().min_by_key(|&(_, c)| c) {
@@ -475,8 +438,7 @@ pub fn max_over_min(served: &[u64]) -> Result<f64, String> {
     }
 }
 
-/// The posting side of a fixture: every EVD's poster, and the scan CNO's
-/// flag (set after every post) for that system.
+/// Every EVD's poster, and the scan CNO's flag, set after every post.
 #[derive(Clone)]
 struct PostSide {
     posters: Arc<Vec<evd::Poster<u64>>>,
@@ -484,7 +446,6 @@ struct PostSide {
 }
 
 impl PostSide {
-    /// Post `v` to EVD `k`; a refused event comes back.
     #[inline]
     fn post(&self, k: usize, v: u64) -> Result<(), u64> {
         match self.posters[k].post(v) {
@@ -497,11 +458,8 @@ impl PostSide {
             Err(e) => Err(e.into_inner()),
         }
     }
-}
 
-impl PostSide {
-    /// Post from the front of `buf` to EVD `k` with one reservation; how
-    /// many went, or `None` if none did (full).
+    /// How many of `buf` went to EVD `k`, or `None` if it was full.
     #[inline]
     fn post_batch(&self, k: usize, buf: &mut Vec<u64>) -> Option<usize> {
         match self.posters[k].post_batch(buf) {
@@ -517,8 +475,7 @@ impl PostSide {
     }
 }
 
-/// A throughput poster: posts to the EVDs in turn, moving on after a
-/// refusal as after a post.
+/// A throughput poster: moves to the next EVD after a post or a refusal.
 struct Cursor {
     side: PostSide,
     next: Cell<usize>,
@@ -623,8 +580,7 @@ struct ScanWaiter {
 }
 
 impl AnyWaiter {
-    /// Append the EVDs that may have work to `out`: wait until there are
-    /// some if `block`, else look once.
+    /// Append the EVDs that may have work to `out`, waiting if `block`.
     fn ready(&mut self, out: &mut Vec<usize>, block: bool) -> Result<(), String> {
         match self {
             AnyWaiter::Cno(w) => {
@@ -688,7 +644,6 @@ impl AnyWaiter {
         }
     }
 
-    /// Drain EVD `k` with one `dequeue_batch` (at most its capacity).
     #[inline]
     fn drain(&mut self, k: usize, buf: &mut Vec<u64>) -> Result<(), String> {
         match self.evd(k).dequeue_batch(buf, EVD_CAPACITY) {
@@ -701,8 +656,7 @@ impl AnyWaiter {
         }
     }
 
-    /// Re-enable EVD `k` after its drain: true if the next post notifies
-    /// again, false if events are waiting (serve it again).
+    /// Re-enable EVD `k`: false if events are waiting (serve it again).
     #[inline]
     fn enable(&mut self, k: usize) -> Result<bool, String> {
         let status = match self {
@@ -719,8 +673,6 @@ impl AnyWaiter {
     }
 }
 
-/// The waiter's loop state: the ready set of this pass, the EVDs to serve
-/// again, the batch buffer.
 struct Server {
     ready: Vec<usize>,
     again: Vec<usize>,
@@ -767,8 +719,7 @@ impl Server {
     }
 }
 
-/// Cycles on one thread: post, then serve (never blocking) until the event
-/// is back. Returns ns per cycle.
+/// Post, then serve (never blocking) until the event is back.
 fn cycles_single(
     mut w: AnyWaiter,
     side: &PostSide,
@@ -807,11 +758,9 @@ fn cycles_single(
     Ok(t.ns_per_cycle())
 }
 
-/// What [`timed`] ran.
 struct Timed {
     /// Every cycle, the warm-up's included.
     cycles: u64,
-    /// The cycles after the warm-up, and their time.
     measured: u64,
     elapsed: Duration,
 }
@@ -823,8 +772,7 @@ impl Timed {
 }
 
 /// Run `cycle(i)` for i = 0, 1, ...: a warm-up of a quarter of `run`, then
-/// cycles for at least `run` more, timed (the clock is read every 64
-/// cycles).
+/// at least `run` timed.
 fn timed(run: Duration, mut cycle: impl FnMut(u64) -> Result<(), String>) -> Result<Timed, String> {
     let mut i = 0u64;
     let warm = Instant::now();
@@ -851,9 +799,8 @@ fn timed(run: Duration, mut cycle: impl FnMut(u64) -> Result<(), String>) -> Res
     }
 }
 
-/// Cycles across two threads: the harness posts and spins until the waiter
-/// (its own thread) has served the event and counted it. Returns ns per
-/// cycle.
+/// The harness posts and spins until the waiter, on its own thread, has
+/// served the event.
 fn cycles_cross(w: AnyWaiter, side: &PostSide, seq: &[u32], run: Duration) -> Result<f64, String> {
     let n = side.posters.len();
     let acked = Arc::new(CachePadded::new(AtomicU64::new(0)));
@@ -950,6 +897,35 @@ pub enum CnoWakeSystem {
     ParkFloor,
 }
 
+/// The CNO row is the baseline of itself and the floor; the direct wait is
+/// an evd variant shown for what the CNO adds. The evd rows sleep in a futex
+/// park, whose floor is the raw park/unpark.
+impl System for CnoWakeSystem {
+    fn name(self) -> &'static str {
+        match self {
+            CnoWakeSystem::EvdCno => "evd Cno::wait (park/unpark)",
+            CnoWakeSystem::EvdWait => "evd wait (park/unpark), no CNO",
+            CnoWakeSystem::ParkFloor => WakeSystem::ParkFloor.name(),
+        }
+    }
+
+    fn role(self) -> Role {
+        if self == CnoWakeSystem::ParkFloor {
+            Role::Floor
+        } else {
+            Role::Evd
+        }
+    }
+
+    fn baseline(self) -> Option<CnoWakeSystem> {
+        (self != CnoWakeSystem::EvdWait).then_some(CnoWakeSystem::EvdCno)
+    }
+
+    fn floor(self) -> Option<CnoWakeSystem> {
+        (!self.is_floor()).then_some(CnoWakeSystem::ParkFloor)
+    }
+}
+
 impl CnoWakeSystem {
     /// Every system, the CNO first, the floor last.
     pub const ALL: [CnoWakeSystem; 3] = [
@@ -958,46 +934,7 @@ impl CnoWakeSystem {
         CnoWakeSystem::ParkFloor,
     ];
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
-        match self {
-            CnoWakeSystem::EvdCno => "evd Cno::wait (park/unpark)",
-            CnoWakeSystem::EvdWait => "evd wait (park/unpark), no CNO",
-            CnoWakeSystem::ParkFloor => WakeSystem::ParkFloor.name(),
-        }
-    }
-
-    /// True for the two evd rows.
-    pub fn is_evd(self) -> bool {
-        self != CnoWakeSystem::ParkFloor
-    }
-
-    /// True for the floor.
-    pub fn is_floor(self) -> bool {
-        self == CnoWakeSystem::ParkFloor
-    }
-
-    /// The row this one's ratio is taken against: the CNO row, for itself
-    /// and the floor; `None` for the direct wait, an evd variant shown for
-    /// what the CNO adds.
-    pub fn baseline(self) -> Option<CnoWakeSystem> {
-        (self != CnoWakeSystem::EvdWait).then_some(CnoWakeSystem::EvdCno)
-    }
-
-    /// The floor of the sleep the evd rows use (a futex park), or `None` for
-    /// the floor itself.
-    pub fn floor(self) -> Option<CnoWakeSystem> {
-        (!self.is_floor()).then_some(CnoWakeSystem::ParkFloor)
-    }
-
     /// Measure `samples` one-way wakes; the histogram is in nanoseconds.
-    ///
-    /// ```
-    /// use evd_bench::cno::CnoWakeSystem;
-    /// for s in CnoWakeSystem::ALL {
-    ///     assert_eq!(s.measure(20).unwrap().len(), 20);
-    /// }
-    /// ```
     pub fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
         match self {
             CnoWakeSystem::EvdCno => measure_cno_wake(samples),
@@ -1077,9 +1014,12 @@ impl CnoInsnKind {
         CnoInsnKind::PlainPair,
         CnoInsnKind::BoundPair,
     ];
+}
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// Every count is an evd row; the CNO cycle is the reference, so the plain
+/// pair's ratio is plain ÷ cycle.
+impl System for CnoInsnKind {
+    fn name(self) -> &'static str {
         match self {
             CnoInsnKind::CnoCycle => "evd post+trigger, try_next, try_dequeue, enable_cno",
             CnoInsnKind::PlainPair => "evd post+try_dequeue, no CNO",
@@ -1087,6 +1027,16 @@ impl CnoInsnKind {
         }
     }
 
+    fn role(self) -> Role {
+        Role::Evd
+    }
+
+    fn baseline(self) -> Option<CnoInsnKind> {
+        Some(CnoInsnKind::CnoCycle)
+    }
+}
+
+impl CnoInsnKind {
     /// The `--kind` value of the `cno-insns` mode.
     pub fn cli_name(self) -> &'static str {
         match self {
@@ -1097,25 +1047,12 @@ impl CnoInsnKind {
     }
 
     /// Parse a `--kind` value.
-    ///
-    /// ```
-    /// use evd_bench::cno::CnoInsnKind;
-    /// assert_eq!(CnoInsnKind::from_cli("cno"), Some(CnoInsnKind::CnoCycle));
-    /// assert_eq!(CnoInsnKind::from_cli("x"), None);
-    /// ```
     pub fn from_cli(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.cli_name() == s)
     }
 
-    /// Run `iters` cycles on one thread; fails unless every event (and, for
-    /// the CNO, every key) came back once.
-    ///
-    /// ```
-    /// use evd_bench::cno::CnoInsnKind;
-    /// for k in CnoInsnKind::ALL {
-    ///     k.run(1000).unwrap();
-    /// }
-    /// ```
+    /// Run `iters` cycles on one thread; fails unless every event and key
+    /// came back once.
     pub fn run(self, iters: u64) -> Result<(), String> {
         let (tx, mut rx) = evd::bounded::<u64>(EVD_CAPACITY).map_err(|e| e.to_string())?;
         let (mut sum, mut keys) = (0u64, 0u64);

@@ -8,7 +8,7 @@ use crate::pair::{Pair, PairCalls, PairSystem};
 use crate::payload::Event64;
 use crate::pingpong::{self, PingPongSystem};
 use crate::rearm::{count_mode, Rearm, RearmKind};
-use crate::report::{self, Diagnostics, Machine, Measurement, Report, Role};
+use crate::report::{self, Diagnostics, Machine, Measurement, Report, System};
 use crate::room::{self, room_case, RoomSystem, RoomWakeSystem, Work};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
 use hdrhistogram::Histogram;
@@ -28,61 +28,44 @@ pub const PAIR_CASE: &str = "single-thread/pair";
 /// The case of the room-wake latency.
 pub const ROOM_WAKE_CASE: &str = "room-wake-latency";
 
+/// One section's part of a [`Plan`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Share {
+    /// Seconds of the budget it may use; what it leaves goes to the next.
+    pub seconds: f64,
+    /// Interleaved rounds, after one calibration or warm-up round.
+    pub rounds: usize,
+    /// Events per calibration run (moving sections), samples per system and
+    /// round (latencies; ping-pong after [`pingpong::WARMUP`] unrecorded
+    /// round trips) or iterations per round (re-arm, pair).
+    pub size: u64,
+    /// Target wall time of one measured run (moving sections) or the timed
+    /// length of one trigger-cost measurement, after a warm-up of a quarter
+    /// of it; zero elsewhere.
+    pub run: Duration,
+}
+
+const fn share(seconds: f64, rounds: usize, size: u64, run_ms: u64) -> Share {
+    Share {
+        seconds,
+        rounds,
+        size,
+        run: Duration::from_millis(run_ms),
+    }
+}
+
 /// How much of everything to run, and within what time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     /// `--quick`.
     pub quick: bool,
-    /// Hard upper bound of the whole run; sections stop adding rounds before it.
+    /// Hard upper bound of the whole run; what the sections leave is for
+    /// callgrind.
     pub budget: Duration,
-    /// Share of the budget each section may use: throughput (calibration
-    /// included), room throughput (calibration included), wake latency,
-    /// room-wake latency, re-arm timing, single-thread pairs, busy
-    /// ping-pong, CNO wake latency, CNO trigger cost, CNO throughput
-    /// (calibration included); what a section leaves unused goes to the
-    /// next. The rest is for callgrind.
-    pub shares: [f64; 10],
-    /// Interleaved throughput rounds (after one calibration round).
-    pub throughput_rounds: usize,
-    /// Events moved by each calibration run.
-    pub calibration_messages: u64,
-    /// Target wall time of one measured throughput run.
-    pub throughput_run: Duration,
-    /// Interleaved room throughput rounds (after one calibration round).
-    pub room_rounds: usize,
-    /// Events moved by each room calibration run.
-    pub room_calibration_messages: u64,
-    /// Target wall time of one measured room run.
-    pub room_run: Duration,
-    /// Interleaved wake-latency rounds (also the room-wake latency's).
-    pub latency_rounds: usize,
-    /// Wakes measured per system and round (also the room-wake latency's).
-    pub latency_samples: u64,
-    /// Interleaved re-arm timing rounds.
-    pub rearm_rounds: usize,
-    /// Re-arms per timing round.
-    pub rearm_iters: u64,
-    /// Interleaved single-thread pair rounds.
-    pub pair_rounds: usize,
-    /// Post+dequeue pairs per round.
-    pub pair_iters: u64,
-    /// Interleaved busy ping-pong rounds.
-    pub pingpong_rounds: usize,
-    /// Round trips measured per system and round (after
-    /// [`pingpong::WARMUP`] unrecorded ones).
-    pub pingpong_samples: u64,
-    /// Interleaved CNO trigger-cost rounds (the CNO wake latency has the
-    /// wake latency's rounds and samples).
-    pub cno_trigger_rounds: usize,
-    /// Timed length of one trigger-cost measurement (after a warm-up of a
-    /// quarter of it).
-    pub cno_trigger_run: Duration,
-    /// Interleaved CNO throughput rounds (after one calibration round).
-    pub cno_throughput_rounds: usize,
-    /// Events moved by each CNO throughput calibration run.
-    pub cno_calibration_messages: u64,
-    /// Target wall time of one measured CNO throughput run.
-    pub cno_throughput_run: Duration,
+    /// The sections' shares, in run order: throughput, room throughput,
+    /// wake latency, room-wake latency, re-arm timing, single-thread pairs,
+    /// busy ping-pong, CNO wake latency, CNO trigger cost, CNO throughput.
+    pub sections: [Share; 10],
     /// Count re-arm instructions with callgrind, if valgrind is installed.
     pub callgrind: bool,
 }
@@ -90,64 +73,42 @@ pub struct Plan {
 impl Plan {
     /// The full comparison: at most 70 s.
     pub fn full() -> Self {
-        // Seconds per section, in the order of `shares`; callgrind has the
-        // rest of the budget.
-        const SECONDS: [f64; 10] = [30.0, 7.8, 5.6, 2.8, 1.7, 1.7, 2.0, 1.5, 3.5, 3.5];
         Plan {
             quick: false,
             budget: Duration::from_secs(68),
-            shares: SECONDS.map(|s| s / 68.0),
-            throughput_rounds: 7,
-            calibration_messages: 40_000,
-            throughput_run: Duration::from_millis(35),
-            room_rounds: 7,
-            room_calibration_messages: 8_000,
-            room_run: Duration::from_millis(25),
-            latency_rounds: 5,
-            latency_samples: 1_500,
-            rearm_rounds: 7,
-            rearm_iters: 2_000_000,
-            pair_rounds: 7,
-            pair_iters: 1_000_000,
-            pingpong_rounds: 7,
-            pingpong_samples: 40_000,
-            cno_trigger_rounds: 7,
-            cno_trigger_run: Duration::from_millis(10),
-            cno_throughput_rounds: 7,
-            cno_calibration_messages: 40_000,
-            cno_throughput_run: Duration::from_millis(25),
+            sections: [
+                share(30.0, 7, 40_000, 35),
+                share(7.8, 7, 8_000, 25),
+                share(5.6, 5, 1_500, 0),
+                share(2.8, 5, 1_500, 0),
+                share(1.7, 7, 2_000_000, 0),
+                share(1.7, 7, 1_000_000, 0),
+                share(2.0, 7, 40_000, 0),
+                share(1.5, 5, 1_500, 0),
+                share(3.5, 7, 0, 10),
+                share(3.5, 7, 40_000, 25),
+            ],
             callgrind: true,
         }
     }
 
     /// `--quick`: at most 20 s.
     pub fn quick() -> Self {
-        // Seconds per section, in the order of `shares`; callgrind has the
-        // rest of the budget.
-        const SECONDS: [f64; 10] = [5.6, 1.7, 2.0, 0.85, 0.3, 0.3, 0.5, 0.7, 0.8, 1.0];
         Plan {
             quick: true,
             budget: Duration::from_millis(18_500),
-            shares: SECONDS.map(|s| s / 18.5),
-            throughput_rounds: 3,
-            calibration_messages: 10_000,
-            throughput_run: Duration::from_millis(12),
-            room_rounds: 3,
-            room_calibration_messages: 3_000,
-            room_run: Duration::from_millis(8),
-            latency_rounds: 3,
-            latency_samples: 400,
-            rearm_rounds: 3,
-            rearm_iters: 1_000_000,
-            pair_rounds: 3,
-            pair_iters: 500_000,
-            pingpong_rounds: 3,
-            pingpong_samples: 10_000,
-            cno_trigger_rounds: 3,
-            cno_trigger_run: Duration::from_millis(3),
-            cno_throughput_rounds: 3,
-            cno_calibration_messages: 10_000,
-            cno_throughput_run: Duration::from_millis(8),
+            sections: [
+                share(5.6, 3, 10_000, 12),
+                share(1.7, 3, 3_000, 8),
+                share(2.0, 3, 400, 0),
+                share(0.85, 3, 400, 0),
+                share(0.3, 3, 1_000_000, 0),
+                share(0.3, 3, 500_000, 0),
+                share(0.5, 3, 10_000, 0),
+                share(0.7, 3, 400, 0),
+                share(0.8, 3, 0, 3),
+                share(1.0, 3, 10_000, 8),
+            ],
             callgrind: true,
         }
     }
@@ -159,36 +120,25 @@ impl Plan {
             .iter()
             .map(|&n| Queue::ALL.len() + Queue::FLOORS.iter().filter(|q| q.runs_with(n)).count())
             .sum();
-        let sections = [
-            (PAYLOADS.len() * tp, self.throughput_rounds),
-            (
-                room::CAPACITIES.len() * room::POSTERS.len() * RoomSystem::ALL.len(),
-                self.room_rounds,
-            ),
-            (
-                WakeSystem::ALL.len() + RoomWakeSystem::ALL.len(),
-                self.latency_rounds,
-            ),
-            (RearmKind::ALL.len(), self.rearm_rounds),
-            (
-                PairSystem::ALL.len() * PairCalls::ALL.len(),
-                self.pair_rounds,
-            ),
-            (PingPongSystem::ALL.len(), self.pingpong_rounds),
-            (CnoWakeSystem::ALL.len(), self.latency_rounds),
-            (cno_trigger_jobs().len(), self.cno_trigger_rounds),
-            (cno_throughput_jobs().len(), self.cno_throughput_rounds),
+        let jobs = [
+            PAYLOADS.len() * tp,
+            room::CAPACITIES.len() * room::POSTERS.len() * RoomSystem::ALL.len(),
+            WakeSystem::ALL.len(),
+            RoomWakeSystem::ALL.len(),
+            RearmKind::ALL.len(),
+            PairSystem::ALL.len() * PairCalls::ALL.len(),
+            PingPongSystem::ALL.len(),
+            CnoWakeSystem::ALL.len(),
+            cno_trigger_jobs().len(),
+            cno_throughput_jobs().len(),
         ];
         let callgrind = if self.callgrind {
             RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()
         } else {
             0
         };
-        (sections
-            .iter()
-            .map(|(jobs, rounds)| jobs * (rounds + 1))
-            .sum::<usize>()
-            + callgrind) as u64
+        let rounds = jobs.iter().zip(&self.sections);
+        (rounds.map(|(jobs, s)| jobs * (s.rounds + 1)).sum::<usize>() + callgrind) as u64
     }
 }
 
@@ -197,15 +147,11 @@ pub fn throughput_case(payload: &str, posters: usize) -> String {
     format!("throughput/{payload}/{posters}p")
 }
 
-/// One value of one round: the record it belongs to, the value and the
-/// round's diagnostics.
 type Value = (Measurement, f64, Option<Diagnostics>);
 
 /// One system in one case of a section.
 struct Job {
-    /// See [`Measurement::case`].
     case: String,
-    /// See [`Measurement::system`].
     system: String,
     /// Called with `true` once before the rounds (calibration or warm-up,
     /// its values dropped), then with `false` once per round.
@@ -299,28 +245,6 @@ impl Job {
     }
 }
 
-fn role(evd: bool, floor: bool) -> Role {
-    match (evd, floor) {
-        (_, true) => Role::Floor,
-        (true, false) => Role::Evd,
-        (false, false) => Role::Peer,
-    }
-}
-
-/// A record skeleton: case, system, consumer and metric, then its role,
-/// baseline, floor and threads.
-fn skeleton(
-    [case, system, consumer, metric]: [&str; 4],
-    role: Role,
-    (baseline, floor, threads): (Option<&str>, Option<&str>, usize),
-) -> Measurement {
-    let mut m = Measurement::new(case, system, role, consumer, metric);
-    m.baseline = baseline.map(Into::into);
-    m.floor = floor.map(Into::into);
-    m.threads = threads;
-    m
-}
-
 /// `m` for another metric of the same row (its unit and direction follow).
 fn with_metric(m: &Measurement, metric: &str) -> Measurement {
     let mut out = Measurement::new(&m.case, &m.system, m.role, &m.consumer, metric);
@@ -331,106 +255,67 @@ fn with_metric(m: &Measurement, metric: &str) -> Measurement {
 }
 
 fn throughput_measurement(q: Queue, case: &str, posters: usize) -> Measurement {
+    let mut m = q.measurement([case, q.style().label(), "ops_per_sec"], posters + 1);
     // A busy evd row faster than the ring that does no RMW at all is noise.
-    let floor = (q == Queue::EvdSingle && posters == 1).then(|| Queue::FloorStampRing.name());
-    let id = [case, q.name(), q.style().label(), "ops_per_sec"];
-    let base = q.baseline().map(Queue::name);
-    skeleton(
-        id,
-        role(q.is_evd(), q.is_floor()),
-        (base, floor, posters + 1),
-    )
+    if q == Queue::EvdSingle && posters == 1 {
+        m.floor = Some(Queue::FloorStampRing.name().into());
+    }
+    m
 }
 
 fn room_measurement(s: RoomSystem, capacity: usize, posters: usize) -> Measurement {
     let case = room_case(capacity, posters);
-    let id = [&case, s.name(), s.style().label(), "ops_per_sec"];
-    let base = s.baseline().map(RoomSystem::name);
-    skeleton(id, role(s.is_evd(), false), (base, None, posters + 1))
+    s.measurement([&case, s.style().label(), "ops_per_sec"], posters + 1)
 }
 
 /// A CNO throughput row: the waiter sleeps when nothing is ready and drains
 /// a batch per EVD.
 fn cno_throughput_measurement(s: CnoSystem, evds: usize, feed: Feed) -> Measurement {
-    let (case, threads) = (feed.case(evds), cno::THROUGHPUT_POSTERS + 1);
-    let id = [&case, s.name(), "blocking/batch", "ops_per_sec"];
-    let base = Some(CnoSystem::EvdCno.name());
-    skeleton(id, role(s.is_evd(), false), (base, None, threads))
+    let id = [&feed.case(evds), "blocking/batch", "ops_per_sec"];
+    s.measurement(id, cno::THROUGHPUT_POSTERS + 1)
 }
 
 fn cno_trigger_measurement(v: Variant, n: usize, s: CnoSystem) -> Measurement {
-    let id = [&v.case(n), s.name(), v.consumer(), cno::CYCLE_METRIC];
-    let base = Some(CnoSystem::EvdCno.name());
-    skeleton(id, role(s.is_evd(), false), (base, None, v.threads()))
+    s.measurement([&v.case(n), v.consumer(), cno::CYCLE_METRIC], v.threads())
 }
 
 fn wake_measurement(s: WakeSystem, metric: &str) -> Measurement {
-    let (base, floor) = (Some(s.baseline().name()), s.floor().map(WakeSystem::name));
-    let id = ["wake-latency", s.name(), s.consumer(), metric];
-    skeleton(
-        id,
-        role(s.is_evd(), s.is_floor()),
-        (base, floor, s.threads()),
-    )
+    s.measurement(["wake-latency", s.consumer(), metric], s.threads())
 }
 
 /// A room-wake-latency row: the one that sleeps is the poster, in a
 /// blocking send.
 fn room_wake_measurement(s: RoomWakeSystem, metric: &str) -> Measurement {
-    let (base, floor) = (
-        Some(s.baseline().name()),
-        s.floor().map(RoomWakeSystem::name),
-    );
-    let id = [ROOM_WAKE_CASE, s.name(), "blocking", metric];
-    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
+    s.measurement([ROOM_WAKE_CASE, "blocking", metric], 2)
 }
 
 fn cno_wake_measurement(s: CnoWakeSystem, metric: &str) -> Measurement {
-    let base = s.baseline().map(CnoWakeSystem::name);
-    let floor = s.floor().map(CnoWakeSystem::name);
-    let id = [cno::WAKE_CASE, s.name(), "blocking", metric];
-    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
+    s.measurement([cno::WAKE_CASE, "blocking", metric], 2)
 }
 
 fn pingpong_measurement(s: PingPongSystem, metric: &str) -> Measurement {
-    let base = Some(s.baseline().name());
-    let floor = s.floor().map(PingPongSystem::name);
-    let id = [pingpong::CASE, s.name(), s.consumer(), metric];
-    skeleton(id, role(s.is_evd(), s.is_floor()), (base, floor, 2))
+    s.measurement([pingpong::CASE, s.consumer(), metric], 2)
 }
 
-/// A re-arm row: every kind against evd's arm; in ns, the re-arms have the
-/// bare CAS as their floor.
+/// Only the timed re-arms have a floor: the bare CAS is not counted.
 fn rearm_measurement(k: RearmKind, metric: &str) -> Measurement {
-    let floor = (!k.is_floor() && metric == "ns_per_rearm").then(|| RearmKind::CasFloor.name());
-    let id = ["rearm", k.name(), "single-thread", metric];
-    let base = Some(RearmKind::EvdArm.name());
-    skeleton(
-        id,
-        role(k == RearmKind::EvdArm, k.is_floor()),
-        (base, floor, 1),
-    )
+    let mut m = k.measurement(["rearm", "single-thread", metric], 1);
+    if metric != "ns_per_rearm" {
+        m.floor = None;
+    }
+    m
 }
 
 fn pair_measurement(calls: PairCalls, s: PairSystem) -> Measurement {
-    let id = [calls.case(), s.name(), "single-thread", "ns_per_pair"];
-    let base = Some(PairSystem::Evd.name());
-    skeleton(id, role(s == PairSystem::Evd, false), (base, None, 1))
+    s.measurement([calls.case(), "single-thread", "ns_per_pair"], 1)
 }
 
-/// A CNO instruction count: the CNO cycle is the reference, so the plain
-/// pair's ratio is plain ÷ cycle.
 fn cno_insns_measurement(k: CnoInsnKind) -> Measurement {
-    let id = [
-        cno::INSNS_CASE,
-        k.name(),
-        "single-thread",
-        "instructions_per_cycle",
-    ];
-    skeleton(id, Role::Evd, (Some(CnoInsnKind::CnoCycle.name()), None, 1))
+    let id = [cno::INSNS_CASE, "single-thread", "instructions_per_cycle"];
+    k.measurement(id, 1)
 }
 
-/// Every CNO throughput job's system, EVD count and feed, in table order.
+/// In table order.
 fn cno_throughput_jobs() -> Vec<(CnoSystem, usize, Feed)> {
     Feed::ALL
         .iter()
@@ -439,7 +324,7 @@ fn cno_throughput_jobs() -> Vec<(CnoSystem, usize, Feed)> {
         .collect()
 }
 
-/// Every CNO trigger-cost job, in table order.
+/// In table order.
 fn cno_trigger_jobs() -> Vec<(Variant, usize, CnoSystem)> {
     Variant::ALL
         .iter()
@@ -455,8 +340,7 @@ struct Collector {
 }
 
 impl Collector {
-    /// Add round `round`'s value to the measurement `proto` describes
-    /// (same case, system and metric), creating it from `proto` if new.
+    /// Add a value to the measurement of `proto`'s case, system and metric.
     fn push(&mut self, proto: Measurement, round: usize, value: f64, diag: Option<Diagnostics>) {
         let i = match self.measurements.iter().position(|m| {
             m.case == proto.case && m.system == proto.system && m.metric == proto.metric
@@ -522,7 +406,6 @@ impl SectionClock {
     }
 }
 
-/// The running state shared by every section of one comparison.
 struct Run<'a> {
     pb: &'a ProgressBar,
     c: Collector,
@@ -681,196 +564,32 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
             machine.load_average, machine.logical_cpus
         ));
     }
-    // Section i ends by the run's start plus the shares up to and including
-    // its own, so time an earlier section did not use goes to the next.
-    let deadline = |i: usize| started + plan.budget.mul_f64(plan.shares[..=i].iter().sum::<f64>());
+    // Section i ends by the run's start plus the seconds of the sections up
+    // to and including its own, so time an earlier section did not use goes
+    // to the next.
     let mut times = Vec::new();
-    let (mut lap, mut index) = (Instant::now(), 0);
-    let mut section = |run: &mut Run, name: &'static str, rounds, stride, jobs: Vec<Job>| {
-        // The pair section's notes name its case.
-        let note = if name == "single-thread pair" {
-            PAIR_CASE
-        } else {
-            name
-        };
-        let deadline = deadline(index);
-        run.interleave(
-            &Rounds {
-                name: note,
-                rounds,
-                deadline,
-                stride,
-            },
-            jobs,
-        );
-        times.push(format!("{name} {:.1} s", lap.elapsed().as_secs_f64()));
-        (lap, index) = (Instant::now(), index + 1);
-    };
-
-    section(
-        &mut run,
-        "throughput",
-        plan.throughput_rounds,
-        7,
-        throughput_jobs(plan),
-    );
-    no_room_wakes_in_throughput(&mut run);
-    let work = Work::calibrate(room::WORK_NS);
-    run.notes.push(format!(
-        "room: the consumer's work per event is {} black_box iterations ({:.0} ns measured at \
-         the start, calibrated to {:.0} ns), the same for every system; posters: {}",
-        work.iters,
-        work.ns_per_event(),
-        room::WORK_NS,
-        room::ROOM_POLICY
-    ));
-    section(&mut run, "room", plan.room_rounds, 7, room_jobs(plan, work));
-    let samples = plan.latency_samples;
-    let wake = WakeSystem::ALL.map(|s| {
-        Job::percentiles(wake_measurement(s, "latency_p50_ns"), samples, move |n| {
-            Ok((s.measure(n)?, None))
-        })
-    });
-    section(
-        &mut run,
-        "wake latency",
-        plan.latency_rounds,
-        1,
-        wake.into(),
-    );
-    let room_wake = RoomWakeSystem::ALL.map(|s| {
-        Job::percentiles(
-            room_wake_measurement(s, "latency_p50_ns"),
-            samples,
-            move |n| Ok((s.measure(n)?, None)),
-        )
-    });
-    section(
-        &mut run,
-        "room-wake latency",
-        plan.latency_rounds,
-        1,
-        room_wake.into(),
-    );
-    run.notes.push(format!(
-        "rearm: each timed loop runs {} iterations per round, the kinds interleaved in the same \
-         rounds. `{}`: one arm() on an empty ring that is already armed (it loads the head, the \
-         head slot and the state word, and its one CAS installs the armed word it found: it \
-         succeeds, and no iteration disarms); `{}`: the same arm(), then one try_dequeue() that \
-         finds nothing; `{}`: a Relaxed load and one compare_exchange (AcqRel, as arm's) that \
-         succeeds, installing the word with its armed bit set, on a cache-padded AtomicU64 no \
-         other thread touches: one RMW per iteration, as the arm loop",
-        plan.rearm_iters,
-        RearmKind::EvdArm.name(),
-        RearmKind::ArmThenPoll.name(),
-        RearmKind::CasFloor.name(),
-    ));
-    let iters = plan.rearm_iters;
-    let rearm = RearmKind::ALL.map(|k| {
-        let mut r = Rearm::new();
-        Job::timed(rearm_measurement(k, "ns_per_rearm"), move |warm_up| {
-            Ok(if warm_up {
-                r.run(k, iters / 4);
-                0.0
+    let (mut lap, mut until) = (Instant::now(), Duration::ZERO);
+    for (&(name, stride, jobs), &share) in SECTIONS.iter().zip(&plan.sections) {
+        until += Duration::from_secs_f64(share.seconds);
+        let jobs = jobs(share, &mut run.notes);
+        let rounds = Rounds {
+            // The pair section's notes name its case.
+            name: if name == "single-thread pair" {
+                PAIR_CASE
             } else {
-                r.time_ns(k, iters)
-            })
-        })
-    });
-    section(&mut run, "re-arm", plan.rearm_rounds, 1, rearm.into());
-    let iters = plan.pair_iters;
-    let pair = PairCalls::ALL
-        .iter()
-        .flat_map(|&calls| PairSystem::ALL.map(|s| (calls, s)))
-        .map(|(calls, s)| {
-            let mut p = Pair::new();
-            Job::timed(pair_measurement(calls, s), move |warm_up| {
-                if warm_up {
-                    p.run(s, calls, iters / 4).map(|()| 0.0)
-                } else {
-                    p.time_ns(s, calls, iters)
-                }
-            })
-        })
-        .collect();
-    section(&mut run, "single-thread pair", plan.pair_rounds, 1, pair);
-    let pingpong = PingPongSystem::ALL.map(|s| {
-        Job::percentiles(
-            pingpong_measurement(s, "latency_p50_ns"),
-            plan.pingpong_samples,
-            move |n| {
-                let (h, same_cpu_share) = s.measure(n)?;
-                let d = Diagnostics {
-                    empty_polls_per_msg: None,
-                    full_refusals_per_msg: None,
-                    room_wakes_per_msg: None,
-                    same_cpu_share,
-                };
-                Ok((h, Some(d)))
+                name
             },
-        )
-    });
-    section(
-        &mut run,
-        "busy ping-pong",
-        plan.pingpong_rounds,
-        1,
-        pingpong.into(),
-    );
-    let cno_wake = CnoWakeSystem::ALL.map(|s| {
-        Job::percentiles(
-            cno_wake_measurement(s, "latency_p50_ns"),
-            samples,
-            move |n| Ok((s.measure(n)?, None)),
-        )
-    });
-    section(
-        &mut run,
-        "cno wake latency",
-        plan.latency_rounds,
-        1,
-        cno_wake.into(),
-    );
-    run.notes.push(
-        "cno: atomic read-modify-writes per trigger are a design figure, not a measurement: two \
-         beyond the post's reservation CAS while the waiter is awake (the slot word's CAS and the \
-         ready ring's reservation CAS, core/src/cno/engine.rs), plus the ready ring's wake when \
-         the waiter sleeps"
-            .into(),
-    );
-    let cycle = plan.cno_trigger_run;
-    let trigger = cno_trigger_jobs()
-        .into_iter()
-        .map(|(v, n, s)| {
-            Job::timed(cno_trigger_measurement(v, n, s), move |warm_up| {
-                if warm_up {
-                    Ok(0.0)
-                } else {
-                    s.cycle_ns(v, n, cycle)
-                }
-            })
-        })
-        .collect();
-    section(&mut run, "cno trigger", plan.cno_trigger_rounds, 7, trigger);
-    let (calibration, target) = (plan.cno_calibration_messages, plan.cno_throughput_run);
-    let cno_tp = cno_throughput_jobs()
-        .into_iter()
-        .map(|(s, evds, feed)| {
-            Job::moving(
-                cno_throughput_measurement(s, evds, feed),
-                calibration,
-                target,
-                move |n| s.run_throughput(evds, n, feed),
-            )
-        })
-        .collect();
-    section(
-        &mut run,
-        "cno throughput",
-        plan.cno_throughput_rounds,
-        7,
-        cno_tp,
-    );
+            rounds: share.rounds,
+            deadline: started + until,
+            stride,
+        };
+        run.interleave(&rounds, jobs);
+        times.push(format!("{name} {:.1} s", lap.elapsed().as_secs_f64()));
+        if name == "throughput" {
+            no_room_wakes_in_throughput(&mut run);
+        }
+        lap = Instant::now();
+    }
     if plan.callgrind {
         callgrind_section(plan, started, exe, &mut run);
         times.push(format!("callgrind {:.1} s", lap.elapsed().as_secs_f64()));
@@ -897,10 +616,29 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     }
 }
 
+/// Builds a section's jobs from its share, noting what its table needs.
+type Jobs = fn(Share, &mut Vec<String>) -> Vec<Job>;
+
+/// The sections in run order (that of [`Plan::sections`]): the name in notes
+/// and in the time summary, the step by which the order of its jobs rotates
+/// every round (more than 1 where jobs of one case sit side by side, so that
+/// consecutive rounds also change which case runs first), and its jobs.
+const SECTIONS: [(&str, usize, Jobs); 10] = [
+    ("throughput", 7, throughput_jobs),
+    ("room", 7, room_jobs),
+    ("wake latency", 1, wake_jobs),
+    ("room-wake latency", 1, room_wake_jobs),
+    ("re-arm", 1, rearm_jobs),
+    ("single-thread pair", 1, pair_jobs),
+    ("busy ping-pong", 1, pingpong_jobs),
+    ("cno wake latency", 1, cno_wake_jobs),
+    ("cno trigger", 7, cno_trigger_section),
+    ("cno throughput", 7, cno_throughput_section),
+];
+
 /// Every throughput job: each payload and poster count, every system that
 /// runs with that many posters.
-fn throughput_jobs(plan: &Plan) -> Vec<Job> {
-    let (calibration, target) = (plan.calibration_messages, plan.throughput_run);
+fn throughput_jobs(share: Share, _: &mut Vec<String>) -> Vec<Job> {
     PAYLOADS
         .iter()
         .flat_map(|p| POSTERS.iter().map(move |n| (*p, *n)))
@@ -913,7 +651,7 @@ fn throughput_jobs(plan: &Plan) -> Vec<Job> {
         })
         .map(|(payload, posters, q)| {
             let proto = throughput_measurement(q, &throughput_case(payload, posters), posters);
-            Job::moving(proto, calibration, target, move |n| match payload {
+            Job::moving(proto, share.size, share.run, move |n| match payload {
                 "u64" => q.run::<u64>(posters, n),
                 _ => q.run::<Event64>(posters, n),
             })
@@ -922,16 +660,149 @@ fn throughput_jobs(plan: &Plan) -> Vec<Job> {
 }
 
 /// Every room job, with the consumer work every room job of the run shares.
-fn room_jobs(plan: &Plan, work: Work) -> Vec<Job> {
-    let (calibration, target) = (plan.room_calibration_messages, plan.room_run);
+fn room_jobs(share: Share, notes: &mut Vec<String>) -> Vec<Job> {
+    let work = Work::calibrate(room::WORK_NS);
+    notes.push(format!(
+        "room: the consumer's work per event is {} black_box iterations ({:.0} ns measured at \
+         the start, calibrated to {:.0} ns), the same for every system; posters: {}",
+        work.iters,
+        work.ns_per_event(),
+        room::WORK_NS,
+        room::ROOM_POLICY
+    ));
     room::CAPACITIES
         .iter()
         .flat_map(|cap| room::POSTERS.iter().map(move |n| (*cap, *n)))
         .flat_map(|(capacity, posters)| RoomSystem::ALL.map(|s| (capacity, posters, s)))
         .map(|(capacity, posters, s)| {
             let proto = room_measurement(s, capacity, posters);
-            Job::moving(proto, calibration, target, move |n| {
+            Job::moving(proto, share.size, share.run, move |n| {
                 s.run(capacity, posters, n, work)
+            })
+        })
+        .collect()
+}
+
+fn wake_jobs(share: Share, _: &mut Vec<String>) -> Vec<Job> {
+    let proto = |s| wake_measurement(s, "latency_p50_ns");
+    let job =
+        |s: WakeSystem| Job::percentiles(proto(s), share.size, move |n| Ok((s.measure(n)?, None)));
+    WakeSystem::ALL.map(job).into()
+}
+
+fn room_wake_jobs(share: Share, _: &mut Vec<String>) -> Vec<Job> {
+    let proto = |s| room_wake_measurement(s, "latency_p50_ns");
+    let job = |s: RoomWakeSystem| {
+        Job::percentiles(proto(s), share.size, move |n| Ok((s.measure(n)?, None)))
+    };
+    RoomWakeSystem::ALL.map(job).into()
+}
+
+fn rearm_jobs(share: Share, notes: &mut Vec<String>) -> Vec<Job> {
+    notes.push(format!(
+        "rearm: each timed loop runs {} iterations per round, the kinds interleaved in the same \
+         rounds. `{}`: one arm() on an empty ring that is already armed (it loads the head, the \
+         head slot and the state word, and its one CAS installs the armed word it found: it \
+         succeeds, and no iteration disarms); `{}`: the same arm(), then one try_dequeue() that \
+         finds nothing; `{}`: a Relaxed load and one compare_exchange (AcqRel, as arm's) that \
+         succeeds, installing the word with its armed bit set, on a cache-padded AtomicU64 no \
+         other thread touches: one RMW per iteration, as the arm loop",
+        share.size,
+        RearmKind::EvdArm.name(),
+        RearmKind::ArmThenPoll.name(),
+        RearmKind::CasFloor.name(),
+    ));
+    let iters = share.size;
+    let rearm = RearmKind::ALL.map(|k| {
+        let mut r = Rearm::new();
+        Job::timed(rearm_measurement(k, "ns_per_rearm"), move |warm_up| {
+            Ok(if warm_up {
+                r.run(k, iters / 4);
+                0.0
+            } else {
+                r.time_ns(k, iters)
+            })
+        })
+    });
+    rearm.into()
+}
+
+fn pair_jobs(share: Share, _: &mut Vec<String>) -> Vec<Job> {
+    let iters = share.size;
+    PairCalls::ALL
+        .iter()
+        .flat_map(|&calls| PairSystem::ALL.map(|s| (calls, s)))
+        .map(|(calls, s)| {
+            let mut p = Pair::new();
+            Job::timed(pair_measurement(calls, s), move |warm_up| {
+                if warm_up {
+                    p.run(s, calls, iters / 4).map(|()| 0.0)
+                } else {
+                    p.time_ns(s, calls, iters)
+                }
+            })
+        })
+        .collect()
+}
+
+fn pingpong_jobs(share: Share, _: &mut Vec<String>) -> Vec<Job> {
+    let pingpong = PingPongSystem::ALL.map(|s| {
+        Job::percentiles(
+            pingpong_measurement(s, "latency_p50_ns"),
+            share.size,
+            move |n| {
+                let (h, same_cpu_share) = s.measure(n)?;
+                let d = Diagnostics {
+                    empty_polls_per_msg: None,
+                    full_refusals_per_msg: None,
+                    room_wakes_per_msg: None,
+                    same_cpu_share,
+                };
+                Ok((h, Some(d)))
+            },
+        )
+    });
+    pingpong.into()
+}
+
+fn cno_wake_jobs(share: Share, _: &mut Vec<String>) -> Vec<Job> {
+    let proto = |s| cno_wake_measurement(s, "latency_p50_ns");
+    let job = |s: CnoWakeSystem| {
+        Job::percentiles(proto(s), share.size, move |n| Ok((s.measure(n)?, None)))
+    };
+    CnoWakeSystem::ALL.map(job).into()
+}
+
+fn cno_trigger_section(share: Share, notes: &mut Vec<String>) -> Vec<Job> {
+    notes.push(
+        "cno: atomic read-modify-writes per trigger are a design figure, not a measurement: two \
+         beyond the post's reservation CAS while the waiter is awake (the slot word's CAS and the \
+         ready ring's reservation CAS, core/src/cno/engine.rs), plus the ready ring's wake when \
+         the waiter sleeps"
+            .into(),
+    );
+    let cycle = share.run;
+    cno_trigger_jobs()
+        .into_iter()
+        .map(|(v, n, s)| {
+            Job::timed(cno_trigger_measurement(v, n, s), move |warm_up| {
+                if warm_up {
+                    Ok(0.0)
+                } else {
+                    s.cycle_ns(v, n, cycle)
+                }
+            })
+        })
+        .collect()
+}
+
+fn cno_throughput_section(share: Share, _: &mut Vec<String>) -> Vec<Job> {
+    cno_throughput_jobs()
+        .into_iter()
+        .map(|(s, evds, feed)| {
+            let proto = cno_throughput_measurement(s, evds, feed);
+            Job::moving(proto, share.size, share.run, move |n| {
+                s.run_throughput(evds, n, feed)
             })
         })
         .collect()
@@ -1036,6 +907,7 @@ fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Role;
 
     #[test]
     fn quick_plan_is_smaller_than_full_and_within_20_s() {
@@ -1044,7 +916,8 @@ mod tests {
         assert!(f.budget <= Duration::from_secs(70));
         assert!(q.steps() < f.steps());
         for p in [&q, &f] {
-            assert!(p.shares.iter().sum::<f64>() < 1.0);
+            let seconds: f64 = p.sections.iter().map(|s| s.seconds).sum();
+            assert!(seconds < p.budget.as_secs_f64());
         }
     }
 

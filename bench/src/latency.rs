@@ -15,6 +15,7 @@
 //! is from before the post to the start of the handler, on the posting thread.
 
 use crate::peers::Channel;
+use crate::report::{Role, System};
 use hdrhistogram::Histogram;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -22,8 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long the harness waits for a consumer to fall asleep (or to consume
-/// its previous event) before it declares the run broken.
+/// How long the harness waits for a consumer to fall asleep.
 const SLEEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A system under test in the wake-latency benches.
@@ -49,6 +49,36 @@ pub enum WakeSystem {
     EventfdFloor,
 }
 
+/// Each row is compared with the evd row that sleeps the same way (a thread
+/// park, a tokio current-thread runtime, an eventfd, no sleep at all); each
+/// evd row is its own baseline. Futex-based sleeps (thread park, crossbeam's
+/// and flume's blocking receive, a tokio current-thread runtime's park) have
+/// the park/unpark floor, the epoll loop the eventfd floor; the inline upcall
+/// wakes no thread and the floors are not measured against themselves.
+impl System for WakeSystem {
+    fn name(self) -> &'static str {
+        self.row().0
+    }
+
+    fn role(self) -> Role {
+        if matches!(self, WakeSystem::ParkFloor | WakeSystem::EventfdFloor) {
+            Role::Floor
+        } else if self.row().2 == self {
+            Role::Evd
+        } else {
+            Role::Peer
+        }
+    }
+
+    fn baseline(self) -> Option<WakeSystem> {
+        Some(self.row().2)
+    }
+
+    fn floor(self) -> Option<WakeSystem> {
+        self.row().3
+    }
+}
+
 impl WakeSystem {
     /// Every system, evd first, floors last.
     pub const ALL: [WakeSystem; 9] = [
@@ -63,8 +93,7 @@ impl WakeSystem {
         WakeSystem::EventfdFloor,
     ];
 
-    /// Its row of the system table: [`WakeSystem::name`], [`WakeSystem::consumer`],
-    /// [`WakeSystem::baseline`] and [`WakeSystem::floor`].
+    /// Its row: name, consumer, baseline and floor.
     fn row(self) -> (&'static str, &'static str, WakeSystem, Option<WakeSystem>) {
         use WakeSystem::*;
         match self {
@@ -105,51 +134,12 @@ impl WakeSystem {
         }
     }
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
-        self.row().0
-    }
-
     /// How the consumer waits: `blocking`, `async`, `epoll` or `inline`.
     pub fn consumer(self) -> &'static str {
         self.row().1
     }
 
-    /// True for the evd rows.
-    pub fn is_evd(self) -> bool {
-        self.baseline() == self
-    }
-
-    /// True for the two raw floors.
-    pub fn is_floor(self) -> bool {
-        matches!(self, WakeSystem::ParkFloor | WakeSystem::EventfdFloor)
-    }
-
-    /// The evd row this one is compared with: the one that sleeps the same
-    /// way (a thread park, a tokio current-thread runtime, an eventfd, no
-    /// sleep at all). Each evd row is its own baseline.
-    ///
-    /// ```
-    /// use evd_bench::latency::WakeSystem;
-    /// assert_eq!(WakeSystem::TokioMpsc.baseline(), WakeSystem::EvdAsync);
-    /// assert_eq!(WakeSystem::EventfdFloor.baseline(), WakeSystem::EvdEventfd);
-    /// ```
-    pub fn baseline(self) -> WakeSystem {
-        self.row().2
-    }
-
-    /// The raw wake of the mechanism this system sleeps on, which no system
-    /// sleeping that way can beat: a figure below it in the same run is
-    /// noise. Futex-based sleeps (thread park, crossbeam's and flume's
-    /// blocking receive, a tokio current-thread runtime's park) have the
-    /// park/unpark floor, the epoll loop the eventfd floor; the inline upcall
-    /// wakes no thread and the floors are not measured against themselves.
-    pub fn floor(self) -> Option<WakeSystem> {
-        self.row().3
-    }
-
-    /// Threads the measurement runs: the posting harness and the sleeping
-    /// consumer, or the posting thread alone for the inline upcall.
+    /// Threads the measurement runs: 1 for the inline upcall, else 2.
     pub fn threads(self) -> usize {
         if self == WakeSystem::EvdUpcall {
             1
@@ -159,12 +149,6 @@ impl WakeSystem {
     }
 
     /// Measure `samples` one-way wakes; the histogram is in nanoseconds.
-    ///
-    /// ```
-    /// use evd_bench::latency::WakeSystem;
-    /// let h = WakeSystem::ParkFloor.measure(20).unwrap();
-    /// assert_eq!(h.len(), 20);
-    /// ```
     pub fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
         match self {
             WakeSystem::EvdUpcall => measure_upcall(samples),
@@ -322,11 +306,6 @@ impl ThreadState {
 
 /// The state field of a `/proc/.../stat` line: the first letter after the
 /// last `)` (the command name in parentheses may itself contain `)`).
-///
-/// ```
-/// assert_eq!(evd_bench::latency::parse_stat_state(b"42 (a) b)) S 1 2"), Some(b'S'));
-/// assert_eq!(evd_bench::latency::parse_stat_state(b"42 (x"), None);
-/// ```
 pub fn parse_stat_state(line: &[u8]) -> Option<u8> {
     let close = line.iter().rposition(|&b| b == b')')?;
     line[close + 1..]
@@ -335,10 +314,9 @@ pub fn parse_stat_state(line: &[u8]) -> Option<u8> {
         .find(|b| !b.is_ascii_whitespace())
 }
 
-/// Run `consume` on a new thread, which receives post times and passes each
-/// to its `record` callback; the harness posts `samples` times with `post`,
-/// each time only once the consumer has recorded the previous event and is
-/// asleep.
+/// Run `consume` on a new thread, which passes each post time to `record`;
+/// the harness posts `samples` times, each once the consumer has recorded
+/// the previous event and is asleep.
 fn sleeping_consumer<C, P>(samples: u64, consume: C, post: P) -> Result<Histogram<u64>, String>
 where
     C: FnOnce(&mut dyn FnMut(u64)) -> Result<(), String> + Send + 'static,
@@ -351,11 +329,9 @@ where
     )
 }
 
-/// [`sleeping_consumer`] whose consumer reads the clock itself: its
-/// `record(posted, woken)` callback records `woken - posted`, so the consumer
-/// can take `woken` at the moment it counts as awake (a [`crate::cno`]
-/// waiter: when its wait returns the key, before it dequeues the event that
-/// carries `posted`).
+/// [`sleeping_consumer`] whose consumer takes `woken` itself (a
+/// [`crate::cno`] waiter: when its wait returns the key) and records
+/// `record(posted, woken)`.
 pub(crate) fn sleeping_consumer_timed<C, P>(
     samples: u64,
     consume: C,

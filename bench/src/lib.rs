@@ -65,16 +65,6 @@ use std::path::{Path, PathBuf};
 /// Where `compare` writes its report: `<target dir>/evd-bench`, the target
 /// dir being `$CARGO_TARGET_DIR` if set (relative to `cwd` if relative, as
 /// cargo resolves it) and otherwise the workspace's `target/`.
-///
-/// ```
-/// use std::path::Path;
-/// let d = evd_bench::report_dir(Some("/tmp/t".into()), Path::new("/x"));
-/// assert_eq!(d, Path::new("/tmp/t/evd-bench"));
-/// let d = evd_bench::report_dir(Some("rel".into()), Path::new("/x"));
-/// assert_eq!(d, Path::new("/x/rel/evd-bench"));
-/// let d = evd_bench::report_dir(None, Path::new("/x"));
-/// assert!(d.ends_with("target/evd-bench"));
-/// ```
 pub fn report_dir(cargo_target_dir: Option<PathBuf>, cwd: &Path) -> PathBuf {
     let target = match cargo_target_dir {
         Some(d) if d.is_absolute() => d,

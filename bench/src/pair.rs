@@ -7,6 +7,7 @@
 //! afterwards, so a refused post or an empty dequeue fails the run instead of
 //! going unnoticed, and neither loop pays for a check per iteration.
 
+use crate::report::{Role, System};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -22,13 +23,27 @@ pub enum PairSystem {
 impl PairSystem {
     /// Both systems, evd first.
     pub const ALL: [PairSystem; 2] = [PairSystem::Evd, PairSystem::ArrayQueue];
+}
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// `ArrayQueue` is compared with evd.
+impl System for PairSystem {
+    fn name(self) -> &'static str {
         match self {
             PairSystem::Evd => "evd post+try_dequeue",
             PairSystem::ArrayQueue => "crossbeam ArrayQueue push+pop",
         }
+    }
+
+    fn role(self) -> Role {
+        if self == PairSystem::Evd {
+            Role::Evd
+        } else {
+            Role::Peer
+        }
+    }
+
+    fn baseline(self) -> Option<PairSystem> {
+        Some(PairSystem::Evd)
     }
 }
 
@@ -91,16 +106,6 @@ impl Pair {
 
     /// Run `iters` post/dequeue pairs of `system`, its operations reached
     /// as `calls` says; fails unless every event came back.
-    ///
-    /// ```
-    /// use evd_bench::pair::{Pair, PairCalls, PairSystem};
-    /// let mut p = Pair::new();
-    /// for s in PairSystem::ALL {
-    ///     for c in PairCalls::ALL {
-    ///         p.run(s, c, 1000).unwrap();
-    ///     }
-    /// }
-    /// ```
     pub fn run(&mut self, system: PairSystem, calls: PairCalls, iters: u64) -> Result<(), String> {
         let (tx, rx, q) = (&self.poster, &mut self.consumer, &self.queue);
         let sum = match (system, calls) {

@@ -26,12 +26,6 @@ impl Payload for u64 {
 
 /// A 64-byte event: the sequence number and seven words of body, so that a
 /// queue moving it pays for a full cache line per event.
-///
-/// ```
-/// use evd_bench::payload::{Event64, Payload};
-/// assert_eq!(std::mem::size_of::<Event64>(), 64);
-/// assert_eq!(Event64::from_seq(7).seq(), 7);
-/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct Event64 {
@@ -56,15 +50,6 @@ impl Payload for Event64 {
 
 /// What a consumer has received so far: count and sum of sequence numbers,
 /// checked against what the posters sent.
-///
-/// ```
-/// use evd_bench::payload::Tally;
-/// let mut t = Tally::new(3);
-/// assert!(!t.take(2));
-/// assert!(!t.take(0));
-/// assert!(t.take(1));
-/// assert!(t.verify().is_ok());
-/// ```
 #[derive(Debug)]
 pub struct Tally {
     expected: u64,

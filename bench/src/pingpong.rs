@@ -24,6 +24,7 @@
 //! transfer each way, which no queue can beat.
 
 use crate::latency::new_histogram;
+use crate::report::{Role, System};
 use crate::throughput::{current_cpu, BusyWait, CAPACITY, CPU_SAMPLE_EVERY, NO_CPU};
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
@@ -58,19 +59,10 @@ pub enum PingPongSystem {
     Floor,
 }
 
-impl PingPongSystem {
-    /// Every system, evd first, the floor last.
-    pub const ALL: [PingPongSystem; 6] = [
-        PingPongSystem::EvdItem,
-        PingPongSystem::EvdBatch,
-        PingPongSystem::Rtrb,
-        PingPongSystem::ArrayQueue,
-        PingPongSystem::CrossbeamChannel,
-        PingPongSystem::Floor,
-    ];
-
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
+/// Every row is compared with `evd try_dequeue` (each side takes one event
+/// per round trip, so a batch holds one event too); the floor is two atomics.
+impl System for PingPongSystem {
+    fn name(self) -> &'static str {
         use PingPongSystem::*;
         match self {
             EvdItem => "evd try_dequeue",
@@ -82,6 +74,34 @@ impl PingPongSystem {
         }
     }
 
+    fn role(self) -> Role {
+        match self {
+            PingPongSystem::EvdItem | PingPongSystem::EvdBatch => Role::Evd,
+            PingPongSystem::Floor => Role::Floor,
+            _ => Role::Peer,
+        }
+    }
+
+    fn baseline(self) -> Option<PingPongSystem> {
+        Some(PingPongSystem::EvdItem)
+    }
+
+    fn floor(self) -> Option<PingPongSystem> {
+        (!self.is_floor()).then_some(PingPongSystem::Floor)
+    }
+}
+
+impl PingPongSystem {
+    /// Every system, evd first, the floor last.
+    pub const ALL: [PingPongSystem; 6] = [
+        PingPongSystem::EvdItem,
+        PingPongSystem::EvdBatch,
+        PingPongSystem::Rtrb,
+        PingPongSystem::ArrayQueue,
+        PingPongSystem::CrossbeamChannel,
+        PingPongSystem::Floor,
+    ];
+
     /// How each side receives: `busy/batch` for `dequeue_batch`, else
     /// `busy/item`.
     pub fn consumer(self) -> &'static str {
@@ -92,37 +112,9 @@ impl PingPongSystem {
         }
     }
 
-    /// True for the evd rows.
-    pub fn is_evd(self) -> bool {
-        matches!(self, PingPongSystem::EvdItem | PingPongSystem::EvdBatch)
-    }
-
-    /// True for the floor.
-    pub fn is_floor(self) -> bool {
-        self == PingPongSystem::Floor
-    }
-
-    /// Every row is compared with `evd try_dequeue` (each side takes one
-    /// event per round trip, so a batch holds one event too).
-    pub fn baseline(self) -> PingPongSystem {
-        PingPongSystem::EvdItem
-    }
-
-    /// The two-atomic floor, or `None` for the floor itself.
-    pub fn floor(self) -> Option<PingPongSystem> {
-        (!self.is_floor()).then_some(PingPongSystem::Floor)
-    }
-
     /// Measure `samples` round trips (after [`WARMUP`] unrecorded ones): the
     /// histogram in nanoseconds, and the share of CPU samples that found
     /// both threads on one CPU (`None` without a sample).
-    ///
-    /// ```
-    /// use evd_bench::pingpong::PingPongSystem;
-    /// for s in PingPongSystem::ALL {
-    ///     assert_eq!(s.measure(100).unwrap().0.len(), 100);
-    /// }
-    /// ```
     pub fn measure(self, samples: u64) -> Result<(Histogram<u64>, Option<f64>), String> {
         let evd = || evd::bounded::<u64>(CAPACITY).expect("capacity 1024 is valid");
         let evd_end = |batch: bool| {

@@ -20,6 +20,7 @@
 //! (start-up and teardown cancel out exactly; callgrind's count is
 //! deterministic).
 
+use crate::report::{Role, System};
 use crossbeam_utils::CachePadded;
 use std::hint::black_box;
 use std::path::Path;
@@ -40,6 +41,34 @@ pub enum RearmKind {
     CasFloor,
 }
 
+/// Every kind is compared with evd's arm; in ns, the re-arms have the bare
+/// CAS as their floor.
+impl System for RearmKind {
+    fn name(self) -> &'static str {
+        match self {
+            RearmKind::EvdArm => "evd arm (one CAS)",
+            RearmKind::ArmThenPoll => "arm, then poll again",
+            RearmKind::CasFloor => "floor: one uncontended CAS",
+        }
+    }
+
+    fn role(self) -> Role {
+        match self {
+            RearmKind::EvdArm => Role::Evd,
+            RearmKind::ArmThenPoll => Role::Peer,
+            RearmKind::CasFloor => Role::Floor,
+        }
+    }
+
+    fn baseline(self) -> Option<RearmKind> {
+        Some(RearmKind::EvdArm)
+    }
+
+    fn floor(self) -> Option<RearmKind> {
+        (!self.is_floor()).then_some(RearmKind::CasFloor)
+    }
+}
+
 impl RearmKind {
     /// Every kind, evd first, the floor last.
     pub const ALL: [RearmKind; 3] = [
@@ -52,15 +81,6 @@ impl RearmKind {
     /// floor is one CAS by construction).
     pub const COUNTED: [RearmKind; 2] = [RearmKind::EvdArm, RearmKind::ArmThenPoll];
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
-        match self {
-            RearmKind::EvdArm => "evd arm (one CAS)",
-            RearmKind::ArmThenPoll => "arm, then poll again",
-            RearmKind::CasFloor => "floor: one uncontended CAS",
-        }
-    }
-
     /// The `--kind` value of the `rearm-insns` mode.
     pub fn cli_name(self) -> &'static str {
         match self {
@@ -71,28 +91,11 @@ impl RearmKind {
     }
 
     /// Parse a `--kind` value.
-    ///
-    /// ```
-    /// use evd_bench::rearm::RearmKind;
-    /// assert_eq!(RearmKind::from_cli("arm-then-poll"), Some(RearmKind::ArmThenPoll));
-    /// assert_eq!(RearmKind::from_cli("x"), None);
-    /// ```
     pub fn from_cli(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.cli_name() == s)
     }
 
-    /// True for the bare-CAS floor.
-    pub fn is_floor(self) -> bool {
-        self == RearmKind::CasFloor
-    }
-
     /// Run `iters` re-arms on an empty ring (single-threaded).
-    ///
-    /// ```
-    /// use evd_bench::rearm::{Rearm, RearmKind};
-    /// let mut r = Rearm::new();
-    /// r.run(RearmKind::ArmThenPoll, 1000);
-    /// ```
     pub fn run(self, rearm: &mut Rearm, iters: u64) {
         rearm.run(self, iters)
     }
@@ -212,11 +215,6 @@ pub fn count_mode(exe: &Path, mode: &[&str]) -> Result<f64, String> {
 }
 
 /// `(i2 - i1) / iters`, refusing a decrease.
-///
-/// ```
-/// assert_eq!(evd_bench::rearm::per_iteration(1_000, 3_000, 100), Ok(20.0));
-/// assert!(evd_bench::rearm::per_iteration(3_000, 1_000, 100).is_err());
-/// ```
 pub fn per_iteration(i1: u64, i2: u64, iters: u64) -> Result<f64, String> {
     if i2 < i1 || iters == 0 {
         return Err(format!(
@@ -255,11 +253,6 @@ fn callgrind_total(child: Child) -> Result<u64, String> {
 }
 
 /// The instruction count in callgrind's summary (`==PID== Collected : N`).
-///
-/// ```
-/// let log = "==12== Events    : Ir\n==12== Collected : 123456\n==12==\n";
-/// assert_eq!(evd_bench::rearm::parse_collected(log), Some(123456));
-/// ```
 pub fn parse_collected(stderr: &str) -> Option<u64> {
     stderr.lines().find_map(|l| {
         let rest = l.split_once("Collected :")?.1;

@@ -33,6 +33,39 @@ pub enum Role {
     Floor,
 }
 
+/// A system of one section, as its records name and compare it.
+pub trait System: Copy + PartialEq + 'static {
+    /// The name used in tables and the JSON report.
+    fn name(self) -> &'static str;
+    /// An evd row, a peer or a raw floor.
+    fn role(self) -> Role;
+    /// The row its ratio is taken against; `None` for an evd variant
+    /// compared with nothing.
+    fn baseline(self) -> Option<Self>;
+    /// The raw floor of the mechanism it waits on, which no system waiting
+    /// that way can beat: a figure below it in the same run is noise.
+    fn floor(self) -> Option<Self> {
+        None
+    }
+    /// True for the evd rows.
+    fn is_evd(self) -> bool {
+        self.role() == Role::Evd
+    }
+    /// True for the floors.
+    fn is_floor(self) -> bool {
+        self.role() == Role::Floor
+    }
+    /// Its record of `metric` in `case`, its consumer labelled `consumer`,
+    /// the measurement running `threads` threads.
+    fn measurement(self, [case, consumer, metric]: [&str; 3], threads: usize) -> Measurement {
+        let mut m = Measurement::new(case, self.name(), self.role(), consumer, metric);
+        m.baseline = self.baseline().map(|b| b.name().into());
+        m.floor = self.floor().map(|f| f.name().into());
+        m.threads = threads;
+        m
+    }
+}
+
 /// One measured quantity of one system in one case, over the interleaved
 /// rounds. Each field's values and meaning: the record table of
 /// `bench/README.md`.
@@ -171,19 +204,6 @@ impl Measurement {
 /// Summarize measurements into records (dropping those with no valid round),
 /// mark oversubscription against `cpus` logical CPUs, and fill in every
 /// record's ratio to its evd baseline and its floor check.
-///
-/// ```
-/// use evd_bench::report::{records_from, Measurement, Role};
-/// let m = |system: &str, role, rounds: &[f64]| {
-///     let mut m = Measurement::new("c", system, role, "busy/item", "ops_per_sec");
-///     m.baseline = Some("evd".into());
-///     for (i, v) in rounds.iter().enumerate() { m.set_round(i, *v, None); }
-///     m
-/// };
-/// let r = records_from(vec![m("evd", Role::Evd, &[10.0, 12.0, 11.0]), m("peer", Role::Peer, &[5.0, 6.0, 5.5])], 2);
-/// assert_eq!(r[0].ratio_to_evd, Some(1.0));
-/// assert_eq!(r[1].ratio_to_evd, Some(2.0)); // evd ÷ peer: evd twice as fast
-/// ```
 pub fn records_from(measurements: Vec<Measurement>, cpus: usize) -> Vec<Record> {
     let mut records: Vec<Record> = measurements
         .into_iter()
@@ -307,17 +327,6 @@ pub struct Machine {
 impl Machine {
     /// The CPU in one phrase: its model name, then vendor, family and model
     /// where known.
-    ///
-    /// ```
-    /// let mut m = evd_bench::report::Machine::detect();
-    /// m.cpu = "Xeon".into();
-    /// m.cpu_vendor = "GenuineIntel".into();
-    /// (m.cpu_family, m.cpu_model) = (Some(6), Some(207));
-    /// assert_eq!(m.cpu_line(), "Xeon (GenuineIntel, family 6, model 207)");
-    /// m.cpu_vendor = "unknown".into();
-    /// m.cpu_model = None;
-    /// assert_eq!(m.cpu_line(), "Xeon (family 6)");
-    /// ```
     pub fn cpu_line(&self) -> String {
         let mut parts = Vec::new();
         if self.cpu_vendor != "unknown" {
@@ -558,13 +567,6 @@ fn evaluate(records: &[Record], t: &Target) -> TargetCheck {
 }
 
 /// A value in its unit, short: `95.3 M/s`, `8.61 µs`, `23.0 insns`.
-///
-/// ```
-/// use evd_bench::report::format_value;
-/// assert_eq!(format_value(95_300_000.0, "ops/s"), "95.30 M/s");
-/// assert_eq!(format_value(8_612.0, "ns"), "8.61 µs");
-/// assert_eq!(format_value(12.34, "ns"), "12.3 ns");
-/// ```
 pub fn format_value(v: f64, unit: &str) -> String {
     match unit {
         "ops/s" => format!("{:.2} M/s", v / 1e6),

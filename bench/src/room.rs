@@ -27,7 +27,8 @@
 use crate::latency::{new_histogram, now_ns, ThreadState, WakeSystem};
 use crate::payload::Payload;
 use crate::peers::Channel;
-use crate::throughput::{clones, dequeue_failed, drive, RunStats, Sink, Style};
+use crate::report::{Role, System};
+use crate::throughput::{blocking_loop, clones, dequeue_failed, drive, RunStats, Sink, Style};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,8 +44,7 @@ pub const POSTERS: [usize; 2] = [1, 2];
 /// What the consumer's fixed work per event is calibrated to, in ns.
 pub const WORK_NS: f64 = 750.0;
 
-/// How long the harness waits for a poster to fall asleep before it declares
-/// the run broken.
+/// How long the harness waits for a poster to fall asleep.
 const SLEEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What every room poster and consumer does, for the tables and the notes.
@@ -66,14 +66,8 @@ impl Work {
         Work { iters }
     }
 
-    /// The iteration count that takes about `ns` nanoseconds on this
-    /// machine now: the fastest of a few timed runs (the least disturbed)
-    /// gives the time per iteration.
-    ///
-    /// ```
-    /// let w = evd_bench::room::Work::calibrate(500.0);
-    /// assert!(w.iters >= 1);
-    /// ```
+    /// The iteration count that takes about `ns` nanoseconds now, timed by
+    /// the fastest (least disturbed) of a few runs.
     pub fn calibrate(ns: f64) -> Self {
         const PROBE: u64 = 200_000;
         let best = (0..5)
@@ -87,8 +81,7 @@ impl Work {
         Work::fixed(((ns / per_iter).round() as u64).max(1))
     }
 
-    /// Nanoseconds one event's work takes now (the fastest of a few runs
-    /// of 100 events' worth, timed like [`Work::calibrate`]'s).
+    /// Nanoseconds one event's work takes now.
     pub fn ns_per_event(self) -> f64 {
         (0..10)
             .map(|_| {
@@ -132,6 +125,35 @@ pub enum RoomSystem {
     Thingbuf,
 }
 
+/// Named by the blocking send, then the consumer's receive; compared with
+/// `evd post_blocking+dequeue` (every peer's consumer takes one event per
+/// call) but for the batch variant, an evd row compared with nothing.
+impl System for RoomSystem {
+    fn name(self) -> &'static str {
+        match self {
+            RoomSystem::EvdDequeue => "evd post_blocking+dequeue",
+            RoomSystem::EvdBatchWait => "evd post_blocking+batch+wait",
+            RoomSystem::CrossbeamChannel => "crossbeam-channel send+recv",
+            RoomSystem::StdSyncChannel => "std sync_channel send+recv",
+            RoomSystem::Flume => "flume send+recv",
+            RoomSystem::TokioMpsc => "tokio mpsc blocking_send+blocking_recv",
+            RoomSystem::Kanal => "kanal send+recv",
+            RoomSystem::Thingbuf => "thingbuf mpsc send+recv",
+        }
+    }
+
+    fn role(self) -> Role {
+        match self {
+            RoomSystem::EvdDequeue | RoomSystem::EvdBatchWait => Role::Evd,
+            _ => Role::Peer,
+        }
+    }
+
+    fn baseline(self) -> Option<RoomSystem> {
+        (self != RoomSystem::EvdBatchWait).then_some(RoomSystem::EvdDequeue)
+    }
+}
+
 impl RoomSystem {
     /// Every system, evd first.
     pub const ALL: [RoomSystem; 8] = [
@@ -145,21 +167,6 @@ impl RoomSystem {
         RoomSystem::Thingbuf,
     ];
 
-    /// The name used in tables and the JSON report: the blocking send, then
-    /// the consumer's receive.
-    pub fn name(self) -> &'static str {
-        match self {
-            RoomSystem::EvdDequeue => "evd post_blocking+dequeue",
-            RoomSystem::EvdBatchWait => "evd post_blocking+batch+wait",
-            RoomSystem::CrossbeamChannel => "crossbeam-channel send+recv",
-            RoomSystem::StdSyncChannel => "std sync_channel send+recv",
-            RoomSystem::Flume => "flume send+recv",
-            RoomSystem::TokioMpsc => "tokio mpsc blocking_send+blocking_recv",
-            RoomSystem::Kanal => "kanal send+recv",
-            RoomSystem::Thingbuf => "thingbuf mpsc send+recv",
-        }
-    }
-
     /// How its consumer waits and how much it takes per call.
     pub fn style(self) -> Style {
         match self {
@@ -168,31 +175,9 @@ impl RoomSystem {
         }
     }
 
-    /// True for the evd rows.
-    pub fn is_evd(self) -> bool {
-        matches!(self, RoomSystem::EvdDequeue | RoomSystem::EvdBatchWait)
-    }
-
-    /// The row this one's ratio is taken against: `evd post_blocking+dequeue`
-    /// (every peer's consumer takes one event per call); `None` for the batch
-    /// variant, an evd row compared with nothing.
-    pub fn baseline(self) -> Option<RoomSystem> {
-        (self != RoomSystem::EvdBatchWait).then_some(RoomSystem::EvdDequeue)
-    }
-
-    /// Move `messages` `u64` events from `posters` threads, each sleeping in
-    /// its blocking send while the queue of `capacity` is full, to one
-    /// consumer that does `work` per event. Fails if an event is lost or
-    /// duplicated, or a channel breaks.
-    ///
-    /// ```
-    /// use evd_bench::room::{RoomSystem, Work};
-    /// for s in RoomSystem::ALL {
-    ///     let run = s.run(64, 2, 5_000, Work::fixed(50)).unwrap();
-    ///     assert_eq!(run.messages, 5_000);
-    ///     assert_eq!(run.room_wakes.is_some(), s.is_evd());
-    /// }
-    /// ```
+    /// Move `messages` events from `posters` threads in their blocking send
+    /// to one consumer that does `work` per event. Fails if an event is lost
+    /// or duplicated, or a channel breaks.
     pub fn run(
         self,
         capacity: usize,
@@ -254,10 +239,6 @@ impl RoomSystem {
 }
 
 /// The case name of a room throughput case.
-///
-/// ```
-/// assert_eq!(evd_bench::room::room_case(64, 2), "room/cap64/2p");
-/// ```
 pub fn room_case(capacity: usize, posters: usize) -> String {
     format!("room/cap{capacity}/{posters}p")
 }
@@ -328,28 +309,9 @@ fn peer<C: Channel<u64>>(
         C::send,
         move |sink| {
             let mut rx = rx;
-            recv_loop(sink, work, || rx.recv())
+            blocking_loop(sink, || rx.recv(), || work.run())
         },
     )
-}
-
-fn recv_loop(
-    sink: &mut Sink<'_>,
-    work: Work,
-    mut recv: impl FnMut() -> Option<u64>,
-) -> Result<(), String> {
-    loop {
-        match recv() {
-            Some(p) => {
-                let done = sink.take(p.seq());
-                work.run();
-                if done {
-                    return Ok(());
-                }
-            }
-            None => return Err("channel closed early".into()),
-        }
-    }
 }
 
 /// A system under test in the room-wake latency case.
@@ -364,6 +326,34 @@ pub enum RoomWakeSystem {
     ParkFloor,
 }
 
+/// Every row is compared with the evd row; both systems sleep in a futex
+/// park, whose floor is the raw park/unpark.
+impl System for RoomWakeSystem {
+    fn name(self) -> &'static str {
+        match self {
+            RoomWakeSystem::EvdPostBlocking => "evd post_blocking (park/unpark)",
+            RoomWakeSystem::CrossbeamSend => "crossbeam-channel send",
+            RoomWakeSystem::ParkFloor => WakeSystem::ParkFloor.name(),
+        }
+    }
+
+    fn role(self) -> Role {
+        match self {
+            RoomWakeSystem::EvdPostBlocking => Role::Evd,
+            RoomWakeSystem::CrossbeamSend => Role::Peer,
+            RoomWakeSystem::ParkFloor => Role::Floor,
+        }
+    }
+
+    fn baseline(self) -> Option<RoomWakeSystem> {
+        Some(RoomWakeSystem::EvdPostBlocking)
+    }
+
+    fn floor(self) -> Option<RoomWakeSystem> {
+        (!self.is_floor()).then_some(RoomWakeSystem::ParkFloor)
+    }
+}
+
 impl RoomWakeSystem {
     /// Every system, evd first, the floor last.
     pub const ALL: [RoomWakeSystem; 3] = [
@@ -372,45 +362,7 @@ impl RoomWakeSystem {
         RoomWakeSystem::ParkFloor,
     ];
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
-        match self {
-            RoomWakeSystem::EvdPostBlocking => "evd post_blocking (park/unpark)",
-            RoomWakeSystem::CrossbeamSend => "crossbeam-channel send",
-            RoomWakeSystem::ParkFloor => WakeSystem::ParkFloor.name(),
-        }
-    }
-
-    /// True for the evd row.
-    pub fn is_evd(self) -> bool {
-        self == RoomWakeSystem::EvdPostBlocking
-    }
-
-    /// True for the floor.
-    pub fn is_floor(self) -> bool {
-        self == RoomWakeSystem::ParkFloor
-    }
-
-    /// Every row is compared with the evd row.
-    pub fn baseline(self) -> RoomWakeSystem {
-        RoomWakeSystem::EvdPostBlocking
-    }
-
-    /// The floor of the sleep both systems use (a futex park), or `None`
-    /// for the floor itself.
-    pub fn floor(self) -> Option<RoomWakeSystem> {
-        (!self.is_floor()).then_some(RoomWakeSystem::ParkFloor)
-    }
-
-    /// Measure `samples` one-way room wakes; the histogram is in
-    /// nanoseconds.
-    ///
-    /// ```
-    /// use evd_bench::room::RoomWakeSystem;
-    /// for s in RoomWakeSystem::ALL {
-    ///     assert_eq!(s.measure(20).unwrap().len(), 20);
-    /// }
-    /// ```
+    /// Measure `samples` one-way room wakes, in nanoseconds.
     pub fn measure(self, samples: u64) -> Result<Histogram<u64>, String> {
         match self {
             RoomWakeSystem::EvdPostBlocking => {
@@ -450,14 +402,11 @@ impl RoomWakeSystem {
     }
 }
 
-/// Run `post` on a new thread, `samples` times, on a queue that is full
-/// before each call, so that each call sleeps until the harness frees the
-/// slot with `free`; the harness stores the time right before each `free`,
-/// the poster records the time from it to right after its `post` returns.
-/// Each `free` waits until the poster has recorded the previous sample,
-/// `waiting` says it waits for room, and it is asleep. Returns the histogram
-/// and the queue's receiving side; on failure the receiving side is dropped,
-/// which closes the queue and lets the poster go.
+/// Run `post` `samples` times on a new thread, on a queue full before each
+/// call; the harness calls `free` once the poster has recorded the previous
+/// sample, `waiting` says it waits for room, and it is asleep. On failure
+/// the receiving side is dropped, which closes the queue and frees the
+/// poster.
 fn blocked_poster<R, P>(
     samples: u64,
     mut rx: R,

@@ -90,18 +90,6 @@ pub struct StampConsumer<P> {
 
 /// A ring of `capacity` (a power of two) slots whose posters take their
 /// tickets as `reserve` says.
-///
-/// ```
-/// use evd_bench::stamp_ring::{stamp_ring, Reserve};
-/// let (tx, mut rx) = stamp_ring::<u64>(2, Reserve::CasTail);
-/// let tx2 = tx.another().unwrap();
-/// assert!(tx.try_send(1).is_ok());
-/// assert!(tx2.try_send(2).is_ok());
-/// assert_eq!(tx.try_send(3), Err(3));
-/// assert_eq!((rx.try_recv(), rx.try_recv(), rx.try_recv()), (Some(1), Some(2), None));
-/// let (own, _rx) = stamp_ring::<u64>(2, Reserve::Own);
-/// assert!(own.another().is_none());
-/// ```
 pub fn stamp_ring<P: Payload>(
     capacity: usize,
     reserve: Reserve,

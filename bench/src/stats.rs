@@ -15,12 +15,6 @@ pub struct Summary {
 
 impl Summary {
     /// Summarize `samples`; `None` if there are none or one is not finite.
-    ///
-    /// ```
-    /// use evd_bench::stats::Summary;
-    /// let s = Summary::of(&[3.0, 1.0, 2.0, 10.0]).unwrap();
-    /// assert_eq!((s.median, s.min, s.max, s.samples), (2.5, 1.0, 10.0, 4));
-    /// ```
     pub fn of(samples: &[f64]) -> Option<Summary> {
         if samples.is_empty() || samples.iter().any(|x| !x.is_finite()) {
             return None;
@@ -71,11 +65,6 @@ pub fn ratio_to_evd(value: f64, evd: f64, higher_is_better: bool) -> Option<f64>
 }
 
 /// `a / b`, `None` when `b` is zero or either is not finite.
-///
-/// ```
-/// assert_eq!(evd_bench::stats::quotient(3.0, 2.0), Some(1.5));
-/// assert_eq!(evd_bench::stats::quotient(3.0, 0.0), None);
-/// ```
 pub fn quotient(a: f64, b: f64) -> Option<f64> {
     (a.is_finite() && b.is_finite() && b != 0.0).then(|| a / b)
 }

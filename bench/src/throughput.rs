@@ -25,6 +25,7 @@
 
 use crate::payload::{Payload, Tally};
 use crate::peers::Channel;
+use crate::report::{Role, System};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -152,10 +153,29 @@ pub enum Queue {
     FloorStampRingFaa,
 }
 
+/// Each row is compared with the evd row of its style (itself for that
+/// row), but an evd variant that is no style's reference.
+impl System for Queue {
+    fn name(self) -> &'static str {
+        self.row().0
+    }
+
+    fn role(self) -> Role {
+        match self.row().2 {
+            Kind::Evd => Role::Evd,
+            Kind::Floor => Role::Floor,
+            Kind::PolledPeer | Kind::BlockedPeer => Role::Peer,
+        }
+    }
+
+    fn baseline(self) -> Option<Queue> {
+        let evd = Queue::evd_of(self.style());
+        (!self.is_evd() || self == evd).then_some(evd)
+    }
+}
+
 impl Queue {
-    /// The floor rows of the busy/item style ([`crate::stamp_ring`]), not
-    /// part of [`Queue::ALL`]: they run only where [`Queue::max_posters`]
-    /// allows.
+    /// The floor rows ([`crate::stamp_ring`]), not in [`Queue::ALL`].
     pub const FLOORS: [Queue; 3] = [
         Queue::FloorStampRing,
         Queue::FloorStampRingCas,
@@ -181,8 +201,6 @@ impl Queue {
         Queue::TokioRecvMany,
     ];
 
-    /// Its row of the system table: the name in tables and the JSON report,
-    /// the consumer style and its [`Kind`].
     fn row(self) -> (&'static str, Style, Kind) {
         use {Kind::*, Style::*};
         match self {
@@ -211,24 +229,9 @@ impl Queue {
         }
     }
 
-    /// The name used in tables and the JSON report.
-    pub fn name(self) -> &'static str {
-        self.row().0
-    }
-
     /// How its consumer waits and how much it takes per call.
     pub fn style(self) -> Style {
         self.row().1
-    }
-
-    /// True for the evd rows.
-    pub fn is_evd(self) -> bool {
-        self.row().2 == Kind::Evd
-    }
-
-    /// True for the floor rows ([`Queue::FLOORS`]).
-    pub fn is_floor(self) -> bool {
-        self.row().2 == Kind::Floor
     }
 
     /// The most posters it runs with (`None`: any number). The CAS floor
@@ -247,8 +250,7 @@ impl Queue {
         self.max_posters().is_none_or(|most| posters <= most)
     }
 
-    /// The evd row of each consumer style, that the style's peers are
-    /// compared with.
+    /// The evd row a style's peers are compared with.
     pub fn evd_of(style: Style) -> Queue {
         match style {
             Style::BusyItem => Queue::EvdSingle,
@@ -258,33 +260,13 @@ impl Queue {
         }
     }
 
-    /// The row this one's ratio is taken against: the evd row of its style
-    /// (itself for that row); `None` for an evd variant that is no style's
-    /// reference.
-    pub fn baseline(self) -> Option<Queue> {
-        let evd = Queue::evd_of(self.style());
-        (!self.is_evd() || self == evd).then_some(evd)
-    }
-
-    /// True if the consumer makes non-blocking receive calls whose empty
-    /// results can be counted; false for consumers that only call a blocking
-    /// receive (its own polling inside is not visible).
+    /// False for consumers that only call a blocking receive.
     pub fn counts_empty_polls(self) -> bool {
         self.row().2 != Kind::BlockedPeer
     }
 
     /// Move `messages` events of type `P` from `posters` threads to one
     /// consumer. Fails if an event is lost or duplicated, or a channel breaks.
-    ///
-    /// ```
-    /// use evd_bench::throughput::Queue;
-    /// for q in Queue::ALL.into_iter().chain(Queue::FLOORS) {
-    ///     let posters = q.max_posters().unwrap_or(2);
-    ///     let run = q.run::<u64>(posters, 10_000).unwrap();
-    ///     assert_eq!(run.messages, 10_000);
-    ///     assert_eq!(run.empty_polls.is_some(), q.counts_empty_polls());
-    /// }
-    /// ```
     pub fn run<P: Payload>(self, posters: usize, messages: u64) -> Result<RunStats, String> {
         assert!(posters >= 1);
         if let Some(most) = self.max_posters().filter(|&most| posters > most) {
@@ -422,7 +404,6 @@ impl Queue {
     }
 }
 
-/// A peer whose consumer takes one item per blocking receive.
 fn peer<C: Channel<P>, P: Payload>(posters: usize, messages: u64) -> Result<RunStats, String> {
     let (tx, mut rx) = C::bounded(CAPACITY);
     drive(
@@ -430,7 +411,7 @@ fn peer<C: Channel<P>, P: Payload>(posters: usize, messages: u64) -> Result<RunS
         messages,
         clones(tx, posters),
         C::try_send,
-        |sink| blocking_loop(sink, || rx.recv()),
+        |sink| blocking_loop(sink, || rx.recv(), || {}),
     )
 }
 
@@ -441,23 +422,19 @@ pub struct RunStats {
     pub elapsed: Duration,
     /// Events moved.
     pub messages: u64,
-    /// Consumer calls that returned no event (a non-blocking receive that
-    /// found nothing, or a batch/drain call that yielded nothing); `None` if
-    /// the consumer only calls a blocking receive.
+    /// Consumer calls that returned no event; `None` if the consumer only
+    /// calls a blocking receive.
     pub empty_polls: Option<u64>,
-    /// Posts refused as full, summed over the posters (each refusal is
-    /// retried); `None` where the posters use a blocking send, whose waits
-    /// are not visible ([`crate::room`]).
+    /// Posts refused as full, summed over the posters; `None` where the
+    /// posters use a blocking send ([`crate::room`]).
     pub full_refusals: Option<u64>,
-    /// evd only: wakes evd sent to posters waiting for room
-    /// ([`evd::Query::room_wakes`]) during the run; `None` for the peers.
+    /// evd only: [`evd::Query::room_wakes`] during the run.
     pub room_wakes: Option<u64>,
     /// Consumer CPU samples compared with a running poster's latest sample.
     pub cpu_samples: u64,
     /// Of those, how many found the poster on the consumer's CPU.
     pub same_cpu: u64,
-    /// [`crate::cno`] throughput only: the most events the waiter served
-    /// from one EVD over the fewest it served from another; `None` elsewhere.
+    /// [`crate::cno`] throughput only: most over fewest events served per EVD.
     pub served_max_over_min: Option<f64>,
 }
 
@@ -485,8 +462,7 @@ impl RunStats {
             .map(|w| w as f64 / self.messages.max(1) as f64)
     }
 
-    /// Share of CPU samples where a poster ran on the consumer's CPU; `None`
-    /// without samples (fewer than [`CPU_SAMPLE_EVERY`] events).
+    /// Share of CPU samples where a poster ran on the consumer's CPU.
     pub fn same_cpu_share(&self) -> Option<f64> {
         (self.cpu_samples > 0).then(|| self.same_cpu as f64 / self.cpu_samples as f64)
     }
@@ -520,8 +496,7 @@ impl BusyWait {
     }
 }
 
-/// The consumer's side of a run: the checksum, the empty-poll count and the
-/// CPU samples.
+/// The consumer's side of a run: checksum, empty polls, CPU samples.
 pub struct Sink<'a> {
     tally: Tally,
     empty_polls: u64,
@@ -531,8 +506,7 @@ pub struct Sink<'a> {
 }
 
 impl<'a> Sink<'a> {
-    /// Expect `messages` events; `poster_cpus` holds each poster's latest
-    /// CPU ([`NO_CPU`] while it does not run).
+    /// Expect `messages` events; `poster_cpus`: each poster's latest CPU.
     pub(crate) fn new(messages: u64, poster_cpus: &'a [AtomicU32]) -> Self {
         Sink {
             tally: Tally::new(messages),
@@ -565,8 +539,7 @@ impl<'a> Sink<'a> {
         self.empty_polls += 1;
     }
 
-    /// Check the checksum; the run's figures, with `refusals` posts
-    /// refused as full over all posters.
+    /// Check the checksum; the run's figures.
     pub(crate) fn finish(
         self,
         elapsed: Duration,
@@ -610,13 +583,9 @@ pub(crate) fn clones<S: Clone>(s: S, n: usize) -> Vec<S> {
 /// Poster `i` of `n` sends the sequence numbers `i, i + n, ...` below
 /// `messages`, so the consumer's checksum covers `0..messages` exactly once.
 ///
-/// `try_send` is the system's non-blocking bounded send: `Err(value)` hands a
-/// value refused as full back. This is the one poster loop of every system:
-/// on a refusal it counts, calls [`BusyWait::miss`] and retries the same value.
-/// [`crate::room`] passes a *blocking* send instead, which hands a value back
-/// only once the queue is closed (the consumer failed); it drops its
-/// consumer when `consume` returns, so that no poster stays asleep in a full
-/// queue, and does not report the refusal count.
+/// `try_send` hands a value refused as full back; the poster counts it,
+/// calls [`BusyWait::miss`] and retries it. [`crate::room`] passes a
+/// blocking send, which hands a value back only once the queue is closed.
 pub(crate) fn drive<P, S, SendFn, ConsumeFn>(
     posters: usize,
     messages: u64,
@@ -657,12 +626,10 @@ where
     harness(senders, messages, poster, consume)
 }
 
-/// The harness of every run with poster threads: one thread per element
-/// of `posters` runs `post(i, element, its CPU slot, abort)`, which returns
-/// its refusals; all start at one barrier with the consumer, which runs
-/// `consume` on this thread (timed); every poster publishes its CPU in its
-/// slot for the consumer's samples ([`NO_CPU`] once done). Fails if the
-/// consumer fails or the checksum does not cover every event once.
+/// One thread per element of `posters` runs `post(i, element, its CPU slot,
+/// abort)`, returning its refusals; all start at one barrier with `consume`
+/// (timed, on this thread). Fails if `consume` fails or an event is missing
+/// or doubled.
 pub(crate) fn harness<S, PostFn, ConsumeFn>(
     posters: Vec<S>,
     messages: u64,
@@ -705,8 +672,7 @@ where
     sink.finish(elapsed, messages, refusals.load(Ordering::Relaxed))
 }
 
-/// When empty: `wait(1)`, which backs off reading the slot stamps, then arms
-/// and sleeps until a post (the README's loop).
+/// When empty: `wait(1)` (back off, arm, sleep: the README's loop).
 pub(crate) fn wait_for_one<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
     match rx.wait(1, None) {
         Ok(_) => Ok(()),
@@ -717,9 +683,8 @@ pub(crate) fn wait_for_one<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), 
     }
 }
 
-/// The run's failure for a dequeue error other than `Empty`: no post here
-/// is lossy, so a loss report is a broken promise, and the posters outlive
-/// the consumer.
+/// No post here is lossy and the posters outlive the consumer: any dequeue
+/// error but `Empty` fails the run.
 pub(crate) fn dequeue_failed(e: evd::TryDequeueError) -> String {
     match e {
         evd::TryDequeueError::Overflow(o) => format!("{o}, but no post here is lossy"),
@@ -728,9 +693,7 @@ pub(crate) fn dequeue_failed(e: evd::TryDequeueError) -> String {
     }
 }
 
-/// When empty: `arm()` first, and sleep in `wait(1)` if armed: the loop that
-/// arms on every empty poll (each arm a CAS on the posters' state word, and
-/// the next post then owes a wake).
+/// When empty: `arm()`, and `wait(1)` if armed (a CAS per empty poll).
 fn arm_then_wait<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
     match rx.arm() {
         evd::ArmStatus::Armed => wait_for_one(rx),
@@ -804,7 +767,6 @@ fn consume_evd_batch<P: Payload>(
     }
 }
 
-/// Busy `dequeue_with`: the batch goes straight from the ring to the sink.
 fn consume_evd_with<P: Payload>(
     rx: &mut evd::Consumer<P>,
     sink: &mut Sink<'_>,
@@ -829,8 +791,6 @@ fn consume_evd_with<P: Payload>(
     }
 }
 
-/// A busy consumer of one item per call: `recv` until the sink has every
-/// event, counting the calls that found nothing.
 fn busy_loop<P: Payload>(
     sink: &mut Sink<'_>,
     mut recv: impl FnMut() -> Option<P>,
@@ -852,14 +812,19 @@ fn busy_loop<P: Payload>(
     }
 }
 
-fn blocking_loop<P: Payload>(
+/// A consumer of one item per blocking receive; `work` runs after each event
+/// is counted ([`crate::room`]'s fixed work, nothing here).
+pub(crate) fn blocking_loop<P: Payload>(
     sink: &mut Sink<'_>,
     mut recv: impl FnMut() -> Option<P>,
+    work: impl Fn(),
 ) -> Result<(), String> {
     loop {
         match recv() {
             Some(p) => {
-                if sink.take(p.seq()) {
+                let done = sink.take(p.seq());
+                work();
+                if done {
                     return Ok(());
                 }
             }

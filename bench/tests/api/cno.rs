@@ -1,4 +1,5 @@
 use evd_bench::cno::*;
+use evd_bench::report::System;
 use std::time::Duration;
 
 #[test]
@@ -59,5 +60,71 @@ fn insn_kinds_round_trip_and_run() {
     for k in CnoInsnKind::ALL {
         assert_eq!(CnoInsnKind::from_cli(k.cli_name()), Some(k));
         k.run(500).unwrap();
+    }
+}
+
+#[test]
+fn every_cno_system_times_both_trigger_variants() {
+    use evd_bench::cno::{CnoSystem, Variant};
+    use std::time::Duration;
+    for s in CnoSystem::ALL {
+        for v in Variant::ALL {
+            assert!(s.cycle_ns(v, 16, Duration::from_millis(2)).unwrap() > 0.0);
+        }
+    }
+}
+
+#[test]
+fn every_cno_system_serves_every_evd_in_both_feeds() {
+    use evd_bench::cno::{CnoSystem, Feed};
+    for s in CnoSystem::ALL {
+        for feed in Feed::ALL {
+            let run = s.run_throughput(16, 20_000, feed).unwrap();
+            assert_eq!(run.messages, 20_000);
+            assert!(run.served_max_over_min.unwrap() >= 1.0);
+        }
+    }
+}
+
+#[test]
+fn feed_case_names() {
+    use evd_bench::cno::Feed;
+    assert_eq!(Feed::Events.case(256), "cno-throughput/256");
+    assert_eq!(Feed::Batches.case(16), "cno-throughput-batch/16");
+}
+
+#[test]
+fn variant_case_names() {
+    use evd_bench::cno::Variant;
+    assert_eq!(Variant::SingleThread.case(16), "cno-trigger/16");
+    assert_eq!(Variant::CrossThread.case(16), "cno-trigger-xthread/16");
+}
+
+#[test]
+fn max_over_min_refuses_an_evd_never_served() {
+    assert_eq!(evd_bench::cno::max_over_min(&[4, 2, 3]), Ok(2.0));
+    assert!(evd_bench::cno::max_over_min(&[4, 0]).is_err());
+}
+
+#[test]
+fn every_cno_wake_system_measures_each_sample() {
+    use evd_bench::cno::CnoWakeSystem;
+    for s in CnoWakeSystem::ALL {
+        assert_eq!(s.measure(20).unwrap().len(), 20);
+    }
+}
+
+#[test]
+fn cno_insn_kinds_parse_from_their_cli_names() {
+    use evd_bench::cno::CnoInsnKind;
+    assert_eq!(CnoInsnKind::from_cli("cno"), Some(CnoInsnKind::CnoCycle));
+    assert_eq!(CnoInsnKind::from_cli("x"), None);
+}
+
+#[test]
+fn every_cno_insn_kind_returns_every_event() {
+    use evd_bench::cno::CnoInsnKind;
+    for k in CnoInsnKind::ALL {
+        k.run(1000).unwrap();
     }
 }

@@ -1,4 +1,5 @@
 use evd_bench::latency::*;
+use evd_bench::report::System;
 
 #[test]
 fn stat_state_is_read_after_the_last_parenthesis() {
@@ -26,4 +27,30 @@ fn every_system_records_one_sample_per_post() {
         assert_eq!(h.len(), 50, "{}", sys.name());
         assert!(h.min() >= 1);
     }
+}
+
+#[test]
+fn a_wake_peer_is_compared_with_the_evd_row_that_sleeps_alike() {
+    use evd_bench::latency::WakeSystem;
+    assert_eq!(WakeSystem::TokioMpsc.baseline(), Some(WakeSystem::EvdAsync));
+    assert_eq!(
+        WakeSystem::EventfdFloor.baseline(),
+        Some(WakeSystem::EvdEventfd)
+    );
+}
+
+#[test]
+fn every_wake_system_measures_each_sample() {
+    use evd_bench::latency::WakeSystem;
+    let h = WakeSystem::ParkFloor.measure(20).unwrap();
+    assert_eq!(h.len(), 20);
+}
+
+#[test]
+fn the_stat_state_is_read_after_the_command_name() {
+    assert_eq!(
+        evd_bench::latency::parse_stat_state(b"42 (a) b)) S 1 2"),
+        Some(b'S')
+    );
+    assert_eq!(evd_bench::latency::parse_stat_state(b"42 (x"), None);
 }

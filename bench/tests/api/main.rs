@@ -4,6 +4,8 @@
 
 mod cno;
 mod latency;
+mod pair;
+mod paths;
 mod payload;
 mod pingpong;
 mod rearm;

@@ -29,3 +29,20 @@ fn tally_accepts_any_order() {
         assert!(t.verify().is_ok(), "n = {n}");
     }
 }
+
+#[test]
+fn event64_carries_its_sequence_number() {
+    use evd_bench::payload::{Event64, Payload};
+    assert_eq!(std::mem::size_of::<Event64>(), 64);
+    assert_eq!(Event64::from_seq(7).seq(), 7);
+}
+
+#[test]
+fn tally_checks_every_event_arrived_once() {
+    use evd_bench::payload::Tally;
+    let mut t = Tally::new(3);
+    assert!(!t.take(2));
+    assert!(!t.take(0));
+    assert!(t.take(1));
+    assert!(t.verify().is_ok());
+}

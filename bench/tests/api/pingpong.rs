@@ -1,4 +1,5 @@
 use evd_bench::pingpong::*;
+use evd_bench::report::System;
 
 #[test]
 fn every_system_records_one_sample_per_round_trip() {
@@ -15,9 +16,17 @@ fn every_system_records_one_sample_per_round_trip() {
 #[test]
 fn rows_compare_with_evd_try_dequeue_and_the_floor() {
     for s in PingPongSystem::ALL {
-        assert_eq!(s.baseline(), PingPongSystem::EvdItem);
+        assert_eq!(s.baseline(), Some(PingPongSystem::EvdItem));
         assert_eq!(s.floor().is_none(), s.is_floor());
     }
     assert_eq!(PingPongSystem::EvdBatch.consumer(), "busy/batch");
     assert_eq!(PingPongSystem::Floor.name(), "floor: two atomics");
+}
+
+#[test]
+fn every_pingpong_system_measures_each_round_trip() {
+    use evd_bench::pingpong::PingPongSystem;
+    for s in PingPongSystem::ALL {
+        assert_eq!(s.measure(100).unwrap().0.len(), 100);
+    }
 }

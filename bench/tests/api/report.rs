@@ -394,3 +394,45 @@ fn time_targets_keep_the_goal_direction() {
     assert_eq!(t.value, Some(0.6));
     assert_eq!(t.met, Some(true));
 }
+
+#[test]
+fn records_from_orients_ratios_evd_better_above_1() {
+    use evd_bench::report::{records_from, Measurement, Role};
+    let m = |system: &str, role, rounds: &[f64]| {
+        let mut m = Measurement::new("c", system, role, "busy/item", "ops_per_sec");
+        m.baseline = Some("evd".into());
+        for (i, v) in rounds.iter().enumerate() {
+            m.set_round(i, *v, None);
+        }
+        m
+    };
+    let r = records_from(
+        vec![
+            m("evd", Role::Evd, &[10.0, 12.0, 11.0]),
+            m("peer", Role::Peer, &[5.0, 6.0, 5.5]),
+        ],
+        2,
+    );
+    assert_eq!(r[0].ratio_to_evd, Some(1.0));
+    assert_eq!(r[1].ratio_to_evd, Some(2.0)); // evd ÷ peer: evd twice as fast
+}
+
+#[test]
+fn cpu_line_names_the_model_first() {
+    let mut m = evd_bench::report::Machine::detect();
+    m.cpu = "Xeon".into();
+    m.cpu_vendor = "GenuineIntel".into();
+    (m.cpu_family, m.cpu_model) = (Some(6), Some(207));
+    assert_eq!(m.cpu_line(), "Xeon (GenuineIntel, family 6, model 207)");
+    m.cpu_vendor = "unknown".into();
+    m.cpu_model = None;
+    assert_eq!(m.cpu_line(), "Xeon (family 6)");
+}
+
+#[test]
+fn values_are_formatted_by_unit() {
+    use evd_bench::report::format_value;
+    assert_eq!(format_value(95_300_000.0, "ops/s"), "95.30 M/s");
+    assert_eq!(format_value(8_612.0, "ns"), "8.61 µs");
+    assert_eq!(format_value(12.34, "ns"), "12.3 ns");
+}

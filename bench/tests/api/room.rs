@@ -1,4 +1,5 @@
 use evd_bench::latency::WakeSystem;
+use evd_bench::report::System;
 use evd_bench::room::*;
 
 #[test]
@@ -72,4 +73,33 @@ fn work_is_calibrated_to_a_positive_count() {
     let w = Work::calibrate(WORK_NS);
     assert!(w.iters >= 1);
     assert!(w.ns_per_event() > 0.0);
+}
+
+#[test]
+fn work_calibrates_to_at_least_one_iteration() {
+    let w = evd_bench::room::Work::calibrate(500.0);
+    assert!(w.iters >= 1);
+}
+
+#[test]
+fn every_room_system_runs_with_fixed_work() {
+    use evd_bench::room::{RoomSystem, Work};
+    for s in RoomSystem::ALL {
+        let run = s.run(64, 2, 5_000, Work::fixed(50)).unwrap();
+        assert_eq!(run.messages, 5_000);
+        assert_eq!(run.room_wakes.is_some(), s.is_evd());
+    }
+}
+
+#[test]
+fn room_case_names_capacity_and_posters() {
+    assert_eq!(evd_bench::room::room_case(64, 2), "room/cap64/2p");
+}
+
+#[test]
+fn every_room_wake_system_measures_each_sample() {
+    use evd_bench::room::RoomWakeSystem;
+    for s in RoomWakeSystem::ALL {
+        assert_eq!(s.measure(20).unwrap().len(), 20);
+    }
 }

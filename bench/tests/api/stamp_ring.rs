@@ -45,3 +45,19 @@ fn every_value_arrives_once_in_order_per_poster_across_threads() {
         assert!(next.iter().all(|&c| c == per));
     }
 }
+
+#[test]
+fn a_stamp_ring_delivers_in_order() {
+    use evd_bench::stamp_ring::{stamp_ring, Reserve};
+    let (tx, mut rx) = stamp_ring::<u64>(2, Reserve::CasTail);
+    let tx2 = tx.another().unwrap();
+    assert!(tx.try_send(1).is_ok());
+    assert!(tx2.try_send(2).is_ok());
+    assert_eq!(tx.try_send(3), Err(3));
+    assert_eq!(
+        (rx.try_recv(), rx.try_recv(), rx.try_recv()),
+        (Some(1), Some(2), None)
+    );
+    let (own, _rx) = stamp_ring::<u64>(2, Reserve::Own);
+    assert!(own.another().is_none());
+}

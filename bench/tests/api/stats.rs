@@ -44,3 +44,16 @@ fn above_one_means_evd_is_better_in_both_directions() {
     assert!(ratio_to_evd(3.0, 2.0, true).unwrap() < 1.0);
     assert!(ratio_to_evd(2.0, 3.0, false).unwrap() < 1.0);
 }
+
+#[test]
+fn summary_of_rounds() {
+    use evd_bench::stats::Summary;
+    let s = Summary::of(&[3.0, 1.0, 2.0, 10.0]).unwrap();
+    assert_eq!((s.median, s.min, s.max, s.samples), (2.5, 1.0, 10.0, 4));
+}
+
+#[test]
+fn quotient_of_zero_is_none() {
+    assert_eq!(evd_bench::stats::quotient(3.0, 2.0), Some(1.5));
+    assert_eq!(evd_bench::stats::quotient(3.0, 0.0), None);
+}

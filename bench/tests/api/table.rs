@@ -1,7 +1,7 @@
 use super::report::{diag, sample_report};
 use evd_bench::cno::Variant;
-use evd_bench::report::Role;
 use evd_bench::report::{records_from, targets, Measurement};
+use evd_bench::report::{Role, System};
 use evd_bench::table::*;
 
 #[test]

@@ -1,4 +1,5 @@
 use evd_bench::payload::Event64;
+use evd_bench::report::System;
 use evd_bench::throughput::*;
 
 #[test]
@@ -92,4 +93,15 @@ fn diagnostics_are_counted() {
 #[test]
 fn zero_messages_is_a_valid_run() {
     assert!(Queue::EvdSingle.run::<u64>(1, 0).is_ok());
+}
+
+#[test]
+fn every_queue_moves_every_event_with_its_posters() {
+    use evd_bench::throughput::Queue;
+    for q in Queue::ALL.into_iter().chain(Queue::FLOORS) {
+        let posters = q.max_posters().unwrap_or(2);
+        let run = q.run::<u64>(posters, 10_000).unwrap();
+        assert_eq!(run.messages, 10_000);
+        assert_eq!(run.empty_polls.is_some(), q.counts_empty_polls());
+    }
 }
