@@ -333,17 +333,13 @@ impl<T> Shared<T> {
     /// thread then triggers it.
     pub(crate) fn disarm(&self) {
         let h = self.head();
-        // AcqRel: Release for nothing; Acquire if this takes CNO_ARMED, as
-        // any trigger's CAS (the enable's binding must be visible; it is,
-        // the consumer wrote it, but the trigger path is the same).
+        // AcqRel: Acquire if this takes CNO_ARMED, as any trigger's CAS (the
+        // binding is the consumer's own write, but the path is the same).
         let trigger = self.transition(Ordering::AcqRel, |w| {
-            // A lossy poster commits to the loss word, then takes ARMED with
-            // an AcqRel RMW on this word. If `w` (read by the load or the
-            // failed CAS of `transition`, both Relaxed) is that RMW's or a
-            // later one's, the Acquire fence makes its commit visible to the
-            // load below; if it is an earlier word, our CAS fails on the
-            // poster's RMW or the poster finds ARMED clear and triggers the
-            // CNO itself. Only an enabled EVD needs the loss word read.
+            // A lossy poster commits, then takes ARMED with an AcqRel RMW:
+            // if `w` is that RMW's or later, the fence makes the commit
+            // visible below; if earlier, our CAS fails on it, or the poster
+            // finds ARMED clear and triggers the CNO itself.
             let report = state::has(w, state::CNO_ARMED) && {
                 fence(Ordering::Acquire);
                 self.loss_pending()
@@ -362,11 +358,9 @@ impl<T> Shared<T> {
     /// found and whether a trigger is now owed (the CAS set `CNO_ARMED` and
     /// nothing took it back here).
     pub(crate) fn cno_enable(&self) -> (Arm, bool) {
-        // An ARMED bit here is stale: the consumer, which alone arms, is
-        // enabling, not waiting (a `Stream` poll or an unbound `Recv` that
-        // returned `Pending` and was dropped leaves one). Left in place it
-        // would take the next post's notification (a direct waiter preempts
-        // the CNO) and wake nobody: withdraw it first.
+        // ARMED here is stale (the consumer, which alone arms, is enabling,
+        // not waiting: a dropped `Pending` poll leaves one) and would take
+        // the next post's news from the CNO: withdraw it first.
         self.disarm();
         let h = self.head();
         // AcqRel, as `arm`: Release publishes the binding to the poster whose
