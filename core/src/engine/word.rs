@@ -327,19 +327,17 @@ impl<T> Shared<T> {
         state::known_queued(seen_tail, h) >= threshold
     }
 
-    /// Withdraw an arm (timed-out wait, dropped future). A direct waiter
-    /// that preempted the CNO and gives up with events queued or a loss
-    /// report pending hands them to the CNO ([`state::withdraw`]): this
-    /// thread then triggers it.
+    /// Withdraw an arm (timed-out wait, dropped future). A direct waiter that
+    /// preempted the CNO and gives up with events queued or a loss report
+    /// pending hands them to the CNO ([`state::withdraw`]), triggered here.
     pub(crate) fn disarm(&self) {
         let h = self.head();
         // AcqRel: Acquire if this takes CNO_ARMED, as any trigger's CAS (the
         // binding is the consumer's own write, but the path is the same).
         let trigger = self.transition(Ordering::AcqRel, |w| {
-            // A lossy poster commits, then takes ARMED with an AcqRel RMW:
-            // if `w` is that RMW's or later, the fence makes the commit
-            // visible below; if earlier, our CAS fails on it, or the poster
-            // finds ARMED clear and triggers the CNO itself.
+            // A lossy poster commits, then takes ARMED with an AcqRel RMW: if
+            // `w` is that RMW's or later, the fence makes the commit visible;
+            // if earlier, our CAS fails on it, or the poster triggers the CNO.
             let report = state::has(w, state::CNO_ARMED) && {
                 fence(Ordering::Acquire);
                 self.loss_pending()
@@ -358,10 +356,12 @@ impl<T> Shared<T> {
     /// found and whether a trigger is now owed (the CAS set `CNO_ARMED` and
     /// nothing took it back here).
     pub(crate) fn cno_enable(&self) -> (Arm, bool) {
-        // ARMED here is stale (the consumer, which alone arms, is enabling,
-        // not waiting: a dropped `Pending` poll leaves one) and would take
-        // the next post's news from the CNO: withdraw it first.
-        self.disarm();
+        // Withdraw a stale ARMED (a dropped poll's) that would take the CNO's
+        // news, or a left enable with news. Relaxed: only we set either.
+        let w = self.state.load(Ordering::Relaxed);
+        if state::has(w, state::ARMED | state::CNO_ARMED) {
+            self.disarm();
+        }
         let h = self.head();
         // AcqRel, as `arm`: Release publishes the binding to the poster whose
         // Acquire reservation takes CNO_ARMED; Acquire makes a loss visible
