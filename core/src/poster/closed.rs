@@ -23,10 +23,10 @@ pub struct Closed<'a, T> {
 }
 
 impl<T> Poster<T> {
-    /// Wait until the EVD is closed: by [`Consumer::close`](crate::Consumer::close),
-    /// the consumer's drop, [`Poster::close`], or the last poster's drop
-    /// (which only a poster other than this one can be waiting on, as this
-    /// one holds a poster).
+    /// Wait until the EVD is closed, by any close:
+    /// [`Consumer::close`](crate::Consumer::close), the consumer's drop or
+    /// [`Poster::close`] (the last poster's drop cannot come while this
+    /// future borrows a poster).
     ///
     /// Resolves at once if the EVD is closed already. A producer task can
     /// `select!` on it to stop producing when nobody will consume. The
