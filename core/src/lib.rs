@@ -82,6 +82,8 @@
 //! * Close: [`Poster::close`] or [`Consumer::close`]; dropping the last
 //!   `Poster` closes too. Later posts are refused as `Closed`; the consumer
 //!   dequeues what is queued, then sees the end of stream.
+//!   [`Poster::closed`]`().await` ([`Closed`]) resolves once the EVD is
+//!   closed, whoever closed it.
 //!   [`Poster::set_unwaitable`] is the softer stop: blocking waits fail with
 //!   [`WaitError::Unwaitable`] while posts keep queueing.
 //!
@@ -113,7 +115,7 @@
 //! | batch | [`dequeue_batch`](Consumer::dequeue_batch) | never sleeps; pair it with `wait` | up to `max` events appended to a `Vec`, one head store; `Ok(0)` when nothing is ready |
 //! | blocking | [`wait`](Consumer::wait), [`wait_deadline`](Consumer::wait_deadline) | spins, yields, then parks; the notifying post unparks the thread | returns once `threshold` events are ready; dequeues nothing |
 //! | blocking | [`dequeue`](Consumer::dequeue), [`dequeue_timeout`](Consumer::dequeue_timeout), [`dequeue_deadline`](Consumer::dequeue_deadline), [`iter`](Consumer::iter), `for ev in &mut consumer` or `consumer` ([`IntoIter`]) | as `wait` | one event per call or item; the iterators end at the end of stream (or when one would block while the EVD is unwaitable) |
-//! | async | [`recv`](Consumer::recv)`().await`, the [`Stream`](futures_core::Stream) impl | the notifying post wakes the task's waker | one event per future, a stream of them ending at the end of stream; dropping a future loses nothing |
+//! | async | [`recv`](Consumer::recv)`().await`, [`recv_batch`](Consumer::recv_batch)`(buf, max).await`, the [`Stream`](futures_core::Stream) impl | the notifying post wakes the task's waker | one event per `recv`, 1 to `max` per `recv_batch`, a stream of them ending at the end of stream; dropping a future loses nothing |
 //! | eventfd (Linux) | [`notify_fd`](Consumer::notify_fd) in epoll, poll or io_uring | the notifying post adds 1 to the eventfd | readable until [`acknowledge`](NotifyFd::acknowledge)d; drain with the busy calls, then arm |
 //! | tokio | tokio's `AsyncFd` on the [`NotifyFd`] | tokio's reactor sees the eventfd readable | as the eventfd: readable, acknowledge, drain, arm |
 //! | upcalls | [`into_upcalls`](Consumer::into_upcalls) | nothing sleeps: a post that finds no upcall running runs the handler on its own thread | `SingleInstance`: one handler call at a time; `ManyInstances`: handlers overlap |
@@ -319,13 +321,14 @@
 //! | `sync`, `pace`, `unwind`, `frames` | std/loom/shuttle switch; the consumer's linger; panic collection; the thread's chain of handler calls (am I inside this EVD's handler?) | — |
 //! | `ring`, `error`, `query` | slot storage, stamps and the capacity; typed errors; [`Query`] | the slot layout changes |
 //! | `room` | the room signal: the waiting posters' queue, its flags in the consumer's line, the barrier pair | how posters wait for room |
+//! | `close_wait` | the wakers of tasks awaiting [`Poster::closed`], woken by close | how posters wait for close |
 //! | `notify` | where a notification goes: waker, eventfd, and the CNO link (a trait the CNO implements) | a new way to be notified |
 //! | `upcall/handler` | the replaceable upcall handler | handler replacement |
 //! | `engine/` | `Shared`, a composition of owners, each with its atomics and its ordering argument: `word` (every CAS on the state word, the release sequence as a whole), `consumer_line` and `dequeue` (the head and the dequeue paths), `loss` (the loss word), `snapshot` (queries) | an ordering question: the owner of that atomic |
 //! | `upcall/instance` | one upcall run on a posting thread | how an instance takes, delivers, exits |
-//! | `poster/` | [`Poster`], [`Lossy`]; `wait`, `future` ([`PostAsync`]), `sink` ([`PostSink`]), `room` ([`RoomWaiter`]) | a new way to post |
+//! | `poster/` | [`Poster`], [`Lossy`]; `wait`, `future` ([`PostAsync`]), `closed` ([`Closed`]), `sink` ([`PostSink`]), `room` ([`RoomWaiter`]) | a new way to post |
 //! | `cno/slot`, `cno/engine` | the slot word's pure transitions; the CNO's slot table, ready ring and the typed binding | CNO behaviour (a new slot bit: `slot` and the fuzz model) |
-//! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
+//! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], [`RecvBatch`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
 //! | [`cno`] | [`Cno`], [`CnoHandle`]: the ready ring's consumer; the protocol | the CNO's waiting API |
 //! | `consumer/cno` | bind, enable, disable, move (the consumer holds the binding) | how an EVD joins a CNO |
 //! | `upcall/` | [`Upcalls`] and its policies | upcall policy changes |
@@ -338,6 +341,7 @@ compile_error!("`--cfg loom` needs `--features __loom` (the loom dependency is o
 #[cfg(all(shuttle, not(feature = "__shuttle")))]
 compile_error!("`--cfg shuttle` needs `--features __shuttle` (the shuttle dependency is optional)");
 
+mod close_wait;
 pub mod cno;
 mod consumer;
 mod engine;
@@ -363,13 +367,14 @@ pub use cno::{Cno, CnoHandle, ReadySet};
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub use consumer::NotifyFd;
 pub use consumer::{
-    ArmStatus, Consumer, IntoIter, Iter, Recv, TryIter, DEFAULT_LINGER_CAP, DEFAULT_SPIN_BUDGET,
+    ArmStatus, Consumer, IntoIter, Iter, Recv, RecvBatch, TryIter, DEFAULT_LINGER_CAP,
+    DEFAULT_SPIN_BUDGET,
 };
 pub use error::{
     BatchPostError, CnoError, CreateError, DequeueError, Overflow, PolicyError, PostError,
     RecvError, ResizeError, TryDequeueError, WaitError,
 };
-pub use poster::{Lossy, PostAsync, PostSink, Poster, RoomWaiter};
+pub use poster::{Closed, Lossy, PostAsync, PostSink, Poster, RoomWaiter};
 pub use query::{Query, UpcallPolicy};
 pub use ring::MAX_CAPACITY;
 pub use state::Invoke;

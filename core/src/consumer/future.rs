@@ -1,4 +1,5 @@
-//! Async consumption: a `Future` for one event and a `Stream` of events.
+//! Async consumption: a `Future` for one event ([`Recv`]), one for a batch
+//! ([`RecvBatch`]) and a `Stream` of events.
 //!
 //! `poll` is dequeue → register the task's waker → arm: if the arm finds
 //! events it loops, if it arms the task sleeps until the post that disarms
@@ -19,15 +20,16 @@ use std::task::{Context, Poll};
 const POLL_RETRIES: u32 = 4;
 
 impl<T> Consumer<T> {
-    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError>> {
+    /// Dequeue with `take` (`None`: nothing ready) → register the task's
+    /// waker → arm, until `take` gives an answer or the arm holds.
+    fn poll_until<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut take: impl FnMut(&mut Self) -> Option<Result<R, RecvError>>,
+    ) -> Poll<Result<R, RecvError>> {
         for _ in 0..POLL_RETRIES {
-            match self.shared().dequeue_one() {
-                Ok(v) => return Poll::Ready(Ok(v)),
-                Err(TryDequeueError::Overflow(o)) => {
-                    return Poll::Ready(Err(RecvError::Overflow(o)))
-                }
-                Err(TryDequeueError::Closed) => return Poll::Ready(Err(RecvError::Closed)),
-                Err(TryDequeueError::Empty) => {}
+            if let Some(r) = take(self) {
+                return Poll::Ready(r);
             }
             self.shared().register_waker(cx.waker());
             match self.shared().arm(1) {
@@ -41,6 +43,30 @@ impl<T> Consumer<T> {
         crate::sync::Backoff::new().snooze();
         cx.waker().wake_by_ref();
         Poll::Pending
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError>> {
+        self.poll_until(cx, |c| match c.shared().dequeue_one() {
+            Ok(v) => Some(Ok(v)),
+            Err(e) => recv_error(e).map(Err),
+        })
+    }
+
+    /// One poll of [`RecvBatch`]: `dequeue_batch` in place of the dequeue.
+    fn poll_batch(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut Vec<T>,
+        max: usize,
+    ) -> Poll<Result<usize, RecvError>> {
+        if max == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        self.poll_until(cx, |c| match c.dequeue_batch(buf, max) {
+            Ok(0) => None,
+            Ok(n) => Some(Ok(n)),
+            Err(e) => recv_error(e).map(Err),
+        })
     }
 
     /// Receive one event asynchronously.
@@ -58,6 +84,16 @@ impl<T> Consumer<T> {
             consumer: self,
             done: false,
         }
+    }
+}
+
+/// A dequeue's refusal as `recv` reports it; `None` for `Empty` (arm and
+/// wait).
+fn recv_error(e: TryDequeueError) -> Option<RecvError> {
+    match e {
+        TryDequeueError::Overflow(o) => Some(RecvError::Overflow(o)),
+        TryDequeueError::Closed => Some(RecvError::Closed),
+        TryDequeueError::Empty => None,
     }
 }
 
@@ -124,6 +160,98 @@ impl<T> std::fmt::Debug for Recv<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recv")
             .field("done", &self.done)
+            .field("state", &self.consumer.query())
+            .finish()
+    }
+}
+
+impl<T> Consumer<T> {
+    /// Receive a batch of events asynchronously: the async form of
+    /// [`Consumer::dequeue_batch`].
+    ///
+    /// Resolves to `Ok(n)` once `n` events (at least 1, at most `max`) are
+    /// appended to `buf`, in order, with one store of the head for the
+    /// batch; it waits (armed, as [`Consumer::recv`]) while none is ready.
+    /// A pending loss report resolves it to [`RecvError::Overflow`] and the
+    /// end of stream to [`RecvError::Closed`], exactly as `recv` reports
+    /// them (a report comes first, but right after a report the ready
+    /// events do: see the crate docs, "Loss reports"). `max == 0` resolves
+    /// to `Ok(0)` at once and looks at nothing, as `dequeue_batch` does: a
+    /// pending report or the end of stream waits for a call with `max > 0`.
+    ///
+    /// Dropping the future loses nothing: events stay in the ring until a
+    /// poll takes them, and a poll that takes them resolves.
+    ///
+    /// ```
+    /// use futures::executor::block_on;
+    /// let (poster, mut consumer) = evd::bounded(8).unwrap();
+    /// let t = std::thread::spawn(move || for i in 0..5u32 { poster.post(i).unwrap() });
+    /// let mut buf = Vec::new();
+    /// while buf.len() < 5 {
+    ///     let n = block_on(consumer.recv_batch(&mut buf, 3)).unwrap();
+    ///     assert!((1..=3).contains(&n));
+    /// }
+    /// assert_eq!(buf, [0, 1, 2, 3, 4]);
+    /// t.join().unwrap(); // the poster is gone: end of stream
+    /// assert_eq!(block_on(consumer.recv_batch(&mut buf, 3)), Err(evd::RecvError::Closed));
+    /// ```
+    pub fn recv_batch<'a>(&'a mut self, buf: &'a mut Vec<T>, max: usize) -> RecvBatch<'a, T> {
+        RecvBatch {
+            consumer: self,
+            buf,
+            max,
+            done: false,
+        }
+    }
+}
+
+/// Future returned by [`Consumer::recv_batch`].
+#[must_use = "futures do nothing unless polled"]
+pub struct RecvBatch<'a, T> {
+    consumer: &'a mut Consumer<T>,
+    buf: &'a mut Vec<T>,
+    max: usize,
+    /// It returned `Ready`: `FusedFuture::is_terminated`.
+    done: bool,
+}
+
+impl<T> Future for RecvBatch<'_, T> {
+    type Output = Result<usize, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let r = this.consumer.poll_batch(cx, this.buf, this.max);
+        if r.is_ready() {
+            this.done = true;
+        }
+        r
+    }
+}
+
+/// Terminated once it has returned `Ready`; polled again after that, it
+/// receives another batch, as a new [`Consumer::recv_batch`] would.
+impl<T> FusedFuture for RecvBatch<'_, T> {
+    fn is_terminated(&self) -> bool {
+        self.done
+    }
+}
+
+/// As [`Recv`]'s drop: a future dropped before it completed withdraws its
+/// arm if the EVD is bound to a CNO.
+impl<T> Drop for RecvBatch<'_, T> {
+    fn drop(&mut self) {
+        if !self.done && self.consumer.cno_key().is_some() {
+            self.consumer.shared().disarm();
+        }
+    }
+}
+
+/// Shows whether the future has completed, its `max`, and the EVD's state.
+impl<T> std::fmt::Debug for RecvBatch<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBatch")
+            .field("done", &self.done)
+            .field("max", &self.max)
             .field("state", &self.consumer.query())
             .finish()
     }

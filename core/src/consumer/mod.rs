@@ -12,7 +12,7 @@ mod wait;
 
 #[cfg(all(target_os = "linux", not(loom)))]
 pub use eventfd::NotifyFd;
-pub use future::Recv;
+pub use future::{Recv, RecvBatch};
 pub use iter::{IntoIter, Iter, TryIter};
 pub(crate) use wait::block_until;
 

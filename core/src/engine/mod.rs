@@ -14,6 +14,7 @@
 //! | the loss word | close's first step, lost count | close, lossy posts | [`loss`] |
 //! | the notification targets | waker, eventfd; the CNO link | a waiter registering | [`crate::notify`] |
 //! | the room queue | waiting posters, FIFO, under a lock | waiting posters only | [`crate::room`] |
+//! | the close waiters | wakers of `Poster::closed` futures, under a lock | registering tasks and close only | [`crate::close_wait`] |
 //! | snapshots | loads of the word and the head | — | [`snapshot`] |
 //!
 //! # The protocol on one page
@@ -61,6 +62,7 @@ mod word;
 
 pub(crate) use word::Refused;
 
+use crate::close_wait::{CloseWaiters, Ticket};
 use crate::error::Overflow;
 use crate::notify::{CnoLink, CnoTarget, NotifyTargets, Reached};
 use crate::query::Counters;
@@ -122,6 +124,9 @@ pub(crate) struct Shared<T> {
     /// The trigger's end of the CNO this EVD is bound to, if any
     /// ([`crate::notify::CnoLink`]).
     cno: CnoLink,
+    /// Tasks awaiting `Poster::closed` ([`crate::close_wait`]). Locked only
+    /// by such a task and by close.
+    close_waiters: CloseWaiters,
 }
 
 // SAFETY: the slots hand each `T` from one thread to another exactly once
@@ -153,6 +158,7 @@ impl<T> Shared<T> {
             counters: CachePadded::new(Counters::default()),
             room: CachePadded::new(RoomQueue::new()),
             cno: CnoLink::new(),
+            close_waiters: CloseWaiters::new(),
         }
     }
 
@@ -382,6 +388,27 @@ impl<T> Shared<T> {
     pub(super) fn wake_all_room(&self) {
         self.room
             .wake_all(&self.consumer.room, &self.counters.room_wakes);
+    }
+
+    /// Close's wakes of posters, after CLOSED is set: every poster waiting
+    /// for room, then every task awaiting `Poster::closed`. Neither raises
+    /// a waker's panic.
+    pub(super) fn wake_posters_on_close(&self) {
+        self.wake_all_room();
+        self.close_waiters.wake_all();
+    }
+
+    // ---- the close waiters ([`crate::close_wait`]) ----
+
+    /// Register `waker` to be woken by close; the caller re-checks
+    /// [`Shared::is_closed`] after this.
+    pub(crate) fn close_wait_register(&self, ticket: &mut Ticket, waker: &Waker) {
+        self.close_waiters.register(ticket, waker);
+    }
+
+    /// A close waiter is done or dropped: take its waker out.
+    pub(crate) fn close_wait_leave(&self, ticket: &mut Ticket) {
+        self.close_waiters.leave(ticket);
     }
 
     /// A poster waits for room now (`Query::room_wanted`).

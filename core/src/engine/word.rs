@@ -438,10 +438,10 @@ impl<T> Shared<T> {
             trace::event!(DEBUG, evd = self.id(), "EVD closed");
         }
         // After CLOSED: a woken waiter's next post is refused as closed. The
-        // room wakes come first: they catch their wakers' panics, while the
-        // consumer's waker (or the CNO's) may panic out of this call, and
-        // must not leave a waiting poster asleep on a closed EVD.
-        self.wake_all_room();
+        // posters' wakes (room, `closed()`) come first: they catch their
+        // wakers' panics, while the consumer's waker (or the CNO's) may panic
+        // out of this call, and must not leave a poster asleep on it.
+        self.wake_posters_on_close();
         // Both owed notifications are delivered even if the first target's
         // waker panics; the first panic goes on after them.
         let mut panics = Panics::default();

@@ -1,13 +1,16 @@
 //! The posting handle: [`Poster`], and what a lossy post reports, [`Lossy`];
 //! `wait` (posts that block until there is room), `future` ([`PostAsync`]),
+//! `closed` ([`Closed`]: waiting for close),
 //! `sink` ([`PostSink`]), `room` ([`RoomWaiter`]: waiting for room with no
 //! event in hand).
 
+mod closed;
 mod future;
 mod room;
 mod sink;
 mod wait;
 
+pub use closed::Closed;
 pub use future::PostAsync;
 pub use room::RoomWaiter;
 pub use sink::PostSink;

@@ -39,6 +39,9 @@ include!("cno.rs");
 // anyway; these models check that the look after it, with posts and a close
 // landing around it, loses no event and no wakeup.
 include!("pace.rs");
+// The async waits: a poster's `closed()` against close, a consumer's
+// `recv_batch` against a post.
+include!("async_waits.rs");
 
 /// Explore every interleaving with at most `LOOM_MAX_PREEMPTIONS` (default 3)
 /// preemptions: bounded, as tokio's CI runs its models, so that models with
