@@ -374,7 +374,7 @@ pub use error::{
     BatchPostError, CnoError, CreateError, DequeueError, Overflow, PolicyError, PostError,
     RecvError, ResizeError, TryDequeueError, WaitError,
 };
-pub use poster::{Closed, Lossy, PostAsync, PostSink, Poster, RoomWaiter};
+pub use poster::{Closed, Lossy, Permit, PostAsync, PostSink, Poster, Reserving, RoomWaiter};
 pub use query::{Query, UpcallPolicy};
 pub use ring::MAX_CAPACITY;
 pub use state::Invoke;

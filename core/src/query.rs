@@ -44,7 +44,8 @@ impl UpcallPolicy {
 }
 
 /// A snapshot of an EVD (DAT's `evd_query`). The state fields, `len`,
-/// `posted` and `dequeued` belong to one instant (`len <= capacity` always);
+/// `permits`, `posted` and `dequeued` belong to one instant (`len + permits
+/// <= capacity` always);
 /// the counters are read just after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -84,6 +85,9 @@ pub struct Query {
     /// wait, one per waiter at close, and one passed on by a woken waiter
     /// that left.
     pub room_wakes: u64,
+    /// Slots promised to [`Permit`](crate::Permit)s not yet sent or dropped:
+    /// not in `len`, but not free for posts either.
+    pub permits: usize,
 }
 
 /// Counters touched off the post/dequeue fast path only.

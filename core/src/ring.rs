@@ -189,6 +189,27 @@ impl<T> Buffer<T> {
         Some(slot.value.with_mut(|p| unsafe { (*p).assume_init_read() }))
     }
 
+    /// Move the events of tickets `[head, head + count)` from `old` into
+    /// `fresh` under the same ticket numbers, waiting for any still being
+    /// written (a resize).
+    ///
+    /// # Safety
+    /// The caller is the consumer at `head`, every ticket in the range was
+    /// handed out, and no ticket past it can be handed out meanwhile.
+    pub(crate) unsafe fn move_queued(old: &Self, fresh: &Self, head: u64, count: u64) {
+        let backoff = crate::sync::Backoff::new();
+        for t in (0..count).map(|i| head.wrapping_add(i)) {
+            // A poster that reserved before the resize is still writing: wait.
+            while !old.is_published(t) {
+                backoff.snooze();
+            }
+            // SAFETY: published and not taken; we are the consumer; the
+            // ticket is republished in `fresh` with the same number, which
+            // nobody else writes (no ticket is handed out meanwhile).
+            unsafe { Self::publish(fresh, t, old.take(t)) };
+        }
+    }
+
     /// Move ticket `t`'s value out.
     ///
     /// # Safety

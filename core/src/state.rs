@@ -32,7 +32,15 @@
 //! | 7–12   | `INSTANCES`  | upcall instances in flight (0..=63) |
 //! | 13–18  | `CAP_LOG2`   | log2 of the ring capacity (capacities are powers of two) |
 //! | 19     | `CNO_ARMED`  | the consumer enabled the EVD on its CNO: the next post puts its key in the CNO's ready set |
-//! | 20–63  | `TAIL`       | ticket counter, modulo 2^44 |
+//! | 20–27  | `PERMITS`    | slots promised to [`Permit`](crate::Permit)s not yet sent or given back (0..=255) |
+//! | 28–63  | `TAIL`       | ticket counter, modulo 2^36 |
+//!
+//! The permits sit in the word for the same reason as the tail: a post's
+//! room is `capacity − len − permits`, and a permit must be taken against
+//! the same tail a concurrent post's reservation is checked against, or
+//! both could take the last slot. A word with permits out is never a plain
+//! reservation ([`reserve_plain`] declines it), so posts that nobody
+//! reserves against run the same instructions as before permits existed.
 //!
 //! The capacity sits in the word so that a poster's "is it full?" check and
 //! its reservation are made against the same capacity: a resize changes the
@@ -42,10 +50,11 @@
 //! The consumer's head is *not* in the word: it is written only by the consumer
 //! (or the upcall instance holding `TOKEN`), published in its own cache line,
 //! and passed to the functions below as an argument. The tail wraps modulo
-//! 2^44; all distances are computed with [`len`], modulo 2^44. That is exact
-//! when the head passed in is less than 2^44 − capacity behind the tail: the
-//! consumer's own head is at most `capacity` behind, and a poster's cached
-//! head is reloaded once it is more than one head epoch (2^40 events) old.
+//! 2^36; all distances are computed with [`len`], modulo 2^36. That is exact
+//! when the head passed in is less than 2^36 − capacity behind the tail: the
+//! consumer's own head is at most `capacity` (at most 2^32) behind, and a
+//! poster's cached head is reloaded once it is more than one head epoch
+//! (2^32 events) old, so it is less than 2^33 behind.
 //!
 //! # Transition table
 //!
@@ -55,8 +64,11 @@
 //!
 //! | operation (who) | function | precondition | new word | side effect after CAS |
 //! |---|---|---|---|---|
-//! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, not full | tail+1; if ARMED: −ARMED +NOTIFIED; else if CNO_ARMED: −CNO_ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / trigger the CNO / run the upcall |
-//! | batch post (poster) | [`reserve_batch`] | as for post | tail+count (count = min(asked, room)); notification as for post | publish every slot, then wake / run the upcall |
+//! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, len + PERMITS < capacity | tail+1; if ARMED: −ARMED +NOTIFIED; else if CNO_ARMED: −CNO_ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / trigger the CNO / run the upcall |
+//! | batch post (poster) | [`reserve_batch`] | as for post | tail+count (count = min(asked, capacity − len − PERMITS)); notification as for post | publish every slot, then wake / run the upcall |
+//! | take a permit (poster) | [`take_permit`] | as for post, and PERMITS < 255 | PERMITS+1 | — (the slot is promised; nothing is queued) |
+//! | send with a permit (poster) | [`send_permit`] | PERMITS > 0, !CLOSED, !RESIZING (no full check: the permit's slot is free) | tail+1, PERMITS−1; notification as for post | as for post |
+//! | give a permit back (poster) | [`release_permit`] | PERMITS > 0 | PERMITS−1 | wake one poster waiting for room |
 //! | post refused, ring full (poster) | — | full, no upcall can start | no change: the event is handed back, nothing is counted, no RMW | — |
 //! | post finds the ring full under an idle upcall policy (poster) | [`start_upcall_on_full`] | full, policy enabled, !TOKEN, INSTANCES below the limit | +TOKEN +NOTIFIED, INSTANCES+1 | run the upcall (it drains the ring), then retry the post |
 //! | lossy post drops its event (poster) | [`loss::commit`] on the loss word, then [`notify_loss`] | full, loss word not closed | loss word: count+1; word: as for a reservation, without the tail (an RMW even when unchanged) | wake / run the upcall (it reports the loss) |
@@ -70,7 +82,7 @@
 //! | disable on the CNO (consumer) | [`disable_cno`] | CNO_ARMED | −CNO_ARMED | none; without CNO_ARMED, wait for the trigger that took it to land |
 //! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED −CNO_ARMED, +NOTIFIED if either was set | wake if it was ARMED, trigger the CNO if it was CNO_ARMED |
 //! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
-//! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | wait for reserved slots, move them |
+//! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | refuse if len + PERMITS exceeds the new capacity; else wait for reserved slots, move them |
 //! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |
 //! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline |
 //! | instance exits (token holder) | [`exit_instance`] | policy disabled, or ring empty | −TOKEN, INSTANCES−1, −NOTIFIED if empty | — |
@@ -101,6 +113,11 @@
 //! * The enable CAS is `AcqRel` like the arm's: `Release` publishes the CNO
 //!   binding (written by the consumer before it) to the poster whose
 //!   `Acquire` reservation takes `CNO_ARMED`.
+//! * Taking a permit is `AcqRel` like a reservation (its `Release` keeps a
+//!   `query`'s `len + permits <= capacity`), sending with one *is* a
+//!   reservation, and giving one back is `Relaxed`: it frees room and
+//!   publishes nothing; the room barrier orders it against a waiting
+//!   poster's re-check (see [`crate::room`]).
 //! * Token hand-offs between upcall instances are `AcqRel` CASes: the instance
 //!   that takes the token must see the head and slot reads of the one that
 //!   released it.
@@ -127,7 +144,14 @@ const CAP_MASK: u64 = 0b11_1111 << CAP_SHIFT;
 /// post, close or loss puts the EVD's key in the CNO's ready set. A direct
 /// waiter's `ARMED` takes precedence (DAT: a direct waiter preempts the CNO).
 pub const CNO_ARMED: u64 = 1 << 19;
-const TAIL_SHIFT: u32 = 20;
+const PERMITS_SHIFT: u32 = 20;
+const PERMITS_BITS: u32 = 8;
+const PERMITS_MASK: u64 = ((1 << PERMITS_BITS) - 1) << PERMITS_SHIFT;
+const ONE_PERMIT: u64 = 1 << PERMITS_SHIFT;
+/// Most permits that may be out at once: a further [`take_permit`] finds
+/// the ring full until one is sent or given back.
+pub const MAX_PERMITS: u64 = (1 << PERMITS_BITS) - 1;
+const TAIL_SHIFT: u32 = PERMITS_SHIFT + PERMITS_BITS;
 
 /// Number of bits of the tail ticket counter.
 pub const TAIL_BITS: u32 = 64 - TAIL_SHIFT;
@@ -235,6 +259,17 @@ pub const fn instances(w: u64) -> u64 {
     (w & INSTANCES_MASK) >> INSTANCES_SHIFT
 }
 
+/// Permits out in `w`: slots promised and not yet sent or given back.
+/// ```
+/// use evd::state::*;
+/// let TakePermit::Taken(w) = take_permit(initial(2), 0) else { unreachable!() };
+/// assert_eq!((permits(w), permits(release_permit(w))), (1, 0));
+/// ```
+#[inline]
+pub const fn permits(w: u64) -> u64 {
+    (w & PERMITS_MASK) >> PERMITS_SHIFT
+}
+
 /// Reserved tickets not yet dequeued, for a consumer at `head`.
 /// ```
 /// use evd::state::*;
@@ -248,7 +283,7 @@ pub const fn len(w: u64, head: u64) -> u64 {
 
 /// The tail of `w` as a full 64-bit ticket count, for a consumer at `head`
 /// that loaded `w` after its head reached `head` (so `head` ≤ the tail ≤
-/// `head` + capacity, and the word's 44-bit tail extends uniquely).
+/// `head` + capacity, and the word's 36-bit tail extends uniquely).
 /// ```
 /// use evd::state::*;
 /// let Reserve::Ticket { new, .. } = reserve(initial(2), 0) else { unreachable!() };
@@ -274,7 +309,7 @@ pub const fn tail_count(w: u64, head: u64) -> u64 {
 pub const fn known_queued(seen_tail: u64, head: u64) -> u64 {
     let d = seen_tail.wrapping_sub(head);
     // A head past the seen tail makes `d` wrap to near 2^64; a real count is
-    // at most the capacity, far below 2^44.
+    // at most the capacity, far below 2^36.
     if d <= TICKET_MASK {
         d
     } else {
@@ -282,16 +317,19 @@ pub const fn known_queued(seen_tail: u64, head: u64) -> u64 {
     }
 }
 
-/// True if a reservation in `w` would exceed the capacity, given `head`.
+/// True if a reservation in `w` would exceed the capacity, given `head`:
+/// every slot is queued or promised to a permit.
 /// ```
 /// use evd::state::*;
 /// let Reserve::Ticket { new, .. } = reserve(initial(0), 0) else { unreachable!() };
 /// assert!(is_full(new, 0));
 /// assert!(!is_full(new, 1));
+/// let TakePermit::Taken(promised) = take_permit(initial(0), 0) else { unreachable!() };
+/// assert!(is_full(promised, 0));
 /// ```
 #[inline]
 pub const fn is_full(w: u64, head: u64) -> bool {
-    len(w, head) >= capacity(w)
+    len(w, head) + permits(w) >= capacity(w)
 }
 
 /// True if the flag `f` is set in `w`.
@@ -428,11 +466,14 @@ pub const fn reserve_plain(w: u64, head: u64) -> Option<Plain> {
     // Open, not resizing, nobody to notify and no upcall policy: the general
     // path would only move the tail (it reaches `Notify::None`, leaving every
     // other bit as it is).
-    if w & PLAIN_RESERVE_BLOCKERS != 0 || is_full(w, head) {
+    // No permit is out (PERMITS is among the blockers), so the full check is
+    // the tail's distance alone: the same instructions as a ring without
+    // permits.
+    if w & PLAIN_RESERVE_BLOCKERS != 0 || len(w, head) >= capacity(w) {
         return None;
     }
     Some(Plain {
-        // The tail is the top field: adding one there wraps it modulo 2^44
+        // The tail is the top field: adding one there wraps it modulo 2^36
         // and touches no other bit, as `with_tail` would.
         new: w.wrapping_add(1 << TAIL_SHIFT),
         ticket: tail(w),
@@ -442,8 +483,10 @@ pub const fn reserve_plain(w: u64, head: u64) -> Option<Plain> {
 /// The bits under which a reservation does more than move the tail (or is
 /// refused for another reason than a full ring): see [`reserve`]'s first
 /// branch. A set `TOKEN` is not among them: without a policy it starts
-/// nothing either way.
-const PLAIN_RESERVE_BLOCKERS: u64 = ARMED | CLOSED | RESIZING | CNO_ARMED | POLICY_MASK;
+/// nothing either way. Permits out are: the room is then smaller than the
+/// tail's distance says.
+const PLAIN_RESERVE_BLOCKERS: u64 =
+    ARMED | CLOSED | RESIZING | CNO_ARMED | POLICY_MASK | PERMITS_MASK;
 
 /// [`reserve`] for any word: the transition table's row, flag by flag.
 #[inline]
@@ -457,6 +500,14 @@ const fn reserve_general(w: u64, head: u64) -> Reserve {
     if is_full(w, head) {
         return Reserve::Full;
     }
+    take_ticket(w)
+}
+
+/// The ticket and the notification of a reservation that may go ahead
+/// ([`reserve`] past its refusals, [`send_permit`]): tail+1, and the first
+/// of ARMED, CNO_ARMED or an idle upcall policy is taken.
+#[inline]
+const fn take_ticket(w: u64) -> Reserve {
     let ticket = tail(w);
     let mut new = with_tail(w, ticket + 1);
     let notify = if has(w, ARMED) {
@@ -482,7 +533,7 @@ const fn reserve_general(w: u64, head: u64) -> Reserve {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReserveBatch {
     /// Install `new`; the poster owns tickets `first .. first + count`
-    /// (modulo 2^44) and must publish them all, then perform `notify`.
+    /// (modulo 2^36) and must publish them all, then perform `notify`.
     Tickets {
         /// The word to CAS in.
         new: u64,
@@ -524,7 +575,7 @@ pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
             ticket,
             notify,
         } => {
-            let room = capacity(w) - len(w, head);
+            let room = capacity(w) - len(w, head) - permits(w);
             let count = if want < room { want } else { room };
             let count = if count == 0 { 1 } else { count };
             ReserveBatch::Tickets {
@@ -535,6 +586,84 @@ pub const fn reserve_batch(w: u64, head: u64, want: u64) -> ReserveBatch {
             }
         }
     }
+}
+
+/// Outcome of [`take_permit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TakePermit {
+    /// Install the word: one more slot is promised.
+    Taken(u64),
+    /// As for [`reserve`].
+    Closed,
+    /// As for [`reserve`].
+    Resizing,
+    /// No slot is free for a consumer at the given head (or [`MAX_PERMITS`]
+    /// are out).
+    Full,
+}
+
+/// Promise a slot to a permit: PERMITS+1 where a post would get a ticket.
+/// Nothing is queued, so nobody is notified; the post that later uses the
+/// permit ([`send_permit`]) takes the ticket and the notification.
+///
+/// ```
+/// use evd::state::*;
+/// let w = initial(1); // 2 slots
+/// let TakePermit::Taken(w) = take_permit(w, 0) else { unreachable!() };
+/// let Reserve::Ticket { new: w, .. } = reserve(w, 0) else { unreachable!() };
+/// assert_eq!(reserve(w, 0), Reserve::Full); // one queued, one promised
+/// assert_eq!(take_permit(w, 0), TakePermit::Full);
+/// ```
+#[inline]
+pub const fn take_permit(w: u64, head: u64) -> TakePermit {
+    if has(w, CLOSED) {
+        return TakePermit::Closed;
+    }
+    if has(w, RESIZING) {
+        return TakePermit::Resizing;
+    }
+    if is_full(w, head) || permits(w) == MAX_PERMITS {
+        return TakePermit::Full;
+    }
+    TakePermit::Taken(w + ONE_PERMIT)
+}
+
+/// A permit's post: the ticket its promised slot stands for (tail+1,
+/// PERMITS−1) and the notification, as [`reserve`] takes them. Never
+/// [`Reserve::Full`]: the slot was free when the permit was taken and
+/// nothing else could take it. [`Reserve::Closed`]: the event is handed
+/// back and the permit given back ([`release_permit`]).
+///
+/// ```
+/// use evd::state::*;
+/// let TakePermit::Taken(w) = take_permit(initial(0), 0) else { unreachable!() };
+/// let Arm::Armed(armed) = arm(w, 0, 1) else { unreachable!() };
+/// let Reserve::Ticket { new, ticket: 0, notify: Notify::Wake } = send_permit(armed) else { unreachable!() };
+/// assert_eq!((permits(new), len(new, 0)), (0, 1));
+/// ```
+#[inline]
+pub const fn send_permit(w: u64) -> Reserve {
+    debug_assert!(permits(w) > 0, "a permit sent that was never taken");
+    if has(w, CLOSED) {
+        return Reserve::Closed;
+    }
+    if has(w, RESIZING) {
+        return Reserve::Resizing;
+    }
+    take_ticket(w - ONE_PERMIT)
+}
+
+/// A permit dropped unsent gives its slot back: PERMITS−1.
+///
+/// ```
+/// use evd::state::*;
+/// let TakePermit::Taken(w) = take_permit(initial(0), 0) else { unreachable!() };
+/// assert_eq!(release_permit(w), initial(0));
+/// ```
+#[inline]
+pub const fn release_permit(w: u64) -> u64 {
+    debug_assert!(permits(w) > 0, "a permit given back that was never taken");
+    w - ONE_PERMIT
 }
 
 /// A lossy post gave its event up because the ring is full (DAT's
@@ -1077,6 +1206,7 @@ mod tests {
             INSTANCES_MASK,
             CAP_MASK,
             CNO_ARMED,
+            PERMITS_MASK,
             TICKET_MASK << TAIL_SHIFT,
         ];
         let mut seen = 0u64;
@@ -1214,7 +1344,7 @@ mod tests {
         let wrap = with_tail(CAP4, TICKET_MASK - 1);
         match reserve_batch(wrap, TICKET_MASK - 1, 3) {
             ReserveBatch::Tickets { new, count, .. } => {
-                assert_eq!((count, tail(new)), (3, 1), "wraps modulo 2^44");
+                assert_eq!((count, tail(new)), (3, 1), "wraps modulo 2^36");
             }
             other => panic!("{other:?}"),
         }
@@ -1545,13 +1675,13 @@ mod tests {
                 }
             }
             for pol in 0..4u64 {
-                for inst in [0, 1, MAX_INSTANCES] {
+                for (inst, out) in [(0, 0), (1, 1), (MAX_INSTANCES, MAX_PERMITS)] {
                     for log2 in [0, 10] {
                         for t in [0, 1, 5, TICKET_MASK - 1, TICKET_MASK] {
                             let w = with_instances(
                                 with_tail(initial(log2) | bits | (pol << POLICY_SHIFT), t),
                                 inst,
-                            );
+                            ) | (out << PERMITS_SHIFT);
                             let cap = 1u64 << log2;
                             for behind in [0, 1, cap - 1, cap] {
                                 let head = t.wrapping_sub(behind) & TICKET_MASK;
@@ -1580,6 +1710,84 @@ mod tests {
             }
         }
         assert!(checked > 10_000);
+    }
+
+    #[test]
+    fn a_permit_takes_room_as_a_post_would_and_sends_without_a_full_check() {
+        let w = initial(1); // 2 slots
+        let TakePermit::Taken(one) = take_permit(w, 0) else {
+            panic!("room for a permit")
+        };
+        assert_eq!((permits(one), tail(one)), (1, 0));
+        // A post and a permit share the room: one post fills the ring.
+        let (full, _, _) = ticket(reserve(one, 0));
+        assert!(is_full(full, 0));
+        assert_eq!(reserve(full, 0), Reserve::Full);
+        assert_eq!(
+            reserve_plain(one, 0),
+            None,
+            "a word with permits is not plain"
+        );
+        assert_eq!(take_permit(full, 0), TakePermit::Full);
+        // The permit's send takes the promised slot's ticket.
+        let (sent, t, notify) = ticket(send_permit(full));
+        assert_eq!(
+            (t, notify, permits(sent), len(sent, 0)),
+            (1, Notify::None, 0, 2)
+        );
+        // A batch counts the promised slots out.
+        let ReserveBatch::Tickets { count, .. } = reserve_batch(one, 0, 8) else {
+            panic!("room for a batch")
+        };
+        assert_eq!(count, 1);
+    }
+
+    #[test]
+    fn a_permit_send_takes_the_notification_as_a_post_would() {
+        let TakePermit::Taken(w) = take_permit(initial(2), 0) else {
+            panic!("room")
+        };
+        let Arm::Armed(armed) = arm(w, 0, 1) else {
+            panic!("arms with only a permit out: nothing is queued")
+        };
+        let (new, _, notify) = ticket(send_permit(armed));
+        assert_eq!(notify, Notify::Wake);
+        assert!(!has(new, ARMED) && has(new, NOTIFIED));
+        let on = set_policy(w, 0, PolicyBits::Single, Invoke::New).new;
+        assert_eq!(ticket(send_permit(on)).2, Notify::Upcall);
+    }
+
+    #[test]
+    fn permits_are_refused_when_closed_resizing_or_at_the_limit() {
+        let TakePermit::Taken(w) = take_permit(initial(10), 0) else {
+            panic!("room")
+        };
+        let closed = close(w).new;
+        assert_eq!(take_permit(closed, 0), TakePermit::Closed);
+        assert_eq!(send_permit(closed), Reserve::Closed);
+        assert_eq!(permits(release_permit(closed)), 0, "given back after close");
+        let resizing = begin_resize(w).unwrap();
+        assert_eq!(take_permit(resizing, 0), TakePermit::Resizing);
+        assert_eq!(send_permit(resizing), Reserve::Resizing);
+        assert_eq!(
+            permits(release_permit(resizing)),
+            0,
+            "given back mid-resize"
+        );
+        let mut w = initial(10);
+        for _ in 0..MAX_PERMITS {
+            let TakePermit::Taken(n) = take_permit(w, 0) else {
+                panic!("room for {MAX_PERMITS}")
+            };
+            w = n;
+        }
+        assert_eq!(permits(w), MAX_PERMITS);
+        assert_eq!(take_permit(w, 0), TakePermit::Full, "at the limit");
+        assert!(
+            matches!(reserve(w, 0), Reserve::Ticket { .. }),
+            "posts still go in"
+        );
+        assert_eq!(tail(w), 0, "permits never touch the tail");
     }
 
     #[test]

@@ -11,8 +11,11 @@
 
 use evd::state::{self, Notify, PolicyBits};
 
-/// Bits of the ticket counter (bits 20–63 of the word).
-pub const TICKET_MASK: u64 = (1 << 44) - 1;
+/// Bits of the ticket counter (bits 28–63 of the word).
+pub const TICKET_MASK: u64 = (1 << 36) - 1;
+
+/// Most permits out at once (bits 20–27 of the word).
+pub const MAX_PERMITS: u64 = 255;
 
 /// The word's fields, decoded by the layout documented in `evd::state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +32,8 @@ pub struct Word {
     pub cap_log2: u32,
     /// Enabled on the CNO (bit 19).
     pub cno_armed: bool,
+    /// Slots promised to permits (bits 20–27).
+    pub permits: u64,
 }
 
 impl Word {
@@ -45,7 +50,8 @@ impl Word {
             instances: (w >> 7) & 0b11_1111,
             cap_log2: ((w >> 13) & 0b11_1111) as u32,
             cno_armed: (w >> 19) & 1 != 0,
-            tail: w >> 20,
+            permits: (w >> 20) & 0xff,
+            tail: w >> 28,
         };
         assert_ne!(d.policy, 3, "policy bits 3 are not a policy: {w:#x}");
         assert_eq!(d.tail, state::tail(w));
@@ -58,6 +64,7 @@ impl Word {
         assert_eq!(d.resizing, state::has(w, state::RESIZING));
         assert_eq!(d.token, state::has(w, state::TOKEN));
         assert_eq!(d.cno_armed, state::has(w, state::CNO_ARMED));
+        assert_eq!(d.permits, state::permits(w));
         d
     }
 
@@ -73,6 +80,7 @@ impl Word {
             instances: 0,
             cap_log2,
             cno_armed: false,
+            permits: 0,
         }
     }
 
@@ -124,9 +132,14 @@ pub fn reserve(a: Word, hint: u64) -> Reserve {
     if a.resizing {
         return Reserve::Resizing;
     }
-    if a.len(hint) >= a.capacity() {
+    if a.len(hint) + a.permits >= a.capacity() {
         return Reserve::Full;
     }
+    ticket(a)
+}
+
+/// The ticket of a reservation that goes ahead, with its notification.
+fn ticket(a: Word) -> Reserve {
     let mut n = a;
     n.tail = (a.tail + 1) & TICKET_MASK;
     let notify = if a.armed {
@@ -177,7 +190,7 @@ pub fn reserve_batch(a: Word, hint: u64, want: u64) -> ReserveBatch {
             notify,
             mut next,
         } => {
-            let room = a.capacity() - a.len(hint);
+            let room = a.capacity() - a.len(hint) - a.permits;
             let count = want.clamp(1, room);
             next.tail = (a.tail + count) & TICKET_MASK;
             ReserveBatch::Tickets {
@@ -188,6 +201,52 @@ pub fn reserve_batch(a: Word, hint: u64, want: u64) -> ReserveBatch {
             }
         }
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TakePermit {
+    Taken(Word),
+    Closed,
+    Resizing,
+    Full,
+}
+
+/// take a permit: where a post would get a ticket (and fewer than 255 are
+/// out), one more slot is promised; nothing is queued, nobody notified.
+pub fn take_permit(a: Word, hint: u64) -> TakePermit {
+    if a.closed {
+        return TakePermit::Closed;
+    }
+    if a.resizing {
+        return TakePermit::Resizing;
+    }
+    if a.len(hint) + a.permits >= a.capacity() || a.permits == MAX_PERMITS {
+        return TakePermit::Full;
+    }
+    let mut n = a;
+    n.permits += 1;
+    TakePermit::Taken(n)
+}
+
+/// send with a permit (one is out): the promised slot becomes the tail's
+/// ticket, with a post's notification; refused only when closed or resizing.
+pub fn send_permit(a: Word) -> Reserve {
+    if a.closed {
+        return Reserve::Closed;
+    }
+    if a.resizing {
+        return Reserve::Resizing;
+    }
+    let mut b = a;
+    b.permits -= 1;
+    ticket(b)
+}
+
+/// give a permit back (one is out).
+pub fn release_permit(a: Word) -> Word {
+    let mut n = a;
+    n.permits -= 1;
+    n
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -442,11 +501,24 @@ pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, Stri
         None if a == n => return Ok("notify_loss (nobody to notify)"),
         _ => {}
     }
+    if a.permits > 0 {
+        if let Reserve::Ticket { next, .. } = send_permit(a) {
+            if next == n {
+                return Ok("send_permit");
+            }
+        }
+        if release_permit(a) == n {
+            return Ok("release_permit");
+        }
+    }
     for &h in heads {
         if let Reserve::Ticket { next, .. } = reserve(a, h) {
             if next == n {
                 return Ok("reserve");
             }
+        }
+        if take_permit(a, h) == TakePermit::Taken(n) {
+            return Ok("take_permit");
         }
         let count = n.tail.wrapping_sub(a.tail) & TICKET_MASK;
         if count >= 1 {

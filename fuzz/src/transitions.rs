@@ -81,7 +81,7 @@ pub fn check(c: &Case) {
     assert_eq!(state::capacity(w), a.capacity(), "capacity");
     assert_eq!(
         state::is_full(w, head),
-        a.len(head) >= a.capacity(),
+        a.len(head) + a.permits >= a.capacity(),
         "is_full"
     );
 
@@ -137,6 +137,41 @@ pub fn check(c: &Case) {
         spec::notify_loss(a),
         "notify_loss"
     );
+
+    match (state::take_permit(w, head), spec::take_permit(a, head)) {
+        (state::TakePermit::Taken(new), spec::TakePermit::Taken(next)) => {
+            assert_eq!(dec(new), next, "take_permit")
+        }
+        (state::TakePermit::Closed, spec::TakePermit::Closed)
+        | (state::TakePermit::Resizing, spec::TakePermit::Resizing)
+        | (state::TakePermit::Full, spec::TakePermit::Full) => {}
+        (real, model) => panic!("take_permit: {real:?} but the model says {model:?}"),
+    }
+    // Sending and giving back debug-assert that a permit is out.
+    if a.permits > 0 {
+        match (state::send_permit(w), spec::send_permit(a)) {
+            (
+                Reserve::Ticket {
+                    new,
+                    ticket,
+                    notify,
+                },
+                spec::Reserve::Ticket {
+                    ticket: t,
+                    notify: n,
+                    next,
+                },
+            ) => assert_eq!((ticket, notify, dec(new)), (t, n, next), "send_permit"),
+            (Reserve::Closed, spec::Reserve::Closed)
+            | (Reserve::Resizing, spec::Reserve::Resizing) => {}
+            (real, model) => panic!("send_permit: {real:?} but the model says {model:?}"),
+        }
+        assert_eq!(
+            dec(state::release_permit(w)),
+            spec::release_permit(a),
+            "release_permit"
+        );
+    }
 
     assert_eq!(
         state::start_upcall_on_full(w).map(dec),

@@ -292,7 +292,7 @@ impl<T> Consumer<T> {
     /// assert_eq!(consumer.len(), 0);
     /// ```
     pub fn len(&self) -> usize {
-        self.shared.occupancy().0
+        self.shared.occupancy().len
     }
 
     /// How many events the ring holds (a power of two; changed only by
@@ -305,7 +305,7 @@ impl<T> Consumer<T> {
     /// assert_eq!(consumer.capacity(), 16);
     /// ```
     pub fn capacity(&self) -> usize {
-        self.shared.occupancy().1
+        self.shared.occupancy().capacity
     }
 
     /// `len() == 0`, from one snapshot (posters may add events right after).
@@ -317,7 +317,7 @@ impl<T> Consumer<T> {
     /// assert!(!consumer.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.shared.occupancy().0 == 0
+        self.shared.occupancy().len == 0
     }
 
     /// `len() == capacity()`, from one snapshot.
@@ -330,8 +330,8 @@ impl<T> Consumer<T> {
     /// assert!(!consumer.is_full());
     /// ```
     pub fn is_full(&self) -> bool {
-        let (len, cap, _) = self.shared.occupancy();
-        len == cap
+        let o = self.shared.occupancy();
+        o.len == o.capacity
     }
 
     /// True once the EVD is closed: posts are refused, but queued events can

@@ -32,7 +32,7 @@
 use super::{Shared, HEAD_EPOCH_SHIFT};
 use crate::error::{Overflow, TryDequeueError};
 use crate::state;
-use crate::sync::{Backoff, Ordering};
+use crate::sync::{AtomicU64, Backoff, Ordering};
 use crate::unwind::Panics;
 
 impl<T> Shared<T> {
@@ -48,6 +48,47 @@ impl<T> Shared<T> {
     pub(crate) fn fresh_head(&self) -> u64 {
         // Acquire: pairs with the consumer's Release head store.
         self.consumer.head.load(Ordering::Acquire)
+    }
+
+    /// A poster's cached head more than one head epoch old: not to be
+    /// trusted (see `reserve`); a load of the read-mostly line.
+    #[inline(always)]
+    pub(super) fn hint_is_stale(&self, hint: u64) -> bool {
+        self.read_mostly
+            .head_epoch
+            .load(Ordering::Relaxed)
+            .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
+            >= 2
+    }
+
+    /// Load the consumer's head into a poster's hint. The hint is
+    /// `Release`/`Acquire` so that a thread using another thread's refresh
+    /// still synchronizes with the consumer's head store.
+    #[cold]
+    pub(super) fn refresh_hint(&self, hint_cell: &AtomicU64) -> u64 {
+        let fresh = self.fresh_head();
+        hint_cell.store(fresh, Ordering::Release);
+        fresh
+    }
+
+    /// At least `threshold` events are queued or on their way, known without
+    /// loading the state word: the head slot is published (for a threshold
+    /// of 1), or the tail seen at the last load of the word is far enough
+    /// ahead. Then [`state::arm`] would say `Pending` (a later word's tail
+    /// is at or past the seen one) and change nothing, so this is that
+    /// outcome without the load. The stamp catches the event that landed
+    /// between the consumer's empty dequeue and its arm; the seen tail keeps
+    /// a consumer that re-arms while a poster is between its reservation and
+    /// its publish from pulling the posters' line on every retry (a
+    /// contended load per retry, measured as a slower drain under two
+    /// posters).
+    #[inline]
+    pub(super) fn known_pending(&self, h: u64, threshold: u64) -> bool {
+        if threshold == 1 && self.buffer().is_published(h) {
+            return true;
+        }
+        let seen_tail = self.consumer.seen_tail.load(Ordering::Relaxed);
+        state::known_queued(seen_tail, h) >= threshold
     }
 
     /// Store the consumer's new head (after the values before it were moved

@@ -8,9 +8,9 @@
 //!
 //! | owner | atomics | its line | ordering argued in |
 //! |---|---|---|---|
-//! | the state word | tail, flags, policy, instances, capacity | every post | [`word`]: every CAS, the release sequence as a whole |
+//! | the state word | tail, permits, flags, policy, instances, capacity | every post | [`word`]: every CAS, the release sequence as a whole |
 //! | the consumer's line | head, report alternation, seen tail, pacer, the room flags | every dequeue | [`dequeue`]: the dequeue paths |
-//! | the read-mostly line | buffer pointer, head epoch | read by every post, written by a resize and every 2^40 events | at each access: the buffer here, the head epoch in [`dequeue`] (store) and [`word`] (load) |
+//! | the read-mostly line | buffer pointer, head epoch | read by every post, written by a resize and every 2^32 events | at each access: the buffer here, the head epoch in [`dequeue`] (store) and [`word`] (load) |
 //! | the loss word | close's first step, lost count | close, lossy posts | [`loss`] |
 //! | the notification targets | waker, eventfd; the CNO link | a waiter registering | [`crate::notify`] |
 //! | the room queue | waiting posters, FIFO, under a lock | waiting posters only | [`crate::room`] |
@@ -50,6 +50,9 @@
 //!   and posts again before sleeping; every head store is followed by the
 //!   light barrier and a load of that flag, which wakes one waiter per freed
 //!   slot when set ([`crate::room`]).
+//! * **Permits** = slots promised in the word's PERMITS by a reservation's
+//!   CAS; sending with one is a reservation without the full check; giving
+//!   one back frees room as a head store does, room check included.
 //! * **CNO** = an enable is the arm's CAS for `CNO_ARMED`; the post that
 //!   takes it triggers the bound CNO through the link
 //!   ([`crate::notify::CnoTarget`]); the protocol is in [`crate::cno`].
@@ -60,7 +63,7 @@ mod loss;
 mod snapshot;
 mod word;
 
-pub(crate) use word::Refused;
+pub(crate) use word::{Refused, PERMIT};
 
 use crate::close_wait::{CloseWaiters, Ticket};
 use crate::error::Overflow;
@@ -77,11 +80,12 @@ use crossbeam_utils::CachePadded;
 use loss::LossWord;
 use std::task::Waker;
 
-/// The head epoch is the head divided by 2^40: a poster trusts its cached
+/// The head epoch is the head divided by 2^32: a poster trusts its cached
 /// head only while it is at most one epoch behind, so the distance from it to
-/// the tail stays below 3·2^40 + capacity, well inside the 2^44 range in which
-/// the word's tail is compared.
-pub(crate) const HEAD_EPOCH_SHIFT: u32 = 40;
+/// the tail stays below 3·2^32 + capacity (at most 2^34 with the largest
+/// capacity), well inside the 2^36 range in which the word's tail is
+/// compared.
+pub(crate) const HEAD_EPOCH_SHIFT: u32 = state::TAIL_BITS - 4;
 
 /// Fields every post reads and nobody writes in steady state.
 struct ReadMostly<T> {
@@ -89,7 +93,7 @@ struct ReadMostly<T> {
     /// every poster off (see [`Shared::resize`]).
     buffer: AtomicPtr<Buffer<T>>,
     /// `head >> HEAD_EPOCH_SHIFT`, stored by the consumer when it changes
-    /// (every 2^40 events): bounds how stale a poster's cached head may be.
+    /// (every 2^32 events): bounds how stale a poster's cached head may be.
     head_epoch: AtomicU64,
 }
 
@@ -195,14 +199,21 @@ impl<T> Shared<T> {
         unsafe { &*p }
     }
 
-    /// Install the ring a resize built; returns the old one. Caller: the
-    /// consumer's resize, while RESIZING holds every poster off.
-    pub(super) fn swap_buffer(&self, fresh: Buffer<T>) -> *mut Buffer<T> {
+    /// Install the ring a resize built; returns the old one, to be dropped.
+    /// Caller: the consumer's resize, while RESIZING holds every poster off,
+    /// after every ticket of the old ring was published and moved out.
+    pub(super) fn swap_buffer(&self, fresh: Buffer<T>) -> Box<Buffer<T>> {
         // Release: a poster whose reservation reads the word that ends the
         // resize (released after this) sees the new pointer.
-        self.read_mostly
+        let old = self
+            .read_mostly
             .buffer
-            .swap(Box::into_raw(Box::new(fresh)), Ordering::Release)
+            .swap(Box::into_raw(Box::new(fresh)), Ordering::Release);
+        // SAFETY: from `Box::into_raw` and replaced just now, so ours. No
+        // poster touches it: every ticket reserved in it was published (the
+        // caller's contract) and new ones use the new ring. Its values were
+        // moved out, so dropping it frees only the slots.
+        unsafe { Box::from_raw(old) }
     }
 
     /// The ring's capacity, from the read-mostly line (the consumer side
@@ -547,8 +558,8 @@ mod tests {
 
     #[test]
     fn an_idle_posters_stale_head_cannot_wrap_the_full_check() {
-        // A poster idle while 2^44 tickets pass must not keep a head hint
-        // that, compared modulo 2^44, makes a full ring look nearly empty.
+        // A poster idle while 2^36 tickets pass must not keep a head hint
+        // that, compared modulo 2^36, makes a full ring look nearly empty.
         let (idle, mut consumer) = bounded::<u64>(4).unwrap(); // hint 0
         fast_forward(&consumer, 3 * (1 << state::TAIL_BITS) - 2);
         let busy = consumer.poster(); // fresh hint

@@ -15,6 +15,17 @@ use crate::sync::Ordering;
 /// load of the word before it settles for a clamped figure.
 const QUERY_ATTEMPTS: usize = 64;
 
+/// One snapshot of how full the ring is ([`Shared::occupancy`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Occupancy {
+    /// Events queued (`len + permits <= capacity`).
+    pub(crate) len: usize,
+    pub(crate) capacity: usize,
+    /// Slots promised to permits.
+    pub(crate) permits: usize,
+    pub(crate) closed: bool,
+}
+
 impl<T> Shared<T> {
     /// The state word, the head and the queue length (`len <= capacity`),
     /// read as one instant: the head is read on both sides of the word and
@@ -35,25 +46,29 @@ impl<T> Shared<T> {
             }
         };
         let len = state::len(w, head);
+        // Permits out are promised slots: a consistent snapshot has
+        // `len + permits <= capacity`, and a clamped one is kept to it.
+        let room_for_events = state::capacity(w) - state::permits(w);
         let len = if consistent {
             len
         } else {
-            len.min(state::capacity(w))
+            len.min(room_for_events)
         };
-        debug_assert!(len <= state::capacity(w), "a consistent snapshot");
+        debug_assert!(len <= room_for_events, "a consistent snapshot");
         (w, head, len)
     }
 
-    /// `(len, capacity, closed)` from one snapshot of the word and head: the
-    /// cheap part of [`Shared::query`] (no counters), for the handles'
+    /// The occupancy from one snapshot of the word and head: the cheap part
+    /// of [`Shared::query`] (no counters), for the handles'
     /// `len`/`is_full`/... accessors. Safe from any thread.
-    pub(crate) fn occupancy(&self) -> (usize, usize, bool) {
+    pub(crate) fn occupancy(&self) -> Occupancy {
         let (w, _, len) = self.word_head_len();
-        (
-            len as usize,
-            state::capacity(w) as usize,
-            state::has(w, state::CLOSED),
-        )
+        Occupancy {
+            len: len as usize,
+            capacity: state::capacity(w) as usize,
+            permits: state::permits(w) as usize,
+            closed: state::has(w, state::CLOSED),
+        }
     }
 
     /// A snapshot whose head and word belong to one instant: the head is read
@@ -81,13 +96,14 @@ impl<T> Shared<T> {
             upcalls: self.counters.upcalls.load(Ordering::Relaxed),
             room_wanted: self.room_wanted(),
             room_wakes: self.counters.room_wakes.load(Ordering::Relaxed),
+            permits: state::permits(w) as usize,
         }
     }
 
-    /// Every slot is reserved now (a snapshot).
+    /// Every slot is reserved or promised to a permit now (a snapshot).
     pub(super) fn looks_full(&self) -> bool {
         let (w, _, len) = self.word_head_len();
-        len == state::capacity(w)
+        len + state::permits(w) == state::capacity(w)
     }
 
     /// True once the EVD is closed (the state word's CLOSED).

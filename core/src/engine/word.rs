@@ -1,7 +1,7 @@
 //! The state word: every CAS on it, and the release sequence they form.
 //!
-//! The word ([`state`]) holds the tail, the notification flags, the upcall
-//! policy and instance count, and log2 of the capacity. Each operation below
+//! The word ([`state`]) holds the tail, the permits, the notification flags,
+//! the upcall policy and instance count, and log2 of the capacity. Each operation below
 //! applies one of `state`'s pure transitions with a CAS (or, for a lossy
 //! post's notification, one RMW), so the word's modification order is the
 //! order of the operations.
@@ -48,6 +48,9 @@
 //!   upcall's exit), and they re-check the loss word after their CAS;
 //!   whoever came earlier is seen here (`ARMED`, or a free token) and
 //!   notified.
+//! * **Permits**: taken by the reservation loop's CAS against the same tail
+//!   as posts; sent by a reservation without the full check; given back
+//!   `Relaxed` (it publishes nothing), then a head store's room check.
 //! * **Resize**: `RESIZING` (`Acquire`) stops reservations; the queued
 //!   events move; the buffer pointer is swapped (`Release`); clearing
 //!   `RESIZING` (`Release`) publishes it to the next reservation
@@ -56,7 +59,7 @@
 //!   giving it back are `AcqRel` CASes, so the head and slot reads of one
 //!   holder happen before the next holder's.
 
-use super::{Shared, HEAD_EPOCH_SHIFT};
+use super::Shared;
 use crate::error::ResizeError;
 use crate::ring::Buffer;
 use crate::state::{
@@ -77,6 +80,9 @@ pub(crate) enum Refused {
     /// The EVD is closed.
     Closed,
 }
+
+/// [`Shared::reserve`]'s `want` that asks for a permit instead of tickets.
+pub(crate) const PERMIT: u64 = 0;
 
 impl<T> Shared<T> {
     /// Apply the transition `f` to the state word and install its result with
@@ -104,17 +110,6 @@ impl<T> Shared<T> {
         }
     }
 
-    /// A poster's cached head more than one head epoch old: not to be
-    /// trusted (see `reserve`); a load of the read-mostly line.
-    #[inline(always)]
-    pub(super) fn hint_is_stale(&self, hint: u64) -> bool {
-        self.read_mostly
-            .head_epoch
-            .load(Ordering::Relaxed)
-            .wrapping_sub(hint >> HEAD_EPOCH_SHIFT)
-            >= 2
-    }
-
     /// One try at the reservation of every plain post: one ticket, nothing
     /// owed ([`state::reserve`]'s first branch), with a cached head no more
     /// than an epoch old, installed by the first CAS. `None` hands the post
@@ -139,10 +134,11 @@ impl<T> Shared<T> {
             .map(|_| ticket)
     }
 
-    /// The reservation loop of `post` and `post_batch`, for a poster whose
-    /// cached head is in `hint_cell`: up to `want`
-    /// (≥ 1) tickets; returns the first ticket, the count and the owed
-    /// notification. A refusal writes nothing shared.
+    /// The reservation loop of `post`, `post_batch` and permits, for a
+    /// poster whose cached head is in `hint_cell`: up to `want` (≥ 1)
+    /// tickets, or with `want` = [`PERMIT`] one promised slot
+    /// ([`state::take_permit`], count 0); returns the first ticket, the
+    /// count and the owed notification. A refusal writes nothing shared.
     #[inline(always)]
     pub(crate) fn reserve(
         &self,
@@ -156,11 +152,11 @@ impl<T> Shared<T> {
         // A short batch is settled for only against a freshly loaded head.
         let mut head_is_fresh = false;
         loop {
-            // A hint more than one epoch old could be 2^44 tickets behind,
+            // A hint more than one epoch old could be 2^36 tickets behind,
             // where the word's tail wraps and a full ring would look empty:
             // reload it. Checked after every load of `w` (a stall between the
             // check and the load must not outlive it), assuming the epoch
-            // load is not 2^40 events stale itself.
+            // load is not 2^32 events stale itself.
             if s.hint_is_stale(hint) {
                 hint = s.refresh_hint(hint_cell);
                 w = s.state.load(Ordering::Relaxed);
@@ -182,6 +178,18 @@ impl<T> Shared<T> {
                     Reserve::Full => ReserveBatch::Full,
                     Reserve::Closed => ReserveBatch::Closed,
                     Reserve::Resizing => ReserveBatch::Resizing,
+                }
+            } else if want == PERMIT {
+                match state::take_permit(w, hint) {
+                    state::TakePermit::Taken(new) => ReserveBatch::Tickets {
+                        new,
+                        first: state::tail(w),
+                        count: 0,
+                        notify: Notify::None,
+                    },
+                    state::TakePermit::Full => ReserveBatch::Full,
+                    state::TakePermit::Closed => ReserveBatch::Closed,
+                    state::TakePermit::Resizing => ReserveBatch::Resizing,
                 }
             } else {
                 state::reserve_batch(w, hint, want)
@@ -207,9 +215,8 @@ impl<T> Shared<T> {
                     // consumer's Release arm, and the buffer installed before
                     // a resize's Release end. Release: whoever reads this word
                     // with Acquire (`query`) then sees a head at least `hint`,
-                    // the head this reservation was checked against, so it
-                    // never pairs the new tail with an older head. (On x86 a
-                    // locked CAS orders both ways anyway: no cost.)
+                    // so it never pairs the new tail (or permits) with an
+                    // older head. (On x86 a locked CAS orders both anyway.)
                     match s
                         .state
                         .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Relaxed)
@@ -254,14 +261,36 @@ impl<T> Shared<T> {
         }
     }
 
-    /// Load the consumer's head into a poster's hint. The hint is
-    /// `Release`/`Acquire` so that a thread using another thread's refresh
-    /// still synchronizes with the consumer's head store.
-    #[cold]
-    pub(super) fn refresh_hint(&self, hint_cell: &AtomicU64) -> u64 {
-        let fresh = self.fresh_head();
-        hint_cell.store(fresh, Ordering::Release);
-        fresh
+    /// Post with a permit ([`state::send_permit`], `AcqRel` as a reservation
+    /// in `reserve`): its ticket and the owed notification, or `None` if
+    /// closed (the caller gives the permit back).
+    pub(crate) fn send_permit(&self) -> Option<(u64, Notify)> {
+        let mut backoff: Option<Backoff> = None;
+        loop {
+            let r = self.transition(Ordering::AcqRel, |w| match state::send_permit(w) {
+                Reserve::Ticket {
+                    ticket,
+                    notify,
+                    new,
+                } => Ok((new, Ok((ticket, notify)))),
+                refused => Err(Err(refused)),
+            });
+            match r {
+                Ok(sent) => return Some(sent),
+                Err(Reserve::Resizing) => backoff.get_or_insert_with(Backoff::new).snooze(),
+                Err(_) => return None, // closed (a permit is never refused as full)
+            }
+        }
+    }
+
+    /// Give a permit's slot back ([`state::release_permit`]), then the room
+    /// check of a head store that frees a slot ([`crate::room`]).
+    pub(crate) fn release_permit(&self) {
+        // Relaxed: it publishes nothing; the check's barrier orders it.
+        self.transition(Ordering::Relaxed, |w| Ok((state::release_permit(w), ())));
+        if self.consumer.room.check_after_head_store() {
+            self.wake_room(1);
+        }
     }
 
     /// The arm-then-check CAS for a consumer at its current head. A loss
@@ -305,26 +334,6 @@ impl<T> Shared<T> {
             }
             other => other,
         }
-    }
-
-    /// At least `threshold` events are queued or on their way, known without
-    /// loading the state word: the head slot is published (for a threshold
-    /// of 1), or the tail seen at the last load of the word is far enough
-    /// ahead. Then [`state::arm`] would say `Pending` (a later word's tail
-    /// is at or past the seen one) and change nothing, so this is that
-    /// outcome without the load. The stamp catches the event that landed
-    /// between the consumer's empty dequeue and its arm; the seen tail keeps
-    /// a consumer that re-arms while a poster is between its reservation and
-    /// its publish from pulling the posters' line on every retry (a
-    /// contended load per retry, measured as a slower drain under two
-    /// posters).
-    #[inline]
-    pub(super) fn known_pending(&self, h: u64, threshold: u64) -> bool {
-        if threshold == 1 && self.buffer().is_published(h) {
-            return true;
-        }
-        let seen_tail = self.consumer.seen_tail.load(Ordering::Relaxed);
-        state::known_queued(seen_tail, h) >= threshold
     }
 
     /// Withdraw an arm (timed-out wait, dropped future). A direct waiter that
@@ -490,38 +499,29 @@ impl<T> Shared<T> {
             state::begin_resize(w).map(|n| (n, n)).ok_or(w)
         });
         let h = self.head();
+        // The new ring must hold the permits too (given back, never taken, now).
         let queued = state::len(w, h);
-        if queued > new_cap {
+        let promised = queued + state::permits(w);
+        if promised > new_cap {
             let old_log2 = state::cap_log2(w);
             // Release: posters resume against the unchanged ring.
             self.transition(Ordering::Release, |w| {
                 Ok((state::end_resize(w, old_log2), ()))
             });
             return Err(ResizeError::TooSmall {
-                queued: queued as usize,
+                queued: promised as usize,
                 capacity: new_cap as usize,
             });
         }
-        let old = self.buffer();
-        let backoff = Backoff::new();
-        for i in 0..queued {
-            let t = h.wrapping_add(i);
-            // A poster that reserved before RESIZING is still writing: wait.
-            while !old.is_published(t) {
-                backoff.snooze();
-            }
-            // SAFETY: published and not taken; we are the consumer; the
-            // ticket is republished in the new ring with the same number.
-            unsafe { Buffer::publish(&fresh, t, old.take(t)) };
-        }
-        let old_ptr = self.swap_buffer(fresh);
+        // SAFETY: we are the consumer at head `h`, and RESIZING holds new
+        // reservations off: `[h, h + queued)` are every ticket handed out.
+        unsafe { Buffer::move_queued(self.buffer(), &fresh, h, queued) };
+        // Every ticket of the old ring was published and moved out.
+        let old = self.swap_buffer(fresh);
         // Release: a poster whose reservation reads the cleared flag (or any
         // later word) sees the new buffer pointer.
         self.transition(Ordering::Release, |w| Ok((state::end_resize(w, log2), ())));
-        // SAFETY: every reserved ticket was published, so no poster touches the
-        // old ring any more, and new reservations use the new one. Its values
-        // were all moved out; dropping it frees only the slots.
-        drop(unsafe { Box::from_raw(old_ptr) });
+        drop(old);
         if new_cap > state::capacity(w) {
             // Room appeared without a head store.
             self.wake_all_room();

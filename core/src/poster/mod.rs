@@ -6,12 +6,14 @@
 
 mod closed;
 mod future;
+mod permit;
 mod room;
 mod sink;
 mod wait;
 
 pub use closed::Closed;
 pub use future::PostAsync;
+pub use permit::{Permit, Reserving};
 pub use room::RoomWaiter;
 pub use sink::PostSink;
 
@@ -171,7 +173,7 @@ impl<T: Send> Poster<T> {
     /// notification or an upcall owed, a CAS lost to another poster).
     #[inline(never)]
     fn reserve_one_slow(&self) -> Result<(u64, Notify), BatchPostError> {
-        self.reserve(1)
+        self.reserve_tickets(1)
             .map(|(ticket, _count, notify)| (ticket, notify))
     }
 
@@ -266,7 +268,7 @@ impl<T: Send> Poster<T> {
         if want == 0 {
             return Ok(0);
         }
-        let (first, count, notify) = self.reserve(want as u64)?;
+        let (first, count, notify) = self.reserve_tickets(want as u64)?;
         let s = &*self.shared;
         let buf = s.buffer_ptr();
         // `Drain` yields exactly `count` items (count <= len), and cannot
@@ -282,11 +284,12 @@ impl<T: Send> Poster<T> {
 }
 
 impl<T: Send> Poster<T> {
-    /// Reserve up to `want` tickets. A full ring under an idle upcall policy
-    /// has this thread run the upcall that drains it (nothing else could
-    /// start one), then try again.
+    /// Reserve up to `want` tickets (or with `want` = `PERMIT`, promise
+    /// one slot). A full ring under an idle upcall policy has this thread
+    /// run the upcall that drains it (nothing else could start one), then
+    /// try again.
     #[inline(always)]
-    fn reserve(&self, want: u64) -> Result<(u64, u64, Notify), BatchPostError> {
+    fn reserve_tickets(&self, want: u64) -> Result<(u64, u64, Notify), BatchPostError> {
         loop {
             match self.shared.reserve(&self.head_hint, want) {
                 Ok(r) => return Ok(r),
@@ -449,13 +452,14 @@ impl<T> Poster<T> {
     /// assert_eq!(poster.len(), 2);
     /// ```
     pub fn len(&self) -> usize {
-        self.shared.occupancy().0
+        self.shared.occupancy().len
     }
 
     /// Free slots now, or `None` if the EVD is closed: one snapshot of the
     /// state word and the head (two loads of the head, one of the word), for
     /// a poster that must know there is room before it produces what it
-    /// posts. Other posters may take the room before this caller posts.
+    /// posts. Other posters may take the room before this caller posts (a
+    /// [`Permit`] holds it); slots promised to permits are not free.
     ///
     /// ```
     /// let (poster, consumer) = evd::bounded::<u8>(4).unwrap();
@@ -465,8 +469,8 @@ impl<T> Poster<T> {
     /// assert_eq!(poster.free_slots(), None);
     /// ```
     pub fn free_slots(&self) -> Option<usize> {
-        let (len, capacity, closed) = self.shared.occupancy();
-        (!closed).then(|| capacity - len)
+        let o = self.shared.occupancy();
+        (!o.closed).then(|| o.capacity - o.len - o.permits)
     }
 
     /// How many events the ring holds (a power of two; changes only by
@@ -477,7 +481,7 @@ impl<T> Poster<T> {
     /// assert_eq!(poster.capacity(), 4);
     /// ```
     pub fn capacity(&self) -> usize {
-        self.shared.occupancy().1
+        self.shared.occupancy().capacity
     }
 
     /// `len() == 0`, from one snapshot.
@@ -491,11 +495,12 @@ impl<T> Poster<T> {
     /// assert!(poster.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.shared.occupancy().0 == 0
+        self.shared.occupancy().len == 0
     }
 
-    /// `len() == capacity()`, from one snapshot: a [`Poster::post`] now
-    /// would likely be refused as full (a snapshot, not a promise).
+    /// Every slot is queued or promised to a [`Permit`] (`len() +
+    /// Query::permits == capacity()`), from one snapshot: a [`Poster::post`]
+    /// now would likely be refused as full (a snapshot, not a promise).
     ///
     /// ```
     /// let (poster, _consumer) = evd::bounded(2).unwrap();
@@ -505,8 +510,8 @@ impl<T> Poster<T> {
     /// assert!(poster.is_full());
     /// ```
     pub fn is_full(&self) -> bool {
-        let (len, cap, _) = self.shared.occupancy();
-        len == cap
+        let o = self.shared.occupancy();
+        o.len + o.permits == o.capacity
     }
 }
 

@@ -474,3 +474,36 @@ pub fn post_retry<T: Send>(p: &Poster<T>, mut ev: T) -> u64 {
     }
     refused
 }
+
+// ---- futures polled by hand --------------------------------------------------
+
+/// A waker that counts how often it was woken.
+#[derive(Default)]
+pub struct Counting(AtomicUsize);
+
+impl std::task::Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+impl Counting {
+    /// Wakes so far.
+    pub fn wakes(&self) -> usize {
+        self.0.load(SeqCst)
+    }
+}
+
+/// A counting waker and the count behind it.
+pub fn counting() -> (Arc<Counting>, std::task::Waker) {
+    let c = Arc::new(Counting::default());
+    (c.clone(), std::task::Waker::from(c))
+}
+
+/// Poll `f` once with `w`.
+pub fn poll<F: std::future::Future + Unpin>(
+    f: &mut F,
+    w: &std::task::Waker,
+) -> std::task::Poll<F::Output> {
+    std::pin::Pin::new(f).poll(&mut std::task::Context::from_waker(w))
+}

@@ -42,6 +42,9 @@ include!("pace.rs");
 // The async waits: a poster's `closed()` against close, a consumer's
 // `recv_batch` against a post.
 include!("async_waits.rs");
+// Permits: taken against posts, sent against an arm, dropped against a
+// poster waiting for room.
+include!("permits.rs");
 
 /// Explore every interleaving with at most `LOOM_MAX_PREEMPTIONS` (default 3)
 /// preemptions: bounded, as tokio's CI runs its models, so that models with

@@ -1,0 +1,259 @@
+//! Permits: a slot promised before the event exists. [`Poster::try_reserve`]
+//! and [`Poster::reserve`] (the [`Reserving`] future) hand out a [`Permit`];
+//! [`Permit::send`] posts into the promised slot, which no other post can
+//! take, and a permit dropped unsent gives the slot back and wakes the next
+//! poster waiting for room.
+//!
+//! The promise is a count in the state word (`PERMITS`, see
+//! [`crate::state`]), taken by the same CAS, against the same tail, as a
+//! post's reservation: a post and a permit can never both take the last
+//! slot. A word with permits out is never a plain reservation, so while
+//! nobody holds a permit a post runs exactly the instructions it ran before
+//! permits existed.
+
+use super::Poster;
+use crate::engine::PERMIT;
+use crate::error::{BatchPostError, PostError};
+use crate::ring::Buffer;
+use crate::room::Seat;
+use std::future::Future;
+use std::mem::ManuallyDrop;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A free slot promised to one event: [`Permit::send`] posts into it and is
+/// never refused as full. Made by [`Poster::try_reserve`] and
+/// [`Poster::reserve`].
+///
+/// While it lives, the slot counts as taken: posts see one slot less
+/// ([`Poster::free_slots`], [`Query::permits`](crate::Query::permits)),
+/// but the consumer sees nothing queued, so it is never held up by a
+/// permit (events posted after it are dequeued before it is sent). Dropping
+/// it unsent gives the slot back and wakes one poster waiting for room. At
+/// most [`Permit::MAX_OUT`] permits are out at once per EVD: another
+/// reservation waits (or is refused as full) as if the ring were full.
+///
+/// `Send` and `Sync` as [`Poster`] is: only for events that are `Send`.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>() {}
+/// assert_send::<evd::Permit<'static, std::rc::Rc<u8>>>();
+/// ```
+#[must_use = "a permit holds a slot until it is sent or dropped"]
+pub struct Permit<'a, T> {
+    poster: &'a Poster<T>,
+}
+
+impl<T> Permit<'_, T> {
+    /// Most permits out at once on one EVD (a field of the state word).
+    pub const MAX_OUT: usize = crate::state::MAX_PERMITS as usize;
+}
+
+impl<T: Send> Poster<T> {
+    /// Promise a slot now, or refuse: [`BatchPostError::Full`] if every slot
+    /// is queued or promised (or [`Permit::MAX_OUT`] permits are out),
+    /// [`BatchPostError::Closed`] if the EVD is closed. A refusal writes
+    /// nothing shared. A full ring under an idle upcall policy has this
+    /// thread run the upcall that drains it, as [`Poster::post`] does.
+    ///
+    /// # Panics
+    ///
+    /// As [`Poster::post`] when it runs that upcall: its handler's panic
+    /// comes out of this call (no permit was taken).
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// let permit = poster.try_reserve().unwrap();
+    /// assert_eq!(poster.post(1u32), Err(evd::PostError::Full(1))); // the slot is promised
+    /// permit.send(2).unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Ok(2));
+    /// ```
+    pub fn try_reserve(&self) -> Result<Permit<'_, T>, BatchPostError> {
+        self.reserve_tickets(PERMIT)?;
+        Ok(Permit { poster: self })
+    }
+
+    /// Wait, without blocking a thread, for a free slot and promise it: the
+    /// future resolves to a [`Permit`] once one is free, or to
+    /// [`BatchPostError::Closed`] if the EVD is (or gets) closed;
+    /// [`BatchPostError::Full`] only inside an upcall of this same EVD (or
+    /// the closure of its `dequeue_with`), where waiting would wait for
+    /// itself.
+    ///
+    /// Cancel-safe: dropping the future before it resolves takes nothing
+    /// (no event is in hand, no slot was promised) and leaves the room
+    /// queue, passing a wake it was given on to the next waiting poster.
+    /// It waits in the room queue as [`Poster::post_async`] does (first come
+    /// first served, one wake per freed slot).
+    ///
+    /// # Panics
+    ///
+    /// Polling it can panic as [`Poster::try_reserve`] does.
+    ///
+    /// ```
+    /// use futures::executor::block_on;
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u32).unwrap();
+    /// let p = poster.clone();
+    /// let t = std::thread::spawn(move || {
+    ///     block_on(async {
+    ///         let permit = p.reserve().await.unwrap(); // waits for the dequeue below
+    ///         permit.send(2).unwrap();
+    ///     })
+    /// });
+    /// assert_eq!(consumer.dequeue(), Ok(1));
+    /// assert_eq!(consumer.dequeue(), Ok(2));
+    /// t.join().unwrap();
+    /// ```
+    pub fn reserve(&self) -> Reserving<'_, T> {
+        Reserving {
+            poster: self,
+            seat: Seat::default(),
+            resolved: false,
+        }
+    }
+}
+
+impl<'a, T: Send> Permit<'a, T> {
+    /// Post `event` into the promised slot: never refused as full. An armed
+    /// consumer is woken, or an upcall run, as by [`Poster::post`]. A closed
+    /// EVD hands the event back as [`PostError::Closed`] (and the slot is
+    /// given back); that is the only error.
+    ///
+    /// # Panics
+    ///
+    /// As [`Poster::post`]: user code this call runs (the upcall handler, a
+    /// waker) may panic out of it, after the event is in the ring.
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded(2).unwrap();
+    /// let permit = poster.try_reserve().unwrap();
+    /// drop(consumer); // closes the EVD
+    /// assert_eq!(permit.send(7u8), Err(evd::PostError::Closed(7)));
+    /// ```
+    pub fn send(self, event: T) -> Result<(), PostError<T>> {
+        // The promise is used here or given back here, never by `drop`.
+        let this = ManuallyDrop::new(self);
+        let poster = this.poster;
+        match poster.shared.send_permit() {
+            Some((ticket, notify)) => {
+                // SAFETY: the ticket comes from the send's CAS, which moved
+                // the promised slot into the tail: the permit was taken with
+                // a full check against a head the consumer has passed, and
+                // no reservation since could take the slot it holds, so the
+                // slot's previous lap has been taken. The buffer pointer is
+                // loaded after that CAS, as in `post`.
+                unsafe { Buffer::publish(poster.shared.buffer_ptr(), ticket, event) };
+                poster.deliver(notify);
+                Ok(())
+            }
+            None => {
+                poster.shared.release_permit();
+                Err(PostError::Closed(event))
+            }
+        }
+    }
+
+    /// The handle the permit was taken from.
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(4).unwrap();
+    /// let permit = poster.try_reserve().unwrap();
+    /// assert_eq!(permit.poster().query().permits, 1);
+    /// ```
+    pub fn poster(&self) -> &'a Poster<T> {
+        self.poster
+    }
+}
+
+impl<T> Drop for Permit<'_, T> {
+    /// Give the slot back unsent, and wake one poster waiting for room.
+    fn drop(&mut self) {
+        self.poster.shared.release_permit();
+    }
+}
+
+impl<T> std::fmt::Debug for Permit<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("evd", &self.poster.shared.id())
+            .finish()
+    }
+}
+
+/// The future of [`Poster::reserve`]: resolves to a [`Permit`] once a slot
+/// is free, or to the refusal.
+///
+/// Dropping it before it resolves leaves the room queue; a wake it had been
+/// given passes to the next waiting poster. Nothing else is lost: it holds
+/// no event and no slot until it resolves.
+#[must_use = "futures do nothing unless polled"]
+pub struct Reserving<'a, T> {
+    poster: &'a Poster<T>,
+    seat: Seat,
+    resolved: bool,
+}
+
+impl<'a, T: Send> Reserving<'a, T> {
+    /// A permit now (having left the room queue), or `None` if the ring is
+    /// full.
+    fn try_now(&mut self) -> Option<Result<Permit<'a, T>, BatchPostError>> {
+        let r = match self.poster.try_reserve() {
+            Err(BatchPostError::Full) => return None,
+            r => r,
+        };
+        // A permit took a slot as a post does: the wake hand-on rule for a
+        // waiter that posted applies.
+        self.poster.shared.room_leave(&mut self.seat, r.is_ok());
+        Some(r)
+    }
+}
+
+impl<'a, T: Send> Future for Reserving<'a, T> {
+    type Output = Result<Permit<'a, T>, BatchPostError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        assert!(!this.resolved, "Reserving polled after it resolved");
+        let r = this.try_now().or_else(|| {
+            if crate::frames::in_own_handler(this.poster.shared.id()) {
+                this.poster.shared.room_leave(&mut this.seat, false);
+                return Some(Err(BatchPostError::Full));
+            }
+            // Join, then try again: the try after the join's heavy barrier
+            // reloads the head and the word, so either it sees the slot a
+            // concurrent dequeue (or a dropped permit) freed, or that side's
+            // check sees this waiter and wakes it (the room barrier's pair).
+            this.poster.shared.room_join(&mut this.seat, cx.waker());
+            this.try_now()
+        });
+        match r {
+            Some(r) => {
+                this.resolved = true;
+                Poll::Ready(r)
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl<T: Send> futures_core::FusedFuture for Reserving<'_, T> {
+    fn is_terminated(&self) -> bool {
+        self.resolved
+    }
+}
+
+impl<T> Drop for Reserving<'_, T> {
+    fn drop(&mut self) {
+        self.poster.shared.room_leave(&mut self.seat, false);
+    }
+}
+
+impl<T> std::fmt::Debug for Reserving<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reserving")
+            .field("resolved", &self.resolved)
+            .field("waiting", &self.seat.is_taken())
+            .finish()
+    }
+}

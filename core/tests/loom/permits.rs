@@ -1,0 +1,62 @@
+#[test]
+fn post_vs_permit_for_the_last_slot_exactly_one_gets_it() {
+    // A post and a permit race for the one free slot. The permit is taken by
+    // a CAS on the same word as the post's reservation, against the same
+    // tail: exactly one of them gets the slot. A post that ignored the
+    // permits would go in too, and the permit's send would then write into
+    // a slot that still holds an event: a failed assertion or a data race.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        let p = poster.clone();
+        let t = thread::spawn(move || p.try_reserve().map(|permit| permit.send(2)).is_ok());
+        let posted = poster.post(1).is_ok();
+        let reserved = t.join().unwrap();
+        assert!(posted != reserved, "posted {posted}, reserved {reserved}");
+        let got = consumer.try_dequeue();
+        assert_eq!(got, Ok(if posted { 1 } else { 2 }));
+        assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    });
+}
+
+#[test]
+fn permit_send_vs_arm_no_lost_notification() {
+    // The consumer drains, arms and parks while a permit taken before it
+    // armed is sent: the send's reservation CAS takes ARMED (it is a post)
+    // or the arm sees the tail moved. A send that owed no wake would leave
+    // the consumer parked: a loom deadlock.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        consumer.set_spin_budget(Duration::ZERO);
+        let permit = poster.try_reserve().unwrap();
+        let c = thread::spawn(move || loop {
+            if let Ok(v) = consumer.try_dequeue() {
+                return v;
+            }
+            let _ = consumer.wait(1, None);
+        });
+        permit.send(7).unwrap();
+        assert_eq!(c.join().unwrap(), 7);
+    });
+}
+
+#[test]
+fn permit_drop_vs_room_waiter_no_lost_wakeup() {
+    // A poster waits for a permit on a one-slot ring whose slot another
+    // permit holds; that permit is dropped unsent. Either the waiter's try
+    // after joining the room queue sees the slot given back, or the drop's
+    // room check sees the waiter and wakes it. A drop that skipped the check
+    // leaves the waiter parked: a loom deadlock.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+        let held = poster.try_reserve().unwrap();
+        let p = poster.clone();
+        let t = thread::spawn(move || {
+            let permit = loom::future::block_on(p.reserve()).unwrap();
+            permit.send(2).unwrap();
+        });
+        drop(held);
+        t.join().unwrap();
+        assert_eq!(consumer.try_dequeue(), Ok(2));
+        assert!(!consumer.query().room_wanted);
+    });
+}

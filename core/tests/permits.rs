@@ -1,0 +1,318 @@
+//! Permits: `Poster::try_reserve`, `Poster::reserve` (its `Reserving`
+//! future) and `Permit::send`. One test per promise: a permit's slot is
+//! taken for posts but holds nothing up for the consumer, its send is never
+//! refused as full and notifies as a post does, a dropped permit gives the
+//! slot back and wakes the next waiter, the reservation future is
+//! cancel-safe, and close, resize and upcalls count permits in.
+//!
+//! The waits are polled by hand with counting wakers (no thread timing);
+//! the one threaded test waits on conditions, never on time.
+
+mod common;
+use common::{counting, poll, Ledger};
+use evd::{
+    ArmStatus, BatchPostError, Invoke, Permit, PostError, ResizeError, TryDequeueError,
+    UpcallPolicy,
+};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+
+#[test]
+fn a_permits_slot_is_taken_for_posts_and_its_send_is_never_refused_as_full() {
+    let (poster, mut consumer) = evd::bounded(2).unwrap();
+    let permit = poster.try_reserve().unwrap();
+    poster.post(1u32).unwrap();
+    assert_eq!(
+        poster.post(2),
+        Err(PostError::Full(2)),
+        "the promised slot is not free"
+    );
+    assert_eq!(poster.free_slots(), Some(0));
+    assert!(poster.is_full());
+    assert_eq!(poster.try_reserve().unwrap_err(), BatchPostError::Full);
+    permit.send(3).unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(consumer.try_dequeue(), Ok(3));
+}
+
+#[test]
+fn an_unsent_permit_holds_nothing_up_for_the_consumer() {
+    let (poster, mut consumer) = evd::bounded(4).unwrap();
+    let permit = poster.try_reserve().unwrap();
+    poster.post(1u32).unwrap();
+    // The event posted after the permit is dequeued before the permit is
+    // sent, and with it dequeued the ring is empty: the arm sleeps.
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    let q = consumer.query();
+    assert_eq!((q.len, q.permits), (0, 1));
+    permit.send(2).unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+}
+
+#[test]
+fn a_permits_send_wakes_an_armed_consumer_exactly_once() {
+    let (poster, mut consumer) = evd::bounded(4).unwrap();
+    let first = poster.try_reserve().unwrap();
+    let second = poster.try_reserve().unwrap();
+    let (count, waker) = counting();
+    let mut recv = consumer.recv();
+    assert!(poll(&mut recv, &waker).is_pending());
+    first.send(1u32).unwrap();
+    second.send(2).unwrap();
+    assert_eq!(
+        count.wakes(),
+        1,
+        "the first send took the wake, the second owed none"
+    );
+    assert_eq!(poll(&mut recv, &waker), Poll::Ready(Ok(1)));
+}
+
+#[test]
+fn a_dropped_permit_gives_its_slot_back_and_wakes_the_next_waiter() {
+    let (poster, _consumer) = evd::bounded::<u32>(1).unwrap();
+    let permit = poster.try_reserve().unwrap();
+    let (count, waker) = counting();
+    let mut waiting = poster.reserve();
+    assert!(poll(&mut waiting, &waker).is_pending());
+    assert!(poster.query().room_wanted);
+    drop(permit);
+    assert_eq!(count.wakes(), 1);
+    let Poll::Ready(Ok(again)) = poll(&mut waiting, &waker) else {
+        panic!("the slot given back goes to the waiter")
+    };
+    assert!(!poster.query().room_wanted, "it left the room queue");
+    drop(again);
+    assert_eq!(
+        poster.free_slots(),
+        Some(1),
+        "and that one gave it back again"
+    );
+}
+
+#[test]
+fn a_dropped_permit_wakes_a_waiting_post_too() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    let permit = poster.try_reserve().unwrap();
+    let (count, waker) = counting();
+    let mut post = poster.post_async(5);
+    assert!(poll(&mut post, &waker).is_pending());
+    drop(permit);
+    assert_eq!(count.wakes(), 1);
+    assert_eq!(poll(&mut post, &waker), Poll::Ready(Ok(())));
+    assert_eq!(consumer.try_dequeue(), Ok(5));
+}
+
+#[test]
+fn a_reservation_dropped_after_its_wake_passes_the_wake_on() {
+    let (poster, _consumer) = evd::bounded::<u32>(1).unwrap();
+    let permit = poster.try_reserve().unwrap();
+    let (first_count, first_waker) = counting();
+    let (second_count, second_waker) = counting();
+    let mut first = poster.reserve();
+    let mut second = poster.reserve();
+    assert!(poll(&mut first, &first_waker).is_pending());
+    assert!(poll(&mut second, &second_waker).is_pending());
+    drop(permit);
+    assert_eq!(
+        (first_count.wakes(), second_count.wakes()),
+        (1, 0),
+        "first come"
+    );
+    drop(first); // cancelled: it held no slot, and its wake goes on
+    assert_eq!(second_count.wakes(), 1);
+    assert!(matches!(
+        poll(&mut second, &second_waker),
+        Poll::Ready(Ok(_))
+    ));
+}
+
+#[test]
+fn a_reservation_dropped_before_any_wake_takes_nothing() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    let (_, waker) = counting();
+    let mut waiting = poster.reserve();
+    assert!(poll(&mut waiting, &waker).is_pending());
+    drop(waiting);
+    let q = poster.query();
+    assert_eq!((q.permits, q.room_wanted), (0, false));
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(poster.free_slots(), Some(1));
+}
+
+#[test]
+fn a_dequeue_that_frees_a_slot_resolves_a_waiting_reservation() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    let (count, waker) = counting();
+    let mut waiting = poster.reserve();
+    assert!(poll(&mut waiting, &waker).is_pending());
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(count.wakes(), 1);
+    let Poll::Ready(Ok(permit)) = poll(&mut waiting, &waker) else {
+        panic!("the freed slot is promised to the waiter")
+    };
+    permit.send(2).unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+}
+
+#[test]
+fn close_refuses_reservations_wakes_their_waiters_and_hands_a_permits_event_back() {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    let permit = poster.try_reserve().unwrap();
+    let (count, waker) = counting();
+    let mut waiting = poster.reserve();
+    assert!(poll(&mut waiting, &waker).is_pending());
+    drop(consumer); // closes the EVD
+    assert!(count.wakes() >= 1);
+    assert!(matches!(
+        poll(&mut waiting, &waker),
+        Poll::Ready(Err(BatchPostError::Closed))
+    ));
+    assert_eq!(permit.send(7), Err(PostError::Closed(7)));
+    assert_eq!(poster.query().permits, 0, "the slot was given back");
+    assert_eq!(poster.try_reserve().unwrap_err(), BatchPostError::Closed);
+}
+
+#[test]
+fn a_permits_send_runs_the_upcall_as_a_post_does() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let permit = poster.try_reserve().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        sink.lock().unwrap().push(ev.unwrap())
+    });
+    permit.send(9).unwrap(); // runs the handler on this thread
+    assert_eq!(*seen.lock().unwrap(), [9]);
+    drop(upcalls);
+}
+
+#[test]
+fn a_reservation_on_a_full_ring_under_an_idle_upcall_policy_runs_the_upcall_that_drains_it() {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    // Invoke::New on a full ring: no arrival can start an upcall.
+    let upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+        sink.lock().unwrap().push(ev.unwrap())
+    });
+    let permit = poster.try_reserve().expect("the upcall made room");
+    assert_eq!(*seen.lock().unwrap(), [1]);
+    permit.send(2).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    drop(upcalls);
+}
+
+#[test]
+fn waiting_for_a_permit_inside_its_own_upcall_is_refused_at_once() {
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    let inner = poster.clone();
+    let outcome = Arc::new(Mutex::new(None));
+    let out = outcome.clone();
+    let upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        if ev != Ok(1) {
+            return;
+        }
+        // Fill the ring again, then ask to wait for room: only this
+        // upcall's own dequeues could free it.
+        inner.post(2).unwrap();
+        let (_, waker) = counting();
+        let mut waiting = inner.reserve();
+        *out.lock().unwrap() = Some(matches!(
+            poll(&mut waiting, &waker),
+            Poll::Ready(Err(BatchPostError::Full))
+        ));
+    });
+    poster.post(1).unwrap();
+    assert_eq!(*outcome.lock().unwrap(), Some(true));
+    drop(upcalls);
+}
+
+#[test]
+fn a_resize_counts_permits_as_taken_slots() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    let a = poster.try_reserve().unwrap();
+    let b = poster.try_reserve().unwrap();
+    assert_eq!(
+        consumer.resize(2),
+        Err(ResizeError::TooSmall {
+            queued: 4,
+            capacity: 2
+        })
+    );
+    assert_eq!(consumer.resize(8), Ok(8));
+    a.send(3).unwrap();
+    b.send(4).unwrap();
+    let mut out = Vec::new();
+    consumer.dequeue_batch(&mut out, 8).unwrap();
+    assert_eq!(out, [1, 2, 3, 4]);
+}
+
+#[test]
+fn at_most_max_out_permits_are_out_at_once() {
+    let (poster, _consumer) = evd::bounded::<u32>(1024).unwrap();
+    let mut held: Vec<Permit<'_, u32>> = (0..Permit::<u32>::MAX_OUT)
+        .map(|_| poster.try_reserve().unwrap())
+        .collect();
+    assert_eq!(poster.try_reserve().unwrap_err(), BatchPostError::Full);
+    poster.post(1).unwrap(); // posts still go in: the ring has room
+    held.pop();
+    assert!(poster.try_reserve().is_ok());
+}
+
+#[test]
+fn a_batch_post_counts_promised_slots_out() {
+    let (poster, _consumer) = evd::bounded::<u32>(4).unwrap();
+    let _permit = poster.try_reserve().unwrap();
+    let mut batch = vec![1, 2, 3, 4];
+    assert_eq!(poster.post_batch(&mut batch), Ok(3));
+    assert_eq!(batch, [4]);
+}
+
+#[test]
+fn posters_that_reserve_send_and_drop_at_random_deliver_every_sent_event_once() {
+    const POSTERS: u64 = 3;
+    let per = common::env_u64("EVD_PERMIT_EVENTS", 2_000);
+    let (poster, mut consumer) = evd::bounded::<u64>(8).unwrap();
+    let ledger = Arc::new(Ledger::new(POSTERS * per));
+    let handles: Vec<_> = (0..POSTERS)
+        .map(|p| {
+            let poster = poster.clone();
+            std::thread::spawn(move || {
+                let mut rng = common::Rng::new(p + 1);
+                let mut sent = 0;
+                while sent < per {
+                    let permit = futures::executor::block_on(poster.reserve()).unwrap();
+                    if rng.one_in(4) {
+                        drop(permit); // given back: the next waiter gets the slot
+                    } else {
+                        permit.send(p * per + sent).unwrap();
+                        sent += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(poster);
+    let mut got = 0;
+    while got < POSTERS * per {
+        match consumer.dequeue() {
+            Ok(ev) => {
+                ledger.record(ev);
+                got += 1;
+            }
+            Err(e) => panic!("{e:?} before every event came"),
+        }
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(ledger.all_seen());
+    assert_eq!(consumer.query().permits, 0);
+}
