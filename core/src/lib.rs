@@ -107,6 +107,18 @@
 //! Inside an upcall of its own EVD (where the thread is the consumer) a
 //! waiting post refuses a full ring at once instead of waiting for itself.
 //!
+//! A poster that must have the slot *before* it makes the event reserves
+//! it: [`Poster::try_reserve`], or [`reserve`](Poster::reserve)`().await`
+//! ([`Reserving`]), which waits in the same room queue, hands out a
+//! [`Permit`] (an [`OwnedPermit`] from the `_owned` forms, to move into
+//! another task) whose [`send`](Permit::send) is never refused as full. The
+//! wait is cancel-safe: it holds no event and no slot until it resolves. A
+//! permit's slot counts as taken for posts ([`Query::permits`]) but holds
+//! nothing up for the consumer, which sees nothing queued until the send;
+//! dropped unsent, the permit gives the slot back and wakes the next waiter.
+//! At most [`Permit::MAX_OUT`] are out at once. While nobody holds one, a
+//! post costs exactly what it did without them.
+//!
 //! ## Consuming
 //!
 //! | mode | call | wakes by | guarantees |
@@ -326,7 +338,7 @@
 //! | `upcall/handler` | the replaceable upcall handler | handler replacement |
 //! | `engine/` | `Shared`, a composition of owners, each with its atomics and its ordering argument: `word` (every CAS on the state word, the release sequence as a whole), `consumer_line` and `dequeue` (the head and the dequeue paths), `loss` (the loss word), `snapshot` (queries) | an ordering question: the owner of that atomic |
 //! | `upcall/instance` | one upcall run on a posting thread | how an instance takes, delivers, exits |
-//! | `poster/` | [`Poster`], [`Lossy`]; `wait`, `future` ([`PostAsync`]), `closed` ([`Closed`]), `sink` ([`PostSink`]), `room` ([`RoomWaiter`]) | a new way to post |
+//! | `poster/` | [`Poster`], [`Lossy`]; `wait`, `future` ([`PostAsync`]), `closed` ([`Closed`]), `sink` ([`PostSink`]), `room` ([`RoomWaiter`]), `permit` ([`Permit`], [`OwnedPermit`], [`Reserving`]) | a new way to post |
 //! | `cno/slot`, `cno/engine` | the slot word's pure transitions; the CNO's slot table, ready ring and the typed binding | CNO behaviour (a new slot bit: `slot` and the fuzz model) |
 //! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], [`RecvBatch`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
 //! | [`cno`] | [`Cno`], [`CnoHandle`]: the ready ring's consumer; the protocol | the CNO's waiting API |
@@ -374,7 +386,9 @@ pub use error::{
     BatchPostError, CnoError, CreateError, DequeueError, Overflow, PolicyError, PostError,
     RecvError, ResizeError, TryDequeueError, WaitError,
 };
-pub use poster::{Closed, Lossy, Permit, PostAsync, PostSink, Poster, Reserving, RoomWaiter};
+pub use poster::{
+    Closed, Lossy, OwnedPermit, Permit, PostAsync, PostSink, Poster, Reserving, RoomWaiter,
+};
 pub use query::{Query, UpcallPolicy};
 pub use ring::MAX_CAPACITY;
 pub use state::Invoke;

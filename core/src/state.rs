@@ -117,7 +117,7 @@
 //!   `query`'s `len + permits <= capacity`), sending with one *is* a
 //!   reservation, and giving one back is `Relaxed`: it frees room and
 //!   publishes nothing; the room barrier orders it against a waiting
-//!   poster's re-check (see [`crate::room`]).
+//!   poster's re-check (the room barrier).
 //! * Token hand-offs between upcall instances are `AcqRel` CASes: the instance
 //!   that takes the token must see the head and slot reads of the one that
 //!   released it.

@@ -7,7 +7,7 @@
 //! hold for every event type [`evd::bounded`] accepts (`T: Send`), not only
 //! for `Sync` ones.
 
-use evd::{Cno, CnoHandle, Consumer, Handler, Poster};
+use evd::{Cno, CnoHandle, Consumer, Handler, OwnedPermit, Permit, Poster};
 
 /// `Send` and not `Sync`, like any event type that owns a `Cell`.
 type Event = std::cell::Cell<u64>;
@@ -62,5 +62,17 @@ fn an_upcall_handler_is_send_and_sync() {
     const _: () = {
         assert_send::<Handler<Event>>();
         assert_sync::<Handler<Event>>();
+    };
+}
+
+/// `Permit`'s and `OwnedPermit`'s docs: "`Send` and `Sync` as `Poster` is"
+/// (a permit moves into the task that sends with it).
+#[test]
+fn permits_are_send_and_sync() {
+    const _: () = {
+        assert_send::<Permit<'static, Event>>();
+        assert_sync::<Permit<'static, Event>>();
+        assert_send::<OwnedPermit<Event>>();
+        assert_sync::<OwnedPermit<Event>>();
     };
 }

@@ -11,9 +11,10 @@
 mod common;
 use common::{counting, poll, Ledger};
 use evd::{
-    ArmStatus, BatchPostError, Invoke, Permit, PostError, ResizeError, TryDequeueError,
-    UpcallPolicy,
+    ArmStatus, BatchPostError, Invoke, OwnedPermit, Permit, PostError, ResizeError,
+    TryDequeueError, UpcallPolicy,
 };
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -278,7 +279,7 @@ fn a_batch_post_counts_promised_slots_out() {
 #[test]
 fn posters_that_reserve_send_and_drop_at_random_deliver_every_sent_event_once() {
     const POSTERS: u64 = 3;
-    let per = common::env_u64("EVD_PERMIT_EVENTS", 2_000);
+    let per = common::env_u64("EVD_PERMIT_EVENTS", if cfg!(miri) { 20 } else { 2_000 });
     let (poster, mut consumer) = evd::bounded::<u64>(8).unwrap();
     let ledger = Arc::new(Ledger::new(POSTERS * per));
     let handles: Vec<_> = (0..POSTERS)
@@ -315,4 +316,62 @@ fn posters_that_reserve_send_and_drop_at_random_deliver_every_sent_event_once() 
     }
     assert!(ledger.all_seen());
     assert_eq!(consumer.query().permits, 0);
+}
+
+#[test]
+fn an_owned_permit_moves_to_another_thread_and_hands_the_poster_back() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    let permit: OwnedPermit<u32> = poster.try_reserve_owned().unwrap();
+    let back = std::thread::spawn(move || permit.send(4).unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(4));
+    back.post(5).unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(5));
+}
+
+#[test]
+fn an_owned_permit_keeps_the_evd_open_as_its_poster_does() {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    let permit = poster.try_reserve_owned().unwrap(); // the only poster
+    assert!(!consumer.is_closed());
+    let poster = permit.send(1).unwrap();
+    drop(poster); // the last poster: closes
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
+}
+
+#[test]
+fn an_owned_permit_released_or_dropped_gives_its_slot_back() {
+    let (poster, _consumer) = evd::bounded::<u32>(1).unwrap();
+    let poster = poster.try_reserve_owned().unwrap().release();
+    assert_eq!(poster.free_slots(), Some(1));
+    let keep = poster.clone();
+    drop(poster.try_reserve_owned().unwrap());
+    assert_eq!(keep.query().permits, 0);
+    let (full, other) = keep
+        .clone()
+        .try_reserve_owned()
+        .map(|p| (p, keep.clone()))
+        .unwrap();
+    let (err, handed_back) = other.try_reserve_owned().unwrap_err();
+    assert_eq!(err, BatchPostError::Full);
+    assert_eq!(handed_back.query().permits, 1);
+    drop(full);
+}
+
+#[test]
+fn a_cancelled_owned_reservation_takes_nothing() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap();
+    let (_, waker) = counting();
+    let mut waiting = Box::pin(poster.clone().reserve_owned());
+    assert!(waiting
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(&waker))
+        .is_pending());
+    drop(waiting);
+    let q = poster.query();
+    assert_eq!((q.permits, q.room_wanted), (0, false));
+    assert_eq!(consumer.try_dequeue(), Ok(1));
 }

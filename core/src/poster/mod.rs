@@ -13,7 +13,7 @@ mod wait;
 
 pub use closed::Closed;
 pub use future::PostAsync;
-pub use permit::{Permit, Reserving};
+pub use permit::{OwnedPermit, Permit, Reserving};
 pub use room::RoomWaiter;
 pub use sink::PostSink;
 

@@ -1,8 +1,10 @@
 //! Permits: a slot promised before the event exists. [`Poster::try_reserve`]
-//! and [`Poster::reserve`] (the [`Reserving`] future) hand out a [`Permit`];
-//! [`Permit::send`] posts into the promised slot, which no other post can
-//! take, and a permit dropped unsent gives the slot back and wakes the next
-//! poster waiting for room.
+//! and [`Poster::reserve`] (the [`Reserving`] future) hand out a [`Permit`]
+//! that borrows the poster, [`Poster::try_reserve_owned`] and
+//! [`Poster::reserve_owned`] an [`OwnedPermit`] that holds it (for a task
+//! spawned with the promise). Sending posts into the promised slot, which
+//! no other post can take; a permit dropped unsent gives the slot back and
+//! wakes the next poster waiting for room.
 //!
 //! The promise is a count in the state word (`PERMITS`, see
 //! [`crate::state`]), taken by the same CAS, against the same tail, as a
@@ -132,26 +134,8 @@ impl<'a, T: Send> Permit<'a, T> {
     /// assert_eq!(permit.send(7u8), Err(evd::PostError::Closed(7)));
     /// ```
     pub fn send(self, event: T) -> Result<(), PostError<T>> {
-        // The promise is used here or given back here, never by `drop`.
-        let this = ManuallyDrop::new(self);
-        let poster = this.poster;
-        match poster.shared.send_permit() {
-            Some((ticket, notify)) => {
-                // SAFETY: the ticket comes from the send's CAS, which moved
-                // the promised slot into the tail: the permit was taken with
-                // a full check against a head the consumer has passed, and
-                // no reservation since could take the slot it holds, so the
-                // slot's previous lap has been taken. The buffer pointer is
-                // loaded after that CAS, as in `post`.
-                unsafe { Buffer::publish(poster.shared.buffer_ptr(), ticket, event) };
-                poster.deliver(notify);
-                Ok(())
-            }
-            None => {
-                poster.shared.release_permit();
-                Err(PostError::Closed(event))
-            }
-        }
+        // The promise is used (or given back) by the send, never by `drop`.
+        ManuallyDrop::new(self).poster.send_promised(event)
     }
 
     /// The handle the permit was taken from.
@@ -163,6 +147,173 @@ impl<'a, T: Send> Permit<'a, T> {
     /// ```
     pub fn poster(&self) -> &'a Poster<T> {
         self.poster
+    }
+}
+
+impl<T: Send> Poster<T> {
+    /// [`Poster::try_reserve`] for a permit that holds this handle instead
+    /// of borrowing it, to be moved into another task or thread; a refusal
+    /// hands the handle back with the error.
+    ///
+    /// # Panics
+    ///
+    /// As [`Poster::try_reserve`].
+    ///
+    /// ```
+    /// let (poster, mut consumer) = evd::bounded(2).unwrap();
+    /// let permit = poster.clone().try_reserve_owned().unwrap();
+    /// std::thread::spawn(move || permit.send(5u32).unwrap()).join().unwrap();
+    /// assert_eq!(consumer.try_dequeue(), Ok(5));
+    /// # drop(poster);
+    /// ```
+    pub fn try_reserve_owned(self) -> Result<OwnedPermit<T>, (BatchPostError, Poster<T>)> {
+        match self.reserve_tickets(PERMIT) {
+            Ok(_) => Ok(OwnedPermit {
+                poster: ManuallyDrop::new(self),
+            }),
+            Err(e) => Err((e, self)),
+        }
+    }
+
+    /// [`Poster::reserve`] for a permit that holds this handle instead of
+    /// borrowing it. Cancel-safe as [`Poster::reserve`]: dropped before it
+    /// resolves, it takes nothing (and drops the handle). A refusal drops
+    /// the handle.
+    ///
+    /// # Panics
+    ///
+    /// As [`Poster::reserve`].
+    ///
+    /// ```
+    /// use futures::executor::block_on;
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// let permit = block_on(poster.clone().reserve_owned()).unwrap();
+    /// let poster_back = permit.send(3u32).unwrap(); // the handle comes back
+    /// assert_eq!(consumer.try_dequeue(), Ok(3));
+    /// # drop((poster, poster_back));
+    /// ```
+    pub async fn reserve_owned(self) -> Result<OwnedPermit<T>, BatchPostError> {
+        // No await point between the permit and the owned one: cancelling
+        // the future can drop the reservation (taking nothing) but never a
+        // permit.
+        let permit = self.reserve().await?;
+        std::mem::forget(permit);
+        Ok(OwnedPermit {
+            poster: ManuallyDrop::new(self),
+        })
+    }
+
+    /// Post into a slot promised to a permit of this handle's EVD
+    /// ([`Permit::send`]); the promise is used, or given back if closed.
+    fn send_promised(&self, event: T) -> Result<(), PostError<T>> {
+        match self.shared.send_permit() {
+            Some((ticket, notify)) => {
+                // SAFETY: the ticket comes from the send's CAS, which moved
+                // the promised slot into the tail: the permit was taken with
+                // a full check against a head the consumer has passed, and
+                // no reservation since could take the slot it holds, so the
+                // slot's previous lap has been taken. The buffer pointer is
+                // loaded after that CAS, as in `post`.
+                unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
+                self.deliver(notify);
+                Ok(())
+            }
+            None => {
+                self.shared.release_permit();
+                Err(PostError::Closed(event))
+            }
+        }
+    }
+}
+
+/// A free slot promised to one event, holding the [`Poster`] it was taken
+/// with: a [`Permit`] that can move into another task or thread. Made by
+/// [`Poster::try_reserve_owned`] and [`Poster::reserve_owned`]; while it
+/// lives its handle keeps the EVD open as any poster does.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>() {}
+/// assert_send::<evd::OwnedPermit<std::rc::Rc<u8>>>();
+/// ```
+#[must_use = "a permit holds a slot until it is sent or dropped"]
+pub struct OwnedPermit<T> {
+    /// Taken out exactly once: by `send`, `release` or `drop`.
+    poster: ManuallyDrop<Poster<T>>,
+}
+
+impl<T: Send> OwnedPermit<T> {
+    /// Post `event` into the promised slot, as [`Permit::send`], and hand
+    /// the poster back. A closed EVD hands the event back as
+    /// [`PostError::Closed`] (the slot is given back, the handle dropped).
+    ///
+    /// # Panics
+    ///
+    /// As [`Permit::send`]; the handle is dropped on the way out.
+    ///
+    /// ```
+    /// let (poster, consumer) = evd::bounded(1).unwrap();
+    /// let permit = poster.try_reserve_owned().unwrap();
+    /// drop(consumer); // closes the EVD
+    /// assert_eq!(permit.send(1u8).unwrap_err(), evd::PostError::Closed(1));
+    /// ```
+    pub fn send(self, event: T) -> Result<Poster<T>, PostError<T>> {
+        let poster = self.into_poster();
+        poster.send_promised(event)?;
+        Ok(poster)
+    }
+}
+
+impl<T> OwnedPermit<T> {
+    /// Give the slot back unsent (waking one poster waiting for room) and
+    /// hand the poster back.
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(1).unwrap();
+    /// let poster = poster.try_reserve_owned().unwrap().release();
+    /// assert_eq!(poster.free_slots(), Some(1));
+    /// ```
+    pub fn release(self) -> Poster<T> {
+        let poster = self.into_poster();
+        poster.shared.release_permit();
+        poster
+    }
+
+    /// The handle the permit holds.
+    ///
+    /// ```
+    /// let (poster, _consumer) = evd::bounded::<u8>(4).unwrap();
+    /// let permit = poster.try_reserve_owned().unwrap();
+    /// assert_eq!(permit.poster().query().permits, 1);
+    /// ```
+    pub fn poster(&self) -> &Poster<T> {
+        &self.poster
+    }
+
+    /// The poster, out of a permit whose promise the caller now uses or
+    /// gives back (its `Drop` does not run).
+    fn into_poster(self) -> Poster<T> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used again and its `Drop` never runs, so
+        // the poster is taken out exactly once.
+        unsafe { ManuallyDrop::take(&mut this.poster) }
+    }
+}
+
+impl<T> Drop for OwnedPermit<T> {
+    /// Give the slot back unsent, wake one poster waiting for room, and drop
+    /// the handle.
+    fn drop(&mut self) {
+        self.poster.shared.release_permit();
+        // SAFETY: `drop` runs once, and `send`/`release` skip it.
+        unsafe { ManuallyDrop::drop(&mut self.poster) };
+    }
+}
+
+impl<T> std::fmt::Debug for OwnedPermit<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedPermit")
+            .field("evd", &self.poster.shared.id())
+            .finish()
     }
 }
 
