@@ -333,7 +333,7 @@
 //! | `sync`, `pace`, `unwind`, `frames` | std/loom/shuttle switch; the consumer's linger; panic collection; the thread's chain of handler calls (am I inside this EVD's handler?) | — |
 //! | `ring`, `error`, `query` | slot storage, stamps and the capacity; typed errors; [`Query`] | the slot layout changes |
 //! | `room` | the room signal: the waiting posters' queue, its flags in the consumer's line, the barrier pair | how posters wait for room |
-//! | `close_wait` | the wakers of tasks awaiting [`Poster::closed`], woken by close | how posters wait for close |
+//! | `waker_list` | wakers woken all at once: tasks awaiting [`Poster::closed`] (woken by close) and [`Poster::reserve`] at the permit limit (woken by a permit back) | how posters wait for close or a permit |
 //! | `notify` | where a notification goes: waker, eventfd, and the CNO link (a trait the CNO implements) | a new way to be notified |
 //! | `upcall/handler` | the replaceable upcall handler | handler replacement |
 //! | `engine/` | `Shared`, a composition of owners, each with its atomics and its ordering argument: `word` (every CAS on the state word, the release sequence as a whole), `consumer_line` and `dequeue` (the head and the dequeue paths), `loss` (the loss word), `snapshot` (queries) | an ordering question: the owner of that atomic |
@@ -353,7 +353,6 @@ compile_error!("`--cfg loom` needs `--features __loom` (the loom dependency is o
 #[cfg(all(shuttle, not(feature = "__shuttle")))]
 compile_error!("`--cfg shuttle` needs `--features __shuttle` (the shuttle dependency is optional)");
 
-mod close_wait;
 pub mod cno;
 mod consumer;
 mod engine;
@@ -373,6 +372,7 @@ mod sync;
 mod trace;
 mod unwind;
 mod upcall;
+mod waker_list;
 
 pub use cno::{Cno, CnoHandle, ReadySet};
 #[cfg(all(target_os = "linux", not(loom)))]

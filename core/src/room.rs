@@ -60,13 +60,19 @@
 //!
 //! Why no waiter sleeps forever next to a free slot: a waiter sleeps only
 //! after its post following the join found the ring full, so more dequeues
-//! are to come; each frees a slot and pops one waiter, and each popped waiter
+//! are to come, or a [`Permit`](crate::Permit) comes back (a release runs
+//! this check as a head store does; a send queues an event whose dequeue
+//! will); each frees a slot and pops one waiter, and each popped waiter
 //! posts and leaves (passing the wake on unless the ring is full again),
 //! finds the ring full and rejoins at the front, or gives up and passes its
 //! wake on. A free slot therefore always has an awake waiter heading for it,
 //! or a head store still to come, as long as anyone waits.
 //! * **Close and resize wake every waiter** (they retry and see `Closed`, or
 //!   the larger ring).
+//! * **Only waiters for a slot queue here.** A reservation refused because
+//!   every permit the EVD allows is out waits for a permit back in a list
+//!   of its own ([`crate::waker_list`]), handing on any slot's wake it had
+//!   been given: a wake it cannot use must not sit at the front.
 //!
 //! # Transitions of the queue
 //!

@@ -66,11 +66,11 @@
 //! |---|---|---|---|---|
 //! | post (poster) | [`reserve`] | !CLOSED, !RESIZING, len + PERMITS < capacity | tail+1; if ARMED: −ARMED +NOTIFIED; else if CNO_ARMED: −CNO_ARMED +NOTIFIED; else if policy enabled, !TOKEN and INSTANCES below the policy's limit: +TOKEN +NOTIFIED, INSTANCES+1 | write the slot, publish its stamp, then wake / trigger the CNO / run the upcall |
 //! | batch post (poster) | [`reserve_batch`] | as for post | tail+count (count = min(asked, capacity − len − PERMITS)); notification as for post | publish every slot, then wake / run the upcall |
-//! | take a permit (poster) | [`take_permit`] | as for post, and PERMITS < 255 | PERMITS+1 | — (the slot is promised; nothing is queued) |
-//! | send with a permit (poster) | [`send_permit`] | PERMITS > 0, !CLOSED, !RESIZING (no full check: the permit's slot is free) | tail+1, PERMITS−1; notification as for post | as for post |
-//! | give a permit back (poster) | [`release_permit`] | PERMITS > 0 | PERMITS−1 | wake one poster waiting for room |
+//! | take a permit (poster) | [`take_permit`] | as for post, and PERMITS < 255 | PERMITS+1 | — (the slot is promised; nothing is queued); at the limit, wait for a permit back |
+//! | send with a permit (poster) | [`send_permit`] | PERMITS > 0, !CLOSED, !RESIZING (no full check: the permit's slot is free) | tail+1, PERMITS−1; notification as for post | as for post; from the limit, wake every reservation waiting for a permit back |
+//! | give a permit back (poster) | [`release_permit`] | PERMITS > 0 | PERMITS−1 | wake one poster waiting for room (and, from the limit, every reservation waiting for a permit back) |
 //! | post refused, ring full (poster) | — | full, no upcall can start | no change: the event is handed back, nothing is counted, no RMW | — |
-//! | post finds the ring full under an idle upcall policy (poster) | [`start_upcall_on_full`] | full, policy enabled, !TOKEN, INSTANCES below the limit | +TOKEN +NOTIFIED, INSTANCES+1 | run the upcall (it drains the ring), then retry the post |
+//! | post finds the ring full under an idle upcall policy (poster) | [`start_upcall_to_drain`] | full with events queued, policy enabled, !TOKEN, INSTANCES below the limit | +TOKEN +NOTIFIED, INSTANCES+1 | run the upcall (it drains the ring), then retry the post |
 //! | lossy post drops its event (poster) | [`loss::commit`] on the loss word, then [`notify_loss`] | full, loss word not closed | loss word: count+1; word: as for a reservation, without the tail (an RMW even when unchanged) | wake / run the upcall (it reports the loss) |
 //! | arm (consumer) | [`arm`] | len < threshold, not closed | +ARMED, and −NOTIFIED if empty | park / await / epoll |
 //! | arm on a closed EVD | [`arm`] | closed, len < threshold | none (no CAS): pending if len > 0, end of stream if 0 | drain, or stop |
@@ -597,9 +597,10 @@ pub enum TakePermit {
     Closed,
     /// As for [`reserve`].
     Resizing,
-    /// No slot is free for a consumer at the given head (or [`MAX_PERMITS`]
-    /// are out).
+    /// No slot is free for a consumer at the given head.
     Full,
+    /// [`MAX_PERMITS`] are out: wait for one to be sent or given back.
+    AtLimit,
 }
 
 /// Promise a slot to a permit: PERMITS+1 where a post would get a ticket.
@@ -622,8 +623,11 @@ pub const fn take_permit(w: u64, head: u64) -> TakePermit {
     if has(w, RESIZING) {
         return TakePermit::Resizing;
     }
-    if is_full(w, head) || permits(w) == MAX_PERMITS {
+    if is_full(w, head) {
         return TakePermit::Full;
+    }
+    if permits(w) == MAX_PERMITS {
+        return TakePermit::AtLimit;
     }
     TakePermit::Taken(w + ONE_PERMIT)
 }
@@ -724,6 +728,26 @@ pub const fn start_upcall_on_full(w: u64) -> Option<u64> {
     } else {
         None
     }
+}
+
+/// [`start_upcall_on_full`] for a post (or a permit) refused as full, for a
+/// consumer at `head`: only if events are queued. An upcall makes room by
+/// draining them; on a ring full of promised slots alone it would drain
+/// nothing, and the refused poster would start it again and again.
+///
+/// ```
+/// use evd::state::*;
+/// let TakePermit::Taken(promised) = take_permit(initial(0), 0) else { unreachable!() };
+/// let on = set_policy(promised, 0, PolicyBits::Single, Invoke::New).new;
+/// assert!(is_full(on, 0));
+/// assert_eq!(start_upcall_to_drain(on, 0), None); // nothing to drain
+/// ```
+#[inline]
+pub const fn start_upcall_to_drain(w: u64, head: u64) -> Option<u64> {
+    if len(w, head) == 0 {
+        return None;
+    }
+    start_upcall_on_full(w)
 }
 
 /// Outcome of [`arm`].
@@ -1782,7 +1806,7 @@ mod tests {
             w = n;
         }
         assert_eq!(permits(w), MAX_PERMITS);
-        assert_eq!(take_permit(w, 0), TakePermit::Full, "at the limit");
+        assert_eq!(take_permit(w, 0), TakePermit::AtLimit);
         assert!(
             matches!(reserve(w, 0), Reserve::Ticket { .. }),
             "posts still go in"

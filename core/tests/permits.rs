@@ -375,3 +375,83 @@ fn a_cancelled_owned_reservation_takes_nothing() {
     assert_eq!((q.permits, q.room_wanted), (0, false));
     assert_eq!(consumer.try_dequeue(), Ok(1));
 }
+
+#[test]
+fn a_post_on_a_ring_full_of_promises_under_an_idle_upcall_policy_is_refused_not_retried() {
+    // The upcall that a full ring under an idle policy starts drains queued
+    // events; a ring whose room is all promised has none, so the post is
+    // refused at once instead of starting upcalls that free nothing.
+    let _watchdog = common::Watchdog::new("a post refused as full", Default::default());
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    let permit = poster.try_reserve().unwrap();
+    let upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, |_, _| {});
+    assert_eq!(poster.post(1), Err(PostError::Full(1)));
+    assert_eq!(poster.query().notifications, 0, "no upcall started");
+    permit.send(2).unwrap(); // runs the upcall: the event is queued now
+    assert_eq!(upcalls.query().upcalls, 1);
+}
+
+/// `MAX_OUT` permits taken on `poster`.
+fn at_the_limit(poster: &evd::Poster<u32>) -> Vec<Permit<'_, u32>> {
+    (0..Permit::<u32>::MAX_OUT)
+        .map(|_| poster.try_reserve().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_reservation_at_the_permit_limit_is_woken_by_a_permit_sent_or_dropped() {
+    let (poster, _consumer) = evd::bounded::<u32>(1024).unwrap();
+    let mut held = at_the_limit(&poster);
+    for send in [true, false] {
+        let (count, waker) = counting();
+        let mut waiting = poster.reserve();
+        assert!(poll(&mut waiting, &waker).is_pending());
+        assert!(
+            !poster.query().room_wanted,
+            "it waits for a permit, not a slot"
+        );
+        let back = held.pop().unwrap();
+        if send {
+            back.send(0).unwrap();
+        } else {
+            drop(back);
+        }
+        assert_eq!(count.wakes(), 1);
+        let Poll::Ready(Ok(again)) = poll(&mut waiting, &waker) else {
+            panic!("the permit back goes to the waiter")
+        };
+        held.push(again);
+    }
+}
+
+#[test]
+fn a_reservation_at_the_permit_limit_passes_a_slots_wake_on_to_a_waiting_post() {
+    let (poster, mut consumer) = evd::bounded::<u32>(256).unwrap();
+    let mut held = at_the_limit(&poster);
+    poster.post(1).unwrap(); // full: 255 promised, 1 queued
+    let (reserve_count, reserve_waker) = counting();
+    let (post_count, post_waker) = counting();
+    let mut reserving = poster.reserve();
+    let mut posting = poster.post_async(2);
+    assert!(poll(&mut reserving, &reserve_waker).is_pending());
+    assert!(poll(&mut posting, &post_waker).is_pending());
+    assert_eq!(consumer.try_dequeue(), Ok(1)); // frees a slot: wakes the first
+    assert_eq!((reserve_count.wakes(), post_count.wakes()), (1, 0));
+    // The reservation cannot use a slot (the limit holds it back): it hands
+    // the wake on and waits for a permit back instead.
+    assert!(poll(&mut reserving, &reserve_waker).is_pending());
+    assert_eq!(post_count.wakes(), 1);
+    assert_eq!(poll(&mut posting, &post_waker), Poll::Ready(Ok(())));
+    held.pop().unwrap().send(3).unwrap(); // a permit back from the limit
+    assert_eq!(reserve_count.wakes(), 2);
+    // Below the limit now, but the ring is full again (2 and 3 queued, 254
+    // promised): it waits for a slot.
+    assert!(poll(&mut reserving, &reserve_waker).is_pending());
+    assert!(poster.query().room_wanted);
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+    assert_eq!(reserve_count.wakes(), 3);
+    assert!(matches!(
+        poll(&mut reserving, &reserve_waker),
+        Poll::Ready(Ok(_))
+    ));
+}

@@ -209,6 +209,7 @@ pub enum TakePermit {
     Closed,
     Resizing,
     Full,
+    AtLimit,
 }
 
 /// take a permit: where a post would get a ticket (and fewer than 255 are
@@ -220,8 +221,11 @@ pub fn take_permit(a: Word, hint: u64) -> TakePermit {
     if a.resizing {
         return TakePermit::Resizing;
     }
-    if a.len(hint) + a.permits >= a.capacity() || a.permits == MAX_PERMITS {
+    if a.len(hint) + a.permits >= a.capacity() {
         return TakePermit::Full;
+    }
+    if a.permits == MAX_PERMITS {
+        return TakePermit::AtLimit;
     }
     let mut n = a;
     n.permits += 1;
@@ -449,6 +453,16 @@ pub fn notify_loss(a: Word) -> Option<(Word, Notify)> {
         return Some((n, Notify::Upcall));
     }
     None
+}
+
+/// a post or permit refused as full starts an upcall only if there are
+/// queued events for it to drain.
+pub fn start_upcall_to_drain(a: Word, head: u64) -> Option<Word> {
+    if a.len(head) == 0 {
+        None
+    } else {
+        start_upcall_on_full(a)
+    }
 }
 
 /// Largest `cap_log2` a word may hold (`evd::state::MAX_CAP_LOG2`).

@@ -144,7 +144,8 @@ pub fn check(c: &Case) {
         }
         (state::TakePermit::Closed, spec::TakePermit::Closed)
         | (state::TakePermit::Resizing, spec::TakePermit::Resizing)
-        | (state::TakePermit::Full, spec::TakePermit::Full) => {}
+        | (state::TakePermit::Full, spec::TakePermit::Full)
+        | (state::TakePermit::AtLimit, spec::TakePermit::AtLimit) => {}
         (real, model) => panic!("take_permit: {real:?} but the model says {model:?}"),
     }
     // Sending and giving back debug-assert that a permit is out.
@@ -173,6 +174,11 @@ pub fn check(c: &Case) {
         );
     }
 
+    assert_eq!(
+        state::start_upcall_to_drain(w, head).map(dec),
+        spec::start_upcall_to_drain(a, head),
+        "start_upcall_to_drain"
+    );
     assert_eq!(
         state::start_upcall_on_full(w).map(dec),
         spec::start_upcall_on_full(a),

@@ -14,8 +14,12 @@
 //! | the loss word | close's first step, lost count | close, lossy posts | [`loss`] |
 //! | the notification targets | waker, eventfd; the CNO link | a waiter registering | [`crate::notify`] |
 //! | the room queue | waiting posters, FIFO, under a lock | waiting posters only | [`crate::room`] |
-//! | the close waiters | wakers of `Poster::closed` futures, under a lock | registering tasks and close only | [`crate::close_wait`] |
+//! | the close and permit-limit waiters | wakers of `Poster::closed` and of `Poster::reserve` at the limit, under a lock each | registering tasks, close, a permit back at the limit | [`crate::waker_list`] |
 //! | snapshots | loads of the word and the head | — | [`snapshot`] |
+//!
+//! [`waits`] holds the engine's calls into the room queue and the waker
+//! lists: the posters' waits, and the wakes a head store, a permit given
+//! back, a resize or close owe them.
 //!
 //! # The protocol on one page
 //!
@@ -61,20 +65,21 @@ mod consumer_line;
 mod dequeue;
 mod loss;
 mod snapshot;
+mod waits;
 mod word;
 
 pub(crate) use word::{Refused, PERMIT};
 
-use crate::close_wait::{CloseWaiters, Ticket};
 use crate::error::Overflow;
 use crate::notify::{CnoLink, CnoTarget, NotifyTargets, Reached};
 use crate::query::Counters;
 use crate::ring::Buffer;
-use crate::room::{RoomQueue, Seat};
+use crate::room::RoomQueue;
 use crate::state;
 use crate::sync::{Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, StateWord};
 use crate::unwind::Panics;
 use crate::upcall::handler::{HandlerSlot, Installed, Loaded};
+use crate::waker_list::WakerList;
 use consumer_line::ConsumerLine;
 use crossbeam_utils::CachePadded;
 use loss::LossWord;
@@ -130,7 +135,10 @@ pub(crate) struct Shared<T> {
     cno: CnoLink,
     /// Tasks awaiting `Poster::closed` ([`crate::close_wait`]). Locked only
     /// by such a task and by close.
-    close_waiters: CloseWaiters,
+    close_waiters: WakerList,
+    /// `Poster::reserve` futures refused at the permit limit, woken by the
+    /// send or release that takes the count below it.
+    limit_waiters: WakerList,
 }
 
 // SAFETY: the slots hand each `T` from one thread to another exactly once
@@ -162,7 +170,8 @@ impl<T> Shared<T> {
             counters: CachePadded::new(Counters::default()),
             room: CachePadded::new(RoomQueue::new()),
             cno: CnoLink::new(),
-            close_waiters: CloseWaiters::new(),
+            close_waiters: WakerList::new(),
+            limit_waiters: WakerList::new(),
         }
     }
 
@@ -363,68 +372,6 @@ impl<T> Shared<T> {
     /// Count an upcall instance's start as a notification.
     pub(crate) fn count_instance_start(&self) {
         self.counters.notifications.fetch_add(1, Ordering::Relaxed);
-    }
-
-    // ---- the room signal (posters waiting for a free slot, [`crate::room`]) ----
-
-    /// Wake posters waiting for the `n` slots a head store just freed (the
-    /// call out of line is [`RoomQueue::wake`]).
-    #[inline(always)]
-    pub(super) fn wake_room(&self, n: u64) {
-        let woken = &self.counters.room_wakes;
-        self.room.wake(&self.consumer.room, n, woken);
-    }
-
-    /// A poster found the ring full and will sleep until `waker` is woken:
-    /// join the room queue ([`RoomQueue::join`]). The caller must post once
-    /// more after this and before it sleeps.
-    pub(crate) fn room_join(&self, seat: &mut Seat, waker: &Waker) {
-        self.room.join(&self.consumer.room, seat, waker);
-    }
-
-    /// A waiting poster is done: it `posted`, or gave up
-    /// ([`RoomQueue::leave`]).
-    pub(crate) fn room_leave(&self, seat: &mut Seat, posted: bool) {
-        let woken = &self.counters.room_wakes;
-        self.room.leave(
-            &self.consumer.room,
-            seat,
-            posted,
-            || self.looks_full(),
-            woken,
-        );
-    }
-
-    /// Wake every waiting poster (close, a resize that grew the ring).
-    pub(super) fn wake_all_room(&self) {
-        self.room
-            .wake_all(&self.consumer.room, &self.counters.room_wakes);
-    }
-
-    /// Close's wakes of posters, after CLOSED is set: every poster waiting
-    /// for room, then every task awaiting `Poster::closed`. Neither raises
-    /// a waker's panic.
-    pub(super) fn wake_posters_on_close(&self) {
-        self.wake_all_room();
-        self.close_waiters.wake_all();
-    }
-
-    // ---- the close waiters ([`crate::close_wait`]) ----
-
-    /// Register `waker` to be woken by close; the caller re-checks
-    /// [`Shared::is_closed`] after this.
-    pub(crate) fn close_wait_register(&self, ticket: &mut Ticket, waker: &Waker) {
-        self.close_waiters.register(ticket, waker);
-    }
-
-    /// A close waiter is done or dropped: take its waker out.
-    pub(crate) fn close_wait_leave(&self, ticket: &mut Ticket) {
-        self.close_waiters.leave(ticket);
-    }
-
-    /// A poster waits for room now (`Query::room_wanted`).
-    pub(crate) fn room_wanted(&self) -> bool {
-        self.consumer.room.waiting()
     }
 }
 

@@ -74,6 +74,8 @@ use crate::unwind::Panics;
 pub(crate) enum Refused {
     /// Not one slot is free; nothing was written.
     Full,
+    /// A permit was asked for and `Permit::MAX_OUT` are out; nothing written.
+    AtPermitLimit,
     /// Full, and an upcall policy was idle: the caller took the token and
     /// must run an instance (which drains the ring), then retry.
     FullTookToken,
@@ -188,6 +190,7 @@ impl<T> Shared<T> {
                         notify: Notify::None,
                     },
                     state::TakePermit::Full => ReserveBatch::Full,
+                    state::TakePermit::AtLimit => return Err(Refused::AtPermitLimit),
                     state::TakePermit::Closed => ReserveBatch::Closed,
                     state::TakePermit::Resizing => ReserveBatch::Resizing,
                 }
@@ -232,7 +235,7 @@ impl<T> Shared<T> {
                     let fresh = s.consumer.head.load(Ordering::Acquire);
                     let fresh_w = s.state.load(Ordering::Relaxed);
                     if fresh == hint && fresh_w == w {
-                        if let Some(new) = state::start_upcall_on_full(w) {
+                        if let Some(new) = state::start_upcall_to_drain(w, hint) {
                             // AcqRel, as any token hand-off: see the last
                             // holder's head; the caller runs the instance.
                             if s.state
@@ -261,36 +264,33 @@ impl<T> Shared<T> {
         }
     }
 
-    /// Post with a permit ([`state::send_permit`], `AcqRel` as a reservation
-    /// in `reserve`): its ticket and the owed notification, or `None` if
-    /// closed (the caller gives the permit back).
+    /// Post with a permit ([`state::send_permit`], `AcqRel` as in `reserve`):
+    /// its ticket and notification; `None` if closed (give the permit back).
     pub(crate) fn send_permit(&self) -> Option<(u64, Notify)> {
         let mut backoff: Option<Backoff> = None;
         loop {
-            let r = self.transition(Ordering::AcqRel, |w| match state::send_permit(w) {
+            match self.transition(Ordering::AcqRel, |w| match state::send_permit(w) {
                 Reserve::Ticket {
                     ticket,
                     notify,
                     new,
-                } => Ok((new, Ok((ticket, notify)))),
+                } => Ok((new, Ok((ticket, notify, w)))),
                 refused => Err(Err(refused)),
-            });
-            match r {
-                Ok(sent) => return Some(sent),
+            }) {
+                Ok((ticket, notify, old)) => {
+                    self.permit_back(old, false);
+                    return Some((ticket, notify));
+                }
                 Err(Reserve::Resizing) => backoff.get_or_insert_with(Backoff::new).snooze(),
                 Err(_) => return None, // closed (a permit is never refused as full)
             }
         }
     }
 
-    /// Give a permit's slot back ([`state::release_permit`]), then the room
-    /// check of a head store that frees a slot ([`crate::room`]).
+    /// Give a permit back ([`state::release_permit`]); `Relaxed`: no data.
     pub(crate) fn release_permit(&self) {
-        // Relaxed: it publishes nothing; the check's barrier orders it.
-        self.transition(Ordering::Relaxed, |w| Ok((state::release_permit(w), ())));
-        if self.consumer.room.check_after_head_store() {
-            self.wake_room(1);
-        }
+        let old = self.transition(Ordering::Relaxed, |w| Ok((state::release_permit(w), w)));
+        self.permit_back(old, true);
     }
 
     /// The arm-then-check CAS for a consumer at its current head. A loss

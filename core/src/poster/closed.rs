@@ -1,11 +1,11 @@
 //! [`Closed`]: a future that resolves once the EVD is closed.
 //!
-//! Its waker waits in the close waiters ([`crate::close_wait`], where the
+//! Its waker waits in the close waiters ([`crate::waker_list`], where the
 //! ordering against close is argued): `poll` registers, then re-checks
 //! CLOSED; close sets CLOSED, then wakes every registered waker.
 
 use super::Poster;
-use crate::close_wait::Ticket;
+use crate::waker_list::Ticket;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -56,14 +56,16 @@ impl<T> Future for Closed<'_, T> {
         let this = self.get_mut();
         let shared = &*this.poster.shared;
         if !shared.is_closed() {
-            shared.close_wait_register(&mut this.ticket, cx.waker());
+            shared
+                .close_waiters()
+                .register(&mut this.ticket, cx.waker());
             // Re-check after registering: a close whose lock came before
             // ours set CLOSED before it, and this load sees it.
             if !shared.is_closed() {
                 return Poll::Pending;
             }
         }
-        shared.close_wait_leave(&mut this.ticket);
+        shared.close_waiters().leave(&mut this.ticket);
         this.done = true;
         Poll::Ready(())
     }
@@ -79,7 +81,7 @@ impl<T> futures_core::FusedFuture for Closed<'_, T> {
 
 impl<T> Drop for Closed<'_, T> {
     fn drop(&mut self) {
-        self.poster.shared.close_wait_leave(&mut self.ticket);
+        self.poster.shared.close_waiters().leave(&mut self.ticket);
     }
 }
 

@@ -290,12 +290,21 @@ impl<T: Send> Poster<T> {
     /// try again.
     #[inline(always)]
     fn reserve_tickets(&self, want: u64) -> Result<(u64, u64, Notify), BatchPostError> {
+        self.reserve_draining(want)
+            .map_err(|refused| match refused {
+                Refused::Closed => BatchPostError::Closed,
+                _ => BatchPostError::Full,
+            })
+    }
+
+    /// [`Poster::reserve_tickets`] with the refusal as the engine gave it
+    /// (`Full`, `Closed`, or for a permit `AtPermitLimit`).
+    #[inline(always)]
+    fn reserve_draining(&self, want: u64) -> Result<(u64, u64, Notify), Refused> {
         loop {
             match self.shared.reserve(&self.head_hint, want) {
-                Ok(r) => return Ok(r),
-                Err(Refused::Full) => return Err(BatchPostError::Full),
-                Err(Refused::Closed) => return Err(BatchPostError::Closed),
                 Err(Refused::FullTookToken) => self.deliver(Notify::Upcall),
+                r => return r,
             }
         }
     }

@@ -14,10 +14,11 @@
 //! permits existed.
 
 use super::Poster;
-use crate::engine::PERMIT;
+use crate::engine::{Refused, PERMIT};
 use crate::error::{BatchPostError, PostError};
 use crate::ring::Buffer;
 use crate::room::Seat;
+use crate::waker_list::Ticket;
 use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::pin::Pin;
@@ -33,7 +34,8 @@ use std::task::{Context, Poll};
 /// permit (events posted after it are dequeued before it is sent). Dropping
 /// it unsent gives the slot back and wakes one poster waiting for room. At
 /// most [`Permit::MAX_OUT`] permits are out at once per EVD: another
-/// reservation waits (or is refused as full) as if the ring were full.
+/// [`Poster::reserve`] waits until one is sent or dropped
+/// ([`Poster::try_reserve`] is refused as full).
 ///
 /// `Send` and `Sync` as [`Poster`] is: only for events that are `Send`.
 ///
@@ -111,6 +113,7 @@ impl<T: Send> Poster<T> {
         Reserving {
             poster: self,
             seat: Seat::default(),
+            ticket: Ticket::default(),
             resolved: false,
         }
     }
@@ -341,23 +344,12 @@ impl<T> std::fmt::Debug for Permit<'_, T> {
 #[must_use = "futures do nothing unless polled"]
 pub struct Reserving<'a, T> {
     poster: &'a Poster<T>,
+    /// Its place in the room queue, while it waits for a free slot.
     seat: Seat,
+    /// Its place among the permit-limit waiters, while it waits for a
+    /// permit back.
+    ticket: Ticket,
     resolved: bool,
-}
-
-impl<'a, T: Send> Reserving<'a, T> {
-    /// A permit now (having left the room queue), or `None` if the ring is
-    /// full.
-    fn try_now(&mut self) -> Option<Result<Permit<'a, T>, BatchPostError>> {
-        let r = match self.poster.try_reserve() {
-            Err(BatchPostError::Full) => return None,
-            r => r,
-        };
-        // A permit took a slot as a post does: the wake hand-on rule for a
-        // waiter that posted applies.
-        self.poster.shared.room_leave(&mut self.seat, r.is_ok());
-        Some(r)
-    }
 }
 
 impl<'a, T: Send> Future for Reserving<'a, T> {
@@ -366,25 +358,50 @@ impl<'a, T: Send> Future for Reserving<'a, T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         assert!(!this.resolved, "Reserving polled after it resolved");
-        let r = this.try_now().or_else(|| {
-            if crate::frames::in_own_handler(this.poster.shared.id()) {
-                this.poster.shared.room_leave(&mut this.seat, false);
-                return Some(Err(BatchPostError::Full));
+        let shared = &*this.poster.shared;
+        // Each refusal registers the waker where the change it waits for is
+        // announced, then tries again; a second refusal of the same kind
+        // sleeps. Either the try after registering sees the change, or the
+        // change's side finds the waker (the room barrier's pair for a
+        // slot, the list's lock for a permit back).
+        let mut registered_for = None;
+        let r = loop {
+            let refused = match this.poster.reserve_draining(PERMIT) {
+                Ok(_) => {
+                    break Ok(Permit {
+                        poster: this.poster,
+                    })
+                }
+                Err(Refused::Closed) => break Err(BatchPostError::Closed),
+                Err(refused) => refused,
+            };
+            let for_a_slot = refused != Refused::AtPermitLimit;
+            if for_a_slot && crate::frames::in_own_handler(shared.id()) {
+                // Inside its own upcall the thread is the consumer: no slot
+                // could be freed while it waits.
+                break Err(BatchPostError::Full);
             }
-            // Join, then try again: the try after the join's heavy barrier
-            // reloads the head and the word, so either it sees the slot a
-            // concurrent dequeue (or a dropped permit) freed, or that side's
-            // check sees this waiter and wakes it (the room barrier's pair).
-            this.poster.shared.room_join(&mut this.seat, cx.waker());
-            this.try_now()
-        });
-        match r {
-            Some(r) => {
-                this.resolved = true;
-                Poll::Ready(r)
+            if registered_for == Some(for_a_slot) {
+                return Poll::Pending;
             }
-            None => Poll::Pending,
-        }
+            registered_for = Some(for_a_slot);
+            if for_a_slot {
+                shared.room_join(&mut this.seat, cx.waker());
+            } else {
+                // Waiting for a permit back, not for a slot: a slot's wake
+                // this seat was given is passed on to the next waiter.
+                shared.room_leave(&mut this.seat, false);
+                shared
+                    .limit_waiters()
+                    .register(&mut this.ticket, cx.waker());
+            }
+        };
+        // A permit took a slot as a post does: the room queue's hand-on
+        // rule for a waiter that posted applies.
+        shared.room_leave(&mut this.seat, r.is_ok());
+        shared.limit_waiters().leave(&mut this.ticket);
+        this.resolved = true;
+        Poll::Ready(r)
     }
 }
 
@@ -397,6 +414,7 @@ impl<T: Send> futures_core::FusedFuture for Reserving<'_, T> {
 impl<T> Drop for Reserving<'_, T> {
     fn drop(&mut self) {
         self.poster.shared.room_leave(&mut self.seat, false);
+        self.poster.shared.limit_waiters().leave(&mut self.ticket);
     }
 }
 
@@ -404,7 +422,8 @@ impl<T> std::fmt::Debug for Reserving<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reserving")
             .field("resolved", &self.resolved)
-            .field("waiting", &self.seat.is_taken())
+            .field("waiting_for_a_slot", &self.seat.is_taken())
+            .field("waiting_for_a_permit_back", &self.ticket.is_taken())
             .finish()
     }
 }

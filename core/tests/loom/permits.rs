@@ -60,3 +60,34 @@ fn permit_drop_vs_room_waiter_no_lost_wakeup() {
         assert!(!consumer.query().room_wanted);
     });
 }
+
+#[test]
+fn permit_back_from_the_limit_vs_limit_waiter_no_lost_wakeup() {
+    // Every permit the EVD allows is out; a poster waits for one while one
+    // of them is sent. The waiter registers in the permit-limit list, then
+    // tries again; the send takes the count below the limit, then locks the
+    // list and wakes it. The lock orders the two: the try sees the permit
+    // back or the send finds the waker. A send that skipped the list leaves
+    // the waiter parked: a loom deadlock. (Taking the 255 permits is a long
+    // prefix of atomic steps with one thread: more branches than loom's
+    // default allows, none of them a choice.)
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 50_000;
+    b.preemption_bound = b.preemption_bound.or(Some(3));
+    b.check(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(256).unwrap();
+        let mut held: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
+            .map(|_| poster.try_reserve().unwrap())
+            .collect();
+        let p = poster.clone();
+        let t = thread::spawn(move || {
+            let permit = loom::future::block_on(p.reserve()).unwrap();
+            permit.send(2).unwrap();
+        });
+        held.pop().unwrap().send(1).unwrap();
+        t.join().unwrap();
+        assert_eq!(consumer.try_dequeue(), Ok(1));
+        assert_eq!(consumer.try_dequeue(), Ok(2));
+        drop(held);
+    });
+}

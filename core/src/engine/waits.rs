@@ -1,0 +1,89 @@
+//! The engine's side of the posters' waits: the room signal's calls (join,
+//! leave, and the wakes after a head store, a permit given back, a resize
+//! or close; the protocol is in [`crate::room`]) and the waker lists
+//! (close, the permit limit; [`crate::waker_list`]). Each owner keeps its
+//! own ordering argument; these are the calls that reach it.
+
+use super::Shared;
+use crate::room::Seat;
+use crate::state;
+use crate::waker_list::WakerList;
+use std::task::Waker;
+
+impl<T> Shared<T> {
+    // ---- the room signal (posters waiting for a free slot, [`crate::room`]) ----
+
+    /// Wake posters waiting for the `n` slots a head store just freed (the
+    /// call out of line is [`RoomQueue::wake`]).
+    #[inline(always)]
+    pub(super) fn wake_room(&self, n: u64) {
+        let woken = &self.counters.room_wakes;
+        self.room.wake(&self.consumer.room, n, woken);
+    }
+
+    /// A poster found the ring full and will sleep until `waker` is woken:
+    /// join the room queue ([`RoomQueue::join`]). The caller must post once
+    /// more after this and before it sleeps.
+    pub(crate) fn room_join(&self, seat: &mut Seat, waker: &Waker) {
+        self.room.join(&self.consumer.room, seat, waker);
+    }
+
+    /// A waiting poster is done: it `posted`, or gave up
+    /// ([`RoomQueue::leave`]).
+    pub(crate) fn room_leave(&self, seat: &mut Seat, posted: bool) {
+        let woken = &self.counters.room_wakes;
+        self.room.leave(
+            &self.consumer.room,
+            seat,
+            posted,
+            || self.looks_full(),
+            woken,
+        );
+    }
+
+    /// Wake every waiting poster (close, a resize that grew the ring).
+    pub(super) fn wake_all_room(&self) {
+        self.room
+            .wake_all(&self.consumer.room, &self.counters.room_wakes);
+    }
+
+    /// Close's wakes of posters, after CLOSED is set: every poster waiting
+    /// for room, then every task awaiting `Poster::closed`. Neither raises
+    /// a waker's panic.
+    pub(super) fn wake_posters_on_close(&self) {
+        self.wake_all_room();
+        self.close_waiters.wake_all();
+    }
+
+    /// A permit came back, sent or (`freed`) given back, the word before
+    /// being `old`: a slot given back gets the room check of a head store
+    /// that frees one (its light barrier orders the RMW before the flag
+    /// load, [`crate::room`]); a permit back from the limit wakes every
+    /// reservation waiting for one (their lock orders it, [`crate::waker_list`]).
+    pub(super) fn permit_back(&self, old: u64, freed: bool) {
+        if freed && self.consumer.room.check_after_head_store() {
+            self.wake_room(1);
+        }
+        if state::permits(old) == state::MAX_PERMITS {
+            self.limit_waiters.wake_all();
+        }
+    }
+
+    // ---- the waker lists ([`crate::waker_list`]) ----
+
+    /// Tasks awaiting close: register, then re-check [`Shared::is_closed`].
+    pub(crate) fn close_waiters(&self) -> &WakerList {
+        &self.close_waiters
+    }
+
+    /// Tasks waiting for a permit back at the limit: register, then try
+    /// again.
+    pub(crate) fn limit_waiters(&self) -> &WakerList {
+        &self.limit_waiters
+    }
+
+    /// A poster waits for room now (`Query::room_wanted`).
+    pub(crate) fn room_wanted(&self) -> bool {
+        self.consumer.room.waiting()
+    }
+}
