@@ -80,7 +80,7 @@
 //! | enable on the CNO (consumer of a bound EVD) | [`enable_cno`] | empty, not closed, !CNO_ARMED | +CNO_ARMED −NOTIFIED | wait on the CNO |
 //! | enable finds work / end / an enable | [`enable_cno`] | len > 0, or closed, or CNO_ARMED | none (no CAS) | drain, stop, or wait on the CNO |
 //! | disable on the CNO (consumer) | [`disable_cno`] | CNO_ARMED | −CNO_ARMED | none; without CNO_ARMED, wait for the trigger that took it to land |
-//! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED −CNO_ARMED, +NOTIFIED if either was set | wake if it was ARMED, trigger the CNO if it was CNO_ARMED |
+//! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED −CNO_ARMED, +NOTIFIED if either was set | wake every waiting poster (room, permit limit, `closed()`); wake if it was ARMED, trigger the CNO if it was CNO_ARMED |
 //! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
 //! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | refuse if len + PERMITS exceeds the new capacity; else wait for reserved slots, move them |
 //! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |

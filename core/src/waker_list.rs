@@ -7,7 +7,7 @@
 //! * the **permit-limit waiters**: [`Poster::reserve`](crate::Poster::reserve)
 //!   futures refused because [`Permit::MAX_OUT`](crate::Permit::MAX_OUT)
 //!   permits are out, woken by the send or release that takes the count
-//!   below the limit. They wait here, not in the room queue, because they
+//!   below the limit, and by close. They wait here, not in the room queue, because they
 //!   wait for a permit to come back, not for a slot: a slot's wake that
 //!   reached one of them would be wasted, and a post waiting for that slot
 //!   would sleep on.

@@ -455,3 +455,19 @@ fn a_reservation_at_the_permit_limit_passes_a_slots_wake_on_to_a_waiting_post() 
         Poll::Ready(Ok(_))
     ));
 }
+
+#[test]
+fn close_wakes_a_reservation_waiting_at_the_permit_limit() {
+    let (poster, consumer) = evd::bounded::<u32>(512).unwrap();
+    let held = at_the_limit(&poster);
+    let (count, waker) = counting();
+    let mut waiting = poster.reserve();
+    assert!(poll(&mut waiting, &waker).is_pending());
+    drop(consumer); // closes the EVD
+    assert_eq!(count.wakes(), 1);
+    assert!(matches!(
+        poll(&mut waiting, &waker),
+        Poll::Ready(Err(BatchPostError::Closed))
+    ));
+    drop(held);
+}

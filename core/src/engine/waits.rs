@@ -48,10 +48,11 @@ impl<T> Shared<T> {
     }
 
     /// Close's wakes of posters, after CLOSED is set: every poster waiting
-    /// for room, then every task awaiting `Poster::closed`. Neither raises
-    /// a waker's panic.
+    /// for room, every reservation waiting for a permit back, then every
+    /// task awaiting `Poster::closed`. None raises a waker's panic.
     pub(super) fn wake_posters_on_close(&self) {
         self.wake_all_room();
+        self.limit_waiters.wake_all();
         self.close_waiters.wake_all();
     }
 
@@ -60,7 +61,7 @@ impl<T> Shared<T> {
     /// that frees one (its light barrier orders the RMW before the flag
     /// load, [`crate::room`]); a permit back from the limit wakes every
     /// reservation waiting for one (their lock orders it, [`crate::waker_list`]).
-    pub(super) fn permit_back(&self, old: u64, freed: bool) {
+    pub(crate) fn permit_back(&self, old: u64, freed: bool) {
         if freed && self.consumer.room.check_after_head_store() {
             self.wake_room(1);
         }

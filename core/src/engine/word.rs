@@ -265,8 +265,9 @@ impl<T> Shared<T> {
     }
 
     /// Post with a permit ([`state::send_permit`], `AcqRel` as in `reserve`):
-    /// its ticket and notification; `None` if closed (give the permit back).
-    pub(crate) fn send_permit(&self) -> Option<(u64, Notify)> {
+    /// its ticket, notification and the word before (for [`Shared::permit_back`]
+    /// once the slot is published); `None` if closed (give the permit back).
+    pub(crate) fn send_permit(&self) -> Option<(u64, Notify, u64)> {
         let mut backoff: Option<Backoff> = None;
         loop {
             match self.transition(Ordering::AcqRel, |w| match state::send_permit(w) {
@@ -277,10 +278,7 @@ impl<T> Shared<T> {
                 } => Ok((new, Ok((ticket, notify, w)))),
                 refused => Err(Err(refused)),
             }) {
-                Ok((ticket, notify, old)) => {
-                    self.permit_back(old, false);
-                    return Some((ticket, notify));
-                }
+                Ok(sent) => return Some(sent),
                 Err(Reserve::Resizing) => backoff.get_or_insert_with(Backoff::new).snooze(),
                 Err(_) => return None, // closed (a permit is never refused as full)
             }

@@ -210,7 +210,7 @@ impl<T: Send> Poster<T> {
     /// ([`Permit::send`]); the promise is used, or given back if closed.
     fn send_promised(&self, event: T) -> Result<(), PostError<T>> {
         match self.shared.send_permit() {
-            Some((ticket, notify)) => {
+            Some((ticket, notify, old)) => {
                 // SAFETY: the ticket comes from the send's CAS, which moved
                 // the promised slot into the tail: the permit was taken with
                 // a full check against a head the consumer has passed, and
@@ -218,6 +218,9 @@ impl<T: Send> Poster<T> {
                 // slot's previous lap has been taken. The buffer pointer is
                 // loaded after that CAS, as in `post`.
                 unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
+                // After the publish: the wakers run without holding the
+                // consumer up on an unpublished slot.
+                self.shared.permit_back(old, false);
                 self.deliver(notify);
                 Ok(())
             }

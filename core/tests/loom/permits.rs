@@ -68,13 +68,8 @@ fn permit_back_from_the_limit_vs_limit_waiter_no_lost_wakeup() {
     // tries again; the send takes the count below the limit, then locks the
     // list and wakes it. The lock orders the two: the try sees the permit
     // back or the send finds the waker. A send that skipped the list leaves
-    // the waiter parked: a loom deadlock. (Taking the 255 permits is a long
-    // prefix of atomic steps with one thread: more branches than loom's
-    // default allows, none of them a choice.)
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 50_000;
-    b.preemption_bound = b.preemption_bound.or(Some(3));
-    b.check(|| {
+    // the waiter parked: a loom deadlock.
+    model_long_prefix(|| {
         let (poster, mut consumer) = evd::bounded::<u32>(256).unwrap();
         let mut held: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
             .map(|_| poster.try_reserve().unwrap())
@@ -90,4 +85,33 @@ fn permit_back_from_the_limit_vs_limit_waiter_no_lost_wakeup() {
         assert_eq!(consumer.try_dequeue(), Ok(2));
         drop(held);
     });
+}
+
+#[test]
+fn close_vs_limit_waiter_no_lost_wakeup() {
+    // Every permit is out and a poster waits for one; the EVD closes. Close
+    // sets CLOSED, then wakes the permit-limit list; the waiter registers,
+    // then tries again (and sees CLOSED). A close that skipped the list
+    // leaves the waiter parked: a loom deadlock.
+    model_long_prefix(|| {
+        let (poster, consumer) = evd::bounded::<u32>(256).unwrap();
+        let held: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
+            .map(|_| poster.try_reserve().unwrap())
+            .collect();
+        let p = poster.clone();
+        let t = thread::spawn(move || loom::future::block_on(p.reserve()).map(drop));
+        drop(consumer);
+        assert_eq!(t.join().unwrap(), Err(evd::BatchPostError::Closed));
+        drop(held);
+    });
+}
+
+/// [`model`] for a model that takes every permit first: a long prefix of
+/// atomic steps on one thread, more branches than loom's default allows,
+/// none of them a choice.
+fn model_long_prefix<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 50_000;
+    b.preemption_bound = b.preemption_bound.or(Some(3));
+    b.check(f);
 }
