@@ -5,14 +5,13 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use evd_bench::rearm::{Rearm, RearmKind};
-use evd_bench::report::System;
 use std::time::Instant;
 
 fn rearm(c: &mut Criterion) {
     let mut g = c.benchmark_group("rearm");
     for kind in RearmKind::ALL {
         let mut r = Rearm::new();
-        g.bench_function(kind.name(), |b| {
+        g.bench_function(kind.row().name, |b| {
             b.iter_custom(|iters| {
                 let start = Instant::now();
                 r.run(kind, iters);

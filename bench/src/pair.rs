@@ -1,17 +1,14 @@
-//! Single-thread cost of one post and one dequeue: evd's `post` +
-//! `try_dequeue` against crossbeam-queue `ArrayQueue`'s `push` + `pop`, on
-//! one thread, on a ring of the same capacity that holds at most one event.
-//!
-//! Both loops have the same shape: post the iteration number (through
-//! `black_box`), dequeue it, add it to a sum; the sum is checked once
-//! afterwards, so a refused post or an empty dequeue fails the run instead of
-//! going unnoticed, and neither loop pays for a check per iteration.
+//! Single-thread cost of one post and one dequeue: evd's `post` + `try_dequeue` against
+//! crossbeam-queue `ArrayQueue`'s `push` + `pop`, on rings of the same capacity that hold at most
+//! one event. Both loops post the iteration number (through `black_box`), dequeue it and add it
+//! to a sum, checked once afterwards, so neither pays for a check per iteration.
 
-use crate::report::{Role, System};
+use crate::payload::sum_below;
+use crate::report::{Role, Row};
 use std::hint::black_box;
 use std::time::Instant;
 
-/// A system under test in the single-thread pair case.
+/// A system of the single-thread pair cases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PairSystem {
     /// evd: `Poster::post`, then `Consumer::try_dequeue`.
@@ -23,55 +20,40 @@ pub enum PairSystem {
 impl PairSystem {
     /// Both systems, evd first.
     pub const ALL: [PairSystem; 2] = [PairSystem::Evd, PairSystem::ArrayQueue];
-}
 
-/// `ArrayQueue` is compared with evd.
-impl System for PairSystem {
-    fn name(self) -> &'static str {
-        match self {
-            PairSystem::Evd => "evd post+try_dequeue",
-            PairSystem::ArrayQueue => "crossbeam ArrayQueue push+pop",
-        }
-    }
-
-    fn role(self) -> Role {
-        if self == PairSystem::Evd {
-            Role::Evd
-        } else {
-            Role::Peer
-        }
-    }
-
-    fn baseline(self) -> Option<PairSystem> {
-        Some(PairSystem::Evd)
+    /// Its row: `ArrayQueue` is compared with evd.
+    pub fn row(self) -> Row {
+        let (name, role) = match self {
+            PairSystem::Evd => ("evd post+try_dequeue", Role::Evd),
+            PairSystem::ArrayQueue => ("crossbeam ArrayQueue push+pop", Role::Peer),
+        };
+        Row::new(
+            name,
+            role,
+            "single-thread",
+            Some("evd post+try_dequeue"),
+            None,
+        )
     }
 }
 
-/// How the loop reaches each system's operations.
-///
-/// The compiler inlines evd's `post` and `try_dequeue` into this loop and
-/// does not inline `ArrayQueue::push` and `pop` (crossbeam's `push_or_else`
-/// is too large for the inliner at a call site in a crate that uses it in
-/// many places), so the loop as compiled also measures that difference. Each
-/// system's operations behind a non-inlined function of this crate pay one
-/// call per operation each: the cost of the code, not of the inliner's
-/// choice. A crate that calls `ArrayQueue` from one place only gets it
-/// inlined there, and then the two loops run about even on this machine.
+/// How the loop reaches each system's operations. As compiled, the compiler inlines evd's `post`
+/// and `try_dequeue` into the loop and calls `ArrayQueue::push` and `pop` out of line; behind a
+/// non-inlined function each operation of both pays one call: the cost of the code, not of the
+/// inliner's choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PairCalls {
-    /// The loop calls the systems' methods; the compiler inlines what it
-    /// chooses.
+    /// The loop calls the systems' methods; the compiler inlines what it chooses.
     AsCompiled,
-    /// Each post and each dequeue is a call to an `#[inline(never)]`
-    /// function that makes it.
+    /// Each post and each dequeue is a call to an `#[inline(never)]` function.
     OutOfLine,
 }
 
 impl PairCalls {
-    /// Both styles, as compiled first.
+    /// Both, as compiled first.
     pub const ALL: [PairCalls; 2] = [PairCalls::AsCompiled, PairCalls::OutOfLine];
 
-    /// The case name in tables and the JSON report.
+    /// The case name.
     pub fn case(self) -> &'static str {
         match self {
             PairCalls::AsCompiled => "single-thread/pair",
@@ -97,50 +79,37 @@ impl Pair {
     /// Fresh, empty queues.
     pub fn new() -> Self {
         let (poster, consumer) = evd::bounded(1024).expect("capacity 1024 is valid");
+        let queue = crossbeam_queue::ArrayQueue::new(1024);
         Pair {
             poster,
             consumer,
-            queue: crossbeam_queue::ArrayQueue::new(1024),
+            queue,
         }
     }
 
-    /// Run `iters` post/dequeue pairs of `system`, its operations reached
-    /// as `calls` says; fails unless every event came back.
+    /// Run `iters` post/dequeue pairs of `system`, reached as `calls` says; fails unless every
+    /// event came back.
     pub fn run(&mut self, system: PairSystem, calls: PairCalls, iters: u64) -> Result<(), String> {
         let (tx, rx, q) = (&self.poster, &mut self.consumer, &self.queue);
         let sum = match (system, calls) {
-            (PairSystem::Evd, PairCalls::AsCompiled) => pairs(
-                iters,
-                |v| {
-                    let _ = tx.post(v);
-                },
-                || rx.try_dequeue().ok(),
-            ),
+            (PairSystem::Evd, PairCalls::AsCompiled) => {
+                pairs(iters, |v| _ = tx.post(v), || rx.try_dequeue().ok())
+            }
             (PairSystem::Evd, PairCalls::OutOfLine) => {
                 pairs(iters, |v| evd_post(tx, v), || evd_dequeue(rx))
             }
-            (PairSystem::ArrayQueue, PairCalls::AsCompiled) => pairs(
-                iters,
-                |v| {
-                    let _ = q.push(v);
-                },
-                || q.pop(),
-            ),
+            (PairSystem::ArrayQueue, PairCalls::AsCompiled) => {
+                pairs(iters, |v| _ = q.push(v), || q.pop())
+            }
             (PairSystem::ArrayQueue, PairCalls::OutOfLine) => {
                 pairs(iters, |v| array_queue_push(q, v), || array_queue_pop(q))
             }
         };
-        // The sum of 0..iters, wrapping like the loop's.
-        let want = if iters.is_multiple_of(2) {
-            (iters / 2).wrapping_mul(iters.wrapping_sub(1))
-        } else {
-            iters.wrapping_mul((iters - 1) / 2)
-        };
+        let want = sum_below(iters);
         if black_box(sum) != want {
+            let (name, case) = (system.row().name, calls.case());
             return Err(format!(
-                "{} ({}): sum {sum} of dequeued events, expected {want}",
-                system.name(),
-                calls.case()
+                "{name} ({case}): sum {sum} of dequeued events, expected {want}"
             ));
         }
         Ok(())
@@ -159,8 +128,7 @@ impl Pair {
     }
 }
 
-/// The one loop shape of every pair run: post the iteration number (through
-/// `black_box`), dequeue, add what came out to the sum.
+/// The one loop shape of every pair run.
 #[inline(always)]
 fn pairs(iters: u64, mut post: impl FnMut(u64), mut dequeue: impl FnMut() -> Option<u64>) -> u64 {
     let mut sum = 0u64;
@@ -191,22 +159,4 @@ fn array_queue_push(q: &crossbeam_queue::ArrayQueue<u64>, v: u64) {
 #[inline(never)]
 fn array_queue_pop(q: &crossbeam_queue::ArrayQueue<u64>) -> Option<u64> {
     q.pop()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn both_systems_return_every_event() {
-        let mut p = Pair::new();
-        for s in PairSystem::ALL {
-            for c in PairCalls::ALL {
-                p.run(s, c, 10_000).unwrap();
-                assert!(p.time_ns(s, c, 10_000).unwrap() > 0.0);
-            }
-        }
-        assert_eq!(p.consumer.query().len, 0);
-        assert!(p.queue.is_empty());
-    }
 }

@@ -1,10 +1,16 @@
 use evd_bench::rearm::*;
+use evd_bench::report::Role;
 
 #[test]
 fn cli_names_round_trip() {
     for k in RearmKind::ALL {
         assert_eq!(RearmKind::from_cli(k.cli_name()), Some(k));
     }
+    assert_eq!(
+        RearmKind::from_cli("arm-then-poll"),
+        Some(RearmKind::ArmThenPoll)
+    );
+    assert_eq!(RearmKind::from_cli("x"), None);
 }
 
 #[test]
@@ -16,30 +22,25 @@ fn collected_line_is_found_among_others() {
 }
 
 #[test]
-fn rearm_kinds_parse_from_their_cli_names() {
-    use evd_bench::rearm::RearmKind;
-    assert_eq!(
-        RearmKind::from_cli("arm-then-poll"),
-        Some(RearmKind::ArmThenPoll)
-    );
-    assert_eq!(RearmKind::from_cli("x"), None);
+fn every_rearm_kind_runs_on_an_empty_armed_ring() {
+    let mut r = Rearm::new();
+    for k in RearmKind::ALL {
+        r.run(k, 1000); // asserts the ring is armed and empty afterwards
+        assert!(r.time_ns(k, 100) > 0.0);
+    }
 }
 
 #[test]
-fn every_rearm_kind_runs() {
-    use evd_bench::rearm::{Rearm, RearmKind};
-    let mut r = Rearm::new();
-    r.run(RearmKind::ArmThenPoll, 1000);
+fn rows_compare_with_the_arm_and_the_bare_cas() {
+    for k in RearmKind::ALL {
+        let row = k.row();
+        assert_eq!(row.baseline, Some("evd arm (one CAS)"));
+        assert_eq!(row.floor.is_none(), row.role == Role::Floor);
+    }
 }
 
 #[test]
 fn per_iteration_is_the_difference_of_two_counts() {
-    assert_eq!(evd_bench::rearm::per_iteration(1_000, 3_000, 100), Ok(20.0));
-    assert!(evd_bench::rearm::per_iteration(3_000, 1_000, 100).is_err());
-}
-
-#[test]
-fn callgrind_collected_count_is_parsed() {
-    let log = "==12== Events    : Ir\n==12== Collected : 123456\n==12==\n";
-    assert_eq!(evd_bench::rearm::parse_collected(log), Some(123456));
+    assert_eq!(per_iteration(1_000, 3_000, 100), Ok(20.0));
+    assert!(per_iteration(3_000, 1_000, 100).is_err());
 }
