@@ -1,7 +1,6 @@
-//! The SVG chart of a report: one horizontal bar panel per throughput case,
-//! wake-latency percentile and re-arm metric; bars are medians, whiskers the
-//! min–max over rounds, evd's bars in red; labels carry the ratio (above 1 =
-//! evd better) and the below-floor and oversubscription marks.
+//! The SVG chart of a report: one horizontal bar panel per throughput case, wake-latency percentile
+//! and re-arm metric; bars are medians, whiskers the min–max over rounds, evd's bars in red; labels
+//! carry the ratio (above 1 = evd better) and the below-floor and oversubscription marks.
 
 use crate::report::{format_value, Record, Report};
 use plotters::coord::ranged1d::SegmentValue;

@@ -1,9 +1,9 @@
 //! The CNO ([`evd::Cno`], DAT's consumer notification object): one waiter for many EVDs, against
 //! epoll over the EVDs' eventfds and a scan-every-EVD CNO built here ([`ScanFlag`]). The three
-//! waiters ([`CnoSystem`]) are written once against one interface (take the ready set, drain an
-//! EVD with one `dequeue_batch`, re-enable it), so every loop is the same code for all three; an
-//! EVD whose re-enable finds events is served again after the rest of the ready set, so one busy
-//! EVD cannot hold the waiter. Measured: wake latency ([`CNO_WAKE`]), the cost of a trigger cycle
+//! waiters ([`CnoSystem`]) are written once against one interface (take the ready set, drain an EVD
+//! with one `dequeue_batch`, re-enable it), so every loop is the same code for all three; an EVD
+//! whose re-enable finds events is served again after the rest of the ready set, so one busy EVD
+//! cannot hold the waiter. Measured: wake latency ([`CNO_WAKE`]), the cost of a trigger cycle
 //! ([`CnoSystem::cycle_ns`]), throughput and fairness ([`CnoSystem::run_throughput`]) and
 //! instructions per cycle ([`CnoInsnKind`], counted by callgrind). How: bench/README.md.
 
@@ -60,8 +60,8 @@ pub enum CnoSystem {
     /// Every EVD's eventfd in one level-triggered epoll set, every EVD armed: `epoll_wait` (a zero
     /// timeout for [`SPIN_BUDGET`], then blocking), acknowledge, drain, `arm`.
     Epoll,
-    /// The illumos way: every post sets a shared flag ([`ScanFlag`]); on a wake, `dequeue_batch`
-    /// on every EVD.
+    /// The illumos way: every post sets a shared flag ([`ScanFlag`]); on a wake, `dequeue_batch` on
+    /// every EVD.
     Scan,
 }
 
@@ -156,8 +156,8 @@ impl CnoSystem {
         };
         let mut stats = match feed {
             Feed::Events => {
-                // Kept until the waiter is done: the last poster of an EVD to go closes it, and
-                // the waiter would find it closed.
+                // Kept until the waiter is done: the last poster of an EVD to go closes it, and the
+                // waiter would find it closed.
                 let _open = side.clone();
                 let cursors = clones(side, THROUGHPUT_POSTERS).into_iter().enumerate();
                 let cursors = cursors.map(|(p, side)| Cursor {
@@ -204,8 +204,8 @@ impl Feed {
     }
 }
 
-/// The saturated feed: each poster posts its sequence numbers in batches of
-/// [`SATURATION_BATCH`], one `post_batch` per EVD in turn.
+/// The saturated feed: each poster posts its sequence numbers in batches of [`SATURATION_BATCH`],
+/// one `post_batch` per EVD in turn.
 fn drive_batches(
     side: &PostSide,
     messages: u64,
@@ -351,8 +351,8 @@ impl PostSide {
         Ok(())
     }
 
-    /// How many of `buf` went to EVD `k`, or `None` if it was full (closed cannot happen while
-    /// the fixture lives).
+    /// How many of `buf` went to EVD `k`, or `None` if it was full (closed cannot happen while the
+    /// fixture lives).
     #[inline]
     fn post_batch(&self, k: usize, buf: &mut Vec<u64>) -> Option<usize> {
         let c = self.posters[k].post_batch(buf).ok()?;
@@ -379,8 +379,8 @@ impl Cursor {
     }
 }
 
-/// The scan CNO's notification: a flag every post sets, and the waiter's thread to unpark when
-/// the post that set it finds the waiter asleep.
+/// The scan CNO's notification: a flag every post sets, and the waiter's thread to unpark when the
+/// post that set it finds the waiter asleep.
 #[derive(Default)]
 pub struct ScanFlag {
     flag: CachePadded<AtomicBool>,
@@ -549,9 +549,9 @@ impl Server {
         }
     }
 
-    /// One pass: the EVDs to serve again first, then the ready set (waited for unless
-    /// `never_block` or some EVD is to be served again); drain each once, hand its batch to `on`
-    /// (empty if it had nothing), re-enable it. Returns true as soon as `on` does.
+    /// One pass: the EVDs to serve again first, then the ready set (waited for unless `never_block`
+    /// or some EVD is to be served again); drain each once, hand its batch to `on` (empty if it had
+    /// nothing), re-enable it. Returns true as soon as `on` does.
     #[inline]
     fn pass(
         &mut self,
@@ -744,8 +744,8 @@ pub const CNO_WAKE: [Latency; 3] = [
     Latency::new(Row::new(PARK_FLOOR, Role::Floor, "blocking", Some(EVD_CNO_WAKE), None), 2, park_floor),
 ];
 
-/// The waiter reads the clock as soon as `Cno::wait` returns the key, before it dequeues the
-/// event, which carries its post time.
+/// The waiter reads the clock as soon as `Cno::wait` returns the key, before it dequeues the event,
+/// which carries its post time.
 fn cno_wake(samples: u64) -> Sampled {
     let mut cno = evd::Cno::new(WAKE_EVDS).map_err(|e| e.to_string())?;
     let (mut posters, mut evds) = (Vec::with_capacity(WAKE_EVDS), Vec::with_capacity(WAKE_EVDS));
@@ -798,8 +798,8 @@ pub enum CnoInsnKind {
     CnoCycle,
     /// Post and `try_dequeue` on an EVD bound to nothing.
     PlainPair,
-    /// Post and `try_dequeue` on an EVD bound to a CNO but not enabled: the issue's "costs the
-    /// same as a post to an unbound one".
+    /// Post and `try_dequeue` on an EVD bound to a CNO but not enabled: the issue's "costs the same
+    /// as a post to an unbound one".
     BoundPair,
 }
 

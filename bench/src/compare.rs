@@ -1,6 +1,6 @@
 //! The side-by-side comparison behind `evd-bench compare`: every system of every section,
-//! interleaved round-robin within one run so that drift on a noisy machine hits all systems
-//! alike, inside a fixed time budget.
+//! interleaved round-robin within one run so that drift on a noisy machine hits all systems alike,
+//! inside a fixed time budget.
 
 use crate::cno::{self, CnoInsnKind, CnoSystem, Feed, Variant};
 use crate::latency::{Latency, Sampled, WAKE};
@@ -117,8 +117,8 @@ type Value = (Record, f64, Option<Diagnostics>);
 struct Job {
     case: String,
     system: String,
-    /// Called with `true` once before the rounds (calibration or warm-up, its values dropped),
-    /// then with `false` once per round.
+    /// Called with `true` once before the rounds (calibration or warm-up, its values dropped), then
+    /// with `false` once per round.
     run: Box<dyn FnMut(bool) -> Result<Vec<Value>, String>>,
 }
 
@@ -131,9 +131,9 @@ impl Job {
         }
     }
 
-    /// A run that moves events: its calibration (also the warm-up) sizes the runs to last
-    /// `target`; its records are `ops_per_sec` (with the run's diagnostics) and, for a CNO run,
-    /// the spread of events served.
+    /// A run that moves events: its calibration (also the warm-up) sizes the runs to last `target`;
+    /// its records are `ops_per_sec` (with the run's diagnostics) and, for a CNO run, the spread of
+    /// events served.
     fn moving(
         proto: Record,
         calibration: u64,
@@ -161,8 +161,8 @@ impl Job {
         })
     }
 
-    /// A latency run of `samples` samples (no warm-up): its p50, p99 and p99.9 (`proto` is the
-    /// p50 record), and the busy ping-pong's same-CPU share.
+    /// A latency run of `samples` samples (no warm-up): its p50, p99 and p99.9 (`proto` is the p50
+    /// record), and the busy ping-pong's same-CPU share.
     fn percentiles(proto: Record, samples: u64, measure: fn(u64) -> Sampled) -> Self {
         Job::new(&proto.clone(), move |warm_up| {
             if warm_up {
@@ -202,10 +202,9 @@ impl Job {
     }
 }
 
-/// One section of the run: its name in notes and in the time summary, the step by which the
-/// order of its jobs rotates every round (more than 1 where jobs of one case sit side by side, so
-/// that consecutive rounds also change which case runs first), its jobs, and the note its table
-/// needs.
+/// One section of the run: its name in notes and in the time summary, the step by which the order
+/// of its jobs rotates every round (more than 1 where jobs of one case sit side by side, so that
+/// consecutive rounds also change which case runs first), its jobs, and the note its table needs.
 struct Section {
     name: &'static str,
     stride: usize,
@@ -446,8 +445,8 @@ impl SectionClock {
         round == 0 || Instant::now() + self.last_round <= self.deadline
     }
 
-    /// A round other than the first that is still running at the deadline is cut (and discarded
-    /// by the caller): single runs on a loaded, oversubscribed machine can take many times their
+    /// A round other than the first that is still running at the deadline is cut (and discarded by
+    /// the caller): single runs on a loaded, oversubscribed machine can take many times their
     /// calibrated length.
     fn must_cut(&self, round: usize) -> bool {
         round > 0 && Instant::now() > self.deadline
@@ -461,11 +460,10 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Prepare every job (a job whose preparation fails is dropped), then run `rounds`
-    /// interleaved rounds of all of them within `deadline`, in an order that rotates every round
-    /// by `s.stride`; a round still running at the deadline is cut and discarded, so every system
-    /// keeps the same rounds. `name` names the section in notes. The section's records are left
-    /// in job order.
+    /// Prepare every job (a job whose preparation fails is dropped), then run `rounds` interleaved
+    /// rounds of all of them within `deadline`, in an order that rotates every round by `s.stride`;
+    /// a round still running at the deadline is cut and discarded, so every system keeps the same
+    /// rounds. `name` names the section in notes. The section's records are left in job order.
     fn interleave(&mut self, name: &str, s: Section, rounds: usize, deadline: Instant) {
         let mut jobs = s.jobs;
         let start = Instant::now();
@@ -484,8 +482,8 @@ impl Run<'_> {
             }
             prepared.is_ok()
         });
-        // The preparation is one round's worth of work, so it stands for the first measured
-        // round's duration.
+        // The preparation is one round's worth of work, so it stands for the first measured round's
+        // duration.
         let mut clock = SectionClock {
             start,
             deadline,
@@ -539,8 +537,8 @@ impl Run<'_> {
             ));
             self.pb.inc(((rounds - rounds_run) * k) as u64);
         }
-        // Case order then system order (the jobs' order), whatever order the rotated rounds
-        // first met them in.
+        // Case order then system order (the jobs' order), whatever order the rotated rounds first
+        // met them in.
         let rank = |r: &Record| {
             keys.iter()
                 .position(|(case, system)| *case == r.case && *system == r.system)
@@ -670,8 +668,8 @@ fn no_room_wakes_in_throughput(run: &mut Run) {
     }
 }
 
-/// Count instructions with callgrind: per re-arm of the counted kinds and per CNO cycle (and
-/// plain pair), each once, while the budget allows.
+/// Count instructions with callgrind: per re-arm of the counted kinds and per CNO cycle (and plain
+/// pair), each once, while the budget allows.
 fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mut Run) {
     let Some(exe) = exe else {
         run.notes

@@ -1,10 +1,10 @@
 //! Latency sections: the one-way wake latency of a consumer that is really asleep ([`WAKE`]), and
-//! the harness every latency run that waits for a sleeping thread shares (`asleep`; room-wake
-//! and CNO wake latency use it too). Before every post the harness waits until the consumer
-//! thread's state in `/proc/self/task/TID/stat` is `S`, so that a system that spins or yields
-//! before it parks is not measured on a fixed gap; the event carries its post time from one
-//! process-wide monotonic clock, and the consumer records the difference in an hdrhistogram. The
-//! inline upcall has no sleeping consumer: from before the post to the handler, on one thread.
+//! the harness every latency run that waits for a sleeping thread shares (`asleep`; room-wake and
+//! CNO wake latency use it too). Before every post the harness waits until the consumer thread's
+//! state in `/proc/self/task/TID/stat` is `S`, so that a system that spins or yields before it
+//! parks is not measured on a fixed gap; the event carries its post time from one process-wide
+//! monotonic clock, and the consumer records the difference in an hdrhistogram. The inline upcall
+//! has no sleeping consumer: from before the post to the handler, on one thread.
 
 use crate::peers::Channel;
 use crate::report::{Role::*, Row};
@@ -352,8 +352,8 @@ pub(crate) fn asleep<S>(
             let mut hist = new_histogram();
             thread(&mut |start, end| {
                 hist.saturating_record(end.saturating_sub(start).max(1));
-                // Release: the harness sees the count only after the record, so it never acts
-                // while this thread is busy.
+                // Release: the harness sees the count only after the record, so it never acts while
+                // this thread is busy.
                 counted.fetch_add(1, Ordering::Release);
             })?;
             Ok::<_, String>(hist)
@@ -384,8 +384,8 @@ pub(crate) fn asleep<S>(
         }
     }
     if let Some(f) = failure {
-        // A thread that ended is joined for its own error; one that does not end is let go (it
-        // owns only its end of the queue).
+        // A thread that ended is joined for its own error; one that does not end is let go (it owns
+        // only its end of the queue).
         drop(state);
         if let Some(Ok(Err(e))) = handle.is_finished().then(|| handle.join()) {
             return Err(format!("{f}: {e}"));

@@ -1,7 +1,7 @@
 //! Single-thread cost of one post and one dequeue: evd's `post` + `try_dequeue` against
 //! crossbeam-queue `ArrayQueue`'s `push` + `pop`, on rings of the same capacity that hold at most
-//! one event. Both loops post the iteration number (through `black_box`), dequeue it and add it
-//! to a sum, checked once afterwards, so neither pays for a check per iteration.
+//! one event. Both loops post the iteration number (through `black_box`), dequeue it and add it to
+//! a sum, checked once afterwards, so neither pays for a check per iteration.
 
 use crate::payload::sum_below;
 use crate::report::{Role, Row};

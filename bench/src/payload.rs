@@ -20,8 +20,8 @@ impl Payload for u64 {
     }
 }
 
-/// A 64-byte event: the sequence number and seven words of body, so that a queue moving it pays
-/// for a full cache line per event.
+/// A 64-byte event: the sequence number and seven words of body, so that a queue moving it pays for
+/// a full cache line per event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct Event64 {

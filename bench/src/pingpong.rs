@@ -25,8 +25,8 @@ const STALL_TIMEOUT: Duration = Duration::from_secs(5);
 const EVD: Option<&str> = Some("evd try_dequeue");
 const FLOOR: &str = "floor: two atomics";
 
-/// The busy ping-pong systems, evd first, the floor last: every row is compared with
-/// `evd try_dequeue` (each side takes one event per round trip, so a batch holds one too).
+/// The busy ping-pong systems, evd first, the floor last: every row is compared with `evd
+/// try_dequeue` (each side takes one event per round trip, so a batch holds one too).
 #[rustfmt::skip]
 pub const PINGPONG: [Latency; 6] = [
     Latency::new(Row::new("evd try_dequeue", Evd, "busy/item", EVD, Some(FLOOR)), 2, evd_item),
@@ -125,8 +125,8 @@ fn floor(samples: u64) -> Sampled {
     round_trips(samples, queue, send, poll)
 }
 
-/// A side's non-blocking receive: `None` if nothing is there. (A side's send fails if refused:
-/// the queue holds nothing else.)
+/// A side's non-blocking receive: `None` if nothing is there. (A side's send fails if refused: the
+/// queue holds nothing else.)
 type Poll = Result<Option<u64>, String>;
 
 /// Poll until a value comes; fails after [`STALL_TIMEOUT`] without one.

@@ -96,9 +96,9 @@ impl Rearm {
         }
     }
 
-    /// Run `iters` re-arms of `kind`. Results go through `black_box` rather than checks inside
-    /// the loop, so every kind pays only for its calls; the ring is checked once afterwards
-    /// (armed and empty: every arm armed, every extra poll found nothing), the floor's word too.
+    /// Run `iters` re-arms of `kind`. Results go through `black_box` rather than checks inside the
+    /// loop, so every kind pays only for its calls; the ring is checked once afterwards (armed and
+    /// empty: every arm armed, every extra poll found nothing), the floor's word too.
     pub fn run(&mut self, kind: RearmKind, iters: u64) {
         let c = &mut self.consumer;
         match kind {
@@ -146,10 +146,10 @@ impl Rearm {
 /// The iteration counts of the two callgrind runs.
 pub const INSN_RUNS: (u64, u64) = (1_000, 101_000);
 
-/// Instructions of one iteration of `exe`'s mode `mode` (its arguments but `--iters N`), counted
-/// by callgrind: the two runs of [`INSN_RUNS`], side by side (callgrind counts its own process's
-/// instructions, whatever else runs), by difference, so start-up and teardown cancel out. `Err`
-/// if valgrind is missing or fails.
+/// Instructions of one iteration of `exe`'s mode `mode` (its arguments but `--iters N`), counted by
+/// callgrind: the two runs of [`INSN_RUNS`], side by side (callgrind counts its own process's
+/// instructions, whatever else runs), by difference, so start-up and teardown cancel out. `Err` if
+/// valgrind is missing or fails.
 pub fn count_mode(exe: &Path, mode: &[&str]) -> Result<f64, String> {
     let (n1, n2) = INSN_RUNS;
     let mut first = callgrind_start(exe, mode, n1)?;

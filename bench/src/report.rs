@@ -333,8 +333,8 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Describe this machine (what it cannot read is `"unknown"` or `None`);
-    /// `load_average_end` starts equal to `load_average`.
+    /// Describe this machine (what it cannot read is `"unknown"` or `None`); `load_average_end`
+    /// starts equal to `load_average`.
     pub fn detect() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let field = |name: &str| {

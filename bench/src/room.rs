@@ -1,5 +1,5 @@
-//! Posters that wait for room: a slow consumer behind a small ring, so that posters really sleep
-//! in their system's *blocking* bounded send ([`ROOM`], the throughput harness with the same fixed
+//! Posters that wait for room: a slow consumer behind a small ring, so that posters really sleep in
+//! their system's *blocking* bounded send ([`ROOM`], the throughput harness with the same fixed
 //! [`Work`] per event in every consumer), and the room-wake latency ([`ROOM_WAKE`]): from the
 //! receive that frees the slot of a full 1-slot queue to the blocked poster running. How both are
 //! run: bench/README.md.
@@ -185,8 +185,8 @@ fn peer<C: Channel<u64>>(capacity: usize, posters: usize, messages: u64, work: W
 
 const EVD_ROOM_WAKE: &str = "evd post_blocking (park/unpark)";
 
-/// The room-wake-latency systems: every row is compared with evd's, and both sleep in a futex
-/// park, whose floor is the raw park/unpark.
+/// The room-wake-latency systems: every row is compared with evd's, and both sleep in a futex park,
+/// whose floor is the raw park/unpark.
 #[rustfmt::skip]
 pub const ROOM_WAKE: [Latency; 3] = [
     Latency::new(Row::new(EVD_ROOM_WAKE, Evd, "blocking", Some(EVD_ROOM_WAKE), Some(PARK_FLOOR)), 2, evd_room_wake),
@@ -194,8 +194,8 @@ pub const ROOM_WAKE: [Latency; 3] = [
     Latency::new(Row::new(PARK_FLOOR, Floor, "blocking", Some(EVD_ROOM_WAKE), None), 2, park_floor),
 ];
 
-/// evd `post_blocking` on a full 1-slot ring; the harness `try_dequeue`s. Fails unless every
-/// sample was one room wake.
+/// evd `post_blocking` on a full 1-slot ring; the harness `try_dequeue`s. Fails unless every sample
+/// was one room wake.
 fn evd_room_wake(samples: u64) -> Sampled {
     let (tx, rx) = evd::bounded::<u64>(1).map_err(|e| e.to_string())?;
     tx.post(0).map_err(|e| e.to_string())?;

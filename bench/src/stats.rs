@@ -36,10 +36,10 @@ impl Summary {
     }
 }
 
-/// The ratio of two medians of one metric in the direction where above 1 means evd is better:
-/// `evd / value` when more is better (throughput: evd ÷ peer) and `value / evd` when less is
-/// (latency, time, instructions: peer ÷ evd). `None` when the denominator is zero or either median
-/// is not finite.
+/// The ratio of two medians of one metric in the direction where above 1 means evd is better: `evd
+/// / value` when more is better (throughput: evd ÷ peer) and `value / evd` when less is (latency,
+/// time, instructions: peer ÷ evd). `None` when the denominator is zero or either median is not
+/// finite.
 ///
 /// ```
 /// use evd_bench::stats::ratio_to_evd;

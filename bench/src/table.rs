@@ -1,10 +1,9 @@
-//! The report as Markdown: a line that names the run and the machine (CPU
-//! model first), one table per section, the targets and the notes.
+//! The report as Markdown: a line that names the run and the machine (CPU model first), one table
+//! per section, the targets and the notes.
 //!
-//! Every table goes through one writer, [`write_table`]. A section of
-//! records is a [`Section`]: its title and prose, how its records form rows
-//! ([`Rows`]) and its columns ([`Col`]); each cell reads the row's records by
-//! metric, in their unit and direction, with the ratio to evd.
+//! Every table goes through one writer, [`write_table`]. A section of records is a [`Section`]: its
+//! title and prose, how its records form rows ([`Rows`]) and its columns ([`Col`]); each cell reads
+//! the row's records by metric, in their unit and direction, with the ratio to evd.
 
 use crate::cno::Variant;
 use crate::report::{format_value, Record, Report, Role};
@@ -74,8 +73,8 @@ pub enum Col {
 pub enum Rows {
     /// A row per record.
     Record,
-    /// A row per system that has a record of this metric (the row's main
-    /// record); its other metrics fill the other columns.
+    /// A row per system that has a record of this metric (the row's main record); its other metrics
+    /// fill the other columns.
     System(&'static str),
     /// A row per CNO trigger variant and system, a column per EVD count.
     VariantSystem,
@@ -160,8 +159,8 @@ fn heading(c: Col) -> String {
     }
 }
 
-/// The cell of column `c` in the row of `main` (`row`: all the row's
-/// records; `section`: all the section's).
+/// The cell of column `c` in the row of `main` (`row`: all the row's records; `section`: all the
+/// section's).
 fn cell(c: Col, main: &Record, row: &[&Record], section: &[&Record]) -> String {
     let below = |r: &Record| r.below_floor == Some(true);
     match c {
@@ -239,9 +238,8 @@ fn format_ratio(r: &Record) -> String {
     }
 }
 
-/// `median (slowest → fastest round)` of a per-round diagnostic: the
-/// slowest round is the lowest of a throughput record, the highest of a
-/// latency.
+/// `median (slowest → fastest round)` of a per-round diagnostic: the slowest round is the lowest of
+/// a throughput record, the highest of a latency.
 fn diag_cell(r: &Record, d: Diag) -> String {
     let (per_round, fmt): (_, fn(f64) -> String) = match d {
         Diag::EmptyPolls => (&r.empty_polls_per_msg, |x| format!("{x:.3}")),
@@ -528,9 +526,8 @@ fn section<'r>(case: &str, records: Vec<&'r Record>, report: &Report) -> Section
     }
 }
 
-/// The report as Markdown: a line that names the run and the machine (CPU
-/// model first), tables, one per case (one for every CNO trigger case), the
-/// targets and the notes.
+/// The report as Markdown: a line that names the run and the machine (CPU model first), tables, one
+/// per case (one for every CNO trigger case), the targets and the notes.
 pub fn markdown(report: &Report) -> String {
     let mut s = String::new();
     let m = &report.machine;

@@ -1,9 +1,8 @@
-//! The targets, as data: one row per target, in report order.
-//! [`crate::report::targets`] evaluates every row on a run's records.
+//! The targets, as data: one row per target, in report order. [`crate::report::targets`]
+//! evaluates every row on a run's records.
 //!
-//! A row compares side `a` with side `b` on `metric` in `case` (or `a`
-//! alone when `b` is `None`), and is named
-//! `<label>: <a> ÷ <b>, <quantity>, <case>`.
+//! A row compares side `a` with side `b` on `metric` in `case` (or `a` alone when `b` is `None`),
+//! and is named `<label>: <a> ÷ <b>, <quantity>, <case>`.
 
 /// Which value a target reads.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -16,9 +15,8 @@ pub enum Side {
     At(&'static str, &'static str, &'static str),
     /// The best median of these systems, named `<name> (<best system>)`.
     Best(&'static str, &'static [&'static str]),
-    /// The worst median of these systems' empty polls per event (of their
-    /// `ops_per_sec` records), named `<name> (<worst system>)`; each round's
-    /// value is that round's worst.
+    /// The worst median of these systems' empty polls per event (of their `ops_per_sec` records),
+    /// named `<name> (<worst system>)`; each round's value is that round's worst.
     WorstEmptyPolls(&'static str, &'static [&'static str]),
 }
 
@@ -48,10 +46,9 @@ pub struct Target {
     pub case: &'static str,
     /// The goal of `a ÷ b` (or of `a`).
     pub goal: Goal,
-    /// Floor rows of the same case whose ratio to side `b` is stated as a
-    /// caveat, `<floor> ÷ <short name of b>: x` (the floors, then the short
-    /// name): how far a ring that pays the same read-modify-write per post
-    /// as evd got against the same peer in the same run.
+    /// Floor rows of the same case whose ratio to side `b` is stated as a caveat, `<floor> ÷ <short
+    /// name of b>: x` (the floors, then the short name): how far a ring that pays the same
+    /// read-modify-write per post as evd got against the same peer in the same run.
     pub ceilings: (&'static [&'static str], &'static str),
 }
 
@@ -70,9 +67,8 @@ const BEST_BUSY_EVD: Side = Best(
     "best busy evd row",
     &["evd try_dequeue", "evd dequeue_batch"],
 );
-/// The notifying peers of the blocking targets: every row of std
-/// sync_channel, thingbuf, kanal and crossbeam-channel (item and batch
-/// consumers alike; the best one counts).
+/// The notifying peers of the blocking targets: every row of std sync_channel, thingbuf, kanal and
+/// crossbeam-channel (item and batch consumers alike; the best one counts).
 pub const NOTIFYING_PEERS: &[&str] = &[
     "std sync_channel recv",
     "thingbuf mpsc recv",

@@ -105,8 +105,8 @@ impl Queue {
         Queue::FloorStampRingFaa,
     ];
 
-    /// Its row: its consumer style, and the evd row of that style as its baseline (none for an
-    /// evd variant).
+    /// Its row: its consumer style, and the evd row of that style as its baseline (none for an evd
+    /// variant).
     #[rustfmt::skip]
     pub fn row(self) -> Row {
         use {Queue::*, Role::*};
@@ -148,8 +148,8 @@ impl Queue {
         self.max_posters().is_none_or(|most| posters <= most)
     }
 
-    /// Move `messages` events of type `P` from `posters` threads to one consumer. Fails if an
-    /// event is lost or duplicated, or a channel breaks.
+    /// Move `messages` events of type `P` from `posters` threads to one consumer. Fails if an event
+    /// is lost or duplicated, or a channel breaks.
     pub fn run<P: Payload>(self, posters: usize, messages: u64) -> Result<RunStats, String> {
         use Queue::*;
         assert!(posters >= 1);
@@ -301,8 +301,7 @@ pub struct RunStats {
     pub elapsed: Duration,
     /// Events moved.
     pub messages: u64,
-    /// Consumer calls that returned no event; `None` if the consumer only calls a blocking
-    /// receive.
+    /// Consumer calls that returned no event; `None` if the consumer only calls a blocking receive.
     pub empty_polls: Option<u64>,
     /// Posts refused as full, summed over the posters; `None` for blocking sends.
     pub full_refusals: Option<u64>,
@@ -353,8 +352,8 @@ impl RunStats {
 }
 
 /// The retry policy of every busy loop (a poster refused as full, a busy consumer that found
-/// nothing): spin, and yield the CPU every 64 misses in a row so that on a machine with fewer
-/// cores than threads the thread we wait for gets to run.
+/// nothing): spin, and yield the CPU every 64 misses in a row so that on a machine with fewer cores
+/// than threads the thread we wait for gets to run.
 #[derive(Default, Debug)]
 pub struct BusyWait {
     misses: u32,
@@ -437,10 +436,10 @@ pub(crate) fn refused<P>(e: evd::PostError<P>) -> P {
     e.into_inner()
 }
 
-/// Poster `i` of `n` sends the sequence numbers `i, i + n, ...` below `messages`, so the
-/// consumer's checksum covers `0..messages` exactly once. `send` hands a value refused as full
-/// back; the poster counts it, calls [`BusyWait::miss`] and retries it ([`crate::room`] passes a
-/// blocking send, which hands a value back only once the queue is closed).
+/// Poster `i` of `n` sends the sequence numbers `i, i + n, ...` below `messages`, so the consumer's
+/// checksum covers `0..messages` exactly once. `send` hands a value refused as full back; the
+/// poster counts it, calls [`BusyWait::miss`] and retries it ([`crate::room`] passes a blocking
+/// send, which hands a value back only once the queue is closed).
 pub(crate) fn drive<P: Payload, S: Send>(
     posters: usize,
     messages: u64,
@@ -475,9 +474,9 @@ pub(crate) fn drive<P: Payload, S: Send>(
     harness(senders, messages, poster, consume)
 }
 
-/// One thread per element of `posters` runs `post(i, element, its CPU slot, abort)`, returning
-/// its refusals; all start at one barrier with `consume` (timed, on this thread). Fails if
-/// `consume` fails or an event is missing or doubled.
+/// One thread per element of `posters` runs `post(i, element, its CPU slot, abort)`, returning its
+/// refusals; all start at one barrier with `consume` (timed, on this thread). Fails if `consume`
+/// fails or an event is missing or doubled.
 pub(crate) fn harness<S: Send>(
     posters: Vec<S>,
     messages: u64,
@@ -532,8 +531,8 @@ pub(crate) fn harness<S: Send>(
 }
 
 /// The loop of every consumer: `poll` hands what it got to the sink and says whether it got
-/// anything; after a poll that got nothing the sink counts an empty poll and `idle` runs (a spin,
-/// a wait).
+/// anything; after a poll that got nothing the sink counts an empty poll and `idle` runs (a spin, a
+/// wait).
 #[inline(always)]
 pub(crate) fn polling<'s, R>(
     rx: &mut R,
@@ -639,8 +638,8 @@ fn arm_then_wait<P: Payload>(rx: &mut evd::Consumer<P>) -> Result<(), String> {
     }
 }
 
-/// No post here is lossy and the posters outlive the consumer: any dequeue error but `Empty`
-/// fails the run.
+/// No post here is lossy and the posters outlive the consumer: any dequeue error but `Empty` fails
+/// the run.
 pub(crate) fn dequeue_failed(e: evd::TryDequeueError) -> String {
     match e {
         evd::TryDequeueError::Overflow(o) => format!("{o}, but no post here is lossy"),
