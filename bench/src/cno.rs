@@ -165,13 +165,7 @@ impl CnoSystem {
                     next: Cell::new(p * n / THROUGHPUT_POSTERS),
                 });
                 let post = |c: &Cursor, p: u64| c.post_next(p);
-                drive(
-                    THROUGHPUT_POSTERS,
-                    messages,
-                    cursors.collect(),
-                    post,
-                    consume,
-                )?
+                drive(messages, cursors.collect(), post, consume)?
             }
             Feed::Batches => drive_batches(&side, messages, consume)?,
         };

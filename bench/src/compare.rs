@@ -3,12 +3,12 @@
 //! inside a fixed time budget.
 
 use crate::cno::{self, CnoInsnKind, CnoSystem, Feed, Variant};
-use crate::latency::{Latency, Sampled, WAKE};
+use crate::latency::{Latency, Sampled};
 use crate::pair::{Pair, PairCalls, PairSystem};
 use crate::payload::Event64;
 use crate::rearm::{count_mode, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Record, Report};
-use crate::room::{self, room_case, Work, ROOM, ROOM_WAKE};
+use crate::room::{self, room_case, Work};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
@@ -113,22 +113,19 @@ pub fn throughput_case(payload: &str, posters: usize) -> String {
 
 type Value = (Record, f64, Option<Diagnostics>);
 
-/// One system in one case of a section.
+/// One system in one case of a section: called with `true` once before the rounds (calibration or
+/// warm-up, its values dropped), then with `false` once per round.
 struct Job {
     case: String,
     system: String,
-    /// Called with `true` once before the rounds (calibration or warm-up, its values dropped), then
-    /// with `false` once per round.
     run: Box<dyn FnMut(bool) -> Result<Vec<Value>, String>>,
 }
 
 impl Job {
     fn new(proto: &Record, run: impl FnMut(bool) -> Result<Vec<Value>, String> + 'static) -> Self {
-        Job {
-            case: proto.case.clone(),
-            system: proto.system.clone(),
-            run: Box::new(run),
-        }
+        let (case, system) = (proto.case.clone(), proto.system.clone());
+        let run = Box::new(run);
+        Job { case, system, run }
     }
 
     /// A run that moves events: its calibration (also the warm-up) sizes the runs to last `target`;
@@ -136,8 +133,7 @@ impl Job {
     /// events served.
     fn moving(
         proto: Record,
-        calibration: u64,
-        target: Duration,
+        (calibration, target): (u64, Duration),
         mut run: impl FnMut(u64) -> Result<RunStats, String> + 'static,
     ) -> Self {
         let mut msgs = calibration;
@@ -149,15 +145,14 @@ impl Job {
                 return Ok(Vec::new());
             }
             msgs = resized(msgs, &stats, target);
-            let mut values = vec![(
+            let ops = (
                 proto.clone(),
                 stats.ops_per_sec(),
                 Some(stats.diagnostics()),
-            )];
-            if let Some(spread) = stats.served_max_over_min {
-                values.push((proto.with_metric(cno::FAIRNESS_METRIC), spread, None));
-            }
-            Ok(values)
+            );
+            let served = stats.served_max_over_min;
+            let spread = served.map(|x| (proto.with_metric(cno::FAIRNESS_METRIC), x, None));
+            Ok([Some(ops), spread].into_iter().flatten().collect())
         })
     }
 
@@ -178,26 +173,27 @@ impl Job {
                 ("latency_p99_ns", 0.99),
                 ("latency_p999_ns", 0.999),
             ];
-            let at = |(metric, q)| {
-                (
-                    proto.with_metric(metric),
-                    h.value_at_quantile(q) as f64,
-                    diag,
-                )
-            };
+            let at = |(m, q)| (proto.with_metric(m), h.value_at_quantile(q) as f64, diag);
             Ok(quantiles.map(at).into())
         })
     }
 
-    /// A single-thread timing: `time(true)` is the warm-up.
-    fn timed(proto: Record, mut time: impl FnMut(bool) -> Result<f64, String> + 'static) -> Self {
-        Job::new(&proto.clone(), move |warm_up| {
-            let ns = time(warm_up)?;
-            Ok(if warm_up {
-                Vec::new()
-            } else {
-                vec![(proto.clone(), ns, None)]
-            })
+    /// A single-thread timing of `iters` iterations: `time(iters)` in ns, after a warm-up of
+    /// `time(iters / 4)` if `warm_up`.
+    fn timed(
+        proto: Record,
+        iters: u64,
+        warm_up: bool,
+        mut time: impl FnMut(u64) -> Result<f64, String> + 'static,
+    ) -> Self {
+        Job::new(&proto.clone(), move |preparing| {
+            if !preparing {
+                return Ok(vec![(proto.clone(), time(iters)?, None)]);
+            }
+            if warm_up {
+                time(iters / 4)?;
+            }
+            Ok(Vec::new())
         })
     }
 }
@@ -212,8 +208,7 @@ struct Section {
     note: Option<String>,
 }
 
-fn section(name: &'static str, stride: usize, jobs: Vec<Job>) -> Section {
-    let note = None;
+fn section(name: &'static str, stride: usize, jobs: Vec<Job>, note: Option<String>) -> Section {
     Section {
         name,
         stride,
@@ -226,26 +221,25 @@ fn section(name: &'static str, stride: usize, jobs: Vec<Job>) -> Section {
 fn sections(plan: &Plan) -> Vec<Section> {
     let [throughput, room, wake, room_wake, rearm, pair, pingpong, cno_wake, trigger, cno_tp] =
         plan.sections;
+    let latency =
+        |name, case, systems, share| section(name, 1, latency_jobs(case, systems, share), None);
     let pingpong_jobs = latency_jobs(crate::pingpong::CASE, &crate::pingpong::PINGPONG, pingpong);
     vec![
-        section("throughput", 7, throughput_jobs(throughput)),
+        section("throughput", 7, throughput_jobs(throughput), None),
         room_section(room),
-        section("wake latency", 1, latency_jobs("wake-latency", &WAKE, wake)),
-        section(
+        latency("wake latency", "wake-latency", &crate::latency::WAKE, wake),
+        latency(
             "room-wake latency",
-            1,
-            latency_jobs("room-wake-latency", &ROOM_WAKE, room_wake),
+            "room-wake-latency",
+            &room::ROOM_WAKE,
+            room_wake,
         ),
         rearm_section(rearm),
-        section("single-thread pair", 1, pair_jobs(pair)),
-        section("busy ping-pong", 1, pingpong_jobs),
-        section(
-            "cno wake latency",
-            1,
-            latency_jobs(cno::WAKE_CASE, &cno::CNO_WAKE, cno_wake),
-        ),
+        section("single-thread pair", 1, pair_jobs(pair), None),
+        section("busy ping-pong", 1, pingpong_jobs, None),
+        latency("cno wake latency", cno::WAKE_CASE, &cno::CNO_WAKE, cno_wake),
         cno_trigger_section(trigger),
-        section("cno throughput", 7, cno_throughput_jobs(cno_tp)),
+        section("cno throughput", 7, cno_throughput_jobs(cno_tp), None),
     ]
 }
 
@@ -253,26 +247,24 @@ fn sections(plan: &Plan) -> Vec<Section> {
 /// posters.
 fn throughput_jobs(share: Share) -> Vec<Job> {
     let mut jobs = Vec::new();
-    for (payload, posters) in PAYLOADS.into_iter().flat_map(|p| POSTERS.map(|n| (p, n))) {
-        let case = throughput_case(payload, posters);
-        for q in Queue::ALL.into_iter().chain(Queue::FLOORS) {
-            if !q.runs_with(posters) {
-                continue;
-            }
-            let mut proto = q.row().record(&case, "ops_per_sec", posters + 1);
-            // A busy evd row faster than the ring that does no RMW at all is noise.
-            if q == Queue::EvdSingle && posters == 1 {
-                proto.floor = Some(Queue::FloorStampRing.row().name.into());
-            }
-            jobs.push(Job::moving(
-                proto,
-                share.size,
-                share.run,
-                move |n| match payload {
+    for payload in PAYLOADS {
+        for posters in POSTERS {
+            let case = throughput_case(payload, posters);
+            for q in Queue::ALL.into_iter().chain(Queue::FLOORS) {
+                if !q.runs_with(posters) {
+                    continue;
+                }
+                let mut proto = q.row().record(&case, "ops_per_sec", posters + 1);
+                // A busy evd row faster than the ring that does no RMW at all is noise.
+                if q == Queue::EvdSingle && posters == 1 {
+                    proto.floor = Some(Queue::FloorStampRing.row().name.into());
+                }
+                let run = move |n| match payload {
                     "u64" => q.run::<u64>(posters, n),
                     _ => q.run::<Event64>(posters, n),
-                },
-            ));
+                };
+                jobs.push(Job::moving(proto, (share.size, share.run), run));
+            }
         }
     }
     jobs
@@ -290,22 +282,17 @@ fn room_section(share: Share) -> Section {
         room::ROOM_POLICY
     );
     let mut jobs = Vec::new();
-    for (capacity, posters) in room::CAPACITIES
-        .into_iter()
-        .flat_map(|c| room::POSTERS.map(|n| (c, n)))
-    {
-        for s in ROOM {
-            let proto = s
-                .row
-                .record(&room_case(capacity, posters), "ops_per_sec", posters + 1);
-            let run = move |n| (s.run)(capacity, posters, n, work);
-            jobs.push(Job::moving(proto, share.size, share.run, run));
+    for capacity in room::CAPACITIES {
+        for posters in room::POSTERS {
+            for s in room::ROOM {
+                let case = room_case(capacity, posters);
+                let proto = s.row.record(&case, "ops_per_sec", posters + 1);
+                let run = move |n| (s.run)(capacity, posters, n, work);
+                jobs.push(Job::moving(proto, (share.size, share.run), run));
+            }
         }
     }
-    Section {
-        note: Some(note),
-        ..section("room", 7, jobs)
-    }
+    section("room", 7, jobs, Some(note))
 }
 
 fn latency_jobs(case: &str, systems: &[Latency], share: Share) -> Vec<Job> {
@@ -328,42 +315,26 @@ fn rearm_section(share: Share) -> Section {
          other thread touches: one RMW per iteration, as the arm loop",
         share.size, names[0], names[1], names[2],
     );
-    let iters = share.size;
     let job = |k: RearmKind| {
         let mut r = Rearm::new();
-        Job::timed(k.row().record("rearm", "ns_per_rearm", 1), move |warm_up| {
-            if warm_up {
-                r.run(k, iters / 4);
-                return Ok(0.0);
-            }
-            Ok(r.time_ns(k, iters))
-        })
+        let proto = k.row().record("rearm", "ns_per_rearm", 1);
+        Job::timed(proto, share.size, true, move |n| Ok(r.time_ns(k, n)))
     };
-    Section {
-        note: Some(note),
-        ..section("re-arm", 1, RearmKind::ALL.map(job).into())
-    }
+    let jobs = RearmKind::ALL.map(job).into();
+    section("re-arm", 1, jobs, Some(note))
 }
 
 fn pair_jobs(share: Share) -> Vec<Job> {
-    let iters = share.size;
-    let job = |(calls, s): (PairCalls, PairSystem)| {
-        let mut p = Pair::new();
-        Job::timed(
-            s.row().record(calls.case(), "ns_per_pair", 1),
-            move |warm_up| {
-                if warm_up {
-                    p.run(s, calls, iters / 4).map(|()| 0.0)
-                } else {
-                    p.time_ns(s, calls, iters)
-                }
-            },
-        )
-    };
-    let jobs = PairCalls::ALL
-        .into_iter()
-        .flat_map(|c| PairSystem::ALL.map(|s| (c, s)));
-    jobs.map(job).collect()
+    let mut jobs = Vec::new();
+    for calls in PairCalls::ALL {
+        for s in PairSystem::ALL {
+            let mut p = Pair::new();
+            let proto = s.row().record(calls.case(), "ns_per_pair", 1);
+            let time = move |n| p.time_ns(s, calls, n);
+            jobs.push(Job::timed(proto, share.size, true, time));
+        }
+    }
+    jobs
 }
 
 fn cno_trigger_section(share: Share) -> Section {
@@ -372,102 +343,64 @@ fn cno_trigger_section(share: Share) -> Section {
         word's CAS and the ready ring's reservation CAS, core/src/cno/engine.rs), plus the ready \
         ring's wake when the waiter sleeps";
     let mut jobs = Vec::new();
-    for (v, n) in Variant::ALL
-        .into_iter()
-        .flat_map(|v| cno::TRIGGER_EVDS.map(|n| (v, n)))
-    {
-        for s in CnoSystem::ALL {
-            let mut proto = s.row().record(&v.case(n), cno::CYCLE_METRIC, v.threads());
-            proto.consumer = v.consumer().into();
-            let cycle = share.run;
-            jobs.push(Job::timed(proto, move |warm_up| {
-                if warm_up {
-                    Ok(0.0)
-                } else {
-                    s.cycle_ns(v, n, cycle)
-                }
-            }));
+    for v in Variant::ALL {
+        for n in cno::TRIGGER_EVDS {
+            for s in CnoSystem::ALL {
+                let mut proto = s.row().record(&v.case(n), cno::CYCLE_METRIC, v.threads());
+                proto.consumer = v.consumer().into();
+                let time = move |_| s.cycle_ns(v, n, share.run);
+                jobs.push(Job::timed(proto, 0, false, time));
+            }
         }
     }
-    Section {
-        note: Some(note.into()),
-        ..section("cno trigger", 7, jobs)
-    }
+    section("cno trigger", 7, jobs, Some(note.into()))
 }
 
 /// CNO throughput: the waiter sleeps when nothing is ready and drains a batch per EVD.
 fn cno_throughput_jobs(share: Share) -> Vec<Job> {
     let mut jobs = Vec::new();
-    for (feed, evds) in Feed::ALL
-        .into_iter()
-        .flat_map(|f| cno::THROUGHPUT_EVDS.map(|n| (f, n)))
-    {
-        for s in CnoSystem::ALL {
-            let proto =
-                s.row()
-                    .record(&feed.case(evds), "ops_per_sec", cno::THROUGHPUT_POSTERS + 1);
-            let run = move |n| s.run_throughput(evds, n, feed);
-            jobs.push(Job::moving(proto, share.size, share.run, run));
+    for feed in Feed::ALL {
+        for evds in cno::THROUGHPUT_EVDS {
+            for s in CnoSystem::ALL {
+                let threads = cno::THROUGHPUT_POSTERS + 1;
+                let proto = s.row().record(&feed.case(evds), "ops_per_sec", threads);
+                let run = move |n| s.run_throughput(evds, n, feed);
+                jobs.push(Job::moving(proto, (share.size, share.run), run));
+            }
         }
     }
     jobs
 }
 
-/// Collected rounds, kept in first-seen order.
-#[derive(Default)]
-struct Collector {
+/// The run so far: its progress bar, its records in first-seen order, its notes.
+struct Run<'a> {
+    pb: &'a ProgressBar,
     records: Vec<Record>,
+    notes: Vec<String>,
 }
 
-impl Collector {
+impl Run<'_> {
     /// Add a value to the record of `proto`'s case, system and metric.
     fn push(&mut self, proto: Record, round: usize, value: f64, diag: Option<Diagnostics>) {
-        let same = |r: &Record| {
-            (&r.case, &r.system, &r.metric) == (&proto.case, &proto.system, &proto.metric)
-        };
-        let i = self.records.iter().position(same).unwrap_or_else(|| {
+        let key = |r: &Record| (r.case.clone(), r.system.clone(), r.metric.clone());
+        let i = self.records.iter().position(|r| key(r) == key(&proto));
+        let i = i.unwrap_or_else(|| {
             self.records.push(proto);
             self.records.len() - 1
         });
         self.records[i].set_round(round, value, diag);
     }
-}
 
-/// Stops a section from starting a round that would not end by its deadline.
-struct SectionClock {
-    start: Instant,
-    deadline: Instant,
-    last_round: Duration,
-}
-
-impl SectionClock {
-    fn may_start_round(&self, round: usize) -> bool {
-        round == 0 || Instant::now() + self.last_round <= self.deadline
-    }
-
-    /// A round other than the first that is still running at the deadline is cut (and discarded by
-    /// the caller): single runs on a loaded, oversubscribed machine can take many times their
-    /// calibrated length.
-    fn must_cut(&self, round: usize) -> bool {
-        round > 0 && Instant::now() > self.deadline
-    }
-}
-
-struct Run<'a> {
-    pb: &'a ProgressBar,
-    c: Collector,
-    notes: Vec<String>,
-}
-
-impl Run<'_> {
-    /// Prepare every job (a job whose preparation fails is dropped), then run `rounds` interleaved
-    /// rounds of all of them within `deadline`, in an order that rotates every round by `s.stride`;
+    /// Prepare every job of `s` (a job whose preparation fails is dropped), then run `rounds`
+    /// interleaved rounds of all of them within `deadline`, in an order that rotates every round;
     /// a round still running at the deadline is cut and discarded, so every system keeps the same
-    /// rounds. `name` names the section in notes. The section's records are left in job order.
+    /// rounds (single runs on a loaded, oversubscribed machine can take many times their calibrated
+    /// length), and no round starts that would not end by the deadline. `name` names the section in
+    /// notes. The section's records are left in job order.
     fn interleave(&mut self, name: &str, s: Section, rounds: usize, deadline: Instant) {
         let mut jobs = s.jobs;
         let start = Instant::now();
-        let first = self.c.records.len();
+        let first = self.records.len();
         let keys: Vec<(String, String)> = jobs
             .iter()
             .map(|j| (j.case.clone(), j.system.clone()))
@@ -482,29 +415,25 @@ impl Run<'_> {
             }
             prepared.is_ok()
         });
-        // The preparation is one round's worth of work, so it stands for the first measured round's
-        // duration.
-        let mut clock = SectionClock {
-            start,
-            deadline,
-            last_round: start.elapsed(),
-        };
+        // The preparation is one round's worth of work: it stands for the first round's length.
+        let mut last_round = start.elapsed();
+        let cut = |round: usize| round > 0 && Instant::now() > deadline;
         let k = jobs.len();
         let mut rounds_run = 0;
         for round in 0..rounds {
-            if !clock.may_start_round(round) {
+            if round > 0 && Instant::now() + last_round > deadline {
                 break;
             }
-            clock.start = Instant::now();
+            let round_start = Instant::now();
             for i in 0..k {
-                if clock.must_cut(round) {
-                    for r in &mut self.c.records[first..] {
+                if cut(round) {
+                    for r in &mut self.records[first..] {
                         r.discard_round(round);
                     }
+                    let n = round + 1;
                     self.notes.push(format!(
-                        "{name}: round {} passed the time budget after {i} of {k} runs and was \
-                         discarded",
-                        round + 1
+                        "{name}: round {n} passed the time budget after {i} of {k} runs and was \
+                         discarded"
                     ));
                     // The whole round counts as not run below.
                     self.pb
@@ -516,35 +445,31 @@ impl Run<'_> {
                 self.pb
                     .set_message(format!("round {} {} {}", round + 1, job.system, job.case));
                 match (job.run)(false) {
-                    Ok(values) => {
-                        for (m, v, d) in values {
-                            self.c.push(m, round, v, d);
-                        }
-                    }
+                    Ok(values) => values
+                        .into_iter()
+                        .for_each(|(m, v, d)| self.push(m, round, v, d)),
                     Err(e) => self.notes.push(format!("{what}: {e}")),
                 }
                 self.pb.inc(1);
             }
-            if clock.must_cut(round) {
+            if cut(round) {
                 break;
             }
-            clock.last_round = clock.start.elapsed();
+            last_round = round_start.elapsed();
             rounds_run += 1;
         }
         if rounds_run < rounds {
-            self.notes.push(format!(
-                "{name}: {rounds_run} of {rounds} rounds fitted in the time budget"
-            ));
+            let note = format!("{name}: {rounds_run} of {rounds} rounds fitted in the time budget");
+            self.notes.push(note);
             self.pb.inc(((rounds - rounds_run) * k) as u64);
         }
         // Case order then system order (the jobs' order), whatever order the rotated rounds first
         // met them in.
         let rank = |r: &Record| {
-            keys.iter()
-                .position(|(case, system)| *case == r.case && *system == r.system)
-                .unwrap_or(usize::MAX)
+            let key = |(case, system): &(String, String)| *case == r.case && *system == r.system;
+            keys.iter().position(key).unwrap_or(usize::MAX)
         };
-        self.c.records[first..].sort_by_cached_key(rank);
+        self.records[first..].sort_by_cached_key(rank);
     }
 }
 
@@ -565,37 +490,30 @@ fn resized(msgs: u64, run: &RunStats, target: Duration) -> u64 {
 pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -> Report {
     let mut machine = Machine::detect();
     let started = Instant::now();
-    let started_unix_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let started_unix_s = SystemTime::now().duration_since(UNIX_EPOCH);
+    let started_unix_s = started_unix_s.map_or(0, |d| d.as_secs());
     let sections = sections(plan);
     let callgrind_steps = RearmKind::COUNTED.len() + CnoInsnKind::ALL.len();
     let steps = sections.iter().zip(&plan.sections);
     let steps = steps
         .map(|(s, share)| s.jobs.len() * (share.rounds + 1))
-        .sum::<usize>()
-        + if plan.callgrind { callgrind_steps } else { 0 };
+        .sum::<usize>();
+    let steps = steps + if plan.callgrind { callgrind_steps } else { 0 };
     let pb = if progress {
         ProgressBar::new(steps as u64)
     } else {
         ProgressBar::hidden()
     };
-    pb.set_style(
-        ProgressStyle::with_template("{elapsed:>3} [{bar:40}] {pos}/{len} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    let style = ProgressStyle::with_template("{elapsed:>3} [{bar:40}] {pos}/{len} {msg}");
+    pb.set_style(style.expect("valid template").progress_chars("=> "));
+    let (records, notes) = (Vec::new(), Vec::new());
     let mut run = Run {
         pb: &pb,
-        c: Collector::default(),
-        notes: Vec::new(),
+        records,
+        notes,
     };
-    let load1: f64 = machine
-        .load_average
-        .split_whitespace()
-        .next()
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(0.0);
+    let load1 = machine.load_average.split_whitespace().next();
+    let load1: f64 = load1.and_then(|l| l.parse().ok()).unwrap_or(0.0);
     if machine.logical_cpus > 0 && load1 >= 0.5 {
         run.notes.push(format!(
             "load average {} at the start on {} CPUs: other work competed for the CPUs",
@@ -611,7 +529,8 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         let name = s.name;
         run.notes.extend(s.note.take());
         // The pair section's notes name its case.
-        let in_notes = if name == "single-thread pair" {
+        let pair = name == "single-thread pair";
+        let in_notes = if pair {
             PairCalls::AsCompiled.case()
         } else {
             name
@@ -628,11 +547,12 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         times.push(format!("callgrind {:.1} s", lap.elapsed().as_secs_f64()));
     }
     pb.finish_and_clear();
-    let Run { c, mut notes, .. } = run;
+    let Run {
+        records, mut notes, ..
+    } = run;
     notes.push(format!("time per section: {}", times.join(", ")));
     machine.load_average_end = report::load_average();
-    let records = report::records_from(c.records, machine.logical_cpus);
-    let targets = report::targets(&records);
+    let records = report::records_from(records, machine.logical_cpus);
     Report {
         schema: report::SCHEMA.into(),
         command: command.into(),
@@ -642,8 +562,8 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         machine,
         ratio_convention: report::RATIO_CONVENTION.into(),
         poster_policy: POSTER_POLICY.into(),
+        targets: report::targets(&records),
         records,
-        targets,
         notes,
     }
 }
@@ -651,7 +571,6 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
 /// No poster waits for room in the throughput cases: a room wake there would be a bug, noted.
 fn no_room_wakes_in_throughput(run: &mut Run) {
     for r in run
-        .c
         .records
         .iter()
         .filter(|r| r.case.starts_with("throughput/"))
@@ -672,8 +591,8 @@ fn no_room_wakes_in_throughput(run: &mut Run) {
 /// pair), each once, while the budget allows.
 fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mut Run) {
     let Some(exe) = exe else {
-        run.notes
-            .push("re-arm and cno instructions: no path to this binary, callgrind skipped".into());
+        let note = "re-arm and cno instructions: no path to this binary, callgrind skipped";
+        run.notes.push(note.into());
         run.pb
             .inc((RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()) as u64);
         return;
@@ -696,7 +615,7 @@ fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mu
             ));
         } else {
             match count_mode(exe, &mode) {
-                Ok(insns) => run.c.push(proto, 0, insns, None),
+                Ok(insns) => run.push(proto, 0, insns, None),
                 Err(e) => run
                     .notes
                     .push(format!("{what} instructions of {}: {e}", proto.system)),
@@ -705,9 +624,11 @@ fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mu
         run.pb.inc(1);
     }
     let insns = |k: CnoInsnKind| {
-        let r = run.c.records.iter();
-        let mut r = r.filter(|r| r.case == cno::INSNS_CASE && r.system == k.row().name);
-        r.next().and_then(|r| r.rounds.first().copied().flatten())
+        let r = run
+            .records
+            .iter()
+            .find(|r| r.case == cno::INSNS_CASE && r.system == k.row().name);
+        r.and_then(|r| r.rounds.first().copied().flatten())
     };
     let cycle = insns(CnoInsnKind::CnoCycle);
     let (bound, plain) = (insns(CnoInsnKind::BoundPair), insns(CnoInsnKind::PlainPair));
@@ -742,24 +663,11 @@ mod tests {
         }
         let size = |p: &Plan| {
             p.sections
-                .iter()
                 .map(|s| s.rounds as u64 * s.size)
+                .iter()
                 .sum::<u64>()
         };
         assert!(size(&q) < size(&f));
-    }
-
-    #[test]
-    fn collector_groups_rounds_by_case_system_and_metric() {
-        let mut c = Collector::default();
-        let m = |metric| Record::new("a", "s", Role::Evd, "busy/item", metric);
-        c.push(m("ops_per_sec"), 0, 1.0, None);
-        c.push(m("ops_per_sec"), 1, 2.0, None);
-        c.push(m("latency_p50_ns"), 0, 3.0, None);
-        assert_eq!(c.records.len(), 2);
-        assert_eq!(c.records[0].rounds, [Some(1.0), Some(2.0)]);
-        c.records[0].discard_round(1);
-        assert_eq!(c.records[0].rounds, [Some(1.0)]);
     }
 
     #[test]
@@ -788,30 +696,34 @@ mod tests {
     }
 
     #[test]
-    fn interleave_keeps_job_order_and_leaves_earlier_records_alone() {
+    fn interleave_groups_rounds_keeps_job_order_and_leaves_earlier_records_alone() {
         let pb = ProgressBar::hidden();
+        let (records, notes) = (Vec::new(), Vec::new());
         let mut run = Run {
             pb: &pb,
-            c: Collector::default(),
-            notes: Vec::new(),
+            records,
+            notes,
         };
         let earlier = Record::new("earlier", "x", Role::Evd, "busy/item", "ops_per_sec");
-        run.c.push(earlier, 0, 1.0, None);
-        let jobs = [2, 1]
-            .into_iter()
-            .flat_map(|posters| [Queue::Kanal, Queue::EvdSingle].map(|q| (posters, q)))
-            .map(|(posters, q)| {
+        run.push(earlier, 0, 1.0, None);
+        let mut jobs = Vec::new();
+        for posters in [2, 1] {
+            for q in [Queue::Kanal, Queue::EvdSingle] {
                 let proto = q
                     .row()
                     .record(&throughput_case("u64", posters), "ops_per_sec", 2);
                 let run = move |n| q.run::<u64>(posters, n);
-                Job::moving(proto, 2_000, Duration::from_millis(1), run)
-            })
-            .collect();
+                jobs.push(Job::moving(proto, (2_000, Duration::from_millis(1)), run));
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
-        run.interleave("throughput", section("throughput", 7, jobs), 2, deadline);
+        run.interleave(
+            "throughput",
+            section("throughput", 7, jobs, None),
+            2,
+            deadline,
+        );
         let got: Vec<(&str, &str)> = run
-            .c
             .records
             .iter()
             .map(|m| (m.case.as_str(), m.system.as_str()))
@@ -824,6 +736,6 @@ mod tests {
             ("throughput/u64/1p", "evd try_dequeue"),
         ];
         assert_eq!(got, want, "{:?}", run.notes);
-        assert!(run.c.records[1..].iter().all(|m| m.rounds.len() == 2));
+        assert!(run.records[1..].iter().all(|m| m.rounds.len() == 2));
     }
 }

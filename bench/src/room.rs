@@ -8,7 +8,7 @@ use crate::latency::{asleep, now_ns, park_floor, Latency, Sampled, PARK_FLOOR};
 use crate::peers::Channel;
 use crate::report::{Role::*, Row};
 use crate::throughput::{clones, drive, evd_batch, polling, recv_one, spin, wait_for_one};
-use crate::throughput::{refused, RunStats};
+use crate::throughput::{refused, RunStats, Sink};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -133,14 +133,14 @@ fn evd_room(capacity: usize, posters: usize, messages: u64, work: Work, batch: b
     // frees posters blocked in a run that failed.
     let probe = tx.clone();
     let post = |tx: &evd::Poster<u64>, p| tx.post_blocking(p).map_err(refused);
-    let stats = drive(posters, messages, clones(tx, posters), post, move |sink| {
+    let mut stats = drive(messages, clones(tx, posters), post, move |sink| {
         let mut rx = rx;
         if batch {
             let mut buf = Vec::with_capacity(capacity);
             let poll = |rx: &mut _, s: &mut _| evd_batch(rx, s, &mut buf, capacity, || work.run());
             return polling(&mut rx, sink, poll, |rx, _| wait_for_one(rx));
         }
-        let dequeue = |rx: &mut evd::Consumer<u64>, s: &mut crate::throughput::Sink<'_>| {
+        let dequeue = |rx: &mut evd::Consumer<u64>, s: &mut Sink<'_>| {
             let p = rx.dequeue().map_err(|e| match e {
                 // No post here is lossy: a loss report would be a broken promise.
                 evd::DequeueError::Overflow(o) => format!("{o}, but no post here is lossy"),
@@ -153,34 +153,21 @@ fn evd_room(capacity: usize, posters: usize, messages: u64, work: Work, batch: b
         polling(&mut rx, sink, dequeue, spin)
     })?;
     // A blocking send's waits are not visible; only the batch consumer polls.
-    let empty_polls = stats.empty_polls.filter(|_| batch);
-    let room_wakes = Some(probe.query().room_wakes);
-    Ok(RunStats {
-        full_refusals: None,
-        empty_polls,
-        room_wakes,
-        ..stats
-    })
+    stats.full_refusals = None;
+    stats.empty_polls = stats.empty_polls.filter(|_| batch);
+    stats.room_wakes = Some(probe.query().room_wakes);
+    Ok(stats)
 }
 
 /// A peer: posters in its blocking send, the consumer in its blocking receive.
 fn peer<C: Channel<u64>>(capacity: usize, posters: usize, messages: u64, work: Work) -> RoomStats {
-    let (tx, rx) = C::bounded(capacity);
-    let stats = drive(
-        posters,
-        messages,
-        clones(tx, posters),
-        C::send,
-        move |sink| {
-            let mut rx = rx;
-            polling(&mut rx, sink, |rx, s| recv_one(rx, s, || work.run()), spin)
-        },
-    )?;
-    Ok(RunStats {
-        full_refusals: None,
-        empty_polls: None,
-        ..stats
-    })
+    let (tx, mut rx) = C::bounded(capacity);
+    let consume = move |sink: &mut Sink<'_>| {
+        polling(&mut rx, sink, |rx, s| recv_one(rx, s, || work.run()), spin)
+    };
+    let mut stats = drive(messages, clones(tx, posters), C::send, consume)?;
+    (stats.full_refusals, stats.empty_polls) = (None, None);
+    Ok(stats)
 }
 
 const EVD_ROOM_WAKE: &str = "evd post_blocking (park/unpark)";

@@ -153,18 +153,17 @@ impl Queue {
     pub fn run<P: Payload>(self, posters: usize, messages: u64) -> Result<RunStats, String> {
         use Queue::*;
         assert!(posters >= 1);
-        if !self.runs_with(posters) {
+        if let Some(most) = self.max_posters().filter(|&most| posters > most) {
             return Err(format!(
-                "{}: {posters} posters, at most {:?}",
-                self.row().name,
-                self.max_posters()
+                "{}: {posters} posters, at most {most}",
+                self.row().name
             ));
         }
-        match self {
+        let mut stats = match self {
             EvdSingle | EvdBatch | EvdWith | EvdItemWait | EvdWait | EvdArmWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
                 let post = |tx: &evd::Poster<P>, p| tx.post(p).map_err(refused);
-                let stats = drive(posters, messages, clones(tx, posters), post, |sink| {
+                let consume = |sink: &mut Sink<'_>| {
                     let (rx, mut buf) = (&mut rx, Vec::with_capacity(CAPACITY));
                     let batch = |rx: &mut _, s: &mut _| evd_batch(rx, s, &mut buf, CAPACITY, || {});
                     match self {
@@ -175,12 +174,10 @@ impl Queue {
                         EvdArmWait => polling(rx, sink, batch, |rx, _| arm_then_wait(rx)),
                         _ => polling(rx, sink, evd_with, spin),
                     }
-                })?;
-                let room_wakes = Some(rx.query().room_wakes);
-                Ok(RunStats {
-                    room_wakes,
-                    ..stats
-                })
+                };
+                let mut stats = drive(messages, clones(tx, posters), post, consume)?;
+                stats.room_wakes = Some(rx.query().room_wakes);
+                stats
             }
             FloorStampRing | FloorStampRingCas | FloorStampRingFaa => {
                 use crate::stamp_ring::{stamp_ring, Reserve};
@@ -192,106 +189,80 @@ impl Queue {
                 let (tx, mut rx) = stamp_ring::<P>(CAPACITY, reserve);
                 let mut senders: Vec<_> = (1..posters).filter_map(|_| tx.another()).collect();
                 senders.insert(0, tx);
-                drive(
-                    posters,
-                    messages,
-                    senders,
-                    |tx, p| tx.try_send(p),
-                    |sink| polling(&mut rx, sink, |rx, s| Ok(took(s, rx.try_recv())), spin),
-                )
+                let consume = |sink: &mut Sink<'_>| {
+                    polling(&mut rx, sink, |rx, s| Ok(took(s, rx.try_recv())), spin)
+                };
+                drive(messages, senders, |tx, p| tx.try_send(p), consume)?
             }
             ArrayQueue => {
                 let q = Arc::new(crossbeam_queue::ArrayQueue::<P>::new(CAPACITY));
                 let push = |q: &Arc<crossbeam_queue::ArrayQueue<P>>, p| q.push(p);
-                drive(
-                    posters,
-                    messages,
-                    clones(q.clone(), posters),
-                    push,
-                    |sink| polling(&mut &*q, sink, |q, s| Ok(took(s, q.pop())), spin),
-                )
+                let consume = |sink: &mut Sink<'_>| {
+                    polling(&mut &*q, sink, |q, s| Ok(took(s, q.pop())), spin)
+                };
+                drive(messages, clones(q.clone(), posters), push, consume)?
             }
-            CrossbeamChannel => {
-                blocking_peer::<crossbeam_channel::Receiver<P>, P>(posters, messages)
-            }
-            StdSyncChannel => blocking_peer::<std::sync::mpsc::Receiver<P>, P>(posters, messages),
-            TokioMpsc => blocking_peer::<tokio::sync::mpsc::Receiver<P>, P>(posters, messages),
-            Flume => blocking_peer::<flume::Receiver<P>, P>(posters, messages),
-            Kanal => blocking_peer::<kanal::Receiver<P>, P>(posters, messages),
-            Thingbuf => {
-                blocking_peer::<thingbuf::mpsc::blocking::Receiver<P>, P>(posters, messages)
-            }
+            CrossbeamChannel => peer::<crossbeam_channel::Receiver<P>, P>(posters, messages)?,
+            StdSyncChannel => peer::<std::sync::mpsc::Receiver<P>, P>(posters, messages)?,
+            TokioMpsc => peer::<tokio::sync::mpsc::Receiver<P>, P>(posters, messages)?,
+            Flume => peer::<flume::Receiver<P>, P>(posters, messages)?,
+            Kanal => peer::<kanal::Receiver<P>, P>(posters, messages)?,
+            Thingbuf => peer::<thingbuf::mpsc::blocking::Receiver<P>, P>(posters, messages)?,
             CrossbeamTryIter => {
                 type Rx<P> = crossbeam_channel::Receiver<P>;
                 let (tx, mut rx) = Rx::<P>::bounded(CAPACITY);
-                drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    Rx::try_send,
-                    |sink| {
-                        let drain = |rx: &mut Rx<P>, s: &mut Sink<'_>| {
-                            let mut got = false;
-                            for p in rx.try_iter().take(CAPACITY) {
-                                got = true;
-                                s.take(p.seq());
-                            }
-                            if !got {
-                                let p = Channel::recv(rx).ok_or("channel closed early")?;
-                                s.take(p.seq());
-                            }
-                            Ok(got)
-                        };
-                        polling(&mut rx, sink, drain, spin)
-                    },
-                )
+                let drain = |rx: &mut Rx<P>, s: &mut Sink<'_>| {
+                    let mut got = false;
+                    for p in rx.try_iter().take(CAPACITY) {
+                        got = true;
+                        s.take(p.seq());
+                    }
+                    if !got {
+                        let p = Channel::recv(rx).ok_or("channel closed early")?;
+                        s.take(p.seq());
+                    }
+                    Ok(got)
+                };
+                let consume = |sink: &mut Sink<'_>| polling(&mut rx, sink, drain, spin);
+                drive(messages, clones(tx, posters), Rx::try_send, consume)?
             }
             TokioRecvMany => {
                 type Rx<P> = tokio::sync::mpsc::Receiver<P>;
                 let (tx, mut rx) = Rx::<P>::bounded(CAPACITY);
-                let stats = drive(
-                    posters,
-                    messages,
-                    clones(tx, posters),
-                    Rx::try_send,
-                    |sink| {
-                        let mut buf = Vec::with_capacity(CAPACITY);
-                        let recv_many = |rx: &mut Rx<P>, s: &mut Sink<'_>| {
-                            if rx.blocking_recv_many(&mut buf, CAPACITY) == 0 {
-                                return Err("channel closed early".to_string());
-                            }
-                            buf.drain(..).for_each(|p| _ = s.take(p.seq()));
-                            Ok(true)
-                        };
-                        polling(&mut rx, sink, recv_many, spin)
-                    },
-                )?;
-                Ok(RunStats {
-                    empty_polls: None,
-                    ..stats
-                })
+                let mut buf = Vec::with_capacity(CAPACITY);
+                let recv_many = |rx: &mut Rx<P>, s: &mut Sink<'_>| {
+                    if rx.blocking_recv_many(&mut buf, CAPACITY) == 0 {
+                        return Err("channel closed early".to_string());
+                    }
+                    buf.drain(..).for_each(|p| _ = s.take(p.seq()));
+                    Ok(true)
+                };
+                let consume = |sink: &mut Sink<'_>| polling(&mut rx, sink, recv_many, spin);
+                drive(messages, clones(tx, posters), Rx::try_send, consume)?
             }
+        };
+        let blocked = [
+            CrossbeamChannel,
+            StdSyncChannel,
+            TokioMpsc,
+            Flume,
+            Kanal,
+            Thingbuf,
+        ];
+        if blocked.contains(&self) || self == TokioRecvMany {
+            // Its consumer only calls a blocking receive: its empty polls are not countable.
+            stats.empty_polls = None;
         }
+        Ok(stats)
     }
 }
 
-/// A peer whose consumer only calls its blocking receive: its empty polls are not countable.
-fn blocking_peer<C: Channel<P>, P: Payload>(
-    posters: usize,
-    messages: u64,
-) -> Result<RunStats, String> {
+/// A peer whose consumer takes one event per blocking receive.
+fn peer<C: Channel<P>, P: Payload>(posters: usize, messages: u64) -> Result<RunStats, String> {
     let (tx, mut rx) = C::bounded(CAPACITY);
-    let stats = drive(
-        posters,
-        messages,
-        clones(tx, posters),
-        C::try_send,
-        |sink| polling(&mut rx, sink, |rx, s| recv_one(rx, s, || {}), spin),
-    )?;
-    Ok(RunStats {
-        empty_polls: None,
-        ..stats
-    })
+    let consume =
+        |sink: &mut Sink<'_>| polling(&mut rx, sink, |rx, s| recv_one(rx, s, || {}), spin);
+    drive(messages, clones(tx, posters), C::try_send, consume)
 }
 
 /// What one throughput run measured.
@@ -321,32 +292,15 @@ impl RunStats {
         self.messages as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    fn per_msg(&self, n: Option<u64>) -> Option<f64> {
-        n.map(|n| n as f64 / self.messages.max(1) as f64)
-    }
-
-    /// Empty polls per event moved.
-    pub fn empty_polls_per_msg(&self) -> Option<f64> {
-        self.per_msg(self.empty_polls)
-    }
-
-    /// Room wakes per event moved (evd only).
-    pub fn room_wakes_per_msg(&self) -> Option<f64> {
-        self.per_msg(self.room_wakes)
-    }
-
-    /// Share of CPU samples where a poster ran on the consumer's CPU.
-    pub fn same_cpu_share(&self) -> Option<f64> {
-        (self.cpu_samples > 0).then(|| self.same_cpu as f64 / self.cpu_samples as f64)
-    }
-
-    /// The run's diagnostics, per event moved.
+    /// The run's diagnostics, per event moved (the CPU share: of the CPU samples).
     pub fn diagnostics(&self) -> Diagnostics {
+        let per_msg = |n: Option<u64>| n.map(|n| n as f64 / self.messages.max(1) as f64);
+        let samples = self.cpu_samples;
         Diagnostics {
-            empty_polls_per_msg: self.empty_polls_per_msg(),
-            full_refusals_per_msg: self.per_msg(self.full_refusals),
-            room_wakes_per_msg: self.room_wakes_per_msg(),
-            same_cpu_share: self.same_cpu_share(),
+            empty_polls_per_msg: per_msg(self.empty_polls),
+            full_refusals_per_msg: per_msg(self.full_refusals),
+            room_wakes_per_msg: per_msg(self.room_wakes),
+            same_cpu_share: (samples > 0).then(|| self.same_cpu as f64 / samples as f64),
         }
     }
 }
@@ -436,17 +390,17 @@ pub(crate) fn refused<P>(e: evd::PostError<P>) -> P {
     e.into_inner()
 }
 
-/// Poster `i` of `n` sends the sequence numbers `i, i + n, ...` below `messages`, so the consumer's
+/// One thread per sender; poster `i` of `n` sends the sequence numbers `i, i + n, ...` below `messages`, so the consumer's
 /// checksum covers `0..messages` exactly once. `send` hands a value refused as full back; the
 /// poster counts it, calls [`BusyWait::miss`] and retries it ([`crate::room`] passes a blocking
 /// send, which hands a value back only once the queue is closed).
 pub(crate) fn drive<P: Payload, S: Send>(
-    posters: usize,
     messages: u64,
     senders: Vec<S>,
     send: impl Fn(&S, P) -> Result<(), P> + Sync,
     consume: impl FnOnce(&mut Sink<'_>) -> Result<(), String>,
 ) -> Result<RunStats, String> {
+    let posters = senders.len();
     let poster = |i: usize, tx: S, slot: &AtomicU32, abort: &AtomicBool| {
         let mut wait = BusyWait::default();
         let (mut refused, mut sent) = (0u64, 0u64);

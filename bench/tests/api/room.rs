@@ -28,7 +28,7 @@ fn evd_room_runs_move_every_event_and_count_room_wakes() {
         let run = (s.run)(8, 1, 2_000, work).unwrap();
         assert_eq!(run.messages, 2_000, "{}: {run:?}", s.row.name);
         let wakes = run.room_wakes.expect("evd rows count room wakes");
-        let per_msg = run.room_wakes_per_msg().unwrap();
+        let per_msg = run.diagnostics().room_wakes_per_msg.unwrap();
         assert!((per_msg - wakes as f64 / 2_000.0).abs() < 1e-12);
     }
 }

@@ -76,14 +76,14 @@ fn diagnostics_are_counted() {
     assert!(run.empty_polls.is_some());
     assert!(run.cpu_samples > 0, "{run:?}");
     assert!(run.same_cpu <= run.cpu_samples);
-    let share = run.same_cpu_share().unwrap();
+    let share = run.diagnostics().same_cpu_share.unwrap();
     assert!((0.0..=1.0).contains(&share));
     let d = run.diagnostics();
     assert_eq!(d.same_cpu_share, Some(share));
     assert_eq!(d.room_wakes_per_msg, Some(0.0));
     let run = Queue::TokioRecvMany.run::<u64>(1, 5_000).unwrap();
     assert_eq!(run.empty_polls, None);
-    assert_eq!(run.empty_polls_per_msg(), None);
+    assert_eq!(run.diagnostics().empty_polls_per_msg, None);
     assert_eq!(run.room_wakes, None);
     assert!(run.full_refusals.is_some());
 }
