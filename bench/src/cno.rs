@@ -119,8 +119,20 @@ impl CnoSystem {
                 How::Scan(flag)
             }
         };
+        let (ready, again, buf) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(EVD_CAPACITY),
+        );
+        let waiter = Waiter {
+            evds,
+            how,
+            ready,
+            again,
+            buf,
+        };
         let posters = Arc::new(posters);
-        Ok((Waiter { evds, how }, PostSide { posters, scan }))
+        Ok((waiter, PostSide { posters, scan }))
     }
 
     /// Nanoseconds per trigger cycle at `n` bound EVDs, run as `variant` says for about `run` after
@@ -128,9 +140,10 @@ impl CnoSystem {
     pub fn cycle_ns(self, variant: Variant, n: usize, run: Duration) -> Result<f64, String> {
         let (w, side) = self.fixture(n)?;
         let seq = sequence(n);
-        match variant {
-            Variant::SingleThread => cycles_single(w, &side, &seq, run),
-            Variant::CrossThread => cycles_cross(w, &side, &seq, run),
+        if variant.threads == 1 {
+            cycles_single(w, &side, &seq, run)
+        } else {
+            cycles_cross(w, &side, &seq, run)
         }
     }
 
@@ -139,19 +152,16 @@ impl CnoSystem {
     pub fn run_throughput(self, n: usize, messages: u64, feed: Feed) -> Result<RunStats, String> {
         let (mut w, side) = self.fixture(n)?;
         let mut served = vec![0u64; n];
-        let consume = |sink: &mut Sink<'_>| {
-            let mut server = Server::new(n);
-            loop {
-                let done = server.pass(&mut w, false, |k, batch| {
-                    if batch.is_empty() {
-                        sink.empty();
-                    }
-                    served[k] += batch.len() as u64;
-                    batch.iter().fold(false, |_, &v| sink.take(v))
-                })?;
-                if done {
-                    return Ok(());
+        let consume = |sink: &mut Sink<'_>| loop {
+            let done = w.pass(false, |k, batch| {
+                if batch.is_empty() {
+                    sink.empty();
                 }
+                served[k] += batch.len() as u64;
+                batch.iter().fold(false, |_, &v| sink.take(v))
+            })?;
+            if done {
+                return Ok(());
             }
         };
         let mut stats = match feed {
@@ -238,49 +248,40 @@ fn drive_batches(
 }
 
 /// How the trigger cycle is run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Variant {
-    /// The post, then one pass of the waiter that must not block, on one thread.
-    SingleThread,
-    /// The harness posts, then spins until the waiter, on its own thread, has served the event (a
-    /// ping-pong: the waiter is still in its spin budget at the next post).
-    CrossThread,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    /// The start of its case names.
+    pub prefix: &'static str,
+    /// `single-thread` or `cross-thread`, for the tables.
+    pub label: &'static str,
+    /// The records' consumer label.
+    pub consumer: &'static str,
+    /// Threads the measurement runs: 2 when the waiter has its own.
+    pub threads: usize,
 }
 
 impl Variant {
+    /// The post, then one pass of the waiter that must not block, on one thread.
+    pub const SINGLE_THREAD: Variant = Variant {
+        prefix: "cno-trigger/",
+        label: "single-thread",
+        consumer: "single-thread",
+        threads: 1,
+    };
+    /// The harness posts, then spins until the waiter, on its own thread, has served the event (a
+    /// ping-pong: the waiter is still in its spin budget at the next post).
+    pub const CROSS_THREAD: Variant = Variant {
+        prefix: "cno-trigger-xthread/",
+        label: "cross-thread",
+        consumer: "blocking",
+        threads: 2,
+    };
     /// Both, single thread first.
-    pub const ALL: [Variant; 2] = [Variant::SingleThread, Variant::CrossThread];
+    pub const ALL: [Variant; 2] = [Variant::SINGLE_THREAD, Variant::CROSS_THREAD];
 
     /// The case name at `n` bound EVDs.
     pub fn case(self, n: usize) -> String {
-        format!("{}{n}", self.prefix())
-    }
-
-    fn row(self) -> (&'static str, &'static str, &'static str, usize) {
-        match self {
-            Variant::SingleThread => ("cno-trigger/", "single-thread", "single-thread", 1),
-            Variant::CrossThread => ("cno-trigger-xthread/", "cross-thread", "blocking", 2),
-        }
-    }
-
-    /// The start of its case names.
-    pub fn prefix(self) -> &'static str {
-        self.row().0
-    }
-
-    /// `single-thread` or `cross-thread`, for the tables.
-    pub fn label(self) -> &'static str {
-        self.row().1
-    }
-
-    /// The records' consumer label.
-    pub fn consumer(self) -> &'static str {
-        self.row().2
-    }
-
-    /// Threads the measurement runs.
-    pub fn threads(self) -> usize {
-        self.row().3
+        format!("{}{n}", self.prefix)
     }
 }
 
@@ -423,10 +424,14 @@ impl ScanFlag {
     }
 }
 
-/// A waiter of one of the three systems, over its EVDs.
+/// A waiter of one of the three systems, over its EVDs: how it learns which are ready, the EVDs
+/// of its pass (`ready`) and those to serve again in the next (`again`), and its drain buffer.
 struct Waiter {
     evds: Vec<evd::Consumer<u64>>,
     how: How,
+    ready: Vec<usize>,
+    again: Vec<usize>,
+    buf: Vec<u64>,
 }
 
 enum How {
@@ -447,7 +452,7 @@ unsafe impl Send for EventBuf {}
 
 impl Waiter {
     /// Append the EVDs that may have work to `out`, waiting if `block`.
-    fn ready(&mut self, out: &mut Vec<usize>, block: bool) -> Result<(), String> {
+    fn wait_ready(&mut self, out: &mut Vec<usize>, block: bool) -> Result<(), String> {
         match &mut self.how {
             How::Cno(cno, keys) => {
                 keys.clear();
@@ -500,8 +505,8 @@ impl Waiter {
     }
 
     #[inline]
-    fn drain(&mut self, k: usize, buf: &mut Vec<u64>) -> Result<(), String> {
-        match self.evds[k].dequeue_batch(buf, EVD_CAPACITY) {
+    fn drain(&mut self, k: usize) -> Result<(), String> {
+        match self.evds[k].dequeue_batch(&mut self.buf, EVD_CAPACITY) {
             Ok(_) | Err(evd::TryDequeueError::Empty) => Ok(()),
             // No post here is lossy: a loss report would be a broken promise.
             Err(evd::TryDequeueError::Overflow(o)) => {
@@ -528,43 +533,30 @@ impl Waiter {
     }
 }
 
-struct Server {
-    ready: Vec<usize>,
-    again: Vec<usize>,
-    buf: Vec<u64>,
-}
-
-impl Server {
-    fn new(n: usize) -> Self {
-        Server {
-            ready: Vec::with_capacity(n),
-            again: Vec::with_capacity(n),
-            buf: Vec::with_capacity(EVD_CAPACITY),
-        }
-    }
-
+impl Waiter {
     /// One pass: the EVDs to serve again first, then the ready set (waited for unless `never_block`
     /// or some EVD is to be served again); drain each once, hand its batch to `on` (empty if it had
     /// nothing), re-enable it. Returns true as soon as `on` does.
     #[inline]
     fn pass(
         &mut self,
-        w: &mut Waiter,
         never_block: bool,
         mut on: impl FnMut(usize, &[u64]) -> bool,
     ) -> Result<bool, String> {
         std::mem::swap(&mut self.ready, &mut self.again);
         let block = !never_block && self.ready.is_empty();
-        w.ready(&mut self.ready, block)?;
+        let mut ready = std::mem::take(&mut self.ready);
+        self.wait_ready(&mut ready, block)?;
+        self.ready = ready;
         for i in 0..self.ready.len() {
             let k = self.ready[i];
             self.buf.clear();
-            w.drain(k, &mut self.buf)?;
+            self.drain(k)?;
             if on(k, &self.buf) {
                 self.ready.clear();
                 return Ok(true);
             }
-            if !w.enable(k)? {
+            if !self.enable(k)? {
                 self.again.push(k);
             }
         }
@@ -580,7 +572,6 @@ fn cycles_single(
     seq: &[u32],
     run: Duration,
 ) -> Result<f64, String> {
-    let mut server = Server::new(side.posters.len());
     let (mut posted, mut sum, mut served) = (0u64, 0u64, 0u64);
     let t = timed(run, |i| {
         let k = seq[i as usize % seq.len()] as usize;
@@ -590,8 +581,8 @@ fn cycles_single(
         let before = served;
         let mut passes = 0;
         // One pass takes the event; more only if a re-enable found events.
-        while served == before || !server.again.is_empty() {
-            server.pass(&mut w, true, |_, b| {
+        while served == before || !w.again.is_empty() {
+            w.pass(true, |_, b| {
                 served += b.len() as u64;
                 sum = b.iter().fold(sum, |s, &v| s.wrapping_add(v));
                 false
@@ -655,17 +646,15 @@ fn checked(t: Timed, (served, sum): (u64, u64), posted: u64, who: &str) -> Resul
 
 /// The harness posts and spins until the waiter, on its own thread, has served the event.
 fn cycles_cross(w: Waiter, side: &PostSide, seq: &[u32], run: Duration) -> Result<f64, String> {
-    let n = side.posters.len();
     let acked = Arc::new(CachePadded::new(AtomicU64::new(0)));
     let waiter_acked = acked.clone();
     let mut w = w;
     let waiter = std::thread::Builder::new()
         .name("cno-waiter".into())
         .spawn(move || -> Result<(u64, u64), String> {
-            let mut server = Server::new(n);
             let (mut got, mut sum, mut stop) = (0u64, 0u64, false);
             while !stop {
-                server.pass(&mut w, false, |_, b| {
+                w.pass(false, |_, b| {
                     for &v in b {
                         if v == STOP {
                             stop = true;
@@ -741,17 +730,11 @@ pub const CNO_WAKE: [Latency; 3] = [
 /// The waiter reads the clock as soon as `Cno::wait` returns the key, before it dequeues the event,
 /// which carries its post time.
 fn cno_wake(samples: u64) -> Sampled {
-    let mut cno = evd::Cno::new(WAKE_EVDS).map_err(|e| e.to_string())?;
-    let (mut posters, mut evds) = (Vec::with_capacity(WAKE_EVDS), Vec::with_capacity(WAKE_EVDS));
-    for k in 0..WAKE_EVDS {
-        let (p, mut c) = evd::bounded::<u64>(EVD_CAPACITY).map_err(|e| e.to_string())?;
-        c.bind_cno(&cno, k as u64).map_err(|e| e.to_string())?;
-        expect_armed(c.enable_cno().map_err(|e| e.to_string())?)?;
-        posters.push(p);
-        evds.push(c);
-    }
+    let (w, side) = CnoSystem::EvdCno.fixture(WAKE_EVDS)?;
+    let (mut evds, How::Cno(mut cno, mut keys)) = (w.evds, w.how) else {
+        unreachable!("an evd Cno fixture")
+    };
     let waiter = move |record: &mut dyn FnMut(u64, u64)| {
-        let mut keys = Vec::with_capacity(WAKE_EVDS);
         let mut got = 0;
         while got < samples {
             keys.clear();
@@ -777,11 +760,11 @@ fn cno_wake(samples: u64) -> Sampled {
         }
         Ok(())
     };
-    let post = |posters: &mut Vec<evd::Poster<u64>>, i: u64| {
+    let post = |side: &mut PostSide, i: u64| {
         let k = i as usize % WAKE_EVDS;
-        posters[k].post(now_ns()).map_err(|e| e.to_string())
+        side.posters[k].post(now_ns()).map_err(|e| e.to_string())
     };
-    let (hist, _) = asleep("cno-waiter", samples, waiter, posters, |_| true, post)?;
+    let (hist, _) = asleep("cno-waiter", samples, waiter, side, |_| true, post)?;
     Ok((hist, None))
 }
 

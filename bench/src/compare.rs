@@ -346,8 +346,8 @@ fn cno_trigger_section(share: Share) -> Section {
     for v in Variant::ALL {
         for n in cno::TRIGGER_EVDS {
             for s in CnoSystem::ALL {
-                let mut proto = s.row().record(&v.case(n), cno::CYCLE_METRIC, v.threads());
-                proto.consumer = v.consumer().into();
+                let mut proto = s.row().record(&v.case(n), cno::CYCLE_METRIC, v.threads);
+                proto.consumer = v.consumer.into();
                 let time = move |_| s.cycle_ns(v, n, share.run);
                 jobs.push(Job::timed(proto, 0, false, time));
             }

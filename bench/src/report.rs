@@ -18,10 +18,11 @@ median (peer ÷ evd, above 1 = evd faster or cheaper). The baseline is the evd r
 case, metric and consumer style.";
 
 /// What a record's system is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// An evd row.
+    #[default]
     Evd,
     /// Another crate, the classic re-arm, or a CNO built without evd's.
     Peer,
@@ -74,7 +75,7 @@ impl Row {
 }
 
 /// One measured quantity of one system in one case, over the interleaved rounds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// What was measured, e.g. `throughput/u64/1p`.
     pub case: String,
@@ -144,29 +145,18 @@ impl Record {
             "served_max_over_min" => ("ratio", false),
             _ => ("ns", false),
         };
+        let [case, system, consumer, metric, unit] =
+            [case, system, consumer, metric, unit].map(String::from);
         Record {
-            case: case.into(),
-            system: system.into(),
+            case,
+            system,
             role,
-            consumer: consumer.into(),
-            metric: metric.into(),
-            unit: unit.into(),
+            consumer,
+            metric,
+            unit,
             higher_is_better,
-            median: 0.0,
-            min: 0.0,
-            max: 0.0,
-            samples: 0,
-            rounds: Vec::new(),
-            baseline: None,
-            ratio_to_evd: None,
             threads: 1,
-            oversubscribed: false,
-            floor: None,
-            below_floor: None,
-            empty_polls_per_msg: None,
-            full_refusals_per_msg: None,
-            room_wakes_per_msg: None,
-            same_cpu_share: None,
+            ..Record::default()
         }
     }
 
@@ -190,23 +180,20 @@ impl Record {
 
     /// Record the value (and diagnostics) of round `round`.
     pub fn set_round(&mut self, round: usize, value: f64, diag: Option<Diagnostics>) {
-        if self.rounds.len() <= round {
-            self.rounds.resize(round + 1, None);
-        }
-        self.rounds[round] = Some(value);
+        let put = |v: &mut Vec<Option<f64>>, x| {
+            v.resize(v.len().max(round + 1), None);
+            v[round] = x;
+        };
+        put(&mut self.rounds, Some(value));
         if let Some(d) = diag {
             let values = [
                 d.empty_polls_per_msg,
                 d.full_refusals_per_msg,
                 d.room_wakes_per_msg,
-                d.same_cpu_share,
             ];
-            for (per_round, v) in self.diagnostics_mut().into_iter().zip(values) {
-                let per_round = per_round.get_or_insert_with(Vec::new);
-                if per_round.len() <= round {
-                    per_round.resize(round + 1, None);
-                }
-                per_round[round] = v;
+            let values = values.into_iter().chain([d.same_cpu_share]);
+            for (per_round, x) in self.diagnostics_mut().into_iter().zip(values) {
+                put(per_round.get_or_insert_with(Vec::new), x);
             }
         }
     }
@@ -285,10 +272,11 @@ pub fn fill_floors(records: &mut [Record]) {
         .iter()
         .map(|r| {
             let floor = find(records, &r.case, r.floor.as_deref()?, &r.metric)?;
+            let (mine, theirs) = (r.median, floor.median);
             Some(if r.higher_is_better {
-                r.median > floor.median
+                mine > theirs
             } else {
-                r.median < floor.median
+                mine < theirs
             })
         })
         .collect();

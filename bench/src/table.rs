@@ -119,8 +119,8 @@ fn cell(c: Col, main: &Record, row: &[&Record], section: &[&Record]) -> String {
         Col::Variant => {
             let v = Variant::ALL
                 .into_iter()
-                .find(|v| main.case.starts_with(v.prefix()));
-            v.map_or("", Variant::label).into()
+                .find(|v| main.case.starts_with(v.prefix));
+            v.map_or("", |v| v.label).into()
         }
         Col::Median => format_value(main.median, &main.unit),
         Col::Range => {

@@ -87,12 +87,12 @@ fn insn_kinds_round_trip_and_run() {
 fn feed_and_variant_case_names() {
     assert_eq!(Feed::Events.case(256), "cno-throughput/256");
     assert_eq!(Feed::Batches.case(16), "cno-throughput-batch/16");
-    assert_eq!(Variant::SingleThread.case(16), "cno-trigger/16");
-    assert_eq!(Variant::CrossThread.case(16), "cno-trigger-xthread/16");
+    assert_eq!(Variant::SINGLE_THREAD.case(16), "cno-trigger/16");
+    assert_eq!(Variant::CROSS_THREAD.case(16), "cno-trigger-xthread/16");
     assert_eq!(
         (
-            Variant::CrossThread.threads(),
-            Variant::CrossThread.consumer()
+            Variant::CROSS_THREAD.threads,
+            Variant::CROSS_THREAD.consumer
         ),
         (2, "blocking")
     );
