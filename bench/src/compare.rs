@@ -4,7 +4,7 @@
 
 use crate::cno::{self, CnoInsnKind, CnoSystem, Feed, Variant};
 use crate::latency::{Latency, Sampled};
-use crate::pair::{Pair, PairCalls, PairSystem};
+use crate::pair::{self, Pair};
 use crate::payload::Event64;
 use crate::rearm::{count_mode, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Record, Report};
@@ -325,16 +325,12 @@ fn rearm_section(share: Share) -> Section {
 }
 
 fn pair_jobs(share: Share) -> Vec<Job> {
-    let mut jobs = Vec::new();
-    for calls in PairCalls::ALL {
-        for s in PairSystem::ALL {
-            let mut p = Pair::new();
-            let proto = s.row().record(calls.case(), "ns_per_pair", 1);
-            let time = move |n| p.time_ns(s, calls, n);
-            jobs.push(Job::timed(proto, share.size, true, time));
-        }
-    }
-    jobs
+    let job = |l: pair::PairLoop| {
+        let mut p = Pair::new();
+        let proto = l.row.record(l.case, "ns_per_pair", 1);
+        Job::timed(proto, share.size, true, move |n| p.time_ns(l, n))
+    };
+    pair::PAIRS.map(job).into()
 }
 
 fn cno_trigger_section(share: Share) -> Section {
@@ -530,11 +526,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         run.notes.extend(s.note.take());
         // The pair section's notes name its case.
         let pair = name == "single-thread pair";
-        let in_notes = if pair {
-            PairCalls::AsCompiled.case()
-        } else {
-            name
-        };
+        let in_notes = if pair { pair::CASE } else { name };
         run.interleave(in_notes, s, share.rounds, started + until);
         times.push(format!("{name} {:.1} s", lap.elapsed().as_secs_f64()));
         if name == "throughput" {

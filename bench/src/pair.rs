@@ -1,66 +1,42 @@
 //! Single-thread cost of one post and one dequeue: evd's `post` + `try_dequeue` against
 //! crossbeam-queue `ArrayQueue`'s `push` + `pop`, on rings of the same capacity that hold at most
-//! one event. Both loops post the iteration number (through `black_box`), dequeue it and add it to
-//! a sum, checked once afterwards, so neither pays for a check per iteration.
+//! one event. Each loop posts the iteration number (through `black_box`), dequeues it and adds it
+//! to a sum checked once afterwards, so no loop pays for a check per iteration. As compiled, the
+//! compiler inlines evd's calls and not `ArrayQueue`'s; out of line, every operation of both is a
+//! call to a non-inlined function: the cost of the code, not of the inliner's choice.
 
 use crate::payload::sum_below;
-use crate::report::{Role, Row};
+use crate::report::{Role::*, Row};
 use std::hint::black_box;
 use std::time::Instant;
 
-/// A system of the single-thread pair cases.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PairSystem {
-    /// evd: `Poster::post`, then `Consumer::try_dequeue`.
-    Evd,
-    /// crossbeam-queue `ArrayQueue`: `push`, then `pop`.
-    ArrayQueue,
+/// The case of the loops as compiled.
+pub const CASE: &str = "single-thread/pair";
+/// The case of the loops whose every operation is a call.
+pub const OUT_OF_LINE: &str = "single-thread/pair-out-of-line";
+
+/// One loop of a pair case.
+#[derive(Clone, Copy, Debug)]
+pub struct PairLoop {
+    /// Its case.
+    pub case: &'static str,
+    /// How its records name and compare it.
+    pub row: Row,
+    /// Run this many pairs; the sum of the events dequeued.
+    pub run: fn(&mut Pair, u64) -> u64,
 }
 
-impl PairSystem {
-    /// Both systems, evd first.
-    pub const ALL: [PairSystem; 2] = [PairSystem::Evd, PairSystem::ArrayQueue];
+const EVD: &str = "evd post+try_dequeue";
+const ARRAY_QUEUE: &str = "crossbeam ArrayQueue push+pop";
 
-    /// Its row: `ArrayQueue` is compared with evd.
-    pub fn row(self) -> Row {
-        let (name, role) = match self {
-            PairSystem::Evd => ("evd post+try_dequeue", Role::Evd),
-            PairSystem::ArrayQueue => ("crossbeam ArrayQueue push+pop", Role::Peer),
-        };
-        Row::new(
-            name,
-            role,
-            "single-thread",
-            Some("evd post+try_dequeue"),
-            None,
-        )
-    }
-}
-
-/// How the loop reaches each system's operations. As compiled, the compiler inlines evd's `post`
-/// and `try_dequeue` into the loop and calls `ArrayQueue::push` and `pop` out of line; behind a
-/// non-inlined function each operation of both pays one call: the cost of the code, not of the
-/// inliner's choice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PairCalls {
-    /// The loop calls the systems' methods; the compiler inlines what it chooses.
-    AsCompiled,
-    /// Each post and each dequeue is a call to an `#[inline(never)]` function.
-    OutOfLine,
-}
-
-impl PairCalls {
-    /// Both, as compiled first.
-    pub const ALL: [PairCalls; 2] = [PairCalls::AsCompiled, PairCalls::OutOfLine];
-
-    /// The case name.
-    pub fn case(self) -> &'static str {
-        match self {
-            PairCalls::AsCompiled => "single-thread/pair",
-            PairCalls::OutOfLine => "single-thread/pair-out-of-line",
-        }
-    }
-}
+/// Every loop, as compiled first, evd first; `ArrayQueue` is compared with evd.
+#[rustfmt::skip]
+pub const PAIRS: [PairLoop; 4] = [
+    PairLoop { case: CASE, row: Row::new(EVD, Evd, "single-thread", Some(EVD), None), run: evd },
+    PairLoop { case: CASE, row: Row::new(ARRAY_QUEUE, Peer, "single-thread", Some(EVD), None), run: array_queue },
+    PairLoop { case: OUT_OF_LINE, row: Row::new(EVD, Evd, "single-thread", Some(EVD), None), run: evd_calls },
+    PairLoop { case: OUT_OF_LINE, row: Row::new(ARRAY_QUEUE, Peer, "single-thread", Some(EVD), None), run: array_queue_calls },
+];
 
 /// An evd ring and an `ArrayQueue`, both of capacity 1024, reused across runs.
 pub struct Pair {
@@ -87,45 +63,40 @@ impl Pair {
         }
     }
 
-    /// Run `iters` post/dequeue pairs of `system`, reached as `calls` says; fails unless every
-    /// event came back.
-    pub fn run(&mut self, system: PairSystem, calls: PairCalls, iters: u64) -> Result<(), String> {
-        let (tx, rx, q) = (&self.poster, &mut self.consumer, &self.queue);
-        let sum = match (system, calls) {
-            (PairSystem::Evd, PairCalls::AsCompiled) => {
-                pairs(iters, |v| _ = tx.post(v), || rx.try_dequeue().ok())
-            }
-            (PairSystem::Evd, PairCalls::OutOfLine) => {
-                pairs(iters, |v| evd_post(tx, v), || evd_dequeue(rx))
-            }
-            (PairSystem::ArrayQueue, PairCalls::AsCompiled) => {
-                pairs(iters, |v| _ = q.push(v), || q.pop())
-            }
-            (PairSystem::ArrayQueue, PairCalls::OutOfLine) => {
-                pairs(iters, |v| array_queue_push(q, v), || array_queue_pop(q))
-            }
-        };
+    /// Nanoseconds per pair over `iters` pairs of `l`; fails unless every event came back.
+    pub fn time_ns(&mut self, l: PairLoop, iters: u64) -> Result<f64, String> {
+        let start = Instant::now();
+        let sum = black_box((l.run)(self, iters));
+        let ns = start.elapsed().as_nanos() as f64 / iters.max(1) as f64;
         let want = sum_below(iters);
-        if black_box(sum) != want {
-            let (name, case) = (system.row().name, calls.case());
+        if sum != want {
+            let (name, case) = (l.row.name, l.case);
             return Err(format!(
                 "{name} ({case}): sum {sum} of dequeued events, expected {want}"
             ));
         }
-        Ok(())
+        Ok(ns)
     }
+}
 
-    /// Nanoseconds per pair over `iters` pairs.
-    pub fn time_ns(
-        &mut self,
-        system: PairSystem,
-        calls: PairCalls,
-        iters: u64,
-    ) -> Result<f64, String> {
-        let start = Instant::now();
-        self.run(system, calls, iters)?;
-        Ok(start.elapsed().as_nanos() as f64 / iters.max(1) as f64)
-    }
+fn evd(p: &mut Pair, iters: u64) -> u64 {
+    let (tx, rx) = (&p.poster, &mut p.consumer);
+    pairs(iters, |v| _ = tx.post(v), || rx.try_dequeue().ok())
+}
+
+fn array_queue(p: &mut Pair, iters: u64) -> u64 {
+    let q = &p.queue;
+    pairs(iters, |v| _ = q.push(v), || q.pop())
+}
+
+fn evd_calls(p: &mut Pair, iters: u64) -> u64 {
+    let (tx, rx) = (&p.poster, &mut p.consumer);
+    pairs(iters, |v| evd_post(tx, v), || evd_dequeue(rx))
+}
+
+fn array_queue_calls(p: &mut Pair, iters: u64) -> u64 {
+    let q = &p.queue;
+    pairs(iters, |v| array_queue_push(q, v), || array_queue_pop(q))
 }
 
 /// The one loop shape of every pair run.

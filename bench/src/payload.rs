@@ -1,4 +1,4 @@
-//! The two event sizes the throughput runs move: a bare `u64` and a 64-byte event (a cache line,
+//! The two event sizes the throughput runs move, a bare `u64` and a 64-byte event (a cache line,
 //! about the size of an RDMA work completion), and the checksum that proves each arrived once.
 
 /// An event built from a sequence number, which the consumer reads back for its checksum.
@@ -20,8 +20,8 @@ impl Payload for u64 {
     }
 }
 
-/// A 64-byte event: the sequence number and seven words of body, so that a queue moving it pays for
-/// a full cache line per event.
+/// A 64-byte event: the sequence number and seven words of body, so that a queue moving it pays
+/// for a full cache line per event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct Event64 {
@@ -32,10 +32,8 @@ pub struct Event64 {
 impl Payload for Event64 {
     #[inline(always)]
     fn from_seq(seq: u64) -> Self {
-        Event64 {
-            seq,
-            body: [seq; 7],
-        }
+        let body = [seq; 7];
+        Event64 { seq, body }
     }
     #[inline(always)]
     fn seq(&self) -> u64 {
@@ -52,21 +50,23 @@ pub fn sum_below(n: u64) -> u64 {
     }
 }
 
-/// What a consumer has received: count and sum of sequence numbers, checked against `0..expected`.
+/// What a consumer has received: the count and the sum of the sequence numbers, checked against
+/// `0..expected`.
 #[derive(Debug)]
 pub struct Tally {
     expected: u64,
-    count: u64,
+    pub(crate) count: u64,
     sum: u64,
 }
 
 impl Tally {
     /// Expect sequence numbers `0..expected`, each once.
     pub fn new(expected: u64) -> Self {
+        let (count, sum) = (0, 0);
         Tally {
             expected,
-            count: 0,
-            sum: 0,
+            count,
+            sum,
         }
     }
 
@@ -76,12 +76,6 @@ impl Tally {
         self.count += 1;
         self.sum = self.sum.wrapping_add(seq);
         self.count == self.expected
-    }
-
-    /// Events counted so far.
-    #[inline(always)]
-    pub fn count(&self) -> u64 {
-        self.count
     }
 
     /// True once all expected events have arrived.
@@ -94,9 +88,9 @@ impl Tally {
     pub fn verify(&self) -> Result<(), String> {
         let (n, want) = (self.expected, sum_below(self.expected));
         if self.count != n || self.sum != want {
+            let (count, sum) = (self.count, self.sum);
             return Err(format!(
-                "received {} events with checksum {}, expected {n} with checksum {want}",
-                self.count, self.sum
+                "received {count} events with checksum {sum}, expected {n} with checksum {want}"
             ));
         }
         Ok(())

@@ -21,32 +21,25 @@ impl Summary {
         }
         let mut v = samples.to_vec();
         v.sort_by(f64::total_cmp);
-        let n = v.len();
+        let (n, mid) = (v.len(), v.len() / 2);
         let median = if n % 2 == 1 {
-            v[n / 2]
+            v[mid]
         } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
+            (v[mid - 1] + v[mid]) / 2.0
         };
+        let (min, max) = (v[0], v[n - 1]);
         Some(Summary {
             median,
-            min: v[0],
-            max: v[n - 1],
+            min,
+            max,
             samples: n,
         })
     }
 }
 
-/// The ratio of two medians of one metric in the direction where above 1 means evd is better: `evd
-/// / value` when more is better (throughput: evd ÷ peer) and `value / evd` when less is (latency,
-/// time, instructions: peer ÷ evd). `None` when the denominator is zero or either median is not
-/// finite.
-///
-/// ```
-/// use evd_bench::stats::ratio_to_evd;
-/// assert_eq!(ratio_to_evd(50.0, 100.0, true), Some(2.0)); // evd 100 M/s, peer 50 M/s
-/// assert_eq!(ratio_to_evd(15.0, 10.0, false), Some(1.5)); // evd 10 µs, peer 15 µs
-/// assert_eq!(ratio_to_evd(1.0, 0.0, false), None);
-/// ```
+/// The ratio of two medians of one metric, above 1 when evd is better: `evd / value` when more is
+/// better (throughput: evd ÷ peer), `value / evd` when less is (latency, time, instructions: peer
+/// ÷ evd). `None` when the denominator is zero or either median is not finite.
 pub fn ratio_to_evd(value: f64, evd: f64, higher_is_better: bool) -> Option<f64> {
     if higher_is_better {
         quotient(evd, value)

@@ -346,7 +346,7 @@ impl Sink<'_> {
     #[inline(always)]
     pub fn take(&mut self, seq: u64) -> bool {
         let done = self.tally.take(seq);
-        if self.tally.count().is_multiple_of(CPU_SAMPLE_EVERY) {
+        if self.tally.count.is_multiple_of(CPU_SAMPLE_EVERY) {
             self.sample_cpu();
         }
         done

@@ -226,7 +226,7 @@ fn every_system_a_target_names_is_one_the_comparison_runs() {
         .chain(Queue::FLOORS)
         .map(|q| q.row().name)
         .collect();
-    known.extend(pair::PairSystem::ALL.map(|s| s.row().name));
+    known.extend(pair::PAIRS.map(|s| s.row.name));
     known.extend(rearm::RearmKind::ALL.map(|s| s.row().name));
     known.extend(cno::CnoSystem::ALL.map(|s| s.row().name));
     let latency = [
