@@ -11,9 +11,8 @@ use crate::latency::{asleep, evd_wait, now_ns, park_floor, Latency, Sampled, PAR
 use crate::payload::sum_below;
 use crate::report::{Role, Row};
 use crate::throughput::CPU_SAMPLE_EVERY;
-use crate::throughput::{clones, current_cpu, drive, harness, BusyWait, RunStats, Sink};
+use crate::throughput::{current_cpu, harness, BusyWait, RunStats, Sink};
 use crossbeam_utils::{Backoff, CachePadded};
-use std::cell::Cell;
 use std::hint::black_box;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -164,21 +163,7 @@ impl CnoSystem {
                 return Ok(());
             }
         };
-        let mut stats = match feed {
-            Feed::Events => {
-                // Kept until the waiter is done: the last poster of an EVD to go closes it, and the
-                // waiter would find it closed.
-                let _open = side.clone();
-                let cursors = clones(side, THROUGHPUT_POSTERS).into_iter().enumerate();
-                let cursors = cursors.map(|(p, side)| Cursor {
-                    side,
-                    next: Cell::new(p * n / THROUGHPUT_POSTERS),
-                });
-                let post = |c: &Cursor, p: u64| c.post_next(p);
-                drive(messages, cursors.collect(), post, consume)?
-            }
-            Feed::Batches => drive_batches(&side, messages, consume)?,
-        };
+        let mut stats = self::feed(&side, feed, messages, consume)?;
         stats.served_max_over_min = Some(max_over_min(&served)?);
         Ok(stats)
     }
@@ -188,7 +173,7 @@ impl CnoSystem {
 /// succeeds, so that an EVD the waiter neglects stays full and gets nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Feed {
-    /// One event per `post`, through the [`crate::throughput`] harness.
+    /// One event per `post`.
     Events,
     /// Batches of up to [`SATURATION_BATCH`] events per `post_batch` (one reservation), what does
     /// not fit going to the next EVD: the posters outrun any waiter (saturation).
@@ -208,10 +193,12 @@ impl Feed {
     }
 }
 
-/// The saturated feed: each poster posts its sequence numbers in batches of [`SATURATION_BATCH`],
-/// one `post_batch` per EVD in turn.
-fn drive_batches(
+/// The posters of a throughput run, each going round the EVDs from its own start: poster `i` of
+/// `n` posts the sequence numbers `i, i + n, ...` below `messages`, one per `post`, or in batches
+/// of [`SATURATION_BATCH`] per `post_batch`; a post refused as full goes to the next EVD too.
+fn feed(
     side: &PostSide,
+    feed: Feed,
     messages: u64,
     consume: impl FnOnce(&mut Sink<'_>) -> Result<(), String>,
 ) -> Result<RunStats, String> {
@@ -222,11 +209,18 @@ fn drive_batches(
         let (mut seq, mut k) = (i as u64, i * n / posters);
         let (mut refused, mut sent, mut sampled) = (0u64, 0u64, 0u64);
         while seq < messages || !buf.is_empty() {
-            while buf.len() < SATURATION_BATCH && seq < messages {
-                buf.push(seq);
-                seq += posters as u64;
-            }
-            if let Some(c) = side.post_batch(k, &mut buf) {
+            let posted = if feed == Feed::Events {
+                let posted = side.post(k, seq).is_ok();
+                seq += if posted { posters as u64 } else { 0 };
+                posted.then_some(1)
+            } else {
+                while buf.len() < SATURATION_BATCH && seq < messages {
+                    buf.push(seq);
+                    seq += posters as u64;
+                }
+                side.post_batch(k, &mut buf)
+            };
+            if let Some(c) = posted {
                 wait.hit();
                 sent += c as u64;
                 if sent - sampled >= CPU_SAMPLE_EVERY {
@@ -330,7 +324,6 @@ pub fn max_over_min(served: &[u64]) -> Result<f64, String> {
 }
 
 /// Every EVD's poster, and the scan CNO's flag, set after every post.
-#[derive(Clone)]
 struct PostSide {
     posters: Arc<Vec<evd::Poster<u64>>>,
     scan: Option<Arc<ScanFlag>>,
@@ -355,22 +348,6 @@ impl PostSide {
             f.signal();
         }
         Some(c)
-    }
-}
-
-/// A throughput poster: moves to the next EVD after a post or a refusal.
-struct Cursor {
-    side: PostSide,
-    next: Cell<usize>,
-}
-
-impl Cursor {
-    #[inline]
-    fn post_next(&self, v: u64) -> Result<(), u64> {
-        let k = self.next.get();
-        let n = self.side.posters.len();
-        self.next.set(if k + 1 == n { 0 } else { k + 1 });
-        self.side.post(k, v)
     }
 }
 
