@@ -1,10 +1,9 @@
-//! Latency sections: the one-way wake latency of a consumer that is really asleep ([`WAKE`]), and
-//! the harness every latency run that waits for a sleeping thread shares (`asleep`; room-wake and
-//! CNO wake latency use it too). Before every post the harness waits until the consumer thread's
-//! state in `/proc/self/task/TID/stat` is `S`, so that a system that spins or yields before it
-//! parks is not measured on a fixed gap; the event carries its post time from one process-wide
-//! monotonic clock, and the consumer records the difference in an hdrhistogram. The inline upcall
-//! has no sleeping consumer: from before the post to the handler, on one thread.
+//! One-way wake latency of a consumer that is really asleep ([`WAKE`]), and the harness of every
+//! latency run that waits for a thread to sleep (`asleep`: before each sample it waits until the
+//! thread's state in `/proc/self/task/TID/stat` is `S`, so that a system that spins or yields
+//! before it parks is not measured on a fixed gap). Each event carries its post time from one
+//! process-wide monotonic clock; the difference goes into an hdrhistogram. The inline upcall wakes
+//! no thread: from before the post to the handler, on one thread.
 
 use crate::peers::Channel;
 use crate::report::{Role::*, Row};
@@ -70,8 +69,7 @@ pub const WAKE: [Latency; 9] = [
 
 /// evd `try_dequeue`, then `wait(1, None)` (arm, park; unparked by the post).
 pub(crate) fn evd_wait(samples: u64) -> Sampled {
-    let (tx, mut rx) = evd::bounded::<u64>(1024).map_err(|e| e.to_string())?;
-    let consume = move |record: &mut dyn FnMut(u64)| {
+    evd_consumer(samples, move |rx, record| {
         for _ in 0..samples {
             loop {
                 match rx.try_dequeue() {
@@ -84,25 +82,18 @@ pub(crate) fn evd_wait(samples: u64) -> Sampled {
             }
         }
         Ok(())
-    };
-    sleeping_consumer(samples, consume, move |t| {
-        tx.post(t).map_err(|e| e.to_string())
     })
 }
 
 /// evd `recv().await` on a tokio current-thread runtime.
 fn evd_async(samples: u64) -> Sampled {
-    let (tx, mut rx) = evd::bounded::<u64>(1024).map_err(|e| e.to_string())?;
-    let consume = move |record: &mut dyn FnMut(u64)| {
+    evd_consumer(samples, move |rx, record| {
         current_thread_runtime()?.block_on(async {
             for _ in 0..samples {
                 record(rx.recv().await.map_err(|e| e.to_string())?);
             }
             Ok(())
         })
-    };
-    sleeping_consumer(samples, consume, move |t| {
-        tx.post(t).map_err(|e| e.to_string())
     })
 }
 
@@ -139,8 +130,7 @@ fn peer<C: Channel<u64> + 'static>(samples: u64) -> Sampled {
 /// evd's eventfd in an epoll loop: drain, arm, `epoll_wait`, acknowledge.
 fn evd_eventfd(samples: u64) -> Sampled {
     use rustix::event::epoll;
-    let (tx, mut rx) = evd::bounded::<u64>(1024).map_err(|e| e.to_string())?;
-    let consume = move |record: &mut dyn FnMut(u64)| {
+    evd_consumer(samples, move |rx, record| {
         let fd = rx.notify_fd().map_err(|e| e.to_string())?;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| e.to_string())?;
         let data = epoll::EventData::new_u64(0);
@@ -160,8 +150,8 @@ fn evd_eventfd(samples: u64) -> Sampled {
             match rx.arm() {
                 evd::ArmStatus::Armed => {
                     events.clear();
-                    epoll::wait(&ep, rustix::buffer::spare_capacity(&mut events), None)
-                        .map_err(|e| e.to_string())?;
+                    let buf = rustix::buffer::spare_capacity(&mut events);
+                    epoll::wait(&ep, buf, None).map_err(|e| e.to_string())?;
                     fd.acknowledge().map_err(|e| e.to_string())?;
                 }
                 evd::ArmStatus::Pending => {}
@@ -169,10 +159,19 @@ fn evd_eventfd(samples: u64) -> Sampled {
             }
         }
         Ok(())
-    };
-    sleeping_consumer(samples, consume, move |t| {
-        tx.post(t).map_err(|e| e.to_string())
     })
+}
+
+/// [`sleeping_consumer`] on an evd ring of 1024 slots: `consume` runs the consumer's loop.
+fn evd_consumer(
+    samples: u64,
+    consume: impl FnOnce(&mut evd::Consumer<u64>, &mut dyn FnMut(u64)) -> Result<(), String>
+        + Send
+        + 'static,
+) -> Sampled {
+    let (tx, mut rx) = evd::bounded::<u64>(1024).map_err(|e| e.to_string())?;
+    let post = move |t| tx.post(t).map_err(|e| e.to_string());
+    sleeping_consumer(samples, move |record| consume(&mut rx, record), post)
 }
 
 /// evd upcall (SingleInstance) run inline on the posting thread: no thread sleeps.
