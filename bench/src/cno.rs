@@ -4,11 +4,10 @@
 //! with one `dequeue_batch`, re-enable it), so every loop is the same code for all three; an EVD
 //! whose re-enable finds events is served again after the rest of the ready set, so one busy EVD
 //! cannot hold the waiter. Measured: wake latency ([`CNO_WAKE`]), the cost of a trigger cycle
-//! ([`CnoSystem::cycle_ns`]), throughput and fairness ([`CnoSystem::run_throughput`]) and
-//! instructions per cycle ([`CnoInsnKind`], counted by callgrind). How: bench/README.md.
+//! ([`CnoSystem::cycle_ns`]), throughput and fairness ([`CnoSystem::run_throughput`]); its
+//! instructions per cycle are counted in [`crate::single`]. How: bench/README.md.
 
 use crate::latency::{asleep, evd_wait, now_ns, park_floor, Latency, Sampled, PARK_FLOOR};
-use crate::payload::sum_below;
 use crate::report::{Role, Row};
 use crate::throughput::CPU_SAMPLE_EVERY;
 use crate::throughput::{current_cpu, harness, BusyWait, RunStats, Sink};
@@ -743,93 +742,6 @@ fn cno_wake(samples: u64) -> Sampled {
     };
     let (hist, _) = asleep("cno-waiter", samples, waiter, side, |_| true, post)?;
     Ok((hist, None))
-}
-
-/// What the `cno-insns` mode runs, for callgrind to count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CnoInsnKind {
-    /// Post to a bound, enabled EVD (the trigger), `Cno::try_next`, `try_dequeue`, `enable_cno`.
-    CnoCycle,
-    /// Post and `try_dequeue` on an EVD bound to nothing.
-    PlainPair,
-    /// Post and `try_dequeue` on an EVD bound to a CNO but not enabled: the issue's "costs the same
-    /// as a post to an unbound one".
-    BoundPair,
-}
-
-impl CnoInsnKind {
-    /// All three, the CNO cycle first.
-    pub const ALL: [CnoInsnKind; 3] = [
-        CnoInsnKind::CnoCycle,
-        CnoInsnKind::PlainPair,
-        CnoInsnKind::BoundPair,
-    ];
-
-    /// Its row: every count is an evd row, compared with the CNO cycle.
-    pub fn row(self) -> Row {
-        let name = match self {
-            CnoInsnKind::CnoCycle => "evd post+trigger, try_next, try_dequeue, enable_cno",
-            CnoInsnKind::PlainPair => "evd post+try_dequeue, no CNO",
-            CnoInsnKind::BoundPair => "evd post+try_dequeue, bound to a CNO, not enabled",
-        };
-        let cycle = Some("evd post+trigger, try_next, try_dequeue, enable_cno");
-        Row::new(name, Role::Evd, "single-thread", cycle, None)
-    }
-
-    /// The `--kind` value of the `cno-insns` mode.
-    pub fn cli_name(self) -> &'static str {
-        match self {
-            CnoInsnKind::CnoCycle => "cno",
-            CnoInsnKind::PlainPair => "plain",
-            CnoInsnKind::BoundPair => "bound",
-        }
-    }
-
-    /// Parse a `--kind` value.
-    pub fn from_cli(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.cli_name() == s)
-    }
-
-    /// Run `iters` cycles on one thread; fails unless every event and key came back once.
-    pub fn run(self, iters: u64) -> Result<(), String> {
-        let (tx, mut rx) = evd::bounded::<u64>(EVD_CAPACITY).map_err(|e| e.to_string())?;
-        let (mut sum, mut keys) = (0u64, 0u64);
-        // Bound or not, the pairs run the same loop; a bound EVD that is never enabled must never
-        // put its key in the ready set.
-        let mut cno = evd::Cno::new(1).map_err(|e| e.to_string())?;
-        if self != CnoInsnKind::PlainPair {
-            rx.bind_cno(&cno, 1).map_err(|e| e.to_string())?;
-        }
-        if self == CnoInsnKind::CnoCycle {
-            expect_armed(rx.enable_cno().map_err(|e| e.to_string())?)?;
-            for i in 0..iters {
-                let _ = tx.post(black_box(i));
-                if let Some(k) = cno.try_next() {
-                    keys = keys.wrapping_add(k);
-                }
-                if let Ok(v) = rx.try_dequeue() {
-                    sum = sum.wrapping_add(v);
-                }
-                let _ = black_box(rx.enable_cno());
-            }
-        } else {
-            keys = iters;
-            for i in 0..iters {
-                let _ = tx.post(black_box(i));
-                if let Ok(v) = rx.try_dequeue() {
-                    sum = sum.wrapping_add(v);
-                }
-            }
-        }
-        let want = sum_below(iters);
-        if (black_box(sum), keys) != (want, iters) {
-            let name = self.row().name;
-            return Err(format!(
-                "{name}: checksum {sum} and {keys} keys, expected {want} and {iters}"
-            ));
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

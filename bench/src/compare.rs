@@ -2,13 +2,12 @@
 //! interleaved round-robin within one run so that drift on a noisy machine hits all systems alike,
 //! inside a fixed time budget.
 
-use crate::cno::{self, CnoInsnKind, CnoSystem, Feed, Variant};
+use crate::cno::{self, CnoSystem, Feed, Variant};
 use crate::latency::{Latency, Sampled};
-use crate::pair::{self, Pair};
 use crate::payload::Event64;
-use crate::rearm::{count_mode, Rearm, RearmKind};
 use crate::report::{self, Diagnostics, Machine, Record, Report};
 use crate::room::{self, room_case, Work};
+use crate::single::{count_mode, Loop, Rings, CNO_INSNS, PAIR, REARM};
 use crate::throughput::{Queue, RunStats, POSTER_POLICY};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
@@ -235,7 +234,12 @@ fn sections(plan: &Plan) -> Vec<Section> {
             room_wake,
         ),
         rearm_section(rearm),
-        section("single-thread pair", 1, pair_jobs(pair), None),
+        section(
+            "single-thread pair",
+            1,
+            timed_jobs(&PAIR, "ns_per_pair", pair),
+            None,
+        ),
         section("busy ping-pong", 1, pingpong_jobs, None),
         latency("cno wake latency", cno::WAKE_CASE, &cno::CNO_WAKE, cno_wake),
         cno_trigger_section(trigger),
@@ -304,7 +308,7 @@ fn latency_jobs(case: &str, systems: &[Latency], share: Share) -> Vec<Job> {
 }
 
 fn rearm_section(share: Share) -> Section {
-    let names = RearmKind::ALL.map(|k| k.row().name);
+    let names = REARM.map(|l| l.row.name);
     let note = format!(
         "rearm: each timed loop runs {} iterations per round, the kinds interleaved in the same \
          rounds. `{}`: one arm() on an empty ring that is already armed (it loads the head, the \
@@ -315,22 +319,23 @@ fn rearm_section(share: Share) -> Section {
          other thread touches: one RMW per iteration, as the arm loop",
         share.size, names[0], names[1], names[2],
     );
-    let job = |k: RearmKind| {
-        let mut r = Rearm::new();
-        let proto = k.row().record("rearm", "ns_per_rearm", 1);
-        Job::timed(proto, share.size, true, move |n| Ok(r.time_ns(k, n)))
-    };
-    let jobs = RearmKind::ALL.map(job).into();
-    section("re-arm", 1, jobs, Some(note))
+    section(
+        "re-arm",
+        1,
+        timed_jobs(&REARM, "ns_per_rearm", share),
+        Some(note),
+    )
 }
 
-fn pair_jobs(share: Share) -> Vec<Job> {
-    let job = |l: pair::PairLoop| {
-        let mut p = Pair::new();
-        let proto = l.row.record(l.case, "ns_per_pair", 1);
-        Job::timed(proto, share.size, true, move |n| p.time_ns(l, n))
+/// A timed job per loop: `metric` in ns per iteration, after a warm-up of a quarter of the
+/// iterations.
+fn timed_jobs(loops: &[Loop], metric: &str, share: Share) -> Vec<Job> {
+    let job = |l: &Loop| {
+        let (l, mut rings) = (*l, Rings::new());
+        let proto = l.row.record(l.case, metric, 1);
+        Job::timed(proto, share.size, true, move |n| rings.time_ns(&l, n))
     };
-    pair::PAIRS.map(job).into()
+    loops.iter().map(job).collect()
 }
 
 fn cno_trigger_section(share: Share) -> Section {
@@ -489,7 +494,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     let started_unix_s = SystemTime::now().duration_since(UNIX_EPOCH);
     let started_unix_s = started_unix_s.map_or(0, |d| d.as_secs());
     let sections = sections(plan);
-    let callgrind_steps = RearmKind::COUNTED.len() + CnoInsnKind::ALL.len();
+    let callgrind_steps = counted().count();
     let steps = sections.iter().zip(&plan.sections);
     let steps = steps
         .map(|(s, share)| s.jobs.len() * (share.rounds + 1))
@@ -526,7 +531,7 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
         run.notes.extend(s.note.take());
         // The pair section's notes name its case.
         let pair = name == "single-thread pair";
-        let in_notes = if pair { pair::CASE } else { name };
+        let in_notes = if pair { PAIR[0].case } else { name };
         run.interleave(in_notes, s, share.rounds, started + until);
         times.push(format!("{name} {:.1} s", lap.elapsed().as_secs_f64()));
         if name == "throughput" {
@@ -579,56 +584,60 @@ fn no_room_wakes_in_throughput(run: &mut Run) {
     }
 }
 
-/// Count instructions with callgrind: per re-arm of the counted kinds and per CNO cycle (and plain
-/// pair), each once, while the budget allows.
+/// The loops callgrind counts, their instruction metric and their mode of this binary: every re-arm
+/// but the floor (one CAS by construction), and the CNO cycle with the pairs it is compared with.
+fn counted() -> impl Iterator<Item = (Loop, &'static str, &'static str)> {
+    let rearm = REARM
+        .into_iter()
+        .filter(|l| l.row.role != crate::report::Role::Floor);
+    let rearm = rearm.map(|l| (l, "instructions_per_rearm", "rearm-insns"));
+    rearm.chain(CNO_INSNS.map(|l| (l, "instructions_per_cycle", "cno-insns")))
+}
+
+/// Count instructions with callgrind, each loop once, while the budget allows.
 fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mut Run) {
     let Some(exe) = exe else {
         let note = "re-arm and cno instructions: no path to this binary, callgrind skipped";
         run.notes.push(note.into());
-        run.pb
-            .inc((RearmKind::COUNTED.len() + CnoInsnKind::ALL.len()) as u64);
+        run.pb.inc(counted().count() as u64);
         return;
     };
-    let rearm = RearmKind::COUNTED.map(|k| {
-        let mut proto = k.row().record("rearm", "instructions_per_rearm", 1);
-        // The bare CAS is not counted: no floor.
-        proto.floor = None;
-        ("re-arm", proto, ["rearm-insns", "--kind", k.cli_name()])
-    });
-    let cno = CnoInsnKind::ALL.map(|k| {
-        let proto = k.row().record(cno::INSNS_CASE, "instructions_per_cycle", 1);
-        ("cno", proto, ["cno-insns", "--kind", k.cli_name()])
-    });
-    for (what, proto, mode) in rearm.into_iter().chain(cno) {
-        run.pb.set_message(format!("callgrind {}", proto.system));
+    for (l, metric, mode) in counted() {
+        let what = if l.case == "rearm" { "re-arm" } else { "cno" };
+        run.pb.set_message(format!("callgrind {}", l.row.name));
         if started.elapsed() + CALLGRIND_ESTIMATE > plan.budget {
             run.notes.push(format!(
                 "{what} instructions: out of time budget, callgrind skipped"
             ));
-        } else {
-            match count_mode(exe, &mode) {
-                Ok(insns) => run.push(proto, 0, insns, None),
-                Err(e) => run
-                    .notes
-                    .push(format!("{what} instructions of {}: {e}", proto.system)),
-            }
+            run.pb.inc(1);
+            continue;
+        }
+        // The bare CAS is not counted: no floor.
+        let proto = Record {
+            floor: None,
+            ..l.row.record(l.case, metric, 1)
+        };
+        match count_mode(exe, &[mode, "--kind", l.kind]) {
+            Ok(insns) => run.push(proto, 0, insns, None),
+            Err(e) => run
+                .notes
+                .push(format!("{what} instructions of {}: {e}", l.row.name)),
         }
         run.pb.inc(1);
     }
-    let insns = |k: CnoInsnKind| {
+    let insns = |l: &Loop| {
         let r = run
             .records
             .iter()
-            .find(|r| r.case == cno::INSNS_CASE && r.system == k.row().name);
+            .find(|r| r.case == l.case && r.system == l.row.name);
         r.and_then(|r| r.rounds.first().copied().flatten())
     };
-    let cycle = insns(CnoInsnKind::CnoCycle);
-    let (bound, plain) = (insns(CnoInsnKind::BoundPair), insns(CnoInsnKind::PlainPair));
+    let [cycle, plain, bound] = CNO_INSNS.each_ref().map(insns);
     if let (Some(cycle), Some(plain)) = (cycle, plain) {
         run.notes.push(format!(
             "cno instructions: a CNO cycle ({}) is {cycle:.1} instructions, {:.1} more than a \
              plain post+try_dequeue ({plain:.1})",
-            CnoInsnKind::CnoCycle.row().name,
+            CNO_INSNS[0].row.name,
             cycle - plain
         ));
     }

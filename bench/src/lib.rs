@@ -1,8 +1,8 @@
 //! # evd-bench — evd against its peers
 //!
 //! The `evd-bench compare` command and the criterion benches (`bench/benches`) share this crate.
-//! One module per section measures ([`throughput`], [`room`], [`latency`], [`rearm`], [`pair`],
-//! [`pingpong`], [`cno`]), the peer channels sit behind one interface ([`peers`]) and the
+//! One module per section measures ([`throughput`], [`room`], [`latency`], [`pingpong`], [`cno`],
+//! and [`single`] for the single-thread loops), the peer channels sit behind one interface ([`peers`]) and the
 //! throughput floors are [`stamp_ring`]s; [`compare`] interleaves every system within a time
 //! budget, [`report`] holds the records and evaluates the [`targets`], [`table`] writes them as
 //! Markdown and [`chart`] as SVG. What each section runs and what each field means:
@@ -19,13 +19,12 @@ pub mod chart;
 pub mod cno;
 pub mod compare;
 pub mod latency;
-pub mod pair;
 pub mod payload;
 pub mod peers;
 pub mod pingpong;
-pub mod rearm;
 pub mod report;
 pub mod room;
+pub mod single;
 pub mod stamp_ring;
 pub mod stats;
 pub mod table;

@@ -2,9 +2,8 @@
 //! callgrind counts: re-arms (`rearm-insns`) and CNO cycles (`cno-insns`).
 
 use clap::{Parser, Subcommand};
-use evd_bench::cno::CnoInsnKind;
 use evd_bench::compare::{compare, Plan};
-use evd_bench::rearm::{Rearm, RearmKind};
+use evd_bench::single::{Loop, Rings, CNO_INSNS, REARM};
 use evd_bench::{chart, table};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -60,21 +59,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let done = match Cli::parse().command {
-        Command::RearmInsns { kind, iters } => match RearmKind::from_cli(&kind) {
-            Some(kind) => {
-                Rearm::new().run(kind, iters);
-                Ok(())
-            }
-            None => Err(format!(
-                "unknown --kind {kind:?}: use `evd`, `arm-then-poll` or `cas-floor`"
-            )),
-        },
-        Command::CnoInsns { kind, iters } => match CnoInsnKind::from_cli(&kind) {
-            Some(kind) => kind.run(iters),
-            None => Err(format!(
-                "unknown --kind {kind:?}: use `cno`, `plain` or `bound`"
-            )),
-        },
+        Command::RearmInsns { kind, iters } => run_loop(&REARM, &kind, iters),
+        Command::CnoInsns { kind, iters } => run_loop(&CNO_INSNS, &kind, iters),
         Command::Compare {
             quick,
             out,
@@ -96,6 +82,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Run `iters` iterations of the loop of `loops` whose `--kind` is `kind`.
+fn run_loop(loops: &[Loop], kind: &str, iters: u64) -> Result<(), String> {
+    let Some(l) = loops.iter().find(|l| l.kind == kind) else {
+        let kinds: Vec<String> = loops.iter().map(|l| format!("`{}`", l.kind)).collect();
+        let (last, rest) = kinds.split_last().expect("loops");
+        return Err(format!(
+            "unknown --kind {kind:?}: use {} or {last}",
+            rest.join(", ")
+        ));
+    };
+    (l.run)(&mut Rings::new(), iters)
 }
 
 /// Run the comparison, print its tables (the run and the machine first, CPU model first) and write

@@ -1,21 +1,8 @@
-//! The throughput floor rows: rings of stamped slots (the slot layout evd uses: a `u64` stamp and
-//! the value) that do nothing but move events.
-//!
-//! - [`Reserve::Own`]: one poster, which owns the tail and does no read-modify-write at all: the
-//!   cost of the slot traffic alone.
-//! - [`Reserve::CasTail`]: any number of posters, each reserving its ticket with one
-//!   compare-and-swap on a shared tail, as every multi-poster ring that reserves with an RMW does
-//!   (evd's reservation CAS, ArrayQueue's tail CAS). On x86 the locked instruction waits for the
-//!   poster's previous slot stores, that is for the line the consumer just read to come back; with
-//!   several posters the tail's line also moves between them.
-//! - [`Reserve::FaaTail`]: any number of posters, each taking its ticket with one fetch-and-add on
-//!   the shared tail: no retry loop under contention, but a ticket taken cannot be handed back, so
-//!   a poster whose slot is still in use waits for the consumer there. It shows whether an RMW that
-//!   cannot fail would beat the CAS on this machine.
-//!
-//! Not a product and not a peer: the rows bound what a ring with these slots can do on the machine
-//! of the run. A busy evd row near the `CasTail` one is at the speed of its design; a target above
-//! that row's ratio to a peer is beyond any ring of that design in that run.
+//! The throughput floor rows: rings of evd's slot layout (a `u64` stamp and the value) that only
+//! move events. [`Reserve`] says how a poster takes its ticket: no read-modify-write at all (one
+//! poster: the slot traffic alone), one CAS on a shared tail (as evd's reservation and
+//! `ArrayQueue`'s tail), or one fetch-and-add (no retry loop, but a ticket cannot be handed back).
+//! Not a product and not a peer: what a ring of these slots reaches on the machine of the run.
 
 use crate::payload::Payload;
 use crossbeam_utils::CachePadded;
@@ -31,9 +18,8 @@ pub enum Reserve {
     Own,
     /// One CAS on a tail shared by every poster.
     CasTail,
-    /// One fetch-and-add on a tail shared by every poster. A ticket taken cannot be given back, so
-    /// a poster whose ticket's slot is still in use waits for the consumer to free it instead of
-    /// handing the value back.
+    /// One fetch-and-add on a tail shared by every poster; a poster whose ticket's slot is still in
+    /// use waits for the consumer to free it (a ticket cannot be handed back).
     FaaTail,
 }
 
@@ -65,8 +51,7 @@ struct Ring<P> {
 // the tail CAS under `CasTail`); `P: Send`.
 unsafe impl<P: Send> Sync for Ring<P> {}
 
-/// A posting side. Under [`Reserve::CasTail`] it can be cloned ([`StampPoster::another`]); under
-/// [`Reserve::Own`] there is only one.
+/// A posting side: one under [`Reserve::Own`], any number ([`StampPoster::another`]) otherwise.
 pub struct StampPoster<P> {
     ring: Arc<Ring<P>>,
     reserve: Reserve,

@@ -70,20 +70,6 @@ fn scan_flag_is_taken_once_per_signal_burst() {
 }
 
 #[test]
-fn insn_kinds_round_trip_and_run() {
-    for k in CnoInsnKind::ALL {
-        assert_eq!(CnoInsnKind::from_cli(k.cli_name()), Some(k));
-        k.run(500).unwrap();
-    }
-    assert_eq!(CnoInsnKind::from_cli("cno"), Some(CnoInsnKind::CnoCycle));
-    assert_eq!(CnoInsnKind::from_cli("x"), None);
-    let cycle = CnoInsnKind::CnoCycle.row().name;
-    assert!(CnoInsnKind::ALL
-        .iter()
-        .all(|k| k.row().baseline == Some(cycle)));
-}
-
-#[test]
 fn feed_and_variant_case_names() {
     assert_eq!(Feed::Events.case(256), "cno-throughput/256");
     assert_eq!(Feed::Batches.case(16), "cno-throughput-batch/16");

@@ -4,13 +4,12 @@
 
 mod cno;
 mod latency;
-mod pair;
 mod paths;
 mod payload;
 mod pingpong;
-mod rearm;
 mod report;
 mod room;
+mod single;
 mod stamp_ring;
 mod stats;
 mod table;

@@ -220,14 +220,18 @@ fn json_has_the_documented_fields() {
 #[test]
 fn every_system_a_target_names_is_one_the_comparison_runs() {
     use evd_bench::targets::{Side, TARGETS};
-    use evd_bench::{cno, latency, pair, pingpong, rearm, room, throughput::Queue};
+    use evd_bench::{cno, latency, pingpong, room, single, throughput::Queue};
     let mut known: Vec<&str> = Queue::ALL
         .into_iter()
         .chain(Queue::FLOORS)
         .map(|q| q.row().name)
         .collect();
-    known.extend(pair::PAIRS.map(|s| s.row.name));
-    known.extend(rearm::RearmKind::ALL.map(|s| s.row().name));
+    known.extend(
+        single::REARM
+            .iter()
+            .chain(&single::PAIR)
+            .map(|l| l.row.name),
+    );
     known.extend(cno::CnoSystem::ALL.map(|s| s.row().name));
     let latency = [
         &latency::WAKE[..],
