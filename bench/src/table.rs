@@ -1,6 +1,6 @@
 //! The report as Markdown: a line that names the run and the machine (CPU model first), one table
 //! per section, the targets and the notes. Every table goes through one writer: a section is its
-//! title and prose, how its records form rows ([`Rows`]) and its columns ([`Col`]); each cell reads
+//! title and prose, how its records form rows (`Rows`) and its columns (`Col`); each cell reads
 //! the row's records by metric, in their unit and direction, with the ratio to evd.
 
 use crate::cno::{Variant, FAIRNESS_METRIC, THROUGHPUT_POSTERS, TRIGGER_EVDS, WAKE_CASE};
