@@ -220,28 +220,20 @@ fn section(name: &'static str, stride: usize, jobs: Vec<Job>, note: Option<Strin
 fn sections(plan: &Plan) -> Vec<Section> {
     let [throughput, room, wake, room_wake, rearm, pair, pingpong, cno_wake, trigger, cno_tp] =
         plan.sections;
-    let latency =
-        |name, case, systems, share| section(name, 1, latency_jobs(case, systems, share), None);
-    let pingpong_jobs = latency_jobs(crate::pingpong::CASE, &crate::pingpong::PINGPONG, pingpong);
+    let wake = latency_jobs("wake-latency", &crate::latency::WAKE, wake);
+    let room_wake = latency_jobs("room-wake-latency", &room::ROOM_WAKE, room_wake);
+    let pair = timed_jobs(&PAIR, "ns_per_pair", pair);
+    let pingpong = latency_jobs(crate::pingpong::CASE, &crate::pingpong::PINGPONG, pingpong);
+    let cno_wake = latency_jobs(cno::WAKE_CASE, &cno::CNO_WAKE, cno_wake);
     vec![
         section("throughput", 7, throughput_jobs(throughput), None),
         room_section(room),
-        latency("wake latency", "wake-latency", &crate::latency::WAKE, wake),
-        latency(
-            "room-wake latency",
-            "room-wake-latency",
-            &room::ROOM_WAKE,
-            room_wake,
-        ),
+        section("wake latency", 1, wake, None),
+        section("room-wake latency", 1, room_wake, None),
         rearm_section(rearm),
-        section(
-            "single-thread pair",
-            1,
-            timed_jobs(&PAIR, "ns_per_pair", pair),
-            None,
-        ),
-        section("busy ping-pong", 1, pingpong_jobs, None),
-        latency("cno wake latency", cno::WAKE_CASE, &cno::CNO_WAKE, cno_wake),
+        section("single-thread pair", 1, pair, None),
+        section("busy ping-pong", 1, pingpong, None),
+        section("cno wake latency", 1, cno_wake, None),
         cno_trigger_section(trigger),
         section("cno throughput", 7, cno_throughput_jobs(cno_tp), None),
     ]
@@ -383,13 +375,17 @@ struct Run<'a> {
 impl Run<'_> {
     /// Add a value to the record of `proto`'s case, system and metric.
     fn push(&mut self, proto: Record, round: usize, value: f64, diag: Option<Diagnostics>) {
-        let key = |r: &Record| (r.case.clone(), r.system.clone(), r.metric.clone());
-        let i = self.records.iter().position(|r| key(r) == key(&proto));
-        let i = i.unwrap_or_else(|| {
-            self.records.push(proto);
-            self.records.len() - 1
-        });
-        self.records[i].set_round(round, value, diag);
+        let same = |r: &&mut Record| {
+            r.case == proto.case && r.system == proto.system && r.metric == proto.metric
+        };
+        match self.records.iter_mut().find(same) {
+            Some(r) => r.set_round(round, value, diag),
+            None => {
+                self.records.push(proto);
+                let last = self.records.last_mut().expect("pushed");
+                last.set_round(round, value, diag);
+            }
+        }
     }
 
     /// Prepare every job of `s` (a job whose preparation fails is dropped), then run `rounds`
