@@ -139,9 +139,9 @@ impl CnoSystem {
         let (w, side) = self.fixture(n)?;
         let seq = sequence(n);
         if variant.threads == 1 {
-            cycles_single(w, &side, &seq, run)
+            one_thread(w, &side, &seq, run)
         } else {
-            cycles_cross(w, &side, &seq, run)
+            two_threads(w, &side, &seq, run)
         }
     }
 
@@ -542,12 +542,7 @@ impl Waiter {
 }
 
 /// Post, then serve (never blocking) until the event is back.
-fn cycles_single(
-    mut w: Waiter,
-    side: &PostSide,
-    seq: &[u32],
-    run: Duration,
-) -> Result<f64, String> {
+fn one_thread(mut w: Waiter, side: &PostSide, seq: &[u32], run: Duration) -> Result<f64, String> {
     let (mut posted, mut sum, mut served) = (0u64, 0u64, 0u64);
     let t = timed(run, |i| {
         let k = seq[i as usize % seq.len()] as usize;
@@ -573,55 +568,47 @@ fn cycles_single(
     checked(t, (served, sum), posted, "")
 }
 
-/// Cycles run by [`timed`].
-struct Timed {
-    /// Every cycle, the warm-up's included.
-    cycles: u64,
-    measured: u64,
-    elapsed: Duration,
-}
-
 /// Run `cycle(i)` for i = 0, 1, ...: a warm-up of a quarter of `run`, then at least `run` timed.
-fn timed(run: Duration, mut cycle: impl FnMut(u64) -> Result<(), String>) -> Result<Timed, String> {
+/// Returns the cycles run, the warm-up's included, and the ns per timed cycle.
+fn timed(
+    run: Duration,
+    mut cycle: impl FnMut(u64) -> Result<(), String>,
+) -> Result<(u64, f64), String> {
     let mut i = 0u64;
+    let mut cycles = |i: &mut u64| (0..64).try_for_each(|_| cycle(*i).map(|()| *i += 1));
     let warm = Instant::now();
     while warm.elapsed() < run / 4 {
-        for _ in 0..64 {
-            cycle(i)?;
-            i += 1;
-        }
+        cycles(&mut i)?;
     }
     let (first, start) = (i, Instant::now());
     loop {
-        for _ in 0..64 {
-            cycle(i)?;
-            i += 1;
-        }
+        cycles(&mut i)?;
         let elapsed = start.elapsed();
         if elapsed >= run {
-            let measured = i - first;
-            return Ok(Timed {
-                cycles: i,
-                measured,
-                elapsed,
-            });
+            return Ok((i, elapsed.as_nanos() as f64 / (i - first).max(1) as f64));
         }
     }
 }
 
-/// The ns per cycle of `t`, if `(served, sum)` are every cycle's event and the checksum `posted`.
-fn checked(t: Timed, (served, sum): (u64, u64), posted: u64, who: &str) -> Result<f64, String> {
-    if (served, sum) != (t.cycles, posted) {
+/// The ns per cycle of `timed`, if `(served, sum)` are every cycle's event and the checksum
+/// `posted`.
+fn checked(
+    timed: (u64, f64),
+    (served, sum): (u64, u64),
+    posted: u64,
+    who: &str,
+) -> Result<f64, String> {
+    let (cycles, ns) = timed;
+    if (served, sum) != (cycles, posted) {
         return Err(format!(
-            "{who}served {served} events (checksum {sum}), {} were posted (checksum {posted})",
-            t.cycles
+            "{who}served {served} events (checksum {sum}), {cycles} were posted (checksum {posted})"
         ));
     }
-    Ok(t.elapsed.as_nanos() as f64 / t.measured.max(1) as f64)
+    Ok(ns)
 }
 
 /// The harness posts and spins until the waiter, on its own thread, has served the event.
-fn cycles_cross(w: Waiter, side: &PostSide, seq: &[u32], run: Duration) -> Result<f64, String> {
+fn two_threads(w: Waiter, side: &PostSide, seq: &[u32], run: Duration) -> Result<f64, String> {
     let acked = Arc::new(CachePadded::new(AtomicU64::new(0)));
     let waiter_acked = acked.clone();
     let mut w = w;
