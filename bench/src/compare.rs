@@ -648,24 +648,6 @@ fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Role;
-
-    #[test]
-    fn quick_plan_is_smaller_than_full_and_within_20_s() {
-        let (q, f) = (Plan::quick(), Plan::full());
-        assert!(q.budget <= Duration::from_secs(20) && f.budget <= Duration::from_secs(70));
-        for p in [&q, &f] {
-            let seconds: f64 = p.sections.iter().map(|s| s.seconds).sum();
-            assert!(seconds < p.budget.as_secs_f64());
-        }
-        let size = |p: &Plan| {
-            p.sections
-                .map(|s| s.rounds as u64 * s.size)
-                .iter()
-                .sum::<u64>()
-        };
-        assert!(size(&q) < size(&f));
-    }
 
     #[test]
     fn a_run_that_overstays_shrinks_the_next_and_none_grows() {
@@ -690,49 +672,5 @@ mod tests {
         assert_eq!(resized(1_000_000, &run(1_000_000, 5), target), 1_000_000);
         // Never below the floor count.
         assert_eq!(resized(10_000, &run(10_000, 10_000), target), 5_000);
-    }
-
-    #[test]
-    fn interleave_groups_rounds_keeps_job_order_and_leaves_earlier_records_alone() {
-        let pb = ProgressBar::hidden();
-        let (records, notes) = (Vec::new(), Vec::new());
-        let mut run = Run {
-            pb: &pb,
-            records,
-            notes,
-        };
-        let earlier = Record::new("earlier", "x", Role::Evd, "busy/item", "ops_per_sec");
-        run.push(earlier, 0, 1.0, None);
-        let mut jobs = Vec::new();
-        for posters in [2, 1] {
-            for q in [Queue::Kanal, Queue::EvdSingle] {
-                let proto = q
-                    .row()
-                    .record(&throughput_case("u64", posters), "ops_per_sec", 2);
-                let run = move |n| q.run::<u64>(posters, n);
-                jobs.push(Job::moving(proto, (2_000, Duration::from_millis(1)), run));
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        run.interleave(
-            "throughput",
-            section("throughput", 7, jobs, None),
-            2,
-            deadline,
-        );
-        let got: Vec<(&str, &str)> = run
-            .records
-            .iter()
-            .map(|m| (m.case.as_str(), m.system.as_str()))
-            .collect();
-        let want = [
-            ("earlier", "x"),
-            ("throughput/u64/2p", "kanal recv"),
-            ("throughput/u64/2p", "evd try_dequeue"),
-            ("throughput/u64/1p", "kanal recv"),
-            ("throughput/u64/1p", "evd try_dequeue"),
-        ];
-        assert_eq!(got, want, "{:?}", run.notes);
-        assert!(run.records[1..].iter().all(|m| m.rounds.len() == 2));
     }
 }

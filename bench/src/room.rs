@@ -8,7 +8,7 @@ use crate::latency::{asleep, now_ns, park_floor, Latency, Sampled, PARK_FLOOR};
 use crate::peers::Channel;
 use crate::report::{Role::*, Row};
 use crate::throughput::{clones, drive, evd_batch, polling, recv_one, spin, wait_for_one};
-use crate::throughput::{refused, RunStats, Sink};
+use crate::throughput::{RunStats, Sink};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,7 +132,7 @@ fn evd_room(capacity: usize, posters: usize, messages: u64, work: Work, batch: b
     // Counts the room wakes once the consumer is gone: it is dropped when `consume` returns, which
     // frees posters blocked in a run that failed.
     let probe = tx.clone();
-    let post = |tx: &evd::Poster<u64>, p| tx.post_blocking(p).map_err(refused);
+    let post = |tx: &evd::Poster<u64>, p| tx.post_blocking(p).map_err(evd::PostError::into_inner);
     let mut stats = drive(messages, clones(tx, posters), post, move |sink| {
         let mut rx = rx;
         if batch {

@@ -162,7 +162,7 @@ impl Queue {
         let mut stats = match self {
             EvdSingle | EvdBatch | EvdWith | EvdItemWait | EvdWait | EvdArmWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
-                let post = |tx: &evd::Poster<P>, p| tx.post(p).map_err(refused);
+                let post = |tx: &evd::Poster<P>, p| tx.post(p).map_err(evd::PostError::into_inner);
                 let consume = |sink: &mut Sink<'_>| {
                     let (rx, mut buf) = (&mut rx, Vec::with_capacity(CAPACITY));
                     let batch = |rx: &mut _, s: &mut _| evd_batch(rx, s, &mut buf, CAPACITY, || {});
@@ -383,11 +383,6 @@ pub(crate) fn clones<S: Clone>(s: S, n: usize) -> Vec<S> {
     let mut v: Vec<S> = (1..n).map(|_| s.clone()).collect();
     v.push(s);
     v
-}
-
-/// evd's refused post, handed back; closed cannot happen while the consumer runs.
-pub(crate) fn refused<P>(e: evd::PostError<P>) -> P {
-    e.into_inner()
 }
 
 /// One thread per sender; poster `i` of `n` sends the sequence numbers `i, i + n, ...` below `messages`, so the consumer's

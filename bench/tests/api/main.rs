@@ -3,6 +3,7 @@
 //! and the tables and targets read them as documented.
 
 mod cno;
+mod compare;
 mod latency;
 mod paths;
 mod payload;
