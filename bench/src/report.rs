@@ -246,42 +246,34 @@ pub fn records_from(records: Vec<Record>, cpus: usize) -> Vec<Record> {
         })
         .collect();
     fill_ratios(&mut records);
-    fill_floors(&mut records);
     records
 }
 
 /// Set each record's `ratio_to_evd` from the record of its baseline system with the same case and
-/// metric ([`ratio_to_evd`]: above 1 = evd better).
+/// metric ([`ratio_to_evd`]: above 1 = evd better), and its `below_floor` from its floor's.
 pub fn fill_ratios(records: &mut [Record]) {
-    let ratios: Vec<Option<f64>> = records
+    let other =
+        |r: &Record, system: &Option<String>| find(records, &r.case, system.as_deref()?, &r.metric);
+    let filled: Vec<(Option<f64>, Option<bool>)> = records
         .iter()
         .map(|r| {
-            let base = find(records, &r.case, r.baseline.as_deref()?, &r.metric)?;
-            ratio_to_evd(r.median, base.median, r.higher_is_better)
+            let base = other(r, &r.baseline);
+            let ratio = base.and_then(|b| ratio_to_evd(r.median, b.median, r.higher_is_better));
+            let (mine, floor) = (r.median, other(r, &r.floor).map(|f| f.median));
+            (
+                ratio,
+                floor.map(|f| {
+                    if r.higher_is_better {
+                        mine > f
+                    } else {
+                        mine < f
+                    }
+                }),
+            )
         })
         .collect();
-    for (r, ratio) in records.iter_mut().zip(ratios) {
-        r.ratio_to_evd = ratio;
-    }
-}
-
-/// Set each record's `below_floor` from the record of its floor system with the same case and
-/// metric.
-pub fn fill_floors(records: &mut [Record]) {
-    let below: Vec<Option<bool>> = records
-        .iter()
-        .map(|r| {
-            let floor = find(records, &r.case, r.floor.as_deref()?, &r.metric)?;
-            let (mine, theirs) = (r.median, floor.median);
-            Some(if r.higher_is_better {
-                mine > theirs
-            } else {
-                mine < theirs
-            })
-        })
-        .collect();
-    for (r, b) in records.iter_mut().zip(below) {
-        r.below_floor = b;
+    for (r, (ratio, below)) in records.iter_mut().zip(filled) {
+        (r.ratio_to_evd, r.below_floor) = (ratio, below);
     }
 }
 
