@@ -1,11 +1,7 @@
-//! The CNO ([`evd::Cno`], DAT's consumer notification object): one waiter for many EVDs, against
-//! epoll over the EVDs' eventfds and a scan-every-EVD CNO built here ([`ScanFlag`]). The three
-//! waiters ([`CnoSystem`]) are written once against one interface (take the ready set, drain an EVD
-//! with one `dequeue_batch`, re-enable it), so every loop is the same code for all three; an EVD
-//! whose re-enable finds events is served again after the rest of the ready set, so one busy EVD
-//! cannot hold the waiter. Measured: wake latency ([`CNO_WAKE`]), the cost of a trigger cycle
-//! ([`CnoSystem::cycle_ns`]), throughput and fairness ([`CnoSystem::run_throughput`]); its
-//! instructions per cycle are counted in [`crate::single`]. How: bench/README.md.
+//! The CNO ([`evd::Cno`]): one waiter for many EVDs, against epoll over their eventfds and a
+//! scan-every-EVD CNO ([`ScanFlag`]), the three waiters written once against one interface
+//! ([`CnoSystem`]): wake latency ([`CNO_WAKE`]), trigger cost, throughput and fairness. How each is
+//! run: the CNO section of bench/README.md.
 
 use crate::latency::{asleep, evd_wait, now_ns, park_floor, Latency, Sampled, PARK_FLOOR};
 use crate::report::{Role, Row};

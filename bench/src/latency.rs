@@ -1,9 +1,6 @@
 //! One-way wake latency of a consumer that is really asleep ([`WAKE`]), and the harness of every
-//! latency run that waits for a thread to sleep (`asleep`: before each sample it waits until the
-//! thread's state in `/proc/self/task/TID/stat` is `S`, so that a system that spins or yields
-//! before it parks is not measured on a fixed gap). Each event carries its post time from one
-//! process-wide monotonic clock; the difference goes into an hdrhistogram. The inline upcall wakes
-//! no thread: from before the post to the handler, on one thread.
+//! latency run that waits for a thread to sleep (`asleep`: `S` in `/proc/self/task/TID/stat`
+//! before each sample, so that no system is measured on a fixed gap). How: bench/README.md.
 
 use crate::peers::Channel;
 use crate::report::{Role::*, Row};

@@ -1,9 +1,6 @@
-//! Busy ping-pong: the round trip of two threads that never sleep, over two queues of one system
-//! (A→B and B→A, [`CAPACITY`] slots). The timing thread sends a `u64` and polls until it comes
-//! back, the echo thread polls and sends it back; both poll in the crate's one busy loop
-//! ([`BusyWait`]). One sample is one round trip, after [`WARMUP`] unrecorded ones; nothing is
-//! pinned, and the same-CPU share says when both threads ran on one CPU. The floor is two atomics
-//! on separate cache lines, each side spinning on the other's. More: bench/README.md.
+//! Busy ping-pong ([`PINGPONG`]): the round trip of two threads that never sleep, over two queues
+//! of one system (A→B and B→A, [`CAPACITY`] slots), both polling in the crate's one busy loop
+//! ([`BusyWait`]), after [`WARMUP`] unrecorded round trips. How: bench/README.md.
 
 use crate::latency::{new_histogram, Latency, Sampled};
 use crate::report::{Role::*, Row};

@@ -1,8 +1,6 @@
-//! Posters that wait for room: a slow consumer behind a small ring, so that posters really sleep in
-//! their system's *blocking* bounded send ([`ROOM`], the throughput harness with the same fixed
-//! [`Work`] per event in every consumer), and the room-wake latency ([`ROOM_WAKE`]): from the
-//! receive that frees the slot of a full 1-slot queue to the blocked poster running. How both are
-//! run: bench/README.md.
+//! Posters that wait for room ([`ROOM`]: a slow consumer doing the same [`Work`] per event behind
+//! a small ring, so that posters sleep in their blocking send) and the room-wake latency
+//! ([`ROOM_WAKE`]). How both are run: bench/README.md.
 
 use crate::latency::{asleep, now_ns, park_floor, Latency, Sampled, PARK_FLOOR};
 use crate::peers::Channel;

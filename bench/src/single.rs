@@ -1,10 +1,7 @@
-//! The single-thread loops, timed in ns and counted in instructions by callgrind on this binary's
-//! `rearm-insns` and `cno-insns` modes: the re-arms ([`REARM`]: evd's one-CAS arm, the classic
-//! "arm, then poll again" emulated on the same ring so that only the extra poll differs, and one
-//! bare uncontended CAS, the floor of any arm), one post and one dequeue ([`PAIR`]: evd against
-//! `ArrayQueue`, as compiled and with every operation behind a non-inlined call) and a CNO cycle
-//! against a plain post and dequeue ([`CNO_INSNS`]). Results go through `black_box` and are checked
-//! once after the loop, so no loop pays for a check per iteration. How: bench/README.md.
+//! The single-thread loops, timed in ns and counted by callgrind through this binary's
+//! `rearm-insns` and `cno-insns` modes: the re-arms ([`REARM`]), one post and one dequeue
+//! ([`PAIR`]) and a CNO cycle against a plain post and dequeue ([`CNO_INSNS`]). Each loop checks
+//! its result once, after the loop. How the loops are built: bench/README.md.
 
 use crate::cno::EVD_CAPACITY;
 use crate::payload::sum_below;

@@ -1,8 +1,7 @@
-//! Throughput: `posters` threads post into one consumer through one bounded queue of [`CAPACITY`]
-//! slots; the time runs from a start barrier to the consumer's last event, and a checksum proves
-//! every event arrived once. Every poster retries a refused send the same way ([`POSTER_POLICY`],
-//! written once in `drive`), every consumer is compared with the evd row of its style, and every
-//! run counts its diagnostics ([`RunStats`]): bench/README.md says how the rows are run.
+//! Throughput ([`Queue`]): posters into one consumer through one bounded queue of [`CAPACITY`]
+//! slots, timed from a start barrier to the last event, with a checksum and the run's diagnostics
+//! ([`RunStats`]); every poster retries a refused send the same way ([`POSTER_POLICY`]). How the
+//! rows are run and compared: bench/README.md.
 
 use crate::payload::{Payload, Tally};
 use crate::peers::Channel;
