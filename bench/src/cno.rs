@@ -125,7 +125,6 @@ impl CnoSystem {
             again,
             buf,
         };
-        let posters = Arc::new(posters);
         Ok((waiter, PostSide { posters, scan }))
     }
 
@@ -320,7 +319,7 @@ pub fn max_over_min(served: &[u64]) -> Result<f64, String> {
 
 /// Every EVD's poster, and the scan CNO's flag, set after every post.
 struct PostSide {
-    posters: Arc<Vec<evd::Poster<u64>>>,
+    posters: Vec<evd::Poster<u64>>,
     scan: Option<Arc<ScanFlag>>,
 }
 
