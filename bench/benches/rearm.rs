@@ -1,21 +1,19 @@
-//! Criterion re-arm benches: evd's one-CAS arm against "arm, then poll
-//! again" on the same empty evd ring, and against one bare uncontended CAS
-//! (see `evd_bench::rearm`). Instruction counts come from `evd-bench
-//! compare` (callgrind), not from here.
+//! Criterion re-arm benches: evd's one-CAS arm against "arm, then poll again" on the same empty
+//! evd ring, and against one bare uncontended CAS (see `evd_bench::single`). Instruction counts
+//! come from `evd-bench compare` (callgrind), not from here.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use evd_bench::rearm::{Rearm, RearmKind};
-use evd_bench::report::System;
+use evd_bench::single::{Rings, REARM};
 use std::time::Instant;
 
 fn rearm(c: &mut Criterion) {
     let mut g = c.benchmark_group("rearm");
-    for kind in RearmKind::ALL {
-        let mut r = Rearm::new();
-        g.bench_function(kind.name(), |b| {
+    for l in REARM {
+        let mut r = Rings::new();
+        g.bench_function(l.row.name, |b| {
             b.iter_custom(|iters| {
                 let start = Instant::now();
-                r.run(kind, iters);
+                (l.run)(&mut r, iters).unwrap_or_else(|e| panic!("{}: {e}", l.row.name));
                 start.elapsed()
             })
         });

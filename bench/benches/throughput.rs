@@ -6,7 +6,6 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use evd_bench::compare::{throughput_case, PAYLOADS, POSTERS};
 use evd_bench::payload::Event64;
-use evd_bench::report::System;
 use evd_bench::throughput::Queue;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ fn throughput(c: &mut Criterion) {
                 .measurement_time(Duration::from_secs(2));
             for q in Queue::ALL {
                 let id =
-                    BenchmarkId::from_parameter(format!("{} ({})", q.name(), q.style().label()));
+                    BenchmarkId::from_parameter(format!("{} ({})", q.row().name, q.row().consumer));
                 g.bench_function(id, |b| {
                     b.iter_custom(|iters| {
                         let n = iters.max(1);
@@ -29,7 +28,8 @@ fn throughput(c: &mut Criterion) {
                         } else {
                             q.run::<Event64>(posters, n)
                         };
-                        r.unwrap_or_else(|e| panic!("{}: {e}", q.name())).elapsed
+                        r.unwrap_or_else(|e| panic!("{}: {e}", q.row().name))
+                            .elapsed
                     })
                 });
             }

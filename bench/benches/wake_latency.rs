@@ -5,8 +5,7 @@
 //! hdrhistogram of each system are printed after its group.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use evd_bench::latency::WakeSystem;
-use evd_bench::report::System;
+use evd_bench::latency::WAKE;
 use std::time::Duration;
 
 fn wake_latency(c: &mut Criterion) {
@@ -16,28 +15,27 @@ fn wake_latency(c: &mut Criterion) {
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(20))
         .measurement_time(Duration::from_millis(60));
-    for sys in WakeSystem::ALL {
-        g.bench_function(format!("{} ({})", sys.name(), sys.consumer()), |b| {
+    for sys in WAKE {
+        g.bench_function(format!("{} ({})", sys.row.name, sys.row.consumer), |b| {
             b.iter_custom(|iters| {
-                let h = sys
-                    .measure(iters.max(1))
-                    .unwrap_or_else(|e| panic!("{}: {e}", sys.name()));
+                let (h, _) =
+                    (sys.measure)(iters.max(1)).unwrap_or_else(|e| panic!("{}: {e}", sys.row.name));
                 Duration::from_nanos((h.mean() * h.len() as f64) as u64)
             })
         });
     }
     g.finish();
     println!("\nwake latency percentiles (2000 wakes each):");
-    for sys in WakeSystem::ALL {
-        match sys.measure(2000) {
-            Ok(h) => println!(
+    for sys in WAKE {
+        match (sys.measure)(2000) {
+            Ok((h, _)) => println!(
                 "  {:<42} p50 {:>7} ns  p99 {:>7} ns  p99.9 {:>8} ns",
-                sys.name(),
+                sys.row.name,
                 h.value_at_quantile(0.5),
                 h.value_at_quantile(0.99),
                 h.value_at_quantile(0.999)
             ),
-            Err(e) => println!("  {:<42} failed: {e}", sys.name()),
+            Err(e) => println!("  {:<42} failed: {e}", sys.row.name),
         }
     }
 }

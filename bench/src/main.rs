@@ -1,13 +1,11 @@
-//! `evd-bench`: run the side-by-side comparison of evd and its peers
-//! (`compare`), or run what callgrind counts: re-arms (`rearm-insns`) and
-//! CNO cycles (`cno-insns`).
+//! `evd-bench`: run the side-by-side comparison of evd and its peers (`compare`), or run what
+//! callgrind counts: re-arms (`rearm-insns`) and CNO cycles (`cno-insns`).
 
 use clap::{Parser, Subcommand};
-use evd_bench::cno::CnoInsnKind;
 use evd_bench::compare::{compare, Plan};
-use evd_bench::rearm::{Rearm, RearmKind};
-use evd_bench::{chart, report, table};
-use std::path::PathBuf;
+use evd_bench::single::{Loop, Rings, CNO_INSNS, REARM};
+use evd_bench::{chart, table};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -23,8 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run every system, interleaved, in at most 70 s (20 s with --quick);
-    /// print the table, write report.json, report.md and report.svg.
+    /// Run every system, interleaved, in at most 70 s (20 s with --quick); print the table, write
+    /// report.json, report.md and report.svg.
     Compare {
         /// Fewer, shorter rounds: at most 20 s.
         #[arg(long)]
@@ -48,8 +46,7 @@ enum Command {
         #[arg(long)]
         iters: u64,
     },
-    /// Run N CNO cycles (or plain post+dequeue pairs) single-threaded (for
-    /// callgrind to count).
+    /// Run N CNO cycles (or plain post+dequeue pairs) single-threaded (for callgrind to count).
     CnoInsns {
         /// `cno`, `plain` or `bound`.
         #[arg(long)]
@@ -61,28 +58,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::RearmInsns { kind, iters } => {
-            let Some(kind) = RearmKind::from_cli(&kind) else {
-                eprintln!("unknown --kind {kind:?}: use `evd`, `arm-then-poll` or `cas-floor`");
-                return ExitCode::FAILURE;
-            };
-            Rearm::new().run(kind, iters);
-            ExitCode::SUCCESS
-        }
-        Command::CnoInsns { kind, iters } => {
-            let Some(kind) = CnoInsnKind::from_cli(&kind) else {
-                eprintln!("unknown --kind {kind:?}: use `cno`, `plain` or `bound`");
-                return ExitCode::FAILURE;
-            };
-            match kind.run(iters) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+    let done = match Cli::parse().command {
+        Command::RearmInsns { kind, iters } => run_loop(&REARM, &kind, iters),
+        Command::CnoInsns { kind, iters } => run_loop(&CNO_INSNS, &kind, iters),
         Command::Compare {
             quick,
             out,
@@ -91,41 +69,56 @@ fn main() -> ExitCode {
         } => {
             let mut plan = if quick { Plan::quick() } else { Plan::full() };
             plan.callgrind = !no_callgrind;
-            let command = std::env::args().collect::<Vec<_>>().join(" ");
             let cwd = std::env::current_dir().unwrap_or_default();
-            let dir = out.unwrap_or_else(|| {
-                evd_bench::report_dir(
-                    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from),
-                    &cwd,
-                )
-            });
-            let exe = std::env::current_exe().ok();
-            let report = compare(&plan, &command, exe.as_deref(), !no_progress);
-            // The table output starts with the run and the machine, CPU
-            // model first.
-            let md = table::markdown(&report);
-            println!("{md}");
-            if let Err(e) = write_outputs(&report, &md, &dir) {
-                eprintln!("writing the report to {}: {e}", dir.display());
-                return ExitCode::FAILURE;
-            }
-            println!(
-                "wrote {0}/report.json, {0}/report.md and {0}/report.svg",
-                dir.display()
-            );
-            if report.records.is_empty() {
-                eprintln!("no measurement succeeded");
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
+            let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from);
+            let dir = out.unwrap_or_else(|| evd_bench::report_dir(target_dir, &cwd));
+            run_compare(&plan, &dir, !no_progress)
+        }
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
         }
     }
 }
 
-fn write_outputs(report: &report::Report, md: &str, dir: &std::path::Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("report.json"), json + "\n").map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("report.md"), md).map_err(|e| e.to_string())?;
-    chart::draw(report, &dir.join("report.svg"))
+/// Run `iters` iterations of the loop of `loops` whose `--kind` is `kind`.
+fn run_loop(loops: &[Loop], kind: &str, iters: u64) -> Result<(), String> {
+    let Some(l) = loops.iter().find(|l| l.kind == kind) else {
+        let kinds: Vec<String> = loops.iter().map(|l| format!("`{}`", l.kind)).collect();
+        let (last, rest) = kinds.split_last().expect("loops");
+        return Err(format!(
+            "unknown --kind {kind:?}: use {} or {last}",
+            rest.join(", ")
+        ));
+    };
+    (l.run)(&mut Rings::new(), iters)
+}
+
+/// Run the comparison, print its tables (the run and the machine first, CPU model first) and write
+/// them with the JSON and the chart into `dir`.
+fn run_compare(plan: &Plan, dir: &Path, progress: bool) -> Result<(), String> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let exe = std::env::current_exe().ok();
+    let report = compare(plan, &command, exe.as_deref(), progress);
+    let md = table::markdown(&report);
+    println!("{md}");
+    let write = || -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("report.json"), json + "\n").map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("report.md"), &md).map_err(|e| e.to_string())?;
+        chart::draw(&report, &dir.join("report.svg"))
+    };
+    write().map_err(|e| format!("writing the report to {}: {e}", dir.display()))?;
+    println!(
+        "wrote {0}/report.json, {0}/report.md and {0}/report.svg",
+        dir.display()
+    );
+    if report.records.is_empty() {
+        return Err("no measurement succeeded".into());
+    }
+    Ok(())
 }

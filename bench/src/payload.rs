@@ -1,11 +1,8 @@
-//! The two event sizes the throughput benches move: a bare `u64` and a
-//! 64-byte event (a cache line, about the size of an RDMA work completion).
+//! The two event sizes the throughput runs move, a bare `u64` and a 64-byte event (a cache line,
+//! about the size of an RDMA work completion), and the checksum that proves each arrived once.
 
-/// An event a throughput run can send: built from a sequence number, which
-/// the consumer reads back to check that every event arrived exactly once.
+/// An event built from a sequence number, which the consumer reads back for its checksum.
 pub trait Payload: Copy + Clone + Default + Send + Sync + 'static {
-    /// Short name used in case names (`u64`, `event64`).
-    const NAME: &'static str;
     /// The event carrying sequence number `seq`.
     fn from_seq(seq: u64) -> Self;
     /// The sequence number this event carries.
@@ -13,7 +10,6 @@ pub trait Payload: Copy + Clone + Default + Send + Sync + 'static {
 }
 
 impl Payload for u64 {
-    const NAME: &'static str = "u64";
     #[inline(always)]
     fn from_seq(seq: u64) -> Self {
         seq
@@ -24,8 +20,8 @@ impl Payload for u64 {
     }
 }
 
-/// A 64-byte event: the sequence number and seven words of body, so that a
-/// queue moving it pays for a full cache line per event.
+/// A 64-byte event: the sequence number and seven words of body, so that a queue moving it pays
+/// for a full cache line per event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct Event64 {
@@ -34,13 +30,10 @@ pub struct Event64 {
 }
 
 impl Payload for Event64 {
-    const NAME: &'static str = "event64";
     #[inline(always)]
     fn from_seq(seq: u64) -> Self {
-        Event64 {
-            seq,
-            body: [seq; 7],
-        }
+        let body = [seq; 7];
+        Event64 { seq, body }
     }
     #[inline(always)]
     fn seq(&self) -> u64 {
@@ -48,22 +41,32 @@ impl Payload for Event64 {
     }
 }
 
-/// What a consumer has received so far: count and sum of sequence numbers,
-/// checked against what the posters sent.
+/// The sum of `0..n`, wrapping like a loop's (closed form: callgrind counts every instruction).
+pub fn sum_below(n: u64) -> u64 {
+    if n.is_multiple_of(2) {
+        (n / 2).wrapping_mul(n.wrapping_sub(1))
+    } else {
+        n.wrapping_mul((n - 1) / 2)
+    }
+}
+
+/// What a consumer has received: the count and the sum of the sequence numbers, checked against
+/// `0..expected`.
 #[derive(Debug)]
 pub struct Tally {
     expected: u64,
-    count: u64,
+    pub(crate) count: u64,
     sum: u64,
 }
 
 impl Tally {
     /// Expect sequence numbers `0..expected`, each once.
     pub fn new(expected: u64) -> Self {
+        let (count, sum) = (0, 0);
         Tally {
             expected,
-            count: 0,
-            sum: 0,
+            count,
+            sum,
         }
     }
 
@@ -75,32 +78,19 @@ impl Tally {
         self.count == self.expected
     }
 
-    /// Events counted so far.
-    #[inline(always)]
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
     /// True once all expected events have arrived.
     #[inline(always)]
     pub fn done(&self) -> bool {
         self.count >= self.expected
     }
 
-    /// Check the count and the checksum (sum of `0..expected`).
+    /// Check the count and the checksum.
     pub fn verify(&self) -> Result<(), String> {
-        let n = self.expected;
-        let want = if n == 0 {
-            0
-        } else if n.is_multiple_of(2) {
-            (n / 2).wrapping_mul(n - 1)
-        } else {
-            n.wrapping_mul((n - 1) / 2)
-        };
+        let (n, want) = (self.expected, sum_below(self.expected));
         if self.count != n || self.sum != want {
+            let (count, sum) = (self.count, self.sum);
             return Err(format!(
-                "received {} events with checksum {}, expected {} with checksum {}",
-                self.count, self.sum, n, want
+                "received {count} events with checksum {sum}, expected {n} with checksum {want}"
             ));
         }
         Ok(())

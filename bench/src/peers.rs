@@ -1,6 +1,5 @@
-//! The peer channels behind one interface, so that the throughput and room
-//! runs drive every peer through the same loops: per event, the same one
-//! call of the peer's own API as a hand-written loop would make.
+//! The peer channels behind one interface, so that the throughput, room and wake-latency runs drive
+//! every peer through the same loops, each call the one a hand-written loop would make.
 
 use crate::payload::Payload;
 
@@ -12,108 +11,84 @@ pub trait Channel<P: Payload>: Sized + Send {
     fn bounded(capacity: usize) -> (Self::Tx, Self);
     /// The non-blocking bounded send: a value refused as full comes back.
     fn try_send(tx: &Self::Tx, p: P) -> Result<(), P>;
-    /// The blocking send: the value comes back only once the channel is
-    /// closed.
+    /// The blocking send: the value comes back only once the channel is closed.
     fn send(tx: &Self::Tx, p: P) -> Result<(), P>;
     /// The blocking receive; `None` once the channel is closed.
     fn recv(&mut self) -> Option<P>;
 }
 
-impl<P: Payload> Channel<P> for crossbeam_channel::Receiver<P> {
-    type Tx = crossbeam_channel::Sender<P>;
-    fn bounded(capacity: usize) -> (Self::Tx, Self) {
-        crossbeam_channel::bounded(capacity)
-    }
-    #[inline]
-    fn try_send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        match tx.try_send(p) {
-            Ok(()) => Ok(()),
-            Err(crossbeam_channel::TrySendError::Full(back)) => Err(back),
-            Err(crossbeam_channel::TrySendError::Disconnected(_)) => panic!("receiver alive"),
+/// A [`Channel`] whose `try_send` refuses a full channel with `$full(value)`; `$recv` names the
+/// receive by its path (`rx.recv()` would be this trait's).
+macro_rules! channel {
+    ($rx:ty, $tx:ty, $bounded:path, $full:path, |$t:ident, $p:ident| $send:expr, |$r:ident| $recv:expr) => {
+        impl<P: Payload> Channel<P> for $rx {
+            type Tx = $tx;
+            fn bounded(capacity: usize) -> (Self::Tx, Self) {
+                $bounded(capacity)
+            }
+            #[inline]
+            fn try_send(tx: &Self::Tx, p: P) -> Result<(), P> {
+                match tx.try_send(p) {
+                    Ok(()) => Ok(()),
+                    Err($full(back)) => Err(back),
+                    Err(_) => panic!("receiver alive"),
+                }
+            }
+            #[inline]
+            fn send($t: &Self::Tx, $p: P) -> Result<(), P> {
+                $send
+            }
+            #[inline]
+            fn recv(&mut self) -> Option<P> {
+                let $r = self;
+                $recv
+            }
         }
-    }
-    #[inline]
-    fn send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        tx.send(p).map_err(|e| e.into_inner())
-    }
-    #[inline]
-    fn recv(&mut self) -> Option<P> {
-        crossbeam_channel::Receiver::recv(self).ok()
-    }
+    };
 }
 
-impl<P: Payload> Channel<P> for std::sync::mpsc::Receiver<P> {
-    type Tx = std::sync::mpsc::SyncSender<P>;
-    fn bounded(capacity: usize) -> (Self::Tx, Self) {
-        std::sync::mpsc::sync_channel(capacity)
-    }
-    #[inline]
-    fn try_send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        match tx.try_send(p) {
-            Ok(()) => Ok(()),
-            Err(std::sync::mpsc::TrySendError::Full(back)) => Err(back),
-            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => panic!("receiver alive"),
-        }
-    }
-    #[inline]
-    fn send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        tx.send(p).map_err(|e| e.0)
-    }
-    #[inline]
-    fn recv(&mut self) -> Option<P> {
-        std::sync::mpsc::Receiver::recv(self).ok()
-    }
-}
+channel!(
+    crossbeam_channel::Receiver<P>,
+    crossbeam_channel::Sender<P>,
+    crossbeam_channel::bounded,
+    crossbeam_channel::TrySendError::Full,
+    |tx, p| tx.send(p).map_err(|e| e.into_inner()),
+    |rx| crossbeam_channel::Receiver::recv(rx).ok()
+);
+channel!(
+    std::sync::mpsc::Receiver<P>,
+    std::sync::mpsc::SyncSender<P>,
+    std::sync::mpsc::sync_channel,
+    std::sync::mpsc::TrySendError::Full,
+    |tx, p| tx.send(p).map_err(|e| e.0),
+    |rx| std::sync::mpsc::Receiver::recv(rx).ok()
+);
+channel!(
+    tokio::sync::mpsc::Receiver<P>,
+    tokio::sync::mpsc::Sender<P>,
+    tokio::sync::mpsc::channel,
+    tokio::sync::mpsc::error::TrySendError::Full,
+    |tx, p| tx.blocking_send(p).map_err(|e| e.0),
+    |rx| rx.blocking_recv()
+);
+channel!(
+    flume::Receiver<P>,
+    flume::Sender<P>,
+    flume::bounded,
+    flume::TrySendError::Full,
+    |tx, p| tx.send(p).map_err(|e| e.into_inner()),
+    |rx| flume::Receiver::recv(rx).ok()
+);
+channel!(
+    thingbuf::mpsc::blocking::Receiver<P>,
+    thingbuf::mpsc::blocking::Sender<P>,
+    thingbuf::mpsc::blocking::channel,
+    thingbuf::mpsc::errors::TrySendError::Full,
+    |tx, p| tx.send(p).map_err(|_| p),
+    |rx| thingbuf::mpsc::blocking::Receiver::recv(rx)
+);
 
-impl<P: Payload> Channel<P> for tokio::sync::mpsc::Receiver<P> {
-    type Tx = tokio::sync::mpsc::Sender<P>;
-    fn bounded(capacity: usize) -> (Self::Tx, Self) {
-        tokio::sync::mpsc::channel(capacity)
-    }
-    #[inline]
-    fn try_send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        use tokio::sync::mpsc::error::TrySendError;
-        match tx.try_send(p) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(back)) => Err(back),
-            Err(TrySendError::Closed(_)) => panic!("receiver alive"),
-        }
-    }
-    #[inline]
-    fn send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        tx.blocking_send(p).map_err(|e| e.0)
-    }
-    #[inline]
-    fn recv(&mut self) -> Option<P> {
-        self.blocking_recv()
-    }
-}
-
-impl<P: Payload> Channel<P> for flume::Receiver<P> {
-    type Tx = flume::Sender<P>;
-    fn bounded(capacity: usize) -> (Self::Tx, Self) {
-        flume::bounded(capacity)
-    }
-    #[inline]
-    fn try_send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        match tx.try_send(p) {
-            Ok(()) => Ok(()),
-            Err(flume::TrySendError::Full(back)) => Err(back),
-            Err(flume::TrySendError::Disconnected(_)) => panic!("receiver alive"),
-        }
-    }
-    #[inline]
-    fn send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        tx.send(p).map_err(|e| e.into_inner())
-    }
-    #[inline]
-    fn recv(&mut self) -> Option<P> {
-        flume::Receiver::recv(self).ok()
-    }
-}
-
-/// kanal's sends drop a refused value; the payload is `Copy`, so the same
-/// copy is handed back (and a refused `try_send` retries it).
+/// kanal's sends drop a refused value; the payload is `Copy`, so the same copy is handed back.
 impl<P: Payload> Channel<P> for kanal::Receiver<P> {
     type Tx = kanal::Sender<P>;
     fn bounded(capacity: usize) -> (Self::Tx, Self) {
@@ -134,28 +109,5 @@ impl<P: Payload> Channel<P> for kanal::Receiver<P> {
     #[inline]
     fn recv(&mut self) -> Option<P> {
         kanal::Receiver::recv(self).ok()
-    }
-}
-
-impl<P: Payload> Channel<P> for thingbuf::mpsc::blocking::Receiver<P> {
-    type Tx = thingbuf::mpsc::blocking::Sender<P>;
-    fn bounded(capacity: usize) -> (Self::Tx, Self) {
-        thingbuf::mpsc::blocking::channel(capacity)
-    }
-    #[inline]
-    fn try_send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        match tx.try_send(p) {
-            Ok(()) => Ok(()),
-            Err(thingbuf::mpsc::errors::TrySendError::Full(back)) => Err(back),
-            Err(_) => panic!("receiver alive"),
-        }
-    }
-    #[inline]
-    fn send(tx: &Self::Tx, p: P) -> Result<(), P> {
-        tx.send(p).map_err(|_| p)
-    }
-    #[inline]
-    fn recv(&mut self) -> Option<P> {
-        thingbuf::mpsc::blocking::Receiver::recv(self)
     }
 }

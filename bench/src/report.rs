@@ -1,10 +1,6 @@
-//! The comparison's results: records (one per case, system and metric), the
-//! targets evaluated on them, the machine; serialized as `report.json`
-//! (schema in `bench/README.md`), drawn by [`crate::table`] (Markdown) and
-//! [`crate::chart`] (SVG).
-//!
-//! Every ratio in a record points the same way: **above 1 = evd better**
-//! ([`RATIO_CONVENTION`], [`crate::stats::ratio_to_evd`]).
+//! The comparison's results: records (one per case, system and metric), the targets of
+//! [`crate::targets`] evaluated on them and the machine, written as `report.json`. Every field is
+//! described in bench/README.md's schema tables; every ratio points one way: above 1 = evd better.
 
 use crate::stats::{quotient, ratio_to_evd, Summary};
 use crate::targets::{Goal, Side, Target, TARGETS};
@@ -22,68 +18,78 @@ median (peer ÷ evd, above 1 = evd faster or cheaper). The baseline is the evd r
 case, metric and consumer style.";
 
 /// What a record's system is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// An evd row.
+    #[default]
     Evd,
-    /// A peer crate's row.
+    /// Another crate, the classic re-arm, or a CNO built without evd's.
     Peer,
-    /// A raw mechanism that bounds what any system can do (wake-latency floors).
+    /// A raw mechanism that bounds what any system can do.
     Floor,
 }
 
-/// A system of one section, as its records name and compare it.
-pub trait System: Copy + PartialEq + 'static {
-    /// The name used in tables and the JSON report.
-    fn name(self) -> &'static str;
-    /// An evd row, a peer or a raw floor.
-    fn role(self) -> Role;
-    /// The row its ratio is taken against; `None` for an evd variant
-    /// compared with nothing.
-    fn baseline(self) -> Option<Self>;
-    /// The raw floor of the mechanism it waits on, which no system waiting
-    /// that way can beat: a figure below it in the same run is noise.
-    fn floor(self) -> Option<Self> {
-        None
+/// A system as its records name and compare it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Row {
+    /// [`Record::system`].
+    pub name: &'static str,
+    /// [`Record::role`].
+    pub role: Role,
+    /// [`Record::consumer`].
+    pub consumer: &'static str,
+    /// [`Record::baseline`]: `None` for an evd variant compared with nothing.
+    pub baseline: Option<&'static str>,
+    /// [`Record::floor`].
+    pub floor: Option<&'static str>,
+}
+
+impl Row {
+    /// A row, positionally.
+    pub const fn new(
+        name: &'static str,
+        role: Role,
+        consumer: &'static str,
+        baseline: Option<&'static str>,
+        floor: Option<&'static str>,
+    ) -> Row {
+        Row {
+            name,
+            role,
+            consumer,
+            baseline,
+            floor,
+        }
     }
-    /// True for the evd rows.
-    fn is_evd(self) -> bool {
-        self.role() == Role::Evd
-    }
-    /// True for the floors.
-    fn is_floor(self) -> bool {
-        self.role() == Role::Floor
-    }
-    /// Its record of `metric` in `case`, its consumer labelled `consumer`,
-    /// the measurement running `threads` threads.
-    fn measurement(self, [case, consumer, metric]: [&str; 3], threads: usize) -> Measurement {
-        let mut m = Measurement::new(case, self.name(), self.role(), consumer, metric);
-        m.baseline = self.baseline().map(|b| b.name().into());
-        m.floor = self.floor().map(|f| f.name().into());
-        m.threads = threads;
-        m
+
+    /// Its record of `metric` in `case`, with no rounds yet, the measurement running `threads`
+    /// threads.
+    pub fn record(&self, case: &str, metric: &str, threads: usize) -> Record {
+        let mut r = Record::new(case, self.name, self.role, self.consumer, metric);
+        r.baseline = self.baseline.map(Into::into);
+        r.floor = self.floor.map(Into::into);
+        r.threads = threads;
+        r
     }
 }
 
-/// One measured quantity of one system in one case, over the interleaved
-/// rounds. Each field's values and meaning: the record table of
-/// `bench/README.md`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One measured quantity of one system in one case, over the interleaved rounds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// What was measured, e.g. `throughput/u64/1p`, `wake-latency`, `cno-trigger/16`.
+    /// What was measured, e.g. `throughput/u64/1p`.
     pub case: String,
-    /// The system under test, e.g. `evd try_dequeue`, `tokio mpsc blocking_recv_many`.
+    /// The system under test, e.g. `evd try_dequeue`.
     pub system: String,
     /// `evd`, `peer` or `floor`.
     pub role: Role,
-    /// How its consumer waits, e.g. `busy/item`, `blocking/batch`, `async`, `single-thread`.
+    /// How its consumer waits, e.g. `busy/item`.
     pub consumer: String,
-    /// The quantity, e.g. `ops_per_sec`, `latency_p50_ns`, `ns_per_rearm`.
+    /// The quantity, e.g. `ops_per_sec`.
     pub metric: String,
-    /// Unit of `median`, `min`, `max` and `rounds`: `ops/s`, `ns`, `instructions` or `ratio`.
+    /// `ops/s`, `ns`, `instructions` or `ratio`.
     pub unit: String,
-    /// True if more is better (throughput), false if less is (latency, cost).
+    /// More is better (throughput).
     pub higher_is_better: bool,
     /// Median over the rounds that produced a value.
     pub median: f64,
@@ -91,77 +97,47 @@ pub struct Record {
     pub min: f64,
     /// Largest round.
     pub max: f64,
-    /// Number of rounds that produced a value.
+    /// Rounds that produced a value.
     pub samples: usize,
-    /// One value per interleaved round, by round number (`None`: no value).
+    /// One value per interleaved round, by round number.
     pub rounds: Vec<Option<f64>>,
-    /// The evd system the ratio is taken against; `None` for an evd variant.
+    /// The evd row the ratio is taken against.
     pub baseline: Option<String>,
-    /// See [`RATIO_CONVENTION`]: above 1 = evd better.
+    /// Above 1 = evd better ([`RATIO_CONVENTION`]).
     pub ratio_to_evd: Option<f64>,
     /// Threads the measurement runs.
     pub threads: usize,
-    /// `threads` > the logical CPUs available to the process.
+    /// `threads` > the logical CPUs.
     pub oversubscribed: bool,
-    /// The raw floor this figure cannot physically beat (a system of the same case).
+    /// The raw floor this figure cannot physically beat.
     pub floor: Option<String>,
-    /// The median beats the floor's: the figure is noise, not a win.
+    /// The median beats the floor's: noise, not a win.
     pub below_floor: Option<bool>,
-    /// Per round: receive calls that returned no event, per event moved.
+    /// Per round: receive calls that returned no event, per event.
     pub empty_polls_per_msg: Option<Vec<Option<f64>>>,
-    /// Per round: posts refused as full, per event moved.
+    /// Per round: posts refused as full, per event.
     pub full_refusals_per_msg: Option<Vec<Option<f64>>>,
-    /// Per round, evd rows: wakes sent to posters waiting for room, per event moved.
+    /// Per round, evd rows: wakes sent to posters waiting for room, per event.
     pub room_wakes_per_msg: Option<Vec<Option<f64>>>,
     /// Per round: share of CPU samples that found a poster on the consumer's CPU.
     pub same_cpu_share: Option<Vec<Option<f64>>>,
 }
 
-/// The per-round diagnostics of one throughput, room or busy ping-pong run.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The per-round diagnostics of a run, in [`Record`]'s fields of the same names.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Diagnostics {
-    /// See [`Record::empty_polls_per_msg`].
+    /// [`Record::empty_polls_per_msg`].
     pub empty_polls_per_msg: Option<f64>,
-    /// See [`Record::full_refusals_per_msg`].
+    /// [`Record::full_refusals_per_msg`].
     pub full_refusals_per_msg: Option<f64>,
-    /// See [`Record::room_wakes_per_msg`].
+    /// [`Record::room_wakes_per_msg`].
     pub room_wakes_per_msg: Option<f64>,
-    /// See [`Record::same_cpu_share`].
+    /// [`Record::same_cpu_share`].
     pub same_cpu_share: Option<f64>,
 }
 
-/// Raw round values of one quantity, before summarizing.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Measurement {
-    /// See [`Record::case`].
-    pub case: String,
-    /// See [`Record::system`].
-    pub system: String,
-    /// See [`Record::role`].
-    pub role: Role,
-    /// See [`Record::consumer`].
-    pub consumer: String,
-    /// See [`Record::metric`].
-    pub metric: String,
-    /// See [`Record::unit`].
-    pub unit: String,
-    /// See [`Record::higher_is_better`].
-    pub higher_is_better: bool,
-    /// See [`Record::baseline`].
-    pub baseline: Option<String>,
-    /// See [`Record::threads`].
-    pub threads: usize,
-    /// See [`Record::floor`].
-    pub floor: Option<String>,
-    /// One value per round, by round number.
-    pub rounds: Vec<Option<f64>>,
-    /// Per-round diagnostics, by round number (`None` for cases without).
-    pub diagnostics: Option<Vec<Option<Diagnostics>>>,
-}
-
-impl Measurement {
-    /// A measurement with no rounds yet, no baseline, floor or diagnostics,
-    /// one thread.
+impl Record {
+    /// A record with no rounds yet, no baseline, floor or diagnostics, one thread.
     pub fn new(case: &str, system: &str, role: Role, consumer: &str, metric: &str) -> Self {
         let (unit, higher_is_better) = match metric {
             "ops_per_sec" => ("ops/s", true),
@@ -169,122 +145,135 @@ impl Measurement {
             "served_max_over_min" => ("ratio", false),
             _ => ("ns", false),
         };
-        Measurement {
-            case: case.into(),
-            system: system.into(),
+        let [case, system, consumer, metric, unit] =
+            [case, system, consumer, metric, unit].map(String::from);
+        Record {
+            case,
+            system,
             role,
-            consumer: consumer.into(),
-            metric: metric.into(),
-            unit: unit.into(),
+            consumer,
+            metric,
+            unit,
             higher_is_better,
-            baseline: None,
             threads: 1,
-            floor: None,
-            rounds: Vec::new(),
-            diagnostics: None,
+            ..Record::default()
         }
+    }
+
+    /// The same row's record of another metric (its unit and direction follow), no rounds yet.
+    pub fn with_metric(&self, metric: &str) -> Record {
+        let mut r = Record::new(&self.case, &self.system, self.role, &self.consumer, metric);
+        r.baseline.clone_from(&self.baseline);
+        r.threads = self.threads;
+        r.floor.clone_from(&self.floor);
+        r
+    }
+
+    fn diagnostics_mut(&mut self) -> [&mut Option<Vec<Option<f64>>>; 4] {
+        [
+            &mut self.empty_polls_per_msg,
+            &mut self.full_refusals_per_msg,
+            &mut self.room_wakes_per_msg,
+            &mut self.same_cpu_share,
+        ]
     }
 
     /// Record the value (and diagnostics) of round `round`.
     pub fn set_round(&mut self, round: usize, value: f64, diag: Option<Diagnostics>) {
-        if self.rounds.len() <= round {
-            self.rounds.resize(round + 1, None);
-        }
-        self.rounds[round] = Some(value);
+        let put = |v: &mut Vec<Option<f64>>, x| {
+            v.resize(v.len().max(round + 1), None);
+            v[round] = x;
+        };
+        put(&mut self.rounds, Some(value));
         if let Some(d) = diag {
-            let ds = self.diagnostics.get_or_insert_with(Vec::new);
-            if ds.len() <= round {
-                ds.resize(round + 1, None);
+            let values = [
+                d.empty_polls_per_msg,
+                d.full_refusals_per_msg,
+                d.room_wakes_per_msg,
+            ];
+            let values = values.into_iter().chain([d.same_cpu_share]);
+            for (per_round, x) in self.diagnostics_mut().into_iter().zip(values) {
+                put(per_round.get_or_insert_with(Vec::new), x);
             }
-            ds[round] = Some(d);
+        }
+    }
+
+    /// Forget round `round` (value and diagnostics); rounds left empty at the end are dropped.
+    pub fn discard_round(&mut self, round: usize) {
+        if let Some(v) = self.rounds.get_mut(round) {
+            *v = None;
+        }
+        while self.rounds.last() == Some(&None) {
+            self.rounds.pop();
+        }
+        let n = self.rounds.len();
+        for per_round in self.diagnostics_mut().into_iter().flatten() {
+            if let Some(v) = per_round.get_mut(round) {
+                *v = None;
+            }
+            per_round.truncate(n);
         }
     }
 }
 
-/// Summarize measurements into records (dropping those with no valid round),
-/// mark oversubscription against `cpus` logical CPUs, and fill in every
-/// record's ratio to its evd baseline and its floor check.
-pub fn records_from(measurements: Vec<Measurement>, cpus: usize) -> Vec<Record> {
-    let mut records: Vec<Record> = measurements
+/// Summarize records with rounds (dropping those with no valid round), mark oversubscription
+/// against `cpus` logical CPUs, and fill in every record's ratio to its evd baseline and its floor
+/// check.
+pub fn records_from(records: Vec<Record>, cpus: usize) -> Vec<Record> {
+    let mut records: Vec<Record> = records
         .into_iter()
-        .filter_map(|m| {
-            let values: Vec<f64> = m.rounds.iter().flatten().copied().collect();
+        .filter_map(|mut r| {
+            let values: Vec<f64> = r.rounds.iter().flatten().copied().collect();
             let s = Summary::of(&values)?;
-            let n = m.rounds.len();
-            let diag = m.diagnostics.map(|mut ds| {
-                ds.resize(n, None);
-                ds
-            });
-            let per_round = |f: &dyn Fn(&Diagnostics) -> Option<f64>| {
-                diag.as_ref()
-                    .map(|ds| ds.iter().map(|d| d.as_ref().and_then(f)).collect())
-            };
-            // A diagnostic no round has (a consumer with only a blocking
-            // receive, a blocking send, a peer's room wakes): null, not an
-            // array of nulls.
-            let counted = |v: Option<Vec<Option<f64>>>| v.filter(|v| v.iter().any(Option::is_some));
-            Some(Record {
-                case: m.case,
-                system: m.system,
-                role: m.role,
-                consumer: m.consumer,
-                metric: m.metric,
-                unit: m.unit,
-                higher_is_better: m.higher_is_better,
-                median: s.median,
-                min: s.min,
-                max: s.max,
-                samples: s.samples,
-                rounds: m.rounds,
-                baseline: m.baseline,
-                ratio_to_evd: None,
-                threads: m.threads,
-                oversubscribed: m.threads > cpus,
-                floor: m.floor,
-                below_floor: None,
-                empty_polls_per_msg: counted(per_round(&|d| d.empty_polls_per_msg)),
-                full_refusals_per_msg: counted(per_round(&|d| d.full_refusals_per_msg)),
-                room_wakes_per_msg: counted(per_round(&|d| d.room_wakes_per_msg)),
-                same_cpu_share: per_round(&|d| d.same_cpu_share),
-            })
+            (r.median, r.min, r.max, r.samples) = (s.median, s.min, s.max, s.samples);
+            r.oversubscribed = r.threads > cpus;
+            let n = r.rounds.len();
+            for (i, per_round) in r.diagnostics_mut().into_iter().enumerate() {
+                if let Some(v) = per_round.as_mut() {
+                    v.resize(n, None);
+                }
+                // A diagnostic no round has (a consumer with only a blocking receive, a blocking
+                // send, a peer's room wakes) is null, not an array of nulls; a CPU share is kept.
+                if i < 3
+                    && per_round
+                        .as_ref()
+                        .is_some_and(|v| v.iter().all(Option::is_none))
+                {
+                    *per_round = None;
+                }
+            }
+            Some(r)
         })
         .collect();
     fill_ratios(&mut records);
-    fill_floors(&mut records);
     records
 }
 
-/// Set each record's `ratio_to_evd` from the record of its baseline system
-/// with the same case and metric ([`ratio_to_evd`]: above 1 = evd better).
+/// Set each record's `ratio_to_evd` from the record of its baseline system with the same case and
+/// metric ([`ratio_to_evd`]: above 1 = evd better), and its `below_floor` from its floor's.
 pub fn fill_ratios(records: &mut [Record]) {
-    let ratios: Vec<Option<f64>> = records
+    let other =
+        |r: &Record, system: &Option<String>| find(records, &r.case, system.as_deref()?, &r.metric);
+    let filled: Vec<(Option<f64>, Option<bool>)> = records
         .iter()
         .map(|r| {
-            let base = find(records, &r.case, r.baseline.as_deref()?, &r.metric)?;
-            ratio_to_evd(r.median, base.median, r.higher_is_better)
+            let base = other(r, &r.baseline);
+            let ratio = base.and_then(|b| ratio_to_evd(r.median, b.median, r.higher_is_better));
+            let (mine, floor) = (r.median, other(r, &r.floor).map(|f| f.median));
+            (
+                ratio,
+                floor.map(|f| {
+                    if r.higher_is_better {
+                        mine > f
+                    } else {
+                        mine < f
+                    }
+                }),
+            )
         })
         .collect();
-    for (r, ratio) in records.iter_mut().zip(ratios) {
-        r.ratio_to_evd = ratio;
-    }
-}
-
-/// Set each record's `below_floor` from the record of its floor system with
-/// the same case and metric.
-pub fn fill_floors(records: &mut [Record]) {
-    let below: Vec<Option<bool>> = records
-        .iter()
-        .map(|r| {
-            let floor = find(records, &r.case, r.floor.as_deref()?, &r.metric)?;
-            Some(if r.higher_is_better {
-                r.median > floor.median
-            } else {
-                r.median < floor.median
-            })
-        })
-        .collect();
-    for (r, b) in records.iter_mut().zip(below) {
-        r.below_floor = b;
+    for (r, (ratio, below)) in records.iter_mut().zip(filled) {
+        (r.ratio_to_evd, r.below_floor) = (ratio, below);
     }
 }
 
@@ -300,33 +289,58 @@ pub fn find<'a>(
         .find(|r| r.case == case && r.system == system && r.metric == metric)
 }
 
-/// The machine the report was made on.
+/// The machine the report was made on (`machine` in bench/README.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
-    /// CPU model name (`model name` in `/proc/cpuinfo`).
+    /// `model name` in `/proc/cpuinfo`.
     pub cpu: String,
-    /// CPU vendor (`vendor_id`, e.g. `GenuineIntel`).
+    /// `vendor_id`, e.g. `GenuineIntel`.
     pub cpu_vendor: String,
-    /// CPU family number (`cpu family`); `None` where `/proc/cpuinfo` has none.
+    /// `cpu family`.
     pub cpu_family: Option<u32>,
-    /// CPU model number (`model`); `None` where `/proc/cpuinfo` has none.
+    /// `model`.
     pub cpu_model: Option<u32>,
-    /// Logical CPUs available to the process (`available_parallelism`).
+    /// Logical CPUs available to the process.
     pub logical_cpus: usize,
     /// Kernel release.
     pub kernel: String,
-    /// Whether the CPU reports running under a hypervisor.
+    /// The CPU reports running under a hypervisor.
     pub hypervisor: bool,
-    /// `/proc/loadavg` when the run started: other work on the machine
-    /// skews every figure.
+    /// `/proc/loadavg` when the run started.
     pub load_average: String,
     /// `/proc/loadavg` when the run ended.
     pub load_average_end: String,
 }
 
 impl Machine {
-    /// The CPU in one phrase: its model name, then vendor, family and model
-    /// where known.
+    /// Describe this machine (what it cannot read is `"unknown"` or `None`); `load_average_end`
+    /// starts equal to `load_average`.
+    pub fn detect() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let field = |name: &str| {
+            cpuinfo.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.trim().to_string())
+            })
+        };
+        let number = |name: &str| field(name).and_then(|v| v.parse().ok());
+        let load = load_average();
+        Machine {
+            cpu: field("model name").unwrap_or_else(|| "unknown".into()),
+            cpu_vendor: field("vendor_id").unwrap_or_else(|| "unknown".into()),
+            cpu_family: number("cpu family"),
+            cpu_model: number("model"),
+            logical_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "unknown".into()),
+            hypervisor: field("flags").is_some_and(|f| f.split(' ').any(|x| x == "hypervisor")),
+            load_average: load.clone(),
+            load_average_end: load,
+        }
+    }
+
+    /// The CPU in one phrase: its model name, then vendor, family and model where known.
     pub fn cpu_line(&self) -> String {
         let mut parts = Vec::new();
         if self.cpu_vendor != "unknown" {
@@ -353,37 +367,8 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-impl Machine {
-    /// Describe this machine (fields it cannot read are `"unknown"` or
-    /// `None`); `load_average_end` starts equal to `load_average`.
-    pub fn detect() -> Self {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let field = |name: &str| {
-            cpuinfo.lines().find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                (k.trim() == name).then(|| v.trim().to_string())
-            })
-        };
-        let load = load_average();
-        let number = |name: &str| field(name).and_then(|v| v.parse().ok());
-        Machine {
-            cpu: field("model name").unwrap_or_else(|| "unknown".into()),
-            cpu_vendor: field("vendor_id").unwrap_or_else(|| "unknown".into()),
-            cpu_family: number("cpu family"),
-            cpu_model: number("model"),
-            logical_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "unknown".into()),
-            hypervisor: field("flags").is_some_and(|f| f.split(' ').any(|x| x == "hypervisor")),
-            load_average: load.clone(),
-            load_average_end: load,
-        }
-    }
-}
-
-/// One of the issue's targets ([`crate::targets`]), evaluated on this run.
-/// Each field's meaning: the target table of `bench/README.md`.
+/// One of the targets of [`crate::targets`], evaluated on this run (the target table of
+/// bench/README.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TargetCheck {
     /// What is compared, in the goal's own direction.
@@ -398,7 +383,7 @@ pub struct TargetCheck {
     pub met: Option<bool>,
     /// The same quantity per interleaved round.
     pub rounds: Vec<Option<f64>>,
-    /// In how many of the rounds with a value the goal was met.
+    /// Rounds with a value that met the goal.
     pub rounds_met: usize,
     /// Rounds with a value.
     pub rounds_measured: usize,
@@ -406,16 +391,16 @@ pub struct TargetCheck {
     pub caveats: Vec<String>,
 }
 
-/// The whole report, as written to `report.json`.
+/// The whole report, as written to `report.json` (its top-level table in bench/README.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// Always [`SCHEMA`].
     pub schema: String,
     /// The command line that made the report.
     pub command: String,
-    /// True for a `--quick` run.
+    /// A `--quick` run.
     pub quick: bool,
-    /// Seconds since the Unix epoch when the run started.
+    /// Start, in seconds since the Unix epoch.
     pub started_unix_s: u64,
     /// Wall time of the run, in seconds.
     pub duration_s: f64,
@@ -423,20 +408,18 @@ pub struct Report {
     pub machine: Machine,
     /// [`RATIO_CONVENTION`].
     pub ratio_convention: String,
-    /// What every throughput poster does when its send is refused as full
-    /// ([`crate::throughput::POSTER_POLICY`]).
+    /// [`crate::throughput::POSTER_POLICY`].
     pub poster_policy: String,
     /// Every record.
     pub records: Vec<Record>,
     /// The targets.
     pub targets: Vec<TargetCheck>,
-    /// Things the reader should know about this run (skipped parts, errors).
+    /// What the reader should know about this run.
     pub notes: Vec<String>,
 }
 
-/// Evaluate every target of [`TARGETS`] on `records`, from the medians of
-/// this run. Each target's value is written in the goal's own direction (its
-/// name says which is divided by which).
+/// Evaluate every target of [`TARGETS`] on `records`, from the medians of this run, each value
+/// written in the goal's own direction (its name says which is divided by which).
 pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
     TARGETS.iter().map(|t| evaluate(records, t)).collect()
 }
@@ -474,8 +457,8 @@ fn side(records: &[Record], t: &Target, s: Side) -> (Option<Record>, String) {
                 })
                 .collect();
             let worst = rows.iter().max_by(|a, b| a.2.total_cmp(&b.2));
-            // The worst row's record, its figures replaced by its empty polls,
-            // so that the target reads like any other absolute one.
+            // The worst row's record, its figures replaced by its empty polls, so that the target
+            // reads like any other absolute one.
             let proxy = worst.map(|&(r, _, median)| {
                 let n = rows.iter().map(|(_, v, _)| v.len()).max().unwrap_or(0);
                 let rounds = (0..n)
@@ -492,8 +475,7 @@ fn side(records: &[Record], t: &Target, s: Side) -> (Option<Record>, String) {
                     ..r.clone()
                 }
             });
-            let name = format!("{name} ({})", chosen(worst.map(|w| w.0)));
-            (proxy, name)
+            (proxy, format!("{name} ({})", chosen(worst.map(|w| w.0))))
         }
     }
 }
@@ -532,10 +514,8 @@ fn evaluate(records: &[Record], t: &Target) -> TargetCheck {
     if let Some(r) = sides.iter().find(|r| r.oversubscribed) {
         caveats.push(format!("oversubscribed: {} threads", r.threads));
     }
-    for r in &sides {
-        if r.below_floor == Some(true) {
-            caveats.push(format!("{} below its floor: noise", r.system));
-        }
+    for r in sides.iter().filter(|r| r.below_floor == Some(true)) {
+        caveats.push(format!("{} below its floor: noise", r.system));
     }
     if value.is_some() && rounds_met != 0 && rounds_met != measured.len() {
         caveats.push(format!("met in {rounds_met} of {} rounds", measured.len()));

@@ -1,24 +1,8 @@
-//! The throughput floor rows: rings of stamped slots (the slot layout evd
-//! uses: a `u64` stamp and the value) that do nothing but move events.
-//!
-//! - [`Reserve::Own`]: one poster, which owns the tail and does no
-//!   read-modify-write at all: the cost of the slot traffic alone.
-//! - [`Reserve::CasTail`]: any number of posters, each reserving its ticket
-//!   with one compare-and-swap on a shared tail, as every multi-poster ring
-//!   that reserves with an RMW does (evd's reservation CAS, ArrayQueue's tail
-//!   CAS). On x86 the locked instruction waits for the poster's previous slot
-//!   stores, that is for the line the consumer just read to come back; with
-//!   several posters the tail's line also moves between them.
-//! - [`Reserve::FaaTail`]: any number of posters, each taking its ticket
-//!   with one fetch-and-add on the shared tail: no retry loop under
-//!   contention, but a ticket taken cannot be handed back, so a poster whose
-//!   slot is still in use waits for the consumer there. It shows whether an
-//!   RMW that cannot fail would beat the CAS on this machine.
-//!
-//! Not a product and not a peer: the rows bound what a ring with these slots
-//! can do on the machine of the run. A busy evd row near the `CasTail` one
-//! is at the speed of its design; a target above that row's ratio to a peer
-//! is beyond any ring of that design in that run.
+//! The throughput floor rows: rings of evd's slot layout (a `u64` stamp and the value) that only
+//! move events. [`Reserve`] says how a poster takes its ticket: no read-modify-write at all (one
+//! poster: the slot traffic alone), one CAS on a shared tail (as evd's reservation and
+//! `ArrayQueue`'s tail), or one fetch-and-add (no retry loop, but a ticket cannot be handed back).
+//! Not a product and not a peer: what a ring of these slots reaches on the machine of the run.
 
 use crate::payload::Payload;
 use crossbeam_utils::CachePadded;
@@ -34,10 +18,8 @@ pub enum Reserve {
     Own,
     /// One CAS on a tail shared by every poster.
     CasTail,
-    /// One fetch-and-add on a tail shared by every poster. A ticket taken
-    /// cannot be given back, so a poster whose ticket's slot is still in
-    /// use waits for the consumer to free it instead of handing the value
-    /// back.
+    /// One fetch-and-add on a tail shared by every poster; a poster whose ticket's slot is still in
+    /// use waits for the consumer to free it (a ticket cannot be handed back).
     FaaTail,
 }
 
@@ -49,8 +31,7 @@ fn published(t: u64) -> u64 {
 struct Slot<P> {
     /// `published(t)` once ticket `t`'s value is written.
     stamp: AtomicU64,
-    /// Initialized while `stamp == published(t)` and ticket `t` is not
-    /// taken.
+    /// Initialized while `stamp == published(t)` and ticket `t` is not taken.
     value: UnsafeCell<MaybeUninit<P>>,
 }
 
@@ -64,15 +45,13 @@ struct Ring<P> {
     tail: CachePadded<AtomicU64>,
 }
 
-// SAFETY: each value moves from the poster that reserved its ticket to the
-// one consumer exactly once, published by its slot's stamp (Release store,
-// Acquire load) and freed for reuse by the head (Release store, Acquire
-// load); a ticket has one owner (the only poster under `Own`, the winner of
+// SAFETY: each value moves from the poster that reserved its ticket to the one consumer exactly
+// once, published by its slot's stamp (Release store, Acquire load) and freed for reuse by the head
+// (Release store, Acquire load); a ticket has one owner (the only poster under `Own`, the winner of
 // the tail CAS under `CasTail`); `P: Send`.
 unsafe impl<P: Send> Sync for Ring<P> {}
 
-/// A posting side. Under [`Reserve::CasTail`] it can be cloned
-/// ([`StampPoster::another`]); under [`Reserve::Own`] there is only one.
+/// A posting side: one under [`Reserve::Own`], any number ([`StampPoster::another`]) otherwise.
 pub struct StampPoster<P> {
     ring: Arc<Ring<P>>,
     reserve: Reserve,
@@ -88,8 +67,7 @@ pub struct StampConsumer<P> {
     head: u64,
 }
 
-/// A ring of `capacity` (a power of two) slots whose posters take their
-/// tickets as `reserve` says.
+/// A ring of `capacity` (a power of two) slots whose posters take their tickets as `reserve` says.
 pub fn stamp_ring<P: Payload>(
     capacity: usize,
     reserve: Reserve,
@@ -126,16 +104,16 @@ impl<P: Payload> StampPoster<P> {
         })
     }
 
-    /// Whether ticket `t` would overrun the consumer: checked against the
-    /// cached head first, then against a fresh one.
+    /// Whether ticket `t` would overrun the consumer: checked against the cached head first, then
+    /// against a fresh one.
     #[inline]
     fn full(&self, t: u64) -> bool {
         let capacity = self.ring.mask + 1;
         if t.wrapping_sub(self.head_hint.get()) < capacity {
             return false;
         }
-        // Acquire: the consumer moved the values out before it stored the
-        // head that frees their slots.
+        // Acquire: the consumer moved the values out before it stored the head that frees their
+        // slots.
         self.head_hint.set(self.ring.head.load(Ordering::Acquire));
         t.wrapping_sub(self.head_hint.get()) >= capacity
     }
@@ -154,8 +132,8 @@ impl<P: Payload> StampPoster<P> {
                 t
             }
             Reserve::CasTail => loop {
-                // Relaxed: the tail only hands out tickets; the slot's stamp
-                // and the head order the data.
+                // Relaxed: the tail only hands out tickets; the slot's stamp and the head order the
+                // data.
                 let t = r.tail.load(Ordering::Relaxed);
                 if self.full(t) {
                     return Err(p);
@@ -183,9 +161,9 @@ impl<P: Payload> StampPoster<P> {
             }
         };
         let slot = &r.slots[(t & r.mask) as usize];
-        // SAFETY: ticket `t` is this poster's alone (see `Ring`'s Sync), and
-        // the full check saw the consumer take ticket `t - capacity`, so
-        // nobody reads or writes this value until the stamp below.
+        // SAFETY: ticket `t` is this poster's alone (see `Ring`'s Sync), and the full check saw the
+        // consumer take ticket `t - capacity`, so nobody reads or writes this value until the stamp
+        // below.
         unsafe { (*slot.value.get()).write(p) };
         // Release: the value is written before the consumer sees the stamp.
         slot.stamp.store(published(t), Ordering::Release);
@@ -204,8 +182,8 @@ impl<P: Payload> StampConsumer<P> {
         if slot.stamp.load(Ordering::Acquire) != published(h) {
             return None;
         }
-        // SAFETY: the stamp says ticket `h`'s value is written, and only
-        // this consumer takes it, once (the head moves past it below).
+        // SAFETY: the stamp says ticket `h`'s value is written, and only this consumer takes it,
+        // once (the head moves past it below).
         let p = unsafe { (*slot.value.get()).assume_init_read() };
         self.head = h + 1;
         // Release: the value was moved out before a poster reuses the slot.

@@ -21,47 +21,31 @@ impl Summary {
         }
         let mut v = samples.to_vec();
         v.sort_by(f64::total_cmp);
-        let n = v.len();
+        let (n, mid) = (v.len(), v.len() / 2);
         let median = if n % 2 == 1 {
-            v[n / 2]
+            v[mid]
         } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
+            (v[mid - 1] + v[mid]) / 2.0
         };
+        let (min, max) = (v[0], v[n - 1]);
         Some(Summary {
             median,
-            min: v[0],
-            max: v[n - 1],
+            min,
+            max,
             samples: n,
         })
     }
 }
 
-/// The ratio in the direction where above 1 means evd is better, for one
-/// metric of one case: `evd / value` when more is better (throughput: evd ÷
-/// peer, above 1 = evd faster) and `value / evd` when less is better (latency,
-/// time and instruction cost: peer ÷ evd, above 1 = evd faster or cheaper).
-/// `value` and `evd` are the two medians. `None` when the denominator is zero
-/// or either median is not finite.
-///
-/// ```
-/// use evd_bench::stats::ratio_to_evd;
-/// // throughput: evd 100 M/s, peer 50 M/s: evd is 2× faster
-/// assert_eq!(ratio_to_evd(50.0, 100.0, true), Some(2.0));
-/// // latency: evd 10 µs, peer 15 µs: evd is 1.5× faster
-/// assert_eq!(ratio_to_evd(15.0, 10.0, false), Some(1.5));
-/// assert_eq!(ratio_to_evd(1.0, 0.0, false), None);
-/// assert_eq!(ratio_to_evd(0.0, 1.0, true), None);
-/// ```
+/// The ratio of two medians of one metric, above 1 when evd is better: `evd / value` when more is
+/// better (throughput: evd ÷ peer), `value / evd` when less is (latency, time, instructions: peer
+/// ÷ evd). `None` when the denominator is zero or either median is not finite.
 pub fn ratio_to_evd(value: f64, evd: f64, higher_is_better: bool) -> Option<f64> {
-    if !evd.is_finite() || !value.is_finite() {
-        return None;
-    }
-    let (num, den) = if higher_is_better {
-        (evd, value)
+    if higher_is_better {
+        quotient(evd, value)
     } else {
-        (value, evd)
-    };
-    (den != 0.0).then(|| num / den)
+        quotient(value, evd)
+    }
 }
 
 /// `a / b`, `None` when `b` is zero or either is not finite.

@@ -1,24 +1,15 @@
-//! The report as Markdown: a line that names the run and the machine (CPU
-//! model first), one table per section, the targets and the notes.
-//!
-//! Every table goes through one writer, [`write_table`]. A section of
-//! records is a [`Section`]: its title and prose, how its records form rows
-//! ([`Rows`]) and its columns ([`Col`]); each cell reads the row's records by
-//! metric, in their unit and direction, with the ratio to evd.
+//! The report as Markdown: a line that names the run and the machine (CPU model first), one table
+//! per section, the targets and the notes. Every table goes through one writer: a section is its
+//! title and prose, how its records form rows (`Rows`) and its columns (`Col`); each cell reads
+//! the row's records by metric, in their unit and direction, with the ratio to evd.
 
-use crate::cno::Variant;
+use crate::cno::{Variant, FAIRNESS_METRIC, THROUGHPUT_POSTERS, TRIGGER_EVDS, WAKE_CASE};
 use crate::report::{format_value, Record, Report, Role};
 use crate::stats::Summary;
 use std::fmt::Write as _;
 
 /// Write one Markdown table: `### title`, the prose, the header and the rows.
-pub fn write_table(
-    s: &mut String,
-    title: &str,
-    about: &str,
-    head: &[String],
-    rows: &[Vec<String>],
-) {
+fn write_table(s: &mut String, title: &str, about: &str, head: &[String], rows: &[Vec<String>]) {
     let _ = writeln!(s, "### {title}\n\n{about}\n\n| {} |", head.join(" | "));
     let _ = writeln!(s, "|{}", "---|".repeat(head.len()));
     for row in rows {
@@ -27,31 +18,14 @@ pub fn write_table(
     s.push('\n');
 }
 
-/// A per-round diagnostic of a record.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Diag {
-    /// [`Record::empty_polls_per_msg`].
-    EmptyPolls,
-    /// [`Record::full_refusals_per_msg`].
-    FullRefusals,
-    /// [`Record::room_wakes_per_msg`] (`—` for a peer: not visible).
-    RoomWakes,
-    /// [`Record::same_cpu_share`].
-    SameCpu,
-}
-
 /// A column: its heading and how a row's records fill its cell.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Col {
-    /// The row's system.
+enum Col {
     System,
-    /// How its consumer waits.
     Consumer,
-    /// The metric of the row's record.
     Metric,
     /// The CNO trigger variant of the row's case.
     Variant,
-    /// The median.
     Median,
     /// `min – max`.
     Range,
@@ -59,167 +33,144 @@ pub enum Col {
     Spread(&'static str, &'static str),
     /// `median [min – max] (ratio)` of the row's record at N bound EVDs.
     AtEvds(usize),
-    /// A diagnostic: median over rounds (slowest round → fastest round).
-    Diag(Diag),
+    /// The diagnostics: median over rounds (slowest round → fastest round).
+    EmptyPolls,
+    FullRefusals,
+    /// `—` for a peer: not visible.
+    RoomWakes,
+    SameCpu,
     /// Threads, marked when oversubscribed.
     Threads,
-    /// The ratio to the row's evd baseline, under a heading.
-    Ratio(&'static str),
-    /// The ratio, marked as noise when either side is below its floor.
-    RatioOrNoise(&'static str),
+    /// The ratio to the row's evd baseline, under a heading; with `true` marked as noise when
+    /// either side is below its floor.
+    Ratio(&'static str, bool),
 }
 
 /// How a section's records form rows.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Rows {
+enum Rows {
     /// A row per record.
     Record,
-    /// A row per system that has a record of this metric (the row's main
-    /// record); its other metrics fill the other columns.
+    /// A row per system that has a record of this metric (the row's main record); its other
+    /// metrics fill the other columns.
     System(&'static str),
     /// A row per CNO trigger variant and system, a column per EVD count.
     VariantSystem,
 }
 
-/// One section of the report: a table of some of its records.
-pub struct Section<'r> {
-    /// The table's title.
-    pub title: String,
-    /// The prose under the title.
-    pub about: String,
-    /// The section's records.
-    pub records: Vec<&'r Record>,
-    /// How they form rows.
-    pub rows: Rows,
-    /// The columns.
-    pub columns: Vec<Col>,
-}
-
-impl Section<'_> {
-    /// The key of a record's row, and whether it is the row's main record.
-    fn key(&self, r: &Record) -> ((String, String), bool) {
-        match self.rows {
-            Rows::Record => ((r.system.clone(), r.metric.clone()), true),
-            Rows::System(m) => ((r.system.clone(), String::new()), r.metric == m),
-            Rows::VariantSystem => {
-                let prefix = r.case.rsplit_once('/').map_or("", |(p, _)| p);
-                ((prefix.into(), r.system.clone()), true)
-            }
+/// Write the table of `records` with [`write_table`].
+fn write_section(s: &mut String, (title, about, rows, cols): Section, records: &[&Record]) {
+    // The key of a record's row, and whether it is the row's main record.
+    let key = |r: &Record| match rows {
+        Rows::Record => ((r.system.clone(), r.metric.clone()), true),
+        Rows::System(m) => ((r.system.clone(), String::new()), r.metric == m),
+        Rows::VariantSystem => {
+            let prefix = r.case.rsplit_once('/').map_or("", |(p, _)| p);
+            ((prefix.into(), r.system.clone()), true)
+        }
+    };
+    let mut keys = Vec::new();
+    for r in records {
+        let (k, main) = key(r);
+        if main && !keys.contains(&k) {
+            keys.push(k);
         }
     }
-
-    /// Write the section with [`write_table`].
-    pub fn write(&self, s: &mut String) {
-        let mut keys = Vec::new();
-        for r in &self.records {
-            let (k, main) = self.key(r);
-            if main && !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
-        let rows: Vec<Vec<String>> = keys
-            .iter()
-            .map(|k| {
-                let row: Vec<&Record> = self
-                    .records
-                    .iter()
-                    .copied()
-                    .filter(|r| self.key(r).0 == *k)
-                    .collect();
-                let main = row
-                    .iter()
-                    .copied()
-                    .find(|r| self.key(r).1)
-                    .unwrap_or(row[0]);
-                self.columns
-                    .iter()
-                    .map(|&c| cell(c, main, &row, &self.records))
-                    .collect()
-            })
-            .collect();
-        let head: Vec<String> = self.columns.iter().map(|&c| heading(c)).collect();
-        write_table(s, &self.title, &self.about, &head, &rows);
-    }
+    let rows: Vec<Vec<String>> = keys
+        .iter()
+        .map(|k| {
+            let row: Vec<&Record> = records.iter().copied().filter(|r| key(r).0 == *k).collect();
+            let main = row.iter().copied().find(|r| key(r).1).unwrap_or(row[0]);
+            cols.iter().map(|&c| cell(c, main, &row, records)).collect()
+        })
+        .collect();
+    let head: Vec<String> = cols.iter().map(|&c| heading(c)).collect();
+    write_table(s, &title, &about, &head, &rows);
 }
 
 fn heading(c: Col) -> String {
     match c {
-        Col::System => "system".into(),
-        Col::Consumer => "consumer".into(),
-        Col::Metric => "metric".into(),
-        Col::Variant => "variant".into(),
-        Col::Median => "median".into(),
-        Col::Range => "min – max".into(),
-        Col::Spread(head, _) | Col::Ratio(head) | Col::RatioOrNoise(head) => head.into(),
-        Col::AtEvds(n) => format!("N = {n}"),
-        Col::Diag(Diag::EmptyPolls) => "empty polls/msg".into(),
-        Col::Diag(Diag::FullRefusals) => "full/msg".into(),
-        Col::Diag(Diag::RoomWakes) => "room wakes/msg".into(),
-        Col::Diag(Diag::SameCpu) => "same CPU".into(),
-        Col::Threads => "threads".into(),
+        Col::System => "system",
+        Col::Consumer => "consumer",
+        Col::Metric => "metric",
+        Col::Variant => "variant",
+        Col::Median => "median",
+        Col::Range => "min – max",
+        Col::Spread(head, _) | Col::Ratio(head, _) => head,
+        Col::AtEvds(n) => return format!("N = {n}"),
+        Col::EmptyPolls => "empty polls/msg",
+        Col::FullRefusals => "full/msg",
+        Col::RoomWakes => "room wakes/msg",
+        Col::SameCpu => "same CPU",
+        Col::Threads => "threads",
     }
+    .into()
 }
 
-/// The cell of column `c` in the row of `main` (`row`: all the row's
-/// records; `section`: all the section's).
+/// The cell of column `c` in the row of `main` (`row`: all the row's records; `section`: all the
+/// section's).
 fn cell(c: Col, main: &Record, row: &[&Record], section: &[&Record]) -> String {
     let below = |r: &Record| r.below_floor == Some(true);
+    let three = |x: f64| format!("{x:.3}");
     match c {
         Col::System => main.system.clone(),
         Col::Consumer => main.consumer.clone(),
         Col::Metric => main.metric.clone(),
-        Col::Variant => Variant::ALL
-            .iter()
-            .find(|v| main.case.starts_with(v.prefix()))
-            .map_or("", |v| v.label())
-            .into(),
-        Col::Median => format_value(main.median, &main.unit),
-        Col::Range => format!(
-            "{} – {}",
-            format_value(main.min, &main.unit),
-            format_value(main.max, &main.unit)
-        ),
-        Col::Spread(_, metric) => row.iter().find(|r| r.metric == metric).map_or_else(
-            || "n/a".into(),
-            |r| {
-                let noise = if below(r) {
-                    " (below floor: noise)"
-                } else {
-                    ""
-                };
-                format!("{}{noise}", spread(r))
-            },
-        ),
-        Col::AtEvds(n) => {
-            let suffix = format!("/{n}");
-            row.iter().find(|r| r.case.ends_with(&suffix)).map_or_else(
-                || "n/a".into(),
-                |r| {
-                    let ratio = match (&r.baseline, r.ratio_to_evd) {
-                        (Some(b), _) if *b == r.system => "reference".to_string(),
-                        (_, Some(x)) => format!("{x:.2}×"),
-                        _ => "n/a".into(),
-                    };
-                    format!("{} ({ratio})", spread(r))
-                },
-            )
+        Col::Variant => {
+            let v = Variant::ALL
+                .into_iter()
+                .find(|v| main.case.starts_with(v.prefix));
+            v.map_or("", |v| v.label).into()
         }
-        Col::Diag(d) => diag_cell(main, d),
+        Col::Median => format_value(main.median, &main.unit),
+        Col::Range => {
+            let (min, max) = (
+                format_value(main.min, &main.unit),
+                format_value(main.max, &main.unit),
+            );
+            format!("{min} – {max}")
+        }
+        Col::Spread(_, metric) => match row.iter().find(|r| r.metric == metric) {
+            Some(r) if below(r) => format!("{} (below floor: noise)", spread(r)),
+            Some(r) => spread(r),
+            None => "n/a".into(),
+        },
+        Col::AtEvds(n) => {
+            let Some(r) = row.iter().find(|r| r.case.ends_with(&format!("/{n}"))) else {
+                return "n/a".into();
+            };
+            let ratio = match (&r.baseline, r.ratio_to_evd) {
+                (Some(b), _) if *b == r.system => "reference".to_string(),
+                (_, Some(x)) => format!("{x:.2}×"),
+                _ => "n/a".into(),
+            };
+            format!("{} ({ratio})", spread(r))
+        }
+        Col::EmptyPolls => diagnostic(main, &main.empty_polls_per_msg, three),
+        Col::FullRefusals => diagnostic(main, &main.full_refusals_per_msg, three),
+        Col::RoomWakes if main.room_wakes_per_msg.is_none() && main.role != Role::Evd => "—".into(),
+        Col::RoomWakes => diagnostic(main, &main.room_wakes_per_msg, three),
+        Col::SameCpu => diagnostic(main, &main.same_cpu_share, |x| {
+            format!("{:.0} %", x * 100.0)
+        }),
         Col::Threads if main.oversubscribed => format!("{} (oversubscribed)", main.threads),
         Col::Threads => main.threads.to_string(),
-        Col::Ratio(_) => format_ratio(main),
-        Col::RatioOrNoise(_) => {
+        Col::Ratio(_, noise) => {
             let base_below = main.baseline.as_deref().is_some_and(|b| {
-                section
-                    .iter()
-                    .any(|r| r.system == b && r.metric == main.metric && below(r))
+                let base = |r: &&&Record| r.system == b && r.metric == main.metric;
+                section.iter().filter(base).any(|r| below(r))
             });
-            let noise = if below(main) || base_below {
-                " (noise: below floor)"
-            } else {
-                ""
+            let ratio = match (&main.baseline, main.ratio_to_evd) {
+                (None, _) => "— (evd variant)".into(),
+                (Some(b), _) if *b == main.system => "1.00× (reference)".into(),
+                (Some(b), Some(x)) => format!("{x:.2}× (vs {b})"),
+                (Some(b), None) => format!("n/a (vs {b})"),
             };
-            format!("{}{noise}", format_ratio(main))
+            if noise && (below(main) || base_below) {
+                format!("{ratio} (noise: below floor)")
+            } else {
+                ratio
+            }
         }
     }
 }
@@ -230,28 +181,9 @@ fn spread(r: &Record) -> String {
     format!("{} [{} – {}]", v(r.median), v(r.min), v(r.max))
 }
 
-fn format_ratio(r: &Record) -> String {
-    match (&r.baseline, r.ratio_to_evd) {
-        (None, _) => "— (evd variant)".into(),
-        (Some(b), _) if *b == r.system => "1.00× (reference)".into(),
-        (Some(b), Some(x)) => format!("{x:.2}× (vs {b})"),
-        (Some(b), None) => format!("n/a (vs {b})"),
-    }
-}
-
-/// `median (slowest → fastest round)` of a per-round diagnostic: the
-/// slowest round is the lowest of a throughput record, the highest of a
-/// latency.
-fn diag_cell(r: &Record, d: Diag) -> String {
-    let (per_round, fmt): (_, fn(f64) -> String) = match d {
-        Diag::EmptyPolls => (&r.empty_polls_per_msg, |x| format!("{x:.3}")),
-        Diag::FullRefusals => (&r.full_refusals_per_msg, |x| format!("{x:.3}")),
-        Diag::RoomWakes if r.room_wakes_per_msg.is_none() && r.role != Role::Evd => {
-            return "—".into()
-        }
-        Diag::RoomWakes => (&r.room_wakes_per_msg, |x| format!("{x:.3}")),
-        Diag::SameCpu => (&r.same_cpu_share, |x| format!("{:.0} %", x * 100.0)),
-    };
+/// `median (slowest → fastest round)` of a per-round diagnostic of `r`: the slowest round is the
+/// lowest of a throughput record, the highest of a latency.
+fn diagnostic(r: &Record, per_round: &Option<Vec<Option<f64>>>, fmt: fn(f64) -> String) -> String {
     let Some(v) = per_round else {
         return "not countable".into();
     };
@@ -284,25 +216,13 @@ fn diag_cell(r: &Record, d: Diag) -> String {
 }
 
 /// The sentence that states a table's ratio direction.
-pub fn ratio_sentence(higher_is_better: bool, unit: &str) -> String {
-    if higher_is_better {
-        format!("ratio = evd ÷ peer ({unit}, medians of this run): **above 1 = evd faster**")
+fn ratio_sentence(higher_is_better: bool, unit: &str) -> String {
+    let (ratio, better) = if higher_is_better {
+        ("evd ÷ peer", "evd faster")
     } else {
-        format!(
-            "ratio = peer ÷ evd ({unit}, medians of this run): **above 1 = evd faster or cheaper**"
-        )
-    }
-}
-
-fn oversubscription(rows: &[&Record], cpus: usize) -> String {
-    rows.iter()
-        .find(|r| r.oversubscribed)
-        .map_or_else(String::new, |r| {
-            format!(
-                " **Oversubscribed**: {} threads on {cpus} CPUs, so threads take turns on a CPU.",
-                r.threads
-            )
-        })
+        ("peer ÷ evd", "evd faster or cheaper")
+    };
+    format!("ratio = {ratio} ({unit}, medians of this run): **above 1 = {better}**")
 }
 
 const DIAG_INTRO: &str =
@@ -346,6 +266,14 @@ posts, then spins until the waiter, on its own thread, has served the event (a p
 post follows the acknowledgement at once, within the waiter's spin budget unless a thread is \
 descheduled).";
 
+const CNO_THROUGHPUT_ABOUT: &str = "a poster moves to the next EVD after a refusal as after a \
+post, so an EVD the waiter neglects stays full and gets nothing. served max/min = the most events \
+the waiter served from one EVD over the fewest from another, over the run (1 = even)";
+
+const CNO_THROUGHPUT_DIAGS: &str = "full = posts (post_batch calls) refused as full, per event; \
+empty polls = drains that found nothing, per event; same CPU = share of CPU samples with a poster \
+on the waiter's CPU.";
+
 const PAIR_ABOUT: &str = " The loop as compiled: here the compiler inlines evd's post and \
 try_dequeue and calls ArrayQueue's push and pop out of line (a crate that calls them from one \
 place only gets them inlined, and then the two run about even); single-thread/pair-out-of-line has \
@@ -355,67 +283,62 @@ const PAIR_OUT_OF_LINE_ABOUT: &str = " Each post and each dequeue of both system
 non-inlined function of the bench: one call per operation each, the cost of the code and not of \
 the inliner's choice.";
 
+/// A section's table: its title, its prose, how its records form rows, and its columns.
+type Section = (String, String, Rows, Vec<Col>);
+
 /// The section of `case` (its records: `records`), as its table shows it.
-fn section<'r>(case: &str, records: Vec<&'r Record>, report: &Report) -> Section<'r> {
+fn section(case: &str, records: &[&Record], report: &Report) -> Section {
     use Col::*;
-    let over = oversubscription(&records, report.machine.logical_cpus);
+    let over = match records.iter().find(|r| r.oversubscribed) {
+        Some(r) => format!(
+            " **Oversubscribed**: {} threads on {} CPUs, so threads take turns on a CPU.",
+            r.threads, report.machine.logical_cpus
+        ),
+        None => String::new(),
+    };
     let ops = ratio_sentence(true, "ops/s");
-    let head = [System, Consumer, Median, Range];
-    let tail = [Diag(self::Diag::SameCpu), Threads, Ratio("ratio")];
-    let percentiles = |title: String, about: &str, records: Vec<&'r Record>| {
-        let mut columns = vec![System, Consumer];
-        for (h, m) in [
-            ("p50", "latency_p50_ns"),
-            ("p99", "latency_p99_ns"),
-            ("p99.9", "latency_p999_ns"),
-        ] {
-            columns.push(Spread(h, m));
-        }
+    let moving = |diags: &[Col]| {
+        let tail = [SameCpu, Threads, Ratio("ratio", false)];
+        [&[System, Consumer, Median, Range][..], diags, &tail].concat()
+    };
+    let percentiles = |title: String, about: &str| {
+        let mut cols = vec![System, Consumer];
+        cols.push(Spread("p50", "latency_p50_ns"));
+        cols.push(Spread("p99", "latency_p99_ns"));
+        cols.push(Spread("p99.9", "latency_p999_ns"));
         if records.iter().any(|r| r.same_cpu_share.is_some()) {
-            columns.push(Diag(self::Diag::SameCpu));
+            cols.push(SameCpu);
         }
-        columns.extend([Threads, RatioOrNoise("p50 ratio")]);
+        cols.extend([Threads, Ratio("p50 ratio", true)]);
         let about = format!("{} at p50. {about}{over}", ratio_sentence(false, "ns"));
-        Section {
-            title,
-            about,
-            records,
-            rows: Rows::System("latency_p50_ns"),
-            columns,
-        }
+        (title, about, Rows::System("latency_p50_ns"), cols)
     };
-    let latency = |way: &str, records| {
+    let latency = |way: &str| {
         let title = format!("{case} (one way, {way}; median of rounds [min – max])");
-        percentiles(title, LATENCY_ABOUT, records)
+        percentiles(title, LATENCY_ABOUT)
     };
-    if case.starts_with("cno-trigger") {
+    if case == "cno-trigger" {
         let about = format!("{}, {CNO_TRIGGER_ABOUT}{over}", ratio_sentence(false, "ns"));
-        let mut columns = vec![Variant, System];
-        columns.extend(crate::cno::TRIGGER_EVDS.map(AtEvds));
-        columns.push(Threads);
+        let cols = [
+            &[Variant, System][..],
+            &TRIGGER_EVDS.map(AtEvds),
+            &[Threads],
+        ]
+        .concat();
         let title = "cno-trigger (ns per cycle: a post to a random enabled EVD → the waiter takes \
             it, drains it and re-enables it; median of rounds [min – max] (ratio))";
-        Section {
-            title: title.into(),
-            about,
-            records,
-            rows: Rows::VariantSystem,
-            columns,
-        }
-    } else if case == crate::cno::WAKE_CASE {
-        latency("post → the CNO waiter's wait returning the key", records)
+        (title.into(), about, Rows::VariantSystem, cols)
+    } else if case == WAKE_CASE {
+        latency("post → the CNO waiter's wait returning the key")
     } else if case == "wake-latency" {
-        latency("post → consumer running", records)
+        latency("post → consumer running")
     } else if case == "room-wake-latency" {
-        latency(
-            "consumer's dequeue that frees the slot → blocked poster running",
-            records,
-        )
+        latency("consumer's dequeue that frees the slot → blocked poster running")
     } else if case == crate::pingpong::CASE {
         let title = format!(
             "{case} (round trip of two busy-polling threads; median of rounds [min – max])"
         );
-        percentiles(title, PINGPONG_ABOUT, records)
+        percentiles(title, PINGPONG_ABOUT)
     } else if case.starts_with("cno-throughput") {
         let feed = if case.starts_with("cno-throughput-batch/") {
             "each poster posts batches of up to 16 events (one post_batch) to the next EVD in turn, \
@@ -424,56 +347,30 @@ fn section<'r>(case: &str, records: Vec<&'r Record>, report: &Report) -> Section
             "each poster posts one event at a time to the next EVD in turn"
         };
         let about = format!(
-            "{ops}. Posters: {feed}; a poster moves to the next EVD after a refusal as after a \
-             post, so an EVD the waiter neglects stays full and gets nothing. served max/min = the \
-             most events the waiter served from one EVD over the fewest from another, over the run \
-             (1 = even). {DIAG_INTRO}: full = posts (post_batch calls) refused as full, per event; \
-             empty polls = drains that found nothing, per event; same CPU = share of CPU samples \
-             with a poster on the waiter's CPU.{over}"
+            "{ops}. Posters: {feed}; {CNO_THROUGHPUT_ABOUT}. {DIAG_INTRO}: {CNO_THROUGHPUT_DIAGS}{over}"
         );
-        let mut columns = head.to_vec();
-        columns.extend([
-            Spread("served max/min", crate::cno::FAIRNESS_METRIC),
-            Diag(self::Diag::FullRefusals),
-            Diag(self::Diag::EmptyPolls),
-        ]);
-        columns.extend(tail);
-        let title = format!(
-            "{case} (one waiter, {} poster threads; N = bound EVDs)",
-            crate::cno::THROUGHPUT_POSTERS
-        );
-        Section {
-            title,
-            about,
-            records,
-            rows: Rows::System("ops_per_sec"),
-            columns,
-        }
+        let title =
+            format!("{case} (one waiter, {THROUGHPUT_POSTERS} poster threads; N = bound EVDs)");
+        let diags = [
+            Spread("served max/min", FAIRNESS_METRIC),
+            FullRefusals,
+            EmptyPolls,
+        ];
+        (title, about, Rows::System("ops_per_sec"), moving(&diags))
     } else if case.starts_with("throughput/") {
-        let floors = if records.iter().any(|r| r.role == Role::Floor) {
-            THROUGHPUT_FLOORS
-        } else {
-            ""
-        };
+        let floors = records.iter().any(|r| r.role == Role::Floor);
+        let floors = if floors { THROUGHPUT_FLOORS } else { "" };
         let about = format!(
             "{ops}. Each row is compared with the evd row of its consumer style (vs). Posters: \
              {}.{over}{floors}\n{DIAG_INTRO}: {THROUGHPUT_DIAGS}",
             report.poster_policy
         );
-        let mut columns = head.to_vec();
-        columns.extend([
-            Diag(self::Diag::EmptyPolls),
-            Diag(self::Diag::FullRefusals),
-            Diag(self::Diag::RoomWakes),
-        ]);
-        columns.extend(tail);
-        Section {
-            title: case.into(),
+        (
+            case.into(),
             about,
-            records,
-            rows: Rows::Record,
-            columns,
-        }
+            Rows::Record,
+            moving(&[EmptyPolls, FullRefusals, RoomWakes]),
+        )
     } else if case.starts_with("room/") {
         let about = format!(
             "{ops}. Each row is compared with the evd row of its consumer style (vs). Posters wait \
@@ -481,56 +378,45 @@ fn section<'r>(case: &str, records: Vec<&'r Record>, report: &Report) -> Section
              wakes them (the work per event is in the notes).{over}\n{DIAG_INTRO}: {ROOM_DIAGS}",
             crate::room::ROOM_POLICY
         );
-        let mut columns = head.to_vec();
-        columns.extend([Diag(self::Diag::RoomWakes), Diag(self::Diag::EmptyPolls)]);
-        columns.extend(tail);
-        Section {
-            title: case.into(),
+        (
+            case.into(),
             about,
-            records,
-            rows: Rows::Record,
-            columns,
-        }
+            Rows::Record,
+            moving(&[RoomWakes, EmptyPolls]),
+        )
     } else {
-        let mut metrics: Vec<(&str, &str, bool)> = Vec::new();
-        for r in &records {
-            let m = (r.metric.as_str(), r.unit.as_str(), r.higher_is_better);
-            if !metrics.contains(&m) {
-                metrics.push(m);
+        let mut sentences: Vec<String> = Vec::new();
+        for r in records {
+            let s = format!(
+                "{}: {}",
+                r.metric,
+                ratio_sentence(r.higher_is_better, &r.unit)
+            );
+            if !sentences.contains(&s) {
+                sentences.push(s);
             }
         }
-        let sentences: Vec<String> = metrics
-            .iter()
-            .map(|(m, unit, hib)| format!("{m}: {}", ratio_sentence(*hib, unit)))
-            .collect();
         let about_case = match case {
             "single-thread/pair" => PAIR_ABOUT,
             "single-thread/pair-out-of-line" => PAIR_OUT_OF_LINE_ABOUT,
             _ => "",
         };
         let about = format!("{}.{about_case}{over}", sentences.join("; "));
-        let columns = vec![
+        let cols = vec![
             System,
             Consumer,
             Metric,
             Median,
             Range,
             Threads,
-            Ratio("ratio"),
+            Ratio("ratio", false),
         ];
-        Section {
-            title: case.into(),
-            about,
-            records,
-            rows: Rows::Record,
-            columns,
-        }
+        (case.into(), about, Rows::Record, cols)
     }
 }
 
-/// The report as Markdown: a line that names the run and the machine (CPU
-/// model first), tables, one per case (one for every CNO trigger case), the
-/// targets and the notes.
+/// The report as Markdown: a line that names the run and the machine (CPU model first), a table
+/// per case (one for every CNO trigger case), the targets and the notes.
 pub fn markdown(report: &Report) -> String {
     let mut s = String::new();
     let m = &report.machine;
@@ -549,60 +435,50 @@ pub fn markdown(report: &Report) -> String {
         report.duration_s
     );
     // A section per case in first-seen order; every CNO trigger case is in one.
-    let group = |case: &str| {
-        if case.starts_with("cno-trigger") {
-            "cno-trigger".to_owned()
-        } else {
-            case.to_owned()
-        }
+    let group = |r: &Record| {
+        let trigger = r.case.starts_with("cno-trigger");
+        if trigger { "cno-trigger" } else { &r.case }.to_owned()
     };
     let mut groups: Vec<String> = Vec::new();
-    for r in &report.records {
-        let g = group(&r.case);
+    for g in report.records.iter().map(group) {
         if !groups.contains(&g) {
             groups.push(g);
         }
     }
     for g in groups {
-        let records = report
-            .records
-            .iter()
-            .filter(|r| group(&r.case) == g)
-            .collect();
-        section(&g, records, report).write(&mut s);
+        let records: Vec<&Record> = report.records.iter().filter(|r| group(r) == g).collect();
+        write_section(&mut s, section(&g, &records, report), &records);
     }
     if !report.targets.is_empty() {
         let head = ["target", "measured", "goal", "met", "rounds", "caveats"].map(String::from);
-        let rows: Vec<Vec<String>> = report
-            .targets
-            .iter()
-            .map(|t| {
-                let met = match t.met {
-                    Some(true) => "yes",
-                    Some(false) => "**no**",
-                    None => "not measured",
-                };
-                let value = t.value.map_or_else(
-                    || "n/a".into(),
-                    |v| {
-                        if t.unit == "ratio" {
-                            format!("{v:.2}")
-                        } else {
-                            format_value(v, &t.unit)
-                        }
-                    },
-                );
-                let rounds = format!("{} of {}", t.rounds_met, t.rounds_measured);
-                vec![
-                    t.name.clone(),
-                    value,
-                    t.goal.clone(),
-                    met.into(),
-                    rounds,
-                    t.caveats.join("; "),
-                ]
-            })
-            .collect();
+        let row = |t: &crate::report::TargetCheck| {
+            let met = match t.met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "not measured",
+            };
+            let value = t.value.map_or_else(
+                || "n/a".into(),
+                |v| {
+                    if t.unit == "ratio" {
+                        format!("{v:.2}")
+                    } else {
+                        format_value(v, &t.unit)
+                    }
+                },
+            );
+            let rounds = format!("{} of {}", t.rounds_met, t.rounds_measured);
+            let caveats = t.caveats.join("; ");
+            vec![
+                t.name.clone(),
+                value,
+                t.goal.clone(),
+                met.into(),
+                rounds,
+                caveats,
+            ]
+        };
+        let rows: Vec<Vec<String>> = report.targets.iter().map(row).collect();
         let about = "Each value is computed from this run's medians in the direction its goal is \
             stated in (the name says what is divided by what); `rounds` counts the interleaved \
             rounds whose own ratio meets the goal.";

@@ -1,9 +1,6 @@
-//! The issue's targets, as data: one row per target, in report order.
-//! [`crate::report::targets`] evaluates every row on a run's records.
-//!
-//! A row compares side `a` with side `b` on `metric` in `case` (or `a`
-//! alone when `b` is `None`), and is named
-//! `<label>: <a> ÷ <b>, <quantity>, <case>`.
+//! The issue's targets, as data, in report order ([`crate::report::targets`] evaluates them). A row
+//! compares side `a` with side `b` on `metric` in `case` (or `a` alone when `b` is `None`), and is
+//! named `<label>: <a> ÷ <b>, <quantity>, <case>`.
 
 /// Which value a target reads.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -16,9 +13,8 @@ pub enum Side {
     At(&'static str, &'static str, &'static str),
     /// The best median of these systems, named `<name> (<best system>)`.
     Best(&'static str, &'static [&'static str]),
-    /// The worst median of these systems' empty polls per event (of their
-    /// `ops_per_sec` records), named `<name> (<worst system>)`; each round's
-    /// value is that round's worst.
+    /// The worst median of these systems' empty polls per event (of their `ops_per_sec` records),
+    /// named `<name> (<worst system>)`; each round's value is that round's worst.
     WorstEmptyPolls(&'static str, &'static [&'static str]),
 }
 
@@ -48,10 +44,9 @@ pub struct Target {
     pub case: &'static str,
     /// The goal of `a ÷ b` (or of `a`).
     pub goal: Goal,
-    /// Floor rows of the same case whose ratio to side `b` is stated as a
-    /// caveat, `<floor> ÷ <short name of b>: x` (the floors, then the short
-    /// name): how far a ring that pays the same read-modify-write per post
-    /// as evd got against the same peer in the same run.
+    /// Floor rows of the same case whose ratio to side `b` is stated as a caveat, `<floor> ÷ <short
+    /// name of b>: x` (the floors, then the short name): how far a ring that pays the same
+    /// read-modify-write per post as evd got against the same peer in the same run.
     pub ceilings: (&'static [&'static str], &'static str),
 }
 
@@ -70,9 +65,8 @@ const BEST_BUSY_EVD: Side = Best(
     "best busy evd row",
     &["evd try_dequeue", "evd dequeue_batch"],
 );
-/// The notifying peers of the blocking targets: every row of std
-/// sync_channel, thingbuf, kanal and crossbeam-channel (item and batch
-/// consumers alike; the best one counts).
+/// The notifying peers of the blocking targets: every row of std sync_channel, thingbuf, kanal and
+/// crossbeam-channel (item and batch consumers alike; the best one counts).
 pub const NOTIFYING_PEERS: &[&str] = &[
     "std sync_channel recv",
     "thingbuf mpsc recv",
@@ -119,20 +113,22 @@ const fn ratio(
 }
 
 const fn busy(label: &'static str, case: &'static str, goal: f64) -> Target {
+    let t = ratio(
+        label,
+        EVD_BUSY,
+        ARRAY_QUEUE,
+        OPS,
+        "ops/s",
+        case,
+        AtLeast(goal),
+    );
     Target {
         ceilings: (RMW_FLOORS, "ArrayQueue"),
-        ..ratio(
-            label,
-            EVD_BUSY,
-            ARRAY_QUEUE,
-            OPS,
-            "ops/s",
-            case,
-            AtLeast(goal),
-        )
+        ..t
     }
 }
 
+/// A target on `a`'s value alone.
 const fn alone(
     label: &'static str,
     a: Side,
@@ -142,23 +138,18 @@ const fn alone(
     goal: Goal,
 ) -> Target {
     Target {
-        label,
-        a,
         b: None,
-        metric,
-        quantity,
-        case,
-        goal,
-        ceilings: (&[], ""),
+        ..ratio(label, a, a, metric, quantity, case, goal)
     }
 }
 
 const fn empty_polls(rows: Side, case: &'static str) -> Target {
+    let quantity = "empty polls per event";
     alone(
         "issue 30, empty polls",
         rows,
         OPS,
-        "empty polls per event",
+        quantity,
         case,
         AtMost(0.05),
     )

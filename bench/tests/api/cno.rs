@@ -1,5 +1,4 @@
 use evd_bench::cno::*;
-use evd_bench::report::System;
 use std::time::Duration;
 
 #[test]
@@ -9,7 +8,7 @@ fn every_system_serves_every_cycle_at_every_n() {
             for n in TRIGGER_EVDS {
                 let ns = s
                     .cycle_ns(v, n, Duration::from_millis(1))
-                    .unwrap_or_else(|e| panic!("{} {v:?} {n}: {e}", s.name()));
+                    .unwrap_or_else(|e| panic!("{} {v:?} {n}: {e}", s.row().name));
                 assert!(ns > 0.0);
             }
         }
@@ -23,7 +22,7 @@ fn throughput_runs_move_every_event_and_serve_every_evd() {
             for feed in Feed::ALL {
                 let run = s
                     .run_throughput(n, 30_000, feed)
-                    .unwrap_or_else(|e| panic!("{} {n} {feed:?}: {e}", s.name()));
+                    .unwrap_or_else(|e| panic!("{} {n} {feed:?}: {e}", s.row().name));
                 assert_eq!(run.messages, 30_000);
                 assert!(run.full_refusals.is_some() && run.empty_polls.is_some());
                 assert!(run.served_max_over_min.unwrap() >= 1.0);
@@ -34,13 +33,28 @@ fn throughput_runs_move_every_event_and_serve_every_evd() {
 
 #[test]
 fn every_wake_system_records_one_sample_per_wake() {
-    for s in CnoWakeSystem::ALL {
-        let h = s
-            .measure(40)
-            .unwrap_or_else(|e| panic!("{}: {e}", s.name()));
-        assert_eq!(h.len(), 40, "{}", s.name());
-        assert!(h.min() >= 1);
+    for s in CNO_WAKE {
+        let (h, share) = (s.measure)(40).unwrap_or_else(|e| panic!("{}: {e}", s.row.name));
+        assert_eq!(h.len(), 40, "{}", s.row.name);
+        assert!(h.min() >= 1 && share.is_none());
     }
+}
+
+#[test]
+fn rows_compare_with_the_evd_cno_and_the_park_floor() {
+    let evd = CnoSystem::EvdCno.row();
+    for s in CnoSystem::ALL {
+        assert_eq!(s.row().baseline, Some(evd.name));
+    }
+    assert_eq!(CNO_WAKE[0].row.baseline, Some(CNO_WAKE[0].row.name));
+    assert_eq!(
+        CNO_WAKE[1].row.baseline, None,
+        "the direct wait is an evd variant"
+    );
+    assert_eq!(CNO_WAKE[2].row.name, evd_bench::latency::PARK_FLOOR);
+    assert!(CNO_WAKE[..2]
+        .iter()
+        .all(|s| s.row.floor == Some(CNO_WAKE[2].row.name)));
 }
 
 #[test]
@@ -56,75 +70,22 @@ fn scan_flag_is_taken_once_per_signal_burst() {
 }
 
 #[test]
-fn insn_kinds_round_trip_and_run() {
-    for k in CnoInsnKind::ALL {
-        assert_eq!(CnoInsnKind::from_cli(k.cli_name()), Some(k));
-        k.run(500).unwrap();
-    }
-}
-
-#[test]
-fn every_cno_system_times_both_trigger_variants() {
-    use evd_bench::cno::{CnoSystem, Variant};
-    use std::time::Duration;
-    for s in CnoSystem::ALL {
-        for v in Variant::ALL {
-            assert!(s.cycle_ns(v, 16, Duration::from_millis(2)).unwrap() > 0.0);
-        }
-    }
-}
-
-#[test]
-fn every_cno_system_serves_every_evd_in_both_feeds() {
-    use evd_bench::cno::{CnoSystem, Feed};
-    for s in CnoSystem::ALL {
-        for feed in Feed::ALL {
-            let run = s.run_throughput(16, 20_000, feed).unwrap();
-            assert_eq!(run.messages, 20_000);
-            assert!(run.served_max_over_min.unwrap() >= 1.0);
-        }
-    }
-}
-
-#[test]
-fn feed_case_names() {
-    use evd_bench::cno::Feed;
+fn feed_and_variant_case_names() {
     assert_eq!(Feed::Events.case(256), "cno-throughput/256");
     assert_eq!(Feed::Batches.case(16), "cno-throughput-batch/16");
-}
-
-#[test]
-fn variant_case_names() {
-    use evd_bench::cno::Variant;
-    assert_eq!(Variant::SingleThread.case(16), "cno-trigger/16");
-    assert_eq!(Variant::CrossThread.case(16), "cno-trigger-xthread/16");
+    assert_eq!(Variant::SINGLE_THREAD.case(16), "cno-trigger/16");
+    assert_eq!(Variant::CROSS_THREAD.case(16), "cno-trigger-xthread/16");
+    assert_eq!(
+        (
+            Variant::CROSS_THREAD.threads,
+            Variant::CROSS_THREAD.consumer
+        ),
+        (2, "blocking")
+    );
 }
 
 #[test]
 fn max_over_min_refuses_an_evd_never_served() {
-    assert_eq!(evd_bench::cno::max_over_min(&[4, 2, 3]), Ok(2.0));
-    assert!(evd_bench::cno::max_over_min(&[4, 0]).is_err());
-}
-
-#[test]
-fn every_cno_wake_system_measures_each_sample() {
-    use evd_bench::cno::CnoWakeSystem;
-    for s in CnoWakeSystem::ALL {
-        assert_eq!(s.measure(20).unwrap().len(), 20);
-    }
-}
-
-#[test]
-fn cno_insn_kinds_parse_from_their_cli_names() {
-    use evd_bench::cno::CnoInsnKind;
-    assert_eq!(CnoInsnKind::from_cli("cno"), Some(CnoInsnKind::CnoCycle));
-    assert_eq!(CnoInsnKind::from_cli("x"), None);
-}
-
-#[test]
-fn every_cno_insn_kind_returns_every_event() {
-    use evd_bench::cno::CnoInsnKind;
-    for k in CnoInsnKind::ALL {
-        k.run(1000).unwrap();
-    }
+    assert_eq!(max_over_min(&[4, 2, 3]), Ok(2.0));
+    assert!(max_over_min(&[4, 0]).is_err());
 }

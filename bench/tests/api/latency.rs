@@ -1,12 +1,13 @@
 use evd_bench::latency::*;
-use evd_bench::report::System;
 
 #[test]
 fn stat_state_is_read_after_the_last_parenthesis() {
     assert_eq!(parse_stat_state(b"1 (sh) R 0 1"), Some(b'R'));
     assert_eq!(parse_stat_state(b"7 (we(i)rd) name) S 3"), Some(b'S'));
+    assert_eq!(parse_stat_state(b"42 (a) b)) S 1 2"), Some(b'S'));
     assert_eq!(parse_stat_state(b"no parenthesis"), None);
     assert_eq!(parse_stat_state(b"1 (x)"), None);
+    assert_eq!(parse_stat_state(b"42 (x"), None);
 }
 
 #[test]
@@ -20,37 +21,32 @@ fn own_thread_is_running_while_it_reads_its_state() {
 
 #[test]
 fn every_system_records_one_sample_per_post() {
-    for sys in WakeSystem::ALL {
-        let h = sys
-            .measure(50)
-            .unwrap_or_else(|e| panic!("{}: {e}", sys.name()));
-        assert_eq!(h.len(), 50, "{}", sys.name());
-        assert!(h.min() >= 1);
+    for s in WAKE {
+        let (h, share) = (s.measure)(50).unwrap_or_else(|e| panic!("{}: {e}", s.row.name));
+        assert_eq!(h.len(), 50, "{}", s.row.name);
+        assert!(h.min() >= 1 && share.is_none());
     }
 }
 
 #[test]
 fn a_wake_peer_is_compared_with_the_evd_row_that_sleeps_alike() {
-    use evd_bench::latency::WakeSystem;
-    assert_eq!(WakeSystem::TokioMpsc.baseline(), Some(WakeSystem::EvdAsync));
+    let row = |name: &str| WAKE.iter().find(|s| s.row.name == name).unwrap().row;
+    let tokio = row("tokio mpsc recv().await");
     assert_eq!(
-        WakeSystem::EventfdFloor.baseline(),
-        Some(WakeSystem::EvdEventfd)
+        tokio.baseline,
+        Some("evd recv().await (tokio current-thread)")
     );
-}
-
-#[test]
-fn every_wake_system_measures_each_sample() {
-    use evd_bench::latency::WakeSystem;
-    let h = WakeSystem::ParkFloor.measure(20).unwrap();
-    assert_eq!(h.len(), 20);
-}
-
-#[test]
-fn the_stat_state_is_read_after_the_command_name() {
+    assert_eq!(tokio.floor, Some(PARK_FLOOR));
     assert_eq!(
-        evd_bench::latency::parse_stat_state(b"42 (a) b)) S 1 2"),
-        Some(b'S')
+        row("floor: raw eventfd read").baseline,
+        Some("evd eventfd + epoll")
     );
-    assert_eq!(evd_bench::latency::parse_stat_state(b"42 (x"), None);
+    for s in WAKE {
+        let base = row(s.row.baseline.unwrap());
+        assert_eq!(base.baseline, Some(base.name));
+        if s.row.role != evd_bench::report::Role::Floor {
+            assert_eq!(base.consumer, s.row.consumer);
+        }
+        assert_eq!(s.threads, if s.row.consumer == "inline" { 1 } else { 2 });
+    }
 }

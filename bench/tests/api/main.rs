@@ -3,14 +3,14 @@
 //! and the tables and targets read them as documented.
 
 mod cno;
+mod compare;
 mod latency;
-mod pair;
 mod paths;
 mod payload;
 mod pingpong;
-mod rearm;
 mod report;
 mod room;
+mod single;
 mod stamp_ring;
 mod stats;
 mod table;

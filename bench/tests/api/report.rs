@@ -7,7 +7,7 @@ pub(crate) fn rec(case: &str, system: &str, metric: &str, median: f64, baseline:
     } else {
         Role::Peer
     };
-    let mut m = Measurement::new(case, system, role, "busy/item", metric);
+    let mut m = Record::new(case, system, role, "busy/item", metric);
     m.baseline = Some(baseline.into());
     m.set_round(0, median, None);
     records_from(vec![m], 2).remove(0)
@@ -72,7 +72,7 @@ fn cost_ratios_are_peer_over_evd() {
 #[test]
 fn below_floor_and_oversubscription_are_marked() {
     let m = |system, role, v, threads| {
-        let mut m = Measurement::new("w", system, role, "blocking", "latency_p50_ns");
+        let mut m = Record::new("w", system, role, "blocking", "latency_p50_ns");
         m.floor = (role != Role::Floor).then(|| "floor".into());
         m.threads = threads;
         m.set_round(0, v, None);
@@ -94,7 +94,7 @@ fn below_floor_and_oversubscription_are_marked() {
 
 #[test]
 fn diagnostics_follow_round_numbers() {
-    let mut m = Measurement::new("t", "evd", Role::Evd, "busy/item", "ops_per_sec");
+    let mut m = Record::new("t", "evd", Role::Evd, "busy/item", "ops_per_sec");
     let d = |e| diag(e, Some(0.5), None, Some(0.25));
     m.set_round(0, 1.0, Some(d(Some(0.1))));
     m.set_round(2, 3.0, Some(d(Some(0.3))));
@@ -106,14 +106,14 @@ fn diagnostics_follow_round_numbers() {
     );
     assert_eq!(r.same_cpu_share, Some(vec![Some(0.25), None, Some(0.25)]));
     assert_eq!(r.samples, 2);
-    let mut m = Measurement::new("t", "peer", Role::Peer, "blocking/item", "ops_per_sec");
+    let mut m = Record::new("t", "peer", Role::Peer, "blocking/item", "ops_per_sec");
     m.set_round(0, 1.0, Some(d(None)));
     let r = records_from(vec![m], 2).remove(0);
     assert_eq!(r.empty_polls_per_msg, None, "not countable is null");
     assert_eq!(r.full_refusals_per_msg, Some(vec![Some(0.5)]));
     assert_eq!(r.room_wakes_per_msg, None, "a peer's room wakes are null");
     // A room row: blocking sends (no refusal count), evd's room wakes.
-    let mut m = Measurement::new(
+    let mut m = Record::new(
         "room/cap64/1p",
         "evd",
         Role::Evd,
@@ -128,7 +128,7 @@ fn diagnostics_follow_round_numbers() {
 
 /// A report of one busy evd throughput record over three rounds.
 pub(crate) fn sample_report() -> Report {
-    let mut m = Measurement::new(
+    let mut m = Record::new(
         "throughput/u64/1p",
         "evd try_dequeue",
         Role::Evd,
@@ -220,18 +220,26 @@ fn json_has_the_documented_fields() {
 #[test]
 fn every_system_a_target_names_is_one_the_comparison_runs() {
     use evd_bench::targets::{Side, TARGETS};
-    let mut known: Vec<&str> = evd_bench::throughput::Queue::ALL
-        .iter()
-        .chain(&evd_bench::throughput::Queue::FLOORS)
-        .map(|q| q.name())
+    use evd_bench::{cno, latency, pingpong, room, single, throughput::Queue};
+    let mut known: Vec<&str> = Queue::ALL
+        .into_iter()
+        .chain(Queue::FLOORS)
+        .map(|q| q.row().name)
         .collect();
-    known.extend(evd_bench::pair::PairSystem::ALL.map(|s| s.name()));
-    known.extend(evd_bench::rearm::RearmKind::ALL.map(|s| s.name()));
-    known.extend(evd_bench::latency::WakeSystem::ALL.map(|s| s.name()));
-    known.extend(evd_bench::room::RoomWakeSystem::ALL.map(|s| s.name()));
-    known.extend(evd_bench::pingpong::PingPongSystem::ALL.map(|s| s.name()));
-    known.extend(evd_bench::cno::CnoSystem::ALL.map(|s| s.name()));
-    known.extend(evd_bench::cno::CnoWakeSystem::ALL.map(|s| s.name()));
+    known.extend(
+        single::REARM
+            .iter()
+            .chain(&single::PAIR)
+            .map(|l| l.row.name),
+    );
+    known.extend(cno::CnoSystem::ALL.map(|s| s.row().name));
+    let latency = [
+        &latency::WAKE[..],
+        &room::ROOM_WAKE,
+        &pingpong::PINGPONG,
+        &cno::CNO_WAKE,
+    ];
+    known.extend(latency.iter().flat_map(|s| s.iter().map(|s| s.row.name)));
     for t in TARGETS {
         let mut named: Vec<&str> = t.ceilings.0.to_vec();
         for side in [Some(t.a), t.b].into_iter().flatten() {
@@ -397,9 +405,9 @@ fn time_targets_keep_the_goal_direction() {
 
 #[test]
 fn records_from_orients_ratios_evd_better_above_1() {
-    use evd_bench::report::{records_from, Measurement, Role};
+    use evd_bench::report::{records_from, Record, Role};
     let m = |system: &str, role, rounds: &[f64]| {
-        let mut m = Measurement::new("c", system, role, "busy/item", "ops_per_sec");
+        let mut m = Record::new("c", system, role, "busy/item", "ops_per_sec");
         m.baseline = Some("evd".into());
         for (i, v) in rounds.iter().enumerate() {
             m.set_round(i, *v, None);

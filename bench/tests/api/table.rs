@@ -1,7 +1,6 @@
 use super::report::{diag, sample_report};
 use evd_bench::cno::Variant;
-use evd_bench::report::{records_from, targets, Measurement};
-use evd_bench::report::{Role, System};
+use evd_bench::report::{records_from, targets, Record, Role};
 use evd_bench::table::*;
 
 #[test]
@@ -15,7 +14,7 @@ fn markdown_names_the_cpu_first_and_shows_ping_pong_percentiles() {
     );
     let pp = evd_bench::pingpong::CASE;
     let m = |system: &str, role, metric, v| {
-        let mut m = Measurement::new(pp, system, role, "busy/item", metric);
+        let mut m = Record::new(pp, system, role, "busy/item", metric);
         m.baseline = Some("evd try_dequeue".into());
         m.threads = 2;
         m.set_round(0, v, Some(diag(None, None, None, Some(0.0))));
@@ -47,7 +46,7 @@ fn markdown_names_the_cpu_first_and_shows_ping_pong_percentiles() {
 #[test]
 fn latency_table_marks_figures_below_the_floor_as_noise() {
     let m = |system: &str, role, median| {
-        let mut m = Measurement::new("wake-latency", system, role, "blocking", "latency_p50_ns");
+        let mut m = Record::new("wake-latency", system, role, "blocking", "latency_p50_ns");
         m.baseline = Some("evd wait".into());
         m.floor = (role != Role::Floor).then(|| "floor".into());
         m.threads = 2;
@@ -81,7 +80,7 @@ fn latency_table_marks_figures_below_the_floor_as_noise() {
 #[test]
 fn room_tables_show_room_wakes_and_the_room_wake_target() {
     let room = |system: &str, role, wakes: Option<f64>| {
-        let mut m = Measurement::new(
+        let mut m = Record::new(
             "room/cap64/1p",
             system,
             role,
@@ -94,7 +93,7 @@ fn room_tables_show_room_wakes_and_the_room_wake_target() {
         m
     };
     let wake = |system: &str, role, median| {
-        let mut m = Measurement::new(
+        let mut m = Record::new(
             "room-wake-latency",
             system,
             role,
@@ -146,11 +145,11 @@ fn room_tables_show_room_wakes_and_the_room_wake_target() {
 #[test]
 fn cno_tables_and_targets() {
     use evd_bench::cno::{CnoSystem, Feed, CYCLE_METRIC, FAIRNESS_METRIC, WAKE_CASE};
-    let evd = CnoSystem::EvdCno.name();
-    let scan = CnoSystem::Scan.name();
+    let evd = CnoSystem::EvdCno.row().name;
+    let scan = CnoSystem::Scan.row().name;
     let row = |case: &str, system: &str, metric: &str, v: f64| {
         let role = if system == evd { Role::Evd } else { Role::Peer };
-        let mut m = Measurement::new(case, system, role, "blocking/batch", metric);
+        let mut m = Record::new(case, system, role, "blocking/batch", metric);
         m.baseline = Some(evd.into());
         m.threads = 3;
         m.set_round(0, v, None);
@@ -171,7 +170,7 @@ fn cno_tables_and_targets() {
         ("evd Cno::wait (park/unpark)", Role::Evd, 5_200.0),
         ("floor: raw park/unpark", Role::Floor, 5_000.0),
     ] {
-        let mut m = Measurement::new(WAKE_CASE, system, role, "blocking", "latency_p50_ns");
+        let mut m = Record::new(WAKE_CASE, system, role, "blocking", "latency_p50_ns");
         m.baseline = Some("evd Cno::wait (park/unpark)".into());
         m.set_round(0, p50, None);
         ms.push(m);
