@@ -36,6 +36,9 @@ pub(crate) fn current_cpu() -> u32 {
 pub enum Queue {
     /// evd, `try_dequeue` in a loop.
     EvdSingle,
+    /// evd, `try_dequeue` in a loop; every poster takes a permit (`try_reserve`) and sends with
+    /// it: the cost of the permit path, beside [`Queue::EvdSingle`] whose posters take none.
+    EvdReserve,
     /// crossbeam-queue `ArrayQueue`, `pop` in a loop.
     ArrayQueue,
     /// evd, `dequeue_batch` in a loop.
@@ -79,9 +82,10 @@ const BLOCKING_BATCH: &str = "blocking/batch";
 
 impl Queue {
     /// Every system, grouped by consumer style, evd first in each group.
-    pub const ALL: [Queue; 15] = [
+    pub const ALL: [Queue; 16] = [
         Queue::EvdSingle,
         Queue::ArrayQueue,
+        Queue::EvdReserve,
         Queue::EvdBatch,
         Queue::EvdWith,
         Queue::EvdItemWait,
@@ -112,6 +116,7 @@ impl Queue {
         let (name, consumer, role, baseline) = match self {
             EvdSingle => ("evd try_dequeue", BUSY_ITEM, Evd, Some("evd try_dequeue")),
             ArrayQueue => ("crossbeam ArrayQueue", BUSY_ITEM, Peer, Some("evd try_dequeue")),
+            EvdReserve => ("evd try_reserve+send", BUSY_ITEM, Evd, None),
             EvdBatch => ("evd dequeue_batch", BUSY_BATCH, Evd, Some("evd dequeue_batch")),
             EvdWith => ("evd dequeue_with", BUSY_BATCH, Evd, None),
             EvdItemWait => ("evd try_dequeue+wait", BLOCKING_ITEM, Evd, Some("evd try_dequeue+wait")),
@@ -159,14 +164,18 @@ impl Queue {
             ));
         }
         let mut stats = match self {
-            EvdSingle | EvdBatch | EvdWith | EvdItemWait | EvdWait | EvdArmWait => {
+            EvdSingle | EvdReserve | EvdBatch | EvdWith | EvdItemWait | EvdWait | EvdArmWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
                 let post = |tx: &evd::Poster<P>, p| tx.post(p).map_err(evd::PostError::into_inner);
+                let reserve_and_send = |tx: &evd::Poster<P>, p| match tx.try_reserve() {
+                    Ok(permit) => permit.send(p).map_err(evd::PostError::into_inner),
+                    Err(_) => Err(p),
+                };
                 let consume = |sink: &mut Sink<'_>| {
                     let (rx, mut buf) = (&mut rx, Vec::with_capacity(CAPACITY));
                     let batch = |rx: &mut _, s: &mut _| evd_batch(rx, s, &mut buf, CAPACITY, || {});
                     match self {
-                        EvdSingle => polling(rx, sink, evd_item, spin),
+                        EvdSingle | EvdReserve => polling(rx, sink, evd_item, spin),
                         EvdItemWait => polling(rx, sink, evd_item, |rx, _| wait_for_one(rx)),
                         EvdBatch => polling(rx, sink, batch, spin),
                         EvdWait => polling(rx, sink, batch, |rx, _| wait_for_one(rx)),
@@ -174,7 +183,12 @@ impl Queue {
                         _ => polling(rx, sink, evd_with, spin),
                     }
                 };
-                let mut stats = drive(messages, clones(tx, posters), post, consume)?;
+                // Each poster loop is its own instance of `drive`: the plain post's is the same
+                // code whether or not the permit row exists.
+                let mut stats = match self {
+                    EvdReserve => drive(messages, clones(tx, posters), reserve_and_send, consume)?,
+                    _ => drive(messages, clones(tx, posters), post, consume)?,
+                };
                 stats.room_wakes = Some(rx.query().room_wakes);
                 stats
             }

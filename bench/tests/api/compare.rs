@@ -63,7 +63,7 @@ fn compare_keeps_job_order_and_the_same_rounds_in_every_case() {
         [
             "evd try_dequeue",
             "crossbeam ArrayQueue",
-            "evd dequeue_batch"
+            "evd try_reserve+send"
         ]
     );
     let cut = |n: &String| n.contains("time budget") || n.contains("failed");

@@ -34,7 +34,7 @@ fn rows_compare_with_the_evd_reference_row_of_their_style() {
                 assert_eq!(base.consumer, r.consumer, "{}", r.name);
             }
             None => assert!(
-                matches!(q, Queue::EvdArmWait | Queue::EvdWith),
+                matches!(q, Queue::EvdArmWait | Queue::EvdWith | Queue::EvdReserve),
                 "{}",
                 r.name
             ),
