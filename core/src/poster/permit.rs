@@ -88,7 +88,9 @@ impl<T: Send> Poster<T> {
     /// (no event is in hand, no slot was promised) and leaves the room
     /// queue, passing a wake it was given on to the next waiting poster.
     /// It waits in the room queue as [`Poster::post_async`] does (first come
-    /// first served, one wake per freed slot).
+    /// first served, one wake per freed slot); while [`Permit::MAX_OUT`]
+    /// permits are out it waits instead for one of them to be sent or
+    /// dropped (or for close), outside the room queue.
     ///
     /// # Panics
     ///
