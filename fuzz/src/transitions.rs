@@ -85,24 +85,7 @@ pub fn check(c: &Case) {
         "is_full"
     );
 
-    match (state::reserve(w, head), spec::reserve(a, head)) {
-        (
-            Reserve::Ticket {
-                new,
-                ticket,
-                notify,
-            },
-            spec::Reserve::Ticket {
-                ticket: t,
-                notify: n,
-                next,
-            },
-        ) => assert_eq!((ticket, notify, dec(new)), (t, n, next), "reserve"),
-        (Reserve::Closed, spec::Reserve::Closed)
-        | (Reserve::Resizing, spec::Reserve::Resizing)
-        | (Reserve::Full, spec::Reserve::Full) => {}
-        (real, model) => panic!("reserve: {real:?} but the model says {model:?}"),
-    }
+    same_reserve("reserve", state::reserve(w, head), spec::reserve(a, head));
 
     match (
         state::reserve_batch(w, head, want),
@@ -150,23 +133,7 @@ pub fn check(c: &Case) {
     }
     // Sending and giving back debug-assert that a permit is out.
     if a.permits > 0 {
-        match (state::send_permit(w), spec::send_permit(a)) {
-            (
-                Reserve::Ticket {
-                    new,
-                    ticket,
-                    notify,
-                },
-                spec::Reserve::Ticket {
-                    ticket: t,
-                    notify: n,
-                    next,
-                },
-            ) => assert_eq!((ticket, notify, dec(new)), (t, n, next), "send_permit"),
-            (Reserve::Closed, spec::Reserve::Closed)
-            | (Reserve::Resizing, spec::Reserve::Resizing) => {}
-            (real, model) => panic!("send_permit: {real:?} but the model says {model:?}"),
-        }
+        same_reserve("send_permit", state::send_permit(w), spec::send_permit(a));
         assert_eq!(
             dec(state::release_permit(w)),
             spec::release_permit(a),
@@ -343,6 +310,29 @@ pub fn check(c: &Case) {
         "loss::take"
     );
     assert_eq!(dec(state::initial(cap)), Word::initial(cap), "initial word");
+}
+
+/// The real reservation `real` and the model's `model` agree: the same
+/// ticket, notification and new word, or the same refusal.
+fn same_reserve(what: &str, real: Reserve, model: spec::Reserve) {
+    match (real, model) {
+        (
+            Reserve::Ticket {
+                new,
+                ticket,
+                notify,
+            },
+            spec::Reserve::Ticket {
+                ticket: t,
+                notify: n,
+                next,
+            },
+        ) => assert_eq!((ticket, notify, Word::decode(new)), (t, n, next), "{what}"),
+        (Reserve::Closed, spec::Reserve::Closed)
+        | (Reserve::Resizing, spec::Reserve::Resizing)
+        | (Reserve::Full, spec::Reserve::Full) => {}
+        (real, model) => panic!("{what}: {real:?} but the model says {model:?}"),
+    }
 }
 
 /// Run one input.
