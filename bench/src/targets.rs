@@ -145,14 +145,7 @@ const fn alone(
 
 const fn empty_polls(rows: Side, case: &'static str) -> Target {
     let quantity = "empty polls per event";
-    alone(
-        "empty polls",
-        rows,
-        OPS,
-        quantity,
-        case,
-        AtMost(0.05),
-    )
+    alone("empty polls", rows, OPS, quantity, case, AtMost(0.05))
 }
 
 /// Every target, in report order.

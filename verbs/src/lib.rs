@@ -99,7 +99,9 @@
 //! [`POLL_BATCH`] to size its poll buffer; unit tests use the software
 //! providers wherever they are. Two helpers serve every layer: `eventfd`
 //! (the software channels' and the driver's wake-ups) and `cpu_time`
-//! (the thread CPU time the runners' threads report).
+//! (the thread CPU time the runners' threads report). No file of the crate
+//! imports from one that imports from it (`scripts/module-circles
+//! verbs/src` checks it in CI).
 //!
 //! Where a change goes:
 //! - **a new event kind**: a module in `event`, and a variant of

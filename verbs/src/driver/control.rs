@@ -10,8 +10,6 @@
 
 use super::error::{DriverError, Panic};
 use super::key::{FeedId, FeedKey};
-#[cfg(doc)]
-use super::running::{RunningDriver, Shutdown};
 use super::source::Source;
 use super::stats::PublishedStats;
 use super::{DriverStats, FeedMode};
@@ -344,8 +342,9 @@ impl DriverHandle {
     /// The first panic a spawned driver caught in a feed's turn since the
     /// last call (an upcall handler of the feed's EVD, say), if any. The
     /// driver served on; taking the panic here also keeps
-    /// [`RunningDriver::shutdown`] from reporting it. Every panic is counted
-    /// in [`DriverStats::handler_panics`]; only the first not taken is kept.
+    /// [`RunningDriver::shutdown`](super::RunningDriver::shutdown) from
+    /// reporting it. Every panic is counted in
+    /// [`DriverStats::handler_panics`]; only the first not taken is kept.
     ///
     /// ```
     /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
@@ -391,7 +390,7 @@ impl DriverHandle {
     /// [`DriverError::OnDriverThread`] on the driver's own thread, where
     /// waiting for the feed would wait for itself;
     /// [`DriverError::Stopped`] once the driver has stopped (its feeds are in
-    /// the [`Shutdown`]).
+    /// the [`Shutdown`](super::Shutdown)).
     pub fn remove<F: 'static>(&self, key: FeedKey<F>) -> Result<F, DriverError> {
         if self.shared.on_driver_thread() {
             return Err(DriverError::OnDriverThread);

@@ -2,51 +2,17 @@
 //! [`SoftCq`]s, as one `ibv_comp_channel` is: one eventfd, and each event
 //! names its CQ.
 
-use super::cq::{Channel, Inner, SoftCq};
+use super::cq::SoftCq;
+use super::cq_state::{Channel, ChannelInner, Inner};
 use super::producer::SoftCqProducer;
 use crate::event::CqId;
 use crate::eventfd;
 use crate::source::{ChannelEvent, CqKey, SharedChannel};
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-
-/// The shared part of a [`SoftChannel`]: one eventfd, and the queue of the
-/// events raised and not yet got, each naming its CQ.
-pub(super) struct ChannelInner {
-    /// Events in the order they were raised.
-    pub(super) queue: Mutex<VecDeque<Weak<Inner>>>,
-    /// Readable while the queue is not empty.
-    pub(super) fd: OwnedFd,
-    /// Every CQ made on the channel, to find one by its key.
-    pub(super) cqs: Mutex<Vec<Weak<Inner>>>,
-    pub(super) raised: AtomicU64,
-    pub(super) got: AtomicU64,
-    pub(super) dropped: AtomicU64,
-    pub(super) acked_unknown: AtomicU64,
-}
-
-impl ChannelInner {
-    pub(super) fn queue(&self, cq: Weak<Inner>) {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.push_back(cq);
-        // Relaxed: a counter for tests, read after the fact.
-        self.raised.fetch_add(1, Ordering::Relaxed);
-        // Every event writes the fd, as for a CQ's own channel.
-        eventfd::signal(&self.fd);
-    }
-
-    pub(super) fn pop(&self) -> Option<Weak<Inner>> {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let cq = q.pop_front();
-        if q.is_empty() {
-            eventfd::clear(&self.fd);
-        }
-        cq
-    }
-}
 
 /// Counters of a [`SoftChannel`].
 ///

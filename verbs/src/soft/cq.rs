@@ -6,17 +6,17 @@
 //! theirs with a spinlock; it is a development and test double, not a fast
 //! path.
 
-use super::channel::ChannelInner;
+use super::cq_state::{Channel, ChannelInner, Faults, Inner, State};
 use super::device::SoftDevice;
-use super::producer::{PushError, SoftCqProducer};
-use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, WcStatus, WorkCompletion};
+use super::producer::SoftCqProducer;
+use crate::event::{CqId, WorkCompletion};
 use crate::eventfd;
 use crate::source::{AsyncEventSource, CompletionQueue, PollError};
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 /// A software completion queue: the consumer side, implementing
 /// [`CompletionQueue`]. Dropping it destroys the CQ.
@@ -280,161 +280,5 @@ impl CompletionQueue for SoftCq {
     fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {
         let events = self.inner.device.as_ref()?.take_events()?;
         Some(Box::new(events))
-    }
-}
-
-pub(super) struct State {
-    pub(super) ring: VecDeque<WorkCompletion>,
-    pub(super) capacity: usize,
-    /// `Some(solicited_only)` while armed.
-    pub(super) armed: Option<bool>,
-    /// Channel events raised and not yet got.
-    pub(super) channel_events: u64,
-    pub(super) events_got: u64,
-    pub(super) events_acked: u64,
-    pub(super) broken: Option<PollError>,
-    pub(super) destroyed: bool,
-    pub(super) unacked_at_destroy: Option<u64>,
-    pub(super) pushed: u64,
-    pub(super) polled: u64,
-    pub(super) notifications: u64,
-    pub(super) spurious: u64,
-    pub(super) overruns: u64,
-    pub(super) req_notifies: u64,
-    /// Completions to add inside the next `req_notify`, before it arms.
-    pub(super) window_injections: Vec<WorkCompletion>,
-    /// Run (outside the lock) by the next poll, after it took its completions.
-    pub(super) during_next_poll: Option<Box<dyn FnOnce() + Send>>,
-}
-
-#[derive(Default)]
-pub(super) struct Faults {
-    pub(super) spurious_every: AtomicU32,
-    pub(super) rearm_window_yields: AtomicU32,
-    pub(super) error_every: AtomicU32,
-    pub(super) error_counter: AtomicU64,
-    pub(super) fail_next_poll: AtomicI32,
-    pub(super) fail_next_arm: AtomicI32,
-}
-
-/// Lock attempts a contended CQ spins through before it sleeps.
-const SPINS_BEFORE_SLEEPING: u32 = 1000;
-
-/// Where a software CQ's channel events go.
-pub(super) enum Channel {
-    /// Its own eventfd (one channel per CQ).
-    Own(OwnedFd),
-    /// A [`SoftChannel`] shared with other CQs.
-    Shared(Arc<ChannelInner>),
-}
-
-pub(super) struct Inner {
-    pub(super) id: CqId,
-    /// This CQ itself, named in the events it queues on a shared channel.
-    pub(super) me: Weak<Inner>,
-    pub(super) state: Mutex<State>,
-    pub(super) channel: Channel,
-    pub(super) faults: Faults,
-    pub(super) device: Option<SoftDevice>,
-}
-
-impl Inner {
-    /// What `Debug` shows of either handle: no lock is taken (the state
-    /// is in [`SoftCqProducer::stats`]).
-    pub(super) fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct(name)
-            .field("id", &self.id)
-            .field(
-                "channel_fd",
-                &match &self.channel {
-                    Channel::Own(fd) => fd.as_raw_fd(),
-                    Channel::Shared(ch) => ch.fd.as_raw_fd(),
-                },
-            )
-            .field(
-                "shared_channel",
-                &matches!(self.channel, Channel::Shared(_)),
-            )
-            .field("on_device", &self.device.is_some())
-            .finish_non_exhaustive()
-    }
-
-    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
-        // Spin briefly before sleeping, as rxe's and siw's spinlocks do: the
-        // critical sections are a few hundred nanoseconds, and a poller that
-        // slept in the futex on every collision with a producer would measure
-        // the scheduler, not the feed.
-        for _ in 0..SPINS_BEFORE_SLEEPING {
-            match self.state.try_lock() {
-                Ok(g) => return g,
-                // A panicking test thread must not hide the CQ's state from
-                // the rest of the test: the state is consistent at every
-                // unlock.
-                Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => std::hint::spin_loop(),
-            }
-        }
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Raise one channel event. Every event writes the eventfd (as the
-    /// kernel wakes the channel's pollers on every event), so an edge-style
-    /// waiter such as a multishot poll sees each one.
-    pub(super) fn raise_event(&self, st: &mut State) {
-        st.channel_events += 1;
-        match &self.channel {
-            Channel::Own(fd) => eventfd::signal(fd),
-            // Lock order: this CQ's state (held by the caller), then the
-            // channel's queue; the channel never takes a CQ's lock while
-            // holding its own.
-            Channel::Shared(ch) => ch.queue(self.me.clone()),
-        }
-    }
-
-    pub(super) fn add(
-        &self,
-        st: &mut State,
-        mut wc: WorkCompletion,
-        solicited: bool,
-    ) -> Result<(), PushError> {
-        if st.destroyed {
-            return Err(PushError::Destroyed);
-        }
-        if st.broken.is_some() {
-            return Err(PushError::Broken);
-        }
-        let every = self.faults.error_every.load(Ordering::Relaxed);
-        if every != 0
-            && self.faults.error_counter.fetch_add(1, Ordering::Relaxed) % every as u64
-                == every as u64 - 1
-        {
-            wc.status = WcStatus::WR_FLUSH_ERR;
-        }
-        if st.ring.len() == st.capacity {
-            st.overruns += 1;
-            st.broken = Some(PollError::Overrun);
-            // Wake a sleeping consumer so that its next poll reports the
-            // overrun, whether or not the CQ was armed.
-            self.raise_event(st);
-            if let Some(dev) = &self.device {
-                dev.raise(AsyncEvent::new(
-                    AsyncEventKind::CqError,
-                    AsyncElement::Cq(self.id),
-                ));
-            }
-            return Err(PushError::Overrun);
-        }
-        st.pushed += 1;
-        let fires = match st.armed {
-            Some(solicited_only) => !solicited_only || solicited || !wc.status.is_success(),
-            None => false,
-        };
-        st.ring.push_back(wc);
-        if fires {
-            st.armed = None;
-            st.notifications += 1;
-            self.raise_event(st);
-        }
-        Ok(())
     }
 }

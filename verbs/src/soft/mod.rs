@@ -4,7 +4,7 @@
 //!
 //! | Contract | Provider | File |
 //! |---|---|---|
-//! | [`CompletionQueue`] | [`SoftCq`] (consumer side) and [`SoftCqProducer`] ("the HCA") | `cq.rs`, `producer.rs` |
+//! | [`CompletionQueue`] | [`SoftCq`] (consumer side) and [`SoftCqProducer`] ("the HCA"), over the state they share | `cq.rs`, `producer.rs`, `cq_state.rs` |
 //! | [`SharedChannel`] | [`SoftChannel`] | `channel.rs` |
 //! | [`AsyncEventSource`] | [`SoftDevice`], [`SoftAsyncEvents`] | `device.rs` |
 //! | [`CmEventSource`] | [`SoftCm`], [`SoftCmEvents`] | `cm.rs` |
@@ -38,6 +38,7 @@
 mod channel;
 mod cm;
 mod cq;
+mod cq_state;
 mod device;
 mod event_queue;
 mod producer;
@@ -45,8 +46,9 @@ mod producer;
 pub use channel::{SoftChannel, SoftChannelStats};
 pub use cm::{SoftCm, SoftCmEvents};
 pub use cq::SoftCq;
+pub use cq_state::PushError;
 pub use device::{SoftAsyncEvents, SoftDevice};
-pub use producer::{PushError, SoftCqProducer, SoftCqStats};
+pub use producer::{SoftCqProducer, SoftCqStats};
 
 #[cfg(doc)]
 use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, PollError, SharedChannel};

@@ -1,15 +1,14 @@
-//! [`SoftCqProducer`]: the producer side of a [`SoftCq`] ("the HCA"): adds
-//! completions, injects faults and reads the CQ's counters.
+//! [`SoftCqProducer`]: the producer side of a [`SoftCq`](super::SoftCq)
+//! ("the HCA"): adds completions, injects faults and reads the CQ's
+//! counters.
 
-use super::cq::Inner;
-#[cfg(doc)]
-use super::cq::SoftCq;
+use super::cq_state::{Inner, PushError};
 use crate::event::WorkCompletion;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// The producer side of a [`SoftCq`] ("the HCA"): adds completions and
-/// injects faults. Cloneable, usable from any thread.
+/// The producer side of a [`SoftCq`](super::SoftCq) ("the HCA"): adds
+/// completions and injects faults. Cloneable, usable from any thread.
 #[derive(Clone)]
 pub struct SoftCqProducer {
     pub(super) inner: Arc<Inner>,
@@ -20,37 +19,6 @@ impl std::fmt::Debug for SoftCqProducer {
         self.inner.debug("SoftCqProducer", f)
     }
 }
-
-/// Why a software completion could not be added.
-///
-/// ```
-/// use evd_verbs::{WorkCompletion, soft::{SoftCq, PushError}};
-/// let (cq, hca) = SoftCq::new(1).unwrap();
-/// drop(cq);
-/// assert_eq!(hca.push(WorkCompletion::default()), Err(PushError::Destroyed));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PushError {
-    /// The CQ was full: it overran, the completion is lost and the CQ is broken.
-    Overrun,
-    /// The CQ broke earlier (overrun or injected failure).
-    Broken,
-    /// The CQ was destroyed.
-    Destroyed,
-}
-
-impl std::fmt::Display for PushError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            PushError::Overrun => "software CQ overran",
-            PushError::Broken => "software CQ is broken",
-            PushError::Destroyed => "software CQ was destroyed",
-        })
-    }
-}
-
-impl std::error::Error for PushError {}
 
 /// Counters and state of a software CQ.
 ///
