@@ -1,8 +1,9 @@
 //! The `api` target: arbitrary sequences of public API calls on one thread,
 //! bad arguments included (capacity 0 or huge, threshold 0 or above the
 //! capacity, wait / arm / post after close, policy changes in any order,
-//! unwaitable toggles, panicking handlers and wakers), against a sequential
-//! model of what each call must return.
+//! unwaitable toggles, panicking handlers and wakers, permits taken, sent
+//! and given back), against a sequential model of what each call must
+//! return.
 //!
 //! On one thread an upcall runs inline on the posting (or policy-setting)
 //! thread and drains the ring, so every outcome is determined and is
@@ -14,7 +15,8 @@ use crate::payload::{DropLog, Payload};
 use crate::ring::{capacity_arg, Model};
 use arbitrary::{Arbitrary, Unstructured};
 use evd::{
-    ArmStatus, Consumer, Invoke, Overflow, Poster, RecvError, UpcallPolicy, Upcalls, WaitError,
+    ArmStatus, BatchPostError, Consumer, Invoke, Overflow, OwnedPermit, Poster, RecvError,
+    UpcallPolicy, Upcalls, WaitError,
 };
 use futures_core::Stream;
 use std::future::Future;
@@ -97,6 +99,19 @@ pub enum ApiOp {
     DropUpcalls,
     PostLossy {
         poster: u8,
+    },
+    /// `try_reserve_owned` on a clone of a poster.
+    Reserve {
+        poster: u8,
+    },
+    /// Send with a permit.
+    SendPermit {
+        permit: u8,
+    },
+    /// Give a permit back: `release` (its poster kept) or drop.
+    GiveBackPermit {
+        permit: u8,
+        release: bool,
     },
 }
 
@@ -226,6 +241,8 @@ struct Api {
     log: Arc<DropLog>,
     m: Model,
     posters: Vec<Poster<Payload>>,
+    /// Permits out; each holds a poster handle too.
+    permits: Vec<OwnedPermit<Payload>>,
     side: Side,
     // --- model beyond the data path
     armed: bool,
@@ -360,6 +377,7 @@ pub fn run(input: &Input) {
         log: log.clone(),
         m: Model::new(requested.next_power_of_two()),
         posters: vec![poster],
+        permits: Vec::new(),
         side: Side::Consumer(consumer),
         armed: false,
         notified: false,
@@ -390,10 +408,16 @@ pub fn run(input: &Input) {
         api.check_query();
     }
     drop(api.fd.take());
-    let Api { posters, side, .. } = api;
+    let Api {
+        posters,
+        permits,
+        side,
+        ..
+    } = api;
     // Dropping the consumer closes, which may wake a waker that panics.
     let _ = guarded(move || drop(side));
     let _ = guarded(move || drop(posters));
+    let _ = guarded(move || drop(permits));
     log.assert_all_dropped_once();
 }
 
@@ -406,6 +430,9 @@ impl Api {
         match op {
             ApiOp::Post { poster } => self.post(poster, false),
             ApiOp::PostLossy { poster } => self.post(poster, true),
+            ApiOp::Reserve { poster } => self.reserve(poster),
+            ApiOp::SendPermit { permit } => self.send_permit(permit),
+            ApiOp::GiveBackPermit { permit, release } => self.give_back_permit(permit, release),
             ApiOp::ClonePoster { poster } => {
                 if let Some(i) = pick(self.posters.len(), poster) {
                     let p = self.posters[i].clone();
@@ -423,7 +450,7 @@ impl Api {
             ApiOp::DropPoster { poster } => {
                 if let Some(i) = pick(self.posters.len(), poster) {
                     let p = self.posters.swap_remove(i);
-                    let last = self.posters.is_empty();
+                    let last = self.posters.is_empty() && self.permits.is_empty();
                     let r = guarded(move || drop(p));
                     if last {
                         // The last poster closes, which wakes an armed consumer.
@@ -459,9 +486,12 @@ impl Api {
             }
             ApiOp::PosterQuery { poster } => {
                 if let Some(i) = pick(self.posters.len(), poster) {
-                    let q = self.posters[i].query();
-                    self.m.check_query(&q);
-                    assert_eq!(self.posters[i].is_closed(), self.m.closed);
+                    let p = &self.posters[i];
+                    self.m.check_query(&p.query());
+                    assert_eq!(p.is_closed(), self.m.closed);
+                    let free = self.m.cap - self.m.queue.len() - self.m.permits;
+                    assert_eq!(p.free_slots(), (!self.m.closed).then_some(free));
+                    assert_eq!(p.is_full(), free == 0, "is_full");
                 }
             }
             ApiOp::TryDequeue => {
@@ -622,15 +652,15 @@ impl Api {
             self.m.post(id, r.map(|_| ()));
             return;
         }
-        let mut full = self.m.queue.len() == self.m.cap;
-        if full && self.enabled() {
+        let mut full = self.m.is_full();
+        if self.drains_before_refusing() {
             // Nothing else could start an upcall on a full ring: this poster
             // runs the one that drains it, then retries its post.
             if self.run_instance() {
                 assert!(r.is_err(), "the handler panicked inside the post");
                 return;
             }
-            full = self.m.queue.len() == self.m.cap;
+            full = self.m.is_full();
         }
         if full && !lossy {
             // Backpressure: handed back, nothing counted, nobody notified.
@@ -647,16 +677,7 @@ impl Api {
         } else {
             self.m.post(id, Ok(()));
         }
-        let mut panicked = false;
-        if self.armed {
-            self.armed = false;
-            self.notified = true;
-            self.wakes += 1;
-            self.notify(true);
-            panicked = std::mem::take(&mut self.expect_waker_panic);
-        } else if self.enabled() {
-            panicked = self.run_instance();
-        }
+        let panicked = self.notify_after_post();
         match r {
             Ok(r) => {
                 assert!(
@@ -675,6 +696,128 @@ impl Api {
             }
             Err(()) => assert!(panicked, "post panicked"),
         }
+    }
+
+    /// A full ring (queued or promised) with events queued, under an
+    /// enabled policy: the refused call runs the upcall that drains it, then
+    /// tries again. A ring full only of promises has nothing to drain.
+    fn drains_before_refusing(&self) -> bool {
+        self.m.is_full() && !self.m.queue.is_empty() && self.enabled()
+    }
+
+    /// The notification an event's arrival owes: the armed consumer's wake,
+    /// or an upcall run inline. True if the waker or handler panicked.
+    fn notify_after_post(&mut self) -> bool {
+        if self.armed {
+            self.armed = false;
+            self.notified = true;
+            self.wakes += 1;
+            self.notify(true);
+            std::mem::take(&mut self.expect_waker_panic)
+        } else if self.enabled() {
+            self.run_instance()
+        } else {
+            false
+        }
+    }
+
+    /// `try_reserve_owned` on a clone of poster `poster`: a permit if a slot
+    /// is neither queued nor promised (after the upcall that drains a full
+    /// ring, as a post); the clone comes back with a refusal.
+    fn reserve(&mut self, poster: u8) {
+        let Some(i) = pick(self.posters.len(), poster) else {
+            return;
+        };
+        let p = self.posters[i].clone();
+        let r = guarded(move || p.try_reserve_owned());
+        let want = if self.m.closed {
+            Err(BatchPostError::Closed)
+        } else {
+            if self.drains_before_refusing() && self.run_instance() {
+                // The handler's panic comes out of the call; no permit taken.
+                assert!(r.is_err(), "the handler panicked inside try_reserve");
+                return;
+            }
+            if self.m.is_full() || self.m.permits == evd::Permit::<Payload>::MAX_OUT {
+                Err(BatchPostError::Full)
+            } else {
+                Ok(())
+            }
+        };
+        match r.expect("a reservation that runs no handler does not panic") {
+            Ok(permit) => {
+                assert_eq!(want, Ok(()), "try_reserve gave a permit");
+                self.m.permits += 1;
+                self.permits.push(permit);
+            }
+            Err((e, p)) => {
+                assert_eq!(want, Err(e), "try_reserve refused");
+                self.posters.push(p);
+            }
+        }
+    }
+
+    /// Send a payload with permit `permit`: into its promised slot (never
+    /// full), notifying as a post; on a closed EVD the payload comes back
+    /// and the slot is given back.
+    fn send_permit(&mut self, permit: u8) {
+        let Some(i) = pick(self.permits.len(), permit) else {
+            return;
+        };
+        let permit = self.permits.swap_remove(i);
+        let ev = self.log.make();
+        let id = ev.id;
+        let r = guarded(move || permit.send(ev));
+        self.m.permits -= 1;
+        if self.m.closed {
+            match r.expect("a send refused as closed does not panic") {
+                Err(evd::PostError::Closed(p)) => assert_eq!(p.id, id, "handed back another event"),
+                other => panic!("send after close: {:?}", other.map(|_| ())),
+            }
+            // Its poster went with the refused send; if it was the last
+            // handle, that is one more close of a closed EVD.
+            return;
+        }
+        self.m.post(id, Ok(()));
+        let panicked = self.notify_after_post();
+        match r {
+            Ok(Ok(p)) => {
+                assert!(
+                    !panicked,
+                    "send returned; the waker or handler should have panicked"
+                );
+                self.posters.push(p);
+            }
+            Ok(Err(e)) => panic!("send refused on an open EVD: {e}"),
+            Err(()) => {
+                assert!(panicked, "send panicked");
+                // The permit's poster was dropped while unwinding: the last
+                // handle closes.
+                if self.posters.is_empty() && self.permits.is_empty() {
+                    self.close();
+                }
+            }
+        }
+    }
+
+    /// Give permit `permit` back unsent: its slot is free again. Dropping the
+    /// last poster handle (the permit's own) closes the EVD.
+    fn give_back_permit(&mut self, permit: u8, release: bool) {
+        let Some(i) = pick(self.permits.len(), permit) else {
+            return;
+        };
+        let permit = self.permits.swap_remove(i);
+        self.m.permits -= 1;
+        if release {
+            self.posters.push(permit.release());
+            return;
+        }
+        let last = self.posters.is_empty() && self.permits.is_empty();
+        let r = guarded(move || drop(permit));
+        if last {
+            self.close();
+        }
+        assert_eq!(r.is_err(), self.last_wake_panicked(), "drop panicked");
     }
 
     /// Check an arm with threshold `k` and apply it.

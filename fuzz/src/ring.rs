@@ -97,6 +97,9 @@ pub struct Model {
     pub posted: u64,
     pub dequeued: u64,
     pub lost: u64,
+    /// Slots promised to permits not yet sent or given back: taken, as queued
+    /// events are, by every full check and by a resize.
+    pub permits: usize,
 }
 
 impl Model {
@@ -110,7 +113,13 @@ impl Model {
             posted: 0,
             dequeued: 0,
             lost: 0,
+            permits: 0,
         }
+    }
+
+    /// Every slot is queued or promised.
+    pub fn is_full(&self) -> bool {
+        self.queue.len() + self.permits >= self.cap
     }
 
     /// Check a post's result and apply it.
@@ -118,10 +127,7 @@ impl Model {
         match r {
             Ok(()) => {
                 assert!(!self.closed, "post accepted after close");
-                assert!(
-                    self.queue.len() < self.cap,
-                    "post accepted into a full ring"
-                );
+                assert!(!self.is_full(), "post accepted into a full ring");
                 self.queue.push_back(id);
                 self.posted += 1;
             }
@@ -131,11 +137,7 @@ impl Model {
             }
             Err(PostError::Full(p)) => {
                 assert!(!self.closed, "closed EVD reported full");
-                assert_eq!(
-                    self.queue.len(),
-                    self.cap,
-                    "post refused as full below capacity"
-                );
+                assert!(self.is_full(), "post refused as full below capacity");
                 assert_eq!(p.id, id, "a refused post hands back another event");
                 // Backpressure, not a loss: nothing is counted.
             }
@@ -148,7 +150,7 @@ impl Model {
             Ok(evd::Lossy::Posted) => self.post(id, Ok(())),
             Ok(evd::Lossy::Lost) => {
                 assert!(!self.closed, "loss committed after close");
-                assert_eq!(self.queue.len(), self.cap, "event lost below capacity");
+                assert!(self.is_full(), "event lost below capacity");
                 self.overflow += 1;
                 self.lost += 1;
             }
@@ -247,11 +249,13 @@ impl Model {
             assert_eq!(r, Err(ResizeError::CapacityTooLarge { requested }));
         } else {
             let cap = requested.next_power_of_two();
-            if self.queue.len() > cap && cap != self.cap {
+            // The new ring must hold the promised slots too.
+            let promised = self.queue.len() + self.permits;
+            if promised > cap && cap != self.cap {
                 assert_eq!(
                     r,
                     Err(ResizeError::TooSmall {
-                        queued: self.queue.len(),
+                        queued: promised,
                         capacity: cap
                     })
                 );
@@ -269,6 +273,7 @@ impl Model {
         assert_eq!(q.posted, self.posted, "query: posted");
         assert_eq!(q.dequeued, self.dequeued, "query: dequeued");
         assert_eq!(q.lost, self.lost, "query: lost");
+        assert_eq!(q.permits, self.permits, "query: permits");
     }
 }
 
