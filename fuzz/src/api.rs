@@ -450,13 +450,7 @@ impl Api {
             ApiOp::DropPoster { poster } => {
                 if let Some(i) = pick(self.posters.len(), poster) {
                     let p = self.posters.swap_remove(i);
-                    let last = self.posters.is_empty() && self.permits.is_empty();
-                    let r = guarded(move || drop(p));
-                    if last {
-                        // The last poster closes, which wakes an armed consumer.
-                        self.close();
-                    }
-                    assert_eq!(r.is_err(), self.last_wake_panicked(), "drop panicked");
+                    self.drop_handle(p);
                 }
             }
             ApiOp::ClosePoster { poster } => {
@@ -812,8 +806,15 @@ impl Api {
             self.posters.push(permit.release());
             return;
         }
+        self.drop_handle(permit);
+    }
+
+    /// Drop a poster handle (a poster, or a permit with its own) already
+    /// taken out of `posters` / `permits`. The last one closes, which wakes
+    /// an armed consumer (a waker that panics makes the drop panic).
+    fn drop_handle<H>(&mut self, handle: H) {
         let last = self.posters.is_empty() && self.permits.is_empty();
-        let r = guarded(move || drop(permit));
+        let r = guarded(move || drop(handle));
         if last {
             self.close();
         }
