@@ -2,6 +2,8 @@
 # Run evd-verbs' real-verbs tests on Soft-RoCE inside a throwaway qemu guest.
 #
 #   verbs/tests/softroce/run.sh [BINARY...]
+#   verbs/tests/softroce/run.sh --kernel-only   (fetch and unpack the guest
+#                                                kernel only, for a later run)
 #
 # Builds a small guest from Debian packages (Debian's kernel with rdma_rxe,
 # rdma-core userspace from the host, busybox), boots it under qemu (TCG, no
@@ -22,8 +24,12 @@ timeout_s=${SOFTROCE_TIMEOUT:-300}
 log() { echo "softroce: $*" >&2; }
 
 # --- the binaries ------------------------------------------------------------
+kernel_only=0
+if [ "${1:-}" = --kernel-only ]; then kernel_only=1; shift; fi
 bins=("$@")
-if [ ${#bins[@]} -eq 0 ]; then
+if [ "$kernel_only" = 1 ]; then
+    : # only the guest kernel below (fetched, unpacked), for a later run
+elif [ ${#bins[@]} -eq 0 ]; then
     (cd "$repo" && cargo test --release -p evd-verbs --features ibverbs --test softroce --no-run \
         --message-format=json 2>/dev/null) > "$work/build.json"
     test_bin=$(python3 -c '
@@ -75,6 +81,11 @@ while pos >= 0:
     pos = data.find(magic, pos + 1)
 sys.exit("no ELF payload in " + sys.argv[1])
 PY
+fi
+
+if [ "$kernel_only" = 1 ]; then
+    log "guest kernel $kver ready"
+    exit 0
 fi
 
 # --- the initramfs -----------------------------------------------------------
