@@ -2,8 +2,8 @@
 //! evd ring, and against one bare uncontended CAS (see `evd_bench::single`). Instruction counts
 //! come from `evd-bench compare` (callgrind), not from here.
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use evd_bench::single::{Rings, REARM};
+use criterion::{Criterion, criterion_group, criterion_main};
+use evd_bench::single::{REARM, Rings};
 use std::time::Instant;
 
 fn rearm(c: &mut Criterion) {

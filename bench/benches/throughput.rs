@@ -3,8 +3,8 @@
 //! criterion iteration is one event; the time runs from the start barrier to
 //! the consumer's last event (see `evd_bench::throughput`).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use evd_bench::compare::{throughput_case, PAYLOADS, POSTERS};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use evd_bench::compare::{PAYLOADS, POSTERS, throughput_case};
 use evd_bench::payload::Event64;
 use evd_bench::throughput::Queue;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! time. Criterion reports means; the p50, p99 and p99.9 from an
 //! hdrhistogram of each system are printed after its group.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use evd_bench::latency::WAKE;
 use std::time::Duration;
 

@@ -2,8 +2,8 @@
 //! table); bars are medians, whiskers the min–max over rounds, evd's bars in red; labels carry the
 //! ratio (above 1 = evd better) and the below-floor and oversubscription marks.
 
-use crate::report::{format_value, Record, Report, Role};
-use plotters::coord::{ranged1d::SegmentValue, Shift};
+use crate::report::{Record, Report, Role, format_value};
+use plotters::coord::{Shift, ranged1d::SegmentValue};
 use plotters::prelude::*;
 use std::path::Path;
 

@@ -3,10 +3,10 @@
 //! ([`CnoSystem`]): wake latency ([`CNO_WAKE`]), trigger cost, throughput and fairness. How each is
 //! run: the CNO section of bench/README.md.
 
-use crate::latency::{asleep, evd_wait, now_ns, park_floor, Latency, Sampled, PARK_FLOOR};
+use crate::latency::{Latency, PARK_FLOOR, Sampled, asleep, evd_wait, now_ns, park_floor};
 use crate::report::{Role, Row};
 use crate::throughput::CPU_SAMPLE_EVERY;
-use crate::throughput::{current_cpu, harness, BusyWait, RunStats, Sink};
+use crate::throughput::{BusyWait, RunStats, Sink, current_cpu, harness};
 use crossbeam_utils::{Backoff, CachePadded};
 use std::hint::black_box;
 use std::os::fd::OwnedFd;
@@ -282,7 +282,7 @@ fn expect_armed(s: evd::ArmStatus) -> Result<(), String> {
 
 /// The epoll fixtures need two descriptors per EVD.
 fn raise_fd_limit(want: u64) {
-    use rustix::process::{getrlimit, setrlimit, Resource};
+    use rustix::process::{Resource, getrlimit, setrlimit};
     let mut lim = getrlimit(Resource::Nofile);
     if lim.current.is_some_and(|c| c < want) {
         lim.current = Some(lim.maximum.map_or(want, |max| max.min(want)));
@@ -362,10 +362,11 @@ impl ScanFlag {
         // every signal before (Release here, Acquire there): it sees every post made before them.
         // SeqCst, with the waiter's SeqCst store of `sleeping` and load of the flag: either the
         // waiter sees this set, or this sees it asleep.
-        if !self.flag.swap(true, Ordering::SeqCst) && self.sleeping.load(Ordering::SeqCst) {
-            if let Some(t) = self.waiter.get() {
-                t.unpark();
-            }
+        if !self.flag.swap(true, Ordering::SeqCst)
+            && self.sleeping.load(Ordering::SeqCst)
+            && let Some(t) = self.waiter.get()
+        {
+            t.unpark();
         }
     }
 
@@ -435,7 +436,7 @@ impl Waiter {
                 out.extend(keys.iter().map(|&k| k as usize));
             }
             How::Epoll(ep, fds, events) => {
-                use rustix::event::{epoll, Timespec};
+                use rustix::event::{Timespec, epoll};
                 let zero = Timespec {
                     tv_sec: 0,
                     tv_nsec: 0,

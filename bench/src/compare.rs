@@ -6,9 +6,9 @@ use crate::cno::{self, CnoSystem, Feed, Variant};
 use crate::latency::{Latency, Sampled};
 use crate::payload::Event64;
 use crate::report::{self, Diagnostics, Machine, Record, Report};
-use crate::room::{self, room_case, Work};
-use crate::single::{count_mode, Loop, Rings, CNO_INSNS, PAIR, REARM};
-use crate::throughput::{Queue, RunStats, POSTER_POLICY};
+use crate::room::{self, Work, room_case};
+use crate::single::{CNO_INSNS, Loop, PAIR, REARM, Rings, count_mode};
+use crate::throughput::{POSTER_POLICY, Queue, RunStats};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -218,8 +218,18 @@ fn section(name: &'static str, stride: usize, jobs: Vec<Job>, note: Option<Strin
 
 /// Every section of `plan`, in run order (that of [`Plan::sections`]).
 fn sections(plan: &Plan) -> Vec<Section> {
-    let [throughput, room, wake, room_wake, rearm, pair, pingpong, cno_wake, trigger, cno_tp] =
-        plan.sections;
+    let [
+        throughput,
+        room,
+        wake,
+        room_wake,
+        rearm,
+        pair,
+        pingpong,
+        cno_wake,
+        trigger,
+        cno_tp,
+    ] = plan.sections;
     let wake = latency_jobs("wake-latency", &crate::latency::WAKE, wake);
     let room_wake = latency_jobs("room-wake-latency", &room::ROOM_WAKE, room_wake);
     let pair = timed_jobs(&PAIR, "ns_per_pair", pair);

@@ -163,8 +163,8 @@ fn evd_eventfd(samples: u64) -> Sampled {
 fn evd_consumer(
     samples: u64,
     consume: impl FnOnce(&mut evd::Consumer<u64>, &mut dyn FnMut(u64)) -> Result<(), String>
-        + Send
-        + 'static,
+    + Send
+    + 'static,
 ) -> Sampled {
     let (tx, mut rx) = evd::bounded::<u64>(1024).map_err(|e| e.to_string())?;
     let post = move |t| tx.post(t).map_err(|e| e.to_string());
@@ -233,7 +233,7 @@ pub(crate) fn park_floor(samples: u64) -> Sampled {
 
 /// The floor of the epoll loop: a blocking `read` of an eventfd that the poster writes.
 fn eventfd_floor(samples: u64) -> Sampled {
-    use rustix::event::{eventfd, EventfdFlags};
+    use rustix::event::{EventfdFlags, eventfd};
     let fd = Arc::new(eventfd(0, EventfdFlags::CLOEXEC).map_err(|e| e.to_string())?);
     let rfd = fd.clone();
     let consume = move |record: &mut dyn FnMut(u64)| {

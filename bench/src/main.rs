@@ -2,8 +2,8 @@
 //! callgrind counts: re-arms (`rearm-insns`) and CNO cycles (`cno-insns`).
 
 use clap::{Parser, Subcommand};
-use evd_bench::compare::{compare, Plan};
-use evd_bench::single::{Loop, Rings, CNO_INSNS, REARM};
+use evd_bench::compare::{Plan, compare};
+use evd_bench::single::{CNO_INSNS, Loop, REARM, Rings};
 use evd_bench::{chart, table};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -2,12 +2,12 @@
 //! of one system (A→B and B→A, [`CAPACITY`] slots), both polling in the crate's one busy loop
 //! ([`BusyWait`]), after [`WARMUP`] unrecorded round trips. How: bench/README.md.
 
-use crate::latency::{new_histogram, Latency, Sampled};
+use crate::latency::{Latency, Sampled, new_histogram};
 use crate::report::{Role::*, Row};
-use crate::throughput::{current_cpu, BusyWait, CAPACITY, CPU_SAMPLE_EVERY, NO_CPU};
+use crate::throughput::{BusyWait, CAPACITY, CPU_SAMPLE_EVERY, NO_CPU, current_cpu};
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The case of the busy ping-pong.

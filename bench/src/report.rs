@@ -2,8 +2,8 @@
 //! [`crate::targets`] evaluated on them and the machine, written as `report.json`. Every field is
 //! described in bench/README.md's schema tables; every ratio points one way: above 1 = evd better.
 
-use crate::stats::{quotient, ratio_to_evd, Summary};
-use crate::targets::{Goal, Side, Target, TARGETS};
+use crate::stats::{Summary, quotient, ratio_to_evd};
+use crate::targets::{Goal, Side, TARGETS, Target};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 

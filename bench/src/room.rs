@@ -2,15 +2,15 @@
 //! a small ring, so that posters sleep in their blocking send) and the room-wake latency
 //! ([`ROOM_WAKE`]). How both are run: bench/README.md.
 
-use crate::latency::{asleep, now_ns, park_floor, Latency, Sampled, PARK_FLOOR};
+use crate::latency::{Latency, PARK_FLOOR, Sampled, asleep, now_ns, park_floor};
 use crate::peers::Channel;
 use crate::report::{Role::*, Row};
-use crate::throughput::{clones, drive, evd_batch, polling, recv_one, spin, wait_for_one};
 use crate::throughput::{RunStats, Sink};
+use crate::throughput::{clones, drive, evd_batch, polling, recv_one, spin, wait_for_one};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// The ring capacities of the room throughput cases.

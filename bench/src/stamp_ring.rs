@@ -8,8 +8,8 @@ use crate::payload::Payload;
 use crossbeam_utils::CachePadded;
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How a poster takes its ticket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 //! title and prose, how its records form rows (`Rows`) and its columns (`Col`); each cell reads
 //! the row's records by metric, in their unit and direction, with the ratio to evd.
 
-use crate::cno::{Variant, FAIRNESS_METRIC, THROUGHPUT_POSTERS, TRIGGER_EVDS, WAKE_CASE};
-use crate::report::{format_value, Record, Report, Role};
+use crate::cno::{FAIRNESS_METRIC, THROUGHPUT_POSTERS, TRIGGER_EVDS, Variant, WAKE_CASE};
+use crate::report::{Record, Report, Role, format_value};
 use crate::stats::Summary;
 use std::fmt::Write as _;
 
@@ -420,15 +420,18 @@ fn section(case: &str, records: &[&Record], report: &Report) -> Section {
 pub fn markdown(report: &Report) -> String {
     let mut s = String::new();
     let m = &report.machine;
-    let _ =
-        writeln!(
+    let _ = writeln!(
         s,
         "evd-bench compare{} on CPU {}, {} logical CPUs{}, kernel {}, load average {} at start \
          and {} at end, {:.1} s\n",
         if report.quick { " --quick" } else { "" },
         m.cpu_line(),
         m.logical_cpus,
-        if m.hypervisor { " (under a hypervisor)" } else { "" },
+        if m.hypervisor {
+            " (under a hypervisor)"
+        } else {
+            ""
+        },
         m.kernel,
         m.load_average,
         m.load_average_end,

@@ -193,7 +193,7 @@ impl Queue {
                 stats
             }
             FloorStampRing | FloorStampRingCas | FloorStampRingFaa => {
-                use crate::stamp_ring::{stamp_ring, Reserve};
+                use crate::stamp_ring::{Reserve, stamp_ring};
                 let reserve = match self {
                     FloorStampRing => Reserve::Own,
                     FloorStampRingCas => Reserve::CasTail,
@@ -471,11 +471,11 @@ pub(crate) fn harness<S: Send>(
         };
         barrier.wait();
         let start = Instant::now();
-        if messages > 0 {
-            if let Err(e) = consume(&mut sink) {
-                abort.store(true, Ordering::Relaxed);
-                return Err(e);
-            }
+        if messages > 0
+            && let Err(e) = consume(&mut sink)
+        {
+            abort.store(true, Ordering::Relaxed);
+            return Err(e);
         }
         Ok::<_, String>((start.elapsed(), sink))
     })?;

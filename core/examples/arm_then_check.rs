@@ -50,6 +50,8 @@ fn main() {
     let q = consumer.query();
     assert_eq!(next, EVENTS);
     println!("delivered {next} events in order, exactly once");
-    println!("arms: {armed} armed (slept), {pending} pending: events that landed between the last dequeue and the arm, caught without a second poll");
+    println!(
+        "arms: {armed} armed (slept), {pending} pending: events that landed between the last dequeue and the arm, caught without a second poll"
+    );
     println!("sleeps: {sleeps}, notifications fired: {}", q.notifications);
 }

@@ -9,7 +9,7 @@
 //!
 //! Run: `cargo run --release -p evd --example room`
 
-use futures::{executor::block_on, SinkExt};
+use futures::{SinkExt, executor::block_on};
 use std::time::Duration;
 
 const BLOCKING_POSTERS: u64 = 3;

@@ -15,8 +15,8 @@
 use evd::{
     ArmStatus, Consumer, Invoke, Overflow, PostError, TryDequeueError, UpcallPolicy, WaitError,
 };
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 const POSTERS: u64 = 2;

@@ -9,7 +9,7 @@
 #[cfg(target_os = "linux")]
 fn main() -> std::io::Result<()> {
     use evd::{ArmStatus, PostError};
-    use tokio::io::{unix::AsyncFd, Interest};
+    use tokio::io::{Interest, unix::AsyncFd};
 
     const POSTERS: u64 = 2;
     const PER_POSTER: u64 = 100_000;

@@ -379,8 +379,8 @@ pub use cno::{Cno, CnoHandle, ReadySet};
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub use consumer::NotifyFd;
 pub use consumer::{
-    ArmStatus, Consumer, IntoIter, Iter, Recv, RecvBatch, TryIter, DEFAULT_LINGER_CAP,
-    DEFAULT_SPIN_BUDGET,
+    ArmStatus, Consumer, DEFAULT_LINGER_CAP, DEFAULT_SPIN_BUDGET, IntoIter, Iter, Recv, RecvBatch,
+    TryIter,
 };
 pub use error::{
     BatchPostError, CnoError, CreateError, DequeueError, Overflow, PolicyError, PostError,

@@ -62,7 +62,7 @@ impl NotifyTargets {
         if let Some(fd) = self.eventfd.get() {
             return Ok(fd);
         }
-        use rustix::event::{eventfd, EventfdFlags};
+        use rustix::event::{EventfdFlags, eventfd};
         let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         // If two threads race here the loser's fd is closed; only the consumer
         // calls this, so it does not happen in practice.

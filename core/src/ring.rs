@@ -65,7 +65,7 @@ impl<T> Buffer<T> {
     /// and an impossible size is a `None`, not an abort.
     #[cfg(not(any(loom, shuttle)))]
     pub(crate) fn try_new(cap_log2: u32) -> Option<Self> {
-        use std::alloc::{alloc_zeroed, Layout};
+        use std::alloc::{Layout, alloc_zeroed};
         let cap = 1usize.checked_shl(cap_log2)?;
         let layout = Layout::array::<Slot<T>>(cap).ok()?;
         // SAFETY: `layout` has a non-zero size (a slot holds at least its

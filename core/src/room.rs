@@ -115,7 +115,7 @@
 //! before it sleeps; `Joined::Already` does not need it (the flag was set,
 //! and seen or not by the consumer, by the earlier join's barrier).
 
-use crate::sync::{fence, AtomicBool, AtomicU64, Mutex, Ordering, RoomBarrier};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, RoomBarrier, fence};
 use std::collections::VecDeque;
 use std::task::Waker;
 
@@ -223,7 +223,7 @@ impl WaitQueue {
 
     /// Take every waiter out (close, a growing resize), front first; wake
     /// them after unlocking.
-    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = Waker> {
+    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = Waker> + use<> {
         std::mem::take(&mut self.waiting)
             .into_iter()
             .map(|(_, w)| w)
@@ -408,8 +408,8 @@ fn wake_poster(w: Waker, woken: &AtomicU64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Wake;
 
     /// A waker that counts its wakes, with a name to tell them apart.

@@ -310,11 +310,7 @@ pub const fn known_queued(seen_tail: u64, head: u64) -> u64 {
     let d = seen_tail.wrapping_sub(head);
     // A head past the seen tail makes `d` wrap to near 2^64; a real count is
     // at most the capacity, far below 2^36.
-    if d <= TICKET_MASK {
-        d
-    } else {
-        0
-    }
+    if d <= TICKET_MASK { d } else { 0 }
 }
 
 /// True if a reservation in `w` would exceed the capacity, given `head`:

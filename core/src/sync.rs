@@ -6,13 +6,13 @@
 #[cfg(loom)]
 pub(crate) use loom::{
     cell::UnsafeCell,
-    sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, fence},
     sync::{Arc, Mutex},
     thread,
 };
 #[cfg(not(any(loom, shuttle)))]
 pub(crate) use std::{
-    sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, fence},
     sync::{Arc, Mutex},
     thread,
 };
@@ -20,8 +20,8 @@ pub(crate) use std::{
 pub(crate) use {
     observed::StateWord,
     shuttle::{
-        sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
         sync::Mutex,
+        sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, fence},
         thread,
     },
     std::sync::Arc,
@@ -151,7 +151,7 @@ mod membarrier {
     /// refuses the call).
     #[cfg(all(target_os = "linux", not(miri)))]
     pub(super) fn registered() -> bool {
-        use rustix::thread::{membarrier, MembarrierCommand};
+        use rustix::thread::{MembarrierCommand, membarrier};
         static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *REGISTERED.get_or_init(|| membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok())
     }
@@ -159,7 +159,7 @@ mod membarrier {
     /// Run a barrier on every CPU running a thread of this process.
     #[cfg(all(target_os = "linux", not(miri)))]
     pub(super) fn run() {
-        use rustix::thread::{membarrier, MembarrierCommand};
+        use rustix::thread::{MembarrierCommand, membarrier};
         // After a successful registration the command fails only with EPERM
         // for an unregistered process: impossible here, and a consumer that
         // relies on it (it skips its fence) would miss a wakeup, so stop.
@@ -302,8 +302,8 @@ impl WakerSlot {
 /// any other thread can run.
 #[cfg(shuttle)]
 mod observed {
-    use std::sync::atomic::Ordering;
     use std::sync::OnceLock;
+    use std::sync::atomic::Ordering;
 
     static OBSERVER: OnceLock<fn(usize, u64, u64)> = OnceLock::new();
 

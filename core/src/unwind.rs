@@ -8,7 +8,7 @@
 //! thread that is already unwinding (the first panic is on its way up).
 
 use std::any::Any;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 /// The first panic caught by a sequence of steps.
 #[derive(Default)]

@@ -5,8 +5,8 @@ use futures::executor::block_on;
 use futures::task::noop_waker;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// A waker that counts its wakes.

@@ -5,8 +5,8 @@
 
 mod common;
 use common::{
-    assert_report, assert_wait_ends, full_ring, lose, lose_twice_around_a_report,
-    next_of_its_poster, shared_vec, spawn_tagged_posters, tracked, Tracked,
+    Tracked, assert_report, assert_wait_ends, full_ring, lose, lose_twice_around_a_report,
+    next_of_its_poster, shared_vec, spawn_tagged_posters, tracked,
 };
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
@@ -14,7 +14,7 @@ use evd::{
 };
 use std::sync::atomic::Ordering::{SeqCst, *};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 #[test]
@@ -317,14 +317,16 @@ fn dropping_the_consumer_waits_out_posters_mid_write() {
         let posters: Vec<_> = (0..2)
             .map(|_| {
                 let (poster, drops, made) = (poster.clone(), drops.clone(), made.clone());
-                std::thread::spawn(move || loop {
-                    made.fetch_add(1, SeqCst);
-                    match poster.post(tracked(&drops, false)) {
-                        Ok(()) => {}
-                        Err(PostError::Full(t)) => drop(t),
-                        Err(PostError::Closed(t)) => {
-                            drop(t);
-                            return;
+                std::thread::spawn(move || {
+                    loop {
+                        made.fetch_add(1, SeqCst);
+                        match poster.post(tracked(&drops, false)) {
+                            Ok(()) => {}
+                            Err(PostError::Full(t)) => drop(t),
+                            Err(PostError::Closed(t)) => {
+                                drop(t);
+                                return;
+                            }
                         }
                     }
                 })

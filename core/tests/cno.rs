@@ -11,15 +11,15 @@
 
 mod common;
 use common::{
-    assert_report, bound, drain, drain_in_order, enabled, enabled_with_capacity, lose, pair,
-    post_0_to, post_retry, ready_keys, two_cnos, Rng, Watchdog,
+    Rng, Watchdog, assert_report, bound, drain, drain_in_order, enabled, enabled_with_capacity,
+    lose, pair, post_0_to, post_retry, ready_keys, two_cnos,
 };
 use evd::{ArmStatus, Cno, CnoError, CnoHandle, Consumer, Poster};
 use futures::{FutureExt, StreamExt};
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// An EVD of 4 slots with its notification eventfd, bound to `cno` with

@@ -8,9 +8,9 @@ mod common;
 use common::{bound, drain, enabled, enabled_with_capacity, pair, ready_keys, two_cnos};
 use evd::{ArmStatus, Cno, CnoError, Overflow};
 use futures::{FutureExt, StreamExt};
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::*;
-use std::sync::Arc;
 
 #[test]
 fn disable_removes_a_pending_key_and_keeps_the_events() {

@@ -29,10 +29,10 @@
 //! replay a run (each test prints its seed).
 
 mod common;
-use common::{env_u64, Rng, Watchdog, STALL_LIMIT};
+use common::{Rng, STALL_LIMIT, Watchdog, env_u64};
 use evd::{ArmStatus, BatchPostError, Cno, Consumer, PostError, Poster, TryDequeueError};
-use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Duration;
 /// Slots per EVD: small, so that full rings and backpressure are common.
 const EVD_CAPACITY: usize = 4;
@@ -513,48 +513,54 @@ fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
     // Per EVD: its binding's generation; the first generation since its
     // last unbind (a move keeps the outstanding enable, an unbind drops it);
     // the generation its outstanding enable was made in.
-    let mut gen = [0u64; EVDS];
+    let mut generation = [0u64; EVDS];
     let mut epoch = [0u64; EVDS];
     let mut enable_gen = [0u64; EVDS];
     let mut rng = Rng(seed);
     let (mut unbinds, mut moves, mut old_keys) = (0u64, 0u64, 0u64);
-    let enable = |s: &mut Server, i: usize, gen: &[u64; EVDS], enable_gen: &mut [u64; EVDS]| {
-        s.enable(i);
-        if s.enabled[i] {
-            enable_gen[i] = gen[i];
-        }
-    };
+    let enable =
+        |s: &mut Server, i: usize, generation: &[u64; EVDS], enable_gen: &mut [u64; EVDS]| {
+            s.enable(i);
+            if s.enabled[i] {
+                enable_gen[i] = generation[i];
+            }
+        };
     for i in 0..EVDS {
-        enable(&mut s, i, &gen, &mut enable_gen);
+        enable(&mut s, i, &generation, &mut enable_gen);
     }
     // Unbind and rebind EVD `i` (dropping its outstanding enable), or move
     // it to a new key (keeping it).
     let mut churn = |s: &mut Server,
                      i: usize,
                      rng: &mut Rng,
-                     gen: &mut [u64; EVDS],
+                     generation: &mut [u64; EVDS],
                      epoch: &mut [u64; EVDS]|
      -> bool {
         match rng.below(2) {
             0 => {
-                assert_eq!(s.consumers[i].unbind_cno(), Some(churn_key(i, gen[i])));
-                retired[i].store(gen[i] + 1, Release);
+                assert_eq!(
+                    s.consumers[i].unbind_cno(),
+                    Some(churn_key(i, generation[i]))
+                );
+                retired[i].store(generation[i] + 1, Release);
                 if s.enabled[i] {
                     s.enabled[i] = false;
                     s.enabled_now -= 1;
                 }
-                gen[i] += 1;
-                epoch[i] = gen[i];
-                s.consumers[i].bind_cno(&h, churn_key(i, gen[i])).unwrap();
+                generation[i] += 1;
+                epoch[i] = generation[i];
+                s.consumers[i]
+                    .bind_cno(&h, churn_key(i, generation[i]))
+                    .unwrap();
                 unbinds += 1;
                 true // needs a new enable
             }
             _ => {
                 s.consumers[i]
-                    .modify_cno(&h, churn_key(i, gen[i] + 1))
+                    .modify_cno(&h, churn_key(i, generation[i] + 1))
                     .unwrap();
-                retired[i].store(gen[i] + 1, Release);
-                gen[i] += 1;
+                retired[i].store(generation[i] + 1, Release);
+                generation[i] += 1;
                 moves += 1;
                 false
             }
@@ -575,12 +581,12 @@ fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
             continue;
         }
         assert!(
-            s.enabled[i] && g >= enable_gen[i] && g <= gen[i],
+            s.enabled[i] && g >= enable_gen[i] && g <= generation[i],
             "key {k:#x} (EVD {i}, generation {g}) without an outstanding enable \
              (enabled {}, enable made in generation {}, now {}, done {})",
             s.enabled[i],
             enable_gen[i],
-            gen[i],
+            generation[i],
             s.done[i]
         );
         s.enabled[i] = false;
@@ -595,14 +601,14 @@ fn stress_unbind_rebind_and_move_while_the_waiter_takes_keys() {
             continue;
         }
         if rng.below(8) == 0 {
-            churn(&mut s, i, &mut rng, &mut gen, &mut epoch);
+            churn(&mut s, i, &mut rng, &mut generation, &mut epoch);
         }
-        enable(&mut s, i, &gen, &mut enable_gen);
+        enable(&mut s, i, &generation, &mut enable_gen);
         // Now and then churn another EVD, enabled or not.
         if rng.below(4) == 0 {
             let j = rng.below(EVDS as u64) as usize;
-            if !s.done[j] && churn(&mut s, j, &mut rng, &mut gen, &mut epoch) {
-                enable(&mut s, j, &gen, &mut enable_gen);
+            if !s.done[j] && churn(&mut s, j, &mut rng, &mut generation, &mut epoch) {
+                enable(&mut s, j, &generation, &mut enable_gen);
             }
         }
     }

@@ -9,7 +9,7 @@
 //! the one threaded test waits on conditions, never on time.
 
 mod common;
-use common::{counting, poll, Ledger};
+use common::{Ledger, counting, poll};
 use evd::{
     ArmStatus, BatchPostError, Invoke, OwnedPermit, Permit, PostError, ResizeError,
     TryDequeueError, UpcallPolicy,
@@ -366,10 +366,12 @@ fn a_cancelled_owned_reservation_takes_nothing() {
     poster.post(1).unwrap();
     let (_, waker) = counting();
     let mut waiting = Box::pin(poster.clone().reserve_owned());
-    assert!(waiting
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(&waker))
-        .is_pending());
+    assert!(
+        waiting
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker))
+            .is_pending()
+    );
     drop(waiting);
     let q = poster.query();
     assert_eq!((q.permits, q.room_wanted), (0, false));

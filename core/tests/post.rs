@@ -5,9 +5,9 @@
 mod common;
 use common::{armed_empty, full_ring, lose};
 use evd::{Invoke, PostError, TryDequeueError, UpcallPolicy};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::*;
-use std::sync::Arc;
 
 #[test]
 fn accessors_agree_on_poster_and_consumer() {

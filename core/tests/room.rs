@@ -13,8 +13,8 @@ use common::{eventually, full_ring, post_blocking_on_a_thread, shared_vec};
 use evd::{Invoke, PostAsync, PostError, Poster, UpcallPolicy};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 

@@ -19,11 +19,11 @@
 //! through a two-slot ring.
 
 mod common;
-use common::{env_u64, eventually, post_retry, Ledger, Rng, Watchdog};
+use common::{Ledger, Rng, Watchdog, env_u64, eventually, post_retry};
 use evd::{ArmStatus, Invoke, Overflow, TryDequeueError, UpcallPolicy, WaitError};
 use futures::executor::block_on;
 use futures::{SinkExt, StreamExt};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

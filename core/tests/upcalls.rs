@@ -3,11 +3,11 @@
 //! and what an upcall may and may not do from inside itself.
 
 mod common;
-use common::{full_ring, shared_vec, spawn_posters, tally, tracked, Tracked};
+use common::{Tracked, full_ring, shared_vec, spawn_posters, tally, tracked};
 use evd::{Consumer, Invoke, Overflow, PolicyError, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
 
 #[test]
 fn fnmut_handler_sees_every_event_of_racing_posters_exactly_once_and_fifo_per_poster() {

@@ -205,7 +205,7 @@ impl Side {
         loop {
             match next(evd, self.feed.as_mut())? {
                 Event::Verbs(VerbsEvent::Completion { wc, .. }) if wc.status.is_success() => {
-                    return Ok(Some(wc))
+                    return Ok(Some(wc));
                 }
                 Event::Verbs(other) => return Err(format!("verbs event {other:?}").into()),
                 Event::Cm(ev) if ev.kind == CmEventKind::Disconnected => return Ok(None),
@@ -280,7 +280,7 @@ fn client(args: &Args, c: &mut Conn) -> Res<()> {
     match next(&mut c.evd, None)? {
         Event::Cm(ev) if ev.kind == CmEventKind::ConnectResponse => id.establish(&s.qp)?,
         Event::Cm(ev) => {
-            return Err(format!("connect failed: {:?} (status {})", ev.kind, ev.status).into())
+            return Err(format!("connect failed: {:?} (status {})", ev.kind, ev.status).into());
         }
         other => return Err(format!("waiting for the connection, got {other:?}").into()),
     }

@@ -15,8 +15,8 @@
 use evd::{ArmStatus, Cno, TryDequeueError};
 use evd_verbs::soft::SoftCq;
 use evd_verbs::{CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent, WorkCompletion};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Completions outstanding per CQ at most: the software CQ overruns (and
 /// breaks, as a real one does) if the consumer falls this far behind.

@@ -48,8 +48,8 @@
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::SoftCq;
 use evd_verbs::{
-    AdaptiveConfig, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode, Poller,
-    VerbsEvent, WorkCompletion, POLL_BATCH,
+    AdaptiveConfig, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode, POLL_BATCH,
+    Poller, VerbsEvent, WorkCompletion,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -345,7 +345,7 @@ fn load_run(mode: Mode, load: Load) -> Result {
         let late = l
             .iter()
             .enumerate()
-            .filter(|(i, &x)| i % load.burst >= 32 && x > 20_000)
+            .filter(|&(i, &x)| i % load.burst >= 32 && x > 20_000)
             .count();
         let means: Vec<String> = sums
             .iter()
@@ -507,7 +507,11 @@ impl Paired {
             println!(
                 "  {name:<10} median {:.2} [{}]   null median {:.2}, range {lo:.2}–{hi:.2}   trials above the null range {above}, below {below}",
                 median(&ratio),
-                ratio.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" "),
+                ratio
+                    .iter()
+                    .map(|r| format!("{r:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 median(&null),
             );
         }
@@ -546,7 +550,7 @@ fn median(xs: &[f64]) -> f64 {
 /// of the load's idle periods (`bursts` of them, at most 300), on the CPUs
 /// the load's threads run on.
 fn idle_wakes(load: Load) -> Vec<Duration> {
-    use rustix::event::{eventfd, EventfdFlags};
+    use rustix::event::{EventfdFlags, eventfd};
     use std::sync::atomic::{AtomicU64, Ordering};
     let efd = Arc::new(eventfd(0, EventfdFlags::CLOEXEC).unwrap());
     // When the last wake was raised, in ns since `t0` (0: taken).

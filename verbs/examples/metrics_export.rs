@@ -29,7 +29,7 @@ use evd_verbs::{
     CqId, Driver, DriverHandle, DriverStats, Feed, FeedMode, FeedStats, VerbsEvent, WorkCompletion,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 /// How often the exporter reads and prints the counters.

@@ -2,7 +2,7 @@
 //! the software device's async fd and the driver's wake-up. Through rustix,
 //! as in the core, so no `unsafe` is needed for it.
 
-use rustix::event::{eventfd, EventfdFlags};
+use rustix::event::{EventfdFlags, eventfd};
 use rustix::io::Errno;
 use std::io;
 use std::os::fd::OwnedFd;

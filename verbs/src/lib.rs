@@ -220,22 +220,22 @@ pub use ibv::teardown;
 
 pub use driver::{
     Activity, AdaptiveConfig, Driver, DriverBackend, DriverConfig, DriverError, DriverHandle,
-    DriverStats, FeedId, FeedKey, FeedMode, Panic, RunningDriver, Shutdown, SpinPolicy,
-    PROBE_EVERY, PROBE_EVERY_MAX,
+    DriverStats, FeedId, FeedKey, FeedMode, PROBE_EVERY, PROBE_EVERY_MAX, Panic, RunningDriver,
+    Shutdown, SpinPolicy,
 };
 pub use event::{
-    AsyncElement, AsyncEvent, AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId, PrivateData,
-    VerbsEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion, PRIVATE_DATA_MAX,
+    AsyncElement, AsyncEvent, AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId,
+    PRIVATE_DATA_MAX, PrivateData, VerbsEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use feed::{
-    AsyncFeed, ChannelFeed, ChannelFeedStats, CmFeed, Feed, FeedStats, FeedStatus, Progress,
-    ACK_BATCH, POLL_BATCH,
+    ACK_BATCH, AsyncFeed, ChannelFeed, ChannelFeedStats, CmFeed, Feed, FeedStats, FeedStatus,
+    POLL_BATCH, Progress,
 };
 pub use poller::{Poller, Stopped};
 pub use source::{
     AsyncEventSource, ChannelEvent, CmEventSource, CompletionQueue, CqKey, PollError, SharedChannel,
 };
 pub use teardown::{
-    clear_teardown_hook, set_teardown_hook, teardown_failures, CloseError, TeardownError,
-    TeardownHook, VerbsObject,
+    CloseError, TeardownError, TeardownHook, VerbsObject, clear_teardown_hook, set_teardown_hook,
+    teardown_failures,
 };

@@ -4,7 +4,7 @@ use crate::driver::Panic;
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use crate::source::CompletionQueue;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;

@@ -10,8 +10,8 @@
 mod common;
 
 use common::driver::driver_serving;
-use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::WorkCompletion;
+use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::{AdaptiveConfig, CqId, Driver, Feed, FeedMode, VerbsEvent};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

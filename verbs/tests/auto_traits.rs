@@ -6,8 +6,8 @@
 //! The RDMA wrappers' promises (`evd_verbs::ibv`) are checked with the
 //! `ibverbs` feature, which that module needs.
 
-use evd_verbs::soft::{SoftChannel, SoftCqProducer};
 use evd_verbs::DriverHandle;
+use evd_verbs::soft::{SoftChannel, SoftCqProducer};
 
 const fn assert_send<T: Send>() {}
 const fn assert_sync<T: Sync>() {}

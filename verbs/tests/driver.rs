@@ -255,9 +255,11 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
     let (tx, rx) = mpsc::channel();
     let waker = Waker::from(Arc::new(Tell(Mutex::new(tx))));
     let mut other = poster.room_waiter();
-    assert!(other
-        .poll_room(&mut Context::from_waker(&waker))
-        .is_pending());
+    assert!(
+        other
+            .poll_room(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
     assert!(consumer.try_dequeue().is_ok()); // wakes the feed, first in line
     rx.recv_timeout(Duration::from_secs(30))
         .expect("the wake was not passed on to the waiter behind the feed");

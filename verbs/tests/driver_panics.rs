@@ -11,7 +11,7 @@ use evd_verbs::{
     VerbsEvent, WorkCompletion,
 };
 use std::collections::HashSet;
-use std::sync::{mpsc, Once};
+use std::sync::{Once, mpsc};
 use std::time::{Duration, Instant};
 
 /// A watchdog, not a sleep: a report that never comes fails the test instead

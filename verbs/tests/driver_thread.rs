@@ -120,7 +120,7 @@ fn a_poller_whose_handler_panicked_stops_with_the_panic_not_a_second_one() {
 
 #[test]
 fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked() {
-    use std::sync::{mpsc, Arc, Mutex, OnceLock};
+    use std::sync::{Arc, Mutex, OnceLock, mpsc};
     let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
     let handle = driver.handle();

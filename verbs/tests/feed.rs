@@ -8,8 +8,8 @@ use common::wc;
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftCqProducer, SoftDevice};
 use evd_verbs::{
-    AsyncElement, AsyncEventKind, CompletionQueue, CqId, Feed, FeedStatus, PollError, Progress,
-    VerbsEvent, WcStatus, WorkCompletion, POLL_BATCH,
+    AsyncElement, AsyncEventKind, CompletionQueue, CqId, Feed, FeedStatus, POLL_BATCH, PollError,
+    Progress, VerbsEvent, WcStatus, WorkCompletion,
 };
 
 /// What an EVD held when it was emptied.

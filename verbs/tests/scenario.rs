@@ -6,7 +6,7 @@
 mod common;
 mod scenarios;
 
-use common::{e2s, ensure, Res};
+use common::{Res, e2s, ensure};
 use evd::Poster;
 use evd_verbs::soft::SoftCq;
 use evd_verbs::soft::{SoftAsyncEvents, SoftCm, SoftCmEvents, SoftCqProducer, SoftDevice};
@@ -14,7 +14,7 @@ use evd_verbs::{
     AsyncElement, AsyncEvent, AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId, Driver, Feed,
     FeedMode, WorkCompletion,
 };
-use scenarios::every_source::{every_source_at_once, Apps, Devices, Event, Log, Traffic};
+use scenarios::every_source::{Apps, Devices, Event, Log, Traffic, every_source_at_once};
 use std::thread;
 
 const COMPLETIONS: u64 = 3000; // per CQ

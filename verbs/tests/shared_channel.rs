@@ -13,15 +13,15 @@ mod common;
 mod scenarios;
 
 use common::driver::running_driver;
-use common::load::{drain_completions, Credits, Overflow, Watchdog, Xorshift};
-use common::{e2s, ensure, wc, Res};
+use common::load::{Credits, Overflow, Watchdog, Xorshift, drain_completions};
+use common::{Res, e2s, ensure, wc};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftChannel, SoftCqProducer};
 use evd_verbs::{
     ChannelFeed, CompletionQueue, CqId, Driver, DriverConfig, FeedMode, FeedStatus, SharedChannel,
     VerbsEvent, WorkCompletion,
 };
-use scenarios::shared_channel::{four_cqs_on_one_channel, ChannelDevices, Cqs, CQS as ROUND_CQS};
+use scenarios::shared_channel::{CQS as ROUND_CQS, ChannelDevices, Cqs, four_cqs_on_one_channel};
 use std::sync::Arc;
 use std::time::Duration;
 

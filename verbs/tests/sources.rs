@@ -9,8 +9,8 @@ use evd_verbs::{
     AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, Feed,
     FeedMode, VerbsEvent, WorkCompletion,
 };
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;

@@ -7,15 +7,15 @@
 
 mod common;
 
-use common::load::{drain_completions, Credits, Overflow};
+use common::load::{Credits, Overflow, drain_completions};
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::{
     AdaptiveConfig, CqId, Driver, DriverConfig, Feed, FeedMode, Poller, VerbsEvent, WcStatus,
     WorkCompletion,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 const PRODUCERS: u64 = 2;

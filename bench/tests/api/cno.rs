@@ -52,9 +52,11 @@ fn rows_compare_with_the_evd_cno_and_the_park_floor() {
         "the direct wait is an evd variant"
     );
     assert_eq!(CNO_WAKE[2].row.name, evd_bench::latency::PARK_FLOOR);
-    assert!(CNO_WAKE[..2]
-        .iter()
-        .all(|s| s.row.floor == Some(CNO_WAKE[2].row.name)));
+    assert!(
+        CNO_WAKE[..2]
+            .iter()
+            .all(|s| s.row.floor == Some(CNO_WAKE[2].row.name))
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-use evd_bench::compare::{compare, Plan};
+use evd_bench::compare::{Plan, compare};
 use std::time::Duration;
 
 #[test]

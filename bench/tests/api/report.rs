@@ -377,8 +377,10 @@ fn busy_targets_name_the_ceiling_of_a_one_cas_ring() {
     assert_eq!(busy(case).value, Some(1.8));
     let caveats = &busy(case).caveats;
     assert!(caveats.contains(&"floor: stamp ring + 1 CAS per post ÷ ArrayQueue: 1.60".to_string()));
-    assert!(caveats
-        .contains(&"floor: stamp ring + 1 fetch_add per post ÷ ArrayQueue: 1.40".to_string()));
+    assert!(
+        caveats
+            .contains(&"floor: stamp ring + 1 fetch_add per post ÷ ArrayQueue: 1.40".to_string())
+    );
     // No floor row in the 2-poster case here: no such caveat.
     assert!(busy("throughput/u64/2p").caveats.is_empty());
 }
@@ -405,7 +407,7 @@ fn time_targets_keep_the_goal_direction() {
 
 #[test]
 fn records_from_orients_ratios_evd_better_above_1() {
-    use evd_bench::report::{records_from, Record, Role};
+    use evd_bench::report::{Record, Role, records_from};
     let m = |system: &str, role, rounds: &[f64]| {
         let mut m = Record::new("c", system, role, "busy/item", "ops_per_sec");
         m.baseline = Some("evd".into());

@@ -18,17 +18,20 @@ fn rows_compare_with_the_arm_evd_and_the_cno_cycle() {
         assert_eq!(l.row.baseline, Some("evd arm (one CAS)"));
         assert_eq!(l.row.floor.is_none(), l.row.role == Role::Floor);
     }
-    assert!(PAIR
-        .iter()
-        .all(|l| l.row.baseline == Some("evd post+try_dequeue")));
+    assert!(
+        PAIR.iter()
+            .all(|l| l.row.baseline == Some("evd post+try_dequeue"))
+    );
     assert_eq!(
         PAIR.map(|l| l.case)[1..3],
         ["single-thread/pair", "single-thread/pair-out-of-line"]
     );
     let cycle = CNO_INSNS[0].row.name;
-    assert!(CNO_INSNS
-        .iter()
-        .all(|l| l.row.baseline == Some(cycle) && l.case == "cno-insns"));
+    assert!(
+        CNO_INSNS
+            .iter()
+            .all(|l| l.row.baseline == Some(cycle) && l.case == "cno-insns")
+    );
     let kinds: Vec<&str> = REARM.iter().chain(&CNO_INSNS).map(|l| l.kind).collect();
     assert_eq!(
         kinds,

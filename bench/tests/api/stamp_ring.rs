@@ -48,7 +48,7 @@ fn every_value_arrives_once_in_order_per_poster_across_threads() {
 
 #[test]
 fn a_stamp_ring_delivers_in_order() {
-    use evd_bench::stamp_ring::{stamp_ring, Reserve};
+    use evd_bench::stamp_ring::{Reserve, stamp_ring};
     let (tx, mut rx) = stamp_ring::<u64>(2, Reserve::CasTail);
     let tx2 = tx.another().unwrap();
     assert!(tx.try_send(1).is_ok());

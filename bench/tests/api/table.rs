@@ -1,6 +1,6 @@
 use super::report::{diag, sample_report};
 use evd_bench::cno::Variant;
-use evd_bench::report::{records_from, targets, Record, Role};
+use evd_bench::report::{Record, Role, records_from, targets};
 use evd_bench::table::*;
 
 #[test]
@@ -144,7 +144,7 @@ fn room_tables_show_room_wakes_and_the_room_wake_target() {
 
 #[test]
 fn cno_tables_and_targets() {
-    use evd_bench::cno::{CnoSystem, Feed, CYCLE_METRIC, FAIRNESS_METRIC, WAKE_CASE};
+    use evd_bench::cno::{CYCLE_METRIC, CnoSystem, FAIRNESS_METRIC, Feed, WAKE_CASE};
     let evd = CnoSystem::EvdCno.row().name;
     let scan = CnoSystem::Scan.row().name;
     let row = |case: &str, system: &str, metric: &str, v: f64| {

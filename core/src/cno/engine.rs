@@ -12,11 +12,11 @@
 //! it (`FREEING`), and the spare slots keep such slots from refusing a bind.
 
 use super::slot;
+use crate::PostError;
 use crate::error::CnoError;
 use crate::notify::{CnoTarget, Reached};
 use crate::poster::Poster;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Backoff, Mutex, Ordering};
-use crate::PostError;
 use crossbeam_utils::CachePadded;
 use std::collections::VecDeque;
 

@@ -370,7 +370,7 @@ impl Stream for Cno {
                 }
                 // Neither a report nor the end comes while the `Cno` lives.
                 Poll::Ready(Some(Err(_))) | Poll::Ready(None) | Poll::Pending => {
-                    return Poll::Pending
+                    return Poll::Pending;
                 }
             }
         }

@@ -3,8 +3,8 @@
 //! protocol is in [`crate::cno`]; every atomic operation is `Shared`'s or
 //! the CNO engine's.
 
-use crate::cno::engine::{Binding, CnoCore};
 use crate::cno::CnoHandle;
+use crate::cno::engine::{Binding, CnoCore};
 use crate::consumer::{ArmStatus, Consumer};
 use crate::error::CnoError;
 use crate::notify::Reached;

@@ -8,9 +8,9 @@
 use crate::consumer::Consumer;
 use crate::error::{Overflow, RecvError, TryDequeueError};
 use crate::state::Arm;
+use futures_core::Stream;
 use futures_core::future::FusedFuture;
 use futures_core::stream::FusedStream;
-use futures_core::Stream;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};

@@ -21,7 +21,7 @@ use crate::engine::Shared;
 use crate::error::{ResizeError, TryDequeueError};
 use crate::poster::Poster;
 use crate::query::Query;
-use crate::ring::{cap_log2_for, Buffer};
+use crate::ring::{Buffer, cap_log2_for};
 use crate::state::Arm;
 use crate::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use crate::consumer::Consumer;
 use crate::engine::Shared;
 use crate::error::{DequeueError, TryDequeueError, WaitError};
 use crate::state::Arm;
-use crate::sync::{park, thread, unpark_waker, Arc, Backoff};
+use crate::sync::{Arc, Backoff, park, thread, unpark_waker};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -338,7 +338,7 @@ impl<T> Consumer<T> {
                     return Err(match s.take_report() {
                         Some(o) => WaitError::Overflow(o),
                         None => WaitError::Closed { available: 0 },
-                    })
+                    });
                 }
             }
         }

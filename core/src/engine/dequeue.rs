@@ -29,7 +29,7 @@
 //!   is stored with `Release` when it changes, bounding how stale a poster's
 //!   cached head may be (see `Shared::reserve`).
 
-use super::{Shared, HEAD_EPOCH_SHIFT};
+use super::{HEAD_EPOCH_SHIFT, Shared};
 use crate::error::{Overflow, TryDequeueError};
 use crate::state;
 use crate::sync::{AtomicU64, Backoff, Ordering};

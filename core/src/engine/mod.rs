@@ -68,7 +68,7 @@ mod snapshot;
 mod waits;
 mod word;
 
-pub(crate) use word::{Refused, PERMIT};
+pub(crate) use word::{PERMIT, Refused};
 
 use crate::error::Overflow;
 use crate::notify::{CnoLink, CnoTarget, NotifyTargets, Reached};
@@ -402,7 +402,7 @@ impl<T> Drop for Shared<T> {
 mod tests {
     use super::*;
     use crate::state::Arm;
-    use crate::{bounded, PostError};
+    use crate::{PostError, bounded};
 
     /// Put an empty EVD at `head` (as if 64-bit `head` events had passed).
     fn fast_forward<T>(c: &crate::Consumer<T>, head: u64) {

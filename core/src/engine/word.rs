@@ -65,7 +65,7 @@ use crate::ring::Buffer;
 use crate::state::{
     self, Arm, Enable, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
 };
-use crate::sync::{fence, AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicU64, Backoff, Ordering, fence};
 use crate::trace;
 use crate::unwind::Panics;
 

@@ -14,7 +14,7 @@
 //! permits existed.
 
 use super::Poster;
-use crate::engine::{Refused, PERMIT};
+use crate::engine::{PERMIT, Refused};
 use crate::error::{BatchPostError, PostError};
 use crate::ring::Buffer;
 use crate::room::Seat;
@@ -375,7 +375,7 @@ impl<'a, T: Send> Future for Reserving<'a, T> {
                 Ok(_) => {
                     break Ok(Permit {
                         poster: this.poster,
-                    })
+                    });
                 }
                 Err(Refused::Closed) => break Err(BatchPostError::Closed),
                 Err(refused) => refused,

@@ -4,7 +4,7 @@
 use super::{Attempt, Poster};
 use crate::error::PostError;
 use crate::room::Seat;
-use crate::sync::{park, thread, unpark_waker, Backoff};
+use crate::sync::{Backoff, park, thread, unpark_waker};
 use std::time::{Duration, Instant};
 
 impl<T: Send> Poster<T> {

@@ -128,9 +128,11 @@ fn dequeue_error_display_and_traits() {
         assert_eq!(copy, e);
         assert!(!format!("{e} {e:?}").is_empty());
     }
-    assert!(DequeueError::Overflow(Overflow { lost: 2 })
-        .to_string()
-        .contains('2'));
+    assert!(
+        DequeueError::Overflow(Overflow { lost: 2 })
+            .to_string()
+            .contains('2')
+    );
 }
 
 #[test]

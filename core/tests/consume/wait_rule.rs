@@ -29,10 +29,10 @@
 //! wait that the model says cannot block, and that blocks anyway, into an
 //! abort with its seed instead of a silent hang.
 
-use crate::common::{assert_report_in, lose_twice_around_a_report, splitmix64, Rng};
+use crate::common::{Rng, assert_report_in, lose_twice_around_a_report, splitmix64};
 use evd::{
-    ArmStatus, Consumer, DequeueError, Lossy, Overflow, PostError, Poster, TryDequeueError,
-    WaitError, DEFAULT_SPIN_BUDGET,
+    ArmStatus, Consumer, DEFAULT_SPIN_BUDGET, DequeueError, Lossy, Overflow, PostError, Poster,
+    TryDequeueError, WaitError,
 };
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -466,15 +466,18 @@ mod hang_guard {
 
     pub fn watch(what: String) -> Guard {
         START.call_once(|| {
-            std::thread::spawn(|| loop {
-                std::thread::park_timeout(Duration::from_secs(1));
-                let watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some((_, _, what)) = watched.iter().find(|(_, t, _)| t.elapsed() > LIMIT) {
-                    eprintln!(
-                        "wait_rule: a wait the model says returns at once blocked for over \
+            std::thread::spawn(|| {
+                loop {
+                    std::thread::park_timeout(Duration::from_secs(1));
+                    let watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some((_, _, what)) = watched.iter().find(|(_, t, _)| t.elapsed() > LIMIT)
+                    {
+                        eprintln!(
+                            "wait_rule: a wait the model says returns at once blocked for over \
                          {LIMIT:?}: {what}"
-                    );
-                    std::process::abort();
+                        );
+                        std::process::abort();
+                    }
                 }
             });
         });

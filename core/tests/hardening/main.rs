@@ -5,15 +5,15 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-use common::{shared_vec, tally, tracked, Tracked};
+use common::{Tracked, shared_vec, tally, tracked};
 mod panics;
 use evd::{ArmStatus, CreateError, Invoke, PostError, TryDequeueError, UpcallPolicy};
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 #[test]

@@ -24,7 +24,7 @@ use evd::{
     UpcallPolicy,
 };
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Once};
@@ -484,15 +484,18 @@ fn room_waker_on_head_store(case: &str) {
     ledger.post(&poster); // full
     let mut room = poster.room_waiter();
     let (bad, bad_waker) = TestWaker::new(true);
-    assert!(room
-        .poll_room(&mut Context::from_waker(&bad_waker))
-        .is_pending());
+    assert!(
+        room.poll_room(&mut Context::from_waker(&bad_waker))
+            .is_pending()
+    );
     // The consumer has the event in hand: the waker's panic is not its
     // business, and does not reach it.
-    let taken = vec![consumer
-        .try_dequeue()
-        .expect("not lost to the waker")
-        .take()];
+    let taken = vec![
+        consumer
+            .try_dequeue()
+            .expect("not lost to the waker")
+            .take(),
+    ];
     assert_eq!(bad.wakes(), 1, "{case}: woken once");
     assert_eq!(consumer.query().room_wakes, 1);
     let (_, good) = TestWaker::new(false);
@@ -517,9 +520,11 @@ fn room_waker_on_close(case: &str) {
     let mut first = poster.post_async(ledger.ev());
     let mut second = poster.room_waiter();
     assert!(poll_once(&mut first, &bad_waker).is_pending());
-    assert!(second
-        .poll_room(&mut Context::from_waker(&good_waker))
-        .is_pending());
+    assert!(
+        second
+            .poll_room(&mut Context::from_waker(&good_waker))
+            .is_pending()
+    );
     // Close from the consumer side: the wakers' panics do not reach it.
     consumer.close();
     assert_eq!((bad.wakes(), good.wakes()), (1, 1), "{case}: both woken");
@@ -541,9 +546,10 @@ fn room_waker_on_resize(case: &str) {
     ledger.post(&poster); // full
     let (bad, bad_waker) = TestWaker::new(true);
     let mut room = poster.room_waiter();
-    assert!(room
-        .poll_room(&mut Context::from_waker(&bad_waker))
-        .is_pending());
+    assert!(
+        room.poll_room(&mut Context::from_waker(&bad_waker))
+            .is_pending()
+    );
     assert_eq!(
         consumer.resize(2),
         Ok(2),
@@ -699,9 +705,10 @@ fn dequeue_with_closure(case: &str) {
     let mut room = poster.room_waiter();
     ledger.post(&poster); // full
     let (w, waker) = TestWaker::new(false);
-    assert!(room
-        .poll_room(&mut Context::from_waker(&waker))
-        .is_pending());
+    assert!(
+        room.poll_room(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
     let mut taken = Vec::new();
     must_panic(case, || {
         consumer.dequeue_with(4, |ev| {

@@ -14,8 +14,8 @@
 #![cfg(loom)]
 
 use evd::{ArmStatus, Invoke, PostError, TryDequeueError, UpcallPolicy, WaitError};
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use std::time::Duration;
 

@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 
 /// A command for the driver, from a [`DriverHandle`].
 pub(crate) enum Command {

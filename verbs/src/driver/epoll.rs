@@ -14,7 +14,7 @@
 use super::key::FeedId;
 use super::readiness::{Completion, Request, UserData, Wait};
 use rustix::buffer::spare_capacity;
-use rustix::event::{epoll, Timespec};
+use rustix::event::{Timespec, epoll};
 use rustix::io::Errno;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -240,9 +240,10 @@ mod tests {
     #[test]
     fn a_wait_for_a_while_with_nothing_pending_times_out() {
         let mut ep = Epoll::new(4, 1).unwrap();
-        assert!(ep
-            .submit_and_wait(Wait::For(Duration::from_millis(1)))
-            .unwrap());
+        assert!(
+            ep.submit_and_wait(Wait::For(Duration::from_millis(1)))
+                .unwrap()
+        );
         assert!(!ep.submit_and_wait(Wait::Busy).unwrap());
     }
 }

@@ -51,7 +51,7 @@ mod source;
 mod stats;
 mod uring;
 
-pub use adaptive::{AdaptiveConfig, SpinPolicy, PROBE_EVERY, PROBE_EVERY_MAX};
+pub use adaptive::{AdaptiveConfig, PROBE_EVERY, PROBE_EVERY_MAX, SpinPolicy};
 pub use config::{DriverBackend, DriverConfig, FeedMode};
 pub use control::DriverHandle;
 pub use error::{DriverError, Panic};
@@ -70,8 +70,8 @@ use source::Source;
 use std::any::Any;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// What one [`Driver::process`] call left behind.

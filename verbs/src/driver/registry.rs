@@ -11,8 +11,8 @@ use crate::event::{CmEvent, VerbsEvent};
 use crate::feed::{AsyncFeed, ChannelFeed, CmFeed, Feed};
 use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
 use crate::trace;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::task::Waker;
 use std::time::Duration;
 

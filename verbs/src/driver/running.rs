@@ -1,10 +1,10 @@
 //! A driver on its own thread ([`RunningDriver`]) and what it ends with
 //! ([`Shutdown`]): the feeds handed back, or the thread's error.
 
-use super::control::{downcast, DriverHandle};
+use super::DriverStats;
+use super::control::{DriverHandle, downcast};
 use super::error::{DriverError, Panic};
 use super::key::{FeedId, FeedKey};
-use super::DriverStats;
 use std::any::Any;
 use std::fmt;
 use std::thread::JoinHandle;

@@ -8,9 +8,9 @@ use super::source::Source;
 use super::{DriverError, DriverStats, Panic, SpinPolicy};
 use crate::feed::{FeedStatus, Progress};
 use std::any::Any;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::task::{Context, Wake, Waker};
 use std::time::Instant;
 

@@ -4,7 +4,7 @@
 
 use super::key::FeedId;
 use super::readiness::{Completion, Request, UserData, Wait};
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
@@ -242,9 +242,10 @@ mod tests {
     #[test]
     fn a_wait_for_a_while_with_nothing_pending_times_out() {
         let mut ring = Ring::new(4, 1).unwrap();
-        assert!(ring
-            .submit_and_wait(Wait::For(Duration::from_millis(1)))
-            .unwrap());
+        assert!(
+            ring.submit_and_wait(Wait::For(Duration::from_millis(1)))
+                .unwrap()
+        );
         assert!(!ring.submit_and_wait(Wait::Busy).unwrap());
     }
 }

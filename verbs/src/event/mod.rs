@@ -11,7 +11,7 @@ mod cm;
 mod completion;
 
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventKind};
-pub use cm::{CmEvent, CmEventKind, CmToken, PrivateData, PRIVATE_DATA_MAX};
+pub use cm::{CmEvent, CmEventKind, CmToken, PRIVATE_DATA_MAX, PrivateData};
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 /// The caller's name for a completion queue: carried by every completion

@@ -25,7 +25,7 @@ mod stream;
 pub use async_events::AsyncFeed;
 pub use channel::{ChannelFeed, ChannelFeedStats};
 pub use cm::CmFeed;
-pub use cq::{Feed, FeedStats, ACK_BATCH, POLL_BATCH};
+pub use cq::{ACK_BATCH, Feed, FeedStats, POLL_BATCH};
 
 /// Why a feed stopped moving completions.
 ///

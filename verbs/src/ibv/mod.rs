@@ -84,12 +84,12 @@ pub mod teardown;
 pub use async_events::IbvAsyncEvents;
 pub use channel::CompletionChannel;
 pub use cm::{CmChannel, CmConnParams, CmEvents, CmId};
-pub use context::{device_names, Context, CqConfig, Ownership};
-pub use cq::{work_completion, IbvCq};
+pub use context::{Context, CqConfig, Ownership, device_names};
+pub use cq::{IbvCq, work_completion};
 pub use mr::{AccessFlags, MemoryRegion, RangeError, Sge};
 pub use pd::{ProtectionDomain, QpCaps};
 pub use qp::{
-    ConnectParams, Endpoint, Mtu, PostWrError, QpState, QueuePair, SendOp, SendRequest, MAX_SGES,
+    ConnectParams, Endpoint, MAX_SGES, Mtu, PostWrError, QpState, QueuePair, SendOp, SendRequest,
 };
 
 /// The raw bindings (`rdma-mummy-sys`), for the raw handles every object

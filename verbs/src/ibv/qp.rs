@@ -5,7 +5,7 @@
 mod post;
 mod state;
 
-pub use post::{PostWrError, SendOp, SendRequest, MAX_SGES};
+pub use post::{MAX_SGES, PostWrError, SendOp, SendRequest};
 pub use state::{ConnectParams, Endpoint, Mtu, QpState};
 
 use super::cq::RawCq;

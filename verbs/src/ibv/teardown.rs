@@ -28,8 +28,8 @@
 use arc_swap::ArcSwapOption;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The kind of verbs object a destroy failed on.
 ///

@@ -6,8 +6,8 @@ use crate::event::AsyncEvent;
 use crate::source::AsyncEventSource;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 struct DeviceInner {
     events: EventQueue<AsyncEvent>,

@@ -4,8 +4,8 @@
 
 use super::cq_state::{Inner, PushError};
 use crate::event::WorkCompletion;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// The producer side of a [`SoftCq`](super::SoftCq) ("the HCA"): adds
 /// completions and injects faults. Cloneable, usable from any thread.

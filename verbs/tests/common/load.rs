@@ -3,8 +3,8 @@
 
 use evd::TryDequeueError;
 use evd_verbs::{CqId, VerbsEvent, WorkCompletion};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 

@@ -14,7 +14,7 @@
 //! consumer it hands back, exactly once.
 
 use crate::common::load::Watchdog;
-use crate::common::{e2s, ensure, Res};
+use crate::common::{Res, e2s, ensure};
 use evd::{Invoke, PostError, Poster};
 use evd_verbs::{
     AsyncEvent, AsyncEventSource, AsyncFeed, CmEvent, CmEventSource, CmFeed, CqId, Driver,

@@ -4,7 +4,7 @@
 //! CQ's events are credited to it, and every channel event is
 //! acknowledged before the CQs go.
 
-use crate::common::{e2s, ensure, Res};
+use crate::common::{Res, e2s, ensure};
 use evd::TryDequeueError;
 use evd_verbs::{
     ChannelFeed, CqId, Driver, DriverConfig, FeedMode, SharedChannel, VerbsEvent, WorkCompletion,

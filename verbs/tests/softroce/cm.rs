@@ -2,7 +2,7 @@
 //! and a client in this process, over the guest's 10.0.0.1 (run.sh gives
 //! dummy0 that address), every event read through `ibv::CmEvents`.
 
-use crate::common::{ensure, Res};
+use crate::common::{Res, ensure};
 use evd_verbs::ibv::{
     CmChannel, CmConnParams, CmEvents, CmId, Context, IbvCq, MemoryRegion, QpCaps, QueuePair,
     SendOp,

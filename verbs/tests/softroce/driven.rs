@@ -2,13 +2,13 @@
 //! modes, async events registered), and the drain throughput of a feed
 //! against a raw poll loop on the same CQ.
 
-use crate::common::{e2s, ensure, Res};
+use crate::common::{Res, e2s, ensure};
 use crate::pair;
 use evd::TryDequeueError;
 use evd_verbs::ibv::{IbvCq, ProtectionDomain, SendOp};
 use evd_verbs::{
     AdaptiveConfig, AsyncFeed, CompletionQueue, CqId, Driver, DriverConfig, Feed, FeedMode,
-    VerbsEvent, WcOpcode, WorkCompletion, POLL_BATCH,
+    POLL_BATCH, VerbsEvent, WcOpcode, WorkCompletion,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};

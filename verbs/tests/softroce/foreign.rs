@@ -3,12 +3,12 @@
 //! wrapped Borrowed behind a feed, a raw context wrapped Borrowed and
 //! Owned.
 
-use crate::common::{e2s, ensure, Res};
-use crate::{connect_pair, done, latency, room_for, PORT};
+use crate::common::{Res, e2s, ensure};
+use crate::{PORT, connect_pair, done, latency, room_for};
 use evd::TryDequeueError;
 use evd_verbs::ibv::{
-    ffi, work_completion, Context, CqConfig, IbvCq, Ownership, ProtectionDomain, QpCaps, QpState,
-    SendOp, SendRequest,
+    Context, CqConfig, IbvCq, Ownership, ProtectionDomain, QpCaps, QpState, SendOp, SendRequest,
+    ffi, work_completion,
 };
 use evd_verbs::{
     AsyncElement, AsyncEventKind, AsyncEventSource, CqId, Driver, DriverConfig, Feed, FeedMode,

@@ -26,9 +26,9 @@
 //! in-loop's of the same round, beside in-loop again ÷ in-loop, and count
 //! the rounds outside the null's range.
 
-use crate::common::{e2s, ensure, Res};
+use crate::common::{Res, e2s, ensure};
 use crate::cpu_time::thread_cpu_time;
-use crate::{pair, GID_INDEX};
+use crate::{GID_INDEX, pair};
 use evd::TryDequeueError;
 use evd_verbs::ibv::{IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp};
 use evd_verbs::{
@@ -36,8 +36,8 @@ use evd_verbs::{
     VerbsEvent, WcOpcode, WorkCompletion,
 };
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const ROUNDS: usize = 21;

@@ -28,7 +28,7 @@ mod scenarios;
 mod shared_channel;
 mod teardown;
 
-use common::{e2s, ensure, Res};
+use common::{Res, e2s, ensure};
 use evd::TryDequeueError;
 use evd_verbs::ibv::{
     ConnectParams, Context, IbvCq, MemoryRegion, ProtectionDomain, QpCaps, QpState, QueuePair,

@@ -4,7 +4,7 @@
 //! device's async events by itself when nobody listens, so the overrun
 //! still reaches the consumer, as a `CqError` on the right CQ.
 
-use crate::common::{e2s, ensure, Res};
+use crate::common::{Res, e2s, ensure};
 use crate::pair_with;
 use evd::TryDequeueError;
 use evd_verbs::ibv::{ProtectionDomain, QpCaps, SendOp};

@@ -5,11 +5,11 @@
 //! read, several SGEs each way), and memory registered with chosen access
 //! (a write refused without REMOTE_WRITE).
 
-use crate::common::{e2s, ensure, Res};
+use crate::common::{Res, e2s, ensure};
 use crate::{carries_imm, done, fed, on, pair, pair_with};
 use evd_verbs::ibv::{
-    AccessFlags, MemoryRegion, PostWrError, ProtectionDomain, QpCaps, QpState, SendOp, SendRequest,
-    Sge, MAX_SGES,
+    AccessFlags, MAX_SGES, MemoryRegion, PostWrError, ProtectionDomain, QpCaps, QpState, SendOp,
+    SendRequest, Sge,
 };
 use evd_verbs::{CqId, WcOpcode, WcStatus};
 use std::sync::Arc;

@@ -6,8 +6,8 @@
 //! and up).
 
 use crate::cm::qp_for;
-use crate::common::{e2s, ensure, Res};
-use crate::scenarios::every_source::{every_source_at_once, Apps, Devices, Event, Log, Traffic};
+use crate::common::{Res, e2s, ensure};
+use crate::scenarios::every_source::{Apps, Devices, Event, Log, Traffic, every_source_at_once};
 use evd::Poster;
 use evd_verbs::ibv::{
     CmChannel, CmConnParams, CmEvents, CmId, Context, IbvAsyncEvents, IbvCq, MemoryRegion,

@@ -4,13 +4,13 @@
 //! completes each one; the CQs and the channel destroyed after the feed
 //! with no destroy failing.
 
-use super::{connect_pair, room_for, PORT};
-use crate::common::{ensure, Res};
-use crate::scenarios::shared_channel::{four_cqs_on_one_channel, ChannelDevices, CQS, PER_ROUND};
+use super::{PORT, connect_pair, room_for};
+use crate::common::{Res, ensure};
+use crate::scenarios::shared_channel::{CQS, ChannelDevices, PER_ROUND, four_cqs_on_one_channel};
 use evd_verbs::ibv::{
     CompletionChannel, CqConfig, IbvCq, MemoryRegion, ProtectionDomain, QueuePair, SendOp,
 };
-use evd_verbs::{teardown_failures, ChannelFeed, WcOpcode, WorkCompletion};
+use evd_verbs::{ChannelFeed, WcOpcode, WorkCompletion, teardown_failures};
 use std::sync::Arc;
 
 struct Rxe {

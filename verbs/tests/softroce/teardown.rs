@@ -1,10 +1,10 @@
 //! Every object closed explicitly, children first, with nothing failing
 //! in a Drop.
 
-use crate::common::{e2s, ensure, Res};
-use crate::{latency, room_for, GID_INDEX, PORT};
+use crate::common::{Res, e2s, ensure};
+use crate::{GID_INDEX, PORT, latency, room_for};
 use evd_verbs::ibv::{ConnectParams, Context, ProtectionDomain, SendOp};
-use evd_verbs::{teardown_failures, CloseError, CompletionQueue, CqId, WorkCompletion};
+use evd_verbs::{CloseError, CompletionQueue, CqId, WorkCompletion, teardown_failures};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

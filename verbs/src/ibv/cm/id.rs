@@ -2,7 +2,7 @@
 //! resolving, naming its device and port, and destroying it. Connecting it
 //! is in `connect.rs`.
 
-use super::{bound_of, Channel};
+use super::{Channel, bound_of};
 #[cfg(doc)]
 use crate::event::CmEventKind;
 use crate::event::CmToken;
