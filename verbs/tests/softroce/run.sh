@@ -4,6 +4,8 @@
 #   verbs/tests/softroce/run.sh [BINARY...]
 #   verbs/tests/softroce/run.sh --kernel-only   (fetch and unpack the guest
 #                                                kernel only, for a later run)
+#   verbs/tests/softroce/run.sh --build-only    (build the default binaries
+#                                                only and print their paths)
 #
 # Builds a small guest from Debian packages (Debian's kernel with rdma_rxe,
 # rdma-core userspace from the host, busybox), boots it under qemu (TCG, no
@@ -24,10 +26,16 @@ timeout_s=${SOFTROCE_TIMEOUT:-300}
 log() { echo "softroce: $*" >&2; }
 
 # --- the binaries ------------------------------------------------------------
-kernel_only=0
-if [ "${1:-}" = --kernel-only ]; then kernel_only=1; shift; fi
+mode=run
+case "${1:-}" in
+    --kernel-only) mode=kernel; shift ;;
+    --build-only) mode=build; shift ;;
+esac
 bins=("$@")
-if [ "$kernel_only" = 1 ]; then
+# The two-process rdma_cm ping-pong (server and client), run by the guest's
+# own script below: the default build's, or SOFTROCE_TWO_PROCESS.
+two_process="${SOFTROCE_TWO_PROCESS:-}"
+if [ "$mode" = kernel ]; then
     : # only the guest kernel below (fetched, unpacked), for a later run
 elif [ ${#bins[@]} -eq 0 ]; then
     (cd "$repo" && cargo test --release -p evd-verbs --features ibverbs --test softroce --no-run \
@@ -42,9 +50,13 @@ for line in open(sys.argv[1]):
     (cd "$repo" && cargo build --release -p evd-verbs --features ibverbs --example rc_pingpong \
         --example cm_pingpong)
     bins=("$test_bin" "$CARGO_TARGET_DIR/release/examples/rc_pingpong")
-    # Two processes, server and client, connected through rdma_cm: run by
-    # the guest's own script below, not as a plain binary.
     two_process="$CARGO_TARGET_DIR/release/examples/cm_pingpong"
+fi
+if [ "$mode" = build ]; then
+    # The default binaries, then the two-process one, a line each: run them
+    # later with SOFTROCE_TWO_PROCESS=<last line> run.sh <the others>.
+    printf '%s\n' "${bins[@]}" "$two_process"
+    exit 0
 fi
 
 # --- the guest kernel (Debian's, unpacked, never installed) -------------------
@@ -83,7 +95,7 @@ sys.exit("no ELF payload in " + sys.argv[1])
 PY
 fi
 
-if [ "$kernel_only" = 1 ]; then
+if [ "$mode" = kernel ]; then
     log "guest kernel $kver ready"
     exit 0
 fi
