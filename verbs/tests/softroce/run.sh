@@ -14,7 +14,7 @@
 # example, built here if missing), and exits with the guest's status: 0 only
 # if every binary passed. The guest kernel is downloaded and unpacked into
 # verbs/tests/softroce/work/ (gitignored); nothing is installed on the host
-# except the Debian packages listed in ci-verbs.
+# except the Debian packages listed in scripts/packages.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -60,8 +60,18 @@ if [ "$mode" = build ]; then
 fi
 
 # --- the guest kernel (Debian's, unpacked, never installed) -------------------
-kpkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-[ -n "$kpkg" ] || { log "no linux-image package found (apt-get update?)"; exit 1; }
+kernel_package() {
+    apt-cache depends linux-image-amd64 2>/dev/null |
+        awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
+}
+kpkg=$(kernel_package)
+if [ -z "$kpkg" ] || [ ! -f "$work/kernel-${kpkg#linux-image-}/.unpacked" ]; then
+    # The package lists may be missing or older than the mirror (a fresh
+    # machine): read them again before a download.
+    apt-get update -qq
+    kpkg=$(kernel_package)
+fi
+[ -n "$kpkg" ] || { log "no linux-image package found"; exit 1; }
 kver=${kpkg#linux-image-}
 kroot="$work/kernel-$kver"
 if [ ! -f "$kroot/.unpacked" ]; then
