@@ -1,6 +1,7 @@
 //! # evd-bench — evd against its peers
 //!
-//! The `evd-bench compare` command and the criterion benches (`bench/benches`) share this crate.
+//! The `evd-bench compare` command and the criterion benches (package `evd-criterion`,
+//! `bench/criterion/benches`) share this crate.
 //! One module per section measures ([`throughput`], [`room`], [`latency`], [`pingpong`], [`cno`],
 //! and [`single`] for the single-thread loops), the peer channels sit behind one interface ([`peers`]) and the
 //! throughput floors are [`stamp_ring`]s; [`compare`] interleaves every system within a time

@@ -60,24 +60,28 @@ if [ "$mode" = build ]; then
 fi
 
 # --- the guest kernel (Debian's, unpacked, never installed) -------------------
-kernel_package() {
+kernel_package() { # the linux-image package linux-image-amd64 depends on, or nothing
     apt-cache depends linux-image-amd64 2>/dev/null |
-        awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
+        awk '/Depends: linux-image-[0-9]/ {print $2; exit}' || true
 }
+download() { (cd "$work" && rm -f "$1"_*.deb && apt-get download "$1" >/dev/null); }
 kpkg=$(kernel_package)
 if [ -z "$kpkg" ] || [ ! -f "$work/kernel-${kpkg#linux-image-}/.unpacked" ]; then
-    # The package lists may be missing or older than the mirror (a fresh
-    # machine): read them again before a download.
-    apt-get update -qq
-    kpkg=$(kernel_package)
+    if [ -z "$kpkg" ] || ! download "$kpkg"; then
+        # The package lists are missing or older than the mirror (a fresh
+        # machine): read them again (as root), then download.
+        log "reading the package lists again (apt-get update)"
+        apt-get update -qq
+        kpkg=$(kernel_package)
+        [ -n "$kpkg" ] || { log "no linux-image package found"; exit 1; }
+        download "$kpkg"
+    fi
 fi
-[ -n "$kpkg" ] || { log "no linux-image package found"; exit 1; }
 kver=${kpkg#linux-image-}
 kroot="$work/kernel-$kver"
 if [ ! -f "$kroot/.unpacked" ]; then
-    log "fetching $kpkg"
+    log "unpacking $kpkg"
     rm -rf "$kroot" && mkdir -p "$kroot"
-    (cd "$work" && rm -f "${kpkg}"_*.deb && apt-get download "$kpkg" >/dev/null)
     dpkg -x "$work/${kpkg}"_*.deb "$kroot"
     depmod -b "$kroot" "$kver"
     touch "$kroot/.unpacked"
