@@ -38,14 +38,8 @@ two_process="${SOFTROCE_TWO_PROCESS:-}"
 if [ "$mode" = kernel ]; then
     : # only the guest kernel below (fetched, unpacked), for a later run
 elif [ ${#bins[@]} -eq 0 ]; then
-    (cd "$repo" && cargo test --release -p evd-verbs --features ibverbs --test softroce --no-run \
-        --message-format=json 2>/dev/null) > "$work/build.json"
-    test_bin=$(python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "softroce" and m.get("executable"):
-        print(m["executable"])' "$work/build.json")
+    test_bin=$(cd "$repo" && ./scripts/executables --release -p evd-verbs --features ibverbs \
+        --test softroce | awk '$1 == "test" && $3 == "softroce" {print $5}')
     [ -n "$test_bin" ] || { log "could not build the softroce test binary"; exit 1; }
     (cd "$repo" && cargo build --release -p evd-verbs --features ibverbs --example rc_pingpong \
         --example cm_pingpong)
