@@ -1,4 +1,4 @@
-//! The targets, as data, in report order ([`crate::report::targets`] evaluates them). A row
+//! The project's targets, as data, in report order ([`crate::report::targets`] evaluates them). A row
 //! compares side `a` with side `b` on `metric` in `case` (or `a` alone when `b` is `None`), and is
 //! named `<label>: <a> ÷ <b>, <quantity>, <case>`.
 

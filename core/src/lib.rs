@@ -323,20 +323,21 @@
 //!
 //! # Where things live
 //!
-//! Read top-down: each module uses only modules in rows above it, so there
-//! is no import circle (`scripts/module-circles` checks it, file by file,
-//! and prints the files in such an order).
+//! Read top-down: each module uses only modules in rows above it or named
+//! before it in its own row, so there is no import circle
+//! (`scripts/module-circles` checks it, file by file, and prints the files
+//! in such an order).
 //!
 //! | module | concept | a change goes here when… |
 //! |---|---|---|
 //! | [`state`] | the state word and the loss word: bit layout, transition table, pure `const fn` transitions | a new bit or transition (and the fuzz crate's reference model, `fuzz/src/spec.rs`) |
-//! | `sync`, `pace`, `unwind`, `frames` | std/loom/shuttle switch; the consumer's linger; panic collection; the thread's chain of handler calls (am I inside this EVD's handler?) | — |
+//! | `sync`, `pace`, `unwind`, `frames`, `trace` | std/loom/shuttle switch; the consumer's linger; panic collection; the thread's chain of handler calls (am I inside this EVD's handler?); the control-plane events of the `tracing` feature | — (a new traced event: `trace`'s `event!` at the point, and the table above) |
 //! | `ring`, `error`, `query` | slot storage, stamps and the capacity; typed errors; [`Query`] | the slot layout changes |
 //! | `room` | the room signal: the waiting posters' queue, its flags in the consumer's line, the barrier pair | how posters wait for room |
 //! | `waker_list` | wakers woken all at once: tasks awaiting [`Poster::closed`] (woken by close) and [`Poster::reserve`] at the permit limit (woken by a permit back) | how posters wait for close or a permit |
 //! | `notify` | where a notification goes: waker, eventfd, and the CNO link (a trait the CNO implements) | a new way to be notified |
 //! | `upcall/handler` | the replaceable upcall handler | handler replacement |
-//! | `engine/` | `Shared`, a composition of owners, each with its atomics and its ordering argument: `word` (every CAS on the state word, the release sequence as a whole), `consumer_line` and `dequeue` (the head and the dequeue paths), `loss` (the loss word), `snapshot` (queries) | an ordering question: the owner of that atomic |
+//! | `engine/` | `Shared`, a composition of owners, each with its atomics and its ordering argument: `word` (every CAS on the state word, the release sequence as a whole), `consumer_line` and `dequeue` (the head and the dequeue paths), `loss` (the loss word), `snapshot` (queries), `waits` (the engine's calls into the room signal and the waker lists) | an ordering question: the owner of that atomic |
 //! | `upcall/instance` | one upcall run on a posting thread | how an instance takes, delivers, exits |
 //! | `poster/` | [`Poster`], [`Lossy`]; `wait`, `future` ([`PostAsync`]), `closed` ([`Closed`]), `sink` ([`PostSink`]), `room` ([`RoomWaiter`]), `permit` ([`Permit`], [`OwnedPermit`], [`Reserving`]) | a new way to post |
 //! | `cno/slot`, `cno/engine` | the slot word's pure transitions; the CNO's slot table, ready ring and the typed binding | CNO behaviour (a new slot bit: `slot` and the fuzz model) |

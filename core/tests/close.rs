@@ -1,20 +1,26 @@
 //! Loss and close: loss reports (once, with the count, before the end of
 //! stream, never starving the events), close and end of stream, and dropping
 //! handles (every poster, the consumer, the EVD) with what each does to the
-//! queued events and to posters mid-write.
+//! queued events and to posters mid-write, and `Poster::closed`, the future
+//! that resolves once the EVD is closed.
 
 mod common;
 use common::{
-    Tracked, assert_report, assert_wait_ends, full_ring, lose, lose_twice_around_a_report,
-    next_of_its_poster, shared_vec, spawn_tagged_posters, tracked,
+    Counting, Panicking, Tracked, assert_report, assert_wait_ends, full_ring, lose,
+    lose_twice_around_a_report, next_of_its_poster, poll_once, shared_vec, spawn_tagged_posters,
+    tracked,
 };
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
     UpcallPolicy, WaitError,
 };
+use futures::executor::block_on;
+use futures::task::noop_waker;
+use std::pin::pin;
 use std::sync::atomic::Ordering::{SeqCst, *};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, mpsc};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 #[test]
@@ -616,4 +622,162 @@ fn dropping_every_poster_ends_an_async_receiver() {
     t.join().unwrap();
     drop(poster);
     assert_eq!(receiver.join().unwrap(), (0..100).collect::<Vec<_>>());
+}
+
+// ---- Poster::closed: the future that resolves once the EVD is closed -------
+
+#[test]
+fn closed_resolves_when_the_consumer_closes() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let t = std::thread::spawn(move || block_on(poster.closed()));
+    consumer.close();
+    t.join().unwrap();
+}
+
+#[test]
+fn closed_resolves_when_the_consumer_is_dropped() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let t = std::thread::spawn(move || block_on(poster.closed()));
+    drop(consumer);
+    t.join().unwrap();
+}
+
+#[test]
+fn closed_resolves_at_once_on_a_closed_evd() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.close();
+    let mut closed = pin!(poster.closed());
+    assert_eq!(poll_once(closed.as_mut(), &noop_waker()), Poll::Ready(()));
+}
+
+#[test]
+fn closed_is_pending_while_the_evd_is_open_and_woken_by_close() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let counting = Arc::new(Counting::default());
+    let waker = Waker::from(counting.clone());
+    let mut closed = pin!(poster.closed());
+    assert_eq!(poll_once(closed.as_mut(), &waker), Poll::Pending);
+    poster.post(1).unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(poll_once(closed.as_mut(), &waker), Poll::Pending);
+    assert_eq!(
+        counting.wakes(),
+        0,
+        "posts and dequeues wake no close waiter"
+    );
+    consumer.close();
+    assert_eq!(counting.wakes(), 1);
+    assert_eq!(poll_once(closed.as_mut(), &waker), Poll::Ready(()));
+}
+
+#[test]
+fn every_closed_future_resolves() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let p = poster.clone();
+            let ready = ready_tx.clone();
+            std::thread::spawn(move || {
+                let mut closed = pin!(p.closed());
+                // Registered before the close, or the close came first.
+                let first = poll_once(closed.as_mut(), &noop_waker());
+                ready.send(()).unwrap();
+                if first.is_pending() {
+                    block_on(closed);
+                }
+            })
+        })
+        .collect();
+    for _ in 0..8 {
+        ready_rx.recv().unwrap();
+    }
+    drop(consumer);
+    for w in waiters {
+        w.join().unwrap();
+    }
+}
+
+#[test]
+fn a_dropped_closed_future_leaves_no_waker_registered() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let counting = Arc::new(Counting::default());
+    let waker = Waker::from(counting.clone());
+    {
+        let mut closed = pin!(poster.closed());
+        assert_eq!(poll_once(closed.as_mut(), &waker), Poll::Pending);
+        assert_eq!(Arc::strong_count(&counting), 3, "the waiter holds a clone");
+    }
+    assert_eq!(Arc::strong_count(&counting), 2, "dropped with the future");
+    consumer.close();
+    assert_eq!(counting.wakes(), 0, "nothing was left to wake");
+}
+
+#[test]
+fn a_repolled_closed_future_keeps_one_waker() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let first = Arc::new(Counting::default());
+    let second = Arc::new(Counting::default());
+    let mut closed = pin!(poster.closed());
+    assert_eq!(
+        poll_once(closed.as_mut(), &Waker::from(first.clone())),
+        Poll::Pending
+    );
+    assert_eq!(
+        poll_once(closed.as_mut(), &Waker::from(second.clone())),
+        Poll::Pending
+    );
+    assert_eq!(Arc::strong_count(&first), 1, "the first waker was replaced");
+    consumer.close();
+    assert_eq!((first.wakes(), second.wakes()), (0, 1));
+}
+
+#[test]
+fn a_panicking_close_waiter_does_not_stop_close_waking_the_others_and_the_consumer() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let closer = poster.clone();
+    let other = Arc::new(Counting::default());
+    let consumer_woken = Arc::new(Counting::default());
+    let mut panicking = pin!(poster.closed());
+    let mut counted = pin!(poster.closed());
+    assert!(poll_once(panicking.as_mut(), &Waker::from(Arc::new(Panicking))).is_pending());
+    assert!(poll_once(counted.as_mut(), &Waker::from(other.clone())).is_pending());
+    let mut recv = pin!(consumer.recv());
+    assert!(poll_once(recv.as_mut(), &Waker::from(consumer_woken.clone())).is_pending());
+    closer.close(); // does not panic
+    assert_eq!(other.wakes(), 1);
+    assert_eq!(consumer_woken.wakes(), 1);
+    assert_eq!(
+        poll_once(recv.as_mut(), &noop_waker()),
+        Poll::Ready(Err(RecvError::Closed))
+    );
+    assert_eq!(poll_once(counted.as_mut(), &noop_waker()), Poll::Ready(()));
+    assert_eq!(
+        poll_once(panicking.as_mut(), &noop_waker()),
+        Poll::Ready(())
+    );
+}
+
+#[test]
+fn closed_futures_are_send_and_unpin() {
+    fn send_unpin<F: Send + Unpin>(_: &F) {}
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    send_unpin(&poster.closed());
+    let mut buf = Vec::new();
+    send_unpin(&consumer.recv_batch(&mut buf, 4));
+}
+
+#[test]
+fn a_tokio_producer_stops_when_the_consumer_goes_away() {
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let t = std::thread::spawn(move || consumer.dequeue().map(|_| consumer));
+    rt.block_on(async {
+        poster.post(1).unwrap();
+        let consumer = t.join().unwrap().unwrap();
+        drop(consumer);
+        poster.closed().await;
+    });
 }

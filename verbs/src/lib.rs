@@ -111,7 +111,7 @@
 //!   driver's `Source` trait in `driver/source.rs`;
 //! - **a new provider** of an existing contract: one file in [`soft`]
 //!   (software) or in `ibv` (real verbs), implementing the `source` trait;
-//! - **the adaptive mode's spin policy**: `driver/adaptive.rs`; the
+//! - **the adaptive mode's spin policy**: `driver/adaptive/`; the
 //!   per-feed cycle (arm, drain, spin, sleep): `driver/cycle.rs`, a pure
 //!   transition table tested whole.
 //!

@@ -133,8 +133,8 @@ pub(crate) struct Shared<T> {
     /// The trigger's end of the CNO this EVD is bound to, if any
     /// ([`crate::notify::CnoLink`]).
     cno: CnoLink,
-    /// Tasks awaiting `Poster::closed` ([`crate::close_wait`]). Locked only
-    /// by such a task and by close.
+    /// Tasks awaiting `Poster::closed` ([`crate::Closed`], `poster/closed.rs`).
+    /// Locked only by such a task and by close.
     close_waiters: WakerList,
     /// `Poster::reserve` futures refused at the permit limit, woken by the
     /// send or release that takes the count below it.

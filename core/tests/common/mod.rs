@@ -507,3 +507,20 @@ pub fn poll<F: std::future::Future + Unpin>(
 ) -> std::task::Poll<F::Output> {
     std::pin::Pin::new(f).poll(&mut std::task::Context::from_waker(w))
 }
+
+/// Poll the pinned `f` once with `w`.
+pub fn poll_once<F: std::future::Future>(
+    f: std::pin::Pin<&mut F>,
+    w: &std::task::Waker,
+) -> std::task::Poll<F::Output> {
+    f.poll(&mut std::task::Context::from_waker(w))
+}
+
+/// A waker whose wake panics.
+pub struct Panicking;
+
+impl std::task::Wake for Panicking {
+    fn wake(self: Arc<Self>) {
+        panic!("a waker that panics");
+    }
+}

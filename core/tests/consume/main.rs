@@ -1,10 +1,12 @@
 //! Consuming: `try_dequeue`, blocking `dequeue` and `wait` with their
 //! timeouts, deadlines and spin budgets, the iterators, the fused future and
 //! stream, and `set_unwaitable`. The wait rule itself (when a wait returns,
-//! over random sequences) is the `wait_rule` module. One test per promise.
+//! over random sequences) is the `wait_rule` module, the async batch receive
+//! the `recv_batch` module. One test per promise.
 
 #[path = "../common/mod.rs"]
 mod common;
+mod recv_batch;
 mod wait_rule;
 use common::{
     assert_report, assert_wait_ends, full_ring, lose, lose_twice_around_a_report, spawn_posters,

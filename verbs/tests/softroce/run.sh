@@ -149,7 +149,7 @@ for b in "${bins[@]}"; do
     names+=("$name")
     i=$((i + 1))
 done
-# Modules in load order (softroce.md): decompress if the package ships them
+# Modules in load order (each after those it needs): decompress if the package ships them
 # compressed, since busybox insmod takes plain .ko files.
 # ib_cm .. rdma_ucm: the connection manager (/dev/infiniband/rdma_cm).
 modules="udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe crc32_generic configfs ib_cm iw_cm rdma_cm rdma_ucm dummy"
