@@ -6,10 +6,12 @@
 //! driver built with `DriverBackend::Auto` (run the whole driver suite that
 //! way to test it on epoll).
 
-use evd_verbs::soft::{SoftCq, SoftCqProducer};
+mod common;
+use common::load::produce_into;
+use common::wc;
+use evd_verbs::soft::SoftCq;
 use evd_verbs::{
     AdaptiveConfig, CqId, Driver, DriverBackend, DriverConfig, Feed, FeedMode, VerbsEvent,
-    WorkCompletion,
 };
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -24,10 +26,6 @@ fn config(backend: DriverBackend) -> DriverConfig {
     DriverConfig::default()
         .with_backend(backend)
         .with_budget(16)
-}
-
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion::new(wr_id)
 }
 
 #[test]
@@ -138,28 +136,6 @@ fn auto_falls_back_to_epoll_when_io_uring_is_refused_and_the_driver_serves() {
 const PRODUCERS: u64 = 2;
 const PER_PRODUCER: u64 = 5_000;
 
-/// Producer threads, each pushing its numbered completions into every CQ
-/// (each CQ holds them all, so it never overruns).
-fn produce(hcas: &[SoftCqProducer]) {
-    std::thread::scope(|s| {
-        for p in 0..PRODUCERS {
-            s.spawn(move || {
-                for seq in 0..PER_PRODUCER {
-                    for hca in hcas {
-                        hca.push(wc((p << 32) | seq))
-                            .expect("the CQ holds every event");
-                    }
-                    if seq % 512 == 0 {
-                        // Load shaping, not synchronization: lets the feeds
-                        // drain, arm and sleep now and then.
-                        std::thread::yield_now();
-                    }
-                }
-            });
-        }
-    });
-}
-
 /// Take `n` completions of one CQ, checking each producer's are in order.
 fn take_in_order(consumer: &mut evd::Consumer<VerbsEvent>, cq: CqId, n: u64) {
     let mut next = [0u64; PRODUCERS as usize];
@@ -214,7 +190,7 @@ fn every_backend_delivers_every_event_once_in_order_through_backpressure() {
             for (id, consumer) in consumers.iter_mut().enumerate() {
                 s.spawn(move || take_in_order(consumer, CqId(id as u32), per_cq));
             }
-            produce(&hcas);
+            produce_into(&hcas, PRODUCERS, PER_PRODUCER, 512);
         });
         let stats = running.stats();
         let stopped = running

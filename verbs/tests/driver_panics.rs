@@ -4,11 +4,14 @@
 //! and the one whose handler panicked, nothing lost, nothing twice), and it
 //! answers `is_running()` and `stats()` while it runs.
 
+mod common;
+use common::load::produce_into;
+use common::wc;
 use evd::{Invoke, UpcallPolicy};
-use evd_verbs::soft::{SoftCq, SoftCqProducer};
+use evd_verbs::soft::SoftCq;
 use evd_verbs::{
     AdaptiveConfig, CqId, Driver, DriverConfig, DriverError, DriverStats, Feed, FeedMode, Poller,
-    VerbsEvent, WorkCompletion,
+    VerbsEvent,
 };
 use std::collections::HashSet;
 use std::sync::{Once, mpsc};
@@ -37,10 +40,6 @@ fn quiet_provoked_panics() {
             }
         }));
     });
-}
-
-fn wc(wr_id: u64) -> WorkCompletion {
-    WorkCompletion::new(wr_id)
 }
 
 fn wr_id(ev: VerbsEvent) -> u64 {
@@ -131,28 +130,6 @@ fn panics_on(id: u64) -> bool {
     id != LAST && (id & 0xffff_ffff) % PANIC_EVERY == PANIC_EVERY - 1
 }
 
-/// Producer threads, each pushing its numbered completions into every CQ
-/// (each CQ holds them all, so it never overruns).
-fn produce(hcas: &[SoftCqProducer]) {
-    std::thread::scope(|s| {
-        for p in 0..PRODUCERS {
-            s.spawn(move || {
-                for seq in 0..PER_PRODUCER {
-                    for hca in hcas {
-                        hca.push(wc((p << 32) | seq))
-                            .expect("the CQ holds every event");
-                    }
-                    if seq % 256 == 0 {
-                        // Load shaping, not synchronization: lets the feeds
-                        // drain, arm and sleep now and then.
-                        std::thread::yield_now();
-                    }
-                }
-            });
-        }
-    });
-}
-
 #[test]
 fn a_handler_panicking_every_nth_event_leaves_every_feed_delivering_every_event_exactly_once() {
     let per_cq = (PRODUCERS * PER_PRODUCER) as usize;
@@ -188,7 +165,7 @@ fn a_handler_panicking_every_nth_event_leaves_every_feed_delivering_every_event_
     let (ids1, ids2) = std::thread::scope(|s| {
         let one = s.spawn(|| dequeue(&mut c1, per_cq));
         let two = s.spawn(|| dequeue(&mut c2, per_cq));
-        produce(&hcas);
+        produce_into(&hcas, PRODUCERS, PER_PRODUCER, 256);
         (one.join().unwrap(), two.join().unwrap())
     });
     assert_exactly_once("the event feed beside the panics", &ids1, &expected);

@@ -114,6 +114,35 @@ where
         .collect()
 }
 
+/// `producers` threads, each pushing its numbered completions (`p << 32 |
+/// seq`, `seq` below `per_producer`) into every CQ of `hcas` (each CQ holds
+/// them all, so it never overruns), and yielding its CPU every
+/// `yield_every` completions; returns once all have pushed.
+pub fn produce_into(
+    hcas: &[evd_verbs::soft::SoftCqProducer],
+    producers: u64,
+    per_producer: u64,
+    yield_every: u64,
+) {
+    std::thread::scope(|s| {
+        for p in 0..producers {
+            s.spawn(move || {
+                for seq in 0..per_producer {
+                    for hca in hcas {
+                        hca.push(super::wc((p << 32) | seq))
+                            .expect("the CQ holds every event");
+                    }
+                    if seq % yield_every == 0 {
+                        // Load shaping, not synchronization: lets the feeds
+                        // drain, arm and sleep now and then.
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+    });
+}
+
 /// Fails a wait in which nothing happened for `limit`: a stranded
 /// completion or a hang becomes a failure instead of a stuck test.
 pub struct Watchdog {
