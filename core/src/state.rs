@@ -39,8 +39,9 @@
 //! room is `capacity − len − permits`, and a permit must be taken against
 //! the same tail a concurrent post's reservation is checked against, or
 //! both could take the last slot. A word with permits out is never a plain
-//! reservation ([`reserve_plain`] declines it), so posts that nobody
-//! reserves against run the same instructions as before permits existed.
+//! reservation ([`reserve_plain`] declines it), so a post that nobody
+//! reserves against pays nothing for permits beyond the flag test it makes
+//! anyway (callgrind counts the same instructions per post either way).
 //!
 //! The capacity sits in the word so that a poster's "is it full?" check and
 //! its reservation are made against the same capacity: a resize changes the
