@@ -34,9 +34,9 @@ impl Wake for RoomSignal {
 
 /// Who waits for a feed being removed.
 pub(super) enum Removal {
-    /// [`Driver::remove`], on this thread.
+    /// [`crate::Driver::remove`], on this thread.
     Local,
-    /// [`DriverHandle::remove`], on another.
+    /// [`crate::DriverHandle::remove`], on another.
     Reply(mpsc::Sender<Result<Box<dyn Any + Send>, DriverError>>),
 }
 

@@ -1,5 +1,5 @@
 //! A device's async events (`ibv_get_async_event`) as an
-//! [`AsyncEventSource`](crate::AsyncEventSource).
+//! [`AsyncEventSource`].
 
 use super::*;
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId};

@@ -1,5 +1,5 @@
 //! Completion queues with their completion channel: the
-//! [`CompletionQueue`](crate::CompletionQueue) of real verbs, made here or
+//! [`CompletionQueue`] of real verbs, made here or
 //! wrapped from raw pointers.
 
 use super::teardown::{CloseError, TeardownError, VerbsObject};
