@@ -41,7 +41,7 @@
 //! both could take the last slot. A word with permits out is never a plain
 //! reservation ([`reserve_plain`] declines it), so a post that nobody
 //! reserves against pays nothing for permits beyond the flag test it makes
-//! anyway (callgrind counts the same instructions per post either way).
+//! anyway.
 //!
 //! The capacity sits in the word so that a poster's "is it full?" check and
 //! its reservation are made against the same capacity: a resize changes the

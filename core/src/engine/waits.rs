@@ -14,7 +14,7 @@ impl<T> Shared<T> {
     // ---- the room signal (posters waiting for a free slot, [`crate::room`]) ----
 
     /// Wake posters waiting for the `n` slots a head store just freed (the
-    /// call out of line is [`crate::room::RoomQueue::wake`]).
+    /// call out of line is [`RoomQueue::wake`](crate::room::RoomQueue::wake)).
     #[inline(always)]
     pub(super) fn wake_room(&self, n: u64) {
         let woken = &self.counters.room_wakes;
@@ -22,14 +22,14 @@ impl<T> Shared<T> {
     }
 
     /// A poster found the ring full and will sleep until `waker` is woken:
-    /// join the room queue ([`crate::room::RoomQueue::join`]). The caller must post once
+    /// join the room queue ([`RoomQueue::join`](crate::room::RoomQueue::join)). The caller must post once
     /// more after this and before it sleeps.
     pub(crate) fn room_join(&self, seat: &mut Seat, waker: &Waker) {
         self.room.join(&self.consumer.room, seat, waker);
     }
 
     /// A waiting poster is done: it `posted`, or gave up
-    /// ([`crate::room::RoomQueue::leave`]).
+    /// ([`RoomQueue::leave`](crate::room::RoomQueue::leave)).
     pub(crate) fn room_leave(&self, seat: &mut Seat, posted: bool) {
         let woken = &self.counters.room_wakes;
         self.room.leave(

@@ -2,7 +2,7 @@
 //! that size a run, a watchdog that turns a hang into a failure, ledgers for
 //! exactly-once accounting, and the small drain and post helpers.
 //!
-//! Each test binary includes this module with `mod common;` and uses only
+//! Each test binary (and the soak example) includes this module and uses only
 //! part of it, hence `dead_code` is allowed here and nowhere else.
 #![allow(dead_code)]
 

@@ -34,9 +34,9 @@ impl Wake for RoomSignal {
 
 /// Who waits for a feed being removed.
 pub(super) enum Removal {
-    /// [`crate::Driver::remove`], on this thread.
+    /// [`Driver::remove`](crate::Driver::remove), on this thread.
     Local,
-    /// [`crate::DriverHandle::remove`], on another.
+    /// [`DriverHandle::remove`](crate::DriverHandle::remove), on another.
     Reply(mpsc::Sender<Result<Box<dyn Any + Send>, DriverError>>),
 }
 

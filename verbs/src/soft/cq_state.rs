@@ -1,7 +1,7 @@
 //! The state a software CQ shares between its consumer handle
 //! ([`SoftCq`](super::SoftCq)), its producers
 //! ([`SoftCqProducer`](super::SoftCqProducer)) and the
-//! [`crate::soft::SoftChannel`](super::SoftChannel) it may raise its events on: the ring
+//! [`SoftChannel`](super::SoftChannel) it may raise its events on: the ring
 //! and its counters under one lock, the injected faults, and where its
 //! channel events go. Each of those types only holds an `Arc` of [`Inner`].
 
@@ -86,11 +86,11 @@ const SPINS_BEFORE_SLEEPING: u32 = 1000;
 pub(super) enum Channel {
     /// Its own eventfd (one channel per CQ).
     Own(OwnedFd),
-    /// A [`crate::soft::SoftChannel`] shared with other CQs.
+    /// A [`SoftChannel`](super::SoftChannel) shared with other CQs.
     Shared(Arc<ChannelInner>),
 }
 
-/// The shared part of a [`crate::soft::SoftChannel`](super::SoftChannel): one eventfd, and the queue of the
+/// The shared part of a [`SoftChannel`](super::SoftChannel): one eventfd, and the queue of the
 /// events raised and not yet got, each naming its CQ.
 pub(super) struct ChannelInner {
     /// Events in the order they were raised.
@@ -137,7 +137,7 @@ pub(super) struct Inner {
 
 impl Inner {
     /// What `Debug` shows of either handle: no lock is taken (the state
-    /// is in [`crate::soft::SoftCqProducer::stats`]).
+    /// is in [`SoftCqProducer::stats`](super::SoftCqProducer::stats)).
     pub(super) fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(name)
             .field("id", &self.id)
