@@ -3,7 +3,7 @@
 //! ([`PAIR`]) and a CNO cycle against a plain post and dequeue ([`CNO_INSNS`]). Each loop checks
 //! its result once, after the loop. How the loops are built: bench/README.md.
 
-use crate::cno::EVD_CAPACITY;
+use crate::cno::{EVD_CAPACITY, INSNS_CASE};
 use crate::payload::sum_below;
 use crate::report::{Role::*, Row};
 use crossbeam_utils::CachePadded;
@@ -58,9 +58,9 @@ const CYCLE: &str = "evd post+trigger, try_next, try_dequeue, enable_cno";
 /// `try_dequeue` on an EVD bound to nothing, and on one bound to a CNO but not enabled.
 #[rustfmt::skip]
 pub const CNO_INSNS: [Loop; 3] = [
-    Loop { case: "cno-insns", row: Row::new(CYCLE, Evd, "single-thread", Some(CYCLE), None), kind: "cno", run: cno_cycle },
-    Loop { case: "cno-insns", row: Row::new("evd post+try_dequeue, no CNO", Evd, "single-thread", Some(CYCLE), None), kind: "plain", run: |_, n| cno_pair(n, false) },
-    Loop { case: "cno-insns", row: Row::new("evd post+try_dequeue, bound to a CNO, not enabled", Evd, "single-thread", Some(CYCLE), None), kind: "bound", run: |_, n| cno_pair(n, true) },
+    Loop { case: INSNS_CASE, row: Row::new(CYCLE, Evd, "single-thread", Some(CYCLE), None), kind: "cno", run: cno_cycle },
+    Loop { case: INSNS_CASE, row: Row::new("evd post+try_dequeue, no CNO", Evd, "single-thread", Some(CYCLE), None), kind: "plain", run: |_, n| cno_pair(n, false) },
+    Loop { case: INSNS_CASE, row: Row::new("evd post+try_dequeue, bound to a CNO, not enabled", Evd, "single-thread", Some(CYCLE), None), kind: "bound", run: |_, n| cno_pair(n, true) },
 ];
 
 /// The rings the loops run on, reused across runs: an empty evd ring to re-arm (its poster kept so
