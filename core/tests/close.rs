@@ -6,7 +6,7 @@
 
 mod common;
 use common::{
-    Counting, Panicking, Tracked, assert_report, assert_wait_ends, full_ring, lose,
+    Counting, Panicking, Tracked, assert_report, assert_wait_ends, counting, full_ring, lose,
     lose_twice_around_a_report, next_of_its_poster, poll_once, shared_vec, spawn_tagged_posters,
     tracked,
 };
@@ -653,8 +653,7 @@ fn closed_resolves_at_once_on_a_closed_evd() {
 #[test]
 fn closed_is_pending_while_the_evd_is_open_and_woken_by_close() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    let counting = Arc::new(Counting::default());
-    let waker = Waker::from(counting.clone());
+    let (counting, waker) = counting();
     let mut closed = pin!(poster.closed());
     assert_eq!(poll_once(closed.as_mut(), &waker), Poll::Pending);
     poster.post(1).unwrap();
@@ -701,8 +700,7 @@ fn every_closed_future_resolves() {
 #[test]
 fn a_dropped_closed_future_leaves_no_waker_registered() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    let counting = Arc::new(Counting::default());
-    let waker = Waker::from(counting.clone());
+    let (counting, waker) = counting();
     {
         let mut closed = pin!(poster.closed());
         assert_eq!(poll_once(closed.as_mut(), &waker), Poll::Pending);

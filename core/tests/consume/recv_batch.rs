@@ -2,12 +2,11 @@
 //! reports (as `recv` gives them), its wake, and a threaded poster under
 //! `block_on` and under tokio.
 
-use crate::common::{Counting, poll_once};
+use crate::common::{counting, poll_once};
 use evd::{Lossy, Overflow, RecvError};
 use futures::executor::block_on;
 use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Poll, Waker};
+use std::task::Poll;
 
 #[test]
 fn recv_batch_gets_events_in_order_and_respects_max() {
@@ -105,8 +104,7 @@ fn recv_batch_reports_as_recv_does() {
 #[test]
 fn recv_batch_is_pending_on_an_empty_ring_and_woken_by_a_post() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    let counting = Arc::new(Counting::default());
-    let waker = Waker::from(counting.clone());
+    let (counting, waker) = counting();
     let mut buf = Vec::new();
     {
         let mut batch = pin!(consumer.recv_batch(&mut buf, 4));
