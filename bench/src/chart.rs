@@ -2,38 +2,23 @@
 //! table); bars are medians, whiskers the min–max over rounds, evd's bars in red; labels carry the
 //! ratio (above 1 = evd better) and the below-floor and oversubscription marks.
 
-use crate::report::{Record, Report, Role, format_value};
+use crate::report::{Record, Report, Role, format_value, grouped};
 use plotters::coord::{Shift, ranged1d::SegmentValue};
 use plotters::prelude::*;
 use std::path::Path;
 
 /// Draw `report` as an SVG file at `path`.
 pub fn draw(report: &Report, path: &Path) -> Result<(), String> {
-    let mut keys: Vec<(&str, &str)> = Vec::new();
-    for r in report
+    let drawn = report
         .records
         .iter()
-        .filter(|r| r.metric != "latency_p999_ns")
-    {
-        if !keys.contains(&(&r.case, &r.metric)) {
-            keys.push((&r.case, &r.metric));
-        }
-    }
-    let panels: Vec<Vec<&Record>> = keys
-        .iter()
-        .map(|&k| {
-            report
-                .records
-                .iter()
-                .filter(|r| (&*r.case, &*r.metric) == k)
-                .collect()
-        })
-        .collect();
+        .filter(|r| r.metric != "latency_p999_ns");
+    let panels = grouped(drawn, |r| (r.case.clone(), r.metric.clone()));
     if panels.is_empty() {
         return Err("nothing to draw".into());
     }
     let (cols, rows) = (2, panels.len().div_ceil(2));
-    let panel_h = 60 + 26 * panels.iter().map(Vec::len).max().unwrap_or(1) as u32;
+    let panel_h = 60 + 26 * panels.iter().map(|(_, p)| p.len()).max().unwrap_or(1) as u32;
     let size = (1600u32, 50 + panel_h * rows as u32);
     let root = SVGBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -46,7 +31,7 @@ pub fn draw(report: &Report, path: &Path) -> Result<(), String> {
     let root = root
         .titled(&title, ("sans-serif", 22))
         .map_err(|e| e.to_string())?;
-    for (rows, area) in panels.iter().zip(root.split_evenly((rows, cols)).iter()) {
+    for ((_, rows), area) in panels.iter().zip(root.split_evenly((rows, cols)).iter()) {
         draw_panel(rows, area).map_err(|e| e.to_string())?;
     }
     root.present().map_err(|e| e.to_string())

@@ -277,6 +277,23 @@ pub fn fill_ratios(records: &mut [Record]) {
     }
 }
 
+/// `records` grouped by `key`: the groups in the order their first record comes, each group's
+/// records in their own order.
+pub fn grouped<'a, K: PartialEq>(
+    records: impl IntoIterator<Item = &'a Record>,
+    key: impl Fn(&Record) -> K,
+) -> Vec<(K, Vec<&'a Record>)> {
+    let mut groups: Vec<(K, Vec<&Record>)> = Vec::new();
+    for r in records {
+        let k = key(r);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, group)) => group.push(r),
+            None => groups.push((k, vec![r])),
+        }
+    }
+    groups
+}
+
 /// The record of `system` for `case` and `metric`.
 pub fn find<'a>(
     records: &'a [Record],

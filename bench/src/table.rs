@@ -4,7 +4,7 @@
 //! the row's records by metric, in their unit and direction, with the ratio to evd.
 
 use crate::cno::{FAIRNESS_METRIC, THROUGHPUT_POSTERS, TRIGGER_EVDS, Variant, WAKE_CASE};
-use crate::report::{Record, Report, Role, format_value};
+use crate::report::{Record, Report, Role, format_value, grouped};
 use crate::stats::Summary;
 use std::fmt::Write as _;
 
@@ -69,19 +69,12 @@ fn write_section(s: &mut String, (title, about, rows, cols): Section, records: &
             ((prefix.into(), r.system.clone()), true)
         }
     };
-    let mut keys = Vec::new();
-    for r in records {
-        let (k, main) = key(r);
-        if main && !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    let rows: Vec<Vec<String>> = keys
-        .iter()
-        .map(|k| {
-            let row: Vec<&Record> = records.iter().copied().filter(|r| key(r).0 == *k).collect();
-            let main = row.iter().copied().find(|r| key(r).1).unwrap_or(row[0]);
-            cols.iter().map(|&c| cell(c, main, &row, records)).collect()
+    // A row per key that has a main record, in the order of the key's first record.
+    let rows: Vec<Vec<String>> = grouped(records.iter().copied(), |r| key(r).0)
+        .into_iter()
+        .filter_map(|(_, row)| {
+            let main = row.iter().copied().find(|r| key(r).1)?;
+            Some(cols.iter().map(|&c| cell(c, main, &row, records)).collect())
         })
         .collect();
     let head: Vec<String> = cols.iter().map(|&c| heading(c)).collect();
@@ -442,14 +435,7 @@ pub fn markdown(report: &Report) -> String {
         let trigger = r.case.starts_with("cno-trigger");
         if trigger { "cno-trigger" } else { &r.case }.to_owned()
     };
-    let mut groups: Vec<String> = Vec::new();
-    for g in report.records.iter().map(group) {
-        if !groups.contains(&g) {
-            groups.push(g);
-        }
-    }
-    for g in groups {
-        let records: Vec<&Record> = report.records.iter().filter(|r| group(r) == g).collect();
+    for (g, records) in grouped(&report.records, group) {
         write_section(&mut s, section(&g, &records, report), &records);
     }
     if !report.targets.is_empty() {

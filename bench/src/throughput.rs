@@ -163,7 +163,7 @@ impl Queue {
                 self.row().name
             ));
         }
-        let mut stats = match self {
+        let stats = match self {
             EvdSingle | EvdReserve | EvdBatch | EvdWith | EvdItemWait | EvdWait | EvdArmWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
                 let post = |tx: &evd::Poster<P>, p| tx.post(p).map_err(evd::PostError::into_inner);
@@ -251,21 +251,10 @@ impl Queue {
                     Ok(true)
                 };
                 let consume = |sink: &mut Sink<'_>| polling(&mut rx, sink, recv_many, spin);
-                drive(messages, clones(tx, posters), Rx::try_send, consume)?
+                let stats = drive(messages, clones(tx, posters), Rx::try_send, consume)?;
+                only_blocking_receives(stats)
             }
         };
-        let blocked = [
-            CrossbeamChannel,
-            StdSyncChannel,
-            TokioMpsc,
-            Flume,
-            Kanal,
-            Thingbuf,
-        ];
-        if blocked.contains(&self) || self == TokioRecvMany {
-            // Its consumer only calls a blocking receive: its empty polls are not countable.
-            stats.empty_polls = None;
-        }
         Ok(stats)
     }
 }
@@ -275,11 +264,20 @@ fn peer<C: Channel<P>, P: Payload>(posters: usize, messages: u64) -> Result<RunS
     let (tx, mut rx) = C::bounded(CAPACITY);
     let consume =
         |sink: &mut Sink<'_>| polling(&mut rx, sink, |rx, s| recv_one(rx, s, || {}), spin);
-    drive(messages, clones(tx, posters), C::try_send, consume)
+    let stats = drive(messages, clones(tx, posters), C::try_send, consume)?;
+    Ok(only_blocking_receives(stats))
+}
+
+/// The stats of a consumer that only calls a blocking receive: its empty polls are not countable.
+fn only_blocking_receives(stats: RunStats) -> RunStats {
+    RunStats {
+        empty_polls: None,
+        ..stats
+    }
 }
 
 /// What one throughput run measured.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RunStats {
     /// From the start barrier to the consumer's last event.
     pub elapsed: Duration,
@@ -485,10 +483,9 @@ pub(crate) fn harness<S: Send>(
         messages,
         empty_polls: Some(sink.empty_polls),
         full_refusals: Some(refusals.load(Ordering::Relaxed)),
-        room_wakes: None,
         cpu_samples: sink.cpu_samples,
         same_cpu: sink.same_cpu,
-        served_max_over_min: None,
+        ..RunStats::default()
     })
 }
 
