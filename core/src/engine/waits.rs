@@ -22,8 +22,9 @@ impl<T> Shared<T> {
     }
 
     /// A poster found the ring full and will sleep until `waker` is woken:
-    /// join the room queue ([`RoomQueue::join`](crate::room::RoomQueue::join)). The caller must post once
-    /// more after this and before it sleeps.
+    /// join the room queue
+    /// ([`RoomQueue::join`](crate::room::RoomQueue::join)). The caller must
+    /// post once more after this and before it sleeps.
     pub(crate) fn room_join(&self, seat: &mut Seat, waker: &Waker) {
         self.room.join(&self.consumer.room, seat, waker);
     }
