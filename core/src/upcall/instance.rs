@@ -101,8 +101,12 @@ pub(crate) fn run<T>(s: &Shared<T>) {
             // it) and keep it through the call.
             (Some(item), _) => unsafe { deliver(s, &s.load_handler(), item) },
             (None, _) => {
-                if try_exit(s) {
+                if let Some(new) = try_exit(s) {
+                    // The exit CAS gave the token and the instance back: the
+                    // guard has nothing left to give, and must not give it
+                    // twice if the waker woken below panics.
                     std::mem::forget(guard);
+                    wake_tearer(s, new);
                     return;
                 }
             }
@@ -110,21 +114,21 @@ pub(crate) fn run<T>(s: &Shared<T>) {
     }
 }
 
-/// The exit CAS; false if work arrived (or a reserved slot is still being
-/// written) and this instance must go on.
-fn try_exit<T>(s: &Shared<T>) -> bool {
+/// The exit CAS: the word it installed once the instance has left it, or
+/// `None` if work arrived (or a reserved slot is still being written) and
+/// this instance must go on, holding the token.
+fn try_exit<T>(s: &Shared<T>) -> Option<u64> {
     match s.exit_instance() {
         Some(new) => {
             if s.loss_pending() && s.restart_for_loss() {
-                return false;
+                return None;
             }
-            wake_tearer(s, new);
-            true
+            Some(new)
         }
         None => {
             // A poster holds a reserved slot at the head and is writing it.
             Backoff::new().snooze();
-            false
+            None
         }
     }
 }

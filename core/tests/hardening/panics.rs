@@ -368,9 +368,13 @@ enum Position {
     CnoWakerOnWithdraw,
     /// The closure of `dequeue_with`.
     DequeueWithClosure,
+    /// The consumer's waker (left by an async wait before `into_upcalls`),
+    /// woken for a teardown by the instance that exits after its handler
+    /// disabled upcalls.
+    ConsumerWakerOnInstanceExit,
 }
 
-const POSITIONS: [Position; 13] = [
+const POSITIONS: [Position; 14] = [
     Position::LossyEventDrop,
     Position::ConsumerWakerOnBatchPost,
     Position::ConsumerWakerOnLossyPost,
@@ -384,6 +388,7 @@ const POSITIONS: [Position; 13] = [
     Position::CnoWakerOnTrigger,
     Position::CnoWakerOnWithdraw,
     Position::DequeueWithClosure,
+    Position::ConsumerWakerOnInstanceExit,
 ];
 
 #[test]
@@ -405,6 +410,7 @@ fn user_code_that_panics_never_wedges_the_evd_or_strands_a_notification() {
             Position::CnoWakerOnTrigger => cno_waker_on_trigger(&case),
             Position::CnoWakerOnWithdraw => cno_waker_on_withdraw(&case),
             Position::DequeueWithClosure => dequeue_with_closure(&case),
+            Position::ConsumerWakerOnInstanceExit => consumer_waker_on_instance_exit(&case),
         }
     }
 }
@@ -583,6 +589,43 @@ fn handler(case: &str, policy: UpcallPolicy) {
     panic_on.store(ev.seq, SeqCst);
     ledger.accepted.push(ev.seq);
     must_panic(case, || poster.post(ev));
+    check_upcalls(case, poster, up, &heard, ledger);
+}
+
+/// The handler disables upcalls from inside (`dat_evd_modify_upcall` from
+/// the upcall); the instance that then exits finds upcalls disabled with
+/// none in flight and wakes the consumer's registered waker, for a teardown
+/// that may wait: a stale one that panics. The instance has left the word by
+/// then: it is not given back a second time (which would count an instance
+/// below zero, or take the token of the next instance and let two
+/// SingleInstance handlers run at once).
+fn consumer_waker_on_instance_exit(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    let mut ledger = Ledger::default();
+    let (w, waker) = TestWaker::new(true);
+    arm_with(&mut consumer, &waker);
+    let heard = Arc::new(Heard::default());
+    let slot: Arc<Mutex<Option<evd::Upcalls<Ev>>>> = Arc::new(Mutex::new(None));
+    let (h, s) = (heard.clone(), slot.clone());
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        h.record(ev);
+        // The first event only: the dispatcher is out of the slot after.
+        if let Some(up) = s.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
+        }
+    });
+    *slot.lock().unwrap() = Some(up);
+    let ev = ledger.ev();
+    ledger.accepted.push(ev.seq);
+    must_panic(case, || poster.post(ev));
+    assert_eq!(w.wakes(), 1, "{case}: the stale waker woken once");
+    let mut up = slot.lock().unwrap().take().unwrap();
+    let q = up.query();
+    assert_eq!(q.policy, UpcallPolicy::Disabled, "{case}");
+    assert_eq!(q.capacity, 4, "{case}: the word's capacity field");
+    assert_eq!(q.len, 0, "{case}: the handler took the event");
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        .unwrap();
     check_upcalls(case, poster, up, &heard, ledger);
 }
 
