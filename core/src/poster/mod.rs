@@ -318,18 +318,32 @@ impl<T: Send> Poster<T> {
     /// Inside a handler call of this EVD (an upcall, or `dequeue_with`'s
     /// closure) the thread is its consumer, and waiting for room would wait
     /// for itself: a full ring is refused at once.
+    ///
+    /// A post here may run user code that panics (the consumer's waker, a
+    /// handler): the seat is then left on the way out as a poster that gave
+    /// up leaves it, passing on a wake it was handed, so that no caller
+    /// (a sink polled again after the panic, a future kept alive) holds a
+    /// seat that swallows the next wake.
     pub(crate) fn attempt(&self, seat: &mut Seat, event: T, waker: &Waker) -> Attempt<T> {
+        let mut seat = LeaveOnUnwind {
+            shared: &self.shared,
+            seat,
+            armed: true,
+        };
         let event = match self.post(event) {
             Err(PostError::Full(ev)) => ev,
-            done => return self.done(seat, done),
+            done => return self.done(seat.defuse(), done),
         };
         if crate::frames::in_own_handler(self.shared.id()) {
-            return self.done(seat, Err(PostError::Full(event)));
+            return self.done(seat.defuse(), Err(PostError::Full(event)));
         }
-        self.shared.room_join(seat, waker);
+        self.shared.room_join(seat.seat, waker);
         match self.post(event) {
-            Err(PostError::Full(ev)) => Attempt::Wait(ev),
-            done => self.done(seat, done),
+            Err(PostError::Full(ev)) => {
+                seat.defuse();
+                Attempt::Wait(ev)
+            }
+            done => self.done(seat.defuse(), done),
         }
     }
 
@@ -521,6 +535,32 @@ impl<T> Poster<T> {
     pub fn is_full(&self) -> bool {
         let o = self.shared.occupancy();
         o.len + o.permits == o.capacity
+    }
+}
+
+/// The seat of a [`Poster::attempt`] under way: left, as by a poster that
+/// gave up (a wake it was handed is passed on), if a post inside the attempt
+/// unwinds. Whether that post queued its event is not known there, and a
+/// wake passed on in vain only makes the next waiter try again.
+struct LeaveOnUnwind<'a, T> {
+    shared: &'a Shared<T>,
+    seat: &'a mut Seat,
+    armed: bool,
+}
+
+impl<T> LeaveOnUnwind<'_, T> {
+    /// The attempt returns normally: the seat, no longer left on drop.
+    fn defuse(&mut self) -> &mut Seat {
+        self.armed = false;
+        self.seat
+    }
+}
+
+impl<T> Drop for LeaveOnUnwind<'_, T> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.room_leave(self.seat, false);
+        }
     }
 }
 

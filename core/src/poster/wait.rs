@@ -132,17 +132,15 @@ impl<T: Send> Poster<T> {
             since: Instant::now(),
         };
         let waker = unpark_waker(thread::current());
-        let mut seat = LeaveOnDrop {
-            poster: self,
-            seat: Seat::default(),
-        };
+        // Left by the attempt that ends the wait, or that unwinds.
+        let mut seat = Seat::default();
         loop {
-            match self.attempt(&mut seat.seat, event, &waker) {
+            match self.attempt(&mut seat, event, &waker) {
                 Attempt::Done(r) => return r,
                 Attempt::Wait(ev) => event = ev,
             }
             if expired(deadline) {
-                self.shared.room_leave(&mut seat.seat, false);
+                self.shared.room_leave(&mut seat, false);
                 return Err(PostError::Full(event));
             }
             // Woken by a freed slot, by close, or spuriously: attempt again.
@@ -176,19 +174,5 @@ impl Drop for LongWaitReport {
                 "a post waited long for room"
             );
         }
-    }
-}
-
-/// A blocking post's seat in the room queue, left when the post returns or
-/// unwinds (a post inside it may run user code that panics: the consumer's
-/// waker, a handler). Leaving a seat that already left does nothing.
-struct LeaveOnDrop<'a, T> {
-    poster: &'a Poster<T>,
-    seat: Seat,
-}
-
-impl<T> Drop for LeaveOnDrop<'_, T> {
-    fn drop(&mut self) {
-        self.poster.shared.room_leave(&mut self.seat, false);
     }
 }

@@ -372,9 +372,12 @@ enum Position {
     /// woken for a teardown by the instance that exits after its handler
     /// disabled upcalls.
     ConsumerWakerOnInstanceExit,
+    /// The consumer's waker, woken by the post of a `PostSink` that was
+    /// waiting for room behind another poster.
+    ConsumerWakerOnSinkPost,
 }
 
-const POSITIONS: [Position; 14] = [
+const POSITIONS: [Position; 15] = [
     Position::LossyEventDrop,
     Position::ConsumerWakerOnBatchPost,
     Position::ConsumerWakerOnLossyPost,
@@ -389,6 +392,7 @@ const POSITIONS: [Position; 14] = [
     Position::CnoWakerOnWithdraw,
     Position::DequeueWithClosure,
     Position::ConsumerWakerOnInstanceExit,
+    Position::ConsumerWakerOnSinkPost,
 ];
 
 #[test]
@@ -411,6 +415,7 @@ fn user_code_that_panics_never_wedges_the_evd_or_strands_a_notification() {
             Position::CnoWakerOnWithdraw => cno_waker_on_withdraw(&case),
             Position::DequeueWithClosure => dequeue_with_closure(&case),
             Position::ConsumerWakerOnInstanceExit => consumer_waker_on_instance_exit(&case),
+            Position::ConsumerWakerOnSinkPost => consumer_waker_on_sink_post(&case),
         }
     }
 }
@@ -590,6 +595,66 @@ fn handler(case: &str, policy: UpcallPolicy) {
     ledger.accepted.push(ev.seq);
     must_panic(case, || poster.post(ev));
     check_upcalls(case, poster, up, &heard, ledger);
+}
+
+/// A sink waits for room behind a `post_async`; a freed slot wakes the
+/// first, and the sink, polled again with its seat still queued, posts into
+/// it and the consumer's waker panics out of `poll_ready`. The sink's seat
+/// must not outlive that post: left queued, it would be handed the wake of a
+/// later freed slot and swallow it (its next poll has nothing to post), and
+/// a poster waiting behind it would sleep beside an empty ring.
+fn consumer_waker_on_sink_post(case: &str) {
+    use futures::Sink;
+    let (poster, mut consumer) = evd::bounded::<Ev>(1).unwrap();
+    let mut ledger = Ledger::default();
+    ledger.post(&poster); // full
+    let waiting = |poster, ev: Ev| {
+        let (w, waker) = TestWaker::new(false);
+        let mut post = evd::Poster::post_async(poster, ev);
+        assert!(poll_once(&mut post, &waker).is_pending(), "full");
+        (w, waker, post)
+    };
+    let b = ledger.ev();
+    let b_seq = b.seq;
+    let (first_w, first_waker, mut first) = waiting(&poster, b);
+    let (_, sink_waker) = TestWaker::new(false);
+    let mut sink_cx = Context::from_waker(&sink_waker);
+    let mut sink = poster.clone().into_sink();
+    let c = ledger.ev();
+    ledger.accepted.push(c.seq);
+    Pin::new(&mut sink).start_send(c).unwrap();
+    assert!(Pin::new(&mut sink).poll_ready(&mut sink_cx).is_pending());
+    let mut taken = vec![consumer.try_dequeue().unwrap().take()];
+    assert_eq!(first_w.wakes(), 1, "{case}: the first waiter woken");
+    let (_, panicking) = TestWaker::new(true);
+    arm_with(&mut consumer, &panicking);
+    must_panic(case, || Pin::new(&mut sink).poll_ready(&mut sink_cx));
+    // The first waiter finds the ring full again and waits at the front; a
+    // third waits behind it.
+    assert!(poll_once(&mut first, &first_waker).is_pending());
+    let d = ledger.ev();
+    let d_seq = d.seq;
+    let (third_w, third_waker, mut third) = waiting(&poster, d);
+    taken.push(consumer.try_dequeue().unwrap().take());
+    assert!(matches!(
+        poll_once(&mut first, &first_waker),
+        Poll::Ready(Ok(()))
+    ));
+    ledger.accepted.push(b_seq);
+    taken.push(consumer.try_dequeue().unwrap().take());
+    assert_eq!(third_w.wakes(), 1, "{case}: the freed slot woke the waiter");
+    assert!(matches!(
+        poll_once(&mut third, &third_waker),
+        Poll::Ready(Ok(()))
+    ));
+    ledger.accepted.push(d_seq);
+    assert!(matches!(
+        Pin::new(&mut sink).poll_ready(&mut sink_cx),
+        Poll::Ready(Ok(()))
+    ));
+    drop((first, third, sink));
+    ledger.accepted.sort_unstable(); // the sink's event was accepted first
+    check_consumer(case, poster, consumer, ledger, taken);
 }
 
 /// The handler disables upcalls from inside (`dat_evd_modify_upcall` from
