@@ -646,6 +646,42 @@ fn an_async_direct_waiter_preempts_the_cno() {
     assert_eq!(cno.try_next(), Some(2));
 }
 
+/// A `Recv` or `RecvBatch` that completed, was polled again (it waits for
+/// the next event, armed) and is then dropped withdraws that arm as any
+/// dropped waiting future does: the post it would have preempted the CNO for
+/// reaches the CNO.
+#[test]
+fn a_completed_async_wait_polled_again_then_dropped_hands_the_next_post_to_the_cno() {
+    fn repoll_then_drop<F: std::future::Future + Unpin>(
+        mut wait: F,
+        p: &Poster<u8>,
+        cno: &mut Cno,
+        got_the_first: impl Fn(F::Output) -> bool,
+    ) {
+        assert!((&mut wait).now_or_never().is_none(), "armed");
+        p.post(1).unwrap();
+        assert_eq!(cno.try_next(), None, "the task took the wake");
+        assert!((&mut wait).now_or_never().is_some_and(got_the_first));
+        assert!((&mut wait).now_or_never().is_none(), "armed again");
+    }
+    for future in ["recv", "recv_batch"] {
+        let mut cno = Cno::new(1).unwrap();
+        let (p, mut c) = enabled::<u8>(&cno, 2);
+        let mut buf = Vec::new();
+        match future {
+            "recv" => repoll_then_drop(c.recv(), &p, &mut cno, |r| r == Ok(1)),
+            _ => repoll_then_drop(c.recv_batch(&mut buf, 4), &p, &mut cno, |r| r == Ok(1)),
+        }
+        p.post(2).unwrap();
+        assert_eq!(
+            cno.try_next(),
+            Some(2),
+            "{future}: the post reached the CNO"
+        );
+        assert_eq!(c.try_dequeue(), Ok(2), "{future}");
+    }
+}
+
 #[test]
 fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
     let mut cno = Cno::new(4).unwrap();

@@ -101,7 +101,9 @@ fn recv_error(e: TryDequeueError) -> Option<RecvError> {
 #[must_use = "futures do nothing unless polled"]
 pub struct Recv<'a, T> {
     consumer: &'a mut Consumer<T>,
-    /// It returned `Ready`: `FusedFuture::is_terminated`.
+    /// Its last poll returned `Ready` (`FusedFuture::is_terminated`); until
+    /// its first poll, and after a poll that returned `Pending`, it may be
+    /// armed, and its drop withdraws the arm.
     done: bool,
 }
 
@@ -110,16 +112,14 @@ impl<T> Future for Recv<'_, T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let r = self.consumer.poll_event(cx);
-        if r.is_ready() {
-            self.done = true;
-        }
+        self.done = r.is_ready();
         r
     }
 }
 
 /// Terminated once it has returned `Ready` (so `select!` stops polling it).
 /// Polled again after that, it receives another event, as a new
-/// [`Consumer::recv`] would.
+/// [`Consumer::recv`] would, and is not terminated while it waits for it.
 ///
 /// ```
 /// use futures_core::future::FusedFuture;
@@ -136,8 +136,8 @@ impl<T> FusedFuture for Recv<'_, T> {
     }
 }
 
-/// A future dropped before it completed (a lost `select!` branch, a timeout)
-/// withdraws its arm if the EVD is bound to a CNO: a post it preempted the
+/// A future dropped while it waits (a lost `select!` branch, a timeout; also
+/// one polled again after it completed) withdraws its arm if the EVD is bound to a CNO: a post it preempted the
 /// CNO for would otherwise leave an enabled EVD with work that the CNO never
 /// hears of ([`crate::state::withdraw`]). Unbound EVDs pay nothing here.
 impl<T> Drop for Recv<'_, T> {
@@ -211,7 +211,7 @@ pub struct RecvBatch<'a, T> {
     consumer: &'a mut Consumer<T>,
     buf: &'a mut Vec<T>,
     max: usize,
-    /// It returned `Ready`: `FusedFuture::is_terminated`.
+    /// As [`Recv`]'s: its last poll returned `Ready`.
     done: bool,
 }
 
@@ -221,23 +221,22 @@ impl<T> Future for RecvBatch<'_, T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let r = this.consumer.poll_batch(cx, this.buf, this.max);
-        if r.is_ready() {
-            this.done = true;
-        }
+        this.done = r.is_ready();
         r
     }
 }
 
 /// Terminated once it has returned `Ready`; polled again after that, it
-/// receives another batch, as a new [`Consumer::recv_batch`] would.
+/// receives another batch, as a new [`Consumer::recv_batch`] would, and is
+/// not terminated while it waits for it.
 impl<T> FusedFuture for RecvBatch<'_, T> {
     fn is_terminated(&self) -> bool {
         self.done
     }
 }
 
-/// As [`Recv`]'s drop: a future dropped before it completed withdraws its
-/// arm if the EVD is bound to a CNO.
+/// As [`Recv`]'s drop: a future dropped while it waits withdraws its arm if
+/// the EVD is bound to a CNO.
 impl<T> Drop for RecvBatch<'_, T> {
     fn drop(&mut self) {
         if !self.done && self.consumer.cno_key().is_some() {
