@@ -682,6 +682,28 @@ fn a_completed_async_wait_polled_again_then_dropped_hands_the_next_post_to_the_c
     }
 }
 
+/// The stream cannot see its `next()` dropped: its arm stays, and the
+/// documented `disarm` hands the next post (or an event already queued) to
+/// the CNO.
+#[test]
+fn a_disarm_after_an_abandoned_stream_poll_hands_the_next_post_to_the_cno() {
+    for queued_first in [false, true] {
+        let mut cno = Cno::new(1).unwrap();
+        let (p, mut c) = enabled::<u8>(&cno, 3);
+        assert_eq!(c.next().now_or_never(), None, "armed");
+        if queued_first {
+            p.post(1).unwrap(); // wakes the abandoned task
+            assert_eq!(cno.try_next(), None, "preempted");
+        }
+        c.disarm();
+        if !queued_first {
+            p.post(1).unwrap();
+        }
+        assert_eq!(cno.try_next(), Some(3), "queued first: {queued_first}");
+        assert_eq!(c.try_dequeue(), Ok(1));
+    }
+}
+
 #[test]
 fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
     let mut cno = Cno::new(4).unwrap();

@@ -259,6 +259,16 @@ impl<T> std::fmt::Debug for RecvBatch<'_, T> {
 /// The consumer is a stream of events; an overflow report is an `Err` item;
 /// the stream ends when the EVD is closed and drained.
 ///
+/// A pending `poll_next` arms the EVD as [`Consumer::recv`] does, but a
+/// stream cannot tell when the `next()` future polling it is dropped (a lost
+/// `select!` branch, a timeout), so it cannot withdraw that arm as a dropped
+/// `Recv` does. On an EVD enabled on a [`Cno`](crate::Cno) the arm preempts
+/// the CNO: after abandoning a pending `next()` there, call
+/// [`Consumer::disarm`] (or [`Consumer::enable_cno`], which withdraws it
+/// too) before waiting on the CNO, or the next post wakes the abandoned task
+/// and not the CNO. An unbound EVD needs nothing: the next wait replaces the
+/// waker.
+///
 /// ```
 /// use futures::StreamExt;
 /// let (poster, consumer) = evd::bounded(4).unwrap();
