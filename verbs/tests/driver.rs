@@ -272,12 +272,24 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
 
 /// A software CQ whose next poll hides what is queued (as if the wake's
 /// completion had been polled already) and whose next arm fails: the
-/// ingredients of a wake whose poll finds nothing and whose arm then fails.
+/// ingredients of a wake whose poll finds nothing and whose arm then fails;
+/// and whose next `get_event` fails (1) or panics (2) before it takes
+/// anything.
 struct Flaky {
     cq: SoftCq,
     hide_next_poll: std::sync::Arc<std::sync::atomic::AtomicBool>,
     fail_next_arm: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    fail_next_get_event: std::sync::Arc<std::sync::atomic::AtomicU8>,
 }
+
+/// A watchdog, not a sleep: an event that never comes fails the test
+/// instead of hanging it (generous, for a busy machine).
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// What [`Flaky`]'s next `get_event` does.
+const GET_EVENT_FAILS: u8 = 1;
+const GET_EVENT_PANICS: u8 = 2;
+const PROVOKED: &str = "provoked by the driver tests";
 
 impl evd_verbs::CompletionQueue for Flaky {
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, evd_verbs::PollError> {
@@ -302,10 +314,104 @@ impl evd_verbs::CompletionQueue for Flaky {
         self.cq.channel_fd()
     }
     fn get_event(&mut self) -> std::io::Result<bool> {
-        self.cq.get_event()
+        match self
+            .fail_next_get_event
+            .swap(0, std::sync::atomic::Ordering::Relaxed)
+        {
+            GET_EVENT_FAILS => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+            GET_EVENT_PANICS => panic!("{PROVOKED}"),
+            _ => self.cq.get_event(),
+        }
     }
     fn ack_events(&mut self, count: u32) {
         self.cq.ack_events(count)
+    }
+}
+
+impl Flaky {
+    fn new(cq: SoftCq) -> Self {
+        Flaky {
+            cq,
+            hide_next_poll: Default::default(),
+            fail_next_arm: Default::default(),
+            fail_next_get_event: Default::default(),
+        }
+    }
+}
+
+/// A CQ whose `get_event` fails or panics once, before it takes the channel
+/// event of a completion: the failed turn is reported, the next takes the
+/// event again and re-arms, and the feed, asleep again, is woken by the next
+/// completion, on either backend. (io_uring's multishot poll reports only
+/// new wake-ups: a feed that slept without taking the event would never hear
+/// from its CQ again.)
+#[test]
+fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() {
+    static QUIET: std::sync::Once = std::sync::Once::new();
+    QUIET.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<String>().map(String::as_str) != Some(PROVOKED) {
+                default(info);
+            }
+        }));
+    });
+    let wr_id = |ev: VerbsEvent| match ev {
+        VerbsEvent::Completion { wc, .. } => wc.wr_id,
+        other => panic!("expected a completion, got {other:?}"),
+    };
+    for backend in [
+        evd_verbs::DriverBackend::IoUring,
+        evd_verbs::DriverBackend::Epoll,
+    ] {
+        for failure in [GET_EVENT_FAILS, GET_EVENT_PANICS] {
+            let case = format!("{backend:?}, failure {failure}");
+            let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+            let (cq, hca) = SoftCq::new(64).unwrap();
+            let flaky = Flaky::new(cq);
+            let fail = flaky.fail_next_get_event.clone();
+            let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
+            driver
+                .register(Feed::new(flaky, CqId(0), poster), FeedMode::Event)
+                .unwrap();
+            driver.process(Some(Duration::ZERO)).unwrap();
+            assert!(hca.stats().armed, "{case}: asleep on an armed CQ");
+            fail.store(failure, std::sync::atomic::Ordering::Relaxed);
+            hca.push(wc(1)).unwrap();
+            let mut failed = None;
+            for _ in 0..100 {
+                if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            let reported = match failure {
+                GET_EVENT_FAILS => matches!(&failed, Some(DriverError::Io(_))),
+                _ => matches!(&failed, Some(DriverError::Panicked(_))),
+            };
+            assert!(reported, "{case}: the failed turn is reported: {failed:?}");
+            assert_eq!(hca.stats().channel_events, 1, "{case}: the event was left");
+            driver.process(Some(Duration::ZERO)).unwrap();
+            assert_eq!(hca.stats().channel_events, 0, "{case}: the retry took it");
+            assert!(hca.stats().armed, "{case}: and re-armed");
+            assert_eq!(
+                take(&mut consumer, 1)
+                    .into_iter()
+                    .map(wr_id)
+                    .collect::<Vec<_>>(),
+                [1]
+            );
+            hca.push(wc(2)).unwrap();
+            let start = std::time::Instant::now();
+            while consumer.is_empty() {
+                assert!(
+                    start.elapsed() < WATCHDOG,
+                    "{case}: the feed was never woken again"
+                );
+                driver.process(Some(Duration::from_millis(100))).unwrap();
+            }
+            assert_eq!(consumer.try_dequeue().map(wr_id), Ok(2), "{case}");
+        }
     }
 }
 
@@ -320,9 +426,9 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
     let hide = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flaky = Flaky {
-        cq,
         hide_next_poll: hide.clone(),
         fail_next_arm: fail.clone(),
+        ..Flaky::new(cq)
     };
     let (mut driver, _) = driver_serving(Feed::new(flaky, CqId(0), poster), FeedMode::Event);
     driver.process(Some(Duration::ZERO)).unwrap();
