@@ -13,6 +13,7 @@ use evd_verbs::{
 };
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
+use std::sync::{Mutex, mpsc};
 use std::time::Duration;
 
 #[test]
@@ -457,4 +458,186 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
     assert!(
         matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 9)
     );
+}
+
+// --- commands racing a shutdown --------------------------------------------
+
+/// A software CQ whose `device_events`, which the driver calls on its own
+/// thread while it registers the feed (inside the turn that applies the
+/// command), says it was reached and waits to be let go: it holds the driver
+/// inside that turn, so that the test can queue commands and ask for the stop
+/// at known points.
+struct HeldAtRegistration {
+    cq: SoftCq,
+    hold: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+}
+
+impl evd_verbs::CompletionQueue for HeldAtRegistration {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, evd_verbs::PollError> {
+        self.cq.poll(out)
+    }
+    fn req_notify(&mut self, solicited_only: bool) -> std::io::Result<()> {
+        self.cq.req_notify(solicited_only)
+    }
+    fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.cq.channel_fd()
+    }
+    fn get_event(&mut self) -> std::io::Result<bool> {
+        self.cq.get_event()
+    }
+    fn ack_events(&mut self, count: u32) {
+        self.cq.ack_events(count)
+    }
+    fn device_events(&self) -> Option<Box<dyn evd_verbs::AsyncEventSource>> {
+        let hold = self.hold.lock().unwrap().take();
+        if let Some((reached, go)) = hold {
+            reached.send(()).unwrap();
+            go.recv_timeout(WATCHDOG)
+                .expect("the test never let the driver go");
+        }
+        None
+    }
+}
+
+/// A feed of a [`HeldAtRegistration`] CQ; the channel that says the driver
+/// is held, and the one that lets it go.
+type Held = Feed<HeldAtRegistration>;
+fn held_feed(id: u32) -> (Held, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (poster, _) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (reached_tx, reached) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    let cq = HeldAtRegistration {
+        cq: SoftCq::new(16).unwrap().0,
+        hold: Mutex::new(Some((reached_tx, go_rx))),
+    };
+    (Feed::new(cq, CqId(id), poster), reached, go)
+}
+
+/// Run `f` on a new thread; its result comes on the channel.
+fn on_a_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> mpsc::Receiver<R> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx
+}
+
+/// Wait (yielding, under the watchdog) until the handle's `Debug` shows `what`.
+fn until_handle_shows(handle: &evd_verbs::DriverHandle, what: &str) {
+    let start = std::time::Instant::now();
+    while !format!("{handle:?}").contains(what) {
+        assert!(start.elapsed() < WATCHDOG, "the handle never showed {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// A `DriverHandle::remove` whose feed's poll is being cancelled when the stop
+/// is seen: the shutdown waits for that removal too, and ends; the remover
+/// gets its feed, and every other feed is in the `Shutdown`. (On io_uring the
+/// cancellation's completion comes in a later turn than the removal: a
+/// shutdown that counted that feed among its own removals waited for ever.)
+#[test]
+fn a_shutdown_while_a_handle_removes_a_feed_ends_and_hands_every_feed_back_once() {
+    for backend in [
+        evd_verbs::DriverBackend::IoUring,
+        evd_verbs::DriverBackend::Epoll,
+    ] {
+        let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
+        let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let key_a = driver
+            .register(
+                Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster),
+                FeedMode::Event,
+            )
+            .unwrap();
+        let running = driver.spawn().unwrap();
+        let handle = running.handle().clone();
+        let (h1, reached1, go1) = held_feed(1);
+        let h = handle.clone();
+        let key1 = on_a_thread(move || h.register(h1, FeedMode::Event));
+        reached1.recv_timeout(WATCHDOG).unwrap();
+        // Held in a turn: the removal of A, then a second held registration,
+        // queued in that order, are applied together by the next turn.
+        let h = handle.clone();
+        let removed_a = on_a_thread(move || h.remove(key_a));
+        until_handle_shows(&handle, "queued_commands: 1");
+        let (h2, reached2, go2) = held_feed(2);
+        let h = handle.clone();
+        let key2 = on_a_thread(move || h.register(h2, FeedMode::Event));
+        until_handle_shows(&handle, "queued_commands: 2");
+        go1.send(()).unwrap();
+        // A's removal is under way; the stop is asked for within that turn.
+        reached2.recv_timeout(WATCHDOG).unwrap();
+        let stopped = on_a_thread(move || running.shutdown());
+        until_handle_shows(&handle, "stopping: true");
+        go2.send(()).unwrap();
+        let mut stopped = stopped
+            .recv_timeout(WATCHDOG)
+            .unwrap_or_else(|_| panic!("{backend:?}: the shutdown never ended"))
+            .unwrap();
+        let removed_a = removed_a.recv_timeout(WATCHDOG).unwrap();
+        assert_eq!(removed_a.map(|f| f.id()).ok(), Some(CqId(0)), "{backend:?}");
+        for key in [key1, key2] {
+            let key = key.recv_timeout(WATCHDOG).unwrap().unwrap();
+            assert!(stopped.take(key).is_some(), "{backend:?}: handed back");
+        }
+        assert_eq!(stopped.len(), 0, "{backend:?}: and nothing else");
+    }
+}
+
+/// A registration or a removal still queued when the stop is seen is refused
+/// with `Stopped`: the registered feed is not served and then dropped under a
+/// key the `Shutdown` does not know, and the feed a removal asked for is in
+/// the `Shutdown`.
+#[test]
+fn commands_queued_when_the_stop_is_seen_are_refused_and_every_feed_is_handed_back() {
+    for backend in [
+        evd_verbs::DriverBackend::IoUring,
+        evd_verbs::DriverBackend::Epoll,
+    ] {
+        let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
+        let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let key_a = driver
+            .register(
+                Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster),
+                FeedMode::Event,
+            )
+            .unwrap();
+        let running = driver.spawn().unwrap();
+        let handle = running.handle().clone();
+        let (h1, reached1, go1) = held_feed(1);
+        let h = handle.clone();
+        let key1 = on_a_thread(move || h.register(h1, FeedMode::Event));
+        reached1.recv_timeout(WATCHDOG).unwrap();
+        let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        let h = handle.clone();
+        let registered =
+            on_a_thread(move || h.register(Feed::new(cq, CqId(9), poster), FeedMode::Event));
+        until_handle_shows(&handle, "queued_commands: 1");
+        let h = handle.clone();
+        let removed_a = on_a_thread(move || h.remove(key_a));
+        until_handle_shows(&handle, "queued_commands: 2");
+        let stopped = on_a_thread(move || running.shutdown());
+        until_handle_shows(&handle, "stopping: true");
+        go1.send(()).unwrap();
+        let mut stopped = stopped.recv_timeout(WATCHDOG).unwrap().unwrap();
+        match registered.recv_timeout(WATCHDOG).unwrap() {
+            Err(DriverError::Stopped) => assert!(hca.stats().destroyed, "{backend:?}: dropped"),
+            Ok(key) => assert!(stopped.take(key).is_some(), "{backend:?}: handed back"),
+            Err(e) => panic!("{backend:?}: {e}"),
+        }
+        match removed_a.recv_timeout(WATCHDOG).unwrap() {
+            Err(DriverError::Stopped) => {
+                assert!(
+                    stopped.take(key_a).is_some(),
+                    "{backend:?}: A is in the Shutdown"
+                )
+            }
+            other => panic!("{backend:?}: the removal said {:?}", other.map(|f| f.id())),
+        }
+        let key1 = key1.recv_timeout(WATCHDOG).unwrap().unwrap();
+        assert!(stopped.take(key1).is_some(), "{backend:?}");
+        assert_eq!(stopped.len(), 0, "{backend:?}: and nothing else");
+    }
 }

@@ -407,9 +407,16 @@ impl DriverHandle {
 
 impl fmt::Debug for DriverHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let queued = self
+            .shared
+            .commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
         f.debug_struct("DriverHandle")
             .field("running", &self.is_running())
             .field("stopping", &self.shared.stop_requested())
+            .field("queued_commands", &queued)
             .finish()
     }
 }

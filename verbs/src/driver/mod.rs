@@ -327,6 +327,25 @@ impl Driver {
     fn apply_commands(&mut self) -> Result<bool, DriverError> {
         let commands = self.shared.take_commands();
         let any = !commands.is_empty();
+        // Once a stop is asked for, the feeds there are now are the ones the
+        // shutdown hands back: nothing is added (a feed registered now would
+        // be served, then dropped with the driver, under a key that finds
+        // nothing in the `Shutdown`), and every feed is already being
+        // removed into the `Shutdown` (a removal asked for now finds it
+        // there).
+        if any && self.shared.stop_requested() {
+            for c in commands {
+                match c {
+                    Command::Register { reply, .. } => {
+                        let _ = reply.send(Err(DriverError::Stopped));
+                    }
+                    Command::Remove { reply, .. } => {
+                        let _ = reply.send(Err(DriverError::Stopped));
+                    }
+                }
+            }
+            return Ok(true);
+        }
         for c in commands {
             match c {
                 Command::Register {
@@ -548,9 +567,14 @@ impl Driver {
             })
             .collect();
         for id in &ids {
+            // False for a feed a `DriverHandle::remove` is removing already:
+            // its remover gets it when its cancellation ends.
             self.begin_remove(*id, Removal::Local)?;
         }
-        while self.removed.len() < ids.len() {
+        // Every removal under way ends here, the handles' too (their feeds
+        // go to their removers, the others into the `Shutdown`); no command
+        // adds a feed meanwhile (`apply_commands`).
+        while self.slots.iter().any(Option::is_some) {
             self.step(Some(Duration::from_millis(100)))?;
         }
         Ok(Shutdown {
