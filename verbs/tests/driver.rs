@@ -464,15 +464,14 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
 
 /// A software CQ whose `device_events`, which the driver calls on its own
 /// thread while it registers the feed (inside the turn that applies the
-/// command), says it was reached and waits to be let go: it holds the driver
-/// inside that turn, so that the test can queue commands and ask for the stop
-/// at known points.
-struct HeldAtRegistration {
+/// command), runs a hook once: the tests' way to act at a known point of a
+/// turn.
+struct HookedAtRegistration {
     cq: SoftCq,
-    hold: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
-impl evd_verbs::CompletionQueue for HeldAtRegistration {
+impl evd_verbs::CompletionQueue for HookedAtRegistration {
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, evd_verbs::PollError> {
         self.cq.poll(out)
     }
@@ -489,28 +488,39 @@ impl evd_verbs::CompletionQueue for HeldAtRegistration {
         self.cq.ack_events(count)
     }
     fn device_events(&self) -> Option<Box<dyn evd_verbs::AsyncEventSource>> {
-        let hold = self.hold.lock().unwrap().take();
-        if let Some((reached, go)) = hold {
-            reached.send(()).unwrap();
-            go.recv_timeout(WATCHDOG)
-                .expect("the test never let the driver go");
+        let hook = self.hook.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
         }
         None
     }
 }
 
-/// A feed of a [`HeldAtRegistration`] CQ; the channel that says the driver
-/// is held, and the one that lets it go.
-type Held = Feed<HeldAtRegistration>;
-fn held_feed(id: u32) -> (Held, mpsc::Receiver<()>, mpsc::Sender<()>) {
+type Hooked = Feed<HookedAtRegistration>;
+
+/// A feed whose registration runs `hook` on the driver's thread.
+fn hooked_feed(id: u32, hook: impl FnOnce() + Send + 'static) -> Hooked {
     let (poster, _) = evd::bounded::<VerbsEvent>(16).unwrap();
-    let (reached_tx, reached) = mpsc::channel();
-    let (go, go_rx) = mpsc::channel();
-    let cq = HeldAtRegistration {
+    let cq = HookedAtRegistration {
         cq: SoftCq::new(16).unwrap().0,
-        hold: Mutex::new(Some((reached_tx, go_rx))),
+        hook: Mutex::new(Some(Box::new(hook))),
     };
-    (Feed::new(cq, CqId(id), poster), reached, go)
+    Feed::new(cq, CqId(id), poster)
+}
+
+/// A feed whose registration holds the driver inside that turn: it says so
+/// on the first channel and waits until the second lets it go. The tests
+/// queue commands and ask for the stop at known points this way.
+fn held_feed(id: u32) -> (Hooked, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (reached_tx, reached) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let feed = hooked_feed(id, move || {
+        reached_tx.send(()).unwrap();
+        go_rx
+            .recv_timeout(WATCHDOG)
+            .expect("the test never let the driver go");
+    });
+    (feed, reached, go)
 }
 
 /// Run `f` on a new thread; its result comes on the channel.
@@ -639,5 +649,70 @@ fn commands_queued_when_the_stop_is_seen_are_refused_and_every_feed_is_handed_ba
         let key1 = key1.recv_timeout(WATCHDOG).unwrap().unwrap();
         assert!(stopped.take(key1).is_some(), "{backend:?}");
         assert_eq!(stopped.len(), 0, "{backend:?}: and nothing else");
+    }
+}
+
+/// A command queued by another thread while the caller's loop applies the
+/// commands before it: the loop's `process` says busy (the wake the command
+/// wrote may have been cleared by that turn), or the driver's fd is readable;
+/// a loop that waits on the fd whenever `process` is not busy, as the docs
+/// say, applies the command. (The answers reach the registering threads, and
+/// this one, through other threads: the loop also goes round while nothing
+/// is queued.)
+#[test]
+fn a_command_queued_while_the_callers_loop_applies_commands_is_not_slept_on() {
+    for backend in [
+        evd_verbs::DriverBackend::IoUring,
+        evd_verbs::DriverBackend::Epoll,
+    ] {
+        let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
+        let handle = driver.handle();
+        driver.process(Some(Duration::ZERO)).unwrap();
+        let (second_tx, second) = mpsc::channel();
+        let h = handle.clone();
+        let first = hooked_feed(1, move || {
+            let queued = h.clone();
+            let answer =
+                on_a_thread(move || queued.register(hooked_feed(2, || {}), FeedMode::Event));
+            until_handle_shows(&h, "queued_commands: 1");
+            second_tx.send(answer).unwrap();
+        });
+        let h = handle.clone();
+        let first = on_a_thread(move || h.register(first, FeedMode::Event));
+        let (mut answered, mut second_answer) = (0, None);
+        let start = std::time::Instant::now();
+        while answered < 2 {
+            assert!(
+                start.elapsed() < WATCHDOG,
+                "{backend:?}: a registration was never applied"
+            );
+            let activity = driver.process(Some(Duration::ZERO)).unwrap();
+            std::thread::yield_now();
+            if let Ok(key) = first.try_recv() {
+                assert!(key.is_ok(), "{backend:?}");
+                answered += 1;
+            }
+            if let Ok(rx) = second.try_recv() {
+                second_answer = Some(rx);
+            }
+            if let Some(Ok(key)) = second_answer.as_ref().map(|rx| rx.try_recv()) {
+                assert!(key.is_ok(), "{backend:?}");
+                answered += 1;
+            }
+            let queued = !format!("{handle:?}").contains("queued_commands: 0");
+            if !activity.busy && queued {
+                let mut fd = libc::pollfd {
+                    fd: driver.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd for the call.
+                let ready = unsafe { libc::poll(&mut fd, 1, WATCHDOG.as_millis() as i32) };
+                assert_eq!(
+                    ready, 1,
+                    "{backend:?}: not busy, and the driver's fd stayed silent"
+                );
+            }
+        }
     }
 }

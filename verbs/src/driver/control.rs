@@ -114,6 +114,17 @@ impl Shared {
         q.drain(..).collect()
     }
 
+    /// Commands are queued that no turn has taken yet. The wake a command
+    /// writes may have been cleared by the turn that was applying the
+    /// commands before it (its reap clears the wake fd), so a step that ends
+    /// with this set must not wait on the fd, nor tell its caller to.
+    pub(super) fn commands_pending(&self) -> bool {
+        // Acquire, as `take_commands`' swap; the command's own wake was
+        // written after its Release store, and the clear that swallowed it
+        // read it before this load.
+        self.pending.load(Ordering::Acquire)
+    }
+
     pub(crate) fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }

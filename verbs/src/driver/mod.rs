@@ -84,8 +84,9 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Activity {
-    /// Some feed has work now (draining, spinning, just unblocked): call
-    /// `process` again without waiting on the driver's fd.
+    /// Some feed has work now (draining, spinning, just unblocked), or a
+    /// handle's command is queued: call `process` again without waiting on
+    /// the driver's fd.
     pub busy: bool,
 }
 
@@ -282,7 +283,7 @@ impl Driver {
         let wait = match timeout {
             // What was ready has been handled: report back instead of waiting,
             // so the caller sees those events before this call sleeps.
-            _ if handled || self.busy => Wait::Busy,
+            _ if handled || self.busy || self.shared.commands_pending() => Wait::Busy,
             Some(d) if d.is_zero() => Wait::Check,
             Some(d) => Wait::For(d),
             None => Wait::Forever,
@@ -310,7 +311,7 @@ impl Driver {
         // no longer shows on the driver's fd: the next call must handle it
         // without waiting on the fd first.
         Ok(Activity {
-            busy: self.busy || self.backend.collected(),
+            busy: self.busy || self.backend.collected() || self.shared.commands_pending(),
         })
     }
 
