@@ -346,8 +346,8 @@ impl Flaky {
 /// completion, on either backend. (io_uring's multishot poll reports only
 /// new wake-ups: a feed that slept without taking the event would never hear
 /// from its CQ again.)
-#[test]
-fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() {
+/// Keep the panic hook quiet about the panics these tests provoke.
+fn quiet_provoked_panics() {
     static QUIET: std::sync::Once = std::sync::Once::new();
     QUIET.call_once(|| {
         let default = std::panic::take_hook();
@@ -357,6 +357,11 @@ fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() 
             }
         }));
     });
+}
+
+#[test]
+fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() {
+    quiet_provoked_panics();
     let wr_id = |ev: VerbsEvent| match ev {
         VerbsEvent::Completion { wc, .. } => wc.wr_id,
         other => panic!("expected a completion, got {other:?}"),
@@ -715,4 +720,32 @@ fn a_command_queued_while_the_callers_loop_applies_commands_is_not_slept_on() {
             }
         }
     }
+}
+
+/// The feed's own code that the driver's thread runs while it registers the
+/// feed (its CQ's `device_events`) panics: the registrant gets the panic, the
+/// driver counts it and serves on, its other feeds included.
+#[test]
+fn a_cq_that_panics_while_the_driver_registers_it_is_refused_and_the_driver_serves_on() {
+    quiet_provoked_panics();
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    let panicking = hooked_feed(1, || panic!("{PROVOKED}"));
+    match running.handle().register(panicking, FeedMode::Event) {
+        Err(DriverError::Panicked(p)) => assert_eq!(p.message(), Some(PROVOKED)),
+        other => panic!("the registration said {:?}", other.map(|_| ())),
+    }
+    assert!(running.is_running(), "the driver's thread serves on");
+    hca.push(wc(7)).unwrap();
+    assert!(
+        matches!(take(&mut consumer, 1)[..], [VerbsEvent::Completion { wc, .. }] if wc.wr_id == 7)
+    );
+    let stopped = running.shutdown().unwrap();
+    assert_eq!(stopped.stats.handler_panics, 1);
+    assert_eq!(stopped.len(), 1, "the other feed is handed back");
 }

@@ -218,7 +218,11 @@ impl DriverHandle {
     /// feed is dropped). [`DriverError::OnDriverThread`] on the driver's own
     /// thread (from an upcall of an EVD its feeds post into), where waiting
     /// for the answer would wait for itself; [`DriverError::Stopped`] once
-    /// the driver has stopped. In both the feed is dropped.
+    /// the driver has stopped (or is stopping); [`DriverError::Panicked`] if
+    /// the feed's own code (its CQ's `channel_fd` or `device_events`)
+    /// panicked while the driver registered it, which the driver counts in
+    /// [`DriverStats::handler_panics`](crate::DriverStats::handler_panics)
+    /// and serves on. In each the feed is dropped.
     pub fn register<C, T>(
         &self,
         feed: Feed<C, T>,
@@ -248,8 +252,10 @@ impl DriverHandle {
     ///
     /// # Errors
     /// [`DriverError::OnDriverThread`] on the driver's own thread,
-    /// [`DriverError::Stopped`] once the driver has stopped; the feed is
-    /// dropped.
+    /// [`DriverError::Stopped`] once the driver has stopped (or is
+    /// stopping), [`DriverError::Panicked`] if the feed's own code panicked
+    /// while the driver registered it (see [`DriverHandle::register`]); the
+    /// feed is dropped.
     pub fn register_channel<H, T>(
         &self,
         feed: ChannelFeed<H, T>,
@@ -276,8 +282,10 @@ impl DriverHandle {
     ///
     /// # Errors
     /// [`DriverError::OnDriverThread`] on the driver's own thread,
-    /// [`DriverError::Stopped`] once the driver has stopped; the feed is
-    /// dropped.
+    /// [`DriverError::Stopped`] once the driver has stopped (or is
+    /// stopping), [`DriverError::Panicked`] if the feed's own code panicked
+    /// while the driver registered it (see [`DriverHandle::register`]); the
+    /// feed is dropped.
     pub fn register_async<S, T>(
         &self,
         feed: AsyncFeed<S, T>,
@@ -303,8 +311,10 @@ impl DriverHandle {
     ///
     /// # Errors
     /// [`DriverError::OnDriverThread`] on the driver's own thread,
-    /// [`DriverError::Stopped`] once the driver has stopped; the feed is
-    /// dropped.
+    /// [`DriverError::Stopped`] once the driver has stopped (or is
+    /// stopping), [`DriverError::Panicked`] if the feed's own code panicked
+    /// while the driver registered it (see [`DriverHandle::register`]); the
+    /// feed is dropped.
     pub fn register_cm<S, T>(
         &self,
         feed: CmFeed<S, T>,

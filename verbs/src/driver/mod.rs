@@ -70,6 +70,7 @@ use source::Source;
 use std::any::Any;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -354,7 +355,15 @@ impl Driver {
                     mode,
                     reply,
                 } => {
-                    let _ = reply.send(self.insert(source, mode));
+                    // The feed's own code runs here (its CQ's `channel_fd`
+                    // and `device_events`), before `insert` changes anything
+                    // of the driver's: a panic there is the registrant's
+                    // answer, and the driver's thread serves on.
+                    let inserted = catch_unwind(AssertUnwindSafe(|| self.insert(source, mode)));
+                    let _ = reply.send(inserted.unwrap_or_else(|payload| {
+                        self.stats.handler_panics += 1;
+                        Err(DriverError::Panicked(Panic::new(payload)))
+                    }));
                 }
                 Command::Remove { id, reply } => {
                     let answer = reply.clone();
