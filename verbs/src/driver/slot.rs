@@ -68,9 +68,13 @@ impl Slot {
     /// that found nothing). Returns how many events it delivered.
     ///
     /// If taking the events or an action fails, the feed goes back to Arm
-    /// (unless it is done): the failure may have left its CQ unarmed with
-    /// the channel's event consumed, so a retry must arm and drain, never
-    /// sleep; and events not taken yet are taken by the retry.
+    /// (unless it is done) and forgets its arms: the failure may have left
+    /// its CQ unarmed with the channel's event consumed, or not got (a
+    /// `get_event` that failed or panicked: the arm that event reports is
+    /// used up, and io_uring's multishot poll reports only the next wake-up
+    /// of the fd), so the retry must arm and drain, never sleep. Arming an
+    /// armed CQ again is harmless; the events not got are taken with the
+    /// next wake-up, which the new arm makes sure of.
     ///
     /// A panic of user code in the turn (the EVD's upcall handler run by a
     /// post, the event type's `From` or `Drop`, the CQ's own code) is caught
@@ -108,6 +112,7 @@ impl Slot {
         };
         if r.is_err() && self.phase != Phase::Done {
             self.phase = Phase::Arm;
+            self.source.forget_arm();
         }
         r
     }
@@ -118,15 +123,9 @@ impl Slot {
         budget: usize,
         stats: &mut DriverStats,
     ) -> Result<usize, DriverError> {
-        let fd_fired = self.fd_fired;
+        let fd_fired = std::mem::take(&mut self.fd_fired);
         if fd_fired {
-            // Cleared only once every event is taken: a `get_event` that
-            // fails or panics leaves events on the channel that no new fd
-            // report announces (io_uring's multishot poll reports the next
-            // wake-up only), and the arm they report used up; the next turn
-            // takes them again, and re-arms.
             self.source.take_events()?;
-            self.fd_fired = false;
             if self.phase == Phase::Sleeping {
                 if let Some(p) = &mut self.policy {
                     p.woken(now);

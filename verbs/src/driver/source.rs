@@ -22,6 +22,9 @@ pub(crate) trait Source: Send {
     fn poll(&mut self, budget: usize) -> Progress;
     /// Wait for room in the EVD.
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// A turn failed: its CQs' arms may be used up without the events that
+    /// say so got; the next `arm_and_drain` must arm every one again.
+    fn forget_arm(&mut self) {}
     /// The feed itself, to hand back typed.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
     /// A feed of the device's async events into this feed's EVD, if nobody
@@ -51,6 +54,9 @@ where
     }
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         Feed::poll_room(self, cx)
+    }
+    fn forget_arm(&mut self) {
+        Feed::forget_arm(self)
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
@@ -83,6 +89,9 @@ where
     }
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         ChannelFeed::poll_room(self, cx)
+    }
+    fn forget_arm(&mut self) {
+        ChannelFeed::forget_arms(self)
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self

@@ -324,6 +324,17 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         Ok(got)
     }
 
+    /// Treat every live CQ as unarmed and dirty: the next
+    /// [`ChannelFeed::arm_and_drain`] arms and drains each (after a failure
+    /// that may have left events on the channel not got, whose CQs' arms
+    /// they report used up).
+    pub(crate) fn forget_arms(&mut self) {
+        for m in self.members.iter_mut().filter(|m| !m.done) {
+            m.feed.forget_arm();
+            m.dirty = true;
+        }
+    }
+
     /// Event-driven step: run [`Feed::arm_and_drain`] on each CQ that needs
     /// it (its arm used up, or not drained yet), round robin, within
     /// `budget` for them all. [`FeedStatus::Drained`] means every live CQ

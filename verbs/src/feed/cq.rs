@@ -482,6 +482,13 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         Ok(())
     }
 
+    /// Treat the CQ as unarmed: the next [`Feed::arm_and_drain`] arms it
+    /// again (after a failure that may have used the arm up without the
+    /// channel event that says so being got).
+    pub(crate) fn forget_arm(&mut self) {
+        self.armed = false;
+    }
+
     /// One channel event for this feed's CQ was got (here, or from a
     /// channel shared with other CQs): the arm it reports is used up (or it
     /// is spurious; re-arming is correct either way), and it is
