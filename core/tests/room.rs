@@ -317,3 +317,67 @@ fn a_waker_that_panics_neither_costs_the_consumer_its_event_nor_the_others_their
     assert_eq!(poll(&mut f_good, &good_waker), Poll::Ready(Ok(())));
     assert_eq!(poll(&mut f_bad, &good_waker), Poll::Ready(Ok(())));
 }
+
+/// A full ring under an upcall policy with no instance running (upcalls
+/// enabled with `Invoke::New` on a full ring) is drained only by an upcall
+/// that a post starts: a room waiter, which posts nothing while it waits,
+/// starts it itself (on its own thread, as a refused post does) and finds
+/// room.
+#[test]
+fn a_room_waiter_starts_the_upcall_that_drains_a_full_ring_no_instance_serves() {
+    let (poster, consumer) = full_ring(&[1, 2]);
+    let (handled, seen) = shared_vec();
+    let _up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+        handled.lock().unwrap().push(ev.unwrap());
+    });
+    assert_eq!(poster.free_slots(), Some(0), "full, and no upcall runs");
+    let (woken, waker) = common::counting();
+    let mut room = poster.room_waiter();
+    let polled = room.poll_room(&mut Context::from_waker(&waker));
+    assert!(matches!(polled, Poll::Ready(Ok(2))), "{polled:?}");
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    assert_eq!(woken.wakes(), 0);
+}
+
+/// A room waiter waits while an upcall instance runs; the handler panics and
+/// the instance ends with the ring full: the waiter is woken, and its next
+/// poll starts the upcall that drains the ring.
+#[test]
+fn a_room_waiter_is_woken_when_an_unwinding_upcall_leaves_the_ring_full() {
+    let (poster, consumer) = common::pair::<u32>(2);
+    let (handled, seen) = shared_vec();
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let _up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        let ev = ev.unwrap();
+        handled.lock().unwrap().push(ev);
+        if ev == 1 {
+            entered_tx.send(()).unwrap();
+            release_rx.lock().unwrap().recv().unwrap();
+            panic!("the handler fails on 1");
+        }
+    });
+    let first = poster.clone();
+    let instance = std::thread::spawn(move || first.post(1));
+    entered.recv().unwrap();
+    // The instance holds event 1 in its handler; 2 and 3 fill the ring.
+    poster.post(2).unwrap();
+    poster.post(3).unwrap();
+    let (woken, waker) = common::counting();
+    let mut room = poster.room_waiter();
+    let mut cx = Context::from_waker(&waker);
+    assert!(
+        room.poll_room(&mut cx).is_pending(),
+        "full, an instance runs"
+    );
+    release.send(()).unwrap();
+    assert!(
+        instance.join().is_err(),
+        "the handler's panic reaches its poster"
+    );
+    assert_eq!(woken.wakes(), 1, "the unwinding instance woke the waiter");
+    let polled = room.poll_room(&mut cx);
+    assert!(matches!(polled, Poll::Ready(Ok(2))), "{polled:?}");
+    assert_eq!(*seen.lock().unwrap(), [1, 2, 3]);
+}

@@ -48,6 +48,20 @@ impl<T> Shared<T> {
             .wake_all(&self.consumer.room, &self.counters.room_wakes);
     }
 
+    /// An upcall instance unwound (its handler panicked) after giving its
+    /// share of the word back: it may leave the ring full with no instance
+    /// to drain it, and a post that finds it so starts one. Posters waiting
+    /// for room are woken to do that themselves (a waiting post posts again,
+    /// a [`RoomWaiter`](crate::RoomWaiter) drains): the light barrier orders
+    /// the give-back's RMW before the flag load, as after a head store, so
+    /// either a waiter's look after joining sees the token free, or this
+    /// sees the waiter ([`crate::room`]). No waker's panic is raised.
+    pub(crate) fn wake_room_after_unwind(&self) {
+        if self.consumer.room.check_after_head_store() {
+            self.wake_all_room();
+        }
+    }
+
     /// Close's wakes of posters, after CLOSED is set: every poster waiting
     /// for room, every reservation waiting for a permit back, then every
     /// task awaiting `Poster::closed`. None raises a waker's panic.

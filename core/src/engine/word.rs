@@ -585,6 +585,24 @@ impl<T> Shared<T> {
         start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss())
     }
 
+    /// [`Poster::start_draining_upcall`](crate::Poster::start_draining_upcall):
+    /// if an upcall policy is enabled and idle with events queued, take the
+    /// token as a post refused as full does
+    /// ([`state::start_upcall_to_drain`]); the caller runs the instance. The
+    /// head is loaded before the word, as in the reservation's full check;
+    /// an instance started on a ring that a dequeue freed meanwhile only
+    /// drains it sooner, as any post's instance would.
+    pub(crate) fn take_token_to_drain(&self) -> bool {
+        let head = self.consumer.head.load(Ordering::Acquire);
+        // AcqRel, as any token hand-off: see the last holder's head.
+        self.transition(Ordering::AcqRel, |w| {
+            match state::start_upcall_to_drain(w, head) {
+                Some(new) => Ok((new, true)),
+                None => Err(false),
+            }
+        })
+    }
+
     /// A loss was committed by a poster whose RMW on the word came before an
     /// instance's exit CAS (or a policy change), so it saw a token and started
     /// nothing: take the token (if upcalls are enabled and nobody holds it)

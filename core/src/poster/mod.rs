@@ -347,6 +347,41 @@ impl<T: Send> Poster<T> {
         }
     }
 
+    /// Events queued under an upcall policy with no instance running (a
+    /// handler that panicked left them, or upcalls were enabled with
+    /// [`Invoke::New`](crate::Invoke::New)) wait for the upcall the next post
+    /// starts; on a full ring, only a post refused as full starts it. Run
+    /// that upcall here, on this thread, as such a post does. True if it ran
+    /// (a full ring may have room now); false, touching nothing, otherwise
+    /// (an instance runs, upcalls are off, or nothing is queued).
+    ///
+    /// For a poster that looks for room before it posts, and so never makes
+    /// the refused post (an RDMA feed that polls its CQ only into free
+    /// slots); [`RoomWaiter::poll_room`] does it before it waits.
+    ///
+    /// ```
+    /// use evd::{Invoke, UpcallPolicy};
+    /// let (poster, consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u8).unwrap(); // full
+    /// let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, |_, _| {});
+    /// assert_eq!(poster.free_slots(), Some(0)); // Invoke::New started nothing
+    /// assert!(poster.start_draining_upcall());
+    /// assert_eq!(poster.free_slots(), Some(1));
+    /// assert!(!poster.start_draining_upcall()); // not full: nothing to do
+    /// # drop(up);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the handler panics, as a post that runs it.
+    pub fn start_draining_upcall(&self) -> bool {
+        let ran = self.shared.take_token_to_drain();
+        if ran {
+            self.deliver(Notify::Upcall);
+        }
+        ran
+    }
+
     /// A waiting post is over: leave the room queue, passing on a wake that
     /// was not used.
     fn done(&self, seat: &mut Seat, r: Result<(), PostError<T>>) -> Attempt<T> {
@@ -538,19 +573,19 @@ impl<T> Poster<T> {
     }
 }
 
-/// The seat of a [`Poster::attempt`] under way: left, as by a poster that
-/// gave up (a wake it was handed is passed on), if a post inside the attempt
-/// unwinds. Whether that post queued its event is not known there, and a
+/// The seat of a [`Poster::attempt`] (or of a room waiter's draining
+/// upcall) under way: left, as by a poster that gave up (a wake it was
+/// handed is passed on), if a post inside it unwinds. Whether that post queued its event is not known there, and a
 /// wake passed on in vain only makes the next waiter try again.
-struct LeaveOnUnwind<'a, T> {
-    shared: &'a Shared<T>,
-    seat: &'a mut Seat,
-    armed: bool,
+pub(crate) struct LeaveOnUnwind<'a, T> {
+    pub(crate) shared: &'a Shared<T>,
+    pub(crate) seat: &'a mut Seat,
+    pub(crate) armed: bool,
 }
 
 impl<T> LeaveOnUnwind<'_, T> {
     /// The attempt returns normally: the seat, no longer left on drop.
-    fn defuse(&mut self) -> &mut Seat {
+    pub(crate) fn defuse(&mut self) -> &mut Seat {
         self.armed = false;
         self.seat
     }

@@ -2,7 +2,7 @@
 //! must know there is room *before* they produce what they post (a feed that
 //! takes completions out of a CQ only when the EVD can queue them).
 
-use super::Poster;
+use super::{LeaveOnUnwind, Poster};
 use crate::error::BatchPostError;
 use crate::room::Seat;
 use std::task::{Context, Poll};
@@ -76,6 +76,13 @@ impl<T: Send> RoomWaiter<T> {
     /// upcall of this same EVD (or the closure of its `dequeue_with`), where
     /// waiting would wait for itself.
     ///
+    /// Under an upcall policy with no instance running (a handler that
+    /// panicked left the ring full, or upcalls were enabled with
+    /// [`Invoke::New`](crate::Invoke::New) on a full ring), only an upcall
+    /// can free a slot, and only a post starts one: this call starts it, as
+    /// a refused post does, and the handler runs on the calling thread
+    /// (its panic comes out of this call).
+    ///
     /// A full ring costs the first `Pending` a lock and one `membarrier`
     /// (the heavy half of the room barrier); a ring with room costs a load of
     /// the state word and the head.
@@ -91,11 +98,22 @@ impl<T: Send> RoomWaiter<T> {
     /// assert_eq!(room.poll_room(&mut cx), Poll::Ready(Err(evd::BatchPostError::Closed)));
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, BatchPostError>> {
-        if let Some(r) = self.room_now() {
+        if crate::frames::in_own_handler(self.poster.shared.id()) {
+            let r = self
+                .poster
+                .free_slots()
+                .map_or(Err(BatchPostError::Closed), |free| {
+                    if free == 0 {
+                        Err(BatchPostError::Full)
+                    } else {
+                        Ok(free)
+                    }
+                });
+            self.poster.shared.room_leave(&mut self.seat, false);
             return Poll::Ready(r);
         }
-        if crate::frames::in_own_handler(self.poster.shared.id()) {
-            return Poll::Ready(Err(BatchPostError::Full));
+        if let Some(r) = self.room_now() {
+            return Poll::Ready(r);
         }
         // Join, then look again: the look after the join's heavy barrier
         // reloads the head, so either it sees the slot a concurrent dequeue
@@ -110,11 +128,32 @@ impl<T: Send> RoomWaiter<T> {
 
     /// Room or closure now, leaving the queue (with the wake hand-on) if so;
     /// `None` if the ring is full.
+    ///
+    /// A full ring under an idle upcall policy (a handler that panicked left
+    /// it full, or upcalls were enabled with `Invoke::New` on a full ring)
+    /// is drained only by an upcall a post starts, and this waiter posts
+    /// nothing while it waits: it starts that upcall here, as a refused post
+    /// does, and looks again. (The caller has checked that this is not the
+    /// EVD's own handler.) If the handler panics, the waiter leaves the room
+    /// queue on the way out, as a post that gave up.
     fn room_now(&mut self) -> Option<Result<usize, BatchPostError>> {
-        let r = match self.poster.free_slots() {
-            None => Err(BatchPostError::Closed),
-            Some(0) => return None,
-            Some(free) => Ok(free),
+        let r = loop {
+            match self.poster.free_slots() {
+                None => break Err(BatchPostError::Closed),
+                Some(0) => {
+                    let mut seat = LeaveOnUnwind {
+                        shared: &self.poster.shared,
+                        seat: &mut self.seat,
+                        armed: true,
+                    };
+                    let drained = self.poster.start_draining_upcall();
+                    seat.defuse();
+                    if !drained {
+                        return None;
+                    }
+                }
+                Some(free) => break Ok(free),
+            }
         };
         self.poster.shared.room_leave(&mut self.seat, false);
         Some(r)
