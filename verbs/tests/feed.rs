@@ -469,3 +469,68 @@ fn held_completions_count_against_the_budget() {
     assert_eq!(wr_ids(&mut consumer), (8..16).collect::<Vec<_>>());
     assert_eq!(feed.stats().held, 16, "none refused after the first time");
 }
+
+/// An EVD full under an upcall policy with no instance running (upcalls
+/// enabled with `Invoke::New` on the full ring): only the upcall that a
+/// post refused as full starts can drain it, and a feed posts only into
+/// free slots. The feed starts that upcall itself: run by the caller, by a
+/// driver or by a poller, it delivers.
+#[test]
+fn a_feed_drains_a_full_evd_that_only_an_idle_upcall_policy_can_drain() {
+    use evd::{Invoke, UpcallPolicy};
+    use std::sync::Mutex;
+    for runner in ["progress", "driver", "poller"] {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(2).unwrap();
+        poster
+            .post(VerbsEvent::Completion {
+                cq: CqId(9),
+                wc: wc(100),
+            })
+            .unwrap();
+        poster
+            .post(VerbsEvent::Completion {
+                cq: CqId(9),
+                wc: wc(101),
+            })
+            .unwrap();
+        let (tx, seen) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let _up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+            if let Ok(VerbsEvent::Completion { wc, .. }) = ev {
+                tx.lock().unwrap().send(wc.wr_id).unwrap();
+            }
+        });
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        let feed = Feed::new(cq, CqId(0), poster);
+        hca.push(wc(1)).unwrap();
+        let watchdog = std::time::Duration::from_secs(60);
+        let got = |n: usize| -> Vec<u64> {
+            (0..n)
+                .map(|_| {
+                    let got = seen.recv_timeout(watchdog);
+                    got.unwrap_or_else(|_| panic!("{runner}: the feed never delivered"))
+                })
+                .collect()
+        };
+        match runner {
+            "progress" => {
+                let mut feed = feed;
+                let p = feed.progress(16);
+                assert_eq!(p.delivered, 1, "{runner}");
+                assert_eq!(got(3), [100, 101, 1], "{runner}");
+            }
+            "driver" => {
+                let mut driver = evd_verbs::Driver::new(Default::default()).unwrap();
+                driver.register(feed, evd_verbs::FeedMode::Event).unwrap();
+                let running = driver.spawn().unwrap();
+                assert_eq!(got(3), [100, 101, 1], "{runner}");
+                running.shutdown().unwrap();
+            }
+            _ => {
+                let poller = evd_verbs::Poller::spawn(vec![feed], 16).unwrap();
+                assert_eq!(got(3), [100, 101, 1], "{runner}");
+                poller.stop().unwrap();
+            }
+        }
+    }
+}

@@ -320,6 +320,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             // taken out of the CQ only when there is room for them.
             let room = self.free_space();
             if room == 0 {
+                // A ring that only an idle upcall policy's next instance can
+                // drain: a post refused as full would start it, and this
+                // feed posts only into free slots, so it starts it itself.
+                if !self.closed && self.room.poster().start_draining_upcall() {
+                    continue;
+                }
                 let status = if self.closed {
                     FeedStatus::Closed
                 } else {
