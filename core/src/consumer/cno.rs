@@ -216,9 +216,13 @@ impl<T> Consumer<T> {
             }
         }
         if owe_key {
-            // This thread's own trigger: its count is in the slot on return.
-            let reached = cno.core.trigger(slot);
+            // This thread's own trigger: its count is in the slot once the
+            // trigger's slot CAS is done, before it wakes the CNO's waiter
+            // (user code: a waker that may panic). Counted first, so that a
+            // panic out of the wake leaves the count and the slot agreeing,
+            // and the next disable's barrier waits for nothing more.
             self.cno_fired = self.cno_fired.wrapping_add(1);
+            let reached = cno.core.trigger(slot);
             if reached == Reached::CnoGone {
                 // Dropped since the check: the news goes to the EVD's own
                 // waiter, as any trigger's would.

@@ -1100,3 +1100,37 @@ fn handler_that_disables_then_panics() {
         .unwrap();
     check_upcalls("disable, then panic", poster, up, &heard, ledger);
 }
+
+/// `modify_cno` owes the new CNO the key of an event that came before the
+/// move, and that CNO's waiter has a waker that panics: the panic reaches
+/// the caller after the key, and the binding's trigger count agrees with the
+/// slot's, so a later disable (whose barrier waits for every trigger this
+/// consumer counted) returns instead of waiting for ever.
+#[test]
+fn a_cno_waker_that_panics_on_modify_cnos_trigger_leaves_the_binding_usable() {
+    quiet_planted_panics();
+    let old = Cno::new(4).unwrap();
+    let mut new = Cno::new(4).unwrap();
+    let (poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    consumer.bind_cno(&old, 1).unwrap();
+    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+    poster.post(1).unwrap(); // key 1 is pending on the old CNO
+    let (w, waker) = TestWaker::new(true);
+    let mut keys = Vec::new();
+    {
+        let mut ready = new.ready_set(&mut keys);
+        assert!(poll_once(&mut ready, &waker).is_pending());
+    }
+    must_panic("modify_cno", || consumer.modify_cno(&new, 2));
+    assert_eq!(w.wakes(), 1);
+    assert_eq!(new.try_next(), Some(2), "the key reached the new CNO");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        assert_eq!(consumer.try_dequeue(), Ok(1));
+        consumer.disable_cno();
+        let _ = tx.send(consumer.unbind_cno());
+    });
+    let unbound = rx.recv_timeout(std::time::Duration::from_secs(60));
+    assert_eq!(unbound, Ok(Some(2)), "disable and unbind returned");
+    drop(poster);
+}
