@@ -534,3 +534,49 @@ fn a_feed_drains_a_full_evd_that_only_an_idle_upcall_policy_can_drain() {
         }
     }
 }
+
+/// The application's event type, whose `From` panics on the first CqError it
+/// converts.
+#[derive(Debug)]
+struct PanicsOnTheFirstCqError(VerbsEvent);
+
+static CQ_ERROR_CONVERSIONS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+impl From<VerbsEvent> for PanicsOnTheFirstCqError {
+    fn from(ev: VerbsEvent) -> Self {
+        if matches!(&ev, VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError)
+            && CQ_ERROR_CONVERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0
+        {
+            panic!("the application's From fails on a CqError");
+        }
+        PanicsOnTheFirstCqError(ev)
+    }
+}
+
+/// A failed CQ (an overrun) whose CqError the event type's `From` panics on
+/// once: the feed is not left `Failed` with the error neither delivered nor
+/// held; its next call converts the error again and delivers it.
+#[test]
+fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
+    let (poster, mut consumer) = evd::bounded::<PanicsOnTheFirstCqError>(16).unwrap();
+    let (cq, hca) = SoftCq::new(2).unwrap();
+    let mut feed = Feed::new(cq, CqId(4), poster);
+    hca.push(wc(0)).unwrap();
+    hca.push(wc(1)).unwrap();
+    assert!(
+        hca.push(wc(2)).is_err(),
+        "an overrun: every poll fails from now on"
+    );
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    assert!(
+        panicked.is_err(),
+        "the conversion's panic reaches the caller"
+    );
+    assert_eq!(feed.progress(16).status, FeedStatus::Failed);
+    assert!(matches!(
+        consumer.try_dequeue(),
+        Ok(PanicsOnTheFirstCqError(VerbsEvent::Async(a))) if a.kind == AsyncEventKind::CqError
+    ));
+    assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Empty));
+}

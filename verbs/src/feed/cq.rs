@@ -339,14 +339,18 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                 Ok(n) => n,
                 Err(e) => {
                     crate::trace::event!(WARN, cq = ?self.id, error = %e, "CQ failed; its feed stops and delivers a CqError");
+                    // Built first: if the event type's `From` panics, the
+                    // feed is not marked failed without the error held, and
+                    // its next call polls the failed CQ and tries again.
+                    let error = T::from(VerbsEvent::Async(AsyncEvent::new(
+                        AsyncEventKind::CqError,
+                        AsyncElement::Cq(self.id),
+                    )));
                     self.failed = true;
                     self.failure = Some(e);
                     // Nothing is held here (the post above succeeded), so
                     // the error comes after every completion polled before.
-                    self.held.push(T::from(VerbsEvent::Async(AsyncEvent::new(
-                        AsyncEventKind::CqError,
-                        AsyncElement::Cq(self.id),
-                    ))));
+                    self.held.push(error);
                     // Refused (another thread's poster took the room): the
                     // error stays held and the status says why, so the
                     // caller waits for room and the next call delivers it,
