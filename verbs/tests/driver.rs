@@ -791,3 +791,31 @@ fn a_cq_that_panics_while_the_driver_registers_it_is_refused_and_the_driver_serv
     assert_eq!(stopped.stats.handler_panics, 1);
     assert_eq!(stopped.len(), 1, "the other feed is handed back");
 }
+
+/// A handle outlives its driver: a command sent once the driver is gone
+/// (shut down, or a caller's driver dropped) is answered `Stopped` at once
+/// instead of waiting for an answer nobody will give.
+#[test]
+fn a_command_sent_after_the_driver_is_gone_is_refused_not_left_waiting() {
+    for gone in ["shut down", "dropped"] {
+        let driver = Driver::new(DriverConfig::default()).unwrap();
+        let handle = driver.handle();
+        match gone {
+            "shut down" => drop(driver.spawn().unwrap().shutdown().unwrap()),
+            _ => drop(driver),
+        }
+        let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        let h = handle.clone();
+        let registered =
+            on_a_thread(move || h.register(Feed::new(cq, CqId(0), poster), FeedMode::Event));
+        let answer = registered
+            .recv_timeout(WATCHDOG)
+            .unwrap_or_else(|_| panic!("{gone}: no answer"));
+        assert!(matches!(answer, Err(DriverError::Stopped)), "{gone}");
+        assert!(
+            hca.stats().destroyed,
+            "{gone}: the refused feed was dropped"
+        );
+    }
+}

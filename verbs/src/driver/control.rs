@@ -40,9 +40,31 @@ pub(crate) enum Command {
     },
 }
 
+impl Command {
+    /// Answer `Stopped` (a feed to register is dropped with the command).
+    pub(crate) fn refuse(self) {
+        match self {
+            Command::Register { reply, .. } => {
+                let _ = reply.send(Err(DriverError::Stopped));
+            }
+            Command::Remove { reply, .. } => {
+                let _ = reply.send(Err(DriverError::Stopped));
+            }
+        }
+    }
+}
+
+/// The commands queued for the driver, and whether it is gone (a command
+/// sent then is refused at once: nobody would ever answer it).
+#[derive(Default)]
+struct Queue {
+    commands: VecDeque<Command>,
+    closed: bool,
+}
+
 /// What a driver shares with its handles.
 pub(crate) struct Shared {
-    commands: Mutex<VecDeque<Command>>,
+    commands: Mutex<Queue>,
     /// Raised with every command (and by `stop`), so the driver looks at the
     /// queue only when there is something in it.
     pending: AtomicBool,
@@ -67,7 +89,7 @@ thread_local! {
 impl Shared {
     pub(crate) fn new() -> std::io::Result<Arc<Self>> {
         Ok(Arc::new(Shared {
-            commands: Mutex::new(VecDeque::new()),
+            commands: Mutex::new(Queue::default()),
             pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             wake: eventfd::new()?,
@@ -95,10 +117,14 @@ impl Shared {
     }
 
     fn send(&self, c: Command) {
-        self.commands
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(c);
+        let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+        if q.closed {
+            drop(q);
+            // The driver is gone: answer here (the feed is dropped here).
+            return c.refuse();
+        }
+        q.commands.push_back(c);
+        drop(q);
         // Release: the command queued above is visible to the driver's
         // Acquire swap in `take_commands` (the mutex orders it too).
         self.pending.store(true, Ordering::Release);
@@ -111,7 +137,19 @@ impl Shared {
             return Vec::new();
         }
         let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
-        q.drain(..).collect()
+        q.commands.drain(..).collect()
+    }
+
+    /// The driver is gone (dropped, its thread ended however it ended):
+    /// refuse what is queued and, from now on, every command at once.
+    pub(crate) fn close_commands(&self) {
+        let queued = {
+            let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+            q.closed = true;
+            std::mem::take(&mut q.commands)
+        };
+        // Outside the lock: dropping a refused feed runs its own code.
+        queued.into_iter().for_each(Command::refuse);
     }
 
     /// Commands are queued that no turn has taken yet. The wake a command
@@ -433,6 +471,7 @@ impl fmt::Debug for DriverHandle {
             .commands
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .commands
             .len();
         f.debug_struct("DriverHandle")
             .field("running", &self.is_running())

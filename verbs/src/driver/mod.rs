@@ -338,12 +338,17 @@ impl Driver {
         if any && self.shared.stop_requested() {
             for c in commands {
                 match c {
-                    Command::Register { reply, .. } => {
+                    Command::Register { source, reply, .. } => {
+                        // The feed's drop runs its own code (acks, the CQ's
+                        // destroy): a panic there must not end the thread
+                        // that is handing the other feeds back.
+                        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| drop(source))) {
+                            self.stats.handler_panics += 1;
+                            self.caught.get_or_insert(Panic::new(payload));
+                        }
                         let _ = reply.send(Err(DriverError::Stopped));
                     }
-                    Command::Remove { reply, .. } => {
-                        let _ = reply.send(Err(DriverError::Stopped));
-                    }
+                    remove @ Command::Remove { .. } => remove.refuse(),
                 }
             }
             return Ok(true);
@@ -481,13 +486,14 @@ impl Driver {
             }
             busy |= slot.is_busy();
             if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
-                slot.poll_in_flight = true;
                 let id = FeedId {
                     index: index as u32,
                     generation: slot.generation,
                 };
-                let fd = slot.source.fd().expect("checked at insert");
-                self.backend.poll(fd, Request::FeedPoll(id))?;
+                self.backend.poll(slot.fd, Request::FeedPoll(id))?;
+                // Set once the request is in: a refused one leaves no poll
+                // for a removal's cancellation to wait for.
+                slot.poll_in_flight = true;
             }
         }
         self.cursor = self.cursor.wrapping_add(1);
@@ -592,6 +598,16 @@ impl Driver {
             cpu_time: crate::cpu_time::thread_cpu_time(),
             stats: self.stats,
         })
+    }
+}
+
+/// A driver that goes (dropped by its owner, or at the end of its thread,
+/// however that ends) refuses every command queued or sent after it with
+/// [`DriverError::Stopped`]: a handle's caller never waits for an answer
+/// nobody will give.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shared.close_commands();
     }
 }
 

@@ -180,9 +180,16 @@ impl Driver {
         mut source: Box<dyn Source>,
         mode: FeedMode,
     ) -> Result<FeedId, DriverError> {
-        if source.fd().is_none() {
+        let Some(fd) = source.fd() else {
             return Err(DriverError::NoChannel);
-        }
+        };
+        // Everything that runs the feed's own code, or could fail, before
+        // the nested insert of its device's feed: nothing after it may leave
+        // that feed registered alone.
+        let policy = match mode {
+            FeedMode::Adaptive(c) => Some(SpinPolicy::new(c)),
+            FeedMode::Event => None,
+        };
         if let Some(device_feed) = source.device_feed() {
             // Nobody listens to the CQ's device: deliver its async events
             // (an overrun among them) into this feed's EVD.
@@ -205,10 +212,8 @@ impl Driver {
         self.slots[index] = Some(Slot {
             source,
             generation,
-            policy: match mode {
-                FeedMode::Adaptive(c) => Some(SpinPolicy::new(c)),
-                FeedMode::Event => None,
-            },
+            fd,
+            policy,
             phase: Phase::Arm,
             poll_in_flight: false,
             fd_fired: false,

@@ -8,6 +8,7 @@ use super::source::Source;
 use super::{DriverError, DriverStats, Panic, SpinPolicy};
 use crate::feed::{FeedStatus, Progress};
 use std::any::Any;
+use std::os::fd::RawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
@@ -43,6 +44,9 @@ pub(super) enum Removal {
 pub(super) struct Slot {
     pub(super) source: Box<dyn Source>,
     pub(super) generation: u32,
+    /// The fd the driver polls, asked of the source once, at insert (its
+    /// own code is not run again outside a turn).
+    pub(super) fd: RawFd,
     /// `None`: event mode.
     pub(super) policy: Option<SpinPolicy>,
     pub(super) phase: Phase,

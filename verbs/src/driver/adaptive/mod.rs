@@ -74,7 +74,8 @@ pub struct AdaptiveConfig {
     pub min_spin: Duration,
     /// The spin window never goes above this, and gaps longer than this are
     /// not caught by spinning. Set it around the cost of a sleep/wake cycle
-    /// and above.
+    /// and above. Below [`min_spin`](Self::min_spin), it is taken as
+    /// `min_spin`.
     pub max_spin: Duration,
     /// The window a new feed starts with, before it has seen any gap.
     pub initial_spin: Duration,
@@ -241,6 +242,11 @@ impl SpinPolicy {
     /// assert_eq!(p.spin_window(), std::time::Duration::from_micros(10));
     /// ```
     pub fn new(cfg: AdaptiveConfig) -> Self {
+        // A floor above the ceiling: the floor wins (no window is both).
+        let cfg = AdaptiveConfig {
+            max_spin: cfg.max_spin.max(cfg.min_spin),
+            ..cfg
+        };
         SpinPolicy {
             gap: cfg.initial_spin.clamp(cfg.min_spin, cfg.max_spin) / MARGIN,
             cfg,

@@ -326,3 +326,17 @@ fn the_window_stays_within_its_bounds() {
         "min_spin is a floor even when nothing is caught"
     );
 }
+
+#[test]
+fn a_floor_above_the_ceiling_is_the_window_and_never_panics() {
+    let cfg = AdaptiveConfig::default()
+        .with_min_spin(us(80))
+        .with_max_spin(us(20));
+    let mut p = SpinPolicy::new(cfg);
+    assert_eq!(p.spin_window(), us(80));
+    let mut t = Instant::now();
+    for _ in 0..4 {
+        burst(&mut p, &mut t, 10, us(200));
+    }
+    assert_eq!(p.spin_window(), us(80));
+}
