@@ -8,6 +8,7 @@
 use crate::consumer::Consumer;
 use crate::error::{Overflow, RecvError, TryDequeueError};
 use crate::state::Arm;
+use crate::unwind::Panics;
 use futures_core::Stream;
 use futures_core::future::FusedFuture;
 use futures_core::stream::FusedStream;
@@ -143,9 +144,18 @@ impl<T> FusedFuture for Recv<'_, T> {
 impl<T> Drop for Recv<'_, T> {
     fn drop(&mut self) {
         if !self.done && self.consumer.cno_key().is_some() {
-            self.consumer.shared().disarm();
+            withdraw_on_drop(self.consumer);
         }
     }
+}
+
+/// A dropped wait's withdrawal. It may trigger the CNO, whose waiter's waker
+/// is user code that may panic: the panic goes on, unless the drop is part
+/// of an unwinding already (a second panic would abort the process).
+fn withdraw_on_drop<T>(consumer: &Consumer<T>) {
+    let mut panics = Panics::default();
+    panics.run(|| consumer.shared().disarm());
+    panics.resume();
 }
 
 /// Shows whether the future has completed and the EVD's state.
@@ -240,7 +250,7 @@ impl<T> FusedFuture for RecvBatch<'_, T> {
 impl<T> Drop for RecvBatch<'_, T> {
     fn drop(&mut self) {
         if !self.done && self.consumer.cno_key().is_some() {
-            self.consumer.shared().disarm();
+            withdraw_on_drop(self.consumer);
         }
     }
 }

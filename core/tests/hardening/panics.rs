@@ -1134,3 +1134,27 @@ fn a_cno_waker_that_panics_on_modify_cnos_trigger_leaves_the_binding_usable() {
     assert_eq!(unbound, Ok(Some(2)), "disable and unbind returned");
     drop(poster);
 }
+
+/// A pending `Recv` on an EVD enabled on its CNO is dropped by an unwinding
+/// (its task panicked) after a post it preempted the CNO for: its withdrawal
+/// hands the event to the CNO, whose waiter's waker panics too. That second
+/// panic is not raised inside the unwinding (which would abort the process);
+/// the event reaches the CNO.
+#[test]
+fn a_recv_dropped_by_an_unwinding_hands_its_event_to_the_cno_even_if_the_cnos_waker_panics() {
+    quiet_planted_panics();
+    const KEY: u64 = 11;
+    let CnoCase(mut cno, poster, mut consumer, mut ledger, w) = CnoCase::new(KEY);
+    let (_, direct_waker) = TestWaker::new(false);
+    must_panic("the task", || {
+        let mut recv = consumer.recv();
+        assert!(poll_once(&mut recv, &direct_waker).is_pending());
+        ledger.post(&poster);
+        plant();
+    });
+    assert_eq!(w.wakes(), 1, "the CNO's waiter woken once");
+    assert_eq!(cno.try_next(), Some(KEY), "the event was handed to the CNO");
+    let (taken, lost) = drain(&mut consumer);
+    assert_eq!(lost, 0);
+    check_unbound("unwinding recv", poster, consumer, ledger, taken);
+}
