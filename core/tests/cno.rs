@@ -1002,3 +1002,34 @@ fn an_enable_after_an_abandoned_async_wait_gets_the_next_post() {
         assert_eq!(c.try_dequeue(), Ok(1), "{abandon}");
     }
 }
+
+/// A binding moved to a fresh slot (a disable while its key was still in the
+/// ready ring) keeps its key; the slot it left is freed by the waiter's pop
+/// and bound again later: the key handed out then is not the moved
+/// binding's, nor any other bound EVD's.
+#[test]
+fn a_key_the_cno_hands_out_is_held_by_no_bound_evd_even_after_a_move() {
+    let mut cno = Cno::new(3).unwrap(); // 6 slots, keys below 6
+    let (pa, mut a) = pair::<u8>(4);
+    let ka = a.bind_cno_new_key(&cno).unwrap();
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(1).unwrap(); // a's index is in the ready ring
+    a.disable_cno(); // moves a to a fresh slot, with its key
+    assert_eq!(
+        cno.try_next(),
+        None,
+        "the stale entry is popped, not delivered"
+    );
+    let (_pc, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 3).unwrap(); // a key the caller chose
+    let (_pb, mut b) = pair::<u8>(4);
+    // Every slot comes round: b never gets a key a bound EVD holds.
+    for _ in 0..12 {
+        let kb = b.bind_cno_new_key(&cno).unwrap();
+        assert!(kb < 6);
+        assert_ne!(kb, ka, "a's key");
+        assert_ne!(kb, 3, "c's key");
+        b.unbind_cno();
+    }
+    assert_eq!(a.cno_key(), Some(ka));
+}

@@ -40,6 +40,36 @@ struct FreeList {
     /// Slots released while their index was queued (FREEING): the waiter's
     /// pop moves them to `free`, or a bind with no free slot reclaims one.
     freeing: Vec<u32>,
+    /// For each key below the slot count: how many live bindings hold it.
+    /// A key the CNO hands out is one nobody holds. (A binding moved to
+    /// another slot keeps its key, so a free slot's index may be held.)
+    key_holders: Box<[u32]>,
+}
+
+impl FreeList {
+    /// A key for a binding at `slot` that asked for none: the slot's index
+    /// unless a live binding holds it, else the lowest key nobody holds
+    /// (there are twice as many keys as bindings).
+    fn new_key(&self, slot: u32) -> u64 {
+        let free = |k: &usize| self.key_holders[*k] == 0;
+        let key = Some(slot as usize)
+            .filter(free)
+            .or_else(|| (0..self.key_holders.len()).find(free))
+            .expect("at most half the keys below the slot count are held");
+        key as u64
+    }
+
+    /// Count a binding's hold on `key` (`+1`) or its release (`-1`).
+    fn hold(&mut self, key: u64, by: i32) {
+        if let Some(n) = usize::try_from(key)
+            .ok()
+            .and_then(|k| self.key_holders.get_mut(k))
+        {
+            *n = n
+                .checked_add_signed(by)
+                .expect("a key released once per hold");
+        }
+    }
 }
 
 /// The CNO's shared state: held by the [`Cno`](crate::Cno), every
@@ -85,6 +115,7 @@ impl CnoCore {
                 free: (0..slots as u32).collect(),
                 bound: 0,
                 freeing: Vec::new(),
+                key_holders: vec![0; slots].into(),
             }),
             ready,
             gone: CachePadded::new(AtomicBool::new(false)),
@@ -105,12 +136,12 @@ impl CnoCore {
         self.with_free(|f| f.bound)
     }
 
-    /// Take a free slot for a binding with `key` (the slot's index if
-    /// `None`). `counted`: a new binding (a move within this CNO is not).
-    /// Returns the slot and the key.
+    /// Take a free slot for a binding with `key` (if `None`, one no live
+    /// binding holds: the slot's index if free). `counted`: a new binding (a
+    /// move within this CNO is not). Returns the slot and the key.
     pub(crate) fn bind(&self, key: Option<u64>, counted: bool) -> Result<(u32, u64), CnoError> {
         let full = CnoError::Full { capacity: self.max };
-        let slot = self.with_free(|f| {
+        let (slot, key) = self.with_free(|f| {
             if counted && f.bound == self.max {
                 return Err(full);
             }
@@ -131,9 +162,10 @@ impl CnoCore {
                 }
             };
             f.bound += usize::from(counted);
-            Ok(slot)
+            let key = key.unwrap_or_else(|| f.new_key(slot));
+            f.hold(key, 1);
+            Ok((slot, key))
         })?;
-        let key = key.unwrap_or(u64::from(slot));
         // Release: a pop that sees a trigger of this binding (through the
         // EVD's enable and reservation, then the trigger's slot CAS) sees
         // this key; see `take`.
@@ -150,6 +182,9 @@ impl CnoCore {
         // Under the lock: a pop that finds FREEING looks for the slot in
         // `freeing` under it, so the slot is there by then.
         self.with_free(|f| {
+            // Relaxed: written by the bind of this binding, which the
+            // consumer releasing it made (or saw, moving it between threads).
+            f.hold(self.slots[slot as usize].key.load(Ordering::Relaxed), -1);
             let mut s = cell.load(Ordering::Relaxed);
             let r = loop {
                 let r = slot::release(s);

@@ -29,10 +29,10 @@ impl<T> Consumer<T> {
         self.bind_with(cno.as_ref(), Some(key)).map(|_| ())
     }
 
-    /// Bind this EVD to `cno` with a key the CNO hands out: unique among the
-    /// EVDs bound to it now, and below twice its capacity (the CNO's slot
-    /// numbers), so it can index a table of the caller's. A freed key is
-    /// handed out again as late as possible.
+    /// Bind this EVD to `cno` with a key the CNO hands out: one that no EVD
+    /// bound to it now holds (whether the CNO handed it out or the caller
+    /// chose it), below twice its capacity, so it can index a table of the
+    /// caller's. A freed key is handed out again as late as possible.
     ///
     /// ```
     /// let cno = evd::Cno::new(8).unwrap();
