@@ -159,6 +159,11 @@ pub enum PollError {
     Overrun,
     /// The provider's poll returned an error (the errno, if it gave one).
     Failed(i32),
+    /// Arming the CQ (`req_notify`) failed (the errno): it cannot be slept
+    /// on. A [`ChannelFeed`](crate::ChannelFeed) gives such a CQ up (the CQs
+    /// it shares a channel with go on); a lone [`Feed`](crate::Feed)'s
+    /// driver retries instead.
+    ArmFailed(i32),
 }
 
 impl fmt::Display for PollError {
@@ -166,6 +171,7 @@ impl fmt::Display for PollError {
         match self {
             PollError::Overrun => f.write_str("completion queue overrun"),
             PollError::Failed(e) => write!(f, "completion queue poll failed (errno {e})"),
+            PollError::ArmFailed(e) => write!(f, "arming the completion queue failed (errno {e})"),
         }
     }
 }

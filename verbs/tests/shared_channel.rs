@@ -460,3 +460,50 @@ fn four_cqs_on_one_channel_in_rounds_each_completion_once_in_order_every_event_a
     };
     four_cqs_on_one_channel(devices, 60).unwrap();
 }
+
+/// One CQ of the channel fails to re-arm: the consumer is told (its
+/// `CqError`, after the completions it delivered), the CQ leaves the feed,
+/// and the other CQs go on.
+#[test]
+fn a_cq_whose_arm_fails_reports_a_cq_error_and_the_others_go_on() {
+    use evd_verbs::{AsyncElement, AsyncEventKind, PollError};
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    let (a, hca) = channel.create_cq(16).unwrap();
+    let (b, hcb) = channel.create_cq(16).unwrap();
+    feed.add(a, CqId(0)).unwrap();
+    feed.add(b, CqId(1)).unwrap();
+    assert_eq!(feed.arm_and_drain(64).unwrap().status, FeedStatus::Drained);
+    hca.push(wc(1)).unwrap(); // uses A's arm up
+    hca.fail_next_arm(libc::EIO);
+    feed.on_channel_ready(64).unwrap();
+    hcb.push(wc(2)).unwrap();
+    feed.on_channel_ready(64).unwrap();
+    let mut got = Vec::new();
+    while let Ok(ev) = consumer.try_dequeue() {
+        got.push(ev);
+    }
+    let ids: Vec<(CqId, u64)> = got
+        .iter()
+        .filter_map(|ev| match ev {
+            VerbsEvent::Completion { cq, wc } => Some((*cq, wc.wr_id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [(CqId(0), 1), (CqId(1), 2)]);
+    let errors: Vec<_> = got
+        .iter()
+        .filter_map(|ev| match ev {
+            VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError => Some(a.element),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors, [AsyncElement::Cq(CqId(0))], "the consumer is told");
+    assert_eq!(feed.stats().failed_cqs, 1);
+    let failure = feed
+        .feeds()
+        .find(|f| f.id() == CqId(0))
+        .and_then(|f| f.failure());
+    assert_eq!(failure, Some(PollError::ArmFailed(libc::EIO)));
+}

@@ -53,8 +53,9 @@
 //! - *FIFO per CQ*: each CQ is polled by its own feed only.
 //! - A CQ that fails (overrun, poll error) delivers its `CqError` (held,
 //!   with `Backpressure`, until the EVD has room) and is not polled again;
-//!   a CQ whose arm fails leaves the feed (both counted in
-//!   [`ChannelFeedStats::failed_cqs`]); the others go on. The channel feed reports `Failed`
+//!   a CQ whose arm fails does the same (its `CqError` first, then it leaves
+//!   the feed; both counted in [`ChannelFeedStats::failed_cqs`]); the
+//!   others go on. The channel feed reports `Failed`
 //!   only when every CQ has failed, `Closed` when the EVD is closed.
 //!
 //! The driver's cycle needs no new observation: to it the channel feed is
@@ -67,7 +68,7 @@ pub use crate::source::{ChannelEvent, CqKey, SharedChannel};
 
 use crate::event::{CqId, VerbsEvent};
 use crate::feed::{Feed, FeedStatus, Progress};
-use crate::source::CompletionQueue;
+use crate::source::{CompletionQueue, PollError};
 use evd::{Poster, RoomWaiter};
 use std::collections::HashMap;
 use std::fmt;
@@ -385,12 +386,34 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             }
             let p = match m.feed.arm_and_drain(budget - delivered) {
                 Ok(p) => p,
-                Err(_e) => {
-                    crate::trace::event!(WARN, error = %_e, "a CQ's arm failed; it leaves its channel feed");
+                Err(e) => {
                     // This CQ's arm failed (`req_notify`): it cannot be
-                    // slept on, so it leaves the feed; the others go on.
-                    self.fail(i);
-                    continue;
+                    // slept on. What it holds is polled first (no arm
+                    // needed; cut short, the arm is tried again next
+                    // time); drained, it fails as a CQ whose poll fails
+                    // does: its `CqError` tells the consumer, then it
+                    // leaves the feed, and the others go on.
+                    let drained = m.feed.progress(budget - delivered);
+                    if drained.status != FeedStatus::Drained {
+                        drained
+                    } else {
+                        let errno = e.raw_os_error().unwrap_or(0);
+                        m.feed.fail_with(PollError::ArmFailed(errno));
+                        let left = budget - delivered - drained.delivered;
+                        let p = if left == 0 {
+                            // Its error is held: posted by the next call.
+                            Progress {
+                                delivered: 0,
+                                status: FeedStatus::Budget,
+                            }
+                        } else {
+                            m.feed.progress(left)
+                        };
+                        Progress {
+                            delivered: drained.delivered + p.delivered,
+                            status: p.status,
+                        }
+                    }
                 }
             };
             delivered += p.delivered;

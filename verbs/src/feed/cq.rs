@@ -338,19 +338,9 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             let n = match self.cq.poll(&mut self.batch[..want]) {
                 Ok(n) => n,
                 Err(e) => {
-                    crate::trace::event!(WARN, cq = ?self.id, error = %e, "CQ failed; its feed stops and delivers a CqError");
-                    // Built first: if the event type's `From` panics, the
-                    // feed is not marked failed without the error held, and
-                    // its next call polls the failed CQ and tries again.
-                    let error = T::from(VerbsEvent::Async(AsyncEvent::new(
-                        AsyncEventKind::CqError,
-                        AsyncElement::Cq(self.id),
-                    )));
-                    self.failed = true;
-                    self.failure = Some(e);
                     // Nothing is held here (the post above succeeded), so
                     // the error comes after every completion polled before.
-                    self.held.push(error);
+                    self.fail_with(e);
                     // Refused (another thread's poster took the room): the
                     // error stays held and the status says why, so the
                     // caller waits for room and the next call delivers it,
@@ -490,6 +480,23 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             self.credit_event();
         }
         Ok(())
+    }
+
+    /// The CQ failed (`e`): hold its `CqError` behind what is held, and
+    /// poll it no more; the next post of the held events delivers it and the
+    /// feed reports [`FeedStatus::Failed`] from then on.
+    pub(crate) fn fail_with(&mut self, e: PollError) {
+        crate::trace::event!(WARN, cq = ?self.id, error = %e, "CQ failed; its feed stops and delivers a CqError");
+        // Built first: if the event type's `From` panics, the feed is not
+        // marked failed without the error held, and its next call polls the
+        // failed CQ and tries again.
+        let error = T::from(VerbsEvent::Async(AsyncEvent::new(
+            AsyncEventKind::CqError,
+            AsyncElement::Cq(self.id),
+        )));
+        self.failed = true;
+        self.failure = Some(e);
+        self.held.push(error);
     }
 
     /// Treat the CQ as unarmed: the next [`Feed::arm_and_drain`] arms it
