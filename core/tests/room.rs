@@ -381,3 +381,26 @@ fn a_room_waiter_is_woken_when_an_unwinding_upcall_leaves_the_ring_full() {
     assert!(matches!(polled, Poll::Ready(Ok(2))), "{polled:?}");
     assert_eq!(*seen.lock().unwrap(), [1, 2, 3]);
 }
+
+/// A room waiter already waiting on a full ring when upcalls are enabled
+/// without starting an instance (`Invoke::New`): only an upcall can drain
+/// the ring now, and only a post starts one, so the enable wakes the waiter,
+/// whose next poll starts it.
+#[test]
+fn a_room_waiter_waiting_when_upcalls_are_enabled_without_an_instance_is_woken() {
+    let (poster, consumer) = full_ring(&[1, 2]);
+    let (woken, waker) = common::counting();
+    let mut room = poster.room_waiter();
+    let mut cx = Context::from_waker(&waker);
+    assert!(
+        room.poll_room(&mut cx).is_pending(),
+        "full, a plain consumer"
+    );
+    let (handled, seen) = shared_vec();
+    let _up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+        handled.lock().unwrap().push(ev.unwrap());
+    });
+    assert_eq!(woken.wakes(), 1, "the enable woke the waiter");
+    assert!(matches!(room.poll_room(&mut cx), Poll::Ready(Ok(2))));
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+}

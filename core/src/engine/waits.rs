@@ -48,15 +48,17 @@ impl<T> Shared<T> {
             .wake_all(&self.consumer.room, &self.counters.room_wakes);
     }
 
-    /// An upcall instance unwound (its handler panicked) after giving its
-    /// share of the word back: it may leave the ring full with no instance
-    /// to drain it, and a post that finds it so starts one. Posters waiting
-    /// for room are woken to do that themselves (a waiting post posts again,
-    /// a [`RoomWaiter`](crate::RoomWaiter) drains): the light barrier orders
-    /// the give-back's RMW before the flag load, as after a head store, so
-    /// either a waiter's look after joining sees the token free, or this
-    /// sees the waiter ([`crate::room`]). No waker's panic is raised.
-    pub(crate) fn wake_room_after_unwind(&self) {
+    /// The ring may be left full with no upcall instance to drain it: an
+    /// instance unwound (its handler panicked) after giving its share of the
+    /// word back, or a policy was enabled without starting one
+    /// (`Invoke::New`). A post that finds it so starts one, so posters
+    /// waiting for room are woken to do that themselves (a waiting post
+    /// posts again, a [`RoomWaiter`](crate::RoomWaiter) drains). The light
+    /// barrier orders the caller's RMW on the word before the flag load, as
+    /// after a head store: either a waiter's look after joining sees the new
+    /// word, or this sees the waiter ([`crate::room`]). No waker's panic is
+    /// raised.
+    pub(crate) fn wake_room_to_drain(&self) {
         if self.consumer.room.check_after_head_store() {
             self.wake_all_room();
         }
