@@ -554,29 +554,67 @@ impl From<VerbsEvent> for PanicsOnTheFirstCqError {
     }
 }
 
-/// A failed CQ (an overrun) whose CqError the event type's `From` panics on
-/// once: the feed is not left `Failed` with the error neither delivered nor
-/// held; its next call converts the error again and delivers it.
+/// A software CQ whose first poll fails (and only that one) when `fail` is
+/// set: a provider whose failing poll consumed what failed.
+struct FailsOnce(SoftCq, bool);
+
+impl CompletionQueue for FailsOnce {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, PollError> {
+        if std::mem::take(&mut self.1) {
+            return Err(PollError::Failed(libc::EIO));
+        }
+        self.0.poll(out)
+    }
+    fn req_notify(&mut self, solicited_only: bool) -> std::io::Result<()> {
+        self.0.req_notify(solicited_only)
+    }
+    fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.0.channel_fd()
+    }
+    fn get_event(&mut self) -> std::io::Result<bool> {
+        self.0.get_event()
+    }
+    fn ack_events(&mut self, count: u32) {
+        self.0.ack_events(count)
+    }
+}
+
+/// A failed CQ whose CqError the event type's `From` panics on once: the
+/// feed is not left `Failed` with the error neither delivered nor held; its
+/// next call converts the error again and delivers it, whether the CQ would
+/// fail again (an overrun) or not (a poll that failed once): it is not
+/// polled again.
 #[test]
 fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
-    let (poster, mut consumer) = evd::bounded::<PanicsOnTheFirstCqError>(16).unwrap();
-    let (cq, hca) = SoftCq::new(2).unwrap();
-    let mut feed = Feed::new(cq, CqId(4), poster);
-    hca.push(wc(0)).unwrap();
-    hca.push(wc(1)).unwrap();
-    assert!(
-        hca.push(wc(2)).is_err(),
-        "an overrun: every poll fails from now on"
-    );
-    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
-    assert!(
-        panicked.is_err(),
-        "the conversion's panic reaches the caller"
-    );
-    assert_eq!(feed.progress(16).status, FeedStatus::Failed);
-    assert!(matches!(
-        consumer.try_dequeue(),
-        Ok(PanicsOnTheFirstCqError(VerbsEvent::Async(a))) if a.kind == AsyncEventKind::CqError
-    ));
-    assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Empty));
+    for failure in ["overrun", "a poll that failed once"] {
+        CQ_ERROR_CONVERSIONS.store(0, std::sync::atomic::Ordering::Relaxed);
+        let (poster, mut consumer) = evd::bounded::<PanicsOnTheFirstCqError>(16).unwrap();
+        let (cq, hca) = SoftCq::new(2).unwrap();
+        let once = failure != "overrun";
+        let mut feed = Feed::new(FailsOnce(cq, once), CqId(4), poster);
+        if !once {
+            hca.push(wc(0)).unwrap();
+            hca.push(wc(1)).unwrap();
+            assert!(hca.push(wc(2)).is_err(), "every poll fails from now on");
+        }
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+        assert!(
+            panicked.is_err(),
+            "{failure}: the conversion's panic reaches the caller"
+        );
+        assert_eq!(feed.progress(16).status, FeedStatus::Failed, "{failure}");
+        assert!(feed.failure().is_some(), "{failure}");
+        assert!(
+            matches!(
+                consumer.try_dequeue(),
+                Ok(PanicsOnTheFirstCqError(VerbsEvent::Async(a))) if a.kind == AsyncEventKind::CqError
+            ),
+            "{failure}"
+        );
+        assert_eq!(
+            consumer.try_dequeue().err(),
+            Some(TryDequeueError::Empty),
+            "{failure}"
+        );
+    }
 }

@@ -112,6 +112,9 @@ pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
     solicited_only: bool,
     failed: bool,
     failure: Option<PollError>,
+    /// Failed, and its `CqError` not built yet (the event type's `From`
+    /// panicked on it): built first thing by the next call.
+    error_owed: bool,
     closed: bool,
     stats: FeedStats,
 }
@@ -156,6 +159,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             solicited_only: false,
             failed: false,
             failure: None,
+            error_owed: false,
             closed: false,
             stats: FeedStats::default(),
         }
@@ -309,6 +313,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
         let mut delivered = 0;
+        self.hold_owed_error();
         if let Err(status) = self.post_held(&mut delivered, budget, false) {
             return self.stop(delivered, status);
         }
@@ -487,16 +492,24 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// feed reports [`FeedStatus::Failed`] from then on.
     pub(crate) fn fail_with(&mut self, e: PollError) {
         crate::trace::event!(WARN, cq = ?self.id, error = %e, "CQ failed; its feed stops and delivers a CqError");
-        // Built first: if the event type's `From` panics, the feed is not
-        // marked failed without the error held, and its next call polls the
-        // failed CQ and tries again.
-        let error = T::from(VerbsEvent::Async(AsyncEvent::new(
-            AsyncEventKind::CqError,
-            AsyncElement::Cq(self.id),
-        )));
         self.failed = true;
         self.failure = Some(e);
-        self.held.push(error);
+        self.error_owed = true;
+        self.hold_owed_error();
+    }
+
+    /// Build and hold the `CqError` a failure owes. If the event type's
+    /// `From` panics, it stays owed: the next call builds it again (the CQ
+    /// is not polled again either way).
+    fn hold_owed_error(&mut self) {
+        if self.error_owed {
+            let error = T::from(VerbsEvent::Async(AsyncEvent::new(
+                AsyncEventKind::CqError,
+                AsyncElement::Cq(self.id),
+            )));
+            self.held.push(error);
+            self.error_owed = false;
+        }
     }
 
     /// Treat the CQ as unarmed: the next [`Feed::arm_and_drain`] arms it
