@@ -18,6 +18,12 @@ use std::sync::Arc;
 /// use the CQ, and destroyed after the last of them.
 #[derive(Debug)]
 pub(super) struct RawCq {
+    /// The shared channel it was made on (`channel` is then null): held so
+    /// that the channel is destroyed after its last CQ (this field drops
+    /// after `Drop::drop` destroyed the CQ), and before the context (the
+    /// field below: a channel wrapped with `from_raw` holds no context of
+    /// its own, and its destroy reads its context).
+    pub(super) shared: Option<Arc<super::CompletionChannel>>,
     pub(super) ctx: Arc<Context>,
     /// Non-null until `destroy`, which only `IbvCq::close` and `Drop` call.
     pub(super) cq: *mut ffi::ibv_cq,
@@ -26,10 +32,6 @@ pub(super) struct RawCq {
     pub(super) channel: *mut ffi::ibv_comp_channel,
     /// Its name in the context's registry.
     id: CqId,
-    /// The shared channel it was made on (`channel` is then null): held so
-    /// that the channel is destroyed after its last CQ (this field drops
-    /// after `Drop::drop` destroyed the CQ).
-    pub(super) shared: Option<Arc<super::CompletionChannel>>,
     /// Whether `destroy` destroys the CQ and channel.
     ownership: Ownership,
 }

@@ -254,7 +254,19 @@ impl ProtectionDomain {
         caps: &QpCaps,
         port: u8,
     ) -> io::Result<QueuePair> {
-        // SAFETY: the CQs are live, and the QP keeps Arcs to both.
+        // The kernel names a CQ by its handle in the PD's context: a CQ of
+        // another context would be taken for this context's CQ of the same
+        // number (or refused), so it is refused here.
+        for cq in [send_cq, recv_cq] {
+            if cq.raw.ctx.ctx != self.ctx.ctx {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a CQ of another device context than the protection domain's",
+                ));
+            }
+        }
+        // SAFETY: the CQs are live and of this PD's context (checked above),
+        // and the QP keeps Arcs to both.
         unsafe {
             QueuePair::create(
                 self,
