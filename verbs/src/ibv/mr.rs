@@ -22,7 +22,10 @@ use std::sync::Arc;
 /// can be kept and posted from any thread. Keep its region registered
 /// while requests posted with it are outstanding: once the region is
 /// deregistered its key no longer names that memory, and a request using
-/// it fails with a protection error.
+/// it fails with a protection error. (An inline send skips that check and
+/// reads the bytes on the CPU, which is why
+/// [`SendRequest::with_inline`](crate::ibv::SendRequest::with_inline) is
+/// unsafe.)
 ///
 /// ```no_run
 /// let ctx = evd_verbs::ibv::Context::open(None)?;

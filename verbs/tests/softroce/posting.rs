@@ -166,16 +166,19 @@ pub(crate) fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
     let pattern: Vec<u8> = (0..48u8).map(|i| i ^ 0xa5).collect();
     p.mr_a.as_mut_slice()[..48].copy_from_slice(&pattern);
     let sges = [p.mr_a.sge(0, 48).map_err(e2s)?];
-    p.a.post_send_wr(&SendRequest::new(10, SendOp::Send, &sges).with_inline(true))
-        .map_err(e2s)?;
+    // SAFETY: `mr_a` is live while the request is posted.
+    let inline = unsafe { SendRequest::new(10, SendOp::Send, &sges).with_inline(true) };
+    p.a.post_send_wr(&inline).map_err(e2s)?;
     // Copied at post time: this must not reach the receiver.
     p.mr_a.as_mut_slice()[..48].fill(0);
     let unregistered = *b"inline from an unregistered stack buffer";
     // SAFETY: an inline send: the bytes are read during the post only, and
     // `unregistered` outlives it.
     let raw = unsafe { Sge::from_raw(unregistered.as_ptr() as u64, unregistered.len() as u32, 0) };
-    p.a.post_send_wr(&SendRequest::new(11, SendOp::Send, &[raw]).with_inline(true))
-        .map_err(e2s)?;
+    let raw = [raw];
+    // SAFETY: as above: `unregistered` is readable while it is posted.
+    let inline = unsafe { SendRequest::new(11, SendOp::Send, &raw).with_inline(true) };
+    p.a.post_send_wr(&inline).map_err(e2s)?;
     let got = fed.collect_ok(4)?;
     let recvs = on(&got, CqId(34));
     ensure!(
@@ -194,10 +197,9 @@ pub(crate) fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
         "unregistered inline payload wrong"
     );
     let long = [p.mr_a.sge(0, max as usize + 1).map_err(e2s)?];
-    match p
-        .a
-        .post_send_wr(&SendRequest::new(12, SendOp::Send, &long).with_inline(true))
-    {
+    // SAFETY: `mr_a` is live (and the request is refused before any read).
+    let too_long = unsafe { SendRequest::new(12, SendOp::Send, &long).with_inline(true) };
+    match p.a.post_send_wr(&too_long) {
         Err(PostWrError::InlineTooLong { len, max: m })
             if len == u64::from(max) + 1 && m == max => {}
         other => return Err(format!("an inline send over the limit: {other:?}")),

@@ -106,12 +106,11 @@ pub struct SendRequest<'a> {
     /// `IBV_SEND_FENCE`: start only after earlier RDMA reads and atomics on
     /// this QP have completed.
     pub fence: bool,
-    /// `IBV_SEND_INLINE`: the provider copies the bytes into the request
-    /// when it is posted, so the memory may be reused as soon as
-    /// [`post_send_wr`](QueuePair::post_send_wr) returns, and its key is
-    /// not checked. At most [`QpCaps::max_inline_data`] bytes in all
-    /// (else [`PostWrError::InlineTooLong`]); sends and writes only.
-    pub inline: bool,
+    /// `IBV_SEND_INLINE` ([`SendRequest::inline`],
+    /// [`SendRequest::with_inline`]): private, because the provider reads
+    /// the bytes on the CPU with no key check, so only a caller who vouches
+    /// that they are allocated may set it.
+    inline: bool,
 }
 
 impl<'a> SendRequest<'a> {
@@ -125,7 +124,7 @@ impl<'a> SendRequest<'a> {
     /// # let mr = pd.register(8192).unwrap();
     /// let sges = [mr.sge(0, 8)?];
     /// let wr = SendRequest::new(7, SendOp::SendWithImm { imm: 42 }, &sges);
-    /// assert!(wr.signaled && !wr.inline);
+    /// assert!(wr.signaled && !wr.inline());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(wr_id: u64, op: SendOp, sges: &'a [Sge]) -> SendRequest<'a> {
@@ -193,19 +192,47 @@ impl SendRequest<'_> {
         self
     }
 
-    /// With `IBV_SEND_INLINE` on or off ([`inline`](Self::inline)).
+    /// `IBV_SEND_INLINE`: the provider copies the bytes into the request
+    /// when it is posted, so the memory may be reused as soon as
+    /// [`post_send_wr`](QueuePair::post_send_wr) returns, and its key is
+    /// not checked. At most [`QpCaps::max_inline_data`] bytes in all
+    /// (else [`PostWrError::InlineTooLong`]); sends and writes only.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{SendOp, SendRequest};
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
     /// let sges = [mr.sge(0, 8)?];
-    /// let wr = SendRequest::new(1, SendOp::Send, &sges).with_inline(true);
-    /// assert!(wr.inline);
+    /// assert!(!SendRequest::new(1, SendOp::Send, &sges).inline());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn inline(&self) -> bool {
+        self.inline
+    }
+
+    /// With `IBV_SEND_INLINE` on or off ([`inline`](Self::inline)).
+    ///
+    /// # Safety
+    /// With `inline`, the provider reads every entry's bytes on the CPU
+    /// when the request is posted, without the key check that makes a stale
+    /// entry (its region deregistered or freed) fail with a protection
+    /// error otherwise: every entry's `length` bytes at its address must be
+    /// allocated and readable whenever a request built from this one is
+    /// posted (an [`Sge`] of a live [`MemoryRegion`](crate::ibv::MemoryRegion),
+    /// or memory the caller keeps for that long).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// // SAFETY: `mr` outlives every post of this request.
+    /// let wr = unsafe { SendRequest::new(1, SendOp::Send, &sges).with_inline(true) };
+    /// assert!(wr.inline());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
-    pub fn with_inline(mut self, inline: bool) -> Self {
+    pub unsafe fn with_inline(mut self, inline: bool) -> Self {
         self.inline = inline;
         self
     }
@@ -417,8 +444,9 @@ impl QueuePair {
     ///     qp.post_send_wr(&SendRequest::new(i, SendOp::Send, &sges).with_signaled(false))?;
     /// }
     /// qp.post_send_wr(&SendRequest::new(3, SendOp::Send, &sges))?;
-    /// // A small message copied at post time.
-    /// qp.post_send_wr(&SendRequest::new(4, SendOp::Send, &sges).with_inline(true))?;
+    /// // A small message copied at post time. SAFETY: `mr` is live.
+    /// let inline = unsafe { SendRequest::new(4, SendOp::Send, &sges).with_inline(true) };
+    /// qp.post_send_wr(&inline)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn post_send_wr(&self, request: &SendRequest<'_>) -> Result<(), PostWrError> {
