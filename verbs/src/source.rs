@@ -32,7 +32,11 @@ use std::os::fd::RawFd;
 /// - A triggered arm makes the channel fd readable; [`get_event`](Self::get_event)
 ///   consumes one channel event. Events may be spurious (no new completion).
 /// - Every event got must be acknowledged with [`ack_events`](Self::ack_events)
-///   (in batches: the ack takes a lock) before the CQ is destroyed.
+///   (in batches: the ack takes a lock) before the CQ is destroyed, and
+///   none more: libibverbs' destroy waits until the acknowledged count
+///   equals the got count exactly, and frees the CQ once it does, so an
+///   acknowledgement too many is a use of a freed CQ. That is why
+///   `ack_events` (and [`SharedChannel::ack_unknown`]) are unsafe to call.
 ///
 /// Implementations: [`SoftCq`](crate::soft::SoftCq), and `IbvCq` (feature
 /// `ibverbs`).
@@ -80,7 +84,8 @@ pub trait CompletionQueue: Send {
     /// assert!(!cq.get_event().unwrap()); // a completion from before the arm does not fire it
     /// hca.push(WorkCompletion::new(2)).unwrap();
     /// assert!(cq.get_event().unwrap());
-    /// cq.ack_events(1);
+    /// // SAFETY: one event of `cq` was got above and not acknowledged.
+    /// unsafe { cq.ack_events(1) };
     /// ```
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()>;
 
@@ -110,11 +115,20 @@ pub trait CompletionQueue: Send {
     /// assert!(!cq.get_event().unwrap());
     /// hca.inject_spurious_event();
     /// assert!(cq.get_event().unwrap());
-    /// cq.ack_events(1);
+    /// // SAFETY: one event of `cq` was got above and not acknowledged.
+    /// unsafe { cq.ack_events(1) };
     /// ```
     fn get_event(&mut self) -> io::Result<bool>;
 
-    /// Acknowledge `count` events got with [`get_event`](Self::get_event).
+    /// Acknowledge `count` events got with [`get_event`](Self::get_event)
+    /// (or, for a CQ on a [`SharedChannel`], got from that channel for this
+    /// CQ).
+    ///
+    /// # Safety
+    /// At least `count` events of this CQ were got and are not acknowledged
+    /// yet (here, or with [`SharedChannel::ack_unknown`]). For real verbs,
+    /// an acknowledgement beyond the events got lets a concurrent or later
+    /// `ibv_destroy_cq` free the CQ while it is still acknowledged on.
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, soft::SoftCq};
@@ -122,10 +136,19 @@ pub trait CompletionQueue: Send {
     /// hca.inject_spurious_event();
     /// hca.inject_spurious_event();
     /// while cq.get_event().unwrap() {}
-    /// cq.ack_events(2); // one call for the batch
+    /// // SAFETY: the two events were got above and not acknowledged.
+    /// unsafe { cq.ack_events(2) }; // one call for the batch
     /// assert_eq!(hca.stats().events_acked, 2);
     /// ```
-    fn ack_events(&mut self, count: u32);
+    ///
+    /// Not callable without vouching for the count:
+    ///
+    /// ```compile_fail
+    /// use evd_verbs::{CompletionQueue, soft::SoftCq};
+    /// let (mut cq, _hca) = SoftCq::new(8).unwrap();
+    /// cq.ack_events(1);
+    /// ```
+    unsafe fn ack_events(&mut self, count: u32);
 
     /// The async events of the CQ's device (CQ errors such as an overrun,
     /// port and fatal device events), if nobody consumes them yet: the
@@ -331,7 +354,8 @@ impl ChannelEvent {
     /// hca.inject_spurious_event();
     /// let ev = channel.get_cq_event().unwrap().unwrap();
     /// assert_eq!(Some(ev.cq()), channel.key_of(&cq));
-    /// cq.ack_events(1);
+    /// // SAFETY: one event of `cq` was got above and not acknowledged.
+    /// unsafe { cq.ack_events(1) };
     /// ```
     pub fn cq(&self) -> CqKey {
         self.cq
@@ -356,7 +380,8 @@ impl ChannelEvent {
 /// hca.push(WorkCompletion::default()).unwrap();
 /// let ev = channel.get_cq_event().unwrap().expect("an event");
 /// assert_eq!(Some(ev.cq()), channel.key_of(&cq));
-/// cq.ack_events(1);
+/// // SAFETY: one event of `cq` was got above and not acknowledged.
+/// unsafe { cq.ack_events(1) };
 /// assert_eq!(hca.stats().events_acked, 1);
 /// ```
 pub trait SharedChannel: Send {
@@ -388,7 +413,8 @@ pub trait SharedChannel: Send {
     /// cq.req_notify(false).unwrap();
     /// hca.push(WorkCompletion::new(1)).unwrap();
     /// assert!(channel.get_cq_event().unwrap().is_some());
-    /// cq.ack_events(1);
+    /// // SAFETY: one event of `cq` was got above and not acknowledged.
+    /// unsafe { cq.ack_events(1) };
     /// ```
     fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>>;
 
@@ -408,15 +434,22 @@ pub trait SharedChannel: Send {
 
     /// Acknowledge an event whose CQ the caller does not hold.
     ///
+    /// # Safety
+    /// `event` was got from this channel (not another, of this or another
+    /// provider: its key is an address this channel's provider acknowledges
+    /// on), and its CQ does not acknowledge it too
+    /// ([`CompletionQueue::ack_events`]).
+    ///
     /// ```
     /// use evd_verbs::{CompletionQueue, SharedChannel, soft::SoftChannel};
     /// let mut channel = SoftChannel::new().unwrap();
     /// let (cq, hca) = channel.create_cq(4).unwrap();
     /// hca.inject_spurious_event();
     /// let ev = channel.get_cq_event().unwrap().unwrap();
-    /// channel.ack_unknown(ev); // as if `cq` were not held here
+    /// // SAFETY: got from this channel just above; `cq` never acknowledges it.
+    /// unsafe { channel.ack_unknown(ev) }; // as if `cq` were not held here
     /// assert_eq!(channel.stats().acked_unknown, 1);
     /// assert!(cq.destroy().is_ok()); // nothing left unacknowledged
     /// ```
-    fn ack_unknown(&mut self, event: ChannelEvent);
+    unsafe fn ack_unknown(&mut self, event: ChannelEvent);
 }

@@ -326,8 +326,9 @@ impl evd_verbs::CompletionQueue for Flaky {
             _ => self.cq.get_event(),
         }
     }
-    fn ack_events(&mut self, count: u32) {
-        self.cq.ack_events(count)
+    unsafe fn ack_events(&mut self, count: u32) {
+        // SAFETY: this method's contract, passed on to the wrapped CQ.
+        unsafe { self.cq.ack_events(count) }
     }
 }
 
@@ -531,8 +532,9 @@ impl evd_verbs::CompletionQueue for HookedAtRegistration {
     fn get_event(&mut self) -> std::io::Result<bool> {
         self.cq.get_event()
     }
-    fn ack_events(&mut self, count: u32) {
-        self.cq.ack_events(count)
+    unsafe fn ack_events(&mut self, count: u32) {
+        // SAFETY: this method's contract, passed on to the wrapped CQ.
+        unsafe { self.cq.ack_events(count) }
     }
     fn device_events(&self) -> Option<Box<dyn evd_verbs::AsyncEventSource>> {
         let hook = self.hook.lock().unwrap().take();

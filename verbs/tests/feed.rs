@@ -574,8 +574,9 @@ impl CompletionQueue for FailsOnce {
     fn get_event(&mut self) -> std::io::Result<bool> {
         self.0.get_event()
     }
-    fn ack_events(&mut self, count: u32) {
-        self.0.ack_events(count)
+    unsafe fn ack_events(&mut self, count: u32) {
+        // SAFETY: this method's contract, passed on to the wrapped CQ.
+        unsafe { self.0.ack_events(count) }
     }
 }
 

@@ -318,7 +318,10 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                 }
                 None => {
                     self.stats.unknown_events += 1;
-                    self.channel.ack_unknown(event);
+                    // SAFETY: got from this channel just above, and its CQ
+                    // is not one of this feed's, whose acknowledgements are
+                    // the only ones made here.
+                    unsafe { self.channel.ack_unknown(event) };
                 }
             }
         }

@@ -577,7 +577,10 @@ impl<C: CompletionQueue, T> Feed<C, T> {
     /// Acknowledge every event got so far.
     fn ack_all(&mut self) {
         if self.unacked > 0 {
-            self.cq.ack_events(self.unacked);
+            // SAFETY: `unacked` counts the events credited to this feed's CQ
+            // (got by `take_events`, or from its shared channel by the
+            // channel feed) and not acknowledged since.
+            unsafe { self.cq.ack_events(self.unacked) };
             self.stats.events_acked += u64::from(self.unacked);
             self.unacked = 0;
         }

@@ -204,10 +204,12 @@ impl SharedChannel for Arc<CompletionChannel> {
         }
     }
 
-    fn ack_unknown(&mut self, event: ChannelEvent) {
-        // SAFETY: `ChannelEvent::new`'s contract: the key is the address of
-        // a live CQ with this one event got and not acknowledged (it cannot
-        // be destroyed before this ack: ibv_destroy_cq waits for it).
+    unsafe fn ack_unknown(&mut self, event: ChannelEvent) {
+        // SAFETY: this method's contract (the event was got from this
+        // channel, so `ChannelEvent::new`'s: the key is the address of a live
+        // CQ of this provider with this one event got and not acknowledged),
+        // and the CQ does not acknowledge it too: ibv_destroy_cq waits for
+        // this ack, so the CQ is live during it.
         unsafe { ffi::ibv_ack_cq_events(event.cq().0 as *mut ffi::ibv_cq, 1) };
     }
 }

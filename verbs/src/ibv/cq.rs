@@ -354,7 +354,9 @@ impl IbvCq {
     fn ack_unacked(&mut self) {
         while self.got > self.acked {
             let n = u32::try_from(self.got - self.acked).unwrap_or(u32::MAX);
-            self.ack_events(n);
+            // SAFETY: `n` events were got by this CQ's `get_event` and not
+            // acknowledged (`got - acked`, both counted here).
+            unsafe { self.ack_events(n) };
         }
     }
 }
@@ -477,9 +479,9 @@ impl CompletionQueue for IbvCq {
         Ok(true)
     }
 
-    fn ack_events(&mut self, count: u32) {
-        // SAFETY: a live CQ; `count` events were got and not yet acked (the
-        // feed's accounting), as ibv_ack_cq_events requires.
+    unsafe fn ack_events(&mut self, count: u32) {
+        // SAFETY: a live CQ; `count` events were got and not yet acked (this
+        // method's contract), as ibv_ack_cq_events requires.
         unsafe { ffi::ibv_ack_cq_events(self.raw.cq, count) };
         self.acked += u64::from(count);
     }

@@ -58,7 +58,8 @@ pub struct SoftChannelStats {
 /// let ev = channel.get_cq_event().unwrap().unwrap();
 /// assert_eq!(Some(ev.cq()), channel.key_of(&b)); // the event is b's
 /// assert!(channel.get_cq_event().unwrap().is_none());
-/// b.ack_events(1);
+/// // SAFETY: one event of `b` was got above and not acknowledged.
+/// unsafe { b.ack_events(1) };
 /// ```
 #[derive(Clone)]
 pub struct SoftChannel {
@@ -132,7 +133,8 @@ impl SoftChannel {
     /// assert_eq!((channel.stats().raised, channel.stats().queued), (1, 1));
     /// let _event = channel.get_cq_event().unwrap().unwrap();
     /// assert_eq!(channel.stats().got, 1);
-    /// cq.ack_events(1);
+    /// // SAFETY: one event of `cq` was got above and not acknowledged.
+    /// unsafe { cq.ack_events(1) };
     /// ```
     pub fn stats(&self) -> SoftChannelStats {
         let queued = self
@@ -195,7 +197,7 @@ impl SharedChannel for SoftChannel {
         }
     }
 
-    fn ack_unknown(&mut self, event: ChannelEvent) {
+    unsafe fn ack_unknown(&mut self, event: ChannelEvent) {
         let cq = {
             let cqs = self.inner.cqs.lock().unwrap_or_else(|e| e.into_inner());
             cqs.iter()

@@ -76,7 +76,8 @@ impl SoftCqProducer {
     /// cq.req_notify(false).unwrap();
     /// producer.push(WorkCompletion::default()).unwrap();
     /// assert!(cq.get_event().unwrap());
-    /// cq.ack_events(1);
+    /// // SAFETY: one event of `cq` was got above and not acknowledged.
+    /// unsafe { cq.ack_events(1) };
     /// ```
     pub fn push(&self, wc: WorkCompletion) -> Result<(), PushError> {
         let mut st = self.inner.lock();
@@ -97,7 +98,8 @@ impl SoftCqProducer {
     /// assert!(!cq.get_event().unwrap());
     /// producer.push_solicited(WorkCompletion::default()).unwrap();
     /// assert!(cq.get_event().unwrap());
-    /// cq.ack_events(1);
+    /// // SAFETY: one event of `cq` was got above and not acknowledged.
+    /// unsafe { cq.ack_events(1) };
     /// ```
     pub fn push_solicited(&self, wc: WorkCompletion) -> Result<(), PushError> {
         let mut st = self.inner.lock();

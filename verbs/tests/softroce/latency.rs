@@ -138,7 +138,9 @@ fn raw_loop(
             *unacked += 1;
         }
         if *unacked >= 16 {
-            cq.ack_events(*unacked);
+            // SAFETY: `unacked` counts the events got above and not yet
+            // acknowledged.
+            unsafe { cq.ack_events(*unacked) };
             *unacked = 0;
         }
     }
@@ -169,7 +171,8 @@ fn respond(
         !stop.load(Ordering::Relaxed)
     })?;
     if unacked > 0 {
-        cq.ack_events(unacked);
+        // SAFETY: as in `raw_loop`: got and not yet acknowledged.
+        unsafe { cq.ack_events(unacked) };
     }
     failure.map_or(Ok(cq), Err)
 }
@@ -248,7 +251,8 @@ impl Initiator<'_> {
                 }
                 let cpu = thread_cpu_time() - cpu;
                 if self.unacked > 0 {
-                    cq.ack_events(self.unacked);
+                    // SAFETY: as in `raw_loop`: got and not yet acknowledged.
+                    unsafe { cq.ack_events(self.unacked) };
                     self.unacked = 0;
                 }
                 self.cq = Some(cq);
