@@ -30,8 +30,8 @@ pub struct CompletionChannel {
     /// Non-null until dropped.
     channel: *mut ffi::ibv_comp_channel,
     ownership: Ownership,
-    /// The context it was made on, kept open while the channel lives
-    /// (`None` when wrapped: its maker keeps the context open).
+    /// The context it was made on (or, wrapped, was given with), kept
+    /// open while the channel lives: its destroy reads the context.
     _ctx: Option<Arc<Context>>,
 }
 
@@ -62,16 +62,19 @@ impl CompletionChannel {
     /// With [`Ownership::Owned`] the last handle destroys it; with
     /// [`Ownership::Borrowed`] it is never destroyed here.
     ///
+    /// The wrapper holds `ctx`, the channel's device context, so that the
+    /// device stays open until the channel is destroyed, whatever is
+    /// dropped first.
+    ///
     /// # Safety
-    /// - `channel` is a live completion channel, and its device context
-    ///   stays open while the wrapper and the CQs made on it live.
+    /// - `channel` is a live completion channel of `ctx`.
     /// - Nobody else gets events from it while the wrapper lives (they
     ///   would be taken from the feed).
     /// - `Owned`: nobody else destroys it. `Borrowed`: its owner destroys
     ///   it only after the wrapper and every CQ made on it are gone.
     ///
     /// # Panics
-    /// If `channel` is null.
+    /// If `channel` is null, or not of `ctx`.
     ///
     /// # Errors
     ///
@@ -84,12 +87,13 @@ impl CompletionChannel {
     /// // SAFETY: a live context.
     /// let raw = unsafe { ffi::ibv_create_comp_channel(ctx.as_ptr()) };
     /// assert!(!raw.is_null());
-    /// // SAFETY: just made on `ctx`, which outlives the wrapper; handed over.
-    /// let channel = unsafe { CompletionChannel::from_raw(raw, Ownership::Owned)? };
+    /// // SAFETY: just made on `ctx`; handed over.
+    /// let channel = unsafe { CompletionChannel::from_raw(&ctx, raw, Ownership::Owned)? };
     /// assert_eq!(channel.as_ptr(), raw);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub unsafe fn from_raw(
+        ctx: &Arc<Context>,
         channel: *mut ffi::ibv_comp_channel,
         ownership: Ownership,
     ) -> io::Result<Arc<CompletionChannel>> {
@@ -97,7 +101,13 @@ impl CompletionChannel {
             !channel.is_null(),
             "CompletionChannel::from_raw of a null channel"
         );
-        let channel = CompletionChannel::wrap(channel, ownership, None);
+        // SAFETY: a live channel (the caller's contract).
+        let of = unsafe { (*channel).context };
+        assert_eq!(
+            of, ctx.ctx,
+            "CompletionChannel::from_raw: a channel of another context"
+        );
+        let channel = CompletionChannel::wrap(channel, ownership, Some(ctx.clone()));
         set_nonblocking(channel.fd())?;
         Ok(Arc::new(channel))
     }

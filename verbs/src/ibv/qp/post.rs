@@ -91,9 +91,12 @@ pub struct SendRequest<'a> {
     /// What to do.
     pub op: SendOp,
     /// The local memory: gathered for sends and writes, scattered into for
-    /// reads. Copied to the provider when posted; the memory itself must
-    /// stay registered until the request completes (unless `inline`).
-    pub sges: &'a [Sge],
+    /// reads ([`SendRequest::sges`]). Copied to the provider when posted;
+    /// the memory itself must stay registered until the request completes
+    /// (unless inline). Private, so that the entries an inline request's
+    /// caller vouched for ([`SendRequest::with_inline`]) cannot be swapped
+    /// afterwards.
+    sges: &'a [Sge],
     /// `IBV_SEND_SIGNALED`: a successful request produces a completion.
     /// Unsignaled ones complete silently (an error still completes), unless
     /// the QP was made with [`QpCaps::sq_sig_all`]. An unsignaled request's
@@ -208,6 +211,20 @@ impl SendRequest<'_> {
     /// ```
     pub fn inline(&self) -> bool {
         self.inline
+    }
+
+    /// The entries it was made with.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{SendOp, SendRequest};
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let mr = ctx.alloc_pd().unwrap().register(64).unwrap();
+    /// let sges = [mr.sge(0, 8)?];
+    /// assert_eq!(SendRequest::new(1, SendOp::Send, &sges).sges(), &sges);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sges(&self) -> &[Sge] {
+        self.sges
     }
 
     /// With `IBV_SEND_INLINE` on or off ([`inline`](Self::inline)).
