@@ -821,3 +821,50 @@ fn a_command_sent_after_the_driver_is_gone_is_refused_not_left_waiting() {
         );
     }
 }
+
+/// A CQ whose drop panics (its provider's destroy fails loudly).
+struct PanicsOnDrop(SoftCq);
+
+impl evd_verbs::CompletionQueue for PanicsOnDrop {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, evd_verbs::PollError> {
+        self.0.poll(out)
+    }
+    fn req_notify(&mut self, solicited_only: bool) -> std::io::Result<()> {
+        self.0.req_notify(solicited_only)
+    }
+    fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.0.channel_fd()
+    }
+    fn get_event(&mut self) -> std::io::Result<bool> {
+        self.0.get_event()
+    }
+    unsafe fn ack_events(&mut self, count: u32) {
+        // SAFETY: this method's contract, passed on to the wrapped CQ.
+        unsafe { self.0.ack_events(count) }
+    }
+}
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("{PROVOKED}");
+    }
+}
+
+/// A caller's driver dropped with a registration queued whose feed's drop
+/// panics: the registrant is answered `Stopped`, and the panic reaches the
+/// caller that dropped the driver (it is theirs), not swallowed.
+#[test]
+fn a_refused_feed_whose_drop_panics_reaches_the_caller_that_dropped_its_driver() {
+    quiet_provoked_panics();
+    let driver = Driver::new(DriverConfig::default()).unwrap();
+    let handle = driver.handle();
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let feed = Feed::new(PanicsOnDrop(SoftCq::new(16).unwrap().0), CqId(0), poster);
+    let h = handle.clone();
+    let registered = on_a_thread(move || h.register(feed, FeedMode::Event));
+    until_handle_shows(&handle, "queued_commands: 1");
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(driver)));
+    assert!(dropped.is_err(), "the feed's panic reaches the caller");
+    let answer = registered.recv_timeout(WATCHDOG).unwrap();
+    assert!(matches!(answer, Err(DriverError::Stopped)));
+}

@@ -143,23 +143,23 @@ impl Shared {
 
     /// The driver is gone (dropped, its thread ended however it ended):
     /// refuse what is queued and, from now on, every command at once.
-    /// Dropping a refused feed runs its own code (its CQ's destroy): a panic
-    /// there is kept for `take_panic` (or the shutdown), as a feed turn's
-    /// would be, and the other commands are still refused; this runs at the
-    /// end of the driver's thread, or in a `Driver`'s drop that may be part
-    /// of an unwinding, where a panic would end the thread or the process.
-    pub(crate) fn close_commands(&self) {
+    /// Dropping a refused feed runs its own code (its CQ's destroy): every
+    /// command is refused even if one such drop panics, and the first panic
+    /// is returned for the caller to report.
+    pub(crate) fn close_commands(&self) -> Option<Panic> {
         let queued = {
             let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
             q.closed = true;
             std::mem::take(&mut q.commands)
         };
         // Outside the lock.
+        let mut first = None;
         for c in queued {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| c.refuse())) {
-                self.keep_panic(Panic::new(payload));
+                first.get_or_insert(Panic::new(payload));
             }
         }
+        first
     }
 
     /// Commands are queued that no turn has taken yet. The wake a command

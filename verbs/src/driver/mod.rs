@@ -135,6 +135,8 @@ pub struct Driver {
     /// The first panic caught in a feed's turn that [`Driver::process`] has
     /// not reported yet.
     caught: Option<Panic>,
+    /// Run by its own thread ([`Driver::spawn`]).
+    spawned: bool,
 }
 
 impl Driver {
@@ -171,6 +173,7 @@ impl Driver {
             reaped: Vec::new(),
             stats: DriverStats::default(),
             caught: None,
+            spawned: false,
         })
     }
 
@@ -520,7 +523,8 @@ impl Driver {
     /// # Errors
     /// [`DriverError::Io`] if the operating system refused a new thread;
     /// the driver and its feeds are then dropped.
-    pub fn spawn(self) -> Result<RunningDriver, DriverError> {
+    pub fn spawn(mut self) -> Result<RunningDriver, DriverError> {
+        self.spawned = true;
         let handle = self.handle();
         let running = RunningMark::new(self.shared.clone());
         let thread = std::thread::Builder::new()
@@ -607,7 +611,21 @@ impl Driver {
 /// nobody will give.
 impl Drop for Driver {
     fn drop(&mut self) {
-        self.shared.close_commands();
+        let Some(panic) = self.shared.close_commands() else {
+            return;
+        };
+        if self.spawned {
+            // At the end of the driver's thread: kept for `take_panic` or
+            // the shutdown, which would lose the `Shutdown` to a thread that
+            // ended in a panic.
+            self.stats.handler_panics += 1;
+            self.shared.stats.publish(&self.stats);
+            self.shared.keep_panic(panic);
+        } else if !std::thread::panicking() {
+            // The caller's own driver: the panic is theirs, raised here (not
+            // during an unwinding, which would abort the process).
+            std::panic::resume_unwind(panic.into_payload());
+        }
     }
 }
 

@@ -557,7 +557,10 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// assert!(cq.destroy().is_ok());
     /// # drop(consumer);
     /// ```
-    pub fn into_parts(self) -> (C, Vec<T>) {
+    pub fn into_parts(mut self) -> (C, Vec<T>) {
+        // A failure's error still owed is handed back with the rest (built
+        // while the feed still drops normally, should `From` panic again).
+        self.hold_owed_error();
         let mut me = ManuallyDrop::new(self);
         me.ack_all();
         let undelivered = std::mem::take(&mut me.held);
