@@ -105,3 +105,24 @@ fn room_wait_vs_close_hands_the_event_back() {
         assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
     });
 }
+
+#[test]
+fn room_waiter_vs_upcalls_enabled_on_a_full_ring_no_lost_wakeup() {
+    // Upcalls are enabled with `Invoke::New` on a full ring: no instance
+    // starts, and only the upcall a post starts can drain it. A
+    // `RoomWaiter` (which posts nothing) waits on another thread: either its
+    // look after joining sees the policy and starts the draining upcall
+    // itself, or the enable's check (the room barrier's light half after its
+    // CAS; an unwinding instance makes the same one) sees it queued and
+    // wakes it. A lost wakeup leaves `block_on` parked forever: a loom
+    // deadlock.
+    model(|| {
+        let (poster, consumer) = full_ring(1);
+        let mut room = poster.room_waiter();
+        let t = thread::spawn(move || {
+            loom::future::block_on(std::future::poll_fn(|cx| room.poll_room(cx)))
+        });
+        let _up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, |_, _| {});
+        assert_eq!(t.join().unwrap(), Ok(1));
+    });
+}
