@@ -235,7 +235,7 @@ impl SendRequest<'_> {
     /// entry (its region deregistered or freed) fail with a protection
     /// error otherwise: every entry's `length` bytes at its address must be
     /// allocated and readable whenever a request built from this one is
-    /// posted (an [`Sge`] of a live [`MemoryRegion`](crate::ibv::MemoryRegion),
+    /// posted (an [`Sge`] of a live [`MemoryRegion`],
     /// or memory the caller keeps for that long).
     ///
     /// ```no_run
