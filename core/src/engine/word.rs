@@ -573,14 +573,25 @@ impl<T> Shared<T> {
 
     /// Install a policy; true if the caller took the token and must run an
     /// instance now (queued events, or a loss report, under `Invoke::Any`).
+    ///
+    /// A policy installed with events queued and no instance to drain them
+    /// (`Invoke::New`, or after a quiesce) leaves them to the upcall the
+    /// next post starts; on a full ring only a post refused as full starts
+    /// it, and posters already waiting for room post nothing until woken:
+    /// they are woken ([`Shared::wake_room_to_drain`]). Not when an instance
+    /// runs or starts here: its head stores wake them.
     pub(crate) fn set_policy(&self, bits: PolicyBits, invoke: Invoke) -> bool {
         let h = self.head();
         // AcqRel: Release hands the consumer side to instances that start
         // under the new policy; Acquire to see the last instance's head.
-        let start = self.transition(Ordering::AcqRel, |w| {
+        let (start, new) = self.transition(Ordering::AcqRel, |w| {
             let r = state::set_policy(w, h, bits, invoke);
-            Ok((r.new, r.start_instance))
+            Ok((r.new, (r.start_instance, r.new)))
         });
+        // `h` is at most the head now: the events it counts were queued.
+        if !start && state::start_upcall_to_drain(new, h).is_some() {
+            self.wake_room_to_drain();
+        }
         // A loss report counts as a queued event for Invoke::Any.
         start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss())
     }

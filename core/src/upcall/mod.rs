@@ -258,11 +258,6 @@ impl<T: Send> Upcalls<T> {
         crate::trace::event!(DEBUG, evd = s.id(), ?policy, ?invoke, "upcall policy set");
         if starts {
             instance::run(s);
-        } else if policy.bits() != PolicyBits::Disabled {
-            // Enabled without an instance (`Invoke::New`, or one runs): a
-            // poster already waiting for room on a full ring must look again,
-            // since only the upcall a post starts can drain it now.
-            s.wake_room_to_drain();
         }
         Ok(())
     }
