@@ -293,10 +293,14 @@ where
     T: From<VerbsEvent> + Send + 'static,
 {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            drop(self.stop_and_join());
+        if std::thread::panicking() {
+            // Joined all the same (no post after the drop returns), but the
+            // feeds handed back run their own code when dropped (acks, the
+            // CQ's destroy), and a panic there during this unwinding would
+            // abort the process: caught, and dropped with the unwinding's.
+            let _ = catch_unwind(AssertUnwindSafe(|| drop(self.stop_and_join())));
         } else {
-            self.shared.stop.store(true, Ordering::Relaxed);
+            drop(self.stop_and_join());
         }
     }
 }

@@ -367,3 +367,25 @@ fn a_poller_serves_on_after_a_handler_panics_and_stops_cleanly_once_the_panic_is
     assert_eq!(stopped.feeds.len(), 2);
     drop(up.teardown());
 }
+
+/// A poller dropped by an unwinding (its owner panicked) still joins its
+/// thread before the drop returns: its feeds (and their posters) are gone by
+/// then, so the EVD they alone posted into is closed, and nothing posts
+/// after.
+#[test]
+fn a_poller_dropped_by_an_unwinding_joins_its_thread_first() {
+    quiet_provoked_panics();
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq, _hca) = SoftCq::new(16).unwrap();
+    let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), poster)], 16).unwrap();
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _poller = poller;
+        panic!("{}", PROVOKED);
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(
+        consumer.try_dequeue().err(),
+        Some(evd::TryDequeueError::Closed),
+        "the poller's thread had ended and dropped its feeds"
+    );
+}
