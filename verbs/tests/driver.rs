@@ -5,15 +5,18 @@
 mod common;
 
 use common::driver::{driver_serving, remove_within, running_driver, take, take_counting_overflow};
+use common::hooked_cq::HookedCq;
 use common::wc;
 use evd_verbs::soft::SoftCq;
 use evd_verbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, CqId, Driver, DriverConfig, DriverError, Feed,
-    FeedMode, VerbsEvent, WorkCompletion,
+    AsyncElement, AsyncEvent, AsyncEventKind, CompletionQueue, CqId, Driver, DriverConfig,
+    DriverError, Feed, FeedMode, VerbsEvent,
 };
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
-use std::sync::{Mutex, mpsc};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU8};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 #[test]
@@ -271,21 +274,15 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
     running.shutdown().unwrap();
 }
 
-/// A software CQ whose next poll hides what is queued (as if the wake's
-/// completion had been polled already) and whose next arm fails: the
-/// ingredients of a wake whose poll finds nothing and whose arm then fails;
-/// and whose next `get_event` fails (1) or panics (2) before it takes
-/// anything.
-struct Flaky {
-    cq: SoftCq,
-    hide_next_poll: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    fail_next_arm: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    fail_next_get_event: std::sync::Arc<std::sync::atomic::AtomicU8>,
-}
-
 /// A watchdog, not a sleep: an event that never comes fails the test
 /// instead of hanging it (generous, for a busy machine).
 const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// Both backends, for the promises that hold on each.
+const BACKENDS: [evd_verbs::DriverBackend; 2] = [
+    evd_verbs::DriverBackend::IoUring,
+    evd_verbs::DriverBackend::Epoll,
+];
 
 /// What [`Flaky`]'s next `get_event` does.
 const GET_EVENT_FAILS: u8 = 1;
@@ -293,52 +290,53 @@ const GET_EVENT_PANICS: u8 = 2;
 const GET_EVENT_ALWAYS_FAILS: u8 = 3;
 const PROVOKED: &str = "provoked by the driver tests";
 
-impl evd_verbs::CompletionQueue for Flaky {
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, evd_verbs::PollError> {
-        if self
-            .hide_next_poll
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
-        {
-            return Ok(0);
-        }
-        self.cq.poll(out)
-    }
-    fn req_notify(&mut self, solicited_only: bool) -> std::io::Result<()> {
-        if self
-            .fail_next_arm
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
-        {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        self.cq.req_notify(solicited_only)
-    }
-    fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.cq.channel_fd()
-    }
-    fn get_event(&mut self) -> std::io::Result<bool> {
-        let fail = &self.fail_next_get_event;
-        if fail.load(std::sync::atomic::Ordering::Relaxed) == GET_EVENT_ALWAYS_FAILS {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        match fail.swap(0, std::sync::atomic::Ordering::Relaxed) {
-            GET_EVENT_FAILS => Err(std::io::Error::from_raw_os_error(libc::EIO)),
-            GET_EVENT_PANICS => panic!("{PROVOKED}"),
-            _ => self.cq.get_event(),
-        }
-    }
-    unsafe fn ack_events(&mut self, count: u32) {
-        // SAFETY: this method's contract, passed on to the wrapped CQ.
-        unsafe { self.cq.ack_events(count) }
-    }
+/// A software CQ whose next poll hides what is queued (as if the wake's
+/// completion had been polled already) and whose next arm fails: the
+/// ingredients of a wake whose poll finds nothing and whose arm then fails;
+/// and whose next `get_event` fails, panics or always fails before it takes
+/// anything. The flags set each.
+struct Flaky {
+    cq: HookedCq,
+    hide_next_poll: Arc<AtomicBool>,
+    fail_next_arm: Arc<AtomicBool>,
+    fail_next_get_event: Arc<AtomicU8>,
 }
 
 impl Flaky {
     fn new(cq: SoftCq) -> Self {
+        let (hide, arm, get) = (
+            Arc::<AtomicBool>::default(),
+            Arc::<AtomicBool>::default(),
+            Arc::<AtomicU8>::default(),
+        );
+        let mut cq = HookedCq::new(cq);
+        let h = hide.clone();
+        cq.poll = Some(Box::new(move |_, want| {
+            Ok(if h.swap(false, Relaxed) { 0 } else { want })
+        }));
+        let a = arm.clone();
+        cq.req_notify = Some(Box::new(move |cq, solicited_only| {
+            if a.swap(false, Relaxed) {
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            cq.req_notify(solicited_only)
+        }));
+        let g = get.clone();
+        cq.get_event = Some(Box::new(move |cq, ()| {
+            if g.load(Relaxed) == GET_EVENT_ALWAYS_FAILS {
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            match g.swap(0, Relaxed) {
+                GET_EVENT_FAILS => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+                GET_EVENT_PANICS => panic!("{PROVOKED}"),
+                _ => cq.get_event(),
+            }
+        }));
         Flaky {
             cq,
-            hide_next_poll: Default::default(),
-            fail_next_arm: Default::default(),
-            fail_next_get_event: Default::default(),
+            hide_next_poll: hide,
+            fail_next_arm: arm,
+            fail_next_get_event: get,
         }
     }
 }
@@ -369,10 +367,7 @@ fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() 
         VerbsEvent::Completion { wc, .. } => wc.wr_id,
         other => panic!("expected a completion, got {other:?}"),
     };
-    for backend in [
-        evd_verbs::DriverBackend::IoUring,
-        evd_verbs::DriverBackend::Epoll,
-    ] {
+    for backend in BACKENDS {
         for failure in [GET_EVENT_FAILS, GET_EVENT_PANICS] {
             let case = format!("{backend:?}, failure {failure}");
             let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
@@ -381,11 +376,11 @@ fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() 
             let fail = flaky.fail_next_get_event.clone();
             let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
             driver
-                .register(Feed::new(flaky, CqId(0), poster), FeedMode::Event)
+                .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
                 .unwrap();
             driver.process(Some(Duration::ZERO)).unwrap();
             assert!(hca.stats().armed, "{case}: asleep on an armed CQ");
-            fail.store(failure, std::sync::atomic::Ordering::Relaxed);
+            fail.store(failure, Relaxed);
             hca.push(wc(1)).unwrap();
             let mut failed = None;
             for _ in 0..100 {
@@ -438,10 +433,10 @@ fn a_get_event_that_always_fails_still_delivers_and_does_not_keep_the_driver_bus
     let config = DriverConfig::default().with_backend(evd_verbs::DriverBackend::IoUring);
     let mut driver = Driver::new(config).unwrap();
     driver
-        .register(Feed::new(flaky, CqId(0), poster), FeedMode::Event)
+        .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
         .unwrap();
     driver.process(Some(Duration::ZERO)).unwrap();
-    fail.store(GET_EVENT_ALWAYS_FAILS, std::sync::atomic::Ordering::Relaxed);
+    fail.store(GET_EVENT_ALWAYS_FAILS, Relaxed);
     for id in 1..=3 {
         hca.push(wc(id)).unwrap();
         let start = std::time::Instant::now();
@@ -472,18 +467,13 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
     // would strand the completion for good.
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let (cq, hca) = SoftCq::new(64).unwrap();
-    let hide = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flaky = Flaky {
-        hide_next_poll: hide.clone(),
-        fail_next_arm: fail.clone(),
-        ..Flaky::new(cq)
-    };
-    let (mut driver, _) = driver_serving(Feed::new(flaky, CqId(0), poster), FeedMode::Event);
+    let flaky = Flaky::new(cq);
+    let (hide, fail) = (flaky.hide_next_poll.clone(), flaky.fail_next_arm.clone());
+    let (mut driver, _) = driver_serving(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event);
     driver.process(Some(Duration::ZERO)).unwrap();
     assert!(hca.stats().armed);
-    hide.store(true, std::sync::atomic::Ordering::Relaxed);
-    fail.store(true, std::sync::atomic::Ordering::Relaxed);
+    hide.store(true, Relaxed);
+    fail.store(true, Relaxed);
     hca.push(wc(9)).unwrap();
     let mut failed = None;
     for _ in 0..100 {
@@ -510,50 +500,15 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
 
 // --- commands racing a shutdown --------------------------------------------
 
-/// A software CQ whose `device_events`, which the driver calls on its own
-/// thread while it registers the feed (inside the turn that applies the
-/// command), runs a hook once: the tests' way to act at a known point of a
-/// turn.
-struct HookedAtRegistration {
-    cq: SoftCq,
-    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
+type Hooked = Feed<HookedCq>;
 
-impl evd_verbs::CompletionQueue for HookedAtRegistration {
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, evd_verbs::PollError> {
-        self.cq.poll(out)
-    }
-    fn req_notify(&mut self, solicited_only: bool) -> std::io::Result<()> {
-        self.cq.req_notify(solicited_only)
-    }
-    fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.cq.channel_fd()
-    }
-    fn get_event(&mut self) -> std::io::Result<bool> {
-        self.cq.get_event()
-    }
-    unsafe fn ack_events(&mut self, count: u32) {
-        // SAFETY: this method's contract, passed on to the wrapped CQ.
-        unsafe { self.cq.ack_events(count) }
-    }
-    fn device_events(&self) -> Option<Box<dyn evd_verbs::AsyncEventSource>> {
-        let hook = self.hook.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook();
-        }
-        None
-    }
-}
-
-type Hooked = Feed<HookedAtRegistration>;
-
-/// A feed whose registration runs `hook` on the driver's thread.
+/// A feed whose registration runs `hook` on the driver's thread (inside the
+/// turn that applies the command): the tests' way to act at a known point of
+/// a turn.
 fn hooked_feed(id: u32, hook: impl FnOnce() + Send + 'static) -> Hooked {
     let (poster, _) = evd::bounded::<VerbsEvent>(16).unwrap();
-    let cq = HookedAtRegistration {
-        cq: SoftCq::new(16).unwrap().0,
-        hook: Mutex::new(Some(Box::new(hook))),
-    };
+    let cq = HookedCq::new(SoftCq::new(16).unwrap().0);
+    *cq.at_registration.lock().unwrap() = Some(Box::new(hook));
     Feed::new(cq, CqId(id), poster)
 }
 
@@ -590,6 +545,42 @@ fn until_handle_shows(handle: &evd_verbs::DriverHandle, what: &str) {
     }
 }
 
+/// A spawned driver on `backend` serving feed A (an EVD nobody reads),
+/// held inside the turn that registers a held feed (H1): what the
+/// command-race tests start from.
+struct Held {
+    key_a: evd_verbs::FeedKey<Feed<SoftCq>>,
+    running: evd_verbs::RunningDriver,
+    handle: evd_verbs::DriverHandle,
+    /// H1's registration's answer, once the driver is let go.
+    key1: mpsc::Receiver<Result<evd_verbs::FeedKey<Hooked>, DriverError>>,
+    /// Lets the driver go.
+    go1: mpsc::Sender<()>,
+    /// A's EVD's consumer: kept, so that A's EVD stays open.
+    _consumer: evd::Consumer<VerbsEvent>,
+}
+
+fn spawned_and_held(backend: evd_verbs::DriverBackend) -> Held {
+    let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let feed = Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster);
+    let key_a = driver.register(feed, FeedMode::Event).unwrap();
+    let running = driver.spawn().unwrap();
+    let handle = running.handle().clone();
+    let (h1, reached1, go1) = held_feed(1);
+    let h = handle.clone();
+    let key1 = on_a_thread(move || h.register(h1, FeedMode::Event));
+    reached1.recv_timeout(WATCHDOG).unwrap();
+    Held {
+        key_a,
+        running,
+        handle,
+        key1,
+        go1,
+        _consumer: consumer,
+    }
+}
+
 /// A `DriverHandle::remove` whose feed's poll is being cancelled when the stop
 /// is seen: the shutdown waits for that removal too, and ends; the remover
 /// gets its feed, and every other feed is in the `Shutdown`. (On io_uring the
@@ -597,24 +588,15 @@ fn until_handle_shows(handle: &evd_verbs::DriverHandle, what: &str) {
 /// shutdown that counted that feed among its own removals waited for ever.)
 #[test]
 fn a_shutdown_while_a_handle_removes_a_feed_ends_and_hands_every_feed_back_once() {
-    for backend in [
-        evd_verbs::DriverBackend::IoUring,
-        evd_verbs::DriverBackend::Epoll,
-    ] {
-        let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
-        let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-        let key_a = driver
-            .register(
-                Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster),
-                FeedMode::Event,
-            )
-            .unwrap();
-        let running = driver.spawn().unwrap();
-        let handle = running.handle().clone();
-        let (h1, reached1, go1) = held_feed(1);
-        let h = handle.clone();
-        let key1 = on_a_thread(move || h.register(h1, FeedMode::Event));
-        reached1.recv_timeout(WATCHDOG).unwrap();
+    for backend in BACKENDS {
+        let Held {
+            key_a,
+            running,
+            handle,
+            key1,
+            go1,
+            _consumer,
+        } = spawned_and_held(backend);
         // Held in a turn: the removal of A, then a second held registration,
         // queued in that order, are applied together by the next turn.
         let h = handle.clone();
@@ -650,24 +632,15 @@ fn a_shutdown_while_a_handle_removes_a_feed_ends_and_hands_every_feed_back_once(
 /// the `Shutdown`.
 #[test]
 fn commands_queued_when_the_stop_is_seen_are_refused_and_every_feed_is_handed_back() {
-    for backend in [
-        evd_verbs::DriverBackend::IoUring,
-        evd_verbs::DriverBackend::Epoll,
-    ] {
-        let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
-        let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-        let key_a = driver
-            .register(
-                Feed::new(SoftCq::new(16).unwrap().0, CqId(0), poster),
-                FeedMode::Event,
-            )
-            .unwrap();
-        let running = driver.spawn().unwrap();
-        let handle = running.handle().clone();
-        let (h1, reached1, go1) = held_feed(1);
-        let h = handle.clone();
-        let key1 = on_a_thread(move || h.register(h1, FeedMode::Event));
-        reached1.recv_timeout(WATCHDOG).unwrap();
+    for backend in BACKENDS {
+        let Held {
+            key_a,
+            running,
+            handle,
+            key1,
+            go1,
+            _consumer,
+        } = spawned_and_held(backend);
         let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
         let (cq, hca) = SoftCq::new(16).unwrap();
         let h = handle.clone();
@@ -710,10 +683,7 @@ fn commands_queued_when_the_stop_is_seen_are_refused_and_every_feed_is_handed_ba
 /// is queued.)
 #[test]
 fn a_command_queued_while_the_callers_loop_applies_commands_is_not_slept_on() {
-    for backend in [
-        evd_verbs::DriverBackend::IoUring,
-        evd_verbs::DriverBackend::Epoll,
-    ] {
+    for backend in BACKENDS {
         let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
         let handle = driver.handle();
         driver.process(Some(Duration::ZERO)).unwrap();
@@ -774,10 +744,7 @@ fn a_cq_that_panics_while_the_driver_registers_it_is_refused_and_the_driver_serv
     quiet_provoked_panics();
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     let (cq, hca) = SoftCq::new(16).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
+    let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster), FeedMode::Event);
     let running = driver.spawn().unwrap();
     let panicking = hooked_feed(1, || panic!("{PROVOKED}"));
     match running.handle().register(panicking, FeedMode::Event) {
@@ -822,34 +789,6 @@ fn a_command_sent_after_the_driver_is_gone_is_refused_not_left_waiting() {
     }
 }
 
-/// A CQ whose drop panics (its provider's destroy fails loudly).
-struct PanicsOnDrop(SoftCq);
-
-impl evd_verbs::CompletionQueue for PanicsOnDrop {
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, evd_verbs::PollError> {
-        self.0.poll(out)
-    }
-    fn req_notify(&mut self, solicited_only: bool) -> std::io::Result<()> {
-        self.0.req_notify(solicited_only)
-    }
-    fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.0.channel_fd()
-    }
-    fn get_event(&mut self) -> std::io::Result<bool> {
-        self.0.get_event()
-    }
-    unsafe fn ack_events(&mut self, count: u32) {
-        // SAFETY: this method's contract, passed on to the wrapped CQ.
-        unsafe { self.0.ack_events(count) }
-    }
-}
-
-impl Drop for PanicsOnDrop {
-    fn drop(&mut self) {
-        panic!("{PROVOKED}");
-    }
-}
-
 /// A caller's driver dropped with a registration queued whose feed's drop
 /// panics: the registrant is answered `Stopped`, and the panic reaches the
 /// caller that dropped the driver (it is theirs), not swallowed.
@@ -859,7 +798,10 @@ fn a_refused_feed_whose_drop_panics_reaches_the_caller_that_dropped_its_driver()
     let driver = Driver::new(DriverConfig::default()).unwrap();
     let handle = driver.handle();
     let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    let feed = Feed::new(PanicsOnDrop(SoftCq::new(16).unwrap().0), CqId(0), poster);
+    // Its provider's destroy fails loudly.
+    let mut cq = HookedCq::new(SoftCq::new(16).unwrap().0);
+    cq.at_drop = Some(Box::new(|| panic!("{PROVOKED}")));
+    let feed = Feed::new(cq, CqId(0), poster);
     let h = handle.clone();
     let registered = on_a_thread(move || h.register(feed, FeedMode::Event));
     until_handle_shows(&handle, "queued_commands: 1");

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::hooked_cq::HookedCq;
 use common::wc;
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftCqProducer, SoftDevice};
@@ -554,32 +555,6 @@ impl From<VerbsEvent> for PanicsOnTheFirstCqError {
     }
 }
 
-/// A software CQ whose first poll fails (and only that one) when `fail` is
-/// set: a provider whose failing poll consumed what failed.
-struct FailsOnce(SoftCq, bool);
-
-impl CompletionQueue for FailsOnce {
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, PollError> {
-        if std::mem::take(&mut self.1) {
-            return Err(PollError::Failed(libc::EIO));
-        }
-        self.0.poll(out)
-    }
-    fn req_notify(&mut self, solicited_only: bool) -> std::io::Result<()> {
-        self.0.req_notify(solicited_only)
-    }
-    fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.0.channel_fd()
-    }
-    fn get_event(&mut self) -> std::io::Result<bool> {
-        self.0.get_event()
-    }
-    unsafe fn ack_events(&mut self, count: u32) {
-        // SAFETY: this method's contract, passed on to the wrapped CQ.
-        unsafe { self.0.ack_events(count) }
-    }
-}
-
 /// A failed CQ whose CqError the event type's `From` panics on once: the
 /// feed is not left `Failed` with the error neither delivered nor held; its
 /// next call converts the error again and delivers it, whether the CQ would
@@ -592,7 +567,17 @@ fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
         let (poster, mut consumer) = evd::bounded::<PanicsOnTheFirstCqError>(16).unwrap();
         let (cq, hca) = SoftCq::new(2).unwrap();
         let once = failure != "overrun";
-        let mut feed = Feed::new(FailsOnce(cq, once), CqId(4), poster);
+        // A provider whose failing poll consumed what failed: its first poll
+        // fails, and only that one.
+        let mut hooked = HookedCq::new(cq);
+        let mut fail = once;
+        hooked.poll = Some(Box::new(move |_, want| {
+            if std::mem::take(&mut fail) {
+                return Err(PollError::Failed(libc::EIO));
+            }
+            Ok(want)
+        }));
+        let mut feed = Feed::new(hooked, CqId(4), poster);
         if !once {
             hca.push(wc(0)).unwrap();
             hca.push(wc(1)).unwrap();

@@ -1,7 +1,7 @@
 //! Helpers the verbs test crates share, one concept per module:
 //! `driver` (a driver serving a feed, and waiting for what it delivers),
-//! `load` (producers under credits, a seeded RNG, a batch drain under a
-//! watchdog), and here the checks that report instead of panicking
+//! `hooked_cq` (a software CQ whose calls a test takes over), `load`
+//! (producers under credits, a seeded RNG, a batch drain under a watchdog), and here the checks that report instead of panicking
 //! (`ensure!`, for the scenarios the guest runs without a test harness).
 //!
 //! The watchdogs are the only clocks here: they fail a test in which
@@ -11,6 +11,7 @@
 #![allow(dead_code, unused_macros)]
 
 pub mod driver;
+pub mod hooked_cq;
 pub mod load;
 
 use evd_verbs::WorkCompletion;
