@@ -138,9 +138,10 @@ impl<T> FusedFuture for Recv<'_, T> {
 }
 
 /// A future dropped while it waits (a lost `select!` branch, a timeout; also
-/// one polled again after it completed) withdraws its arm if the EVD is bound to a CNO: a post it preempted the
-/// CNO for would otherwise leave an enabled EVD with work that the CNO never
-/// hears of ([`crate::state::withdraw`]). Unbound EVDs pay nothing here.
+/// one polled again after it completed) withdraws its arm if the EVD is
+/// bound to a CNO: a post it preempted the CNO for would otherwise leave an
+/// enabled EVD with work that the CNO never hears of
+/// ([`crate::state::withdraw`]). Unbound EVDs pay nothing here.
 impl<T> Drop for Recv<'_, T> {
     fn drop(&mut self) {
         if !self.done && self.consumer.cno_key().is_some() {

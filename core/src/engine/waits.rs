@@ -48,17 +48,20 @@ impl<T> Shared<T> {
             .wake_all(&self.consumer.room, &self.counters.room_wakes);
     }
 
-    /// The ring may be left full with no upcall instance to drain it: an
-    /// instance unwound (its handler panicked) after giving its share of the
-    /// word back, or a policy was enabled without starting one
-    /// (`Invoke::New`). A post that finds it so starts one, so posters
-    /// waiting for room are woken to do that themselves (a waiting post
-    /// posts again, a [`RoomWaiter`](crate::RoomWaiter) drains). The light
-    /// barrier orders the caller's RMW on the word before the flag load, as
-    /// after a head store: either a waiter's look after joining sees the new
-    /// word, or this sees the waiter ([`crate::room`]). No waker's panic is
-    /// raised.
-    pub(crate) fn wake_room_to_drain(&self) {
+    /// After an RMW that installed `word` and may leave queued events to an
+    /// upcall nobody started (an instance that unwound out of a panicking
+    /// handler, a policy enabled without an instance): on a full ring only a
+    /// post refused as full starts it, so posters waiting for room are woken
+    /// to do that themselves (a waiting post posts again, a
+    /// [`RoomWaiter`](crate::RoomWaiter) drains). Nothing when `word` leaves
+    /// no such events (an instance runs: its head stores wake them). The
+    /// light barrier orders the caller's RMW before the flag load, as after a
+    /// head store: either a waiter's look after joining sees the new word, or
+    /// this sees the waiter ([`crate::room`]). No waker's panic is raised.
+    pub(crate) fn wake_room_if_stranded(&self, word: u64) {
+        if state::start_upcall_to_drain(word, self.head()).is_none() {
+            return;
+        }
         if self.consumer.room.check_after_head_store() {
             self.wake_all_room();
         }

@@ -575,11 +575,8 @@ impl<T> Shared<T> {
     /// instance now (queued events, or a loss report, under `Invoke::Any`).
     ///
     /// A policy installed with events queued and no instance to drain them
-    /// (`Invoke::New`, or after a quiesce) leaves them to the upcall the
-    /// next post starts; on a full ring only a post refused as full starts
-    /// it, and posters already waiting for room post nothing until woken:
-    /// they are woken ([`Shared::wake_room_to_drain`]). Not when an instance
-    /// runs or starts here: its head stores wake them.
+    /// (`Invoke::New`, or after a quiesce) wakes the posters waiting for
+    /// room ([`Shared::wake_room_if_stranded`]).
     pub(crate) fn set_policy(&self, bits: PolicyBits, invoke: Invoke) -> bool {
         let h = self.head();
         // AcqRel: Release hands the consumer side to instances that start
@@ -588,9 +585,8 @@ impl<T> Shared<T> {
             let r = state::set_policy(w, h, bits, invoke);
             Ok((r.new, (r.start_instance, r.new)))
         });
-        // `h` is at most the head now: the events it counts were queued.
-        if !start && state::start_upcall_to_drain(new, h).is_some() {
-            self.wake_room_to_drain();
+        if !start {
+            self.wake_room_if_stranded(new);
         }
         // A loss report counts as a queued event for Invoke::Any.
         start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss())

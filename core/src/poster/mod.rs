@@ -325,11 +325,7 @@ impl<T: Send> Poster<T> {
     /// (a sink polled again after the panic, a future kept alive) holds a
     /// seat that swallows the next wake.
     pub(crate) fn attempt(&self, seat: &mut Seat, event: T, waker: &Waker) -> Attempt<T> {
-        let mut seat = LeaveOnUnwind {
-            shared: &self.shared,
-            seat,
-            armed: true,
-        };
+        let mut seat = LeaveOnUnwind::new(&self.shared, seat);
         let event = match self.post(event) {
             Err(PostError::Full(ev)) => ev,
             done => return self.done(seat.defuse(), done),
@@ -337,7 +333,7 @@ impl<T: Send> Poster<T> {
         if crate::frames::in_own_handler(self.shared.id()) {
             return self.done(seat.defuse(), Err(PostError::Full(event)));
         }
-        self.shared.room_join(seat.seat, waker);
+        self.shared.room_join(seat.seat(), waker);
         match self.post(event) {
             Err(PostError::Full(ev)) => {
                 seat.defuse();
@@ -575,15 +571,30 @@ impl<T> Poster<T> {
 
 /// The seat of a [`Poster::attempt`] (or of a room waiter's draining
 /// upcall) under way: left, as by a poster that gave up (a wake it was
-/// handed is passed on), if a post inside it unwinds. Whether that post queued its event is not known there, and a
-/// wake passed on in vain only makes the next waiter try again.
+/// handed is passed on), if a post inside it unwinds. Whether that post
+/// queued its event is not known there, and a wake passed on in vain only
+/// makes the next waiter try again.
 pub(crate) struct LeaveOnUnwind<'a, T> {
-    pub(crate) shared: &'a Shared<T>,
-    pub(crate) seat: &'a mut Seat,
-    pub(crate) armed: bool,
+    shared: &'a Shared<T>,
+    seat: &'a mut Seat,
+    armed: bool,
 }
 
-impl<T> LeaveOnUnwind<'_, T> {
+impl<'a, T> LeaveOnUnwind<'a, T> {
+    /// Guard `seat` of the EVD `shared`.
+    pub(crate) fn new(shared: &'a Shared<T>, seat: &'a mut Seat) -> Self {
+        LeaveOnUnwind {
+            shared,
+            seat,
+            armed: true,
+        }
+    }
+
+    /// The seat, still guarded.
+    fn seat(&mut self) -> &mut Seat {
+        self.seat
+    }
+
     /// The attempt returns normally: the seat, no longer left on drop.
     pub(crate) fn defuse(&mut self) -> &mut Seat {
         self.armed = false;

@@ -99,16 +99,7 @@ impl<T: Send> RoomWaiter<T> {
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, BatchPostError>> {
         if crate::frames::in_own_handler(self.poster.shared.id()) {
-            let r = self
-                .poster
-                .free_slots()
-                .map_or(Err(BatchPostError::Closed), |free| {
-                    if free == 0 {
-                        Err(BatchPostError::Full)
-                    } else {
-                        Ok(free)
-                    }
-                });
+            let r = self.room_seen().unwrap_or(Err(BatchPostError::Full));
             self.poster.shared.room_leave(&mut self.seat, false);
             return Poll::Ready(r);
         }
@@ -138,25 +129,28 @@ impl<T: Send> RoomWaiter<T> {
     /// queue on the way out, as a post that gave up.
     fn room_now(&mut self) -> Option<Result<usize, BatchPostError>> {
         let r = loop {
-            match self.poster.free_slots() {
-                None => break Err(BatchPostError::Closed),
-                Some(0) => {
-                    let mut seat = LeaveOnUnwind {
-                        shared: &self.poster.shared,
-                        seat: &mut self.seat,
-                        armed: true,
-                    };
-                    let drained = self.poster.start_draining_upcall();
-                    seat.defuse();
-                    if !drained {
-                        return None;
-                    }
-                }
-                Some(free) => break Ok(free),
+            if let Some(r) = self.room_seen() {
+                break r;
+            }
+            let mut seat = LeaveOnUnwind::new(&self.poster.shared, &mut self.seat);
+            let drained = self.poster.start_draining_upcall();
+            seat.defuse();
+            if !drained {
+                return None;
             }
         };
         self.poster.shared.room_leave(&mut self.seat, false);
         Some(r)
+    }
+
+    /// The free slots seen now (at least one), the closure, or `None` if
+    /// the ring is full.
+    fn room_seen(&self) -> Option<Result<usize, BatchPostError>> {
+        match self.poster.free_slots() {
+            None => Some(Err(BatchPostError::Closed)),
+            Some(0) => None,
+            Some(free) => Some(Ok(free)),
+        }
     }
 }
 

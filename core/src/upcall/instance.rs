@@ -18,7 +18,7 @@ struct InstanceGuard<'a, T> {
 impl<T> Drop for InstanceGuard<'_, T> {
     fn drop(&mut self) {
         let new = self.shared.abandon_instance(self.holds_token);
-        self.shared.wake_room_to_drain();
+        self.shared.wake_room_if_stranded(new);
         // The handler's panic is unwinding: a panic of the waker woken here
         // would abort the process, so it is caught (and dropped, as the
         // handler's goes on).

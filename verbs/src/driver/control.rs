@@ -41,9 +41,22 @@ pub(crate) enum Command {
     },
 }
 
+/// Answer every command `Stopped`, even if dropping a refused feed (its own
+/// code: acks, its CQ's destroy) panics; the first such panic is returned
+/// for the caller to report.
+pub(crate) fn refuse_all(commands: impl IntoIterator<Item = Command>) -> Option<Panic> {
+    let mut first = None;
+    for c in commands {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| c.refuse())) {
+            first.get_or_insert(Panic::new(payload));
+        }
+    }
+    first
+}
+
 impl Command {
     /// Answer `Stopped` (a feed to register is dropped with the command).
-    pub(crate) fn refuse(self) {
+    fn refuse(self) {
         match self {
             Command::Register { reply, .. } => {
                 let _ = reply.send(Err(DriverError::Stopped));
@@ -153,13 +166,13 @@ impl Shared {
             std::mem::take(&mut q.commands)
         };
         // Outside the lock.
-        let mut first = None;
-        for c in queued {
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| c.refuse())) {
-                first.get_or_insert(Panic::new(payload));
-            }
-        }
-        first
+        refuse_all(queued)
+    }
+
+    /// Commands queued that no turn has taken yet (for `Debug`).
+    fn queued_commands(&self) -> usize {
+        let q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+        q.commands.len()
     }
 
     /// Commands are queued that no turn has taken yet. The wake a command
@@ -476,13 +489,7 @@ impl DriverHandle {
 
 impl fmt::Debug for DriverHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let queued = self
-            .shared
-            .commands
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .commands
-            .len();
+        let queued = self.shared.queued_commands();
         f.debug_struct("DriverHandle")
             .field("running", &self.is_running())
             .field("stopping", &self.shared.stop_requested())

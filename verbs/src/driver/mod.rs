@@ -339,20 +339,11 @@ impl Driver {
         // removed into the `Shutdown` (a removal asked for now finds it
         // there).
         if any && self.shared.stop_requested() {
-            for c in commands {
-                match c {
-                    Command::Register { source, reply, .. } => {
-                        // The feed's drop runs its own code (acks, the CQ's
-                        // destroy): a panic there must not end the thread
-                        // that is handing the other feeds back.
-                        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| drop(source))) {
-                            self.stats.handler_panics += 1;
-                            self.caught.get_or_insert(Panic::new(payload));
-                        }
-                        let _ = reply.send(Err(DriverError::Stopped));
-                    }
-                    remove @ Command::Remove { .. } => remove.refuse(),
-                }
+            // A refused feed's panicking drop must not end the thread that
+            // is handing the other feeds back: kept, as a turn's panic.
+            if let Some(p) = control::refuse_all(commands) {
+                self.stats.handler_panics += 1;
+                self.caught.get_or_insert(p);
             }
             return Ok(true);
         }

@@ -20,9 +20,9 @@ use std::sync::Arc;
 pub(super) struct RawCq {
     /// The shared channel it was made on (`channel` is then null): held so
     /// that the channel is destroyed after its last CQ (this field drops
-    /// after `Drop::drop` destroyed the CQ), and before the context (the
-    /// field below: a channel wrapped with `from_raw` holds no context of
-    /// its own, and its destroy reads its context).
+    /// after `Drop::drop` destroyed the CQ). Declared before the context, so
+    /// that it drops first: a channel's destroy reads its context (the
+    /// channel holds it too; this order does not rely on that).
     pub(super) shared: Option<Arc<super::CompletionChannel>>,
     pub(super) ctx: Arc<Context>,
     /// Non-null until `destroy`, which only `IbvCq::close` and `Drop` call.
