@@ -335,6 +335,7 @@
 //! | `ring`, `error`, `query` | slot storage, stamps and the capacity; typed errors; [`Query`] | the slot layout changes |
 //! | `room` | the room signal: the waiting posters' queue, its flags in the consumer's line, the barrier pair | how posters wait for room |
 //! | `waker_list` | wakers woken all at once: tasks awaiting [`Poster::closed`] (woken by close) and [`Poster::reserve`] at the permit limit (woken by a permit back) | how posters wait for close or a permit |
+//! | `waker_slot` | the consumer's one registered waker: atomic-waker's lock word, with a registration that survives a waker whose clone or drop panics | how the consumer's waker is kept |
 //! | `notify` | where a notification goes: waker, eventfd, and the CNO link (a trait the CNO implements) | a new way to be notified |
 //! | `upcall/handler` | the replaceable upcall handler | handler replacement |
 //! | `engine/` | `Shared`, a composition of owners, each with its atomics and its ordering argument: `word` (every CAS on the state word, the release sequence as a whole), `consumer_line` and `dequeue` (the head and the dequeue paths), `loss` (the loss word), `snapshot` (queries), `waits` (the engine's calls into the room signal and the waker lists) | an ordering question: the owner of that atomic |
@@ -374,6 +375,7 @@ mod trace;
 mod unwind;
 mod upcall;
 mod waker_list;
+mod waker_slot;
 
 pub use cno::{Cno, CnoHandle, ReadySet};
 #[cfg(all(target_os = "linux", not(loom)))]

@@ -5,11 +5,12 @@
 //! The third target is the CNO an enabled EVD is bound to, reached through
 //! [`CnoTarget`] so that the engine never names the CNO's types.
 //!
-//! Posting into an armed EVD costs one `AtomicWaker::wake` (a read-modify-write
-//! and the waker's own wake), plus a `write(2)` on the eventfd only when one
-//! was made.
+//! Posting into an armed EVD costs one `WakerSlot::wake` (two
+//! read-modify-writes on the slot's lock word, and the waker's own wake),
+//! plus a `write(2)` on the eventfd only when one was made.
 
-use crate::sync::{Arc, UnsafeCell, WakerSlot};
+use crate::sync::{Arc, UnsafeCell};
+use crate::waker_slot::WakerSlot;
 use std::task::Waker;
 
 #[cfg(all(target_os = "linux", not(loom)))]

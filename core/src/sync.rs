@@ -59,36 +59,6 @@ impl<T> UnsafeCell<T> {
     }
 }
 
-/// A waker slot: `atomic-waker` normally, loom's model of it under loom.
-#[cfg(not(any(loom, shuttle)))]
-#[derive(Default, Debug)]
-pub(crate) struct WakerSlot(atomic_waker::AtomicWaker);
-
-#[cfg(not(any(loom, shuttle)))]
-impl WakerSlot {
-    pub(crate) fn register(&self, w: &std::task::Waker) {
-        self.0.register(w)
-    }
-    pub(crate) fn wake(&self) {
-        self.0.wake()
-    }
-}
-
-/// A waker slot: `atomic-waker` normally, loom's model of it under loom.
-#[cfg(loom)]
-#[derive(Default, Debug)]
-pub(crate) struct WakerSlot(loom::future::AtomicWaker);
-
-#[cfg(loom)]
-impl WakerSlot {
-    pub(crate) fn register(&self, w: &std::task::Waker) {
-        self.0.register_by_ref(w)
-    }
-    pub(crate) fn wake(&self) {
-        self.0.wake()
-    }
-}
-
 /// The store-buffering barrier pair of the room signal (see `room.rs`): the
 /// consumer stores its head, then runs [`RoomBarrier::light`] and loads the
 /// room flag; a poster that is about to sleep stores the flag, then runs
@@ -272,26 +242,6 @@ impl Backoff {
     /// with the races, and a model's retries only multiply its states.
     pub(crate) fn is_completed(&self) -> bool {
         true
-    }
-}
-
-/// A waker slot under shuttle: a shuttle mutex, so that registering and
-/// waking are scheduling points the fuzzer interleaves. Like `AtomicWaker`,
-/// a wake takes the waker out.
-#[cfg(shuttle)]
-#[derive(Default, Debug)]
-pub(crate) struct WakerSlot(shuttle::sync::Mutex<Option<std::task::Waker>>);
-
-#[cfg(shuttle)]
-impl WakerSlot {
-    pub(crate) fn register(&self, w: &std::task::Waker) {
-        *self.0.lock().unwrap() = Some(w.clone());
-    }
-    pub(crate) fn wake(&self) {
-        let w = self.0.lock().unwrap().take();
-        if let Some(w) = w {
-            w.wake();
-        }
     }
 }
 

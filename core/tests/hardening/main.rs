@@ -7,6 +7,7 @@
 mod common;
 use common::{Tracked, shared_vec, tally, tracked};
 mod panics;
+mod waker_slot;
 use evd::{ArmStatus, CreateError, Invoke, PostError, TryDequeueError, UpcallPolicy};
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -33,14 +33,14 @@ use std::task::{Context, Poll, Wake, Waker};
 // --- planted panics -----------------------------------------------------------
 
 /// The payload of every panic these tests plant.
-struct Planted;
+pub(crate) struct Planted;
 
-fn plant() -> ! {
+pub(crate) fn plant() -> ! {
     std::panic::panic_any(Planted)
 }
 
 /// Keep the hook from printing planted panics; every other panic prints.
-fn quiet_planted_panics() {
+pub(crate) fn quiet_planted_panics() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
@@ -54,7 +54,7 @@ fn quiet_planted_panics() {
 
 /// Run `f`: `Ok` with its result, or `Err(())` if it raised a planted panic.
 /// Any other panic (a failed assertion) goes on.
-fn caught<R>(f: impl FnOnce() -> R) -> Result<R, ()> {
+pub(crate) fn caught<R>(f: impl FnOnce() -> R) -> Result<R, ()> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => Ok(r),
         Err(p) if p.is::<Planted>() => Err(()),
@@ -63,7 +63,7 @@ fn caught<R>(f: impl FnOnce() -> R) -> Result<R, ()> {
 }
 
 /// `f` must raise a planted panic.
-fn must_panic<R>(what: &str, f: impl FnOnce() -> R) {
+pub(crate) fn must_panic<R>(what: &str, f: impl FnOnce() -> R) {
     assert!(
         caught(f).is_err(),
         "{what}: the planted panic did not surface"

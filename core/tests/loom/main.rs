@@ -45,6 +45,8 @@ include!("async_waits.rs");
 // Permits: taken against posts, sent against an arm, dropped against a
 // poster waiting for room.
 include!("permits.rs");
+// The consumer's waker slot: a take, then the next registration.
+include!("waker_slot.rs");
 
 /// Explore every interleaving with at most `LOOM_MAX_PREEMPTIONS` (default 3)
 /// preemptions: bounded, as tokio's CI runs its models, so that models with
