@@ -173,15 +173,32 @@ pub trait CompletionQueue: Send {
 /// A CQ poll failed: the CQ is unusable from now on.
 ///
 /// ```
-/// assert_eq!(evd_verbs::PollError::Overrun.to_string(), "completion queue overrun");
+/// use evd_verbs::PollError;
+/// assert_eq!(PollError::Overrun.to_string(), "completion queue overrun");
+/// // A real CQ's failed poll is no errno: mlx5 returns -2 for a CQE it
+/// // cannot parse, which is not ENOENT.
+/// assert_eq!(
+///     PollError::Provider(-2).to_string(),
+///     "completion queue poll failed (the provider's poll_cq returned -2)"
+/// );
+/// assert_eq!(
+///     PollError::Failed(libc::EIO).to_string(),
+///     "completion queue poll failed (errno 5)"
+/// );
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PollError {
     /// The CQ overran: completions were lost by the provider.
     Overrun,
-    /// The provider's poll returned an error (the errno, if it gave one).
+    /// The provider's poll failed with this errno (the software providers,
+    /// and sources of your own that have one).
     Failed(i32),
+    /// A real CQ's poll (`ibv_poll_cq`) returned this negative value.
+    /// Verbs gives no errno for a failed poll, and the value is the
+    /// provider's own (mlx5 and mlx4 return -2 for a completion they cannot
+    /// parse): it is kept as returned, not read as an errno.
+    Provider(i32),
     /// Arming the CQ (`req_notify`) failed (the errno): it cannot be slept
     /// on. A [`ChannelFeed`](crate::ChannelFeed) gives such a CQ up (the CQs
     /// it shares a channel with go on); a lone [`Feed`](crate::Feed)'s
@@ -194,6 +211,10 @@ impl fmt::Display for PollError {
         match self {
             PollError::Overrun => f.write_str("completion queue overrun"),
             PollError::Failed(e) => write!(f, "completion queue poll failed (errno {e})"),
+            PollError::Provider(n) => write!(
+                f,
+                "completion queue poll failed (the provider's poll_cq returned {n})"
+            ),
             PollError::ArmFailed(e) => write!(f, "arming the completion queue failed (errno {e})"),
         }
     }

@@ -423,7 +423,8 @@ impl CompletionQueue for IbvCq {
                 poll(cq, chunk.len() as i32, self.wcs.as_mut_ptr())
             };
             if n < 0 {
-                return Err(PollError::Failed(-n));
+                // No errno: the provider's own code (ibv_poll_cq(3)).
+                return Err(PollError::Provider(n));
             }
             let n = n as usize;
             for (o, wc) in chunk.iter_mut().zip(&self.wcs[..n]) {
