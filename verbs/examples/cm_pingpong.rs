@@ -243,12 +243,16 @@ fn server(args: &Args, c: &mut Conn) -> Res<()> {
         args.mode
     );
     let mut echoed = 0u64;
+    let mut message = vec![0u8; args.size];
     // Echo each message from the send buffer; the receive is reposted at once.
     while let Some(wc) = s.completion(&mut c.evd)? {
         match wc.opcode {
             WcOpcode::RECV => {
                 let (size, at) = (args.size, (wc.wr_id as usize + 1) * args.size);
-                s.mr.as_mut_slice().copy_within(at..at + size, 0);
+                // Copied, not sliced: the other receives' buffers are the
+                // device's while they are posted.
+                s.mr.read(at, &mut message)?;
+                s.mr.write(0, &message)?;
                 s.post_recv(wc.wr_id, size)?;
                 s.send(echoed, size)?;
                 echoed += 1;
@@ -289,7 +293,7 @@ fn client(args: &Args, c: &mut Conn) -> Res<()> {
     for i in 0..args.iters {
         let seq = i.to_le_bytes();
         let n = seq.len().min(args.size);
-        s.mr.as_mut_slice()[..n].copy_from_slice(&seq[..n]);
+        s.mr.write(0, &seq[..n])?;
         let sent = Instant::now();
         s.send(i, args.size)?;
         // The echo's receive completes after our send's completion, or
@@ -301,7 +305,9 @@ fn client(args: &Args, c: &mut Conn) -> Res<()> {
             }
             hist.record(sent.elapsed().as_nanos() as u64)?;
             let at = (wc.wr_id as usize + 1) * args.size;
-            if s.mr.as_slice()[at..at + n] != seq[..n] {
+            let mut echo = [0u8; 8];
+            s.mr.read(at, &mut echo[..n])?;
+            if echo[..n] != seq[..n] {
                 return Err(format!("echo {i} corrupted").into());
             }
             s.post_recv(wc.wr_id, args.size)?;

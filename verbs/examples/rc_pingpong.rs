@@ -51,7 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         server.post_recv(i, &mr_server, 64, 64)?;
     }
     let start = Instant::now();
-    mr_client.as_mut_slice()[..8].copy_from_slice(&0u64.to_le_bytes());
+    mr_client.write(0, &0u64.to_le_bytes())?;
     client.post_send(0, SendOp::Send, &mr_client, 0, 8, true)?;
     let mut done = 0u64;
     let mut idle = 0;
@@ -80,20 +80,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (_, WcOpcode::SEND) => {}
             (SERVER, WcOpcode::RECV) => {
                 // Echo the message back.
-                let msg: [u8; 8] = mr_server.as_slice()[64..72].try_into()?;
-                mr_server.as_mut_slice()[..8].copy_from_slice(&msg);
+                let mut msg = [0u8; 8];
+                mr_server.read(64, &mut msg)?;
+                mr_server.write(0, &msg)?;
                 server.post_recv(wc.wr_id, &mr_server, 64, 64)?;
                 server.post_send(wc.wr_id, SendOp::Send, &mr_server, 0, 8, true)?;
             }
             (CLIENT, WcOpcode::RECV) => {
-                let seq = u64::from_le_bytes(mr_client.as_slice()[64..72].try_into()?);
+                let mut seq = [0u8; 8];
+                mr_client.read(64, &mut seq)?;
+                let seq = u64::from_le_bytes(seq);
                 if seq != done {
                     return Err(format!("echo {seq}, expected {done}").into());
                 }
                 done += 1;
                 client.post_recv(wc.wr_id, &mr_client, 64, 64)?;
                 if done < rounds {
-                    mr_client.as_mut_slice()[..8].copy_from_slice(&done.to_le_bytes());
+                    mr_client.write(0, &done.to_le_bytes())?;
                     client.post_send(done, SendOp::Send, &mr_client, 0, 8, true)?;
                 }
             }

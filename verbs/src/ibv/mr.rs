@@ -159,13 +159,60 @@ impl From<RangeError> for io::Error {
     }
 }
 
-/// The memory a region covers.
-pub(super) enum Memory {
-    /// A buffer the region owns: freed (or given back by `close`) once
-    /// deregistered.
-    Owned(Box<[u8]>),
-    /// The caller's memory (`register_raw`).
-    Raw { ptr: *mut u8, len: usize },
+/// The memory a region covers: `len` bytes at `ptr`, reached only through
+/// `ptr` (a buffer the region owns is held as the raw pointer of its `Box`,
+/// so that moving the region asserts nothing about memory the device
+/// writes).
+pub(super) struct Memory {
+    ptr: *mut u8,
+    len: usize,
+    /// `ptr` came from `Box::into_raw` of a `Box<[u8]>` of `len` bytes that
+    /// this value frees when dropped (cleared: leaked, or handed back).
+    owned: bool,
+}
+
+impl Memory {
+    /// A buffer the region owns: freed when dropped, or given back by
+    /// [`take_buffer`](Memory::take_buffer).
+    pub(super) fn owned(buf: Box<[u8]>) -> Memory {
+        let len = buf.len();
+        let ptr = Box::into_raw(buf).cast::<u8>();
+        Memory {
+            ptr,
+            len,
+            owned: true,
+        }
+    }
+
+    /// The caller's memory (`register_raw`): never freed here.
+    pub(super) fn raw(ptr: *mut u8, len: usize) -> Memory {
+        Memory {
+            ptr,
+            len,
+            owned: false,
+        }
+    }
+
+    /// The owned buffer, handed back (`None` for raw memory).
+    fn take_buffer(&mut self) -> Option<Box<[u8]>> {
+        if !mem::replace(&mut self.owned, false) {
+            return None;
+        }
+        // SAFETY: `owned`: from `Box::into_raw` of `len` bytes, not freed or
+        // handed back before (`owned` is now cleared).
+        Some(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(self.ptr, self.len)) })
+    }
+
+    /// Never free it: the device may still access it.
+    fn leak(&mut self) {
+        self.owned = false;
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        drop(self.take_buffer());
+    }
 }
 
 /// A registered buffer: one this region owns (made by
@@ -178,7 +225,7 @@ pub(super) enum Memory {
 /// let ctx = evd_verbs::ibv::Context::open(None)?;
 /// let pd = ctx.alloc_pd()?;
 /// let mut mr = pd.register_with(4096, AccessFlags::LOCAL_WRITE)?;
-/// mr.as_mut_slice()[..5].copy_from_slice(b"hello");
+/// mr.write(0, b"hello")?;
 /// assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -200,7 +247,7 @@ impl fmt::Debug for MemoryRegion {
             .field("lkey", &self.lkey())
             .field("rkey", &self.rkey())
             .field("access", &self.access)
-            .field("owned", &matches!(self.memory, Memory::Owned(_)))
+            .field("owned", &self.memory.owned)
             .finish_non_exhaustive()
     }
 }
@@ -220,13 +267,10 @@ impl MemoryRegion {
     /// (`Owned`: the region holds it; `Raw`: the caller promised it).
     pub(super) unsafe fn register(
         pd: &Arc<ProtectionDomain>,
-        mut memory: Memory,
+        memory: Memory,
         access: AccessFlags,
     ) -> Result<MemoryRegion, (io::Error, Memory)> {
-        let (addr, len) = match &mut memory {
-            Memory::Owned(buf) => (buf.as_mut_ptr(), buf.len()),
-            Memory::Raw { ptr, len } => (*ptr, *len),
-        };
+        let (addr, len) = (memory.ptr, memory.len);
         // SAFETY: a live PD; the memory is valid and unmoved until the
         // region deregisters it (this function's contract).
         let mr = unsafe { ffi::ibv_reg_mr(pd.pd, addr.cast(), len, access.bits() as i32) };
@@ -242,42 +286,140 @@ impl MemoryRegion {
     }
 
     fn base(&self) -> *mut u8 {
-        match &self.memory {
-            Memory::Owned(buf) => buf.as_ptr().cast_mut(),
-            Memory::Raw { ptr, .. } => *ptr,
-        }
+        self.memory.ptr
     }
 
-    /// The registered memory.
+    /// The registered memory, as a slice: zero-copy, and unsafe, because a
+    /// slice promises that its bytes do not change while it lives, and the
+    /// device writes this memory (a receive, the local end of an RDMA read
+    /// or atomic) and, with remote write or atomic access, so do peers. To
+    /// read what the device may be writing, copy it out with
+    /// [`read`](MemoryRegion::read).
+    ///
+    /// # Safety
+    ///
+    /// While the slice lives, nothing writes the memory: no receive, RDMA
+    /// read or atomic work request posted with it is outstanding, and if
+    /// the region grants [`REMOTE_WRITE`](AccessFlags::REMOTE_WRITE) or
+    /// [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC) no peer holding its
+    /// rkey writes it.
     ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let mr = ctx.alloc_pd()?.register(64)?;
-    /// assert!(mr.as_slice().iter().all(|&b| b == 0));
+    /// // SAFETY: nothing is posted with the region and its rkey was never
+    /// // handed out.
+    /// assert!(unsafe { mr.as_slice() }.iter().all(|&b| b == 0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn as_slice(&self) -> &[u8] {
-        match &self.memory {
-            Memory::Owned(buf) => buf,
-            // SAFETY: `register_raw`'s contract: valid for `len` bytes and
-            // viewed only through this region while it is registered.
-            Memory::Raw { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
-        }
+    ///
+    /// Not from safe code:
+    ///
+    /// ```compile_fail,E0133
+    /// fn view(mr: &evd_verbs::ibv::MemoryRegion) -> &[u8] {
+    ///     mr.as_slice()
+    /// }
+    /// ```
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: the memory is valid for `len` bytes while registered
+        // (owned, or `register_raw`'s contract) and viewed only through this
+        // region; the caller promises nothing writes it while the slice
+        // lives.
+        unsafe { std::slice::from_raw_parts(self.base(), self.len()) }
     }
 
-    /// The registered memory, mutably.
+    /// The registered memory, as a mutable slice (zero-copy); see
+    /// [`as_slice`](MemoryRegion::as_slice). To write it without that
+    /// promise, copy in with [`write`](MemoryRegion::write).
+    ///
+    /// # Safety
+    ///
+    /// While the slice lives, nothing else reads or writes the memory: no
+    /// work request posted with it is outstanding, and no peer holding its
+    /// rkey reads or writes it.
     ///
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let mut mr = ctx.alloc_pd()?.register(64)?;
-    /// mr.as_mut_slice()[0] = 1;
+    /// // SAFETY: nothing is posted with the region and its rkey was never
+    /// // handed out.
+    /// let bytes = unsafe { mr.as_mut_slice() };
+    /// bytes[0] = 1;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        match &mut self.memory {
-            Memory::Owned(buf) => buf,
-            // SAFETY: as in `as_slice`; `&mut self` makes this the only view.
-            Memory::Raw { ptr, len } => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; `&mut self` makes this the only view on
+        // the CPU, and the caller promises the device and peers keep off.
+        unsafe { std::slice::from_raw_parts_mut(self.base(), self.len()) }
+    }
+
+    /// Copy `out.len()` bytes at `offset` out of the region, whatever the
+    /// device or a peer is doing to them: each byte is read once, with a
+    /// volatile read, so a loop that polls the region for a peer's RDMA
+    /// write sees it land (a slice may be read once and kept in a
+    /// register). A byte written meanwhile may be old or new, each on its
+    /// own.
+    ///
+    /// # Errors
+    ///
+    /// A [`RangeError`] if the range is not inside the region.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mr = ctx.alloc_pd()?.register(64)?;
+    /// let mut seq = [0u8; 8];
+    /// mr.read(0, &mut seq)?; // e.g. the sequence number a peer writes
+    /// assert!(mr.read(60, &mut seq).is_err()); // past the end
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), RangeError> {
+        let at = self.range(offset, out.len())?;
+        for (i, o) in out.iter_mut().enumerate() {
+            // SAFETY: inside the region (`range`), valid while registered;
+            // a volatile read of a byte is never torn, and promises nothing
+            // about the byte after it.
+            *o = unsafe { at.add(i).read_volatile() };
+        }
+        Ok(())
+    }
+
+    /// Copy `data` into the region at `offset`, with volatile writes (as
+    /// [`read`](MemoryRegion::read)). A byte the device sends while it is
+    /// written may be old or new.
+    ///
+    /// # Errors
+    ///
+    /// A [`RangeError`] if the range is not inside the region.
+    ///
+    /// ```no_run
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mut mr = ctx.alloc_pd()?.register(64)?;
+    /// mr.write(0, b"hello")?;
+    /// let mut back = [0u8; 5];
+    /// mr.read(0, &mut back)?;
+    /// assert_eq!(&back, b"hello");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RangeError> {
+        let at = self.range(offset, data.len())?;
+        for (i, &b) in data.iter().enumerate() {
+            // SAFETY: inside the region (`range`), valid while registered;
+            // `&mut self` keeps every slice of it away.
+            unsafe { at.add(i).write_volatile(b) };
+        }
+        Ok(())
+    }
+
+    /// The address of `len` bytes at `offset`, if they are inside the
+    /// region.
+    fn range(&self, offset: usize, len: usize) -> Result<*mut u8, RangeError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(self.base().wrapping_add(offset)),
+            _ => Err(RangeError {
+                offset,
+                len,
+                region_len: self.len(),
+            }),
         }
     }
 
@@ -289,10 +431,7 @@ impl MemoryRegion {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn len(&self) -> usize {
-        match &self.memory {
-            Memory::Owned(buf) => buf.len(),
-            Memory::Raw { len, .. } => *len,
-        }
+        self.memory.len
     }
 
     /// Whether the region is empty.
@@ -311,7 +450,7 @@ impl MemoryRegion {
     /// ```no_run
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let mr = ctx.alloc_pd()?.register(64)?;
-    /// assert_eq!(mr.addr(), mr.as_slice().as_ptr() as u64);
+    /// assert_ne!(mr.addr(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn addr(&self) -> u64 {
@@ -400,18 +539,14 @@ impl MemoryRegion {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sge(&self, offset: usize, len: usize) -> Result<Sge, RangeError> {
-        let err = RangeError {
+        let at = self.range(offset, len)?;
+        let length = u32::try_from(len).map_err(|_| RangeError {
             offset,
             len,
             region_len: self.len(),
-        };
-        let end = offset.checked_add(len).ok_or(err)?;
-        if end > self.len() {
-            return Err(err);
-        }
-        let length = u32::try_from(len).map_err(|_| err)?;
+        })?;
         Ok(Sge {
-            addr: self.addr() + offset as u64,
+            addr: at as u64,
             length,
             lkey: self.lkey(),
         })
@@ -439,12 +574,7 @@ impl MemoryRegion {
     /// ```
     pub fn close(mut self) -> Result<Option<Box<[u8]>>, TeardownError> {
         self.destroy()?;
-        Ok(
-            match mem::replace(&mut self.memory, Memory::Owned(Box::default())) {
-                Memory::Owned(buf) => Some(buf),
-                Memory::Raw { .. } => None,
-            },
-        )
+        Ok(self.memory.take_buffer())
     }
 
     fn destroy(&mut self) -> Result<(), TeardownError> {
@@ -460,9 +590,7 @@ impl MemoryRegion {
             // freed (raw memory: the caller cannot know, so is told by the
             // error; its contract already keeps it valid until a successful
             // deregistration).
-            if let Memory::Owned(buf) = &mut self.memory {
-                Box::leak(mem::take(buf));
-            }
+            self.memory.leak();
             keep_forever(&self.pd);
         })
     }

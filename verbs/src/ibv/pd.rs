@@ -162,7 +162,9 @@ impl ProtectionDomain {
     /// let pd = ctx.alloc_pd()?;
     /// let buf: Box<[u8]> = b"ready-made payload".to_vec().into_boxed_slice();
     /// let mr = pd.register_buffer(buf, AccessFlags::empty())?; // send-only
-    /// assert_eq!(mr.as_slice(), b"ready-made payload");
+    /// let mut back = [0u8; 18];
+    /// mr.read(0, &mut back)?;
+    /// assert_eq!(&back, b"ready-made payload");
     /// let buf = mr.close()?.expect("owned");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -174,12 +176,13 @@ impl ProtectionDomain {
         // SAFETY: the region holds the buffer and frees (or returns) it only
         // after a successful deregistration (`MemoryRegion::destroy`);
         // moving the Box does not move its heap memory.
-        unsafe { MemoryRegion::register(self, Memory::Owned(buf), access) }.map_err(|(e, _)| e)
+        unsafe { MemoryRegion::register(self, Memory::owned(buf), access) }.map_err(|(e, _)| e)
     }
 
     /// Register `len` bytes of the caller's memory at `ptr` with `access`.
-    /// The region does not own or free it; [`MemoryRegion::as_slice`] and
-    /// [`as_mut_slice`](MemoryRegion::as_mut_slice) view it.
+    /// The region does not own or free it; [`MemoryRegion::read`] and
+    /// [`write`](MemoryRegion::write) copy out of and into it (and the
+    /// unsafe [`as_slice`](MemoryRegion::as_slice) views it).
     ///
     /// # Safety
     /// - `ptr` is valid for reads and writes of `len` bytes and stays
@@ -189,7 +192,7 @@ impl ProtectionDomain {
     ///   the device may access it until then.
     /// - While the region lives the memory is not used through other
     ///   references that assume it does not change (the device and the
-    ///   region's slices write it), as with `slice::from_raw_parts_mut`.
+    ///   region write it), as with `slice::from_raw_parts_mut`.
     ///
     /// # Errors
     ///
@@ -216,8 +219,7 @@ impl ProtectionDomain {
     ) -> io::Result<MemoryRegion> {
         // SAFETY: the caller keeps the memory valid and unmoved until the
         // region is deregistered (this function's contract).
-        unsafe { MemoryRegion::register(self, Memory::Raw { ptr, len }, access) }
-            .map_err(|(e, _)| e)
+        unsafe { MemoryRegion::register(self, Memory::raw(ptr, len), access) }.map_err(|(e, _)| e)
     }
 
     /// A reliable-connected QP on `send_cq` and `recv_cq` with `caps`, in

@@ -170,7 +170,7 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         let from_qp = qps[from];
         let dst = [&client_dst, &server_dst][to];
         let mut src = from_qp.pd().register(64).map_err(|e| format!("reg: {e}"))?;
-        src.as_mut_slice()[..32].fill(tag);
+        crate::put(&mut src, 0, &[tag; 32]);
         from_qp
             .post_send(8, SendOp::Send, &src, 0, 32, false)
             .map_err(|e| format!("post_send: {e}"))?;
@@ -182,7 +182,7 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         let sent = poll_one(from_cq)?;
         ensure!(sent.status.is_success(), "send {tag:#x}: {sent:?}");
         ensure!(
-            dst.as_slice()[..32].iter().all(|&b| b == tag),
+            crate::bytes(dst, 0, 32).iter().all(|&b| b == tag),
             "payload {tag:#x}"
         );
     }

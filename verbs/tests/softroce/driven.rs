@@ -52,7 +52,7 @@ pub(crate) fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
             .map_err(e2s)?;
         }
     }
-    p.mr_a.as_mut_slice()[..8].copy_from_slice(&0u64.to_le_bytes());
+    crate::put(&mut p.mr_a, 0, &0u64.to_le_bytes());
     p.a.post_send(0, SendOp::Send, &p.mr_a, 0, 8, true)
         .map_err(e2s)?;
     let (mut pings, mut pongs, mut sends) = (0u64, 0u64, 0u64);
@@ -64,7 +64,8 @@ pub(crate) fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
                 match (cq, wc.opcode) {
                     (_, WcOpcode::SEND) => sends += 1,
                     (CqId(8), WcOpcode::RECV) => {
-                        let seq = u64::from_le_bytes(p.mr_b.as_slice()[..8].try_into().unwrap());
+                        let seq = crate::bytes(&p.mr_b, 0, 8).try_into().unwrap();
+                        let seq = u64::from_le_bytes(seq);
                         ensure!(seq == pings, "ping {seq}, expected {pings}");
                         pings += 1;
                         p.b.post_recv(wc.wr_id, &p.mr_b, 0, 64).map_err(e2s)?;
@@ -72,12 +73,13 @@ pub(crate) fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
                             .map_err(e2s)?;
                     }
                     (CqId(7), WcOpcode::RECV) => {
-                        let seq = u64::from_le_bytes(p.mr_a.as_slice()[..8].try_into().unwrap());
+                        let seq = crate::bytes(&p.mr_a, 0, 8).try_into().unwrap();
+                        let seq = u64::from_le_bytes(seq);
                         ensure!(seq == pongs, "pong {seq}, expected {pongs}");
                         pongs += 1;
                         p.a.post_recv(wc.wr_id, &p.mr_a, 0, 64).map_err(e2s)?;
                         if pongs < ROUNDS {
-                            p.mr_a.as_mut_slice()[..8].copy_from_slice(&pongs.to_le_bytes());
+                            crate::put(&mut p.mr_a, 0, &pongs.to_le_bytes());
                             p.a.post_send(pongs, SendOp::Send, &p.mr_a, 0, 8, true)
                                 .map_err(e2s)?;
                         }

@@ -139,7 +139,7 @@ pub(crate) fn cq_from_raw_borrowed(pd: &Arc<ProtectionDomain>) -> Res {
     let mut wcs: [ffi::ibv_wc; 4] = [zeroed_wc(); 4];
     for i in 0..N {
         b.post_recv(i, &mr, 0, 64).map_err(e2s)?;
-        mr.as_mut_slice()[1024..1032].copy_from_slice(&i.to_le_bytes());
+        crate::put(&mut mr, 1024, &i.to_le_bytes());
         a.post_send(100 + i, SendOp::Send, &mr, 1024, 8, false)
             .map_err(e2s)?;
         // The receive, through the channel and the driver.
@@ -159,7 +159,10 @@ pub(crate) fn cq_from_raw_borrowed(pd: &Arc<ProtectionDomain>) -> Res {
             }
         };
         ensure!(done(&wc, WcOpcode::RECV, i), "recv {i}: {wc:?}");
-        ensure!(mr.as_slice()[..8] == i.to_le_bytes(), "payload {i} wrong");
+        ensure!(
+            crate::bytes(&mr, 0, 8) == i.to_le_bytes(),
+            "payload {i} wrong"
+        );
         // The send, polled by hand from the raw CQ.
         let wc = loop {
             // SAFETY: a live CQ and room for 4 entries.

@@ -227,6 +227,20 @@ fn carries_imm(wc: &WorkCompletion, imm: u32) -> bool {
     wc.wc_flags.contains(WcFlags::WITH_IMM) && wc.imm_data == imm
 }
 
+/// `len` bytes of `mr` at `at`, copied out: the device may be writing
+/// other parts of the region (receives still posted), so no slice of it is
+/// taken.
+fn bytes(mr: &MemoryRegion, at: usize, len: usize) -> Vec<u8> {
+    let mut out = vec![0; len];
+    mr.read(at, &mut out).expect("inside the region");
+    out
+}
+
+/// Copy `data` into `mr` at `at`.
+fn put(mr: &mut MemoryRegion, at: usize, data: &[u8]) {
+    mr.write(at, data).expect("inside the region");
+}
+
 /// The completions of `got` from `cq`.
 fn on(got: &[(CqId, WorkCompletion)], cq: CqId) -> Vec<WorkCompletion> {
     got.iter()

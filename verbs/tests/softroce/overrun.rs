@@ -44,7 +44,7 @@ pub fn cq_overrun_reaches_the_consumer(pd: &Arc<ProtectionDomain>) -> Res {
     let mut src = pd.register(8 * WRITES as usize).map_err(e2s)?;
     for i in 0..WRITES {
         let at = 8 * i as usize;
-        src.as_mut_slice()[at..at + 8].copy_from_slice(&(i + 1).to_le_bytes());
+        crate::put(&mut src, at, &(i + 1).to_le_bytes());
         let op = SendOp::Write {
             remote_addr: p.mr_b.addr() + at as u64,
             rkey: p.mr_b.rkey(),
@@ -60,8 +60,9 @@ pub fn cq_overrun_reaches_the_consumer(pd: &Arc<ProtectionDomain>) -> Res {
     loop {
         // SAFETY: a live region of at least `last + 8` bytes; the HCA writes
         // it, so it is read volatile, as a whole aligned u64.
-        let v =
-            unsafe { std::ptr::read_volatile(p.mr_b.as_slice()[last..].as_ptr().cast::<u64>()) };
+        // SAFETY: `last` is 8-aligned and 8 bytes inside `mr_b`, which is
+        // registered (valid) while `p` lives.
+        let v = unsafe { std::ptr::read_volatile((p.mr_b.addr() as usize + last) as *const u64) };
         if v == WRITES {
             break;
         }

@@ -19,7 +19,7 @@ pub(crate) fn rc_send_recv(pd: &Arc<ProtectionDomain>) -> Res {
     let (mut p, mut fed) = fed(pair(pd, 64, (1, 2))?);
     p.post_recvs(10)?;
     for i in 0..10u64 {
-        p.mr_a.as_mut_slice()[i as usize * 64..i as usize * 64 + 32].fill(i as u8 + 1);
+        crate::put(&mut p.mr_a, i as usize * 64, &[i as u8 + 1; 32]);
         p.a.post_send(i, SendOp::Send, &p.mr_a, i as usize * 64, 32, false)
             .map_err(e2s)?;
     }
@@ -41,7 +41,7 @@ pub(crate) fn rc_send_recv(pd: &Arc<ProtectionDomain>) -> Res {
             "recv {i}: {wc:?}"
         );
         ensure!(wc.qp_num == p.b.qp_num(), "recv on QP {}", wc.qp_num);
-        let data = &p.mr_b.as_slice()[i * 64..i * 64 + 32];
+        let data = crate::bytes(&p.mr_b, i * 64, 32);
         ensure!(data.iter().all(|&x| x == i as u8 + 1), "payload {i} wrong");
     }
     Ok(())
@@ -50,9 +50,8 @@ pub(crate) fn rc_send_recv(pd: &Arc<ProtectionDomain>) -> Res {
 pub(crate) fn rdma_write_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
     let (mut p, mut fed) = fed(pair(pd, 64, (3, 4))?);
     p.b.post_recv(7, &p.mr_b, 0, 0).map_err(e2s)?;
-    for (i, x) in p.mr_a.as_mut_slice()[..256].iter_mut().enumerate() {
-        *x = i as u8;
-    }
+    let ramp: Vec<u8> = (0..=255).collect();
+    crate::put(&mut p.mr_a, 0, &ramp);
     let op = SendOp::WriteWithImm {
         remote_addr: p.mr_b.addr() + 1024,
         rkey: p.mr_b.rkey(),
@@ -78,10 +77,7 @@ pub(crate) fn rdma_write_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
         "recv: {recv:?}"
     );
     ensure!(
-        p.mr_b.as_slice()[1024..1280]
-            .iter()
-            .enumerate()
-            .all(|(i, &x)| x == i as u8),
+        crate::bytes(&p.mr_b, 1024, 256) == ramp,
         "written data wrong"
     );
     Ok(())
@@ -124,7 +120,7 @@ pub(crate) fn unsignaled_sends(pd: &Arc<ProtectionDomain>) -> Res {
     p.post_recvs(4)?;
     for i in 0..4u64 {
         let off = i as usize * 64;
-        p.mr_a.as_mut_slice()[off..off + 16].fill(0x40 + i as u8);
+        crate::put(&mut p.mr_a, off, &[0x40 + i as u8; 16]);
         let sges = [p.mr_a.sge(off, 16).map_err(e2s)?];
         let wr = SendRequest::new(i, SendOp::Send, &sges).with_signaled(i == 3);
         p.a.post_send_wr(&wr).map_err(e2s)?;
@@ -143,7 +139,7 @@ pub(crate) fn unsignaled_sends(pd: &Arc<ProtectionDomain>) -> Res {
             wc.status.is_success() && wc.wr_id == 100 + i as u64 && wc.byte_len == 16,
             "recv {i}: {wc:?}"
         );
-        let data = &p.mr_b.as_slice()[i * 64..i * 64 + 16];
+        let data = crate::bytes(&p.mr_b, i * 64, 16);
         ensure!(
             data.iter().all(|&x| x == 0x40 + i as u8),
             "payload {i} wrong"
@@ -164,13 +160,13 @@ pub(crate) fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
     p.b.post_recv(1, &p.mr_b, 0, 64).map_err(e2s)?;
     p.b.post_recv(2, &p.mr_b, 64, 64).map_err(e2s)?;
     let pattern: Vec<u8> = (0..48u8).map(|i| i ^ 0xa5).collect();
-    p.mr_a.as_mut_slice()[..48].copy_from_slice(&pattern);
+    crate::put(&mut p.mr_a, 0, &pattern);
     let sges = [p.mr_a.sge(0, 48).map_err(e2s)?];
     // SAFETY: `mr_a` is live while the request is posted.
     let inline = unsafe { SendRequest::new(10, SendOp::Send, &sges).with_inline(true) };
     p.a.post_send_wr(&inline).map_err(e2s)?;
     // Copied at post time: this must not reach the receiver.
-    p.mr_a.as_mut_slice()[..48].fill(0);
+    crate::put(&mut p.mr_a, 0, &[0; 48]);
     let unregistered = *b"inline from an unregistered stack buffer";
     // SAFETY: an inline send: the bytes are read during the post only, and
     // `unregistered` outlives it.
@@ -188,12 +184,12 @@ pub(crate) fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
         "receives: {recvs:?}"
     );
     ensure!(
-        p.mr_b.as_slice()[..48] == pattern[..],
+        crate::bytes(&p.mr_b, 0, 48) == pattern,
         "the inline payload is not what was posted: {:?}",
-        &p.mr_b.as_slice()[..48]
+        crate::bytes(&p.mr_b, 0, 48)
     );
     ensure!(
-        p.mr_b.as_slice()[64..64 + unregistered.len()] == unregistered[..],
+        crate::bytes(&p.mr_b, 64, unregistered.len()) == unregistered,
         "unregistered inline payload wrong"
     );
     let long = [p.mr_a.sge(0, max as usize + 1).map_err(e2s)?];
@@ -211,7 +207,7 @@ pub(crate) fn inline_send(pd: &Arc<ProtectionDomain>) -> Res {
 pub(crate) fn send_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
     let (mut p, mut fed) = fed(pair(pd, 64, (35, 36))?);
     p.b.post_recv(5, &p.mr_b, 0, 64).map_err(e2s)?;
-    p.mr_a.as_mut_slice()[..16].copy_from_slice(b"with immediate!!");
+    crate::put(&mut p.mr_a, 0, b"with immediate!!");
     p.a.post_send(
         6,
         SendOp::SendWithImm { imm: 0xdead_beef },
@@ -235,7 +231,7 @@ pub(crate) fn send_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
         "recv: {r:?}"
     );
     ensure!(
-        &p.mr_b.as_slice()[..16] == b"with immediate!!",
+        crate::bytes(&p.mr_b, 0, 16) == b"with immediate!!",
         "payload wrong"
     );
     Ok(())
@@ -244,9 +240,8 @@ pub(crate) fn send_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
 /// An RDMA read of the peer's region lands in ours.
 pub(crate) fn rdma_read(pd: &Arc<ProtectionDomain>) -> Res {
     let (mut p, mut fed) = fed(pair(pd, 64, (37, 38))?);
-    for (i, x) in p.mr_b.as_mut_slice()[2048..2348].iter_mut().enumerate() {
-        *x = (i * 7) as u8;
-    }
+    let sevens: Vec<u8> = (0..300).map(|i| (i * 7) as u8).collect();
+    crate::put(&mut p.mr_b, 2048, &sevens);
     let sges = [p.mr_a.sge(4096, 300).map_err(e2s)?];
     let read = SendOp::Read {
         remote_addr: p.mr_b.addr() + 2048,
@@ -261,10 +256,7 @@ pub(crate) fn rdma_read(pd: &Arc<ProtectionDomain>) -> Res {
         "read: {got:?}"
     );
     ensure!(
-        p.mr_a.as_slice()[4096..4396]
-            .iter()
-            .enumerate()
-            .all(|(i, &x)| x == (i * 7) as u8),
+        crate::bytes(&p.mr_a, 4096, 300) == sevens,
         "read data wrong"
     );
     Ok(())
@@ -293,9 +285,9 @@ pub(crate) fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
         own_mr.addr() == own.as_ptr() as u64 && own_mr.len() == 256,
         "{own_mr:?}"
     );
-    p.mr_a.as_mut_slice()[..10].copy_from_slice(b"0123456789");
-    p.mr_a.as_mut_slice()[1000..1020].copy_from_slice(b"abcdefghijklmnopqrst");
-    own_mr.as_mut_slice()[100..130].copy_from_slice(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ!?#%");
+    crate::put(&mut p.mr_a, 0, b"0123456789");
+    crate::put(&mut p.mr_a, 1000, b"abcdefghijklmnopqrst");
+    crate::put(&mut own_mr, 100, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ!?#%");
     let expect: Vec<u8> = [
         &b"0123456789"[..],
         b"abcdefghijklmnopqrst",
@@ -323,8 +315,11 @@ pub(crate) fn multi_sge_send(pd: &Arc<ProtectionDomain>) -> Res {
         recv.len() == 1 && recv[0].byte_len == 60 && recv[0].wr_id == 7,
         "recv: {recv:?}"
     );
-    let b = p.mr_b.as_slice();
-    let got_bytes = [&b[..25], &b[5000..5035]].concat();
+    let got_bytes = [
+        crate::bytes(&p.mr_b, 0, 25),
+        crate::bytes(&p.mr_b, 5000, 35),
+    ]
+    .concat();
     ensure!(
         got_bytes == expect,
         "scattered {:?}",
@@ -366,7 +361,7 @@ pub(crate) fn remote_write_refused(pd: &Arc<ProtectionDomain>) -> Res {
         !read_only.access().contains(AccessFlags::REMOTE_WRITE),
         "{read_only:?}"
     );
-    p.mr_a.as_mut_slice()[..64].fill(0x77);
+    crate::put(&mut p.mr_a, 0, &[0x77; 64]);
     let write = |mr: &MemoryRegion| SendOp::Write {
         remote_addr: mr.addr(),
         rkey: mr.rkey(),

@@ -416,7 +416,7 @@ impl QueuePair {
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
     /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// # let mut mr = pd.register(8192).unwrap();
-    /// mr.as_mut_slice()[..5].copy_from_slice(b"hello");
+    /// mr.write(0, b"hello")?;
     /// qp.post_send(1, SendOp::Send, &mr, 0, 5, false)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
