@@ -119,6 +119,26 @@ fn receiving_qp_for(id: &CmId, cq: u32) -> Result<(QueuePair, IbvCq, MemoryRegio
     Ok((qp, cq, dst))
 }
 
+/// The RDMA reads and atomics `qp` may issue and accept in flight
+/// (`max_rd_atomic`, `max_dest_rd_atomic`), as the device holds them.
+fn rd_atomic(qp: &QueuePair) -> Result<(u8, u8), String> {
+    use evd_verbs::ibv::ffi;
+    // SAFETY: plain C structs of integers and pointers, for which zero is
+    // a valid value; the call overwrites what the mask asks for.
+    let (mut attr, mut init): (ffi::ibv_qp_attr, ffi::ibv_qp_init_attr) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    let mask = ffi::ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC.0
+        | ffi::ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC.0;
+    // SAFETY: a live QP and live out-parameters.
+    let r = unsafe { ffi::ibv_query_qp(qp.as_ptr(), &mut attr, mask as i32, &mut init) };
+    ensure!(
+        r == 0,
+        "ibv_query_qp: {}",
+        std::io::Error::from_raw_os_error(r)
+    );
+    Ok((attr.max_rd_atomic, attr.max_dest_rd_atomic))
+}
+
 /// Connection parameters carrying `data`.
 fn with_data(private_data: &[u8]) -> CmConnParams<'_> {
     let mut params = CmConnParams::default();
@@ -155,15 +175,30 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         .ok_or("request identifier not parked")?;
     ensure!(channel.take_request(req.id).is_none(), "taken twice");
     let (server_qp, mut server_cq, server_dst) = receiving_qp_for(&server, 2)?;
+    // Read and atomic depths other than the client's (1 and 1, the
+    // default): the server's QP must hold to what its reply says.
+    let mut accepted = with_data(b"welcome");
+    (accepted.responder_resources, accepted.initiator_depth) = (2, 3);
     server
-        .accept(&server_qp, &with_data(b"welcome"))
+        .accept(&server_qp, &accepted)
         .map_err(|e| format!("accept: {e}"))?;
+    let depths = rd_atomic(&server_qp)?;
+    ensure!(
+        depths == (3, 2),
+        "server QP (issues, accepts) {depths:?}, not (3, 2)"
+    );
     let resp = expect(&mut events, CmEventKind::ConnectResponse, CLIENT)?;
     carries(&resp, b"welcome")?;
     client
         .establish(&client_qp)
         .map_err(|e| format!("establish: {e}"))?;
     expect(&mut events, CmEventKind::Established, req.id)?;
+    // The reply's depths reached the client's QP, mirrored.
+    let depths = rd_atomic(&client_qp)?;
+    ensure!(
+        depths == (2, 3),
+        "client QP (issues, accepts) {depths:?}, not (2, 3)"
+    );
     // Data flows both ways over the connection librdmacm set up.
     for (from, to, tag) in [(0, 1, 0x5au8), (1, 0, 0xa5)] {
         let qps = [&client_qp, &server_qp];

@@ -27,9 +27,13 @@ pub struct CmConnParams<'a> {
     /// Private data for the peer (at most 56 bytes on a connect, 196 on an
     /// accept, over InfiniBand and RoCE).
     pub private_data: &'a [u8],
-    /// RDMA reads and atomics this side accepts in flight.
+    /// RDMA reads and atomics this side accepts in flight. On an accept
+    /// the QP is given this many (`max_dest_rd_atomic`), as librdmacm does
+    /// for the QPs it owns; `u8::MAX` leaves it what the request asked.
     pub responder_resources: u8,
-    /// RDMA reads and atomics this side issues in flight.
+    /// RDMA reads and atomics this side issues in flight. On an accept the
+    /// QP is held to this many (`max_rd_atomic`); `u8::MAX` leaves it what
+    /// the request offered.
     pub initiator_depth: u8,
     /// Transport retries (0..=7).
     pub retry_count: u8,
@@ -72,11 +76,23 @@ impl CmId {
     /// Move `qp` to `state` with the attributes librdmacm computes for
     /// this connection (`rdma_init_qp_attr`).
     fn transition(&self, qp: &QueuePair, state: ffi::ibv_qp_state::Type) -> io::Result<()> {
+        self.transition_with(qp, state, |_| {})
+    }
+
+    /// [`transition`](CmId::transition), with `adjust` applied to the
+    /// computed attributes first.
+    fn transition_with(
+        &self,
+        qp: &QueuePair,
+        state: ffi::ibv_qp_state::Type,
+        adjust: impl FnOnce(&mut ffi::ibv_qp_attr),
+    ) -> io::Result<()> {
         let mut attr: ffi::ibv_qp_attr = zeroed();
         attr.qp_state = state;
         let mut mask = 0;
         // SAFETY: a live id and live out-parameters.
         check(unsafe { ffi::rdma_init_qp_attr(self.id, &mut attr, &mut mask) })?;
+        adjust(&mut attr);
         qp.modify(&mut attr, mask)
     }
 
@@ -171,8 +187,10 @@ impl CmId {
     }
 
     /// Accept the request this identifier came with, on `qp` (in INIT, on
-    /// this identifier's device), which is moved to RTS first: receives can
-    /// be posted before, sends after [`CmEventKind::Established`].
+    /// this identifier's device), which is moved to RTS first, holding to
+    /// the read and atomic depths of `params` that the reply offers:
+    /// receives can be posted before, sends after
+    /// [`CmEventKind::Established`].
     ///
     /// # Errors
     ///
@@ -204,8 +222,21 @@ impl CmId {
     /// ```
     pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
-        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
-        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)?;
+        // The reply tells the peer `params`' read and atomic depths; the
+        // QP must hold to the same (the request's, which the kernel
+        // computes here, may be more: then this side would issue reads the
+        // peer has no resources for, and the peer fail the connection).
+        // As librdmacm's `rdma_accept` for the QPs it owns.
+        self.transition_with(qp, ffi::ibv_qp_state::IBV_QPS_RTR, |attr| {
+            if params.responder_resources != u8::MAX {
+                attr.max_dest_rd_atomic = params.responder_resources;
+            }
+        })?;
+        self.transition_with(qp, ffi::ibv_qp_state::IBV_QPS_RTS, |attr| {
+            if params.initiator_depth != u8::MAX {
+                attr.max_rd_atomic = params.initiator_depth;
+            }
+        })?;
         let mut raw = params.raw(qp)?;
         // SAFETY: as in `connect`.
         check(unsafe { ffi::rdma_accept(self.id, &mut raw) })
