@@ -13,6 +13,7 @@ use std::io;
 use std::mem;
 use std::ptr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// One scatter/gather entry of a work request (`ibv_sge`): `length` bytes
 /// at `addr`, in the registration of local key `lkey`.
@@ -354,11 +355,12 @@ impl MemoryRegion {
     }
 
     /// Copy `out.len()` bytes at `offset` out of the region, whatever the
-    /// device or a peer is doing to them: each byte is read once, with a
-    /// volatile read, so a loop that polls the region for a peer's RDMA
-    /// write sees it land (a slice may be read once and kept in a
-    /// register). A byte written meanwhile may be old or new, each on its
-    /// own.
+    /// device or a peer is doing to them: each byte is read once, as an
+    /// atomic (relaxed) load, so a loop that polls the region for a peer's
+    /// RDMA write sees it land (a slice may be read once and kept in a
+    /// register), and a read racing the device is no data race. A byte
+    /// written meanwhile may be old or new, each on its own: the bytes are
+    /// not ordered with one another.
     ///
     /// # Errors
     ///
@@ -375,17 +377,18 @@ impl MemoryRegion {
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), RangeError> {
         let at = self.range(offset, out.len())?;
         for (i, o) in out.iter_mut().enumerate() {
-            // SAFETY: inside the region (`range`), valid while registered;
-            // a volatile read of a byte is never torn, and promises nothing
-            // about the byte after it.
-            *o = unsafe { at.add(i).read_volatile() };
+            // SAFETY: inside the region (`range`), valid while registered
+            // (an `AtomicU8` has the alignment of a `u8`); on the CPU every
+            // access of these bytes is atomic but the unsafe slices', whose
+            // contract orders them with this one.
+            *o = unsafe { AtomicU8::from_ptr(at.add(i)) }.load(Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// Copy `data` into the region at `offset`, with volatile writes (as
-    /// [`read`](MemoryRegion::read)). A byte the device sends while it is
-    /// written may be old or new.
+    /// Copy `data` into the region at `offset`, a byte at a time with
+    /// atomic (relaxed) stores, as [`read`](MemoryRegion::read). A byte the
+    /// device sends while it is written may be old or new.
     ///
     /// # Errors
     ///
@@ -403,9 +406,8 @@ impl MemoryRegion {
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RangeError> {
         let at = self.range(offset, data.len())?;
         for (i, &b) in data.iter().enumerate() {
-            // SAFETY: inside the region (`range`), valid while registered;
-            // `&mut self` keeps every slice of it away.
-            unsafe { at.add(i).write_volatile(b) };
+            // SAFETY: as in `read`; `&mut self` keeps every slice of it away.
+            unsafe { AtomicU8::from_ptr(at.add(i)) }.store(b, Ordering::Relaxed);
         }
         Ok(())
     }

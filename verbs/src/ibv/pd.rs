@@ -217,6 +217,14 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> io::Result<MemoryRegion> {
+        // A null pointer is valid for no bytes, but a region's slice of it
+        // would not be.
+        if ptr.is_null() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "register_raw: a null pointer",
+            ));
+        }
         // SAFETY: the caller keeps the memory valid and unmoved until the
         // region is deregistered (this function's contract).
         unsafe { MemoryRegion::register(self, Memory::raw(ptr, len), access) }.map_err(|(e, _)| e)
