@@ -176,16 +176,17 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
     ensure!(channel.take_request(req.id).is_none(), "taken twice");
     let (server_qp, mut server_cq, server_dst) = receiving_qp_for(&server, 2)?;
     // Read and atomic depths other than the client's (1 and 1, the
-    // default): the server's QP must hold to what its reply says.
+    // default): the server's QP must hold to what its reply says. (Powers
+    // of two: rxe rounds a depth up to one.)
     let mut accepted = with_data(b"welcome");
-    (accepted.responder_resources, accepted.initiator_depth) = (2, 3);
+    (accepted.responder_resources, accepted.initiator_depth) = (2, 4);
     server
         .accept(&server_qp, &accepted)
         .map_err(|e| format!("accept: {e}"))?;
     let depths = rd_atomic(&server_qp)?;
     ensure!(
-        depths == (3, 2),
-        "server QP (issues, accepts) {depths:?}, not (3, 2)"
+        depths == (4, 2),
+        "server QP (issues, accepts) {depths:?}, not (4, 2)"
     );
     let resp = expect(&mut events, CmEventKind::ConnectResponse, CLIENT)?;
     carries(&resp, b"welcome")?;
@@ -196,8 +197,8 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
     // The reply's depths reached the client's QP, mirrored.
     let depths = rd_atomic(&client_qp)?;
     ensure!(
-        depths == (2, 3),
-        "client QP (issues, accepts) {depths:?}, not (2, 3)"
+        depths == (2, 4),
+        "client QP (issues, accepts) {depths:?}, not (2, 4)"
     );
     // Data flows both ways over the connection librdmacm set up.
     for (from, to, tag) in [(0, 1, 0x5au8), (1, 0, 0xa5)] {
