@@ -189,6 +189,11 @@ impl Context {
     /// - It is wrapped once at a time: two wrappers would both consume its
     ///   async events and keep separate CQ registries.
     ///
+    /// A borrowed context's async events stay its owner's: a
+    /// [`Driver`](crate::Driver) serving its CQs does not take them by
+    /// itself (as it does for an owned context nobody listens to); call
+    /// [`async_events`](Context::async_events) to serve them.
+    ///
     /// # Panics
     /// If `ctx` is null.
     ///

@@ -490,6 +490,11 @@ impl CompletionQueue for IbvCq {
     fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {
         use std::sync::atomic::Ordering::Relaxed;
         let ctx = &self.raw.ctx;
+        // A borrowed context's async fd is its owner's, who may read it:
+        // not taken unasked (the owner counts no listener here).
+        if ctx.ownership() == Ownership::Borrowed {
+            return None;
+        }
         // Take them only if nobody listens: 0 -> 1.
         ctx.listeners
             .compare_exchange(0, 1, Relaxed, Relaxed)

@@ -11,8 +11,8 @@ use evd_verbs::ibv::{
     ffi, work_completion,
 };
 use evd_verbs::{
-    AsyncElement, AsyncEventKind, AsyncEventSource, CqId, Driver, DriverConfig, Feed, FeedMode,
-    VerbsEvent, WcOpcode,
+    AsyncElement, AsyncEventKind, AsyncEventSource, CompletionQueue, CqId, Driver, DriverConfig,
+    Feed, FeedMode, VerbsEvent, WcOpcode,
 };
 use std::ptr;
 use std::sync::Arc;
@@ -238,6 +238,11 @@ pub(crate) fn context_from_raw(_shared: &Arc<ProtectionDomain>) -> Res {
         qp.query_state().map_err(e2s)? == QpState::Init,
         "a new QP is not in INIT"
     );
+    // Its async events are its owner's: a driver does not take them unasked.
+    ensure!(
+        cq.device_events().is_none(),
+        "a borrowed context's async events were taken"
+    );
     qp.close().map_err(e2s)?;
     cq.close().map_err(|e| format!("cq: {e:?}"))?;
     pd.close().map_err(|e| format!("pd: {e:?}"))?;
@@ -260,5 +265,14 @@ pub(crate) fn context_from_raw(_shared: &Arc<ProtectionDomain>) -> Res {
         .map_err(|e| format!("alloc_pd: {e}"))?
         .close()
         .map_err(|e| format!("pd: {e:?}"))?;
+    // An owned context's, nobody listening, are taken (and let go).
+    let cq = ctx
+        .create_cq(16, CqId(54))
+        .map_err(|e| format!("create_cq: {e}"))?;
+    ensure!(
+        cq.device_events().is_some(),
+        "an owned context's async events were not taken"
+    );
+    cq.close().map_err(|e| format!("owned cq: {e:?}"))?;
     ctx.close().map_err(|e| format!("owned context: {e:?}"))
 }
