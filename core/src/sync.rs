@@ -206,22 +206,67 @@ pub(crate) fn park(_deadline: Option<std::time::Instant>) {
     thread::park();
 }
 
-/// Spin-then-yield backoff for the short waits the protocol has (a reserved
-/// slot whose poster has not published yet; a resize in progress).
+/// How long a back-off spins, by the clock, before it yields the CPU
+/// instead: a thread it waits for that was preempted gets to run. The same
+/// phase paces the consumer's waits (`consumer/wait.rs`).
+#[cfg_attr(any(loom, shuttle), allow(dead_code))]
+pub(crate) const SPIN_PHASE: std::time::Duration = std::time::Duration::from_micros(3);
+
+/// When a back-off that may end in sleeping is used up: a yielding phase as
+/// long as the spinning one after it (the consumer's default spin budget).
 #[cfg(not(any(loom, shuttle)))]
-pub(crate) struct Backoff(crossbeam_utils::Backoff);
+const BACKOFF_BUDGET: std::time::Duration = SPIN_PHASE.saturating_mul(2);
+
+/// Spin-then-yield back-off for the short waits the protocol has (a reserved
+/// slot whose poster has not published yet; a resize in progress; a blocking
+/// post before it sleeps), timed by the clock: a PAUSE per step while it is
+/// younger than [`SPIN_PHASE`], a yield after, used up at `BACKOFF_BUDGET`.
+/// A PAUSE lasts a few ns on one CPU and over ten on another, so a count of
+/// them would spin for different times on each. The first step is a PAUSE
+/// without a clock read (most waits end there); the phases count from the
+/// second.
+#[cfg(not(any(loom, shuttle)))]
+pub(crate) struct Backoff {
+    /// When the second step ran; `None` before it.
+    since: std::cell::Cell<Option<std::time::Instant>>,
+    /// The first step has run.
+    stepped: std::cell::Cell<bool>,
+}
 
 #[cfg(not(any(loom, shuttle)))]
 impl Backoff {
     pub(crate) fn new() -> Self {
-        Backoff(crossbeam_utils::Backoff::new())
+        Backoff {
+            since: std::cell::Cell::new(None),
+            stepped: std::cell::Cell::new(false),
+        }
     }
+
     pub(crate) fn snooze(&self) {
-        self.0.snooze()
+        if !self.stepped.replace(true) {
+            std::hint::spin_loop();
+            return;
+        }
+        let since = match self.since.get() {
+            Some(t) => t,
+            None => {
+                let now = std::time::Instant::now();
+                self.since.set(Some(now));
+                now
+            }
+        };
+        if since.elapsed() < SPIN_PHASE {
+            std::hint::spin_loop();
+        } else {
+            thread::yield_now();
+        }
     }
-    /// The spinning and yielding steps are used up: time to block.
+
+    /// The spinning and yielding phases are over: time to block.
     pub(crate) fn is_completed(&self) -> bool {
-        self.0.is_completed()
+        self.since
+            .get()
+            .is_some_and(|t| t.elapsed() >= BACKOFF_BUDGET)
     }
 }
 

@@ -24,11 +24,11 @@ fn thread_waker<T>(c: &mut Consumer<T>) -> Waker {
     }
 }
 
-/// How long a wait's back-off spins, by the clock, before it yields the CPU
-/// between its looks instead: with posters sharing the CPUs a yield lets them
-/// fill the ring. The spinning half of the default budget.
-#[cfg_attr(any(loom, shuttle), allow(dead_code))]
-const SPIN_PHASE: Duration = Duration::from_micros(3);
+// How long a wait's back-off spins, by the clock, before it yields the CPU
+// between its looks instead: with posters sharing the CPUs a yield lets them
+// fill the ring. The spinning half of the default budget, as in every
+// back-off (`crate::sync::Backoff`).
+use crate::sync::SPIN_PHASE;
 
 /// The back-off phase of a wait: look for `want` ready events for `budget`
 /// (or until `deadline`); `Some(ready)` if they were found; `None` when the

@@ -12,9 +12,9 @@ impl<T: Send> Poster<T> {
     ///
     /// Returns `Ok` once the event is queued, or hands it back as
     /// [`PostError::Closed`] if the EVD is (or gets) closed. The waiting
-    /// poster backs off briefly (a few spins and yields, retrying), then
-    /// sleeps and is woken by the consumer's dequeue
-    /// that frees a slot for it: one waiter per freed slot, first come first
+    /// poster backs off briefly, retrying (it spins for 3 µs by the clock,
+    /// then yields until 6 µs), then sleeps and is woken by the consumer's
+    /// dequeue that frees a slot for it: one waiter per freed slot, first come first
     /// served ([`crate::Query::room_wakes`] counts the wakes). While no poster
     /// waits, the consumer pays one load of its own cache line per dequeue
     /// for this (plus a fence where Linux's `membarrier(2)` is unavailable);
