@@ -226,36 +226,39 @@ const BACKOFF_BUDGET: std::time::Duration = SPIN_PHASE.saturating_mul(2);
 /// without a clock read (most waits end there); the phases count from the
 /// second.
 #[cfg(not(any(loom, shuttle)))]
-pub(crate) struct Backoff {
-    /// When the second step ran; `None` before it.
-    since: std::cell::Cell<Option<std::time::Instant>>,
-    /// The first step has run.
-    stepped: std::cell::Cell<bool>,
+pub(crate) struct Backoff(std::cell::Cell<Step>);
+
+/// Where a [`Backoff`] is.
+#[cfg(not(any(loom, shuttle)))]
+#[derive(Clone, Copy)]
+enum Step {
+    /// No step yet.
+    Fresh,
+    /// The first step (a PAUSE) ran.
+    Paused,
+    /// The phases count from this instant (the second step's).
+    Since(std::time::Instant),
 }
 
 #[cfg(not(any(loom, shuttle)))]
 impl Backoff {
     pub(crate) fn new() -> Self {
-        Backoff {
-            since: std::cell::Cell::new(None),
-            stepped: std::cell::Cell::new(false),
-        }
+        Backoff(std::cell::Cell::new(Step::Fresh))
     }
 
     pub(crate) fn snooze(&self) {
-        if !self.stepped.replace(true) {
-            std::hint::spin_loop();
-            return;
-        }
-        let since = match self.since.get() {
-            Some(t) => t,
-            None => {
-                let now = std::time::Instant::now();
-                self.since.set(Some(now));
-                now
+        let spinning = match self.0.get() {
+            Step::Fresh => {
+                self.0.set(Step::Paused);
+                true
             }
+            Step::Paused => {
+                self.0.set(Step::Since(std::time::Instant::now()));
+                true
+            }
+            Step::Since(t) => t.elapsed() < SPIN_PHASE,
         };
-        if since.elapsed() < SPIN_PHASE {
+        if spinning {
             std::hint::spin_loop();
         } else {
             thread::yield_now();
@@ -264,9 +267,7 @@ impl Backoff {
 
     /// The spinning and yielding phases are over: time to block.
     pub(crate) fn is_completed(&self) -> bool {
-        self.since
-            .get()
-            .is_some_and(|t| t.elapsed() >= BACKOFF_BUDGET)
+        matches!(self.0.get(), Step::Since(t) if t.elapsed() >= BACKOFF_BUDGET)
     }
 }
 

@@ -9,13 +9,11 @@
 //! `clone`, which the slot runs while it holds its registering lock, posts
 //! to the armed EVD itself.
 
-use crate::common::counting;
+use crate::common::{counting, poll as poll_once};
 use crate::panics::{must_panic, plant, quiet_planted_panics};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 
 /// A waker on its own vtable, whose `clone` and `drop` panic on demand and
 /// whose `clone` may first run a hook. Leaked: it lives as long as the test
@@ -76,10 +74,13 @@ impl Fragile {
     fn wakes(&self) -> u64 {
         self.wakes.load(SeqCst)
     }
-}
 
-fn poll_once<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
-    Pin::new(f).poll(&mut Context::from_waker(waker))
+    /// Make the next clone post to `poster` first: a wake that comes while
+    /// the slot is being registered (the EVD is armed).
+    fn post_on_clone(&self, poster: &evd::Poster<u32>) {
+        let p = poster.clone();
+        *self.during_clone.lock().unwrap() = Some(Box::new(move || p.post(1).unwrap()));
+    }
 }
 
 /// The slot is free: a `Recv` polled with a fresh waker is woken by the next
@@ -149,8 +150,7 @@ fn a_wake_during_a_registration_whose_clone_panics_reaches_the_registering_waker
     // Polled again with `f`, whose clone posts (the post takes the arm and
     // wakes the slot, which is being registered), then panics.
     let f = Fragile::leak();
-    let p = poster.clone();
-    *f.during_clone.lock().unwrap() = Some(Box::new(move || p.post(1).unwrap()));
+    f.post_on_clone(&poster);
     f.clone_panics.store(true, SeqCst);
     must_panic("the clone's panic reaches the poll", || {
         poll_once(&mut recv, &f.waker())
@@ -172,8 +172,7 @@ fn a_wake_during_a_registration_is_delivered_before_the_replaced_waker_panics_on
     // Polled again with `second`, whose clone posts while the slot is being
     // registered; the replaced `first` panics when dropped.
     let second = Fragile::leak();
-    let p = poster.clone();
-    *second.during_clone.lock().unwrap() = Some(Box::new(move || p.post(1).unwrap()));
+    second.post_on_clone(&poster);
     first.drop_panics.store(true, SeqCst);
     must_panic("the replaced waker's drop reaches the poll", || {
         poll_once(&mut recv, &second.waker())
