@@ -220,8 +220,8 @@ pub use ibv::teardown;
 
 pub use driver::{
     Activity, AdaptiveConfig, Driver, DriverBackend, DriverConfig, DriverError, DriverHandle,
-    DriverStats, FeedId, FeedKey, FeedMode, PROBE_EVERY, PROBE_EVERY_MAX, Panic, RunningDriver,
-    Shutdown, SpinPolicy,
+    DriverStats, FEED_RETRY_WINDOW, FeedId, FeedKey, FeedMode, PROBE_EVERY, PROBE_EVERY_MAX, Panic,
+    RunningDriver, Shutdown, SpinPolicy,
 };
 pub use event::{
     AsyncElement, AsyncEvent, AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId,

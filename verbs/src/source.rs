@@ -170,7 +170,8 @@ pub trait CompletionQueue: Send {
     }
 }
 
-/// A CQ poll failed: the CQ is unusable from now on.
+/// Why a CQ failed (a poll, or a feed's driver gave it up): it is polled no
+/// more from then on.
 ///
 /// ```
 /// use evd_verbs::PollError;
@@ -184,6 +185,10 @@ pub trait CompletionQueue: Send {
 /// assert_eq!(
 ///     PollError::Failed(libc::EIO).to_string(),
 ///     "completion queue poll failed (errno 5)"
+/// );
+/// assert_eq!(
+///     PollError::ChannelFailed(libc::EIO).to_string(),
+///     "the completion queue's channel failed (errno 5)"
 /// );
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,10 +205,16 @@ pub enum PollError {
     /// parse): it is kept as returned, not read as an errno.
     Provider(i32),
     /// Arming the CQ (`req_notify`) failed (the errno): it cannot be slept
-    /// on. A [`ChannelFeed`](crate::ChannelFeed) gives such a CQ up (the CQs
-    /// it shares a channel with go on); a lone [`Feed`](crate::Feed)'s
-    /// driver retries instead.
+    /// on. A [`ChannelFeed`](crate::ChannelFeed) gives such a CQ up at once
+    /// (the CQs it shares a channel with go on); a [`Driver`](crate::Driver)
+    /// retries a lone [`Feed`](crate::Feed)'s arm once, and gives the feed
+    /// up if it fails again within [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW).
     ArmFailed(i32),
+    /// The CQ's completion channel failed (the errno): getting its event
+    /// (`ibv_get_cq_event`), or the [`Driver`](crate::Driver)'s poll of its
+    /// fd. A driver retries once, and gives the feed up if it fails again
+    /// within [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW).
+    ChannelFailed(i32),
 }
 
 impl fmt::Display for PollError {
@@ -216,6 +227,9 @@ impl fmt::Display for PollError {
                 "completion queue poll failed (the provider's poll_cq returned {n})"
             ),
             PollError::ArmFailed(e) => write!(f, "arming the completion queue failed (errno {e})"),
+            PollError::ChannelFailed(e) => {
+                write!(f, "the completion queue's channel failed (errno {e})")
+            }
         }
     }
 }

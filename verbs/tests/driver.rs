@@ -4,19 +4,20 @@
 
 mod common;
 
-use common::driver::{driver_serving, remove_within, running_driver, take, take_counting_overflow};
+use common::driver::{
+    BACKENDS, WATCHDOG, driver_serving, remove_within, running_driver, take, take_counting_overflow,
+};
 use common::hooked_cq::HookedCq;
+use common::panics::{PROVOKED, quiet_provoked_panics};
 use common::wc;
 use evd_verbs::soft::SoftCq;
 use evd_verbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, CompletionQueue, CqId, Driver, DriverConfig,
-    DriverError, Feed, FeedMode, VerbsEvent,
+    AsyncElement, AsyncEvent, AsyncEventKind, CqId, Driver, DriverConfig, DriverError, Feed,
+    FeedMode, VerbsEvent,
 };
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicU8};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 #[test]
@@ -272,230 +273,6 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
         Poll::Ready(Ok(1))
     ));
     running.shutdown().unwrap();
-}
-
-/// A watchdog, not a sleep: an event that never comes fails the test
-/// instead of hanging it (generous, for a busy machine).
-const WATCHDOG: Duration = Duration::from_secs(60);
-
-/// Both backends, for the promises that hold on each.
-const BACKENDS: [evd_verbs::DriverBackend; 2] = [
-    evd_verbs::DriverBackend::IoUring,
-    evd_verbs::DriverBackend::Epoll,
-];
-
-/// What [`Flaky`]'s next `get_event` does.
-const GET_EVENT_FAILS: u8 = 1;
-const GET_EVENT_PANICS: u8 = 2;
-const GET_EVENT_ALWAYS_FAILS: u8 = 3;
-const PROVOKED: &str = "provoked by the driver tests";
-
-/// A software CQ whose next poll hides what is queued (as if the wake's
-/// completion had been polled already) and whose next arm fails: the
-/// ingredients of a wake whose poll finds nothing and whose arm then fails;
-/// and whose next `get_event` fails, panics or always fails before it takes
-/// anything. The flags set each.
-struct Flaky {
-    cq: HookedCq,
-    hide_next_poll: Arc<AtomicBool>,
-    fail_next_arm: Arc<AtomicBool>,
-    fail_next_get_event: Arc<AtomicU8>,
-}
-
-impl Flaky {
-    fn new(cq: SoftCq) -> Self {
-        let (hide, arm, get) = (
-            Arc::<AtomicBool>::default(),
-            Arc::<AtomicBool>::default(),
-            Arc::<AtomicU8>::default(),
-        );
-        let mut cq = HookedCq::new(cq);
-        let h = hide.clone();
-        cq.poll = Some(Box::new(move |_, want| {
-            Ok(if h.swap(false, Relaxed) { 0 } else { want })
-        }));
-        let a = arm.clone();
-        cq.req_notify = Some(Box::new(move |cq, solicited_only| {
-            if a.swap(false, Relaxed) {
-                return Err(std::io::Error::from_raw_os_error(libc::EIO));
-            }
-            cq.req_notify(solicited_only)
-        }));
-        let g = get.clone();
-        cq.get_event = Some(Box::new(move |cq, ()| {
-            if g.load(Relaxed) == GET_EVENT_ALWAYS_FAILS {
-                return Err(std::io::Error::from_raw_os_error(libc::EIO));
-            }
-            match g.swap(0, Relaxed) {
-                GET_EVENT_FAILS => Err(std::io::Error::from_raw_os_error(libc::EIO)),
-                GET_EVENT_PANICS => panic!("{PROVOKED}"),
-                _ => cq.get_event(),
-            }
-        }));
-        Flaky {
-            cq,
-            hide_next_poll: hide,
-            fail_next_arm: arm,
-            fail_next_get_event: get,
-        }
-    }
-}
-
-/// A CQ whose `get_event` fails or panics once, before it takes the channel
-/// event of a completion: the failed turn is reported, the next re-arms the
-/// CQ and drains it, and the feed, asleep again, is woken by the next
-/// completion (whose wake-up takes both events), on either backend.
-/// (io_uring's multishot poll reports only new wake-ups: a feed that slept
-/// believing its used-up arm still set would never hear from its CQ again.)
-/// Keep the panic hook quiet about the panics these tests provoke.
-fn quiet_provoked_panics() {
-    static QUIET: std::sync::Once = std::sync::Once::new();
-    QUIET.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<String>().map(String::as_str) != Some(PROVOKED) {
-                default(info);
-            }
-        }));
-    });
-}
-
-#[test]
-fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() {
-    quiet_provoked_panics();
-    let wr_id = |ev: VerbsEvent| match ev {
-        VerbsEvent::Completion { wc, .. } => wc.wr_id,
-        other => panic!("expected a completion, got {other:?}"),
-    };
-    for backend in BACKENDS {
-        for failure in [GET_EVENT_FAILS, GET_EVENT_PANICS] {
-            let case = format!("{backend:?}, failure {failure}");
-            let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-            let (cq, hca) = SoftCq::new(64).unwrap();
-            let flaky = Flaky::new(cq);
-            let fail = flaky.fail_next_get_event.clone();
-            let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
-            driver
-                .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
-                .unwrap();
-            driver.process(Some(Duration::ZERO)).unwrap();
-            assert!(hca.stats().armed, "{case}: asleep on an armed CQ");
-            fail.store(failure, Relaxed);
-            hca.push(wc(1)).unwrap();
-            let mut failed = None;
-            for _ in 0..100 {
-                if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
-                    failed = Some(e);
-                    break;
-                }
-            }
-            let reported = match failure {
-                GET_EVENT_FAILS => matches!(&failed, Some(DriverError::Io(_))),
-                _ => matches!(&failed, Some(DriverError::Panicked(_))),
-            };
-            assert!(reported, "{case}: the failed turn is reported: {failed:?}");
-            assert_eq!(hca.stats().channel_events, 1, "{case}: the event was left");
-            driver.process(Some(Duration::ZERO)).unwrap();
-            assert!(hca.stats().armed, "{case}: the retry re-armed the CQ");
-            assert_eq!(
-                take(&mut consumer, 1)
-                    .into_iter()
-                    .map(wr_id)
-                    .collect::<Vec<_>>(),
-                [1]
-            );
-            hca.push(wc(2)).unwrap();
-            let start = std::time::Instant::now();
-            while consumer.is_empty() {
-                assert!(
-                    start.elapsed() < WATCHDOG,
-                    "{case}: the feed was never woken again"
-                );
-                driver.process(Some(Duration::from_millis(100))).unwrap();
-            }
-            assert_eq!(consumer.try_dequeue().map(wr_id), Ok(2), "{case}");
-            assert_eq!(hca.stats().channel_events, 0, "{case}: every event got");
-        }
-    }
-}
-
-/// A CQ whose `get_event` always fails (a broken device): each wake-up's
-/// turn reports the failure, the next re-arms and drains, and the driver
-/// sleeps between completions instead of retrying the failing call in a
-/// busy loop. (io_uring; epoll's level-triggered fd reports the events it
-/// cannot take at every turn.)
-#[test]
-fn a_get_event_that_always_fails_still_delivers_and_does_not_keep_the_driver_busy() {
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let flaky = Flaky::new(cq);
-    let fail = flaky.fail_next_get_event.clone();
-    let config = DriverConfig::default().with_backend(evd_verbs::DriverBackend::IoUring);
-    let mut driver = Driver::new(config).unwrap();
-    driver
-        .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
-    driver.process(Some(Duration::ZERO)).unwrap();
-    fail.store(GET_EVENT_ALWAYS_FAILS, Relaxed);
-    for id in 1..=3 {
-        hca.push(wc(id)).unwrap();
-        let start = std::time::Instant::now();
-        while consumer.is_empty() {
-            assert!(
-                start.elapsed() < WATCHDOG,
-                "completion {id} never delivered"
-            );
-            let _ = driver.process(Some(Duration::from_millis(100)));
-        }
-        assert!(
-            matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == id)
-        );
-        let activity = driver.process(Some(Duration::ZERO)).unwrap();
-        assert!(
-            !activity.busy,
-            "completion {id}: asleep again, not retrying"
-        );
-        assert!(hca.stats().armed, "completion {id}: on an armed CQ");
-    }
-}
-
-#[test]
-fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
-    // A completion fires the CQ's arm; the wake's poll finds nothing (it is
-    // hidden once), so the feed arms at once, and that arm fails. The next
-    // `process` must arm and drain: a feed left asleep on its unarmed CQ
-    // would strand the completion for good.
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let flaky = Flaky::new(cq);
-    let (hide, fail) = (flaky.hide_next_poll.clone(), flaky.fail_next_arm.clone());
-    let (mut driver, _) = driver_serving(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event);
-    driver.process(Some(Duration::ZERO)).unwrap();
-    assert!(hca.stats().armed);
-    hide.store(true, Relaxed);
-    fail.store(true, Relaxed);
-    hca.push(wc(9)).unwrap();
-    let mut failed = None;
-    for _ in 0..100 {
-        if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
-            failed = Some(e);
-            break;
-        }
-    }
-    assert!(
-        matches!(&failed, Some(DriverError::Io(e)) if e.raw_os_error() == Some(libc::EIO)),
-        "the failed arm is reported: {failed:?}"
-    );
-    assert!(!hca.stats().armed);
-    assert!(
-        hca.is_stranded(),
-        "queued, unarmed, no event: only a retry helps"
-    );
-    driver.process(Some(Duration::ZERO)).unwrap();
-    assert!(hca.stats().armed, "the retry armed the CQ");
-    assert!(
-        matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 9)
-    );
 }
 
 // --- commands racing a shutdown --------------------------------------------

@@ -7,6 +7,7 @@
 //! way to test it on epoll).
 
 mod common;
+use common::driver::{BACKENDS, WATCHDOG};
 use common::load::produce_into;
 use common::wc;
 use evd_verbs::soft::SoftCq;
@@ -15,12 +16,6 @@ use evd_verbs::{
 };
 use std::os::fd::AsFd;
 use std::time::Duration;
-
-/// A watchdog, not a sleep: an event that never comes fails the test
-/// instead of hanging it (generous, for a busy machine).
-const WATCHDOG: Duration = Duration::from_secs(60);
-
-const BACKENDS: [DriverBackend; 2] = [DriverBackend::IoUring, DriverBackend::Epoll];
 
 fn config(backend: DriverBackend) -> DriverConfig {
     DriverConfig::default()

@@ -5,7 +5,9 @@
 //! answers `is_running()` and `stats()` while it runs.
 
 mod common;
+use common::driver::WATCHDOG;
 use common::load::produce_into;
+use common::panics::{PROVOKED, quiet_provoked_panics};
 use common::wc;
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::SoftCq;
@@ -14,33 +16,8 @@ use evd_verbs::{
     VerbsEvent,
 };
 use std::collections::HashSet;
-use std::sync::{Once, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// A watchdog, not a sleep: a report that never comes fails the test instead
-/// of hanging it (generous, for a busy machine).
-const WATCHDOG: Duration = Duration::from_secs(60);
-
-/// Every panic these tests provoke says this; the hook keeps them quiet.
-const PROVOKED: &str = "provoked by driver_panics";
-
-/// Silence the provoked panics (hundreds of them) and only those.
-fn quiet_provoked_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let message = payload
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
-            if message != Some(PROVOKED) {
-                default(info);
-            }
-        }));
-    });
-}
 
 fn wr_id(ev: VerbsEvent) -> u64 {
     match ev {

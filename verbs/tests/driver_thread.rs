@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::driver::{driver_serving, remove_within};
+use common::driver::{WATCHDOG, driver_serving, remove_within};
 use common::wc;
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::{SoftCq, SoftCqProducer};
@@ -16,10 +16,6 @@ use evd_verbs::{
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// A watchdog, not a sleep: a report that never comes fails the test instead
-/// of hanging it (generous, for a busy machine).
-const WATCHDOG: Duration = Duration::from_secs(60);
 
 /// An EVD whose SingleInstance handler reports that it ran, then panics with
 /// `message`. Returns its poster and the channel the report comes on.

@@ -390,7 +390,7 @@ impl DriverHandle {
 
     /// Whether the driver runs on a thread of its own: spawned
     /// ([`Driver::spawn`](super::Driver::spawn)) and its thread not ended
-    /// (shut down, or failed). `false` for a driver run by the caller's own
+    /// (shut down, or its ring failed). `false` for a driver run by the caller's own
     /// loop. Once it reads `false`, [`stats`](Self::stats) are final.
     ///
     /// ```

@@ -73,18 +73,34 @@ impl Epoll {
             }
             self.feed_fds[i] = fd;
         }
-        // SAFETY: the caller's fd is open while its poll is requested: a
-        // feed's fd belongs to the feed in its slot, the wake fd to the
-        // driver's shared block, both alive across this call.
-        let source = unsafe { BorrowedFd::borrow_raw(fd) };
-        let data = epoll::EventData::new_u64(UserData::of(r).encode());
-        let flags = epoll::EventFlags::IN | epoll::EventFlags::ONESHOT;
-        match epoll::modify(&self.epoll, source, data, flags) {
-            Ok(()) => Ok(()),
+        let data = UserData::of(r).encode();
+        match self.ctl(libc::EPOLL_CTL_MOD, fd, data) {
             // Not registered yet (or a new file under a reused number).
-            Err(Errno::NOENT) => Ok(epoll::add(&self.epoll, source, data, flags)?),
-            Err(e) => Err(e.into()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                self.ctl(libc::EPOLL_CTL_ADD, fd, data)
+            }
+            r => r,
         }
+    }
+
+    /// `epoll_ctl(op, fd)`, one-shot and level-triggered for reading, with
+    /// `data` as the report's user data. The fd is a number here, not a
+    /// borrowed fd: a feed's fd comes from its source's safe `fd()` (or
+    /// `channel_fd()`), which nothing obliges to name an open file, and the
+    /// kernel checks the number (`EBADF`).
+    fn ctl(&self, op: libc::c_int, fd: RawFd, data: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
+            u64: data,
+        };
+        // SAFETY: `event` is a valid, writable `epoll_event` for the call;
+        // the epoll fd is ours and open; `fd` is only a number to the
+        // kernel, any value of which is sound to pass.
+        let r = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut event) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Cancel a feed's poll request: remove its fd and report the poll
@@ -94,12 +110,13 @@ impl Epoll {
             return Ok(());
         };
         if fd >= 0 {
-            // SAFETY: a cancelled feed is still in its slot (being removed),
-            // so its fd is open.
-            let source = unsafe { BorrowedFd::borrow_raw(fd) };
-            match epoll::delete(&self.epoll, source) {
-                Ok(()) | Err(Errno::NOENT) => {}
-                Err(e) => return Err(e.into()),
+            // EBADF: a number that never named an open file was never
+            // registered either.
+            match self.ctl(libc::EPOLL_CTL_DEL, fd, 0) {
+                Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EBADF)) => {
+                    return Err(e);
+                }
+                _ => {}
             }
         }
         self.ready.push(Completion {

@@ -1,5 +1,6 @@
 //! [`DriverError`]: why a driver operation failed.
 
+use super::FeedId;
 use std::fmt;
 use std::io;
 
@@ -29,9 +30,29 @@ pub enum DriverError {
     /// its feeds post into): it would wait for itself. Use the [`Driver`](crate::Driver)
     /// directly there, or make the call from another thread.
     OnDriverThread,
-    /// The ring, or a verbs call of a feed (`req_notify`, `get_cq_event`),
-    /// failed.
+    /// The ring failed (or, from [`Driver::spawn`](crate::Driver::spawn),
+    /// the operating system refused a thread).
     Io(io::Error),
+    /// A verbs call of one feed failed: arming its CQ (`req_notify`),
+    /// getting its channel's event (`get_cq_event`), or the ring's poll of
+    /// its channel fd. The driver is intact and serves its other feeds on.
+    /// The first failure is retried: the feed's next turn arms and drains
+    /// it. A failure within [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW)
+    /// of the feed's last one gives it up (`given_up`): it is armed and
+    /// polled no more once its CQs are drained, each of them then delivers
+    /// a `CqError` async event into its EVD (its
+    /// [`Feed::failure`](crate::Feed::failure) says why:
+    /// [`PollError::ArmFailed`](crate::PollError::ArmFailed) or
+    /// [`PollError::ChannelFailed`](crate::PollError::ChannelFailed)), and
+    /// it stays registered until removed.
+    FeedFailed {
+        /// The feed.
+        feed: FeedId,
+        /// What its verbs call (or the ring's poll of its fd) returned.
+        error: io::Error,
+        /// This failure gave the feed up.
+        given_up: bool,
+    },
     /// User code the driver ran panicked (an EVD's upcall handler, an event
     /// type's `From` or `Drop`, a completion queue's own code); this is its
     /// payload.
@@ -130,6 +151,14 @@ impl fmt::Display for DriverError {
                 f.write_str("called on the driver's own thread, where it would wait for itself")
             }
             DriverError::Io(e) => write!(f, "driver I/O failed: {e}"),
+            DriverError::FeedFailed {
+                feed,
+                error,
+                given_up,
+            } => {
+                let then = if *given_up { "given up" } else { "retried" };
+                write!(f, "a verbs call of feed {feed:?} failed ({then}): {error}")
+            }
             DriverError::Panicked(p) => write!(f, "user code run by the driver {p}"),
         }
     }
@@ -138,7 +167,7 @@ impl fmt::Display for DriverError {
 impl std::error::Error for DriverError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            DriverError::Io(e) => Some(e),
+            DriverError::Io(e) | DriverError::FeedFailed { error: e, .. } => Some(e),
             _ => None,
         }
     }

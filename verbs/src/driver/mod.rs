@@ -34,6 +34,17 @@
 //! eventfd. So the driver sleeps in the kernel until a channel fires, a
 //! command comes, or room appears; it never wakes on a timer of its own
 //! ([`DriverStats::timeouts`] counts only the caller's timeouts).
+//!
+//! # A feed that fails
+//! A feed's verbs call that fails (`req_notify`, `get_cq_event`, the
+//! backend's poll of its fd) is that feed's failure, never the driver's
+//! ([`DriverError::FeedFailed`]): the other feeds get their turns, and a
+//! spawned driver serves on. The slot retries the feed once (its next turn
+//! arms and drains, as after any failed turn) and gives it up on a failure
+//! within [`FEED_RETRY_WINDOW`] of its last: the feed is armed no more, its
+//! CQs are drained, each then delivers a `CqError`, and it gets no turn
+//! after that. Only the backend's own failure ends a call
+//! ([`DriverError::Io`]).
 
 mod adaptive;
 mod backend;
@@ -57,6 +68,7 @@ pub use control::DriverHandle;
 pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
 pub use running::{RunningDriver, Shutdown};
+pub use slot::FEED_RETRY_WINDOW;
 pub use stats::DriverStats;
 
 use crate::eventfd;
@@ -65,7 +77,7 @@ use backend::Backend;
 use control::{Command, RunningMark, Shared};
 use cycle::Phase;
 use readiness::{Completion, Request, Wait};
-use slot::{Removal, Slot};
+use slot::{FailedCall, Removal, Slot};
 use source::Source;
 use std::any::Any;
 use std::fmt;
@@ -135,6 +147,9 @@ pub struct Driver {
     /// The first panic caught in a feed's turn that [`Driver::process`] has
     /// not reported yet.
     caught: Option<Panic>,
+    /// The first failed verbs call of a feed ([`DriverError::FeedFailed`])
+    /// that [`Driver::process`] has not reported yet.
+    failed: Option<DriverError>,
     /// Run by its own thread ([`Driver::spawn`]).
     spawned: bool,
 }
@@ -173,6 +188,7 @@ impl Driver {
             reaped: Vec::new(),
             stats: DriverStats::default(),
             caught: None,
+            failed: None,
             spawned: false,
         })
     }
@@ -241,9 +257,14 @@ impl Driver {
     /// ```
     ///
     /// # Errors
-    /// [`DriverError::Io`] if the ring or a feed's verbs call failed.
-    /// [`DriverError::Panicked`] if user code panicked in a feed's turn (see
-    /// Panics): the call still completed, and the driver is intact.
+    /// [`DriverError::Io`] if the ring failed. [`DriverError::Panicked`] if
+    /// user code panicked in a feed's turn (see Panics), else
+    /// [`DriverError::FeedFailed`] if a feed's verbs call failed (retried,
+    /// or the feed given up: see there): either way the call still
+    /// completed, every other feed had its turn, and the driver is intact;
+    /// the first such failure of the call is returned, the others are
+    /// counted ([`DriverStats::handler_panics`],
+    /// [`DriverStats::feed_failures`]).
     ///
     /// # Panics
     /// Not because of a handler. A feed's turn runs user code: the upcall
@@ -266,15 +287,17 @@ impl Driver {
         let activity = self.step(timeout);
         self.shared.stats.publish(&self.stats);
         let activity = activity?;
+        let failed = self.failed.take();
         match self.caught.take() {
             Some(p) => Err(DriverError::Panicked(p)),
-            None => Ok(activity),
+            None => failed.map_or(Ok(activity), Err),
         }
     }
 
-    /// [`Driver::process`] without reporting a caught panic (it stays in
-    /// `caught` for the next `process`) or publishing the counters: the
-    /// loops of a removal and of a shutdown, which must not stop half-way.
+    /// [`Driver::process`] without reporting a caught panic or a feed's
+    /// failure (they stay in `caught` and `failed` for the next `process`)
+    /// or publishing the counters: the loops of a removal and of a
+    /// shutdown, which must not stop half-way.
     fn step(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
         let shared = self.shared.clone();
         let _driving = shared.driving();
@@ -379,7 +402,6 @@ impl Driver {
     fn reap(&mut self) -> Result<bool, DriverError> {
         // (A removal that ends here is rare: `done` allocates only then.)
         let mut done = Vec::new();
-        let mut failure = None;
         // Collected first: handling one needs `&mut self`, which the ring's
         // iterator borrows.
         let mut completions = std::mem::take(&mut self.reaped);
@@ -396,7 +418,7 @@ impl Driver {
                     self.busy = true;
                 }
                 Request::FeedPoll(id) => {
-                    if let Some(removed) = self.on_feed_poll(id, c, &mut failure) {
+                    if let Some(removed) = self.on_feed_poll(id, c) {
                         done.push(removed);
                     }
                 }
@@ -407,7 +429,7 @@ impl Driver {
         for (id, source, who) in done {
             self.hand_back(id, source, who);
         }
-        failure.map_or(Ok(any), Err)
+        Ok(any)
     }
 
     /// A feed's poll completed; returns the feed if that ends its removal.
@@ -415,7 +437,6 @@ impl Driver {
         &mut self,
         id: FeedId,
         c: Completion,
-        failure: &mut Option<DriverError>,
     ) -> Option<(FeedId, Box<dyn Source>, Removal)> {
         let entry = self.slots.get_mut(id.index as usize)?;
         let slot = entry.as_mut().filter(|s| s.generation == id.generation)?;
@@ -434,9 +455,18 @@ impl Driver {
             return None;
         }
         if c.result < 0 && c.result != -libc::ECANCELED {
-            failure.get_or_insert(DriverError::Io(std::io::Error::from_raw_os_error(
-                -c.result,
-            )));
+            // The poll of this feed's fd failed: the feed's failure, not
+            // the driver's (its next turn retries, or it is given up).
+            let error = std::io::Error::from_raw_os_error(-c.result);
+            let failed = slot.fail(
+                id,
+                FailedCall::FdPoll,
+                error,
+                Instant::now(),
+                &mut self.stats,
+            );
+            self.failed.get_or_insert(failed);
+            self.busy = true;
             return None;
         }
         if c.result >= 0 {
@@ -466,7 +496,11 @@ impl Driver {
             if slot.room.signalled.load(Ordering::Relaxed) {
                 self.stats.room_wakes += 1;
             }
-            match slot.turn(now, budget, &mut self.stats) {
+            let id = FeedId {
+                index: index as u32,
+                generation: slot.generation,
+            };
+            match slot.turn(id, now, budget, &mut self.stats) {
                 Ok(n) => delivered |= n > 0,
                 // Caught in the feed's turn (which counted it): the feed is
                 // back in Arm, and the other feeds get their turns.
@@ -476,19 +510,28 @@ impl Driver {
                         self.caught = Some(p);
                     }
                 }
-                Err(e) => return Err(e),
+                // The feed's own verbs call (the slot counted it and chose
+                // between a retry and giving it up): the other feeds get
+                // their turns.
+                Err(e) => {
+                    delivered = true;
+                    self.failed.get_or_insert(e);
+                }
+            }
+            if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
+                match self.backend.poll(slot.fd, Request::FeedPoll(id)) {
+                    // Set once the request is in: a refused one leaves no
+                    // poll for a removal's cancellation to wait for.
+                    Ok(()) => slot.poll_in_flight = true,
+                    // Refused for this fd (epoll_ctl's EPERM, EBADF): the
+                    // feed's failure, as a failed poll is.
+                    Err(error) => {
+                        let failed = slot.fail(id, FailedCall::FdPoll, error, now, &mut self.stats);
+                        self.failed.get_or_insert(failed);
+                    }
+                }
             }
             busy |= slot.is_busy();
-            if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
-                let id = FeedId {
-                    index: index as u32,
-                    generation: slot.generation,
-                };
-                self.backend.poll(slot.fd, Request::FeedPoll(id))?;
-                // Set once the request is in: a refused one leaves no poll
-                // for a removal's cancellation to wait for.
-                slot.poll_in_flight = true;
-            }
         }
         self.cursor = self.cursor.wrapping_add(1);
         self.busy = busy;
@@ -563,6 +606,10 @@ impl Driver {
                 // Caught in a feed's turn; the driver is intact: keep the
                 // panic for `take_panic` (or the shutdown) and serve on.
                 Err(DriverError::Panicked(p)) => self.shared.keep_panic(p),
+                // One feed's verbs call (retried, or the feed given up: its
+                // EVD is told by a `CqError`); counted in the stats, and
+                // the other feeds are served on.
+                Err(DriverError::FeedFailed { .. }) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -221,6 +221,8 @@ impl Driver {
             room,
             room_ready: false,
             removing: None,
+            last_failure: None,
+            given_up: false,
         });
         self.busy = true;
         let id = FeedId {

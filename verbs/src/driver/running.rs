@@ -47,7 +47,8 @@ impl RunningDriver {
     }
 
     /// Whether the driver's thread still runs (it ends on a shutdown, or
-    /// when the driver fails). See [`DriverHandle::is_running`].
+    /// when its ring fails; a feed's failure does not end it: see
+    /// [`DriverError::FeedFailed`]). See [`DriverHandle::is_running`].
     ///
     /// ```
     /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();

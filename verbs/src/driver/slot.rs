@@ -5,15 +5,17 @@
 use super::control::Shared;
 use super::cycle::{self, Action, Limits, Observation, Phase};
 use super::source::Source;
-use super::{DriverError, DriverStats, Panic, SpinPolicy};
+use super::{DriverError, DriverStats, FeedId, Panic, SpinPolicy};
 use crate::feed::{FeedStatus, Progress};
+use crate::source::PollError;
 use std::any::Any;
+use std::io;
 use std::os::fd::RawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::task::{Context, Wake, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A feed's room signal: the waker its EVD's room queue holds.
 pub(super) struct RoomSignal {
@@ -60,6 +62,31 @@ pub(super) struct Slot {
     pub(super) room_ready: bool,
     /// Being removed: waiting for the in-flight poll to end.
     pub(super) removing: Option<Removal>,
+    /// When a verbs call of the feed last failed ([`Slot::fail`]).
+    pub(super) last_failure: Option<Instant>,
+    /// Given up: its calls failed twice within [`FEED_RETRY_WINDOW`].
+    pub(super) given_up: bool,
+}
+
+/// A failed verbs call of a feed counts as transient if the feed's last
+/// one failed longer ago than this; a second failure within it gives the
+/// feed up. A retry is one more turn of the failing call, and where the
+/// call cannot take what its fd reports (a channel event `get_cq_event`
+/// cannot get), epoll's level-triggered poll reports the fd again at
+/// once: retried without end, such a feed would keep the driver turning
+/// on one CPU. A second is far longer than any transient condition of a
+/// verbs call and far shorter than a consumer's patience.
+pub const FEED_RETRY_WINDOW: Duration = Duration::from_secs(1);
+
+/// Which of a feed's verbs calls failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FailedCall {
+    /// `get_cq_event` (the source's `take_events`).
+    GetEvent,
+    /// `req_notify` (in the source's `arm_and_drain`).
+    Arm,
+    /// The backend's poll of the feed's fd.
+    FdPoll,
 }
 
 impl Slot {
@@ -78,14 +105,18 @@ impl Slot {
     /// used up, and io_uring's multishot poll reports only the next wake-up
     /// of the fd), so the retry must arm and drain, never sleep. Arming an
     /// armed CQ again is harmless; the events not got are taken with the
-    /// next wake-up, which the new arm makes sure of.
+    /// next wake-up, which the new arm makes sure of. A failed verbs call is
+    /// returned as [`DriverError::FeedFailed`] ([`Slot::fail`]: retried, or
+    /// the feed given up).
     ///
     /// A panic of user code in the turn (the EVD's upcall handler run by a
     /// post, the event type's `From` or `Drop`, the CQ's own code) is caught
     /// here, counted in `stats`, and returned as [`DriverError::Panicked`]:
-    /// a failure like the others, so the feed goes back to Arm.
+    /// a failure like the others, so the feed goes back to Arm (it is not a
+    /// verbs failure: it never gives the feed up).
     pub(super) fn turn(
         &mut self,
+        id: FeedId,
         now: Instant,
         budget: usize,
         stats: &mut DriverStats,
@@ -102,7 +133,8 @@ impl Slot {
         // - the adaptive policy and the room signal: no user code runs
         //   inside their updates, so no unwind leaves one half done.
         let r = match catch_unwind(AssertUnwindSafe(|| self.run_cycle(now, budget, stats))) {
-            Ok(r) => r,
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err((call, error))) => return Err(self.fail(id, call, error, now, stats)),
             Err(payload) => {
                 stats.handler_panics += 1;
                 let panic = Panic::new(payload);
@@ -121,15 +153,69 @@ impl Slot {
         r
     }
 
+    /// A verbs call of the feed failed (`call`, with `error`) at `now`:
+    /// count it, and retry the feed (back to Arm, its arms forgotten, as
+    /// after any failed turn) unless its last failure was within
+    /// [`FEED_RETRY_WINDOW`]: then give it up (its CQs drained, then failed
+    /// with a `CqError` each; a feed with no CQ is done at once). Returns
+    /// the failure as the driver reports it.
+    pub(super) fn fail(
+        &mut self,
+        id: FeedId,
+        call: FailedCall,
+        error: io::Error,
+        now: Instant,
+        stats: &mut DriverStats,
+    ) -> DriverError {
+        stats.feed_failures += 1;
+        let again = self
+            .last_failure
+            .is_some_and(|t| now.saturating_duration_since(t) < FEED_RETRY_WINDOW);
+        self.last_failure = Some(now);
+        let given_up = again && !self.given_up;
+        if self.phase != Phase::Done && !self.given_up {
+            self.phase = Phase::Arm;
+            self.source.forget_arm();
+            if given_up {
+                self.given_up = true;
+                stats.feeds_given_up += 1;
+                let errno = error.raw_os_error().unwrap_or(0);
+                let why = match call {
+                    FailedCall::Arm => PollError::ArmFailed(errno),
+                    FailedCall::GetEvent | FailedCall::FdPoll => PollError::ChannelFailed(errno),
+                };
+                if !self.source.give_up(why) {
+                    self.phase = Phase::Done;
+                }
+            }
+        }
+        crate::trace::event!(
+            ERROR,
+            feed = ?id,
+            call = ?call,
+            error = %error,
+            given_up,
+            "a feed's verbs call failed; the driver serves on"
+        );
+        DriverError::FeedFailed {
+            feed: id,
+            error,
+            given_up,
+        }
+    }
+
     pub(super) fn run_cycle(
         &mut self,
         now: Instant,
         budget: usize,
         stats: &mut DriverStats,
-    ) -> Result<usize, DriverError> {
+    ) -> Result<usize, (FailedCall, io::Error)> {
         let fd_fired = std::mem::take(&mut self.fd_fired);
-        if fd_fired {
-            self.source.take_events()?;
+        // A feed given up gets no channel event: the call fails.
+        if fd_fired && !self.given_up {
+            self.source
+                .take_events()
+                .map_err(|e| (FailedCall::GetEvent, e))?;
             if self.phase == Phase::Sleeping {
                 if let Some(p) = &mut self.policy {
                     p.woken(now);
@@ -168,7 +254,10 @@ impl Slot {
                     }
                     break;
                 }
-                Action::ArmAndDrain => self.source.arm_and_drain(budget)?,
+                Action::ArmAndDrain => self
+                    .source
+                    .arm_and_drain(budget)
+                    .map_err(|e| (FailedCall::Arm, e))?,
                 Action::Poll => self.source.poll(budget),
             };
             delivered += progress.delivered;

@@ -4,7 +4,7 @@ use crate::event::CmEvent;
 use crate::event::VerbsEvent;
 use crate::feed::{AsyncFeed, ChannelFeed, CmFeed};
 use crate::feed::{Feed, Progress};
-use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
+use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, PollError, SharedChannel};
 use std::any::Any;
 use std::io;
 use std::os::fd::RawFd;
@@ -25,6 +25,14 @@ pub(crate) trait Source: Send {
     /// A turn failed: its CQs' arms may be used up without the events that
     /// say so got; the next `arm_and_drain` must arm every one again.
     fn forget_arm(&mut self) {}
+    /// The driver gives the feed up (its verbs calls keep failing: `e`):
+    /// its CQs are armed no more, drained, then each delivers a `CqError`
+    /// and the feed reports [`FeedStatus::Failed`](crate::FeedStatus).
+    /// False if the feed cannot say so in its EVD (it has no CQ): the
+    /// driver then stops serving it at once.
+    fn give_up(&mut self, _e: PollError) -> bool {
+        false
+    }
     /// The feed itself, to hand back typed.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
     /// A feed of the device's async events into this feed's EVD, if nobody
@@ -57,6 +65,10 @@ where
     }
     fn forget_arm(&mut self) {
         Feed::forget_arm(self)
+    }
+    fn give_up(&mut self, e: PollError) -> bool {
+        Feed::give_up(self, e);
+        true
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
@@ -92,6 +104,9 @@ where
     }
     fn forget_arm(&mut self) {
         ChannelFeed::forget_arms(self)
+    }
+    fn give_up(&mut self, e: PollError) -> bool {
+        ChannelFeed::give_up(self, e)
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self

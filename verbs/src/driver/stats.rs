@@ -67,6 +67,12 @@ pub struct DriverStats {
     /// was caught, and the driver served on (see
     /// [`DriverError::Panicked`](crate::DriverError::Panicked)).
     pub handler_panics: u64,
+    /// Failed verbs calls of feeds (see
+    /// [`DriverError::FeedFailed`](crate::DriverError::FeedFailed)), each
+    /// retried or ending in the feed given up.
+    pub feed_failures: u64,
+    /// Feeds given up because their verbs calls kept failing.
+    pub feeds_given_up: u64,
 }
 
 /// The counters of [`DriverStats`] as atomics, written by the driver's
@@ -82,6 +88,8 @@ pub(crate) struct PublishedStats {
     spin_misses: AtomicU64,
     unspun_wakes: AtomicU64,
     handler_panics: AtomicU64,
+    feed_failures: AtomicU64,
+    feeds_given_up: AtomicU64,
     /// Set before a spawned driver's thread starts; cleared (`Release`)
     /// when it ends, after its last publish.
     running: AtomicBool,
@@ -102,6 +110,9 @@ impl PublishedStats {
         self.unspun_wakes.store(s.unspun_wakes, Ordering::Relaxed);
         self.handler_panics
             .store(s.handler_panics, Ordering::Relaxed);
+        self.feed_failures.store(s.feed_failures, Ordering::Relaxed);
+        self.feeds_given_up
+            .store(s.feeds_given_up, Ordering::Relaxed);
     }
 
     /// The counters as last published.
@@ -116,6 +127,8 @@ impl PublishedStats {
             spin_misses: self.spin_misses.load(Ordering::Relaxed),
             unspun_wakes: self.unspun_wakes.load(Ordering::Relaxed),
             handler_panics: self.handler_panics.load(Ordering::Relaxed),
+            feed_failures: self.feed_failures.load(Ordering::Relaxed),
+            feeds_given_up: self.feeds_given_up.load(Ordering::Relaxed),
         }
     }
 
@@ -159,6 +172,8 @@ mod tests {
             spin_misses: 7,
             unspun_wakes: 8,
             handler_panics: 9,
+            feed_failures: 10,
+            feeds_given_up: 11,
         };
         p.publish(&s);
         p.set_stopped();

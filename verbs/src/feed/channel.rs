@@ -339,6 +339,18 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         }
     }
 
+    /// Give up every live CQ (the channel failed: `e`): each is drained,
+    /// then fails with `e` (see [`Feed::give_up`]). False if none is live.
+    pub(crate) fn give_up(&mut self, e: PollError) -> bool {
+        let mut any = false;
+        for m in self.members.iter_mut().filter(|m| !m.done) {
+            m.feed.give_up(e);
+            m.dirty = true;
+            any = true;
+        }
+        any
+    }
+
     /// Event-driven step: run [`Feed::arm_and_drain`] on each CQ that needs
     /// it (its arm used up, or not drained yet), round robin, within
     /// `budget` for them all. [`FeedStatus::Drained`] means every live CQ
@@ -346,10 +358,10 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     ///
     /// # Errors
     ///
-    /// A CQ's [`req_notify`](CompletionQueue::req_notify) error; the CQs
-    /// served before it in this call keep what they delivered. A CQ whose
-    /// poll fails is not an error here: it is reported as a `CqError`
-    /// async event and not served again.
+    /// None: a CQ whose [`req_notify`](CompletionQueue::req_notify) fails is
+    /// drained, then reported as a `CqError` async event
+    /// ([`PollError::ArmFailed`]) and not served again, as a CQ whose poll
+    /// fails is; the CQs it shares the channel with go on.
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};

@@ -112,6 +112,9 @@ pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
     solicited_only: bool,
     failed: bool,
     failure: Option<PollError>,
+    /// Given up by its driver ([`Feed::give_up`]): armed no more, and
+    /// failed with this once its CQ is drained.
+    doomed: Option<PollError>,
     /// Failed, and its `CqError` not built yet (the event type's `From`
     /// panicked on it): built first thing by the next call.
     error_owed: bool,
@@ -159,6 +162,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             solicited_only: false,
             failed: false,
             failure: None,
+            doomed: None,
             error_owed: false,
             closed: false,
             stats: FeedStats::default(),
@@ -370,7 +374,16 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                 return self.stop(delivered, status);
             }
             if n < want {
-                return self.stop(delivered, FeedStatus::Drained);
+                let Some(e) = self.doomed else {
+                    return self.stop(delivered, FeedStatus::Drained);
+                };
+                // Given up, and every completion it held is delivered: its
+                // `CqError` comes after them.
+                self.fail_with(e);
+                if let Err(status) = self.post_held(&mut delivered, budget, false) {
+                    return self.stop(delivered, status);
+                }
+                return self.stop(delivered, FeedStatus::Failed);
             }
         }
         self.stop(delivered, FeedStatus::Budget)
@@ -417,7 +430,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         let mut delivered = 0;
         loop {
             let mut arming = false;
-            if !self.armed && !self.failed && !self.closed {
+            if !self.armed && !self.failed && !self.closed && self.doomed.is_none() {
                 // Arming while completions are held (EVD full) is pointless:
                 // the feed will not poll until there is room anyway.
                 if !self.held.is_empty() || self.free_space() == 0 {
@@ -496,6 +509,16 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         self.failure = Some(e);
         self.error_owed = true;
         self.hold_owed_error();
+    }
+
+    /// Give the CQ up (its driver's verbs calls on it keep failing: `e`
+    /// says which): it is armed no more, and the next calls drain it; once
+    /// drained, it fails with `e` as a failed poll does (its `CqError` after
+    /// every completion it held, then [`FeedStatus::Failed`]).
+    pub(crate) fn give_up(&mut self, e: PollError) {
+        if !self.failed {
+            self.doomed = Some(e);
+        }
     }
 
     /// Build and hold the `CqError` a failure owes. If the event type's

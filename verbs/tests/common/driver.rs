@@ -2,10 +2,17 @@
 
 use evd::TryDequeueError;
 use evd_verbs::{
-    CompletionQueue, Driver, DriverConfig, DriverError, DriverHandle, Feed, FeedKey, FeedMode,
-    VerbsEvent,
+    CompletionQueue, Driver, DriverBackend, DriverConfig, DriverError, DriverHandle, Feed, FeedKey,
+    FeedMode, VerbsEvent,
 };
 use std::time::Duration;
+
+/// A watchdog, not a sleep: an event that never comes fails the test
+/// instead of hanging it (generous, for a busy machine).
+pub const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// Both backends, for the promises that hold on each.
+pub const BACKENDS: [DriverBackend; 2] = [DriverBackend::IoUring, DriverBackend::Epoll];
 
 /// A driver, not yet running, serving `feed` in `mode`; and the feed's key.
 pub fn driver_serving<C, T>(feed: Feed<C, T>, mode: FeedMode) -> (Driver, FeedKey<Feed<C, T>>)

@@ -24,6 +24,8 @@ pub struct HookedCq {
     pub get_event: Option<Hook<(), io::Result<bool>>>,
     pub at_registration: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     pub at_drop: Option<Box<dyn FnOnce() + Send>>,
+    /// The channel fd it reports instead of the soft CQ's own.
+    pub channel_fd: Option<RawFd>,
 }
 
 impl HookedCq {
@@ -36,6 +38,7 @@ impl HookedCq {
             get_event: None,
             at_registration: Mutex::new(None),
             at_drop: None,
+            channel_fd: None,
         }
     }
 }
@@ -59,7 +62,7 @@ impl CompletionQueue for HookedCq {
         }
     }
     fn channel_fd(&self) -> Option<RawFd> {
-        self.cq.channel_fd()
+        self.channel_fd.or_else(|| self.cq.channel_fd())
     }
     fn get_event(&mut self) -> io::Result<bool> {
         match &mut self.get_event {

@@ -1,6 +1,7 @@
 //! Helpers the verbs test crates share, one concept per module:
 //! `driver` (a driver serving a feed, and waiting for what it delivers),
-//! `hooked_cq` (a software CQ whose calls a test takes over), `load`
+//! `hooked_cq` (a software CQ whose calls a test takes over), `panics` (the provoked
+//! ones kept quiet), `load`
 //! (producers under credits, a seeded RNG, a batch drain under a watchdog), and here the checks that report instead of panicking
 //! (`ensure!`, for the scenarios the guest runs without a test harness).
 //!
@@ -13,6 +14,7 @@
 pub mod driver;
 pub mod hooked_cq;
 pub mod load;
+pub mod panics;
 
 use evd_verbs::WorkCompletion;
 

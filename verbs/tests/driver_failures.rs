@@ -1,0 +1,403 @@
+//! A feed whose verbs calls fail (`req_notify`, `get_cq_event`, the ring's
+//! poll of its channel fd): the driver reports the failure as that feed's,
+//! retries it once, gives the feed up if it fails again within
+//! `FEED_RETRY_WINDOW` (its CQ drained first, then a `CqError` in its EVD),
+//! and serves its other feeds on, from the caller's loop and on its own
+//! thread alike, on both backends.
+
+mod common;
+
+use common::driver::{BACKENDS, WATCHDOG, take};
+use common::hooked_cq::HookedCq;
+use common::panics::{PROVOKED, quiet_provoked_panics};
+use common::wc;
+use evd_verbs::soft::SoftCq;
+use evd_verbs::{
+    AsyncElement, AsyncEventKind, CompletionQueue, CqId, Driver, DriverBackend, DriverConfig,
+    DriverError, Feed, FeedMode, PollError, VerbsEvent,
+};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+/// What a [`Flaky`] call does next (the value of its knob).
+const WORKS: u8 = 0;
+/// Fails once (`EIO`), then works.
+const FAILS_ONCE: u8 = 1;
+/// Panics once, then works.
+const PANICS_ONCE: u8 = 2;
+/// Fails (`EIO`) from now on.
+const ALWAYS_FAILS: u8 = 3;
+
+/// What a knob says this call does: `Err` to fail it, a panic, or `Ok` to
+/// let the soft CQ's own call run.
+fn knob_says(knob: &AtomicU8) -> std::io::Result<()> {
+    let eio = || Err(std::io::Error::from_raw_os_error(libc::EIO));
+    if knob.load(Relaxed) == ALWAYS_FAILS {
+        return eio();
+    }
+    match knob.swap(WORKS, Relaxed) {
+        FAILS_ONCE => eio(),
+        PANICS_ONCE => panic!("{PROVOKED}"),
+        _ => Ok(()),
+    }
+}
+
+/// A software CQ whose arm and `get_event` each do what their knob says,
+/// and whose next poll hides what is queued (as if the wake's completion
+/// had been polled already) when `hide_next_poll` is set.
+struct Flaky {
+    cq: HookedCq,
+    arm: Arc<AtomicU8>,
+    get_event: Arc<AtomicU8>,
+    hide_next_poll: Arc<AtomicU8>,
+}
+
+impl Flaky {
+    fn new(cq: SoftCq) -> Self {
+        let (arm, get_event, hide) = <[Arc<AtomicU8>; 3]>::default().into();
+        let mut cq = HookedCq::new(cq);
+        let h = Arc::clone(&hide);
+        cq.poll = Some(Box::new(move |_, want| {
+            Ok(if h.swap(0, Relaxed) != 0 { 0 } else { want })
+        }));
+        let a = Arc::clone(&arm);
+        cq.req_notify = Some(Box::new(move |cq, solicited_only| {
+            knob_says(&a)?;
+            cq.req_notify(solicited_only)
+        }));
+        let g = Arc::clone(&get_event);
+        cq.get_event = Some(Box::new(move |cq, ()| {
+            knob_says(&g)?;
+            cq.get_event()
+        }));
+        Flaky {
+            cq,
+            arm,
+            get_event,
+            hide_next_poll: hide,
+        }
+    }
+}
+
+fn config(backend: DriverBackend) -> DriverConfig {
+    DriverConfig::default().with_backend(backend)
+}
+
+fn wr_id(ev: &VerbsEvent) -> Option<u64> {
+    match ev {
+        VerbsEvent::Completion { wc, .. } => Some(wc.wr_id),
+        _ => None,
+    }
+}
+
+/// The `CqError` a given-up feed of CQ 0 delivers.
+fn is_cq_error(ev: &VerbsEvent) -> bool {
+    matches!(ev, VerbsEvent::Async(a)
+        if a.kind == AsyncEventKind::CqError && a.element == AsyncElement::Cq(CqId(0)))
+}
+
+/// A CQ whose `get_event` fails or panics once, before it takes the channel
+/// event of a completion: the failed turn is reported as the feed's, the
+/// next re-arms the CQ and drains it, and the feed, asleep again, is woken
+/// by the next completion (whose wake-up takes both events), on either
+/// backend. (io_uring's multishot poll reports only new wake-ups: a feed
+/// that slept believing its used-up arm still set would never hear from
+/// its CQ again.)
+#[test]
+fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() {
+    quiet_provoked_panics();
+    for backend in BACKENDS {
+        for failure in [FAILS_ONCE, PANICS_ONCE] {
+            let case = format!("{backend:?}, failure {failure}");
+            let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+            let (cq, hca) = SoftCq::new(64).unwrap();
+            let flaky = Flaky::new(cq);
+            let knob = Arc::clone(&flaky.get_event);
+            let mut driver = Driver::new(config(backend)).unwrap();
+            let key = driver
+                .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
+                .unwrap();
+            driver.process(Some(Duration::ZERO)).unwrap();
+            assert!(hca.stats().armed, "{case}: asleep on an armed CQ");
+            knob.store(failure, Relaxed);
+            hca.push(wc(1)).unwrap();
+            let mut failed = None;
+            for _ in 0..100 {
+                if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            let reported = match &failed {
+                Some(DriverError::FeedFailed {
+                    feed,
+                    error,
+                    given_up,
+                }) => {
+                    failure == FAILS_ONCE
+                        && *feed == key.id()
+                        && error.raw_os_error() == Some(libc::EIO)
+                        && !given_up
+                }
+                Some(DriverError::Panicked(p)) => {
+                    failure == PANICS_ONCE && p.message() == Some(PROVOKED)
+                }
+                _ => false,
+            };
+            assert!(reported, "{case}: the failed turn is reported: {failed:?}");
+            assert_eq!(hca.stats().channel_events, 1, "{case}: the event was left");
+            driver.process(Some(Duration::ZERO)).unwrap();
+            assert!(hca.stats().armed, "{case}: the retry re-armed the CQ");
+            let got: Vec<_> = take(&mut consumer, 1).iter().map(wr_id).collect();
+            assert_eq!(got, [Some(1)], "{case}");
+            hca.push(wc(2)).unwrap();
+            let start = Instant::now();
+            while consumer.is_empty() {
+                assert!(
+                    start.elapsed() < WATCHDOG,
+                    "{case}: the feed was never woken again"
+                );
+                driver.process(Some(Duration::from_millis(100))).unwrap();
+            }
+            assert_eq!(
+                consumer.try_dequeue().ok().as_ref().and_then(wr_id),
+                Some(2),
+                "{case}"
+            );
+            assert_eq!(hca.stats().channel_events, 0, "{case}: every event got");
+            let stats = driver.stats();
+            let failures = u64::from(failure == FAILS_ONCE);
+            assert_eq!(stats.feed_failures, failures, "{case}");
+            assert_eq!(stats.feeds_given_up, 0, "{case}");
+        }
+    }
+}
+
+#[test]
+fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
+    // A completion fires the CQ's arm; the wake's poll finds nothing (it is
+    // hidden once), so the feed arms at once, and that arm fails. The next
+    // `process` must arm and drain: a feed left asleep on its unarmed CQ
+    // would strand the completion for good.
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let flaky = Flaky::new(cq);
+    let (hide, arm) = (flaky.hide_next_poll.clone(), flaky.arm.clone());
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver
+        .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    driver.process(Some(Duration::ZERO)).unwrap();
+    assert!(hca.stats().armed);
+    hide.store(1, Relaxed);
+    arm.store(FAILS_ONCE, Relaxed);
+    hca.push(wc(9)).unwrap();
+    let mut failed = None;
+    for _ in 0..100 {
+        if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
+            failed = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(&failed, Some(DriverError::FeedFailed { feed, error, given_up: false })
+            if *feed == key.id() && error.raw_os_error() == Some(libc::EIO)),
+        "the failed arm is reported as the feed's, retried: {failed:?}"
+    );
+    assert!(!hca.stats().armed);
+    assert!(
+        hca.is_stranded(),
+        "queued, unarmed, no event: only a retry helps"
+    );
+    driver.process(Some(Duration::ZERO)).unwrap();
+    assert!(hca.stats().armed, "the retry armed the CQ");
+    assert!(
+        matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 9)
+    );
+}
+
+/// A CQ whose arm, or whose `get_event`, fails from some point on (a broken
+/// device): the first failure is retried; one within the retry window of
+/// the last gives the feed up. Every completion its CQ held is delivered,
+/// then one `CqError` saying why, and the driver then sleeps: the feed is
+/// neither retried in a busy loop (epoll's level-triggered fd reports the
+/// events `get_event` cannot take at every turn) nor served again.
+#[test]
+fn a_verbs_call_that_keeps_failing_gives_the_feed_up_after_what_its_cq_holds() {
+    for backend in BACKENDS {
+        for call in ["arm", "get_event"] {
+            let case = format!("{backend:?}, {call}");
+            let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+            let (cq, hca) = SoftCq::new(64).unwrap();
+            let flaky = Flaky::new(cq);
+            let (knob, why) = match call {
+                "arm" => (flaky.arm.clone(), PollError::ArmFailed(libc::EIO)),
+                _ => (flaky.get_event.clone(), PollError::ChannelFailed(libc::EIO)),
+            };
+            let mut driver = Driver::new(config(backend)).unwrap();
+            let key = driver
+                .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
+                .unwrap();
+            driver.process(Some(Duration::ZERO)).unwrap();
+            knob.store(ALWAYS_FAILS, Relaxed);
+            // A new completion each time the last one came back, until a
+            // failure gives the feed up (a failure later than the window
+            // after the last is retried: legal on a slow machine).
+            let (mut pushed, mut got, mut failures) = (0, Vec::new(), Vec::new());
+            let start = Instant::now();
+            while failures.last() != Some(&true) {
+                assert!(start.elapsed() < WATCHDOG, "{case}: {failures:?}");
+                if got.len() as u64 == pushed {
+                    pushed += 1;
+                    hca.push(wc(pushed)).unwrap();
+                }
+                match driver.process(Some(Duration::from_millis(100))) {
+                    Ok(_) => {}
+                    Err(DriverError::FeedFailed {
+                        feed,
+                        error,
+                        given_up,
+                    }) => {
+                        assert_eq!(feed, key.id(), "{case}");
+                        assert_eq!(error.raw_os_error(), Some(libc::EIO), "{case}");
+                        failures.push(given_up);
+                    }
+                    Err(e) => panic!("{case}: {e}"),
+                }
+                got.extend(std::iter::from_fn(|| consumer.try_dequeue().ok()));
+            }
+            while !got.last().is_some_and(is_cq_error) {
+                assert!(start.elapsed() < WATCHDOG, "{case}: no CqError: {got:?}");
+                driver.process(Some(Duration::from_millis(100))).unwrap();
+                got.extend(std::iter::from_fn(|| consumer.try_dequeue().ok()));
+            }
+            let (error, completions) = got.split_last().unwrap();
+            assert!(is_cq_error(error));
+            let ids: Vec<_> = completions.iter().map(wr_id).collect();
+            let pushed_ids: Vec<_> = (1..=pushed).map(Some).collect();
+            assert_eq!(ids, pushed_ids, "{case}: every completion, then the error");
+            assert!(
+                !failures[..failures.len() - 1].contains(&true),
+                "{case}: given up once: {failures:?}"
+            );
+            let stats = driver.stats();
+            assert_eq!(stats.feed_failures, failures.len() as u64, "{case}");
+            assert_eq!(stats.feeds_given_up, 1, "{case}");
+            let activity = driver.process(Some(Duration::ZERO)).unwrap();
+            assert!(!activity.busy, "{case}: asleep, not retrying");
+            // Given up: served no more.
+            hca.push(wc(pushed + 1)).unwrap();
+            driver.process(Some(Duration::from_millis(10))).unwrap();
+            assert!(consumer.is_empty(), "{case}: a given-up feed was served");
+            assert_eq!(driver.stats().feed_failures, failures.len() as u64);
+            let feed = driver.remove(key).unwrap();
+            assert_eq!(feed.failure(), Some(why), "{case}");
+        }
+    }
+}
+
+/// A feed whose channel fd cannot be polled (a number that names no open
+/// file: the poll request fails on epoll, its completion on io_uring) is
+/// given up as one whose verbs calls fail, and the feed beside it, on the
+/// same driver, is served throughout.
+#[test]
+fn a_feed_whose_fd_cannot_be_polled_is_given_up_and_the_others_are_served_on() {
+    for backend in BACKENDS {
+        let (poster_a, mut consumer_a) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let (poster_b, mut consumer_b) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let (cq_a, hca_a) = SoftCq::new(64).unwrap();
+        let (cq_b, hca_b) = SoftCq::new(64).unwrap();
+        let mut cq_a = HookedCq::new(cq_a);
+        // Above any file-descriptor limit: never open.
+        cq_a.channel_fd = Some(i32::MAX);
+        let mut driver = Driver::new(config(backend)).unwrap();
+        let a = driver
+            .register(Feed::new(cq_a, CqId(0), poster_a), FeedMode::Event)
+            .unwrap();
+        driver
+            .register(Feed::new(cq_b, CqId(1), poster_b), FeedMode::Event)
+            .unwrap();
+        hca_a.push(wc(1)).unwrap();
+        let (mut got_a, mut got_b, mut pushed_b) = (Vec::new(), Vec::new(), 0);
+        let start = Instant::now();
+        while !got_a.last().is_some_and(is_cq_error) {
+            assert!(start.elapsed() < WATCHDOG, "{backend:?}: {got_a:?}");
+            if got_b.len() as u64 == pushed_b {
+                pushed_b += 1;
+                hca_b.push(wc(pushed_b)).unwrap();
+            }
+            match driver.process(Some(Duration::from_millis(100))) {
+                Ok(_) => {}
+                Err(DriverError::FeedFailed { feed, error, .. }) => {
+                    assert_eq!(feed, a.id(), "{backend:?}");
+                    assert_eq!(error.raw_os_error(), Some(libc::EBADF), "{backend:?}");
+                }
+                Err(e) => panic!("{backend:?}: {e}"),
+            }
+            got_a.extend(std::iter::from_fn(|| consumer_a.try_dequeue().ok()));
+            got_b.extend(std::iter::from_fn(|| consumer_b.try_dequeue().ok()));
+        }
+        assert_eq!(got_a.len(), 2, "{backend:?}: {got_a:?}");
+        assert_eq!(wr_id(&got_a[0]), Some(1), "{backend:?}");
+        assert_eq!(driver.stats().feeds_given_up, 1);
+        // B is served on after A is given up.
+        let next = pushed_b + 1;
+        hca_b.push(wc(next)).unwrap();
+        while got_b.len() as u64 != next {
+            assert!(start.elapsed() < WATCHDOG, "{backend:?}: B: {got_b:?}");
+            driver.process(Some(Duration::from_millis(100))).unwrap();
+            got_b.extend(std::iter::from_fn(|| consumer_b.try_dequeue().ok()));
+        }
+        let ids: Vec<_> = got_b.iter().map(wr_id).collect();
+        assert_eq!(ids, (1..=next).map(Some).collect::<Vec<_>>());
+        let feed = driver.remove(a).unwrap();
+        assert_eq!(feed.failure(), Some(PollError::ChannelFailed(libc::EBADF)));
+    }
+}
+
+/// On its own thread, the driver does what `process` does for its caller:
+/// a feed's failing verbs calls end neither the thread nor the service of
+/// the feed beside it. (The thread used to end on the first failure,
+/// dropping every feed: their consumers waited for ever.)
+#[test]
+fn a_spawned_driver_serves_on_when_one_feeds_verbs_calls_fail() {
+    let (poster_a, mut consumer_a) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (poster_b, mut consumer_b) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (cq_a, hca_a) = SoftCq::new(64).unwrap();
+    let (cq_b, hca_b) = SoftCq::new(64).unwrap();
+    let flaky = Flaky::new(cq_a);
+    flaky.get_event.store(ALWAYS_FAILS, Relaxed);
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let a = driver
+        .register(Feed::new(flaky.cq, CqId(0), poster_a), FeedMode::Event)
+        .unwrap();
+    let b = driver
+        .register(Feed::new(cq_b, CqId(1), poster_b), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    // A completion at a time, each waited for, until the `CqError` comes.
+    let mut ids = Vec::new();
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < WATCHDOG, "never given up: {ids:?}");
+        hca_a.push(wc(ids.len() as u64 + 1)).unwrap();
+        let ev = take(&mut consumer_a, 1).remove(0);
+        if is_cq_error(&ev) {
+            break;
+        }
+        ids.push(wr_id(&ev).expect("a completion or the CqError"));
+    }
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+    hca_b.push(wc(7)).unwrap();
+    assert_eq!(wr_id(&take(&mut consumer_b, 1)[0]), Some(7));
+    assert!(running.is_running());
+    let stats = running.stats();
+    assert_eq!(stats.feeds_given_up, 1);
+    assert!(stats.feed_failures >= 2, "{stats:?}");
+    let mut stopped = running.shutdown().unwrap();
+    let feed_a: Feed<HookedCq> = stopped.take(a).unwrap();
+    assert_eq!(feed_a.failure(), Some(PollError::ChannelFailed(libc::EIO)));
+    assert!(stopped.take(b).is_some());
+}
