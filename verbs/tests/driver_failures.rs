@@ -16,6 +16,7 @@ use evd_verbs::{
     AsyncElement, AsyncEventKind, CompletionQueue, CqId, Driver, DriverBackend, DriverConfig,
     DriverError, Feed, FeedMode, PollError, VerbsEvent,
 };
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::Relaxed;
@@ -175,47 +176,113 @@ fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() 
     }
 }
 
+/// A completion fires the CQ's arm; the wake's poll finds nothing (it is
+/// hidden once), so the feed arms at once, and that arm fails. The retry
+/// must arm and drain, and a caller that waits on the driver's fd after
+/// the error must be woken for it (the error stands in for the `Activity`
+/// that would have said the feed is busy): a feed left asleep on its
+/// unarmed CQ would strand the completion for good.
 #[test]
 fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
-    // A completion fires the CQ's arm; the wake's poll finds nothing (it is
-    // hidden once), so the feed arms at once, and that arm fails. The next
-    // `process` must arm and drain: a feed left asleep on its unarmed CQ
-    // would strand the completion for good.
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let flaky = Flaky::new(cq);
-    let (hide, arm) = (flaky.hide_next_poll.clone(), flaky.arm.clone());
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    let key = driver
-        .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
-    driver.process(Some(Duration::ZERO)).unwrap();
-    assert!(hca.stats().armed);
-    hide.store(1, Relaxed);
-    arm.store(FAILS_ONCE, Relaxed);
-    hca.push(wc(9)).unwrap();
-    let mut failed = None;
-    for _ in 0..100 {
-        if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
-            failed = Some(e);
-            break;
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let (cq, hca) = SoftCq::new(64).unwrap();
+        let flaky = Flaky::new(cq);
+        let (hide, arm) = (flaky.hide_next_poll.clone(), flaky.arm.clone());
+        let mut driver = Driver::new(config(backend)).unwrap();
+        let key = driver
+            .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
+            .unwrap();
+        driver.process(Some(Duration::ZERO)).unwrap();
+        assert!(hca.stats().armed);
+        hide.store(1, Relaxed);
+        arm.store(FAILS_ONCE, Relaxed);
+        hca.push(wc(9)).unwrap();
+        let mut failed = None;
+        for _ in 0..100 {
+            if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
+                failed = Some(e);
+                break;
+            }
         }
+        assert!(
+            matches!(&failed, Some(DriverError::FeedFailed { feed, error, given_up: false })
+                if *feed == key.id() && error.raw_os_error() == Some(libc::EIO)),
+            "{backend:?}: the failed arm is reported as the feed's, retried: {failed:?}"
+        );
+        assert!(!hca.stats().armed);
+        assert!(
+            hca.is_stranded(),
+            "{backend:?}: queued, unarmed, no event: only a retry helps"
+        );
+        assert!(
+            readable_within_watchdog(&driver),
+            "{backend:?}: the driver's fd wakes the caller's loop for the retry"
+        );
+        driver.process(Some(Duration::ZERO)).unwrap();
+        assert!(hca.stats().armed, "{backend:?}: the retry armed the CQ");
+        assert!(
+            matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 9),
+            "{backend:?}"
+        );
     }
-    assert!(
-        matches!(&failed, Some(DriverError::FeedFailed { feed, error, given_up: false })
-            if *feed == key.id() && error.raw_os_error() == Some(libc::EIO)),
-        "the failed arm is reported as the feed's, retried: {failed:?}"
-    );
-    assert!(!hca.stats().armed);
-    assert!(
-        hca.is_stranded(),
-        "queued, unarmed, no event: only a retry helps"
-    );
-    driver.process(Some(Duration::ZERO)).unwrap();
-    assert!(hca.stats().armed, "the retry armed the CQ");
-    assert!(
-        matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 9)
-    );
+}
+
+/// Whether the driver's fd becomes readable (before the watchdog).
+fn readable_within_watchdog(driver: &Driver) -> bool {
+    let mut fd = libc::pollfd {
+        fd: driver.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the call's duration.
+    unsafe { libc::poll(&mut fd, 1, WATCHDOG.as_millis() as i32) > 0 }
+}
+
+/// A feed that is done (its CQ's poll failed: its `CqError` delivered) is
+/// neither retried nor given up when its channel's calls fail later: it
+/// takes no channel event at all, so nothing fails and nothing is counted.
+#[test]
+fn a_done_feed_takes_no_channel_event_and_reports_no_failure() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let (cq, hca) = SoftCq::new(64).unwrap();
+        let flaky = Flaky::new(cq);
+        let knob = Arc::clone(&flaky.get_event);
+        let mut driver = Driver::new(config(backend)).unwrap();
+        driver
+            .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
+            .unwrap();
+        driver.process(Some(Duration::ZERO)).unwrap();
+        hca.push(wc(1)).unwrap();
+        let got = take_processing(&mut driver, &mut consumer, 1);
+        assert_eq!(wr_id(&got[0]), Some(1), "{backend:?}");
+        // The next turn arms, polls, and the poll fails: `CqError`, done.
+        hca.fail_next_poll(libc::EIO);
+        let got = take_processing(&mut driver, &mut consumer, 1);
+        assert!(is_cq_error(&got[0]), "{backend:?}: {got:?}");
+        knob.store(ALWAYS_FAILS, Relaxed);
+        for _ in 0..3 {
+            hca.inject_spurious_event();
+            driver.process(Some(Duration::from_millis(10))).unwrap();
+        }
+        assert_eq!(driver.stats().feed_failures, 0, "{backend:?}");
+    }
+}
+
+/// Process until `n` events came, under the watchdog.
+fn take_processing(
+    driver: &mut Driver,
+    consumer: &mut evd::Consumer<VerbsEvent>,
+    n: usize,
+) -> Vec<VerbsEvent> {
+    let (mut got, start) = (Vec::new(), Instant::now());
+    while got.len() < n {
+        assert!(start.elapsed() < WATCHDOG, "{got:?}");
+        driver.process(Some(Duration::from_millis(100))).unwrap();
+        got.extend(std::iter::from_fn(|| consumer.try_dequeue().ok()));
+    }
+    got
 }
 
 /// A CQ whose arm, or whose `get_event`, fails from some point on (a broken

@@ -44,7 +44,15 @@ pub enum DriverError {
     /// [`Feed::failure`](crate::Feed::failure) says why:
     /// [`PollError::ArmFailed`](crate::PollError::ArmFailed) or
     /// [`PollError::ChannelFailed`](crate::PollError::ChannelFailed)), and
-    /// it stays registered until removed.
+    /// it stays registered until removed. A feed with no CQ (the async or
+    /// CM events of a device) is served no more at once.
+    ///
+    /// From [`Driver::process`](crate::Driver::process): call it again
+    /// (the retry is that feed's next turn); the driver's fd is readable
+    /// meanwhile, so a loop that waits on it does not sleep through the
+    /// retry. The failure is counted
+    /// ([`DriverStats::feed_failures`](crate::DriverStats::feed_failures)),
+    /// also on a spawned driver, which serves on.
     FeedFailed {
         /// The feed.
         feed: FeedId,
@@ -60,7 +68,7 @@ pub enum DriverError {
     /// From [`Driver::process`](crate::Driver::process): the panic was
     /// caught in one feed's turn and counted; the call completed and the
     /// driver is intact, so call it again to serve on (every feed, the one
-    /// whose turn panicked included). From
+    /// whose turn panicked included; the driver's fd is readable meanwhile). From
     /// [`RunningDriver::shutdown`](crate::RunningDriver::shutdown): a panic
     /// its thread caught that nobody took with
     /// [`RunningDriver::take_panic`](crate::RunningDriver::take_panic), or a

@@ -264,7 +264,9 @@ impl Driver {
     /// completed, every other feed had its turn, and the driver is intact;
     /// the first such failure of the call is returned, the others are
     /// counted ([`DriverStats::handler_panics`],
-    /// [`DriverStats::feed_failures`]).
+    /// [`DriverStats::feed_failures`]). Call `process` again: where the
+    /// failure left a feed with work, the driver's fd is readable, as the
+    /// [`Activity`] this error stands in for would have said.
     ///
     /// # Panics
     /// Not because of a handler. A feed's turn runs user code: the upcall
@@ -288,10 +290,21 @@ impl Driver {
         self.shared.stats.publish(&self.stats);
         let activity = activity?;
         let failed = self.failed.take();
-        match self.caught.take() {
-            Some(p) => Err(DriverError::Panicked(p)),
-            None => failed.map_or(Ok(activity), Err),
+        let reported = match self.caught.take() {
+            Some(p) => DriverError::Panicked(p),
+            None => match failed {
+                Some(e) => e,
+                None => return Ok(activity),
+            },
+        };
+        if activity.busy {
+            // The error stands in for the `Activity` that would have said
+            // so: a caller that waits on the driver's fd next must wake for
+            // the feed the failure left with work (in Arm, its CQ unarmed:
+            // no channel event will come for it).
+            self.shared.wake();
         }
+        Err(reported)
     }
 
     /// [`Driver::process`] without reporting a caught panic or a feed's
@@ -402,6 +415,7 @@ impl Driver {
     fn reap(&mut self) -> Result<bool, DriverError> {
         // (A removal that ends here is rare: `done` allocates only then.)
         let mut done = Vec::new();
+        let mut failure = None;
         // Collected first: handling one needs `&mut self`, which the ring's
         // iterator borrows.
         let mut completions = std::mem::take(&mut self.reaped);
@@ -418,7 +432,7 @@ impl Driver {
                     self.busy = true;
                 }
                 Request::FeedPoll(id) => {
-                    if let Some(removed) = self.on_feed_poll(id, c) {
+                    if let Some(removed) = self.on_feed_poll(id, c, &mut failure) {
                         done.push(removed);
                     }
                 }
@@ -429,7 +443,7 @@ impl Driver {
         for (id, source, who) in done {
             self.hand_back(id, source, who);
         }
-        Ok(any)
+        failure.map_or(Ok(any), Err)
     }
 
     /// A feed's poll completed; returns the feed if that ends its removal.
@@ -437,6 +451,7 @@ impl Driver {
         &mut self,
         id: FeedId,
         c: Completion,
+        failure: &mut Option<DriverError>,
     ) -> Option<(FeedId, Box<dyn Source>, Removal)> {
         let entry = self.slots.get_mut(id.index as usize)?;
         let slot = entry.as_mut().filter(|s| s.generation == id.generation)?;
@@ -455,18 +470,17 @@ impl Driver {
             return None;
         }
         if c.result < 0 && c.result != -libc::ECANCELED {
-            // The poll of this feed's fd failed: the feed's failure, not
-            // the driver's (its next turn retries, or it is given up).
             let error = std::io::Error::from_raw_os_error(-c.result);
-            let failed = slot.fail(
-                id,
-                FailedCall::FdPoll,
-                error,
-                Instant::now(),
-                &mut self.stats,
-            );
-            self.failed.get_or_insert(failed);
-            self.busy = true;
+            if refuses_the_fd(&error) {
+                // The feed's failure, not the driver's (its next turn
+                // retries, or it is given up).
+                let now = Instant::now();
+                let failed = slot.fail(id, FailedCall::FdPoll, error, now, &mut self.stats);
+                self.failed.get_or_insert(failed);
+                self.busy = true;
+            } else {
+                failure.get_or_insert(DriverError::Io(error));
+            }
             return None;
         }
         if c.result >= 0 {
@@ -525,10 +539,13 @@ impl Driver {
                     Ok(()) => slot.poll_in_flight = true,
                     // Refused for this fd (epoll_ctl's EPERM, EBADF): the
                     // feed's failure, as a failed poll is.
-                    Err(error) => {
+                    Err(error) if refuses_the_fd(&error) => {
                         let failed = slot.fail(id, FailedCall::FdPoll, error, now, &mut self.stats);
                         self.failed.get_or_insert(failed);
                     }
+                    // The backend's own (out of memory, epoll's watch
+                    // limit, the ring's queue): not the feed's doing.
+                    Err(error) => return Err(DriverError::Io(error)),
                 }
             }
             busy |= slot.is_busy();
@@ -641,6 +658,16 @@ impl Driver {
             stats: self.stats,
         })
     }
+}
+
+/// Whether a poll of an fd failed because of that fd (a number that names
+/// no open file, a file that cannot be polled), not because of the backend
+/// (memory, epoll's watch limit): only the former is the feed's failure.
+fn refuses_the_fd(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBADF | libc::EPERM | libc::EINVAL | libc::ELOOP)
+    )
 }
 
 /// A driver that goes (dropped by its owner, or at the end of its thread,

@@ -172,8 +172,11 @@ impl Slot {
             .last_failure
             .is_some_and(|t| now.saturating_duration_since(t) < FEED_RETRY_WINDOW);
         self.last_failure = Some(now);
-        let given_up = again && !self.given_up;
-        if self.phase != Phase::Done && !self.given_up {
+        // A feed that is done (its EVD closed, or its CQ failed) is served
+        // no more already: nothing to retry or give up.
+        let live = self.phase != Phase::Done && !self.given_up;
+        let given_up = again && live;
+        if live {
             self.phase = Phase::Arm;
             self.source.forget_arm();
             if given_up {
@@ -211,8 +214,9 @@ impl Slot {
         stats: &mut DriverStats,
     ) -> Result<usize, (FailedCall, io::Error)> {
         let fd_fired = std::mem::take(&mut self.fd_fired);
-        // A feed given up gets no channel event: the call fails.
-        if fd_fired && !self.given_up {
+        // A feed given up (the call fails) or done (nothing more to serve)
+        // takes no channel event.
+        if fd_fired && !self.given_up && self.phase != Phase::Done {
             self.source
                 .take_events()
                 .map_err(|e| (FailedCall::GetEvent, e))?;
