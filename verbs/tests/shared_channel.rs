@@ -265,6 +265,55 @@ fn a_small_evd_blocks_the_channel_feed_without_over_commit_and_loses_nothing() {
     }
 }
 
+/// A consumer slower than its CQs keeps the EVD full: every pass of the
+/// feed ends at a full EVD. Each CQ still gets its share of the slots the
+/// consumer frees, by the arming pass and the unarmed one alike; a feed
+/// that restarted each pass at the CQ that found the EVD full would hand
+/// that CQ every slot while the others filled up to an overrun.
+#[test]
+fn a_full_evd_shares_its_freed_slots_among_the_cqs_instead_of_starving_some() {
+    const EVD: usize = 4;
+    const ROUNDS: usize = 60;
+    for arming in [true, false] {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(EVD).unwrap();
+        let channel = SoftChannel::new().unwrap();
+        let mut feed = ChannelFeed::new(channel.clone(), poster);
+        let hcas: Vec<SoftCqProducer> = (0..3)
+            .map(|i| {
+                let (cq, hca) = channel.create_cq(CQ_DEPTH).unwrap();
+                feed.add(cq, CqId(i)).unwrap();
+                hca
+            })
+            .collect();
+        let mut served = [0u64; 3];
+        for round in 0..ROUNDS {
+            // Every CQ has more than the EVD holds, every round.
+            for hca in &hcas {
+                while hca.stats().len < 2 * EVD {
+                    hca.push(wc(round as u64)).unwrap();
+                }
+            }
+            let p = if arming {
+                feed.arm_and_drain(64).unwrap()
+            } else {
+                feed.progress(64)
+            };
+            assert_eq!(p.status, FeedStatus::Backpressure, "round {round}");
+            while let Ok(ev) = consumer.try_dequeue() {
+                let VerbsEvent::Completion { cq, .. } = ev else {
+                    panic!("{ev:?}")
+                };
+                served[cq.0 as usize] += 1;
+            }
+        }
+        let (least, most) = (served.iter().min(), served.iter().max());
+        assert!(
+            least.unwrap() * 2 >= *most.unwrap(),
+            "arming {arming}: slots served per CQ {served:?}"
+        );
+    }
+}
+
 #[test]
 fn an_event_for_a_cq_the_feed_does_not_hold_is_acked_at_once_and_counted() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();

@@ -44,9 +44,10 @@
 //!   thread and each reads the EVD's free space before every poll; a full
 //!   EVD stops the whole pass (`Backpressure`): the feeds not reached stay
 //!   dirty and run when the room signal comes.
-//! - *Budgets.* One call delivers at most its budget over all the CQs; the
-//!   next call starts after the CQ that used it up, so one busy CQ does not
-//!   starve the others.
+//! - *Fair shares.* One call delivers at most its budget over all the CQs;
+//!   the next call starts after the CQ that used it up or found the EVD
+//!   full, so one busy CQ does not starve the others, of the budget or of
+//!   the slots a slow consumer frees (a starved CQ would overrun).
 //! - *Acks.* Every event got is acknowledged exactly once: by its CQ's feed
 //!   (in batches, and the rest when the feed is dropped or handed back,
 //!   before the CQ is destroyed), or at once if its CQ is unknown.
@@ -443,8 +444,10 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                     });
                 }
                 FeedStatus::Backpressure | FeedStatus::Closed => {
-                    // Still dirty: run again once there is room.
-                    self.cursor = i;
+                    // Still dirty: run again once there is room, after the
+                    // others (starting here again would hand this CQ every
+                    // slot the consumer frees, and the others overrun).
+                    self.cursor = (i + 1) % n;
                     return Ok(Progress {
                         delivered,
                         status: p.status,
@@ -548,8 +551,9 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                 }
                 FeedStatus::Backpressure | FeedStatus::Closed => {
                     // Its completions wait in the CQ; the arm, if it was
-                    // used up, is still to be made: it stays dirty.
-                    self.cursor = i;
+                    // used up, is still to be made: it stays dirty. The
+                    // next pass starts after it, as after a budget.
+                    self.cursor = (i + 1) % n;
                     return Progress {
                         delivered,
                         status: p.status,
