@@ -1,6 +1,6 @@
 //! The busy-poll mode's optional dedicated thread.
 
-use crate::driver::Panic;
+use crate::driver::{DriverError, Panic};
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use crate::source::CompletionQueue;
@@ -251,12 +251,16 @@ where
     /// Stop and join the thread; hand back the feeds.
     ///
     /// # Errors
-    /// [`Panic`] with the payload if user code the thread ran panicked (an
-    /// upcall handler of an EVD its feeds post into, say) and nobody took
-    /// that panic ([`Poller::take_panic`]): a panic is reported, never
-    /// swallowed, and the feeds are then dropped here instead of handed
-    /// back (take the panic first to get them). The same if the thread
-    /// itself died of a panic; the feeds went with it.
+    /// [`DriverError::Panicked`] with the payload if user code the thread
+    /// ran panicked (an upcall handler of an EVD its feeds post into, say)
+    /// and nobody took that panic ([`Poller::take_panic`]): a panic is
+    /// reported, never swallowed, and the feeds are then dropped here
+    /// instead of handed back (take the panic first to get them). The same
+    /// if the thread itself died of a panic; the feeds went with it.
+    /// [`DriverError::OnDriverThread`] when called on the poller's own
+    /// thread (from such an upcall), where joining would wait for itself:
+    /// the poller is asked to stop, and stops once that upcall returns; its
+    /// feeds are dropped on its thread, not handed back.
     ///
     /// # Panics
     /// Never: see Errors.
@@ -268,9 +272,23 @@ where
     /// let stopped = poller.stop().unwrap(); // no post from its feeds after this
     /// assert_eq!(stopped.feeds.len(), 1);
     /// ```
-    pub fn stop(mut self) -> Result<Stopped<C, T>, Panic> {
+    pub fn stop(mut self) -> Result<Stopped<C, T>, DriverError> {
+        if self.on_poller_thread() {
+            self.shared.stop.store(true, Ordering::Relaxed);
+            // Detach: the thread ends on its own once this call returns to it.
+            drop(self.thread.take());
+            return Err(DriverError::OnDriverThread);
+        }
         self.stop_and_join()
             .expect("poller thread handle present until stopped")
+            .map_err(DriverError::Panicked)
+    }
+
+    /// True if the caller is the poller's own thread.
+    fn on_poller_thread(&self) -> bool {
+        self.thread
+            .as_ref()
+            .is_some_and(|t| t.thread().id() == std::thread::current().id())
     }
 
     fn stop_and_join(&mut self) -> Option<Result<Stopped<C, T>, Panic>> {
@@ -293,7 +311,12 @@ where
     T: From<VerbsEvent> + Send + 'static,
 {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if self.on_poller_thread() {
+            // From an upcall on its own thread: joining would wait for
+            // itself. Asked to stop, it ends once the upcall returns.
+            self.shared.stop.store(true, Ordering::Relaxed);
+            drop(self.thread.take());
+        } else if std::thread::panicking() {
             // Joined all the same (no post after the drop returns), but the
             // feeds handed back run their own code when dropped (acks, the
             // CQ's destroy), and a panic there during this unwinding would

@@ -587,3 +587,55 @@ fn a_refused_feed_whose_drop_panics_reaches_the_caller_that_dropped_its_driver()
     let answer = registered.recv_timeout(WATCHDOG).unwrap();
     assert!(matches!(answer, Err(DriverError::Stopped)));
 }
+
+/// A key names its feed in the driver that made it only. Every driver's
+/// first feed sits in slot 0, generation 1: another driver's key must
+/// remove nothing (it used to hand back that driver's own feed, or, for a
+/// key of another feed type, panic in the caller after removing it).
+#[test]
+fn a_key_of_another_driver_removes_nothing_there() {
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let mut a = Driver::new(DriverConfig::default()).unwrap();
+    let key_a = a
+        .register(
+            Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster.clone()),
+            FeedMode::Event,
+        )
+        .unwrap();
+    let hooked = HookedCq::new(SoftCq::new(4).unwrap().0);
+    let hooked_a = a
+        .register(Feed::new(hooked, CqId(2), poster.clone()), FeedMode::Event)
+        .unwrap();
+    let mut b = Driver::new(DriverConfig::default()).unwrap();
+    let key_b = b
+        .register(
+            Feed::new(SoftCq::new(4).unwrap().0, CqId(1), poster.clone()),
+            FeedMode::Event,
+        )
+        .unwrap();
+    b.register(
+        Feed::new(SoftCq::new(4).unwrap().0, CqId(3), poster),
+        FeedMode::Event,
+    )
+    .unwrap();
+    assert_eq!(key_a.id(), key_b.id(), "alike names in the two drivers");
+    assert!(matches!(b.remove(key_a), Err(DriverError::NoSuchFeed)));
+    assert!(matches!(b.remove(hooked_a), Err(DriverError::NoSuchFeed)));
+    let running_b = b.spawn().unwrap();
+    let handle_b = running_b.handle().clone();
+    assert!(matches!(
+        handle_b.remove(key_a),
+        Err(DriverError::NoSuchFeed)
+    ));
+    assert!(matches!(
+        handle_b.remove(hooked_a),
+        Err(DriverError::NoSuchFeed)
+    ));
+    let mut stopped = running_b.shutdown().unwrap();
+    assert!(stopped.take(key_a).is_none());
+    assert!(stopped.take(hooked_a).is_none());
+    assert_eq!(stopped.len(), 2, "both of B's feeds handed back");
+    assert_eq!(stopped.take(key_b).unwrap().id(), CqId(1));
+    assert_eq!(a.remove(key_a).unwrap().id(), CqId(0));
+    assert_eq!(a.remove(hooked_a).unwrap().id(), CqId(2));
+}

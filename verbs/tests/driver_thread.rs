@@ -13,6 +13,7 @@ use evd_verbs::soft::{SoftCq, SoftCqProducer};
 use evd_verbs::{
     CqId, Driver, DriverConfig, DriverError, Feed, FeedMode, Poller, RunningDriver, VerbsEvent,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -109,7 +110,10 @@ fn a_poller_whose_handler_panicked_stops_with_the_panic_not_a_second_one() {
     ran.recv_timeout(WATCHDOG)
         .expect("the handler ran on the poller thread");
     match poller.stop() {
-        Err(p) => assert_eq!(p.message(), Some("a poller's handler failed")),
+        Err(DriverError::Panicked(p)) => {
+            assert_eq!(p.message(), Some("a poller's handler failed"))
+        }
+        Err(e) => panic!("expected the handler's panic, got {e}"),
         Ok(_) => panic!("expected the handler's panic"),
     }
 }
@@ -164,4 +168,116 @@ fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked()
     drop(feed);
     drop(upcalls.teardown());
     running.shutdown().unwrap();
+}
+
+/// Drivers nest: an upcall of a spawned driver A's feed runs a driver B of
+/// its own, and an upcall of B's feed (still on A's thread, inside A's
+/// turn) calls A's handle. Refused as on A's thread, not queued for the
+/// thread that is waiting for the answer (which never came: A's thread,
+/// and with it A's shutdown, waited for ever).
+#[test]
+fn a_handle_call_from_a_nested_drivers_upcall_is_refused_not_deadlocked() {
+    let mut b = Driver::new(DriverConfig::default()).unwrap();
+    let (cq_b, hca_b) = SoftCq::new(16).unwrap();
+    let (poster_b, consumer_b) = evd::bounded::<VerbsEvent>(16).unwrap();
+    b.register(Feed::new(cq_b, CqId(2), poster_b), FeedMode::Event)
+        .unwrap();
+    let mut a = Driver::new(DriverConfig::default()).unwrap();
+    let handle_a = a.handle();
+    let (cq_a, hca_a) = SoftCq::new(16).unwrap();
+    let (poster_a, consumer_a) = evd::bounded::<VerbsEvent>(16).unwrap();
+    a.register(Feed::new(cq_a, CqId(1), poster_a), FeedMode::Event)
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let spare = Mutex::new(Some(SoftCq::new(4).unwrap().0));
+    let (spare_poster, _spare_consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    let answered = Arc::new(AtomicBool::new(false));
+    let answered_b = Arc::clone(&answered);
+    let upcalls_b =
+        consumer_b.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+            let Some(cq) = ev.ok().and(spare.lock().unwrap().take()) else {
+                return;
+            };
+            let feed = Feed::new(cq, CqId(9), spare_poster.clone());
+            let refused = handle_a.register(feed, FeedMode::Event).err();
+            answered_b.store(true, Ordering::Relaxed);
+            tx.lock().unwrap().send(refused).unwrap();
+        });
+    let b = Mutex::new(Some(b));
+    let upcalls_a =
+        consumer_a.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+            let Some(mut b) = ev.ok().and(b.lock().unwrap().take()) else {
+                return;
+            };
+            hca_b.push(wc(1)).unwrap();
+            while !answered.load(Ordering::Relaxed) {
+                b.process(Some(Duration::from_millis(100))).unwrap();
+            }
+        });
+    let running = a.spawn().unwrap();
+    hca_a.push(wc(1)).unwrap();
+    let Ok(refused) = rx.recv_timeout(WATCHDOG) else {
+        // A's thread waits for itself: joining it, or tearing down the
+        // dispatcher whose handler it is in, would hang the test.
+        std::mem::forget((running, upcalls_a, upcalls_b));
+        panic!("B's upcall never got an answer: the call waits for its own thread");
+    };
+    assert!(
+        matches!(refused, Some(DriverError::OnDriverThread)),
+        "{refused:?}"
+    );
+    running.shutdown().unwrap();
+    drop((upcalls_a.teardown(), upcalls_b.teardown()));
+}
+
+/// A poller stopped, or dropped, from an upcall on its own thread: `stop`
+/// is refused and the drop does not wait, and the poller ends once the
+/// upcall returns (joining itself, std panicked in the upcall: "deadlock
+/// avoided", and the poller's feeds and kept panic were lost).
+#[test]
+fn a_poller_stopped_or_dropped_from_its_own_upcall_does_not_join_itself() {
+    for stop in [true, false] {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        let slot: Arc<Mutex<Option<Poller<SoftCq>>>> = Arc::default();
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let in_handler = Arc::clone(&slot);
+        let upcalls =
+            consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+                let Some(poller) = ev.ok().and(in_handler.lock().unwrap().take()) else {
+                    return;
+                };
+                let on_its_thread = std::thread::current().name() == Some("evd-verbs-poller");
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if stop {
+                        poller.stop().err()
+                    } else {
+                        drop(poller);
+                        None
+                    }
+                }));
+                tx.lock()
+                    .unwrap()
+                    .send((on_its_thread, outcome.is_ok(), outcome.ok().flatten()))
+                    .unwrap();
+            });
+        let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), poster)], 16).unwrap();
+        *slot.lock().unwrap() = Some(poller);
+        hca.push(wc(1)).unwrap();
+        let (on_its_thread, returned, error) = rx.recv_timeout(WATCHDOG).expect("the upcall ran");
+        assert!(
+            on_its_thread,
+            "stop {stop}: the upcall ran on the poller's thread"
+        );
+        assert!(returned, "stop {stop}: the call panicked");
+        if stop {
+            assert!(
+                matches!(error, Some(DriverError::OnDriverThread)),
+                "{error:?}"
+            );
+        }
+        drop(upcalls.teardown());
+    }
 }

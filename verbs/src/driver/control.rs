@@ -20,12 +20,11 @@ use crate::feed::Feed;
 use crate::feed::{AsyncFeed, ChannelFeed, CmFeed};
 use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
 use std::any::Any;
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 /// A command for the driver, from a [`DriverHandle`].
@@ -93,11 +92,26 @@ pub(crate) struct Shared {
     /// has taken yet. Locked only when a turn panicked and when it is taken:
     /// never on the data path.
     panic: Mutex<Option<Panic>>,
+    /// The mark of the thread inside this driver's `process` (0: none).
+    /// Each driver keeps its own, so a call on a driver's handle from
+    /// anywhere inside that driver's turn is seen, however many drivers
+    /// the turn's upcalls run in turn on the same thread. Relaxed: only a
+    /// thread's own stores can hold its mark, and it reads them in program
+    /// order; another thread may read a stale mark, never its own (a mark
+    /// is cleared before its thread ends).
+    driven_by: AtomicUsize,
+    /// The driver's serial number, which its keys carry.
+    pub(crate) serial: u64,
 }
 
 thread_local! {
-    /// The driver this thread is running `process` for, if any.
-    static DRIVING: Cell<*const Shared> = const { Cell::new(std::ptr::null()) };
+    /// This thread's mark: its address names the thread while it lives.
+    static THREAD_MARK: u8 = const { 0 };
+}
+
+/// The calling thread's mark (never 0).
+fn this_thread() -> usize {
+    THREAD_MARK.with(|m| std::ptr::from_ref(m) as usize)
 }
 
 impl Shared {
@@ -109,6 +123,8 @@ impl Shared {
             wake: eventfd::new()?,
             stats: PublishedStats::default(),
             panic: Mutex::new(None),
+            driven_by: AtomicUsize::new(0),
+            serial: super::key::driver_serial(),
         }))
     }
 
@@ -196,13 +212,17 @@ impl Shared {
     }
 
     /// Mark this thread as running `self`'s driver until the guard drops.
-    pub(crate) fn driving(self: &Arc<Self>) -> DrivingGuard {
-        let previous = DRIVING.with(|d| d.replace(Arc::as_ptr(self)));
-        DrivingGuard { previous }
+    pub(crate) fn driving(&self) -> DrivingGuard<'_> {
+        let previous = self.driven_by.load(Ordering::Relaxed);
+        self.driven_by.store(this_thread(), Ordering::Relaxed);
+        DrivingGuard {
+            shared: self,
+            previous,
+        }
     }
 
-    fn on_driver_thread(self: &Arc<Self>) -> bool {
-        DRIVING.with(|d| d.get() == Arc::as_ptr(self))
+    fn on_driver_thread(&self) -> bool {
+        self.driven_by.load(Ordering::Relaxed) == this_thread()
     }
 }
 
@@ -224,15 +244,18 @@ impl Drop for RunningMark {
     }
 }
 
-/// Restores the thread's previous driver mark (drivers may nest: a driver
-/// run from an upcall of another driver's feed).
-pub(crate) struct DrivingGuard {
-    previous: *const Shared,
+/// Restores the driver's previous mark (none, unless a `process` of the
+/// driver runs inside its own turn, which `&mut` forbids).
+pub(crate) struct DrivingGuard<'a> {
+    shared: &'a Shared,
+    previous: usize,
 }
 
-impl Drop for DrivingGuard {
+impl Drop for DrivingGuard<'_> {
     fn drop(&mut self) {
-        DRIVING.with(|d| d.set(self.previous));
+        self.shared
+            .driven_by
+            .store(self.previous, Ordering::Relaxed);
     }
 }
 
@@ -293,7 +316,8 @@ impl DriverHandle {
         C: CompletionQueue + 'static,
         T: From<VerbsEvent> + Send + 'static,
     {
-        self.register_source(Box::new(feed), mode).map(FeedKey::new)
+        self.register_source(Box::new(feed), mode)
+            .map(|id| FeedKey::new(id, self.shared.serial))
     }
 
     /// Register the feed of a shared completion channel with the running
@@ -327,7 +351,8 @@ impl DriverHandle {
         H::Cq: 'static,
         T: From<VerbsEvent> + Send + 'static,
     {
-        self.register_source(Box::new(feed), mode).map(FeedKey::new)
+        self.register_source(Box::new(feed), mode)
+            .map(|id| FeedKey::new(id, self.shared.serial))
     }
 
     /// Register an async-event feed with the running driver.
@@ -356,7 +381,7 @@ impl DriverHandle {
         T: From<VerbsEvent> + Send + 'static,
     {
         self.register_source(Box::new(feed), FeedMode::Event)
-            .map(FeedKey::new)
+            .map(|id| FeedKey::new(id, self.shared.serial))
     }
 
     /// Register a connection-manager feed (see [`Driver::register_cm`](crate::Driver::register_cm)).
@@ -385,7 +410,7 @@ impl DriverHandle {
         T: From<CmEvent> + Send + 'static,
     {
         self.register_source(Box::new(feed), FeedMode::Event)
-            .map(FeedKey::new)
+            .map(|id| FeedKey::new(id, self.shared.serial))
     }
 
     /// Whether the driver runs on a thread of its own: spawned
@@ -468,14 +493,18 @@ impl DriverHandle {
     /// ```
     ///
     /// # Errors
-    /// [`DriverError::NoSuchFeed`] if it was removed already;
-    /// [`DriverError::OnDriverThread`] on the driver's own thread, where
+    /// [`DriverError::NoSuchFeed`] if it was removed already (or the key is
+    /// another driver's); [`DriverError::OnDriverThread`] on the driver's
+    /// own thread, where
     /// waiting for the feed would wait for itself;
     /// [`DriverError::Stopped`] once the driver has stopped (its feeds are in
     /// the [`Shutdown`](super::Shutdown)).
     pub fn remove<F: 'static>(&self, key: FeedKey<F>) -> Result<F, DriverError> {
         if self.shared.on_driver_thread() {
             return Err(DriverError::OnDriverThread);
+        }
+        if !key.is_of(self.shared.serial) {
+            return Err(DriverError::NoSuchFeed);
         }
         let (reply, answer) = mpsc::channel();
         self.shared.send(Command::Remove {

@@ -654,6 +654,7 @@ impl Driver {
         }
         Ok(Shutdown {
             feeds: std::mem::take(&mut self.removed),
+            driver: self.shared.serial,
             cpu_time: crate::cpu_time::thread_cpu_time(),
             stats: self.stats,
         })

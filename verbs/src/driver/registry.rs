@@ -56,7 +56,8 @@ impl Driver {
         C: CompletionQueue + 'static,
         T: From<VerbsEvent> + Send + 'static,
     {
-        self.insert(Box::new(feed), mode).map(FeedKey::new)
+        self.insert(Box::new(feed), mode)
+            .map(|id| FeedKey::new(id, self.shared.serial))
     }
 
     /// Serve the CQs of one shared completion channel as one feed: the
@@ -113,7 +114,8 @@ impl Driver {
         H::Cq: 'static,
         T: From<VerbsEvent> + Send + 'static,
     {
-        self.insert(Box::new(feed), mode).map(FeedKey::new)
+        self.insert(Box::new(feed), mode)
+            .map(|id| FeedKey::new(id, self.shared.serial))
     }
 
     /// Serve an async-event feed (always event-driven).
@@ -140,7 +142,7 @@ impl Driver {
         T: From<VerbsEvent> + Send + 'static,
     {
         self.insert(Box::new(feed), FeedMode::Event)
-            .map(FeedKey::new)
+            .map(|id| FeedKey::new(id, self.shared.serial))
     }
 
     /// Serve a connection-manager feed (always event-driven): its events
@@ -172,7 +174,7 @@ impl Driver {
         T: From<CmEvent> + Send + 'static,
     {
         self.insert(Box::new(feed), FeedMode::Event)
-            .map(FeedKey::new)
+            .map(|id| FeedKey::new(id, self.shared.serial))
     }
 
     pub(super) fn insert(
@@ -248,7 +250,7 @@ impl Driver {
     ///
     /// # Errors
     /// [`DriverError::NoSuchFeed`] if the key names no feed of this driver
-    /// (removed already). [`DriverError::Io`] if the ring failed while this
+    /// (removed already, or another driver's key). [`DriverError::Io`] if the ring failed while this
     /// call waited for it to let go of the feed's fd; the feed then stays
     /// registered, its removal pending.
     ///
@@ -258,7 +260,7 @@ impl Driver {
     /// reported by the next [`Driver::process`] (see its Panics section).
     pub fn remove<F: 'static>(&mut self, key: FeedKey<F>) -> Result<F, DriverError> {
         let id = key.id();
-        if !self.begin_remove(id, Removal::Local)? {
+        if !key.is_of(self.shared.serial) || !self.begin_remove(id, Removal::Local)? {
             return Err(DriverError::NoSuchFeed);
         }
         loop {

@@ -11,7 +11,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// A driver running on its own thread. Dropping it shuts it down (and drops
-/// its feeds, acknowledging their events, on that thread) and joins it.
+/// its feeds, acknowledging their events, on that thread) and joins it;
+/// dropped on the driver's own thread (from an upcall) or while the
+/// dropping thread unwinds from a panic, it asks the driver to stop and
+/// does not wait, so a feed's user code may still run after the drop
+/// returns (joining there would wait for itself, or could hang an
+/// unwinding thread whose lock a handler waits for).
 ///
 /// # Panics in user code
 /// The thread runs user code: the upcall handlers of the EVDs its feeds
@@ -181,6 +186,8 @@ impl fmt::Debug for RunningDriver {
 /// ```
 pub struct Shutdown {
     pub(crate) feeds: Vec<(FeedId, Box<dyn Any + Send>)>,
+    /// The serial number of the driver that was shut down.
+    pub(crate) driver: u64,
     /// CPU time of the driver thread.
     pub cpu_time: Duration,
     /// The driver's counters at the end.
@@ -189,7 +196,7 @@ pub struct Shutdown {
 
 impl Shutdown {
     /// The feed registered under `key`, if it was still registered at the
-    /// shutdown (and not taken yet).
+    /// shutdown (and not taken yet); `None` for another driver's key.
     ///
     /// ```
     /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::{SoftAsyncEvents, SoftDevice}};
@@ -201,6 +208,9 @@ impl Shutdown {
     /// assert!(stopped.take(key).is_none()); // taken
     /// ```
     pub fn take<F: 'static>(&mut self, key: FeedKey<F>) -> Option<F> {
+        if !key.is_of(self.driver) {
+            return None;
+        }
         let i = self.feeds.iter().position(|(id, _)| *id == key.id())?;
         Some(downcast(self.feeds.swap_remove(i).1))
     }
