@@ -91,7 +91,9 @@
 //! whose `wake` panics is counted as woken and its panic is not re-raised on
 //! the waking thread: that thread is the consumer in the middle of a
 //! dequeue (the event in hand would be lost) or a poster leaving the queue,
-//! and the other waiters still have to be woken.
+//! and the other waiters still have to be woken. Its wake is passed on to
+//! the next waiter, as if its seat had left: its task may never run to use
+//! the slot.
 //!
 //! # Costs
 //!
@@ -334,9 +336,12 @@ impl RoomQueue {
                 return;
             }
         }
-        for _ in 0..n {
+        let mut owed = n;
+        while owed > 0 {
             match self.with(flags, WaitQueue::pop) {
-                Some(w) => wake_poster(w, woken),
+                // A wake that panicked is passed on: it is not one of the
+                // `n` (see `wake_poster`).
+                Some(w) => owed -= u64::from(wake_poster(w, woken)),
                 None => return,
             }
         }
@@ -381,8 +386,12 @@ impl RoomQueue {
             (passed, removed)
         });
         drop(removed);
-        if let Some(w) = passed {
-            wake_poster(w, woken);
+        let mut passed = passed;
+        while let Some(w) = passed.take() {
+            if !wake_poster(w, woken) {
+                // Passed on again (see `wake_poster`).
+                passed = self.with(flags, WaitQueue::pop);
+            }
         }
     }
 
@@ -399,10 +408,13 @@ impl RoomQueue {
 
 /// Wake one waiting poster, outside the room lock, and count it. A panic in
 /// the waker is not re-raised (see the module docs): this thread may be the
-/// consumer with a dequeued event in hand.
-fn wake_poster(w: Waker, woken: &AtomicU64) {
+/// consumer with a dequeued event in hand. Returns false if `wake` panicked:
+/// its task may never run to use the slot, so the caller passes the wake on
+/// to the next waiter (an extra wake costs that waiter a retry; a wake lost
+/// would leave it asleep beside the free slot).
+fn wake_poster(w: Waker, woken: &AtomicU64) -> bool {
     woken.fetch_add(1, Ordering::Relaxed);
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake())).is_ok()
 }
 
 #[cfg(test)]

@@ -318,6 +318,57 @@ fn a_waker_that_panics_neither_costs_the_consumer_its_event_nor_the_others_their
     assert_eq!(poll(&mut f_bad, &good_waker), Poll::Ready(Ok(())));
 }
 
+/// One slot freed, and the first waiter's waker panics when woken: its
+/// task may never run to use the slot, so the wake goes on to the next
+/// waiter instead of leaving it asleep beside the free slot until the
+/// broken one is polled or dropped.
+#[test]
+fn a_waker_that_panics_passes_the_freed_slots_wake_on() {
+    struct Panicking;
+    impl Wake for Panicking {
+        fn wake(self: Arc<Self>) {
+            panic!("a broken executor's waker");
+        }
+    }
+    let (poster, mut consumer) = full_ring(&[0]);
+    let bad = Waker::from(Arc::new(Panicking));
+    let mut f_bad = poster.post_async(10);
+    assert!(poll(&mut f_bad, &bad).is_pending());
+    let (good, good_waker, mut f_good) = waiting(&poster, 11);
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!(wakes(&good), 1, "the wake was passed on");
+    assert_eq!(consumer.query().room_wakes, 2);
+    assert_eq!(poll(&mut f_good, &good_waker), Poll::Ready(Ok(())));
+    assert_eq!(consumer.try_dequeue(), Ok(11));
+    assert_eq!(poll(&mut f_bad, &good_waker), Poll::Ready(Ok(())));
+    assert_eq!(consumer.try_dequeue(), Ok(10));
+}
+
+/// A woken waiter gives up (its future dropped) and passes its wake on; the
+/// next waiter's waker panics: the wake goes on to the one after it.
+#[test]
+fn a_wake_passed_on_to_a_waker_that_panics_goes_on_to_the_next() {
+    struct Panicking;
+    impl Wake for Panicking {
+        fn wake(self: Arc<Self>) {
+            panic!("a broken executor's waker");
+        }
+    }
+    let (poster, mut consumer) = full_ring(&[0]);
+    let (first, _first_waker, f_first) = waiting(&poster, 10);
+    let bad = Waker::from(Arc::new(Panicking));
+    let mut f_bad = poster.post_async(11);
+    assert!(poll(&mut f_bad, &bad).is_pending());
+    let (last, last_waker, mut f_last) = waiting(&poster, 12);
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!((wakes(&first), wakes(&last)), (1, 0));
+    drop(f_first);
+    assert_eq!(wakes(&last), 1, "passed on past the panicking waker");
+    assert_eq!(poll(&mut f_last, &last_waker), Poll::Ready(Ok(())));
+    assert_eq!(consumer.try_dequeue(), Ok(12));
+    drop(f_bad);
+}
+
 /// A full ring under an upcall policy with no instance running (upcalls
 /// enabled with `Invoke::New` on a full ring) is drained only by an upcall
 /// that a post starts: a room waiter, which posts nothing while it waits,
