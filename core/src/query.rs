@@ -82,8 +82,8 @@ pub struct Query {
     /// and the other waiting posts).
     pub room_wanted: bool,
     /// Wakes sent to posters waiting for room: one per slot freed while they
-    /// wait, one per waiter at close, and one passed on by a woken waiter
-    /// that left.
+    /// wait, one per waiter at close, one passed on by a woken waiter that
+    /// left, and one passed on after a waker whose `wake` panicked.
     pub room_wakes: u64,
     /// Slots promised to [`Permit`](crate::Permit)s not yet sent or dropped:
     /// not in `len`, but not free for posts either.

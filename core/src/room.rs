@@ -43,7 +43,9 @@
 //! `WANTED == !queue.is_empty()` whenever the lock is free.
 //!
 //! * **One wake per freed slot.** A head store that frees `n` slots wakes at
-//!   most `n` waiters (the first `n`): no thundering herd for one slot.
+//!   most `n` waiters (the first `n`): no thundering herd for one slot. A
+//!   wake whose waker panics does not count: it is passed on to the next
+//!   waiter, at most once per waiter queued when the first one panicked.
 //! * **A woken waiter keeps its place.** It is taken out of the queue when it
 //!   is woken; if it then finds the ring full again (another poster took the
 //!   slot), it rejoins at the *front*, so a poster that keeps losing the race
@@ -172,7 +174,6 @@ impl WaitQueue {
     }
 
     /// Seats queued.
-    #[cfg(test)]
     fn len(&self) -> usize {
         self.waiting.len()
     }
@@ -336,15 +337,34 @@ impl RoomQueue {
                 return;
             }
         }
-        let mut owed = n;
-        while owed > 0 {
-            match self.with(flags, WaitQueue::pop) {
-                // A wake that panicked is passed on: it is not one of the
-                // `n` (see `wake_poster`).
-                Some(w) => owed -= u64::from(wake_poster(w, woken)),
-                None => return,
-            }
+        let (mut owed, mut passes) = (n, None);
+        let mut next = self.with(flags, WaitQueue::pop);
+        while let Some(w) = next {
+            next = if wake_poster(w, woken) {
+                owed -= 1;
+                if owed == 0 {
+                    return;
+                }
+                self.with(flags, WaitQueue::pop)
+            } else {
+                // Not one of the `n`: passed on.
+                self.pass_on(flags, &mut passes)
+            };
         }
+    }
+
+    /// The waiter to pass a wake on to after a `wake` that panicked (see
+    /// `wake_poster`), within `passes`: the waiters queued when the first
+    /// wake of this call panicked. A waker that joins the queue again from
+    /// inside its `wake` (one that polls its future there) before it panics
+    /// is at the front again: without the bound, this thread would pop it
+    /// for ever.
+    fn pass_on(&self, flags: &RoomFlags, passes: &mut Option<usize>) -> Option<Waker> {
+        self.with(flags, |q| {
+            let left = passes.get_or_insert(q.len());
+            *left = left.checked_sub(1)?;
+            q.pop()
+        })
     }
 
     /// A poster found the ring full and will sleep until `waker` is woken:
@@ -386,11 +406,10 @@ impl RoomQueue {
             (passed, removed)
         });
         drop(removed);
-        let mut passed = passed;
+        let (mut passed, mut passes) = (passed, None);
         while let Some(w) = passed.take() {
             if !wake_poster(w, woken) {
-                // Passed on again (see `wake_poster`).
-                passed = self.with(flags, WaitQueue::pop);
+                passed = self.pass_on(flags, &mut passes);
             }
         }
     }

@@ -369,6 +369,65 @@ fn a_wake_passed_on_to_a_waker_that_panics_goes_on_to_the_next() {
     drop(f_bad);
 }
 
+/// A waker that, woken, takes the freed slot with a post of its own, polls
+/// its waiting future (the ring is full again: it waits at the front of
+/// the queue once more), then panics. Its wake is passed on, but not for
+/// ever: the consumer's dequeue, in whose head store this happens, returns.
+#[test]
+fn a_waker_that_waits_again_then_panics_does_not_keep_the_consumer_passing_its_wake() {
+    type Reserve =
+        Pin<Box<dyn Future<Output = Result<evd::OwnedPermit<u32>, evd::BatchPostError>> + Send>>;
+    struct Rejoining {
+        poster: Poster<u32>,
+        future: std::sync::Mutex<Option<Reserve>>,
+        wakes: AtomicUsize,
+    }
+    impl Wake for Rejoining {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.wakes.fetch_add(1, Ordering::SeqCst);
+            let _ = self.poster.post(99);
+            let waker = Waker::from(Arc::clone(self));
+            if let Some(f) = self.future.lock().unwrap().as_mut() {
+                let _ = f.as_mut().poll(&mut Context::from_waker(&waker));
+            }
+            panic!("a broken executor's waker");
+        }
+    }
+    let (poster, mut consumer) = full_ring(&[0]);
+    let rejoining = Arc::new(Rejoining {
+        poster: poster.clone(),
+        future: std::sync::Mutex::new(Some(Box::pin(poster.clone().reserve_owned()))),
+        wakes: AtomicUsize::new(0),
+    });
+    let waker = Waker::from(Arc::clone(&rejoining));
+    let pending = rejoining
+        .future
+        .lock()
+        .unwrap()
+        .as_mut()
+        .map(|f| poll(f, &waker));
+    assert!(matches!(pending, Some(Poll::Pending)));
+    let (done, dequeued) = std::sync::mpsc::channel();
+    let dequeuer = std::thread::spawn(move || {
+        done.send(consumer.try_dequeue()).unwrap();
+        consumer
+    });
+    let Ok(first) = dequeued.recv_timeout(Duration::from_secs(60)) else {
+        // The consumer keeps passing the wake to the same waiter.
+        std::mem::forget((dequeuer, rejoining));
+        panic!("the dequeue never returned");
+    };
+    assert_eq!(first, Ok(0));
+    let mut consumer = dequeuer.join().unwrap();
+    assert!(rejoining.wakes.load(Ordering::SeqCst) >= 1);
+    assert_eq!(consumer.try_dequeue(), Ok(99), "its own post took the slot");
+    // Leaving the queue drops its waker: no cycle is left behind.
+    drop(rejoining.future.lock().unwrap().take());
+}
+
 /// A full ring under an upcall policy with no instance running (upcalls
 /// enabled with `Invoke::New` on a full ring) is drained only by an upcall
 /// that a post starts: a room waiter, which posts nothing while it waits,
