@@ -53,6 +53,13 @@ fn waiting(poster: &Poster<u32>, ev: u32) -> (Arc<Counting>, Waker, PostAsync<'_
     assert!(poll(&mut fut, &waker).is_pending());
     (count, waker, fut)
 }
+/// A waker whose `wake` panics (a broken executor's).
+struct Panicking;
+impl Wake for Panicking {
+    fn wake(self: Arc<Self>) {
+        panic!("a broken executor's waker");
+    }
+}
 fn wakes(c: &Counting) -> usize {
     c.0.load(Ordering::SeqCst)
 }
@@ -294,12 +301,6 @@ fn post_async_resolves_once_and_is_fused() {
 
 #[test]
 fn a_waker_that_panics_neither_costs_the_consumer_its_event_nor_the_others_their_wake() {
-    struct Panicking;
-    impl Wake for Panicking {
-        fn wake(self: Arc<Self>) {
-            panic!("a broken executor's waker");
-        }
-    }
     let (poster, mut consumer) = full_ring(&[0, 1]);
     let bad = Waker::from(Arc::new(Panicking));
     let (good, good_waker) = counting();
@@ -324,12 +325,6 @@ fn a_waker_that_panics_neither_costs_the_consumer_its_event_nor_the_others_their
 /// broken one is polled or dropped.
 #[test]
 fn a_waker_that_panics_passes_the_freed_slots_wake_on() {
-    struct Panicking;
-    impl Wake for Panicking {
-        fn wake(self: Arc<Self>) {
-            panic!("a broken executor's waker");
-        }
-    }
     let (poster, mut consumer) = full_ring(&[0]);
     let bad = Waker::from(Arc::new(Panicking));
     let mut f_bad = poster.post_async(10);
@@ -348,12 +343,6 @@ fn a_waker_that_panics_passes_the_freed_slots_wake_on() {
 /// next waiter's waker panics: the wake goes on to the one after it.
 #[test]
 fn a_wake_passed_on_to_a_waker_that_panics_goes_on_to_the_next() {
-    struct Panicking;
-    impl Wake for Panicking {
-        fn wake(self: Arc<Self>) {
-            panic!("a broken executor's waker");
-        }
-    }
     let (poster, mut consumer) = full_ring(&[0]);
     let (first, _first_waker, f_first) = waiting(&poster, 10);
     let bad = Waker::from(Arc::new(Panicking));
