@@ -124,13 +124,7 @@ fn a_get_event_that_fails_or_panics_once_is_retried_and_the_feed_is_served_on() 
             assert!(hca.stats().armed, "{case}: asleep on an armed CQ");
             knob.store(failure, Relaxed);
             hca.push(wc(1)).unwrap();
-            let mut failed = None;
-            for _ in 0..100 {
-                if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
-                    failed = Some(e);
-                    break;
-                }
-            }
+            let failed = first_error(&mut driver);
             let reported = match &failed {
                 Some(DriverError::FeedFailed {
                     feed,
@@ -198,13 +192,7 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
         hide.store(1, Relaxed);
         arm.store(FAILS_ONCE, Relaxed);
         hca.push(wc(9)).unwrap();
-        let mut failed = None;
-        for _ in 0..100 {
-            if let Err(e) = driver.process(Some(Duration::from_millis(100))) {
-                failed = Some(e);
-                break;
-            }
-        }
+        let failed = first_error(&mut driver);
         assert!(
             matches!(&failed, Some(DriverError::FeedFailed { feed, error, given_up: false })
                 if *feed == key.id() && error.raw_os_error() == Some(libc::EIO)),
@@ -226,6 +214,12 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
             "{backend:?}"
         );
     }
+}
+
+/// The first error `process` returns while the driver serves (at most 100
+/// calls of up to 100 ms each: a watchdog, not a timing).
+fn first_error(driver: &mut Driver) -> Option<DriverError> {
+    (0..100).find_map(|_| driver.process(Some(Duration::from_millis(100))).err())
 }
 
 /// Whether the driver's fd becomes readable (before the watchdog).
