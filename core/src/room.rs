@@ -433,7 +433,7 @@ impl RoomQueue {
 /// would leave it asleep beside the free slot).
 fn wake_poster(w: Waker, woken: &AtomicU64) -> bool {
     woken.fetch_add(1, Ordering::Relaxed);
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake())).is_ok()
+    crate::unwind::caught(|| w.wake())
 }
 
 #[cfg(test)]

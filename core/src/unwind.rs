@@ -6,6 +6,12 @@
 //! A second panic while one is already unwinding aborts the process, so a
 //! step never runs user code outside `run`, and `resume` does nothing on a
 //! thread that is already unwinding (the first panic is on its way up).
+//!
+//! A caught panic's payload is user code too: its `Drop` may panic
+//! (`panic_any` of a value whose destructor panics, rust-lang/rust#86027).
+//! A payload the EVD does not hand on is given to [`discard`], never simply
+//! dropped, so a swallowed panic stays swallowed and a step after it still
+//! runs; [`caught`] is `catch_unwind` for a panic that is not re-raised.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -21,7 +27,10 @@ impl Panics {
         // on state whose invariants hold before the call (the step is the
         // last thing done with them), so nothing half-updated is observed.
         if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
-            self.0.get_or_insert(p);
+            match self.0 {
+                None => self.0 = Some(p),
+                Some(_) => discard(p),
+            }
         }
     }
 
@@ -33,10 +42,29 @@ impl Panics {
     /// Raise the first panic kept, unless this thread is already unwinding.
     pub(crate) fn resume(self) {
         if let Some(p) = self.0 {
-            if !std::thread::panicking() {
+            if std::thread::panicking() {
+                discard(p);
+            } else {
                 resume_unwind(p);
             }
         }
+    }
+}
+
+/// Run `f`, swallowing its panic: false if it panicked. For user code whose
+/// panic is not re-raised (a room or close waiter's `wake`).
+pub(crate) fn caught(f: impl FnOnce()) -> bool {
+    // AssertUnwindSafe: as in `Panics::run`.
+    catch_unwind(AssertUnwindSafe(f)).map_err(discard).is_ok()
+}
+
+/// Drop a caught panic's payload that is not handed on. Should its `Drop`
+/// panic, that second panic is caught and its payload leaked: dropping it
+/// could panic again, and a leak of a value built to panic costs less than
+/// an unwind out of the EVD (or an abort, during one).
+pub(crate) fn discard(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
     }
 }
 
@@ -58,6 +86,67 @@ mod tests {
         assert_eq!(steps, [2, 4]);
         let payload = r.unwrap_err();
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"first"));
+    }
+
+    /// A panic payload whose `Drop` panics (with a plain payload).
+    struct Trapped;
+
+    impl Drop for Trapped {
+        fn drop(&mut self) {
+            panic!("the payload's drop");
+        }
+    }
+
+    fn plant_trapped() {
+        std::panic::panic_any(Trapped);
+    }
+
+    #[test]
+    fn a_second_panic_whose_payload_panics_on_drop_stops_no_step() {
+        let mut steps = Vec::new();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut panics = Panics::default();
+            panics.run(|| panic!("first"));
+            panics.run(plant_trapped);
+            panics.run(|| steps.push(3));
+            panics.resume();
+        }));
+        assert_eq!(steps, [3]);
+        let payload = r.unwrap_err();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"first"));
+    }
+
+    #[test]
+    fn a_swallowed_panic_whose_payload_panics_on_drop_stays_swallowed() {
+        let r = std::panic::catch_unwind(|| super::caught(plant_trapped));
+        assert_eq!(r.ok(), Some(false), "no panic escapes `caught`");
+        assert!(super::caught(|| {}));
+    }
+
+    #[test]
+    fn a_panic_kept_during_an_unwinding_is_discarded_even_if_its_payload_panics_on_drop() {
+        /// Runs steps from its `Drop`, while the thread unwinds.
+        struct InCleanup<'a>(&'a mut Vec<u32>);
+        impl Drop for InCleanup<'_> {
+            fn drop(&mut self) {
+                assert!(std::thread::panicking());
+                let mut panics = Panics::default();
+                panics.run(plant_trapped);
+                panics.run(|| self.0.push(2));
+                panics.resume(); // would abort if the payload's drop unwound
+                self.0.push(3);
+            }
+        }
+        let mut steps = Vec::new();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _cleanup = InCleanup(&mut steps);
+            panic!("the unwinding");
+        }));
+        assert_eq!(
+            r.unwrap_err().downcast_ref::<&str>(),
+            Some(&"the unwinding")
+        );
+        assert_eq!(steps, [2, 3]);
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl WakerList {
         let all = std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()).wakers);
         for (_, w) in all {
             // Not re-raised: see the module docs.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
+            crate::unwind::caught(|| w.wake());
         }
     }
 }

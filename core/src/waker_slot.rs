@@ -52,6 +52,7 @@
 //!   goes on to the notifier.
 
 use crate::sync::{AtomicUsize, Ordering, UnsafeCell};
+use crate::unwind::Panics;
 use std::task::Waker;
 
 /// Nobody holds the cell.
@@ -163,14 +164,11 @@ impl WakerSlot {
                 // The wake owed comes before the replaced waker's drop, so a
                 // drop that panics cannot lose it; should the wake panic,
                 // the replaced waker is still dropped before that panic goes
-                // on (or the drop's own panic, if it panics too).
-                let woken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    stored.expect("a register stores a waker").wake()
-                }));
-                drop(replaced);
-                if let Err(panic) = woken {
-                    std::panic::resume_unwind(panic);
-                }
+                // on (the first of the two panics goes on).
+                let mut panics = Panics::default();
+                panics.run(|| stored.expect("a register stores a waker").wake());
+                panics.drop(replaced);
+                panics.resume();
             }
         }
     }
@@ -219,9 +217,8 @@ impl Drop for Release<'_> {
         let was = self.slot.state.swap(WAITING, Ordering::AcqRel);
         if was & WAKING != 0 {
             // Unwinding already: a second panic would abort, so one from
-            // this wake is dropped.
-            let _ =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.waker.wake_by_ref()));
+            // this wake is swallowed.
+            crate::unwind::caught(|| self.waker.wake_by_ref());
         }
     }
 }

@@ -520,7 +520,9 @@ impl<T> Drop for Consumer<T> {
             self.shared.drop_queued_after_close();
         }
         if let Err(p) = closed {
-            if !std::thread::panicking() {
+            if std::thread::panicking() {
+                crate::unwind::discard(p);
+            } else {
                 std::panic::resume_unwind(p);
             }
         }

@@ -16,13 +16,17 @@
 //!
 //! Every planted panic has the payload [`Planted`], which the panic hook
 //! keeps quiet and [`caught`] insists on: a failed assertion inside the EVD's
-//! user code is never mistaken for the planted panic.
+//! user code is never mistaken for the planted panic. The table runs twice:
+//! the second time the payload is [`Trapped`], whose own `Drop` panics, so a
+//! panic the EVD swallows must be swallowed whole (rust-lang/rust#86027),
+//! and one it passes on reaches the caller intact.
 
 use crate::common::enabled;
 use evd::{
     ArmStatus, BatchPostError, Cno, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
     UpcallPolicy,
 };
+use std::cell::Cell;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
@@ -35,7 +39,36 @@ use std::task::{Context, Poll, Wake, Waker};
 /// The payload of every panic these tests plant.
 pub(crate) struct Planted;
 
+/// The payload planted while [`TRAPPED`] is set: its `Drop` raises a
+/// planted panic, unless [`caught`] defused it.
+pub(crate) struct Trapped {
+    armed: bool,
+}
+
+impl Drop for Trapped {
+    fn drop(&mut self) {
+        if self.armed {
+            std::panic::panic_any(Planted);
+        }
+    }
+}
+
+thread_local! {
+    /// This thread plants [`Trapped`] payloads.
+    static TRAPPED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` with this thread planting [`Trapped`] payloads.
+fn trapped(f: impl FnOnce()) {
+    TRAPPED.set(true);
+    f();
+    TRAPPED.set(false);
+}
+
 pub(crate) fn plant() -> ! {
+    if TRAPPED.get() {
+        std::panic::panic_any(Trapped { armed: true })
+    }
     std::panic::panic_any(Planted)
 }
 
@@ -45,20 +78,28 @@ pub(crate) fn quiet_planted_panics() {
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if !info.payload().is::<Planted>() {
+            let p = info.payload();
+            if !p.is::<Planted>() && !p.is::<Trapped>() {
                 default(info);
             }
         }));
     });
 }
 
-/// Run `f`: `Ok` with its result, or `Err(())` if it raised a planted panic.
-/// Any other panic (a failed assertion) goes on.
+/// Run `f`: `Ok` with its result, or `Err(())` if it raised a planted panic
+/// (a [`Trapped`] payload is defused). Any other panic (a failed assertion)
+/// goes on.
 pub(crate) fn caught<R>(f: impl FnOnce() -> R) -> Result<R, ()> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => Ok(r),
         Err(p) if p.is::<Planted>() => Err(()),
-        Err(p) => std::panic::resume_unwind(p),
+        Err(p) => match p.downcast::<Trapped>() {
+            Ok(mut trap) => {
+                trap.armed = false;
+                Err(())
+            }
+            Err(p) => std::panic::resume_unwind(p),
+        },
     }
 }
 
@@ -375,9 +416,11 @@ enum Position {
     /// The consumer's waker, woken by the post of a `PostSink` that was
     /// waiting for room behind another poster.
     ConsumerWakerOnSinkPost,
+    /// A `Poster::closed` future's waker, woken by close.
+    CloseWaiterWakerOnClose,
 }
 
-const POSITIONS: [Position; 15] = [
+const POSITIONS: [Position; 16] = [
     Position::LossyEventDrop,
     Position::ConsumerWakerOnBatchPost,
     Position::ConsumerWakerOnLossyPost,
@@ -393,14 +436,27 @@ const POSITIONS: [Position; 15] = [
     Position::DequeueWithClosure,
     Position::ConsumerWakerOnInstanceExit,
     Position::ConsumerWakerOnSinkPost,
+    Position::CloseWaiterWakerOnClose,
 ];
 
 #[test]
 fn user_code_that_panics_never_wedges_the_evd_or_strands_a_notification() {
     quiet_planted_panics();
+    every_position();
+}
+
+#[test]
+fn a_panic_whose_payload_panics_on_drop_never_wedges_the_evd_either() {
+    quiet_planted_panics();
+    trapped(every_position);
+}
+
+/// Each position's scenario; a planted panic that escapes one where the
+/// scenario does not expect it fails the test by name.
+fn every_position() {
     for p in POSITIONS {
         let case = format!("{p:?}");
-        match p {
+        let escaped = caught(|| match p {
             Position::LossyEventDrop => lossy_event_drop(&case),
             Position::ConsumerWakerOnBatchPost => consumer_waker_on_batch_post(&case),
             Position::ConsumerWakerOnLossyPost => consumer_waker_on_lossy_post(&case),
@@ -416,7 +472,10 @@ fn user_code_that_panics_never_wedges_the_evd_or_strands_a_notification() {
             Position::DequeueWithClosure => dequeue_with_closure(&case),
             Position::ConsumerWakerOnInstanceExit => consumer_waker_on_instance_exit(&case),
             Position::ConsumerWakerOnSinkPost => consumer_waker_on_sink_post(&case),
-        }
+            Position::CloseWaiterWakerOnClose => close_waiter_waker_on_close(&case),
+        })
+        .is_err();
+        assert!(!escaped, "{case}: a planted panic escaped the EVD");
     }
 }
 
@@ -548,6 +607,27 @@ fn room_waker_on_close(case: &str) {
         Poll::Ready(Err(BatchPostError::Closed))
     );
     drop((first, second));
+    check_consumer(case, poster, consumer, ledger, Vec::new());
+}
+
+fn close_waiter_waker_on_close(case: &str) {
+    let (poster, mut consumer) = evd::bounded::<Ev>(2).unwrap();
+    let mut ledger = Ledger::default();
+    ledger.post(&poster);
+    // Two waiters, the first one's waker panics: the second is still woken.
+    let (bad, bad_waker) = TestWaker::new(true);
+    let (good, good_waker) = TestWaker::new(false);
+    {
+        let mut first = std::pin::pin!(poster.closed());
+        let mut second = std::pin::pin!(poster.closed());
+        assert!(poll_once(&mut first, &bad_waker).is_pending());
+        assert!(poll_once(&mut second, &good_waker).is_pending());
+        // Close from the consumer side: the waker's panic does not reach it.
+        consumer.close();
+        assert_eq!((bad.wakes(), good.wakes()), (1, 1), "{case}: both woken");
+        assert_eq!(poll_once(&mut first, &good_waker), Poll::Ready(()));
+        assert_eq!(poll_once(&mut second, &good_waker), Poll::Ready(()));
+    }
     check_consumer(case, poster, consumer, ledger, Vec::new());
 }
 
