@@ -179,10 +179,13 @@ where
                                 crate::trace::event!(ERROR, "a feed call panicked (a handler, most likely); caught, the poller polls on");
                                 panics += 1;
                                 shared.handler_panics.store(panics, Ordering::Relaxed);
+                                // Wrapped first: a panic not kept is dropped
+                                // by `Panic`'s guarded drop.
+                                let panic = Panic::new(payload);
                                 let mut kept =
                                     shared.panic.lock().unwrap_or_else(|e| e.into_inner());
                                 if kept.is_none() {
-                                    *kept = Some(Panic::new(payload));
+                                    *kept = Some(panic);
                                 }
                                 idle = false;
                             }
@@ -321,7 +324,9 @@ where
             // feeds handed back run their own code when dropped (acks, the
             // CQ's destroy), and a panic there during this unwinding would
             // abort the process: caught, and dropped with the unwinding's.
-            let _ = catch_unwind(AssertUnwindSafe(|| drop(self.stop_and_join())));
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| drop(self.stop_and_join()))) {
+                drop(Panic::new(payload));
+            }
         } else {
             drop(self.stop_and_join());
         }

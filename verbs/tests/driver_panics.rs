@@ -7,7 +7,7 @@
 mod common;
 use common::driver::WATCHDOG;
 use common::load::produce_into;
-use common::panics::{PROVOKED, quiet_provoked_panics};
+use common::panics::{PROVOKED, Trapped, quiet_provoked_panics};
 use common::wc;
 use evd::{Invoke, UpcallPolicy};
 use evd_verbs::soft::SoftCq;
@@ -37,6 +37,19 @@ fn evd_with_handler(
     evd::Upcalls<VerbsEvent>,
     mpsc::Receiver<u64>,
 ) {
+    evd_with_raising_handler(capacity, panics_on, || panic!("{}", PROVOKED))
+}
+
+/// As [`evd_with_handler`], the handler panicking by `raise`.
+fn evd_with_raising_handler(
+    capacity: usize,
+    panics_on: impl Fn(u64) -> bool + Send + Sync + 'static,
+    raise: fn() -> !,
+) -> (
+    evd::Poster<VerbsEvent>,
+    evd::Upcalls<VerbsEvent>,
+    mpsc::Receiver<u64>,
+) {
     quiet_provoked_panics();
     let (poster, consumer) = evd::bounded::<VerbsEvent>(capacity).unwrap();
     let (seen, rx) = mpsc::channel();
@@ -44,7 +57,7 @@ fn evd_with_handler(
         let id = wr_id(ev.expect("no overflow: the feed never posts lossy"));
         let _ = seen.send(id);
         if panics_on(id) {
-            panic!("{}", PROVOKED);
+            raise();
         }
     });
     (poster, up, rx)
@@ -365,4 +378,48 @@ fn a_poller_dropped_by_an_unwinding_joins_its_thread_first() {
         Some(evd::TryDequeueError::Closed),
         "the poller's thread had ended and dropped its feeds"
     );
+}
+
+/// Two handler panics whose payloads panic on drop: the driver keeps the
+/// first and drops the second, whose drop's panic must not end its thread;
+/// the poller likewise. Each serves on, and the kept payload comes back
+/// intact.
+#[test]
+fn handler_panics_whose_payloads_panic_on_drop_leave_the_driver_and_the_poller_serving() {
+    let panics_on = |id| id == 1 || id == 2;
+    let (driven, driven_up, driven_handled) =
+        evd_with_raising_handler(16, panics_on, Trapped::provoke);
+    let (polled, polled_up, polled_handled) =
+        evd_with_raising_handler(16, panics_on, Trapped::provoke);
+    let (cq0, hca0) = SoftCq::new(16).unwrap();
+    let (cq1, hca1) = SoftCq::new(16).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq0, CqId(0), driven), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    let poller = Poller::spawn(vec![Feed::new(cq1, CqId(1), polled)], 16).unwrap();
+    // One at a time: each panic ends its upcall, and the next completion's
+    // post starts the next.
+    for id in 1..=3 {
+        hca0.push(wc(id)).unwrap();
+        hca1.push(wc(id)).unwrap();
+        assert_eq!(receive(&driven_handled, 1), [id], "the driver served {id}");
+        assert_eq!(receive(&polled_handled, 1), [id], "the poller served {id}");
+    }
+    let handler_panics = |n: u64| {
+        eventually("both panics counted", || {
+            (running.stats().handler_panics == n && poller.handler_panics() == n).then_some(())
+        })
+    };
+    handler_panics(2);
+    assert!(running.is_running(), "the driver's thread survived");
+    assert!(poller.is_running(), "the poller's thread survived");
+    let kept = running.take_panic().expect("the first panic kept");
+    assert!(Trapped::defuse(kept.into_payload()), "the driver's payload");
+    let kept = poller.take_panic().expect("the first panic kept");
+    assert!(Trapped::defuse(kept.into_payload()), "the poller's payload");
+    assert_eq!(running.shutdown().expect("the driver survived").len(), 1);
+    assert_eq!(poller.stop().expect("the poller survived").feeds.len(), 1);
+    drop((driven_up.teardown(), polled_up.teardown()));
 }

@@ -1,8 +1,10 @@
 //! [`DriverError`]: why a driver operation failed.
 
 use super::FeedId;
+use std::any::Any;
 use std::fmt;
 use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Why a driver operation failed.
 ///
@@ -85,7 +87,13 @@ pub enum DriverError {
 /// assert_eq!(p.message(), Some("a handler failed"));
 /// assert_eq!(p.to_string(), "panicked: a handler failed");
 /// ```
-pub struct Panic(Box<dyn std::any::Any + Send>);
+///
+/// Dropping a `Panic` drops its payload under a catch: a payload whose own
+/// `Drop` panics (`panic_any` of such a value, rust-lang/rust#86027) cannot
+/// raise a second panic from a driver's turn, a poller's loop or the
+/// caller's drop of the error; that second panic is swallowed, its payload
+/// leaked. [`Panic::into_payload`] hands the payload back unguarded.
+pub struct Panic(Option<Box<dyn Any + Send>>);
 
 impl Panic {
     /// Wrap a panic payload, as `std::panic::catch_unwind` or
@@ -96,8 +104,14 @@ impl Panic {
     /// let p = evd_verbs::Panic::new(payload);
     /// assert_eq!(p.message(), Some("boom 7"));
     /// ```
-    pub fn new(payload: Box<dyn std::any::Any + Send>) -> Self {
-        Panic(payload)
+    pub fn new(payload: Box<dyn Any + Send>) -> Self {
+        Panic(Some(payload))
+    }
+
+    fn payload(&self) -> &(dyn Any + Send) {
+        self.0
+            .as_deref()
+            .expect("a payload until `into_payload` or drop")
     }
 
     /// The panic's message, if it was a `&str` or a `String` (as `panic!`
@@ -110,10 +124,11 @@ impl Panic {
     /// assert_eq!(Panic::new(Box::new(42u32)).message(), None);
     /// ```
     pub fn message(&self) -> Option<&str> {
-        self.0
+        let payload = self.payload();
+        payload
             .downcast_ref::<&str>()
             .copied()
-            .or_else(|| self.0.downcast_ref::<String>().map(String::as_str))
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
     }
 
     /// The payload, to resume the panic with `std::panic::resume_unwind` if
@@ -125,8 +140,22 @@ impl Panic {
     /// assert_eq!(payload.downcast_ref::<u32>(), Some(&42));
     /// // std::panic::resume_unwind(payload) would raise it again here.
     /// ```
-    pub fn into_payload(self) -> Box<dyn std::any::Any + Send> {
+    pub fn into_payload(mut self) -> Box<dyn Any + Send> {
         self.0
+            .take()
+            .expect("a payload until `into_payload` or drop")
+    }
+}
+
+impl Drop for Panic {
+    fn drop(&mut self) {
+        let payload = self.0.take();
+        // AssertUnwindSafe: the payload is owned here and gone either way. A
+        // panic of its own `Drop` is swallowed and that second payload
+        // leaked (dropping it could panic again).
+        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            std::mem::forget(again);
+        }
     }
 }
 
