@@ -7,9 +7,9 @@ use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A feed's untyped name in a driver: its slot and the slot's generation.
-/// Names of removed feeds are never reused (until a slot's 24-bit generation
-/// wraps).
+/// A feed's untyped name in a driver: its slot and the slot's generation
+/// (64 bits, one more per registration in that slot). Names of removed
+/// feeds are never reused.
 ///
 /// ```
 /// # use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};
@@ -22,11 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FeedId {
     pub(crate) index: u32,
-    pub(crate) generation: u32,
+    pub(crate) generation: u64,
 }
-
-/// The largest slot generation (they fit the ring's 24-bit field).
-pub(crate) const MAX_GENERATION: u32 = (1 << 24) - 1;
 
 /// A registered feed's key, typed by the feed (`Feed<C, T>` or
 /// `AsyncFeed<S, T>`, `T` the EVD's event type): [`Driver::remove`](crate::Driver::remove),

@@ -131,7 +131,7 @@ pub struct Driver {
     backend: Backend,
     cfg: DriverConfig,
     slots: Vec<Option<Slot>>,
-    generations: Vec<u32>,
+    generations: Vec<u64>,
     shared: Arc<Shared>,
     wake_poll_in_flight: bool,
     /// Round-robin start, so no feed is always served first.
@@ -446,15 +446,23 @@ impl Driver {
         failure.map_or(Ok(any), Err)
     }
 
-    /// A feed's poll completed; returns the feed if that ends its removal.
+    /// A feed's poll completed (`reported`: its slot and generation tag);
+    /// returns the feed if that ends its removal.
     fn on_feed_poll(
         &mut self,
-        id: FeedId,
+        reported: FeedId,
         c: Completion,
         failure: &mut Option<DriverError>,
     ) -> Option<(FeedId, Box<dyn Source>, Removal)> {
-        let entry = self.slots.get_mut(id.index as usize)?;
-        let slot = entry.as_mut().filter(|s| s.generation == id.generation)?;
+        let entry = self.slots.get_mut(reported.index as usize)?;
+        let slot = entry.as_mut()?;
+        let id = FeedId {
+            index: reported.index,
+            generation: slot.generation,
+        };
+        if !readiness::same_feed(reported, id) {
+            return None;
+        }
         if !c.more {
             slot.poll_in_flight = false;
         }

@@ -4,7 +4,7 @@
 //! [`UserData`] encoding, the [`Completion`]s read back and how long a
 //! [`Wait`] may block.
 
-use super::key::{FeedId, MAX_GENERATION};
+use super::key::FeedId;
 use std::time::Duration;
 
 /// What a readiness request is for.
@@ -20,17 +20,36 @@ pub(crate) enum Request {
 
 /// A request's user data: which request, for which feed, and whether it
 /// was submitted multishot. The layout (the multishot bit on top, the kind
-/// in the other 7 bits of the top byte, the generation's 24 bits, the
+/// in the other 7 bits of the top byte, the generation's low 24 bits, the
 /// slot's 32) is known only to [`UserData::encode`] and
 /// [`UserData::decode`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct UserData {
     pub(crate) kind: u8,
+    /// The feed's generation's [`tag`].
     pub(crate) generation: u32,
     pub(crate) index: u32,
     /// A poll asked for as multishot: an `EINVAL` for it is the kernel
     /// refusing multishot, not an error of the request.
     pub(crate) multishot: bool,
+}
+
+/// The bits of a feed's generation its requests carry.
+const TAG_MASK: u64 = (1 << 24) - 1;
+
+/// The low 24 bits of a feed's generation: all a request's user data has
+/// room for. A completion's [`FeedId`] carries only these (the rest zero),
+/// so it is matched to its slot by [`same_feed`]. They suffice: a slot is
+/// reused only once its feed's poll has completed, so no completion of the
+/// feed before it is still to come. Keys compare the whole generation.
+pub(crate) fn tag(generation: u64) -> u32 {
+    (generation & TAG_MASK) as u32
+}
+
+/// Whether a completion's `reported` id names the feed `registered` (the
+/// slot's full id).
+pub(crate) fn same_feed(reported: FeedId, registered: FeedId) -> bool {
+    reported.index == registered.index && tag(reported.generation) == tag(registered.generation)
 }
 
 const KIND_FEED: u8 = 1;
@@ -50,10 +69,9 @@ impl UserData {
             ),
             Request::Cancel(id) => (KIND_CANCEL, id),
         };
-        debug_assert!(id.generation <= MAX_GENERATION);
         UserData {
             kind,
-            generation: id.generation,
+            generation: tag(id.generation),
             index: id.index,
             multishot: false,
         }
@@ -62,7 +80,7 @@ impl UserData {
     pub(crate) fn request(self) -> Option<Request> {
         let id = FeedId {
             index: self.index,
-            generation: self.generation,
+            generation: u64::from(self.generation),
         };
         match self.kind {
             KIND_FEED => Some(Request::FeedPoll(id)),
@@ -76,7 +94,7 @@ impl UserData {
         debug_assert!(self.kind < 0x80);
         (u64::from(self.multishot) << 63)
             | (u64::from(self.kind & 0x7f) << 56)
-            | (u64::from(self.generation & MAX_GENERATION) << 32)
+            | ((u64::from(self.generation) & TAG_MASK) << 32)
             | u64::from(self.index)
     }
 
@@ -84,7 +102,7 @@ impl UserData {
         UserData {
             multishot: v >> 63 != 0,
             kind: ((v >> 56) as u8) & 0x7f,
-            generation: ((v >> 32) as u32) & MAX_GENERATION,
+            generation: tag(v >> 32),
             index: v as u32,
         }
     }
@@ -125,7 +143,7 @@ mod tests {
     fn user_data_round_trips_every_request() {
         let id = FeedId {
             index: u32::MAX,
-            generation: MAX_GENERATION,
+            generation: TAG_MASK,
         };
         for r in [
             Request::FeedPoll(id),

@@ -3,7 +3,6 @@
 
 use super::control::downcast;
 use super::cycle::Phase;
-use super::key::MAX_GENERATION;
 use super::slot::{Removal, RoomSignal, Slot};
 use super::source::Source;
 use super::{Driver, DriverError, FeedId, FeedKey, FeedMode, SpinPolicy};
@@ -205,7 +204,8 @@ impl Driver {
                 self.slots.len() - 1
             }
         };
-        let generation = self.generations[index].wrapping_add(1) & MAX_GENERATION;
+        // 64 bits: no slot is registered into 2^64 times.
+        let generation = self.generations[index] + 1;
         self.generations[index] = generation;
         let room = Arc::new(RoomSignal {
             signalled: AtomicBool::new(false),
@@ -305,5 +305,62 @@ impl Driver {
                 let _ = reply.send(Ok(source.into_any()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::readiness::tag;
+    use crate::soft::SoftCq;
+    use crate::{
+        CqId, Driver, DriverBackend, DriverConfig, DriverError, Feed, FeedMode, VerbsEvent,
+        WorkCompletion,
+    };
+    use std::time::{Duration, Instant};
+
+    /// A removed feed's key names no later feed of its slot, however many
+    /// registrations later: the ring's requests carry 24 bits of the
+    /// generation, the keys all of it. The later feed's poll completions,
+    /// which carry those 24 bits only, still find it.
+    #[test]
+    fn a_removed_feeds_key_names_no_later_feed_of_its_slot() {
+        for backend in [DriverBackend::IoUring, DriverBackend::Epoll] {
+            later_feed_of_the_slot(backend);
+        }
+    }
+
+    fn later_feed_of_the_slot(backend: DriverBackend) {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
+        let (cq, _hca) = SoftCq::new(4).unwrap();
+        let old = driver
+            .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
+            .unwrap();
+        driver.remove(old).unwrap();
+        // As if the slot had been registered into 2^24 - 1 times since.
+        driver.generations[old.id().index as usize] += (1 << 24) - 1;
+        let (cq, hca) = SoftCq::new(4).unwrap();
+        let new = driver
+            .register(Feed::new(cq, CqId(1), poster), FeedMode::Event)
+            .unwrap();
+        assert_eq!(new.id().index, old.id().index, "the same slot");
+        assert_eq!(tag(new.id().generation), tag(old.id().generation));
+        assert!(matches!(driver.remove(old), Err(DriverError::NoSuchFeed)));
+
+        driver.process(Some(Duration::ZERO)).unwrap(); // arms the CQ
+        hca.push(WorkCompletion::new(7)).unwrap();
+        let start = Instant::now();
+        let ev = loop {
+            driver.process(Some(Duration::from_millis(10))).unwrap();
+            if let Ok(ev) = consumer.try_dequeue() {
+                break ev;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{backend:?}: never delivered"
+            );
+        };
+        assert!(matches!(ev, VerbsEvent::Completion { cq: CqId(1), .. }));
+        assert_eq!(driver.remove(new).unwrap().id(), CqId(1));
     }
 }

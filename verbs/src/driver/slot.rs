@@ -45,7 +45,7 @@ pub(super) enum Removal {
 
 pub(super) struct Slot {
     pub(super) source: Box<dyn Source>,
-    pub(super) generation: u32,
+    pub(super) generation: u64,
     /// The fd the driver polls, asked of the source once, at insert (its
     /// own code is not run again outside a turn).
     pub(super) fd: RawFd,
