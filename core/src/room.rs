@@ -91,7 +91,8 @@
 //! No user code runs under the lock: replaced and removed wakers are handed
 //! back to be dropped, and popped ones woken, after it is released. A waker
 //! whose `wake` panics is counted as woken and its panic is not re-raised on
-//! the waking thread: that thread is the consumer in the middle of a
+//! the waking thread (nor one from its payload's drop,
+//! [`crate::unwind::caught`]): that thread is the consumer in the middle of a
 //! dequeue (the event in hand would be lost) or a poster leaving the queue,
 //! and the other waiters still have to be woken. Its wake is passed on to
 //! the next waiter, as if its seat had left: its task may never run to use
