@@ -770,3 +770,74 @@ fn single_instance_after_a_detour_through_disabled_waits_for_running_upcalls() {
     );
     drop(up);
 }
+
+/// What a post got, kept for the test.
+type Got = Arc<Mutex<Option<Result<(), evd::PostError<u32>>>>>;
+
+/// Posts from its `Drop` with `post_blocking`, and keeps what it got.
+struct PostsOnDrop {
+    poster: evd::Poster<u32>,
+    got: Got,
+}
+
+impl Drop for PostsOnDrop {
+    fn drop(&mut self) {
+        let r = self.poster.post_blocking(99);
+        *self.got.lock().unwrap() = Some(r);
+    }
+}
+
+/// A handler replaced (`set_handler`) while it runs is let go by its
+/// instance when the call returns, the token still held: its drop is user
+/// code of the upcall, so a waiting post from it is refused at once when
+/// the ring is full (as from the handler itself), instead of waiting for
+/// room only that instance could free, which wedged the EVD and its
+/// teardown. Run on a thread under the watchdog, so the old wedge fails the
+/// test instead of hanging it.
+#[test]
+fn a_replaced_handlers_drop_runs_inside_its_upcall() {
+    let (done, finished) = mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+        let got = Got::default();
+        let posts_on_drop = PostsOnDrop {
+            poster: poster.clone(),
+            got: got.clone(),
+        };
+        let (heard, seen) = shared_vec();
+        let slot: Arc<Mutex<Option<evd::Upcalls<u32>>>> = Arc::default();
+        let (s, p, h) = (slot.clone(), poster.clone(), heard.clone());
+        let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+            let _kept = &posts_on_drop;
+            if ev == Ok(0) {
+                let h = h.clone();
+                let guard = s.lock().unwrap();
+                guard.as_ref().unwrap().set_handler(move |ev, _| {
+                    h.lock().unwrap().push(ev.unwrap());
+                });
+                // The ring full behind this instance: only it frees a slot.
+                p.post(10).unwrap();
+                p.post(11).unwrap();
+            }
+        });
+        *slot.lock().unwrap() = Some(up);
+        poster.post(0).unwrap();
+        let up = slot.lock().unwrap().take().unwrap();
+        let consumer = up.teardown();
+        let got = got.lock().unwrap().take();
+        done.send((got, seen.lock().unwrap().clone(), consumer.len()))
+            .unwrap();
+    });
+    let Ok((got, seen, left)) = finished.recv_timeout(common::STALL_LIMIT) else {
+        // The instance waits for itself: leave its thread behind.
+        std::mem::forget(worker);
+        panic!("the old handler's drop waited for room its own upcall holds");
+    };
+    worker.join().unwrap();
+    assert!(
+        matches!(got, Some(Err(evd::PostError::Full(99)))),
+        "refused at once: {got:?}"
+    );
+    assert_eq!(seen, [10, 11], "the instance went on with the new handler");
+    assert_eq!(left, 0);
+}

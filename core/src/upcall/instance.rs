@@ -36,18 +36,26 @@ fn wake_tearer<T>(s: &Shared<T>, new: u64) {
     }
 }
 
-/// Run `handler` on one item, with this thread's frame linked.
+/// Run `handler` on one item, then let it go, with this thread's frame
+/// linked throughout: if `set_handler` replaced it meanwhile, this is its
+/// last reference, and its drop (user code, run while the instance may hold
+/// the token) is part of the upcall, so a waiting post from it is refused
+/// at once (`frames::in_own_handler`) instead of waiting for room that only
+/// this instance could free.
 ///
 /// # Safety
 /// If `handler` is exclusive (`FnMut`), the caller holds the token from
 /// before this call until after it returns.
-unsafe fn deliver<T>(s: &Shared<T>, handler: &Loaded<T>, item: Result<T, Overflow>) {
+unsafe fn deliver<T>(s: &Shared<T>, handler: Loaded<T>, item: Result<T, Overflow>) {
     // Another event is ready behind this one (its stamp says so; the state
     // word is not consulted).
     let more = s.ready(1) > 0;
-    frames::as_handler_of(s.id(), || {
+    frames::as_handler_of(s.id(), move || {
         // SAFETY: the caller's contract.
-        unsafe { s.call_handler(handler, item, more) }
+        unsafe { s.call_handler(&handler, item, more) };
+        // Dropped here, inside the frame (on an unwind too: the closure
+        // owns it).
+        drop(handler);
     });
 }
 
@@ -83,13 +91,12 @@ pub(crate) fn run<T>(s: &Shared<T>) {
                 if handler.is_exclusive() {
                     // SAFETY: we hold the token (the loop runs with it) and
                     // keep it through the call.
-                    unsafe { deliver(s, &handler, item) };
+                    unsafe { deliver(s, handler, item) };
                 } else {
                     s.release_token();
                     guard.holds_token = false;
                     // SAFETY: a shared handler: no token needed.
-                    unsafe { deliver(s, &handler, item) };
-                    drop(handler);
+                    unsafe { deliver(s, handler, item) };
                     if let Err(new) = s.reacquire_token() {
                         std::mem::forget(guard);
                         wake_tearer(s, new);
@@ -100,7 +107,7 @@ pub(crate) fn run<T>(s: &Shared<T>) {
             }
             // SAFETY: SingleInstance: we hold the token (the loop runs with
             // it) and keep it through the call.
-            (Some(item), _) => unsafe { deliver(s, &s.load_handler(), item) },
+            (Some(item), _) => unsafe { deliver(s, s.load_handler(), item) },
             (None, _) => {
                 if let Some(new) = try_exit(s) {
                     // The exit CAS gave the token and the instance back: the
