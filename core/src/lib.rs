@@ -235,7 +235,9 @@
 //!   upcalls, waits until none runs, drops the handler and gives the
 //!   [`Consumer`] back (queued events can then be dequeued); called from
 //!   inside one of its own upcalls it panics. A panicking handler gives the
-//!   token back; the EVD stays usable.
+//!   token back; the EVD stays usable (but for a panic in the upcall that
+//!   [`Consumer::into_upcalls`] runs itself, which has no dispatcher to
+//!   return yet: see there).
 //!
 //! ## One waiter for many EVDs: the CNO
 //!

@@ -841,3 +841,54 @@ fn a_replaced_handlers_drop_runs_inside_its_upcall() {
     assert_eq!(seen, [10, 11], "the instance went on with the new handler");
     assert_eq!(left, 0);
 }
+
+/// `into_upcalls` with `Invoke::Any` runs the queued events' upcall on its
+/// own thread. A handler panic there unwinds out of the call, which has no
+/// dispatcher to return: it goes as a dropped consumer goes (the EVD
+/// closed, every event dropped once, posts refused). The documented way to
+/// keep it, `Invoke::New` then `set_policy(.., Invoke::Any)`, leaves the
+/// dispatcher usable after the same panic.
+#[test]
+fn a_panic_in_the_upcall_into_upcalls_runs_goes_as_a_dropped_consumer_and_set_policy_keeps_it() {
+    let panics_on_first = |first: Arc<AtomicBool>| {
+        move |_: Result<Tracked, Overflow>, _| {
+            if !first.swap(true, SeqCst) {
+                panic!("the handler fails on the first event");
+            }
+        }
+    };
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, consumer) = evd::bounded::<Tracked>(8).unwrap();
+    for _ in 0..3 {
+        poster.post(tracked(&drops, false)).unwrap();
+    }
+    let handler = panics_on_first(Arc::default());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, handler)
+    }));
+    assert!(r.is_err(), "the handler's panic reaches the caller");
+    assert_eq!(drops.load(SeqCst), 3, "every event dropped once");
+    assert!(poster.is_closed());
+    assert!(matches!(
+        poster.post(tracked(&drops, false)),
+        Err(evd::PostError::Closed(_))
+    ));
+
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, consumer) = evd::bounded::<Tracked>(8).unwrap();
+    for _ in 0..3 {
+        poster.post(tracked(&drops, false)).unwrap();
+    }
+    let handler = panics_on_first(Arc::default());
+    let mut up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, handler);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+    }));
+    assert!(r.is_err(), "the handler's panic reaches the caller");
+    assert_eq!(drops.load(SeqCst), 1, "only the handled event is gone");
+    assert!(!poster.is_closed());
+    poster.post(tracked(&drops, false)).unwrap();
+    assert_eq!(drops.load(SeqCst), 4, "the next post delivered the rest");
+    assert_eq!(up.query().upcalls_in_flight, 0);
+    drop(up.teardown());
+}

@@ -76,6 +76,15 @@ impl<T: Send> Consumer<T> {
     ///
     /// With [`Invoke::Any`] events already queued start an upcall at once, on
     /// this thread; with [`Invoke::New`] they wait for the next post.
+    ///
+    /// A handler that panics in that first upcall unwinds out of this call,
+    /// which then has no dispatcher to return: it is dropped on the way, as
+    /// a dropped consumer is (the EVD closes, each event still queued is
+    /// dropped once, posts are refused as closed). To keep the dispatcher
+    /// through such a panic, start with [`Invoke::New`] and enable the
+    /// queued events' upcall with [`Upcalls::set_policy`]`(policy,
+    /// Invoke::Any)`: its panic leaves the dispatcher with the caller, its
+    /// token given back.
     /// [`UpcallPolicy::Teardown`] is taken as [`UpcallPolicy::Disabled`]: no
     /// upcall has run yet, so the dispatcher starts in the state a teardown
     /// leaves (`query().policy == Disabled`, nothing in flight):
