@@ -173,21 +173,63 @@ impl RoomBarrier {
     }
 }
 
-/// Wakes a parked thread.
-struct Unparker(thread::Thread);
+/// Wakes a parked thread, and says it did: the flag tells a wait that its
+/// wake came even if the thread's unpark token is gone, taken by user code
+/// that parked on the same thread (a handler a post ran there) before the
+/// wait parked.
+pub(crate) struct Unparker {
+    thread: thread::Thread,
+    woken: AtomicBool,
+}
+
+impl Unparker {
+    /// Forget the wakes so far: the look the caller takes next answers them.
+    pub(crate) fn clear(&self) {
+        // Relaxed: the flag carries no data (the caller's look reads the
+        // state itself), and `woken` below needs no order against this
+        // store beyond this thread's own program order.
+        self.woken.store(false, Ordering::Relaxed);
+    }
+
+    /// A wake came since the last [`Unparker::clear`].
+    ///
+    /// Checked before parking, it closes the gap the token leaves: a wake
+    /// whose flag store this load misses has not had its `unpark` taken by
+    /// code on this thread (a park that took it synchronizes with that
+    /// `unpark`, which the store precedes, so this later load would see the
+    /// store), so the park that follows returns.
+    pub(crate) fn woken(&self) -> bool {
+        self.woken.load(Ordering::Relaxed)
+    }
+
+    fn wake(&self) {
+        self.woken.store(true, Ordering::Relaxed);
+        self.thread.unpark();
+    }
+}
 
 impl std::task::Wake for Unparker {
     fn wake(self: std::sync::Arc<Self>) {
-        self.0.unpark();
+        Unparker::wake(&self);
     }
     fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        self.0.unpark();
+        Unparker::wake(self);
     }
+}
+
+/// A waker that unparks `t` (a blocking wait's waker; one allocation), and
+/// its [`Unparker`], for a wait that checks [`Unparker::woken`].
+pub(crate) fn unparker(t: thread::Thread) -> (std::sync::Arc<Unparker>, std::task::Waker) {
+    let u = std::sync::Arc::new(Unparker {
+        thread: t,
+        woken: AtomicBool::new(false),
+    });
+    (u.clone(), std::task::Waker::from(u))
 }
 
 /// A waker that unparks `t` (a blocking wait's waker; one allocation).
 pub(crate) fn unpark_waker(t: thread::Thread) -> std::task::Waker {
-    std::task::Waker::from(std::sync::Arc::new(Unparker(t)))
+    unparker(t).1
 }
 
 /// Park the calling thread until it is unparked or `deadline` passes (it may

@@ -4,7 +4,7 @@
 use super::{Attempt, Poster};
 use crate::error::PostError;
 use crate::room::Seat;
-use crate::sync::{Backoff, park, thread, unpark_waker};
+use crate::sync::{Backoff, park, thread, unparker};
 use std::time::{Duration, Instant};
 
 impl<T: Send> Poster<T> {
@@ -131,10 +131,13 @@ impl<T: Send> Poster<T> {
             evd: self.shared.id(),
             since: Instant::now(),
         };
-        let waker = unpark_waker(thread::current());
+        let (unparker, waker) = unparker(thread::current());
         // Left by the attempt that ends the wait, or that unwinds.
         let mut seat = Seat::default();
         loop {
+            // A wake before this point is answered by the attempt: a seat
+            // woken out of the queue joins it again.
+            unparker.clear();
             match self.attempt(&mut seat, event, &waker) {
                 Attempt::Done(r) => return r,
                 Attempt::Wait(ev) => event = ev,
@@ -143,8 +146,15 @@ impl<T: Send> Poster<T> {
                 self.shared.room_leave(&mut seat, false);
                 return Err(PostError::Full(event));
             }
-            // Woken by a freed slot, by close, or spuriously: attempt again.
-            park(deadline);
+            // Woken while the attempt ran: its posts may run an upcall on
+            // this thread, whose handler may park and be unparked here,
+            // taking the unpark token the wake left. The seat is out of the
+            // queue then, and parking would wait for a wake already spent.
+            if !unparker.woken() {
+                // Woken by a freed slot, by close, or spuriously: attempt
+                // again.
+                park(deadline);
+            }
         }
     }
 }

@@ -126,3 +126,40 @@ fn room_waiter_vs_upcalls_enabled_on_a_full_ring_no_lost_wakeup() {
         assert_eq!(t.join().unwrap(), Ok(1));
     });
 }
+
+#[test]
+fn post_blocking_woken_while_its_own_post_runs_an_upcall_no_lost_wakeup() {
+    // A waiting post's second post (after joining the room queue) may run
+    // the upcall that drains a full ring, on the poster's own thread, while
+    // the wake it is owed comes (here the enable that leaves the queued
+    // event to a post wakes the room queue). The handler is user code that
+    // parks and is unparked on this thread (a channel receive, a blocking
+    // call elsewhere), which takes the unpark token that wake left; it also
+    // disables upcalls and refills the ring, so the post is refused as full
+    // again and the poster waits, its seat already woken. Waiting on the
+    // token alone, it would sleep beside the slot the consumer frees: a
+    // loom deadlock.
+    model(|| {
+        let (poster, consumer) = full_ring(0);
+        let t = post_blocking_on_a_thread(&poster, 1);
+        let slot = Arc::new(loom::sync::Mutex::new(None::<evd::Upcalls<u32>>));
+        let (s, p) = (slot.clone(), poster.clone());
+        let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+            if ev == Ok(0) {
+                // Take this thread's unpark token, if it has one.
+                thread::current().unpark();
+                thread::park();
+                if let Some(up) = s.lock().unwrap().as_mut() {
+                    up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
+                }
+                p.post(2).unwrap();
+            }
+        });
+        *slot.lock().unwrap() = Some(up);
+        let up = slot.lock().unwrap().take().expect("stored above");
+        let mut consumer = up.teardown();
+        // Free the ring: the poster, queued or about to look, gets in.
+        while consumer.try_dequeue().is_ok() {}
+        assert_eq!(t.join().unwrap(), Ok(()));
+    });
+}
