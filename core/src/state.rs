@@ -629,6 +629,60 @@ pub const fn take_permit(w: u64, head: u64) -> TakePermit {
     TakePermit::Taken(w + ONE_PERMIT)
 }
 
+/// The `want` of [`reserve_any`] that asks for a permit instead of tickets.
+pub const WANT_PERMIT: u64 = 0;
+
+/// The engine's reservation for any `want`, as one verdict: one ticket by
+/// [`reserve`] (every post: `want` is a constant there, so the other
+/// branches fold away), a permit by [`take_permit`] (`want` =
+/// [`WANT_PERMIT`]: `Tickets` with the tail as `first`, `count` 0 and
+/// nothing owed), more by [`reserve_batch`]. `None`: a permit asked for
+/// while [`MAX_PERMITS`] are out.
+///
+/// ```
+/// use evd::state::*;
+/// let w = initial(1); // 2 slots
+/// let Some(ReserveBatch::Tickets { new, first: 0, count: 0, notify: Notify::None }) =
+///     reserve_any(w, 0, WANT_PERMIT) else { unreachable!() };
+/// assert_eq!(permits(new), 1);
+/// assert!(matches!(reserve_any(new, 0, 1), Some(ReserveBatch::Tickets { count: 1, .. })));
+/// ```
+#[inline(always)]
+pub const fn reserve_any(w: u64, head: u64, want: u64) -> Option<ReserveBatch> {
+    Some(if want == 1 {
+        match reserve(w, head) {
+            Reserve::Ticket {
+                new,
+                ticket,
+                notify,
+            } => ReserveBatch::Tickets {
+                new,
+                first: ticket,
+                count: 1,
+                notify,
+            },
+            Reserve::Full => ReserveBatch::Full,
+            Reserve::Closed => ReserveBatch::Closed,
+            Reserve::Resizing => ReserveBatch::Resizing,
+        }
+    } else if want == WANT_PERMIT {
+        match take_permit(w, head) {
+            TakePermit::Taken(new) => ReserveBatch::Tickets {
+                new,
+                first: tail(w),
+                count: 0,
+                notify: Notify::None,
+            },
+            TakePermit::Full => ReserveBatch::Full,
+            TakePermit::AtLimit => return None,
+            TakePermit::Closed => ReserveBatch::Closed,
+            TakePermit::Resizing => ReserveBatch::Resizing,
+        }
+    } else {
+        reserve_batch(w, head, want)
+    })
+}
+
 /// A permit's post: the ticket its promised slot stands for (tail+1,
 /// PERMITS−1) and the notification, as [`reserve`] takes them. Never
 /// [`Reserve::Full`]: the slot was free when the permit was taken and
@@ -1730,6 +1784,7 @@ mod tests {
                                     applies.then_some(general),
                                     "plain try, word {w:#x}, head {head}"
                                 );
+                                assert_reserve_any_composes(w, head);
                                 checked += 1;
                             }
                         }
@@ -1739,6 +1794,51 @@ mod tests {
         }
         // Flags, policies, instance counts, capacities, tails, heads.
         assert_eq!(checked, masks.count() * 4 * 3 * 2 * 5 * 4);
+    }
+
+    /// [`reserve_any`] is [`reserve`], [`take_permit`] or [`reserve_batch`],
+    /// as its `want` says, with the same words and tickets.
+    fn assert_reserve_any_composes(w: u64, head: u64) {
+        let one = match reserve(w, head) {
+            Reserve::Ticket {
+                new,
+                ticket,
+                notify,
+            } => ReserveBatch::Tickets {
+                new,
+                first: ticket,
+                count: 1,
+                notify,
+            },
+            Reserve::Full => ReserveBatch::Full,
+            Reserve::Closed => ReserveBatch::Closed,
+            Reserve::Resizing => ReserveBatch::Resizing,
+        };
+        assert_eq!(reserve_any(w, head, 1), Some(one), "one, word {w:#x}");
+        let permit = match take_permit(w, head) {
+            TakePermit::Taken(new) => Some(ReserveBatch::Tickets {
+                new,
+                first: tail(w),
+                count: 0,
+                notify: Notify::None,
+            }),
+            TakePermit::AtLimit => None,
+            TakePermit::Full => Some(ReserveBatch::Full),
+            TakePermit::Closed => Some(ReserveBatch::Closed),
+            TakePermit::Resizing => Some(ReserveBatch::Resizing),
+        };
+        assert_eq!(
+            reserve_any(w, head, WANT_PERMIT),
+            permit,
+            "permit, word {w:#x}"
+        );
+        for want in [2, 3, 1 << 20] {
+            assert_eq!(
+                reserve_any(w, head, want),
+                Some(reserve_batch(w, head, want)),
+                "batch of {want}, word {w:#x}"
+            );
+        }
     }
 
     #[test]

@@ -84,7 +84,7 @@ pub(crate) enum Refused {
 }
 
 /// [`Shared::reserve`]'s `want` that asks for a permit instead of tickets.
-pub(crate) const PERMIT: u64 = 0;
+pub(crate) const PERMIT: u64 = state::WANT_PERMIT;
 
 impl<T> Shared<T> {
     /// Apply the transition `f` to the state word and install its result with
@@ -163,39 +163,8 @@ impl<T> Shared<T> {
                 hint = s.refresh_hint(hint_cell);
                 w = s.state.load(Ordering::Relaxed);
             }
-            // One ticket (every `post`) takes the simpler transition; `want`
-            // is a constant there, so the branch folds away.
-            let verdict = if want == 1 {
-                match state::reserve(w, hint) {
-                    Reserve::Ticket {
-                        new,
-                        ticket,
-                        notify,
-                    } => ReserveBatch::Tickets {
-                        new,
-                        first: ticket,
-                        count: 1,
-                        notify,
-                    },
-                    Reserve::Full => ReserveBatch::Full,
-                    Reserve::Closed => ReserveBatch::Closed,
-                    Reserve::Resizing => ReserveBatch::Resizing,
-                }
-            } else if want == PERMIT {
-                match state::take_permit(w, hint) {
-                    state::TakePermit::Taken(new) => ReserveBatch::Tickets {
-                        new,
-                        first: state::tail(w),
-                        count: 0,
-                        notify: Notify::None,
-                    },
-                    state::TakePermit::Full => ReserveBatch::Full,
-                    state::TakePermit::AtLimit => return Err(Refused::AtPermitLimit),
-                    state::TakePermit::Closed => ReserveBatch::Closed,
-                    state::TakePermit::Resizing => ReserveBatch::Resizing,
-                }
-            } else {
-                state::reserve_batch(w, hint, want)
+            let Some(verdict) = state::reserve_any(w, hint, want) else {
+                return Err(Refused::AtPermitLimit);
             };
             match verdict {
                 ReserveBatch::Tickets { count, .. } if count < want && !head_is_fresh => {
