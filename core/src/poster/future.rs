@@ -1,6 +1,7 @@
 //! [`PostAsync`]: a post that waits for room without blocking a thread.
 
-use super::{Attempt, Poster};
+use super::Poster;
+use super::attempt::Attempt;
 use crate::error::PostError;
 use crate::room::Seat;
 use std::future::Future;

@@ -2,7 +2,8 @@
 //! must know there is room *before* they produce what they post (a feed that
 //! takes completions out of a CQ only when the EVD can queue them).
 
-use super::{LeaveOnUnwind, Poster};
+use super::Poster;
+use super::attempt::LeaveOnUnwind;
 use crate::error::BatchPostError;
 use crate::room::Seat;
 use std::task::{Context, Poll};

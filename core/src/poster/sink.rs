@@ -1,6 +1,7 @@
 //! [`PostSink`]: a [`Poster`] as a `futures` [`Sink`].
 
-use super::{Attempt, Poster};
+use super::Poster;
+use super::attempt::Attempt;
 use crate::error::PostError;
 use crate::room::Seat;
 use futures_sink::Sink;

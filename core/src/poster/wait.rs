@@ -1,7 +1,8 @@
 //! Posts that wait for room: block the posting thread until the consumer
 //! frees a slot, the EVD closes, or a deadline passes.
 
-use super::{Attempt, Poster};
+use super::Poster;
+use super::attempt::Attempt;
 use crate::error::PostError;
 use crate::room::Seat;
 use crate::sync::{Backoff, park, thread, unparker};
