@@ -13,13 +13,14 @@
 //!   waits, whichever backend carries them; `uring`: the io_uring shell;
 //!   `epoll`: the epoll shell; `backend`: the one a driver uses
 //!   ([`DriverBackend`]: io_uring, epoll where io_uring is refused);
-//! - `control`: commands from other threads, [`DriverHandle`],
-//!   [`RunningDriver`], [`Shutdown`];
+//! - `control`: commands from other threads, [`DriverHandle`];
+//!   `running`: the driver on its own thread ([`Driver::spawn`],
+//!   [`RunningDriver`], [`Shutdown`]);
 //! - `source`: what the driver asks of a feed; `key`: [`FeedKey`] and
 //!   [`FeedId`]; `config` and `error`;
 //! - `slot`: one registered feed and how a turn runs it (a panic of user
 //!   code in the turn is caught there); `registry`: registering and
-//!   removing feeds;
+//!   removing feeds; `completions`: what the backend reported, handled;
 //! - `stats`: [`DriverStats`] and their live publication to other threads.
 //!
 //! This file is the shell around them: each turn it applies the commands,
@@ -48,6 +49,7 @@
 
 mod adaptive;
 mod backend;
+mod completions;
 mod config;
 mod control;
 mod cycle;
@@ -71,14 +73,12 @@ pub use running::{RunningDriver, Shutdown};
 pub use slot::FEED_RETRY_WINDOW;
 pub use stats::DriverStats;
 
-use crate::eventfd;
 use crate::trace;
 use backend::Backend;
-use control::{Command, RunningMark, Shared};
+use control::{Command, Shared};
 use cycle::Phase;
 use readiness::{Completion, Request, Wait};
 use slot::{FailedCall, Removal, Slot};
-use source::Source;
 use std::any::Any;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -411,94 +411,6 @@ impl Driver {
         Ok(any)
     }
 
-    /// Handle the ring's completions; returns whether there were any.
-    fn reap(&mut self) -> Result<bool, DriverError> {
-        // (A removal that ends here is rare: `done` allocates only then.)
-        let mut done = Vec::new();
-        let mut failure = None;
-        // Collected first: handling one needs `&mut self`, which the ring's
-        // iterator borrows.
-        let mut completions = std::mem::take(&mut self.reaped);
-        self.backend.reap(|c| completions.push(c));
-        let any = !completions.is_empty();
-        for c in completions.drain(..) {
-            match c.request {
-                Request::WakePoll => {
-                    if !c.more {
-                        self.wake_poll_in_flight = false;
-                    }
-                    self.backend.refused_multishot(&c);
-                    eventfd::clear(&self.shared.wake);
-                    self.busy = true;
-                }
-                Request::FeedPoll(id) => {
-                    if let Some(removed) = self.on_feed_poll(id, c, &mut failure) {
-                        done.push(removed);
-                    }
-                }
-                Request::Cancel(_) => {}
-            }
-        }
-        self.reaped = completions;
-        for (id, source, who) in done {
-            self.hand_back(id, source, who);
-        }
-        failure.map_or(Ok(any), Err)
-    }
-
-    /// A feed's poll completed (`reported`: its slot and generation tag);
-    /// returns the feed if that ends its removal.
-    fn on_feed_poll(
-        &mut self,
-        reported: FeedId,
-        c: Completion,
-        failure: &mut Option<DriverError>,
-    ) -> Option<(FeedId, Box<dyn Source>, Removal)> {
-        let entry = self.slots.get_mut(reported.index as usize)?;
-        let slot = entry.as_mut()?;
-        let id = FeedId {
-            index: reported.index,
-            generation: slot.generation,
-        };
-        if !readiness::same_feed(reported, id) {
-            return None;
-        }
-        if !c.more {
-            slot.poll_in_flight = false;
-        }
-        if slot.removing.is_some() {
-            if slot.poll_in_flight {
-                return None;
-            }
-            let slot = entry.take().expect("present");
-            return Some((id, slot.source, slot.removing.expect("removing")));
-        }
-        if self.backend.refused_multishot(&c) {
-            // Asked again, one-shot, at the end of the turn.
-            return None;
-        }
-        if c.result < 0 && c.result != -libc::ECANCELED {
-            let error = std::io::Error::from_raw_os_error(-c.result);
-            if refuses_the_fd(&error) {
-                // The feed's failure, not the driver's (its next turn
-                // retries, or it is given up).
-                let now = Instant::now();
-                let failed = slot.fail(id, FailedCall::FdPoll, error, now, &mut self.stats);
-                self.failed.get_or_insert(failed);
-                self.busy = true;
-            } else {
-                failure.get_or_insert(DriverError::Io(error));
-            }
-            return None;
-        }
-        if c.result >= 0 {
-            slot.fd_fired = true;
-            self.stats.fd_wakes += 1;
-            self.busy = true;
-        }
-        None
-    }
-
     /// Give every feed its turn; returns whether any delivered.
     fn run_feeds(&mut self) -> Result<bool, DriverError> {
         self.stats.turns += 1;
@@ -547,7 +459,7 @@ impl Driver {
                     Ok(()) => slot.poll_in_flight = true,
                     // Refused for this fd (epoll_ctl's EPERM, EBADF): the
                     // feed's failure, as a failed poll is.
-                    Err(error) if refuses_the_fd(&error) => {
+                    Err(error) if readiness::refuses_the_fd(&error) => {
                         let failed = slot.fail(id, FailedCall::FdPoll, error, now, &mut self.stats);
                         self.failed.get_or_insert(failed);
                     }
@@ -562,121 +474,6 @@ impl Driver {
         self.busy = busy;
         Ok(delivered)
     }
-
-    /// Run on a new thread until [`RunningDriver::shutdown`]. A panic in a
-    /// feed's turn is caught and kept there, and the thread serves on (see
-    /// [`RunningDriver`]).
-    ///
-    /// ```
-    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
-    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let (cq, hca) = SoftCq::new(16).unwrap();
-    /// let mut driver = Driver::new(Default::default()).unwrap();
-    /// driver.register(Feed::new(cq, CqId(1), poster), FeedMode::Event).unwrap();
-    /// let running = driver.spawn().unwrap();
-    /// hca.push(WorkCompletion::new(9)).unwrap();
-    /// assert!(matches!(consumer.dequeue(), Ok(VerbsEvent::Completion { cq: CqId(1), .. })));
-    /// assert_eq!(running.shutdown().unwrap().len(), 1);
-    /// ```
-    ///
-    /// # Errors
-    /// [`DriverError::Io`] if the operating system refused a new thread;
-    /// the driver and its feeds are then dropped.
-    pub fn spawn(mut self) -> Result<RunningDriver, DriverError> {
-        self.spawned = true;
-        let handle = self.handle();
-        let running = RunningMark::new(self.shared.clone());
-        let thread = std::thread::Builder::new()
-            .name("evd-verbs-driver".into())
-            .spawn(move || {
-                // Dropped when the thread ends, however it ends.
-                let _running = running;
-                self.run()
-            })
-            .map_err(DriverError::Io)?;
-        Ok(RunningDriver {
-            handle,
-            thread: Some(thread),
-        })
-    }
-
-    fn run(mut self) -> Result<Shutdown, DriverError> {
-        trace::event!(
-            INFO,
-            backend = ?self.backend(),
-            feeds = self.slots.iter().flatten().count(),
-            "driver thread started"
-        );
-        let r = self.serve_until_stopped();
-        match &r {
-            Ok(_) => {
-                trace::event!(INFO, stats = ?self.stats, "driver thread stopped");
-            }
-            Err(_e) => {
-                trace::event!(ERROR, error = %_e, stats = ?self.stats, "driver thread failed");
-            }
-        }
-        // The last publish, before the thread's `RunningMark` says it ended.
-        self.shared.stats.publish(&self.stats);
-        if let Some(p) = self.caught.take() {
-            self.shared.keep_panic(p);
-        }
-        r
-    }
-
-    fn serve_until_stopped(&mut self) -> Result<Shutdown, DriverError> {
-        while !self.shared.stop_requested() {
-            match self.process(None) {
-                Ok(_) => {}
-                // Caught in a feed's turn; the driver is intact: keep the
-                // panic for `take_panic` (or the shutdown) and serve on.
-                Err(DriverError::Panicked(p)) => self.shared.keep_panic(p),
-                // One feed's verbs call (retried, or the feed given up: its
-                // EVD is told by a `CqError`); counted in the stats, and
-                // the other feeds are served on.
-                Err(DriverError::FeedFailed { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let ids: Vec<FeedId> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                s.as_ref().map(|s| FeedId {
-                    index: i as u32,
-                    generation: s.generation,
-                })
-            })
-            .collect();
-        for id in &ids {
-            // False for a feed a `DriverHandle::remove` is removing already:
-            // its remover gets it when its cancellation ends.
-            self.begin_remove(*id, Removal::Local)?;
-        }
-        // Every removal under way ends here, the handles' too (their feeds
-        // go to their removers, the others into the `Shutdown`); no command
-        // adds a feed meanwhile (`apply_commands`).
-        while self.slots.iter().any(Option::is_some) {
-            self.step(Some(Duration::from_millis(100)))?;
-        }
-        Ok(Shutdown {
-            feeds: std::mem::take(&mut self.removed),
-            driver: self.shared.serial,
-            cpu_time: crate::cpu_time::thread_cpu_time(),
-            stats: self.stats,
-        })
-    }
-}
-
-/// Whether a poll of an fd failed because of that fd (a number that names
-/// no open file, a file that cannot be polled), not because of the backend
-/// (memory, epoll's watch limit): only the former is the feed's failure.
-fn refuses_the_fd(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EBADF | libc::EPERM | libc::EINVAL | libc::ELOOP)
-    )
 }
 
 /// A driver that goes (dropped by its owner, or at the end of its thread,

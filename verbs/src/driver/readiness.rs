@@ -135,6 +135,16 @@ pub(crate) enum Wait {
     Forever,
 }
 
+/// Whether a poll of an fd failed because of that fd (a number that names
+/// no open file, a file that cannot be polled), not because of the backend
+/// (memory, epoll's watch limit): only the former is the feed's failure.
+pub(super) fn refuses_the_fd(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBADF | libc::EPERM | libc::EINVAL | libc::ELOOP)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

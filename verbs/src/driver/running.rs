@@ -1,14 +1,125 @@
-//! A driver on its own thread ([`RunningDriver`]) and what it ends with
-//! ([`Shutdown`]): the feeds handed back, or the thread's error.
+//! A driver on its own thread ([`RunningDriver`], started by
+//! [`Driver::spawn`]: the thread's life, from its first turn to the
+//! removal of every feed) and what it ends with ([`Shutdown`]): the feeds
+//! handed back, or the thread's error.
 
-use super::DriverStats;
-use super::control::{DriverHandle, downcast};
+use super::control::{DriverHandle, RunningMark, downcast};
 use super::error::{DriverError, Panic};
 use super::key::{FeedId, FeedKey};
+use super::slot::Removal;
+use super::{Driver, DriverStats};
+use crate::trace;
 use std::any::Any;
 use std::fmt;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+impl Driver {
+    /// Run on a new thread until [`RunningDriver::shutdown`]. A panic in a
+    /// feed's turn is caught and kept there, and the thread serves on (see
+    /// [`RunningDriver`]).
+    ///
+    /// ```
+    /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let (cq, hca) = SoftCq::new(16).unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// driver.register(Feed::new(cq, CqId(1), poster), FeedMode::Event).unwrap();
+    /// let running = driver.spawn().unwrap();
+    /// hca.push(WorkCompletion::new(9)).unwrap();
+    /// assert!(matches!(consumer.dequeue(), Ok(VerbsEvent::Completion { cq: CqId(1), .. })));
+    /// assert_eq!(running.shutdown().unwrap().len(), 1);
+    /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::Io`] if the operating system refused a new thread;
+    /// the driver and its feeds are then dropped.
+    pub fn spawn(mut self) -> Result<RunningDriver, DriverError> {
+        self.spawned = true;
+        let handle = self.handle();
+        let running = RunningMark::new(self.shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("evd-verbs-driver".into())
+            .spawn(move || {
+                // Dropped when the thread ends, however it ends.
+                let _running = running;
+                self.run()
+            })
+            .map_err(DriverError::Io)?;
+        Ok(RunningDriver {
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    fn run(mut self) -> Result<Shutdown, DriverError> {
+        trace::event!(
+            INFO,
+            backend = ?self.backend(),
+            feeds = self.slots.iter().flatten().count(),
+            "driver thread started"
+        );
+        let r = self.serve_until_stopped();
+        match &r {
+            Ok(_) => {
+                trace::event!(INFO, stats = ?self.stats, "driver thread stopped");
+            }
+            Err(_e) => {
+                trace::event!(ERROR, error = %_e, stats = ?self.stats, "driver thread failed");
+            }
+        }
+        // The last publish, before the thread's `RunningMark` says it ended.
+        self.shared.stats.publish(&self.stats);
+        if let Some(p) = self.caught.take() {
+            self.shared.keep_panic(p);
+        }
+        r
+    }
+
+    fn serve_until_stopped(&mut self) -> Result<Shutdown, DriverError> {
+        while !self.shared.stop_requested() {
+            match self.process(None) {
+                Ok(_) => {}
+                // Caught in a feed's turn; the driver is intact: keep the
+                // panic for `take_panic` (or the shutdown) and serve on.
+                Err(DriverError::Panicked(p)) => self.shared.keep_panic(p),
+                // One feed's verbs call (retried, or the feed given up: its
+                // EVD is told by a `CqError`); counted in the stats, and
+                // the other feeds are served on.
+                Err(DriverError::FeedFailed { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let ids: Vec<FeedId> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                s.as_ref().map(|s| FeedId {
+                    index: i as u32,
+                    generation: s.generation,
+                })
+            })
+            .collect();
+        for id in &ids {
+            // False for a feed a `DriverHandle::remove` is removing already:
+            // its remover gets it when its cancellation ends.
+            self.begin_remove(*id, Removal::Local)?;
+        }
+        // Every removal under way ends here, the handles' too (their feeds
+        // go to their removers, the others into the `Shutdown`); no command
+        // adds a feed meanwhile (`apply_commands`).
+        while self.slots.iter().any(Option::is_some) {
+            self.step(Some(Duration::from_millis(100)))?;
+        }
+        Ok(Shutdown {
+            feeds: std::mem::take(&mut self.removed),
+            driver: self.shared.serial,
+            cpu_time: crate::cpu_time::thread_cpu_time(),
+            stats: self.stats,
+        })
+    }
+}
 
 /// A driver running on its own thread. Dropping it shuts it down (and drops
 /// its feeds, acknowledging their events, on that thread) and joins it;
