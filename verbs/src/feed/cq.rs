@@ -10,13 +10,18 @@
 //!
 //! Backpressure (a full EVD) is in `backpressure`: the feed never polls
 //! more than the EVD has room for, and holds what another poster took the
-//! room of.
+//! room of. The channel's events (got, credited, acknowledged in batches)
+//! are in `channel_events`; a CQ that fails, in `failure`.
 //!
 //! [`Driver`]: crate::Driver
 
 mod backpressure;
+mod channel_events;
+mod failure;
 
-use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, VerbsEvent, WorkCompletion};
+pub use channel_events::ACK_BATCH;
+
+use crate::event::{CqId, VerbsEvent, WorkCompletion};
 use crate::feed::{FeedStatus, Progress};
 use crate::source::{CompletionQueue, PollError};
 use evd::{Poster, RoomWaiter};
@@ -25,10 +30,6 @@ use std::mem::ManuallyDrop;
 
 /// Completions polled per `poll` call (the kernel's `ib_poll_batch` is 16).
 pub const POLL_BATCH: usize = 16;
-
-/// Channel events acknowledged per `ack_events` call: acknowledging takes a
-/// mutex in libibverbs, so it is batched (as rdma-io and the kernel do).
-pub const ACK_BATCH: u32 = 16;
 
 /// A feed's counters.
 ///
@@ -492,69 +493,6 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         self.arm_and_drain(budget)
     }
 
-    /// Get every waiting channel event, acknowledging in batches.
-    pub(crate) fn take_events(&mut self) -> io::Result<()> {
-        while self.cq.get_event()? {
-            self.credit_event();
-        }
-        Ok(())
-    }
-
-    /// The CQ failed (`e`): hold its `CqError` behind what is held, and
-    /// poll it no more; the next post of the held events delivers it and the
-    /// feed reports [`FeedStatus::Failed`] from then on.
-    pub(crate) fn fail_with(&mut self, e: PollError) {
-        crate::trace::event!(WARN, cq = ?self.id, error = %e, "CQ failed; its feed stops and delivers a CqError");
-        self.failed = true;
-        self.failure = Some(e);
-        self.error_owed = true;
-        self.hold_owed_error();
-    }
-
-    /// Give the CQ up (its driver's verbs calls on it keep failing: `e`
-    /// says which): it is armed no more, and the next calls drain it; once
-    /// drained, it fails with `e` as a failed poll does (its `CqError` after
-    /// every completion it held, then [`FeedStatus::Failed`]).
-    pub(crate) fn give_up(&mut self, e: PollError) {
-        if !self.failed {
-            self.doomed = Some(e);
-        }
-    }
-
-    /// Build and hold the `CqError` a failure owes. If the event type's
-    /// `From` panics, it stays owed: the next call builds it again (the CQ
-    /// is not polled again either way).
-    fn hold_owed_error(&mut self) {
-        if self.error_owed {
-            let error = T::from(VerbsEvent::Async(AsyncEvent::new(
-                AsyncEventKind::CqError,
-                AsyncElement::Cq(self.id),
-            )));
-            self.held.push(error);
-            self.error_owed = false;
-        }
-    }
-
-    /// Treat the CQ as unarmed: the next [`Feed::arm_and_drain`] arms it
-    /// again (after a failure that may have used the arm up without the
-    /// channel event that says so being got).
-    pub(crate) fn forget_arm(&mut self) {
-        self.armed = false;
-    }
-
-    /// One channel event for this feed's CQ was got (here, or from a
-    /// channel shared with other CQs): the arm it reports is used up (or it
-    /// is spurious; re-arming is correct either way), and it is
-    /// acknowledged with the next batch.
-    pub(crate) fn credit_event(&mut self) {
-        self.armed = false;
-        self.stats.events_got += 1;
-        self.unacked += 1;
-        if self.unacked >= ACK_BATCH {
-            self.ack_all();
-        }
-    }
-
     #[inline]
     fn stop(&mut self, delivered: usize, status: FeedStatus) -> Progress {
         self.stats.delivered += delivered as u64;
@@ -594,30 +532,6 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         let (cq, room) = unsafe { (std::ptr::read(&me.cq), std::ptr::read(&me.room)) };
         drop(room);
         (cq, undelivered)
-    }
-}
-
-// Apart from the posting methods: `Drop` may not ask more of `T` than the
-// struct does.
-impl<C: CompletionQueue, T> Feed<C, T> {
-    /// Acknowledge every event got so far.
-    fn ack_all(&mut self) {
-        if self.unacked > 0 {
-            // SAFETY: `unacked` counts the events credited to this feed's CQ
-            // (got by `take_events`, or from its shared channel by the
-            // channel feed) and not acknowledged since.
-            unsafe { self.cq.ack_events(self.unacked) };
-            self.stats.events_acked += u64::from(self.unacked);
-            self.unacked = 0;
-        }
-    }
-}
-
-impl<C: CompletionQueue, T> Drop for Feed<C, T> {
-    fn drop(&mut self) {
-        // The ibv_get_cq_event rule: every event got is acknowledged before
-        // the CQ (dropped right after this) is destroyed.
-        self.ack_all();
     }
 }
 

@@ -1,6 +1,7 @@
 //! The feed's unit tests on the software CQ.
 
 use super::*;
+use crate::event::{AsyncEvent, AsyncEventKind};
 use crate::soft::SoftCq;
 
 /// An application's event type, bigger than `VerbsEvent`, so a `held`

@@ -1,0 +1,46 @@
+//! A [`Feed`] whose CQ fails: a failed poll, or a CQ its driver gives up
+//! (its verbs calls keep failing). The feed polls it no more; the
+//! `CqError` it owes is held behind the events held before it, so the
+//! consumer gets every completion first; from then on the feed reports
+//! [`FeedStatus::Failed`](crate::FeedStatus::Failed).
+
+use super::Feed;
+use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, VerbsEvent};
+use crate::source::{CompletionQueue, PollError};
+
+impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
+    /// The CQ failed (`e`): hold its `CqError` behind what is held, and
+    /// poll it no more; the next post of the held events delivers it and the
+    /// feed reports [`FeedStatus::Failed`](crate::FeedStatus::Failed) from then on.
+    pub(crate) fn fail_with(&mut self, e: PollError) {
+        crate::trace::event!(WARN, cq = ?self.id, error = %e, "CQ failed; its feed stops and delivers a CqError");
+        self.failed = true;
+        self.failure = Some(e);
+        self.error_owed = true;
+        self.hold_owed_error();
+    }
+
+    /// Give the CQ up (its driver's verbs calls on it keep failing: `e`
+    /// says which): it is armed no more, and the next calls drain it; once
+    /// drained, it fails with `e` as a failed poll does (its `CqError` after
+    /// every completion it held, then [`FeedStatus::Failed`](crate::FeedStatus::Failed)).
+    pub(crate) fn give_up(&mut self, e: PollError) {
+        if !self.failed {
+            self.doomed = Some(e);
+        }
+    }
+
+    /// Build and hold the `CqError` a failure owes. If the event type's
+    /// `From` panics, it stays owed: the next call builds it again (the CQ
+    /// is not polled again either way).
+    pub(super) fn hold_owed_error(&mut self) {
+        if self.error_owed {
+            let error = T::from(VerbsEvent::Async(AsyncEvent::new(
+                AsyncEventKind::CqError,
+                AsyncElement::Cq(self.id),
+            )));
+            self.held.push(error);
+            self.error_owed = false;
+        }
+    }
+}
