@@ -58,14 +58,25 @@ pub(crate) fn caught(f: impl FnOnce()) -> bool {
     catch_unwind(AssertUnwindSafe(f)).map_err(discard).is_ok()
 }
 
+/// How many payloads in a chain [`discard`] drops (each the panic of the
+/// previous one's `Drop`) before it leaks the next one instead.
+const PAYLOADS_DROPPED: usize = 3;
+
 /// Drop a caught panic's payload that is not handed on. Should its `Drop`
-/// panic, that second panic is caught and its payload leaked: dropping it
-/// could panic again, and a leak of a value built to panic costs less than
-/// an unwind out of the EVD (or an abort, during one).
+/// panic, that second panic's payload is dropped the same way (an ordinary
+/// message, usually); a chain of payloads that each panic on drop is
+/// leaked after [`PAYLOADS_DROPPED`], so the chain cannot keep this thread
+/// for ever: a leak of a value built to panic costs less than an unwind out
+/// of the EVD (or an abort, during one).
 pub(crate) fn discard(payload: Box<dyn Any + Send>) {
-    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        std::mem::forget(again);
+    let mut payload = payload;
+    for _ in 0..PAYLOADS_DROPPED {
+        match catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            Ok(()) => return,
+            Err(again) => payload = again,
+        }
     }
+    std::mem::forget(payload);
 }
 
 #[cfg(all(test, not(loom)))]

@@ -91,8 +91,9 @@ pub enum DriverError {
 /// Dropping a `Panic` drops its payload under a catch: a payload whose own
 /// `Drop` panics (`panic_any` of such a value, rust-lang/rust#86027) cannot
 /// raise a second panic from a driver's turn, a poller's loop or the
-/// caller's drop of the error; that second panic is swallowed, its payload
-/// leaked. [`Panic::into_payload`] hands the payload back unguarded.
+/// caller's drop of the error; that second panic is swallowed and its
+/// payload dropped too (a chain of such payloads is leaked after the
+/// third). [`Panic::into_payload`] hands the payload back unguarded.
 pub struct Panic(Option<Box<dyn Any + Send>>);
 
 impl Panic {
@@ -149,13 +150,21 @@ impl Panic {
 
 impl Drop for Panic {
     fn drop(&mut self) {
-        let payload = self.0.take();
-        // AssertUnwindSafe: the payload is owned here and gone either way. A
-        // panic of its own `Drop` is swallowed and that second payload
-        // leaked (dropping it could panic again).
-        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-            std::mem::forget(again);
+        let Some(mut payload) = self.0.take() else {
+            return;
+        };
+        // A panic of the payload's own `Drop` is swallowed and its payload
+        // dropped the same way; a chain of payloads that each panic on drop
+        // is leaked after the third (dropping it could panic again, for
+        // ever). AssertUnwindSafe: each payload is owned here and gone
+        // either way.
+        for _ in 0..3 {
+            match catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                Ok(()) => return,
+                Err(again) => payload = again,
+            }
         }
+        std::mem::forget(payload);
     }
 }
 
