@@ -173,25 +173,51 @@ impl RoomBarrier {
     }
 }
 
-/// Wakes a parked thread, and says it did: the flag tells a wait that its
-/// wake came even if the thread's unpark token is gone, taken by user code
-/// that parked on the same thread (a handler a post ran there) before the
-/// wait parked.
-pub(crate) struct Unparker {
-    thread: thread::Thread,
-    woken: AtomicBool,
+/// A blocking wait's waker (one allocation): it unparks the waiting thread
+/// and says it did. A wait registers it, looks at the state, and parks; but
+/// registering or looking may run user code on the waiting thread (a
+/// replaced waker's `Drop`, an upcall handler a post runs there), and code
+/// that parks there takes the unpark token a wake left meanwhile. So the
+/// wait [`clear`](ThreadWaker::clear)s the flag before it registers and
+/// looks, and parks only if it is still clear after
+/// ([`woken`](ThreadWaker::woken)); a wake it finds set sends it round
+/// again, to register and look anew.
+#[derive(Clone)]
+pub(crate) struct ThreadWaker {
+    flag: std::sync::Arc<Unparker>,
+    waker: std::task::Waker,
 }
 
-impl Unparker {
-    /// Forget the wakes so far: the look the caller takes next answers them.
-    pub(crate) fn clear(&self) {
-        // Relaxed: the flag carries no data (the caller's look reads the
-        // state itself), and `woken` below needs no order against this
-        // store beyond this thread's own program order.
-        self.woken.store(false, Ordering::Relaxed);
+impl ThreadWaker {
+    /// A waker for the thread `t`.
+    pub(crate) fn new(t: thread::Thread) -> Self {
+        let flag = std::sync::Arc::new(Unparker {
+            thread: t,
+            woken: AtomicBool::new(false),
+        });
+        ThreadWaker {
+            waker: std::task::Waker::from(flag.clone()),
+            flag,
+        }
     }
 
-    /// A wake came since the last [`Unparker::clear`].
+    /// The waker to register.
+    pub(crate) fn waker(&self) -> &std::task::Waker {
+        &self.waker
+    }
+
+    /// Forget the wakes so far: the registration and the look that follow
+    /// answer them.
+    pub(crate) fn clear(&self) {
+        // Relaxed: the flag carries no data (the look reads the state
+        // itself). The store is ordered before every wake that can take the
+        // waker registered after it: the registration publishes the waker by
+        // a Release (the waker slot's lock word, the room queue's lock), and
+        // a notifier that takes it acquires it first.
+        self.flag.woken.store(false, Ordering::Relaxed);
+    }
+
+    /// A wake came since the last [`ThreadWaker::clear`].
     ///
     /// Checked before parking, it closes the gap the token leaves: a wake
     /// whose flag store this load misses has not had its `unpark` taken by
@@ -199,9 +225,18 @@ impl Unparker {
     /// `unpark`, which the store precedes, so this later load would see the
     /// store), so the park that follows returns.
     pub(crate) fn woken(&self) -> bool {
-        self.woken.load(Ordering::Relaxed)
+        self.flag.woken.load(Ordering::Relaxed)
     }
+}
 
+/// The shared half of a [`ThreadWaker`]: the thread, and the flag each wake
+/// sets before it unparks.
+struct Unparker {
+    thread: thread::Thread,
+    woken: AtomicBool,
+}
+
+impl Unparker {
     fn wake(&self) {
         self.woken.store(true, Ordering::Relaxed);
         self.thread.unpark();
@@ -215,21 +250,6 @@ impl std::task::Wake for Unparker {
     fn wake_by_ref(self: &std::sync::Arc<Self>) {
         Unparker::wake(self);
     }
-}
-
-/// A waker that unparks `t` (a blocking wait's waker; one allocation), and
-/// its [`Unparker`], for a wait that checks [`Unparker::woken`].
-pub(crate) fn unparker(t: thread::Thread) -> (std::sync::Arc<Unparker>, std::task::Waker) {
-    let u = std::sync::Arc::new(Unparker {
-        thread: t,
-        woken: AtomicBool::new(false),
-    });
-    (u.clone(), std::task::Waker::from(u))
-}
-
-/// A waker that unparks `t` (a blocking wait's waker; one allocation).
-pub(crate) fn unpark_waker(t: thread::Thread) -> std::task::Waker {
-    unparker(t).1
 }
 
 /// Park the calling thread until it is unparked or `deadline` passes (it may

@@ -76,7 +76,7 @@ pub enum ArmStatus {
 pub struct Consumer<T> {
     shared: Arc<Shared<T>>,
     /// Unpark-this-thread waker for blocking waits, made on first use.
-    pub(crate) thread_waker: Option<(crate::sync::thread::ThreadId, std::task::Waker)>,
+    pub(crate) thread_waker: Option<(crate::sync::thread::ThreadId, crate::sync::ThreadWaker)>,
     /// How long a blocking wait backs off before it arms and parks.
     pub(crate) spin_budget: Duration,
     /// The `Stream` has yielded `None` (end of stream): `FusedStream`.

@@ -6,18 +6,17 @@ use crate::consumer::Consumer;
 use crate::engine::Shared;
 use crate::error::{DequeueError, TryDequeueError, WaitError};
 use crate::state::Arm;
-use crate::sync::{Arc, Backoff, park, thread, unpark_waker};
-use std::task::Waker;
+use crate::sync::{Arc, Backoff, ThreadWaker, park, thread};
 use std::time::{Duration, Instant};
 
 /// The calling thread's unpark waker, made once per consumer and thread (the
 /// only allocation of a wait, and not on the steady-state path).
-fn thread_waker<T>(c: &mut Consumer<T>) -> Waker {
+fn thread_waker<T>(c: &mut Consumer<T>) -> ThreadWaker {
     let me = thread::current();
     match &c.thread_waker {
         Some((id, w)) if *id == me.id() => w.clone(),
         _ => {
-            let w = unpark_waker(me.clone());
+            let w = ThreadWaker::new(me.clone());
             c.thread_waker = Some((me.id(), w.clone()));
             w
         }
@@ -185,7 +184,10 @@ fn timed_out<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
 
 /// Park the consumer's thread until `done` holds. `done` is re-checked after
 /// registering the waker, so a wake between the two is not lost (the wakers
-/// of `done`'s condition wake the registered waker after changing it).
+/// of `done`'s condition wake the registered waker after changing it); a
+/// wake that came while the registration ran user code (the replaced
+/// waker's drop, which may park and take the token) sends the loop round
+/// instead of parking ([`ThreadWaker`]).
 pub(crate) fn block_until<T>(c: &mut Consumer<T>, done: impl Fn(&Shared<T>) -> bool) {
     let waker = thread_waker(c);
     let s: Arc<Shared<T>> = c.shared().clone();
@@ -193,11 +195,14 @@ pub(crate) fn block_until<T>(c: &mut Consumer<T>, done: impl Fn(&Shared<T>) -> b
         if done(&s) {
             return;
         }
-        s.register_waker(&waker);
+        waker.clear();
+        s.register_waker(waker.waker());
         if done(&s) {
             return;
         }
-        park(None);
+        if !waker.woken() {
+            park(None);
+        }
     }
 }
 
@@ -307,7 +312,8 @@ impl<T> Consumer<T> {
         loop {
             // Register before checking the flag and before arming: a
             // `set_unwaitable` or a post after this point wakes this waker.
-            s.register_waker(&waker);
+            waker.clear();
+            s.register_waker(waker.waker());
             if s.is_unwaitable() {
                 s.disarm();
                 return Err(WaitError::Unwaitable);
@@ -320,7 +326,13 @@ impl<T> Consumer<T> {
                             return timed_out(&s, want);
                         }
                     }
-                    park(deadline);
+                    // A wake that came while the registration ran user code
+                    // (the replaced waker's drop, which may park and take
+                    // the token) may have taken the waker out of the slot:
+                    // round again, to register it anew ([`ThreadWaker`]).
+                    if !waker.woken() {
+                        park(deadline);
+                    }
                 }
                 Arm::Pending => {
                     if let Some(end) = look(&s, want) {

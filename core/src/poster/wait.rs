@@ -5,7 +5,7 @@ use super::Poster;
 use super::attempt::Attempt;
 use crate::error::PostError;
 use crate::room::Seat;
-use crate::sync::{Backoff, park, thread, unparker};
+use crate::sync::{Backoff, ThreadWaker, park, thread};
 use std::time::{Duration, Instant};
 
 impl<T: Send> Poster<T> {
@@ -132,14 +132,14 @@ impl<T: Send> Poster<T> {
             evd: self.shared.id(),
             since: Instant::now(),
         };
-        let (unparker, waker) = unparker(thread::current());
+        let waker = ThreadWaker::new(thread::current());
         // Left by the attempt that ends the wait, or that unwinds.
         let mut seat = Seat::default();
         loop {
             // A wake before this point is answered by the attempt: a seat
             // woken out of the queue joins it again.
-            unparker.clear();
-            match self.attempt(&mut seat, event, &waker) {
+            waker.clear();
+            match self.attempt(&mut seat, event, waker.waker()) {
                 Attempt::Done(r) => return r,
                 Attempt::Wait(ev) => event = ev,
             }
@@ -151,7 +151,7 @@ impl<T: Send> Poster<T> {
             // this thread, whose handler may park and be unparked here,
             // taking the unpark token the wake left. The seat is out of the
             // queue then, and parking would wait for a wake already spent.
-            if !unparker.woken() {
+            if !waker.woken() {
                 // Woken by a freed slot, by close, or spuriously: attempt
                 // again.
                 park(deadline);

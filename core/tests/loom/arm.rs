@@ -211,3 +211,45 @@ fn batch_post_vs_arm() {
         assert_eq!(c.join().unwrap(), [1, 2], "exactly once, FIFO");
     });
 }
+
+/// A task's waker whose drop takes this thread's unpark token, if it has
+/// one, as user code that parks there does (a channel, a blocking call).
+struct ParksOnDrop;
+
+impl std::task::Wake for ParksOnDrop {
+    fn wake(self: std::sync::Arc<Self>) {}
+}
+
+impl Drop for ParksOnDrop {
+    fn drop(&mut self) {
+        thread::current().unpark();
+        thread::park();
+    }
+}
+
+#[test]
+fn wait_woken_while_its_registration_drops_a_parking_waker_no_lost_wakeup() {
+    // An async wait left its task's waker registered, and the EVD armed,
+    // when its future was dropped. A blocking `wait(2)` then registers the
+    // thread's waker, and the replaced task waker's drop runs on this
+    // thread: it parks, taking the token of a wake that came meanwhile (the
+    // first post, which took the new waker out of the slot). The arm for
+    // two finds one event and arms with the slot empty; waiting on the
+    // token alone, the consumer would sleep through the second post: a
+    // loom deadlock.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+        let task = std::task::Waker::from(std::sync::Arc::new(ParksOnDrop));
+        {
+            let mut recv = consumer.recv();
+            let mut cx = std::task::Context::from_waker(&task);
+            let polled = std::future::Future::poll(std::pin::Pin::new(&mut recv), &mut cx);
+            assert!(polled.is_pending(), "nothing posted yet");
+        }
+        drop(task); // the registered clone is now the last
+        let c = thread::spawn(move || consumer.wait(2, None));
+        poster.post(1).unwrap();
+        poster.post(2).unwrap();
+        assert_eq!(c.join().unwrap(), Ok(2));
+    });
+}
