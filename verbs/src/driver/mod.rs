@@ -152,6 +152,9 @@ pub struct Driver {
     failed: Option<DriverError>,
     /// Run by its own thread ([`Driver::spawn`]).
     spawned: bool,
+    /// The backend refuses every cancellation (a unit test's fault).
+    #[cfg(test)]
+    refuse_cancels: bool,
 }
 
 impl Driver {
@@ -190,6 +193,8 @@ impl Driver {
             caught: None,
             failed: None,
             spawned: false,
+            #[cfg(test)]
+            refuse_cancels: false,
         })
     }
 

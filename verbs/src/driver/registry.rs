@@ -5,7 +5,7 @@ use super::control::downcast;
 use super::cycle::Phase;
 use super::slot::{Removal, RoomSignal, Slot};
 use super::source::Source;
-use super::{Driver, DriverError, FeedId, FeedKey, FeedMode, SpinPolicy};
+use super::{Activity, Driver, DriverError, FeedId, FeedKey, FeedMode, SpinPolicy};
 use crate::event::{CmEvent, VerbsEvent};
 use crate::feed::{AsyncFeed, ChannelFeed, CmFeed, Feed};
 use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
@@ -250,9 +250,11 @@ impl Driver {
     ///
     /// # Errors
     /// [`DriverError::NoSuchFeed`] if the key names no feed of this driver
-    /// (removed already, or another driver's key). [`DriverError::Io`] if the ring failed while this
-    /// call waited for it to let go of the feed's fd; the feed then stays
-    /// registered, its removal pending.
+    /// (removed already, or another driver's key). [`DriverError::Io`] if
+    /// the backend failed: refusing the cancellation of the feed's poll (the
+    /// feed then stays registered and served, as before the call), or while
+    /// this call waited for it to let go of the feed's fd (the removal is
+    /// then under way: call `remove` again with the key to finish it).
     ///
     /// # Panics
     /// Not because of a handler: waiting for the ring, this call gives the
@@ -260,7 +262,11 @@ impl Driver {
     /// reported by the next [`Driver::process`] (see its Panics section).
     pub fn remove<F: 'static>(&mut self, key: FeedKey<F>) -> Result<F, DriverError> {
         let id = key.id();
-        if !key.is_of(self.shared.serial) || !self.begin_remove(id, Removal::Local)? {
+        if !key.is_of(self.shared.serial) {
+            return Err(DriverError::NoSuchFeed);
+        }
+        // A removal this call began before its wait failed goes on.
+        if !self.removing_here(id) && !self.begin_remove(id, Removal::Local)? {
             return Err(DriverError::NoSuchFeed);
         }
         loop {
@@ -271,8 +277,25 @@ impl Driver {
             // bounds it should the kernel be slow to report it. A panic
             // caught meanwhile is kept for the next `process` to report: it
             // must not leave this removal half done.
-            self.step(Some(Duration::from_millis(100)))?;
+            self.removal_step()?;
         }
+    }
+
+    /// One step of [`Driver::remove`]'s wait.
+    #[cfg(not(test))]
+    fn removal_step(&mut self) -> Result<Activity, DriverError> {
+        self.step(Some(Duration::from_millis(100)))
+    }
+
+    /// One step of [`Driver::remove`]'s wait, unless a test has it fail.
+    #[cfg(test)]
+    fn removal_step(&mut self) -> Result<Activity, DriverError> {
+        if self.refuse_cancels {
+            return Err(DriverError::Io(std::io::Error::from_raw_os_error(
+                libc::EIO,
+            )));
+        }
+        self.step(Some(Duration::from_millis(100)))
     }
 
     pub(super) fn slot_mut(&mut self, id: FeedId) -> Option<&mut Slot> {
@@ -282,19 +305,53 @@ impl Driver {
             .filter(|s| s.generation == id.generation && s.removing.is_none())
     }
 
-    /// Start removing a feed; `false` if there is no such feed.
+    /// A [`Driver::remove`] of `id` is under way (its wait failed): the
+    /// feed is still waiting for its poll to end, or already handed back.
+    fn removing_here(&self, id: FeedId) -> bool {
+        let waiting = self.slots.get(id.index as usize).is_some_and(|s| {
+            s.as_ref().is_some_and(|s| {
+                s.generation == id.generation && matches!(s.removing, Some(Removal::Local))
+            })
+        });
+        waiting || self.removed.iter().any(|(r, _)| *r == id)
+    }
+
+    /// Start removing a feed; `false` if there is no such feed. A feed whose
+    /// poll is in the backend waits for its cancellation to end it; if the
+    /// backend refuses the cancellation, nothing is begun: the feed stays
+    /// served, and a remover on another thread is answered with the error.
     pub(super) fn begin_remove(&mut self, id: FeedId, who: Removal) -> Result<bool, DriverError> {
         let Some(slot) = self.slot_mut(id) else {
             return Ok(false);
         };
         if slot.poll_in_flight {
-            slot.removing = Some(who);
-            self.backend.cancel(id)?;
+            if let Err(e) = self.cancel_poll(id) {
+                if let Removal::Reply(reply) = who {
+                    let _ = reply.send(Err(DriverError::Io(copy_io_error(&e))));
+                }
+                return Err(DriverError::Io(e));
+            }
+            self.slot_mut(id).expect("checked above").removing = Some(who);
         } else {
             let slot = self.slots[id.index as usize].take().expect("checked above");
             self.hand_back(id, slot.source, who);
         }
         Ok(true)
+    }
+
+    /// Ask the backend to cancel a feed's poll.
+    #[cfg(not(test))]
+    fn cancel_poll(&mut self, id: FeedId) -> std::io::Result<()> {
+        self.backend.cancel(id)
+    }
+
+    /// Ask the backend to cancel a feed's poll, unless a test has it refuse.
+    #[cfg(test)]
+    fn cancel_poll(&mut self, id: FeedId) -> std::io::Result<()> {
+        if self.refuse_cancels {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        self.backend.cancel(id)
     }
 
     pub(super) fn hand_back(&mut self, id: FeedId, source: Box<dyn Source>, who: Removal) {
@@ -308,9 +365,18 @@ impl Driver {
     }
 }
 
+/// The same error again, for a second party (an `io::Error` is not `Clone`).
+fn copy_io_error(e: &std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::readiness::tag;
+    use super::super::slot::Removal;
     use crate::soft::SoftCq;
     use crate::{
         CqId, Driver, DriverBackend, DriverConfig, DriverError, Feed, FeedMode, VerbsEvent,
@@ -362,5 +428,117 @@ mod tests {
         };
         assert!(matches!(ev, VerbsEvent::Completion { cq: CqId(1), .. }));
         assert_eq!(driver.remove(new).unwrap().id(), CqId(1));
+    }
+
+    /// A driver serving one event-mode feed whose poll is in the backend
+    /// (armed and asleep); its key and its CQ's producer.
+    fn asleep_with_one_feed() -> (
+        Driver,
+        crate::FeedKey<Feed<SoftCq>>,
+        crate::soft::SoftCqProducer,
+        evd::Consumer<VerbsEvent>,
+    ) {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let mut driver = Driver::new(DriverConfig::default()).unwrap();
+        let (cq, hca) = SoftCq::new(4).unwrap();
+        let key = driver
+            .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+            .unwrap();
+        driver.process(Some(Duration::ZERO)).unwrap(); // arms, polls the fd
+        assert!(
+            driver.slots[key.id().index as usize]
+                .as_ref()
+                .unwrap()
+                .poll_in_flight
+        );
+        (driver, key, hca, consumer)
+    }
+
+    /// The driver serves the feed: a completion pushed now is delivered.
+    fn still_served(
+        driver: &mut Driver,
+        hca: &crate::soft::SoftCqProducer,
+        consumer: &mut evd::Consumer<VerbsEvent>,
+        wr_id: u64,
+    ) {
+        hca.push(WorkCompletion::new(wr_id)).unwrap();
+        let start = Instant::now();
+        loop {
+            let _ = driver.process(Some(Duration::from_millis(10)));
+            if let Ok(VerbsEvent::Completion { wc, .. }) = consumer.try_dequeue() {
+                assert_eq!(wc.wr_id, wr_id);
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "completion {wr_id} never delivered"
+            );
+        }
+    }
+
+    /// A removal whose cancellation the backend refuses begins nothing: the
+    /// caller gets the error, the feed stays registered and served, and a
+    /// later removal takes it. (Before, the slot was left "removing": not
+    /// served, refused by a second `remove` as `NoSuchFeed`, and waited for
+    /// by a shutdown until its CQ fired.)
+    #[test]
+    fn a_removal_whose_cancellation_is_refused_leaves_the_feed_served() {
+        let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
+        driver.refuse_cancels = true;
+        assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
+        still_served(&mut driver, &hca, &mut consumer, 1);
+        driver.refuse_cancels = false;
+        driver.process(Some(Duration::ZERO)).unwrap(); // asleep again
+        assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+    }
+
+    /// The same through a handle: its remover is answered with the error
+    /// (it waited for an answer before), the driver's caller gets it too,
+    /// and the feed is served on.
+    #[test]
+    fn a_handles_removal_whose_cancellation_is_refused_is_answered() {
+        let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
+        driver.refuse_cancels = true;
+        let handle = driver.handle();
+        let remover = std::thread::spawn(move || handle.remove(key).map(|_| ()));
+        let start = Instant::now();
+        let mut driver_saw = false;
+        while !remover.is_finished() {
+            driver_saw |= matches!(
+                driver.process(Some(Duration::from_millis(10))),
+                Err(DriverError::Io(_))
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the remover was never answered"
+            );
+        }
+        assert!(matches!(remover.join().unwrap(), Err(DriverError::Io(_))));
+        assert!(driver_saw, "the driver's caller is told");
+        still_served(&mut driver, &hca, &mut consumer, 2);
+        driver.refuse_cancels = false;
+        driver.process(Some(Duration::ZERO)).unwrap();
+        assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+    }
+
+    /// A removal whose wait fails (the backend, after the cancellation was
+    /// asked) is under way: `remove` again with the key finishes it, where
+    /// it used to answer `NoSuchFeed` and leave the feed to the shutdown.
+    #[test]
+    fn a_removal_whose_wait_failed_is_finished_by_the_next() {
+        let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
+        let index = key.id().index as usize;
+        // Cancellation asked, then the wait fails (the same test switch).
+        assert!(driver.begin_remove(key.id(), Removal::Local).unwrap());
+        driver.refuse_cancels = true;
+        assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
+        driver.refuse_cancels = false;
+        assert!(
+            driver.slots[index]
+                .as_ref()
+                .is_none_or(|s| s.removing.is_some())
+        );
+        assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+        assert!(matches!(driver.remove(key), Err(DriverError::NoSuchFeed)));
     }
 }
