@@ -286,10 +286,10 @@ impl Driver {
     /// from its CQ is lost: the events of the post that ran the handler are
     /// in the EVD (the handler had the one it panicked on; the core's
     /// upcalls give the rest to the next instance, and the EVD stays
-    /// usable), and events not posted yet stay held by the feed. Two limits:
-    /// a panicking `From` loses the completions of its poll not converted
-    /// yet, and the feed's own counters ([`FeedStats`](crate::FeedStats))
-    /// miss the batch whose post panicked.
+    /// usable), and events not posted yet stay held by the feed; but a
+    /// completion whose `From` panicked is lost (there is no event for it;
+    /// [`FeedStats::from_panics`](crate::FeedStats::from_panics)). One
+    /// limit: the feed's own counters miss the batch whose post panicked.
     pub fn process(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
         let activity = self.step(timeout);
         self.shared.stats.publish(&self.stats);

@@ -67,6 +67,10 @@ pub struct FeedStats {
     /// posted first next time. Zero while the feed's thread is the EVD's only
     /// poster.
     pub held: u64,
+    /// Completions lost because the event type's `From` panicked on them
+    /// (counted by the call after the panic); the completions polled with
+    /// them are delivered.
+    pub from_panics: u64,
 }
 
 /// Moves completions from a [`CompletionQueue`] into an EVD of `T`.
@@ -102,6 +106,11 @@ pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
     room: RoomWaiter<T>,
     /// Where the CQ is polled into.
     batch: [WorkCompletion; POLL_BATCH],
+    /// The completions of `batch` polled and not converted yet (empty
+    /// between calls unless a `From` panicked).
+    unconverted: std::ops::Range<usize>,
+    /// A `From` is running: still set at the next call, it panicked.
+    converting: bool,
     /// Events polled (or a CQ failure raised) but not yet posted, in order.
     /// Empty between calls unless the EVD refused them. Allocated once with
     /// room for a whole batch, and only ever holds one batch (or the one
@@ -157,6 +166,8 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             id,
             room: poster.room_waiter(),
             batch: [WorkCompletion::default(); POLL_BATCH],
+            unconverted: 0..0,
+            converting: false,
             held: Vec::with_capacity(POLL_BATCH),
             unacked: 0,
             armed: false,
@@ -289,10 +300,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// panic left off. The batch whose post ran the handler is in the EVD
     /// (the handler had the event it panicked on; the EVD's next upcall, or
     /// a dequeue, gets the rest), and the completions polled and not posted
-    /// yet stay held in the feed and are posted first, in order. Two
-    /// limits: a panicking `From` loses the completions of its poll not
-    /// converted yet, and [`stats`](Self::stats) miss the batch whose post
-    /// panicked. A [`Driver`](crate::Driver) or a [`Poller`](crate::Poller)
+    /// yet stay held in the feed and are posted first, in order. A
+    /// completion whose `From` panicked is lost (there is no `T` for it;
+    /// counted in [`FeedStats::from_panics`]); the rest of its poll is
+    /// converted and posted by the next call. One limit: the
+    /// [`stats`](Self::stats) miss the batch whose post panicked. A [`Driver`](crate::Driver) or a [`Poller`](crate::Poller)
     /// catches such a panic and serves on; a caller of its own catches it
     /// (`std::panic::catch_unwind`) and calls again:
     ///
@@ -318,6 +330,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
         let mut delivered = 0;
+        self.convert_polled();
         self.hold_owed_error();
         if let Err(status) = self.post_held(&mut delivered, budget, false) {
             return self.stop(delivered, status);
@@ -362,15 +375,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                 }
             };
             self.stats.polled += n as u64;
-            let cq = self.id;
             // `held` is empty here (the post above succeeded) and n <=
             // POLL_BATCH, its capacity: no allocation. Converting here, not
             // in a pass of its own, builds each `T` once, in its final place.
-            self.held.extend(
-                self.batch[..n]
-                    .iter()
-                    .map(|&wc| T::from(VerbsEvent::Completion { cq, wc })),
-            );
+            self.unconverted = 0..n;
+            self.convert_polled();
             if let Err(status) = self.post_held(&mut delivered, budget, true) {
                 return self.stop(delivered, status);
             }
@@ -493,6 +502,26 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         self.arm_and_drain(budget)
     }
 
+    /// Convert the polled completions not converted yet into `held`, in
+    /// order. Each leaves `unconverted` before its `From` runs: a `From` that
+    /// panics loses only the completion it panicked on (there is no `T` for
+    /// it, and converting it again would panic again), and the next call
+    /// counts it ([`FeedStats::from_panics`]) and converts the rest.
+    fn convert_polled(&mut self) {
+        if self.converting {
+            self.converting = false;
+            self.stats.from_panics += 1;
+        }
+        let cq = self.id;
+        for i in self.unconverted.by_ref() {
+            let wc = self.batch[i];
+            self.converting = true;
+            let ev = T::from(VerbsEvent::Completion { cq, wc });
+            self.converting = false;
+            self.held.push(ev);
+        }
+    }
+
     #[inline]
     fn stop(&mut self, delivered: usize, status: FeedStatus) -> Progress {
         self.stats.delivered += delivered as u64;
@@ -519,8 +548,10 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// # drop(consumer);
     /// ```
     pub fn into_parts(mut self) -> (C, Vec<T>) {
-        // A failure's error still owed is handed back with the rest (built
-        // while the feed still drops normally, should `From` panic again).
+        // The completions a panicking `From` left, and a failure's error
+        // still owed, are handed back with the rest (built while the feed
+        // still drops normally, should `From` panic again).
+        self.convert_polled();
         self.hold_owed_error();
         let mut me = ManuallyDrop::new(self);
         me.ack_all();

@@ -60,3 +60,38 @@ fn held_keeps_its_one_allocation_through_refusals_and_a_failure() {
     ));
     assert_eq!((feed.held.as_ptr(), feed.held.capacity()), buffer);
 }
+
+/// An event type whose `From` panics on the completion with `wr_id` 1.
+#[derive(Debug)]
+struct PanicsOnOne(u64);
+impl From<VerbsEvent> for PanicsOnOne {
+    fn from(ev: VerbsEvent) -> Self {
+        match ev {
+            VerbsEvent::Completion { wc, .. } => {
+                assert_ne!(wc.wr_id, 1, "this From fails on completion 1");
+                PanicsOnOne(wc.wr_id)
+            }
+            _ => PanicsOnOne(u64::MAX),
+        }
+    }
+}
+
+/// A `From` that panics on one completion of a poll loses that one only:
+/// the next call converts and posts the rest of the poll, in order, and
+/// counts the loss. (Before, the completions after it in the poll were
+/// lost with it: out of the CQ, never converted.)
+#[test]
+fn a_panicking_from_loses_only_the_completion_it_panicked_on() {
+    let (poster, mut consumer) = evd::bounded::<PanicsOnOne>(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    hca.push_batch(&[0, 1, 2, 3].map(WorkCompletion::new));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    assert!(r.is_err(), "the From's panic comes out of the call");
+    let p = feed.progress(16);
+    assert_eq!(p.status, FeedStatus::Drained);
+    let got: Vec<u64> = std::iter::from_fn(|| consumer.try_dequeue().ok().map(|e| e.0)).collect();
+    assert_eq!(got, [0, 2, 3]);
+    assert_eq!(feed.stats().from_panics, 1);
+    assert_eq!(feed.stats().polled, 4);
+}
