@@ -132,3 +132,48 @@ fn a_cq_overrun_reaches_an_app_evd_with_no_async_feed_registered() {
     let s = running.shutdown().unwrap();
     assert_eq!(s.len(), 2, "the feed and the device's async feed");
 }
+
+/// A full EVD under an idle upcall policy is drained only by the upcall a
+/// post starts. The async feed runs that upcall before it takes an event
+/// out of the device, so a handler that panics there costs no event: the
+/// next call delivers it. (Before, the feed took the event first, and the
+/// post that ran the panicking upcall dropped it.)
+#[test]
+fn a_handler_panic_on_a_full_evd_costs_the_async_feed_no_event() {
+    common::panics::quiet_provoked_panics();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    poster
+        .post(VerbsEvent::Completion {
+            cq: CqId(0),
+            wc: WorkCompletion::new(7),
+        })
+        .unwrap(); // full
+    let (seen, handled) = std::sync::mpsc::channel();
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let _up = consumer.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::New,
+        move |ev, _| {
+            seen.send(format!("{:?}", ev.unwrap())).unwrap();
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                panic!("{}", common::panics::PROVOKED);
+            }
+        },
+    );
+    let (events, device) = SoftDevice::new().unwrap();
+    let mut feed = AsyncFeed::new(events, poster);
+    device.raise(AsyncEvent::new(
+        AsyncEventKind::PortActive,
+        AsyncElement::Port(1),
+    ));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    assert!(r.is_err(), "the handler's panic comes out of the call");
+    assert_eq!(feed.progress(16).delivered, 1);
+    let seen: Vec<String> = handled.try_iter().collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[0].contains("Completion"), "{seen:?}");
+    assert!(
+        seen[1].contains("Port(1)"),
+        "the port event was handled: {seen:?}"
+    );
+}

@@ -74,10 +74,12 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// and, in each post, the EVD's upcall handler or the waker the post
     /// notifies. A panic there comes out of this call; the feed and the EVD
     /// stay usable, and the next call takes the next event from the device.
-    /// The event whose post panicked is in the EVD, except when the EVD was
-    /// full and the post ran the upcall to make room: that event is lost
-    /// with the panic (see [`evd::Poster::post`]). An event whose `From`
-    /// panicked is lost.
+    /// The event whose post panicked is in the EVD. A full EVD under an idle
+    /// upcall policy is drained by the upcall the feed runs before it takes
+    /// an event out of the device, so a panic there costs no event (a post
+    /// that ran that upcall with an event in hand would lose it, see
+    /// [`evd::Poster::post`]). An event whose `From` panicked is lost: there
+    /// is no `T` for it.
     pub fn progress(&mut self, budget: usize) -> Progress {
         self.feed.progress(budget, |source| {
             Ok(source
@@ -120,10 +122,13 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     }
 
     /// Hand back the source, and the event the EVD refused, if one is held
-    /// (already converted: the `T` the EVD refused).
+    /// (already converted: the `T` the EVD refused). An event is taken out
+    /// of the source only when the EVD has room for it, so one is held only
+    /// if another poster took that room first; the events a full EVD had no
+    /// room for are still in the source.
     ///
     /// ```
-    /// use evd_verbs::{AsyncFeed, AsyncEvent, AsyncEventKind, AsyncElement, FeedStatus, VerbsEvent, soft::SoftDevice};
+    /// use evd_verbs::{AsyncEventSource, AsyncFeed, AsyncEvent, AsyncEventKind, AsyncElement, FeedStatus, VerbsEvent, soft::SoftDevice};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
     /// let (events, device) = SoftDevice::new().unwrap();
     /// let mut feed = AsyncFeed::new(events, poster);
@@ -131,9 +136,9 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// device.raise(port_down);
     /// device.raise(port_down);
     /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits
-    /// let (source, held) = feed.into_parts();
-    /// assert_eq!(held, Some(VerbsEvent::Async(port_down)));
-    /// # drop(source);
+    /// let (mut source, held) = feed.into_parts();
+    /// assert_eq!(held, None);
+    /// assert_eq!(source.next_event().unwrap(), Some(port_down)); // still the device's
     /// ```
     pub fn into_parts(self) -> (S, Option<T>) {
         (self.feed.source, self.feed.held)

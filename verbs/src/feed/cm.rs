@@ -75,8 +75,9 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// As [`AsyncFeed::progress`](crate::AsyncFeed::progress): a panic of
     /// the event type's `From` or of user code a post runs (the EVD's
     /// upcall handler, a waker) comes out of this call, the feed and the
-    /// EVD stay usable, and the event whose post panicked is in the EVD
-    /// unless that post found the EVD full and ran the upcall to make room.
+    /// EVD stay usable, and the event whose post panicked is in the EVD (a
+    /// full EVD's draining upcall runs before an event is taken, so its
+    /// panic costs none); an event whose `From` panicked is lost.
     pub fn progress(&mut self, budget: usize) -> Progress {
         self.feed
             .progress(budget, |source| Ok(source.next_event()?.map(T::from)))
@@ -109,9 +110,12 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     }
 
     /// Hand back the source, and the event the EVD refused, if one is held.
+    /// An event is taken out of the source only when the EVD has room for
+    /// it, so one is held only if another poster took that room first; the
+    /// events a full EVD had no room for are still in the source.
     ///
     /// ```
-    /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, soft::SoftCm};
+    /// use evd_verbs::{CmEvent, CmEventKind, CmEventSource, CmFeed, soft::SoftCm};
     /// let (poster, _consumer) = evd::bounded::<CmEvent>(1).unwrap();
     /// let (events, cm) = SoftCm::new().unwrap();
     /// let mut feed = CmFeed::new(events, poster);
@@ -119,8 +123,9 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// cm.raise(ev);
     /// cm.raise(ev);
     /// feed.progress(16);
-    /// let (_source, held) = feed.into_parts();
-    /// assert_eq!(held, Some(ev));
+    /// let (mut source, held) = feed.into_parts();
+    /// assert_eq!(held, None);
+    /// assert_eq!(source.next_event().unwrap(), Some(ev)); // still the CM's
     /// ```
     pub fn into_parts(self) -> (S, Option<T>) {
         (self.feed.source, self.feed.held)

@@ -45,14 +45,24 @@ impl<S, T: Send> EventFeed<S, T> {
             let ev = match self.held.take() {
                 Some(ev) => ev,
                 None if self.failed => return stop(delivered, FeedStatus::Failed),
-                None => match next(&mut self.source) {
-                    Ok(Some(ev)) => ev,
-                    Ok(None) => return stop(delivered, FeedStatus::Drained),
-                    Err(_) => {
-                        self.failed = true;
-                        return stop(delivered, FeedStatus::Failed);
+                None => {
+                    // An event is taken out of the source only with room for
+                    // it: a post refused as full would run the EVD's draining
+                    // upcall with the event in hand, and lose it if that
+                    // upcall's handler panicked. That upcall runs first here,
+                    // with nothing taken (as a completion feed does).
+                    if let Some(status) = self.no_room() {
+                        return stop(delivered, status);
                     }
-                },
+                    match next(&mut self.source) {
+                        Ok(Some(ev)) => ev,
+                        Ok(None) => return stop(delivered, FeedStatus::Drained),
+                        Err(_) => {
+                            self.failed = true;
+                            return stop(delivered, FeedStatus::Failed);
+                        }
+                    }
+                }
             };
             match self.room.poster().post(ev) {
                 Ok(()) => delivered += 1,
@@ -67,6 +77,20 @@ impl<S, T: Send> EventFeed<S, T> {
             }
         }
         stop(delivered, FeedStatus::Budget)
+    }
+
+    /// `None` if the EVD has a free slot (after running the upcall that
+    /// drains a full ring under an idle upcall policy, if there is one);
+    /// otherwise why not.
+    fn no_room(&mut self) -> Option<FeedStatus> {
+        loop {
+            match self.room.poster().free_slots() {
+                None => return Some(FeedStatus::Closed),
+                Some(0) if self.room.poster().start_draining_upcall() => continue,
+                Some(0) => return Some(FeedStatus::Backpressure),
+                Some(_) => return None,
+            }
+        }
     }
 
     /// Wait for room in a full EVD.
