@@ -50,25 +50,37 @@ impl NotifyTargets {
         // The eventfd first: a waker that panics must not swallow it.
         #[cfg(all(target_os = "linux", not(loom)))]
         if let Some(fd) = self.eventfd.get() {
-            // An eventfd write fails only if the counter would overflow
-            // (2^64 - 2 unread notifications): it is readable either way.
-            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+            signal(fd);
         }
         self.waker.wake();
     }
 
-    /// The eventfd, made on first use.
+    /// The eventfd, made on first use, and whether this call made it.
     #[cfg(all(target_os = "linux", not(loom)))]
-    pub(crate) fn eventfd(&self) -> std::io::Result<&OwnedFd> {
+    pub(crate) fn eventfd(&self) -> std::io::Result<(&OwnedFd, bool)> {
         if let Some(fd) = self.eventfd.get() {
-            return Ok(fd);
+            return Ok((fd, false));
         }
         use rustix::event::{EventfdFlags, eventfd};
         let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         // If two threads race here the loser's fd is closed; only the consumer
         // calls this, so it does not happen in practice.
-        Ok(self.eventfd.get_or_init(|| fd))
+        let mut made = false;
+        let fd = self.eventfd.get_or_init(|| {
+            made = true;
+            fd
+        });
+        Ok((fd, made))
     }
+}
+
+/// Add 1 to an eventfd's counter: a notification, or one that fired before
+/// the eventfd existed ([`crate::engine::Shared::eventfd`]).
+#[cfg(all(target_os = "linux", not(loom)))]
+pub(crate) fn signal(fd: &OwnedFd) {
+    // An eventfd write fails only if the counter would overflow (2^64 - 2
+    // unread notifications): it is readable either way.
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
 }
 
 /// What a CNO trigger found.

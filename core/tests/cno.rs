@@ -1033,3 +1033,20 @@ fn a_key_the_cno_hands_out_is_held_by_no_bound_evd_even_after_a_move() {
     }
     assert_eq!(a.cno_key(), Some(ka));
 }
+
+#[test]
+fn a_cno_eventfd_made_after_an_answered_arm_is_readable_for_that_key() {
+    let mut cno = Cno::new(2).unwrap();
+    let (p, mut c) = pair::<u8>(4);
+    c.bind_cno(&cno, 7).unwrap();
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(cno.arm(), ArmStatus::Armed);
+    p.post(1).unwrap(); // the key answers the CNO's arm; no eventfd yet
+    let fd = cno.notify_fd().unwrap();
+    assert_eq!(
+        fd.acknowledge().unwrap(),
+        1,
+        "the answered arm is on the fd"
+    );
+    assert_eq!(ready_keys(&mut cno), [7]);
+}

@@ -531,6 +531,11 @@ impl Api {
                     let fd = c.notify_fd().expect("eventfd");
                     if self.fd.is_none() {
                         self.fd = Some(fd);
+                        // The call that makes the fd writes it once for a
+                        // notification that fired before it existed.
+                        if self.notified {
+                            self.fd_count += 1;
+                        }
                     }
                 }
             }

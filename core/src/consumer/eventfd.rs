@@ -3,7 +3,8 @@
 //! Once [`Consumer::notify_fd`] has been called, every notification (a post
 //! that disarms the EVD, a close of an armed EVD) also adds 1 to an eventfd.
 //! The loop is: wait for the fd to be readable, [`NotifyFd::acknowledge`],
-//! drain, [`Consumer::arm`]; on `Pending` drain again, on `Armed` wait.
+//! drain, [`Consumer::arm`]; on `Pending` drain again, on `Armed` wait. An
+//! fd made after an arm that a post already answered starts readable.
 
 use crate::consumer::Consumer;
 use std::io;
@@ -53,7 +54,11 @@ impl AsRawFd for NotifyFd {
 
 impl<T> Consumer<T> {
     /// The EVD's notification eventfd (made on first call; non-blocking,
-    /// close-on-exec). From then on every notification also writes it.
+    /// close-on-exec). From then on every notification also writes it. The
+    /// call that makes it writes it once if a notification fired before
+    /// (an [`arm`](Consumer::arm) that a post has answered, or a close of an
+    /// armed EVD, and no arm has found the ring empty since), so an fd asked
+    /// for after arming is readable for the post that answered the arm.
     ///
     /// ```
     /// use std::os::fd::AsRawFd;

@@ -331,10 +331,19 @@ impl<T> Shared<T> {
         self.targets.wake_waker();
     }
 
-    /// The EVD's notification eventfd, made on first use.
+    /// The EVD's notification eventfd, made on first use. The call that makes
+    /// it writes it once if a notification already fired (`NOTIFIED`): a
+    /// post that took `ARMED` before the eventfd existed wrote only the
+    /// waker, and the consumer that armed and then asked for the fd waits on
+    /// the fd alone ([`Shared::notified_seen_by_new_target`] argues why no
+    /// post falls between the two).
     #[cfg(all(target_os = "linux", not(loom)))]
     pub(crate) fn eventfd(&self) -> std::io::Result<&std::os::fd::OwnedFd> {
-        self.targets.eventfd()
+        let (fd, made) = self.targets.eventfd()?;
+        if made && self.notified_seen_by_new_target() {
+            crate::notify::signal(fd);
+        }
+        Ok(fd)
     }
 
     /// Replace the upcall handler.

@@ -8,13 +8,13 @@
 //!
 //! # Invariant
 //!
-//! Only this file writes the word, and every write is an RMW (a CAS, or the
-//! lossy post's one RMW) applying one of `state`'s transitions: the tail
-//! only grows, a ticket is handed out only while the ring has room against a
-//! head the consumer has passed and neither `CLOSED` nor `RESIZING` is set,
-//! each `ARMED`/`CNO_ARMED` is taken by exactly one operation, and `TOKEN`
-//! has at most one holder. Other files only load it (the dequeue's end of
-//! stream check, [`super::snapshot`]).
+//! Only this file writes the word, each write an RMW (a CAS, or the lossy
+//! post's one RMW; a new eventfd's CAS writes it back unchanged) applying one
+//! of `state`'s transitions: the tail only grows, a ticket is handed out only
+//! while the ring has room against a head the consumer has passed and neither
+//! `CLOSED` nor `RESIZING` is set, each `ARMED`/`CNO_ARMED` is taken by
+//! exactly one operation, `TOKEN` has at most one holder. Other files only
+//! load it (the dequeue's end of stream check, [`super::snapshot`]).
 //!
 //! # The release sequence, argued as a whole
 //!
@@ -48,6 +48,12 @@
 //!   upcall's exit), and they re-check the loss word after their CAS;
 //!   whoever came earlier is seen here (`ARMED`, or a free token) and
 //!   notified.
+//! * **A new eventfd** (`AcqRel`, one CAS writing the word back unchanged,
+//!   after the fd is published; a store-then-load race with a post's CAS
+//!   then load of the fd): a reservation later in the word's order continues
+//!   the release sequence and sees the fd; one earlier left `NOTIFIED`, which
+//!   the RMW sees, and the fd's maker writes it (both, at worst: a spurious
+//!   wake). Only the consumer clears `NOTIFIED` outside an upcall.
 //! * **Permits**: taken by the reservation loop's CAS against the same tail
 //!   as posts; sent by a reservation without the full check; given back
 //!   `Relaxed` (it publishes nothing), then a head store's room check.
@@ -183,12 +189,8 @@ impl<T> Shared<T> {
                     count,
                     notify,
                 } => {
-                    // Acquire on success: see the waker registered before the
-                    // consumer's Release arm, and the buffer installed before
-                    // a resize's Release end. Release: whoever reads this word
-                    // with Acquire (`query`) then sees a head at least `hint`,
-                    // so it never pairs the new tail (or permits) with an
-                    // older head. (On x86 a locked CAS orders both anyway.)
+                    // AcqRel on success: the module doc's "Reserve" argues
+                    // both halves (the waker, the buffer; `query`'s head).
                     match s
                         .state
                         .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Relaxed)
@@ -445,15 +447,21 @@ impl<T> Shared<T> {
             return None;
         }
         self.counters.lost.fetch_add(1, Ordering::Relaxed);
-        // Always one RMW on the word, even with nobody to notify (then it
-        // writes the word back unchanged). AcqRel: its Release makes the loss
-        // above visible to whoever's CAS on the word comes later — an arm, an
-        // upcall's exit — and they re-check the loss word after their CAS;
-        // whoever came earlier is seen here (ARMED, or a free token) and
-        // notified.
+        // Always one RMW, AcqRel, even with nobody to notify: the module
+        // doc's "lossy post's notification" argues it.
         Some(self.transition(Ordering::AcqRel, |w| {
             Ok(state::notify_loss(w).unwrap_or((w, Notify::None)))
         }))
+    }
+
+    /// `NOTIFIED`, read by a CAS that writes the word back unchanged, by the
+    /// consumer that has just published a new eventfd: the module doc's "new
+    /// eventfd" argues why a post reaches the fd or its maker sees this.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    #[cold]
+    pub(crate) fn notified_seen_by_new_target(&self) -> bool {
+        let w = self.transition(Ordering::AcqRel, |w| Ok((w, w)));
+        state::has(w, state::NOTIFIED)
     }
 
     /// Move the queued events into `fresh` (of `2^log2` slots) and install it,
