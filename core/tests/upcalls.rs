@@ -226,6 +226,40 @@ fn a_handler_replaced_during_its_own_upcall_is_dropped_when_that_upcall_returns(
     });
 }
 
+/// A handler that replaces itself and then panics is dropped by its own
+/// upcall after the panic: its `Drop` panicking too is one more panic to
+/// swallow, not a panic during an unwinding (which aborts the process). The
+/// handler's panic is the one the post raises, and the replacement serves.
+#[test]
+fn a_handler_replaced_during_its_upcall_that_panics_and_panics_on_drop_unwinds_once() {
+    let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let slot: SelfSlot = Arc::default();
+    let (seen, replacement_saw) = shared_vec();
+    let owned = tracked(&drops, true);
+    let s = slot.clone();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+        let _keep = &owned;
+        if let Some(up) = s.lock().unwrap().as_ref() {
+            let saw = replacement_saw.clone();
+            up.set_handler(move |ev, _| saw.lock().unwrap().push(ev.unwrap()));
+        }
+        panic!("the handler");
+    });
+    *slot.lock().unwrap() = Some(up);
+    let raised = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poster.post(1)))
+        .expect_err("the handler panicked");
+    assert_eq!(raised.downcast_ref::<&str>(), Some(&"the handler"));
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "the replaced handler was dropped once"
+    );
+    poster.post(2).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [2], "the replacement serves");
+    drop(slot.lock().unwrap().take());
+}
+
 #[test]
 fn a_replaced_fnmut_handler_is_dropped_when_no_upcall_runs_it() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();

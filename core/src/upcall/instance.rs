@@ -51,11 +51,15 @@ unsafe fn deliver<T>(s: &Shared<T>, handler: Loaded<T>, item: Result<T, Overflow
     // word is not consulted).
     let more = s.ready(1) > 0;
     frames::as_handler_of(s.id(), move || {
+        // The call's panic is caught before the handler is dropped: dropped
+        // by the unwind, a last reference whose `Drop` panics too would
+        // abort the process. The handler's panic is the one raised.
+        let mut panics = Panics::default();
         // SAFETY: the caller's contract.
-        unsafe { s.call_handler(&handler, item, more) };
-        // Dropped here, inside the frame (on an unwind too: the closure
-        // owns it).
-        drop(handler);
+        panics.run(|| unsafe { s.call_handler(&handler, item, more) });
+        // Dropped here, inside the frame, whether the call returned or not.
+        panics.drop(handler);
+        panics.resume();
     });
 }
 
