@@ -182,6 +182,16 @@ fn timed_out<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
     }
 }
 
+/// A wait that armed is over at its deadline: withdraw what it armed, then
+/// [`timed_out`]. Whether the last arm held or found a post still writing
+/// its slot, an earlier round's arm may have been taken by a post: on an
+/// EVD enabled on its CNO, that post preempted the CNO for this wait, and
+/// the withdrawal hands its event to the CNO ([`crate::state::withdraw`]).
+fn give_up<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
+    s.disarm();
+    timed_out(s, want)
+}
+
 /// Park the consumer's thread until `done` holds. `done` is re-checked after
 /// registering the waker, so a wake between the two is not lost (the wakers
 /// of `done`'s condition wake the registered waker after changing it); a
@@ -322,8 +332,7 @@ impl<T> Consumer<T> {
                 Arm::Armed(_) => {
                     if let Some(d) = deadline {
                         if Instant::now() >= d {
-                            s.disarm();
-                            return timed_out(&s, want);
+                            return give_up(&s, want);
                         }
                     }
                     // A wake that came while the registration ran user code
@@ -342,7 +351,7 @@ impl<T> Consumer<T> {
                     // poster stopped there must not keep a timed wait past
                     // its deadline.
                     if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return timed_out(&s, want);
+                        return give_up(&s, want);
                     }
                     backoff.snooze();
                 }

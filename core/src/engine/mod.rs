@@ -410,7 +410,7 @@ impl<T> Drop for Shared<T> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::state::Arm;
+    use crate::state::{Arm, Notify};
     use crate::{PostError, bounded};
 
     /// Put an empty EVD at `head` (as if 64-bit `head` events had passed).
@@ -509,6 +509,33 @@ mod tests {
         assert_eq!(r, Err(crate::WaitError::Timeout { available: 0 }));
         let consumer = waiter.join().unwrap();
         set_tail(&consumer, 0);
+        drop(poster);
+    }
+
+    /// A timed wait on an EVD enabled on its CNO arms (preempting the CNO);
+    /// a post takes that arm and stops before its publish; the wait's
+    /// deadline passes while its arm finds the slot still being written.
+    /// Giving up, the wait hands the event to the CNO, as a wait that gives
+    /// up armed does: no later post is needed for the CNO to hear of it.
+    #[test]
+    fn a_timed_wait_that_gives_up_on_a_slot_being_written_hands_it_to_the_cno() {
+        let cno = crate::Cno::new(2).unwrap();
+        let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+        consumer.bind_cno(&cno, 5).unwrap();
+        assert_eq!(consumer.enable_cno(), Ok(crate::ArmStatus::Armed));
+        assert_eq!(consumer.arm(), crate::ArmStatus::Armed, "the direct wait");
+        let s = consumer.shared().clone();
+        let hint = AtomicU64::new(0);
+        let (ticket, count, notify) = s.reserve(&hint, 1).unwrap();
+        assert_eq!((count, notify), (1, Notify::Wake), "the post took ARMED");
+        let r = consumer.wait(1, Some(std::time::Duration::from_millis(20)));
+        assert_eq!(r, Err(crate::WaitError::Timeout { available: 0 }));
+        // SAFETY: the ticket is ours and its slot free (the ring was empty);
+        // the buffer is the EVD's only one (no resize).
+        unsafe { crate::ring::Buffer::publish(s.buffer_ptr(), ticket, 7) };
+        let mut cno = cno;
+        assert_eq!(cno.try_next(), Some(5), "the CNO hears of the event");
+        assert_eq!(consumer.try_dequeue(), Ok(7));
         drop(poster);
     }
 
