@@ -197,8 +197,12 @@ pub fn check(c: &Case) {
     let sm = spec::cno_slot::decode(sw);
     let sd = spec::cno_slot::decode;
     assert_eq!(
-        (cno_slot::fired(sw), cno_slot::is_pending(sw)),
-        (sm.fired, sm.pending),
+        (
+            cno_slot::fired(sw),
+            cno_slot::is_pending(sw),
+            cno_slot::awaits_its_pop(sw)
+        ),
+        (sm.fired, sm.pending, sm.freeing),
         "cno slot layout"
     );
     assert_eq!(

@@ -313,19 +313,37 @@ impl CnoCore {
             {
                 Ok(_) => {
                     if t.free {
-                        // Unless a bind reclaimed it meanwhile.
-                        self.with_free(|f| {
-                            if let Some(i) = f.freeing.iter().position(|&x| x == slot) {
-                                f.freeing.swap_remove(i);
-                                f.free.push_back(slot);
-                            }
-                        });
+                        self.free_after_pop(slot);
                     }
                     return t.deliver.then_some(key);
                 }
                 Err(cur) => s = cur,
             }
         }
+    }
+
+    /// The pop of a releasing slot's stale index cleared its `FREEING`: move
+    /// the slot from `freeing` to `free`, unless it is no longer waiting for
+    /// this pop. Between the pop's CAS and this lock a bind may have
+    /// reclaimed it (it is not in `freeing`), and that binding may even
+    /// have been triggered (pushing the index again) and released (back in
+    /// `freeing`, with `FREEING` set again): then the slot waits for the pop
+    /// of that new entry, and freeing it here would let a bind take a slot
+    /// whose index is still queued.
+    fn free_after_pop(&self, slot: u32) {
+        let cell = &self.slots[slot as usize].state;
+        self.with_free(|f| {
+            // Relaxed: `FREEING` is set only by a release and cleared by a
+            // reclaim, both under this lock, or by a pop; a pop's clear read
+            // as still set leaves the move to that pop, which locks next.
+            if slot::awaits_its_pop(cell.load(Ordering::Relaxed)) {
+                return;
+            }
+            if let Some(i) = f.freeing.iter().position(|&x| x == slot) {
+                f.freeing.swap_remove(i);
+                f.free.push_back(slot);
+            }
+        });
     }
 
     /// True once the CNO was dropped.
@@ -358,5 +376,59 @@ pub(crate) struct Binding {
 impl CnoTarget for CnoCore {
     fn trigger(&self, slot: u32) -> Reached {
         CnoCore::trigger(self, slot)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A slot in `free` has no index in the ring and waits for no pop.
+    fn assert_free_slots_are_clean(core: &CnoCore) {
+        core.with_free(|f| {
+            for &slot in &f.free {
+                let s = core.slots[slot as usize].state.load(Ordering::Relaxed);
+                assert_eq!(s & (slot::IN_RING | slot::FREEING), 0, "free slot {slot}");
+            }
+        });
+    }
+
+    /// The waiter pops a releasing slot's stale index (its CAS clears
+    /// `FREEING`) and is stalled before its free-list step; meanwhile a bind
+    /// reclaims the slot, a trigger pushes its index again, and the binding
+    /// is released again. The stalled pop must leave the slot to the pop of
+    /// the new entry.
+    #[test]
+    fn a_pop_stalled_before_its_free_list_step_frees_no_slot_whose_index_is_queued_again() {
+        let (ready, mut ring) = crate::bounded::<u32>(2).unwrap();
+        let core = CnoCore::new(1, ready);
+        // Both slots bound (moves are not counted against the maximum).
+        let (_, _) = core.bind(Some(10), false).unwrap();
+        let (s, _) = core.bind(Some(11), false).unwrap();
+        assert_eq!(core.trigger(s), Reached::Ready);
+        assert!(core.remove(s));
+        core.release(s, false);
+
+        // The waiter pops the stale index: the pop's CAS only.
+        assert_eq!(ring.try_dequeue(), Ok(s));
+        let cell = &core.slots[s as usize].state;
+        let t = slot::take(cell.load(Ordering::Relaxed));
+        assert!(t.free && !t.deliver);
+        cell.store(t.new, Ordering::Relaxed);
+
+        // No slot is free: the bind reclaims the releasing one.
+        assert_eq!(core.bind(Some(12), false).unwrap().0, s);
+        assert_eq!(core.trigger(s), Reached::Ready);
+        assert!(core.remove(s));
+        core.release(s, false);
+
+        // The stalled pop's free-list step.
+        core.free_after_pop(s);
+        assert_free_slots_are_clean(&core);
+        // The new entry's pop frees it.
+        assert_eq!(ring.try_dequeue(), Ok(s));
+        assert_eq!(core.take(s), None, "a stale entry");
+        assert!(core.with_free(|f| f.free.contains(&s)));
+        assert_free_slots_are_clean(&core);
     }
 }

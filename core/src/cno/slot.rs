@@ -23,6 +23,7 @@
 //! | release (the EVD's consumer, after remove and the disable barrier) | [`release`] | +FREEING if IN_RING | free the slot now if its index is not in the ring |
 //! | pop of a releasing slot (the CNO's waiter) | [`take`] | −IN_RING −FREEING | free the slot |
 //! | bind with no free slot left (a consumer) | [`reclaim`] | −FREEING | bind the releasing slot; its stale entry will carry the new key |
+//! | a pop's free-list step, under the free list's lock (the CNO's waiter) | [`awaits_its_pop`] | — (a load) | move the slot to the free list unless it waits for a pop again (reclaimed, triggered and released since this pop's CAS) |
 //!
 //! A slot is bound again once its index has left the ring, so a new
 //! binding's first trigger pushes its own entry: its key never waits behind
@@ -181,6 +182,21 @@ pub const fn remove(s: u64) -> u64 {
 #[inline]
 pub const fn reclaim(s: u64) -> u64 {
     s & !FREEING
+}
+
+/// True if the slot was released while its index was queued and no pop has
+/// taken that index yet: only that pop may free it.
+///
+/// ```
+/// use evd::cno::slot::*;
+/// let releasing = release(remove(trigger(0).new)).new;
+/// assert!(awaits_its_pop(releasing));
+/// assert!(!awaits_its_pop(take(releasing).new), "popped");
+/// assert!(!awaits_its_pop(reclaim(releasing)), "bound again");
+/// ```
+#[inline]
+pub const fn awaits_its_pop(s: u64) -> bool {
+    s & FREEING != 0
 }
 
 /// True if a key is pending in `s`.
