@@ -32,15 +32,36 @@ fn enabled_with_an_eventfd(cno: &Cno, key: u64) -> (Poster<u8>, Consumer<u8>, ev
     (p, c, fd)
 }
 
-/// A thread that posts 0, 1, 2, ... to `p` without pause (yielding only on
-/// a full ring) until `stop`, then drops `p` (closing the EVD); returns how
-/// many it posted.
-fn poster_until(p: Poster<u64>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+/// A thread that posts 0, 1, 2, ... to `p` in bursts of one to three events
+/// (yielding on a full ring), each burst after a pause of random length and
+/// once the consumer has taken every event before it (`taken`, the count
+/// `drain_in_order` publishes), until `stop`; then it drops `p` (closing the
+/// EVD) and returns how many it posted. The bursts land anywhere in the
+/// consumer's round (its enable, a move, a disable), but the consumer's
+/// drain always ends: against a poster that never pauses, a consumer that
+/// keeps up (the linger after a run lets the poster refill the ring) can
+/// drain for thousands of events before it ever finds the ring empty, and a
+/// round of the tests below then takes milliseconds instead of
+/// microseconds.
+fn poster_in_bursts(
+    p: Poster<u64>,
+    stop: Arc<AtomicBool>,
+    taken: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
+        let mut rng = Rng(0x9e37_79b9);
         let mut i = 0;
         while !stop.load(Relaxed) {
-            post_retry(&p, i);
-            i += 1;
+            for _ in 0..=rng.below(3) {
+                post_retry(&p, i);
+                i += 1;
+            }
+            while taken.load(Relaxed) < i && !stop.load(Relaxed) {
+                std::thread::yield_now();
+            }
+            for _ in 0..rng.below(512) {
+                std::hint::spin_loop();
+            }
         }
         i
     })
@@ -283,7 +304,7 @@ fn disable_is_a_barrier_no_key_appears_after_it_returns() {
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("disable barrier", progress.clone());
     let stop = Arc::new(AtomicBool::new(false));
-    let poster = poster_until(p, stop.clone());
+    let poster = poster_in_bursts(p, stop.clone(), progress.clone());
     let mut rng = Rng(0xba44_1e45);
     let (mut next, mut taken_before, mut rounds) = (0u64, 0u64, 0u64);
     'rounds: loop {
@@ -399,7 +420,7 @@ fn modify_cno_under_posts_each_notification_reaches_exactly_one_cno() {
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("modify_cno under posts", progress.clone());
     let stop = Arc::new(AtomicBool::new(false));
-    let poster = poster_until(p, stop.clone());
+    let poster = poster_in_bursts(p, stop.clone(), progress.clone());
     let mut rng = Rng(0x30d1_f1ed);
     let mut cur = 0;
     c.bind_cno(&cnos[cur], key(cur)).unwrap();
