@@ -1071,3 +1071,39 @@ fn a_cno_eventfd_made_after_an_answered_arm_is_readable_for_that_key() {
     );
     assert_eq!(ready_keys(&mut cno), [7]);
 }
+
+/// `bind_cno_new_key` hands out the key nobody has held for the longest:
+/// checked against a queue of unheld keys in release order, through binds,
+/// unbinds and moves (a disable while the key is in the ready ring moves
+/// the binding to a fresh slot, with its key, so keys and slots part).
+#[test]
+fn a_freed_key_is_handed_out_again_only_after_every_key_freed_before_it() {
+    const N: usize = 3; // 6 slots, keys below 6
+    let mut cno = Cno::new(N).unwrap();
+    let mut unheld: std::collections::VecDeque<u64> = (0..2 * N as u64).collect();
+    let mut evds: Vec<_> = (0..N).map(|_| pair::<u8>(4)).collect();
+    let mut rng = Rng::new(7);
+    for round in 0..300 {
+        let (p, c) = &mut evds[rng.below(N as u64) as usize];
+        match c.cno_key() {
+            None => {
+                let k = c.bind_cno_new_key(&cno).unwrap();
+                assert_eq!(Some(k), unheld.pop_front(), "round {round}");
+            }
+            Some(k) if rng.below(2) == 0 => {
+                // A move: enabled, posted, disabled with the key queued.
+                drain(c);
+                assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+                p.post(1).unwrap();
+                c.disable_cno();
+                assert_eq!(c.cno_key(), Some(k), "a move keeps the key");
+                drain(c);
+                assert_eq!(cno.try_next(), None, "the stale entry is popped");
+            }
+            Some(k) => {
+                assert_eq!(c.unbind_cno(), Some(k));
+                unheld.push_back(k);
+            }
+        }
+    }
+}

@@ -30,10 +30,9 @@ struct Slot {
     key: AtomicU64,
 }
 
-/// Slots not bound, and the count of bindings.
+/// Slots not bound, the count of bindings, and the keys nobody holds.
 struct FreeList {
-    /// Free slot indices, oldest first (a key handed out is reused as late
-    /// as possible).
+    /// Free slot indices, oldest first.
     free: VecDeque<u32>,
     /// Live bindings (at most `CnoCore::max`).
     bound: usize,
@@ -44,30 +43,67 @@ struct FreeList {
     /// A key the CNO hands out is one nobody holds. (A binding moved to
     /// another slot keeps its key, so a free slot's index may be held.)
     key_holders: Box<[u32]>,
+    /// Keys below the slot count in the order nobody came to hold them
+    /// (never held ones first, lowest first), each with the number of the
+    /// release that let it go (0: never held). An entry is current while
+    /// its key is unheld and `last_release` still names it; the others are
+    /// skipped, and dropped when they outnumber the keys.
+    unheld: VecDeque<(u64, u64)>,
+    /// For each key below the slot count: the number of the release that
+    /// let it go last (0: never held).
+    last_release: Box<[u64]>,
+    /// Releases that let a key go, so far.
+    releases: u64,
 }
 
 impl FreeList {
-    /// A key for a binding at `slot` that asked for none: the slot's index
-    /// unless a live binding holds it, else the lowest key nobody holds
-    /// (there are twice as many keys as bindings).
-    fn new_key(&self, slot: u32) -> u64 {
-        let free = |k: &usize| self.key_holders[*k] == 0;
-        let key = Some(slot as usize)
-            .filter(free)
-            .or_else(|| (0..self.key_holders.len()).find(free))
-            .expect("at most half the keys below the slot count are held");
-        key as u64
+    fn new(slots: usize) -> Self {
+        FreeList {
+            free: (0..slots as u32).collect(),
+            bound: 0,
+            freeing: Vec::new(),
+            key_holders: vec![0; slots].into(),
+            unheld: (0..slots as u64).map(|k| (k, 0)).collect(),
+            last_release: vec![0; slots].into(),
+            releases: 0,
+        }
+    }
+
+    /// A key for a binding that asked for none: the one nobody has held
+    /// for the longest (never held ones first), so a freed key, which a
+    /// waiter may still hold from an earlier pop, names a new EVD as late
+    /// as possible. There are twice as many keys as bindings, so one is
+    /// unheld.
+    fn new_key(&mut self) -> u64 {
+        while let Some((key, n)) = self.unheld.pop_front() {
+            if self.key_holders[key as usize] == 0 && self.last_release[key as usize] == n {
+                return key;
+            }
+        }
+        unreachable!("at most half the keys below the slot count are held")
     }
 
     /// Count a binding's hold on `key` (`+1`) or its release (`-1`).
     fn hold(&mut self, key: u64, by: i32) {
-        if let Some(n) = usize::try_from(key)
+        let Some(k) = usize::try_from(key)
             .ok()
-            .and_then(|k| self.key_holders.get_mut(k))
-        {
-            *n = n
-                .checked_add_signed(by)
-                .expect("a key released once per hold");
+            .filter(|&k| k < self.key_holders.len())
+        else {
+            return;
+        };
+        let n = &mut self.key_holders[k];
+        *n = n
+            .checked_add_signed(by)
+            .expect("a key released once per hold");
+        if *n == 0 {
+            self.releases += 1;
+            self.last_release[k] = self.releases;
+            self.unheld.push_back((key, self.releases));
+            if self.unheld.len() > 2 * self.key_holders.len() {
+                let (holders, last) = (&self.key_holders, &self.last_release);
+                self.unheld
+                    .retain(|&(k, n)| holders[k as usize] == 0 && last[k as usize] == n);
+            }
         }
     }
 }
@@ -111,12 +147,7 @@ impl CnoCore {
                     })
                 })
                 .collect(),
-            free: Mutex::new(FreeList {
-                free: (0..slots as u32).collect(),
-                bound: 0,
-                freeing: Vec::new(),
-                key_holders: vec![0; slots].into(),
-            }),
+            free: Mutex::new(FreeList::new(slots)),
             ready,
             gone: CachePadded::new(AtomicBool::new(false)),
         }
@@ -136,8 +167,8 @@ impl CnoCore {
         self.with_free(|f| f.bound)
     }
 
-    /// Take a free slot for a binding with `key` (if `None`, one no live
-    /// binding holds: the slot's index if free). `counted`: a new binding (a
+    /// Take a free slot for a binding with `key` (if `None`, the key no
+    /// live binding has held for the longest, [`FreeList::new_key`]). `counted`: a new binding (a
     /// move within this CNO is not). Returns the slot and the key.
     pub(crate) fn bind(&self, key: Option<u64>, counted: bool) -> Result<(u32, u64), CnoError> {
         let full = CnoError::Full { capacity: self.max };
@@ -162,7 +193,7 @@ impl CnoCore {
                 }
             };
             f.bound += usize::from(counted);
-            let key = key.unwrap_or_else(|| f.new_key(slot));
+            let key = key.unwrap_or_else(|| f.new_key());
             f.hold(key, 1);
             Ok((slot, key))
         })?;

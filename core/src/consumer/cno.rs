@@ -32,7 +32,10 @@ impl<T> Consumer<T> {
     /// Bind this EVD to `cno` with a key the CNO hands out: one that no EVD
     /// bound to it now holds (whether the CNO handed it out or the caller
     /// chose it), below twice its capacity, so it can index a table of the
-    /// caller's. A freed key is handed out again as late as possible.
+    /// caller's. It is the key nobody has held for the longest (never held
+    /// ones first, lowest first), so a freed key, which the CNO's waiter may
+    /// still have in hand from an earlier wait, names a new EVD as late as
+    /// possible.
     ///
     /// ```
     /// let cno = evd::Cno::new(8).unwrap();
