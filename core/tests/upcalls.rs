@@ -260,6 +260,45 @@ fn a_handler_replaced_during_its_upcall_that_panics_and_panics_on_drop_unwinds_o
     drop(slot.lock().unwrap().take());
 }
 
+/// A post made while the thread unwinds (from a `Drop`) runs the upcall
+/// inline like any other: a handler panic there reaches the post's caller
+/// (which catches it inside the `Drop`), the instance ends as after any
+/// handler panic, and the EVD serves on.
+#[test]
+fn a_handler_panic_in_a_post_made_during_an_unwinding_reaches_that_posts_caller() {
+    struct PostOnDrop(evd::Poster<u32>, Arc<Mutex<Option<bool>>>);
+    impl Drop for PostOnDrop {
+        fn drop(&mut self) {
+            assert!(std::thread::panicking(), "dropped by the unwinding");
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.0.post(1)));
+            *self.1.lock().unwrap() = Some(r.is_err());
+        }
+    }
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let (seen, handler_saw) = shared_vec();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+        let v = ev.unwrap();
+        handler_saw.lock().unwrap().push(v);
+        assert_ne!(v, 1, "the handler");
+    });
+    let raised = Arc::new(Mutex::new(None));
+    let guard = PostOnDrop(poster.clone(), raised.clone());
+    let outer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _guard = guard;
+        panic!("the outer panic");
+    }));
+    assert!(outer.is_err());
+    assert_eq!(
+        *raised.lock().unwrap(),
+        Some(true),
+        "the handler's panic reached the post's caller"
+    );
+    poster.post(2).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [1, 2], "a new instance serves");
+    let q = up.query();
+    assert_eq!((q.upcalls_in_flight, q.in_upcall), (0, false));
+}
+
 #[test]
 fn a_replaced_fnmut_handler_is_dropped_when_no_upcall_runs_it() {
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();

@@ -6,8 +6,9 @@ use crate::error::{Overflow, TryDequeueError};
 use crate::frames;
 use crate::state::{self, PolicyBits};
 use crate::sync::Backoff;
-use crate::unwind::Panics;
+use crate::unwind::{self, Panics};
 use crate::upcall::handler::Loaded;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 /// Gives an instance's share of the word back if its handler unwinds.
 struct InstanceGuard<'a, T> {
@@ -51,15 +52,23 @@ unsafe fn deliver<T>(s: &Shared<T>, handler: Loaded<T>, item: Result<T, Overflow
     // word is not consulted).
     let more = s.ready(1) > 0;
     frames::as_handler_of(s.id(), move || {
-        // The call's panic is caught before the handler is dropped: dropped
-        // by the unwind, a last reference whose `Drop` panics too would
-        // abort the process. The handler's panic is the one raised.
-        let mut panics = Panics::default();
+        // AssertUnwindSafe: the handler's panic is raised again below, so
+        // nothing it left half-updated is used by this instance.
         // SAFETY: the caller's contract.
-        panics.run(|| unsafe { s.call_handler(&handler, item, more) });
+        let called = catch_unwind(AssertUnwindSafe(|| unsafe {
+            s.call_handler(&handler, item, more)
+        }));
         // Dropped here, inside the frame, whether the call returned or not.
-        panics.drop(handler);
-        panics.resume();
+        match called {
+            Ok(()) => drop(handler),
+            Err(panic) => {
+                // Dropped before the handler's panic goes on: dropped by the
+                // unwind, a last reference whose `Drop` panics too would
+                // abort the process. Its panic is the second one: swallowed.
+                let _ = unwind::caught(move || drop(handler));
+                resume_unwind(panic);
+            }
+        }
     });
 }
 
