@@ -182,14 +182,21 @@ fn timed_out<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
     }
 }
 
-/// A wait that armed is over at its deadline: withdraw what it armed, then
-/// [`timed_out`]. Whether the last arm held or found a post still writing
+/// A wait that armed is over at its deadline: [`timed_out`], and unless the
+/// events met the threshold after all (the caller takes them), withdraw
+/// what it armed. Whether the last arm held or found a post still writing
 /// its slot, an earlier round's arm may have been taken by a post: on an
 /// EVD enabled on its CNO, that post preempted the CNO for this wait, and
 /// the withdrawal hands its event to the CNO ([`crate::state::withdraw`]).
+/// The look comes first so that a wait that returns the events does not
+/// also hand them to the CNO. (A post between the look and the withdrawal
+/// goes to the CNO, and the timeout's count is a snapshot, as always.)
 fn give_up<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
-    s.disarm();
-    timed_out(s, want)
+    let r = timed_out(s, want);
+    if r.is_err() {
+        s.disarm();
+    }
+    r
 }
 
 /// Park the consumer's thread until `done` holds. `done` is re-checked after
