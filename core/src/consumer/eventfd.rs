@@ -57,7 +57,8 @@ impl<T> Consumer<T> {
     /// close-on-exec). From then on every notification also writes it. The
     /// call that makes it writes it once if a notification fired before
     /// (an [`arm`](Consumer::arm) that a post has answered, or a close of an
-    /// armed EVD, and no arm has found the ring empty since), so an fd asked
+    /// armed EVD, and no arm or CNO enable has found the ring empty since:
+    /// [`Query::notified`](crate::Query::notified)), so an fd asked
     /// for after arming is readable for the post that answered the arm.
     ///
     /// ```
