@@ -168,8 +168,9 @@ impl CnoCore {
     }
 
     /// Take a free slot for a binding with `key` (if `None`, the key no
-    /// live binding has held for the longest, [`FreeList::new_key`]). `counted`: a new binding (a
-    /// move within this CNO is not). Returns the slot and the key.
+    /// live binding has held for the longest, [`FreeList::new_key`]).
+    /// `counted`: a new binding (a move within this CNO is not). Returns the
+    /// slot and the key.
     pub(crate) fn bind(&self, key: Option<u64>, counted: bool) -> Result<(u32, u64), CnoError> {
         let full = CnoError::Full { capacity: self.max };
         let (slot, key) = self.with_free(|f| {
