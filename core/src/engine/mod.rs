@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | the state word | tail, permits, flags, policy, instances, capacity | every post | [`word`]: every CAS, the release sequence as a whole |
 //! | the consumer's line | head, report alternation, seen tail, pacer, the room flags | every dequeue | [`dequeue`]: the dequeue paths |
-//! | the read-mostly line | buffer pointer, head epoch | read by every post, written by a resize and every 2^32 events | at each access: the buffer here, the head epoch in [`dequeue`] (store) and [`word`] (load) |
+//! | the read-mostly line | buffer pointer, head epoch | read by every post, written by a resize and every 2^32 events | at each access: the buffer here and in [`resize`] (its swap), the head epoch in [`dequeue`] (store) and [`word`] (load) |
 //! | the loss word | close's first step, lost count | close, lossy posts | [`loss`] |
 //! | the notification targets | waker, eventfd; the CNO link | a waiter registering | [`crate::notify`] |
 //! | the room queue | waiting posters, FIFO, under a lock | waiting posters only | [`crate::room`] |
@@ -45,7 +45,7 @@
 //!   sees the first without the second finishes it ([`word`], [`loss`]).
 //! * **Resize** = RESIZING stops reservations, the queued events move, the
 //!   buffer pointer is swapped (`Release`), and clearing RESIZING releases it
-//!   to the next reservation (`Acquire`).
+//!   to the next reservation (`Acquire`) ([`resize`]).
 //! * **Upcalls** = the TOKEN bit stands for the consumer side; taking and
 //!   giving it back are CASes on the state word (`AcqRel`), so the head and
 //!   slot reads of one holder happen before the next holder's.
@@ -64,6 +64,7 @@
 mod consumer_line;
 mod dequeue;
 mod loss;
+mod resize;
 mod snapshot;
 mod waits;
 mod word;
@@ -206,23 +207,6 @@ impl<T> Shared<T> {
         let p = self.buffer_ptr();
         // SAFETY: never null (set at creation), and see above for liveness.
         unsafe { &*p }
-    }
-
-    /// Install the ring a resize built; returns the old one, to be dropped.
-    /// Caller: the consumer's resize, while RESIZING holds every poster off,
-    /// after every ticket of the old ring was published and moved out.
-    pub(super) fn swap_buffer(&self, fresh: Buffer<T>) -> Box<Buffer<T>> {
-        // Release: a poster whose reservation reads the word that ends the
-        // resize (released after this) sees the new pointer.
-        let old = self
-            .read_mostly
-            .buffer
-            .swap(Box::into_raw(Box::new(fresh)), Ordering::Release);
-        // SAFETY: from `Box::into_raw` and replaced just now, so ours. No
-        // poster touches it: every ticket reserved in it was published (the
-        // caller's contract) and new ones use the new ring. Its values were
-        // moved out, so dropping it frees only the slots.
-        unsafe { Box::from_raw(old) }
     }
 
     /// The ring's capacity, from the read-mostly line (the consumer side

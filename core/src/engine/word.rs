@@ -66,8 +66,6 @@
 //!   holder happen before the next holder's.
 
 use super::Shared;
-use crate::error::ResizeError;
-use crate::ring::Buffer;
 use crate::state::{
     self, Arm, Enable, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
 };
@@ -464,44 +462,20 @@ impl<T> Shared<T> {
         state::has(w, state::NOTIFIED)
     }
 
-    /// Move the queued events into `fresh` (of `2^log2` slots) and install it,
-    /// while RESIZING holds posters off. Caller: the consumer.
-    pub(crate) fn resize(&self, log2: u32, fresh: Buffer<T>) -> Result<(), ResizeError> {
-        let new_cap = fresh.capacity();
-        // Acquire: after this no ticket is handed out; the tickets already
-        // handed out are in [head, tail(w)).
-        let w = self.transition(Ordering::Acquire, |w| {
+    /// Set `RESIZING` ([`state::begin_resize`]); returns the word installed.
+    /// `Acquire`: after this no ticket is handed out, and every ticket
+    /// handed out before is in `[head, tail(w))`. Caller: the consumer.
+    pub(super) fn begin_resize(&self) -> u64 {
+        self.transition(Ordering::Acquire, |w| {
             state::begin_resize(w).map(|n| (n, n)).ok_or(w)
-        });
-        let h = self.head();
-        // The new ring must hold the permits too (given back, never taken, now).
-        let queued = state::len(w, h);
-        let promised = queued + state::permits(w);
-        if promised > new_cap {
-            let old_log2 = state::cap_log2(w);
-            // Release: posters resume against the unchanged ring.
-            self.transition(Ordering::Release, |w| {
-                Ok((state::end_resize(w, old_log2), ()))
-            });
-            return Err(ResizeError::TooSmall {
-                queued: promised as usize,
-                capacity: new_cap as usize,
-            });
-        }
-        // SAFETY: we are the consumer at head `h`, and RESIZING holds new
-        // reservations off: `[h, h + queued)` are every ticket handed out.
-        unsafe { Buffer::move_queued(self.buffer(), &fresh, h, queued) };
-        // Every ticket of the old ring was published and moved out.
-        let old = self.swap_buffer(fresh);
-        // Release: a poster whose reservation reads the cleared flag (or any
-        // later word) sees the new buffer pointer.
+        })
+    }
+
+    /// Clear `RESIZING` with the capacity `2^log2` ([`state::end_resize`]).
+    /// `Release`: a poster whose reservation reads the cleared flag (or any
+    /// later word) sees the buffer pointer installed before this.
+    pub(super) fn end_resize(&self, log2: u32) {
         self.transition(Ordering::Release, |w| Ok((state::end_resize(w, log2), ())));
-        drop(old);
-        if new_cap > state::capacity(w) {
-            // Room appeared without a head store.
-            self.wake_all_room();
-        }
-        Ok(())
     }
 
     // ---- upcalls: the token holder's operations on the word ----
