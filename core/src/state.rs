@@ -81,6 +81,7 @@
 //! | enable on the CNO (consumer of a bound EVD) | [`enable_cno`] | empty, not closed, !CNO_ARMED | +CNO_ARMED −NOTIFIED | wait on the CNO |
 //! | enable finds work / end / an enable | [`enable_cno`] | len > 0, or closed, or CNO_ARMED | none (no CAS) | drain, stop, or wait on the CNO |
 //! | disable on the CNO (consumer) | [`disable_cno`] | CNO_ARMED | −CNO_ARMED | none; without CNO_ARMED, wait for the trigger that took it to land |
+//! | a CNO move triggers the new CNO itself (consumer) | [`note_notification`] | no upcall policy, !TOKEN (a bound EVD); news came while the EVD was disabled for the move, or the new CNO was dropped | +NOTIFIED | trigger the new CNO; if it was dropped, notify the EVD's own targets |
 //! | close (anyone) | [`loss::close`] on the loss word, then [`close`] | — | loss word: +CLOSED; word: +CLOSED −ARMED −CNO_ARMED, +NOTIFIED if either was set | wake every waiting poster (room, permit limit, `closed()`); wake if it was ARMED, trigger the CNO if it was CNO_ARMED |
 //! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
 //! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | refuse if len + PERMITS exceeds the new capacity; else wait for reserved slots, move them |
@@ -989,6 +990,27 @@ pub const fn disable_cno(w: u64) -> Option<u64> {
     }
 }
 
+/// The consumer's own notification, as a poster's would set it: a CNO move
+/// that triggers the new CNO for news (events or the end of the stream that
+/// came while the EVD was disabled for the move), or whose trigger finds the
+/// new CNO dropped and notifies the EVD's own targets instead. Nothing else
+/// changes (an enable the move made stays).
+///
+/// ```
+/// use evd::state::*;
+/// let Enable::Armed(w) = enable_cno(initial(2), 0) else { unreachable!() };
+/// assert_eq!(note_notification(w), w | NOTIFIED);
+/// assert_eq!(note_notification(initial(2) | NOTIFIED), initial(2) | NOTIFIED);
+/// ```
+#[inline]
+pub const fn note_notification(w: u64) -> u64 {
+    debug_assert!(
+        matches!(policy(w), PolicyBits::Disabled) && !has(w, TOKEN),
+        "a CNO move under an upcall policy"
+    );
+    w | NOTIFIED
+}
+
 /// Begin a resize; `None` if one is already running.
 ///
 /// ```
@@ -1597,6 +1619,28 @@ mod tests {
         assert_eq!((new, n), (CAP4 | NOTIFIED, Notify::Cno));
         let (new, n) = notify_loss(CAP4 | ARMED | CNO_ARMED).unwrap();
         assert_eq!((new, n), (CAP4 | CNO_ARMED | NOTIFIED, Notify::Wake));
+    }
+
+    #[test]
+    fn a_move_s_own_notification_sets_notified_and_nothing_else() {
+        for bits in [
+            0,
+            ARMED,
+            CNO_ARMED,
+            CLOSED,
+            NOTIFIED,
+            ARMED | CNO_ARMED | RESIZING,
+        ] {
+            for t in [0, 3, TICKET_MASK] {
+                let w = with_instances(with_tail(CAP4 | bits, t), 1) | (2 << PERMITS_SHIFT);
+                let new = note_notification(w);
+                assert!(has(new, NOTIFIED));
+                assert_eq!(new & !NOTIFIED, w & !NOTIFIED, "word {w:#x}");
+            }
+        }
+        // Sticky: the next enable on the drained ring clears it.
+        let n = note_notification(CAP4);
+        assert_eq!(enable_cno(n, 0), Enable::Armed(CAP4 | CNO_ARMED));
     }
 
     #[test]

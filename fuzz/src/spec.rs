@@ -345,6 +345,13 @@ pub fn disable_cno(a: Word) -> Option<Word> {
     })
 }
 
+pub fn note_notification(a: Word) -> Word {
+    Word {
+        notified: true,
+        ..a
+    }
+}
+
 pub fn begin_resize(a: Word) -> Option<Word> {
     (!a.resizing).then_some(Word {
         resizing: true,
@@ -569,6 +576,10 @@ pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, Stri
     }
     if disable_cno(a) == Some(n) {
         return Ok("disable_cno");
+    }
+    // Only on a bound EVD, which has no upcall policy (so no token).
+    if a.policy == 0 && !a.token && note_notification(a) == n {
+        return Ok("note_notification");
     }
     if a.armed && disarm(a) == n {
         return Ok("disarm");

@@ -183,6 +183,14 @@ pub fn check(c: &Case) {
         spec::disable_cno(a),
         "disable_cno"
     );
+    // note_notification debug-asserts a bound EVD's word: no upcall policy.
+    if a.policy == 0 && !a.token {
+        assert_eq!(
+            dec(state::note_notification(w)),
+            spec::note_notification(a),
+            "note_notification"
+        );
+    }
     for report in [false, true] {
         assert_eq!(
             state::withdraw(w, head, report).map(|(n, k)| (dec(n), k)),

@@ -205,7 +205,9 @@ impl<T> Consumer<T> {
         let had_pending = old.core.remove(old.slot);
         old.core.release(old.slot, !same);
         self.install(&cno.core, slot, key);
-        let mut owe_key = had_pending;
+        // News for the new CNO: events (or the end of the stream) that came
+        // while the EVD was disabled for the move, which no poster triggered.
+        let mut news = false;
         if was_enabled {
             let (arm, owed) = self.shared().cno_enable();
             if owed {
@@ -213,12 +215,14 @@ impl<T> Consumer<T> {
                 // carries the news itself.
                 self.cno_fired = self.cno_fired.wrapping_add(1);
             } else {
-                // Events that came while the EVD was disabled for the move
-                // (or the end of stream) are news for the new CNO.
-                owe_key |= !matches!(arm, Arm::Armed(_));
+                news = !matches!(arm, Arm::Armed(_));
             }
         }
-        if owe_key {
+        if had_pending || news {
+            if news {
+                // `NOTIFIED` as the poster's reservation would have set it.
+                self.shared().note_notification();
+            }
             // This thread's own trigger: its count is in the slot once the
             // trigger's slot CAS is done, before it wakes the CNO's waiter
             // (user code: a waker that may panic). Counted first, so that a
@@ -228,7 +232,10 @@ impl<T> Consumer<T> {
             let reached = cno.core.trigger(slot);
             if reached == Reached::CnoGone {
                 // Dropped since the check: the news goes to the EVD's own
-                // waiter, as any trigger's would.
+                // targets, as any trigger's would, `NOTIFIED` first (a
+                // poster's trigger has it set): an eventfd made later
+                // carries it.
+                self.shared().note_notification();
                 self.shared().notify_consumer();
             }
         }

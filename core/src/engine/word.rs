@@ -478,6 +478,14 @@ impl<T> Shared<T> {
         self.transition(Ordering::Release, |w| Ok((state::end_resize(w, log2), ())));
     }
 
+    /// The consumer's own notification ([`state::note_notification`]): a
+    /// trigger it delivers in a CNO move. `Relaxed`: it publishes nothing;
+    /// `NOTIFIED` is read back by this consumer's own later RMWs (an arm,
+    /// a new eventfd), which see it by the word's order.
+    pub(crate) fn note_notification(&self) {
+        self.transition(Ordering::Relaxed, |w| Ok((state::note_notification(w), ())));
+    }
+
     // ---- upcalls: the token holder's operations on the word ----
 
     /// ManyInstances: the holder took one event out and gives the token back

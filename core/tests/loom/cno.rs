@@ -85,7 +85,42 @@ fn cno_modify_vs_post_exactly_one_cno() {
             other => panic!("exactly one CNO must be told, got {other:?}"),
         }
         assert_eq!(new.try_next(), None, "once");
+        // Whoever told a CNO (the post, or the move for a post that came
+        // while the EVD was disabled for it) noted it, as a post does.
+        assert!(consumer.query().notified, "the news is noted");
         assert_eq!(consumer.try_dequeue(), Ok(7));
+    });
+}
+
+#[test]
+fn cno_modify_vs_drop_of_the_new_cno_notifies_the_evd() {
+    // An enabled EVD whose key is still pending on the old CNO (its events
+    // drained) moves to a CNO dropped meanwhile. If the move's trigger finds
+    // the new CNO gone, it notifies the EVD's own targets, noted in
+    // `NOTIFIED` as a poster's trigger would be (an eventfd made later
+    // carries it); a move refused, or whose key reached the CNO before the
+    // drop, notifies nobody.
+    model(|| {
+        let old = evd::Cno::new(1).unwrap();
+        let new = evd::Cno::new(1).unwrap();
+        let (poster, mut consumer) = enabled_evd(&old, 1);
+        poster.post(7).unwrap();
+        assert_eq!(consumer.try_dequeue(), Ok(7));
+        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        assert!(!consumer.query().notified, "drained, then enabled");
+        let new_handle = new.handle();
+        let mover = thread::spawn(move || {
+            let moved = consumer.modify_cno(&new_handle, 2);
+            (consumer, moved)
+        });
+        drop(new);
+        let (consumer, moved) = mover.join().unwrap();
+        let q = consumer.query();
+        let told_evd = q.notifications == 1;
+        assert!(told_evd || q.notifications == 0, "{q:?}");
+        assert_eq!(q.notified, told_evd, "notified exactly when the EVD was told");
+        assert!(!told_evd || moved.is_ok(), "a refused move tells nobody");
+        drop(old);
     });
 }
 
