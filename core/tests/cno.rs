@@ -17,6 +17,7 @@ use common::{
 use evd::{ArmStatus, Cno, CnoError, CnoHandle, Consumer, Poster};
 use futures::{FutureExt, StreamExt};
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -550,6 +551,48 @@ fn closing_an_evd_both_directly_armed_and_enabled_wakes_both_once() {
     drop(p);
     assert!(fd.acknowledge().unwrap() >= 1, "the direct waiter is woken");
     assert_eq!(ready_keys(&mut cno), [9], "and the CNO gets the key once");
+    assert_eq!(drain(&mut c), (vec![], true));
+}
+
+/// A poster's `closed()` waker that runs a task inline, as some executors'
+/// wakers do, and the task disables the EVD on its CNO: close delivers its
+/// CNO trigger before it wakes the posters, so the disable barrier has
+/// nothing left to wait for (a trigger owed after the wake would never come:
+/// the thread that owes it is the one waiting).
+#[test]
+fn a_close_waker_that_disables_the_evd_inline_finds_the_close_s_trigger_landed() {
+    struct DisableOnWake {
+        consumer: Arc<std::sync::Mutex<Consumer<u8>>>,
+        disables: AtomicU64,
+    }
+    impl std::task::Wake for DisableOnWake {
+        fn wake(self: Arc<Self>) {
+            self.consumer.lock().unwrap().disable_cno();
+            self.disables.fetch_add(1, Relaxed);
+        }
+    }
+    let mut cno = Cno::new(1).unwrap();
+    let (p, c) = enabled::<u8>(&cno, 9);
+    let task = Arc::new(DisableOnWake {
+        consumer: Arc::new(std::sync::Mutex::new(c)),
+        disables: AtomicU64::new(0),
+    });
+    let mut closed = std::pin::pin!(p.closed());
+    let waker = std::task::Waker::from(task.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(closed.as_mut().poll(&mut cx).is_pending());
+    let _dog = Watchdog::new(
+        "an inline waker's disable barrier",
+        Arc::new(AtomicU64::new(0)),
+    );
+    p.close();
+    assert_eq!(task.disables.load(Relaxed), 1, "the waker ran once");
+    assert_eq!(
+        cno.try_next(),
+        None,
+        "disabled: the key is not in the ready set"
+    );
+    let mut c = task.consumer.lock().unwrap();
     assert_eq!(drain(&mut c), (vec![], true));
 }
 

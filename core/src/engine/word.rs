@@ -414,16 +414,15 @@ impl<T> Shared<T> {
             trace::event!(DEBUG, evd = self.id(), "EVD closed");
         }
         // After CLOSED: a woken waiter's next post is refused as closed. The
-        // posters' wakes (room, `closed()`) come first: they catch their
-        // wakers' panics, while the consumer's waker (or the CNO's) may panic
-        // out of this call, and must not leave a poster asleep on it.
-        self.wake_posters_on_close();
-        // Both owed notifications are delivered even if the first target's
-        // waker panics; the first panic goes on after them.
+        // CNO's trigger lands first: a waker run inline below may disable
+        // the EVD, whose barrier waits for that trigger. Every step runs even
+        // if a waker before it panics (the posters' wakes catch their own);
+        // the first panic goes on after them.
         let mut panics = Panics::default();
         if trigger_cno {
             panics.run(|| self.trigger_cno());
         }
+        self.wake_posters_on_close();
         if wake {
             panics.run(|| self.notify_consumer());
         }
