@@ -313,9 +313,12 @@ pub enum ResizeError {
         /// What was asked for.
         requested: usize,
     },
-    /// More events are queued than the new capacity holds.
+    /// The new capacity holds fewer slots than are taken: events queued
+    /// (published or still being written) and slots promised to permits
+    /// ([`Poster::try_reserve`](crate::Poster::try_reserve)) that are out.
     TooSmall {
-        /// Events queued when the resize was tried.
+        /// Slots taken when the resize was tried: events queued plus
+        /// permits out.
         queued: usize,
         /// The new capacity.
         capacity: usize,
@@ -336,7 +339,7 @@ impl fmt::Display for ResizeError {
             }
             ResizeError::TooSmall { queued, capacity } => write!(
                 f,
-                "{queued} events are queued, more than the new capacity {capacity}"
+                "{queued} slots are taken (queued events and permits out), more than the new capacity {capacity}"
             ),
             ResizeError::AllocFailed { capacity } => {
                 write!(f, "could not allocate an EVD ring of {capacity} slots")

@@ -462,8 +462,8 @@ impl<T> Consumer<T> {
 
     /// Grow or shrink the ring (DAT's `evd_resize`) while posters run: no
     /// event is lost, FIFO is kept. The capacity is rounded up to a power of
-    /// two; shrinking below the number of queued events is refused. Returns
-    /// the new capacity.
+    /// two; shrinking below the slots taken (the queued events, and the slots
+    /// promised to permits that are out) is refused. Returns the new capacity.
     ///
     /// Posters that try to reserve during the move wait for it (it moves only
     /// the queued events); outside a resize, posting is lock-free.
