@@ -1,0 +1,174 @@
+//! The engine's unit tests: paths a test through the handles cannot reach
+//! exactly (a head near a wrap, a reservation left unpublished).
+
+use super::*;
+use crate::state::{Arm, Notify};
+use crate::{PostError, bounded};
+
+/// Put an empty EVD at `head` (as if 64-bit `head` events had passed).
+fn fast_forward<T>(c: &crate::Consumer<T>, head: u64) {
+    let s = c.shared();
+    set_tail(c, head);
+    s.consumer.head.store(head, Ordering::Relaxed);
+    // The seen tail is a ticket count: it moves with the head, or an arm
+    // would trust a tail from before the jump.
+    s.consumer.seen_tail.store(head, Ordering::Relaxed);
+    s.read_mostly
+        .head_epoch
+        .store(head >> HEAD_EPOCH_SHIFT, Ordering::Relaxed);
+}
+
+/// Move the word's tail as a reservation would, without a slot written:
+/// a poster stopped between its CAS and its publish. (Tests set it back
+/// before the EVD drops: teardown waits for reserved slots.)
+fn set_tail<T>(c: &crate::Consumer<T>, tail: u64) {
+    let s = c.shared();
+    let w = s.state.load(Ordering::Relaxed);
+    s.state.store(
+        state::with_tail(w, tail & state::TICKET_MASK),
+        Ordering::Relaxed,
+    );
+}
+
+#[test]
+fn an_arm_that_finds_the_head_published_leaves_the_word_alone() {
+    let (poster, consumer) = bounded::<u64>(4).unwrap();
+    poster.post(1).unwrap();
+    let s = consumer.shared();
+    let before = s.state.load(Ordering::Relaxed);
+    assert_eq!(s.arm(1), Arm::Pending);
+    assert_eq!(s.state.load(Ordering::Relaxed), before);
+    assert_eq!(
+        s.consumer.seen_tail.load(Ordering::Relaxed),
+        0,
+        "the word was not read"
+    );
+}
+
+#[test]
+fn an_arm_trusts_a_seen_tail_only_while_the_head_is_below_it() {
+    let (_poster, mut consumer) = bounded::<u64>(4).unwrap();
+    fast_forward(&consumer, u64::MAX - 1); // the head wraps 2^64 below
+    let h = consumer.shared().head();
+    set_tail(&consumer, h.wrapping_add(2)); // two posters mid-post
+    assert_eq!(consumer.shared().arm(1), Arm::Pending, "from the word");
+    assert_eq!(
+        consumer.shared().consumer.seen_tail.load(Ordering::Relaxed),
+        h.wrapping_add(2)
+    );
+    // A word that no longer shows the tickets (no real word does that:
+    // tails only grow) tells the shortcut from the word's own answer.
+    set_tail(&consumer, h);
+    assert_eq!(consumer.shared().arm(2), Arm::Pending, "from the seen tail");
+    assert!(
+        matches!(consumer.shared().arm(3), Arm::Armed(_)),
+        "only 2 known"
+    );
+    consumer.disarm();
+    // The head reaches and passes the seen tail (across 2^64): nothing is
+    // known any more, so the arm reads the word, and the empty ring arms.
+    for k in 1..=3u64 {
+        fast_forward(&consumer, h.wrapping_add(k));
+        consumer
+            .shared()
+            .consumer
+            .seen_tail
+            .store(h.wrapping_add(2), Ordering::Relaxed);
+        assert_eq!(consumer.shared().head(), h.wrapping_add(k));
+        let r = consumer.shared().arm(1);
+        if k < 2 {
+            assert_eq!(r, Arm::Pending, "head +{k}: one ticket still known");
+        } else {
+            assert!(matches!(r, Arm::Armed(_)), "head +{k}");
+            consumer.disarm();
+        }
+    }
+}
+
+#[test]
+fn a_timed_wait_ends_at_its_deadline_while_a_poster_is_mid_post() {
+    let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+    set_tail(&consumer, 1); // reserved, never published
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let r = consumer.wait(1, Some(std::time::Duration::from_millis(20)));
+        tx.send(r).unwrap();
+        consumer
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the wait must end at its deadline, not wait for the publish");
+    assert_eq!(r, Err(crate::WaitError::Timeout { available: 0 }));
+    let consumer = waiter.join().unwrap();
+    set_tail(&consumer, 0);
+    drop(poster);
+}
+
+/// A timed wait on an EVD enabled on its CNO arms (preempting the CNO);
+/// a post takes that arm and stops before its publish; the wait's
+/// deadline passes while its arm finds the slot still being written.
+/// Giving up, the wait hands the event to the CNO, as a wait that gives
+/// up armed does: no later post is needed for the CNO to hear of it.
+#[test]
+fn a_timed_wait_that_gives_up_on_a_slot_being_written_hands_it_to_the_cno() {
+    let cno = crate::Cno::new(2).unwrap();
+    let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+    consumer.bind_cno(&cno, 5).unwrap();
+    assert_eq!(consumer.enable_cno(), Ok(crate::ArmStatus::Armed));
+    assert_eq!(consumer.arm(), crate::ArmStatus::Armed, "the direct wait");
+    let s = consumer.shared().clone();
+    let hint = AtomicU64::new(0);
+    let (ticket, count, notify) = s.reserve(&hint, 1).unwrap();
+    assert_eq!((count, notify), (1, Notify::Wake), "the post took ARMED");
+    let r = consumer.wait(1, Some(std::time::Duration::from_millis(20)));
+    assert_eq!(r, Err(crate::WaitError::Timeout { available: 0 }));
+    // SAFETY: the ticket is ours and its slot free (the ring was empty);
+    // the buffer is the EVD's only one (no resize).
+    unsafe { crate::ring::Buffer::publish(s.buffer_ptr(), ticket, 7) };
+    let mut cno = cno;
+    assert_eq!(cno.try_next(), Some(5), "the CNO hears of the event");
+    assert_eq!(consumer.try_dequeue(), Ok(7));
+    drop(poster);
+}
+
+#[test]
+fn an_idle_posters_stale_head_cannot_wrap_the_full_check() {
+    // A poster idle while 2^36 tickets pass must not keep a head hint
+    // that, compared modulo 2^36, makes a full ring look nearly empty.
+    let (idle, mut consumer) = bounded::<u64>(4).unwrap(); // hint 0
+    fast_forward(&consumer, 3 * (1 << state::TAIL_BITS) - 2);
+    let busy = consumer.poster(); // fresh hint
+    for i in 0..4 {
+        busy.post(i).unwrap();
+    }
+    assert_eq!(busy.post(9), Err(PostError::Full(9)));
+    assert_eq!(
+        idle.post(99),
+        Err(PostError::Full(99)),
+        "stale hint reloaded"
+    );
+    for i in 0..4 {
+        assert_eq!(consumer.try_dequeue(), Ok(i));
+    }
+    assert_eq!(consumer.query().len, 0);
+}
+
+#[test]
+fn head_epoch_follows_the_head_across_a_boundary() {
+    let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+    fast_forward(&consumer, (1 << HEAD_EPOCH_SHIFT) - 1);
+    let p = consumer.poster();
+    p.post(1).unwrap();
+    p.post(2).unwrap();
+    let mut out = Vec::new();
+    consumer.dequeue_batch(&mut out, 2).unwrap();
+    assert_eq!(
+        consumer
+            .shared()
+            .read_mostly
+            .head_epoch
+            .load(Ordering::Relaxed),
+        1
+    );
+    drop(poster);
+}
