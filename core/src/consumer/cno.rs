@@ -6,10 +6,12 @@
 use crate::cno::CnoHandle;
 use crate::cno::engine::{Binding, CnoCore};
 use crate::consumer::{ArmStatus, Consumer};
+use crate::engine::Owed;
 use crate::error::CnoError;
 use crate::notify::Reached;
 use crate::state::Arm;
 use crate::sync::Arc;
+use crate::unwind::Panics;
 
 impl<T> Consumer<T> {
     /// Bind this EVD to `cno` with `key` (what [`Cno::wait`](crate::Cno::wait)
@@ -117,8 +119,13 @@ impl<T> Consumer<T> {
             Some(false) => {}
         }
         let (arm, owed) = self.shared().cno_enable();
-        if owed {
+        if owed != Owed::Nothing {
             self.cno_fired = self.cno_fired.wrapping_add(1);
+        }
+        if owed == Owed::TriggerByClose {
+            // After the count, which the close's trigger meets: a waker the
+            // close runs may panic out of here.
+            self.shared().finish_close();
         }
         Ok(match arm {
             Arm::Armed(_) => ArmStatus::Armed,
@@ -208,14 +215,21 @@ impl<T> Consumer<T> {
         // News for the new CNO: events (or the end of the stream) that came
         // while the EVD was disabled for the move, which no poster triggered.
         let mut news = false;
+        // A panic of a waker the enable or the trigger runs, raised once the
+        // counts agree with the slot's.
+        let mut panics = Panics::default();
         if was_enabled {
             let (arm, owed) = self.shared().cno_enable();
-            if owed {
-                // A trigger took the enable (a loss, during the move): it
-                // carries the news itself.
-                self.cno_fired = self.cno_fired.wrapping_add(1);
-            } else {
+            if owed == Owed::Nothing {
                 news = !matches!(arm, Arm::Armed(_));
+            } else {
+                // The enable holds, or a trigger took it (a loss or a close,
+                // during the move) and carries the news itself.
+                self.cno_fired = self.cno_fired.wrapping_add(1);
+            }
+            if owed == Owed::TriggerByClose {
+                let shared = self.shared();
+                panics.run(|| shared.finish_close());
             }
         }
         if had_pending || news {
@@ -229,16 +243,19 @@ impl<T> Consumer<T> {
             // panic out of the wake leaves the count and the slot agreeing,
             // and the next disable's barrier waits for nothing more.
             self.cno_fired = self.cno_fired.wrapping_add(1);
-            let reached = cno.core.trigger(slot);
-            if reached == Reached::CnoGone {
-                // Dropped since the check: the news goes to the EVD's own
-                // targets, as any trigger's would, `NOTIFIED` first (a
-                // poster's trigger has it set): an eventfd made later
-                // carries it.
-                self.shared().note_notification();
-                self.shared().notify_consumer();
-            }
+            let shared = self.shared();
+            panics.run(|| {
+                if cno.core.trigger(slot) == Reached::CnoGone {
+                    // Dropped since the check: the news goes to the EVD's
+                    // own targets, as any trigger's would, `NOTIFIED` first
+                    // (a poster's trigger has it set): an eventfd made
+                    // later carries it.
+                    shared.note_notification();
+                    shared.notify_consumer();
+                }
+            });
         }
+        panics.resume();
         Ok(())
     }
 

@@ -219,7 +219,13 @@ impl<T> Consumer<T> {
     /// loss report is work too: with only a report pending (the ring empty)
     /// the arm's CAS clears *notified*, then finds the report and takes the
     /// arm back: `Pending`, with *notified* clear and nothing armed. The
-    /// dequeue that follows returns the report.
+    /// dequeue that follows returns the report. (On an EVD enabled on its
+    /// CNO a loss is news for the CNO too: the take-back hands it the report
+    /// as a timed-out wait would, which uses the enable and sets *notified*.)
+    ///
+    /// An arm that finds a close begun and not finished (its closer stopped
+    /// between its two steps) finishes it: `Armed`, and the close's
+    /// notification has fired (a wait on it ends at once).
     ///
     /// ```
     /// use evd::ArmStatus;

@@ -29,6 +29,18 @@ use crate::sync::{AtomicU64, Ordering};
 /// The loss word (see the module docs).
 pub(crate) struct LossWord(AtomicU64);
 
+/// What [`LossWord::after_arm`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AfterArm {
+    /// Nothing to do: the arm stands.
+    Nothing,
+    /// A loss report is pending: work, so the arm is taken back.
+    Report,
+    /// Close has begun: finish its second step, which takes the arm and
+    /// notifies it.
+    CloseBegun,
+}
+
 impl LossWord {
     #[inline]
     pub(crate) fn new() -> Self {
@@ -96,6 +108,27 @@ impl LossWord {
     pub(crate) fn report_or_close_begun(&self) -> bool {
         let l = self.0.load(Ordering::Relaxed);
         loss::pending(l) != 0 || loss::is_closed(l)
+    }
+
+    /// What an arm (or a CNO enable) must re-check after its CAS, from one
+    /// `Relaxed` load: a report pending (work), else whether close has begun
+    /// (its closer may be stopped before the state word's step). The arm's
+    /// `Acquire` CAS makes a loss visible whose poster's RMW on the state
+    /// word came first; a close whose first step this load misses has not
+    /// been seen by the arm, whose caller waits for the closer as before.
+    #[inline(always)]
+    pub(crate) fn after_arm(&self) -> AfterArm {
+        let l = self.0.load(Ordering::Relaxed);
+        if l == 0 {
+            // Open, nothing lost: the one test on the arm's common path.
+            AfterArm::Nothing
+        } else if loss::pending(l) != 0 {
+            AfterArm::Report
+        } else if loss::is_closed(l) {
+            AfterArm::CloseBegun
+        } else {
+            AfterArm::Nothing
+        }
     }
 
     /// True once close has begun, with `Acquire` (pairs with close's

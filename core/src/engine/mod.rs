@@ -76,14 +76,14 @@ use crate::notify::{CnoLink, CnoTarget, NotifyTargets, Reached};
 use crate::query::Counters;
 use crate::ring::Buffer;
 use crate::room::RoomQueue;
-use crate::state;
+use crate::state::{self, Arm};
 use crate::sync::{Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, StateWord};
 use crate::unwind::Panics;
 use crate::upcall::handler::{HandlerSlot, Installed, Loaded};
 use crate::waker_list::WakerList;
 use consumer_line::ConsumerLine;
 use crossbeam_utils::CachePadded;
-use loss::LossWord;
+use loss::{AfterArm, LossWord};
 use std::task::Waker;
 
 /// The head epoch is the head divided by 2^32: a poster trusts its cached
@@ -92,6 +92,20 @@ use std::task::Waker;
 /// capacity), well inside the 2^36 range in which the word's tail is
 /// compared.
 pub(crate) const HEAD_EPOCH_SHIFT: u32 = state::TAIL_BITS - 4;
+
+/// The trigger a CNO enable owes (counted by the consumer, whose disable
+/// barrier waits for the slot's count to reach its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owed {
+    /// None: the enable found work or the end, or was taken back.
+    Nothing,
+    /// The one a post, loss or close that takes `CNO_ARMED` will deliver.
+    Trigger,
+    /// The same, but a close has begun: the caller counts it, then finishes
+    /// the close ([`Shared::finish_close`]), which delivers it (a closer
+    /// stopped between its steps holds nobody up; a waker it runs may panic).
+    TriggerByClose,
+}
 
 /// Fields every post reads and nobody writes in steady state.
 struct ReadMostly<T> {
@@ -240,6 +254,25 @@ impl<T> Shared<T> {
         if target.trigger(slot) == Reached::CnoGone {
             self.notify_consumer();
         }
+    }
+
+    /// An arm's CAS installed `w` and the loss word then showed a report
+    /// (pending work: the arm is taken back) or close begun (out of line:
+    /// the arm's common path stays small).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn arm_saw_loss_word(&self, seen: AfterArm, w: u64) -> Arm {
+        if seen == AfterArm::Report {
+            // The loss's poster's RMW on the word came before our CAS, so it
+            // did not see ARMED.
+            self.disarm();
+            return Arm::Pending;
+        }
+        // A closer may be stopped between its two steps: finish close here
+        // (it takes this ARMED and notifies it, so the caller's wait ends at
+        // once) rather than wait for it.
+        self.finish_close();
+        Arm::Armed(w)
     }
 
     /// Point the trigger at `slot` of the CNO `target`, or at nothing.

@@ -1,5 +1,6 @@
 //! The engine's unit tests: paths a test through the handles cannot reach
-//! exactly (a head near a wrap, a reservation left unpublished).
+//! exactly (a head near a wrap, a reservation left unpublished, a closer
+//! stopped between its two steps).
 
 use super::*;
 use crate::state::{Arm, Notify};
@@ -171,4 +172,117 @@ fn head_epoch_follows_the_head_across_a_boundary() {
         1
     );
     drop(poster);
+}
+
+/// Close's first step only, as a closer stopped before its second would
+/// leave it.
+fn begin_close_only<T>(c: &crate::Consumer<T>) {
+    c.shared().losses.close();
+    assert!(!state::has(
+        c.shared().state.load(Ordering::Relaxed),
+        state::CLOSED
+    ));
+}
+
+#[test]
+fn an_arm_behind_a_closer_stopped_between_its_steps_finishes_the_close() {
+    let (_poster, consumer) = bounded::<u64>(4).unwrap();
+    begin_close_only(&consumer);
+    let s = consumer.shared();
+    assert!(matches!(s.arm(1), Arm::Armed(_)));
+    let w = s.state.load(Ordering::Relaxed);
+    assert!(state::has(w, state::CLOSED), "the arm finished the close");
+    assert!(
+        !state::has(w, state::ARMED) && state::has(w, state::NOTIFIED),
+        "which took the arm and notified it"
+    );
+    assert_eq!(s.arm(1), Arm::Closed);
+}
+
+#[test]
+fn a_wait_behind_a_closer_stopped_between_its_steps_ends_closed() {
+    // Without the arm's finish, the wait would park until the closer ran
+    // again: here never, so until its (generous) timeout.
+    let (_poster, mut consumer) = bounded::<u64>(4).unwrap();
+    begin_close_only(&consumer);
+    let r = consumer.wait(1, Some(std::time::Duration::from_secs(60)));
+    assert_eq!(r, Err(crate::WaitError::Closed { available: 0 }));
+}
+
+#[test]
+fn a_cno_enable_behind_a_closer_stopped_between_its_steps_delivers_its_key() {
+    let mut cno = crate::Cno::new(1).unwrap();
+    let (_poster, mut consumer) = bounded::<u64>(4).unwrap();
+    consumer.bind_cno(&cno, 5).unwrap();
+    begin_close_only(&consumer);
+    assert_eq!(consumer.enable_cno(), Ok(crate::ArmStatus::Armed));
+    assert_eq!(cno.try_next(), Some(5), "the close's trigger, owed to it");
+    assert_eq!(consumer.enable_cno(), Ok(crate::ArmStatus::Closed));
+    assert_eq!(
+        consumer.unbind_cno(),
+        Some(5),
+        "the barrier found it landed"
+    );
+}
+
+#[test]
+fn an_enable_again_behind_a_closer_stopped_between_its_steps_delivers_the_key() {
+    let mut cno = crate::Cno::new(1).unwrap();
+    let (_poster, mut consumer) = bounded::<u64>(4).unwrap();
+    consumer.bind_cno(&cno, 5).unwrap();
+    assert_eq!(consumer.enable_cno(), Ok(crate::ArmStatus::Armed));
+    begin_close_only(&consumer);
+    assert_eq!(
+        consumer.enable_cno(),
+        Ok(crate::ArmStatus::Armed),
+        "already"
+    );
+    assert_eq!(
+        cno.try_next(),
+        Some(5),
+        "the close's trigger, owed since the first"
+    );
+    assert_eq!(
+        consumer.unbind_cno(),
+        Some(5),
+        "the barrier found it landed"
+    );
+}
+
+/// A waker whose wake panics.
+struct PanickingWaker;
+
+impl std::task::Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("a CNO waker that panics");
+    }
+}
+
+#[test]
+fn a_cno_enable_that_finishes_a_close_counts_its_trigger_before_a_waker_s_panic() {
+    use futures_core::Stream;
+    let mut cno = crate::Cno::new(1).unwrap();
+    let (_poster, mut consumer) = bounded::<u64>(4).unwrap();
+    consumer.bind_cno(&cno, 5).unwrap();
+    let waker = std::task::Waker::from(Arc::new(PanickingWaker));
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(std::pin::Pin::new(&mut cno).poll_next(&mut cx).is_pending());
+    begin_close_only(&consumer);
+    let enable = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| consumer.enable_cno()));
+    assert!(
+        enable.is_err(),
+        "the CNO waker's panic comes out of the enable"
+    );
+    // The unbind's barrier waits for the triggers the consumer counted: one
+    // short, it would spin for ever (on a thread of its own here, so that
+    // the test fails instead of hanging).
+    let (done, unbound) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(consumer.unbind_cno()).unwrap());
+    let limit = std::time::Duration::from_secs(60);
+    assert_eq!(
+        unbound.recv_timeout(limit),
+        Ok(Some(5)),
+        "the barrier ended"
+    );
+    assert_eq!(cno.try_next(), None, "unbound: the key was removed");
 }

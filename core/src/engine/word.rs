@@ -65,7 +65,8 @@
 //!   giving it back are `AcqRel` CASes, so the head and slot reads of one
 //!   holder happen before the next holder's.
 
-use super::Shared;
+use super::loss::AfterArm;
+use super::{Owed, Shared};
 use crate::state::{
     self, Arm, Enable, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
 };
@@ -281,13 +282,10 @@ impl<T> Shared<T> {
         });
         self.saw_word(seen, h);
         match r {
-            Arm::Armed(_) if self.loss_pending() => {
-                // A loss was committed and its poster's RMW on the word came
-                // before our CAS, so it did not see ARMED: the report is
-                // pending work.
-                self.disarm();
-                Arm::Pending
-            }
+            Arm::Armed(w) => match self.losses.after_arm() {
+                AfterArm::Nothing => Arm::Armed(w),
+                seen => self.arm_saw_loss_word(seen, w),
+            },
             Arm::Closed => {
                 // The word that said "closed and drained" was loaded Relaxed;
                 // this fence makes the loss word's final count (closed before
@@ -329,9 +327,8 @@ impl<T> Shared<T> {
     }
 
     /// Enable the EVD on its CNO: the arm-then-check CAS. Returns what it
-    /// found and whether a trigger is now owed (the CAS set `CNO_ARMED` and
-    /// nothing took it back here).
-    pub(crate) fn cno_enable(&self) -> (Arm, bool) {
+    /// found and the trigger it owes the slot's count.
+    pub(crate) fn cno_enable(&self) -> (Arm, Owed) {
         // Withdraw a stale ARMED (a dropped poll's) that would take the CNO's
         // news, or a left enable with news. Relaxed: only we set either.
         let w = self.state.load(Ordering::Relaxed);
@@ -347,27 +344,33 @@ impl<T> Shared<T> {
             other => Err(other),
         });
         match r {
-            Enable::Armed(w) if self.loss_pending() => {
-                // As in `arm`: a loss whose RMW came before our CAS is pending
-                // work: take the enable back and report it. If a trigger took
-                // the enable first, its key is on the way: that is `Armed`
-                // (a key comes exactly when the enable says `Armed`).
-                if self.cno_disarm() {
-                    (Arm::Pending, false)
-                } else {
-                    (Arm::Armed(w), true)
+            Enable::Armed(w) => match self.losses.after_arm() {
+                AfterArm::Nothing => (Arm::Armed(w), Owed::Trigger),
+                // As in `arm`: take the enable back and report the loss. If a
+                // trigger took the enable first, its key is on the way: that
+                // is `Armed` (a key comes exactly when the enable says so).
+                AfterArm::Report if self.cno_disarm() => (Arm::Pending, Owed::Nothing),
+                AfterArm::Report => (Arm::Armed(w), Owed::Trigger),
+                AfterArm::CloseBegun => (Arm::Armed(w), Owed::TriggerByClose),
+            },
+            Enable::AlreadyArmed => {
+                // Counted by the enable that set it. As in `arm`, a close
+                // begun behind it is finished here, which delivers that
+                // trigger (a panic of its wakers leaves no count short).
+                if self.losses.after_arm() == AfterArm::CloseBegun {
+                    self.finish_close();
                 }
+                let w = self.state.load(Ordering::Relaxed);
+                (Arm::Armed(w), Owed::Nothing)
             }
-            Enable::Armed(w) => (Arm::Armed(w), true),
-            Enable::AlreadyArmed => (Arm::Armed(self.state.load(Ordering::Relaxed)), false),
-            Enable::Pending => (Arm::Pending, false),
+            Enable::Pending => (Arm::Pending, Owed::Nothing),
             Enable::Closed => {
                 // As in `arm`: the final loss count is visible after the fence.
                 fence(Ordering::Acquire);
                 if self.loss_pending() {
-                    (Arm::Pending, false)
+                    (Arm::Pending, Owed::Nothing)
                 } else {
-                    (Arm::Closed, false)
+                    (Arm::Closed, Owed::Nothing)
                 }
             }
         }
@@ -398,7 +401,7 @@ impl<T> Shared<T> {
 
     /// Close's second step: CLOSED in the state word, and the wake of an
     /// armed consumer. Idempotent. Called only after the loss word is closed.
-    pub(super) fn finish_close(&self) {
+    pub(crate) fn finish_close(&self) {
         // AcqRel: Release so that whoever sees CLOSED with an Acquire load
         // also sees the loss word closed (and so the final loss count); Acquire
         // to take over an arm's registered waker.
