@@ -710,6 +710,24 @@ fn an_async_direct_waiter_preempts_the_cno() {
     assert_eq!(cno.try_next(), Some(2));
 }
 
+/// A `recv` or `recv_batch` future dropped before its first poll (a
+/// `select!` whose other branch was ready) armed nothing, so it withdraws
+/// nothing: an arm the consumer made itself on its bound EVD, to wait on its
+/// eventfd, is still answered by the next post.
+#[test]
+fn a_future_dropped_unpolled_leaves_the_consumer_s_own_arm_in_place() {
+    let cno = Cno::new(1).unwrap();
+    let (p, mut c) = bound::<u8>(&cno, 3);
+    let fd = c.notify_fd().unwrap();
+    assert_eq!(c.arm(), ArmStatus::Armed);
+    drop(c.recv());
+    let mut buf = Vec::new();
+    drop(c.recv_batch(&mut buf, 4));
+    assert!(c.query().armed, "the arm is in place");
+    p.post(1).unwrap();
+    assert_eq!(fd.acknowledge().unwrap(), 1, "and the post answers it");
+}
+
 /// A `Recv` or `RecvBatch` that completed, was polled again (it waits for
 /// the next event, armed) and is then dropped withdraws that arm as any
 /// dropped waiting future does: the post it would have preempted the CNO for

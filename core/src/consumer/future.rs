@@ -83,7 +83,7 @@ impl<T> Consumer<T> {
     pub fn recv(&mut self) -> Recv<'_, T> {
         Recv {
             consumer: self,
-            done: false,
+            polled: Polled::Never,
         }
     }
 }
@@ -98,14 +98,34 @@ fn recv_error(e: TryDequeueError) -> Option<RecvError> {
     }
 }
 
+/// What a future's last poll returned: whether it may have armed (its drop
+/// then withdraws the arm) and whether it is terminated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Polled {
+    /// Not polled yet: it armed nothing (an arm the caller made stays).
+    Never,
+    /// `Pending`: it may be armed.
+    Pending,
+    /// `Ready` (`FusedFuture::is_terminated`): a post, a report or the end
+    /// took any arm it made.
+    Ready,
+}
+
+impl Polled {
+    fn after<R>(r: &Poll<R>) -> Self {
+        if r.is_ready() {
+            Polled::Ready
+        } else {
+            Polled::Pending
+        }
+    }
+}
+
 /// Future returned by [`Consumer::recv`].
 #[must_use = "futures do nothing unless polled"]
 pub struct Recv<'a, T> {
     consumer: &'a mut Consumer<T>,
-    /// Its last poll returned `Ready` (`FusedFuture::is_terminated`); until
-    /// its first poll, and after a poll that returned `Pending`, it may be
-    /// armed, and its drop withdraws the arm.
-    done: bool,
+    polled: Polled,
 }
 
 impl<T> Future for Recv<'_, T> {
@@ -113,7 +133,7 @@ impl<T> Future for Recv<'_, T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let r = self.consumer.poll_event(cx);
-        self.done = r.is_ready();
+        self.polled = Polled::after(&r);
         r
     }
 }
@@ -133,7 +153,7 @@ impl<T> Future for Recv<'_, T> {
 /// ```
 impl<T> FusedFuture for Recv<'_, T> {
     fn is_terminated(&self) -> bool {
-        self.done
+        self.polled == Polled::Ready
     }
 }
 
@@ -141,19 +161,23 @@ impl<T> FusedFuture for Recv<'_, T> {
 /// one polled again after it completed) withdraws its arm if the EVD is
 /// bound to a CNO: a post it preempted the CNO for would otherwise leave an
 /// enabled EVD with work that the CNO never hears of
-/// ([`crate::state::withdraw`]). Unbound EVDs pay nothing here.
+/// ([`crate::state::withdraw`]). Unbound EVDs pay nothing here. A future
+/// never polled armed nothing, and leaves an arm made with
+/// [`Consumer::arm`] in place.
 impl<T> Drop for Recv<'_, T> {
     fn drop(&mut self) {
-        if !self.done && self.consumer.cno_key().is_some() {
-            withdraw_on_drop(self.consumer);
-        }
+        withdraw_on_drop(self.consumer, self.polled);
     }
 }
 
-/// A dropped wait's withdrawal. It may trigger the CNO, whose waiter's waker
-/// is user code that may panic: the panic goes on, unless the drop is part
-/// of an unwinding already (a second panic would abort the process).
-fn withdraw_on_drop<T>(consumer: &Consumer<T>) {
+/// A dropped wait's withdrawal, if its last poll left it waiting on an EVD
+/// bound to a CNO. It may trigger the CNO, whose waiter's waker is user code
+/// that may panic: the panic goes on, unless the drop is part of an
+/// unwinding already (a second panic would abort the process).
+fn withdraw_on_drop<T>(consumer: &Consumer<T>, polled: Polled) {
+    if polled != Polled::Pending || consumer.cno_key().is_none() {
+        return;
+    }
     let mut panics = Panics::default();
     panics.run(|| consumer.shared().disarm());
     panics.resume();
@@ -170,7 +194,7 @@ fn withdraw_on_drop<T>(consumer: &Consumer<T>) {
 impl<T> std::fmt::Debug for Recv<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recv")
-            .field("done", &self.done)
+            .field("done", &(self.polled == Polled::Ready))
             .field("state", &self.consumer.query())
             .finish()
     }
@@ -211,7 +235,7 @@ impl<T> Consumer<T> {
             consumer: self,
             buf,
             max,
-            done: false,
+            polled: Polled::Never,
         }
     }
 }
@@ -222,8 +246,7 @@ pub struct RecvBatch<'a, T> {
     consumer: &'a mut Consumer<T>,
     buf: &'a mut Vec<T>,
     max: usize,
-    /// As [`Recv`]'s: its last poll returned `Ready`.
-    done: bool,
+    polled: Polled,
 }
 
 impl<T> Future for RecvBatch<'_, T> {
@@ -232,7 +255,7 @@ impl<T> Future for RecvBatch<'_, T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let r = this.consumer.poll_batch(cx, this.buf, this.max);
-        this.done = r.is_ready();
+        this.polled = Polled::after(&r);
         r
     }
 }
@@ -242,17 +265,15 @@ impl<T> Future for RecvBatch<'_, T> {
 /// not terminated while it waits for it.
 impl<T> FusedFuture for RecvBatch<'_, T> {
     fn is_terminated(&self) -> bool {
-        self.done
+        self.polled == Polled::Ready
     }
 }
 
 /// As [`Recv`]'s drop: a future dropped while it waits withdraws its arm if
-/// the EVD is bound to a CNO.
+/// the EVD is bound to a CNO; one never polled leaves the arms alone.
 impl<T> Drop for RecvBatch<'_, T> {
     fn drop(&mut self) {
-        if !self.done && self.consumer.cno_key().is_some() {
-            withdraw_on_drop(self.consumer);
-        }
+        withdraw_on_drop(self.consumer, self.polled);
     }
 }
 
@@ -260,7 +281,7 @@ impl<T> Drop for RecvBatch<'_, T> {
 impl<T> std::fmt::Debug for RecvBatch<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecvBatch")
-            .field("done", &self.done)
+            .field("done", &(self.polled == Polled::Ready))
             .field("max", &self.max)
             .field("state", &self.consumer.query())
             .finish()
