@@ -114,6 +114,9 @@ pub struct IbvCq {
     pub(super) wcs: [ffi::ibv_wc; POLL_BATCH],
     pub(super) got: u64,
     pub(super) acked: u64,
+    /// A provider's poll failure behind completions the same call took out
+    /// and returned: reported by the next call.
+    failed: Option<i32>,
 }
 
 impl fmt::Debug for IbvCq {
@@ -152,6 +155,7 @@ impl IbvCq {
             wcs: [zeroed(); POLL_BATCH],
             got: 0,
             acked: 0,
+            failed: None,
         }
     }
 
@@ -410,32 +414,63 @@ pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
     }
 }
 
+/// Fill `out` a chunk of at most [`POLL_BATCH`] at a time with `poll_chunk`
+/// (how many it wrote, or the provider's negative code), until a chunk
+/// comes back short. Returns how many were written and the failure that
+/// stopped it, if any: the completions taken out before a failure are the
+/// caller's, whatever comes after.
+fn poll_in_chunks(
+    out: &mut [WorkCompletion],
+    mut poll_chunk: impl FnMut(&mut [WorkCompletion]) -> Result<usize, i32>,
+) -> (usize, Option<i32>) {
+    let mut total = 0;
+    for chunk in out.chunks_mut(POLL_BATCH) {
+        match poll_chunk(chunk) {
+            Err(n) => return (total, Some(n)),
+            Ok(n) => {
+                total += n;
+                if n < chunk.len() {
+                    break;
+                }
+            }
+        }
+    }
+    (total, None)
+}
+
 impl CompletionQueue for IbvCq {
+    /// Polls the provider [`POLL_BATCH`] entries at a time. A provider
+    /// failure after completions this call already took out of the CQ
+    /// returns those (they are gone from the CQ) and is reported by the
+    /// next call.
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, PollError> {
-        let mut total = 0;
-        // The provider fills our array of POLL_BATCH entries per call.
-        for chunk in out.chunks_mut(POLL_BATCH) {
+        if let Some(n) = self.failed.take() {
+            return Err(PollError::Provider(n));
+        }
+        let (raw, wcs) = (&self.raw, &mut self.wcs);
+        let (total, failed) = poll_in_chunks(out, |chunk| {
             // SAFETY: a live CQ; the provider writes at most `chunk.len()`
             // (<= POLL_BATCH) entries into `wcs`.
             let n = unsafe {
-                let cq = self.raw.cq;
+                let cq = raw.cq;
                 let poll = (*(*cq).context).ops.poll_cq.expect("provider has poll_cq");
-                poll(cq, chunk.len() as i32, self.wcs.as_mut_ptr())
+                poll(cq, chunk.len() as i32, wcs.as_mut_ptr())
             };
-            if n < 0 {
-                // No errno: the provider's own code (ibv_poll_cq(3)).
-                return Err(PollError::Provider(n));
-            }
-            let n = n as usize;
-            for (o, wc) in chunk.iter_mut().zip(&self.wcs[..n]) {
+            // A negative value has no errno: the provider's own code
+            // (ibv_poll_cq(3)).
+            let n = usize::try_from(n).map_err(|_| n)?;
+            for (o, wc) in chunk.iter_mut().zip(&wcs[..n]) {
                 *o = work_completion(wc);
             }
-            total += n;
-            if n < chunk.len() {
-                break;
+            Ok(n)
+        });
+        match failed {
+            Some(n) if total == 0 => Err(PollError::Provider(n)),
+            _ => {
+                self.failed = failed;
+                Ok(total)
             }
         }
-        Ok(total)
     }
 
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()> {
@@ -510,5 +545,56 @@ impl Drop for IbvCq {
         // The RawCq, destroyed after the last QP using it lets go, reports
         // its own failures.
         self.ack_unacked();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider holding `held` completions (wr_id 0, 1, ...) that fails
+    /// with -5 on its call number `fail_at` (0-based).
+    fn provider(
+        held: u64,
+        fail_at: usize,
+    ) -> impl FnMut(&mut [WorkCompletion]) -> Result<usize, i32> {
+        let (mut next, mut calls) = (0, 0);
+        move |chunk| {
+            calls += 1;
+            if calls - 1 == fail_at {
+                return Err(-5);
+            }
+            let n = chunk.len().min((held - next) as usize);
+            for c in &mut chunk[..n] {
+                *c = WorkCompletion::new(next);
+                next += 1;
+            }
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_failure_after_a_full_chunk_keeps_the_completions_taken_out() {
+        let mut out = [WorkCompletion::default(); 2 * POLL_BATCH];
+        let (n, failed) = poll_in_chunks(&mut out, provider(100, 1));
+        assert_eq!((n, failed), (POLL_BATCH, Some(-5)));
+        assert!(
+            out[..n]
+                .iter()
+                .enumerate()
+                .all(|(i, c)| c.wr_id == i as u64)
+        );
+    }
+
+    #[test]
+    fn a_short_chunk_ends_the_poll_and_a_first_failure_takes_nothing() {
+        let mut out = [WorkCompletion::default(); 3 * POLL_BATCH];
+        assert_eq!(poll_in_chunks(&mut out, provider(20, 9)), (20, None));
+        assert_eq!(poll_in_chunks(&mut out, provider(20, 0)), (0, Some(-5)));
+        let exact = POLL_BATCH as u64;
+        assert_eq!(
+            poll_in_chunks(&mut out, provider(exact, 1)),
+            (POLL_BATCH, Some(-5))
+        );
     }
 }
