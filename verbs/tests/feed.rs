@@ -247,6 +247,35 @@ fn a_feed_polls_only_what_the_evd_has_room_for() {
     assert_eq!(wr_ids(&mut consumer), [0, 0, 0]);
 }
 
+/// An arm that fails after the drain before it (completions held while the
+/// EVD was full, and room since) delivered events: the call reports those
+/// events and asks to be called again (`Budget`, unarmed); the next call
+/// arms, or reports a failure that lasts.
+#[test]
+fn an_arm_failing_after_a_drain_reports_what_the_drain_delivered() {
+    for lasting in [false, true] {
+        let (mut consumer, hca, mut feed) = raced(4, 4, 2);
+        post_during_next_poll(&hca, feed.poster(), 2);
+        assert_eq!(outcome(feed.progress(64)), (0, FeedStatus::Backpressure));
+        assert_eq!(feed.stats().held, 2);
+        assert_eq!(take_all(&mut consumer).ids, [0, 1]);
+        hca.fail_next_arm(libc::EIO);
+        let p = feed.arm_and_drain(64).unwrap();
+        assert_eq!(outcome(p), (2, FeedStatus::Budget), "lasting: {lasting}");
+        assert!(!hca.stats().armed);
+        assert_eq!(wr_ids(&mut consumer), [2, 3]);
+        if lasting {
+            hca.fail_next_arm(libc::EIO);
+            let e = feed.arm_and_drain(64).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        } else {
+            let p = feed.arm_and_drain(64).unwrap();
+            assert_eq!(outcome(p), (0, FeedStatus::Drained));
+            assert!(hca.stats().armed);
+        }
+    }
+}
+
 #[test]
 fn refused_post_is_held_and_reposted_in_order() {
     let (mut consumer, hca, mut feed) = raced(4, 4, 2);

@@ -409,7 +409,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     ///
     /// The CQ's [`req_notify`](CompletionQueue::req_notify) error (the feed
     /// stays unarmed). A failed poll is not an error here: it ends the call
-    /// with [`FeedStatus::Failed`] and a `CqError` async event.
+    /// with [`FeedStatus::Failed`] and a `CqError` async event. An arm that
+    /// fails after this call's drain before it (the EVD was full) delivered
+    /// events is not an error either: the call returns those with
+    /// [`FeedStatus::Budget`] (unarmed: call again), and the next call's arm
+    /// reports a failure that lasts.
     ///
     /// ```
     /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, VerbsEvent, soft::SoftCq};
@@ -455,7 +459,19 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                     delivered = p.delivered;
                     continue;
                 }
-                self.cq.req_notify(self.solicited_only)?;
+                if let Err(e) = self.cq.req_notify(self.solicited_only) {
+                    if delivered == 0 {
+                        return Err(e);
+                    }
+                    // The drain before the arm delivered events: this call
+                    // reports them, and `Budget` brings the caller back
+                    // before any sleep; the next call arms again (and
+                    // reports a failure that lasts).
+                    return Ok(Progress {
+                        delivered,
+                        status: FeedStatus::Budget,
+                    });
+                }
                 self.armed = true;
                 self.stats.arms += 1;
                 arming = true;
