@@ -133,6 +133,76 @@ fn a_cq_overrun_reaches_an_app_evd_with_no_async_feed_registered() {
     assert_eq!(s.len(), 2, "the feed and the device's async feed");
 }
 
+/// A device's async events whose `next_event` first promises the EVD's last
+/// free slot to another poster (a permit the test holds): as if that poster
+/// took the room between the feed's look for it and the feed's post.
+struct RoomTakenMeanwhile {
+    events: evd_verbs::soft::SoftAsyncEvents,
+    poster: evd::Poster<VerbsEvent>,
+    permit: std::sync::Arc<std::sync::Mutex<Option<evd::OwnedPermit<VerbsEvent>>>>,
+}
+
+impl evd_verbs::AsyncEventSource for RoomTakenMeanwhile {
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.events.fd()
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<AsyncEvent>> {
+        let mut permit = self.permit.lock().unwrap();
+        if permit.is_none() {
+            *permit = Some(self.poster.clone().try_reserve_owned().ok().unwrap());
+        }
+        self.events.next_event()
+    }
+}
+
+/// The room the async feed saw is taken before its post, on a full EVD
+/// under an idle upcall policy: the post runs the draining upcall, whose
+/// handler panics, with the event taken out of the device. The event stays
+/// in the feed, and the next call delivers it.
+#[test]
+fn a_handler_panic_in_a_post_that_found_the_room_taken_costs_no_event() {
+    common::panics::quiet_provoked_panics();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(2).unwrap();
+    poster
+        .post(VerbsEvent::Completion {
+            cq: CqId(0),
+            wc: WorkCompletion::new(7),
+        })
+        .unwrap(); // one slot left
+    let (seen, handled) = std::sync::mpsc::channel();
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let _up = consumer.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::New,
+        move |ev, _| {
+            seen.send(format!("{:?}", ev.unwrap())).unwrap();
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                panic!("{}", common::panics::PROVOKED);
+            }
+        },
+    );
+    let (events, device) = SoftDevice::new().unwrap();
+    let permit = std::sync::Arc::default();
+    let source = RoomTakenMeanwhile {
+        events,
+        poster: poster.clone(),
+        permit: std::sync::Arc::clone(&permit),
+    };
+    let mut feed = AsyncFeed::new(source, poster);
+    device.raise(AsyncEvent::new(
+        AsyncEventKind::PortActive,
+        AsyncElement::Port(1),
+    ));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    assert!(r.is_err(), "the handler's panic comes out of the call");
+    drop(permit.lock().unwrap().take());
+    assert_eq!(feed.progress(16).delivered, 1, "the event in hand");
+    let seen: Vec<String> = handled.try_iter().collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[0].contains("Completion"), "{seen:?}");
+    assert!(seen[1].contains("Port(1)"), "{seen:?}");
+}
+
 /// A full EVD under an idle upcall policy is drained only by the upcall a
 /// post starts. The async feed runs that upcall before it takes an event
 /// out of the device, so a handler that panics there costs no event: the

@@ -76,10 +76,11 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// stay usable, and the next call takes the next event from the device.
     /// The event whose post panicked is in the EVD. A full EVD under an idle
     /// upcall policy is drained by the upcall the feed runs before it takes
-    /// an event out of the device, so a panic there costs no event (a post
-    /// that ran that upcall with an event in hand would lose it, see
-    /// [`evd::Poster::post`]). An event whose `From` panicked is lost: there
-    /// is no `T` for it.
+    /// an event out of the device; should another poster take the room
+    /// between, the post that runs that upcall leaves the event in the feed
+    /// ([`evd::Poster::post_batch`]), so a panic there costs no event either
+    /// (a plain post would lose it, see [`evd::Poster::post`]). An event
+    /// whose `From` panicked is lost: there is no `T` for it.
     pub fn progress(&mut self, budget: usize) -> Progress {
         self.feed.progress(budget, |source| {
             Ok(source
@@ -141,7 +142,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// assert_eq!(source.next_event().unwrap(), Some(port_down)); // still the device's
     /// ```
     pub fn into_parts(self) -> (S, Option<T>) {
-        (self.feed.source, self.feed.held)
+        self.feed.into_parts()
     }
 
     /// Hand back the source (dropping a held event; see

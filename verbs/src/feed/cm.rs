@@ -76,8 +76,9 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// the event type's `From` or of user code a post runs (the EVD's
     /// upcall handler, a waker) comes out of this call, the feed and the
     /// EVD stay usable, and the event whose post panicked is in the EVD (a
-    /// full EVD's draining upcall runs before an event is taken, so its
-    /// panic costs none); an event whose `From` panicked is lost.
+    /// full EVD's draining upcall runs before an event is taken, or with
+    /// the event left in the feed, so its panic costs none); an event whose
+    /// `From` panicked is lost.
     pub fn progress(&mut self, budget: usize) -> Progress {
         self.feed
             .progress(budget, |source| Ok(source.next_event()?.map(T::from)))
@@ -128,7 +129,7 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// assert_eq!(source.next_event().unwrap(), Some(ev)); // still the CM's
     /// ```
     pub fn into_parts(self) -> (S, Option<T>) {
-        (self.feed.source, self.feed.held)
+        self.feed.into_parts()
     }
 }
 

@@ -5,7 +5,7 @@
 //! engine with their source's event type.
 
 use crate::feed::{FeedStatus, Progress};
-use evd::{PostError, Poster, RoomWaiter};
+use evd::{BatchPostError, Poster, RoomWaiter};
 use std::io;
 use std::task::{Context, Poll};
 
@@ -16,9 +16,13 @@ use std::task::{Context, Poll};
 pub(crate) struct EventFeed<S, T> {
     pub(crate) source: S,
     room: RoomWaiter<T>,
-    /// Taken from the source and refused by the EVD; posted before anything
-    /// else is taken.
-    pub(crate) held: Option<T>,
+    /// The event in hand, at most one: taken from the source and not yet in
+    /// the EVD (refused, or its post cut short by a panic); posted before
+    /// anything else is taken. A one-slot `Vec` (allocated once), so that a
+    /// post that runs the EVD's draining upcall leaves it here if that
+    /// upcall's handler panics ([`evd::Poster::post_batch`] reserves before
+    /// it takes the event out).
+    held: Vec<T>,
     /// The source failed: nothing more is taken from it.
     failed: bool,
 }
@@ -28,7 +32,7 @@ impl<S, T: Send> EventFeed<S, T> {
         EventFeed {
             source,
             room: poster.room_waiter(),
-            held: None,
+            held: Vec::with_capacity(1),
             failed: false,
         }
     }
@@ -42,38 +46,32 @@ impl<S, T: Send> EventFeed<S, T> {
     ) -> Progress {
         let mut delivered = 0;
         while delivered < budget {
-            let ev = match self.held.take() {
-                Some(ev) => ev,
-                None if self.failed => return stop(delivered, FeedStatus::Failed),
-                None => {
-                    // An event is taken out of the source only with room for
-                    // it: a post refused as full would run the EVD's draining
-                    // upcall with the event in hand, and lose it if that
-                    // upcall's handler panicked. That upcall runs first here,
-                    // with nothing taken (as a completion feed does).
-                    if let Some(status) = self.no_room() {
-                        return stop(delivered, status);
-                    }
-                    match next(&mut self.source) {
-                        Ok(Some(ev)) => ev,
-                        Ok(None) => return stop(delivered, FeedStatus::Drained),
-                        Err(_) => {
-                            self.failed = true;
-                            return stop(delivered, FeedStatus::Failed);
-                        }
+            if self.held.is_empty() {
+                if self.failed {
+                    return stop(delivered, FeedStatus::Failed);
+                }
+                // An event is taken out of the source only with room for it
+                // (a full EVD's events stay in the source); a full EVD under
+                // an idle upcall policy is drained first, with nothing taken.
+                if let Some(status) = self.no_room() {
+                    return stop(delivered, status);
+                }
+                match next(&mut self.source) {
+                    Ok(Some(ev)) => self.held.push(ev),
+                    Ok(None) => return stop(delivered, FeedStatus::Drained),
+                    Err(_) => {
+                        self.failed = true;
+                        return stop(delivered, FeedStatus::Failed);
                     }
                 }
-            };
-            match self.room.poster().post(ev) {
-                Ok(()) => delivered += 1,
-                Err(PostError::Full(ev)) => {
-                    self.held = Some(ev);
-                    return stop(delivered, FeedStatus::Backpressure);
-                }
-                Err(PostError::Closed(ev)) => {
-                    self.held = Some(ev);
-                    return stop(delivered, FeedStatus::Closed);
-                }
+            }
+            // Another poster may have taken the room since: a post refused
+            // as full runs the draining upcall (user code that may panic)
+            // while the event is still in `held`.
+            match self.room.poster().post_batch(&mut self.held) {
+                Ok(_) => delivered += 1,
+                Err(BatchPostError::Full) => return stop(delivered, FeedStatus::Backpressure),
+                Err(BatchPostError::Closed) => return stop(delivered, FeedStatus::Closed),
             }
         }
         stop(delivered, FeedStatus::Budget)
@@ -91,6 +89,11 @@ impl<S, T: Send> EventFeed<S, T> {
                 Some(_) => return None,
             }
         }
+    }
+
+    /// Hand back the source and the event in hand, if any.
+    pub(crate) fn into_parts(mut self) -> (S, Option<T>) {
+        (self.source, self.held.pop())
     }
 
     /// Wait for room in a full EVD.
