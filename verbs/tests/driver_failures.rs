@@ -359,6 +359,47 @@ fn a_verbs_call_that_keeps_failing_gives_the_feed_up_after_what_its_cq_holds() {
     }
 }
 
+/// A channel that fails for good after one wake-up (a removed device: its
+/// event queue is woken once, then every read fails) and never wakes again:
+/// the feed is given up on the second failure, after it delivered what its
+/// CQ held, on either backend. (The fd stays readable: epoll reports it at
+/// each sleep; io_uring's multishot poll reports only new wake-ups, so a
+/// failed take of the channel's events must ask for readiness afresh.)
+#[test]
+fn a_channel_that_fails_after_its_last_wake_up_gives_the_feed_up() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let (cq, hca) = SoftCq::new(64).unwrap();
+        let flaky = Flaky::new(cq);
+        let knob = Arc::clone(&flaky.get_event);
+        let mut driver = Driver::new(config(backend)).unwrap();
+        driver
+            .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
+            .unwrap();
+        driver.process(Some(Duration::ZERO)).unwrap();
+        assert!(hca.stats().armed, "{backend:?}: asleep on an armed CQ");
+        knob.store(ALWAYS_FAILS, Relaxed);
+        hca.push(wc(1)).unwrap();
+        let (mut got, start) = (Vec::new(), Instant::now());
+        while !got.last().is_some_and(is_cq_error) {
+            assert!(
+                start.elapsed() < WATCHDOG,
+                "{backend:?}: never given up: {got:?}, {:?}",
+                driver.stats()
+            );
+            let _ = driver.process(Some(Duration::from_millis(100)));
+            got.extend(std::iter::from_fn(|| consumer.try_dequeue().ok()));
+        }
+        let ids: Vec<_> = got.iter().map(wr_id).collect();
+        assert_eq!(
+            ids,
+            [Some(1), None],
+            "{backend:?}: the completion, then the error"
+        );
+        assert_eq!(driver.stats().feeds_given_up, 1, "{backend:?}");
+    }
+}
+
 /// A feed whose channel fd cannot be polled (a number that names no open
 /// file: the poll request fails on epoll, its completion on io_uring) is
 /// given up as one whose verbs calls fail, and the feed beside it, on the

@@ -457,6 +457,17 @@ impl Driver {
                     self.failed.get_or_insert(e);
                 }
             }
+            if slot.poll_spent {
+                if slot.poll_in_flight {
+                    // Its end (`ECANCELED`) clears `poll_in_flight`; the
+                    // feed's next sleep then asks for readiness afresh, and
+                    // a channel that stays readable is reported again.
+                    self.backend.cancel(id)?;
+                }
+                // Cleared once the cancel is in: a refused one is asked
+                // again by the next turn.
+                slot.poll_spent = false;
+            }
             if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
                 match self.backend.poll(slot.fd, Request::FeedPoll(id)) {
                     // Set once the request is in: a refused one leaves no

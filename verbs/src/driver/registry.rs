@@ -218,6 +218,7 @@ impl Driver {
             policy,
             phase: Phase::Arm,
             poll_in_flight: false,
+            poll_spent: false,
             fd_fired: false,
             room_waker: Waker::from(room.clone()),
             room,

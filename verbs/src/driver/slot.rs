@@ -54,6 +54,10 @@ pub(super) struct Slot {
     pub(super) phase: Phase,
     /// A poll request for the fd is in the kernel.
     pub(super) poll_in_flight: bool,
+    /// A failed `get_event` left the fd's readiness untaken: a multishot
+    /// poll in flight reports only new wake-ups, so it is to be cancelled
+    /// and the next sleep asks afresh (as epoll's one-shot poll does).
+    pub(super) poll_spent: bool,
     /// The fd fired and its events were not taken yet.
     pub(super) fd_fired: bool,
     pub(super) room: Arc<RoomSignal>,
@@ -168,6 +172,7 @@ impl Slot {
         stats: &mut DriverStats,
     ) -> DriverError {
         stats.feed_failures += 1;
+        self.poll_spent |= call == FailedCall::GetEvent;
         let again = self
             .last_failure
             .is_some_and(|t| now.saturating_duration_since(t) < FEED_RETRY_WINDOW);
