@@ -2,11 +2,15 @@
 //! [`CompletionQueue`] of real verbs, made here or
 //! wrapped from raw pointers.
 
+mod poll;
+
 use super::teardown::{CloseError, TeardownError, VerbsObject};
 use super::*;
-use crate::event::{CqId, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::event::{CqId, WorkCompletion};
 use crate::feed::POLL_BATCH;
 use crate::source::{AsyncEventSource, CompletionQueue, PollError};
+use poll::poll_in_chunks;
+pub use poll::work_completion;
 use std::fmt;
 use std::io;
 use std::mem;
@@ -365,79 +369,6 @@ impl IbvCq {
     }
 }
 
-/// A raw work completion as this crate's [`WorkCompletion`], as the feeds
-/// convert what they poll: for applications that poll a CQ themselves
-/// (`ffi::ibv_poll_cq`) and want the same type. The immediate is turned
-/// from the wire's big-endian to host order.
-///
-/// ```
-/// use evd_verbs::ibv::{ffi, work_completion};
-/// use evd_verbs::{WcFlags, WcOpcode, WcStatus};
-/// let wc = ffi::ibv_wc {
-///     wr_id: 7,
-///     status: ffi::ibv_wc_status::IBV_WC_SUCCESS,
-///     opcode: ffi::ibv_wc_opcode::IBV_WC_RECV,
-///     vendor_err: 0,
-///     byte_len: 64,
-///     imm_data_invalidated_rkey_union: ffi::imm_data_invalidated_rkey_union_t {
-///         imm_data: 0x1234_5678u32.to_be(),
-///     },
-///     qp_num: 42,
-///     src_qp: 0,
-///     wc_flags: ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0,
-///     pkey_index: 0,
-///     slid: 0,
-///     sl: 0,
-///     dlid_path_bits: 0,
-/// };
-/// let c = work_completion(&wc);
-/// assert_eq!((c.wr_id, c.byte_len, c.qp_num), (7, 64, 42));
-/// assert!(c.status.is_success() && c.status == WcStatus::SUCCESS);
-/// assert_eq!(c.opcode, WcOpcode::RECV);
-/// assert!(c.wc_flags.contains(WcFlags::WITH_IMM));
-/// assert_eq!(c.imm_data, 0x1234_5678);
-/// ```
-pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
-    WorkCompletion {
-        wr_id: wc.wr_id,
-        status: WcStatus(wc.status),
-        opcode: WcOpcode(wc.opcode),
-        vendor_err: wc.vendor_err,
-        byte_len: wc.byte_len,
-        // On the wire (and in ibv_wc) the immediate is big-endian. The union
-        // is plain integers either way, so reading it is always defined.
-        // SAFETY: both members are u32.
-        imm_data: u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data }),
-        qp_num: wc.qp_num,
-        src_qp: wc.src_qp,
-        wc_flags: WcFlags(wc.wc_flags),
-    }
-}
-
-/// Fill `out` a chunk of at most [`POLL_BATCH`] at a time with `poll_chunk`
-/// (how many it wrote, or the provider's negative code), until a chunk
-/// comes back short. Returns how many were written and the failure that
-/// stopped it, if any: the completions taken out before a failure are the
-/// caller's, whatever comes after.
-fn poll_in_chunks(
-    out: &mut [WorkCompletion],
-    mut poll_chunk: impl FnMut(&mut [WorkCompletion]) -> Result<usize, i32>,
-) -> (usize, Option<i32>) {
-    let mut total = 0;
-    for chunk in out.chunks_mut(POLL_BATCH) {
-        match poll_chunk(chunk) {
-            Err(n) => return (total, Some(n)),
-            Ok(n) => {
-                total += n;
-                if n < chunk.len() {
-                    break;
-                }
-            }
-        }
-    }
-    (total, None)
-}
-
 impl CompletionQueue for IbvCq {
     /// Polls the provider [`POLL_BATCH`] entries at a time. A provider
     /// failure after completions this call already took out of the CQ
@@ -545,56 +476,5 @@ impl Drop for IbvCq {
         // The RawCq, destroyed after the last QP using it lets go, reports
         // its own failures.
         self.ack_unacked();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A provider holding `held` completions (wr_id 0, 1, ...) that fails
-    /// with -5 on its call number `fail_at` (0-based).
-    fn provider(
-        held: u64,
-        fail_at: usize,
-    ) -> impl FnMut(&mut [WorkCompletion]) -> Result<usize, i32> {
-        let (mut next, mut calls) = (0, 0);
-        move |chunk| {
-            calls += 1;
-            if calls - 1 == fail_at {
-                return Err(-5);
-            }
-            let n = chunk.len().min((held - next) as usize);
-            for c in &mut chunk[..n] {
-                *c = WorkCompletion::new(next);
-                next += 1;
-            }
-            Ok(n)
-        }
-    }
-
-    #[test]
-    fn a_failure_after_a_full_chunk_keeps_the_completions_taken_out() {
-        let mut out = [WorkCompletion::default(); 2 * POLL_BATCH];
-        let (n, failed) = poll_in_chunks(&mut out, provider(100, 1));
-        assert_eq!((n, failed), (POLL_BATCH, Some(-5)));
-        assert!(
-            out[..n]
-                .iter()
-                .enumerate()
-                .all(|(i, c)| c.wr_id == i as u64)
-        );
-    }
-
-    #[test]
-    fn a_short_chunk_ends_the_poll_and_a_first_failure_takes_nothing() {
-        let mut out = [WorkCompletion::default(); 3 * POLL_BATCH];
-        assert_eq!(poll_in_chunks(&mut out, provider(20, 9)), (20, None));
-        assert_eq!(poll_in_chunks(&mut out, provider(20, 0)), (0, Some(-5)));
-        let exact = POLL_BATCH as u64;
-        assert_eq!(
-            poll_in_chunks(&mut out, provider(exact, 1)),
-            (POLL_BATCH, Some(-5))
-        );
     }
 }
