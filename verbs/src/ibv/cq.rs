@@ -48,9 +48,9 @@ unsafe impl Sync for RawCq {}
 impl RawCq {
     /// Take the CQ out of the context's registry, then (if owned) destroy
     /// the CQ, then its channel. A CQ whose destroy failed still uses its
-    /// channel, so the channel is then left alone (libibverbs would refuse
-    /// it with `EBUSY` anyway) and leaks with it; the CQ, still alive, is
-    /// registered again.
+    /// channel, its own or a shared one, so the channel is then left alone
+    /// (libibverbs would refuse it with `EBUSY` anyway) and leaks with it;
+    /// the CQ, still alive, is registered again.
     fn destroy(&mut self) -> Result<(), TeardownError> {
         let cq = mem::replace(&mut self.cq, ptr::null_mut());
         if !cq.is_null() {
@@ -70,6 +70,10 @@ impl RawCq {
                 self.ctx.register_cq(cq, self.id);
                 self.channel = ptr::null_mut();
                 keep_forever(&self.ctx);
+                if let Some(shared) = &self.shared {
+                    // It uses the shared channel too: never destroyed now.
+                    keep_forever(shared);
+                }
             })?;
         }
         let channel = mem::replace(&mut self.channel, ptr::null_mut());
