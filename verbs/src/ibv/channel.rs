@@ -79,7 +79,8 @@ impl CompletionChannel {
     /// # Errors
     ///
     /// An [`io::Error`] if the channel's fd cannot be made non-blocking
-    /// (`fcntl`).
+    /// (`fcntl`): nothing is wrapped then, and the channel is still the
+    /// caller's to destroy, whatever `ownership` said.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, CompletionChannel, Context, Ownership};
@@ -107,8 +108,11 @@ impl CompletionChannel {
             of, ctx.ctx,
             "CompletionChannel::from_raw: a channel of another context"
         );
+        // Before the wrapper: on an error the channel is still the caller's
+        // (an `Owned` wrapper dropped here would destroy it).
+        // SAFETY: a live channel; its fd field is set at creation.
+        set_nonblocking(unsafe { (*channel).fd })?;
         let channel = CompletionChannel::wrap(channel, ownership, Some(ctx.clone()));
-        set_nonblocking(channel.fd())?;
         Ok(Arc::new(channel))
     }
 
