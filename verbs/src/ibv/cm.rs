@@ -79,6 +79,10 @@ struct Channel {
     /// that `CmId::device_name` never reads a field librdmacm may be
     /// writing on another thread.
     bound: Mutex<Vec<(CmToken, Bound)>>,
+    /// The callers' tokens of the identifiers alive on this channel: a
+    /// token names one identifier's events, so [`CmId::new`] refuses one in
+    /// use. Freed once its identifier is destroyed (never, if that failed).
+    claimed: Mutex<Vec<CmToken>>,
 }
 
 /// Where an identifier is bound: its device's name and port.
@@ -130,6 +134,22 @@ impl Channel {
     fn forget_bound(&self, token: CmToken) {
         let mut all = self.bound.lock().unwrap_or_else(|e| e.into_inner());
         all.retain(|(t, _)| *t != token);
+    }
+
+    /// Claim a caller's token for a new identifier; false if one alive has
+    /// it.
+    fn claim(&self, token: CmToken) -> bool {
+        let mut all = self.claimed.lock().unwrap_or_else(|e| e.into_inner());
+        if all.contains(&token) {
+            return false;
+        }
+        all.push(token);
+        true
+    }
+
+    fn release(&self, token: CmToken) {
+        let mut all = self.claimed.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|t| *t != token);
     }
 }
 
@@ -235,6 +255,7 @@ impl CmChannel {
             next_incoming: AtomicU64::new(CmToken::INCOMING.0),
             requests: Mutex::new(Vec::new()),
             bound: Mutex::new(Vec::new()),
+            claimed: Mutex::new(Vec::new()),
         });
         // SAFETY: a live channel; its fd belongs to it.
         set_nonblocking(unsafe { (*raw).fd })?;

@@ -284,6 +284,18 @@ pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> R
     // An address with no route to it (TEST-NET-1; the guest has no default
     // route): reported at once by the call, or as an `AddrError` event.
     let lost = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
+    // A token names one identifier: free again once the clients above were
+    // closed, the new one starts unbound (their bindings forgotten), and a
+    // second identifier with it is refused while this one lives.
+    ensure!(
+        lost.device_name().is_none() && lost.port_num() == 0,
+        "a reused token starts unbound: {:?}",
+        lost.device_name()
+    );
+    match CmId::new(&channel, CLIENT) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        other => return Err(format!("a token in use: {other:?}")),
+    }
     match lost.resolve_addr(
         SocketAddr::from(([192, 0, 2, 1], 7474)),
         Duration::from_millis(500),

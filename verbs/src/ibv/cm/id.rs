@@ -86,7 +86,11 @@ impl CmId {
     /// # Errors
     ///
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `token` is not below
-    /// [`CmToken::INCOMING`]; the errno of `rdma_create_id`.
+    /// [`CmToken::INCOMING`]; [`AlreadyExists`](io::ErrorKind::AlreadyExists)
+    /// if an identifier alive on `channel` has it (its events would be
+    /// told from this one's by nothing; the token is free again once that
+    /// identifier is closed or dropped, though its events already in an
+    /// EVD still carry it); the errno of `rdma_create_id`.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{CmChannel, CmId};
@@ -94,6 +98,10 @@ impl CmId {
     /// let (_events, channel) = CmChannel::new()?;
     /// let id = CmId::new(&channel, CmToken(7))?;
     /// assert!(CmId::new(&channel, CmToken::INCOMING).is_err()); // the channel's own tokens
+    /// let again = CmId::new(&channel, CmToken(7)).unwrap_err();
+    /// assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
+    /// id.close()?;
+    /// assert!(CmId::new(&channel, CmToken(7))?.device_name().is_none());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(channel: &CmChannel, token: CmToken) -> io::Result<CmId> {
@@ -101,6 +109,12 @@ impl CmId {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "tokens from CmToken::INCOMING up are the channel's",
+            ));
+        }
+        if !channel.inner.claim(token) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "an identifier alive on this channel has this token",
             ));
         }
         let mut id = ptr::null_mut();
@@ -113,7 +127,8 @@ impl CmId {
                 token.0 as usize as *mut libc::c_void,
                 ffi::rdma_port_space::RDMA_PS_TCP,
             )
-        })?;
+        })
+        .inspect_err(|_| channel.inner.release(token))?;
         Ok(CmId {
             id,
             token,
@@ -354,13 +369,21 @@ impl CmId {
         if id.is_null() {
             return Ok(());
         }
-        self._channel.forget_bound(self.token);
         // SAFETY: a live id, nulled above so destroyed once; the channel
         // outlives it (the Arc field drops after this).
         let ret = unsafe { ffi::rdma_destroy_id(id) };
-        // An id whose destroy failed still uses the channel: it is never
-        // destroyed then.
+        // After the destroy, which waits for the ack of an event of this id
+        // that the feed's thread is copying out (and recording the binding
+        // of): no binding of it is recorded after this.
+        self._channel.forget_bound(self.token);
+        // An id whose destroy failed still uses the channel (and its token):
+        // neither is freed then.
         destroyed(VerbsObject::CmId, "rdma_destroy_id", ret)
+            .inspect(|()| {
+                if self.token < CmToken::INCOMING {
+                    self._channel.release(self.token);
+                }
+            })
             .inspect_err(|_| keep_forever(&self._channel))
     }
 }
