@@ -72,7 +72,9 @@ unsafe impl Send for QueuePair {}
 // serialise ibv_post_send, ibv_post_recv and ibv_modify_qp per QP with
 // their own locks (the lock-free variants exist only for QPs made in a
 // parent domain with a thread domain, which this crate never makes; a QP
-// is always created here, on a plain PD). The other reads (`qp_num`,
+// is always created here, on a plain PD), except a move to RESET, which
+// rewinds the queue indices outside those locks (mlx5, ionic): `modify`
+// refuses it, and `reset` takes `&mut self`. The other reads (`qp_num`,
 // caps, port) are of fields fixed at creation. Destruction takes `self`.
 unsafe impl Sync for QueuePair {}
 

@@ -9,7 +9,7 @@ use crate::common::{Res, e2s, ensure};
 use crate::{carries_imm, done, fed, on, pair, pair_with};
 use evd_verbs::ibv::{
     AccessFlags, MAX_SGES, MemoryRegion, PostWrError, ProtectionDomain, QpCaps, QpState, SendOp,
-    SendRequest, Sge,
+    SendRequest, Sge, ffi,
 };
 use evd_verbs::{CqId, WcOpcode, WcStatus};
 use std::sync::Arc;
@@ -84,7 +84,7 @@ pub(crate) fn rdma_write_with_imm(pd: &Arc<ProtectionDomain>) -> Res {
 }
 
 pub(crate) fn error_completions(pd: &Arc<ProtectionDomain>) -> Res {
-    let (p, mut fed) = fed(pair(pd, 64, (5, 6))?);
+    let (mut p, mut fed) = fed(pair(pd, 64, (5, 6))?);
     // A write with a wrong rkey: the responder refuses it.
     let bad = SendOp::Write {
         remote_addr: p.mr_b.addr(),
@@ -110,6 +110,19 @@ pub(crate) fn error_completions(pd: &Arc<ProtectionDomain>) -> Res {
         got[0].0 == CqId(6) && got[0].1.wr_id == 3 && got[0].1.status == WcStatus::WR_FLUSH_ERR,
         "flushed recv: {got:?}"
     );
+    // A move to RESET needs the QP to itself: refused through `&self`,
+    // done with `reset(&mut self)`.
+    // SAFETY: all-zero is a valid ibv_qp_attr (integers only).
+    let mut attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    attr.qp_state = ffi::ibv_qp_state::IBV_QPS_RESET;
+    let mask = ffi::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
+    match p.b.modify(&mut attr, mask) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {}
+        other => return Err(format!("a move to RESET through modify: {other:?}")),
+    }
+    p.b.reset().map_err(e2s)?;
+    let state = p.b.query_state().map_err(e2s)?;
+    ensure!(state == QpState::Reset, "after reset: {state:?}");
     Ok(())
 }
 

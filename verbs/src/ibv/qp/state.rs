@@ -232,13 +232,19 @@ impl QpState {
 
 impl QueuePair {
     /// `ibv_modify_qp` with `attr` and `mask` (`ibv_qp_attr_mask` bits):
-    /// any transition, such as those `rdma_init_qp_attr` describes for
-    /// rdma_cm. The provider and kernel check the attributes.
+    /// any transition but one to RESET, such as those `rdma_init_qp_attr`
+    /// describes for rdma_cm. The provider and kernel check the attributes.
+    ///
+    /// A move to RESET rewinds the provider's queue indices outside the
+    /// locks its posts take (mlx5, ionic), so a post on another thread
+    /// would race it: it needs the QP to itself, [`QueuePair::reset`].
     ///
     /// # Errors
     ///
-    /// The errno of `ibv_modify_qp`, as an [`io::Error`] (`EINVAL` for attributes
-    /// the transition does not take).
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) for a move to RESET
+    /// (`mask` has `IBV_QP_STATE` and `attr.qp_state` is `IBV_QPS_RESET`);
+    /// the errno of `ibv_modify_qp`, as an [`io::Error`] (`EINVAL` for
+    /// attributes the transition does not take).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::{ffi, QpState};
@@ -254,9 +260,47 @@ impl QueuePair {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: i32) -> io::Result<()> {
+        let state = ffi::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
+        if mask & state != 0 && attr.qp_state == ffi::ibv_qp_state::IBV_QPS_RESET {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a move to RESET needs the QP to itself: QueuePair::reset",
+            ));
+        }
         // SAFETY: a live QP and attribute struct (plain integers, read by
-        // the provider for the bits in `mask`).
+        // the provider for the bits in `mask`); not a move to RESET (see
+        // `Sync for QueuePair`).
         check(unsafe { ffi::ibv_modify_qp(self.qp, attr, mask) })
+    }
+
+    /// Move the QP to RESET (`ibv_modify_qp`): its queues are emptied and
+    /// their indices rewound, so nothing may post on it meanwhile, which
+    /// `&mut self` ensures. Outstanding work requests get no completion;
+    /// move it to ERROR and drain its CQs first to have them flushed.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_modify_qp`, as an [`io::Error`].
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::QpState;
+    /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
+    /// # let pd = ctx.alloc_pd().unwrap();
+    /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
+    /// let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1)?;
+    /// qp.reset()?;
+    /// assert_eq!(qp.query_state()?, QpState::Reset);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reset(&mut self) -> io::Result<()> {
+        let mut attr = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_RESET,
+            ..zeroed()
+        };
+        let mask = ffi::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
+        // SAFETY: a live QP and attribute struct; `&mut self`: no post on
+        // this QP runs meanwhile.
+        check(unsafe { ffi::ibv_modify_qp(self.qp, &mut attr, mask) })
     }
 
     /// The QP's current state (`ibv_query_qp` of `IBV_QP_STATE`).
