@@ -491,11 +491,14 @@ impl<T> Shared<T> {
     // ---- upcalls: the token holder's operations on the word ----
 
     /// ManyInstances: the holder took one event out and gives the token back
-    /// before running its handler.
-    pub(crate) fn release_token(&self) {
+    /// before running its handler. Returns the word installed.
+    pub(crate) fn release_token(&self) -> u64 {
         // AcqRel: Release hands our head and slot reads to the next token
         // holder.
-        self.transition(Ordering::AcqRel, |w| Ok((state::release_token(w), ())));
+        self.transition(Ordering::AcqRel, |w| {
+            let n = state::release_token(w);
+            Ok((n, n))
+        })
     }
 
     /// ManyInstances: after its handler, take the token again (`Ok`) or end

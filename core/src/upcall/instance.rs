@@ -72,6 +72,16 @@ unsafe fn deliver<T>(s: &Shared<T>, handler: Loaded<T>, item: Result<T, Overflow
     });
 }
 
+/// ManyInstances: give the token back before a handler call. The ring may
+/// be full now with the token free while this instance is busy in its
+/// handler (for long, or waiting for a poster): posters waiting for room are
+/// woken to start the draining instance themselves, as after an instance
+/// that unwound ([`Shared::wake_room_if_stranded`]).
+fn release_for_handler<T>(s: &Shared<T>) {
+    let new = s.release_token();
+    s.wake_room_if_stranded(new);
+}
+
 /// Run one upcall instance. The caller's CAS took the token and counted the
 /// instance in the word.
 pub(crate) fn run<T>(s: &Shared<T>) {
@@ -106,12 +116,15 @@ pub(crate) fn run<T>(s: &Shared<T>) {
                     // keep it through the call.
                     unsafe { deliver(s, handler, item) };
                 } else {
-                    s.release_token();
+                    release_for_handler(s);
                     guard.holds_token = false;
                     // SAFETY: a shared handler: no token needed.
                     unsafe { deliver(s, handler, item) };
                     if let Err(new) = s.reacquire_token() {
                         std::mem::forget(guard);
+                        // Over the limit: this instance leaves events it
+                        // did not drain, as `release_for_handler` may.
+                        s.wake_room_if_stranded(new);
                         wake_tearer(s, new);
                         return;
                     }
@@ -162,6 +175,44 @@ fn try_exit<T>(s: &Shared<T>) -> Option<u64> {
 mod tests {
     use crate::upcall::handler::Installed;
     use crate::{Invoke, UpcallPolicy};
+    use std::time::{Duration, Instant};
+
+    /// An instance that gives the token back for its handler call on a full
+    /// ring (filled behind it) wakes the poster waiting for room, which
+    /// starts the draining instance itself: left asleep, it would wait for
+    /// this instance's next head store, after a handler that may be waiting
+    /// for it.
+    #[test]
+    fn a_token_given_back_on_a_full_ring_wakes_a_poster_waiting_for_room() {
+        let (poster, consumer) = crate::bounded::<u32>(2).unwrap();
+        poster.post(0).unwrap();
+        poster.post(1).unwrap();
+        let (seen, handled) = std::sync::mpsc::channel();
+        let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
+            seen.send(ev.unwrap()).unwrap();
+        });
+        let s = up.consumer().shared().clone();
+        // This thread is an instance that holds the token on the full ring.
+        assert!(s.take_token_to_drain());
+        let p = poster.clone();
+        let (done, posted) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(p.post_blocking(2)).unwrap());
+        let limit = Duration::from_secs(60);
+        let start = Instant::now();
+        while !up.query().room_wanted {
+            assert!(start.elapsed() < limit, "the poster never waited for room");
+            std::thread::yield_now();
+        }
+        super::release_for_handler(&s);
+        let woken = posted.recv_timeout(limit);
+        // This thread's instance ends either way (a teardown waits for it).
+        s.abandon_instance(false);
+        assert_eq!(woken, Ok(Ok(())), "the waiting poster was woken");
+        let mut got: Vec<u32> = handled.try_iter().collect();
+        got.sort_unstable();
+        assert_eq!(got, [0, 1, 2], "its instance drained the ring");
+        drop(up.teardown());
+    }
 
     #[test]
     fn an_fnmut_handler_found_under_many_instances_runs_with_the_token_kept() {
