@@ -965,3 +965,37 @@ fn a_panic_in_the_upcall_into_upcalls_runs_goes_as_a_dropped_consumer_and_set_po
     assert_eq!(up.query().upcalls_in_flight, 0);
     drop(up.teardown());
 }
+
+/// A value whose `Drop` panics, captured by a handler.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("a handler's captured value panics on drop");
+    }
+}
+
+/// The handler's panic out of `into_upcalls` (with `Invoke::Any` and events
+/// queued) drops the dispatcher on the way up, and with it the handler: a
+/// panic of the handler's `Drop` then is a second panic during an unwind,
+/// which would abort the process. It is swallowed; the first goes on.
+#[test]
+fn a_handler_whose_drop_panics_dropped_by_its_own_panic_does_not_abort() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.post(1).unwrap();
+    let captured = PanicsOnDrop;
+    let handler = move |_: Result<u32, Overflow>, _| {
+        let _keep = &captured;
+        panic!("the handler fails");
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, handler)
+    }));
+    let message = r.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    assert_eq!(
+        message,
+        Some("the handler fails"),
+        "the first panic goes on"
+    );
+    assert!(poster.is_closed(), "gone as a dropped consumer goes");
+}

@@ -63,6 +63,7 @@ use crate::frames;
 use crate::poster::Poster;
 use crate::query::{Query, UpcallPolicy};
 use crate::state::{Invoke, PolicyBits};
+use crate::unwind::Panics;
 
 /// The consumer of an EVD in upcall mode: events are delivered to a handler
 /// run on the posting threads. Owns the [`Consumer`]; [`Upcalls::teardown`]
@@ -401,14 +402,18 @@ impl<T> Drop for Upcalls<T> {
             consumer
                 .shared()
                 .set_policy(PolicyBits::Disabled, Invoke::New);
-            // The running call keeps its handler alive until it returns.
-            consumer.shared().clear_handler();
         } else {
             disable_and_wait(consumer);
-            // No instance can call the handler now: drop it (and whatever it
-            // owns, a Poster of this EVD included, which would keep it open).
-            consumer.shared().clear_handler();
         }
+        // No instance can call the handler now (the one running from here
+        // keeps it alive until it returns): drop it, and whatever it owns (a
+        // Poster of this EVD included, which would keep it open). User code:
+        // dropped by an unwind (a handler's panic out of `into_upcalls`), a
+        // panic of its `Drop` would abort the process, so it is kept and
+        // raised only if this thread is not unwinding already.
+        let mut panics = Panics::default();
+        panics.run(|| consumer.shared().clear_handler());
+        panics.resume();
     }
 }
 
