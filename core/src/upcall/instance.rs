@@ -95,7 +95,13 @@ pub(crate) fn run<T>(s: &Shared<T>) {
         let policy = s.policy();
         let item = match policy {
             PolicyBits::Disabled => None,
-            _ => match s.dequeue_one() {
+            // Inside this EVD's frame, as a handler call: the dequeue's head
+            // store wakes posters waiting for room (and an end of stream
+            // finishes a close, which wakes more), user code run while this
+            // instance holds the token, so a waiting post from such a waker
+            // is refused at once, and a teardown from it does not wait for
+            // this instance (`frames::in_own_handler`, `own_calls`).
+            _ => match frames::as_handler_of(s.id(), || s.dequeue_one()) {
                 Ok(ev) => Some(Ok(ev)),
                 Err(TryDequeueError::Overflow(o)) => Some(Err(o)),
                 Err(TryDequeueError::Empty | TryDequeueError::Closed) => None,
@@ -211,6 +217,55 @@ mod tests {
         let mut got: Vec<u32> = handled.try_iter().collect();
         got.sort_unstable();
         assert_eq!(got, [0, 1, 2], "its instance drained the ring");
+        drop(up.teardown());
+    }
+
+    /// A poster waiting for room whose waker runs inline and posts twice
+    /// more with `post_blocking`: woken by the instance's head store, on
+    /// the instance's own thread, it takes the freed slot, and its second
+    /// post is refused at once (it would wait for room that only this
+    /// instance, stopped under it, could free).
+    #[test]
+    fn a_room_waker_run_by_an_instance_s_dequeue_is_inside_the_upcall() {
+        struct PostsTwice(crate::Poster<u32>, std::sync::mpsc::Sender<Vec<bool>>);
+        impl std::task::Wake for PostsTwice {
+            fn wake(self: std::sync::Arc<Self>) {
+                let r = [2, 3].map(|v| self.0.post_blocking(v).is_ok());
+                self.1.send(r.to_vec()).unwrap();
+            }
+        }
+        let (poster, consumer) = crate::bounded::<u32>(1).unwrap();
+        poster.post(0).unwrap(); // full
+        let (seen, handled) = std::sync::mpsc::channel();
+        let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+            seen.send(ev.unwrap()).unwrap();
+        });
+        let s = up.consumer().shared().clone();
+        let (results, posted) = std::sync::mpsc::channel();
+        let waker =
+            std::task::Waker::from(std::sync::Arc::new(PostsTwice(poster.clone(), results)));
+        let (done, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // This thread is an instance that holds the token on the full
+            // ring; a post waiting for room is registered with `waker`.
+            assert!(s.take_token_to_drain());
+            let mut waiting = std::pin::pin!(poster.post_async(1));
+            let mut cx = std::task::Context::from_waker(&waker);
+            assert!(waiting.as_mut().poll(&mut cx).is_pending());
+            super::run(&s);
+            done.send(()).unwrap();
+        });
+        if ended.recv_timeout(Duration::from_secs(60)).is_err() {
+            // A teardown would wait for the stuck instance: leave it.
+            std::mem::forget(up);
+            panic!("the instance never ended: its waker waits for room on its thread");
+        }
+        assert_eq!(
+            posted.try_recv(),
+            Ok(vec![true, false]),
+            "one slot, then refused"
+        );
+        assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 2]);
         drop(up.teardown());
     }
 
