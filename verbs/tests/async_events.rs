@@ -133,6 +133,38 @@ fn a_cq_overrun_reaches_an_app_evd_with_no_async_feed_registered() {
     assert_eq!(s.len(), 2, "the feed and the device's async feed");
 }
 
+/// An EVD of `capacity` holding one completion, handed to a SingleInstance
+/// upcall (`Invoke::New`: not run yet) whose handler reports each event's
+/// `Debug` text and panics on the first.
+fn a_completion_queued_under_a_handler_that_panics_once(
+    capacity: usize,
+) -> (
+    evd::Poster<VerbsEvent>,
+    evd::Upcalls<VerbsEvent>,
+    std::sync::mpsc::Receiver<String>,
+) {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(capacity).unwrap();
+    poster
+        .post(VerbsEvent::Completion {
+            cq: CqId(0),
+            wc: WorkCompletion::new(7),
+        })
+        .unwrap();
+    let (seen, handled) = std::sync::mpsc::channel();
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let up = consumer.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::New,
+        move |ev, _| {
+            seen.send(format!("{:?}", ev.unwrap())).unwrap();
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                panic!("{}", common::panics::PROVOKED);
+            }
+        },
+    );
+    (poster, up, handled)
+}
+
 /// A device's async events whose `next_event` first promises the EVD's last
 /// free slot to another poster (a permit the test holds): as if that poster
 /// took the room between the feed's look for it and the feed's post.
@@ -162,25 +194,7 @@ impl evd_verbs::AsyncEventSource for RoomTakenMeanwhile {
 #[test]
 fn a_handler_panic_in_a_post_that_found_the_room_taken_costs_no_event() {
     common::panics::quiet_provoked_panics();
-    let (poster, consumer) = evd::bounded::<VerbsEvent>(2).unwrap();
-    poster
-        .post(VerbsEvent::Completion {
-            cq: CqId(0),
-            wc: WorkCompletion::new(7),
-        })
-        .unwrap(); // one slot left
-    let (seen, handled) = std::sync::mpsc::channel();
-    let first = std::sync::atomic::AtomicBool::new(true);
-    let _up = consumer.into_upcalls(
-        evd::UpcallPolicy::SingleInstance,
-        evd::Invoke::New,
-        move |ev, _| {
-            seen.send(format!("{:?}", ev.unwrap())).unwrap();
-            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                panic!("{}", common::panics::PROVOKED);
-            }
-        },
-    );
+    let (poster, _up, handled) = a_completion_queued_under_a_handler_that_panics_once(2); // one slot left
     let (events, device) = SoftDevice::new().unwrap();
     let permit = std::sync::Arc::default();
     let source = RoomTakenMeanwhile {
@@ -211,25 +225,7 @@ fn a_handler_panic_in_a_post_that_found_the_room_taken_costs_no_event() {
 #[test]
 fn a_handler_panic_on_a_full_evd_costs_the_async_feed_no_event() {
     common::panics::quiet_provoked_panics();
-    let (poster, consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
-    poster
-        .post(VerbsEvent::Completion {
-            cq: CqId(0),
-            wc: WorkCompletion::new(7),
-        })
-        .unwrap(); // full
-    let (seen, handled) = std::sync::mpsc::channel();
-    let first = std::sync::atomic::AtomicBool::new(true);
-    let _up = consumer.into_upcalls(
-        evd::UpcallPolicy::SingleInstance,
-        evd::Invoke::New,
-        move |ev, _| {
-            seen.send(format!("{:?}", ev.unwrap())).unwrap();
-            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                panic!("{}", common::panics::PROVOKED);
-            }
-        },
-    );
+    let (poster, _up, handled) = a_completion_queued_under_a_handler_that_panics_once(1); // full
     let (events, device) = SoftDevice::new().unwrap();
     let mut feed = AsyncFeed::new(events, poster);
     device.raise(AsyncEvent::new(
