@@ -23,12 +23,6 @@ fn thread_waker<T>(c: &mut Consumer<T>) -> ThreadWaker {
     }
 }
 
-// How long a wait's back-off spins, by the clock, before it yields the CPU
-// between its looks instead: with posters sharing the CPUs a yield lets them
-// fill the ring. The spinning half of the default budget, as in every
-// back-off (`crate::sync::Backoff`).
-use crate::sync::SPIN_PHASE;
-
 /// The back-off phase of a wait: look for `want` ready events for `budget`
 /// (or until `deadline`); `Some(ready)` if they were found; `None` when the
 /// wait must arm (the budget is over, or a report or close has begun).
@@ -36,9 +30,9 @@ use crate::sync::SPIN_PHASE;
 /// Between two looks it waits one gap by the clock, reading no line a poster
 /// writes (the consumer's half of [`crate::pace`]: each look at the head
 /// slot would pull the line a poster is writing): the pacer's gap while the
-/// back-off is younger than [`SPIN_PHASE`], a yield after. The gap follows
-/// the posters' last measured pace, so it is the same share of their work on
-/// any CPU; no step is counted in spins or PAUSE instructions.
+/// back-off is younger than [`crate::sync::SPIN_PHASE`], a yield after. The
+/// gap follows the posters' last measured pace, so it is the same share of
+/// their work on any CPU; no step is counted in spins or PAUSE instructions.
 ///
 /// A non-zero budget looks once before anything else (ready events end the
 /// wait at once, even past its deadline); a deadline already past then skips
@@ -80,6 +74,11 @@ fn back_off<T>(
 /// The back-off's clock.
 #[cfg(not(any(loom, shuttle)))]
 mod clock {
+    // How long a wait's back-off spins, by the clock, before it yields the
+    // CPU between its looks instead: with posters sharing the CPUs a yield
+    // lets them fill the ring. The spinning half of the default budget, as in
+    // every back-off (`crate::sync::Backoff`).
+    use crate::sync::SPIN_PHASE;
     use std::time::{Duration, Instant};
 
     /// When the back-off started, and when it ends (`None`: never, a budget
@@ -103,9 +102,9 @@ mod clock {
         }
     }
 
-    /// Still in the spinning phase ([`super::SPIN_PHASE`]).
+    /// Still in the spinning phase ([`SPIN_PHASE`]).
     pub(super) fn spinning(end: &End) -> bool {
-        end.start.elapsed() < super::SPIN_PHASE
+        end.start.elapsed() < SPIN_PHASE
     }
 
     pub(super) fn over(end: &End) -> bool {
