@@ -14,6 +14,7 @@
 //! runs; [`caught`] is `catch_unwind` for a panic that is not re-raised.
 
 use std::any::Any;
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 /// The first panic caught by a sequence of steps.
@@ -48,6 +49,42 @@ impl Panics {
                 resume_unwind(p);
             }
         }
+    }
+}
+
+/// A value held across user code that may unwind past it (a post's event
+/// while the reservation runs the upcall that drains a full ring): dropped
+/// under [`Panics`] if that happens, since its `Drop` (user code too)
+/// panicking then would be a second panic during an unwind, which aborts.
+/// Every path that does not unwind takes the value back whole with
+/// [`Held::into_inner`], so this `Drop` runs only for an unwind (where
+/// [`Panics::resume`] swallows the value's panic).
+pub(crate) struct Held<T>(ManuallyDrop<T>);
+
+impl<T> Held<T> {
+    #[inline(always)]
+    pub(crate) fn new(v: T) -> Self {
+        Held(ManuallyDrop::new(v))
+    }
+
+    #[inline(always)]
+    pub(crate) fn into_inner(self) -> T {
+        let mut held = ManuallyDrop::new(self);
+        // SAFETY: `held` is never dropped, so its `Drop` does not take the
+        // value again: it is taken once, here.
+        unsafe { ManuallyDrop::take(&mut held.0) }
+    }
+}
+
+impl<T> Drop for Held<T> {
+    fn drop(&mut self) {
+        // SAFETY: `drop` runs at most once, and only when `into_inner` did
+        // not run (it forgets the `Held`): the value is still there, and is
+        // taken once.
+        let v = unsafe { ManuallyDrop::take(&mut self.0) };
+        let mut panics = Panics::default();
+        panics.drop(v);
+        panics.resume();
     }
 }
 

@@ -999,3 +999,44 @@ fn a_handler_whose_drop_panics_dropped_by_its_own_panic_does_not_abort() {
     );
     assert!(poster.is_closed(), "gone as a dropped consumer goes");
 }
+
+/// A post that finds the ring full runs the upcall that drains it (nothing
+/// else could start one). When that handler panics, the post's own event was
+/// never posted and is dropped once on the way up; should its `Drop` panic
+/// too, that is a second panic during an unwind, which would abort the
+/// process. It is swallowed; the handler's panic goes on, and the EVD serves
+/// the next post.
+#[test]
+fn a_post_whose_draining_upcall_panics_drops_its_event_once_even_when_that_drop_panics() {
+    let (poster, consumer) = evd::bounded::<Tracked>(1).unwrap();
+    let queued = Arc::new(AtomicUsize::new(0));
+    poster.post(tracked(&queued, false)).unwrap(); // full
+    let panicked = Arc::new(AtomicBool::new(false));
+    let (served, s) = (Arc::new(AtomicUsize::new(0)), panicked.clone());
+    let count = served.clone();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+        drop(ev.expect("no loss"));
+        if !s.swap(true, SeqCst) {
+            panic!("the draining handler");
+        }
+        count.fetch_add(1, SeqCst);
+    });
+    let refused = Arc::new(AtomicUsize::new(0));
+    let event = tracked(&refused, true);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poster.post(event)));
+    let message = r.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    assert_eq!(
+        message,
+        Some("the draining handler"),
+        "the first panic goes on"
+    );
+    assert_eq!(
+        queued.load(SeqCst),
+        1,
+        "the queued event went to the handler"
+    );
+    assert_eq!(refused.load(SeqCst), 1, "the post's own event dropped once");
+    poster.post(tracked(&queued, false)).unwrap();
+    assert_eq!(served.load(SeqCst), 1, "the next post is served");
+    drop(up);
+}

@@ -25,7 +25,7 @@ use crate::query::Query;
 use crate::ring::Buffer;
 use crate::state::Notify;
 use crate::sync::{Arc, AtomicU64, Ordering};
-use crate::unwind::Panics;
+use crate::unwind::{Held, Panics};
 
 /// A posting handle: cloneable, `Send + Sync`, usable from any thread.
 ///
@@ -98,7 +98,8 @@ impl<T: Send> Poster<T> {
     /// instance count are released, and the EVD stays usable: what is
     /// still queued goes to the next upcall or dequeue. One exception: a
     /// post that finds the ring full and runs the upcall to make room drops
-    /// its event if that upcall panics (it was never posted).
+    /// its event if that upcall panics (it was never posted), once, a panic
+    /// of the event's `Drop` then swallowed (the handler's goes on).
     ///
     /// ```
     /// use evd::{PostError, TryDequeueError};
@@ -153,8 +154,12 @@ impl<T: Send> Poster<T> {
     /// reservation, the publish, the notification owed.
     #[inline(always)]
     fn post_after_plain_try(&self, event: T) -> Result<(), PostError<T>> {
+        // The reservation may run a handler (the upcall that drains a full
+        // ring), and the event is dropped if that unwinds: see `Held`.
+        let event = Held::new(event);
         match self.reserve_one_slow() {
             Ok((ticket, notify)) => {
+                let event = event.into_inner();
                 // SAFETY: as for the plain try (the ticket and its full
                 // check; the buffer loaded after the reservation). The
                 // notification this reservation took is delivered after
@@ -163,8 +168,8 @@ impl<T: Send> Poster<T> {
                 self.deliver(notify);
                 Ok(())
             }
-            Err(BatchPostError::Full) => Err(PostError::Full(event)),
-            Err(BatchPostError::Closed) => Err(PostError::Closed(event)),
+            Err(BatchPostError::Full) => Err(PostError::Full(event.into_inner())),
+            Err(BatchPostError::Closed) => Err(PostError::Closed(event.into_inner())),
         }
     }
 
