@@ -118,7 +118,8 @@ pub(crate) fn discard(payload: Box<dyn Any + Send>) {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::Panics;
+    use super::{Held, Panics};
+    use std::cell::Cell;
 
     #[test]
     fn every_step_runs_and_the_first_panic_is_raised_after_them() {
@@ -202,5 +203,38 @@ mod tests {
         let mut panics = Panics::default();
         panics.drop(vec![1u8]);
         panics.resume();
+    }
+
+    /// Counts its drops; its drop panics if the flag is set.
+    struct Counted<'a>(&'a Cell<usize>, bool);
+
+    impl Drop for Counted<'_> {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+            if self.1 {
+                panic!("a panicking destructor");
+            }
+        }
+    }
+
+    #[test]
+    fn a_held_value_taken_back_is_not_dropped_by_the_guard() {
+        let drops = Cell::new(0);
+        let v = Held::new(Counted(&drops, false)).into_inner();
+        assert_eq!(drops.get(), 0);
+        drop(v);
+        assert_eq!(drops.get(), 1);
+    }
+
+    #[test]
+    fn a_held_value_an_unwind_passes_is_dropped_once_and_its_panic_swallowed() {
+        let drops = Cell::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = Held::new(Counted(&drops, true));
+            panic!("the user code it was held across");
+        }));
+        let message = r.err().and_then(|p| p.downcast_ref::<&str>().copied());
+        assert_eq!(message, Some("the user code it was held across"));
+        assert_eq!(drops.get(), 1);
     }
 }
