@@ -500,7 +500,7 @@ impl DriverHandle {
     /// [`DriverError::Stopped`] once the driver has stopped (its feeds are in
     /// the [`Shutdown`](super::Shutdown)); [`DriverError::Io`] if the
     /// driver's backend refused to cancel the feed's poll (the feed stays
-    /// registered and served; the driver's caller gets the error too).
+    /// registered and served, and the driver serves on).
     pub fn remove<F: 'static>(&self, key: FeedKey<F>) -> Result<F, DriverError> {
         if self.shared.on_driver_thread() {
             return Err(DriverError::OnDriverThread);

@@ -152,9 +152,10 @@ pub struct Driver {
     failed: Option<DriverError>,
     /// Run by its own thread ([`Driver::spawn`]).
     spawned: bool,
-    /// The backend refuses every cancellation (a unit test's fault).
+    /// The backend refuses this many more cancellations, and a removal's
+    /// wait fails as many times (a unit test's fault).
     #[cfg(test)]
-    refuse_cancels: bool,
+    refuse_cancels: u32,
 }
 
 impl Driver {
@@ -194,7 +195,7 @@ impl Driver {
             failed: None,
             spawned: false,
             #[cfg(test)]
-            refuse_cancels: false,
+            refuse_cancels: 0,
         })
     }
 
@@ -407,6 +408,9 @@ impl Driver {
                 }
                 Command::Remove { id, reply } => {
                     let answer = reply.clone();
+                    // A remover on another thread is answered whatever
+                    // happens (a refused cancellation included): nothing
+                    // here fails the driver or the rest of the batch.
                     if !self.begin_remove(id, Removal::Reply(reply))? {
                         let _ = answer.send(Err(DriverError::NoSuchFeed));
                     }

@@ -291,7 +291,8 @@ impl Driver {
     /// One step of [`Driver::remove`]'s wait, unless a test has it fail.
     #[cfg(test)]
     fn removal_step(&mut self) -> Result<Activity, DriverError> {
-        if self.refuse_cancels {
+        if self.refuse_cancels > 0 {
+            self.refuse_cancels -= 1;
             return Err(DriverError::Io(std::io::Error::from_raw_os_error(
                 libc::EIO,
             )));
@@ -320,17 +321,24 @@ impl Driver {
     /// Start removing a feed; `false` if there is no such feed. A feed whose
     /// poll is in the backend waits for its cancellation to end it; if the
     /// backend refuses the cancellation, nothing is begun: the feed stays
-    /// served, and a remover on another thread is answered with the error.
+    /// served, and the remover gets the error: returned to a remover on
+    /// this thread, sent to one on another (whose refusal is no failure of
+    /// the driver's caller: a spawned driver serves on, and the other
+    /// commands of its batch are applied).
     pub(super) fn begin_remove(&mut self, id: FeedId, who: Removal) -> Result<bool, DriverError> {
         let Some(slot) = self.slot_mut(id) else {
             return Ok(false);
         };
         if slot.poll_in_flight {
             if let Err(e) = self.cancel_poll(id) {
-                if let Removal::Reply(reply) = who {
-                    let _ = reply.send(Err(DriverError::Io(copy_io_error(&e))));
-                }
-                return Err(DriverError::Io(e));
+                return match who {
+                    Removal::Local => Err(DriverError::Io(e)),
+                    Removal::Reply(reply) => {
+                        trace::event!(WARN, feed = ?id, error = %e, "feed removal refused");
+                        let _ = reply.send(Err(DriverError::Io(e)));
+                        Ok(true)
+                    }
+                };
             }
             self.slot_mut(id).expect("checked above").removing = Some(who);
         } else {
@@ -349,7 +357,8 @@ impl Driver {
     /// Ask the backend to cancel a feed's poll, unless a test has it refuse.
     #[cfg(test)]
     fn cancel_poll(&mut self, id: FeedId) -> std::io::Result<()> {
-        if self.refuse_cancels {
+        if self.refuse_cancels > 0 {
+            self.refuse_cancels -= 1;
             return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
         }
         self.backend.cancel(id)
@@ -363,14 +372,6 @@ impl Driver {
                 let _ = reply.send(Ok(source.into_any()));
             }
         }
-    }
-}
-
-/// The same error again, for a second party (an `io::Error` is not `Clone`).
-fn copy_io_error(e: &std::io::Error) -> std::io::Error {
-    match e.raw_os_error() {
-        Some(code) => std::io::Error::from_raw_os_error(code),
-        None => std::io::Error::new(e.kind(), e.to_string()),
     }
 }
 
@@ -485,41 +486,91 @@ mod tests {
     #[test]
     fn a_removal_whose_cancellation_is_refused_leaves_the_feed_served() {
         let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
-        driver.refuse_cancels = true;
+        driver.refuse_cancels = 1;
         assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
         still_served(&mut driver, &hca, &mut consumer, 1);
-        driver.refuse_cancels = false;
         driver.process(Some(Duration::ZERO)).unwrap(); // asleep again
         assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
     }
 
     /// The same through a handle: its remover is answered with the error
-    /// (it waited for an answer before), the driver's caller gets it too,
-    /// and the feed is served on.
+    /// (it waited for an answer before), the driver serves on (its caller is
+    /// not failed by another thread's removal), and so does the feed.
     #[test]
     fn a_handles_removal_whose_cancellation_is_refused_is_answered() {
         let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
-        driver.refuse_cancels = true;
+        driver.refuse_cancels = 1;
         let handle = driver.handle();
         let remover = std::thread::spawn(move || handle.remove(key).map(|_| ()));
         let start = Instant::now();
-        let mut driver_saw = false;
         while !remover.is_finished() {
-            driver_saw |= matches!(
-                driver.process(Some(Duration::from_millis(10))),
-                Err(DriverError::Io(_))
-            );
+            driver.process(Some(Duration::from_millis(10))).unwrap();
             assert!(
                 start.elapsed() < Duration::from_secs(60),
                 "the remover was never answered"
             );
         }
         assert!(matches!(remover.join().unwrap(), Err(DriverError::Io(_))));
-        assert!(driver_saw, "the driver's caller is told");
         still_served(&mut driver, &hca, &mut consumer, 2);
-        driver.refuse_cancels = false;
         driver.process(Some(Duration::ZERO)).unwrap();
         assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+    }
+
+    /// A refused removal is one command's answer: the commands that came
+    /// with it in the same batch are applied and answered as well (they
+    /// were dropped, their callers told `Stopped` and their feeds
+    /// destroyed, while the driver served on).
+    #[test]
+    fn a_refused_removal_leaves_the_rest_of_its_batch_applied() {
+        let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
+        driver.refuse_cancels = 1;
+        let handle = driver.handle();
+        let h = handle.clone();
+        let remover = std::thread::spawn(move || h.remove(key).map(|_| ()));
+        let (poster, _other) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let h = handle.clone();
+        let registrant = std::thread::spawn(move || {
+            let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(1), poster);
+            h.register(feed, FeedMode::Event)
+        });
+        // Both commands queued before the driver takes any.
+        let start = Instant::now();
+        while !format!("{handle:?}").contains("queued_commands: 2") {
+            assert!(!remover.is_finished() && !registrant.is_finished());
+            assert!(start.elapsed() < Duration::from_secs(60), "never queued");
+            std::thread::yield_now();
+        }
+        driver.process(Some(Duration::ZERO)).unwrap();
+        assert!(matches!(remover.join().unwrap(), Err(DriverError::Io(_))));
+        let added = registrant.join().unwrap().expect("registered");
+        assert_eq!(driver.remove(added).unwrap().id(), CqId(1));
+        assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+    }
+
+    /// On a spawned driver a refused removal answers its remover and ends
+    /// nothing else: the thread serves on (it returned the error and
+    /// dropped every feed), and its shutdown hands the feed back.
+    #[test]
+    fn a_spawned_driver_serves_on_after_a_refused_removal() {
+        let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
+        driver.refuse_cancels = 1;
+        let running = driver.spawn().unwrap();
+        assert!(matches!(
+            running.handle().remove(key),
+            Err(DriverError::Io(_))
+        ));
+        assert!(running.handle().is_running());
+        hca.push(WorkCompletion::new(3)).unwrap();
+        consumer
+            .wait(1, Some(Duration::from_secs(60)))
+            .expect("delivered");
+        let ev = consumer.try_dequeue();
+        assert!(
+            matches!(ev, Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 3),
+            "still served: {ev:?}"
+        );
+        let mut shutdown = running.shutdown().expect("a clean shutdown");
+        assert_eq!(shutdown.take(key).map(|f| f.id()), Some(CqId(0)));
     }
 
     /// A removal whose wait fails (the backend, after the cancellation was
@@ -531,9 +582,8 @@ mod tests {
         let index = key.id().index as usize;
         // Cancellation asked, then the wait fails (the same test switch).
         assert!(driver.begin_remove(key.id(), Removal::Local).unwrap());
-        driver.refuse_cancels = true;
+        driver.refuse_cancels = 1;
         assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
-        driver.refuse_cancels = false;
         assert!(
             driver.slots[index]
                 .as_ref()
