@@ -53,7 +53,8 @@ impl Panics {
 }
 
 /// A value held across user code that may unwind past it (a post's event
-/// while the reservation runs the upcall that drains a full ring): dropped
+/// while its reservation runs the upcall that drains a full ring, or while
+/// a waiting post joins the room queue with a clone of its waker): dropped
 /// under [`Panics`] if that happens, since its `Drop` (user code too)
 /// panicking then would be a second panic during an unwind, which aborts.
 /// Every path that does not unwind takes the value back whole with

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake, Waker};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -502,4 +502,53 @@ fn a_room_waiter_waiting_when_upcalls_are_enabled_without_an_instance_is_woken()
     assert_eq!(woken.wakes(), 1, "the enable woke the waiter");
     assert!(matches!(room.poll_room(&mut cx), Poll::Ready(Ok(2))));
     assert_eq!(*seen.lock().unwrap(), [1, 2]);
+}
+
+/// A waker whose `clone` panics (the room queue's join clones it); its
+/// other calls do nothing.
+fn waker_whose_clone_panics() -> Waker {
+    fn clone(_: *const ()) -> RawWaker {
+        panic!("the waker's clone");
+    }
+    fn nothing(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, nothing, nothing, nothing);
+    // SAFETY: no function of the vtable reads the data pointer, so a null
+    // one keeps RawWaker's contract.
+    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
+/// A post that waits for room joins the room queue with its task's waker
+/// (cloning it: user code) while it holds its event. When that clone
+/// panics, the event is dropped on the way up; should its `Drop` panic too,
+/// that is a second panic during an unwind, which would abort the process.
+/// It is swallowed; the waker's panic reaches the poll, the event is
+/// dropped once, and the EVD goes on.
+#[test]
+fn a_waiting_post_whose_waker_clone_panics_drops_its_event_once_even_when_that_drop_panics() {
+    struct Ev(Arc<AtomicUsize>);
+    impl Drop for Ev {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            panic!("the event's drop");
+        }
+    }
+    let (poster, mut consumer) = evd::bounded::<Option<Ev>>(1).unwrap();
+    poster.post(None).unwrap(); // full
+    let drops = Arc::new(AtomicUsize::new(0));
+    let mut post = poster.post_async(Some(Ev(drops.clone())));
+    let waker = waker_whose_clone_panics();
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Pin::new(&mut post).poll(&mut Context::from_waker(&waker))
+    }));
+    let message = polled.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    assert_eq!(
+        message,
+        Some("the waker's clone"),
+        "the first panic goes on"
+    );
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "the event dropped once");
+    drop(post);
+    assert!(matches!(consumer.try_dequeue(), Ok(None)));
+    poster.post(None).unwrap();
+    assert!(matches!(consumer.try_dequeue(), Ok(None)));
 }

@@ -8,6 +8,7 @@ use super::Poster;
 use crate::engine::Shared;
 use crate::error::PostError;
 use crate::room::Seat;
+use crate::unwind::Held;
 use std::task::Waker;
 
 impl<T: Send> Poster<T> {
@@ -35,8 +36,10 @@ impl<T: Send> Poster<T> {
         if crate::frames::in_own_handler(self.shared.id()) {
             return self.done(seat.defuse(), Err(PostError::Full(event)));
         }
+        // Joining clones `waker` (user code): see `Held`.
+        let event = Held::new(event);
         self.shared.room_join(seat.seat(), waker);
-        match self.post(event) {
+        match self.post(event.into_inner()) {
             Err(PostError::Full(ev)) => {
                 seat.defuse();
                 Attempt::Wait(ev)
