@@ -6,6 +6,7 @@
 
 mod common;
 use common::driver::WATCHDOG;
+use common::hooked_cq::HookedCq;
 use common::load::produce_into;
 use common::panics::{PROVOKED, Trapped, quiet_provoked_panics};
 use common::wc;
@@ -422,4 +423,31 @@ fn handler_panics_whose_payloads_panic_on_drop_leave_the_driver_and_the_poller_s
     assert_eq!(running.shutdown().expect("the driver survived").len(), 1);
     assert_eq!(poller.stop().expect("the poller survived").feeds.len(), 1);
     drop((driven_up.teardown(), polled_up.teardown()));
+}
+
+/// A shutdown that reports an untaken panic drops the feeds itself (it
+/// hands none back), and never panics: a feed whose CQ's destroy panics
+/// then is swallowed, and the untaken panic is the one reported.
+#[test]
+fn shutdown_with_an_untaken_panic_never_panics_even_when_a_feed_it_drops_panics() {
+    let (panicking, up, handled) = evd_with_handler(16, |id| id == 1);
+    let (soft, hca) = SoftCq::new(16).unwrap();
+    let mut cq = HookedCq::new(soft);
+    cq.at_drop = Some(Box::new(|| panic!("{PROVOKED}: the CQ's destroy")));
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(0), panicking), FeedMode::Event)
+        .unwrap();
+    let running = driver.spawn().unwrap();
+    hca.push(wc(1)).unwrap();
+    assert_eq!(receive(&handled, 1), [1]);
+    eventually("the panic was counted", || {
+        (running.stats().handler_panics == 1).then_some(())
+    });
+    let shutdown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| running.shutdown()));
+    match shutdown.expect("a shutdown never panics") {
+        Err(DriverError::Panicked(p)) => assert_eq!(p.message(), Some(PROVOKED)),
+        other => panic!("the untaken panic is reported: {other:?}"),
+    }
+    drop(up.teardown());
 }

@@ -11,6 +11,7 @@ use super::{Driver, DriverStats};
 use crate::trace;
 use std::any::Any;
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -218,7 +219,9 @@ impl RunningDriver {
     /// payload if user code the thread ran panicked and nobody took that
     /// panic ([`take_panic`](Self::take_panic)): a panic is reported, never
     /// swallowed, and the feeds are then dropped here instead of handed
-    /// back (take the panic first to get them). The same if the thread
+    /// back (take the panic first to get them; a panic of their own code in
+    /// that drop, a CQ's destroy or a held event's `Drop`, is swallowed:
+    /// the first is the one reported). The same if the thread
     /// itself panicked outside a feed's turn. This never panics again.
     /// [`DriverError::OnDriverThread`] when called on the driver's own thread
     /// (from such an upcall), where joining would wait for itself: the
@@ -238,7 +241,16 @@ impl RunningDriver {
             .stop_and_join()
             .expect("thread present until shut down")?;
         match self.handle.shared.take_panic() {
-            Some(p) => Err(DriverError::Panicked(p)),
+            Some(p) => {
+                // The feeds go with nobody to hand them to: dropped here,
+                // where their own code (a CQ's destroy, a held event's
+                // `Drop`) must not raise a second panic past the first,
+                // which is the one reported.
+                if let Err(second) = catch_unwind(AssertUnwindSafe(move || drop(stopped))) {
+                    drop(Panic::new(second));
+                }
+                Err(DriverError::Panicked(p))
+            }
             None => Ok(stopped),
         }
     }
