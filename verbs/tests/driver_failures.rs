@@ -1,9 +1,10 @@
 //! A feed whose verbs calls fail (`req_notify`, `get_cq_event`, the ring's
 //! poll of its channel fd): the driver reports the failure as that feed's,
 //! retries it once, gives the feed up if it fails again within
-//! `FEED_RETRY_WINDOW` (its CQ drained first, then a `CqError` in its EVD),
-//! and serves its other feeds on, from the caller's loop and on its own
-//! thread alike, on both backends.
+//! `FEED_RETRY_WINDOW` (its CQ drained first, then a `CqError` in its EVD;
+//! an async or CM feed's source drained, then a `SourceFailed` event), and
+//! serves its other feeds on, from the caller's loop and on its own thread
+//! alike, on both backends.
 
 mod common;
 
@@ -11,12 +12,13 @@ use common::driver::{BACKENDS, WATCHDOG, take};
 use common::hooked_cq::HookedCq;
 use common::panics::{PROVOKED, quiet_provoked_panics};
 use common::wc;
-use evd_verbs::soft::SoftCq;
+use evd_verbs::soft::{SoftCm, SoftCq, SoftDevice};
 use evd_verbs::{
-    AsyncElement, AsyncEventKind, CompletionQueue, CqId, Driver, DriverBackend, DriverConfig,
+    AsyncElement, AsyncEvent, AsyncEventKind, AsyncEventSource, AsyncFeed, CmEvent, CmEventKind,
+    CmEventSource, CmFeed, CmToken, CompletionQueue, CqId, Driver, DriverBackend, DriverConfig,
     DriverError, Feed, FeedMode, PollError, VerbsEvent,
 };
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::Relaxed;
@@ -502,4 +504,100 @@ fn a_spawned_driver_serves_on_when_one_feeds_verbs_calls_fail() {
     let feed_a: Feed<HookedCq> = stopped.take(a).unwrap();
     assert_eq!(feed_a.failure(), Some(PollError::ChannelFailed(libc::EIO)));
     assert!(stopped.take(b).is_some());
+}
+
+/// A stream source whose fd cannot be polled (above any descriptor limit:
+/// never open), its events those of `inner`.
+struct Unpollable<S>(S);
+
+impl<S: AsyncEventSource> AsyncEventSource for Unpollable<S> {
+    fn fd(&self) -> RawFd {
+        i32::MAX
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<AsyncEvent>> {
+        self.0.next_event()
+    }
+}
+
+impl<S: CmEventSource> CmEventSource for Unpollable<S> {
+    fn fd(&self) -> RawFd {
+        i32::MAX
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<CmEvent>> {
+        self.0.next_event()
+    }
+}
+
+/// Process until `consumer` has had `n` events, or the watchdog.
+fn drive_until<T>(driver: &mut Driver, consumer: &mut evd::Consumer<T>, n: usize) -> Vec<T> {
+    let (mut got, start) = (Vec::new(), Instant::now());
+    while got.len() < n {
+        assert!(start.elapsed() < WATCHDOG, "{} of {n} events", got.len());
+        let _ = driver.process(Some(Duration::from_millis(100)));
+        got.extend(std::iter::from_fn(|| consumer.try_dequeue().ok()));
+    }
+    got
+}
+
+/// A device's async events whose fd cannot be polled are given up as a
+/// CQ feed whose channel fails: the events the source still has are
+/// delivered, then a `SourceFailed` event, the last; the feed's `failure`
+/// says why. (Its EVD used to hear nothing: the feed stopped in silence.)
+#[test]
+fn a_given_up_async_feed_tells_its_evd_last() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let (events, device) = SoftDevice::new().unwrap();
+        let port_down = AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1));
+        device.raise(port_down);
+        let mut driver = Driver::new(config(backend)).unwrap();
+        let key = driver
+            .register_async(AsyncFeed::new(Unpollable(events), poster))
+            .unwrap();
+        let got = drive_until(&mut driver, &mut consumer, 2);
+        let kinds: Vec<_> = got
+            .iter()
+            .map(|ev| match ev {
+                VerbsEvent::Async(e) => (e.kind, e.element),
+                other => panic!("{backend:?}: {other:?}"),
+            })
+            .collect();
+        let failed = (AsyncEventKind::SourceFailed, AsyncElement::Device);
+        assert_eq!(
+            kinds,
+            [(port_down.kind, port_down.element), failed],
+            "{backend:?}"
+        );
+        assert_eq!(driver.stats().feeds_given_up, 1, "{backend:?}");
+        device.raise(port_down);
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+        assert!(consumer.is_empty(), "{backend:?}: nothing after the last");
+        let feed = driver.remove(key).unwrap();
+        assert_eq!(feed.failure(), Some(libc::EBADF), "{backend:?}");
+    }
+}
+
+/// The same for the connection manager's events: the `SourceFailed` event
+/// names no identifier and carries the negative errno.
+#[test]
+fn a_given_up_cm_feed_tells_its_evd_last() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<CmEvent>(8).unwrap();
+        let (events, cm) = SoftCm::new().unwrap();
+        cm.raise(CmEvent::new(CmEventKind::Established, CmToken(3)));
+        let mut driver = Driver::new(config(backend)).unwrap();
+        let key = driver
+            .register_cm(CmFeed::new(Unpollable(events), poster))
+            .unwrap();
+        let got = drive_until(&mut driver, &mut consumer, 2);
+        let seen: Vec<_> = got.iter().map(|e| (e.kind, e.id, e.status)).collect();
+        let failed = (CmEventKind::SourceFailed, CmToken::NONE, -libc::EBADF);
+        assert_eq!(
+            seen,
+            [(CmEventKind::Established, CmToken(3), 0), failed],
+            "{backend:?}"
+        );
+        let feed = driver.remove(key).unwrap();
+        assert_eq!(feed.failure(), Some(libc::EBADF), "{backend:?}");
+    }
 }

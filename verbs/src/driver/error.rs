@@ -46,8 +46,10 @@ pub enum DriverError {
     /// [`Feed::failure`](crate::Feed::failure) says why:
     /// [`PollError::ArmFailed`](crate::PollError::ArmFailed) or
     /// [`PollError::ChannelFailed`](crate::PollError::ChannelFailed)), and
-    /// it stays registered until removed. A feed with no CQ (the async or
-    /// CM events of a device) is served no more at once.
+    /// it stays registered until removed. A feed of async or CM events
+    /// delivers the events its source still has, then a `SourceFailed`
+    /// event ([`AsyncEventKind`](crate::AsyncEventKind) or
+    /// [`CmEventKind`](crate::CmEventKind)), and is served no more.
     ///
     /// From [`Driver::process`](crate::Driver::process): call it again
     /// (the retry is that feed's next turn); the driver's fd is readable

@@ -85,8 +85,8 @@ impl Driver {
                 // panic for `take_panic` (or the shutdown) and serve on.
                 Err(DriverError::Panicked(p)) => self.shared.keep_panic(p),
                 // One feed's verbs call (retried, or the feed given up: its
-                // EVD is told by a `CqError`); counted in the stats, and
-                // the other feeds are served on.
+                // EVD is told by a `CqError` or a `SourceFailed` event);
+                // counted in the stats, and the other feeds are served on.
                 Err(DriverError::FeedFailed { .. }) => {}
                 Err(e) => return Err(e),
             }

@@ -161,8 +161,8 @@ impl Slot {
     /// count it, and retry the feed (back to Arm, its arms forgotten, as
     /// after any failed turn) unless its last failure was within
     /// [`FEED_RETRY_WINDOW`]: then give it up (its CQs drained, then failed
-    /// with a `CqError` each; a feed with no CQ is done at once). Returns
-    /// the failure as the driver reports it.
+    /// with a `CqError` each; a stream feed's source drained, then a
+    /// `SourceFailed` event). Returns the failure as the driver reports it.
     pub(super) fn fail(
         &mut self,
         id: FeedId,

@@ -27,9 +27,10 @@ pub(crate) trait Source: Send {
     fn forget_arm(&mut self) {}
     /// The driver gives the feed up (its verbs calls keep failing: `e`):
     /// its CQs are armed no more, drained, then each delivers a `CqError`
-    /// and the feed reports [`FeedStatus::Failed`](crate::FeedStatus).
-    /// False if the feed cannot say so in its EVD (it has no CQ): the
-    /// driver then stops serving it at once.
+    /// (a stream feed: its source is drained, then it delivers a
+    /// `SourceFailed` event), and the feed reports
+    /// [`FeedStatus::Failed`](crate::FeedStatus). False if the feed cannot
+    /// say so in its EVD: the driver then stops serving it at once.
     fn give_up(&mut self, _e: PollError) -> bool {
         false
     }
@@ -142,6 +143,10 @@ where
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         AsyncFeed::poll_room(self, cx)
     }
+    fn give_up(&mut self, e: PollError) -> bool {
+        AsyncFeed::give_up(self, errno_of(e));
+        true
+    }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
@@ -169,7 +174,23 @@ where
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         CmFeed::poll_room(self, cx)
     }
+    fn give_up(&mut self, e: PollError) -> bool {
+        CmFeed::give_up(self, errno_of(e));
+        true
+    }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+}
+
+/// The errno a stream feed given up for `e` reports (its
+/// [`AsyncFeed::failure`], its `SourceFailed` event's status).
+fn errno_of(e: PollError) -> i32 {
+    match e {
+        PollError::ChannelFailed(errno)
+        | PollError::ArmFailed(errno)
+        | PollError::Failed(errno) => errno,
+        PollError::Provider(v) => v,
+        PollError::Overrun => 0,
     }
 }

@@ -84,6 +84,13 @@ pub enum AsyncEventKind {
     GidChange,
     /// `IBV_EVENT_WQ_FATAL`.
     WqFatal,
+    /// Not from libibverbs: the feed's source of async events failed for
+    /// good (reading an event failed, or a [`Driver`](crate::Driver) gave
+    /// the feed up because waiting on its fd kept failing), so this is the
+    /// last event of that feed: no later async event of the device reaches
+    /// the EVD through it. Element [`AsyncElement::Device`]; the errno is
+    /// the feed's [`AsyncFeed::failure`](crate::AsyncFeed::failure).
+    SourceFailed,
     /// A value this crate does not know.
     Other(u32),
 }
@@ -144,6 +151,7 @@ impl AsyncEventKind {
                 | PortError
                 | SrqError
                 | WqFatal
+                | SourceFailed
         )
     }
 }

@@ -24,6 +24,18 @@ pub const PRIVATE_DATA_MAX: usize = 255;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CmToken(pub u64);
 
+impl CmToken {
+    /// The token of an event about no identifier
+    /// ([`CmEventKind::SourceFailed`]); never an identifier's (the ones a
+    /// caller makes are below `ibv::CmToken::INCOMING`, 2^63, and a
+    /// channel counts its own up from there).
+    ///
+    /// ```
+    /// assert_eq!(evd_verbs::CmToken::NONE, evd_verbs::CmToken(u64::MAX));
+    /// ```
+    pub const NONE: CmToken = CmToken(u64::MAX);
+}
+
 /// What happened to a connection identifier (`enum rdma_cm_event_type`).
 /// New kinds of librdmacm may get variants of their own: a `match` needs a
 /// `_` arm.
@@ -74,6 +86,13 @@ pub enum CmEventKind {
     AddrChange,
     /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`: the QP may be reused.
     TimewaitExit,
+    /// Not from librdmacm: the feed's event channel failed for good
+    /// (reading an event failed, or a [`Driver`](crate::Driver) gave the
+    /// feed up because waiting on its fd kept failing), so this is the last
+    /// event of that feed: no later connection event reaches the EVD
+    /// through it. Its `id` is [`CmToken::NONE`], its `status` the negative
+    /// errno. [`CmEventKind::to_raw`] gives `u32::MAX` for it.
+    SourceFailed,
     /// A kind newer than this crate.
     Other(u32),
 }
@@ -136,6 +155,7 @@ impl CmEventKind {
             MulticastError => 13,
             AddrChange => 14,
             TimewaitExit => 15,
+            SourceFailed => u32::MAX,
             Other(v) => v,
         }
     }
@@ -158,6 +178,7 @@ impl CmEventKind {
                 | Rejected
                 | DeviceRemoval
                 | MulticastError
+                | SourceFailed
         )
     }
 }

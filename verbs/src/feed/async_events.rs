@@ -2,7 +2,7 @@
 //! events) into an EVD, beside the completion [`Feed`](crate::Feed).
 
 use super::stream::EventFeed;
-use crate::event::VerbsEvent;
+use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, VerbsEvent};
 use crate::feed::Progress;
 use crate::source::AsyncEventSource;
 use evd::Poster;
@@ -93,7 +93,44 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
                     }
                     T::from(VerbsEvent::Async(ev))
                 }))
+        }, |_errno| {
+            let ev = AsyncEvent::new(AsyncEventKind::SourceFailed, AsyncElement::Device);
+            crate::trace::event!(ERROR, errno = _errno, "the device's async events failed");
+            T::from(VerbsEvent::Async(ev))
         })
+    }
+
+    /// The errno its source failed with, if it did (or the one its
+    /// [`Driver`](crate::Driver) gave it up for): the feed then delivered
+    /// (or holds) an [`AsyncEventKind::SourceFailed`] event as its last,
+    /// and reports [`FeedStatus::Failed`](crate::FeedStatus::Failed).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncEventKind, AsyncEventSource, AsyncEvent, AsyncFeed, FeedStatus, VerbsEvent};
+    /// /// A source whose read fails.
+    /// struct Broken;
+    /// impl AsyncEventSource for Broken {
+    ///     fn fd(&self) -> std::os::fd::RawFd { -1 }
+    ///     fn next_event(&mut self) -> std::io::Result<Option<AsyncEvent>> {
+    ///         Err(std::io::Error::from_raw_os_error(libc::EIO))
+    ///     }
+    /// }
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let mut feed = AsyncFeed::new(Broken, poster);
+    /// assert_eq!(feed.failure(), None);
+    /// let p = feed.progress(16);
+    /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Failed));
+    /// assert_eq!(feed.failure(), Some(libc::EIO));
+    /// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(e)) if e.kind == AsyncEventKind::SourceFailed));
+    /// ```
+    pub fn failure(&self) -> Option<i32> {
+        self.feed.failure()
+    }
+
+    /// Its driver gives it up: the events its source still has are
+    /// delivered, then the failure.
+    pub(crate) fn give_up(&mut self, errno: i32) {
+        self.feed.give_up(errno);
     }
 
     /// Wait for room in a full EVD (see [`Feed::poll_room`](crate::Feed::poll_room)).

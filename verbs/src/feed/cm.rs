@@ -2,7 +2,7 @@
 //! completion [`Feed`](crate::Feed) and the [`AsyncFeed`](crate::AsyncFeed).
 
 use super::stream::EventFeed;
-use crate::event::CmEvent;
+use crate::event::{CmEvent, CmEventKind, CmToken};
 use crate::feed::Progress;
 use crate::source::CmEventSource;
 use evd::Poster;
@@ -80,8 +80,46 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// the event left in the feed, so its panic costs none); an event whose
     /// `From` panicked is lost.
     pub fn progress(&mut self, budget: usize) -> Progress {
-        self.feed
-            .progress(budget, |source| Ok(source.next_event()?.map(T::from)))
+        let next = |source: &mut S| Ok(source.next_event()?.map(T::from));
+        self.feed.progress(budget, next, |errno| {
+            crate::trace::event!(ERROR, errno, "the connection manager's events failed");
+            let mut ev = CmEvent::new(CmEventKind::SourceFailed, CmToken::NONE);
+            ev.status = -errno;
+            T::from(ev)
+        })
+    }
+
+    /// The errno its source failed with, if it did (or the one its
+    /// [`Driver`](crate::Driver) gave it up for): the feed then delivered
+    /// (or holds) a [`CmEventKind::SourceFailed`] event as its last, and
+    /// reports [`FeedStatus::Failed`](crate::FeedStatus::Failed).
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmEventSource, CmFeed, CmToken, FeedStatus};
+    /// /// A channel whose read fails.
+    /// struct Broken;
+    /// impl CmEventSource for Broken {
+    ///     fn fd(&self) -> std::os::fd::RawFd { -1 }
+    ///     fn next_event(&mut self) -> std::io::Result<Option<CmEvent>> {
+    ///         Err(std::io::Error::from_raw_os_error(libc::EIO))
+    ///     }
+    /// }
+    /// let (poster, mut consumer) = evd::bounded::<CmEvent>(8).unwrap();
+    /// let mut feed = CmFeed::new(Broken, poster);
+    /// let p = feed.progress(16);
+    /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Failed));
+    /// assert_eq!(feed.failure(), Some(libc::EIO));
+    /// let last = consumer.try_dequeue().unwrap();
+    /// assert_eq!((last.kind, last.id, last.status), (CmEventKind::SourceFailed, CmToken::NONE, -libc::EIO));
+    /// ```
+    pub fn failure(&self) -> Option<i32> {
+        self.feed.failure()
+    }
+
+    /// Its driver gives it up: the events its source still has are
+    /// delivered, then the failure.
+    pub(crate) fn give_up(&mut self, errno: i32) {
+        self.feed.give_up(errno);
     }
 
     /// Wait for room in a full EVD (see [`Feed::poll_room`](crate::Feed::poll_room)).

@@ -49,6 +49,9 @@ pub enum FeedStatus {
     Closed,
     /// The CQ failed (overrun or poll error); a `CqError` async event was
     /// delivered (or is held for delivery) and the CQ is not polled again.
+    /// For an [`AsyncFeed`] or a
+    /// [`CmFeed`]: its source failed, a `SourceFailed` event
+    /// was delivered (or is held), and nothing more is read from it.
     Failed,
 }
 

@@ -23,8 +23,26 @@ pub(crate) struct EventFeed<S, T> {
     /// upcall's handler panics ([`evd::Poster::post_batch`] reserves before
     /// it takes the event out).
     held: Vec<T>,
-    /// The source failed: nothing more is taken from it.
-    failed: bool,
+    /// Whether the source still serves, and if not, whether the event that
+    /// says so is still owed.
+    state: SourceState,
+}
+
+/// The life of an [`EventFeed`]'s source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SourceState {
+    /// Events are taken from it.
+    Live,
+    /// Given up (with this errno) by its driver: the events it still has
+    /// are taken, then the failure is owed.
+    GivenUp(i32),
+    /// It failed (this errno): the event that says so is owed, posted
+    /// before the feed reports `Failed` (built again if its `From`
+    /// panicked).
+    Owed(i32),
+    /// It failed (this errno), and the event that says so was posted (or
+    /// is held): nothing more is taken.
+    Failed(i32),
 }
 
 impl<S, T: Send> EventFeed<S, T> {
@@ -33,35 +51,52 @@ impl<S, T: Send> EventFeed<S, T> {
             source,
             room: poster.room_waiter(),
             held: Vec::with_capacity(1),
-            failed: false,
+            state: SourceState::Live,
         }
     }
 
     /// Deliver up to `budget` events, each taken with `next` (which converts
-    /// it to the EVD's type).
+    /// it to the EVD's type). Once the source has failed (`next` returned
+    /// an error, or the driver gave the feed up and the source had no more),
+    /// the event `failed` makes of the errno is posted last, and the feed
+    /// reports `Failed` from then on.
     pub(crate) fn progress(
         &mut self,
         budget: usize,
         mut next: impl FnMut(&mut S) -> io::Result<Option<T>>,
+        failed: impl Fn(i32) -> T,
     ) -> Progress {
         let mut delivered = 0;
         while delivered < budget {
             if self.held.is_empty() {
-                if self.failed {
+                if let SourceState::Failed(_) = self.state {
                     return stop(delivered, FeedStatus::Failed);
                 }
-                // An event is taken out of the source only with room for it
-                // (a full EVD's events stay in the source); a full EVD under
-                // an idle upcall policy is drained first, with nothing taken.
+                // An event is taken out of the source (or the failure's
+                // made) only with room for it (a full EVD's events stay in
+                // the source); a full EVD under an idle upcall policy is
+                // drained first, with nothing taken.
                 if let Some(status) = self.no_room() {
                     return stop(delivered, status);
                 }
-                match next(&mut self.source) {
-                    Ok(Some(ev)) => self.held.push(ev),
-                    Ok(None) => return stop(delivered, FeedStatus::Drained),
-                    Err(_) => {
-                        self.failed = true;
-                        return stop(delivered, FeedStatus::Failed);
+                if let SourceState::Owed(errno) = self.state {
+                    // Its `From` may panic: still owed then.
+                    self.held.push(failed(errno));
+                    self.state = SourceState::Failed(errno);
+                } else {
+                    match next(&mut self.source) {
+                        Ok(Some(ev)) => self.held.push(ev),
+                        Ok(None) => match self.state {
+                            SourceState::GivenUp(errno) => {
+                                self.state = SourceState::Owed(errno);
+                                continue;
+                            }
+                            _ => return stop(delivered, FeedStatus::Drained),
+                        },
+                        Err(e) => {
+                            self.state = SourceState::Owed(e.raw_os_error().unwrap_or(0));
+                            continue;
+                        }
                     }
                 }
             }
@@ -75,6 +110,23 @@ impl<S, T: Send> EventFeed<S, T> {
             }
         }
         stop(delivered, FeedStatus::Budget)
+    }
+
+    /// Its driver gives the feed up (waiting on its fd keeps failing with
+    /// `errno`): the events the source still has are delivered, then the
+    /// failure.
+    pub(crate) fn give_up(&mut self, errno: i32) {
+        if self.state == SourceState::Live {
+            self.state = SourceState::GivenUp(errno);
+        }
+    }
+
+    /// The errno the source failed with (or was given up for), if it did.
+    pub(crate) fn failure(&self) -> Option<i32> {
+        match self.state {
+            SourceState::Live => None,
+            SourceState::GivenUp(e) | SourceState::Owed(e) | SourceState::Failed(e) => Some(e),
+        }
     }
 
     /// `None` if the EVD has a free slot (after running the upcall that

@@ -114,7 +114,8 @@ impl AsyncEventSource for IbvAsyncEvents {
                 WqFatal => AsyncElement::Wq,
                 PortActive | PortError | LidChange | PkeyChange | SmChange | ClientReregister
                 | GidChange => AsyncElement::Port(ev.element.port_num as u8),
-                DeviceFatal | Other(_) => AsyncElement::Device,
+                // (`from_raw` never gives `SourceFailed`: this crate's own.)
+                DeviceFatal | SourceFailed | Other(_) => AsyncElement::Device,
             }
         };
         // Copied out: acknowledge at once (ibv_ack_async_event(3)).
