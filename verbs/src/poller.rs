@@ -1,6 +1,6 @@
 //! The busy-poll mode's optional dedicated thread.
 
-use crate::driver::{DriverError, Panic};
+use crate::driver::{DriverError, DropCaught, Panic};
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use crate::source::CompletionQueue;
@@ -62,7 +62,7 @@ where
     T: From<VerbsEvent> + Send + 'static,
 {
     shared: Arc<PollerShared>,
-    thread: Option<JoinHandle<Stopped<C, T>>>,
+    thread: Option<JoinHandle<DropCaught<Stopped<C, T>>>>,
 }
 
 /// What a poller's thread shares with its [`Poller`].
@@ -196,12 +196,12 @@ where
                     }
                     rounds += 1;
                 }
-                Stopped {
+                DropCaught::new(Stopped {
                     feeds,
                     cpu_time: crate::cpu_time::thread_cpu_time(),
                     rounds,
                     handler_panics: panics,
-                }
+                })
             })?;
         Ok(Poller {
             shared,
@@ -258,12 +258,15 @@ where
     /// ran panicked (an upcall handler of an EVD its feeds post into, say)
     /// and nobody took that panic ([`Poller::take_panic`]): a panic is
     /// reported, never swallowed, and the feeds are then dropped here
-    /// instead of handed back (take the panic first to get them). The same
-    /// if the thread itself died of a panic; the feeds went with it.
+    /// instead of handed back (take the panic first to get them; a panic of
+    /// their own code in that drop, a CQ's destroy or a held event's
+    /// `Drop`, is swallowed: the first is the one reported). The same if
+    /// the thread itself died of a panic; the feeds went with it.
     /// [`DriverError::OnDriverThread`] when called on the poller's own
     /// thread (from such an upcall), where joining would wait for itself:
     /// the poller is asked to stop, and stops once that upcall returns; its
-    /// feeds are dropped on its thread, not handed back.
+    /// feeds are dropped on its thread, not handed back (a panic of their
+    /// code there is swallowed).
     ///
     /// # Panics
     /// Never: see Errors.
@@ -301,8 +304,10 @@ where
             t.join()
                 .map_err(Panic::new)
                 .and_then(|stopped| match self.shared.take_panic() {
+                    // Nobody to hand the feeds to: dropped under a catch,
+                    // the first panic being the one reported.
                     Some(p) => Err(p),
-                    None => Ok(stopped),
+                    None => Ok(stopped.into_inner()),
                 }),
         )
     }

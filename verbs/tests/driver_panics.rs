@@ -451,3 +451,25 @@ fn shutdown_with_an_untaken_panic_never_panics_even_when_a_feed_it_drops_panics(
     }
     drop(up.teardown());
 }
+
+/// The same for a poller's `stop`.
+#[test]
+fn a_pollers_stop_with_an_untaken_panic_never_panics_even_when_a_feed_it_drops_panics() {
+    let (panicking, up, handled) = evd_with_handler(16, |id| id == 1);
+    let (soft, hca) = SoftCq::new(16).unwrap();
+    let mut cq = HookedCq::new(soft);
+    cq.at_drop = Some(Box::new(|| panic!("{PROVOKED}: the CQ's destroy")));
+    let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), panicking)], 16).unwrap();
+    hca.push(wc(1)).unwrap();
+    assert_eq!(receive(&handled, 1), [1]);
+    eventually("the panic was counted", || {
+        (poller.handler_panics() == 1).then_some(())
+    });
+    let stop = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poller.stop()));
+    match stop.expect("a stop never panics") {
+        Err(DriverError::Panicked(p)) => assert_eq!(p.message(), Some(PROVOKED)),
+        Err(e) => panic!("the untaken panic is reported: {e}"),
+        Ok(_) => panic!("the untaken panic is reported, not Ok"),
+    }
+    drop(up.teardown());
+}

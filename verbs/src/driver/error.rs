@@ -187,6 +187,36 @@ impl fmt::Display for Panic {
 
 impl std::error::Error for Panic {}
 
+/// A value a thread that runs user code hands to the one that joins it
+/// (its feeds), dropped under a catch wherever it is dropped: by the joiner
+/// after an error, or at the thread's own end when nobody joins it (stopped
+/// from its own thread), where a panic of the feeds' code (a CQ's destroy,
+/// a held event's `Drop`) would abort the process: std aborts when a
+/// thread's result panics on drop. Such a panic is swallowed ([`Panic`]'s
+/// guarded drop). [`DropCaught::into_inner`] hands the value over.
+pub(crate) struct DropCaught<T>(Option<T>);
+
+impl<T> DropCaught<T> {
+    pub(crate) fn new(v: T) -> Self {
+        DropCaught(Some(v))
+    }
+
+    pub(crate) fn into_inner(mut self) -> T {
+        self.0.take().expect("a value until `into_inner` or drop")
+    }
+}
+
+impl<T> Drop for DropCaught<T> {
+    fn drop(&mut self) {
+        if let Some(v) = self.0.take() {
+            // AssertUnwindSafe: the value is owned here and gone either way.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(v))) {
+                drop(Panic::new(payload));
+            }
+        }
+    }
+}
+
 impl fmt::Display for DriverError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

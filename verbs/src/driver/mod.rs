@@ -67,6 +67,7 @@ mod uring;
 pub use adaptive::{AdaptiveConfig, PROBE_EVERY, PROBE_EVERY_MAX, SpinPolicy};
 pub use config::{DriverBackend, DriverConfig, FeedMode};
 pub use control::DriverHandle;
+pub(crate) use error::DropCaught;
 pub use error::{DriverError, Panic};
 pub use key::{FeedId, FeedKey};
 pub use running::{RunningDriver, Shutdown};

@@ -4,14 +4,13 @@
 //! handed back, or the thread's error.
 
 use super::control::{DriverHandle, RunningMark, downcast};
-use super::error::{DriverError, Panic};
+use super::error::{DriverError, DropCaught, Panic};
 use super::key::{FeedId, FeedKey};
 use super::slot::Removal;
 use super::{Driver, DriverStats};
 use crate::trace;
 use std::any::Any;
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -44,7 +43,7 @@ impl Driver {
             .spawn(move || {
                 // Dropped when the thread ends, however it ends.
                 let _running = running;
-                self.run()
+                DropCaught::new(self.run())
             })
             .map_err(DriverError::Io)?;
         Ok(RunningDriver {
@@ -147,7 +146,7 @@ impl Driver {
 /// ```
 pub struct RunningDriver {
     pub(crate) handle: DriverHandle,
-    pub(crate) thread: Option<JoinHandle<Result<Shutdown, DriverError>>>,
+    pub(crate) thread: Option<JoinHandle<DropCaught<Result<Shutdown, DriverError>>>>,
 }
 
 impl RunningDriver {
@@ -226,7 +225,8 @@ impl RunningDriver {
     /// [`DriverError::OnDriverThread`] when called on the driver's own thread
     /// (from such an upcall), where joining would wait for itself: the
     /// driver is asked to stop, and stops once that upcall returns; its feeds
-    /// are dropped on its thread, not handed back.
+    /// are dropped on its thread, not handed back (a panic of their code
+    /// there is swallowed).
     ///
     /// # Panics
     /// Never: see Errors.
@@ -246,9 +246,7 @@ impl RunningDriver {
                 // where their own code (a CQ's destroy, a held event's
                 // `Drop`) must not raise a second panic past the first,
                 // which is the one reported.
-                if let Err(second) = catch_unwind(AssertUnwindSafe(move || drop(stopped))) {
-                    drop(Panic::new(second));
-                }
+                drop(DropCaught::new(stopped));
                 Err(DriverError::Panicked(p))
             }
             None => Ok(stopped),
@@ -266,7 +264,7 @@ impl RunningDriver {
         self.handle.shared.request_stop();
         let t = self.thread.take()?;
         Some(match t.join() {
-            Ok(r) => r,
+            Ok(r) => r.into_inner(),
             Err(p) => Err(DriverError::Panicked(Panic::new(p))),
         })
     }

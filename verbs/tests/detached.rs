@@ -1,0 +1,109 @@
+//! A driver or a poller stopped from its own thread (by an upcall handler
+//! of an EVD its feeds post into) cannot be joined there: it is detached,
+//! ends once the upcall returns, and drops its feeds on its own thread.
+//! Their code may panic then (a CQ's destroy, a held event's `Drop`): that
+//! panic is swallowed, as everywhere these threads run user code, never an
+//! abort of the process (which std does when a thread's result panics on
+//! drop with nobody joining it).
+//!
+//! Each test waits for its thread to be gone from `/proc/self/task`: the
+//! only driver thread and the only poller thread of this binary.
+
+mod common;
+use common::driver::WATCHDOG;
+use common::hooked_cq::HookedCq;
+use common::panics::{PROVOKED, quiet_provoked_panics};
+use common::wc;
+use evd::{Invoke, UpcallPolicy};
+use evd_verbs::soft::{SoftCq, SoftCqProducer};
+use evd_verbs::{CqId, Driver, DriverConfig, DriverError, Feed, FeedMode, Poller, VerbsEvent};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// True while a thread of this process has `name` (as `/proc` shows it:
+/// its first 15 bytes).
+fn thread_alive(name: &str) -> bool {
+    let name = &name.as_bytes()[..name.len().min(15)];
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    tasks
+        .flatten()
+        .any(|t| std::fs::read(t.path().join("comm")).is_ok_and(|c| c.trim_ascii_end() == name))
+}
+
+/// Wait, under the watchdog, until no thread has `name`.
+fn until_gone(name: &str) {
+    let start = Instant::now();
+    while thread_alive(name) {
+        assert!(start.elapsed() < WATCHDOG, "{name} never ended");
+        std::thread::yield_now();
+    }
+}
+
+/// A soft CQ whose destroy panics (after saying so on the receiver), its
+/// producer, and that receiver.
+fn cq_whose_drop_panics() -> (HookedCq, SoftCqProducer, Receiver<()>) {
+    let (soft, hca) = SoftCq::new(16).unwrap();
+    let mut cq = HookedCq::new(soft);
+    let (tx, dropped) = mpsc::channel();
+    cq.at_drop = Some(Box::new(move || {
+        let _ = tx.send(());
+        panic!("{PROVOKED}: the CQ's destroy");
+    }));
+    (cq, hca, dropped)
+}
+
+/// An EVD whose handler runs `stop` on the value in the slot (once), and
+/// says on the receiver whether it answered `OnDriverThread`.
+fn evd_stopping<R: Send + 'static>(
+    slot: &Arc<Mutex<Option<R>>>,
+    stop: fn(R) -> Result<(), DriverError>,
+) -> (
+    evd::Poster<VerbsEvent>,
+    evd::Upcalls<VerbsEvent>,
+    Receiver<bool>,
+) {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (tx, answered) = mpsc::channel();
+    let slot = slot.clone();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+        if let Some(r) = slot.lock().unwrap().take() {
+            let _ = tx.send(matches!(stop(r), Err(DriverError::OnDriverThread)));
+        }
+    });
+    (poster, up, answered)
+}
+
+#[test]
+fn a_poller_stopped_from_its_own_thread_ends_there_when_a_feed_panics_on_drop() {
+    quiet_provoked_panics();
+    let slot = Arc::new(Mutex::new(None));
+    let (poster, up, answered) = evd_stopping(&slot, |p: Poller<HookedCq>| p.stop().map(drop));
+    let (cq, hca, dropped) = cq_whose_drop_panics();
+    let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), poster)], 16).unwrap();
+    *slot.lock().unwrap() = Some(poller);
+    hca.push(wc(1)).unwrap();
+    assert!(answered.recv_timeout(WATCHDOG).unwrap(), "OnDriverThread");
+    dropped.recv_timeout(WATCHDOG).unwrap();
+    until_gone("evd-verbs-poller");
+    drop(up.teardown());
+}
+
+#[test]
+fn a_driver_shut_down_from_its_own_thread_ends_there_when_a_feed_panics_on_drop() {
+    quiet_provoked_panics();
+    let slot = Arc::new(Mutex::new(None));
+    let shutdown = |r: evd_verbs::RunningDriver| r.shutdown().map(drop);
+    let (poster, up, answered) = evd_stopping(&slot, shutdown);
+    let (cq, hca, dropped) = cq_whose_drop_panics();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    *slot.lock().unwrap() = Some(driver.spawn().unwrap());
+    hca.push(wc(1)).unwrap();
+    assert!(answered.recv_timeout(WATCHDOG).unwrap(), "OnDriverThread");
+    dropped.recv_timeout(WATCHDOG).unwrap();
+    until_gone("evd-verbs-driver");
+    drop(up.teardown());
+}
