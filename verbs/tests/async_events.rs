@@ -243,3 +243,26 @@ fn a_handler_panic_on_a_full_evd_costs_the_async_feed_no_event() {
         "the port event was handled: {seen:?}"
     );
 }
+
+/// A post whose upcall handler panics leaves the events behind the one it
+/// panicked on queued with no upcall running (here the feed's own event),
+/// and a quiet device posts nothing that would start one: the feed's next
+/// call starts it again. (The event waited for the next device event.)
+#[test]
+fn the_next_call_restarts_the_upcall_an_async_feeds_panicking_post_left() {
+    common::panics::quiet_provoked_panics();
+    let (poster, _up, handled) = a_completion_queued_under_a_handler_that_panics_once(8);
+    let (events, device) = SoftDevice::new().unwrap();
+    let mut feed = AsyncFeed::new(events, poster);
+    device.raise(AsyncEvent::new(
+        AsyncEventKind::PortActive,
+        AsyncElement::Port(1),
+    ));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    assert!(r.is_err(), "the handler's panic comes out of the call");
+    assert_eq!(feed.progress(16).delivered, 0, "no new event");
+    let seen: Vec<String> = handled.try_iter().collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[0].contains("Completion"), "{seen:?}");
+    assert!(seen[1].contains("Port(1)"), "{seen:?}");
+}

@@ -111,6 +111,10 @@ pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
     unconverted: std::ops::Range<usize>,
     /// A `From` is running: still set at the next call, it panicked.
     converting: bool,
+    /// A post (or an upcall to drain) is running: still set at the next
+    /// call, it unwound, maybe leaving events queued that no upcall will
+    /// deliver until a post: that call starts the upcall first.
+    posting: bool,
     /// Events polled (or a CQ failure raised) but not yet posted, in order.
     /// Empty between calls unless the EVD refused them. Allocated once with
     /// room for a whole batch, and only ever holds one batch (or the one
@@ -168,6 +172,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             batch: [WorkCompletion::default(); POLL_BATCH],
             unconverted: 0..0,
             converting: false,
+            posting: false,
             held: Vec::with_capacity(POLL_BATCH),
             unacked: 0,
             armed: false,
@@ -298,8 +303,9 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// or the waker the post notifies. A panic there comes out of this call,
     /// and the feed and the EVD stay usable: the next call goes on where the
     /// panic left off. The batch whose post ran the handler is in the EVD
-    /// (the handler had the event it panicked on; the EVD's next upcall, or
-    /// a dequeue, gets the rest), and the completions polled and not posted
+    /// (the handler had the event it panicked on; the next call first
+    /// starts the upcall again for the rest, which no post of a quiet CQ
+    /// would start), and the completions polled and not posted
     /// yet stay held in the feed and are posted first, in order. A
     /// completion whose `From` panicked is lost (there is no `T` for it;
     /// counted in [`FeedStats::from_panics`]); the rest of its poll is
@@ -324,12 +330,14 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// let mut feed = Feed::new(cq, CqId(0), poster);
     /// hca.push_batch(&[WorkCompletion::new(0), WorkCompletion::new(1), WorkCompletion::new(2)]);
     /// assert!(catch_unwind(AssertUnwindSafe(|| feed.progress(16))).is_err());
-    /// hca.push(WorkCompletion::new(3)).unwrap();
-    /// assert_eq!(feed.progress(16).delivered, 1); // its post's upcall gets 2, then 3
-    /// assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 1, 2, 3]);
+    /// assert_eq!(feed.progress(16).delivered, 0); // its restarted upcall gets 2
+    /// assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 1, 2]);
     /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
         let mut delivered = 0;
+        if self.posting {
+            self.restart_upcall();
+        }
         self.convert_polled();
         self.hold_owed_error();
         if let Err(status) = self.post_held(&mut delivered, budget, false) {
@@ -346,7 +354,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                 // A ring that only an idle upcall policy's next instance can
                 // drain: a post refused as full would start it, and this
                 // feed posts only into free slots, so it starts it itself.
-                if !self.closed && self.room.poster().start_draining_upcall() {
+                if !self.closed && self.start_draining_upcall() {
                     continue;
                 }
                 let status = if self.closed {
@@ -536,15 +544,6 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             self.converting = false;
             self.held.push(ev);
         }
-    }
-
-    #[inline]
-    fn stop(&mut self, delivered: usize, status: FeedStatus) -> Progress {
-        self.stats.delivered += delivered as u64;
-        if status == FeedStatus::Backpressure {
-            self.stats.backpressure += 1;
-        }
-        Progress { delivered, status }
     }
 
     /// Tear down: acknowledge every channel event got, and hand back the CQ

@@ -26,6 +26,11 @@ pub(crate) struct EventFeed<S, T> {
     /// Whether the source still serves, and if not, whether the event that
     /// says so is still owed.
     state: SourceState,
+    /// A post (or an upcall to drain) is running: still set at the next
+    /// call, it unwound (the EVD's upcall handler or a waker panicked),
+    /// maybe leaving events queued that no upcall will deliver until a
+    /// post: that call starts the upcall first.
+    posting: bool,
 }
 
 /// The life of an [`EventFeed`]'s source.
@@ -52,6 +57,7 @@ impl<S, T: Send> EventFeed<S, T> {
             room: poster.room_waiter(),
             held: Vec::with_capacity(1),
             state: SourceState::Live,
+            posting: false,
         }
     }
 
@@ -67,6 +73,12 @@ impl<S, T: Send> EventFeed<S, T> {
         failed: impl Fn(i32) -> T,
     ) -> Progress {
         let mut delivered = 0;
+        if self.posting {
+            // Should this upcall panic too, `posting` stays set and the
+            // next call tries again (each run takes at least the event it
+            // panicked on, so the tries end).
+            self.start_draining_upcall();
+        }
         while delivered < budget {
             if self.held.is_empty() {
                 if let SourceState::Failed(_) = self.state {
@@ -103,7 +115,10 @@ impl<S, T: Send> EventFeed<S, T> {
             // Another poster may have taken the room since: a post refused
             // as full runs the draining upcall (user code that may panic)
             // while the event is still in `held`.
-            match self.room.poster().post_batch(&mut self.held) {
+            self.posting = true;
+            let posted = self.room.poster().post_batch(&mut self.held);
+            self.posting = false;
+            match posted {
                 Ok(_) => delivered += 1,
                 Err(BatchPostError::Full) => return stop(delivered, FeedStatus::Backpressure),
                 Err(BatchPostError::Closed) => return stop(delivered, FeedStatus::Closed),
@@ -136,11 +151,21 @@ impl<S, T: Send> EventFeed<S, T> {
         loop {
             match self.room.poster().free_slots() {
                 None => return Some(FeedStatus::Closed),
-                Some(0) if self.room.poster().start_draining_upcall() => continue,
+                Some(0) if self.start_draining_upcall() => continue,
                 Some(0) => return Some(FeedStatus::Backpressure),
                 Some(_) => return None,
             }
         }
+    }
+
+    /// Run the upcall that drains a full EVD under an idle upcall policy,
+    /// or the one a post that unwound left (see `posting`, set while it
+    /// runs); true if it ran.
+    fn start_draining_upcall(&mut self) -> bool {
+        self.posting = true;
+        let ran = self.room.poster().start_draining_upcall();
+        self.posting = false;
+        ran
     }
 
     /// Hand back the source and the event in hand, if any.

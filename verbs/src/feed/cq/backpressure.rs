@@ -23,7 +23,7 @@
 
 use super::Feed;
 use crate::event::VerbsEvent;
-use crate::feed::FeedStatus;
+use crate::feed::{FeedStatus, Progress};
 use crate::source::CompletionQueue;
 use evd::BatchPostError;
 use std::task::{Context, Poll};
@@ -60,7 +60,10 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         }
         let limit = budget.saturating_sub(*delivered);
         let before = self.held.len();
-        match self.room.poster().post_batch_up_to(&mut self.held, limit) {
+        self.posting = true;
+        let posted = self.room.poster().post_batch_up_to(&mut self.held, limit);
+        self.posting = false;
+        match posted {
             Ok(n) => {
                 *delivered += n;
                 if self.held.is_empty() {
@@ -87,6 +90,35 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                 Err(FeedStatus::Closed)
             }
         }
+    }
+
+    /// The end of a call: count what it delivered, and a stop at a full EVD.
+    #[inline]
+    pub(super) fn stop(&mut self, delivered: usize, status: FeedStatus) -> Progress {
+        self.stats.delivered += delivered as u64;
+        if status == FeedStatus::Backpressure {
+            self.stats.backpressure += 1;
+        }
+        Progress { delivered, status }
+    }
+
+    /// Run the upcall that drains a full EVD under an idle upcall policy
+    /// (nothing else could start one); true if it ran. `posting` is set
+    /// while it runs, as while a post runs.
+    pub(super) fn start_draining_upcall(&mut self) -> bool {
+        self.posting = true;
+        let ran = self.room.poster().start_draining_upcall();
+        self.posting = false;
+        ran
+    }
+
+    /// The last call's post or upcall unwound (`posting` still set): start
+    /// the upcall it left, if events wait for one. Should it panic too,
+    /// `posting` stays set and the next call tries again (each run takes at
+    /// least the event it panicked on, so the tries end).
+    #[cold]
+    pub(super) fn restart_upcall(&mut self) {
+        self.start_draining_upcall();
     }
 
     /// Another thread took the room this feed read: of `before` completions
