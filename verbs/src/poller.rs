@@ -140,13 +140,20 @@ where
     C: CompletionQueue + 'static,
     T: From<VerbsEvent> + Send + 'static,
 {
-    /// Start polling `feeds` on a new thread.
+    /// Start polling `feeds` on a new thread, each call of a feed moving at
+    /// most `budget` events (zero is taken as 1, as a
+    /// [`DriverConfig::budget`](crate::DriverConfig::budget) is: no budget
+    /// would move nothing, for ever).
     ///
     /// ```
-    /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
-    /// let feeds = (0..2).map(|i| Feed::new(SoftCq::new(8).unwrap().0, CqId(i), poster.clone())).collect();
-    /// let poller = Poller::spawn(feeds, 16).unwrap();
+    /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let (cq, hca) = SoftCq::new(8).unwrap();
+    /// let other = Feed::new(SoftCq::new(8).unwrap().0, CqId(1), poster.clone());
+    /// let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), poster), other], 0).unwrap();
+    /// hca.push(WorkCompletion::new(5)).unwrap();
+    /// let ev = consumer.dequeue_timeout(std::time::Duration::from_secs(60));
+    /// assert!(matches!(ev, Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 5));
     /// assert_eq!(poller.stop().unwrap().feeds.len(), 2);
     /// ```
     ///
@@ -154,6 +161,7 @@ where
     /// The operating system's error if it refused a new thread; `feeds`
     /// are then dropped.
     pub fn spawn(mut feeds: Vec<Feed<C, T>>, budget: usize) -> std::io::Result<Self> {
+        let budget = budget.max(1);
         let shared = Arc::new(PollerShared::default());
         // Relaxed: the spawn below orders it before anything the thread does.
         shared.running.store(true, Ordering::Relaxed);
