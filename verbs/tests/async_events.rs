@@ -266,3 +266,66 @@ fn the_next_call_restarts_the_upcall_an_async_feeds_panicking_post_left() {
     assert!(seen[0].contains("Completion"), "{seen:?}");
     assert!(seen[1].contains("Port(1)"), "{seen:?}");
 }
+
+/// Drive until `consumer` holds an async event (or the watchdog).
+fn drive_to_async_event(
+    driver: &mut Driver,
+    consumer: &mut evd::Consumer<VerbsEvent>,
+) -> AsyncEvent {
+    let start = std::time::Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < common::driver::WATCHDOG,
+            "never delivered"
+        );
+        driver
+            .process(Some(std::time::Duration::from_millis(10)))
+            .unwrap();
+        if let Ok(ev) = consumer.try_dequeue() {
+            match ev {
+                VerbsEvent::Async(a) => return a,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
+
+/// The device feed a registration brought lives as long as the feed that
+/// brought it: removing that feed stops it (its EVD hears nothing of the
+/// device after the removal) and offers the device's events to the feeds
+/// left, so a feed on the same device registered while they were taken
+/// now gets them in its own EVD; the driver keeps no feed nobody can
+/// remove. (Before, they went on into the removed feed's EVD until the
+/// shutdown, and the feed left heard nothing of its device.)
+#[test]
+fn a_device_feed_goes_with_the_feed_that_brought_it_and_its_events_to_a_feed_left() {
+    let device = SoftDevice::unheard().unwrap();
+    let (p1, mut c1) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let (p2, mut c2) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let (cq1, _hca1) = SoftCq::with_device(4, CqId(1), &device).unwrap();
+    let first = driver
+        .register(Feed::new(cq1, CqId(1), p1), FeedMode::Event)
+        .unwrap();
+    let (cq2, _hca2) = SoftCq::with_device(4, CqId(2), &device).unwrap();
+    driver
+        .register(Feed::new(cq2, CqId(2), p2), FeedMode::Event)
+        .unwrap();
+    let port = |n| AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(n));
+    device.raise(port(1));
+    assert_eq!(drive_to_async_event(&mut driver, &mut c1), port(1));
+    drop(driver.remove(first).unwrap());
+    device.raise(port(2));
+    assert_eq!(drive_to_async_event(&mut driver, &mut c2), port(2));
+    assert_eq!(
+        c1.try_dequeue(),
+        Err(TryDequeueError::Closed),
+        "nothing more"
+    );
+    let running = driver.spawn().unwrap();
+    assert_eq!(
+        running.shutdown().unwrap().len(),
+        2,
+        "the feed left and its device feed"
+    );
+}

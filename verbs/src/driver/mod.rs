@@ -20,7 +20,9 @@
 //!   [`FeedId`]; `config` and `error`;
 //! - `slot`: one registered feed and how a turn runs it (a panic of user
 //!   code in the turn is caught there); `registry`: registering and
-//!   removing feeds; `completions`: what the backend reported, handled;
+//!   removing feeds; `device`: the device feeds a registration brings,
+//!   removed with the feed that brought them; `completions`: what the
+//!   backend reported, handled;
 //! - `stats`: [`DriverStats`] and their live publication to other threads.
 //!
 //! This file is the shell around them: each turn it applies the commands,
@@ -53,6 +55,7 @@ mod completions;
 mod config;
 mod control;
 mod cycle;
+mod device;
 mod epoll;
 mod error;
 mod key;

@@ -41,6 +41,9 @@ pub(super) enum Removal {
     Local,
     /// [`DriverHandle::remove`](crate::DriverHandle::remove), on another.
     Reply(mpsc::Sender<Result<Box<dyn Any + Send>, DriverError>>),
+    /// Nobody: a device feed whose parent was removed, dropped when its
+    /// poll ends (`driver/device.rs`).
+    Drop,
 }
 
 pub(super) struct Slot {
@@ -70,6 +73,9 @@ pub(super) struct Slot {
     pub(super) last_failure: Option<Instant>,
     /// Given up: its calls failed twice within [`FEED_RETRY_WINDOW`].
     pub(super) given_up: bool,
+    /// The feed of its device's async events its registration brought
+    /// (`driver/device.rs`): removed with it.
+    pub(super) device_feed: Option<FeedId>,
 }
 
 /// A failed verbs call of a feed counts as transient if the feed's last

@@ -1,0 +1,219 @@
+//! The registry's unit tests: keys across a slot's generations, and
+//! removals whose cancellation or wait the backend refuses (the test
+//! switch `refuse_cancels`).
+
+use super::super::readiness::tag;
+use super::super::slot::Removal;
+use crate::soft::SoftCq;
+use crate::{
+    CqId, Driver, DriverBackend, DriverConfig, DriverError, Feed, FeedMode, VerbsEvent,
+    WorkCompletion,
+};
+use std::time::{Duration, Instant};
+
+/// A removed feed's key names no later feed of its slot, however many
+/// registrations later: the ring's requests carry 24 bits of the
+/// generation, the keys all of it. The later feed's poll completions,
+/// which carry those 24 bits only, still find it.
+#[test]
+fn a_removed_feeds_key_names_no_later_feed_of_its_slot() {
+    for backend in [DriverBackend::IoUring, DriverBackend::Epoll] {
+        later_feed_of_the_slot(backend);
+    }
+}
+
+fn later_feed_of_the_slot(backend: DriverBackend) {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
+    let (cq, _hca) = SoftCq::new(4).unwrap();
+    let old = driver
+        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
+        .unwrap();
+    driver.remove(old).unwrap();
+    // As if the slot had been registered into 2^24 - 1 times since.
+    driver.generations[old.id().index as usize] += (1 << 24) - 1;
+    let (cq, hca) = SoftCq::new(4).unwrap();
+    let new = driver
+        .register(Feed::new(cq, CqId(1), poster), FeedMode::Event)
+        .unwrap();
+    assert_eq!(new.id().index, old.id().index, "the same slot");
+    assert_eq!(tag(new.id().generation), tag(old.id().generation));
+    assert!(matches!(driver.remove(old), Err(DriverError::NoSuchFeed)));
+
+    driver.process(Some(Duration::ZERO)).unwrap(); // arms the CQ
+    hca.push(WorkCompletion::new(7)).unwrap();
+    let start = Instant::now();
+    let ev = loop {
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+        if let Ok(ev) = consumer.try_dequeue() {
+            break ev;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{backend:?}: never delivered"
+        );
+    };
+    assert!(matches!(ev, VerbsEvent::Completion { cq: CqId(1), .. }));
+    assert_eq!(driver.remove(new).unwrap().id(), CqId(1));
+}
+
+/// A driver serving one event-mode feed whose poll is in the backend
+/// (armed and asleep); its key and its CQ's producer.
+fn asleep_with_one_feed() -> (
+    Driver,
+    crate::FeedKey<Feed<SoftCq>>,
+    crate::soft::SoftCqProducer,
+    evd::Consumer<VerbsEvent>,
+) {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let (cq, hca) = SoftCq::new(4).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    driver.process(Some(Duration::ZERO)).unwrap(); // arms, polls the fd
+    assert!(
+        driver.slots[key.id().index as usize]
+            .as_ref()
+            .unwrap()
+            .poll_in_flight
+    );
+    (driver, key, hca, consumer)
+}
+
+/// The driver serves the feed: a completion pushed now is delivered.
+fn still_served(
+    driver: &mut Driver,
+    hca: &crate::soft::SoftCqProducer,
+    consumer: &mut evd::Consumer<VerbsEvent>,
+    wr_id: u64,
+) {
+    hca.push(WorkCompletion::new(wr_id)).unwrap();
+    let start = Instant::now();
+    loop {
+        let _ = driver.process(Some(Duration::from_millis(10)));
+        if let Ok(VerbsEvent::Completion { wc, .. }) = consumer.try_dequeue() {
+            assert_eq!(wc.wr_id, wr_id);
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "completion {wr_id} never delivered"
+        );
+    }
+}
+
+/// A removal whose cancellation the backend refuses begins nothing: the
+/// caller gets the error, the feed stays registered and served, and a
+/// later removal takes it. (Before, the slot was left "removing": not
+/// served, refused by a second `remove` as `NoSuchFeed`, and waited for
+/// by a shutdown until its CQ fired.)
+#[test]
+fn a_removal_whose_cancellation_is_refused_leaves_the_feed_served() {
+    let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
+    driver.refuse_cancels = 1;
+    assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
+    still_served(&mut driver, &hca, &mut consumer, 1);
+    driver.process(Some(Duration::ZERO)).unwrap(); // asleep again
+    assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+}
+
+/// The same through a handle: its remover is answered with the error
+/// (it waited for an answer before), the driver serves on (its caller is
+/// not failed by another thread's removal), and so does the feed.
+#[test]
+fn a_handles_removal_whose_cancellation_is_refused_is_answered() {
+    let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
+    driver.refuse_cancels = 1;
+    let handle = driver.handle();
+    let remover = std::thread::spawn(move || handle.remove(key).map(|_| ()));
+    let start = Instant::now();
+    while !remover.is_finished() {
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the remover was never answered"
+        );
+    }
+    assert!(matches!(remover.join().unwrap(), Err(DriverError::Io(_))));
+    still_served(&mut driver, &hca, &mut consumer, 2);
+    driver.process(Some(Duration::ZERO)).unwrap();
+    assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+}
+
+/// A refused removal is one command's answer: the commands that came
+/// with it in the same batch are applied and answered as well (they
+/// were dropped, their callers told `Stopped` and their feeds
+/// destroyed, while the driver served on).
+#[test]
+fn a_refused_removal_leaves_the_rest_of_its_batch_applied() {
+    let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
+    driver.refuse_cancels = 1;
+    let handle = driver.handle();
+    let h = handle.clone();
+    let remover = std::thread::spawn(move || h.remove(key).map(|_| ()));
+    let (poster, _other) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let h = handle.clone();
+    let registrant = std::thread::spawn(move || {
+        let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(1), poster);
+        h.register(feed, FeedMode::Event)
+    });
+    // Both commands queued before the driver takes any.
+    let start = Instant::now();
+    while !format!("{handle:?}").contains("queued_commands: 2") {
+        assert!(!remover.is_finished() && !registrant.is_finished());
+        assert!(start.elapsed() < Duration::from_secs(60), "never queued");
+        std::thread::yield_now();
+    }
+    driver.process(Some(Duration::ZERO)).unwrap();
+    assert!(matches!(remover.join().unwrap(), Err(DriverError::Io(_))));
+    let added = registrant.join().unwrap().expect("registered");
+    assert_eq!(driver.remove(added).unwrap().id(), CqId(1));
+    assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+}
+
+/// On a spawned driver a refused removal answers its remover and ends
+/// nothing else: the thread serves on (it returned the error and
+/// dropped every feed), and its shutdown hands the feed back.
+#[test]
+fn a_spawned_driver_serves_on_after_a_refused_removal() {
+    let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
+    driver.refuse_cancels = 1;
+    let running = driver.spawn().unwrap();
+    assert!(matches!(
+        running.handle().remove(key),
+        Err(DriverError::Io(_))
+    ));
+    assert!(running.handle().is_running());
+    hca.push(WorkCompletion::new(3)).unwrap();
+    consumer
+        .wait(1, Some(Duration::from_secs(60)))
+        .expect("delivered");
+    let ev = consumer.try_dequeue();
+    assert!(
+        matches!(ev, Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 3),
+        "still served: {ev:?}"
+    );
+    let mut shutdown = running.shutdown().expect("a clean shutdown");
+    assert_eq!(shutdown.take(key).map(|f| f.id()), Some(CqId(0)));
+}
+
+/// A removal whose wait fails (the backend, after the cancellation was
+/// asked) is under way: `remove` again with the key finishes it, where
+/// it used to answer `NoSuchFeed` and leave the feed to the shutdown.
+#[test]
+fn a_removal_whose_wait_failed_is_finished_by_the_next() {
+    let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
+    let index = key.id().index as usize;
+    // Cancellation asked, then the wait fails (the same test switch).
+    assert!(driver.begin_remove(key.id(), Removal::Local).unwrap());
+    driver.refuse_cancels = 1;
+    assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
+    assert!(
+        driver.slots[index]
+            .as_ref()
+            .is_none_or(|s| s.removing.is_some())
+    );
+    assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+    assert!(matches!(driver.remove(key), Err(DriverError::NoSuchFeed)));
+}
