@@ -1,6 +1,6 @@
 //! The busy-poll mode's optional dedicated thread.
 
-use crate::driver::{DriverError, DropCaught, Panic};
+use crate::driver::{DriverError, DropCaught, DropEach, Panic, drop_each_caught};
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use crate::source::CompletionQueue;
@@ -321,6 +321,12 @@ where
     }
 }
 
+impl<C: CompletionQueue, T> DropEach for Stopped<C, T> {
+    fn drop_each(mut self) {
+        drop_each_caught(std::mem::take(&mut self.feeds));
+    }
+}
+
 impl<C, T> Drop for Poller<C, T>
 where
     C: CompletionQueue + 'static,
@@ -336,9 +342,9 @@ where
             // Joined all the same (no post after the drop returns), but the
             // feeds handed back run their own code when dropped (acks, the
             // CQ's destroy), and a panic there during this unwinding would
-            // abort the process: caught, and dropped with the unwinding's.
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| drop(self.stop_and_join()))) {
-                drop(Panic::new(payload));
+            // abort the process: dropped feed by feed under a catch.
+            if let Some(Ok(stopped)) = self.stop_and_join() {
+                stopped.drop_each();
             }
         } else {
             drop(self.stop_and_join());

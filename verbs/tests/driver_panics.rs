@@ -416,19 +416,29 @@ fn handler_panics_whose_payloads_panic_on_drop_leave_the_driver_and_the_poller_s
     drop((driven_up.teardown(), polled_up.teardown()));
 }
 
-/// A shutdown that reports an untaken panic drops the feeds itself (it
-/// hands none back), and never panics: a feed whose CQ's destroy panics
-/// then is swallowed, and the untaken panic is the one reported.
-#[test]
-fn shutdown_with_an_untaken_panic_never_panics_even_when_a_feed_it_drops_panics() {
-    let (panicking, up, handled) = evd_with_handler(16, |id| id == 1);
+/// A CQ whose destroy panics, and its producer.
+fn cq_whose_drop_panics() -> (HookedCq, evd_verbs::soft::SoftCqProducer) {
     let (soft, hca) = SoftCq::new(16).unwrap();
     let mut cq = HookedCq::new(soft);
     cq.at_drop = Some(Box::new(|| panic!("{PROVOKED}: the CQ's destroy")));
+    (cq, hca)
+}
+
+/// A shutdown that reports an untaken panic drops the feeds itself (it
+/// hands none back), and never panics: feeds whose CQ's destroy panics
+/// then are swallowed, each on its own (a second panic during the first's
+/// unwinding would abort the process), and the untaken panic is the one
+/// reported.
+#[test]
+fn shutdown_with_an_untaken_panic_never_panics_even_when_feeds_it_drops_panic() {
+    let (panicking, up, handled) = evd_with_handler(16, |id| id == 1);
+    let (cq, hca) = cq_whose_drop_panics();
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
     driver
-        .register(Feed::new(cq, CqId(0), panicking), FeedMode::Event)
+        .register(Feed::new(cq, CqId(0), panicking.clone()), FeedMode::Event)
         .unwrap();
+    let other = Feed::new(cq_whose_drop_panics().0, CqId(1), panicking);
+    driver.register(other, FeedMode::Event).unwrap();
     let running = driver.spawn().unwrap();
     hca.push(wc(1)).unwrap();
     assert_eq!(receive(&handled, 1), [1]);
@@ -445,12 +455,14 @@ fn shutdown_with_an_untaken_panic_never_panics_even_when_a_feed_it_drops_panics(
 
 /// The same for a poller's `stop`.
 #[test]
-fn a_pollers_stop_with_an_untaken_panic_never_panics_even_when_a_feed_it_drops_panics() {
+fn a_pollers_stop_with_an_untaken_panic_never_panics_even_when_feeds_it_drops_panic() {
     let (panicking, up, handled) = evd_with_handler(16, |id| id == 1);
-    let (soft, hca) = SoftCq::new(16).unwrap();
-    let mut cq = HookedCq::new(soft);
-    cq.at_drop = Some(Box::new(|| panic!("{PROVOKED}: the CQ's destroy")));
-    let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), panicking)], 16).unwrap();
+    let (cq, hca) = cq_whose_drop_panics();
+    let feeds = vec![
+        Feed::new(cq, CqId(0), panicking.clone()),
+        Feed::new(cq_whose_drop_panics().0, CqId(1), panicking),
+    ];
+    let poller = Poller::spawn(feeds, 16).unwrap();
     hca.push(wc(1)).unwrap();
     assert_eq!(receive(&handled, 1), [1]);
     eventually("the panic was counted", || {

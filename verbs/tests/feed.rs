@@ -633,3 +633,146 @@ fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
         );
     }
 }
+
+/// A full EVD, four events queued under a SingleInstance handler enabled
+/// with `Invoke::New` that panics on its first event; what it handled.
+fn full_evd_under_a_handler_that_panics_once() -> (
+    evd::Poster<VerbsEvent>,
+    evd::Upcalls<VerbsEvent>,
+    std::sync::mpsc::Receiver<u64>,
+) {
+    common::panics::quiet_provoked_panics();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    for id in 0..4 {
+        let ev = VerbsEvent::Completion {
+            cq: CqId(9),
+            wc: wc(id),
+        };
+        poster.post(ev).unwrap();
+    }
+    let (seen, handled) = std::sync::mpsc::channel();
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let up = consumer.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::New,
+        move |ev, _| {
+            if let Ok(VerbsEvent::Completion { wc, .. }) = ev {
+                seen.send(wc.wr_id).unwrap();
+            }
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                panic!("{}", common::panics::PROVOKED);
+            }
+        },
+    );
+    (poster, up, handled)
+}
+
+/// The calls of a feed this test makes, whatever the feed.
+trait RoomAndProgress {
+    fn poll_room(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()>;
+    fn progress(&mut self, budget: usize) -> Progress;
+}
+
+macro_rules! room_and_progress {
+    ($($feed:ty),*) => {$(
+        impl RoomAndProgress for $feed {
+            fn poll_room(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+                <$feed>::poll_room(self, cx)
+            }
+            fn progress(&mut self, budget: usize) -> Progress {
+                <$feed>::progress(self, budget)
+            }
+        }
+    )*};
+}
+room_and_progress!(
+    Feed<SoftCq>,
+    evd_verbs::ChannelFeed<evd_verbs::soft::SoftChannel>,
+    evd_verbs::AsyncFeed<evd_verbs::soft::SoftAsyncEvents>
+);
+
+/// A feed's room check on a full EVD under an idle upcall policy runs the
+/// upcall that drains it; when its handler panics, the events behind the
+/// one it panicked on stay queued with no upcall running, and a quiet
+/// source posts nothing that would start one: the feed's next call starts
+/// it again. For a CQ's feed, a shared channel's feed and a device's async
+/// feed. (They waited for the next post.)
+#[test]
+fn a_room_check_whose_draining_upcall_panicked_is_taken_up_by_the_next_call() {
+    fn check(kind: &str, make: impl FnOnce(evd::Poster<VerbsEvent>) -> Box<dyn RoomAndProgress>) {
+        let (poster, _up, handled) = full_evd_under_a_handler_that_panics_once();
+        let mut feed = make(poster);
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.poll_room(&mut cx)));
+        assert!(r.is_err(), "{kind}: the handler's panic comes out");
+        feed.progress(16);
+        let seen: Vec<u64> = handled.try_iter().collect();
+        assert_eq!(seen, [0, 1, 2, 3], "{kind}");
+    }
+    check("cq", |p| {
+        Box::new(Feed::new(SoftCq::new(4).unwrap().0, CqId(0), p))
+    });
+    check("channel", |p| {
+        let channel = evd_verbs::soft::SoftChannel::new().unwrap();
+        let mut feed = evd_verbs::ChannelFeed::new(channel.clone(), p);
+        feed.add(channel.create_cq(4).unwrap().0, CqId(0)).unwrap();
+        Box::new(feed)
+    });
+    check("async", |p| {
+        Box::new(evd_verbs::AsyncFeed::new(SoftDevice::new().unwrap().0, p))
+    });
+}
+
+/// An event whose `Drop` panics, made by a `From` that first posts a
+/// [`RoomTaker::Filler`] into the EVD in `TAKE_ROOM` (if any): the room the
+/// feed read is gone by its post, so the feed holds what it polled.
+enum RoomTaker {
+    Polled,
+    Filler,
+}
+
+thread_local! {
+    static TAKE_ROOM: std::cell::RefCell<Option<evd::Poster<RoomTaker>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl From<VerbsEvent> for RoomTaker {
+    fn from(_: VerbsEvent) -> Self {
+        TAKE_ROOM.with(|p| {
+            if let Some(p) = &*p.borrow() {
+                assert!(p.post(RoomTaker::Filler).is_ok(), "room to take");
+            }
+        });
+        RoomTaker::Polled
+    }
+}
+
+impl Drop for RoomTaker {
+    fn drop(&mut self) {
+        if let RoomTaker::Polled = self {
+            panic!("{}", common::panics::PROVOKED);
+        }
+    }
+}
+
+/// A dropped feed drops the events it holds (polled, then refused by a
+/// full EVD) one at a time: two that panic on drop are not a second panic
+/// during the first's unwinding (an abort of the process); the first
+/// reaches the caller that dropped the feed.
+#[test]
+fn a_feed_holding_events_that_panic_on_drop_is_dropped_with_one_panic() {
+    common::panics::quiet_provoked_panics();
+    let (poster, mut consumer) = evd::bounded::<RoomTaker>(2).unwrap();
+    let (cq, hca) = SoftCq::new(4).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    assert_eq!(hca.push_batch(&[wc(0), wc(1)]), 2);
+    TAKE_ROOM.with(|p| *p.borrow_mut() = Some(poster));
+    assert_eq!(feed.progress(16).status, FeedStatus::Backpressure);
+    TAKE_ROOM.with(|p| *p.borrow_mut() = None);
+    assert_eq!(feed.stats().held, 2, "both polled completions are held");
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(feed)));
+    assert!(dropped.is_err(), "the first panic reaches the caller");
+    assert!(matches!(consumer.try_dequeue(), Ok(RoomTaker::Filler)));
+    assert!(matches!(consumer.try_dequeue(), Ok(RoomTaker::Filler)));
+}

@@ -188,15 +188,17 @@ impl fmt::Display for Panic {
 impl std::error::Error for Panic {}
 
 /// A value a thread that runs user code hands to the one that joins it
-/// (its feeds), dropped under a catch wherever it is dropped: by the joiner
-/// after an error, or at the thread's own end when nobody joins it (stopped
-/// from its own thread), where a panic of the feeds' code (a CQ's destroy,
-/// a held event's `Drop`) would abort the process: std aborts when a
-/// thread's result panics on drop. Such a panic is swallowed ([`Panic`]'s
-/// guarded drop). [`DropCaught::into_inner`] hands the value over.
-pub(crate) struct DropCaught<T>(Option<T>);
+/// (its feeds), dropped feed by feed under a catch wherever it is dropped:
+/// by the joiner after an error, or at the thread's own end when nobody
+/// joins it (stopped from its own thread), where a panic of the feeds' code
+/// (a CQ's destroy, a held event's `Drop`) would abort the process: std
+/// aborts when a thread's result panics on drop. Each such panic is
+/// swallowed ([`Panic`]'s guarded drop); one catch per feed, since a second
+/// panic while the first unwinds would abort too.
+/// [`DropCaught::into_inner`] hands the value over.
+pub(crate) struct DropCaught<T: DropEach>(Option<T>);
 
-impl<T> DropCaught<T> {
+impl<T: DropEach> DropCaught<T> {
     pub(crate) fn new(v: T) -> Self {
         DropCaught(Some(v))
     }
@@ -206,13 +208,37 @@ impl<T> DropCaught<T> {
     }
 }
 
-impl<T> Drop for DropCaught<T> {
+impl<T: DropEach> Drop for DropCaught<T> {
     fn drop(&mut self) {
         if let Some(v) = self.0.take() {
-            // AssertUnwindSafe: the value is owned here and gone either way.
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(v))) {
-                drop(Panic::new(payload));
-            }
+            v.drop_each();
+        }
+    }
+}
+
+/// A value made of feeds, dropped one feed at a time, each under its own
+/// catch (see [`DropCaught`]).
+pub(crate) trait DropEach {
+    /// Drop every part, each under a catch; swallow their panics.
+    fn drop_each(self);
+}
+
+impl<T: DropEach, E> DropEach for Result<T, E> {
+    fn drop_each(self) {
+        match self {
+            Ok(v) => v.drop_each(),
+            // An error's payload (a `Panic`) guards its own drop.
+            Err(e) => drop(e),
+        }
+    }
+}
+
+/// Drop each of `parts` under its own catch, swallowing their panics.
+pub(crate) fn drop_each_caught<P>(parts: impl IntoIterator<Item = P>) {
+    for part in parts {
+        // AssertUnwindSafe: the part is owned here and gone either way.
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(part))) {
+            drop(Panic::new(payload));
         }
     }
 }

@@ -4,7 +4,7 @@
 //! handed back, or the thread's error.
 
 use super::control::{DriverHandle, RunningMark, downcast};
-use super::error::{DriverError, DropCaught, Panic};
+use super::error::{DriverError, DropCaught, DropEach, Panic, drop_each_caught};
 use super::key::{FeedId, FeedKey};
 use super::slot::Removal;
 use super::{Driver, DriverStats};
@@ -60,6 +60,13 @@ impl Driver {
             "driver thread started"
         );
         let r = self.serve_until_stopped();
+        if r.is_err() {
+            // Failed: the feeds go with the driver, nobody to hand them to;
+            // dropped feed by feed under a catch (their code's panics are
+            // not this thread's end, and a second one would abort).
+            drop_each_caught(self.slots.drain(..).flatten().map(|s| s.source));
+            drop_each_caught(std::mem::take(&mut self.removed));
+        }
         match &r {
             Ok(_) => {
                 trace::event!(INFO, stats = ?self.stats, "driver thread stopped");
@@ -313,6 +320,12 @@ pub struct Shutdown {
     pub cpu_time: Duration,
     /// The driver's counters at the end.
     pub stats: DriverStats,
+}
+
+impl DropEach for Shutdown {
+    fn drop_each(mut self) {
+        drop_each_caught(std::mem::take(&mut self.feeds));
+    }
 }
 
 impl Shutdown {

@@ -184,13 +184,17 @@ where
 }
 
 /// The errno a stream feed given up for `e` reports (its
-/// [`AsyncFeed::failure`], its `SourceFailed` event's status).
+/// [`AsyncFeed::failure`], its `SourceFailed` event's status): never 0.
 fn errno_of(e: PollError) -> i32 {
     match e {
         PollError::ChannelFailed(errno)
         | PollError::ArmFailed(errno)
-        | PollError::Failed(errno) => errno,
-        PollError::Provider(v) => v,
-        PollError::Overrun => 0,
+        | PollError::Failed(errno)
+            if errno > 0 =>
+        {
+            errno
+        }
+        PollError::Overrun => libc::EOVERFLOW,
+        _ => libc::EIO,
     }
 }

@@ -101,8 +101,9 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     }
 
     /// The errno its source failed with, if it did (or the one its
-    /// [`Driver`](crate::Driver) gave it up for): the feed then delivered
-    /// (or holds) an [`AsyncEventKind::SourceFailed`] event as its last,
+    /// [`Driver`](crate::Driver) gave it up for; EIO for an error of no
+    /// errno): the feed then delivers, once the EVD has room and the source
+    /// has no event left, an [`AsyncEventKind::SourceFailed`] event as its last,
     /// and reports [`FeedStatus::Failed`](crate::FeedStatus::Failed).
     ///
     /// ```

@@ -142,6 +142,10 @@ pub struct ChannelFeed<H: SharedChannel, T = VerbsEvent> {
     by_key: HashMap<CqKey, usize>,
     channel: H,
     room: RoomWaiter<T>,
+    /// Its room check is running (it may run the draining upcall, user
+    /// code): still set at the next call, it unwound, and that call starts
+    /// the upcall again first (as a [`Feed`]'s post that unwound).
+    posting: bool,
     /// Where the next pass starts.
     cursor: usize,
     stats: ChannelFeedStats,
@@ -163,6 +167,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             by_key: HashMap::new(),
             channel,
             room: poster.room_waiter(),
+            posting: false,
             cursor: 0,
             stats: ChannelFeedStats::default(),
         }
@@ -325,6 +330,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// be drained: the next call serves it again, and the feed and the EVD
     /// stay usable. Call again before sleeping on the channel's fd.
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
+        self.restart_upcall_if_unwound();
         let n = self.members.len();
         let mut delivered = 0;
         for k in 0..n {
@@ -463,6 +469,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// call, leaving the CQ it was serving as [`Feed::progress`] says: the
     /// feed and the EVD stay usable, and the next call goes on.
     pub fn progress(&mut self, budget: usize) -> Progress {
+        self.restart_upcall_if_unwound();
         let n = self.members.len();
         let mut delivered = 0;
         for k in 0..n {
@@ -543,7 +550,18 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// assert!(feed.poll_room(&mut cx).is_ready());
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.room.poll_room(cx).map(|_| ())
+        self.posting = true;
+        let ready = self.room.poll_room(cx).map(|_| ());
+        self.posting = false;
+        ready
+    }
+
+    /// See `posting` (left set if this upcall unwinds too).
+    fn restart_upcall_if_unwound(&mut self) {
+        if self.posting {
+            self.room.poster().start_draining_upcall();
+            self.posting = false;
+        }
     }
 
     /// Tear down: hand back the feed of each CQ, in the order they were

@@ -90,8 +90,9 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     }
 
     /// The errno its source failed with, if it did (or the one its
-    /// [`Driver`](crate::Driver) gave it up for): the feed then delivered
-    /// (or holds) a [`CmEventKind::SourceFailed`] event as its last, and
+    /// [`Driver`](crate::Driver) gave it up for; EIO for an error of no
+    /// errno): the feed then delivers, once the EVD has room and the source
+    /// has no event left, a [`CmEventKind::SourceFailed`] event as its last, and
     /// reports [`FeedStatus::Failed`](crate::FeedStatus::Failed).
     ///
     /// ```

@@ -106,7 +106,10 @@ impl<S, T: Send> EventFeed<S, T> {
                             _ => return stop(delivered, FeedStatus::Drained),
                         },
                         Err(e) => {
-                            self.state = SourceState::Owed(e.raw_os_error().unwrap_or(0));
+                            // An error of no errno (a source of the
+                            // caller's own) reads as EIO, never as 0.
+                            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                            self.state = SourceState::Owed(errno);
                             continue;
                         }
                     }
@@ -175,7 +178,11 @@ impl<S, T: Send> EventFeed<S, T> {
 
     /// Wait for room in a full EVD.
     pub(crate) fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.room.poll_room(cx).map(|_| ())
+        // The room check may run the draining upcall (user code): as a post.
+        self.posting = true;
+        let ready = self.room.poll_room(cx).map(|_| ());
+        self.posting = false;
+        ready
     }
 }
 

@@ -151,6 +151,10 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// assert_eq!(feed.stats().held, 0); // nothing was polled without room
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.room.poll_room(cx).map(|_| ())
+        // The room check may run the draining upcall (user code): as a post.
+        self.posting = true;
+        let ready = self.room.poll_room(cx).map(|_| ());
+        self.posting = false;
+        ready
     }
 }

@@ -2,12 +2,15 @@
 //! ([`Feed::on_channel_ready`], or from a channel shared with other CQs by
 //! the [`ChannelFeed`](crate::ChannelFeed)), credited (the arm each reports
 //! is used up), and acknowledged in batches of [`ACK_BATCH`], every one of
-//! them before the CQ is destroyed (the `ibv_get_cq_event` rule).
+//! them before the CQ is destroyed (the `ibv_get_cq_event` rule): the
+//! feed's drop, which also drops the events it holds.
 
 use super::Feed;
+use crate::driver::Panic;
 use crate::event::VerbsEvent;
 use crate::source::CompletionQueue;
 use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 /// Channel events acknowledged per `ack_events` call: acknowledging takes a
 /// mutex in libibverbs, so it is batched (as rdma-io and the kernel do).
@@ -64,5 +67,26 @@ impl<C: CompletionQueue, T> Drop for Feed<C, T> {
         // The ibv_get_cq_event rule: every event got is acknowledged before
         // the CQ (dropped right after this) is destroyed.
         self.ack_all();
+        // The events held (polled, then refused by a full EVD) are user
+        // values whose `Drop` may panic: dropped one at a time, so that a
+        // second panic cannot come while the first unwinds (an abort); the
+        // first goes on after the last is dropped.
+        let mut first = None;
+        for ev in self.held.drain(..) {
+            // AssertUnwindSafe: the event is owned here and gone either way.
+            if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(ev))) {
+                match first {
+                    None => first = Some(p),
+                    Some(_) => drop(Panic::new(p)),
+                }
+            }
+        }
+        if let Some(p) = first {
+            if std::thread::panicking() {
+                drop(Panic::new(p));
+            } else {
+                resume_unwind(p);
+            }
+        }
     }
 }
