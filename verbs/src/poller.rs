@@ -1,6 +1,8 @@
 //! The busy-poll mode's optional dedicated thread.
 
-use crate::driver::{DriverError, DropCaught, DropEach, Panic, drop_each_caught};
+use crate::driver::{
+    DriverError, DropCaught, DropEach, Panic, drop_each_caught, drop_each_then_raise,
+};
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use crate::source::CompletionQueue;
@@ -346,8 +348,9 @@ where
             if let Some(Ok(stopped)) = self.stop_and_join() {
                 stopped.drop_each();
             }
-        } else {
-            drop(self.stop_and_join());
+        } else if let Some(Ok(mut stopped)) = self.stop_and_join() {
+            // A feed's panic on drop reaches this caller; one at a time.
+            drop_each_then_raise(std::mem::take(&mut stopped.feeds));
         }
     }
 }

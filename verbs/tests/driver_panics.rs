@@ -507,3 +507,33 @@ fn the_rest_of_a_batch_whose_handler_panicked_is_delivered_without_a_later_compl
         drop(up.teardown());
     }
 }
+
+/// Dropping a running driver or a poller drops its feeds on the caller's
+/// thread, one at a time: two whose CQ's destroy panics are not a second
+/// panic during the first's unwinding (an abort of the process); the first
+/// reaches the caller, as a dropped value's panic does.
+#[test]
+fn a_dropped_driver_or_poller_whose_feeds_panic_on_drop_raises_one_panic() {
+    quiet_provoked_panics();
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let feeds = || {
+        let feed = |id| Feed::new(cq_whose_drop_panics().0, CqId(id), poster.clone());
+        vec![feed(0), feed(1)]
+    };
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    for feed in feeds() {
+        driver.register(feed, FeedMode::Event).unwrap();
+    }
+    let running = driver.spawn().unwrap();
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(running)));
+    assert!(
+        dropped.is_err(),
+        "the driver's feeds: the first panic reaches the caller"
+    );
+    let poller = Poller::spawn(feeds(), 16).unwrap();
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(poller)));
+    assert!(
+        dropped.is_err(),
+        "the poller's feeds: the first panic reaches the caller"
+    );
+}

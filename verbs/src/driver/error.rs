@@ -235,12 +235,30 @@ impl<T: DropEach, E> DropEach for Result<T, E> {
 
 /// Drop each of `parts` under its own catch, swallowing their panics.
 pub(crate) fn drop_each_caught<P>(parts: impl IntoIterator<Item = P>) {
+    drop(drop_each_keeping_the_first(parts));
+}
+
+/// Drop each of `parts` under its own catch (a second panic while the
+/// first unwinds would abort), then raise the first panic, if any, to the
+/// caller who dropped them (the others are swallowed).
+pub(crate) fn drop_each_then_raise<P>(parts: impl IntoIterator<Item = P>) {
+    if let Some(first) = drop_each_keeping_the_first(parts) {
+        std::panic::resume_unwind(first.into_payload());
+    }
+}
+
+fn drop_each_keeping_the_first<P>(parts: impl IntoIterator<Item = P>) -> Option<Panic> {
+    let mut first = None;
     for part in parts {
         // AssertUnwindSafe: the part is owned here and gone either way.
         if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(part))) {
-            drop(Panic::new(payload));
+            let p = Panic::new(payload);
+            if first.is_none() {
+                first = Some(p);
+            }
         }
     }
+    first
 }
 
 impl fmt::Display for DriverError {

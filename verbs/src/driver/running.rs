@@ -4,7 +4,9 @@
 //! handed back, or the thread's error.
 
 use super::control::{DriverHandle, RunningMark, downcast};
-use super::error::{DriverError, DropCaught, DropEach, Panic, drop_each_caught};
+use super::error::{
+    DriverError, DropCaught, DropEach, Panic, drop_each_caught, drop_each_then_raise,
+};
 use super::key::{FeedId, FeedKey};
 use super::slot::Removal;
 use super::{Driver, DriverStats};
@@ -128,8 +130,9 @@ impl Driver {
     }
 }
 
-/// A driver running on its own thread. Dropping it shuts it down (and drops
-/// its feeds, acknowledging their events, on that thread) and joins it;
+/// A driver running on its own thread. Dropping it shuts it down, joins
+/// it, and drops its feeds (acknowledging their events) on the dropping
+/// thread, one at a time: the first panic of their code reaches the caller;
 /// dropped on the driver's own thread (from an upcall) or while the
 /// dropping thread unwinds from a panic, it asks the driver to stop and
 /// does not wait, so a feed's user code may still run after the drop
@@ -283,8 +286,9 @@ impl Drop for RunningDriver {
             // Unwinding, or on the driver's own thread (joining would wait
             // for itself): ask it to stop and let it end on its own.
             self.handle.shared.request_stop();
-        } else {
-            drop(self.stop_and_join());
+        } else if let Some(Ok(mut stopped)) = self.stop_and_join() {
+            // A feed's panic on drop reaches this caller; one at a time.
+            drop_each_then_raise(std::mem::take(&mut stopped.feeds));
         }
     }
 }
