@@ -329,3 +329,28 @@ fn a_device_feed_goes_with_the_feed_that_brought_it_and_its_events_to_a_feed_lef
         "the feed left and its device feed"
     );
 }
+
+/// The device's events a removed feed's device feed gave back are offered
+/// to a feed left that still serves an open EVD: not to one whose consumer
+/// is gone, where they would stop. (The first feed left took them.)
+#[test]
+fn a_device_feeds_events_are_offered_past_a_feed_whose_evd_is_closed() {
+    let device = SoftDevice::unheard().unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let mut feed_on_device = |id| {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let (cq, _hca) = SoftCq::with_device(4, CqId(id), &device).unwrap();
+        let key = driver
+            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
+            .unwrap();
+        (key, consumer)
+    };
+    let (first, _c1) = feed_on_device(1);
+    let (_closed, c2) = feed_on_device(2);
+    let (_open, mut c3) = feed_on_device(3);
+    drop(c2);
+    drop(driver.remove(first).unwrap());
+    let port = AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(3));
+    device.raise(port);
+    assert_eq!(drive_to_async_event(&mut driver, &mut c3), port);
+}

@@ -757,14 +757,17 @@ impl Drop for RoomTaker {
 }
 
 /// A dropped feed drops the events it holds (polled, then refused by a
-/// full EVD) one at a time: two that panic on drop are not a second panic
-/// during the first's unwinding (an abort of the process); the first
-/// reaches the caller that dropped the feed.
+/// full EVD) and its CQ one at a time: two held events that panic on drop,
+/// and a CQ whose destroy panics, are not a second panic during the first's
+/// unwinding (an abort of the process); the first reaches the caller that
+/// dropped the feed.
 #[test]
 fn a_feed_holding_events_that_panic_on_drop_is_dropped_with_one_panic() {
     common::panics::quiet_provoked_panics();
     let (poster, mut consumer) = evd::bounded::<RoomTaker>(2).unwrap();
-    let (cq, hca) = SoftCq::new(4).unwrap();
+    let (soft, hca) = SoftCq::new(4).unwrap();
+    let mut cq = HookedCq::new(soft);
+    cq.at_drop = Some(Box::new(|| panic!("{}", common::panics::PROVOKED)));
     let mut feed = Feed::new(cq, CqId(0), poster.clone());
     assert_eq!(hca.push_batch(&[wc(0), wc(1)]), 2);
     TAKE_ROOM.with(|p| *p.borrow_mut() = Some(poster));

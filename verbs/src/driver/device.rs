@@ -6,8 +6,11 @@
 //! after the removal begins), drops it once its poll has ended (which
 //! gives the device's events back to the device), and then offers them to
 //! the feeds left, as a registration would: the first whose device's
-//! events nobody consumes takes them into its EVD.
+//! events nobody consumes, and whose EVD is still served, takes them into
+//! its EVD. A device feed whose poll the backend refuses to cancel is
+//! stopped all the same, and the cancellation asked for again every turn.
 
+use super::cycle::Phase;
 use super::slot::Removal;
 use super::{Driver, FeedId, FeedMode};
 use crate::driver::error::Panic;
@@ -19,12 +22,27 @@ impl Driver {
     /// if any. Nothing during a shutdown, which hands every feed back.
     pub(super) fn remove_device_feed_of(&mut self, child: Option<FeedId>) {
         let Some(child) = child else { return };
-        if self.shared.stop_requested() {
+        // Not `stop_requested`, which another thread sets at any time: the
+        // shutdown's own removals begin after this flag.
+        if self.shutting_down {
             return;
         }
-        // A device feed is removed as `Drop`, which a refused cancellation
-        // does not fail: it is then served on, as before the removal.
+        // A removal as `Drop` never fails: a refused cancellation is owed.
         let _ = self.begin_remove(child, Removal::Drop);
+    }
+
+    /// Ask again for the cancellations the backend refused: a device feed
+    /// stopped by its parent's removal is dropped once its poll ends.
+    pub(super) fn cancel_owed_polls(&mut self) {
+        let mut owed = std::mem::take(&mut self.cancels_owed);
+        owed.retain(|&id| {
+            let in_flight = self.slots.get(id.index as usize).is_some_and(|s| {
+                s.as_ref()
+                    .is_some_and(|s| s.generation == id.generation && s.poll_in_flight)
+            });
+            in_flight && self.cancel_poll(id).is_err()
+        });
+        self.cancels_owed = owed;
     }
 
     /// A device feed's poll has ended after its parent's removal: drop it
@@ -47,24 +65,33 @@ impl Driver {
             let Some(slot) = self.slots[index].as_mut() else {
                 continue;
             };
-            if slot.removing.is_some() || slot.device_feed.is_some() {
+            // Not to a feed that serves nobody any more (its EVD closed,
+            // its CQ failed, given up): the events would stop there.
+            let served = slot.phase != Phase::Done && !slot.given_up;
+            if slot.removing.is_some() || slot.device_feed.is_some() || !served {
                 continue;
             }
-            // The feed's own code (its CQ's `device_events`).
-            let offered = catch_unwind(AssertUnwindSafe(|| slot.source.device_feed()));
-            let device_feed = match offered {
-                Ok(Some(f)) => f,
-                Ok(None) => continue,
+            // The feed's own code (its CQ's `device_events`, the source's
+            // `fd` at the insert), whose panic is kept as a turn's; a
+            // device feed not inserted is dropped under the same catch.
+            let inserted = catch_unwind(AssertUnwindSafe(|| {
+                let source = self.slots[index].as_mut()?.source.as_mut();
+                if !source.evd_open() {
+                    return None;
+                }
+                let device_feed = source.device_feed()?;
+                self.insert(device_feed, FeedMode::Event).ok()
+            }));
+            match inserted {
+                Ok(Some(child)) => {
+                    if let Some(slot) = self.slots[index].as_mut() {
+                        slot.device_feed = Some(child);
+                    }
+                }
+                Ok(None) => {}
                 Err(payload) => {
                     self.stats.handler_panics += 1;
                     self.caught.get_or_insert(Panic::new(payload));
-                    continue;
-                }
-            };
-            // A device feed has an fd: its insert cannot fail.
-            if let Ok(child) = self.insert(device_feed, FeedMode::Event) {
-                if let Some(slot) = self.slots[index].as_mut() {
-                    slot.device_feed = Some(child);
                 }
             }
         }

@@ -156,6 +156,11 @@ pub struct Driver {
     failed: Option<DriverError>,
     /// Run by its own thread ([`Driver::spawn`]).
     spawned: bool,
+    /// Removing every feed into the `Shutdown` (`device.rs`).
+    shutting_down: bool,
+    /// Device feeds being removed whose cancellation the backend refused:
+    /// asked again every turn (`device.rs`).
+    cancels_owed: Vec<FeedId>,
     /// The backend refuses this many more cancellations, and a removal's
     /// wait fails as many times (a unit test's fault).
     #[cfg(test)]
@@ -198,6 +203,8 @@ impl Driver {
             caught: None,
             failed: None,
             spawned: false,
+            shutting_down: false,
+            cancels_owed: Vec::new(),
             #[cfg(test)]
             refuse_cancels: 0,
         })
@@ -369,6 +376,9 @@ impl Driver {
     /// was anything to handle (a command, a ring completion, or a feed that
     /// delivered).
     fn turn(&mut self) -> Result<bool, DriverError> {
+        if !self.cancels_owed.is_empty() {
+            self.cancel_owed_polls();
+        }
         let commands = self.apply_commands()?;
         let completions = self.reap()?;
         let delivered = self.run_feeds()?;

@@ -345,7 +345,9 @@ impl Driver {
                         Ok(true)
                     }
                     Removal::Drop => {
-                        trace::event!(WARN, feed = ?id, error = %e, "device feed removal refused");
+                        trace::event!(WARN, feed = ?id, error = %e, "device feed cancel refused");
+                        self.cancels_owed.push(id);
+                        self.slot_mut(id).expect("checked above").removing = Some(who);
                         Ok(true)
                     }
                 };
@@ -361,13 +363,13 @@ impl Driver {
 
     /// Ask the backend to cancel a feed's poll.
     #[cfg(not(test))]
-    fn cancel_poll(&mut self, id: FeedId) -> std::io::Result<()> {
+    pub(super) fn cancel_poll(&mut self, id: FeedId) -> std::io::Result<()> {
         self.backend.cancel(id)
     }
 
     /// Ask the backend to cancel a feed's poll, unless a test has it refuse.
     #[cfg(test)]
-    fn cancel_poll(&mut self, id: FeedId) -> std::io::Result<()> {
+    pub(super) fn cancel_poll(&mut self, id: FeedId) -> std::io::Result<()> {
         if self.refuse_cancels > 0 {
             self.refuse_cancels -= 1;
             return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));

@@ -110,6 +110,7 @@ impl Driver {
                 })
             })
             .collect();
+        self.shutting_down = true;
         for id in &ids {
             // False for a feed a `DriverHandle::remove` is removing already:
             // its remover gets it when its cancellation ends.

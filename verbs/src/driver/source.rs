@@ -34,6 +34,11 @@ pub(crate) trait Source: Send {
     fn give_up(&mut self, _e: PollError) -> bool {
         false
     }
+    /// Its EVD is still open (a feed whose consumer is gone is offered no
+    /// device's events).
+    fn evd_open(&self) -> bool {
+        true
+    }
     /// The feed itself, to hand back typed.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
     /// A feed of the device's async events into this feed's EVD, if nobody
@@ -74,6 +79,9 @@ where
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
+    fn evd_open(&self) -> bool {
+        !self.poster().is_closed()
+    }
     fn device_feed(&mut self) -> Option<Box<dyn Source>> {
         let events = self.cq().device_events()?;
         let feed: AsyncFeed<Box<dyn AsyncEventSource>, T> =
@@ -111,6 +119,9 @@ where
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+    fn evd_open(&self) -> bool {
+        !self.poster().is_closed()
     }
     fn device_feed(&mut self) -> Option<Box<dyn Source>> {
         // The CQs of one channel are on one device.

@@ -100,7 +100,8 @@ pub struct FeedStats {
 /// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 0));
 /// ```
 pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
-    cq: C,
+    /// Dropped by the feed's `Drop`, after its events are acknowledged.
+    cq: ManuallyDrop<C>,
     id: CqId,
     /// Posts through its poster; waits for room with it when the EVD is full.
     room: RoomWaiter<T>,
@@ -166,7 +167,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// ```
     pub fn new(cq: C, id: CqId, poster: Poster<T>) -> Self {
         Feed {
-            cq,
+            cq: ManuallyDrop::new(cq),
             id,
             room: poster.room_waiter(),
             batch: [WorkCompletion::default(); POLL_BATCH],
@@ -577,7 +578,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         // with no destructor.
         let (cq, room) = unsafe { (std::ptr::read(&me.cq), std::ptr::read(&me.room)) };
         drop(room);
-        (cq, undelivered)
+        (ManuallyDrop::into_inner(cq), undelivered)
     }
 }
 

@@ -217,3 +217,52 @@ fn a_removal_whose_wait_failed_is_finished_by_the_next() {
     assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
     assert!(matches!(driver.remove(key), Err(DriverError::NoSuchFeed)));
 }
+
+/// The device feed of a removed feed whose cancellation the backend
+/// refuses is stopped all the same (nothing of the device reaches the
+/// removed feed's EVD), and dropped once the cancellation, asked for again
+/// every turn, goes through: the device's events are then nobody's, free
+/// for the next registration. (It was served on into the removed feed's EVD
+/// until the shutdown.) The parent's CQ failed (an overrun), so its own
+/// removal needs no cancellation: only the device feed's is refused.
+#[test]
+fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
+    use super::super::cycle::Phase;
+    use crate::soft::SoftDevice;
+    use crate::{AsyncElement, AsyncEvent, AsyncEventKind};
+    let device = SoftDevice::unheard().unwrap();
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let (cq, hca) = SoftCq::with_device(1, CqId(0), &device).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    let parent = key.id().index as usize;
+    let child = driver.slots[parent].as_ref().unwrap().device_feed.unwrap();
+    hca.push_batch(&[WorkCompletion::new(0), WorkCompletion::new(1)]); // overruns
+    let settled = |d: &Driver| {
+        let done = d.slots[parent].as_ref().unwrap().phase == Phase::Done;
+        done && d.slots[child.index as usize]
+            .as_ref()
+            .unwrap()
+            .poll_in_flight
+    };
+    let start = Instant::now();
+    while !settled(&driver) {
+        assert!(start.elapsed() < Duration::from_secs(60), "never settled");
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+    }
+    while consumer.try_dequeue().is_ok() {} // the CqErrors
+    driver.refuse_cancels = 1;
+    drop(driver.remove(key).unwrap());
+    device.raise(AsyncEvent::new(
+        AsyncEventKind::PortError,
+        AsyncElement::Port(9),
+    ));
+    while device.take_events().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(60), "never dropped");
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+        let ev = consumer.try_dequeue();
+        assert!(ev.is_err(), "nothing into the removed feed's EVD: {ev:?}");
+    }
+}

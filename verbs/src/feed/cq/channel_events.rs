@@ -10,6 +10,7 @@ use crate::driver::Panic;
 use crate::event::VerbsEvent;
 use crate::source::CompletionQueue;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 /// Channel events acknowledged per `ack_events` call: acknowledging takes a
@@ -64,23 +65,33 @@ impl<C: CompletionQueue, T> Feed<C, T> {
 
 impl<C: CompletionQueue, T> Drop for Feed<C, T> {
     fn drop(&mut self) {
-        // The ibv_get_cq_event rule: every event got is acknowledged before
-        // the CQ (dropped right after this) is destroyed.
-        self.ack_all();
-        // The events held (polled, then refused by a full EVD) are user
-        // values whose `Drop` may panic: dropped one at a time, so that a
-        // second panic cannot come while the first unwinds (an abort); the
-        // first goes on after the last is dropped.
+        // Every step runs user code that may panic (the provider's ack and
+        // destroy, the held events' `Drop`): each under its own catch, so
+        // that no panic comes while another unwinds (an abort); the first
+        // goes on after the last step, to the caller who dropped the feed.
         let mut first = None;
-        for ev in self.held.drain(..) {
-            // AssertUnwindSafe: the event is owned here and gone either way.
-            if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(ev))) {
+        let mut step = |f: &mut dyn FnMut()| {
+            // AssertUnwindSafe: each step is the last use of what it drops.
+            if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
                 match first {
                     None => first = Some(p),
                     Some(_) => drop(Panic::new(p)),
                 }
             }
+        };
+        // The ibv_get_cq_event rule: every event got is acknowledged before
+        // the CQ is destroyed.
+        step(&mut || self.ack_all());
+        // The events held (polled, then refused by a full EVD).
+        for ev in self.held.drain(..) {
+            let mut ev = Some(ev);
+            step(&mut || drop(ev.take()));
         }
+        // SAFETY: `drop` runs once, and the CQ is not used after this (the
+        // fields left are dropped by the glue, the CQ not among them: it
+        // is `ManuallyDrop`); `into_parts` forgets the feed instead.
+        let mut cq = Some(unsafe { ManuallyDrop::take(&mut self.cq) });
+        step(&mut || drop(cq.take()));
         if let Some(p) = first {
             if std::thread::panicking() {
                 drop(Panic::new(p));
