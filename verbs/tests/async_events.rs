@@ -354,3 +354,56 @@ fn a_device_feeds_events_are_offered_past_a_feed_whose_evd_is_closed() {
     device.raise(port);
     assert_eq!(drive_to_async_event(&mut driver, &mut c3), port);
 }
+
+/// A device's events whose `fd` panics (the provider's code).
+struct PanickingFd;
+
+impl evd_verbs::AsyncEventSource for PanickingFd {
+    fn fd(&self) -> std::os::fd::RawFd {
+        panic!("{}", common::panics::PROVOKED);
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<AsyncEvent>> {
+        Ok(None)
+    }
+}
+
+/// The offer of a removed feed's device events runs the code of the feeds
+/// left (their CQ's `device_events`, the offered source's `fd`): a panic
+/// there is caught and reported by the next `process`, as a turn's, and the
+/// removal returns the feed. (The `fd`'s panic came out of `remove`.)
+#[test]
+fn a_panic_in_the_offer_of_a_device_feeds_events_is_a_turns() {
+    common::panics::quiet_provoked_panics();
+    let device = SoftDevice::unheard().unwrap();
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let (cq, _hca) = SoftCq::with_device(4, CqId(1), &device).unwrap();
+    let first = driver
+        .register(Feed::new(cq, CqId(1), poster.clone()), FeedMode::Event)
+        .unwrap();
+    let hooked = common::hooked_cq::HookedCq::new(SoftCq::new(4).unwrap().0);
+    let mut asked = 0;
+    *hooked.device_events.lock().unwrap() = Some(Box::new(move || {
+        asked += 1;
+        // At its registration: taken (by the first feed's device feed).
+        (asked > 1).then(|| Box::new(PanickingFd) as Box<dyn evd_verbs::AsyncEventSource>)
+    }));
+    driver
+        .register(Feed::new(hooked, CqId(2), poster), FeedMode::Event)
+        .unwrap();
+    let removed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.remove(first)));
+    let feed = removed.expect("no panic out of remove").expect("the feed");
+    assert_eq!(feed.id(), CqId(1));
+    let start = std::time::Instant::now();
+    loop {
+        assert!(start.elapsed() < common::driver::WATCHDOG, "never reported");
+        match driver.process(Some(std::time::Duration::from_millis(10))) {
+            Err(evd_verbs::DriverError::Panicked(p)) => {
+                assert_eq!(p.message(), Some(common::panics::PROVOKED));
+                break;
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => {}
+        }
+    }
+}

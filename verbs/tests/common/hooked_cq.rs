@@ -12,6 +12,9 @@ use std::sync::Mutex;
 
 type Hook<A, R> = Box<dyn FnMut(&mut SoftCq, A) -> R + Send>;
 
+/// A hook that answers `device_events`.
+pub type DeviceEvents = Box<dyn FnMut() -> Option<Box<dyn AsyncEventSource>> + Send>;
+
 /// A [`SoftCq`] whose calls run the hook set for them, if any, in place of
 /// the soft CQ's own (a hook gets the soft CQ, to call it too);
 /// `at_registration` runs once, from `device_events` (which a driver calls on
@@ -23,6 +26,9 @@ pub struct HookedCq {
     pub req_notify: Option<Hook<bool, io::Result<()>>>,
     pub get_event: Option<Hook<(), io::Result<bool>>>,
     pub at_registration: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// What `device_events` returns after `at_registration` ran (`None`
+    /// when unset): the events of a device of the test's making.
+    pub device_events: Mutex<Option<DeviceEvents>>,
     pub at_drop: Option<Box<dyn FnOnce() + Send>>,
     /// The channel fd it reports instead of the soft CQ's own.
     pub channel_fd: Option<RawFd>,
@@ -37,6 +43,7 @@ impl HookedCq {
             req_notify: None,
             get_event: None,
             at_registration: Mutex::new(None),
+            device_events: Mutex::new(None),
             at_drop: None,
             channel_fd: None,
         }
@@ -79,7 +86,11 @@ impl CompletionQueue for HookedCq {
         if let Some(hook) = hook {
             hook();
         }
-        None
+        self.device_events
+            .lock()
+            .unwrap()
+            .as_mut()
+            .and_then(|f| f())
     }
 }
 
