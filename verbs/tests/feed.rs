@@ -641,9 +641,23 @@ fn full_evd_under_a_handler_that_panics_once() -> (
     evd::Upcalls<VerbsEvent>,
     std::sync::mpsc::Receiver<u64>,
 ) {
+    evd_under_a_handler_that_panics_once(4, 4)
+}
+
+/// An EVD of `capacity` with `queued` events (`wr_id`s from 0) under a
+/// SingleInstance handler enabled with `Invoke::New` that panics on its
+/// first event; what it handled.
+fn evd_under_a_handler_that_panics_once(
+    capacity: usize,
+    queued: u64,
+) -> (
+    evd::Poster<VerbsEvent>,
+    evd::Upcalls<VerbsEvent>,
+    std::sync::mpsc::Receiver<u64>,
+) {
     common::panics::quiet_provoked_panics();
-    let (poster, consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
-    for id in 0..4 {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(capacity).unwrap();
+    for id in 0..queued {
         let ev = VerbsEvent::Completion {
             cq: CqId(9),
             wc: wc(id),
@@ -656,8 +670,11 @@ fn full_evd_under_a_handler_that_panics_once() -> (
         evd::UpcallPolicy::SingleInstance,
         evd::Invoke::New,
         move |ev, _| {
-            if let Ok(VerbsEvent::Completion { wc, .. }) = ev {
-                seen.send(wc.wr_id).unwrap();
+            match ev {
+                Ok(VerbsEvent::Completion { wc, .. }) => seen.send(wc.wr_id).unwrap(),
+                // An async event reports as 100 (a completion's id here).
+                Ok(VerbsEvent::Async(_)) => seen.send(100).unwrap(),
+                _ => {}
             }
             if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
                 panic!("{}", common::panics::PROVOKED);
@@ -778,4 +795,107 @@ fn a_feed_holding_events_that_panic_on_drop_is_dropped_with_one_panic() {
     assert!(dropped.is_err(), "the first panic reaches the caller");
     assert!(matches!(consumer.try_dequeue(), Ok(RoomTaker::Filler)));
     assert!(matches!(consumer.try_dequeue(), Ok(RoomTaker::Filler)));
+}
+
+/// A post whose upcall handler panicked leaves its feed owing a restart of
+/// that upcall; a room check in between (which finds room and runs no
+/// upcall) keeps it owed: the next call (or the check itself) restarts it.
+/// (The check cleared the mark, and the rest waited for a later post.)
+#[test]
+fn a_room_check_keeps_the_restart_a_panicked_post_owes() {
+    fn check(
+        kind: &str,
+        make: impl FnOnce(evd::Poster<VerbsEvent>) -> (Box<dyn RoomAndProgress>, Box<dyn Fn()>),
+    ) {
+        // One event queued: the feed's post starts the upcall, whose
+        // handler panics on it, leaving the feed's event queued behind.
+        let (poster, _up, handled) = evd_under_a_handler_that_panics_once(8, 1);
+        let (mut feed, arrive) = make(poster);
+        arrive();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+        assert!(r.is_err(), "{kind}: the handler's panic comes out");
+        let waker = futures::task::noop_waker();
+        assert!(
+            feed.poll_room(&mut std::task::Context::from_waker(&waker))
+                .is_ready()
+        );
+        feed.progress(16);
+        let seen: Vec<u64> = handled.try_iter().collect();
+        assert_eq!(seen, [0, 100], "{kind}");
+    }
+    check("cq", |p| {
+        let (cq, hca) = SoftCq::new(4).unwrap();
+        let arrive = move || assert!(hca.push(wc(100)).is_ok());
+        (Box::new(Feed::new(cq, CqId(0), p)), Box::new(arrive))
+    });
+    check("channel", |p| {
+        let channel = evd_verbs::soft::SoftChannel::new().unwrap();
+        let mut feed = evd_verbs::ChannelFeed::new(channel.clone(), p);
+        let (cq, hca) = channel.create_cq(4).unwrap();
+        feed.add(cq, CqId(0)).unwrap();
+        let arrive = move || assert!(hca.push(wc(100)).is_ok());
+        (Box::new(feed), Box::new(arrive))
+    });
+    check("async", |p| {
+        let (events, device) = SoftDevice::new().unwrap();
+        let port = evd_verbs::AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(1));
+        let arrive = move || device.raise(port);
+        (
+            Box::new(evd_verbs::AsyncFeed::new(events, p)),
+            Box::new(arrive),
+        )
+    });
+}
+
+/// A shared channel's CQ whose call unwound (its post's upcall handler
+/// panicked) stays due for service: the channel feed's next
+/// `arm_and_drain` serves it and restarts the upcall, though it was clean
+/// (armed and drained) before. (It was skipped, the rest left queued.)
+#[test]
+fn a_channel_member_whose_call_unwound_is_served_by_the_next_arm_and_drain() {
+    let (poster, _up, handled) = evd_under_a_handler_that_panics_once(8, 1);
+    let channel = evd_verbs::soft::SoftChannel::new().unwrap();
+    let mut feed = evd_verbs::ChannelFeed::new(channel.clone(), poster);
+    let (cq, hca) = channel.create_cq(4).unwrap();
+    feed.add(cq, CqId(0)).unwrap();
+    assert_eq!(feed.arm_and_drain(16).unwrap().status, FeedStatus::Drained);
+    hca.push(wc(100)).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    assert!(r.is_err(), "the handler's panic comes out");
+    feed.arm_and_drain(16).unwrap();
+    assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 100]);
+}
+
+/// An event type whose `From` panics on completions 1 and 2.
+struct Picky(u64);
+
+impl From<VerbsEvent> for Picky {
+    fn from(ev: VerbsEvent) -> Self {
+        let VerbsEvent::Completion { wc, .. } = ev else {
+            return Picky(u64::MAX);
+        };
+        if matches!(wc.wr_id, 1 | 2) {
+            panic!("{}", common::panics::PROVOKED);
+        }
+        Picky(wc.wr_id)
+    }
+}
+
+/// A feed taken apart after a `From` panicked hands back what it polled
+/// and converted: a `From` that panics again there loses only the one it
+/// panicked on, as in `progress`. (Its panic came out of `into_parts`, and
+/// the feed's drop took the events converted before with it.)
+#[test]
+fn into_parts_after_a_from_panic_hands_back_every_event_but_the_ones_that_panicked() {
+    common::panics::quiet_provoked_panics();
+    let (poster, _consumer) = evd::bounded::<Picky>(8).unwrap();
+    let (cq, hca) = SoftCq::new(8).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2), wc(3)]), 4);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    assert!(r.is_err(), "From panicked on 1");
+    let parts = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.into_parts()));
+    let (_cq, undelivered) = parts.expect("into_parts swallows the next From panic");
+    let ids: Vec<u64> = undelivered.iter().map(|p| p.0).collect();
+    assert_eq!(ids, [0, 3]);
 }

@@ -164,7 +164,8 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// (already converted: the `T` the EVD refused). An event is taken out
     /// of the source only when the EVD has room for it, so one is held only
     /// if another poster took that room first; the events a full EVD had no
-    /// room for are still in the source.
+    /// room for are still in the source. A `SourceFailed` event owed and not
+    /// made yet is not handed back ([`failure`](Self::failure) says why).
     ///
     /// ```
     /// use evd_verbs::{AsyncEventSource, AsyncFeed, AsyncEvent, AsyncEventKind, AsyncElement, FeedStatus, VerbsEvent, soft::SoftDevice};

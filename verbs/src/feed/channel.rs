@@ -69,6 +69,7 @@
 //! dirty ones.
 
 mod events;
+mod room;
 
 pub use crate::source::{ChannelEvent, CqKey, SharedChannel};
 
@@ -79,7 +80,6 @@ use evd::{Poster, RoomWaiter};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::task::{Context, Poll};
 
 /// A [`ChannelFeed`]'s own counters (each CQ's are in its [`Feed`]'s
 /// [`stats`](Feed::stats)).
@@ -485,7 +485,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                     status: FeedStatus::Budget,
                 };
             }
+            // Dirty while it runs: a call that unwinds leaves it so, and
+            // the next `arm_and_drain` serves it (and restarts its upcall).
+            let was_dirty = std::mem::replace(&mut m.dirty, true);
             let p = m.feed.progress(budget - delivered);
+            m.dirty = was_dirty;
             delivered += p.delivered;
             match p.status {
                 FeedStatus::Drained => {}
@@ -527,40 +531,6 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             m.done = true;
             m.dirty = false;
             self.stats.failed_cqs += 1;
-        }
-    }
-
-    /// Wait for room in a full EVD (as [`Feed::poll_room`]).
-    ///
-    /// ```
-    /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
-    /// use futures::task::noop_waker;
-    /// use std::task::Context;
-    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
-    /// let channel = SoftChannel::new().unwrap();
-    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
-    /// let (cq, hca) = channel.create_cq(8).unwrap();
-    /// feed.add(cq, CqId(0)).unwrap();
-    /// hca.push_batch(&[WorkCompletion::default(); 2]);
-    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits
-    /// let waker = noop_waker();
-    /// let mut cx = Context::from_waker(&waker);
-    /// assert!(feed.poll_room(&mut cx).is_pending());
-    /// consumer.try_dequeue().unwrap(); // frees the slot
-    /// assert!(feed.poll_room(&mut cx).is_ready());
-    /// ```
-    pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.posting = true;
-        let ready = self.room.poll_room(cx).map(|_| ());
-        self.posting = false;
-        ready
-    }
-
-    /// See `posting` (left set if this upcall unwinds too).
-    fn restart_upcall_if_unwound(&mut self) {
-        if self.posting {
-            self.room.poster().start_draining_upcall();
-            self.posting = false;
         }
     }
 

@@ -152,7 +152,9 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// Hand back the source, and the event the EVD refused, if one is held.
     /// An event is taken out of the source only when the EVD has room for
     /// it, so one is held only if another poster took that room first; the
-    /// events a full EVD had no room for are still in the source.
+    /// events a full EVD had no room for are still in the source. A
+    /// `SourceFailed` event owed and not made yet is not handed back
+    /// ([`failure`](Self::failure) says why).
     ///
     /// ```
     /// use evd_verbs::{CmEvent, CmEventKind, CmEventSource, CmFeed, soft::SoftCm};

@@ -18,6 +18,7 @@
 mod backpressure;
 mod channel_events;
 mod failure;
+mod teardown;
 
 pub use channel_events::ACK_BATCH;
 
@@ -545,40 +546,6 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             self.converting = false;
             self.held.push(ev);
         }
-    }
-
-    /// Tear down: acknowledge every channel event got, and hand back the CQ
-    /// (not destroyed yet) and the events polled but never posted (held while
-    /// the EVD was full or closed), in order.
-    ///
-    /// ```
-    /// use evd_verbs::{Feed, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
-    /// let (poster, consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
-    /// let (cq, producer) = SoftCq::new(16).unwrap();
-    /// let mut feed = Feed::new(cq, CqId(0), poster);
-    /// producer.push(WorkCompletion::default()).unwrap();
-    /// feed.progress(16);
-    /// let (cq, undelivered) = feed.into_parts();
-    /// assert!(undelivered.is_empty());
-    /// assert!(cq.destroy().is_ok());
-    /// # drop(consumer);
-    /// ```
-    pub fn into_parts(mut self) -> (C, Vec<T>) {
-        // The completions a panicking `From` left, and a failure's error
-        // still owed, are handed back with the rest (built while the feed
-        // still drops normally, should `From` panic again).
-        self.convert_polled();
-        self.hold_owed_error();
-        let mut me = ManuallyDrop::new(self);
-        me.ack_all();
-        let undelivered = std::mem::take(&mut me.held);
-        // SAFETY: `me` is never used or dropped after these reads, so the CQ
-        // and the poster are each moved out exactly once; `held` was taken
-        // (an empty Vec owns no allocation); the other fields are plain data
-        // with no destructor.
-        let (cq, room) = unsafe { (std::ptr::read(&me.cq), std::ptr::read(&me.room)) };
-        drop(room);
-        (ManuallyDrop::into_inner(cq), undelivered)
     }
 }
 

@@ -178,7 +178,12 @@ impl<S, T: Send> EventFeed<S, T> {
 
     /// Wait for room in a full EVD.
     pub(crate) fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // The room check may run the draining upcall (user code): as a post.
+        // A restart the last call owes first (this flag would clear it);
+        // then the room check, which may run the draining upcall (user
+        // code): as a post.
+        if self.posting {
+            self.start_draining_upcall();
+        }
         self.posting = true;
         let ready = self.room.poll_room(cx).map(|_| ());
         self.posting = false;

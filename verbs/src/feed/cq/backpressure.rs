@@ -151,7 +151,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// assert_eq!(feed.stats().held, 0); // nothing was polled without room
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // The room check may run the draining upcall (user code): as a post.
+        // A restart the last call owes first (this flag would clear it);
+        // then the room check, which may run the draining upcall (user
+        // code): as a post.
+        if self.posting {
+            self.restart_upcall();
+        }
         self.posting = true;
         let ready = self.room.poll_room(cx).map(|_| ());
         self.posting = false;

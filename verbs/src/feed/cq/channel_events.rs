@@ -2,16 +2,13 @@
 //! ([`Feed::on_channel_ready`], or from a channel shared with other CQs by
 //! the [`ChannelFeed`](crate::ChannelFeed)), credited (the arm each reports
 //! is used up), and acknowledged in batches of [`ACK_BATCH`], every one of
-//! them before the CQ is destroyed (the `ibv_get_cq_event` rule): the
-//! feed's drop, which also drops the events it holds.
+//! them before the CQ is destroyed (the `ibv_get_cq_event` rule; see
+//! `teardown`).
 
 use super::Feed;
-use crate::driver::Panic;
 use crate::event::VerbsEvent;
 use crate::source::CompletionQueue;
 use std::io;
-use std::mem::ManuallyDrop;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 /// Channel events acknowledged per `ack_events` call: acknowledging takes a
 /// mutex in libibverbs, so it is batched (as rdma-io and the kernel do).
@@ -59,45 +56,6 @@ impl<C: CompletionQueue, T> Feed<C, T> {
             unsafe { self.cq.ack_events(self.unacked) };
             self.stats.events_acked += u64::from(self.unacked);
             self.unacked = 0;
-        }
-    }
-}
-
-impl<C: CompletionQueue, T> Drop for Feed<C, T> {
-    fn drop(&mut self) {
-        // Every step runs user code that may panic (the provider's ack and
-        // destroy, the held events' `Drop`): each under its own catch, so
-        // that no panic comes while another unwinds (an abort); the first
-        // goes on after the last step, to the caller who dropped the feed.
-        let mut first = None;
-        let mut step = |f: &mut dyn FnMut()| {
-            // AssertUnwindSafe: each step is the last use of what it drops.
-            if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
-                match first {
-                    None => first = Some(p),
-                    Some(_) => drop(Panic::new(p)),
-                }
-            }
-        };
-        // The ibv_get_cq_event rule: every event got is acknowledged before
-        // the CQ is destroyed.
-        step(&mut || self.ack_all());
-        // The events held (polled, then refused by a full EVD).
-        for ev in self.held.drain(..) {
-            let mut ev = Some(ev);
-            step(&mut || drop(ev.take()));
-        }
-        // SAFETY: `drop` runs once, and the CQ is not used after this (the
-        // fields left are dropped by the glue, the CQ not among them: it
-        // is `ManuallyDrop`); `into_parts` forgets the feed instead.
-        let mut cq = Some(unsafe { ManuallyDrop::take(&mut self.cq) });
-        step(&mut || drop(cq.take()));
-        if let Some(p) = first {
-            if std::thread::panicking() {
-                drop(Panic::new(p));
-            } else {
-                resume_unwind(p);
-            }
         }
     }
 }

@@ -1,0 +1,44 @@
+//! A [`ChannelFeed`] and a full EVD: the wait for room, and the restart of
+//! the upcall a room check or a post left when it unwound (`posting`): the
+//! room check may run the upcall that drains a full EVD, user code.
+
+use super::{ChannelFeed, SharedChannel};
+use crate::event::VerbsEvent;
+use std::task::{Context, Poll};
+
+impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
+    /// Wait for room in a full EVD (as [`Feed::poll_room`](crate::Feed::poll_room)).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// use futures::task::noop_waker;
+    /// use std::task::Context;
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// feed.add(cq, CqId(0)).unwrap();
+    /// hca.push_batch(&[WorkCompletion::default(); 2]);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // one fits
+    /// let waker = noop_waker();
+    /// let mut cx = Context::from_waker(&waker);
+    /// assert!(feed.poll_room(&mut cx).is_pending());
+    /// consumer.try_dequeue().unwrap(); // frees the slot
+    /// assert!(feed.poll_room(&mut cx).is_ready());
+    /// ```
+    pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.restart_upcall_if_unwound();
+        self.posting = true;
+        let ready = self.room.poll_room(cx).map(|_| ());
+        self.posting = false;
+        ready
+    }
+
+    /// See `posting` (left set if this upcall unwinds too).
+    pub(super) fn restart_upcall_if_unwound(&mut self) {
+        if self.posting {
+            self.room.poster().start_draining_upcall();
+            self.posting = false;
+        }
+    }
+}
