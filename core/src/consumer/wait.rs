@@ -441,7 +441,17 @@ impl<T> Consumer<T> {
                 // takes what is left, then reports the end).
                 Ok(_) | Err(WaitError::Closed { .. }) => {}
                 Err(WaitError::Timeout { .. }) => return Err(DequeueError::Timeout),
-                Err(WaitError::Unwaitable) => return Err(DequeueError::Unwaitable),
+                // An event published before the flag was set is taken, not
+                // refused: the look that found nothing may have come before
+                // it (the flag's Release store follows the publish).
+                Err(WaitError::Unwaitable) => {
+                    return match self.try_dequeue() {
+                        Ok(v) => Ok(v),
+                        Err(TryDequeueError::Overflow(o)) => Err(DequeueError::Overflow(o)),
+                        Err(TryDequeueError::Closed) => Err(DequeueError::Closed),
+                        Err(TryDequeueError::Empty) => Err(DequeueError::Unwaitable),
+                    };
+                }
                 Err(WaitError::Overflow(o)) => return Err(DequeueError::Overflow(o)),
                 // A threshold of 1 is in 1..=capacity for every capacity.
                 Err(WaitError::InvalidThreshold { .. }) => {

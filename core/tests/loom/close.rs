@@ -34,6 +34,22 @@ fn unwaitable_vs_wait() {
 }
 
 #[test]
+fn post_then_unwaitable_vs_dequeue_takes_the_event() {
+    // The poster's event is published before the EVD is made unwaitable:
+    // a blocking dequeue that sees the flag sees the event too, and takes
+    // it instead of refusing to wait. (The consumer has its own thread: a
+    // late unpark from the poster's wake must not reach this thread's join.)
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        consumer.set_spin_budget(Duration::ZERO);
+        let c = thread::spawn(move || consumer.dequeue());
+        poster.post(1).unwrap();
+        poster.set_unwaitable();
+        assert_eq!(c.join().unwrap(), Ok(1));
+    });
+}
+
+#[test]
 fn loss_vs_arm_no_lost_report() {
     // A lossy post commits its loss after the consumer's last dequeue but
     // before its arm: the arm must see the report as pending work, or the
