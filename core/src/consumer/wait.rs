@@ -254,7 +254,11 @@ impl<T> Consumer<T> {
     /// A zero (or already expired) timeout checks once and returns at once,
     /// without the back-off and without arming: an arm made with
     /// [`Consumer::arm`] stays in place (and the *notified* bit as it was). A
-    /// timeout too large for an [`Instant`] waits without one.
+    /// timeout too large for an [`Instant`] waits without one. A wait that
+    /// arms and then gives up (its deadline passes, or the EVD becomes
+    /// unwaitable) withdraws the arm, one made with [`Consumer::arm`] before
+    /// it included: arm again before sleeping on a
+    /// [`NotifyFd`](crate::NotifyFd).
     ///
     /// ```
     /// use std::time::Duration;
