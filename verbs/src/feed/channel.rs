@@ -74,6 +74,7 @@ mod room;
 pub use crate::source::{ChannelEvent, CqKey, SharedChannel};
 
 use crate::event::{CqId, VerbsEvent};
+use crate::feed::posting::Posting;
 use crate::feed::{Feed, FeedStatus, Progress};
 use crate::source::{CompletionQueue, PollError};
 use evd::{Poster, RoomWaiter};
@@ -142,10 +143,9 @@ pub struct ChannelFeed<H: SharedChannel, T = VerbsEvent> {
     by_key: HashMap<CqKey, usize>,
     channel: H,
     room: RoomWaiter<T>,
-    /// Its room check is running (it may run the draining upcall, user
-    /// code): still set at the next call, it unwound, and that call starts
-    /// the upcall again first (as a [`Feed`]'s post that unwound).
-    posting: bool,
+    /// Its room check's mark (see [`Posting`]); its CQs' posts are marked
+    /// in their [`Feed`]s.
+    posting: Posting,
     /// Where the next pass starts.
     cursor: usize,
     stats: ChannelFeedStats,
@@ -167,7 +167,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             by_key: HashMap::new(),
             channel,
             room: poster.room_waiter(),
-            posting: false,
+            posting: Posting::default(),
             cursor: 0,
             stats: ChannelFeedStats::default(),
         }
@@ -330,7 +330,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// be drained: the next call serves it again, and the feed and the EVD
     /// stay usable. Call again before sleeping on the channel's fd.
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
-        self.restart_upcall_if_unwound();
+        self.posting.restart(self.room.poster());
         let n = self.members.len();
         let mut delivered = 0;
         for k in 0..n {
@@ -469,7 +469,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// call, leaving the CQ it was serving as [`Feed::progress`] says: the
     /// feed and the EVD stay usable, and the next call goes on.
     pub fn progress(&mut self, budget: usize) -> Progress {
-        self.restart_upcall_if_unwound();
+        self.posting.restart(self.room.poster());
         let n = self.members.len();
         let mut delivered = 0;
         for k in 0..n {

@@ -23,6 +23,7 @@ mod teardown;
 pub use channel_events::ACK_BATCH;
 
 use crate::event::{CqId, VerbsEvent, WorkCompletion};
+use crate::feed::posting::Posting;
 use crate::feed::{FeedStatus, Progress};
 use crate::source::{CompletionQueue, PollError};
 use evd::{Poster, RoomWaiter};
@@ -113,10 +114,8 @@ pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
     unconverted: std::ops::Range<usize>,
     /// A `From` is running: still set at the next call, it panicked.
     converting: bool,
-    /// A post (or an upcall to drain) is running: still set at the next
-    /// call, it unwound, maybe leaving events queued that no upcall will
-    /// deliver until a post: that call starts the upcall first.
-    posting: bool,
+    /// See [`Posting`].
+    posting: Posting,
     /// Events polled (or a CQ failure raised) but not yet posted, in order.
     /// Empty between calls unless the EVD refused them. Allocated once with
     /// room for a whole batch, and only ever holds one batch (or the one
@@ -174,7 +173,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             batch: [WorkCompletion::default(); POLL_BATCH],
             unconverted: 0..0,
             converting: false,
-            posting: false,
+            posting: Posting::default(),
             held: Vec::with_capacity(POLL_BATCH),
             unacked: 0,
             armed: false,
@@ -337,9 +336,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// ```
     pub fn progress(&mut self, budget: usize) -> Progress {
         let mut delivered = 0;
-        if self.posting {
-            self.restart_upcall();
-        }
+        self.posting.restart(self.room.poster());
         self.convert_polled();
         self.hold_owed_error();
         if let Err(status) = self.post_held(&mut delivered, budget, false) {

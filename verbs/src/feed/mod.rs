@@ -20,6 +20,7 @@ mod async_events;
 pub mod channel;
 mod cm;
 mod cq;
+mod posting;
 mod stream;
 
 pub use async_events::AsyncFeed;

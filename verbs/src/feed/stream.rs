@@ -4,6 +4,7 @@
 //! [`AsyncFeed`](crate::AsyncFeed) and [`CmFeed`](crate::CmFeed) are this
 //! engine with their source's event type.
 
+use crate::feed::posting::Posting;
 use crate::feed::{FeedStatus, Progress};
 use evd::{BatchPostError, Poster, RoomWaiter};
 use std::io;
@@ -26,11 +27,8 @@ pub(crate) struct EventFeed<S, T> {
     /// Whether the source still serves, and if not, whether the event that
     /// says so is still owed.
     state: SourceState,
-    /// A post (or an upcall to drain) is running: still set at the next
-    /// call, it unwound (the EVD's upcall handler or a waker panicked),
-    /// maybe leaving events queued that no upcall will deliver until a
-    /// post: that call starts the upcall first.
-    posting: bool,
+    /// See [`Posting`].
+    posting: Posting,
 }
 
 /// The life of an [`EventFeed`]'s source.
@@ -57,7 +55,7 @@ impl<S, T: Send> EventFeed<S, T> {
             room: poster.room_waiter(),
             held: Vec::with_capacity(1),
             state: SourceState::Live,
-            posting: false,
+            posting: Posting::default(),
         }
     }
 
@@ -73,12 +71,7 @@ impl<S, T: Send> EventFeed<S, T> {
         failed: impl Fn(i32) -> T,
     ) -> Progress {
         let mut delivered = 0;
-        if self.posting {
-            // Should this upcall panic too, `posting` stays set and the
-            // next call tries again (each run takes at least the event it
-            // panicked on, so the tries end).
-            self.start_draining_upcall();
-        }
+        self.posting.restart(self.room.poster());
         while delivered < budget {
             if self.held.is_empty() {
                 if let SourceState::Failed(_) = self.state {
@@ -118,9 +111,8 @@ impl<S, T: Send> EventFeed<S, T> {
             // Another poster may have taken the room since: a post refused
             // as full runs the draining upcall (user code that may panic)
             // while the event is still in `held`.
-            self.posting = true;
-            let posted = self.room.poster().post_batch(&mut self.held);
-            self.posting = false;
+            let (room, held) = (&self.room, &mut self.held);
+            let posted = self.posting.run(|| room.poster().post_batch(held));
             match posted {
                 Ok(_) => delivered += 1,
                 Err(BatchPostError::Full) => return stop(delivered, FeedStatus::Backpressure),
@@ -162,13 +154,10 @@ impl<S, T: Send> EventFeed<S, T> {
     }
 
     /// Run the upcall that drains a full EVD under an idle upcall policy,
-    /// or the one a post that unwound left (see `posting`, set while it
-    /// runs); true if it ran.
+    /// marked as a post ([`Posting`]); true if it ran.
     fn start_draining_upcall(&mut self) -> bool {
-        self.posting = true;
-        let ran = self.room.poster().start_draining_upcall();
-        self.posting = false;
-        ran
+        let room = &self.room;
+        self.posting.run(|| room.poster().start_draining_upcall())
     }
 
     /// Hand back the source and the event in hand, if any.
@@ -178,16 +167,12 @@ impl<S, T: Send> EventFeed<S, T> {
 
     /// Wait for room in a full EVD.
     pub(crate) fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // A restart the last call owes first (this flag would clear it);
-        // then the room check, which may run the draining upcall (user
-        // code): as a post.
-        if self.posting {
-            self.start_draining_upcall();
-        }
-        self.posting = true;
-        let ready = self.room.poll_room(cx).map(|_| ());
-        self.posting = false;
-        ready
+        // A restart the last call owes first (the mark is the room check's
+        // after this); then the room check, which may run the draining
+        // upcall (user code): as a post.
+        self.posting.restart(self.room.poster());
+        let room = &mut self.room;
+        self.posting.run(|| room.poll_room(cx)).map(|_| ())
     }
 }
 

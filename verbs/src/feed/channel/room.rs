@@ -1,6 +1,6 @@
-//! A [`ChannelFeed`] and a full EVD: the wait for room, and the restart of
-//! the upcall a room check or a post left when it unwound (`posting`): the
-//! room check may run the upcall that drains a full EVD, user code.
+//! A [`ChannelFeed`] and a full EVD: the wait for room, whose check may run
+//! the upcall that drains a full EVD (user code), marked as a post
+//! ([`Posting`](crate::feed::posting::Posting)).
 
 use super::{ChannelFeed, SharedChannel};
 use crate::event::VerbsEvent;
@@ -27,18 +27,10 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// assert!(feed.poll_room(&mut cx).is_ready());
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.restart_upcall_if_unwound();
-        self.posting = true;
-        let ready = self.room.poll_room(cx).map(|_| ());
-        self.posting = false;
-        ready
-    }
-
-    /// See `posting` (left set if this upcall unwinds too).
-    pub(super) fn restart_upcall_if_unwound(&mut self) {
-        if self.posting {
-            self.room.poster().start_draining_upcall();
-            self.posting = false;
-        }
+        // A restart the last call owes first (the mark is the room check's
+        // after this).
+        self.posting.restart(self.room.poster());
+        let room = &mut self.room;
+        self.posting.run(|| room.poll_room(cx)).map(|_| ())
     }
 }

@@ -60,9 +60,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         }
         let limit = budget.saturating_sub(*delivered);
         let before = self.held.len();
-        self.posting = true;
-        let posted = self.room.poster().post_batch_up_to(&mut self.held, limit);
-        self.posting = false;
+        let room = &self.room;
+        let held = &mut self.held;
+        let posted = self
+            .posting
+            .run(|| room.poster().post_batch_up_to(held, limit));
         match posted {
             Ok(n) => {
                 *delivered += n;
@@ -103,22 +105,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     }
 
     /// Run the upcall that drains a full EVD under an idle upcall policy
-    /// (nothing else could start one); true if it ran. `posting` is set
-    /// while it runs, as while a post runs.
+    /// (nothing else could start one), marked as a post ([`Posting`](crate::feed::posting::Posting)); true
+    /// if it ran.
     pub(super) fn start_draining_upcall(&mut self) -> bool {
-        self.posting = true;
-        let ran = self.room.poster().start_draining_upcall();
-        self.posting = false;
-        ran
-    }
-
-    /// The last call's post or upcall unwound (`posting` still set): start
-    /// the upcall it left, if events wait for one. Should it panic too,
-    /// `posting` stays set and the next call tries again (each run takes at
-    /// least the event it panicked on, so the tries end).
-    #[cold]
-    pub(super) fn restart_upcall(&mut self) {
-        self.start_draining_upcall();
+        let room = &self.room;
+        self.posting.run(|| room.poster().start_draining_upcall())
     }
 
     /// Another thread took the room this feed read: of `before` completions
@@ -151,15 +142,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// assert_eq!(feed.stats().held, 0); // nothing was polled without room
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // A restart the last call owes first (this flag would clear it);
-        // then the room check, which may run the draining upcall (user
-        // code): as a post.
-        if self.posting {
-            self.restart_upcall();
-        }
-        self.posting = true;
-        let ready = self.room.poll_room(cx).map(|_| ());
-        self.posting = false;
-        ready
+        // A restart the last call owes first (the mark is the room check's
+        // after this); then the room check, which may run the draining
+        // upcall (user code): as a post.
+        self.posting.restart(self.room.poster());
+        let room = &mut self.room;
+        self.posting.run(|| room.poll_room(cx)).map(|_| ())
     }
 }
