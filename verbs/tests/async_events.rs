@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::driver::{driver_serving, take, take_counting_overflow};
+use common::driver::{driver_serving, none, take, take_counting_overflow, take_processing};
 use common::wc;
 use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftDevice};
@@ -133,36 +133,24 @@ fn a_cq_overrun_reaches_an_app_evd_with_no_async_feed_registered() {
     assert_eq!(s.len(), 2, "the feed and the device's async feed");
 }
 
-/// An EVD of `capacity` holding one completion, handed to a SingleInstance
-/// upcall (`Invoke::New`: not run yet) whose handler reports each event's
-/// `Debug` text and panics on the first.
+/// An EVD of `capacity` holding one completion, under a handler that
+/// panics on its first event (`common::panics`); what it handled, as each
+/// event's `Debug` text.
 fn a_completion_queued_under_a_handler_that_panics_once(
     capacity: usize,
 ) -> (
     evd::Poster<VerbsEvent>,
     evd::Upcalls<VerbsEvent>,
-    std::sync::mpsc::Receiver<String>,
+    impl Fn() -> Vec<String>,
 ) {
-    let (poster, consumer) = evd::bounded::<VerbsEvent>(capacity).unwrap();
-    poster
-        .post(VerbsEvent::Completion {
-            cq: CqId(0),
-            wc: WorkCompletion::new(7),
-        })
-        .unwrap();
-    let (seen, handled) = std::sync::mpsc::channel();
-    let first = std::sync::atomic::AtomicBool::new(true);
-    let up = consumer.into_upcalls(
-        evd::UpcallPolicy::SingleInstance,
-        evd::Invoke::New,
-        move |ev, _| {
-            seen.send(format!("{:?}", ev.unwrap())).unwrap();
-            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                panic!("{}", common::panics::PROVOKED);
-            }
-        },
-    );
-    (poster, up, handled)
+    let queued = VerbsEvent::Completion {
+        cq: CqId(0),
+        wc: WorkCompletion::new(7),
+    };
+    let (poster, up, handled) =
+        common::panics::evd_under_a_handler_that_panics_once(capacity, &[queued]);
+    let seen = move || handled.try_iter().map(|ev| format!("{ev:?}")).collect();
+    (poster, up, seen)
 }
 
 /// A device's async events whose `next_event` first promises the EVD's last
@@ -211,7 +199,7 @@ fn a_handler_panic_in_a_post_that_found_the_room_taken_costs_no_event() {
     assert!(r.is_err(), "the handler's panic comes out of the call");
     drop(permit.lock().unwrap().take());
     assert_eq!(feed.progress(16).delivered, 1, "the event in hand");
-    let seen: Vec<String> = handled.try_iter().collect();
+    let seen: Vec<String> = handled();
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert!(seen[0].contains("Completion"), "{seen:?}");
     assert!(seen[1].contains("Port(1)"), "{seen:?}");
@@ -235,7 +223,7 @@ fn a_handler_panic_on_a_full_evd_costs_the_async_feed_no_event() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
     assert!(r.is_err(), "the handler's panic comes out of the call");
     assert_eq!(feed.progress(16).delivered, 1);
-    let seen: Vec<String> = handled.try_iter().collect();
+    let seen: Vec<String> = handled();
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert!(seen[0].contains("Completion"), "{seen:?}");
     assert!(
@@ -261,32 +249,23 @@ fn the_next_call_restarts_the_upcall_an_async_feeds_panicking_post_left() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
     assert!(r.is_err(), "the handler's panic comes out of the call");
     assert_eq!(feed.progress(16).delivered, 0, "no new event");
-    let seen: Vec<String> = handled.try_iter().collect();
+    let seen: Vec<String> = handled();
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert!(seen[0].contains("Completion"), "{seen:?}");
     assert!(seen[1].contains("Port(1)"), "{seen:?}");
 }
 
-/// Drive until `consumer` holds an async event (or the watchdog).
+/// Process until `consumer` has an event, which must be an async one.
 fn drive_to_async_event(
     driver: &mut Driver,
     consumer: &mut evd::Consumer<VerbsEvent>,
 ) -> AsyncEvent {
-    let start = std::time::Instant::now();
-    loop {
-        assert!(
-            start.elapsed() < common::driver::WATCHDOG,
-            "never delivered"
-        );
-        driver
-            .process(Some(std::time::Duration::from_millis(10)))
-            .unwrap();
-        if let Ok(ev) = consumer.try_dequeue() {
-            match ev {
-                VerbsEvent::Async(a) => return a,
-                other => panic!("{other:?}"),
-            }
-        }
+    match take_processing(driver, consumer, 1, none)
+        .into_iter()
+        .next()
+    {
+        Some(VerbsEvent::Async(a)) => a,
+        other => panic!("{other:?}"),
     }
 }
 

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::driver::{BACKENDS, WATCHDOG, take};
+use common::driver::{BACKENDS, WATCHDOG, none, take, take_processing};
 use common::hooked_cq::HookedCq;
 use common::panics::{PROVOKED, quiet_provoked_panics};
 use common::wc;
@@ -251,11 +251,11 @@ fn a_done_feed_takes_no_channel_event_and_reports_no_failure() {
             .unwrap();
         driver.process(Some(Duration::ZERO)).unwrap();
         hca.push(wc(1)).unwrap();
-        let got = take_processing(&mut driver, &mut consumer, 1);
+        let got = take_processing(&mut driver, &mut consumer, 1, none);
         assert_eq!(wr_id(&got[0]), Some(1), "{backend:?}");
         // The next turn arms, polls, and the poll fails: `CqError`, done.
         hca.fail_next_poll(libc::EIO);
-        let got = take_processing(&mut driver, &mut consumer, 1);
+        let got = take_processing(&mut driver, &mut consumer, 1, none);
         assert!(is_cq_error(&got[0]), "{backend:?}: {got:?}");
         knob.store(ALWAYS_FAILS, Relaxed);
         for _ in 0..3 {
@@ -264,21 +264,6 @@ fn a_done_feed_takes_no_channel_event_and_reports_no_failure() {
         }
         assert_eq!(driver.stats().feed_failures, 0, "{backend:?}");
     }
-}
-
-/// Process until `n` events came, under the watchdog.
-fn take_processing(
-    driver: &mut Driver,
-    consumer: &mut evd::Consumer<VerbsEvent>,
-    n: usize,
-) -> Vec<VerbsEvent> {
-    let (mut got, start) = (Vec::new(), Instant::now());
-    while got.len() < n {
-        assert!(start.elapsed() < WATCHDOG, "{got:?}");
-        driver.process(Some(Duration::from_millis(100))).unwrap();
-        got.extend(std::iter::from_fn(|| consumer.try_dequeue().ok()));
-    }
-    got
 }
 
 /// A CQ whose arm, or whose `get_event`, fails from some point on (a broken
@@ -528,15 +513,9 @@ impl<S: CmEventSource> CmEventSource for Unpollable<S> {
     }
 }
 
-/// Process until `consumer` has had `n` events, or the watchdog.
-fn drive_until<T>(driver: &mut Driver, consumer: &mut evd::Consumer<T>, n: usize) -> Vec<T> {
-    let (mut got, start) = (Vec::new(), Instant::now());
-    while got.len() < n {
-        assert!(start.elapsed() < WATCHDOG, "{} of {n} events", got.len());
-        let _ = driver.process(Some(Duration::from_millis(100)));
-        got.extend(std::iter::from_fn(|| consumer.try_dequeue().ok()));
-    }
-    got
+/// The driver's report of a feed's failure, which the tests here provoke.
+fn a_feed_failure(e: &DriverError) -> bool {
+    matches!(e, DriverError::FeedFailed { .. })
 }
 
 /// A device's async events whose fd cannot be polled are given up as a
@@ -554,7 +533,7 @@ fn a_given_up_async_feed_tells_its_evd_last() {
         let key = driver
             .register_async(AsyncFeed::new(Unpollable(events), poster))
             .unwrap();
-        let got = drive_until(&mut driver, &mut consumer, 2);
+        let got = take_processing(&mut driver, &mut consumer, 2, a_feed_failure);
         let kinds: Vec<_> = got
             .iter()
             .map(|ev| match ev {
@@ -589,7 +568,7 @@ fn a_given_up_cm_feed_tells_its_evd_last() {
         let key = driver
             .register_cm(CmFeed::new(Unpollable(events), poster))
             .unwrap();
-        let got = drive_until(&mut driver, &mut consumer, 2);
+        let got = take_processing(&mut driver, &mut consumer, 2, a_feed_failure);
         let seen: Vec<_> = got.iter().map(|e| (e.kind, e.id, e.status)).collect();
         let failed = (CmEventKind::SourceFailed, CmToken::NONE, -libc::EBADF);
         assert_eq!(

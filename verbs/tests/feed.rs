@@ -634,54 +634,44 @@ fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
     }
 }
 
-/// A full EVD, four events queued under a SingleInstance handler enabled
-/// with `Invoke::New` that panics on its first event; what it handled.
+/// A full EVD, four events queued under a handler that panics on its
+/// first event; what it handled.
 fn full_evd_under_a_handler_that_panics_once() -> (
     evd::Poster<VerbsEvent>,
     evd::Upcalls<VerbsEvent>,
-    std::sync::mpsc::Receiver<u64>,
+    impl Fn() -> Vec<u64>,
 ) {
     evd_under_a_handler_that_panics_once(4, 4)
 }
 
-/// An EVD of `capacity` with `queued` events (`wr_id`s from 0) under a
-/// SingleInstance handler enabled with `Invoke::New` that panics on its
-/// first event; what it handled.
+/// An EVD of `capacity` with `queued` completions (`wr_id`s from 0) under a
+/// handler that panics on its first event (`common::panics`); what it
+/// handled: each completion's `wr_id`, and 100 for an async event.
 fn evd_under_a_handler_that_panics_once(
     capacity: usize,
     queued: u64,
 ) -> (
     evd::Poster<VerbsEvent>,
     evd::Upcalls<VerbsEvent>,
-    std::sync::mpsc::Receiver<u64>,
+    impl Fn() -> Vec<u64>,
 ) {
-    common::panics::quiet_provoked_panics();
-    let (poster, consumer) = evd::bounded::<VerbsEvent>(capacity).unwrap();
-    for id in 0..queued {
-        let ev = VerbsEvent::Completion {
+    let queued: Vec<VerbsEvent> = (0..queued)
+        .map(|id| VerbsEvent::Completion {
             cq: CqId(9),
             wc: wc(id),
+        })
+        .collect();
+    let (poster, up, handled) =
+        common::panics::evd_under_a_handler_that_panics_once(capacity, &queued);
+    let ids = move || {
+        let id = |ev| match ev {
+            VerbsEvent::Completion { wc, .. } => Some(wc.wr_id),
+            VerbsEvent::Async(_) => Some(100),
+            _ => None,
         };
-        poster.post(ev).unwrap();
-    }
-    let (seen, handled) = std::sync::mpsc::channel();
-    let first = std::sync::atomic::AtomicBool::new(true);
-    let up = consumer.into_upcalls(
-        evd::UpcallPolicy::SingleInstance,
-        evd::Invoke::New,
-        move |ev, _| {
-            match ev {
-                Ok(VerbsEvent::Completion { wc, .. }) => seen.send(wc.wr_id).unwrap(),
-                // An async event reports as 100 (a completion's id here).
-                Ok(VerbsEvent::Async(_)) => seen.send(100).unwrap(),
-                _ => {}
-            }
-            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                panic!("{}", common::panics::PROVOKED);
-            }
-        },
-    );
-    (poster, up, handled)
+        handled.try_iter().filter_map(id).collect()
+    };
+    (poster, up, ids)
 }
 
 /// The calls of a feed this test makes, whatever the feed.
@@ -724,7 +714,7 @@ fn a_room_check_whose_draining_upcall_panicked_is_taken_up_by_the_next_call() {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.poll_room(&mut cx)));
         assert!(r.is_err(), "{kind}: the handler's panic comes out");
         feed.progress(16);
-        let seen: Vec<u64> = handled.try_iter().collect();
+        let seen: Vec<u64> = handled();
         assert_eq!(seen, [0, 1, 2, 3], "{kind}");
     }
     check("cq", |p| {
@@ -820,7 +810,7 @@ fn a_room_check_keeps_the_restart_a_panicked_post_owes() {
                 .is_ready()
         );
         feed.progress(16);
-        let seen: Vec<u64> = handled.try_iter().collect();
+        let seen: Vec<u64> = handled();
         assert_eq!(seen, [0, 100], "{kind}");
     }
     check("cq", |p| {
@@ -863,7 +853,7 @@ fn a_channel_member_whose_call_unwound_is_served_by_the_next_arm_and_drain() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
     assert!(r.is_err(), "the handler's panic comes out");
     feed.arm_and_drain(16).unwrap();
-    assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 100]);
+    assert_eq!(handled(), [0, 100]);
 }
 
 /// An event type whose `From` panics on completions 1 and 2.

@@ -83,3 +83,29 @@ pub fn running_driver() -> evd_verbs::RunningDriver {
         .spawn()
         .unwrap()
 }
+
+/// Process `driver` until `consumer` has had `n` events, under the
+/// watchdog. An error of `process` fails the test unless `provoked` says
+/// the test causes it (a feed's failure).
+pub fn take_processing<T: std::fmt::Debug>(
+    driver: &mut Driver,
+    consumer: &mut evd::Consumer<T>,
+    n: usize,
+    provoked: fn(&DriverError) -> bool,
+) -> Vec<T> {
+    let (mut got, start) = (Vec::new(), std::time::Instant::now());
+    while got.len() < n {
+        assert!(start.elapsed() < WATCHDOG, "{got:?}");
+        match driver.process(Some(Duration::from_millis(100))) {
+            Err(e) if !provoked(&e) => panic!("{e}"),
+            _ => {}
+        }
+        got.extend(std::iter::from_fn(|| consumer.try_dequeue().ok()));
+    }
+    got
+}
+
+/// No error of `process` is provoked ([`take_processing`]).
+pub fn none(_: &DriverError) -> bool {
+    false
+}

@@ -55,3 +55,35 @@ pub fn quiet_provoked_panics() {
         }));
     });
 }
+
+/// An EVD of `capacity` holding `queued`, handed to a SingleInstance upcall
+/// enabled with `Invoke::New` (the queued events wait for a post) whose
+/// handler sends on each event it is handed and panics (provoked) on the
+/// first: its poster, its dispatcher, and the events handled, in order.
+pub fn evd_under_a_handler_that_panics_once(
+    capacity: usize,
+    queued: &[evd_verbs::VerbsEvent],
+) -> (
+    evd::Poster<evd_verbs::VerbsEvent>,
+    evd::Upcalls<evd_verbs::VerbsEvent>,
+    std::sync::mpsc::Receiver<evd_verbs::VerbsEvent>,
+) {
+    quiet_provoked_panics();
+    let (poster, consumer) = evd::bounded(capacity).unwrap();
+    for &ev in queued {
+        poster.post(ev).unwrap();
+    }
+    let (seen, handled) = std::sync::mpsc::channel();
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let up = consumer.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::New,
+        move |ev, _| {
+            seen.send(ev.expect("no lossy post here")).unwrap();
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                panic!("{PROVOKED}");
+            }
+        },
+    );
+    (poster, up, handled)
+}
