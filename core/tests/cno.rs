@@ -1168,3 +1168,47 @@ fn a_freed_key_is_handed_out_again_only_after_every_key_freed_before_it() {
         }
     }
 }
+
+/// A direct waiter preempts the CNO: a blocking dequeue whose arm a post
+/// took returns that post's event, and the CNO does not also get the key,
+/// even when the EVD is made unwaitable before the dequeue looks again
+/// (the wait withdraws its arm only when it gives up without the events).
+#[test]
+fn a_dequeue_that_returns_the_event_after_an_unwaitable_does_not_also_hand_it_to_the_cno() {
+    /// A waker whose last drop posts and makes the EVD unwaitable: it runs
+    /// inside the blocking dequeue's registration, which replaces it, and
+    /// so lands between the dequeue's arm of the round before and its look.
+    struct PostOnDrop(std::sync::Mutex<Option<Poster<u8>>>);
+    impl std::task::Wake for PostOnDrop {
+        fn wake(self: Arc<Self>) {}
+    }
+    impl Drop for PostOnDrop {
+        fn drop(&mut self) {
+            if let Some(p) = self.0.lock().unwrap().take() {
+                p.post(1).unwrap();
+                p.set_unwaitable();
+            }
+        }
+    }
+    let mut cno = Cno::new(4).unwrap();
+    let (p, mut c) = enabled::<u8>(&cno, 7);
+    c.set_spin_budget(Duration::ZERO);
+    // A stream poll arms the EVD (`ARMED` beside the CNO's enable) and
+    // registers the waker; only the slot's clone of it is left after.
+    {
+        let hook = Arc::new(PostOnDrop(std::sync::Mutex::new(Some(p.clone()))));
+        let waker = std::task::Waker::from(hook);
+        assert!(
+            c.poll_next_unpin(&mut std::task::Context::from_waker(&waker))
+                .is_pending()
+        );
+    }
+    assert!(c.query().armed);
+    assert_eq!(c.dequeue_timeout(Duration::from_secs(60)), Ok(1));
+    assert_eq!(
+        cno.try_next(),
+        None,
+        "the event went to the dequeue; its key is not the CNO's too"
+    );
+    drop(p);
+}

@@ -198,6 +198,21 @@ fn give_up<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
     r
 }
 
+/// The EVD was made unwaitable while the wait was armed: `Unwaitable`,
+/// withdrawing the arm, unless the events meet the threshold after all. A
+/// post the wait was armed for took the arm and, on an EVD enabled on its
+/// CNO, left the CNO's enable for the next post (a direct waiter preempts
+/// the CNO): the caller takes those events, so the withdrawal must not hand
+/// them to the CNO too, as [`give_up`] does not.
+fn unwaitable<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
+    let available = s.ready(u64::MAX);
+    if available >= want {
+        return Ok(available as usize);
+    }
+    s.disarm();
+    Err(WaitError::Unwaitable)
+}
+
 /// Park the consumer's thread until `done` holds. `done` is re-checked after
 /// registering the waker, so a wake between the two is not lost (the wakers
 /// of `done`'s condition wake the registered waker after changing it); a
@@ -230,7 +245,8 @@ impl<T> Consumer<T> {
     /// Backs off for the [`spin_budget`](Consumer::set_spin_budget) first
     /// (spinning, then yielding), then arms and parks. On timeout nothing is
     /// dequeued and the error says how many events are ready. `threshold` must be in `1..=capacity`. Fails with
-    /// [`WaitError::Unwaitable`] while the EVD is unwaitable, and with
+    /// [`WaitError::Unwaitable`] while the EVD is unwaitable (a wait it
+    /// meets armed returns `Ok` if the threshold is met by then), and with
     /// [`WaitError::Closed`] once it is closed with fewer than `threshold`
     /// events left (a pending loss report comes before that end). A pending
     /// loss report ends a wait that would otherwise block, as
@@ -335,8 +351,7 @@ impl<T> Consumer<T> {
             waker.clear();
             s.register_waker(waker.waker());
             if s.is_unwaitable() {
-                s.disarm();
-                return Err(WaitError::Unwaitable);
+                return unwaitable(&s, want);
             }
             match s.arm(want) {
                 Arm::Armed(_) => {
