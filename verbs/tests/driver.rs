@@ -66,6 +66,57 @@ fn one_ring_serves_many_cqs_and_evds() {
     }
 }
 
+/// Process until a timed wait finds nothing to do: every feed has taken
+/// what its fd showed and is waiting (for its fd, or for room).
+fn settle(driver: &mut Driver) {
+    let start = std::time::Instant::now();
+    loop {
+        assert!(start.elapsed() < WATCHDOG, "the driver never settled");
+        let timeouts = driver.stats().timeouts;
+        let activity = driver.process(Some(Duration::from_millis(20))).unwrap();
+        if !activity.busy && driver.stats().timeouts > timeouts {
+            return;
+        }
+    }
+}
+
+/// A feed waiting for room holds a place in the EVD's room queue; the
+/// driver that hands it back takes it out of the queue, so the slot a
+/// dequeue frees next goes to the feed behind it, even while the removed
+/// feed's owner keeps it.
+#[test]
+fn a_removed_feed_that_waited_for_room_does_not_hold_up_the_feed_behind_it() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+        let (cq_a, hca) = SoftCq::new(16).unwrap();
+        let (cq_b, hcb) = SoftCq::new(16).unwrap();
+        let config = DriverConfig::default().with_backend(backend);
+        let mut driver = Driver::new(config).unwrap();
+        let a = Feed::new(cq_a, CqId(0), poster.clone());
+        let a = driver.register(a, FeedMode::Event).unwrap();
+        let b = Feed::new(cq_b, CqId(1), poster);
+        driver.register(b, FeedMode::Event).unwrap();
+        settle(&mut driver);
+        hca.push(wc(1)).unwrap(); // fills the EVD
+        settle(&mut driver);
+        hca.push(wc(2)).unwrap(); // A waits for room, first in the queue
+        settle(&mut driver);
+        hcb.push(wc(10)).unwrap(); // B waits behind A
+        settle(&mut driver);
+        let kept: Feed<SoftCq> = driver.remove(a).unwrap();
+        assert!(
+            matches!(consumer.try_dequeue(), Ok(VerbsEvent::Completion { cq: CqId(0), wc }) if wc.wr_id == 1)
+        );
+        settle(&mut driver);
+        let got = consumer.try_dequeue();
+        assert!(
+            matches!(got, Ok(VerbsEvent::Completion { cq: CqId(1), wc }) if wc.wr_id == 10),
+            "{backend:?}: the slot freed went to the removed feed, B's completion stayed in its CQ: {got:?}"
+        );
+        drop(kept);
+    }
+}
+
 #[test]
 fn removal_while_running_hands_the_feed_back_and_acks_on_drop() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();

@@ -144,6 +144,40 @@ impl<T: Send> RoomWaiter<T> {
         Some(r)
     }
 
+    /// Stop waiting: leave the room queue, passing a wake this waiter was
+    /// given on to the next waiter, as dropping it does; the next
+    /// [`poll_room`](RoomWaiter::poll_room) joins again. The queue gives one
+    /// wake per freed slot, first come first served, and only a waiter that
+    /// polls again (or leaves) passes its wake on: whoever stops polling a
+    /// waiter and keeps it must call this, or the waiters behind it wait
+    /// for a slot that was freed for them.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    /// use std::task::{Context, Wake, Waker};
+    /// struct Woken(AtomicBool);
+    /// impl Wake for Woken {
+    ///     fn wake(self: Arc<Self>) { self.0.store(true, SeqCst) }
+    /// }
+    /// let (poster, mut consumer) = evd::bounded(1).unwrap();
+    /// poster.post(1u8).unwrap();
+    /// let (mut first, mut second) = (poster.room_waiter(), poster.room_waiter());
+    /// let [a, b] = [(); 2].map(|_| Arc::new(Woken(AtomicBool::new(false))));
+    /// let poll = |w: &mut evd::RoomWaiter<u8>, flag: &Arc<Woken>| {
+    ///     w.poll_room(&mut Context::from_waker(&Waker::from(flag.clone())))
+    /// };
+    /// assert!(poll(&mut first, &a).is_pending());
+    /// assert!(poll(&mut second, &b).is_pending());
+    /// assert_eq!(consumer.try_dequeue(), Ok(1)); // one slot: wakes `first` only
+    /// assert!(a.0.load(SeqCst) && !b.0.load(SeqCst));
+    /// first.leave(); // kept, no longer waiting: its wake goes on to `second`
+    /// assert!(b.0.load(SeqCst));
+    /// ```
+    pub fn leave(&mut self) {
+        self.poster.shared.room_leave(&mut self.seat, false);
+    }
+
     /// The free slots seen now (at least one), the closure, or `None` if
     /// the ring is full.
     fn room_seen(&self) -> Option<Result<usize, BatchPostError>> {

@@ -377,8 +377,11 @@ impl Driver {
         self.backend.cancel(id)
     }
 
-    pub(super) fn hand_back(&mut self, id: FeedId, source: Box<dyn Source>, who: Removal) {
+    pub(super) fn hand_back(&mut self, id: FeedId, mut source: Box<dyn Source>, who: Removal) {
         trace::event!(DEBUG, feed = ?id, "feed removed");
+        // Its place in the room queue goes with the driver's waker: kept,
+        // it would hold a wake meant for the waiters behind it.
+        source.leave_room_queue();
         match who {
             Removal::Local => self.removed.push((id, source.into_any())),
             Removal::Reply(reply) => {

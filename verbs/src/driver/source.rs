@@ -22,6 +22,9 @@ pub(crate) trait Source: Send {
     fn poll(&mut self, budget: usize) -> Progress;
     /// Wait for room in the EVD.
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Leave the EVD's room queue: the feed is handed back, and whoever
+    /// keeps it may never wait for room with it again.
+    fn leave_room_queue(&mut self);
     /// A turn failed: its CQs' arms may be used up without the events that
     /// say so got; the next `arm_and_drain` must arm every one again.
     fn forget_arm(&mut self) {}
@@ -69,6 +72,9 @@ where
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         Feed::poll_room(self, cx)
     }
+    fn leave_room_queue(&mut self) {
+        Feed::leave_room_queue(self)
+    }
     fn forget_arm(&mut self) {
         Feed::forget_arm(self)
     }
@@ -110,6 +116,9 @@ where
     }
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         ChannelFeed::poll_room(self, cx)
+    }
+    fn leave_room_queue(&mut self) {
+        ChannelFeed::leave_room_queue(self)
     }
     fn forget_arm(&mut self) {
         ChannelFeed::forget_arms(self)
@@ -154,6 +163,9 @@ where
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         AsyncFeed::poll_room(self, cx)
     }
+    fn leave_room_queue(&mut self) {
+        AsyncFeed::leave_room_queue(self)
+    }
     fn give_up(&mut self, e: PollError) -> bool {
         AsyncFeed::give_up(self, errno_of(e));
         true
@@ -184,6 +196,9 @@ where
     }
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         CmFeed::poll_room(self, cx)
+    }
+    fn leave_room_queue(&mut self) {
+        CmFeed::leave_room_queue(self)
     }
     fn give_up(&mut self, e: PollError) -> bool {
         CmFeed::give_up(self, errno_of(e));

@@ -148,6 +148,11 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
         self.feed.poll_room(cx)
     }
 
+    /// Stop waiting for room (see [`Feed::leave_room_queue`](crate::Feed::leave_room_queue)).
+    pub fn leave_room_queue(&mut self) {
+        self.feed.leave_room_queue();
+    }
+
     /// The source.
     ///
     /// ```

@@ -137,6 +137,11 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
         self.feed.poll_room(cx)
     }
 
+    /// Stop waiting for room (see [`Feed::leave_room_queue`](crate::Feed::leave_room_queue)).
+    pub fn leave_room_queue(&mut self) {
+        self.feed.leave_room_queue();
+    }
+
     /// The source.
     ///
     /// ```

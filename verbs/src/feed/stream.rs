@@ -174,6 +174,11 @@ impl<S, T: Send> EventFeed<S, T> {
         let room = &mut self.room;
         self.posting.run(|| room.poll_room(cx)).map(|_| ())
     }
+
+    /// Stop waiting for room (see [`Feed::leave_room_queue`](crate::Feed::leave_room_queue)).
+    pub(crate) fn leave_room_queue(&mut self) {
+        self.room.leave();
+    }
 }
 
 fn stop(delivered: usize, status: FeedStatus) -> Progress {

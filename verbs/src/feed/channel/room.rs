@@ -33,4 +33,16 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         let room = &mut self.room;
         self.posting.run(|| room.poll_room(cx)).map(|_| ())
     }
+
+    /// Stop waiting for room (as [`Feed::leave_room_queue`](crate::Feed::leave_room_queue)).
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, VerbsEvent, soft::SoftChannel};
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    /// let mut feed = ChannelFeed::new(SoftChannel::new().unwrap(), poster);
+    /// feed.leave_room_queue(); // not waiting: nothing to leave
+    /// ```
+    pub fn leave_room_queue(&mut self) {
+        self.room.leave();
+    }
 }

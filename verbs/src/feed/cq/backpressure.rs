@@ -149,4 +149,32 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         let room = &mut self.room;
         self.posting.run(|| room.poll_room(cx)).map(|_| ())
     }
+
+    /// Stop waiting for room: leave the EVD's room queue, passing a wake
+    /// the feed was given on to the next waiter
+    /// ([`RoomWaiter::leave`](evd::RoomWaiter::leave)); the next
+    /// [`poll_room`](Feed::poll_room) joins again. Whoever stops calling
+    /// `poll_room` on a feed that returned `Pending` and keeps the feed
+    /// calls this, or the feeds and posters queued behind it wait for a
+    /// slot freed for them. Dropping the feed leaves the queue too; a
+    /// [`Driver`](crate::Driver) that hands a feed back does this first.
+    ///
+    /// ```
+    /// use evd_verbs::{CqId, Feed, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftCq};
+    /// use futures::task::noop_waker;
+    /// use std::task::Context;
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    /// let (cq, hca) = SoftCq::new(8).unwrap();
+    /// let mut feed = Feed::new(cq, CqId(0), poster);
+    /// hca.push_batch(&[WorkCompletion::default(); 2]);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure);
+    /// let waker = noop_waker();
+    /// assert!(feed.poll_room(&mut Context::from_waker(&waker)).is_pending());
+    /// assert!(consumer.query().room_wanted);
+    /// feed.leave_room_queue(); // served no more for now, but kept
+    /// assert!(!consumer.query().room_wanted);
+    /// ```
+    pub fn leave_room_queue(&mut self) {
+        self.room.leave();
+    }
 }
