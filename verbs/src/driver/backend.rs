@@ -78,6 +78,19 @@ impl Backend {
         }
     }
 
+    /// Whether `fd` can be polled at all, asked once per feed before its
+    /// first poll: an error that [`refuses_the_fd`](super::readiness::refuses_the_fd)
+    /// if not. epoll says so itself when the fd is added (`EPERM`). io_uring
+    /// does not: a poll of a file without a poll method (a regular file,
+    /// `/dev/null`) completes at once as ready, every time, and its feed
+    /// would turn without end; a throwaway epoll instance asks instead.
+    pub(crate) fn check_pollable(&mut self, fd: RawFd) -> io::Result<()> {
+        match self {
+            Backend::Uring(_) => super::epoll::check_pollable(fd),
+            Backend::Epoll(_) => Ok(()),
+        }
+    }
+
     /// Cancel a feed's poll request; its poll then completes (`ECANCELED`
     /// unless it completed first).
     pub(crate) fn cancel(&mut self, id: FeedId) -> io::Result<()> {
@@ -107,12 +120,12 @@ impl Backend {
     }
 
     /// Completions collected by a wait and not handled yet, which the
-    /// backend's fd no longer shows (epoll's: their reports were read). The
-    /// ring's stay in its completion queue, where its fd shows them and the
-    /// next turn takes them: `false`.
+    /// backend's fd no longer shows (epoll's: their reports were read; the
+    /// ring's that were set aside when its completion queue was full). The
+    /// ring's others stay in its completion queue, where its fd shows them.
     pub(crate) fn collected(&self) -> bool {
         match self {
-            Backend::Uring(_) => false,
+            Backend::Uring(b) => b.set_aside_pending(),
             Backend::Epoll(b) => b.collected(),
         }
     }

@@ -147,7 +147,9 @@ impl DriverConfig {
 pub enum DriverBackend {
     /// io_uring, unless the kernel refuses to set up a ring (`ENOSYS`:
     /// gVisor, kernels without it; `EPERM`: Docker's default seccomp
-    /// profile, `kernel.io_uring_disabled`; `EOPNOTSUPP`): then epoll.
+    /// profile, `kernel.io_uring_disabled`; `EOPNOTSUPP`, also for a kernel
+    /// older than Linux 5.11, whose io_uring has no timed waits): then
+    /// epoll.
     ///
     /// The environment variable `EVD_DRIVER_BACKEND` overrides the choice:
     /// `epoll` or `io_uring` (read when the driver is created; any other
@@ -157,6 +159,8 @@ pub enum DriverBackend {
     Auto,
     /// One io_uring ring: fd polls (multishot where the kernel has them)
     /// are queued and submitted with the wait, one system call per wait.
+    /// Needs Linux 5.11 or later ([`Driver::new`](crate::Driver::new)
+    /// fails with `EOPNOTSUPP` on an older kernel).
     IoUring,
     /// One epoll instance (through `rustix`): each fd is registered
     /// one-shot and re-armed with an `epoll_ctl` when its feed goes back to

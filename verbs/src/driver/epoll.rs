@@ -212,6 +212,31 @@ impl AsFd for Epoll {
     }
 }
 
+/// Whether `fd` can be polled: the error an epoll instance gives when it
+/// is added (`EPERM`: a file with no poll method; `EBADF`: no open file),
+/// from a throwaway instance. Where the check itself cannot be made (no fd
+/// or memory for the instance), the fd is taken as pollable: the check is a
+/// guard for the ring's backend, which cannot tell, not a requirement.
+pub(crate) fn check_pollable(fd: RawFd) -> io::Result<()> {
+    let Ok(probe) = epoll::create(epoll::CreateFlags::CLOEXEC) else {
+        return Ok(());
+    };
+    let mut event = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 0,
+    };
+    // SAFETY: as in `Epoll::ctl`: a valid `epoll_event`, our open epoll fd,
+    // and `fd` is only a number to the kernel. Closing `probe` removes it.
+    let r = unsafe { libc::epoll_ctl(probe.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if super::readiness::refuses_the_fd(&e) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

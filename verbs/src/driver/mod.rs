@@ -487,7 +487,12 @@ impl Driver {
                 slot.poll_spent = false;
             }
             if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
-                match self.backend.poll(slot.fd, Request::FeedPoll(id)) {
+                let checked = match slot.fd_checked {
+                    true => Ok(()),
+                    false => self.backend.check_pollable(slot.fd),
+                };
+                slot.fd_checked = checked.is_ok();
+                match checked.and_then(|()| self.backend.poll(slot.fd, Request::FeedPoll(id))) {
                     // Set once the request is in: a refused one leaves no
                     // poll for a removal's cancellation to wait for.
                     Ok(()) => slot.poll_in_flight = true,

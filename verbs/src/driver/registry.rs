@@ -222,6 +222,7 @@ impl Driver {
             policy,
             phase: Phase::Arm,
             poll_in_flight: false,
+            fd_checked: false,
             poll_spent: false,
             fd_fired: false,
             room_waker: Waker::from(room.clone()),

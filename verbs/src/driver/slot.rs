@@ -57,6 +57,9 @@ pub(super) struct Slot {
     pub(super) phase: Phase,
     /// A poll request for the fd is in the kernel.
     pub(super) poll_in_flight: bool,
+    /// The backend has checked that the fd can be polled
+    /// ([`Backend::check_pollable`](super::backend::Backend::check_pollable)).
+    pub(super) fd_checked: bool,
     /// A failed `get_event` left the fd's readiness untaken: a multishot
     /// poll in flight reports only new wake-ups, so it is to be cancelled
     /// and the next sleep asks afresh (as epoll's one-shot poll does).

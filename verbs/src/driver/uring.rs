@@ -33,11 +33,49 @@ fn completion(cqe: &cqueue::Entry) -> Option<Completion> {
     })
 }
 
+/// What the ring needs of the kernel beyond a ring: a completion queue
+/// that never drops a completion when full (`IORING_FEAT_NODROP`, Linux
+/// 5.5: a poll's dropped completion would leave its feed asleep for ever)
+/// and timed waits (`IORING_FEAT_EXT_ARG`, 5.11: every wait with a timeout
+/// fails without it). `None` if the kernel has both, else what it lacks.
+fn lacks(nodrop: bool, ext_arg: bool) -> Option<&'static str> {
+    match (nodrop, ext_arg) {
+        (true, true) => None,
+        (false, _) => Some("IORING_FEAT_NODROP (Linux 5.5)"),
+        (true, false) => Some("IORING_FEAT_EXT_ARG (Linux 5.11)"),
+    }
+}
+
+/// The kernel's io_uring lacks what the ring needs: `EOPNOTSUPP`, which
+/// [`DriverBackend::Auto`](crate::DriverBackend::Auto) takes as a refusal
+/// of io_uring and answers with epoll.
+fn too_old(ring: &IoUring) -> Option<io::Error> {
+    let p = ring.params();
+    lacks(p.is_feature_nodrop(), p.is_feature_ext_arg()).map(|_missing| {
+        crate::trace::event!(
+            INFO,
+            missing = _missing,
+            "the kernel's io_uring is too old for the driver"
+        );
+        io::Error::from_raw_os_error(libc::EOPNOTSUPP)
+    })
+}
+
 impl Ring {
     pub(crate) fn new(entries: u32, busy_turns_per_enter: u32) -> io::Result<Self> {
-        let ring = IoUring::builder()
-            .setup_cqsize(entries * 2)
-            .build(entries)?;
+        let ring = match IoUring::builder().setup_cqsize(entries * 2).build(entries) {
+            Ok(ring) => ring,
+            // Before Linux 5.5 the kernel knows no `IORING_SETUP_CQSIZE`
+            // and refuses the setup as invalid: a plain ring tells whether
+            // the kernel is too old or the request was at fault.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                return Err(IoUring::new(2).ok().and_then(|r| too_old(&r)).unwrap_or(e));
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(e) = too_old(&ring) {
+            return Err(e);
+        }
         Ok(Ring {
             ring,
             multishot: true,
@@ -129,6 +167,10 @@ impl Ring {
                 }
                 self.ring.submit()
             }
+            // Completions set aside after a full completion queue are not
+            // in the ring, where the kernel counts what a wait waits for:
+            // they are handed out first, without waiting.
+            Wait::For(_) | Wait::Forever if !self.set_aside.is_empty() => self.ring.submit(),
             Wait::For(d) => {
                 let ts = types::Timespec::new()
                     .sec(d.as_secs())
@@ -140,10 +182,14 @@ impl Ring {
         };
         match r {
             Ok(_) => {}
+            // ETIME: the timeout; EINTR: a signal; EBUSY: the completion
+            // queue is full (the caller reaps it next); EAGAIN: the kernel
+            // could not allocate for a request this time (the requests stay
+            // queued and the next turn submits them again).
             Err(e)
                 if matches!(
                     e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
                 ) => {}
             Err(e) => return Err(e),
         }
@@ -177,6 +223,12 @@ impl Ring {
                 f(c);
             }
         }
+    }
+
+    /// Completions were set aside and not handed out yet: the ring's fd
+    /// does not show them.
+    pub(crate) fn set_aside_pending(&self) -> bool {
+        !self.set_aside.is_empty()
     }
 
     /// Empty the completion queue into `set_aside`.
@@ -237,6 +289,50 @@ mod tests {
             ..refused(Request::FeedPoll(id))
         };
         assert!(!ring.refused_multishot(&ready));
+    }
+
+    #[test]
+    fn a_kernel_without_nodrop_or_timed_waits_is_too_old() {
+        assert_eq!(lacks(true, true), None);
+        assert!(lacks(false, true).is_some_and(|m| m.contains("NODROP")));
+        assert!(lacks(true, false).is_some_and(|m| m.contains("EXT_ARG")));
+        assert!(lacks(false, false).is_some());
+        // This kernel has both (the tests need Linux 5.11 or later).
+        assert!(too_old(&Ring::new(4, 1).unwrap().ring).is_none());
+    }
+
+    #[test]
+    fn a_wait_with_completions_set_aside_does_not_block() {
+        // A completion set aside (as after a full completion queue) is not
+        // in the ring, where a wait would look: the wait returns at once,
+        // the completion is reported collected, then handed out.
+        let mut ring = Ring::new(4, 1).unwrap();
+        ring.set_aside.push(Completion {
+            request: Request::WakePoll,
+            result: libc::POLLIN as i32,
+            more: false,
+            multishot: false,
+        });
+        assert!(ring.set_aside_pending());
+        // On a thread, under a watchdog: a wait that blocks fails the test
+        // instead of hanging it.
+        let (done, waited) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let forever = ring.submit_and_wait(Wait::Forever).unwrap();
+            let long = ring.submit_and_wait(Wait::For(Duration::from_secs(3600)));
+            let _ = done.send(());
+            (ring, forever, long.unwrap())
+        });
+        let watchdog = Duration::from_secs(60);
+        waited
+            .recv_timeout(watchdog)
+            .expect("a wait blocked with a completion set aside");
+        let (mut ring, forever, long) = waiter.join().unwrap();
+        assert!(!forever && !long, "neither wait timed out with nothing");
+        let mut got = Vec::new();
+        ring.reap(|c| got.push(c.request));
+        assert_eq!(got, [Request::WakePoll]);
+        assert!(!ring.set_aside_pending());
     }
 
     #[test]
