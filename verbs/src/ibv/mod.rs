@@ -34,6 +34,20 @@
 //! allocating. An [`Sge`] is made safely only from a [`MemoryRegion`]
 //! ([`MemoryRegion::sge`], range-checked).
 //!
+//! Memory the device writes: posting with a safe [`Sge`] is sound because
+//! the HCA checks an entry's key before it writes its memory, and a region
+//! closed or dropped is deregistered first, so a request still naming it
+//! fails. Two providers can write a receive's bytes with the CPU instead,
+//! when the CQ is polled, with no key check: mlx5 (ConnectX, BlueField)
+//! puts a small receive (and, on a QP with `sq_sig_all`, a small RDMA
+//! read) in the completion itself by default (scatter-to-CQE), and its QPs
+//! are therefore created here with that turned off
+//! (`MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`); hns (HiSilicon) copies
+//! inline receives at poll time on every QP, which no creation flag turns
+//! off: on an hns device, keep a region alive (not closed, not dropped)
+//! until every receive posted with it has completed and its completion has
+//! been polled, or its QP destroyed.
+//!
 //! Thread safety: libibverbs objects may be used from any thread
 //! (libibverbs is thread-safe); each wrapper is `Send`, the shared ones
 //! (`Context`, `ProtectionDomain`) are `Sync` behind an `Arc`, and
@@ -116,6 +130,12 @@ unsafe impl Zeroable for ffi::ibv_gid {}
 unsafe impl Zeroable for ffi::ibv_qp_attr {}
 // SAFETY: as above.
 unsafe impl Zeroable for ffi::ibv_qp_init_attr {}
+// SAFETY: as above.
+unsafe impl Zeroable for ffi::ibv_qp_init_attr_ex {}
+// SAFETY: as above (`dc_type` is a C enum's integer).
+unsafe impl Zeroable for ffi::mlx5dv_qp_init_attr {}
+// SAFETY: as above.
+unsafe impl Zeroable for ffi::mlx5dv_context {}
 // SAFETY: as above.
 unsafe impl Zeroable for ffi::ibv_send_wr {}
 // SAFETY: as above.

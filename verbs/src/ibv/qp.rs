@@ -48,6 +48,9 @@ pub struct QueuePair {
     /// caller keeps alive.
     _cqs: [Option<Arc<RawCq>>; 2],
     pub(super) pd: Arc<ProtectionDomain>,
+    /// Held across `ibv_modify_qp` and `ibv_query_qp`: libibverbs writes
+    /// the QP's `state` field after each, outside the provider's locks.
+    pub(super) state_calls: std::sync::Mutex<()>,
 }
 
 impl fmt::Debug for QueuePair {
@@ -71,12 +74,65 @@ unsafe impl Send for QueuePair {}
 // the same QP: libibverbs is documented thread-safe, and the providers
 // serialise ibv_post_send, ibv_post_recv and ibv_modify_qp per QP with
 // their own locks (the lock-free variants exist only for QPs made in a
-// parent domain with a thread domain, which this crate never makes; a QP
-// is always created here, on a plain PD), except a move to RESET, which
-// rewinds the queue indices outside those locks (mlx5, ionic): `modify`
-// refuses it, and `reset` takes `&mut self`. The other reads (`qp_num`,
-// caps, port) are of fields fixed at creation. Destruction takes `self`.
+// parent domain with a thread domain, which this crate never makes, or
+// when the user sets a provider's single-threaded switch in the
+// environment, such as `MLX5_SINGLE_THREADED=1`, which declares the
+// process single-threaded to it), except a move to RESET, which rewinds
+// the queue indices outside those locks (mlx5, ionic): `modify` refuses it,
+// and `reset` takes `&mut self`. libibverbs itself writes the QP's `state`
+// field after `ibv_modify_qp` and `ibv_query_qp` without a lock:
+// `state_calls` serialises those two. The other reads (`qp_num`, caps,
+// port) are of fields fixed at creation. Destruction takes `self`.
 unsafe impl Sync for QueuePair {}
+
+/// Whether `ctx` is a device of the mlx5 provider (ConnectX, BlueField):
+/// the one whose direct-verbs library answers a device query. Without
+/// libmlx5 installed the query fails, and no mlx5 device can be open.
+fn is_mlx5(ctx: *mut ffi::ibv_context) -> bool {
+    let mut attrs: ffi::mlx5dv_context = zeroed();
+    // SAFETY: a live context (the caller's); `attrs` is writable, and with
+    // `comp_mask` 0 the provider writes only its base fields.
+    unsafe { ffi::mlx5dv_query_device(ctx, &mut attrs) == 0 }
+}
+
+/// `ibv_create_qp` on an mlx5 device, with scatter-to-CQE off.
+///
+/// By default libmlx5 asks for it on every RC QP: a receive of up to 32
+/// (or 64) bytes, and with `sq_sig_all` an RDMA read of as many, lands in
+/// the CQE, and the provider copies it to the work request's buffer with
+/// `memcpy` when the CQ is *polled*, on the polling thread, without the
+/// key check the HCA makes. A region closed or dropped between the
+/// completion and the poll would then be written after it was given back
+/// or freed (and a region read while a receive is outstanding would race a
+/// plain CPU write): the soundness of posting with a safe [`Sge`] rests on
+/// the HCA checking its key before it writes, so here it always does.
+///
+/// # Safety
+/// As `ibv_create_qp`: a live PD of the live context `ctx`, live CQs of it.
+unsafe fn create_without_scatter_to_cqe(
+    ctx: *mut ffi::ibv_context,
+    pd: *mut ffi::ibv_pd,
+    init: &mut ffi::ibv_qp_init_attr,
+) -> *mut ffi::ibv_qp {
+    let mut attr: ffi::ibv_qp_init_attr_ex = zeroed();
+    attr.send_cq = init.send_cq;
+    attr.recv_cq = init.recv_cq;
+    attr.cap = init.cap;
+    attr.qp_type = init.qp_type;
+    attr.sq_sig_all = init.sq_sig_all;
+    attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+    attr.pd = pd;
+    let mut dv: ffi::mlx5dv_qp_init_attr = zeroed();
+    dv.comp_mask =
+        u64::from(ffi::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS.0);
+    dv.create_flags = ffi::mlx5dv_qp_create_flags::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE.0;
+    // SAFETY: the caller's contract; both attribute structs are ours and
+    // writable. libmlx5's `ibv_create_qp` is this very call with no mlx5
+    // attributes, and writes the granted capabilities back the same way.
+    let qp = unsafe { ffi::mlx5dv_create_qp(ctx, &mut attr, &mut dv) };
+    init.cap = attr.cap;
+    qp
+}
 
 impl QueuePair {
     /// Create the QP and move it to INIT on `port`.
@@ -105,8 +161,16 @@ impl QueuePair {
             max_recv_sge: caps.max_recv_sge,
             max_inline_data: caps.max_inline_data,
         };
-        // SAFETY: a live PD and live CQs (this function's contract).
-        let qp = unsafe { ffi::ibv_create_qp(pd.pd, &mut init) };
+        let ctx = pd.ctx.ctx;
+        // SAFETY: a live PD of the live context `ctx`, and live CQs (this
+        // function's contract).
+        let qp = unsafe {
+            if is_mlx5(ctx) {
+                create_without_scatter_to_cqe(ctx, pd.pd, &mut init)
+            } else {
+                ffi::ibv_create_qp(pd.pd, &mut init)
+            }
+        };
         if qp.is_null() {
             return Err(last_err());
         }
@@ -125,6 +189,7 @@ impl QueuePair {
             port,
             _cqs: guards,
             pd: pd.clone(),
+            state_calls: std::sync::Mutex::new(()),
         };
         let mut attr = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,

@@ -14,10 +14,13 @@ use std::io;
 /// can be kept and posted from any thread. Keep its region registered
 /// while requests posted with it are outstanding: once the region is
 /// deregistered its key no longer names that memory, and a request using
-/// it fails with a protection error. (An inline send skips that check and
-/// reads the bytes on the CPU, which is why
+/// it fails with a protection error, unless a later registration was given
+/// the same key (providers reuse them), whose memory it then names: keep
+/// an entry no longer than its region. (An inline send skips the key check
+/// and reads the bytes on the CPU, which is why
 /// [`SendRequest::with_inline`](crate::ibv::SendRequest::with_inline) is
-/// unsafe.)
+/// unsafe; for the providers that write receives on the CPU, see the
+/// [module docs](crate::ibv).)
 ///
 /// ```no_run
 /// let ctx = evd_verbs::ibv::Context::open(None)?;

@@ -387,8 +387,10 @@ impl QueuePair {
         let mut bad = ptr::null_mut();
         // SAFETY: a live QP; the WR and SGE list live across the call (the
         // provider copies them); the SGEs name registered memory (`Sge`'s
-        // contract), which the caller keeps registered until the receive
-        // completes (a region deregistered earlier only fails it).
+        // contract), and the device writes it only after checking its key,
+        // so a region deregistered earlier only fails the request (QPs on
+        // mlx5 are made without scatter-to-CQE, whose poll-time copy skips
+        // that check; hns: the module docs' rule).
         let ret = unsafe {
             let ctx = (*self.qp).context;
             let post = (*ctx).ops.post_recv.expect("provider has post_recv");

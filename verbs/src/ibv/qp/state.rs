@@ -267,9 +267,11 @@ impl QueuePair {
                 "a move to RESET needs the QP to itself: QueuePair::reset",
             ));
         }
+        let _serial = self.state_calls.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: a live QP and attribute struct (plain integers, read by
-        // the provider for the bits in `mask`); not a move to RESET (see
-        // `Sync for QueuePair`).
+        // the provider for the bits in `mask`); not a move to RESET, and no
+        // other modify or query of this QP at once (see `Sync for
+        // QueuePair`).
         check(unsafe { ffi::ibv_modify_qp(self.qp, attr, mask) })
     }
 
@@ -321,7 +323,9 @@ impl QueuePair {
     pub fn query_state(&self) -> io::Result<QpState> {
         let mut attr: ffi::ibv_qp_attr = zeroed();
         let mut init: ffi::ibv_qp_init_attr = zeroed();
-        // SAFETY: a live QP and live out-parameters.
+        let _serial = self.state_calls.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: a live QP and live out-parameters; no other modify or
+        // query of this QP at once (see `Sync for QueuePair`).
         check(unsafe {
             ffi::ibv_query_qp(
                 self.qp,
