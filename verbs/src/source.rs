@@ -339,7 +339,10 @@ pub struct CqKey(pub usize);
 
 /// One event got from a [`SharedChannel`]: the CQ it is for. It must be
 /// acknowledged once, on that CQ ([`CompletionQueue::ack_events`]) or with
-/// [`SharedChannel::ack_unknown`]; it is neither `Clone` nor `Copy`.
+/// [`SharedChannel::ack_unknown`]; it is neither `Clone` nor `Copy`. One
+/// dropped unacknowledged is never acknowledged: the CQ's destroy
+/// (`ibv_destroy_cq` waits for every event it reported) then waits for
+/// ever, in whichever `Drop` destroys it.
 ///
 /// ```
 /// use evd_verbs::{SharedChannel, soft::SoftChannel};
@@ -357,6 +360,7 @@ pub struct CqKey(pub usize);
 /// assert_copy::<evd_verbs::ChannelEvent>();
 /// ```
 #[derive(Debug, PartialEq, Eq)]
+#[must_use = "an event dropped unacknowledged makes its CQ's destroy wait for ever"]
 pub struct ChannelEvent {
     cq: CqKey,
 }

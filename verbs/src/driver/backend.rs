@@ -78,16 +78,17 @@ impl Backend {
         }
     }
 
-    /// Whether `fd` can be polled at all, asked once per feed before its
-    /// first poll: an error that [`refuses_the_fd`](super::readiness::refuses_the_fd)
-    /// if not. epoll says so itself when the fd is added (`EPERM`). io_uring
+    /// Whether `fd` can be polled at all, asked before a feed's polls until
+    /// it is answered (`Ok(true)`): an error that
+    /// [`refuses_the_fd`](super::readiness::refuses_the_fd) if not,
+    /// `Ok(false)` if it could not be asked this time. epoll says so itself when the fd is added (`EPERM`). io_uring
     /// does not: a poll of a file without a poll method (a regular file,
     /// `/dev/null`) completes at once as ready, every time, and its feed
     /// would turn without end; a throwaway epoll instance asks instead.
-    pub(crate) fn check_pollable(&mut self, fd: RawFd) -> io::Result<()> {
+    pub(crate) fn check_pollable(&mut self, fd: RawFd) -> io::Result<bool> {
         match self {
             Backend::Uring(_) => super::epoll::check_pollable(fd),
-            Backend::Epoll(_) => Ok(()),
+            Backend::Epoll(_) => Ok(true),
         }
     }
 

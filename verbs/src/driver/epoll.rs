@@ -214,12 +214,13 @@ impl AsFd for Epoll {
 
 /// Whether `fd` can be polled: the error an epoll instance gives when it
 /// is added (`EPERM`: a file with no poll method; `EBADF`: no open file),
-/// from a throwaway instance. Where the check itself cannot be made (no fd
-/// or memory for the instance), the fd is taken as pollable: the check is a
-/// guard for the ring's backend, which cannot tell, not a requirement.
-pub(crate) fn check_pollable(fd: RawFd) -> io::Result<()> {
+/// from a throwaway instance; `Ok(true)` if it can. Where the check itself
+/// cannot be made (no fd or memory for the instance, at the process's fd
+/// limit), `Ok(false)`: the poll goes ahead unchecked, and the next one
+/// checks again.
+pub(crate) fn check_pollable(fd: RawFd) -> io::Result<bool> {
     let Ok(probe) = epoll::create(epoll::CreateFlags::CLOEXEC) else {
-        return Ok(());
+        return Ok(false);
     };
     let mut event = libc::epoll_event {
         events: libc::EPOLLIN as u32,
@@ -233,8 +234,9 @@ pub(crate) fn check_pollable(fd: RawFd) -> io::Result<()> {
         if super::readiness::refuses_the_fd(&e) {
             return Err(e);
         }
+        return Ok(false);
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -488,11 +488,11 @@ impl Driver {
             }
             if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
                 let checked = match slot.fd_checked {
-                    true => Ok(()),
+                    true => Ok(true),
                     false => self.backend.check_pollable(slot.fd),
                 };
-                slot.fd_checked = checked.is_ok();
-                match checked.and_then(|()| self.backend.poll(slot.fd, Request::FeedPoll(id))) {
+                slot.fd_checked = matches!(checked, Ok(true));
+                match checked.and_then(|_| self.backend.poll(slot.fd, Request::FeedPoll(id))) {
                     // Set once the request is in: a refused one leaves no
                     // poll for a removal's cancellation to wait for.
                     Ok(()) => slot.poll_in_flight = true,

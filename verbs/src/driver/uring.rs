@@ -183,13 +183,11 @@ impl Ring {
         match r {
             Ok(_) => {}
             // ETIME: the timeout; EINTR: a signal; EBUSY: the completion
-            // queue is full (the caller reaps it next); EAGAIN: the kernel
-            // could not allocate for a request this time (the requests stay
-            // queued and the next turn submits them again).
+            // queue is full (the caller reaps it next).
             Err(e)
                 if matches!(
                     e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
                 ) => {}
             Err(e) => return Err(e),
         }

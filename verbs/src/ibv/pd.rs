@@ -241,7 +241,11 @@ impl ProtectionDomain {
     ///
     /// The errno of `ibv_create_qp` (`EINVAL` for capabilities over the
     /// device's) or of the move to INIT (`ibv_modify_qp`); nothing is left
-    /// behind.
+    /// behind. On an mlx5 device the QP is made with scatter-to-CQE off
+    /// (see the [module docs](crate::ibv)), which rdma-core older than v21
+    /// cannot do (`EINVAL`), nor a host whose `libmlx5.so.1` cannot be
+    /// loaded (`EOPNOTSUPP`): there `MLX5_SCATTER_TO_CQE=0` in the
+    /// environment turns it off for every QP, and the plain call is made.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::QpCaps;

@@ -14,6 +14,7 @@ use super::*;
 use std::fmt;
 use std::io;
 use std::mem;
+use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 use std::sync::Arc;
 
@@ -85,17 +86,44 @@ unsafe impl Send for QueuePair {}
 // port) are of fields fixed at creation. Destruction takes `self`.
 unsafe impl Sync for QueuePair {}
 
-/// Whether `ctx` is a device of the mlx5 provider (ConnectX, BlueField):
-/// the one whose direct-verbs library answers a device query. Without
-/// libmlx5 installed the query fails, and no mlx5 device can be open.
+/// Whether `ctx` is open on an mlx5 device (ConnectX, BlueField): one
+/// whose kernel driver, as sysfs names it (`<ibdev_path>/device/driver`),
+/// is `mlx5_core` (or a flavour of it, such as a sub-function's). Asked of
+/// the kernel, not of libmlx5: before rdma-core v22 `mlx5dv_query_device`
+/// answered for any device, and its `mlx5dv_create_qp` ran mlx5's code on
+/// whatever context it was given.
 fn is_mlx5(ctx: *mut ffi::ibv_context) -> bool {
-    let mut attrs: ffi::mlx5dv_context = zeroed();
-    // SAFETY: a live context (the caller's); `attrs` is writable, and with
-    // `comp_mask` 0 the provider writes only its base fields.
-    unsafe { ffi::mlx5dv_query_device(ctx, &mut attrs) == 0 }
+    // SAFETY: a live context (the caller's) and its device, whose
+    // `ibdev_path` libibverbs fills with a NUL-terminated sysfs path.
+    let path = unsafe { std::ffi::CStr::from_ptr((*(*ctx).device).ibdev_path.as_ptr()) };
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    kernel_driver(path).is_some_and(|d| is_mlx5_driver(&d))
 }
 
-/// `ibv_create_qp` on an mlx5 device, with scatter-to-CQE off.
+/// The kernel driver of the RDMA device at sysfs path `ibdev_path`, if it
+/// has a parent device bound to one (a software device such as rxe may
+/// have none).
+fn kernel_driver(ibdev_path: &std::path::Path) -> Option<std::ffi::OsString> {
+    let driver = std::fs::read_link(ibdev_path.join("device/driver")).ok()?;
+    driver.file_name().map(Into::into)
+}
+
+/// `mlx5_core`, or a flavour of it (`mlx5_core.sf`).
+fn is_mlx5_driver(driver: &std::ffi::OsStr) -> bool {
+    driver.as_bytes().starts_with(b"mlx5_core")
+}
+
+/// libmlx5's own switch (`MLX5_SCATTER_TO_CQE=0` in the environment,
+/// read at each QP's creation by every rdma-core that has the feature)
+/// turns scatter-to-CQE off for every QP: then the plain call is safe.
+fn scatter_to_cqe_off_by_env() -> bool {
+    std::env::var_os("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0")
+}
+
+/// `ibv_create_qp` on an mlx5 device, with scatter-to-CQE off; null
+/// (with `errno`) where that cannot be asked: `EINVAL` before rdma-core
+/// v21, which has no such flag, `EOPNOTSUPP` if `libmlx5.so.1` cannot be
+/// loaded. The QP is then refused, not made with the copy on.
 ///
 /// By default libmlx5 asks for it on every RC QP: a receive of up to 32
 /// (or 64) bytes, and with `sq_sig_all` an RDMA read of as many, lands in
@@ -165,7 +193,7 @@ impl QueuePair {
         // SAFETY: a live PD of the live context `ctx`, and live CQs (this
         // function's contract).
         let qp = unsafe {
-            if is_mlx5(ctx) {
+            if is_mlx5(ctx) && !scatter_to_cqe_off_by_env() {
                 create_without_scatter_to_cqe(ctx, pd.pd, &mut init)
             } else {
                 ffi::ibv_create_qp(pd.pd, &mut init)
@@ -321,5 +349,52 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         report_failure(self.destroy());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::path::Path;
+
+    /// A sysfs-like tree: `<root>/<dev>/device/driver` linking to a driver
+    /// directory named `driver`, or no parent device at all (`None`).
+    fn ibdev(root: &Path, dev: &str, driver: Option<&str>) -> std::path::PathBuf {
+        let ibdev = root.join(dev);
+        std::fs::create_dir_all(&ibdev).unwrap();
+        if let Some(driver) = driver {
+            let target = root.join("bus/drivers").join(driver);
+            std::fs::create_dir_all(&target).unwrap();
+            let parent = root.join("devices").join(dev);
+            std::fs::create_dir_all(&parent).unwrap();
+            symlink(&target, parent.join("driver")).unwrap();
+            symlink(&parent, ibdev.join("device")).unwrap();
+        }
+        ibdev
+    }
+
+    #[test]
+    fn only_a_device_bound_to_mlx5_core_takes_the_mlx5_path() {
+        let root = std::env::temp_dir().join(format!("evd-ibdev-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let cases = [
+            ("mlx5_0", Some("mlx5_core"), true),
+            // Renamed by udev: the driver still says.
+            ("rocep1s0f0", Some("mlx5_core"), true),
+            ("mlx5_sf", Some("mlx5_core.sf"), true),
+            ("mlx4_0", Some("mlx4_core"), false),
+            ("hns_0", Some("hns3"), false),
+            // A software device with no parent: not mlx5, whatever its name.
+            ("rxe0", None, false),
+            ("mlx5_fake", None, false),
+        ];
+        for (dev, driver, mlx5) in cases {
+            let path = ibdev(&root, dev, driver);
+            let found = kernel_driver(&path);
+            assert_eq!(found.as_deref(), driver.map(std::ffi::OsStr::new), "{dev}");
+            assert_eq!(found.is_some_and(|d| is_mlx5_driver(&d)), mlx5, "{dev}");
+        }
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
