@@ -283,7 +283,9 @@ impl SpinPolicy {
             .caught_window()
             .max(self.stall)
             .clamp(self.cfg.min_spin, self.cfg.max_spin);
-        if t < MIN_USEFUL_SPIN {
+        // Too short to be worth starting, unless the configured floor asks
+        // for it.
+        if t < MIN_USEFUL_SPIN && self.cfg.min_spin.is_zero() {
             Duration::ZERO
         } else {
             t
@@ -316,10 +318,11 @@ impl SpinPolicy {
                 } else {
                     caught
                 };
-                u32::try_from(k).unwrap_or(u32::MAX).clamp(
-                    MIN_EMPTY_POLLS,
-                    self.cfg.max_empty_polls.max(MIN_EMPTY_POLLS),
-                )
+                // The configured maximum is one, below the usual floor too.
+                let max = self.cfg.max_empty_polls;
+                u32::try_from(k)
+                    .unwrap_or(u32::MAX)
+                    .clamp(MIN_EMPTY_POLLS.min(max), max)
             }
         }
     }
@@ -467,8 +470,8 @@ impl SpinPolicy {
     }
 
     /// The feed was woken by its channel at `now`: the clock restarts, the
-    /// averages stay. While spinning does not pay, every
-    /// [`PROBE_EVERY`]-th wake (doubling after each probe that catches
+    /// averages stay. While spinning does not pay (or the window is zero),
+    /// every [`PROBE_EVERY`]-th wake (doubling after each probe that catches
     /// nothing, up to [`PROBE_EVERY_MAX`]) makes the next spin a probe.
     ///
     /// ```
@@ -488,7 +491,11 @@ impl SpinPolicy {
     pub fn woken(&mut self, now: Instant) {
         self.last_completion = Some(now);
         self.after_wake = true;
-        if self.catchable < CATCH_FLOOR && !self.probing {
+        // Probes come while spinning does not pay, and while the window is
+        // zero for any reason (a window learned below the shortest useful
+        // spin, or an initial window of zero): a policy that never spins
+        // would otherwise never see a gap again, and never spin again.
+        if (self.catchable < CATCH_FLOOR || self.spin_window().is_zero()) && !self.probing {
             self.wakes += 1;
             if self.wakes >= self.probe_every {
                 self.wakes = 0;

@@ -340,3 +340,81 @@ fn a_floor_above_the_ceiling_is_the_window_and_never_panics() {
     }
     assert_eq!(p.spin_window(), us(80));
 }
+
+#[test]
+fn a_window_learned_too_short_to_start_still_probes_and_spins_again() {
+    // Catches 100 ns apart drive the window under the shortest useful
+    // spin while nearly every outcome is a catch: the feed runs the event
+    // cycle, and its probes let a load that became catchable at a longer
+    // gap turn spinning back on.
+    let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    let mut t = Instant::now();
+    p.woken(t);
+    for _ in 0..40 {
+        t += Duration::from_nanos(100);
+        p.found(t, 0);
+    }
+    p.expired();
+    assert!(p.spin_window().is_zero());
+    let mut spun = false;
+    for _ in 0..PROBE_EVERY_MAX {
+        t += us(5);
+        p.woken(t);
+        if !p.spin_window().is_zero() {
+            spun = true;
+            // The probe catches the next completion 5 µs on.
+            p.found(t + us(5), 50);
+            t += us(5);
+        }
+    }
+    assert!(spun, "never probed");
+    assert!(p.spin_window() >= MIN_USEFUL_SPIN, "{:?}", p.spin_window());
+}
+
+#[test]
+fn an_initial_window_of_zero_probes_and_learns_to_spin() {
+    let cfg = AdaptiveConfig::default().with_initial_spin(Duration::ZERO);
+    let mut p = SpinPolicy::new(cfg);
+    assert!(p.spin_window().is_zero());
+    let mut t = Instant::now();
+    for _ in 0..PROBE_EVERY {
+        t += us(5);
+        p.woken(t);
+    }
+    assert_eq!(
+        p.spin_window(),
+        cfg.max_spin,
+        "the PROBE_EVERY-th wake probes"
+    );
+    for _ in 0..8 {
+        t += us(5);
+        p.found(t, 50);
+    }
+    p.expired();
+    assert!(p.spin_window() >= us(5), "{:?}", p.spin_window());
+}
+
+#[test]
+fn a_configured_maximum_of_empty_polls_below_the_floor_holds_after_catches() {
+    let cfg = AdaptiveConfig::default().with_max_empty_polls(10);
+    let mut p = SpinPolicy::new(cfg);
+    assert_eq!(p.empty_poll_limit(), 10);
+    let t = Instant::now();
+    p.woken(t);
+    p.found(t + us(1), 5);
+    assert_eq!(p.empty_poll_limit(), 10);
+}
+
+#[test]
+fn a_floor_below_the_shortest_useful_spin_is_still_a_floor() {
+    let min = Duration::from_nanos(200);
+    let cfg = AdaptiveConfig::default()
+        .with_min_spin(min)
+        .with_initial_spin(min);
+    let mut p = SpinPolicy::new(cfg);
+    assert_eq!(p.spin_window(), min, "fresh");
+    for _ in 0..4 {
+        p.expired();
+    }
+    assert_eq!(p.spin_window(), min, "after misses");
+}
