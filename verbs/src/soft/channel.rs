@@ -206,7 +206,13 @@ impl SharedChannel for SoftChannel {
         };
         if let Some(cq) = cq {
             let mut st = cq.lock();
-            st.events_acked += 1;
+            let (acked, got) = (st.events_acked + 1, st.events_got);
+            if acked > got {
+                // As `SoftCq::ack_events`: refused, the state untouched.
+                drop(st);
+                panic!("acknowledged {acked} CQ events but only {got} were got");
+            }
+            st.events_acked = acked;
             self.inner.acked_unknown.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -150,16 +150,20 @@ impl SoftCq {
     /// assert_eq!(producer.stats().unacked_at_destroy, Some(0));
     /// ```
     pub fn destroy(self) -> Result<(), SoftCq> {
-        let unacked = {
-            let st = self.inner.lock();
-            st.events_got - st.events_acked
-        };
-        if unacked == 0 {
-            drop(self);
-            Ok(())
-        } else {
-            Err(self)
+        {
+            // One critical section decides and destroys: a shared channel's
+            // `get_cq_event` on another thread takes this lock too, and
+            // gets no event of a destroyed CQ.
+            let mut st = self.inner.lock();
+            if st.events_got != st.events_acked {
+                drop(st);
+                return Err(self);
+            }
+            st.destroyed = true;
+            st.unacked_at_destroy = Some(0);
         }
+        drop(self);
+        Ok(())
     }
 
     /// The producer handle of this CQ.
@@ -179,9 +183,17 @@ impl SoftCq {
 
 impl Drop for SoftCq {
     fn drop(&mut self) {
-        let mut st = self.inner.lock();
-        st.destroyed = true;
-        st.unacked_at_destroy = Some(st.events_got - st.events_acked);
+        let during = {
+            let mut st = self.inner.lock();
+            st.destroyed = true;
+            let unacked = st.events_got - st.events_acked;
+            st.unacked_at_destroy.get_or_insert(unacked);
+            // A closure no poll will run: it may hold a producer handle (a
+            // cycle that would keep this state and its eventfd alive), and
+            // its drop is user code, run with the lock free.
+            st.during_next_poll.take()
+        };
+        drop(during);
     }
 }
 
@@ -229,11 +241,18 @@ impl CompletionQueue for SoftCq {
         }
         let mut st = self.inner.lock();
         for wc in std::mem::take(&mut st.window_injections) {
-            // Added while not armed: raises nothing, exactly the race.
+            // Added before this arm: raises nothing, exactly the race
+            // (unless an earlier arm is still pending, which it fires).
             let _ = self.inner.add(&mut st, wc, false);
         }
         st.req_notifies += 1;
-        st.armed = Some(solicited_only);
+        // An arm for the next completion stays one until it fires: a
+        // solicited-only request does not narrow it (IBA C11-31, C11-32;
+        // rdmavt, rxe).
+        st.armed = match st.armed {
+            Some(false) => Some(false),
+            _ => Some(solicited_only),
+        };
         let every = self.inner.faults.spurious_every.load(Ordering::Relaxed);
         if every != 0 && st.req_notifies % every as u64 == 0 {
             st.spurious += 1;
@@ -269,13 +288,15 @@ impl CompletionQueue for SoftCq {
 
     unsafe fn ack_events(&mut self, count: u32) {
         let mut st = self.inner.lock();
-        st.events_acked += u64::from(count);
-        assert!(
-            st.events_acked <= st.events_got,
-            "acknowledged {} CQ events but only {} were got",
-            st.events_acked,
-            st.events_got
-        );
+        let acked = st.events_acked + u64::from(count);
+        let got = st.events_got;
+        if acked <= got {
+            st.events_acked = acked;
+            return;
+        }
+        // Refused, the state untouched and the lock released first.
+        drop(st);
+        panic!("acknowledged {acked} CQ events but only {got} were got");
     }
 
     fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {

@@ -159,8 +159,9 @@ impl SoftCqProducer {
     }
 
     /// The next `req_notify` adds `wc` just before it arms: the completion
-    /// lands in the window and raises no event. A consumer that does not poll
-    /// after arming strands it.
+    /// lands in the window and raises no event (unless the CQ is still
+    /// armed by an earlier `req_notify` that has not fired: that arm fires).
+    /// A consumer that does not poll after arming strands it.
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
@@ -190,7 +191,10 @@ impl SoftCqProducer {
     /// assert!(ran.load(Ordering::Relaxed));
     /// ```
     pub fn during_next_poll(&self, f: impl FnOnce() + Send + 'static) {
-        self.inner.lock().during_next_poll = Some(Box::new(f));
+        // The closure it replaces is dropped with the lock free (its drop
+        // may take it).
+        let replaced = self.inner.lock().during_next_poll.replace(Box::new(f));
+        drop(replaced);
     }
 
     /// Every `n`-th completion added gets status `WR_FLUSH_ERR` (0: never).

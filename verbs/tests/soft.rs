@@ -1,0 +1,127 @@
+//! The software providers' own promises: the verbs semantics they mirror
+//! (arming, acknowledgements, destroy), and their test hooks.
+
+use evd_verbs::soft::{SoftChannel, SoftCq};
+use evd_verbs::{CompletionQueue, SharedChannel, WorkCompletion};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Barrier};
+
+/// An over-acknowledgement is refused with a panic, and the CQ's counts
+/// are left as they were: the event got is still owed, and the CQ can be
+/// destroyed once it is acknowledged.
+#[test]
+fn an_over_acknowledgement_is_refused_and_changes_nothing() {
+    let (mut cq, hca) = SoftCq::new(4).unwrap();
+    hca.inject_spurious_event();
+    assert!(cq.get_event().unwrap());
+    // SAFETY: one event was got; acknowledging two is the error under test.
+    let refused = catch_unwind(AssertUnwindSafe(|| unsafe { cq.ack_events(2) }));
+    assert!(refused.is_err());
+    let s = hca.stats();
+    assert_eq!((s.events_got, s.events_acked), (1, 0));
+    let mut cq = cq.destroy().unwrap_err();
+    // SAFETY: the one event got above, acknowledged once.
+    unsafe { cq.ack_events(1) };
+    assert!(cq.destroy().is_ok());
+    assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+}
+
+/// `destroy` refuses while a channel event got is unacknowledged, as
+/// `ibv_destroy_cq` waits for it; a shared channel's `get_cq_event` on
+/// another thread either gets its event before the destroy (which then
+/// refuses) or finds the CQ destroyed (and gets nothing). Never both a
+/// successful destroy and an event got of it.
+#[test]
+fn a_destroy_racing_a_shared_channel_s_get_never_leaves_an_event_unacknowledged() {
+    // A third thread taking the CQ's lock (its stats) widens any window
+    // between the destroy's check and its mark.
+    for _ in 0..20_000 {
+        let mut channel = SoftChannel::new().unwrap();
+        let (cq, hca) = channel.create_cq(4).unwrap();
+        hca.inject_spurious_event();
+        let start = Arc::new(Barrier::new(3));
+        let go = start.clone();
+        let getter = std::thread::spawn(move || {
+            go.wait();
+            let ev = channel.get_cq_event().unwrap();
+            (channel, ev)
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let (go, stopped, stats) = (start.clone(), stop.clone(), hca.clone());
+        let hammer = std::thread::spawn(move || {
+            go.wait();
+            while !stopped.load(Relaxed) {
+                let _ = stats.stats();
+            }
+        });
+        start.wait();
+        let destroyed = cq.destroy().map_err(drop).is_ok();
+        let (mut channel, ev) = getter.join().unwrap();
+        stop.store(true, Relaxed);
+        hammer.join().unwrap();
+        if destroyed {
+            assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+        }
+        if let Some(ev) = ev {
+            assert!(!destroyed, "destroyed with an event got and unacknowledged");
+            // SAFETY: got above from this channel; its CQ is gone unacked.
+            unsafe { channel.ack_unknown(ev) };
+        }
+    }
+}
+
+/// A `during_next_poll` closure that holds the CQ's producer handle (to
+/// post from inside the poll, say) and never runs does not keep the CQ's
+/// state, or its eventfd, alive once the CQ and the handles are dropped.
+#[test]
+fn a_closure_no_poll_ran_is_dropped_with_the_cq() {
+    let alive = Arc::new(());
+    let (cq, hca) = SoftCq::new(4).unwrap();
+    let (held, producer) = (alive.clone(), hca.clone());
+    hca.during_next_poll(move || {
+        let _held = &held;
+        producer.push(WorkCompletion::default()).unwrap();
+    });
+    drop(cq);
+    drop(hca);
+    assert_eq!(
+        Arc::strong_count(&alive),
+        1,
+        "the closure was never dropped"
+    );
+}
+
+/// An arm for the next completion stays one until it fires: a later
+/// solicited-only `req_notify` does not narrow it, so an unsolicited
+/// completion still raises the event (IBA C11-31, C11-32).
+#[test]
+fn a_solicited_only_arm_does_not_narrow_a_pending_next_completion_arm() {
+    let (mut cq, hca) = SoftCq::new(4).unwrap();
+    cq.req_notify(false).unwrap();
+    cq.req_notify(true).unwrap();
+    hca.push(WorkCompletion::default()).unwrap();
+    assert!(cq.get_event().unwrap());
+    // SAFETY: the one event got above.
+    unsafe { cq.ack_events(1) };
+    // A solicited-only arm on its own waits for a solicited completion.
+    cq.req_notify(true).unwrap();
+    hca.push(WorkCompletion::default()).unwrap();
+    assert!(!cq.get_event().unwrap());
+}
+
+/// A completion added in the re-arm window raises nothing from the arm
+/// that follows it, but an earlier arm still pending fires for it.
+#[test]
+fn a_completion_in_the_rearm_window_fires_only_an_arm_already_pending() {
+    let (mut cq, hca) = SoftCq::new(4).unwrap();
+    hca.complete_in_next_rearm_window(WorkCompletion::new(1));
+    cq.req_notify(false).unwrap();
+    assert!(!cq.get_event().unwrap(), "not armed when it landed");
+    // Now armed; the next window's completion lands under that arm.
+    hca.complete_in_next_rearm_window(WorkCompletion::new(2));
+    cq.req_notify(false).unwrap();
+    assert!(cq.get_event().unwrap(), "the pending arm fires");
+    // SAFETY: the one event got above.
+    unsafe { cq.ack_events(1) };
+}
