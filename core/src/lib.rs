@@ -74,7 +74,8 @@
 //! * [`Poster::post_batch`]: one reservation for as many events from the
 //!   front of a `Vec` as there is room for, drained from it in order (the
 //!   rest stay); one notification once the whole batch is published.
-//!   [`BatchPostError::Full`] only when not one slot was free.
+//!   [`BatchPostError::Full`] only when not one slot was free (an empty
+//!   batch is `Ok(0)`).
 //! * [`Poster::post_lossy`]: as `post`, but a full ring **gives the event
 //!   up**: it is dropped, counted ([`Query::lost`]), and `Ok(`[`Lossy::Lost`]`)`
 //!   is returned; the consumer later gets an [`Overflow`]` { lost }` report.
@@ -226,7 +227,11 @@
 //! * [`UpcallPolicy::ManyInstances`]: an upcall takes one event out, hands
 //!   the token back and runs the handler, so posts meanwhile start more
 //!   (at most 63 in flight). Events leave the ring in FIFO order; handlers
-//!   overlap and may finish in any order.
+//!   overlap and may finish in any order. A post that lands while an
+//!   instance holds the token (between its dequeue and the hand-back)
+//!   starts none: its event waits for that instance's next round, after its
+//!   handler, or for the next post. So a handler must not wait for a later
+//!   event of its own EVD to be handled.
 //! * [`Invoke::Any`]: enabling upcalls with events queued runs one at once,
 //!   on the enabling thread. [`Invoke::New`]: the queued events wait for the
 //!   next post, which delivers them too.

@@ -74,7 +74,9 @@ pub struct Query {
     pub dequeued: u64,
     /// Events given up by lossy posts on a full ring (reported or not).
     pub lost: u64,
-    /// Notifications fired: wakes of an armed consumer and upcall starts.
+    /// Notifications fired: wakes of an armed consumer and upcall starts
+    /// (not the triggers of a [`Cno`](crate::Cno), which its waiter counts
+    /// in the keys it takes).
     pub notifications: u64,
     /// Upcall handler invocations.
     pub upcalls: u64,

@@ -1169,15 +1169,11 @@ fn a_freed_key_is_handed_out_again_only_after_every_key_freed_before_it() {
     }
 }
 
-/// A direct waiter preempts the CNO: a blocking dequeue whose arm a post
-/// took returns that post's event, and the CNO does not also get the key,
-/// even when the EVD is made unwaitable before the dequeue looks again
-/// (the wait withdraws its arm only when it gives up without the events).
-#[test]
-fn a_dequeue_that_returns_the_event_after_an_unwaitable_does_not_also_hand_it_to_the_cno() {
-    /// A waker whose last drop posts and makes the EVD unwaitable: it runs
-    /// inside the blocking dequeue's registration, which replaces it, and
-    /// so lands between the dequeue's arm of the round before and its look.
+/// An EVD enabled on its CNO and armed for a direct wait (a stream poll's
+/// arm), whose registered waker, dropped when the next wait registers its
+/// own, posts an event and makes the EVD unwaitable: the post lands
+/// between that wait's arm of the round before and its look.
+fn armed_then_post_and_unwaitable_at_the_next_registration() -> (Cno, Poster<u8>, Consumer<u8>) {
     struct PostOnDrop(std::sync::Mutex<Option<Poster<u8>>>);
     impl std::task::Wake for PostOnDrop {
         fn wake(self: Arc<Self>) {}
@@ -1190,25 +1186,45 @@ fn a_dequeue_that_returns_the_event_after_an_unwaitable_does_not_also_hand_it_to
             }
         }
     }
-    let mut cno = Cno::new(4).unwrap();
+    let cno = Cno::new(4).unwrap();
     let (p, mut c) = enabled::<u8>(&cno, 7);
     c.set_spin_budget(Duration::ZERO);
-    // A stream poll arms the EVD (`ARMED` beside the CNO's enable) and
-    // registers the waker; only the slot's clone of it is left after.
     {
         let hook = Arc::new(PostOnDrop(std::sync::Mutex::new(Some(p.clone()))));
         let waker = std::task::Waker::from(hook);
-        assert!(
-            c.poll_next_unpin(&mut std::task::Context::from_waker(&waker))
-                .is_pending()
-        );
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(c.poll_next_unpin(&mut cx).is_pending());
     }
     assert!(c.query().armed);
+    (cno, p, c)
+}
+
+/// A direct waiter preempts the CNO: a blocking dequeue whose arm a post
+/// took returns that post's event, and the CNO does not also get the key,
+/// even when the EVD is made unwaitable before the dequeue looks again.
+#[test]
+fn a_dequeue_that_returns_the_event_after_an_unwaitable_does_not_also_hand_it_to_the_cno() {
+    let (mut cno, p, mut c) = armed_then_post_and_unwaitable_at_the_next_registration();
     assert_eq!(c.dequeue_timeout(Duration::from_secs(60)), Ok(1));
     assert_eq!(
         cno.try_next(),
         None,
         "the event went to the dequeue; its key is not the CNO's too"
     );
+    drop(p);
+}
+
+/// The same race for a wait, which fails on an unwaitable EVD whatever is
+/// ready (DAT): it takes nothing, so the event its arm preempted the CNO
+/// for goes to the CNO when it withdraws.
+#[test]
+fn a_wait_refused_as_unwaitable_hands_the_event_its_arm_took_to_the_cno() {
+    let (mut cno, p, mut c) = armed_then_post_and_unwaitable_at_the_next_registration();
+    assert_eq!(
+        c.wait(1, Some(Duration::from_secs(60))),
+        Err(evd::WaitError::Unwaitable)
+    );
+    assert_eq!(cno.try_next(), Some(7), "the enabled EVD has work");
+    assert_eq!(c.try_dequeue(), Ok(1));
     drop(p);
 }

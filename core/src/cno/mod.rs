@@ -137,10 +137,17 @@ impl AsRef<CnoHandle> for CnoHandle {
 impl Cno {
     /// A CNO that holds up to `max_evds` bound EVDs.
     ///
+    /// # Errors
+    /// [`CreateError::ZeroCapacity`] for 0; [`CreateError::CapacityTooLarge`]
+    /// when its ready ring (two slots per EVD) would exceed the largest
+    /// ring ([`MAX_CAPACITY`](crate::MAX_CAPACITY)), or the allocation of
+    /// that ring fails ([`bounded`](crate::bounded)'s errors).
+    ///
     /// ```
     /// let cno = evd::Cno::new(1024).unwrap();
     /// assert_eq!(cno.capacity(), 1024);
-    /// assert!(evd::Cno::new(0).is_err());
+    /// assert_eq!(evd::Cno::new(0).err(), Some(evd::CreateError::ZeroCapacity));
+    /// assert!(matches!(evd::Cno::new(usize::MAX), Err(evd::CreateError::CapacityTooLarge { .. })));
     /// ```
     pub fn new(max_evds: usize) -> Result<Cno, CreateError> {
         if max_evds == 0 {

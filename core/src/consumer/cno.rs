@@ -19,6 +19,12 @@ impl<T> Consumer<T> {
     /// for uniqueness). The EVD is not enabled yet: see
     /// [`Consumer::enable_cno`]. Works while posters run.
     ///
+    /// # Errors
+    /// [`CnoError::AlreadyBound`] if this EVD is bound (to any CNO: move it
+    /// with [`Consumer::modify_cno`]); [`CnoError::Full`] if the CNO holds
+    /// as many EVDs as it can; [`CnoError::CnoDropped`] if `cno` is a
+    /// [`CnoHandle`] whose CNO was dropped.
+    ///
     /// ```
     /// let cno = evd::Cno::new(1).unwrap();
     /// let (_p1, mut a) = evd::bounded::<u8>(4).unwrap();

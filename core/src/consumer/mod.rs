@@ -369,7 +369,8 @@ impl<T> Consumer<T> {
     /// The back-off looks at the slots, then waits one gap by the clock
     /// without touching any line a poster writes, and looks again: gaps as
     /// long as a linger ([`Consumer::set_linger_cap`]), spun for the first
-    /// 3 µs of the back-off, then a yield of the CPU between looks. It reads
+    /// 3 µs of the back-off (half of the default budget), then a yield of
+    /// the CPU between looks, whatever the budget. It reads
     /// the clock at each gap, so the budget is overrun by at most one gap (or
     /// one yield). A wait's deadline ends the back-off too; a deadline
     /// already past skips it. A pending loss report, a close and
@@ -395,6 +396,9 @@ impl<T> Consumer<T> {
     /// Cap how long a dequeue that finds nothing right after a run of
     /// dequeues lingers before it reports it (default [`DEFAULT_LINGER_CAP`];
     /// [`Duration::ZERO`]: never linger, every empty poll returns at once).
+    /// The cap is kept in whole nanoseconds, at most `u64::MAX` of them
+    /// (about 584 years): a longer one, [`Duration::MAX`] say, is kept as
+    /// that, and [`linger_cap`](Consumer::linger_cap) says so.
     ///
     /// While posters keep the ring busy, a consumer that polls the head slot
     /// as soon as it has drained the ring reads the very cache line a poster
@@ -427,7 +431,16 @@ impl<T> Consumer<T> {
         self.shared.set_linger_cap(cap);
     }
 
-    /// The linger cap ([`Consumer::set_linger_cap`]).
+    /// The linger cap ([`Consumer::set_linger_cap`]), as kept.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (_poster, mut consumer) = evd::bounded::<u8>(4).unwrap();
+    /// consumer.set_linger_cap(Duration::from_micros(5));
+    /// assert_eq!(consumer.linger_cap(), Duration::from_micros(5));
+    /// consumer.set_linger_cap(Duration::MAX);
+    /// assert_eq!(consumer.linger_cap(), Duration::from_nanos(u64::MAX));
+    /// ```
     pub fn linger_cap(&self) -> Duration {
         self.shared.linger_cap()
     }

@@ -198,15 +198,27 @@ fn give_up<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
     r
 }
 
+/// Who waits: a [`Consumer::wait`] reports, a [`Consumer::dequeue`] takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Waiter {
+    /// Reports how many events are ready; fails while the EVD is
+    /// unwaitable, whatever is ready (DAT: waits on an unwaitable EVD fail).
+    Reports,
+    /// Takes the events once the wait ends: refused as unwaitable only
+    /// when it would have to block.
+    Takes,
+}
+
 /// The EVD was made unwaitable while the wait was armed: `Unwaitable`,
-/// withdrawing the arm, unless the events meet the threshold after all. A
-/// post the wait was armed for took the arm and, on an EVD enabled on its
-/// CNO, left the CNO's enable for the next post (a direct waiter preempts
-/// the CNO): the caller takes those events, so the withdrawal must not hand
-/// them to the CNO too, as [`give_up`] does not.
-fn unwaitable<T>(s: &Shared<T>, want: u64) -> Result<usize, WaitError> {
+/// withdrawing the arm (a post the wait was armed for took the arm and, on
+/// an EVD enabled on its CNO, left the CNO's enable for the next post, as a
+/// direct waiter preempts the CNO; withdrawn, the events go to the CNO).
+/// A waiter that takes the events returns them instead if they meet its
+/// threshold: it takes them, so the withdrawal must not hand them to the
+/// CNO too, as [`give_up`] does not.
+fn unwaitable<T>(s: &Shared<T>, want: u64, waiter: Waiter) -> Result<usize, WaitError> {
     let available = s.ready(u64::MAX);
-    if available >= want {
+    if waiter == Waiter::Takes && available >= want {
         return Ok(available as usize);
     }
     s.disarm();
@@ -245,8 +257,8 @@ impl<T> Consumer<T> {
     /// Backs off for the [`spin_budget`](Consumer::set_spin_budget) first
     /// (spinning, then yielding), then arms and parks. On timeout nothing is
     /// dequeued and the error says how many events are ready. `threshold` must be in `1..=capacity`. Fails with
-    /// [`WaitError::Unwaitable`] while the EVD is unwaitable (a wait it
-    /// meets armed returns `Ok` if the threshold is met by then), and with
+    /// [`WaitError::Unwaitable`] while the EVD is unwaitable (whatever is
+    /// ready: DAT's waits on an unwaitable EVD fail), and with
     /// [`WaitError::Closed`] once it is closed with fewer than `threshold`
     /// events left (a pending loss report comes before that end). A pending
     /// loss report ends a wait that would otherwise block, as
@@ -320,6 +332,16 @@ impl<T> Consumer<T> {
         threshold: usize,
         deadline: Option<Instant>,
     ) -> Result<usize, WaitError> {
+        self.wait_as(Waiter::Reports, threshold, deadline)
+    }
+
+    /// The wait of `waiter`, until `deadline`.
+    fn wait_as(
+        &mut self,
+        waiter: Waiter,
+        threshold: usize,
+        deadline: Option<Instant>,
+    ) -> Result<usize, WaitError> {
         let s = self.shared().clone();
         let capacity = s.capacity() as usize;
         if threshold == 0 || threshold > capacity {
@@ -351,7 +373,7 @@ impl<T> Consumer<T> {
             waker.clear();
             s.register_waker(waker.waker());
             if s.is_unwaitable() {
-                return unwaitable(&s, want);
+                return unwaitable(&s, want, waiter);
             }
             match s.arm(want) {
                 Arm::Armed(_) => {
@@ -455,7 +477,7 @@ impl<T> Consumer<T> {
             }
             // Nothing was ready at the dequeue; the wait's arm CAS fails if
             // anything was posted since, so no post is missed in between.
-            match self.wait_until(1, deadline) {
+            match self.wait_as(Waiter::Takes, 1, deadline) {
                 // An event is ready, or the EVD is closed (the next dequeue
                 // takes what is left, then reports the end).
                 Ok(_) | Err(WaitError::Closed { .. }) => {}

@@ -222,7 +222,8 @@ impl<T: Send> Poster<T> {
     /// whatever this handle's cached view of the consumer says). Returns how
     /// many were posted; they are drained from `events`, the rest stay there.
     /// A call that can post nothing is refused with [`BatchPostError::Full`]
-    /// (backpressure: nothing is counted). The consumer is notified once,
+    /// (backpressure: nothing is counted); an empty `events` has nothing to
+    /// post and is `Ok(0)`, full ring or not. The consumer is notified once,
     /// after the whole batch is published.
     ///
     /// # Panics

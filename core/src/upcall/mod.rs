@@ -20,7 +20,11 @@
 //!   ([`state::release_token`](crate::state::release_token)), runs the handler, then takes the token again
 //!   or ends ([`state::reacquire`](crate::state::reacquire)). Posts that find the token free meanwhile
 //!   start further instances, so handlers overlap while dequeues stay
-//!   serialized.
+//!   serialized. A post that finds the token held (the short window between
+//!   an instance's dequeue and its hand-back) starts none: no thread is
+//!   free to run a second handler there, so its event waits for that
+//!   instance's next round, after its handler returns, or for the next post
+//!   (its `more` was true).
 //!
 //! Each handler call receives one event (or a loss report) and `more`:
 //! whether another event was ready (published) behind it just before the
@@ -67,7 +71,10 @@ use crate::unwind::Panics;
 
 /// The consumer of an EVD in upcall mode: events are delivered to a handler
 /// run on the posting threads. Owns the [`Consumer`]; [`Upcalls::teardown`]
-/// gives it back.
+/// gives it back. Dropped instead, it disables upcalls and waits until no
+/// handler runs (from inside its own handler it only disables them), drops
+/// the handler, then drops the consumer as any consumer is dropped: the EVD
+/// closes and the events still queued are dropped.
 pub struct Upcalls<T> {
     consumer: Option<Consumer<T>>,
 }
