@@ -78,6 +78,7 @@
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
 //! | disarm (consumer, on timeout) | [`withdraw`] | ARMED, and CNO_ARMED clear or the ring empty | −ARMED | — |
 //! | a direct wait gives up with events queued on an enabled EVD (consumer) | [`withdraw`] | CNO_ARMED, len > 0 | −ARMED −CNO_ARMED +NOTIFIED | trigger the CNO |
+//! | a dequeue meets the EVD unwaitable with its events reserved (consumer) | [`withdraw_unless_reserved`] | len ≥ want | — (it takes them once published) | — |
 //! | enable on the CNO (consumer of a bound EVD) | [`enable_cno`] | empty, not closed, !CNO_ARMED | +CNO_ARMED −NOTIFIED | wait on the CNO |
 //! | enable finds work / end / an enable | [`enable_cno`] | len > 0, or closed, or CNO_ARMED | none (no CAS) | drain, stop, or wait on the CNO |
 //! | disable on the CNO (consumer) | [`disable_cno`] | CNO_ARMED | −CNO_ARMED | none; without CNO_ARMED, wait for the trigger that took it to land |
@@ -888,6 +889,37 @@ pub const fn withdraw(w: u64, head: u64, report: bool) -> Option<(u64, Notify)> 
         Some((w & !ARMED, Notify::None))
     } else {
         None
+    }
+}
+
+/// A direct wait that takes the events it waited for (a blocking dequeue)
+/// ends on an unwaitable EVD: [`withdraw`], unless `want` events are
+/// reserved (published or still being written). The post that took the
+/// wait's arm told the waiter, not the CNO, and the waiter will take them:
+/// withdrawing would hand the same news to the CNO too. `Err(())`: reserved,
+/// nothing to change (the caller waits for the publish and takes them).
+///
+/// ```
+/// use evd::state::*;
+/// let Enable::Armed(on) = enable_cno(initial(2), 0) else { unreachable!() };
+/// let Arm::Armed(both) = arm(on, 0, 1) else { unreachable!() };
+/// let Reserve::Ticket { new, notify: Notify::Wake, .. } = reserve(both, 0) else { unreachable!() };
+/// assert_eq!(withdraw_unless_reserved(new, 0, 1, false), Err(()), "the dequeue takes it");
+/// assert_eq!(withdraw_unless_reserved(new, 0, 2, false), Ok(withdraw(new, 0, false)));
+/// assert_eq!(withdraw_unless_reserved(both, 0, 1, false), Ok(withdraw(both, 0, false)));
+/// ```
+#[inline]
+#[allow(clippy::result_unit_err)]
+pub const fn withdraw_unless_reserved(
+    w: u64,
+    head: u64,
+    want: u64,
+    report: bool,
+) -> Result<Option<(u64, Notify)>, ()> {
+    if len(w, head) >= want {
+        Err(())
+    } else {
+        Ok(withdraw(w, head, report))
     }
 }
 

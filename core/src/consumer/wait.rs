@@ -215,14 +215,24 @@ enum Waiter {
 /// direct waiter preempts the CNO; withdrawn, the events go to the CNO).
 /// A waiter that takes the events returns them instead if they meet its
 /// threshold: it takes them, so the withdrawal must not hand them to the
-/// CNO too, as [`give_up`] does not.
-fn unwaitable<T>(s: &Shared<T>, want: u64, waiter: Waiter) -> Result<usize, WaitError> {
-    let available = s.ready(u64::MAX);
-    if waiter == Waiter::Takes && available >= want {
-        return Ok(available as usize);
+/// CNO too, as [`give_up`] does not; and if they are reserved but a poster
+/// is still writing them, `None`: the caller waits for the publish, as for
+/// a pending arm, instead of handing them over and then taking them.
+fn unwaitable<T>(s: &Shared<T>, want: u64, waiter: Waiter) -> Option<Result<usize, WaitError>> {
+    if waiter == Waiter::Takes {
+        let available = s.ready(u64::MAX);
+        if available >= want {
+            return Some(Ok(available as usize));
+        }
+        // The check and the withdrawal in one CAS: a post between the two
+        // would be told to this waiter and handed to the CNO too.
+        if !s.disarm_unless_reserved(want) {
+            return None;
+        }
+        return Some(Err(WaitError::Unwaitable));
     }
     s.disarm();
-    Err(WaitError::Unwaitable)
+    Some(Err(WaitError::Unwaitable))
 }
 
 /// Park the consumer's thread until `done` holds. `done` is re-checked after
@@ -373,7 +383,16 @@ impl<T> Consumer<T> {
             waker.clear();
             s.register_waker(waker.waker());
             if s.is_unwaitable() {
-                return unwaitable(&s, want, waiter);
+                if let Some(end) = unwaitable(&s, want, waiter) {
+                    return end;
+                }
+                // Reserved slots whose posters are still writing them: as
+                // in `Arm::Pending` below.
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return give_up(&s, want);
+                }
+                backoff.snooze();
+                continue;
             }
             match s.arm(want) {
                 Arm::Armed(_) => {

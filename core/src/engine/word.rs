@@ -305,10 +305,19 @@ impl<T> Shared<T> {
     /// preempted the CNO and gives up with events queued or a loss report
     /// pending hands them to the CNO ([`state::withdraw`]), triggered here.
     pub(crate) fn disarm(&self) {
+        // No count of events is `u64::MAX`: always withdrawn.
+        self.disarm_unless_reserved(u64::MAX);
+    }
+
+    /// [`Shared::disarm`] for a waiter that takes its events, unless `want`
+    /// events are reserved ([`state::withdraw_unless_reserved`], decided by
+    /// the same CAS): `false` then, nothing changed (the caller waits for
+    /// them to be published and takes them).
+    pub(crate) fn disarm_unless_reserved(&self, want: u64) -> bool {
         let h = self.head();
         // AcqRel: Acquire if this takes CNO_ARMED, as any trigger's CAS (the
         // binding is the consumer's own write, but the path is the same).
-        let trigger = self.transition(Ordering::AcqRel, |w| {
+        let r = self.transition(Ordering::AcqRel, |w| {
             // A lossy poster commits, then takes ARMED with an AcqRel RMW: if
             // `w` is that RMW's or later, the fence makes the commit visible;
             // if earlier, our CAS fails on it, or the poster triggers the CNO.
@@ -316,14 +325,16 @@ impl<T> Shared<T> {
                 fence(Ordering::Acquire);
                 self.loss_pending()
             };
-            match state::withdraw(w, h, report) {
-                Some((new, notify)) => Ok((new, notify == Notify::Cno)),
-                None => Err(false),
+            match state::withdraw_unless_reserved(w, h, want, report) {
+                Err(()) => Err(None),
+                Ok(Some((new, notify))) => Ok((new, Some(notify == Notify::Cno))),
+                Ok(None) => Err(Some(false)),
             }
         });
-        if trigger {
+        if r == Some(true) {
             self.trigger_cno();
         }
+        r.is_some()
     }
 
     /// Enable the EVD on its CNO: the arm-then-check CAS. Returns what it

@@ -246,3 +246,35 @@ fn cno_direct_wait_that_gives_up_hands_the_event_to_the_cno() {
         assert_eq!(consumer.try_dequeue(), Ok(1));
     });
 }
+
+#[test]
+fn cno_dequeue_vs_post_and_unwaitable_notifies_once() {
+    // A blocking dequeue on an enabled EVD arms (preempting the CNO); a post
+    // takes that arm and wakes it, possibly still writing its slot when
+    // another thread makes the EVD unwaitable. The post is told once: a
+    // dequeue woken by it that takes the event leaves the CNO's enable for
+    // the next post (no key); one that refuses leaves the event to the CNO.
+    model(|| {
+        let mut cno = evd::Cno::new(1).unwrap();
+        let (poster, mut consumer) = enabled_evd(&cno, 7);
+        consumer.set_spin_budget(Duration::ZERO);
+        let c = thread::spawn(move || {
+            let r = consumer.dequeue();
+            (r, consumer)
+        });
+        let p = poster.clone();
+        let post = thread::spawn(move || p.post(1).unwrap());
+        poster.set_unwaitable();
+        post.join().unwrap();
+        let (r, mut consumer) = c.join().unwrap();
+        let woken = consumer.query().notifications > 0; // direct wakes only
+        let key = cno.try_next();
+        if r == Ok(1) && woken {
+            assert_eq!(key, None, "the dequeue took it; the CNO was told too: {:?}", consumer.query());
+        }
+        if r != Ok(1) {
+            assert_eq!(key, Some(7), "the event stays, and the CNO is not told");
+            assert_eq!(consumer.try_dequeue(), Ok(1));
+        }
+    });
+}
