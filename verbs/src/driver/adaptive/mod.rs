@@ -425,7 +425,9 @@ impl SpinPolicy {
         }
         self.catchable = smooth_u32(self.catchable, 256);
         self.probe_caught |= self.probing;
-        if self.catchable >= CATCH_FLOOR {
+        // A probe's catches are judged when it ends (`expired`): whether
+        // they left a window to spin with.
+        if self.catchable >= CATCH_FLOOR && !self.probing {
             self.probe_every = PROBE_EVERY;
         }
         if gap > self.caught_window() {
@@ -461,12 +463,20 @@ impl SpinPolicy {
     /// ```
     pub fn expired(&mut self) {
         self.missed_since = self.last_completion;
-        if self.probing && !self.probe_caught {
-            self.probe_every = (self.probe_every * 2).min(PROBE_EVERY_MAX);
-        }
-        self.probing = false;
-        self.probe_caught = false;
+        let probed = std::mem::take(&mut self.probing);
         self.catchable = smooth_u32(self.catchable, 0);
+        if probed {
+            // A probe that caught nothing, or whose catches still leave no
+            // window to spin with (gaps too short to be worth a spin),
+            // backs the probes off; one that turned spinning back on resets
+            // them.
+            self.probe_every = if self.probe_caught && !self.spin_window().is_zero() {
+                PROBE_EVERY
+            } else {
+                (self.probe_every * 2).min(PROBE_EVERY_MAX)
+            };
+        }
+        self.probe_caught = false;
     }
 
     /// The feed was woken by its channel at `now`: the clock restarts, the

@@ -418,3 +418,45 @@ fn a_floor_below_the_shortest_useful_spin_is_still_a_floor() {
     }
     assert_eq!(p.spin_window(), min, "after misses");
 }
+
+#[test]
+fn probes_that_leave_the_window_too_short_back_off() {
+    // Bursts of completions 100 ns apart, far apart from each other: each
+    // probe catches the burst's gaps, but they call for a window too short
+    // to start, so spinning stays off and the probes must back off as
+    // probes that catch nothing do.
+    let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    let mut t = Instant::now();
+    p.woken(t);
+    for _ in 0..40 {
+        t += Duration::from_nanos(100);
+        p.found(t, 1);
+    }
+    p.expired();
+    assert!(p.spin_window().is_zero());
+    let wakes = 8 * PROBE_EVERY_MAX;
+    let mut probes = 0;
+    for _ in 0..wakes {
+        t += Duration::from_millis(1);
+        p.woken(t);
+        p.found(t, 0); // the wake's own completions
+        if p.spin_window().is_zero() {
+            for _ in 0..40 {
+                t += Duration::from_nanos(100);
+                p.seen(t); // the event cycle drains the burst
+            }
+        } else {
+            probes += 1;
+            for _ in 0..40 {
+                t += Duration::from_nanos(100);
+                p.found(t, 1); // the probe catches the burst's gaps
+            }
+            p.expired(); // then spins out its window for nothing
+            assert!(p.spin_window().is_zero(), "the probe changed nothing");
+        }
+    }
+    assert!(
+        probes <= 2 * wakes / PROBE_EVERY_MAX + 8,
+        "{probes} probes in {wakes} wakes"
+    );
+}
