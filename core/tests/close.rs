@@ -100,9 +100,9 @@ fn loss_reports_and_events_alternate_so_a_flood_cannot_starve_the_consumer() {
     for i in 4..40 {
         while poster.post_lossy(i) == Ok(Lossy::Posted) {}
         match consumer.try_dequeue() {
-            Ok(v) => got.push(v),
+            Ok(v) => panic!("event {v} before the pending report"),
             Err(TryDequeueError::Overflow(o)) => {
-                assert!(o.lost >= 1);
+                assert_eq!(o.lost, 1, "exactly one loss per round");
                 // The very next dequeue must be an event: one is queued.
                 match consumer.try_dequeue() {
                     Ok(v) => got.push(v),
@@ -112,7 +112,7 @@ fn loss_reports_and_events_alternate_so_a_flood_cannot_starve_the_consumer() {
             Err(e) => panic!("unexpected {e}"),
         }
     }
-    assert!(got.len() >= 36, "an event on every round: {}", got.len());
+    assert_eq!(got.len(), 36, "an event on every round: {}", got.len());
     assert!(got.windows(2).all(|w| w[0] < w[1]), "FIFO: {got:?}");
 }
 

@@ -440,6 +440,14 @@ struct Checker {
     /// The close CAS found the EVD enabled on its CNO, and that key has not
     /// been taken, disabled or unbound since: it must be ready at the end.
     close_key_due: bool,
+    /// Some poster has begun a `set_unwaitable`: only then may a wait
+    /// fail as `Unwaitable`.
+    unwaitable_set: bool,
+    /// The consumer's `arm()` is under way, and the queued count its CAS
+    /// that set `ARMED` saw (an `Armed` arm over queued events would be the
+    /// lost wakeup).
+    arming: bool,
+    arm_saw: Option<u64>,
     failed: bool,
     trace: bool,
 }
@@ -526,6 +534,9 @@ impl Checker {
             torn_down: false,
             close_begun: false,
             close_key_due: false,
+            unwaitable_set: false,
+            arming: false,
+            arm_saw: None,
             failed: false,
             trace: std::env::var_os("EVD_FUZZ_TRACE").is_some(),
         }
@@ -578,6 +589,13 @@ impl Checker {
         let how = spec::successor(old, new, &heads)?;
         if !state::has(old, state::CLOSED) && state::has(new, state::CLOSED) {
             self.close_key_due = state::has(old, state::CNO_ARMED);
+        }
+        if self.arming
+            && self.mode == Mode::Consumer
+            && state::has(new, state::ARMED)
+            && !state::has(old, state::ARMED)
+        {
+            self.arm_saw = Some(state::len(old, self.head()));
         }
         if self.trace {
             eprintln!(
@@ -1044,7 +1062,10 @@ fn poster_thread(mut p: Poster<Ev>, ops: Vec<Op>, mut me: Actor) {
             PosterOp::PostLossy => me.post_lossy(&p),
             PosterOp::PostBatch(n) => me.post_batch(&p, n),
             PosterOp::Query => me.query(|| p.query(), false),
-            PosterOp::SetUnwaitable(true) => p.set_unwaitable(),
+            PosterOp::SetUnwaitable(true) => {
+                with(|k| k.unwaitable_set = true);
+                p.set_unwaitable()
+            }
             PosterOp::SetUnwaitable(false) => p.clear_unwaitable(),
             PosterOp::Clone => p = p.clone(),
             PosterOp::Close => {
@@ -1246,8 +1267,20 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide) -> Side 
                     drop(out);
                 }
                 ConsumerOp::Arm => {
+                    with(|k| {
+                        k.arming = true;
+                        k.arm_saw = None;
+                    });
                     let r = c.arm();
+                    with(|k| k.arming = false);
                     trace(|| format!("arm: {r:?}"));
+                    if r == ArmStatus::Armed {
+                        check(|k| {
+                            ensure(k.arm_saw.is_none_or(|n| n == 0), || {
+                                format!("arm() Armed with {:?} events queued at its CAS", k.arm_saw)
+                            })
+                        });
+                    }
                     if r == ArmStatus::Closed {
                         check(|k| k.end_of_stream());
                     }
@@ -1270,7 +1303,9 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide) -> Side 
                         Err(WaitError::Timeout { available }) => {
                             ensure(zero && available < k, || format!("wait({k}): {r:?}"))
                         }
-                        Err(WaitError::Unwaitable) => Ok(()),
+                        Err(WaitError::Unwaitable) => ensure(ck.unwaitable_set, || {
+                            format!("wait({k}) Unwaitable; no set_unwaitable ever began")
+                        }),
                         Err(WaitError::Overflow(o)) => ck.report(o),
                         Err(WaitError::Closed { available }) => {
                             ensure(ck.closed() && available < k, || format!("wait({k}): {r:?}"))

@@ -178,15 +178,6 @@ fn seen(c: &Consumer<u64>) -> Seen {
 // ---------------------------------------------------------------------------
 // The model.
 
-/// What an arm may return where the docs leave a choice.
-enum ArmExpect {
-    Exactly(ArmStatus),
-    /// An empty, open ring with a loss report pending: the docs promise
-    /// `Pending` only for queued events, and `Armed` only as "safe to
-    /// sleep". Either is accepted; the model follows the one returned.
-    ArmedOrPending,
-}
-
 /// The EVD as its docs describe it, for one thread.
 struct Model {
     capacity: usize,
@@ -329,24 +320,26 @@ impl Model {
     /// Pending with events queued (nothing changes); on an empty ring,
     /// `Closed` once closed and every loss reported, else an arm, which
     /// clears *notified*.
-    fn arm(&mut self) -> ArmExpect {
+    fn arm(&mut self) -> ArmStatus {
         if !self.queue.is_empty() {
-            return ArmExpect::Exactly(ArmStatus::Pending);
+            return ArmStatus::Pending;
         }
         if self.closed {
             // Every loss is reported before the end of stream.
-            return ArmExpect::Exactly(if self.lost > 0 {
+            return if self.lost > 0 {
                 ArmStatus::Pending
             } else {
                 ArmStatus::Closed
-            });
+            };
         }
         self.notified = false;
         if self.lost > 0 {
-            return ArmExpect::ArmedOrPending;
+            // With only a report pending, the arm clears *notified*, finds
+            // the report and takes itself back (`Consumer::arm`'s docs).
+            return ArmStatus::Pending;
         }
         self.armed = true;
-        ArmExpect::Exactly(ArmStatus::Armed)
+        ArmStatus::Armed
     }
 
     /// The wait ends without blocking: its threshold is met, a report is
@@ -616,19 +609,8 @@ fn run_sequence(seed: u64, cov: &mut Coverage) -> Result<(), Failure> {
                 Outcome::DequeueTimeout(consumer.dequeue_timeout(Duration::ZERO)),
             ),
             Op::Arm => {
-                let e = m.arm();
+                let expected = m.arm();
                 let got = consumer.arm();
-                let expected = match e {
-                    ArmExpect::Exactly(s) => s,
-                    ArmExpect::ArmedOrPending => {
-                        if matches!(got, ArmStatus::Armed | ArmStatus::Pending) {
-                            m.armed = got == ArmStatus::Armed;
-                            got
-                        } else {
-                            ArmStatus::Pending
-                        }
-                    }
-                };
                 // A closed, drained EVD: whether that "arm on an empty
                 // ring" clears *notified* is not said.
                 notified_open = m.closed && m.queue.is_empty();

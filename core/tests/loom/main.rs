@@ -65,41 +65,27 @@ fn model_bounded<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
     b.check(f);
 }
 
-/// What a drain does with a loss report.
-#[derive(Clone, Copy)]
-enum Reports {
-    /// Skip it: the model posts with `post_lossy`.
-    Skip,
-    /// Fail the model: it loses nothing.
-    Fail,
-}
-
-/// Drain everything, blocking until end of stream. No model loses events
-/// except through `post_lossy`, whose reports are skipped here.
+/// Drain everything, blocking until end of stream. Its models post nothing
+/// lossy, so a loss report is a failure.
 fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
-    drain_until_closed(consumer, Duration::ZERO, Reports::Skip)
+    drain_until_closed(consumer, Duration::ZERO)
 }
 
 /// Take events until end of stream with busy `try_dequeue`, waiting (with
-/// `budget` of spin and back-off) whenever nothing is ready.
-fn drain_until_closed(
-    consumer: &mut evd::Consumer<u32>,
-    budget: Duration,
-    reports: Reports,
-) -> Vec<u32> {
+/// `budget` of spin and back-off) whenever nothing is ready. Its models
+/// lose nothing: a loss report fails them.
+fn drain_until_closed(consumer: &mut evd::Consumer<u32>, budget: Duration) -> Vec<u32> {
     consumer.set_spin_budget(budget);
     let mut got = Vec::new();
     loop {
-        match (consumer.try_dequeue(), reports) {
-            (Ok(v), _) => got.push(v),
-            (Err(TryDequeueError::Closed), _) => return got,
-            (Err(TryDequeueError::Overflow(_)), Reports::Skip) => {}
-            (Err(TryDequeueError::Empty), _) => match (consumer.wait(1, None), reports) {
-                (Ok(_) | Err(WaitError::Closed { .. }), _)
-                | (Err(WaitError::Overflow(_)), Reports::Skip) => {}
-                (Err(e), _) => panic!("unexpected {e}"),
+        match consumer.try_dequeue() {
+            Ok(v) => got.push(v),
+            Err(TryDequeueError::Closed) => return got,
+            Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
+                Ok(_) | Err(WaitError::Closed { .. }) => {}
+                Err(e) => panic!("unexpected {e}"),
             },
-            (Err(e), _) => panic!("unexpected {e}"),
+            Err(e) => panic!("unexpected {e}"),
         }
     }
 }
