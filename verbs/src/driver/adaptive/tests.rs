@@ -341,21 +341,30 @@ fn a_floor_above_the_ceiling_is_the_window_and_never_panics() {
     assert_eq!(p.spin_window(), us(80));
 }
 
+/// A default policy after a wake and a burst of 40 completions 100 ns
+/// apart, each caught after `empty_polls` empty polls, then a spin that
+/// ended empty: its window is learned below the shortest useful spin
+/// (zero), with catches still common. The policy and the clock's time.
+fn after_a_burst_100_ns_apart(empty_polls: u32) -> (SpinPolicy, Instant) {
+    let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    let mut t = Instant::now();
+    p.woken(t);
+    for _ in 0..40 {
+        t += Duration::from_nanos(100);
+        p.found(t, empty_polls);
+    }
+    p.expired();
+    assert!(p.spin_window().is_zero());
+    (p, t)
+}
+
 #[test]
 fn a_window_learned_too_short_to_start_still_probes_and_spins_again() {
     // Catches 100 ns apart drive the window under the shortest useful
     // spin while nearly every outcome is a catch: the feed runs the event
     // cycle, and its probes let a load that became catchable at a longer
     // gap turn spinning back on.
-    let mut p = SpinPolicy::new(AdaptiveConfig::default());
-    let mut t = Instant::now();
-    p.woken(t);
-    for _ in 0..40 {
-        t += Duration::from_nanos(100);
-        p.found(t, 0);
-    }
-    p.expired();
-    assert!(p.spin_window().is_zero());
+    let (mut p, mut t) = after_a_burst_100_ns_apart(0);
     let mut spun = false;
     for _ in 0..PROBE_EVERY_MAX {
         t += us(5);
@@ -425,15 +434,7 @@ fn probes_that_leave_the_window_too_short_back_off() {
     // probe catches the burst's gaps, but they call for a window too short
     // to start, so spinning stays off and the probes must back off as
     // probes that catch nothing do.
-    let mut p = SpinPolicy::new(AdaptiveConfig::default());
-    let mut t = Instant::now();
-    p.woken(t);
-    for _ in 0..40 {
-        t += Duration::from_nanos(100);
-        p.found(t, 1);
-    }
-    p.expired();
-    assert!(p.spin_window().is_zero());
+    let (mut p, mut t) = after_a_burst_100_ns_apart(1);
     let wakes = 8 * PROBE_EVERY_MAX;
     let mut probes = 0;
     for _ in 0..wakes {
