@@ -92,6 +92,22 @@ fn a_closure_no_poll_ran_is_dropped_with_the_cq() {
     );
 }
 
+/// The same for a closure set after the CQ was dropped: no poll will run
+/// it, so it is dropped at once.
+#[test]
+fn a_closure_set_after_the_cq_was_dropped_is_dropped_at_once() {
+    let alive = Arc::new(());
+    let (cq, hca) = SoftCq::new(4).unwrap();
+    drop(cq);
+    let (held, producer) = (alive.clone(), hca.clone());
+    hca.during_next_poll(move || {
+        let _held = &held;
+        producer.push(WorkCompletion::default()).unwrap();
+    });
+    assert_eq!(Arc::strong_count(&alive), 1, "kept by a CQ that is gone");
+    drop(hca);
+}
+
 /// An arm for the next completion stays one until it fires: a later
 /// solicited-only `req_notify` does not narrow it, so an unsolicited
 /// completion still raises the event (IBA C11-31, C11-32).

@@ -178,6 +178,7 @@ impl SoftCqProducer {
     /// Run `f` inside the next poll, after it has taken its completions and
     /// before it returns: what another thread does between a consumer's
     /// look at its EVD's room and its post (posting into the same EVD, say).
+    /// A CQ already dropped polls no more: `f` is dropped at once.
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
@@ -191,10 +192,18 @@ impl SoftCqProducer {
     /// assert!(ran.load(Ordering::Relaxed));
     /// ```
     pub fn during_next_poll(&self, f: impl FnOnce() + Send + 'static) {
-        // The closure it replaces is dropped with the lock free (its drop
-        // may take it).
-        let replaced = self.inner.lock().during_next_poll.replace(Box::new(f));
-        drop(replaced);
+        // The closure it replaces (or `f`, for a dropped CQ: kept, it
+        // could hold this handle in a cycle) is dropped with the lock free
+        // (its drop may take it).
+        let unrun: Option<Box<dyn FnOnce() + Send>> = {
+            let mut st = self.inner.lock();
+            if st.destroyed {
+                Some(Box::new(f))
+            } else {
+                st.during_next_poll.replace(Box::new(f))
+            }
+        };
+        drop(unrun);
     }
 
     /// Every `n`-th completion added gets status `WR_FLUSH_ERR` (0: never).
