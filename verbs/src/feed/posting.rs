@@ -1,7 +1,8 @@
 //! [`Posting`]: the mark a feed keeps while a post of its own runs user
 //! code, so that its next call can take up what a panic there left.
 
-use evd::Poster;
+use evd::{Poster, RoomWaiter};
+use std::task::{Context, Poll};
 
 /// A feed's post (or room check, which may run the upcall that drains a
 /// full EVD) is under way. Still marked at the feed's next call, it
@@ -30,5 +31,17 @@ impl Posting {
         if self.0 {
             self.run(|| poster.start_draining_upcall());
         }
+    }
+
+    /// A feed's wait for room in its EVD: a restart the last call owes
+    /// first (the mark is the room check's after this); then the room
+    /// check, which may run the draining upcall (user code): as a post.
+    pub(crate) fn poll_room<T: Send>(
+        &mut self,
+        room: &mut RoomWaiter<T>,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        self.restart(room.poster());
+        self.run(|| room.poll_room(cx)).map(|_| ())
     }
 }

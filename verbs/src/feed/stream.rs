@@ -167,12 +167,7 @@ impl<S, T: Send> EventFeed<S, T> {
 
     /// Wait for room in a full EVD.
     pub(crate) fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // A restart the last call owes first (the mark is the room check's
-        // after this); then the room check, which may run the draining
-        // upcall (user code): as a post.
-        self.posting.restart(self.room.poster());
-        let room = &mut self.room;
-        self.posting.run(|| room.poll_room(cx)).map(|_| ())
+        self.posting.poll_room(&mut self.room, cx)
     }
 
     /// Stop waiting for room (see [`Feed::leave_room_queue`](crate::Feed::leave_room_queue)).

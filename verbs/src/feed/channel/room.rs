@@ -27,11 +27,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// assert!(feed.poll_room(&mut cx).is_ready());
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // A restart the last call owes first (the mark is the room check's
-        // after this).
-        self.posting.restart(self.room.poster());
-        let room = &mut self.room;
-        self.posting.run(|| room.poll_room(cx)).map(|_| ())
+        self.posting.poll_room(&mut self.room, cx)
     }
 
     /// Stop waiting for room (as [`Feed::leave_room_queue`](crate::Feed::leave_room_queue)).

@@ -142,12 +142,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// assert_eq!(feed.stats().held, 0); // nothing was polled without room
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // A restart the last call owes first (the mark is the room check's
-        // after this); then the room check, which may run the draining
-        // upcall (user code): as a post.
-        self.posting.restart(self.room.poster());
-        let room = &mut self.room;
-        self.posting.run(|| room.poll_room(cx)).map(|_| ())
+        self.posting.poll_room(&mut self.room, cx)
     }
 
     /// Stop waiting for room: leave the EVD's room queue, passing a wake
