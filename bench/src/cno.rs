@@ -6,7 +6,7 @@
 use crate::latency::{Latency, PARK_FLOOR, Sampled, asleep, evd_wait, now_ns, park_floor};
 use crate::report::{Role, Row};
 use crate::throughput::CPU_SAMPLE_EVERY;
-use crate::throughput::{BusyWait, RunStats, Sink, current_cpu, harness};
+use crate::throughput::{BusyWait, RunStats, Sink, current_cpu, dequeue_failed, harness};
 use crossbeam_utils::{Backoff, CachePadded};
 use std::hint::black_box;
 use std::os::fd::OwnedFd;
@@ -480,11 +480,7 @@ impl Waiter {
     fn drain(&mut self, k: usize) -> Result<(), String> {
         match self.evds[k].dequeue_batch(&mut self.buf, EVD_CAPACITY) {
             Ok(_) | Err(evd::TryDequeueError::Empty) => Ok(()),
-            // No post here is lossy: a loss report would be a broken promise.
-            Err(evd::TryDequeueError::Overflow(o)) => {
-                Err(format!("{o}, but no post here is lossy"))
-            }
-            Err(evd::TryDequeueError::Closed) => Err("an EVD closed early".into()),
+            Err(e) => Err(dequeue_failed(e)),
         }
     }
 

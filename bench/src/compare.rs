@@ -199,55 +199,28 @@ impl Job {
 
 /// One section of the run: its name in notes and in the time summary, the step by which the order
 /// of its jobs rotates every round (more than 1 where jobs of one case sit side by side, so that
-/// consecutive rounds also change which case runs first), its jobs, and the note its table needs.
+/// consecutive rounds also change which case runs first), and how its jobs and the note its table
+/// needs are built from its share of the plan.
 struct Section {
     name: &'static str,
     stride: usize,
-    jobs: Vec<Job>,
-    note: Option<String>,
+    build: fn(Share) -> (Vec<Job>, Option<String>),
 }
 
-fn section(name: &'static str, stride: usize, jobs: Vec<Job>, note: Option<String>) -> Section {
-    Section {
-        name,
-        stride,
-        jobs,
-        note,
-    }
-}
-
-/// Every section of `plan`, in run order (that of [`Plan::sections`]).
-fn sections(plan: &Plan) -> Vec<Section> {
-    let [
-        throughput,
-        room,
-        wake,
-        room_wake,
-        rearm,
-        pair,
-        pingpong,
-        cno_wake,
-        trigger,
-        cno_tp,
-    ] = plan.sections;
-    let wake = latency_jobs("wake-latency", &crate::latency::WAKE, wake);
-    let room_wake = latency_jobs("room-wake-latency", &room::ROOM_WAKE, room_wake);
-    let pair = timed_jobs(&PAIR, "ns_per_pair", pair);
-    let pingpong = latency_jobs(crate::pingpong::CASE, &crate::pingpong::PINGPONG, pingpong);
-    let cno_wake = latency_jobs(cno::WAKE_CASE, &cno::CNO_WAKE, cno_wake);
-    vec![
-        section("throughput", 7, throughput_jobs(throughput), None),
-        room_section(room),
-        section("wake latency", 1, wake, None),
-        section("room-wake latency", 1, room_wake, None),
-        rearm_section(rearm),
-        section("single-thread pair", 1, pair, None),
-        section("busy ping-pong", 1, pingpong, None),
-        section("cno wake latency", 1, cno_wake, None),
-        cno_trigger_section(trigger),
-        section("cno throughput", 7, cno_throughput_jobs(cno_tp), None),
-    ]
-}
+/// Every section, in run order (that of [`Plan::sections`]).
+#[rustfmt::skip]
+const SECTIONS: [Section; 10] = [
+    Section { name: "throughput", stride: 7, build: |s| (throughput_jobs(s), None) },
+    Section { name: "room", stride: 7, build: room_jobs },
+    Section { name: "wake latency", stride: 1, build: |s| (latency_jobs("wake-latency", &crate::latency::WAKE, s), None) },
+    Section { name: "room-wake latency", stride: 1, build: |s| (latency_jobs("room-wake-latency", &room::ROOM_WAKE, s), None) },
+    Section { name: "re-arm", stride: 1, build: rearm_jobs },
+    Section { name: "single-thread pair", stride: 1, build: |s| (timed_jobs(&PAIR, "ns_per_pair", s), None) },
+    Section { name: "busy ping-pong", stride: 1, build: |s| (latency_jobs(crate::pingpong::CASE, &crate::pingpong::PINGPONG, s), None) },
+    Section { name: "cno wake latency", stride: 1, build: |s| (latency_jobs(cno::WAKE_CASE, &cno::CNO_WAKE, s), None) },
+    Section { name: "cno trigger", stride: 7, build: cno_trigger_jobs },
+    Section { name: "cno throughput", stride: 7, build: |s| (cno_throughput_jobs(s), None) },
+];
 
 /// Every throughput job: each payload and poster count, every system that runs with that many
 /// posters.
@@ -277,7 +250,7 @@ fn throughput_jobs(share: Share) -> Vec<Job> {
 }
 
 /// Every room job, with the consumer work every room job of the run shares.
-fn room_section(share: Share) -> Section {
+fn room_jobs(share: Share) -> (Vec<Job>, Option<String>) {
     let work = Work::calibrate(room::WORK_NS);
     let note = format!(
         "room: the consumer's work per event is {} black_box iterations ({:.0} ns measured at \
@@ -298,7 +271,7 @@ fn room_section(share: Share) -> Section {
             }
         }
     }
-    section("room", 7, jobs, Some(note))
+    (jobs, Some(note))
 }
 
 fn latency_jobs(case: &str, systems: &[Latency], share: Share) -> Vec<Job> {
@@ -309,7 +282,7 @@ fn latency_jobs(case: &str, systems: &[Latency], share: Share) -> Vec<Job> {
     systems.iter().map(job).collect()
 }
 
-fn rearm_section(share: Share) -> Section {
+fn rearm_jobs(share: Share) -> (Vec<Job>, Option<String>) {
     let names = REARM.map(|l| l.row.name);
     let note = format!(
         "rearm: each timed loop runs {} iterations per round, the kinds interleaved in the same \
@@ -321,12 +294,7 @@ fn rearm_section(share: Share) -> Section {
          other thread touches: one RMW per iteration, as the arm loop",
         share.size, names[0], names[1], names[2],
     );
-    section(
-        "re-arm",
-        1,
-        timed_jobs(&REARM, "ns_per_rearm", share),
-        Some(note),
-    )
+    (timed_jobs(&REARM, "ns_per_rearm", share), Some(note))
 }
 
 /// A timed job per loop: `metric` in ns per iteration, after a warm-up of a quarter of the
@@ -340,7 +308,7 @@ fn timed_jobs(loops: &[Loop], metric: &str, share: Share) -> Vec<Job> {
     loops.iter().map(job).collect()
 }
 
-fn cno_trigger_section(share: Share) -> Section {
+fn cno_trigger_jobs(share: Share) -> (Vec<Job>, Option<String>) {
     let note = "cno: atomic read-modify-writes per trigger are a design figure, not a \
         measurement: two beyond the post's reservation CAS while the waiter is awake (the slot \
         word's CAS and the ready ring's reservation CAS, core/src/cno/engine.rs), plus the ready \
@@ -356,7 +324,7 @@ fn cno_trigger_section(share: Share) -> Section {
             }
         }
     }
-    section("cno trigger", 7, jobs, Some(note.into()))
+    (jobs, Some(note.into()))
 }
 
 /// CNO throughput: the waiter sleeps when nothing is ready and drains a batch per EVD.
@@ -398,14 +366,20 @@ impl Run<'_> {
         }
     }
 
-    /// Prepare every job of `s` (a job whose preparation fails is dropped), then run `rounds`
+    /// Prepare every job (a job whose preparation fails is dropped), then run `rounds`
     /// interleaved rounds of all of them within `deadline`, in an order that rotates every round;
     /// a round still running at the deadline is cut and discarded, so every system keeps the same
     /// rounds (single runs on a loaded, oversubscribed machine can take many times their calibrated
     /// length), and no round starts that would not end by the deadline. `name` names the section in
     /// notes. The section's records are left in job order.
-    fn interleave(&mut self, name: &str, s: Section, rounds: usize, deadline: Instant) {
-        let mut jobs = s.jobs;
+    fn interleave(
+        &mut self,
+        name: &str,
+        stride: usize,
+        mut jobs: Vec<Job>,
+        rounds: usize,
+        deadline: Instant,
+    ) {
         let start = Instant::now();
         let first = self.records.len();
         let keys: Vec<(String, String)> = jobs
@@ -447,7 +421,7 @@ impl Run<'_> {
                         .set_position(self.pb.position().saturating_sub(i as u64));
                     break;
                 }
-                let job = &mut jobs[(i + round * s.stride) % k];
+                let job = &mut jobs[(i + round * stride) % k];
                 let what = format!("{} {} round {}", job.system, job.case, round + 1);
                 self.pb
                     .set_message(format!("round {} {} {}", round + 1, job.system, job.case));
@@ -499,11 +473,12 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     let started = Instant::now();
     let started_unix_s = SystemTime::now().duration_since(UNIX_EPOCH);
     let started_unix_s = started_unix_s.map_or(0, |d| d.as_secs());
-    let sections = sections(plan);
+    let built = SECTIONS.iter().zip(plan.sections);
+    let built: Vec<_> = built.map(|(s, share)| (s.build)(share)).collect();
     let callgrind_steps = counted().count();
-    let steps = sections.iter().zip(&plan.sections);
+    let steps = built.iter().zip(&plan.sections);
     let steps = steps
-        .map(|(s, share)| s.jobs.len() * (share.rounds + 1))
+        .map(|((jobs, _), share)| jobs.len() * (share.rounds + 1))
         .sum::<usize>();
     let steps = steps + if plan.callgrind { callgrind_steps } else { 0 };
     let pb = if progress {
@@ -531,14 +506,14 @@ pub fn compare(plan: &Plan, command: &str, exe: Option<&Path>, progress: bool) -
     // own, so time an earlier section did not use goes to the next.
     let mut times = Vec::new();
     let (mut lap, mut until) = (Instant::now(), Duration::ZERO);
-    for (mut s, share) in sections.into_iter().zip(plan.sections) {
+    for ((s, (jobs, note)), share) in SECTIONS.iter().zip(built).zip(plan.sections) {
         until += Duration::from_secs_f64(share.seconds);
         let name = s.name;
-        run.notes.extend(s.note.take());
+        run.notes.extend(note);
         // The pair section's notes name its case.
         let pair = name == "single-thread pair";
         let in_notes = if pair { PAIR[0].case } else { name };
-        run.interleave(in_notes, s, share.rounds, started + until);
+        run.interleave(in_notes, s.stride, jobs, share.rounds, started + until);
         times.push(format!("{name} {:.1} s", lap.elapsed().as_secs_f64()));
         if name == "throughput" {
             no_room_wakes_in_throughput(&mut run);

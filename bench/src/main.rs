@@ -1,6 +1,7 @@
 //! `evd-bench`: run the side-by-side comparison of evd and its peers (`compare`), or run what
 //! callgrind counts: re-arms (`rearm-insns`) and CNO cycles (`cno-insns`).
 
+use clap::builder::PossibleValuesParser;
 use clap::{Parser, Subcommand};
 use evd_bench::compare::{Plan, compare};
 use evd_bench::single::{CNO_INSNS, Loop, REARM, Rings};
@@ -39,8 +40,8 @@ enum Command {
     },
     /// Run N re-arms of one kind single-threaded (for callgrind to count).
     RearmInsns {
-        /// `evd`, `arm-then-poll` or `cas-floor`.
-        #[arg(long)]
+        /// Which re-arm loop.
+        #[arg(long, value_parser = PossibleValuesParser::new(REARM.map(|l| l.kind)))]
         kind: String,
         /// Number of re-arms.
         #[arg(long)]
@@ -48,8 +49,8 @@ enum Command {
     },
     /// Run N CNO cycles (or plain post+dequeue pairs) single-threaded (for callgrind to count).
     CnoInsns {
-        /// `cno`, `plain` or `bound`.
-        #[arg(long)]
+        /// Which loop: the CNO cycle or a pair it is compared with.
+        #[arg(long, value_parser = PossibleValuesParser::new(CNO_INSNS.map(|l| l.kind)))]
         kind: String,
         /// Number of cycles.
         #[arg(long)]
@@ -86,15 +87,8 @@ fn main() -> ExitCode {
 
 /// Run `iters` iterations of the loop of `loops` whose `--kind` is `kind`.
 fn run_loop(loops: &[Loop], kind: &str, iters: u64) -> Result<(), String> {
-    let Some(l) = loops.iter().find(|l| l.kind == kind) else {
-        let kinds: Vec<String> = loops.iter().map(|l| format!("`{}`", l.kind)).collect();
-        let (last, rest) = kinds.split_last().expect("loops");
-        return Err(format!(
-            "unknown --kind {kind:?}: use {} or {last}",
-            rest.join(", ")
-        ));
-    };
-    (l.run)(&mut Rings::new(), iters)
+    let l = loops.iter().find(|l| l.kind == kind);
+    (l.expect("clap checked --kind").run)(&mut Rings::new(), iters)
 }
 
 /// Run the comparison, print its tables (the run and the machine first, CPU model first) and write

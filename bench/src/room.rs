@@ -6,9 +6,10 @@ use crate::latency::{Latency, PARK_FLOOR, Sampled, asleep, now_ns, park_floor};
 use crate::peers::Channel;
 use crate::report::{Role::*, Row};
 use crate::throughput::{RunStats, Sink};
-use crate::throughput::{clones, drive, evd_batch, polling, recv_one, spin, wait_for_one};
+use crate::throughput::{drive, evd_batch, polling, recv_one, spin, wait_for_one};
 use hdrhistogram::Histogram;
 use std::hint::black_box;
+use std::iter::repeat_n;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -100,8 +101,8 @@ const EVD_ROOM: Option<&str> = Some("evd post_blocking+dequeue");
 /// consumer takes one event per call, like the evd reference row.
 #[rustfmt::skip]
 pub const ROOM: [RoomSystem; 8] = [
-    RoomSystem { row: Row::new("evd post_blocking+dequeue", Evd, "blocking/item", EVD_ROOM, None), run: evd_dequeue },
-    RoomSystem { row: Row::new("evd post_blocking+batch+wait", Evd, "blocking/batch", None, None), run: evd_batch_wait },
+    RoomSystem { row: Row::new("evd post_blocking+dequeue", Evd, "blocking/item", EVD_ROOM, None), run: evd_room::<false> },
+    RoomSystem { row: Row::new("evd post_blocking+batch+wait", Evd, "blocking/batch", None, None), run: evd_room::<true> },
     RoomSystem { row: Row::new("crossbeam-channel send+recv", Peer, "blocking/item", EVD_ROOM, None), run: peer::<crossbeam_channel::Receiver<u64>> },
     RoomSystem { row: Row::new("std sync_channel send+recv", Peer, "blocking/item", EVD_ROOM, None), run: peer::<std::sync::mpsc::Receiver<u64>> },
     RoomSystem { row: Row::new("flume send+recv", Peer, "blocking/item", EVD_ROOM, None), run: peer::<flume::Receiver<u64>> },
@@ -115,25 +116,22 @@ pub fn room_case(capacity: usize, posters: usize) -> String {
     format!("room/cap{capacity}/{posters}p")
 }
 
-/// evd: `post_blocking`; the consumer `dequeue`s one event per call.
-fn evd_dequeue(capacity: usize, posters: usize, messages: u64, work: Work) -> RoomStats {
-    evd_room(capacity, posters, messages, work, false)
-}
-
-/// evd: `post_blocking`; the consumer `dequeue_batch`es, and when that returns nothing `wait`s.
-fn evd_batch_wait(capacity: usize, posters: usize, messages: u64, work: Work) -> RoomStats {
-    evd_room(capacity, posters, messages, work, true)
-}
-
-fn evd_room(capacity: usize, posters: usize, messages: u64, work: Work, batch: bool) -> RoomStats {
+/// evd: `post_blocking`; the consumer `dequeue`s one event per call, or with `BATCH`
+/// `dequeue_batch`es, and when that returns nothing `wait`s.
+fn evd_room<const BATCH: bool>(
+    capacity: usize,
+    posters: usize,
+    messages: u64,
+    work: Work,
+) -> RoomStats {
     let (tx, rx) = evd::bounded::<u64>(capacity).map_err(|e| e.to_string())?;
     // Counts the room wakes once the consumer is gone: it is dropped when `consume` returns, which
     // frees posters blocked in a run that failed.
     let probe = tx.clone();
     let post = |tx: &evd::Poster<u64>, p| tx.post_blocking(p).map_err(evd::PostError::into_inner);
-    let mut stats = drive(messages, clones(tx, posters), post, move |sink| {
+    let mut stats = drive(messages, repeat_n(tx, posters), post, move |sink| {
         let mut rx = rx;
-        if batch {
+        if BATCH {
             let mut buf = Vec::with_capacity(capacity);
             let poll = |rx: &mut _, s: &mut _| evd_batch(rx, s, &mut buf, capacity, || work.run());
             return polling(&mut rx, sink, poll, |rx, _| wait_for_one(rx));
@@ -152,7 +150,7 @@ fn evd_room(capacity: usize, posters: usize, messages: u64, work: Work, batch: b
     })?;
     // A blocking send's waits are not visible; only the batch consumer polls.
     stats.full_refusals = None;
-    stats.empty_polls = stats.empty_polls.filter(|_| batch);
+    stats.empty_polls = stats.empty_polls.filter(|_| BATCH);
     stats.room_wakes = Some(probe.query().room_wakes);
     Ok(stats)
 }
@@ -163,7 +161,7 @@ fn peer<C: Channel<u64>>(capacity: usize, posters: usize, messages: u64, work: W
     let consume = move |sink: &mut Sink<'_>| {
         polling(&mut rx, sink, |rx, s| recv_one(rx, s, || work.run()), spin)
     };
-    let mut stats = drive(messages, clones(tx, posters), C::send, consume)?;
+    let mut stats = drive(messages, repeat_n(tx, posters), C::send, consume)?;
     (stats.full_refusals, stats.empty_polls) = (None, None);
     Ok(stats)
 }

@@ -446,16 +446,8 @@ pub fn markdown(report: &Report) -> String {
                 Some(false) => "**no**",
                 None => "not measured",
             };
-            let value = t.value.map_or_else(
-                || "n/a".into(),
-                |v| {
-                    if t.unit == "ratio" {
-                        format!("{v:.2}")
-                    } else {
-                        format_value(v, &t.unit)
-                    }
-                },
-            );
+            // Every target is a ratio (`TargetCheck::unit`).
+            let value = t.value.map_or("n/a".into(), |v| format!("{v:.2}"));
             let rounds = format!("{} of {}", t.rounds_met, t.rounds_measured);
             let caveats = t.caveats.join("; ");
             vec![

@@ -6,6 +6,7 @@
 use crate::payload::{Payload, Tally};
 use crate::peers::Channel;
 use crate::report::{Diagnostics, Role, Row};
+use std::iter::repeat_n;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -186,8 +187,10 @@ impl Queue {
                 // Each poster loop is its own instance of `drive`: the plain post's is the same
                 // code whether or not the permit row exists.
                 let mut stats = match self {
-                    EvdReserve => drive(messages, clones(tx, posters), reserve_and_send, consume)?,
-                    _ => drive(messages, clones(tx, posters), post, consume)?,
+                    EvdReserve => {
+                        drive(messages, repeat_n(tx, posters), reserve_and_send, consume)?
+                    }
+                    _ => drive(messages, repeat_n(tx, posters), post, consume)?,
                 };
                 stats.room_wakes = Some(rx.query().room_wakes);
                 stats
@@ -213,7 +216,7 @@ impl Queue {
                 let consume = |sink: &mut Sink<'_>| {
                     polling(&mut &*q, sink, |q, s| Ok(took(s, q.pop())), spin)
                 };
-                drive(messages, clones(q.clone(), posters), push, consume)?
+                drive(messages, repeat_n(q.clone(), posters), push, consume)?
             }
             CrossbeamChannel => peer::<crossbeam_channel::Receiver<P>, P>(posters, messages)?,
             StdSyncChannel => peer::<std::sync::mpsc::Receiver<P>, P>(posters, messages)?,
@@ -237,7 +240,7 @@ impl Queue {
                     Ok(got)
                 };
                 let consume = |sink: &mut Sink<'_>| polling(&mut rx, sink, drain, spin);
-                drive(messages, clones(tx, posters), Rx::try_send, consume)?
+                drive(messages, repeat_n(tx, posters), Rx::try_send, consume)?
             }
             TokioRecvMany => {
                 type Rx<P> = tokio::sync::mpsc::Receiver<P>;
@@ -251,7 +254,7 @@ impl Queue {
                     Ok(true)
                 };
                 let consume = |sink: &mut Sink<'_>| polling(&mut rx, sink, recv_many, spin);
-                let stats = drive(messages, clones(tx, posters), Rx::try_send, consume)?;
+                let stats = drive(messages, repeat_n(tx, posters), Rx::try_send, consume)?;
                 only_blocking_receives(stats)
             }
         };
@@ -264,7 +267,7 @@ fn peer<C: Channel<P>, P: Payload>(posters: usize, messages: u64) -> Result<RunS
     let (tx, mut rx) = C::bounded(CAPACITY);
     let consume =
         |sink: &mut Sink<'_>| polling(&mut rx, sink, |rx, s| recv_one(rx, s, || {}), spin);
-    let stats = drive(messages, clones(tx, posters), C::try_send, consume)?;
+    let stats = drive(messages, repeat_n(tx, posters), C::try_send, consume)?;
     Ok(only_blocking_receives(stats))
 }
 
@@ -389,23 +392,17 @@ impl Sink<'_> {
     }
 }
 
-/// `n` handles: `n - 1` clones and the original.
-pub(crate) fn clones<S: Clone>(s: S, n: usize) -> Vec<S> {
-    let mut v: Vec<S> = (1..n).map(|_| s.clone()).collect();
-    v.push(s);
-    v
-}
-
-/// One thread per sender; poster `i` of `n` sends the sequence numbers `i, i + n, ...` below `messages`, so the consumer's
+/// One thread per sender (`std::iter::repeat_n` makes them from a handle); poster `i` of `n` sends the sequence numbers `i, i + n, ...` below `messages`, so the consumer's
 /// checksum covers `0..messages` exactly once. `send` hands a value refused as full back; the
 /// poster counts it, calls [`BusyWait::miss`] and retries it ([`crate::room`] passes a blocking
 /// send, which hands a value back only once the queue is closed).
 pub(crate) fn drive<P: Payload, S: Send>(
     messages: u64,
-    senders: Vec<S>,
+    senders: impl IntoIterator<Item = S>,
     send: impl Fn(&S, P) -> Result<(), P> + Sync,
     consume: impl FnOnce(&mut Sink<'_>) -> Result<(), String>,
 ) -> Result<RunStats, String> {
+    let senders: Vec<S> = senders.into_iter().collect();
     let posters = senders.len();
     let poster = |i: usize, tx: S, slot: &AtomicU32, abort: &AtomicBool| {
         let mut wait = BusyWait::default();
