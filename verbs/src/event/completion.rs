@@ -184,6 +184,10 @@ impl WcFlags {
 /// an application acts on).
 ///
 /// An error completion is a completion like any other: feeds deliver it.
+/// Only its `wr_id`, `status`, `vendor_err` and `qp_num` mean anything
+/// (`ibv_poll_cq(3)`); polled from libibverbs (`ibv::work_completion`, with
+/// the `ibverbs` feature) the other fields are zero, never a value an
+/// earlier completion left in the provider's entry.
 ///
 /// Outside this crate it is built with [`new`](WorkCompletion::new) and
 /// the `with_` setters (a software provider's, a test's): it may gain
@@ -208,14 +212,17 @@ pub struct WorkCompletion {
     pub wr_id: u64,
     /// Success, or why the request failed.
     pub status: WcStatus,
-    /// The operation (valid on success only).
+    /// The operation (valid on success only: zero, [`WcOpcode::SEND`], on an
+    /// error completion polled from libibverbs).
     pub opcode: WcOpcode,
-    /// Provider-specific error detail for an error completion.
+    /// Provider-specific error detail for an error completion (zero on a
+    /// successful one polled from libibverbs).
     pub vendor_err: u32,
-    /// Bytes transferred (receive side).
+    /// Bytes transferred (receives, RDMA reads, atomics).
     pub byte_len: u32,
     /// Immediate data in host byte order (valid with [`WcFlags::WITH_IMM`]),
-    /// or the invalidated rkey (with [`WcFlags::WITH_INV`]).
+    /// or the invalidated rkey (with [`WcFlags::WITH_INV`]); zero without
+    /// either, when polled from libibverbs.
     pub imm_data: u32,
     /// The local QP the request was posted on.
     pub qp_num: u32,

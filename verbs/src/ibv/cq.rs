@@ -3,6 +3,8 @@
 //! wrapped from raw pointers.
 
 mod poll;
+#[cfg(test)]
+mod tests;
 
 use super::teardown::{CloseError, TeardownError, VerbsObject};
 use super::*;
@@ -119,6 +121,7 @@ impl Drop for RawCq {
 /// ```
 pub struct IbvCq {
     pub(super) raw: Arc<RawCq>,
+    /// The provider's scratch entries, all zero between polls.
     pub(super) wcs: [ffi::ibv_wc; POLL_BATCH],
     pub(super) got: u64,
     pub(super) acked: u64,
@@ -394,8 +397,13 @@ impl CompletionQueue for IbvCq {
             // A negative value has no errno: the provider's own code
             // (ibv_poll_cq(3)).
             let n = usize::try_from(n).map_err(|_| n)?;
-            for (o, wc) in chunk.iter_mut().zip(&wcs[..n]) {
+            // Each entry is zeroed once converted: a provider writes only
+            // the fields its completion defines (libmlx5 leaves a send's
+            // `byte_len` and `src_qp` alone), which must not show a value
+            // an earlier completion left in the same scratch entry.
+            for (o, wc) in chunk.iter_mut().zip(&mut wcs[..n]) {
                 *o = work_completion(wc);
+                *wc = zeroed();
             }
             Ok(n)
         });

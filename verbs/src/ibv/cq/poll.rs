@@ -8,8 +8,15 @@ use crate::ibv::ffi;
 
 /// A raw work completion as this crate's [`WorkCompletion`], as the feeds
 /// convert what they poll: for applications that poll a CQ themselves
-/// (`ffi::ibv_poll_cq`) and want the same type. The immediate is turned
-/// from the wire's big-endian to host order.
+/// (`ffi::ibv_poll_cq`) and want the same type.
+///
+/// Only the fields `ibv_poll_cq(3)` defines are read, the others are zero:
+/// an error completion keeps `wr_id`, `status`, `vendor_err` and `qp_num`
+/// (providers leave the rest as an earlier completion wrote it: libmlx5
+/// writes only those and `wc_flags`); a successful one has no `vendor_err`,
+/// and `imm_data` is the immediate turned from the wire's big-endian to
+/// host order with [`WcFlags::WITH_IMM`], the invalidated rkey (host order
+/// already) with [`WcFlags::WITH_INV`], zero without either.
 ///
 /// ```
 /// use evd_verbs::ibv::{ffi, work_completion};
@@ -37,21 +44,47 @@ use crate::ibv::ffi;
 /// assert_eq!(c.opcode, WcOpcode::RECV);
 /// assert!(c.wc_flags.contains(WcFlags::WITH_IMM));
 /// assert_eq!(c.imm_data, 0x1234_5678);
+///
+/// // A flush error whose other fields hold what an earlier completion left.
+/// let flushed = ffi::ibv_wc { status: ffi::ibv_wc_status::IBV_WC_WR_FLUSH_ERR, vendor_err: 0x81, ..wc };
+/// let e = work_completion(&flushed);
+/// assert_eq!((e.wr_id, e.status, e.vendor_err, e.qp_num), (7, WcStatus::WR_FLUSH_ERR, 0x81, 42));
+/// assert_eq!((e.opcode, e.byte_len, e.imm_data, e.wc_flags), (WcOpcode(0), 0, 0, WcFlags(0)));
 /// ```
 pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
+    let status = WcStatus(wc.status);
+    if !status.is_success() {
+        return WorkCompletion {
+            wr_id: wc.wr_id,
+            status,
+            vendor_err: wc.vendor_err,
+            qp_num: wc.qp_num,
+            ..WorkCompletion::default()
+        };
+    }
+    let flags = WcFlags(wc.wc_flags);
+    // The union is plain integers either way, so reading it is always
+    // defined. SAFETY: both members are u32.
+    let union = unsafe { wc.imm_data_invalidated_rkey_union.imm_data };
+    let imm_data = if flags.contains(WcFlags::WITH_INV) {
+        // `invalidated_rkey`: providers write it in host order.
+        union
+    } else if flags.contains(WcFlags::WITH_IMM) {
+        // `imm_data`: big-endian, as on the wire.
+        u32::from_be(union)
+    } else {
+        0
+    };
     WorkCompletion {
         wr_id: wc.wr_id,
-        status: WcStatus(wc.status),
+        status,
         opcode: WcOpcode(wc.opcode),
-        vendor_err: wc.vendor_err,
+        vendor_err: 0,
         byte_len: wc.byte_len,
-        // On the wire (and in ibv_wc) the immediate is big-endian. The union
-        // is plain integers either way, so reading it is always defined.
-        // SAFETY: both members are u32.
-        imm_data: u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data }),
+        imm_data,
         qp_num: wc.qp_num,
         src_qp: wc.src_qp,
-        wc_flags: WcFlags(wc.wc_flags),
+        wc_flags: flags,
     }
 }
 
