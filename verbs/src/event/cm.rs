@@ -91,9 +91,11 @@ pub enum CmEventKind {
     /// feed up because waiting on its fd kept failing), so this is the last
     /// event of that feed: no later connection event reaches the EVD
     /// through it. Its `id` is [`CmToken::NONE`], its `status` the negative
-    /// errno. [`CmEventKind::to_raw`] gives `u32::MAX` for it.
+    /// errno. [`CmEventKind::to_raw`] gives `u32::MAX` for it, and
+    /// [`CmEventKind::from_raw`] this kind for `u32::MAX`.
     SourceFailed,
-    /// A kind newer than this crate.
+    /// A kind newer than this crate (from [`CmEventKind::from_raw`], never
+    /// `u32::MAX`).
     Other(u32),
 }
 
@@ -104,6 +106,7 @@ impl CmEventKind {
     /// use evd_verbs::CmEventKind;
     /// assert_eq!(CmEventKind::from_raw(4), CmEventKind::ConnectRequest);
     /// assert_eq!(CmEventKind::from_raw(1000), CmEventKind::Other(1000));
+    /// assert_eq!(CmEventKind::from_raw(u32::MAX), CmEventKind::SourceFailed);
     /// ```
     pub fn from_raw(v: u32) -> Self {
         use CmEventKind::*;
@@ -124,6 +127,7 @@ impl CmEventKind {
             13 => MulticastError,
             14 => AddrChange,
             15 => TimewaitExit,
+            u32::MAX => SourceFailed,
             other => Other(other),
         }
     }
@@ -132,7 +136,7 @@ impl CmEventKind {
     ///
     /// ```
     /// use evd_verbs::CmEventKind;
-    /// for v in 0..20 {
+    /// for v in (0..20).chain([u32::MAX - 1, u32::MAX]) {
     ///     assert_eq!(CmEventKind::from_raw(v).to_raw(), v);
     /// }
     /// ```
@@ -355,7 +359,8 @@ impl CmEvent {
 impl Default for CmEvent {
     fn default() -> Self {
         CmEvent {
-            kind: CmEventKind::Other(u32::MAX),
+            // A kind no librdmacm event has, and not `SourceFailed`'s.
+            kind: CmEventKind::Other(u32::MAX - 1),
             id: CmToken::default(),
             listener: None,
             status: 0,
