@@ -102,11 +102,15 @@ impl Drop for RawCq {
 }
 
 /// A libibverbs CQ with its own completion channel: the
-/// [`CompletionQueue`] of real verbs. Dropping it acknowledges any event
-/// still unacknowledged, then destroys the CQ and its channel once no QP
-/// uses the CQ ([`close`](IbvCq::close) does it now, or refuses); a CQ
-/// wrapped as [`Borrowed`](Ownership::Borrowed) is acknowledged but not
-/// destroyed.
+/// [`CompletionQueue`] of real verbs. Dropping it acknowledges any event of
+/// its channel still unacknowledged, then destroys the CQ and its channel
+/// once no QP uses the CQ ([`close`](IbvCq::close) does it now, or
+/// refuses); a CQ wrapped as [`Borrowed`](Ownership::Borrowed) is
+/// acknowledged but not destroyed. A CQ on a [`CompletionChannel`] shared
+/// with others has no channel of its own: its events are taken and
+/// acknowledged through the shared channel
+/// ([`ChannelEvent`](crate::ChannelEvent)), and one taken and never
+/// acknowledged makes its destroy wait for ever.
 ///
 /// Made by [`Context::create_cq`] / [`Context::create_cq_with`], or
 /// wrapped with [`IbvCq::from_raw`].
