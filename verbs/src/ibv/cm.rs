@@ -18,7 +18,8 @@
 //!   exactly once; the ordering of the channel is kept.
 //! - A [`CmEventKind::ConnectRequest`] brings a new identifier, made by
 //!   librdmacm. Before the event is acknowledged it is given a fresh token
-//!   (at or above [`CmToken::INCOMING`]) and parked in the channel; the
+//!   (at or above [`CmToken::INCOMING`], distinct from every other request's
+//!   in the process, whatever its channel) and parked in the channel; the
 //!   application takes it with [`CmChannel::take_request`] and accepts or
 //!   rejects it. An identifier never taken is destroyed with the channel
 //!   (the peer sees a reject or a timeout).
@@ -65,12 +66,15 @@ impl CmToken {
     pub const INCOMING: CmToken = CmToken(1 << 63);
 }
 
+/// The next token of an incoming request's identifier: one counter for the
+/// process, so that requests on two channels feeding one EVD are told apart.
+static NEXT_INCOMING: AtomicU64 = AtomicU64::new(CmToken::INCOMING.0);
+
 /// The event channel, shared by its halves and its identifiers.
 struct Channel {
     /// Non-null for the whole life of the value; destroyed in `Drop`, after
     /// every identifier (each holds an `Arc` to this).
     raw: *mut ffi::rdma_event_channel,
-    next_incoming: AtomicU64,
     /// Identifiers of connect requests, not yet taken by the application.
     requests: Mutex<Vec<(CmToken, RawId)>>,
     /// The device name and port of each identifier bound to a device, read
@@ -252,7 +256,6 @@ impl CmChannel {
         }
         let inner = Arc::new(Channel {
             raw,
-            next_incoming: AtomicU64::new(CmToken::INCOMING.0),
             requests: Mutex::new(Vec::new()),
             bound: Mutex::new(Vec::new()),
             claimed: Mutex::new(Vec::new()),
@@ -330,7 +333,7 @@ impl CmChannel {
     /// listener.listen(8)?;
     /// let request = next(&mut events);
     /// assert_eq!(channel.pending_requests(), 1);
-    /// drop(channel.take_request(request.id)); // dropping it destroys it: the peer gets no answer
+    /// drop(channel.take_request(request.id)); // dropping it destroys it: the peer gets a reject
     /// assert_eq!(channel.pending_requests(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -358,17 +361,13 @@ impl CmEvents {
             // SAFETY: as above; the context holds a token, never a pointer.
             CmToken(unsafe { (*id).context } as usize as u64)
         };
-        let (token, listener) = if kind == CmEventKind::ConnectRequest {
+        let request = kind == CmEventKind::ConnectRequest;
+        let (token, listener) = if request {
             // Relaxed: a counter; tokens only need to be distinct.
-            let token = CmToken(self.inner.next_incoming.fetch_add(1, Ordering::Relaxed));
+            let token = CmToken(NEXT_INCOMING.fetch_add(1, Ordering::Relaxed));
             // SAFETY: the new id is ours alone until it is parked: nobody
             // else has seen it.
             unsafe { (*id).context = token.0 as usize as *mut libc::c_void };
-            self.inner
-                .requests
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((token, RawId(id)));
             (token, Some(token_of(listen_id)))
         } else {
             (token_of(id), None)
@@ -381,8 +380,20 @@ impl CmEvents {
                 | CmEventKind::AddrChange
         ) {
             // SAFETY: this thread is the one librdmacm just updated the id
-            // on (inside rdma_get_cm_event); the event is not acked yet.
+            // on (inside rdma_get_cm_event); the event is not acked yet, and
+            // a request's id is not parked yet.
             self.inner.record_bound(token, unsafe { bound_of(id) });
+        }
+        if request {
+            // Last use of the new id here: once parked, another thread may
+            // take and destroy it at once (its destroy does not wait for
+            // this event's ack, which librdmacm counts against the
+            // listener).
+            self.inner
+                .requests
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((token, RawId(id)));
         }
         let (private_data, peer_qp_num) = match kind {
             CmEventKind::ConnectRequest

@@ -317,6 +317,70 @@ pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> R
     Ok(())
 }
 
+/// What librdmacm would take before an identifier has a device (a route
+/// before its address resolved, a connect before its `AddrResolved` was
+/// read: librdmacm reads the device unchecked in both) is refused with
+/// `InvalidInput`; and requests on two channels that
+/// feed one consumer carry distinct tokens.
+pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
+    pd: &Arc<evd_verbs::ibv::ProtectionDomain>,
+) -> Res {
+    let refused = |r: std::io::Result<()>, what: &str| match r {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+        other => Err(format!("{what}: {other:?}, not refused")),
+    };
+    let (mut events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
+    let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
+    refused(client.resolve_route(TIMEOUT), "a route before an address")?;
+    client
+        .resolve_addr(addr(7475), TIMEOUT)
+        .map_err(|e| format!("resolve_addr: {e}"))?;
+    refused(client.resolve_route(TIMEOUT), "a route before AddrResolved")?;
+    let cq = pd
+        .context()
+        .create_cq(16, CqId(5))
+        .map_err(|e| format!("create_cq: {e}"))?;
+    let qp = pd
+        .create_rc_qp(&cq, &cq, &QpCaps::default(), 1)
+        .map_err(|e| format!("create_qp: {e}"))?;
+    refused(
+        client.connect(&qp, &CmConnParams::default()),
+        "a connect before AddrResolved",
+    )?;
+    expect(&mut events, CmEventKind::AddrResolved, CLIENT)?;
+    client
+        .resolve_route(TIMEOUT)
+        .map_err(|e| format!("resolve_route once resolved: {e}"))?;
+    expect(&mut events, CmEventKind::RouteResolved, CLIENT)?;
+    client.close().map_err(|e| format!("destroy: {e}"))?;
+
+    // A listener on each of two channels, a request to each: their tokens
+    // differ, or a consumer fed by both could not tell the connections
+    // apart (nor take a request from the right channel).
+    let mut tokens = Vec::new();
+    for port in [7476, 7477] {
+        let (mut listener_events, listener_channel, _listener) = listening(port, 4)?;
+        let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
+        resolve(&client, addr(port), &mut events)?;
+        let (qp, _cq) = qp_for(&client, CqId(6), 16)?;
+        client
+            .connect(&qp, &CmConnParams::default())
+            .map_err(|e| format!("connect: {e}"))?;
+        let req = expect(&mut listener_events, CmEventKind::ConnectRequest, CLIENT)?;
+        tokens.push(req.id);
+        let server = listener_channel.take_request(req.id).ok_or("not parked")?;
+        server.reject(b"").map_err(|e| format!("reject: {e}"))?;
+        expect(&mut events, CmEventKind::Rejected, CLIENT)?;
+        client.close().map_err(|e| format!("destroy: {e}"))?;
+    }
+    ensure!(
+        tokens[0] != tokens[1],
+        "requests on two channels share the token {:?}",
+        tokens[0]
+    );
+    Ok(())
+}
+
 /// A listener hears its device go away: the guest's script removes rxe0
 /// once this prints "listening"; the listener gets `DeviceRemoval`, and
 /// destroying it (and the channel) lets the removal finish.

@@ -104,8 +104,10 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `params.private_data`
-    /// is over 255 bytes; the errno of moving `qp` to INIT (`rdma_init_qp_attr`,
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) before the identifier
+    /// has a device (its [`CmEventKind::AddrResolved`] not delivered yet:
+    /// nothing is done then) or if `params.private_data` is over 255 bytes;
+    /// the errno of moving `qp` to INIT (`rdma_init_qp_attr`,
     /// `ibv_modify_qp`) or of `rdma_connect`.
     ///
     /// ```no_run
@@ -135,8 +137,10 @@ impl CmId {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn connect(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
-        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        self.on_a_device()?;
+        // Checked before the QP is touched.
         let mut raw = params.raw(qp)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
         // SAFETY: a live id; the parameters and private data live across
         // the call (librdmacm copies them).
         check(unsafe { ffi::rdma_connect(self.id, &mut raw) })
@@ -221,6 +225,8 @@ impl CmId {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
+        // Checked before the QP is touched.
+        let mut raw = params.raw(qp)?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
         // The reply tells the peer `params`' read and atomic depths; the
         // QP must hold to the same (the request's, which the kernel
@@ -237,7 +243,6 @@ impl CmId {
                 attr.max_rd_atomic = params.initiator_depth;
             }
         })?;
-        let mut raw = params.raw(qp)?;
         // SAFETY: as in `connect`.
         check(unsafe { ffi::rdma_accept(self.id, &mut raw) })
     }

@@ -262,8 +262,12 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// The errno of `rdma_resolve_route`, as an [`io::Error`]. A resolution that fails
-    /// later is a [`RouteError`](CmEventKind::RouteError) event instead.
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) before the identifier
+    /// has a device (see [`device_name`](CmId::device_name)): its
+    /// [`AddrResolved`](CmEventKind::AddrResolved) event not delivered yet;
+    /// the errno of `rdma_resolve_route`, as an [`io::Error`]. A resolution
+    /// that fails later is a [`RouteError`](CmEventKind::RouteError) event
+    /// instead.
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -285,8 +289,25 @@ impl CmId {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn resolve_route(&self, timeout: Duration) -> io::Result<()> {
-        // SAFETY: a live id.
+        self.on_a_device()?;
+        // SAFETY: a live id, with a device (librdmacm reads it unchecked).
         check(unsafe { ffi::rdma_resolve_route(self.id, millis(timeout)) })
+    }
+
+    /// Refuse a call that librdmacm makes only on an identifier with a
+    /// device: it reads the device unchecked (`rdma_resolve_route`,
+    /// `rdma_connect`), and the thread that delivered the event binding it
+    /// may still be writing it. The binding is recorded under the channel's
+    /// lock once librdmacm is done with it, so finding it here also orders
+    /// this call after those writes.
+    pub(super) fn on_a_device(&self) -> io::Result<()> {
+        match self._channel.bound(self.token) {
+            Some(_) => Ok(()),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the identifier has no device yet: its AddrResolved event is not delivered",
+            )),
+        }
     }
 
     /// The name of the device the identifier is bound to: after `bind` to
@@ -374,7 +395,8 @@ impl CmId {
         let ret = unsafe { ffi::rdma_destroy_id(id) };
         // After the destroy, which waits for the ack of an event of this id
         // that the feed's thread is copying out (and recording the binding
-        // of): no binding of it is recorded after this.
+        // of; a request's id is parked, so can be destroyed, only once its
+        // binding is recorded): no binding of it is recorded after this.
         self._channel.forget_bound(self.token);
         // An id whose destroy failed still uses the channel (and its token):
         // neither is freed then.
