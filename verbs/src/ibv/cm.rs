@@ -21,8 +21,12 @@
 //!   (at or above [`CmToken::INCOMING`], distinct from every other request's
 //!   in the process, whatever its channel) and parked in the channel; the
 //!   application takes it with [`CmChannel::take_request`] and accepts or
-//!   rejects it. An identifier never taken is destroyed with the channel
-//!   (the peer sees a reject or a timeout).
+//!   rejects it. An identifier whose event never reached the application
+//!   (lost to a panicking `From`, dropped by a handler, or left in a closed
+//!   EVD) stays parked, holding its kernel identifier and its device, and
+//!   hears no event (not even a `DeviceRemoval`): a long-running server
+//!   takes such leftovers with [`CmChannel::take_all_requests`]. What is
+//!   still parked is destroyed with the channel (the peer gets a reject).
 //!
 //! ## Queue pairs
 //! The QP is the caller's ([`ProtectionDomain::create_rc_qp`], on a
@@ -316,6 +320,48 @@ impl CmChannel {
             token,
             _channel: self.inner.clone(),
         })
+    }
+
+    /// Take every request identifier still parked, with its token: the
+    /// leftovers of request events that never reached the application (a
+    /// panicking `From`, a handler that dropped the event, a closed EVD),
+    /// which stay parked, holding a kernel identifier and its device, until
+    /// the channel goes. Dropping them rejects them.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmId};
+    /// use evd_verbs::CmToken;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let _lost = next(&mut events); // a request event the application never handles
+    /// let leftovers = channel.take_all_requests();
+    /// assert_eq!(leftovers.len(), 1);
+    /// assert_eq!(channel.pending_requests(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_all_requests(&self) -> Vec<(CmToken, CmId)> {
+        let parked = mem::take(
+            &mut *self
+                .inner
+                .requests
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let id = |(token, RawId(id))| {
+            let id = CmId {
+                id,
+                token,
+                _channel: self.inner.clone(),
+            };
+            (token, id)
+        };
+        parked.into_iter().map(id).collect()
     }
 
     /// Identifiers of requests waiting to be taken.
