@@ -154,13 +154,11 @@ fn phase(
                     Ok(ev) => l.record(ev),
                     Err(o) => l.overflow(o),
                 });
-                // The posters deliver; this thread only watches the count.
-                let mut ended = false;
-                while ledger.delivered.load(Relaxed) < goal {
-                    if up.query().closed && up.query().len == 0 {
-                        ended = true;
-                        break;
-                    }
+                // The posters deliver; this thread only watches the count,
+                // until the EVD closes: then no post comes any more, and
+                // under `Invoke::New` only a post starts an upcall, so what
+                // is still queued is the next phase's to take.
+                while ledger.delivered.load(Relaxed) < goal && !up.query().closed {
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 let mut c = up.teardown();
@@ -168,7 +166,7 @@ fn phase(
                 // FIFO restarts from what the ring holds now.
                 *fifo = Fifo([None; POSTERS as usize]);
                 let q = c.query();
-                let done = ended && q.len == 0 && q.closed;
+                let done = q.len == 0 && q.closed;
                 c.set_spin_budget(evd::DEFAULT_SPIN_BUDGET);
                 return (c, done);
             }
@@ -221,7 +219,7 @@ fn main() {
     {
         let ledger = ledger.clone();
         std::thread::spawn(move || {
-            let mut last = u64::MAX;
+            let mut last = ledger.delivered.load(Relaxed);
             loop {
                 std::thread::sleep(Duration::from_secs(30));
                 let now = ledger.delivered.load(Relaxed);
