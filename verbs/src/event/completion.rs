@@ -220,9 +220,10 @@ pub struct WorkCompletion {
     pub vendor_err: u32,
     /// Bytes transferred (receives, RDMA reads, atomics).
     pub byte_len: u32,
-    /// Immediate data in host byte order (valid with [`WcFlags::WITH_IMM`]),
-    /// or the invalidated rkey (with [`WcFlags::WITH_INV`]); zero without
-    /// either, when polled from libibverbs.
+    /// A receive's immediate data in host byte order (valid with
+    /// [`WcFlags::WITH_IMM`]), or the invalidated rkey (with
+    /// [`WcFlags::WITH_INV`]); polled from libibverbs, zero without either
+    /// and on a send's completion.
     pub imm_data: u32,
     /// The local QP the request was posted on.
     pub qp_num: u32,

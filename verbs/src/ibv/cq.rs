@@ -101,8 +101,8 @@ impl Drop for RawCq {
     }
 }
 
-/// A libibverbs CQ with its own completion channel: the
-/// [`CompletionQueue`] of real verbs. Dropping it acknowledges any event of
+/// A libibverbs CQ, with its own completion channel or on a shared one:
+/// the [`CompletionQueue`] of real verbs. Dropping it acknowledges any event of
 /// its channel still unacknowledged, then destroys the CQ and its channel
 /// once no QP uses the CQ ([`close`](IbvCq::close) does it now, or
 /// refuses); a CQ wrapped as [`Borrowed`](Ownership::Borrowed) is
@@ -398,13 +398,17 @@ impl CompletionQueue for IbvCq {
                 let poll = (*(*cq).context).ops.poll_cq.expect("provider has poll_cq");
                 poll(cq, chunk.len() as i32, wcs.as_mut_ptr())
             };
-            // A negative value has no errno: the provider's own code
-            // (ibv_poll_cq(3)).
-            let n = usize::try_from(n).map_err(|_| n)?;
-            // Each entry is zeroed once converted: a provider writes only
-            // the fields its completion defines (libmlx5 leaves a send's
-            // `byte_len` and `src_qp` alone), which must not show a value
-            // an earlier completion left in the same scratch entry.
+            // Each entry written is zeroed once converted: a provider
+            // writes only the fields its completion defines (libmlx5 leaves
+            // a send's `byte_len` and `src_qp` alone), which must not show
+            // a value an earlier completion left in the same entry.
+            let Ok(n) = usize::try_from(n) else {
+                // A negative value has no errno: the provider's own code
+                // (ibv_poll_cq(3)). libmlx5 returns it after entries it
+                // did write, which are lost with the failure.
+                wcs[..chunk.len()].fill(zeroed());
+                return Err(n);
+            };
             for (o, wc) in chunk.iter_mut().zip(&mut wcs[..n]) {
                 *o = work_completion(wc);
                 *wc = zeroed();

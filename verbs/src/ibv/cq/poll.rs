@@ -14,9 +14,16 @@ use crate::ibv::ffi;
 /// an error completion keeps `wr_id`, `status`, `vendor_err` and `qp_num`
 /// (providers leave the rest as an earlier completion wrote it: libmlx5
 /// writes only those and `wc_flags`); a successful one has no `vendor_err`,
-/// and `imm_data` is the immediate turned from the wire's big-endian to
-/// host order with [`WcFlags::WITH_IMM`], the invalidated rkey (host order
-/// already) with [`WcFlags::WITH_INV`], zero without either.
+/// and a receive's `imm_data` is the immediate turned from the wire's
+/// big-endian to host order with [`WcFlags::WITH_IMM`], the invalidated
+/// rkey (host order already) with [`WcFlags::WITH_INV`], zero without
+/// either (and on a send's completion, whose `WITH_IMM` only says that it
+/// carried one: libmlx5 writes no value).
+///
+/// A provider writes only the fields its completion defines (libmlx5's
+/// send completion leaves `byte_len` and `src_qp` alone), so an array
+/// polled into again and again shows an earlier completion's values in
+/// them: zero each entry once converted, as [`IbvCq`](super::IbvCq)'s poll does.
 ///
 /// ```
 /// use evd_verbs::ibv::{ffi, work_completion};
@@ -66,7 +73,10 @@ pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
     // The union is plain integers either way, so reading it is always
     // defined. SAFETY: both members are u32.
     let union = unsafe { wc.imm_data_invalidated_rkey_union.imm_data };
-    let imm_data = if flags.contains(WcFlags::WITH_INV) {
+    let opcode = WcOpcode(wc.opcode);
+    let imm_data = if !opcode.is_recv() {
+        0
+    } else if flags.contains(WcFlags::WITH_INV) {
         // `invalidated_rkey`: providers write it in host order.
         union
     } else if flags.contains(WcFlags::WITH_IMM) {
@@ -78,7 +88,7 @@ pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
     WorkCompletion {
         wr_id: wc.wr_id,
         status,
-        opcode: WcOpcode(wc.opcode),
+        opcode,
         vendor_err: 0,
         byte_len: wc.byte_len,
         imm_data,

@@ -11,6 +11,10 @@ use std::collections::VecDeque;
 /// What one `poll_cq` call writes: a patch per entry.
 type Patch = fn(&mut ffi::ibv_wc);
 
+/// A `poll_cq` call that writes its entries and then fails (as libmlx5
+/// returns its `CQ_POLL_ERR` after entries it did write).
+const FAILS: Patch = |_| {};
+
 /// The calls' patches, in order, reached through the CQ's `cq_context`.
 struct Script(VecDeque<Vec<Patch>>);
 
@@ -18,13 +22,19 @@ unsafe extern "C" fn scripted_poll(cq: *mut ffi::ibv_cq, n: i32, wc: *mut ffi::i
     // SAFETY: `cq_context` is the test's live `Script`, polled by one
     // thread (the test's).
     let script = unsafe { &mut *(*cq).cq_context.cast::<Script>() };
-    let batch = script.0.pop_front().unwrap_or_default();
+    let mut batch = script.0.pop_front().unwrap_or_default();
+    let fails = batch
+        .last()
+        .is_some_and(|p| std::ptr::fn_addr_eq(*p, FAILS));
+    if fails {
+        batch.pop();
+    }
     assert!(batch.len() <= n as usize, "the script writes past the poll");
     for (i, patch) in batch.iter().enumerate() {
         // SAFETY: the caller passed `n` entries.
         patch(unsafe { &mut *wc.add(i) });
     }
-    batch.len() as i32
+    if fails { -2 } else { batch.len() as i32 }
 }
 
 /// Every completion the scripted provider hands out, one `poll` per call of
@@ -56,8 +66,10 @@ fn polled(calls: Vec<Vec<Patch>>) -> Vec<WorkCompletion> {
     let mut all = Vec::new();
     for _ in 0..polls {
         let mut out = [WorkCompletion::default(); POLL_BATCH];
-        let n = ibv_cq.poll(&mut out).expect("polled");
-        all.extend_from_slice(&out[..n]);
+        // A failed poll takes nothing (its entries are lost with it).
+        if let Ok(n) = ibv_cq.poll(&mut out) {
+            all.extend_from_slice(&out[..n]);
+        }
     }
     drop(ibv_cq);
     drop(context);
@@ -123,4 +135,35 @@ fn an_invalidated_rkey_is_delivered_in_the_host_order_providers_write_it() {
     assert_eq!(wcs.len(), 1);
     assert!(wcs[0].wc_flags.contains(WcFlags::WITH_INV));
     assert_eq!(wcs[0].imm_data, 0x1122_3344);
+}
+
+/// The completion of a send with immediate: `WITH_IMM` set (the send
+/// carried one) and no immediate (`ibv_poll_cq(3)`: only a receive's);
+/// libmlx5 writes none, so the field holds whatever it held (here, as in
+/// an array the caller reuses, an earlier receive's immediate).
+fn sent_with_imm(wc: &mut ffi::ibv_wc) {
+    wc.imm_data_invalidated_rkey_union.imm_data = 0xabcdu32.to_be();
+    wc.wr_id = 2;
+    wc.status = ffi::ibv_wc_status::IBV_WC_SUCCESS;
+    wc.opcode = ffi::ibv_wc_opcode::IBV_WC_SEND;
+    wc.qp_num = 5;
+    wc.wc_flags = ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0;
+}
+
+#[test]
+fn a_send_completion_with_imm_carries_no_immediate_an_earlier_receive_left() {
+    let wcs = polled(vec![vec![received_with_imm], vec![sent_with_imm]]);
+    assert_eq!(wcs.len(), 2);
+    let expected = WorkCompletion::new(2).with_opcode(WcOpcode::SEND);
+    let expected = expected.with_qp_num(5).with_flags(WcFlags::WITH_IMM);
+    assert_eq!(wcs[1], expected);
+}
+
+#[test]
+fn entries_a_failed_poll_wrote_show_in_no_later_completion() {
+    let wcs = polled(vec![vec![received_with_imm, FAILS], vec![sent_with_imm]]);
+    assert_eq!(wcs.len(), 1, "the failed poll's entry is lost with it");
+    let expected = WorkCompletion::new(2).with_opcode(WcOpcode::SEND);
+    let expected = expected.with_qp_num(5).with_flags(WcFlags::WITH_IMM);
+    assert_eq!(wcs[0], expected);
 }
