@@ -27,8 +27,8 @@ pub struct CmToken(pub u64);
 impl CmToken {
     /// The token of an event about no identifier
     /// ([`CmEventKind::SourceFailed`]); never an identifier's (the ones a
-    /// caller makes are below `ibv::CmToken::INCOMING`, 2^63, and a
-    /// channel counts its own up from there).
+    /// caller makes are below `ibv::CmToken::INCOMING`, 2^63, and the
+    /// requests' count up from there, one count for the process).
     ///
     /// ```
     /// assert_eq!(evd_verbs::CmToken::NONE, evd_verbs::CmToken(u64::MAX));

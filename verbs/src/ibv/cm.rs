@@ -87,6 +87,11 @@ struct Channel {
     /// that `CmId::device_name` never reads a field librdmacm may be
     /// writing on another thread.
     bound: Mutex<Vec<(CmToken, Bound)>>,
+    /// Identifiers whose address resolution is in flight: librdmacm writes
+    /// the identifier (its device, its addresses) on the thread that gets
+    /// its `AddrResolved` or `AddrError` event, so no call that reads them
+    /// may run meanwhile (`CmId::on_a_device`).
+    resolving: Mutex<Vec<CmToken>>,
     /// The callers' tokens of the identifiers alive on this channel: a
     /// token names one identifier's events, so [`CmId::new`] refuses one in
     /// use. Freed once its identifier is destroyed (never, if that failed).
@@ -142,6 +147,28 @@ impl Channel {
     fn forget_bound(&self, token: CmToken) {
         let mut all = self.bound.lock().unwrap_or_else(|e| e.into_inner());
         all.retain(|(t, _)| *t != token);
+    }
+
+    /// `token`'s address resolution is in flight (before the call that
+    /// starts it, so its event cannot come first).
+    fn begin_resolving(&self, token: CmToken) {
+        let mut all = self.resolving.lock().unwrap_or_else(|e| e.into_inner());
+        if !all.contains(&token) {
+            all.push(token);
+        }
+    }
+
+    /// `token`'s address resolution ended: its event was got (and
+    /// librdmacm's writes to the identifier done), the call failed, or the
+    /// identifier was destroyed.
+    fn end_resolving(&self, token: CmToken) {
+        let mut all = self.resolving.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|t| *t != token);
+    }
+
+    fn resolving(&self, token: CmToken) -> bool {
+        let all = self.resolving.lock().unwrap_or_else(|e| e.into_inner());
+        all.contains(&token)
     }
 
     /// Claim a caller's token for a new identifier; false if one alive has
@@ -262,6 +289,7 @@ impl CmChannel {
             raw,
             requests: Mutex::new(Vec::new()),
             bound: Mutex::new(Vec::new()),
+            resolving: Mutex::new(Vec::new()),
             claimed: Mutex::new(Vec::new()),
         });
         // SAFETY: a live channel; its fd belongs to it.
@@ -288,7 +316,8 @@ impl CmChannel {
 
     /// Take the identifier of the connect request whose event carried `token`
     /// ([`CmEvent::id`]), to accept or reject it. `None` if there is none
-    /// (already taken, or not a request).
+    /// (already taken, by this or by [`take_all_requests`](Self::take_all_requests),
+    /// or not a request).
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -327,6 +356,12 @@ impl CmChannel {
     /// panicking `From`, a handler that dropped the event, a closed EVD),
     /// which stay parked, holding a kernel identifier and its device, until
     /// the channel goes. Dropping them rejects them.
+    ///
+    /// The channel cannot tell those from requests whose events are still
+    /// on their way (being posted, or queued in the EVD): it takes those
+    /// too, and their events then find nothing to take. Sweep when none
+    /// can be on its way (the channel's feed removed, its EVD drained), or
+    /// keep the identifiers whose tokens the application has not seen yet.
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -429,6 +464,11 @@ impl CmEvents {
             // on (inside rdma_get_cm_event); the event is not acked yet, and
             // a request's id is not parked yet.
             self.inner.record_bound(token, unsafe { bound_of(id) });
+        }
+        if matches!(kind, CmEventKind::AddrResolved | CmEventKind::AddrError) {
+            // After the binding is recorded: a call that finds the
+            // resolution over finds the binding too.
+            self.inner.end_resolving(token);
         }
         if request {
             // Last use of the new id here: once parked, another thread may

@@ -317,17 +317,22 @@ pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> R
     Ok(())
 }
 
-/// What librdmacm would take before an identifier has a device (a route
-/// before its address resolved, a connect before its `AddrResolved` was
-/// read: librdmacm reads the device unchecked in both) is refused with
+/// What librdmacm would take before an identifier has a device, or while
+/// its address resolves (a route, a connect or an accept before its
+/// `AddrResolved` was read: librdmacm reads the device unchecked, and
+/// writes the addresses when it gets the event) is refused with
 /// `InvalidInput`; and requests on two channels that
 /// feed one consumer carry distinct tokens, each taken by its token or
 /// swept up with the channel's leftovers.
 pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
     pd: &Arc<evd_verbs::ibv::ProtectionDomain>,
 ) -> Res {
+    // Refused by the crate, before any call: librdmacm's and the kernel's
+    // refusals carry an errno.
     let refused = |r: std::io::Result<()>, what: &str| match r {
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput && e.raw_os_error().is_none() => {
+            Ok(())
+        }
         other => Err(format!("{what}: {other:?}, not refused")),
     };
     let (mut events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
@@ -348,12 +353,37 @@ pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
         client.connect(&qp, &CmConnParams::default()),
         "a connect before AddrResolved",
     )?;
+    refused(
+        client.accept(&qp, &CmConnParams::default()),
+        "an accept on no request, its address resolving",
+    )?;
     expect(&mut events, CmEventKind::AddrResolved, CLIENT)?;
     client
         .resolve_route(TIMEOUT)
         .map_err(|e| format!("resolve_route once resolved: {e}"))?;
     expect(&mut events, CmEventKind::RouteResolved, CLIENT)?;
     client.close().map_err(|e| format!("destroy: {e}"))?;
+
+    // Bound to the device's address, it has a device at once; but while
+    // its address resolves, librdmacm writes its addresses on the thread
+    // that gets the event: a route is refused until that event came.
+    const BOUND: CmToken = CmToken(3);
+    let bound = CmId::new(&channel, BOUND).map_err(|e| format!("create_id: {e}"))?;
+    bound.bind(addr(0)).map_err(|e| format!("bind: {e}"))?;
+    ensure!(bound.device_name().is_some(), "bound to the device");
+    bound
+        .resolve_addr(addr(7478), TIMEOUT)
+        .map_err(|e| format!("resolve_addr: {e}"))?;
+    refused(
+        bound.resolve_route(TIMEOUT),
+        "a route while the address resolves",
+    )?;
+    expect(&mut events, CmEventKind::AddrResolved, BOUND)?;
+    bound
+        .resolve_route(TIMEOUT)
+        .map_err(|e| format!("resolve_route once resolved: {e}"))?;
+    expect(&mut events, CmEventKind::RouteResolved, BOUND)?;
+    bound.close().map_err(|e| format!("destroy: {e}"))?;
 
     // A listener on each of two channels, a request to each: their tokens
     // differ, or a consumer fed by both could not tell the connections

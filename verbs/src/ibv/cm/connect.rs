@@ -105,8 +105,9 @@ impl CmId {
     /// # Errors
     ///
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) before the identifier
-    /// has a device (its [`CmEventKind::AddrResolved`] not delivered yet:
-    /// nothing is done then) or if `params.private_data` is over 255 bytes;
+    /// has a device or while its address is being resolved (its
+    /// [`CmEventKind::AddrResolved`] not delivered yet: nothing is done
+    /// then) or if `params.private_data` is over 255 bytes;
     /// the errno of moving `qp` to INIT (`rdma_init_qp_attr`,
     /// `ibv_modify_qp`) or of `rdma_connect`.
     ///
@@ -198,9 +199,10 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `params.private_data`
-    /// is over 255 bytes; the errno of a QP transition (`rdma_init_qp_attr`,
-    /// `ibv_modify_qp`) or of `rdma_accept`.
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) on an identifier with
+    /// no device (not a request's) or if `params.private_data` is over 255
+    /// bytes, the QP untouched; the errno of a QP transition
+    /// (`rdma_init_qp_attr`, `ibv_modify_qp`) or of `rdma_accept`.
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -225,7 +227,10 @@ impl CmId {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
-        // Checked before the QP is touched.
+        // Checked before the QP is touched. A request's identifier always
+        // has a device; one made by `CmId::new` may not (and has no request
+        // to accept: librdmacm would read its missing device first).
+        self.on_a_device()?;
         let mut raw = params.raw(qp)?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
         // The reply tells the peer `params`' read and atomic depths; the

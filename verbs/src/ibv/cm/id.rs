@@ -246,6 +246,7 @@ impl CmId {
     /// ```
     pub fn resolve_addr(&self, dst: SocketAddr, timeout: Duration) -> io::Result<()> {
         let (mut sa, _) = sockaddr(dst);
+        self._channel.begin_resolving(self.token);
         // SAFETY: a live id and a sockaddr valid for the call (copied).
         check(unsafe {
             ffi::rdma_resolve_addr(
@@ -255,6 +256,7 @@ impl CmId {
                 millis(timeout),
             )
         })
+        .inspect_err(|_| self._channel.end_resolving(self.token))
     }
 
     /// Resolve the route to the resolved address
@@ -263,7 +265,8 @@ impl CmId {
     /// # Errors
     ///
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) before the identifier
-    /// has a device (see [`device_name`](CmId::device_name)): its
+    /// has a device (see [`device_name`](CmId::device_name)), or while its
+    /// address is being resolved: its
     /// [`AddrResolved`](CmEventKind::AddrResolved) event not delivered yet;
     /// the errno of `rdma_resolve_route`, as an [`io::Error`]. A resolution
     /// that fails later is a [`RouteError`](CmEventKind::RouteError) event
@@ -295,19 +298,22 @@ impl CmId {
     }
 
     /// Refuse a call that librdmacm makes only on an identifier with a
-    /// device: it reads the device unchecked (`rdma_resolve_route`,
-    /// `rdma_connect`), and the thread that delivered the event binding it
-    /// may still be writing it. The binding is recorded under the channel's
-    /// lock once librdmacm is done with it, so finding it here also orders
-    /// this call after those writes.
+    /// device and no address resolution in flight: it reads the device
+    /// unchecked (`rdma_resolve_route`, `rdma_connect`, `rdma_accept`) and
+    /// the addresses (`rdma_resolve_route`), which the thread that gets
+    /// the resolution's event writes. The binding is recorded, and the
+    /// resolution marked over, under the channel's locks once librdmacm is
+    /// done with the identifier, so finding them here also orders this
+    /// call after those writes.
     pub(super) fn on_a_device(&self) -> io::Result<()> {
-        match self._channel.bound(self.token) {
-            Some(_) => Ok(()),
-            None => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the identifier has no device yet: its AddrResolved event is not delivered",
-            )),
+        if !self._channel.resolving(self.token) && self._channel.bound(self.token).is_some() {
+            return Ok(());
         }
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the identifier has no device yet, or its address is being resolved: \
+             its AddrResolved event is not delivered",
+        ))
     }
 
     /// The name of the device the identifier is bound to: after `bind` to
@@ -398,6 +404,7 @@ impl CmId {
         // of; a request's id is parked, so can be destroyed, only once its
         // binding is recorded): no binding of it is recorded after this.
         self._channel.forget_bound(self.token);
+        self._channel.end_resolving(self.token);
         // An id whose destroy failed still uses the channel (and its token):
         // neither is freed then.
         destroyed(VerbsObject::CmId, "rdma_destroy_id", ret)
