@@ -5,7 +5,7 @@
 //!
 //! Run: `cargo run --release -p evd --example async_recv`
 
-use evd::{PostError, RecvError};
+use evd::RecvError;
 use futures::StreamExt; // `next()` on any Stream; evd's Consumer is one
 
 const PER_POSTER: u64 = 100_000;
@@ -29,8 +29,9 @@ fn main() {
         let thread = std::thread::spawn(move || {
             for seq in 0..PER_POSTER {
                 let mut ev = seq;
-                while let Err(PostError::Full(back)) = p0.post(ev) {
-                    ev = back;
+                while let Err(e) = p0.post(ev) {
+                    assert!(e.is_full(), "the EVD closed under a poster");
+                    ev = e.into_inner();
                     std::thread::yield_now();
                 }
             }
@@ -40,8 +41,9 @@ fn main() {
         let task = tokio::spawn(async move {
             for seq in 0..PER_POSTER {
                 let mut ev = 1 << 32 | seq;
-                while let Err(PostError::Full(back)) = poster.post(ev) {
-                    ev = back;
+                while let Err(e) = poster.post(ev) {
+                    assert!(e.is_full(), "the EVD closed under a poster");
+                    ev = e.into_inner();
                     tokio::task::yield_now().await;
                 }
             }

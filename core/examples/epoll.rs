@@ -7,7 +7,7 @@
 
 #[cfg(target_os = "linux")]
 fn main() -> std::io::Result<()> {
-    use evd::{ArmStatus, PostError};
+    use evd::ArmStatus;
     use rustix::buffer::spare_capacity;
     use rustix::event::epoll;
 
@@ -30,8 +30,9 @@ fn main() -> std::io::Result<()> {
             std::thread::spawn(move || {
                 for seq in 0..PER_POSTER {
                     let mut ev = p << 32 | seq; // `poster << 32 | sequence`
-                    while let Err(PostError::Full(back)) = poster.post(ev) {
-                        ev = back; // backpressure: retry
+                    while let Err(e) = poster.post(ev) {
+                        assert!(e.is_full(), "the EVD closed under a poster");
+                        ev = e.into_inner(); // backpressure: retry
                         std::thread::yield_now();
                     }
                 }

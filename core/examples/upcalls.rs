@@ -5,7 +5,7 @@
 //!
 //! Run: `cargo run --release -p evd --example upcalls`
 
-use evd::{Invoke, Overflow, PostError, TryDequeueError, UpcallPolicy};
+use evd::{Invoke, Overflow, TryDequeueError, UpcallPolicy};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -56,8 +56,9 @@ fn main() {
                     // runs the handler here, for its own event and any posted
                     // meanwhile by any thread, and returns once the ring is empty.
                     let mut ev = p << 32 | seq;
-                    while let Err(PostError::Full(back)) = poster.post(ev) {
-                        ev = back; // another thread's upcall is draining: retry
+                    while let Err(e) = poster.post(ev) {
+                        assert!(e.is_full(), "the EVD closed under a poster");
+                        ev = e.into_inner(); // another thread's upcall is draining: retry
                         std::thread::yield_now();
                     }
                 }

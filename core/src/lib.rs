@@ -14,7 +14,8 @@
 //! use evd::ArmStatus;
 //! let (poster, mut consumer) = evd::bounded::<u64>(1024).unwrap();
 //! let producer = std::thread::spawn(move || {
-//!     for i in 0..10_000 { while poster.post(i).is_err() { std::hint::spin_loop(); } }
+//!     // A full ring makes the post wait for room; a closed EVD would be an error.
+//!     for i in 0..10_000 { poster.post_blocking(i).expect("the consumer outlives the producer"); }
 //! });
 //! let mut next = 0;
 //! while next < 10_000 {

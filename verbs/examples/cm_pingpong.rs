@@ -18,7 +18,7 @@
 //! p99.9) and the throughput.
 
 use clap::{Parser, ValueEnum};
-use evd::Consumer;
+use evd::{Consumer, TryDequeueError, WaitError};
 use evd_verbs::ibv::{
     CmChannel, CmConnParams, CmId, Context, MemoryRegion, QpCaps, QueuePair, SendOp,
 };
@@ -108,16 +108,20 @@ fn next(
     let deadline = Instant::now() + STALL;
     let mut busy = busy;
     loop {
-        if let Ok(ev) = evd.try_dequeue() {
-            return Ok(ev);
+        match evd.try_dequeue() {
+            Ok(ev) => return Ok(ev),
+            Err(TryDequeueError::Empty) => {}
+            // Nothing here posts lossily, and the feeds outlive this loop.
+            Err(e) => return Err(format!("dequeue: {e}").into()),
         }
         match busy.as_deref_mut() {
             Some(feed) => {
                 feed.progress(64);
             }
-            None => {
-                let _ = evd.wait(1, Some(Duration::from_millis(100)));
-            }
+            None => match evd.wait(1, Some(Duration::from_millis(100))) {
+                Ok(_) | Err(WaitError::Timeout { .. }) => {}
+                Err(e) => return Err(format!("wait: {e}").into()),
+            },
         }
         if Instant::now() > deadline {
             return Err("no event for 10 s".into());

@@ -314,7 +314,17 @@ fn load_run(mode: Mode, load: Load) -> Result {
         }
         next += load.idle;
     }
-    while lat.lock().unwrap().len() < total {
+    // Every completion once: a lost one fails the run instead of hanging it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = lat.lock().unwrap().len();
+        if got >= total {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{mode:?}: {got} of {total} completions after 60 s"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let (cpu, arms, spins) = match running {
@@ -334,6 +344,7 @@ fn load_run(mode: Mode, load: Load) -> Result {
     };
     drop(upcalls.teardown());
     let mut l = lat.lock().unwrap().clone();
+    assert_eq!(l.len(), total, "{mode:?}: a completion delivered twice");
     if std::env::var_os("FEED_BENCH_DEBUG").is_some() && load.burst > 1 {
         let tenth = load.burst.div_ceil(10);
         let mut sums = [(0u64, 0u64); 10];

@@ -10,7 +10,7 @@
 //!
 //! `cargo run --release -p evd-verbs --features ibverbs --example rc_pingpong -- [ROUNDS]`
 
-use evd::TryDequeueError;
+use evd::{TryDequeueError, WaitError};
 use evd_verbs::ibv::{ConnectParams, Context, QpCaps, SendOp};
 use evd_verbs::{CqId, Driver, DriverConfig, Feed, FeedMode, VerbsEvent, WcOpcode};
 use std::time::{Duration, Instant};
@@ -59,12 +59,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ev = match evd.try_dequeue() {
             Ok(ev) => ev,
             Err(TryDequeueError::Empty) => {
-                // Sleep on the EVD; a long silence means something is stuck.
-                if evd.wait(1, Some(Duration::from_secs(1))).is_err() {
-                    idle += 1;
-                    if idle > 10 {
-                        return Err(format!("stalled after {done} round trips").into());
+                // Sleep on the EVD; ten silent seconds in a row mean
+                // something is stuck.
+                match evd.wait(1, Some(Duration::from_secs(1))) {
+                    Ok(_) => idle = 0,
+                    Err(WaitError::Timeout { .. }) => {
+                        idle += 1;
+                        if idle >= 10 {
+                            return Err(format!("stalled after {done} round trips").into());
+                        }
                     }
+                    Err(e) => return Err(format!("wait: {e}").into()),
                 }
                 continue;
             }
