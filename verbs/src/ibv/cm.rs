@@ -58,7 +58,7 @@ use std::mem;
 use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 // A token travels in the identifier's `context` pointer: it must fit.
 #[cfg(not(target_pointer_width = "64"))]
@@ -90,8 +90,17 @@ struct Channel {
     /// Identifiers whose address resolution is in flight: librdmacm writes
     /// the identifier (its device, its addresses) on the thread that gets
     /// its `AddrResolved` or `AddrError` event, so no call that reads them
-    /// may run meanwhile (`CmId::on_a_device`).
+    /// may run meanwhile (`CmId::on_a_device`), and no second resolution
+    /// may start (only the call that set the mark, or its event, ends it).
     resolving: Mutex<Vec<CmToken>>,
+    /// Held around the two librdmacm calls that write an identifier's
+    /// fields in user space on different threads: getting an event (which
+    /// processes it into its identifier, in `CmEvents::next_event`) and
+    /// `rdma_resolve_addr` (which copies the destination into the
+    /// identifier after the kernel call, when the kernel may have resolved
+    /// it already). Taken before any other lock of the channel, and held
+    /// over no user code and no blocking call.
+    id_writes: Mutex<()>,
     /// The callers' tokens of the identifiers alive on this channel: a
     /// token names one identifier's events, so [`CmId::new`] refuses one in
     /// use. Freed once its identifier is destroyed (never, if that failed).
@@ -149,13 +158,21 @@ impl Channel {
         all.retain(|(t, _)| *t != token);
     }
 
-    /// `token`'s address resolution is in flight (before the call that
-    /// starts it, so its event cannot come first).
-    fn begin_resolving(&self, token: CmToken) {
+    /// Mark `token`'s address resolution in flight (before the call that
+    /// starts it, so its event cannot come first); false if one is already.
+    fn begin_resolving(&self, token: CmToken) -> bool {
         let mut all = self.resolving.lock().unwrap_or_else(|e| e.into_inner());
-        if !all.contains(&token) {
+        let first = !all.contains(&token);
+        if first {
             all.push(token);
         }
+        first
+    }
+
+    /// Serialise a librdmacm call that writes an identifier with the
+    /// channel's event processing ([`Channel::id_writes`]).
+    fn id_writes(&self) -> MutexGuard<'_, ()> {
+        self.id_writes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `token`'s address resolution ended: its event was got (and
@@ -290,6 +307,7 @@ impl CmChannel {
             requests: Mutex::new(Vec::new()),
             bound: Mutex::new(Vec::new()),
             resolving: Mutex::new(Vec::new()),
+            id_writes: Mutex::new(()),
             claimed: Mutex::new(Vec::new()),
         });
         // SAFETY: a live channel; its fd belongs to it.
@@ -453,19 +471,24 @@ impl CmEvents {
         } else {
             (token_of(id), None)
         };
+        // The kinds librdmacm updates the identifier's device for (not
+        // AddrChange: it changes nothing in user space, and may come while
+        // `bind` is still reading what it bound).
         if matches!(
             kind,
-            CmEventKind::ConnectRequest
-                | CmEventKind::AddrResolved
-                | CmEventKind::RouteResolved
-                | CmEventKind::AddrChange
+            CmEventKind::ConnectRequest | CmEventKind::AddrResolved | CmEventKind::RouteResolved
         ) {
             // SAFETY: this thread is the one librdmacm just updated the id
             // on (inside rdma_get_cm_event); the event is not acked yet, and
             // a request's id is not parked yet.
             self.inner.record_bound(token, unsafe { bound_of(id) });
         }
-        if matches!(kind, CmEventKind::AddrResolved | CmEventKind::AddrError) {
+        // A resolution ends with one of the first two; a device removed
+        // under it sends neither.
+        if matches!(
+            kind,
+            CmEventKind::AddrResolved | CmEventKind::AddrError | CmEventKind::DeviceRemoval
+        ) {
             // After the binding is recorded: a call that finds the
             // resolution over finds the binding too.
             self.inner.end_resolving(token);
@@ -522,6 +545,7 @@ impl CmEventSource for CmEvents {
     }
 
     fn next_event(&mut self) -> io::Result<Option<CmEvent>> {
+        let _writes = self.inner.id_writes();
         let mut ev = ptr::null_mut();
         // SAFETY: a live, non-blocking channel; `ev` is a local out-pointer.
         if unsafe { ffi::rdma_get_cm_event(self.inner.raw, &mut ev) } != 0 {

@@ -378,7 +378,24 @@ pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
         bound.resolve_route(TIMEOUT),
         "a route while the address resolves",
     )?;
+    // Only the resolution that set the mark ends it: a second is refused
+    // (the kernel would refuse it too, after overwriting the first's
+    // destination), and a disconnect would read the device being set.
+    refused(
+        bound.resolve_addr(addr(7478), TIMEOUT),
+        "a second resolution while the first is in flight",
+    )?;
+    refused(
+        bound.disconnect(),
+        "a disconnect while the address resolves",
+    )?;
     expect(&mut events, CmEventKind::AddrResolved, BOUND)?;
+    // Not a request's identifier: nothing to accept (its INIT attributes
+    // would strip the QP's remote access before the kernel refused).
+    refused(
+        bound.accept(&qp, &CmConnParams::default()),
+        "an accept on no request, bound and resolved",
+    )?;
     bound
         .resolve_route(TIMEOUT)
         .map_err(|e| format!("resolve_route once resolved: {e}"))?;

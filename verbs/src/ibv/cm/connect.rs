@@ -3,9 +3,12 @@
 //! attributes librdmacm computes (connect, establish, accept), reject and
 //! disconnect.
 
+#[cfg(doc)]
+use super::CmChannel;
 use super::CmId;
 #[cfg(doc)]
 use crate::event::CmEventKind;
+use crate::event::CmToken;
 use crate::ibv::*;
 use std::io;
 
@@ -199,9 +202,9 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// [`InvalidInput`](io::ErrorKind::InvalidInput) on an identifier with
-    /// no device (not a request's) or if `params.private_data` is over 255
-    /// bytes, the QP untouched; the errno of a QP transition
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) on an identifier that
+    /// is not a connect request's ([`CmChannel::take_request`]) or if
+    /// `params.private_data` is over 255 bytes, the QP untouched; the errno of a QP transition
     /// (`rdma_init_qp_attr`, `ibv_modify_qp`) or of `rdma_accept`.
     ///
     /// ```no_run
@@ -227,9 +230,16 @@ impl CmId {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
-        // Checked before the QP is touched. A request's identifier always
-        // has a device; one made by `CmId::new` may not (and has no request
-        // to accept: librdmacm would read its missing device first).
+        // Checked before the QP is touched. Only a request's identifier
+        // has a request to accept (another's INIT attributes would strip
+        // the QP's remote access before the kernel refused), and it always
+        // has a device (librdmacm reads it unchecked).
+        if self.token < CmToken::INCOMING {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a connect request's identifier (CmChannel::take_request)",
+            ));
+        }
         self.on_a_device()?;
         let mut raw = params.raw(qp)?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
@@ -290,7 +300,9 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// The errno of `rdma_disconnect`, as an [`io::Error`].
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) while the identifier's
+    /// address is being resolved (its [`CmEventKind::AddrResolved`] not
+    /// delivered yet); the errno of `rdma_disconnect`, as an [`io::Error`].
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -317,6 +329,8 @@ impl CmId {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn disconnect(&self) -> io::Result<()> {
+        // librdmacm reads the device the resolution's event sets.
+        self.not_resolving()?;
         // SAFETY: a live id.
         check(unsafe { ffi::rdma_disconnect(self.id) })
     }

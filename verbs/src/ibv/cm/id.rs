@@ -183,8 +183,10 @@ impl CmId {
         let (mut sa, _) = sockaddr(addr);
         // SAFETY: a live id and a sockaddr valid for the call.
         check(unsafe { ffi::rdma_bind_addr(self.id, ptr::addr_of_mut!(sa).cast()) })?;
-        // SAFETY: rdma_bind_addr updated the id on this thread, and no
-        // event for it is pending (binding raises none).
+        // SAFETY: rdma_bind_addr updated the id on this thread; no event
+        // the feed's thread records a binding for (a resolution's, a
+        // request's) can be processed meanwhile: binding raises none and
+        // comes before any resolution.
         self._channel
             .record_bound(self.token, unsafe { bound_of(self.id) });
         Ok(())
@@ -222,8 +224,11 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// The errno of `rdma_resolve_addr`, as an [`io::Error`]. A resolution that fails
-    /// later is an [`AddrError`](CmEventKind::AddrError) event instead.
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) while an earlier
+    /// resolution is in flight (its [`AddrResolved`](CmEventKind::AddrResolved)
+    /// or [`AddrError`](CmEventKind::AddrError) event not delivered yet); the
+    /// errno of `rdma_resolve_addr`, as an [`io::Error`]. A resolution that
+    /// fails later is an [`AddrError`](CmEventKind::AddrError) event instead.
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -246,7 +251,14 @@ impl CmId {
     /// ```
     pub fn resolve_addr(&self, dst: SocketAddr, timeout: Duration) -> io::Result<()> {
         let (mut sa, _) = sockaddr(dst);
-        self._channel.begin_resolving(self.token);
+        let _writes = self._channel.id_writes();
+        if !self._channel.begin_resolving(self.token) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an address resolution of this identifier is in flight: \
+                 its AddrResolved or AddrError event is not delivered",
+            ));
+        }
         // SAFETY: a live id and a sockaddr valid for the call (copied).
         check(unsafe {
             ffi::rdma_resolve_addr(
@@ -305,6 +317,18 @@ impl CmId {
     /// resolution marked over, under the channel's locks once librdmacm is
     /// done with the identifier, so finding them here also orders this
     /// call after those writes.
+    /// Refuse a call while the identifier's address resolution is in
+    /// flight (see [`on_a_device`](CmId::on_a_device)).
+    pub(super) fn not_resolving(&self) -> io::Result<()> {
+        if !self._channel.resolving(self.token) {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the identifier's address is being resolved: its AddrResolved event is not delivered",
+        ))
+    }
+
     pub(super) fn on_a_device(&self) -> io::Result<()> {
         if !self._channel.resolving(self.token) && self._channel.bound(self.token).is_some() {
             return Ok(());
