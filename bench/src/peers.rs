@@ -17,6 +17,31 @@ pub trait Channel<P: Payload>: Sized + Send {
     fn recv(&mut self) -> Option<P>;
 }
 
+/// A [`Channel`] that also drains what is there without blocking (`try_iter`): the batch consumer
+/// a peer's user writes, beside evd's `dequeue_batch`.
+pub trait TryIter<P: Payload>: Channel<P> {
+    /// Hand at most `max` events that are there to `take`, without blocking; how many.
+    fn take_ready(&mut self, max: usize, take: impl FnMut(P)) -> usize;
+}
+
+macro_rules! try_iter {
+    ($rx:ty) => {
+        impl<P: Payload> TryIter<P> for $rx {
+            #[inline]
+            fn take_ready(&mut self, max: usize, mut take: impl FnMut(P)) -> usize {
+                let mut n = 0;
+                for p in self.try_iter().take(max) {
+                    take(p);
+                    n += 1;
+                }
+                n
+            }
+        }
+    };
+}
+try_iter!(crossbeam_channel::Receiver<P>);
+try_iter!(std::sync::mpsc::Receiver<P>);
+
 /// A [`Channel`] whose `try_send` refuses a full channel with `$full(value)`; `$recv` names the
 /// receive by its path (`rx.recv()` would be this trait's).
 macro_rules! channel {

@@ -73,6 +73,7 @@ pub const NOTIFYING_PEERS: &[&str] = &[
     "kanal recv",
     "crossbeam-channel recv",
     "crossbeam-channel try_iter+recv",
+    "std sync_channel try_iter+recv",
 ];
 const BEST_PEER: Side = Best("best notifying peer", NOTIFYING_PEERS);
 const EVD_BUSY_ROWS: Side = WorstEmptyPolls(

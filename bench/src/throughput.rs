@@ -4,7 +4,7 @@
 //! rows are run and compared: bench/README.md.
 
 use crate::payload::{Payload, Tally};
-use crate::peers::Channel;
+use crate::peers::{Channel, TryIter};
 use crate::report::{Diagnostics, Role, Row};
 use std::iter::repeat_n;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -64,6 +64,8 @@ pub enum Queue {
     EvdArmWait,
     /// crossbeam-channel, drain with `try_iter`, and when that yields nothing block in `recv`.
     CrossbeamTryIter,
+    /// `std::sync::mpsc::sync_channel`, drained the same way.
+    StdTryIter,
     /// tokio `mpsc::channel`, `blocking_recv_many`.
     TokioRecvMany,
     /// evd, `dequeue_with` in a loop (the batch handed to a closure, no `Vec`).
@@ -83,7 +85,7 @@ const BLOCKING_BATCH: &str = "blocking/batch";
 
 impl Queue {
     /// Every system, grouped by consumer style, evd first in each group.
-    pub const ALL: [Queue; 16] = [
+    pub const ALL: [Queue; 17] = [
         Queue::EvdSingle,
         Queue::ArrayQueue,
         Queue::EvdReserve,
@@ -99,6 +101,7 @@ impl Queue {
         Queue::EvdWait,
         Queue::EvdArmWait,
         Queue::CrossbeamTryIter,
+        Queue::StdTryIter,
         Queue::TokioRecvMany,
     ];
 
@@ -130,6 +133,7 @@ impl Queue {
             EvdWait => ("evd batch+wait", BLOCKING_BATCH, Evd, Some("evd batch+wait")),
             EvdArmWait => ("evd batch+arm+wait", BLOCKING_BATCH, Evd, None),
             CrossbeamTryIter => ("crossbeam-channel try_iter+recv", BLOCKING_BATCH, Peer, Some("evd batch+wait")),
+            StdTryIter => ("std sync_channel try_iter+recv", BLOCKING_BATCH, Peer, Some("evd batch+wait")),
             TokioRecvMany => ("tokio mpsc blocking_recv_many", BLOCKING_BATCH, Peer, Some("evd batch+wait")),
             FloorStampRing => ("floor: 1-poster stamp ring, no RMW", BUSY_ITEM, Floor, Some("evd try_dequeue")),
             FloorStampRingCas => ("floor: stamp ring + 1 CAS per post", BUSY_ITEM, Floor, Some("evd try_dequeue")),
@@ -225,23 +229,9 @@ impl Queue {
             Kanal => peer::<kanal::Receiver<P>, P>(posters, messages)?,
             Thingbuf => peer::<thingbuf::mpsc::blocking::Receiver<P>, P>(posters, messages)?,
             CrossbeamTryIter => {
-                type Rx<P> = crossbeam_channel::Receiver<P>;
-                let (tx, mut rx) = Rx::<P>::bounded(CAPACITY);
-                let drain = |rx: &mut Rx<P>, s: &mut Sink<'_>| {
-                    let mut got = false;
-                    for p in rx.try_iter().take(CAPACITY) {
-                        got = true;
-                        s.take(p.seq());
-                    }
-                    if !got {
-                        let p = Channel::recv(rx).ok_or("channel closed early")?;
-                        s.take(p.seq());
-                    }
-                    Ok(got)
-                };
-                let consume = |sink: &mut Sink<'_>| polling(&mut rx, sink, drain, spin);
-                drive(messages, repeat_n(tx, posters), Rx::try_send, consume)?
+                try_iter_peer::<crossbeam_channel::Receiver<P>, P>(posters, messages)?
             }
+            StdTryIter => try_iter_peer::<std::sync::mpsc::Receiver<P>, P>(posters, messages)?,
             TokioRecvMany => {
                 type Rx<P> = tokio::sync::mpsc::Receiver<P>;
                 let (tx, mut rx) = Rx::<P>::bounded(CAPACITY);
@@ -269,6 +259,26 @@ fn peer<C: Channel<P>, P: Payload>(posters: usize, messages: u64) -> Result<RunS
         |sink: &mut Sink<'_>| polling(&mut rx, sink, |rx, s| recv_one(rx, s, || {}), spin);
     let stats = drive(messages, repeat_n(tx, posters), C::try_send, consume)?;
     Ok(only_blocking_receives(stats))
+}
+
+/// A peer whose consumer drains what is there with `try_iter`, and when that yields nothing blocks
+/// in `recv`: its empty polls are the drains that found nothing.
+fn try_iter_peer<C: TryIter<P>, P: Payload>(
+    posters: usize,
+    messages: u64,
+) -> Result<RunStats, String> {
+    let (tx, mut rx) = C::bounded(CAPACITY);
+    let drain = |rx: &mut C, s: &mut Sink<'_>| {
+        if rx.take_ready(CAPACITY, |p| _ = s.take(p.seq())) == 0 {
+            s.empty();
+            let p = rx.recv().ok_or("channel closed early")?;
+            s.take(p.seq());
+        }
+        // Either way an event came: no back-off after a receive that blocked for it.
+        Ok(true)
+    };
+    let consume = |sink: &mut Sink<'_>| polling(&mut rx, sink, drain, spin);
+    drive(messages, repeat_n(tx, posters), C::try_send, consume)
 }
 
 /// The stats of a consumer that only calls a blocking receive: its empty polls are not countable.

@@ -49,6 +49,7 @@ fn rows_compare_with_the_evd_reference_row_of_their_style() {
         Queue::EvdWait,
         Queue::EvdArmWait,
         Queue::CrossbeamTryIter,
+        Queue::StdTryIter,
         Queue::TokioRecvMany,
     ];
     assert_eq!(batch, want);
