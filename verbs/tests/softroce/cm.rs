@@ -81,6 +81,23 @@ fn resolve(id: &CmId, to: SocketAddr, events: &mut CmEvents) -> Res {
     Ok(())
 }
 
+/// A client identifier on `channel`, resolved to `addr(port)`, connecting
+/// a QP of its own (its CQ named `cq`) with the default parameters.
+fn connecting(
+    channel: &CmChannel,
+    port: u16,
+    events: &mut CmEvents,
+    cq: u32,
+) -> Result<(CmId, QueuePair, IbvCq), String> {
+    let client = CmId::new(channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
+    resolve(&client, addr(port), events)?;
+    let (qp, cq) = qp_for(&client, CqId(cq), 16)?;
+    client
+        .connect(&qp, &CmConnParams::default())
+        .map_err(|e| format!("connect: {e}"))?;
+    Ok((client, qp, cq))
+}
+
 /// A listener on `addr(port)`, its channel and the channel's events.
 fn listening(port: u16, backlog: i32) -> Result<(CmEvents, CmChannel, CmId), String> {
     let (events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
@@ -251,12 +268,7 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
 pub fn cm_reject_and_unreachable(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> Res {
     let (mut events, channel, _listener) = listening(7472, 4)?;
     for (port, reject) in [(7472, true), (7473, false)] {
-        let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
-        resolve(&client, addr(port), &mut events)?;
-        let (qp, _cq) = qp_for(&client, CqId(3), 16)?;
-        client
-            .connect(&qp, &CmConnParams::default())
-            .map_err(|e| format!("connect: {e}"))?;
+        let (client, _qp, _cq) = connecting(&channel, port, &mut events, 3)?;
         if reject {
             let req = expect(&mut events, CmEventKind::ConnectRequest, CLIENT)?;
             let server = channel.take_request(req.id).ok_or("not parked")?;
@@ -408,12 +420,7 @@ pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
     let mut tokens = Vec::new();
     for port in [7476, 7477] {
         let (mut listener_events, listener_channel, _listener) = listening(port, 4)?;
-        let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
-        resolve(&client, addr(port), &mut events)?;
-        let (qp, _cq) = qp_for(&client, CqId(6), 16)?;
-        client
-            .connect(&qp, &CmConnParams::default())
-            .map_err(|e| format!("connect: {e}"))?;
+        let (client, _qp, _cq) = connecting(&channel, port, &mut events, 6)?;
         let req = expect(&mut listener_events, CmEventKind::ConnectRequest, CLIENT)?;
         tokens.push(req.id);
         // The second as a leftover a server sweeps up.

@@ -76,14 +76,29 @@ fn polled(calls: Vec<Vec<Patch>>) -> Vec<WorkCompletion> {
     all
 }
 
-fn received_with_imm(wc: &mut ffi::ibv_wc) {
-    wc.wr_id = 1;
+/// What a provider writes of every successful completion on QP 5: its id,
+/// status, opcode and flags.
+fn succeeded(
+    wc: &mut ffi::ibv_wc,
+    wr_id: u64,
+    opcode: ffi::ibv_wc_opcode::Type,
+    flags: ffi::ibv_wc_flags,
+) {
+    wc.wr_id = wr_id;
     wc.status = ffi::ibv_wc_status::IBV_WC_SUCCESS;
-    wc.opcode = ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM;
+    wc.opcode = opcode;
+    wc.qp_num = 5;
+    wc.wc_flags = flags.0;
+}
+
+fn received_with_imm(wc: &mut ffi::ibv_wc) {
+    let (opcode, imm) = (
+        ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM,
+        ffi::ibv_wc_flags::IBV_WC_WITH_IMM,
+    );
+    succeeded(wc, 1, opcode, imm);
     wc.byte_len = 4096;
     wc.src_qp = 77;
-    wc.qp_num = 5;
-    wc.wc_flags = ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0;
     wc.imm_data_invalidated_rkey_union.imm_data = 0xabcdu32.to_be();
 }
 
@@ -108,13 +123,7 @@ fn an_error_completion_carries_no_field_an_earlier_completion_left() {
 #[test]
 fn a_field_a_successful_completion_leaves_unwritten_is_zero_not_an_earlier_ones() {
     // libmlx5's send completion: no byte_len, no src_qp, no immediate.
-    let sent: Patch = |wc| {
-        wc.wr_id = 2;
-        wc.status = ffi::ibv_wc_status::IBV_WC_SUCCESS;
-        wc.opcode = ffi::ibv_wc_opcode::IBV_WC_SEND;
-        wc.qp_num = 5;
-        wc.wc_flags = 0;
-    };
+    let sent: Patch = |wc| succeeded(wc, 2, ffi::ibv_wc_opcode::IBV_WC_SEND, ffi::ibv_wc_flags(0));
     let wcs = polled(vec![vec![received_with_imm], vec![sent]]);
     assert_eq!(wcs.len(), 2);
     let expected = WorkCompletion::new(2).with_opcode(WcOpcode::SEND);
@@ -124,11 +133,9 @@ fn a_field_a_successful_completion_leaves_unwritten_is_zero_not_an_earlier_ones(
 #[test]
 fn an_invalidated_rkey_is_delivered_in_the_host_order_providers_write_it() {
     let invalidated: Patch = |wc| {
-        wc.wr_id = 1;
-        wc.status = ffi::ibv_wc_status::IBV_WC_SUCCESS;
-        wc.opcode = ffi::ibv_wc_opcode::IBV_WC_RECV;
+        let inv = ffi::ibv_wc_flags::IBV_WC_WITH_INV;
+        succeeded(wc, 1, ffi::ibv_wc_opcode::IBV_WC_RECV, inv);
         wc.byte_len = 8;
-        wc.wc_flags = ffi::ibv_wc_flags::IBV_WC_WITH_INV.0;
         wc.imm_data_invalidated_rkey_union.invalidated_rkey = 0x1122_3344;
     };
     let wcs = polled(vec![vec![invalidated]]);
@@ -143,11 +150,8 @@ fn an_invalidated_rkey_is_delivered_in_the_host_order_providers_write_it() {
 /// an array the caller reuses, an earlier receive's immediate).
 fn sent_with_imm(wc: &mut ffi::ibv_wc) {
     wc.imm_data_invalidated_rkey_union.imm_data = 0xabcdu32.to_be();
-    wc.wr_id = 2;
-    wc.status = ffi::ibv_wc_status::IBV_WC_SUCCESS;
-    wc.opcode = ffi::ibv_wc_opcode::IBV_WC_SEND;
-    wc.qp_num = 5;
-    wc.wc_flags = ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0;
+    let imm = ffi::ibv_wc_flags::IBV_WC_WITH_IMM;
+    succeeded(wc, 2, ffi::ibv_wc_opcode::IBV_WC_SEND, imm);
 }
 
 #[test]
