@@ -42,6 +42,9 @@ pub enum Queue {
     EvdReserve,
     /// crossbeam-queue `ArrayQueue`, `pop` in a loop.
     ArrayQueue,
+    /// evd, `try_dequeue` in a loop with its linger off (`set_linger_cap(0)`): the pacing's share of
+    /// [`Queue::EvdSingle`]'s rate, the consumer polled as `ArrayQueue`'s is.
+    EvdNoLinger,
     /// evd, `dequeue_batch` in a loop.
     EvdBatch,
     /// evd, `try_dequeue`; when empty `wait(1, None)` (back off on the slots, arm, park).
@@ -85,9 +88,10 @@ const BLOCKING_BATCH: &str = "blocking/batch";
 
 impl Queue {
     /// Every system, grouped by consumer style, evd first in each group.
-    pub const ALL: [Queue; 17] = [
+    pub const ALL: [Queue; 18] = [
         Queue::EvdSingle,
         Queue::ArrayQueue,
+        Queue::EvdNoLinger,
         Queue::EvdReserve,
         Queue::EvdBatch,
         Queue::EvdWith,
@@ -120,6 +124,7 @@ impl Queue {
         let (name, consumer, role, baseline) = match self {
             EvdSingle => ("evd try_dequeue", BUSY_ITEM, Evd, Some("evd try_dequeue")),
             ArrayQueue => ("crossbeam ArrayQueue", BUSY_ITEM, Peer, Some("evd try_dequeue")),
+            EvdNoLinger => ("evd try_dequeue, no linger", BUSY_ITEM, Evd, None),
             EvdReserve => ("evd try_reserve+send", BUSY_ITEM, Evd, None),
             EvdBatch => ("evd dequeue_batch", BUSY_BATCH, Evd, Some("evd dequeue_batch")),
             EvdWith => ("evd dequeue_with", BUSY_BATCH, Evd, None),
@@ -169,8 +174,12 @@ impl Queue {
             ));
         }
         let stats = match self {
-            EvdSingle | EvdReserve | EvdBatch | EvdWith | EvdItemWait | EvdWait | EvdArmWait => {
+            EvdSingle | EvdNoLinger | EvdReserve | EvdBatch | EvdWith | EvdItemWait | EvdWait
+            | EvdArmWait => {
                 let (tx, mut rx) = evd::bounded::<P>(CAPACITY).map_err(|e| e.to_string())?;
+                if self == EvdNoLinger {
+                    rx.set_linger_cap(Duration::ZERO);
+                }
                 let post = |tx: &evd::Poster<P>, p| tx.post(p).map_err(evd::PostError::into_inner);
                 let reserve_and_send = |tx: &evd::Poster<P>, p| match tx.try_reserve() {
                     Ok(permit) => permit.send(p).map_err(evd::PostError::into_inner),
@@ -180,7 +189,7 @@ impl Queue {
                     let (rx, mut buf) = (&mut rx, Vec::with_capacity(CAPACITY));
                     let batch = |rx: &mut _, s: &mut _| evd_batch(rx, s, &mut buf, CAPACITY, || {});
                     match self {
-                        EvdSingle | EvdReserve => polling(rx, sink, evd_item, spin),
+                        EvdSingle | EvdNoLinger | EvdReserve => polling(rx, sink, evd_item, spin),
                         EvdItemWait => polling(rx, sink, evd_item, |rx, _| wait_for_one(rx)),
                         EvdBatch => polling(rx, sink, batch, spin),
                         EvdWait => polling(rx, sink, batch, |rx, _| wait_for_one(rx)),

@@ -54,7 +54,7 @@ fn compare_keeps_job_order_and_the_same_rounds_in_every_case() {
     let at = |case: &str| cases.iter().position(|c| *c == case).unwrap();
     assert!(at("throughput/u64/1p") < at("throughput/event64/4p"));
     assert!(at("room/cap64/1p") < at("wake-latency") && at("rearm") < at("pingpong/u64"));
-    let systems: Vec<&str> = report.records[..3]
+    let systems: Vec<&str> = report.records[..4]
         .iter()
         .map(|r| r.system.as_str())
         .collect();
@@ -63,6 +63,7 @@ fn compare_keeps_job_order_and_the_same_rounds_in_every_case() {
         [
             "evd try_dequeue",
             "crossbeam ArrayQueue",
+            "evd try_dequeue, no linger",
             "evd try_reserve+send"
         ]
     );

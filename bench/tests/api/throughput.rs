@@ -34,7 +34,10 @@ fn rows_compare_with_the_evd_reference_row_of_their_style() {
                 assert_eq!(base.consumer, r.consumer, "{}", r.name);
             }
             None => assert!(
-                matches!(q, Queue::EvdArmWait | Queue::EvdWith | Queue::EvdReserve),
+                matches!(
+                    q,
+                    Queue::EvdArmWait | Queue::EvdWith | Queue::EvdReserve | Queue::EvdNoLinger
+                ),
                 "{}",
                 r.name
             ),
