@@ -168,6 +168,26 @@ impl<T> Buffer<T> {
         self.slot(t).stamp.load(Ordering::Acquire) == published(t)
     }
 
+    /// How many tickets from `from` on are published, counting at most
+    /// `limit`: the consumer's scan, one stamp load per slot.
+    #[inline(always)]
+    pub(crate) fn published_run(&self, from: u64, limit: u64) -> u64 {
+        let (slots, mask) = (&*self.slots, self.mask);
+        let mut n = 0;
+        while n < limit {
+            let t = from.wrapping_add(n);
+            // SAFETY: as in `slot`: `slots.len() == mask + 1`.
+            let slot = unsafe { slots.get_unchecked((t & mask) as usize) };
+            // Acquire: pairs with the Release in `publish`, so a following
+            // `take` reads the written value.
+            if slot.stamp.load(Ordering::Acquire) != published(t) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
     /// Move ticket `t`'s value out if it has been published: the consumer's
     /// one-event dequeue, with one slot lookup for the stamp and the value.
     ///

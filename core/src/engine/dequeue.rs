@@ -261,13 +261,7 @@ impl<T> Shared<T> {
 
     /// Published events at the head, counting at most `limit` (stamps only).
     pub(crate) fn ready(&self, limit: u64) -> u64 {
-        let h = self.head();
-        let buf = self.buffer();
-        let mut n = 0;
-        while n < limit && buf.is_published(h.wrapping_add(n)) {
-            n += 1;
-        }
-        n
+        self.buffer().published_run(self.head(), limit)
     }
 
     /// The start of a batch dequeue of up to `max` events: a pending loss
@@ -287,22 +281,25 @@ impl<T> Shared<T> {
             }
         }
         let (h, max64, pacer) = (self.head(), max as u64, &self.consumer.pacer);
-        let n = if pacer.take_drained(h) {
-            // The last batch took a run and its scan ended on the line a
-            // poster is writing: let the posters get ahead before this scan
-            // (`crate::pace`).
+        // The last batch took a run and its scan ended on the line a poster
+        // is writing: let the posters get ahead before this scan
+        // (`crate::pace`).
+        let mut lingered = pacer.take_drained(h);
+        if lingered {
             pacer.linger(h);
-            self.ready(max64)
-        } else {
+        }
+        // One scan site, so that the compiled code holds one copy of the scan
+        // loop: the batch paths' speed was measured to depend on where each
+        // copy of it landed.
+        let n = loop {
             let n = self.ready(max64);
-            if crate::pace::is_short(n, max64) && pacer.after_run(h) {
-                // Right after a run the scan ended within a few slots of
-                // where it started: the same, before looking again.
-                pacer.linger(h);
-                self.ready(max64)
-            } else {
-                n
+            if lingered || !(crate::pace::is_short(n, max64) && pacer.after_run(h)) {
+                break n;
             }
+            // Right after a run the scan ended within a few slots of where it
+            // started: the same, before looking again.
+            pacer.linger(h);
+            lingered = true;
         };
         pacer.batch_taken(n, max64);
         if n == 0 {
