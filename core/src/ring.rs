@@ -176,6 +176,7 @@ impl<T> Buffer<T> {
         let mut n = 0;
         while n < limit {
             let t = from.wrapping_add(n);
+            debug_assert!(((t & mask) as usize) < slots.len());
             // SAFETY: as in `slot`: `slots.len() == mask + 1`.
             let slot = unsafe { slots.get_unchecked((t & mask) as usize) };
             // Acquire: pairs with the Release in `publish`, so a following
@@ -233,8 +234,9 @@ impl<T> Buffer<T> {
     /// Move ticket `t`'s value out.
     ///
     /// # Safety
-    /// The caller is the consumer (or holds the token), `t` is its head, and
-    /// `is_published(t)` returned true; the value is taken at most once.
+    /// The caller is the consumer (or holds the token), `t` is at or past its
+    /// head, and `is_published(t)` returned true or `published_run` counted
+    /// `t` (an Acquire load saw its stamp); the value is taken at most once.
     #[inline(always)]
     pub(crate) unsafe fn take(&self, t: u64) -> T {
         // SAFETY: published and not yet taken, so initialized; the poster of
