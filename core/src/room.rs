@@ -48,8 +48,10 @@
 //!   waiter, at most once per waiter queued when the first one panicked.
 //! * **A woken waiter keeps its place.** It is taken out of the queue when it
 //!   is woken; if it then finds the ring full again (another poster took the
-//!   slot), it rejoins at the *front*, so a poster that keeps losing the race
-//!   is the next one woken.
+//!   slot), it rejoins in its place by the order in which seats first joined:
+//!   ahead of every seat that joined after it, so a poster that keeps losing
+//!   the race is the next one woken, and waiters woken together (a batch
+//!   dequeue, a close, a resize) that all rejoin keep their order.
 //! * **A wake is never dropped.** A waiter that leaves after being woken
 //!   passes one wake on to the next waiter — unless it posted and the ring
 //!   is full right after (checked after it found itself woken). A woken
@@ -81,15 +83,23 @@
 //! | operation | who | queue before | queue after | returns |
 //! |---|---|---|---|---|
 //! | [`WaitQueue::join`] (new seat) | poster | any | seat at the back | `Joined::Now` |
-//! | [`WaitQueue::join`] (seat woken) | poster | seat absent | seat at the front | `Joined::Now` |
+//! | [`WaitQueue::join`] (seat woken) | poster | seat absent | seat back in its place (ahead of every later seat) | `Joined::Now` |
 //! | [`WaitQueue::join`] (seat queued) | poster | seat present | same place, new waker | `Joined::Already` |
 //! | [`WaitQueue::leave`] (seat queued) | poster | seat present | seat removed | no wake |
 //! | [`WaitQueue::leave`] (seat woken) | poster | seat absent | unchanged | `Left::Woken`: the caller may [`WaitQueue::pop`] to pass the wake on |
 //! | [`WaitQueue::pop`] | consumer | any | front popped, if any | its waker |
 //! | [`WaitQueue::take_all`] | close, growing resize | any | empty | every waker |
 //!
-//! No user code runs under the lock: replaced and removed wakers are handed
-//! back to be dropped, and popped ones woken, after it is released. A waker
+//! The queue is kept in the order seats first joined (their ids ascend from
+//! front to back), which is what makes a rejoin's place a binary search.
+//!
+//! No user code runs under the lock: a joining poster's waker is cloned
+//! before it is taken (a clone that panics leaves the queue and the seat as
+//! they were), and replaced and removed wakers are handed back to be
+//! dropped, and popped ones woken, after it is released. A leaving poster's
+//! removed waker is dropped after the wake hand-on, and a panic of its drop
+//! is dropped if the thread is already unwinding (a leave on the way out of
+//! a post that panicked), where a second panic would abort. A waker
 //! whose `wake` panics is counted as woken and its panic is not re-raised on
 //! the waking thread (nor one from its payload's drop,
 //! [`crate::unwind::caught`]): that thread is the consumer in the middle of a
@@ -121,6 +131,7 @@
 //! and seen or not by the consumer, by the earlier join's barrier).
 
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, RoomBarrier, fence};
+use crate::unwind::Panics;
 use std::collections::VecDeque;
 use std::task::Waker;
 
@@ -164,7 +175,8 @@ pub(crate) enum Left {
 pub(crate) struct WaitQueue {
     /// The id the next new seat gets.
     next_id: u64,
-    /// Queued seats, front first. A seat appears at most once.
+    /// Queued seats, front first, in ascending id order (the order they
+    /// first joined). A seat appears at most once.
     waiting: VecDeque<(u64, Waker)>,
 }
 
@@ -180,24 +192,31 @@ impl WaitQueue {
     }
 
     fn position(&self, id: u64) -> Option<usize> {
-        self.waiting.iter().position(|(i, _)| *i == id)
+        self.waiting.binary_search_by_key(&id, |(i, _)| *i).ok()
     }
 
-    /// Put `seat` in the queue with `waker` (see the transition table).
-    /// Returns the waker it replaced, for the caller to drop after unlocking
-    /// (dropping a waker may run user code: the last reference to a task).
-    pub(crate) fn join(&mut self, seat: &mut Seat, waker: &Waker) -> (Joined, Option<Waker>) {
+    /// Put `seat` in the queue with `waker`, a clone the caller made before
+    /// locking (see the transition table). Returns the waker it replaced, or
+    /// `waker` itself if the queued one already wakes the same task, for the
+    /// caller to drop after unlocking (dropping a waker may run user code:
+    /// the last reference to a task).
+    pub(crate) fn join(&mut self, seat: &mut Seat, waker: Waker) -> (Joined, Option<Waker>) {
         match seat.0 {
             Some(id) => match self.position(id) {
                 Some(at) => {
                     let slot = &mut self.waiting[at].1;
-                    let old =
-                        (!slot.will_wake(waker)).then(|| std::mem::replace(slot, waker.clone()));
-                    (Joined::Already, old)
+                    let unused = if slot.will_wake(&waker) {
+                        waker
+                    } else {
+                        std::mem::replace(slot, waker)
+                    };
+                    (Joined::Already, Some(unused))
                 }
                 None => {
-                    // Woken, and found the ring full again: first in line.
-                    self.waiting.push_front((id, waker.clone()));
+                    // Woken, and found the ring full again: back in its place,
+                    // ahead of every seat that joined after it.
+                    let at = self.waiting.partition_point(|(i, _)| *i < id);
+                    self.waiting.insert(at, (id, waker));
                     (Joined::Now, None)
                 }
             },
@@ -205,7 +224,7 @@ impl WaitQueue {
                 let id = self.next_id;
                 self.next_id += 1;
                 seat.0 = Some(id);
-                self.waiting.push_back((id, waker.clone()));
+                self.waiting.push_back((id, waker));
                 (Joined::Now, None)
             }
         }
@@ -312,9 +331,8 @@ impl RoomQueue {
     }
 
     /// Run `f` on the queue under its lock, then bring the flags in line
-    /// with it. No user code runs under the lock except a waker's clone; a
-    /// panic there leaves the queue consistent, so a poisoned lock is used
-    /// as is.
+    /// with it. No user code runs under the lock, so it is never poisoned
+    /// by one; a poisoned lock (an allocation failure) is used as is.
     fn with<R>(&self, flags: &RoomFlags, f: impl FnOnce(&mut WaitQueue) -> R) -> R {
         let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&mut q);
@@ -329,6 +347,11 @@ impl RoomQueue {
     #[cold]
     #[inline(never)]
     pub(crate) fn wake(&self, flags: &RoomFlags, n: u64, woken: &AtomicU64) {
+        if n == 0 {
+            // A head store that freed nothing (a batch that unwound before
+            // taking an event) owes no waiter a wake.
+            return;
+        }
         if !flags.barrier.is_asymmetric() {
             // No membarrier: `check` is always set, and this fence is the
             // consumer's half of a symmetric pair (the poster's heavy half is
@@ -373,8 +396,14 @@ impl RoomQueue {
     /// joined now, run the heavy barrier. The caller must post once more
     /// after this and before it sleeps.
     pub(crate) fn join(&self, flags: &RoomFlags, seat: &mut Seat, waker: &Waker) {
-        let (joined, replaced) = self.with(flags, |q| q.join(seat, waker));
-        drop(replaced);
+        // User code: cloned before the queue is touched, so a clone that
+        // panics leaves the queue and the seat as they were.
+        let waker = waker.clone();
+        let (joined, unused) = self.with(flags, |q| q.join(seat, waker));
+        // A `Now` join hands nothing back, so a panic here comes from an
+        // `Already` one, which needs no barrier: the seat stays queued with
+        // its new waker.
+        drop(unused);
         if joined == Joined::Now {
             // The heavy half of the room barrier: orders the flag store above
             // before the head load of the caller's next post.
@@ -406,13 +435,18 @@ impl RoomQueue {
             };
             (passed, removed)
         });
-        drop(removed);
+        // User code: its panic comes after the hand-on below, and is dropped
+        // if this thread is already unwinding (a leave on the way out of a
+        // post that panicked), where a second panic would abort.
+        let mut panics = Panics::default();
+        panics.drop(removed);
         let (mut passed, mut passes) = (passed, None);
         while let Some(w) = passed.take() {
             if !wake_poster(w, woken) {
                 passed = self.pass_on(flags, &mut passes);
             }
         }
+        panics.resume();
     }
 
     /// Wake every waiting poster (close, a resize that grew the ring): each

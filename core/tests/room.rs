@@ -552,3 +552,62 @@ fn a_waiting_post_whose_waker_clone_panics_drops_its_event_once_even_when_that_d
     poster.post(None).unwrap();
     assert!(matches!(consumer.try_dequeue(), Ok(None)));
 }
+
+/// A waker whose drop panics while `armed` is set (the room queue keeps a
+/// clone of a waiting post's waker and drops it when it is replaced or the
+/// post leaves); its other calls do nothing.
+fn waker_whose_drop_panics(armed: &'static std::sync::atomic::AtomicBool) -> Waker {
+    fn clone(p: *const ()) -> RawWaker {
+        RawWaker::new(p, &VTABLE)
+    }
+    fn nothing(_: *const ()) {}
+    fn drop(p: *const ()) {
+        // SAFETY: every data pointer of this vtable is an `&'static
+        // AtomicBool` (below, and copied by `clone`).
+        let armed = unsafe { &*p.cast::<std::sync::atomic::AtomicBool>() };
+        if armed.load(Ordering::SeqCst) {
+            panic!("the waker's drop");
+        }
+    }
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, nothing, nothing, drop);
+    let data: *const std::sync::atomic::AtomicBool = armed;
+    // SAFETY: the data pointer is valid for ever and the vtable's functions
+    // only read it (see `drop`), keeping RawWaker's contract.
+    unsafe { Waker::from_raw(RawWaker::new(data.cast(), &VTABLE)) }
+}
+
+/// Polled again with another task's waker, a waiting post replaces the
+/// queued clone of the old one and drops it. When that drop panics, the
+/// post leaves the room queue on the way out and drops its new waker's
+/// clone: should that panic too, it is a second panic during an unwind,
+/// which would abort the process. It is dropped; the first panic reaches
+/// the poll, the post is out of the queue, and the EVD goes on.
+#[test]
+fn a_waiting_post_whose_wakers_panic_when_dropped_leaves_the_queue_without_aborting() {
+    use std::sync::atomic::AtomicBool;
+    let (armed1, armed2): (&'static AtomicBool, &'static AtomicBool) = (
+        Box::leak(Box::new(AtomicBool::new(false))),
+        Box::leak(Box::new(AtomicBool::new(false))),
+    );
+    let (w1, w2) = (
+        waker_whose_drop_panics(armed1),
+        waker_whose_drop_panics(armed2),
+    );
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap(); // full
+    let mut post = poster.post_async(2);
+    assert!(poll(&mut post, &w1).is_pending());
+    assert!(consumer.query().room_wanted);
+    armed1.store(true, Ordering::SeqCst);
+    armed2.store(true, Ordering::SeqCst);
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll(&mut post, &w2)));
+    armed1.store(false, Ordering::SeqCst);
+    armed2.store(false, Ordering::SeqCst);
+    let message = polled.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    assert_eq!(message, Some("the waker's drop"), "the first panic goes on");
+    assert!(!consumer.query().room_wanted, "the post left the queue");
+    drop(post);
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    poster.post(3).unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(3));
+}

@@ -37,8 +37,10 @@ impl<T: Send> Poster<T> {
     /// # Panics
     ///
     /// Polling the future can panic as [`Poster::post`] does (it posts from
-    /// inside `poll`); dropped after it, the future leaves the room queue
-    /// as any dropped `PostAsync` does.
+    /// inside `poll`), and with the task's waker's panic when the room queue
+    /// clones it or drops the clone it replaces; the event is then dropped
+    /// and the future is over (`is_terminated`). Dropped after it, the
+    /// future leaves the room queue as any dropped `PostAsync` does.
     ///
     /// ```
     /// use futures::executor::block_on;

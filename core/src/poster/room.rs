@@ -18,8 +18,10 @@ use std::task::{Context, Poll};
 /// freed slot, first come first served, and a waiter that is woken and then
 /// finds room leaves the queue passing one wake on to the next waiter (the
 /// room it saw may be taken by another poster before it posts; the next
-/// waiter then finds the ring full and rejoins at the front). Dropping it
-/// leaves the queue the same way.
+/// waiter then finds the ring full and rejoins in its place). A waiter that
+/// returned `Ready` has left the queue: if its post then finds the ring
+/// full, its next `poll_room` joins at the back. Dropping it leaves the
+/// queue the same way.
 ///
 /// ```
 /// use futures::task::noop_waker;

@@ -25,7 +25,10 @@ use std::task::{Context, Poll};
 /// inside an upcall of this same EVD or the closure of its `dequeue_with`).
 /// Closing the sink flushes it and drops its `Poster` handle (the EVD closes
 /// when its last poster is dropped, as always); dropping an unflushed sink
-/// drops the event it holds.
+/// drops the event it holds. A poll that panics (a post's upcall handler,
+/// or the task's waker when the room queue clones it or drops the clone it
+/// replaces) drops the held event and leaves the room queue; the sink
+/// stays usable.
 ///
 /// ```
 /// use futures::{executor::block_on, SinkExt};

@@ -30,7 +30,7 @@ fn waiters_are_woken_first_come_first_served() {
     let ws: Vec<_> = (0..3).map(named).collect();
     let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
     for (s, (_, w)) in seats.iter_mut().zip(&ws) {
-        assert_eq!(q.join(s, w).0, Joined::Now);
+        assert_eq!(q.join(s, w.clone()).0, Joined::Now);
     }
     let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
     assert_eq!(who(&mut q, &arcs), Some(0));
@@ -46,9 +46,9 @@ fn joining_again_while_queued_keeps_the_place_and_replaces_the_waker() {
     let (a1, w1) = named(1);
     let (a2, w2) = named(2);
     let (mut s0, mut s1) = (Seat::default(), Seat::default());
-    q.join(&mut s0, &w0);
-    q.join(&mut s1, &w1);
-    assert_eq!(q.join(&mut s0, &w2).0, Joined::Already);
+    q.join(&mut s0, w0.clone());
+    q.join(&mut s1, w1.clone());
+    assert_eq!(q.join(&mut s0, w2.clone()).0, Joined::Already);
     assert_eq!(q.len(), 2);
     let arcs = [a0, a1, a2];
     assert_eq!(who(&mut q, &arcs), Some(2), "seat 0, with its new waker");
@@ -62,11 +62,11 @@ fn a_woken_waiter_that_rejoins_goes_to_the_front() {
     let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
     let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
     for (s, (_, w)) in seats.iter_mut().zip(&ws) {
-        q.join(s, w);
+        q.join(s, w.clone());
     }
     assert_eq!(who(&mut q, &arcs), Some(0));
     // Seat 0 lost the slot to another poster and waits again.
-    assert_eq!(q.join(&mut seats[0], &ws[0].1).0, Joined::Now);
+    assert_eq!(q.join(&mut seats[0], ws[0].1.clone()).0, Joined::Now);
     assert_eq!(who(&mut q, &arcs), Some(0));
     assert_eq!(who(&mut q, &arcs), Some(1));
 }
@@ -77,8 +77,8 @@ fn leaving_while_queued_wakes_nobody() {
     let (_a0, w0) = named(0);
     let (a1, w1) = named(1);
     let (mut s0, mut s1) = (Seat::default(), Seat::default());
-    q.join(&mut s0, &w0);
-    q.join(&mut s1, &w1);
+    q.join(&mut s0, w0.clone());
+    q.join(&mut s1, w1.clone());
     assert_eq!(q.leave(&mut s0).0, Left::Queued);
     assert!(!s0.is_taken());
     assert_eq!(q.len(), 1);
@@ -91,8 +91,8 @@ fn leaving_after_a_wake_says_so() {
     let (a0, w0) = named(0);
     let (a1, w1) = named(1);
     let (mut s0, mut s1) = (Seat::default(), Seat::default());
-    q.join(&mut s0, &w0);
-    q.join(&mut s1, &w1);
+    q.join(&mut s0, w0.clone());
+    q.join(&mut s1, w1.clone());
     let arcs = [a0, a1];
     assert_eq!(who(&mut q, &arcs), Some(0));
     assert_eq!(q.leave(&mut s0).0, Left::Woken);
@@ -108,7 +108,7 @@ fn a_woken_waiter_alone_leaves_an_empty_queue() {
     let mut q = WaitQueue::default();
     let (_a0, w0) = named(0);
     let mut s0 = Seat::default();
-    q.join(&mut s0, &w0);
+    q.join(&mut s0, w0.clone());
     assert!(q.pop().is_some());
     assert_eq!(q.leave(&mut s0).0, Left::Woken);
     assert!(q.is_empty() && q.pop().is_none());
@@ -120,7 +120,7 @@ fn take_all_empties_the_queue_front_first() {
     let ws: Vec<_> = (0..3).map(named).collect();
     let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
     for (s, (_, w)) in seats.iter_mut().zip(&ws) {
-        q.join(s, w);
+        q.join(s, w.clone());
     }
     let all: Vec<Waker> = q.take_all().collect();
     assert_eq!(all.len(), 3);
@@ -147,10 +147,10 @@ fn replaced_and_removed_wakers_are_handed_back() {
     let (a1, w1) = named(1);
     let mut s0 = Seat::default();
     assert!(
-        q.join(&mut s0, &w0).1.is_none(),
+        q.join(&mut s0, w0.clone()).1.is_none(),
         "a new seat replaces nothing"
     );
-    let (j, old) = q.join(&mut s0, &w1);
+    let (j, old) = q.join(&mut s0, w1.clone());
     assert_eq!(j, Joined::Already);
     // Told apart by waking them (`will_wake` may give false negatives).
     old.expect("another task's waker replaces the old one")
@@ -160,4 +160,104 @@ fn replaced_and_removed_wakers_are_handed_back() {
     assert_eq!(l, Left::Queued);
     removed.expect("the queued waker is handed back").wake();
     assert_eq!(a1.0.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn waiters_woken_together_that_rejoin_keep_their_order() {
+    let mut q = WaitQueue::default();
+    let ws: Vec<_> = (0..4).map(named).collect();
+    let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
+    let mut seats: Vec<Seat> = (0..4).map(|_| Seat::default()).collect();
+    for (s, (_, w)) in seats.iter_mut().zip(&ws) {
+        q.join(s, w.clone());
+    }
+    // A batch dequeue frees two slots: seats 0 and 1 are woken, another
+    // poster takes both slots, and they rejoin in the order they were woken.
+    assert_eq!(who(&mut q, &arcs), Some(0));
+    assert_eq!(who(&mut q, &arcs), Some(1));
+    assert_eq!(q.join(&mut seats[0], ws[0].1.clone()).0, Joined::Now);
+    assert_eq!(q.join(&mut seats[1], ws[1].1.clone()).0, Joined::Now);
+    let order: Vec<_> = (0..4).map(|_| who(&mut q, &arcs).unwrap()).collect();
+    assert_eq!(order, [0, 1, 2, 3], "first come, first served");
+}
+
+#[test]
+fn waiters_that_all_rejoin_after_a_wake_all_keep_their_order() {
+    let mut q = WaitQueue::default();
+    let ws: Vec<_> = (0..3).map(named).collect();
+    let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
+    let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
+    for (s, (_, w)) in seats.iter_mut().zip(&ws) {
+        q.join(s, w.clone());
+    }
+    // A growing resize wakes all three; the ring is full again by the time
+    // they run, and they rejoin in the order they were woken.
+    assert_eq!(q.take_all().count(), 3);
+    for i in [0, 1, 2] {
+        assert_eq!(q.join(&mut seats[i], ws[i].1.clone()).0, Joined::Now);
+    }
+    let order: Vec<_> = (0..3).map(|_| who(&mut q, &arcs).unwrap()).collect();
+    assert_eq!(order, [0, 1, 2]);
+}
+
+#[test]
+fn joining_again_with_the_same_task_hands_the_clone_back() {
+    let mut q = WaitQueue::default();
+    let (_a0, w0) = named(0);
+    let mut s0 = Seat::default();
+    q.join(&mut s0, w0.clone());
+    let (j, unused) = q.join(&mut s0, w0.clone());
+    assert_eq!(j, Joined::Already);
+    assert!(unused.is_some(), "the caller drops it after unlocking");
+    assert_eq!(q.len(), 1);
+}
+
+/// The consumer side and the lock, on a queue of its own: no EVD.
+fn room() -> (RoomQueue, RoomFlags, AtomicU64) {
+    (RoomQueue::new(), RoomFlags::new(), AtomicU64::new(0))
+}
+
+#[test]
+fn a_head_store_that_frees_nothing_wakes_nobody() {
+    let (room, flags, woken) = room();
+    let (a0, w0) = named(0);
+    let mut s0 = Seat::default();
+    room.join(&flags, &mut s0, &w0);
+    room.wake(&flags, 0, &woken);
+    assert_eq!(a0.0.load(Ordering::Relaxed), 0);
+    assert!(flags.waiting(), "still queued");
+    room.wake(&flags, 1, &woken);
+    assert_eq!(a0.0.load(Ordering::Relaxed), 1);
+}
+
+/// A waker whose `clone` panics; its other calls do nothing.
+fn waker_whose_clone_panics() -> Waker {
+    fn clone(_: *const ()) -> std::task::RawWaker {
+        panic!("the waker's clone");
+    }
+    fn nothing(_: *const ()) {}
+    static VTABLE: std::task::RawWakerVTable =
+        std::task::RawWakerVTable::new(clone, nothing, nothing, nothing);
+    // SAFETY: no function of the vtable reads the data pointer, so a null
+    // one keeps RawWaker's contract.
+    unsafe { Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
+#[test]
+fn a_join_whose_waker_clone_panics_leaves_the_queue_and_the_seat_as_they_were() {
+    let (room, flags, woken) = room();
+    let (a0, w0) = named(0);
+    let mut s0 = Seat::default();
+    room.join(&flags, &mut s0, &w0);
+    let mut s1 = Seat::default();
+    let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        room.join(&flags, &mut s1, &waker_whose_clone_panics())
+    }));
+    assert!(joined.is_err());
+    assert!(!s1.is_taken(), "never queued, so not taken");
+    // Leaving it (as its post's unwind guard does) wakes nobody: seat 0 was
+    // never woken, and a seat that never joined has no wake to pass on.
+    room.leave(&flags, &mut s1, false, || false, &woken);
+    assert_eq!(a0.0.load(Ordering::Relaxed), 0);
+    assert!(flags.waiting(), "seat 0 still queued");
 }
