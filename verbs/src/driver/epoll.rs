@@ -7,15 +7,23 @@
 //! next poll request re-arms it (`EPOLL_CTL_MOD`, or `EPOLL_CTL_ADD` the
 //! first time). A level-triggered registration of an fd that is ready
 //! already reports at once, as a `POLL_ADD` does. A request takes effect in
-//! its `epoll_ctl`, so there is nothing to submit; a cancellation removes
-//! the fd (`EPOLL_CTL_DEL`) and reports the poll ended (`ECANCELED`), as the
-//! ring's cancellation does.
+//! its `epoll_ctl`, so there is nothing to submit.
+//!
+//! epoll keeps one registration per fd where the ring keeps one request per
+//! poll, and two feeds can poll one fd (a device's async event fd, read by
+//! the device feed the driver added and by an application's own feed of
+//! that device). So the registration names the fd, the requests waiting for
+//! it are kept beside it, and a report completes every one of them, as each
+//! request's own `POLL_ADD` would have; a cancellation reports its poll
+//! ended (`ECANCELED`), as the ring's does, and removes the fd
+//! (`EPOLL_CTL_DEL`) only when no other request waits for it.
 
 use super::key::FeedId;
-use super::readiness::{Completion, Request, UserData, Wait};
+use super::readiness::{Completion, Request, Wait, same_feed};
 use rustix::buffer::spare_capacity;
 use rustix::event::{Timespec, epoll};
 use rustix::io::Errno;
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -31,6 +39,10 @@ pub(crate) struct Epoll {
     /// The fd of each feed slot's last poll request, by slot index, for
     /// its cancellation (`-1`: none yet).
     feed_fds: Vec<RawFd>,
+    /// The requests waiting for each fd's next report, each at most once:
+    /// those asked for since its last report or since it was added. The
+    /// fd's registration carries the fd itself as its data.
+    waiting: HashMap<RawFd, Vec<Request>>,
     /// Busy turns since `epoll_wait` was last called.
     busy_turns: u32,
     busy_turns_per_enter: u32,
@@ -59,12 +71,14 @@ impl Epoll {
             events: Reports(Vec::with_capacity(reports_per_wait.max(1) as usize)),
             ready: Vec::new(),
             feed_fds: Vec::new(),
+            waiting: HashMap::new(),
             busy_turns: 0,
             busy_turns_per_enter: busy_turns_per_enter.max(1),
         })
     }
 
-    /// Ask for one readiness report of `fd` (one-shot).
+    /// Ask for one readiness report of `fd` (one-shot) for `r`, beside any
+    /// other request waiting for the same fd.
     pub(crate) fn poll(&mut self, fd: RawFd, r: Request) -> io::Result<()> {
         if let Request::FeedPoll(id) = r {
             let i = id.index as usize;
@@ -73,14 +87,21 @@ impl Epoll {
             }
             self.feed_fds[i] = fd;
         }
-        let data = UserData::of(r).encode();
-        match self.ctl(libc::EPOLL_CTL_MOD, fd, data) {
+        let data = fd as u64;
+        let armed = match self.ctl(libc::EPOLL_CTL_MOD, fd, data) {
             // Not registered yet (or a new file under a reused number).
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 self.ctl(libc::EPOLL_CTL_ADD, fd, data)
             }
             r => r,
+        };
+        if armed.is_ok() {
+            let waiting = self.waiting.entry(fd).or_default();
+            if !waiting.contains(&r) {
+                waiting.push(r);
+            }
         }
+        armed
     }
 
     /// `epoll_ctl(op, fd)`, one-shot and level-triggered for reading, with
@@ -103,20 +124,28 @@ impl Epoll {
         Ok(())
     }
 
-    /// Cancel a feed's poll request: remove its fd and report the poll
-    /// ended, as the ring's cancellation does.
+    /// Cancel a feed's poll request: report the poll ended, as the ring's
+    /// cancellation does, and remove its fd unless another request waits
+    /// for it.
     pub(crate) fn cancel(&mut self, id: FeedId) -> io::Result<()> {
         let Some(&fd) = self.feed_fds.get(id.index as usize) else {
             return Ok(());
         };
         if fd >= 0 {
-            // EBADF: a number that never named an open file was never
-            // registered either.
-            match self.ctl(libc::EPOLL_CTL_DEL, fd, 0) {
-                Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EBADF)) => {
-                    return Err(e);
+            let others_wait = self.waiting.get_mut(&fd).is_some_and(|waiting| {
+                waiting.retain(|r| !matches!(r, Request::FeedPoll(f) if same_feed(*f, id)));
+                !waiting.is_empty()
+            });
+            if !others_wait {
+                // EBADF: a number that never named an open file was never
+                // registered either.
+                match self.ctl(libc::EPOLL_CTL_DEL, fd, 0) {
+                    Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EBADF)) => {
+                        return Err(e);
+                    }
+                    _ => {}
                 }
-                _ => {}
+                self.waiting.remove(&fd);
             }
         }
         self.ready.push(Completion {
@@ -166,10 +195,12 @@ impl Epoll {
         for ev in self.events.0.drain(..) {
             // Copied out: the event is a packed struct on some targets.
             let (flags, data) = (ev.flags, ev.data);
-            let data = UserData::decode(data.u64());
-            let request = data.request();
-            debug_assert!(request.is_some(), "a report with unknown user data");
-            if let Some(request) = request {
+            let fd = data.u64() as RawFd;
+            // One-shot: the report disarmed the fd, so every request
+            // waiting for it ends here.
+            let waiting = self.waiting.get_mut(&fd);
+            debug_assert!(waiting.is_some(), "a report of an fd nobody polls");
+            for request in waiting.into_iter().flat_map(|w| w.drain(..)) {
                 self.ready.push(Completion {
                     request,
                     result: flags.bits() as i32,
@@ -279,6 +310,65 @@ mod tests {
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].request, Request::FeedPoll(id));
         assert_eq!(got[0].result, -libc::ECANCELED);
+    }
+
+    fn reaped(ep: &mut Epoll) -> Vec<Completion> {
+        let mut got = Vec::new();
+        ep.reap(|c| got.push(c));
+        got
+    }
+
+    #[test]
+    fn two_polls_of_one_fd_are_both_reported() {
+        let mut ep = Epoll::new(4, 1).unwrap();
+        let fd = eventfd::new().unwrap();
+        let (a, b) = (
+            FeedId {
+                index: 0,
+                generation: 1,
+            },
+            FeedId {
+                index: 1,
+                generation: 1,
+            },
+        );
+        ep.poll(fd.as_raw_fd(), Request::FeedPoll(a)).unwrap();
+        ep.poll(fd.as_raw_fd(), Request::FeedPoll(b)).unwrap();
+        eventfd::signal(&fd);
+        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        let got: Vec<_> = reaped(&mut ep).iter().map(|c| c.request).collect();
+        assert_eq!(got, [Request::FeedPoll(a), Request::FeedPoll(b)]);
+        // Both one-shot polls ended: nothing more until asked again.
+        assert!(ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+    }
+
+    #[test]
+    fn cancelling_one_of_two_polls_of_an_fd_keeps_the_other() {
+        let mut ep = Epoll::new(4, 1).unwrap();
+        let fd = eventfd::new().unwrap();
+        let (a, b) = (
+            FeedId {
+                index: 0,
+                generation: 1,
+            },
+            FeedId {
+                index: 1,
+                generation: 1,
+            },
+        );
+        ep.poll(fd.as_raw_fd(), Request::FeedPoll(a)).unwrap();
+        ep.poll(fd.as_raw_fd(), Request::FeedPoll(b)).unwrap();
+        ep.cancel(a).unwrap();
+        let got = reaped(&mut ep);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].request, got[0].result),
+            (Request::FeedPoll(a), -libc::ECANCELED)
+        );
+        eventfd::signal(&fd);
+        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        let got: Vec<_> = reaped(&mut ep).iter().map(|c| c.request).collect();
+        assert_eq!(got, [Request::FeedPoll(b)], "the other poll still waits");
     }
 
     #[test]
