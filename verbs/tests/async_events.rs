@@ -334,6 +334,36 @@ fn a_device_feeds_events_are_offered_past_a_feed_whose_evd_is_closed() {
     assert_eq!(drive_to_async_event(&mut driver, &mut c3), port);
 }
 
+/// A device feed whose EVD closes (its consumer dropped) while the feed
+/// that brought it stays registered takes nothing more from the device: it
+/// is dropped, and the device's events go on to a feed left that serves an
+/// open EVD. (Before, they stayed in the device until that feed's removal.)
+#[test]
+fn a_device_feeds_events_go_on_to_a_feed_left_when_its_evd_closes() {
+    let device = SoftDevice::unheard().unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let mut feed_on_device = |id| {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let (cq, _hca) = SoftCq::with_device(4, CqId(id), &device).unwrap();
+        let key = driver
+            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
+            .unwrap();
+        (key, consumer)
+    };
+    let (_first, c1) = feed_on_device(1);
+    let (_second, mut c2) = feed_on_device(2);
+    drop(c1);
+    let port = AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1));
+    device.raise(port);
+    assert_eq!(drive_to_async_event(&mut driver, &mut c2), port);
+    let running = driver.spawn().unwrap();
+    assert_eq!(
+        running.shutdown().unwrap().len(),
+        3,
+        "both feeds and the second's device feed"
+    );
+}
+
 /// A device's events whose `fd` panics (the provider's code).
 struct PanickingFd;
 

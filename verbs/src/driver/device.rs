@@ -9,6 +9,12 @@
 //! events nobody consumes, and whose EVD is still served, takes them into
 //! its EVD. A device feed whose poll the backend refuses to cancel is
 //! stopped all the same, and the cancellation asked for again every turn.
+//!
+//! A device feed whose EVD closes (its consumer gone) while the feed that
+//! brought it stays registered is done: it takes nothing more from the
+//! device, so it is dropped then, as on its parent's removal, and the
+//! device's events offered to the feeds left. One that stopped because the
+//! device's events failed is kept: it posted that failure into its EVD.
 
 use super::cycle::Phase;
 use super::slot::Removal;
@@ -29,6 +35,33 @@ impl Driver {
         }
         // A removal as `Drop` never fails: a refused cancellation is owed.
         let _ = self.begin_remove(child, Removal::Drop);
+    }
+
+    /// The device feeds among the feeds that became done this turn whose EVD
+    /// is closed (see the module docs): dropped as on their parent's
+    /// removal, which offers the device's events to the feeds left.
+    pub(super) fn release_closed_device_feeds(&mut self) {
+        let mut done = std::mem::take(&mut self.newly_done);
+        for child in done.drain(..) {
+            if self.shutting_down {
+                break;
+            }
+            let parent = self
+                .slots
+                .iter_mut()
+                .flatten()
+                .find(|s| s.device_feed == Some(child) && s.removing.is_none());
+            // The parent's EVD is the device feed's: closed, or the device
+            // feed failed (and keeps that failure's place in the EVD).
+            let Some(parent) = parent.filter(|p| !p.source.evd_open()) else {
+                continue;
+            };
+            parent.device_feed = None;
+            // A removal as `Drop` never fails: a refused cancellation is owed.
+            let _ = self.begin_remove(child, Removal::Drop);
+        }
+        // Its capacity is kept: no allocation once a few feeds were done.
+        self.newly_done = done;
     }
 
     /// Ask again for the cancellations the backend refused: a device feed

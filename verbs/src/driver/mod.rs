@@ -161,6 +161,9 @@ pub struct Driver {
     /// Device feeds being removed whose cancellation the backend refused:
     /// asked again every turn (`device.rs`).
     cancels_owed: Vec<FeedId>,
+    /// Feeds whose turn just made them done (their EVD closed, or their
+    /// source failed), for the device feeds among them (`device.rs`).
+    newly_done: Vec<FeedId>,
     /// The backend refuses this many more cancellations, and a removal's
     /// wait fails as many times (a unit test's fault).
     #[cfg(test)]
@@ -205,6 +208,7 @@ impl Driver {
             spawned: false,
             shutting_down: false,
             cancels_owed: Vec::new(),
+            newly_done: Vec::new(),
             #[cfg(test)]
             refuse_cancels: 0,
         })
@@ -382,6 +386,9 @@ impl Driver {
         let commands = self.apply_commands()?;
         let completions = self.reap()?;
         let delivered = self.run_feeds()?;
+        if !self.newly_done.is_empty() {
+            self.release_closed_device_feeds();
+        }
         Ok(commands || completions || delivered)
     }
 
@@ -457,6 +464,7 @@ impl Driver {
                 index: index as u32,
                 generation: slot.generation,
             };
+            let was_done = slot.phase == Phase::Done;
             match slot.turn(id, now, budget, &mut self.stats) {
                 Ok(n) => delivered |= n > 0,
                 // Caught in the feed's turn (which counted it): the feed is
@@ -506,6 +514,9 @@ impl Driver {
                     // limit, the ring's queue): not the feed's doing.
                     Err(error) => return Err(DriverError::Io(error)),
                 }
+            }
+            if !was_done && slot.phase == Phase::Done {
+                self.newly_done.push(id);
             }
             busy |= slot.is_busy();
         }
