@@ -24,10 +24,14 @@ impl Driver {
     /// this feed's EVD: a CQ overrun (which rxe reports only there, without
     /// failing the poll) or a fatal device error reaches the consumer even
     /// with no [`AsyncFeed`] registered. They are served as long as this
-    /// feed is: its removal stops them at once (nothing of the device
-    /// reaches its EVD after that), then offers them to the feeds left, the
-    /// first on a device nobody listens to taking them into its EVD. To
-    /// deliver them elsewhere, take them first (`ibv::Context::async_events`,
+    /// feed is and its EVD is open: its removal stops them at once (nothing
+    /// of the device reaches its EVD after that), as does its EVD's close,
+    /// and the driver then offers them to the feeds left, the first on a
+    /// device nobody listens to taking them into its EVD; a shutdown gives
+    /// them back to the device. An event of the device taken but not yet
+    /// posted when the removal begins (the EVD was full) is dropped with
+    /// that feed of the driver's. To deliver them elsewhere, take them first
+    /// (`ibv::Context::async_events`,
     /// [`SoftDevice::take_events`](crate::soft::SoftDevice::take_events)).
     ///
     /// The feed posts into an EVD of any event type `T` (see [`Feed`]); the

@@ -5,7 +5,8 @@
 
 use super::control::{DriverHandle, RunningMark, downcast};
 use super::error::{
-    DriverError, DropCaught, DropEach, Panic, drop_each_caught, drop_each_then_raise,
+    DriverError, DropCaught, DropEach, Panic, drop_each_caught, drop_each_keeping_the_first,
+    drop_each_then_raise,
 };
 use super::key::{FeedId, FeedKey};
 use super::slot::Removal;
@@ -110,6 +111,12 @@ impl Driver {
                 })
             })
             .collect();
+        let device_feeds: Vec<FeedId> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(|s| s.device_feed)
+            .collect();
         self.shutting_down = true;
         for id in &ids {
             // False for a feed a `DriverHandle::remove` is removing already:
@@ -122,8 +129,18 @@ impl Driver {
         while self.slots.iter().any(Option::is_some) {
             self.step(Some(Duration::from_millis(100)))?;
         }
+        // The device feeds the driver added itself are no feed a key names:
+        // dropped here (their code's panic kept, as a turn's), which gives
+        // their devices' events back at once.
+        let (added, feeds): (Vec<_>, Vec<_>) = std::mem::take(&mut self.removed)
+            .into_iter()
+            .partition(|(id, _)| device_feeds.contains(id));
+        if let Some(p) = drop_each_keeping_the_first(added) {
+            self.stats.handler_panics += 1;
+            self.caught.get_or_insert(p);
+        }
         Ok(Shutdown {
-            feeds: std::mem::take(&mut self.removed),
+            feeds,
             driver: self.shared.serial,
             cpu_time: crate::cpu_time::thread_cpu_time(),
             stats: self.stats,
@@ -304,7 +321,10 @@ impl fmt::Debug for RunningDriver {
 
 /// A shut-down driver's feeds and the CPU time its thread used. Take each
 /// feed back typed with [`Shutdown::take`]; dropping the `Shutdown` drops the
-/// rest (acknowledging their CQ events, then destroying their CQs).
+/// rest (acknowledging their CQ events, then destroying their CQs). It
+/// holds the feeds registered with keys only: the feeds of devices' async
+/// events the driver added itself ([`Driver::register`](crate::Driver::register))
+/// were dropped at the shutdown, giving those events back to their devices.
 ///
 /// ```
 /// use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
