@@ -49,8 +49,8 @@
 //! * **A woken waiter keeps its place.** It is taken out of the queue when it
 //!   is woken; if it then finds the ring full again (another poster took the
 //!   slot), it rejoins in its place by the order in which seats first joined:
-//!   ahead of every seat that joined after it, so a poster that keeps losing
-//!   the race is the next one woken, and waiters woken together (a batch
+//!   ahead of every seat that joined after it, so the queue stays first come
+//!   first served by first arrival, and waiters woken together (a batch
 //!   dequeue, a close, a resize) that all rejoin keep their order.
 //! * **A wake is never dropped.** A waiter that leaves after being woken
 //!   passes one wake on to the next waiter — unless it posted and the ring
@@ -68,7 +68,7 @@
 //! this check as a head store does; a send queues an event whose dequeue
 //! will); each frees a slot and pops one waiter, and each popped waiter
 //! posts and leaves (passing the wake on unless the ring is full again),
-//! finds the ring full and rejoins at the front, or gives up and passes its
+//! finds the ring full and rejoins in its place, or gives up and passes its
 //! wake on. A free slot therefore always has an awake waiter heading for it,
 //! or a head store still to come, as long as anyone waits.
 //! * **Close and resize wake every waiter** (they retry and see `Closed`, or
@@ -97,9 +97,11 @@
 //! before it is taken (a clone that panics leaves the queue and the seat as
 //! they were), and replaced and removed wakers are handed back to be
 //! dropped, and popped ones woken, after it is released. A leaving poster's
-//! removed waker is dropped after the wake hand-on, and a panic of its drop
-//! is dropped if the thread is already unwinding (a leave on the way out of
-//! a post that panicked), where a second panic would abort. A waker
+//! removed waker (the clone of a seat still queued) is dropped with its
+//! panic caught and not re-raised, as a wake's: the leave may come after
+//! the event was posted (a panic then would say it was not), or while the
+//! caller still holds it (its drop during that unwind could panic too, a
+//! second panic, which aborts). A waker
 //! whose `wake` panics is counted as woken and its panic is not re-raised on
 //! the waking thread (nor one from its payload's drop,
 //! [`crate::unwind::caught`]): that thread is the consumer in the middle of a
@@ -131,7 +133,6 @@
 //! and seen or not by the consumer, by the earlier join's barrier).
 
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, RoomBarrier, fence};
-use crate::unwind::Panics;
 use std::collections::VecDeque;
 use std::task::Waker;
 
@@ -392,7 +393,7 @@ impl RoomQueue {
     }
 
     /// A poster found the ring full and will sleep until `waker` is woken:
-    /// join the queue (first, or back at the front after a wake), and, if it
+    /// join the queue (first, or back in its place after a wake), and, if it
     /// joined now, run the heavy barrier. The caller must post once more
     /// after this and before it sleeps.
     pub(crate) fn join(&self, flags: &RoomFlags, seat: &mut Seat, waker: &Waker) {
@@ -435,18 +436,18 @@ impl RoomQueue {
             };
             (passed, removed)
         });
-        // User code: its panic comes after the hand-on below, and is dropped
-        // if this thread is already unwinding (a leave on the way out of a
-        // post that panicked), where a second panic would abort.
-        let mut panics = Panics::default();
-        panics.drop(removed);
+        // User code, caught and not re-raised (see the module docs). Only a
+        // queued seat hands a waker back, and only a woken one passes a wake
+        // on: one leave does one or the other.
+        if let Some(w) = removed {
+            crate::unwind::caught(move || drop(w));
+        }
         let (mut passed, mut passes) = (passed, None);
         while let Some(w) = passed.take() {
             if !wake_poster(w, woken) {
                 passed = self.pass_on(flags, &mut passes);
             }
         }
-        panics.resume();
     }
 
     /// Wake every waiting poster (close, a resize that grew the ring): each

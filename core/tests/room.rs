@@ -611,3 +611,58 @@ fn a_waiting_post_whose_wakers_panic_when_dropped_leaves_the_queue_without_abort
     poster.post(3).unwrap();
     assert_eq!(consumer.try_dequeue(), Ok(3));
 }
+
+/// Dropping a waiting post leaves the room queue and drops the queued
+/// clone of its waker, then its event. A panic of that clone's drop is not
+/// re-raised there: the event's drop would run during its unwind, and
+/// should that panic too, the process would abort.
+#[test]
+fn dropping_a_waiting_post_whose_waker_and_event_panic_when_dropped_does_not_abort() {
+    use std::sync::atomic::AtomicBool;
+    struct Ev;
+    impl Drop for Ev {
+        fn drop(&mut self) {
+            panic!("the event's drop");
+        }
+    }
+    let armed: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let waker = waker_whose_drop_panics(armed);
+    let (poster, mut consumer) = evd::bounded::<Option<Ev>>(1).unwrap();
+    poster.post(None).unwrap(); // full
+    let mut post = poster.post_async(Some(Ev));
+    assert!(poll(&mut post, &waker).is_pending());
+    armed.store(true, Ordering::SeqCst);
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(post)));
+    armed.store(false, Ordering::SeqCst);
+    let message = dropped
+        .err()
+        .and_then(|p| p.downcast_ref::<&str>().copied());
+    assert_eq!(message, Some("the event's drop"));
+    assert!(!consumer.query().room_wanted, "the post left the queue");
+    assert!(matches!(consumer.try_dequeue(), Ok(None)));
+}
+
+/// A waiting post polled before its wake finds the slot another's wake
+/// freed, posts, and leaves the queue, dropping the queued clone of its
+/// waker. A panic of that drop is not re-raised: the event is in the ring,
+/// and a panicking poll would say it was dropped.
+#[test]
+fn a_post_that_goes_in_while_its_seat_is_queued_resolves_though_its_wakers_drop_panics() {
+    use std::sync::atomic::AtomicBool;
+    let armed: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let waker = waker_whose_drop_panics(armed);
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap(); // full
+    let (mut first, mut second) = (poster.post_async(10), poster.post_async(20));
+    assert!(poll(&mut first, &waker).is_pending());
+    assert!(poll(&mut second, &waker).is_pending());
+    armed.store(true, Ordering::SeqCst);
+    assert_eq!(consumer.try_dequeue(), Ok(1)); // wakes `first`
+    let polled =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll(&mut second, &waker)));
+    armed.store(false, Ordering::SeqCst);
+    assert!(matches!(polled, Ok(Poll::Ready(Ok(())))), "{polled:?}");
+    assert_eq!(consumer.try_dequeue(), Ok(20));
+    assert!(matches!(poll(&mut first, &waker), Poll::Ready(Ok(()))));
+    assert_eq!(consumer.try_dequeue(), Ok(10));
+}
