@@ -11,10 +11,11 @@
 //! stopped all the same, and the cancellation asked for again every turn.
 //!
 //! A device feed whose EVD closes (its consumer gone) while the feed that
-//! brought it stays registered is done: it takes nothing more from the
-//! device, so it is dropped then, as on its parent's removal, and the
-//! device's events offered to the feeds left. One that stopped because the
-//! device's events failed is kept: it posted that failure into its EVD.
+//! brought it stays registered finds the close at its next turn (the
+//! device's next event: no event is taken once the EVD is closed) and is
+//! done: it is dropped then, as on its parent's removal, and the device's
+//! events offered to the feeds left. One that stopped because the device's
+//! events failed is kept: it posted that failure into its EVD.
 
 use super::cycle::Phase;
 use super::slot::Removal;

@@ -132,13 +132,19 @@ impl Epoll {
             return Ok(());
         };
         if fd >= 0 {
-            let others_wait = self.waiting.get_mut(&fd).is_some_and(|waiting| {
-                waiting.retain(|r| !matches!(r, Request::FeedPoll(f) if same_feed(*f, id)));
-                !waiting.is_empty()
-            });
-            if !others_wait {
+            let this = |r: &Request| matches!(r, Request::FeedPoll(f) if same_feed(*f, id));
+            let others_wait = self
+                .waiting
+                .get(&fd)
+                .is_some_and(|waiting| waiting.iter().any(|r| !this(r)));
+            if others_wait {
+                if let Some(waiting) = self.waiting.get_mut(&fd) {
+                    waiting.retain(|r| !this(r));
+                }
+            } else {
                 // EBADF: a number that never named an open file was never
-                // registered either.
+                // registered either. Any other refusal leaves the request
+                // waiting, as the poll it was.
                 match self.ctl(libc::EPOLL_CTL_DEL, fd, 0) {
                     Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EBADF)) => {
                         return Err(e);
@@ -197,9 +203,10 @@ impl Epoll {
             let (flags, data) = (ev.flags, ev.data);
             let fd = data.u64() as RawFd;
             // One-shot: the report disarmed the fd, so every request
-            // waiting for it ends here.
+            // waiting for it ends here. None may wait: a registration whose
+            // deletion found the number naming another file by then
+            // (`ENOENT`, `EBADF`) lasts until its own file is closed.
             let waiting = self.waiting.get_mut(&fd);
-            debug_assert!(waiting.is_some(), "a report of an fd nobody polls");
             for request in waiting.into_iter().flat_map(|w| w.drain(..)) {
                 self.ready.push(Completion {
                     request,
@@ -369,6 +376,57 @@ mod tests {
         assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
         let got: Vec<_> = reaped(&mut ep).iter().map(|c| c.request).collect();
         assert_eq!(got, [Request::FeedPoll(b)], "the other poll still waits");
+    }
+
+    /// Put a file of `file`'s at `fd`'s number (the number's old file
+    /// lives on if another fd holds it, and so does its registration).
+    fn renumber(file: &impl AsRawFd, fd: &OwnedFd) {
+        // SAFETY: both numbers are open fds of this test; dup2 closes the
+        // old file of `fd`'s number, which `fd` still owns (as the new one).
+        assert!(unsafe { libc::dup2(file.as_raw_fd(), fd.as_raw_fd()) } >= 0);
+    }
+
+    #[test]
+    fn a_cancellation_the_kernel_refuses_leaves_the_poll_waiting() {
+        let mut ep = Epoll::new(4, 1).unwrap();
+        let fd = eventfd::new().unwrap();
+        let kept = fd.try_clone().unwrap();
+        let id = FeedId {
+            index: 0,
+            generation: 1,
+        };
+        ep.poll(fd.as_raw_fd(), Request::FeedPoll(id)).unwrap();
+        // The number now names a file epoll refuses (`EPERM`); the polled
+        // one lives on in `kept`, registered.
+        renumber(&std::fs::File::open("/proc/self/exe").unwrap(), &fd);
+        assert!(ep.cancel(id).is_err());
+        assert!(reaped(&mut ep).is_empty(), "no end reported");
+        eventfd::signal(&kept);
+        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        let got: Vec<_> = reaped(&mut ep).iter().map(|c| c.request).collect();
+        assert_eq!(got, [Request::FeedPoll(id)], "the poll still waited");
+    }
+
+    #[test]
+    fn a_report_of_a_registration_that_outlived_its_cancellation_is_ignored() {
+        let mut ep = Epoll::new(4, 1).unwrap();
+        let fd = eventfd::new().unwrap();
+        let kept = fd.try_clone().unwrap();
+        let id = FeedId {
+            index: 0,
+            generation: 1,
+        };
+        ep.poll(fd.as_raw_fd(), Request::FeedPoll(id)).unwrap();
+        // The number now names another pollable file, never registered:
+        // the deletion finds nothing (`ENOENT`), and the old registration
+        // lasts as long as `kept`.
+        renumber(&eventfd::new().unwrap(), &fd);
+        ep.cancel(id).unwrap();
+        let got = reaped(&mut ep);
+        assert_eq!((got.len(), got[0].result), (1, -libc::ECANCELED));
+        eventfd::signal(&kept);
+        ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap();
+        assert!(reaped(&mut ep).is_empty());
     }
 
     #[test]

@@ -247,8 +247,7 @@ pub(crate) fn drop_each_then_raise<P>(parts: impl IntoIterator<Item = P>) {
     }
 }
 
-/// Drop each of `parts` under its own catch, returning the first panic.
-pub(crate) fn drop_each_keeping_the_first<P>(parts: impl IntoIterator<Item = P>) -> Option<Panic> {
+fn drop_each_keeping_the_first<P>(parts: impl IntoIterator<Item = P>) -> Option<Panic> {
     let mut first = None;
     for part in parts {
         // AssertUnwindSafe: the part is owned here and gone either way.

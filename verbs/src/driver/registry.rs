@@ -25,8 +25,9 @@ impl Driver {
     /// failing the poll) or a fatal device error reaches the consumer even
     /// with no [`AsyncFeed`] registered. They are served as long as this
     /// feed is and its EVD is open: its removal stops them at once (nothing
-    /// of the device reaches its EVD after that), as does its EVD's close,
-    /// and the driver then offers them to the feeds left, the first on a
+    /// of the device reaches its EVD after that), its EVD's close at the
+    /// device's next event (which stays in the device), and the driver then
+    /// offers them to the feeds left, the first on a
     /// device nobody listens to taking them into its EVD; a shutdown gives
     /// them back to the device. An event of the device taken but not yet
     /// posted when the removal begins (the EVD was full) is dropped with

@@ -5,8 +5,7 @@
 
 use super::control::{DriverHandle, RunningMark, downcast};
 use super::error::{
-    DriverError, DropCaught, DropEach, Panic, drop_each_caught, drop_each_keeping_the_first,
-    drop_each_then_raise,
+    DriverError, DropCaught, DropEach, Panic, drop_each_caught, drop_each_then_raise,
 };
 use super::key::{FeedId, FeedKey};
 use super::slot::Removal;
@@ -130,15 +129,13 @@ impl Driver {
             self.step(Some(Duration::from_millis(100)))?;
         }
         // The device feeds the driver added itself are no feed a key names:
-        // dropped here (their code's panic kept, as a turn's), which gives
-        // their devices' events back at once.
+        // dropped here, which gives their devices' events back at once. A
+        // panic of their code is swallowed, as when a `Shutdown` is dropped:
+        // kept, it would make the shutdown drop the keyed feeds with it.
         let (added, feeds): (Vec<_>, Vec<_>) = std::mem::take(&mut self.removed)
             .into_iter()
             .partition(|(id, _)| device_feeds.contains(id));
-        if let Some(p) = drop_each_keeping_the_first(added) {
-            self.stats.handler_panics += 1;
-            self.caught.get_or_insert(p);
-        }
+        drop_each_caught(added);
         Ok(Shutdown {
             feeds,
             driver: self.shared.serial,
