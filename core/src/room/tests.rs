@@ -212,52 +212,60 @@ fn joining_again_with_the_same_task_hands_the_clone_back() {
     assert_eq!(q.len(), 1);
 }
 
-/// The consumer side and the lock, on a queue of its own: no EVD.
-fn room() -> (RoomQueue, RoomFlags, AtomicU64) {
-    (RoomQueue::new(), RoomFlags::new(), AtomicU64::new(0))
-}
+/// The queue behind its lock, with the flags (`RoomQueue`, `RoomFlags`):
+/// the crate's lock and atomics, which loom and shuttle provide only inside
+/// a model (their models are `core/tests/loom/room.rs` and the shuttle runs).
+#[cfg(not(any(loom, shuttle)))]
+mod behind_the_lock {
+    use super::*;
 
-#[test]
-fn a_head_store_that_frees_nothing_wakes_nobody() {
-    let (room, flags, woken) = room();
-    let (a0, w0) = named(0);
-    let mut s0 = Seat::default();
-    room.join(&flags, &mut s0, &w0);
-    room.wake(&flags, 0, &woken);
-    assert_eq!(a0.0.load(Ordering::Relaxed), 0);
-    assert!(flags.waiting(), "still queued");
-    room.wake(&flags, 1, &woken);
-    assert_eq!(a0.0.load(Ordering::Relaxed), 1);
-}
-
-/// A waker whose `clone` panics; its other calls do nothing.
-fn waker_whose_clone_panics() -> Waker {
-    fn clone(_: *const ()) -> std::task::RawWaker {
-        panic!("the waker's clone");
+    /// The consumer side and the lock, on a queue of its own: no EVD.
+    fn room() -> (RoomQueue, RoomFlags, AtomicU64) {
+        (RoomQueue::new(), RoomFlags::new(), AtomicU64::new(0))
     }
-    fn nothing(_: *const ()) {}
-    static VTABLE: std::task::RawWakerVTable =
-        std::task::RawWakerVTable::new(clone, nothing, nothing, nothing);
-    // SAFETY: no function of the vtable reads the data pointer, so a null
-    // one keeps RawWaker's contract.
-    unsafe { Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &VTABLE)) }
-}
 
-#[test]
-fn a_join_whose_waker_clone_panics_leaves_the_queue_and_the_seat_as_they_were() {
-    let (room, flags, woken) = room();
-    let (a0, w0) = named(0);
-    let mut s0 = Seat::default();
-    room.join(&flags, &mut s0, &w0);
-    let mut s1 = Seat::default();
-    let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        room.join(&flags, &mut s1, &waker_whose_clone_panics())
-    }));
-    assert!(joined.is_err());
-    assert!(!s1.is_taken(), "never queued, so not taken");
-    // Leaving it (as its post's unwind guard does) wakes nobody: seat 0 was
-    // never woken, and a seat that never joined has no wake to pass on.
-    room.leave(&flags, &mut s1, false, || false, &woken);
-    assert_eq!(a0.0.load(Ordering::Relaxed), 0);
-    assert!(flags.waiting(), "seat 0 still queued");
+    #[test]
+    fn a_head_store_that_frees_nothing_wakes_nobody() {
+        let (room, flags, woken) = room();
+        let (a0, w0) = named(0);
+        let mut s0 = Seat::default();
+        room.join(&flags, &mut s0, &w0);
+        room.wake(&flags, 0, &woken);
+        assert_eq!(a0.0.load(Ordering::Relaxed), 0);
+        assert!(flags.waiting(), "still queued");
+        room.wake(&flags, 1, &woken);
+        assert_eq!(a0.0.load(Ordering::Relaxed), 1);
+    }
+
+    /// A waker whose `clone` panics; its other calls do nothing.
+    fn waker_whose_clone_panics() -> Waker {
+        fn clone(_: *const ()) -> std::task::RawWaker {
+            panic!("the waker's clone");
+        }
+        fn nothing(_: *const ()) {}
+        static VTABLE: std::task::RawWakerVTable =
+            std::task::RawWakerVTable::new(clone, nothing, nothing, nothing);
+        // SAFETY: no function of the vtable reads the data pointer, so a null
+        // one keeps RawWaker's contract.
+        unsafe { Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &VTABLE)) }
+    }
+
+    #[test]
+    fn a_join_whose_waker_clone_panics_leaves_the_queue_and_the_seat_as_they_were() {
+        let (room, flags, woken) = room();
+        let (a0, w0) = named(0);
+        let mut s0 = Seat::default();
+        room.join(&flags, &mut s0, &w0);
+        let mut s1 = Seat::default();
+        let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            room.join(&flags, &mut s1, &waker_whose_clone_panics())
+        }));
+        assert!(joined.is_err());
+        assert!(!s1.is_taken(), "never queued, so not taken");
+        // Leaving it (as its post's unwind guard does) wakes nobody: seat 0 was
+        // never woken, and a seat that never joined has no wake to pass on.
+        room.leave(&flags, &mut s1, false, || false, &woken);
+        assert_eq!(a0.0.load(Ordering::Relaxed), 0);
+        assert!(flags.waiting(), "seat 0 still queued");
+    }
 }
