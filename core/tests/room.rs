@@ -585,10 +585,10 @@ fn waker_whose_drop_panics(armed: &'static std::sync::atomic::AtomicBool) -> Wak
 #[test]
 fn a_waiting_post_whose_wakers_panic_when_dropped_leaves_the_queue_without_aborting() {
     use std::sync::atomic::AtomicBool;
-    let (armed1, armed2): (&'static AtomicBool, &'static AtomicBool) = (
-        Box::leak(Box::new(AtomicBool::new(false))),
-        Box::leak(Box::new(AtomicBool::new(false))),
-    );
+    // Statics: the wakers' data lives for ever (Miri counts a leak as one).
+    static ARMED1: AtomicBool = AtomicBool::new(false);
+    static ARMED2: AtomicBool = AtomicBool::new(false);
+    let (armed1, armed2) = (&ARMED1, &ARMED2);
     let (w1, w2) = (
         waker_whose_drop_panics(armed1),
         waker_whose_drop_panics(armed2),
@@ -625,7 +625,8 @@ fn dropping_a_waiting_post_whose_waker_and_event_panic_when_dropped_does_not_abo
             panic!("the event's drop");
         }
     }
-    let armed: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    let armed = &ARMED;
     let waker = waker_whose_drop_panics(armed);
     let (poster, mut consumer) = evd::bounded::<Option<Ev>>(1).unwrap();
     poster.post(None).unwrap(); // full
@@ -649,7 +650,8 @@ fn dropping_a_waiting_post_whose_waker_and_event_panic_when_dropped_does_not_abo
 #[test]
 fn a_post_that_goes_in_while_its_seat_is_queued_resolves_though_its_wakers_drop_panics() {
     use std::sync::atomic::AtomicBool;
-    let armed: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    let armed = &ARMED;
     let waker = waker_whose_drop_panics(armed);
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(1).unwrap(); // full
