@@ -225,7 +225,8 @@ impl<T> Consumer<T> {
     ///
     /// An arm that finds a close begun and not finished (its closer stopped
     /// between its two steps) finishes it: `Armed`, and the close's
-    /// notification has fired (a wait on it ends at once).
+    /// notification fires (a wait on it ends at once; the closer, if it is
+    /// still running, wakes the consumer last, after the posters it wakes).
     ///
     /// ```
     /// use evd::ArmStatus;

@@ -76,10 +76,15 @@ unsafe fn deliver<T>(s: &Shared<T>, handler: Loaded<T>, item: Result<T, Overflow
 /// be full now with the token free while this instance is busy in its
 /// handler (for long, or waiting for a poster): posters waiting for room are
 /// woken to start the draining instance themselves, as after an instance
-/// that unwound ([`Shared::wake_room_if_stranded`]).
+/// that unwound ([`Shared::wake_room_if_stranded`]). Their wakers are user
+/// code run while this instance is still counted: inside this EVD's frame,
+/// as a handler call, so that a teardown or a policy change from one is
+/// refused instead of waiting for this instance, stopped under it.
 fn release_for_handler<T>(s: &Shared<T>) {
-    let new = s.release_token();
-    s.wake_room_if_stranded(new);
+    frames::as_handler_of(s.id(), || {
+        let new = s.release_token();
+        s.wake_room_if_stranded(new);
+    });
 }
 
 /// Run one upcall instance. The caller's CAS took the token and counted the
@@ -266,6 +271,56 @@ mod tests {
             "one slot, then refused"
         );
         assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 2]);
+        drop(up.teardown());
+    }
+
+    /// A poster waiting for room whose waker runs inline and changes the
+    /// upcall policy (which waits out the instances in flight): woken when
+    /// an instance gives the token back for its handler call, on that
+    /// instance's thread, it is inside the upcall, and the change is refused
+    /// (waiting, it would wait for the instance stopped under it).
+    #[test]
+    fn a_room_waker_run_when_an_instance_gives_the_token_back_is_inside_the_upcall() {
+        use std::sync::{Arc, Mutex, mpsc};
+        type Answer = Result<(), crate::PolicyError>;
+        struct ChangesPolicy(Mutex<Option<crate::Upcalls<u32>>>, mpsc::Sender<Answer>);
+        impl std::task::Wake for ChangesPolicy {
+            fn wake(self: Arc<Self>) {
+                let mut up = self.0.lock().unwrap();
+                let r = up
+                    .as_mut()
+                    .unwrap()
+                    .set_policy(UpcallPolicy::SingleInstance, Invoke::New);
+                self.1.send(r).unwrap();
+            }
+        }
+        let (poster, consumer) = crate::bounded::<u32>(2).unwrap();
+        poster.post(0).unwrap();
+        poster.post(1).unwrap(); // full
+        let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, |_, _| {});
+        let s = up.consumer().shared().clone();
+        let (answers, answered) = mpsc::channel();
+        let state = Arc::new(ChangesPolicy(Mutex::new(Some(up)), answers));
+        let waker = std::task::Waker::from(state.clone());
+        let (done, ended) = mpsc::channel();
+        std::thread::spawn(move || {
+            // This thread is an instance that holds the token on the full
+            // ring; a post waiting for room is registered with `waker`.
+            assert!(s.take_token_to_drain());
+            let mut waiting = std::pin::pin!(poster.post_async(2));
+            let mut cx = std::task::Context::from_waker(&waker);
+            assert!(waiting.as_mut().poll(&mut cx).is_pending());
+            super::release_for_handler(&s);
+            s.abandon_instance(false);
+            done.send(()).unwrap();
+        });
+        if ended.recv_timeout(Duration::from_secs(60)).is_err() {
+            // The change waits for the stuck instance: leave both.
+            std::mem::forget(state);
+            panic!("a policy change from the room waker waited for the instance it ran in");
+        }
+        assert_eq!(answered.try_recv(), Ok(Err(crate::PolicyError::FromUpcall)));
+        let up = state.0.lock().unwrap().take().unwrap();
         drop(up.teardown());
     }
 

@@ -32,7 +32,9 @@
 //!
 //! Policy changes are CASes on the same word, so they are race-free against
 //! posts and running instances. Disabling stops instances at their next
-//! dequeue and leaves the rest queued. [`UpcallPolicy::Teardown`] disables and
+//! look at the policy, which comes before each dequeue: an instance that
+//! looked just before the change dequeues and delivers one more event after
+//! `set_policy` returned. The rest stays queued. [`UpcallPolicy::Teardown`] disables and
 //! then waits for the instance count in the word to reach zero: once it
 //! returns, no upcall runs. A panicking handler gives the token back on unwind
 //! ([`state::abandon_instance`](crate::state::abandon_instance)); the EVD stays usable and queued events go to
@@ -196,8 +198,10 @@ impl<T: Send> Upcalls<T> {
 
     /// Change the upcall policy; race-free against posts and running upcalls.
     ///
-    /// * `Disabled`: no upcall starts; a running one stops after its current
-    ///   event; the rest stays queued.
+    /// * `Disabled`: no upcall starts; a running one stops before its next
+    ///   dequeue (one that read the policy just before this call delivers
+    ///   the event it is dequeuing, possibly after this returns; `Teardown`
+    ///   waits for it); the rest stays queued.
     /// * `SingleInstance` / `ManyInstances`: enable; with [`Invoke::Any`] and
     ///   events queued, an upcall runs at once on this thread. Switching to
     ///   `SingleInstance` while instances started under `ManyInstances` still
