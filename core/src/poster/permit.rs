@@ -94,7 +94,9 @@ impl<T: Send> Poster<T> {
     ///
     /// # Panics
     ///
-    /// Polling it can panic as [`Poster::try_reserve`] does.
+    /// Polling it can panic as [`Poster::try_reserve`] does, and with the
+    /// task's waker's panic when the room queue clones it or drops the clone
+    /// it replaces (no event is in hand, and the future leaves the queue).
     ///
     /// ```
     /// use futures::executor::block_on;

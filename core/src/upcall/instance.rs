@@ -77,11 +77,13 @@ unsafe fn deliver<T>(s: &Shared<T>, handler: Loaded<T>, item: Result<T, Overflow
 /// handler (for long, or waiting for a poster): posters waiting for room are
 /// woken to start the draining instance themselves, as after an instance
 /// that unwound ([`Shared::wake_room_if_stranded`]). Their wakers are user
-/// code run while this instance is still counted: inside this EVD's frame,
-/// as a handler call, so that a teardown or a policy change from one is
-/// refused instead of waiting for this instance, stopped under it.
+/// code run while this instance is still counted: inside an instance frame,
+/// so that a teardown or a policy change from one is refused instead of
+/// waiting for this instance, stopped under it, while a post or a room
+/// waiter from one may still start the draining instance (the thread is not
+/// the consumer: the token is free).
 fn release_for_handler<T>(s: &Shared<T>) {
-    frames::as_handler_of(s.id(), || {
+    frames::as_instance_of(s.id(), || {
         let new = s.release_token();
         s.wake_room_if_stranded(new);
     });
@@ -321,6 +323,56 @@ mod tests {
         }
         assert_eq!(answered.try_recv(), Ok(Err(crate::PolicyError::FromUpcall)));
         let up = state.0.lock().unwrap().take().unwrap();
+        drop(up.teardown());
+    }
+
+    /// A room waiter whose waker polls it inline, woken when an instance
+    /// gives the token back on a full ring: the thread is not the consumer
+    /// then (the token is free), so the waiter starts the draining instance
+    /// itself, as it would on any other thread, and finds the room it made.
+    #[test]
+    fn a_room_waiter_woken_when_an_instance_gives_the_token_back_drains_the_ring() {
+        use std::sync::{Arc, Mutex, mpsc};
+        use std::task::{Context, Poll, Waker};
+        type Answer = Poll<Result<usize, crate::BatchPostError>>;
+        struct PollsRoom(Mutex<Option<crate::RoomWaiter<u32>>>, mpsc::Sender<Answer>);
+        impl std::task::Wake for PollsRoom {
+            fn wake(self: Arc<Self>) {
+                let mut room = self.0.lock().unwrap();
+                let r = room
+                    .as_mut()
+                    .unwrap()
+                    .poll_room(&mut Context::from_waker(Waker::noop()));
+                self.1.send(r).unwrap();
+            }
+        }
+        let (poster, consumer) = crate::bounded::<u32>(2).unwrap();
+        poster.post(0).unwrap();
+        poster.post(1).unwrap(); // full
+        let (seen, handled) = mpsc::channel();
+        let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
+            seen.send(ev.unwrap()).unwrap();
+        });
+        let s = up.consumer().shared().clone();
+        let (answers, answered) = mpsc::channel();
+        let state = Arc::new(PollsRoom(Mutex::new(None), answers));
+        let waker = Waker::from(state.clone());
+        let mut room = poster.room_waiter();
+        // This thread is an instance that holds the token on the full ring.
+        assert!(s.take_token_to_drain());
+        assert!(
+            room.poll_room(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        *state.0.lock().unwrap() = Some(room);
+        super::release_for_handler(&s);
+        s.abandon_instance(false);
+        assert_eq!(
+            answered.try_recv(),
+            Ok(Poll::Ready(Ok(2))),
+            "drained, not refused"
+        );
+        assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 1]);
         drop(up.teardown());
     }
 
