@@ -1232,3 +1232,56 @@ fn a_wait_refused_as_unwaitable_hands_the_event_its_arm_took_to_the_cno() {
     assert_eq!(c.try_dequeue(), Ok(1));
     drop(p);
 }
+
+/// A permit sent while every permit the EVD allows is out wakes the
+/// reservations waiting for one, on the sender's thread. The send owes the
+/// CNO a trigger (it took the enable), and a disable waits for the triggers
+/// owed (its barrier): the send triggers first, as a close does, so a
+/// waker that runs its task inline and disables the EVD on its CNO does not
+/// wait for a trigger its own thread has yet to make.
+#[test]
+fn a_permit_send_triggers_the_cno_before_it_wakes_the_reservations_waiting_for_a_permit() {
+    use std::sync::{Mutex, mpsc};
+    use std::task::{Context, Wake, Waker};
+    struct Disables(Mutex<Option<Consumer<u32>>>, mpsc::Sender<()>);
+    impl Wake for Disables {
+        fn wake(self: Arc<Self>) {
+            if let Some(c) = self.0.lock().unwrap().as_mut() {
+                c.disable_cno();
+            }
+            let _ = self.1.send(());
+        }
+    }
+    let cno = Cno::new(4).unwrap();
+    let (poster, mut consumer) = evd::bounded::<u32>(512).unwrap();
+    consumer.bind_cno(&cno, 7).unwrap();
+    assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+    let mut permits: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
+        .map(|_| poster.clone().try_reserve_owned().ok().unwrap())
+        .collect();
+    let (told, woken) = mpsc::channel();
+    let state = Arc::new(Disables(Mutex::new(Some(consumer)), told));
+    let waker = Waker::from(state.clone());
+    let mut reserving = std::pin::pin!(poster.reserve());
+    assert!(
+        reserving
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending(),
+        "every permit is out"
+    );
+    let last = permits.pop().unwrap();
+    let (done, sent) = mpsc::channel();
+    std::thread::spawn(move || done.send(last.send(1).is_ok()).unwrap());
+    if sent.recv_timeout(Duration::from_secs(60)).is_err() {
+        // The disable waits for the stuck send's trigger: leave them.
+        std::mem::forget(state);
+        std::mem::forget(permits);
+        panic!("the disable run by the permit's waker waited for the send's own trigger");
+    }
+    assert!(woken.try_recv().is_ok(), "the reservation's waker ran");
+    assert!(
+        state.0.lock().unwrap().is_some(),
+        "the consumer, disabled on its CNO"
+    );
+}

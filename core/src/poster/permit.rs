@@ -18,6 +18,7 @@ use crate::engine::{PERMIT, Refused};
 use crate::error::{BatchPostError, PostError};
 use crate::ring::Buffer;
 use crate::room::Seat;
+use crate::state::Notify;
 use crate::waker_list::Ticket;
 use std::future::Future;
 use std::mem::ManuallyDrop;
@@ -223,9 +224,20 @@ impl<T: Send> Poster<T> {
                 // loaded after that CAS, as in `post`.
                 unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
                 // After the publish: the wakers run without holding the
-                // consumer up on an unpublished slot.
-                self.shared.permit_back(old, false);
-                self.deliver(notify);
+                // consumer up on an unpublished slot. A CNO trigger comes
+                // before the wakes of the reservations waiting for a permit,
+                // as a close's does: they are user code run on this thread,
+                // and one may disable the EVD on its CNO, whose barrier waits
+                // for the triggers owed, this one included. Other
+                // notifications after them, so that the waiting reservations
+                // do not wait for an upcall run here.
+                if notify == Notify::Cno {
+                    self.deliver(notify);
+                    self.shared.permit_back(old, false);
+                } else {
+                    self.shared.permit_back(old, false);
+                    self.deliver(notify);
+                }
                 Ok(())
             }
             None => {
