@@ -266,9 +266,13 @@ impl CnoCore {
             let t = slot::trigger(s);
             // Release: orders this thread's read of the EVD's link (and the
             // event it published) before the count the disable barrier waits
-            // for, and before the PENDING a pop acquires. Nothing here needs
-            // Acquire.
-            match cell.compare_exchange_weak(s, t.new, Ordering::Release, Ordering::Relaxed) {
+            // for, and before the PENDING a pop acquires. Acquire: a push
+            // below follows a pop that cleared IN_RING (its take CAS, AcqRel,
+            // after the ring's head store); acquiring that clear makes the
+            // push's reservation see that head, which the "never full"
+            // argument needs (a stale head would count a taken slot as
+            // queued). Free on x86, where every CAS is a full barrier.
+            match cell.compare_exchange_weak(s, t.new, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => break t,
                 Err(cur) => s = cur,
             }
