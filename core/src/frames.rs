@@ -3,12 +3,7 @@
 //!
 //! A frame is pushed for every upcall handler call and for the closure of
 //! [`Consumer::dequeue_with`](crate::Consumer::dequeue_with): while it is on
-//! the stack the thread is that EVD's consumer side. An instance that has
-//! given the token back for a handler call under `ManyInstances` pushes an
-//! *instance* frame while it wakes posters ([`as_instance_of`]): the thread
-//! is not the consumer then (its posts may wait for room, or start a
-//! draining instance), but an instance of the EVD is in flight on its stack,
-//! which a teardown must not wait for. Nested calls (a handler
+//! the stack the thread is that EVD's consumer side. Nested calls (a handler
 //! that posts to another EVD whose upcall runs inline) form a chain,
 //! innermost first, so "am I inside a handler call of this EVD?" is answered
 //! for every EVD on the stack, not only the innermost one.
@@ -20,17 +15,14 @@
 //! # Invariant
 //!
 //! Every pointer in the chain points to a live frame: a frame is linked only
-//! by [`as_handler_of`] or [`as_instance_of`], on the stack of the call that owns it, and unlinked
+//! by [`as_handler_of`], on the stack of the call that owns it, and unlinked
 //! by its guard's drop (also on unwind) before that call returns, innermost
 //! first. Only this thread reads or writes its chain, so no ordering is
 //! involved.
 
-/// One running handler call (or instance) on this thread's stack.
+/// One running handler call on this thread's stack.
 struct Frame {
     evd: usize,
-    /// The thread is `evd`'s consumer side in this frame (a handler call);
-    /// false for an instance frame ([`as_instance_of`]).
-    consumer: bool,
     outer: *const Frame,
 }
 
@@ -67,15 +59,13 @@ fn for_each_frame(mut f: impl FnMut(&Frame)) {
 /// then `evd`'s consumer side, and must not wait for room in it.
 pub(crate) fn in_own_handler(evd: usize) -> bool {
     let mut found = false;
-    for_each_frame(|frame| found |= frame.evd == evd && frame.consumer);
+    for_each_frame(|frame| found |= frame.evd == evd);
     found
 }
 
-/// How many of `evd`'s handler calls and instance frames are on this
-/// thread's stack (each one an upcall instance of `evd` in flight, once it
-/// is in upcall mode: the consumer, which `dequeue_with` needs, is then
-/// inside the dispatcher). Not zero: a teardown from here would wait for
-/// itself.
+/// How many of `evd`'s handler calls are on this thread's stack (each one an
+/// upcall instance of `evd` in flight, once it is in upcall mode: the
+/// consumer, which `dequeue_with` needs, is then inside the dispatcher).
 pub(crate) fn own_calls(evd: usize) -> u64 {
     let mut n = 0;
     for_each_frame(|frame| n += u64::from(frame.evd == evd));
@@ -84,19 +74,8 @@ pub(crate) fn own_calls(evd: usize) -> u64 {
 
 /// Run `f` with a frame of `evd` linked, as a handler call is.
 pub(crate) fn as_handler_of<R>(evd: usize, f: impl FnOnce() -> R) -> R {
-    linked(evd, true, f)
-}
-
-/// Run `f` with an instance frame of `evd` linked: an instance of `evd` in
-/// flight on this stack that does not hold the token (see the module docs).
-pub(crate) fn as_instance_of<R>(evd: usize, f: impl FnOnce() -> R) -> R {
-    linked(evd, false, f)
-}
-
-fn linked<R>(evd: usize, consumer: bool, f: impl FnOnce() -> R) -> R {
     let frame = Frame {
         evd,
-        consumer,
         outer: INNERMOST.with(|innermost| innermost.get()),
     };
     let _linked = FrameGuard::push(&frame);

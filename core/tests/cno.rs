@@ -1285,3 +1285,61 @@ fn a_permit_send_triggers_the_cno_before_it_wakes_the_reservations_waiting_for_a
         "the consumer, disabled on its CNO"
     );
 }
+
+/// A waker whose `wake` panics; its other calls do nothing.
+fn waker_whose_wake_panics() -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn wake(_: *const ()) {
+        panic!("the CNO waiter's waker");
+    }
+    fn nothing(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake, nothing);
+    // SAFETY: no function of the vtable reads the data pointer, so a null
+    // one keeps RawWaker's contract.
+    unsafe { std::task::Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
+/// A permit sent while every permit is out triggers its CNO first; should
+/// the CNO waiter's waker panic there, the reservations waiting for a
+/// permit are still woken (the panic comes out of the send after them):
+/// skipped, they would wait for a wake no later send gives.
+#[test]
+fn a_cno_waker_that_panics_in_a_permit_send_does_not_cost_the_permit_waiters_their_wake() {
+    use std::task::Context;
+    let (mut cno, (poster, _consumer)) = {
+        let mut cno = Cno::new(4).unwrap();
+        let (poster, mut consumer) = evd::bounded::<u32>(512).unwrap();
+        consumer.bind_cno(&cno, 7).unwrap();
+        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        let panicking = waker_whose_wake_panics();
+        assert!(
+            cno.poll_next_unpin(&mut Context::from_waker(&panicking))
+                .is_pending()
+        );
+        (cno, (poster, consumer))
+    };
+    let mut permits: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
+        .map(|_| poster.try_reserve().ok().unwrap())
+        .collect();
+    let (woken, waker) = common::counting();
+    let mut reserving = std::pin::pin!(poster.reserve());
+    assert!(
+        reserving
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
+    let last = permits.pop().unwrap();
+    let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| last.send(1)));
+    let message = sent.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    assert_eq!(message, Some("the CNO waiter's waker"));
+    assert_eq!(
+        woken.wakes(),
+        1,
+        "the reservation waiting for a permit was woken"
+    );
+    assert_eq!(ready_keys(&mut cno), [7]);
+}

@@ -473,3 +473,71 @@ fn close_wakes_a_reservation_waiting_at_the_permit_limit() {
     ));
     drop(held);
 }
+
+/// A permit sent while every permit the EVD allows is out wakes the
+/// reservations waiting for one, on the sender's thread; when the send
+/// starts an upcall instance (it took the token, and the instance is
+/// counted), that instance runs after those wakes. A waker that runs its
+/// task inline and changes the upcall policy (which waits for the
+/// instances in flight) is inside that upcall: refused, instead of waiting
+/// for the instance its own thread has yet to run.
+#[test]
+fn a_permit_wake_run_before_the_upcall_its_send_started_is_inside_that_upcall() {
+    use std::sync::mpsc;
+    use std::task::{Context, Wake, Waker};
+    type Answer = Result<(), evd::PolicyError>;
+    struct ChangesPolicy(Mutex<Option<evd::Upcalls<u32>>>, mpsc::Sender<Answer>);
+    impl Wake for ChangesPolicy {
+        fn wake(self: Arc<Self>) {
+            let mut up = self.0.lock().unwrap();
+            let r = up
+                .as_mut()
+                .unwrap()
+                .set_policy(evd::UpcallPolicy::SingleInstance, evd::Invoke::New);
+            self.1.send(r).unwrap();
+        }
+    }
+    let (poster, consumer) = evd::bounded::<u32>(512).unwrap();
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let seen = handled.clone();
+    let up = consumer.into_upcalls(
+        evd::UpcallPolicy::ManyInstances,
+        evd::Invoke::New,
+        move |ev, _| seen.lock().unwrap().push(ev.unwrap()),
+    );
+    let mut permits: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
+        .map(|_| poster.clone().try_reserve_owned().ok().unwrap())
+        .collect();
+    let (answers, answered) = mpsc::channel();
+    let state = Arc::new(ChangesPolicy(Mutex::new(Some(up)), answers));
+    let waker = Waker::from(state.clone());
+    let mut reserving = std::pin::pin!(poster.reserve());
+    assert!(
+        reserving
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending(),
+        "every permit is out"
+    );
+    let last = permits.pop().unwrap();
+    let (done, sent) = mpsc::channel();
+    std::thread::spawn(move || done.send(last.send(1).is_ok()).unwrap());
+    if sent
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .is_err()
+    {
+        // The change waits for the stuck send's instance: leave them.
+        std::mem::forget(state);
+        std::mem::forget(permits);
+        panic!("the policy change run by the permit's waker waited for the send's own instance");
+    }
+    assert_eq!(answered.try_recv(), Ok(Err(evd::PolicyError::FromUpcall)));
+    assert_eq!(
+        *handled.lock().unwrap(),
+        [1],
+        "the send's instance delivered it"
+    );
+    drop(permits);
+    let up = state.0.lock().unwrap().take().unwrap();
+    drop(up.teardown());
+}

@@ -19,6 +19,7 @@ use crate::error::{BatchPostError, PostError};
 use crate::ring::Buffer;
 use crate::room::Seat;
 use crate::state::Notify;
+use crate::unwind::Panics;
 use crate::waker_list::Ticket;
 use std::future::Future;
 use std::mem::ManuallyDrop;
@@ -224,19 +225,35 @@ impl<T: Send> Poster<T> {
                 // loaded after that CAS, as in `post`.
                 unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
                 // After the publish: the wakers run without holding the
-                // consumer up on an unpublished slot. A CNO trigger comes
-                // before the wakes of the reservations waiting for a permit,
-                // as a close's does: they are user code run on this thread,
-                // and one may disable the EVD on its CNO, whose barrier waits
-                // for the triggers owed, this one included. Other
-                // notifications after them, so that the waiting reservations
-                // do not wait for an upcall run here.
-                if notify == Notify::Cno {
-                    self.deliver(notify);
-                    self.shared.permit_back(old, false);
-                } else {
-                    self.shared.permit_back(old, false);
-                    self.deliver(notify);
+                // consumer up on an unpublished slot. The wakes of the
+                // reservations waiting for a permit are user code run on this
+                // thread, while the notification is still owed:
+                // - a CNO trigger comes first, as a close's does: a waker may
+                //   disable the EVD on its CNO, whose barrier waits for the
+                //   triggers owed, this one included; a panic of the trigger's
+                //   own wake (the CNO waiter's waker) comes after the permit's
+                //   wakes, which it would otherwise skip for good;
+                // - an upcall instance comes after them (the reservations do
+                //   not wait for it), but it already holds the token and is
+                //   counted: they run inside this EVD's frame, as its
+                //   handler's wakes do, so a teardown or a wait for room from
+                //   one is refused instead of waiting for it.
+                match notify {
+                    Notify::Cno => {
+                        let mut panics = Panics::default();
+                        panics.run(|| self.deliver(notify));
+                        self.shared.permit_back(old, false);
+                        panics.resume();
+                    }
+                    Notify::Upcall => {
+                        let id = self.shared.id();
+                        crate::frames::as_handler_of(id, || self.shared.permit_back(old, false));
+                        self.deliver(notify);
+                    }
+                    _ => {
+                        self.shared.permit_back(old, false);
+                        self.deliver(notify);
+                    }
                 }
                 Ok(())
             }

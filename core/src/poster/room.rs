@@ -77,7 +77,9 @@ impl<T: Send> RoomWaiter<T> {
     /// full: a dequeue that frees a slot wakes it. `Ready(Err(Closed))` once
     /// the EVD is closed; `Ready(Err(Full))` at once if called inside an
     /// upcall of this same EVD (or the closure of its `dequeue_with`), where
-    /// waiting would wait for itself.
+    /// waiting would wait for itself, unless the ring has room or this call
+    /// can start the instance that drains it (as below: a waker run while an
+    /// instance hands the token back for its handler call can).
     ///
     /// Under an upcall policy with no instance running (a handler that
     /// panicked left the ring full, or upcalls were enabled with
@@ -102,9 +104,12 @@ impl<T: Send> RoomWaiter<T> {
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, BatchPostError>> {
         if crate::frames::in_own_handler(self.poster.shared.id()) {
-            let r = self.room_seen().unwrap_or(Err(BatchPostError::Full));
-            self.poster.shared.room_leave(&mut self.seat, false);
-            return Poll::Ready(r);
+            // Never waits here; a handler call holds the token, so no
+            // draining instance starts from one.
+            return Poll::Ready(self.room_now().unwrap_or_else(|| {
+                self.poster.shared.room_leave(&mut self.seat, false);
+                Err(BatchPostError::Full)
+            }));
         }
         if let Some(r) = self.room_now() {
             return Poll::Ready(r);
@@ -127,9 +132,9 @@ impl<T: Send> RoomWaiter<T> {
     /// it full, or upcalls were enabled with `Invoke::New` on a full ring)
     /// is drained only by an upcall a post starts, and this waiter posts
     /// nothing while it waits: it starts that upcall here, as a refused post
-    /// does, and looks again. (The caller has checked that this is not the
-    /// EVD's own handler.) If the handler panics, the waiter leaves the room
-    /// queue on the way out, as a post that gave up.
+    /// does, and looks again. (Inside one of the EVD's own handler calls the
+    /// token is held, so none starts.) If the handler panics, the waiter
+    /// leaves the room queue on the way out, as a post that gave up.
     fn room_now(&mut self) -> Option<Result<usize, BatchPostError>> {
         let r = loop {
             if let Some(r) = self.room_seen() {

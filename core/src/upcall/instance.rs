@@ -77,13 +77,14 @@ unsafe fn deliver<T>(s: &Shared<T>, handler: Loaded<T>, item: Result<T, Overflow
 /// handler (for long, or waiting for a poster): posters waiting for room are
 /// woken to start the draining instance themselves, as after an instance
 /// that unwound ([`Shared::wake_room_if_stranded`]). Their wakers are user
-/// code run while this instance is still counted: inside an instance frame,
-/// so that a teardown or a policy change from one is refused instead of
-/// waiting for this instance, stopped under it, while a post or a room
-/// waiter from one may still start the draining instance (the thread is not
-/// the consumer: the token is free).
+/// code run while this instance is still counted: inside this EVD's frame,
+/// as a handler call, so that a teardown or a policy change from one is
+/// refused instead of waiting for this instance, stopped under it, and a
+/// post or a room waiter from one never waits (only this instance's return
+/// might end that wait) but may start the draining instance itself, the
+/// token being free.
 fn release_for_handler<T>(s: &Shared<T>) {
-    frames::as_instance_of(s.id(), || {
+    frames::as_handler_of(s.id(), || {
         let new = s.release_token();
         s.wake_room_if_stranded(new);
     });

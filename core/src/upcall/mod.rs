@@ -286,8 +286,7 @@ impl<T: Send> Upcalls<T> {
     /// Disable upcalls and wait until none is in flight.
     fn quiesce(&mut self) -> Result<(), PolicyError> {
         let consumer = self.consumer.as_mut().expect("present until teardown");
-        // An instance frame counts too: waiting, this would wait for it.
-        if frames::own_calls(consumer.shared().id()) > 0 {
+        if frames::in_own_handler(consumer.shared().id()) {
             return Err(PolicyError::FromUpcall);
         }
         disable_and_wait(consumer);
@@ -408,7 +407,7 @@ impl<T> Drop for Upcalls<T> {
         let Some(consumer) = self.consumer.as_mut() else {
             return;
         };
-        if frames::own_calls(consumer.shared().id()) > 0 {
+        if frames::in_own_handler(consumer.shared().id()) {
             // Dropped from inside its own upcall: that upcall is the one in
             // flight, and it stops at its next dequeue; waiting would hang.
             consumer
