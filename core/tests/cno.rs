@@ -1242,7 +1242,7 @@ fn a_wait_refused_as_unwaitable_hands_the_event_its_arm_took_to_the_cno() {
 #[test]
 fn a_permit_send_triggers_the_cno_before_it_wakes_the_reservations_waiting_for_a_permit() {
     use std::sync::{Mutex, mpsc};
-    use std::task::{Context, Wake, Waker};
+    use std::task::{Wake, Waker};
     struct Disables(Mutex<Option<Consumer<u32>>>, mpsc::Sender<()>);
     impl Wake for Disables {
         fn wake(self: Arc<Self>) {
@@ -1256,27 +1256,12 @@ fn a_permit_send_triggers_the_cno_before_it_wakes_the_reservations_waiting_for_a
     let (poster, mut consumer) = evd::bounded::<u32>(512).unwrap();
     consumer.bind_cno(&cno, 7).unwrap();
     assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
-    let mut permits: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
-        .map(|_| poster.clone().try_reserve_owned().ok().unwrap())
-        .collect();
     let (told, woken) = mpsc::channel();
     let state = Arc::new(Disables(Mutex::new(Some(consumer)), told));
     let waker = Waker::from(state.clone());
-    let mut reserving = std::pin::pin!(poster.reserve());
-    assert!(
-        reserving
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_pending(),
-        "every permit is out"
-    );
-    let last = permits.pop().unwrap();
-    let (done, sent) = mpsc::channel();
-    std::thread::spawn(move || done.send(last.send(1).is_ok()).unwrap());
-    if sent.recv_timeout(Duration::from_secs(60)).is_err() {
+    if !common::send_a_permit_while_every_permit_is_out(&poster, &waker) {
         // The disable waits for the stuck send's trigger: leave them.
         std::mem::forget(state);
-        std::mem::forget(permits);
         panic!("the disable run by the permit's waker waited for the send's own trigger");
     }
     assert!(woken.try_recv().is_ok(), "the reservation's waker ran");

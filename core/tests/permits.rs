@@ -484,7 +484,7 @@ fn close_wakes_a_reservation_waiting_at_the_permit_limit() {
 #[test]
 fn a_permit_wake_run_before_the_upcall_its_send_started_is_inside_that_upcall() {
     use std::sync::mpsc;
-    use std::task::{Context, Wake, Waker};
+    use std::task::{Wake, Waker};
     type Answer = Result<(), evd::PolicyError>;
     struct ChangesPolicy(Mutex<Option<evd::Upcalls<u32>>>, mpsc::Sender<Answer>);
     impl Wake for ChangesPolicy {
@@ -505,30 +505,12 @@ fn a_permit_wake_run_before_the_upcall_its_send_started_is_inside_that_upcall() 
         evd::Invoke::New,
         move |ev, _| seen.lock().unwrap().push(ev.unwrap()),
     );
-    let mut permits: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
-        .map(|_| poster.clone().try_reserve_owned().ok().unwrap())
-        .collect();
     let (answers, answered) = mpsc::channel();
     let state = Arc::new(ChangesPolicy(Mutex::new(Some(up)), answers));
     let waker = Waker::from(state.clone());
-    let mut reserving = std::pin::pin!(poster.reserve());
-    assert!(
-        reserving
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_pending(),
-        "every permit is out"
-    );
-    let last = permits.pop().unwrap();
-    let (done, sent) = mpsc::channel();
-    std::thread::spawn(move || done.send(last.send(1).is_ok()).unwrap());
-    if sent
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .is_err()
-    {
-        // The change waits for the stuck send's instance: leave them.
+    if !common::send_a_permit_while_every_permit_is_out(&poster, &waker) {
+        // The change waits for the stuck send's instance: leave it.
         std::mem::forget(state);
-        std::mem::forget(permits);
         panic!("the policy change run by the permit's waker waited for the send's own instance");
     }
     assert_eq!(answered.try_recv(), Ok(Err(evd::PolicyError::FromUpcall)));
@@ -537,7 +519,6 @@ fn a_permit_wake_run_before_the_upcall_its_send_started_is_inside_that_upcall() 
         [1],
         "the send's instance delivered it"
     );
-    drop(permits);
     let up = state.0.lock().unwrap().take().unwrap();
     drop(up.teardown());
 }

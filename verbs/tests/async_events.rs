@@ -335,6 +335,21 @@ fn a_device_feed_goes_with_the_feed_that_brought_it_and_its_events_to_a_feed_lef
     assert_eq!(running.shutdown().unwrap().len(), 1, "the feed left");
 }
 
+/// A feed of a CQ of `device` registered with `driver`, into an EVD of its
+/// own: its key and that EVD's consumer.
+fn feed_on(
+    driver: &mut Driver,
+    device: &SoftDevice,
+    id: u32,
+) -> (evd_verbs::FeedKey<Feed<SoftCq>>, evd::Consumer<VerbsEvent>) {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let (cq, _hca) = SoftCq::with_device(4, CqId(id), device).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
+        .unwrap();
+    (key, consumer)
+}
+
 /// The device's events a removed feed's device feed gave back are offered
 /// to a feed left that still serves an open EVD: not to one whose consumer
 /// is gone, where they would stop. (The first feed left took them.)
@@ -342,14 +357,7 @@ fn a_device_feed_goes_with_the_feed_that_brought_it_and_its_events_to_a_feed_lef
 fn a_device_feeds_events_are_offered_past_a_feed_whose_evd_is_closed() {
     let device = SoftDevice::unheard().unwrap();
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    let mut feed_on_device = |id| {
-        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
-        let (cq, _hca) = SoftCq::with_device(4, CqId(id), &device).unwrap();
-        let key = driver
-            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
-            .unwrap();
-        (key, consumer)
-    };
+    let mut feed_on_device = |id| feed_on(&mut driver, &device, id);
     let (first, _c1) = feed_on_device(1);
     let (_closed, c2) = feed_on_device(2);
     let (_open, mut c3) = feed_on_device(3);
@@ -368,14 +376,7 @@ fn a_device_feeds_events_are_offered_past_a_feed_whose_evd_is_closed() {
 fn a_device_feeds_events_go_on_to_a_feed_left_when_its_evd_closes() {
     let device = SoftDevice::unheard().unwrap();
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    let mut feed_on_device = |id| {
-        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
-        let (cq, _hca) = SoftCq::with_device(4, CqId(id), &device).unwrap();
-        let key = driver
-            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
-            .unwrap();
-        (key, consumer)
-    };
+    let mut feed_on_device = |id| feed_on(&mut driver, &device, id);
     let (_first, c1) = feed_on_device(1);
     let (_second, mut c2) = feed_on_device(2);
     drop(c1);

@@ -12,7 +12,9 @@ impl Wake for Named {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
-fn named(_n: usize) -> (Arc<Named>, Waker) {
+/// A waker and its counter.
+type NamedWaker = (Arc<Named>, Waker);
+fn named(_n: usize) -> NamedWaker {
     let a = Arc::new(Named(AtomicUsize::new(0)));
     (a.clone(), Waker::from(a))
 }
@@ -22,6 +24,20 @@ fn who(q: &mut WaitQueue, wakers: &[Arc<Named>]) -> Option<usize> {
     wakers
         .iter()
         .position(|a| a.0.swap(0, Ordering::Relaxed) == 1)
+}
+
+/// A queue `n` seats joined in order, each with a waker of its own: the
+/// queue, the wakers (to join again with), their counters (for `who`) and
+/// the seats.
+fn joined(n: usize) -> (WaitQueue, Vec<NamedWaker>, Vec<Arc<Named>>, Vec<Seat>) {
+    let mut q = WaitQueue::default();
+    let ws: Vec<_> = (0..n).map(named).collect();
+    let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
+    let mut seats: Vec<Seat> = (0..n).map(|_| Seat::default()).collect();
+    for (s, (_, w)) in seats.iter_mut().zip(&ws) {
+        q.join(s, w.clone());
+    }
+    (q, ws, arcs, seats)
 }
 
 #[test]
@@ -57,13 +73,7 @@ fn joining_again_while_queued_keeps_the_place_and_replaces_the_waker() {
 
 #[test]
 fn a_woken_waiter_that_rejoins_goes_to_the_front() {
-    let mut q = WaitQueue::default();
-    let ws: Vec<_> = (0..3).map(named).collect();
-    let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
-    let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
-    for (s, (_, w)) in seats.iter_mut().zip(&ws) {
-        q.join(s, w.clone());
-    }
+    let (mut q, ws, arcs, mut seats) = joined(3);
     assert_eq!(who(&mut q, &arcs), Some(0));
     // Seat 0 lost the slot to another poster and waits again.
     assert_eq!(q.join(&mut seats[0], ws[0].1.clone()).0, Joined::Now);
@@ -164,13 +174,7 @@ fn replaced_and_removed_wakers_are_handed_back() {
 
 #[test]
 fn waiters_woken_together_that_rejoin_keep_their_order() {
-    let mut q = WaitQueue::default();
-    let ws: Vec<_> = (0..4).map(named).collect();
-    let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
-    let mut seats: Vec<Seat> = (0..4).map(|_| Seat::default()).collect();
-    for (s, (_, w)) in seats.iter_mut().zip(&ws) {
-        q.join(s, w.clone());
-    }
+    let (mut q, ws, arcs, mut seats) = joined(4);
     // A batch dequeue frees two slots: seats 0 and 1 are woken, another
     // poster takes both slots, and they rejoin in the order they were woken.
     assert_eq!(who(&mut q, &arcs), Some(0));
@@ -183,13 +187,7 @@ fn waiters_woken_together_that_rejoin_keep_their_order() {
 
 #[test]
 fn waiters_that_all_rejoin_after_a_wake_all_keep_their_order() {
-    let mut q = WaitQueue::default();
-    let ws: Vec<_> = (0..3).map(named).collect();
-    let arcs: Vec<_> = ws.iter().map(|(a, _)| a.clone()).collect();
-    let mut seats: Vec<Seat> = (0..3).map(|_| Seat::default()).collect();
-    for (s, (_, w)) in seats.iter_mut().zip(&ws) {
-        q.join(s, w.clone());
-    }
+    let (mut q, ws, arcs, mut seats) = joined(3);
     // A growing resize wakes all three; the ring is full again by the time
     // they run, and they rejoin in the order they were woken.
     assert_eq!(q.take_all().count(), 3);

@@ -524,3 +524,38 @@ impl std::task::Wake for Panicking {
         panic!("a waker that panics");
     }
 }
+
+/// Every permit the EVD of `poster` allows taken (owned), a reservation
+/// waiting for one polled with `waker`, then the last permit sent from
+/// another thread (its send wakes that reservation): true once the send
+/// returned, false if it has not within a minute (a deadlock: the
+/// sender's thread, the permits and the reservation are then left as they
+/// are, as the hung test leaves them).
+pub fn send_a_permit_while_every_permit_is_out(
+    poster: &Poster<u32>,
+    waker: &std::task::Waker,
+) -> bool {
+    let mut permits: Vec<_> = (0..evd::Permit::<u32>::MAX_OUT)
+        .map(|_| poster.clone().try_reserve_owned().ok().unwrap())
+        .collect();
+    let mut reserving = Box::pin(poster.reserve());
+    let mut cx = std::task::Context::from_waker(waker);
+    assert!(
+        std::future::Future::poll(reserving.as_mut(), &mut cx).is_pending(),
+        "every permit is out"
+    );
+    let last = permits.pop().unwrap();
+    let (done, sent) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(last.send(1).is_ok()).unwrap());
+    match sent.recv_timeout(Duration::from_secs(60)) {
+        Ok(ok) => {
+            assert!(ok, "the permit's send");
+            true
+        }
+        Err(_) => {
+            std::mem::forget(permits);
+            std::mem::forget(reserving);
+            false
+        }
+    }
+}

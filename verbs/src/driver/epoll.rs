@@ -325,22 +325,23 @@ mod tests {
         got
     }
 
-    #[test]
-    fn two_polls_of_one_fd_are_both_reported() {
+    /// An epoll instance with two feeds' polls of one eventfd.
+    fn two_polls_of_one_fd() -> (Epoll, OwnedFd, [FeedId; 2]) {
         let mut ep = Epoll::new(4, 1).unwrap();
         let fd = eventfd::new().unwrap();
-        let (a, b) = (
-            FeedId {
-                index: 0,
-                generation: 1,
-            },
-            FeedId {
-                index: 1,
-                generation: 1,
-            },
-        );
-        ep.poll(fd.as_raw_fd(), Request::FeedPoll(a)).unwrap();
-        ep.poll(fd.as_raw_fd(), Request::FeedPoll(b)).unwrap();
+        let ids = [0, 1].map(|index| FeedId {
+            index,
+            generation: 1,
+        });
+        for id in ids {
+            ep.poll(fd.as_raw_fd(), Request::FeedPoll(id)).unwrap();
+        }
+        (ep, fd, ids)
+    }
+
+    #[test]
+    fn two_polls_of_one_fd_are_both_reported() {
+        let (mut ep, fd, [a, b]) = two_polls_of_one_fd();
         eventfd::signal(&fd);
         assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
         let got: Vec<_> = reaped(&mut ep).iter().map(|c| c.request).collect();
@@ -351,20 +352,7 @@ mod tests {
 
     #[test]
     fn cancelling_one_of_two_polls_of_an_fd_keeps_the_other() {
-        let mut ep = Epoll::new(4, 1).unwrap();
-        let fd = eventfd::new().unwrap();
-        let (a, b) = (
-            FeedId {
-                index: 0,
-                generation: 1,
-            },
-            FeedId {
-                index: 1,
-                generation: 1,
-            },
-        );
-        ep.poll(fd.as_raw_fd(), Request::FeedPoll(a)).unwrap();
-        ep.poll(fd.as_raw_fd(), Request::FeedPoll(b)).unwrap();
+        let (mut ep, fd, [a, b]) = two_polls_of_one_fd();
         ep.cancel(a).unwrap();
         let got = reaped(&mut ep);
         assert_eq!(got.len(), 1, "{got:?}");
@@ -386,8 +374,9 @@ mod tests {
         assert!(unsafe { libc::dup2(file.as_raw_fd(), fd.as_raw_fd()) } >= 0);
     }
 
-    #[test]
-    fn a_cancellation_the_kernel_refuses_leaves_the_poll_waiting() {
+    /// An epoll instance with a feed's poll of an eventfd, and a second fd
+    /// of that eventfd's file (`kept`), which outlives a `renumber`.
+    fn one_poll_of_a_kept_fd() -> (Epoll, OwnedFd, OwnedFd, FeedId) {
         let mut ep = Epoll::new(4, 1).unwrap();
         let fd = eventfd::new().unwrap();
         let kept = fd.try_clone().unwrap();
@@ -396,6 +385,12 @@ mod tests {
             generation: 1,
         };
         ep.poll(fd.as_raw_fd(), Request::FeedPoll(id)).unwrap();
+        (ep, fd, kept, id)
+    }
+
+    #[test]
+    fn a_cancellation_the_kernel_refuses_leaves_the_poll_waiting() {
+        let (mut ep, fd, kept, id) = one_poll_of_a_kept_fd();
         // The number now names a file epoll refuses (`EPERM`); the polled
         // one lives on in `kept`, registered.
         renumber(&std::fs::File::open("/proc/self/exe").unwrap(), &fd);
@@ -409,14 +404,7 @@ mod tests {
 
     #[test]
     fn a_report_of_a_registration_that_outlived_its_cancellation_is_ignored() {
-        let mut ep = Epoll::new(4, 1).unwrap();
-        let fd = eventfd::new().unwrap();
-        let kept = fd.try_clone().unwrap();
-        let id = FeedId {
-            index: 0,
-            generation: 1,
-        };
-        ep.poll(fd.as_raw_fd(), Request::FeedPoll(id)).unwrap();
+        let (mut ep, fd, kept, id) = one_poll_of_a_kept_fd();
         // The number now names another pollable file, never registered:
         // the deletion finds nothing (`ENOENT`), and the old registration
         // lasts as long as `kept`.
