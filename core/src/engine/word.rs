@@ -199,11 +199,14 @@ impl<T> Shared<T> {
                     }
                 }
                 ReserveBatch::Full => {
-                    // Load the head before the word: then head <= tail(w), so a
-                    // "full" verdict is true at some instant, never an artefact
-                    // of a hint newer than the word.
+                    // The word, then the head: `(w, hint)` held at the word's
+                    // load if it is `w` and the head is `hint` after it (the
+                    // head only grows past a head once seen). Acquire: a
+                    // reservation `w` shows orders the head it saw before
+                    // the load below (else the ring could look full on a
+                    // weakly ordered CPU; the CNO's ready ring must not).
+                    let fresh_w = s.state.load(Ordering::Acquire);
                     let fresh = s.consumer.head.load(Ordering::Acquire);
-                    let fresh_w = s.state.load(Ordering::Relaxed);
                     if fresh == hint && fresh_w == w {
                         if let Some(new) = state::start_upcall_to_drain(w, hint) {
                             // AcqRel, as any token hand-off: see the last
