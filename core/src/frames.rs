@@ -3,7 +3,14 @@
 //!
 //! A frame is pushed for every upcall handler call and for the closure of
 //! [`Consumer::dequeue_with`](crate::Consumer::dequeue_with): while it is on
-//! the stack the thread is that EVD's consumer side. Nested calls (a handler
+//! the stack the thread is that EVD's consumer side. A frame is also pushed
+//! while a counted instance runs wakers it owes before or between its
+//! handler calls (an instance giving the token back for a call under
+//! `ManyInstances`, a permit send that started one): waiting for room there
+//! would wait for that instance, stopped under the waker. The hand-back's
+//! frame is marked as one where the token is free ([`as_token_hand_back_of`]):
+//! a room waiter there may start the draining instance itself (see
+//! [`in_token_hand_back`]). Nested calls (a handler
 //! that posts to another EVD whose upcall runs inline) form a chain,
 //! innermost first, so "am I inside a handler call of this EVD?" is answered
 //! for every EVD on the stack, not only the innermost one.
@@ -15,7 +22,7 @@
 //! # Invariant
 //!
 //! Every pointer in the chain points to a live frame: a frame is linked only
-//! by [`as_handler_of`], on the stack of the call that owns it, and unlinked
+//! by [`as_handler_of`] or [`as_token_hand_back_of`], on the stack of the call that owns it, and unlinked
 //! by its guard's drop (also on unwind) before that call returns, innermost
 //! first. Only this thread reads or writes its chain, so no ordering is
 //! involved.
@@ -23,6 +30,8 @@
 /// One running handler call on this thread's stack.
 struct Frame {
     evd: usize,
+    /// An instance's hand-back of the token ([`as_token_hand_back_of`]).
+    hand_back: bool,
     outer: *const Frame,
 }
 
@@ -72,10 +81,35 @@ pub(crate) fn own_calls(evd: usize) -> u64 {
     n
 }
 
+/// True if the innermost frame of `evd` on this thread's stack is an
+/// instance's hand-back of the token: the token is free, so a room waiter
+/// may start the draining instance, which a handler call of `evd` (a
+/// frame further in) would not want to be re-entered by.
+pub(crate) fn in_token_hand_back(evd: usize) -> bool {
+    let mut innermost = None;
+    for_each_frame(|frame| {
+        if frame.evd == evd && innermost.is_none() {
+            innermost = Some(frame.hand_back);
+        }
+    });
+    innermost == Some(true)
+}
+
 /// Run `f` with a frame of `evd` linked, as a handler call is.
 pub(crate) fn as_handler_of<R>(evd: usize, f: impl FnOnce() -> R) -> R {
+    linked(evd, false, f)
+}
+
+/// Run `f` with a frame of `evd` linked, marked as an instance's hand-back
+/// of the token ([`in_token_hand_back`]).
+pub(crate) fn as_token_hand_back_of<R>(evd: usize, f: impl FnOnce() -> R) -> R {
+    linked(evd, true, f)
+}
+
+fn linked<R>(evd: usize, hand_back: bool, f: impl FnOnce() -> R) -> R {
     let frame = Frame {
         evd,
+        hand_back,
         outer: INNERMOST.with(|innermost| innermost.get()),
     };
     let _linked = FrameGuard::push(&frame);

@@ -199,12 +199,10 @@ impl<T> Shared<T> {
                     }
                 }
                 ReserveBatch::Full => {
-                    // The word, then the head: `(w, hint)` held at the word's
-                    // load if it is `w` and the head is `hint` after it (the
-                    // head only grows past a head once seen). Acquire: a
-                    // reservation `w` shows orders the head it saw before
-                    // the load below (else the ring could look full on a
-                    // weakly ordered CPU; the CNO's ready ring must not).
+                    // Word, then head: `(w, hint)` held at the word's load if
+                    // both still match (the head only grows). Acquire: the
+                    // head a reservation in `w` saw comes before the head
+                    // load (or a weakly ordered CPU could see a false full).
                     let fresh_w = s.state.load(Ordering::Acquire);
                     let fresh = s.consumer.head.load(Ordering::Acquire);
                     if fresh == hint && fresh_w == w {

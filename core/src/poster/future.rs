@@ -31,7 +31,8 @@ impl<T: Send> Poster<T> {
     /// The future resolves to `Ok(())` once the event is queued, or to
     /// [`PostError::Closed`] with the event if the EVD is (or gets) closed;
     /// [`PostError::Full`] only inside an upcall of this same EVD (or the
-    /// closure of its `dequeue_with`), where waiting would wait for itself. A full ring registers the task's waker
+    /// closure of its `dequeue_with`; see [`Poster::post_blocking`] for what
+    /// counts as inside), where waiting would wait for itself. A full ring registers the task's waker
     /// in the room queue; the consumer's dequeue that frees a slot wakes it.
     ///
     /// # Panics

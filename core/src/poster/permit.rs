@@ -83,8 +83,8 @@ impl<T: Send> Poster<T> {
     /// future resolves to a [`Permit`] once one is free, or to
     /// [`BatchPostError::Closed`] if the EVD is (or gets) closed;
     /// [`BatchPostError::Full`] only inside an upcall of this same EVD (or
-    /// the closure of its `dequeue_with`), where waiting would wait for
-    /// itself.
+    /// the closure of its `dequeue_with`; see [`Poster::post_blocking`] for
+    /// what counts as inside), where waiting would wait for itself.
     ///
     /// Cancel-safe: dropping the future before it resolves takes nothing
     /// (no event is in hand, no slot was promised) and leaves the room

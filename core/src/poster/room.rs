@@ -76,10 +76,11 @@ impl<T: Send> RoomWaiter<T> {
     /// the room queue; `Pending` with `cx`'s waker registered if the ring is
     /// full: a dequeue that frees a slot wakes it. `Ready(Err(Closed))` once
     /// the EVD is closed; `Ready(Err(Full))` at once if called inside an
-    /// upcall of this same EVD (or the closure of its `dequeue_with`), where
-    /// waiting would wait for itself, unless the ring has room or this call
-    /// can start the instance that drains it (as below: a waker run while an
-    /// instance hands the token back for its handler call can).
+    /// upcall of this same EVD (a handler call, a waker an instance or a
+    /// permit's send runs for it, or the closure of its `dequeue_with`),
+    /// where waiting would wait for itself; except from a waker run while an
+    /// instance gives the token back for its handler call on a full ring:
+    /// that one starts the draining instance (as below) before it answers.
     ///
     /// Under an upcall policy with no instance running (a handler that
     /// panicked left the ring full, or upcalls were enabled with
@@ -103,13 +104,17 @@ impl<T: Send> RoomWaiter<T> {
     /// assert_eq!(room.poll_room(&mut cx), Poll::Ready(Err(evd::BatchPostError::Closed)));
     /// ```
     pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, BatchPostError>> {
-        if crate::frames::in_own_handler(self.poster.shared.id()) {
-            // Never waits here; a handler call holds the token, so no
-            // draining instance starts from one.
-            return Poll::Ready(self.room_now().unwrap_or_else(|| {
-                self.poster.shared.room_leave(&mut self.seat, false);
-                Err(BatchPostError::Full)
-            }));
+        let id = self.poster.shared.id();
+        if crate::frames::in_own_handler(id) {
+            // Never waits here. Only a token hand-back drains: a handler
+            // call would be re-entered by the instance (`frames`).
+            let now = match crate::frames::in_token_hand_back(id) {
+                true => self.room_now(),
+                false => self.room_seen(),
+            };
+            // (A seat `room_now` left already is not left twice.)
+            self.poster.shared.room_leave(&mut self.seat, false);
+            return Poll::Ready(now.unwrap_or(Err(BatchPostError::Full)));
         }
         if let Some(r) = self.room_now() {
             return Poll::Ready(r);
@@ -132,8 +137,8 @@ impl<T: Send> RoomWaiter<T> {
     /// it full, or upcalls were enabled with `Invoke::New` on a full ring)
     /// is drained only by an upcall a post starts, and this waiter posts
     /// nothing while it waits: it starts that upcall here, as a refused post
-    /// does, and looks again. (Inside one of the EVD's own handler calls the
-    /// token is held, so none starts.) If the handler panics, the waiter
+    /// does, and looks again. (The caller has checked that this is not one of
+    /// the EVD's own handler calls.) If the handler panics, the waiter
     /// leaves the room queue on the way out, as a post that gave up.
     fn room_now(&mut self) -> Option<Result<usize, BatchPostError>> {
         let r = loop {

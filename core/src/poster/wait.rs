@@ -29,7 +29,10 @@ impl<T: Send> Poster<T> {
     /// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with) (where the
     /// thread *is* the consumer, so no slot could be freed while it waits) a full ring
     /// is refused at once with [`PostError::Full`]; that is the only case it
-    /// is returned.
+    /// is returned. "Inside an upcall" includes a waker run on the thread of
+    /// an instance still counted and not running yet or between handler
+    /// calls (an instance's hand-back of the token, a permit send that
+    /// started one): a wait there would wait for that instance.
     ///
     /// # Panics
     ///

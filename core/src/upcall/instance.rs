@@ -78,13 +78,13 @@ unsafe fn deliver<T>(s: &Shared<T>, handler: Loaded<T>, item: Result<T, Overflow
 /// woken to start the draining instance themselves, as after an instance
 /// that unwound ([`Shared::wake_room_if_stranded`]). Their wakers are user
 /// code run while this instance is still counted: inside this EVD's frame,
-/// as a handler call, so that a teardown or a policy change from one is
-/// refused instead of waiting for this instance, stopped under it, and a
-/// post or a room waiter from one never waits (only this instance's return
-/// might end that wait) but may start the draining instance itself, the
-/// token being free.
+/// so that a teardown or a policy change from one is refused instead of
+/// waiting for this instance, stopped under it, and a post or a room waiter
+/// from one never waits (only this instance's return might end that wait);
+/// marked as a hand-back, where the token is free, so that a room waiter
+/// may start the draining instance itself.
 fn release_for_handler<T>(s: &Shared<T>) {
-    frames::as_handler_of(s.id(), || {
+    frames::as_token_hand_back_of(s.id(), || {
         let new = s.release_token();
         s.wake_room_if_stranded(new);
     });
@@ -374,6 +374,48 @@ mod tests {
             "drained, not refused"
         );
         assert_eq!(handled.try_iter().collect::<Vec<_>>(), [0, 1]);
+        drop(up.teardown());
+    }
+
+    /// A room waiter polled from a handler call under ManyInstances (the
+    /// token given back for the call) on a full ring answers `Full` at once:
+    /// it does not start the draining instance there, which would call the
+    /// handler again from inside itself.
+    #[test]
+    fn a_room_waiter_polled_from_a_handler_call_does_not_re_enter_the_handler() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use std::sync::{Arc, Mutex};
+        use std::task::{Context, Poll, Waker};
+        let (poster, consumer) = crate::bounded::<u32>(2).unwrap();
+        poster.post(0).unwrap();
+        poster.post(1).unwrap(); // full
+        let room = Arc::new(Mutex::new(poster.room_waiter()));
+        let (depth, deepest) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let (p, d, m, a) = (
+            poster.clone(),
+            depth.clone(),
+            deepest.clone(),
+            answers.clone(),
+        );
+        let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
+            m.fetch_max(d.fetch_add(1, SeqCst) + 1, SeqCst);
+            if ev == Ok(0) {
+                // The slot the dequeue of 0 freed, taken: the ring is full.
+                let permit = p.try_reserve().unwrap();
+                let mut cx = Context::from_waker(Waker::noop());
+                a.lock()
+                    .unwrap()
+                    .push(room.lock().unwrap().poll_room(&mut cx));
+                drop(permit);
+            }
+            d.fetch_sub(1, SeqCst);
+        });
+        assert_eq!(
+            *answers.lock().unwrap(),
+            [Poll::Ready(Err(crate::BatchPostError::Full))]
+        );
+        assert_eq!(deepest.load(SeqCst), 1, "the handler was not re-entered");
         drop(up.teardown());
     }
 
