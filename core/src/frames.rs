@@ -83,8 +83,8 @@ pub(crate) fn own_calls(evd: usize) -> u64 {
 
 /// True if the innermost frame of `evd` on this thread's stack is an
 /// instance's hand-back of the token: the token is free, so a room waiter
-/// may start the draining instance, which a handler call of `evd` (a
-/// frame further in) would not want to be re-entered by.
+/// may start the draining instance, which it does not from a handler call
+/// (documented there: `Full` at once).
 pub(crate) fn in_token_hand_back(evd: usize) -> bool {
     let mut innermost = None;
     for_each_frame(|frame| {

@@ -78,9 +78,12 @@ impl<T: Send> RoomWaiter<T> {
     /// the EVD is closed; `Ready(Err(Full))` at once if called inside an
     /// upcall of this same EVD (a handler call, a waker an instance or a
     /// permit's send runs for it, or the closure of its `dequeue_with`),
-    /// where waiting would wait for itself; except from a waker run while an
-    /// instance gives the token back for its handler call on a full ring:
-    /// that one starts the draining instance (as below) before it answers.
+    /// where waiting would wait for itself; except where the innermost such
+    /// frame is a waker run while an instance gives the token back for its
+    /// handler call on a full ring: there it starts the draining instance
+    /// (as below) before it answers. (A post from a handler under
+    /// `ManyInstances` may start one too, as `post` documents: a handler
+    /// call holding a lock it needs again must not poll from there.)
     ///
     /// Under an upcall policy with no instance running (a handler that
     /// panicked left the ring full, or upcalls were enabled with

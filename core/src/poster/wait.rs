@@ -28,11 +28,14 @@ impl<T: Send> Poster<T> {
     /// Called from inside an upcall of this same EVD, or the closure of its
     /// [`Consumer::dequeue_with`](crate::Consumer::dequeue_with) (where the
     /// thread *is* the consumer, so no slot could be freed while it waits) a full ring
-    /// is refused at once with [`PostError::Full`]; that is the only case it
-    /// is returned. "Inside an upcall" includes a waker run on the thread of
-    /// an instance still counted and not running yet or between handler
-    /// calls (an instance's hand-back of the token, a permit send that
-    /// started one): a wait there would wait for that instance.
+    /// is refused with [`PostError::Full`] instead of waited on (after the
+    /// short spin and the retries of [`Poster::post`], which under
+    /// `ManyInstances` with the token free start an instance that drains
+    /// the ring, calling the handler again from inside this call); that is
+    /// the only case it is returned. "Inside an upcall" includes a waker run
+    /// on the thread of an instance still counted and not running yet or
+    /// between handler calls (an instance's hand-back of the token, a permit
+    /// send that started one): a wait there would wait for that instance.
     ///
     /// # Panics
     ///
