@@ -93,6 +93,10 @@
 //! | instance returns after its handler (ManyInstances) | [`reacquire`] | — | token free and INSTANCES within the policy's limit: +TOKEN; otherwise INSTANCES−1 | continue, or stop |
 //! | upcall unwinds (guard) | [`abandon_instance`] | — | −TOKEN if held, INSTANCES−1 | re-raise the panic |
 //!
+//! After the last four rows (and a policy installed without an instance), a
+//! word that [`strands_a_full_ring`] wakes every poster waiting for room: one
+//! of them starts the draining instance.
+//!
 //! # Memory orderings (argued at each call site; summarised here)
 //!
 //! * A poster's reservation CAS is `AcqRel` on success. `Acquire`: it must see
@@ -801,6 +805,28 @@ pub const fn start_upcall_to_drain(w: u64, head: u64) -> Option<u64> {
         return None;
     }
     start_upcall_on_full(w)
+}
+
+/// True if `w` leaves a full ring to an upcall nobody runs, for a consumer
+/// at `head`: posts are refused, events are queued, an upcall policy is
+/// enabled and the token is free with room for an instance. Only a post
+/// refused as full starts that instance ([`start_upcall_to_drain`]), so the
+/// posters waiting for room must be told. A ring with room strands nobody:
+/// the next post starts the instance ([`reserve`]), and every slot freed
+/// since the waiters joined was announced to one of them.
+///
+/// ```
+/// use evd::state::*;
+/// let Reserve::Ticket { new: one, .. } = reserve(initial(1), 0) else { unreachable!() };
+/// let Reserve::Ticket { new: two, .. } = reserve(one, 0) else { unreachable!() };
+/// let on = |w| set_policy(w, 0, PolicyBits::Many, Invoke::New).new;
+/// assert!(strands_a_full_ring(on(two), 0));
+/// assert!(!strands_a_full_ring(on(one), 0)); // room left: a post starts it
+/// assert!(!strands_a_full_ring(two, 0)); // no upcall policy
+/// ```
+#[inline]
+pub const fn strands_a_full_ring(w: u64, head: u64) -> bool {
+    is_full(w, head) && start_upcall_to_drain(w, head).is_some()
 }
 
 /// Outcome of [`arm`].
@@ -1809,6 +1835,32 @@ mod tests {
         let new = abandon_instance(many, false);
         assert!(has(new, TOKEN), "another instance's token is not ours");
         assert_eq!(instances(new), 1);
+    }
+
+    #[test]
+    fn only_a_full_ring_with_events_and_a_free_token_under_an_enabled_policy_is_stranded() {
+        let many = with_policy(CAP4, PolicyBits::Many);
+        let full = with_tail(many, 4);
+        assert!(strands_a_full_ring(full, 0));
+        assert!(
+            !strands_a_full_ring(full, 1),
+            "a slot free: a post starts it"
+        );
+        let three_and_a_permit = with_tail(many, 3) + ONE_PERMIT;
+        assert!(strands_a_full_ring(three_and_a_permit, 0));
+        let promised_only = many + 4 * ONE_PERMIT;
+        assert!(is_full(promised_only, 0));
+        assert!(!strands_a_full_ring(promised_only, 0), "nothing to drain");
+        assert!(
+            !strands_a_full_ring(full | TOKEN, 0),
+            "an instance drains it"
+        );
+        let at_limit = with_instances(with_policy(full, PolicyBits::Single), 1);
+        assert!(!strands_a_full_ring(at_limit, 0), "no room for an instance");
+        assert!(
+            !strands_a_full_ring(with_tail(CAP4, 4), 0),
+            "no upcall policy"
+        );
     }
 
     #[test]

@@ -504,6 +504,62 @@ fn a_room_waiter_waiting_when_upcalls_are_enabled_without_an_instance_is_woken()
     assert_eq!(*seen.lock().unwrap(), [1, 2]);
 }
 
+/// Under `ManyInstances` an instance takes one event out (its head store
+/// wakes one waiting poster for the slot it freed) and gives the token back
+/// for its handler call with events still queued: the ring has room, so the
+/// next post starts the instance that drains them, and the posters still
+/// waiting have nothing to do yet. The hand-back wakes none of them (it
+/// woke them all, after every event, each going back to a lock and a
+/// barrier to find the ring full again).
+#[test]
+fn a_token_given_back_on_a_ring_with_room_wakes_no_waiting_poster() {
+    let (poster, consumer) = full_ring(&[0, 1]);
+    let (first, mut first_post) = (common::counting(), poster.post_async(10));
+    let (second, mut second_post) = (common::counting(), poster.post_async(11));
+    assert!(poll(&mut first_post, &first.1).is_pending());
+    assert!(poll(&mut second_post, &second.1).is_pending());
+    let (handled, seen) = shared_vec();
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let upcalls = std::thread::spawn(move || {
+        // The enable runs the first instance here: it takes 0 out and gives
+        // the token back with 1 queued, then calls the handler.
+        consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
+            let ev = ev.unwrap();
+            handled.lock().unwrap().push(ev);
+            if ev == 0 {
+                entered_tx.send(()).unwrap();
+                release_rx.lock().unwrap().recv().unwrap();
+            }
+        })
+    });
+    entered.recv().unwrap();
+    assert_eq!(first.0.wakes(), 1, "the freed slot's wake");
+    assert_eq!(
+        second.0.wakes(),
+        0,
+        "woken by a hand-back on a ring with room"
+    );
+    // The first poster's post starts the instance that drains 1, whose head
+    // store wakes the second.
+    assert!(matches!(
+        poll(&mut first_post, &first.1),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(second.0.wakes(), 1, "the slot freed for it");
+    assert!(matches!(
+        poll(&mut second_post, &second.1),
+        Poll::Ready(Ok(()))
+    ));
+    release.send(()).unwrap();
+    let upcalls = upcalls.join().unwrap();
+    drop(upcalls.teardown());
+    let mut got = seen.lock().unwrap().clone();
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 10, 11]);
+}
+
 /// A waker whose `clone` panics (the room queue's join clones it); its
 /// other calls do nothing.
 fn waker_whose_clone_panics() -> Waker {

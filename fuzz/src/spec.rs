@@ -472,6 +472,12 @@ pub fn start_upcall_to_drain(a: Word, head: u64) -> Option<Word> {
     }
 }
 
+/// strands_a_full_ring: posts are refused as full, and only one of them
+/// would start the upcall that drains the queued events.
+pub fn strands_a_full_ring(a: Word, head: u64) -> bool {
+    a.len(head) + a.permits >= a.capacity() && start_upcall_to_drain(a, head).is_some()
+}
+
 /// Largest `cap_log2` a word may hold (`evd::state::MAX_CAP_LOG2`).
 pub const MAX_CAP_LOG2: u32 = 32;
 

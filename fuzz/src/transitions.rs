@@ -147,6 +147,11 @@ pub fn check(c: &Case) {
         "start_upcall_to_drain"
     );
     assert_eq!(
+        state::strands_a_full_ring(w, head),
+        spec::strands_a_full_ring(a, head),
+        "strands_a_full_ring"
+    );
+    assert_eq!(
         state::start_upcall_on_full(w).map(dec),
         spec::start_upcall_on_full(a),
         "start_upcall_on_full"
