@@ -270,6 +270,35 @@ fn keys_come_in_ready_order_after_a_place_is_reused() {
     );
 }
 
+/// A disable that finds every spare slot waiting for the waiter's pop keeps
+/// its own slot (its entry where its last trigger put it) rather than take
+/// back another releasing slot, whose stale entry may sit further ahead.
+#[test]
+fn keys_come_in_ready_order_after_a_disable_with_no_free_slot_left() {
+    let mut cno = Cno::new(2).unwrap(); // four slots
+    let (pa, mut a) = enabled::<u8>(&cno, 1);
+    let (pb, _b) = enabled::<u8>(&cno, 2);
+    // Twice: key 1 ready, then removed, a moved to a fresh slot; the slot it
+    // left waits for the waiter's pop of its entry.
+    for ev in [1, 2] {
+        pa.post(ev).unwrap();
+        a.disable_cno();
+        assert_eq!(drain(&mut a).0, [ev]);
+        assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    }
+    pb.post(1).unwrap(); // key 2 ready
+    pa.post(3).unwrap(); // key 1 ready, after key 2
+    a.disable_cno(); // no free slot left: a keeps its own
+    assert_eq!(drain(&mut a).0, [3]);
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(4).unwrap(); // key 1 ready again, after key 2
+    assert_eq!(
+        ready_keys(&mut cno),
+        [2, 1],
+        "FIFO in the order keys became ready"
+    );
+}
+
 #[test]
 fn resizing_an_enabled_evd_keeps_its_enable() {
     let mut cno = Cno::new(1).unwrap();

@@ -172,6 +172,27 @@ impl CnoCore {
     /// `counted`: a new binding (a move within this CNO is not). Returns the
     /// slot and the key.
     pub(crate) fn bind(&self, key: Option<u64>, counted: bool) -> Result<(u32, u64), CnoError> {
+        self.take_slot(key, counted, true)
+    }
+
+    /// [`CnoCore::bind`] for a binding that moves within this CNO to a slot
+    /// whose index is not in the ready ring (so that its next trigger joins
+    /// the ring at its tail), keeping `key`; `None` if every spare slot
+    /// waits for the waiter's pop (taking one of those back would only
+    /// trade one stale entry for another).
+    pub(crate) fn bind_fresh(&self, key: u64) -> Option<u32> {
+        self.take_slot(Some(key), false, false)
+            .ok()
+            .map(|(slot, _)| slot)
+    }
+
+    /// [`CnoCore::bind`], taking back a releasing slot only if `reclaim`.
+    fn take_slot(
+        &self,
+        key: Option<u64>,
+        counted: bool,
+        reclaim: bool,
+    ) -> Result<(u32, u64), CnoError> {
         let full = CnoError::Full { capacity: self.max };
         let (slot, key) = self.with_free(|f| {
             if counted && f.bound == self.max {
@@ -179,6 +200,7 @@ impl CnoCore {
             }
             let slot = match f.free.pop_front() {
                 Some(slot) => slot,
+                None if !reclaim => return Err(full),
                 // Every free slot is bound or waits for the waiter's pop of
                 // its stale index (rare, with twice the slots): take one of
                 // those back. Under the lock, so its pop cannot free it too.

@@ -166,9 +166,9 @@ impl<T> Consumer<T> {
                 // joins the ring at its tail. (With every spare slot waiting
                 // for the waiter's pop, keep this one: nothing is lost, the
                 // key is only served early.)
-                if let Ok((slot, key)) = b.core.bind(Some(b.key), false) {
+                if let Some(slot) = b.core.bind_fresh(b.key) {
                     b.core.release(b.slot, false);
-                    self.install(&b.core, slot, key);
+                    self.install(&b.core, slot, b.key);
                 }
             }
         }
