@@ -78,6 +78,7 @@
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
 //! | disarm (consumer, on timeout) | [`withdraw`] | ARMED, and CNO_ARMED clear or the ring empty | −ARMED | — |
 //! | a direct wait gives up with events queued on an enabled EVD (consumer) | [`withdraw`] | CNO_ARMED, len > 0 | −ARMED −CNO_ARMED +NOTIFIED | trigger the CNO |
+//! | an enable finds the last enable left with news (consumer; a direct waiter took a post's wake) | [`withdraw`] | CNO_ARMED, len > 0 or a loss report | −ARMED −CNO_ARMED +NOTIFIED | none: report pending (the CNO gets no key for news the enable reports) |
 //! | a dequeue meets the EVD unwaitable with its events reserved (consumer) | [`withdraw_unless_reserved`] | len ≥ want | — (it takes them once published) | — |
 //! | enable on the CNO (consumer of a bound EVD) | [`enable_cno`] | empty, not closed, !CNO_ARMED | +CNO_ARMED −NOTIFIED | wait on the CNO |
 //! | enable finds work / end / an enable | [`enable_cno`] | len > 0, or closed, or CNO_ARMED | none (no CAS) | drain, stop, or wait on the CNO |
@@ -93,9 +94,10 @@
 //! | instance returns after its handler (ManyInstances) | [`reacquire`] | — | token free and INSTANCES within the policy's limit: +TOKEN; otherwise INSTANCES−1 | continue, or stop |
 //! | upcall unwinds (guard) | [`abandon_instance`] | — | −TOKEN if held, INSTANCES−1 | re-raise the panic |
 //!
-//! After the last four rows (and a policy installed without an instance), a
-//! word that [`strands_a_full_ring`] wakes every poster waiting for room: one
-//! of them starts the draining instance.
+//! After a permit taken, a policy installed without an instance, a token
+//! handed back, a [`reacquire`] that exits and an [`abandon_instance`], a word
+//! that [`strands_a_full_ring`] wakes every poster waiting for room: one of
+//! them starts the draining instance.
 //!
 //! # Memory orderings (argued at each call site; summarised here)
 //!
@@ -809,11 +811,12 @@ pub const fn start_upcall_to_drain(w: u64, head: u64) -> Option<u64> {
 
 /// True if `w` leaves a full ring to an upcall nobody runs, for a consumer
 /// at `head`: posts are refused, events are queued, an upcall policy is
-/// enabled and the token is free with room for an instance. Only a post
-/// refused as full starts that instance ([`start_upcall_to_drain`]), so the
-/// posters waiting for room must be told. A ring with room strands nobody:
-/// the next post starts the instance ([`reserve`]), and every slot freed
-/// since the waiters joined was announced to one of them.
+/// enabled and the token is free with room for an instance. Only a post or
+/// permit refused as full starts that instance ([`start_upcall_to_drain`]),
+/// so the posters waiting for room must be told. A ring with room strands
+/// nobody: every slot freed since the waiters joined was announced to one
+/// of them, whose post starts the instance ([`reserve`]), and a permit that
+/// takes the last slot instead (it starts nothing) makes this check itself.
 ///
 /// ```
 /// use evd::state::*;

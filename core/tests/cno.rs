@@ -170,6 +170,31 @@ fn enabling_an_enabled_evd_changes_nothing() {
     assert_eq!(cno.try_next(), None, "disabled");
 }
 
+/// An enable left with news (a post woke a direct waiter and left the
+/// enable in place): enabling again reports them (`Pending`) and takes the
+/// enable back, instead of also putting the key in the ready set for news
+/// the call itself reports. The disable barrier then waits for no trigger
+/// of the enable taken back.
+#[test]
+fn enabling_an_evd_a_direct_wait_left_enabled_with_news_reports_them_without_a_key() {
+    let mut cno = Cno::new(1).unwrap();
+    let (p, mut c) = enabled::<u8>(&cno, 5);
+    assert_eq!(c.arm(), ArmStatus::Armed);
+    p.post(1).unwrap(); // wakes the direct waiter; the enable stays
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Pending));
+    assert_eq!(cno.try_next(), None, "no key for news the enable reported");
+    p.post(2).unwrap();
+    assert_eq!(cno.try_next(), None, "the enable was taken back");
+    assert_eq!(drain(&mut c).0, [1, 2]);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(3).unwrap();
+    assert_eq!(ready_keys(&mut cno), [5]);
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new("disable after an enable taken back", progress.clone());
+    c.disable_cno();
+    progress.store(1, Relaxed);
+}
+
 #[test]
 fn enable_is_not_bound_before_a_bind_then_pending_armed_or_closed() {
     let cno = Cno::new(4).unwrap();

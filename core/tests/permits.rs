@@ -208,6 +208,45 @@ fn a_reservation_on_a_full_ring_under_an_idle_upcall_policy_runs_the_upcall_that
     drop(upcalls);
 }
 
+/// A reservation woken for a freed slot takes it as a permit, filling the
+/// ring, under an upcall policy with events queued and no instance (here
+/// enabled with `Invoke::New` while the slot was free): a permit starts no
+/// upcall, and the posters still waiting for room would sleep beside a full
+/// ring nobody drains. The permit wakes them, and the next one's post
+/// starts the draining upcall.
+#[test]
+fn a_permit_that_fills_a_ring_no_upcall_drains_wakes_the_posters_waiting_for_room() {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    let (reserving_woken, reserving_waker) = counting();
+    let mut reserving = poster.reserve();
+    assert!(poll(&mut reserving, &reserving_waker).is_pending());
+    let (posting_woken, posting_waker) = counting();
+    let mut posting = poster.post_async(3);
+    assert!(poll(&mut posting, &posting_waker).is_pending());
+    assert_eq!(consumer.try_dequeue(), Ok(1)); // wakes the reservation
+    assert_eq!(reserving_woken.wakes(), 1);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let upcalls = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+        sink.lock().unwrap().push(ev.unwrap())
+    });
+    let Poll::Ready(Ok(permit)) = poll(&mut reserving, &reserving_waker) else {
+        panic!("the reservation was woken for a free slot");
+    };
+    assert_eq!(poster.free_slots(), Some(0), "full, and no upcall runs");
+    assert_eq!(posting_woken.wakes(), 1, "the waiting post was woken");
+    // Refused as full, it runs the upcall that drains the ring, then posts.
+    assert!(matches!(
+        poll(&mut posting, &posting_waker),
+        Poll::Ready(Ok(()))
+    ));
+    permit.send(4).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [2, 3, 4]);
+    drop(upcalls);
+}
+
 #[test]
 fn waiting_for_a_permit_inside_its_own_upcall_is_refused_at_once() {
     let (poster, consumer) = evd::bounded::<u32>(1).unwrap();

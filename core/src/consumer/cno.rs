@@ -97,12 +97,14 @@ impl<T> Consumer<T> {
     /// `Armed`: the next post (or close, or loss) puts the key in the CNO's
     /// ready set, exactly once. `Pending`: events (or a loss report) are
     /// queued now, so drain, then enable again. `Closed`: closed and
-    /// drained. Enabling an enabled EVD changes nothing.
+    /// drained. Enabling an enabled EVD with nothing queued changes nothing.
     ///
     /// A direct waiter ([`Consumer::wait`], [`Consumer::recv`], ...)
     /// preempts the CNO: while it is armed, a post wakes it and leaves the
-    /// enable for the next post. A direct arm still set when this is called
-    /// (an explicit [`Consumer::arm`], or an async wait that returned
+    /// enable for the next post. Enabling again with that post's event still
+    /// queued answers `Pending` and takes the enable back: the CNO gets no
+    /// key for news this call reports. A direct arm still set when this is
+    /// called (an explicit [`Consumer::arm`], or an async wait that returned
     /// `Pending` and was dropped) is withdrawn: nobody is waiting on it, and
     /// the next post's news is the CNO's. A direct wait that gives up with
     /// events queued or a loss report pending hands them to the CNO.
@@ -125,8 +127,10 @@ impl<T> Consumer<T> {
             Some(false) => {}
         }
         let (arm, owed) = self.shared().cno_enable();
-        if owed != Owed::Nothing {
-            self.cno_fired = self.cno_fired.wrapping_add(1);
+        match owed {
+            Owed::Nothing => {}
+            Owed::TakenBack => self.cno_fired = self.cno_fired.wrapping_sub(1),
+            Owed::Trigger | Owed::TriggerByClose => self.cno_fired = self.cno_fired.wrapping_add(1),
         }
         if owed == Owed::TriggerByClose {
             // After the count, which the close's trigger meets: a waker the
@@ -226,6 +230,8 @@ impl<T> Consumer<T> {
         let mut panics = Panics::default();
         if was_enabled {
             let (arm, owed) = self.shared().cno_enable();
+            // The barrier above cleared an enable left with news.
+            debug_assert_ne!(owed, Owed::TakenBack);
             if owed == Owed::Nothing {
                 news = !matches!(arm, Arm::Armed(_));
             } else {

@@ -99,6 +99,9 @@ pub(crate) const HEAD_EPOCH_SHIFT: u32 = state::TAIL_BITS - 4;
 pub(crate) enum Owed {
     /// None: the enable found work or the end, or was taken back.
     Nothing,
+    /// None, and the trigger an earlier enable owed will not come either:
+    /// the enable found it left with news and took it back.
+    TakenBack,
     /// The one a post, loss or close that takes `CNO_ARMED` will deliver.
     Trigger,
     /// The same, but a close has begun: the caller counts it, then finishes
@@ -234,6 +237,26 @@ impl<T> Shared<T> {
     pub(crate) fn notify_consumer(&self) {
         self.counters.notifications.fetch_add(1, Ordering::Relaxed);
         self.targets.notify();
+    }
+
+    /// Withdraw an arm (timed-out wait, dropped future). A direct waiter that
+    /// preempted the CNO and gives up with events queued or a loss report
+    /// pending hands them to the CNO ([`state::withdraw`]), triggered here.
+    pub(crate) fn disarm(&self) {
+        // No count of events is `u64::MAX`: always withdrawn.
+        self.disarm_unless_reserved(u64::MAX);
+    }
+
+    /// [`Shared::disarm`] for a waiter that takes its events, unless `want`
+    /// events are reserved ([`state::withdraw_unless_reserved`], decided by
+    /// the same CAS): `false` then, nothing changed (the caller waits for
+    /// them to be published and takes them).
+    pub(crate) fn disarm_unless_reserved(&self, want: u64) -> bool {
+        let r = self.withdraw(want);
+        if r == Some(true) {
+            self.trigger_cno();
+        }
+        r.is_some()
     }
 
     /// This thread took `CNO_ARMED` (a post, close or loss): put the EVD's

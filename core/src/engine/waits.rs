@@ -51,15 +51,16 @@ impl<T> Shared<T> {
     /// After an RMW that installed `word` and may leave queued events to an
     /// upcall nobody started (an instance that unwound out of a panicking
     /// handler or gave the token back for a handler call, a policy enabled
-    /// without an instance): on a full ring only a post refused as full
-    /// starts it, so posters waiting for room are woken to do that
-    /// themselves (a waiting post posts again, a
+    /// without an instance, a permit that took the last slot): on a full
+    /// ring only a post refused as full starts it, so posters waiting for
+    /// room are woken to do that themselves (a waiting post posts again, a
     /// [`RoomWaiter`](crate::RoomWaiter) drains). Nothing when `word` does
     /// not strand a full ring ([`state::strands_a_full_ring`]): an instance
     /// runs and its head stores wake them, or the ring has room, each freed
     /// slot already announced to a waiter whose post will start the
-    /// instance. (Waking them all there would send every waiter back to a
-    /// lock and a barrier after each event a `ManyInstances` handler takes.)
+    /// instance (or whose permit, filling the ring, calls this). (Waking
+    /// them all there would send every waiter back to a lock and a barrier
+    /// after each event a `ManyInstances` handler takes.)
     /// A head loaded after the RMW can only be newer: a dequeue since, whose
     /// own head store made the room check. The light barrier orders the
     /// caller's RMW before the flag load, as after a head store: either a

@@ -194,7 +194,16 @@ impl<T> Shared<T> {
                         .state
                         .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Relaxed)
                     {
-                        Ok(_) => return Ok((first, count, notify)),
+                        Ok(_) => {
+                            // A permit starts no upcall: one that fills the
+                            // ring under an idle policy strands it. (The
+                            // hint is at most the head: not full by it, not
+                            // full at all.)
+                            if want == PERMIT && state::strands_a_full_ring(new, hint) {
+                                s.wake_room_if_stranded(new);
+                            }
+                            return Ok((first, count, notify));
+                        }
                         Err(cur) => w = cur,
                     }
                 }
@@ -302,23 +311,13 @@ impl<T> Shared<T> {
         }
     }
 
-    /// Withdraw an arm (timed-out wait, dropped future). A direct waiter that
-    /// preempted the CNO and gives up with events queued or a loss report
-    /// pending hands them to the CNO ([`state::withdraw`]), triggered here.
-    pub(crate) fn disarm(&self) {
-        // No count of events is `u64::MAX`: always withdrawn.
-        self.disarm_unless_reserved(u64::MAX);
-    }
-
-    /// [`Shared::disarm`] for a waiter that takes its events, unless `want`
-    /// events are reserved ([`state::withdraw_unless_reserved`], decided by
-    /// the same CAS): `false` then, nothing changed (the caller waits for
-    /// them to be published and takes them).
-    pub(crate) fn disarm_unless_reserved(&self, want: u64) -> bool {
+    /// The CAS of [`Shared::disarm_unless_reserved`]: `None` if reserved,
+    /// else whether it took `CNO_ARMED` (the caller owes its trigger).
+    pub(super) fn withdraw(&self, want: u64) -> Option<bool> {
         let h = self.head();
         // AcqRel: Acquire if this takes CNO_ARMED, as any trigger's CAS (the
         // binding is the consumer's own write, but the path is the same).
-        let r = self.transition(Ordering::AcqRel, |w| {
+        self.transition(Ordering::AcqRel, |w| {
             // A lossy poster commits, then takes ARMED with an AcqRel RMW: if
             // `w` is that RMW's or later, the fence makes the commit visible;
             // if earlier, our CAS fails on it, or the poster triggers the CNO.
@@ -331,21 +330,19 @@ impl<T> Shared<T> {
                 Ok(Some((new, notify))) => Ok((new, Some(notify == Notify::Cno))),
                 Ok(None) => Err(Some(false)),
             }
-        });
-        if r == Some(true) {
-            self.trigger_cno();
-        }
-        r.is_some()
+        })
     }
 
     /// Enable the EVD on its CNO: the arm-then-check CAS. Returns what it
     /// found and the trigger it owes the slot's count.
     pub(crate) fn cno_enable(&self) -> (Arm, Owed) {
         // Withdraw a stale ARMED (a dropped poll's) that would take the CNO's
-        // news, or a left enable with news. Relaxed: only we set either.
+        // news. An enable left with news (a direct wait took a post's wake)
+        // is taken back, not triggered: this call reports them, and a key
+        // would send the CNO's waiter to them too. Relaxed: only we set either.
         let w = self.state.load(Ordering::Relaxed);
-        if state::has(w, state::ARMED | state::CNO_ARMED) {
-            self.disarm();
+        if state::has(w, state::ARMED | state::CNO_ARMED) && self.withdraw(u64::MAX) == Some(true) {
+            return (Arm::Pending, Owed::TakenBack);
         }
         let h = self.head();
         // AcqRel, as `arm`: Release publishes the binding to the poster whose
@@ -550,7 +547,7 @@ impl<T> Shared<T> {
     /// Install a policy; true if the caller took the token and must run an
     /// instance now (queued events, or a loss report, under `Invoke::Any`).
     ///
-    /// A policy installed with events queued and no instance to drain them
+    /// A policy installed on a full ring with no instance to drain it
     /// (`Invoke::New`, or after a quiesce) wakes the posters waiting for
     /// room ([`Shared::wake_room_if_stranded`]).
     pub(crate) fn set_policy(&self, bits: PolicyBits, invoke: Invoke) -> bool {

@@ -116,3 +116,45 @@ fn model_long_prefix<F: Fn() + Sync + Send + 'static>(f: F) {
     b.preemption_bound = b.preemption_bound.or(Some(3));
     b.check(f);
 }
+
+#[test]
+fn permit_filling_a_ring_no_upcall_drains_vs_waiting_post_no_lost_wakeup() {
+    // A reservation (polled here) and a post (on a thread) wait for room on
+    // a full ring; the consumer takes one event (its head store wakes the
+    // reservation, first in the queue) and turns to upcalls without
+    // starting one (`Invoke::New`, one event left queued). If the
+    // reservation gets the slot, its permit fills the ring and starts no
+    // upcall: the ring is full of an event nobody drains, and only the
+    // waiting post, refused as full, would start the upcall. The permit is
+    // held until that post is done, so a permit that left it asleep is a
+    // loom deadlock.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        poster.post(1).unwrap();
+        poster.post(2).unwrap();
+        let mut reserving = std::pin::pin!(poster.reserve());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(reserving.as_mut().poll(&mut cx).is_pending());
+        let posting = post_blocking_on_a_thread(&poster, 3);
+        assert_eq!(consumer.try_dequeue(), Ok(1));
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let d = delivered.clone();
+        let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |ev, _| {
+            ev.unwrap();
+            d.fetch_add(1, Ordering::SeqCst);
+        });
+        let permit = loom::future::block_on(reserving).unwrap();
+        assert_eq!(posting.join().unwrap(), Ok(()));
+        permit.send(4).unwrap();
+        let mut consumer = up.teardown();
+        let mut left = 0;
+        while consumer.try_dequeue().is_ok() {
+            left += 1;
+        }
+        assert_eq!(
+            delivered.load(Ordering::SeqCst) + left,
+            3,
+            "2, 3 and 4, once each"
+        );
+    });
+}
