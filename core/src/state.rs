@@ -77,8 +77,8 @@
 //! | arm on a closed EVD | [`arm`] | closed, len < threshold | none (no CAS): pending if len > 0, end of stream if 0 | drain, or stop |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
 //! | disarm (consumer, on timeout) | [`withdraw`] | ARMED, and CNO_ARMED clear or the ring empty | −ARMED | — |
-//! | a direct wait gives up with events queued on an enabled EVD (consumer) | [`withdraw`] | CNO_ARMED, len > 0 | −ARMED −CNO_ARMED +NOTIFIED | trigger the CNO |
-//! | an enable finds the last enable left with news (consumer; a direct waiter took a post's wake) | [`withdraw`] | CNO_ARMED, len > 0 or a loss report | −ARMED −CNO_ARMED +NOTIFIED | none: report pending (the CNO gets no key for news the enable reports) |
+//! | a direct wait gives up with events queued on an enabled EVD (consumer) | [`withdraw`] | CNO_ARMED, len > 0 or a loss report | −ARMED −CNO_ARMED +NOTIFIED | trigger the CNO |
+//! | an enable finds the last enable left with news (consumer; a direct waiter took a post's or a loss's wake) | [`withdraw`] | CNO_ARMED, len > 0 or a loss report | −ARMED −CNO_ARMED +NOTIFIED | none: report pending (the CNO gets no key for news the enable reports) |
 //! | a dequeue meets the EVD unwaitable with its events reserved (consumer) | [`withdraw_unless_reserved`] | len ≥ want | — (it takes them once published) | — |
 //! | enable on the CNO (consumer of a bound EVD) | [`enable_cno`] | empty, not closed, !CNO_ARMED | +CNO_ARMED −NOTIFIED | wait on the CNO |
 //! | enable finds work / end / an enable | [`enable_cno`] | len > 0, or closed, or CNO_ARMED | none (no CAS) | drain, stop, or wait on the CNO |

@@ -41,7 +41,9 @@
 //!   publish holds back the keys behind it until it runs.
 //! * **A direct waiter preempts the CNO** (DAT): a post that finds both
 //!   `ARMED` and `CNO_ARMED` wakes the direct waiter and leaves the enable for
-//!   the next post. A direct wait that gives up (a timeout, a dropped
+//!   the next post; an enable while that post's event is still queued
+//!   answers `Pending` and takes the enable back (no key for news the
+//!   direct waiter had). A direct wait that gives up (a timeout, a dropped
 //!   [`Recv`](crate::Recv), [`Consumer::disarm`]) with events queued on an
 //!   enabled EVD hands them to the CNO: the enabled EVD with work is not
 //!   missed.

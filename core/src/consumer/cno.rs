@@ -97,13 +97,16 @@ impl<T> Consumer<T> {
     /// `Armed`: the next post (or close, or loss) puts the key in the CNO's
     /// ready set, exactly once. `Pending`: events (or a loss report) are
     /// queued now, so drain, then enable again. `Closed`: closed and
-    /// drained. Enabling an enabled EVD with nothing queued changes nothing.
+    /// drained. Enabling an enabled EVD with nothing queued and no loss to
+    /// report changes nothing.
     ///
     /// A direct waiter ([`Consumer::wait`], [`Consumer::recv`], ...)
     /// preempts the CNO: while it is armed, a post wakes it and leaves the
     /// enable for the next post. Enabling again with that post's event still
-    /// queued answers `Pending` and takes the enable back: the CNO gets no
-    /// key for news this call reports. A direct arm still set when this is
+    /// queued (or a loss a direct waiter was woken for) answers `Pending`
+    /// and takes the enable back, so the CNO gets no key for the news that
+    /// woke the direct waiter (a post that takes the enable first still
+    /// brings its key). A direct arm still set when this is
     /// called (an explicit [`Consumer::arm`], or an async wait that returned
     /// `Pending` and was dropped) is withdrawn: nobody is waiting on it, and
     /// the next post's news is the CNO's. A direct wait that gives up with

@@ -97,7 +97,8 @@ pub(crate) const HEAD_EPOCH_SHIFT: u32 = state::TAIL_BITS - 4;
 /// barrier waits for the slot's count to reach its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owed {
-    /// None: the enable found work or the end, or was taken back.
+    /// None: the enable found work or the end, or took itself back for a
+    /// loss report.
     Nothing,
     /// None, and the trigger an earlier enable owed will not come either:
     /// the enable found it left with news and took it back.

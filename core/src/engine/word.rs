@@ -312,7 +312,8 @@ impl<T> Shared<T> {
     }
 
     /// The CAS of [`Shared::disarm_unless_reserved`]: `None` if reserved,
-    /// else whether it took `CNO_ARMED` (the caller owes its trigger).
+    /// else whether it took `CNO_ARMED` (the caller owes its trigger, or,
+    /// enabling, takes that enable back).
     pub(super) fn withdraw(&self, want: u64) -> Option<bool> {
         let h = self.head();
         // AcqRel: Acquire if this takes CNO_ARMED, as any trigger's CAS (the
