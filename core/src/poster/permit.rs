@@ -62,6 +62,14 @@ impl<T: Send> Poster<T> {
     /// nothing shared. A full ring under an idle upcall policy has this
     /// thread run the upcall that drains it, as [`Poster::post`] does.
     ///
+    /// A permit starts no upcall. One that takes the last free slot of a
+    /// ring holding events under an idle upcall policy (no instance runs;
+    /// only a post refused as full starts one) wakes the posters waiting for
+    /// room so that one of them does: their wakers run on this thread, in
+    /// this call (a panic of theirs is swallowed). From a handler under
+    /// `ManyInstances`, a waker that polls its post inline may so start an
+    /// instance that calls the handler again, as a post from there may.
+    ///
     /// # Panics
     ///
     /// As [`Poster::post`] when it runs that upcall: its handler's panic
