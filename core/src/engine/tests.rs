@@ -286,3 +286,36 @@ fn a_cno_enable_that_finishes_a_close_counts_its_trigger_before_a_waker_s_panic(
     );
     assert_eq!(cno.try_next(), None, "unbound: the key was removed");
 }
+
+/// An event whose `Drop` panics, counting its drops.
+struct PanicsOnDrop(Arc<AtomicU64>);
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        panic!("the event's Drop panics");
+    }
+}
+
+#[test]
+fn a_lossy_post_that_finishes_a_close_whose_waker_panics_drops_its_event_once() {
+    // A lossy post on a full ring behind a closer stopped between its steps
+    // finishes the close, which wakes the armed consumer: its waker panics
+    // out of the post. The event, refused as closed, is dropped once on
+    // that unwind, its own `Drop` panic swallowed: dropped by the unwind
+    // itself, it would be a second panic, which aborts the process.
+    let (poster, mut consumer) = bounded::<PanicsOnDrop>(1).unwrap();
+    let waker = std::task::Waker::from(Arc::new(PanickingWaker));
+    let mut recv = consumer.recv();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(std::pin::Pin::new(&mut recv).poll(&mut cx).is_pending());
+    drop(recv);
+    let permit = poster.try_reserve().unwrap(); // full; the arm stays
+    begin_close_only(&consumer);
+    let drops = Arc::new(AtomicU64::new(0));
+    let event = PanicsOnDrop(drops.clone());
+    let post = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poster.post_lossy(event)));
+    assert!(post.is_err(), "the waker's panic comes out of the post");
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "the event dropped once");
+    assert!(consumer.is_closed(), "the post finished the close");
+    drop(permit);
+}

@@ -193,7 +193,10 @@ impl<T: Send> Poster<T> {
     ///
     /// As [`Poster::post`]; also when a given-up event's `Drop` panics,
     /// after the notification the loss took is delivered (the consumer
-    /// still hears of the loss).
+    /// still hears of the loss); and when it finds a close begun and not yet
+    /// done (a closer stopped between its steps), finishes it, and a waker
+    /// that close notifies panics: the event, refused as closed, is then
+    /// dropped once (a panic of its `Drop` swallowed).
     ///
     /// ```
     /// use evd::{Lossy, Overflow, TryDequeueError};
@@ -207,13 +210,19 @@ impl<T: Send> Poster<T> {
         match self.post(event) {
             Ok(()) => Ok(Lossy::Posted),
             Err(PostError::Closed(ev)) => Err(PostError::Closed(ev)),
-            Err(PostError::Full(ev)) => match self.shared.commit_loss() {
-                Some(notify) => {
-                    self.deliver_then_drop(notify, ev);
-                    Ok(Lossy::Lost)
+            Err(PostError::Full(ev)) => {
+                // A close half done is finished here, and its wakers (user
+                // code) may panic: the event, not posted, is then dropped
+                // once, its own `Drop` panic swallowed.
+                let held = Held::new(ev);
+                match self.shared.commit_loss() {
+                    Some(notify) => {
+                        self.deliver_then_drop(notify, held.into_inner());
+                        Ok(Lossy::Lost)
+                    }
+                    None => Err(PostError::Closed(held.into_inner())),
                 }
-                None => Err(PostError::Closed(ev)),
-            },
+            }
         }
     }
 
