@@ -585,3 +585,80 @@ fn a_given_up_cm_feed_tells_its_evd_last() {
         assert_eq!(feed.failure(), Some(libc::EBADF), "{backend:?}");
     }
 }
+
+/// A feed waiting for room holds a place in its EVD's room queue; a turn
+/// that fails while it waits (its channel's `get_event`, for a wake-up the
+/// io_uring backend's multishot poll reports while the feed is blocked)
+/// sends it back to arm and drain, and it must give that place up: kept,
+/// the place would take the next freed slot's wake, and the feed, its CQ
+/// empty, would pass it on to nobody, leaving the poster waiting behind it
+/// asleep beside the free slot. (On epoll, whose one-shot poll is asked for
+/// only while the feed sleeps, a blocked feed's turn runs only for room.)
+#[test]
+fn a_feed_whose_turn_fails_while_it_waits_for_room_leaves_the_room_queue() {
+    use std::sync::Mutex;
+    use std::sync::mpsc;
+    use std::task::{Context, Wake, Waker};
+    struct Tell(Mutex<mpsc::Sender<()>>);
+    impl Wake for Tell {
+        fn wake(self: Arc<Self>) {
+            let _ = self.0.lock().unwrap().send(());
+        }
+    }
+    let port_active = || {
+        VerbsEvent::Async(AsyncEvent::new(
+            AsyncEventKind::PortActive,
+            AsyncElement::Port(1),
+        ))
+    };
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let flaky = Flaky::new(cq);
+    let knob = Arc::clone(&flaky.get_event);
+    let mut driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
+    driver
+        .register(
+            Feed::new(flaky.cq, CqId(0), poster.clone()),
+            FeedMode::Event,
+        )
+        .unwrap();
+    driver.process(Some(Duration::ZERO)).unwrap(); // asleep on its armed CQ
+    poster.post(port_active()).unwrap(); // full
+    hca.inject_spurious_event(); // the feed wakes, finds the EVD full, waits
+    let start = Instant::now();
+    while !consumer.query().room_wanted {
+        assert!(start.elapsed() < WATCHDOG, "the feed never waited for room");
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+    }
+    let (tx, rx) = mpsc::channel();
+    let waker = Waker::from(Arc::new(Tell(Mutex::new(tx))));
+    let mut behind = poster.room_waiter();
+    assert!(
+        behind
+            .poll_room(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
+    knob.store(FAILS_ONCE, Relaxed);
+    hca.inject_spurious_event();
+    assert!(
+        matches!(
+            first_error(&mut driver),
+            Some(DriverError::FeedFailed { .. })
+        ),
+        "the blocked feed's turn failed"
+    );
+    assert!(consumer.try_dequeue().is_ok()); // frees the slot
+    for _ in 0..3 {
+        driver.process(Some(Duration::ZERO)).unwrap();
+    }
+    assert_eq!(
+        rx.try_recv(),
+        Ok(()),
+        "the freed slot's wake went to the feed, which posted nothing"
+    );
+    assert!(
+        behind
+            .poll_room(&mut Context::from_waker(&waker))
+            .is_ready()
+    );
+}

@@ -233,6 +233,7 @@ impl Driver {
             room_waker: Waker::from(room.clone()),
             room,
             room_ready: false,
+            seated: false,
             removing: None,
             last_failure: None,
             given_up: false,

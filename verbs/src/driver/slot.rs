@@ -70,6 +70,12 @@ pub(super) struct Slot {
     pub(super) room_waker: Waker,
     /// The room was there when the feed registered for it.
     pub(super) room_ready: bool,
+    /// The feed holds a place in its EVD's room queue (its last
+    /// `poll_room` answered `Pending`). Only a Blocked feed may: a place
+    /// kept by a feed that polls the room no more would take the wake of a
+    /// freed slot and pass it on to nobody, leaving the posters behind it
+    /// asleep beside that slot ([`Slot::leave_room_queue_unless_blocked`]).
+    pub(super) seated: bool,
     /// Being removed: waiting for the in-flight poll to end.
     pub(super) removing: Option<Removal>,
     /// When a verbs call of the feed last failed ([`Slot::fail`]).
@@ -163,7 +169,20 @@ impl Slot {
             self.phase = Phase::Arm;
             self.source.forget_arm();
         }
+        self.leave_room_queue_unless_blocked();
         r
+    }
+
+    /// A feed that is not Blocked (its turn failed, or found room another
+    /// way than through its place in the queue) gives that place up,
+    /// passing on a wake it was given: the queue's promise is one wake per
+    /// freed slot, and only a waiter that polls again or leaves hands one
+    /// on.
+    fn leave_room_queue_unless_blocked(&mut self) {
+        if self.seated && self.phase != Phase::Blocked {
+            self.seated = false;
+            self.source.leave_room_queue();
+        }
     }
 
     /// A verbs call of the feed failed (`call`, with `error`) at `now`:
@@ -206,6 +225,7 @@ impl Slot {
                 }
             }
         }
+        self.leave_room_queue_unless_blocked();
         crate::trace::event!(
             ERROR,
             feed = ?id,
@@ -249,7 +269,9 @@ impl Slot {
             // behind this feed is not stranded if the feed posts nothing);
             // `Pending` rejoins at the front.
             let mut cx = Context::from_waker(&self.room_waker);
-            room |= self.source.poll_room(&mut cx).is_ready();
+            let ready = self.source.poll_room(&mut cx).is_ready();
+            self.seated = !ready;
+            room |= ready;
         }
         let limits = self.limits();
         if fd_fired && self.phase == Phase::Sleeping && self.policy.is_some() && !limits.spin() {
@@ -267,9 +289,9 @@ impl Slot {
                 Action::Idle => break,
                 Action::WaitForRoom => {
                     let mut cx = Context::from_waker(&self.room_waker);
-                    if self.source.poll_room(&mut cx).is_ready() {
-                        self.room_ready = true;
-                    }
+                    let ready = self.source.poll_room(&mut cx).is_ready();
+                    self.seated = !ready;
+                    self.room_ready |= ready;
                     break;
                 }
                 Action::ArmAndDrain => self
