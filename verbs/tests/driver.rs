@@ -5,16 +5,14 @@
 mod common;
 
 use common::driver::{
-    BACKENDS, WATCHDOG, driver_serving, remove_within, running_driver, take, take_counting_overflow,
+    BACKENDS, WATCHDOG, driver_serving, port_active, remove_within, running_driver, take,
+    take_counting_overflow, telling_waker,
 };
 use common::hooked_cq::HookedCq;
 use common::panics::{PROVOKED, quiet_provoked_panics};
 use common::wc;
 use evd_verbs::soft::SoftCq;
-use evd_verbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, CqId, Driver, DriverConfig, DriverError, Feed,
-    FeedMode, VerbsEvent,
-};
+use evd_verbs::{CqId, Driver, DriverConfig, DriverError, Feed, FeedMode, VerbsEvent};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
@@ -282,22 +280,9 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
     // queue first, another poster's RoomWaiter joins behind it. The dequeue
     // wakes the feed, which has nothing to post: it must pass the wake on,
     // or the other waiter sleeps forever next to the free slot.
-    use std::sync::mpsc;
-    use std::task::{Context, Poll, Wake, Waker};
-    struct Tell(Mutex<mpsc::Sender<()>>);
-    impl Wake for Tell {
-        fn wake(self: Arc<Self>) {
-            let _ = self.0.lock().unwrap().send(());
-        }
-    }
-    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
-    poster
-        .post(VerbsEvent::Async(AsyncEvent::new(
-            AsyncEventKind::PortActive,
-            AsyncElement::Port(1),
-        )))
-        .unwrap();
+    poster.post(port_active()).unwrap();
     let (cq, _hca) = SoftCq::new(16).unwrap();
     let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event);
     let running = driver.spawn().unwrap();
@@ -308,8 +293,7 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
         idle += 1;
         assert!(idle < 100_000_000, "the feed never waited for room");
     }
-    let (tx, rx) = mpsc::channel();
-    let waker = Waker::from(Arc::new(Tell(Mutex::new(tx))));
+    let (waker, rx) = telling_waker();
     let mut other = poster.room_waiter();
     assert!(
         other

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::driver::{BACKENDS, WATCHDOG, none, take, take_processing};
+use common::driver::{BACKENDS, WATCHDOG, none, port_active, take, take_processing, telling_waker};
 use common::hooked_cq::HookedCq;
 use common::panics::{PROVOKED, quiet_provoked_panics};
 use common::wc;
@@ -596,21 +596,7 @@ fn a_given_up_cm_feed_tells_its_evd_last() {
 /// only while the feed sleeps, a blocked feed's turn runs only for room.)
 #[test]
 fn a_feed_whose_turn_fails_while_it_waits_for_room_leaves_the_room_queue() {
-    use std::sync::Mutex;
-    use std::sync::mpsc;
-    use std::task::{Context, Wake, Waker};
-    struct Tell(Mutex<mpsc::Sender<()>>);
-    impl Wake for Tell {
-        fn wake(self: Arc<Self>) {
-            let _ = self.0.lock().unwrap().send(());
-        }
-    }
-    let port_active = || {
-        VerbsEvent::Async(AsyncEvent::new(
-            AsyncEventKind::PortActive,
-            AsyncElement::Port(1),
-        ))
-    };
+    use std::task::Context;
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
     let (cq, hca) = SoftCq::new(16).unwrap();
     let flaky = Flaky::new(cq);
@@ -630,8 +616,7 @@ fn a_feed_whose_turn_fails_while_it_waits_for_room_leaves_the_room_queue() {
         assert!(start.elapsed() < WATCHDOG, "the feed never waited for room");
         driver.process(Some(Duration::from_millis(10))).unwrap();
     }
-    let (tx, rx) = mpsc::channel();
-    let waker = Waker::from(Arc::new(Tell(Mutex::new(tx))));
+    let (waker, rx) = telling_waker();
     let mut behind = poster.room_waiter();
     assert!(
         behind

@@ -109,3 +109,26 @@ pub fn take_processing<T: std::fmt::Debug>(
 pub fn none(_: &DriverError) -> bool {
     false
 }
+
+/// A waker that sends `()` on the channel whose end it returns, once per
+/// wake: a test sees whether, and how often, a waiter was woken.
+pub fn telling_waker() -> (std::task::Waker, std::sync::mpsc::Receiver<()>) {
+    use std::sync::{Arc, Mutex, mpsc};
+    struct Tell(Mutex<mpsc::Sender<()>>);
+    impl std::task::Wake for Tell {
+        fn wake(self: Arc<Self>) {
+            let _ = self.0.lock().unwrap().send(());
+        }
+    }
+    let (tx, rx) = mpsc::channel();
+    (std::task::Waker::from(Arc::new(Tell(Mutex::new(tx)))), rx)
+}
+
+/// An application's event to fill an EVD with (a port came up).
+pub fn port_active() -> VerbsEvent {
+    use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind};
+    VerbsEvent::Async(AsyncEvent::new(
+        AsyncEventKind::PortActive,
+        AsyncElement::Port(1),
+    ))
+}
