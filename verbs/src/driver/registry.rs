@@ -233,7 +233,9 @@ impl Driver {
             room_waker: Waker::from(room.clone()),
             room,
             room_ready: false,
-            seated: false,
+            // A feed may come waiting for room already (its owner polled
+            // it): its first turn leaves that place or takes it again.
+            seated: true,
             removing: None,
             last_failure: None,
             given_up: false,
@@ -354,12 +356,12 @@ impl Driver {
                     Removal::Drop => {
                         trace::event!(WARN, feed = ?id, error = %e, "device feed cancel refused");
                         self.cancels_owed.push(id);
-                        self.slot_mut(id).expect("checked above").removing = Some(who);
+                        self.slot_mut(id).expect("checked above").start_removal(who);
                         Ok(true)
                     }
                 };
             }
-            self.slot_mut(id).expect("checked above").removing = Some(who);
+            self.slot_mut(id).expect("checked above").start_removal(who);
         } else {
             let slot = self.slots[id.index as usize].take().expect("checked above");
             self.hand_back(id, slot.source, who);

@@ -173,6 +173,15 @@ impl Slot {
         r
     }
 
+    /// Being removed, it waits only for its fd poll to end and takes no
+    /// more turns: its place in the room queue goes now, not at the hand
+    /// back, or a slot freed meanwhile would wait for that.
+    pub(super) fn start_removal(&mut self, who: Removal) {
+        self.removing = Some(who);
+        self.seated = false;
+        self.source.leave_room_queue();
+    }
+
     /// A feed that is not Blocked (its turn failed, or found room another
     /// way than through its place in the queue) gives that place up,
     /// passing on a wake it was given: the queue's promise is one wake per

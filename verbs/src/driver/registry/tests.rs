@@ -266,3 +266,95 @@ fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
         assert!(ev.is_err(), "nothing into the removed feed's EVD: {ev:?}");
     }
 }
+
+/// Counts its wakes.
+#[derive(Default)]
+struct Woken(std::sync::atomic::AtomicUsize);
+impl std::task::Wake for Woken {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A poster's room waiter polled once on `poster`'s full EVD: its wake
+/// count, and the waiter (kept, it keeps its place).
+fn waiting_for_room(
+    poster: &evd::Poster<VerbsEvent>,
+) -> (std::sync::Arc<Woken>, evd::RoomWaiter<VerbsEvent>) {
+    let woken = std::sync::Arc::new(Woken::default());
+    let waker = std::task::Waker::from(woken.clone());
+    let mut room = poster.room_waiter();
+    let polled = room.poll_room(&mut std::task::Context::from_waker(&waker));
+    assert!(polled.is_pending(), "the EVD is full");
+    (woken, room)
+}
+
+fn port_active() -> VerbsEvent {
+    use crate::{AsyncElement, AsyncEvent, AsyncEventKind};
+    VerbsEvent::Async(AsyncEvent::new(
+        AsyncEventKind::PortActive,
+        AsyncElement::Port(1),
+    ))
+}
+
+/// A feed waiting for room, being removed (its fd poll still in the
+/// backend: io_uring's multishot poll stays there while the feed waits),
+/// takes no more turns: it gives its place in the room queue up at once,
+/// so that a slot freed before its poll ends goes to the poster behind it.
+#[test]
+fn a_feed_being_removed_gives_its_place_in_the_room_queue_up_at_once() {
+    use super::super::cycle::Phase;
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    let mut driver =
+        Driver::new(DriverConfig::default().with_backend(DriverBackend::IoUring)).unwrap();
+    let (cq, hca) = SoftCq::new(4).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
+        .unwrap();
+    driver.process(Some(Duration::ZERO)).unwrap(); // asleep, its fd polled
+    poster.post(port_active()).unwrap(); // full
+    hca.inject_spurious_event(); // wakes the feed: it finds the EVD full
+    let index = key.id().index as usize;
+    let start = Instant::now();
+    while driver.slots[index].as_ref().unwrap().phase != Phase::Blocked {
+        assert!(start.elapsed() < Duration::from_secs(60), "never blocked");
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+    }
+    assert!(driver.slots[index].as_ref().unwrap().poll_in_flight);
+    let (behind, _room) = waiting_for_room(&poster);
+    assert!(driver.begin_remove(key.id(), Removal::Local).unwrap());
+    assert!(consumer.try_dequeue().is_ok()); // frees the slot
+    assert_eq!(
+        behind.0.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the freed slot went to the feed being removed"
+    );
+    assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
+}
+
+/// A feed registered while it waits for room (its owner polled it) gives
+/// that place up on its first turn if it does not wait there again: kept,
+/// the place would take a freed slot's wake for its owner's old waker.
+#[test]
+fn a_feed_registered_while_it_waits_for_room_does_not_keep_that_place() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    poster.post(port_active()).unwrap(); // full
+    let (cq, _hca) = SoftCq::new(4).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    let owner = std::sync::Arc::new(Woken::default());
+    let owner_waker = std::task::Waker::from(owner.clone());
+    let polled = feed.poll_room(&mut std::task::Context::from_waker(&owner_waker));
+    assert!(polled.is_pending(), "the feed waits first in line");
+    let (behind, _room) = waiting_for_room(&poster);
+    assert!(consumer.try_dequeue().is_ok()); // wakes the feed's owner
+    assert_eq!(owner.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver.register(feed, FeedMode::Event).unwrap();
+    driver.process(Some(Duration::ZERO)).unwrap(); // nothing to post: asleep
+    assert_eq!(
+        behind.0.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the wake the feed was given went on to the poster behind it"
+    );
+    drop(driver.remove(key).unwrap());
+}
