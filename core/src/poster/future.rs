@@ -39,9 +39,13 @@ impl<T: Send> Poster<T> {
     ///
     /// Polling the future can panic as [`Poster::post`] does (it posts from
     /// inside `poll`), and with the task's waker's panic when the room queue
-    /// clones it or drops the clone it replaces; the event is then dropped
-    /// and the future is over (`is_terminated`). Dropped after it, the
-    /// future leaves the room queue as any dropped `PostAsync` does.
+    /// clones it or drops the clone it replaces; the future is then over
+    /// (`is_terminated`), and its event is in the ring if the panic came
+    /// from the post's notification (the consumer's waker, the upcall the
+    /// post started), dropped otherwise (the task's waker, or the upcall a
+    /// full ring had this poll run: the event was never posted). Dropped
+    /// after it, the future leaves the room queue as any dropped
+    /// `PostAsync` does.
     ///
     /// ```
     /// use futures::executor::block_on;

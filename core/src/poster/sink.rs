@@ -4,6 +4,7 @@ use super::Poster;
 use super::attempt::Attempt;
 use crate::error::PostError;
 use crate::room::Seat;
+use crate::unwind::Panics;
 use futures_sink::Sink;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -25,10 +26,12 @@ use std::task::{Context, Poll};
 /// inside an upcall of this same EVD or the closure of its `dequeue_with`).
 /// Closing the sink flushes it and drops its `Poster` handle (the EVD closes
 /// when its last poster is dropped, as always); dropping an unflushed sink
-/// drops the event it holds. A poll that panics (a post's upcall handler,
-/// or the task's waker when the room queue clones it or drops the clone it
-/// replaces) drops the held event and leaves the room queue; the sink
-/// stays usable.
+/// drops the event it holds. A poll that panics leaves the room queue and
+/// holds no event after it; the sink stays usable. The event is in the
+/// ring if the panic came from its post's notification (the consumer's
+/// waker, or the upcall handler that post started), and dropped otherwise
+/// (the task's waker, when the room queue clones it or drops the clone it
+/// replaces, or the handler of the upcall a full ring had this poll run).
 ///
 /// ```
 /// use futures::{executor::block_on, SinkExt};
@@ -187,6 +190,14 @@ impl<T> Drop for PostSink<T> {
         if let Some(p) = &self.poster {
             p.shared.room_leave(&mut self.seat, false);
         }
+        // The held event, then the handle (the last one closes the EVD and
+        // runs the consumer's wakers): each is user code that may panic, and
+        // a second panic while the first unwinds would abort the process.
+        // The first goes on after both.
+        let mut panics = Panics::default();
+        panics.drop(self.held.take());
+        panics.drop(self.poster.take());
+        panics.resume();
     }
 }
 

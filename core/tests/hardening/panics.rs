@@ -677,6 +677,30 @@ fn handler(case: &str, policy: UpcallPolicy) {
     check_upcalls(case, poster, up, &heard, ledger);
 }
 
+/// Dropping a sink that holds an event (refused as full, never flushed)
+/// drops that event and its `Poster`; when both panic (the event's `Drop`,
+/// and the consumer's waker run by the close the last poster makes), the
+/// second must not come while the first unwinds, which aborts the process.
+/// The first goes on; the event is dropped once and the EVD is closed.
+#[test]
+fn dropping_a_sink_whose_held_event_and_closing_poster_both_panic_does_not_abort() {
+    use futures::Sink;
+    quiet_planted_panics();
+    let (poster, mut consumer) = evd::bounded::<Ev>(1).unwrap();
+    let mut ledger = Ledger::default();
+    let permit = poster.clone().try_reserve_owned().unwrap(); // full
+    let (w, panicking) = TestWaker::new(true);
+    arm_with(&mut consumer, &panicking); // nothing queued: armed
+    let mut sink = poster.into_sink();
+    let refused = Pin::new(&mut sink).start_send(ledger.live());
+    assert!(refused.is_ok(), "held, not refused: {refused:?}");
+    drop(permit.release()); // the sink's handle is the last now
+    must_panic("the sink's drop", move || drop(sink));
+    assert_eq!(ledger.drops.load(SeqCst), 1, "the held event dropped once");
+    assert_eq!(w.wakes(), 1, "the close woke the consumer");
+    assert!(consumer.is_closed());
+}
+
 /// A sink waits for room behind a `post_async`; a freed slot wakes the
 /// first, and the sink, polled again with its seat still queued, posts into
 /// it and the consumer's waker panics out of `poll_ready`. The sink's seat
