@@ -7,7 +7,9 @@
 //! while a counted instance runs wakers it owes before or between its
 //! handler calls (an instance giving the token back for a call under
 //! `ManyInstances`, a permit send that started one): waiting for room there
-//! would wait for that instance, stopped under the waker. The hand-back's
+//! would wait for that instance, stopped under the waker. And one is pushed
+//! while a handler is dropped (replaced, or at a teardown), by whichever
+//! thread drops it: its `Drop` is user code of the upcall. The hand-back's
 //! frame is marked as one where the token is free ([`as_token_hand_back_of`]):
 //! a room waiter there may start the draining instance itself (see
 //! [`in_token_hand_back`]). Nested calls (a handler

@@ -915,6 +915,58 @@ fn a_replaced_handlers_drop_runs_inside_its_upcall() {
     assert_eq!(left, 0);
 }
 
+/// A handler's drop is user code of the upcall wherever it runs: by a
+/// teardown, a dropped `Upcalls` or a `set_handler` on the owner's thread
+/// too. With upcalls disabled and the ring full, only that owner could free
+/// a slot (it holds the consumer): a waiting post from the drop is refused
+/// at once, as from a handler call, instead of waiting for the thread it
+/// runs on. Run on a thread under the watchdog, so the old wait fails the
+/// test instead of hanging it.
+#[test]
+fn a_handlers_drop_by_its_owner_runs_inside_the_upcall() {
+    for how in ["teardown", "drop", "set_handler"] {
+        let (done, finished) = mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+            poster.post(1).unwrap();
+            poster.post(2).unwrap(); // full
+            let got = Got::default();
+            let posts_on_drop = PostsOnDrop {
+                poster: poster.clone(),
+                got: got.clone(),
+            };
+            let up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::New, move |_, _| {
+                let _kept = &posts_on_drop;
+            });
+            let left = match how {
+                "teardown" => up.teardown().len(),
+                "drop" => {
+                    drop(up);
+                    0
+                }
+                _ => {
+                    up.set_handler(|_, _| {});
+                    up.teardown().len()
+                }
+            };
+            let got = got.lock().unwrap().take();
+            done.send((got, left)).unwrap();
+        });
+        let Ok((got, left)) = finished.recv_timeout(common::STALL_LIMIT) else {
+            std::mem::forget(worker);
+            panic!("{how}: the handler's drop waited for room only its owner could free");
+        };
+        worker.join().unwrap();
+        assert!(
+            matches!(got, Some(Err(evd::PostError::Full(99)))),
+            "{how}: refused at once: {got:?}"
+        );
+        if how != "drop" {
+            assert_eq!(left, 2, "{how}: the queued events stay for the consumer");
+        }
+    }
+}
+
 /// `into_upcalls` with `Invoke::Any` runs the queued events' upcall on its
 /// own thread. A handler panic there unwinds out of the call, which has no
 /// dispatcher to return: it goes as a dropped consumer goes (the EVD

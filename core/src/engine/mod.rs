@@ -387,14 +387,19 @@ impl<T> Shared<T> {
         Ok(fd)
     }
 
-    /// Replace the upcall handler.
+    /// Replace the upcall handler. The old one, if no instance is calling
+    /// it, is dropped here, inside this EVD's frame: its `Drop` is user code
+    /// of the upcall wherever it runs, and a waiting post from it is refused
+    /// at once (on the owner's thread, with upcalls disabled and the ring
+    /// full, it would wait for room only that thread could free).
     pub(crate) fn set_handler(&self, h: Installed<T>) {
-        self.handler.set(h);
+        crate::frames::as_handler_of(self.id(), || self.handler.set(h));
     }
 
-    /// Drop the upcall handler (teardown).
+    /// Drop the upcall handler (teardown), inside this EVD's frame as
+    /// [`Shared::set_handler`] drops the old one.
     pub(crate) fn clear_handler(&self) {
-        self.handler.clear();
+        crate::frames::as_handler_of(self.id(), || self.handler.clear());
     }
 
     /// The current handler, for one call (or to ask what kind it is).

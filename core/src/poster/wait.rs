@@ -35,7 +35,9 @@ impl<T: Send> Poster<T> {
     /// the only case it is returned. "Inside an upcall" includes a waker run
     /// on the thread of an instance still counted and not running yet or
     /// between handler calls (an instance's hand-back of the token, a permit
-    /// send that started one): a wait there would wait for that instance.
+    /// send that started one): a wait there would wait for that instance;
+    /// and a handler's `Drop`, replaced or torn down, on whichever thread
+    /// drops it.
     ///
     /// # Panics
     ///

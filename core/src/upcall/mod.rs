@@ -294,7 +294,10 @@ impl<T: Send> Upcalls<T> {
     }
 
     /// Replace the handler while posters run. Upcalls already running finish
-    /// with the old one; the old one is dropped once none can be using it.
+    /// with the old one; the old one is dropped once none can be using it,
+    /// as part of the upcall (here, or by the last instance calling it): a
+    /// waiting post from its `Drop` is refused at once on a full ring, as
+    /// from a handler call.
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};
