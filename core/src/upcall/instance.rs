@@ -453,6 +453,52 @@ mod tests {
         assert_eq!((q.upcalls, q.len, q.upcalls_in_flight), (2, 0, 0));
         drop(up.teardown());
     }
+
+    /// Under ManyInstances a post that finds an instance holding the token
+    /// starts none: that instance will come back for its event. A switch to
+    /// SingleInstance waits for the instance by way of Disabled, where it
+    /// leaves instead; the new policy's instance must take the events it
+    /// left, even with `Invoke::New` (they were queued while upcalls were
+    /// enabled), or they wait for a post that may never come.
+    #[test]
+    fn a_switch_from_many_to_single_instance_takes_the_events_the_waited_out_instances_left() {
+        let (poster, consumer) = crate::bounded::<u32>(4).unwrap();
+        poster.post(1).unwrap();
+        let (seen, handled) = std::sync::mpsc::channel();
+        let mut up =
+            consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
+                seen.send(ev.unwrap()).unwrap();
+            });
+        let s = up.consumer().shared().clone();
+        // This thread is an instance that holds the token: a post now
+        // leaves its event to it. Then it gives the token back, as for a
+        // handler call, and stays counted.
+        assert!(s.take_token_to_drain());
+        poster.post(2).unwrap();
+        s.release_token();
+        let setter = std::thread::spawn(move || {
+            up.set_policy(UpcallPolicy::SingleInstance, Invoke::New)
+                .unwrap();
+            up
+        });
+        let limit = Duration::from_secs(60);
+        let start = Instant::now();
+        while s.policy() != crate::state::PolicyBits::Disabled {
+            assert!(start.elapsed() < limit, "the switch never disabled");
+            std::thread::yield_now();
+        }
+        // The handler call returns to a disabled policy: the instance
+        // leaves, its events still queued.
+        let new = s.abandon_instance(false);
+        super::wake_tearer(&s, new);
+        let up = setter.join().unwrap();
+        assert_eq!(
+            handled.try_iter().collect::<Vec<_>>(),
+            [1, 2],
+            "delivered by the switch"
+        );
+        drop(up.teardown());
+    }
 }
 
 /// The loom model of the same path: two posters under ManyInstances with an

@@ -206,7 +206,10 @@ impl<T: Send> Upcalls<T> {
     ///   events queued, an upcall runs at once on this thread. Switching to
     ///   `SingleInstance` while instances started under `ManyInstances` still
     ///   run (directly or by way of `Disabled`) first waits for them, so at
-    ///   most one runs from the moment this returns.
+    ///   most one runs from the moment this returns; from `ManyInstances`,
+    ///   the events those instances left queued are then delivered as with
+    ///   `Invoke::Any` whatever `invoke` says (they were queued while
+    ///   upcalls were enabled, and their instances are gone).
     /// * `Teardown`: disable, and return after every running upcall has
     ///   returned. Refused from inside one of this EVD's upcalls
     ///   ([`PolicyError::FromUpcall`]): it would wait for itself.
@@ -274,6 +277,15 @@ impl<T: Send> Upcalls<T> {
                 return Ok(());
             }
         }
+        // Events queued under ManyInstances were its instances' to drain
+        // (a post that found one holding the token started none): the wait
+        // above went through Disabled, and those instances left them, so the
+        // new one takes them whatever `invoke` says, as a switch without
+        // that wait keeps its running instance draining them.
+        let invoke = match needs_quiesce && current == PolicyBits::Many {
+            true => Invoke::Any,
+            false => invoke,
+        };
         let s = self.shared();
         let starts = s.set_policy(policy.bits(), invoke);
         crate::trace::event!(DEBUG, evd = s.id(), ?policy, ?invoke, "upcall policy set");
