@@ -155,6 +155,13 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// A feed of `channel`'s CQs (none yet: [`add`](Self::add) them) into
     /// the EVD of `poster`.
     ///
+    /// The feed must be the channel's only taker of events: one taken
+    /// elsewhere (another `ChannelFeed` on a clone of the same channel, or
+    /// a [`get_cq_event`](SharedChannel::get_cq_event) on one) is one this
+    /// feed's CQ never hears of (its arm used up, its completions wait
+    /// until something else wakes the feed), and one this feed takes for a
+    /// CQ it does not hold it acknowledges at once as unknown.
+    ///
     /// ```
     /// use evd_verbs::{ChannelFeed, VerbsEvent, soft::SoftChannel};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();

@@ -178,11 +178,17 @@ impl Drop for CompletionChannel {
         // `from_raw` as Owned), nulled above so destroyed once; every CQ made
         // on it here holds an Arc to it, so none is left.
         let ret = unsafe { ffi::ibv_destroy_comp_channel(channel) };
-        report_failure(destroyed(
+        // Refused (a CQ made on it elsewhere still lives): the channel
+        // still exists, and that CQ's destroy reads its context.
+        let result = destroyed(
             VerbsObject::CompletionChannel,
             "ibv_destroy_comp_channel",
             ret,
-        ));
+        );
+        if let (Err(_), Some(ctx)) = (&result, &self._ctx) {
+            keep_forever(ctx);
+        }
+        report_failure(result);
     }
 }
 

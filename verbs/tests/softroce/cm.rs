@@ -449,6 +449,42 @@ pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
     Ok(())
 }
 
+/// An accept the kernel refuses after the QP left INIT (private data over
+/// the 196 bytes a reply carries over RoCE) leaves the QP in ERROR, as
+/// librdmacm leaves its own, not ready to receive from a peer the
+/// connection never reached. (The kernel refuses a reject after that too:
+/// destroying the request's identifier answers the client.)
+pub fn cm_accept_refused_leaves_the_qp_in_error(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -> Res {
+    use evd_verbs::ibv::QpState;
+    let (mut events, channel, _listener) = listening(7479, 4)?;
+    let (client, _client_qp, _client_cq) = connecting(&channel, 7479, &mut events, 7)?;
+    let req = expect(&mut events, CmEventKind::ConnectRequest, CLIENT)?;
+    let server = channel.take_request(req.id).ok_or("not parked")?;
+    let (server_qp, _server_cq) = qp_for(&server, CqId(8), 16)?;
+    let too_long = [7u8; 197];
+    let r = server.accept(&server_qp, &with_data(&too_long));
+    ensure!(
+        r.as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL)),
+        "an accept with 197 bytes of private data: {r:?}"
+    );
+    let state = server_qp.query_state().map_err(|e| format!("query: {e}"))?;
+    ensure!(
+        state == QpState::Error,
+        "the QP after the refused accept: {state:?}"
+    );
+    server
+        .close()
+        .map_err(|e| format!("destroy server id: {e}"))?;
+    let ev = next(&mut events)?;
+    ensure!(
+        ev.id == CLIENT && ev.kind.is_failure(),
+        "the client after the request's identifier went: {ev:?}"
+    );
+    client.close().map_err(|e| format!("destroy: {e}"))?;
+    Ok(())
+}
+
 /// A listener hears its device go away: the guest's script removes rxe0
 /// once this prints "listening"; the listener gets `DeviceRemoval`, and
 /// destroying it (and the channel) lets the removal finish.

@@ -284,7 +284,7 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 22] = [
+    let cases: [(&str, Case); 23] = [
         ("rc_send_recv", posting::rc_send_recv),
         ("rdma_write_with_imm", posting::rdma_write_with_imm),
         ("error_completions", posting::error_completions),
@@ -306,6 +306,10 @@ fn main() {
             cm::cm_connect_accept_disconnect,
         ),
         ("cm_reject_and_unreachable", cm::cm_reject_and_unreachable),
+        (
+            "cm_accept_refused_leaves_the_qp_in_error",
+            cm::cm_accept_refused_leaves_the_qp_in_error,
+        ),
         (
             "cm_calls_before_the_device_and_tokens_of_two_channels",
             cm::cm_calls_before_the_device_and_tokens_of_two_channels,

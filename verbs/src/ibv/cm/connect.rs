@@ -75,6 +75,18 @@ impl CmConnParams<'_> {
     }
 }
 
+/// After a failed step past INIT of an accept or an establish: move `qp` to
+/// ERROR, as librdmacm does for the QPs it owns, rather than leave it
+/// ready to receive (or send) from a peer the connection never reached.
+/// Its receives are flushed with error completions; a new connection needs
+/// it reset ([`QueuePair::reset`]). A refusal of this move is not
+/// reported: the step's own error is.
+fn to_error(qp: &QueuePair) {
+    let mut attr: ffi::ibv_qp_attr = zeroed();
+    attr.qp_state = ffi::ibv_qp_state::IBV_QPS_ERR;
+    let _ = qp.modify(&mut attr, ffi::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32);
+}
+
 impl CmId {
     /// Move `qp` to `state` with the attributes librdmacm computes for
     /// this connection (`rdma_init_qp_attr`).
@@ -158,7 +170,8 @@ impl CmId {
     /// # Errors
     ///
     /// The errno of a QP transition (`rdma_init_qp_attr`, `ibv_modify_qp`) or
-    /// of `rdma_establish`.
+    /// of `rdma_establish`; a failure after the QP left INIT moves it to
+    /// ERROR, as in [`accept`](CmId::accept).
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -188,10 +201,12 @@ impl CmId {
         // carry what the connection allows (remote writes, and reads if
         // responder resources were offered).
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
-        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
-        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)
+            .inspect_err(|_| to_error(qp))?;
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)
+            .inspect_err(|_| to_error(qp))?;
         // SAFETY: a live id.
-        check(unsafe { ffi::rdma_establish(self.id) })
+        check(unsafe { ffi::rdma_establish(self.id) }).inspect_err(|_| to_error(qp))
     }
 
     /// Accept the request this identifier came with, on `qp` (in INIT, on
@@ -205,7 +220,11 @@ impl CmId {
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) on an identifier that
     /// is not a connect request's ([`CmChannel::take_request`]) or if
     /// `params.private_data` is over 255 bytes, the QP untouched; the errno of a QP transition
-    /// (`rdma_init_qp_attr`, `ibv_modify_qp`) or of `rdma_accept`.
+    /// (`rdma_init_qp_attr`, `ibv_modify_qp`) or of `rdma_accept` (`EINVAL`
+    /// for private data over the transport's limit, 196 bytes over
+    /// InfiniBand and RoCE). A failure after the QP left INIT moves it to
+    /// ERROR, as librdmacm does for its own QPs (its receives flushed; reset
+    /// it before another connection).
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -252,14 +271,16 @@ impl CmId {
             if params.responder_resources != u8::MAX {
                 attr.max_dest_rd_atomic = params.responder_resources;
             }
-        })?;
+        })
+        .inspect_err(|_| to_error(qp))?;
         self.transition_with(qp, ffi::ibv_qp_state::IBV_QPS_RTS, |attr| {
             if params.initiator_depth != u8::MAX {
                 attr.max_rd_atomic = params.initiator_depth;
             }
-        })?;
+        })
+        .inspect_err(|_| to_error(qp))?;
         // SAFETY: as in `connect`.
-        check(unsafe { ffi::rdma_accept(self.id, &mut raw) })
+        check(unsafe { ffi::rdma_accept(self.id, &mut raw) }).inspect_err(|_| to_error(qp))
     }
 
     /// Reject the request this identifier came with; the peer gets
