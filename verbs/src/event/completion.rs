@@ -218,7 +218,8 @@ pub struct WorkCompletion {
     /// Provider-specific error detail for an error completion (zero on a
     /// successful one polled from libibverbs).
     pub vendor_err: u32,
-    /// Bytes transferred (receives, RDMA reads, atomics).
+    /// Bytes transferred (receives, RDMA reads, atomics; polled from
+    /// libibverbs, zero on other completions).
     pub byte_len: u32,
     /// A receive's immediate data in host byte order (valid with
     /// [`WcFlags::WITH_IMM`]), or the invalidated rkey (with
@@ -227,7 +228,8 @@ pub struct WorkCompletion {
     pub imm_data: u32,
     /// The local QP the request was posted on.
     pub qp_num: u32,
-    /// The remote QP (UD receives).
+    /// The remote QP (UD receives; polled from libibverbs, zero on a
+    /// completion that is not a receive).
     pub src_qp: u32,
     /// Completion flags.
     pub wc_flags: WcFlags,

@@ -20,10 +20,12 @@ use crate::ibv::ffi;
 /// either (and on a send's completion, whose `WITH_IMM` only says that it
 /// carried one: libmlx5 writes no value).
 ///
-/// A provider writes only the fields its completion defines (libmlx5's
-/// send completion leaves `byte_len` and `src_qp` alone), so an array
-/// polled into again and again shows an earlier completion's values in
-/// them: zero each entry once converted, as [`IbvCq`](super::IbvCq)'s poll does.
+/// `byte_len` is read only for the opcodes that define it (receives, RDMA
+/// reads, atomics) and `src_qp` only for receives (defined on UD QPs): a
+/// provider writes only the fields its completion defines (libmlx5's send
+/// completion leaves both alone), so an array polled into again and again
+/// shows an earlier completion's values in them. Zero each entry once
+/// converted all the same, as [`IbvCq`](super::IbvCq)'s poll does.
 ///
 /// ```
 /// use evd_verbs::ibv::{ffi, work_completion};
@@ -57,6 +59,11 @@ use crate::ibv::ffi;
 /// let e = work_completion(&flushed);
 /// assert_eq!((e.wr_id, e.status, e.vendor_err, e.qp_num), (7, WcStatus::WR_FLUSH_ERR, 0x81, 42));
 /// assert_eq!((e.opcode, e.byte_len, e.imm_data, e.wc_flags), (WcOpcode(0), 0, 0, WcFlags(0)));
+///
+/// // A send's completion over an entry a receive wrote before.
+/// let sent = ffi::ibv_wc { opcode: ffi::ibv_wc_opcode::IBV_WC_SEND, src_qp: 9, wc_flags: 0, ..wc };
+/// let s = work_completion(&sent);
+/// assert_eq!((s.opcode, s.byte_len, s.src_qp), (WcOpcode::SEND, 0, 0));
 /// ```
 pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
     let status = WcStatus(wc.status);
@@ -74,6 +81,12 @@ pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
     // defined. SAFETY: both members are u32.
     let union = unsafe { wc.imm_data_invalidated_rkey_union.imm_data };
     let opcode = WcOpcode(wc.opcode);
+    // Defined for receives, RDMA reads and atomics only.
+    let byte_len = match opcode {
+        WcOpcode::RDMA_READ | WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD => wc.byte_len,
+        _ if opcode.is_recv() => wc.byte_len,
+        _ => 0,
+    };
     let imm_data = if !opcode.is_recv() {
         0
     } else if flags.contains(WcFlags::WITH_INV) {
@@ -90,10 +103,11 @@ pub fn work_completion(wc: &ffi::ibv_wc) -> WorkCompletion {
         status,
         opcode,
         vendor_err: 0,
-        byte_len: wc.byte_len,
+        byte_len,
         imm_data,
         qp_num: wc.qp_num,
-        src_qp: wc.src_qp,
+        // A receive's (defined on UD QPs only).
+        src_qp: if opcode.is_recv() { wc.src_qp } else { 0 },
         wc_flags: flags,
     }
 }
