@@ -8,8 +8,9 @@
 //! handler calls (an instance giving the token back for a call under
 //! `ManyInstances`, a permit send that started one): waiting for room there
 //! would wait for that instance, stopped under the waker. And one is pushed
-//! while a handler is dropped (replaced, or at a teardown), by whichever
-//! thread drops it: its `Drop` is user code of the upcall. The hand-back's
+//! while the upcalls' owner drops a handler with upcalls disabled (a
+//! teardown, a `set_handler` then): only that thread could free a slot for
+//! a post from its `Drop`. The hand-back's
 //! frame is marked as one where the token is free ([`as_token_hand_back_of`]):
 //! a room waiter there may start the draining instance itself (see
 //! [`in_token_hand_back`]). Nested calls (a handler

@@ -915,6 +915,28 @@ fn a_replaced_handlers_drop_runs_inside_its_upcall() {
     assert_eq!(left, 0);
 }
 
+/// `Invoke::New` holds the events queued when upcalls are enabled until the
+/// next post, across a switch from ManyInstances to SingleInstance too when
+/// no instance ran (the switch waits instances out by way of Disabled, and
+/// takes only the events those leave behind).
+#[test]
+fn invoke_new_holds_queued_events_across_a_switch_to_single_instance_with_none_in_flight() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let (heard, seen) = shared_vec();
+    let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::New, move |ev, _| {
+        heard.lock().unwrap().push(ev.unwrap());
+    });
+    poster.post(1).unwrap();
+    poster.post(2).unwrap();
+    up.set_policy(UpcallPolicy::ManyInstances, Invoke::New)
+        .unwrap();
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::New)
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), [0u32; 0], "held for the next post");
+    poster.post(3).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [1, 2, 3]);
+}
+
 /// A handler's drop is user code of the upcall wherever it runs: by a
 /// teardown, a dropped `Upcalls` or a `set_handler` on the owner's thread
 /// too. With upcalls disabled and the ring full, only that owner could free

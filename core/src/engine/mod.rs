@@ -388,16 +388,22 @@ impl<T> Shared<T> {
     }
 
     /// Replace the upcall handler. The old one, if no instance is calling
-    /// it, is dropped here, inside this EVD's frame: its `Drop` is user code
-    /// of the upcall wherever it runs, and a waiting post from it is refused
-    /// at once (on the owner's thread, with upcalls disabled and the ring
-    /// full, it would wait for room only that thread could free).
+    /// it, is dropped here. With upcalls disabled that is inside this EVD's
+    /// frame: only the owner (this thread) could free a slot then, so a
+    /// waiting post from its `Drop` is refused at once instead of waiting
+    /// for this thread. Enabled, an instance or the post itself drains the
+    /// ring, and such a post may wait as any other.
     pub(crate) fn set_handler(&self, h: Installed<T>) {
-        crate::frames::as_handler_of(self.id(), || self.handler.set(h));
+        match self.policy() {
+            state::PolicyBits::Disabled => {
+                crate::frames::as_handler_of(self.id(), || self.handler.set(h))
+            }
+            _ => self.handler.set(h),
+        }
     }
 
-    /// Drop the upcall handler (teardown), inside this EVD's frame as
-    /// [`Shared::set_handler`] drops the old one.
+    /// Drop the upcall handler (a teardown, upcalls disabled), inside this
+    /// EVD's frame as [`Shared::set_handler`] drops the old one then.
     pub(crate) fn clear_handler(&self) {
         crate::frames::as_handler_of(self.id(), || self.handler.clear());
     }

@@ -545,13 +545,14 @@ impl<T> Shared<T> {
         })
     }
 
-    /// Install a policy; true if the caller took the token and must run an
-    /// instance now (queued events, or a loss report, under `Invoke::Any`).
+    /// Install a policy: true if the caller took the token and must run an
+    /// instance now (queued events, or a loss report, under `Invoke::Any`),
+    /// and the instances in flight in the word installed.
     ///
     /// A policy installed on a full ring with no instance to drain it
     /// (`Invoke::New`, or after a quiesce) wakes the posters waiting for
     /// room ([`Shared::wake_room_if_stranded`]).
-    pub(crate) fn set_policy(&self, bits: PolicyBits, invoke: Invoke) -> bool {
+    pub(crate) fn set_policy(&self, bits: PolicyBits, invoke: Invoke) -> (bool, u64) {
         let h = self.head();
         // AcqRel: Release hands the consumer side to instances that start
         // under the new policy; Acquire to see the last instance's head.
@@ -563,7 +564,9 @@ impl<T> Shared<T> {
             self.wake_room_if_stranded(new);
         }
         // A loss report counts as a queued event for Invoke::Any.
-        start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss())
+        let start =
+            start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss());
+        (start, state::instances(new))
     }
 
     /// [`Poster::start_draining_upcall`](crate::Poster::start_draining_upcall):

@@ -36,8 +36,8 @@ impl<T: Send> Poster<T> {
     /// on the thread of an instance still counted and not running yet or
     /// between handler calls (an instance's hand-back of the token, a permit
     /// send that started one): a wait there would wait for that instance;
-    /// and a handler's `Drop`, replaced or torn down, on whichever thread
-    /// drops it.
+    /// and a handler's `Drop` run by the upcalls' owner with upcalls
+    /// disabled (a teardown, a `set_handler` then).
     ///
     /// # Panics
     ///

@@ -206,10 +206,10 @@ impl<T: Send> Upcalls<T> {
     ///   events queued, an upcall runs at once on this thread. Switching to
     ///   `SingleInstance` while instances started under `ManyInstances` still
     ///   run (directly or by way of `Disabled`) first waits for them, so at
-    ///   most one runs from the moment this returns; from `ManyInstances`,
-    ///   the events those instances left queued are then delivered as with
-    ///   `Invoke::Any` whatever `invoke` says (they were queued while
-    ///   upcalls were enabled, and their instances are gone).
+    ///   most one runs from the moment this returns; from `ManyInstances`
+    ///   with instances in flight, the events they leave queued are then
+    ///   delivered as with `Invoke::Any` whatever `invoke` says (a post that
+    ///   found one of them holding the token left its event to it).
     /// * `Teardown`: disable, and return after every running upcall has
     ///   returned. Refused from inside one of this EVD's upcalls
     ///   ([`PolicyError::FromUpcall`]): it would wait for itself.
@@ -265,8 +265,9 @@ impl<T: Send> Upcalls<T> {
         let needs_quiesce = policy == UpcallPolicy::Teardown
             || (policy == UpcallPolicy::SingleInstance
                 && (current == PolicyBits::Many || (current != PolicyBits::Single && others > 0)));
+        let mut waited_out = 0;
         if needs_quiesce {
-            self.quiesce()?;
+            waited_out = self.quiesce()?;
             if policy == UpcallPolicy::Teardown {
                 crate::trace::event!(
                     DEBUG,
@@ -277,17 +278,19 @@ impl<T: Send> Upcalls<T> {
                 return Ok(());
             }
         }
-        // Events queued under ManyInstances were its instances' to drain
-        // (a post that found one holding the token started none): the wait
-        // above went through Disabled, and those instances left them, so the
-        // new one takes them whatever `invoke` says, as a switch without
-        // that wait keeps its running instance draining them.
-        let invoke = match needs_quiesce && current == PolicyBits::Many {
+        // Events queued under ManyInstances while instances ran were
+        // theirs to drain (a post that found one holding the token started
+        // none): the wait above went through Disabled, where they left
+        // them, so the new instance takes them whatever `invoke` says, as a
+        // switch without that wait keeps its running instance draining
+        // them. With none in flight when upcalls were disabled, nobody
+        // owed them anything: `invoke` decides.
+        let invoke = match current == PolicyBits::Many && waited_out > 0 {
             true => Invoke::Any,
             false => invoke,
         };
         let s = self.shared();
-        let starts = s.set_policy(policy.bits(), invoke);
+        let (starts, _) = s.set_policy(policy.bits(), invoke);
         crate::trace::event!(DEBUG, evd = s.id(), ?policy, ?invoke, "upcall policy set");
         if starts {
             instance::run(s);
@@ -295,21 +298,22 @@ impl<T: Send> Upcalls<T> {
         Ok(())
     }
 
-    /// Disable upcalls and wait until none is in flight.
-    fn quiesce(&mut self) -> Result<(), PolicyError> {
+    /// Disable upcalls and wait until none is in flight; returns how many
+    /// were in flight when upcalls were disabled.
+    fn quiesce(&mut self) -> Result<u64, PolicyError> {
         let consumer = self.consumer.as_mut().expect("present until teardown");
         if frames::in_own_handler(consumer.shared().id()) {
             return Err(PolicyError::FromUpcall);
         }
-        disable_and_wait(consumer);
-        Ok(())
+        Ok(disable_and_wait(consumer))
     }
 
     /// Replace the handler while posters run. Upcalls already running finish
-    /// with the old one; the old one is dropped once none can be using it,
-    /// as part of the upcall (here, or by the last instance calling it): a
-    /// waiting post from its `Drop` is refused at once on a full ring, as
-    /// from a handler call.
+    /// with the old one; the old one is dropped once none can be using it:
+    /// by the last instance calling it, inside that upcall, or here. Here
+    /// with upcalls disabled it is inside the upcall too (only this thread
+    /// could free a slot then): a waiting post from its `Drop` is refused at
+    /// once on a full ring, as from a handler call.
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};
@@ -425,11 +429,11 @@ impl<T> Drop for Upcalls<T> {
         if frames::in_own_handler(consumer.shared().id()) {
             // Dropped from inside its own upcall: that upcall is the one in
             // flight, and it stops at its next dequeue; waiting would hang.
-            consumer
+            let _ = consumer
                 .shared()
                 .set_policy(PolicyBits::Disabled, Invoke::New);
         } else {
-            disable_and_wait(consumer);
+            let _ = disable_and_wait(consumer);
         }
         // No instance can call the handler now (the one running from here
         // keeps it alive until it returns): drop it, and whatever it owns (a
@@ -444,13 +448,15 @@ impl<T> Drop for Upcalls<T> {
 }
 
 /// Disable upcalls, then block until no instance is in flight (a
-/// teardown's barrier). Not from inside one of the EVD's own upcalls.
-fn disable_and_wait<T>(consumer: &mut Consumer<T>) {
-    let disabled = consumer
+/// teardown's barrier); returns how many were in flight when upcalls were
+/// disabled. Not from inside one of the EVD's own upcalls.
+fn disable_and_wait<T>(consumer: &mut Consumer<T>) -> u64 {
+    let (disabled, in_flight) = consumer
         .shared()
         .set_policy(PolicyBits::Disabled, Invoke::New);
     debug_assert!(!disabled, "disabling never starts an instance");
     crate::consumer::block_until(consumer, |s| s.instances() == 0);
+    in_flight
 }
 
 /// Shows the EVD's state (policy, upcalls in flight, counters) as
