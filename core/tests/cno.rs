@@ -668,6 +668,25 @@ fn a_dropped_cno_sends_later_triggers_to_the_evds_own_eventfd() {
     assert_eq!(fd_d.acknowledge().unwrap(), 0);
 }
 
+/// A post on an EVD whose CNO was dropped notifies the EVD's own eventfd;
+/// moving the EVD to another CNO afterwards does not carry that news there
+/// too (its key, left pending in the dropped CNO's slot, was had once).
+#[test]
+fn a_move_away_from_a_dropped_cno_carries_no_key_its_eventfd_had() {
+    let old = Cno::new(1).unwrap();
+    let mut new = Cno::new(1).unwrap();
+    let (p, mut c, fd) = enabled_with_an_eventfd(&old, 1);
+    drop(old);
+    p.post(1).unwrap();
+    assert_eq!(fd.acknowledge().unwrap(), 1, "the EVD's own eventfd");
+    assert_eq!(drain(&mut c).0, [1]);
+    c.modify_cno(&new, 5).unwrap();
+    assert_eq!(new.try_next(), None, "the news went to the eventfd already");
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    p.post(2).unwrap();
+    assert_eq!(new.try_next(), Some(5), "the next post's key");
+}
+
 #[test]
 fn a_dropped_cno_leaves_a_direct_waiter_woken() {
     let cno = Cno::new(2).unwrap();

@@ -309,6 +309,12 @@ impl CnoCore {
         let backoff = Backoff::new();
         loop {
             match self.ready.post(slot) {
+                // Pushed while the `Cno` is being dropped (it marks itself
+                // gone, then its ring closes and discards what is queued):
+                // the EVD's own targets are told, as when the ring refuses.
+                // Its waiter pops nothing any more, so the key is not had
+                // twice.
+                Ok(()) if self.is_gone() => return Reached::CnoGone,
                 Ok(()) => return Reached::Ready,
                 Err(PostError::Closed(_)) => return Reached::CnoGone,
                 // Unreachable: every slot is in the ring at most once (its
@@ -413,9 +419,10 @@ impl CnoCore {
     /// The `Cno` is being dropped; its ring closes next, and the keys in it
     /// are discarded.
     pub(crate) fn mark_gone(&self) {
-        // Release/Acquire with `is_gone`: an enable that sees it refuses. A
-        // trigger that read it clear just before may still queue a key that
-        // the drop then discards (see the `Cno` docs).
+        // Release/Acquire with `is_gone`: an enable that sees it refuses, a
+        // trigger that sees it after its push notifies the EVD itself. A
+        // trigger that read it clear may still have queued a key that the
+        // drop then discards, as one queued before (see the `Cno` docs).
         self.gone.store(true, Ordering::Release);
     }
 }
@@ -488,5 +495,17 @@ mod tests {
         assert_eq!(core.take(s), None, "a stale entry");
         assert!(core.with_free(|f| f.free.contains(&s)));
         assert_free_slots_are_clean(&core);
+    }
+
+    /// A trigger that pushes its index while the `Cno` is being dropped
+    /// (marked gone, its ring not closed yet) reports the CNO gone, so that
+    /// the EVD's own targets are told: the drop discards the key.
+    #[test]
+    fn a_trigger_that_pushes_while_the_cno_is_dropped_reports_it_gone() {
+        let (ready, _ring) = crate::bounded::<u32>(2).unwrap();
+        let core = CnoCore::new(1, ready);
+        let (s, _) = core.bind(Some(10), true).unwrap();
+        core.mark_gone();
+        assert_eq!(core.trigger(s), Reached::CnoGone);
     }
 }

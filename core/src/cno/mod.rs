@@ -316,6 +316,9 @@ impl Cno {
     /// Arm the CNO itself for its eventfd ([`Cno::notify_fd`]): `Armed` if
     /// nothing is ready (the next key writes the fd once), `Pending` if keys
     /// (or entries whose keys were removed) are queued: take them first.
+    /// A wait on the CNO ([`Cno::wait`] and its timed forms, the futures)
+    /// takes that arm over, and one that ends without a key withdraws it:
+    /// arm again before sleeping on the fd.
     ///
     /// ```
     /// let mut cno = evd::Cno::new(4).unwrap();
