@@ -75,9 +75,9 @@ impl CmConnParams<'_> {
     }
 }
 
-/// After a failed step past INIT of an accept or an establish: move `qp` to
-/// ERROR, as librdmacm does for the QPs it owns, rather than leave it
-/// ready to receive (or send) from a peer the connection never reached.
+/// After a refused `rdma_accept`, or a failed step of an establish: move
+/// `qp` to ERROR, as librdmacm does for the QPs it owns, rather than leave
+/// it ready to receive (or send) from a peer the connection never reached.
 /// Its receives are flushed with error completions; a new connection needs
 /// it reset ([`QueuePair::reset`]). A refusal of this move is not
 /// reported: the step's own error is.
@@ -170,8 +170,8 @@ impl CmId {
     /// # Errors
     ///
     /// The errno of a QP transition (`rdma_init_qp_attr`, `ibv_modify_qp`) or
-    /// of `rdma_establish`; a failure after the QP left INIT moves it to
-    /// ERROR, as in [`accept`](CmId::accept).
+    /// of `rdma_establish`; each moves the QP to ERROR, as librdmacm does
+    /// for its own QPs on a connect response it cannot complete.
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -200,7 +200,10 @@ impl CmId {
         // exchange the INIT attributes grant no remote access; now they
         // carry what the connection allows (remote writes, and reads if
         // responder resources were offered).
-        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        // A failed step leaves the QP in ERROR, as librdmacm's handling of
+        // the connect response does for its own QPs.
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)
+            .inspect_err(|_| to_error(qp))?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)
             .inspect_err(|_| to_error(qp))?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)
@@ -222,9 +225,10 @@ impl CmId {
     /// `params.private_data` is over 255 bytes, the QP untouched; the errno of a QP transition
     /// (`rdma_init_qp_attr`, `ibv_modify_qp`) or of `rdma_accept` (`EINVAL`
     /// for private data over the transport's limit, 196 bytes over
-    /// InfiniBand and RoCE). A failure after the QP left INIT moves it to
-    /// ERROR, as librdmacm does for its own QPs (its receives flushed; reset
-    /// it before another connection).
+    /// InfiniBand and RoCE). A refused `rdma_accept` moves the QP (in RTS by
+    /// then) to ERROR, as librdmacm does for its own QPs (its receives
+    /// flushed; reset it before another connection); a failed transition
+    /// leaves it where it stopped, as librdmacm does.
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -271,15 +275,14 @@ impl CmId {
             if params.responder_resources != u8::MAX {
                 attr.max_dest_rd_atomic = params.responder_resources;
             }
-        })
-        .inspect_err(|_| to_error(qp))?;
+        })?;
         self.transition_with(qp, ffi::ibv_qp_state::IBV_QPS_RTS, |attr| {
             if params.initiator_depth != u8::MAX {
                 attr.max_rd_atomic = params.initiator_depth;
             }
-        })
-        .inspect_err(|_| to_error(qp))?;
-        // SAFETY: as in `connect`.
+        })?;
+        // SAFETY: as in `connect`. Refused, the QP (in RTS) goes to ERROR,
+        // as librdmacm's `rdma_accept` leaves its own QPs.
         check(unsafe { ffi::rdma_accept(self.id, &mut raw) }).inspect_err(|_| to_error(qp))
     }
 
