@@ -222,12 +222,11 @@ impl<T> Consumer<T> {
         // The new slot first: a full CNO leaves the old binding as it was.
         let (slot, key) = cno.core.bind(Some(key), !same)?;
         let was_enabled = self.settle(&old);
-        // A dropped CNO's pending key moves nowhere: a trigger that found it
-        // gone told the EVD's own targets, and one queued before its drop
-        // was discarded with its ready set. (Dropped during this move, the
-        // key moves: at worst one wake more.)
-        let old_gone = old.core.is_gone();
-        let had_pending = old.core.remove(old.slot) && !old_gone;
+        // A key still pending moves, also from a dropped CNO (its ready set
+        // was discarded with it): the new CNO gets it. After a trigger that
+        // found the CNO gone and told the EVD's own targets, that is one
+        // wake more.
+        let had_pending = old.core.remove(old.slot);
         old.core.release(old.slot, !same);
         self.install(&cno.core, slot, key);
         // News for the new CNO: events (or the end of the stream) that came
