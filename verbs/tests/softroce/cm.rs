@@ -210,6 +210,19 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
     client
         .establish(&client_qp)
         .map_err(|e| format!("establish: {e}"))?;
+    // A second establish is refused and leaves the live QP alone.
+    let again = client.establish(&client_qp);
+    ensure!(
+        again
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::InvalidInput),
+        "a second establish: {again:?}"
+    );
+    let state = client_qp.query_state().map_err(|e| format!("query: {e}"))?;
+    ensure!(
+        state == evd_verbs::ibv::QpState::Rts,
+        "the QP after a second establish: {state:?}"
+    );
     expect(&mut events, CmEventKind::Established, req.id)?;
     // The reply's depths reached the client's QP, mirrored.
     let depths = rd_atomic(&client_qp)?;

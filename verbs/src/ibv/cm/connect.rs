@@ -75,7 +75,7 @@ impl CmConnParams<'_> {
     }
 }
 
-/// After a refused `rdma_accept`, or a failed step of an establish: move
+/// After a refused `rdma_accept`, or an establish that failed past RTR: move
 /// `qp` to ERROR, as librdmacm does for the QPs it owns, rather than leave
 /// it ready to receive (or send) from a peer the connection never reached.
 /// Its receives are flushed with error completions; a new connection needs
@@ -170,8 +170,11 @@ impl CmId {
     /// # Errors
     ///
     /// The errno of a QP transition (`rdma_init_qp_attr`, `ibv_modify_qp`) or
-    /// of `rdma_establish`; each moves the QP to ERROR, as librdmacm does
-    /// for its own QPs on a connect response it cannot complete.
+    /// of `rdma_establish`; [`InvalidInput`](io::ErrorKind::InvalidInput),
+    /// the QP untouched, if it is not in INIT (an established QP, a second
+    /// call). A failure after the QP reached RTR moves it to ERROR, as
+    /// librdmacm does for its own QPs on a connect response it cannot
+    /// complete; one before leaves it in INIT.
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -200,12 +203,20 @@ impl CmId {
         // exchange the INIT attributes grant no remote access; now they
         // carry what the connection allows (remote writes, and reads if
         // responder resources were offered).
-        // A failed step leaves the QP in ERROR, as librdmacm's handling of
-        // the connect response does for its own QPs.
-        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)
-            .inspect_err(|_| to_error(qp))?;
-        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)
-            .inspect_err(|_| to_error(qp))?;
+        // Only a QP the connect left in INIT: another (an established one,
+        // a second call) is refused untouched.
+        if qp.query_state()? != QpState::Init {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "establish on a QP that is not in INIT",
+            ));
+        }
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_INIT)?;
+        // Failed in RTR (or before the response came: RTR fails), the QP is
+        // back in INIT, harmless; failed later, it could receive (or send)
+        // for a connection never made: ERROR, as librdmacm's handling of
+        // the connect response leaves its own QPs.
+        self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTR)?;
         self.transition(qp, ffi::ibv_qp_state::IBV_QPS_RTS)
             .inspect_err(|_| to_error(qp))?;
         // SAFETY: a live id.
