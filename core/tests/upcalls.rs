@@ -915,10 +915,10 @@ fn a_replaced_handlers_drop_runs_inside_its_upcall() {
     assert_eq!(left, 0);
 }
 
-/// `Invoke::New` holds the events queued when upcalls are enabled until the
-/// next post, across a switch from ManyInstances to SingleInstance too when
-/// no instance ran (the switch waits instances out by way of Disabled, and
-/// takes only the events those leave behind).
+/// `Invoke::New` holds the events queued before upcalls were enabled until
+/// the next post, across a switch from ManyInstances to SingleInstance too
+/// when no instance ran (the switch waits instances out by way of
+/// Disabled, and takes only the events those leave behind).
 #[test]
 fn invoke_new_holds_queued_events_across_a_switch_to_single_instance_with_none_in_flight() {
     let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
@@ -937,12 +937,11 @@ fn invoke_new_holds_queued_events_across_a_switch_to_single_instance_with_none_i
     assert_eq!(*seen.lock().unwrap(), [1, 2, 3]);
 }
 
-/// A handler's drop is user code of the upcall wherever it runs: by a
-/// teardown, a dropped `Upcalls` or a `set_handler` on the owner's thread
-/// too. With upcalls disabled and the ring full, only that owner could free
-/// a slot (it holds the consumer): a waiting post from the drop is refused
-/// at once, as from a handler call, instead of waiting for the thread it
-/// runs on. Run on a thread under the watchdog, so the old wait fails the
+/// A handler dropped by its owner with upcalls disabled (a teardown, a
+/// dropped `Upcalls`, a `set_handler` then) is dropped inside the upcall:
+/// with the ring full, only that owner could free a slot (it holds the
+/// consumer), so a waiting post from the drop is refused at once, as from
+/// a handler call, instead of waiting for the thread it runs on. Run on a thread under the watchdog, so the old wait fails the
 /// test instead of hanging it.
 #[test]
 fn a_handlers_drop_by_its_owner_runs_inside_the_upcall() {

@@ -389,9 +389,10 @@ impl<T> Shared<T> {
 
     /// Replace the upcall handler. The old one, if no instance is calling
     /// it, is dropped here. With upcalls disabled that is inside this EVD's
-    /// frame: only the owner (this thread) could free a slot then, so a
-    /// waiting post from its `Drop` is refused at once instead of waiting
-    /// for this thread. Enabled, an instance or the post itself drains the
+    /// frame: no instance starts then and only the owner (this thread)
+    /// could drain the ring, so a waiting post from its `Drop` is refused at
+    /// once instead of waiting for this thread (an instance that read the
+    /// policy just before it was disabled may still free one slot). Enabled, an instance or the post itself drains the
     /// ring, and such a post may wait as any other.
     pub(crate) fn set_handler(&self, h: Installed<T>) {
         match self.policy() {
