@@ -941,8 +941,9 @@ fn invoke_new_holds_queued_events_across_a_switch_to_single_instance_with_none_i
 /// dropped `Upcalls`, a `set_handler` then) is dropped inside the upcall:
 /// with the ring full, only that owner could free a slot (it holds the
 /// consumer), so a waiting post from the drop is refused at once, as from
-/// a handler call, instead of waiting for the thread it runs on. Run on a thread under the watchdog, so the old wait fails the
-/// test instead of hanging it.
+/// a handler call, instead of waiting for the thread it runs on. Run on a
+/// thread under the watchdog, so the old wait fails the test instead of
+/// hanging it.
 #[test]
 fn a_handlers_drop_by_its_owner_runs_inside_the_upcall() {
     for how in ["teardown", "drop", "set_handler"] {

@@ -312,8 +312,9 @@ impl CnoCore {
                 // Pushed while the `Cno` is being dropped (it marks itself
                 // gone, then its ring closes and discards what is queued):
                 // the EVD's own targets are told, as when the ring refuses.
-                // Its waiter pops nothing any more, so the key is not had
-                // twice.
+                // Its waiter pops nothing any more (a key it popped before
+                // the drop makes this one wake more); the key left pending
+                // moves with the EVD if it is moved.
                 Ok(()) if self.is_gone() => return Reached::CnoGone,
                 Ok(()) => return Reached::Ready,
                 Err(PostError::Closed(_)) => return Reached::CnoGone,

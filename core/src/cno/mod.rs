@@ -55,7 +55,9 @@
 //!   barrier), removes a pending key from the old CNO, binds to the new one,
 //!   and gives it the pending key and the enable: a notification reaches
 //!   exactly one of the two CNOs (the old one only if its waiter took the key
-//!   before the move removed it).
+//!   before the move removed it). From a dropped CNO the pending key moves
+//!   too; if the trigger that left it found the CNO gone and told the EVD's
+//!   own waiter, that is one wake more.
 //! * **Slots.** A CNO made for `n` EVDs has `2n` slots. An unbound slot whose
 //!   index is still in the ring is bound again only after the waiter popped
 //!   that stale index, so a new binding never waits behind a push of the
@@ -69,7 +71,8 @@
 //! * **Lifetimes.** Closing an enabled EVD triggers its key once: its
 //!   consumer drains it and sees the end of stream. Dropping or unbinding an
 //!   EVD removes its key. Dropping the `Cno` discards the keys in its ready
-//!   set and closes it: a later trigger notifies the EVD's own waiter
+//!   set (an EVD moved to another CNO then takes its key along) and closes
+//!   it: a later trigger notifies the EVD's own waiter
 //!   instead, and [`Consumer::enable_cno`] reports
 //!   [`CnoError::CnoDropped`]; the events stay in their EVDs (a direct arm
 //!   reports them `Pending`). An EVD keeps every CNO it was bound to

@@ -197,7 +197,9 @@ impl<T> Consumer<T> {
     /// binds it if it is not bound. No re-check is needed: an enable and a
     /// pending key move with the EVD, and a notification reaches exactly one
     /// of the two CNOs (the old one only if its waiter took the key before
-    /// the move). On an error the EVD stays as it was.
+    /// the move; from a dropped CNO, whose trigger may have told the EVD's
+    /// own waiter too, see [`Cno`](crate::Cno)'s notes). On an error the EVD
+    /// stays as it was.
     ///
     /// ```
     /// let mut old = evd::Cno::new(4).unwrap();

@@ -392,8 +392,9 @@ impl<T> Shared<T> {
     /// frame: no instance starts then and only the owner (this thread)
     /// could drain the ring, so a waiting post from its `Drop` is refused at
     /// once instead of waiting for this thread (an instance that read the
-    /// policy just before it was disabled may still free one slot). Enabled, an instance or the post itself drains the
-    /// ring, and such a post may wait as any other.
+    /// policy just before it was disabled may still free one slot).
+    /// Enabled, an instance or the post itself drains the ring, and such a
+    /// post may wait as any other.
     pub(crate) fn set_handler(&self, h: Installed<T>) {
         match self.policy() {
             state::PolicyBits::Disabled => {

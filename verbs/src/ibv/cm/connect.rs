@@ -169,12 +169,14 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// The errno of a QP transition (`rdma_init_qp_attr`, `ibv_modify_qp`) or
-    /// of `rdma_establish`; [`InvalidInput`](io::ErrorKind::InvalidInput),
-    /// the QP untouched, if it is not in INIT (an established QP, a second
-    /// call). A failure after the QP reached RTR moves it to ERROR, as
-    /// librdmacm does for its own QPs on a connect response it cannot
-    /// complete; one before leaves it in INIT.
+    /// The errno of the QP's state query (`ibv_query_qp`), of a QP
+    /// transition (`rdma_init_qp_attr`, `ibv_modify_qp`) or of
+    /// `rdma_establish`; [`InvalidInput`](io::ErrorKind::InvalidInput), the
+    /// QP untouched, if it is not in INIT (an established QP, a second
+    /// call). A failure after the QP reached RTR moves it to ERROR (a
+    /// refusal of that move is not reported), as librdmacm does for its own
+    /// QPs on a connect response it cannot complete; one before leaves it
+    /// in INIT, as an establish called before the response does.
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
