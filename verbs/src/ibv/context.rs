@@ -320,14 +320,21 @@ impl Context {
     }
 
     /// This device's async events (CQ errors, QP errors, port and device
-    /// events) as an [`AsyncEventSource`](crate::AsyncEventSource). The async fd is made non-blocking.
-    /// While they are held, a [`Driver`](crate::Driver) does not serve them
-    /// by itself for this device's CQs (see
-    /// [`CompletionQueue::device_events`](crate::CompletionQueue::device_events)).
+    /// events) as an [`AsyncEventSource`](crate::AsyncEventSource). The
+    /// async fd is made non-blocking. They have one taker at a time, as a
+    /// soft device's do: two would split the device's events between them,
+    /// each seeing some, in no order. While they are held, a
+    /// [`Driver`](crate::Driver) does not serve them by itself for this
+    /// device's CQs (see
+    /// [`CompletionQueue::device_events`](crate::CompletionQueue::device_events));
+    /// to deliver them elsewhere than the driver does, take them before
+    /// registering those feeds.
     ///
     /// # Errors
     ///
-    /// An [`io::Error`] if the async fd cannot be made non-blocking.
+    /// `EBUSY` while they are taken (an earlier taker still holds them, or
+    /// a driver serves them for a CQ of this device); an [`io::Error`] if
+    /// the async fd cannot be made non-blocking.
     ///
     /// ```no_run
     /// use evd_verbs::AsyncEventSource;
@@ -340,9 +347,11 @@ impl Context {
     /// ```
     pub fn async_events(self: &Arc<Self>) -> io::Result<IbvAsyncEvents> {
         // Relaxed: the count only records who listens; the events come
-        // through the fd.
+        // through the fd. Taken only if nobody listens: 0 -> 1.
+        use std::sync::atomic::Ordering::Relaxed;
         self.listeners
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .compare_exchange(0, 1, Relaxed, Relaxed)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))?;
         self.listening()
     }
 

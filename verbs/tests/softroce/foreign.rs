@@ -276,3 +276,37 @@ pub(crate) fn context_from_raw(_shared: &Arc<ProtectionDomain>) -> Res {
     cq.close().map_err(|e| format!("owned cq: {e:?}"))?;
     ctx.close().map_err(|e| format!("owned context: {e:?}"))
 }
+
+/// A device's async events have one taker at a time: a second
+/// `async_events` is refused with `EBUSY` (two would split the device's
+/// events between them), also while a driver serves them for a CQ feed of
+/// that device; once the driver lets them go (the feed removed), they can
+/// be taken.
+pub(crate) fn async_events_have_one_taker(_shared: &Arc<ProtectionDomain>) -> Res {
+    let busy = |r: std::io::Result<evd_verbs::ibv::IbvAsyncEvents>, what: &str| -> Res {
+        ensure!(
+            r.as_ref()
+                .is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY)),
+            "{what}: {:?}",
+            r.map(|_| ())
+        );
+        Ok(())
+    };
+    let ctx = Context::open(None).map_err(|e| format!("open: {e}"))?;
+    let first = ctx.async_events().map_err(|e| format!("async: {e}"))?;
+    busy(ctx.async_events(), "a second taker")?;
+    drop(first);
+    let cq = ctx.create_cq(16, CqId(45)).map_err(e2s)?;
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).map_err(e2s)?;
+    let key = driver
+        .register(Feed::new(cq, CqId(45), poster), FeedMode::Event)
+        .map_err(e2s)?;
+    busy(ctx.async_events(), "while the driver serves them")?;
+    drop(driver.remove(key).map_err(e2s)?);
+    let events = ctx
+        .async_events()
+        .map_err(|e| format!("after the driver let them go: {e}"))?;
+    drop(events);
+    Ok(())
+}

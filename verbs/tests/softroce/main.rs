@@ -284,7 +284,7 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 23] = [
+    let cases: [(&str, Case); 24] = [
         ("rc_send_recv", posting::rc_send_recv),
         ("rdma_write_with_imm", posting::rdma_write_with_imm),
         ("error_completions", posting::error_completions),
@@ -297,6 +297,10 @@ fn main() {
         ("cq_context_kept", foreign::cq_context_kept),
         ("cq_from_raw_borrowed", foreign::cq_from_raw_borrowed),
         ("context_from_raw", foreign::context_from_raw),
+        (
+            "async_events_have_one_taker",
+            foreign::async_events_have_one_taker,
+        ),
         ("event_driven_io_uring", driven::event_driven_io_uring),
         ("throughput", driven::throughput),
         ("explicit_teardown", teardown::explicit_teardown),
