@@ -12,10 +12,13 @@
 //!
 //! A device feed whose EVD closes (its consumer gone) while the feed that
 //! brought it stays registered finds the close at its next turn (the
-//! device's next event: no event is taken once the EVD is closed) and is
-//! done: it is dropped then, as on its parent's removal, and the device's
-//! events offered to the feeds left. One that stopped because the device's
-//! events failed is kept: it posted that failure into its EVD.
+//! device's next event: no event is taken once the EVD is closed; one taken
+//! before, held for room, goes with the feed) and is done: it is dropped
+//! then, as on its parent's removal, and the device's events offered to
+//! the feeds left. One that stopped because the device's events failed is
+//! kept: it posted that failure into its EVD. (So is one the driver gave up
+//! because the backend kept refusing its fd's poll: the device's events
+//! stay with it until its parent is removed.)
 
 use super::cycle::Phase;
 use super::slot::Removal;

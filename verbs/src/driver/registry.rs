@@ -30,8 +30,9 @@ impl Driver {
     /// offers them to the feeds left, the first on a
     /// device nobody listens to taking them into its EVD; a shutdown gives
     /// them back to the device. An event of the device taken but not yet
-    /// posted when the removal begins (the EVD was full) is dropped with
-    /// that feed of the driver's. To deliver them elsewhere, take them first
+    /// posted when the removal begins or the EVD closes (the EVD was full)
+    /// is dropped with that feed of the driver's. To deliver them
+    /// elsewhere, take them first
     /// (`ibv::Context::async_events`,
     /// [`SoftDevice::take_events`](crate::soft::SoftDevice::take_events)).
     ///
