@@ -74,9 +74,11 @@ use crate::unwind::Panics;
 /// The consumer of an EVD in upcall mode: events are delivered to a handler
 /// run on the posting threads. Owns the [`Consumer`]; [`Upcalls::teardown`]
 /// gives it back. Dropped instead, it disables upcalls and waits until no
-/// handler runs (from inside its own handler it only disables them), drops
-/// the handler, then drops the consumer as any consumer is dropped: the EVD
-/// closes and the events still queued are dropped.
+/// handler runs (from inside its own handler it only disables them, and an
+/// instance of another thread that read the policy before may still take
+/// one event out and find no handler: that event is dropped as the queued
+/// ones are), drops the handler, then drops the consumer as any consumer
+/// is dropped: the EVD closes and the events still queued are dropped.
 pub struct Upcalls<T> {
     consumer: Option<Consumer<T>>,
 }
