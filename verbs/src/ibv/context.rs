@@ -333,8 +333,12 @@ impl Context {
     /// # Errors
     ///
     /// `EBUSY` while they are taken (an earlier taker still holds them, or
-    /// a driver serves them for a CQ of this device); an [`io::Error`] if
-    /// the async fd cannot be made non-blocking.
+    /// a driver serves them for a CQ of this device; a driver lets them go
+    /// when that feed of its own ends, which follows the end of its fd poll:
+    /// a turn of the driver after the `remove` that started it may have
+    /// returned, so a take right then may be refused and succeed a little
+    /// later); an [`io::Error`] if the async fd cannot be made
+    /// non-blocking.
     ///
     /// ```no_run
     /// use evd_verbs::AsyncEventSource;
