@@ -301,7 +301,9 @@ impl<T> Shared<T> {
             pacer.linger(h);
             lingered = true;
         };
-        pacer.batch_taken(n, max64);
+        // A batch that took the whole ring stopped at the lap's end, not at
+        // a slot being written: not a drained ring (`max` may exceed it).
+        pacer.batch_taken(n, max64.min(self.capacity()));
         if n == 0 {
             return match self.nothing_ready::<()>(self.head(), last_was_report) {
                 Err(TryDequeueError::Empty) => Ok(None),

@@ -319,3 +319,22 @@ fn a_lossy_post_that_finishes_a_close_whose_waker_panics_drops_its_event_once() 
     assert!(consumer.is_closed(), "the post finished the close");
     drop(permit);
 }
+
+/// A batch asked for more than the ring holds, taking a full ring, stops
+/// at the lap's end, not at a slot being written: it did not drain the
+/// ring, and the next batch must not linger before it looks (with posters
+/// refused as full meanwhile).
+#[test]
+fn a_batch_that_takes_a_full_ring_leaves_no_linger_for_the_next() {
+    let (poster, mut consumer) = bounded::<u64>(4).unwrap();
+    for i in 0..4 {
+        poster.post(i).unwrap();
+    }
+    let mut out = Vec::new();
+    assert_eq!(consumer.dequeue_batch(&mut out, 16), Ok(4));
+    let s = consumer.shared();
+    assert!(
+        !s.consumer.pacer.take_drained(s.head()),
+        "the full ring's batch marked the ring drained"
+    );
+}

@@ -98,6 +98,9 @@ pub(crate) fn run<T>(s: &Shared<T>) {
         shared: s,
         holds_token: true,
     };
+    // Paces an exit that finds a slot still being written ([`try_exit`]);
+    // renewed whenever the instance takes something out.
+    let mut waiting = Backoff::new();
     loop {
         // Holding the token: we are the consumer now.
         let policy = s.policy();
@@ -116,6 +119,9 @@ pub(crate) fn run<T>(s: &Shared<T>) {
             },
         };
         debug_assert!(guard.holds_token, "the loop runs with the token");
+        if item.is_some() {
+            waiting = Backoff::new();
+        }
         match (item, policy) {
             (Some(item), PolicyBits::Many) => {
                 // Loaded while we hold the token: an `FnMut` handler seen here
@@ -149,7 +155,7 @@ pub(crate) fn run<T>(s: &Shared<T>) {
             // it) and keep it through the call.
             (Some(item), _) => unsafe { deliver(s, s.load_handler(), item) },
             (None, _) => {
-                if let Some(new) = try_exit(s) {
+                if let Some(new) = try_exit(s, &waiting) {
                     // The exit CAS gave the token and the instance back: the
                     // guard has nothing left to give, and must not give it
                     // twice if the waker woken below panics.
@@ -165,7 +171,13 @@ pub(crate) fn run<T>(s: &Shared<T>) {
 /// The exit CAS: the word it installed once the instance has left it, or
 /// `None` if work arrived (or a reserved slot is still being written) and
 /// this instance must go on, holding the token.
-fn try_exit<T>(s: &Shared<T>) -> Option<u64> {
+///
+/// `waiting` paces the turns spent on a slot still being written: one
+/// back-off for the whole wait, so that it moves from spinning to yielding
+/// by the clock (a fresh one per turn would PAUSE once and never yield,
+/// loading the state word posters write on every turn while the poster
+/// that reserved the slot is preempted).
+fn try_exit<T>(s: &Shared<T>, waiting: &Backoff) -> Option<u64> {
     match s.exit_instance() {
         Some(new) => {
             if s.loss_pending() && s.restart_for_loss() {
@@ -175,7 +187,7 @@ fn try_exit<T>(s: &Shared<T>) -> Option<u64> {
         }
         None => {
             // A poster holds a reserved slot at the head and is writing it.
-            Backoff::new().snooze();
+            waiting.snooze();
             None
         }
     }
