@@ -9,7 +9,7 @@
 //! never on time. The long threaded ones are in `stress.rs`.
 
 mod common;
-use common::{eventually, full_ring, post_blocking_on_a_thread, shared_vec};
+use common::{Counting, counting, eventually, full_ring, post_blocking_on_a_thread, shared_vec};
 use evd::{Invoke, PostAsync, PostError, Poster, UpcallPolicy};
 use std::future::Future;
 use std::pin::Pin;
@@ -33,18 +33,6 @@ fn dequeue_with_frees_room_for_a_waiting_poster() {
     assert_eq!(got, [0, 1]);
 }
 
-/// A waker that counts how often it was woken.
-#[derive(Default)]
-struct Counting(AtomicUsize);
-impl Wake for Counting {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-fn counting() -> (Arc<Counting>, Waker) {
-    let c = Arc::new(Counting::default());
-    (c.clone(), Waker::from(c))
-}
 /// A `post_async` of `ev` polled once with a counting waker, and found
 /// waiting for room: its count, its waker and the future.
 fn waiting(poster: &Poster<u32>, ev: u32) -> (Arc<Counting>, Waker, PostAsync<'_, u32>) {
@@ -59,9 +47,6 @@ impl Wake for Panicking {
     fn wake(self: Arc<Self>) {
         panic!("a broken executor's waker");
     }
-}
-fn wakes(c: &Counting) -> usize {
-    c.0.load(Ordering::SeqCst)
 }
 fn poll<F: Future + Unpin>(f: &mut F, w: &Waker) -> Poll<F::Output> {
     Pin::new(f).poll(&mut Context::from_waker(w))
@@ -91,7 +76,7 @@ fn one_wake_per_freed_slot_first_come_first_served_and_a_hand_on_while_room_is_l
     for (f, (_, w)) in futs.iter_mut().zip(&waiters) {
         assert!(poll(f, w).is_pending());
     }
-    let woken = || waiters.iter().map(|(c, _)| wakes(c)).collect::<Vec<_>>();
+    let woken = || waiters.iter().map(|(c, _)| c.wakes()).collect::<Vec<_>>();
     assert_eq!(consumer.try_dequeue(), Ok(0));
     assert_eq!(
         woken(),
@@ -130,7 +115,7 @@ fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
     let (a, wa, mut fa) = waiting(&poster, 1);
     let (b, wb, mut fb) = waiting(&poster, 2);
     assert_eq!(consumer.try_dequeue(), Ok(0));
-    assert_eq!((wakes(&a), wakes(&b)), (1, 0));
+    assert_eq!((a.wakes(), b.wakes()), (1, 0));
     // A poster that does not wait takes the slot first.
     poster.post(9).unwrap();
     assert!(
@@ -138,10 +123,10 @@ fn a_woken_poster_that_loses_the_slot_is_woken_first_next_time() {
         "a lost the race: full again"
     );
     assert_eq!(consumer.try_dequeue(), Ok(9));
-    assert_eq!((wakes(&a), wakes(&b)), (2, 0), "a is first in line again");
+    assert_eq!((a.wakes(), b.wakes()), (2, 0), "a is first in line again");
     assert_eq!(poll(&mut fa, &wa), Poll::Ready(Ok(())));
     assert_eq!(consumer.try_dequeue(), Ok(1));
-    assert_eq!(wakes(&b), 1);
+    assert_eq!(b.wakes(), 1);
     assert_eq!(poll(&mut fb, &wb), Poll::Ready(Ok(())));
     assert_eq!(consumer.try_dequeue(), Ok(2));
 }
@@ -152,9 +137,9 @@ fn a_waiter_dropped_after_its_wake_passes_the_wake_on() {
     let (a, _wa, fa) = waiting(&poster, 1);
     let (b, wb, mut fb) = waiting(&poster, 2);
     assert_eq!(consumer.try_dequeue(), Ok(0));
-    assert_eq!((wakes(&a), wakes(&b)), (1, 0));
+    assert_eq!((a.wakes(), b.wakes()), (1, 0));
     drop(fa); // woken, never used the slot
-    assert_eq!(wakes(&b), 1, "the slot's wake reached the next waiter");
+    assert_eq!(b.wakes(), 1, "the slot's wake reached the next waiter");
     assert_eq!(poll(&mut fb, &wb), Poll::Ready(Ok(())));
     assert_eq!(consumer.try_dequeue(), Ok(2));
     assert!(!consumer.query().room_wanted);
@@ -168,7 +153,7 @@ fn a_waiter_dropped_before_any_wake_wakes_nobody_and_leaves_the_queue() {
     drop(fa);
     assert!(!consumer.query().room_wanted);
     assert_eq!(consumer.try_dequeue(), Ok(0));
-    assert_eq!(wakes(&a), 0);
+    assert_eq!(a.wakes(), 0);
     assert_eq!(consumer.query().room_wakes, 0);
 }
 
@@ -191,7 +176,7 @@ fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
         assert_eq!(t.join().unwrap(), Err(PostError::Closed(i as u32 + 1)));
     }
     for (i, (f, (c, w))) in futs.iter_mut().zip(&waiters).enumerate() {
-        assert_eq!(wakes(c), 1);
+        assert_eq!(c.wakes(), 1);
         assert_eq!(
             poll(f, w),
             Poll::Ready(Err(PostError::Closed(10 + i as u32)))
@@ -205,7 +190,7 @@ fn a_resize_that_adds_room_wakes_the_waiting_posters() {
     let (poster, mut consumer) = full_ring(&[0]);
     let (a, wa, mut fa) = waiting(&poster, 1);
     consumer.resize(4).unwrap();
-    assert_eq!(wakes(&a), 1);
+    assert_eq!(a.wakes(), 1);
     assert_eq!(poll(&mut fa, &wa), Poll::Ready(Ok(())));
     let got: Vec<u32> = consumer.try_iter().collect::<Result<_, _>>().unwrap();
     assert_eq!(got, [0, 1]);
@@ -279,7 +264,7 @@ fn the_sink_hands_its_held_event_back_when_the_evd_closes() {
     );
     assert!(Pin::new(&mut sink).poll_flush(&mut cx).is_pending());
     consumer.close();
-    assert_eq!(wakes(&c), 1);
+    assert_eq!(c.wakes(), 1);
     assert_eq!(
         Pin::new(&mut sink).poll_flush(&mut cx),
         Poll::Ready(Err(PostError::Closed(2)))
@@ -313,7 +298,7 @@ fn a_waker_that_panics_neither_costs_the_consumer_its_event_nor_the_others_their
     // is still woken, and the consumer gets both events.
     assert_eq!(consumer.dequeue_batch(&mut out, 2), Ok(2));
     assert_eq!(out, [0, 1]);
-    assert_eq!(wakes(&good), 1);
+    assert_eq!(good.wakes(), 1);
     assert_eq!(consumer.query().room_wakes, 2);
     assert_eq!(poll(&mut f_good, &good_waker), Poll::Ready(Ok(())));
     assert_eq!(poll(&mut f_bad, &good_waker), Poll::Ready(Ok(())));
@@ -331,7 +316,7 @@ fn a_waker_that_panics_passes_the_freed_slots_wake_on() {
     assert!(poll(&mut f_bad, &bad).is_pending());
     let (good, good_waker, mut f_good) = waiting(&poster, 11);
     assert_eq!(consumer.try_dequeue(), Ok(0));
-    assert_eq!(wakes(&good), 1, "the wake was passed on");
+    assert_eq!(good.wakes(), 1, "the wake was passed on");
     assert_eq!(consumer.query().room_wakes, 2);
     assert_eq!(poll(&mut f_good, &good_waker), Poll::Ready(Ok(())));
     assert_eq!(consumer.try_dequeue(), Ok(11));
@@ -350,9 +335,9 @@ fn a_wake_passed_on_to_a_waker_that_panics_goes_on_to_the_next() {
     assert!(poll(&mut f_bad, &bad).is_pending());
     let (last, last_waker, mut f_last) = waiting(&poster, 12);
     assert_eq!(consumer.try_dequeue(), Ok(0));
-    assert_eq!((wakes(&first), wakes(&last)), (1, 0));
+    assert_eq!((first.wakes(), last.wakes()), (1, 0));
     drop(f_first);
-    assert_eq!(wakes(&last), 1, "passed on past the panicking waker");
+    assert_eq!(last.wakes(), 1, "passed on past the panicking waker");
     assert_eq!(poll(&mut f_last, &last_waker), Poll::Ready(Ok(())));
     assert_eq!(consumer.try_dequeue(), Ok(12));
     drop(f_bad);
@@ -430,7 +415,7 @@ fn a_room_waiter_starts_the_upcall_that_drains_a_full_ring_no_instance_serves() 
         handled.lock().unwrap().push(ev.unwrap());
     });
     assert_eq!(poster.free_slots(), Some(0), "full, and no upcall runs");
-    let (woken, waker) = common::counting();
+    let (woken, waker) = counting();
     let mut room = poster.room_waiter();
     let polled = room.poll_room(&mut Context::from_waker(&waker));
     assert!(matches!(polled, Poll::Ready(Ok(2))), "{polled:?}");
@@ -463,7 +448,7 @@ fn a_room_waiter_is_woken_when_an_unwinding_upcall_leaves_the_ring_full() {
     // The instance holds event 1 in its handler; 2 and 3 fill the ring.
     poster.post(2).unwrap();
     poster.post(3).unwrap();
-    let (woken, waker) = common::counting();
+    let (woken, waker) = counting();
     let mut room = poster.room_waiter();
     let mut cx = Context::from_waker(&waker);
     assert!(
@@ -488,7 +473,7 @@ fn a_room_waiter_is_woken_when_an_unwinding_upcall_leaves_the_ring_full() {
 #[test]
 fn a_room_waiter_waiting_when_upcalls_are_enabled_without_an_instance_is_woken() {
     let (poster, consumer) = full_ring(&[1, 2]);
-    let (woken, waker) = common::counting();
+    let (woken, waker) = counting();
     let mut room = poster.room_waiter();
     let mut cx = Context::from_waker(&waker);
     assert!(
@@ -514,8 +499,8 @@ fn a_room_waiter_waiting_when_upcalls_are_enabled_without_an_instance_is_woken()
 #[test]
 fn a_token_given_back_on_a_ring_with_room_wakes_no_waiting_poster() {
     let (poster, consumer) = full_ring(&[0, 1]);
-    let (first, mut first_post) = (common::counting(), poster.post_async(10));
-    let (second, mut second_post) = (common::counting(), poster.post_async(11));
+    let (first, mut first_post) = (counting(), poster.post_async(10));
+    let (second, mut second_post) = (counting(), poster.post_async(11));
     assert!(poll(&mut first_post, &first.1).is_pending());
     assert!(poll(&mut second_post, &second.1).is_pending());
     let (handled, seen) = shared_vec();
