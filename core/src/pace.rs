@@ -41,7 +41,8 @@
 //!   ([`Pacer::batch_taken`], [`Pacer::take_drained`]); otherwise a batch
 //!   consumer would chase the posters in small batches, each ending on
 //!   their line, and never see an empty poll. A consumer that cannot keep
-//!   up takes full batches and never lingers this way. A batch whose scan
+//!   up takes full batches, or the whole ring (a batch is judged against at
+//!   most the ring's capacity), and never lingers this way. A batch whose scan
 //!   stops within [`SHORT_BATCH`] slots of the head after a run lingers
 //!   like an empty poll. A consumer whose traffic comes one event at a time
 //!   (a ping-pong, a request and its reply) never has a run, so it never
@@ -60,8 +61,9 @@
 //! [`LINGER_MIN`] and [`LINGER_MAX`]: long enough for the posters to fill a
 //! few lines, short enough that a run that really ended costs little.
 //! [`Consumer::set_linger_cap`](crate::Consumer::set_linger_cap) caps it
-//! (zero turns lingering off). The clock is read twice per linger and once
-//! per gap; a post and a dequeue that finds an event read it never.
+//! (zero turns lingering off). A linger or a gap reads the clock once to
+//! start and once per spin pass until it is over; a post and a dequeue that
+//! finds an event read it never.
 //!
 //! # Correctness
 //!
@@ -178,6 +180,12 @@ impl Pacer {
         self.drained.store(false, Ordering::Relaxed);
         self.quiet_head.store(h, Ordering::Relaxed);
         true
+    }
+
+    /// True if a linger started and no quiet poll came after it.
+    #[cfg(all(test, not(any(loom, shuttle))))]
+    pub(crate) fn has_lingered(&self) -> bool {
+        self.run_start_ns.load(Ordering::Relaxed) != 0
     }
 
     /// Cap the linger at `cap` (zero: never linger).

@@ -455,9 +455,10 @@ impl<T> Consumer<T> {
 
     /// [`Consumer::dequeue`], giving up with [`DequeueError::Timeout`] after
     /// `timeout`. A zero timeout is a [`Consumer::try_dequeue`] that reports
-    /// "nothing ready" as `Timeout`, returned at once (no back-off, no arm:
-    /// an arm made with [`Consumer::arm`] stays in place). A timeout too
-    /// large for an [`Instant`] waits without one.
+    /// "nothing ready" as `Timeout`: no back-off and no arm (an arm made with
+    /// [`Consumer::arm`] stays in place), only that dequeue's own linger
+    /// right after a run ([`Consumer::set_linger_cap`]). A timeout too large
+    /// for an [`Instant`] waits without one.
     ///
     /// ```
     /// use std::time::Duration;
@@ -471,8 +472,9 @@ impl<T> Consumer<T> {
     }
 
     /// [`Consumer::dequeue`], giving up with [`DequeueError::Timeout`] once
-    /// `deadline` passes. A deadline in the past returns at once (no
-    /// back-off), with an event if one is ready.
+    /// `deadline` passes. A deadline in the past makes one
+    /// [`Consumer::try_dequeue`] (its linger after a run included) and no
+    /// back-off, and returns an event if one is ready.
     ///
     /// ```
     /// use std::time::{Duration, Instant};

@@ -280,7 +280,10 @@ impl<T> Shared<T> {
                 return Err(TryDequeueError::Overflow(o));
             }
         }
-        let (h, max64, pacer) = (self.head(), max as u64, &self.consumer.pacer);
+        // A batch takes at most a whole ring: judged against more, a full
+        // ring would look like a scan that stopped at a slot being written.
+        let max64 = (max as u64).min(self.capacity());
+        let (h, pacer) = (self.head(), &self.consumer.pacer);
         // The last batch took a run and its scan ended on the line a poster
         // is writing: let the posters get ahead before this scan
         // (`crate::pace`).
@@ -301,9 +304,7 @@ impl<T> Shared<T> {
             pacer.linger(h);
             lingered = true;
         };
-        // A batch that took the whole ring stopped at the lap's end, not at
-        // a slot being written: not a drained ring (`max` may exceed it).
-        pacer.batch_taken(n, max64.min(self.capacity()));
+        pacer.batch_taken(n, max64);
         if n == 0 {
             return match self.nothing_ready::<()>(self.head(), last_was_report) {
                 Err(TryDequeueError::Empty) => Ok(None),

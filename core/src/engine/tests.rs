@@ -338,3 +338,22 @@ fn a_batch_that_takes_a_full_ring_leaves_no_linger_for_the_next() {
         "the full ring's batch marked the ring drained"
     );
 }
+
+/// Batches on a ring of two slots kept full: each scan that takes both
+/// stops at the lap's end, not at a slot being written, so however few
+/// events that is, it is no short scan after a run and must not linger
+/// (posters are refused as full meanwhile).
+#[test]
+fn batches_that_take_a_full_two_slot_ring_do_not_linger() {
+    let (poster, mut consumer) = bounded::<u64>(2).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        poster.post(0).unwrap();
+        poster.post(1).unwrap();
+        assert_eq!(consumer.dequeue_batch(&mut out, 16), Ok(2));
+    }
+    assert!(
+        !consumer.shared().consumer.pacer.has_lingered(),
+        "a batch that took the full ring lingered"
+    );
+}
