@@ -211,7 +211,10 @@ impl<T: Send> Upcalls<T> {
     ///   most one runs from the moment this returns; from `ManyInstances`
     ///   with instances in flight, the events they leave queued are then
     ///   delivered as with `Invoke::Any` whatever `invoke` says (a post that
-    ///   found one of them holding the token left its event to it).
+    ///   found one of them holding the token left its event to it). By way
+    ///   of `Disabled` the disable was the caller's own: what the instances
+    ///   left is queued as anything posted while disabled, and `invoke`
+    ///   decides (with `Invoke::New`, the next post delivers it).
     /// * `Teardown`: disable, and return after every running upcall has
     ///   returned. Refused from inside one of this EVD's upcalls
     ///   ([`PolicyError::FromUpcall`]): it would wait for itself.
