@@ -1114,3 +1114,66 @@ fn a_post_whose_draining_upcall_panics_drops_its_event_once_even_when_that_drop_
     assert_eq!(served.load(SeqCst), 1, "the next post is served");
     drop(up);
 }
+
+/// Post three events before upcalls start, hand the consumer to `policy`
+/// with `Invoke::New` and a handler that drops its own `Upcalls` on its
+/// first call (then panics, if `panics`), and post a fourth, which starts
+/// the upcall. Returns how many events were dropped once that post returned
+/// (or unwound), with a poster still alive.
+fn drop_upcalls_from_its_own_handler(policy: UpcallPolicy, panics: bool) -> usize {
+    type Slot = Arc<Mutex<Option<evd::Upcalls<Tracked>>>>;
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, consumer) = evd::bounded::<Tracked>(8).unwrap();
+    for _ in 0..3 {
+        poster.post(tracked(&drops, false)).unwrap();
+    }
+    let slot: Slot = Arc::default();
+    let s = slot.clone();
+    let up = consumer.into_upcalls(policy, Invoke::New, move |ev, _| {
+        drop(ev);
+        let up = s.lock().unwrap().take();
+        drop(up);
+        if panics {
+            panic!("the handler panics after dropping its Upcalls");
+        }
+    });
+    *slot.lock().unwrap() = Some(up);
+    let posted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        poster.post(tracked(&drops, false)).unwrap()
+    }));
+    assert_eq!(
+        posted.is_err(),
+        panics,
+        "the handler's panic reaches the post"
+    );
+    assert!(poster.is_closed(), "the consumer's drop closed the EVD");
+    drops.load(SeqCst)
+}
+
+/// `Upcalls` dropped from inside its own handler drops the consumer: the
+/// events still queued behind the delivered one are dropped when that
+/// upcall ends, not when the last poster goes (an event holding a poster of
+/// its own EVD would keep them all alive for ever).
+#[test]
+fn upcalls_dropped_inside_its_own_handler_drop_the_queued_events_when_the_upcall_ends() {
+    for policy in [UpcallPolicy::SingleInstance, UpcallPolicy::ManyInstances] {
+        assert_eq!(
+            drop_upcalls_from_its_own_handler(policy, false),
+            4,
+            "{policy:?}: the delivered event and the three left queued"
+        );
+    }
+}
+
+/// The same when the handler then panics: the instance unwinding out of it
+/// is the last one, and drops the queued events on its way out.
+#[test]
+fn upcalls_dropped_inside_its_own_panicking_handler_drop_the_queued_events() {
+    for policy in [UpcallPolicy::SingleInstance, UpcallPolicy::ManyInstances] {
+        assert_eq!(
+            drop_upcalls_from_its_own_handler(policy, true),
+            4,
+            "{policy:?}: the delivered event and the three left queued"
+        );
+    }
+}

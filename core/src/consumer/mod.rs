@@ -24,6 +24,7 @@ use crate::query::Query;
 use crate::ring::{Buffer, cap_log2_for};
 use crate::state::Arm;
 use crate::sync::Arc;
+use crate::unwind::Panics;
 use std::time::Duration;
 
 /// How long a blocking wait spins, then yields, before it arms and parks, by
@@ -534,23 +535,24 @@ impl<T> Drop for Consumer<T> {
         // A bound EVD leaves its CNO first: its key is removed, the slot freed.
         self.unbind_cno();
         // Nobody will ever dequeue again: refuse further posts, and drop the
-        // queued events now rather than when the last poster goes. Dropped
-        // from inside its own upcall (the dispatcher being taken apart), the
-        // running instance still holds the consumer side; it stops at its
-        // next dequeue and the events go with the shared state.
+        // queued events now rather than when the last poster goes (an event
+        // holding a poster of this EVD would keep them alive for ever).
         // A panicking waker (woken by the close) must not keep the queued
-        // events alive: drop them, then resume its panic.
-        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.shared.close()));
+        // events alive: drop them, then resume the first panic.
+        let mut panics = Panics::default();
+        panics.run(|| self.shared.close());
         if self.shared.instances() == 0 {
-            self.shared.drop_queued_after_close();
+            panics.run(|| self.shared.drop_queued_after_close());
+        } else {
+            // Dropped from inside its own upcall (the dispatcher being taken
+            // apart): an instance still holds the consumer side, this
+            // thread's own among those in flight (the `Upcalls` waits them
+            // out everywhere else). It stops at its next dequeue; the last
+            // instance to leave drops the events.
+            debug_assert!(crate::frames::in_own_handler(self.shared.id()));
+            self.shared.leave_queued_to_last_instance();
         }
-        if let Err(p) = closed {
-            if std::thread::panicking() {
-                crate::unwind::discard(p);
-            } else {
-                std::panic::resume_unwind(p);
-            }
-        }
+        panics.resume();
     }
 }
 

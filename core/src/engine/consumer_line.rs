@@ -36,6 +36,11 @@ pub(super) struct ConsumerLine {
     /// When a dequeue that finds nothing lingers ([`crate::pace`]): touched
     /// only on that path.
     pub(crate) pacer: Pacer,
+    /// The consumer was dropped from inside its own upcall, with instances
+    /// in flight (its own among them): the last instance to leave drops the
+    /// events still queued. Set once, by that drop, while its instance is
+    /// counted; read by instances after their leaving RMW on the word.
+    pub(super) dropped_in_upcall: AtomicBool,
 }
 
 impl ConsumerLine {
@@ -46,6 +51,7 @@ impl ConsumerLine {
             seen_tail: AtomicU64::new(0),
             room: RoomFlags::new(),
             pacer: Pacer::new(0),
+            dropped_in_upcall: AtomicBool::new(false),
         }
     }
 }

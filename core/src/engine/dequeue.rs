@@ -414,6 +414,35 @@ impl<T> Shared<T> {
             .store(state::tail_count(w, h), Ordering::Relaxed);
     }
 
+    /// The consumer is being dropped from inside one of its own upcalls,
+    /// instances in flight: the events still queued are left to the last of
+    /// them ([`Shared::after_instance_left`]). Caller: `Consumer`'s drop,
+    /// after the close, while this thread's instance is still counted.
+    pub(crate) fn leave_queued_to_last_instance(&self) {
+        // Relaxed: this thread's instance is counted, and leaves later with
+        // an RMW on the state word (`AcqRel`: its exit, reacquire or
+        // abandon). The instance whose RMW leaves none in flight comes after
+        // it in the word's modification order, reads from its release
+        // sequence with `Acquire`, and so sees this store (and the close).
+        self.consumer
+            .dropped_in_upcall
+            .store(true, Ordering::Relaxed);
+    }
+
+    /// An upcall instance has left, installing `new`. If it was the last one
+    /// and the consumer was dropped from inside an upcall, nobody can be the
+    /// consumer side again (the EVD is closed, upcalls disabled, the
+    /// `Upcalls` gone, so no instance starts): drop the events still queued,
+    /// as the consumer's drop would have. The first panic of their `Drop`s is
+    /// resumed ([`Shared::drop_queued_after_close`]).
+    pub(crate) fn after_instance_left(&self, new: u64) {
+        // Relaxed: ordered by the caller's leaving RMW (`Acquire`), see
+        // `leave_queued_to_last_instance`.
+        if state::instances(new) == 0 && self.consumer.dropped_in_upcall.load(Ordering::Relaxed) {
+            self.drop_queued_after_close();
+        }
+    }
+
     /// Drop the events queued at `[head, tail)` now, after a close. Waits for
     /// posters still writing reserved slots (no ticket is handed out after
     /// the close). Every event is dropped even if one's destructor panics;

@@ -20,21 +20,27 @@ impl<T> Drop for InstanceGuard<'_, T> {
     fn drop(&mut self) {
         let new = self.shared.abandon_instance(self.holds_token);
         self.shared.wake_room_if_stranded(new);
-        // The handler's panic is unwinding: a panic of the waker woken here
-        // would abort the process, so it is caught (and dropped, as the
-        // handler's goes on).
-        let mut panics = Panics::default();
-        panics.run(|| wake_tearer(self.shared, new));
-        panics.resume();
+        // The handler's panic is unwinding: a panic of the waker woken here,
+        // or of a queued event's `Drop`, would abort the process; `left`
+        // catches it (and drops it, as the handler's goes on).
+        left(self.shared, new);
     }
 }
 
-/// After an instance ended: if upcalls are disabled and none is left, a
-/// teardown may be waiting for exactly this.
-fn wake_tearer<T>(s: &Shared<T>, new: u64) {
+/// After an instance left, installing `new`: if upcalls are disabled and
+/// none is left, a teardown may be waiting for exactly this; and the last
+/// one out drops what is queued if the consumer was dropped from inside an
+/// upcall ([`Shared::after_instance_left`]).
+/// Each step runs even if the one before panics (a waker, an event's
+/// `Drop`); the first panic is raised afterwards, unless the thread is
+/// already unwinding.
+fn left<T>(s: &Shared<T>, new: u64) {
+    let mut panics = Panics::default();
     if state::policy(new) == PolicyBits::Disabled && state::instances(new) == 0 {
-        s.wake_waker();
+        panics.run(|| s.wake_waker());
     }
+    panics.run(|| s.after_instance_left(new));
+    panics.resume();
 }
 
 /// Run `handler` on one item, then let it go, with this thread's frame
@@ -145,7 +151,7 @@ pub(crate) fn run<T>(s: &Shared<T>) {
                         // Over the limit: this instance leaves events it
                         // did not drain, as `release_for_handler` may.
                         s.wake_room_if_stranded(new);
-                        wake_tearer(s, new);
+                        left(s, new);
                         return;
                     }
                     guard.holds_token = true;
@@ -160,7 +166,7 @@ pub(crate) fn run<T>(s: &Shared<T>) {
                     // guard has nothing left to give, and must not give it
                     // twice if the waker woken below panics.
                     std::mem::forget(guard);
-                    wake_tearer(s, new);
+                    left(s, new);
                     return;
                 }
             }

@@ -78,7 +78,8 @@ use crate::unwind::Panics;
 /// instance of another thread that read the policy before may still take
 /// one event out and find no handler: that event is dropped as the queued
 /// ones are), drops the handler, then drops the consumer as any consumer
-/// is dropped: the EVD closes and the events still queued are dropped.
+/// is dropped: the EVD closes and the events still queued are dropped (from
+/// inside its own handler, by the last upcall in flight as it ends).
 pub struct Upcalls<T> {
     consumer: Option<Consumer<T>>,
 }

@@ -164,3 +164,40 @@ fn refused_post_vs_invoc_new_on_a_full_ring() {
         drop(poster);
     });
 }
+
+/// An event that counts its drops.
+struct CountsDrops(Arc<AtomicUsize>);
+
+impl Drop for CountsDrops {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn upcalls_dropped_in_its_own_handler_vs_post_queued_events_dropped() {
+    // Under ManyInstances the first handler call drops its own `Upcalls`
+    // (upcalls disabled, the consumer dropped, the EVD closed) while the
+    // other thread posts: its event is delivered, refused as closed, or
+    // left queued by an instance that stops at the disable, and then the
+    // last instance to leave drops it. Once both posts returned, with the
+    // posters still alive, every event was dropped exactly once.
+    model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (poster, consumer) = evd::bounded::<CountsDrops>(2).unwrap();
+        let slot: Arc<loom::sync::Mutex<Option<evd::Upcalls<CountsDrops>>>> = Arc::default();
+        let s = slot.clone();
+        let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
+            drop(ev);
+            let up = s.lock().unwrap().take();
+            drop(up);
+        });
+        *slot.lock().unwrap() = Some(up);
+        let (p2, d2) = (poster.clone(), drops.clone());
+        let t = thread::spawn(move || drop(p2.post(CountsDrops(d2))));
+        drop(poster.post(CountsDrops(drops.clone())));
+        t.join().unwrap();
+        assert_eq!(drops.load(Ordering::SeqCst), 2, "each event dropped once");
+        drop(poster);
+    });
+}

@@ -307,7 +307,7 @@ fn a_switch_from_many_to_single_instance_takes_the_events_the_waited_out_instanc
     // The handler call returns to a disabled policy: the instance
     // leaves, its events still queued.
     let new = s.abandon_instance(false);
-    super::wake_tearer(&s, new);
+    super::left(&s, new);
     let up = setter.join().unwrap();
     assert_eq!(
         handled.try_iter().collect::<Vec<_>>(),
