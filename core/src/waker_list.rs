@@ -38,6 +38,10 @@
 //! A waker whose `wake` panics is not re-raised, as for the room wakes
 //! ([`crate::room`]): the waking thread may be the consumer's drop or a
 //! poster with an event in hand, and the other waiters must still be woken.
+//! No user code runs under the lock: a registering waker is cloned before
+//! it is taken, replaced and removed wakers are dropped after it is
+//! released, and a removed one (its future done or dropped, perhaps by an
+//! unwind, where a second panic aborts) is dropped with its panic caught.
 
 use crate::sync::Mutex;
 use std::task::Waker;
@@ -73,31 +77,39 @@ impl WakerList {
     /// rejoining if a wake took it). The caller re-checks its condition
     /// after this.
     pub(crate) fn register(&self, ticket: &mut Ticket, waker: &Waker) {
+        // Cloned before the lock is taken (user code: a clone that panics
+        // leaves the list as it was, one that registers elsewhere in this
+        // list does not deadlock); a clone not used is dropped after it.
+        let mut fresh = Some(waker.clone());
         let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let replaced = match ticket.0 {
             Some(id) => match q.wakers.iter_mut().find(|(k, _)| *k == id) {
-                Some((_, w)) if w.will_wake(waker) => return,
-                Some((_, w)) => Some(std::mem::replace(w, waker.clone())),
+                Some((_, w)) if w.will_wake(waker) => None,
+                Some((_, w)) => fresh.take().map(|f| std::mem::replace(w, f)),
                 None => {
-                    q.wakers.push((id, waker.clone()));
+                    q.wakers.push((id, fresh.take().expect("cloned above")));
                     None
                 }
             },
             None => {
                 let id = q.next;
                 q.next += 1;
-                q.wakers.push((id, waker.clone()));
+                q.wakers.push((id, fresh.take().expect("cloned above")));
                 ticket.0 = Some(id);
                 None
             }
         };
         drop(q);
-        // The replaced waker is dropped outside the lock (user code).
+        // The replaced waker and an unused clone are dropped outside the
+        // lock (user code; a panic reaches the poll, as a clone's would).
         drop(replaced);
+        drop(fresh);
     }
 
     /// Take `ticket`'s waker out, if a wake has not; the future is done or
-    /// dropped.
+    /// dropped. The removed waker is dropped with its panic caught and not
+    /// re-raised: the future may be dropped during an unwind (another
+    /// branch of its task panicked), where a second panic aborts.
     pub(crate) fn leave(&self, ticket: &mut Ticket) {
         let Some(id) = ticket.0.take() else { return };
         let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -107,7 +119,9 @@ impl WakerList {
             .position(|(k, _)| *k == id)
             .map(|i| q.wakers.swap_remove(i));
         drop(q);
-        drop(removed);
+        if let Some(w) = removed {
+            crate::unwind::caught(move || drop(w));
+        }
     }
 
     /// Wake every registered future. Called after the change.

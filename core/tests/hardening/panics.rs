@@ -1262,3 +1262,59 @@ fn a_recv_dropped_by_an_unwinding_hands_its_event_to_the_cno_even_if_the_cnos_wa
     assert_eq!(lost, 0);
     check_unbound("unwinding recv", poster, consumer, ledger, taken);
 }
+
+/// A waker whose own `Drop` raises a planted panic once its last reference
+/// goes; counts its wakes.
+struct PanicsOnDrop(AtomicU64);
+
+impl Wake for PanicsOnDrop {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        plant();
+    }
+}
+
+#[test]
+fn futures_dropped_by_an_unwind_whose_registered_waker_panics_on_drop_do_not_abort() {
+    // A task's `Poster::closed` future, and its `Poster::reserve` future
+    // waiting at the permit limit, each registered in its list with a waker
+    // whose `Drop` panics, then dropped by an unwind (another branch of the
+    // task panicked). The list's clone is the waker's last reference: its
+    // panic there would be a second one during the unwind, which aborts the
+    // process (the failure of this test). The task's own panic goes on; the
+    // EVD goes on.
+    quiet_planted_panics();
+    let ring = evd::Permit::<Ev>::MAX_OUT.next_power_of_two() * 2;
+    let (poster, mut consumer) = evd::bounded::<Ev>(ring).unwrap();
+    let waker = || Waker::from(Arc::new(PanicsOnDrop(AtomicU64::new(0))));
+    let closed = {
+        let mut f = Box::pin(poster.closed());
+        let w = waker();
+        assert!(poll_once(&mut f, &w).is_pending());
+        f
+    };
+    let permits: Vec<_> = (0..evd::Permit::<Ev>::MAX_OUT)
+        .map(|_| poster.clone().try_reserve_owned().ok().unwrap())
+        .collect();
+    let reserving = {
+        let mut f = Box::pin(poster.reserve());
+        let w = waker();
+        assert!(poll_once(&mut f, &w).is_pending(), "at the permit limit");
+        f
+    };
+    let unwound = caught(move || {
+        let _task = (closed, reserving);
+        plant();
+    });
+    assert!(unwound.is_err(), "the task's own panic goes on");
+    drop(permits);
+    let mut ledger = Ledger::default();
+    ledger.post(&poster);
+    let taken = vec![consumer.try_dequeue().unwrap().take()];
+    check_consumer("registered wakers", poster, consumer, ledger, taken);
+}
