@@ -709,3 +709,35 @@ fn a_post_that_goes_in_while_its_seat_is_queued_resolves_though_its_wakers_drop_
     assert!(matches!(poll(&mut first, &waker), Poll::Ready(Ok(()))));
     assert_eq!(consumer.try_dequeue(), Ok(10));
 }
+
+/// A reservation waiting for room, polled again with a waker whose clone
+/// panics (the room queue's join clones it): the panic reaches the poll,
+/// and the future leaves the queue, as its docs say, so that kept alive
+/// and never polled again it does not hold its seat, taking the next freed
+/// slot's wake from the posters behind it.
+#[test]
+fn a_reservation_whose_waker_clone_panics_leaves_the_room_queue() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap(); // full
+    let (_, good) = counting();
+    let mut reserving = Box::pin(poster.reserve());
+    assert!(poll(&mut reserving, &good).is_pending());
+    assert!(consumer.query().room_wanted, "queued");
+    let bad = waker_whose_clone_panics();
+    let polled =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll(&mut reserving, &bad)));
+    let message = polled.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    assert_eq!(
+        message,
+        Some("the waker's clone"),
+        "the panic reaches the poll"
+    );
+    assert!(
+        !consumer.query().room_wanted,
+        "the reservation left the queue"
+    );
+    drop(reserving);
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    poster.post(2).unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+}

@@ -78,7 +78,7 @@ impl<'a, T> LeaveOnUnwind<'a, T> {
     }
 
     /// The seat, still guarded.
-    fn seat(&mut self) -> &mut Seat {
+    pub(crate) fn seat(&mut self) -> &mut Seat {
         self.seat
     }
 

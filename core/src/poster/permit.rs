@@ -14,6 +14,7 @@
 //! permits existed.
 
 use super::Poster;
+use super::attempt::LeaveOnUnwind;
 use crate::engine::{PERMIT, Refused};
 use crate::error::{BatchPostError, PostError};
 use crate::ring::Buffer;
@@ -409,6 +410,12 @@ impl<'a, T: Send> Future for Reserving<'a, T> {
         // change's side finds the waker (the room barrier's pair for a
         // slot, the list's lock for a permit back).
         let mut registered_for = None;
+        // A poll that unwinds (the task's waker panics as the room queue
+        // clones it or drops the clone it replaces; a draining upcall's
+        // handler panics) leaves the room queue: a future kept alive and
+        // never polled again must not hold the front seat, taking the wake
+        // of the next freed slot from the poster behind it.
+        let mut seat = LeaveOnUnwind::new(shared, &mut this.seat);
         let r = loop {
             let refused = match this.poster.reserve_draining(PERMIT) {
                 Ok(_) => {
@@ -426,15 +433,16 @@ impl<'a, T: Send> Future for Reserving<'a, T> {
                 break Err(BatchPostError::Full);
             }
             if registered_for == Some(for_a_slot) {
+                seat.defuse();
                 return Poll::Pending;
             }
             registered_for = Some(for_a_slot);
             if for_a_slot {
-                shared.room_join(&mut this.seat, cx.waker());
+                shared.room_join(seat.seat(), cx.waker());
             } else {
                 // Waiting for a permit back, not for a slot: a slot's wake
                 // this seat was given is passed on to the next waiter.
-                shared.room_leave(&mut this.seat, false);
+                shared.room_leave(seat.seat(), false);
                 shared
                     .limit_waiters()
                     .register(&mut this.ticket, cx.waker());
@@ -442,7 +450,7 @@ impl<'a, T: Send> Future for Reserving<'a, T> {
         };
         // A permit took a slot as a post does: the room queue's hand-on
         // rule for a waiter that posted applies.
-        shared.room_leave(&mut this.seat, r.is_ok());
+        shared.room_leave(seat.defuse(), r.is_ok());
         shared.limit_waiters().leave(&mut this.ticket);
         this.resolved = true;
         Poll::Ready(r)
