@@ -145,7 +145,7 @@ impl<T> Shared<T> {
     /// poster whose cached head is in `hint_cell`: up to `want` (≥ 1)
     /// tickets, or with `want` = [`PERMIT`] one promised slot
     /// ([`state::take_permit`], count 0); returns the first ticket, the
-    /// count and the owed notification. A refusal writes nothing shared.
+    /// count and the owed notification. A refusal writes only `hint_cell`.
     #[inline(always)]
     pub(crate) fn reserve(
         &self,
