@@ -4,7 +4,7 @@
 
 use crate::pace::Pacer;
 use crate::room::RoomFlags;
-use crate::sync::{AtomicBool, AtomicU64};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize};
 
 /// The lines the consumer (or the upcall instance holding the token) writes
 /// on every dequeue; posters read `head` only when the ring looks full.
@@ -36,12 +36,21 @@ pub(super) struct ConsumerLine {
     /// When a dequeue that finds nothing lingers ([`crate::pace`]): touched
     /// only on that path.
     pub(crate) pacer: Pacer,
-    /// The consumer was dropped from inside its own upcall, with instances
-    /// in flight (its own among them): the last instance to leave drops the
-    /// events still queued. Set once, by that drop, while its instance is
-    /// counted; read by instances after their leaving RMW on the word.
-    pub(super) dropped_in_upcall: AtomicBool,
+    /// [`QUEUE_KEPT`] until the consumer is dropped from inside its own
+    /// upcall with instances in flight (its own among them): then
+    /// [`QUEUE_LEFT`], the events still queued left to the last instance to
+    /// leave, which moves it to [`QUEUE_TAKEN`] (one taker) and drops them
+    /// (`Shared::after_instance_left`).
+    pub(super) queue: AtomicUsize,
 }
+
+/// The consumer owns the queued events (as it always does but below).
+pub(super) const QUEUE_KEPT: usize = 0;
+/// The consumer was dropped inside its own upcall: the last instance out
+/// drops the queued events.
+pub(super) const QUEUE_LEFT: usize = 1;
+/// An instance took the queued events to drop them.
+pub(super) const QUEUE_TAKEN: usize = 2;
 
 impl ConsumerLine {
     pub(super) fn new() -> Self {
@@ -51,7 +60,7 @@ impl ConsumerLine {
             seen_tail: AtomicU64::new(0),
             room: RoomFlags::new(),
             pacer: Pacer::new(0),
-            dropped_in_upcall: AtomicBool::new(false),
+            queue: AtomicUsize::new(QUEUE_KEPT),
         }
     }
 }

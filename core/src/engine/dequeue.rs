@@ -29,6 +29,7 @@
 //!   is stored with `Release` when it changes, bounding how stale a poster's
 //!   cached head may be (see `Shared::reserve`).
 
+use super::consumer_line::{QUEUE_LEFT, QUEUE_TAKEN};
 use super::{HEAD_EPOCH_SHIFT, Shared};
 use crate::error::{Overflow, TryDequeueError};
 use crate::state;
@@ -417,28 +418,62 @@ impl<T> Shared<T> {
     /// The consumer is being dropped from inside one of its own upcalls,
     /// instances in flight: the events still queued are left to the last of
     /// them ([`Shared::after_instance_left`]). Caller: `Consumer`'s drop,
-    /// after the close, while this thread's instance is still counted.
+    /// after the close, while this thread's instance is still counted (and
+    /// upcalls are disabled for good: the `Upcalls` is being dropped).
     pub(crate) fn leave_queued_to_last_instance(&self) {
-        // Relaxed: this thread's instance is counted, and leaves later with
-        // an RMW on the state word (`AcqRel`: its exit, reacquire or
-        // abandon). The instance whose RMW leaves none in flight comes after
-        // it in the word's modification order, reads from its release
-        // sequence with `Acquire`, and so sees this store (and the close).
-        self.consumer
-            .dropped_in_upcall
-            .store(true, Ordering::Relaxed);
+        // Release: an instance that reads QUEUE_LEFT with Acquire then sees
+        // the disable, this thread's counted instance and the close, all
+        // before it in this thread.
+        self.consumer.queue.store(QUEUE_LEFT, Ordering::Release);
     }
 
-    /// An upcall instance has left, installing `new`. If it was the last one
-    /// and the consumer was dropped from inside an upcall, nobody can be the
-    /// consumer side again (the EVD is closed, upcalls disabled, the
+    /// An upcall instance has left, installing `new`. If none is in flight
+    /// now and the consumer was dropped from inside an upcall, nobody can be
+    /// the consumer side again (the EVD is closed, upcalls disabled, the
     /// `Upcalls` gone, so no instance starts): drop the events still queued,
-    /// as the consumer's drop would have. The first panic of their `Drop`s is
-    /// resumed ([`Shared::drop_queued_after_close`]).
+    /// as the consumer's drop would have, once. The first panic of their
+    /// `Drop`s is resumed ([`Shared::drop_queued_after_close`]).
+    ///
+    /// `new` alone does not say that: an instance that left with none in
+    /// flight may get here after a later instance started, and the consumer
+    /// was dropped in that one's upcall. So the word is read again after
+    /// the mark, and of the leavers that find none in flight there, one
+    /// takes the events.
     pub(crate) fn after_instance_left(&self, new: u64) {
-        // Relaxed: ordered by the caller's leaving RMW (`Acquire`), see
-        // `leave_queued_to_last_instance`.
-        if state::instances(new) == 0 && self.consumer.dropped_in_upcall.load(Ordering::Relaxed) {
+        // The last leaver's own word has none in flight (the count only
+        // falls once upcalls are disabled): a leaver whose word has some is
+        // not the last, whatever the mark says.
+        if state::instances(new) != 0 {
+            return;
+        }
+        // Acquire: pairs with the mark's Release, so the load of the word
+        // below is at or after the disable and the marking thread's counted
+        // instance. The last leaver sees the mark: it was stored before the
+        // marking thread's instance left with an RMW on the word (AcqRel),
+        // whose release sequence the last leaver's own RMW (AcqRel) reads.
+        if self.consumer.queue.load(Ordering::Acquire) != QUEUE_LEFT {
+            return;
+        }
+        // Acquire: none in flight in a word at or after the disable means
+        // none will ever be, and every instance's head stores happened
+        // before its leaving RMW, which this load then reads from (or
+        // after). Some in flight: the last of them drops the events.
+        if state::instances(self.state.load(Ordering::Acquire)) != 0 {
+            return;
+        }
+        // Relaxed: only picks one taker among the leavers that got here;
+        // each is ordered after every instance by the loads above.
+        if self
+            .consumer
+            .queue
+            .compare_exchange(
+                QUEUE_LEFT,
+                QUEUE_TAKEN,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
             self.drop_queued_after_close();
         }
     }

@@ -201,3 +201,36 @@ fn upcalls_dropped_in_its_own_handler_vs_post_queued_events_dropped() {
         drop(poster);
     });
 }
+
+#[test]
+fn early_leaver_vs_upcalls_dropped_in_a_later_instance_queue_dropped_once() {
+    // One thread's instance delivers 1 and leaves (none in flight); the
+    // other thread's post of 2 and 3 starts the next instance, whose handler
+    // drops its own `Upcalls` on 2, leaving 3 queued. Only an instance that
+    // leaves after that drop may drop 3, and only one: the early leaver,
+    // resumed late, must not drop it too (a double drop).
+    model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (poster, consumer) = evd::bounded::<(u32, CountsDrops)>(4).unwrap();
+        let slot: Arc<loom::sync::Mutex<Option<evd::Upcalls<(u32, CountsDrops)>>>> =
+            Arc::default();
+        let s = slot.clone();
+        let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+            let (n, ev) = ev.unwrap();
+            drop(ev);
+            if n == 2 {
+                let up = s.lock().unwrap().take();
+                drop(up);
+            }
+        });
+        *slot.lock().unwrap() = Some(up);
+        let (p2, d2) = (poster.clone(), drops.clone());
+        let t = thread::spawn(move || drop(p2.post((1, CountsDrops(d2)))));
+        let mut batch = vec![(2, CountsDrops(drops.clone())), (3, CountsDrops(drops.clone()))];
+        let _ = poster.post_batch(&mut batch);
+        drop(batch);
+        t.join().unwrap();
+        assert_eq!(drops.load(Ordering::SeqCst), 3, "each event dropped once");
+        drop(poster);
+    });
+}

@@ -364,3 +364,50 @@ fn a_handler_replaced_while_enabled_may_wait_for_room_from_its_drop() {
     assert_eq!(delivered, [1, 2, 3, 99]);
     drop(up.teardown());
 }
+
+/// An event that counts its drops.
+struct CountsDrops(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for CountsDrops {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// An instance that left with none in flight may come to look at the
+/// queue's mark only later, after a later instance started and the consumer
+/// was dropped in that one's upcall: it must not drop the queue while that
+/// instance is in flight (under ManyInstances it may be taking an event
+/// out). The last one out drops it, once.
+#[test]
+fn an_early_leaver_leaves_the_queue_to_an_instance_still_in_flight() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let drops = std::sync::Arc::new(AtomicUsize::new(0));
+    let (poster, consumer) = crate::bounded::<CountsDrops>(2).unwrap();
+    poster.post(CountsDrops(drops.clone())).unwrap();
+    poster.post(CountsDrops(drops.clone())).unwrap();
+    let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, |_, _| {});
+    let s = up.consumer().shared().clone();
+    // The early leaver: an instance that left with none in flight, stopped
+    // before it looked at the mark.
+    assert!(s.take_token_to_drain());
+    let early = s.abandon_instance(true);
+    assert_eq!(crate::state::instances(early), 0);
+    // A later instance, in flight; the consumer dropped in its upcall.
+    assert!(s.take_token_to_drain());
+    s.set_policy(crate::state::PolicyBits::Disabled, Invoke::New);
+    s.close();
+    s.leave_queued_to_last_instance();
+    s.after_instance_left(early);
+    let under_an_instance = drops.load(SeqCst);
+    // The instance in flight leaves (before any assertion: a teardown on
+    // the way out of a failed one would wait for it).
+    let last = s.abandon_instance(true);
+    assert_eq!(under_an_instance, 0, "dropped under an instance in flight");
+    s.after_instance_left(last);
+    assert_eq!(drops.load(SeqCst), 2, "the last one out dropped the queue");
+    s.after_instance_left(last);
+    drop(up);
+    drop(poster);
+    assert_eq!(drops.load(SeqCst), 2, "each dropped once");
+}
