@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Completions outstanding per CQ at most: the software CQ overruns (and
-/// breaks, as a real one does) if the consumer falls this far behind.
+/// loses every completion that does not fit, as rxe does) if the consumer
+/// falls this far behind.
 const CQ_DEPTH: usize = 256;
 
 fn main() {

@@ -50,10 +50,11 @@
 //! per-completion path: driver created (DEBUG, with its backend), io_uring
 //! refused and epoll chosen (INFO), driver thread started and stopped
 //! (INFO; ERROR if it failed), feed registered and removed (DEBUG), a CQ
-//! failed (overrun or poll error) or a channel member's arm failed (WARN),
-//! an async device event (WARN if [`AsyncEventKind::is_error`], else INFO),
-//! a caught panic in a feed's turn (ERROR), a destroy failed in `Drop`
-//! (WARN). Targets are the modules' paths (`evd_verbs::driver::...`).
+//! failed (its poll failed, or it was given up) or a channel member's arm
+//! failed (WARN), an async device event (WARN if
+//! [`AsyncEventKind::is_error`], else INFO; a CQ overrun is one, a
+//! `CqError`), a caught panic in a feed's turn (ERROR), a destroy failed
+//! in `Drop` (WARN). Targets are the modules' paths (`evd_verbs::driver::...`).
 //! `examples/metrics_export.rs` exports [`evd::Query`], [`DriverStats`] and
 //! [`FeedStats`] periodically as plain counters.
 //!

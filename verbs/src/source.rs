@@ -69,7 +69,10 @@ pub trait CompletionQueue: Send {
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, PollError>;
 
     /// Arm the CQ: the next completion added (with `solicited_only`: the next
-    /// solicited or error completion) produces one channel event.
+    /// solicited completion) produces one channel event. Whether an error
+    /// completion fires a solicited-only arm is the provider's choice (mlx5:
+    /// yes; rxe: not for send-queue errors; the software CQ: yes): see
+    /// [`Feed::solicited_only`](crate::Feed::solicited_only).
     ///
     /// # Errors
     ///
@@ -194,7 +197,11 @@ pub trait CompletionQueue: Send {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PollError {
-    /// The CQ overran: completions were lost by the provider.
+    /// The CQ overran: completions were lost by the provider. For sources
+    /// of your own whose poll can tell: neither a real CQ's poll (`IbvCq`,
+    /// feature `ibverbs`) nor the software CQ's returns it. They report an
+    /// overrun as their device's `CqError` async event, and the CQ goes on
+    /// being polled.
     Overrun,
     /// The provider's poll failed with this errno (the software providers,
     /// and sources of your own that have one).

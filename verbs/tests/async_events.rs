@@ -1,14 +1,15 @@
 //! The device's async events through the driver: delivered into the EVD
 //! of the feeds registered with them, and served by the driver itself when
-//! nobody registered an async feed (a CQ overrun still reaches the EVD,
-//! of whatever event type), but never twice.
+//! nobody registered an async feed (a CQ overrun, which only the device
+//! reports, still reaches the EVD, of whatever event type), but never
+//! twice.
 
 mod common;
 
 use common::driver::{driver_serving, none, take, take_counting_overflow, take_processing};
 use common::wc;
 use evd::TryDequeueError;
-use evd_verbs::soft::{SoftCq, SoftDevice};
+use evd_verbs::soft::{SoftCq, SoftCqProducer, SoftDevice};
 use evd_verbs::{
     AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, Feed,
     FeedMode, VerbsEvent, WorkCompletion,
@@ -37,6 +38,62 @@ fn cq_errors(evs: &[VerbsEvent], cq: CqId) -> usize {
         .count()
 }
 
+/// Raised on the device after an overrun: the device's events reach the
+/// EVD in the order they were raised (one async feed takes them), so the
+/// overrun's `CqError`s all come before it.
+const MARKER: AsyncEvent = AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(2));
+
+/// Overrun `hca`'s CQ of two: three completions under one lock, so the
+/// third (`wr_id` 2) does not fit; then raise [`MARKER`] on `device`.
+fn overrun_a_cq_of_two(hca: &SoftCqProducer, device: &SoftDevice) {
+    assert_eq!(
+        hca.push_batch(&[wc(0), wc(1), wc(2)]),
+        2,
+        "the third overruns"
+    );
+    assert_eq!(hca.stats().overruns, 1);
+    device.raise(MARKER);
+}
+
+/// What an overrun of `cq` ([`overrun_a_cq_of_two`]) brings into the EVD,
+/// as rxe's does: its two completions in order (the overrun fails no poll),
+/// and exactly one `CqError` of `cq` (one completion was lost), before the
+/// marker; nothing else. `evs` are the first four events of the EVD.
+fn assert_overrun_delivered(evs: &[VerbsEvent], cq: CqId) {
+    assert_eq!(evs.len(), 4);
+    let ids: Vec<u64> = evs
+        .iter()
+        .filter_map(|e| match e {
+            VerbsEvent::Completion { cq: c, wc } if *c == cq => Some(wc.wr_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [0, 1], "{evs:?}");
+    assert_eq!(cq_errors(evs, cq), 1, "{evs:?}");
+    let at = |pred: &dyn Fn(&VerbsEvent) -> bool| evs.iter().position(pred);
+    let error = at(&|e| matches!(e, VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError));
+    let marker = at(&|e| matches!(e, VerbsEvent::Async(a) if *a == MARKER));
+    assert!(error < marker && marker.is_some(), "{evs:?}");
+}
+
+/// After an overrun, the CQ's feed goes on (it was not failed): a
+/// completion that fits now is delivered, and nothing else comes before it
+/// (a failed feed's own `CqError` would).
+fn assert_the_feed_goes_on<T: std::fmt::Debug>(
+    hca: &SoftCqProducer,
+    consumer: &mut evd::Consumer<T>,
+    cq: CqId,
+    verbs: fn(T) -> VerbsEvent,
+) {
+    hca.push(wc(3)).unwrap();
+    let ev = verbs(take(consumer, 1).remove(0));
+    assert!(
+        matches!(ev, VerbsEvent::Completion { cq: c, wc } if c == cq && wc.wr_id == 3),
+        "{ev:?}"
+    );
+    assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Empty));
+}
+
 #[test]
 fn async_events_are_delivered_through_the_evd() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
@@ -56,18 +113,11 @@ fn async_events_are_delivered_through_the_evd() {
     ));
     let evs = take(&mut consumer, 1);
     assert!(matches!(evs[0], VerbsEvent::Async(a) if a.kind == AsyncEventKind::PortActive));
-    // Overrun the CQ (all three under one lock, so the third overruns): the
-    // device reports CqError, and the feed's poll fails and reports it too.
-    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
-    let evs = take(&mut consumer, 2);
-    let errors = cq_errors(&evs, CqId(8));
-    let completions = evs
-        .iter()
-        .filter(|e| matches!(e, VerbsEvent::Completion { .. }))
-        .count();
-    // A broken CQ is not polled: its last completions are lost with it.
-    assert_eq!((errors, completions), (2, 0), "{evs:?}");
-    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    // An overrun reaches the EVD through the async feed only; the CQ's
+    // feed delivers what the CQ holds, and goes on.
+    overrun_a_cq_of_two(&hca, &device);
+    assert_overrun_delivered(&take(&mut consumer, 4), CqId(8));
+    assert_the_feed_goes_on(&hca, &mut consumer, CqId(8), |e| e);
     running.shutdown().unwrap();
 }
 
@@ -75,17 +125,16 @@ fn async_events_are_delivered_through_the_evd() {
 fn a_cq_overrun_reaches_the_evd_with_no_async_feed_registered() {
     // Nobody listens to the device: registering the CQ's feed makes the
     // driver serve the device's async events into the same EVD, so the
-    // overrun's CqError arrives (from the device, and from the failed poll).
+    // overrun's CqError (raised by the device only) arrives.
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let device = SoftDevice::unheard().unwrap();
     let (cq, hca) = SoftCq::with_device(2, CqId(9), &device).unwrap();
     let (driver, _) = driver_serving(Feed::new(cq, CqId(9), poster), FeedMode::Event);
     assert!(device.take_events().is_none(), "the driver took them");
     let running = driver.spawn().unwrap();
-    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(2)]), 2);
-    let evs = take(&mut consumer, 2);
-    let errors = cq_errors(&evs, CqId(9));
-    assert_eq!(errors, 2, "{evs:?}");
+    overrun_a_cq_of_two(&hca, &device);
+    assert_overrun_delivered(&take(&mut consumer, 4), CqId(9));
+    assert_the_feed_goes_on(&hca, &mut consumer, CqId(9), |e| e);
     let s = running.shutdown().unwrap();
     assert_eq!(
         s.len(),
@@ -136,25 +185,18 @@ fn a_cq_overrun_reaches_an_app_evd_with_no_async_feed_registered() {
     assert!(device.take_events().is_none(), "the driver took them");
     let running = driver.spawn().unwrap();
     poster.post(AppEvent::Tick).unwrap();
-    // Three into a CQ of two: the third overruns it.
-    assert_eq!(hca.push_batch(&[WorkCompletion::default(); 3]), 2);
-    // The tick, then a CqError from the device and one from the failed poll.
+    overrun_a_cq_of_two(&hca, &device);
+    // The tick first (posted first), then what the overrun brings.
     let mut overflow_reports = 0;
-    let evs = take_counting_overflow(&mut consumer, 3, &mut overflow_reports);
+    let mut evs = take_counting_overflow(&mut consumer, 5, &mut overflow_reports).into_iter();
     assert_eq!(overflow_reports, 0);
-    let (mut errors, mut ticks) = (0, 0);
-    for ev in evs {
-        match ev {
-            AppEvent::Verbs(VerbsEvent::Async(a)) => {
-                assert_eq!(a.kind, AsyncEventKind::CqError);
-                assert_eq!(a.element, AsyncElement::Cq(CqId(9)));
-                errors += 1;
-            }
-            AppEvent::Tick => ticks += 1,
-            other => panic!("{other:?}"),
-        }
-    }
-    assert_eq!((errors, ticks), (2, 1));
+    assert!(matches!(evs.next(), Some(AppEvent::Tick)));
+    let verbs = |ev| match ev {
+        AppEvent::Verbs(ev) => ev,
+        other => panic!("{other:?}"),
+    };
+    assert_overrun_delivered(&evs.map(verbs).collect::<Vec<_>>(), CqId(9));
+    assert_the_feed_goes_on(&hca, &mut consumer, CqId(9), verbs);
     let s = running.shutdown().unwrap();
     assert_eq!(
         s.len(),

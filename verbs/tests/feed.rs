@@ -7,10 +7,10 @@ mod common;
 use common::hooked_cq::HookedCq;
 use common::wc;
 use evd::TryDequeueError;
-use evd_verbs::soft::{SoftCq, SoftCqProducer, SoftDevice};
+use evd_verbs::soft::{PushError, SoftCq, SoftCqProducer, SoftDevice};
 use evd_verbs::{
-    AsyncElement, AsyncEventKind, CompletionQueue, CqId, Feed, FeedStatus, POLL_BATCH, PollError,
-    Progress, VerbsEvent, WcStatus, WorkCompletion,
+    AsyncElement, AsyncEvent, AsyncEventKind, CompletionQueue, CqId, Feed, FeedStatus, POLL_BATCH,
+    PollError, Progress, VerbsEvent, WcStatus, WorkCompletion,
 };
 
 /// What an EVD held when it was emptied.
@@ -340,31 +340,48 @@ fn held_completions_are_handed_back_at_teardown() {
     let _ = consumer.try_dequeue();
 }
 
+/// A CQ overrun, on the software CQ as on rxe: each completion that does
+/// not fit is lost and reported by the CQ's device (one `CqError` each), not
+/// by the feed. The overrun wakes nothing and fails nothing: the feed
+/// delivers what the CQ holds, goes on (`Drained`, not `Failed`), and
+/// delivers a later completion that fits.
 #[test]
-fn cq_overrun_is_reported_as_an_async_event() {
+fn a_cq_overrun_loses_only_what_did_not_fit_and_is_reported_by_the_device() {
+    use evd_verbs::AsyncEventSource;
     let (poster, mut consumer) = evd::bounded(16).unwrap();
     let (mut device_events, device) = SoftDevice::new().unwrap();
     let (cq, hca) = SoftCq::with_device(2, CqId(4), &device).unwrap();
     let mut feed = Feed::new(cq, CqId(4), poster);
-    feed.arm_and_drain(16).unwrap();
-    hca.push(wc(0)).unwrap();
+    assert_eq!(
+        outcome(feed.arm_and_drain(16).unwrap()),
+        (0, FeedStatus::Drained)
+    );
+    hca.push(wc(0)).unwrap(); // fires the arm
     hca.push(wc(1)).unwrap();
-    assert!(hca.push(wc(2)).is_err());
-    let p = feed.on_channel_ready(16).unwrap();
-    assert_eq!(p.status, FeedStatus::Failed);
-    match consumer.try_dequeue() {
-        Ok(VerbsEvent::Async(a)) => {
-            assert_eq!(a.kind, AsyncEventKind::CqError);
-            assert_eq!(a.element, AsyncElement::Cq(CqId(4)));
-        }
-        other => panic!("{other:?}"),
-    }
-    // The device reports it on its async channel too.
-    use evd_verbs::AsyncEventSource;
-    let ev = device_events.next_event().unwrap().unwrap();
-    assert_eq!(ev.kind, AsyncEventKind::CqError);
-    // A failed feed stays failed and does not poll again.
-    assert_eq!(feed.progress(16).status, FeedStatus::Failed);
+    assert_eq!(hca.push(wc(2)), Err(PushError::Overrun));
+    assert_eq!(hca.push(wc(3)), Err(PushError::Overrun));
+    let s = hca.stats();
+    assert_eq!((s.len, s.overruns, s.channel_events), (2, 2, 1), "{s:?}");
+    // One CqError of this CQ per completion lost, on the device.
+    let lost = AsyncEvent::new(AsyncEventKind::CqError, AsyncElement::Cq(CqId(4)));
+    assert_eq!(device_events.next_event().unwrap(), Some(lost));
+    assert_eq!(device_events.next_event().unwrap(), Some(lost));
+    assert_eq!(device_events.next_event().unwrap(), None);
+    // The feed delivers what the CQ holds, and nothing of its own.
+    assert_eq!(
+        outcome(feed.on_channel_ready(16).unwrap()),
+        (2, FeedStatus::Drained)
+    );
+    assert_eq!(feed.failure(), None);
+    assert_eq!(wr_ids(&mut consumer), [0, 1]);
+    // A completion that fits is added, fires the new arm and is delivered.
+    hca.push(wc(4)).unwrap();
+    assert_eq!(
+        outcome(feed.on_channel_ready(16).unwrap()),
+        (1, FeedStatus::Drained)
+    );
+    assert_eq!(wr_ids(&mut consumer), [4]);
+    assert_eq!(device_events.next_event().unwrap(), None);
 }
 
 #[test]
@@ -587,15 +604,15 @@ impl From<VerbsEvent> for PanicsOnTheFirstCqError {
 /// A failed CQ whose CqError the event type's `From` panics on once: the
 /// feed is not left `Failed` with the error neither delivered nor held; its
 /// next call converts the error again and delivers it, whether the CQ would
-/// fail again (an overrun) or not (a poll that failed once): it is not
-/// polled again.
+/// fail again (a CQ whose every poll fails from then on) or not (a poll that
+/// failed once): it is not polled again.
 #[test]
 fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
-    for failure in ["overrun", "a poll that failed once"] {
+    for failure in ["every poll fails from then on", "a poll that failed once"] {
         CQ_ERROR_CONVERSIONS.store(0, std::sync::atomic::Ordering::Relaxed);
         let (poster, mut consumer) = evd::bounded::<PanicsOnTheFirstCqError>(16).unwrap();
         let (cq, hca) = SoftCq::new(2).unwrap();
-        let once = failure != "overrun";
+        let once = failure == "a poll that failed once";
         // A provider whose failing poll consumed what failed: its first poll
         // fails, and only that one.
         let mut hooked = HookedCq::new(cq);
@@ -610,7 +627,7 @@ fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
         if !once {
             hca.push(wc(0)).unwrap();
             hca.push(wc(1)).unwrap();
-            assert!(hca.push(wc(2)).is_err(), "every poll fails from now on");
+            hca.fail_next_poll(libc::EIO); // and every poll after it
         }
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
         assert!(
@@ -618,7 +635,11 @@ fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
             "{failure}: the conversion's panic reaches the caller"
         );
         assert_eq!(feed.progress(16).status, FeedStatus::Failed, "{failure}");
-        assert!(feed.failure().is_some(), "{failure}");
+        assert_eq!(
+            feed.failure(),
+            Some(PollError::Failed(libc::EIO)),
+            "{failure}"
+        );
         assert!(
             matches!(
                 consumer.try_dequeue(),

@@ -141,3 +141,57 @@ fn a_completion_in_the_rearm_window_fires_only_an_arm_already_pending() {
     // SAFETY: the one event got above.
     unsafe { cq.ack_events(1) };
 }
+
+/// An overrun, as rxe's (`rxe_cq_post`): the completion that does not fit
+/// is lost, refused to its producer and reported on the CQ's device, one
+/// `CqError` per completion lost, and nothing else happens. The channel is
+/// not woken and a pending arm stays pending; the CQ is not broken: its
+/// poll delivers what it holds, and a completion that fits later is added
+/// (and fires that arm).
+#[test]
+fn an_overrun_loses_only_the_completion_that_did_not_fit() {
+    use evd_verbs::soft::{PushError, SoftDevice};
+    use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEventSource, CqId};
+    let (mut device_events, device) = SoftDevice::new().unwrap();
+    let (mut cq, hca) = SoftCq::with_device(2, CqId(7), &device).unwrap();
+    hca.push(WorkCompletion::new(0)).unwrap();
+    hca.push(WorkCompletion::new(1)).unwrap();
+    cq.req_notify(false).unwrap();
+    assert_eq!(hca.push(WorkCompletion::new(2)), Err(PushError::Overrun));
+    assert_eq!(hca.push(WorkCompletion::new(3)), Err(PushError::Overrun));
+    let s = hca.stats();
+    assert_eq!((s.len, s.pushed, s.overruns), (2, 2, 2), "{s:?}");
+    assert_eq!((s.armed, s.channel_events), (true, 0), "{s:?}");
+    assert!(!cq.get_event().unwrap(), "the channel was not woken");
+    let lost = AsyncEvent::new(AsyncEventKind::CqError, AsyncElement::Cq(CqId(7)));
+    assert_eq!(device_events.next_event().unwrap(), Some(lost));
+    assert_eq!(device_events.next_event().unwrap(), Some(lost));
+    assert_eq!(device_events.next_event().unwrap(), None);
+    let mut out = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll(&mut out), Ok(2));
+    assert_eq!((out[0].wr_id, out[1].wr_id), (0, 1));
+    hca.push(WorkCompletion::new(4)).unwrap();
+    assert!(cq.get_event().unwrap(), "the arm was still pending");
+    // SAFETY: one event of `cq` was got above and not acknowledged.
+    unsafe { cq.ack_events(1) };
+    assert_eq!(cq.poll(&mut out), Ok(1));
+    assert_eq!(out[0].wr_id, 4);
+    assert_eq!(device_events.next_event().unwrap(), None);
+}
+
+/// On a shared channel too, an overrun raises no channel event: the
+/// channel's queue stays empty (it used to name the CQ, to wake a consumer
+/// whose next poll would fail).
+#[test]
+fn an_overrun_raises_nothing_on_a_shared_channel() {
+    use evd_verbs::soft::PushError;
+    let channel = SoftChannel::new().unwrap();
+    let (mut cq, hca) = channel.create_cq(1).unwrap();
+    hca.push(WorkCompletion::new(0)).unwrap();
+    assert_eq!(hca.push(WorkCompletion::new(1)), Err(PushError::Overrun));
+    let s = channel.stats();
+    assert_eq!((s.queued, s.raised), (0, 0), "{s:?}");
+    let mut out = [WorkCompletion::default(); 2];
+    assert_eq!(cq.poll(&mut out), Ok(1));
+    assert_eq!(out[0].wr_id, 0);
+}

@@ -43,8 +43,11 @@ impl AsyncEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AsyncEventKind {
-    /// `IBV_EVENT_CQ_ERR`: the CQ failed, typically an overrun. Also
-    /// posted by a feed whose CQ poll fails.
+    /// `IBV_EVENT_CQ_ERR`: the CQ lost completions, typically to an
+    /// overrun. What becomes of the CQ is the provider's: rxe (and the
+    /// software CQ) raise one per completion lost and the CQ goes on, its
+    /// polls delivering what it holds. Also posted by a feed whose CQ poll
+    /// fails.
     CqError,
     /// `IBV_EVENT_QP_FATAL`.
     QpFatal,

@@ -52,12 +52,15 @@
 //!   (in batches, and the rest when the feed is dropped or handed back,
 //!   before the CQ is destroyed), or at once if its CQ is unknown.
 //! - *FIFO per CQ*: each CQ is polled by its own feed only.
-//! - A CQ that fails (overrun, poll error) delivers its `CqError` (held,
-//!   with `Backpressure`, until the EVD has room) and is not polled again;
+//! - A CQ whose poll fails delivers its `CqError` (held, with
+//!   `Backpressure`, until the EVD has room) and is not polled again;
 //!   a CQ whose arm fails does the same (its `CqError` first, then it leaves
 //!   the feed; both counted in [`ChannelFeedStats::failed_cqs`]); the
 //!   others go on. The channel feed reports `Failed`
-//!   only when every CQ has failed, `Closed` when the EVD is closed.
+//!   only when every CQ has failed, `Closed` when the EVD is closed. An
+//!   overrun fails no CQ: a real CQ reports it only through its device's
+//!   async events (a `CqError` through an [`AsyncFeed`](crate::AsyncFeed),
+//!   or the driver's device feed), and the channel feed goes on polling it.
 //!
 //! Taking the events (and forgetting arms or giving CQs up after a
 //! failure) is `events`.

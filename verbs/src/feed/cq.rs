@@ -187,9 +187,16 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         }
     }
 
-    /// Arm for solicited (and error) completions only (`ibv_req_notify_cq`
-    /// with `solicited_only`): the event-driven feed then sleeps through
+    /// Arm for solicited completions only (`ibv_req_notify_cq` with
+    /// `solicited_only`): the event-driven feed then sleeps through
     /// unsolicited completions, which wait in the CQ until the next wake.
+    ///
+    /// Whether an error completion wakes such an arm is the provider's
+    /// choice: mlx5 wakes it on every error completion; rxe only on a
+    /// solicited one, and its send-queue errors and flushes are not (its
+    /// receive flushes are). So a feed that must see errors promptly should
+    /// not arm solicited-only. (The software CQ wakes it on every error
+    /// completion, as mlx5 does.)
     ///
     /// ```
     /// # use evd_verbs::{Feed, CqId, VerbsEvent, soft::SoftCq};

@@ -48,8 +48,13 @@ pub enum FeedStatus {
     Backpressure,
     /// The EVD is closed: nothing more will be delivered.
     Closed,
-    /// The CQ failed (overrun or poll error); a `CqError` async event was
-    /// delivered (or is held for delivery) and the CQ is not polled again.
+    /// The CQ failed (its poll failed, or its arm or channel did and it was
+    /// given up); a `CqError` async event was delivered (or is held for
+    /// delivery) and the CQ is not polled again. An overrun is no such
+    /// failure: a real CQ (and the software one) reports it only through
+    /// its device's async events (a `CqError` through an [`AsyncFeed`], or
+    /// the [`Driver`](crate::Driver)'s device feed), and its feed goes on
+    /// polling it.
     /// For an [`AsyncFeed`] or a
     /// [`CmFeed`]: its source failed, a `SourceFailed` event
     /// was delivered (or is held), and nothing more is read from it.

@@ -56,21 +56,29 @@ impl SoftCq {
         Self::build(capacity, CqId(u32::MAX), None, None)
     }
 
-    /// A software CQ belonging to `device`: its overrun raises
-    /// `CqError` for `id` there, as a real device's async fd does.
+    /// A software CQ belonging to `device`: each completion its overrun
+    /// loses raises `CqError` for `id` there, as rxe's async fd does. The
+    /// overrun does not fail the CQ
+    /// (see [`PushError::Overrun`](super::PushError::Overrun)).
     ///
     /// # Errors
     ///
     /// As [`new`](SoftCq::new).
     ///
     /// ```
-    /// use evd_verbs::{soft::{SoftCq, SoftDevice, PushError}, CqId, WorkCompletion, AsyncEventSource};
+    /// use evd_verbs::{soft::{SoftCq, SoftDevice, PushError}, CqId, WorkCompletion};
+    /// use evd_verbs::{AsyncElement, AsyncEventKind, AsyncEventSource, CompletionQueue};
     /// let (mut async_events, device) = SoftDevice::new().unwrap();
-    /// let (_cq, producer) = SoftCq::with_device(1, CqId(5), &device).unwrap();
-    /// producer.push(WorkCompletion::default()).unwrap();
-    /// assert_eq!(producer.push(WorkCompletion::default()), Err(PushError::Overrun));
+    /// let (mut cq, producer) = SoftCq::with_device(1, CqId(5), &device).unwrap();
+    /// producer.push(WorkCompletion::new(1)).unwrap();
+    /// assert_eq!(producer.push(WorkCompletion::new(2)), Err(PushError::Overrun));
     /// let ev = async_events.next_event().unwrap().unwrap();
-    /// assert_eq!(ev.element, evd_verbs::AsyncElement::Cq(CqId(5)));
+    /// assert_eq!((ev.kind, ev.element), (AsyncEventKind::CqError, AsyncElement::Cq(CqId(5))));
+    /// // Only the completion that did not fit is lost: the CQ goes on.
+    /// let mut out = [WorkCompletion::default(); 2];
+    /// assert_eq!(cq.poll(&mut out), Ok(1));
+    /// assert_eq!(out[0].wr_id, 1);
+    /// producer.push(WorkCompletion::new(3)).unwrap();
     /// ```
     pub fn with_device(
         capacity: usize,

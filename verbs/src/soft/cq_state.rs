@@ -25,9 +25,13 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PushError {
-    /// The CQ was full: it overran, the completion is lost and the CQ is broken.
+    /// The CQ was full: this completion is lost (and reported as a
+    /// `CqError` on the CQ's [`SoftDevice`], if it has one). As on rxe, the
+    /// CQ goes on: what it holds is still polled, and a completion that fits
+    /// later is added.
     Overrun,
-    /// The CQ broke earlier (overrun or injected failure).
+    /// The CQ broke earlier: a poll failed
+    /// ([`SoftCqProducer::fail_next_poll`](super::SoftCqProducer::fail_next_poll)).
     Broken,
     /// The CQ was destroyed.
     Destroyed,
@@ -208,11 +212,12 @@ impl Inner {
             wc.status = WcStatus::WR_FLUSH_ERR;
         }
         if st.ring.len() == st.capacity {
+            // As rxe (`rxe_cq_post`): only this completion is lost. The CQ
+            // is not broken (what is queued is still polled, and a later
+            // completion that fits is added), its channel is not woken and
+            // an arm stays pending; the device raises one `CqError` per
+            // completion lost.
             st.overruns += 1;
-            st.broken = Some(PollError::Overrun);
-            // Wake a sleeping consumer so that its next poll reports the
-            // overrun, whether or not the CQ was armed.
-            self.raise_event(st);
             if let Some(dev) = &self.device {
                 dev.raise(AsyncEvent::new(
                     AsyncEventKind::CqError,

@@ -19,12 +19,15 @@
 //! - channel events can be spurious ([`SoftCqProducer::inject_spurious_event`],
 //!   [`SoftCqProducer::set_spurious_every`]);
 //! - completions can carry errors ([`SoftCqProducer::set_error_every`]);
-//! - the CQ can overrun (push past its capacity), which loses the completion,
-//!   breaks the CQ (polls fail with [`PollError::Overrun`]), signals the
-//!   channel so a sleeping consumer finds out, and raises `CqError` on the
-//!   [`SoftDevice`] it belongs to;
-//! - polls can fail ([`SoftCqProducer::fail_next_poll`]), and so can an
-//!   arm ([`SoftCqProducer::fail_next_arm`]);
+//! - the CQ can overrun (push past its capacity) as rxe's does: the
+//!   completion that does not fit is lost ([`PushError::Overrun`] to its
+//!   producer) and raises `CqError` on the [`SoftDevice`] the CQ belongs to,
+//!   one per completion lost, and that is all: the channel is not woken, the
+//!   CQ's polls still deliver what it holds (they never fail with
+//!   [`PollError::Overrun`]), and a later completion that fits is added. A
+//!   consumer learns of an overrun only from the device's async events;
+//! - polls can fail ([`SoftCqProducer::fail_next_poll`]: the CQ then stays
+//!   broken), and so can an arm ([`SoftCqProducer::fail_next_arm`]);
 //! - destroying it with events got but not acknowledged is recorded
 //!   ([`SoftCqStats::unacked_at_destroy`]) where libibverbs would block.
 //!

@@ -66,8 +66,10 @@ impl SoftCqProducer {
     ///
     /// # Errors
     ///
-    /// [`PushError::Overrun`] if the CQ was full (the completion is lost and
-    /// the CQ breaks), [`PushError::Broken`] if it broke earlier,
+    /// [`PushError::Overrun`] if the CQ was full (this completion is lost,
+    /// and raises `CqError` on the CQ's device; the CQ goes on),
+    /// [`PushError::Broken`] if a poll failed earlier
+    /// ([`fail_next_poll`](Self::fail_next_poll)),
     /// [`PushError::Destroyed`] if it was destroyed.
     ///
     /// ```
@@ -107,7 +109,8 @@ impl SoftCqProducer {
     }
 
     /// Add completions under one lock; returns how many were added before an
-    /// error stopped it.
+    /// error stopped it (the first that did not fit is lost to the overrun,
+    /// the ones after it are not tried).
     ///
     /// ```
     /// use evd_verbs::{WorkCompletion, soft::SoftCq};
@@ -216,13 +219,18 @@ impl SoftCqProducer {
         self.inner.faults.error_every.store(n, Ordering::Relaxed);
     }
 
-    /// The next poll fails with `errno`, and the CQ stays broken.
+    /// The next poll fails with `errno`, and the CQ stays broken: every
+    /// later poll fails the same way (what it holds is never delivered) and
+    /// every later push returns [`PushError::Broken`]. (An overrun does not
+    /// break the CQ: this is the way to test a CQ that fails.)
     ///
     /// ```
-    /// use evd_verbs::{CompletionQueue, PollError, WorkCompletion, soft::SoftCq};
+    /// use evd_verbs::{CompletionQueue, PollError, WorkCompletion, soft::{PushError, SoftCq}};
     /// let (mut cq, producer) = SoftCq::new(4).unwrap();
     /// producer.fail_next_poll(libc::EIO);
     /// assert_eq!(cq.poll(&mut [WorkCompletion::default(); 1]), Err(PollError::Failed(libc::EIO)));
+    /// assert_eq!(cq.poll(&mut [WorkCompletion::default(); 1]), Err(PollError::Failed(libc::EIO)));
+    /// assert_eq!(producer.push(WorkCompletion::default()), Err(PushError::Broken));
     /// ```
     pub fn fail_next_poll(&self, errno: i32) {
         self.inner

@@ -223,8 +223,8 @@ fn a_removal_whose_wait_failed_is_finished_by_the_next() {
 /// removed feed's EVD), and dropped once the cancellation, asked for again
 /// every turn, goes through: the device's events are then nobody's, free
 /// for the next registration. (It was served on into the removed feed's EVD
-/// until the shutdown.) The parent's CQ failed (an overrun), so its own
-/// removal needs no cancellation: only the device feed's is refused.
+/// until the shutdown.) The parent's CQ failed (a poll that fails), so its
+/// own removal needs no cancellation: only the device feed's is refused.
 #[test]
 fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
     use super::super::cycle::Phase;
@@ -239,7 +239,7 @@ fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
         .unwrap();
     let parent = key.id().index as usize;
     let child = driver.slots[parent].as_ref().unwrap().device_feed.unwrap();
-    hca.push_batch(&[WorkCompletion::new(0), WorkCompletion::new(1)]); // overruns
+    hca.fail_next_poll(libc::EIO); // the feed's first poll: it fails
     let settled = |d: &Driver| {
         let done = d.slots[parent].as_ref().unwrap().phase == Phase::Done;
         done && d.slots[child.index as usize]
@@ -252,7 +252,17 @@ fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
         assert!(start.elapsed() < Duration::from_secs(60), "never settled");
         driver.process(Some(Duration::from_millis(10))).unwrap();
     }
-    while consumer.try_dequeue().is_ok() {} // the CqErrors
+    // The failed feed's CqError, and nothing else.
+    match consumer.try_dequeue() {
+        Ok(VerbsEvent::Async(a)) => {
+            assert_eq!(
+                (a.kind, a.element),
+                (AsyncEventKind::CqError, AsyncElement::Cq(CqId(0)))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
     driver.refuse_cancels = 1;
     drop(driver.remove(key).unwrap());
     device.raise(AsyncEvent::new(
