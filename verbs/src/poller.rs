@@ -19,6 +19,12 @@ use std::time::Duration;
 /// Stopping (or dropping) it joins the thread; no post (hence no upcall)
 /// from its feeds happens after that returns.
 ///
+/// It polls CQs only: nobody reads the devices' async events unless the
+/// application does (an [`AsyncFeed`](crate::AsyncFeed) of its own, or a
+/// [`Driver`](crate::Driver), which serves a registered CQ's device
+/// itself). A CQ overrun is reported only there (`CqError`), so without one
+/// the completions an overrun lost go unnoticed.
+///
 /// # Panics in user code
 /// The thread runs user code: the upcall handlers of the EVDs its feeds
 /// post into, the event type's `From` and `Drop`, the CQs' own code. A
