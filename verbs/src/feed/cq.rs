@@ -89,6 +89,10 @@ pub struct FeedStats {
 /// (destroys) the CQ; [`Feed::into_parts`] does the same but hands back the
 /// CQ and any completion it polled but could not post.
 ///
+/// A feed reads its CQ only: an overrun of it is reported by the device's
+/// async events (`CqError`), which an [`AsyncFeed`](crate::AsyncFeed) or a
+/// [`Driver`](crate::Driver) (for the CQs registered with it) reads.
+///
 /// ```
 /// use evd_verbs::{Feed, FeedStatus, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
 /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
