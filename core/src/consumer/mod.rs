@@ -547,10 +547,10 @@ impl<T> Drop for Consumer<T> {
             // Dropped from inside its own upcall (the dispatcher being taken
             // apart): an instance still holds the consumer side, this
             // thread's own among those in flight (the `Upcalls` waits them
-            // out everywhere else). It stops at its next dequeue; the last
-            // instance to leave drops the events.
+            // out everywhere else). It stops at its next dequeue; a thread
+            // leaving an instance drops the events once none is in flight.
             debug_assert!(crate::frames::in_own_handler(self.shared.id()));
-            self.shared.leave_queued_to_last_instance();
+            self.shared.leave_queued_to_instances();
         }
         panics.resume();
     }

@@ -38,8 +38,10 @@ pub(super) struct ConsumerLine {
     pub(crate) pacer: Pacer,
     /// [`QUEUE_KEPT`] until the consumer is dropped from inside its own
     /// upcall with instances in flight (its own among them): then
-    /// [`QUEUE_LEFT`], the events still queued left to the last instance to
-    /// leave, which moves it to [`QUEUE_TAKEN`] (one taker) and drops them
+    /// [`QUEUE_LEFT`], the events still queued left to the instances. A
+    /// leaving instance that finds none in flight once it sees the mark
+    /// (the last one always does; an earlier one may, late) moves it to
+    /// [`QUEUE_TAKEN`] (one taker) and drops them
     /// (`Shared::after_instance_left`).
     pub(super) queue: AtomicUsize,
 }

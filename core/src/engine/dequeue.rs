@@ -416,11 +416,11 @@ impl<T> Shared<T> {
     }
 
     /// The consumer is being dropped from inside one of its own upcalls,
-    /// instances in flight: the events still queued are left to the last of
-    /// them ([`Shared::after_instance_left`]). Caller: `Consumer`'s drop,
+    /// instances in flight: the events still queued are left to them, to be
+    /// dropped once none is in flight ([`Shared::after_instance_left`]). Caller: `Consumer`'s drop,
     /// after the close, while this thread's instance is still counted (and
     /// upcalls are disabled for good: the `Upcalls` is being dropped).
-    pub(crate) fn leave_queued_to_last_instance(&self) {
+    pub(crate) fn leave_queued_to_instances(&self) {
         // Release: an instance that reads QUEUE_LEFT with Acquire then sees
         // the disable, this thread's counted instance and the close, all
         // before it in this thread.
@@ -441,8 +441,8 @@ impl<T> Shared<T> {
     /// takes the events.
     pub(crate) fn after_instance_left(&self, new: u64) {
         // The last leaver's own word has none in flight (the count only
-        // falls once upcalls are disabled): a leaver whose word has some is
-        // not the last, whatever the mark says.
+        // falls once upcalls are disabled): a leaver whose word has some
+        // leaves the events to a later one, whatever the mark says.
         if state::instances(new) != 0 {
             return;
         }

@@ -79,7 +79,9 @@ use crate::unwind::Panics;
 /// one event out and find no handler: that event is dropped as the queued
 /// ones are), drops the handler, then drops the consumer as any consumer
 /// is dropped: the EVD closes and the events still queued are dropped (from
-/// inside its own handler, by the last upcall in flight as it ends).
+/// inside its own handler: once no upcall is in flight, by a thread
+/// leaving one, not necessarily the one whose handler dropped it; a panic
+/// of their `Drop` comes out of that thread's post).
 pub struct Upcalls<T> {
     consumer: Option<Consumer<T>>,
 }
@@ -432,6 +434,7 @@ impl<T> Drop for Upcalls<T> {
         let Some(consumer) = self.consumer.as_mut() else {
             return;
         };
+        let mut panics = Panics::default();
         if frames::in_own_handler(consumer.shared().id()) {
             // Dropped from inside its own upcall: that upcall is the one in
             // flight, and it stops at its next dequeue; waiting would hang.
@@ -439,7 +442,17 @@ impl<T> Drop for Upcalls<T> {
                 .shared()
                 .set_policy(PolicyBits::Disabled, Invoke::New);
         } else {
-            let _ = disable_and_wait(consumer);
+            // The wait puts this thread's waker in the consumer's slot and
+            // drops the one it replaces, perhaps a task's left there from
+            // before `into_upcalls`: user code, which may panic. The wait
+            // is finished all the same (the slot then holds this thread's
+            // waker, and no user code runs again): the consumer must not
+            // be dropped with instances in flight. The panic is raised
+            // after the handler is dropped.
+            panics.run(|| {
+                let _ = disable_and_wait(consumer);
+            });
+            crate::consumer::block_until(consumer, |s| s.instances() == 0);
         }
         // No instance can call the handler now (the one running from here
         // keeps it alive until it returns): drop it, and whatever it owns (a
@@ -447,7 +460,6 @@ impl<T> Drop for Upcalls<T> {
         // dropped by an unwind (a handler's panic out of `into_upcalls`), a
         // panic of its `Drop` would abort the process, so it is kept and
         // raised only if this thread is not unwinding already.
-        let mut panics = Panics::default();
         panics.run(|| consumer.shared().clear_handler());
         panics.resume();
     }

@@ -397,7 +397,7 @@ fn an_early_leaver_leaves_the_queue_to_an_instance_still_in_flight() {
     assert!(s.take_token_to_drain());
     s.set_policy(crate::state::PolicyBits::Disabled, Invoke::New);
     s.close();
-    s.leave_queued_to_last_instance();
+    s.leave_queued_to_instances();
     s.after_instance_left(early);
     let under_an_instance = drops.load(SeqCst);
     // The instance in flight leaves (before any assertion: a teardown on
@@ -410,4 +410,69 @@ fn an_early_leaver_leaves_the_queue_to_an_instance_still_in_flight() {
     drop(up);
     drop(poster);
     assert_eq!(drops.load(SeqCst), 2, "each dropped once");
+}
+
+/// A task's waker whose `Drop` panics, flagging that it ran.
+struct FlagsThenPanicsOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl std::task::Wake for FlagsThenPanicsOnDrop {
+    fn wake(self: std::sync::Arc<Self>) {}
+}
+
+impl Drop for FlagsThenPanicsOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        panic!("the replaced waker's drop");
+    }
+}
+
+/// `Upcalls` dropped (not from a handler) while an instance is in flight
+/// waits for it, putting its thread's waker in the consumer's slot: the
+/// task's waker left there from before `into_upcalls` is dropped, and
+/// panics. The wait is finished all the same (the consumer is not dropped
+/// with an instance in flight and no frame of it on the dropping thread,
+/// where nobody would be sure to drop the queue); the panic reaches the
+/// drop's caller, the consumer and its queue are dropped, nothing aborts.
+/// This thread plays the instance. (Without the finished wait, the drop
+/// aborts only if it reaches the consumer before this thread's leave.)
+#[test]
+fn upcalls_dropped_while_an_instance_runs_hands_on_the_panic_of_the_waker_it_replaces() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let (poster, mut consumer) = crate::bounded::<u32>(4).unwrap();
+    let replaced = std::sync::Arc::new(AtomicBool::new(false));
+    {
+        let waker =
+            std::task::Waker::from(std::sync::Arc::new(FlagsThenPanicsOnDrop(replaced.clone())));
+        let mut recv = consumer.recv();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut recv).poll(&mut cx).is_pending());
+    } // the slot keeps the only clone
+    let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::New, |_, _| {});
+    poster.post(1).unwrap(); // queued: the arm went with `into_upcalls`
+    up.set_policy(UpcallPolicy::SingleInstance, Invoke::New)
+        .unwrap();
+    let s = up.consumer().shared().clone();
+    // This thread is an instance in flight.
+    assert!(s.take_token_to_drain());
+    let dropper = std::thread::spawn(move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(up)))
+            .err()
+            .and_then(|p| p.downcast_ref::<&str>().copied())
+    });
+    let limit = Duration::from_secs(60);
+    let start = Instant::now();
+    while !replaced.load(SeqCst) {
+        assert!(start.elapsed() < limit, "the drop never replaced the waker");
+        std::thread::yield_now();
+    }
+    // The instance leaves; the drop's wait ends.
+    let new = s.abandon_instance(true);
+    super::left(&s, new);
+    assert_eq!(
+        dropper.join().unwrap(),
+        Some("the replaced waker's drop"),
+        "the panic reaches the drop's caller"
+    );
+    assert!(poster.is_closed(), "the consumer was dropped");
+    assert_eq!(s.query().len, 0, "its queue dropped");
 }
