@@ -189,9 +189,14 @@ impl SoftCq {
     }
 }
 
+/// Dropping a CQ with channel events got and not acknowledged panics
+/// (unless the thread is already unwinding: then it is only recorded, in
+/// [`SoftCqStats::unacked_at_destroy`](super::SoftCqStats::unacked_at_destroy)),
+/// where `ibv_destroy_cq` would wait for the acknowledgements for ever: a
+/// missing ack is a bug of the caller, and the double says so at once.
 impl Drop for SoftCq {
     fn drop(&mut self) {
-        let during = {
+        let (during, unacked) = {
             let mut st = self.inner.lock();
             st.destroyed = true;
             let unacked = st.events_got - st.events_acked;
@@ -199,9 +204,15 @@ impl Drop for SoftCq {
             // A closure no poll will run: it may hold a producer handle (a
             // cycle that would keep this state and its eventfd alive), and
             // its drop is user code, run with the lock free.
-            st.during_next_poll.take()
+            (st.during_next_poll.take(), unacked)
         };
         drop(during);
+        if unacked != 0 && !std::thread::panicking() {
+            panic!(
+                "SoftCq destroyed with {unacked} channel events not acknowledged \
+                 (ibv_destroy_cq would wait for them for ever)"
+            );
+        }
     }
 }
 

@@ -28,8 +28,10 @@
 //!   consumer learns of an overrun only from the device's async events;
 //! - polls can fail ([`SoftCqProducer::fail_next_poll`]: the CQ then stays
 //!   broken), and so can an arm ([`SoftCqProducer::fail_next_arm`]);
-//! - destroying it with events got but not acknowledged is recorded
-//!   ([`SoftCqStats::unacked_at_destroy`]) where libibverbs would block.
+//! - destroying it with events got but not acknowledged, where libibverbs
+//!   would block for ever, is refused by [`SoftCq::destroy`] and panics in
+//!   its `Drop` (only recorded, in [`SoftCqStats::unacked_at_destroy`], on
+//!   a thread already unwinding).
 //!
 //! A [`SoftChannel`] is one channel shared by many such CQs, as one
 //! `ibv_comp_channel` is: one eventfd, and each event names its CQ.

@@ -57,7 +57,8 @@ pub struct SoftCqStats {
     /// The CQ was destroyed.
     pub destroyed: bool,
     /// Events got but not acknowledged when the CQ was destroyed (libibverbs'
-    /// `ibv_destroy_cq` would have blocked on them).
+    /// `ibv_destroy_cq` would have blocked on them): nonzero only for a CQ
+    /// dropped by an unwind (a drop otherwise panics on it).
     pub unacked_at_destroy: Option<u64>,
 }
 
