@@ -107,7 +107,9 @@ impl<T: Send> Poster<T> {
     ///
     /// Polling it can panic as [`Poster::try_reserve`] does, and with the
     /// task's waker's panic when the room queue clones it or drops the clone
-    /// it replaces (no event is in hand, and the future leaves the queue).
+    /// it replaces (no event is in hand, and the future leaves the queue),
+    /// or when the permit-limit waiters' list does (nothing is lost there:
+    /// that list's waiters are all woken together).
     ///
     /// ```
     /// use futures::executor::block_on;

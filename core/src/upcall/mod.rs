@@ -78,10 +78,12 @@ use crate::unwind::Panics;
 /// instance of another thread that read the policy before may still take
 /// one event out and find no handler: that event is dropped as the queued
 /// ones are), drops the handler, then drops the consumer as any consumer
-/// is dropped: the EVD closes and the events still queued are dropped (from
-/// inside its own handler: once no upcall is in flight, by a thread
-/// leaving one, not necessarily the one whose handler dropped it; a panic
-/// of their `Drop` comes out of that thread's post).
+/// is dropped: the EVD closes and the events still queued are dropped.
+/// From inside its own handler they are dropped once no upcall is in
+/// flight, by a thread leaving one, not necessarily the one whose handler
+/// dropped it; a panic of their `Drop` comes out of that thread's call (a
+/// post, a reservation, a room wait), unless that thread is unwinding from
+/// its own handler's panic, which goes on.
 pub struct Upcalls<T> {
     consumer: Option<Consumer<T>>,
 }
@@ -408,7 +410,12 @@ impl<T: Send> Upcalls<T> {
     ///
     /// # Panics
     /// If called from inside one of this EVD's own upcalls (it would wait for
-    /// itself forever).
+    /// itself forever). With the panic of the task's waker its wait replaces
+    /// in the consumer's slot (one left there by an async wait before
+    /// [`Consumer::into_upcalls`], whose `Drop` panics): the consumer is then
+    /// dropped, not handed back (the EVD closes, what is queued is dropped),
+    /// once no upcall is in flight. A [`Upcalls::set_policy`] that waits for
+    /// instances may raise that panic too, leaving upcalls disabled.
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};
@@ -446,9 +453,9 @@ impl<T> Drop for Upcalls<T> {
             // drops the one it replaces, perhaps a task's left there from
             // before `into_upcalls`: user code, which may panic. The wait
             // is finished all the same (the slot then holds this thread's
-            // waker, and no user code runs again): the consumer must not
-            // be dropped with instances in flight. The panic is raised
-            // after the handler is dropped.
+            // waker, or nothing after a wake: no user code runs again), as
+            // the consumer must not be dropped with instances in flight.
+            // The panic is raised after the handler is dropped.
             panics.run(|| {
                 let _ = disable_and_wait(consumer);
             });
