@@ -4,7 +4,7 @@
 
 use crate::pace::Pacer;
 use crate::room::RoomFlags;
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize};
+use crate::sync::{AtomicBool, AtomicU64};
 
 /// The lines the consumer (or the upcall instance holding the token) writes
 /// on every dequeue; posters read `head` only when the ring looks full.
@@ -36,23 +36,16 @@ pub(super) struct ConsumerLine {
     /// When a dequeue that finds nothing lingers ([`crate::pace`]): touched
     /// only on that path.
     pub(crate) pacer: Pacer,
-    /// [`QUEUE_KEPT`] until the consumer is dropped from inside its own
-    /// upcall with instances in flight (its own among them): then
-    /// [`QUEUE_LEFT`], the events still queued left to the instances. A
-    /// leaving instance that finds none in flight once it sees the mark
-    /// (the last one always does; an earlier one may, late) moves it to
-    /// [`QUEUE_TAKEN`] (one taker) and drops them
-    /// (`Shared::after_instance_left`).
-    pub(super) queue: AtomicUsize,
+    /// The consumer was dropped from inside its own upcall with instances
+    /// in flight (its own among them): the events still queued are left to
+    /// the instances. A leaving instance that finds none in flight once it
+    /// sees this (the last one always does; an earlier one may, late) takes
+    /// them (`queue_taken`) and drops them (`Shared::after_instance_left`).
+    /// Set once, by that drop.
+    pub(super) queue_left: AtomicBool,
+    /// A leaving instance took the queue `queue_left` left: one taker.
+    pub(super) queue_taken: AtomicBool,
 }
-
-/// The consumer owns the queued events (as it always does but below).
-pub(super) const QUEUE_KEPT: usize = 0;
-/// The consumer was dropped inside its own upcall: the last instance out
-/// drops the queued events.
-pub(super) const QUEUE_LEFT: usize = 1;
-/// An instance took the queued events to drop them.
-pub(super) const QUEUE_TAKEN: usize = 2;
 
 impl ConsumerLine {
     pub(super) fn new() -> Self {
@@ -62,7 +55,8 @@ impl ConsumerLine {
             seen_tail: AtomicU64::new(0),
             room: RoomFlags::new(),
             pacer: Pacer::new(0),
-            queue: AtomicUsize::new(QUEUE_KEPT),
+            queue_left: AtomicBool::new(false),
+            queue_taken: AtomicBool::new(false),
         }
     }
 }

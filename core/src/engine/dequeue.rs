@@ -29,7 +29,6 @@
 //!   is stored with `Release` when it changes, bounding how stale a poster's
 //!   cached head may be (see `Shared::reserve`).
 
-use super::consumer_line::{QUEUE_LEFT, QUEUE_TAKEN};
 use super::{HEAD_EPOCH_SHIFT, Shared};
 use crate::error::{Overflow, TryDequeueError};
 use crate::state;
@@ -421,10 +420,10 @@ impl<T> Shared<T> {
     /// after the close, while this thread's instance is still counted (and
     /// upcalls are disabled for good: the `Upcalls` is being dropped).
     pub(crate) fn leave_queued_to_instances(&self) {
-        // Release: an instance that reads QUEUE_LEFT with Acquire then sees
-        // the disable, this thread's counted instance and the close, all
-        // before it in this thread.
-        self.consumer.queue.store(QUEUE_LEFT, Ordering::Release);
+        // Release: an instance that reads it with Acquire then sees the
+        // disable, this thread's counted instance and the close, all before
+        // it in this thread.
+        self.consumer.queue_left.store(true, Ordering::Release);
     }
 
     /// An upcall instance has left, installing `new`. If none is in flight
@@ -439,6 +438,7 @@ impl<T> Shared<T> {
     /// was dropped in that one's upcall. So the word is read again after
     /// the mark, and of the leavers that find none in flight there, one
     /// takes the events.
+    #[inline]
     pub(crate) fn after_instance_left(&self, new: u64) {
         // The last leaver's own word has none in flight (the count only
         // falls once upcalls are disabled): a leaver whose word has some
@@ -446,12 +446,21 @@ impl<T> Shared<T> {
         if state::instances(new) != 0 {
             return;
         }
+        self.after_the_last_instance_left();
+    }
+
+    /// [`Shared::after_instance_left`] for a leaver whose own word has none
+    /// in flight: out of line, as only a consumer dropped inside its own
+    /// upcall leaves anything to do here.
+    #[cold]
+    #[inline(never)]
+    fn after_the_last_instance_left(&self) {
         // Acquire: pairs with the mark's Release, so the load of the word
         // below is at or after the disable and the marking thread's counted
         // instance. The last leaver sees the mark: it was stored before the
         // marking thread's instance left with an RMW on the word (AcqRel),
         // whose release sequence the last leaver's own RMW (AcqRel) reads.
-        if self.consumer.queue.load(Ordering::Acquire) != QUEUE_LEFT {
+        if !self.consumer.queue_left.load(Ordering::Acquire) {
             return;
         }
         // Acquire: none in flight in a word at or after the disable means
@@ -463,17 +472,7 @@ impl<T> Shared<T> {
         }
         // Relaxed: only picks one taker among the leavers that got here;
         // each is ordered after every instance by the loads above.
-        if self
-            .consumer
-            .queue
-            .compare_exchange(
-                QUEUE_LEFT,
-                QUEUE_TAKEN,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
+        if !self.consumer.queue_taken.swap(true, Ordering::Relaxed) {
             self.drop_queued_after_close();
         }
     }
