@@ -446,23 +446,22 @@ impl<T> Shared<T> {
         if state::instances(new) != 0 {
             return;
         }
-        self.after_the_last_instance_left();
+        // Acquire: pairs with the mark's Release, so the load of the word
+        // in `take_the_left_queue` is at or after the disable and the
+        // marking thread's counted instance. The last leaver sees the mark:
+        // it was stored before the marking thread's instance left with an
+        // RMW on the word (AcqRel), whose release sequence the last
+        // leaver's own RMW (AcqRel) reads.
+        if self.consumer.queue_left.load(Ordering::Acquire) {
+            self.take_the_left_queue();
+        }
     }
 
-    /// [`Shared::after_instance_left`] for a leaver whose own word has none
-    /// in flight: out of line, as only a consumer dropped inside its own
-    /// upcall leaves anything to do here.
+    /// [`Shared::after_instance_left`] once the mark is seen: out of line,
+    /// as only a consumer dropped inside its own upcall comes here.
     #[cold]
     #[inline(never)]
-    fn after_the_last_instance_left(&self) {
-        // Acquire: pairs with the mark's Release, so the load of the word
-        // below is at or after the disable and the marking thread's counted
-        // instance. The last leaver sees the mark: it was stored before the
-        // marking thread's instance left with an RMW on the word (AcqRel),
-        // whose release sequence the last leaver's own RMW (AcqRel) reads.
-        if !self.consumer.queue_left.load(Ordering::Acquire) {
-            return;
-        }
+    fn take_the_left_queue(&self) {
         // Acquire: none in flight in a word at or after the disable means
         // none will ever be, and every instance's head stores happened
         // before its leaving RMW, which this load then reads from (or
