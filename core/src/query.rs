@@ -45,7 +45,9 @@ impl UpcallPolicy {
 
 /// A snapshot of an EVD (DAT's `evd_query`). The state fields, `len`,
 /// `permits`, `posted` and `dequeued` belong to one instant (`len + permits
-/// <= capacity` always);
+/// <= capacity` always), unless the consumer moved the head between every
+/// one of many tries to read them together: then `len` is clamped to the
+/// capacity and `dequeued` is the head read just before the state word;
 /// the counters are read just after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -295,7 +295,8 @@ impl<T> Consumer<T> {
     /// still find nothing ready), as [`Query::len`].
     ///
     /// A snapshot (head and state word read as one instant, `len <=
-    /// capacity`): posters may have added more by the time it is returned.
+    /// capacity`; see [`Query`] for the rare case they cannot be): posters
+    /// may have added more by the time it is returned.
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(4).unwrap();
