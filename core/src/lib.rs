@@ -300,8 +300,10 @@
 //! * Linux only (`target_os = "linux"`): [`Consumer::notify_fd`] and
 //!   [`NotifyFd`], an eventfd made through rustix, evd's only
 //!   platform-specific dependency. Everything else is portable `std` code
-//!   (thread park/unpark, `std::task` wakers) on any target with 64-bit
-//!   atomics: the state word is an `AtomicU64`.
+//!   (thread park/unpark, `std::task` wakers) on any 64-bit target: the
+//!   state word is an `AtomicU64`, and a ring may hold 2^32 events
+//!   ([`MAX_CAPACITY`], a `usize`). A 32-bit target is refused at compile
+//!   time.
 //! * Not for users: `--cfg loom --features __loom` builds the crate for its
 //!   loom models (no `NotifyFd` there, and waits are untimed), `--cfg
 //!   shuttle --features __shuttle` for the fuzz crate's schedules. loom and
@@ -358,6 +360,10 @@
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!(
+    "evd needs a 64-bit target: a ring may hold 2^32 events (`MAX_CAPACITY`, a `usize`)"
+);
 #[cfg(all(loom, not(feature = "__loom")))]
 compile_error!("`--cfg loom` needs `--features __loom` (the loom dependency is optional)");
 #[cfg(all(shuttle, not(feature = "__shuttle")))]
