@@ -36,7 +36,9 @@
 //! consumer's dequeue that frees a slot wakes the driver through its wake
 //! eventfd. So the driver sleeps in the kernel until a channel fires, a
 //! command comes, or room appears; it never wakes on a timer of its own
-//! ([`DriverStats::timeouts`] counts only the caller's timeouts).
+//! ([`DriverStats::timeouts`] counts only the caller's timeouts), but
+//! while a removal or a shutdown waits for the kernel to end a poll's
+//! cancellation (those waits are bounded, and not counted).
 //!
 //! # A feed that fails
 //! A feed's verbs call that fails (`req_notify`, `get_cq_event`, the
@@ -46,8 +48,21 @@
 //! arms and drains, as after any failed turn) and gives it up on a failure
 //! within [`FEED_RETRY_WINDOW`] of its last: the feed is armed no more, its
 //! CQs are drained, each then delivers a `CqError`, and it gets no turn
-//! after that. Only the backend's own failure ends a call
-//! ([`DriverError::Io`]).
+//! after that (a [`ChannelFeed`](crate::ChannelFeed)'s member CQ whose arm
+//! fails is given up at once, the others go on: see there). Only the
+//! backend's own failure ends a call ([`DriverError::Io`]).
+
+/// How long one [`Driver`] step may wait in the kernel.
+#[derive(Clone, Copy)]
+enum StepWait {
+    /// As long as `process`'s caller said.
+    Caller(Option<Duration>),
+    /// A removal's or a shutdown's wait for the kernel to end a
+    /// cancellation: bounded ([`CANCELLATION_WAIT_BOUND`]) should the
+    /// kernel be slow to report it, and not counted as a timeout.
+    Bounded,
+}
+const CANCELLATION_WAIT_BOUND: Duration = Duration::from_millis(100);
 
 mod adaptive;
 mod backend;
@@ -307,7 +322,7 @@ impl Driver {
     /// [`FeedStats::from_panics`](crate::FeedStats::from_panics)). One
     /// limit: the feed's own counters miss the batch whose post panicked.
     pub fn process(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
-        let activity = self.step(timeout);
+        let activity = self.step(StepWait::Caller(timeout));
         self.shared.stats.publish(&self.stats);
         let activity = activity?;
         let failed = self.failed.take();
@@ -331,8 +346,13 @@ impl Driver {
     /// [`Driver::process`] without reporting a caught panic or a feed's
     /// failure (they stay in `caught` and `failed` for the next `process`)
     /// or publishing the counters: the loops of a removal and of a
-    /// shutdown, which must not stop half-way.
-    fn step(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
+    /// shutdown, which must not stop half-way. Only the caller's timeout
+    /// ([`StepWait::Caller`]) counts in [`DriverStats::timeouts`].
+    fn step(&mut self, timeout: StepWait) -> Result<Activity, DriverError> {
+        let (timeout, callers) = match timeout {
+            StepWait::Caller(t) => (t, true),
+            StepWait::Bounded => (Some(CANCELLATION_WAIT_BOUND), false),
+        };
         let shared = self.shared.clone();
         let _driving = shared.driving();
         if !self.wake_poll_in_flight {
@@ -353,7 +373,7 @@ impl Driver {
         if blocks {
             self.stats.waits += 1;
         }
-        if self.backend.submit_and_wait(wait)? {
+        if self.backend.submit_and_wait(wait)? && callers {
             self.stats.timeouts += 1;
         }
         if blocks || (wait == Wait::Check && self.backend.collected()) {

@@ -13,7 +13,6 @@ use crate::trace;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::task::Waker;
-use std::time::Duration;
 
 impl Driver {
     /// Serve a completion feed. Its CQ must have a completion channel
@@ -300,7 +299,7 @@ impl Driver {
     /// One step of [`Driver::remove`]'s wait.
     #[cfg(not(test))]
     fn removal_step(&mut self) -> Result<Activity, DriverError> {
-        self.step(Some(Duration::from_millis(100)))
+        self.step(super::StepWait::Bounded)
     }
 
     /// One step of [`Driver::remove`]'s wait, unless a test has it fail.
@@ -312,7 +311,7 @@ impl Driver {
                 libc::EIO,
             )));
         }
-        self.step(Some(Duration::from_millis(100)))
+        self.step(super::StepWait::Bounded)
     }
 
     pub(super) fn slot_mut(&mut self, id: FeedId) -> Option<&mut Slot> {

@@ -126,7 +126,7 @@ impl Driver {
         // go to their removers, the others into the `Shutdown`); no command
         // adds a feed meanwhile (`apply_commands`).
         while self.slots.iter().any(Option::is_some) {
-            self.step(Some(Duration::from_millis(100)))?;
+            self.step(super::StepWait::Bounded)?;
         }
         // The device feeds the driver added itself are no feed a key names:
         // dropped here, which gives their devices' events back at once. A
