@@ -910,3 +910,80 @@ fn into_parts_after_a_from_panic_hands_back_every_event_but_the_ones_that_panick
     let ids: Vec<u64> = undelivered.iter().map(|p| p.0).collect();
     assert_eq!(ids, [0, 3]);
 }
+
+/// A CQ whose `ack_events` acknowledges what it is given, then panics the
+/// first time: user code the feed must survive without asking it for the
+/// same events twice (more acknowledged than got, which `ibv_destroy_cq`
+/// waits on for ever) or leaking the CQ and its poster.
+fn cq_whose_first_ack_panics_after_acknowledging() -> (HookedCq, SoftCqProducer) {
+    let (soft, hca) = SoftCq::new(64).unwrap();
+    let mut cq = HookedCq::new(soft);
+    let mut first = true;
+    cq.ack_events = Some(Box::new(move |soft, count| {
+        // SAFETY: the feed's call passes on its own contract's count.
+        unsafe { soft.ack_events(count) };
+        if std::mem::take(&mut first) {
+            panic!("{}", common::panics::PROVOKED);
+        }
+    }));
+    (cq, hca)
+}
+
+/// An ack that panics after acknowledging a batch is taken as having
+/// acknowledged it: the feed never asks for those events again, at its
+/// next batch or at teardown.
+#[test]
+fn a_batch_whose_ack_panics_is_never_acknowledged_again() {
+    common::panics::quiet_provoked_panics();
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq, hca) = cq_whose_first_ack_panics_after_acknowledging();
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    for _ in 0..evd_verbs::ACK_BATCH {
+        hca.inject_spurious_event();
+    }
+    let woken =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.on_channel_ready(16)));
+    assert!(woken.is_err(), "the ack's panic reaches the caller");
+    assert_eq!(hca.stats().events_acked, u64::from(evd_verbs::ACK_BATCH));
+    // One more event, then the teardown acknowledges it, and only it.
+    hca.inject_spurious_event();
+    assert_eq!(
+        feed.on_channel_ready(16).unwrap().status,
+        FeedStatus::Drained
+    );
+    let (cq, undelivered) = feed.into_parts();
+    assert!(undelivered.is_empty());
+    let stats = hca.stats();
+    assert_eq!(stats.events_got, u64::from(evd_verbs::ACK_BATCH) + 1);
+    assert_eq!(stats.events_acked, stats.events_got);
+    drop(cq);
+    assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+}
+
+/// A teardown whose ack panics drops the feed on the way out: the CQ is
+/// destroyed with every event acknowledged, and the EVD sees the feed's
+/// poster go (nothing is leaked, no consumer waits for a poster that is
+/// gone).
+#[test]
+fn a_teardown_whose_ack_panics_destroys_the_cq_and_lets_the_poster_go() {
+    common::panics::quiet_provoked_panics();
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq, hca) = cq_whose_first_ack_panics_after_acknowledging();
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    hca.inject_spurious_event();
+    assert_eq!(
+        feed.on_channel_ready(16).unwrap().status,
+        FeedStatus::Drained
+    );
+    assert_eq!(
+        hca.stats().events_acked,
+        0,
+        "one event got, not yet acknowledged"
+    );
+    let torn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || feed.into_parts()));
+    assert!(torn.is_err(), "the ack's panic reaches the caller");
+    let stats = hca.stats();
+    assert_eq!((stats.events_got, stats.events_acked), (1, 1));
+    assert_eq!(stats.unacked_at_destroy, Some(0), "the CQ was destroyed");
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
+}

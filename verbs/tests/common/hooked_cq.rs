@@ -25,6 +25,9 @@ pub struct HookedCq {
     pub poll: Option<Hook<usize, Result<usize, PollError>>>,
     pub req_notify: Option<Hook<bool, io::Result<()>>>,
     pub get_event: Option<Hook<(), io::Result<bool>>>,
+    /// Runs in place of `ack_events` (with the count to acknowledge); the
+    /// hook answers for the count it passes on to the soft CQ.
+    pub ack_events: Option<Hook<u32, ()>>,
     pub at_registration: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     /// What `device_events` returns after `at_registration` ran (`None`
     /// when unset): the events of a device of the test's making.
@@ -42,6 +45,7 @@ impl HookedCq {
             poll: None,
             req_notify: None,
             get_event: None,
+            ack_events: None,
             at_registration: Mutex::new(None),
             device_events: Mutex::new(None),
             at_drop: None,
@@ -78,8 +82,11 @@ impl CompletionQueue for HookedCq {
         }
     }
     unsafe fn ack_events(&mut self, count: u32) {
-        // SAFETY: this method's contract, passed on to the soft CQ.
-        unsafe { self.cq.ack_events(count) }
+        match &mut self.ack_events {
+            Some(hook) => hook(&mut self.cq, count),
+            // SAFETY: this method's contract, passed on to the soft CQ.
+            None => unsafe { self.cq.ack_events(count) },
+        }
     }
     fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {
         let hook = self.at_registration.lock().unwrap().take();

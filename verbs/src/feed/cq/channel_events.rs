@@ -47,15 +47,20 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
 // Apart from the posting methods: `Drop` may not ask more of `T` than the
 // struct does.
 impl<C: CompletionQueue, T> Feed<C, T> {
-    /// Acknowledge every event got so far.
+    /// Acknowledge every event got so far. The count is taken before the
+    /// call: an `ack_events` that panics (user code) is taken as having
+    /// acknowledged them, and is never asked for them again (asking twice
+    /// would acknowledge more events than were got if it had, which
+    /// `ibv_destroy_cq` waits on for ever as it does on too few).
     pub(super) fn ack_all(&mut self) {
-        if self.unacked > 0 {
-            // SAFETY: `unacked` counts the events credited to this feed's CQ
-            // (got by `take_events`, or from its shared channel by the
-            // channel feed) and not acknowledged since.
-            unsafe { self.cq.ack_events(self.unacked) };
-            self.stats.events_acked += u64::from(self.unacked);
-            self.unacked = 0;
+        let count = std::mem::take(&mut self.unacked);
+        if count > 0 {
+            self.stats.events_acked += u64::from(count);
+            // SAFETY: `count` is the events credited to this feed's CQ (got
+            // by `take_events`, or from its shared channel by the channel
+            // feed) and not acknowledged since: `unacked` is zero from here
+            // on, so no later call acknowledges any of them again.
+            unsafe { self.cq.ack_events(count) };
         }
     }
 }

@@ -19,6 +19,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// left unconverted are converted first; one whose `From` panics again
     /// is lost, as in [`progress`](Self::progress), its panic swallowed.
     ///
+    /// # Panics
+    ///
+    /// If the CQ's `ack_events` panics: the feed is then dropped on the way
+    /// out (the CQ destroyed, the held events dropped, its poster gone) and
+    /// the panic goes on to the caller.
+    ///
     /// ```
     /// use evd_verbs::{Feed, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
     /// let (poster, consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
@@ -44,8 +50,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| self.hold_owed_error())) {
             drop(Panic::new(p));
         }
+        // Before the feed is made `ManuallyDrop`: an ack that panics (user
+        // code) unwinds through the feed's `Drop`, which destroys the CQ and
+        // drops the held events and the poster (the EVD sees its poster go),
+        // instead of leaking them.
+        self.ack_all();
         let mut me = ManuallyDrop::new(self);
-        me.ack_all();
         let undelivered = std::mem::take(&mut me.held);
         // SAFETY: `me` is never used or dropped after these reads, so the CQ
         // and the poster are each moved out exactly once; `held` was taken
