@@ -30,8 +30,8 @@ pub enum FeedMode {
     /// sleep again.
     Event,
     /// After a wake, keep polling (unarmed) while polls find completions;
-    /// arm after `K` empty polls or `T` without a completion, both derived
-    /// from the arrival process (see [`SpinPolicy`](crate::SpinPolicy)).
+    /// arm after `T` without a completion, derived from the arrival process
+    /// (see [`SpinPolicy`](crate::SpinPolicy)).
     Adaptive(AdaptiveConfig),
 }
 

@@ -10,7 +10,7 @@
 //!            +---- fd fired, no spin ----> Woken --(found: next turn)--+
 //!            |                               |  (nothing: at once)     |
 //!            |                               v                         v
-//!   Sleeping ---- fd fired, spin worth it ---> Polling --(K empty polls or T idle)--> Arm
+//!   Sleeping ---- fd fired, spin worth it ---> Polling --(T without a completion)--> Arm
 //!      ^                                       |  ^  (found: stay)                    |
 //!      +------------- drained ----- Arm/Draining <----------------------------------+
 //!                                   |  budget: Draining
@@ -33,10 +33,12 @@
 //!   draining (armed) for its next turn.
 //! - **Polling** is the adaptive mode's suspension (NAPI's `irq_suspend`):
 //!   after a wake the feed polls without arming while polls find
-//!   completions, and arms after `K` empty polls in a row or `T` without a
-//!   completion, whichever comes first ([`Limits`], derived from the arrival
-//!   process by [`SpinPolicy`](crate::SpinPolicy)). With zero limits (event
-//!   mode, or arrivals too sparse to catch) a wake goes to Woken.
+//!   completions, and arms once `T` has passed without one ([`Limits`],
+//!   derived from the arrival process by [`SpinPolicy`](crate::SpinPolicy)),
+//!   however many polls that took: the driver's turn rate changes with the
+//!   other feeds, so a count of polls is no measure of time. With a zero
+//!   window (event mode, or arrivals too sparse to catch) a wake goes to
+//!   Woken.
 //! - **Blocked**: the EVD refused a post. The feed takes nothing more out of
 //!   its CQ and waits for the EVD's room signal, not a timer.
 //! - A fired fd is taken by the shell at the feed's next turn whatever the
@@ -68,7 +70,8 @@ pub(crate) enum Phase {
     Polling {
         /// When a poll last found completions (or the wake).
         last_found: Instant,
-        /// Empty polls in a row since then.
+        /// Empty polls in a row since then (what the policy is told with a
+        /// find; never a limit).
         empty_polls: u32,
     },
     /// The EVD was full: waits for its room signal.
@@ -115,13 +118,10 @@ pub(crate) enum Action {
     WaitForRoom,
 }
 
-/// When a polling feed gives up and arms: after `empty_polls` empty polls in
-/// a row, or `idle` without a completion, whichever comes first. Zero (both)
-/// means: never poll unarmed.
+/// When a polling feed gives up and arms: after `idle` without a
+/// completion. Zero means: never poll unarmed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Limits {
-    /// Empty polls in a row that end a spin.
-    pub(crate) empty_polls: u32,
     /// Time without a completion that ends a spin.
     pub(crate) idle: Duration,
 }
@@ -129,12 +129,11 @@ pub(crate) struct Limits {
 impl Limits {
     /// Never poll unarmed: the event-driven cycle.
     pub(crate) const EVENT: Limits = Limits {
-        empty_polls: 0,
         idle: Duration::ZERO,
     };
 
     pub(crate) fn spin(self) -> bool {
-        self.empty_polls > 0 && !self.idle.is_zero()
+        !self.idle.is_zero()
     }
 }
 
@@ -206,9 +205,7 @@ fn after_run(phase: Phase, p: Progress, now: Instant, limits: Limits) -> (Phase,
             empty_polls,
         } => {
             let empty_polls = empty_polls.saturating_add(1);
-            if empty_polls >= limits.empty_polls
-                || now.saturating_duration_since(last_found) >= limits.idle
-            {
+            if now.saturating_duration_since(last_found) >= limits.idle {
                 // Nothing was delivered this turn, so arming now keeps the
                 // turn within its budget and sends an idle feed to sleep
                 // without a wasted turn.
@@ -230,12 +227,48 @@ fn after_run(phase: Phase, p: Progress, now: Instant, limits: Limits) -> (Phase,
     }
 }
 
+/// What a run tells the adaptive policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SpinOutcome {
+    /// A spinning poll found completions, after this many empty polls.
+    Catch {
+        /// Empty polls in a row before the find.
+        empty_polls: u32,
+    },
+    /// A spin ended empty: the feed arms.
+    Miss,
+    /// A spin ended without a find or a miss deciding it (the EVD full or
+    /// closed, the CQ failed): neither.
+    Abandoned,
+    /// Completions found outside a spin: the policy's clock restarts.
+    Seen,
+    /// Nothing to tell.
+    Nothing,
+}
+
+/// What a run in phase `ran_in` that returned `p` and led to `led_to`
+/// tells the adaptive policy: a spinning poll's find is a catch, a spin
+/// that ends in an arm is a miss, one that ends otherwise is neither (a
+/// find that then met a closed EVD is still a catch: the feed is done, and
+/// nothing of its policy is read again), other finds restart the clock.
+pub(crate) fn spin_outcome(ran_in: Phase, led_to: Phase, p: Progress) -> SpinOutcome {
+    let found = p.delivered > 0 && p.status != FeedStatus::Backpressure;
+    match ran_in {
+        Phase::Polling { empty_polls, .. } if found => SpinOutcome::Catch { empty_polls },
+        Phase::Polling { .. } if led_to == Phase::Arm => SpinOutcome::Miss,
+        Phase::Polling { .. } if matches!(led_to, Phase::Blocked | Phase::Done) => {
+            SpinOutcome::Abandoned
+        }
+        _ if found => SpinOutcome::Seen,
+        _ => SpinOutcome::Nothing,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const SPIN: Limits = Limits {
-        empty_polls: 3,
         idle: Duration::from_micros(20),
     };
 
@@ -277,15 +310,6 @@ mod tests {
         assert_eq!(
             next(Phase::Sleeping, turn(true, false), t, SPIN),
             (polling(t, 0), Action::Poll)
-        );
-        // Half a limit is still no spin.
-        let half = Limits {
-            empty_polls: 3,
-            idle: Duration::ZERO,
-        };
-        assert_eq!(
-            next(Phase::Sleeping, turn(true, false), t, half),
-            (Phase::Woken, Action::Poll)
         );
     }
 
@@ -409,19 +433,20 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_poll_counts_and_the_kth_arms_at_once() {
+    fn empty_polls_are_counted_but_only_the_clock_ends_a_spin() {
+        // However fast the turns come (other feeds went to sleep, say), a
+        // spin inside its window goes on: a count of polls learned at one
+        // turn rate would end it early at another.
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_micros(1);
+        let mut phase = polling(t0, 0);
+        for n in 1..=1_000_000u32 {
+            let (p, a) = next(phase, ran(0, FeedStatus::Drained), t1, SPIN);
+            assert_eq!((p, a), (polling(t0, n), Action::Idle));
+            phase = p;
+        }
         assert_eq!(
-            next(polling(t0, 0), ran(0, FeedStatus::Drained), t1, SPIN),
-            (polling(t0, 1), Action::Idle)
-        );
-        assert_eq!(
-            next(polling(t0, 1), ran(0, FeedStatus::Drained), t1, SPIN),
-            (polling(t0, 2), Action::Idle)
-        );
-        assert_eq!(
-            next(polling(t0, 2), ran(0, FeedStatus::Drained), t1, SPIN),
+            next(phase, ran(0, FeedStatus::Drained), t0 + SPIN.idle, SPIN),
             (Phase::Arm, Action::ArmAndDrain)
         );
     }
@@ -456,6 +481,60 @@ mod tests {
             assert_eq!(p.is_busy(), busy, "{p:?}");
             let (_, a) = next(p, turn(false, false), t, SPIN);
             assert_eq!(a != Action::Idle, busy, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn a_spin_ends_in_a_catch_a_miss_or_abandoned_and_other_finds_are_seen() {
+        let t = Instant::now();
+        let progress = |delivered, status| Progress { delivered, status };
+        let spin = polling(t, 7);
+        // Every run of a spinning feed, through the cycle itself.
+        for (seen, outcome) in [
+            (
+                ran(2, FeedStatus::Drained),
+                SpinOutcome::Catch { empty_polls: 7 },
+            ),
+            (
+                ran(8, FeedStatus::Budget),
+                SpinOutcome::Catch { empty_polls: 7 },
+            ),
+            (ran(0, FeedStatus::Drained), SpinOutcome::Nothing),
+            (ran(3, FeedStatus::Backpressure), SpinOutcome::Abandoned),
+            (ran(0, FeedStatus::Backpressure), SpinOutcome::Abandoned),
+            (ran(0, FeedStatus::Closed), SpinOutcome::Abandoned),
+            (ran(0, FeedStatus::Failed), SpinOutcome::Abandoned),
+            (
+                ran(1, FeedStatus::Closed),
+                SpinOutcome::Catch { empty_polls: 7 },
+            ),
+        ] {
+            let Observation::Ran(p) = seen else {
+                unreachable!()
+            };
+            // An empty poll inside the window stays in the spin; at its end
+            // the same poll is a miss.
+            for (now, expect) in [(t, outcome), (t + SPIN.idle, SpinOutcome::Miss)] {
+                let (led_to, _) = next(spin, seen, now, SPIN);
+                let expect = match (p.delivered, p.status) {
+                    (0, FeedStatus::Drained) => expect,
+                    _ => outcome,
+                };
+                assert_eq!(spin_outcome(spin, led_to, p), expect, "{p:?} at {now:?}");
+            }
+        }
+        // Outside a spin: a find restarts the clock, nothing else tells.
+        for phase in [Phase::Arm, Phase::Draining, Phase::Woken] {
+            let (led_to, _) = next(phase, ran(2, FeedStatus::Drained), t, SPIN);
+            assert_eq!(
+                spin_outcome(phase, led_to, progress(2, FeedStatus::Drained)),
+                SpinOutcome::Seen
+            );
+            let (led_to, _) = next(phase, ran(0, FeedStatus::Backpressure), t, SPIN);
+            assert_eq!(
+                spin_outcome(phase, led_to, progress(0, FeedStatus::Backpressure)),
+                SpinOutcome::Nothing
+            );
         }
     }
 }

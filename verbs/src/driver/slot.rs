@@ -3,10 +3,10 @@
 //! how one turn runs it.
 
 use super::control::Shared;
-use super::cycle::{self, Action, Limits, Observation, Phase};
+use super::cycle::{self, Action, Limits, Observation, Phase, SpinOutcome};
 use super::source::Source;
 use super::{DriverError, DriverStats, FeedId, Panic, SpinPolicy};
-use crate::feed::{FeedStatus, Progress};
+use crate::feed::Progress;
 use crate::source::PollError;
 use std::any::Any;
 use std::io;
@@ -166,11 +166,22 @@ impl Slot {
             }
         };
         if r.is_err() && self.phase != Phase::Done {
-            self.phase = Phase::Arm;
-            self.source.forget_arm();
+            self.restart();
         }
         self.leave_room_queue_unless_blocked();
         r
+    }
+
+    /// After a failed or panicked turn: back to Arm, the arms forgotten (see
+    /// [`Slot::turn`]), and a spin the turn was in ends undecided (a probe
+    /// among them would otherwise stay on, and later wakes spin the longest
+    /// window).
+    fn restart(&mut self) {
+        self.phase = Phase::Arm;
+        self.source.forget_arm();
+        if let Some(policy) = &mut self.policy {
+            policy.spin_abandoned();
+        }
     }
 
     /// Being removed, it waits only for its fd poll to end and takes no
@@ -219,8 +230,7 @@ impl Slot {
         let live = self.phase != Phase::Done && !self.given_up;
         let given_up = again && live;
         if live {
-            self.phase = Phase::Arm;
-            self.source.forget_arm();
+            self.restart();
             if given_up {
                 self.given_up = true;
                 stats.feeds_given_up += 1;
@@ -319,8 +329,7 @@ impl Slot {
     }
 
     /// Feed the adaptive policy what a run in phase `ran_in` found, and
-    /// where it led: a spinning poll's find is a catch, a spin that ends in
-    /// an arm is a miss, other finds restart the clock.
+    /// where it led ([`cycle::spin_outcome`]).
     pub(super) fn observe(
         &mut self,
         ran_in: Phase,
@@ -332,18 +341,18 @@ impl Slot {
         let Some(policy) = &mut self.policy else {
             return;
         };
-        let found = p.delivered > 0 && p.status != FeedStatus::Backpressure;
-        match ran_in {
-            Phase::Polling { empty_polls, .. } if found => {
+        match cycle::spin_outcome(ran_in, led_to, p) {
+            SpinOutcome::Catch { empty_polls } => {
                 stats.spin_catches += 1;
                 policy.found(now, empty_polls)
             }
-            Phase::Polling { .. } if led_to == Phase::Arm => {
+            SpinOutcome::Miss => {
                 stats.spin_misses += 1;
                 policy.expired()
             }
-            _ if found => policy.seen(now),
-            _ => {}
+            SpinOutcome::Abandoned => policy.spin_abandoned(),
+            SpinOutcome::Seen => policy.seen(now),
+            SpinOutcome::Nothing => {}
         }
     }
 
@@ -351,3 +360,6 @@ impl Slot {
         self.phase.is_busy() || self.room_ready
     }
 }
+
+#[cfg(test)]
+mod tests;

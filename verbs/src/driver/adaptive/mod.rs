@@ -1,7 +1,10 @@
 //! The adaptive mode's spin policy: after a wake, keep polling while polls
-//! find completions; arm after `K` empty polls in a row or `T` without a
-//! completion, with `K` and `T` derived from the arrival process the feed
-//! observes, and bounded by [`AdaptiveConfig`].
+//! find completions; arm after `T` without a completion, with `T` derived
+//! from the arrival process the feed observes, and bounded by
+//! [`AdaptiveConfig`]. The spin is bounded by the clock alone, never by a
+//! count of polls: a poll's cost changes with the other feeds' turns (a
+//! driver whose other feeds go to sleep turns several times faster), so a
+//! count learned at one turn rate would end spins early at another.
 //!
 //! The anchor is NAPI's IRQ suspension (Karsten & Damato, 2024): while polls
 //! keep finding work, interrupts stay off; once a poll finds nothing for the
@@ -15,11 +18,10 @@
 //!   about gaps (the wake's own latency is in them), so they only restart
 //!   the clock.
 //! - The policy keeps moving averages (weight 1/4, as net DIM and TCP's RTT
-//!   estimator smooth their samples) of the caught gaps, of the empty polls
-//!   before a catch, and of the share of spins' outcomes that were catches.
+//!   estimator smooth their samples) of the caught gaps and of the share of
+//!   spins' outcomes that were catches.
 //! - `T` is four times the average caught gap (jitter and a preempted
-//!   producer must not end a spin in the middle of a burst), `K` four times
-//!   the average empty polls before a catch; both are clamped.
+//!   producer must not end a spin in the middle of a burst), clamped.
 //! - Caught gaps are censored: a gap longer than `T` ends the spin, so it is
 //!   never caught and never moves the average, and a producer that stalls
 //!   now and then inside a burst sends the feed to sleep (and its next
@@ -34,18 +36,28 @@
 //!   lets the estimate decay by a quarter, unless the burst it ends had such
 //!   a long gap: a load with one stall per burst keeps it covered, and one
 //!   whose stalls stop loses it a quarter per burst. `T` is at least the
-//!   stall estimate and `K` grows with it in proportion (up to
-//!   [`AdaptiveConfig::max_empty_polls`]); a load whose gaps all exceed the
-//!   spin limit never raises it.
+//!   stall estimate; a load whose gaps all exceed the spin limit never
+//!   raises it.
 //! - If fewer than half the outcomes are catches, spinning mostly burns its
-//!   window and sleeps anyway: `T = K = 0` and the feed runs the
-//!   event-driven cycle (unless [`AdaptiveConfig::min_spin`] sets a floor),
-//!   except that one wake in [`PROBE_EVERY`] probes with the longest spin,
-//!   so a load that turns catchable is noticed. A load whose gaps all exceed
-//!   the spin limit therefore costs what event mode costs plus one probe per
-//!   `PROBE_EVERY` wakes; a bursty load spins through each burst and sleeps
-//!   between bursts (one miss per burst); a steady stream faster than the
-//!   limit is never slept through.
+//!   window and sleeps anyway: `T = 0` and the feed runs the event-driven
+//!   cycle (unless [`AdaptiveConfig::min_spin`] sets a floor), except that
+//!   the feed probes with the longest spin now and then, so that a load that
+//!   turns catchable is noticed. The probes are spaced by the clock, not by
+//!   a count of wakes: the first wake after spinning stopped paying (or
+//!   after a probe) starts an interval of [`PROBE_EVERY`] times the last
+//!   probe's length (the longest spin before any), and the first wake after
+//!   it probes; each probe that does not turn spinning back on doubles the
+//!   factor, up to [`PROBE_EVERY_MAX`]. So one feed's probes take at most
+//!   one part in `PROBE_EVERY` of the time (one in `PROBE_EVERY_MAX` once
+//!   backed off), however often its channel wakes it, and a probe that
+//!   catches a little and spins on pays for its length. A load whose gaps
+//!   all exceed the spin limit therefore costs what event mode costs plus
+//!   that share; a bursty load spins through each burst and sleeps between
+//!   bursts (one miss per burst); a steady stream faster than the limit is
+//!   never slept through.
+//! - A spin that ends otherwise (the EVD full, the EVD closed, the feed's
+//!   turn failed or panicked) is neither a catch nor a miss; a probe in it
+//!   ends undecided, and the next probe waits its interval again.
 
 use super::cycle::Limits;
 use std::time::{Duration, Instant};
@@ -59,12 +71,12 @@ use std::time::{Duration, Instant};
 /// use std::time::Duration;
 /// let cfg = AdaptiveConfig::default();
 /// assert!(cfg.min_spin <= cfg.initial_spin && cfg.initial_spin <= cfg.max_spin);
-/// let short = cfg.with_max_spin(Duration::from_micros(20)).with_max_empty_polls(512);
+/// let short = cfg.with_max_spin(Duration::from_micros(20));
 /// assert_eq!(short.max_spin, Duration::from_micros(20));
 /// ```
 ///
 /// ```compile_fail,E0639
-/// let cfg = evd_verbs::AdaptiveConfig { max_empty_polls: 64, ..Default::default() };
+/// let cfg = evd_verbs::AdaptiveConfig { min_spin: std::time::Duration::ZERO, ..Default::default() };
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -79,20 +91,16 @@ pub struct AdaptiveConfig {
     pub max_spin: Duration,
     /// The window a new feed starts with, before it has seen any gap.
     pub initial_spin: Duration,
-    /// The most empty polls in a row a spin may take.
-    pub max_empty_polls: u32,
 }
 
 impl Default for AdaptiveConfig {
     /// 0 to 50 µs, starting at 10 µs (a wake through io_uring costs about
-    /// 5 µs on the machines measured, plus the re-arm and channel syscalls);
-    /// at most 4096 empty polls.
+    /// 5 µs on the machines measured, plus the re-arm and channel syscalls).
     fn default() -> Self {
         AdaptiveConfig {
             min_spin: Duration::ZERO,
             max_spin: Duration::from_micros(50),
             initial_spin: Duration::from_micros(10),
-            max_empty_polls: 4096,
         }
     }
 }
@@ -136,22 +144,9 @@ impl AdaptiveConfig {
         self.initial_spin = initial_spin;
         self
     }
-
-    /// With [`max_empty_polls`](Self::max_empty_polls) set.
-    ///
-    /// ```
-    /// let cfg = evd_verbs::AdaptiveConfig::default().with_max_empty_polls(512);
-    /// assert_eq!(cfg.max_empty_polls, 512);
-    /// ```
-    #[must_use]
-    pub const fn with_max_empty_polls(mut self, max_empty_polls: u32) -> Self {
-        self.max_empty_polls = max_empty_polls;
-        self
-    }
 }
 
-/// How many times the average gap (and the average empty polls) a spin
-/// covers.
+/// How many times the average gap a spin covers.
 const MARGIN: u32 = 4;
 
 /// Weight of a new sample in the moving averages: `1 / 2^SMOOTHING`.
@@ -163,16 +158,17 @@ const CATCH_FLOOR: u32 = 128;
 /// A spin window shorter than this is not worth starting.
 const MIN_USEFUL_SPIN: Duration = Duration::from_nanos(500);
 
-/// The fewest empty polls a spin is allowed (before any were observed, the
-/// window `T` alone bounds it).
-const MIN_EMPTY_POLLS: u32 = 64;
-
-/// While spinning does not pay, the first probe with the longest spin comes
-/// after this many wakes; each probe that catches nothing doubles the
-/// interval, up to [`PROBE_EVERY_MAX`] wakes.
+/// While spinning does not pay, a probe (a spin of the longest window,
+/// [`AdaptiveConfig::max_spin`]) comes at the first wake once this many
+/// times the last probe's length (the longest spin, before any probe) has
+/// passed since the first wake after spinning stopped paying or after the
+/// last probe; each probe that does not turn spinning back on doubles the
+/// factor, up to [`PROBE_EVERY_MAX`]. So a feed's probes take at most one
+/// part in this many of the time.
 pub const PROBE_EVERY: u32 = 8;
 
-/// The longest interval between probes, in wakes.
+/// The largest factor between a probe's length and the interval before the
+/// next.
 pub const PROBE_EVERY_MAX: u32 = 256;
 
 /// The per-feed adaptive state.
@@ -184,40 +180,42 @@ pub const PROBE_EVERY_MAX: u32 = 256;
 /// let t0 = Instant::now();
 /// p.woken(t0);
 /// for i in 1..=8 {
-///     // a spin catches completions 2 µs apart, each after about 20 empty polls
+///     // a spin catches completions 2 µs apart, each after some empty polls
 ///     p.found(t0 + Duration::from_micros(2 * i), 20);
 /// }
 /// assert!(p.spin_window() >= Duration::from_micros(8)); // four gaps' worth
 /// assert!(p.spin_window() < Duration::from_micros(12));
-/// assert!(p.empty_poll_limit() >= 64);
 /// // Then the traffic turns sparse: every spin ends empty.
 /// for _ in 0..4 {
 ///     p.expired();
 /// }
 /// assert_eq!(p.spin_window(), Duration::ZERO); // event-driven
-/// for _ in 0..PROBE_EVERY {
-///     p.woken(Instant::now());
-/// }
-/// assert_eq!(p.spin_window(), Duration::from_micros(50)); // one wake in PROBE_EVERY probes
+/// let t1 = t0 + Duration::from_millis(1);
+/// p.woken(t1); // the probes' clock starts
+/// let max_spin = Duration::from_micros(50);
+/// p.woken(t1 + max_spin * PROBE_EVERY); // PROBE_EVERY longest spins later: a probe
+/// assert_eq!(p.spin_window(), max_spin);
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct SpinPolicy {
     cfg: AdaptiveConfig,
     /// Moving average of the catchable gaps.
     gap: Duration,
-    /// Moving average of the empty polls before a catch, in 1/16ths; `None`
-    /// until one was seen.
-    empty_polls_x16: Option<u32>,
     /// Moving average of the share of spin outcomes that were catches, in
     /// 1/256ths.
     catchable: u32,
     last_completion: Option<Instant>,
-    /// Wakes since the last probe.
-    wakes: u32,
-    /// Wakes between probes now.
+    /// While spinning does not pay: the first wake at or after this instant
+    /// probes (`None`: the next wake sets it, `probe_every` times
+    /// `probe_length` on).
+    probe_at: Option<Instant>,
+    /// The interval between probes now, in probe lengths.
     probe_every: u32,
-    /// The current spin is a probe; whether it has caught anything.
-    probing: bool,
+    /// How long the last probe spun (the longest spin before any).
+    probe_length: Duration,
+    /// The current spin is a probe, started then; whether it has caught
+    /// anything.
+    probing: Option<Instant>,
     probe_caught: bool,
     /// No poll has found anything since the last wake: the next find is the
     /// wake's own completions, not a catch.
@@ -250,12 +248,12 @@ impl SpinPolicy {
         SpinPolicy {
             gap: cfg.initial_spin.clamp(cfg.min_spin, cfg.max_spin) / MARGIN,
             cfg,
-            empty_polls_x16: None,
             catchable: 256,
             last_completion: None,
-            wakes: 0,
+            probe_at: None,
             probe_every: PROBE_EVERY,
-            probing: false,
+            probe_length: cfg.max_spin,
+            probing: None,
             probe_caught: false,
             after_wake: false,
             stall: Duration::ZERO,
@@ -273,7 +271,7 @@ impl SpinPolicy {
     /// assert!(p.spin_window().is_zero());
     /// ```
     pub fn spin_window(&self) -> Duration {
-        if self.probing {
+        if self.probing.is_some() {
             return self.cfg.max_spin;
         }
         if self.catchable < CATCH_FLOOR {
@@ -289,41 +287,6 @@ impl SpinPolicy {
             Duration::ZERO
         } else {
             t
-        }
-    }
-
-    /// `K`: how many empty polls in a row a spin may take (zero: do not
-    /// spin).
-    ///
-    /// ```
-    /// let p = evd_verbs::SpinPolicy::new(Default::default());
-    /// assert_eq!(p.empty_poll_limit(), 4096); // nothing seen yet: `T` alone bounds the spin
-    /// ```
-    pub fn empty_poll_limit(&self) -> u32 {
-        if self.spin_window().is_zero() {
-            return 0;
-        }
-        match self.empty_polls_x16 {
-            _ if self.probing => self.cfg.max_empty_polls,
-            None => self.cfg.max_empty_polls,
-            Some(x16) => {
-                let caught = u64::from(x16.saturating_mul(MARGIN) / 16);
-                // The stall estimate stretches `T` past the caught window:
-                // stretch `K` by as much, or the poll count would end the
-                // spin the window was widened to keep.
-                let window = self.caught_window().as_nanos();
-                let k = if self.stall.as_nanos() > window && window > 0 {
-                    let stretched = u128::from(caught) * self.stall.as_nanos() / window;
-                    u64::try_from(stretched).unwrap_or(u64::MAX)
-                } else {
-                    caught
-                };
-                // The configured maximum is one, below the usual floor too.
-                let max = self.cfg.max_empty_polls;
-                u32::try_from(k)
-                    .unwrap_or(u32::MAX)
-                    .clamp(MIN_EMPTY_POLLS.min(max), max)
-            }
         }
     }
 
@@ -376,18 +339,14 @@ impl SpinPolicy {
 
     /// The limits the cycle applies.
     pub(crate) fn limits(&self) -> Limits {
-        let idle = self.spin_window();
-        if idle.is_zero() {
-            return Limits::EVENT;
-        }
         Limits {
-            empty_polls: self.empty_poll_limit(),
-            idle,
+            idle: self.spin_window(),
         }
     }
 
     /// A spinning poll found completions at `now`, after `empty_polls` empty
-    /// polls in a row: a catch.
+    /// polls in a row: a catch (only whether `empty_polls` is zero matters:
+    /// a find by the first poll after a wake is the wake's own).
     ///
     /// ```
     /// use evd_verbs::{AdaptiveConfig, SpinPolicy};
@@ -424,10 +383,10 @@ impl SpinPolicy {
             return;
         }
         self.catchable = smooth_u32(self.catchable, 256);
-        self.probe_caught |= self.probing;
+        self.probe_caught |= self.probing.is_some();
         // A probe's catches are judged when it ends (`expired`): whether
         // they left a window to spin with.
-        if self.catchable >= CATCH_FLOOR && !self.probing {
+        if self.catchable >= CATCH_FLOOR && self.probing.is_none() {
             self.probe_every = PROBE_EVERY;
         }
         if gap > self.caught_window() {
@@ -438,16 +397,6 @@ impl SpinPolicy {
         } else {
             self.gap - (self.gap - gap) / (1 << SMOOTHING)
         };
-        if empty_polls == 0 {
-            // Found by the first poll: the gap was shorter than a poll, which
-            // says nothing about how many polls a gap takes.
-            return;
-        }
-        let sample = empty_polls.saturating_mul(16);
-        self.empty_polls_x16 = Some(match self.empty_polls_x16 {
-            None => sample,
-            Some(avg) => smooth_u32(avg, sample),
-        });
     }
 
     /// A spin ended with nothing found: a miss (and the end of a probe).
@@ -463,14 +412,15 @@ impl SpinPolicy {
     /// ```
     pub fn expired(&mut self) {
         self.missed_since = self.last_completion;
-        let probed = std::mem::take(&mut self.probing);
+        let probe = self.probing.take();
         self.catchable = smooth_u32(self.catchable, 0);
-        if probed {
-            // A probe that caught nothing, or whose catches still leave no
-            // window to spin with (gaps too short to be worth a spin),
+        if let Some(started) = probe {
+            self.probe_length = self.probe_spun(started);
+            // A probe that caught nothing, or whose catches still leave
+            // spinning off (too few, or gaps too short to be worth a spin),
             // backs the probes off; one that turned spinning back on resets
             // them.
-            self.probe_every = if self.probe_caught && !self.spin_window().is_zero() {
+            self.probe_every = if self.probe_caught && self.pays() {
                 PROBE_EVERY
             } else {
                 (self.probe_every * 2).min(PROBE_EVERY_MAX)
@@ -479,10 +429,29 @@ impl SpinPolicy {
         self.probe_caught = false;
     }
 
+    /// Spinning pays: most spins catch, and the window they call for is
+    /// worth starting (read outside a probe: a probe's window is the
+    /// longest).
+    fn pays(&self) -> bool {
+        self.catchable >= CATCH_FLOOR && !self.spin_window().is_zero()
+    }
+
+    /// How long a probe started at `started` spun: it ends the longest
+    /// window after its last find (or its wake).
+    fn probe_spun(&self, started: Instant) -> Duration {
+        let found = self
+            .last_completion
+            .map_or(Duration::ZERO, |l| l.saturating_duration_since(started));
+        found.saturating_add(self.cfg.max_spin)
+    }
+
     /// The feed was woken by its channel at `now`: the clock restarts, the
     /// averages stay. While spinning does not pay (or the window is zero),
-    /// every [`PROBE_EVERY`]-th wake (doubling after each probe that catches
-    /// nothing, up to [`PROBE_EVERY_MAX`]) makes the next spin a probe.
+    /// the first wake starts the probes' interval ([`PROBE_EVERY`] times the
+    /// last probe's length, the longest spin before any; doubling after
+    /// each probe that does not turn spinning back on, up to
+    /// [`PROBE_EVERY_MAX`]), and the first wake once it has passed makes its
+    /// spin a probe. With a longest spin of zero nothing probes.
     ///
     /// ```
     /// use evd_verbs::{AdaptiveConfig, SpinPolicy, PROBE_EVERY};
@@ -493,9 +462,12 @@ impl SpinPolicy {
     ///     p.expired();
     /// }
     /// assert_eq!(p.spin_window(), Duration::ZERO);
-    /// for _ in 0..PROBE_EVERY {
-    ///     p.woken(Instant::now());
+    /// let t0 = Instant::now();
+    /// for i in 0..PROBE_EVERY {
+    ///     p.woken(t0 + cfg.max_spin * i); // however many wakes come sooner
+    ///     assert_eq!(p.spin_window(), Duration::ZERO);
     /// }
+    /// p.woken(t0 + cfg.max_spin * PROBE_EVERY);
     /// assert_eq!(p.spin_window(), cfg.max_spin); // this wake's spin probes
     /// ```
     pub fn woken(&mut self, now: Instant) {
@@ -505,12 +477,39 @@ impl SpinPolicy {
         // zero for any reason (a window learned below the shortest useful
         // spin, or an initial window of zero): a policy that never spins
         // would otherwise never see a gap again, and never spin again.
-        if (self.catchable < CATCH_FLOOR || self.spin_window().is_zero()) && !self.probing {
-            self.wakes += 1;
-            if self.wakes >= self.probe_every {
-                self.wakes = 0;
-                self.probing = true;
+        if self.probing.is_some() || self.cfg.max_spin.is_zero() {
+            return;
+        }
+        if self.pays() {
+            self.probe_at = None;
+            return;
+        }
+        match self.probe_at {
+            Some(at) if now >= at => {
+                self.probe_at = None;
+                self.probing = Some(now);
             }
+            Some(_) => {}
+            // An interval past what an `Instant` holds (an absurd
+            // `max_spin`) never comes: no probe.
+            None => {
+                let interval = self.probe_length.saturating_mul(self.probe_every);
+                self.probe_at = now.checked_add(interval);
+            }
+        }
+    }
+
+    /// The spin the feed was in (or was woken into) ended without a find
+    /// or a miss deciding it: the EVD was full or closed, or the feed's
+    /// turn failed or panicked. A probe in it ends undecided: the factor
+    /// stays, the probe's length counts as if it had spun its window out
+    /// after its last find (an upper bound), and the next probe waits its
+    /// interval again.
+    pub(crate) fn spin_abandoned(&mut self) {
+        if let Some(started) = self.probing.take() {
+            self.probe_length = self.probe_spun(started);
+            self.probe_caught = false;
+            self.probe_at = None;
         }
     }
 

@@ -7,7 +7,7 @@ fn us(n: u64) -> Duration {
 }
 
 #[test]
-fn a_steady_caught_stream_sets_t_to_four_gaps_and_k_to_four_empty_runs() {
+fn a_steady_caught_stream_sets_t_to_four_gaps() {
     let mut p = SpinPolicy::new(AdaptiveConfig::default());
     let t0 = Instant::now();
     p.woken(t0);
@@ -16,18 +16,24 @@ fn a_steady_caught_stream_sets_t_to_four_gaps_and_k_to_four_empty_runs() {
     }
     let t = p.spin_window();
     assert!(t > us(19) && t <= us(20), "{t:?}");
-    let k = p.empty_poll_limit();
-    assert!((190..=200).contains(&k), "{k}");
-    // A find by the first poll (a batch) leaves K alone.
-    p.found(t0 + us(205), 0);
-    assert_eq!(p.empty_poll_limit(), k);
-    assert_eq!(
-        p.limits(),
-        Limits {
-            empty_polls: k,
-            idle: t
+    assert_eq!(p.limits(), Limits { idle: t });
+}
+
+#[test]
+fn the_limits_are_the_window_alone_whatever_the_polls_per_gap() {
+    // The same gaps caught after 5 or after 5,000 empty polls each (the
+    // driver's turns eight times slower or faster): the same window, and
+    // nothing else that could end a spin.
+    let window = |empty_polls| {
+        let mut p = SpinPolicy::new(AdaptiveConfig::default());
+        let t0 = Instant::now();
+        p.woken(t0);
+        for i in 1..=40 {
+            p.found(t0 + us(5 * i), empty_polls);
         }
-    );
+        p.limits()
+    };
+    assert_eq!(window(5), window(5_000));
 }
 
 #[test]
@@ -37,7 +43,6 @@ fn misses_turn_spinning_off_and_catches_turn_it_back_on() {
         p.expired();
     }
     assert_eq!(p.limits(), Limits::EVENT);
-    assert_eq!(p.empty_poll_limit(), 0);
     let mut t = Instant::now();
     p.woken(t);
     for _ in 0..4 {
@@ -84,37 +89,66 @@ fn a_late_find_is_neither_a_catch_nor_a_gap() {
     let before = (p.gap, p.catchable);
     p.found(t + us(200), 5);
     assert_eq!((p.gap, p.catchable), before);
-    assert_eq!(p.empty_polls_x16, None);
 }
 
 #[test]
-fn while_spinning_does_not_pay_one_wake_in_probe_every_probes() {
+fn while_spinning_does_not_pay_a_wake_probes_once_probe_every_longest_spins_passed() {
     let mut p = SpinPolicy::new(AdaptiveConfig::default());
     for _ in 0..4 {
         p.expired();
     }
-    let t = Instant::now();
-    for i in 1..PROBE_EVERY {
-        p.woken(t);
+    let max_spin = us(50);
+    let interval = max_spin * PROBE_EVERY;
+    let t0 = Instant::now();
+    // However many wakes come before the interval is up: none probes.
+    for i in 0..10_000u32 {
+        p.woken(t0 + interval * i / 10_000);
         assert_eq!(p.limits(), Limits::EVENT, "wake {i}");
     }
-    p.woken(t);
-    assert_eq!(
-        p.limits(),
-        Limits {
-            empty_polls: 4096,
-            idle: us(50)
-        }
-    );
+    p.woken(t0 + interval);
+    assert_eq!(p.limits(), Limits { idle: max_spin });
     p.expired();
     assert_eq!(p.limits(), Limits::EVENT);
-    // That probe caught nothing: the next comes twice as late.
-    for _ in 1..2 * PROBE_EVERY {
-        p.woken(t);
-        assert_eq!(p.limits(), Limits::EVENT);
+    // That probe caught nothing: the next comes twice as late, counted
+    // from the first wake after it.
+    let t1 = t0 + interval + us(1);
+    for i in 0..10_000u32 {
+        p.woken(t1 + interval * 2 * i / 10_000);
+        assert_eq!(p.limits(), Limits::EVENT, "wake {i} after the probe");
     }
-    p.woken(t);
-    assert!(!p.limits().idle.is_zero());
+    p.woken(t1 + interval * 2);
+    assert_eq!(p.limits(), Limits { idle: max_spin });
+}
+
+#[test]
+fn a_probe_cut_short_ends_undecided_and_the_next_waits_its_interval() {
+    let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    for _ in 0..4 {
+        p.expired();
+    }
+    let interval = us(50) * PROBE_EVERY;
+    let t0 = Instant::now();
+    p.woken(t0);
+    p.woken(t0 + interval);
+    assert!(!p.spin_window().is_zero(), "probing");
+    // The EVD filled up in the probe's spin: no miss, no catch.
+    p.spin_abandoned();
+    assert_eq!(p.limits(), Limits::EVENT, "the probe is over");
+    let t1 = t0 + interval + us(1);
+    p.woken(t1);
+    p.woken(t1 + interval - us(1));
+    assert_eq!(p.limits(), Limits::EVENT, "the same interval, not doubled");
+    p.woken(t1 + interval);
+    assert_eq!(p.limits(), Limits { idle: us(50) });
+}
+
+#[test]
+fn abandoning_a_spin_that_is_no_probe_changes_nothing() {
+    let mut t = Instant::now();
+    let mut p = caught_two_microsecond_gaps(&mut t);
+    let before = p.limits();
+    p.spin_abandoned();
+    assert_eq!(p.limits(), before);
 }
 
 #[test]
@@ -138,7 +172,7 @@ fn bursts_with_one_miss_each_keep_spinning() {
 }
 
 /// A policy that caught a 2 µs stream after 20 empty polls a gap, as
-/// of `t`: `T` 8 µs, `K` 80.
+/// of `t`: `T` 8 µs.
 fn caught_two_microsecond_gaps(t: &mut Instant) -> SpinPolicy {
     let mut p = SpinPolicy::new(AdaptiveConfig::default());
     p.woken(*t);
@@ -148,12 +182,11 @@ fn caught_two_microsecond_gaps(t: &mut Instant) -> SpinPolicy {
     }
     let w = p.spin_window();
     assert!(w >= us(8) && w < Duration::from_nanos(8_100), "{w:?}");
-    assert_eq!(p.empty_poll_limit(), 80);
     p
 }
 
 #[test]
-fn a_miss_the_wake_shows_was_inside_a_burst_widens_t_and_k() {
+fn a_miss_the_wake_shows_was_inside_a_burst_widens_t() {
     let mut t = Instant::now();
     let mut p = caught_two_microsecond_gaps(&mut t);
     p.expired();
@@ -163,9 +196,6 @@ fn a_miss_the_wake_shows_was_inside_a_burst_widens_t_and_k() {
     p.found(t, 0);
     assert_eq!(p.stall(), us(30));
     assert_eq!(p.spin_window(), us(30));
-    // K stretched as T was: 80 polls per 8 µs, for 30 µs.
-    let k = p.empty_poll_limit();
-    assert!((295..=300).contains(&k), "{k}");
     // Catches of short gaps afterwards do not shrink it; a shorter
     // stall, waited out, does not either.
     for _ in 0..20 {
@@ -222,7 +252,6 @@ fn misses_at_the_real_end_of_bursts_let_the_stall_estimate_decay() {
         p.spin_window() < Duration::from_nanos(8_100),
         "back to the caught window"
     );
-    assert_eq!(p.empty_poll_limit(), 80);
 }
 
 #[test]
@@ -256,7 +285,7 @@ fn burst(p: &mut SpinPolicy, t: &mut Instant, stall_at: usize, stall: Duration) 
     for i in 0..30 {
         let gap = if i == stall_at { stall } else { us(2) };
         let polls = (gap.as_nanos() / 100) as u32;
-        if gap < p.spin_window() && polls < p.empty_poll_limit() {
+        if gap < p.spin_window() {
             *t += gap;
             p.found(*t, polls);
         } else {
@@ -296,7 +325,6 @@ fn the_window_stays_within_its_bounds() {
         min_spin: us(2),
         max_spin: us(30),
         initial_spin: us(100),
-        max_empty_polls: 100,
     };
     let mut p = SpinPolicy::new(cfg);
     assert_eq!(p.spin_window(), us(30));
@@ -307,16 +335,6 @@ fn the_window_stays_within_its_bounds() {
         p.found(t, 1000);
     }
     assert_eq!(p.spin_window(), us(30));
-    assert_eq!(p.empty_poll_limit(), 100);
-    let small = SpinPolicy::new(AdaptiveConfig {
-        max_empty_polls: 10,
-        ..cfg
-    });
-    assert_eq!(
-        small.empty_poll_limit(),
-        10,
-        "a configured maximum below the floor wins"
-    );
     for _ in 0..20 {
         p.expired();
     }
@@ -386,14 +404,13 @@ fn an_initial_window_of_zero_probes_and_learns_to_spin() {
     let mut p = SpinPolicy::new(cfg);
     assert!(p.spin_window().is_zero());
     let mut t = Instant::now();
-    for _ in 0..PROBE_EVERY {
-        t += us(5);
-        p.woken(t);
-    }
+    p.woken(t);
+    t += cfg.max_spin * PROBE_EVERY;
+    p.woken(t);
     assert_eq!(
         p.spin_window(),
         cfg.max_spin,
-        "the PROBE_EVERY-th wake probes"
+        "the wake PROBE_EVERY longest spins later probes"
     );
     for _ in 0..8 {
         t += us(5);
@@ -401,17 +418,6 @@ fn an_initial_window_of_zero_probes_and_learns_to_spin() {
     }
     p.expired();
     assert!(p.spin_window() >= us(5), "{:?}", p.spin_window());
-}
-
-#[test]
-fn a_configured_maximum_of_empty_polls_below_the_floor_holds_after_catches() {
-    let cfg = AdaptiveConfig::default().with_max_empty_polls(10);
-    let mut p = SpinPolicy::new(cfg);
-    assert_eq!(p.empty_poll_limit(), 10);
-    let t = Instant::now();
-    p.woken(t);
-    p.found(t + us(1), 5);
-    assert_eq!(p.empty_poll_limit(), 10);
 }
 
 #[test]
@@ -435,6 +441,7 @@ fn probes_that_leave_the_window_too_short_back_off() {
     // to start, so spinning stays off and the probes must back off as
     // probes that catch nothing do.
     let (mut p, mut t) = after_a_burst_100_ns_apart(1);
+    let start = t;
     let wakes = 8 * PROBE_EVERY_MAX;
     let mut probes = 0;
     for _ in 0..wakes {
@@ -456,8 +463,70 @@ fn probes_that_leave_the_window_too_short_back_off() {
             assert!(p.spin_window().is_zero(), "the probe changed nothing");
         }
     }
+    // Backed off to one probe per PROBE_EVERY_MAX longest spins, after
+    // the intervals that double up to it (8, 16, ..., 128 spins: five).
+    let elapsed = t - start;
+    let longest = AdaptiveConfig::default().max_spin * PROBE_EVERY_MAX;
+    let backed_off = (elapsed.as_nanos() / longest.as_nanos()) as u32;
     assert!(
-        probes <= 2 * wakes / PROBE_EVERY_MAX + 8,
-        "{probes} probes in {wakes} wakes"
+        probes <= backed_off + 5,
+        "{probes} probes in {elapsed:?} ({wakes} wakes)"
     );
+}
+
+#[test]
+fn probes_that_catch_a_little_under_a_floor_back_off_and_keep_to_their_share() {
+    // With a floor, the window stays open while spinning does not pay; a
+    // probe that catches two 49 µs gaps and then spins its window out
+    // leaves the share of catches under half: it must back off as one that
+    // catches nothing, and pay for its length.
+    let cfg = AdaptiveConfig::default().with_min_spin(us(2));
+    let mut p = SpinPolicy::new(cfg);
+    for _ in 0..4 {
+        p.expired();
+    }
+    let start = Instant::now();
+    let mut t = start;
+    let mut probes = 0u32;
+    let mut probing = Duration::ZERO;
+    while t - start < Duration::from_millis(500) {
+        t += us(100);
+        p.woken(t);
+        p.found(t, 0); // the wake's own completions
+        if p.spin_window() == cfg.max_spin {
+            probes += 1;
+            p.found(t + us(49), 5);
+            p.found(t + us(98), 5);
+            p.expired();
+            probing += us(148);
+            t += us(148);
+            assert!(p.catchable < CATCH_FLOOR, "spinning still does not pay");
+        } else {
+            p.expired(); // the floor's short spin finds nothing
+        }
+    }
+    let elapsed = t - start;
+    assert!(
+        probing * PROBE_EVERY <= elapsed,
+        "{probing:?} of {elapsed:?} spent probing"
+    );
+    // Backed off: after the intervals that double up to the largest (five),
+    // one probe per PROBE_EVERY_MAX probe lengths.
+    let backed_off = (elapsed.as_nanos() / (us(148) * PROBE_EVERY_MAX).as_nanos()) as u32;
+    assert!(
+        probes <= backed_off + 5 + 1,
+        "{probes} probes in {elapsed:?}"
+    );
+}
+
+#[test]
+fn a_longest_spin_of_zero_never_probes() {
+    let cfg = AdaptiveConfig::default().with_max_spin(Duration::ZERO);
+    let mut p = SpinPolicy::new(cfg);
+    let t = Instant::now();
+    for i in 0..100u32 {
+        p.woken(t + us(100) * i);
+        assert_eq!(p.limits(), Limits::EVENT);
+        assert_eq!(p.probing, None, "wake {i}");
+    }
 }
