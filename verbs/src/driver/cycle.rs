@@ -73,6 +73,10 @@ pub(crate) enum Phase {
         /// Empty polls in a row since then (what the policy is told with a
         /// find; never a limit).
         empty_polls: u32,
+        /// What the next poll finds was already waiting: the completions
+        /// the wake announced, or more than the last poll's budget. Its find
+        /// closes no arrival gap (not a catch).
+        backlog: bool,
     },
     /// The EVD was full: waits for its room signal.
     Blocked,
@@ -165,6 +169,7 @@ fn on_turn(
             Phase::Polling {
                 last_found: now,
                 empty_polls: 0,
+                backlog: true,
             },
             Action::Poll,
         ),
@@ -197,12 +202,14 @@ fn after_run(phase: Phase, p: Progress, now: Instant, limits: Limits) -> (Phase,
             Phase::Polling {
                 last_found: now,
                 empty_polls: 0,
+                backlog: p.status == FeedStatus::Budget,
             },
             Action::Idle,
         ),
         Phase::Polling {
             last_found,
             empty_polls,
+            ..
         } => {
             let empty_polls = empty_polls.saturating_add(1);
             if now.saturating_duration_since(last_found) >= limits.idle {
@@ -215,6 +222,7 @@ fn after_run(phase: Phase, p: Progress, now: Instant, limits: Limits) -> (Phase,
                     Phase::Polling {
                         last_found,
                         empty_polls,
+                        backlog: false,
                     },
                     Action::Idle,
                 )
@@ -247,13 +255,16 @@ pub(crate) enum SpinOutcome {
 }
 
 /// What a run in phase `ran_in` that returned `p` and led to `led_to`
-/// tells the adaptive policy: a spinning poll's find is a catch, a spin
-/// that ends in an arm is a miss, one that ends otherwise is neither (a
-/// find that then met a closed EVD is still a catch: the feed is done, and
-/// nothing of its policy is read again), other finds restart the clock.
+/// tells the adaptive policy: a spinning poll's find of an arrival is a
+/// catch, a spin that ends in an arm is a miss, one that ends otherwise is
+/// neither (a find that then met a closed EVD is still a catch: the feed is
+/// done, and nothing of its policy is read again), other finds (a backlog:
+/// the wake's own completions, or what a poll's budget left) restart the
+/// clock.
 pub(crate) fn spin_outcome(ran_in: Phase, led_to: Phase, p: Progress) -> SpinOutcome {
     let found = p.delivered > 0 && p.status != FeedStatus::Backpressure;
     match ran_in {
+        Phase::Polling { backlog: true, .. } if found => SpinOutcome::Seen,
         Phase::Polling { empty_polls, .. } if found => SpinOutcome::Catch { empty_polls },
         Phase::Polling { .. } if led_to == Phase::Arm => SpinOutcome::Miss,
         Phase::Polling { .. } if matches!(led_to, Phase::Blocked | Phase::Done) => {
@@ -280,10 +291,21 @@ mod tests {
         Observation::Ran(Progress { delivered, status })
     }
 
+    /// Spinning since `t`, `empty_polls` empty polls on, with no backlog.
     fn polling(t: Instant, empty_polls: u32) -> Phase {
         Phase::Polling {
             last_found: t,
             empty_polls,
+            backlog: false,
+        }
+    }
+
+    /// Spinning since `t` with completions already waiting.
+    fn polling_a_backlog(t: Instant) -> Phase {
+        Phase::Polling {
+            last_found: t,
+            empty_polls: 0,
+            backlog: true,
         }
     }
 
@@ -309,7 +331,7 @@ mod tests {
         );
         assert_eq!(
             next(Phase::Sleeping, turn(true, false), t, SPIN),
-            (polling(t, 0), Action::Poll)
+            (polling_a_backlog(t), Action::Poll)
         );
     }
 
@@ -421,15 +443,49 @@ mod tests {
     }
 
     #[test]
-    fn a_poll_that_finds_completions_restarts_the_spin() {
+    fn a_poll_that_finds_completions_restarts_the_spin_and_one_that_used_its_budget_leaves_a_backlog()
+     {
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_micros(15);
-        for s in [FeedStatus::Drained, FeedStatus::Budget] {
+        for from in [polling(t0, 2), polling_a_backlog(t0)] {
             assert_eq!(
-                next(polling(t0, 2), ran(4, s), t1, SPIN),
+                next(from, ran(4, FeedStatus::Drained), t1, SPIN),
                 (polling(t1, 0), Action::Idle)
             );
+            assert_eq!(
+                next(from, ran(8, FeedStatus::Budget), t1, SPIN),
+                (polling_a_backlog(t1), Action::Idle)
+            );
         }
+        // An empty poll: nothing was waiting.
+        assert_eq!(
+            next(polling_a_backlog(t0), ran(0, FeedStatus::Drained), t1, SPIN),
+            (polling(t0, 1), Action::Idle)
+        );
+    }
+
+    #[test]
+    fn a_find_of_a_backlog_is_no_catch() {
+        // The wake's own completions, and what a poll's budget left, are
+        // found with no arrival gap spun through; a find after a drained
+        // poll is an arrival.
+        let t = Instant::now();
+        let find = |from: Phase, status| {
+            let seen = ran(4, status);
+            let (led_to, _) = next(from, seen, t, SPIN);
+            let Observation::Ran(p) = seen else {
+                unreachable!()
+            };
+            (led_to, spin_outcome(from, led_to, p))
+        };
+        let (woken, _) = next(Phase::Sleeping, turn(true, false), t, SPIN);
+        assert_eq!(woken, polling_a_backlog(t));
+        let (rest, outcome) = find(woken, FeedStatus::Budget);
+        assert_eq!((rest, outcome), (polling_a_backlog(t), SpinOutcome::Seen));
+        let (drained, outcome) = find(rest, FeedStatus::Drained);
+        assert_eq!((drained, outcome), (polling(t, 0), SpinOutcome::Seen));
+        let (_, outcome) = find(drained, FeedStatus::Drained);
+        assert_eq!(outcome, SpinOutcome::Catch { empty_polls: 0 });
     }
 
     #[test]

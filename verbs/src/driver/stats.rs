@@ -56,7 +56,9 @@ pub struct DriverStats {
     pub fd_wakes: u64,
     /// Room signals received from full EVDs.
     pub room_wakes: u64,
-    /// Adaptive feeds: polls of a spin that found completions (wakes saved).
+    /// Adaptive feeds: polls of a spin that found completions that arrived
+    /// while it spun (wakes saved; the wake's own completions and a backlog
+    /// beyond a poll's budget are not counted).
     pub spin_catches: u64,
     /// Adaptive feeds: spins that ended empty and armed.
     pub spin_misses: u64,

@@ -513,11 +513,13 @@ impl SpinPolicy {
         }
     }
 
-    /// Completions were seen at `now` while draining (not a wake): the clock
-    /// restarts.
+    /// Completions that were already waiting were seen at `now` (the wake's
+    /// own, a backlog beyond a poll's budget, a drain's): no catch; the
+    /// clock restarts, and what the wake announced has been found.
     pub(crate) fn seen(&mut self, now: Instant) {
         self.close_missed_gap(now);
         self.last_completion = Some(now);
+        self.after_wake = false;
     }
 }
 

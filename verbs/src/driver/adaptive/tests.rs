@@ -530,3 +530,18 @@ fn a_longest_spin_of_zero_never_probes() {
         assert_eq!(p.probing, None, "wake {i}");
     }
 }
+
+#[test]
+fn once_the_wakes_completions_were_seen_the_next_find_is_a_catch() {
+    let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    for _ in 0..3 {
+        p.expired();
+    }
+    let share = p.catchable;
+    let t = Instant::now();
+    p.woken(t);
+    p.seen(t); // the wake's own completions, found by the first poll
+    assert_eq!(p.catchable, share);
+    p.found(t + us(2), 0); // an arrival, found by the very next poll
+    assert!(p.catchable > share);
+}
