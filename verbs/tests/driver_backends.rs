@@ -280,7 +280,8 @@ fn readiness_collected_by_a_busy_turn_is_reported_busy_not_left_behind_the_fd() 
         let (cq0, hca0) = SoftCq::new(16).unwrap();
         let (cq1, hca1) = SoftCq::new(16).unwrap();
         // Every busy turn collects the kernel's readiness reports.
-        let mut driver = Driver::new(config(backend).with_busy_turns_per_enter(1)).unwrap();
+        let mut driver =
+            Driver::new(config(backend).with_busy_enter_interval(Duration::ZERO)).unwrap();
         driver
             .register(Feed::new(cq0, CqId(0), poster.clone()), FeedMode::Event)
             .unwrap();

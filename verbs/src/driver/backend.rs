@@ -10,6 +10,7 @@ use super::readiness::{Completion, Request, Wait};
 use super::uring::Ring;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::Instant;
 
 /// The environment variable that overrides [`DriverBackend::Auto`].
 pub(crate) const BACKEND_ENV: &str = "EVD_DRIVER_BACKEND";
@@ -43,8 +44,8 @@ fn io_uring_refused(e: &io::Error) -> bool {
 
 impl Backend {
     pub(crate) fn open(cfg: &DriverConfig) -> io::Result<Self> {
-        let uring = || Ring::new(cfg.ring_entries, cfg.busy_turns_per_enter).map(Backend::Uring);
-        let epoll = || Epoll::new(cfg.ring_entries, cfg.busy_turns_per_enter).map(Backend::Epoll);
+        let uring = || Ring::new(cfg.ring_entries, cfg.busy_enter_interval).map(Backend::Uring);
+        let epoll = || Epoll::new(cfg.ring_entries, cfg.busy_enter_interval).map(Backend::Epoll);
         let choice = match cfg.backend {
             DriverBackend::Auto => from_env().unwrap_or(DriverBackend::Auto),
             other => other,
@@ -111,12 +112,12 @@ impl Backend {
         }
     }
 
-    /// Submit what is queued and wait as `wait` says; whether a timed wait
-    /// ended with nothing to handle.
-    pub(crate) fn submit_and_wait(&mut self, wait: Wait) -> io::Result<bool> {
+    /// Submit what is queued and wait as `wait` says (a busy turn's at
+    /// `now`); whether a timed wait ended with nothing to handle.
+    pub(crate) fn submit_and_wait(&mut self, wait: Wait, now: Instant) -> io::Result<bool> {
         match self {
-            Backend::Uring(b) => b.submit_and_wait(wait),
-            Backend::Epoll(b) => b.submit_and_wait(wait),
+            Backend::Uring(b) => b.submit_and_wait(wait, now),
+            Backend::Epoll(b) => b.submit_and_wait(wait, now),
         }
     }
 

@@ -19,14 +19,14 @@
 //! (`EPOLL_CTL_DEL`) only when no other request waits for it.
 
 use super::key::FeedId;
-use super::readiness::{Completion, Request, Wait, same_feed};
+use super::readiness::{BusyEnters, Completion, Request, Wait, same_feed};
 use rustix::buffer::spare_capacity;
 use rustix::event::{Timespec, epoll};
 use rustix::io::Errno;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The epoll instance and the reports read from it, not yet reaped.
 pub(crate) struct Epoll {
@@ -43,9 +43,8 @@ pub(crate) struct Epoll {
     /// those asked for since its last report or since it was added. The
     /// fd's registration carries the fd itself as its data.
     waiting: HashMap<RawFd, Vec<Request>>,
-    /// Busy turns since `epoll_wait` was last called.
-    busy_turns: u32,
-    busy_turns_per_enter: u32,
+    /// When a busy turn calls `epoll_wait`.
+    busy_enters: BusyEnters,
 }
 
 /// An `epoll_wait` that only collects what is ready.
@@ -65,15 +64,14 @@ unsafe impl Send for Reports {}
 
 impl Epoll {
     /// An epoll instance reading up to `reports_per_wait` reports a wait.
-    pub(crate) fn new(reports_per_wait: u32, busy_turns_per_enter: u32) -> io::Result<Self> {
+    pub(crate) fn new(reports_per_wait: u32, busy_enter_interval: Duration) -> io::Result<Self> {
         Ok(Epoll {
             epoll: epoll::create(epoll::CreateFlags::CLOEXEC)?,
             events: Reports(Vec::with_capacity(reports_per_wait.max(1) as usize)),
             ready: Vec::new(),
             feed_fds: Vec::new(),
             waiting: HashMap::new(),
-            busy_turns: 0,
-            busy_turns_per_enter: busy_turns_per_enter.max(1),
+            busy_enters: BusyEnters::new(busy_enter_interval),
         })
     }
 
@@ -165,13 +163,13 @@ impl Epoll {
 
     /// Wait as `wait` says and collect the reports. Returns whether a
     /// timed wait ended with nothing to handle (its timeout, or a signal).
-    /// While busy, `epoll_wait` is called (without blocking) once per
-    /// `busy_turns_per_enter` turns, to collect the other feeds' readiness.
-    pub(crate) fn submit_and_wait(&mut self, wait: Wait) -> io::Result<bool> {
+    /// While busy (a turn at `now`), `epoll_wait` is called (without
+    /// blocking) at most once per `busy_enter_interval`, to collect the
+    /// other feeds' readiness.
+    pub(crate) fn submit_and_wait(&mut self, wait: Wait, now: Instant) -> io::Result<bool> {
         let timeout = match wait {
             Wait::Busy => {
-                self.busy_turns += 1;
-                if self.busy_turns % self.busy_turns_per_enter != 0 {
+                if !self.busy_enters.due(now) {
                     return Ok(false);
                 }
                 Some(NO_WAIT)
@@ -284,25 +282,34 @@ mod tests {
 
     #[test]
     fn a_ready_fd_reports_once_until_polled_again() {
-        let mut ep = Epoll::new(4, 1).unwrap();
+        let mut ep = Epoll::new(4, Duration::ZERO).unwrap();
         let fd = eventfd::new().unwrap();
         eventfd::signal(&fd);
         ep.poll(fd.as_raw_fd(), Request::WakePoll).unwrap();
-        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        assert!(
+            !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
         let mut got = Vec::new();
         ep.reap(|c| got.push(c));
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].request, Request::WakePoll);
         assert!(got[0].result > 0 && !got[0].more);
         // One-shot: still readable, but not reported until asked again.
-        assert!(ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        assert!(
+            ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
         ep.poll(fd.as_raw_fd(), Request::WakePoll).unwrap();
-        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        assert!(
+            !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
     }
 
     #[test]
     fn a_cancelled_poll_ends_with_ecanceled_and_reports_nothing_more() {
-        let mut ep = Epoll::new(4, 1).unwrap();
+        let mut ep = Epoll::new(4, Duration::ZERO).unwrap();
         let fd = eventfd::new().unwrap();
         let id = FeedId {
             index: 2,
@@ -311,7 +318,10 @@ mod tests {
         ep.poll(fd.as_raw_fd(), Request::FeedPoll(id)).unwrap();
         ep.cancel(id).unwrap();
         eventfd::signal(&fd);
-        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        assert!(
+            !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
         let mut got = Vec::new();
         ep.reap(|c| got.push(c));
         assert_eq!(got.len(), 1, "{got:?}");
@@ -327,7 +337,7 @@ mod tests {
 
     /// An epoll instance with two feeds' polls of one eventfd.
     fn two_polls_of_one_fd() -> (Epoll, OwnedFd, [FeedId; 2]) {
-        let mut ep = Epoll::new(4, 1).unwrap();
+        let mut ep = Epoll::new(4, Duration::ZERO).unwrap();
         let fd = eventfd::new().unwrap();
         let ids = [0, 1].map(|index| FeedId {
             index,
@@ -343,11 +353,17 @@ mod tests {
     fn two_polls_of_one_fd_are_both_reported() {
         let (mut ep, fd, [a, b]) = two_polls_of_one_fd();
         eventfd::signal(&fd);
-        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        assert!(
+            !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
         let got: Vec<_> = reaped(&mut ep).iter().map(|c| c.request).collect();
         assert_eq!(got, [Request::FeedPoll(a), Request::FeedPoll(b)]);
         // Both one-shot polls ended: nothing more until asked again.
-        assert!(ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        assert!(
+            ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
     }
 
     #[test]
@@ -361,7 +377,10 @@ mod tests {
             (Request::FeedPoll(a), -libc::ECANCELED)
         );
         eventfd::signal(&fd);
-        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        assert!(
+            !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
         let got: Vec<_> = reaped(&mut ep).iter().map(|c| c.request).collect();
         assert_eq!(got, [Request::FeedPoll(b)], "the other poll still waits");
     }
@@ -377,7 +396,7 @@ mod tests {
     /// An epoll instance with a feed's poll of an eventfd, and a second fd
     /// of that eventfd's file (`kept`), which outlives a `renumber`.
     fn one_poll_of_a_kept_fd() -> (Epoll, OwnedFd, OwnedFd, FeedId) {
-        let mut ep = Epoll::new(4, 1).unwrap();
+        let mut ep = Epoll::new(4, Duration::ZERO).unwrap();
         let fd = eventfd::new().unwrap();
         let kept = fd.try_clone().unwrap();
         let id = FeedId {
@@ -397,7 +416,10 @@ mod tests {
         assert!(ep.cancel(id).is_err());
         assert!(reaped(&mut ep).is_empty(), "no end reported");
         eventfd::signal(&kept);
-        assert!(!ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap());
+        assert!(
+            !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
         let got: Vec<_> = reaped(&mut ep).iter().map(|c| c.request).collect();
         assert_eq!(got, [Request::FeedPoll(id)], "the poll still waited");
     }
@@ -413,17 +435,18 @@ mod tests {
         let got = reaped(&mut ep);
         assert_eq!((got.len(), got[0].result), (1, -libc::ECANCELED));
         eventfd::signal(&kept);
-        ep.submit_and_wait(Wait::For(Duration::ZERO)).unwrap();
+        ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+            .unwrap();
         assert!(reaped(&mut ep).is_empty());
     }
 
     #[test]
     fn a_wait_for_a_while_with_nothing_pending_times_out() {
-        let mut ep = Epoll::new(4, 1).unwrap();
+        let mut ep = Epoll::new(4, Duration::ZERO).unwrap();
         assert!(
-            ep.submit_and_wait(Wait::For(Duration::from_millis(1)))
+            ep.submit_and_wait(Wait::For(Duration::from_millis(1)), Instant::now())
                 .unwrap()
         );
-        assert!(!ep.submit_and_wait(Wait::Busy).unwrap());
+        assert!(!ep.submit_and_wait(Wait::Busy, Instant::now()).unwrap());
     }
 }

@@ -52,18 +52,6 @@
 //! fails is given up at once, the others go on: see there). Only the
 //! backend's own failure ends a call ([`DriverError::Io`]).
 
-/// How long one [`Driver`] step may wait in the kernel.
-#[derive(Clone, Copy)]
-enum StepWait {
-    /// As long as `process`'s caller said.
-    Caller(Option<Duration>),
-    /// A removal's or a shutdown's wait for the kernel to end a
-    /// cancellation: bounded ([`CANCELLATION_WAIT_BOUND`]) should the
-    /// kernel be slow to report it, and not counted as a timeout.
-    Bounded,
-}
-const CANCELLATION_WAIT_BOUND: Duration = Duration::from_millis(100);
-
 mod adaptive;
 mod backend;
 mod completions;
@@ -96,7 +84,7 @@ use crate::trace;
 use backend::Backend;
 use control::{Command, Shared};
 use cycle::Phase;
-use readiness::{Completion, Request, Wait};
+use readiness::{CANCELLATION_WAIT_BOUND, Completion, Request, StepWait, Wait};
 use slot::{FailedCall, Removal, Slot};
 use std::any::Any;
 use std::fmt;
@@ -157,6 +145,8 @@ pub struct Driver {
     cursor: usize,
     /// Some feed has work for the next turn.
     busy: bool,
+    /// When the last turn's feeds ran: the clock of the busy wait after it.
+    turn_at: Instant,
     /// Feeds removed by [`Driver::remove`], not collected yet.
     removed: Vec<(FeedId, Box<dyn Any + Send>)>,
     /// Scratch for [`Driver::reap`]: empty between turns, its capacity kept,
@@ -215,6 +205,7 @@ impl Driver {
             wake_poll_in_flight: false,
             cursor: 0,
             busy: false,
+            turn_at: Instant::now(),
             removed: Vec::new(),
             reaped: Vec::new(),
             stats: DriverStats::default(),
@@ -373,7 +364,7 @@ impl Driver {
         if blocks {
             self.stats.waits += 1;
         }
-        if self.backend.submit_and_wait(wait)? && callers {
+        if self.backend.submit_and_wait(wait, self.turn_at)? && callers {
             self.stats.timeouts += 1;
         }
         if blocks || (wait == Wait::Check && self.backend.collected()) {
@@ -466,6 +457,7 @@ impl Driver {
         self.stats.turns += 1;
         let n = self.slots.len();
         let now = Instant::now();
+        self.turn_at = now;
         let budget = self.cfg.budget;
         let mut busy = false;
         let mut delivered = false;

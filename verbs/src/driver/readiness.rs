@@ -5,7 +5,7 @@
 //! [`Wait`] may block.
 
 use super::key::FeedId;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a readiness request is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +120,52 @@ pub(crate) struct Completion {
     pub(crate) multishot: bool,
 }
 
+/// When a busy driver enters the kernel to collect the other feeds'
+/// readiness: at most `interval` apart, by the clock, whatever its turns
+/// cost (a turn that spins on an empty CQ takes a fraction of a
+/// microsecond, one that delivers a full budget many microseconds: a count
+/// of turns would bound neither the system calls' share nor how late a
+/// sleeping feed's readiness is seen).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BusyEnters {
+    interval: Duration,
+    /// When a busy turn last entered (`None`: none yet).
+    last: Option<Instant>,
+}
+
+impl BusyEnters {
+    pub(crate) fn new(interval: Duration) -> Self {
+        BusyEnters {
+            interval,
+            last: None,
+        }
+    }
+
+    /// Whether a busy turn at `now` enters the kernel to collect; if it
+    /// does, the next is `interval` after `now`.
+    pub(crate) fn due(&mut self, now: Instant) -> bool {
+        let due = self
+            .last
+            .is_none_or(|last| now.saturating_duration_since(last) >= self.interval);
+        if due {
+            self.last = Some(now);
+        }
+        due
+    }
+}
+
+/// How long one [`Driver`](super::Driver) step may wait in the kernel.
+#[derive(Clone, Copy)]
+pub(super) enum StepWait {
+    /// As long as `process`'s caller said.
+    Caller(Option<Duration>),
+    /// A removal's or a shutdown's wait for the kernel to end a
+    /// cancellation: bounded ([`CANCELLATION_WAIT_BOUND`]) should the
+    /// kernel be slow to report it, and not counted as a timeout.
+    Bounded,
+}
+pub(super) const CANCELLATION_WAIT_BOUND: Duration = Duration::from_millis(100);
+
 /// How long a backend's `submit_and_wait` may block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wait {
@@ -148,6 +194,27 @@ pub(super) fn refuses_the_fd(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_turns_enter_once_per_interval_by_the_clock_however_many_turns() {
+        let interval = Duration::from_micros(10);
+        let mut enters = BusyEnters::new(interval);
+        let t0 = Instant::now();
+        assert!(enters.due(t0), "the first busy turn enters");
+        // A million turns inside the interval (cheap spinning turns): none.
+        for i in 1..=1_000_000u32 {
+            assert!(!enters.due(t0 + interval * i / 1_000_001), "turn {i}");
+        }
+        assert!(enters.due(t0 + interval));
+        // One turn longer than the interval (a full budget delivered): the
+        // next turn enters.
+        let late = t0 + interval * 50;
+        assert!(enters.due(late));
+        assert!(!enters.due(late + interval / 2));
+        // Zero: every busy turn enters.
+        let mut always = BusyEnters::new(Duration::ZERO);
+        assert!((0..10).all(|_| always.due(t0)));
+    }
 
     #[test]
     fn user_data_round_trips_every_request() {

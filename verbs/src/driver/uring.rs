@@ -3,19 +3,19 @@
 //! [`Completion`]s. No feed logic lives here.
 
 use super::key::FeedId;
-use super::readiness::{Completion, Request, UserData, Wait};
+use super::readiness::{BusyEnters, Completion, Request, UserData, Wait};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::{Duration, Instant};
 
 /// The ring and what it knows about the kernel.
 pub(crate) struct Ring {
     ring: IoUring,
     /// Multishot `POLL_ADD` (Linux 5.13); cleared when the kernel refuses it.
     multishot: bool,
-    /// Busy turns since the ring was last entered.
-    busy_turns: u32,
-    busy_turns_per_enter: u32,
+    /// When a busy turn enters with nothing to submit.
+    busy_enters: BusyEnters,
     /// Completions taken out of a full completion queue to let a submit
     /// through, not yet reaped.
     set_aside: Vec<Completion>,
@@ -62,7 +62,7 @@ fn too_old(ring: &IoUring) -> Option<io::Error> {
 }
 
 impl Ring {
-    pub(crate) fn new(entries: u32, busy_turns_per_enter: u32) -> io::Result<Self> {
+    pub(crate) fn new(entries: u32, busy_enter_interval: Duration) -> io::Result<Self> {
         let ring = match IoUring::builder().setup_cqsize(entries * 2).build(entries) {
             Ok(ring) => ring,
             // Before Linux 5.5 the kernel knows no `IORING_SETUP_CQSIZE`
@@ -79,8 +79,7 @@ impl Ring {
         Ok(Ring {
             ring,
             multishot: true,
-            busy_turns: 0,
-            busy_turns_per_enter: busy_turns_per_enter.max(1),
+            busy_enters: BusyEnters::new(busy_enter_interval),
             set_aside: Vec::new(),
         })
     }
@@ -152,17 +151,14 @@ impl Ring {
     /// Submit what is queued and wait as `wait` says. Returns whether a
     /// timed wait ended with no completion to handle (its timeout, or a
     /// signal): the kernel reports a timeout only when the same enter
-    /// submitted nothing, so the completion queue is what tells. While busy,
-    /// the kernel is entered only to submit, or once per
-    /// `busy_turns_per_enter` turns to collect the other feeds' readiness: an
-    /// enter per turn would cost a spinning feed a system call per poll.
-    pub(crate) fn submit_and_wait(&mut self, wait: Wait) -> io::Result<bool> {
+    /// submitted nothing, so the completion queue is what tells. While busy
+    /// (a turn at `now`), the kernel is entered only to submit, or at most
+    /// once per `busy_enter_interval` to collect the other feeds' readiness:
+    /// an enter per turn would cost a spinning feed a system call per poll.
+    pub(crate) fn submit_and_wait(&mut self, wait: Wait, now: Instant) -> io::Result<bool> {
         let r = match wait {
             Wait::Busy | Wait::Check => {
-                self.busy_turns += 1;
-                if self.ring.submission().is_empty()
-                    && self.busy_turns % self.busy_turns_per_enter != 0
-                {
+                if !self.busy_enters.due(now) && self.ring.submission().is_empty() {
                     return Ok(false);
                 }
                 self.ring.submit()
@@ -263,7 +259,7 @@ mod tests {
         // Two polls asked multishot, both refused: the second is a refusal
         // too, though the first already turned multishot off. A one-shot
         // poll's EINVAL is an error of its own.
-        let mut ring = Ring::new(4, 1).unwrap();
+        let mut ring = Ring::new(4, Duration::ZERO).unwrap();
         let refused = |request| Completion {
             request,
             result: -libc::EINVAL,
@@ -296,7 +292,7 @@ mod tests {
         assert!(lacks(true, false).is_some_and(|m| m.contains("EXT_ARG")));
         assert!(lacks(false, false).is_some());
         // This kernel has both (the tests need Linux 5.11 or later).
-        assert!(too_old(&Ring::new(4, 1).unwrap().ring).is_none());
+        assert!(too_old(&Ring::new(4, Duration::ZERO).unwrap().ring).is_none());
     }
 
     #[test]
@@ -304,7 +300,7 @@ mod tests {
         // A completion set aside (as after a full completion queue) is not
         // in the ring, where a wait would look: the wait returns at once,
         // the completion is reported collected, then handed out.
-        let mut ring = Ring::new(4, 1).unwrap();
+        let mut ring = Ring::new(4, Duration::ZERO).unwrap();
         ring.set_aside.push(Completion {
             request: Request::WakePoll,
             result: libc::POLLIN as i32,
@@ -316,8 +312,8 @@ mod tests {
         // instead of hanging it.
         let (done, waited) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
-            let forever = ring.submit_and_wait(Wait::Forever).unwrap();
-            let long = ring.submit_and_wait(Wait::For(Duration::from_secs(3600)));
+            let forever = ring.submit_and_wait(Wait::Forever, Instant::now()).unwrap();
+            let long = ring.submit_and_wait(Wait::For(Duration::from_secs(3600)), Instant::now());
             let _ = done.send(());
             (ring, forever, long.unwrap())
         });
@@ -335,11 +331,11 @@ mod tests {
 
     #[test]
     fn a_wait_for_a_while_with_nothing_pending_times_out() {
-        let mut ring = Ring::new(4, 1).unwrap();
+        let mut ring = Ring::new(4, Duration::ZERO).unwrap();
         assert!(
-            ring.submit_and_wait(Wait::For(Duration::from_millis(1)))
+            ring.submit_and_wait(Wait::For(Duration::from_millis(1)), Instant::now())
                 .unwrap()
         );
-        assert!(!ring.submit_and_wait(Wait::Busy).unwrap());
+        assert!(!ring.submit_and_wait(Wait::Busy, Instant::now()).unwrap());
     }
 }
