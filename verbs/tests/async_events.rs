@@ -12,7 +12,7 @@ use evd::TryDequeueError;
 use evd_verbs::soft::{SoftCq, SoftCqProducer, SoftDevice};
 use evd_verbs::{
     AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverConfig, Feed,
-    FeedMode, VerbsEvent, WorkCompletion,
+    FeedMode, FeedStatus, VerbsEvent, WorkCompletion,
 };
 
 /// An application's own event type: the verbs events, and its own.
@@ -521,4 +521,54 @@ fn a_panic_in_the_offer_of_a_device_feeds_events_is_a_turns() {
             Ok(_) => {}
         }
     }
+}
+
+/// A device's events whose source fails at once.
+struct FailsAtOnce(evd_verbs::soft::SoftAsyncEvents);
+
+impl evd_verbs::AsyncEventSource for FailsAtOnce {
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.0.fd()
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<AsyncEvent>> {
+        Err(std::io::Error::from_raw_os_error(libc::EIO))
+    }
+}
+
+/// An event type whose `From` panics on a `SourceFailed` event.
+#[derive(Debug)]
+struct NoSourceFailed(#[allow(dead_code)] VerbsEvent);
+
+impl From<VerbsEvent> for NoSourceFailed {
+    fn from(ev: VerbsEvent) -> Self {
+        if let VerbsEvent::Async(a) = ev {
+            if a.kind == AsyncEventKind::SourceFailed {
+                panic!("{}", common::panics::PROVOKED);
+            }
+        }
+        NoSourceFailed(ev)
+    }
+}
+
+/// A failed source's `SourceFailed` event whose `From` panics on every try
+/// is built once more, then lost: the feed reports `Failed` instead of
+/// panicking on every call for ever.
+#[test]
+fn a_source_failed_event_whose_conversion_always_panics_is_lost_after_a_second_try() {
+    common::panics::quiet_provoked_panics();
+    let (poster, mut consumer) = evd::bounded::<NoSourceFailed>(8).unwrap();
+    let (events, _device) = SoftDevice::new().unwrap();
+    let mut feed = AsyncFeed::new(FailsAtOnce(events), poster);
+    for try_ in 1..=2 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+        assert!(
+            r.is_err(),
+            "try {try_}: the conversion's panic reaches the caller"
+        );
+    }
+    let p = feed.progress(16);
+    assert_eq!((p.delivered, p.status), (0, FeedStatus::Failed));
+    assert_eq!(feed.progress(16).status, FeedStatus::Failed);
+    assert_eq!(feed.failure(), Some(libc::EIO));
+    assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Empty));
 }

@@ -987,3 +987,43 @@ fn a_teardown_whose_ack_panics_destroys_the_cq_and_lets_the_poster_go() {
     assert_eq!(stats.unacked_at_destroy, Some(0), "the CQ was destroyed");
     assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
 }
+
+/// An event type whose `From` panics on every async event (an application
+/// that never expected one: it registered no `AsyncFeed`).
+#[derive(Debug)]
+struct NoAsyncEvents(#[allow(dead_code)] VerbsEvent);
+
+impl From<VerbsEvent> for NoAsyncEvents {
+    fn from(ev: VerbsEvent) -> Self {
+        if let VerbsEvent::Async(_) = ev {
+            panic!("{}", common::panics::PROVOKED);
+        }
+        NoAsyncEvents(ev)
+    }
+}
+
+/// A failed CQ's `CqError` whose `From` panics on every try is built once
+/// more after the first panic, then lost (counted in `from_panics`): the
+/// feed reports `Failed` instead of panicking on every call for ever (which
+/// kept its driver turning on it, one panic a turn).
+#[test]
+fn a_cq_error_whose_conversion_always_panics_is_lost_after_a_second_try() {
+    common::panics::quiet_provoked_panics();
+    let (poster, mut consumer) = evd::bounded::<NoAsyncEvents>(16).unwrap();
+    let (cq, hca) = SoftCq::new(4).unwrap();
+    let mut feed = Feed::new(cq, CqId(2), poster);
+    hca.push(wc(0)).unwrap();
+    hca.fail_next_poll(libc::EIO);
+    for try_ in 1..=2 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+        assert!(
+            r.is_err(),
+            "try {try_}: the conversion's panic reaches the caller"
+        );
+    }
+    assert_eq!(outcome(feed.progress(16)), (0, FeedStatus::Failed));
+    assert_eq!(outcome(feed.progress(16)), (0, FeedStatus::Failed));
+    assert_eq!(feed.stats().from_panics, 1);
+    assert_eq!(feed.failure(), Some(PollError::Failed(libc::EIO)));
+    assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Empty));
+}

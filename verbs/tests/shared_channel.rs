@@ -556,3 +556,109 @@ fn a_cq_whose_arm_fails_reports_a_cq_error_and_the_others_go_on() {
         .and_then(|f| f.failure());
     assert_eq!(failure, Some(PollError::ArmFailed(libc::EIO)));
 }
+
+/// A soft channel whose CQs are [`HookedCq`]s: a member CQ whose calls a
+/// test takes over.
+struct HookedChannel(SoftChannel);
+
+impl evd_verbs::SharedChannel for HookedChannel {
+    type Cq = common::hooked_cq::HookedCq;
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.0.fd()
+    }
+    fn get_cq_event(&mut self) -> std::io::Result<Option<evd_verbs::ChannelEvent>> {
+        self.0.get_cq_event()
+    }
+    fn key_of(&self, cq: &Self::Cq) -> Option<evd_verbs::CqKey> {
+        self.0.key_of(&cq.cq)
+    }
+    unsafe fn ack_unknown(&mut self, event: evd_verbs::ChannelEvent) {
+        // SAFETY: this method's contract, passed on to the soft channel.
+        unsafe { self.0.ack_unknown(event) }
+    }
+}
+
+/// A member CQ whose ack panics (the provider's code) while its events are
+/// taken, the batch acknowledged with the event of the wake that used its
+/// arm up: the feed must still serve that CQ (arm it again and drain it) on
+/// its next call, or its completion, and every later one, waits unannounced.
+#[test]
+fn a_member_whose_ack_panics_while_its_events_are_taken_is_served_next() {
+    common::panics::quiet_provoked_panics();
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let soft = SoftChannel::new().unwrap();
+    let (cq, hca) = soft.create_cq(8).unwrap();
+    let mut cq = common::hooked_cq::HookedCq::new(cq);
+    let mut acks = 0;
+    cq.ack_events = Some(Box::new(move |soft, count| {
+        // SAFETY: the feed's call passes on its own contract's count.
+        unsafe { soft.ack_events(count) };
+        acks += 1;
+        if acks == 1 {
+            panic!("{}", common::panics::PROVOKED);
+        }
+    }));
+    let mut feed = ChannelFeed::new(HookedChannel(soft), poster);
+    assert!(feed.add(cq, CqId(5)).is_ok());
+    // One short of a batch, got and served: the CQ is armed and drained.
+    for _ in 1..evd_verbs::ACK_BATCH {
+        hca.inject_spurious_event();
+    }
+    assert_eq!(
+        feed.take_events().unwrap(),
+        evd_verbs::ACK_BATCH as usize - 1
+    );
+    assert_eq!(feed.arm_and_drain(16).unwrap().status, FeedStatus::Drained);
+    // A completion uses the arm up; its event completes the batch, whose
+    // ack panics.
+    hca.push(wc(7)).unwrap();
+    let taken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.take_events()));
+    assert!(taken.is_err(), "the ack's panic reaches the caller");
+    // As the docs ask: call again before sleeping on the channel's fd.
+    let p = feed.arm_and_drain(16).unwrap();
+    assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+    assert!(matches!(
+        consumer.try_dequeue(),
+        Ok(VerbsEvent::Completion { cq: CqId(5), wc }) if wc.wr_id == 7
+    ));
+}
+
+/// An event type whose `From` panics on every completion of `CqId(0)`.
+#[derive(Debug)]
+struct PanicsOnCq0(VerbsEvent);
+
+impl From<VerbsEvent> for PanicsOnCq0 {
+    fn from(ev: VerbsEvent) -> Self {
+        if let VerbsEvent::Completion { cq: CqId(0), .. } = ev {
+            panic!("{}", common::panics::PROVOKED);
+        }
+        PanicsOnCq0(ev)
+    }
+}
+
+/// A member whose every serving panics (user code) comes after the others
+/// in the next call: the members behind it are served, not held up until
+/// it stops panicking.
+#[test]
+fn a_member_whose_every_serving_panics_does_not_hold_the_others_up() {
+    common::panics::quiet_provoked_panics();
+    let (poster, mut consumer) = evd::bounded::<PanicsOnCq0>(16).unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let (a, hca_a) = channel.create_cq(16).unwrap();
+    let (b, hca_b) = channel.create_cq(16).unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    assert!(feed.add(a, CqId(0)).is_ok());
+    assert!(feed.add(b, CqId(1)).is_ok());
+    for i in 0..8 {
+        hca_a.push(wc(i)).unwrap();
+    }
+    hca_b.push(wc(100)).unwrap();
+    for call in 1..=2 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+        assert!(r.is_err(), "call {call}: CQ 0's conversion panics");
+    }
+    match consumer.try_dequeue() {
+        Ok(PanicsOnCq0(VerbsEvent::Completion { cq: CqId(1), wc })) => assert_eq!(wc.wr_id, 100),
+        other => panic!("CQ 1's completion: {other:?}"),
+    }
+}

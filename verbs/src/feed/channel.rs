@@ -54,8 +54,10 @@
 //! - *FIFO per CQ*: each CQ is polled by its own feed only.
 //! - A CQ whose poll fails delivers its `CqError` (held, with
 //!   `Backpressure`, until the EVD has room) and is not polled again;
-//!   a CQ whose arm fails does the same (its `CqError` first, then it leaves
-//!   the feed; both counted in [`ChannelFeedStats::failed_cqs`]); the
+//!   a CQ whose arm fails does the same (its `CqError` first; then it is
+//!   served no more, though it stays a member, listed and counted, and its
+//!   channel events are still acknowledged; both counted in
+//!   [`ChannelFeedStats::failed_cqs`]); the
 //!   others go on. The channel feed reports `Failed`
 //!   only when every CQ has failed, `Closed` when the EVD is closed. An
 //!   overrun fails no CQ: a real CQ reports it only through its device's
@@ -337,14 +339,17 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// Not on its own; a panic of user code in a post (the EVD's upcall
     /// handler, the event type's `From`) comes out of this call, leaving
     /// the CQ it was serving as [`Feed::arm_and_drain`] says and still to
-    /// be drained: the next call serves it again, and the feed and the EVD
-    /// stay usable. Call again before sleeping on the channel's fd.
+    /// be drained: the next call serves it again (after the others, so that
+    /// a CQ whose every serving panics does not hold them up), and the feed
+    /// and the EVD stay usable. Call again before sleeping on the channel's
+    /// fd.
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
         self.posting.restart(self.room.poster());
         let n = self.members.len();
+        let start = self.cursor;
         let mut delivered = 0;
         for k in 0..n {
-            let i = (self.cursor + k) % n;
+            let i = (start + k) % n;
             let m = &mut self.members[i];
             if m.done || !m.dirty {
                 continue;
@@ -356,6 +361,10 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                     status: FeedStatus::Budget,
                 });
             }
+            // A call into this CQ's feed that unwinds (user code in a post)
+            // leaves the next pass starting after it: a CQ whose every
+            // serving panics must not keep the ones behind it unserved.
+            self.cursor = (i + 1) % n;
             let p = match m.feed.arm_and_drain(budget - delivered) {
                 Ok(p) => p,
                 Err(e) => {
@@ -364,7 +373,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                     // needed; cut short, the arm is tried again next
                     // time); drained, it fails as a CQ whose poll fails
                     // does: its `CqError` tells the consumer, then it
-                    // leaves the feed, and the others go on.
+                    // is served no more (still a member), and the others go on.
                     let drained = m.feed.progress(budget - delivered);
                     if drained.status != FeedStatus::Drained {
                         drained
@@ -412,7 +421,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                 FeedStatus::Failed => self.fail(i),
             }
         }
-        self.cursor = if n == 0 { 0 } else { (self.cursor + 1) % n };
+        self.cursor = if n == 0 { 0 } else { (start + 1) % n };
         let all_failed = n > 0 && self.members.iter().all(|m| m.done);
         Ok(Progress {
             delivered,
@@ -481,9 +490,10 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     pub fn progress(&mut self, budget: usize) -> Progress {
         self.posting.restart(self.room.poster());
         let n = self.members.len();
+        let start = self.cursor;
         let mut delivered = 0;
         for k in 0..n {
-            let i = (self.cursor + k) % n;
+            let i = (start + k) % n;
             let m = &mut self.members[i];
             if m.done {
                 continue;
@@ -495,6 +505,9 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                     status: FeedStatus::Budget,
                 };
             }
+            // As in `arm_and_drain`: an unwinding call leaves the next pass
+            // starting after this CQ.
+            self.cursor = (i + 1) % n;
             // Dirty while it runs: a call that unwinds leaves it so, and
             // the next `arm_and_drain` serves it (and restarts its upcall).
             let was_dirty = std::mem::replace(&mut m.dirty, true);
@@ -523,7 +536,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                 FeedStatus::Failed => self.fail(i),
             }
         }
-        self.cursor = if n == 0 { 0 } else { (self.cursor + 1) % n };
+        self.cursor = if n == 0 { 0 } else { (start + 1) % n };
         let all_failed = n > 0 && self.members.iter().all(|m| m.done);
         Progress {
             delivered,

@@ -67,7 +67,7 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// }
     /// assert_eq!(feed.progress(16).status, FeedStatus::Backpressure); // two fit
     /// assert_eq!(consumer.try_dequeue().unwrap().id, CmToken(0));
-    /// assert_eq!(feed.progress(16).delivered, 1); // the held one first
+    /// assert_eq!(feed.progress(16).delivered, 1); // the third, still in the source until now
     /// ```
     ///
     /// # Panics

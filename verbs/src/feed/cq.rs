@@ -51,7 +51,8 @@ pub struct FeedStats {
     pub delivered: u64,
     /// `poll` calls.
     pub polls: u64,
-    /// `req_notify` calls.
+    /// `req_notify` calls that succeeded (arms made; a failed one is the
+    /// feed's error, not counted).
     pub arms: u64,
     /// Completions found by drains that directly follow an arm. After a
     /// wake-up this is the normal path; the ones among them that arrived
@@ -71,7 +72,8 @@ pub struct FeedStats {
     pub held: u64,
     /// Completions lost because the event type's `From` panicked on them
     /// (counted by the call after the panic); the completions polled with
-    /// them are delivered.
+    /// them are delivered. A failed CQ's `CqError` whose `From` panicked
+    /// twice counts here too.
     pub from_panics: u64,
 }
 
@@ -137,6 +139,8 @@ pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
     /// Failed, and its `CqError` not built yet (the event type's `From`
     /// panicked on it): built first thing by the next call.
     error_owed: bool,
+    /// Times the `CqError` was built (at most [`OWED_EVENT_TRIES`](super::OWED_EVENT_TRIES)).
+    error_tries: u8,
     closed: bool,
     stats: FeedStats,
 }
@@ -186,6 +190,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             failure: None,
             doomed: None,
             error_owed: false,
+            error_tries: 0,
             closed: false,
             stats: FeedStats::default(),
         }

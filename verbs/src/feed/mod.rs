@@ -28,6 +28,14 @@ pub use channel::{ChannelFeed, ChannelFeedStats};
 pub use cm::CmFeed;
 pub use cq::{ACK_BATCH, Feed, FeedStats, POLL_BATCH};
 
+/// How many times a feed builds the event its failure owes (a CQ's
+/// `CqError`, a stream's `SourceFailed`) when the event type's `From`
+/// panics on it: once more after a panic, then the event is lost and the
+/// feed reports [`FeedStatus::Failed`] without it. A `From` that panics on
+/// the same event twice would on every try, and a feed retrying it for
+/// ever would keep its driver turning, one panic a turn, never done.
+pub(crate) const OWED_EVENT_TRIES: u8 = 2;
+
 /// Why a feed stopped moving completions.
 ///
 /// ```
@@ -49,15 +57,18 @@ pub enum FeedStatus {
     /// The EVD is closed: nothing more will be delivered.
     Closed,
     /// The CQ failed (its poll failed, or its arm or channel did and it was
-    /// given up); a `CqError` async event was delivered (or is held for
-    /// delivery) and the CQ is not polled again. An overrun is no such
+    /// given up); a `CqError` async event was delivered (or lost: the event
+    /// type's `From` panicked on it twice, [`FeedStats::from_panics`]) and
+    /// the CQ is not polled again; until it is delivered, the feed reports
+    /// why not (`Backpressure`, `Budget`, `Closed`). An overrun is no such
     /// failure: a real CQ (and the software one) reports it only through
     /// its device's async events (a `CqError` through an [`AsyncFeed`], or
     /// the [`Driver`](crate::Driver)'s device feed), and its feed goes on
     /// polling it.
     /// For an [`AsyncFeed`] or a
     /// [`CmFeed`]: its source failed, a `SourceFailed` event
-    /// was delivered (or is held), and nothing more is read from it.
+    /// was delivered (or lost, as a `CqError` is), and nothing more is read
+    /// from it.
     Failed,
 }
 

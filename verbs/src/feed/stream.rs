@@ -5,7 +5,7 @@
 //! engine with their source's event type.
 
 use crate::feed::posting::Posting;
-use crate::feed::{FeedStatus, Progress};
+use crate::feed::{FeedStatus, OWED_EVENT_TRIES, Progress};
 use evd::{BatchPostError, Poster, RoomWaiter};
 use std::io;
 use std::task::{Context, Poll};
@@ -27,6 +27,8 @@ pub(crate) struct EventFeed<S, T> {
     /// Whether the source still serves, and if not, whether the event that
     /// says so is still owed.
     state: SourceState,
+    /// Times the owed event was built (at most [`OWED_EVENT_TRIES`]).
+    owed_tries: u8,
     /// See [`Posting`].
     posting: Posting,
 }
@@ -41,7 +43,7 @@ enum SourceState {
     GivenUp(i32),
     /// It failed (this errno): the event that says so is owed, posted
     /// before the feed reports `Failed` (built again if its `From`
-    /// panicked).
+    /// panicked, once: [`OWED_EVENT_TRIES`]).
     Owed(i32),
     /// It failed (this errno), and the event that says so was posted (or
     /// is held): nothing more is taken.
@@ -55,6 +57,7 @@ impl<S, T: Send> EventFeed<S, T> {
             room: poster.room_waiter(),
             held: Vec::with_capacity(1),
             state: SourceState::Live,
+            owed_tries: 0,
             posting: Posting::default(),
         }
     }
@@ -85,7 +88,13 @@ impl<S, T: Send> EventFeed<S, T> {
                     return stop(delivered, status);
                 }
                 if let SourceState::Owed(errno) = self.state {
+                    if self.owed_tries >= OWED_EVENT_TRIES {
+                        // Its `From` panicked on every try: lost.
+                        self.state = SourceState::Failed(errno);
+                        continue;
+                    }
                     // Its `From` may panic: still owed then.
+                    self.owed_tries += 1;
                     self.held.push(failed(errno));
                     self.state = SourceState::Failed(errno);
                 } else {

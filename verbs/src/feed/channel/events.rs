@@ -38,8 +38,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             match self.by_key.get(&event.cq()) {
                 Some(&i) => {
                     let m = &mut self.members[i];
-                    m.feed.credit_event();
+                    // Dirty first: crediting may acknowledge a batch (the
+                    // provider's code), and an ack that panics must not
+                    // leave this CQ, whose arm the event used up, unserved.
                     m.dirty = !m.done;
+                    m.feed.credit_event();
                 }
                 None => {
                     self.stats.unknown_events += 1;

@@ -6,6 +6,7 @@
 
 use super::Feed;
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, VerbsEvent};
+use crate::feed::OWED_EVENT_TRIES;
 use crate::source::{CompletionQueue, PollError};
 
 impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
@@ -32,15 +33,24 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
 
     /// Build and hold the `CqError` a failure owes. If the event type's
     /// `From` panics, it stays owed: the next call builds it again (the CQ
-    /// is not polled again either way).
+    /// is not polled again either way), once ([`OWED_EVENT_TRIES`]); after
+    /// a second panic it is lost (counted in `from_panics`).
     pub(super) fn hold_owed_error(&mut self) {
-        if self.error_owed {
-            let error = T::from(VerbsEvent::Async(AsyncEvent::new(
-                AsyncEventKind::CqError,
-                AsyncElement::Cq(self.id),
-            )));
-            self.held.push(error);
-            self.error_owed = false;
+        if !self.error_owed {
+            return;
         }
+        if self.error_tries >= OWED_EVENT_TRIES {
+            self.error_owed = false;
+            self.stats.from_panics += 1;
+            crate::trace::event!(ERROR, cq = ?self.id, "the event type's `From` panicked on the failed CQ's CqError twice: lost");
+            return;
+        }
+        self.error_tries += 1;
+        let error = T::from(VerbsEvent::Async(AsyncEvent::new(
+            AsyncEventKind::CqError,
+            AsyncElement::Cq(self.id),
+        )));
+        self.held.push(error);
+        self.error_owed = false;
     }
 }
