@@ -314,3 +314,72 @@ fn readiness_collected_by_a_busy_turn_is_reported_busy_not_left_behind_the_fd() 
         assert_eq!(got, [(0, 1), (0, 2), (1, 3)], "{backend:?}");
     }
 }
+
+/// A removal runs the driver's turns (its cancellation's): what they leave
+/// behind (another feed's readiness they collected, or that feed woken and
+/// left to re-arm) shows on the driver's fd, so a loop that waits on it
+/// after the removal is woken for it. With every busy turn collecting.
+#[test]
+fn the_work_a_removal_leaves_behind_shows_on_the_drivers_fd() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq_a, _hca_a) = SoftCq::new(16).unwrap();
+        let (cq_b, hca_b) = SoftCq::new(16).unwrap();
+        let cfg = config(backend).with_busy_enter_interval(Duration::ZERO);
+        let mut driver = Driver::new(cfg).unwrap();
+        let a = driver
+            .register(Feed::new(cq_a, CqId(0), poster.clone()), FeedMode::Event)
+            .unwrap();
+        driver
+            .register(Feed::new(cq_b, CqId(1), poster), FeedMode::Event)
+            .unwrap();
+        while driver.process(Some(Duration::ZERO)).unwrap().busy {}
+        hca_b.push(wc(5)).unwrap();
+        drop(driver.remove(a).unwrap());
+        // The caller's loop: the EVD first, then the fd, then `process`
+        // until it says idle.
+        let got = loop {
+            if let Ok(ev) = consumer.try_dequeue() {
+                break ev;
+            }
+            wait_readable(driver.as_fd());
+            while driver.process(Some(Duration::ZERO)).unwrap().busy {}
+        };
+        assert!(
+            matches!(got, VerbsEvent::Completion { cq: CqId(1), wc } if wc.wr_id == 5),
+            "{backend:?}: {got:?}"
+        );
+    }
+}
+
+/// A feed registered by a loop that waits on the driver's fd before its
+/// first `process` is armed all the same: the registration shows on the fd.
+#[test]
+fn a_feed_registered_before_the_first_process_shows_on_the_drivers_fd() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        let mut driver = Driver::new(config(backend)).unwrap();
+        driver
+            .register(Feed::new(cq, CqId(2), poster), FeedMode::Event)
+            .unwrap();
+        wait_readable(driver.as_fd());
+        while driver.process(Some(Duration::ZERO)).unwrap().busy {}
+        assert!(
+            hca.stats().armed,
+            "{backend:?}: the first turn armed the CQ"
+        );
+        hca.push(wc(6)).unwrap();
+        let got = loop {
+            wait_readable(driver.as_fd());
+            while driver.process(Some(Duration::ZERO)).unwrap().busy {}
+            if let Ok(ev) = consumer.try_dequeue() {
+                break ev;
+            }
+        };
+        assert!(
+            matches!(got, VerbsEvent::Completion { cq: CqId(2), wc } if wc.wr_id == 6),
+            "{backend:?}: {got:?}"
+        );
+    }
+}

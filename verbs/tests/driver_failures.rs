@@ -647,3 +647,45 @@ fn a_feed_whose_turn_fails_while_it_waits_for_room_leaves_the_room_queue() {
             .is_ready()
     );
 }
+
+/// A feed whose arm keeps failing: its first failure is retried, its second
+/// gives it up, and each error's call leaves the driver's fd readable while
+/// the feed has work (the retry, then the drain and its `CqError`), also
+/// when that call's busy turn collected the readiness the previous error's
+/// wake raised (epoll's one-shot report of the driver's own wake fd), and
+/// with every busy turn collecting.
+#[test]
+fn each_error_of_a_feed_whose_arm_keeps_failing_leaves_the_fd_readable() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let (cq, hca) = SoftCq::new(64).unwrap();
+        let flaky = Flaky::new(cq);
+        let arm = flaky.arm.clone();
+        let cfg = config(backend).with_busy_enter_interval(Duration::ZERO);
+        let mut driver = Driver::new(cfg).unwrap();
+        driver
+            .register(Feed::new(flaky.cq, CqId(0), poster), FeedMode::Event)
+            .unwrap();
+        driver.process(Some(Duration::ZERO)).unwrap();
+        arm.store(ALWAYS_FAILS, Relaxed);
+        hca.push(wc(9)).unwrap();
+        for given_up in [false, true] {
+            let failed = first_error(&mut driver);
+            assert!(
+                matches!(&failed, Some(DriverError::FeedFailed { given_up: g, .. }) if *g == given_up),
+                "{backend:?}: {failed:?}"
+            );
+            assert!(
+                readable_within_watchdog(&driver),
+                "{backend:?}: the fd wakes the caller after the error (given up: {given_up})"
+            );
+        }
+        let got = take_processing(&mut driver, &mut consumer, 2, |_| false);
+        assert_eq!(wr_id(&got[0]), Some(9), "{backend:?}: drained first");
+        assert!(
+            matches!(got[1], VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError),
+            "{backend:?}: then its CqError: {:?}",
+            got[1]
+        );
+    }
+}

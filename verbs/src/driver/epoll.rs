@@ -9,6 +9,12 @@
 //! already reports at once, as a `POLL_ADD` does. A request takes effect in
 //! its `epoll_ctl`, so there is nothing to submit.
 //!
+//! The driver's own wake fd is the exception: registered level-triggered
+//! and not one-shot, as the ring's multishot poll is, its reports leave it
+//! armed. So while a wake is not handled (the reap clears the fd) the epoll
+//! fd is readable, whatever else was collected and not handled yet: a wake
+//! always shows to a caller waiting on the epoll fd.
+//!
 //! epoll keeps one registration per fd where the ring keeps one request per
 //! poll, and two feeds can poll one fd (a device's async event fd, read by
 //! the device feed the driver added and by an application's own feed of
@@ -45,6 +51,9 @@ pub(crate) struct Epoll {
     waiting: HashMap<RawFd, Vec<Request>>,
     /// When a busy turn calls `epoll_wait`.
     busy_enters: BusyEnters,
+    /// The fd of the wake poll ([`Request::WakePoll`]), registered for
+    /// good once asked for.
+    wake_fd: Option<RawFd>,
 }
 
 /// An `epoll_wait` that only collects what is ready.
@@ -72,6 +81,7 @@ impl Epoll {
             feed_fds: Vec::new(),
             waiting: HashMap::new(),
             busy_enters: BusyEnters::new(busy_enter_interval),
+            wake_fd: None,
         })
     }
 
@@ -86,10 +96,15 @@ impl Epoll {
             self.feed_fds[i] = fd;
         }
         let data = fd as u64;
-        let armed = match self.ctl(libc::EPOLL_CTL_MOD, fd, data) {
+        // The wake poll's registration stays armed (see the module doc).
+        let oneshot = r != Request::WakePoll;
+        if !oneshot {
+            self.wake_fd = Some(fd);
+        }
+        let armed = match self.ctl(libc::EPOLL_CTL_MOD, fd, data, oneshot) {
             // Not registered yet (or a new file under a reused number).
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                self.ctl(libc::EPOLL_CTL_ADD, fd, data)
+                self.ctl(libc::EPOLL_CTL_ADD, fd, data, oneshot)
             }
             r => r,
         };
@@ -102,14 +117,15 @@ impl Epoll {
         armed
     }
 
-    /// `epoll_ctl(op, fd)`, one-shot and level-triggered for reading, with
-    /// `data` as the report's user data. The fd is a number here, not a
+    /// `epoll_ctl(op, fd)`, level-triggered for reading (one-shot if
+    /// `oneshot`), with `data` as the report's user data. The fd is a number here, not a
     /// borrowed fd: a feed's fd comes from its source's safe `fd()` (or
     /// `channel_fd()`), which nothing obliges to name an open file, and the
     /// kernel checks the number (`EBADF`).
-    fn ctl(&self, op: libc::c_int, fd: RawFd, data: u64) -> io::Result<()> {
+    fn ctl(&self, op: libc::c_int, fd: RawFd, data: u64, oneshot: bool) -> io::Result<()> {
+        let oneshot = if oneshot { libc::EPOLLONESHOT } else { 0 };
         let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
+            events: (libc::EPOLLIN | oneshot) as u32,
             u64: data,
         };
         // SAFETY: `event` is a valid, writable `epoll_event` for the call;
@@ -143,7 +159,7 @@ impl Epoll {
                 // EBADF: a number that never named an open file was never
                 // registered either. Any other refusal leaves the request
                 // waiting, as the poll it was.
-                match self.ctl(libc::EPOLL_CTL_DEL, fd, 0) {
+                match self.ctl(libc::EPOLL_CTL_DEL, fd, 0, true) {
                     Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EBADF)) => {
                         return Err(e);
                     }
@@ -200,6 +216,16 @@ impl Epoll {
             // Copied out: the event is a packed struct on some targets.
             let (flags, data) = (ev.flags, ev.data);
             let fd = data.u64() as RawFd;
+            if Some(fd) == self.wake_fd {
+                // Still armed: the wake poll goes on, as a multishot one.
+                self.ready.push(Completion {
+                    request: Request::WakePoll,
+                    result: flags.bits() as i32,
+                    more: true,
+                    multishot: true,
+                });
+                continue;
+            }
             // One-shot: the report disarmed the fd, so every request
             // waiting for it ends here. None may wait: a registration whose
             // deletion found the number naming another file by then
@@ -285,7 +311,11 @@ mod tests {
         let mut ep = Epoll::new(4, Duration::ZERO).unwrap();
         let fd = eventfd::new().unwrap();
         eventfd::signal(&fd);
-        ep.poll(fd.as_raw_fd(), Request::WakePoll).unwrap();
+        let poll = Request::FeedPoll(FeedId {
+            index: 0,
+            generation: 0,
+        });
+        ep.poll(fd.as_raw_fd(), poll).unwrap();
         assert!(
             !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
                 .unwrap()
@@ -293,14 +323,48 @@ mod tests {
         let mut got = Vec::new();
         ep.reap(|c| got.push(c));
         assert_eq!(got.len(), 1);
-        assert_eq!(got[0].request, Request::WakePoll);
+        assert_eq!(got[0].request, poll);
         assert!(got[0].result > 0 && !got[0].more);
         // One-shot: still readable, but not reported until asked again.
         assert!(
             ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
                 .unwrap()
         );
+        ep.poll(fd.as_raw_fd(), poll).unwrap();
+        assert!(
+            !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn the_wake_poll_stays_armed_and_shows_on_the_epoll_fd_while_its_fd_is_readable() {
+        let mut ep = Epoll::new(4, Duration::ZERO).unwrap();
+        let fd = eventfd::new().unwrap();
         ep.poll(fd.as_raw_fd(), Request::WakePoll).unwrap();
+        eventfd::signal(&fd);
+        for _ in 0..2 {
+            // Collected and not reaped: the epoll fd still shows the wake.
+            assert!(!ep.submit_and_wait(Wait::Busy, Instant::now()).unwrap());
+            assert!(ep.collected());
+            let mut pfd = libc::pollfd {
+                fd: ep.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, for the call's duration.
+            assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1);
+        }
+        let mut got = Vec::new();
+        ep.reap(|c| got.push(c));
+        assert!(got.iter().all(|c| c.request == Request::WakePoll && c.more));
+        // Cleared (as the driver's reap does): no report, still armed.
+        eventfd::clear(&fd);
+        assert!(
+            ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
+                .unwrap()
+        );
+        eventfd::signal(&fd);
         assert!(
             !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
                 .unwrap()

@@ -196,7 +196,7 @@ impl Driver {
         };
         let backend = Backend::open(&cfg)?;
         trace::event!(DEBUG, backend = ?backend.kind(), "driver created");
-        Ok(Driver {
+        let mut driver = Driver {
             backend,
             cfg,
             slots: Vec::new(),
@@ -217,7 +217,21 @@ impl Driver {
             newly_done: Vec::new(),
             #[cfg(test)]
             refuse_cancels: 0,
-        })
+        };
+        // Polled from the start: a wake before the first `process` shows.
+        driver.keep_wake_poll()?;
+        driver.backend.flush()?;
+        Ok(driver)
+    }
+
+    /// The wake fd's poll is in the kernel (asked for again once it ended).
+    fn keep_wake_poll(&mut self) -> Result<(), DriverError> {
+        if !self.wake_poll_in_flight {
+            self.backend
+                .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
+            self.wake_poll_in_flight = true;
+        }
+        Ok(())
     }
 
     /// A handle for other threads.
@@ -346,11 +360,7 @@ impl Driver {
         };
         let shared = self.shared.clone();
         let _driving = shared.driving();
-        if !self.wake_poll_in_flight {
-            self.backend
-                .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
-            self.wake_poll_in_flight = true;
-        }
+        self.keep_wake_poll()?;
         let handled = self.turn()?;
         let wait = match timeout {
             // What was ready has been handled: report back instead of waiting,
@@ -373,11 +383,7 @@ impl Driver {
         // The caller may now wait on the ring's fd: the wake poll (which the
         // last turn may have seen end) and the polls of feeds that went to
         // sleep in that turn must be in the kernel before it does.
-        if !self.wake_poll_in_flight {
-            self.backend
-                .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
-            self.wake_poll_in_flight = true;
-        }
+        self.keep_wake_poll()?;
         self.backend.flush()?;
         // Readiness a busy wait collected (epoll's, every few busy turns)
         // no longer shows on the driver's fd: the next call must handle it
@@ -564,8 +570,10 @@ impl Drop for Driver {
 
 impl AsRawFd for Driver {
     /// The ring's fd (the epoll instance's, on that backend): readable when
-    /// [`Driver::process`] has completions to handle. Wait on it (epoll, poll, tokio's `AsyncFd`) unless the last
-    /// `process` reported [`Activity::busy`].
+    /// [`Driver::process`] has work: completions, or what a `register`, a
+    /// `remove` or a `process` that returned an error left (a feed to arm or
+    /// left busy, readiness collected, a failure to report). Wait on it
+    /// (epoll, poll, tokio's `AsyncFd`) unless the last `process` said busy.
     fn as_raw_fd(&self) -> RawFd {
         self.backend.as_raw_fd()
     }

@@ -247,6 +247,9 @@ impl Driver {
             generation,
         };
         trace::event!(DEBUG, feed = ?id, ?mode, "feed registered");
+        // Its first turn arms it: a caller's loop that waits on the fd
+        // before its next `process` must be woken for it.
+        self.shared.wake();
         Ok(id)
     }
 
@@ -286,7 +289,9 @@ impl Driver {
         }
         loop {
             if let Some(i) = self.removed.iter().position(|(r, _)| *r == id) {
-                return Ok(downcast(self.removed.swap_remove(i).1));
+                let feed = downcast(self.removed.swap_remove(i).1);
+                self.show_pending_work()?;
+                return Ok(feed);
             }
             // The cancellation's completion ends this wait; the timeout only
             // bounds it should the kernel be slow to report it. A panic
@@ -294,6 +299,25 @@ impl Driver {
             // must not leave this removal half done.
             self.removal_step()?;
         }
+    }
+
+    /// The turns of a removal's wait serve every feed, and may leave work
+    /// the driver's fd does not show (a feed woken and left to re-arm,
+    /// readiness a busy turn collected, a failure or panic to report, a
+    /// handle's command): what the caller's `process` would have reported
+    /// as busy. Hand on what is queued, and make the fd readable for it, so
+    /// that a loop that waits on the fd next is woken.
+    fn show_pending_work(&mut self) -> Result<(), DriverError> {
+        self.backend.flush()?;
+        let pending = self.busy
+            || self.backend.collected()
+            || self.shared.commands_pending()
+            || self.caught.is_some()
+            || self.failed.is_some();
+        if pending {
+            self.shared.wake();
+        }
+        Ok(())
     }
 
     /// One step of [`Driver::remove`]'s wait.
