@@ -383,3 +383,59 @@ fn a_feed_registered_before_the_first_process_shows_on_the_drivers_fd() {
         );
     }
 }
+
+/// A spawned driver owns its wake poll on its own thread: the thread that
+/// created it (here the test's) is not interrupted by the driver's wakes.
+/// io_uring runs a poll's completion work on the thread that submitted it,
+/// interrupting that thread for it (here: an `epoll_wait` of its own
+/// returning `EINTR`), so a driver that kept the creator's poll would
+/// route every wake through it. epoll has no such tie.
+#[test]
+fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
+    let running = driver.spawn().unwrap();
+    let handle = running.handle().clone();
+    // A command answered: the driver's thread has turned, and reaped the
+    // end of the creator's poll.
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    let (cq, _hca) = SoftCq::new(4).unwrap();
+    let key = handle
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    let quiet = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC).unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Commands, each a wake of the driver, while this thread waits.
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                let _ = handle.stats();
+                let _ = handle.register(
+                    Feed::new(
+                        SoftCq::new(4).unwrap().0,
+                        CqId(1),
+                        evd::bounded::<VerbsEvent>(4).unwrap().0,
+                    ),
+                    FeedMode::Event,
+                );
+            }
+        });
+        let mut events = Vec::with_capacity(1);
+        let ms = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 300_000_000,
+        };
+        let waited = rustix::event::epoll::wait(
+            &quiet,
+            rustix::buffer::spare_capacity(&mut events),
+            Some(&ms),
+        );
+        done.store(true, Ordering::Relaxed);
+        assert!(
+            waited.is_ok(),
+            "the creating thread's wait was interrupted: {waited:?}"
+        );
+    });
+    let mut stopped = running.shutdown().unwrap();
+    assert!(stopped.take(key).is_some());
+}

@@ -102,9 +102,21 @@ impl Backend {
         }
     }
 
+    /// Ask the kernel to end the wake poll, so that the thread that reaps
+    /// its end asks for it again. io_uring runs a poll's completion work on
+    /// the thread that submitted it (interrupting that thread to do so): a
+    /// driver created on one thread and spawned onto another must own its
+    /// wake poll there. epoll has no such tie: nothing to do.
+    pub(crate) fn cancel_wake(&mut self) -> io::Result<()> {
+        match self {
+            Backend::Uring(b) => b.cancel_wake(),
+            Backend::Epoll(_) => Ok(()),
+        }
+    }
+
     /// A poll completed: true if it was asked multishot and the kernel
-    /// refused that (the caller asks again). Never on epoll, which is
-    /// asked one-shot.
+    /// refused that (the caller asks again). Never on epoll, which has no
+    /// multishot poll.
     pub(crate) fn refused_multishot(&mut self, c: &Completion) -> bool {
         match self {
             Backend::Uring(b) => b.refused_multishot(c),

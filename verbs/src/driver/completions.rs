@@ -37,7 +37,7 @@ impl Driver {
                         done.push(removed);
                     }
                 }
-                Request::Cancel(_) => {}
+                Request::Cancel(_) | Request::CancelWake => {}
             }
         }
         self.reaped = completions;

@@ -85,9 +85,16 @@ impl Epoll {
         })
     }
 
-    /// Ask for one readiness report of `fd` (one-shot) for `r`, beside any
-    /// other request waiting for the same fd.
+    /// Ask for one readiness report of `fd` (one-shot; the wake poll's stay
+    /// armed) for `r`, beside any other request waiting for the same fd. A
+    /// feed's fd that is the wake fd's number (a feed whose source names a
+    /// closed fd that the driver's eventfd reuses) is refused (`EINVAL`,
+    /// the feed's failure): it would share, and disarm, the wake's
+    /// registration.
     pub(crate) fn poll(&mut self, fd: RawFd, r: Request) -> io::Result<()> {
+        if matches!(r, Request::FeedPoll(_)) && Some(fd) == self.wake_fd {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
         if let Request::FeedPoll(id) = r {
             let i = id.index as usize;
             if self.feed_fds.len() <= i {
@@ -335,6 +342,19 @@ mod tests {
             !ep.submit_and_wait(Wait::For(Duration::ZERO), Instant::now())
                 .unwrap()
         );
+    }
+
+    #[test]
+    fn a_feeds_poll_of_the_wake_fds_number_is_refused_as_the_feeds_failure() {
+        let mut ep = Epoll::new(4, Duration::ZERO).unwrap();
+        let fd = eventfd::new().unwrap();
+        ep.poll(fd.as_raw_fd(), Request::WakePoll).unwrap();
+        let feed = Request::FeedPoll(FeedId {
+            index: 0,
+            generation: 0,
+        });
+        let refused = ep.poll(fd.as_raw_fd(), feed).unwrap_err();
+        assert!(crate::driver::readiness::refuses_the_fd(&refused));
     }
 
     #[test]

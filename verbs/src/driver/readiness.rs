@@ -16,6 +16,9 @@ pub(crate) enum Request {
     WakePoll,
     /// The cancellation of a feed's poll.
     Cancel(FeedId),
+    /// The cancellation of the wake poll (to ask for it again from another
+    /// thread: see `Driver::run`).
+    CancelWake,
 }
 
 /// A request's user data: which request, for which feed, and whether it
@@ -55,6 +58,7 @@ pub(crate) fn same_feed(reported: FeedId, registered: FeedId) -> bool {
 const KIND_FEED: u8 = 1;
 const KIND_WAKE: u8 = 2;
 const KIND_CANCEL: u8 = 3;
+const KIND_CANCEL_WAKE: u8 = 4;
 
 impl UserData {
     pub(crate) fn of(r: Request) -> Self {
@@ -68,6 +72,13 @@ impl UserData {
                 },
             ),
             Request::Cancel(id) => (KIND_CANCEL, id),
+            Request::CancelWake => (
+                KIND_CANCEL_WAKE,
+                FeedId {
+                    index: 0,
+                    generation: 0,
+                },
+            ),
         };
         UserData {
             kind,
@@ -86,6 +97,7 @@ impl UserData {
             KIND_FEED => Some(Request::FeedPoll(id)),
             KIND_WAKE => Some(Request::WakePoll),
             KIND_CANCEL => Some(Request::Cancel(id)),
+            KIND_CANCEL_WAKE => Some(Request::CancelWake),
             _ => None,
         }
     }
@@ -226,6 +238,7 @@ mod tests {
             Request::FeedPoll(id),
             Request::WakePoll,
             Request::Cancel(id),
+            Request::CancelWake,
         ] {
             for multishot in [false, true] {
                 let ud = UserData {

@@ -289,15 +289,17 @@ impl Driver {
         }
         loop {
             if let Some(i) = self.removed.iter().position(|(r, _)| *r == id) {
-                let feed = downcast(self.removed.swap_remove(i).1);
-                self.show_pending_work()?;
-                return Ok(feed);
+                self.show_pending_work();
+                return Ok(downcast(self.removed.swap_remove(i).1));
             }
             // The cancellation's completion ends this wait; the timeout only
             // bounds it should the kernel be slow to report it. A panic
             // caught meanwhile is kept for the next `process` to report: it
             // must not leave this removal half done.
-            self.removal_step()?;
+            if let Err(e) = self.removal_step() {
+                self.show_pending_work();
+                return Err(e);
+            }
         }
     }
 
@@ -305,19 +307,23 @@ impl Driver {
     /// the driver's fd does not show (a feed woken and left to re-arm,
     /// readiness a busy turn collected, a failure or panic to report, a
     /// handle's command): what the caller's `process` would have reported
-    /// as busy. Hand on what is queued, and make the fd readable for it, so
-    /// that a loop that waits on the fd next is woken.
-    fn show_pending_work(&mut self) -> Result<(), DriverError> {
-        self.backend.flush()?;
-        let pending = self.busy
+    /// as busy, or a cancellation still owed. Hand on what is queued, and
+    /// make the fd readable for it, so that a loop that waits on the fd
+    /// next is woken. A flush the backend refuses leaves its requests
+    /// queued for the next step, which reports the failure: the fd is
+    /// woken all the same.
+    fn show_pending_work(&mut self) {
+        let flushed = self.backend.flush().is_ok();
+        let pending = !flushed
+            || self.busy
             || self.backend.collected()
             || self.shared.commands_pending()
             || self.caught.is_some()
-            || self.failed.is_some();
+            || self.failed.is_some()
+            || !self.cancels_owed.is_empty();
         if pending {
             self.shared.wake();
         }
-        Ok(())
     }
 
     /// One step of [`Driver::remove`]'s wait.

@@ -61,6 +61,13 @@ impl Driver {
             feeds = self.slots.iter().flatten().count(),
             "driver thread started"
         );
+        // The wake poll `Driver::new` asked for belongs (on io_uring) to
+        // the thread that created the driver: ended here, and asked again
+        // by this thread's first step, which reaps its end. Refused, the
+        // driver still works, its wakes routed through that thread.
+        if self.wake_poll_in_flight {
+            let _ = self.backend.cancel_wake();
+        }
         let r = self.serve_until_stopped();
         if r.is_err() {
             // Failed: the feeds go with the driver, nobody to hand them to;

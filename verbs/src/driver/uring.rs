@@ -116,6 +116,22 @@ impl Ring {
         Ok(())
     }
 
+    /// Cancel the wake poll (both ways it may have been asked): its end
+    /// (`ECANCELED`) lets the thread that reaps it ask again.
+    pub(crate) fn cancel_wake(&mut self) -> io::Result<()> {
+        for multishot in [true, false] {
+            let target = UserData {
+                multishot,
+                ..UserData::of(Request::WakePoll)
+            };
+            let sqe = opcode::AsyncCancel::new(target.encode())
+                .build()
+                .user_data(UserData::of(Request::CancelWake).encode());
+            self.push(&sqe)?;
+        }
+        Ok(())
+    }
+
     /// A poll completed: true if it was submitted multishot and the kernel
     /// refused that (`EINVAL`, before Linux 5.13). The ring asks one-shot
     /// from then on, and the caller asks again. Decided per request, so
