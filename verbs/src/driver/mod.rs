@@ -41,8 +41,8 @@
 //! cancellation (those waits are bounded, and not counted).
 //!
 //! # A feed that fails
-//! A feed's verbs call that fails (`req_notify`, `get_cq_event`, the
-//! backend's poll of its fd) is that feed's failure, never the driver's
+//! A feed's verbs call that fails (`req_notify`, `get_cq_event`, a poll
+//! refused for its fd: `EBADF`, `EPERM`...) is its failure, not the driver's
 //! ([`DriverError::FeedFailed`]): the other feeds get their turns, and a
 //! spawned driver serves on. The slot retries the feed once (its next turn
 //! arms and drains, as after any failed turn) and gives it up on a failure
@@ -50,7 +50,8 @@
 //! CQs are drained, each then delivers a `CqError`, and it gets no turn
 //! after that (a [`ChannelFeed`](crate::ChannelFeed)'s member CQ whose arm
 //! fails is given up at once, the others go on: see there). Only the
-//! backend's own failure ends a call ([`DriverError::Io`]).
+//! backend's own failure (its ring; no memory; epoll's watch limit) ends a
+//! call ([`DriverError::Io`]).
 
 mod adaptive;
 mod backend;
