@@ -1367,3 +1367,39 @@ fn a_cno_waker_that_panics_in_a_permit_send_does_not_cost_the_permit_waiters_the
     );
     assert_eq!(ready_keys(&mut cno), [7]);
 }
+
+/// `into_upcalls` (and `into_upcalls_mut`) of a consumer whose CNO enable
+/// is still set while events are queued (a direct arm took the post's
+/// notification) takes the enable back without triggering the CNO: no key,
+/// and no wake of the CNO's waiter, for an EVD that upcalls serve now (a
+/// CNO waker that panicked there would unwind out of the conversion).
+#[test]
+fn into_upcalls_of_a_consumer_still_enabled_triggers_no_cno() {
+    for exclusive in [false, true] {
+        let mut cno = Cno::new(1).unwrap();
+        let cno_fd = cno.notify_fd().unwrap();
+        assert_eq!(cno.arm(), ArmStatus::Armed);
+        let (poster, mut consumer) = pair::<u8>(4);
+        consumer.bind_cno(&cno, 3).unwrap();
+        assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
+        assert_eq!(consumer.arm(), ArmStatus::Armed);
+        poster.post(1).unwrap();
+        assert_eq!(
+            cno_fd.acknowledge().unwrap(),
+            0,
+            "the post took the direct arm; the CNO's enable stays"
+        );
+        let upcalls = if exclusive {
+            consumer.into_upcalls_mut(evd::Invoke::Any, |_, _| {})
+        } else {
+            consumer.into_upcalls(
+                evd::UpcallPolicy::SingleInstance,
+                evd::Invoke::Any,
+                |_, _| {},
+            )
+        };
+        assert_eq!(cno_fd.acknowledge().unwrap(), 0, "exclusive: {exclusive}");
+        assert_eq!(cno.try_next(), None, "exclusive: {exclusive}");
+        drop(upcalls);
+    }
+}

@@ -6,7 +6,7 @@
 //!
 //! Run with `cargo test -p evd --features tracing --test tracing`.
 
-use evd::{Invoke, PostError, UpcallPolicy};
+use evd::{Invoke, UpcallPolicy};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -93,17 +93,26 @@ fn a_resize_and_a_policy_change_are_reported() {
 
 #[test]
 fn a_long_room_wait_is_reported_once_when_it_ends() {
-    let events = recorded(|| {
-        let (poster, _consumer) = evd::bounded::<u8>(1).unwrap();
-        poster.post(1).unwrap();
-        // Nobody dequeues: the post sleeps until its timeout, well past 1 ms.
-        assert_eq!(
-            poster.post_timeout(2, Duration::from_millis(20)),
-            Err(PostError::Full(2))
-        );
-        // A post that finds room does not read the clock, nor report.
-        let (poster, _consumer) = evd::bounded::<u8>(1).unwrap();
-        poster.post_blocking(3).unwrap();
+    let (poster, mut consumer) = evd::bounded::<u8>(1).unwrap();
+    poster.post(1).unwrap();
+    let consumer = &mut consumer;
+    let events = std::thread::scope(|s| {
+        // Frees the slot once the post waits for room (seated: past its
+        // back-off, its clock read) and the wait has outlasted 1 ms: a
+        // duration the test asks for, the order comes from `room_wanted`.
+        s.spawn(move || {
+            while !consumer.query().room_wanted {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(consumer.try_dequeue(), Ok(1));
+        });
+        recorded(|| {
+            poster.post_blocking(2).unwrap();
+            // A post that finds room does not read the clock, nor report.
+            let (poster, _consumer) = evd::bounded::<u8>(1).unwrap();
+            poster.post_blocking(3).unwrap();
+        })
     });
     let waits: Vec<_> = events
         .iter()
@@ -120,4 +129,89 @@ fn a_long_room_wait_is_reported_once_when_it_ends() {
         .expect("a waited_us field");
     // Measured from the sleep, after the backoff: above the 1 ms bound.
     assert!(waited_us > 1_000, "{events:?}");
+}
+
+/// A subscriber that panics on the events whose text contains its needle.
+struct PanicsOn(&'static str);
+
+impl Subscriber for PanicsOn {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        let mut text = String::new();
+        event.record(&mut Fields(&mut text));
+        if text.contains(self.0) {
+            panic!("a subscriber panicked on {text}");
+        }
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+/// A subscriber (user code) that panics on the closed event runs after the
+/// close's CNO trigger, not between taking the enable and triggering: the
+/// key reaches the CNO, and the consumer's disable (whose barrier waits for
+/// that trigger) returns.
+#[test]
+fn a_subscriber_panicking_on_the_closed_event_leaves_the_cno_its_key() {
+    let mut cno = evd::Cno::new(1).unwrap();
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.bind_cno(&cno, 7).unwrap();
+    assert_eq!(consumer.enable_cno().unwrap(), evd::ArmStatus::Armed);
+    let closed = tracing::subscriber::with_default(PanicsOn("EVD closed"), || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(poster)))
+    });
+    assert!(closed.is_err(), "the subscriber's panic reaches the closer");
+    let key = cno.try_next();
+    if key != Some(7) {
+        // The disable's barrier would wait for ever for the trigger that
+        // never came: fail, not hang.
+        std::mem::forget(consumer);
+        panic!("the close did not trigger the CNO: {key:?}");
+    }
+    consumer.disable_cno();
+    assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Closed));
+}
+
+/// A subscriber that panics on the policy event runs before the switch: the
+/// panic leaves no upcall counted in flight holding the token (with no
+/// instance to hand it back, no post would start one again and a teardown
+/// would wait for ever), and the next switch works.
+#[test]
+fn a_subscriber_panicking_on_the_policy_event_leaves_no_upcall_in_flight() {
+    let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handled = seen.clone();
+    let mut upcalls = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, move |ev, _| {
+        handled.lock().unwrap().push(ev.unwrap());
+    });
+    poster.post(1).unwrap();
+    let switched = tracing::subscriber::with_default(PanicsOn("upcall policy set"), || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            upcalls.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        }))
+    });
+    assert!(
+        switched.is_err(),
+        "the subscriber's panic reaches the caller"
+    );
+    let in_flight = upcalls.query().upcalls_in_flight;
+    if in_flight != 0 {
+        // Dropping the upcalls would wait for ever for that instance: fail,
+        // not hang.
+        std::mem::forget(upcalls);
+        panic!("{in_flight} upcall counted in flight with none running");
+    }
+    upcalls
+        .set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
+        .unwrap();
+    poster.post(2).unwrap();
+    let _consumer = upcalls.teardown();
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
 }

@@ -423,14 +423,11 @@ impl<T> Shared<T> {
                 Ok((c.new, (true, c.wake, c.trigger_cno)))
             }
         });
-        if closed_here {
-            trace::event!(DEBUG, evd = self.id(), "EVD closed");
-        }
         // After CLOSED: a woken waiter's next post is refused as closed. The
-        // CNO's trigger lands first: a waker run inline below may disable
-        // the EVD, whose barrier waits for that trigger. Every step runs even
-        // if a waker before it panics (the posters' wakes catch their own);
-        // the first panic goes on after them.
+        // CNO's trigger lands first, before any user code (the closed event's
+        // subscriber too): a waker run below may disable the EVD, whose
+        // barrier waits for it. Every step runs even if one before it panics
+        // (the posters' wakes catch their own); the first goes on after them.
         let mut panics = Panics::default();
         if trigger_cno {
             panics.run(|| self.trigger_cno());
@@ -438,6 +435,9 @@ impl<T> Shared<T> {
         self.wake_posters_on_close();
         if wake {
             panics.run(|| self.notify_consumer());
+        }
+        if closed_here {
+            panics.run(|| trace::event!(DEBUG, evd = self.id(), "EVD closed"));
         }
         panics.resume();
     }

@@ -136,8 +136,11 @@ impl<T: Send> Consumer<T> {
     where
         F: Fn(Result<T, Overflow>, bool) + Send + Sync + 'static,
     {
-        self.disarm();
+        // Unbound first: a disarm with the CNO still enabled and events
+        // queued would trigger it (a key, and its waker run, for an EVD
+        // that upcalls now serve); `unbind_cno` takes the enable back.
         self.unbind_cno();
+        self.disarm();
         self.shared()
             .set_handler(Installed::shared(Box::new(handler)));
         let mut upcalls = Upcalls {
@@ -180,8 +183,8 @@ impl<T: Send> Consumer<T> {
     where
         F: FnMut(Result<T, Overflow>, bool) + Send + 'static,
     {
+        self.unbind_cno(); // first, as in `into_upcalls`
         self.disarm();
-        self.unbind_cno();
         self.shared()
             .set_handler(Installed::exclusive(Box::new(handler)));
         let mut upcalls = Upcalls {
@@ -300,8 +303,10 @@ impl<T: Send> Upcalls<T> {
             false => invoke,
         };
         let s = self.shared();
-        let (starts, _) = s.set_policy(policy.bits(), invoke);
+        // Before the switch: a subscriber that panics must not leave the
+        // token it takes held, with no instance to hand it back.
         crate::trace::event!(DEBUG, evd = s.id(), ?policy, ?invoke, "upcall policy set");
+        let (starts, _) = s.set_policy(policy.bits(), invoke);
         if starts {
             instance::run(s);
         }
