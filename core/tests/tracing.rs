@@ -14,9 +14,10 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
-/// Events as (level, target, fields as text).
+/// Events as (level, target, fields as text); it panics (user code the
+/// EVD must survive) on an event whose text contains the needle, if set.
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(Level, String, String)>>);
+struct Recorder(Mutex<Vec<(Level, String, String)>>, Option<&'static str>);
 
 struct Fields<'a>(&'a mut String);
 
@@ -38,6 +39,9 @@ impl Subscriber for Recorder {
     fn event(&self, event: &Event<'_>) {
         let mut text = String::new();
         event.record(&mut Fields(&mut text));
+        if self.1.is_some_and(|needle| text.contains(needle)) {
+            panic!("a subscriber panicked on {text}");
+        }
         let meta = event.metadata();
         self.0
             .lock()
@@ -131,27 +135,9 @@ fn a_long_room_wait_is_reported_once_when_it_ends() {
     assert!(waited_us > 1_000, "{events:?}");
 }
 
-/// A subscriber that panics on the events whose text contains its needle.
-struct PanicsOn(&'static str);
-
-impl Subscriber for PanicsOn {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, event: &Event<'_>) {
-        let mut text = String::new();
-        event.record(&mut Fields(&mut text));
-        if text.contains(self.0) {
-            panic!("a subscriber panicked on {text}");
-        }
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
+/// A subscriber that panics on the events whose text contains `needle`.
+fn panics_on(needle: &'static str) -> Recorder {
+    Recorder(Mutex::default(), Some(needle))
 }
 
 /// A subscriber (user code) that panics on the closed event runs after the
@@ -164,7 +150,7 @@ fn a_subscriber_panicking_on_the_closed_event_leaves_the_cno_its_key() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     consumer.bind_cno(&cno, 7).unwrap();
     assert_eq!(consumer.enable_cno().unwrap(), evd::ArmStatus::Armed);
-    let closed = tracing::subscriber::with_default(PanicsOn("EVD closed"), || {
+    let closed = tracing::subscriber::with_default(panics_on("EVD closed"), || {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(poster)))
     });
     assert!(closed.is_err(), "the subscriber's panic reaches the closer");
@@ -192,7 +178,7 @@ fn a_subscriber_panicking_on_the_policy_event_leaves_no_upcall_in_flight() {
         handled.lock().unwrap().push(ev.unwrap());
     });
     poster.post(1).unwrap();
-    let switched = tracing::subscriber::with_default(PanicsOn("upcall policy set"), || {
+    let switched = tracing::subscriber::with_default(panics_on("upcall policy set"), || {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             upcalls.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
         }))
