@@ -56,8 +56,7 @@ impl Subscriber for Recorder {
 fn recorded(f: impl FnOnce()) -> Vec<(Level, String, String)> {
     let recorder = Arc::new(Recorder::default());
     tracing::subscriber::with_default(recorder.clone(), f);
-    let events = recorder.0.lock().unwrap().clone();
-    events
+    recorder.0.lock().unwrap().clone()
 }
 
 #[test]
