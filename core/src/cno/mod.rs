@@ -90,6 +90,9 @@
 //! | direct wait vs CNO | the direct waiter is woken; the key comes with the next post | `cno_direct_wait_preempts` |
 //! | CNO wait vs close | the key is delivered once; the drain ends the stream | `cno_wait_vs_close` |
 //! | CNO wait vs unbind | the key is delivered or removed, never dangling | `cno_wait_vs_unbind` |
+//! | the pop of a released slot's stale index vs a bind that reclaims it | the new key once; no slot freed while bound or queued | `a_bind_that_reclaims_a_slot_vs_the_pop_of_its_stale_index` (a unit model in `cno/engine.rs`) |
+//! | modify_cno vs drop of the new CNO | the EVD is told, and notes it, exactly when the key reached no CNO | `cno_modify_vs_drop_of_the_new_cno_notifies_the_evd` |
+//! | blocking dequeue vs post and unwaitable | told once: the direct wake or the key | `cno_dequeue_vs_post_and_unwaitable_notifies_once` |
 //! | direct wait gives up | the queued events go to the CNO | `cno_direct_wait_that_gives_up_hands_the_event_to_the_cno` |
 //! | the eventfd | written once per idle → ready | a test in `tests/cno.rs` |
 

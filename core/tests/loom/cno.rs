@@ -198,13 +198,14 @@ fn cno_wait_vs_close() {
 
 #[test]
 fn cno_wait_vs_unbind() {
-    // An enabled EVD is unbound while a post's trigger is in flight, and the
-    // freed slot is bound at once to another EVD: the old key is never
-    // delivered after the unbind, the new binding's key is delivered exactly
-    // once (a stale ring entry of the old binding, perhaps still being
-    // pushed, carries it: the wait may have to wait for that push, as any
-    // key waits for the triggers ahead of it in the ring), and the first
-    // event stays in its EVD.
+    // An enabled EVD is unbound while a post's trigger is in flight (its
+    // index perhaps still being pushed), and another EVD is bound at once
+    // (to the spare slot: a slot whose index is queued is bound again only
+    // after the waiter's pop, or reclaimed when no slot is free, the unit
+    // model `a_bind_that_reclaims_a_slot_vs_the_pop_of_its_stale_index`):
+    // the old key is never delivered after the unbind, the new binding's key
+    // is delivered exactly once (the wait may pop the old binding's stale
+    // entry first), and the first event stays in its EVD.
     model_bounded(2, || {
         let mut cno = evd::Cno::new(1).unwrap();
         let (poster, mut consumer) = enabled_evd(&cno, 1);
