@@ -16,9 +16,11 @@ pub enum CreateError {
         /// What was asked for.
         requested: usize,
     },
-    /// The ring's memory could not be allocated.
+    /// The ring's memory could not be allocated; for a [`Cno`](crate::Cno),
+    /// its ready ring's or its slot table's.
     AllocFailed {
-        /// The (power-of-two) capacity that could not be allocated.
+        /// The capacity that could not be allocated: a ring's (a power of
+        /// two), or a CNO's slot count (two per EVD).
         capacity: usize,
     },
 }

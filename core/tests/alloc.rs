@@ -18,17 +18,38 @@ struct Counting;
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    /// Allocations of at least this many bytes fail (0: none).
+    static FAIL_FROM: Cell<usize> = const { Cell::new(0) };
 }
 
-// SAFETY: defers to the system allocator; the bookkeeping touches only
-// const-initialized thread-locals, which never allocate.
+/// True if an allocation of `layout` on this thread is to fail.
+fn fails(layout: Layout) -> bool {
+    FAIL_FROM.with(|f| f.get() != 0 && layout.size() >= f.get())
+}
+
+// SAFETY: defers to the system allocator, or reports a failure (null) as it
+// may; the bookkeeping touches only const-initialized thread-locals, which
+// never allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.with(|c| c.get()) {
             ALLOCATIONS.with(|a| a.set(a.get() + 1));
         }
+        if fails(layout) {
+            return std::ptr::null_mut();
+        }
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(|c| c.get()) {
+            ALLOCATIONS.with(|a| a.set(a.get() + 1));
+        }
+        if fails(layout) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: same contract as ours.
@@ -37,6 +58,9 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if COUNTING.with(|c| c.get()) {
             ALLOCATIONS.with(|a| a.set(a.get() + 1));
+        }
+        if FAIL_FROM.with(|f| f.get() != 0 && new_size >= f.get()) {
+            return std::ptr::null_mut();
         }
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -53,6 +77,15 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
     f();
     COUNTING.with(|c| c.set(false));
     ALLOCATIONS.with(|a| a.get())
+}
+
+/// `f`'s result, allocations of at least `bytes` on this thread failing
+/// while it runs.
+fn failing_from<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
+    FAIL_FROM.with(|c| c.set(bytes));
+    let r = f();
+    FAIL_FROM.with(|c| c.set(0));
+    r
 }
 
 struct CountingWaker(AtomicU64);
@@ -136,4 +169,64 @@ fn hot_paths_do_not_allocate_in_steady_state() {
     assert_eq!(n, 0, "allocations on a post that runs an upcall");
     assert_eq!(delivered.load(Ordering::Relaxed), ROUNDS + 1);
     drop(upcalls);
+}
+
+#[test]
+fn a_cno_whose_slot_table_cannot_be_allocated_is_refused_not_aborted() {
+    const EVDS: usize = 4096;
+    let slots = 2 * EVDS;
+    // The ready ring (a stamp and a u32 per slot, 16 bytes) fits; the slot
+    // table (a cache line per slot) and the free list's key log (two 16-byte
+    // entries per slot) do not.
+    let refused = failing_from(32 * slots, || evd::Cno::new(EVDS).err());
+    assert_eq!(
+        refused,
+        Some(evd::CreateError::AllocFailed { capacity: slots })
+    );
+    assert!(
+        evd::Cno::new(EVDS).is_ok(),
+        "only the failing allocator refused it"
+    );
+    // A ready ring that cannot be allocated is refused too.
+    let refused = failing_from(8 * slots, || evd::Cno::new(EVDS).err());
+    assert!(
+        matches!(refused, Some(evd::CreateError::AllocFailed { .. })),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn binding_enabling_and_unbinding_a_cno_do_not_allocate() {
+    let mut cno = evd::Cno::new(4).unwrap();
+    let mut evds: Vec<_> = (0..4).map(|_| evd::bounded::<u64>(8).unwrap()).collect();
+    let mut keys = Vec::with_capacity(8);
+    let mut cycle = |evds: &mut [(evd::Poster<u64>, evd::Consumer<u64>)], i: u64| {
+        for (k, (p, c)) in evds.iter_mut().enumerate() {
+            c.bind_cno(&cno, k as u64).unwrap();
+            assert_eq!(c.enable_cno(), Ok(evd::ArmStatus::Armed));
+            p.post(i).unwrap();
+        }
+        keys.clear();
+        cno.try_ready(&mut keys);
+        assert_eq!(keys.len(), evds.len());
+        for (k, (p, c)) in evds.iter_mut().enumerate() {
+            assert_eq!(c.try_dequeue(), Ok(i));
+            // Enabled and triggered again: unbound with its index queued,
+            // its slot freed by the next cycle's pop of that stale index.
+            assert_eq!(c.enable_cno(), Ok(evd::ArmStatus::Armed));
+            p.post(i).unwrap();
+            assert_eq!(c.unbind_cno(), Some(k as u64));
+            assert_eq!(c.try_dequeue(), Ok(i));
+        }
+    };
+    // The warm-up binds each EVD to this CNO once: an EVD keeps an entry
+    // for every CNO it was bound to, made at the first binding. The CNO
+    // made every list it will need when it was created.
+    cycle(&mut evds, 0);
+    let n = allocations_in(|| {
+        for i in 1..=ROUNDS {
+            cycle(&mut evds, i);
+        }
+    });
+    assert_eq!(n, 0, "allocations on bind/enable/trigger/unbind");
 }

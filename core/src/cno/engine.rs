@@ -13,7 +13,7 @@
 
 use super::slot;
 use crate::PostError;
-use crate::error::CnoError;
+use crate::error::{CnoError, CreateError};
 use crate::notify::{CnoTarget, Reached};
 use crate::poster::Poster;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Backoff, Mutex, Ordering};
@@ -57,16 +57,26 @@ struct FreeList {
 }
 
 impl FreeList {
-    fn new(slots: usize) -> Self {
-        FreeList {
-            free: (0..slots as u32).collect(),
+    /// The free list of `slots` slots, every one free, with the room each
+    /// list can ever need (so that binding and unbinding never allocate);
+    /// `None` if that memory cannot be had.
+    fn try_new(slots: usize) -> Option<Self> {
+        let mut free = VecDeque::new();
+        free.try_reserve_exact(slots).ok()?;
+        free.extend(0..slots as u32);
+        // `hold` prunes `unheld` once it has more than twice the keys.
+        let mut unheld = VecDeque::new();
+        unheld.try_reserve_exact(2 * slots + 1).ok()?;
+        unheld.extend((0..slots as u64).map(|k| (k, 0)));
+        Some(FreeList {
+            free,
             bound: 0,
-            freeing: Vec::new(),
-            key_holders: vec![0; slots].into(),
-            unheld: (0..slots as u64).map(|k| (k, 0)).collect(),
-            last_release: vec![0; slots].into(),
+            freeing: filled(0, slots, |_| 0)?,
+            key_holders: filled(slots, slots, |_| 0)?.into(),
+            unheld,
+            last_release: filled(slots, slots, |_| 0)?.into(),
             releases: 0,
-        }
+        })
     }
 
     /// A key for a binding that asked for none: the one nobody has held
@@ -108,6 +118,16 @@ impl FreeList {
     }
 }
 
+/// `len` values of `f` (by index) with room for `room`, or `None` if that
+/// memory cannot be had (a large CNO's tables are refused with an error, as
+/// its ready ring is, rather than aborting the process).
+fn filled<T>(len: usize, room: usize, f: impl FnMut(usize) -> T) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(room).ok()?;
+    v.extend((0..len).map(f));
+    Some(v)
+}
+
 /// The CNO's shared state: held by the [`Cno`](crate::Cno), every
 /// [`CnoHandle`](crate::CnoHandle) and every EVD that was bound to it.
 pub(crate) struct CnoCore {
@@ -134,23 +154,27 @@ impl CnoCore {
 
     /// A CNO for `max` bindings whose ready ring (room for every slot) is fed
     /// through `ready`.
-    pub(crate) fn new(max: usize, ready: Poster<u32>) -> Self {
+    ///
+    /// # Errors
+    /// [`CreateError::AllocFailed`] (with the slot count) if the slot table
+    /// or the free list cannot be allocated.
+    pub(crate) fn new(max: usize, ready: Poster<u32>) -> Result<Self, CreateError> {
         let slots = Self::slots_for(max).expect("checked by the caller");
         debug_assert!(ready.capacity() >= slots);
-        CnoCore {
+        let failed = CreateError::AllocFailed { capacity: slots };
+        let slot = |_| {
+            CachePadded::new(Slot {
+                state: AtomicU64::new(0),
+                key: AtomicU64::new(0),
+            })
+        };
+        Ok(CnoCore {
             max,
-            slots: (0..slots)
-                .map(|_| {
-                    CachePadded::new(Slot {
-                        state: AtomicU64::new(0),
-                        key: AtomicU64::new(0),
-                    })
-                })
-                .collect(),
-            free: Mutex::new(FreeList::new(slots)),
+            slots: filled(slots, slots, slot).ok_or(failed)?.into(),
+            free: Mutex::new(FreeList::try_new(slots).ok_or(failed)?),
             ready,
             gone: CachePadded::new(AtomicBool::new(false)),
-        }
+        })
     }
 
     /// The most bindings at once.
@@ -446,140 +470,7 @@ impl CnoTarget for CnoCore {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    /// A slot in `free` has no index in the ring and waits for no pop.
-    fn assert_free_slots_are_clean(core: &CnoCore) {
-        core.with_free(|f| {
-            for &slot in &f.free {
-                let s = core.slots[slot as usize].state.load(Ordering::Relaxed);
-                assert_eq!(s & (slot::IN_RING | slot::FREEING), 0, "free slot {slot}");
-            }
-        });
-    }
-
-    /// The waiter pops a releasing slot's stale index (its CAS clears
-    /// `FREEING`) and is stalled before its free-list step; meanwhile a bind
-    /// reclaims the slot, a trigger pushes its index again, and the binding
-    /// is released again. The stalled pop must leave the slot to the pop of
-    /// the new entry.
-    #[test]
-    fn a_pop_stalled_before_its_free_list_step_frees_no_slot_whose_index_is_queued_again() {
-        let (ready, mut ring) = crate::bounded::<u32>(2).unwrap();
-        let core = CnoCore::new(1, ready);
-        // Both slots bound (moves are not counted against the maximum).
-        let (_, _) = core.bind(Some(10), false).unwrap();
-        let (s, _) = core.bind(Some(11), false).unwrap();
-        assert_eq!(core.trigger(s), Reached::Ready);
-        assert!(core.remove(s));
-        core.release(s, false);
-
-        // The waiter pops the stale index: the pop's CAS only.
-        assert_eq!(ring.try_dequeue(), Ok(s));
-        let cell = &core.slots[s as usize].state;
-        let t = slot::take(cell.load(Ordering::Relaxed));
-        assert!(t.free && !t.deliver);
-        cell.store(t.new, Ordering::Relaxed);
-
-        // No slot is free: the bind reclaims the releasing one.
-        assert_eq!(core.bind(Some(12), false).unwrap().0, s);
-        assert_eq!(core.trigger(s), Reached::Ready);
-        assert!(core.remove(s));
-        core.release(s, false);
-
-        // The stalled pop's free-list step.
-        core.free_after_pop(s);
-        assert_free_slots_are_clean(&core);
-        // The new entry's pop frees it.
-        assert_eq!(ring.try_dequeue(), Ok(s));
-        assert_eq!(core.take(s), None, "a stale entry");
-        assert!(core.with_free(|f| f.free.contains(&s)));
-        assert_free_slots_are_clean(&core);
-    }
-
-    /// A trigger that pushes its index while the `Cno` is being dropped
-    /// (marked gone, its ring not closed yet) reports the CNO gone, so that
-    /// the EVD's own targets are told: the drop discards the key.
-    #[test]
-    fn a_trigger_that_pushes_while_the_cno_is_dropped_reports_it_gone() {
-        let (ready, _ring) = crate::bounded::<u32>(2).unwrap();
-        let core = CnoCore::new(1, ready);
-        let (s, _) = core.bind(Some(10), true).unwrap();
-        core.mark_gone();
-        assert_eq!(core.trigger(s), Reached::CnoGone);
-    }
-}
+mod tests;
 
 #[cfg(all(test, loom))]
-mod loom_models {
-    use super::*;
-    use loom::thread;
-
-    /// Every slot is bound (`bound`), free or waiting for its pop, once; a
-    /// free slot has no index queued, a waiting one is marked `FREEING`.
-    fn assert_slots_accounted(core: &CnoCore, bound: &[u32]) {
-        core.with_free(|f| {
-            for slot in 0..core.slots.len() as u32 {
-                let s = core.slots[slot as usize].state.load(Ordering::Relaxed);
-                let (free, freeing) = (f.free.contains(&slot), f.freeing.contains(&slot));
-                let places = [bound.contains(&slot), free, freeing];
-                assert_eq!(places.iter().filter(|&&p| p).count(), 1, "slot {slot}");
-                assert!(
-                    !free || s & (slot::IN_RING | slot::FREEING) == 0,
-                    "free {slot}"
-                );
-                assert_eq!(freeing, slot::awaits_its_pop(s), "slot {slot}: {s:#x}");
-            }
-        });
-    }
-
-    /// Pop every queued index; the keys delivered.
-    fn pop_all(core: &CnoCore, ring: &mut crate::Consumer<u32>) -> Vec<u64> {
-        std::iter::from_fn(|| ring.try_dequeue().ok())
-            .filter_map(|slot| core.take(slot))
-            .collect()
-    }
-
-    /// The waiter pops the stale indices of two released slots while a bind
-    /// finds no free slot and reclaims one (the one whose index is first in
-    /// the ring: its pop may already have cleared `FREEING`), then triggers
-    /// it: the new key is delivered once, and no slot is freed while bound
-    /// or while its index is queued.
-    #[test]
-    fn a_bind_that_reclaims_a_slot_vs_the_pop_of_its_stale_index() {
-        let mut b = loom::model::Builder::new();
-        if b.preemption_bound.is_none() {
-            b.preemption_bound = Some(3);
-        }
-        b.check(|| {
-            let (ready, mut ring) = crate::bounded::<u32>(2).unwrap();
-            let core = Arc::new(CnoCore::new(1, ready));
-            // Both slots triggered (ring: 0, 1), then released in the other
-            // order, so that a reclaim takes slot 0 (`freeing` is a stack).
-            let (s0, _) = core.bind(Some(10), false).unwrap();
-            let (s1, _) = core.bind(Some(11), false).unwrap();
-            for s in [s0, s1] {
-                assert_eq!(core.trigger(s), Reached::Ready);
-            }
-            for s in [s1, s0] {
-                assert!(core.remove(s));
-                core.release(s, false);
-            }
-            let waiter_core = core.clone();
-            let waiter = thread::spawn(move || {
-                let keys = pop_all(&waiter_core, &mut ring);
-                (ring, keys)
-            });
-            let (s, key) = core.bind(Some(12), false).unwrap();
-            assert_eq!(core.trigger(s), Reached::Ready);
-            let (mut ring, mut keys) = waiter.join().unwrap();
-            keys.extend(pop_all(&core, &mut ring));
-            assert_eq!(keys, [key], "the new key, once; no stale one");
-            assert_slots_accounted(&core, &[s]);
-            core.release(s, false);
-            assert!(pop_all(&core, &mut ring).is_empty());
-            assert_slots_accounted(&core, &[]);
-        });
-    }
-}
+mod loom_models;

@@ -148,8 +148,12 @@ impl Cno {
     /// # Errors
     /// [`CreateError::ZeroCapacity`] for 0; [`CreateError::CapacityTooLarge`]
     /// when its ready ring (two slots per EVD) would exceed the largest
-    /// ring ([`MAX_CAPACITY`](crate::MAX_CAPACITY)), or the allocation of
-    /// that ring fails ([`bounded`](crate::bounded)'s errors).
+    /// ring ([`MAX_CAPACITY`](crate::MAX_CAPACITY));
+    /// [`CreateError::AllocFailed`] when that ring or the slot table (a
+    /// cache line per slot) cannot be allocated. Every list the CNO keeps is
+    /// allocated here in full, so binding and unbinding never allocate in
+    /// it (an EVD allocates a small entry at its first binding to a CNO,
+    /// which keeps that CNO alive as long as the EVD).
     ///
     /// ```
     /// let cno = evd::Cno::new(1024).unwrap();
@@ -167,7 +171,7 @@ impl Cno {
         let (poster, ready) = crate::bounded::<u32>(slots)?;
         Ok(Cno {
             handle: CnoHandle {
-                core: Arc::new(CnoCore::new(max_evds, poster)),
+                core: Arc::new(CnoCore::new(max_evds, poster)?),
             },
             ready,
         })
