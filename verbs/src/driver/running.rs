@@ -126,9 +126,17 @@ impl Driver {
         self.shutting_down = true;
         for id in &ids {
             // False for a feed a `DriverHandle::remove` is removing already:
-            // its remover gets it when its cancellation ends.
-            self.begin_remove(*id, Removal::Local)?;
+            // its remover gets it when its cancellation ends. Its
+            // cancellation refused, the removal is begun all the same, the
+            // cancellation owed (as a device feed's).
+            if let Err(_e) = self.begin_remove(*id, Removal::Local) {
+                trace::event!(WARN, feed = ?id, error = %_e, "cancel refused at shutdown");
+                self.cancels_owed.push(*id);
+                let slot = self.slot_mut(*id).expect("nothing begun");
+                slot.start_removal(Removal::Local);
+            }
         }
+        self.hand_back_uncancelled();
         // Every removal under way ends here, the handles' too (their feeds
         // go to their removers, the others into the `Shutdown`); no command
         // adds a feed meanwhile (`apply_commands`).
@@ -149,6 +157,27 @@ impl Driver {
             cpu_time: crate::cpu_time::thread_cpu_time(),
             stats: self.stats,
         })
+    }
+}
+
+impl Driver {
+    /// At a shutdown: ask once more for the cancellations owed (refused
+    /// when asked for), and hand back now every feed whose cancellation the
+    /// backend still refuses. Its poll needs none: it ends with the
+    /// backend, which goes with the driver when the shutdown is done, and a
+    /// report of it meanwhile finds no feed. Waiting for the cancellation
+    /// instead would wait for ever on a refusal that lasts.
+    fn hand_back_uncancelled(&mut self) {
+        self.cancel_owed_polls();
+        for id in std::mem::take(&mut self.cancels_owed) {
+            let entry = &mut self.slots[id.index as usize];
+            if let Some(slot) = entry.take_if(|s| s.generation == id.generation) {
+                let who = slot
+                    .removing
+                    .expect("a cancellation is owed only to a removal");
+                self.hand_back(id, slot.source, who);
+            }
+        }
     }
 }
 
@@ -231,7 +260,9 @@ impl RunningDriver {
     }
 
     /// Stop the driver, join its thread, and hand back its feeds (each
-    /// removed from the ring first).
+    /// removed from the ring first; a feed whose poll the backend refuses
+    /// to cancel is handed back all the same, its poll ended by the
+    /// driver's end).
     ///
     /// ```
     /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};

@@ -198,6 +198,18 @@ fn a_spawned_driver_serves_on_after_a_refused_removal() {
     assert_eq!(shutdown.take(key).map(|f| f.id()), Some(CqId(0)));
 }
 
+/// A shutdown whose cancellations the backend refuses hands the feed back
+/// (its poll ends with the backend, which goes with the driver), where it
+/// failed and dropped every feed.
+#[test]
+fn a_shutdown_whose_cancellations_are_refused_hands_the_feeds_back() {
+    let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
+    driver.refuse_cancels = u32::MAX;
+    let running = driver.spawn().unwrap();
+    let mut shutdown = running.shutdown().expect("a clean shutdown");
+    assert_eq!(shutdown.take(key).map(|f| f.id()), Some(CqId(0)));
+}
+
 /// A removal whose wait fails (the backend, after the cancellation was
 /// asked) is under way: `remove` again with the key finishes it, where
 /// it used to answer `NoSuchFeed` and leave the feed to the shutdown.
@@ -218,22 +230,20 @@ fn a_removal_whose_wait_failed_is_finished_by_the_next() {
     assert!(matches!(driver.remove(key), Err(DriverError::NoSuchFeed)));
 }
 
-/// The device feed of a removed feed whose cancellation the backend
-/// refuses is stopped all the same (nothing of the device reaches the
-/// removed feed's EVD), and dropped once the cancellation, asked for again
-/// every turn, goes through: the device's events are then nobody's, free
-/// for the next registration. (It was served on into the removed feed's EVD
-/// until the shutdown.) The parent's CQ failed (a poll that fails), so its
-/// own removal needs no cancellation: only the device feed's is refused.
-#[test]
-fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
+/// A driver whose feed on `device` was removed after its CQ failed (so
+/// that its own removal needed no cancellation) while the backend refused
+/// its device feed's cancellation (`refuse`: how many times): the device
+/// feed stopped, its cancellation owed. The removed feed's EVD, which had
+/// the failed feed's `CqError` and nothing else.
+fn device_feed_owed_its_cancellation(
+    device: &crate::soft::SoftDevice,
+    refuse: u32,
+) -> (Driver, evd::Consumer<VerbsEvent>) {
     use super::super::cycle::Phase;
-    use crate::soft::SoftDevice;
-    use crate::{AsyncElement, AsyncEvent, AsyncEventKind};
-    let device = SoftDevice::unheard().unwrap();
+    use crate::{AsyncElement, AsyncEventKind};
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    let (cq, hca) = SoftCq::with_device(1, CqId(0), &device).unwrap();
+    let (cq, hca) = SoftCq::with_device(1, CqId(0), device).unwrap();
     let key = driver
         .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
         .unwrap();
@@ -263,18 +273,63 @@ fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
         other => panic!("{other:?}"),
     }
     assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
-    driver.refuse_cancels = 1;
+    driver.refuse_cancels = refuse;
     drop(driver.remove(key).unwrap());
+    assert_eq!(driver.cancels_owed, [child]);
+    (driver, consumer)
+}
+
+/// The device feed of a removed feed whose cancellation the backend
+/// refuses is stopped all the same (nothing of the device reaches the
+/// removed feed's EVD), and dropped once the cancellation, asked for again
+/// every turn, goes through: the device's events are then nobody's, free
+/// for the next registration. (It was served on into the removed feed's EVD
+/// until the shutdown.)
+#[test]
+fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
+    use crate::soft::SoftDevice;
+    use crate::{AsyncElement, AsyncEvent, AsyncEventKind};
+    let device = SoftDevice::unheard().unwrap();
+    let (mut driver, mut consumer) = device_feed_owed_its_cancellation(&device, 1);
     device.raise(AsyncEvent::new(
         AsyncEventKind::PortError,
         AsyncElement::Port(9),
     ));
+    let start = Instant::now();
     while device.take_events().is_none() {
         assert!(start.elapsed() < Duration::from_secs(60), "never dropped");
         driver.process(Some(Duration::from_millis(10))).unwrap();
         let ev = consumer.try_dequeue();
         assert!(ev.is_err(), "nothing into the removed feed's EVD: {ev:?}");
     }
+}
+
+/// A shutdown while a device feed's cancellation is owed and refused for
+/// good ends: the device feed is dropped (its poll ends with the backend),
+/// where the shutdown waited for ever for the cancellation.
+#[test]
+fn a_shutdown_with_a_cancellation_refused_for_good_ends() {
+    let device = crate::soft::SoftDevice::unheard().unwrap();
+    let (driver, _consumer) = device_feed_owed_its_cancellation(&device, u32::MAX);
+    let running = driver.spawn().unwrap();
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(running.shutdown().map(|s| s.len()));
+    });
+    // A shutdown that never ends fails the test instead of hanging it (its
+    // thread is left behind).
+    let feeds = ended
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the shutdown ended");
+    assert_eq!(
+        feeds.expect("a clean shutdown"),
+        0,
+        "the removed feed is not in it"
+    );
+    assert!(
+        device.take_events().is_some(),
+        "the device feed was dropped"
+    );
 }
 
 /// Counts its wakes.
