@@ -1,9 +1,12 @@
 //! The CNO (consumer notification object): one waiter for many EVDs.
 //!
 //! A [`Cno`] keeps a **ready set**: the keys of the EVDs bound to it that
-//! have work, in the order they became ready. Its waiter takes keys, drains
-//! each EVD, and re-enables it; there is no extra poll anywhere, and neither
-//! a wait nor a notification looks at the EVDs that have no work (no scan).
+//! got work (a post, a close or a loss) since they were enabled, in the
+//! order they became ready. Its waiter takes keys, drains each EVD, and
+//! re-enables it; there is no extra poll anywhere, and neither a wait nor a
+//! notification looks at the EVDs that have no work (no scan). A key says
+//! that work came, not that it is still there: an EVD whose consumer
+//! dequeued on its own meanwhile may have nothing left to drain.
 //!
 //! ```
 //! use evd::{ArmStatus, Cno};
@@ -63,8 +66,9 @@
 //!   that stale index, so a new binding never waits behind a push of the
 //!   previous binding's poster. When no free slot is left (every spare one
 //!   waits for the waiter's pop), a bind takes a releasing slot back and its
-//!   key rides that stale entry: a bind is refused only when `n` EVDs are
-//!   bound.
+//!   key rides that stale entry (so it waits for that entry: behind a push
+//!   of the previous binding's poster that was preempted, until that poster
+//!   runs): a bind is refused only when `n` EVDs are bound.
 //!   A disable whose removed key's index is still queued moves the binding
 //!   to a fresh slot for the same reason: the next enable's key joins the
 //!   ring at its tail instead of reviving the old entry ahead of others.
