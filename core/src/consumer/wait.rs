@@ -113,19 +113,28 @@ mod clock {
 }
 
 /// loom and shuttle have no time, and a model's runs must not depend on the
-/// wall clock: the budget is over after its first gap (a yield). A deadline,
-/// which the models use only as "now" (a zero timeout), is still checked at
-/// the start, so a poll does not back off.
+/// wall clock: the budget is over after its first gap (a yield), unless it
+/// never ends on the real clock either (too large for an `Instant`, and no
+/// deadline): then it ends only as that one does, by what the looks find. A
+/// deadline, which the models use only as "now" (a zero timeout), is still
+/// checked at the start, so a poll does not back off.
 #[cfg(any(loom, shuttle))]
 mod clock {
     use std::time::{Duration, Instant};
 
-    pub(super) struct End;
+    /// `never`: the budget never ends.
+    pub(super) struct End {
+        never: bool,
+    }
 
-    pub(super) fn start(_budget: Duration, deadline: Option<Instant>) -> Option<End> {
+    pub(super) fn start(budget: Duration, deadline: Option<Instant>) -> Option<End> {
+        let now = Instant::now();
         match deadline {
-            Some(d) if Instant::now() >= d => None,
-            _ => Some(End),
+            Some(d) if now >= d => None,
+            Some(_) => Some(End { never: false }),
+            None => Some(End {
+                never: now.checked_add(budget).is_none(),
+            }),
         }
     }
 
@@ -133,8 +142,8 @@ mod clock {
         true
     }
 
-    pub(super) fn over(_end: &End) -> bool {
-        true
+    pub(super) fn over(end: &End) -> bool {
+        !end.never
     }
 }
 

@@ -82,7 +82,8 @@ fn drain_until_closed(consumer: &mut evd::Consumer<u32>, budget: Duration) -> Ve
             Ok(v) => got.push(v),
             Err(TryDequeueError::Closed) => return got,
             Err(TryDequeueError::Empty) => match consumer.wait(1, None) {
-                Ok(_) | Err(WaitError::Closed { .. }) => {}
+                Ok(ready) => assert!(ready >= 1, "wait(1) returned with {ready} ready"),
+                Err(WaitError::Closed { .. }) => {}
                 Err(e) => panic!("unexpected {e}"),
             },
             Err(e) => panic!("unexpected {e}"),
