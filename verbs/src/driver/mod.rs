@@ -170,10 +170,9 @@ pub struct Driver {
     /// Feeds whose turn just made them done (their EVD closed, or their
     /// source failed), for the device feeds among them (`device.rs`).
     newly_done: Vec<FeedId>,
-    /// The backend refuses this many more cancellations, and a removal's
-    /// wait fails as many times (a unit test's fault).
+    /// Faults a unit test plants ([`registry::Faults`]).
     #[cfg(test)]
-    refuse_cancels: u32,
+    faults: registry::Faults,
 }
 
 impl Driver {
@@ -217,7 +216,7 @@ impl Driver {
             cancels_owed: Vec::new(),
             newly_done: Vec::new(),
             #[cfg(test)]
-            refuse_cancels: 0,
+            faults: Default::default(),
         };
         // Polled from the start: a wake before the first `process` shows.
         driver.keep_wake_poll()?;

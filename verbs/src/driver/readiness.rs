@@ -185,7 +185,8 @@ pub(crate) enum Wait {
     Busy,
     /// Not at all, and no feed is busy: the caller asked for no wait. A
     /// backend whose readiness needs a system call to collect (epoll)
-    /// collects it now; the ring's completions need none.
+    /// collects it now; the ring's completions need none, but those the
+    /// kernel held back from a full completion queue do.
     Check,
     /// At most this long.
     For(Duration),

@@ -296,7 +296,7 @@ impl Driver {
             // bounds it should the kernel be slow to report it. A panic
             // caught meanwhile is kept for the next `process` to report: it
             // must not leave this removal half done.
-            if let Err(e) = self.removal_step() {
+            if let Err(e) = self.cancellation_step() {
                 self.show_pending_work();
                 return Err(e);
             }
@@ -326,17 +326,19 @@ impl Driver {
         }
     }
 
-    /// One step of [`Driver::remove`]'s wait.
+    /// One step of a wait for cancellations to end ([`Driver::remove`]'s,
+    /// a shutdown's).
     #[cfg(not(test))]
-    fn removal_step(&mut self) -> Result<Activity, DriverError> {
+    pub(super) fn cancellation_step(&mut self) -> Result<Activity, DriverError> {
         self.step(super::StepWait::Bounded)
     }
 
-    /// One step of [`Driver::remove`]'s wait, unless a test has it fail.
+    /// One step of a wait for cancellations to end, unless a test has it
+    /// fail.
     #[cfg(test)]
-    fn removal_step(&mut self) -> Result<Activity, DriverError> {
-        if self.refuse_cancels > 0 {
-            self.refuse_cancels -= 1;
+    pub(super) fn cancellation_step(&mut self) -> Result<Activity, DriverError> {
+        if self.faults.steps > 0 {
+            self.faults.steps -= 1;
             return Err(DriverError::Io(std::io::Error::from_raw_os_error(
                 libc::EIO,
             )));
@@ -409,8 +411,8 @@ impl Driver {
     /// Ask the backend to cancel a feed's poll, unless a test has it refuse.
     #[cfg(test)]
     pub(super) fn cancel_poll(&mut self, id: FeedId) -> std::io::Result<()> {
-        if self.refuse_cancels > 0 {
-            self.refuse_cancels -= 1;
+        if self.faults.cancels > 0 {
+            self.faults.cancels -= 1;
             return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
         }
         self.backend.cancel(id)
@@ -429,6 +431,16 @@ impl Driver {
             Removal::Drop => self.drop_device_feed(id, source.into_any()),
         }
     }
+}
+
+/// Faults a unit test plants in a driver: the backend refuses `cancels`
+/// more cancellations, and `steps` more steps of a wait for cancellations
+/// to end fail.
+#[cfg(test)]
+#[derive(Default)]
+pub(super) struct Faults {
+    pub(super) cancels: u32,
+    pub(super) steps: u32,
 }
 
 #[cfg(test)]

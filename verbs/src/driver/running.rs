@@ -136,12 +136,19 @@ impl Driver {
                 slot.start_removal(Removal::Local);
             }
         }
-        self.hand_back_uncancelled();
+        self.hand_back_owed();
         // Every removal under way ends here, the handles' too (their feeds
         // go to their removers, the others into the `Shutdown`); no command
-        // adds a feed meanwhile (`apply_commands`).
+        // adds a feed meanwhile (`apply_commands`). A step the backend
+        // fails ends the wait: the feeds left are handed back without
+        // their polls' end, as those whose cancellation is refused.
         while self.slots.iter().any(Option::is_some) {
-            self.step(super::StepWait::Bounded)?;
+            if let Err(_e) = self.cancellation_step() {
+                trace::event!(WARN, error = %_e, "backend failed at shutdown");
+                for index in 0..self.slots.len() {
+                    self.hand_back_uncancelled(index, None);
+                }
+            }
         }
         // The device feeds the driver added itself are no feed a key names:
         // dropped here, which gives their devices' events back at once. A
@@ -163,20 +170,30 @@ impl Driver {
 impl Driver {
     /// At a shutdown: ask once more for the cancellations owed (refused
     /// when asked for), and hand back now every feed whose cancellation the
-    /// backend still refuses. Its poll needs none: it ends with the
-    /// backend, which goes with the driver when the shutdown is done, and a
-    /// report of it meanwhile finds no feed. Waiting for the cancellation
-    /// instead would wait for ever on a refusal that lasts.
-    fn hand_back_uncancelled(&mut self) {
+    /// backend still refuses.
+    fn hand_back_owed(&mut self) {
         self.cancel_owed_polls();
         for id in std::mem::take(&mut self.cancels_owed) {
-            let entry = &mut self.slots[id.index as usize];
-            if let Some(slot) = entry.take_if(|s| s.generation == id.generation) {
-                let who = slot
-                    .removing
-                    .expect("a cancellation is owed only to a removal");
-                self.hand_back(id, slot.source, who);
-            }
+            self.hand_back_uncancelled(id.index as usize, Some(id.generation));
+        }
+    }
+
+    /// At a shutdown: hand back the feed in slot `index` (if it is of
+    /// `generation`, when given) without waiting for its poll to end. Its
+    /// poll needs no cancellation: it ends with the backend, which goes with
+    /// the driver when the shutdown is done, and a report of it meanwhile
+    /// finds no feed. Waiting for it instead would wait for ever on a
+    /// refusal or a failure that lasts.
+    fn hand_back_uncancelled(&mut self, index: usize, generation: Option<u64>) {
+        let of = |s: &mut super::slot::Slot| generation.is_none_or(|g| s.generation == g);
+        if let Some(slot) = self.slots[index].take_if(of) {
+            let id = FeedId {
+                index: index as u32,
+                generation: slot.generation,
+            };
+            // Every feed's removal has begun (the shutdown's or a handle's).
+            let who = slot.removing.unwrap_or(Removal::Local);
+            self.hand_back(id, slot.source, who);
         }
     }
 }
@@ -261,8 +278,8 @@ impl RunningDriver {
 
     /// Stop the driver, join its thread, and hand back its feeds (each
     /// removed from the ring first; a feed whose poll the backend refuses
-    /// to cancel is handed back all the same, its poll ended by the
-    /// driver's end).
+    /// to cancel, or fails to report cancelled, is handed back all the
+    /// same, its poll ended by the driver's end).
     ///
     /// ```
     /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};

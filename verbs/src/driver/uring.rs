@@ -168,7 +168,8 @@ impl Ring {
     /// timed wait ended with no completion to handle (its timeout, or a
     /// signal): the kernel reports a timeout only when the same enter
     /// submitted nothing, so the completion queue is what tells. While busy
-    /// (a turn at `now`), the kernel is entered only to submit, or at most
+    /// (a turn at `now`), the kernel is entered only to submit, to collect
+    /// completions it held back from a full completion queue, or at most
     /// once per `busy_enter_interval` to collect the other feeds' readiness:
     /// an enter per turn would cost a spinning feed a system call per poll.
     pub(crate) fn submit_and_wait(&mut self, wait: Wait, now: Instant) -> io::Result<bool> {

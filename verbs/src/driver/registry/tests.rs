@@ -1,6 +1,6 @@
 //! The registry's unit tests: keys across a slot's generations, and
 //! removals whose cancellation or wait the backend refuses (the test
-//! switch `refuse_cancels`).
+//! faults `Faults`).
 
 use super::super::readiness::tag;
 use super::super::slot::Removal;
@@ -111,7 +111,7 @@ fn still_served(
 #[test]
 fn a_removal_whose_cancellation_is_refused_leaves_the_feed_served() {
     let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
-    driver.refuse_cancels = 1;
+    driver.faults.cancels = 1;
     assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
     still_served(&mut driver, &hca, &mut consumer, 1);
     driver.process(Some(Duration::ZERO)).unwrap(); // asleep again
@@ -124,7 +124,7 @@ fn a_removal_whose_cancellation_is_refused_leaves_the_feed_served() {
 #[test]
 fn a_handles_removal_whose_cancellation_is_refused_is_answered() {
     let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
-    driver.refuse_cancels = 1;
+    driver.faults.cancels = 1;
     let handle = driver.handle();
     let remover = std::thread::spawn(move || handle.remove(key).map(|_| ()));
     let start = Instant::now();
@@ -148,7 +148,7 @@ fn a_handles_removal_whose_cancellation_is_refused_is_answered() {
 #[test]
 fn a_refused_removal_leaves_the_rest_of_its_batch_applied() {
     let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
-    driver.refuse_cancels = 1;
+    driver.faults.cancels = 1;
     let handle = driver.handle();
     let h = handle.clone();
     let remover = std::thread::spawn(move || h.remove(key).map(|_| ()));
@@ -178,7 +178,7 @@ fn a_refused_removal_leaves_the_rest_of_its_batch_applied() {
 #[test]
 fn a_spawned_driver_serves_on_after_a_refused_removal() {
     let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
-    driver.refuse_cancels = 1;
+    driver.faults.cancels = 1;
     let running = driver.spawn().unwrap();
     assert!(matches!(
         running.handle().remove(key),
@@ -204,7 +204,19 @@ fn a_spawned_driver_serves_on_after_a_refused_removal() {
 #[test]
 fn a_shutdown_whose_cancellations_are_refused_hands_the_feeds_back() {
     let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
-    driver.refuse_cancels = u32::MAX;
+    driver.faults.cancels = u32::MAX;
+    let running = driver.spawn().unwrap();
+    let mut shutdown = running.shutdown().expect("a clean shutdown");
+    assert_eq!(shutdown.take(key).map(|f| f.id()), Some(CqId(0)));
+}
+
+/// A shutdown whose wait for the cancellations fails (the backend, after
+/// they were asked) hands the feed back too, where it failed and dropped
+/// every feed.
+#[test]
+fn a_shutdown_whose_wait_fails_hands_the_feeds_back() {
+    let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
+    driver.faults.steps = 1;
     let running = driver.spawn().unwrap();
     let mut shutdown = running.shutdown().expect("a clean shutdown");
     assert_eq!(shutdown.take(key).map(|f| f.id()), Some(CqId(0)));
@@ -219,7 +231,7 @@ fn a_removal_whose_wait_failed_is_finished_by_the_next() {
     let index = key.id().index as usize;
     // Cancellation asked, then the wait fails (the same test switch).
     assert!(driver.begin_remove(key.id(), Removal::Local).unwrap());
-    driver.refuse_cancels = 1;
+    driver.faults.steps = 1;
     assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
     assert!(
         driver.slots[index]
@@ -273,7 +285,7 @@ fn device_feed_owed_its_cancellation(
         other => panic!("{other:?}"),
     }
     assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
-    driver.refuse_cancels = refuse;
+    driver.faults.cancels = refuse;
     drop(driver.remove(key).unwrap());
     assert_eq!(driver.cancels_owed, [child]);
     (driver, consumer)
