@@ -185,6 +185,11 @@ where
                 while !shared.stop.load(Ordering::Relaxed) {
                     let mut idle = true;
                     for f in feeds.iter_mut() {
+                        // A stop asked from a feed's upcall ends the round
+                        // here: no later feed is served after it.
+                        if shared.stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                         // AssertUnwindSafe: a feed's fields are consistent
                         // at each point where it runs user code (see
                         // `Slot::turn` in the driver), and its next call
@@ -280,9 +285,10 @@ where
     /// the thread itself died of a panic; the feeds went with it.
     /// [`DriverError::OnDriverThread`] when called on the poller's own
     /// thread (from such an upcall), where joining would wait for itself:
-    /// the poller is asked to stop, and stops once that upcall returns; its
-    /// feeds are dropped on its thread, not handed back (a panic of their
-    /// code there is swallowed).
+    /// the poller is asked to stop, and stops when the feed call that ran
+    /// that upcall returns (what that call's batch still held is posted, no
+    /// other feed is served); its feeds are dropped on its thread, not
+    /// handed back (a panic of their code there is swallowed).
     ///
     /// # Panics
     /// Never: see Errors.

@@ -107,3 +107,40 @@ fn a_driver_shut_down_from_its_own_thread_ends_there_when_a_feed_panics_on_drop(
     until_gone("evd-verbs-driver");
     drop(up.teardown());
 }
+
+#[test]
+fn a_poller_stopped_from_a_feeds_upcall_serves_no_later_feed() {
+    // Feeds A then B, each with a completion before the first round; A's
+    // handler stops the poller (waiting until it has it): B, after A in
+    // that round, is not served.
+    let slot: Arc<Mutex<Option<Poller<SoftCq>>>> = Arc::new(Mutex::new(None));
+    let (a_poster, a_consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (tx, answered) = mpsc::channel();
+    let handler_slot = slot.clone();
+    let up = a_consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+        let start = Instant::now();
+        let poller = loop {
+            if let Some(p) = handler_slot.lock().unwrap().take() {
+                break p;
+            }
+            assert!(start.elapsed() < WATCHDOG, "the poller never came");
+            std::thread::yield_now();
+        };
+        let _ = tx.send(matches!(poller.stop(), Err(DriverError::OnDriverThread)));
+    });
+    let (b_poster, mut b_consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (a_cq, a_hca) = SoftCq::new(16).unwrap();
+    let (b_cq, b_hca) = SoftCq::new(16).unwrap();
+    a_hca.push(wc(1)).unwrap();
+    b_hca.push(wc(2)).unwrap();
+    let feeds = vec![
+        Feed::new(a_cq, CqId(0), a_poster),
+        Feed::new(b_cq, CqId(1), b_poster),
+    ];
+    *slot.lock().unwrap() = Some(Poller::spawn(feeds, 16).unwrap());
+    assert!(answered.recv_timeout(WATCHDOG).unwrap(), "OnDriverThread");
+    until_gone("evd-verbs-poller");
+    // The feeds were dropped with the poller: B's EVD is closed, empty.
+    assert_eq!(b_consumer.try_dequeue(), Err(evd::TryDequeueError::Closed));
+    drop(up.teardown());
+}
