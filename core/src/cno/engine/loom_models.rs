@@ -7,9 +7,14 @@ fn assert_slots_accounted(core: &CnoCore, bound: &[u32]) {
     core.with_free(|f| {
         for slot in 0..core.slots.len() as u32 {
             let s = core.slots[slot as usize].state.load(Ordering::Relaxed);
-            let (free, freeing) = (f.free.contains(&slot), f.freeing.contains(&slot));
-            let places = [bound.contains(&slot), free, freeing];
-            assert_eq!(places.iter().filter(|&&p| p).count(), 1, "slot {slot}");
+            let count = |list: &mut dyn Iterator<Item = &u32>| list.filter(|&&x| x == slot).count();
+            let places = [
+                count(&mut bound.iter()),
+                count(&mut f.free.iter()),
+                count(&mut f.freeing.iter()),
+            ];
+            assert_eq!(places.iter().sum::<usize>(), 1, "slot {slot}: {places:?}");
+            let (free, freeing) = (places[1] == 1, places[2] == 1);
             assert!(
                 !free || s & (slot::IN_RING | slot::FREEING) == 0,
                 "free {slot}"
@@ -26,6 +31,51 @@ fn pop_all(core: &CnoCore, ring: &mut crate::Consumer<u32>) -> Vec<u64> {
         .collect()
 }
 
+/// A CNO of two slots, both released with their index queued (the ring:
+/// 0, 1), released in the other order, so that a reclaim takes slot 0
+/// (`freeing` is a stack): the slot whose stale index the waiter pops first.
+fn both_slots_releasing() -> (Arc<CnoCore>, crate::Consumer<u32>) {
+    let (ready, ring) = crate::bounded::<u32>(2).unwrap();
+    let core = Arc::new(CnoCore::new(1, ready).unwrap());
+    let (s0, _) = core.bind(Some(10), false).unwrap();
+    let (s1, _) = core.bind(Some(11), false).unwrap();
+    for s in [s0, s1] {
+        assert_eq!(core.trigger(s), Reached::Ready);
+    }
+    for s in [s1, s0] {
+        assert!(core.remove(s));
+        core.release(s, false);
+    }
+    (core, ring)
+}
+
+/// The waiter, on its own thread: pops until the ring is empty, or
+/// `only_one` pop.
+fn waiter(
+    core: &Arc<CnoCore>,
+    mut ring: crate::Consumer<u32>,
+    only_one: bool,
+) -> thread::JoinHandle<(crate::Consumer<u32>, Vec<u64>)> {
+    let core = core.clone();
+    thread::spawn(move || {
+        let keys = if only_one {
+            let slot = ring.try_dequeue().expect("two indices queued");
+            core.take(slot).into_iter().collect()
+        } else {
+            pop_all(&core, &mut ring)
+        };
+        (ring, keys)
+    })
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b.check(f);
+}
+
 /// The waiter pops the stale indices of two released slots while a bind
 /// finds no free slot and reclaims one (the one whose index is first in
 /// the ring: its pop may already have cleared `FREEING`), then triggers
@@ -33,29 +83,9 @@ fn pop_all(core: &CnoCore, ring: &mut crate::Consumer<u32>) -> Vec<u64> {
 /// or while its index is queued.
 #[test]
 fn a_bind_that_reclaims_a_slot_vs_the_pop_of_its_stale_index() {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b.check(|| {
-        let (ready, mut ring) = crate::bounded::<u32>(2).unwrap();
-        let core = Arc::new(CnoCore::new(1, ready).unwrap());
-        // Both slots triggered (ring: 0, 1), then released in the other
-        // order, so that a reclaim takes slot 0 (`freeing` is a stack).
-        let (s0, _) = core.bind(Some(10), false).unwrap();
-        let (s1, _) = core.bind(Some(11), false).unwrap();
-        for s in [s0, s1] {
-            assert_eq!(core.trigger(s), Reached::Ready);
-        }
-        for s in [s1, s0] {
-            assert!(core.remove(s));
-            core.release(s, false);
-        }
-        let waiter_core = core.clone();
-        let waiter = thread::spawn(move || {
-            let keys = pop_all(&waiter_core, &mut ring);
-            (ring, keys)
-        });
+    model(|| {
+        let (core, ring) = both_slots_releasing();
+        let waiter = waiter(&core, ring, false);
         let (s, key) = core.bind(Some(12), false).unwrap();
         assert_eq!(core.trigger(s), Reached::Ready);
         let (mut ring, mut keys) = waiter.join().unwrap();
@@ -65,5 +95,30 @@ fn a_bind_that_reclaims_a_slot_vs_the_pop_of_its_stale_index() {
         core.release(s, false);
         assert!(pop_all(&core, &mut ring).is_empty());
         assert_slots_accounted(&core, &[]);
+    });
+}
+
+/// The same race, the new binding's key removed and its slot released
+/// again while the waiter pops the first stale index: that pop, stalled
+/// between its CAS and its free-list step, may find the slot queued again
+/// and releasing; it must leave it to the pop of that new entry. The key is
+/// delivered once or removed, and no slot is ever free with its index
+/// queued (checked while the rest of the ring is still queued).
+#[test]
+fn a_reclaimed_slot_released_again_vs_a_stalled_pop() {
+    model(|| {
+        let (core, ring) = both_slots_releasing();
+        let waiter = waiter(&core, ring, true);
+        let (s, key) = core.bind(Some(12), false).unwrap();
+        assert_eq!(core.trigger(s), Reached::Ready);
+        let removed = core.remove(s);
+        core.release(s, false);
+        let (mut ring, mut keys) = waiter.join().unwrap();
+        assert_slots_accounted(&core, &[]);
+        keys.extend(pop_all(&core, &mut ring));
+        let delivered: &[u64] = if removed { &[] } else { &[key] };
+        assert_eq!(keys, delivered, "removed {removed}");
+        assert_slots_accounted(&core, &[]);
+        assert!(core.with_free(|f| f.freeing.is_empty()), "every slot free");
     });
 }
