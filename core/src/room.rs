@@ -71,8 +71,9 @@
 //! finds the ring full and rejoins in its place, or gives up and passes its
 //! wake on. A free slot therefore always has an awake waiter heading for it,
 //! or a head store still to come, as long as anyone waits.
-//! * **Close and resize wake every waiter** (they retry and see `Closed`, or
-//!   the larger ring).
+//! * **Close and a growing resize wake every waiter** (they retry and see
+//!   `Closed`, or the larger ring; a resize that grows nothing frees no
+//!   slot).
 //! * **Only waiters for a slot queue here.** A reservation refused because
 //!   every permit the EVD allows is out waits for a permit back in a list
 //!   of its own ([`crate::waker_list`]), handing on any slot's wake it had
