@@ -82,21 +82,21 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// (a plain post would lose it, see [`evd::Poster::post`]). An event
     /// whose `From` panicked is lost: there is no `T` for it.
     pub fn progress(&mut self, budget: usize) -> Progress {
-        self.feed.progress(budget, |source| {
-            Ok(source
-                .next_event()?
-                .map(|ev| {
-                    if ev.kind.is_error() {
-                        crate::trace::event!(WARN, kind = ?ev.kind, element = ?ev.element, "async device event");
-                    } else {
-                        crate::trace::event!(INFO, kind = ?ev.kind, element = ?ev.element, "async device event");
-                    }
-                    T::from(VerbsEvent::Async(ev))
-                }))
-        }, |_errno| {
-            let ev = AsyncEvent::new(AsyncEventKind::SourceFailed, AsyncElement::Device);
+        let next = |source: &mut S| {
+            let ev = source.next_event()?;
+            if let Some(_ev) = &ev {
+                if _ev.kind.is_error() {
+                    crate::trace::event!(WARN, kind = ?_ev.kind, element = ?_ev.element, "async device event");
+                } else {
+                    crate::trace::event!(INFO, kind = ?_ev.kind, element = ?_ev.element, "async device event");
+                }
+            }
+            Ok(ev)
+        };
+        let convert = |ev| T::from(VerbsEvent::Async(ev));
+        self.feed.progress(budget, next, convert, |_errno| {
             crate::trace::event!(ERROR, errno = _errno, "the device's async events failed");
-            T::from(VerbsEvent::Async(ev))
+            AsyncEvent::new(AsyncEventKind::SourceFailed, AsyncElement::Device)
         })
     }
 
@@ -126,6 +126,38 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// ```
     pub fn failure(&self) -> Option<i32> {
         self.feed.failure()
+    }
+
+    /// Events lost because the event type's `From` panicked on them (each
+    /// counted when the feed is next called; the owed `SourceFailed`
+    /// event after its second panic). The driver's
+    /// [`DriverStats::handler_panics`](crate::DriverStats::handler_panics)
+    /// counts every panic of a feed's turn, this only the events they cost.
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, VerbsEvent, soft::SoftDevice};
+    /// /// Refuses port errors by panicking.
+    /// struct NoPortErrors;
+    /// impl From<VerbsEvent> for NoPortErrors {
+    ///     fn from(ev: VerbsEvent) -> Self {
+    ///         assert!(!matches!(ev, VerbsEvent::Async(a) if a.kind == AsyncEventKind::PortError));
+    ///         NoPortErrors
+    ///     }
+    /// }
+    /// let (poster, _consumer) = evd::bounded::<NoPortErrors>(8).unwrap();
+    /// let (events, device) = SoftDevice::new().unwrap();
+    /// let mut feed = AsyncFeed::new(events, poster);
+    /// device.raise(AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1)));
+    /// device.raise(AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(1)));
+    /// let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    /// assert!(panicked.is_err());
+    /// assert_eq!(feed.progress(16).delivered, 1); // the port that came back
+    /// assert_eq!(feed.from_panics(), 1); // the port error
+    /// ```
+    // Named as `FeedStats::from_panics`: the panics of the type's `From`.
+    #[allow(clippy::wrong_self_convention)]
+    pub fn from_panics(&self) -> u64 {
+        self.feed.from_panics()
     }
 
     /// Its driver gives it up: the events its source still has are

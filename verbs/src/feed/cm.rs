@@ -80,12 +80,12 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// the event left in the feed, so its panic costs none); an event whose
     /// `From` panicked is lost.
     pub fn progress(&mut self, budget: usize) -> Progress {
-        let next = |source: &mut S| Ok(source.next_event()?.map(T::from));
-        self.feed.progress(budget, next, |errno| {
+        let next = |source: &mut S| source.next_event();
+        self.feed.progress(budget, next, T::from, |errno| {
             crate::trace::event!(ERROR, errno, "the connection manager's events failed");
             let mut ev = CmEvent::new(CmEventKind::SourceFailed, CmToken::NONE);
             ev.status = -errno;
-            T::from(ev)
+            ev
         })
     }
 
@@ -115,6 +115,39 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// ```
     pub fn failure(&self) -> Option<i32> {
         self.feed.failure()
+    }
+
+    /// Events lost because the event type's `From` panicked on them (each
+    /// counted when the feed is next called; the owed `SourceFailed`
+    /// event after its second panic). A connect request lost this way was
+    /// acknowledged: its identifier stays parked in the channel
+    /// (`ibv::CmChannel::take_all_requests`, feature `ibverbs`, hands it
+    /// over).
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, CmToken, soft::SoftCm};
+    /// /// Refuses rejections by panicking.
+    /// struct NoRejections;
+    /// impl From<CmEvent> for NoRejections {
+    ///     fn from(ev: CmEvent) -> Self {
+    ///         assert_ne!(ev.kind, CmEventKind::Rejected);
+    ///         NoRejections
+    ///     }
+    /// }
+    /// let (poster, _consumer) = evd::bounded::<NoRejections>(8).unwrap();
+    /// let (events, cm) = SoftCm::new().unwrap();
+    /// let mut feed = CmFeed::new(events, poster);
+    /// cm.raise(CmEvent::new(CmEventKind::Rejected, CmToken(1)));
+    /// cm.raise(CmEvent::new(CmEventKind::Established, CmToken(2)));
+    /// let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    /// assert!(panicked.is_err());
+    /// assert_eq!(feed.progress(16).delivered, 1);
+    /// assert_eq!(feed.from_panics(), 1);
+    /// ```
+    // Named as `FeedStats::from_panics`: the panics of the type's `From`.
+    #[allow(clippy::wrong_self_convention)]
+    pub fn from_panics(&self) -> u64 {
+        self.feed.from_panics()
     }
 
     /// Its driver gives it up: the events its source still has are
@@ -156,8 +189,10 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
 
     /// Hand back the source, and the event the EVD refused, if one is held.
     /// An event is taken out of the source only when the EVD has room for
-    /// it, so one is held only if another poster took that room first; the
-    /// events a full EVD had no room for are still in the source. A
+    /// it, so one is held only if its post did not go through: another
+    /// poster took that room first, the EVD closed meanwhile, or the
+    /// draining upcall that post ran panicked; the events a full EVD had no
+    /// room for are still in the source. A
     /// `SourceFailed` event owed and not made yet is not handed back
     /// ([`failure`](Self::failure) says why).
     ///

@@ -29,6 +29,11 @@ pub(crate) struct EventFeed<S, T> {
     state: SourceState,
     /// Times the owed event was built (at most [`OWED_EVENT_TRIES`]).
     owed_tries: u8,
+    /// An event taken from the source is being converted: still set when
+    /// the next call begins, its `From` panicked and the event is lost.
+    converting: bool,
+    /// Events lost to a panicking `From` (see [`EventFeed::from_panics`]).
+    from_panics: u64,
     /// See [`Posting`].
     posting: Posting,
 }
@@ -58,22 +63,30 @@ impl<S, T: Send> EventFeed<S, T> {
             held: Vec::with_capacity(1),
             state: SourceState::Live,
             owed_tries: 0,
+            converting: false,
+            from_panics: 0,
             posting: Posting::default(),
         }
     }
 
-    /// Deliver up to `budget` events, each taken with `next` (which converts
-    /// it to the EVD's type). Once the source has failed (`next` returned
-    /// an error, or the driver gave the feed up and the source had no more),
-    /// the event `failed` makes of the errno is posted last, and the feed
-    /// reports `Failed` from then on.
-    pub(crate) fn progress(
+    /// Deliver up to `budget` events, each taken with `next` and converted
+    /// to the EVD's type with `convert` (user code: the type's `From`). Once
+    /// the source has failed (`next` returned an error, or the driver gave
+    /// the feed up and the source had no more), the event `failed` makes of
+    /// the errno is posted last, and the feed reports `Failed` from then on.
+    pub(crate) fn progress<E>(
         &mut self,
         budget: usize,
-        mut next: impl FnMut(&mut S) -> io::Result<Option<T>>,
-        failed: impl Fn(i32) -> T,
+        mut next: impl FnMut(&mut S) -> io::Result<Option<E>>,
+        convert: impl Fn(E) -> T,
+        failed: impl Fn(i32) -> E,
     ) -> Progress {
         let mut delivered = 0;
+        if self.converting {
+            // The last call's `From` panicked on the event it took.
+            self.converting = false;
+            self.from_panics += 1;
+        }
         self.posting.restart(self.room.poster());
         while delivered < budget {
             if self.held.is_empty() {
@@ -90,16 +103,22 @@ impl<S, T: Send> EventFeed<S, T> {
                 if let SourceState::Owed(errno) = self.state {
                     if self.owed_tries >= OWED_EVENT_TRIES {
                         // Its `From` panicked on every try: lost.
+                        self.from_panics += 1;
                         self.state = SourceState::Failed(errno);
                         continue;
                     }
                     // Its `From` may panic: still owed then.
                     self.owed_tries += 1;
-                    self.held.push(failed(errno));
+                    self.held.push(convert(failed(errno)));
                     self.state = SourceState::Failed(errno);
                 } else {
                     match next(&mut self.source) {
-                        Ok(Some(ev)) => self.held.push(ev),
+                        Ok(Some(ev)) => {
+                            self.converting = true;
+                            let ev = convert(ev);
+                            self.converting = false;
+                            self.held.push(ev);
+                        }
                         Ok(None) => match self.state {
                             SourceState::GivenUp(errno) => {
                                 self.state = SourceState::Owed(errno);
@@ -138,6 +157,15 @@ impl<S, T: Send> EventFeed<S, T> {
         if self.state == SourceState::Live {
             self.state = SourceState::GivenUp(errno);
         }
+    }
+
+    /// Events lost because the event type's `From` panicked on them: an
+    /// event taken from the source (counted when the feed is next called),
+    /// or the owed failure's event after its last try.
+    // Named as `FeedStats::from_panics`: the panics of the type's `From`.
+    #[allow(clippy::wrong_self_convention)]
+    pub(crate) fn from_panics(&self) -> u64 {
+        self.from_panics
     }
 
     /// The errno the source failed with (or was given up for), if it did.
