@@ -349,7 +349,8 @@ where
     fn drop(&mut self) {
         if self.on_poller_thread() {
             // From an upcall on its own thread: joining would wait for
-            // itself. Asked to stop, it ends once the upcall returns.
+            // itself. Asked to stop, it ends once the feed call that ran
+            // the upcall returns.
             self.shared.stop.store(true, Ordering::Relaxed);
             drop(self.thread.take());
         } else if std::thread::panicking() {

@@ -144,3 +144,57 @@ fn a_poller_stopped_from_a_feeds_upcall_serves_no_later_feed() {
     assert_eq!(b_consumer.try_dequeue(), Err(evd::TryDequeueError::Closed));
     drop(up.teardown());
 }
+
+#[test]
+fn a_driver_shut_down_from_a_feeds_upcall_serves_no_later_feed() {
+    // Two feeds, each with a completion before the first turn, each into
+    // an EVD whose handler says it ran; the first handler to run shuts the
+    // driver down (waiting until it has it). Whichever feed the turn
+    // serves first, the other is not served after the shutdown was asked.
+    let slot: Arc<Mutex<Option<evd_verbs::RunningDriver>>> = Arc::new(Mutex::new(None));
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (handled, events) = mpsc::channel();
+    let (asked, answered) = mpsc::channel();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let mut upcalls = Vec::new();
+    let mut producers = Vec::new();
+    for id in 0..2u32 {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let (slot, first) = (slot.clone(), first.clone());
+        let (handled, asked) = (handled.clone(), asked.clone());
+        let handler = move |ev: Result<VerbsEvent, evd::Overflow>, _: bool| {
+            if ev.is_err() {
+                return;
+            }
+            let _ = handled.send(id);
+            if !first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let start = Instant::now();
+            let running = loop {
+                if let Some(r) = slot.lock().unwrap().take() {
+                    break r;
+                }
+                assert!(start.elapsed() < WATCHDOG, "the driver never came");
+                std::thread::yield_now();
+            };
+            let refused = running.shutdown();
+            let _ = asked.send(matches!(refused, Err(DriverError::OnDriverThread)));
+        };
+        upcalls.push(consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, handler));
+        let (cq, hca) = SoftCq::new(16).unwrap();
+        hca.push(wc(u64::from(id))).unwrap();
+        producers.push(hca);
+        let feed = Feed::new(cq, CqId(id), poster);
+        driver.register(feed, FeedMode::Event).unwrap();
+    }
+    *slot.lock().unwrap() = Some(driver.spawn().unwrap());
+    assert!(answered.recv_timeout(WATCHDOG).unwrap(), "OnDriverThread");
+    until_gone("evd-verbs-driver");
+    // Every handler call came from the driver's thread, which is gone.
+    let served: Vec<u32> = events.try_iter().collect();
+    assert_eq!(served.len(), 1, "feeds served: {served:?}");
+    for up in upcalls {
+        drop(up.teardown());
+    }
+}

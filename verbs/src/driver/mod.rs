@@ -83,14 +83,13 @@ pub use stats::DriverStats;
 
 use crate::trace;
 use backend::Backend;
-use control::{Command, Shared};
+use control::Shared;
 use cycle::Phase;
 use readiness::{CANCELLATION_WAIT_BOUND, Completion, Request, StepWait, Wait};
-use slot::{FailedCall, Removal, Slot};
+use slot::{FailedCall, Slot};
 use std::any::Any;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -170,9 +169,9 @@ pub struct Driver {
     /// Feeds whose turn just made them done (their EVD closed, or their
     /// source failed), for the device feeds among them (`device.rs`).
     newly_done: Vec<FeedId>,
-    /// Faults a unit test plants ([`registry::Faults`]).
+    /// Faults a unit test plants ([`Faults`]).
     #[cfg(test)]
-    faults: registry::Faults,
+    faults: Faults,
 }
 
 impl Driver {
@@ -409,55 +408,6 @@ impl Driver {
         Ok(commands || completions || delivered)
     }
 
-    fn apply_commands(&mut self) -> Result<bool, DriverError> {
-        let commands = self.shared.take_commands();
-        let any = !commands.is_empty();
-        // Once a stop is asked for, the feeds there are now are the ones the
-        // shutdown hands back: nothing is added (a feed registered now would
-        // be served, then dropped with the driver, under a key that finds
-        // nothing in the `Shutdown`), and every feed is already being
-        // removed into the `Shutdown` (a removal asked for now finds it
-        // there).
-        if any && self.shared.stop_requested() {
-            // A refused feed's panicking drop must not end the thread that
-            // is handing the other feeds back: kept, as a turn's panic.
-            if let Some(p) = control::refuse_all(commands) {
-                self.stats.handler_panics += 1;
-                self.caught.get_or_insert(p);
-            }
-            return Ok(true);
-        }
-        for c in commands {
-            match c {
-                Command::Register {
-                    source,
-                    mode,
-                    reply,
-                } => {
-                    // The feed's own code runs here (its CQ's `channel_fd`
-                    // and `device_events`), before `insert` changes anything
-                    // of the driver's: a panic there is the registrant's
-                    // answer, and the driver's thread serves on.
-                    let inserted = catch_unwind(AssertUnwindSafe(|| self.insert(source, mode)));
-                    let _ = reply.send(inserted.unwrap_or_else(|payload| {
-                        self.stats.handler_panics += 1;
-                        Err(DriverError::Panicked(Panic::new(payload)))
-                    }));
-                }
-                Command::Remove { id, reply } => {
-                    let answer = reply.clone();
-                    // A remover on another thread is answered whatever
-                    // happens (a refused cancellation included): nothing
-                    // here fails the driver or the rest of the batch.
-                    if !self.begin_remove(id, Removal::Reply(reply))? {
-                        let _ = answer.send(Err(DriverError::NoSuchFeed));
-                    }
-                }
-            }
-        }
-        Ok(any)
-    }
-
     /// Give every feed its turn; returns whether any delivered.
     fn run_feeds(&mut self) -> Result<bool, DriverError> {
         self.stats.turns += 1;
@@ -468,6 +418,11 @@ impl Driver {
         let mut busy = false;
         let mut delivered = false;
         for k in 0..n {
+            // A stop asked from a feed's upcall (a spawned driver's
+            // shutdown) serves no later feed.
+            if self.shared.stop_requested() {
+                break;
+            }
             let index = (self.cursor + k) % n;
             let Some(slot) = self.slots[index].as_mut() else {
                 continue;
@@ -542,6 +497,16 @@ impl Driver {
         self.busy = busy;
         Ok(delivered)
     }
+}
+
+/// Faults a unit test plants in a driver: the backend refuses `cancels`
+/// more cancellations, and `steps` more steps of a wait for cancellations
+/// to end fail.
+#[cfg(test)]
+#[derive(Default)]
+pub(super) struct Faults {
+    pub(super) cancels: u32,
+    pub(super) steps: u32,
 }
 
 /// A driver that goes (dropped by its owner, or at the end of its thread,

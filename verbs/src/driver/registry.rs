@@ -1,8 +1,9 @@
 //! Registering feeds with a [`Driver`] and removing them: the slots, their
 //! generations, and handing a removed feed back.
 
-use super::control::downcast;
+use super::control::{self, Command, downcast};
 use super::cycle::Phase;
+use super::error::Panic;
 use super::slot::{Removal, RoomSignal, Slot};
 use super::source::Source;
 use super::{Activity, Driver, DriverError, FeedId, FeedKey, FeedMode, SpinPolicy};
@@ -10,6 +11,7 @@ use crate::event::{CmEvent, VerbsEvent};
 use crate::feed::{AsyncFeed, ChannelFeed, CmFeed, Feed};
 use crate::source::{AsyncEventSource, CmEventSource, CompletionQueue, SharedChannel};
 use crate::trace;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::task::Waker;
@@ -433,14 +435,57 @@ impl Driver {
     }
 }
 
-/// Faults a unit test plants in a driver: the backend refuses `cancels`
-/// more cancellations, and `steps` more steps of a wait for cancellations
-/// to end fail.
-#[cfg(test)]
-#[derive(Default)]
-pub(super) struct Faults {
-    pub(super) cancels: u32,
-    pub(super) steps: u32,
+impl Driver {
+    /// Apply the commands the handles queued; returns whether there were
+    /// any.
+    pub(super) fn apply_commands(&mut self) -> Result<bool, DriverError> {
+        let commands = self.shared.take_commands();
+        let any = !commands.is_empty();
+        // Once a stop is asked for, the feeds there are now are the ones the
+        // shutdown hands back: nothing is added (a feed registered now would
+        // be served, then dropped with the driver, under a key that finds
+        // nothing in the `Shutdown`), and every feed is already being
+        // removed into the `Shutdown` (a removal asked for now finds it
+        // there).
+        if any && self.shared.stop_requested() {
+            // A refused feed's panicking drop must not end the thread that
+            // is handing the other feeds back: kept, as a turn's panic.
+            if let Some(p) = control::refuse_all(commands) {
+                self.stats.handler_panics += 1;
+                self.caught.get_or_insert(p);
+            }
+            return Ok(true);
+        }
+        for c in commands {
+            match c {
+                Command::Register {
+                    source,
+                    mode,
+                    reply,
+                } => {
+                    // The feed's own code runs here (its CQ's `channel_fd`
+                    // and `device_events`), before `insert` changes anything
+                    // of the driver's: a panic there is the registrant's
+                    // answer, and the driver's thread serves on.
+                    let inserted = catch_unwind(AssertUnwindSafe(|| self.insert(source, mode)));
+                    let _ = reply.send(inserted.unwrap_or_else(|payload| {
+                        self.stats.handler_panics += 1;
+                        Err(DriverError::Panicked(Panic::new(payload)))
+                    }));
+                }
+                Command::Remove { id, reply } => {
+                    let answer = reply.clone();
+                    // A remover on another thread is answered whatever
+                    // happens (a refused cancellation included): nothing
+                    // here fails the driver or the rest of the batch.
+                    if !self.begin_remove(id, Removal::Reply(reply))? {
+                        let _ = answer.send(Err(DriverError::NoSuchFeed));
+                    }
+                }
+            }
+        }
+        Ok(any)
+    }
 }
 
 #[cfg(test)]

@@ -304,9 +304,10 @@ impl RunningDriver {
     /// itself panicked outside a feed's turn. This never panics again.
     /// [`DriverError::OnDriverThread`] when called on the driver's own thread
     /// (from such an upcall), where joining would wait for itself: the
-    /// driver is asked to stop, and stops once that upcall returns; its feeds
-    /// are dropped on its thread, not handed back (a panic of their code
-    /// there is swallowed).
+    /// driver is asked to stop, and stops when the feed turn that ran that
+    /// upcall ends (what that turn's batch still held is posted, no other
+    /// feed is served); its feeds are dropped on its thread, not handed
+    /// back (a panic of their code there is swallowed).
     ///
     /// # Panics
     /// Never: see Errors.
