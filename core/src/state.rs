@@ -88,7 +88,7 @@
 //! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
 //! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | refuse if len + PERMITS exceeds the new capacity; else wait for reserved slots, move them |
 //! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |
-//! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline |
+//! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline; after the switch's own disable, events reserved since are [`Invoke::Any`]'s ([`invoke_after_quiesce`]) |
 //! | instance exits (token holder) | [`exit_instance`] | policy disabled, or ring empty | −TOKEN, INSTANCES−1, −NOTIFIED if empty | — |
 //! | instance hands the token back (ManyInstances) | [`release_token`] | TOKEN | −TOKEN | run the handler without the token |
 //! | instance returns after its handler (ManyInstances) | [`reacquire`] | — | token free and INSTANCES within the policy's limit: +TOKEN; otherwise INSTANCES−1 | continue, or stop |
@@ -1136,6 +1136,30 @@ pub const fn set_policy(w: u64, head: u64, p: PolicyBits, invoke: Invoke) -> Set
             new,
             start_instance: false,
         }
+    }
+}
+
+/// The [`Invoke`] of a policy switch that went through its own disable (a
+/// switch from `ManyInstances` to `SingleInstance` waits there for the
+/// instances to end) when the tail count ([`tail_count`]) was `since`: an
+/// event reserved after that was posted while the caller had upcalls
+/// enabled, so it is a new arrival whatever `invoke` asks ([`Invoke::Any`]);
+/// with none, `invoke` stands.
+///
+/// ```
+/// use evd::state::*;
+/// let w = initial(2);
+/// let since = tail_count(w, 0);
+/// assert_eq!(invoke_after_quiesce(w, 0, since, Invoke::New), Invoke::New);
+/// let Reserve::Ticket { new: posted, .. } = reserve(w, 0) else { unreachable!() };
+/// assert_eq!(invoke_after_quiesce(posted, 0, since, Invoke::New), Invoke::Any);
+/// ```
+#[inline]
+pub const fn invoke_after_quiesce(w: u64, head: u64, since: u64, invoke: Invoke) -> Invoke {
+    if tail_count(w, head) != since {
+        Invoke::Any
+    } else {
+        invoke
     }
 }
 

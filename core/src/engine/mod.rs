@@ -69,8 +69,6 @@ mod snapshot;
 mod waits;
 mod word;
 
-pub(crate) use word::{PERMIT, Refused};
-
 use crate::error::Overflow;
 use crate::notify::{CnoLink, CnoTarget, NotifyTargets, Reached};
 use crate::query::Counters;
@@ -463,3 +461,20 @@ impl<T> Drop for Shared<T> {
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+/// Why [`Shared::reserve`] handed out no ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Not one slot is free; nothing was written.
+    Full,
+    /// A permit was asked for and `Permit::MAX_OUT` are out; nothing written.
+    AtPermitLimit,
+    /// Full, and an upcall policy was idle: the caller took the token and
+    /// must run an instance (which drains the ring), then retry.
+    FullTookToken,
+    /// The EVD is closed.
+    Closed,
+}
+
+/// [`Shared::reserve`]'s `want` that asks for a permit instead of tickets.
+pub(crate) const PERMIT: u64 = state::WANT_PERMIT;

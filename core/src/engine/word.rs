@@ -66,30 +66,13 @@
 //!   holder happen before the next holder's.
 
 use super::loss::AfterArm;
-use super::{Owed, Shared};
+use super::{Owed, PERMIT, Refused, Shared};
 use crate::state::{
     self, Arm, Enable, Exit, Invoke, Notify, PolicyBits, Reacquire, Reserve, ReserveBatch,
 };
 use crate::sync::{AtomicU64, Backoff, Ordering, fence};
 use crate::trace;
 use crate::unwind::Panics;
-
-/// Why [`Shared::reserve`] handed out no ticket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refused {
-    /// Not one slot is free; nothing was written.
-    Full,
-    /// A permit was asked for and `Permit::MAX_OUT` are out; nothing written.
-    AtPermitLimit,
-    /// Full, and an upcall policy was idle: the caller took the token and
-    /// must run an instance (which drains the ring), then retry.
-    FullTookToken,
-    /// The EVD is closed.
-    Closed,
-}
-
-/// [`Shared::reserve`]'s `want` that asks for a permit instead of tickets.
-pub(crate) const PERMIT: u64 = state::WANT_PERMIT;
 
 impl<T> Shared<T> {
     /// Apply the transition `f` to the state word and install its result with
@@ -546,19 +529,27 @@ impl<T> Shared<T> {
     }
 
     /// Install a policy: true if the caller took the token and must run an
-    /// instance now (queued events, or a loss report, under `Invoke::Any`),
-    /// and the instances in flight in the word installed.
+    /// instance now (queued events, or a loss report, under `Invoke::Any`;
+    /// after a quiesce begun at tail count `since`, events posted since
+    /// count as new, [`state::invoke_after_quiesce`]), the instances in
+    /// flight and the tail count in the word installed.
     ///
     /// A policy installed on a full ring with no instance to drain it
     /// (`Invoke::New`, or after a quiesce) wakes the posters waiting for
     /// room ([`Shared::wake_room_if_stranded`]).
-    pub(crate) fn set_policy(&self, bits: PolicyBits, invoke: Invoke) -> (bool, u64) {
+    pub(crate) fn set_policy(
+        &self,
+        bits: PolicyBits,
+        invoke: Invoke,
+        since: Option<u64>,
+    ) -> (bool, u64, u64) {
         let h = self.head();
         // AcqRel: Release hands the consumer side to instances that start
         // under the new policy; Acquire to see the last instance's head.
-        let (start, new) = self.transition(Ordering::AcqRel, |w| {
+        let (start, new, invoke) = self.transition(Ordering::AcqRel, |w| {
+            let invoke = since.map_or(invoke, |t| state::invoke_after_quiesce(w, h, t, invoke));
             let r = state::set_policy(w, h, bits, invoke);
-            Ok((r.new, (r.start_instance, r.new)))
+            Ok((r.new, (r.start_instance, r.new, invoke)))
         });
         if !start {
             self.wake_room_if_stranded(new);
@@ -566,7 +557,7 @@ impl<T> Shared<T> {
         // A loss report counts as a queued event for Invoke::Any.
         let start =
             start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss());
-        (start, state::instances(new))
+        (start, state::instances(new), state::tail_count(new, h))
     }
 
     /// [`Poster::start_draining_upcall`](crate::Poster::start_draining_upcall):

@@ -219,7 +219,9 @@ impl<T: Send> Upcalls<T> {
     ///   most one runs from the moment this returns; from `ManyInstances`
     ///   with instances in flight, the events they leave queued are then
     ///   delivered as with `Invoke::Any` whatever `invoke` says (a post that
-    ///   found one of them holding the token left its event to it). By way
+    ///   found one of them holding the token left its event to it), and so
+    ///   is an event posted while the switch waited (upcalls were the
+    ///   caller's enabled ones all along). By way
     ///   of `Disabled` the disable was the caller's own: what the instances
     ///   left is queued as anything posted while disabled, and `invoke`
     ///   decides (with `Invoke::New`, the next post delivers it).
@@ -278,9 +280,14 @@ impl<T: Send> Upcalls<T> {
         let needs_quiesce = policy == UpcallPolicy::Teardown
             || (policy == UpcallPolicy::SingleInstance
                 && (current == PolicyBits::Many || (current != PolicyBits::Single && others > 0)));
-        let mut waited_out = 0;
+        let (mut waited_out, mut since) = (0, None);
         if needs_quiesce {
-            waited_out = self.quiesce()?;
+            let tail;
+            (waited_out, tail) = self.quiesce()?;
+            // Out of ManyInstances the caller had upcalls enabled all
+            // along: an event posted while this switch held them disabled
+            // is a new arrival (`state::invoke_after_quiesce`).
+            since = (current == PolicyBits::Many).then_some(tail);
             if policy == UpcallPolicy::Teardown {
                 crate::trace::event!(
                     DEBUG,
@@ -306,7 +313,7 @@ impl<T: Send> Upcalls<T> {
         // Before the switch: a subscriber that panics must not leave the
         // token it takes held, with no instance to hand it back.
         crate::trace::event!(DEBUG, evd = s.id(), ?policy, ?invoke, "upcall policy set");
-        let (starts, _) = s.set_policy(policy.bits(), invoke);
+        let (starts, _, _) = s.set_policy(policy.bits(), invoke, since);
         if starts {
             instance::run(s);
         }
@@ -314,8 +321,8 @@ impl<T: Send> Upcalls<T> {
     }
 
     /// Disable upcalls and wait until none is in flight; returns how many
-    /// were in flight when upcalls were disabled.
-    fn quiesce(&mut self) -> Result<u64, PolicyError> {
+    /// were in flight when upcalls were disabled, and the tail count then.
+    fn quiesce(&mut self) -> Result<(u64, u64), PolicyError> {
         let consumer = self.consumer.as_mut().expect("present until teardown");
         if frames::in_own_handler(consumer.shared().id()) {
             return Err(PolicyError::FromUpcall);
@@ -452,7 +459,7 @@ impl<T> Drop for Upcalls<T> {
             // flight, and it stops at its next dequeue; waiting would hang.
             let _ = consumer
                 .shared()
-                .set_policy(PolicyBits::Disabled, Invoke::New);
+                .set_policy(PolicyBits::Disabled, Invoke::New, None);
         } else {
             // The wait puts this thread's waker in the consumer's slot and
             // drops the one it replaces, perhaps a task's left there from
@@ -479,14 +486,16 @@ impl<T> Drop for Upcalls<T> {
 
 /// Disable upcalls, then block until no instance is in flight (a
 /// teardown's barrier); returns how many were in flight when upcalls were
-/// disabled. Not from inside one of the EVD's own upcalls.
-fn disable_and_wait<T>(consumer: &mut Consumer<T>) -> u64 {
-    let (disabled, in_flight) = consumer
-        .shared()
-        .set_policy(PolicyBits::Disabled, Invoke::New);
+/// disabled, and the tail count then. Not from inside one of the EVD's own
+/// upcalls.
+fn disable_and_wait<T>(consumer: &mut Consumer<T>) -> (u64, u64) {
+    let (disabled, in_flight, tail) =
+        consumer
+            .shared()
+            .set_policy(PolicyBits::Disabled, Invoke::New, None);
     debug_assert!(!disabled, "disabling never starts an instance");
     crate::consumer::block_until(consumer, |s| s.instances() == 0);
-    in_flight
+    (in_flight, tail)
 }
 
 /// Shows the EVD's state (policy, upcalls in flight, counters) as

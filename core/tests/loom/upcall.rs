@@ -234,3 +234,29 @@ fn early_leaver_vs_upcalls_dropped_in_a_later_instance_queue_dropped_once() {
         drop(poster);
     });
 }
+
+#[test]
+fn post_during_a_switch_from_many_to_single_instance_is_delivered() {
+    // A switch from ManyInstances to SingleInstance disables upcalls while
+    // it waits for the instances to end. A post that lands in that window
+    // was made while the caller had upcalls enabled: with `Invoke::New`
+    // asked, it is still a new arrival, and delivered (a miss leaves it
+    // queued with no instance to come).
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let d = delivered.clone();
+        let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
+            d.fetch_add(ev.unwrap() as usize, Ordering::SeqCst);
+        });
+        let switch = thread::spawn(move || {
+            up.set_policy(UpcallPolicy::SingleInstance, Invoke::New).unwrap();
+            up
+        });
+        poster.post(1).unwrap();
+        let up = switch.join().unwrap();
+        assert_eq!(delivered.load(Ordering::SeqCst), 1, "delivered once");
+        let mut consumer = up.teardown();
+        assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    });
+}

@@ -395,7 +395,7 @@ fn an_early_leaver_leaves_the_queue_to_an_instance_still_in_flight() {
     assert_eq!(crate::state::instances(early), 0);
     // A later instance, in flight; the consumer dropped in its upcall.
     assert!(s.take_token_to_drain());
-    s.set_policy(crate::state::PolicyBits::Disabled, Invoke::New);
+    s.set_policy(crate::state::PolicyBits::Disabled, Invoke::New, None);
     s.close();
     s.leave_queued_to_instances();
     s.after_instance_left(early);
