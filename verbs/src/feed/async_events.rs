@@ -128,9 +128,8 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
         self.feed.failure()
     }
 
-    /// Events lost because the event type's `From` panicked on them (each
-    /// counted when the feed is next called; the owed `SourceFailed`
-    /// event after its second panic). The driver's
+    /// Events lost because the event type's `From` panicked on them (the
+    /// owed `SourceFailed` event after its second panic). The driver's
     /// [`DriverStats::handler_panics`](crate::DriverStats::handler_panics)
     /// counts every panic of a feed's turn, this only the events they cost.
     ///
@@ -151,6 +150,7 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// device.raise(AsyncEvent::new(AsyncEventKind::PortActive, AsyncElement::Port(1)));
     /// let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
     /// assert!(panicked.is_err());
+    /// assert_eq!(feed.from_panics(), 1);
     /// assert_eq!(feed.progress(16).delivered, 1); // the port that came back
     /// assert_eq!(feed.from_panics(), 1); // the port error
     /// ```

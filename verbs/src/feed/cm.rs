@@ -117,9 +117,8 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
         self.feed.failure()
     }
 
-    /// Events lost because the event type's `From` panicked on them (each
-    /// counted when the feed is next called; the owed `SourceFailed`
-    /// event after its second panic). A connect request lost this way was
+    /// Events lost because the event type's `From` panicked on them (the
+    /// owed `SourceFailed` event after its second panic). A connect request lost this way was
     /// acknowledged: its identifier stays parked in the channel
     /// (`ibv::CmChannel::take_all_requests`, feature `ibverbs`, hands it
     /// over).
@@ -141,6 +140,7 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// cm.raise(CmEvent::new(CmEventKind::Established, CmToken(2)));
     /// let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
     /// assert!(panicked.is_err());
+    /// assert_eq!(feed.from_panics(), 1);
     /// assert_eq!(feed.progress(16).delivered, 1);
     /// assert_eq!(feed.from_panics(), 1);
     /// ```

@@ -267,7 +267,13 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// assert_eq!((s.polled, s.delivered), (1, 1));
     /// ```
     pub fn stats(&self) -> FeedStats {
-        self.stats
+        // A conversion a panic left unfinished has lost its completion,
+        // though the next call has not counted it yet.
+        let unfinished = u64::from(self.converting);
+        FeedStats {
+            from_panics: self.stats.from_panics + unfinished,
+            ..self.stats
+        }
     }
 
     /// Why the CQ failed, once it has (the feed then reports

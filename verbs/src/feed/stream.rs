@@ -160,12 +160,12 @@ impl<S, T: Send> EventFeed<S, T> {
     }
 
     /// Events lost because the event type's `From` panicked on them: an
-    /// event taken from the source (counted when the feed is next called),
-    /// or the owed failure's event after its last try.
+    /// event taken from the source (a conversion left unfinished), or the
+    /// owed failure's event after its last try.
     // Named as `FeedStats::from_panics`: the panics of the type's `From`.
     #[allow(clippy::wrong_self_convention)]
     pub(crate) fn from_panics(&self) -> u64 {
-        self.from_panics
+        self.from_panics + u64::from(self.converting)
     }
 
     /// The errno the source failed with (or was given up for), if it did.

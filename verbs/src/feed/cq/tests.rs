@@ -88,10 +88,11 @@ fn a_panicking_from_loses_only_the_completion_it_panicked_on() {
     hca.push_batch(&[0, 1, 2, 3].map(WorkCompletion::new));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
     assert!(r.is_err(), "the From's panic comes out of the call");
+    assert_eq!(feed.stats().from_panics, 1, "counted before the next call");
     let p = feed.progress(16);
     assert_eq!(p.status, FeedStatus::Drained);
     let got: Vec<u64> = std::iter::from_fn(|| consumer.try_dequeue().ok().map(|e| e.0)).collect();
     assert_eq!(got, [0, 2, 3]);
-    assert_eq!(feed.stats().from_panics, 1);
+    assert_eq!(feed.stats().from_panics, 1, "once");
     assert_eq!(feed.stats().polled, 4);
 }
