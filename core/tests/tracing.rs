@@ -134,6 +134,47 @@ fn a_long_room_wait_is_reported_once_when_it_ends() {
     assert!(waited_us > 1_000, "{events:?}");
 }
 
+/// A long wait for room that a panic ends (the draining upcall the post
+/// runs, whose handler panics) is not reported: a subscriber that panicked
+/// while that panic unwinds would abort the process.
+#[test]
+fn a_long_room_wait_that_a_handler_panic_ends_is_not_reported() {
+    let (poster, consumer) = evd::bounded::<u8>(1).unwrap();
+    poster.post(1).unwrap();
+    let up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::Any, |_, _| {
+        panic!("the handler");
+    });
+    let events = std::thread::scope(|s| {
+        // Once the post waits for room (seated) and the wait has outlasted
+        // 1 ms, upcalls are enabled on the full ring: the waiting post is
+        // woken and runs the upcall that drains it.
+        let enabler = s.spawn(move || {
+            let mut up = up;
+            while !up.query().room_wanted {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            up.set_policy(UpcallPolicy::SingleInstance, Invoke::New)
+                .unwrap();
+            up
+        });
+        let recorder = Arc::new(panics_on("waited long for room"));
+        let posted = tracing::subscriber::with_default(recorder.clone(), || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poster.post_blocking(2)))
+        });
+        // Kept until the post is over (dropped, the upcalls would close
+        // the EVD under it).
+        let _up = enabler.join().unwrap();
+        let raised = posted.expect_err("the handler's panic ends the post");
+        assert_eq!(raised.downcast_ref::<&str>(), Some(&"the handler"));
+        recorder.0.lock().unwrap().clone()
+    });
+    assert!(
+        !events.iter().any(|e| e.2.contains("waited long")),
+        "{events:?}"
+    );
+}
+
 /// A subscriber that panics on the events whose text contains `needle`.
 fn panics_on(needle: &'static str) -> Recorder {
     Recorder(Mutex::default(), Some(needle))

@@ -1177,3 +1177,28 @@ fn upcalls_dropped_inside_its_own_panicking_handler_drop_the_queued_events() {
         );
     }
 }
+
+#[test]
+fn a_batch_that_runs_the_draining_upcall_keeps_its_events_if_the_handler_panics() {
+    // A full ring under an idle upcall policy (its queued event held by
+    // `Invoke::New`): the batch runs the upcall that makes room before it
+    // reserves anything, and that handler panics. Nothing was posted, and
+    // every event is still the caller's.
+    let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(0).unwrap(); // full
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::New, move |_, _| {
+        h.fetch_add(1, SeqCst);
+        panic!("the handler");
+    });
+    let mut batch = vec![1, 2];
+    let raised = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        poster.post_batch(&mut batch)
+    }));
+    assert!(raised.is_err(), "the handler's panic comes out of the call");
+    assert_eq!(handled.load(SeqCst), 1, "the queued event was handed over");
+    assert_eq!(batch, [1, 2], "nothing posted");
+    let mut consumer = up.teardown();
+    assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+}

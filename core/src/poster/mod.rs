@@ -238,7 +238,9 @@ impl<T: Send> Poster<T> {
     /// # Panics
     ///
     /// As [`Poster::post`], once per batch: the events are all in the ring
-    /// before the one notification (or upcall) that may panic.
+    /// before the one notification (or upcall) that may panic. A batch that
+    /// finds the ring full and runs the upcall to make room posts nothing
+    /// if that upcall panics: every event is still in `events`.
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(4).unwrap();

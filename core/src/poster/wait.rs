@@ -173,8 +173,10 @@ impl<T: Send> Poster<T> {
 #[cfg(feature = "tracing")]
 const LONG_ROOM_WAIT: Duration = Duration::from_millis(1);
 
-/// Reports, when dropped (the wait ended, however), a blocking post's wait
-/// for room that lasted longer than [`LONG_ROOM_WAIT`].
+/// Reports, when dropped (the wait ended), a blocking post's wait for room
+/// that lasted longer than [`LONG_ROOM_WAIT`]; not one that a panic ends (a
+/// draining upcall's handler): a subscriber that panicked during that
+/// unwind would abort the process.
 #[cfg(feature = "tracing")]
 struct LongWaitReport {
     evd: usize,
@@ -185,7 +187,7 @@ struct LongWaitReport {
 impl Drop for LongWaitReport {
     fn drop(&mut self) {
         let waited = self.since.elapsed();
-        if waited > LONG_ROOM_WAIT {
+        if waited > LONG_ROOM_WAIT && !std::thread::panicking() {
             crate::trace::event!(
                 INFO,
                 evd = self.evd,

@@ -24,11 +24,15 @@
 //!   an instance's dequeue and its hand-back) starts none: no thread is
 //!   free to run a second handler there, so its event waits for that
 //!   instance's next round, after its handler returns, or for the next post
-//!   (its `more` was true).
+//!   (its `more` was true if the event was published by the time the
+//!   instance looked, after its hand-back; a post whose reservation found
+//!   the token held and which published only after that look leaves `more`
+//!   false, and the instance's next round finds the event all the same).
 //!
 //! Each handler call receives one event (or a loss report) and `more`:
 //! whether another event was ready (published) behind it just before the
-//! call (under ManyInstances, after the token was handed back).
+//! call (under ManyInstances, after the token was handed back): a hint,
+//! never a promise that nothing more is coming.
 //!
 //! Policy changes are CASes on the same word, so they are race-free against
 //! posts and running instances. Disabling stops instances at their next
