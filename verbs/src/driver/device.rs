@@ -98,6 +98,10 @@ impl Driver {
     /// brought no device feed, as its registration did: each that takes
     /// them gets a device feed into its EVD.
     fn offer_device_events(&mut self) {
+        // A shutdown adds no feed (every slot is being removed by then).
+        if self.shutting_down {
+            return;
+        }
         for index in 0..self.slots.len() {
             let Some(slot) = self.slots[index].as_mut() else {
                 continue;

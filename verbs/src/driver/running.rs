@@ -142,12 +142,14 @@ impl Driver {
         // adds a feed meanwhile (`apply_commands`). A step the backend
         // fails ends the wait: the feeds left are handed back without
         // their polls' end, as those whose cancellation is refused.
+        let mut backend_error = None;
         while self.slots.iter().any(Option::is_some) {
-            if let Err(_e) = self.cancellation_step() {
-                trace::event!(WARN, error = %_e, "backend failed at shutdown");
+            if let Err(e) = self.cancellation_step() {
+                trace::event!(WARN, error = %e, "backend failed at shutdown");
                 for index in 0..self.slots.len() {
                     self.hand_back_uncancelled(index, None);
                 }
+                backend_error = Some(e);
             }
         }
         // The device feeds the driver added itself are no feed a key names:
@@ -163,6 +165,7 @@ impl Driver {
             driver: self.shared.serial,
             cpu_time: crate::cpu_time::thread_cpu_time(),
             stats: self.stats,
+            backend_error,
         })
     }
 }
@@ -398,6 +401,10 @@ pub struct Shutdown {
     pub cpu_time: Duration,
     /// The driver's counters at the end.
     pub stats: DriverStats,
+    /// The backend's error that ended the wait for the feeds' polls to be
+    /// cancelled, if one did: the feeds were handed back all the same,
+    /// their polls ended by the driver's end.
+    pub backend_error: Option<DriverError>,
 }
 
 impl DropEach for Shutdown {
@@ -484,6 +491,7 @@ impl fmt::Debug for Shutdown {
             )
             .field("cpu_time", &self.cpu_time)
             .field("stats", &self.stats)
+            .field("backend_error", &self.backend_error)
             .finish()
     }
 }

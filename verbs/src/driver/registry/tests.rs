@@ -207,6 +207,7 @@ fn a_shutdown_whose_cancellations_are_refused_hands_the_feeds_back() {
     driver.faults.cancels = u32::MAX;
     let running = driver.spawn().unwrap();
     let mut shutdown = running.shutdown().expect("a clean shutdown");
+    assert!(shutdown.backend_error.is_none(), "a refusal is no failure");
     assert_eq!(shutdown.take(key).map(|f| f.id()), Some(CqId(0)));
 }
 
@@ -219,6 +220,7 @@ fn a_shutdown_whose_wait_fails_hands_the_feeds_back() {
     driver.faults.steps = 1;
     let running = driver.spawn().unwrap();
     let mut shutdown = running.shutdown().expect("a clean shutdown");
+    assert!(matches!(shutdown.backend_error, Some(DriverError::Io(_))));
     assert_eq!(shutdown.take(key).map(|f| f.id()), Some(CqId(0)));
 }
 
