@@ -334,3 +334,23 @@ fn modify_cno_to_the_same_cno_changes_the_key_and_moves_a_pending_key() {
     p.post(2).unwrap();
     assert_eq!(ready_keys(&mut cno), [3]);
 }
+
+#[test]
+fn modify_cno_enables_on_the_new_cno_as_enable_cno_does_and_keys_the_direct_waiters_news() {
+    // Enabled and directly armed; a post wakes the direct waiter (the
+    // enable stays). The move withdraws the direct arm, as an enable does,
+    // and the event left queued gives the new CNO a key, where a plain
+    // enable would answer `Pending`.
+    let old = evd::Cno::new(1).unwrap();
+    let mut new = evd::Cno::new(1).unwrap();
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    consumer.bind_cno(&old, 1).unwrap();
+    assert_eq!(consumer.enable_cno(), Ok(evd::ArmStatus::Armed));
+    assert_eq!(consumer.arm(), evd::ArmStatus::Armed);
+    poster.post(7).unwrap(); // the direct waiter's news
+    consumer.modify_cno(&new, 2).unwrap();
+    assert!(!consumer.query().armed, "the direct arm is withdrawn");
+    assert_eq!(new.try_next(), Some(2), "the news is the new CNO's too");
+    assert_eq!(consumer.try_dequeue(), Ok(7));
+    drop(old);
+}

@@ -868,8 +868,10 @@ impl Api {
                 threshold: k,
                 capacity: cap,
             })
-        } else if self.unwaitable {
-            // Checked before the back-off phase: nothing registered, no arm.
+        } else if self.unwaitable && block {
+            // A wait that may block, checked before the back-off phase:
+            // nothing registered, no arm. A poll never blocks: it answers
+            // as any poll.
             Err(WaitError::Unwaitable)
         } else if len >= k {
             // Met: `Ok`, and a pending report waits for the next dequeue.

@@ -98,7 +98,7 @@ impl<T> Consumer<T> {
     /// ready set, exactly once. `Pending`: events (or a loss report) are
     /// queued now, so drain, then enable again. `Closed`: closed and
     /// drained. Enabling an enabled EVD with nothing queued and no loss to
-    /// report changes nothing.
+    /// report leaves it enabled (it withdraws a direct arm, as below).
     ///
     /// A direct waiter ([`Consumer::wait`], [`Consumer::recv`], ...)
     /// preempts the CNO: while it is armed, a post wakes it and leaves the
@@ -199,7 +199,11 @@ impl<T> Consumer<T> {
     /// of the two CNOs (the old one only if its waiter took the key before
     /// the move; from a dropped CNO, whose trigger may have told the EVD's
     /// own waiter too, see [`Cno`](crate::Cno)'s notes). On an error the EVD
-    /// stays as it was.
+    /// stays as it was. An enabled EVD is enabled on the new CNO as by
+    /// [`enable_cno`](Consumer::enable_cno), with one difference: a direct
+    /// arm still set is withdrawn as there, but events a direct waiter was
+    /// woken for and left queued give the new CNO a key (a plain enable
+    /// answers `Pending` for them): one notification more, never one less.
     ///
     /// ```
     /// let mut old = evd::Cno::new(4).unwrap();

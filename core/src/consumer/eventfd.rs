@@ -56,10 +56,13 @@ impl<T> Consumer<T> {
     /// The EVD's notification eventfd (made on first call; non-blocking,
     /// close-on-exec). From then on every notification also writes it. The
     /// call that makes it writes it once if a notification fired before
-    /// (an [`arm`](Consumer::arm) that a post has answered, or a close of an
-    /// armed EVD, and no arm or CNO enable has found the ring empty since:
+    /// (an [`arm`](Consumer::arm) that a post has answered, a close of an
+    /// armed EVD, or a trigger of the EVD's CNO enable, and no arm or CNO
+    /// enable has found the ring empty since:
     /// [`Query::notified`](crate::Query::notified)), so an fd asked
-    /// for after arming is readable for the post that answered the arm.
+    /// for after arming is readable for the post that answered the arm (and
+    /// one asked for after a CNO's key was served may be readable once with
+    /// nothing left to do).
     ///
     /// ```
     /// use std::os::fd::AsRawFd;

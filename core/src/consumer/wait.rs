@@ -373,6 +373,12 @@ impl<T> Consumer<T> {
         // Spin, then yield, before parking: with posters sharing the CPUs a
         // yield lets them fill the ring, and a park costs a futex round trip
         // on both sides, longer than the whole spin.
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            // A poll: it looks once and leaves the arm alone, so an arm the
+            // caller made with `arm()` (and its registered waker) stays. It
+            // never blocks, so an unwaitable EVD answers it as any other.
+            return look(&s, want).unwrap_or_else(|| timed_out(&s, want));
+        }
         if s.is_unwaitable() {
             return Err(WaitError::Unwaitable);
         }
@@ -380,8 +386,6 @@ impl<T> Consumer<T> {
             return Ok(ready as usize);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            // A poll: it looks once and leaves the arm alone, so an arm the
-            // caller made with `arm()` (and its registered waker) stays.
             return look(&s, want).unwrap_or_else(|| timed_out(&s, want));
         }
         let waker = thread_waker(self);

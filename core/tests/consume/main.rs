@@ -40,6 +40,28 @@ fn dequeue_unwaitable_returns_unwaitable_but_ready_events_come_first() {
 }
 
 #[test]
+fn a_poll_of_an_unwaitable_evd_times_out_as_any_poll() {
+    // A zero timeout never blocks: "nothing ready" is its `Timeout`, as
+    // documented, unwaitable or not; only a wait that would block is refused.
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    poster.set_unwaitable();
+    assert_eq!(
+        consumer.dequeue_timeout(Duration::ZERO),
+        Err(DequeueError::Timeout)
+    );
+    assert_eq!(
+        consumer.wait(1, Some(Duration::ZERO)),
+        Err(WaitError::Timeout { available: 0 })
+    );
+    assert_eq!(
+        consumer.dequeue_timeout(Duration::from_secs(3600)),
+        Err(DequeueError::Unwaitable)
+    );
+    poster.post(1).unwrap();
+    assert_eq!(consumer.dequeue_timeout(Duration::ZERO), Ok(1));
+}
+
+#[test]
 fn dequeue_unwaitable_wakes_a_blocked_dequeue() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let t = std::thread::spawn(move || {
