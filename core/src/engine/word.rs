@@ -554,9 +554,12 @@ impl<T> Shared<T> {
         if !start {
             self.wake_room_if_stranded(new);
         }
-        // A loss report counts as a queued event for Invoke::Any.
-        let start =
-            start || (invoke == Invoke::Any && self.loss_pending() && self.restart_for_loss());
+        // A loss report counts as a queued event for Invoke::Any; after a
+        // quiesce (`since`) as news whatever `invoke`: a lossy post in that
+        // window committed its loss with no policy to notify (its RMW does
+        // not change the word, so only this load after the CAS sees it).
+        let report = invoke == Invoke::Any || since.is_some();
+        let start = start || (report && self.loss_pending() && self.restart_for_loss());
         (start, state::instances(new), state::tail_count(new, h))
     }
 

@@ -260,3 +260,31 @@ fn post_during_a_switch_from_many_to_single_instance_is_delivered() {
         assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
     });
 }
+
+#[test]
+fn lossy_post_during_a_switch_from_many_to_single_instance_is_reported() {
+    // The same window for a loss: a full ring (a permit holds its one slot,
+    // nothing queued), a lossy post while the switch holds upcalls
+    // disabled. Its loss is committed with nobody to notify; it must still
+    // be reported (a miss leaves the report pending with no instance).
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(1).unwrap();
+        let permit = poster.try_reserve().unwrap();
+        let reported = Arc::new(AtomicUsize::new(0));
+        let r = reported.clone();
+        let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
+            let lost = ev.expect_err("only the loss comes").lost;
+            r.fetch_add(lost as usize, Ordering::SeqCst);
+        });
+        let switch = thread::spawn(move || {
+            up.set_policy(UpcallPolicy::SingleInstance, Invoke::New).unwrap();
+            up
+        });
+        assert_eq!(poster.post_lossy(1), Ok(evd::Lossy::Lost));
+        let up = switch.join().unwrap();
+        assert_eq!(reported.load(Ordering::SeqCst), 1, "the loss reported once");
+        drop(permit);
+        let mut consumer = up.teardown();
+        assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
+    });
+}
