@@ -88,7 +88,7 @@
 //! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
 //! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | refuse if len + PERMITS exceeds the new capacity; else wait for reserved slots, move them |
 //! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |
-//! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline; after the switch's own disable, events reserved since are [`Invoke::Any`]'s ([`invoke_after_quiesce`]) |
+//! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline; after the switch's own disable, events reserved since are [`Invoke::Any`]'s ([`invoke_after_quiesce`]), and so is a pending loss report (the engine's load after the CAS) |
 //! | instance exits (token holder) | [`exit_instance`] | policy disabled, or ring empty | −TOKEN, INSTANCES−1, −NOTIFIED if empty | — |
 //! | instance hands the token back (ManyInstances) | [`release_token`] | TOKEN | −TOKEN | run the handler without the token |
 //! | instance returns after its handler (ManyInstances) | [`reacquire`] | — | token free and INSTANCES within the policy's limit: +TOKEN; otherwise INSTANCES−1 | continue, or stop |

@@ -226,7 +226,8 @@ impl<T: Send> Upcalls<T> {
     ///   found one of them holding the token left its event to it), and so
     ///   is an event posted while the switch waited (upcalls were the
     ///   caller's enabled ones all along); a loss report pending when the
-    ///   switch ends is delivered too. By way
+    ///   switch ends is delivered too, by an instance that then delivers
+    ///   whatever is queued, as with `Invoke::Any`. By way
     ///   of `Disabled` the disable was the caller's own: what the instances
     ///   left is queued as anything posted while disabled, and `invoke`
     ///   decides (with `Invoke::New`, the next post delivers it).
