@@ -461,8 +461,11 @@ impl<T> Shared<T> {
     /// `Acquire`: after this no ticket is handed out, and every ticket
     /// handed out before is in `[head, tail(w))`. Caller: the consumer.
     pub(super) fn begin_resize(&self) -> u64 {
-        self.transition(Ordering::Acquire, |w| {
-            state::begin_resize(w).map(|n| (n, n)).ok_or(w)
+        self.transition(Ordering::Acquire, |w| match state::begin_resize(w) {
+            Some(n) => Ok((n, n)),
+            // Only the consumer resizes, and nothing between its begin and
+            // end unwinds: going on would move the ring under posters.
+            None => unreachable!("a resize begun while one is under way"),
         })
     }
 
