@@ -53,6 +53,19 @@ fn cq_whose_drop_panics() -> (HookedCq, SoftCqProducer, Receiver<()>) {
     (cq, hca, dropped)
 }
 
+/// The value in `slot`, once the test's thread has put it there (an upcall
+/// may run before it has), under the watchdog.
+fn taken_when_there<R>(slot: &Mutex<Option<R>>) -> R {
+    let start = Instant::now();
+    loop {
+        if let Some(r) = slot.lock().unwrap().take() {
+            return r;
+        }
+        assert!(start.elapsed() < WATCHDOG, "the slot was never filled");
+        std::thread::yield_now();
+    }
+}
+
 /// An EVD whose handler runs `stop` on the value in the slot (once), and
 /// says on the receiver whether it answered `OnDriverThread`.
 fn evd_stopping<R: Send + 'static>(
@@ -118,14 +131,7 @@ fn a_poller_stopped_from_a_feeds_upcall_serves_no_later_feed() {
     let (tx, answered) = mpsc::channel();
     let handler_slot = slot.clone();
     let up = a_consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
-        let start = Instant::now();
-        let poller = loop {
-            if let Some(p) = handler_slot.lock().unwrap().take() {
-                break p;
-            }
-            assert!(start.elapsed() < WATCHDOG, "the poller never came");
-            std::thread::yield_now();
-        };
+        let poller = taken_when_there(&handler_slot);
         let _ = tx.send(matches!(poller.stop(), Err(DriverError::OnDriverThread)));
     });
     let (b_poster, mut b_consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
@@ -170,14 +176,7 @@ fn a_driver_shut_down_from_a_feeds_upcall_serves_no_later_feed() {
             if !first.swap(false, std::sync::atomic::Ordering::SeqCst) {
                 return;
             }
-            let start = Instant::now();
-            let running = loop {
-                if let Some(r) = slot.lock().unwrap().take() {
-                    break r;
-                }
-                assert!(start.elapsed() < WATCHDOG, "the driver never came");
-                std::thread::yield_now();
-            };
+            let running = taken_when_there(&slot);
             let refused = running.shutdown();
             let _ = asked.send(matches!(refused, Err(DriverError::OnDriverThread)));
         };
