@@ -22,9 +22,13 @@ thread_local! {
     static FAIL_FROM: Cell<usize> = const { Cell::new(0) };
 }
 
-/// True if an allocation of `layout` on this thread is to fail.
-fn fails(layout: Layout) -> bool {
-    FAIL_FROM.with(|f| f.get() != 0 && layout.size() >= f.get())
+/// Count an allocation of `size` bytes on this thread (while counting);
+/// true if it is to fail.
+fn counted_and_fails(size: usize) -> bool {
+    if COUNTING.with(|c| c.get()) {
+        ALLOCATIONS.with(|a| a.set(a.get() + 1));
+    }
+    FAIL_FROM.with(|f| f.get() != 0 && size >= f.get())
 }
 
 // SAFETY: defers to the system allocator, or reports a failure (null) as it
@@ -32,20 +36,14 @@ fn fails(layout: Layout) -> bool {
 // never allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        }
-        if fails(layout) {
+        if counted_and_fails(layout.size()) {
             return std::ptr::null_mut();
         }
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        }
-        if fails(layout) {
+        if counted_and_fails(layout.size()) {
             return std::ptr::null_mut();
         }
         // SAFETY: same contract as ours.
@@ -56,10 +54,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(|c| c.get()) {
-            ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        }
-        if FAIL_FROM.with(|f| f.get() != 0 && new_size >= f.get()) {
+        if counted_and_fails(new_size) {
             return std::ptr::null_mut();
         }
         // SAFETY: same contract as ours.
