@@ -346,6 +346,38 @@ fn an_event_for_a_cq_the_feed_does_not_hold_is_acked_at_once_and_counted() {
 }
 
 #[test]
+fn a_clean_cqs_error_refused_as_full_in_progress_is_served_once_there_is_room() {
+    // A clean CQ (armed, found empty) whose poll fails in `progress`, its
+    // `CqError` refused because another poster took the last slot: no
+    // channel event will come for it (the CQ is broken), so the next pass
+    // must serve it, not skip it as clean.
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster.clone());
+    let (b, hca_b) = channel.create_cq(64).unwrap();
+    feed.add(b, CqId(1)).unwrap();
+    assert_eq!(feed.arm_and_drain(16).unwrap().status, FeedStatus::Drained);
+    hca_b.fail_next_poll(libc::EIO);
+    let filler = VerbsEvent::Completion {
+        cq: CqId(9),
+        wc: wc(9),
+    };
+    hca_b.during_next_poll(move || poster.post(filler).unwrap());
+    assert_eq!(feed.progress(16).status, FeedStatus::Backpressure);
+    assert!(matches!(
+        consumer.try_dequeue(),
+        Ok(VerbsEvent::Completion { cq: CqId(9), .. })
+    ));
+    let p = feed.arm_and_drain(16).unwrap();
+    assert_eq!(p.delivered, 1, "the held CqError went out");
+    assert!(matches!(
+        consumer.try_dequeue(),
+        Ok(VerbsEvent::Async(e)) if e.kind == evd_verbs::AsyncEventKind::CqError
+    ));
+    assert_eq!(feed.stats().failed_cqs, 1);
+}
+
+#[test]
 fn an_event_for_cq_b_raised_while_cq_a_is_served_is_not_lost() {
     // Without a driver, step by step: B's event arrives in the middle of
     // A's drain; the pass that reports "drained" leaves it on the channel

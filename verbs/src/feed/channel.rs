@@ -510,9 +510,12 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             self.cursor = (i + 1) % n;
             // Dirty while it runs: a call that unwinds leaves it so, and
             // the next `arm_and_drain` serves it (and restarts its upcall).
+            // One that stops before it drained stays dirty too: what it
+            // holds (a failed CQ's `CqError`) may have no channel event to
+            // come for it.
             let was_dirty = std::mem::replace(&mut m.dirty, true);
             let p = m.feed.progress(budget - delivered);
-            m.dirty = was_dirty;
+            m.dirty = was_dirty || p.status != FeedStatus::Drained;
             delivered += p.delivered;
             match p.status {
                 FeedStatus::Drained => {}
