@@ -268,6 +268,18 @@ pub(crate) fn park(_deadline: Option<std::time::Instant>) {
     thread::park();
 }
 
+/// Run a unit-test loom model (a model inside the crate, that needs its
+/// internals) over every interleaving with at most `LOOM_MAX_PREEMPTIONS`
+/// (default 3) preemptions, as the models of `core/tests/loom` run.
+#[cfg(all(test, loom))]
+pub(crate) fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b.check(f);
+}
+
 /// How long a back-off spins, by the clock, before it yields the CPU
 /// instead: a thread it waits for that was preempted gets to run. The same
 /// phase paces the consumer's waits (`consumer/wait.rs`).

@@ -221,11 +221,7 @@ mod loom_models {
 
     #[test]
     fn an_fnmut_handler_found_under_many_instances_is_never_entered_twice() {
-        let mut b = loom::model::Builder::new();
-        if b.preemption_bound.is_none() {
-            b.preemption_bound = Some(3);
-        }
-        b.check(|| {
+        crate::sync::model(|| {
             let (poster, consumer) = crate::bounded::<u32>(2).unwrap();
             let up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, |_, _| {
                 unreachable!("replaced before any post")

@@ -1,4 +1,5 @@
 use super::*;
+use crate::sync::model;
 use loom::thread;
 
 /// Every slot is bound (`bound`), free or waiting for its pop, once; a
@@ -68,12 +69,12 @@ fn waiter(
     })
 }
 
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b.check(f);
+/// While the waiter runs: a bind with key 12 that finds no free slot and
+/// reclaims one, then its trigger. The slot and the key.
+fn reclaimed_and_triggered(core: &CnoCore) -> (u32, u64) {
+    let (s, key) = core.bind(Some(12), false).unwrap();
+    assert_eq!(core.trigger(s), Reached::Ready);
+    (s, key)
 }
 
 /// The waiter pops the stale indices of two released slots while a bind
@@ -86,8 +87,7 @@ fn a_bind_that_reclaims_a_slot_vs_the_pop_of_its_stale_index() {
     model(|| {
         let (core, ring) = both_slots_releasing();
         let waiter = waiter(&core, ring, false);
-        let (s, key) = core.bind(Some(12), false).unwrap();
-        assert_eq!(core.trigger(s), Reached::Ready);
+        let (s, key) = reclaimed_and_triggered(&core);
         let (mut ring, mut keys) = waiter.join().unwrap();
         keys.extend(pop_all(&core, &mut ring));
         assert_eq!(keys, [key], "the new key, once; no stale one");
@@ -109,8 +109,7 @@ fn a_reclaimed_slot_released_again_vs_a_stalled_pop() {
     model(|| {
         let (core, ring) = both_slots_releasing();
         let waiter = waiter(&core, ring, true);
-        let (s, key) = core.bind(Some(12), false).unwrap();
-        assert_eq!(core.trigger(s), Reached::Ready);
+        let (s, key) = reclaimed_and_triggered(&core);
         let removed = core.remove(s);
         core.release(s, false);
         let (mut ring, mut keys) = waiter.join().unwrap();
