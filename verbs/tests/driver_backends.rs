@@ -10,9 +10,10 @@ mod common;
 use common::driver::{BACKENDS, WATCHDOG};
 use common::load::produce_into;
 use common::wc;
-use evd_verbs::soft::SoftCq;
+use evd_verbs::soft::{SoftChannel, SoftCq};
 use evd_verbs::{
-    AdaptiveConfig, CqId, Driver, DriverBackend, DriverConfig, Feed, FeedMode, VerbsEvent,
+    AdaptiveConfig, ChannelFeed, CqId, Driver, DriverBackend, DriverConfig, Feed, FeedMode,
+    VerbsEvent,
 };
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -438,4 +439,64 @@ fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
     });
     let mut stopped = running.shutdown().unwrap();
     assert!(stopped.take(key).is_some());
+}
+
+/// A channel feed blocked on a full EVD by a busy CQ still takes the events
+/// of its quiet CQs: a quiet CQ's completion that arrives meanwhile is
+/// served in the busy CQ's turn order (the freed slots shared among the
+/// CQs with events), not after the busy CQ's whole backlog (which a quiet
+/// CQ, kept waiting that long, would overrun). The caller runs the driver
+/// step by step, so every backend sees the same sequence.
+#[test]
+fn every_backend_serves_a_quiet_cqs_event_that_arrives_while_a_busy_cq_blocks_the_channel_feed() {
+    const EVD: usize = 4;
+    const BUSY: u64 = 600;
+    /// The quiet completion arrives behind the EVD's 4 and is served by
+    /// the second refill at the latest (the busy CQ takes one freed slot,
+    /// then the quiet CQ the next); 20 leaves room for any turn order.
+    const WITHIN: usize = 20;
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(EVD).unwrap();
+        let channel = SoftChannel::new().unwrap();
+        let mut feed = ChannelFeed::new(channel.clone(), poster);
+        let (busy, busy_hca) = channel.create_cq(1024).unwrap();
+        let (quiet, quiet_hca) = channel.create_cq(64).unwrap();
+        feed.add(busy, CqId(0)).unwrap();
+        feed.add(quiet, CqId(1)).unwrap();
+        let mut driver = Driver::new(config(backend)).unwrap();
+        let key = driver.register_channel(feed, FeedMode::Event).unwrap();
+        let turns = |driver: &mut Driver| {
+            for _ in 0..4 {
+                driver.process(Some(Duration::ZERO)).unwrap();
+            }
+        };
+        turns(&mut driver); // armed, asleep on the channel's fd
+        for i in 0..BUSY {
+            busy_hca.push(wc(i)).unwrap();
+        }
+        turns(&mut driver);
+        assert_eq!(consumer.len(), EVD, "{backend:?}: the EVD is full");
+        quiet_hca.push(wc(1 << 32)).unwrap();
+        turns(&mut driver);
+        let mut dequeued = 0;
+        loop {
+            let ev = consumer.try_dequeue().unwrap();
+            dequeued += 1;
+            let VerbsEvent::Completion { cq, wc } = ev else {
+                panic!("{backend:?}: {ev:?}")
+            };
+            if cq == CqId(1) {
+                assert_eq!(wc.wr_id, 1 << 32);
+                break;
+            }
+            assert!(
+                dequeued <= WITHIN,
+                "{backend:?}: the quiet CQ's completion not served within {WITHIN} dequeues"
+            );
+            turns(&mut driver);
+        }
+        let feed = driver.remove(key).unwrap();
+        drop(feed);
+        assert_eq!(quiet_hca.stats().unacked_at_destroy, Some(0), "{backend:?}");
+    }
 }

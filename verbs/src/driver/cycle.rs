@@ -41,9 +41,10 @@
 //!   Woken.
 //! - **Blocked**: the EVD refused a post. The feed takes nothing more out of
 //!   its CQ and waits for the EVD's room signal, not a timer.
-//! - A fired fd is taken by the shell at the feed's next turn whatever the
-//!   phase (so the channel can fire again); only in Sleeping does it start
-//!   the cycle.
+//! - The shell keeps the fd polled in every phase but Done, and a fired fd
+//!   is taken at the feed's next turn whatever the phase (so the channel can
+//!   fire again, and a channel feed draining one CQ or blocked by it learns
+//!   which others have work); only in Sleeping does it start the cycle.
 //!
 //! One turn runs at most one delivering action, plus the arm that ends a
 //! spin, or a Woken poll, that found nothing: a turn delivers at most the

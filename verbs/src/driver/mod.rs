@@ -27,8 +27,9 @@
 //!
 //! This file is the shell around them: each turn it applies the commands,
 //! reaps the backend's completions, gives every feed with work its turn
-//! (the slot performs the cycle's actions) and keeps each sleeping feed's
-//! fd poll in the backend.
+//! (the slot performs the cycle's actions) and keeps the fd poll of every
+//! feed that takes channel events (in every phase but Done, asleep or not)
+//! in the backend.
 //!
 //! # No timers
 //! A feed stopped by a full EVD takes nothing more out of its CQ and
@@ -467,7 +468,13 @@ impl Driver {
                 // again by the next turn.
                 slot.poll_spent = false;
             }
-            if slot.phase == Phase::Sleeping && !slot.poll_in_flight {
+            // Polled in every phase a feed takes channel events in, not
+            // only asleep: a feed that is draining or blocked on a full EVD
+            // still takes them (a channel feed learns which of its quiet
+            // CQs have completions, and serves them in its turn order
+            // rather than after a busy CQ's whole backlog). As a multishot
+            // poll, always in flight, already does.
+            if slot.takes_events() && !slot.poll_in_flight {
                 let checked = match slot.fd_checked {
                     true => Ok(true),
                     false => self.backend.check_pollable(slot.fd),

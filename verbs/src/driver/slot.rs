@@ -267,9 +267,7 @@ impl Slot {
         stats: &mut DriverStats,
     ) -> Result<usize, (FailedCall, io::Error)> {
         let fd_fired = std::mem::take(&mut self.fd_fired);
-        // A feed given up (the call fails) or done (nothing more to serve)
-        // takes no channel event.
-        if fd_fired && !self.given_up && self.phase != Phase::Done {
+        if fd_fired && self.takes_events() {
             self.source
                 .take_events()
                 .map_err(|e| (FailedCall::GetEvent, e))?;
@@ -354,6 +352,13 @@ impl Slot {
             SpinOutcome::Seen => policy.seen(now),
             SpinOutcome::Nothing => {}
         }
+    }
+
+    /// It takes its channel events, whatever its phase: a feed given up
+    /// (the call fails) or done (nothing more to serve) takes none, and
+    /// asks for no readiness of its fd.
+    pub(super) fn takes_events(&self) -> bool {
+        !self.given_up && self.phase != Phase::Done
     }
 
     pub(super) fn is_busy(&self) -> bool {

@@ -39,7 +39,11 @@
 //!   its arm, so its next completion raises an event on the shared fd; the
 //!   driver's next turn takes every event, whichever CQ it names, before it
 //!   runs the feeds. Events are taken only there, never while one CQ is
-//!   being served, so none is consumed on a CQ's behalf and forgotten.
+//!   being served, so none is consumed on a CQ's behalf and forgotten. The
+//!   driver polls the fd while the channel feed drains or waits for room
+//!   too, not only while it sleeps: a quiet CQ's event that comes while a
+//!   busy one holds the feed makes the quiet CQ dirty at once, and it is
+//!   served in its turn, not after the busy CQ's whole backlog.
 //! - *No over-commit.* The feeds run one after the other on the driver's
 //!   thread and each reads the EVD's free space before every poll; a full
 //!   EVD stops the whole pass (`Backpressure`): the feeds not reached stay
