@@ -10,10 +10,10 @@ mod common;
 use common::driver::{BACKENDS, WATCHDOG};
 use common::load::produce_into;
 use common::wc;
-use evd_verbs::soft::{SoftChannel, SoftCq};
+use evd_verbs::soft::{SoftChannel, SoftCq, SoftDevice};
 use evd_verbs::{
-    AdaptiveConfig, ChannelFeed, CqId, Driver, DriverBackend, DriverConfig, Feed, FeedMode,
-    VerbsEvent,
+    AdaptiveConfig, AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, ChannelFeed, CqId, Driver,
+    DriverBackend, DriverConfig, Feed, FeedMode, VerbsEvent,
 };
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -498,5 +498,54 @@ fn every_backend_serves_a_quiet_cqs_event_that_arrives_while_a_busy_cq_blocks_th
         let feed = driver.remove(key).unwrap();
         drop(feed);
         assert_eq!(quiet_hca.stats().unacked_at_destroy, Some(0), "{backend:?}");
+    }
+}
+
+/// A stream feed (here a device's async events) blocked on a full EVD
+/// leaves its events in the source, whose fd stays readable: the driver
+/// must not poll that fd until room comes, or a level-triggered backend
+/// reports it again at every step and the driver never sleeps. Room
+/// delivers the event.
+#[test]
+fn every_backend_leaves_a_stream_feed_blocked_on_a_full_evd_unpolled_until_room_comes() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+        let filler = VerbsEvent::Completion {
+            cq: CqId(9),
+            wc: wc(0),
+        };
+        let (events, device) = SoftDevice::new().unwrap();
+        let mut driver = Driver::new(config(backend)).unwrap();
+        driver
+            .register_async(AsyncFeed::new(events, poster.clone()))
+            .unwrap();
+        for _ in 0..4 {
+            driver.process(Some(Duration::ZERO)).unwrap();
+        }
+        poster.post(filler).unwrap(); // the feed is asleep: now full
+        device.raise(AsyncEvent::new(
+            AsyncEventKind::PortActive,
+            AsyncElement::Port(1),
+        ));
+        for _ in 0..20 {
+            driver.process(Some(Duration::ZERO)).unwrap();
+        }
+        assert_eq!(
+            driver.stats().fd_wakes,
+            1,
+            "{backend:?}: the blocked feed's fd was reported again: {:?}",
+            driver.stats()
+        );
+        assert!(matches!(
+            consumer.try_dequeue(),
+            Ok(VerbsEvent::Completion { .. })
+        ));
+        for _ in 0..4 {
+            driver.process(Some(Duration::ZERO)).unwrap();
+        }
+        assert!(
+            matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(a)) if a.kind == AsyncEventKind::PortActive),
+            "{backend:?}"
+        );
     }
 }

@@ -30,7 +30,8 @@
 //! - **Arm and Draining** run [`Action::ArmAndDrain`]: arm the CQ if no arm
 //!   is outstanding, then drain within the budget. Drained means armed and
 //!   empty: the feed sleeps on its channel fd. A used-up budget leaves it
-//!   draining (armed) for its next turn.
+//!   draining for its next turn (armed, unless an event taken since used
+//!   the arm: that drain arms again).
 //! - **Polling** is the adaptive mode's suspension (NAPI's `irq_suspend`):
 //!   after a wake the feed polls without arming while polls find
 //!   completions, and arms once `T` has passed without one ([`Limits`],
@@ -41,10 +42,10 @@
 //!   Woken.
 //! - **Blocked**: the EVD refused a post. The feed takes nothing more out of
 //!   its CQ and waits for the EVD's room signal, not a timer.
-//! - The shell keeps the fd polled in every phase but Done, and a fired fd
-//!   is taken at the feed's next turn whatever the phase (so the channel can
-//!   fire again, and a channel feed draining one CQ or blocked by it learns
-//!   which others have work); only in Sleeping does it start the cycle.
+//! - The shell polls the fd while the feed sleeps (a shared channel's feed
+//!   awake too, so that it learns which CQs have work; a multishot poll
+//!   stays in flight throughout). A fired fd is taken at the feed's next
+//!   turn whatever the phase; only in Sleeping does it start the cycle.
 //!
 //! One turn runs at most one delivering action, plus the arm that ends a
 //! spin, or a Woken poll, that found nothing: a turn delivers at most the
@@ -65,7 +66,8 @@ pub(crate) enum Phase {
     /// Event cycle: the channel fired; polls (unarmed) until a poll ends
     /// within the budget, then arms.
     Woken,
-    /// Armed, budget used up: drains on at its next turn.
+    /// Armed (or its arm's event taken since), budget used up: arms if
+    /// need be and drains on at its next turn.
     Draining,
     /// Adaptive: polling unarmed since a wake.
     Polling {

@@ -27,9 +27,9 @@
 //!
 //! This file is the shell around them: each turn it applies the commands,
 //! reaps the backend's completions, gives every feed with work its turn
-//! (the slot performs the cycle's actions) and keeps the fd poll of every
-//! feed that takes channel events (in every phase but Done, asleep or not)
-//! in the backend.
+//! (the slot performs the cycle's actions) and keeps each sleeping feed's
+//! fd poll in the backend (a shared channel's feed's while it is awake
+//! too).
 //!
 //! # No timers
 //! A feed stopped by a full EVD takes nothing more out of its CQ and
@@ -381,8 +381,8 @@ impl Driver {
             self.turn()?;
         }
         // The caller may now wait on the ring's fd: the wake poll (which the
-        // last turn may have seen end) and the polls of feeds that went to
-        // sleep in that turn must be in the kernel before it does.
+        // last turn may have seen end) and the fd polls that turn asked for
+        // must be in the kernel before it does.
         self.keep_wake_poll()?;
         self.backend.flush()?;
         // Readiness a busy wait collected (epoll's, every few busy turns)
@@ -460,21 +460,20 @@ impl Driver {
             if slot.poll_spent {
                 if slot.poll_in_flight {
                     // Its end (`ECANCELED`) clears `poll_in_flight`; the
-                    // feed's next sleep then asks for readiness afresh, and
-                    // a channel that stays readable is reported again.
+                    // feed's next poll of its fd (when it sleeps, or at once
+                    // for a feed watched awake) asks for readiness afresh,
+                    // and a channel that stays readable is reported again.
                     self.backend.cancel(id)?;
                 }
                 // Cleared once the cancel is in: a refused one is asked
                 // again by the next turn.
                 slot.poll_spent = false;
             }
-            // Polled in every phase a feed takes channel events in, not
-            // only asleep: a feed that is draining or blocked on a full EVD
-            // still takes them (a channel feed learns which of its quiet
-            // CQs have completions, and serves them in its turn order
-            // rather than after a busy CQ's whole backlog). As a multishot
-            // poll, always in flight, already does.
-            if slot.takes_events() && !slot.poll_in_flight {
+            // Asleep, and for a shared channel's feed awake too: draining
+            // or blocked on a full EVD by a busy CQ, it learns which of its
+            // quiet CQs have completions and serves them in its turn order,
+            // not after the busy CQ's whole backlog.
+            if slot.wants_fd_poll() && !slot.poll_in_flight {
                 let checked = match slot.fd_checked {
                     true => Ok(true),
                     false => self.backend.check_pollable(slot.fd),

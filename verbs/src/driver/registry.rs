@@ -194,6 +194,7 @@ impl Driver {
         let Some(fd) = source.fd() else {
             return Err(DriverError::NoChannel);
         };
+        let watched_awake = source.watched_awake();
         // Everything that runs the feed's own code, or could fail, before
         // the nested insert of its device's feed: nothing after it may leave
         // that feed registered alone.
@@ -226,6 +227,7 @@ impl Driver {
             source,
             generation,
             fd,
+            watched_awake,
             policy,
             phase: Phase::Arm,
             poll_in_flight: false,

@@ -52,6 +52,9 @@ pub(super) struct Slot {
     /// The fd the driver polls, asked of the source once, at insert (its
     /// own code is not run again outside a turn).
     pub(super) fd: RawFd,
+    /// Its fd is polled while it is awake too, asked of the source once,
+    /// at insert ([`Source::watched_awake`]).
+    pub(super) watched_awake: bool,
     /// `None`: event mode.
     pub(super) policy: Option<SpinPolicy>,
     pub(super) phase: Phase,
@@ -62,7 +65,8 @@ pub(super) struct Slot {
     pub(super) fd_checked: bool,
     /// A failed `get_event` left the fd's readiness untaken: a multishot
     /// poll in flight reports only new wake-ups, so it is to be cancelled
-    /// and the next sleep asks afresh (as epoll's one-shot poll does).
+    /// and the next poll of the fd asks afresh (as epoll's one-shot poll
+    /// does).
     pub(super) poll_spent: bool,
     /// The fd fired and its events were not taken yet.
     pub(super) fd_fired: bool,
@@ -355,10 +359,15 @@ impl Slot {
     }
 
     /// It takes its channel events, whatever its phase: a feed given up
-    /// (the call fails) or done (nothing more to serve) takes none, and
-    /// asks for no readiness of its fd.
+    /// (the call fails) or done (nothing more to serve) takes none.
     pub(super) fn takes_events(&self) -> bool {
         !self.given_up && self.phase != Phase::Done
+    }
+
+    /// Its fd is to be polled now: asleep, or awake and watched then too
+    /// ([`Source::watched_awake`]), and taking events.
+    pub(super) fn wants_fd_poll(&self) -> bool {
+        self.takes_events() && (self.phase == Phase::Sleeping || self.watched_awake)
     }
 
     pub(super) fn is_busy(&self) -> bool {

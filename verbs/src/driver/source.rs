@@ -16,6 +16,17 @@ pub(crate) trait Source: Send {
     fn fd(&self) -> Option<RawFd>;
     /// Take every channel event waiting (the arm they report is used up).
     fn take_events(&mut self) -> io::Result<()>;
+    /// The driver polls the fd while the feed is awake too (draining,
+    /// spinning, blocked on a full EVD), not only asleep: a shared channel's
+    /// feed learns there which of its quiet CQs have work, and its
+    /// `take_events` takes the readiness. False (polled only asleep) for a
+    /// feed that would learn nothing new (one CQ's feed is serving its only
+    /// CQ already), or whose fd stays readable while its events wait for
+    /// room (a stream feed: polled while blocked, it would be reported
+    /// again at once, for ever).
+    fn watched_awake(&self) -> bool {
+        false
+    }
     /// Arm unless armed, then drain within `budget`.
     fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress>;
     /// Drain within `budget` without arming.
@@ -107,6 +118,9 @@ where
     }
     fn take_events(&mut self) -> io::Result<()> {
         ChannelFeed::take_events(self).map(|_| ())
+    }
+    fn watched_awake(&self) -> bool {
+        true
     }
     fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
         ChannelFeed::arm_and_drain(self, budget)

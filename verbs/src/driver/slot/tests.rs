@@ -58,6 +58,7 @@ fn sleeping_slot_with_spinning_off(poll: Option<Progress>, t0: Instant) -> Slot 
         source: Box::new(Scripted { poll }),
         generation: 0,
         fd: -1,
+        watched_awake: false,
         policy: Some(policy),
         phase: Phase::Sleeping,
         poll_in_flight: false,
