@@ -674,3 +674,98 @@ fn a_key_of_another_driver_removes_nothing_there() {
     assert_eq!(a.remove(key_a).unwrap().id(), CqId(0));
     assert_eq!(a.remove(hooked_a).unwrap().id(), CqId(2));
 }
+
+// --- handle calls from user code the driver runs outside a turn -------------
+
+/// A device's async events whose drop runs `at_drop` (user code the driver
+/// runs when it lets go of the device feed it added).
+struct EventsDroppedWith {
+    events: evd_verbs::soft::SoftAsyncEvents,
+    at_drop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl evd_verbs::AsyncEventSource for EventsDroppedWith {
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.events.fd()
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<evd_verbs::AsyncEvent>> {
+        self.events.next_event()
+    }
+}
+
+impl Drop for EventsDroppedWith {
+    fn drop(&mut self) {
+        if let Some(f) = self.at_drop.take() {
+            f();
+        }
+    }
+}
+
+/// A feed whose CQ's device events (the device feed the driver adds for
+/// it) call `handle` to register a feed when dropped, and send the answer.
+fn feed_whose_device_feed_calls_the_handle_when_dropped(
+    handle: std::sync::Arc<std::sync::Mutex<Option<evd_verbs::DriverHandle>>>,
+) -> (Hooked, mpsc::Receiver<Result<(), DriverError>>) {
+    let (answer, answered) = mpsc::channel();
+    let (poster, _) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let cq = HookedCq::new(SoftCq::new(16).unwrap().0);
+    let mut once = Some((handle, answer));
+    *cq.device_events.lock().unwrap() = Some(Box::new(move || {
+        let (handle, answer) = once.take()?;
+        let (events, _device) = evd_verbs::soft::SoftDevice::new().unwrap();
+        let at_drop = move || {
+            let handle = handle.lock().unwrap().clone().expect("set before");
+            let (poster, _) = evd::bounded::<VerbsEvent>(16).unwrap();
+            let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(99), poster);
+            let r = handle.register(feed, FeedMode::Event).map(drop);
+            let _ = answer.send(r);
+        };
+        Some(Box::new(EventsDroppedWith {
+            events,
+            at_drop: Some(Box::new(at_drop)),
+        }))
+    }));
+    (Feed::new(cq, CqId(0), poster), answered)
+}
+
+/// A spawned driver's thread runs user code after its last turn too (the
+/// device feeds it added are dropped there at a shutdown): a handle call
+/// from it is refused as on the driver's thread, where it waited for an
+/// answer only that thread could give, and the shutdown never ended.
+#[test]
+fn a_handle_call_from_a_device_feed_dropped_at_shutdown_is_refused_not_hung() {
+    let handle = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (feed, answered) = feed_whose_device_feed_calls_the_handle_when_dropped(handle.clone());
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver.register(feed, FeedMode::Event).unwrap();
+    let running = driver.spawn().unwrap();
+    *handle.lock().unwrap() = Some(running.handle().clone());
+    let (done, shut) = mpsc::channel();
+    std::thread::spawn(move || done.send(running.shutdown().map(drop)));
+    let r = answered
+        .recv_timeout(WATCHDOG)
+        .expect("the handle call on the driver's thread never returned");
+    assert!(matches!(r, Err(DriverError::OnDriverThread)), "{r:?}");
+    shut.recv_timeout(WATCHDOG).unwrap().unwrap();
+}
+
+/// The same on a driver run from the caller's loop: `Driver::remove` lets
+/// go of the removed feed's device feed on the caller's thread, whose
+/// handle call waited for a `process` that thread would never make.
+#[test]
+fn a_handle_call_from_a_device_feed_dropped_by_remove_is_refused_not_hung() {
+    let handle = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (feed, answered) = feed_whose_device_feed_calls_the_handle_when_dropped(handle.clone());
+    let (done, removed) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut driver = Driver::new(DriverConfig::default()).unwrap();
+        *handle.lock().unwrap() = Some(driver.handle());
+        let key = driver.register(feed, FeedMode::Event).unwrap();
+        done.send(driver.remove(key).map(drop)).unwrap();
+    });
+    let r = answered
+        .recv_timeout(WATCHDOG)
+        .expect("the handle call on the driver's thread never returned");
+    assert!(matches!(r, Err(DriverError::OnDriverThread)), "{r:?}");
+    removed.recv_timeout(WATCHDOG).unwrap().unwrap();
+}

@@ -416,7 +416,9 @@ impl DriverHandle {
     /// Whether the driver runs on a thread of its own: spawned
     /// ([`Driver::spawn`](super::Driver::spawn)) and its thread not ended
     /// (shut down, or its ring failed). `false` for a driver run by the caller's own
-    /// loop. Once it reads `false`, [`stats`](Self::stats) are final.
+    /// loop. Once it reads `false` after the driver was spawned, its
+    /// [`stats`](Self::stats) are final (a driver run from the caller's
+    /// loop counts on while this reads `false`).
     ///
     /// ```
     /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
@@ -498,7 +500,9 @@ impl DriverHandle {
     /// own thread, where
     /// waiting for the feed would wait for itself;
     /// [`DriverError::Stopped`] once the driver has stopped (its feeds are in
-    /// the [`Shutdown`](super::Shutdown)); [`DriverError::Io`] if the
+    /// the [`Shutdown`](super::Shutdown); dropped on its thread if that
+    /// thread failed, this one's too if its removal was under way);
+    /// [`DriverError::Io`] if the
     /// driver's backend refused to cancel the feed's poll (the feed stays
     /// registered and served, and the driver serves on).
     pub fn remove<F: 'static>(&self, key: FeedKey<F>) -> Result<F, DriverError> {

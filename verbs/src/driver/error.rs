@@ -29,7 +29,9 @@ pub enum DriverError {
     NoChannel,
     /// A [`DriverHandle`](crate::DriverHandle) call that waits for the driver
     /// was made on the thread that runs the driver (from an upcall of an EVD
-    /// its feeds post into): it would wait for itself. Use the [`Driver`](crate::Driver)
+    /// its feeds post into, or other user code the driver runs: a feed's
+    /// code or drop, in a driver's call or on a spawned driver's thread):
+    /// it would wait for itself. Use the [`Driver`](crate::Driver)
     /// directly there, or make the call from another thread.
     OnDriverThread,
     /// The ring failed (or, from [`Driver::spawn`](crate::Driver::spawn),

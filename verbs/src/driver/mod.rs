@@ -234,7 +234,14 @@ impl Driver {
         Ok(())
     }
 
-    /// A handle for other threads.
+    /// A handle for other threads. Its calls that wait for the driver
+    /// (`register`, `remove`) are answered by the driver's next `process`
+    /// (spawned: by its thread). Made from user code the driver runs (an
+    /// upcall, a feed's code or drop, in any of its calls or on its
+    /// thread) they are refused with [`DriverError::OnDriverThread`]; but
+    /// a driver run from the caller's loop cannot tell that loop's thread
+    /// from another between its calls: made there, such a call waits for a
+    /// `process` that thread will never make.
     ///
     /// ```
     /// let driver = evd_verbs::Driver::new(Default::default()).unwrap();
@@ -479,7 +486,12 @@ impl Driver {
                     false => self.backend.check_pollable(slot.fd),
                 };
                 slot.fd_checked = matches!(checked, Ok(true));
-                match checked.and_then(|_| self.backend.poll(slot.fd, Request::FeedPoll(id))) {
+                let asked = checked.and_then(|_| {
+                    #[cfg(test)]
+                    self.faults.fd_poll()?;
+                    self.backend.poll(slot.fd, Request::FeedPoll(id))
+                });
+                match asked {
                     // Set once the request is in: a refused one leaves no
                     // poll for a removal's cancellation to wait for.
                     Ok(()) => slot.poll_in_flight = true,
@@ -506,13 +518,29 @@ impl Driver {
 }
 
 /// Faults a unit test plants in a driver: the backend refuses `cancels`
-/// more cancellations, and `steps` more steps of a wait for cancellations
-/// to end fail.
+/// more cancellations, `steps` more steps of a wait for cancellations to
+/// end fail, and it takes `fd_polls` more polls of feeds' fds (if set),
+/// then refuses every one as out of memory (as epoll's watch limit would).
 #[cfg(test)]
 #[derive(Default)]
 pub(super) struct Faults {
     pub(super) cancels: u32,
     pub(super) steps: u32,
+    pub(super) fd_polls: Option<u32>,
+}
+
+#[cfg(test)]
+impl Faults {
+    fn fd_poll(&mut self) -> std::io::Result<()> {
+        match &mut self.fd_polls {
+            Some(0) => Err(std::io::Error::from_raw_os_error(libc::ENOMEM)),
+            Some(n) => {
+                *n -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 /// A driver that goes (dropped by its owner, or at the end of its thread,

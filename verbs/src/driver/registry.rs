@@ -191,6 +191,11 @@ impl Driver {
         mut source: Box<dyn Source>,
         mode: FeedMode,
     ) -> Result<FeedId, DriverError> {
+        // The feed's code runs here (its device's events, its drop on a
+        // refusal): a handle call it makes is refused, not left waiting
+        // for this thread.
+        let shared = self.shared.clone();
+        let _driving = shared.driving();
         let Some(fd) = source.fd() else {
             return Err(DriverError::NoChannel);
         };
@@ -283,6 +288,11 @@ impl Driver {
     /// other feeds their turns, and a panic in one is caught, counted and
     /// reported by the next [`Driver::process`] (see its Panics section).
     pub fn remove<F: 'static>(&mut self, key: FeedKey<F>) -> Result<F, DriverError> {
+        // Feeds' code runs here (a device feed let go of, the other feeds'
+        // turns): a handle call it makes is refused, not left waiting for
+        // this thread.
+        let shared = self.shared.clone();
+        let _driving = shared.driving();
         let id = key.id();
         if !key.is_of(self.shared.serial) {
             return Err(DriverError::NoSuchFeed);

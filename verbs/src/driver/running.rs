@@ -55,6 +55,11 @@ impl Driver {
     }
 
     fn run(mut self) -> Result<Shutdown, DriverError> {
+        // The whole thread is the driver's: user code it runs outside a
+        // turn too (the feeds it drops at a shutdown or a failure) must
+        // have a handle's waiting call refused, not wait for this thread.
+        let shared = self.shared.clone();
+        let _driving = shared.driving();
         trace::event!(
             INFO,
             backend = ?self.backend(),
@@ -297,14 +302,17 @@ impl RunningDriver {
     /// ```
     ///
     /// # Errors
-    /// The thread's error if it failed. [`DriverError::Panicked`] with the
-    /// payload if user code the thread ran panicked and nobody took that
-    /// panic ([`take_panic`](Self::take_panic)): a panic is reported, never
+    /// [`DriverError::Panicked`] with the payload if user code the thread
+    /// ran panicked and nobody took that panic
+    /// ([`take_panic`](Self::take_panic)): a panic is reported, never
     /// swallowed, and the feeds are then dropped here instead of handed
     /// back (take the panic first to get them; a panic of their own code in
     /// that drop, a CQ's destroy or a held event's `Drop`, is swallowed:
-    /// the first is the one reported). The same if the thread
-    /// itself panicked outside a feed's turn. This never panics again.
+    /// the first is the one reported). Such a panic comes first: reported
+    /// even when the thread then failed or panicked (a failure is traced,
+    /// with the `tracing` feature).
+    /// Else the thread's error if it failed, [`DriverError::Panicked`] if
+    /// it panicked outside a feed's turn. This never panics again.
     /// [`DriverError::OnDriverThread`] when called on the driver's own thread
     /// (from such an upcall), where joining would wait for itself: the
     /// driver is asked to stop, and stops when the feed turn that ran that
@@ -321,19 +329,22 @@ impl RunningDriver {
             drop(self.thread.take());
             return Err(DriverError::OnDriverThread);
         }
-        let stopped = self
+        let joined = self
             .stop_and_join()
-            .expect("thread present until shut down")?;
+            .expect("thread present until shut down");
+        // A panic kept came before whatever ended the thread: the first
+        // failure is the one reported (the thread's error is traced), or
+        // it would be swallowed.
         match self.handle.shared.take_panic() {
             Some(p) => {
                 // The feeds go with nobody to hand them to: dropped here,
                 // where their own code (a CQ's destroy, a held event's
                 // `Drop`) must not raise a second panic past the first,
                 // which is the one reported.
-                drop(DropCaught::new(stopped));
+                drop(DropCaught::new(joined));
                 Err(DriverError::Panicked(p))
             }
-            None => Ok(stopped),
+            None => joined,
         }
     }
 

@@ -437,3 +437,41 @@ fn a_feed_registered_while_it_waits_for_room_does_not_keep_that_place() {
     );
     drop(driver.remove(key).unwrap());
 }
+
+/// A spawned driver whose thread fails (the backend refuses a feed's fd
+/// poll) after it caught a handler's panic nobody took: the shutdown
+/// reports that panic (the first failure), where it returned the thread's
+/// error and dropped the panic unreported.
+#[test]
+fn a_shutdown_reports_a_panic_caught_before_the_thread_failed() {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let upcalls = consumer.into_upcalls(
+        evd::UpcallPolicy::SingleInstance,
+        evd::Invoke::Any,
+        |_, _| panic!("provoked by the test"),
+    );
+    // Epoll: its one-shot poll is asked again at each sleep.
+    let config = DriverConfig::default().with_backend(DriverBackend::Epoll);
+    let mut driver = Driver::new(config).unwrap();
+    let (cq, hca) = SoftCq::new(4).unwrap();
+    driver
+        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .unwrap();
+    driver.process(Some(Duration::ZERO)).unwrap(); // arms, polls the fd
+    // The feed's next sleep (after the turn whose upcall panics) fails the
+    // thread.
+    driver.faults.fd_polls = Some(0);
+    let running = driver.spawn().unwrap();
+    hca.push(WorkCompletion::new(1)).unwrap();
+    let start = Instant::now();
+    while running.is_running() {
+        assert!(start.elapsed() < Duration::from_secs(60), "never failed");
+        std::thread::yield_now();
+    }
+    assert_eq!(running.stats().handler_panics, 1);
+    match running.shutdown() {
+        Err(DriverError::Panicked(p)) => assert_eq!(p.message(), Some("provoked by the test")),
+        other => panic!("{other:?}"),
+    }
+    drop(upcalls);
+}
