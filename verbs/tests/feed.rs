@@ -1027,3 +1027,36 @@ fn a_cq_error_whose_conversion_always_panics_is_lost_after_a_second_try() {
     assert_eq!(feed.failure(), Some(PollError::Failed(libc::EIO)));
     assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Empty));
 }
+
+/// Completions converted after a `From` panic and refused by a full EVD
+/// are counted as held: offered for the first time, where they counted as
+/// refused before and so never counted.
+#[test]
+fn completions_refused_after_a_from_panic_are_counted_as_held() {
+    common::panics::quiet_provoked_panics();
+    let (poster, _consumer) = evd::bounded::<Picky>(4).unwrap();
+    let (cq, hca) = SoftCq::new(8).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster.clone());
+    assert_eq!(hca.push_batch(&[wc(0), wc(1), wc(3)]), 3);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+    assert!(r.is_err(), "From panicked on 1");
+    while poster.post(Picky(u64::MAX)).is_ok() {} // another poster fills it
+    let p = feed.progress(16);
+    assert_eq!((p.delivered, p.status), (0, FeedStatus::Backpressure));
+    let s = feed.stats();
+    assert_eq!((s.held, s.from_panics), (2, 1), "{s:?}");
+}
+
+/// `found_after_arm` counts completions a drain right after an arm found,
+/// not the events it posted: a failed poll's `CqError` is none.
+#[test]
+fn a_cq_error_after_an_arm_is_no_completion_found_after_it() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (cq, hca) = SoftCq::new(16).unwrap();
+    let mut feed = Feed::new(cq, CqId(0), poster);
+    hca.fail_next_poll(libc::EIO);
+    let p = feed.arm_and_drain(16).unwrap();
+    assert_eq!((p.delivered, p.status), (1, FeedStatus::Failed));
+    assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(_))));
+    assert_eq!(feed.stats().found_after_arm, 0);
+}

@@ -113,6 +113,30 @@ fn a_closure_set_after_the_cq_was_dropped_is_dropped_at_once() {
     drop(hca);
 }
 
+/// A `during_next_poll` closure that panics takes nothing out of the CQ:
+/// the poll it ran in returns nothing, and the next poll has every
+/// completion, in order, followed by what the closure completed first.
+/// (The poll took them first and never returned them.)
+#[test]
+fn a_poll_whose_closure_panics_takes_no_completion() {
+    let (mut cq, hca) = SoftCq::new(8).unwrap();
+    assert_eq!(
+        hca.push_batch(&[WorkCompletion::new(1), WorkCompletion::new(2)]),
+        2
+    );
+    let producer = hca.clone();
+    hca.during_next_poll(move || {
+        producer.push(WorkCompletion::new(3)).unwrap();
+        panic!("a closure that panics");
+    });
+    let mut out = [WorkCompletion::default(); 8];
+    assert!(catch_unwind(AssertUnwindSafe(|| cq.poll(&mut out))).is_err());
+    let n = cq.poll(&mut out).unwrap();
+    let ids: Vec<u64> = out[..n].iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, [1, 2, 3]);
+    assert_eq!(hca.stats().polled, 3);
+}
+
 /// An arm for the next completion stays one until it fires: a later
 /// solicited-only `req_notify` does not narrow it, so an unsolicited
 /// completion still raises the event (IBA C11-31, C11-32).

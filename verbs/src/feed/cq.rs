@@ -65,10 +65,12 @@ pub struct FeedStats {
     pub events_acked: u64,
     /// Times the feed stopped because the EVD was full.
     pub backpressure: u64,
-    /// Completions polled that the EVD then refused, because a poster on
-    /// another thread took the room the feed had read: held in the feed and
-    /// posted first next time. Zero while the feed's thread is the EVD's only
-    /// poster.
+    /// Completions polled that the EVD then refused, because something took
+    /// the room the feed had read (a poster on another thread, the event
+    /// type's `From` posting into the same EVD, a resize that shrank it):
+    /// held in the feed and posted first next time; each counted once,
+    /// however often refused. Zero while the feed's posts are the EVD's
+    /// only ones and it does not shrink.
     pub held: u64,
     /// Completions lost because the event type's `From` panicked on them
     /// (counted by the call after the panic); the completions polled with
@@ -127,6 +129,12 @@ pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
     /// room for a whole batch, and only ever holds one batch (or the one
     /// `CqError`), so it never reallocates.
     held: Vec<T>,
+    /// How many of `held`'s events, at its back, are completions converted
+    /// and never offered to the EVD: a refusal counts these in
+    /// [`FeedStats::held`], each completion once however often it is
+    /// refused (at most `held.len()`: a post that unwinds may have taken
+    /// some).
+    unoffered: usize,
     unacked: u32,
     /// A `req_notify` is outstanding: no channel event was got since.
     armed: bool,
@@ -183,6 +191,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             converting: false,
             posting: Posting::default(),
             held: Vec::with_capacity(POLL_BATCH),
+            unoffered: 0,
             unacked: 0,
             armed: false,
             solicited_only: false,
@@ -276,8 +285,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         }
     }
 
-    /// Why the CQ failed, once it has (the feed then reports
-    /// [`FeedStatus::Failed`] and has posted a `CqError` async event).
+    /// Why the CQ failed, once it has: set when the failure is found, before
+    /// its `CqError` async event is posted (held while the EVD is full, and
+    /// lost if the event type's `From` panics on it twice: see
+    /// [`FeedStats::from_panics`]); the feed reports [`FeedStatus::Failed`]
+    /// once the event is posted (or lost).
     ///
     /// ```
     /// use evd_verbs::{Feed, CqId, PollError, VerbsEvent, soft::SoftCq};
@@ -361,7 +373,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         self.posting.restart(self.room.poster());
         self.convert_polled();
         self.hold_owed_error();
-        if let Err(status) = self.post_held(&mut delivered, budget, false) {
+        if let Err(status) = self.post_held(&mut delivered, budget) {
             return self.stop(delivered, status);
         }
         if self.failed {
@@ -397,7 +409,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                     // error stays held and the status says why, so the
                     // caller waits for room and the next call delivers it,
                     // then reports `Failed`.
-                    if let Err(status) = self.post_held(&mut delivered, budget, false) {
+                    if let Err(status) = self.post_held(&mut delivered, budget) {
                         return self.stop(delivered, status);
                     }
                     return self.stop(delivered, FeedStatus::Failed);
@@ -409,7 +421,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             // in a pass of its own, builds each `T` once, in its final place.
             self.unconverted = 0..n;
             self.convert_polled();
-            if let Err(status) = self.post_held(&mut delivered, budget, true) {
+            if let Err(status) = self.post_held(&mut delivered, budget) {
                 return self.stop(delivered, status);
             }
             if n < want {
@@ -419,7 +431,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                 // Given up, and every completion it held is delivered: its
                 // `CqError` comes after them.
                 self.fail_with(e);
-                if let Err(status) = self.post_held(&mut delivered, budget, false) {
+                if let Err(status) = self.post_held(&mut delivered, budget) {
                     return self.stop(delivered, status);
                 }
                 return self.stop(delivered, FeedStatus::Failed);
@@ -505,9 +517,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                 self.stats.arms += 1;
                 arming = true;
             }
+            let polled = self.stats.polled;
             let mut p = self.progress(budget - delivered);
             if arming {
-                self.stats.found_after_arm += p.delivered as u64;
+                // Completions the drain found, delivered or held (not the
+                // events it posted: a `CqError` is no completion).
+                self.stats.found_after_arm += self.stats.polled - polled;
             }
             p.delivered += delivered;
             return Ok(p);
@@ -564,6 +579,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             let ev = T::from(VerbsEvent::Completion { cq, wc });
             self.converting = false;
             self.held.push(ev);
+            self.unoffered += 1;
         }
     }
 }

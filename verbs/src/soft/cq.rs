@@ -223,24 +223,28 @@ impl CompletionQueue for SoftCq {
         if injected != 0 {
             st.broken = Some(PollError::Failed(injected));
         }
-        // Run after the lock is released, whether the poll fails or not.
+        // Run with the lock released, whether the poll fails or not: after
+        // the poll has decided what it takes (the hook's completions come
+        // after those), before it takes them, so that a hook that panics
+        // takes nothing out of the CQ.
         let during = st.during_next_poll.take();
         let result = match st.broken {
             Some(e) => Err(e),
-            None => {
-                let n = out.len().min(st.ring.len());
-                for (slot, wc) in out.iter_mut().zip(st.ring.drain(..n)) {
-                    *slot = wc;
-                }
-                st.polled += n as u64;
-                Ok(n)
-            }
+            None => Ok(out.len().min(st.ring.len())),
         };
-        drop(st);
         if let Some(f) = during {
+            drop(st);
             f();
+            st = self.inner.lock();
         }
-        result
+        let n = result?;
+        // Only this poll takes completions out: the first `n` are still
+        // the ones it decided on.
+        for (slot, wc) in out.iter_mut().zip(st.ring.drain(..n)) {
+            *slot = wc;
+        }
+        st.polled += n as u64;
+        Ok(n)
     }
 
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()> {

@@ -179,10 +179,12 @@ impl SoftCqProducer {
         self.inner.lock().window_injections.push(wc);
     }
 
-    /// Run `f` inside the next poll, after it has taken its completions and
-    /// before it returns: what another thread does between a consumer's
-    /// look at its EVD's room and its post (posting into the same EVD, say).
-    /// A CQ already dropped polls no more: `f` is dropped at once.
+    /// Run `f` inside the next poll, after it has decided which completions
+    /// it takes (those `f` completes come after them) and before it returns:
+    /// what another thread does between a consumer's look at its EVD's room
+    /// and its post (posting into the same EVD, say). An `f` that panics
+    /// takes the poll with it, and no completion out of the CQ. A CQ already
+    /// dropped polls no more: `f` is dropped at once.
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
@@ -287,9 +289,11 @@ impl SoftCqProducer {
         }
     }
 
-    /// True if a completion is stranded: queued while the CQ is neither
-    /// armed nor holding an undelivered channel event, so nothing will ever
-    /// wake a consumer that sleeps on the channel.
+    /// True if a completion is stranded: queued while no channel event is
+    /// waiting for it (armed or not: an arm fires only for a completion
+    /// that comes after it), so nothing wakes a consumer that sleeps on the
+    /// channel until another completion comes. A destroyed or broken CQ
+    /// strands nothing.
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};

@@ -8,9 +8,11 @@
 //! they poll, so however many of them share an EVD, none over-commits it.
 //! Each polled batch is posted with one [`Poster::post_batch`] (one
 //! reservation CAS and one notification per batch, not per completion).
-//! Only a poster on another thread can take the room between a feed's
-//! reading and its post; the completions that no longer fit are then held
-//! in the feed (at most one batch, counted in [`FeedStats::held`](crate::FeedStats::held)) and
+//! Only something outside the feed's thread of posts can take the room
+//! between a feed's reading and its post (a poster on another thread, the
+//! event type's `From` posting into the same EVD, the consumer shrinking it
+//! with a resize); the completions that no longer fit are then held in the
+//! feed (at most one batch, counted in [`FeedStats::held`](crate::FeedStats::held)) and
 //! posted first, in order, next time. Nothing is lost and the EVD reports
 //! nothing: a refusal is not a loss.
 //!
@@ -43,23 +45,19 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
 
     /// Post the held events, in order, with one reservation: as many as fit,
     /// but no more than what is left of `budget` after `delivered`; the rest
-    /// stay held, and the error says which bound stopped them.
-    ///
-    /// `fresh`: the held events were just polled (so a refusal of them is
-    /// counted in [`FeedStats::held`](crate::FeedStats::held)); otherwise they were refused and
-    /// counted before.
+    /// stay held, and the error says which bound stopped them. A refusal
+    /// counts the completions never offered before in
+    /// [`FeedStats::held`](crate::FeedStats::held).
     #[inline]
     pub(super) fn post_held(
         &mut self,
         delivered: &mut usize,
         budget: usize,
-        fresh: bool,
     ) -> Result<(), FeedStatus> {
         if self.held.is_empty() {
             return Ok(());
         }
         let limit = budget.saturating_sub(*delivered);
-        let before = self.held.len();
         let room = &self.room;
         let held = &mut self.held;
         let posted = self
@@ -68,6 +66,9 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         match posted {
             Ok(n) => {
                 *delivered += n;
+                // Those posted left from the front; the unoffered are at
+                // the back.
+                self.unoffered = self.unoffered.min(self.held.len());
                 if self.held.is_empty() {
                     Ok(())
                 } else if n == limit {
@@ -75,16 +76,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                     // refused.
                     Err(FeedStatus::Budget)
                 } else {
-                    if fresh {
-                        self.count_held(before, n);
-                    }
+                    self.count_held();
                     Err(FeedStatus::Backpressure)
                 }
             }
             Err(BatchPostError::Full) => {
-                if fresh {
-                    self.count_held(before, 0);
-                }
+                self.count_held();
                 Err(FeedStatus::Backpressure)
             }
             Err(BatchPostError::Closed) => {
@@ -112,11 +109,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         self.posting.run(|| room.poster().start_draining_upcall())
     }
 
-    /// Another thread took the room this feed read: of `before` completions
-    /// just polled, `posted` went in.
+    /// Another poster took the room this feed read: the completions held
+    /// that were never offered before are refused now.
     #[cold]
-    fn count_held(&mut self, before: usize, posted: usize) {
-        self.stats.held += (before - posted) as u64;
+    fn count_held(&mut self) {
+        self.stats.held += self.unoffered.min(self.held.len()) as u64;
+        self.unoffered = 0;
     }
 
     /// Wait for room in a full EVD: `Ready` once the EVD has a free slot
