@@ -69,7 +69,8 @@
 //!   while a [`Consumer::resize`] moves the ring. A full ring hands the
 //!   event back as [`PostError::Full`]: that is **backpressure, not a
 //!   loss**. Nothing is counted, the consumer is told nothing, and the
-//!   refusal writes no shared memory; retry ([`PostError::into_inner`] gives
+//!   refusal writes none of the EVD's shared lines (at most the handle's
+//!   own hint of the head); retry ([`PostError::into_inner`] gives
 //!   the event back), or give it up with `post_lossy`. A closed EVD hands it
 //!   back as [`PostError::Closed`].
 //! * [`Poster::post_batch`]: one reservation for as many events from the
@@ -156,8 +157,10 @@
 //! the registered waker (a parked thread or an awaiting task) and, if one
 //! was made, the eventfd. Posts after it notify nothing until the consumer
 //! arms again: one arm, at most one notification. It is sticky:
-//! [`Query::notified`] stays set until an arm that finds the ring empty
-//! clears it, and the eventfd stays readable until it is acknowledged.
+//! [`Query::notified`] stays set until the consumer finds the ring empty
+//! on re-enabling (an arm, or a CNO enable, that finds it empty; the end of
+//! an upcall instance that finds it empty), and the eventfd stays
+//! readable until it is acknowledged.
 //!
 //! ```
 //! use evd::ArmStatus;

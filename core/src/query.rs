@@ -60,7 +60,9 @@ pub struct Query {
     pub policy: UpcallPolicy,
     /// The next post will notify the consumer.
     pub armed: bool,
-    /// Sticky "you have been notified", cleared by an arm on an empty ring.
+    /// Sticky "you have been notified", cleared when the consumer finds the
+    /// ring empty on re-enabling: an arm or a CNO enable on an empty ring,
+    /// or the end of an upcall instance that finds it empty.
     pub notified: bool,
     /// An upcall is running.
     pub in_upcall: bool,

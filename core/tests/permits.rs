@@ -465,6 +465,44 @@ fn a_reservation_at_the_permit_limit_is_woken_by_a_permit_sent_or_dropped() {
     }
 }
 
+/// A waker that records how many wakes `consumer` had when it was woken.
+struct SeesTheConsumer {
+    consumer: Arc<common::Counting>,
+    saw: Mutex<Option<usize>>,
+}
+
+impl std::task::Wake for SeesTheConsumer {
+    fn wake(self: Arc<Self>) {
+        *self.saw.lock().unwrap() = Some(self.consumer.wakes());
+    }
+}
+
+/// A send at the permit limit notifies the consumer before it wakes the
+/// reservations waiting for a permit (user code run on the sending
+/// thread, as a CNO's trigger comes first): the consumer is not held up
+/// behind their wakers.
+#[test]
+fn a_send_at_the_permit_limit_wakes_the_consumer_before_the_reservations_waiting() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1024).unwrap();
+    let mut held = at_the_limit(&poster);
+    let (consumer_count, consumer_waker) = counting();
+    let mut recv = consumer.recv();
+    assert!(poll(&mut recv, &consumer_waker).is_pending(), "armed");
+    let sees = Arc::new(SeesTheConsumer {
+        consumer: consumer_count.clone(),
+        saw: Mutex::new(None),
+    });
+    let mut waiting = poster.reserve();
+    assert!(poll(&mut waiting, &std::task::Waker::from(sees.clone())).is_pending());
+    held.pop().unwrap().send(7).unwrap();
+    assert_eq!(
+        *sees.saw.lock().unwrap(),
+        Some(1),
+        "woken before the consumer"
+    );
+    assert_eq!(poll(&mut recv, &consumer_waker), Poll::Ready(Ok(7)));
+}
+
 #[test]
 fn a_reservation_at_the_permit_limit_passes_a_slots_wake_on_to_a_waiting_post() {
     let (poster, mut consumer) = evd::bounded::<u32>(256).unwrap();

@@ -163,7 +163,8 @@ impl<T> FusedFuture for Recv<'_, T> {
 /// enabled EVD with work that the CNO never hears of
 /// ([`crate::state::withdraw`]). Unbound EVDs pay nothing here. A future
 /// never polled armed nothing, and leaves an arm made with
-/// [`Consumer::arm`] in place.
+/// [`Consumer::arm`] in place; one that waited withdraws the one arm bit,
+/// whoever set it (re-arm after it for an fd wait).
 impl<T> Drop for Recv<'_, T> {
     fn drop(&mut self) {
         withdraw_on_drop(self.consumer, self.polled);

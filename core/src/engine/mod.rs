@@ -285,8 +285,10 @@ impl<T> Shared<T> {
     #[inline(never)]
     pub(super) fn arm_saw_loss_word(&self, seen: AfterArm, w: u64) -> Arm {
         if seen == AfterArm::Report {
-            // The loss's poster's RMW on the word came before our CAS, so it
-            // did not see ARMED.
+            // A loss is pending: the consumer has work, and the arm is taken
+            // back. (Its poster's RMW on the word may come after our CAS and
+            // take this ARMED first: then the caller is notified once more
+            // than needed, which an arm allows.)
             self.disarm();
             return Arm::Pending;
         }

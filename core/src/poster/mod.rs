@@ -81,13 +81,15 @@ impl<T: Send> Poster<T> {
     ///
     /// A full ring hands the event back as [`PostError::Full`]: that is
     /// backpressure, not a loss, so nothing is counted or reported and the
-    /// refusal costs no write to shared memory; retry, or give the event up
-    /// with [`Poster::post_lossy`]. A closed EVD hands it back as
+    /// refusal writes none of the EVD's shared lines (at most this handle's
+    /// own hint of the head); retry, or give the event up with
+    /// [`Poster::post_lossy`]. A closed EVD hands it back as
     /// [`PostError::Closed`]. If the consumer is armed, this post disarms it
-    /// and notifies it exactly once; if an upcall policy is enabled and no
-    /// upcall is running, this thread runs the upcall before returning (also
-    /// when it finds the ring full: the upcall drains it, then this post
-    /// goes in, as nothing else could start an upcall).
+    /// and notifies it exactly once; if an upcall policy is enabled and this
+    /// post may start an instance (none running under `SingleInstance`, the
+    /// token free under `ManyInstances`), this thread runs the upcall before
+    /// returning (also when it finds the ring full: the upcall drains it,
+    /// then this post goes in, as nothing else could start an upcall).
     ///
     /// # Panics
     ///

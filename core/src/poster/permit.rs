@@ -239,31 +239,30 @@ impl<T: Send> Poster<T> {
                 // consumer up on an unpublished slot. The wakes of the
                 // reservations waiting for a permit are user code run on this
                 // thread, while the notification is still owed:
-                // - a CNO trigger comes first, as a close's does: a waker may
-                //   disable the EVD on its CNO, whose barrier waits for the
-                //   triggers owed, this one included; a panic of the trigger's
-                //   own wake (the CNO waiter's waker) comes after the permit's
-                //   wakes, which it would otherwise skip for good;
+                // - the consumer's notification (its waker, its fd, a CNO
+                //   trigger) comes first, as a close's does: the consumer is
+                //   not held up behind their wakers, and a waker may disable
+                //   the EVD on its CNO, whose barrier waits for the triggers
+                //   owed, this one included; a panic of the notification's
+                //   own waker comes after the permit's wakes, which it would
+                //   otherwise skip for good;
                 // - an upcall instance comes after them (the reservations do
                 //   not wait for it), but it already holds the token and is
                 //   counted: they run inside this EVD's frame, as its
                 //   handler's wakes do, so a teardown or a wait for room from
                 //   one is refused instead of waiting for it.
                 match notify {
-                    Notify::Cno => {
-                        let mut panics = Panics::default();
-                        panics.run(|| self.deliver(notify));
-                        self.shared.permit_back(old, false);
-                        panics.resume();
-                    }
+                    Notify::None => self.shared.permit_back(old, false),
                     Notify::Upcall => {
                         let id = self.shared.id();
                         crate::frames::as_handler_of(id, || self.shared.permit_back(old, false));
                         self.deliver(notify);
                     }
-                    _ => {
+                    Notify::Wake | Notify::Cno => {
+                        let mut panics = Panics::default();
+                        panics.run(|| self.deliver(notify));
                         self.shared.permit_back(old, false);
-                        self.deliver(notify);
+                        panics.resume();
                     }
                 }
                 Ok(())
