@@ -769,3 +769,32 @@ fn a_handle_call_from_a_device_feed_dropped_by_remove_is_refused_not_hung() {
     assert!(matches!(r, Err(DriverError::OnDriverThread)), "{r:?}");
     removed.recv_timeout(WATCHDOG).unwrap().unwrap();
 }
+
+/// A feed the driver refuses (its CQ has no completion channel) is
+/// dropped inside the driver's call: a handle call from that drop is
+/// refused too, not left waiting for the caller's thread.
+#[test]
+fn a_handle_call_from_a_refused_feeds_drop_is_refused_not_hung() {
+    let (answer, answered) = mpsc::channel();
+    let (done, refused) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut driver = Driver::new(DriverConfig::default()).unwrap();
+        let handle = driver.handle();
+        let mut cq = HookedCq::new(SoftCq::new(4).unwrap().0);
+        cq.channel_less = true;
+        cq.at_drop = Some(Box::new(move || {
+            let (poster, _) = evd::bounded::<VerbsEvent>(16).unwrap();
+            let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(99), poster);
+            let _ = answer.send(handle.register(feed, FeedMode::Event).map(drop));
+        }));
+        let (poster, _) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let r = driver.register(Feed::new(cq, CqId(0), poster), FeedMode::Event);
+        done.send(r.map(drop)).unwrap();
+    });
+    let r = answered
+        .recv_timeout(WATCHDOG)
+        .expect("the handle call on the driver's thread never returned");
+    assert!(matches!(r, Err(DriverError::OnDriverThread)), "{r:?}");
+    let r = refused.recv_timeout(WATCHDOG).unwrap();
+    assert!(matches!(r, Err(DriverError::NoChannel)), "{r:?}");
+}

@@ -113,10 +113,10 @@ fn a_closure_set_after_the_cq_was_dropped_is_dropped_at_once() {
     drop(hca);
 }
 
-/// A `during_next_poll` closure that panics takes nothing out of the CQ:
-/// the poll it ran in returns nothing, and the next poll has every
+/// A `during_next_poll` closure that panics leaves the CQ as it was: the
+/// poll it ran in puts back what it took, and the next poll has every
 /// completion, in order, followed by what the closure completed first.
-/// (The poll took them first and never returned them.)
+/// (The poll took them and never returned them.)
 #[test]
 fn a_poll_whose_closure_panics_takes_no_completion() {
     let (mut cq, hca) = SoftCq::new(8).unwrap();

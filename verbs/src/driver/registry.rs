@@ -188,14 +188,23 @@ impl Driver {
 
     pub(super) fn insert(
         &mut self,
-        mut source: Box<dyn Source>,
+        source: Box<dyn Source>,
         mode: FeedMode,
     ) -> Result<FeedId, DriverError> {
         // The feed's code runs here (its device's events, its drop on a
-        // refusal): a handle call it makes is refused, not left waiting
-        // for this thread.
+        // refusal, which the callee's parameter outlives its locals for):
+        // a handle call it makes is refused, not left waiting for this
+        // thread.
         let shared = self.shared.clone();
         let _driving = shared.driving();
+        self.insert_driving(source, mode)
+    }
+
+    fn insert_driving(
+        &mut self,
+        mut source: Box<dyn Source>,
+        mode: FeedMode,
+    ) -> Result<FeedId, DriverError> {
         let Some(fd) = source.fd() else {
             return Err(DriverError::NoChannel);
         };

@@ -309,8 +309,8 @@ impl RunningDriver {
     /// back (take the panic first to get them; a panic of their own code in
     /// that drop, a CQ's destroy or a held event's `Drop`, is swallowed:
     /// the first is the one reported). Such a panic comes first: reported
-    /// even when the thread then failed or panicked (a failure is traced,
-    /// with the `tracing` feature).
+    /// even when the thread also failed or panicked (that failure is
+    /// traced, with the `tracing` feature).
     /// Else the thread's error if it failed, [`DriverError::Panicked`] if
     /// it panicked outside a feed's turn. This never panics again.
     /// [`DriverError::OnDriverThread`] when called on the driver's own thread
@@ -332,11 +332,14 @@ impl RunningDriver {
         let joined = self
             .stop_and_join()
             .expect("thread present until shut down");
-        // A panic kept came before whatever ended the thread: the first
-        // failure is the one reported (the thread's error is traced), or
-        // it would be swallowed.
+        // A panic kept is reported first: returned, not swallowed, however
+        // the thread ended (its failure, which came first unless the panic
+        // is of a feed dropped at the thread's end, is traced).
         match self.handle.shared.take_panic() {
             Some(p) => {
+                if let Err(_e) = &joined {
+                    trace::event!(ERROR, error = %_e, "driver thread's own failure, behind the panic reported");
+                }
                 // The feeds go with nobody to hand them to: dropped here,
                 // where their own code (a CQ's destroy, a held event's
                 // `Drop`) must not raise a second panic past the first,

@@ -15,6 +15,7 @@ use crate::source::{AsyncEventSource, CompletionQueue, PollError};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -223,28 +224,36 @@ impl CompletionQueue for SoftCq {
         if injected != 0 {
             st.broken = Some(PollError::Failed(injected));
         }
-        // Run with the lock released, whether the poll fails or not: after
-        // the poll has decided what it takes (the hook's completions come
-        // after those), before it takes them, so that a hook that panics
-        // takes nothing out of the CQ.
+        // Run after the lock is released, whether the poll fails or not.
         let during = st.during_next_poll.take();
         let result = match st.broken {
             Some(e) => Err(e),
-            None => Ok(out.len().min(st.ring.len())),
+            None => {
+                let n = out.len().min(st.ring.len());
+                for (slot, wc) in out.iter_mut().zip(st.ring.drain(..n)) {
+                    *slot = wc;
+                }
+                st.polled += n as u64;
+                Ok(n)
+            }
         };
+        drop(st);
         if let Some(f) = during {
-            drop(st);
-            f();
-            st = self.inner.lock();
+            // AssertUnwindSafe: a panic puts back what this poll took (at
+            // the front, where it was: only a poll takes completions out),
+            // then goes on; nothing else is left half done.
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+                if let Ok(n) = result {
+                    let mut st = self.inner.lock();
+                    for wc in out[..n].iter().rev() {
+                        st.ring.push_front(*wc);
+                    }
+                    st.polled -= n as u64;
+                }
+                resume_unwind(panic);
+            }
         }
-        let n = result?;
-        // Only this poll takes completions out: the first `n` are still
-        // the ones it decided on.
-        for (slot, wc) in out.iter_mut().zip(st.ring.drain(..n)) {
-            *slot = wc;
-        }
-        st.polled += n as u64;
-        Ok(n)
+        result
     }
 
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()> {

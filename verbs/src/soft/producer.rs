@@ -179,12 +179,12 @@ impl SoftCqProducer {
         self.inner.lock().window_injections.push(wc);
     }
 
-    /// Run `f` inside the next poll, after it has decided which completions
-    /// it takes (those `f` completes come after them) and before it returns:
-    /// what another thread does between a consumer's look at its EVD's room
-    /// and its post (posting into the same EVD, say). An `f` that panics
-    /// takes the poll with it, and no completion out of the CQ. A CQ already
-    /// dropped polls no more: `f` is dropped at once.
+    /// Run `f` inside the next poll, after it has taken its completions and
+    /// before it returns: what another thread does between a consumer's
+    /// look at its EVD's room and its post (posting into the same EVD, say).
+    /// An `f` that panics takes the poll with it: the completions it took
+    /// are put back first. A CQ already dropped polls no more: `f` is
+    /// dropped at once.
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};

@@ -35,6 +35,8 @@ pub struct HookedCq {
     pub at_drop: Option<Box<dyn FnOnce() + Send>>,
     /// The channel fd it reports instead of the soft CQ's own.
     pub channel_fd: Option<RawFd>,
+    /// It reports no channel at all (a CQ made without one).
+    pub channel_less: bool,
 }
 
 impl HookedCq {
@@ -50,6 +52,7 @@ impl HookedCq {
             device_events: Mutex::new(None),
             at_drop: None,
             channel_fd: None,
+            channel_less: false,
         }
     }
 }
@@ -73,6 +76,9 @@ impl CompletionQueue for HookedCq {
         }
     }
     fn channel_fd(&self) -> Option<RawFd> {
+        if self.channel_less {
+            return None;
+        }
         self.channel_fd.or_else(|| self.cq.channel_fd())
     }
     fn get_event(&mut self) -> io::Result<bool> {

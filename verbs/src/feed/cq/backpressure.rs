@@ -55,6 +55,9 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         budget: usize,
     ) -> Result<(), FeedStatus> {
         if self.held.is_empty() {
+            // Also after a post that took them and then unwound (its
+            // notification's user code).
+            self.unoffered = 0;
             return Ok(());
         }
         let limit = budget.saturating_sub(*delivered);
