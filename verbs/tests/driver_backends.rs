@@ -549,3 +549,46 @@ fn every_backend_leaves_a_stream_feed_blocked_on_a_full_evd_unpolled_until_room_
         );
     }
 }
+
+/// A timeout too long for the kernel's clock (here `Duration::MAX`) waits
+/// on every backend, until a handle's command (from another thread) comes.
+/// On io_uring it overflowed the kernel's deadline into one already past:
+/// every `process` returned at once as a timeout, and a caller's loop spun.
+#[test]
+fn every_backend_waits_out_a_timeout_too_long_for_the_kernel() {
+    for backend in BACKENDS {
+        let mut driver = Driver::new(config(backend)).unwrap();
+        let handle = driver.handle();
+        let registering = std::thread::spawn(move || {
+            let (poster, consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+            let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
+            let r = handle.register(feed, FeedMode::Event).map(drop);
+            drop(consumer);
+            r
+        });
+        // Returns once the command is in (or had come before it waited).
+        driver.process(Some(Duration::MAX)).unwrap();
+        assert_eq!(
+            driver.stats().timeouts,
+            0,
+            "{backend:?}: the wait ended at once, as a timeout"
+        );
+        while !registering.is_finished() {
+            driver.process(Some(Duration::ZERO)).unwrap();
+        }
+        registering.join().unwrap().unwrap();
+    }
+}
+
+/// Any `ring_entries` makes a driver on every backend: taken into what
+/// the kernel allows (zero and values past its limit were refused as
+/// invalid on io_uring, and a value past 2^31 overflowed its doubling).
+#[test]
+fn every_backend_takes_any_ring_entries_into_what_the_kernel_allows() {
+    for backend in BACKENDS {
+        for entries in [0, 1, 32_768, 32_769, 1 << 31, u32::MAX] {
+            let driver = Driver::new(config(backend).with_ring_entries(entries));
+            assert!(driver.is_ok(), "{backend:?}, {entries}: {driver:?}");
+        }
+    }
+}

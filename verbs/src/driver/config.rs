@@ -36,6 +36,11 @@ pub enum FeedMode {
     Adaptive(AdaptiveConfig),
 }
 
+/// The most submission-queue entries the kernel gives a ring
+/// (`IORING_MAX_ENTRIES`), and the most reports an epoll wait reads:
+/// [`DriverConfig::ring_entries`] is taken into `1..=MAX_RING_ENTRIES`.
+pub(crate) const MAX_RING_ENTRIES: u32 = 32_768;
+
 /// Driver settings. Start from [`Default`] and change what you need with
 /// the `with_…` setters (or assign the public fields of a mutable value);
 /// more settings may come, so a struct literal is refused outside this
@@ -60,8 +65,9 @@ pub struct DriverConfig {
     /// How the driver waits on the feeds' fds: io_uring, or epoll where
     /// io_uring is refused ([`DriverBackend::Auto`], the default).
     pub backend: DriverBackend,
-    /// Submission-queue entries of the ring (completion queue: twice that);
-    /// the epoll backend reads up to this many readiness reports per wait.
+    /// Submission-queue entries of the ring (completion queue: twice that),
+    /// taken into `1..=32768`, the kernel's limit; the epoll backend reads
+    /// up to this many readiness reports per wait (at least one).
     pub ring_entries: u32,
     /// Events one feed may deliver per turn before the driver moves on to
     /// the others (the kernel's irq_poll budget is 256). Zero is taken as 1.

@@ -24,6 +24,7 @@
 //! ended (`ECANCELED`), as the ring's does, and removes the fd
 //! (`EPOLL_CTL_DEL`) only when no other request waits for it.
 
+use super::config::MAX_RING_ENTRIES;
 use super::key::FeedId;
 use super::readiness::{BusyEnters, Completion, Request, Wait, same_feed};
 use rustix::buffer::spare_capacity;
@@ -72,11 +73,13 @@ struct Reports(Vec<epoll::Event>);
 unsafe impl Send for Reports {}
 
 impl Epoll {
-    /// An epoll instance reading up to `reports_per_wait` reports a wait.
+    /// An epoll instance reading up to `reports_per_wait` reports a wait
+    /// (taken into `1..=MAX_RING_ENTRIES`, as a ring's entries are).
     pub(crate) fn new(reports_per_wait: u32, busy_enter_interval: Duration) -> io::Result<Self> {
+        let reports_per_wait = reports_per_wait.clamp(1, MAX_RING_ENTRIES);
         Ok(Epoll {
             epoll: epoll::create(epoll::CreateFlags::CLOEXEC)?,
-            events: Reports(Vec::with_capacity(reports_per_wait.max(1) as usize)),
+            events: Reports(Vec::with_capacity(reports_per_wait as usize)),
             ready: Vec::new(),
             feed_fds: Vec::new(),
             waiting: HashMap::new(),
@@ -201,8 +204,9 @@ impl Epoll {
             // Reports already collected (a cancellation's) need no wait.
             _ if !self.ready.is_empty() => Some(NO_WAIT),
             Wait::For(d) => {
-                // epoll_wait takes milliseconds in a C int (before Linux 5.11).
-                let d = d.min(Duration::from_millis(i32::MAX as u64));
+                // The shell asks no longer (epoll_wait takes milliseconds in
+                // a C int before Linux 5.11); a unit test may.
+                let d = d.min(super::readiness::LONGEST_WAIT);
                 Some(Timespec {
                     tv_sec: d.as_secs() as _,
                     tv_nsec: d.subsec_nanos() as _,

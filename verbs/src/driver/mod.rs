@@ -63,6 +63,9 @@ mod cycle;
 mod device;
 mod epoll;
 mod error;
+#[cfg(test)]
+mod faults;
+mod fd;
 mod key;
 mod readiness;
 mod registry;
@@ -86,11 +89,13 @@ use crate::trace;
 use backend::Backend;
 use control::Shared;
 use cycle::Phase;
+#[cfg(test)]
+use faults::Faults;
 use readiness::{CANCELLATION_WAIT_BOUND, Completion, Request, StepWait, Wait};
 use slot::{FailedCall, Slot};
 use std::any::Any;
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -118,7 +123,7 @@ pub struct Activity {
 /// `kernel.io_uring_disabled`), one epoll instance does the waiting instead,
 /// behind the same API ([`DriverBackend`]).
 /// Run it on its own thread ([`Driver::spawn`]) or from your loop
-/// ([`Driver::process`], waiting on the driver's fd: [`AsFd`], [`AsRawFd`]).
+/// ([`Driver::process`], waiting on the driver's fd: [`AsFd`](std::os::fd::AsFd), [`AsRawFd`]).
 ///
 /// ```
 /// use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
@@ -225,6 +230,17 @@ impl Driver {
     }
 
     /// The wake fd's poll is in the kernel (asked for again once it ended).
+    /// A step the backend failed may have left work (readiness reaped, a
+    /// feed's poll not asked, requests not submitted) that the driver's fd
+    /// does not show: have the wake poll in the kernel, if the backend
+    /// lets it, and make the fd readable, so that a loop that waits on it
+    /// calls `process` again.
+    fn show_work_left_by_a_failure(&mut self) {
+        let _ = self.keep_wake_poll();
+        let _ = self.backend.flush();
+        self.shared.wake();
+    }
+
     fn keep_wake_poll(&mut self) -> Result<(), DriverError> {
         if !self.wake_poll_in_flight {
             self.backend
@@ -305,7 +321,9 @@ impl Driver {
     /// ```
     ///
     /// # Errors
-    /// [`DriverError::Io`] if the ring failed. [`DriverError::Panicked`] if
+    /// [`DriverError::Io`] if the ring failed (a refused request for a
+    /// feed's fd fails the call once every feed had its turn; the driver's
+    /// fd is left readable, and the next call asks again). [`DriverError::Panicked`] if
     /// user code panicked in a feed's turn (see Panics), else
     /// [`DriverError::FeedFailed`] if a feed's verbs call failed (retried,
     /// or the feed given up: see there): either way the call still
@@ -336,7 +354,13 @@ impl Driver {
     pub fn process(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
         let activity = self.step(StepWait::Caller(timeout));
         self.shared.stats.publish(&self.stats);
-        let activity = activity?;
+        let activity = match activity {
+            Ok(activity) => activity,
+            Err(e) => {
+                self.show_work_left_by_a_failure();
+                return Err(e);
+            }
+        };
         let failed = self.failed.take();
         let reported = match self.caught.take() {
             Some(p) => DriverError::Panicked(p),
@@ -374,7 +398,7 @@ impl Driver {
             // so the caller sees those events before this call sleeps.
             _ if handled || self.busy || self.shared.commands_pending() => Wait::Busy,
             Some(d) if d.is_zero() => Wait::Check,
-            Some(d) => Wait::For(d),
+            Some(d) => Wait::For(d.min(readiness::LONGEST_WAIT)),
             None => Wait::Forever,
         };
         let blocks = matches!(wait, Wait::For(_) | Wait::Forever);
@@ -425,6 +449,7 @@ impl Driver {
         let budget = self.cfg.budget;
         let mut busy = false;
         let mut delivered = false;
+        let mut backend_failed = None;
         for k in 0..n {
             // A stop asked from a feed's upcall (a spawned driver's
             // shutdown) serves no later feed.
@@ -502,8 +527,14 @@ impl Driver {
                         self.failed.get_or_insert(failed);
                     }
                     // The backend's own (out of memory, epoll's watch
-                    // limit, the ring's queue): not the feed's doing.
-                    Err(error) => return Err(DriverError::Io(error)),
+                    // limit, the ring's queue): not the feed's doing. The
+                    // call fails, but only once every feed had its turn
+                    // (one the failure stopped would keep readiness it
+                    // reaped unserved, and the next turn start at the same
+                    // feed, failing first again); this one asks again.
+                    Err(error) => {
+                        backend_failed.get_or_insert(error);
+                    }
                 }
             }
             if !was_done && slot.phase == Phase::Done {
@@ -513,32 +544,9 @@ impl Driver {
         }
         self.cursor = self.cursor.wrapping_add(1);
         self.busy = busy;
-        Ok(delivered)
-    }
-}
-
-/// Faults a unit test plants in a driver: the backend refuses `cancels`
-/// more cancellations, `steps` more steps of a wait for cancellations to
-/// end fail, and it takes `fd_polls` more polls of feeds' fds (if set),
-/// then refuses every one as out of memory (as epoll's watch limit would).
-#[cfg(test)]
-#[derive(Default)]
-pub(super) struct Faults {
-    pub(super) cancels: u32,
-    pub(super) steps: u32,
-    pub(super) fd_polls: Option<u32>,
-}
-
-#[cfg(test)]
-impl Faults {
-    fn fd_poll(&mut self) -> std::io::Result<()> {
-        match &mut self.fd_polls {
-            Some(0) => Err(std::io::Error::from_raw_os_error(libc::ENOMEM)),
-            Some(n) => {
-                *n -= 1;
-                Ok(())
-            }
-            None => Ok(()),
+        match backend_failed {
+            Some(error) => Err(DriverError::Io(error)),
+            None => Ok(delivered),
         }
     }
 }
@@ -564,24 +572,6 @@ impl Drop for Driver {
             // during an unwinding, which would abort the process).
             std::panic::resume_unwind(panic.into_payload());
         }
-    }
-}
-
-impl AsRawFd for Driver {
-    /// The ring's fd (the epoll instance's, on that backend): readable when
-    /// [`Driver::process`] has work: completions, or what a `register`, a
-    /// `remove` or a `process` that returned an error left (a feed to arm or
-    /// left busy, readiness collected, a failure to report). Wait on it
-    /// (epoll, poll, tokio's `AsyncFd`) unless the last `process` said busy.
-    fn as_raw_fd(&self) -> RawFd {
-        self.backend.as_raw_fd()
-    }
-}
-
-impl AsFd for Driver {
-    /// As [`AsRawFd::as_raw_fd`].
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.backend.as_fd()
     }
 }
 

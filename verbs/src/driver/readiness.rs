@@ -178,6 +178,13 @@ pub(super) enum StepWait {
 }
 pub(super) const CANCELLATION_WAIT_BOUND: Duration = Duration::from_millis(100);
 
+/// The longest wait a backend is asked for, about 24.8 days: `epoll_wait`
+/// takes milliseconds in a C int (before Linux 5.11), and io_uring adds the
+/// wait to the clock's time, a sum that overflows past 2^63 ns into a
+/// deadline already past (a wait that returns at once, and a caller's loop
+/// that spins). A longer timeout waits this long, then returns as one.
+pub(crate) const LONGEST_WAIT: Duration = Duration::from_millis(i32::MAX as u64);
+
 /// How long a backend's `submit_and_wait` may block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wait {
@@ -188,7 +195,7 @@ pub(crate) enum Wait {
     /// collects it now; the ring's completions need none, but those the
     /// kernel held back from a full completion queue do.
     Check,
-    /// At most this long.
+    /// At most this long (never longer than [`LONGEST_WAIT`]).
     For(Duration),
     /// Until a completion arrives.
     Forever,

@@ -2,6 +2,7 @@
 //! their cancellation, the waits, and the completions read back as typed
 //! [`Completion`]s. No feed logic lives here.
 
+use super::config::MAX_RING_ENTRIES;
 use super::key::FeedId;
 use super::readiness::{BusyEnters, Completion, Request, UserData, Wait};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
@@ -62,7 +63,11 @@ fn too_old(ring: &IoUring) -> Option<io::Error> {
 }
 
 impl Ring {
+    /// A ring of `entries` submission-queue entries, taken into
+    /// `1..=MAX_RING_ENTRIES` (the kernel refuses others), and a
+    /// completion queue of twice that.
     pub(crate) fn new(entries: u32, busy_enter_interval: Duration) -> io::Result<Self> {
+        let entries = entries.clamp(1, MAX_RING_ENTRIES);
         let ring = match IoUring::builder().setup_cqsize(entries * 2).build(entries) {
             Ok(ring) => ring,
             // Before Linux 5.5 the kernel knows no `IORING_SETUP_CQSIZE`

@@ -475,3 +475,48 @@ fn a_shutdown_reports_a_panic_caught_before_the_thread_failed() {
     }
     drop(upcalls);
 }
+
+/// The backend refusing one feed's fd poll (out of memory, as epoll's
+/// watch limit would) fails the call only once every feed had its turn,
+/// and leaves the driver's fd readable: the feed after it in the turn still
+/// gets the completion whose readiness the call reaped, where the call
+/// returned at the refusal (that readiness unserved, the fd quiet, and the
+/// next turn failing first at the same feed).
+#[test]
+fn a_backend_refusing_one_feeds_poll_fails_the_call_after_every_feeds_turn() {
+    let config = DriverConfig::default().with_backend(DriverBackend::Epoll);
+    let mut driver = Driver::new(config).unwrap();
+    let mut feeds = Vec::new();
+    for id in 0..2 {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let (cq, hca) = SoftCq::new(4).unwrap();
+        let key = driver
+            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
+            .unwrap();
+        feeds.push((key.id().index as usize, hca, consumer));
+    }
+    driver.process(Some(Duration::ZERO)).unwrap(); // both armed, asleep
+    driver.faults.fd_polls = Some(0);
+    // The first feed's wake is spurious: its turn ends asleep, asking for
+    // its poll (refused); the second's has a completion.
+    feeds[0].1.inject_spurious_event();
+    feeds[1].1.push(WorkCompletion::new(7)).unwrap();
+    // The refused feed's turn first: the call's first turn (before its
+    // wait collects the reports) moves the cursor on by one.
+    driver.cursor = feeds[0].0 + 1;
+    let r = driver.process(Some(Duration::ZERO));
+    assert!(matches!(r, Err(DriverError::Io(_))), "{r:?}");
+    assert!(
+        matches!(feeds[1].2.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 7),
+        "the feed after the refusal was not served"
+    );
+    let mut fd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&driver),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the call only.
+    assert_eq!(unsafe { libc::poll(&mut fd, 1, 0) }, 1, "the fd is quiet");
+    driver.faults.fd_polls = None;
+    driver.process(Some(Duration::ZERO)).unwrap(); // asks again
+}
