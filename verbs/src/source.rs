@@ -347,9 +347,11 @@ pub struct CqKey(pub usize);
 /// One event got from a [`SharedChannel`]: the CQ it is for. It must be
 /// acknowledged once, on that CQ ([`CompletionQueue::ack_events`]) or with
 /// [`SharedChannel::ack_unknown`]; it is neither `Clone` nor `Copy`. One
-/// dropped unacknowledged is never acknowledged: the CQ's destroy
-/// (`ibv_destroy_cq` waits for every event it reported) then waits for
-/// ever, in whichever `Drop` destroys it.
+/// dropped unacknowledged stays owed until its CQ is destroyed:
+/// `ibv_destroy_cq` waits for every event it reported, so the CQ's destroy
+/// acknowledges what its channel got for it and nobody acknowledged (the
+/// `ibv` module's `CompletionChannel` counts them for that; a
+/// `SharedChannel` of your own must too, or that destroy waits for ever).
 ///
 /// ```
 /// use evd_verbs::{SharedChannel, soft::SoftChannel};
@@ -367,7 +369,7 @@ pub struct CqKey(pub usize);
 /// assert_copy::<evd_verbs::ChannelEvent>();
 /// ```
 #[derive(Debug, PartialEq, Eq)]
-#[must_use = "an event dropped unacknowledged makes its CQ's destroy wait for ever"]
+#[must_use = "an event dropped unacknowledged stays owed until its CQ's destroy"]
 pub struct ChannelEvent {
     cq: CqKey,
 }

@@ -4,9 +4,11 @@
 use super::teardown::VerbsObject;
 use super::*;
 use crate::source::{ChannelEvent, CqKey, SharedChannel};
+use std::collections::HashMap;
 use std::fmt;
 use std::os::fd::RawFd;
 use std::ptr;
+use std::sync::{Mutex, MutexGuard};
 
 /// An `ibv_comp_channel` for many CQs: one fd, and `ibv_get_cq_event`
 /// names the CQ of each event. Made by [`Context::create_channel`] (CQs on
@@ -33,12 +35,27 @@ pub struct CompletionChannel {
     /// The context it was made on (or, wrapped, was given with), kept
     /// open while the channel lives: its destroy reads the context.
     _ctx: Option<Arc<Context>>,
+    /// Getting an event and arming a CQ of this channel, and the count of
+    /// events got and not acknowledged of each CQ made here (by its
+    /// address; registered when made, taken when destroyed).
+    ///
+    /// `ibv_get_cq_event` runs the provider's per-CQ event hook (libmlx5,
+    /// libmlx4 and libhns bump the CQ's arm sequence number with no lock),
+    /// and `ibv_req_notify_cq` reads that number: both run under this
+    /// lock, whichever handle (any clone, on any thread) gets the event
+    /// and whichever thread arms the CQ ([`CompletionChannel::arming`]).
+    /// The counts let a CQ's destroy acknowledge what was got for it and
+    /// never acknowledged (an event dropped, or held by a feed that went),
+    /// which `ibv_destroy_cq` would otherwise wait for for ever.
+    events: Mutex<HashMap<usize, u64>>,
 }
 
-// SAFETY: libibverbs channels may be used from any thread; getting events
-// from one is serialized by the kernel's read of its fd.
+// SAFETY: libibverbs channels may be used from any thread; what the
+// provider keeps per CQ and touches when an event is got (the arm sequence
+// number) is only touched under `events`, with the CQ's arm.
 unsafe impl Send for CompletionChannel {}
-// SAFETY: as above; the wrapper's fields are not mutated after creation.
+// SAFETY: as above; the wrapper's other fields are not mutated after
+// creation.
 unsafe impl Sync for CompletionChannel {}
 
 impl CompletionChannel {
@@ -51,7 +68,44 @@ impl CompletionChannel {
             channel,
             ownership,
             _ctx: ctx,
+            events: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The lock of getting events and arming (see `events`); poisoning is
+    /// ignored (the counts are updated only after the call they count).
+    fn events(&self) -> MutexGuard<'_, HashMap<usize, u64>> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Held while a CQ of this channel is armed (`ibv_req_notify_cq`): see
+    /// `events`.
+    pub(super) fn arming(&self) -> impl Drop + '_ {
+        self.events()
+    }
+
+    /// Count the events of `cq`, made on this channel (at its creation).
+    pub(super) fn register_cq(&self, cq: *mut ffi::ibv_cq) {
+        self.events().insert(cq as usize, 0);
+    }
+
+    /// `count` events of `cq` were acknowledged.
+    pub(super) fn acked(&self, cq: *mut ffi::ibv_cq, count: u32) {
+        if let Some(n) = self.events().get_mut(&(cq as usize)) {
+            *n = n.saturating_sub(u64::from(count));
+        }
+    }
+
+    /// The events of `cq` got and not acknowledged (0 for a CQ not made
+    /// here).
+    pub(super) fn unacked(&self, cq: *mut ffi::ibv_cq) -> u64 {
+        self.events().get(&(cq as usize)).copied().unwrap_or(0)
+    }
+
+    /// Stop counting the events of `cq`, about to be destroyed: the events
+    /// got and not acknowledged, which the caller acknowledges.
+    pub(super) fn take_unacked(&self, cq: *mut ffi::ibv_cq) -> u64 {
+        self.events().remove(&(cq as usize)).unwrap_or(0)
     }
 
     /// Wrap a completion channel made elsewhere (`ibv_create_comp_channel`
@@ -202,8 +256,16 @@ impl SharedChannel for Arc<CompletionChannel> {
     fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>> {
         let mut cq = ptr::null_mut();
         let mut cq_context = ptr::null_mut();
-        // SAFETY: a live, non-blocking channel; out-parameters are locals.
+        let mut events = self.events();
+        // SAFETY: a live, non-blocking channel; out-parameters are locals;
+        // under `events`, with every arm of its CQs.
         let r = unsafe { ffi::ibv_get_cq_event(self.channel, &mut cq, &mut cq_context) };
+        if r == 0 {
+            if let Some(n) = events.get_mut(&(cq as usize)) {
+                *n += 1;
+            }
+        }
+        drop(events);
         if r != 0 {
             let e = last_err();
             return if e.kind() == io::ErrorKind::WouldBlock {
@@ -225,11 +287,15 @@ impl SharedChannel for Arc<CompletionChannel> {
     }
 
     unsafe fn ack_unknown(&mut self, event: ChannelEvent) {
+        let cq = event.cq().0 as *mut ffi::ibv_cq;
         // SAFETY: this method's contract (the event was got from this
         // channel, so `ChannelEvent::new`'s: the key is the address of a live
         // CQ of this provider with this one event got and not acknowledged),
         // and the CQ does not acknowledge it too: ibv_destroy_cq waits for
         // this ack, so the CQ is live during it.
-        unsafe { ffi::ibv_ack_cq_events(event.cq().0 as *mut ffi::ibv_cq, 1) };
+        unsafe { ffi::ibv_ack_cq_events(cq, 1) };
+        // One made here but served by no feed: its destroy must not
+        // acknowledge it again.
+        self.acked(cq, 1);
     }
 }

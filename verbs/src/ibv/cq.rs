@@ -56,6 +56,19 @@ impl RawCq {
     fn destroy(&mut self) -> Result<(), TeardownError> {
         let cq = mem::replace(&mut self.cq, ptr::null_mut());
         if !cq.is_null() {
+            if let Some(shared) = &self.shared {
+                // Got through the shared channel and never acknowledged (an
+                // event dropped, or held by a feed that went): the destroy
+                // would wait for them.
+                let mut unacked = shared.take_unacked(cq);
+                while unacked > 0 {
+                    let n = u32::try_from(unacked).unwrap_or(u32::MAX);
+                    // SAFETY: a live CQ; `n` of its events were got through
+                    // the channel and not acknowledged (counted there).
+                    unsafe { ffi::ibv_ack_cq_events(cq, n) };
+                    unacked -= u64::from(n);
+                }
+            }
             self.ctx.unregister_cq(cq, self.id);
             if self.ownership == Ownership::Borrowed {
                 // Its maker destroys both.
@@ -64,9 +77,10 @@ impl RawCq {
             }
             // SAFETY: from ibv_create_cq (here, or handed over to `from_raw`
             // as Owned), and nulled above so destroyed at most once; no QP
-            // uses it (each holds an Arc to this RawCq), and the IbvCq
-            // acknowledged every event it got before letting go, so
-            // ibv_destroy_cq does not wait for acks.
+            // uses it (each holds an Arc to this RawCq), and every event it
+            // reported was acknowledged (the IbvCq's own channel's before
+            // it let go, a shared channel's above), so ibv_destroy_cq does
+            // not wait for acks.
             let ret = unsafe { ffi::ibv_destroy_cq(cq) };
             destroyed(VerbsObject::CompletionQueue, "ibv_destroy_cq", ret).inspect_err(|_| {
                 self.ctx.register_cq(cq, self.id);
@@ -109,8 +123,8 @@ impl Drop for RawCq {
 /// acknowledged but not destroyed. A CQ on a [`CompletionChannel`] shared
 /// with others has no channel of its own: its events are taken and
 /// acknowledged through the shared channel
-/// ([`ChannelEvent`](crate::ChannelEvent)), and one taken and never
-/// acknowledged makes its destroy wait for ever.
+/// ([`ChannelEvent`](crate::ChannelEvent)); one taken and never
+/// acknowledged is acknowledged by its destroy (the channel counts them).
 ///
 /// Made by [`Context::create_cq`] / [`Context::create_cq_with`], or
 /// wrapped with [`IbvCq::from_raw`].
@@ -141,7 +155,7 @@ impl fmt::Debug for IbvCq {
             .field("channel", &self.raw.channel)
             .field("id", &self.raw.id)
             .field("ownership", &self.raw.ownership)
-            .field("events_got", &self.got)
+            .field("events_got", &self.events_got())
             .field("events_acked", &self.acked)
             .finish_non_exhaustive()
     }
@@ -158,6 +172,9 @@ impl IbvCq {
         shared: Option<Arc<super::CompletionChannel>>,
     ) -> IbvCq {
         ctx.register_cq(cq, id);
+        if let Some(channel) = &shared {
+            channel.register_cq(cq);
+        }
         IbvCq {
             raw: Arc::new(RawCq {
                 ctx: ctx.clone(),
@@ -370,6 +387,15 @@ impl IbvCq {
 
     /// Acknowledge the events got and not yet acknowledged, as
     /// ibv_destroy_cq waits for.
+    /// Its events got: on a shared channel, those acknowledged and those
+    /// the channel counts unacknowledged.
+    fn events_got(&self) -> u64 {
+        match &self.raw.shared {
+            Some(channel) => self.acked + channel.unacked(self.raw.cq),
+            None => self.got,
+        }
+    }
+
     fn ack_unacked(&mut self) {
         while self.got > self.acked {
             let n = u32::try_from(self.got - self.acked).unwrap_or(u32::MAX);
@@ -425,6 +451,9 @@ impl CompletionQueue for IbvCq {
     }
 
     fn req_notify(&mut self, solicited_only: bool) -> io::Result<()> {
+        // On a shared channel, not beside another thread's `get_cq_event`
+        // (see `CompletionChannel`'s `events`).
+        let _arming = self.raw.shared.as_ref().map(|c| c.arming());
         // SAFETY: a live CQ.
         check(unsafe {
             let cq = self.raw.cq;
@@ -471,6 +500,9 @@ impl CompletionQueue for IbvCq {
         // method's contract), as ibv_ack_cq_events requires.
         unsafe { ffi::ibv_ack_cq_events(self.raw.cq, count) };
         self.acked += u64::from(count);
+        if let Some(channel) = &self.raw.shared {
+            channel.acked(self.raw.cq, count);
+        }
     }
 
     fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {

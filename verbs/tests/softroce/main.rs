@@ -284,7 +284,7 @@ fn main() {
     let ctx = Context::open(None).expect("open the RDMA device");
     let pd = ctx.alloc_pd().expect("alloc_pd");
     type Case = fn(&Arc<ProtectionDomain>) -> Res;
-    let cases: [(&str, Case); 24] = [
+    let cases: [(&str, Case); 25] = [
         ("rc_send_recv", posting::rc_send_recv),
         ("rdma_write_with_imm", posting::rdma_write_with_imm),
         ("error_completions", posting::error_completions),
@@ -304,6 +304,10 @@ fn main() {
         ("event_driven_io_uring", driven::event_driven_io_uring),
         ("throughput", driven::throughput),
         ("explicit_teardown", teardown::explicit_teardown),
+        (
+            "a_shared_channel_cq_acks_a_dropped_event_at_close",
+            teardown::a_shared_channel_cq_acks_a_dropped_event_at_close,
+        ),
         ("pingpong_latency", latency::pingpong_latency),
         (
             "cm_connect_accept_disconnect",

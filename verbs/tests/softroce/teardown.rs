@@ -3,8 +3,10 @@
 
 use crate::common::{Res, e2s, ensure};
 use crate::{GID_INDEX, PORT, latency, room_for};
-use evd_verbs::ibv::{ConnectParams, Context, ProtectionDomain, SendOp};
-use evd_verbs::{CloseError, CompletionQueue, CqId, WorkCompletion, teardown_failures};
+use evd_verbs::ibv::{ConnectParams, Context, CqConfig, ProtectionDomain, SendOp};
+use evd_verbs::{
+    CloseError, CompletionQueue, CqId, SharedChannel, WorkCompletion, teardown_failures,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,5 +87,76 @@ pub(crate) fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
         "{} destroys failed in Drop",
         teardown_failures() - failures
     );
+    Ok(())
+}
+
+/// A CQ on a shared completion channel whose event was got through the
+/// channel and dropped unacknowledged: its close acknowledges it (the
+/// channel counts what it got for each CQ), where `ibv_destroy_cq` waited
+/// for it for ever. The close runs on a thread of its own, so that a hang
+/// fails this case instead of the run.
+pub(crate) fn a_shared_channel_cq_acks_a_dropped_event_at_close(
+    _shared: &Arc<ProtectionDomain>,
+) -> Res {
+    let ctx = Context::open(None).map_err(|e| format!("open: {e}"))?;
+    let pd = ctx.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
+    let mr = pd.register(4096).map_err(|e| format!("reg_mr: {e}"))?;
+    let mut channel = ctx
+        .create_channel()
+        .map_err(|e| format!("create_channel: {e}"))?;
+    let mut cq = ctx
+        .create_cq_on(&channel, &CqConfig::new(16, CqId(12)))
+        .map_err(|e| format!("create_cq_on: {e}"))?;
+    let qp = pd
+        .create_rc_qp(&cq, &cq, &room_for(8), PORT)
+        .map_err(|e| format!("create_qp: {e}"))?;
+    let me = qp
+        .endpoint(PORT, GID_INDEX, 78)
+        .map_err(|e| format!("gid: {e}"))?;
+    qp.connect(me, &{
+        let mut params = ConnectParams::default();
+        params.sq_psn = me.psn;
+        params
+    })
+    .map_err(|e| format!("connect: {e}"))?;
+    cq.req_notify(false).map_err(|e| format!("arm: {e}"))?;
+    qp.post_recv(1, &mr, 0, 64).map_err(e2s)?;
+    qp.post_send(2, SendOp::Send, &mr, 1024, 8, false)
+        .map_err(e2s)?;
+    let event = loop {
+        if let Some(ev) = channel
+            .get_cq_event()
+            .map_err(|e| format!("get_cq_event: {e}"))?
+        {
+            break ev;
+        }
+        ensure!(
+            latency::wait_fd(channel.fd(), 10_000),
+            "no channel event after 10 s"
+        );
+    };
+    ensure!(
+        channel.key_of(&cq) == Some(event.cq()),
+        "another CQ's event"
+    );
+    drop(event); // never acknowledged
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut polled = 0;
+    while polled < 2 {
+        polled += cq.poll(&mut wcs[polled..]).map_err(e2s)?;
+        ensure!(
+            Instant::now() < deadline,
+            "{polled} of 2 completions after 10 s"
+        );
+    }
+    qp.close().map_err(|e| format!("qp: {e}"))?;
+    let (closed, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = closed.send(cq.close().map_err(|e| format!("cq: {e}")));
+    });
+    done.recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "the CQ's close still waits after 10 s".to_string())??;
+    drop((mr, pd, channel, ctx));
     Ok(())
 }
