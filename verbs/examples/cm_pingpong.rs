@@ -239,7 +239,7 @@ fn server(args: &Args, c: &mut Conn) -> Res<()> {
         ..args.clone()
     };
     let mut s = side(&id, args, &c.poster, &c.driver)?;
-    id.accept(&s.qp, &CmConnParams::default())?;
+    id.accept(&mut s.qp, &CmConnParams::default())?;
     // The first message may complete before `Established` arrives: both
     // come through the EVD, and the loop takes them in either order.
     println!(
@@ -284,9 +284,9 @@ fn client(args: &Args, c: &mut Conn) -> Res<()> {
     let size = (args.size as u32).to_le_bytes();
     let mut params = CmConnParams::default();
     params.private_data = &size;
-    id.connect(&s.qp, &params)?;
+    id.connect(&mut s.qp, &params)?;
     match next(&mut c.evd, None)? {
-        Event::Cm(ev) if ev.kind == CmEventKind::ConnectResponse => id.establish(&s.qp)?,
+        Event::Cm(ev) if ev.kind == CmEventKind::ConnectResponse => id.establish(&mut s.qp)?,
         Event::Cm(ev) => {
             return Err(format!("connect failed: {:?} (status {})", ev.kind, ev.status).into());
         }

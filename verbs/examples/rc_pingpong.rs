@@ -24,8 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pd = ctx.alloc_pd()?;
     let cq_client = ctx.create_cq(64, CLIENT)?;
     let cq_server = ctx.create_cq(64, SERVER)?;
-    let client = pd.create_rc_qp(&cq_client, &cq_client, &QpCaps::default(), 1)?;
-    let server = pd.create_rc_qp(&cq_server, &cq_server, &QpCaps::default(), 1)?;
+    let mut client = pd.create_rc_qp(&cq_client, &cq_client, &QpCaps::default(), 1)?;
+    let mut server = pd.create_rc_qp(&cq_server, &cq_server, &QpCaps::default(), 1)?;
     // Port 1, GID index 0; each side picks its first send PSN and tells
     // the other (here in memory, in real life out of band).
     let (client_end, server_end) = (client.endpoint(1, 0, 100)?, server.endpoint(1, 0, 200)?);

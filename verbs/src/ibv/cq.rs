@@ -359,7 +359,7 @@ impl IbvCq {
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let pd = ctx.alloc_pd()?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1)?;
+    /// let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1)?;
     /// let cq = match cq.close() {
     ///     Err(CloseError::InUse { handle, .. }) => handle, // `qp` uses it
     ///     other => panic!("{other:?}"),

@@ -51,7 +51,8 @@
 //! Thread safety: libibverbs objects may be used from any thread
 //! (libibverbs is thread-safe); each wrapper is `Send`, the shared ones
 //! (`Context`, `ProtectionDomain`) are `Sync` behind an `Arc`, and
-//! `QueuePair` is `Sync` so that several threads may post on it.
+//! `QueuePair` is `Sync` so that several threads may post on it (its state
+//! changes take `&mut self`: no post may run beside them).
 //!
 //! Teardown: each object has an explicit `close`, which returns a failed
 //! destroy as a [`TeardownError`] and, for the shared objects, refuses
@@ -71,7 +72,7 @@
 //! let ctx = Context::open(None)?; // the first device, e.g. rxe0
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.create_cq(64, CqId(1))?; // with its own completion channel
-//! let qp = pd.create_rc_qp(&cq, &cq, &QpCaps::default(), 1)?; // port 1
+//! let mut qp = pd.create_rc_qp(&cq, &cq, &QpCaps::default(), 1)?; // port 1
 //! qp.connect(qp.endpoint(1, 0, 0)?, &ConnectParams::default())?; // loopback to itself
 //! let mr = pd.register(4096)?;
 //! let (poster, mut evd) = evd::bounded::<VerbsEvent>(256)?;

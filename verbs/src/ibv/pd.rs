@@ -257,7 +257,7 @@ impl ProtectionDomain {
     /// caps.max_send_wr = 128;
     /// caps.max_send_sge = 4;
     /// caps.max_inline_data = 64;
-    /// let qp = pd.create_rc_qp(&cq, &cq, &caps, 1)?;
+    /// let mut qp = pd.create_rc_qp(&cq, &cq, &caps, 1)?;
     /// assert!(qp.caps().max_inline_data >= 64);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -312,7 +312,7 @@ impl ProtectionDomain {
     /// let cq = unsafe { ffi::ibv_create_cq(ctx.as_ptr(), 64, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
     /// assert!(!cq.is_null());
     /// // SAFETY: `cq` is live until destroyed below, after the QP.
-    /// let qp = unsafe { pd.create_rc_qp_raw(cq, cq, &QpCaps::default(), 1)? };
+    /// let mut qp = unsafe { pd.create_rc_qp_raw(cq, cq, &QpCaps::default(), 1)? };
     /// qp.close()?;
     /// // SAFETY: ours, and no QP uses it any more.
     /// assert_eq!(unsafe { ffi::ibv_destroy_cq(cq) }, 0);

@@ -23,7 +23,10 @@ use std::sync::Arc;
 /// [`IbvCq`]s) its CQs alive.
 ///
 /// It is `Send` and `Sync`: work requests may be posted from several
-/// threads at once.
+/// threads at once. Its state changes (`connect`, `set_error`, `modify`,
+/// `reset`, `query_state`, and the `CmId` calls that move it) take
+/// `&mut self`: libibverbs writes the QP's state outside any lock, and the
+/// providers' posts read it, so no post may run beside them.
 ///
 /// ```no_run
 /// use evd_verbs::ibv::{ConnectParams, Context, QpCaps, SendOp};
@@ -31,7 +34,7 @@ use std::sync::Arc;
 /// let ctx = Context::open(None)?;
 /// let pd = ctx.alloc_pd()?;
 /// let cq = ctx.create_cq(64, CqId(1))?;
-/// let qp = pd.create_rc_qp(&cq, &cq, &QpCaps::default(), 1)?;
+/// let mut qp = pd.create_rc_qp(&cq, &cq, &QpCaps::default(), 1)?;
 /// qp.connect(qp.endpoint(1, 0, 0)?, &ConnectParams::default())?; // loopback
 /// let mr = pd.register(4096)?;
 /// qp.post_recv(1, &mr, 0, 64)?;
@@ -49,9 +52,6 @@ pub struct QueuePair {
     /// caller keeps alive.
     _cqs: [Option<Arc<RawCq>>; 2],
     pub(super) pd: Arc<ProtectionDomain>,
-    /// Held across `ibv_modify_qp` and `ibv_query_qp`: libibverbs writes
-    /// the QP's `state` field after each, outside the provider's locks.
-    pub(super) state_calls: std::sync::Mutex<()>,
 }
 
 impl fmt::Debug for QueuePair {
@@ -71,19 +71,18 @@ impl fmt::Debug for QueuePair {
 
 // SAFETY: libibverbs QPs may be used from any thread.
 unsafe impl Send for QueuePair {}
-// SAFETY: every `&self` method is a libibverbs call that is thread-safe on
-// the same QP: libibverbs is documented thread-safe, and the providers
-// serialise ibv_post_send, ibv_post_recv and ibv_modify_qp per QP with
-// their own locks (the lock-free variants exist only for QPs made in a
-// parent domain with a thread domain, which this crate never makes, or
-// when the user sets a provider's single-threaded switch in the
-// environment, such as `MLX5_SINGLE_THREADED=1`, which declares the
-// process single-threaded to it), except a move to RESET, which rewinds
-// the queue indices outside those locks (mlx5, ionic): `modify` refuses it,
-// and `reset` takes `&mut self`. libibverbs itself writes the QP's `state`
-// field after `ibv_modify_qp` and `ibv_query_qp` without a lock:
-// `state_calls` serialises those two. The other reads (`qp_num`, caps,
-// port) are of fields fixed at creation. Destruction takes `self`.
+// SAFETY: the `&self` methods are the posts (ibv_post_send,
+// ibv_post_recv), which the providers serialise per QP with their own locks
+// (the lock-free variants exist only for QPs made in a parent domain with a
+// thread domain, which this crate never makes, or when the user sets a
+// provider's single-threaded switch in the environment, such as
+// `MLX5_SINGLE_THREADED=1`, which declares the process single-threaded to
+// it), and reads of fields fixed at creation (`qp_num`, caps, port). Every
+// state call takes `&mut self`: ibv_modify_qp and ibv_query_qp write the
+// QP's `state` field outside any lock, which posts read (librxe's
+// post_recv, libhns' checks), mlx5 modifies an RC QP without its lock, and
+// a move to RESET rewinds the queue indices the posts use. Destruction
+// takes `self`.
 unsafe impl Sync for QueuePair {}
 
 /// Whether `ctx` is open on an mlx5 device (ConnectX, BlueField): one
@@ -211,13 +210,12 @@ impl QueuePair {
             max_inline_data: init.cap.max_inline_data,
             ..*caps
         };
-        let qp = QueuePair {
+        let mut qp = QueuePair {
             qp,
             caps: granted,
             port,
             _cqs: guards,
             pd: pd.clone(),
-            state_calls: std::sync::Mutex::new(()),
         };
         let mut attr = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,
@@ -241,7 +239,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// println!("QP {:#x}", qp.qp_num());
     /// ```
     pub fn qp_num(&self) -> u32 {
@@ -255,7 +253,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// // SAFETY: a live QP.
     /// assert_eq!(unsafe { (*qp.as_ptr()).qp_num }, qp.qp_num());
     /// ```
@@ -270,7 +268,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// println!("{} bytes inline", qp.caps().max_inline_data);
     /// ```
     pub fn caps(&self) -> QpCaps {
@@ -283,7 +281,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// assert_eq!(qp.port(), 1);
     /// ```
     pub fn port(&self) -> u8 {
@@ -296,7 +294,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// let mr = qp.pd().register(4096)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -319,7 +317,7 @@ impl QueuePair {
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let pd = ctx.alloc_pd()?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1)?;
+    /// let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1)?;
     /// qp.close()?;
     /// cq.close()?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())

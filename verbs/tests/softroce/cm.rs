@@ -91,9 +91,9 @@ fn connecting(
 ) -> Result<(CmId, QueuePair, IbvCq), String> {
     let client = CmId::new(channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
     resolve(&client, addr(port), events)?;
-    let (qp, cq) = qp_for(&client, CqId(cq), 16)?;
+    let (mut qp, cq) = qp_for(&client, CqId(cq), 16)?;
     client
-        .connect(&qp, &CmConnParams::default())
+        .connect(&mut qp, &CmConnParams::default())
         .map_err(|e| format!("connect: {e}"))?;
     Ok((client, qp, cq))
 }
@@ -169,9 +169,9 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
     let (mut events, channel, listener) = listening(7471, 4)?;
     let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
     resolve(&client, addr(7471), &mut events)?;
-    let (client_qp, mut client_cq, client_dst) = receiving_qp_for(&client, 1)?;
+    let (mut client_qp, mut client_cq, client_dst) = receiving_qp_for(&client, 1)?;
     client
-        .connect(&client_qp, &with_data(b"hello"))
+        .connect(&mut client_qp, &with_data(b"hello"))
         .map_err(|e| format!("connect: {e}"))?;
     let req = expect(&mut events, CmEventKind::ConnectRequest, CLIENT)?;
     ensure!(
@@ -191,14 +191,14 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
         .take_request(req.id)
         .ok_or("request identifier not parked")?;
     ensure!(channel.take_request(req.id).is_none(), "taken twice");
-    let (server_qp, mut server_cq, server_dst) = receiving_qp_for(&server, 2)?;
+    let (mut server_qp, mut server_cq, server_dst) = receiving_qp_for(&server, 2)?;
     // Read and atomic depths other than the client's (1 and 1, the
     // default): the server's QP must hold to what its reply says. (Powers
     // of two: rxe rounds a depth up to one.)
     let mut accepted = with_data(b"welcome");
     (accepted.responder_resources, accepted.initiator_depth) = (2, 4);
     server
-        .accept(&server_qp, &accepted)
+        .accept(&mut server_qp, &accepted)
         .map_err(|e| format!("accept: {e}"))?;
     let depths = rd_atomic(&server_qp)?;
     ensure!(
@@ -208,10 +208,10 @@ pub fn cm_connect_accept_disconnect(_: &Arc<evd_verbs::ibv::ProtectionDomain>) -
     let resp = expect(&mut events, CmEventKind::ConnectResponse, CLIENT)?;
     carries(&resp, b"welcome")?;
     client
-        .establish(&client_qp)
+        .establish(&mut client_qp)
         .map_err(|e| format!("establish: {e}"))?;
     // A second establish is refused and leaves the live QP alone.
-    let again = client.establish(&client_qp);
+    let again = client.establish(&mut client_qp);
     ensure!(
         again
             .as_ref()
@@ -371,15 +371,15 @@ pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
         .context()
         .create_cq(16, CqId(5))
         .map_err(|e| format!("create_cq: {e}"))?;
-    let qp = pd
+    let mut qp = pd
         .create_rc_qp(&cq, &cq, &QpCaps::default(), 1)
         .map_err(|e| format!("create_qp: {e}"))?;
     refused(
-        client.connect(&qp, &CmConnParams::default()),
+        client.connect(&mut qp, &CmConnParams::default()),
         "a connect before AddrResolved",
     )?;
     refused(
-        client.accept(&qp, &CmConnParams::default()),
+        client.accept(&mut qp, &CmConnParams::default()),
         "an accept on no request, its address resolving",
     )?;
     expect(&mut events, CmEventKind::AddrResolved, CLIENT)?;
@@ -418,7 +418,7 @@ pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
     // Not a request's identifier: nothing to accept (its INIT attributes
     // would strip the QP's remote access before the kernel refused).
     refused(
-        bound.accept(&qp, &CmConnParams::default()),
+        bound.accept(&mut qp, &CmConnParams::default()),
         "an accept on no request, bound and resolved",
     )?;
     bound
@@ -473,9 +473,9 @@ pub fn cm_accept_refused_leaves_the_qp_in_error(_: &Arc<evd_verbs::ibv::Protecti
     let (client, _client_qp, _client_cq) = connecting(&channel, 7479, &mut events, 7)?;
     let req = expect(&mut events, CmEventKind::ConnectRequest, CLIENT)?;
     let server = channel.take_request(req.id).ok_or("not parked")?;
-    let (server_qp, _server_cq) = qp_for(&server, CqId(8), 16)?;
+    let (mut server_qp, _server_cq) = qp_for(&server, CqId(8), 16)?;
     let too_long = [7u8; 197];
-    let r = server.accept(&server_qp, &with_data(&too_long));
+    let r = server.accept(&mut server_qp, &with_data(&too_long));
     ensure!(
         r.as_ref()
             .is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL)),

@@ -47,13 +47,13 @@ pub(crate) fn cq_context_kept(_shared: &Arc<ProtectionDomain>) -> Res {
     let caps = room_for(32);
     let sends = cqe as u64 + 4;
     ensure!(sends <= 32, "the small CQ holds {cqe}");
-    let a = pd
+    let mut a = pd
         .create_rc_qp(&big, &big, &caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
-    let b = pd
+    let mut b = pd
         .create_rc_qp(&big, &small, &caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
-    connect_pair(&a, &b)?;
+    connect_pair(&mut a, &mut b)?;
     let mr = pd.register(4096).map_err(|e| format!("reg_mr: {e}"))?;
     for i in 0..sends {
         b.post_recv(i, &mr, 0, 64).map_err(e2s)?;
@@ -122,12 +122,12 @@ pub(crate) fn cq_from_raw_borrowed(pd: &Arc<ProtectionDomain>) -> Res {
         "{cq_b:?}"
     );
     // SAFETY: `raw_a` stays alive until destroyed below, after the QP.
-    let a = unsafe { pd.create_rc_qp_raw(raw_a, raw_a, &QpCaps::default(), PORT) }
+    let mut a = unsafe { pd.create_rc_qp_raw(raw_a, raw_a, &QpCaps::default(), PORT) }
         .map_err(|e| format!("create_rc_qp_raw: {e}"))?;
-    let b = pd
+    let mut b = pd
         .create_rc_qp(&cq_b, &cq_b, &QpCaps::default(), PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
-    connect_pair(&a, &b)?;
+    connect_pair(&mut a, &mut b)?;
     let mut mr = pd.register(4096).map_err(|e| format!("reg_mr: {e}"))?;
 
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
@@ -231,7 +231,7 @@ pub(crate) fn context_from_raw(_shared: &Arc<ProtectionDomain>) -> Res {
     let cq = ctx
         .create_cq(16, CqId(53))
         .map_err(|e| format!("create_cq: {e}"))?;
-    let qp = pd
+    let mut qp = pd
         .create_rc_qp(&cq, &cq, &QpCaps::default(), PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
     ensure!(

@@ -94,13 +94,13 @@ fn pair_with(
     let cq_b = ctx
         .create_cq(depth, CqId(ids.1))
         .map_err(|e| format!("create_cq: {e}"))?;
-    let a = pd
+    let mut a = pd
         .create_rc_qp(&cq_a, &cq_a, caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
-    let b = pd
+    let mut b = pd
         .create_rc_qp(&cq_b, &cq_b, caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
-    connect_pair(&a, &b)?;
+    connect_pair(&mut a, &mut b)?;
     let mr_a = pd.register(1 << 16).map_err(|e| format!("reg_mr: {e}"))?;
     let mr_b = pd.register(1 << 16).map_err(|e| format!("reg_mr: {e}"))?;
     Ok((Pair { a, b, mr_a, mr_b }, cq_a, cq_b))
@@ -108,7 +108,7 @@ fn pair_with(
 
 /// Connect `a` and `b` to each other (`a` starts at PSN 0x1234, `b` at
 /// 0xabcdef).
-fn connect_pair(a: &QueuePair, b: &QueuePair) -> Res {
+fn connect_pair(a: &mut QueuePair, b: &mut QueuePair) -> Res {
     let ea = a
         .endpoint(PORT, GID_INDEX, 0x1234)
         .map_err(|e| format!("gid: {e}"))?;

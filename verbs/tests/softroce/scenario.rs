@@ -93,19 +93,19 @@ impl Devices for Rxe {
         next_cm(CmEventKind::AddrResolved)?;
         client.resolve_route(Duration::from_secs(2)).map_err(e2s)?;
         next_cm(CmEventKind::RouteResolved)?;
-        let (client_side, client_cq) = verbs_for(&client, CLIENT_CQ)?;
+        let (mut client_side, client_cq) = verbs_for(&client, CLIENT_CQ)?;
         client
-            .connect(&client_side.qp, &CmConnParams::default())
+            .connect(&mut client_side.qp, &CmConnParams::default())
             .map_err(|e| format!("connect: {e}"))?;
         let req = next_cm(CmEventKind::ConnectRequest)?;
         let server = channel.take_request(req.id).ok_or("request not parked")?;
-        let (server_side, server_cq) = verbs_for(&server, SERVER_CQ)?;
+        let (mut server_side, server_cq) = verbs_for(&server, SERVER_CQ)?;
         server
-            .accept(&server_side.qp, &CmConnParams::default())
+            .accept(&mut server_side.qp, &CmConnParams::default())
             .map_err(|e| format!("accept: {e}"))?;
         next_cm(CmEventKind::ConnectResponse)?;
         client
-            .establish(&client_side.qp)
+            .establish(&mut client_side.qp)
             .map_err(|e| format!("establish: {e}"))?;
         next_cm(CmEventKind::Established)?;
         t.handle

@@ -46,8 +46,10 @@ impl ChannelDevices for Rxe {
                     .map_err(|e| format!("create_qp: {e}"))?,
             );
         }
-        connect_pair(&self.qps[0], &self.qps[1])?;
-        connect_pair(&self.qps[2], &self.qps[3])?;
+        for pair in self.qps.chunks_exact_mut(2) {
+            let [a, b] = pair else { unreachable!("pairs") };
+            connect_pair(a, b)?;
+        }
         self.mrs = (0..CQS)
             .map(|_| self.pd.register(1 << 16))
             .collect::<Result<_, _>>()

@@ -24,7 +24,7 @@ pub(crate) fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
         .create_cq(16, CqId(11))
         .map_err(|e| format!("create_cq: {e}"))?;
     let caps = room_for(8);
-    let qp = pd
+    let mut qp = pd
         .create_rc_qp(&cq, &cq, &caps, PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
     let me = qp
@@ -107,7 +107,7 @@ pub(crate) fn a_shared_channel_cq_acks_a_dropped_event_at_close(
     let mut cq = ctx
         .create_cq_on(&channel, &CqConfig::new(16, CqId(12)))
         .map_err(|e| format!("create_cq_on: {e}"))?;
-    let qp = pd
+    let mut qp = pd
         .create_rc_qp(&cq, &cq, &room_for(8), PORT)
         .map_err(|e| format!("create_qp: {e}"))?;
     let me = qp

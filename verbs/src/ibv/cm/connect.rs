@@ -81,7 +81,7 @@ impl CmConnParams<'_> {
 /// Its receives are flushed with error completions; a new connection needs
 /// it reset ([`QueuePair::reset`]). A refusal of this move is not
 /// reported: the step's own error is.
-fn to_error(qp: &QueuePair) {
+fn to_error(qp: &mut QueuePair) {
     let mut attr: ffi::ibv_qp_attr = zeroed();
     attr.qp_state = ffi::ibv_qp_state::IBV_QPS_ERR;
     let _ = qp.modify(&mut attr, ffi::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32);
@@ -90,7 +90,7 @@ fn to_error(qp: &QueuePair) {
 impl CmId {
     /// Move `qp` to `state` with the attributes librdmacm computes for
     /// this connection (`rdma_init_qp_attr`).
-    fn transition(&self, qp: &QueuePair, state: ffi::ibv_qp_state::Type) -> io::Result<()> {
+    fn transition(&self, qp: &mut QueuePair, state: ffi::ibv_qp_state::Type) -> io::Result<()> {
         self.transition_with(qp, state, |_| {})
     }
 
@@ -98,7 +98,7 @@ impl CmId {
     /// computed attributes first.
     fn transition_with(
         &self,
-        qp: &QueuePair,
+        qp: &mut QueuePair,
         state: ffi::ibv_qp_state::Type,
         adjust: impl FnOnce(&mut ffi::ibv_qp_attr),
     ) -> io::Result<()> {
@@ -142,17 +142,17 @@ impl CmId {
     /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
     /// let ctx = Context::open(id.device_name().as_deref())?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// let mut qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
     /// let mut params = CmConnParams::default();
     /// params.private_data = b"hello";
-    /// id.connect(&qp, &params)?;
+    /// id.connect(&mut qp, &params)?;
     /// match next(&mut events).kind {
-    ///     CmEventKind::ConnectResponse => id.establish(&qp)?,
+    ///     CmEventKind::ConnectResponse => id.establish(&mut qp)?,
     ///     other => panic!("not connected: {other:?}"),
     /// }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn connect(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
+    pub fn connect(&self, qp: &mut QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
         self.on_a_device()?;
         // Checked before the QP is touched.
         let mut raw = params.raw(qp)?;
@@ -194,13 +194,13 @@ impl CmId {
     /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
     /// let ctx = Context::open(id.device_name().as_deref())?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
-    /// id.connect(&qp, &CmConnParams::default())?;
+    /// let mut qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// id.connect(&mut qp, &CmConnParams::default())?;
     /// assert_eq!(next(&mut events).kind, CmEventKind::ConnectResponse);
-    /// id.establish(&qp)?; // the QP is in RTS: post sends
+    /// id.establish(&mut qp)?; // the QP is in RTS: post sends
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn establish(&self, qp: &QueuePair) -> io::Result<()> {
+    pub fn establish(&self, qp: &mut QueuePair) -> io::Result<()> {
         // INIT again first, as librdmacm does for its own QPs: before the
         // exchange the INIT attributes grant no remote access; now they
         // carry what the connection allows (remote writes, and reads if
@@ -259,13 +259,13 @@ impl CmId {
     /// let id = channel.take_request(request.id).expect("the request's identifier");
     /// let ctx = Context::open(id.device_name().as_deref())?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// let mut qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
     /// qp.post_recv(1, &qp.pd().register(64)?, 0, 64)?; // receives before the accept
-    /// id.accept(&qp, &CmConnParams::default())?;
+    /// id.accept(&mut qp, &CmConnParams::default())?;
     /// assert_eq!(next(&mut events).kind, CmEventKind::Established);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn accept(&self, qp: &QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
+    pub fn accept(&self, qp: &mut QueuePair, params: &CmConnParams<'_>) -> io::Result<()> {
         // Checked before the QP is touched. Only a request's identifier
         // has a request to accept (another's INIT attributes would strip
         // the QP's remote access before the kernel refused), and it always
@@ -357,10 +357,10 @@ impl CmId {
     /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
     /// let ctx = Context::open(id.device_name().as_deref())?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
-    /// id.connect(&qp, &CmConnParams::default())?;
+    /// let mut qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// id.connect(&mut qp, &CmConnParams::default())?;
     /// assert_eq!(next(&mut events).kind, CmEventKind::ConnectResponse);
-    /// id.establish(&qp)?;
+    /// id.establish(&mut qp)?;
     /// id.disconnect()?;
     /// assert_eq!(next(&mut events).kind, CmEventKind::Disconnected);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -246,7 +246,7 @@ impl CmId {
     /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
     /// let ctx = Context::open(id.device_name().as_deref())?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// let mut qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn resolve_addr(&self, dst: SocketAddr, timeout: Duration) -> io::Result<()> {
@@ -300,7 +300,7 @@ impl CmId {
     /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
     /// let ctx = Context::open(id.device_name().as_deref())?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// let mut qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn resolve_route(&self, timeout: Duration) -> io::Result<()> {
@@ -361,7 +361,7 @@ impl CmId {
     /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
     /// let ctx = Context::open(id.device_name().as_deref())?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// let mut qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
     /// println!("QP {} on {:?}", qp.qp_num(), id.device_name());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -388,7 +388,7 @@ impl CmId {
     /// assert_eq!(next(&mut events).kind, CmEventKind::RouteResolved);
     /// let ctx = Context::open(id.device_name().as_deref())?;
     /// let cq = ctx.create_cq(16, CqId(0))?;
-    /// let qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
+    /// let mut qp = ctx.alloc_pd()?.create_rc_qp(&cq, &cq, &Default::default(), id.port_num())?;
     /// assert!(id.port_num() >= 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -77,7 +77,7 @@ pub enum SendOp {
 /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
 /// # let pd = ctx.alloc_pd().unwrap();
 /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-/// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+/// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
 /// # let mr = pd.register(8192).unwrap();
 /// let sges = [mr.sge(0, 16)?, mr.sge(512, 100)?]; // a header and a body
 /// qp.post_send_wr(&SendRequest::new(1, SendOp::Send, &sges).with_signaled(false))?;
@@ -338,7 +338,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// # let mr = pd.register(8192).unwrap();
     /// for i in 0..8 {
     ///     qp.post_recv(i, &mr, i as usize * 256, 256)?;
@@ -370,7 +370,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// # let mr = pd.register(8192).unwrap();
     /// // A header into one place, the payload into another.
     /// qp.post_recv_sges(1, &[mr.sge(0, 16)?, mr.sge(4096, 1024)?])?;
@@ -416,7 +416,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// # let mut mr = pd.register(8192).unwrap();
     /// mr.write(0, b"hello")?;
     /// qp.post_send(1, SendOp::Send, &mr, 0, 5, false)?;
@@ -455,7 +455,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// # let mr = pd.register(8192).unwrap();
     /// let sges = [mr.sge(0, 32)?];
     /// // Three unsignaled sends, then a signaled one: one completion.

@@ -15,7 +15,7 @@ use std::io;
 /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
 /// # let pd = ctx.alloc_pd().unwrap();
 /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-/// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+/// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
 /// # let peer = qp.endpoint(1, 0, 0).unwrap();
 /// let me = qp.endpoint(1, 0, 0x1234)?; // send this to the peer
 /// let mut params = ConnectParams::default();
@@ -251,7 +251,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// // SAFETY: all-zero is a valid ibv_qp_attr (integers only).
     /// let mut attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
     /// attr.qp_state = ffi::ibv_qp_state::IBV_QPS_ERR;
@@ -259,7 +259,7 @@ impl QueuePair {
     /// assert_eq!(qp.query_state()?, QpState::Error);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: i32) -> io::Result<()> {
+    pub fn modify(&mut self, attr: &mut ffi::ibv_qp_attr, mask: i32) -> io::Result<()> {
         let state = ffi::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
         if mask & state != 0 && attr.qp_state == ffi::ibv_qp_state::IBV_QPS_RESET {
             return Err(io::Error::new(
@@ -267,11 +267,11 @@ impl QueuePair {
                 "a move to RESET needs the QP to itself: QueuePair::reset",
             ));
         }
-        let _serial = self.state_calls.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: a live QP and attribute struct (plain integers, read by
-        // the provider for the bits in `mask`); not a move to RESET, and no
-        // other modify or query of this QP at once (see `Sync for
-        // QueuePair`).
+        // the provider for the bits in `mask`); not a move to RESET (which
+        // rewinds queue indices a post reads); `&mut self`: no post, query
+        // or other modify of this QP runs meanwhile (libibverbs writes its
+        // `state` field after the call, which providers' posts read).
         check(unsafe { ffi::ibv_modify_qp(self.qp, attr, mask) })
     }
 
@@ -316,16 +316,16 @@ impl QueuePair {
     /// let ctx = evd_verbs::ibv::Context::open(None)?;
     /// let pd = ctx.alloc_pd()?;
     /// let cq = ctx.create_cq(16, evd_verbs::CqId(0))?;
-    /// let qp = pd.create_rc_qp(&cq, &cq, &QpCaps::default(), 1)?;
+    /// let mut qp = pd.create_rc_qp(&cq, &cq, &QpCaps::default(), 1)?;
     /// assert_eq!(qp.query_state()?, QpState::Init);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn query_state(&self) -> io::Result<QpState> {
+    pub fn query_state(&mut self) -> io::Result<QpState> {
         let mut attr: ffi::ibv_qp_attr = zeroed();
         let mut init: ffi::ibv_qp_init_attr = zeroed();
-        let _serial = self.state_calls.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: a live QP and live out-parameters; no other modify or
-        // query of this QP at once (see `Sync for QueuePair`).
+        // SAFETY: a live QP and live out-parameters; `&mut self`: no post,
+        // modify or other query of this QP runs meanwhile (libibverbs
+        // writes its `state` field after the call).
         check(unsafe {
             ffi::ibv_query_qp(
                 self.qp,
@@ -350,7 +350,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// let me = qp.endpoint(1, 0, 0xabcdef)?;
     /// assert_eq!(me.qp_num, qp.qp_num());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -377,7 +377,7 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// # let peer = qp.endpoint(1, 0, 0).unwrap();
     /// let mut params = ConnectParams::default();
     /// params.mtu = Mtu::B4096;
@@ -385,7 +385,7 @@ impl QueuePair {
     /// qp.connect(peer, &params)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn connect(&self, remote: Endpoint, params: &ConnectParams) -> io::Result<()> {
+    pub fn connect(&mut self, remote: Endpoint, params: &ConnectParams) -> io::Result<()> {
         let mut attr = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_RTR,
             path_mtu: params.mtu.to_raw(),
@@ -445,11 +445,11 @@ impl QueuePair {
     /// # let ctx = evd_verbs::ibv::Context::open(None).unwrap();
     /// # let pd = ctx.alloc_pd().unwrap();
     /// # let cq = ctx.create_cq(16, evd_verbs::CqId(0)).unwrap();
-    /// # let qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
+    /// # let mut qp = pd.create_rc_qp(&cq, &cq, &Default::default(), 1).unwrap();
     /// qp.set_error()?; // then drain its CQs
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn set_error(&self) -> io::Result<()> {
+    pub fn set_error(&mut self) -> io::Result<()> {
         let mut attr = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_ERR,
             ..zeroed()
