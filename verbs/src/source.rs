@@ -372,6 +372,9 @@ pub struct CqKey(pub usize);
 #[must_use = "an event dropped unacknowledged stays owed until its CQ's destroy"]
 pub struct ChannelEvent {
     cq: CqKey,
+    /// The provider's own mark (the `ibv` channel's: which registration of
+    /// the CQ counted it, 0 if none did).
+    tag: u64,
 }
 
 impl ChannelEvent {
@@ -390,7 +393,22 @@ impl ChannelEvent {
     /// assert_eq!(ev.cq(), CqKey(1));
     /// ```
     pub unsafe fn new(cq: CqKey) -> ChannelEvent {
-        ChannelEvent { cq }
+        ChannelEvent { cq, tag: 0 }
+    }
+
+    /// As [`ChannelEvent::new`], with the provider's mark.
+    ///
+    /// # Safety
+    /// As [`ChannelEvent::new`].
+    #[cfg_attr(not(feature = "ibverbs"), allow(dead_code))]
+    pub(crate) unsafe fn tagged(cq: CqKey, tag: u64) -> ChannelEvent {
+        ChannelEvent { cq, tag }
+    }
+
+    /// The provider's mark ([`ChannelEvent::tagged`]).
+    #[cfg_attr(not(feature = "ibverbs"), allow(dead_code))]
+    pub(crate) fn tag(&self) -> u64 {
+        self.tag
     }
 
     /// The CQ the event is for.
@@ -486,7 +504,9 @@ pub trait SharedChannel: Send {
     /// `event` was got from this channel (not another, of this or another
     /// provider: its key is an address this channel's provider acknowledges
     /// on), and its CQ does not acknowledge it too
-    /// ([`CompletionQueue::ack_events`]).
+    /// ([`CompletionQueue::ack_events`]). (A provider whose CQ's destroy
+    /// acknowledges what its channel got for it, as the `ibv` module's
+    /// does, skips here an event that destroy acknowledged already.)
     ///
     /// ```
     /// use evd_verbs::{CompletionQueue, SharedChannel, soft::SoftChannel};

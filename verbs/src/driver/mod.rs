@@ -490,16 +490,23 @@ impl Driver {
                 }
             }
             if slot.poll_spent {
-                if slot.poll_in_flight {
-                    // Its end (`ECANCELED`) clears `poll_in_flight`; the
-                    // feed's next poll of its fd (when it sleeps, or at once
-                    // for a feed watched awake) asks for readiness afresh,
-                    // and a channel that stays readable is reported again.
-                    self.backend.cancel(id)?;
-                }
-                // Cleared once the cancel is in: a refused one is asked
+                // Its end (`ECANCELED`) clears `poll_in_flight`; the feed's
+                // next poll of its fd (when it sleeps, or at once for a
+                // feed watched awake) asks for readiness afresh, and a
+                // channel that stays readable is reported again. Cleared
+                // once the cancel is in: a refused one (the backend's
+                // failure, reported once every feed had its turn) is asked
                 // again by the next turn.
-                slot.poll_spent = false;
+                let cancel = match slot.poll_in_flight {
+                    true => self.backend.cancel(id),
+                    false => Ok(()),
+                };
+                match cancel {
+                    Ok(()) => slot.poll_spent = false,
+                    Err(error) => {
+                        backend_failed.get_or_insert(error);
+                    }
+                }
             }
             // Asleep, and for a shared channel's feed awake too: draining
             // or blocked on a full EVD by a busy CQ, it learns which of its

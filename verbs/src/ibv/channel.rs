@@ -35,9 +35,8 @@ pub struct CompletionChannel {
     /// The context it was made on (or, wrapped, was given with), kept
     /// open while the channel lives: its destroy reads the context.
     _ctx: Option<Arc<Context>>,
-    /// Getting an event and arming a CQ of this channel, and the count of
-    /// events got and not acknowledged of each CQ made here (by its
-    /// address; registered when made, taken when destroyed).
+    /// Getting an event, arming a CQ of this channel and acknowledging its
+    /// events, and what each CQ made here has got and not acknowledged.
     ///
     /// `ibv_get_cq_event` runs the provider's per-CQ event hook (libmlx5,
     /// libmlx4 and libhns bump the CQ's arm sequence number with no lock),
@@ -46,8 +45,11 @@ pub struct CompletionChannel {
     /// and whichever thread arms the CQ ([`CompletionChannel::arming`]).
     /// The counts let a CQ's destroy acknowledge what was got for it and
     /// never acknowledged (an event dropped, or held by a feed that went),
-    /// which `ibv_destroy_cq` would otherwise wait for for ever.
-    events: Mutex<HashMap<usize, u64>>,
+    /// which `ibv_destroy_cq` would otherwise wait for for ever; every
+    /// acknowledgement of a counted event is made under the lock, with its
+    /// count, so that none is made twice, or after the destroy that made
+    /// it ([`CompletionChannel::release_cq`]).
+    events: Mutex<Counts>,
 }
 
 // SAFETY: libibverbs channels may be used from any thread; what the
@@ -57,6 +59,23 @@ unsafe impl Send for CompletionChannel {}
 // SAFETY: as above; the wrapper's other fields are not mutated after
 // creation.
 unsafe impl Sync for CompletionChannel {}
+
+/// What the CQs made on a channel have got and not acknowledged.
+#[derive(Default)]
+struct Counts {
+    /// The tag of the last registration (0: none; every CQ's is new).
+    last_tag: u64,
+    /// By the CQ's address, while it lives.
+    cqs: HashMap<usize, Registered>,
+}
+
+/// One CQ made on the channel.
+struct Registered {
+    /// Marks the events counted for this CQ (not for an earlier one at the
+    /// same address).
+    tag: u64,
+    unacked: u64,
+}
 
 impl CompletionChannel {
     pub(super) fn wrap(
@@ -68,13 +87,14 @@ impl CompletionChannel {
             channel,
             ownership,
             _ctx: ctx,
-            events: Mutex::new(HashMap::new()),
+            events: Mutex::new(Counts::default()),
         }
     }
 
-    /// The lock of getting events and arming (see `events`); poisoning is
-    /// ignored (the counts are updated only after the call they count).
-    fn events(&self) -> MutexGuard<'_, HashMap<usize, u64>> {
+    /// The lock of getting events, arming and acknowledging (see
+    /// `events`); poisoning is ignored (a count changes only with the call
+    /// it counts, under the lock).
+    fn events(&self) -> MutexGuard<'_, Counts> {
         self.events.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -86,26 +106,57 @@ impl CompletionChannel {
 
     /// Count the events of `cq`, made on this channel (at its creation).
     pub(super) fn register_cq(&self, cq: *mut ffi::ibv_cq) {
-        self.events().insert(cq as usize, 0);
+        let mut counts = self.events();
+        counts.last_tag += 1;
+        let tag = counts.last_tag;
+        counts
+            .cqs
+            .insert(cq as usize, Registered { tag, unacked: 0 });
     }
 
-    /// `count` events of `cq` were acknowledged.
-    pub(super) fn acked(&self, cq: *mut ffi::ibv_cq, count: u32) {
-        if let Some(n) = self.events().get_mut(&(cq as usize)) {
-            *n = n.saturating_sub(u64::from(count));
+    /// Acknowledge `count` events of `cq`, made on this channel.
+    ///
+    /// # Safety
+    /// `cq` is live, registered, and has `count` events got through this
+    /// channel and not acknowledged.
+    pub(super) unsafe fn ack(&self, cq: *mut ffi::ibv_cq, count: u32) {
+        let mut counts = self.events();
+        // SAFETY: this function's contract.
+        unsafe { ffi::ibv_ack_cq_events(cq, count) };
+        if let Some(r) = counts.cqs.get_mut(&(cq as usize)) {
+            r.unacked = r.unacked.saturating_sub(u64::from(count));
         }
     }
 
     /// The events of `cq` got and not acknowledged (0 for a CQ not made
     /// here).
     pub(super) fn unacked(&self, cq: *mut ffi::ibv_cq) -> u64 {
-        self.events().get(&(cq as usize)).copied().unwrap_or(0)
+        self.events()
+            .cqs
+            .get(&(cq as usize))
+            .map_or(0, |r| r.unacked)
     }
 
-    /// Stop counting the events of `cq`, about to be destroyed: the events
-    /// got and not acknowledged, which the caller acknowledges.
-    pub(super) fn take_unacked(&self, cq: *mut ffi::ibv_cq) -> u64 {
-        self.events().remove(&(cq as usize)).unwrap_or(0)
+    /// Stop counting the events of `cq`, about to be destroyed, and
+    /// acknowledge those got and not acknowledged: an event got for it
+    /// before and acknowledged after (`ack_unknown`) finds it gone, and is
+    /// not acknowledged twice.
+    ///
+    /// # Safety
+    /// `cq` is live; every event counted for it is not acknowledged yet.
+    pub(super) unsafe fn release_cq(&self, cq: *mut ffi::ibv_cq) {
+        let mut counts = self.events();
+        let Some(r) = counts.cqs.remove(&(cq as usize)) else {
+            return;
+        };
+        let mut unacked = r.unacked;
+        while unacked > 0 {
+            let n = u32::try_from(unacked).unwrap_or(u32::MAX);
+            // SAFETY: this function's contract: `n` of its events were
+            // got through the channel and not acknowledged.
+            unsafe { ffi::ibv_ack_cq_events(cq, n) };
+            unacked -= u64::from(n);
+        }
     }
 
     /// Wrap a completion channel made elsewhere (`ibv_create_comp_channel`
@@ -256,16 +307,20 @@ impl SharedChannel for Arc<CompletionChannel> {
     fn get_cq_event(&mut self) -> io::Result<Option<ChannelEvent>> {
         let mut cq = ptr::null_mut();
         let mut cq_context = ptr::null_mut();
-        let mut events = self.events();
+        let mut counts = self.events();
         // SAFETY: a live, non-blocking channel; out-parameters are locals;
         // under `events`, with every arm of its CQs.
         let r = unsafe { ffi::ibv_get_cq_event(self.channel, &mut cq, &mut cq_context) };
+        // Counted for a CQ made here (tagged with its registration), not
+        // for one made elsewhere on the channel (tag 0).
+        let mut tag = 0;
         if r == 0 {
-            if let Some(n) = events.get_mut(&(cq as usize)) {
-                *n += 1;
+            if let Some(c) = counts.cqs.get_mut(&(cq as usize)) {
+                c.unacked += 1;
+                tag = c.tag;
             }
         }
-        drop(events);
+        drop(counts);
         if r != 0 {
             let e = last_err();
             return if e.kind() == io::ErrorKind::WouldBlock {
@@ -275,8 +330,11 @@ impl SharedChannel for Arc<CompletionChannel> {
             };
         }
         // SAFETY: one event of the live CQ `cq` was just got (its destroy
-        // waits for the ack), and is not acknowledged.
-        Ok(Some(unsafe { ChannelEvent::new(CqKey(cq as usize)) }))
+        // waits for the ack, or makes it itself: `release_cq`), and is not
+        // acknowledged.
+        Ok(Some(unsafe {
+            ChannelEvent::tagged(CqKey(cq as usize), tag)
+        }))
     }
 
     fn key_of(&self, cq: &IbvCq) -> Option<CqKey> {
@@ -288,14 +346,28 @@ impl SharedChannel for Arc<CompletionChannel> {
 
     unsafe fn ack_unknown(&mut self, event: ChannelEvent) {
         let cq = event.cq().0 as *mut ffi::ibv_cq;
-        // SAFETY: this method's contract (the event was got from this
-        // channel, so `ChannelEvent::new`'s: the key is the address of a live
-        // CQ of this provider with this one event got and not acknowledged),
-        // and the CQ does not acknowledge it too: ibv_destroy_cq waits for
-        // this ack, so the CQ is live during it.
-        unsafe { ffi::ibv_ack_cq_events(cq, 1) };
-        // One made here but served by no feed: its destroy must not
-        // acknowledge it again.
-        self.acked(cq, 1);
+        if event.tag() == 0 {
+            // SAFETY: this method's contract (the event was got from this
+            // channel, so `ChannelEvent::new`'s: the key is the address of
+            // a live CQ of this provider with this one event got and not
+            // acknowledged), and its CQ, made elsewhere, acknowledges it
+            // nowhere else: ibv_destroy_cq waits for this ack, so the CQ is
+            // live during it.
+            unsafe { ffi::ibv_ack_cq_events(cq, 1) };
+            return;
+        }
+        // A CQ made here: acknowledged under the lock with its count,
+        // unless its destroy acknowledged it already (its registration is
+        // gone, or is a later CQ's at the same address).
+        let mut counts = self.events();
+        match counts.cqs.get_mut(&(cq as usize)) {
+            Some(c) if c.tag == event.tag() => {
+                // SAFETY: as above; registered, so not destroyed (its
+                // destroy takes the registration first, under this lock).
+                unsafe { ffi::ibv_ack_cq_events(cq, 1) };
+                c.unacked = c.unacked.saturating_sub(1);
+            }
+            _ => {}
+        }
     }
 }

@@ -60,14 +60,10 @@ impl RawCq {
                 // Got through the shared channel and never acknowledged (an
                 // event dropped, or held by a feed that went): the destroy
                 // would wait for them.
-                let mut unacked = shared.take_unacked(cq);
-                while unacked > 0 {
-                    let n = u32::try_from(unacked).unwrap_or(u32::MAX);
-                    // SAFETY: a live CQ; `n` of its events were got through
-                    // the channel and not acknowledged (counted there).
-                    unsafe { ffi::ibv_ack_cq_events(cq, n) };
-                    unacked -= u64::from(n);
-                }
+                // SAFETY: a live CQ, made on that channel; what it counts
+                // for the CQ is not acknowledged (every acknowledgement of
+                // it counts down, under the same lock).
+                unsafe { shared.release_cq(cq) };
             }
             self.ctx.unregister_cq(cq, self.id);
             if self.ownership == Ownership::Borrowed {
@@ -385,8 +381,6 @@ impl IbvCq {
             .map_err(CloseError::Failed)
     }
 
-    /// Acknowledge the events got and not yet acknowledged, as
-    /// ibv_destroy_cq waits for.
     /// Its events got: on a shared channel, those acknowledged and those
     /// the channel counts unacknowledged.
     fn events_got(&self) -> u64 {
@@ -396,6 +390,9 @@ impl IbvCq {
         }
     }
 
+    /// Acknowledge the events its own channel got and not yet
+    /// acknowledged, as ibv_destroy_cq waits for (a shared channel's are
+    /// the channel's to count: `RawCq::destroy`).
     fn ack_unacked(&mut self) {
         while self.got > self.acked {
             let n = u32::try_from(self.got - self.acked).unwrap_or(u32::MAX);
@@ -496,13 +493,16 @@ impl CompletionQueue for IbvCq {
     }
 
     unsafe fn ack_events(&mut self, count: u32) {
-        // SAFETY: a live CQ; `count` events were got and not yet acked (this
-        // method's contract), as ibv_ack_cq_events requires.
-        unsafe { ffi::ibv_ack_cq_events(self.raw.cq, count) };
-        self.acked += u64::from(count);
-        if let Some(channel) = &self.raw.shared {
-            channel.acked(self.raw.cq, count);
+        match &self.raw.shared {
+            // SAFETY: a live CQ, made on this channel (the IbvCq holds its
+            // registration); `count` events were got and not yet acked (this
+            // method's contract). Under the channel's lock, with its count.
+            Some(channel) => unsafe { channel.ack(self.raw.cq, count) },
+            // SAFETY: a live CQ; `count` events were got and not yet acked
+            // (this method's contract), as ibv_ack_cq_events requires.
+            None => unsafe { ffi::ibv_ack_cq_events(self.raw.cq, count) },
         }
+        self.acked += u64::from(count);
     }
 
     fn device_events(&self) -> Option<Box<dyn AsyncEventSource>> {

@@ -246,6 +246,9 @@ impl ProtectionDomain {
     /// cannot do (`EINVAL`), nor a host whose `libmlx5.so.1` cannot be
     /// loaded (`EOPNOTSUPP`): there `MLX5_SCATTER_TO_CQE=0` in the
     /// environment turns it off for every QP, and the plain call is made.
+    /// [`Unsupported`](io::ErrorKind::Unsupported) if the device's sysfs
+    /// directory cannot be read, so that whether it is mlx5 cannot be told
+    /// (the same switch lets the plain call be made).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::QpCaps;

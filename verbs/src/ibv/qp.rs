@@ -91,20 +91,37 @@ unsafe impl Sync for QueuePair {}
 /// the kernel, not of libmlx5: before rdma-core v22 `mlx5dv_query_device`
 /// answered for any device, and its `mlx5dv_create_qp` ran mlx5's code on
 /// whatever context it was given.
-fn is_mlx5(ctx: *mut ffi::ibv_context) -> bool {
+///
+/// Unreadable (the device's sysfs directory cannot be read, as in some
+/// sandboxes): the error, and the QP is refused rather than made with an
+/// mlx5 default that writes receives with the CPU.
+fn is_mlx5(ctx: *mut ffi::ibv_context) -> io::Result<bool> {
     // SAFETY: a live context (the caller's) and its device, whose
     // `ibdev_path` libibverbs fills with a NUL-terminated sysfs path.
     let path = unsafe { std::ffi::CStr::from_ptr((*(*ctx).device).ibdev_path.as_ptr()) };
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
-    kernel_driver(path).is_some_and(|d| is_mlx5_driver(&d))
+    let driver = kernel_driver(path).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "cannot tell whether {} is an mlx5 device, whose QPs need \
+                 scatter-to-CQE off ({e}); MLX5_SCATTER_TO_CQE=0 in the \
+                 environment turns it off for every QP",
+                path.display()
+            ),
+        )
+    })?;
+    Ok(driver.is_some_and(|d| is_mlx5_driver(&d)))
 }
 
 /// The kernel driver of the RDMA device at sysfs path `ibdev_path`, if it
 /// has a parent device bound to one (a software device such as rxe may
-/// have none).
-fn kernel_driver(ibdev_path: &std::path::Path) -> Option<std::ffi::OsString> {
-    let driver = std::fs::read_link(ibdev_path.join("device/driver")).ok()?;
-    driver.file_name().map(Into::into)
+/// have none); the error if `ibdev_path` itself cannot be read.
+fn kernel_driver(ibdev_path: &std::path::Path) -> io::Result<Option<std::ffi::OsString>> {
+    std::fs::metadata(ibdev_path)?;
+    Ok(std::fs::read_link(ibdev_path.join("device/driver"))
+        .ok()
+        .and_then(|driver| driver.file_name().map(Into::into)))
 }
 
 /// `mlx5_core`, or a flavour of it (`mlx5_core.sf`).
@@ -189,10 +206,11 @@ impl QueuePair {
             max_inline_data: caps.max_inline_data,
         };
         let ctx = pd.ctx.ctx;
+        let mlx5 = !scatter_to_cqe_off_by_env() && is_mlx5(ctx)?;
         // SAFETY: a live PD of the live context `ctx`, and live CQs (this
         // function's contract).
         let qp = unsafe {
-            if is_mlx5(ctx) && !scatter_to_cqe_off_by_env() {
+            if mlx5 {
                 create_without_scatter_to_cqe(ctx, pd.pd, &mut init)
             } else {
                 ffi::ibv_create_qp(pd.pd, &mut init)
@@ -389,10 +407,13 @@ mod tests {
         ];
         for (dev, driver, mlx5) in cases {
             let path = ibdev(&root, dev, driver);
-            let found = kernel_driver(&path);
+            let found = kernel_driver(&path).unwrap();
             assert_eq!(found.as_deref(), driver.map(std::ffi::OsStr::new), "{dev}");
             assert_eq!(found.is_some_and(|d| is_mlx5_driver(&d)), mlx5, "{dev}");
         }
+        // A device whose sysfs directory cannot be read: no answer, where
+        // it was taken for one without a driver (not mlx5).
+        assert!(kernel_driver(&root.join("unreadable")).is_err());
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
