@@ -251,8 +251,10 @@ fn unwrap_hook(slot: Arc<TeardownHook>) -> TeardownHook {
 /// [`teardown_failures`]); returns the hook it replaces.
 ///
 /// The hook runs on the thread that drops the object, possibly while that
-/// thread unwinds: it must not panic (a panic during unwinding aborts) and
-/// should be quick. Failures of an explicit `close` are returned to its
+/// thread unwinds, and should be quick. A panic of the hook is caught and
+/// swallowed (the panic hook has printed it): raised there, it would leave
+/// the rest of that `Drop` undone (the objects after it leaked), and abort
+/// the process during an unwinding. Failures of an explicit `close` are returned to its
 /// caller instead and do not reach the hook.
 ///
 /// ```
@@ -315,7 +317,9 @@ pub(crate) fn report(err: &TeardownError) {
     );
     // A clone, not a guard: the hook may install another hook.
     if let Some(hook) = HOOK.load_full() {
-        hook(err);
+        // AssertUnwindSafe: the hook gets a shared reference to an error
+        // it cannot leave half changed; nothing here is left half done.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(err)));
     }
 }
 
@@ -342,6 +346,24 @@ mod tests {
             op,
             error: io::Error::from_raw_os_error(libc::EBUSY),
         }
+    }
+
+    /// A hook that panics does not stop the teardown that reports: its
+    /// panic came out of `report`, out of a `Drop` (leaving the objects
+    /// after it undestroyed), or aborted an unwinding thread.
+    #[test]
+    fn a_hook_that_panics_is_swallowed_and_the_report_returns() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        clear_teardown_hook();
+        set_teardown_hook(|_| panic!("a hook that panics"));
+        let before = teardown_failures();
+        let r = std::panic::catch_unwind(|| {
+            report(&busy(VerbsObject::CmId, "rdma_destroy_id"));
+            report(&busy(VerbsObject::CmId, "rdma_destroy_id"));
+        });
+        clear_teardown_hook();
+        assert!(r.is_ok(), "the hook's panic came out of `report`");
+        assert_eq!(teardown_failures(), before + 2);
     }
 
     #[test]
