@@ -222,7 +222,8 @@ impl std::error::Error for RecvError {}
 
 /// Why a blocking wait returned without its threshold met, or did not wait
 /// at all ([`WaitError::Unwaitable`] whatever is ready, as DAT's waits on an
-/// unwaitable EVD fail; [`WaitError::InvalidThreshold`]).
+/// unwaitable EVD fail, but for a poll, which answers as any poll does;
+/// [`WaitError::InvalidThreshold`]).
 ///
 /// `#[non_exhaustive]`, as [`DequeueError`]: a wait may gain reasons to
 /// return; match with a `_` arm.

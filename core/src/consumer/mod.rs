@@ -412,7 +412,8 @@ impl<T> Consumer<T> {
     /// its last empty poll waits a short time by the clock, touching no
     /// poster's line, then looks once more: the time the posters took for a
     /// couple of dozen events at their last measured pace, between 200 ns
-    /// and this cap. A consumer whose events come one at a time (a request
+    /// and this cap (and never over 2 µs, the default: a larger cap is kept
+    /// and reported, and changes nothing). A consumer whose events come one at a time (a request
     /// and its reply) never lingers; a run that really ended costs one
     /// linger. The gaps between a blocking wait's looks during its back-off
     /// are as long. Set zero for a consumer that must return at once from

@@ -277,7 +277,8 @@ impl<T> Consumer<T> {
     /// (spinning, then yielding), then arms and parks. On timeout nothing is
     /// dequeued and the error says how many events are ready. `threshold` must be in `1..=capacity`. Fails with
     /// [`WaitError::Unwaitable`] while the EVD is unwaitable (whatever is
-    /// ready: DAT's waits on an unwaitable EVD fail), and with
+    /// ready: DAT's waits on an unwaitable EVD fail; a poll, with a zero or
+    /// expired timeout, answers as any poll does), and with
     /// [`WaitError::Closed`] once it is closed with fewer than `threshold`
     /// events left (a pending loss report comes before that end). A pending
     /// loss report ends a wait that would otherwise block, as
