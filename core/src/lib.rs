@@ -158,9 +158,9 @@
 //! was made, the eventfd. Posts after it notify nothing until the consumer
 //! arms again: one arm, at most one notification. It is sticky:
 //! [`Query::notified`] stays set until the consumer finds the ring empty
-//! on re-enabling (an arm, or a CNO enable, that finds it empty; the end of
-//! an upcall instance that finds it empty), and the eventfd stays
-//! readable until it is acknowledged.
+//! on re-enabling (an arm, or a CNO enable that arms it, finding it
+//! empty; the end of an upcall instance that finds it empty), and the
+//! eventfd stays readable until it is acknowledged.
 //!
 //! ```
 //! use evd::ArmStatus;

@@ -61,8 +61,9 @@ pub struct Query {
     /// The next post will notify the consumer.
     pub armed: bool,
     /// Sticky "you have been notified", cleared when the consumer finds the
-    /// ring empty on re-enabling: an arm or a CNO enable on an empty ring,
-    /// or the end of an upcall instance that finds it empty.
+    /// ring empty on re-enabling: an arm, or a CNO enable that arms it
+    /// (not one that finds it armed already), on an empty ring, or the end
+    /// of an upcall instance that finds it empty.
     pub notified: bool,
     /// An upcall is running.
     pub in_upcall: bool,

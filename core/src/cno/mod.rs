@@ -331,8 +331,10 @@ impl Cno {
     /// nothing is ready (the next key writes the fd once), `Pending` if keys
     /// (or entries whose keys were removed) are queued: take them first.
     /// A wait on the CNO ([`Cno::wait`] and its timed forms, the futures)
-    /// takes that arm over, and one that ends without a key withdraws it:
-    /// arm again before sleeping on the fd.
+    /// takes that arm over; a blocking one that ends without a key
+    /// withdraws it, and a future dropped while it waits leaves it (its
+    /// task's waker is woken once more, at most): arm again before sleeping
+    /// on the fd.
     ///
     /// ```
     /// let mut cno = evd::Cno::new(4).unwrap();
