@@ -121,10 +121,21 @@ impl CompletionChannel {
     /// channel and not acknowledged.
     pub(super) unsafe fn ack(&self, cq: *mut ffi::ibv_cq, count: u32) {
         let mut counts = self.events();
-        // SAFETY: this function's contract.
-        unsafe { ffi::ibv_ack_cq_events(cq, count) };
-        if let Some(r) = counts.cqs.get_mut(&(cq as usize)) {
-            r.unacked = r.unacked.saturating_sub(u64::from(count));
+        // Never more than counted: an acknowledgement beyond the events
+        // reported makes the destroy wait for ever (a caller that routed
+        // an event of an earlier CQ at this address to this one, which
+        // the contract forbids and the key cannot show).
+        let n = counts
+            .cqs
+            .get_mut(&(cq as usize))
+            .map_or(u64::from(count), |r| {
+                let n = r.unacked.min(u64::from(count));
+                r.unacked -= n;
+                n
+            });
+        if n > 0 {
+            // SAFETY: this function's contract; `n` <= `count`.
+            unsafe { ffi::ibv_ack_cq_events(cq, n as u32) };
         }
     }
 
@@ -311,8 +322,9 @@ impl SharedChannel for Arc<CompletionChannel> {
         // SAFETY: a live, non-blocking channel; out-parameters are locals;
         // under `events`, with every arm of its CQs.
         let r = unsafe { ffi::ibv_get_cq_event(self.channel, &mut cq, &mut cq_context) };
-        // Counted for a CQ made here (tagged with its registration), not
-        // for one made elsewhere on the channel (tag 0).
+        // Counted for a CQ made here and registered (tagged with its
+        // registration); not (tag 0) for one made elsewhere on the
+        // channel, or one whose destroy took its registration already.
         let mut tag = 0;
         if r == 0 {
             if let Some(c) = counts.cqs.get_mut(&(cq as usize)) {
@@ -346,28 +358,37 @@ impl SharedChannel for Arc<CompletionChannel> {
 
     unsafe fn ack_unknown(&mut self, event: ChannelEvent) {
         let cq = event.cq().0 as *mut ffi::ibv_cq;
-        if event.tag() == 0 {
-            // SAFETY: this method's contract (the event was got from this
-            // channel, so `ChannelEvent::new`'s: the key is the address of
-            // a live CQ of this provider with this one event got and not
-            // acknowledged), and its CQ, made elsewhere, acknowledges it
-            // nowhere else: ibv_destroy_cq waits for this ack, so the CQ is
-            // live during it.
-            unsafe { ffi::ibv_ack_cq_events(cq, 1) };
-            return;
-        }
-        // A CQ made here: acknowledged under the lock with its count,
-        // unless its destroy acknowledged it already (its registration is
-        // gone, or is a later CQ's at the same address).
+        // Under the lock, whatever the event: a registered CQ's count goes
+        // down with its ack, and a destroy (which takes the registration,
+        // then acknowledges, under the lock) cannot slip in between.
         let mut counts = self.events();
-        match counts.cqs.get_mut(&(cq as usize)) {
-            Some(c) if c.tag == event.tag() => {
-                // SAFETY: as above; registered, so not destroyed (its
-                // destroy takes the registration first, under this lock).
-                unsafe { ffi::ibv_ack_cq_events(cq, 1) };
-                c.unacked = c.unacked.saturating_sub(1);
+        match (counts.cqs.get_mut(&(cq as usize)), event.tag()) {
+            // The registered CQ's own (or one rebuilt with
+            // `ChannelEvent::new`, tag 0: the only live CQ at that address
+            // is the registered one), unless none is left counted (then it
+            // was acknowledged already).
+            (Some(c), tag) if tag == 0 || tag == c.tag => {
+                if c.unacked > 0 {
+                    // SAFETY: this method's contract (got from this
+                    // channel, so `ChannelEvent::new`'s: the key is the
+                    // address of a live CQ of this provider with this one
+                    // event got and not acknowledged); registered, so not
+                    // destroyed (its destroy takes the registration first,
+                    // under this lock).
+                    unsafe { ffi::ibv_ack_cq_events(cq, 1) };
+                    c.unacked -= 1;
+                }
             }
-            _ => {}
+            // Counted for a CQ whose destroy acknowledged it already (its
+            // registration gone, or a later CQ's at the same address).
+            (Some(_), _) => {}
+            (None, tag) if tag != 0 => {}
+            // A CQ made elsewhere on the channel, or one whose destroy
+            // began before this event was got (not counted): nothing else
+            // acknowledges it, and ibv_destroy_cq waits for this ack, so
+            // the CQ is live during it.
+            // SAFETY: as above.
+            _ => unsafe { ffi::ibv_ack_cq_events(cq, 1) },
         }
     }
 }

@@ -73,10 +73,12 @@ impl RawCq {
             }
             // SAFETY: from ibv_create_cq (here, or handed over to `from_raw`
             // as Owned), and nulled above so destroyed at most once; no QP
-            // uses it (each holds an Arc to this RawCq), and every event it
-            // reported was acknowledged (the IbvCq's own channel's before
-            // it let go, a shared channel's above), so ibv_destroy_cq does
-            // not wait for acks.
+            // uses it (each holds an Arc to this RawCq), and every event got
+            // for it was acknowledged (the IbvCq's own channel's before it
+            // let go, a shared channel's counted ones above). A shared
+            // channel's event got after that (by a clone, racing this
+            // destroy) is its getter's to acknowledge: the destroy waits
+            // for that ack.
             let ret = unsafe { ffi::ibv_destroy_cq(cq) };
             destroyed(VerbsObject::CompletionQueue, "ibv_destroy_cq", ret).inspect_err(|_| {
                 self.ctx.register_cq(cq, self.id);
