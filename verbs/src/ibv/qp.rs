@@ -411,8 +411,8 @@ mod tests {
             assert_eq!(found.as_deref(), driver.map(std::ffi::OsStr::new), "{dev}");
             assert_eq!(found.is_some_and(|d| is_mlx5_driver(&d)), mlx5, "{dev}");
         }
-        // A device whose sysfs directory cannot be read: no answer, where
-        // it was taken for one without a driver (not mlx5).
+        // A device whose sysfs directory cannot be read: no answer (not
+        // "no driver", which would say "not mlx5").
         assert!(kernel_driver(&root.join("unreadable")).is_err());
         std::fs::remove_dir_all(&root).unwrap();
     }
