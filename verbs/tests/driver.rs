@@ -728,6 +728,15 @@ fn feed_whose_device_feed_calls_the_handle_when_dropped(
     (Feed::new(cq, CqId(0), poster), answered)
 }
 
+/// The handle call user code made on the driver's thread answered (within
+/// the watchdog: before, it waited for ever) with `OnDriverThread`.
+fn assert_refused_on_the_driver_thread(answered: &mpsc::Receiver<Result<(), DriverError>>) {
+    let r = answered
+        .recv_timeout(WATCHDOG)
+        .expect("the handle call on the driver's thread never returned");
+    assert!(matches!(r, Err(DriverError::OnDriverThread)), "{r:?}");
+}
+
 /// A spawned driver's thread runs user code after its last turn too (the
 /// device feeds it added are dropped there at a shutdown): a handle call
 /// from it is refused as on the driver's thread, where it waited for an
@@ -742,10 +751,7 @@ fn a_handle_call_from_a_device_feed_dropped_at_shutdown_is_refused_not_hung() {
     *handle.lock().unwrap() = Some(running.handle().clone());
     let (done, shut) = mpsc::channel();
     std::thread::spawn(move || done.send(running.shutdown().map(drop)));
-    let r = answered
-        .recv_timeout(WATCHDOG)
-        .expect("the handle call on the driver's thread never returned");
-    assert!(matches!(r, Err(DriverError::OnDriverThread)), "{r:?}");
+    assert_refused_on_the_driver_thread(&answered);
     shut.recv_timeout(WATCHDOG).unwrap().unwrap();
 }
 
@@ -763,10 +769,7 @@ fn a_handle_call_from_a_device_feed_dropped_by_remove_is_refused_not_hung() {
         let key = driver.register(feed, FeedMode::Event).unwrap();
         done.send(driver.remove(key).map(drop)).unwrap();
     });
-    let r = answered
-        .recv_timeout(WATCHDOG)
-        .expect("the handle call on the driver's thread never returned");
-    assert!(matches!(r, Err(DriverError::OnDriverThread)), "{r:?}");
+    assert_refused_on_the_driver_thread(&answered);
     removed.recv_timeout(WATCHDOG).unwrap().unwrap();
 }
 
@@ -791,10 +794,7 @@ fn a_handle_call_from_a_refused_feeds_drop_is_refused_not_hung() {
         let r = driver.register(Feed::new(cq, CqId(0), poster), FeedMode::Event);
         done.send(r.map(drop)).unwrap();
     });
-    let r = answered
-        .recv_timeout(WATCHDOG)
-        .expect("the handle call on the driver's thread never returned");
-    assert!(matches!(r, Err(DriverError::OnDriverThread)), "{r:?}");
+    assert_refused_on_the_driver_thread(&answered);
     let r = refused.recv_timeout(WATCHDOG).unwrap();
     assert!(matches!(r, Err(DriverError::NoChannel)), "{r:?}");
 }
