@@ -318,9 +318,11 @@ impl Driver {
             // The cancellation's completion ends this wait; the timeout only
             // bounds it should the kernel be slow to report it. A panic
             // caught meanwhile is kept for the next `process` to report: it
-            // must not leave this removal half done.
+            // must not leave this removal half done. A failed step may
+            // have left work no flag shows (a feed's fd poll refused):
+            // the fd is made readable, as by a failed `process`.
             if let Err(e) = self.cancellation_step() {
-                self.show_pending_work();
+                self.show_work_left_by_a_failure();
                 return Err(e);
             }
         }

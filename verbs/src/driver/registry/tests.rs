@@ -2,6 +2,7 @@
 //! removals whose cancellation or wait the backend refuses (the test
 //! faults `Faults`).
 
+use super::super::cycle::Phase;
 use super::super::readiness::tag;
 use super::super::slot::Removal;
 use crate::soft::SoftCq;
@@ -519,4 +520,55 @@ fn a_backend_refusing_one_feeds_poll_fails_the_call_after_every_feeds_turn() {
     assert_eq!(unsafe { libc::poll(&mut fd, 1, 0) }, 1, "the fd is quiet");
     driver.faults.fd_polls = None;
     driver.process(Some(Duration::ZERO)).unwrap(); // asks again
+}
+
+/// A removal whose wait the backend fails while serving another feed (its
+/// fd poll refused, as epoll's watch limit would) leaves the driver's fd
+/// readable, as a failed `process` does: that feed sleeps with no poll in
+/// the kernel, and a loop that waits on the fd must call `process` again
+/// for it to be asked afresh. (Before, the fd stayed quiet: the feed's
+/// next completion waited for some other wake.)
+#[test]
+fn a_removal_whose_wait_the_backend_fails_leaves_the_drivers_fd_readable() {
+    let config = DriverConfig::default()
+        .with_backend(DriverBackend::Epoll)
+        .with_budget(1);
+    let mut driver = Driver::new(config).unwrap();
+    let mut feeds = Vec::new();
+    for id in 0..2 {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let (cq, hca) = SoftCq::new(4).unwrap();
+        let key = driver
+            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
+            .unwrap();
+        feeds.push((key, hca, consumer));
+    }
+    driver.process(Some(Duration::ZERO)).unwrap(); // both armed, asleep
+    // The first feed takes its one completion with its whole budget: it
+    // drains on (busy) at its next turn, the removal's, and goes to sleep
+    // there, asking for its poll: refused.
+    feeds[0].1.push(WorkCompletion::new(1)).unwrap();
+    let start = Instant::now();
+    while feeds[0].2.try_dequeue().is_err() {
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(60), "never delivered");
+    }
+    let index = feeds[0].0.id().index as usize;
+    assert!(driver.slots[index].as_ref().unwrap().is_busy());
+    driver.faults.fd_polls = Some(0);
+    let removed = driver.remove(feeds[1].0);
+    assert!(matches!(removed, Err(DriverError::Io(_))), "{removed:?}");
+    let slot = driver.slots[index].as_ref().unwrap();
+    assert!(slot.phase == Phase::Sleeping && !slot.poll_in_flight);
+    let mut fd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&driver),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the call only.
+    assert_eq!(unsafe { libc::poll(&mut fd, 1, 0) }, 1, "the fd is quiet");
+    driver.faults.fd_polls = None;
+    assert_eq!(driver.remove(feeds[1].0).unwrap().id(), CqId(1));
+    let (_, hca, mut consumer) = feeds.swap_remove(0);
+    still_served(&mut driver, &hca, &mut consumer, 9);
 }
