@@ -44,9 +44,10 @@
 //! are therefore created here with that turned off
 //! (`MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`); hns (HiSilicon) copies
 //! inline receives at poll time on every QP, which no creation flag turns
-//! off: on an hns device, keep a region alive (not closed, not dropped)
-//! until every receive posted with it has completed and its completion has
-//! been polled, or its QP destroyed.
+//! off: a QP that takes receives is made there only with the caller's
+//! promise to keep each region alive until its receives' completions are
+//! polled ([`QpCaps::allow_cpu_copied_receives`], an `unsafe fn`), and is
+//! refused otherwise.
 //!
 //! Thread safety: libibverbs objects may be used from any thread
 //! (libibverbs is thread-safe); each wrapper is `Send`, the shared ones

@@ -246,9 +246,12 @@ impl ProtectionDomain {
     /// cannot do (`EINVAL`), nor a host whose `libmlx5.so.1` cannot be
     /// loaded (`EOPNOTSUPP`): there `MLX5_SCATTER_TO_CQE=0` in the
     /// environment turns it off for every QP, and the plain call is made.
-    /// [`Unsupported`](io::ErrorKind::Unsupported) if the device's sysfs
-    /// directory cannot be read, so that whether it is mlx5 cannot be told
-    /// (the same switch lets the plain call be made).
+    /// [`Unsupported`](io::ErrorKind::Unsupported) on an hns device for a
+    /// QP that takes receives (`max_recv_wr` over 0) unless `caps` allow
+    /// it ([`QpCaps::allow_cpu_copied_receives`]), and if the device's
+    /// sysfs directory cannot be read, so that whether it is mlx5 or hns
+    /// cannot be told (then the same switch and that promise let the
+    /// plain call be made).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::QpCaps;
@@ -375,6 +378,36 @@ pub struct QpCaps {
     /// (`IBV_QP_ACCESS_FLAGS`, set on the move to INIT; each memory region
     /// must allow it too).
     pub access: AccessFlags,
+    /// The caller's promise of [`QpCaps::allow_cpu_copied_receives`].
+    pub(crate) cpu_copied_receives: bool,
+}
+
+impl QpCaps {
+    /// These capabilities, allowing a QP that takes receives to be made on
+    /// a device whose provider writes inline receives into their memory
+    /// with the CPU when the CQ is polled, with no key check: hns
+    /// (HiSilicon), where no creation flag turns that off (mlx5's like copy
+    /// is turned off at creation instead). Without it such a QP is refused
+    /// there ([`Unsupported`](std::io::ErrorKind::Unsupported)), and so it
+    /// is on a device whose kernel driver cannot be read; elsewhere it
+    /// changes nothing.
+    ///
+    /// ```
+    /// use evd_verbs::ibv::QpCaps;
+    /// // SAFETY: every region a receive names outlives its completion's poll.
+    /// let caps = unsafe { QpCaps::default().allow_cpu_copied_receives() };
+    /// assert_ne!(caps, QpCaps::default());
+    /// ```
+    ///
+    /// # Safety
+    /// Every memory region a receive posted on the QP names stays alive
+    /// (not closed, not dropped) until that receive's completion has been
+    /// polled, or the QP destroyed: the copy may come at any poll of the
+    /// receive CQ until then, on the polling thread.
+    pub unsafe fn allow_cpu_copied_receives(mut self) -> QpCaps {
+        self.cpu_copied_receives = true;
+        self
+    }
 }
 
 impl Default for QpCaps {
@@ -387,6 +420,7 @@ impl Default for QpCaps {
             max_inline_data: 0,
             sq_sig_all: false,
             access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+            cpu_copied_receives: false,
         }
     }
 }

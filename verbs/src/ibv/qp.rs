@@ -2,6 +2,7 @@
 //! destroying one here; its state transitions (connecting) in `state`,
 //! posting work requests in `post`.
 
+mod creation;
 mod post;
 mod state;
 
@@ -11,10 +12,10 @@ pub use state::{ConnectParams, Endpoint, Mtu, QpState};
 use super::cq::RawCq;
 use super::teardown::{TeardownError, VerbsObject};
 use super::*;
+use creation::Creation;
 use std::fmt;
 use std::io;
 use std::mem;
-use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 use std::sync::Arc;
 
@@ -85,99 +86,6 @@ unsafe impl Send for QueuePair {}
 // takes `self`.
 unsafe impl Sync for QueuePair {}
 
-/// Whether `ctx` is open on an mlx5 device (ConnectX, BlueField): one
-/// whose kernel driver, as sysfs names it (`<ibdev_path>/device/driver`),
-/// is `mlx5_core` (or a flavour of it, such as a sub-function's). Asked of
-/// the kernel, not of libmlx5: before rdma-core v22 `mlx5dv_query_device`
-/// answered for any device, and its `mlx5dv_create_qp` ran mlx5's code on
-/// whatever context it was given.
-///
-/// Unreadable (the device's sysfs directory cannot be read, as in some
-/// sandboxes): the error, and the QP is refused rather than made with an
-/// mlx5 default that writes receives with the CPU.
-fn is_mlx5(ctx: *mut ffi::ibv_context) -> io::Result<bool> {
-    // SAFETY: a live context (the caller's) and its device, whose
-    // `ibdev_path` libibverbs fills with a NUL-terminated sysfs path.
-    let path = unsafe { std::ffi::CStr::from_ptr((*(*ctx).device).ibdev_path.as_ptr()) };
-    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
-    let driver = kernel_driver(path).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::Unsupported,
-            format!(
-                "cannot tell whether {} is an mlx5 device, whose QPs need \
-                 scatter-to-CQE off ({e}); MLX5_SCATTER_TO_CQE=0 in the \
-                 environment turns it off for every QP",
-                path.display()
-            ),
-        )
-    })?;
-    Ok(driver.is_some_and(|d| is_mlx5_driver(&d)))
-}
-
-/// The kernel driver of the RDMA device at sysfs path `ibdev_path`, if it
-/// has a parent device bound to one (a software device such as rxe may
-/// have none); the error if `ibdev_path` itself cannot be read.
-fn kernel_driver(ibdev_path: &std::path::Path) -> io::Result<Option<std::ffi::OsString>> {
-    std::fs::metadata(ibdev_path)?;
-    Ok(std::fs::read_link(ibdev_path.join("device/driver"))
-        .ok()
-        .and_then(|driver| driver.file_name().map(Into::into)))
-}
-
-/// `mlx5_core`, or a flavour of it (`mlx5_core.sf`).
-fn is_mlx5_driver(driver: &std::ffi::OsStr) -> bool {
-    driver.as_bytes().starts_with(b"mlx5_core")
-}
-
-/// libmlx5's own switch (`MLX5_SCATTER_TO_CQE=0` in the environment,
-/// read at each QP's creation by every rdma-core that has the feature)
-/// turns scatter-to-CQE off for every QP: then the plain call is safe.
-fn scatter_to_cqe_off_by_env() -> bool {
-    std::env::var_os("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0")
-}
-
-/// `ibv_create_qp` on an mlx5 device, with scatter-to-CQE off; null
-/// (with `errno`) where that cannot be asked: `EINVAL` before rdma-core
-/// v21, which has no such flag, `EOPNOTSUPP` if `libmlx5.so.1` cannot be
-/// loaded. The QP is then refused, not made with the copy on.
-///
-/// By default libmlx5 asks for it on every RC QP: a receive of up to 32
-/// (or 64) bytes, and with `sq_sig_all` an RDMA read of as many, lands in
-/// the CQE, and the provider copies it to the work request's buffer with
-/// `memcpy` when the CQ is *polled*, on the polling thread, without the
-/// key check the HCA makes. A region closed or dropped between the
-/// completion and the poll would then be written after it was given back
-/// or freed (and a region read while a receive is outstanding would race a
-/// plain CPU write): the soundness of posting with a safe [`Sge`] rests on
-/// the HCA checking its key before it writes, so here it always does.
-///
-/// # Safety
-/// As `ibv_create_qp`: a live PD of the live context `ctx`, live CQs of it.
-unsafe fn create_without_scatter_to_cqe(
-    ctx: *mut ffi::ibv_context,
-    pd: *mut ffi::ibv_pd,
-    init: &mut ffi::ibv_qp_init_attr,
-) -> *mut ffi::ibv_qp {
-    let mut attr: ffi::ibv_qp_init_attr_ex = zeroed();
-    attr.send_cq = init.send_cq;
-    attr.recv_cq = init.recv_cq;
-    attr.cap = init.cap;
-    attr.qp_type = init.qp_type;
-    attr.sq_sig_all = init.sq_sig_all;
-    attr.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
-    attr.pd = pd;
-    let mut dv: ffi::mlx5dv_qp_init_attr = zeroed();
-    dv.comp_mask =
-        u64::from(ffi::mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS.0);
-    dv.create_flags = ffi::mlx5dv_qp_create_flags::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE.0;
-    // SAFETY: the caller's contract; both attribute structs are ours and
-    // writable. libmlx5's `ibv_create_qp` is this very call with no mlx5
-    // attributes, and writes the granted capabilities back the same way.
-    let qp = unsafe { ffi::mlx5dv_create_qp(ctx, &mut attr, &mut dv) };
-    init.cap = attr.cap;
-    qp
-}
-
 impl QueuePair {
     /// Create the QP and move it to INIT on `port`.
     ///
@@ -206,14 +114,14 @@ impl QueuePair {
             max_inline_data: caps.max_inline_data,
         };
         let ctx = pd.ctx.ctx;
-        let mlx5 = !scatter_to_cqe_off_by_env() && is_mlx5(ctx)?;
         // SAFETY: a live PD of the live context `ctx`, and live CQs (this
         // function's contract).
         let qp = unsafe {
-            if mlx5 {
-                create_without_scatter_to_cqe(ctx, pd.pd, &mut init)
-            } else {
-                ffi::ibv_create_qp(pd.pd, &mut init)
+            match creation::creation_on(ctx, caps)? {
+                Creation::WithoutScatterToCqe => {
+                    creation::create_without_scatter_to_cqe(ctx, pd.pd, &mut init)
+                }
+                Creation::Plain => ffi::ibv_create_qp(pd.pd, &mut init),
             }
         };
         if qp.is_null() {
@@ -365,55 +273,5 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         report_failure(self.destroy());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::symlink;
-    use std::path::Path;
-
-    /// A sysfs-like tree: `<root>/<dev>/device/driver` linking to a driver
-    /// directory named `driver`, or no parent device at all (`None`).
-    fn ibdev(root: &Path, dev: &str, driver: Option<&str>) -> std::path::PathBuf {
-        let ibdev = root.join(dev);
-        std::fs::create_dir_all(&ibdev).unwrap();
-        if let Some(driver) = driver {
-            let target = root.join("bus/drivers").join(driver);
-            std::fs::create_dir_all(&target).unwrap();
-            let parent = root.join("devices").join(dev);
-            std::fs::create_dir_all(&parent).unwrap();
-            symlink(&target, parent.join("driver")).unwrap();
-            symlink(&parent, ibdev.join("device")).unwrap();
-        }
-        ibdev
-    }
-
-    #[test]
-    fn only_a_device_bound_to_mlx5_core_takes_the_mlx5_path() {
-        let root = std::env::temp_dir().join(format!("evd-ibdev-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let cases = [
-            ("mlx5_0", Some("mlx5_core"), true),
-            // Renamed by udev: the driver still says.
-            ("rocep1s0f0", Some("mlx5_core"), true),
-            ("mlx5_sf", Some("mlx5_core.sf"), true),
-            ("mlx4_0", Some("mlx4_core"), false),
-            ("hns_0", Some("hns3"), false),
-            // A software device with no parent: not mlx5, whatever its name.
-            ("rxe0", None, false),
-            ("mlx5_fake", None, false),
-        ];
-        for (dev, driver, mlx5) in cases {
-            let path = ibdev(&root, dev, driver);
-            let found = kernel_driver(&path).unwrap();
-            assert_eq!(found.as_deref(), driver.map(std::ffi::OsStr::new), "{dev}");
-            assert_eq!(found.is_some_and(|d| is_mlx5_driver(&d)), mlx5, "{dev}");
-        }
-        // A device whose sysfs directory cannot be read: no answer (not
-        // "no driver", which would say "not mlx5").
-        assert!(kernel_driver(&root.join("unreadable")).is_err());
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -390,7 +390,9 @@ impl QueuePair {
         // contract), and the device writes it only after checking its key,
         // so a region deregistered earlier only fails the request (QPs on
         // mlx5 are made without scatter-to-CQE, whose poll-time copy skips
-        // that check; hns: the module docs' rule).
+        // that check; on hns, whose inline receives are copied so, a QP
+        // takes receives only on `QpCaps::allow_cpu_copied_receives`'
+        // promise that the region outlives that poll).
         let ret = unsafe {
             let ctx = (*self.qp).context;
             let post = (*ctx).ops.post_recv.expect("provider has post_recv");
