@@ -45,8 +45,9 @@
 //!   turns catchable is noticed. The probes are spaced by the clock, not by
 //!   a count of wakes: the first wake after spinning stopped paying (or
 //!   after a probe) starts an interval of [`PROBE_EVERY`] times the last
-//!   probe's length (the longest spin before any), and the first wake after
-//!   it probes; each probe that does not turn spinning back on doubles the
+//!   probe's length (the longest spin before any, or after a probe that
+//!   turned spinning back on: its spin was the load's), and the first wake
+//!   after it probes; each probe that does not turn spinning back on doubles the
 //!   factor, up to [`PROBE_EVERY_MAX`]. So one feed's probes take at most
 //!   one part in `PROBE_EVERY` of the time (one in `PROBE_EVERY_MAX` once
 //!   backed off), however often its channel wakes it, and a probe that
@@ -89,7 +90,9 @@ pub struct AdaptiveConfig {
     /// and above. Below [`min_spin`](Self::min_spin), it is taken as
     /// `min_spin`.
     pub max_spin: Duration,
-    /// The window a new feed starts with, before it has seen any gap.
+    /// The window a new feed starts with, before it has seen any gap
+    /// (one under 500 ns, too short to be worth starting, is zero unless
+    /// [`min_spin`](Self::min_spin) sets a floor).
     pub initial_spin: Duration,
 }
 
@@ -211,7 +214,8 @@ pub struct SpinPolicy {
     probe_at: Option<Instant>,
     /// The interval between probes now, in probe lengths.
     probe_every: u32,
-    /// How long the last probe spun (the longest spin before any).
+    /// How long the last probe that left spinning off spun (the longest
+    /// spin before any, and after a probe that turned spinning back on).
     probe_length: Duration,
     /// The current spin is a probe, started then; whether it has caught
     /// anything.
@@ -233,7 +237,9 @@ pub struct SpinPolicy {
 }
 
 impl SpinPolicy {
-    /// A policy that has seen nothing yet: window `initial_spin`.
+    /// A policy that has seen nothing yet: window `initial_spin`, within
+    /// the bounds (zero if it is under 500 ns, the shortest spin worth
+    /// starting, and `min_spin` is zero).
     ///
     /// ```
     /// let p = evd_verbs::SpinPolicy::new(Default::default());
@@ -387,7 +393,10 @@ impl SpinPolicy {
         // A probe's catches are judged when it ends (`expired`): whether
         // they left a window to spin with.
         if self.catchable >= CATCH_FLOOR && self.probing.is_none() {
+            // Spinning pays again: a later stop starts a new interval at
+            // its first wake, not the one this stop left.
             self.probe_every = PROBE_EVERY;
+            self.probe_at = None;
         }
         if gap > self.caught_window() {
             self.saw_stall(gap);
@@ -415,15 +424,20 @@ impl SpinPolicy {
         let probe = self.probing.take();
         self.catchable = smooth_u32(self.catchable, 0);
         if let Some(started) = probe {
-            self.probe_length = self.probe_spun(started);
             // A probe that caught nothing, or whose catches still leave
             // spinning off (too few, or gaps too short to be worth a spin),
-            // backs the probes off; one that turned spinning back on resets
-            // them.
-            self.probe_every = if self.probe_caught && self.pays() {
-                PROBE_EVERY
+            // backs the probes off and counts its length; one that turned
+            // spinning back on resets them: its spin was the load's, not a
+            // probe's cost (a minute's stream caught by it would otherwise
+            // space the next probes by minutes), so the next probes are
+            // spaced from the longest spin, as before any.
+            (self.probe_every, self.probe_length) = if self.probe_caught && self.pays() {
+                (PROBE_EVERY, self.cfg.max_spin)
             } else {
-                (self.probe_every * 2).min(PROBE_EVERY_MAX)
+                (
+                    (self.probe_every * 2).min(PROBE_EVERY_MAX),
+                    self.probe_spun(started),
+                )
             };
         }
         self.probe_caught = false;

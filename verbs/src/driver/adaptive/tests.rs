@@ -1,4 +1,5 @@
-//! The spin policy's promises, one test each, on a hand-driven clock.
+//! The spin policy's promises, one test each, on a hand-driven clock: the
+//! window and the stall estimate here, the probes in `probes`.
 
 use super::*;
 
@@ -55,12 +56,16 @@ fn misses_turn_spinning_off_and_catches_turn_it_back_on() {
 #[test]
 fn only_spins_move_the_share_wakes_only_restart_the_clock() {
     let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    p.expired(); // a share a wake counted as a catch or a miss would move
+    let share = p.catchable;
+    assert!(share < 256);
     let mut t = Instant::now();
     for _ in 0..100 {
         t += us(500);
         p.woken(t);
+        assert_eq!(p.last_completion, Some(t), "the clock restarts");
     }
-    assert_eq!(p.catchable, 256);
+    assert_eq!(p.catchable, share);
     assert!(!p.spin_window().is_zero());
 }
 
@@ -84,71 +89,12 @@ fn the_first_poll_after_a_wake_finding_the_wakes_completions_is_not_a_catch() {
 #[test]
 fn a_late_find_is_neither_a_catch_nor_a_gap() {
     let mut p = SpinPolicy::new(AdaptiveConfig::default());
+    p.expired(); // a share a catch would move
     let t = Instant::now();
     p.woken(t);
     let before = (p.gap, p.catchable);
     p.found(t + us(200), 5);
     assert_eq!((p.gap, p.catchable), before);
-}
-
-#[test]
-fn while_spinning_does_not_pay_a_wake_probes_once_probe_every_longest_spins_passed() {
-    let mut p = SpinPolicy::new(AdaptiveConfig::default());
-    for _ in 0..4 {
-        p.expired();
-    }
-    let max_spin = us(50);
-    let interval = max_spin * PROBE_EVERY;
-    let t0 = Instant::now();
-    // However many wakes come before the interval is up: none probes.
-    for i in 0..10_000u32 {
-        p.woken(t0 + interval * i / 10_000);
-        assert_eq!(p.limits(), Limits::EVENT, "wake {i}");
-    }
-    p.woken(t0 + interval);
-    assert_eq!(p.limits(), Limits { idle: max_spin });
-    p.expired();
-    assert_eq!(p.limits(), Limits::EVENT);
-    // That probe caught nothing: the next comes twice as late, counted
-    // from the first wake after it.
-    let t1 = t0 + interval + us(1);
-    for i in 0..10_000u32 {
-        p.woken(t1 + interval * 2 * i / 10_000);
-        assert_eq!(p.limits(), Limits::EVENT, "wake {i} after the probe");
-    }
-    p.woken(t1 + interval * 2);
-    assert_eq!(p.limits(), Limits { idle: max_spin });
-}
-
-#[test]
-fn a_probe_cut_short_ends_undecided_and_the_next_waits_its_interval() {
-    let mut p = SpinPolicy::new(AdaptiveConfig::default());
-    for _ in 0..4 {
-        p.expired();
-    }
-    let interval = us(50) * PROBE_EVERY;
-    let t0 = Instant::now();
-    p.woken(t0);
-    p.woken(t0 + interval);
-    assert!(!p.spin_window().is_zero(), "probing");
-    // The EVD filled up in the probe's spin: no miss, no catch.
-    p.spin_abandoned();
-    assert_eq!(p.limits(), Limits::EVENT, "the probe is over");
-    let t1 = t0 + interval + us(1);
-    p.woken(t1);
-    p.woken(t1 + interval - us(1));
-    assert_eq!(p.limits(), Limits::EVENT, "the same interval, not doubled");
-    p.woken(t1 + interval);
-    assert_eq!(p.limits(), Limits { idle: us(50) });
-}
-
-#[test]
-fn abandoning_a_spin_that_is_no_probe_changes_nothing() {
-    let mut t = Instant::now();
-    let mut p = caught_two_microsecond_gaps(&mut t);
-    let before = p.limits();
-    p.spin_abandoned();
-    assert_eq!(p.limits(), before);
 }
 
 #[test]
@@ -359,67 +305,6 @@ fn a_floor_above_the_ceiling_is_the_window_and_never_panics() {
     assert_eq!(p.spin_window(), us(80));
 }
 
-/// A default policy after a wake and a burst of 40 completions 100 ns
-/// apart, each caught after `empty_polls` empty polls, then a spin that
-/// ended empty: its window is learned below the shortest useful spin
-/// (zero), with catches still common. The policy and the clock's time.
-fn after_a_burst_100_ns_apart(empty_polls: u32) -> (SpinPolicy, Instant) {
-    let mut p = SpinPolicy::new(AdaptiveConfig::default());
-    let mut t = Instant::now();
-    p.woken(t);
-    for _ in 0..40 {
-        t += Duration::from_nanos(100);
-        p.found(t, empty_polls);
-    }
-    p.expired();
-    assert!(p.spin_window().is_zero());
-    (p, t)
-}
-
-#[test]
-fn a_window_learned_too_short_to_start_still_probes_and_spins_again() {
-    // Catches 100 ns apart drive the window under the shortest useful
-    // spin while nearly every outcome is a catch: the feed runs the event
-    // cycle, and its probes let a load that became catchable at a longer
-    // gap turn spinning back on.
-    let (mut p, mut t) = after_a_burst_100_ns_apart(0);
-    let mut spun = false;
-    for _ in 0..PROBE_EVERY_MAX {
-        t += us(5);
-        p.woken(t);
-        if !p.spin_window().is_zero() {
-            spun = true;
-            // The probe catches the next completion 5 µs on.
-            p.found(t + us(5), 50);
-            t += us(5);
-        }
-    }
-    assert!(spun, "never probed");
-    assert!(p.spin_window() >= MIN_USEFUL_SPIN, "{:?}", p.spin_window());
-}
-
-#[test]
-fn an_initial_window_of_zero_probes_and_learns_to_spin() {
-    let cfg = AdaptiveConfig::default().with_initial_spin(Duration::ZERO);
-    let mut p = SpinPolicy::new(cfg);
-    assert!(p.spin_window().is_zero());
-    let mut t = Instant::now();
-    p.woken(t);
-    t += cfg.max_spin * PROBE_EVERY;
-    p.woken(t);
-    assert_eq!(
-        p.spin_window(),
-        cfg.max_spin,
-        "the wake PROBE_EVERY longest spins later probes"
-    );
-    for _ in 0..8 {
-        t += us(5);
-        p.found(t, 50);
-    }
-    p.expired();
-    assert!(p.spin_window() >= us(5), "{:?}", p.spin_window());
-}
-
 #[test]
 fn a_floor_below_the_shortest_useful_spin_is_still_a_floor() {
     let min = Duration::from_nanos(200);
@@ -432,103 +317,6 @@ fn a_floor_below_the_shortest_useful_spin_is_still_a_floor() {
         p.expired();
     }
     assert_eq!(p.spin_window(), min, "after misses");
-}
-
-#[test]
-fn probes_that_leave_the_window_too_short_back_off() {
-    // Bursts of completions 100 ns apart, far apart from each other: each
-    // probe catches the burst's gaps, but they call for a window too short
-    // to start, so spinning stays off and the probes must back off as
-    // probes that catch nothing do.
-    let (mut p, mut t) = after_a_burst_100_ns_apart(1);
-    let start = t;
-    let wakes = 8 * PROBE_EVERY_MAX;
-    let mut probes = 0;
-    for _ in 0..wakes {
-        t += Duration::from_millis(1);
-        p.woken(t);
-        p.found(t, 0); // the wake's own completions
-        if p.spin_window().is_zero() {
-            for _ in 0..40 {
-                t += Duration::from_nanos(100);
-                p.seen(t); // the event cycle drains the burst
-            }
-        } else {
-            probes += 1;
-            for _ in 0..40 {
-                t += Duration::from_nanos(100);
-                p.found(t, 1); // the probe catches the burst's gaps
-            }
-            p.expired(); // then spins out its window for nothing
-            assert!(p.spin_window().is_zero(), "the probe changed nothing");
-        }
-    }
-    // Backed off to one probe per PROBE_EVERY_MAX longest spins, after
-    // the intervals that double up to it (8, 16, ..., 128 spins: five).
-    let elapsed = t - start;
-    let longest = AdaptiveConfig::default().max_spin * PROBE_EVERY_MAX;
-    let backed_off = (elapsed.as_nanos() / longest.as_nanos()) as u32;
-    assert!(
-        probes <= backed_off + 5,
-        "{probes} probes in {elapsed:?} ({wakes} wakes)"
-    );
-}
-
-#[test]
-fn probes_that_catch_a_little_under_a_floor_back_off_and_keep_to_their_share() {
-    // With a floor, the window stays open while spinning does not pay; a
-    // probe that catches two 49 µs gaps and then spins its window out
-    // leaves the share of catches under half: it must back off as one that
-    // catches nothing, and pay for its length.
-    let cfg = AdaptiveConfig::default().with_min_spin(us(2));
-    let mut p = SpinPolicy::new(cfg);
-    for _ in 0..4 {
-        p.expired();
-    }
-    let start = Instant::now();
-    let mut t = start;
-    let mut probes = 0u32;
-    let mut probing = Duration::ZERO;
-    while t - start < Duration::from_millis(500) {
-        t += us(100);
-        p.woken(t);
-        p.found(t, 0); // the wake's own completions
-        if p.spin_window() == cfg.max_spin {
-            probes += 1;
-            p.found(t + us(49), 5);
-            p.found(t + us(98), 5);
-            p.expired();
-            probing += us(148);
-            t += us(148);
-            assert!(p.catchable < CATCH_FLOOR, "spinning still does not pay");
-        } else {
-            p.expired(); // the floor's short spin finds nothing
-        }
-    }
-    let elapsed = t - start;
-    assert!(
-        probing * PROBE_EVERY <= elapsed,
-        "{probing:?} of {elapsed:?} spent probing"
-    );
-    // Backed off: after the intervals that double up to the largest (five),
-    // one probe per PROBE_EVERY_MAX probe lengths.
-    let backed_off = (elapsed.as_nanos() / (us(148) * PROBE_EVERY_MAX).as_nanos()) as u32;
-    assert!(
-        probes <= backed_off + 5 + 1,
-        "{probes} probes in {elapsed:?}"
-    );
-}
-
-#[test]
-fn a_longest_spin_of_zero_never_probes() {
-    let cfg = AdaptiveConfig::default().with_max_spin(Duration::ZERO);
-    let mut p = SpinPolicy::new(cfg);
-    let t = Instant::now();
-    for i in 0..100u32 {
-        p.woken(t + us(100) * i);
-        assert_eq!(p.limits(), Limits::EVENT);
-        assert_eq!(p.probing, None, "wake {i}");
-    }
 }
 
 #[test]
@@ -545,3 +333,5 @@ fn once_the_wakes_completions_were_seen_the_next_find_is_a_catch() {
     p.found(t + us(2), 0); // an arrival, found by the very next poll
     assert!(p.catchable > share);
 }
+
+mod probes;
