@@ -97,7 +97,6 @@ use std::any::Any;
 use std::fmt;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// What one [`Driver::process`] call left behind.
@@ -462,9 +461,6 @@ impl Driver {
             };
             if slot.removing.is_some() {
                 continue;
-            }
-            if slot.room.signalled.load(Ordering::Relaxed) {
-                self.stats.room_wakes += 1;
             }
             let id = FeedId {
                 index: index as u32,

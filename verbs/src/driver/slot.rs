@@ -270,6 +270,13 @@ impl Slot {
         budget: usize,
         stats: &mut DriverStats,
     ) -> Result<usize, (FailedCall, io::Error)> {
+        // An adaptive feed's spin is timed by its own polls: the turn's
+        // reading, taken before every feed's turn, is late by the turns of
+        // the feeds before this one, so a spin beside a slow feed would end
+        // before its window. Event-mode feeds keep the turn's reading (they
+        // time nothing).
+        let adaptive = self.policy.is_some();
+        let mut now = if adaptive { Instant::now() } else { now };
         let fd_fired = std::mem::take(&mut self.fd_fired);
         if fd_fired && self.takes_events() {
             self.source
@@ -281,8 +288,10 @@ impl Slot {
                 }
             }
         }
-        // Acquire: see `RoomSignal::wake_by_ref`.
+        // Acquire: see `RoomSignal::wake_by_ref`. Counted here, where it
+        // is taken: once per signal, whatever ends the turn.
         let signalled = self.room.signalled.swap(false, Ordering::Acquire);
+        stats.room_wakes += u64::from(signalled);
         let mut room = std::mem::take(&mut self.room_ready);
         if signalled && self.phase == Phase::Blocked {
             // Look again through the room queue, not around it: `Ready`
@@ -322,6 +331,9 @@ impl Slot {
                 Action::Poll => self.source.poll(budget),
             };
             delivered += progress.delivered;
+            if adaptive {
+                now = Instant::now();
+            }
             let ran_in = phase;
             (phase, action) = cycle::next(phase, Observation::Ran(progress), now, limits);
             self.observe(ran_in, phase, progress, now, stats);
