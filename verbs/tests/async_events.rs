@@ -575,3 +575,67 @@ fn a_source_failed_event_whose_conversion_always_panics_is_lost_after_a_second_t
     assert_eq!(feed.failure(), Some(libc::EIO));
     assert_eq!(consumer.try_dequeue().err(), Some(TryDequeueError::Empty));
 }
+
+/// The owed event lost after its tries is counted, and the feed reports
+/// `Failed`, even when the EVD closed or filled after the second try:
+/// there is nothing left to post, so no room is waited for. (Before, the
+/// feed reported `Closed` or `Backpressure` for ever, waiting for room for
+/// an event that no longer existed, and never counted it.)
+#[test]
+fn a_source_failed_event_lost_after_its_tries_is_counted_with_the_evd_closed_or_full() {
+    common::panics::quiet_provoked_panics();
+    for closed in [true, false] {
+        let (poster, consumer) = evd::bounded::<NoSourceFailed>(2).unwrap();
+        let (events, _device) = SoftDevice::new().unwrap();
+        let mut feed = AsyncFeed::new(FailsAtOnce(events), poster.clone());
+        for _ in 1..=2 {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
+            assert!(r.is_err());
+        }
+        let port_active = || {
+            NoSourceFailed(VerbsEvent::Async(AsyncEvent::new(
+                AsyncEventKind::PortActive,
+                evd_verbs::AsyncElement::Port(1),
+            )))
+        };
+        if closed {
+            drop(consumer);
+        } else {
+            while poster.post(port_active()).is_ok() {}
+        }
+        let p = feed.progress(16);
+        assert_eq!(
+            (p.delivered, p.status),
+            (0, FeedStatus::Failed),
+            "closed: {closed}"
+        );
+        assert_eq!(feed.from_panics(), 1, "closed: {closed}");
+    }
+}
+
+/// A device's events whose source fails with an error whose errno is 0.
+struct FailsWithErrnoZero(evd_verbs::soft::SoftAsyncEvents);
+
+impl evd_verbs::AsyncEventSource for FailsWithErrnoZero {
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.0.fd()
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<AsyncEvent>> {
+        Err(std::io::Error::from_raw_os_error(0))
+    }
+}
+
+/// A source's failure of errno 0 (a source of the caller's own) reads as
+/// EIO, as one of no errno does: `failure` is never `Some(0)`.
+#[test]
+fn a_source_failure_of_errno_zero_reads_as_eio() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let (events, _device) = SoftDevice::new().unwrap();
+    let mut feed = AsyncFeed::new(FailsWithErrnoZero(events), poster);
+    assert_eq!(feed.progress(16).status, FeedStatus::Failed);
+    assert_eq!(feed.failure(), Some(libc::EIO));
+    assert!(matches!(
+        consumer.try_dequeue(),
+        Ok(VerbsEvent::Async(a)) if a.kind == AsyncEventKind::SourceFailed
+    ));
+}

@@ -200,8 +200,10 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// Hand back the source, and the event the EVD refused, if one is held
     /// (already converted: the `T` the EVD refused). An event is taken out
     /// of the source only when the EVD has room for it, so one is held only
-    /// if another poster took that room first; the events a full EVD had no
-    /// room for are still in the source. A `SourceFailed` event owed and not
+    /// if its post did not go through: another poster took that room first,
+    /// the EVD closed meanwhile, or the draining upcall that post ran
+    /// panicked; the events a full EVD had no room for are still in the
+    /// source. A `SourceFailed` event owed and not
     /// made yet is not handed back ([`failure`](Self::failure) says why).
     ///
     /// ```

@@ -90,8 +90,16 @@ impl<S, T: Send> EventFeed<S, T> {
         self.posting.restart(self.room.poster());
         while delivered < budget {
             if self.held.is_empty() {
-                if let SourceState::Failed(_) = self.state {
-                    return stop(delivered, FeedStatus::Failed);
+                match self.state {
+                    SourceState::Failed(_) => return stop(delivered, FeedStatus::Failed),
+                    // Its `From` panicked on every try: lost, whether or
+                    // not the EVD has room (none is waited for it).
+                    SourceState::Owed(errno) if self.owed_tries >= OWED_EVENT_TRIES => {
+                        self.from_panics += 1;
+                        self.state = SourceState::Failed(errno);
+                        continue;
+                    }
+                    _ => {}
                 }
                 // An event is taken out of the source (or the failure's
                 // made) only with room for it (a full EVD's events stay in
@@ -101,12 +109,6 @@ impl<S, T: Send> EventFeed<S, T> {
                     return stop(delivered, status);
                 }
                 if let SourceState::Owed(errno) = self.state {
-                    if self.owed_tries >= OWED_EVENT_TRIES {
-                        // Its `From` panicked on every try: lost.
-                        self.from_panics += 1;
-                        self.state = SourceState::Failed(errno);
-                        continue;
-                    }
                     // Its `From` may panic: still owed then.
                     self.owed_tries += 1;
                     self.held.push(convert(failed(errno)));
@@ -127,9 +129,10 @@ impl<S, T: Send> EventFeed<S, T> {
                             _ => return stop(delivered, FeedStatus::Drained),
                         },
                         Err(e) => {
-                            // An error of no errno (a source of the
-                            // caller's own) reads as EIO, never as 0.
-                            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                            // An error of no errno, or of errno 0 (a
+                            // source of the caller's own), reads as EIO,
+                            // never as 0.
+                            let errno = e.raw_os_error().filter(|&e| e > 0).unwrap_or(libc::EIO);
                             self.state = SourceState::Owed(errno);
                             continue;
                         }

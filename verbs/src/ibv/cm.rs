@@ -23,10 +23,12 @@
 //!   application takes it with [`CmChannel::take_request`] and accepts or
 //!   rejects it. An identifier whose event never reached the application
 //!   (lost to a panicking `From`, dropped by a handler, or left in a closed
-//!   EVD) stays parked, holding its kernel identifier and its device, and
-//!   hears no event (not even a `DeviceRemoval`): a long-running server
-//!   takes such leftovers with [`CmChannel::take_all_requests`]. What is
-//!   still parked is destroyed with the channel (the peer gets a reject).
+//!   EVD) stays parked, holding its kernel identifier and its device; the
+//!   kernel's later events for it (a `Rejected` when the peer gives up, a
+//!   `DeviceRemoval`) still come, under that token, which the application
+//!   never saw in a request: a long-running server takes such leftovers
+//!   with [`CmChannel::take_all_requests`]. What is still parked is
+//!   destroyed with the channel (the peer gets a reject).
 //!
 //! ## Queue pairs
 //! The QP is the caller's ([`ProtectionDomain::create_rc_qp`], on a
