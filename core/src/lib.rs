@@ -178,7 +178,10 @@
 //!
 //! ## Loss reports and the end of stream
 //!
-//! Only `post_lossy` loses events. The consumer hears of its losses as one
+//! Only `post_lossy` loses events (a post whose own call panics, in an
+//! upcall handler it ran to make room, drops its unposted event with the
+//! panic: the poster hears of it, not the consumer; see `Poster::post`'s
+//! Panics). The consumer hears of `post_lossy`'s losses as one
 //! [`Overflow`]` { lost }` report covering every loss since the last one:
 //! [`TryDequeueError::Overflow`] from `try_dequeue` and `dequeue_batch`,
 //! [`DequeueError::Overflow`] from the blocking dequeues,
@@ -188,9 +191,10 @@
 //! handler. A loss wakes an armed consumer (or starts an upcall). A pending
 //! report comes first, ahead of the queued events, but a dequeue right after
 //! a report takes an event if one is ready, so a flood of losses cannot
-//! starve the consumer: between two reports the consumer gets an event, or
-//! a dequeue that found none ready (`Empty`, or `Ok(0)` from a batch; the
-//! next report may then come first again). A `wait` whose threshold is met
+//! starve the consumer: two reports come back to back only when no event
+//! was ready between them (a dequeue right after a report that finds none
+//! ready returns the next report at once if one came, else `Empty`, or
+//! `Ok(0)` from a batch). A `wait` whose threshold is met
 //! returns `Ok` and leaves a pending report to the next dequeue.
 //!
 //! Once the EVD is closed and drained, the consumer sees the **end of
