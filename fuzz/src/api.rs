@@ -1016,6 +1016,14 @@ impl Api {
     /// Apply a policy change to the model; true if the upcall it starts
     /// panics.
     fn policy_change(&mut self, policy: UpcallPolicy, any: bool) -> bool {
+        // A switch from ManyInstances to SingleInstance waits for the
+        // instances through its own disable: a loss report pending when it
+        // ends is delivered whatever `invoke` says (a lossy post in that
+        // window had no policy to notify), by an instance that then takes
+        // whatever is queued.
+        let report_after_quiesce = self.policy == UpcallPolicy::ManyInstances
+            && policy == UpcallPolicy::SingleInstance
+            && self.m.overflow > 0;
         self.policy = match policy {
             UpcallPolicy::Teardown => UpcallPolicy::Disabled,
             p => p,
@@ -1025,7 +1033,8 @@ impl Api {
             UpcallPolicy::SingleInstance | UpcallPolicy::ManyInstances
         );
         // Invoke::Any: queued events, or an overflow report, start one now.
-        if enabled && any && (!self.m.queue.is_empty() || self.m.overflow > 0) {
+        let news = !self.m.queue.is_empty() || self.m.overflow > 0;
+        if enabled && ((any && news) || report_after_quiesce) {
             self.run_instance()
         } else {
             false
@@ -1041,6 +1050,30 @@ mod tests {
     fn seed_corpus_replays() {
         let n = crate::replay::<Input>("api", run);
         assert!(n > 0, "no seed corpus for api");
+    }
+
+    /// A loss pending when a switch from ManyInstances to SingleInstance
+    /// ends is delivered with `Invoke::New` too (the switch waited through
+    /// its own disable), and the queued event after it.
+    #[test]
+    fn a_loss_pending_at_a_switch_from_many_to_single_instance_is_delivered() {
+        run(&Input {
+            cap: 1,
+            ops: vec![
+                ApiOp::Post { poster: 0 },
+                ApiOp::PostLossy { poster: 0 },
+                ApiOp::IntoUpcalls {
+                    policy: 2,
+                    invoke: false,
+                    panics: false,
+                },
+                ApiOp::SetPolicy {
+                    policy: 1,
+                    invoke: false,
+                },
+                ApiOp::Query,
+            ],
+        });
     }
 
     #[test]
