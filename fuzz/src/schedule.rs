@@ -689,13 +689,23 @@ impl Checker {
         })
     }
 
-    /// The EVD reported end of stream to the consumer.
+    /// The EVD reported end of stream to the consumer: closed, drained,
+    /// and every loss reported first. A `post_lossy` counted as lost here
+    /// returned `Lost`, so it committed its loss before the close (after
+    /// it, the post is refused as closed): the report was due first.
     fn end_of_stream(&self) -> Check {
         ensure(self.closed() && self.queued() == 0, || {
             format!(
                 "end of stream on {:?} at head {}",
                 spec::Word::decode(self.word),
                 self.head()
+            )
+        })?;
+        let lost = semantics::overflows_for(self.refusals);
+        ensure(self.reported >= lost, || {
+            format!(
+                "end of stream with {} of {lost} losses reported",
+                self.reported
             )
         })
     }
@@ -1656,6 +1666,23 @@ mod tests {
         ] {
             let bytes = std::fs::read(dir.join(name)).expect(name);
             run(&Input::decode(&bytes));
+        }
+    }
+
+    /// A poster's losses before its close, met by a consumer that takes a
+    /// report, then an event, then finds nothing ready: under every
+    /// schedule tried, each loss is reported before the end of stream.
+    #[test]
+    fn losses_before_a_close_are_reported_before_the_end_of_stream() {
+        let op = |kind, arg| Op { kind, arg };
+        let mut rng = crate::Rng(0x1055_bef0_4e00_0e4d);
+        for _ in 0..300 {
+            run(&Input {
+                cap_log2: 0,
+                consumer: vec![op(0, 0); 8],
+                posters: vec![vec![op(0, 0), op(6, 0), op(6, 0), op(6, 0), op(14, 0)]],
+                schedule: rng.bytes(64),
+            });
         }
     }
 
