@@ -567,26 +567,36 @@ impl Checker {
             )
         })?;
         // The head: while the consumer dequeues, what it received, plus what
-        // the dequeue under way took; while instances do, between what the
-        // handlers received and the tail.
+        // the dequeue under way took; while instances do, what the handlers
+        // received plus at most one event per instance in flight (each
+        // dequeues one, then enters its handler, which counts it), and no
+        // further than the tail. Bounded so, an instance's exit with events
+        // queued is seen (a head at the tail would make every exit legal).
         let lo = self.head();
         let heads: Vec<u64> = match self.mode {
             Mode::Consumer => (0..=self.dequeuing)
                 .map(|i| (lo + i) & TICKET_MASK)
                 .collect(),
             Mode::Upcalls => {
-                let t = state::tail(old);
+                let ahead = state::instances(old).min(state::len(old, lo));
+                let mut h: Vec<u64> = (0..=ahead).map(|i| (lo + i) & TICKET_MASK).collect();
                 // `set_policy` (on the owner's thread) computes with a head
                 // it loaded before its CAS, while instances may dequeue: it
                 // may be as old as the start of the owner's current call.
-                let mut h = vec![t, lo, self.owner_op_head & TICKET_MASK];
-                if state::len(old, lo) >= 1 {
-                    h.push(t.wrapping_sub(1) & TICKET_MASK);
-                }
+                h.push(self.owner_op_head & TICKET_MASK);
                 h
             }
         };
         let how = spec::successor(old, new, &heads)?;
+        // Only a panicking handler abandons its instance; this target's
+        // never panic, so one that ends so left its work to nobody.
+        ensure(how != "abandon_instance", || {
+            format!(
+                "an instance ended by abandon_instance with no handler panicking: {:?} -> {:?}",
+                spec::Word::decode(old),
+                spec::Word::decode(new)
+            )
+        })?;
         if !state::has(old, state::CLOSED) && state::has(new, state::CLOSED) {
             self.close_key_due = state::has(old, state::CNO_ARMED);
         }
@@ -706,6 +716,24 @@ impl Checker {
             format!(
                 "end of stream with {} of {lost} losses reported",
                 self.reported
+            )
+        })
+    }
+
+    /// After an enable with `Invoke::Any` returned: no event waits with no
+    /// instance to take it. With none in flight the head is what the
+    /// handlers received; an event posted since found the token free and
+    /// took it (an instance counted), or an instance was running and takes
+    /// it before it exits.
+    fn nothing_stranded(&self, invoke: Invoke) -> Check {
+        if invoke != Invoke::Any || state::instances(self.word) > 0 {
+            return Ok(());
+        }
+        ensure(self.queued() == 0, || {
+            format!(
+                "set_policy(.., Any) returned with {} events queued and no instance: {:?}",
+                self.queued(),
+                spec::Word::decode(self.word)
             )
         })
     }
@@ -1418,8 +1446,10 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide) -> Side 
                                         k.handlers,
                                         state::instances(k.word)
                                     )
-                                })
+                                })?;
+                                k.nothing_stranded(invoke)
                             }
+                            UpcallPolicy::ManyInstances => k.nothing_stranded(invoke),
                             _ => Ok(()),
                         }
                     });
