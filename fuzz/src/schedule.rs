@@ -443,6 +443,9 @@ struct Checker {
     /// Some poster has begun a `set_unwaitable`: only then may a wait
     /// fail as `Unwaitable`.
     unwaitable_set: bool,
+    /// Some poster has begun a `post_lossy`: only then may a loss have
+    /// been committed, and a CAS notify of one.
+    lossy_begun: bool,
     /// The consumer's `arm()` is under way, and the queued count its CAS
     /// that set `ARMED` saw (an `Armed` arm over queued events would be the
     /// lost wakeup).
@@ -535,6 +538,7 @@ impl Checker {
             close_begun: false,
             close_key_due: false,
             unwaitable_set: false,
+            lossy_begun: false,
             arming: false,
             arm_saw: None,
             failed: false,
@@ -587,7 +591,7 @@ impl Checker {
                 h
             }
         };
-        let how = spec::successor(old, new, &heads)?;
+        let how = spec::successor(old, new, &heads, self.lossy_begun)?;
         // Only a panicking handler abandons its instance; this target's
         // never panic, so one that ends so left its work to nobody.
         ensure(how != "abandon_instance", || {
@@ -913,7 +917,10 @@ impl Actor {
     fn post_lossy(&mut self, p: &Poster<Ev>) {
         let ev = self.event();
         let id = ev.id();
-        check(|c| c.attempt(id));
+        check(|c| {
+            c.lossy_begun = true;
+            c.attempt(id)
+        });
         let r = p.post_lossy(ev);
         trace(|| {
             format!(
@@ -1711,6 +1718,25 @@ mod tests {
                 cap_log2: 0,
                 consumer: vec![op(0, 0); 8],
                 posters: vec![vec![op(0, 0), op(6, 0), op(6, 0), op(6, 0), op(14, 0)]],
+                schedule: rng.bytes(64),
+            });
+        }
+    }
+
+    /// A consumer enabled on its CNO and armed waits for two events with
+    /// one queued; a poster posts, then makes the EVD unwaitable: the wait
+    /// gives up, and its withdrawal hands the queued event to the CNO
+    /// (under every schedule tried, each word a successor per the model,
+    /// which has no plain disarm).
+    #[test]
+    fn a_wait_given_up_hands_its_queued_event_to_the_cno() {
+        let op = |kind, arg| Op { kind, arg };
+        let mut rng = crate::Rng(0x0c40_d15a_4e00_0001);
+        for _ in 0..300 {
+            run(&Input {
+                cap_log2: 2,
+                consumer: vec![op(15, 224), op(15, 230), op(5, 0), op(8, 2), op(15, 248)],
+                posters: vec![vec![op(0, 0), op(12, 1), op(11, 0), op(11, 0)]],
                 schedule: rng.bytes(64),
             });
         }

@@ -512,8 +512,10 @@ pub fn well_formed(w: Word) -> Result<(), String> {
 /// explains it. The arguments the real call passed and this function does
 /// not know (a threshold, a batch size, a policy, the poster's head hint)
 /// range over every value; the head ranges over `heads` (one value when the
-/// caller knows it exactly).
-pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, String> {
+/// caller knows it exactly). `losses` says whether a loss may have been
+/// committed (some `post_lossy` has begun): without one, no CAS notifies of
+/// a loss.
+pub fn successor(old: u64, new: u64, heads: &[u64], losses: bool) -> Result<&'static str, String> {
     let a = Word::decode(old);
     let n = Word::decode(new);
     well_formed(n).map_err(|e| format!("ill-formed word {n:?}: {e}"))?;
@@ -524,7 +526,7 @@ pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, Stri
         return Ok("start_upcall_on_full");
     }
     match notify_loss(a) {
-        Some((next, _)) if next == n => return Ok("notify_loss"),
+        Some((next, _)) if next == n && losses => return Ok("notify_loss"),
         None if a == n => return Ok("notify_loss (nobody to notify)"),
         _ => {}
     }
@@ -587,9 +589,9 @@ pub fn successor(old: u64, new: u64, heads: &[u64]) -> Result<&'static str, Stri
     if a.policy == 0 && !a.token && note_notification(a) == n {
         return Ok("note_notification");
     }
-    if a.armed && disarm(a) == n {
-        return Ok("disarm");
-    }
+    // No plain `disarm` here: the core withdraws an arm only through
+    // `withdraw` (above), which hands queued work to an enabled CNO; a
+    // word that only lost ARMED would be that hand-off skipped.
     if close(a).0 == n {
         return Ok("close");
     }
