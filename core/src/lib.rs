@@ -178,10 +178,12 @@
 //!
 //! ## Loss reports and the end of stream
 //!
-//! Only `post_lossy` loses events (a post whose own call panics, in an
-//! upcall handler it ran to make room, drops its unposted event with the
-//! panic: the poster hears of it, not the consumer; see `Poster::post`'s
-//! Panics). The consumer hears of `post_lossy`'s losses as one
+//! Only `post_lossy` loses events (a post whose own call panics in user
+//! code it runs before its event is in the ring, such as an upcall handler
+//! run to make room or a waker a close it finishes notifies, drops that
+//! event with the panic: the poster hears of it, not the consumer; see the
+//! Panics sections of the posting calls). The consumer hears of
+//! `post_lossy`'s losses as one
 //! [`Overflow`]` { lost }` report covering every loss since the last one:
 //! [`TryDequeueError::Overflow`] from `try_dequeue` and `dequeue_batch`,
 //! [`DequeueError::Overflow`] from the blocking dequeues,

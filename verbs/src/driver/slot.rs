@@ -273,11 +273,16 @@ impl Slot {
         // An adaptive feed's spin is timed by its own polls: the turn's
         // reading, taken before every feed's turn, is late by the turns of
         // the feeds before this one, so a spin beside a slow feed would end
-        // before its window. Event-mode feeds keep the turn's reading (they
-        // time nothing).
+        // before its window. It reads the clock where a reading is used:
+        // at a wake (which may start a spin) and after a run that polled in
+        // a spin or found completions (`spin_clock_read_after`). Event-mode
+        // feeds keep the turn's reading (they time nothing).
         let adaptive = self.policy.is_some();
-        let mut now = if adaptive { Instant::now() } else { now };
         let fd_fired = std::mem::take(&mut self.fd_fired);
+        let mut now = match adaptive && fd_fired && self.phase == Phase::Sleeping {
+            true => Instant::now(),
+            false => now,
+        };
         if fd_fired && self.takes_events() {
             self.source
                 .take_events()
@@ -331,7 +336,7 @@ impl Slot {
                 Action::Poll => self.source.poll(budget),
             };
             delivered += progress.delivered;
-            if adaptive {
+            if adaptive && spin_clock_read_after(phase, progress) {
                 now = Instant::now();
             }
             let ran_in = phase;
@@ -385,6 +390,15 @@ impl Slot {
     pub(super) fn is_busy(&self) -> bool {
         self.phase.is_busy() || self.room_ready
     }
+}
+
+/// Whether an adaptive feed's policy or phase reads the time of a run in
+/// `ran_in` that returned `p`: a spin's poll (a find restarts its clock, an
+/// empty one is judged by it), and any find (a catch, or completions seen
+/// outside a spin, restart the policy's clock). Other runs' times are not
+/// read: no clock reading is taken for them.
+fn spin_clock_read_after(ran_in: Phase, p: Progress) -> bool {
+    matches!(ran_in, Phase::Polling { .. }) || p.delivered > 0
 }
 
 #[cfg(test)]

@@ -400,10 +400,12 @@ impl QpCaps {
     /// ```
     ///
     /// # Safety
-    /// Every memory region a receive posted on the QP names stays alive
-    /// (not closed, not dropped) until that receive's completion has been
-    /// polled, or the QP destroyed: the copy may come at any poll of the
-    /// receive CQ until then, on the polling thread.
+    /// For every QP made with these capabilities (or a copy of them): each
+    /// memory region a receive posted on it names stays alive (not closed,
+    /// not dropped) until that receive's completion has been polled, or the
+    /// QP destroyed: the copy may come at any poll of the receive CQ until
+    /// then, on the polling thread. ([`QueuePair::caps`] does not carry the
+    /// promise on.)
     pub unsafe fn allow_cpu_copied_receives(mut self) -> QpCaps {
         self.cpu_copied_receives = true;
         self

@@ -134,6 +134,9 @@ impl QueuePair {
             max_send_sge: init.cap.max_send_sge,
             max_recv_sge: init.cap.max_recv_sge,
             max_inline_data: init.cap.max_inline_data,
+            // The caller's promise covers this QP only: `caps()` hands out
+            // no copy that would make another one without it.
+            cpu_copied_receives: false,
             ..*caps
         };
         let mut qp = QueuePair {

@@ -163,7 +163,8 @@ const MIN_USEFUL_SPIN: Duration = Duration::from_nanos(500);
 
 /// While spinning does not pay, a probe (a spin of the longest window,
 /// [`AdaptiveConfig::max_spin`]) comes at the first wake once this many
-/// times the last probe's length (the longest spin, before any probe) has
+/// times the last probe's length (the longest spin before any probe, and
+/// after a probe that turned spinning back on) has
 /// passed since the first wake after spinning stopped paying or after the
 /// last probe; each probe that does not turn spinning back on doubles the
 /// factor, up to [`PROBE_EVERY_MAX`]. So a feed's probes take at most one
@@ -462,7 +463,8 @@ impl SpinPolicy {
     /// The feed was woken by its channel at `now`: the clock restarts, the
     /// averages stay. While spinning does not pay (or the window is zero),
     /// the first wake starts the probes' interval ([`PROBE_EVERY`] times the
-    /// last probe's length, the longest spin before any; doubling after
+    /// last probe's length, or the longest spin before any probe and after
+    /// one that turned spinning back on; doubling after
     /// each probe that does not turn spinning back on, up to
     /// [`PROBE_EVERY_MAX`]), and the first wake once it has passed makes its
     /// spin a probe. With a longest spin of zero nothing probes.
@@ -518,10 +520,15 @@ impl SpinPolicy {
     /// turn failed or panicked. A probe in it ends undecided: the factor
     /// stays, the probe's length counts as if it had spun its window out
     /// after its last find (an upper bound), and the next probe waits its
-    /// interval again.
+    /// interval again; unless its catches turned spinning back on, which
+    /// resets the probes as when such a probe's spin expires.
     pub(crate) fn spin_abandoned(&mut self) {
         if let Some(started) = self.probing.take() {
-            self.probe_length = self.probe_spun(started);
+            if self.probe_caught && self.pays() {
+                (self.probe_every, self.probe_length) = (PROBE_EVERY, self.cfg.max_spin);
+            } else {
+                self.probe_length = self.probe_spun(started);
+            }
             self.probe_caught = false;
             self.probe_at = None;
         }

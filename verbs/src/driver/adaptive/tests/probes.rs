@@ -273,6 +273,44 @@ fn a_probe_that_turns_spinning_back_on_leaves_the_next_probes_at_their_first_spa
     );
 }
 
+/// The same when the probe's spin is cut short (the EVD filled behind the
+/// stream, the turn failed): its catches turned spinning back on, so its
+/// length is no probe's cost either.
+#[test]
+fn a_probe_cut_short_after_turning_spinning_back_on_leaves_the_first_spacing() {
+    let cfg = AdaptiveConfig::default();
+    let mut p = SpinPolicy::new(cfg);
+    for _ in 0..4 {
+        p.expired();
+    }
+    let mut t = Instant::now();
+    p.woken(t);
+    t += cfg.max_spin * PROBE_EVERY;
+    p.woken(t);
+    assert!(p.probing.is_some(), "a probe");
+    let end = t + Duration::from_secs(60);
+    while t < end {
+        t += us(10);
+        p.found(t, 5);
+    }
+    p.spin_abandoned(); // the EVD filled
+    assert!(p.pays(), "the probe turned spinning back on");
+    while p.pays() {
+        t += us(200);
+        p.woken(t);
+        p.found(t, 0);
+        p.expired();
+    }
+    t += us(200);
+    p.woken(t); // the interval starts
+    t += cfg.max_spin * PROBE_EVERY;
+    p.woken(t);
+    assert!(
+        p.probing.is_some(),
+        "no probe {PROBE_EVERY} longest spins on"
+    );
+}
+
 /// Spinning that turns paying and stops again between two wakes (under a
 /// floor, whose spins catch) leaves no stale probe time: the first wake
 /// after the stop starts a new interval instead of probing at once.
