@@ -127,8 +127,11 @@ impl Slot {
     /// `get_event` that failed or panicked: the arm that event reports is
     /// used up, and io_uring's multishot poll reports only the next wake-up
     /// of the fd), so the retry must arm and drain, never sleep. Arming an
-    /// armed CQ again is harmless; the events not got are taken with the
-    /// next wake-up, which the new arm makes sure of. A failed verbs call is
+    /// armed CQ again is harmless; the events not got are taken at the
+    /// fd's next report, which a fresh poll of the fd makes sure of (the
+    /// turn's fd poll is cancelled and asked again, `poll_spent`): the new
+    /// arm alone would not, where its sequence number only getting an
+    /// event advances (mlx4, mlx5, hns: it is ignored). A failed verbs call is
     /// returned as [`DriverError::FeedFailed`] ([`Slot::fail`]: retried, or
     /// the feed given up).
     ///
@@ -155,11 +158,18 @@ impl Slot {
         // - `stats`: plain counters, each a valid count of what did happen;
         // - the adaptive policy and the room signal: no user code runs
         //   inside their updates, so no unwind leaves one half done.
+        let fired = self.fd_fired;
         let r = match catch_unwind(AssertUnwindSafe(|| self.run_cycle(now, budget, stats))) {
             Ok(Ok(n)) => Ok(n),
             Ok(Err((call, error))) => return Err(self.fail(id, call, error, now, stats)),
             Err(payload) => {
                 stats.handler_panics += 1;
+                // The panic may have come before the channel's event was
+                // got: a multishot poll would not report that event again,
+                // and an arm whose sequence number only getting it advances
+                // (mlx4, mlx5, hns) is ignored until it is got. The fd is
+                // polled afresh, as after a failed `get_event`.
+                self.poll_spent |= fired;
                 let panic = Panic::new(payload);
                 crate::trace::event!(
                     ERROR,

@@ -181,6 +181,7 @@ impl SharedChannel for SoftChannel {
             }
             st.channel_events -= 1;
             st.events_got += 1;
+            st.fired_unread = false;
             drop(st);
             self.inner.got.fetch_add(1, Ordering::Relaxed);
             // SAFETY: one event of the live CQ `key` names was just got

@@ -112,6 +112,8 @@ impl SoftCq {
                 ring: VecDeque::with_capacity(capacity),
                 capacity,
                 armed: None,
+                fired_unread: false,
+                ignored_arms: 0,
                 channel_events: 0,
                 events_got: 0,
                 events_acked: 0,
@@ -278,6 +280,11 @@ impl CompletionQueue for SoftCq {
             let _ = self.inner.add(&mut st, wc, false);
         }
         st.req_notifies += 1;
+        if st.fired_unread && self.inner.faults.sequenced_arms.load(Ordering::Relaxed) {
+            // The number of the arm that fired: the HCA ignores it.
+            st.ignored_arms += 1;
+            return Ok(());
+        }
         // An arm for the next completion stays one until it fires: a
         // solicited-only request does not narrow it (IBA C11-31, C11-32;
         // rdmavt, rxe).
@@ -312,6 +319,7 @@ impl CompletionQueue for SoftCq {
         }
         st.channel_events -= 1;
         st.events_got += 1;
+        st.fired_unread = false;
         if st.channel_events == 0 {
             eventfd::clear(fd);
         }

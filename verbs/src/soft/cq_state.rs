@@ -54,6 +54,11 @@ pub(super) struct State {
     pub(super) capacity: usize,
     /// `Some(solicited_only)` while armed.
     pub(super) armed: Option<bool>,
+    /// An arm fired and no event has been got since: a sequenced arm
+    /// ([`Faults::sequenced_arms`]) would repeat the fired arm's number.
+    pub(super) fired_unread: bool,
+    /// Arms ignored for repeating a fired arm's sequence number.
+    pub(super) ignored_arms: u64,
     /// Channel events raised and not yet got.
     pub(super) channel_events: u64,
     pub(super) events_got: u64,
@@ -81,6 +86,8 @@ pub(super) struct Faults {
     pub(super) error_counter: AtomicU64,
     pub(super) fail_next_poll: AtomicI32,
     pub(super) fail_next_arm: AtomicI32,
+    /// Arms carry a sequence number only getting an event advances.
+    pub(super) sequenced_arms: std::sync::atomic::AtomicBool,
 }
 
 /// Lock attempts a contended CQ spins through before it sleeps.
@@ -234,6 +241,7 @@ impl Inner {
         st.ring.push_back(wc);
         if fires {
             st.armed = None;
+            st.fired_unread = true;
             st.notifications += 1;
             self.raise_event(st);
         }

@@ -50,6 +50,9 @@ pub struct SoftCqStats {
     pub overruns: u64,
     /// `req_notify` calls.
     pub req_notifies: u64,
+    /// `req_notify` calls ignored as sequenced arms that repeated a fired
+    /// arm's number ([`SoftCqProducer::set_sequenced_arms`]).
+    pub ignored_arms: u64,
     /// Channel events got.
     pub events_got: u64,
     /// Channel events acknowledged.
@@ -146,6 +149,35 @@ impl SoftCqProducer {
     /// ```
     pub fn set_spurious_every(&self, n: u32) {
         self.inner.faults.spurious_every.store(n, Ordering::Relaxed);
+    }
+
+    /// Arm as the providers whose arms carry a sequence number that only
+    /// getting an event advances (libmlx4, libmlx5 and libhns bump it in
+    /// `ibv_get_cq_event`): after an arm fired, a `req_notify` made before
+    /// any event was got repeats the fired arm's number, and is ignored
+    /// (the strictest reading of how the HCA takes a stale number). A
+    /// consumer that re-arms after a failed or panicked `get_event` must
+    /// then get the event still waiting in its channel to be woken again.
+    ///
+    /// ```
+    /// use evd_verbs::{CompletionQueue, WorkCompletion, soft::SoftCq};
+    /// let (mut cq, producer) = SoftCq::new(4).unwrap();
+    /// producer.set_sequenced_arms(true);
+    /// cq.req_notify(false).unwrap();
+    /// producer.push(WorkCompletion::new(1)).unwrap(); // the arm fires
+    /// cq.req_notify(false).unwrap(); // before the event was got: ignored
+    /// assert!(!producer.stats().armed);
+    /// assert!(cq.get_event().unwrap());
+    /// cq.req_notify(false).unwrap();
+    /// assert!(producer.stats().armed);
+    /// // SAFETY: one event got and not acknowledged.
+    /// unsafe { cq.ack_events(1) };
+    /// ```
+    pub fn set_sequenced_arms(&self, on: bool) {
+        self.inner
+            .faults
+            .sequenced_arms
+            .store(on, Ordering::Relaxed);
     }
 
     /// `req_notify` yields the CPU this many times before arming, widening
@@ -282,6 +314,7 @@ impl SoftCqProducer {
             spurious: st.spurious,
             overruns: st.overruns,
             req_notifies: st.req_notifies,
+            ignored_arms: st.ignored_arms,
             events_got: st.events_got,
             events_acked: st.events_acked,
             destroyed: st.destroyed,
