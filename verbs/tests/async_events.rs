@@ -639,3 +639,52 @@ fn a_source_failure_of_errno_zero_reads_as_eio() {
         Ok(VerbsEvent::Async(a)) if a.kind == AsyncEventKind::SourceFailed
     ));
 }
+
+/// `Driver::remove` of a feed that brought a device feed returns once that
+/// device feed is dropped too, even when the feed itself had no poll to
+/// cancel (awake, blocked on a full EVD, on epoll): the device's events are
+/// given back, and no poster of the EVD is left in the driver, so the
+/// EVD's consumer sees its end once the caller drops the feed and its own
+/// posters. (Before, the device feed lingered until the next `process`:
+/// the EVD stayed open, and the device's events taken.)
+#[test]
+fn removing_a_feed_waits_for_the_device_feed_it_brought() {
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    let device = SoftDevice::unheard().unwrap();
+    let (cq, hca) = SoftCq::with_device(4, CqId(9), &device).unwrap();
+    let config = DriverConfig::default().with_backend(evd_verbs::DriverBackend::Epoll);
+    let mut driver = Driver::new(config).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(9), poster.clone()), FeedMode::Event)
+        .unwrap();
+    driver.process(Some(std::time::Duration::ZERO)).unwrap(); // both feeds asleep
+    assert!(device.take_events().is_none(), "the driver took them");
+    // The EVD full: the feed's wake takes its channel event and waits for
+    // room, the completion left in the CQ and its fd's one-shot poll spent.
+    poster
+        .post(VerbsEvent::Async(AsyncEvent::new(
+            AsyncEventKind::PortActive,
+            AsyncElement::Port(1),
+        )))
+        .unwrap();
+    hca.push(wc(1)).unwrap();
+    let start = std::time::Instant::now();
+    while hca.stats().events_got == 0 {
+        assert!(start.elapsed() < common::driver::WATCHDOG, "never woken");
+        driver
+            .process(Some(std::time::Duration::from_millis(10)))
+            .unwrap();
+    }
+    let feed = driver.remove(key).unwrap();
+    assert!(
+        device.take_events().is_some(),
+        "the device feed still held the device's events"
+    );
+    drop((feed, poster));
+    assert!(consumer.try_dequeue().is_ok(), "the event that filled it");
+    assert_eq!(
+        consumer.try_dequeue().err(),
+        Some(TryDequeueError::Closed),
+        "a poster of the EVD is left in the driver"
+    );
+}

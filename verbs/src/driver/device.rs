@@ -83,13 +83,24 @@ impl Driver {
     }
 
     /// A device feed's poll has ended after its parent's removal: drop it
-    /// (its code's panic kept, as a turn's), then offer its device's events
-    /// to the feeds left.
+    /// (its code's panic kept, as a turn's; counted and swallowed during a
+    /// shutdown, as for the device feeds the shutdown drops itself: kept, it
+    /// would make the shutdown drop the keyed feeds with it), then offer its
+    /// device's events to the feeds left.
     pub(super) fn drop_device_feed(&mut self, _id: FeedId, feed: Box<dyn std::any::Any + Send>) {
         trace::event!(DEBUG, feed = ?_id, "device feed dropped with its parent");
         if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(feed))) {
             self.stats.handler_panics += 1;
-            self.caught.get_or_insert(Panic::new(payload));
+            let panic = Panic::new(payload);
+            if self.shutting_down {
+                trace::event!(
+                    WARN,
+                    payload = panic.message(),
+                    "a device feed's drop panicked at the shutdown; swallowed"
+                );
+            } else {
+                self.caught.get_or_insert(panic);
+            }
         }
         self.offer_device_events();
     }

@@ -28,9 +28,12 @@ impl Driver {
     /// feed is and its EVD is open: its removal stops them at once (nothing
     /// of the device reaches its EVD after that), its EVD's close at the
     /// device's next event (which stays in the device), and the driver then
-    /// offers them to the feeds left, the first on a
-    /// device nobody listens to taking them into its EVD; a shutdown gives
-    /// them back to the device. An event of the device taken but not yet
+    /// offers them to its own feeds left, the first on a device nobody
+    /// listens to taking them into its EVD (not to another driver's feeds
+    /// on the device, which took nothing when they were registered: serve
+    /// one device's CQs from one driver, or give the device an
+    /// [`AsyncFeed`] of your own); a shutdown gives them back to the
+    /// device. An event of the device taken but not yet
     /// posted when the removal begins or the EVD closes (the EVD was full)
     /// is dropped with that feed of the driver's. To deliver them
     /// elsewhere, take them first
@@ -272,8 +275,10 @@ impl Driver {
     }
 
     /// Stop serving a feed and hand it back. Waits for the ring to let go of
-    /// its fd. Dropping the feed acknowledges its CQ events, then destroys
-    /// the CQ.
+    /// its fd, and of the device feed's the driver added for it (dropped
+    /// then: its device's events are given back, and no poster of the
+    /// feed's EVD is left in the driver). Dropping the feed acknowledges its
+    /// CQ events, then destroys the CQ.
     ///
     /// ```
     /// use evd_verbs::{AsyncFeed, Driver, VerbsEvent, soft::{SoftAsyncEvents, SoftDevice}};
@@ -306,12 +311,17 @@ impl Driver {
         if !key.is_of(self.shared.serial) {
             return Err(DriverError::NoSuchFeed);
         }
+        // The device feed it brought, stopped with it: dropped once its own
+        // poll ends, which this call waits for too (it holds a poster of the
+        // feed's EVD, and its device's events).
+        let device_feed = self.slot_mut(id).and_then(|s| s.device_feed);
         // A removal this call began before its wait failed goes on.
         if !self.removing_here(id) && !self.begin_remove(id, Removal::Local)? {
             return Err(DriverError::NoSuchFeed);
         }
         loop {
-            if let Some(i) = self.removed.iter().position(|(r, _)| *r == id) {
+            let handed_back = self.removed.iter().position(|(r, _)| *r == id);
+            if let Some(i) = handed_back.filter(|_| !self.device_feed_lingers(device_feed)) {
                 self.show_pending_work();
                 return Ok(downcast(self.removed.swap_remove(i).1));
             }
@@ -326,6 +336,19 @@ impl Driver {
                 return Err(e);
             }
         }
+    }
+
+    /// The device feed `id` (a removed feed's) is still in its slot, waiting
+    /// for its poll's end, and not for a cancellation the backend refused
+    /// (asked again every turn: not waited for, lest a lasting refusal hold
+    /// the removal for ever).
+    fn device_feed_lingers(&self, id: Option<FeedId>) -> bool {
+        let Some(id) = id else { return false };
+        let in_slot = self
+            .slots
+            .get(id.index as usize)
+            .is_some_and(|s| s.as_ref().is_some_and(|s| s.generation == id.generation));
+        in_slot && !self.cancels_owed.contains(&id)
     }
 
     /// The turns of a removal's wait serve every feed, and may leave work

@@ -13,6 +13,7 @@ use super::{Driver, DriverStats};
 use crate::trace;
 use std::any::Any;
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -164,7 +165,13 @@ impl Driver {
         let (added, feeds): (Vec<_>, Vec<_>) = std::mem::take(&mut self.removed)
             .into_iter()
             .partition(|(id, _)| device_feeds.contains(id));
-        drop_each_caught(added);
+        for (_id, feed) in added {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(feed))) {
+                self.stats.handler_panics += 1;
+                let _panic = Panic::new(payload);
+                trace::event!(WARN, feed = ?_id, payload = _panic.message(), "a device feed's drop panicked at the shutdown; swallowed");
+            }
+        }
         Ok(Shutdown {
             feeds,
             driver: self.shared.serial,

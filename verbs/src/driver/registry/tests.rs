@@ -245,108 +245,6 @@ fn a_removal_whose_wait_failed_is_finished_by_the_next() {
     assert!(matches!(driver.remove(key), Err(DriverError::NoSuchFeed)));
 }
 
-/// A driver whose feed on `device` was removed after its CQ failed (so
-/// that its own removal needed no cancellation) while the backend refused
-/// its device feed's cancellation (`refuse`: how many times): the device
-/// feed stopped, its cancellation owed. The removed feed's EVD, which had
-/// the failed feed's `CqError` and nothing else.
-fn device_feed_owed_its_cancellation(
-    device: &crate::soft::SoftDevice,
-    refuse: u32,
-) -> (Driver, evd::Consumer<VerbsEvent>) {
-    use super::super::cycle::Phase;
-    use crate::{AsyncElement, AsyncEventKind};
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
-    let mut driver = Driver::new(DriverConfig::default()).unwrap();
-    let (cq, hca) = SoftCq::with_device(1, CqId(0), device).unwrap();
-    let key = driver
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
-        .unwrap();
-    let parent = key.id().index as usize;
-    let child = driver.slots[parent].as_ref().unwrap().device_feed.unwrap();
-    hca.fail_next_poll(libc::EIO); // the feed's first poll: it fails
-    let settled = |d: &Driver| {
-        let done = d.slots[parent].as_ref().unwrap().phase == Phase::Done;
-        done && d.slots[child.index as usize]
-            .as_ref()
-            .unwrap()
-            .poll_in_flight
-    };
-    let start = Instant::now();
-    while !settled(&driver) {
-        assert!(start.elapsed() < Duration::from_secs(60), "never settled");
-        driver.process(Some(Duration::from_millis(10))).unwrap();
-    }
-    // The failed feed's CqError, and nothing else.
-    match consumer.try_dequeue() {
-        Ok(VerbsEvent::Async(a)) => {
-            assert_eq!(
-                (a.kind, a.element),
-                (AsyncEventKind::CqError, AsyncElement::Cq(CqId(0)))
-            );
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
-    driver.faults.cancels = refuse;
-    drop(driver.remove(key).unwrap());
-    assert_eq!(driver.cancels_owed, [child]);
-    (driver, consumer)
-}
-
-/// The device feed of a removed feed whose cancellation the backend
-/// refuses is stopped all the same (nothing of the device reaches the
-/// removed feed's EVD), and dropped once the cancellation, asked for again
-/// every turn, goes through: the device's events are then nobody's, free
-/// for the next registration. (It was served on into the removed feed's EVD
-/// until the shutdown.)
-#[test]
-fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
-    use crate::soft::SoftDevice;
-    use crate::{AsyncElement, AsyncEvent, AsyncEventKind};
-    let device = SoftDevice::unheard().unwrap();
-    let (mut driver, mut consumer) = device_feed_owed_its_cancellation(&device, 1);
-    device.raise(AsyncEvent::new(
-        AsyncEventKind::PortError,
-        AsyncElement::Port(9),
-    ));
-    let start = Instant::now();
-    while device.take_events().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(60), "never dropped");
-        driver.process(Some(Duration::from_millis(10))).unwrap();
-        let ev = consumer.try_dequeue();
-        assert!(ev.is_err(), "nothing into the removed feed's EVD: {ev:?}");
-    }
-}
-
-/// A shutdown while a device feed's cancellation is owed and refused for
-/// good ends: the device feed is dropped (its poll ends with the backend),
-/// where the shutdown waited for ever for the cancellation.
-#[test]
-fn a_shutdown_with_a_cancellation_refused_for_good_ends() {
-    let device = crate::soft::SoftDevice::unheard().unwrap();
-    let (driver, _consumer) = device_feed_owed_its_cancellation(&device, u32::MAX);
-    let running = driver.spawn().unwrap();
-    let (done, ended) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(running.shutdown().map(|s| s.len()));
-    });
-    // A shutdown that never ends fails the test instead of hanging it (its
-    // thread is left behind).
-    let feeds = ended
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the shutdown ended");
-    assert_eq!(
-        feeds.expect("a clean shutdown"),
-        0,
-        "the removed feed is not in it"
-    );
-    assert!(
-        device.take_events().is_some(),
-        "the device feed was dropped"
-    );
-}
-
 /// Counts its wakes.
 #[derive(Default)]
 struct Woken(std::sync::atomic::AtomicUsize);
@@ -572,3 +470,5 @@ fn a_removal_whose_wait_the_backend_fails_leaves_the_drivers_fd_readable() {
     let (_, hca, mut consumer) = feeds.swap_remove(0);
     still_served(&mut driver, &hca, &mut consumer, 9);
 }
+
+mod device_feeds;
