@@ -64,9 +64,8 @@
 //!   [`ChannelFeedStats::failed_cqs`]); the
 //!   others go on. The channel feed reports `Failed`
 //!   only when every CQ has failed, `Closed` when the EVD is closed. An
-//!   overrun fails no CQ: a real CQ reports it only through its device's
-//!   async events (a `CqError` through an [`AsyncFeed`](crate::AsyncFeed),
-//!   or the driver's device feed), and the channel feed goes on polling it.
+//!   overrun is reported by the device (`CqError`, see [`Feed`]'s notes on
+//!   backpressure), and the channel feed goes on polling the CQ.
 //!
 //! Taking the events (and forgetting arms or giving CQs up after a
 //! failure) is `events`.

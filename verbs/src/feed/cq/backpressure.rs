@@ -20,6 +20,15 @@
 //! waits for the EVD's room signal ([`Feed::poll_room`], the consumer's
 //! dequeue that frees a slot wakes it): the [`Driver`] does so with no timer.
 //!
+//! The backlog then grows in the CQ, so size the CQ for it: a CQ that
+//! overruns loses what did not fit, and how it goes on depends on the
+//! provider. rxe (and the soft CQ) lose only those completions and keep the
+//! CQ; mlx4 and mlx5 put the CQ in error (unless it was made with
+//! `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`) and it completes nothing more. Either
+//! way the device reports it (`CqError` among its async events, which an
+//! [`AsyncFeed`](crate::AsyncFeed) or the driver's device feed delivers);
+//! the feed itself, which only reads its CQ, does not see it.
+//!
 //! [`Driver`]: crate::Driver
 //! [`Poster::post_batch`]: evd::Poster::post_batch
 
