@@ -446,6 +446,9 @@ struct Checker {
     /// Some poster has begun a `post_lossy`: only then may a loss have
     /// been committed, and a CAS notify of one.
     lossy_begun: bool,
+    /// The threads inside `post_lossy` now: while the consumer dequeues
+    /// (no upcall instance to restart for a loss), only they notify of one.
+    in_post_lossy: Vec<shuttle::thread::ThreadId>,
     /// The consumer's `arm()` is under way, and the queued count its CAS
     /// that set `ARMED` saw (an `Armed` arm over queued events would be the
     /// lost wakeup).
@@ -539,6 +542,7 @@ impl Checker {
             close_key_due: false,
             unwaitable_set: false,
             lossy_begun: false,
+            in_post_lossy: Vec::new(),
             arming: false,
             arm_saw: None,
             failed: false,
@@ -591,7 +595,16 @@ impl Checker {
                 h
             }
         };
-        let how = spec::successor(old, new, &heads, self.lossy_begun)?;
+        // A loss is notified by the lossy post that committed it, or (under
+        // an upcall policy) by an instance or a policy switch restarting
+        // for one committed earlier.
+        let losses = match self.mode {
+            Mode::Consumer => self
+                .in_post_lossy
+                .contains(&shuttle::thread::current().id()),
+            Mode::Upcalls => self.lossy_begun,
+        };
+        let how = spec::successor(old, new, &heads, losses)?;
         // Only a panicking handler abandons its instance; this target's
         // never panic, so one that ends so left its work to nobody.
         ensure(how != "abandon_instance", || {
@@ -917,11 +930,14 @@ impl Actor {
     fn post_lossy(&mut self, p: &Poster<Ev>) {
         let ev = self.event();
         let id = ev.id();
+        let me = shuttle::thread::current().id();
         check(|c| {
             c.lossy_begun = true;
+            c.in_post_lossy.push(me);
             c.attempt(id)
         });
         let r = p.post_lossy(ev);
+        with(|c| c.in_post_lossy.retain(|&t| t != me));
         trace(|| {
             format!(
                 "post_lossy {id}: {:?}",
@@ -1723,11 +1739,12 @@ mod tests {
         }
     }
 
-    /// A consumer enabled on its CNO and armed waits for two events with
-    /// one queued; a poster posts, then makes the EVD unwaitable: the wait
-    /// gives up, and its withdrawal hands the queued event to the CNO
-    /// (under every schedule tried, each word a successor per the model,
-    /// which has no plain disarm).
+    /// A consumer enabled on its CNO and armed waits for three events with
+    /// two queued; a poster posts (lossy, then plain), then makes the EVD
+    /// unwaitable: the wait gives up, and its withdrawal hands the queued
+    /// event to the CNO (under every schedule tried, each word a successor
+    /// per the model, which has no plain disarm and no loss notified from
+    /// a thread outside `post_lossy`).
     #[test]
     fn a_wait_given_up_hands_its_queued_event_to_the_cno() {
         let op = |kind, arg| Op { kind, arg };
@@ -1735,8 +1752,8 @@ mod tests {
         for _ in 0..300 {
             run(&Input {
                 cap_log2: 2,
-                consumer: vec![op(15, 224), op(15, 230), op(5, 0), op(8, 2), op(15, 248)],
-                posters: vec![vec![op(0, 0), op(12, 1), op(11, 0), op(11, 0)]],
+                consumer: vec![op(15, 224), op(15, 230), op(5, 0), op(8, 3), op(15, 248)],
+                posters: vec![vec![op(6, 0), op(0, 0), op(12, 1), op(11, 0), op(11, 0)]],
                 schedule: rng.bytes(64),
             });
         }
