@@ -483,7 +483,11 @@ impl DriverHandle {
 
     /// Remove a feed from the running driver and hand it back. When this
     /// returns, the driver will never touch the feed again, so no post and
-    /// no upcall from it can follow.
+    /// no upcall from it can follow. A device feed the driver added for it
+    /// is stopped at once (no post from it either) but dropped at its poll's
+    /// end, a turn later at most: until then it holds a poster of the
+    /// feed's EVD, and its device's events ([`Driver::remove`](super::Driver::remove) waits for
+    /// that too).
     ///
     /// ```
     /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};

@@ -154,6 +154,9 @@ pub struct Driver {
     turn_at: Instant,
     /// Feeds removed by [`Driver::remove`], not collected yet.
     removed: Vec<(FeedId, Box<dyn Any + Send>)>,
+    /// (removed feed, the device feed its removal stopped): that call,
+    /// or its retry, returns once the device feed is dropped.
+    stopped_device_feeds: Vec<(FeedId, FeedId)>,
     /// Scratch for [`Driver::reap`]: empty between turns, its capacity kept,
     /// so a turn allocates nothing once it has seen the ring's largest batch.
     reaped: Vec<Completion>,
@@ -211,6 +214,7 @@ impl Driver {
             busy: false,
             turn_at: Instant::now(),
             removed: Vec::new(),
+            stopped_device_feeds: Vec::new(),
             reaped: Vec::new(),
             stats: DriverStats::default(),
             caught: None,

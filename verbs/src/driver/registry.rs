@@ -277,7 +277,9 @@ impl Driver {
     /// Stop serving a feed and hand it back. Waits for the ring to let go of
     /// its fd, and of the device feed's the driver added for it (dropped
     /// then: its device's events are given back, and no poster of the
-    /// feed's EVD is left in the driver). Dropping the feed acknowledges its
+    /// feed's EVD is left in the driver; unless the backend refuses that
+    /// device feed's cancellation, asked again every turn: then not waited
+    /// for). Dropping the feed acknowledges its
     /// CQ events, then destroys the CQ.
     ///
     /// ```
@@ -311,17 +313,23 @@ impl Driver {
         if !key.is_of(self.shared.serial) {
             return Err(DriverError::NoSuchFeed);
         }
-        // The device feed it brought, stopped with it: dropped once its own
-        // poll ends, which this call waits for too (it holds a poster of the
-        // feed's EVD, and its device's events).
-        let device_feed = self.slot_mut(id).and_then(|s| s.device_feed);
         // A removal this call began before its wait failed goes on.
         if !self.removing_here(id) && !self.begin_remove(id, Removal::Local)? {
             return Err(DriverError::NoSuchFeed);
         }
+        // The device feed it brought, stopped with it: dropped once its own
+        // poll ends, which this call (or its retry) waits for too: it holds
+        // a poster of the feed's EVD, and its device's events.
+        let device_feed = self
+            .stopped_device_feeds
+            .iter()
+            .find(|(parent, _)| *parent == id)
+            .map(|&(_, child)| child);
         loop {
             let handed_back = self.removed.iter().position(|(r, _)| *r == id);
             if let Some(i) = handed_back.filter(|_| !self.device_feed_lingers(device_feed)) {
+                self.stopped_device_feeds
+                    .retain(|(parent, _)| *parent != id);
                 self.show_pending_work();
                 return Ok(downcast(self.removed.swap_remove(i).1));
             }
@@ -424,6 +432,7 @@ impl Driver {
             return Ok(false);
         };
         let device_feed = slot.device_feed;
+        let local = matches!(who, Removal::Local);
         if slot.poll_in_flight {
             if let Err(e) = self.cancel_poll(id) {
                 return match who {
@@ -445,6 +454,9 @@ impl Driver {
         } else {
             let slot = self.slots[id.index as usize].take().expect("checked above");
             self.hand_back(id, slot.source, who);
+        }
+        if let (true, false, Some(child)) = (local, self.shutting_down, device_feed) {
+            self.stopped_device_feeds.push((id, child));
         }
         self.remove_device_feed_of(device_feed);
         Ok(true)

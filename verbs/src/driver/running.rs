@@ -312,7 +312,10 @@ impl RunningDriver {
     /// [`DriverError::Panicked`] with the payload if user code the thread
     /// ran panicked and nobody took that panic
     /// ([`take_panic`](Self::take_panic)): a panic is reported, never
-    /// swallowed, and the feeds are then dropped here instead of handed
+    /// swallowed (but for one of the code of a device feed the driver added
+    /// that the shutdown itself drops: counted in
+    /// [`DriverStats::handler_panics`] and traced, lest it cost the keyed
+    /// feeds), and the feeds are then dropped here instead of handed
     /// back (take the panic first to get them; a panic of their own code in
     /// that drop, a CQ's destroy or a held event's `Drop`, is swallowed:
     /// the first is the one reported). Such a panic comes first: reported

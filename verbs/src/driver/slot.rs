@@ -63,10 +63,10 @@ pub(super) struct Slot {
     /// The backend has checked that the fd can be polled
     /// ([`Backend::check_pollable`](super::backend::Backend::check_pollable)).
     pub(super) fd_checked: bool,
-    /// A failed `get_event` left the fd's readiness untaken: a multishot
-    /// poll in flight reports only new wake-ups, so it is to be cancelled
-    /// and the next poll of the fd asks afresh (as epoll's one-shot poll
-    /// does).
+    /// A failed `get_event` (or a turn that panicked after the fd fired)
+    /// left the fd's readiness untaken: a multishot poll in flight reports
+    /// only new wake-ups, so it is to be cancelled and the next poll of the
+    /// fd asks afresh (as epoll's one-shot poll does).
     pub(super) poll_spent: bool,
     /// The fd fired and its events were not taken yet.
     pub(super) fd_fired: bool,

@@ -58,7 +58,8 @@
 //!   never slept through.
 //! - A spin that ends otherwise (the EVD full, the EVD closed, the feed's
 //!   turn failed or panicked) is neither a catch nor a miss; a probe in it
-//!   ends undecided, and the next probe waits its interval again.
+//!   ends undecided, and the next probe waits its interval again (unless
+//!   its catches turned spinning back on: then as a probe whose spin ends).
 
 use super::cycle::Limits;
 use std::time::{Duration, Instant};

@@ -23,7 +23,7 @@
 //! The backlog then grows in the CQ, so size the CQ for it: a CQ that
 //! overruns loses what did not fit, and how it goes on depends on the
 //! provider. rxe (and the soft CQ) lose only those completions and keep the
-//! CQ; mlx4 and mlx5 put the CQ in error (unless it was made with
+//! CQ; mlx4 and mlx5 put the CQ in error (on mlx5 unless it was made with
 //! `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`) and it completes nothing more. Either
 //! way the device reports it (`CqError` among its async events, which an
 //! [`AsyncFeed`](crate::AsyncFeed) or the driver's device feed delivers);

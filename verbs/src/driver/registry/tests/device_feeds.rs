@@ -166,3 +166,46 @@ fn a_device_feed_whose_drop_panics_at_the_shutdown_costs_no_keyed_feed() {
     assert_eq!(stopped.ids().collect::<Vec<_>>(), [key.id()]);
     assert_eq!(stopped.stats.handler_panics, 1);
 }
+
+/// A removal whose wait fails while the device feed it stopped still waits
+/// for its poll's end is finished by the retry the docs ask for, which
+/// waits for that device feed too: when it returns, the device feed is
+/// dropped and the device's events given back. (The retry used to find no
+/// device feed to wait for, its parent's slot being gone.)
+#[test]
+fn a_retried_removal_waits_for_the_device_feed_it_stopped() {
+    let config = DriverConfig::default().with_backend(DriverBackend::Epoll);
+    let mut driver = Driver::new(config).unwrap();
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(1).unwrap();
+    let device = crate::soft::SoftDevice::unheard().unwrap();
+    let (cq, hca) = SoftCq::with_device(4, CqId(9), &device).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(9), poster.clone()), FeedMode::Event)
+        .unwrap();
+    driver.process(Some(Duration::ZERO)).unwrap(); // both asleep
+    let index = key.id().index as usize;
+    let child = driver.slots[index].as_ref().unwrap().device_feed.unwrap();
+    // The feed awake with no poll to cancel: blocked on a full EVD.
+    poster.post(port_active()).unwrap();
+    hca.push(WorkCompletion::new(1)).unwrap();
+    let start = Instant::now();
+    while hca.stats().events_got == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "never woken");
+        driver.process(Some(Duration::from_millis(10))).unwrap();
+    }
+    assert!(!driver.slots[index].as_ref().unwrap().poll_in_flight);
+    let lingers = |driver: &Driver| {
+        driver.slots[child.index as usize]
+            .as_ref()
+            .is_some_and(|s| s.generation == child.generation)
+    };
+    driver.faults.steps = 1;
+    assert!(matches!(driver.remove(key), Err(DriverError::Io(_))));
+    assert!(lingers(&driver), "the device feed waits for its poll's end");
+    assert_eq!(driver.remove(key).unwrap().id(), CqId(9));
+    assert!(
+        !lingers(&driver),
+        "the retry returned before the device feed went"
+    );
+    assert!(device.take_events().is_some());
+}
