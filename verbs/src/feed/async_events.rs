@@ -226,6 +226,10 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// Hand back the source (dropping a held event; see
     /// [`AsyncFeed::into_parts`]).
     ///
+    /// # Panics
+    /// When the held event's `Drop` panics: the source is then dropped with
+    /// the unwind (the events still in it stay in the device).
+    ///
     /// ```
     /// use evd_verbs::{AsyncEventSource, AsyncFeed, VerbsEvent, soft::SoftDevice};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
