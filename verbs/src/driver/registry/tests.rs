@@ -375,6 +375,41 @@ fn a_shutdown_reports_a_panic_caught_before_the_thread_failed() {
     drop(upcalls);
 }
 
+/// A feed of a driver's: its key, its CQ's producer, its EVD's consumer.
+type Served = (
+    crate::FeedKey<Feed<SoftCq>>,
+    crate::soft::SoftCqProducer,
+    evd::Consumer<VerbsEvent>,
+);
+
+/// A driver made with `config` serving two event-mode feeds (CQs 0 and
+/// 1), both armed and asleep.
+fn two_feeds_asleep(config: DriverConfig) -> (Driver, Vec<Served>) {
+    let mut driver = Driver::new(config).unwrap();
+    let mut feeds = Vec::new();
+    for id in 0..2 {
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+        let (cq, hca) = SoftCq::new(4).unwrap();
+        let key = driver
+            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
+            .unwrap();
+        feeds.push((key, hca, consumer));
+    }
+    driver.process(Some(Duration::ZERO)).unwrap(); // both armed, asleep
+    (driver, feeds)
+}
+
+/// The driver's fd is readable now.
+fn fd_readable(driver: &Driver) -> bool {
+    let mut fd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(driver),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the call only.
+    unsafe { libc::poll(&mut fd, 1, 0) == 1 }
+}
+
 /// The backend refusing one feed's fd poll (out of memory, as epoll's
 /// watch limit would) fails the call only once every feed had its turn,
 /// and leaves the driver's fd readable: the feed after it in the turn still
@@ -384,17 +419,7 @@ fn a_shutdown_reports_a_panic_caught_before_the_thread_failed() {
 #[test]
 fn a_backend_refusing_one_feeds_poll_fails_the_call_after_every_feeds_turn() {
     let config = DriverConfig::default().with_backend(DriverBackend::Epoll);
-    let mut driver = Driver::new(config).unwrap();
-    let mut feeds = Vec::new();
-    for id in 0..2 {
-        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
-        let (cq, hca) = SoftCq::new(4).unwrap();
-        let key = driver
-            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
-            .unwrap();
-        feeds.push((key.id().index as usize, hca, consumer));
-    }
-    driver.process(Some(Duration::ZERO)).unwrap(); // both armed, asleep
+    let (mut driver, mut feeds) = two_feeds_asleep(config);
     driver.faults.fd_polls = Some(0);
     // The first feed's wake is spurious: its turn ends asleep, asking for
     // its poll (refused); the second's has a completion.
@@ -402,20 +427,14 @@ fn a_backend_refusing_one_feeds_poll_fails_the_call_after_every_feeds_turn() {
     feeds[1].1.push(WorkCompletion::new(7)).unwrap();
     // The refused feed's turn first: the call's first turn (before its
     // wait collects the reports) moves the cursor on by one.
-    driver.cursor = feeds[0].0 + 1;
+    driver.cursor = feeds[0].0.id().index as usize + 1;
     let r = driver.process(Some(Duration::ZERO));
     assert!(matches!(r, Err(DriverError::Io(_))), "{r:?}");
     assert!(
         matches!(feeds[1].2.try_dequeue(), Ok(VerbsEvent::Completion { wc, .. }) if wc.wr_id == 7),
         "the feed after the refusal was not served"
     );
-    let mut fd = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&driver),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the call only.
-    assert_eq!(unsafe { libc::poll(&mut fd, 1, 0) }, 1, "the fd is quiet");
+    assert!(fd_readable(&driver), "the fd is quiet");
     driver.faults.fd_polls = None;
     driver.process(Some(Duration::ZERO)).unwrap(); // asks again
 }
@@ -431,17 +450,7 @@ fn a_removal_whose_wait_the_backend_fails_leaves_the_drivers_fd_readable() {
     let config = DriverConfig::default()
         .with_backend(DriverBackend::Epoll)
         .with_budget(1);
-    let mut driver = Driver::new(config).unwrap();
-    let mut feeds = Vec::new();
-    for id in 0..2 {
-        let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
-        let (cq, hca) = SoftCq::new(4).unwrap();
-        let key = driver
-            .register(Feed::new(cq, CqId(id), poster), FeedMode::Event)
-            .unwrap();
-        feeds.push((key, hca, consumer));
-    }
-    driver.process(Some(Duration::ZERO)).unwrap(); // both armed, asleep
+    let (mut driver, mut feeds) = two_feeds_asleep(config);
     // The first feed takes its one completion with its whole budget: it
     // drains on (busy) at its next turn, the removal's, and goes to sleep
     // there, asking for its poll: refused.
@@ -458,13 +467,7 @@ fn a_removal_whose_wait_the_backend_fails_leaves_the_drivers_fd_readable() {
     assert!(matches!(removed, Err(DriverError::Io(_))), "{removed:?}");
     let slot = driver.slots[index].as_ref().unwrap();
     assert!(slot.phase == Phase::Sleeping && !slot.poll_in_flight);
-    let mut fd = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&driver),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the call only.
-    assert_eq!(unsafe { libc::poll(&mut fd, 1, 0) }, 1, "the fd is quiet");
+    assert!(fd_readable(&driver), "the fd is quiet");
     driver.faults.fd_polls = None;
     assert_eq!(driver.remove(feeds[1].0).unwrap().id(), CqId(1));
     let (_, hca, mut consumer) = feeds.swap_remove(0);

@@ -238,39 +238,7 @@ fn a_longest_spin_of_zero_never_probes() {
 /// whole catch (a minute's stream would have spaced probes by minutes).
 #[test]
 fn a_probe_that_turns_spinning_back_on_leaves_the_next_probes_at_their_first_spacing() {
-    let cfg = AdaptiveConfig::default();
-    let mut p = SpinPolicy::new(cfg);
-    for _ in 0..4 {
-        p.expired();
-    }
-    let mut t = Instant::now();
-    p.woken(t);
-    t += cfg.max_spin * PROBE_EVERY;
-    p.woken(t);
-    assert!(p.probing.is_some(), "a probe");
-    // The probe catches a stream 10 µs apart for a minute, then it stops.
-    let end = t + Duration::from_secs(60);
-    while t < end {
-        t += us(10);
-        p.found(t, 5);
-    }
-    p.expired();
-    assert!(p.pays(), "the probe turned spinning back on");
-    // The load turns sparse: spins miss until spinning stops paying.
-    while p.pays() {
-        t += us(200);
-        p.woken(t);
-        p.found(t, 0);
-        p.expired();
-    }
-    t += us(200);
-    p.woken(t); // the interval starts
-    t += cfg.max_spin * PROBE_EVERY;
-    p.woken(t);
-    assert!(
-        p.probing.is_some(),
-        "no probe {PROBE_EVERY} longest spins on"
-    );
+    probe_catching_a_minute_then_ended_by(SpinPolicy::expired);
 }
 
 /// The same when the probe's spin is cut short (the EVD filled behind the
@@ -278,6 +246,14 @@ fn a_probe_that_turns_spinning_back_on_leaves_the_next_probes_at_their_first_spa
 /// length is no probe's cost either.
 #[test]
 fn a_probe_cut_short_after_turning_spinning_back_on_leaves_the_first_spacing() {
+    probe_catching_a_minute_then_ended_by(SpinPolicy::spin_abandoned);
+}
+
+/// A probe (spinning off before it) that catches a stream 10 µs apart for
+/// a minute, its spin then ended by `end`; then the load turns sparse until
+/// spinning stops paying: the probe after that comes [`PROBE_EVERY`]
+/// longest spins after the interval starts.
+fn probe_catching_a_minute_then_ended_by(end: fn(&mut SpinPolicy)) {
     let cfg = AdaptiveConfig::default();
     let mut p = SpinPolicy::new(cfg);
     for _ in 0..4 {
@@ -288,12 +264,12 @@ fn a_probe_cut_short_after_turning_spinning_back_on_leaves_the_first_spacing() {
     t += cfg.max_spin * PROBE_EVERY;
     p.woken(t);
     assert!(p.probing.is_some(), "a probe");
-    let end = t + Duration::from_secs(60);
-    while t < end {
+    let stream_end = t + Duration::from_secs(60);
+    while t < stream_end {
         t += us(10);
         p.found(t, 5);
     }
-    p.spin_abandoned(); // the EVD filled
+    end(&mut p);
     assert!(p.pays(), "the probe turned spinning back on");
     while p.pays() {
         t += us(200);
