@@ -485,9 +485,11 @@ impl DriverHandle {
     /// returns, the driver will never touch the feed again, so no post and
     /// no upcall from it can follow. A device feed the driver added for it
     /// is stopped at once (no post from it either) but dropped at its poll's
-    /// end, a turn later at most: until then it holds a poster of the
-    /// feed's EVD, and its device's events ([`Driver::remove`](super::Driver::remove) waits for
-    /// that too).
+    /// end, a turn later (or, if the backend refuses its cancellation, once
+    /// a later turn's retry is taken, or at the shutdown): until then it
+    /// holds a poster of the feed's EVD, and its device's events
+    /// ([`Driver::remove`](super::Driver::remove) waits for that too, but
+    /// for a refused cancellation).
     ///
     /// ```
     /// use evd_verbs::{Driver, Feed, FeedMode, CqId, VerbsEvent, soft::SoftCq};

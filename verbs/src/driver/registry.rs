@@ -296,8 +296,10 @@ impl Driver {
     /// (removed already, or another driver's key). [`DriverError::Io`] if
     /// the backend failed: refusing the cancellation of the feed's poll (the
     /// feed then stays registered and served, as before the call), or while
-    /// this call waited for it to let go of the feed's fd (the removal is
-    /// then under way: call `remove` again with the key to finish it).
+    /// this call waited for it to let go of the feed's fd or of its device
+    /// feed's (the removal is then under way, the feed perhaps handed back
+    /// already: call `remove` again with the key to finish it and get the
+    /// feed).
     ///
     /// # Panics
     /// Not because of a handler: waiting for the ring, this call gives the
