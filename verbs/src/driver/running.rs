@@ -13,7 +13,6 @@ use super::{Driver, DriverStats};
 use crate::trace;
 use std::any::Any;
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -160,17 +159,14 @@ impl Driver {
         }
         // The device feeds the driver added itself are no feed a key names:
         // dropped here, which gives their devices' events back at once. A
-        // panic of their code is swallowed, as when a `Shutdown` is dropped:
-        // kept, it would make the shutdown drop the keyed feeds with it.
+        // panic of their code is counted and swallowed (`drop_device_feed`
+        // during a shutdown): kept, it would make the shutdown drop the
+        // keyed feeds with it.
         let (added, feeds): (Vec<_>, Vec<_>) = std::mem::take(&mut self.removed)
             .into_iter()
             .partition(|(id, _)| device_feeds.contains(id));
-        for (_id, feed) in added {
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(feed))) {
-                self.stats.handler_panics += 1;
-                let _panic = Panic::new(payload);
-                trace::event!(WARN, feed = ?_id, payload = _panic.message(), "a device feed's drop panicked at the shutdown; swallowed");
-            }
+        for (id, feed) in added {
+            self.drop_device_feed(id, feed);
         }
         Ok(Shutdown {
             feeds,
