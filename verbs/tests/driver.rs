@@ -703,11 +703,18 @@ impl Drop for EventsDroppedWith {
 
 /// A feed whose CQ's device events (the device feed the driver adds for
 /// it) call `handle` to register a feed when dropped, and send the answer.
+/// The feed's consumer is returned to be held: dropped, it closes the EVD,
+/// and the driver lets go of the device feed at its first turn (before the
+/// caller has set `handle`).
 fn feed_whose_device_feed_calls_the_handle_when_dropped(
     handle: std::sync::Arc<std::sync::Mutex<Option<evd_verbs::DriverHandle>>>,
-) -> (Hooked, mpsc::Receiver<Result<(), DriverError>>) {
+) -> (
+    Hooked,
+    evd::Consumer<VerbsEvent>,
+    mpsc::Receiver<Result<(), DriverError>>,
+) {
     let (answer, answered) = mpsc::channel();
-    let (poster, _) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     let cq = HookedCq::new(SoftCq::new(16).unwrap().0);
     let mut once = Some((handle, answer));
     *cq.device_events.lock().unwrap() = Some(Box::new(move || {
@@ -725,7 +732,7 @@ fn feed_whose_device_feed_calls_the_handle_when_dropped(
             at_drop: Some(Box::new(at_drop)),
         }))
     }));
-    (Feed::new(cq, CqId(0), poster), answered)
+    (Feed::new(cq, CqId(0), poster), consumer, answered)
 }
 
 /// The handle call user code made on the driver's thread answered (within
@@ -744,7 +751,8 @@ fn assert_refused_on_the_driver_thread(answered: &mpsc::Receiver<Result<(), Driv
 #[test]
 fn a_handle_call_from_a_device_feed_dropped_at_shutdown_is_refused_not_hung() {
     let handle = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let (feed, answered) = feed_whose_device_feed_calls_the_handle_when_dropped(handle.clone());
+    let (feed, _consumer, answered) =
+        feed_whose_device_feed_calls_the_handle_when_dropped(handle.clone());
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
     driver.register(feed, FeedMode::Event).unwrap();
     let running = driver.spawn().unwrap();
@@ -761,7 +769,8 @@ fn a_handle_call_from_a_device_feed_dropped_at_shutdown_is_refused_not_hung() {
 #[test]
 fn a_handle_call_from_a_device_feed_dropped_by_remove_is_refused_not_hung() {
     let handle = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let (feed, answered) = feed_whose_device_feed_calls_the_handle_when_dropped(handle.clone());
+    let (feed, _consumer, answered) =
+        feed_whose_device_feed_calls_the_handle_when_dropped(handle.clone());
     let (done, removed) = mpsc::channel();
     std::thread::spawn(move || {
         let mut driver = Driver::new(DriverConfig::default()).unwrap();
