@@ -638,12 +638,19 @@ fn many_to_single_by_way_of_disabled_still_waits_for_many_era_handlers() {
     // SingleInstance while another Many-era handler still runs.
     let (poster, consumer) = evd::bounded::<u32>(8).unwrap();
     let entered = Arc::new(Barrier::new(3));
+    let started = Arc::new(AtomicUsize::new(0));
     let release = Arc::new(AtomicBool::new(false));
     let active = Arc::new(AtomicUsize::new(0));
-    let (e, r, a) = (entered.clone(), release.clone(), active.clone());
+    let (e, st, r, a) = (
+        entered.clone(),
+        started.clone(),
+        release.clone(),
+        active.clone(),
+    );
     let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::Any, move |ev, _| {
         let now = a.fetch_add(1, SeqCst) + 1;
         if ev.unwrap() < 3 {
+            st.fetch_add(1, SeqCst);
             e.wait();
             while !r.load(SeqCst) {
                 std::thread::yield_now();
@@ -653,10 +660,17 @@ fn many_to_single_by_way_of_disabled_still_waits_for_many_era_handlers() {
         }
         a.fetch_sub(1, SeqCst);
     });
+    // One after the other: a post that reserves while the first instance
+    // holds the token (before its handler begins) starts no instance, and
+    // its event would wait for a handler that waits for it.
     let posts: Vec<_> = (1..=2)
         .map(|v| {
             let p = poster.clone();
-            std::thread::spawn(move || p.post(v).unwrap())
+            let t = std::thread::spawn(move || p.post(v).unwrap());
+            while started.load(SeqCst) < v as usize {
+                std::thread::yield_now();
+            }
+            t
         })
         .collect();
     entered.wait(); // both ManyInstances handlers are running
