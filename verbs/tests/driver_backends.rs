@@ -397,18 +397,31 @@ fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
     let driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
     let running = driver.spawn().unwrap();
     let handle = running.handle().clone();
-    // A command answered: the driver's thread has turned, and reaped the
-    // end of the creator's poll.
+    // Two commands answered: the driver's thread answers the first in its
+    // first step's turn and only then submits that step's cancellation of
+    // the creator's poll; the second is answered in a later turn, after
+    // that submission. (The end of the creator's poll is work the kernel
+    // gives this thread; it runs at this thread's next kernel entry, the
+    // epoll fd's creation below at the latest.)
     let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
     let (cq, _hca) = SoftCq::new(4).unwrap();
     let key = handle
-        .register(Feed::new(cq, CqId(0), poster), FeedMode::Event)
+        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
+        .unwrap();
+    let second = handle
+        .register(
+            Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster),
+            FeedMode::Event,
+        )
         .unwrap();
     let quiet = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC).unwrap();
     let done = AtomicBool::new(false);
+    let (commanding, commands_began) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         // Commands, each a wake of the driver, while this thread waits.
         s.spawn(|| {
+            let _ = handle.stats();
+            commanding.send(()).unwrap();
             while !done.load(Ordering::Relaxed) {
                 let _ = handle.stats();
                 let _ = handle.register(
@@ -421,6 +434,9 @@ fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
                 );
             }
         });
+        // The wait begins with the commands under way (it tests nothing
+        // while none comes).
+        commands_began.recv().unwrap();
         let mut events = Vec::with_capacity(1);
         let ms = rustix::event::Timespec {
             tv_sec: 0,
@@ -439,6 +455,7 @@ fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
     });
     let mut stopped = running.shutdown().unwrap();
     assert!(stopped.take(key).is_some());
+    assert!(stopped.take(second).is_some());
 }
 
 /// A channel feed blocked on a full EVD by a busy CQ still takes the events
