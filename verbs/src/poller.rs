@@ -80,8 +80,10 @@ struct PollerShared {
     /// Set before the thread starts, cleared (`Release`) when it ends.
     running: AtomicBool,
     /// Feed calls that panicked. Written by the polling thread only (a
-    /// `Relaxed` store of its own count: no read-modify-write), and only
-    /// when one did; read `Relaxed` (it guards no data).
+    /// store of its own count: no read-modify-write), and only when one
+    /// did, after the panic is kept (or, a later one, dropped): stored
+    /// `Release`, loaded `Acquire`, so a reader that saw `n` and then takes
+    /// the kept panic takes one of those `n`, never one kept after.
     handler_panics: AtomicU64,
     /// The first caught panic not taken yet. Locked only when a call
     /// panicked and when it is taken: never on the polling path.
@@ -199,7 +201,6 @@ where
                             Err(payload) => {
                                 crate::trace::event!(ERROR, "a feed call panicked (a handler, most likely); caught, the poller polls on");
                                 panics += 1;
-                                shared.handler_panics.store(panics, Ordering::Relaxed);
                                 // Wrapped first: a panic not kept is dropped
                                 // by `Panic`'s guarded drop.
                                 let panic = Panic::new(payload);
@@ -208,6 +209,9 @@ where
                                 if kept.is_none() {
                                     *kept = Some(panic);
                                 }
+                                drop(kept);
+                                // Counted once kept: see `handler_panics`.
+                                shared.handler_panics.store(panics, Ordering::Release);
                                 idle = false;
                             }
                         }
@@ -255,11 +259,14 @@ where
     /// # poller.stop().unwrap();
     /// ```
     pub fn handler_panics(&self) -> u64 {
-        self.shared.handler_panics.load(Ordering::Relaxed)
+        self.shared.handler_panics.load(Ordering::Acquire)
     }
 
     /// The first panic caught in a feed call and not taken yet. Taking it
-    /// keeps [`Poller::stop`] from reporting it.
+    /// keeps [`Poller::stop`] from reporting it. A panic is kept (or, with
+    /// one already kept, dropped) before [`Poller::handler_panics`] counts
+    /// it: a caller that saw `n` and then takes the kept panic takes one of
+    /// those `n`.
     ///
     /// ```
     /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, soft::SoftCq};

@@ -454,6 +454,10 @@ impl DriverHandle {
     /// [`RunningDriver::shutdown`](super::RunningDriver::shutdown) from
     /// reporting it. Every panic is counted in
     /// [`DriverStats::handler_panics`]; only the first not taken is kept.
+    /// A panic is kept before the count that includes it is published: once
+    /// [`DriverHandle::stats`] shows `n` panics, every one of them has been
+    /// kept or dropped, so a caller that takes the kept panic then takes
+    /// one of those `n`, and a shutdown reports none of them afterwards.
     ///
     /// ```
     /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();

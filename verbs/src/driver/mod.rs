@@ -355,9 +355,15 @@ impl Driver {
     /// [`FeedStats::from_panics`](crate::FeedStats::from_panics)). One
     /// limit: the feed's own counters miss the batch whose post panicked.
     pub fn process(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
-        let activity = self.step(StepWait::Caller(timeout));
+        let r = self.process_unpublished(timeout);
         self.shared.stats.publish(&self.stats);
-        let activity = match activity {
+        r
+    }
+
+    /// [`Driver::process`] but the counters' publication, left to the
+    /// caller (a spawned driver keeps a panic first: `driver/stats.rs`).
+    fn process_unpublished(&mut self, timeout: Option<Duration>) -> Result<Activity, DriverError> {
+        let activity = match self.step(StepWait::Caller(timeout)) {
             Ok(activity) => activity,
             Err(e) => {
                 self.show_work_left_by_a_failure();
@@ -365,12 +371,10 @@ impl Driver {
             }
         };
         let failed = self.failed.take();
-        let reported = match self.caught.take() {
-            Some(p) => DriverError::Panicked(p),
-            None => match failed {
-                Some(e) => e,
-                None => return Ok(activity),
-            },
+        let reported = match (self.caught.take(), failed) {
+            (Some(p), _) => DriverError::Panicked(p),
+            (None, Some(e)) => e,
+            (None, None) => return Ok(activity),
         };
         if activity.busy {
             // The error stands in for the `Activity` that would have said

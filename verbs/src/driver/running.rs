@@ -99,16 +99,25 @@ impl Driver {
 
     fn serve_until_stopped(&mut self) -> Result<Shutdown, DriverError> {
         while !self.shared.stop_requested() {
-            match self.process(None) {
-                Ok(_) => {}
+            let r = self.process_unpublished(None);
+            let failed = match r {
+                Ok(_) => None,
                 // Caught in a feed's turn; the driver is intact: keep the
                 // panic for `take_panic` (or the shutdown) and serve on.
-                Err(DriverError::Panicked(p)) => self.shared.keep_panic(p),
+                // Kept before the count that includes it is published.
+                Err(DriverError::Panicked(p)) => {
+                    self.shared.keep_panic(p);
+                    None
+                }
                 // One feed's verbs call (retried, or the feed given up: its
                 // EVD is told by a `CqError` or a `SourceFailed` event);
                 // counted in the stats, and the other feeds are served on.
-                Err(DriverError::FeedFailed { .. }) => {}
-                Err(e) => return Err(e),
+                Err(DriverError::FeedFailed { .. }) => None,
+                Err(e) => Some(e),
+            };
+            self.shared.stats.publish(&self.stats);
+            if let Some(e) = failed {
+                return Err(e);
             }
         }
         let ids: Vec<FeedId> = self

@@ -18,6 +18,13 @@
 //! - no snapshot across counters: one counter may come from a later call
 //!   than another (no counter guards any other data, so no ordering
 //!   between them is paid for);
+//! - a panic counted is a panic kept: a spawned driver keeps a turn's
+//!   panic (for [`DriverHandle::take_panic`](crate::DriverHandle::take_panic))
+//!   before it publishes the count that includes it, and `handler_panics`
+//!   is stored `Release` and loaded `Acquire` (the one counter that guards
+//!   something: the kept panic), so a reader that saw `n` panics counted
+//!   and then takes the kept one takes one of those `n`, never one a later
+//!   turn keeps;
 //! - final values once the driver is seen stopped: the thread's last
 //!   publish is sequenced before its `Release` store of `running = false`
 //!   ([`PublishedStats::set_stopped`]); a reader whose `Acquire` load sees
@@ -110,8 +117,9 @@ impl PublishedStats {
         self.spin_catches.store(s.spin_catches, Ordering::Relaxed);
         self.spin_misses.store(s.spin_misses, Ordering::Relaxed);
         self.unspun_wakes.store(s.unspun_wakes, Ordering::Relaxed);
+        // Release: the panics counted are kept first (the module notes).
         self.handler_panics
-            .store(s.handler_panics, Ordering::Relaxed);
+            .store(s.handler_panics, Ordering::Release);
         self.feed_failures.store(s.feed_failures, Ordering::Relaxed);
         self.feeds_given_up
             .store(s.feeds_given_up, Ordering::Relaxed);
@@ -128,7 +136,7 @@ impl PublishedStats {
             spin_catches: self.spin_catches.load(Ordering::Relaxed),
             spin_misses: self.spin_misses.load(Ordering::Relaxed),
             unspun_wakes: self.unspun_wakes.load(Ordering::Relaxed),
-            handler_panics: self.handler_panics.load(Ordering::Relaxed),
+            handler_panics: self.handler_panics.load(Ordering::Acquire),
             feed_failures: self.feed_failures.load(Ordering::Relaxed),
             feeds_given_up: self.feeds_given_up.load(Ordering::Relaxed),
         }
