@@ -221,16 +221,16 @@ pub use ibv::teardown;
 
 pub use driver::{
     Activity, AdaptiveConfig, Driver, DriverBackend, DriverConfig, DriverError, DriverHandle,
-    DriverStats, FEED_RETRY_WINDOW, FeedId, FeedKey, FeedMode, PROBE_EVERY, PROBE_EVERY_MAX, Panic,
-    RunningDriver, Shutdown, SpinPolicy,
+    DriverStats, FeedId, FeedKey, FeedMode, PROBE_EVERY, PROBE_EVERY_MAX, Panic, RunningDriver,
+    Shutdown, SpinPolicy,
 };
 pub use event::{
     AsyncElement, AsyncEvent, AsyncEventKind, CmEvent, CmEventKind, CmToken, CqId,
     PRIVATE_DATA_MAX, PrivateData, VerbsEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use feed::{
-    ACK_BATCH, AsyncFeed, ChannelFeed, ChannelFeedStats, CmFeed, Feed, FeedStats, FeedStatus,
-    POLL_BATCH, Progress,
+    ACK_BATCH, AsyncFeed, ChannelFeed, ChannelFeedStats, CmFeed, FEED_RETRY_WINDOW, Feed,
+    FeedStats, FeedStatus, POLL_BATCH, Progress,
 };
 pub use poller::{Poller, Stopped};
 pub use source::{

@@ -523,7 +523,7 @@ fn a_panic_in_the_offer_of_a_device_feeds_events_is_a_turns() {
     }
 }
 
-/// A device's events whose source fails at once.
+/// A device's events whose source fails on every read.
 struct FailsAtOnce(evd_verbs::soft::SoftAsyncEvents);
 
 impl evd_verbs::AsyncEventSource for FailsAtOnce {
@@ -559,6 +559,7 @@ fn a_source_failed_event_whose_conversion_always_panics_is_lost_after_a_second_t
     let (poster, mut consumer) = evd::bounded::<NoSourceFailed>(8).unwrap();
     let (events, _device) = SoftDevice::new().unwrap();
     let mut feed = AsyncFeed::new(FailsAtOnce(events), poster);
+    assert_eq!(feed.progress(16).status, FeedStatus::Budget, "retried");
     for try_ in 1..=2 {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
         assert!(
@@ -588,6 +589,7 @@ fn a_source_failed_event_lost_after_its_tries_is_counted_with_the_evd_closed_or_
         let (poster, consumer) = evd::bounded::<NoSourceFailed>(2).unwrap();
         let (events, _device) = SoftDevice::new().unwrap();
         let mut feed = AsyncFeed::new(FailsAtOnce(events), poster.clone());
+        assert_eq!(feed.progress(16).status, FeedStatus::Budget, "retried");
         for _ in 1..=2 {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| feed.progress(16)));
             assert!(r.is_err());
@@ -632,6 +634,7 @@ fn a_source_failure_of_errno_zero_reads_as_eio() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
     let (events, _device) = SoftDevice::new().unwrap();
     let mut feed = AsyncFeed::new(FailsWithErrnoZero(events), poster);
+    assert_eq!(feed.progress(16).status, FeedStatus::Budget, "retried");
     assert_eq!(feed.progress(16).status, FeedStatus::Failed);
     assert_eq!(feed.failure(), Some(libc::EIO));
     assert!(matches!(

@@ -593,6 +593,56 @@ fn a_given_up_cm_feed_tells_its_evd_last() {
     }
 }
 
+/// A connection manager's channel whose next read fails once (a transient
+/// `ENOMEM` of `rdma_get_cm_event`), its events those of `inner`.
+struct FailsOnce<S> {
+    inner: S,
+    fail_next: bool,
+}
+
+impl<S: CmEventSource> CmEventSource for FailsOnce<S> {
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<CmEvent>> {
+        if std::mem::take(&mut self.fail_next) {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        self.inner.next_event()
+    }
+}
+
+/// A CM feed's channel whose read fails once is read again, not failed:
+/// the driver delivers every event, no `SourceFailed`, and serves the feed
+/// on. (Before, the one error ended the feed: a server stopped hearing of
+/// connections for one `ENOMEM`.)
+#[test]
+fn a_cm_feed_whose_read_fails_once_serves_on() {
+    for backend in BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<CmEvent>(8).unwrap();
+        let (events, cm) = SoftCm::new().unwrap();
+        let established = |id| CmEvent::new(CmEventKind::Established, CmToken(id));
+        cm.raise(established(1));
+        cm.raise(established(2));
+        let mut driver = Driver::new(config(backend)).unwrap();
+        let source = FailsOnce {
+            inner: events,
+            fail_next: true,
+        };
+        let key = driver.register_cm(CmFeed::new(source, poster)).unwrap();
+        let got = take_processing(&mut driver, &mut consumer, 2, none);
+        let ids: Vec<_> = got.iter().map(|e| (e.kind, e.id)).collect();
+        let want = [1, 2].map(|id| (CmEventKind::Established, CmToken(id)));
+        assert_eq!(ids, want, "{backend:?}");
+        cm.raise(established(3));
+        let got = take_processing(&mut driver, &mut consumer, 1, none);
+        assert_eq!(got[0].id, CmToken(3), "{backend:?}: still served");
+        let feed = driver.remove(key).unwrap();
+        assert_eq!(feed.failure(), None, "{backend:?}");
+        assert_eq!(feed.source_errors(), 1, "{backend:?}");
+    }
+}
+
 /// A feed waiting for room holds a place in its EVD's room queue; a turn
 /// that fails while it waits (its channel's `get_event`, for a wake-up the
 /// io_uring backend's multishot poll reports while the feed is blocked)

@@ -47,10 +47,11 @@
 //! ([`DriverError::FeedFailed`]): the other feeds get their turns, and a
 //! spawned driver serves on. The slot retries the feed once (its next turn
 //! arms and drains, as after any failed turn) and gives it up on a failure
-//! within [`FEED_RETRY_WINDOW`] of its last: the feed is armed no more, its
+//! within [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW) of its last: the feed is armed no more, its
 //! CQs are drained, each then delivers a `CqError`, and it gets no turn
 //! after that (a [`ChannelFeed`](crate::ChannelFeed)'s member CQ whose arm
-//! fails is given up at once, the others go on: see there). Only the
+//! fails is given up at once, the others go on: see there; a stream
+//! feed judges its source's reads by the same window itself). Only the
 //! backend's own failure (its ring; no memory; epoll's watch limit) ends a
 //! call ([`DriverError::Io`]).
 
@@ -82,7 +83,6 @@ pub use error::{DriverError, Panic};
 pub(crate) use error::{DropCaught, DropEach, drop_each_caught, drop_each_then_raise};
 pub use key::{FeedId, FeedKey};
 pub use running::{RunningDriver, Shutdown};
-pub use slot::FEED_RETRY_WINDOW;
 pub use stats::DriverStats;
 
 use crate::trace;

@@ -6,7 +6,9 @@ use super::control::Shared;
 use super::cycle::{self, Action, Limits, Observation, Phase, SpinOutcome};
 use super::source::Source;
 use super::{DriverError, DriverStats, FeedId, Panic, SpinPolicy};
-use crate::feed::Progress;
+#[cfg(doc)]
+use crate::feed::FEED_RETRY_WINDOW;
+use crate::feed::{Progress, fails_again};
 use crate::source::PollError;
 use std::any::Any;
 use std::io;
@@ -15,7 +17,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::task::{Context, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A feed's room signal: the waker its EVD's room queue holds.
 pub(super) struct RoomSignal {
@@ -90,16 +92,6 @@ pub(super) struct Slot {
     /// (`driver/device.rs`): removed with it.
     pub(super) device_feed: Option<FeedId>,
 }
-
-/// A failed verbs call of a feed counts as transient if the feed's last
-/// one failed longer ago than this; a second failure within it gives the
-/// feed up. A retry is one more turn of the failing call, and where the
-/// call cannot take what its fd reports (a channel event `get_cq_event`
-/// cannot get), epoll's level-triggered poll reports the fd again at
-/// once: retried without end, such a feed would keep the driver turning
-/// on one CPU. A second is far longer than any transient condition of a
-/// verbs call and far shorter than a consumer's patience.
-pub const FEED_RETRY_WINDOW: Duration = Duration::from_secs(1);
 
 /// Which of a feed's verbs calls failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,9 +227,7 @@ impl Slot {
     ) -> DriverError {
         stats.feed_failures += 1;
         self.poll_spent |= call == FailedCall::GetEvent;
-        let again = self
-            .last_failure
-            .is_some_and(|t| now.saturating_duration_since(t) < FEED_RETRY_WINDOW);
+        let again = fails_again(self.last_failure, now);
         self.last_failure = Some(now);
         // A feed that is done (its EVD closed, or its CQ failed) is served
         // no more already: nothing to retry or give up.

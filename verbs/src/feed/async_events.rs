@@ -81,6 +81,15 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// ([`evd::Poster::post_batch`]), so a panic there costs no event either
     /// (a plain post would lose it, see [`evd::Poster::post`]). An event
     /// whose `From` panicked is lost: there is no `T` for it.
+    ///
+    /// # Source errors
+    ///
+    /// A read of the source that fails is retried: the call returns what it
+    /// delivered with [`FeedStatus::Budget`](crate::FeedStatus::Budget)
+    /// (call again), and only a second failure within
+    /// [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW) of the last fails the
+    /// source ([`AsyncFeed::failure`]). [`AsyncFeed::source_errors`] counts
+    /// them all.
     pub fn progress(&mut self, budget: usize) -> Progress {
         let next = |source: &mut S| {
             let ev = source.next_event()?;
@@ -94,14 +103,17 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
             Ok(ev)
         };
         let convert = |ev| T::from(VerbsEvent::Async(ev));
-        self.feed.progress(budget, next, convert, |_errno| {
+        let failed = |_errno| {
             crate::trace::event!(ERROR, errno = _errno, "the device's async events failed");
             AsyncEvent::new(AsyncEventKind::SourceFailed, AsyncElement::Device)
-        })
+        };
+        self.feed
+            .progress(budget, next, convert, failed, std::time::Instant::now)
     }
 
-    /// The errno its source failed with, if it did (or the one its
-    /// [`Driver`](crate::Driver) gave it up for; EIO for an error of no
+    /// The errno its source failed with, if it did (its reads failed twice
+    /// within [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW); or the errno
+    /// its [`Driver`](crate::Driver) gave it up for; EIO for an error of no
     /// errno): the feed then delivers, once the EVD has room and the source
     /// has no event left, an [`AsyncEventKind::SourceFailed`] event as its last,
     /// and reports [`FeedStatus::Failed`](crate::FeedStatus::Failed).
@@ -118,14 +130,43 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// }
     /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
     /// let mut feed = AsyncFeed::new(Broken, poster);
+    /// let p = feed.progress(16);
+    /// assert_eq!((p.delivered, p.status), (0, FeedStatus::Budget)); // retried
     /// assert_eq!(feed.failure(), None);
     /// let p = feed.progress(16);
     /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Failed));
     /// assert_eq!(feed.failure(), Some(libc::EIO));
+    /// assert_eq!(feed.source_errors(), 2);
     /// assert!(matches!(consumer.try_dequeue(), Ok(VerbsEvent::Async(e)) if e.kind == AsyncEventKind::SourceFailed));
     /// ```
     pub fn failure(&self) -> Option<i32> {
         self.feed.failure()
+    }
+
+    /// Errors its source's reads returned: each one retried, and the one
+    /// that failed it (see [`AsyncFeed::progress`]).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncEvent, AsyncEventSource, AsyncFeed, FeedStatus, VerbsEvent};
+    /// /// A source whose first read fails.
+    /// struct FailsOnce(bool);
+    /// impl AsyncEventSource for FailsOnce {
+    ///     fn fd(&self) -> std::os::fd::RawFd { -1 }
+    ///     fn next_event(&mut self) -> std::io::Result<Option<AsyncEvent>> {
+    ///         if std::mem::replace(&mut self.0, false) {
+    ///             return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+    ///         }
+    ///         Ok(None)
+    ///     }
+    /// }
+    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    /// let mut feed = AsyncFeed::new(FailsOnce(true), poster);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Budget);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Drained);
+    /// assert_eq!((feed.source_errors(), feed.failure()), (1, None));
+    /// ```
+    pub fn source_errors(&self) -> u64 {
+        self.feed.source_errors()
     }
 
     /// Events lost because the event type's `From` panicked on them (the

@@ -79,18 +79,46 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// full EVD's draining upcall runs before an event is taken, or with
     /// the event left in the feed, so its panic costs none); an event whose
     /// `From` panicked is lost.
+    ///
+    /// # Source errors
+    ///
+    /// As [`AsyncFeed::progress`](crate::AsyncFeed::progress): a failed
+    /// read of the channel is retried (the call returns
+    /// [`FeedStatus::Budget`](crate::FeedStatus::Budget)), and only a second
+    /// failure within [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW) of the
+    /// last fails the source ([`CmFeed::failure`]; counted by
+    /// [`CmFeed::source_errors`]).
     pub fn progress(&mut self, budget: usize) -> Progress {
         let next = |source: &mut S| source.next_event();
-        self.feed.progress(budget, next, T::from, |errno| {
+        let failed = |errno: i32| {
             crate::trace::event!(ERROR, errno, "the connection manager's events failed");
             let mut ev = CmEvent::new(CmEventKind::SourceFailed, CmToken::NONE);
             ev.status = -errno;
             ev
-        })
+        };
+        self.feed
+            .progress(budget, next, T::from, failed, std::time::Instant::now)
     }
 
-    /// The errno its source failed with, if it did (or the one its
-    /// [`Driver`](crate::Driver) gave it up for; EIO for an error of no
+    /// Errors its channel's reads returned: each one retried, and the one
+    /// that failed it (see [`CmFeed::progress`]).
+    ///
+    /// ```
+    /// use evd_verbs::{CmEvent, CmEventKind, CmFeed, CmToken, FeedStatus, soft::SoftCm};
+    /// let (poster, mut consumer) = evd::bounded::<CmEvent>(8).unwrap();
+    /// let (events, cm) = SoftCm::new().unwrap();
+    /// let mut feed = CmFeed::new(events, poster);
+    /// cm.raise(CmEvent::new(CmEventKind::Established, CmToken(1)));
+    /// assert_eq!(feed.progress(16).delivered, 1);
+    /// assert_eq!(feed.source_errors(), 0);
+    /// ```
+    pub fn source_errors(&self) -> u64 {
+        self.feed.source_errors()
+    }
+
+    /// The errno its source failed with, if it did (its reads failed twice
+    /// within [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW); or the errno
+    /// its [`Driver`](crate::Driver) gave it up for; EIO for an error of no
     /// errno): the feed then delivers, once the EVD has room and the source
     /// has no event left, a [`CmEventKind::SourceFailed`] event as its last, and
     /// reports [`FeedStatus::Failed`](crate::FeedStatus::Failed).
@@ -107,6 +135,7 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
     /// }
     /// let (poster, mut consumer) = evd::bounded::<CmEvent>(8).unwrap();
     /// let mut feed = CmFeed::new(Broken, poster);
+    /// assert_eq!(feed.progress(16).status, FeedStatus::Budget); // retried
     /// let p = feed.progress(16);
     /// assert_eq!((p.delivered, p.status), (1, FeedStatus::Failed));
     /// assert_eq!(feed.failure(), Some(libc::EIO));

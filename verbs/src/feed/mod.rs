@@ -27,6 +27,7 @@ pub use async_events::AsyncFeed;
 pub use channel::{ChannelFeed, ChannelFeedStats};
 pub use cm::CmFeed;
 pub use cq::{ACK_BATCH, Feed, FeedStats, POLL_BATCH};
+use std::time::{Duration, Instant};
 
 /// How many times a feed builds the event its failure owes (a CQ's
 /// `CqError`, a stream's `SourceFailed`) when the event type's `From`
@@ -35,6 +36,31 @@ pub use cq::{ACK_BATCH, Feed, FeedStats, POLL_BATCH};
 /// the same event twice would on every try, and a feed retrying it for
 /// ever would keep its driver turning, one panic a turn, never done.
 pub(crate) const OWED_EVENT_TRIES: u8 = 2;
+
+/// A failure counts as transient if the last one of the same feed was
+/// longer ago than this; a second failure within it is taken as lasting.
+/// Two kinds of failure are judged by it: a [`Driver`](crate::Driver)'s
+/// verbs call for a feed (`get_cq_event`, an arm, the fd's poll), which
+/// gives the feed up, and a stream feed's source read (an [`AsyncFeed`]'s
+/// or a [`CmFeed`]'s `next_event`, however the feed is run), which fails
+/// the source. A retry is one more call of the failing call, at once, and
+/// where the call cannot take what its fd reports (a channel event
+/// `get_cq_event` cannot get), epoll's level-triggered poll reports the fd
+/// again at once: retried without end, such a feed would keep its runner
+/// turning on one CPU. A second is far longer than any transient
+/// condition of a verbs call (an `ENOMEM`, a signal) and far shorter than
+/// a consumer's patience.
+///
+/// ```
+/// assert_eq!(evd_verbs::FEED_RETRY_WINDOW, std::time::Duration::from_secs(1));
+/// ```
+pub const FEED_RETRY_WINDOW: Duration = Duration::from_secs(1);
+
+/// Whether a failure at `now` is a second one within [`FEED_RETRY_WINDOW`]
+/// of the last (at `last`, if any): then it is taken as lasting.
+pub(crate) fn fails_again(last: Option<Instant>, now: Instant) -> bool {
+    last.is_some_and(|t| now.saturating_duration_since(t) < FEED_RETRY_WINDOW)
+}
 
 /// Why a feed stopped moving completions.
 ///
@@ -50,7 +76,9 @@ pub enum FeedStatus {
     /// The CQ is empty. After [`Feed::arm_and_drain`] this also means the CQ
     /// is armed: it is safe to sleep on the channel fd.
     Drained,
-    /// The budget was used up; more completions may be waiting.
+    /// The budget was used up; more completions may be waiting. For an
+    /// [`AsyncFeed`] or a [`CmFeed`] also: its source's read failed, and is
+    /// retried by the next call ([`FEED_RETRY_WINDOW`]).
     Budget,
     /// The EVD is full: completions wait in the CQ until there is room.
     Backpressure,
@@ -65,8 +93,9 @@ pub enum FeedStatus {
     /// its device's async events (a `CqError` through an [`AsyncFeed`], or
     /// the [`Driver`](crate::Driver)'s device feed), and its feed goes on
     /// polling it.
-    /// For an [`AsyncFeed`] or a
-    /// [`CmFeed`]: its source failed, a `SourceFailed` event
+    /// For an [`AsyncFeed`] or a [`CmFeed`]: its source failed (twice
+    /// within [`FEED_RETRY_WINDOW`], or its driver gave it up), a
+    /// `SourceFailed` event
     /// was delivered (or lost, as a `CqError` is), and nothing more is read
     /// from it.
     Failed,

@@ -3,12 +3,22 @@
 //! acknowledged (a device's async events, the connection manager's events).
 //! [`AsyncFeed`](crate::AsyncFeed) and [`CmFeed`](crate::CmFeed) are this
 //! engine with their source's event type.
+//!
+//! A read of the source that fails is retried: the call returns `Budget`
+//! (call again; the source's events wait in it), and only a second failure
+//! within [`FEED_RETRY_WINDOW`] of the last fails the source, as the
+//! driver's verbs calls are judged: one `ENOMEM` from `rdma_get_cm_event`
+//! in a day does not end a server's connection events. A source the
+//! driver gave up is failed by its first error.
 
+#[cfg(doc)]
+use crate::feed::FEED_RETRY_WINDOW;
 use crate::feed::posting::Posting;
-use crate::feed::{FeedStatus, OWED_EVENT_TRIES, Progress};
+use crate::feed::{FeedStatus, OWED_EVENT_TRIES, Progress, fails_again};
 use evd::{BatchPostError, Poster, RoomWaiter};
 use std::io;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 /// Events from `source` into the EVD of a [`RoomWaiter`]'s poster, in
 /// order. An event the EVD refuses (full, or closed) is held, already
@@ -34,6 +44,12 @@ pub(crate) struct EventFeed<S, T> {
     converting: bool,
     /// Events lost to a panicking `From` (see [`EventFeed::from_panics`]).
     from_panics: u64,
+    /// When the source's read last failed (the module docs: a second
+    /// failure within the window fails the source).
+    last_error: Option<Instant>,
+    /// Errors the source's reads returned: each retried one, and the one
+    /// that failed it.
+    source_errors: u64,
     /// See [`Posting`].
     posting: Posting,
 }
@@ -65,21 +81,26 @@ impl<S, T: Send> EventFeed<S, T> {
             owed_tries: 0,
             converting: false,
             from_panics: 0,
+            last_error: None,
+            source_errors: 0,
             posting: Posting::default(),
         }
     }
 
     /// Deliver up to `budget` events, each taken with `next` and converted
     /// to the EVD's type with `convert` (user code: the type's `From`). Once
-    /// the source has failed (`next` returned an error, or the driver gave
-    /// the feed up and the source had no more), the event `failed` makes of
-    /// the errno is posted last, and the feed reports `Failed` from then on.
+    /// the source has failed (`next` returned an error a second time within
+    /// the retry window, or the driver gave the feed up and the source had
+    /// no more), the event `failed` makes of the errno is posted last, and
+    /// the feed reports `Failed` from then on. `clock` is read when `next`
+    /// fails, and only then.
     pub(crate) fn progress<E>(
         &mut self,
         budget: usize,
         mut next: impl FnMut(&mut S) -> io::Result<Option<E>>,
         convert: impl Fn(E) -> T,
         failed: impl Fn(i32) -> E,
+        mut clock: impl FnMut() -> Instant,
     ) -> Progress {
         let mut delivered = 0;
         if self.converting {
@@ -133,8 +154,20 @@ impl<S, T: Send> EventFeed<S, T> {
                             // source of the caller's own), reads as EIO,
                             // never as 0.
                             let errno = e.raw_os_error().filter(|&e| e > 0).unwrap_or(libc::EIO);
-                            self.state = SourceState::Owed(errno);
-                            continue;
+                            self.source_errors += 1;
+                            let now = clock();
+                            let again = fails_again(self.last_error, now);
+                            self.last_error = Some(now);
+                            if again || self.state != SourceState::Live {
+                                self.state = SourceState::Owed(errno);
+                                continue;
+                            }
+                            crate::trace::event!(
+                                WARN,
+                                errno,
+                                "a stream source's read failed; retried"
+                            );
+                            return stop(delivered, FeedStatus::Budget);
                         }
                     }
                 }
@@ -169,6 +202,12 @@ impl<S, T: Send> EventFeed<S, T> {
     #[allow(clippy::wrong_self_convention)]
     pub(crate) fn from_panics(&self) -> u64 {
         self.from_panics + u64::from(self.converting)
+    }
+
+    /// Errors the source's reads returned: each retried one, and the one that
+    /// failed it.
+    pub(crate) fn source_errors(&self) -> u64 {
+        self.source_errors
     }
 
     /// The errno the source failed with (or was given up for), if it did.
@@ -218,4 +257,94 @@ impl<S, T: Send> EventFeed<S, T> {
 
 fn stop(delivered: usize, status: FeedStatus) -> Progress {
     Progress { delivered, status }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::feed::FEED_RETRY_WINDOW;
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    /// A source of scripted reads; `Ok(None)` once the script ends.
+    type Script = VecDeque<io::Result<Option<u32>>>;
+
+    fn eio() -> io::Result<Option<u32>> {
+        Err(io::Error::from_raw_os_error(libc::EIO))
+    }
+
+    /// The failure event `failed` makes of an errno.
+    const FAILED: u32 = 1000;
+
+    /// One call with the clock at `at` after `start`.
+    fn call(feed: &mut EventFeed<Script, u32>, start: Instant, at: Duration) -> Progress {
+        let next = |s: &mut Script| s.pop_front().unwrap_or(Ok(None));
+        let failed = |errno: i32| FAILED + errno as u32;
+        feed.progress(16, next, |e| e, failed, || start + at)
+    }
+
+    fn feed_of(script: Script) -> (EventFeed<Script, u32>, evd::Consumer<u32>) {
+        let (poster, consumer) = evd::bounded(8).unwrap();
+        (EventFeed::new(script, poster), consumer)
+    }
+
+    fn drain(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {
+        std::iter::from_fn(|| consumer.try_dequeue().ok()).collect()
+    }
+
+    #[test]
+    fn a_failed_read_is_retried_and_a_second_within_the_window_fails_the_source() {
+        let start = Instant::now();
+        let (mut feed, mut consumer) = feed_of([Ok(Some(1)), eio(), eio(), Ok(Some(2))].into());
+        let p = call(&mut feed, start, Duration::ZERO);
+        assert_eq!((p.delivered, p.status), (1, FeedStatus::Budget));
+        assert_eq!((feed.failure(), feed.source_errors()), (None, 1));
+        let just_within = FEED_RETRY_WINDOW - Duration::from_nanos(1);
+        let p = call(&mut feed, start, just_within);
+        assert_eq!((p.delivered, p.status), (1, FeedStatus::Failed));
+        assert_eq!((feed.failure(), feed.source_errors()), (Some(libc::EIO), 2));
+        let failed = FAILED + libc::EIO as u32;
+        assert_eq!(drain(&mut consumer), [1, failed]);
+        assert_eq!(
+            call(&mut feed, start, just_within).status,
+            FeedStatus::Failed
+        );
+        assert_eq!(feed.source.len(), 1, "nothing read after the failure");
+    }
+
+    #[test]
+    fn a_failure_a_window_after_the_last_is_retried_again() {
+        let start = Instant::now();
+        let (mut feed, mut consumer) = feed_of([eio(), Ok(Some(1)), eio(), Ok(Some(2))].into());
+        assert_eq!(
+            call(&mut feed, start, Duration::ZERO).status,
+            FeedStatus::Budget
+        );
+        let p = call(&mut feed, start, FEED_RETRY_WINDOW);
+        assert_eq!((p.delivered, p.status), (1, FeedStatus::Budget));
+        let p = call(&mut feed, start, FEED_RETRY_WINDOW);
+        assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+        assert_eq!((feed.failure(), feed.source_errors()), (None, 2));
+        assert_eq!(drain(&mut consumer), [1, 2]);
+    }
+
+    #[test]
+    fn a_source_its_driver_gave_up_is_failed_by_its_first_error() {
+        let start = Instant::now();
+        let (mut feed, mut consumer) = feed_of([Ok(Some(1)), eio()].into());
+        feed.give_up(libc::EBADF);
+        let p = call(&mut feed, start, Duration::ZERO);
+        assert_eq!((p.delivered, p.status), (2, FeedStatus::Failed));
+        assert_eq!((feed.failure(), feed.source_errors()), (Some(libc::EIO), 1));
+        assert_eq!(drain(&mut consumer), [1, FAILED + libc::EIO as u32]);
+    }
+
+    #[test]
+    fn the_clock_is_read_only_when_a_read_fails() {
+        let (mut feed, _consumer) = feed_of([Ok(Some(1)), Ok(None)].into());
+        let next = |s: &mut Script| s.pop_front().unwrap_or(Ok(None));
+        let clock = || -> Instant { panic!("the clock was read") };
+        let p = feed.progress(16, next, |e| e, |_| FAILED, clock);
+        assert_eq!((p.delivered, p.status), (1, FeedStatus::Drained));
+    }
 }

@@ -7,6 +7,7 @@ use crate::AdaptiveConfig;
 use crate::driver::PROBE_EVERY;
 use crate::feed::FeedStatus;
 use std::task::Poll;
+use std::time::Duration;
 
 /// A source whose polls answer `first_polls` in order, then `poll` (or
 /// panic with it `None`); whose first `take_events_fails` channel reads
