@@ -113,6 +113,12 @@ pub enum ApiOp {
         permit: u8,
         release: bool,
     },
+    /// `post_batch_up_to` of `len % 5` new events, at most `max % 6` of them.
+    PostBatch {
+        poster: u8,
+        len: u8,
+        max: u8,
+    },
 }
 
 /// One fuzz input: the creation capacity, then calls until the input runs out.
@@ -430,6 +436,7 @@ impl Api {
         match op {
             ApiOp::Post { poster } => self.post(poster, false),
             ApiOp::PostLossy { poster } => self.post(poster, true),
+            ApiOp::PostBatch { poster, len, max } => self.post_batch(poster, len % 5, max % 6),
             ApiOp::Reserve { poster } => self.reserve(poster),
             ApiOp::SendPermit { permit } => self.send_permit(permit),
             ApiOp::GiveBackPermit { permit, release } => self.give_back_permit(permit, release),
@@ -695,6 +702,78 @@ impl Api {
             }
             Err(()) => assert!(panicked, "post panicked"),
         }
+    }
+
+    /// `post_batch_up_to(max)` of `len` new events on poster `poster`: as
+    /// many as fit, `min(len, max, free slots)`, from the front, with one
+    /// notification after them all; a refusal (closed, full) or a draining
+    /// upcall that panics leaves every event in the batch.
+    fn post_batch(&mut self, poster: u8, len: u8, max: u8) {
+        let Some(i) = pick(self.posters.len(), poster) else {
+            return;
+        };
+        let mut batch: Vec<Payload> = (0..len).map(|_| self.log.make()).collect();
+        let ids: Vec<u64> = batch.iter().map(|p| p.id).collect();
+        let want = ids.len().min(usize::from(max));
+        let poster = &self.posters[i];
+        let r = guarded(|| poster.post_batch_up_to(&mut batch, usize::from(max)));
+        let left = |batch: &[Payload]| batch.iter().map(|p| p.id).collect::<Vec<_>>();
+        let refused = |r: Result<Result<usize, BatchPostError>, ()>, want| {
+            let r = r.expect("a batch refused, or of nothing, runs no user code");
+            assert_eq!(r, want, "batch of {len}, at most {max}");
+        };
+        if want == 0 {
+            refused(r, Ok(0));
+            assert_eq!(left(&batch), ids, "an empty batch posts nothing");
+            return;
+        }
+        if self.m.closed {
+            refused(r, Err(BatchPostError::Closed));
+            assert_eq!(
+                left(&batch),
+                ids,
+                "a batch refused as closed keeps its events"
+            );
+            return;
+        }
+        if self.drains_before_refusing() && self.run_instance() {
+            assert!(r.is_err(), "the handler panicked inside the batch");
+            assert_eq!(
+                left(&batch),
+                ids,
+                "the draining upcall panicked: nothing posted"
+            );
+            return;
+        }
+        let free = self
+            .m
+            .cap
+            .saturating_sub(self.m.queue.len() + self.m.permits);
+        if free == 0 {
+            refused(r, Err(BatchPostError::Full));
+            assert_eq!(
+                left(&batch),
+                ids,
+                "a batch refused as full keeps its events"
+            );
+            return;
+        }
+        let count = want.min(free);
+        for &id in &ids[..count] {
+            self.m.post(id, Ok(()));
+        }
+        let panicked = self.notify_after_post();
+        match r {
+            Ok(r) => {
+                assert!(
+                    !panicked,
+                    "the batch returned; the waker or handler should have panicked"
+                );
+                assert_eq!(r, Ok(count), "batch of {len}, at most {max}, {free} free");
+            }
+            Err(()) => assert!(panicked, "the batch panicked"),
+        }
+        assert_eq!(left(&batch), ids[count..], "the batch's events not posted");
     }
 
     /// A full ring (queued or promised) with events queued, under an
