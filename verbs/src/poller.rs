@@ -206,11 +206,17 @@ where
                                 let panic = Panic::new(payload);
                                 let mut kept =
                                     shared.panic.lock().unwrap_or_else(|e| e.into_inner());
-                                if kept.is_none() {
-                                    *kept = Some(panic);
-                                }
+                                let spare = match *kept {
+                                    None => {
+                                        *kept = Some(panic);
+                                        None
+                                    }
+                                    Some(_) => Some(panic),
+                                };
                                 drop(kept);
-                                // Counted once kept: see `handler_panics`.
+                                drop(spare);
+                                // Counted once kept or dropped: see
+                                // `handler_panics`.
                                 shared.handler_panics.store(panics, Ordering::Release);
                                 idle = false;
                             }

@@ -576,8 +576,8 @@ impl Drop for Driver {
             // the shutdown, which would lose the `Shutdown` to a thread that
             // ended in a panic.
             self.stats.handler_panics += 1;
-            self.shared.stats.publish(&self.stats);
             self.shared.keep_panic(panic);
+            self.shared.stats.publish(&self.stats);
         } else if !std::thread::panicking() {
             // The caller's own driver: the panic is theirs, raised here (not
             // during an unwinding, which would abort the process).

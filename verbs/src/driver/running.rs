@@ -73,6 +73,9 @@ impl Driver {
         if self.wake_poll_in_flight {
             let _ = self.backend.cancel_wake();
         }
+        // One the caller's own `process` caught and did not report (its
+        // step failed after it).
+        self.keep_caught_panic();
         let r = self.serve_until_stopped();
         if r.is_err() {
             // Failed: the feeds go with the driver, nobody to hand them to;
@@ -89,12 +92,20 @@ impl Driver {
                 trace::event!(ERROR, error = %_e, stats = ?self.stats, "driver thread failed");
             }
         }
-        // The last publish, before the thread's `RunningMark` says it ended.
+        // The last publish, before the thread's `RunningMark` says it ended
+        // (and after the last panic is kept, as every publish).
+        self.keep_caught_panic();
         self.shared.stats.publish(&self.stats);
+        r
+    }
+
+    /// Keep the panic a turn caught and no `process` reported (a step that
+    /// failed after it, a removal's or shutdown's step), if any: called
+    /// before every publish of the counters (`driver/stats.rs`).
+    fn keep_caught_panic(&mut self) {
         if let Some(p) = self.caught.take() {
             self.shared.keep_panic(p);
         }
-        r
     }
 
     fn serve_until_stopped(&mut self) -> Result<Shutdown, DriverError> {
@@ -104,7 +115,6 @@ impl Driver {
                 Ok(_) => None,
                 // Caught in a feed's turn; the driver is intact: keep the
                 // panic for `take_panic` (or the shutdown) and serve on.
-                // Kept before the count that includes it is published.
                 Err(DriverError::Panicked(p)) => {
                     self.shared.keep_panic(p);
                     None
@@ -115,6 +125,9 @@ impl Driver {
                 Err(DriverError::FeedFailed { .. }) => None,
                 Err(e) => Some(e),
             };
+            // A step that failed may have caught a panic before: every
+            // panic counted is kept before the count is published.
+            self.keep_caught_panic();
             self.shared.stats.publish(&self.stats);
             if let Some(e) = failed {
                 return Err(e);

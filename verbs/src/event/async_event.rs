@@ -88,8 +88,9 @@ pub enum AsyncEventKind {
     /// `IBV_EVENT_WQ_FATAL`.
     WqFatal,
     /// Not from libibverbs: the feed's source of async events failed for
-    /// good (reading an event failed, or a [`Driver`](crate::Driver) gave
-    /// the feed up because waiting on its fd kept failing), so this is the
+    /// good (reading an event failed twice within
+    /// [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW), or a
+    /// [`Driver`](crate::Driver) gave the feed up because waiting on its fd kept failing), so this is the
     /// last event of that feed: no later async event of the device reaches
     /// the EVD through it. Element [`AsyncElement::Device`]; the errno is
     /// the feed's [`AsyncFeed::failure`](crate::AsyncFeed::failure).

@@ -87,8 +87,9 @@ pub enum CmEventKind {
     /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`: the QP may be reused.
     TimewaitExit,
     /// Not from librdmacm: the feed's event channel failed for good
-    /// (reading an event failed, or a [`Driver`](crate::Driver) gave the
-    /// feed up because waiting on its fd kept failing), so this is the last
+    /// (reading an event failed twice within
+    /// [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW), or a
+    /// [`Driver`](crate::Driver) gave the feed up because waiting on its fd kept failing), so this is the last
     /// event of that feed: no later connection event reaches the EVD
     /// through it. Its `id` is [`CmToken::NONE`], its `status` the negative
     /// errno. [`CmEventKind::to_raw`] gives `u32::MAX` for it, and
