@@ -113,6 +113,11 @@ pub enum ApiOp {
         permit: u8,
         release: bool,
     },
+    /// `try_reserve_owned` on clones of a poster until one is refused (at
+    /// a full ring, or with `Permit::MAX_OUT` permits out).
+    ReserveAll {
+        poster: u8,
+    },
     /// `post_batch_up_to` of `len % 5` new events, at most `max % 6` of them.
     PostBatch {
         poster: u8,
@@ -199,18 +204,21 @@ impl Wake for TestWaker {
     }
 }
 
-/// What the handler saw: payload ids, and overflow reports.
+/// What the handler saw: payload ids, overflow reports, and each call's
+/// `more`.
 #[derive(Default)]
 struct Seen {
     events: Vec<u64>,
     overflows: Vec<u64>,
+    more: Vec<bool>,
 }
 
 fn handler(
     seen: Arc<Mutex<Seen>>,
     panics: bool,
 ) -> impl Fn(Result<Payload, Overflow>, bool) + Send + Sync + 'static {
-    move |ev, _more| {
+    move |ev, more| {
+        seen.lock().unwrap().more.push(more);
         let id = match &ev {
             Ok(p) => {
                 seen.lock().unwrap().events.push(p.id);
@@ -258,6 +266,8 @@ struct Api {
     handler_panics: bool,
     seen: Arc<Mutex<Seen>>,
     delivered: Vec<u64>,
+    /// The `more` each handler call must see, in order.
+    more: Vec<bool>,
     upcalls: u64,
     wakes: u64,
     registered: Registered,
@@ -303,6 +313,8 @@ impl Api {
                 self.m.overflow = 0;
                 self.m.last_was_report = true;
                 self.upcalls += 1;
+                // `more`: an event published behind the report.
+                self.more.push(!self.m.queue.is_empty());
                 continue;
             }
             let Some(id) = self.m.queue.pop_front() else {
@@ -315,6 +327,9 @@ impl Api {
             self.m.dequeued += 1;
             self.upcalls += 1;
             self.delivered.push(id);
+            // `more`: another event published behind this one (on one
+            // thread, every post is published before the instance looks).
+            self.more.push(!self.m.queue.is_empty());
             if self.handler_panics && id % 3 == 0 {
                 // Abandoned: the token goes back, NOTIFIED stays.
                 return true;
@@ -330,6 +345,7 @@ impl Api {
     fn check_seen(&self) {
         let seen = self.seen.lock().unwrap();
         assert_eq!(seen.events, self.delivered, "handler saw other events");
+        assert_eq!(seen.more, self.more, "the handler's `more`");
     }
 
     fn query(&self) -> Option<evd::Query> {
@@ -392,6 +408,7 @@ pub fn run(input: &Input) {
         handler_panics: false,
         seen: Arc::new(Mutex::new(Seen::default())),
         delivered: Vec::new(),
+        more: Vec::new(),
         upcalls: 0,
         wakes: 0,
         registered: Registered::None,
@@ -437,7 +454,17 @@ impl Api {
             ApiOp::Post { poster } => self.post(poster, false),
             ApiOp::PostLossy { poster } => self.post(poster, true),
             ApiOp::PostBatch { poster, len, max } => self.post_batch(poster, len % 5, max % 6),
-            ApiOp::Reserve { poster } => self.reserve(poster),
+            ApiOp::Reserve { poster } => {
+                self.reserve(poster);
+            }
+            ApiOp::ReserveAll { poster } => {
+                // Refused at the latest once MAX_OUT permits are out.
+                for _ in 0..=evd::Permit::<Payload>::MAX_OUT {
+                    if !self.reserve(poster) {
+                        break;
+                    }
+                }
+            }
             ApiOp::SendPermit { permit } => self.send_permit(permit),
             ApiOp::GiveBackPermit { permit, release } => self.give_back_permit(permit, release),
             ApiOp::ClonePoster { poster } => {
@@ -802,9 +829,9 @@ impl Api {
     /// `try_reserve_owned` on a clone of poster `poster`: a permit if a slot
     /// is neither queued nor promised (after the upcall that drains a full
     /// ring, as a post); the clone comes back with a refusal.
-    fn reserve(&mut self, poster: u8) {
+    fn reserve(&mut self, poster: u8) -> bool {
         let Some(i) = pick(self.posters.len(), poster) else {
-            return;
+            return false;
         };
         let p = self.posters[i].clone();
         let r = guarded(move || p.try_reserve_owned());
@@ -814,7 +841,7 @@ impl Api {
             if self.drains_before_refusing() && self.run_instance() {
                 // The handler's panic comes out of the call; no permit taken.
                 assert!(r.is_err(), "the handler panicked inside try_reserve");
-                return;
+                return false;
             }
             if self.m.is_full() || self.m.permits == evd::Permit::<Payload>::MAX_OUT {
                 Err(BatchPostError::Full)
@@ -827,10 +854,12 @@ impl Api {
                 assert_eq!(want, Ok(()), "try_reserve gave a permit");
                 self.m.permits += 1;
                 self.permits.push(permit);
+                true
             }
             Err((e, p)) => {
                 assert_eq!(want, Err(e), "try_reserve refused");
                 self.posters.push(p);
+                false
             }
         }
     }

@@ -74,12 +74,14 @@ impl<'a> Arbitrary<'a> for Input {
     }
 }
 
-/// Capacity argument: 0, far too large, or a small size.
+/// Capacity argument: 0, far too large, room for more permits than may be
+/// out at once ([`evd::Permit::MAX_OUT`]), or a small size.
 pub fn capacity_arg(b: u8) -> usize {
     match b {
         0 => 0,
         255 => evd::MAX_CAPACITY + 1,
         254 => usize::MAX,
+        253 => evd::Permit::<()>::MAX_OUT + 45,
         b => (b % 40) as usize,
     }
 }
