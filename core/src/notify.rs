@@ -44,6 +44,11 @@ impl NotifyTargets {
         self.waker.wake();
     }
 
+    /// Take the waker out unwoken (the consumer gone: [`WakerSlot::take_unwoken`]).
+    pub(crate) fn take_waker(&self) -> Option<Waker> {
+        self.waker.take_unwoken()
+    }
+
     /// Deliver a notification to every target.
     #[inline]
     pub(crate) fn notify(&self) {

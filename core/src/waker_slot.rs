@@ -181,6 +181,16 @@ impl WakerSlot {
         }
     }
 
+    /// Take the registered waker out without waking it: the consumer is
+    /// gone, and its waker (user code) is dropped by the caller, on the
+    /// consumer's thread, not by whichever handle frees the EVD last. `None`
+    /// if a notifier is taking it out now (it wakes and drops it). A
+    /// notifier that comes meanwhile leaves the wake to this take and wakes
+    /// nobody: right only because no consumer is left to wait.
+    pub(crate) fn take_unwoken(&self) -> Option<Waker> {
+        self.take()
+    }
+
     /// Take the registered waker out, or leave the wake to the registering
     /// consumer.
     fn take(&self) -> Option<Waker> {
@@ -197,7 +207,9 @@ impl WakerSlot {
                 waker
             }
             // The consumer holds the cell (it wakes for us), or another
-            // notifier is taking the waker out (one wake suffices).
+            // notifier is taking the waker out (one wake suffices), or the
+            // consumer's drop is ([`WakerSlot::take_unwoken`]: nobody is
+            // left to wake).
             _ => None,
         }
     }

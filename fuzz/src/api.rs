@@ -643,10 +643,12 @@ impl Api {
     }
 
     /// A dropped consumer drops the queued events at once (its head moves
-    /// past them).
+    /// past them), and the waker a wait left registered (taken out
+    /// unwoken: nobody is left to wake).
     fn drop_queued(&mut self) {
         self.m.dequeued += self.m.queue.len() as u64;
         self.m.queue.clear();
+        self.registered = Registered::None;
     }
 
     fn close(&mut self) {

@@ -545,6 +545,12 @@ impl<T> Drop for Consumer<T> {
         panics.run(|| self.shared.close());
         if self.shared.instances() == 0 {
             panics.run(|| self.shared.drop_queued_after_close());
+            // A waker a future registered and no notification took (its
+            // arm withdrawn, or a wait that found its event at the last
+            // look) is this consumer's user code: dropped here, under the
+            // guard, not by the poster that frees the EVD last (perhaps
+            // while it unwinds, where its panic would abort).
+            panics.drop(self.shared.take_waker());
         } else {
             // Dropped from inside its own upcall (the dispatcher being taken
             // apart): an instance still holds the consumer side, this

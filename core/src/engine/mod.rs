@@ -372,6 +372,12 @@ impl<T> Shared<T> {
         self.targets.wake_waker();
     }
 
+    /// The registered waker, taken out unwoken: the consumer is gone (its
+    /// drop drops it, under its own panic guard).
+    pub(crate) fn take_waker(&self) -> Option<Waker> {
+        self.targets.take_waker()
+    }
+
     /// The EVD's notification eventfd, made on first use. The call that makes
     /// it writes it once if a notification already fired (`NOTIFIED`): a
     /// post that took `ARMED` before the eventfd existed wrote only the

@@ -433,7 +433,9 @@ impl<T: Send> Upcalls<T> {
     /// [`Consumer::into_upcalls`], whose `Drop` panics): the consumer is then
     /// dropped, not handed back (the EVD closes, what is queued is dropped),
     /// once no upcall is in flight. A [`Upcalls::set_policy`] that waits for
-    /// instances may raise that panic too, leaving upcalls disabled.
+    /// instances may raise that panic too, leaving upcalls disabled. Such a
+    /// waker that no wait replaced goes with the consumer: dropping the
+    /// consumer handed back (or the `Upcalls`) raises its panic.
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};

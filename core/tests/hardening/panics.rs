@@ -1318,3 +1318,38 @@ fn futures_dropped_by_an_unwind_whose_registered_waker_panics_on_drop_do_not_abo
     let taken = vec![consumer.try_dequeue().unwrap().take()];
     check_consumer("registered wakers", poster, consumer, ledger, taken);
 }
+
+/// A waker a `Recv` registered and no notification took (here: the future
+/// dropped on an EVD bound to a CNO, whose withdrawal clears the arm and
+/// leaves the waker in place) is the consumer's user code: it goes with the
+/// consumer, its drop's panic out of the consumer's drop. It used to stay
+/// registered until the last poster freed the EVD, and a poster dropped by
+/// an unwinding then raised a second panic (an abort of the process).
+#[test]
+fn a_waker_the_consumer_left_registered_goes_with_the_consumer() {
+    quiet_planted_panics();
+    let cno = Cno::new(2).unwrap();
+    let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
+    consumer.bind_cno(&cno, 5).unwrap();
+    {
+        let mut recv = consumer.recv();
+        let w = Waker::from(Arc::new(PanicsOnDrop(AtomicU64::new(0))));
+        assert!(poll_once(&mut recv, &w).is_pending());
+    }
+    // Leaked if the assertion below fails: dropped by that failure's
+    // unwinding, it would run the waker's drop and abort the test binary.
+    let poster = std::mem::ManuallyDrop::new(poster);
+    let dropped = caught(move || drop(consumer));
+    assert!(
+        dropped.is_err(),
+        "the waker's drop ran in the consumer's, and its panic came out"
+    );
+    // The last handle, dropped by an unwinding: an abort here is the
+    // failure (a second panic during the first).
+    let poster = std::mem::ManuallyDrop::into_inner(poster);
+    let unwound = caught(move || {
+        let _last = poster;
+        plant();
+    });
+    assert!(unwound.is_err(), "the poster's own panic goes on, alone");
+}
