@@ -95,13 +95,15 @@ struct Channel {
     /// may run meanwhile (`CmId::on_a_device`), and no second resolution
     /// may start (only the call that set the mark, or its event, ends it).
     resolving: Mutex<Vec<CmToken>>,
-    /// Held around the two librdmacm calls that write an identifier's
+    /// Held around the librdmacm calls that write or read an identifier's
     /// fields in user space on different threads: getting an event (which
-    /// processes it into its identifier, in `CmEvents::next_event`) and
+    /// processes it into its identifier, in `CmEvents::next_event`),
     /// `rdma_resolve_addr` (which copies the destination into the
     /// identifier after the kernel call, when the kernel may have resolved
-    /// it already). Taken before any other lock of the channel, and held
-    /// over no user code and no blocking call.
+    /// it already) and `rdma_resolve_route` (which reads the route a
+    /// RouteResolved event's processing writes, on kernels without AF_IB).
+    /// Taken before any other lock of the channel, and held over no user
+    /// code and no blocking call.
     id_writes: Mutex<()>,
     /// The callers' tokens of the identifiers alive on this channel: a
     /// token names one identifier's events, so [`CmId::new`] refuses one in

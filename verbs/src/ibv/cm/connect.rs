@@ -121,8 +121,8 @@ impl CmId {
     ///
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) before the identifier
     /// has a device or while its address is being resolved (its
-    /// [`CmEventKind::AddrResolved`] not delivered yet: nothing is done
-    /// then) or if `params.private_data` is over 255 bytes;
+    /// [`CmEventKind::AddrResolved`] not read from the channel yet: nothing
+    /// is done then) or if `params.private_data` is over 255 bytes;
     /// the errno of moving `qp` to INIT (`rdma_init_qp_attr`,
     /// `ibv_modify_qp`) or of `rdma_connect`.
     ///
@@ -339,7 +339,7 @@ impl CmId {
     ///
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) while the identifier's
     /// address is being resolved (its [`CmEventKind::AddrResolved`] not
-    /// delivered yet); the errno of `rdma_disconnect`, as an [`io::Error`].
+    /// read from the channel yet); the errno of `rdma_disconnect`, as an [`io::Error`].
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {

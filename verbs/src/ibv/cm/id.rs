@@ -226,7 +226,9 @@ impl CmId {
     ///
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) while an earlier
     /// resolution is in flight (its [`AddrResolved`](CmEventKind::AddrResolved)
-    /// or [`AddrError`](CmEventKind::AddrError) event not delivered yet); the
+    /// or [`AddrError`](CmEventKind::AddrError) event not read from the
+    /// channel yet: the resolution ends when its feed reads it, whether or
+    /// not the event then reaches the EVD); the
     /// errno of `rdma_resolve_addr`, as an [`io::Error`]. A resolution that
     /// fails later is an [`AddrError`](CmEventKind::AddrError) event instead.
     ///
@@ -256,7 +258,7 @@ impl CmId {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "an address resolution of this identifier is in flight: \
-                 its AddrResolved or AddrError event is not delivered",
+                 its AddrResolved or AddrError event is not read yet",
             ));
         }
         // SAFETY: a live id and a sockaddr valid for the call (copied).
@@ -279,7 +281,8 @@ impl CmId {
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) before the identifier
     /// has a device (see [`device_name`](CmId::device_name)), or while its
     /// address is being resolved: its
-    /// [`AddrResolved`](CmEventKind::AddrResolved) event not delivered yet;
+    /// [`AddrResolved`](CmEventKind::AddrResolved) event not read from the
+    /// channel yet;
     /// the errno of `rdma_resolve_route`, as an [`io::Error`]. A resolution
     /// that fails later is a [`RouteError`](CmEventKind::RouteError) event
     /// instead.
@@ -305,7 +308,14 @@ impl CmId {
     /// ```
     pub fn resolve_route(&self, timeout: Duration) -> io::Result<()> {
         self.on_a_device()?;
-        // SAFETY: a live id, with a device (librdmacm reads it unchecked).
+        // Serialised with the channel's event processing: librdmacm's
+        // processing of a RouteResolved event writes the identifier's route
+        // (`ucma_query_route`, on kernels without AF_IB) while this call
+        // reads it (`ucma_set_ib_route`), as a second resolution issued
+        // before the first's event was read would.
+        let _writes = self._channel.id_writes();
+        // SAFETY: a live id, with a device (librdmacm reads it unchecked),
+        // its fields written by no other thread meanwhile (the lock above).
         check(unsafe { ffi::rdma_resolve_route(self.id, millis(timeout)) })
     }
 
@@ -325,7 +335,7 @@ impl CmId {
         }
         Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "the identifier's address is being resolved: its AddrResolved event is not delivered",
+            "the identifier's address is being resolved: its AddrResolved event is not read yet",
         ))
     }
 
@@ -336,7 +346,7 @@ impl CmId {
         Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "the identifier has no device yet, or its address is being resolved: \
-             its AddrResolved event is not delivered",
+             its AddrResolved event is not read yet",
         ))
     }
 
