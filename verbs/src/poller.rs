@@ -17,7 +17,10 @@ use std::time::Duration;
 /// It never sleeps: it trades a core for the lowest latency.
 ///
 /// Stopping (or dropping) it joins the thread; no post (hence no upcall)
-/// from its feeds happens after that returns.
+/// from its feeds happens after that returns. The join waits for the feed
+/// call under way, which moves up to `budget` completions, each post
+/// running the EVD's upcall handler under an upcall policy: do not stop
+/// (or drop) a poller while holding a lock such a handler takes.
 ///
 /// It polls CQs only: nobody reads the devices' async events unless the
 /// application does (an [`AsyncFeed`](crate::AsyncFeed) of its own, or a
@@ -33,7 +36,9 @@ use std::time::Duration;
 /// and the thread polls on, every feed included (a feed's state is
 /// consistent at each point where it runs user code: see
 /// [`Driver::process`](crate::Driver::process) for what the feed keeps).
-/// [`Poller::stop`] reports a panic nobody took.
+/// [`Poller::stop`] reports a panic nobody took; dropping the poller
+/// instead drops that panic (take it first to see it), as dropping a
+/// [`RunningDriver`](crate::RunningDriver) does.
 ///
 /// ```
 /// use evd_verbs::{Feed, Poller, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
@@ -299,9 +304,11 @@ where
     /// [`DriverError::OnDriverThread`] when called on the poller's own
     /// thread (from such an upcall), where joining would wait for itself:
     /// the poller is asked to stop, and stops when the feed call that ran
-    /// that upcall returns (what that call's batch still held is posted, no
-    /// other feed is served); its feeds are dropped on its thread, not
-    /// handed back (a panic of their code there is swallowed).
+    /// that upcall returns (that call runs to its end: up to its `budget`
+    /// of completions more are posted, each post running the upcall again;
+    /// no other feed is served); its feeds are dropped on its thread, not
+    /// handed back (a panic of their code there is swallowed, and so is a
+    /// kept panic nobody took).
     ///
     /// # Panics
     /// Never: see Errors.

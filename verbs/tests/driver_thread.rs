@@ -119,6 +119,17 @@ fn a_poller_whose_handler_panicked_stops_with_the_panic_not_a_second_one() {
 }
 
 #[test]
+fn a_dropped_poller_whose_handler_panicked_does_not_panic_again() {
+    let (poster, _up, ran) = panicking_evd("a dropped poller's handler failed");
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), poster)], 16).unwrap();
+    hca.push(wc(1)).unwrap();
+    ran.recv_timeout(WATCHDOG)
+        .expect("the handler ran on the poller thread");
+    drop(poller); // joins; the panic nobody took is dropped, not resumed here
+}
+
+#[test]
 fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked() {
     use std::sync::{Arc, Mutex, OnceLock, mpsc};
     let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();

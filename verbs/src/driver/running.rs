@@ -248,7 +248,8 @@ impl Driver {
 /// the driver serves on, every feed included, the one whose handler
 /// panicked too (see [`Driver::process`](super::Driver::process)). No call
 /// on this type panics because of it: [`RunningDriver::shutdown`] reports a
-/// panic nobody took as [`DriverError::Panicked`].
+/// panic nobody took as [`DriverError::Panicked`]; dropping the driver
+/// instead drops that panic (take it first to see it).
 ///
 /// ```
 /// let running = evd_verbs::Driver::new(Default::default()).unwrap().spawn().unwrap();
