@@ -626,10 +626,38 @@ fn dropping_every_poster_ends_an_async_receiver() {
 
 // ---- Poster::closed: the future that resolves once the EVD is closed -------
 
+/// A thread awaiting `poster.closed()`, returned once its future has been
+/// polled and found the EVD open (registered before the close to come).
+fn awaiting_closed(poster: evd::Poster<u32>) -> std::thread::JoinHandle<()> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let mut closed = pin!(poster.closed());
+        let (woken_tx, woken_rx) = mpsc::channel();
+        let waker = Waker::from(Arc::new(SendOnWake(std::sync::Mutex::new(woken_tx))));
+        assert!(poll_once(closed.as_mut(), &waker).is_pending(), "open");
+        ready_tx.send(()).unwrap();
+        woken_rx
+            .recv_timeout(common::STALL_LIMIT)
+            .expect("the close wakes the registered future");
+        assert_eq!(poll_once(closed.as_mut(), &waker), Poll::Ready(()));
+    });
+    ready_rx.recv().unwrap();
+    t
+}
+
+/// A waker that sends `()` on each wake.
+struct SendOnWake(std::sync::Mutex<mpsc::Sender<()>>);
+
+impl std::task::Wake for SendOnWake {
+    fn wake(self: Arc<Self>) {
+        let _ = self.0.lock().unwrap().send(());
+    }
+}
+
 #[test]
 fn closed_resolves_when_the_consumer_closes() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    let t = std::thread::spawn(move || block_on(poster.closed()));
+    let t = awaiting_closed(poster);
     consumer.close();
     t.join().unwrap();
 }
@@ -637,7 +665,7 @@ fn closed_resolves_when_the_consumer_closes() {
 #[test]
 fn closed_resolves_when_the_consumer_is_dropped() {
     let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
-    let t = std::thread::spawn(move || block_on(poster.closed()));
+    let t = awaiting_closed(poster);
     drop(consumer);
     t.join().unwrap();
 }
