@@ -444,6 +444,25 @@ pub fn run(input: &Input) {
     log.assert_all_dropped_once();
 }
 
+/// The outcome of a call that posted, then notified: returned (`Some`), or
+/// panicked (`None`) exactly when the model says the notification's waker
+/// or handler panicked.
+fn returned_unless_notify_panicked<R>(r: Result<R, ()>, panicked: bool, call: &str) -> Option<R> {
+    match r {
+        Ok(r) => {
+            assert!(
+                !panicked,
+                "{call} returned; the waker or handler should have panicked"
+            );
+            Some(r)
+        }
+        Err(()) => {
+            assert!(panicked, "{call} panicked");
+            None
+        }
+    }
+}
+
 fn pick(n: usize, b: u8) -> Option<usize> {
     (n > 0).then(|| b as usize % n)
 }
@@ -713,23 +732,16 @@ impl Api {
             self.m.post(id, Ok(()));
         }
         let panicked = self.notify_after_post();
-        match r {
-            Ok(r) => {
-                assert!(
-                    !panicked,
-                    "post returned; the waker or handler should have panicked"
-                );
-                let want = match (lossy, full) {
-                    (false, _) => None,
-                    (true, false) => Some(evd::Lossy::Posted),
-                    (true, true) => Some(evd::Lossy::Lost),
-                };
-                match r {
-                    Ok(got) => assert_eq!(got, want, "post result"),
-                    Err(e) => panic!("post refused on an open EVD with room: {e}"),
-                }
+        if let Some(r) = returned_unless_notify_panicked(r, panicked, "post") {
+            let want = match (lossy, full) {
+                (false, _) => None,
+                (true, false) => Some(evd::Lossy::Posted),
+                (true, true) => Some(evd::Lossy::Lost),
+            };
+            match r {
+                Ok(got) => assert_eq!(got, want, "post result"),
+                Err(e) => panic!("post refused on an open EVD with room: {e}"),
             }
-            Err(()) => assert!(panicked, "post panicked"),
         }
     }
 
@@ -792,15 +804,8 @@ impl Api {
             self.m.post(id, Ok(()));
         }
         let panicked = self.notify_after_post();
-        match r {
-            Ok(r) => {
-                assert!(
-                    !panicked,
-                    "the batch returned; the waker or handler should have panicked"
-                );
-                assert_eq!(r, Ok(count), "batch of {len}, at most {max}, {free} free");
-            }
-            Err(()) => assert!(panicked, "the batch panicked"),
+        if let Some(r) = returned_unless_notify_panicked(r, panicked, "the batch") {
+            assert_eq!(r, Ok(count), "batch of {len}, at most {max}, {free} free");
         }
         assert_eq!(left(&batch), ids[count..], "the batch's events not posted");
     }

@@ -101,14 +101,23 @@ fn shutdown_from_an_upcall_on_the_driver_thread_is_refused_not_a_deadlock() {
     drop(up.teardown());
 }
 
-#[test]
-fn a_poller_whose_handler_panicked_stops_with_the_panic_not_a_second_one() {
-    let (poster, _up, ran) = panicking_evd("a poller's handler failed");
+/// A poller whose thread has run a handler that panicked with `message`,
+/// and the dispatcher (kept alive so that its EVD stays open).
+fn poller_whose_handler_panicked(
+    message: &'static str,
+) -> (Poller<SoftCq>, evd::Upcalls<VerbsEvent>) {
+    let (poster, up, ran) = panicking_evd(message);
     let (cq, hca) = SoftCq::new(64).unwrap();
     let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), poster)], 16).unwrap();
     hca.push(wc(1)).unwrap();
     ran.recv_timeout(WATCHDOG)
         .expect("the handler ran on the poller thread");
+    (poller, up)
+}
+
+#[test]
+fn a_poller_whose_handler_panicked_stops_with_the_panic_not_a_second_one() {
+    let (poller, _up) = poller_whose_handler_panicked("a poller's handler failed");
     match poller.stop() {
         Err(DriverError::Panicked(p)) => {
             assert_eq!(p.message(), Some("a poller's handler failed"))
@@ -120,12 +129,7 @@ fn a_poller_whose_handler_panicked_stops_with_the_panic_not_a_second_one() {
 
 #[test]
 fn a_dropped_poller_whose_handler_panicked_does_not_panic_again() {
-    let (poster, _up, ran) = panicking_evd("a dropped poller's handler failed");
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let poller = Poller::spawn(vec![Feed::new(cq, CqId(0), poster)], 16).unwrap();
-    hca.push(wc(1)).unwrap();
-    ran.recv_timeout(WATCHDOG)
-        .expect("the handler ran on the poller thread");
+    let (poller, _up) = poller_whose_handler_panicked("a dropped poller's handler failed");
     drop(poller); // joins; the panic nobody took is dropped, not resumed here
 }
 
