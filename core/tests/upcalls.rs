@@ -1216,3 +1216,32 @@ fn a_batch_that_runs_the_draining_upcall_keeps_its_events_if_the_handler_panics(
     let mut consumer = up.teardown();
     assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Empty));
 }
+
+/// A waker an async wait left registered (a dropped `Recv`: the consumer
+/// stays armed) belongs to no wait once the consumer goes to upcalls:
+/// `into_upcalls` lets go of it unwoken. (It stayed, and the instance that
+/// left after a handler disabled upcalls woke it on the posting thread.)
+#[test]
+fn into_upcalls_lets_go_of_a_waker_a_dropped_recv_left() {
+    struct CountsWakes(AtomicUsize);
+    impl std::task::Wake for CountsWakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
+    let counts = Arc::new(CountsWakes(AtomicUsize::new(0)));
+    {
+        let waker = std::task::Waker::from(counts.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut recv = std::pin::pin!(consumer.recv());
+        assert!(recv.as_mut().poll(&mut cx).is_pending());
+    }
+    assert!(consumer.query().armed, "a dropped Recv leaves the arm");
+    assert_eq!(Arc::strong_count(&counts), 2, "and its waker registered");
+    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, |_, _| {});
+    assert_eq!(Arc::strong_count(&counts), 1, "let go of");
+    poster.post(1).unwrap();
+    drop(up);
+    assert_eq!(counts.0.load(SeqCst), 0, "never woken");
+}

@@ -1084,6 +1084,8 @@ impl Api {
             unreachable!()
         };
         self.armed = false;
+        // A waker a wait left registered is dropped, unwoken.
+        self.registered = Registered::None;
         self.handler_panics = panics;
         let invoke_any = invoke;
         let invoke = if invoke { Invoke::Any } else { Invoke::New };

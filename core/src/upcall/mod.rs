@@ -105,7 +105,10 @@ impl<T: Send> Consumer<T> {
     /// through such a panic, start with [`Invoke::New`] and enable the
     /// queued events' upcall with [`Upcalls::set_policy`]`(policy,
     /// Invoke::Any)`: its panic leaves the dispatcher with the caller, its
-    /// token given back.
+    /// token given back. A waker an async wait of this consumer left
+    /// registered (a dropped [`Consumer::recv`] future's) is dropped here
+    /// (no wait is left to wake); a panic of its `Drop` unwinds out of this
+    /// call the same way, with the consumer.
     /// [`UpcallPolicy::Teardown`] is taken as [`UpcallPolicy::Disabled`]: no
     /// upcall has run yet, so the dispatcher starts in the state a teardown
     /// leaves (`query().policy == Disabled`, nothing in flight):
@@ -140,6 +143,10 @@ impl<T: Send> Consumer<T> {
     where
         F: Fn(Result<T, Overflow>, bool) + Send + Sync + 'static,
     {
+        // A waker an async wait left registered belongs to no wait any
+        // more: dropped here, not woken later by an instance's exit (on a
+        // poster's thread) or dropped by a policy switch's wait.
+        drop(self.shared().take_waker());
         // Unbound first: a disarm with the CNO still enabled and events
         // queued would trigger it (a key, and its waker run, for an EVD
         // that upcalls now serve); `unbind_cno` takes the enable back.
@@ -187,6 +194,7 @@ impl<T: Send> Consumer<T> {
     where
         F: FnMut(Result<T, Overflow>, bool) + Send + 'static,
     {
+        drop(self.shared().take_waker()); // as in `into_upcalls`
         self.unbind_cno(); // first, as in `into_upcalls`
         self.disarm();
         self.shared()
@@ -428,14 +436,7 @@ impl<T: Send> Upcalls<T> {
     ///
     /// # Panics
     /// If called from inside one of this EVD's own upcalls (it would wait for
-    /// itself forever). With the panic of the task's waker its wait replaces
-    /// in the consumer's slot (one left there by an async wait before
-    /// [`Consumer::into_upcalls`], whose `Drop` panics): the consumer is then
-    /// dropped, not handed back (the EVD closes, what is queued is dropped),
-    /// once no upcall is in flight. A [`Upcalls::set_policy`] that waits for
-    /// instances may raise that panic too, leaving upcalls disabled. Such a
-    /// waker that no wait replaced goes with the consumer: dropping the
-    /// consumer handed back (or the `Upcalls`) raises its panic.
+    /// itself forever).
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};
@@ -470,12 +471,11 @@ impl<T> Drop for Upcalls<T> {
                 .set_policy(PolicyBits::Disabled, Invoke::New, None);
         } else {
             // The wait puts this thread's waker in the consumer's slot and
-            // drops the one it replaces, perhaps a task's left there from
-            // before `into_upcalls`: user code, which may panic. The wait
-            // is finished all the same (the slot then holds this thread's
-            // waker, or nothing after a wake: no user code runs again), as
-            // the consumer must not be dropped with instances in flight.
-            // The panic is raised after the handler is dropped.
+            // drops the one it replaces (`into_upcalls` took a task's out,
+            // so only a waker of this crate's waits): should that drop
+            // panic, the wait is finished all the same, as the consumer
+            // must not be dropped with instances in flight, and the panic
+            // is raised after the handler is dropped.
             panics.run(|| {
                 let _ = disable_and_wait(consumer);
             });

@@ -409,10 +409,10 @@ enum Position {
     CnoWakerOnWithdraw,
     /// The closure of `dequeue_with`.
     DequeueWithClosure,
-    /// The consumer's waker (left by an async wait before `into_upcalls`),
-    /// woken for a teardown by the instance that exits after its handler
-    /// disabled upcalls.
-    ConsumerWakerOnInstanceExit,
+    /// The consumer's waker (left by an async wait), dropped by
+    /// `into_upcalls` (before, it stayed, and the instance that exits after
+    /// its handler disabled upcalls woke it, on the posting thread).
+    ConsumerWakerDroppedByIntoUpcalls,
     /// The consumer's waker, woken by the post of a `PostSink` that was
     /// waiting for room behind another poster.
     ConsumerWakerOnSinkPost,
@@ -434,7 +434,7 @@ const POSITIONS: [Position; 16] = [
     Position::CnoWakerOnTrigger,
     Position::CnoWakerOnWithdraw,
     Position::DequeueWithClosure,
-    Position::ConsumerWakerOnInstanceExit,
+    Position::ConsumerWakerDroppedByIntoUpcalls,
     Position::ConsumerWakerOnSinkPost,
     Position::CloseWaiterWakerOnClose,
 ];
@@ -470,7 +470,9 @@ fn every_position() {
             Position::CnoWakerOnTrigger => cno_waker_on_trigger(&case),
             Position::CnoWakerOnWithdraw => cno_waker_on_withdraw(&case),
             Position::DequeueWithClosure => dequeue_with_closure(&case),
-            Position::ConsumerWakerOnInstanceExit => consumer_waker_on_instance_exit(&case),
+            Position::ConsumerWakerDroppedByIntoUpcalls => {
+                consumer_waker_dropped_by_into_upcalls(&case)
+            }
             Position::ConsumerWakerOnSinkPost => consumer_waker_on_sink_post(&case),
             Position::CloseWaiterWakerOnClose => close_waiter_waker_on_close(&case),
         })
@@ -761,41 +763,31 @@ fn consumer_waker_on_sink_post(case: &str) {
     check_consumer(case, poster, consumer, ledger, taken);
 }
 
-/// The handler disables upcalls from inside (`dat_evd_modify_upcall` from
-/// the upcall); the instance that then exits finds upcalls disabled with
-/// none in flight and wakes the consumer's registered waker, for a teardown
-/// that may wait: a stale one that panics. The instance has left the word by
-/// then: it is not given back a second time (which would count an instance
-/// below zero, or take the token of the next instance and let two
-/// SingleInstance handlers run at once).
-fn consumer_waker_on_instance_exit(case: &str) {
+/// A waker a dropped `Recv` left registered (the consumer armed) is
+/// dropped by `into_upcalls`, and its panic unwinds out of that call with
+/// the consumer: the EVD closes, what was queued is dropped once, and no
+/// upcall or later post runs that waker.
+fn consumer_waker_dropped_by_into_upcalls(case: &str) {
     let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
     let mut ledger = Ledger::default();
-    let (w, waker) = TestWaker::new(true);
-    arm_with(&mut consumer, &waker);
-    let heard = Arc::new(Heard::default());
-    let slot: Arc<Mutex<Option<evd::Upcalls<Ev>>>> = Arc::new(Mutex::new(None));
-    let (h, s) = (heard.clone(), slot.clone());
-    let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
-        h.record(ev);
-        // The first event only: the dispatcher is out of the slot after.
-        if let Some(up) = s.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            up.set_policy(UpcallPolicy::Disabled, Invoke::New).unwrap();
-        }
+    {
+        let waker = Waker::from(Arc::new(PanicsOnDrop(AtomicU64::new(0))));
+        arm_with(&mut consumer, &waker);
+    } // the slot keeps the only clone
+    let h = move |_: Result<Ev, Overflow>, _| unreachable!("no event");
+    must_panic(case, move || {
+        consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, h)
     });
-    *slot.lock().unwrap() = Some(up);
     let ev = ledger.ev();
-    ledger.accepted.push(ev.seq);
-    must_panic(case, || poster.post(ev));
-    assert_eq!(w.wakes(), 1, "{case}: the stale waker woken once");
-    let mut up = slot.lock().unwrap().take().unwrap();
-    let q = up.query();
-    assert_eq!(q.policy, UpcallPolicy::Disabled, "{case}");
-    assert_eq!(q.capacity, 4, "{case}: the word's capacity field");
-    assert_eq!(q.len, 0, "{case}: the handler took the event");
-    up.set_policy(UpcallPolicy::SingleInstance, Invoke::Any)
-        .unwrap();
-    check_upcalls(case, poster, up, &heard, ledger);
+    assert!(
+        matches!(poster.post(ev), Err(PostError::Closed(_))),
+        "{case}: closed with the consumer"
+    );
+    assert_eq!(
+        ledger.drops.load(SeqCst),
+        1,
+        "{case}: the refused event, once"
+    );
 }
 
 /// The `FnMut` handler panics on the report of a loss: the report was given

@@ -427,9 +427,10 @@ impl Drop for FlagsThenPanicsOnDrop {
 }
 
 /// `Upcalls` dropped (not from a handler) while an instance is in flight
-/// waits for it, putting its thread's waker in the consumer's slot: the
-/// task's waker left there from before `into_upcalls` is dropped, and
-/// panics. The wait is finished all the same (the consumer is not dropped
+/// waits for it, putting its thread's waker in the consumer's slot: a waker
+/// found there is dropped, and panics. (`into_upcalls` takes a task's
+/// waker out, so none is there through the API: this test puts one there,
+/// the wait's robustness being what it checks.) The wait is finished all the same (the consumer is not dropped
 /// with an instance in flight and no frame of it on the dropping thread,
 /// where nobody would be sure to drop the queue); the panic reaches the
 /// drop's caller, the consumer and its queue are dropped, nothing aborts.
@@ -438,17 +439,15 @@ impl Drop for FlagsThenPanicsOnDrop {
 #[test]
 fn upcalls_dropped_while_an_instance_runs_hands_on_the_panic_of_the_waker_it_replaces() {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-    let (poster, mut consumer) = crate::bounded::<u32>(4).unwrap();
+    let (poster, consumer) = crate::bounded::<u32>(4).unwrap();
     let replaced = std::sync::Arc::new(AtomicBool::new(false));
+    let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::New, |_, _| {});
     {
         let waker =
             std::task::Waker::from(std::sync::Arc::new(FlagsThenPanicsOnDrop(replaced.clone())));
-        let mut recv = consumer.recv();
-        let mut cx = std::task::Context::from_waker(&waker);
-        assert!(std::pin::Pin::new(&mut recv).poll(&mut cx).is_pending());
+        up.consumer().shared().register_waker(&waker);
     } // the slot keeps the only clone
-    let mut up = consumer.into_upcalls(UpcallPolicy::Disabled, Invoke::New, |_, _| {});
-    poster.post(1).unwrap(); // queued: the arm went with `into_upcalls`
+    poster.post(1).unwrap(); // queued: upcalls are disabled
     up.set_policy(UpcallPolicy::SingleInstance, Invoke::New)
         .unwrap();
     let s = up.consumer().shared().clone();
