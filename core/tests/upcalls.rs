@@ -1219,8 +1219,10 @@ fn a_batch_that_runs_the_draining_upcall_keeps_its_events_if_the_handler_panics(
 
 /// A waker an async wait left registered (a dropped `Recv`: the consumer
 /// stays armed) belongs to no wait once the consumer goes to upcalls:
-/// `into_upcalls` lets go of it unwoken. (It stayed, and the instance that
-/// left after a handler disabled upcalls woke it on the posting thread.)
+/// `into_upcalls` lets go of it unwoken (the slot keeps no clone), and the
+/// upcalls that follow do not wake it. (It stayed, and an instance leaving
+/// after a handler disabled upcalls woke it on the posting thread: the
+/// hardening suite's `a_handler_that_panics_after_disabling_upcalls...`.)
 #[test]
 fn into_upcalls_lets_go_of_a_waker_a_dropped_recv_left() {
     struct CountsWakes(AtomicUsize);

@@ -106,9 +106,11 @@ impl<T: Send> Consumer<T> {
     /// queued events' upcall with [`Upcalls::set_policy`]`(policy,
     /// Invoke::Any)`: its panic leaves the dispatcher with the caller, its
     /// token given back. A waker an async wait of this consumer left
-    /// registered (a dropped [`Consumer::recv`] future's) is dropped here
-    /// (no wait is left to wake); a panic of its `Drop` unwinds out of this
-    /// call the same way, with the consumer.
+    /// registered (a dropped [`Consumer::recv`] future's) is dropped here,
+    /// unwoken (no wait is left to wake; a post that took the consumer's
+    /// arm just before may still be waking it); a panic of its `Drop`
+    /// unwinds out of this call the same way, with the dispatcher.
+    ///
     /// [`UpcallPolicy::Teardown`] is taken as [`UpcallPolicy::Disabled`]: no
     /// upcall has run yet, so the dispatcher starts in the state a teardown
     /// leaves (`query().policy == Disabled`, nothing in flight):
@@ -145,8 +147,12 @@ impl<T: Send> Consumer<T> {
     {
         // A waker an async wait left registered belongs to no wait any
         // more: dropped here, not woken later by an instance's exit (on a
-        // poster's thread) or dropped by a policy switch's wait.
-        drop(self.shared().take_waker());
+        // poster's thread) or dropped by a policy switch's wait. Its drop
+        // is user code: should it panic, the panic goes on once the
+        // dispatcher is whole, whose drop on the unwind drops the handler
+        // and the consumer under its guard.
+        let mut panics = Panics::default();
+        panics.drop(self.shared().take_waker());
         // Unbound first: a disarm with the CNO still enabled and events
         // queued would trigger it (a key, and its waker run, for an EVD
         // that upcalls now serve); `unbind_cno` takes the enable back.
@@ -157,6 +163,7 @@ impl<T: Send> Consumer<T> {
         let mut upcalls = Upcalls {
             consumer: Some(self),
         };
+        panics.resume();
         // Not inside an upcall of this EVD (we held its consumer), and the
         // handler is shared, so this cannot fail.
         let _ = upcalls.set_policy(policy, invoke);
@@ -172,7 +179,8 @@ impl<T: Send> Consumer<T> {
     /// [`Upcalls::set_policy`] refuses [`UpcallPolicy::ManyInstances`] with
     /// [`PolicyError::FnMutHandler`] until an `Fn` handler replaces it
     /// ([`Upcalls::set_handler`]). Disabling and re-enabling SingleInstance
-    /// are allowed. `invoke` is as for [`Consumer::into_upcalls`].
+    /// are allowed. `invoke` is as for [`Consumer::into_upcalls`], and so is
+    /// a waker an async wait left registered (dropped here).
     ///
     /// ```
     /// use evd::Invoke;
@@ -194,7 +202,8 @@ impl<T: Send> Consumer<T> {
     where
         F: FnMut(Result<T, Overflow>, bool) + Send + 'static,
     {
-        drop(self.shared().take_waker()); // as in `into_upcalls`
+        let mut panics = Panics::default(); // as in `into_upcalls`
+        panics.drop(self.shared().take_waker());
         self.unbind_cno(); // first, as in `into_upcalls`
         self.disarm();
         self.shared()
@@ -202,6 +211,7 @@ impl<T: Send> Consumer<T> {
         let mut upcalls = Upcalls {
             consumer: Some(self),
         };
+        panics.resume();
         // Not inside an upcall of this EVD (we held its consumer), and the
         // policy is not ManyInstances, so this cannot fail.
         let _ = upcalls.set_policy(UpcallPolicy::SingleInstance, invoke);

@@ -765,8 +765,9 @@ fn consumer_waker_on_sink_post(case: &str) {
 
 /// A waker a dropped `Recv` left registered (the consumer armed) is
 /// dropped by `into_upcalls`, and its panic unwinds out of that call with
-/// the consumer: the EVD closes, what was queued is dropped once, and no
-/// upcall or later post runs that waker.
+/// the dispatcher (its handler, whose own drop panics too, dropped under a
+/// guard: no abort): the EVD closes, and a later post is refused (its event
+/// dropped once).
 fn consumer_waker_dropped_by_into_upcalls(case: &str) {
     let (poster, mut consumer) = evd::bounded::<Ev>(4).unwrap();
     let mut ledger = Ledger::default();
@@ -774,7 +775,14 @@ fn consumer_waker_dropped_by_into_upcalls(case: &str) {
         let waker = Waker::from(Arc::new(PanicsOnDrop(AtomicU64::new(0))));
         arm_with(&mut consumer, &waker);
     } // the slot keeps the only clone
-    let h = move |_: Result<Ev, Overflow>, _| unreachable!("no event");
+    // The handler owns user code that panics when dropped too: dropped on
+    // the waker's unwind, it must be dropped under a guard (a second panic
+    // there would abort the process).
+    let owned = Arc::new(PanicsOnDrop(AtomicU64::new(0)));
+    let h = move |_: Result<Ev, Overflow>, _| {
+        let _ = &owned;
+        unreachable!("no event")
+    };
     must_panic(case, move || {
         consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, h)
     });
@@ -1137,10 +1145,11 @@ const CHILD: &str = "EVD_PANICS_TEST_CHILD";
 /// broken executor's may) is handed to upcalls; the handler disables them
 /// (`dat_evd_modify_upcall` from the upcall) and then panics. The instance's
 /// unwind gives the token back and, finding upcalls disabled with none left
-/// in flight, wakes the consumer's registered waker for a teardown that
-/// might wait: the stale waker, whose panic during the unwind aborts the
-/// process. Run in a child process, so that the abort fails this test
-/// instead of killing the test binary.
+/// in flight, wakes the consumer's slot for a teardown that might wait.
+/// `into_upcalls` let go of the stale waker, so nothing is woken; kept, it
+/// was woken there, and its panic during the unwind aborted the process
+/// (`instance::left` also guards that wake). Run in a child process, so
+/// that an abort fails this test instead of killing the test binary.
 #[test]
 fn a_handler_that_panics_after_disabling_upcalls_does_not_abort_the_process() {
     if std::env::var_os(CHILD).is_some() {
@@ -1184,7 +1193,7 @@ fn handler_that_disables_then_panics() {
     panic_on.store(ev.seq, SeqCst);
     ledger.accepted.push(ev.seq);
     must_panic("the handler", || poster.post(ev));
-    let _ = w.wakes(); // whether the stale waker is woken is not the point
+    assert_eq!(w.wakes(), 0, "into_upcalls let go of the stale waker");
     let mut up = slot
         .lock()
         .unwrap_or_else(|e| e.into_inner())
