@@ -1,14 +1,14 @@
 //! The busy-poll mode's optional dedicated thread.
 
 use crate::driver::{
-    DriverError, DropCaught, DropEach, Panic, drop_each_caught, drop_each_then_raise,
+    DriverError, DropCaught, DropEach, KeptPanic, Panic, drop_each_caught, drop_each_then_raise,
 };
 use crate::event::VerbsEvent;
 use crate::feed::{Feed, FeedStatus};
 use crate::source::CompletionQueue;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -90,15 +90,8 @@ struct PollerShared {
     /// `Release`, loaded `Acquire`, so a reader that saw `n` and then takes
     /// the kept panic takes one of those `n`, never one kept after.
     handler_panics: AtomicU64,
-    /// The first caught panic not taken yet. Locked only when a call
-    /// panicked and when it is taken: never on the polling path.
-    panic: Mutex<Option<Panic>>,
-}
-
-impl PollerShared {
-    fn take_panic(&self) -> Option<Panic> {
-        self.panic.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
+    /// The first caught panic not taken yet.
+    panic: KeptPanic,
 }
 
 /// Held by the polling thread: clears `running` when the thread ends,
@@ -208,18 +201,7 @@ where
                                 panics += 1;
                                 // Wrapped first: a panic not kept is dropped
                                 // by `Panic`'s guarded drop.
-                                let panic = Panic::new(payload);
-                                let mut kept =
-                                    shared.panic.lock().unwrap_or_else(|e| e.into_inner());
-                                let spare = match *kept {
-                                    None => {
-                                        *kept = Some(panic);
-                                        None
-                                    }
-                                    Some(_) => Some(panic),
-                                };
-                                drop(kept);
-                                drop(spare);
+                                shared.panic.keep(Panic::new(payload));
                                 // Counted once kept or dropped: see
                                 // `handler_panics`.
                                 shared.handler_panics.store(panics, Ordering::Release);
@@ -287,7 +269,7 @@ where
     /// # poller.stop().unwrap();
     /// ```
     pub fn take_panic(&self) -> Option<Panic> {
-        self.shared.take_panic()
+        self.shared.panic.take()
     }
 
     /// Stop and join the thread; hand back the feeds.
@@ -345,7 +327,7 @@ where
         Some(
             t.join()
                 .map_err(Panic::new)
-                .and_then(|stopped| match self.shared.take_panic() {
+                .and_then(|stopped| match self.shared.panic.take() {
                     // Nobody to hand the feeds to: dropped under a catch,
                     // the first panic being the one reported.
                     Some(p) => Err(p),

@@ -8,7 +8,7 @@
 //! (`register`, `remove`) refuse to run on the driver's own thread (from an
 //! upcall of an EVD its feeds post into): they would wait for themselves.
 
-use super::error::{DriverError, Panic};
+use super::error::{DriverError, KeptPanic, Panic};
 use super::key::{FeedId, FeedKey};
 use super::source::Source;
 use super::stats::PublishedStats;
@@ -89,9 +89,8 @@ pub(crate) struct Shared {
     /// a spawned driver's thread runs.
     pub(crate) stats: PublishedStats,
     /// The first panic a spawned driver caught in a feed's turn that nobody
-    /// has taken yet. Locked only when a turn panicked and when it is taken:
-    /// never on the data path.
-    panic: Mutex<Option<Panic>>,
+    /// has taken yet.
+    panic: KeptPanic,
     /// The mark of the thread inside this driver's `process` (0: none).
     /// Each driver keeps its own, so a call on a driver's handle from
     /// anywhere inside that driver's turn is seen, however many drivers
@@ -122,7 +121,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             wake: eventfd::new()?,
             stats: PublishedStats::default(),
-            panic: Mutex::new(None),
+            panic: KeptPanic::default(),
             driven_by: AtomicUsize::new(0),
             serial: super::key::driver_serial(),
         }))
@@ -132,14 +131,11 @@ impl Shared {
     /// first one is the likelier cause; every one is counted in
     /// [`DriverStats::handler_panics`]).
     pub(crate) fn keep_panic(&self, p: Panic) {
-        let mut kept = self.panic.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.is_none() {
-            *kept = Some(p);
-        }
+        self.panic.keep(p);
     }
 
     pub(super) fn take_panic(&self) -> Option<Panic> {
-        self.panic.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.panic.take()
     }
 
     pub(crate) fn wake(&self) {

@@ -82,6 +82,35 @@ pub enum DriverError {
     Panicked(Panic),
 }
 
+/// The first caught panic nobody has taken yet (a spawned driver's, a
+/// poller's): later ones are dropped, the first being the likelier cause.
+/// Locked only when a call panicked and when the panic is taken: never on
+/// the data path.
+#[derive(Default)]
+pub(crate) struct KeptPanic(std::sync::Mutex<Option<Panic>>);
+
+impl KeptPanic {
+    /// Keep `p` unless an earlier panic waits to be taken; a `p` not kept
+    /// is dropped once the lock is free (its drop is guarded).
+    pub(crate) fn keep(&self, p: Panic) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let spare = match *kept {
+            None => {
+                *kept = Some(p);
+                None
+            }
+            Some(_) => Some(p),
+        };
+        drop(kept);
+        drop(spare);
+    }
+
+    /// Take the kept panic, if any.
+    pub(crate) fn take(&self) -> Option<Panic> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
 /// The payload of a panic of user code run by a driver or a
 /// [`Poller`](crate::Poller) (caught where it ran, or where its thread was
 /// joined), with its message when it has one.

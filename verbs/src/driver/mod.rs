@@ -80,7 +80,7 @@ pub use adaptive::{AdaptiveConfig, PROBE_EVERY, PROBE_EVERY_MAX, SpinPolicy};
 pub use config::{DriverBackend, DriverConfig, FeedMode};
 pub use control::DriverHandle;
 pub use error::{DriverError, Panic};
-pub(crate) use error::{DropCaught, DropEach, drop_each_caught, drop_each_then_raise};
+pub(crate) use error::{DropCaught, DropEach, KeptPanic, drop_each_caught, drop_each_then_raise};
 pub use key::{FeedId, FeedKey};
 pub use running::{RunningDriver, Shutdown};
 pub use stats::DriverStats;
