@@ -44,9 +44,13 @@
 //! anyway.
 //!
 //! The capacity sits in the word so that a poster's "is it full?" check and
-//! its reservation are made against the same capacity: a resize changes the
-//! word, so a reservation computed against the old capacity cannot succeed
-//! (no ABA through a resize).
+//! its reservation are made against the same capacity. A reservation computed
+//! before a resize succeeds after it only if the resize left the word as it
+//! was (a refused one, or a shrink grown back with nothing taken between):
+//! then the capacity it checked is the capacity in force, the head it
+//! checked against has only grown since, and the ring it
+//! writes is the one the poster loads after its CAS, so nothing it decided
+//! on changed (no ABA through a resize).
 //!
 //! The consumer's head is *not* in the word: it is written only by the consumer
 //! (or the upcall instance holding `TOKEN`), published in its own cache line,
