@@ -11,6 +11,8 @@
 //! this target installs to panic (they carry [`MARKER`]); anything else is a
 //! finding. At the end every payload must have been dropped exactly once.
 
+mod room;
+
 use crate::payload::{DropLog, Payload};
 use crate::ring::{capacity_arg, Model};
 use arbitrary::{Arbitrary, Unstructured};
@@ -123,6 +125,19 @@ pub enum ApiOp {
         poster: u8,
         len: u8,
         max: u8,
+    },
+    /// `room_waiter` of a poster.
+    NewRoomWaiter {
+        poster: u8,
+    },
+    /// `poll_room` of a room waiter, with its own counting waker.
+    PollRoom {
+        waiter: u8,
+    },
+    /// A room waiter leaves the queue: `leave` (kept) or drop.
+    LeaveRoom {
+        waiter: u8,
+        drop: bool,
     },
 }
 
@@ -278,6 +293,10 @@ struct Api {
     spin_budget: Duration,
     /// The last notification went to a waker that panics.
     expect_waker_panic: bool,
+    /// Room waiters, each with a poster handle, and the room queue's model.
+    room: room::Room,
+    /// Permits given back unsent: slots freed without a head store.
+    permits_back: u64,
 }
 
 impl Api {
@@ -310,6 +329,16 @@ impl Api {
         loop {
             // Reports and events alternate (the dequeue's rule).
             if self.m.overflow > 0 && (!self.m.last_was_report || self.m.queue.is_empty()) {
+                if self.policy == UpcallPolicy::ManyInstances
+                    && self.m.is_full()
+                    && !self.m.queue.is_empty()
+                {
+                    // A shared handler is called without the token: the
+                    // report frees no slot, so the ring is full with the
+                    // token free, and every waiter for room is woken to
+                    // start an instance of its own.
+                    self.room.wake_all();
+                }
                 self.m.overflow = 0;
                 self.m.last_was_report = true;
                 self.upcalls += 1;
@@ -359,6 +388,7 @@ impl Api {
     fn check_query(&self) {
         let Some(q) = self.query() else { return };
         self.m.check_query(&q);
+        self.room.check(&q);
         assert_eq!(q.armed, self.armed, "query: armed");
         assert_eq!(q.notified, self.notified, "query: notified");
         assert_eq!(q.unwaitable, self.unwaitable, "query: unwaitable");
@@ -418,6 +448,8 @@ pub fn run(input: &Input) {
         fd_count: 0,
         spin_budget: evd::DEFAULT_SPIN_BUDGET,
         expect_waker_panic: false,
+        room: room::Room::default(),
+        permits_back: 0,
     };
     let trace = std::env::var_os("EVD_FUZZ_TRACE").is_some();
     for op in &input.ops {
@@ -431,6 +463,7 @@ pub fn run(input: &Input) {
         api.check_query();
     }
     drop(api.fd.take());
+    let waiters = api.room.take_all();
     let Api {
         posters,
         permits,
@@ -441,6 +474,7 @@ pub fn run(input: &Input) {
     let _ = guarded(move || drop(side));
     let _ = guarded(move || drop(posters));
     let _ = guarded(move || drop(permits));
+    let _ = guarded(move || drop(waiters));
     log.assert_all_dropped_once();
 }
 
@@ -468,7 +502,86 @@ fn pick(n: usize, b: u8) -> Option<usize> {
 }
 
 impl Api {
+    /// Apply `op`, then the room wakes its freed slots owe: one per slot, to
+    /// the first waiters queued (a room call pops its own, in order).
     fn apply(&mut self, op: ApiOp) {
+        let freed = self.freed();
+        match op {
+            ApiOp::NewRoomWaiter { poster } => {
+                if let Some(i) = pick(self.posters.len(), poster) {
+                    self.room.add(self.posters[i].room_waiter());
+                }
+            }
+            ApiOp::PollRoom { waiter } => self.poll_room(waiter),
+            ApiOp::LeaveRoom { waiter, drop } => {
+                if let Some(i) = pick(self.room.len(), waiter) {
+                    if drop {
+                        let w = self.room.remove(i);
+                        self.drop_handle(w);
+                    } else {
+                        self.room.leave_kept(i);
+                    }
+                }
+            }
+            op => {
+                self.apply_call(op);
+                self.room.pop(self.freed() - freed);
+            }
+        }
+    }
+
+    /// Slots freed so far: events dequeued (a head store each, or one per
+    /// batch) and permits given back unsent.
+    fn freed(&self) -> u64 {
+        self.m.dequeued + self.permits_back
+    }
+
+    /// No poster handle is left: a poster, a permit's, a room waiter's.
+    fn no_handle_left(&self) -> bool {
+        self.posters.is_empty() && self.permits.is_empty() && self.room.is_empty()
+    }
+
+    /// `poll_room` of waiter `waiter`: room or the close at once (leaving
+    /// the queue); on a full ring stranded under an idle upcall policy, the
+    /// draining instance first (its head stores wake the first waiters,
+    /// this one among them if queued), then the same; else it joins and is
+    /// pending.
+    fn poll_room(&mut self, waiter: u8) {
+        let Some(i) = pick(self.room.len(), waiter) else {
+            return;
+        };
+        let r = self.room.poll(i);
+        if !self.m.closed && self.drains_before_refusing() {
+            let freed = self.freed();
+            let panicked = self.run_instance();
+            self.room.pop(self.freed() - freed);
+            if panicked {
+                assert!(
+                    r.is_err(),
+                    "the draining handler's panic comes out of poll_room"
+                );
+                // Left on the way out, as a post that gave up.
+                self.room.leave(i);
+                return;
+            }
+        }
+        let r = r.expect("poll_room ran no handler that panicked");
+        let free = self.m.cap - self.m.queue.len() - self.m.permits;
+        let want = if self.m.closed {
+            Poll::Ready(Err(BatchPostError::Closed))
+        } else if free > 0 {
+            Poll::Ready(Ok(free))
+        } else {
+            Poll::Pending
+        };
+        assert_eq!(r, want, "poll_room");
+        match want {
+            Poll::Pending => self.room.join(i),
+            Poll::Ready(_) => self.room.leave(i),
+        }
+    }
+
+    fn apply_call(&mut self, op: ApiOp) {
         match op {
             ApiOp::Post { poster } => self.post(poster, false),
             ApiOp::PostLossy { poster } => self.post(poster, true),
@@ -601,7 +714,12 @@ impl Api {
             ApiOp::Resize { cap } => {
                 if let Side::Consumer(c) = &mut self.side {
                     let requested = capacity_arg(cap);
+                    let before = self.m.cap;
                     self.m.resize(requested, c.resize(requested));
+                    if self.m.cap > before {
+                        // Room without a head store: every waiter looks.
+                        self.room.wake_all();
+                    }
                 }
             }
             ApiOp::CloseConsumer => {
@@ -653,6 +771,9 @@ impl Api {
                     self.drop_queued();
                 }
             }
+            ApiOp::NewRoomWaiter { .. } | ApiOp::PollRoom { .. } | ApiOp::LeaveRoom { .. } => {
+                unreachable!("room calls are applied by `apply`")
+            }
         }
     }
 
@@ -675,6 +796,8 @@ impl Api {
             return;
         }
         self.m.closed = true;
+        // Every poster waiting for room, to see the close.
+        self.room.wake_all();
         if self.armed {
             self.armed = false;
             self.notified = true;
@@ -817,6 +940,15 @@ impl Api {
         self.m.is_full() && !self.m.queue.is_empty() && self.enabled()
     }
 
+    /// After a permit taken or a policy installed without an instance: a
+    /// full ring only an upcall drains wakes every waiter for room, one of
+    /// them to start it.
+    fn wake_room_if_stranded(&mut self) {
+        if self.drains_before_refusing() {
+            self.room.wake_all();
+        }
+    }
+
     /// The notification an event's arrival owes: the armed consumer's wake,
     /// or an upcall run inline. True if the waker or handler panicked.
     fn notify_after_post(&mut self) -> bool {
@@ -861,6 +993,7 @@ impl Api {
                 assert_eq!(want, Ok(()), "try_reserve gave a permit");
                 self.m.permits += 1;
                 self.permits.push(permit);
+                self.wake_room_if_stranded();
                 true
             }
             Err((e, p)) => {
@@ -907,7 +1040,7 @@ impl Api {
                 assert!(panicked, "send panicked");
                 // The permit's poster was dropped while unwinding: the last
                 // handle closes.
-                if self.posters.is_empty() && self.permits.is_empty() {
+                if self.no_handle_left() {
                     self.close();
                 }
             }
@@ -922,6 +1055,7 @@ impl Api {
         };
         let permit = self.permits.swap_remove(i);
         self.m.permits -= 1;
+        self.permits_back += 1;
         if release {
             self.posters.push(permit.release());
             return;
@@ -933,7 +1067,7 @@ impl Api {
     /// taken out of `posters` / `permits`. The last one closes, which wakes
     /// an armed consumer (a waker that panics makes the drop panic).
     fn drop_handle<H>(&mut self, handle: H) {
-        let last = self.posters.is_empty() && self.permits.is_empty();
+        let last = self.no_handle_left();
         let r = guarded(move || drop(handle));
         if last {
             self.close();
@@ -1099,6 +1233,7 @@ impl Api {
                     "into_upcalls returned; the handler should have panicked"
                 );
                 self.side = Side::Upcalls(u);
+                self.wake_room_if_stranded();
             }
             Err(()) => {
                 assert!(panicked, "into_upcalls panicked");
@@ -1128,6 +1263,7 @@ impl Api {
             }
             Err(()) => assert!(panicked, "set_policy panicked"),
         }
+        self.wake_room_if_stranded();
     }
 
     /// Apply a policy change to the model; true if the upcall it starts
