@@ -249,9 +249,12 @@ impl ProtectionDomain {
     /// [`Unsupported`](io::ErrorKind::Unsupported) on an hns device for a
     /// QP that takes receives (`max_recv_wr` over 0) unless `caps` allow
     /// it ([`QpCaps::allow_cpu_copied_receives`]), and if the device's
-    /// sysfs directory cannot be read, so that whether it is mlx5 or hns
+    /// sysfs entries cannot be read, so that whether it is mlx5 or hns
     /// cannot be told (then the same switch and that promise let the
-    /// plain call be made).
+    /// plain call be made). `Unsupported` too on an mlx5 device (or one
+    /// that cannot be told from one) when `MLX5_SINGLE_THREADED=1` is in
+    /// the environment: it turns libmlx5's QP and CQ locks off, and this
+    /// crate's QPs and driver use them from more than one thread.
     ///
     /// ```no_run
     /// use evd_verbs::ibv::QpCaps;
@@ -404,7 +407,11 @@ impl QpCaps {
     /// memory region a receive posted on it names stays alive (not closed,
     /// not dropped) until that receive's completion has been polled, or the
     /// QP destroyed: the copy may come at any poll of the receive CQ until
-    /// then, on the polling thread. ([`QueuePair::caps`] does not carry the
+    /// then, on the polling thread. And no thread reads or writes the bytes
+    /// that receive names through the region (`MemoryRegion::read`,
+    /// `write`, or a slice) meanwhile: that copy is a plain CPU write, and
+    /// an access racing it would be a data race, not the race with the
+    /// device those methods allow. ([`QueuePair::caps`] does not carry the
     /// promise on.)
     pub unsafe fn allow_cpu_copied_receives(mut self) -> QpCaps {
         self.cpu_copied_receives = true;

@@ -75,10 +75,10 @@ unsafe impl Send for QueuePair {}
 // SAFETY: the `&self` methods are the posts (ibv_post_send,
 // ibv_post_recv), which the providers serialise per QP with their own locks
 // (the lock-free variants exist only for QPs made in a parent domain with a
-// thread domain, which this crate never makes, or when the user sets a
-// provider's single-threaded switch in the environment, such as
-// `MLX5_SINGLE_THREADED=1`, which declares the process single-threaded to
-// it), and reads of fields fixed at creation (`qp_num`, caps, port). Every
+// thread domain, which this crate never makes, or under a provider's
+// single-threaded switch in the environment: `MLX5_SINGLE_THREADED=1`
+// makes no QP here on an mlx5 device, `creation::refuse_if_single_threaded`),
+// and reads of fields fixed at creation (`qp_num`, caps, port). Every
 // state call takes `&mut self`: ibv_modify_qp and ibv_query_qp write the
 // QP's `state` field outside any lock, which posts read (librxe's
 // post_recv, libhns' checks), mlx5 modifies an RC QP without its lock, and

@@ -39,7 +39,47 @@ pub(super) fn creation_on(ctx: *mut ffi::ibv_context, caps: &QpCaps) -> io::Resu
     // `ibdev_path` libibverbs fills with a NUL-terminated sysfs path.
     let path = unsafe { std::ffi::CStr::from_ptr((*(*ctx).device).ibdev_path.as_ptr()) };
     let path = Path::new(OsStr::from_bytes(path.to_bytes()));
-    creation(path, kernel_driver(path), scatter_to_cqe_off_by_env(), caps)
+    let driver = kernel_driver(path);
+    refuse_if_single_threaded(path, &driver, mlx5_single_threaded_by_env())?;
+    creation(path, driver, scatter_to_cqe_off_by_env(), caps)
+}
+
+/// Refuse a QP on an mlx5 device (or one that cannot be told from one,
+/// `driver` as [`kernel_driver`] found it) when `single_threaded` says the
+/// environment declared the process single-threaded to libmlx5
+/// (`MLX5_SINGLE_THREADED=1`, read when a context is opened): its QPs' and
+/// CQs' locks are then no-ops, while a [`QueuePair`](super::QueuePair) is
+/// posted to from any thread and a driver polls its CQs on a thread of its
+/// own while others destroy or modify QPs on them (a destroy cleans the CQ
+/// under that lock).
+fn refuse_if_single_threaded(
+    path: &Path,
+    driver: &io::Result<Option<OsString>>,
+    single_threaded: bool,
+) -> io::Result<()> {
+    let maybe_mlx5 = match driver {
+        Ok(Some(d)) => is_mlx5_driver(d),
+        Ok(None) => false,
+        Err(_) => true,
+    };
+    if !(single_threaded && maybe_mlx5) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "MLX5_SINGLE_THREADED=1 in the environment turns libmlx5's QP and CQ locks \
+             off, and {} is (or cannot be told from) an mlx5 device: this crate's QPs \
+             are posted to from any thread and its driver polls CQs on its own",
+            path.display()
+        ),
+    ))
+}
+
+/// libmlx5's `MLX5_SINGLE_THREADED` switch, on only when it is exactly
+/// `1` (as libmlx5 reads it).
+fn mlx5_single_threaded_by_env() -> bool {
+    std::env::var_os("MLX5_SINGLE_THREADED").is_some_and(|v| v == "1")
 }
 
 /// How to make a QP with `caps` on the device at sysfs path `path`, whose
@@ -91,14 +131,26 @@ fn creation(
 }
 
 /// The kernel driver of the RDMA device at sysfs path `ibdev_path`
-/// (`<ibdev_path>/device/driver`), if it has a parent device bound to one
-/// (a software device such as rxe may have none); the error if
-/// `ibdev_path` itself cannot be read (as in some sandboxes).
+/// (`<ibdev_path>/device/driver`), if it has a parent device bound to one:
+/// `None` only where sysfs says there is none (no `device` entry, as for a
+/// software device such as rxe, or no `driver` entry under it). Any other
+/// failure to read them is an error, not "no driver": an mlx5 device
+/// taken for a driverless one would get its QPs with scatter-to-CQE on.
 fn kernel_driver(ibdev_path: &Path) -> io::Result<Option<OsString>> {
     std::fs::metadata(ibdev_path)?;
-    Ok(std::fs::read_link(ibdev_path.join("device/driver"))
-        .ok()
-        .and_then(|driver| driver.file_name().map(Into::into)))
+    let parent = ibdev_path.join("device");
+    match std::fs::symlink_metadata(&parent) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        r => r?,
+    };
+    // The parent itself (a link into a part of sysfs that cannot be
+    // read tells nothing).
+    std::fs::metadata(&parent)?;
+    match std::fs::read_link(parent.join("driver")) {
+        Ok(driver) => Ok(driver.file_name().map(Into::into)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// `mlx5_core`, or a flavour of it (`mlx5_core.sf`, a sub-function's).
@@ -202,10 +254,50 @@ mod tests {
             assert_eq!(found.as_deref().is_some_and(is_mlx5_driver), mlx5, "{dev}");
             assert_eq!(found.as_deref().is_some_and(is_hns_driver), hns, "{dev}");
         }
-        // A device whose sysfs directory cannot be read: no answer (not
-        // "no driver", which would say "neither").
+        // A parent device bound to no driver: none.
+        let unbound = ibdev(&root, "unbound", None);
+        std::fs::create_dir_all(root.join("devices/unbound")).unwrap();
+        symlink(root.join("devices/unbound"), unbound.join("device")).unwrap();
+        assert_eq!(kernel_driver(&unbound).unwrap(), None);
+        // No answer (not "no driver", which would say "neither"): a device
+        // whose sysfs directory cannot be read, a parent link into nothing,
+        // a `driver` entry that is no link (readlink fails with EINVAL).
         assert!(kernel_driver(&root.join("unreadable")).is_err());
+        let dangling = ibdev(&root, "dangling", None);
+        symlink(root.join("devices/gone"), dangling.join("device")).unwrap();
+        assert!(kernel_driver(&dangling).is_err());
+        let odd = ibdev(&root, "odd", None);
+        std::fs::create_dir_all(odd.join("device/driver")).unwrap();
+        let err = kernel_driver(&odd).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// An mlx5 device, or one that cannot be told from one, gets no QP
+    /// under `MLX5_SINGLE_THREADED=1`; every other device, and every device
+    /// without it, is left to [`creation`].
+    #[test]
+    fn no_qp_on_an_mlx5_device_whose_locks_the_environment_turned_off() {
+        let path = Path::new("/sys/class/infiniband/dev0");
+        let driver = |d: &str| Ok(Some(OsString::from(d)));
+        let unreadable = || Err(io::Error::from_raw_os_error(libc::EACCES));
+        let cases: [(io::Result<Option<OsString>>, bool, bool); 8] = [
+            (driver("mlx5_core"), true, false),
+            (driver("mlx5_core.sf"), true, false),
+            (unreadable(), true, false),
+            (driver("mlx4_core"), true, true),
+            (Ok(None), true, true),
+            (driver("mlx5_core"), false, true),
+            (unreadable(), false, true),
+            (Ok(None), false, true),
+        ];
+        for (i, (driver, single, allowed)) in cases.into_iter().enumerate() {
+            let r = refuse_if_single_threaded(path, &driver, single);
+            assert_eq!(r.is_ok(), allowed, "case {i}");
+            if let Err(e) = r {
+                assert_eq!(e.kind(), io::ErrorKind::Unsupported, "case {i}");
+            }
+        }
     }
 
     /// Every case of [`creation`]: the CPU never writes a receive unless
