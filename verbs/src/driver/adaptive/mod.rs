@@ -300,7 +300,9 @@ impl SpinPolicy {
 
     /// The window the caught gaps alone call for.
     fn caught_window(&self) -> Duration {
-        self.gap * MARGIN
+        // Saturating: under a ceiling of `Duration::MAX` the caught gaps
+        // are bounded by nothing but the clock a caller drives.
+        self.gap.saturating_mul(MARGIN)
     }
 
     /// The stall estimate (zero: no miss has shown a catchable gap lately).

@@ -306,6 +306,19 @@ fn a_floor_above_the_ceiling_is_the_window_and_never_panics() {
 }
 
 #[test]
+fn caught_gaps_past_a_quarter_of_the_longest_duration_never_panic() {
+    // No ceiling, and a caller's clock that made the caught gaps average
+    // more than `Duration::MAX / MARGIN`: the window saturates.
+    let mut p = SpinPolicy::new(AdaptiveConfig::default().with_max_spin(Duration::MAX));
+    p.gap = Duration::MAX / 2;
+    assert_eq!(p.spin_window(), Duration::MAX);
+    let t = Instant::now();
+    p.woken(t);
+    p.found(t + us(1), 3);
+    assert_eq!(p.spin_window(), Duration::MAX);
+}
+
+#[test]
 fn a_floor_below_the_shortest_useful_spin_is_still_a_floor() {
     let min = Duration::from_nanos(200);
     let cfg = AdaptiveConfig::default()
