@@ -10,6 +10,7 @@
 //! plus a `write(2)` on the eventfd only when one was made.
 
 use crate::sync::{Arc, UnsafeCell};
+use crate::unwind::Panics;
 use crate::waker_slot::WakerSlot;
 use std::task::Waker;
 
@@ -102,8 +103,10 @@ pub(crate) enum Reached {
 /// binding's key (its `slot`) in the CNO's ready set. The engine names no
 /// CNO type; the CNO's shared state implements this ([`crate::cno`]).
 pub(crate) trait CnoTarget: Send + Sync {
-    /// A post, close or loss took `CNO_ARMED`: make `slot`'s key ready.
-    fn trigger(&self, slot: u32) -> Reached;
+    /// A post, close or loss took `CNO_ARMED`: make `slot`'s key ready. A
+    /// panic of the CNO waiter's waker is kept in `panics` (the answer
+    /// still holds: the caller acts on it, then raises the panic).
+    fn trigger(&self, slot: u32, panics: &mut Panics) -> Reached;
 }
 
 /// The EVD's link to the CNO it is bound to: the target a trigger reaches,

@@ -17,6 +17,7 @@ use crate::error::{CnoError, CreateError};
 use crate::notify::{CnoTarget, Reached};
 use crate::poster::Poster;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Backoff, Mutex, Ordering};
+use crate::unwind::Panics;
 use crossbeam_utils::CachePadded;
 use std::collections::VecDeque;
 
@@ -305,7 +306,13 @@ impl CnoCore {
     /// it is in the ring already. Two RMWs at most: the slot CAS and the
     /// ring's reservation CAS (plus the ring's wake if the CNO's waiter
     /// sleeps).
-    pub(crate) fn trigger(&self, slot: u32) -> Reached {
+    ///
+    /// The ring's wake runs the waiter's waker (user code): its panic is
+    /// kept in `panics`, for the caller to raise once it has acted on the
+    /// answer, which a panic must not skip (a waker that dropped the `Cno`
+    /// before it panicked took the pushed key with it: `CnoGone`, and the
+    /// EVD's own targets must still be told).
+    pub(crate) fn trigger(&self, slot: u32, panics: &mut Panics) -> Reached {
         let cell = &self.slots[slot as usize].state;
         let mut s = cell.load(Ordering::Relaxed);
         let t = loop {
@@ -332,7 +339,11 @@ impl CnoCore {
         }
         let backoff = Backoff::new();
         loop {
-            match self.ready.post(slot) {
+            // A panic can only come from the wake, after the index was
+            // published: pushed, as when the post returns.
+            let mut posted = Ok(());
+            panics.run(|| posted = self.ready.post(slot));
+            match posted {
                 // Pushed while the `Cno` is being dropped (it marks itself
                 // gone, then its ring closes and discards what is queued):
                 // the EVD's own targets are told, as when the ring refuses.
@@ -464,8 +475,8 @@ pub(crate) struct Binding {
 }
 
 impl CnoTarget for CnoCore {
-    fn trigger(&self, slot: u32) -> Reached {
-        CnoCore::trigger(self, slot)
+    fn trigger(&self, slot: u32, panics: &mut Panics) -> Reached {
+        CnoCore::trigger(self, slot, panics)
     }
 }
 

@@ -151,8 +151,8 @@ impl Cno {
     ///
     /// # Errors
     /// [`CreateError::ZeroCapacity`] for 0; [`CreateError::CapacityTooLarge`]
-    /// when its ready ring (two slots per EVD) would exceed the largest
-    /// ring ([`MAX_CAPACITY`](crate::MAX_CAPACITY));
+    /// when its ready ring (two slots per EVD, each named by a `u32`) would
+    /// have more than `u32::MAX` slots: from 2^31 EVDs on;
     /// [`CreateError::AllocFailed`] when that ring or the slot table (a
     /// cache line per slot) cannot be allocated. Every list the CNO keeps is
     /// allocated here in full, so binding and unbinding never allocate in

@@ -269,16 +269,14 @@ impl<T> Consumer<T> {
             // and the next disable's barrier waits for nothing more.
             self.cno_fired = self.cno_fired.wrapping_add(1);
             let shared = self.shared();
-            panics.run(|| {
-                if cno.core.trigger(slot) == Reached::CnoGone {
-                    // Dropped since the check: the news goes to the EVD's
-                    // own targets, as any trigger's would, `NOTIFIED` first
-                    // (a poster's trigger has it set): an eventfd made
-                    // later carries it.
-                    shared.note_notification();
-                    shared.notify_consumer();
-                }
-            });
+            if cno.core.trigger(slot, &mut panics) == Reached::CnoGone {
+                // Dropped since the check: the news goes to the EVD's own
+                // targets, as any trigger's would, `NOTIFIED` first (a
+                // poster's trigger has it set): an eventfd made later
+                // carries it.
+                shared.note_notification();
+                panics.run(|| shared.notify_consumer());
+            }
         }
         panics.resume();
         Ok(())

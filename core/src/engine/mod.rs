@@ -273,9 +273,11 @@ impl<T> Shared<T> {
         // SAFETY: the link keeps every CNO the EVD was bound to alive for as
         // long as the EVD, and this thread holds the EVD.
         let target = unsafe { &*target };
-        if target.trigger(slot) == Reached::CnoGone {
-            self.notify_consumer();
+        let mut panics = Panics::default();
+        if target.trigger(slot, &mut panics) == Reached::CnoGone {
+            panics.run(|| self.notify_consumer());
         }
+        panics.resume();
     }
 
     /// An arm's CAS installed `w` and the loss word then showed a report

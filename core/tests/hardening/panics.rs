@@ -1354,3 +1354,44 @@ fn a_waker_the_consumer_left_registered_goes_with_the_consumer() {
     });
     assert!(unwound.is_err(), "the poster's own panic goes on, alone");
 }
+
+/// The CNO's waiter's waker drops the `Cno` (it marks itself gone, then its
+/// ready ring closes and discards the key the trigger pushed) and then
+/// panics, inside the post's trigger: the trigger still finds the CNO gone
+/// and tells the EVD's own targets, as any trigger that finds it gone
+/// does; the panic reaches the poster after that.
+#[test]
+fn a_cno_dropped_by_its_waiters_waker_mid_trigger_still_tells_the_evd_if_that_waker_panics() {
+    quiet_planted_panics();
+    struct DropsTheCnoThenPanics(Mutex<Option<Cno>>);
+    impl Wake for DropsTheCnoThenPanics {
+        fn wake(self: Arc<Self>) {
+            let cno = self.0.lock().unwrap().take();
+            drop(cno);
+            plant();
+        }
+    }
+    let cno = Cno::new(2).unwrap();
+    let (poster, mut consumer) = enabled::<u8>(&cno, 7);
+    let fd = consumer.notify_fd().unwrap();
+    let holder = Arc::new(DropsTheCnoThenPanics(Mutex::new(None)));
+    let waker = Waker::from(holder.clone());
+    let mut cno = cno;
+    let mut keys = Vec::new();
+    {
+        let mut ready = cno.ready_set(&mut keys);
+        assert!(poll_once(&mut ready, &waker).is_pending());
+    }
+    *holder.0.lock().unwrap() = Some(cno);
+    must_panic("the post whose trigger woke the waker", || poster.post(1));
+    assert!(
+        holder.0.lock().unwrap().is_none(),
+        "the waker dropped the CNO"
+    );
+    assert_eq!(
+        fd.acknowledge().unwrap(),
+        1,
+        "the EVD's own eventfd was told of the trigger"
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+}

@@ -41,7 +41,7 @@ fn both_slots_releasing() -> (Arc<CnoCore>, crate::Consumer<u32>) {
     let (s0, _) = core.bind(Some(10), false).unwrap();
     let (s1, _) = core.bind(Some(11), false).unwrap();
     for s in [s0, s1] {
-        assert_eq!(core.trigger(s), Reached::Ready);
+        assert_eq!(core.trigger(s, &mut Panics::default()), Reached::Ready);
     }
     for s in [s1, s0] {
         assert!(core.remove(s));
@@ -73,7 +73,7 @@ fn waiter(
 /// reclaims one, then its trigger. The slot and the key.
 fn reclaimed_and_triggered(core: &CnoCore) -> (u32, u64) {
     let (s, key) = core.bind(Some(12), false).unwrap();
-    assert_eq!(core.trigger(s), Reached::Ready);
+    assert_eq!(core.trigger(s, &mut Panics::default()), Reached::Ready);
     (s, key)
 }
 

@@ -22,7 +22,7 @@ fn a_pop_stalled_before_its_free_list_step_frees_no_slot_whose_index_is_queued_a
     // Both slots bound (moves are not counted against the maximum).
     let (_, _) = core.bind(Some(10), false).unwrap();
     let (s, _) = core.bind(Some(11), false).unwrap();
-    assert_eq!(core.trigger(s), Reached::Ready);
+    assert_eq!(core.trigger(s, &mut Panics::default()), Reached::Ready);
     assert!(core.remove(s));
     core.release(s, false);
 
@@ -35,7 +35,7 @@ fn a_pop_stalled_before_its_free_list_step_frees_no_slot_whose_index_is_queued_a
 
     // No slot is free: the bind reclaims the releasing one.
     assert_eq!(core.bind(Some(12), false).unwrap().0, s);
-    assert_eq!(core.trigger(s), Reached::Ready);
+    assert_eq!(core.trigger(s, &mut Panics::default()), Reached::Ready);
     assert!(core.remove(s));
     core.release(s, false);
 
@@ -58,5 +58,5 @@ fn a_trigger_that_pushes_while_the_cno_is_dropped_reports_it_gone() {
     let core = CnoCore::new(1, ready).unwrap();
     let (s, _) = core.bind(Some(10), true).unwrap();
     core.mark_gone();
-    assert_eq!(core.trigger(s), Reached::CnoGone);
+    assert_eq!(core.trigger(s, &mut Panics::default()), Reached::CnoGone);
 }
