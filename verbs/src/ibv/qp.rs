@@ -77,7 +77,8 @@ unsafe impl Send for QueuePair {}
 // (the lock-free variants exist only for QPs made in a parent domain with a
 // thread domain, which this crate never makes, or under a provider's
 // single-threaded switch in the environment: `MLX5_SINGLE_THREADED=1`
-// makes no QP here on an mlx5 device, `creation::refuse_if_single_threaded`),
+// makes no QP here on an mlx5 device, `creation::refuse_if_single_threaded`,
+// unless the process changes the variable after opening the context),
 // and reads of fields fixed at creation (`qp_num`, caps, port). Every
 // state call takes `&mut self`: ibv_modify_qp and ibv_query_qp write the
 // QP's `state` field outside any lock, which posts read (librxe's

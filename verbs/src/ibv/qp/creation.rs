@@ -51,7 +51,10 @@ pub(super) fn creation_on(ctx: *mut ffi::ibv_context, caps: &QpCaps) -> io::Resu
 /// CQs' locks are then no-ops, while a [`QueuePair`](super::QueuePair) is
 /// posted to from any thread and a driver polls its CQs on a thread of its
 /// own while others destroy or modify QPs on them (a destroy cleans the CQ
-/// under that lock).
+/// under that lock). The environment is read when the QP is made;
+/// libmlx5 reads it when a context is opened, so a process that changes
+/// the variable in between (`std::env::set_var` is `unsafe` for such
+/// reasons) is not covered.
 fn refuse_if_single_threaded(
     path: &Path,
     driver: &io::Result<Option<OsString>>,
