@@ -241,3 +241,25 @@ fn a_subscriber_panicking_on_the_policy_event_leaves_no_upcall_in_flight() {
     let _consumer = upcalls.teardown();
     assert_eq!(*seen.lock().unwrap(), [1, 2]);
 }
+
+/// A subscriber that panics on the long-wait event, which is emitted as the
+/// wait ends: a timed-out post still hands its event back (the report runs
+/// after the result is built; its panic is swallowed, not raised through
+/// the caller's event).
+#[test]
+fn a_subscriber_panicking_on_the_long_wait_event_leaves_the_timed_out_post_its_event() {
+    let (poster, _consumer) = evd::bounded::<u8>(1).unwrap();
+    poster.post(1).unwrap();
+    let posted = tracing::subscriber::with_default(panics_on("waited long for room"), || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // Nobody dequeues: the wait lasts its whole timeout, past the
+            // 1 ms after which it is reported.
+            poster.post_timeout(2, Duration::from_millis(20))
+        }))
+    });
+    match posted {
+        Ok(Err(evd::PostError::Full(2))) => {}
+        Ok(other) => panic!("the timed-out post returned {other:?}"),
+        Err(_) => panic!("the subscriber's panic came out of the post, with its event"),
+    }
+}

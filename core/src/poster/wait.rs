@@ -176,7 +176,10 @@ const LONG_ROOM_WAIT: Duration = Duration::from_millis(1);
 /// Reports, when dropped (the wait ended), a blocking post's wait for room
 /// that lasted longer than [`LONG_ROOM_WAIT`]; not one that a panic ends (a
 /// draining upcall's handler): a subscriber that panicked during that
-/// unwind would abort the process.
+/// unwind would abort the process. A subscriber's panic here is swallowed:
+/// the post's result is built by then, and unwinding past it would drop an
+/// event the timeout or the close hands back (and abort, were its `Drop`
+/// to panic too).
 #[cfg(feature = "tracing")]
 struct LongWaitReport {
     evd: usize,
@@ -188,12 +191,14 @@ impl Drop for LongWaitReport {
     fn drop(&mut self) {
         let waited = self.since.elapsed();
         if waited > LONG_ROOM_WAIT && !std::thread::panicking() {
-            crate::trace::event!(
-                INFO,
-                evd = self.evd,
-                waited_us = waited.as_micros() as u64,
-                "a post waited long for room"
-            );
+            crate::unwind::caught(|| {
+                crate::trace::event!(
+                    INFO,
+                    evd = self.evd,
+                    waited_us = waited.as_micros() as u64,
+                    "a post waited long for room"
+                )
+            });
         }
     }
 }
