@@ -352,6 +352,9 @@ pub struct CqKey(pub usize);
 /// acknowledges what its channel got for it and nobody acknowledged (the
 /// `ibv` module's `CompletionChannel` counts them for that; a
 /// `SharedChannel` of your own must too, or that destroy waits for ever).
+/// The [`soft`](crate::soft) provider's CQs do not: a test double, they
+/// report the missing acknowledgement instead (`SoftCq::destroy` refuses,
+/// its drop panics).
 /// One got while its CQ's destroy is under way (a clone of the channel on
 /// another thread) is not counted: acknowledge it, or that destroy waits.
 ///

@@ -224,3 +224,51 @@ fn an_overrun_raises_nothing_on_a_shared_channel() {
     assert_eq!(cq.poll(&mut out), Ok(1));
     assert_eq!(out[0].wr_id, 0);
 }
+
+/// A poll whose closure panics puts its completions back ahead of what the
+/// closure pushed into the room that poll made: the CQ then holds more than
+/// its capacity, and every push overruns (reported, not kept) until polls
+/// bring it below its capacity again.
+#[test]
+fn a_cq_over_its_capacity_after_a_panicked_poll_overruns_until_polled_below_it() {
+    use evd_verbs::soft::PushError;
+    let (mut cq, hca) = SoftCq::new(2).unwrap();
+    assert_eq!(
+        hca.push_batch(&[WorkCompletion::new(1), WorkCompletion::new(2)]),
+        2
+    );
+    let producer = hca.clone();
+    hca.during_next_poll(move || {
+        producer.push(WorkCompletion::new(3)).unwrap();
+        producer.push(WorkCompletion::new(4)).unwrap();
+        panic!("a closure that panics");
+    });
+    let mut out = [WorkCompletion::default(); 2];
+    assert!(catch_unwind(AssertUnwindSafe(|| cq.poll(&mut out))).is_err());
+    assert_eq!(hca.stats().len, 4);
+    assert_eq!(hca.push(WorkCompletion::new(5)), Err(PushError::Overrun));
+    assert_eq!(cq.poll(&mut out[..1]), Ok(1));
+    assert_eq!(hca.push(WorkCompletion::new(6)), Err(PushError::Overrun));
+    assert_eq!(cq.poll(&mut out), Ok(2));
+    assert_eq!(hca.push(WorkCompletion::new(7)), Ok(()));
+    let s = hca.stats();
+    assert_eq!((s.len, s.overruns), (2, 2), "{s:?}");
+}
+
+/// `set_error_every(n)` marks every `n`-th completion added: one lost to an
+/// overrun does not count.
+#[test]
+fn a_completion_lost_to_an_overrun_does_not_count_for_the_error_every_nth() {
+    use evd_verbs::WcStatus;
+    use evd_verbs::soft::PushError;
+    let (mut cq, hca) = SoftCq::new(1).unwrap();
+    hca.set_error_every(2);
+    hca.push(WorkCompletion::new(1)).unwrap();
+    assert_eq!(hca.push(WorkCompletion::new(2)), Err(PushError::Overrun));
+    let mut out = [WorkCompletion::default(); 1];
+    assert_eq!(cq.poll(&mut out), Ok(1));
+    assert!(out[0].status.is_success());
+    hca.push(WorkCompletion::new(3)).unwrap();
+    assert_eq!(cq.poll(&mut out), Ok(1));
+    assert_eq!((out[0].wr_id, out[0].status), (3, WcStatus::WR_FLUSH_ERR));
+}

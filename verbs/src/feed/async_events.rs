@@ -114,9 +114,11 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
     /// The errno its source failed with, if it did (its reads failed twice
     /// within [`FEED_RETRY_WINDOW`](crate::FEED_RETRY_WINDOW); or the errno
     /// its [`Driver`](crate::Driver) gave it up for; EIO for an error of no
-    /// errno): the feed then delivers, once the EVD has room and the source
-    /// has no event left, an [`AsyncEventKind::SourceFailed`] event as its last,
-    /// and reports [`FeedStatus::Failed`](crate::FeedStatus::Failed).
+    /// errno): the feed then delivers, once the EVD has room, an
+    /// [`AsyncEventKind::SourceFailed`] event as its last (after the events a
+    /// source its driver gave up still had; a source whose reads failed is
+    /// read no more), and reports
+    /// [`FeedStatus::Failed`](crate::FeedStatus::Failed).
     ///
     /// ```
     /// use evd_verbs::{AsyncEventKind, AsyncEventSource, AsyncEvent, AsyncFeed, FeedStatus, VerbsEvent};

@@ -201,7 +201,11 @@ impl<S, T: Send> EventFeed<S, T> {
     // Named as `FeedStats::from_panics`: the panics of the type's `From`.
     #[allow(clippy::wrong_self_convention)]
     pub(crate) fn from_panics(&self) -> u64 {
-        self.from_panics + u64::from(self.converting)
+        // The owed event's last try panicked: lost now, though the next
+        // call is what moves the state on.
+        let owed_lost =
+            matches!(self.state, SourceState::Owed(_)) && self.owed_tries >= OWED_EVENT_TRIES;
+        self.from_panics + u64::from(self.converting) + u64::from(owed_lost)
     }
 
     /// Errors the source's reads returned: each retried one, and the one that

@@ -46,11 +46,15 @@ impl SoftCq {
     /// # Errors
     ///
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) if `capacity` is 0;
-    /// an [`io::Error`] if the CQ's channel eventfd cannot be made.
+    /// [`OutOfMemory`](io::ErrorKind::OutOfMemory) if its ring of
+    /// `capacity` completions cannot be allocated; an [`io::Error`] if the
+    /// CQ's channel eventfd cannot be made.
     ///
     /// ```
     /// let (cq, producer) = evd_verbs::soft::SoftCq::new(8).unwrap();
     /// assert_eq!(producer.stats().len, 0);
+    /// let too_big = evd_verbs::soft::SoftCq::new(usize::MAX).err().unwrap();
+    /// assert_eq!(too_big.kind(), std::io::ErrorKind::OutOfMemory);
     /// # drop(cq);
     /// ```
     pub fn new(capacity: usize) -> io::Result<(SoftCq, SoftCqProducer)> {
@@ -101,6 +105,15 @@ impl SoftCq {
                 "CQ capacity must be at least 1",
             ));
         }
+        // Allocated in full now, as a provider allocates its CQ's ring: a
+        // capacity no allocation can hold is refused, not a panic or abort.
+        let mut ring = VecDeque::new();
+        ring.try_reserve_exact(capacity).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("a CQ of {capacity} completions: {e}"),
+            )
+        })?;
         let channel = match shared {
             Some(ch) => Channel::Shared(ch),
             None => Channel::Own(eventfd::new()?),
@@ -109,7 +122,7 @@ impl SoftCq {
             id,
             me: me.clone(),
             state: Mutex::new(State {
-                ring: VecDeque::with_capacity(capacity),
+                ring,
                 capacity,
                 armed: None,
                 fired_unread: false,

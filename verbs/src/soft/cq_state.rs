@@ -211,14 +211,10 @@ impl Inner {
         if st.broken.is_some() {
             return Err(PushError::Broken);
         }
-        let every = self.faults.error_every.load(Ordering::Relaxed);
-        if every != 0
-            && self.faults.error_counter.fetch_add(1, Ordering::Relaxed) % every as u64
-                == every as u64 - 1
-        {
-            wc.status = WcStatus::WR_FLUSH_ERR;
-        }
-        if st.ring.len() == st.capacity {
+        // `>=`: a poll whose `during_next_poll` closure panicked put back
+        // what it took, ahead of what that closure added meanwhile, and may
+        // leave the CQ over its capacity until polls bring it back.
+        if st.ring.len() >= st.capacity {
             // As rxe (`rxe_cq_post`): only this completion is lost. The CQ
             // is not broken (what is queued is still polled, and a later
             // completion that fits is added), its channel is not woken and
@@ -232,6 +228,14 @@ impl Inner {
                 ));
             }
             return Err(PushError::Overrun);
+        }
+        // Counted among the completions added only: a lost one is not.
+        let every = self.faults.error_every.load(Ordering::Relaxed);
+        if every != 0
+            && self.faults.error_counter.fetch_add(1, Ordering::Relaxed) % every as u64
+                == every as u64 - 1
+        {
+            wc.status = WcStatus::WR_FLUSH_ERR;
         }
         st.pushed += 1;
         let fires = match st.armed {

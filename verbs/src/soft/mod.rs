@@ -29,7 +29,8 @@
 //! - polls can fail ([`SoftCqProducer::fail_next_poll`]: the CQ then stays
 //!   broken), and so can an arm ([`SoftCqProducer::fail_next_arm`]);
 //! - destroying it with events got but not acknowledged, where libibverbs
-//!   would block for ever, is refused by [`SoftCq::destroy`] and panics in
+//!   would block for ever (and where the `ibv` module's CQs acknowledge
+//!   them first), is refused by [`SoftCq::destroy`] and panics in
 //!   its `Drop` (only recorded, in [`SoftCqStats::unacked_at_destroy`], on
 //!   a thread already unwinding).
 //!

@@ -48,7 +48,8 @@ pub struct SoftCqStats {
     pub spurious: u64,
     /// Overruns.
     pub overruns: u64,
-    /// `req_notify` calls.
+    /// `req_notify` calls, but those an injected failure refused
+    /// ([`SoftCqProducer::fail_next_arm`]).
     pub req_notifies: u64,
     /// `req_notify` calls ignored as sequenced arms that repeated a fired
     /// arm's number ([`SoftCqProducer::set_sequenced_arms`]).
@@ -141,7 +142,9 @@ impl SoftCqProducer {
         self.inner.raise_event(&mut st);
     }
 
-    /// Every `n`-th `req_notify` also raises a spurious event (0: never).
+    /// Every `n`-th `req_notify` counted in [`SoftCqStats::req_notifies`]
+    /// also raises a spurious event (0: never), unless it is ignored as a
+    /// sequenced arm ([`set_sequenced_arms`](Self::set_sequenced_arms)).
     ///
     /// ```
     /// let (_cq, producer) = evd_verbs::soft::SoftCq::new(4).unwrap();
@@ -215,7 +218,9 @@ impl SoftCqProducer {
     /// before it returns: what another thread does between a consumer's
     /// look at its EVD's room and its post (posting into the same EVD, say).
     /// An `f` that panics takes the poll with it: the completions it took
-    /// are put back first. A CQ already dropped polls no more: `f` is
+    /// are put back first, ahead of any `f` added meanwhile (the CQ may
+    /// then hold more than its capacity: every completion pushed overruns
+    /// until polls bring it below). A CQ already dropped polls no more: `f` is
     /// dropped at once.
     ///
     /// ```
@@ -244,7 +249,8 @@ impl SoftCqProducer {
         drop(unrun);
     }
 
-    /// Every `n`-th completion added gets status `WR_FLUSH_ERR` (0: never).
+    /// Every `n`-th completion added gets status `WR_FLUSH_ERR` (0: never);
+    /// one lost to an overrun is not counted.
     ///
     /// ```
     /// let (_cq, producer) = evd_verbs::soft::SoftCq::new(4).unwrap();
