@@ -16,6 +16,7 @@ use crate::PostError;
 use crate::error::{CnoError, CreateError};
 use crate::notify::{CnoTarget, Reached};
 use crate::poster::Poster;
+use crate::state::Notify;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Backoff, Mutex, Ordering};
 use crate::unwind::Panics;
 use crossbeam_utils::CachePadded;
@@ -339,10 +340,14 @@ impl CnoCore {
         }
         let backoff = Backoff::new();
         loop {
-            // A panic can only come from the wake, after the index was
-            // published: pushed, as when the post returns.
-            let mut posted = Ok(());
-            panics.run(|| posted = self.ready.post(slot));
+            // Published first; the wake it owes (the waiter's waker: user
+            // code) is delivered with its panic kept, so that the answer
+            // below is given whatever the waker does.
+            let posted = self.ready.post_undelivered(slot).map(|notify| {
+                if notify != Notify::None {
+                    panics.run(|| self.ready.deliver_undelivered(notify));
+                }
+            });
             match posted {
                 // Pushed while the `Cno` is being dropped (it marks itself
                 // gone, then its ring closes and discards what is queued):

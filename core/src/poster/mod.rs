@@ -144,6 +144,28 @@ impl<T: Send> Poster<T> {
         self.post_after_plain_try(event)
     }
 
+    /// [`Poster::post`] but for the notification the reservation took,
+    /// returned undelivered: published, and owing that delivery (user code:
+    /// a waker, a handler) to the caller, which can then keep its panic
+    /// without wrapping the whole post. For the CNO's ready ring, whose
+    /// trigger must act on the push whatever its waiter's waker does.
+    #[inline(always)]
+    pub(crate) fn post_undelivered(&self, event: T) -> Result<Notify, PostError<T>> {
+        let shared = &*self.shared;
+        if let Some(ticket) = shared.try_reserve_plain(&self.head_hint) {
+            // SAFETY: as in `post` (the plain try owes no notification).
+            unsafe { Buffer::publish(shared.buffer_ptr(), ticket, event) };
+            return Ok(Notify::None);
+        }
+        self.publish_after_plain_try(event)
+    }
+
+    /// Deliver the notification a [`Poster::post_undelivered`] returned.
+    #[inline(always)]
+    pub(crate) fn deliver_undelivered(&self, notify: Notify) {
+        self.deliver(notify);
+    }
+
     /// [`Poster::post_after_plain_try`] behind a call, for events small
     /// enough to be passed in registers.
     #[cold]
@@ -156,6 +178,16 @@ impl<T: Send> Poster<T> {
     /// reservation, the publish, the notification owed.
     #[inline(always)]
     fn post_after_plain_try(&self, event: T) -> Result<(), PostError<T>> {
+        // The notification this reservation took, after the publish.
+        self.publish_after_plain_try(event)
+            .map(|notify| self.deliver(notify))
+    }
+
+    /// The general reservation and the publish of a post whose plain try
+    /// did not reserve; the notification the reservation took is returned,
+    /// undelivered.
+    #[inline(always)]
+    fn publish_after_plain_try(&self, event: T) -> Result<Notify, PostError<T>> {
         // The reservation may run a handler (the upcall that drains a full
         // ring), and the event is dropped if that unwinds: see `Held`.
         let event = Held::new(event);
@@ -163,12 +195,9 @@ impl<T: Send> Poster<T> {
             Ok((ticket, notify)) => {
                 let event = event.into_inner();
                 // SAFETY: as for the plain try (the ticket and its full
-                // check; the buffer loaded after the reservation). The
-                // notification this reservation took is delivered after
-                // the publish.
+                // check; the buffer loaded after the reservation).
                 unsafe { Buffer::publish(self.shared.buffer_ptr(), ticket, event) };
-                self.deliver(notify);
-                Ok(())
+                Ok(notify)
             }
             Err(BatchPostError::Full) => Err(PostError::Full(event.into_inner())),
             Err(BatchPostError::Closed) => Err(PostError::Closed(event.into_inner())),
