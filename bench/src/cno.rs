@@ -151,7 +151,13 @@ impl CnoSystem {
                     sink.empty();
                 }
                 served[k] += batch.len() as u64;
-                batch.iter().fold(false, |_, &v| sink.take(v))
+                // Done once the count is reached, even if more follow (a
+                // duplicate): the run then ends, and its check fails.
+                let mut done = false;
+                for &v in batch {
+                    done |= sink.take(v);
+                }
+                done
             })?;
             if done {
                 return Ok(());

@@ -403,8 +403,10 @@ impl Run<'_> {
                 break;
             }
             let round_start = Instant::now();
+            let (mut was_cut, mut failed) = (false, Vec::new());
             for i in 0..k {
                 if cut(round) {
+                    was_cut = true;
                     for r in &mut self.records[first..] {
                         r.discard_round(round);
                     }
@@ -426,12 +428,24 @@ impl Run<'_> {
                     Ok(values) => values
                         .into_iter()
                         .for_each(|(m, v, d)| self.push(m, round, v, d)),
-                    Err(e) => self.notes.push(format!("{what}: {e}")),
+                    Err(e) => {
+                        self.notes.push(format!("{what}: {e}"));
+                        failed.push(job.case.clone());
+                    }
                 }
                 self.pb.inc(1);
             }
-            if cut(round) {
+            if was_cut {
                 break;
+            }
+            // Every system of a case keeps the same rounds: medians over other rounds than a
+            // peer's would not compare.
+            for case in failed.iter().collect::<std::collections::BTreeSet<_>>() {
+                let of_case = self.records[first..].iter_mut().filter(|r| r.case == *case);
+                of_case.for_each(|r| r.discard_round(round));
+                let n = round + 1;
+                self.notes
+                    .push(format!("{case}: round {n} discarded: a run in it failed"));
             }
             last_round = round_start.elapsed();
             rounds_run += 1;
@@ -630,6 +644,60 @@ fn callgrind_section(plan: &Plan, started: Instant, exe: Option<&Path>, run: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_round_in_which_a_run_failed_is_discarded_for_its_whole_case() {
+        // Three systems of two cases, three rounds; one system of case "a" fails in round 2.
+        let job = |case: &str, system: &str, fails_in: Option<usize>| {
+            let proto = Record::new(case, system, report::Role::Peer, "x", "ops_per_sec");
+            let mut round = 0;
+            Job::new(&proto.clone(), move |warm_up| {
+                if warm_up {
+                    return Ok(Vec::new());
+                }
+                round += 1;
+                if Some(round) == fails_in {
+                    return Err("failed".into());
+                }
+                Ok(vec![(proto.clone(), round as f64, None)])
+            })
+        };
+        let jobs = vec![
+            job("a", "p", None),
+            job("a", "q", Some(2)),
+            job("b", "r", None),
+        ];
+        let pb = ProgressBar::hidden();
+        let (records, notes) = (Vec::new(), Vec::new());
+        let mut run = Run {
+            pb: &pb,
+            records,
+            notes,
+        };
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        run.interleave("section", 1, jobs, 3, deadline);
+        let rounds = |s: &str| {
+            let r = run.records.iter().find(|r| r.system == s).unwrap();
+            r.rounds.clone()
+        };
+        assert_eq!(rounds("p"), [Some(1.0), None, Some(3.0)]);
+        assert_eq!(rounds("q"), [Some(1.0), None, Some(3.0)]);
+        assert_eq!(
+            rounds("r"),
+            [Some(1.0), Some(2.0), Some(3.0)],
+            "another case"
+        );
+        assert!(
+            run.notes
+                .iter()
+                .any(|n| n == "a: round 2 discarded: a run in it failed")
+        );
+        assert!(
+            !run.notes.iter().any(|n| n.contains("rounds fitted")),
+            "{:?}",
+            run.notes
+        );
+    }
 
     #[test]
     fn a_run_that_overstays_shrinks_the_next_and_none_grows() {

@@ -441,6 +441,20 @@ pub fn targets(records: &[Record]) -> Vec<TargetCheck> {
     TARGETS.iter().map(|t| evaluate(records, t)).collect()
 }
 
+/// The systems a best or worst side of `t` names that have no record (or, for empty polls,
+/// none measured): its best or worst is only of the others, a caveat of the target.
+fn unmeasured(records: &[Record], t: &Target, s: Side) -> Vec<&'static str> {
+    let (systems, polls) = match s {
+        Side::Best(_, systems) => (systems, false),
+        Side::WorstEmptyPolls(_, systems) => (systems, true),
+        _ => return Vec::new(),
+    };
+    let measured =
+        |r: &Record| !polls || r.empty_polls_per_msg.iter().flatten().flatten().count() > 0;
+    let missing = |s: &&str| !find(records, t.case, s, t.metric).is_some_and(measured);
+    systems.iter().copied().filter(missing).collect()
+}
+
 /// The record a side of `t` reads and the side's name in the target's name.
 fn side(records: &[Record], t: &Target, s: Side) -> (Option<Record>, String) {
     let pick = |case: &str, system: &str| find(records, case, system, t.metric).cloned();
@@ -528,6 +542,16 @@ fn evaluate(records: &[Record], t: &Target) -> TargetCheck {
     let rounds_met = measured.iter().filter(|v| met(**v)).count();
     let mut caveats = Vec::new();
     let sides: Vec<&Record> = a.iter().chain(b_record).collect();
+    let sides_named = [Some(t.a), t.b].into_iter().flatten();
+    let missing: Vec<&str> = sides_named
+        .flat_map(|s| unmeasured(records, t, s))
+        .collect();
+    if value.is_some() && !missing.is_empty() {
+        caveats.push(format!(
+            "not measured, so not compared: {}",
+            missing.join(", ")
+        ));
+    }
     if let Some(r) = sides.iter().find(|r| r.oversubscribed) {
         caveats.push(format!("oversubscribed: {} threads", r.threads));
     }

@@ -237,7 +237,7 @@ fn cno_cycle(_: &mut Rings, iters: u64) -> Result<(), String> {
 /// put its key in the ready set), on one bound to nothing otherwise: the same loop.
 fn cno_pair(iters: u64, bound: bool) -> Result<(), String> {
     let (tx, mut rx) = evd::bounded::<u64>(EVD_CAPACITY).map_err(|e| e.to_string())?;
-    let cno = evd::Cno::new(1).map_err(|e| e.to_string())?;
+    let mut cno = evd::Cno::new(1).map_err(|e| e.to_string())?;
     if bound {
         rx.bind_cno(&cno, 1).map_err(|e| e.to_string())?;
     }
@@ -247,6 +247,9 @@ fn cno_pair(iters: u64, bound: bool) -> Result<(), String> {
         if let Ok(v) = rx.try_dequeue() {
             sum = sum.wrapping_add(v);
         }
+    }
+    if let Some(key) = cno.try_next() {
+        return Err(format!("the CNO of an EVD never enabled got its key {key}"));
     }
     checksum(sum, iters, iters)
 }

@@ -291,6 +291,14 @@ fn targets_compare_like_with_like_and_take_the_best_peer() {
     let peers = get("blocking vs peers: evd batch+wait ÷ best notifying peer (std");
     assert_eq!(peers.value, Some(90.0 / 70.0), "tokio is not in the list");
     assert_eq!(peers.met, Some(false));
+    // The best of the peers measured: those of the list that were not are said.
+    let unmeasured = peers.caveats.iter().find(|c| c.starts_with("not measured"));
+    assert!(
+        unmeasured.is_some_and(|c| c.contains("kanal recv")),
+        "{:?}",
+        peers.caveats
+    );
+    assert!(!unmeasured.unwrap().contains("std sync_channel recv"));
 }
 
 #[test]
