@@ -1,5 +1,6 @@
 //! The two event sizes the throughput runs move, a bare `u64` and a 64-byte event (a cache line,
-//! about the size of an RDMA work completion), and the checksum that proves each arrived once.
+//! about the size of an RDMA work completion), and the count and checksum that catch an event lost or
+//! delivered twice (not every such pair: a loss and a duplicate of equal sums cancel; nor the order).
 
 /// An event built from a sequence number, which the consumer reads back for its checksum.
 pub trait Payload: Copy + Clone + Default + Send + Sync + 'static {
