@@ -120,21 +120,34 @@ fn a_closure_set_after_the_cq_was_dropped_is_dropped_at_once() {
 #[test]
 fn a_poll_whose_closure_panics_takes_no_completion() {
     let (mut cq, hca) = SoftCq::new(8).unwrap();
+    let mut out = [WorkCompletion::default(); 8];
+    poll_whose_closure_pushes_then_panics(&mut cq, &hca, &[3], &mut out);
+    let n = cq.poll(&mut out).unwrap();
+    let ids: Vec<u64> = out[..n].iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, [1, 2, 3]);
+    assert_eq!(hca.stats().polled, 3);
+}
+
+/// Push completions 1 and 2, then poll into `out` with a `during_next_poll`
+/// closure that pushes `pushed` and panics: the poll must unwind.
+fn poll_whose_closure_pushes_then_panics(
+    cq: &mut SoftCq,
+    hca: &evd_verbs::soft::SoftCqProducer,
+    pushed: &'static [u64],
+    out: &mut [WorkCompletion],
+) {
     assert_eq!(
         hca.push_batch(&[WorkCompletion::new(1), WorkCompletion::new(2)]),
         2
     );
     let producer = hca.clone();
     hca.during_next_poll(move || {
-        producer.push(WorkCompletion::new(3)).unwrap();
+        for &id in pushed {
+            producer.push(WorkCompletion::new(id)).unwrap();
+        }
         panic!("a closure that panics");
     });
-    let mut out = [WorkCompletion::default(); 8];
-    assert!(catch_unwind(AssertUnwindSafe(|| cq.poll(&mut out))).is_err());
-    let n = cq.poll(&mut out).unwrap();
-    let ids: Vec<u64> = out[..n].iter().map(|wc| wc.wr_id).collect();
-    assert_eq!(ids, [1, 2, 3]);
-    assert_eq!(hca.stats().polled, 3);
+    assert!(catch_unwind(AssertUnwindSafe(|| cq.poll(out))).is_err());
 }
 
 /// An arm for the next completion stays one until it fires: a later
@@ -233,18 +246,8 @@ fn an_overrun_raises_nothing_on_a_shared_channel() {
 fn a_cq_over_its_capacity_after_a_panicked_poll_overruns_until_polled_below_it() {
     use evd_verbs::soft::PushError;
     let (mut cq, hca) = SoftCq::new(2).unwrap();
-    assert_eq!(
-        hca.push_batch(&[WorkCompletion::new(1), WorkCompletion::new(2)]),
-        2
-    );
-    let producer = hca.clone();
-    hca.during_next_poll(move || {
-        producer.push(WorkCompletion::new(3)).unwrap();
-        producer.push(WorkCompletion::new(4)).unwrap();
-        panic!("a closure that panics");
-    });
     let mut out = [WorkCompletion::default(); 2];
-    assert!(catch_unwind(AssertUnwindSafe(|| cq.poll(&mut out))).is_err());
+    poll_whose_closure_pushes_then_panics(&mut cq, &hca, &[3, 4], &mut out);
     assert_eq!(hca.stats().len, 4);
     assert_eq!(hca.push(WorkCompletion::new(5)), Err(PushError::Overrun));
     assert_eq!(cq.poll(&mut out[..1]), Ok(1));
