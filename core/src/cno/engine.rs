@@ -343,9 +343,11 @@ impl CnoCore {
             // Published first; the wake it owes (the waiter's waker: user
             // code) is delivered with its panic kept, so that the answer
             // below is given whatever the waker does.
+            // (Tested here too: the common push owes nothing, and pays no
+            // `catch_unwind` then.)
             let posted = self.ready.post_undelivered(slot).map(|notify| {
                 if notify != Notify::None {
-                    panics.run(|| self.ready.deliver_undelivered(notify));
+                    panics.run(|| self.ready.deliver(notify));
                 }
             });
             match posted {

@@ -160,12 +160,6 @@ impl<T: Send> Poster<T> {
         self.publish_after_plain_try(event)
     }
 
-    /// Deliver the notification a [`Poster::post_undelivered`] returned.
-    #[inline(always)]
-    pub(crate) fn deliver_undelivered(&self, notify: Notify) {
-        self.deliver(notify);
-    }
-
     /// [`Poster::post_after_plain_try`] behind a call, for events small
     /// enough to be passed in registers.
     #[cold]
@@ -408,9 +402,10 @@ impl<T: Send> Poster<T> {
         panics.resume();
     }
 
-    /// Perform the notification a reservation (or a loss) took.
+    /// Perform the notification a reservation (or a loss) took; also for
+    /// the one a [`Poster::post_undelivered`] returned.
     #[inline(always)]
-    fn deliver(&self, notify: Notify) {
+    pub(crate) fn deliver(&self, notify: Notify) {
         // One test on the path of every post that owes nothing, instead of a
         // jump through the match's table.
         if notify != Notify::None {
