@@ -566,7 +566,7 @@ impl Api {
             }
         }
         let r = r.expect("poll_room ran no handler that panicked");
-        let free = self.m.cap - self.m.queue.len() - self.m.permits;
+        let free = self.m.free();
         let want = if self.m.closed {
             Poll::Ready(Err(BatchPostError::Closed))
         } else if free > 0 {
@@ -649,7 +649,7 @@ impl Api {
                     let p = &self.posters[i];
                     self.m.check_query(&p.query());
                     assert_eq!(p.is_closed(), self.m.closed);
-                    let free = self.m.cap - self.m.queue.len() - self.m.permits;
+                    let free = self.m.free();
                     assert_eq!(p.free_slots(), (!self.m.closed).then_some(free));
                     assert_eq!(p.is_full(), free == 0, "is_full");
                 }
@@ -909,10 +909,7 @@ impl Api {
             );
             return;
         }
-        let free = self
-            .m
-            .cap
-            .saturating_sub(self.m.queue.len() + self.m.permits);
+        let free = self.m.free();
         if free == 0 {
             refused(r, Err(BatchPostError::Full));
             assert_eq!(

@@ -124,6 +124,11 @@ impl Model {
         self.queue.len() + self.permits >= self.cap
     }
 
+    /// Slots neither queued nor promised to a permit.
+    pub fn free(&self) -> usize {
+        self.cap.saturating_sub(self.queue.len() + self.permits)
+    }
+
     /// Check a post's result and apply it.
     pub fn post(&mut self, id: u64, r: Result<(), PostError<Payload>>) {
         match r {
