@@ -88,6 +88,12 @@ pub struct Query {
     /// A poster is waiting for room ([`Poster::post_blocking`](crate::Poster::post_blocking)
     /// and the other waiting posts).
     pub room_wanted: bool,
+    /// How many posters wait in the room queue now: each `post_blocking`,
+    /// `post_timeout` or `post_deadline` asleep or about to sleep, each
+    /// pending `post_async` or [`RoomWaiter`](crate::RoomWaiter) and the
+    /// `Sink` holding an event. A waiter woken for a slot is out of the queue
+    /// until it finds the ring full again, so it is not counted meanwhile.
+    pub room_waiters: usize,
     /// Wakes sent to posters waiting for room: one per slot freed while they
     /// wait, one per waiter at close, one passed on by a woken waiter that
     /// left, and one passed on after a waker whose `wake` panicked.

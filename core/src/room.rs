@@ -325,20 +325,33 @@ impl RoomFlags {
 /// The room queue behind its lock, on its own line; every operation keeps
 /// the [`RoomFlags`] in line with it. Wakers are woken after the lock is
 /// released, each with its panic caught and counted in `woken`.
-pub(crate) struct RoomQueue(Mutex<WaitQueue>);
+pub(crate) struct RoomQueue {
+    queue: Mutex<WaitQueue>,
+    /// The queue's length as of the last release of its lock (written only
+    /// under it), for `Query::room_waiters` to read without taking it. A
+    /// statistic no ordering rests on: a std atomic even under loom, whose
+    /// models would otherwise explore its every store.
+    len: std::sync::atomic::AtomicUsize,
+}
 
 impl RoomQueue {
     pub(crate) fn new() -> Self {
-        RoomQueue(Mutex::new(WaitQueue::default()))
+        RoomQueue {
+            queue: Mutex::new(WaitQueue::default()),
+            len: std::sync::atomic::AtomicUsize::new(0),
+        }
     }
 
     /// Run `f` on the queue under its lock, then bring the flags in line
     /// with it. No user code runs under the lock, so it is never poisoned
     /// by one; a poisoned lock (an allocation failure) is used as is.
     fn with<R>(&self, flags: &RoomFlags, f: impl FnOnce(&mut WaitQueue) -> R) -> R {
-        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&mut q);
         flags.sync(&q);
+        if self.len.load(Ordering::Relaxed) != q.len() {
+            self.len.store(q.len(), Ordering::Relaxed);
+        }
         r
     }
 
@@ -449,6 +462,12 @@ impl RoomQueue {
                 passed = self.pass_on(flags, &mut passes);
             }
         }
+    }
+
+    /// How many seats are queued (`Query::room_waiters`), as of the last
+    /// change; Relaxed, a snapshot as `Query`'s counters are.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
     }
 
     /// Wake every waiting poster (close, a resize that grew the ring): each

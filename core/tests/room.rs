@@ -166,12 +166,22 @@ fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
             std::thread::spawn(move || p.post_blocking(i))
         })
         .collect();
+    // Every blocking poster is in the queue before the close: its wake, not
+    // a late first look at the closed ring, is what ends its wait.
+    eventually("the blocking posters queue for room", || {
+        consumer.query().room_waiters == 4
+    });
     let waiters: Vec<_> = (0..3).map(|_| counting()).collect();
     let mut futs: Vec<_> = (0..3).map(|i| poster.post_async(10 + i)).collect();
     for (f, (_, w)) in futs.iter_mut().zip(&waiters) {
         assert!(poll(f, w).is_pending());
     }
+    assert_eq!(consumer.query().room_waiters, 7);
+    assert_eq!(consumer.query().room_wakes, 0);
     consumer.close();
+    let q = consumer.query();
+    assert_eq!(q.room_waiters, 0);
+    assert_eq!(q.room_wakes, 7, "one wake per waiting poster");
     for (i, t) in threads.into_iter().enumerate() {
         assert_eq!(t.join().unwrap(), Err(PostError::Closed(i as u32 + 1)));
     }

@@ -95,6 +95,7 @@ impl<T> Shared<T> {
             notifications: self.counters.notifications.load(Ordering::Relaxed),
             upcalls: self.counters.upcalls.load(Ordering::Relaxed),
             room_wanted: self.room_wanted(),
+            room_waiters: self.room_waiters(),
             room_wakes: self.counters.room_wakes.load(Ordering::Relaxed),
             permits: state::permits(w) as usize,
         }

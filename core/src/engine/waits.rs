@@ -115,4 +115,9 @@ impl<T> Shared<T> {
     pub(crate) fn room_wanted(&self) -> bool {
         self.consumer.room.waiting()
     }
+
+    /// How many posters are in the room queue now (`Query::room_waiters`).
+    pub(crate) fn room_waiters(&self) -> usize {
+        self.room.len()
+    }
 }

@@ -3,7 +3,7 @@
 //! first served by first join, one wake per freed slot, a woken waiter that
 //! finds the ring full again rejoins in its place, a woken waiter that
 //! leaves passes one wake on, close and a growing resize wake every waiter;
-//! and `Query::room_wanted` / `Query::room_wakes` with each waiter's own
+//! and `Query::room_wanted` / `Query::room_waiters` / `Query::room_wakes` with each waiter's own
 //! count of wakes. On one thread nobody joins while slots are freed, so the
 //! wakes a call owes follow from how many slots it freed, however many head
 //! stores it took.
@@ -140,6 +140,7 @@ impl Room {
 
     pub(super) fn check(&self, q: &evd::Query) {
         assert_eq!(q.room_wanted, !self.queue.is_empty(), "query: room_wanted");
+        assert_eq!(q.room_waiters, self.queue.len(), "query: room_waiters");
         assert_eq!(q.room_wakes, self.wakes, "query: room_wakes");
         for (i, w) in self.waiters.iter().enumerate() {
             let got = w.waker.wakes.load(Ordering::Relaxed);
