@@ -9,7 +9,8 @@ mod common;
 mod recv_batch;
 mod wait_rule;
 use common::{
-    assert_report, assert_wait_ends, full_ring, lose, lose_twice_around_a_report, spawn_posters,
+    assert_report, assert_wait_ends, eventually, full_ring, lose, lose_twice_around_a_report,
+    spawn_posters,
 };
 use evd::{DequeueError, Overflow, TryDequeueError, WaitError};
 use std::future::Future;
@@ -64,12 +65,12 @@ fn a_poll_of_an_unwaitable_evd_times_out_as_any_poll() {
 #[test]
 fn dequeue_unwaitable_wakes_a_blocked_dequeue() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
-    let t = std::thread::spawn(move || {
-        poster.set_unwaitable();
-        poster
-    });
-    assert_eq!(consumer.dequeue(), Err(DequeueError::Unwaitable));
-    drop(t.join().unwrap());
+    let waiter = std::thread::spawn(move || consumer.dequeue());
+    // Armed: the dequeue is past its early check and parks (or is about
+    // to), so only the wake `set_unwaitable` owes it can end it.
+    eventually("the dequeue arms", || poster.query().armed);
+    poster.set_unwaitable();
+    assert_eq!(waiter.join().unwrap(), Err(DequeueError::Unwaitable));
 }
 
 #[test]

@@ -54,3 +54,18 @@ fn a_wait_in_its_back_off_ends_at_close() {
         assert_eq!(c.join().unwrap(), Err(WaitError::Closed { available: 0 }));
     });
 }
+
+#[test]
+fn a_wait_in_its_back_off_ends_when_made_unwaitable() {
+    // A back-off that never ends must still see `set_unwaitable`, made
+    // before its first look or anywhere in its spin.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            consumer.set_spin_budget(Duration::MAX);
+            consumer.wait(1, None)
+        });
+        poster.set_unwaitable();
+        assert_eq!(c.join().unwrap(), Err(WaitError::Unwaitable));
+    });
+}
