@@ -16,7 +16,9 @@
 //!   unwaitable) and the consumer (try_dequeue, dequeue_batch, arm, disarm,
 //!   wait, resize, close, poll a `recv` future, query, post, drop, and
 //!   `into_upcalls` with any policy, then set_policy / Teardown / teardown /
-//!   set_handler / drop of the `Upcalls`). Upcall handlers run on whichever
+//!   set_handler / drop of the `Upcalls`; and the binding to one of two
+//!   CNOs: bind, enable, disable, modify, unbind, take the ready keys, poll
+//!   a CNO as a stream, drop a CNO). Upcall handlers run on whichever
 //!   thread the real code runs them on.
 //! * The core reports every successful CAS on its state word to
 //!   [`observe`] (registered with `evd::set_cas_observer`), before any other
@@ -35,7 +37,9 @@
 //! instances in the word; no handler and no instance after a teardown
 //! returns (until upcalls are enabled again); no lost wake-up (a blocked
 //! consumer or teardown nobody will wake is a shuttle deadlock); `query()`
-//! snapshots consistent and monotonic; the overflow count and reports as
+//! snapshots consistent and monotonic; a CNO key only from the live CNO the
+//! EVD is bound to, against an enable, and a CNO's pending poll woken by its
+//! next key; enables of a dropped CNO refused; the overflow count and reports as
 //! [`crate::semantics`] says; every event dropped exactly once.
 
 use crate::payload::{DropLog, Payload};
@@ -228,6 +232,11 @@ pub enum CnoOp {
     Unbind,
     /// Take every ready key from both CNOs.
     Take,
+    /// Drop CNO 0 or 1 and make a new one in its place; a binding to the
+    /// dropped one stays.
+    Drop(usize),
+    /// Poll CNO 0 or 1 once as a `Stream`, with a counting waker.
+    Poll(usize),
 }
 
 impl ConsumerOp {
@@ -255,6 +264,8 @@ impl ConsumerOp {
                 0..=15 => ConsumerOp::Close,
                 16..=23 => ConsumerOp::Drop,
                 24..=79 => ConsumerOp::PollRecv,
+                208..=215 => ConsumerOp::Cno(CnoOp::Drop(a & 1)),
+                216..=223 => ConsumerOp::Cno(CnoOp::Poll(a & 1)),
                 224..=229 => ConsumerOp::Cno(CnoOp::Bind(a & 1)),
                 230..=235 => ConsumerOp::Cno(CnoOp::Enable),
                 236..=239 => ConsumerOp::Cno(CnoOp::Disable),
@@ -1177,11 +1188,33 @@ fn dequeued(r: Result<Ev, TryDequeueError>) {
 /// The consumer thread's two CNOs and what it knows of its binding.
 struct CnoSide {
     cnos: [Cno; 2],
-    /// The CNO the EVD is bound to.
+    /// The CNO the EVD is bound to (by its place in `cnos`).
     bound: Option<usize>,
+    /// The CNO the EVD is bound to was dropped (`cnos` holds a new one in
+    /// its place): its keys reach nobody until a move, and enables are
+    /// refused.
+    bound_dropped: bool,
     /// Enables (returned `Armed`) not yet answered by a key: a key is legal
-    /// only against one. Zeroed by disable and unbind (they remove the key).
+    /// only against one. Zeroed by disable and unbind (they remove the key);
+    /// kept by a drop of the CNO (a move takes the pending key along).
     credit: u32,
+    /// Per CNO, the waker of its last poll if that poll was `Pending`: the
+    /// first key pushed after it must wake it.
+    pending_polls: [Option<Arc<CountWake>>; 2],
+}
+
+/// A waker that counts its wakes.
+#[derive(Default)]
+struct CountWake(std::sync::atomic::AtomicUsize);
+
+impl Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl CnoSide {
@@ -1189,14 +1222,33 @@ impl CnoSide {
         CnoSide {
             cnos: [Cno::new(1).unwrap(), Cno::new(1).unwrap()],
             bound: None,
+            bound_dropped: false,
             credit: 0,
+            pending_polls: [None, None],
         }
     }
 
     /// The binding is gone (unbind, drop, into_upcalls): nothing is due.
     fn unbound(&mut self) {
         self.bound = None;
+        self.bound_dropped = false;
         self.credit = 0;
+        with(|k| k.close_key_due = false);
+    }
+
+    /// A key from CNO `i`: it must be the bound (live) CNO's key, against
+    /// an enable.
+    fn got(&mut self, i: usize, key: u64) {
+        trace(|| format!("cno {i}: key {key}"));
+        let (bound, dropped, credit) = (self.bound, self.bound_dropped, self.credit);
+        check(|_| {
+            ensure(
+                bound == Some(i) && !dropped && key == 100 + i as u64,
+                || format!("key {key} from CNO {i} while bound to {bound:?} (dropped: {dropped})"),
+            )?;
+            ensure(credit > 0, || format!("key {key} without an enable"))
+        });
+        self.credit = self.credit.saturating_sub(1);
         with(|k| k.close_key_due = false);
     }
 
@@ -1205,16 +1257,42 @@ impl CnoSide {
     fn take(&mut self) {
         for i in 0..2 {
             while let Some(key) = self.cnos[i].try_next() {
-                trace(|| format!("cno {i}: key {key}"));
-                let (bound, credit) = (self.bound, self.credit);
+                self.got(i, key);
+            }
+        }
+    }
+
+    /// Poll CNO `i` as a stream: a key is checked as taken, `Pending`
+    /// leaves its waker to be woken by the next key.
+    fn poll(&mut self, i: usize) {
+        use futures_core::Stream;
+        let count = Arc::new(CountWake::default());
+        let waker = Waker::from(count.clone());
+        let r = Pin::new(&mut self.cnos[i]).poll_next(&mut Context::from_waker(&waker));
+        trace(|| format!("poll cno {i}: {r:?}"));
+        self.pending_polls[i] = None;
+        match r {
+            Poll::Ready(Some(key)) => self.got(i, key),
+            Poll::Ready(None) => check(|_| Err(format!("CNO {i}'s stream ended"))),
+            Poll::Pending => self.pending_polls[i] = Some(count),
+        }
+    }
+
+    /// At the end, all threads joined: a CNO whose last poll was `Pending`
+    /// and that holds a key now was woken since that poll.
+    fn check_pending_polls(&mut self) {
+        for i in 0..2 {
+            let Some(count) = self.pending_polls[i].take() else {
+                continue;
+            };
+            if let Some(key) = self.cnos[i].try_next() {
+                let wakes = count.0.load(std::sync::atomic::Ordering::Relaxed);
                 check(|_| {
-                    ensure(bound == Some(i) && key == 100 + i as u64, || {
-                        format!("key {key} from CNO {i} while bound to {bound:?}")
-                    })?;
-                    ensure(credit > 0, || format!("key {key} without an enable"))
+                    ensure(wakes > 0, || {
+                        format!("CNO {i} holds key {key}, and its pending poll was never woken")
+                    })
                 });
-                self.credit = self.credit.saturating_sub(1);
-                with(|k| k.close_key_due = false);
+                self.got(i, key);
             }
         }
     }
@@ -1244,11 +1322,12 @@ fn cno_step(c: &mut Consumer<Ev>, op: CnoOp, s: &mut CnoSide) {
         CnoOp::Enable => {
             let r = c.enable_cno();
             trace(|| format!("enable_cno: {r:?}"));
-            let bound = s.bound;
+            let (bound, dropped) = (s.bound, s.bound_dropped);
             check(|k| match (bound, r) {
                 (None, Err(CnoError::NotBound)) => Ok(()),
-                (Some(_), Ok(ArmStatus::Armed | ArmStatus::Pending)) => Ok(()),
-                (Some(_), Ok(ArmStatus::Closed)) => k.end_of_stream(),
+                (Some(_), Err(CnoError::CnoDropped)) if dropped => Ok(()),
+                (Some(_), Ok(ArmStatus::Armed | ArmStatus::Pending)) if !dropped => Ok(()),
+                (Some(_), Ok(ArmStatus::Closed)) if !dropped => k.end_of_stream(),
                 other => Err(format!("enable_cno: {other:?}")),
             });
             if r == Ok(ArmStatus::Armed) {
@@ -1273,6 +1352,7 @@ fn cno_step(c: &mut Consumer<Ev>, op: CnoOp, s: &mut CnoSide) {
             } else {
                 s.credit = 0;
             }
+            s.bound_dropped = false;
         }
         CnoOp::Unbind => {
             let r = c.unbind_cno();
@@ -1288,6 +1368,14 @@ fn cno_step(c: &mut Consumer<Ev>, op: CnoOp, s: &mut CnoSide) {
             }
         }
         CnoOp::Take => s.take(),
+        CnoOp::Drop(i) => {
+            s.cnos[i] = Cno::new(1).unwrap();
+            s.pending_polls[i] = None;
+            if s.bound == Some(i) {
+                s.bound_dropped = true;
+            }
+        }
+        CnoOp::Poll(i) => s.poll(i),
     }
 }
 
@@ -1601,9 +1689,10 @@ fn execution(input: &Input) {
         h.join().unwrap();
     }
     let (consumer, mut cno) = consumer.join().unwrap();
+    cno.check_pending_polls();
     // Closing an enabled EVD is news for its CNO: the key is ready now,
-    // unless it was taken, disabled or unbound since.
-    if let (Some(i), true) = (cno.bound, with(|k| k.close_key_due)) {
+    // unless it was taken, disabled or unbound since, or the CNO dropped.
+    if let (Some(i), false, true) = (cno.bound, cno.bound_dropped, with(|k| k.close_key_due)) {
         let got = cno.cnos[i].try_next();
         check(|_| {
             ensure(got == Some(100 + i as u64), || {
@@ -1777,7 +1866,7 @@ mod tests {
             if b[2 * i] & 1 == 0 {
                 *op = Op {
                     kind: 15,
-                    arg: 224 | b[2 * i + 1],
+                    arg: 208 + b[2 * i + 1] % 48,
                 };
             }
         }
@@ -1787,7 +1876,7 @@ mod tests {
     #[test]
     fn random_cno_inputs() {
         let mut rng = crate::Rng(0x00c0_5eed_0fc0_ffee);
-        let mut seen = [0usize; 6];
+        let mut seen = [0usize; 8];
         for _ in 0..400 {
             let input = cno_heavy(&mut rng);
             for op in &input.consumer {
@@ -1799,6 +1888,8 @@ mod tests {
                         CnoOp::Modify => 3,
                         CnoOp::Unbind => 4,
                         CnoOp::Take => 5,
+                        CnoOp::Drop(_) => 6,
+                        CnoOp::Poll(_) => 7,
                     };
                     seen[k] += 1;
                 }
