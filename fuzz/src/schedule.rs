@@ -27,7 +27,9 @@
 //!   that no change goes unobserved, and that each new word is a legal
 //!   successor of the old one per the reference model
 //!   ([`crate::spec::successor`]), with the consumer's head known exactly in
-//!   consumer mode and bounded in upcall mode.
+//!   consumer mode and bounded in upcall mode, and the owner's transitions
+//!   (arm, policy switch, CNO enable and disable, withdrawal, resize)
+//!   accepted only from the owner's thread.
 //!
 //! # Invariants
 //!
@@ -466,6 +468,9 @@ struct Checker {
     /// Some poster has begun a `post_lossy`: only then may a loss have
     /// been committed, and a CAS notify of one.
     lossy_begun: bool,
+    /// The thread that owns the consumer (or the `Upcalls`): the consumer
+    /// thread, then the execution's own once it has joined it.
+    owner: Option<shuttle::thread::ThreadId>,
     /// The threads inside `post_lossy` now: while the consumer dequeues
     /// (no upcall instance to restart for a loss), only they notify of one.
     in_post_lossy: Vec<shuttle::thread::ThreadId>,
@@ -553,6 +558,7 @@ impl Checker {
             accepted: BTreeSet::new(),
             delivered: BTreeSet::new(),
             last_seq: vec![None; HANDLER_POSTER + 1],
+            owner: None,
             lossy_posters: posters as u64 + 1,
             many_window: false,
             refusals: Refusals::default(),
@@ -625,7 +631,8 @@ impl Checker {
                 .contains(&shuttle::thread::current().id()),
             Mode::Upcalls => self.lossy_begun,
         };
-        let how = spec::successor(old, new, &heads, losses)?;
+        let by_owner = self.owner == Some(shuttle::thread::current().id());
+        let how = spec::successor(old, new, &heads, losses, by_owner)?;
         // Only a panicking handler abandons its instance; this target's
         // never panic, so one that ends so left its work to nobody.
         ensure(how != "abandon_instance", || {
@@ -1678,6 +1685,7 @@ fn consumer_thread(
     ops: Vec<Op>,
     mut me: Actor,
 ) -> (Option<Consumer<Ev>>, CnoSide) {
+    with(|k| k.owner = Some(shuttle::thread::current().id()));
     let mut cno = CnoSide::new();
     let mut side = Side::Consumer(c);
     for op in ops {
@@ -1741,6 +1749,7 @@ fn execution(input: &Input) {
         h.join().unwrap();
     }
     let (consumer, mut cno) = consumer.join().unwrap();
+    with(|k| k.owner = Some(shuttle::thread::current().id()));
     cno.check_pending_polls();
     // Closing an enabled EVD is news for its CNO: the key is ready now,
     // unless it was taken, disabled or unbound since, or the CNO dropped.

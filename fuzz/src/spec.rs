@@ -514,8 +514,17 @@ pub fn well_formed(w: Word) -> Result<(), String> {
 /// range over every value; the head ranges over `heads` (one value when the
 /// caller knows it exactly). `losses` says whether a loss may have been
 /// committed (some `post_lossy` has begun): without one, no CAS notifies of
-/// a loss.
-pub fn successor(old: u64, new: u64, heads: &[u64], losses: bool) -> Result<&'static str, String> {
+/// a loss. `by_owner` says whether the CAS was made on the thread that owns
+/// the consumer (or the `Upcalls`): only there are the owner's transitions
+/// (`arm`, `set_policy`, `enable_cno`, `withdraw`, `disable_cno`, the two
+/// steps of a resize) legal, as only the owner's calls make them.
+pub fn successor(
+    old: u64,
+    new: u64,
+    heads: &[u64],
+    losses: bool,
+    by_owner: bool,
+) -> Result<&'static str, String> {
     let a = Word::decode(old);
     let n = Word::decode(new);
     well_formed(n).map_err(|e| format!("ill-formed word {n:?}: {e}"))?;
@@ -557,32 +566,16 @@ pub fn successor(old: u64, new: u64, heads: &[u64], losses: bool) -> Result<&'st
                 }
             }
         }
-        let queued = a.len(h);
-        if let Arm::Arm(next) = arm(a, h, queued + 1) {
-            if next == n {
-                return Ok("arm");
-            }
-        }
-        for p in 0..3 {
-            for any in [false, true] {
-                if set_policy(a, h, p, any).0 == n {
-                    return Ok("set_policy");
-                }
-            }
-        }
         if exit_instance(a, h) == Some(n) {
             return Ok("exit_instance");
         }
-        if enable_cno(a, h) == Enable::Armed(n) {
-            return Ok("enable_cno");
-        }
-        if withdraw(a, h, false).map(|(w, _)| w) == Some(n)
-            || withdraw(a, h, true).map(|(w, _)| w) == Some(n)
-        {
-            return Ok("withdraw");
+        if by_owner {
+            if let Some(how) = owner_successor(a, n, h) {
+                return Ok(how);
+            }
         }
     }
-    if disable_cno(a) == Some(n) {
+    if by_owner && disable_cno(a) == Some(n) {
         return Ok("disable_cno");
     }
     // Only on a bound EVD, which has no upcall policy (so no token).
@@ -595,10 +588,10 @@ pub fn successor(old: u64, new: u64, heads: &[u64], losses: bool) -> Result<&'st
     if close(a).0 == n {
         return Ok("close");
     }
-    if begin_resize(a) == Some(n) {
+    if by_owner && begin_resize(a) == Some(n) {
         return Ok("begin_resize");
     }
-    if a.resizing && end_resize(a, n.cap_log2) == n {
+    if by_owner && a.resizing && end_resize(a, n.cap_log2) == n {
         return Ok("end_resize");
     }
     if a.token && release_token(a) == n {
@@ -613,6 +606,32 @@ pub fn successor(old: u64, new: u64, heads: &[u64], losses: bool) -> Result<&'st
     Err(format!(
         "no transition of the table makes\n  {n:?}\nof\n  {a:?}\nfor a head in {heads:?}"
     ))
+}
+
+/// The owner's transitions that depend on the head: an arm, a policy
+/// switch, a CNO enable, a withdrawal.
+fn owner_successor(a: Word, n: Word, h: u64) -> Option<&'static str> {
+    if let Arm::Arm(next) = arm(a, h, a.len(h) + 1) {
+        if next == n {
+            return Some("arm");
+        }
+    }
+    for p in 0..3 {
+        for any in [false, true] {
+            if set_policy(a, h, p, any).0 == n {
+                return Some("set_policy");
+            }
+        }
+    }
+    if enable_cno(a, h) == Enable::Armed(n) {
+        return Some("enable_cno");
+    }
+    if withdraw(a, h, false).map(|(w, _)| w) == Some(n)
+        || withdraw(a, h, true).map(|(w, _)| w) == Some(n)
+    {
+        return Some("withdraw");
+    }
+    None
 }
 
 /// The loss word (`evd::state::loss`): bit 0 says close has begun, bits
