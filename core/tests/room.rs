@@ -158,6 +158,31 @@ fn a_waiter_dropped_before_any_wake_wakes_nobody_and_leaves_the_queue() {
 }
 
 #[test]
+fn room_waiters_counts_the_queued_posters_and_a_woken_one_only_once_it_rejoins() {
+    let (poster, mut consumer) = full_ring(&[0]);
+    let (a, wa, mut fa) = waiting(&poster, 1);
+    let (_b, _wb, fb) = waiting(&poster, 2);
+    assert_eq!(consumer.query().room_waiters, 2);
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!(a.wakes(), 1);
+    assert_eq!(
+        consumer.query().room_waiters,
+        1,
+        "the woken one left the queue"
+    );
+    // Another post takes the freed slot first: the woken one finds the
+    // ring full again and rejoins.
+    assert_eq!(poster.post(3), Ok(()));
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert_eq!(consumer.query().room_waiters, 2);
+    drop(fb);
+    assert_eq!(consumer.query().room_waiters, 1);
+    drop(fa);
+    let q = consumer.query();
+    assert_eq!((q.room_waiters, q.room_wanted), (0, false));
+}
+
+#[test]
 fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
     let (poster, mut consumer) = full_ring(&[0]);
     let threads: Vec<_> = (1..=4)
