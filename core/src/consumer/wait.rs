@@ -253,6 +253,7 @@ fn unwaitable<T>(s: &Shared<T>, want: u64, waiter: Waiter) -> Option<Result<usiz
 pub(crate) fn block_until<T>(c: &mut Consumer<T>, done: impl Fn(&Shared<T>) -> bool) {
     let waker = thread_waker(c);
     let s: Arc<Shared<T>> = c.shared().clone();
+    let mut rounds = Rounds::new();
     loop {
         if done(&s) {
             return;
@@ -262,8 +263,37 @@ pub(crate) fn block_until<T>(c: &mut Consumer<T>, done: impl Fn(&Shared<T>) -> b
         if done(&s) {
             return;
         }
+        rounds.end(&waker, None);
+    }
+}
+
+/// How a round of a blocking wait ends, once it has registered its waker
+/// (and armed): it parks until woken, unless it was woken already. Woken
+/// before parking in two rounds in a row means a notifier is stopped
+/// between taking the waker slot and letting it go: the slot answers every
+/// registration with a wake meanwhile ([`crate::waker_slot`]), and the
+/// rounds would register and re-arm on the posters' line as fast as they
+/// can until that notifier runs again. From the second such round on, a
+/// round backs off by the clock first (a PAUSE, then spins, then yields).
+struct Rounds {
+    backoff: Backoff,
+    woken_last: bool,
+}
+
+impl Rounds {
+    fn new() -> Self {
+        Rounds {
+            backoff: Backoff::new(),
+            woken_last: false,
+        }
+    }
+
+    fn end(&mut self, waker: &ThreadWaker, deadline: Option<Instant>) {
         if !waker.woken() {
-            park(None);
+            self.woken_last = false;
+            park(deadline);
+        } else if std::mem::replace(&mut self.woken_last, true) {
+            self.backoff.snooze();
         }
     }
 }
@@ -391,6 +421,7 @@ impl<T> Consumer<T> {
         }
         let waker = thread_waker(self);
         let backoff = Backoff::new();
+        let mut rounds = Rounds::new();
         loop {
             // Register before checking the flag and before arming: a
             // `set_unwaitable` or a post after this point wakes this waker.
@@ -419,9 +450,7 @@ impl<T> Consumer<T> {
                     // (the replaced waker's drop, which may park and take
                     // the token) may have taken the waker out of the slot:
                     // round again, to register it anew ([`ThreadWaker`]).
-                    if !waker.woken() {
-                        park(deadline);
-                    }
+                    rounds.end(&waker, deadline);
                 }
                 Arm::Pending => {
                     if let Some(end) = look(&s, want) {
