@@ -88,11 +88,15 @@ pub struct Query {
     /// A poster is waiting for room ([`Poster::post_blocking`](crate::Poster::post_blocking)
     /// and the other waiting posts).
     pub room_wanted: bool,
-    /// How many posters wait in the room queue now: each `post_blocking`,
-    /// `post_timeout` or `post_deadline` asleep or about to sleep, each
-    /// pending `post_async` or [`RoomWaiter`](crate::RoomWaiter) and the
-    /// `Sink` holding an event. A waiter woken for a slot is out of the queue
-    /// until it finds the ring full again, so it is not counted meanwhile.
+    /// How many posters are in the room queue now: each `post_blocking`,
+    /// `post_timeout` or `post_deadline` past its back-off, each pending
+    /// `post_async`, [`Poster::reserve`](crate::Poster::reserve) or
+    /// [`RoomWaiter`](crate::RoomWaiter), and a `Sink` whose flush waits.
+    /// A waiter that was woken (for a freed slot, by a close or a growing
+    /// resize, or by a wake passed on) is out of the queue until it finds
+    /// the ring full again and rejoins, so it is not counted meanwhile.
+    /// Read apart from `room_wanted`: while a poster joins or leaves, one
+    /// snapshot may show the two disagree.
     pub room_waiters: usize,
     /// Wakes sent to posters waiting for room: one per slot freed while they
     /// wait, one per waiter at close, one passed on by a woken waiter that

@@ -204,9 +204,13 @@ fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
     assert_eq!(consumer.query().room_waiters, 7);
     assert_eq!(consumer.query().room_wakes, 0);
     consumer.close();
-    let q = consumer.query();
-    assert_eq!(q.room_waiters, 0);
-    assert_eq!(q.room_wakes, 7, "one wake per waiting poster");
+    // At least one wake per waiting poster: a blocking poster that a
+    // spurious return from `park` sent round again may rejoin after the
+    // close took the queue, and be handed a wake another one passes on.
+    assert!(
+        consumer.query().room_wakes >= 7,
+        "one wake per waiting poster"
+    );
     for (i, t) in threads.into_iter().enumerate() {
         assert_eq!(t.join().unwrap(), Err(PostError::Closed(i as u32 + 1)));
     }
@@ -217,6 +221,7 @@ fn close_wakes_every_waiting_poster_and_hands_each_its_event_back() {
             Poll::Ready(Err(PostError::Closed(10 + i as u32)))
         );
     }
+    assert_eq!(consumer.query().room_waiters, 0, "every waiter left");
     assert_eq!(consumer.try_dequeue(), Ok(0));
 }
 

@@ -516,8 +516,14 @@ pub fn well_formed(w: Word) -> Result<(), String> {
 /// committed (some `post_lossy` has begun): without one, no CAS notifies of
 /// a loss. `by_owner` says whether the CAS was made on the thread that owns
 /// the consumer (or the `Upcalls`): only there are the owner's transitions
-/// (`arm`, `set_policy`, `enable_cno`, `withdraw`, `disable_cno`, the two
-/// steps of a resize) legal, as only the owner's calls make them.
+/// (`arm`, `set_policy`, `enable_cno`, `withdraw`, `disable_cno`,
+/// `note_notification`, the two steps of a resize) legal. That is a
+/// condition on the thread, not on the call: the owner's own posts, and
+/// handlers running on its thread, pass it too. And a word some other row
+/// also explains passes as that row (a `notify_loss` on a NOTIFIED word
+/// makes the word a `withdraw` would). Only the `schedule` harness's owner
+/// makes these calls; a handler that called `Upcalls::set_policy` from
+/// another thread would need this widened.
 pub fn successor(
     old: u64,
     new: u64,
@@ -579,7 +585,7 @@ pub fn successor(
         return Ok("disable_cno");
     }
     // Only on a bound EVD, which has no upcall policy (so no token).
-    if a.policy == 0 && !a.token && note_notification(a) == n {
+    if by_owner && a.policy == 0 && !a.token && note_notification(a) == n {
         return Ok("note_notification");
     }
     // No plain `disarm` here: the core withdraws an arm only through
