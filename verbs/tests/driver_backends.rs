@@ -13,7 +13,7 @@ use common::wc;
 use evd_verbs::soft::{SoftChannel, SoftCq, SoftDevice};
 use evd_verbs::{
     AdaptiveConfig, AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, ChannelFeed, CqId, Driver,
-    DriverBackend, DriverConfig, Feed, FeedMode, VerbsEvent,
+    DriverBackend, DriverConfig, DriverHandle, Feed, FeedKey, FeedMode, VerbsEvent,
 };
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -385,58 +385,28 @@ fn a_feed_registered_before_the_first_process_shows_on_the_drivers_fd() {
     }
 }
 
-/// A spawned driver owns its wake poll on its own thread: the thread that
-/// created it (here the test's) is not interrupted by the driver's wakes.
-/// io_uring runs a poll's completion work on the thread that submitted it,
-/// interrupting that thread for it (here: an `epoll_wait` of its own
-/// returning `EINTR`), so a driver that kept the creator's poll would
-/// route every wake through it. epoll has no such tie.
-#[test]
-fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
+/// Wait 300 ms on an epoll fd of this thread's own that nothing makes
+/// ready, while another thread runs `work` over and over (each a wake of a
+/// spawned driver's thread), and assert that nothing interrupted the wait.
+/// The end of a poll the driver cancelled is work the kernel gives this
+/// thread at its next kernel entry (the epoll fd's creation here at the
+/// latest): the caller makes sure every such cancel is submitted first.
+fn assert_not_interrupted_while(work: impl Fn() + Sync) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
-    let running = driver.spawn().unwrap();
-    let handle = running.handle().clone();
-    // Two commands answered: the driver's thread answers the first in its
-    // first step's turn and only then submits that step's cancellation of
-    // the creator's poll; the second is answered in a later turn, after
-    // that submission. (The end of the creator's poll is work the kernel
-    // gives this thread; it runs at this thread's next kernel entry, the
-    // epoll fd's creation below at the latest.)
-    let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
-    let (cq, _hca) = SoftCq::new(4).unwrap();
-    let key = handle
-        .register(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event)
-        .unwrap();
-    let second = handle
-        .register(
-            Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster),
-            FeedMode::Event,
-        )
-        .unwrap();
     let quiet = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC).unwrap();
     let done = AtomicBool::new(false);
-    let (commanding, commands_began) = std::sync::mpsc::channel();
+    let (working, work_began) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
-        // Commands, each a wake of the driver, while this thread waits.
         s.spawn(|| {
-            let _ = handle.stats();
-            commanding.send(()).unwrap();
+            work();
+            working.send(()).unwrap();
             while !done.load(Ordering::Relaxed) {
-                let _ = handle.stats();
-                let _ = handle.register(
-                    Feed::new(
-                        SoftCq::new(4).unwrap().0,
-                        CqId(1),
-                        evd::bounded::<VerbsEvent>(4).unwrap().0,
-                    ),
-                    FeedMode::Event,
-                );
+                work();
             }
         });
-        // The wait begins with the commands under way (it tests nothing
-        // while none comes).
-        commands_began.recv().unwrap();
+        // The wait begins with the work under way (it tests nothing while
+        // none comes).
+        work_began.recv().unwrap();
         let mut events = Vec::with_capacity(1);
         let ms = rustix::event::Timespec {
             tv_sec: 0,
@@ -453,9 +423,96 @@ fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
             "the creating thread's wait was interrupted: {waited:?}"
         );
     });
+}
+
+/// Two commands answered by a spawned driver: the driver's thread answers
+/// the first in its first step's turn and only then submits that step's
+/// cancellations of the creator's polls; the second is answered in a later
+/// turn, after that submission.
+fn two_commands_answered(handle: &DriverHandle) -> [FeedKey<Feed<SoftCq, VerbsEvent>>; 2] {
+    let feed = || {
+        let (cq, _hca) = SoftCq::new(4).unwrap();
+        Feed::new(cq, CqId(0), evd::bounded::<VerbsEvent>(4).unwrap().0)
+    };
+    [(); 2].map(|()| handle.register(feed(), FeedMode::Event).unwrap())
+}
+
+/// A spawned driver owns its wake poll on its own thread: the thread that
+/// created it (here the test's) is not interrupted by the driver's wakes.
+/// io_uring runs a poll's completion work on the thread that submitted it,
+/// interrupting that thread for it (here: an `epoll_wait` of its own
+/// returning `EINTR`), so a driver that kept the creator's poll would
+/// route every wake through it. epoll has no such tie.
+#[test]
+fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
+    let driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
+    let running = driver.spawn().unwrap();
+    let handle = running.handle().clone();
+    let keys = two_commands_answered(&handle);
+    // Commands, each a wake of the driver.
+    assert_not_interrupted_while(|| {
+        let _ = handle.stats();
+        let _ = handle.register(
+            Feed::new(
+                SoftCq::new(4).unwrap().0,
+                CqId(1),
+                evd::bounded::<VerbsEvent>(4).unwrap().0,
+            ),
+            FeedMode::Event,
+        );
+    });
+    let mut stopped = running.shutdown().unwrap();
+    assert!(keys.iter().all(|&k| stopped.take(k).is_some()));
+}
+
+/// The same for the polls of the feeds' fds asked before the spawn (a
+/// caller's `process` that armed a CQ and asked for its channel's
+/// readiness): the spawned driver cancels them and asks again from its own
+/// thread, so the completions of such a feed do not interrupt the thread
+/// that created the driver either.
+#[test]
+fn a_feeds_poll_asked_before_the_spawn_does_not_interrupt_the_thread_that_created_it() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let driver_and_feed = || {
+        let mut driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
+        let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let (cq, hca) = SoftCq::new(64).unwrap();
+        let key = driver
+            .register(Feed::new(cq, CqId(3), poster), FeedMode::Event)
+            .unwrap();
+        while driver.process(Some(Duration::ZERO)).unwrap().busy {}
+        assert!(hca.stats().armed, "the first turn armed the CQ");
+        (driver, key, hca, consumer)
+    };
+    let (driver, key, hca, consumer) = driver_and_feed();
+    let running = driver.spawn().unwrap();
+    let keys = two_commands_answered(running.handle());
+    let consumer = std::sync::Mutex::new(consumer);
+    let (pushed, got) = (AtomicU64::new(0), AtomicU64::new(0));
+    let take = || {
+        while consumer.lock().unwrap().try_dequeue().is_ok() {
+            got.fetch_add(1, Relaxed);
+        }
+    };
+    // Completions, each a wake of the feed's channel once the driver has
+    // re-armed its CQ; never more outstanding than the CQ holds.
+    assert_not_interrupted_while(|| {
+        if pushed.load(Relaxed) - got.load(Relaxed) < 32 {
+            hca.push(wc(pushed.fetch_add(1, Relaxed))).unwrap();
+        }
+        take();
+        std::thread::yield_now();
+    });
+    // The feed is served from the driver's thread: every completion comes.
+    let start = std::time::Instant::now();
+    while got.load(Relaxed) < pushed.load(Relaxed) {
+        assert!(start.elapsed() < WATCHDOG, "completions not delivered");
+        take();
+        std::thread::yield_now();
+    }
     let mut stopped = running.shutdown().unwrap();
     assert!(stopped.take(key).is_some());
-    assert!(stopped.take(second).is_some());
+    assert!(keys.iter().all(|&k| stopped.take(k).is_some()));
 }
 
 /// A channel feed blocked on a full EVD by a busy CQ still takes the events

@@ -114,6 +114,13 @@ impl Backend {
         }
     }
 
+    /// Whether a poll's completion work runs on the thread that asked for
+    /// it (io_uring's, see [`Backend::cancel_wake`]): a driver spawned onto
+    /// another thread must ask for its polls again there.
+    pub(crate) fn polls_belong_to_their_submitter(&self) -> bool {
+        matches!(self, Backend::Uring(_))
+    }
+
     /// A poll completed: true if it was asked multishot and the kernel
     /// refused that (the caller asks again). Never on epoll, which has no
     /// multishot poll.

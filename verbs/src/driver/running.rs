@@ -73,6 +73,14 @@ impl Driver {
         if self.wake_poll_in_flight {
             let _ = self.backend.cancel_wake();
         }
+        // So do the polls of the feeds' fds a caller's `process` asked for
+        // before the spawn: each is spent (cancelled by the first turn, and
+        // asked again by this thread once its end is reaped).
+        if self.backend.polls_belong_to_their_submitter() {
+            for slot in self.slots.iter_mut().flatten() {
+                slot.poll_spent |= slot.poll_in_flight;
+            }
+        }
         // One the caller's own `process` caught and did not report (its
         // step failed after it).
         self.keep_caught_panic();
