@@ -268,6 +268,29 @@ pub(crate) fn park(_deadline: Option<std::time::Instant>) {
     thread::park();
 }
 
+/// How long [`nap`] sleeps: a wait stuck behind a notifier that stopped
+/// half-way (see `consumer/wait.rs`), once its back-off is used up.
+#[cfg(not(any(loom, shuttle)))]
+const NAP: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// Sleep for [`NAP`], or until `deadline` if that comes first. A sleep, not a
+/// yield: under a real-time policy a yield gives the CPU only to threads of
+/// the same priority or higher, and the thread waited for may have a lower
+/// one. An unpark does not end it.
+#[cfg(not(any(loom, shuttle)))]
+pub(crate) fn nap(deadline: Option<std::time::Instant>) {
+    let left = deadline.map_or(NAP, |d| {
+        NAP.min(d.saturating_duration_since(std::time::Instant::now()))
+    });
+    std::thread::sleep(left);
+}
+
+/// A yield: a model has no time, and must let the other threads run.
+#[cfg(any(loom, shuttle))]
+pub(crate) fn nap(_deadline: Option<std::time::Instant>) {
+    thread::yield_now();
+}
+
 /// Run a unit-test loom model (a model inside the crate, that needs its
 /// internals) over every interleaving with at most `LOOM_MAX_PREEMPTIONS`
 /// (default 3) preemptions, as the models of `core/tests/loom` run.

@@ -6,7 +6,7 @@ use crate::consumer::Consumer;
 use crate::engine::Shared;
 use crate::error::{DequeueError, TryDequeueError, WaitError};
 use crate::state::Arm;
-use crate::sync::{Arc, Backoff, ThreadWaker, park, thread};
+use crate::sync::{Arc, Backoff, ThreadWaker, nap, park, thread};
 use std::time::{Duration, Instant};
 
 /// The calling thread's unpark waker, made once per consumer and thread (the
@@ -263,36 +263,48 @@ pub(crate) fn block_until<T>(c: &mut Consumer<T>, done: impl Fn(&Shared<T>) -> b
         if done(&s) {
             return;
         }
-        rounds.end(&waker, None);
+        rounds.end(&waker, None, 0);
     }
 }
 
 /// How a round of a blocking wait ends, once it has registered its waker
-/// (and armed): it parks until woken, unless it was woken already. Woken
-/// before parking in two rounds in a row means a notifier is stopped
-/// between taking the waker slot and letting it go: the slot answers every
-/// registration with a wake meanwhile ([`crate::waker_slot`]), and the
-/// rounds would register and re-arm on the posters' line as fast as they
-/// can until that notifier runs again. From the second such round on, a
-/// round backs off by the clock first (a PAUSE, then spins, then yields).
+/// and armed: it parks until woken, unless it was woken already, and then
+/// goes round again at once, as a post that lands between the arm and the
+/// park wants. But a notifier stopped between taking the waker slot and
+/// letting it go makes the slot answer every registration with a wake
+/// ([`crate::waker_slot`]): rounds that re-register and re-arm on the
+/// posters' line as fast as they can, until that notifier runs again. A
+/// woken round that armed the very word the last woken round armed (no post
+/// in between: the wake came from the slot) backs off by the clock first,
+/// a PAUSE, then spins, then yields, and once that is used up naps
+/// ([`nap`]): a yield does not let a notifier of lower real-time priority
+/// run. A wait that arms nothing (`block_until`) takes every second woken
+/// round in a row for such a one.
 struct Rounds {
     backoff: Backoff,
-    woken_last: bool,
+    /// The word the last round armed, if it was woken before parking.
+    woken_on: Option<u64>,
 }
 
 impl Rounds {
     fn new() -> Self {
         Rounds {
             backoff: Backoff::new(),
-            woken_last: false,
+            woken_on: None,
         }
     }
 
-    fn end(&mut self, waker: &ThreadWaker, deadline: Option<Instant>) {
+    /// End a round that armed `armed` (0 for a wait that arms nothing).
+    fn end(&mut self, waker: &ThreadWaker, deadline: Option<Instant>, armed: u64) {
         if !waker.woken() {
-            self.woken_last = false;
+            self.woken_on = None;
             park(deadline);
-        } else if std::mem::replace(&mut self.woken_last, true) {
+        } else if self.woken_on.replace(armed) != Some(armed) {
+            // News since the last round: a fresh back-off for a later stall.
+            self.backoff = Backoff::new();
+        } else if self.backoff.is_completed() {
+            nap(deadline);
+        } else {
             self.backoff.snooze();
         }
     }
@@ -440,7 +452,7 @@ impl<T> Consumer<T> {
                 continue;
             }
             match s.arm(want) {
-                Arm::Armed(_) => {
+                Arm::Armed(armed) => {
                     if let Some(d) = deadline {
                         if Instant::now() >= d {
                             return give_up(&s, want);
@@ -450,7 +462,7 @@ impl<T> Consumer<T> {
                     // (the replaced waker's drop, which may park and take
                     // the token) may have taken the waker out of the slot:
                     // round again, to register it anew ([`ThreadWaker`]).
-                    rounds.end(&waker, deadline);
+                    rounds.end(&waker, deadline, armed);
                 }
                 Arm::Pending => {
                     if let Some(end) = look(&s, want) {
