@@ -438,6 +438,47 @@ fn a_shutdown_while_a_handle_removes_a_feed_ends_and_hands_every_feed_back_once(
     }
 }
 
+/// A registration the shutdown refuses (queued when the stop is seen) whose
+/// feed's drop panics: counted and traced, not raised. Raised, it made the
+/// shutdown fail with `Panicked` and drop every keyed feed with it, for the
+/// code of a feed no key names and whose registrant is told `Stopped`.
+#[test]
+fn a_refused_feed_whose_drop_panics_at_the_shutdown_costs_no_keyed_feed() {
+    quiet_provoked_panics();
+    for backend in BACKENDS {
+        let held = spawned_and_held(backend);
+        let handle = held.handle.clone();
+        let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+        let mut cq = HookedCq::new(SoftCq::new(16).unwrap().0);
+        cq.at_drop = Some(Box::new(|| panic!("{PROVOKED}")));
+        let h = handle.clone();
+        let registered =
+            on_a_thread(move || h.register(Feed::new(cq, CqId(9), poster), FeedMode::Event));
+        until_handle_shows(&handle, "queued_commands: 1");
+        let running = held.running;
+        let stopped = on_a_thread(move || running.shutdown());
+        until_handle_shows(&handle, "stopping: true");
+        held.go1.send(()).unwrap();
+        let mut stopped = match stopped.recv_timeout(WATCHDOG).unwrap() {
+            Ok(s) => s,
+            Err(e) => panic!("{backend:?}: the shutdown failed: {e}"),
+        };
+        let refused = registered.recv_timeout(WATCHDOG).unwrap();
+        assert!(
+            matches!(refused, Err(DriverError::Stopped)),
+            "{backend:?}: {:?}",
+            refused.map(|_| ())
+        );
+        assert_eq!(stopped.stats.handler_panics, 1, "{backend:?}: counted");
+        assert!(
+            stopped.take(held.key_a).is_some(),
+            "{backend:?}: A handed back"
+        );
+        let key1 = held.key1.recv_timeout(WATCHDOG).unwrap().unwrap();
+        assert!(stopped.take(key1).is_some(), "{backend:?}: H1 handed back");
+    }
+}
+
 /// A registration or a removal still queued when the stop is seen is refused
 /// with `Stopped`: the registered feed is not served and then dropped under a
 /// key the `Shutdown` does not know, and the feed a removal asked for is in

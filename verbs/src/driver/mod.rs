@@ -572,11 +572,12 @@ impl Drop for Driver {
             return;
         };
         if self.spawned {
-            // At the end of the driver's thread: kept for `take_panic` or
-            // the shutdown, which would lose the `Shutdown` to a thread that
-            // ended in a panic.
+            // At the end of the driver's thread: kept for `take_panic`, but
+            // at a shutdown counted only (as in `apply_commands`).
             self.stats.handler_panics += 1;
-            self.shared.keep_panic(panic);
+            if !self.shared.stop_requested() {
+                self.shared.keep_panic(panic);
+            }
             self.shared.stats.publish(&self.stats);
         } else if !std::thread::panicking() {
             // The caller's own driver: the panic is theirs, raised here (not

@@ -509,10 +509,17 @@ impl Driver {
         // there).
         if any && self.shared.stop_requested() {
             // A refused feed's panicking drop must not end the thread that
-            // is handing the other feeds back: kept, as a turn's panic.
-            if let Some(p) = control::refuse_all(commands) {
+            // is handing the other feeds back, nor be raised by the
+            // shutdown, which would then drop the keyed feeds with it (its
+            // registrant is told `Stopped`): counted and traced, as a
+            // device feed's drop at the shutdown.
+            if let Some(_p) = control::refuse_all(commands) {
                 self.stats.handler_panics += 1;
-                self.caught.get_or_insert(p);
+                trace::event!(
+                    WARN,
+                    payload = _p.message(),
+                    "the drop of a feed the shutdown refused panicked; swallowed"
+                );
             }
             return Ok(true);
         }

@@ -340,9 +340,10 @@ impl RunningDriver {
     /// ran panicked and nobody took that panic
     /// ([`take_panic`](Self::take_panic)): a panic is reported, never
     /// swallowed (but for one of the code of a device feed the driver added
-    /// that the shutdown itself drops: counted in
-    /// [`DriverStats::handler_panics`] and traced, lest it cost the keyed
-    /// feeds), and the feeds are then dropped here instead of handed
+    /// that the shutdown itself drops, or of a feed whose registration the
+    /// shutdown refuses: counted in [`DriverStats::handler_panics`] and
+    /// traced, lest it cost the keyed feeds), and the feeds are then
+    /// dropped here instead of handed
     /// back (take the panic first to get them; a panic of their own code in
     /// that drop, a CQ's destroy or a held event's `Drop`, is swallowed:
     /// the first is the one reported). Such a panic comes first: reported
@@ -450,7 +451,9 @@ pub struct Shutdown {
     pub(crate) driver: u64,
     /// CPU time of the driver thread.
     pub cpu_time: Duration,
-    /// The driver's counters at the end.
+    /// The driver's counters at the end of its service (a registration
+    /// refused as its thread ends, after them, counts in
+    /// [`DriverHandle::stats`](crate::DriverHandle::stats) only).
     pub stats: DriverStats,
     /// The backend's error that ended the wait for the feeds' polls to be
     /// cancelled, if one did: the feeds were handed back all the same,
