@@ -469,7 +469,9 @@ fn a_refused_feed_whose_drop_panics_at_the_shutdown_costs_no_keyed_feed() {
             "{backend:?}: {:?}",
             refused.map(|_| ())
         );
-        assert_eq!(stopped.stats.handler_panics, 1, "{backend:?}: counted");
+        // Counted by the shutdown's turn that refused it, or by the thread's
+        // end if no turn took the command first (after `stopped.stats`).
+        assert_eq!(handle.stats().handler_panics, 1, "{backend:?}: counted");
         assert!(
             stopped.take(held.key_a).is_some(),
             "{backend:?}: A handed back"
@@ -509,7 +511,9 @@ fn commands_queued_when_the_stop_is_seen_are_refused_and_every_feed_is_handed_ba
         let mut stopped = stopped.recv_timeout(WATCHDOG).unwrap().unwrap();
         match registered.recv_timeout(WATCHDOG).unwrap() {
             Err(DriverError::Stopped) => assert!(hca.stats().destroyed, "{backend:?}: dropped"),
-            Ok(key) => assert!(stopped.take(key).is_some(), "{backend:?}: handed back"),
+            Ok(_) => {
+                panic!("{backend:?}: a registration queued when the stop was seen was applied")
+            }
             Err(e) => panic!("{backend:?}: {e}"),
         }
         match removed_a.recv_timeout(WATCHDOG).unwrap() {
