@@ -184,16 +184,28 @@ fn every_backend_delivers_every_event_once_in_order_through_backpressure() {
         let running = driver.spawn().unwrap();
         std::thread::scope(|s| {
             for (id, consumer) in consumers.iter_mut().enumerate() {
-                s.spawn(move || take_in_order(consumer, CqId(id as u32), per_cq));
+                s.spawn(move || {
+                    // Not a slot freed before the feed is refused: each
+                    // feed waits for room at least once.
+                    let start = std::time::Instant::now();
+                    while !consumer.query().room_wanted {
+                        assert!(start.elapsed() < WATCHDOG, "{backend:?}: never full");
+                        std::thread::yield_now();
+                    }
+                    take_in_order(consumer, CqId(id as u32), per_cq)
+                });
             }
             produce_into(&hcas, PRODUCERS, PER_PRODUCER, 512);
         });
-        let stats = running.stats();
         let stopped = running
             .shutdown()
             .unwrap_or_else(|e| panic!("{backend:?}: {e}"));
         assert_eq!(stopped.len(), 3, "{backend:?}");
-        assert!(stopped.stats.room_wakes >= stats.room_wakes, "{backend:?}");
+        assert!(
+            stopped.stats.room_wakes >= 3,
+            "{backend:?}: each feed woken for room: {:?}",
+            stopped.stats
+        );
     }
 }
 
@@ -214,7 +226,14 @@ fn every_backend_removes_a_feed_while_running_and_serves_the_rest() {
         hca0.push(wc(1)).unwrap();
         let ev = consumer.dequeue_timeout(WATCHDOG).unwrap();
         assert!(matches!(ev, VerbsEvent::Completion { cq: CqId(0), .. }));
-        // Feed 0 sleeps on its fd: its removal cancels that poll.
+        // Feed 0 sleeps on its fd once re-armed (the fd's poll is asked in
+        // the turn that arms, and the removal is applied at a later turn's
+        // start): its removal cancels that poll.
+        let start = std::time::Instant::now();
+        while !hca0.stats().armed {
+            assert!(start.elapsed() < WATCHDOG, "{backend:?}: never re-armed");
+            std::thread::yield_now();
+        }
         let feed0: Feed<SoftCq> = handle.remove(k0).unwrap();
         assert_eq!(feed0.id(), CqId(0));
         hca0.push(wc(2)).unwrap();
@@ -385,44 +404,81 @@ fn a_feed_registered_before_the_first_process_shows_on_the_drivers_fd() {
     }
 }
 
-/// Wait 300 ms on an epoll fd of this thread's own that nothing makes
-/// ready, while another thread runs `work` over and over (each a wake of a
-/// spawned driver's thread), and assert that nothing interrupted the wait.
-/// The end of a poll the driver cancelled is work the kernel gives this
-/// thread at its next kernel entry (the epoll fd's creation here at the
-/// latest): the caller makes sure every such cancel is submitted first.
-fn assert_not_interrupted_while(work: impl Fn() + Sync) {
+/// Block this thread in `epoll_wait` on an epoll fd of its own, while
+/// another thread, once it sees this one blocked there, runs `rounds` rounds
+/// of `work` (each a wake of a spawned driver's thread, answered), then
+/// makes that epoll fd ready: the wait must end so, not interrupted
+/// (`EINTR`). No duration decides anything: the rounds happen while this
+/// thread is blocked, however slowly. The end of a poll the driver
+/// cancelled is work the kernel gives this thread at its next kernel entry
+/// (the epoll fd's creation here at the latest): the caller makes sure
+/// every such cancel is submitted first.
+fn assert_not_interrupted_while(rounds: usize, work: impl Fn() + Sync) {
+    use rustix::event::{EventfdFlags, epoll};
     use std::sync::atomic::{AtomicBool, Ordering};
-    let quiet = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC).unwrap();
-    let done = AtomicBool::new(false);
-    let (working, work_began) = std::sync::mpsc::channel();
+    let quiet = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+    let done_fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC).unwrap();
+    epoll::add(
+        &quiet,
+        &done_fd,
+        epoll::EventData::new_u64(1),
+        epoll::EventFlags::IN,
+    )
+    .unwrap();
+    let me = rustix::thread::gettid();
+    let ended = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
-            work();
-            working.send(()).unwrap();
-            while !done.load(Ordering::Relaxed) {
+            until_blocked_in_epoll_wait(me, &ended);
+            for _ in 0..rounds {
+                if ended.load(Ordering::Relaxed) {
+                    return;
+                }
                 work();
             }
+            rustix::io::write(&done_fd, &1u64.to_ne_bytes()).unwrap();
         });
-        // The wait begins with the work under way (it tests nothing while
-        // none comes).
-        work_began.recv().unwrap();
         let mut events = Vec::with_capacity(1);
-        let ms = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 300_000_000,
-        };
-        let waited = rustix::event::epoll::wait(
-            &quiet,
-            rustix::buffer::spare_capacity(&mut events),
-            Some(&ms),
-        );
-        done.store(true, Ordering::Relaxed);
+        let waited = epoll::wait(&quiet, rustix::buffer::spare_capacity(&mut events), None);
+        ended.store(true, Ordering::Relaxed);
         assert!(
             waited.is_ok(),
             "the creating thread's wait was interrupted: {waited:?}"
         );
     });
+}
+
+/// Wait (yielding, under the watchdog) until thread `tid` of this process is
+/// in an `epoll_wait` system call (`/proc`'s view of it), or `ended`.
+fn until_blocked_in_epoll_wait(tid: rustix::thread::Pid, ended: &std::sync::atomic::AtomicBool) {
+    // epoll_wait, epoll_pwait, epoll_pwait2.
+    #[cfg(target_arch = "x86_64")]
+    const EPOLL_WAITS: [&str; 3] = ["232", "281", "441"];
+    #[cfg(target_arch = "aarch64")]
+    const EPOLL_WAITS: [&str; 3] = ["22", "22", "441"];
+    // Elsewhere: any interruptible sleep of that thread (it makes no other
+    // system call meanwhile).
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    const EPOLL_WAITS: [&str; 0] = [];
+    let path = format!("/proc/self/task/{}/syscall", tid.as_raw_nonzero());
+    let stat = format!("/proc/self/task/{}/stat", tid.as_raw_nonzero());
+    let start = std::time::Instant::now();
+    loop {
+        let now = std::fs::read_to_string(&path).unwrap();
+        let nr = now.split_whitespace().next().unwrap_or("");
+        let blocked = match EPOLL_WAITS.is_empty() {
+            true => std::fs::read_to_string(&stat).is_ok_and(|s| s.contains(") S ")),
+            false => EPOLL_WAITS.contains(&nr),
+        };
+        if blocked || ended.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        assert!(
+            start.elapsed() < WATCHDOG,
+            "never blocked in epoll_wait: {now}"
+        );
+        std::thread::yield_now();
+    }
 }
 
 /// Two commands answered by a spawned driver: the driver's thread answers
@@ -449,17 +505,14 @@ fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
     let running = driver.spawn().unwrap();
     let handle = running.handle().clone();
     let keys = two_commands_answered(&handle);
-    // Commands, each a wake of the driver.
-    assert_not_interrupted_while(|| {
-        let _ = handle.stats();
-        let _ = handle.register(
-            Feed::new(
-                SoftCq::new(4).unwrap().0,
-                CqId(1),
-                evd::bounded::<VerbsEvent>(4).unwrap().0,
-            ),
-            FeedMode::Event,
+    // Commands, each a wake of the driver, answered.
+    assert_not_interrupted_while(20, || {
+        let feed = Feed::new(
+            SoftCq::new(4).unwrap().0,
+            CqId(1),
+            evd::bounded::<VerbsEvent>(4).unwrap().0,
         );
+        handle.register(feed, FeedMode::Event).unwrap();
     });
     let mut stopped = running.shutdown().unwrap();
     assert!(keys.iter().all(|&k| stopped.take(k).is_some()));
@@ -488,28 +541,18 @@ fn a_feeds_poll_asked_before_the_spawn_does_not_interrupt_the_thread_that_create
     let running = driver.spawn().unwrap();
     let keys = two_commands_answered(running.handle());
     let consumer = std::sync::Mutex::new(consumer);
-    let (pushed, got) = (AtomicU64::new(0), AtomicU64::new(0));
-    let take = || {
-        while consumer.lock().unwrap().try_dequeue().is_ok() {
-            got.fetch_add(1, Relaxed);
+    let next = AtomicU64::new(0);
+    // Completions, each a wake of the feed's channel (its CQ re-armed by
+    // the driver), each delivered before the next is pushed.
+    assert_not_interrupted_while(20, || {
+        let i = next.fetch_add(1, Relaxed);
+        hca.push(wc(i)).unwrap();
+        let start = std::time::Instant::now();
+        while consumer.lock().unwrap().try_dequeue().is_err() {
+            assert!(start.elapsed() < WATCHDOG, "completion {i} never delivered");
+            std::thread::yield_now();
         }
-    };
-    // Completions, each a wake of the feed's channel once the driver has
-    // re-armed its CQ; never more outstanding than the CQ holds.
-    assert_not_interrupted_while(|| {
-        if pushed.load(Relaxed) - got.load(Relaxed) < 32 {
-            hca.push(wc(pushed.fetch_add(1, Relaxed))).unwrap();
-        }
-        take();
-        std::thread::yield_now();
     });
-    // The feed is served from the driver's thread: every completion comes.
-    let start = std::time::Instant::now();
-    while got.load(Relaxed) < pushed.load(Relaxed) {
-        assert!(start.elapsed() < WATCHDOG, "completions not delivered");
-        take();
-        std::thread::yield_now();
-    }
     let mut stopped = running.shutdown().unwrap();
     assert!(stopped.take(key).is_some());
     assert!(keys.iter().all(|&k| stopped.take(k).is_some()));

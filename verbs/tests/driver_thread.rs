@@ -293,6 +293,16 @@ fn a_poller_stopped_or_dropped_from_its_own_upcall_does_not_join_itself() {
                 "{error:?}"
             );
         }
+        // The poller ends once the upcall returns: its thread drops its
+        // feed, and the CQ with it.
+        let start = std::time::Instant::now();
+        while !hca.stats().destroyed {
+            assert!(
+                start.elapsed() < WATCHDOG,
+                "stop {stop}: the poller never ended"
+            );
+            std::thread::yield_now();
+        }
         drop(upcalls.teardown());
     }
 }
