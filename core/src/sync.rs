@@ -268,8 +268,9 @@ pub(crate) fn park(_deadline: Option<std::time::Instant>) {
     thread::park();
 }
 
-/// How long [`nap`] sleeps: a wait stuck behind a notifier that stopped
-/// half-way (see `consumer/wait.rs`), once its back-off is used up.
+/// How long [`nap`] sleeps: a wait stuck behind a thread stopped half-way
+/// in a short step (a poster publishing its slot, a notifier letting the
+/// waker slot go), once its back-off is used up.
 #[cfg(not(any(loom, shuttle)))]
 const NAP: std::time::Duration = std::time::Duration::from_micros(20);
 
@@ -321,7 +322,10 @@ const BACKOFF_BUDGET: std::time::Duration = SPIN_PHASE.saturating_mul(2);
 /// A PAUSE lasts a few ns on one CPU and over ten on another, so a count of
 /// them would spin for different times on each. The first step is a PAUSE
 /// without a clock read (most waits end there); the phases count from the
-/// second.
+/// second. A wait that goes on past the budget (the thread it waits for was
+/// preempted in its step) naps at each step ([`nap`]): under a real-time
+/// policy a yield runs only threads of the same priority or higher, and the
+/// one waited for may have a lower one. A step is then up to [`NAP`] late.
 #[cfg(not(any(loom, shuttle)))]
 pub(crate) struct Backoff(std::cell::Cell<Step>);
 
@@ -353,7 +357,13 @@ impl Backoff {
                 self.0.set(Step::Since(std::time::Instant::now()));
                 true
             }
-            Step::Since(t) => t.elapsed() < SPIN_PHASE,
+            Step::Since(t) => {
+                let age = t.elapsed();
+                if age >= BACKOFF_BUDGET {
+                    return nap(None);
+                }
+                age < SPIN_PHASE
+            }
         };
         if spinning {
             std::hint::spin_loop();

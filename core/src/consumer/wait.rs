@@ -303,6 +303,7 @@ impl Rounds {
             // News since the last round: a fresh back-off for a later stall.
             self.backoff = Backoff::new();
         } else if self.backoff.is_completed() {
+            // The back-off's own naps, but cut at the deadline.
             nap(deadline);
         } else {
             self.backoff.snooze();
