@@ -128,12 +128,12 @@
 //! |---|---|---|---|
 //! | busy | [`try_dequeue`](Consumer::try_dequeue), [`try_iter`](Consumer::try_iter) | never sleeps; pair it with [`arm`](Consumer::arm) to sleep | an event, a loss report, `Empty` or `Closed`, at once; `try_iter` stops at the first empty poll |
 //! | batch | [`dequeue_batch`](Consumer::dequeue_batch) | never sleeps; pair it with `wait` | up to `max` events appended to a `Vec`, one head store; `Ok(0)` when nothing is ready |
-//! | blocking | [`wait`](Consumer::wait), [`wait_deadline`](Consumer::wait_deadline) | spins, yields, then parks; the notifying post unparks the thread | returns once `threshold` events are ready; dequeues nothing |
+//! | blocking | [`wait`](Consumer::wait), [`wait_deadline`](Consumer::wait_deadline) | spins, yields, then parks; the notifying post unparks the thread (behind a poster preempted in the middle of writing a slot it needs, it naps in 20 µs steps) | returns once `threshold` events are ready; dequeues nothing |
 //! | blocking | [`dequeue`](Consumer::dequeue), [`dequeue_timeout`](Consumer::dequeue_timeout), [`dequeue_deadline`](Consumer::dequeue_deadline), [`iter`](Consumer::iter), `for ev in &mut consumer` or `consumer` ([`IntoIter`]) | as `wait` | one event per call or item; the iterators end at the end of stream (or when one would block while the EVD is unwaitable) |
 //! | async | [`recv`](Consumer::recv)`().await`, [`recv_batch`](Consumer::recv_batch)`(buf, max).await`, the [`Stream`](futures_core::Stream) impl | the notifying post wakes the task's waker | one event per `recv`, 1 to `max` per `recv_batch`, a stream of them ending at the end of stream; dropping a future loses nothing |
 //! | eventfd (Linux) | [`notify_fd`](Consumer::notify_fd) in epoll, poll or io_uring | the notifying post adds 1 to the eventfd | readable until [`acknowledge`](NotifyFd::acknowledge)d; drain with the busy calls, then arm |
 //! | tokio | tokio's `AsyncFd` on the [`NotifyFd`] | tokio's reactor sees the eventfd readable | as the eventfd: readable, acknowledge, drain, arm |
-//! | upcalls | [`into_upcalls`](Consumer::into_upcalls) | nothing sleeps: a post that finds no upcall running runs the handler on its own thread | `SingleInstance`: one handler call at a time; `ManyInstances`: handlers overlap |
+//! | upcalls | [`into_upcalls`](Consumer::into_upcalls) | no thread parks: a post that finds no upcall running runs the handler on its own thread (an instance behind a poster preempted in the middle of writing its slot naps in 20 µs steps) | `SingleInstance`: one handler call at a time; `ManyInstances`: handlers overlap |
 //!
 //! The blocking and async calls arm for themselves; the busy, batch and
 //! eventfd loops call [`Consumer::arm`] before they sleep. The blocking

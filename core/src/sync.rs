@@ -325,7 +325,9 @@ const BACKOFF_BUDGET: std::time::Duration = SPIN_PHASE.saturating_mul(2);
 /// second. A wait that goes on past the budget (the thread it waits for was
 /// preempted in its step) naps at each step ([`nap`]): under a real-time
 /// policy a yield runs only threads of the same priority or higher, and the
-/// one waited for may have a lower one. A step is then up to [`NAP`] late.
+/// one waited for may have a lower one. A step is then up to [`NAP`] late,
+/// plus the kernel's timer slack (50 µs by default for a normal thread,
+/// none for a real-time one).
 #[cfg(not(any(loom, shuttle)))]
 pub(crate) struct Backoff(std::cell::Cell<Step>);
 
@@ -347,7 +349,22 @@ impl Backoff {
         Backoff(std::cell::Cell::new(Step::Fresh))
     }
 
+    /// One step: a PAUSE or a yield within the budget, a nap past it.
     pub(crate) fn snooze(&self) {
+        self.snooze_until(None);
+    }
+
+    /// [`Backoff::snooze`], its nap cut at `deadline`.
+    pub(crate) fn snooze_until(&self, deadline: Option<std::time::Instant>) {
+        if !self.step() {
+            nap(deadline);
+        }
+    }
+
+    /// One step within the budget (a PAUSE or a yield) and true; false,
+    /// without a step, once the budget is used up (time to block). One
+    /// clock read decides and acts.
+    pub(crate) fn step(&self) -> bool {
         let spinning = match self.0.get() {
             Step::Fresh => {
                 self.0.set(Step::Paused);
@@ -360,7 +377,7 @@ impl Backoff {
             Step::Since(t) => {
                 let age = t.elapsed();
                 if age >= BACKOFF_BUDGET {
-                    return nap(None);
+                    return false;
                 }
                 age < SPIN_PHASE
             }
@@ -370,11 +387,7 @@ impl Backoff {
         } else {
             thread::yield_now();
         }
-    }
-
-    /// The spinning and yielding phases are over: time to block.
-    pub(crate) fn is_completed(&self) -> bool {
-        matches!(self.0.get(), Step::Since(t) if t.elapsed() >= BACKOFF_BUDGET)
+        true
     }
 }
 
@@ -391,10 +404,13 @@ impl Backoff {
     pub(crate) fn snooze(&self) {
         thread::yield_now()
     }
+    pub(crate) fn snooze_until(&self, _deadline: Option<std::time::Instant>) {
+        thread::yield_now()
+    }
     /// No back-off before blocking in a model: the blocking path is the one
     /// with the races, and a model's retries only multiply its states.
-    pub(crate) fn is_completed(&self) -> bool {
-        true
+    pub(crate) fn step(&self) -> bool {
+        false
     }
 }
 

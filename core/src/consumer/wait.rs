@@ -5,8 +5,8 @@
 use crate::consumer::Consumer;
 use crate::engine::Shared;
 use crate::error::{DequeueError, TryDequeueError, WaitError};
-use crate::state::Arm;
-use crate::sync::{Arc, Backoff, ThreadWaker, nap, park, thread};
+use crate::state::{self, Arm};
+use crate::sync::{Arc, Backoff, ThreadWaker, park, thread};
 use std::time::{Duration, Instant};
 
 /// The calling thread's unpark waker, made once per consumer and thread (the
@@ -274,15 +274,15 @@ pub(crate) fn block_until<T>(c: &mut Consumer<T>, done: impl Fn(&Shared<T>) -> b
 /// letting it go makes the slot answer every registration with a wake
 /// ([`crate::waker_slot`]): rounds that re-register and re-arm on the
 /// posters' line as fast as they can, until that notifier runs again. A
-/// woken round that armed the very word the last woken round armed (no post
-/// in between: the wake came from the slot) backs off by the clock first,
-/// a PAUSE, then spins, then yields, and once that is used up naps
-/// ([`nap`]): a yield does not let a notifier of lower real-time priority
-/// run. A wait that arms nothing (`block_until`) takes every second woken
-/// round in a row for such a one.
+/// woken round that armed the same tail as the last woken round (no post in
+/// between: the wake came from the slot) backs off by the clock first, a
+/// PAUSE, then spins, then yields, and once that is used up naps
+/// ([`crate::sync::nap`], cut at the deadline): a yield does not let a
+/// notifier of lower real-time priority run. A wait that arms nothing
+/// (`block_until`) takes every second woken round in a row for such a one.
 struct Rounds {
     backoff: Backoff,
-    /// The word the last round armed, if it was woken before parking.
+    /// The tail the last round armed, if it was woken before parking.
     woken_on: Option<u64>,
 }
 
@@ -299,14 +299,13 @@ impl Rounds {
         if !waker.woken() {
             self.woken_on = None;
             park(deadline);
-        } else if self.woken_on.replace(armed) != Some(armed) {
-            // News since the last round: a fresh back-off for a later stall.
+        } else if self.woken_on.replace(state::tail(armed)) != Some(state::tail(armed)) {
+            // Posted since the last round: a fresh back-off for a later
+            // stall. (Only the tail: a permit taken and given back changes
+            // the word, and no wake comes of it.)
             self.backoff = Backoff::new();
-        } else if self.backoff.is_completed() {
-            // The back-off's own naps, but cut at the deadline.
-            nap(deadline);
         } else {
-            self.backoff.snooze();
+            self.backoff.snooze_until(deadline);
         }
     }
 }
@@ -317,7 +316,9 @@ impl<T> Consumer<T> {
     /// dequeued.
     ///
     /// Backs off for the [`spin_budget`](Consumer::set_spin_budget) first
-    /// (spinning, then yielding), then arms and parks. On timeout nothing is
+    /// (spinning, then yielding), then arms and parks (behind a poster
+    /// preempted in the middle of writing a slot it needs, it naps in 20 µs
+    /// steps, which an unpark does not end). On timeout nothing is
     /// dequeued and the error says how many events are ready. `threshold` must be in `1..=capacity`. Fails with
     /// [`WaitError::Unwaitable`] while the EVD is unwaitable (whatever is
     /// ready: DAT's waits on an unwaitable EVD fail; a poll, with a zero or
@@ -449,7 +450,7 @@ impl<T> Consumer<T> {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return give_up(&s, want);
                 }
-                backoff.snooze();
+                backoff.snooze_until(deadline);
                 continue;
             }
             match s.arm(want) {
@@ -475,7 +476,7 @@ impl<T> Consumer<T> {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return give_up(&s, want);
                     }
-                    backoff.snooze();
+                    backoff.snooze_until(deadline);
                 }
                 Arm::Closed => {
                     return Err(match s.take_report() {

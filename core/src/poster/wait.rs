@@ -123,8 +123,7 @@ impl<T: Send> Poster<T> {
         // or so is caught here, without a join (lock, membarrier) and a
         // sleep/wake per event.
         let backoff = Backoff::new();
-        while !backoff.is_completed() {
-            backoff.snooze();
+        while backoff.step() {
             event = match self.post(event) {
                 Err(PostError::Full(ev)) => ev,
                 done => return done,

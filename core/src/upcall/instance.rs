@@ -180,7 +180,7 @@ pub(crate) fn run<T>(s: &Shared<T>) {
 ///
 /// `waiting` paces the turns spent on a slot still being written: one
 /// back-off for the whole wait, so that it moves from spinning to yielding
-/// by the clock (a fresh one per turn would PAUSE once and never yield,
+/// to napping by the clock (a fresh one per turn would PAUSE once and never yield,
 /// loading the state word posters write on every turn while the poster
 /// that reserved the slot is preempted).
 fn try_exit<T>(s: &Shared<T>, waiting: &Backoff) -> Option<u64> {
