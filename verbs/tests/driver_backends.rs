@@ -429,7 +429,7 @@ fn assert_not_interrupted_while(rounds: usize, work: impl Fn() + Sync) {
     let ended = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
-            until_blocked_in_epoll_wait(me, &ended);
+            until_in_system_call(me, &EPOLL_WAITS, &ended);
             for _ in 0..rounds {
                 if ended.load(Ordering::Relaxed) {
                     return;
@@ -448,35 +448,43 @@ fn assert_not_interrupted_while(rounds: usize, work: impl Fn() + Sync) {
     });
 }
 
+/// The system call numbers of epoll_wait, epoll_pwait, epoll_pwait2.
+#[cfg(target_arch = "x86_64")]
+const EPOLL_WAITS: [&str; 3] = ["232", "281", "441"];
+#[cfg(target_arch = "aarch64")]
+const EPOLL_WAITS: [&str; 3] = ["22", "22", "441"];
+/// Elsewhere: [`until_in_system_call`] waits for any interruptible sleep.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const EPOLL_WAITS: [&str; 0] = [];
+
+/// The driver's blocking waits: io_uring_enter, or an epoll wait.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+const DRIVER_WAITS: [&str; 4] = ["426", EPOLL_WAITS[0], EPOLL_WAITS[1], EPOLL_WAITS[2]];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const DRIVER_WAITS: [&str; 0] = [];
+
 /// Wait (yielding, under the watchdog) until thread `tid` of this process is
-/// in an `epoll_wait` system call (`/proc`'s view of it), or `ended`.
-fn until_blocked_in_epoll_wait(tid: rustix::thread::Pid, ended: &std::sync::atomic::AtomicBool) {
-    // epoll_wait, epoll_pwait, epoll_pwait2.
-    #[cfg(target_arch = "x86_64")]
-    const EPOLL_WAITS: [&str; 3] = ["232", "281", "441"];
-    #[cfg(target_arch = "aarch64")]
-    const EPOLL_WAITS: [&str; 3] = ["22", "22", "441"];
-    // Elsewhere: any interruptible sleep of that thread (it makes no other
-    // system call meanwhile).
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    const EPOLL_WAITS: [&str; 0] = [];
+/// in one of the system calls `nrs` (`/proc`'s view of it; with no numbers,
+/// in any interruptible sleep), or `ended`.
+fn until_in_system_call(
+    tid: rustix::thread::Pid,
+    nrs: &[&str],
+    ended: &std::sync::atomic::AtomicBool,
+) {
     let path = format!("/proc/self/task/{}/syscall", tid.as_raw_nonzero());
     let stat = format!("/proc/self/task/{}/stat", tid.as_raw_nonzero());
     let start = std::time::Instant::now();
     loop {
         let now = std::fs::read_to_string(&path).unwrap();
         let nr = now.split_whitespace().next().unwrap_or("");
-        let blocked = match EPOLL_WAITS.is_empty() {
+        let blocked = match nrs.is_empty() {
             true => std::fs::read_to_string(&stat).is_ok_and(|s| s.contains(") S ")),
-            false => EPOLL_WAITS.contains(&nr),
+            false => nrs.contains(&nr),
         };
         if blocked || ended.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        assert!(
-            start.elapsed() < WATCHDOG,
-            "never blocked in epoll_wait: {now}"
-        );
+        assert!(start.elapsed() < WATCHDOG, "never in {nrs:?}: {now}");
         std::thread::yield_now();
     }
 }
@@ -671,25 +679,34 @@ fn every_backend_leaves_a_stream_feed_blocked_on_a_full_evd_unpolled_until_room_
 /// on every backend, until a handle's command (from another thread) comes.
 /// On io_uring it overflowed the kernel's deadline into one already past:
 /// every such `process` returned at once as a timeout, and a caller's loop
-/// spun. A wait may end early as a timeout for a signal (a legal outcome),
-/// not every one of them.
+/// spun. The command comes once the wait is in the kernel, so every round
+/// tests it. A wait may end early as a timeout for a signal (a legal
+/// outcome), not every one of them.
 #[test]
 fn every_backend_waits_out_a_timeout_too_long_for_the_kernel() {
+    use std::sync::{Arc, atomic::AtomicBool, atomic::Ordering::Relaxed};
     const ROUNDS: u64 = 3;
+    let me = rustix::thread::gettid();
     for backend in BACKENDS {
         let mut driver = Driver::new(config(backend)).unwrap();
         for _ in 0..ROUNDS {
             let handle = driver.handle();
+            let returned = Arc::new(AtomicBool::new(false));
+            let r = returned.clone();
             let registering = std::thread::spawn(move || {
+                // Once this thread's `process` waits in the kernel (or has
+                // returned: with the bug, at once, as a timeout).
+                until_in_system_call(me, &DRIVER_WAITS, &r);
                 let (poster, consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
                 let feed = Feed::new(SoftCq::new(4).unwrap().0, CqId(0), poster);
                 let r = handle.register(feed, FeedMode::Event).map(drop);
                 drop(consumer);
                 r
             });
-            // Returns once the command is in (or had come before it
-            // waited); the zero-timeout calls count no timeout.
+            // Returns once the command is in; the zero-timeout calls count
+            // no timeout.
             driver.process(Some(Duration::MAX)).unwrap();
+            returned.store(true, Relaxed);
             while !registering.is_finished() {
                 driver.process(Some(Duration::ZERO)).unwrap();
             }
