@@ -130,11 +130,22 @@ mod membarrier {
     #[cfg(all(target_os = "linux", not(miri)))]
     pub(super) fn run() {
         use rustix::thread::{MembarrierCommand, membarrier};
-        // After a successful registration the command fails only with EPERM
-        // for an unregistered process: impossible here, and a consumer that
-        // relies on it (it skips its fence) would miss a wakeup, so stop.
-        membarrier(MembarrierCommand::PrivateExpedited)
-            .expect("membarrier(PRIVATE_EXPEDITED) failed after its registration succeeded");
+        loop {
+            match membarrier(MembarrierCommand::PrivateExpedited) {
+                Ok(()) => return,
+                // The kernel allocates a CPU mask for the barrier (Linux
+                // 5.10 and later, with CPUMASK_OFFSTACK): out of memory
+                // fails the call, for now. Tried again after a nap: the
+                // caller cannot go on without the barrier.
+                Err(rustix::io::Errno::NOMEM) => crate::sync::nap(None),
+                // Else it fails only with EPERM for an unregistered process:
+                // impossible here, and a consumer that relies on it (it
+                // skips its fence) would miss a wakeup, so stop.
+                Err(e) => panic!(
+                    "membarrier(PRIVATE_EXPEDITED) failed after its registration succeeded: {e}"
+                ),
+            }
+        }
     }
 
     #[cfg(not(all(target_os = "linux", not(miri))))]
