@@ -359,7 +359,7 @@
 //! | `upcall/handler` | the replaceable upcall handler | handler replacement |
 //! | `engine/` | `Shared`, a composition of owners, each with its atomics and its ordering argument: `word` (every CAS on the state word, the release sequence as a whole), `consumer_line` and `dequeue` (the head and the dequeue paths), `loss` (the loss word), `resize` (the ring replaced under posters), `snapshot` (queries), `waits` (the engine's calls into the room signal and the waker lists) | an ordering question: the owner of that atomic |
 //! | `upcall/instance` | one upcall run on a posting thread | how an instance takes, delivers, exits |
-//! | `poster/` | [`Poster`], [`Lossy`]; `attempt` (one try of a waiting post), `wait`, `future` ([`PostAsync`]), `closed` ([`Closed`]), `sink` ([`PostSink`]), `room` ([`RoomWaiter`]), `permit` ([`Permit`], [`OwnedPermit`], [`Reserving`]) | a new way to post |
+//! | `poster/` | [`Poster`], [`Lossy`]; `attempt` (one try of a waiting post), `wait`, `future` ([`PostAsync`]), `closed` ([`Closed`]), `sink` ([`PostSink`]), `room` ([`RoomWaiter`]), `permit` ([`Permit`], [`OwnedPermit`], [`Reserving`]), `snapshot` (what a poster sees: `query`, `len`, `free_slots`) | a new way to post |
 //! | `cno/slot`, `cno/engine` | the slot word's pure transitions; the CNO's slot table, ready ring and the typed binding | CNO behaviour (a new slot bit: `slot` and the fuzz model) |
 //! | `consumer/` | [`Consumer`], [`ArmStatus`]; `wait` (blocking waits and dequeues), `iter` ([`TryIter`], [`Iter`], [`IntoIter`]), `future` ([`Recv`], [`RecvBatch`], `Stream`), `eventfd` ([`NotifyFd`]) | a new consumer behaviour |
 //! | [`cno`] | [`Cno`], [`CnoHandle`]: the ready ring's consumer; the protocol | the CNO's waiting API |

@@ -71,9 +71,11 @@
 //! finds the ring full and rejoins in its place, or gives up and passes its
 //! wake on. A free slot therefore always has an awake waiter heading for it,
 //! or a head store still to come, as long as anyone waits.
-//! * **Close and a growing resize wake every waiter** (they retry and see
-//!   `Closed`, or the larger ring; a resize that grows nothing frees no
-//!   slot).
+//! * **Close and the end of every resize wake every waiter** (they retry and
+//!   see `Closed`, or the ring as resized). A post that waits for room is
+//!   refused while a resize holds reservations off and waits for its end
+//!   here, as for a freed slot; a growing resize adds slots for those that
+//!   found the ring full; one that grows nothing costs those a retry.
 //! * **Only waiters for a slot queue here.** A reservation refused because
 //!   every permit the EVD allows is out waits for a permit back in a list
 //!   of its own ([`crate::waker_list`]), handing on any slot's wake it had
@@ -89,7 +91,7 @@
 //! | [`WaitQueue::leave`] (seat queued) | poster | seat present | seat removed | no wake |
 //! | [`WaitQueue::leave`] (seat woken) | poster | seat absent | unchanged | `Left::Woken`: the caller may [`WaitQueue::pop`] to pass the wake on |
 //! | [`WaitQueue::pop`] | consumer | any | front popped, if any | its waker |
-//! | [`WaitQueue::take_all`] | close, growing resize | any | empty | every waker |
+//! | [`WaitQueue::take_all`] | close, a resize's end | any | empty | every waker |
 //!
 //! The queue is kept in the order seats first joined (their ids ascend from
 //! front to back), which is what makes a rejoin's place a binary search.
@@ -470,8 +472,8 @@ impl RoomQueue {
         self.len.load(Ordering::Relaxed)
     }
 
-    /// Wake every waiting poster (close, a resize that grew the ring): each
-    /// retries and sees the change. A poster that joins after this sees it in
+    /// Wake every waiting poster (close, a resize's end): each retries and
+    /// sees the change. A poster that joins after this sees it in
     /// its post after joining (it locked the queue after us).
     pub(crate) fn wake_all(&self, flags: &RoomFlags, woken: &AtomicU64) {
         let all: Vec<Waker> = self.with(flags, |q| q.take_all().collect());

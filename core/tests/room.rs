@@ -251,6 +251,41 @@ fn a_resize_that_adds_room_wakes_the_waiting_posters() {
 }
 
 #[test]
+fn the_end_of_a_resize_that_adds_no_room_wakes_the_waiting_posters_too() {
+    // A post that waits for room may have been refused by the resize
+    // itself, and waits for its end: a shrink (done or refused as too
+    // small) wakes every waiter as a growing one does; a waiter that finds
+    // the ring still full rejoins in its place.
+    let (poster, mut consumer) = full_ring(&[0, 1]);
+    let (a, wa, mut fa) = waiting(&poster, 2);
+    let (b, wb, mut fb) = waiting(&poster, 3);
+    let refused = consumer.resize(1);
+    assert!(
+        matches!(refused, Err(evd::ResizeError::TooSmall { .. })),
+        "{refused:?}"
+    );
+    assert_eq!((a.wakes(), b.wakes()), (1, 1));
+    assert_eq!(consumer.query().room_wakes, 2);
+    assert_eq!(poll(&mut fa, &wa), Poll::Pending, "still full: rejoined");
+    assert_eq!(poll(&mut fb, &wb), Poll::Pending);
+    assert_eq!(consumer.query().room_waiters, 2);
+    assert_eq!(consumer.try_dequeue(), Ok(0));
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(
+        (a.wakes(), b.wakes()),
+        (2, 2),
+        "a freed slot each, in order"
+    );
+    assert_eq!(consumer.resize(1), Ok(1), "an empty ring shrinks");
+    assert_eq!((a.wakes(), b.wakes()), (2, 2), "nobody waits: nobody woken");
+    assert_eq!(poll(&mut fa, &wa), Poll::Ready(Ok(())));
+    assert_eq!(poll(&mut fb, &wb), Poll::Pending, "the one slot is taken");
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+    assert_eq!(poll(&mut fb, &wb), Poll::Ready(Ok(())));
+    assert_eq!(consumer.try_dequeue(), Ok(3));
+}
+
+#[test]
 fn a_zero_or_past_timeout_tries_once_and_never_joins_the_queue() {
     let (poster, consumer) = full_ring(&[0]);
     assert_eq!(

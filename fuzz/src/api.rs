@@ -18,7 +18,7 @@ use crate::ring::{capacity_arg, Model};
 use arbitrary::{Arbitrary, Unstructured};
 use evd::{
     ArmStatus, BatchPostError, Consumer, Invoke, Overflow, OwnedPermit, Poster, RecvError,
-    UpcallPolicy, Upcalls, WaitError,
+    ResizeError, UpcallPolicy, Upcalls, WaitError,
 };
 use futures_core::Stream;
 use std::future::Future;
@@ -715,9 +715,15 @@ impl Api {
                 if let Side::Consumer(c) = &mut self.side {
                     let requested = capacity_arg(cap);
                     let before = self.m.cap;
-                    self.m.resize(requested, c.resize(requested));
-                    if self.m.cap > before {
-                        // Room without a head store: every waiter looks.
+                    let r = c.resize(requested);
+                    // A resize that began (it changes the capacity, or is
+                    // refused as too small) wakes every waiter at its end.
+                    let began = match r {
+                        Ok(n) => n != before,
+                        Err(e) => matches!(e, ResizeError::TooSmall { .. }),
+                    };
+                    self.m.resize(requested, r);
+                    if began {
                         self.room.wake_all();
                     }
                 }

@@ -494,7 +494,16 @@ impl<T> Consumer<T> {
     /// promised to permits that are out) is refused. Returns the new capacity.
     ///
     /// Posters that try to reserve during the move wait for it (it moves only
-    /// the queued events); outside a resize, posting is lock-free.
+    /// the queued events, but a poster preempted between its reservation and
+    /// its publish holds it until it runs); outside a resize, posting is
+    /// lock-free. [`Poster::post`](crate::Poster::post), `post_lossy`,
+    /// `post_batch`, a permit's `try_reserve` and `send` back off until it
+    /// ends. A post that waits for room (`post_blocking`, `post_timeout`,
+    /// `post_deadline`, `post_async`, the `PostSink`, a permit's `reserve`)
+    /// waits for it as for a free slot, asleep in the room queue, which the
+    /// resize's end (done or refused) wakes: a timed one hands its event
+    /// back as `Full` at its deadline, an async one is `Pending` instead of
+    /// holding its executor's thread.
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(2).unwrap();

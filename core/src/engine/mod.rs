@@ -484,6 +484,10 @@ pub(crate) enum Refused {
     FullTookToken,
     /// The EVD is closed.
     Closed,
+    /// A resize holds reservations off. Only for a reservation that asked
+    /// for it (one of a post that waits for room, which then waits in the
+    /// room queue: the resize's end wakes it); nothing written.
+    Resizing,
 }
 
 /// [`Shared::reserve`]'s `want` that asks for a permit instead of tickets.

@@ -6,6 +6,13 @@
 //! and clearing `RESIZING` (`Release`) publishes the pointer to the next
 //! reservation (`Acquire`). The old ring is freed here: every ticket handed
 //! out in it was published and moved out before the swap.
+//!
+//! A post that waits for room is refused by the resize instead of spinning
+//! through it (the move may wait for a preempted poster's publish), and
+//! waits in the room queue: every end of a resize, done or refused, makes
+//! the room check of a head store and wakes every waiting poster, which
+//! also tells those waiting on a full ring of the slots a growing resize
+//! adds.
 
 use super::Shared;
 use crate::error::ResizeError;
@@ -25,7 +32,7 @@ impl<T> Shared<T> {
         let promised = queued + state::permits(w);
         if promised > new_cap {
             // Posters resume against the unchanged ring.
-            self.end_resize(state::cap_log2(w));
+            self.finish_resize(state::cap_log2(w));
             return Err(ResizeError::TooSmall {
                 queued: promised as usize,
                 capacity: new_cap as usize,
@@ -36,13 +43,23 @@ impl<T> Shared<T> {
         unsafe { Buffer::move_queued(self.buffer(), &fresh, h, queued) };
         // Every ticket of the old ring was published and moved out.
         let old = self.swap_buffer(fresh);
-        self.end_resize(log2);
+        self.finish_resize(log2);
         drop(old);
-        if new_cap > state::capacity(w) {
-            // Room appeared without a head store.
+        Ok(())
+    }
+
+    /// Clear `RESIZING` with the capacity `2^log2`, then wake every poster
+    /// waiting for room: those the resize refused wait for its end, and a
+    /// larger ring has room for those that found it full. The light half of
+    /// the room barrier orders the RMW that cleared `RESIZING` before the
+    /// flag load, as after a head store: either a waiter's post after
+    /// joining sees the word without `RESIZING` (and the new capacity), or
+    /// this sees the waiter ([`crate::room`]). No waker's panic is raised.
+    fn finish_resize(&self, log2: u32) {
+        self.end_resize(log2);
+        if self.consumer.room.check_after_head_store() {
             self.wake_all_room();
         }
-        Ok(())
     }
 
     /// Install the ring a resize built; returns the old one, to be dropped.

@@ -119,7 +119,7 @@ fn a_timed_wait_that_gives_up_on_a_slot_being_written_hands_it_to_the_cno() {
     assert_eq!(consumer.arm(), crate::ArmStatus::Armed, "the direct wait");
     let s = consumer.shared().clone();
     let hint = AtomicU64::new(0);
-    let (ticket, count, notify) = s.reserve(&hint, 1).unwrap();
+    let (ticket, count, notify) = s.reserve::<false>(&hint, 1).unwrap();
     assert_eq!((count, notify), (1, Notify::Wake), "the post took ARMED");
     let r = consumer.wait(1, Some(std::time::Duration::from_millis(20)));
     assert_eq!(r, Err(crate::WaitError::Timeout { available: 0 }));

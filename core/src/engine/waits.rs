@@ -42,7 +42,7 @@ impl<T> Shared<T> {
         );
     }
 
-    /// Wake every waiting poster (close, a resize that grew the ring).
+    /// Wake every waiting poster (close, a resize's end).
     pub(super) fn wake_all_room(&self) {
         self.room
             .wake_all(&self.consumer.room, &self.counters.room_wakes);

@@ -129,8 +129,10 @@ impl<T> Shared<T> {
     /// tickets, or with `want` = [`PERMIT`] one promised slot
     /// ([`state::take_permit`], count 0); returns the first ticket, the
     /// count and the owed notification. A refusal writes only `hint_cell`.
+    /// A resize is waited out, or refused if `REFUSE_RESIZE` (a post that
+    /// waits for room, asleep in the room queue: see `engine/resize.rs`).
     #[inline(always)]
-    pub(crate) fn reserve(
+    pub(crate) fn reserve<const REFUSE_RESIZE: bool>(
         &self,
         hint_cell: &AtomicU64,
         want: u64,
@@ -219,6 +221,7 @@ impl<T> Shared<T> {
                     w = fresh_w;
                 }
                 ReserveBatch::Closed => return Err(Refused::Closed),
+                ReserveBatch::Resizing if REFUSE_RESIZE => return Err(Refused::Resizing),
                 ReserveBatch::Resizing => {
                     backoff.get_or_insert_with(Backoff::new).snooze();
                     w = s.state.load(Ordering::Relaxed);

@@ -29,7 +29,7 @@ impl<T: Send> Poster<T> {
     /// seat that swallows the next wake.
     pub(crate) fn attempt(&self, seat: &mut Seat, event: T, waker: &Waker) -> Attempt<T> {
         let mut seat = LeaveOnUnwind::new(&self.shared, seat);
-        let event = match self.post(event) {
+        let event = match self.post_for_room(event) {
             Err(PostError::Full(ev)) => ev,
             done => return self.done(seat.defuse(), done),
         };
@@ -39,7 +39,7 @@ impl<T: Send> Poster<T> {
         // Joining clones `waker` (user code): see `Held`.
         let event = Held::new(event);
         self.shared.room_join(seat.seat(), waker);
-        match self.post(event.into_inner()) {
+        match self.post_for_room(event.into_inner()) {
             Err(PostError::Full(ev)) => {
                 seat.defuse();
                 Attempt::Wait(ev)

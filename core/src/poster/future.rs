@@ -34,6 +34,8 @@ impl<T: Send> Poster<T> {
     /// closure of its `dequeue_with`; see [`Poster::post_blocking`] for what
     /// counts as inside), where waiting would wait for itself. A full ring registers the task's waker
     /// in the room queue; the consumer's dequeue that frees a slot wakes it.
+    /// A resize under way does the same (its end wakes it): the poll never
+    /// spins on the executor's thread waiting for the resize.
     ///
     /// # Panics
     ///

@@ -11,6 +11,7 @@ mod future;
 mod permit;
 mod room;
 mod sink;
+mod snapshot;
 mod wait;
 
 pub use closed::Closed;
@@ -21,7 +22,6 @@ pub use sink::PostSink;
 
 use crate::engine::{Refused, Shared};
 use crate::error::{BatchPostError, PostError};
-use crate::query::Query;
 use crate::ring::Buffer;
 use crate::state::Notify;
 use crate::sync::{Arc, AtomicU64, Ordering};
@@ -115,6 +115,21 @@ impl<T: Send> Poster<T> {
     /// ```
     #[inline(always)]
     pub fn post(&self, event: T) -> Result<(), PostError<T>> {
+        self.post_with::<false>(event)
+    }
+
+    /// [`Poster::post`] for a post that waits for room (blocking, timed,
+    /// async, the sink): a resize under way refuses it as
+    /// [`PostError::Full`] instead of being waited out, and the post waits
+    /// for its end in the room queue, which that end wakes.
+    #[inline(always)]
+    pub(crate) fn post_for_room(&self, event: T) -> Result<(), PostError<T>> {
+        self.post_with::<true>(event)
+    }
+
+    /// [`Poster::post`], a resize refused as full if `REFUSE_RESIZE`.
+    #[inline(always)]
+    fn post_with<const REFUSE_RESIZE: bool>(&self, event: T) -> Result<(), PostError<T>> {
         // The fast path is a leaf: one plain try at the reservation, the
         // publish, return. Everything else is behind one call made only when
         // the try fails, so an out-of-line `post` saves no registers and
@@ -139,9 +154,9 @@ impl<T: Send> Poster<T> {
             return Ok(());
         }
         if size_of::<T>() <= 2 * size_of::<usize>() {
-            return self.post_after_plain_try_out_of_line(event);
+            return self.post_after_plain_try_out_of_line::<REFUSE_RESIZE>(event);
         }
-        self.post_after_plain_try(event)
+        self.post_after_plain_try::<REFUSE_RESIZE>(event)
     }
 
     /// [`Poster::post`] but for the notification the reservation took,
@@ -157,23 +172,29 @@ impl<T: Send> Poster<T> {
             unsafe { Buffer::publish(shared.buffer_ptr(), ticket, event) };
             return Ok(Notify::None);
         }
-        self.publish_after_plain_try(event)
+        self.publish_after_plain_try::<false>(event)
     }
 
     /// [`Poster::post_after_plain_try`] behind a call, for events small
     /// enough to be passed in registers.
     #[cold]
     #[inline(never)]
-    fn post_after_plain_try_out_of_line(&self, event: T) -> Result<(), PostError<T>> {
-        self.post_after_plain_try(event)
+    fn post_after_plain_try_out_of_line<const REFUSE_RESIZE: bool>(
+        &self,
+        event: T,
+    ) -> Result<(), PostError<T>> {
+        self.post_after_plain_try::<REFUSE_RESIZE>(event)
     }
 
     /// The rest of a `post` whose plain try did not reserve: the general
     /// reservation, the publish, the notification owed.
     #[inline(always)]
-    fn post_after_plain_try(&self, event: T) -> Result<(), PostError<T>> {
+    fn post_after_plain_try<const REFUSE_RESIZE: bool>(
+        &self,
+        event: T,
+    ) -> Result<(), PostError<T>> {
         // The notification this reservation took, after the publish.
-        self.publish_after_plain_try(event)
+        self.publish_after_plain_try::<REFUSE_RESIZE>(event)
             .map(|notify| self.deliver(notify))
     }
 
@@ -181,11 +202,14 @@ impl<T: Send> Poster<T> {
     /// did not reserve; the notification the reservation took is returned,
     /// undelivered.
     #[inline(always)]
-    fn publish_after_plain_try(&self, event: T) -> Result<Notify, PostError<T>> {
+    fn publish_after_plain_try<const REFUSE_RESIZE: bool>(
+        &self,
+        event: T,
+    ) -> Result<Notify, PostError<T>> {
         // The reservation may run a handler (the upcall that drains a full
         // ring), and the event is dropped if that unwinds: see `Held`.
         let event = Held::new(event);
-        match self.reserve_one_slow() {
+        match self.reserve_one_slow::<REFUSE_RESIZE>() {
             Ok((ticket, notify)) => {
                 let event = event.into_inner();
                 // SAFETY: as for the plain try (the ticket and its full
@@ -200,11 +224,13 @@ impl<T: Send> Poster<T> {
 
     /// The reservation of a `post` whose one plain try did not reserve: the
     /// reservation loop with every case (full, closed, resizing, a
-    /// notification or an upcall owed, a CAS lost to another poster).
+    /// notification or an upcall owed, a CAS lost to another poster); a
+    /// resize refused as full if `REFUSE_RESIZE`.
     #[inline(never)]
-    fn reserve_one_slow(&self) -> Result<(u64, Notify), BatchPostError> {
-        self.reserve_tickets(1)
+    fn reserve_one_slow<const REFUSE_RESIZE: bool>(&self) -> Result<(u64, Notify), BatchPostError> {
+        self.reserve_draining::<REFUSE_RESIZE>(1)
             .map(|(ticket, _count, notify)| (ticket, notify))
+            .map_err(refusal)
     }
 
     /// Post an event, or give it up if the ring is full (DAT's provider
@@ -325,6 +351,15 @@ impl<T: Send> Poster<T> {
     }
 }
 
+/// What a refused reservation tells the caller: `Closed`, or no slot
+/// (full; at the permit limit; a resize, for a post that waits for room).
+fn refusal(refused: Refused) -> BatchPostError {
+    match refused {
+        Refused::Closed => BatchPostError::Closed,
+        _ => BatchPostError::Full,
+    }
+}
+
 impl<T: Send> Poster<T> {
     /// Reserve up to `want` tickets (or with `want` = `PERMIT`, promise
     /// one slot). A full ring under an idle upcall policy has this thread
@@ -332,19 +367,19 @@ impl<T: Send> Poster<T> {
     /// try again.
     #[inline(always)]
     fn reserve_tickets(&self, want: u64) -> Result<(u64, u64, Notify), BatchPostError> {
-        self.reserve_draining(want)
-            .map_err(|refused| match refused {
-                Refused::Closed => BatchPostError::Closed,
-                _ => BatchPostError::Full,
-            })
+        self.reserve_draining::<false>(want).map_err(refusal)
     }
 
     /// [`Poster::reserve_tickets`] with the refusal as the engine gave it
-    /// (`Full`, `Closed`, or for a permit `AtPermitLimit`).
+    /// (`Full`, `Closed`, for a permit `AtPermitLimit`, and if
+    /// `REFUSE_RESIZE` a resize under way as `Resizing`).
     #[inline(always)]
-    fn reserve_draining(&self, want: u64) -> Result<(u64, u64, Notify), Refused> {
+    fn reserve_draining<const REFUSE_RESIZE: bool>(
+        &self,
+        want: u64,
+    ) -> Result<(u64, u64, Notify), Refused> {
         loop {
-            match self.shared.reserve(&self.head_hint, want) {
+            match self.shared.reserve::<REFUSE_RESIZE>(&self.head_hint, want) {
                 Err(Refused::FullTookToken) => self.deliver(Notify::Upcall),
                 r => return r,
             }
@@ -465,109 +500,6 @@ impl<T> Poster<T> {
     /// ```
     pub fn clear_unwaitable(&self) {
         self.shared.set_unwaitable(false);
-    }
-
-    /// A snapshot of the EVD's state and counters.
-    ///
-    /// ```
-    /// let (poster, _consumer) = evd::bounded::<u8>(3).unwrap();
-    /// poster.post(1).unwrap();
-    /// let q = poster.query();
-    /// assert_eq!((q.capacity, q.len, q.posted), (4, 1, 1));
-    /// ```
-    pub fn query(&self) -> Query {
-        self.shared.query()
-    }
-
-    /// True once the EVD is closed (posts are refused from then on).
-    ///
-    /// A snapshot: with other handles running it may be stale by the time
-    /// it is read, except that once `true` it stays `true`.
-    ///
-    /// ```
-    /// let (poster, consumer) = evd::bounded::<u8>(1).unwrap();
-    /// assert!(!poster.is_closed());
-    /// drop(consumer);
-    /// assert!(poster.is_closed());
-    /// ```
-    pub fn is_closed(&self) -> bool {
-        self.shared.is_closed()
-    }
-
-    /// Events accepted and not yet dequeued (including reserved slots whose
-    /// posters are still writing them), as [`Query::len`].
-    ///
-    /// A snapshot (head and state word read as one instant, `len <=
-    /// capacity`): other posters and the consumer may have changed it by the
-    /// time it is returned.
-    ///
-    /// ```
-    /// let (poster, _consumer) = evd::bounded(4).unwrap();
-    /// poster.post(1u8).unwrap();
-    /// poster.post(2).unwrap();
-    /// assert_eq!(poster.len(), 2);
-    /// ```
-    pub fn len(&self) -> usize {
-        self.shared.occupancy().len
-    }
-
-    /// Free slots now, or `None` if the EVD is closed: one snapshot of the
-    /// state word and the head (two loads of the head, one of the word), for
-    /// a poster that must know there is room before it produces what it
-    /// posts. Other posters may take the room before this caller posts (a
-    /// [`Permit`] holds it); slots promised to permits are not free.
-    ///
-    /// ```
-    /// let (poster, consumer) = evd::bounded::<u8>(4).unwrap();
-    /// poster.post(1).unwrap();
-    /// assert_eq!(poster.free_slots(), Some(3));
-    /// drop(consumer);
-    /// assert_eq!(poster.free_slots(), None);
-    /// ```
-    pub fn free_slots(&self) -> Option<usize> {
-        let o = self.shared.occupancy();
-        (!o.closed).then(|| o.capacity - o.len - o.permits)
-    }
-
-    /// How many events the ring holds (a power of two; changes only by
-    /// [`Consumer::resize`](crate::Consumer::resize)). A snapshot.
-    ///
-    /// ```
-    /// let (poster, _consumer) = evd::bounded::<u8>(3).unwrap();
-    /// assert_eq!(poster.capacity(), 4);
-    /// ```
-    pub fn capacity(&self) -> usize {
-        self.shared.occupancy().capacity
-    }
-
-    /// `len() == 0`, from one snapshot.
-    ///
-    /// ```
-    /// let (poster, mut consumer) = evd::bounded(4).unwrap();
-    /// assert!(poster.is_empty());
-    /// poster.post(1u8).unwrap();
-    /// assert!(!poster.is_empty());
-    /// consumer.try_dequeue().unwrap();
-    /// assert!(poster.is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.shared.occupancy().len == 0
-    }
-
-    /// Every slot is queued or promised to a [`Permit`] (`len() +
-    /// Query::permits == capacity()`), from one snapshot: a [`Poster::post`]
-    /// now would likely be refused as full (a snapshot, not a promise).
-    ///
-    /// ```
-    /// let (poster, _consumer) = evd::bounded(2).unwrap();
-    /// poster.post(1u8).unwrap();
-    /// assert!(!poster.is_full());
-    /// poster.post(2).unwrap();
-    /// assert!(poster.is_full());
-    /// ```
-    pub fn is_full(&self) -> bool {
-        let o = self.shared.occupancy();
-        o.len + o.permits == o.capacity
     }
 }
 

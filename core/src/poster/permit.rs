@@ -406,8 +406,8 @@ impl<'a, T: Send> Future for Reserving<'a, T> {
         assert!(!this.resolved, "Reserving polled after it resolved");
         let shared = &*this.poster.shared;
         // Each refusal registers the waker where the change it waits for is
-        // announced, then tries again; a second refusal of the same kind
-        // sleeps. Either the try after registering sees the change, or the
+        // announced (a full ring and a resize under way: the room queue),
+        // then tries again; a second refusal of the same kind sleeps. Either the try after registering sees the change, or the
         // change's side finds the waker (the room barrier's pair for a
         // slot, the list's lock for a permit back).
         let mut registered_for = None;
@@ -418,7 +418,7 @@ impl<'a, T: Send> Future for Reserving<'a, T> {
         // of the next freed slot from the poster behind it.
         let mut seat = LeaveOnUnwind::new(shared, &mut this.seat);
         let r = loop {
-            let refused = match this.poster.reserve_draining(PERMIT) {
+            let refused = match this.poster.reserve_draining::<true>(PERMIT) {
                 Ok(_) => {
                     break Ok(Permit {
                         poster: this.poster,

@@ -161,7 +161,7 @@ impl<T: Send> Sink<T> for PostSink<T> {
         let Some(poster) = &this.poster else {
             return Err(PostError::Closed(item));
         };
-        match poster.post(item) {
+        match poster.post_for_room(item) {
             Ok(()) => Ok(()),
             Err(PostError::Full(item)) => {
                 this.held = Some(item);

@@ -16,7 +16,10 @@ impl<T: Send> Poster<T> {
     /// poster backs off briefly, retrying (it spins for 3 µs by the clock,
     /// then yields until 6 µs), then sleeps and is woken by the consumer's
     /// dequeue that frees a slot for it: one waiter per freed slot, first come first
-    /// served ([`crate::Query::room_wakes`] counts the wakes). While no poster
+    /// served ([`crate::Query::room_wakes`] counts the wakes). A
+    /// [`Consumer::resize`](crate::Consumer::resize) under way is waited
+    /// for the same way (it holds every reservation off): asleep in the
+    /// room queue, woken by its end. While no poster
     /// waits, the consumer pays one load of its own cache line per dequeue
     /// for this (plus a fence where Linux's `membarrier(2)` is unavailable);
     /// a poster that starts waiting pays a lock and one `membarrier`, which
@@ -63,7 +66,8 @@ impl<T: Send> Poster<T> {
     /// Post an event, waiting at most `timeout` for room in a full ring.
     ///
     /// As [`Poster::post_blocking`], but the event is handed back as
-    /// [`PostError::Full`] if the ring is still full when the timeout passes.
+    /// [`PostError::Full`] if the ring is still full (or a resize still
+    /// holds posters off) when the timeout passes.
     /// A zero timeout tries once and returns at once (as [`Poster::post`]);
     /// a timeout too large for an [`Instant`] waits without one.
     ///
@@ -111,7 +115,7 @@ impl<T: Send> Poster<T> {
 
     fn post_until(&self, event: T, deadline: Option<Instant>) -> Result<(), PostError<T>> {
         let expired = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
-        let mut event = match self.post(event) {
+        let mut event = match self.post_for_room(event) {
             Err(PostError::Full(ev)) => ev,
             done => return done,
         };
@@ -124,7 +128,7 @@ impl<T: Send> Poster<T> {
         // sleep/wake per event.
         let backoff = Backoff::new();
         while backoff.step() {
-            event = match self.post(event) {
+            event = match self.post_for_room(event) {
                 Err(PostError::Full(ev)) => ev,
                 done => return done,
             };

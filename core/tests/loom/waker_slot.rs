@@ -45,7 +45,9 @@ fn a_dropped_consumer_takes_its_waker_out_once_beside_a_posts_wake() {
         let polled = std::pin::Pin::new(&mut consumer).poll_next(&mut cx);
         assert!(polled.is_pending(), "empty: registered and armed");
         // Before the drop or after it (then refused as closed).
-        let p = thread::spawn(move || drop(poster.post(1)));
+        let p = thread::spawn(move || {
+            let _ = poster.post(1);
+        });
         drop(consumer);
         p.join().unwrap();
         drop(waker);

@@ -2,7 +2,7 @@
 //! polled, left and dropped, against `core/src/room.rs`'s rules: first come
 //! first served by first join, one wake per freed slot, a woken waiter that
 //! finds the ring full again rejoins in its place, a woken waiter that
-//! leaves passes one wake on, close and a growing resize wake every waiter;
+//! leaves passes one wake on, close and a resize's end wake every waiter;
 //! and `Query::room_wanted` / `Query::room_waiters` / `Query::room_wakes` with each waiter's own
 //! count of wakes. On one thread nobody joins while slots are freed, so the
 //! wakes a call owes follow from how many slots it freed, however many head
@@ -101,7 +101,7 @@ impl Room {
         }
     }
 
-    /// Close, a growing resize, a stranded full ring: every waiter woken.
+    /// Close, a resize's end, a stranded full ring: every waiter woken.
     pub(super) fn wake_all(&mut self) {
         self.pop(u64::MAX);
     }
