@@ -363,7 +363,8 @@ impl std::error::Error for ResizeError {}
 #[non_exhaustive]
 pub enum PolicyError {
     /// Called from inside one of this EVD's own upcalls: waiting for in-flight
-    /// upcalls to return would wait for itself.
+    /// upcalls to return (a teardown, a switch to `SingleInstance` that must
+    /// wait for others) would wait for itself.
     FromUpcall,
     /// ManyInstances with an `FnMut` handler
     /// ([`Consumer::into_upcalls_mut`](crate::Consumer::into_upcalls_mut),
@@ -378,7 +379,7 @@ impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             PolicyError::FromUpcall => {
-                "cannot tear down an EVD's upcalls from inside one of its upcalls"
+                "cannot wait for an EVD's upcalls from inside one of its upcalls"
             }
             PolicyError::FnMutHandler => "an FnMut upcall handler cannot run under ManyInstances",
         })

@@ -249,7 +249,8 @@
 //!   against posts and running upcalls. [`Upcalls::teardown`] disables
 //!   upcalls, waits until none runs, drops the handler and gives the
 //!   [`Consumer`] back (queued events can then be dequeued); called from
-//!   inside one of its own upcalls it panics. A panicking handler gives the
+//!   inside one of its own upcalls it panics, and the dispatcher it consumed
+//!   is dropped (the EVD closes). A panicking handler gives the
 //!   token back; the EVD stays usable (but for a panic in the upcall that
 //!   [`Consumer::into_upcalls`] runs itself, which has no dispatcher to
 //!   return yet: see there).

@@ -92,15 +92,17 @@ pub struct Query {
     /// `post_timeout` or `post_deadline` past its back-off, each pending
     /// `post_async`, [`Poster::reserve`](crate::Poster::reserve) or
     /// [`RoomWaiter`](crate::RoomWaiter), and a `Sink` whose flush waits.
-    /// A waiter that was woken (for a freed slot, by a close or a growing
-    /// resize, or by a wake passed on) is out of the queue until it finds
+    /// A waiter that was woken (for a freed slot, by a close or the end of
+    /// a resize, or by a wake passed on) is out of the queue until it finds
     /// the ring full again and rejoins, so it is not counted meanwhile.
     /// Read apart from `room_wanted`: while a poster joins or leaves, one
     /// snapshot may show the two disagree.
     pub room_waiters: usize,
     /// Wakes sent to posters waiting for room: one per slot freed while they
-    /// wait, one per waiter at close, one passed on by a woken waiter that
-    /// left, and one passed on after a waker whose `wake` panicked.
+    /// wait, one per waiter at close, at the end of a resize and when a full
+    /// ring is left to an upcall nobody started, one passed on by a woken
+    /// waiter that left, and one passed on after a waker whose `wake`
+    /// panicked.
     pub room_wakes: u64,
     /// Slots promised to [`Permit`](crate::Permit)s not yet sent or dropped:
     /// not in `len`, but not free for posts either.

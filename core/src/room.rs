@@ -63,7 +63,8 @@
 //!   no hand-on: every slot is taken, and the next head store pops a waiter.
 //!
 //! Why no waiter sleeps forever next to a free slot: a waiter sleeps only
-//! after its post following the join found the ring full, so more dequeues
+//! after its post following the join found the ring full (or a resize
+//! under way, whose end wakes every waiter: below), so more dequeues
 //! are to come, or a [`Permit`](crate::Permit) comes back (a release runs
 //! this check as a head store does; a send queues an event whose dequeue
 //! will); each frees a slot and pops one waiter, and each popped waiter
@@ -72,7 +73,8 @@
 //! wake on. A free slot therefore always has an awake waiter heading for it,
 //! or a head store still to come, as long as anyone waits.
 //! * **Close and the end of every resize wake every waiter** (they retry and
-//!   see `Closed`, or the ring as resized). A post that waits for room is
+//!   see `Closed`, or the ring as resized; a resize that began, done or
+//!   refused as too small). A post that waits for room is
 //!   refused while a resize holds reservations off and waits for its end
 //!   here, as for a freed slot; a growing resize adds slots for those that
 //!   found the ring full; one that grows nothing costs those a retry.
@@ -248,7 +250,7 @@ impl WaitQueue {
         }
     }
 
-    /// Take every waiter out (close, a growing resize), front first; wake
+    /// Take every waiter out (close, a resize's end), front first; wake
     /// them after unlocking.
     pub(crate) fn take_all(&mut self) -> impl Iterator<Item = Waker> + use<> {
         std::mem::take(&mut self.waiting)

@@ -6,9 +6,9 @@
 
 mod common;
 use common::{
-    Counting, Panicking, Tracked, assert_report, assert_wait_ends, counting, full_ring, lose,
-    lose_twice_around_a_report, next_of_its_poster, poll_once, shared_vec, spawn_tagged_posters,
-    tracked,
+    Counting, Panicking, Tracked, assert_report, assert_wait_ends, counting, eventually, full_ring,
+    lose, lose_twice_around_a_report, next_of_its_poster, poll_once, shared_vec,
+    spawn_tagged_posters, tracked,
 };
 use evd::{
     ArmStatus, DequeueError, Invoke, Lossy, Overflow, PostError, RecvError, TryDequeueError,
@@ -338,7 +338,9 @@ fn dropping_the_consumer_waits_out_posters_mid_write() {
                 })
             })
             .collect();
-        std::thread::yield_now();
+        // Both posters are at it (each has made an event or two) before
+        // the drop races them.
+        eventually("the posters run", || made.load(SeqCst) >= 4);
         drop(consumer);
         for p in posters {
             p.join().unwrap();

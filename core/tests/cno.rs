@@ -11,8 +11,8 @@
 
 mod common;
 use common::{
-    Rng, Watchdog, assert_report, bound, drain, drain_in_order, enabled, enabled_with_capacity,
-    lose, pair, post_0_to, post_retry, ready_keys, two_cnos,
+    Rng, Watchdog, assert_report, bound, counting, drain, drain_in_order, enabled,
+    enabled_with_capacity, lose, pair, post_0_to, post_retry, ready_keys, two_cnos,
 };
 use evd::{ArmStatus, Cno, CnoError, CnoHandle, Consumer, Poster};
 use futures::{FutureExt, StreamExt};
@@ -156,6 +156,8 @@ fn a_key_is_ready_at_most_once_per_enable() {
 fn enabling_an_enabled_evd_changes_nothing() {
     let mut cno = Cno::new(4).unwrap();
     let (p, mut c) = enabled::<u32>(&cno, 8);
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(c.enable_cno(), Ok(ArmStatus::Armed));
     p.post(1).unwrap();
     assert_eq!(ready_keys(&mut cno), [8], "three enables, one key");
     p.post(2).unwrap();
@@ -832,8 +834,8 @@ fn a_disarm_after_an_abandoned_stream_poll_hands_the_next_post_to_the_cno() {
 #[test]
 fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
     let mut cno = Cno::new(4).unwrap();
-    let (pa, _a) = enabled::<u8>(&cno, 1);
-    let (pb, _b) = enabled::<u8>(&cno, 2);
+    let (pa, mut a) = enabled::<u8>(&cno, 1);
+    let (pb, mut b) = enabled::<u8>(&cno, 2);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("Cno::wait", progress);
     let t = std::thread::spawn(move || {
@@ -848,7 +850,17 @@ fn wait_blocks_until_a_key_is_ready_then_takes_every_ready_key() {
         assert!(n >= 1 && keys.len() == before + n);
     }
     assert_eq!(keys, [1, 2]);
-    let _ = t.join().unwrap();
+    let (pa, pb) = t.join().unwrap();
+    // Every key ready when the wait looks is taken by that one wait.
+    drain(&mut a);
+    drain(&mut b);
+    assert_eq!(a.enable_cno(), Ok(ArmStatus::Armed));
+    assert_eq!(b.enable_cno(), Ok(ArmStatus::Armed));
+    pa.post(3).unwrap();
+    pb.post(4).unwrap();
+    keys.clear();
+    assert_eq!(cno.wait(&mut keys), 2);
+    assert_eq!(keys, [1, 2]);
 }
 
 #[test]
@@ -931,11 +943,18 @@ fn ready_set_is_woken_by_a_post_on_another_thread() {
     let (p, _c) = enabled::<u8>(&cno, 6);
     let progress = Arc::new(AtomicU64::new(0));
     let _dog = Watchdog::new("ready_set", progress);
-    let t = std::thread::spawn(move || p.post(1).unwrap());
     let mut keys = Vec::new();
-    assert_eq!(futures::executor::block_on(cno.ready_set(&mut keys)), 1);
+    let (count, waker) = counting();
+    let mut ready = std::pin::pin!(cno.ready_set(&mut keys));
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(ready.as_mut().poll(&mut cx).is_pending(), "no key yet");
+    // Posted once the future waits (no sooner than this line).
+    std::thread::spawn(move || p.post(1).unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(count.wakes(), 1, "the post woke the waiting task");
+    assert_eq!(ready.as_mut().poll(&mut cx), std::task::Poll::Ready(1));
     assert_eq!(keys, [6]);
-    t.join().unwrap();
 }
 
 #[test]
@@ -1291,7 +1310,7 @@ fn a_permit_send_triggers_the_cno_before_it_wakes_the_reservations_waiting_for_a
             let _ = self.1.send(());
         }
     }
-    let cno = Cno::new(4).unwrap();
+    let mut cno = Cno::new(4).unwrap();
     let (poster, mut consumer) = evd::bounded::<u32>(512).unwrap();
     consumer.bind_cno(&cno, 7).unwrap();
     assert_eq!(consumer.enable_cno(), Ok(ArmStatus::Armed));
@@ -1304,10 +1323,10 @@ fn a_permit_send_triggers_the_cno_before_it_wakes_the_reservations_waiting_for_a
         panic!("the disable run by the permit's waker waited for the send's own trigger");
     }
     assert!(woken.try_recv().is_ok(), "the reservation's waker ran");
-    assert!(
-        state.0.lock().unwrap().is_some(),
-        "the consumer, disabled on its CNO"
-    );
+    // The disable the waker ran returned and took effect: it removed the
+    // key the send's trigger had made ready (without it, key 7 would wait).
+    assert_eq!(cno.try_next(), None, "disabled by the waker");
+    assert_eq!(state.0.lock().unwrap().as_ref().map(|c| c.len()), Some(1));
 }
 
 /// A waker whose `wake` panics; its other calls do nothing.

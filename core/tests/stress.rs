@@ -610,6 +610,11 @@ fn waiting_posters_and_a_consumer_that_stops_and_starts_lose_no_wakeup() {
     // a consumer that dequeues with and without blocking. A lost room wakeup
     // leaves the poster asleep with a free slot: the consumer's blocking
     // dequeue then never returns and the watchdog fails the test.
+    let progress = Arc::new(AtomicU64::new(0));
+    let _dog = Watchdog::new(
+        "a blocking poster and a stop-start consumer",
+        progress.clone(),
+    );
     for round in 0..300u32 {
         let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
         let t = std::thread::spawn(move || {
@@ -629,6 +634,7 @@ fn waiting_posters_and_a_consumer_that_stops_and_starts_lose_no_wakeup() {
                 consumer.dequeue().unwrap()
             };
             assert_eq!(v, i);
+            progress.fetch_add(1, Relaxed);
         }
         t.join().unwrap();
     }

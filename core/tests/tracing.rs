@@ -39,14 +39,16 @@ impl Subscriber for Recorder {
     fn event(&self, event: &Event<'_>) {
         let mut text = String::new();
         event.record(&mut Fields(&mut text));
-        if self.1.is_some_and(|needle| text.contains(needle)) {
-            panic!("a subscriber panicked on {text}");
-        }
         let meta = event.metadata();
+        // Recorded before a panic on it, so that a test sees it was emitted.
+        let panics = self.1.is_some_and(|needle| text.contains(needle));
         self.0
             .lock()
             .unwrap()
-            .push((*meta.level(), meta.target().to_owned(), text));
+            .push((*meta.level(), meta.target().to_owned(), text.clone()));
+        if panics {
+            panic!("a subscriber panicked on {text}");
+        }
     }
     fn enter(&self, _: &Id) {}
     fn exit(&self, _: &Id) {}
@@ -158,7 +160,7 @@ fn a_long_room_wait_that_a_handler_panic_ends_is_not_reported() {
                 .unwrap();
             up
         });
-        let recorder = Arc::new(panics_on("waited long for room"));
+        let recorder = Arc::new(Recorder::default());
         let posted = tracing::subscriber::with_default(recorder.clone(), || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poster.post_blocking(2)))
         });
@@ -250,7 +252,8 @@ fn a_subscriber_panicking_on_the_policy_event_leaves_no_upcall_in_flight() {
 fn a_subscriber_panicking_on_the_long_wait_event_leaves_the_timed_out_post_its_event() {
     let (poster, _consumer) = evd::bounded::<u8>(1).unwrap();
     poster.post(1).unwrap();
-    let posted = tracing::subscriber::with_default(panics_on("waited long for room"), || {
+    let recorder = Arc::new(panics_on("waited long for room"));
+    let posted = tracing::subscriber::with_default(recorder.clone(), || {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // Nobody dequeues: the wait lasts its whole timeout, past the
             // 1 ms after which it is reported.
@@ -262,4 +265,9 @@ fn a_subscriber_panicking_on_the_long_wait_event_leaves_the_timed_out_post_its_e
         Ok(other) => panic!("the timed-out post returned {other:?}"),
         Err(_) => panic!("the subscriber's panic came out of the post, with its event"),
     }
+    let events = recorder.0.lock().unwrap();
+    let reports = events
+        .iter()
+        .filter(|e| e.2.contains("waited long for room"));
+    assert_eq!(reports.count(), 1, "the subscriber was called: {events:?}");
 }

@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 /// blocking, as [`Poster::post_async`] waits) is the held event's.
 ///
 /// The sink holds at most one event of its own: `start_send` posts at once
-/// when the ring has room, and otherwise keeps the event until a later
+/// when the ring has room (and no resize is under way), and otherwise keeps the event until a later
 /// `poll_ready`, `poll_flush` or `poll_close` posts it. So `poll_ready` is
 /// `Ready` whenever the sink holds no event, full ring or not (it reserves
 /// nothing: the room a snapshot would show could be taken by another poster

@@ -68,8 +68,9 @@ impl<T: Send> Poster<T> {
     /// As [`Poster::post_blocking`], but the event is handed back as
     /// [`PostError::Full`] if the ring is still full (or a resize still
     /// holds posters off) when the timeout passes.
-    /// A zero timeout tries once and returns at once (as [`Poster::post`]);
-    /// a timeout too large for an [`Instant`] waits without one.
+    /// A zero timeout tries once and returns at once (as [`Poster::post`],
+    /// but a resize under way is not waited out: the event is handed back
+    /// as `Full`); a timeout too large for an [`Instant`] waits without one.
     ///
     /// # Panics
     ///
@@ -163,8 +164,8 @@ impl<T: Send> Poster<T> {
             // taking the unpark token the wake left. The seat is out of the
             // queue then, and parking would wait for a wake already spent.
             if !waker.woken() {
-                // Woken by a freed slot, by close, or spuriously: attempt
-                // again.
+                // Woken by a freed slot, by close, by a resize's end, or
+                // spuriously: attempt again.
                 park(deadline);
             }
         }

@@ -256,10 +256,15 @@ impl<T: Send> Upcalls<T> {
     /// From inside one of this EVD's own upcalls only *other* instances are
     /// waited for: a SingleInstance handler may disable the policy and enable
     /// it again (DAT's `dat_evd_modify_upcall` from the upcall, then drain),
-    /// and its own instance goes on delivering. A switch to `SingleInstance`
-    /// that would have to wait for other instances (some started under
-    /// `ManyInstances`) is refused from inside an upcall with
-    /// [`PolicyError::FromUpcall`], and the policy is left as it was.
+    /// and its own instance goes on delivering. Every instance on this
+    /// thread's stack counts as its own (a `ManyInstances` handler that posts
+    /// into its own EVD may run a nested one): those outer calls return in
+    /// turn, on this thread, after the switch. A switch to `SingleInstance`
+    /// from `ManyInstances` (where a post may start another instance at any
+    /// moment), or from `Disabled` while other instances are in flight, has
+    /// to wait for them, and is refused from inside an upcall with
+    /// [`PolicyError::FromUpcall`]; the policy is then left as it was
+    /// (disable first, then enable `SingleInstance`, to switch from there).
     ///
     /// `ManyInstances` is refused with [`PolicyError::FnMutHandler`] while the
     /// handler is an `FnMut` one ([`Consumer::into_upcalls_mut`],
@@ -446,7 +451,10 @@ impl<T: Send> Upcalls<T> {
     ///
     /// # Panics
     /// If called from inside one of this EVD's own upcalls (it would wait for
-    /// itself forever).
+    /// itself forever). The dispatcher it consumed is then dropped on the
+    /// way out, as a dropped one is: the EVD closes (posts are refused as
+    /// closed) and each event still queued is dropped once, by the last
+    /// instance to leave.
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 fn dequeue_blocks_until_a_post_from_another_thread() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let t = std::thread::spawn(move || {
+        // Armed: the dequeue is past its spin, about to block.
+        eventually("the dequeue armed", || poster.query().armed);
         poster.post(5).unwrap();
         poster // keep it alive until joined
     });
@@ -106,6 +108,7 @@ fn dequeue_deadline_in_the_past_returns_timeout_or_the_event() {
 fn dequeue_timeout_gets_an_event_posted_before_it_expires() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let t = std::thread::spawn(move || {
+        eventually("the dequeue armed", || poster.query().armed);
         poster.post(11).unwrap();
         poster
     });
@@ -201,6 +204,7 @@ fn wait_deadline_in_the_past_skips_the_spin_phase() {
 fn wait_deadline_wakes_on_a_post() {
     let (poster, mut consumer) = evd::bounded::<u32>(4).unwrap();
     let t = std::thread::spawn(move || {
+        eventually("the wait armed", || poster.query().armed);
         poster.post(1).unwrap();
         poster
     });
@@ -531,9 +535,18 @@ fn a_wait_that_spins_without_end_still_ends_at_a_report_and_at_the_end_of_stream
 
 #[test]
 fn a_wait_that_spins_without_end_still_ends_when_the_evd_is_made_unwaitable() {
+    // Set before the wait's first look or during its spin, the flag ends it
+    // either way; the spin's own check (which no public call shows running)
+    // is pinned by the loom model
+    // `a_wait_in_its_back_off_ends_when_made_unwaitable` and its mutant.
     let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
     consumer.set_spin_budget(Duration::MAX);
-    let waiter = std::thread::spawn(move || consumer.wait(1, None));
+    let (about_to_wait, waiting) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        about_to_wait.send(()).unwrap();
+        consumer.wait(1, None)
+    });
+    waiting.recv().unwrap();
     poster.set_unwaitable();
     assert_eq!(waiter.join().unwrap(), Err(WaitError::Unwaitable));
 }

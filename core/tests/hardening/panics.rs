@@ -394,7 +394,8 @@ enum Position {
     RoomWakerOnHeadStore,
     /// A room waiter's waker, woken by close.
     RoomWakerOnClose,
-    /// A room waiter's waker, woken by a resize that grows the ring.
+    /// A room waiter's waker, woken by the end of a resize (one that grows
+    /// the ring).
     RoomWakerOnResize,
     /// A SingleInstance handler.
     SingleInstanceHandler,
