@@ -498,14 +498,13 @@ impl<T> Consumer<T> {
     /// its publish holds it until it runs); outside a resize, posting is
     /// lock-free. [`Poster::post`](crate::Poster::post), `post_lossy`,
     /// `post_batch` and `post_batch_up_to`, a permit's `try_reserve`,
-    /// `try_reserve_owned` and `send` back off until it ends (a
-    /// [`RoomWaiter`](crate::RoomWaiter) may see room during it, and its
-    /// poster's post then waits it out). A post that waits for room (`post_blocking`, `post_timeout`,
-    /// `post_deadline`, `post_async`, the `PostSink`, a permit's `reserve`)
-    /// waits for it as for a free slot, asleep in the room queue, which the
-    /// resize's end (done or refused) wakes: a timed one hands its event
-    /// back as `Full` at its deadline, an async one is `Pending` instead of
-    /// holding its executor's thread.
+    /// `try_reserve_owned` and `send` back off until it ends. A post that
+    /// waits for room (`post_blocking`, `post_timeout`, `post_deadline`,
+    /// `post_async`, the `PostSink`, a permit's `reserve`) and a
+    /// [`RoomWaiter`](crate::RoomWaiter) wait for it as for a free slot,
+    /// asleep in the room queue, which the resize's end (done or refused)
+    /// wakes: a timed one hands its event back as `Full` at its deadline, an
+    /// async one is `Pending` instead of holding its executor's thread.
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(2).unwrap();

@@ -24,6 +24,8 @@ pub(crate) struct Occupancy {
     /// Slots promised to permits.
     pub(crate) permits: usize,
     pub(crate) closed: bool,
+    /// A resize holds reservations off.
+    pub(crate) resizing: bool,
 }
 
 impl<T> Shared<T> {
@@ -68,6 +70,7 @@ impl<T> Shared<T> {
             capacity: state::capacity(w) as usize,
             permits: state::permits(w) as usize,
             closed: state::has(w, state::CLOSED),
+            resizing: state::has(w, state::RESIZING),
         }
     }
 

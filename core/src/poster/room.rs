@@ -74,7 +74,9 @@ impl<T: Send> RoomWaiter<T> {
     /// `Ready(Ok(free))` with the number of free slots seen (at least one;
     /// other posters may take them before this caller posts), after leaving
     /// the room queue; `Pending` with `cx`'s waker registered if the ring is
-    /// full: a dequeue that frees a slot wakes it. `Ready(Err(Closed))` once
+    /// full (a dequeue that frees a slot wakes it) or a
+    /// [`Consumer::resize`](crate::Consumer::resize) holds posters off (its
+    /// end wakes it: a post now would wait for the resize). `Ready(Err(Closed))` once
     /// the EVD is closed; `Ready(Err(Full))` at once if called inside an
     /// upcall of this same EVD (a handler call, a waker an instance or a
     /// permit's send runs for it, or the closure of its `dequeue_with`),
@@ -194,12 +196,15 @@ impl<T: Send> RoomWaiter<T> {
     }
 
     /// The free slots seen now (at least one), the closure, or `None` if
-    /// the ring is full.
+    /// the ring is full or a resize holds reservations off (its end wakes
+    /// the room queue).
     fn room_seen(&self) -> Option<Result<usize, BatchPostError>> {
-        match self.poster.free_slots() {
-            None => Some(Err(BatchPostError::Closed)),
-            Some(0) => None,
-            Some(free) => Some(Ok(free)),
+        let o = self.poster.shared.occupancy();
+        match o.capacity - o.len - o.permits {
+            _ if o.closed => Some(Err(BatchPostError::Closed)),
+            0 => None,
+            _ if o.resizing => None,
+            free => Some(Ok(free)),
         }
     }
 }

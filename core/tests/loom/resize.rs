@@ -109,3 +109,38 @@ fn a_timed_post_that_meets_a_resize_returns_at_its_deadline() {
         "no execution had the resize refuse the timed post"
     );
 }
+
+/// Set by an execution of the model below in which the room waiter was
+/// pending (refused by the resize: the ring had room throughout).
+static ROOM_WAITER_REFUSED_BY_A_RESIZE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+#[test]
+fn a_room_waiter_that_meets_a_resize_waits_for_its_end() {
+    // A room waiter reports no room while a resize holds posters off (a
+    // post would wait for it) and waits in the room queue: some execution
+    // must show it pending, and the resize's end must wake it (an end that
+    // does not parks it for ever: a loom deadlock).
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let mut room = poster.room_waiter();
+        let t = thread::spawn(move || {
+            let mut polls = 0;
+            let free = loom::future::block_on(std::future::poll_fn(|cx| {
+                polls += 1;
+                room.poll_room(cx)
+            }));
+            (free, polls)
+        });
+        assert_eq!(consumer.resize(1), Ok(1));
+        let (free, polls) = t.join().unwrap();
+        assert!(matches!(free, Ok(1 | 2)), "{free:?}");
+        if polls > 1 {
+            ROOM_WAITER_REFUSED_BY_A_RESIZE.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    assert!(
+        ROOM_WAITER_REFUSED_BY_A_RESIZE.load(std::sync::atomic::Ordering::Relaxed),
+        "no execution had the resize hold the room waiter off"
+    );
+}
