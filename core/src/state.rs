@@ -75,12 +75,13 @@
 //! | send with a permit (poster) | [`send_permit`] | PERMITS > 0, !CLOSED, !RESIZING (no full check: the permit's slot is free) | tail+1, PERMITS−1; notification as for post | as for post; from the limit, wake every reservation waiting for a permit back |
 //! | give a permit back (poster) | [`release_permit`] | PERMITS > 0 | PERMITS−1 | wake one poster waiting for room (and, from the limit, every reservation waiting for a permit back) |
 //! | post refused, ring full (poster) | — | full, no upcall can start | no change: the event is handed back, nothing is counted, no RMW | — |
-//! | post finds the ring full under an idle upcall policy (poster) | [`start_upcall_to_drain`] | full with events queued, policy enabled, !TOKEN, INSTANCES below the limit | +TOKEN +NOTIFIED, INSTANCES+1 | run the upcall (it drains the ring), then retry the post |
+//! | post finds the ring full under an idle upcall policy (poster); a room waiter starts the draining upcall (`Poster::start_draining_upcall`) | [`start_upcall_to_drain`] | events queued (a post: at a ring it saw full), policy enabled, !TOKEN, INSTANCES below the limit | +TOKEN +NOTIFIED, INSTANCES+1 | run the upcall (it drains the ring), then retry the post |
 //! | lossy post drops its event (poster) | [`loss::commit`] on the loss word, then [`notify_loss`] | full, loss word not closed | loss word: count+1; word: as for a reservation, without the tail (an RMW even when unchanged) | wake / run the upcall (it reports the loss) |
+//! | a loss committed while an instance held the token, seen after its exit or a policy switch (instance, upcall owner) | [`notify_loss`] (`restart_for_loss`) | a loss report pending, policy enabled, !TOKEN, INSTANCES below the limit | +TOKEN +NOTIFIED, INSTANCES+1 | run an upcall (it reports the loss) |
 //! | arm (consumer) | [`arm`] | len < threshold, not closed | +ARMED, and −NOTIFIED if empty | park / await / epoll |
 //! | arm on a closed EVD | [`arm`] | closed, len < threshold | none (no CAS): pending if len > 0, end of stream if 0 | drain, or stop |
 //! | arm finds work | [`arm`] | len ≥ threshold | none (no CAS) | keep draining |
-//! | disarm (consumer, on timeout) | [`withdraw`] | ARMED, and CNO_ARMED clear or the ring empty | −ARMED | — |
+//! | disarm (consumer, on timeout) | [`withdraw`] | ARMED, and CNO_ARMED clear or (the ring empty and no loss report) | −ARMED | — |
 //! | a direct wait gives up with events queued on an enabled EVD (consumer) | [`withdraw`] | CNO_ARMED, len > 0 or a loss report | −ARMED −CNO_ARMED +NOTIFIED | trigger the CNO |
 //! | an enable finds the last enable left with news (consumer; a direct waiter took a post's or a loss's wake) | [`withdraw`] | CNO_ARMED, len > 0 or a loss report | −ARMED −CNO_ARMED +NOTIFIED | none: report pending (the CNO gets no key for news the enable reports) |
 //! | a dequeue meets the EVD unwaitable with its events reserved (consumer) | [`withdraw_unless_reserved`] | len ≥ want | — (it takes them once published) | — |
@@ -92,7 +93,7 @@
 //! | take the loss report (consumer, token holder) | [`loss::take`] | count > 0 | loss word: count = 0 | report `Overflow { lost: count }` |
 //! | begin resize (consumer) | [`begin_resize`] | !RESIZING | +RESIZING | refuse if len + PERMITS exceeds the new capacity; else wait for reserved slots, move them |
 //! | end resize (consumer) | [`end_resize`] | RESIZING | −RESIZING, new CAP_LOG2 | — |
-//! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`] and queued events: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline; after the switch's own disable, events reserved since are [`Invoke::Any`]'s ([`invoke_after_quiesce`]), and so is a pending loss report (the engine's load after the CAS) |
+//! | set policy (upcall owner) | [`set_policy`] | — | new POLICY; with [`Invoke::Any`], queued events, !TOKEN and INSTANCES below the new policy's limit: +TOKEN +NOTIFIED INSTANCES+1 | run an upcall instance inline; after the switch's own disable, events reserved since are [`Invoke::Any`]'s ([`invoke_after_quiesce`]), and so is a pending loss report (the engine's load after the CAS) |
 //! | instance exits (token holder) | [`exit_instance`] | policy disabled, or ring empty | −TOKEN, INSTANCES−1, −NOTIFIED if empty | — |
 //! | instance hands the token back (ManyInstances) | [`release_token`] | TOKEN | −TOKEN | run the handler without the token |
 //! | instance returns after its handler (ManyInstances) | [`reacquire`] | — | token free and INSTANCES within the policy's limit: +TOKEN; otherwise INSTANCES−1 | continue, or stop |
@@ -1762,7 +1763,34 @@ mod tests {
         let done = end_resize(r, 5);
         assert!(!has(done, RESIZING));
         assert_eq!(capacity(done), 32);
-        assert_ne!(done, CAP4, "a resize always changes the word");
+        assert_eq!(
+            done,
+            (CAP4 & !CAP_MASK) | (5 << CAP_SHIFT),
+            "only the capacity changed"
+        );
+        // A refused resize ends with the old capacity: the word as it was.
+        let w = with_tail(CAP4 | ARMED, 3) | (2 << PERMITS_SHIFT);
+        assert_eq!(end_resize(begin_resize(w).unwrap(), cap_log2(w)), w);
+    }
+
+    #[test]
+    fn a_switch_after_a_quiesce_counts_arrivals_by_the_extended_tail() {
+        // Past 2^36 events the word's tail field has wrapped: the count the
+        // quiesce took (`tail_count`) is compared with the same extension,
+        // not with the bare field.
+        for head in [5, TICKET_MASK - 1, TICKET_MASK + 7, 3 << 40] {
+            let w = with_tail(CAP4, head.wrapping_add(1));
+            let since = tail_count(w, head);
+            assert_eq!(
+                invoke_after_quiesce(w, head, since, Invoke::New),
+                Invoke::New
+            );
+            let (later, _, _) = ticket(reserve(w, head));
+            assert_eq!(
+                invoke_after_quiesce(later, head, since, Invoke::New),
+                Invoke::Any
+            );
+        }
     }
 
     #[test]

@@ -12,8 +12,9 @@
 //!   and switches round-robin only when that one blocks or yields (fair, so
 //!   an execution always ends).
 //! * The input also holds one script per actor: up to three posters
-//!   ([`PosterOp`]s: post, post_lossy, post_batch, clone, close, drop, query,
-//!   unwaitable) and the consumer (try_dequeue, dequeue_batch, arm, disarm,
+//!   ([`PosterOp`]s: post, post_lossy, post_batch, a permit taken, sent
+//!   with or given back, the sink, clone, close, drop, query, unwaitable)
+//!   and the consumer (try_dequeue, dequeue_batch, arm, disarm,
 //!   wait, resize, close, poll a `recv` future, query, post, drop, and
 //!   `into_upcalls` with any policy, then set_policy / Teardown / teardown /
 //!   set_handler (the plain handler, or one that posts into its own EVD from
@@ -52,14 +53,14 @@ use crate::semantics::{self, Refusals};
 use crate::spec::{self, TICKET_MASK};
 use evd::state;
 use evd::{
-    ArmStatus, BatchPostError, Cno, CnoError, Consumer, Invoke, Lossy, Overflow, PostError,
-    PostSink, Poster, Query, RecvError, ResizeError, TryDequeueError, UpcallPolicy, Upcalls,
-    WaitError,
+    ArmStatus, BatchPostError, Cno, CnoError, Consumer, Invoke, Lossy, Overflow, OwnedPermit,
+    PostError, PostSink, Poster, Query, RecvError, ResizeError, TryDequeueError, UpcallPolicy,
+    Upcalls, WaitError,
 };
 use futures_sink::Sink;
 use shuttle::scheduler::{Schedule, Scheduler, Task, TaskId};
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -178,6 +179,11 @@ pub enum PosterOp {
     /// op of this script polls it instead, which keeps the poster's events
     /// in order.
     SinkSend,
+    /// With no permit held, take one (`try_reserve_owned`: a slot
+    /// promised); with one held, send an event with it (`true`) or give it
+    /// back. While the sink holds an event, a sink op instead (the
+    /// poster's events stay in order).
+    Permit(bool),
 }
 
 impl PosterOp {
@@ -191,6 +197,7 @@ impl PosterOp {
             14 if op.arg < 64 => PosterOp::Close,
             15 if op.arg < 64 => PosterOp::Drop,
             14 | 15 if op.arg >= 192 => PosterOp::SinkSend,
+            14 | 15 if op.arg >= 128 => PosterOp::Permit(op.arg & 1 == 1),
             _ => PosterOp::Post,
         }
     }
@@ -446,6 +453,11 @@ struct Checker {
     /// may have published a head past `received` before it returns.
     dequeuing: u64,
     attempted: BTreeSet<u64>,
+    /// The posts under way (attempted, not yet accepted, refused or lost),
+    /// each with `received` when it began: a lower bound of any head its
+    /// poster may have loaded, for the draining upcall a post starts on a
+    /// ring it saw full ([`spec::successor`]'s `oldest_poster_head`).
+    in_flight: BTreeMap<u64, u64>,
     accepted: BTreeSet<u64>,
     delivered: BTreeSet<u64>,
     last_seq: Vec<Option<u32>>,
@@ -557,6 +569,7 @@ impl Checker {
             owner_op_head: 0,
             dequeuing: 0,
             attempted: BTreeSet::new(),
+            in_flight: BTreeMap::new(),
             accepted: BTreeSet::new(),
             delivered: BTreeSet::new(),
             last_seq: vec![None; HANDLER_POSTER + 1],
@@ -634,7 +647,8 @@ impl Checker {
             Mode::Upcalls => self.lossy_begun,
         };
         let by_owner = self.owner == Some(shuttle::thread::current().id());
-        let how = spec::successor(old, new, &heads, losses, by_owner)?;
+        let oldest_poster_head = self.in_flight.values().min().map(|h| h & TICKET_MASK);
+        let how = spec::successor(old, new, &heads, oldest_poster_head, losses, by_owner)?;
         // Only a panicking handler abandons its instance; this target's
         // never panic, so one that ends so left its work to nobody.
         ensure(how != "abandon_instance", || {
@@ -690,6 +704,7 @@ impl Checker {
     }
 
     fn attempt(&mut self, id: u64) -> Check {
+        self.in_flight.insert(id, self.head());
         ensure(self.attempted.insert(id), || {
             format!("event {id} posted twice")
         })
@@ -697,6 +712,7 @@ impl Checker {
 
     fn accept(&mut self, id: u64) -> Check {
         ensure(self.attempted.contains(&id), || format!("event {id}"))?;
+        self.in_flight.remove(&id);
         self.accepted.insert(id);
         Ok(())
     }
@@ -710,6 +726,7 @@ impl Checker {
             format!("event {id} was refused, yet delivered")
         })?;
         self.attempted.remove(&id);
+        self.in_flight.remove(&id);
         Ok(())
     }
 
@@ -941,6 +958,8 @@ thread_local! {
     /// thread ran (each runs on one: see [`CHECKER`]), for a test to see the
     /// path taken.
     static HANDLER_POSTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Events posted with a permit in the executions this OS thread ran.
+    static PERMIT_SENDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The poster number of the events handlers post ([`reposting`]): above any
@@ -996,6 +1015,54 @@ impl Actor {
         }
     }
 
+    /// [`PosterOp::Permit`]: take a permit if none is `held`, or send an
+    /// event with the one held (`send`), or give it back.
+    fn permit(&mut self, p: &Poster<Ev>, held: &mut Option<OwnedPermit<Ev>>, send: bool) {
+        match held.take() {
+            None => match p.clone().try_reserve_owned() {
+                Ok(permit) => *held = Some(permit),
+                Err((e, _)) => {
+                    trace(|| format!("try_reserve_owned: {e:?}"));
+                    // Never at the permit limit: a poster holds one at most.
+                    check(|c| {
+                        ensure(e == BatchPostError::Full || c.closed(), || {
+                            format!("try_reserve_owned refused as {e:?} on an open EVD")
+                        })
+                    });
+                }
+            },
+            Some(permit) if send => {
+                let ev = self.event();
+                let id = ev.id();
+                check(|c| c.attempt(id));
+                let r = permit.send(ev);
+                trace(|| {
+                    format!(
+                        "permit send {id}: {:?}",
+                        r.as_ref().map(|_| ()).map_err(|e| format!("{e:?}"))
+                    )
+                });
+                match r {
+                    Ok(_) => {
+                        PERMIT_SENDS.set(PERMIT_SENDS.get() + 1);
+                        check(|c| c.accept(id))
+                    }
+                    Err(PostError::Closed(back)) => check(|c| {
+                        ensure(c.closed(), || {
+                            "permit send refused as closed on an open EVD".into()
+                        })?;
+                        c.refuse(id, &back)
+                    }),
+                    Err(PostError::Full(back)) => check(|c| {
+                        c.refuse(id, &back)?;
+                        Err(format!("a permit's send refused as full (event {id})"))
+                    }),
+                }
+            }
+            Some(permit) => drop(permit.release()),
+        }
+    }
+
     fn post_lossy(&mut self, p: &Poster<Ev>) {
         let ev = self.event();
         let id = ev.id();
@@ -1021,6 +1088,7 @@ impl Actor {
                     format!("event {id} was lost, yet delivered")
                 })?;
                 c.attempted.remove(&id);
+                c.in_flight.remove(&id);
                 Ok(())
             }),
             Err(PostError::Full(back)) => {
@@ -1167,6 +1235,7 @@ impl SinkSide {
                     format!("event {id} was held by a dropped sink, yet delivered")
                 })?;
                 c.attempted.remove(&id);
+                c.in_flight.remove(&id);
                 Ok(())
             });
         }
@@ -1175,12 +1244,13 @@ impl SinkSide {
 
 fn poster_thread(mut p: Poster<Ev>, ops: Vec<Op>, mut me: Actor) {
     let mut sink = SinkSide::default();
+    let mut permit = None;
     for op in ops {
         let mut op = PosterOp::of(op);
         if sink.held.is_some()
             && matches!(
                 op,
-                PosterOp::Post | PosterOp::PostLossy | PosterOp::PostBatch(_)
+                PosterOp::Post | PosterOp::PostLossy | PosterOp::PostBatch(_) | PosterOp::Permit(_)
             )
         {
             op = PosterOp::SinkSend;
@@ -1191,6 +1261,7 @@ fn poster_thread(mut p: Poster<Ev>, ops: Vec<Op>, mut me: Actor) {
             PosterOp::Post => me.post(&p),
             PosterOp::PostLossy => me.post_lossy(&p),
             PosterOp::PostBatch(n) => me.post_batch(&p, n),
+            PosterOp::Permit(send) => me.permit(&p, &mut permit, send),
             PosterOp::Query => me.query(|| p.query(), false),
             PosterOp::SetUnwaitable(true) => {
                 with(|k| k.unwaitable_set = true);
@@ -1208,6 +1279,7 @@ fn poster_thread(mut p: Poster<Ev>, ops: Vec<Op>, mut me: Actor) {
     }
     with(|k| k.close_begun = true);
     sink.drop_sink();
+    drop(permit); // given back, with the handle it holds
     drop(p);
 }
 
@@ -1957,6 +2029,40 @@ mod tests {
             run(&input);
         }
         assert!(HANDLER_POSTS.get() > before + 100, "the handlers posted");
+    }
+
+    /// Random inputs whose posters' scripts are half permit ops (taken,
+    /// sent with, given back), the consumer's in upcall mode for a third of
+    /// them (a ring full of promised slots has nothing to drain).
+    #[test]
+    fn random_permit_inputs() {
+        let mut rng = crate::Rng(0x9e41_7a11_5e4d_0003);
+        let before = PERMIT_SENDS.get();
+        for i in 0..300u32 {
+            let mut input = Input::decode(&rng.bytes(600));
+            let b = rng.bytes(64);
+            for (j, op) in input.posters.iter_mut().flatten().enumerate() {
+                if b[j % 64] & 1 == 0 {
+                    *op = Op {
+                        kind: 14,
+                        arg: 128 + b[(j + 1) % 64] % 64,
+                    };
+                }
+            }
+            if i % 3 == 0 {
+                let into = Op {
+                    kind: 11,
+                    arg: (i / 3 % 3) as u8 | (b[0] & 0x10),
+                };
+                input.consumer.insert(0, into);
+                input.consumer.truncate(MAX_CONSUMER_OPS);
+            }
+            run(&input);
+        }
+        assert!(
+            PERMIT_SENDS.get() > before + 100,
+            "events sent with permits"
+        );
     }
 
     #[test]

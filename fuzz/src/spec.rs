@@ -492,6 +492,10 @@ pub fn well_formed(w: Word) -> Result<(), String> {
     if w.token && w.instances == 0 {
         return Err("the token is held by no instance".into());
     }
+    // (A handler nested on its own thread's stack may switch to
+    // SingleInstance with its outer calls still counted; the `schedule`
+    // harness makes no policy switch from a handler, so there more than
+    // one instance under SingleInstance is a fault.)
     if w.policy == 1 && w.instances > 1 {
         return Err(format!("{} instances under SingleInstance", w.instances));
     }
@@ -512,7 +516,9 @@ pub fn well_formed(w: Word) -> Result<(), String> {
 /// explains it. The arguments the real call passed and this function does
 /// not know (a threshold, a batch size, a policy, the poster's head hint)
 /// range over every value; the head ranges over `heads` (one value when the
-/// caller knows it exactly). `losses` says whether a loss may have been
+/// caller knows it exactly), and for the upcall a post starts to drain a
+/// ring it saw full also over `oldest_poster_head`, a head no later than
+/// the oldest post under way began with. `losses` says whether a loss may have been
 /// committed (some `post_lossy` has begun): without one, no CAS notifies of
 /// a loss. `by_owner` says whether the CAS was made on the thread that owns
 /// the consumer (or the `Upcalls`): only there are the owner's transitions
@@ -528,6 +534,7 @@ pub fn successor(
     old: u64,
     new: u64,
     heads: &[u64],
+    oldest_poster_head: Option<u64>,
     losses: bool,
     by_owner: bool,
 ) -> Result<&'static str, String> {
@@ -537,7 +544,16 @@ pub fn successor(
     if a.closed && !n.closed {
         return Err("CLOSED was cleared".into());
     }
-    if start_upcall_on_full(a) == Some(n) {
+    // Started for a loss (`notify_loss`, `restart_for_loss`), or to drain
+    // the events a post saw queued (`start_upcall_to_drain`,
+    // `start_draining_upcall`), whose head may be as old as its start (an
+    // instance may take and hand back the token between the post's loads
+    // and its CAS, leaving the word as it was): never with no loss on a
+    // ring empty at every head that post could have loaded.
+    let drain_heads = heads.iter().copied().chain(oldest_poster_head);
+    if start_upcall_on_full(a) == Some(n)
+        && (losses || drain_heads.into_iter().any(|h| a.len(h) > 0))
+    {
         return Ok("start_upcall_on_full");
     }
     match notify_loss(a) {
@@ -572,7 +588,8 @@ pub fn successor(
                 }
             }
         }
-        if exit_instance(a, h) == Some(n) {
+        // Only the token holder exits (`exit_instance` assumes it).
+        if a.token && a.instances > 0 && exit_instance(a, h) == Some(n) {
             return Ok("exit_instance");
         }
         if by_owner {
@@ -597,7 +614,13 @@ pub fn successor(
     if by_owner && begin_resize(a) == Some(n) {
         return Ok("begin_resize");
     }
-    if by_owner && a.resizing && end_resize(a, n.cap_log2) == n {
+    // The new ring holds everything queued and promised (a resize that
+    // would not is refused, and ends with the old capacity).
+    if by_owner
+        && a.resizing
+        && end_resize(a, n.cap_log2) == n
+        && heads.iter().any(|&h| n.len(h) + n.permits <= n.capacity())
+    {
         return Ok("end_resize");
     }
     if a.token && release_token(a) == n {
