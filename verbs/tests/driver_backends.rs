@@ -566,6 +566,79 @@ fn a_feeds_poll_asked_before_the_spawn_does_not_interrupt_the_thread_that_create
     assert!(keys.iter().all(|&k| stopped.take(k).is_some()));
 }
 
+/// The same for a driver the caller's own loop moves to another thread
+/// (`Driver` is `Send`: an async runtime may step it from any worker): its
+/// first step there ends the polls the creating thread asked for (the wake
+/// fd's, a feed's channel) and asks again, so neither the driver's wakes
+/// nor the feed's completions interrupt the thread that created it.
+#[test]
+fn a_driver_stepped_from_another_thread_does_not_interrupt_the_thread_that_created_it() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    let mut driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(3), poster), FeedMode::Event)
+        .unwrap();
+    while driver.process(Some(Duration::ZERO)).unwrap().busy {}
+    assert!(hca.stats().armed, "the first turn armed the CQ");
+    let handle = driver.handle();
+    let stop = AtomicBool::new(false);
+    let consumer = std::sync::Mutex::new(consumer);
+    let next = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        let (stepped, first_step) = std::sync::mpsc::channel();
+        let stop = &stop;
+        let stepper = s.spawn(move || {
+            let mut driver = driver;
+            while !stop.load(Relaxed) {
+                driver.process(Some(Duration::from_millis(10))).unwrap();
+                let _ = stepped.send(());
+            }
+            driver
+        });
+        // Stops the stepper however this thread leaves the scope (a failed
+        // assertion below would otherwise wait for it for ever).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(stop);
+        // Its first steps there have asked for the cancellations; the
+        // answers to the commands come from later ones.
+        first_step.recv().unwrap();
+        let keys = two_commands_answered(&handle);
+        // Completions, each a wake of the feed's channel (its CQ re-armed
+        // by the driver), each delivered before the next is pushed; and a
+        // command, a wake of the driver.
+        assert_not_interrupted_while(20, || {
+            let i = next.fetch_add(1, Relaxed);
+            hca.push(wc(i)).unwrap();
+            let start = std::time::Instant::now();
+            while consumer.lock().unwrap().try_dequeue().is_err() {
+                assert!(start.elapsed() < WATCHDOG, "completion {i} never delivered");
+                std::thread::yield_now();
+            }
+        });
+        assert_not_interrupted_while(5, || {
+            let feed = Feed::new(
+                SoftCq::new(4).unwrap().0,
+                CqId(1),
+                evd::bounded::<VerbsEvent>(4).unwrap().0,
+            );
+            handle.register(feed, FeedMode::Event).unwrap();
+        });
+        stop.store(true, Relaxed);
+        let mut driver = stepper.join().unwrap();
+        assert!(driver.remove(key).is_ok());
+        for k in keys {
+            assert!(driver.remove(k).is_ok());
+        }
+    });
+}
+
 /// A channel feed blocked on a full EVD by a busy CQ still takes the events
 /// of its quiet CQs: a quiet CQ's completion that arrives meanwhile is
 /// served in the busy CQ's turn order (the freed slots shared among the

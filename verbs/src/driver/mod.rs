@@ -23,7 +23,8 @@
 //!   removing feeds; `device`: the device feeds a registration brings,
 //!   removed with the feed that brought them; `completions`: what the
 //!   backend reported, handled;
-//! - `stats`: [`DriverStats`] and their live publication to other threads.
+//! - `stats`: [`DriverStats`] and their live publication to other threads;
+//!   `polls`: the wake fd's poll, and the thread the polls belong to.
 //!
 //! This file is the shell around them: each turn it applies the commands,
 //! reaps the backend's completions, gives every feed with work its turn
@@ -68,6 +69,7 @@ mod error;
 mod faults;
 mod fd;
 mod key;
+mod polls;
 mod readiness;
 mod registry;
 mod running;
@@ -95,7 +97,6 @@ use readiness::{CANCELLATION_WAIT_BOUND, Completion, Request, StepWait, Wait};
 use slot::{FailedCall, Slot};
 use std::any::Any;
 use std::fmt;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,7 +123,7 @@ pub struct Activity {
 /// `kernel.io_uring_disabled`), one epoll instance does the waiting instead,
 /// behind the same API ([`DriverBackend`]).
 /// Run it on its own thread ([`Driver::spawn`]) or from your loop
-/// ([`Driver::process`], waiting on the driver's fd: [`AsFd`](std::os::fd::AsFd), [`AsRawFd`]).
+/// ([`Driver::process`], waiting on the driver's fd: [`AsFd`](std::os::fd::AsFd), [`AsRawFd`](std::os::fd::AsRawFd)).
 ///
 /// ```
 /// use evd_verbs::{Driver, DriverConfig, Feed, FeedMode, CqId, VerbsEvent, WorkCompletion, soft::SoftCq};
@@ -146,6 +147,8 @@ pub struct Driver {
     generations: Vec<u64>,
     shared: Arc<Shared>,
     wake_poll_in_flight: bool,
+    /// The thread that asked for the polls in flight (`polls.rs`).
+    polls_thread: std::thread::ThreadId,
     /// Round-robin start, so no feed is always served first.
     cursor: usize,
     /// Some feed has work for the next turn.
@@ -210,6 +213,7 @@ impl Driver {
             generations: Vec::new(),
             shared: Shared::new()?,
             wake_poll_in_flight: false,
+            polls_thread: std::thread::current().id(),
             cursor: 0,
             busy: false,
             turn_at: Instant::now(),
@@ -230,27 +234,6 @@ impl Driver {
         driver.keep_wake_poll()?;
         driver.backend.flush()?;
         Ok(driver)
-    }
-
-    /// The wake fd's poll is in the kernel (asked for again once it ended).
-    /// A step the backend failed may have left work (readiness reaped, a
-    /// feed's poll not asked, requests not submitted) that the driver's fd
-    /// does not show: have the wake poll in the kernel, if the backend
-    /// lets it, and make the fd readable, so that a loop that waits on it
-    /// calls `process` again.
-    fn show_work_left_by_a_failure(&mut self) {
-        let _ = self.keep_wake_poll();
-        let _ = self.backend.flush();
-        self.shared.wake();
-    }
-
-    fn keep_wake_poll(&mut self) -> Result<(), DriverError> {
-        if !self.wake_poll_in_flight {
-            self.backend
-                .poll(self.shared.wake.as_raw_fd(), Request::WakePoll)?;
-            self.wake_poll_in_flight = true;
-        }
-        Ok(())
     }
 
     /// A handle for other threads. Its calls that wait for the driver
@@ -325,8 +308,10 @@ impl Driver {
     ///
     /// # Errors
     /// [`DriverError::Io`] if the ring failed (a refused request for a
-    /// feed's fd fails the call once every feed had its turn; the driver's
-    /// fd is left readable, and the next call asks again). [`DriverError::Panicked`] if
+    /// feed's fd fails the call once every feed had its turn; a completion
+    /// the ring reports as failed, not for its fd, fails it before the
+    /// feeds' turns; either way nothing is lost, the driver's fd is left
+    /// readable, and the next call asks again). [`DriverError::Panicked`] if
     /// user code panicked in a feed's turn (see Panics), else
     /// [`DriverError::FeedFailed`] if a feed's verbs call failed (retried,
     /// or the feed given up: see there): either way the call still
@@ -398,6 +383,7 @@ impl Driver {
         };
         let shared = self.shared.clone();
         let _driving = shared.driving();
+        self.own_the_polls();
         self.keep_wake_poll()?;
         let handled = self.turn()?;
         let wait = match timeout {

@@ -66,21 +66,9 @@ impl Driver {
             feeds = self.slots.iter().flatten().count(),
             "driver thread started"
         );
-        // The wake poll `Driver::new` asked for belongs (on io_uring) to
-        // the thread that created the driver: ended here, and asked again
-        // by this thread's first step, which reaps its end. Refused, the
-        // driver still works, its wakes routed through that thread.
-        if self.wake_poll_in_flight {
-            let _ = self.backend.cancel_wake();
-        }
-        // So do the polls of the feeds' fds a caller's `process` asked for
-        // before the spawn: each is spent (cancelled by the first turn, and
-        // asked again by this thread once its end is reaped).
-        if self.backend.polls_belong_to_their_submitter() {
-            for slot in self.slots.iter_mut().flatten() {
-                slot.poll_spent |= slot.poll_in_flight;
-            }
-        }
+        // The polls `Driver::new` and a caller's `process` asked for
+        // belong (on io_uring) to the thread that asked: this thread's
+        // first step ends them and asks again (`polls.rs`).
         // One the caller's own `process` caught and did not report (its
         // step failed after it).
         self.keep_caught_panic();
