@@ -10,7 +10,7 @@ mod common;
 use common::driver::{BACKENDS, WATCHDOG};
 use common::load::produce_into;
 use common::wc;
-use evd_verbs::soft::{SoftChannel, SoftCq, SoftDevice};
+use evd_verbs::soft::{SoftChannel, SoftCq, SoftCqProducer, SoftDevice};
 use evd_verbs::{
     AdaptiveConfig, AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, ChannelFeed, CqId, Driver,
     DriverBackend, DriverConfig, DriverHandle, Feed, FeedKey, FeedMode, VerbsEvent,
@@ -514,16 +514,56 @@ fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
     let handle = running.handle().clone();
     let keys = two_commands_answered(&handle);
     // Commands, each a wake of the driver, answered.
-    assert_not_interrupted_while(20, || {
-        let feed = Feed::new(
-            SoftCq::new(4).unwrap().0,
-            CqId(1),
-            evd::bounded::<VerbsEvent>(4).unwrap().0,
-        );
-        handle.register(feed, FeedMode::Event).unwrap();
-    });
+    assert_not_interrupted_while(20, || register_a_feed(&handle));
     let mut stopped = running.shutdown().unwrap();
     assert!(keys.iter().all(|&k| stopped.take(k).is_some()));
+}
+
+/// A command, a wake of the driver: a feed registered (and answered).
+fn register_a_feed(handle: &DriverHandle) {
+    let feed = Feed::new(
+        SoftCq::new(4).unwrap().0,
+        CqId(1),
+        evd::bounded::<VerbsEvent>(4).unwrap().0,
+    );
+    handle.register(feed, FeedMode::Event).unwrap();
+}
+
+/// The key of a CQ's feed on the soft provider.
+type CqFeedKey = FeedKey<Feed<SoftCq, VerbsEvent>>;
+/// A consumer another thread's rounds dequeue from.
+type SharedConsumer = std::sync::Mutex<evd::Consumer<VerbsEvent>>;
+
+/// An io_uring driver with one feed, processed on this thread until its
+/// first turn armed the CQ: its channel's poll and its wake poll are this
+/// thread's. The driver, the feed's key, its CQ's producer and its EVD's
+/// consumer (behind a lock, for [`deliver_one`] from another thread).
+fn driver_with_an_armed_feed() -> (Driver, CqFeedKey, SoftCqProducer, SharedConsumer) {
+    let mut driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+    let (cq, hca) = SoftCq::new(64).unwrap();
+    let key = driver
+        .register(Feed::new(cq, CqId(3), poster), FeedMode::Event)
+        .unwrap();
+    while driver.process(Some(Duration::ZERO)).unwrap().busy {}
+    assert!(hca.stats().armed, "the first turn armed the CQ");
+    (driver, key, hca, std::sync::Mutex::new(consumer))
+}
+
+/// One completion (number `next`, counted up), a wake of the feed's
+/// channel (its CQ re-armed by the driver), delivered before this returns.
+fn deliver_one(
+    hca: &SoftCqProducer,
+    consumer: &SharedConsumer,
+    next: &std::sync::atomic::AtomicU64,
+) {
+    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    hca.push(wc(i)).unwrap();
+    let start = std::time::Instant::now();
+    while consumer.lock().unwrap().try_dequeue().is_err() {
+        assert!(start.elapsed() < WATCHDOG, "completion {i} never delivered");
+        std::thread::yield_now();
+    }
 }
 
 /// The same for the polls of the feeds' fds asked before the spawn (a
@@ -533,34 +573,11 @@ fn a_spawned_drivers_wakes_do_not_interrupt_the_thread_that_created_it() {
 /// that created the driver either.
 #[test]
 fn a_feeds_poll_asked_before_the_spawn_does_not_interrupt_the_thread_that_created_it() {
-    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-    let driver_and_feed = || {
-        let mut driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
-        let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-        let (cq, hca) = SoftCq::new(64).unwrap();
-        let key = driver
-            .register(Feed::new(cq, CqId(3), poster), FeedMode::Event)
-            .unwrap();
-        while driver.process(Some(Duration::ZERO)).unwrap().busy {}
-        assert!(hca.stats().armed, "the first turn armed the CQ");
-        (driver, key, hca, consumer)
-    };
-    let (driver, key, hca, consumer) = driver_and_feed();
+    let (driver, key, hca, consumer) = driver_with_an_armed_feed();
     let running = driver.spawn().unwrap();
     let keys = two_commands_answered(running.handle());
-    let consumer = std::sync::Mutex::new(consumer);
-    let next = AtomicU64::new(0);
-    // Completions, each a wake of the feed's channel (its CQ re-armed by
-    // the driver), each delivered before the next is pushed.
-    assert_not_interrupted_while(20, || {
-        let i = next.fetch_add(1, Relaxed);
-        hca.push(wc(i)).unwrap();
-        let start = std::time::Instant::now();
-        while consumer.lock().unwrap().try_dequeue().is_err() {
-            assert!(start.elapsed() < WATCHDOG, "completion {i} never delivered");
-            std::thread::yield_now();
-        }
-    });
+    let next = std::sync::atomic::AtomicU64::new(0);
+    assert_not_interrupted_while(20, || deliver_one(&hca, &consumer, &next));
     let mut stopped = running.shutdown().unwrap();
     assert!(stopped.take(key).is_some());
     assert!(keys.iter().all(|&k| stopped.take(k).is_some()));
@@ -574,17 +591,9 @@ fn a_feeds_poll_asked_before_the_spawn_does_not_interrupt_the_thread_that_create
 #[test]
 fn a_driver_stepped_from_another_thread_does_not_interrupt_the_thread_that_created_it() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-    let mut driver = Driver::new(config(DriverBackend::IoUring)).unwrap();
-    let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let (cq, hca) = SoftCq::new(64).unwrap();
-    let key = driver
-        .register(Feed::new(cq, CqId(3), poster), FeedMode::Event)
-        .unwrap();
-    while driver.process(Some(Duration::ZERO)).unwrap().busy {}
-    assert!(hca.stats().armed, "the first turn armed the CQ");
+    let (driver, key, hca, consumer) = driver_with_an_armed_feed();
     let handle = driver.handle();
     let stop = AtomicBool::new(false);
-    let consumer = std::sync::Mutex::new(consumer);
     let next = AtomicU64::new(0);
     std::thread::scope(|s| {
         let (stepped, first_step) = std::sync::mpsc::channel();
@@ -610,26 +619,10 @@ fn a_driver_stepped_from_another_thread_does_not_interrupt_the_thread_that_creat
         // answers to the commands come from later ones.
         first_step.recv().unwrap();
         let keys = two_commands_answered(&handle);
-        // Completions, each a wake of the feed's channel (its CQ re-armed
-        // by the driver), each delivered before the next is pushed; and a
-        // command, a wake of the driver.
-        assert_not_interrupted_while(20, || {
-            let i = next.fetch_add(1, Relaxed);
-            hca.push(wc(i)).unwrap();
-            let start = std::time::Instant::now();
-            while consumer.lock().unwrap().try_dequeue().is_err() {
-                assert!(start.elapsed() < WATCHDOG, "completion {i} never delivered");
-                std::thread::yield_now();
-            }
-        });
-        assert_not_interrupted_while(5, || {
-            let feed = Feed::new(
-                SoftCq::new(4).unwrap().0,
-                CqId(1),
-                evd::bounded::<VerbsEvent>(4).unwrap().0,
-            );
-            handle.register(feed, FeedMode::Event).unwrap();
-        });
+        // Completions, each a wake of the feed's channel; commands, each a
+        // wake of the driver.
+        assert_not_interrupted_while(20, || deliver_one(&hca, &consumer, &next));
+        assert_not_interrupted_while(5, || register_a_feed(&handle));
         stop.store(true, Relaxed);
         let mut driver = stepper.join().unwrap();
         assert!(driver.remove(key).is_ok());
