@@ -338,8 +338,8 @@ fn dropping_the_consumer_waits_out_posters_mid_write() {
                 })
             })
             .collect();
-        // Both posters are at it (each has made an event or two) before
-        // the drop races them.
+        // The posters are at it (four events made between them) before the
+        // drop races them.
         eventually("the posters run", || made.load(SeqCst) >= 4);
         drop(consumer);
         for p in posters {

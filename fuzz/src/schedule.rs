@@ -1019,7 +1019,7 @@ impl Actor {
     /// event with the one held (`send`), or give it back.
     fn permit(&mut self, p: &Poster<Ev>, held: &mut Option<OwnedPermit<Ev>>, send: bool) {
         match held.take() {
-            None => match p.clone().try_reserve_owned() {
+            None => match self.take_permit(p) {
                 Ok(permit) => *held = Some(permit),
                 Err((e, _)) => {
                     trace(|| format!("try_reserve_owned: {e:?}"));
@@ -1061,6 +1061,27 @@ impl Actor {
             }
             Some(permit) => drop(permit.release()),
         }
+    }
+
+    /// `try_reserve_owned`, in flight as a post is while it runs: refused
+    /// as full, it may start the draining upcall from the head it loaded.
+    fn take_permit(
+        &mut self,
+        p: &Poster<Ev>,
+    ) -> Result<OwnedPermit<Ev>, (BatchPostError, Poster<Ev>)> {
+        // No event's id: those count up from 0.
+        let key = u64::MAX - self.id as u64;
+        check(|c| {
+            let h = c.head();
+            c.in_flight.insert(key, h);
+            Ok(())
+        });
+        let r = p.clone().try_reserve_owned();
+        check(|c| {
+            c.in_flight.remove(&key);
+            Ok(())
+        });
+        r
     }
 
     fn post_lossy(&mut self, p: &Poster<Ev>) {
@@ -1203,6 +1224,14 @@ impl SinkSide {
             self.held = Some(id);
         }
         let id = self.held.expect("an event is in flight");
+        // Every reservation of this poll loads a head after this point.
+        check(|c| {
+            let h = c.head();
+            if let Some(start) = c.in_flight.get_mut(&id) {
+                *start = h;
+            }
+            Ok(())
+        });
         let r = Pin::new(&mut *sink).poll_flush(&mut cx);
         trace(|| format!("sink flush {id}: {r:?}"));
         match r {
