@@ -250,7 +250,8 @@
 //!   upcalls, waits until none runs, drops the handler and gives the
 //!   [`Consumer`] back (queued events can then be dequeued); called from
 //!   inside one of its own upcalls it panics, and the dispatcher it consumed
-//!   is dropped (the EVD closes). A panicking handler gives the
+//!   is dropped (the EVD closes; [`Upcalls::try_teardown`] hands it back
+//!   instead). A panicking handler gives the
 //!   token back; the EVD stays usable (but for a panic in the upcall that
 //!   [`Consumer::into_upcalls`] runs itself, which has no dispatcher to
 //!   return yet: see there).

@@ -1206,6 +1206,53 @@ fn upcalls_dropped_inside_its_own_panicking_handler_drop_the_queued_events() {
     }
 }
 
+/// `teardown` from inside its own handler would wait for itself: it
+/// panics, and the dispatcher it consumed is dropped on the way (the EVD
+/// closes); `try_teardown` there hands the dispatcher back, the EVD open and
+/// still served.
+#[test]
+fn teardown_inside_its_own_handler_panics_and_try_teardown_hands_the_upcalls_back() {
+    type Slot = Arc<Mutex<Option<evd::Upcalls<u32>>>>;
+    for panicking in [false, true] {
+        let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
+        let slot: Slot = Arc::default();
+        let inside = slot.clone();
+        let refused = Arc::new(AtomicUsize::new(0));
+        let r = refused.clone();
+        let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
+            if ev != Ok(1) {
+                return;
+            }
+            let up = inside.lock().unwrap().take().expect("the dispatcher");
+            if panicking {
+                let _ = up.teardown(); // panics, dropping `up`
+                return;
+            }
+            let (e, up) = up.try_teardown().expect_err("refused inside");
+            assert_eq!(e, evd::PolicyError::FromUpcall);
+            r.fetch_add(1, SeqCst);
+            *inside.lock().unwrap() = Some(up);
+        });
+        *slot.lock().unwrap() = Some(up);
+        let posted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poster.post(1)));
+        if panicking {
+            assert!(posted.is_err(), "teardown's panic reaches the post");
+            assert!(poster.is_closed(), "the dropped dispatcher closed the EVD");
+            assert_eq!(poster.post(2), Err(evd::PostError::Closed(2)));
+        } else {
+            assert_eq!(posted.unwrap(), Ok(()));
+            assert_eq!(refused.load(SeqCst), 1);
+            poster.post(2).unwrap(); // still served
+            let up = slot.lock().unwrap().take().unwrap();
+            assert_eq!(up.query().upcalls, 2);
+            let Ok(mut consumer) = up.try_teardown() else {
+                panic!("outside its handler, try_teardown tears down")
+            };
+            assert_eq!(consumer.try_dequeue(), Err(evd::TryDequeueError::Empty));
+        }
+    }
+}
+
 #[test]
 fn a_batch_that_runs_the_draining_upcall_keeps_its_events_if_the_handler_panics() {
     // A full ring under an idle upcall policy (its queued event held by

@@ -454,7 +454,7 @@ impl<T: Send> Upcalls<T> {
     /// itself forever). The dispatcher it consumed is then dropped on the
     /// way out, as a dropped one is: the EVD closes (posts are refused as
     /// closed) and each event still queued is dropped once, by the last
-    /// instance to leave.
+    /// instance to leave. [`Upcalls::try_teardown`] hands it back instead.
     ///
     /// ```
     /// use evd::{Invoke, UpcallPolicy};
@@ -464,14 +464,51 @@ impl<T: Send> Upcalls<T> {
     /// let mut consumer = up.teardown();
     /// assert_eq!(consumer.try_dequeue(), Ok(3));
     /// ```
-    pub fn teardown(mut self) -> Consumer<T> {
-        self.quiesce()
-            .expect("Upcalls::teardown called from inside its own upcall");
+    pub fn teardown(self) -> Consumer<T> {
+        match self.try_teardown() {
+            Ok(consumer) => consumer,
+            Err((e, _upcalls)) => panic!("Upcalls::teardown: {e}"),
+        }
+    }
+
+    /// [`Upcalls::teardown`], refused instead of panicking where it would
+    /// wait for itself: from inside one of this EVD's own upcalls it hands
+    /// the dispatcher back with [`PolicyError::FromUpcall`], untouched
+    /// (upcalls still enabled as they were, nothing closed).
+    ///
+    /// ```
+    /// use evd::{Invoke, PolicyError, UpcallPolicy};
+    /// use std::sync::{Arc, Mutex};
+    /// let (poster, consumer) = evd::bounded(4).unwrap();
+    /// let slot: Arc<Mutex<Option<evd::Upcalls<u8>>>> = Arc::default();
+    /// let inside = slot.clone();
+    /// let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |_, _| {
+    ///     let up = inside.lock().unwrap().take().unwrap();
+    ///     let (e, up) = up.try_teardown().unwrap_err();
+    ///     assert_eq!(e, PolicyError::FromUpcall);
+    ///     *inside.lock().unwrap() = Some(up); // kept, still serving
+    /// });
+    /// *slot.lock().unwrap() = Some(up);
+    /// poster.post(1).unwrap(); // its upcall tries, and is refused
+    /// poster.post(2).unwrap();
+    /// let up = slot.lock().unwrap().take().unwrap();
+    /// assert_eq!(up.query().upcalls, 2);
+    /// let mut consumer = up.try_teardown().unwrap();
+    /// assert!(consumer.try_dequeue().is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// `(PolicyError::FromUpcall, self)` from inside one of this EVD's own
+    /// upcalls.
+    pub fn try_teardown(mut self) -> Result<Consumer<T>, (PolicyError, Upcalls<T>)> {
+        if let Err(e) = self.quiesce() {
+            return Err((e, self));
+        }
         let consumer = self.consumer.take().expect("present until teardown");
         // No instance can call the handler now: drop it (and whatever it
         // owns, a Poster of this EVD included, which would keep it open).
         consumer.shared().clear_handler();
-        consumer
+        Ok(consumer)
     }
 }
 
