@@ -23,7 +23,7 @@
 //!   system call on most providers) then runs in the feed's next turn, after
 //!   the caller has had the events, instead of between the completion and
 //!   its delivery. A poll that uses up the budget polls on next turn, still
-//!   unarmed (arming a CQ that is not empty would only raise another event);
+//!   unarmed (an arm now would be a system call for a CQ still being read);
 //!   one that finds nothing (a spurious wake) arms in the same turn. The arm
 //!   is followed by a drain as always, so a completion that lands between
 //!   the poll and the arm is not missed.
@@ -31,7 +31,7 @@
 //!   is outstanding, then drain within the budget. Drained means armed and
 //!   empty: the feed sleeps on its channel fd. A used-up budget leaves it
 //!   draining for its next turn (armed, unless an event taken since used
-//!   the arm: that drain arms again).
+//!   the arm, or the drain came before it: that turn arms then).
 //! - **Polling** is the adaptive mode's suspension (NAPI's `irq_suspend`):
 //!   after a wake the feed polls without arming while polls find
 //!   completions, and arms once `T` has passed without one ([`Limits`],
@@ -66,8 +66,8 @@ pub(crate) enum Phase {
     /// Event cycle: the channel fired; polls (unarmed) until a poll ends
     /// within the budget, then arms.
     Woken,
-    /// Armed (or its arm's event taken since), budget used up: arms if
-    /// need be and drains on at its next turn.
+    /// Budget used up (armed, or not yet: a drain before the arm, an event
+    /// taken since): arms if need be and drains on at its next turn.
     Draining,
     /// Adaptive: polling unarmed since a wake.
     Polling {

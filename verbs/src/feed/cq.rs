@@ -4,9 +4,9 @@
 //!
 //! The mode (busy-poll, event-driven, adaptive) is decided by who calls it:
 //! [`Feed::progress`] alone is busy-polling (caller-driven, or the
-//! [`Poller`](crate::Poller) thread); [`Feed::on_channel_ready`] and
-//! [`Feed::arm_and_drain`] are the event-driven cycle, which the io_uring
-//! [`Driver`](crate::Driver) runs for event and adaptive feeds.
+//! [`Poller`](crate::Poller) thread); the channel's events taken and
+//! [`Feed::arm_and_drain`] are the event-driven cycle, which the
+//! [`Driver`] runs for event and adaptive feeds (on either backend).
 //!
 //! Backpressure (a full EVD) is in `backpressure`: the feed never polls
 //! more than the EVD has room for, and holds what another poster took the
@@ -138,6 +138,8 @@ pub struct Feed<C: CompletionQueue, T = VerbsEvent> {
     unacked: u32,
     /// A `req_notify` is outstanding: no channel event was got since.
     armed: bool,
+    /// An arm's failure after its call's drain delivered: the next call's.
+    arm_error: Option<io::Error>,
     solicited_only: bool,
     failed: bool,
     failure: Option<PollError>,
@@ -194,6 +196,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
             unoffered: 0,
             unacked: 0,
             armed: false,
+            arm_error: None,
             solicited_only: false,
             failed: false,
             failure: None,
@@ -452,9 +455,8 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// stays unarmed). A failed poll is not an error here: it ends the call
     /// with [`FeedStatus::Failed`] and a `CqError` async event. An arm that
     /// fails after this call's drain before it (the EVD was full) delivered
-    /// events is not an error either: the call returns those with
-    /// [`FeedStatus::Budget`] (unarmed: call again), and the next call's arm
-    /// reports a failure that lasts.
+    /// events returns those with [`FeedStatus::Budget`] (unarmed: call
+    /// again), and its error is the next call's, before anything else.
     ///
     /// ```
     /// use evd_verbs::{Feed, FeedStatus, CqId, WorkCompletion, VerbsEvent, soft::SoftCq};
@@ -478,10 +480,12 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// the EVD as `progress` does. The arm made before the drain stays, but
     /// the drain was cut short: completions may wait in the CQ that no
     /// channel event will announce, so call `arm_and_drain` again (it drains
-    /// without arming twice) before sleeping on the channel fd. The
-    /// [`Driver`](crate::Driver) does so: the feed's next turn arms and
-    /// drains.
+    /// without arming twice) before sleeping on the channel fd, as the
+    /// [`Driver`](crate::Driver)'s next turn of the feed does.
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
+        if let Some(e) = self.arm_error.take() {
+            return Err(e);
+        }
         let mut delivered = 0;
         loop {
             let mut arming = false;
@@ -504,10 +508,8 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                     if delivered == 0 {
                         return Err(e);
                     }
-                    // The drain before the arm delivered events: this call
-                    // reports them, and `Budget` brings the caller back
-                    // before any sleep; the next call arms again (and
-                    // reports a failure that lasts).
+                    // The next call's error (`Budget`: before any sleep).
+                    self.arm_error = Some(e);
                     return Ok(Progress {
                         delivered,
                         status: FeedStatus::Budget,
