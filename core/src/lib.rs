@@ -19,12 +19,17 @@
 //! });
 //! let mut next = 0;
 //! while next < 10_000 {
-//!     while let Ok(v) = consumer.try_dequeue() {
-//!         assert_eq!(v, next);
-//!         next += 1;
+//!     loop {
+//!         match consumer.try_dequeue() {
+//!             Ok(v) => { assert_eq!(v, next); next += 1; }
+//!             // Events given up by `post_lossy` are reported here, in order.
+//!             Err(evd::TryDequeueError::Overflow(o)) => eprintln!("{} lost", o.lost),
+//!             Err(_) => break, // empty, or closed (the arm says which)
+//!         }
 //!     }
 //!     match consumer.arm() {
-//!         // Nothing was posted since the last dequeue: safe to sleep.
+//!         // Nothing was posted since the last dequeue: safe to sleep. (A
+//!         // wait that meets a loss report returns it: report it too.)
 //!         ArmStatus::Armed => { let _ = consumer.wait(1, None); }
 //!         // An event slipped in between the dequeue and the arm: drain again.
 //!         ArmStatus::Pending => {}
@@ -128,10 +133,10 @@
 //! |---|---|---|---|
 //! | busy | [`try_dequeue`](Consumer::try_dequeue), [`try_iter`](Consumer::try_iter) | never sleeps; pair it with [`arm`](Consumer::arm) to sleep | an event, a loss report, `Empty` or `Closed`, at once; `try_iter` stops at the first empty poll |
 //! | batch | [`dequeue_batch`](Consumer::dequeue_batch) | never sleeps; pair it with `wait` | up to `max` events appended to a `Vec`, one head store; `Ok(0)` when nothing is ready |
-//! | blocking | [`wait`](Consumer::wait), [`wait_deadline`](Consumer::wait_deadline) | spins, yields, then parks; the notifying post unparks the thread (behind a poster preempted in the middle of writing a slot it needs, it naps in 20 µs steps) | returns once `threshold` events are ready; dequeues nothing |
+//! | blocking | [`wait`](Consumer::wait), [`wait_deadline`](Consumer::wait_deadline) | spins, yields, then parks; the notifying post unparks the thread (behind a poster preempted in the middle of writing a slot it needs, it naps in 20 µs steps) | returns once `threshold` events are ready; dequeues no event (a loss report it meets, it returns: `Overflow`) |
 //! | blocking | [`dequeue`](Consumer::dequeue), [`dequeue_timeout`](Consumer::dequeue_timeout), [`dequeue_deadline`](Consumer::dequeue_deadline), [`iter`](Consumer::iter), `for ev in &mut consumer` or `consumer` ([`IntoIter`]) | as `wait` | one event per call or item; the iterators end at the end of stream (or when one would block while the EVD is unwaitable) |
-//! | async | [`recv`](Consumer::recv)`().await`, [`recv_batch`](Consumer::recv_batch)`(buf, max).await`, the [`Stream`](futures_core::Stream) impl | the notifying post wakes the task's waker | one event per `recv`, 1 to `max` per `recv_batch`, a stream of them ending at the end of stream; dropping a future loses nothing |
-//! | eventfd (Linux) | [`notify_fd`](Consumer::notify_fd) in epoll, poll or io_uring | the notifying post adds 1 to the eventfd | readable until [`acknowledge`](NotifyFd::acknowledge)d; drain with the busy calls, then arm |
+//! | async | [`recv`](Consumer::recv)`().await`, [`recv_batch`](Consumer::recv_batch)`(buf, max).await`, the [`Stream`](futures_core::Stream) impl | the notifying post wakes the task's waker (behind a poster preempted in the middle of writing a slot it needs, the task wakes itself and polls again: no nap on an executor's thread) | one event per `recv`, 1 to `max` per `recv_batch`, a stream of them ending at the end of stream; dropping a future loses nothing |
+//! | eventfd (Linux) | [`notify_fd`](Consumer::notify_fd) in epoll, poll or io_uring | the notifying post adds 1 to the eventfd | readable until [`acknowledge`](NotifyFd::acknowledge)d; drain with the busy calls, then arm, and wait for the fd only after `Armed` |
 //! | tokio | tokio's `AsyncFd` on the [`NotifyFd`] | tokio's reactor sees the eventfd readable | as the eventfd: readable, acknowledge, drain, arm |
 //! | upcalls | [`into_upcalls`](Consumer::into_upcalls) | no thread parks: a post that finds no upcall running runs the handler on its own thread (an instance behind a poster preempted in the middle of writing its slot naps in 20 µs steps) | `SingleInstance`: one handler call at a time; `ManyInstances`: handlers overlap |
 //!
@@ -282,6 +287,8 @@
 //!     for &key in &ready {
 //!         let c = &mut conns[key as usize];
 //!         loop {
+//!             // (A loss report ends this drain as `Empty` would: a loop
+//!             // with lossy posters matches `Err(Overflow)` too.)
 //!             while let Ok(ev) = c.try_dequeue() {
 //!                 served.push((key, ev));
 //!             }

@@ -2,9 +2,11 @@
 //!
 //! Once [`Consumer::notify_fd`] has been called, every notification (a post
 //! that disarms the EVD, a close of an armed EVD) also adds 1 to an eventfd.
-//! The loop is: wait for the fd to be readable, [`NotifyFd::acknowledge`],
-//! drain, [`Consumer::arm`]; on `Pending` drain again, on `Armed` wait. An
-//! fd made after an arm that a post already answered starts readable.
+//! The loop is: drain, [`Consumer::arm`]; on `Pending` drain again, on
+//! `Armed` wait for the fd to be readable, [`NotifyFd::acknowledge`], and
+//! round again. Start with the drain and the arm, not the wait: an event
+//! posted while nothing was armed wrote no fd. An fd made after an arm
+//! that a post already answered starts readable.
 
 use crate::consumer::Consumer;
 use std::io;
@@ -54,7 +56,10 @@ impl AsRawFd for NotifyFd {
 
 impl<T> Consumer<T> {
     /// The EVD's notification eventfd (made on first call; non-blocking,
-    /// close-on-exec). From then on every notification also writes it. The
+    /// close-on-exec). From then on every notification of the consumer's
+    /// own targets also writes it (an answered [`arm`](Consumer::arm), a
+    /// close of an armed EVD; not a CNO trigger, which wakes the CNO, but
+    /// for one that finds the CNO dropped). The
     /// call that makes it writes it once if a notification fired before
     /// (an [`arm`](Consumer::arm) that a post has answered, a close of an
     /// armed EVD, or a trigger of the EVD's CNO enable, and no arm or CNO

@@ -39,8 +39,12 @@ impl<T> Consumer<T> {
                 Arm::Pending => {}
             }
         }
-        // A poster reserved the head slot and is still writing it: back off
-        // briefly, then let the executor run others before polling again.
+        // A poster reserved the head slot and is still writing it (or a
+        // notifier stopped in the waker slot): one PAUSE, then the task
+        // wakes itself and lets the executor run others before it polls
+        // again. No nap here, which would block the executor's thread: a
+        // task on a real-time thread that outranks the stalled one polls
+        // until the scheduler runs that one (the blocking waits nap).
         crate::sync::Backoff::new().snooze();
         cx.waker().wake_by_ref();
         Poll::Pending

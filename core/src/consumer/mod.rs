@@ -250,7 +250,8 @@ impl<T> Consumer<T> {
     }
 
     /// Withdraw an arm: the next post will not notify the consumer's own
-    /// targets (waker, eventfd). On an EVD enabled on its
+    /// targets (waker, eventfd) for it (a CNO trigger that finds its CNO
+    /// dropped still tells them instead). On an EVD enabled on its
     /// [`Cno`](crate::Cno) the enable stays, so the next post still puts
     /// the key in the CNO's ready set; and events that posts queued while
     /// the arm preempted the CNO go to the CNO now, as when a direct wait
