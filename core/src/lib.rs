@@ -28,9 +28,13 @@
 //!         }
 //!     }
 //!     match consumer.arm() {
-//!         // Nothing was posted since the last dequeue: safe to sleep. (A
-//!         // wait that meets a loss report returns it: report it too.)
-//!         ArmStatus::Armed => { let _ = consumer.wait(1, None); }
+//!         // Nothing was posted since the last dequeue: safe to sleep (a
+//!         // wait that meets a loss report returns it).
+//!         ArmStatus::Armed => {
+//!             if let Err(evd::WaitError::Overflow(o)) = consumer.wait(1, None) {
+//!                 eprintln!("{} lost", o.lost);
+//!             }
+//!         }
 //!         // An event slipped in between the dequeue and the arm: drain again.
 //!         ArmStatus::Pending => {}
 //!         ArmStatus::Closed => break,

@@ -280,6 +280,27 @@ fn an_arm_failing_after_a_drain_reports_what_the_drain_delivered_then_the_failur
     }
 }
 
+/// An arm's failure kept for the next call gives way to a failure of the
+/// CQ itself meanwhile: the feed reports `Failed` (its `CqError`), not the
+/// old arm error.
+#[test]
+fn a_kept_arm_failure_gives_way_to_the_cqs_own_failure() {
+    let (mut consumer, hca, mut feed) = raced(4, 4, 2);
+    post_during_next_poll(&hca, feed.poster(), 2);
+    assert_eq!(outcome(feed.progress(64)), (0, FeedStatus::Backpressure));
+    assert_eq!(take_all(&mut consumer).ids, [0, 1]);
+    hca.fail_next_arm(libc::EIO);
+    let p = feed.arm_and_drain(64).unwrap();
+    assert_eq!(outcome(p), (2, FeedStatus::Budget));
+    hca.push(wc(9)).unwrap();
+    hca.fail_next_poll(libc::EIO);
+    assert_eq!(feed.progress(64).status, FeedStatus::Failed);
+    let p = feed
+        .arm_and_drain(64)
+        .expect("the failed feed's status, not the old arm error");
+    assert_eq!(p.status, FeedStatus::Failed);
+}
+
 #[test]
 fn refused_post_is_held_and_reposted_in_order() {
     let (mut consumer, hca, mut feed) = raced(4, 4, 2);

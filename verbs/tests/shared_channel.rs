@@ -589,6 +589,55 @@ fn a_cq_whose_arm_fails_reports_a_cq_error_and_the_others_go_on() {
     assert_eq!(failure, Some(PollError::ArmFailed(libc::EIO)));
 }
 
+/// A CQ whose arm fails while the EVD has no room for all it holds: its
+/// drain is cut short, and the failure waits for the drain's end, which
+/// fails the CQ then (before, the failure was dropped and the next call
+/// armed it as if nothing had happened).
+#[test]
+fn a_cq_whose_arm_fails_while_its_drain_is_cut_short_fails_once_drained() {
+    use evd_verbs::{AsyncElement, AsyncEventKind, PollError};
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(2).unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    let (a, hca) = channel.create_cq(16).unwrap();
+    feed.add(a, CqId(0)).unwrap();
+    for i in 0..4 {
+        hca.push(wc(i)).unwrap();
+    }
+    hca.fail_next_arm(libc::EIO);
+    let p = feed.arm_and_drain(64).unwrap();
+    assert_eq!((p.delivered, p.status), (2, FeedStatus::Backpressure));
+    assert_eq!(feed.stats().failed_cqs, 0, "still draining");
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        while let Ok(ev) = consumer.try_dequeue() {
+            got.push(ev);
+        }
+        feed.arm_and_drain(64).unwrap();
+    }
+    while let Ok(ev) = consumer.try_dequeue() {
+        got.push(ev);
+    }
+    assert_eq!(got.len(), 5, "four completions and the CqError: {got:?}");
+    let ids: Vec<u64> = got
+        .iter()
+        .filter_map(|ev| match ev {
+            VerbsEvent::Completion { wc, .. } => Some(wc.wr_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [0, 1, 2, 3], "every completion, then");
+    assert!(
+        matches!(&got[4], VerbsEvent::Async(a) if a.kind == AsyncEventKind::CqError
+            && a.element == AsyncElement::Cq(CqId(0))),
+        "{got:?}"
+    );
+    assert_eq!(feed.stats().failed_cqs, 1);
+    let failure = feed.feeds().next().and_then(|f| f.failure());
+    assert_eq!(failure, Some(PollError::ArmFailed(libc::EIO)));
+    assert!(!hca.stats().armed, "never armed");
+}
+
 /// A soft channel whose CQs are [`HookedCq`]s: a member CQ whose calls a
 /// test takes over.
 struct HookedChannel(SoftChannel);

@@ -373,12 +373,13 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                 Err(e) => {
                     // This CQ's arm failed (`req_notify`): it cannot be
                     // slept on. What it holds is polled first (no arm
-                    // needed; cut short, the arm is tried again next
-                    // time); drained, it fails as a CQ whose poll fails
+                    // needed; cut short, the failure waits for the next
+                    // call); drained, it fails as a CQ whose poll fails
                     // does: its `CqError` tells the consumer, then it
                     // is served no more (still a member), and the others go on.
                     let drained = m.feed.progress(budget - delivered);
                     if drained.status != FeedStatus::Drained {
+                        m.feed.keep_arm_error(e);
                         drained
                     } else {
                         let errno = e.raw_os_error().unwrap_or(0);

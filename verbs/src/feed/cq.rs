@@ -483,7 +483,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
     /// without arming twice) before sleeping on the channel fd, as the
     /// [`Driver`](crate::Driver)'s next turn of the feed does.
     pub fn arm_and_drain(&mut self, budget: usize) -> io::Result<Progress> {
-        if let Some(e) = self.arm_error.take() {
+        if let Some(e) = self.take_arm_error() {
             return Err(e);
         }
         let mut delivered = 0;
@@ -509,7 +509,7 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
                         return Err(e);
                     }
                     // The next call's error (`Budget`: before any sleep).
-                    self.arm_error = Some(e);
+                    self.keep_arm_error(e);
                     return Ok(Progress {
                         delivered,
                         status: FeedStatus::Budget,

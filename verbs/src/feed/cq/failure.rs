@@ -31,6 +31,20 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         }
     }
 
+    /// An arm's failure its call could not report (the drain before the arm
+    /// delivered, or a channel feed's member still draining): the next
+    /// `arm_and_drain`'s error, before anything else.
+    pub(crate) fn keep_arm_error(&mut self, e: std::io::Error) {
+        self.arm_error = Some(e);
+    }
+
+    /// The arm's failure kept for this call; dropped if the feed has
+    /// failed, been given up or closed since (it reports that instead).
+    pub(super) fn take_arm_error(&mut self) -> Option<std::io::Error> {
+        let live = !self.failed && !self.closed && self.doomed.is_none();
+        self.arm_error.take().filter(|_| live)
+    }
+
     /// Build and hold the `CqError` a failure owes. If the event type's
     /// `From` panics, it stays owed: the next call builds it again (the CQ
     /// is not polled again either way), once ([`OWED_EVENT_TRIES`]); after

@@ -57,10 +57,11 @@ impl<C: CompletionQueue, T: From<VerbsEvent> + Send> Feed<C, T> {
         self.ack_all();
         let mut me = ManuallyDrop::new(self);
         let undelivered = std::mem::take(&mut me.held);
+        drop(me.arm_error.take());
         // SAFETY: `me` is never used or dropped after these reads, so the CQ
-        // and the poster are each moved out exactly once; `held` was taken
-        // (an empty Vec owns no allocation); the other fields are plain data
-        // with no destructor.
+        // and the poster are each moved out exactly once; `held` and
+        // `arm_error` were taken (an empty Vec and `None` own nothing); the
+        // other fields are plain data with no destructor.
         let (cq, room) = unsafe { (std::ptr::read(&me.cq), std::ptr::read(&me.room)) };
         drop(room);
         (ManuallyDrop::into_inner(cq), undelivered)
