@@ -591,8 +591,7 @@ fn a_cq_whose_arm_fails_reports_a_cq_error_and_the_others_go_on() {
 
 /// A CQ whose arm fails while the EVD has no room for all it holds: its
 /// drain is cut short, and the failure waits for the drain's end, which
-/// fails the CQ then (before, the failure was dropped and the next call
-/// armed it as if nothing had happened).
+/// fails the CQ then: it is never armed again.
 #[test]
 fn a_cq_whose_arm_fails_while_its_drain_is_cut_short_fails_once_drained() {
     use evd_verbs::{AsyncElement, AsyncEventKind, PollError};

@@ -28,6 +28,13 @@ pub(crate) struct Occupancy {
     pub(crate) resizing: bool,
 }
 
+impl Occupancy {
+    /// Slots neither queued nor promised to a permit.
+    pub(crate) fn free(&self) -> usize {
+        self.capacity - self.len - self.permits
+    }
+}
+
 impl<T> Shared<T> {
     /// The state word, the head and the queue length (`len <= capacity`),
     /// read as one instant: the head is read on both sides of the word and

@@ -200,7 +200,7 @@ impl<T: Send> RoomWaiter<T> {
     /// the room queue).
     fn room_seen(&self) -> Option<Result<usize, BatchPostError>> {
         let o = self.poster.shared.occupancy();
-        match o.capacity - o.len - o.permits {
+        match o.free() {
             _ if o.closed => Some(Err(BatchPostError::Closed)),
             0 => None,
             _ if o.resizing => None,

@@ -65,7 +65,7 @@ impl<T> Poster<T> {
     /// ```
     pub fn free_slots(&self) -> Option<usize> {
         let o = self.shared.occupancy();
-        (!o.closed).then(|| o.capacity - o.len - o.permits)
+        (!o.closed).then(|| o.free())
     }
 
     /// How many events the ring holds (a power of two; changes only by
