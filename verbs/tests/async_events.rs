@@ -433,24 +433,6 @@ fn a_device_feeds_events_go_on_to_a_feed_left_when_its_evd_closes() {
     assert_eq!(running.shutdown().unwrap().len(), 2, "both feeds");
 }
 
-/// A device's events whose drop panics (the provider's code).
-struct PanicsOnDrop(evd_verbs::soft::SoftAsyncEvents);
-
-impl evd_verbs::AsyncEventSource for PanicsOnDrop {
-    fn fd(&self) -> std::os::fd::RawFd {
-        self.0.fd()
-    }
-    fn next_event(&mut self) -> std::io::Result<Option<AsyncEvent>> {
-        self.0.next_event()
-    }
-}
-
-impl Drop for PanicsOnDrop {
-    fn drop(&mut self) {
-        panic!("{}", common::panics::PROVOKED);
-    }
-}
-
 /// A device feed the driver added whose code panics when the shutdown
 /// drops it costs the application none of its feeds: the shutdown hands
 /// them back (the panic is swallowed, as when a `Shutdown` drops a feed).
@@ -463,7 +445,7 @@ fn a_device_feed_that_panics_when_the_shutdown_drops_it_costs_no_keyed_feed() {
     let hooked = common::hooked_cq::HookedCq::new(SoftCq::new(4).unwrap().0);
     *hooked.device_events.lock().unwrap() = Some(Box::new(move || {
         let events = device.take_events()?;
-        Some(Box::new(PanicsOnDrop(events)) as Box<dyn AsyncEventSource>)
+        Some(Box::new(common::panics::EventsThatPanicOnDrop(events)) as Box<dyn AsyncEventSource>)
     }));
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
     let key = driver

@@ -437,23 +437,28 @@ fn a_shutdown_while_a_handle_removes_a_feed_ends_and_hands_every_feed_back_once(
     }
 }
 
-/// A registration the shutdown refuses (queued when the stop is seen) whose
-/// feed's drop panics: counted and traced, not raised. Raised, it made the
-/// shutdown fail with `Panicked` and drop every keyed feed with it, for the
-/// code of a feed no key names and whose registrant is told `Stopped`.
+/// Registrations the shutdown refuses (queued when the stop is seen) whose
+/// feeds' drops panic: each panic counted and traced, none raised (raised,
+/// it would fail the shutdown with `Panicked` and drop every keyed feed with
+/// it, for the code of a feed no key names and whose registrant is told
+/// `Stopped`).
 #[test]
-fn a_refused_feed_whose_drop_panics_at_the_shutdown_costs_no_keyed_feed() {
+fn refused_feeds_whose_drops_panic_at_the_shutdown_are_each_counted_and_cost_no_keyed_feed() {
     quiet_provoked_panics();
     for backend in BACKENDS {
         let held = spawned_and_held(backend);
         let handle = held.handle.clone();
         let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-        let mut cq = HookedCq::new(SoftCq::new(16).unwrap().0);
-        cq.at_drop = Some(Box::new(|| panic!("{PROVOKED}")));
-        let h = handle.clone();
-        let registered =
-            on_a_thread(move || h.register(Feed::new(cq, CqId(9), poster), FeedMode::Event));
+        let register = |id| {
+            let mut cq = HookedCq::new(SoftCq::new(16).unwrap().0);
+            cq.at_drop = Some(Box::new(|| panic!("{PROVOKED}")));
+            let (h, poster) = (handle.clone(), poster.clone());
+            on_a_thread(move || h.register(Feed::new(cq, CqId(id), poster), FeedMode::Event))
+        };
+        let registered = register(9);
         until_handle_shows(&handle, "queued_commands: 1");
+        let registered_too = register(10);
+        until_handle_shows(&handle, "queued_commands: 2");
         let running = held.running;
         let stopped = on_a_thread(move || running.shutdown());
         until_handle_shows(&handle, "stopping: true");
@@ -462,15 +467,22 @@ fn a_refused_feed_whose_drop_panics_at_the_shutdown_costs_no_keyed_feed() {
             Ok(s) => s,
             Err(e) => panic!("{backend:?}: the shutdown failed: {e}"),
         };
-        let refused = registered.recv_timeout(WATCHDOG).unwrap();
-        assert!(
-            matches!(refused, Err(DriverError::Stopped)),
-            "{backend:?}: {:?}",
-            refused.map(|_| ())
+        for registered in [registered, registered_too] {
+            let refused = registered.recv_timeout(WATCHDOG).unwrap();
+            assert!(
+                matches!(refused, Err(DriverError::Stopped)),
+                "{backend:?}: {:?}",
+                refused.map(|_| ())
+            );
+        }
+        // Each counted by the shutdown's turn that refused it, or by the
+        // thread's end if no turn took the commands first (after
+        // `stopped.stats`).
+        assert_eq!(
+            handle.stats().handler_panics,
+            2,
+            "{backend:?}: each counted"
         );
-        // Counted by the shutdown's turn that refused it, or by the thread's
-        // end if no turn took the command first (after `stopped.stats`).
-        assert_eq!(handle.stats().handler_panics, 1, "{backend:?}: counted");
         assert!(
             stopped.take(held.key_a).is_some(),
             "{backend:?}: A handed back"

@@ -513,6 +513,45 @@ fn the_rest_of_a_batch_whose_handler_panicked_is_delivered_without_a_later_compl
 /// thread, one at a time: two whose CQ's destroy panics are not a second
 /// panic during the first's unwinding (an abort of the process); the first
 /// reaches the caller, as a dropped value's panic does.
+/// Feeds whose drops panic and that have no guard of their own (a stream
+/// feed runs its source's `Drop` bare) go one at a time with a driver the
+/// caller dropped, or with a `Shutdown`: the first panic reaches the caller
+/// once all are gone, and no second panic during its unwinding aborts the
+/// process (which is what a failure of this test looks like).
+#[test]
+fn feeds_whose_drops_panic_go_one_at_a_time_with_a_dropped_driver_or_shutdown() {
+    use common::panics::EventsThatPanicOnDrop;
+    use evd_verbs::AsyncFeed;
+    use evd_verbs::soft::SoftDevice;
+    quiet_provoked_panics();
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let feed = || {
+        AsyncFeed::new(
+            EventsThatPanicOnDrop(SoftDevice::new().unwrap().0),
+            poster.clone(),
+        )
+    };
+    let with_two_feeds = || {
+        let mut driver = Driver::new(DriverConfig::default()).unwrap();
+        driver.register_async(feed()).unwrap();
+        driver.register_async(feed()).unwrap();
+        driver
+    };
+    let driver = with_two_feeds();
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(driver)));
+    assert!(
+        dropped.is_err(),
+        "the driver's: the first panic reaches the caller"
+    );
+    let shutdown = with_two_feeds().spawn().unwrap().shutdown().unwrap();
+    assert_eq!(shutdown.len(), 2);
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(shutdown)));
+    assert!(
+        dropped.is_err(),
+        "the shutdown's: the first panic reaches the caller"
+    );
+}
+
 #[test]
 fn a_dropped_driver_or_poller_whose_feeds_panic_on_drop_raises_one_panic() {
     quiet_provoked_panics();

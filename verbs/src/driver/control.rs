@@ -8,7 +8,7 @@
 //! (`register`, `remove`) refuse to run on the driver's own thread (from an
 //! upcall of an EVD its feeds post into): they would wait for themselves.
 
-use super::error::{DriverError, KeptPanic, Panic};
+use super::error::{Caught, DriverError, KeptPanic, Panic};
 use super::key::{FeedId, FeedKey};
 use super::source::Source;
 use super::stats::PublishedStats;
@@ -23,7 +23,6 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::OwnedFd;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
@@ -41,16 +40,14 @@ pub(crate) enum Command {
 }
 
 /// Answer every command `Stopped`, even if dropping a refused feed (its own
-/// code: acks, its CQ's destroy) panics; the first such panic is returned
-/// for the caller to report.
-pub(crate) fn refuse_all(commands: impl IntoIterator<Item = Command>) -> Option<Panic> {
-    let mut first = None;
+/// code: acks, its CQ's destroy) panics; the panics are returned for the
+/// caller to count and report.
+pub(crate) fn refuse_all(commands: impl IntoIterator<Item = Command>) -> Caught {
+    let mut caught = Caught::default();
     for c in commands {
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| c.refuse())) {
-            first.get_or_insert(Panic::new(payload));
-        }
+        caught.run(|| c.refuse());
     }
-    first
+    caught
 }
 
 impl Command {
@@ -169,9 +166,9 @@ impl Shared {
     /// The driver is gone (dropped, its thread ended however it ended):
     /// refuse what is queued and, from now on, every command at once.
     /// Dropping a refused feed runs its own code (its CQ's destroy): every
-    /// command is refused even if one such drop panics, and the first panic
-    /// is returned for the caller to report.
-    pub(crate) fn close_commands(&self) -> Option<Panic> {
+    /// command is refused even if such drops panic, and their panics are
+    /// returned for the caller to count and report.
+    pub(crate) fn close_commands(&self) -> Caught {
         let queued = {
             let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
             q.closed = true;

@@ -266,30 +266,54 @@ impl<T: DropEach, E> DropEach for Result<T, E> {
 
 /// Drop each of `parts` under its own catch, swallowing their panics.
 pub(crate) fn drop_each_caught<P>(parts: impl IntoIterator<Item = P>) {
-    drop(drop_each_keeping_the_first(parts));
+    Caught::default().drop_each(parts);
 }
 
 /// Drop each of `parts` under its own catch (a second panic while the
 /// first unwinds would abort), then raise the first panic, if any, to the
 /// caller who dropped them (the others are swallowed).
 pub(crate) fn drop_each_then_raise<P>(parts: impl IntoIterator<Item = P>) {
-    if let Some(first) = drop_each_keeping_the_first(parts) {
-        std::panic::resume_unwind(first.into_payload());
-    }
+    let mut caught = Caught::default();
+    caught.drop_each(parts);
+    caught.raise();
 }
 
-fn drop_each_keeping_the_first<P>(parts: impl IntoIterator<Item = P>) -> Option<Panic> {
-    let mut first = None;
-    for part in parts {
-        // AssertUnwindSafe: the part is owned here and gone either way.
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(part))) {
+/// The panics of user code run one call at a time, each under its own
+/// catch: how many there were, and the first (the others are swallowed by
+/// [`Panic`]'s guarded drop).
+#[derive(Debug, Default)]
+pub(crate) struct Caught {
+    pub(crate) count: u64,
+    pub(crate) first: Option<Panic>,
+}
+
+impl Caught {
+    /// Run `f`, catching its panic.
+    pub(crate) fn run(&mut self, f: impl FnOnce()) {
+        // AssertUnwindSafe: what `f` touches is owned by it, or is gone or
+        // left as it was when it unwinds (callers pass drops and refusals).
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+            self.count += 1;
             let p = Panic::new(payload);
-            if first.is_none() {
-                first = Some(p);
+            if self.first.is_none() {
+                self.first = Some(p);
             }
         }
     }
-    first
+
+    /// Drop each of `parts`, each under its own catch.
+    pub(crate) fn drop_each<P>(&mut self, parts: impl IntoIterator<Item = P>) {
+        for part in parts {
+            self.run(move || drop(part));
+        }
+    }
+
+    /// Raise the first panic to the caller, if there was one.
+    pub(crate) fn raise(self) {
+        if let Some(first) = self.first {
+            std::panic::resume_unwind(first.into_payload());
+        }
+    }
 }
 
 impl fmt::Display for DriverError {

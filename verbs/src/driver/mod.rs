@@ -551,24 +551,32 @@ impl Driver {
 /// A driver that goes (dropped by its owner, or at the end of its thread,
 /// however that ends) refuses every command queued or sent after it with
 /// [`DriverError::Stopped`]: a handle's caller never waits for an answer
-/// nobody will give.
+/// nobody will give. The feeds it still holds (registered, or removed and
+/// not collected) go with it one at a time, each under its own catch: their
+/// drops run their own code (acks, a CQ's destroy, a held event's `Drop`),
+/// and a second panic while a first unwinds would abort the process.
 impl Drop for Driver {
     fn drop(&mut self) {
-        let Some(panic) = self.shared.close_commands() else {
-            return;
-        };
+        let mut caught = self.shared.close_commands();
+        caught.drop_each(self.slots.drain(..).flatten().map(|s| s.source));
+        caught.drop_each(std::mem::take(&mut self.removed));
         if self.spawned {
             // At the end of the driver's thread: kept for `take_panic`, but
             // at a shutdown counted only (as in `apply_commands`).
-            self.stats.handler_panics += 1;
-            if !self.shared.stop_requested() {
+            if caught.count == 0 {
+                return;
+            }
+            self.stats.handler_panics += caught.count;
+            if let Some(panic) = caught.first.take()
+                && !self.shared.stop_requested()
+            {
                 self.shared.keep_panic(panic);
             }
             self.shared.stats.publish(&self.stats);
         } else if !std::thread::panicking() {
-            // The caller's own driver: the panic is theirs, raised here (not
-            // during an unwinding, which would abort the process).
-            std::panic::resume_unwind(panic.into_payload());
+            // The caller's own driver: the first panic is theirs, raised
+            // here (not during an unwinding, which would abort the process).
+            caught.raise();
         }
     }
 }

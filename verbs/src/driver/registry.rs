@@ -513,11 +513,13 @@ impl Driver {
             // shutdown, which would then drop the keyed feeds with it (its
             // registrant is told `Stopped`): counted and traced, as a
             // device feed's drop at the shutdown.
-            if let Some(_p) = control::refuse_all(commands) {
-                self.stats.handler_panics += 1;
+            let caught = control::refuse_all(commands);
+            self.stats.handler_panics += caught.count;
+            if let Some(_p) = caught.first {
                 trace::event!(
                     WARN,
                     payload = _p.message(),
+                    panics = caught.count,
                     "the drop of a feed the shutdown refused panicked; swallowed"
                 );
             }

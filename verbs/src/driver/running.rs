@@ -415,12 +415,13 @@ impl fmt::Debug for RunningDriver {
     }
 }
 
-/// A shut-down driver's feeds and the CPU time its thread used. Take each
-/// feed back typed with [`Shutdown::take`]; dropping the `Shutdown` drops the
-/// rest (acknowledging their CQ events, then destroying their CQs). It
-/// holds the feeds registered with keys only: the feeds of devices' async
-/// events the driver added itself ([`Driver::register`](crate::Driver::register))
-/// were dropped at the shutdown, giving those events back to their devices.
+/// A shut-down driver's feeds and the CPU time its thread used. Take each feed
+/// back typed with [`Shutdown::take`]; dropping the `Shutdown` drops the rest
+/// (acknowledging their CQ events, then destroying their CQs), one at a time: a
+/// panic of one's drop is raised to the dropper once all are gone. It holds the
+/// feeds registered with keys only: the feeds of devices' async events the
+/// driver added itself ([`Driver::register`](crate::Driver::register)) were
+/// dropped at the shutdown, giving those events back to their devices.
 ///
 /// ```
 /// use evd_verbs::{Driver, Feed, FeedMode, CqId, soft::SoftCq};
@@ -452,6 +453,21 @@ pub struct Shutdown {
 impl DropEach for Shutdown {
     fn drop_each(mut self) {
         drop_each_caught(std::mem::take(&mut self.feeds));
+    }
+}
+
+/// The feeds not taken go one at a time, each under its own catch (a second
+/// panic while a first unwinds would abort the process); the first panic of
+/// their drops reaches the dropper once every feed is gone (during an
+/// unwinding, swallowed).
+impl Drop for Shutdown {
+    fn drop(&mut self) {
+        let feeds = std::mem::take(&mut self.feeds);
+        if std::thread::panicking() {
+            drop_each_caught(feeds);
+        } else {
+            drop_each_then_raise(feeds);
+        }
     }
 }
 

@@ -38,6 +38,25 @@ impl Drop for Trapped {
     }
 }
 
+/// A device's async events whose drop panics (with [`PROVOKED`]): the
+/// provider's code.
+pub struct EventsThatPanicOnDrop(pub evd_verbs::soft::SoftAsyncEvents);
+
+impl evd_verbs::AsyncEventSource for EventsThatPanicOnDrop {
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.0.fd()
+    }
+    fn next_event(&mut self) -> std::io::Result<Option<evd_verbs::AsyncEvent>> {
+        self.0.next_event()
+    }
+}
+
+impl Drop for EventsThatPanicOnDrop {
+    fn drop(&mut self) {
+        panic!("{}", PROVOKED);
+    }
+}
+
 /// Silence the provoked panics (hundreds of them) and only those.
 pub fn quiet_provoked_panics() {
     static HOOK: Once = Once::new();
