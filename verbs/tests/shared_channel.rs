@@ -742,3 +742,32 @@ fn a_member_whose_every_serving_panics_does_not_hold_the_others_up() {
         other => panic!("CQ 1's completion: {other:?}"),
     }
 }
+
+/// A shared channel's CQ on a device reports its overrun as a real one
+/// does: the driver that registers the channel feed feeds the device's
+/// async events into the same EVD (nobody else takes them), and the
+/// completion lost arrives there as `CqError` for that CQ, beside the one
+/// kept.
+#[test]
+fn a_shared_channel_cqs_overrun_reaches_the_evd_through_its_device() {
+    use common::driver::{none, take_processing};
+    use evd_verbs::soft::{PushError, SoftDevice};
+    use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind};
+    let device = SoftDevice::unheard().unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    let (cq, hca) = channel.create_cq_on(1, CqId(3), &device).unwrap();
+    feed.add(cq, CqId(3)).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    driver.register_channel(feed, FeedMode::Event).unwrap();
+    assert!(device.take_events().is_none(), "the driver took them");
+    hca.push(WorkCompletion::new(1)).unwrap();
+    assert_eq!(hca.push(WorkCompletion::new(2)), Err(PushError::Overrun));
+    let got = take_processing(&mut driver, &mut consumer, 2, none);
+    let lost = AsyncEvent::new(AsyncEventKind::CqError, AsyncElement::Cq(CqId(3)));
+    assert!(got.contains(&VerbsEvent::Async(lost)), "{got:?}");
+    let kept =
+        |e: &VerbsEvent| matches!(e, VerbsEvent::Completion { cq: CqId(3), wc } if wc.wr_id == 1);
+    assert!(got.iter().any(kept), "{got:?}");
+}

@@ -275,3 +275,64 @@ fn a_completion_lost_to_an_overrun_does_not_count_for_the_error_every_nth() {
     assert_eq!(cq.poll(&mut out), Ok(1));
     assert_eq!((out[0].wr_id, out[0].status), (3, WcStatus::WR_FLUSH_ERR));
 }
+
+/// A destroyed CQ's overrun events nobody took go with it, as the kernel
+/// drops a destroyed CQ's unread async events (`ib_uverbs_release_ucq`): a
+/// later CQ of the same device under the same `CqId` is not blamed for
+/// them. The device's other events stay, in order.
+#[test]
+fn a_destroyed_cqs_unread_overrun_events_go_with_it() {
+    use evd_verbs::soft::{PushError, SoftDevice};
+    use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEventSource, CqId};
+    let (mut device_events, device) = SoftDevice::new().unwrap();
+    let overrun = |cq: &evd_verbs::soft::SoftCqProducer| {
+        cq.push(WorkCompletion::new(0)).unwrap();
+        assert_eq!(cq.push(WorkCompletion::new(1)), Err(PushError::Overrun));
+    };
+    let (old, old_hca) = SoftCq::with_device(1, CqId(5), &device).unwrap();
+    let (_other, other_hca) = SoftCq::with_device(1, CqId(6), &device).unwrap();
+    overrun(&old_hca);
+    let port = AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1));
+    device.raise(port);
+    overrun(&other_hca);
+    drop(old);
+    let (_new, new_hca) = SoftCq::with_device(1, CqId(5), &device).unwrap();
+    let other = AsyncEvent::new(AsyncEventKind::CqError, AsyncElement::Cq(CqId(6)));
+    assert_eq!(device_events.next_event().unwrap(), Some(port));
+    assert_eq!(device_events.next_event().unwrap(), Some(other));
+    assert_eq!(device_events.next_event().unwrap(), None, "none of CQ 5");
+    // The new CQ's own overrun is its own.
+    overrun(&new_hca);
+    let new = AsyncEvent::new(AsyncEventKind::CqError, AsyncElement::Cq(CqId(5)));
+    assert_eq!(device_events.next_event().unwrap(), Some(new));
+}
+
+/// Every async event wakes an edge-triggered waiter on the device's fd (as
+/// the kernel wakes an async fd's pollers on every event), not only the
+/// first of those queued.
+#[test]
+fn every_async_event_wakes_an_edge_triggered_waiter() {
+    use evd_verbs::soft::SoftDevice;
+    use evd_verbs::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEventSource};
+    use rustix::event::{Timespec, epoll};
+    let (events, device) = SoftDevice::new().unwrap();
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+    // SAFETY: `events` owns the fd and outlives this borrow (it is only
+    // registered here; the epoll set is dropped before `events`).
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(events.fd()) };
+    let flags = epoll::EventFlags::IN | epoll::EventFlags::ET;
+    epoll::add(&ep, fd, epoll::EventData::new_u64(0), flags).unwrap();
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let mut ready = Vec::with_capacity(1);
+    let port = AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1));
+    for nth in ["first", "second, the first still queued"] {
+        device.raise(port);
+        ready.clear();
+        epoll::wait(&ep, rustix::buffer::spare_capacity(&mut ready), Some(&zero)).unwrap();
+        assert_eq!(ready.len(), 1, "the {nth} event woke the waiter");
+    }
+    drop(ep);
+}

@@ -4,6 +4,7 @@
 
 use super::cq::SoftCq;
 use super::cq_state::{Channel, ChannelInner, Inner};
+use super::device::SoftDevice;
 use super::producer::SoftCqProducer;
 use crate::event::CqId;
 use crate::eventfd;
@@ -114,8 +115,48 @@ impl SoftChannel {
     /// assert!(cq.channel_fd().is_none()); // the channel's fd serves it
     /// ```
     pub fn create_cq(&self, capacity: usize) -> io::Result<(SoftCq, SoftCqProducer)> {
-        let (cq, producer) =
-            SoftCq::build(capacity, CqId(u32::MAX), None, Some(self.inner.clone()))?;
+        self.create(capacity, CqId(u32::MAX), None)
+    }
+
+    /// A software CQ of `capacity` completions whose events go to this
+    /// channel, belonging to `device`: each completion its overrun loses
+    /// raises `CqError` for `id` there, as for
+    /// [`SoftCq::with_device`]. A driver that registers a
+    /// [`ChannelFeed`](crate::ChannelFeed) of such CQs feeds the device's
+    /// async events into the same EVD, as for a real channel's CQs (one
+    /// device per channel).
+    ///
+    /// # Errors
+    ///
+    /// As [`create_cq`](Self::create_cq).
+    ///
+    /// ```
+    /// use evd_verbs::{AsyncElement, AsyncEventKind, AsyncEventSource, CqId, WorkCompletion};
+    /// use evd_verbs::soft::{PushError, SoftChannel, SoftDevice};
+    /// let (mut async_events, device) = SoftDevice::new().unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let (_cq, hca) = channel.create_cq_on(1, CqId(3), &device).unwrap();
+    /// hca.push(WorkCompletion::new(1)).unwrap();
+    /// assert_eq!(hca.push(WorkCompletion::new(2)), Err(PushError::Overrun));
+    /// let ev = async_events.next_event().unwrap().unwrap();
+    /// assert_eq!((ev.kind, ev.element), (AsyncEventKind::CqError, AsyncElement::Cq(CqId(3))));
+    /// ```
+    pub fn create_cq_on(
+        &self,
+        capacity: usize,
+        id: CqId,
+        device: &SoftDevice,
+    ) -> io::Result<(SoftCq, SoftCqProducer)> {
+        self.create(capacity, id, Some(device.clone()))
+    }
+
+    fn create(
+        &self,
+        capacity: usize,
+        id: CqId,
+        device: Option<SoftDevice>,
+    ) -> io::Result<(SoftCq, SoftCqProducer)> {
+        let (cq, producer) = SoftCq::build(capacity, id, device, Some(self.inner.clone()))?;
         let mut cqs = self.inner.cqs.lock().unwrap_or_else(|e| e.into_inner());
         cqs.retain(|w| w.strong_count() > 0);
         cqs.push(Arc::downgrade(&cq.inner));

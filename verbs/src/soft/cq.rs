@@ -7,7 +7,7 @@
 //! path.
 
 use super::cq_state::{Channel, ChannelInner, Faults, Inner, State};
-use super::device::SoftDevice;
+use super::device::{CqSerial, SoftDevice};
 use super::producer::SoftCqProducer;
 use crate::event::{CqId, WorkCompletion};
 use crate::eventfd;
@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A software completion queue: the consumer side, implementing
@@ -118,8 +118,12 @@ impl SoftCq {
             Some(ch) => Channel::Shared(ch),
             None => Channel::Own(eventfd::new()?),
         };
+        // Relaxed: a counter whose values only need to differ.
+        static SERIALS: AtomicU64 = AtomicU64::new(0);
+        let serial = CqSerial(SERIALS.fetch_add(1, Ordering::Relaxed));
         let inner = Arc::new_cyclic(|me| Inner {
             id,
+            serial,
             me: me.clone(),
             state: Mutex::new(State {
                 ring,
@@ -223,6 +227,10 @@ impl Drop for SoftCq {
             (st.during_next_poll.take(), unacked)
         };
         drop(during);
+        // No overrun raises an event now (a push finds it destroyed).
+        if let Some(device) = &self.inner.device {
+            device.forget_events_of(self.inner.serial);
+        }
         if unacked != 0 && !std::thread::panicking() {
             panic!(
                 "SoftCq destroyed with {unacked} channel events not acknowledged \

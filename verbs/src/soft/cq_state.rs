@@ -5,7 +5,7 @@
 //! and its counters under one lock, the injected faults, and where its
 //! channel events go. Each of those types only holds an `Arc` of [`Inner`].
 
-use super::device::SoftDevice;
+use super::device::{CqSerial, SoftDevice};
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId, WcStatus, WorkCompletion};
 use crate::eventfd;
 use crate::source::PollError;
@@ -138,6 +138,8 @@ impl ChannelInner {
 
 pub(super) struct Inner {
     pub(super) id: CqId,
+    /// What names it to its device.
+    pub(super) serial: CqSerial,
     /// This CQ itself, named in the events it queues on a shared channel.
     pub(super) me: Weak<Inner>,
     pub(super) state: Mutex<State>,
@@ -222,10 +224,10 @@ impl Inner {
             // completion lost.
             st.overruns += 1;
             if let Some(dev) = &self.device {
-                dev.raise(AsyncEvent::new(
-                    AsyncEventKind::CqError,
-                    AsyncElement::Cq(self.id),
-                ));
+                dev.raise_for(
+                    self.serial,
+                    AsyncEvent::new(AsyncEventKind::CqError, AsyncElement::Cq(self.id)),
+                );
             }
             return Err(PushError::Overrun);
         }

@@ -10,10 +10,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 struct DeviceInner {
-    events: EventQueue<AsyncEvent>,
+    events: EventQueue<Raised>,
     /// A [`SoftAsyncEvents`] was handed out.
     heard: AtomicBool,
 }
+
+/// A queued async event, and the CQ that raised it (its [`CqSerial`]), if
+/// one did.
+struct Raised {
+    event: AsyncEvent,
+    by: Option<CqSerial>,
+}
+
+/// What names a software CQ to its device: unique in the process, never
+/// reused (a `CqId` is the application's name and may be).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CqSerial(pub(super) u64);
 
 impl DeviceInner {
     fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,7 +136,20 @@ impl SoftDevice {
     /// device.raise(AsyncEvent::new(AsyncEventKind::PortError, AsyncElement::Port(1)));
     /// ```
     pub fn raise(&self, event: AsyncEvent) {
-        self.inner.events.raise(event);
+        self.inner.events.raise(Raised { event, by: None });
+    }
+
+    /// Raise an async event of the CQ `by` (its overrun).
+    pub(super) fn raise_for(&self, by: CqSerial, event: AsyncEvent) {
+        let by = Some(by);
+        self.inner.events.raise(Raised { event, by });
+    }
+
+    /// Drop the events the CQ `by` raised that nobody has taken: it is
+    /// destroyed (the kernel drops a destroyed CQ's unread async events,
+    /// `ib_uverbs_release_ucq`).
+    pub(super) fn forget_events_of(&self, by: CqSerial) {
+        self.inner.events.retain(|r| r.by != Some(by));
     }
 }
 
@@ -141,6 +166,6 @@ impl AsyncEventSource for SoftAsyncEvents {
     }
 
     fn next_event(&mut self) -> io::Result<Option<AsyncEvent>> {
-        Ok(self.inner.events.next())
+        Ok(self.inner.events.next().map(|r| r.event))
     }
 }

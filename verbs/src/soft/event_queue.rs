@@ -22,11 +22,22 @@ impl<E> EventQueue<E> {
         })
     }
 
+    /// Queue `event`. Every event writes the eventfd (as the kernel wakes
+    /// an async or CM fd's pollers on every event), so an edge-style waiter
+    /// sees each one.
     pub(super) fn raise(&self, event: E) {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         q.push_back(event);
-        if q.len() == 1 {
-            eventfd::signal(&self.fd);
+        eventfd::signal(&self.fd);
+    }
+
+    /// Drop the queued events `keep` refuses (the fd stays readable while
+    /// any is left).
+    pub(super) fn retain(&self, keep: impl FnMut(&E) -> bool) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.retain(keep);
+        if q.is_empty() {
+            eventfd::clear(&self.fd);
         }
     }
 

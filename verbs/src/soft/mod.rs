@@ -25,7 +25,9 @@
 //!   one per completion lost, and that is all: the channel is not woken, the
 //!   CQ's polls still deliver what it holds (they never fail with
 //!   [`PollError::Overrun`]), and a later completion that fits is added. A
-//!   consumer learns of an overrun only from the device's async events;
+//!   consumer learns of an overrun only from the device's async events, and
+//!   those a CQ raised and nobody took go with it when it is destroyed, as
+//!   the kernel drops them;
 //! - polls can fail ([`SoftCqProducer::fail_next_poll`]: the CQ then stays
 //!   broken), and so can an arm ([`SoftCqProducer::fail_next_arm`]);
 //! - destroying it with events got but not acknowledged, where libibverbs
@@ -35,7 +37,10 @@
 //!   a thread already unwinding).
 //!
 //! A [`SoftChannel`] is one channel shared by many such CQs, as one
-//! `ibv_comp_channel` is: one eventfd, and each event names its CQ.
+//! `ibv_comp_channel` is: one eventfd, and each event names its CQ; its CQs
+//! may belong to a device ([`SoftChannel::create_cq_on`]). Every event, on
+//! a channel, a device's async fd or a CM's fd, writes the fd, as the
+//! kernel wakes that fd's pollers on every event.
 //!
 //! The CQ is guarded by one mutex, as software providers (rxe, siw) guard
 //! theirs with a spinlock; it is a development and test double, not a fast
