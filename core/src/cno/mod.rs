@@ -212,7 +212,9 @@ impl Cno {
         self.handle.bound()
     }
 
-    /// The next ready key, if any, without waiting.
+    /// The next ready key, if any, without waiting for a trigger (right
+    /// after a run of keys, the look that finds none may linger:
+    /// [`Cno::set_linger_cap`]).
     ///
     /// ```
     /// let mut cno = evd::Cno::new(4).unwrap();
@@ -242,7 +244,8 @@ impl Cno {
         }
     }
 
-    /// Append every key ready now to `out`; returns how many.
+    /// Append every key ready now to `out`; returns how many. Waits for no
+    /// trigger (its last look may linger: [`Cno::set_linger_cap`]).
     ///
     /// ```
     /// let mut cno = evd::Cno::new(4).unwrap();
@@ -370,6 +373,30 @@ impl Cno {
     /// [`Consumer::set_spin_budget`]).
     pub fn set_spin_budget(&mut self, budget: Duration) {
         self.ready.set_spin_budget(budget);
+    }
+
+    /// Cap the linger of a look for ready keys that finds none right after
+    /// a run of them (as [`Consumer::set_linger_cap`]; default
+    /// [`DEFAULT_LINGER_CAP`](crate::DEFAULT_LINGER_CAP)): [`try_next`](Cno::try_next)
+    /// and [`try_ready`](Cno::try_ready) wait for no trigger, but the last
+    /// look of such a run waits up to this long for the triggers to get
+    /// ahead. Set zero for a loop that polls the CNO beside other sources
+    /// and must return at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut cno = evd::Cno::new(4).unwrap();
+    /// assert_eq!(cno.linger_cap(), evd::DEFAULT_LINGER_CAP);
+    /// cno.set_linger_cap(Duration::ZERO);
+    /// assert_eq!(cno.linger_cap(), Duration::ZERO);
+    /// ```
+    pub fn set_linger_cap(&mut self, cap: Duration) {
+        self.ready.set_linger_cap(cap);
+    }
+
+    /// The linger cap ([`Cno::set_linger_cap`]), as kept.
+    pub fn linger_cap(&self) -> Duration {
+        self.ready.linger_cap()
     }
 }
 
