@@ -509,10 +509,6 @@ fn the_rest_of_a_batch_whose_handler_panicked_is_delivered_without_a_later_compl
     }
 }
 
-/// Dropping a running driver or a poller drops its feeds on the caller's
-/// thread, one at a time: two whose CQ's destroy panics are not a second
-/// panic during the first's unwinding (an abort of the process); the first
-/// reaches the caller, as a dropped value's panic does.
 /// Feeds whose drops panic and that have no guard of their own (a stream
 /// feed runs its source's `Drop` bare) go one at a time with a driver the
 /// caller dropped, or with a `Shutdown`: the first panic reaches the caller
@@ -552,6 +548,10 @@ fn feeds_whose_drops_panic_go_one_at_a_time_with_a_dropped_driver_or_shutdown() 
     );
 }
 
+/// Dropping a running driver or a poller drops its feeds on the caller's
+/// thread, one at a time: two whose CQ's destroy panics are not a second
+/// panic during the first's unwinding (an abort of the process); the first
+/// reaches the caller, as a dropped value's panic does.
 #[test]
 fn a_dropped_driver_or_poller_whose_feeds_panic_on_drop_raises_one_panic() {
     quiet_provoked_panics();

@@ -380,8 +380,9 @@ impl Cno {
     /// [`DEFAULT_LINGER_CAP`](crate::DEFAULT_LINGER_CAP)): [`try_next`](Cno::try_next)
     /// and [`try_ready`](Cno::try_ready) wait for no trigger, but the last
     /// look of such a run waits up to this long for the triggers to get
-    /// ahead. Set zero for a loop that polls the CNO beside other sources
-    /// and must return at once.
+    /// ahead. The gaps between a blocking wait's looks during its back-off
+    /// are as long. Set zero for a loop that polls the CNO beside other
+    /// sources and must return at once.
     ///
     /// ```
     /// use std::time::Duration;

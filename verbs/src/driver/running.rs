@@ -35,9 +35,9 @@ impl Driver {
     ///
     /// # Errors
     /// [`DriverError::Io`] if the operating system refused a new thread;
-    /// the driver and its feeds are then dropped.
+    /// the driver and its feeds are then dropped, as a driver its owner
+    /// drops (a panic of a feed's drop reaches the caller).
     pub fn spawn(mut self) -> Result<RunningDriver, DriverError> {
-        self.spawned = true;
         let handle = self.handle();
         let running = RunningMark::new(self.shared.clone());
         let thread = std::thread::Builder::new()
@@ -45,6 +45,9 @@ impl Driver {
             .spawn(move || {
                 // Dropped when the thread ends, however it ends.
                 let _running = running;
+                // Its thread's from here on: what it drops and catches is
+                // kept for the handles, not raised.
+                self.spawned = true;
                 DropCaught::new(self.run())
             })
             .map_err(DriverError::Io)?;

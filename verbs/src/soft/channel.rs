@@ -122,9 +122,10 @@ impl SoftChannel {
     /// channel, belonging to `device`: each completion its overrun loses
     /// raises `CqError` for `id` there, as for
     /// [`SoftCq::with_device`]. A driver that registers a
-    /// [`ChannelFeed`](crate::ChannelFeed) of such CQs feeds the device's
-    /// async events into the same EVD, as for a real channel's CQs (one
-    /// device per channel).
+    /// [`ChannelFeed`](crate::ChannelFeed) feeds the device of the feed's
+    /// first CQ into the same EVD (a real channel's CQs are all of its
+    /// context's device): give every CQ of a channel the same device, or
+    /// none; the overruns of a CQ on another device stay there.
     ///
     /// # Errors
     ///
