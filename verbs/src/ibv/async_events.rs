@@ -119,8 +119,10 @@ impl AsyncEventSource for IbvAsyncEvents {
             }
         };
         // Copied out: acknowledge at once (ibv_ack_async_event(3)).
+        // By raw pointer: a reference to `ev` would assert its `event_type`
+        // a valid Rust enum, which a type newer than the bindings is not.
         // SAFETY: the event just got, acked once.
-        unsafe { ffi::ibv_ack_async_event(&mut ev) };
+        unsafe { ffi::ibv_ack_async_event(ptr::addr_of_mut!(ev)) };
         Ok(Some(AsyncEvent { kind, element }))
     }
 }

@@ -260,7 +260,8 @@ impl Context {
     pub(super) fn unregister_cq(&self, cq: *mut ffi::ibv_cq, id: CqId) {
         let mut cqs = self.cqs();
         if let Some(i) = cqs.iter().rposition(|&e| e == (cq as usize, id)) {
-            cqs.swap_remove(i);
+            // In order: `cq_id` takes the latest wrapping as the last one.
+            cqs.remove(i);
         }
     }
 

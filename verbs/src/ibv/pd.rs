@@ -129,7 +129,9 @@ impl ProtectionDomain {
     ///
     /// # Errors
     ///
-    /// The errno of `ibv_reg_mr` (`ENOMEM` past the locked-memory limit).
+    /// [`OutOfMemory`](io::ErrorKind::OutOfMemory) if no buffer of `len`
+    /// bytes can be allocated; else the errno of `ibv_reg_mr` (`ENOMEM` past
+    /// the locked-memory limit).
     ///
     /// ```no_run
     /// use evd_verbs::ibv::AccessFlags;
@@ -144,7 +146,7 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> io::Result<MemoryRegion> {
-        self.register_buffer(vec![0u8; len.max(1)].into_boxed_slice(), access)
+        self.register_buffer(zeroed(len)?, access)
     }
 
     /// Register the caller's buffer with `access`; the region owns it while
@@ -431,5 +433,39 @@ impl Default for QpCaps {
             access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
             cpu_copied_receives: false,
         }
+    }
+}
+
+/// A zeroed buffer of `len` bytes (at least 1), or `OutOfMemory`: a length
+/// no allocation can hold is an error of the call, not a panic or an abort.
+fn zeroed(len: usize) -> io::Result<Box<[u8]>> {
+    let len = len.max(1);
+    let too_big = || {
+        io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("a buffer of {len} bytes"),
+        )
+    };
+    let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| too_big())?;
+    // SAFETY: `layout`'s size is `len`, at least 1.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(too_big());
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of
+    // `[u8; len]`, and every byte is initialised (zero); the box owns it.
+    Ok(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(p, len)) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_buffer_no_allocation_can_hold_is_out_of_memory_not_a_panic() {
+        for len in [usize::MAX, isize::MAX as usize] {
+            let e = super::zeroed(len).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::OutOfMemory, "{len}");
+        }
+        assert_eq!(&*super::zeroed(0).unwrap(), [0]);
+        assert!(super::zeroed(4096).unwrap().iter().all(|&b| b == 0));
     }
 }

@@ -363,6 +363,7 @@ pub fn cm_calls_before_the_device_and_tokens_of_two_channels(
     let (mut events, channel) = CmChannel::new().map_err(|e| format!("channel: {e}"))?;
     let client = CmId::new(&channel, CLIENT).map_err(|e| format!("create_id: {e}"))?;
     refused(client.resolve_route(TIMEOUT), "a route before an address")?;
+    refused(client.disconnect(), "a disconnect before an address")?;
     client
         .resolve_addr(addr(7475), TIMEOUT)
         .map_err(|e| format!("resolve_addr: {e}"))?;

@@ -115,7 +115,10 @@ impl CmId {
     /// `qp` is in INIT, on this identifier's device. The peer's answer is
     /// [`CmEventKind::ConnectResponse`] (then call
     /// [`establish`](CmId::establish)), [`CmEventKind::Rejected`] or
-    /// [`CmEventKind::Unreachable`].
+    /// [`CmEventKind::Unreachable`]. This needs a librdmacm that has
+    /// `rdma_establish` (rdma-core releases from 2019 on): an older one
+    /// answers a connect of an identifier without a QP of its own itself,
+    /// reporting [`CmEventKind::Established`] with `qp` still in INIT.
     ///
     /// # Errors
     ///
@@ -337,9 +340,10 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// [`InvalidInput`](io::ErrorKind::InvalidInput) while the identifier's
-    /// address is being resolved (its [`CmEventKind::AddrResolved`] not
-    /// read from the channel yet); the errno of `rdma_disconnect`, as an [`io::Error`].
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) before the identifier
+    /// has a device or while its address is being resolved (its
+    /// [`CmEventKind::AddrResolved`] not read from the channel yet); the
+    /// errno of `rdma_disconnect`, as an [`io::Error`].
     ///
     /// ```no_run
     /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
@@ -366,8 +370,9 @@ impl CmId {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn disconnect(&self) -> io::Result<()> {
-        // librdmacm reads the device the resolution's event sets.
-        self.not_resolving()?;
+        // librdmacm reads the device the resolution's event sets (older
+        // releases without checking that there is one).
+        self.on_a_device()?;
         // SAFETY: a live id.
         check(unsafe { ffi::rdma_disconnect(self.id) })
     }

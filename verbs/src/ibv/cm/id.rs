@@ -321,24 +321,13 @@ impl CmId {
 
     /// Refuse a call that librdmacm makes only on an identifier with a
     /// device and no address resolution in flight: it reads the device
-    /// unchecked (`rdma_resolve_route`, `rdma_connect`, `rdma_accept`) and
-    /// the addresses (`rdma_resolve_route`), which the thread that gets
-    /// the resolution's event writes. The binding is recorded, and the
+    /// unchecked (`rdma_resolve_route`, `rdma_connect`, `rdma_accept`, and
+    /// `rdma_disconnect` in older releases) and the addresses
+    /// (`rdma_resolve_route`), which the thread that gets the resolution's
+    /// event writes. The binding is recorded, and the
     /// resolution marked over, under the channel's locks once librdmacm is
     /// done with the identifier, so finding them here also orders this
     /// call after those writes.
-    /// Refuse a call while the identifier's address resolution is in
-    /// flight (see [`on_a_device`](CmId::on_a_device)).
-    pub(super) fn not_resolving(&self) -> io::Result<()> {
-        if !self._channel.resolving(self.token) {
-            return Ok(());
-        }
-        Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the identifier's address is being resolved: its AddrResolved event is not read yet",
-        ))
-    }
-
     pub(super) fn on_a_device(&self) -> io::Result<()> {
         if !self._channel.resolving(self.token) && self._channel.bound(self.token).is_some() {
             return Ok(());

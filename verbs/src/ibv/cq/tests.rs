@@ -171,3 +171,37 @@ fn entries_a_failed_poll_wrote_show_in_no_later_completion() {
     let expected = expected.with_qp_num(5).with_flags(WcFlags::WITH_IMM);
     assert_eq!(wcs[0], expected);
 }
+
+/// A CQ's async events carry the name of its latest wrapping, whichever
+/// wrapping of another CQ goes first.
+#[test]
+fn a_cqs_async_events_name_its_latest_wrapping_after_another_cq_goes() {
+    // SAFETY: C structs of integers, pointers and optional fn pointers,
+    // for which all zero is a valid value (null, None).
+    let (mut ctx, mut x, mut p): (Box<ffi::ibv_context>, Box<ffi::ibv_cq>, Box<ffi::ibv_cq>) = unsafe {
+        (
+            Box::new(mem::zeroed()),
+            Box::new(mem::zeroed()),
+            Box::new(mem::zeroed()),
+        )
+    };
+    x.context = &mut *ctx;
+    p.context = &mut *ctx;
+    // SAFETY: borrowed (nothing is closed or destroyed), live until the end
+    // of this function, which drops the wrappers first.
+    let context = unsafe { Context::from_raw(&mut *ctx, Ownership::Borrowed) };
+    let wrap = |cq: &mut ffi::ibv_cq, id| {
+        // SAFETY: a CQ on `context` with no channel, never polled.
+        unsafe { IbvCq::from_raw(&context, cq, ptr::null_mut(), CqId(id), Ownership::Borrowed) }
+            .expect("wrapped")
+    };
+    let on_x = wrap(&mut x, 9);
+    let (first, latest) = (wrap(&mut p, 1), wrap(&mut p, 2));
+    drop(on_x);
+    assert_eq!(context.cq_id(&mut *p), Some(CqId(2)));
+    drop(latest);
+    assert_eq!(context.cq_id(&mut *p), Some(CqId(1)));
+    drop(first);
+    assert_eq!(context.cq_id(&mut *p), None);
+    drop(context);
+}
