@@ -128,6 +128,12 @@ impl CnoSystem {
         Ok((waiter, PostSide { posters, scan }))
     }
 
+    /// Whether it can run at `n` bound EVDs here (its fixture is built, then dropped): epoll's
+    /// needs two descriptors per EVD.
+    pub fn check(self, n: usize) -> Result<(), String> {
+        self.fixture(n).map(drop)
+    }
+
     /// Nanoseconds per trigger cycle at `n` bound EVDs, run as `variant` says for about `run` after
     /// a warm-up of a quarter of that. Fails unless every event came back once.
     pub fn cycle_ns(self, variant: Variant, n: usize, run: Duration) -> Result<f64, String> {

@@ -178,20 +178,17 @@ impl Job {
     }
 
     /// A single-thread timing of `iters` iterations: `time(iters)` in ns, after a warm-up of
-    /// `time(iters / 4)` if `warm_up`.
+    /// `time(iters / 4)`.
     fn timed(
         proto: Record,
         iters: u64,
-        warm_up: bool,
         mut time: impl FnMut(u64) -> Result<f64, String> + 'static,
     ) -> Self {
         Job::new(&proto.clone(), move |preparing| {
             if !preparing {
                 return Ok(vec![(proto.clone(), time(iters)?, None)]);
             }
-            if warm_up {
-                time(iters / 4)?;
-            }
+            time(iters / 4)?;
             Ok(Vec::new())
         })
     }
@@ -300,7 +297,7 @@ fn timed_jobs(loops: &[Loop], metric: &str, share: Share) -> Vec<Job> {
     let job = |l: &Loop| {
         let (l, mut rings) = (*l, Rings::new());
         let proto = l.row.record(l.case, metric, 1);
-        Job::timed(proto, share.size, true, move |n| rings.time_ns(&l, n))
+        Job::timed(proto, share.size, move |n| rings.time_ns(&l, n))
     };
     loops.iter().map(job).collect()
 }
@@ -316,8 +313,14 @@ fn cno_trigger_jobs(share: Share) -> (Vec<Job>, Option<String>) {
             for s in CnoSystem::ALL {
                 let mut proto = s.row().record(&v.case(n), cno::CYCLE_METRIC, v.threads);
                 proto.consumer = v.consumer.into();
-                let time = move |_| s.cycle_ns(v, n, share.run);
-                jobs.push(Job::timed(proto, 0, false, time));
+                // Prepared by a check that the system can run here, so that a system that
+                // cannot (epoll under a low descriptor limit) is dropped, not its case's rounds.
+                jobs.push(Job::new(&proto.clone(), move |preparing| {
+                    if preparing {
+                        return s.check(n).map(|()| Vec::new());
+                    }
+                    Ok(vec![(proto.clone(), s.cycle_ns(v, n, share.run)?, None)])
+                }));
             }
         }
     }
@@ -442,7 +445,7 @@ impl Run<'_> {
             // peer's would not compare.
             for case in failed.iter().collect::<std::collections::BTreeSet<_>>() {
                 let of_case = self.records[first..].iter_mut().filter(|r| r.case == *case);
-                of_case.for_each(|r| r.discard_round(round));
+                of_case.for_each(|r| r.fail_round(round));
                 let n = round + 1;
                 self.notes
                     .push(format!("{case}: round {n} discarded: a run in it failed"));

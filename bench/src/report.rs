@@ -198,6 +198,20 @@ impl Record {
         }
     }
 
+    /// Void round `round` (value and diagnostics), keeping its place: a round in which a run of
+    /// this case failed stays visible as `null` (the targets count it).
+    pub fn fail_round(&mut self, round: usize) {
+        if self.rounds.len() <= round {
+            self.rounds.resize(round + 1, None);
+        }
+        self.rounds[round] = None;
+        for per_round in self.diagnostics_mut().into_iter().flatten() {
+            if let Some(v) = per_round.get_mut(round) {
+                *v = None;
+            }
+        }
+    }
+
     /// Forget round `round` (value and diagnostics); rounds left empty at the end are dropped.
     pub fn discard_round(&mut self, round: usize) {
         if let Some(v) = self.rounds.get_mut(round) {
@@ -524,13 +538,32 @@ fn evaluate(records: &[Record], t: &Target) -> TargetCheck {
         let _ = write!(name, " ÷ {case}");
     }
     let b_record = b.as_ref().and_then(|(r, _)| r.as_ref());
+    let mut caveats = Vec::new();
     let (value, rounds) = match (&a, &b) {
         (Some(a), None) => (Some(a.median), a.rounds.clone()),
         (Some(a), Some((Some(b), _))) => {
             let n = a.rounds.len().max(b.rounds.len());
             let at = |r: &Record, i: usize| r.rounds.get(i).copied().flatten();
             let rounds = (0..n).map(|i| quotient(at(a, i)?, at(b, i)?)).collect();
-            (quotient(a.median, b.median), rounds)
+            // Medians over the same rounds only: sides of two cases (`Side::At`) may have lost
+            // different rounds to a failed run.
+            let both: Vec<usize> = (0..n)
+                .filter(|&i| at(a, i).zip(at(b, i)).is_some())
+                .collect();
+            let median = |r: &Record| {
+                let values: Vec<f64> = both.iter().filter_map(|&i| at(r, i)).collect();
+                Summary::of(&values).map(|s| s.median)
+            };
+            if both.len() < a.samples.max(b.samples) {
+                caveats.push(format!(
+                    "over the {} rounds both sides measured",
+                    both.len()
+                ));
+            }
+            (
+                median(a).zip(median(b)).and_then(|(x, y)| quotient(x, y)),
+                rounds,
+            )
         }
         _ => (None, Vec::new()),
     };
@@ -540,7 +573,6 @@ fn evaluate(records: &[Record], t: &Target) -> TargetCheck {
     };
     let measured: Vec<f64> = rounds.iter().flatten().copied().collect();
     let rounds_met = measured.iter().filter(|v| met(**v)).count();
-    let mut caveats = Vec::new();
     let sides: Vec<&Record> = a.iter().chain(b_record).collect();
     let sides_named = [Some(t.a), t.b].into_iter().flatten();
     let missing: Vec<&str> = sides_named
@@ -557,6 +589,12 @@ fn evaluate(records: &[Record], t: &Target) -> TargetCheck {
     }
     for r in sides.iter().filter(|r| r.below_floor == Some(true)) {
         caveats.push(format!("{} below its floor: noise", r.system));
+    }
+    let failed = sides
+        .iter()
+        .map(|r| r.rounds.iter().filter(|v| v.is_none()).count());
+    if let Some(k) = failed.max().filter(|&k| k > 0) {
+        caveats.push(format!("rounds discarded: {k} (a run failed: notes)"));
     }
     if value.is_some() && rounds_met != 0 && rounds_met != measured.len() {
         caveats.push(format!("met in {rounds_met} of {} rounds", measured.len()));

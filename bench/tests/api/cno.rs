@@ -91,3 +91,14 @@ fn max_over_min_refuses_an_evd_never_served() {
     assert_eq!(max_over_min(&[4, 2, 3]), Ok(2.0));
     assert!(max_over_min(&[4, 0]).is_err());
 }
+
+/// Each system's fixture can be built at the EVD counts its cases run (the check a trigger job's
+/// preparation makes, so that a system that cannot run here is dropped, not its case's rounds).
+#[test]
+fn every_cno_system_checks_out_at_the_trigger_counts() {
+    for s in evd_bench::cno::CnoSystem::ALL {
+        for n in evd_bench::cno::TRIGGER_EVDS {
+            s.check(n).unwrap_or_else(|e| panic!("{s:?} at {n}: {e}"));
+        }
+    }
+}

@@ -413,6 +413,72 @@ fn time_targets_keep_the_goal_direction() {
     assert_eq!(t.met, Some(true));
 }
 
+/// A record of `rounds` (`None`: a round a failed run voided), summarized.
+fn rounds_rec(case: &str, system: &str, metric: &str, rounds: &[Option<f64>]) -> Record {
+    let mut m = Record::new(case, system, Role::Evd, "single-thread", metric);
+    for (i, v) in rounds.iter().enumerate() {
+        match v {
+            Some(v) => m.set_round(i, *v, None),
+            None => m.fail_round(i),
+        }
+    }
+    records_from(vec![m], 2).remove(0)
+}
+
+/// A target across two cases divides medians over the rounds both measured (a failed run voids
+/// a round of its own case only), and says so; each side's voided rounds are a caveat.
+#[test]
+fn a_target_across_cases_compares_the_rounds_both_sides_measured() {
+    let cno = "evd Cno (wait, drain, enable_cno)";
+    let (m, at_1024, at_1) = ("ns_per_cycle", "cno-trigger/1024", "cno-trigger/1");
+    let rs = vec![
+        rounds_rec(at_1024, cno, m, &[Some(10.0), None, None, None, Some(10.0)]),
+        rounds_rec(
+            at_1,
+            cno,
+            m,
+            &[Some(5.0), Some(6.0), Some(7.0), Some(8.0), Some(5.0)],
+        ),
+    ];
+    let t = targets(&rs);
+    let t = t
+        .iter()
+        .find(|t| t.name.contains("÷ cno-trigger/1"))
+        .unwrap();
+    // The medians of rounds 1 and 5 only: 10 ÷ 5, not 10 ÷ 7.
+    assert_eq!(t.value, Some(2.0), "{t:?}");
+    assert!(
+        t.caveats
+            .contains(&"over the 2 rounds both sides measured".to_string()),
+        "{t:?}"
+    );
+    assert!(
+        t.caveats
+            .contains(&"rounds discarded: 3 (a run failed: notes)".to_string()),
+        "{t:?}"
+    );
+    // Over the same rounds: no caveat of either kind.
+    let rs = vec![
+        rounds_rec(at_1024, cno, m, &[Some(10.0), Some(12.0)]),
+        rounds_rec(at_1, cno, m, &[Some(5.0), Some(6.0)]),
+    ];
+    let t = targets(&rs);
+    let t = t
+        .iter()
+        .find(|t| t.name.contains("÷ cno-trigger/1"))
+        .unwrap();
+    assert_eq!(t.value, Some(2.0));
+    assert!(t.caveats.iter().all(|c| !c.contains("rounds")), "{t:?}");
+}
+
+/// A round voided at the end keeps its place (`null`), so a target still counts it.
+#[test]
+fn a_failed_last_round_stays_visible() {
+    let r = rounds_rec("c", "evd", "ns_per_cycle", &[Some(1.0), Some(2.0), None]);
+    assert_eq!(r.rounds, [Some(1.0), Some(2.0), None]);
+    assert_eq!(r.samples, 2);
+}
+
 #[test]
 fn records_from_orients_ratios_evd_better_above_1() {
     use evd_bench::report::{Record, Role, records_from};
