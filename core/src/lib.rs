@@ -135,7 +135,7 @@
 //!
 //! | mode | call | wakes by | guarantees |
 //! |---|---|---|---|
-//! | busy | [`try_dequeue`](Consumer::try_dequeue), [`try_iter`](Consumer::try_iter) | never sleeps; pair it with [`arm`](Consumer::arm) to sleep | an event, a loss report, `Empty` or `Closed`, at once; `try_iter` stops at the first empty poll |
+//! | busy | [`try_dequeue`](Consumer::try_dequeue), [`try_iter`](Consumer::try_iter) | never sleeps; pair it with [`arm`](Consumer::arm) to sleep | an event, a loss report, `Empty` or `Closed`, waiting for no post (an empty poll right after a run lingers, up to [`linger_cap`](Consumer::linger_cap)); `try_iter` stops at the first empty poll |
 //! | batch | [`dequeue_batch`](Consumer::dequeue_batch) | never sleeps; pair it with `wait` | up to `max` events appended to a `Vec`, one head store; `Ok(0)` when nothing is ready |
 //! | blocking | [`wait`](Consumer::wait), [`wait_deadline`](Consumer::wait_deadline) | spins, yields, then parks; the notifying post unparks the thread (behind a poster preempted in the middle of writing a slot it needs, it naps in 20 µs steps) | returns once `threshold` events are ready; dequeues no event (a loss report it meets, it returns: `Overflow`) |
 //! | blocking | [`dequeue`](Consumer::dequeue), [`dequeue_timeout`](Consumer::dequeue_timeout), [`dequeue_deadline`](Consumer::dequeue_deadline), [`iter`](Consumer::iter), `for ev in &mut consumer` or `consumer` ([`IntoIter`]) | as `wait` | one event per call or item; the iterators end at the end of stream (or when one would block while the EVD is unwaitable) |

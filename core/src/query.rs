@@ -44,17 +44,17 @@ impl UpcallPolicy {
 }
 
 /// A snapshot of an EVD (DAT's `evd_query`). The state fields, `len`,
-/// `permits`, `posted` and `dequeued` belong to one instant (`len + permits
-/// <= capacity` always), unless the consumer moved the head between every
-/// one of many tries to read them together: then `len` is clamped to the
-/// capacity and `dequeued` is the head read just before the state word;
-/// the counters are read just after.
+/// `permits`, `posted` and `dequeued` belong to one instant (`len + permits <=
+/// capacity` always), unless the consumer moved the head between every one of
+/// many tries to read them together: then `len` is clamped so that `len +
+/// permits <= capacity` and `dequeued` is the head read just before the state
+/// word; the counters are read just after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Query {
     /// Events the ring holds (a power of two).
     pub capacity: usize,
-    /// Events accepted and not yet dequeued.
+    /// Events accepted and not yet dequeued (nor dropped with the consumer).
     pub len: usize,
     /// The upcall policy (`Disabled` outside upcall mode).
     pub policy: UpcallPolicy,
@@ -75,7 +75,8 @@ pub struct Query {
     pub unwaitable: bool,
     /// Posts accepted since creation.
     pub posted: u64,
-    /// Events dequeued since creation (by any mode, upcalls included).
+    /// Events dequeued since creation (by any mode, upcalls included); once
+    /// the consumer is dropped, the events its drop dropped count here too.
     pub dequeued: u64,
     /// Events given up by lossy posts on a full ring (reported or not).
     pub lost: u64,

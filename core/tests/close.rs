@@ -310,6 +310,9 @@ fn dropping_the_consumer_frees_queued_events_at_once_and_refuses_later_posts() {
     }
     assert_eq!(drops.load(SeqCst), 6);
     assert!(poster.is_closed());
+    // The query counts the events the drop dropped as gone from the ring.
+    let q = poster.query();
+    assert_eq!((q.posted, q.dequeued, q.len), (5, 5, 0));
 }
 
 #[test]

@@ -406,7 +406,7 @@ impl<T: Send> Poster<T> {
     /// assert_eq!(poster.free_slots(), Some(0)); // Invoke::New started nothing
     /// assert!(poster.start_draining_upcall());
     /// assert_eq!(poster.free_slots(), Some(1));
-    /// assert!(!poster.start_draining_upcall()); // not full: nothing to do
+    /// assert!(!poster.start_draining_upcall()); // nothing queued: nothing to do
     /// # drop(up);
     /// ```
     ///

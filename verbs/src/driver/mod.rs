@@ -567,10 +567,9 @@ impl Drop for Driver {
                 return;
             }
             self.stats.handler_panics += caught.count;
-            if let Some(panic) = caught.first.take()
-                && !self.shared.stop_requested()
-            {
-                self.shared.keep_panic(panic);
+            match caught.first.take() {
+                Some(panic) if !self.shared.stop_requested() => self.shared.keep_panic(panic),
+                _ => {}
             }
             self.shared.stats.publish(&self.stats);
         } else if !std::thread::panicking() {

@@ -171,8 +171,9 @@ impl<S: AsyncEventSource, T: From<VerbsEvent> + Send> AsyncFeed<S, T> {
         self.feed.source_errors()
     }
 
-    /// Events lost because the event type's `From` panicked on them (the
-    /// owed `SourceFailed` event after its second panic). The driver's
+    /// Events lost because the event type's `From` panicked on them: each
+    /// event taken from the source whose conversion panicked, and the owed
+    /// `SourceFailed` event after its second panic. The driver's
     /// [`DriverStats::handler_panics`](crate::DriverStats::handler_panics)
     /// counts every panic of a feed's turn, this only the events they cost.
     ///

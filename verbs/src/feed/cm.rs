@@ -148,8 +148,9 @@ impl<S: CmEventSource, T: From<CmEvent> + Send> CmFeed<S, T> {
         self.feed.failure()
     }
 
-    /// Events lost because the event type's `From` panicked on them (the
-    /// owed `SourceFailed` event after its second panic). A connect request lost this way was
+    /// Events lost because the event type's `From` panicked on them: each
+    /// event taken from the source whose conversion panicked, and the owed
+    /// `SourceFailed` event after its second panic. A connect request lost this way was
     /// acknowledged: its identifier stays parked in the channel
     /// (`ibv::CmChannel::take_all_requests`, feature `ibverbs`, hands it
     /// over).
