@@ -1,7 +1,9 @@
 //! An epoll loop (through rustix) on the EVD's notification eventfd, as a
 //! loop that also watches sockets would run it. Linux only. The loop is the
-//! one `NotifyFd`'s docs give: wait for the fd to be readable, acknowledge
-//! it, drain, arm; on `Pending` drain again, on `Armed` wait.
+//! one `NotifyFd`'s docs give: drain, arm; on `Pending` drain again, on
+//! `Armed` wait for the fd to be readable, acknowledge it, and start over
+//! (first the drain and the arm: a post made while nothing was armed writes
+//! no fd).
 //!
 //! Run: `cargo run --release -p evd --example epoll`
 

@@ -1,8 +1,9 @@
 //! The EVD's notification eventfd in tokio's reactor, through `AsyncFd`, as
 //! beside sockets in one reactor (on tokio alone `recv().await` is simpler:
 //! see `async_recv`). Linux only. The loop is the one `NotifyFd`'s docs give:
-//! wait for the fd to be readable, acknowledge it, drain, arm; on `Pending`
-//! drain again, on `Armed` wait.
+//! drain, arm; on `Pending` drain again, on `Armed` wait for the fd to be
+//! readable, acknowledge it, and start over (first the drain and the arm: a
+//! post made while nothing was armed writes no fd).
 //!
 //! Run: `cargo run --release -p evd --example tokio_asyncfd`
 

@@ -2,11 +2,11 @@
 //! device, e.g. Soft-RoCE's rxe0; `verbs/tests/softroce/run.sh` runs it in a
 //! guest).
 //!
-//! Two RC QPs on one device, connected to each other. Both CQs are fed into
-//! one EVD by an io_uring [`Driver`] in event-driven mode; the application
-//! thread only sleeps on the EVD (`wait`) and reacts to completions: the
-//! "server" QP echoes every message, the "client" sends the next one when
-//! the echo arrives.
+//! Two RC QPs on one device, connected to each other. Both CQs are fed into one
+//! EVD by a [`Driver`] (io_uring, or epoll where it is refused) in event-driven
+//! mode; the application thread only sleeps on the EVD (`wait`) and reacts to
+//! completions: the "server" QP echoes every message, the "client" sends the
+//! next one when the echo arrives.
 //!
 //! `cargo run --release -p evd-verbs --features ibverbs --example rc_pingpong -- [ROUNDS]`
 
