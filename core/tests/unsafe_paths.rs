@@ -246,6 +246,70 @@ fn posters_on_threads_and_a_consumer_exchange_values() {
     assert_eq!(drops.load(SeqCst), 40);
 }
 
+/// Resizes (growing, and shrinking where what is queued fits) while two
+/// posters on threads may be between their reservation and their publish,
+/// one posting a value at a time, the other batches of two (one
+/// reservation, two slots written through one load of the buffer): every
+/// value is moved once, in order per poster, and dropped once.
+#[test]
+fn resizes_among_posters_mid_write_move_every_value_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (poster, mut consumer) = evd::bounded::<Tracked>(4).unwrap();
+    let post_one = |poster: &Poster<Tracked>, mut t: Tracked| loop {
+        match poster.post(t) {
+            Ok(()) => break,
+            Err(PostError::Full(back)) => t = back,
+            Err(PostError::Closed(_)) => panic!("closed early"),
+        }
+        std::thread::yield_now();
+    };
+    let threads: Vec<_> = (0..2u32)
+        .map(|p| {
+            let (poster, drops) = (poster.clone(), drops.clone());
+            std::thread::spawn(move || {
+                for i in (0..20).step_by(2) {
+                    let [a, b] = [i, i + 1].map(|i| Tracked::new(p * 100 + i, &drops));
+                    if p == 0 {
+                        post_one(&poster, a);
+                        post_one(&poster, b);
+                        continue;
+                    }
+                    let mut batch = vec![a, b];
+                    while !batch.is_empty() {
+                        if poster.post_batch(&mut batch).is_err() {
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(poster);
+    let (mut next, mut grow) = ([0u32; 2], true);
+    loop {
+        match consumer.try_dequeue() {
+            Ok(t) => {
+                let p = (*t.id / 100) as usize;
+                assert_eq!(*t.id % 100, next[p], "FIFO per poster");
+                next[p] += 1;
+            }
+            Err(TryDequeueError::Closed) => break,
+            Err(_) => {
+                // Empty, perhaps with a poster mid-write: the resize waits
+                // for its publish before it moves the ring.
+                let _ = consumer.resize(if grow { 8 } else { 4 });
+                grow = !grow;
+                std::thread::yield_now();
+            }
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(next, [20, 20]);
+    assert_eq!(drops.load(SeqCst), 40);
+}
+
 #[test]
 fn upcalls_move_values_to_the_handler_and_teardown_returns_the_rest() {
     let drops = Arc::new(AtomicUsize::new(0));

@@ -30,6 +30,25 @@ fn resize_vs_post() {
 }
 
 #[test]
+fn resize_vs_post_batch() {
+    // One reservation of a batch holds two tickets, both written through
+    // the buffer pointer the post loaded once: a resize that begins
+    // meanwhile waits for both before it moves the ring and frees the old
+    // buffer.
+    model(|| {
+        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+        let c = thread::spawn(move || {
+            consumer.resize(4).unwrap();
+            drain_to_end(&mut consumer)
+        });
+        let mut batch = vec![1, 2];
+        assert_eq!(poster.post_batch(&mut batch), Ok(2));
+        drop(poster);
+        assert_eq!(c.join().unwrap(), [1, 2], "no loss, no duplicate, FIFO");
+    });
+}
+
+#[test]
 fn a_waiting_post_refused_by_a_resize_is_woken_when_it_ends() {
     // A post that waits for room meets a resize that shrinks the empty
     // ring (and so frees no slot): refused while RESIZING holds posters off,
