@@ -203,6 +203,42 @@ fn dropping_the_evd_drops_queued_values_exactly_once() {
     assert_eq!(drops.load(SeqCst), 9);
 }
 
+/// Post `t`, retrying while the ring is full.
+fn post_retrying(poster: &Poster<Tracked>, mut t: Tracked) {
+    loop {
+        match poster.post(t) {
+            Ok(()) => return,
+            Err(PostError::Full(back)) => t = back,
+            Err(PostError::Closed(_)) => panic!("closed early"),
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Take values (poster `p`'s ids are `p * 100 + i`, `i` in order) until
+/// the end of stream, checking FIFO per poster; `on_empty` runs at each
+/// empty poll. Returns how many each of two posters delivered.
+fn take_per_poster(
+    consumer: &mut Consumer<Tracked>,
+    mut on_empty: impl FnMut(&mut Consumer<Tracked>),
+) -> [u32; 2] {
+    let mut next = [0u32; 2];
+    loop {
+        match consumer.try_dequeue() {
+            Ok(t) => {
+                let p = (*t.id / 100) as usize;
+                assert_eq!(*t.id % 100, next[p], "FIFO per poster");
+                next[p] += 1;
+            }
+            Err(TryDequeueError::Closed) => return next,
+            Err(_) => {
+                on_empty(consumer);
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
 #[test]
 fn posters_on_threads_and_a_consumer_exchange_values() {
     let drops = Arc::new(AtomicUsize::new(0));
@@ -213,32 +249,13 @@ fn posters_on_threads_and_a_consumer_exchange_values() {
             let drops = drops.clone();
             std::thread::spawn(move || {
                 for i in 0..20 {
-                    let mut t = Tracked::new(p * 100 + i, &drops);
-                    loop {
-                        match poster.post(t) {
-                            Ok(()) => break,
-                            Err(PostError::Full(back)) => t = back,
-                            Err(PostError::Closed(_)) => panic!("closed early"),
-                        }
-                        std::thread::yield_now();
-                    }
+                    post_retrying(&poster, Tracked::new(p * 100 + i, &drops));
                 }
             })
         })
         .collect();
     drop(poster);
-    let mut next = [0u32; 2];
-    loop {
-        match consumer.try_dequeue() {
-            Ok(t) => {
-                let p = (*t.id / 100) as usize;
-                assert_eq!(*t.id % 100, next[p], "FIFO per poster");
-                next[p] += 1;
-            }
-            Err(TryDequeueError::Closed) => break,
-            Err(_) => std::thread::yield_now(),
-        }
-    }
+    let next = take_per_poster(&mut consumer, |_| {});
     for t in threads {
         t.join().unwrap();
     }
@@ -255,14 +272,6 @@ fn posters_on_threads_and_a_consumer_exchange_values() {
 fn resizes_among_posters_mid_write_move_every_value_once() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (poster, mut consumer) = evd::bounded::<Tracked>(4).unwrap();
-    let post_one = |poster: &Poster<Tracked>, mut t: Tracked| loop {
-        match poster.post(t) {
-            Ok(()) => break,
-            Err(PostError::Full(back)) => t = back,
-            Err(PostError::Closed(_)) => panic!("closed early"),
-        }
-        std::thread::yield_now();
-    };
     let threads: Vec<_> = (0..2u32)
         .map(|p| {
             let (poster, drops) = (poster.clone(), drops.clone());
@@ -270,8 +279,8 @@ fn resizes_among_posters_mid_write_move_every_value_once() {
                 for i in (0..20).step_by(2) {
                     let [a, b] = [i, i + 1].map(|i| Tracked::new(p * 100 + i, &drops));
                     if p == 0 {
-                        post_one(&poster, a);
-                        post_one(&poster, b);
+                        post_retrying(&poster, a);
+                        post_retrying(&poster, b);
                         continue;
                     }
                     let mut batch = vec![a, b];
@@ -285,24 +294,13 @@ fn resizes_among_posters_mid_write_move_every_value_once() {
         })
         .collect();
     drop(poster);
-    let (mut next, mut grow) = ([0u32; 2], true);
-    loop {
-        match consumer.try_dequeue() {
-            Ok(t) => {
-                let p = (*t.id / 100) as usize;
-                assert_eq!(*t.id % 100, next[p], "FIFO per poster");
-                next[p] += 1;
-            }
-            Err(TryDequeueError::Closed) => break,
-            Err(_) => {
-                // Empty, perhaps with a poster mid-write: the resize waits
-                // for its publish before it moves the ring.
-                let _ = consumer.resize(if grow { 8 } else { 4 });
-                grow = !grow;
-                std::thread::yield_now();
-            }
-        }
-    }
+    let mut grow = true;
+    let next = take_per_poster(&mut consumer, |consumer| {
+        // Empty, perhaps with a poster mid-write: the resize waits for its
+        // publish before it moves the ring.
+        let _ = consumer.resize(if grow { 8 } else { 4 });
+        grow = !grow;
+    });
     for t in threads {
         t.join().unwrap();
     }
