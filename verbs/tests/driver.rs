@@ -57,10 +57,31 @@ fn one_ring_serves_many_cqs_and_evds() {
     let stopped = running.shutdown().unwrap();
     assert_eq!(stopped.len(), 4);
     drop(stopped);
+    nothing_after(&mut c1);
+    nothing_after(&mut c2);
     for hca in &hcas {
         let s = hca.stats();
         assert_eq!(s.unacked_at_destroy, Some(0));
         assert_eq!(s.len, 0);
+    }
+}
+
+/// Wait (yielding, under the watchdog) until a poster of `consumer`'s EVD
+/// waits for room.
+fn until_room_wanted(consumer: &evd::Consumer<VerbsEvent>, what: &str) {
+    let start = std::time::Instant::now();
+    while !consumer.query().room_wanted {
+        assert!(start.elapsed() < WATCHDOG, "{what}");
+        std::thread::yield_now();
+    }
+}
+
+/// Once the feeds that posted into it are gone, the EVD holds nothing more
+/// than what was taken: no event came twice.
+fn nothing_after(consumer: &mut evd::Consumer<VerbsEvent>) {
+    match consumer.try_dequeue() {
+        Err(evd::TryDequeueError::Closed) => {}
+        other => panic!("after every event: {other:?}"),
     }
 }
 
@@ -182,12 +203,7 @@ fn full_evd_blocks_the_feed_until_room_and_loses_nothing() {
         hca.push(wc(i)).unwrap();
     }
     // Drain only once the feed waits for room (see the sixteen-feed test).
-    let mut idle = 0u64;
-    while !consumer.query().room_wanted {
-        std::thread::yield_now();
-        idle += 1;
-        assert!(idle < 100_000_000, "the feed never waited for room");
-    }
+    until_room_wanted(&consumer, "the feed never waited for room");
     let mut got = Vec::new();
     while got.len() < 500 {
         let evs = take(&mut consumer, 1);
@@ -237,12 +253,7 @@ fn sixteen_feeds_into_one_small_evd_never_over_commit_and_wake_only_on_room() {
     // Drain only once a feed waits for room: the EVD has filled, so the
     // room signal is certain to be used (a consumer draining from the start
     // may keep up with the driver and never let it fill).
-    let mut idle = 0u64;
-    while !consumer.query().room_wanted {
-        std::thread::yield_now();
-        idle += 1;
-        assert!(idle < 100_000_000, "no feed ever waited for room");
-    }
+    until_room_wanted(&consumer, "no feed ever waited for room");
     let mut next = vec![0u64; FEEDS as usize];
     let mut overflow_reports = 0;
     for ev in take_counting_overflow(
@@ -266,6 +277,7 @@ fn sixteen_feeds_into_one_small_evd_never_over_commit_and_wake_only_on_room() {
         assert_eq!(feed.stats().held, 0, "feed {:?} over-committed", feed.id());
         assert_eq!(feed.stats().polled, PER_CQ);
     }
+    nothing_after(&mut consumer);
     assert!(
         s.stats.room_wakes > 0,
         "the EVD never filled: {:?}",
@@ -285,13 +297,8 @@ fn a_blocked_feed_woken_for_room_passes_the_wake_on_when_it_posts_nothing() {
     let (cq, _hca) = SoftCq::new(16).unwrap();
     let (driver, _) = driver_serving(Feed::new(cq, CqId(0), poster.clone()), FeedMode::Event);
     let running = driver.spawn().unwrap();
-    let mut idle = 0;
-    while !consumer.query().room_wanted {
-        // The feed's first turn finds the EVD full and joins the queue.
-        std::thread::yield_now();
-        idle += 1;
-        assert!(idle < 100_000_000, "the feed never waited for room");
-    }
+    // The feed's first turn finds the EVD full and joins the queue.
+    until_room_wanted(&consumer, "the feed never waited for room");
     let (waker, rx) = telling_waker();
     let mut other = poster.room_waiter();
     assert!(

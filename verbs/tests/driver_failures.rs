@@ -342,8 +342,10 @@ fn a_verbs_call_that_keeps_failing_gives_the_feed_up_after_what_its_cq_holds() {
             assert_eq!(stats.feeds_given_up, 1, "{case}");
             let activity = driver.process(Some(Duration::ZERO)).unwrap();
             assert!(!activity.busy, "{case}: asleep, not retrying");
-            // Given up: served no more.
+            // Given up: served no more, even with its channel readable (its
+            // CQ is not armed, so the push alone raises no event).
             hca.push(wc(pushed + 1)).unwrap();
+            hca.inject_spurious_event();
             driver.process(Some(Duration::from_millis(10))).unwrap();
             assert!(consumer.is_empty(), "{case}: a given-up feed was served");
             assert_eq!(driver.stats().feed_failures, failures.len() as u64);
@@ -565,6 +567,10 @@ fn a_given_up_async_feed_tells_its_evd_last() {
         assert!(consumer.is_empty(), "{backend:?}: nothing after the last");
         let feed = driver.remove(key).unwrap();
         assert_eq!(feed.failure(), Some(libc::EBADF), "{backend:?}");
+        // Not taken by the given-up feed: still in the source.
+        use evd_verbs::AsyncEventSource;
+        let mut source = feed.into_source().0;
+        assert_eq!(source.next_event().unwrap(), Some(port_down), "{backend:?}");
     }
 }
 

@@ -187,7 +187,23 @@ fn a_handler_panicking_every_nth_event_leaves_every_feed_delivering_every_event_
     assert_eq!(stopped.len(), 3, "every feed is handed back");
     assert!(!handle.is_running());
     assert_eq!(handle.stats().handler_panics, panics_expected);
-    drop(up.teardown());
+    // The feeds gone (their posters with them), nothing came twice after
+    // the counts were met: not in the EVDs, not to the handler.
+    drop(stopped);
+    for c in [&mut c1, &mut c2] {
+        let after = c.try_dequeue();
+        assert!(
+            matches!(after, Err(evd::TryDequeueError::Closed)),
+            "{after:?}"
+        );
+    }
+    let mut rest = up.teardown();
+    assert_eq!(handled.try_recv().ok(), None, "no event handled twice");
+    let after = rest.try_dequeue();
+    assert!(
+        matches!(after, Err(evd::TryDequeueError::Closed)),
+        "{after:?}"
+    );
 }
 
 #[test]

@@ -426,13 +426,13 @@ fn events_for_other_cqs_raised_during_every_poll_reach_the_evd_through_the_drive
         let next = hcas[to].clone();
         hcas[from].during_next_poll(move || next.push(wc(round << 1 | 1)).unwrap());
         hcas[from].push(wc(round << 1)).unwrap();
-        let mut got = 0;
+        let mut got = Vec::new();
         let mut watchdog = Watchdog::new(WATCHDOG);
-        while got < 2 {
+        while got.len() < 2 {
             match consumer.try_dequeue() {
                 Ok(VerbsEvent::Completion { wc, .. }) => {
                     assert_eq!(wc.wr_id >> 1, round);
-                    got += 1;
+                    got.push(wc.wr_id);
                     watchdog.progress();
                 }
                 Ok(other) => panic!("{other:?}"),
@@ -442,12 +442,20 @@ fn events_for_other_cqs_raised_during_every_poll_reach_the_evd_through_the_drive
                 }
             }
         }
-        total += got;
+        // Each of the round's two, once (their CQs differ: either order).
+        got.sort_unstable();
+        assert_eq!(got, [round << 1, round << 1 | 1], "round {round}");
+        total += got.len();
     }
     assert_eq!(total, 400);
     let mut stopped = running.shutdown().unwrap();
     let feed = stopped.take(key).unwrap();
     drop(feed);
+    let after = consumer.try_dequeue();
+    assert!(
+        matches!(after, Err(TryDequeueError::Closed)),
+        "after the last round: {after:?}"
+    );
     for hca in &hcas {
         assert_eq!(hca.stats().unacked_at_destroy, Some(0));
     }

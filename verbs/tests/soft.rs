@@ -221,18 +221,22 @@ fn an_overrun_loses_only_the_completion_that_did_not_fit() {
     assert_eq!(device_events.next_event().unwrap(), None);
 }
 
-/// On a shared channel too, an overrun raises no channel event: the
-/// channel's queue stays empty (it used to name the CQ, to wake a consumer
-/// whose next poll would fail).
+/// On a shared channel too, an overrun raises no channel event, armed or
+/// not: the channel's queue stays empty and the arm stays pending (the
+/// lost completion is the device's to report).
 #[test]
 fn an_overrun_raises_nothing_on_a_shared_channel() {
     use evd_verbs::soft::PushError;
     let channel = SoftChannel::new().unwrap();
     let (mut cq, hca) = channel.create_cq(1).unwrap();
     hca.push(WorkCompletion::new(0)).unwrap();
+    // Armed: a completion added now would raise an event; the one lost to
+    // the overrun raises none.
+    cq.req_notify(false).unwrap();
     assert_eq!(hca.push(WorkCompletion::new(1)), Err(PushError::Overrun));
     let s = channel.stats();
     assert_eq!((s.queued, s.raised), (0, 0), "{s:?}");
+    assert!(hca.stats().armed, "the arm is still pending");
     let mut out = [WorkCompletion::default(); 2];
     assert_eq!(cq.poll(&mut out), Ok(1));
     assert_eq!(out[0].wr_id, 0);

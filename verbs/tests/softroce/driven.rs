@@ -113,8 +113,10 @@ pub(crate) fn event_driven_io_uring(pd: &Arc<ProtectionDomain>) -> Res {
     drop(feeds);
     drop(stopped);
     drop(p);
+    // The last round's sends may complete after the last pong was taken
+    // (up to two not seen); more than one per send is a duplicate.
     ensure!(
-        sends == 2 * ROUNDS - 1 || sends >= 2 * ROUNDS - 2,
+        (2 * ROUNDS - 2..=2 * ROUNDS).contains(&sends),
         "{sends} send completions"
     );
     Ok(())
