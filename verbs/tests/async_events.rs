@@ -145,9 +145,7 @@ fn a_cq_overrun_reaches_the_evd_with_no_async_feed_registered() {
 
 /// The shutdown hands back the feeds registered with keys, and only them:
 /// a device feed the driver added itself is dropped there, which gives the
-/// device's events back at once (a new driver, or `take_events`, gets
-/// them). (Before, it was handed out too, under a name no key has, and held
-/// the device's events until the `Shutdown` was dropped.)
+/// device's events back at once (a new driver, or `take_events`, gets them).
 #[test]
 fn the_shutdown_holds_only_keyed_feeds_and_gives_a_devices_events_back() {
     let (poster, _consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
@@ -284,8 +282,7 @@ fn a_handler_panic_in_a_post_that_found_the_room_taken_costs_no_event() {
 /// A full EVD under an idle upcall policy is drained only by the upcall a
 /// post starts. The async feed runs that upcall before it takes an event
 /// out of the device, so a handler that panics there costs no event: the
-/// next call delivers it. (Before, the feed took the event first, and the
-/// post that ran the panicking upcall dropped it.)
+/// next call delivers it.
 #[test]
 fn a_handler_panic_on_a_full_evd_costs_the_async_feed_no_event() {
     common::panics::quiet_provoked_panics();
@@ -311,7 +308,7 @@ fn a_handler_panic_on_a_full_evd_costs_the_async_feed_no_event() {
 /// A post whose upcall handler panics leaves the events behind the one it
 /// panicked on queued with no upcall running (here the feed's own event),
 /// and a quiet device posts nothing that would start one: the feed's next
-/// call starts it again. (The event waited for the next device event.)
+/// call starts it again.
 #[test]
 fn the_next_call_restarts_the_upcall_an_async_feeds_panicking_post_left() {
     common::panics::quiet_provoked_panics();
@@ -349,9 +346,7 @@ fn drive_to_async_event(
 /// brought it: removing that feed stops it (its EVD hears nothing of the
 /// device after the removal) and offers the device's events to the feeds
 /// left, so a feed on the same device registered while they were taken
-/// now gets them in its own EVD; the driver keeps no feed nobody can
-/// remove. (Before, they went on into the removed feed's EVD until the
-/// shutdown, and the feed left heard nothing of its device.)
+/// gets them in its own EVD; the driver keeps no feed nobody can remove.
 #[test]
 fn a_device_feed_goes_with_the_feed_that_brought_it_and_its_events_to_a_feed_left() {
     let device = SoftDevice::unheard().unwrap();
@@ -398,7 +393,7 @@ fn feed_on(
 
 /// The device's events a removed feed's device feed gave back are offered
 /// to a feed left that still serves an open EVD: not to one whose consumer
-/// is gone, where they would stop. (The first feed left took them.)
+/// is gone, where they would stop.
 #[test]
 fn a_device_feeds_events_are_offered_past_a_feed_whose_evd_is_closed() {
     let device = SoftDevice::unheard().unwrap();
@@ -417,7 +412,7 @@ fn a_device_feeds_events_are_offered_past_a_feed_whose_evd_is_closed() {
 /// A device feed whose EVD closes (its consumer dropped) while the feed
 /// that brought it stays registered takes nothing more from the device: it
 /// is dropped, and the device's events go on to a feed left that serves an
-/// open EVD. (Before, they stayed in the device until that feed's removal.)
+/// open EVD.
 #[test]
 fn a_device_feeds_events_go_on_to_a_feed_left_when_its_evd_closes() {
     let device = SoftDevice::unheard().unwrap();
@@ -471,7 +466,7 @@ impl evd_verbs::AsyncEventSource for PanickingFd {
 /// The offer of a removed feed's device events runs the code of the feeds
 /// left (their CQ's `device_events`, the offered source's `fd`): a panic
 /// there is caught and reported by the next `process`, as a turn's, and the
-/// removal returns the feed. (The `fd`'s panic came out of `remove`.)
+/// removal returns the feed.
 #[test]
 fn a_panic_in_the_offer_of_a_device_feeds_events_is_a_turns() {
     common::panics::quiet_provoked_panics();
@@ -587,9 +582,7 @@ fn a_source_failed_event_whose_conversion_always_panics_is_lost_after_a_second_t
 
 /// The owed event lost after its tries is counted, and the feed reports
 /// `Failed`, even when the EVD closed or filled after the second try:
-/// there is nothing left to post, so no room is waited for. (Before, the
-/// feed reported `Closed` or `Backpressure` for ever, waiting for room for
-/// an event that no longer existed, and never counted it.)
+/// there is nothing left to post, so no room is waited for.
 #[test]
 fn a_source_failed_event_lost_after_its_tries_is_counted_with_the_evd_closed_or_full() {
     common::panics::quiet_provoked_panics();
@@ -656,8 +649,7 @@ fn a_source_failure_of_errno_zero_reads_as_eio() {
 /// cancel (awake, blocked on a full EVD, on epoll): the device's events are
 /// given back, and no poster of the EVD is left in the driver, so the
 /// EVD's consumer sees its end once the caller drops the feed and its own
-/// posters. (Before, the device feed lingered until the next `process`:
-/// the EVD stayed open, and the device's events taken.)
+/// posters.
 #[test]
 fn removing_a_feed_waits_for_the_device_feed_it_brought() {
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(1).unwrap();

@@ -402,8 +402,7 @@ fn spawned_and_held(backend: evd_verbs::DriverBackend) -> Held {
 /// A `DriverHandle::remove` whose feed's poll is being cancelled when the stop
 /// is seen: the shutdown waits for that removal too, and ends; the remover
 /// gets its feed, and every other feed is in the `Shutdown`. (On io_uring the
-/// cancellation's completion comes in a later turn than the removal: a
-/// shutdown that counted that feed among its own removals waited for ever.)
+/// cancellation's completion comes in a later turn than the removal.)
 #[test]
 fn a_shutdown_while_a_handle_removes_a_feed_ends_and_hands_every_feed_back_once() {
     for backend in BACKENDS {
@@ -688,8 +687,7 @@ fn a_refused_feed_whose_drop_panics_reaches_the_caller_that_dropped_its_driver()
 
 /// A key names its feed in the driver that made it only. Every driver's
 /// first feed sits in slot 0, generation 1: another driver's key must
-/// remove nothing (it used to hand back that driver's own feed, or, for a
-/// key of another feed type, panic in the caller after removing it).
+/// remove nothing there, whatever its feed type.
 #[test]
 fn a_key_of_another_driver_removes_nothing_there() {
     let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
@@ -799,7 +797,7 @@ fn feed_whose_device_feed_calls_the_handle_when_dropped(
 }
 
 /// The handle call user code made on the driver's thread answered (within
-/// the watchdog: before, it waited for ever) with `OnDriverThread`.
+/// the watchdog) with `OnDriverThread`.
 fn assert_refused_on_the_driver_thread(answered: &mpsc::Receiver<Result<(), DriverError>>) {
     let r = answered
         .recv_timeout(WATCHDOG)
@@ -809,8 +807,7 @@ fn assert_refused_on_the_driver_thread(answered: &mpsc::Receiver<Result<(), Driv
 
 /// A spawned driver's thread runs user code after its last turn too (the
 /// device feeds it added are dropped there at a shutdown): a handle call
-/// from it is refused as on the driver's thread, where it waited for an
-/// answer only that thread could give, and the shutdown never ended.
+/// from it is refused as on the driver's thread, and the shutdown ends.
 #[test]
 fn a_handle_call_from_a_device_feed_dropped_at_shutdown_is_refused_not_hung() {
     let handle = std::sync::Arc::new(std::sync::Mutex::new(None));
@@ -828,7 +825,7 @@ fn a_handle_call_from_a_device_feed_dropped_at_shutdown_is_refused_not_hung() {
 
 /// The same on a driver run from the caller's loop: `Driver::remove` lets
 /// go of the removed feed's device feed on the caller's thread, whose
-/// handle call waited for a `process` that thread would never make.
+/// handle call is refused.
 #[test]
 fn a_handle_call_from_a_device_feed_dropped_by_remove_is_refused_not_hung() {
     let handle = std::sync::Arc::new(std::sync::Mutex::new(None));

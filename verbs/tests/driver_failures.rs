@@ -462,8 +462,7 @@ fn a_feed_whose_fd_cannot_be_polled_is_given_up_and_the_others_are_served_on() {
 
 /// On its own thread, the driver does what `process` does for its caller:
 /// a feed's failing verbs calls end neither the thread nor the service of
-/// the feed beside it. (The thread used to end on the first failure,
-/// dropping every feed: their consumers waited for ever.)
+/// the feed beside it.
 #[test]
 fn a_spawned_driver_serves_on_when_one_feeds_verbs_calls_fail() {
     let (poster_a, mut consumer_a) = evd::bounded::<VerbsEvent>(64).unwrap();
@@ -535,7 +534,7 @@ fn a_feed_failure(e: &DriverError) -> bool {
 /// A device's async events whose fd cannot be polled are given up as a
 /// CQ feed whose channel fails: the events the source still has are
 /// delivered, then a `SourceFailed` event, the last; the feed's `failure`
-/// says why. (Its EVD used to hear nothing: the feed stopped in silence.)
+/// says why.
 #[test]
 fn a_given_up_async_feed_tells_its_evd_last() {
     for backend in BACKENDS {
@@ -620,8 +619,7 @@ impl<S: CmEventSource> CmEventSource for FailsOnce<S> {
 
 /// A CM feed's channel whose read fails once is read again, not failed:
 /// the driver delivers every event, no `SourceFailed`, and serves the feed
-/// on. (Before, the one error ended the feed: a server stopped hearing of
-/// connections for one `ENOMEM`.)
+/// on.
 #[test]
 fn a_cm_feed_whose_read_fails_once_serves_on() {
     for backend in BACKENDS {

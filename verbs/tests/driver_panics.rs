@@ -496,8 +496,8 @@ fn a_pollers_stop_with_an_untaken_panic_never_panics_even_when_feeds_it_drops_pa
 
 /// A handler that panics on an event of a batch leaves the rest of the
 /// batch queued with no upcall running, and a quiet CQ posts nothing that
-/// would start one: the feed's next call starts it again (the rest waited
-/// for a later completion before). On a poller, then a spawned driver.
+/// would start one: the feed's next call starts it again. On a poller, then
+/// a spawned driver.
 #[test]
 fn the_rest_of_a_batch_whose_handler_panicked_is_delivered_without_a_later_completion() {
     for poller in [true, false] {

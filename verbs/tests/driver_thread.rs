@@ -188,8 +188,7 @@ fn handle_calls_from_an_upcall_on_the_driver_thread_are_refused_not_deadlocked()
 /// Drivers nest: an upcall of a spawned driver A's feed runs a driver B of
 /// its own, and an upcall of B's feed (still on A's thread, inside A's
 /// turn) calls A's handle. Refused as on A's thread, not queued for the
-/// thread that is waiting for the answer (which never came: A's thread,
-/// and with it A's shutdown, waited for ever).
+/// thread that is waiting for the answer.
 #[test]
 fn a_handle_call_from_a_nested_drivers_upcall_is_refused_not_deadlocked() {
     let mut b = Driver::new(DriverConfig::default()).unwrap();
@@ -248,8 +247,7 @@ fn a_handle_call_from_a_nested_drivers_upcall_is_refused_not_deadlocked() {
 
 /// A poller stopped, or dropped, from an upcall on its own thread: `stop`
 /// is refused and the drop does not wait, and the poller ends once the
-/// upcall returns (joining itself, std panicked in the upcall: "deadlock
-/// avoided", and the poller's feeds and kept panic were lost).
+/// upcall returns, without joining itself.
 #[test]
 fn a_poller_stopped_or_dropped_from_its_own_upcall_does_not_join_itself() {
     for stop in [true, false] {

@@ -749,7 +749,7 @@ room_and_progress!(
 /// one it panicked on stay queued with no upcall running, and a quiet
 /// source posts nothing that would start one: the feed's next call starts
 /// it again. For a CQ's feed, a shared channel's feed and a device's async
-/// feed. (They waited for the next post.)
+/// feed.
 #[test]
 fn a_room_check_whose_draining_upcall_panicked_is_taken_up_by_the_next_call() {
     fn check(kind: &str, make: impl FnOnce(evd::Poster<VerbsEvent>) -> Box<dyn RoomAndProgress>) {
@@ -836,7 +836,6 @@ fn a_feed_holding_events_that_panic_on_drop_is_dropped_with_one_panic() {
 /// A post whose upcall handler panicked leaves its feed owing a restart of
 /// that upcall; a room check in between (which finds room and runs no
 /// upcall) keeps it owed: the next call (or the check itself) restarts it.
-/// (The check cleared the mark, and the rest waited for a later post.)
 #[test]
 fn a_room_check_keeps_the_restart_a_panicked_post_owes() {
     fn check(
@@ -886,7 +885,7 @@ fn a_room_check_keeps_the_restart_a_panicked_post_owes() {
 /// A shared channel's CQ whose call unwound (its post's upcall handler
 /// panicked) stays due for service: the channel feed's next
 /// `arm_and_drain` serves it and restarts the upcall, though it was clean
-/// (armed and drained) before. (It was skipped, the rest left queued.)
+/// (armed and drained) before.
 #[test]
 fn a_channel_member_whose_call_unwound_is_served_by_the_next_arm_and_drain() {
     let (poster, _up, handled) = evd_under_a_handler_that_panics_once(8, 1);
@@ -919,8 +918,7 @@ impl From<VerbsEvent> for Picky {
 
 /// A feed taken apart after a `From` panicked hands back what it polled
 /// and converted: a `From` that panics again there loses only the one it
-/// panicked on, as in `progress`. (Its panic came out of `into_parts`, and
-/// the feed's drop took the events converted before with it.)
+/// panicked on, as in `progress`.
 #[test]
 fn into_parts_after_a_from_panic_hands_back_every_event_but_the_ones_that_panicked() {
     common::panics::quiet_provoked_panics();
@@ -1029,8 +1027,7 @@ impl From<VerbsEvent> for NoAsyncEvents {
 
 /// A failed CQ's `CqError` whose `From` panics on every try is built once
 /// more after the first panic, then lost (counted in `from_panics`): the
-/// feed reports `Failed` instead of panicking on every call for ever (which
-/// kept its driver turning on it, one panic a turn).
+/// feed reports `Failed` instead of panicking on every call for ever.
 #[test]
 fn a_cq_error_whose_conversion_always_panics_is_lost_after_a_second_try() {
     common::panics::quiet_provoked_panics();
@@ -1054,8 +1051,7 @@ fn a_cq_error_whose_conversion_always_panics_is_lost_after_a_second_try() {
 }
 
 /// Completions converted after a `From` panic and refused by a full EVD
-/// are counted as held: offered for the first time, where they counted as
-/// refused before and so never counted.
+/// are counted as held: they are offered for the first time.
 #[test]
 fn completions_refused_after_a_from_panic_are_counted_as_held() {
     common::panics::quiet_provoked_panics();

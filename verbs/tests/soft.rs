@@ -116,7 +116,6 @@ fn a_closure_set_after_the_cq_was_dropped_is_dropped_at_once() {
 /// A `during_next_poll` closure that panics leaves the CQ as it was: the
 /// poll it ran in puts back what it took, and the next poll has every
 /// completion, in order, followed by what the closure completed first.
-/// (The poll took them and never returned them.)
 #[test]
 fn a_poll_whose_closure_panics_takes_no_completion() {
     let (mut cq, hca) = SoftCq::new(8).unwrap();

@@ -67,9 +67,9 @@ pub(crate) fn explicit_teardown(_shared: &Arc<ProtectionDomain>) -> Res {
 
 /// A CQ on a shared completion channel whose event was got through the
 /// channel and not acknowledged: its close acknowledges it (the channel
-/// counts what it got for each CQ), where `ibv_destroy_cq` waited for it
+/// counts what it got for each CQ), which `ibv_destroy_cq` would wait for
 /// for ever; an `ack_unknown` of that event after the close is skipped (it
-/// acknowledged a freed CQ), and a CQ made next on the channel (at the
+/// would acknowledge a freed CQ), and a CQ made next on the channel (at the
 /// same address, maybe) closes as cleanly. The closes run on a thread of
 /// their own, so that a hang fails this case instead of the run.
 pub(crate) fn a_shared_channel_cq_acks_a_dropped_event_at_close(

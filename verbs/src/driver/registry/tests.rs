@@ -106,9 +106,7 @@ fn still_served(
 
 /// A removal whose cancellation the backend refuses begins nothing: the
 /// caller gets the error, the feed stays registered and served, and a
-/// later removal takes it. (Before, the slot was left "removing": not
-/// served, refused by a second `remove` as `NoSuchFeed`, and waited for
-/// by a shutdown until its CQ fired.)
+/// later removal takes it.
 #[test]
 fn a_removal_whose_cancellation_is_refused_leaves_the_feed_served() {
     let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
@@ -119,9 +117,9 @@ fn a_removal_whose_cancellation_is_refused_leaves_the_feed_served() {
     assert_eq!(driver.remove(key).unwrap().id(), CqId(0));
 }
 
-/// The same through a handle: its remover is answered with the error
-/// (it waited for an answer before), the driver serves on (its caller is
-/// not failed by another thread's removal), and so does the feed.
+/// The same through a handle: its remover is answered with the error, the
+/// driver serves on (its caller is not failed by another thread's removal),
+/// and so does the feed.
 #[test]
 fn a_handles_removal_whose_cancellation_is_refused_is_answered() {
     let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
@@ -143,9 +141,7 @@ fn a_handles_removal_whose_cancellation_is_refused_is_answered() {
 }
 
 /// A refused removal is one command's answer: the commands that came
-/// with it in the same batch are applied and answered as well (they
-/// were dropped, their callers told `Stopped` and their feeds
-/// destroyed, while the driver served on).
+/// with it in the same batch are applied and answered as well.
 #[test]
 fn a_refused_removal_leaves_the_rest_of_its_batch_applied() {
     let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
@@ -174,8 +170,7 @@ fn a_refused_removal_leaves_the_rest_of_its_batch_applied() {
 }
 
 /// On a spawned driver a refused removal answers its remover and ends
-/// nothing else: the thread serves on (it returned the error and
-/// dropped every feed), and its shutdown hands the feed back.
+/// nothing else: the thread serves on, and its shutdown hands the feed back.
 #[test]
 fn a_spawned_driver_serves_on_after_a_refused_removal() {
     let (mut driver, key, hca, mut consumer) = asleep_with_one_feed();
@@ -200,8 +195,7 @@ fn a_spawned_driver_serves_on_after_a_refused_removal() {
 }
 
 /// A shutdown whose cancellations the backend refuses hands the feed back
-/// (its poll ends with the backend, which goes with the driver), where it
-/// failed and dropped every feed.
+/// (its poll ends with the backend, which goes with the driver).
 #[test]
 fn a_shutdown_whose_cancellations_are_refused_hands_the_feeds_back() {
     let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
@@ -213,8 +207,7 @@ fn a_shutdown_whose_cancellations_are_refused_hands_the_feeds_back() {
 }
 
 /// A shutdown whose wait for the cancellations fails (the backend, after
-/// they were asked) hands the feed back too, where it failed and dropped
-/// every feed.
+/// they were asked) hands the feed back too.
 #[test]
 fn a_shutdown_whose_wait_fails_hands_the_feeds_back() {
     let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
@@ -226,8 +219,7 @@ fn a_shutdown_whose_wait_fails_hands_the_feeds_back() {
 }
 
 /// A removal whose wait fails (the backend, after the cancellation was
-/// asked) is under way: `remove` again with the key finishes it, where
-/// it used to answer `NoSuchFeed` and leave the feed to the shutdown.
+/// asked) is under way: `remove` again with the key finishes it.
 #[test]
 fn a_removal_whose_wait_failed_is_finished_by_the_next() {
     let (mut driver, key, _hca, _consumer) = asleep_with_one_feed();
@@ -339,8 +331,7 @@ fn a_feed_registered_while_it_waits_for_room_does_not_keep_that_place() {
 
 /// A spawned driver whose thread fails (the backend refuses a feed's fd
 /// poll) after it caught a handler's panic nobody took: the shutdown
-/// reports that panic (the first failure), where it returned the thread's
-/// error and dropped the panic unreported.
+/// reports that panic (the first failure).
 #[test]
 fn a_shutdown_reports_a_panic_caught_before_the_thread_failed() {
     let (poster, consumer) = evd::bounded::<VerbsEvent>(8).unwrap();
@@ -413,9 +404,7 @@ fn fd_readable(driver: &Driver) -> bool {
 /// The backend refusing one feed's fd poll (out of memory, as epoll's
 /// watch limit would) fails the call only once every feed had its turn,
 /// and leaves the driver's fd readable: the feed after it in the turn still
-/// gets the completion whose readiness the call reaped, where the call
-/// returned at the refusal (that readiness unserved, the fd quiet, and the
-/// next turn failing first at the same feed).
+/// gets the completion whose readiness the call reaped.
 #[test]
 fn a_backend_refusing_one_feeds_poll_fails_the_call_after_every_feeds_turn() {
     let config = DriverConfig::default().with_backend(DriverBackend::Epoll);
@@ -443,8 +432,7 @@ fn a_backend_refusing_one_feeds_poll_fails_the_call_after_every_feeds_turn() {
 /// fd poll refused, as epoll's watch limit would) leaves the driver's fd
 /// readable, as a failed `process` does: that feed sleeps with no poll in
 /// the kernel, and a loop that waits on the fd must call `process` again
-/// for it to be asked afresh. (Before, the fd stayed quiet: the feed's
-/// next completion waited for some other wake.)
+/// for it to be asked afresh.
 #[test]
 fn a_removal_whose_wait_the_backend_fails_leaves_the_drivers_fd_readable() {
     let config = DriverConfig::default()

@@ -167,7 +167,6 @@ fn probe_cut_short_by(poll: Option<Progress>) {
 /// driver's turn began: beside feeds whose turns take longer than its
 /// window (here the turn's reading is 20 s stale the first time, fresh the
 /// next), a spin whose last poll found completions a moment ago goes on.
-/// (Timed by the turns' readings, it armed: 20 s since the find.)
 #[test]
 fn a_spin_is_timed_by_its_polls_not_by_the_turns_start() {
     let window = Duration::from_secs(10);

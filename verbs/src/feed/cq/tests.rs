@@ -78,8 +78,7 @@ impl From<VerbsEvent> for PanicsOnOne {
 
 /// A `From` that panics on one completion of a poll loses that one only:
 /// the next call converts and posts the rest of the poll, in order, and
-/// counts the loss. (Before, the completions after it in the poll were
-/// lost with it: out of the CQ, never converted.)
+/// counts the loss.
 #[test]
 fn a_panicking_from_loses_only_the_completion_it_panicked_on() {
     let (poster, mut consumer) = evd::bounded::<PanicsOnOne>(16).unwrap();

@@ -56,8 +56,7 @@ fn device_feed_owed_its_cancellation(
 /// refuses is stopped all the same (nothing of the device reaches the
 /// removed feed's EVD), and dropped once the cancellation, asked for again
 /// every turn, goes through: the device's events are then nobody's, free
-/// for the next registration. (It was served on into the removed feed's EVD
-/// until the shutdown.)
+/// for the next registration.
 #[test]
 fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
     use crate::soft::SoftDevice;
@@ -78,8 +77,7 @@ fn a_device_feed_whose_cancellation_is_refused_is_stopped_and_dropped_later() {
 }
 
 /// A shutdown while a device feed's cancellation is owed and refused for
-/// good ends: the device feed is dropped (its poll ends with the backend),
-/// where the shutdown waited for ever for the cancellation.
+/// good ends: the device feed is dropped (its poll ends with the backend).
 #[test]
 fn a_shutdown_with_a_cancellation_refused_for_good_ends() {
     let device = crate::soft::SoftDevice::unheard().unwrap();
@@ -144,8 +142,7 @@ impl Drop for PanicsOnDrop {
 /// A device feed being dropped as its parent's removal asked (its
 /// cancellation refused for good, so it is dropped at the shutdown) whose
 /// drop panics costs no keyed feed: the panic is counted and swallowed, as
-/// for the device feeds the shutdown drops itself. (Before, it was kept,
-/// and the shutdown dropped every keyed feed to report it.)
+/// for the device feeds the shutdown drops itself.
 #[test]
 fn a_device_feed_whose_drop_panics_at_the_shutdown_costs_no_keyed_feed() {
     let mut driver = Driver::new(DriverConfig::default()).unwrap();
@@ -170,8 +167,7 @@ fn a_device_feed_whose_drop_panics_at_the_shutdown_costs_no_keyed_feed() {
 /// A removal whose wait fails while the device feed it stopped still waits
 /// for its poll's end is finished by the retry the docs ask for, which
 /// waits for that device feed too: when it returns, the device feed is
-/// dropped and the device's events given back. (The retry used to find no
-/// device feed to wait for, its parent's slot being gone.)
+/// dropped and the device's events given back.
 #[test]
 fn a_retried_removal_waits_for_the_device_feed_it_stopped() {
     let config = DriverConfig::default().with_backend(DriverBackend::Epoll);
