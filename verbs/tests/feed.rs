@@ -659,7 +659,13 @@ fn a_cq_error_whose_conversion_panics_is_converted_again_not_lost() {
             panicked.is_err(),
             "{failure}: the conversion's panic reaches the caller"
         );
+        if once {
+            // A poll now would succeed and take it.
+            hca.push(wc(5)).unwrap();
+        }
         assert_eq!(feed.progress(16).status, FeedStatus::Failed, "{failure}");
+        let left = if once { 1 } else { 2 };
+        assert_eq!(hca.stats().len, left, "{failure}: not polled again");
         assert_eq!(
             feed.failure(),
             Some(PollError::Failed(libc::EIO)),
