@@ -342,12 +342,14 @@ fn posters_that_reserve_send_and_drop_at_random_deliver_every_sent_event_once() 
     drop(poster);
     let mut got = 0;
     while got < POSTERS * per {
-        match consumer.dequeue() {
+        // Under the stall limit: a permit whose drop kept its slot would
+        // strand every poster and this wait (a failure, not a hang).
+        match consumer.dequeue_timeout(common::STALL_LIMIT) {
             Ok(ev) => {
                 ledger.record(ev);
                 got += 1;
             }
-            Err(e) => panic!("{e:?} before every event came"),
+            Err(e) => panic!("{e:?} after {got} of {} events", POSTERS * per),
         }
     }
     for h in handles {
