@@ -281,6 +281,8 @@ struct Api {
     handler_panics: bool,
     seen: Arc<Mutex<Seen>>,
     delivered: Vec<u64>,
+    /// The loss counts the handler must have been handed, in order.
+    reported: Vec<u64>,
     /// The `more` each handler call must see, in order.
     more: Vec<bool>,
     upcalls: u64,
@@ -339,6 +341,7 @@ impl Api {
                     // start an instance of its own.
                     self.room.wake_all();
                 }
+                self.reported.push(self.m.overflow);
                 self.m.overflow = 0;
                 self.m.last_was_report = true;
                 self.upcalls += 1;
@@ -374,6 +377,10 @@ impl Api {
     fn check_seen(&self) {
         let seen = self.seen.lock().unwrap();
         assert_eq!(seen.events, self.delivered, "handler saw other events");
+        assert_eq!(
+            seen.overflows, self.reported,
+            "handler saw other loss counts"
+        );
         assert_eq!(seen.more, self.more, "the handler's `more`");
     }
 
@@ -438,6 +445,7 @@ pub fn run(input: &Input) {
         handler_panics: false,
         seen: Arc::new(Mutex::new(Seen::default())),
         delivered: Vec::new(),
+        reported: Vec::new(),
         more: Vec::new(),
         upcalls: 0,
         wakes: 0,
@@ -1326,6 +1334,26 @@ mod tests {
                 ApiOp::SetPolicy {
                     policy: 1,
                     invoke: false,
+                },
+                ApiOp::Query,
+            ],
+        });
+    }
+
+    /// The handler is handed each loss report with its count (two lost
+    /// here), as the consumer's dequeue would be.
+    #[test]
+    fn a_handler_is_handed_each_loss_with_its_count() {
+        run(&Input {
+            cap: 1,
+            ops: vec![
+                ApiOp::Post { poster: 0 },
+                ApiOp::PostLossy { poster: 0 },
+                ApiOp::PostLossy { poster: 0 },
+                ApiOp::IntoUpcalls {
+                    policy: 1,
+                    invoke: true,
+                    panics: false,
                 },
                 ApiOp::Query,
             ],
