@@ -190,7 +190,7 @@ impl Driver {
             self.drop_device_feed(id, feed);
         }
         Ok(Shutdown {
-            feeds,
+            feeds: HandedBack(feeds),
             driver: self.shared.serial,
             cpu_time: crate::cpu_time::thread_cpu_time(),
             stats: self.stats,
@@ -405,7 +405,7 @@ impl Drop for RunningDriver {
             self.handle.shared.request_stop();
         } else if let Some(Ok(mut stopped)) = self.stop_and_join() {
             // A feed's panic on drop reaches this caller; one at a time.
-            drop_each_then_raise(std::mem::take(&mut stopped.feeds));
+            drop_each_then_raise(std::mem::take(&mut stopped.feeds.0));
         }
     }
 }
@@ -438,7 +438,7 @@ impl fmt::Debug for RunningDriver {
 /// assert!(s.is_empty());
 /// ```
 pub struct Shutdown {
-    pub(crate) feeds: Vec<(FeedId, Box<dyn Any + Send>)>,
+    pub(crate) feeds: HandedBack,
     /// The serial number of the driver that was shut down.
     pub(crate) driver: u64,
     /// CPU time of the driver thread.
@@ -455,17 +455,22 @@ pub struct Shutdown {
 
 impl DropEach for Shutdown {
     fn drop_each(mut self) {
-        drop_each_caught(std::mem::take(&mut self.feeds));
+        drop_each_caught(std::mem::take(&mut self.feeds.0));
     }
 }
 
-/// The feeds not taken go one at a time, each under its own catch (a second
-/// panic while a first unwinds would abort the process); the first panic of
-/// their drops reaches the dropper once every feed is gone (during an
-/// unwinding, swallowed).
-impl Drop for Shutdown {
+/// The feeds a [`Shutdown`] holds. Those not taken go one at a time, each
+/// under its own catch (a second panic while a first unwinds would abort
+/// the process); the first panic of their drops reaches the dropper once
+/// every feed is gone (during an unwinding, swallowed). Its own type, not a
+/// `Drop` of `Shutdown`, so that the caller can still move the `Shutdown`'s
+/// public fields out.
+#[derive(Default)]
+pub(crate) struct HandedBack(pub(crate) Vec<(FeedId, Box<dyn Any + Send>)>);
+
+impl Drop for HandedBack {
     fn drop(&mut self) {
-        let feeds = std::mem::take(&mut self.feeds);
+        let feeds = std::mem::take(&mut self.0);
         if std::thread::panicking() {
             drop_each_caught(feeds);
         } else {
@@ -491,8 +496,8 @@ impl Shutdown {
         if !key.is_of(self.driver) {
             return None;
         }
-        let i = self.feeds.iter().position(|(id, _)| *id == key.id())?;
-        Some(downcast(self.feeds.swap_remove(i).1))
+        let i = self.feeds.0.iter().position(|(id, _)| *id == key.id())?;
+        Some(downcast(self.feeds.0.swap_remove(i).1))
     }
 
     /// Feeds not taken yet.
@@ -507,7 +512,7 @@ impl Shutdown {
     /// assert_eq!(driver.spawn().unwrap().shutdown().unwrap().len(), 3);
     /// ```
     pub fn len(&self) -> usize {
-        self.feeds.len()
+        self.feeds.0.len()
     }
 
     /// Every feed was taken (or none was registered).
@@ -523,7 +528,7 @@ impl Shutdown {
     /// assert!(stopped.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.feeds.is_empty()
+        self.feeds.0.is_empty()
     }
 
     /// The names of the feeds not taken yet.
@@ -539,7 +544,7 @@ impl Shutdown {
     /// assert_eq!(stopped.ids().collect::<Vec<_>>(), [b.id()]);
     /// ```
     pub fn ids(&self) -> impl Iterator<Item = FeedId> + '_ {
-        self.feeds.iter().map(|(id, _)| *id)
+        self.feeds.0.iter().map(|(id, _)| *id)
     }
 }
 
@@ -548,7 +553,7 @@ impl fmt::Debug for Shutdown {
         f.debug_struct("Shutdown")
             .field(
                 "feeds",
-                &self.feeds.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+                &self.feeds.0.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
             )
             .field("cpu_time", &self.cpu_time)
             .field("stats", &self.stats)
