@@ -5,8 +5,8 @@
 mod common;
 
 use common::driver::{
-    BACKENDS, WATCHDOG, driver_serving, port_active, remove_within, running_driver, take,
-    take_counting_overflow, telling_waker,
+    BACKENDS, WATCHDOG, driver_serving, nothing_after, port_active, remove_within, running_driver,
+    take, take_counting_overflow, telling_waker,
 };
 use common::hooked_cq::HookedCq;
 use common::panics::{PROVOKED, quiet_provoked_panics};
@@ -57,8 +57,8 @@ fn one_ring_serves_many_cqs_and_evds() {
     let stopped = running.shutdown().unwrap();
     assert_eq!(stopped.len(), 4);
     drop(stopped);
-    nothing_after(&mut c1);
-    nothing_after(&mut c2);
+    nothing_after(&mut c1, "EVD 1");
+    nothing_after(&mut c2, "EVD 2");
     for hca in &hcas {
         let s = hca.stats();
         assert_eq!(s.unacked_at_destroy, Some(0));
@@ -73,15 +73,6 @@ fn until_room_wanted(consumer: &evd::Consumer<VerbsEvent>, what: &str) {
     while !consumer.query().room_wanted {
         assert!(start.elapsed() < WATCHDOG, "{what}");
         std::thread::yield_now();
-    }
-}
-
-/// Once the feeds that posted into it are gone, the EVD holds nothing more
-/// than what was taken: no event came twice.
-fn nothing_after(consumer: &mut evd::Consumer<VerbsEvent>) {
-    match consumer.try_dequeue() {
-        Err(evd::TryDequeueError::Closed) => {}
-        other => panic!("after every event: {other:?}"),
     }
 }
 
@@ -276,7 +267,7 @@ fn sixteen_feeds_into_one_small_evd_never_over_commit_and_wake_only_on_room() {
         assert_eq!(feed.stats().held, 0, "feed {:?} over-committed", feed.id());
         assert_eq!(feed.stats().polled, PER_CQ);
     }
-    nothing_after(&mut consumer);
+    nothing_after(&mut consumer, "the small EVD");
     assert!(
         s.stats.room_wakes > 0,
         "the EVD never filled: {:?}",

@@ -7,7 +7,7 @@
 //! way to test it on epoll).
 
 mod common;
-use common::driver::{BACKENDS, WATCHDOG};
+use common::driver::{BACKENDS, WATCHDOG, nothing_after};
 use common::load::produce_into;
 use common::wc;
 use evd_verbs::soft::{SoftChannel, SoftCq, SoftCqProducer, SoftDevice};
@@ -152,15 +152,6 @@ fn take_in_order(consumer: &mut evd::Consumer<VerbsEvent>, cq: CqId, n: u64) {
             "{cq:?}: producer {p} out of order"
         );
         next[p] += 1;
-    }
-}
-
-/// Once the feeds that posted into it are gone, the EVD holds nothing more
-/// than what was taken: no event came twice.
-fn nothing_after(consumer: &mut evd::Consumer<VerbsEvent>, what: &str) {
-    match consumer.try_dequeue() {
-        Err(evd::TryDequeueError::Closed) => {}
-        other => panic!("{what}: after every event, {other:?}"),
     }
 }
 

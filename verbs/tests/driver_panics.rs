@@ -5,7 +5,7 @@
 //! answers `is_running()` and `stats()` while it runs.
 
 mod common;
-use common::driver::WATCHDOG;
+use common::driver::{WATCHDOG, nothing_after};
 use common::hooked_cq::HookedCq;
 use common::load::produce_into;
 use common::panics::{PROVOKED, Trapped, quiet_provoked_panics};
@@ -190,20 +190,11 @@ fn a_handler_panicking_every_nth_event_leaves_every_feed_delivering_every_event_
     // The feeds gone (their posters with them), nothing came twice after
     // the counts were met: not in the EVDs, not to the handler.
     drop(stopped);
-    for c in [&mut c1, &mut c2] {
-        let after = c.try_dequeue();
-        assert!(
-            matches!(after, Err(evd::TryDequeueError::Closed)),
-            "{after:?}"
-        );
-    }
+    nothing_after(&mut c1, "the event feed's EVD");
+    nothing_after(&mut c2, "the adaptive feed's EVD");
     let mut rest = up.teardown();
     assert_eq!(handled.try_recv().ok(), None, "no event handled twice");
-    let after = rest.try_dequeue();
-    assert!(
-        matches!(after, Err(evd::TryDequeueError::Closed)),
-        "{after:?}"
-    );
+    nothing_after(&mut rest, "the handler's EVD");
 }
 
 #[test]

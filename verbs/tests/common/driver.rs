@@ -11,6 +11,15 @@ use std::time::Duration;
 /// instead of hanging it (generous, for a busy machine).
 pub const WATCHDOG: Duration = Duration::from_secs(60);
 
+/// Once every feed that posted into it is gone, the EVD holds nothing more
+/// than what was taken: no event came twice (`what` names the case).
+pub fn nothing_after<T: std::fmt::Debug>(consumer: &mut evd::Consumer<T>, what: &str) {
+    match consumer.try_dequeue() {
+        Err(TryDequeueError::Closed) => {}
+        other => panic!("{what}: after every event, {other:?}"),
+    }
+}
+
 /// Both backends, for the promises that hold on each.
 pub const BACKENDS: [DriverBackend; 2] = [DriverBackend::IoUring, DriverBackend::Epoll];
 
