@@ -1,9 +1,11 @@
 //! The `api` target: arbitrary sequences of public API calls on one thread,
 //! bad arguments included (capacity 0 or huge, threshold 0 or above the
 //! capacity, wait / arm / post after close, policy changes in any order,
-//! unwaitable toggles, panicking handlers and wakers, permits taken, sent
-//! and given back), against a sequential model of what each call must
-//! return.
+//! unwaitable toggles, panicking handlers and wakers, `FnMut` handlers,
+//! permits taken, sent and given back, `dequeue_with` closures that panic,
+//! waits whose short timeout runs out), against a sequential model of what
+//! each call must return; the handler queries the EVD from inside its calls
+//! too.
 //!
 //! On one thread an upcall runs inline on the posting (or policy-setting)
 //! thread and drains the ring, so every outcome is determined and is
@@ -11,14 +13,15 @@
 //! this target installs to panic (they carry [`MARKER`]); anything else is a
 //! finding. At the end every payload must have been dropped exactly once.
 
+mod consume;
 mod room;
 
 use crate::payload::{DropLog, Payload};
 use crate::ring::{capacity_arg, Model};
 use arbitrary::{Arbitrary, Unstructured};
 use evd::{
-    ArmStatus, BatchPostError, Consumer, Invoke, Overflow, OwnedPermit, Poster, RecvError,
-    ResizeError, UpcallPolicy, Upcalls, WaitError,
+    ArmStatus, BatchPostError, Consumer, Invoke, Overflow, OwnedPermit, PolicyError, Poster,
+    RecvError, ResizeError, UpcallPolicy, Upcalls, WaitError,
 };
 use futures_core::Stream;
 use std::future::Future;
@@ -126,6 +129,30 @@ pub enum ApiOp {
         len: u8,
         max: u8,
     },
+    /// `into_upcalls_mut`: SingleInstance with an `FnMut` handler.
+    IntoUpcallsMut {
+        invoke: bool,
+        panics: bool,
+    },
+    /// `set_handler_mut`: refused under ManyInstances.
+    SetHandlerMut {
+        panics: bool,
+    },
+    /// `dequeue_with(max % 20)`, the closure panicking on its
+    /// `panic_at % 8`-th event (never for 6 and 7).
+    DequeueWith {
+        max: u8,
+        panic_at: u8,
+    },
+    /// `wait` with a short non-zero timeout, where it would block.
+    TimedWait {
+        threshold: u8,
+        micros: u8,
+    },
+    /// `dequeue_timeout` with a short non-zero timeout, where it would block.
+    DequeueTimeout {
+        micros: u8,
+    },
     /// `room_waiter` of a poster.
     NewRoomWaiter {
         poster: u8,
@@ -219,20 +246,37 @@ impl Wake for TestWaker {
     }
 }
 
-/// What the handler saw: payload ids, overflow reports, and each call's
-/// `more`.
+/// What the handler saw: payload ids, overflow reports, each call's
+/// `more`, and what a query from inside the call said.
 #[derive(Default)]
 struct Seen {
     events: Vec<u64>,
     overflows: Vec<u64>,
     more: Vec<bool>,
+    /// `in_upcall` and `upcalls_in_flight` of the EVD, queried through the
+    /// probe's poster, by each call that found one there.
+    inside: Vec<(bool, usize)>,
 }
+
+/// A poster the handler queries from inside its calls. It is put there
+/// only for the calls that may run an upcall and drop no poster handle, and
+/// taken out after them: another handle is kept meanwhile, so the probe's
+/// is never the last (its drop never closes the EVD).
+type Probe = Arc<Mutex<Option<Poster<Payload>>>>;
 
 fn handler(
     seen: Arc<Mutex<Seen>>,
+    probe: Probe,
     panics: bool,
 ) -> impl Fn(Result<Payload, Overflow>, bool) + Send + Sync + 'static {
     move |ev, more| {
+        if let Some(p) = probe.lock().unwrap().as_ref() {
+            let q = p.query();
+            seen.lock()
+                .unwrap()
+                .inside
+                .push((q.in_upcall, q.upcalls_in_flight));
+        }
         seen.lock().unwrap().more.push(more);
         let id = match &ev {
             Ok(p) => {
@@ -247,6 +291,28 @@ fn handler(
         if panics && id.is_some_and(|id| id % 3 == 0) {
             std::panic::panic_any(MARKER);
         }
+    }
+}
+
+/// The `FnMut` handler: [`handler`]'s calls, with state of its own and no
+/// lock around it (the last event it was handed: they come in post order,
+/// which is id order here).
+fn handler_mut(
+    seen: Arc<Mutex<Seen>>,
+    probe: Probe,
+    panics: bool,
+) -> impl FnMut(Result<Payload, Overflow>, bool) + Send + 'static {
+    let call = handler(seen, probe, panics);
+    let mut last = None;
+    move |ev, more| {
+        if let Ok(p) = &ev {
+            assert!(
+                last < Some(p.id),
+                "an FnMut handler got events out of order"
+            );
+            last = Some(p.id);
+        }
+        call(ev, more)
     }
 }
 
@@ -279,7 +345,10 @@ struct Api {
     unwaitable: bool,
     policy: UpcallPolicy,
     handler_panics: bool,
+    /// The installed handler is an `FnMut` one.
+    handler_mut: bool,
     seen: Arc<Mutex<Seen>>,
+    probe: Probe,
     delivered: Vec<u64>,
     /// The loss counts the handler must have been handed, in order.
     reported: Vec<u64>,
@@ -382,6 +451,10 @@ impl Api {
             "handler saw other loss counts"
         );
         assert_eq!(seen.more, self.more, "the handler's `more`");
+        for &(in_upcall, in_flight) in &seen.inside {
+            assert!(in_upcall, "query from the handler: in_upcall");
+            assert_eq!(in_flight, 1, "query from the handler: upcalls_in_flight");
+        }
     }
 
     fn query(&self) -> Option<evd::Query> {
@@ -418,17 +491,25 @@ impl Api {
 /// Run one input; panics on a wrong result, an unintended panic, a leak or a
 /// double drop.
 pub fn run(input: &Input) {
+    execute(input);
+}
+
+/// [`run`]; returns how many handler calls queried the EVD from inside
+/// (through the probe), so that a test can tell that it checked some.
+fn execute(input: &Input) -> usize {
     install_panic_hook();
     let log = DropLog::new();
     let requested = capacity_arg(input.cap);
     let created = evd::bounded::<Payload>(requested);
     let (poster, consumer) = match (requested, created) {
-        (0, r) => return assert_eq!(r.err(), Some(evd::CreateError::ZeroCapacity)),
+        (0, r) => {
+            assert_eq!(r.err(), Some(evd::CreateError::ZeroCapacity));
+            return 0;
+        }
         (n, r) if n > evd::MAX_CAPACITY => {
-            return assert_eq!(
-                r.err(),
-                Some(evd::CreateError::CapacityTooLarge { requested: n })
-            )
+            let want = evd::CreateError::CapacityTooLarge { requested: n };
+            assert_eq!(r.err(), Some(want));
+            return 0;
         }
         (_, r) => r.expect("a small EVD is created"),
     };
@@ -443,7 +524,9 @@ pub fn run(input: &Input) {
         unwaitable: false,
         policy: UpcallPolicy::Disabled,
         handler_panics: false,
+        handler_mut: false,
         seen: Arc::new(Mutex::new(Seen::default())),
+        probe: Probe::default(),
         delivered: Vec::new(),
         reported: Vec::new(),
         more: Vec::new(),
@@ -472,6 +555,7 @@ pub fn run(input: &Input) {
     }
     drop(api.fd.take());
     let waiters = api.room.take_all();
+    let queried_inside = api.seen.lock().unwrap().inside.len();
     let Api {
         posters,
         permits,
@@ -484,6 +568,7 @@ pub fn run(input: &Input) {
     let _ = guarded(move || drop(permits));
     let _ = guarded(move || drop(waiters));
     log.assert_all_dropped_once();
+    queried_inside
 }
 
 /// The outcome of a call that posted, then notified: returned (`Some`), or
@@ -532,10 +617,35 @@ impl Api {
                 }
             }
             op => {
+                let probed = self.probe_for(op);
                 self.apply_call(op);
+                if probed {
+                    drop(self.probe.lock().unwrap().take());
+                }
                 self.room.pop(self.freed() - freed);
             }
         }
+    }
+
+    /// Put a poster in the probe for `op` if it may run an upcall and drops
+    /// no poster handle (so one stays besides the probe's); true if it did.
+    fn probe_for(&mut self, op: ApiOp) -> bool {
+        let may_run_upcall = matches!(
+            op,
+            ApiOp::Post { .. }
+                | ApiOp::PostLossy { .. }
+                | ApiOp::PostBatch { .. }
+                | ApiOp::Reserve { .. }
+                | ApiOp::ReserveAll { .. }
+                | ApiOp::IntoUpcalls { .. }
+                | ApiOp::IntoUpcallsMut { .. }
+                | ApiOp::SetPolicy { .. }
+        );
+        let Some(p) = self.posters.first().filter(|_| may_run_upcall) else {
+            return false;
+        };
+        *self.probe.lock().unwrap() = Some(p.clone());
+        true
     }
 
     /// Slots freed so far: events dequeued (a head store each, or one per
@@ -757,14 +867,37 @@ impl Api {
                 policy,
                 invoke,
                 panics,
-            } => self.hand_to_upcalls(policy_arg(policy), invoke, panics),
+            } => self.hand_to_upcalls(policy_arg(policy), invoke, panics, false),
+            ApiOp::IntoUpcallsMut { invoke, panics } => {
+                self.hand_to_upcalls(UpcallPolicy::SingleInstance, invoke, panics, true)
+            }
             ApiOp::SetPolicy { policy, invoke } => self.set_policy(policy_arg(policy), invoke),
             ApiOp::SetHandler { panics } => {
                 if let Side::Upcalls(u) = &self.side {
-                    u.set_handler(handler(self.seen.clone(), panics));
+                    u.set_handler(handler(self.seen.clone(), self.probe.clone(), panics));
                     self.handler_panics = panics;
+                    self.handler_mut = false;
                 }
             }
+            ApiOp::SetHandlerMut { panics } => {
+                if let Side::Upcalls(u) = &self.side {
+                    let r = u.set_handler_mut(handler_mut(
+                        self.seen.clone(),
+                        self.probe.clone(),
+                        panics,
+                    ));
+                    if self.policy == UpcallPolicy::ManyInstances {
+                        assert_eq!(r, Err(PolicyError::FnMutHandler), "set_handler_mut");
+                    } else {
+                        assert_eq!(r, Ok(()), "set_handler_mut");
+                        self.handler_panics = panics;
+                        self.handler_mut = true;
+                    }
+                }
+            }
+            ApiOp::DequeueWith { max, panic_at } => self.dequeue_with(max, panic_at),
+            ApiOp::TimedWait { threshold, micros } => self.timed_wait(threshold, micros),
+            ApiOp::DequeueTimeout { micros } => self.dequeue_timeout(micros),
             ApiOp::Teardown => {
                 if let Side::Upcalls(_) = self.side {
                     let Side::Upcalls(u) = std::mem::replace(&mut self.side, Side::Gone) else {
@@ -1221,7 +1354,9 @@ impl Api {
         }
     }
 
-    fn hand_to_upcalls(&mut self, policy: UpcallPolicy, invoke: bool, panics: bool) {
+    /// `into_upcalls(policy, ..)`, or with `mutable` `into_upcalls_mut`
+    /// (SingleInstance, an `FnMut` handler).
+    fn hand_to_upcalls(&mut self, policy: UpcallPolicy, invoke: bool, panics: bool, mutable: bool) {
         if !matches!(self.side, Side::Consumer(_)) {
             return;
         }
@@ -1234,8 +1369,15 @@ impl Api {
         self.handler_panics = panics;
         let invoke_any = invoke;
         let invoke = if invoke { Invoke::Any } else { Invoke::New };
-        let h = handler(self.seen.clone(), panics);
-        let r = guarded(move || c.into_upcalls(policy, invoke, h));
+        self.handler_mut = mutable;
+        let (seen, probe) = (self.seen.clone(), self.probe.clone());
+        let r = if mutable {
+            let h = handler_mut(seen, probe, panics);
+            guarded(move || c.into_upcalls_mut(invoke, h))
+        } else {
+            let h = handler(seen, probe, panics);
+            guarded(move || c.into_upcalls(policy, invoke, h))
+        };
         let panicked = self.policy_change(policy, invoke_any);
         match r {
             Ok(u) => {
@@ -1263,6 +1405,11 @@ impl Api {
         };
         let inv = if invoke { Invoke::Any } else { Invoke::New };
         let r = guarded(|| u.set_policy(policy, inv));
+        if policy == UpcallPolicy::ManyInstances && self.handler_mut {
+            // Refused, nothing changed: no instance started.
+            let r = r.expect("a refused policy change runs no handler");
+            return assert_eq!(r, Err(PolicyError::FnMutHandler), "set_policy");
+        }
         let panicked = self.policy_change(policy, invoke);
         match r {
             Ok(r) => {
@@ -1358,6 +1505,131 @@ mod tests {
                 ApiOp::Query,
             ],
         });
+    }
+
+    /// A handler queried from inside its calls sees itself running, alone,
+    /// under each way of installing it and each call that starts one.
+    #[test]
+    fn a_handler_sees_itself_in_an_upcall() {
+        let queried = execute(&Input {
+            cap: 2,
+            ops: vec![
+                ApiOp::Post { poster: 0 },
+                ApiOp::IntoUpcalls {
+                    policy: 2,
+                    invoke: true,
+                    panics: false,
+                },
+                ApiOp::Post { poster: 0 },
+                ApiOp::SetPolicy {
+                    policy: 0,
+                    invoke: false,
+                },
+                ApiOp::SetHandlerMut { panics: false },
+                ApiOp::PostBatch {
+                    poster: 0,
+                    len: 2,
+                    max: 2,
+                },
+                ApiOp::SetPolicy {
+                    policy: 1,
+                    invoke: true,
+                },
+                ApiOp::Query,
+            ],
+        });
+        assert_eq!(queried, 4, "the handler's calls that queried");
+    }
+
+    /// An `FnMut` handler refuses ManyInstances (set_policy), and is refused
+    /// under it (set_handler_mut); an `Fn` handler lifts the refusal.
+    #[test]
+    fn an_fn_mut_handler_and_many_instances_exclude_each_other() {
+        let queried = execute(&Input {
+            cap: 4,
+            ops: vec![
+                ApiOp::IntoUpcallsMut {
+                    invoke: true,
+                    panics: true,
+                },
+                ApiOp::SetPolicy {
+                    policy: 2,
+                    invoke: true,
+                },
+                ApiOp::Post { poster: 0 },
+                ApiOp::SetHandler { panics: false },
+                ApiOp::SetPolicy {
+                    policy: 2,
+                    invoke: true,
+                },
+                ApiOp::SetHandlerMut { panics: false },
+                ApiOp::Post { poster: 0 },
+                ApiOp::Query,
+            ],
+        });
+        assert_eq!(queried, 2);
+    }
+
+    /// A `dequeue_with` whose closure panics consumes what it was given and
+    /// the event it held; the rest stay queued, and the freed slots wake a
+    /// poster waiting for room.
+    #[test]
+    fn a_panicking_dequeue_with_consumes_what_it_was_given() {
+        run(&Input {
+            cap: 4,
+            ops: vec![
+                ApiOp::Post { poster: 0 },
+                ApiOp::Post { poster: 0 },
+                ApiOp::Post { poster: 0 },
+                ApiOp::Post { poster: 0 },
+                ApiOp::NewRoomWaiter { poster: 0 },
+                ApiOp::PollRoom { waiter: 0 },
+                ApiOp::DequeueWith {
+                    max: 4,
+                    panic_at: 1,
+                },
+                ApiOp::Query,
+                ApiOp::TryDequeue,
+                ApiOp::DequeueWith {
+                    max: 4,
+                    panic_at: 7,
+                },
+                ApiOp::Query,
+            ],
+        });
+    }
+
+    /// A timed wait that runs out leaves the caller's arm, or withdraws it
+    /// (arming itself first: most likely without a spin budget), and a
+    /// later post notifies accordingly.
+    #[test]
+    fn a_timed_out_wait_leaves_or_withdraws_the_arm() {
+        for (budget, micros) in [(0, 0), (0, 40), (7, 0), (7, 40)] {
+            run(&Input {
+                cap: 4,
+                ops: vec![
+                    ApiOp::SpinBudget { micros: budget },
+                    ApiOp::PollRecv {
+                        panicking_waker: false,
+                    },
+                    ApiOp::TimedWait {
+                        threshold: 0,
+                        micros,
+                    },
+                    ApiOp::Post { poster: 0 },
+                    ApiOp::Query,
+                    ApiOp::Arm,
+                    ApiOp::Post { poster: 0 },
+                    ApiOp::DequeueTimeout { micros },
+                    ApiOp::TimedWait {
+                        threshold: 2,
+                        micros,
+                    },
+                    ApiOp::Post { poster: 0 },
+                    ApiOp::Query,
+                ],
+            });
+        }
     }
 
     #[test]
