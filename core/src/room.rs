@@ -360,8 +360,9 @@ impl RoomQueue {
     }
 
     /// Wake up to `n` waiting posters, first come first served (one per
-    /// freed slot; `u64::MAX` for all): the consumer's side after a head
-    /// store whose check was set. Each waker is woken after the lock is
+    /// freed slot): the consumer's side after a head store whose check was
+    /// set. (Waking every waiter, at a close or a resize's end, is
+    /// `take_all`'s.) Each waker is woken after the lock is
     /// released, so a waker that posts again cannot deadlock on it.
     #[cold]
     #[inline(never)]

@@ -47,9 +47,13 @@
 //!   way). The clone's panic goes on to the caller.
 //! * The replaced waker's drop panics: it is dropped after the lock is
 //!   released and after any wake owed is delivered; the new waker is in
-//!   place. The panic goes on to the caller.
+//!   place, unless a wake came while the registration held the cell (then
+//!   the registration took the new waker out and woke it: the cell is
+//!   empty, as after any wake). The panic goes on to the caller.
 //! * The woken waker's wake panics: the lock was released before; the panic
-//!   goes on to the notifier.
+//!   goes on to whoever woke it: the notifier, or the registration that
+//!   delivered a wake that came while it held the cell (and that then
+//!   still drops the replaced waker before the panic goes on).
 
 use crate::sync::{AtomicUsize, Ordering, UnsafeCell};
 use crate::unwind::Panics;

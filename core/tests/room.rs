@@ -753,6 +753,56 @@ fn a_waiting_post_whose_wakers_panic_when_dropped_leaves_the_queue_without_abort
     assert_eq!(consumer.try_dequeue(), Ok(3));
 }
 
+/// Polled again with another task's waker, a room waiter replaces the
+/// queued clone of the old one and drops it. When that drop panics, the
+/// waiter leaves the room queue on the way out, as a waiting post does (and
+/// a second panic, its new waker's clone's drop, does not abort): kept after
+/// the panic, it holds no seat that would swallow the next wake, and polled
+/// again it joins anew and is woken.
+#[test]
+fn a_room_waiter_whose_replaced_waker_panics_when_dropped_leaves_the_queue() {
+    use std::sync::atomic::AtomicBool;
+    // Statics: the wakers' data lives for ever (Miri counts a leak as one).
+    static ARMED1: AtomicBool = AtomicBool::new(false);
+    static ARMED2: AtomicBool = AtomicBool::new(false);
+    let (armed1, armed2) = (&ARMED1, &ARMED2);
+    let (w1, w2) = (
+        waker_whose_drop_panics(armed1),
+        waker_whose_drop_panics(armed2),
+    );
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    poster.post(1).unwrap(); // full
+    let mut room = poster.room_waiter();
+    assert!(room.poll_room(&mut Context::from_waker(&w1)).is_pending());
+    assert_eq!(consumer.query().room_waiters, 1);
+    armed1.store(true, Ordering::SeqCst);
+    armed2.store(true, Ordering::SeqCst);
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        room.poll_room(&mut Context::from_waker(&w2))
+    }));
+    armed1.store(false, Ordering::SeqCst);
+    armed2.store(false, Ordering::SeqCst);
+    let message = polled.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    assert_eq!(message, Some("the waker's drop"), "the first panic goes on");
+    let q = consumer.query();
+    assert_eq!(
+        (q.room_wanted, q.room_waiters),
+        (false, 0),
+        "the waiter left the queue"
+    );
+    let (wakes, waker) = counting();
+    assert!(
+        room.poll_room(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(wakes.wakes(), 1, "woken for the slot freed");
+    assert_eq!(
+        room.poll_room(&mut Context::from_waker(&waker)),
+        Poll::Ready(Ok(1))
+    );
+}
+
 /// Dropping a waiting post leaves the room queue and drops the queued
 /// clone of its waker, then its event. A panic of that clone's drop is not
 /// re-raised there: the event's drop would run during its unwind, and

@@ -94,6 +94,11 @@ impl<T: Send> RoomWaiter<T> {
     /// a refused post does, and the handler runs on the calling thread
     /// (its panic comes out of this call).
     ///
+    /// A panic of `cx`'s waker's clone, or of the drop of the waker it
+    /// replaces in the room queue, comes out of this call with the waiter
+    /// out of the queue (a wake it was handed passed on); polled again, it
+    /// joins anew.
+    ///
     /// A full ring costs the first `Pending` a lock and one `membarrier`
     /// (the heavy half of the room barrier); a ring with room costs a load of
     /// the state word and the head.
@@ -128,7 +133,15 @@ impl<T: Send> RoomWaiter<T> {
         // reloads the head, so either it sees the slot a concurrent dequeue
         // freed, or that dequeue's check sees this waiter and wakes it (the
         // room barrier's store-buffering pair, as for a waiting post).
-        self.poster.shared.room_join(&mut self.seat, cx.waker());
+        // Joining clones the waker and drops the one it replaces (user
+        // code): should either panic, the seat is left on the way out, as a
+        // waiting post's is, so that a waiter kept after the panic holds no
+        // seat that swallows the next wake.
+        {
+            let mut seat = LeaveOnUnwind::new(&self.poster.shared, &mut self.seat);
+            self.poster.shared.room_join(seat.seat(), cx.waker());
+            seat.defuse();
+        }
         match self.room_now() {
             Some(r) => Poll::Ready(r),
             None => Poll::Pending,
