@@ -51,7 +51,8 @@
 //! refused and epoll chosen (INFO), driver thread started and stopped
 //! (INFO; ERROR if it failed), feed registered and removed (DEBUG), a CQ
 //! failed (its poll failed, or it was given up) or a channel member's arm
-//! failed (WARN), an async device event (WARN if
+//! failed (WARN), a channel event for a CQ the channel feed does not serve
+//! (WARN, at the first, second, fourth... of them), an async device event (WARN if
 //! [`AsyncEventKind::is_error`], else INFO; a CQ overrun is one, a
 //! `CqError`), a caught panic in a feed's turn (ERROR), a destroy failed
 //! in `Drop` (WARN). Targets are the modules' paths (`evd_verbs::driver::...`).

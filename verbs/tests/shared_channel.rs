@@ -16,6 +16,7 @@ use common::driver::{nothing_after, running_driver};
 use common::load::{Credits, Overflow, Watchdog, Xorshift, drain_completions};
 use common::{Res, e2s, ensure, wc};
 use evd::TryDequeueError;
+use evd_verbs::channel_feed::AddRefusal;
 use evd_verbs::soft::{SoftChannel, SoftCqProducer};
 use evd_verbs::{
     ChannelFeed, CompletionQueue, CqId, Driver, DriverConfig, FeedMode, FeedStatus, SharedChannel,
@@ -457,13 +458,63 @@ fn events_for_other_cqs_raised_during_every_poll_reach_the_evd_through_the_drive
     }
 }
 
+/// A channel whose every CQ has one key, as a third-party channel with a
+/// wrong `key_of` would: the second CQ added looks served already.
+struct OneKey(SoftChannel);
+
+impl SharedChannel for OneKey {
+    type Cq = evd_verbs::soft::SoftCq;
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.0.fd()
+    }
+    fn get_cq_event(&mut self) -> std::io::Result<Option<evd_verbs::ChannelEvent>> {
+        self.0.get_cq_event()
+    }
+    fn key_of(&self, cq: &Self::Cq) -> Option<evd_verbs::CqKey> {
+        self.0.key_of(cq).map(|_| evd_verbs::CqKey(1))
+    }
+    unsafe fn ack_unknown(&mut self, event: evd_verbs::ChannelEvent) {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.0.ack_unknown(event) }
+    }
+}
+
+/// A CQ whose key the feed serves already is handed back, with the id it
+/// is served under; the CQ served is left as it was.
+#[test]
+fn a_cq_served_already_is_refused_with_the_id_it_is_served_under() {
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(OneKey(channel.clone()), poster);
+    feed.add(channel.create_cq(4).unwrap().0, CqId(3)).unwrap();
+    let refused = feed
+        .add(channel.create_cq(4).unwrap().0, CqId(4))
+        .unwrap_err();
+    assert_eq!(
+        refused.reason(),
+        AddRefusal::AlreadyServed { served_as: CqId(3) }
+    );
+    assert_eq!(
+        refused.to_string(),
+        "the channel feed serves this CQ already, as CqId(3)"
+    );
+    assert_eq!(feed.feeds().map(|f| f.id()).collect::<Vec<_>>(), [CqId(3)]);
+}
+
 #[test]
 fn a_cq_not_on_the_channel_is_refused_and_a_removed_feed_hands_back_every_cq() {
     let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     let channel = SoftChannel::new().unwrap();
     let other = SoftChannel::new().unwrap();
     let mut feed = ChannelFeed::new(channel.clone(), poster);
-    assert!(feed.add(other.create_cq(4).unwrap().0, CqId(9)).is_err());
+    let refused = feed
+        .add(other.create_cq(4).unwrap().0, CqId(9))
+        .unwrap_err();
+    assert_eq!(refused.reason(), AddRefusal::NotOnChannel);
+    assert!(
+        other.key_of(&refused.into_cq()).is_some(),
+        "another CQ handed back"
+    );
     for i in 0..3 {
         feed.add(channel.create_cq(4).unwrap().0, CqId(i)).unwrap();
     }

@@ -1,16 +1,16 @@
 //! With the `tracing` feature, the control-plane points emit events: a
 //! driver's creation, thread start and stop, a feed's register and remove,
-//! a caught handler panic, a CQ failure, an async device event, and the
-//! closure teardown hook. A small hand-written subscriber records them
+//! a caught handler panic, a CQ failure, a channel event for a CQ nobody
+//! serves, an async device event, and the closure teardown hook. A small hand-written subscriber records them
 //! (no `tracing-subscriber` dependency).
 //!
 //! Run with `cargo test -p evd-verbs --features tracing --test tracing`.
 
 use evd::{Invoke, UpcallPolicy};
-use evd_verbs::soft::{SoftCq, SoftDevice};
+use evd_verbs::soft::{SoftChannel, SoftCq, SoftDevice};
 use evd_verbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, CqId, Driver, DriverError, Feed, FeedMode,
-    TeardownError, VerbsEvent, VerbsObject, WorkCompletion,
+    AsyncElement, AsyncEvent, AsyncEventKind, AsyncFeed, ChannelFeed, CqId, Driver, DriverError,
+    Feed, FeedMode, TeardownError, VerbsEvent, VerbsObject, WorkCompletion,
 };
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -187,6 +187,40 @@ fn a_cq_failure_is_a_warning() {
     let failed = matching(&["CQ failed", "CqId(43)", "errno 5"]);
     assert!(!failed.is_empty(), "{:?}", RECORDED.lock().unwrap());
     assert_eq!(failed[0].level, Level::WARN);
+}
+
+/// A channel event for a CQ the channel feed does not serve is a usage
+/// error: a warning at the first, second, fourth... such event, not one per
+/// event.
+#[test]
+fn an_unknown_channel_event_is_a_warning_told_at_powers_of_two() {
+    record();
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
+    let channel = SoftChannel::new().unwrap();
+    let mut feed = ChannelFeed::new(channel.clone(), poster);
+    feed.add(channel.create_cq(4).unwrap().0, CqId(0)).unwrap();
+    let (_unserved, hca) = channel.create_cq(4).unwrap();
+    for _ in 0..3 {
+        hca.inject_spurious_event();
+        assert_eq!(feed.take_events().unwrap(), 1);
+    }
+    assert_eq!(feed.stats().unknown_events, 3);
+    let told = matching_here(&["does not serve"]);
+    let counts: Vec<_> = told
+        .iter()
+        .map(|r| {
+            (
+                r.level,
+                r.text.contains("unknown_events=1 "),
+                r.text.contains("unknown_events=2 "),
+            )
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        [(Level::WARN, true, false), (Level::WARN, false, true)],
+        "{told:?}"
+    );
 }
 
 #[test]

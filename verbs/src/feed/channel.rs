@@ -26,7 +26,9 @@
 //!   Its completions are not this feed's, and its owner never sees that
 //!   event: **a channel served by a `ChannelFeed` must be served by it
 //!   alone** (every CQ on it added to it); an unknown event is a usage
-//!   error, counted so that it shows.
+//!   error, counted so that it shows (in the stats, which a registered
+//!   feed's owner reads once the driver hands the feed back; and with the
+//!   `tracing` feature at once, at WARN: the first, second, fourth...).
 //! - **Arming and draining** ([`ChannelFeed::arm_and_drain`]): each dirty
 //!   feed, round robin, runs [`Feed::arm_and_drain`], which re-arms it only
 //!   if its arm was used up and polls after arming. A feed leaves the dirty
@@ -76,10 +78,14 @@
 //! spin) poll every CQ, as for one CQ, and the arm that follows arms the
 //! dirty ones.
 
+mod add_error;
 mod events;
 mod room;
+mod stats;
 
 pub use crate::source::{ChannelEvent, CqKey, SharedChannel};
+pub use add_error::{AddError, AddRefusal};
+pub use stats::ChannelFeedStats;
 
 use crate::event::{CqId, VerbsEvent};
 use crate::feed::posting::Posting;
@@ -89,26 +95,6 @@ use evd::{Poster, RoomWaiter};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-
-/// A [`ChannelFeed`]'s own counters (each CQ's are in its [`Feed`]'s
-/// [`stats`](Feed::stats)).
-///
-/// ```
-/// use evd_verbs::{ChannelFeed, VerbsEvent, soft::SoftChannel};
-/// let (poster, _consumer) = evd::bounded::<VerbsEvent>(4).unwrap();
-/// let feed = ChannelFeed::new(SoftChannel::new().unwrap(), poster);
-/// assert_eq!(feed.stats().events_got, 0);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ChannelFeedStats {
-    /// Channel events got, for every CQ.
-    pub events_got: u64,
-    /// Events for CQs this feed does not hold, acknowledged at once.
-    pub unknown_events: u64,
-    /// CQs that failed (and are not polled any more).
-    pub failed_cqs: u64,
-}
 
 struct Member<C: CompletionQueue, T> {
     feed: Feed<C, T>,
@@ -188,32 +174,37 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         }
     }
 
-    /// Serve `cq`, named `id` in its events. Hands the CQ back if it is not
-    /// on this channel or is served already. Add CQs before registering the
-    /// feed with a driver (the driver owns it afterwards).
+    /// Serve `cq`, named `id` in its events. Add CQs before registering
+    /// the feed with a driver (the driver owns it afterwards).
     ///
     /// # Errors
     ///
-    /// Hands `cq` back (`Err(cq)`) if it is not on this feed's channel or
-    /// this feed serves it already.
+    /// Hands `cq` back with the reason ([`AddError`]) if it is not on this
+    /// feed's channel ([`AddRefusal::NotOnChannel`]) or this feed serves it
+    /// already ([`AddRefusal::AlreadyServed`], with the id it is served
+    /// under).
     ///
     /// ```
+    /// use evd_verbs::channel_feed::AddRefusal;
     /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::{SoftChannel, SoftCq}};
     /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     /// let channel = SoftChannel::new().unwrap();
     /// let mut feed = ChannelFeed::new(channel.clone(), poster);
     /// assert!(feed.add(channel.create_cq(8).unwrap().0, CqId(0)).is_ok());
     /// let (elsewhere, _hca) = SoftCq::new(8).unwrap(); // its own channel
-    /// assert!(feed.add(elsewhere, CqId(1)).is_err());
+    /// let refused = feed.add(elsewhere, CqId(1)).unwrap_err();
+    /// assert_eq!(refused.reason(), AddRefusal::NotOnChannel);
+    /// let _cq = refused.into_cq(); // handed back
     /// ```
     // The error hands the CQ back; a real CQ carries its poll array.
     #[allow(clippy::result_large_err)]
-    pub fn add(&mut self, cq: H::Cq, id: CqId) -> Result<(), H::Cq> {
+    pub fn add(&mut self, cq: H::Cq, id: CqId) -> Result<(), AddError<H::Cq>> {
         let Some(key) = self.channel.key_of(&cq) else {
-            return Err(cq);
+            return Err(AddError::new(cq, AddRefusal::NotOnChannel));
         };
-        if self.by_key.contains_key(&key) {
-            return Err(cq);
+        if let Some(&i) = self.by_key.get(&key) {
+            let served_as = self.members[i].feed.id();
+            return Err(AddError::new(cq, AddRefusal::AlreadyServed { served_as }));
         }
         self.by_key.insert(key, self.members.len());
         self.members.push(Member {

@@ -46,6 +46,17 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                 }
                 None => {
                     self.stats.unknown_events += 1;
+                    // A usage error (see the module notes), told without a
+                    // line per event.
+                    #[cfg(feature = "tracing")]
+                    if self.stats.unknown_events.is_power_of_two() {
+                        crate::trace::event!(
+                            WARN,
+                            cq = ?event.cq(),
+                            unknown_events = self.stats.unknown_events,
+                            "channel event for a CQ this channel feed does not serve, acknowledged unread"
+                        );
+                    }
                     // SAFETY: got from this channel just above, and its CQ
                     // is not one of this feed's, whose acknowledgements are
                     // the only ones made here.
