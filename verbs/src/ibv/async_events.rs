@@ -1,5 +1,6 @@
 //! A device's async events (`ibv_get_async_event`) as an
-//! [`AsyncEventSource`].
+//! [`AsyncEventSource`], taken from their [`Context`] here
+//! ([`Context::async_events`]).
 
 use super::*;
 use crate::event::{AsyncElement, AsyncEvent, AsyncEventKind, CqId};
@@ -124,5 +125,56 @@ impl AsyncEventSource for IbvAsyncEvents {
         // SAFETY: the event just got, acked once.
         unsafe { ffi::ibv_ack_async_event(ptr::addr_of_mut!(ev)) };
         Ok(Some(AsyncEvent { kind, element }))
+    }
+}
+
+impl Context {
+    /// This device's async events (CQ errors, QP errors, port and device
+    /// events) as an [`AsyncEventSource`]. The
+    /// async fd is made non-blocking. They have one taker at a time, as a
+    /// soft device's do: two would split the device's events between them,
+    /// each seeing some, in no order. While they are held, a
+    /// [`Driver`](crate::Driver) does not serve them by itself for this
+    /// device's CQs (see
+    /// [`CompletionQueue::device_events`](crate::CompletionQueue::device_events));
+    /// to deliver them elsewhere than the driver does, take them before
+    /// registering those feeds.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` while they are taken (an earlier taker still holds them, or
+    /// a driver serves them for a CQ of this device; a driver lets them go
+    /// when that feed of its own ends, which follows the end of its fd poll:
+    /// a turn of the driver after the `remove` that started it may have
+    /// returned, so a take right then may be refused and succeed a little
+    /// later); an [`io::Error`] if the async fd cannot be made
+    /// non-blocking.
+    ///
+    /// ```no_run
+    /// use evd_verbs::AsyncEventSource;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let mut events = ctx.async_events()?;
+    /// while let Some(ev) = events.next_event()? {
+    ///     println!("{ev:?}");
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn async_events(self: &Arc<Self>) -> io::Result<IbvAsyncEvents> {
+        // Relaxed: the count only records who listens; the events come
+        // through the fd. Taken only if nobody listens: 0 -> 1.
+        use std::sync::atomic::Ordering::Relaxed;
+        self.listeners
+            .compare_exchange(0, 1, Relaxed, Relaxed)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))?;
+        self.listening()
+    }
+
+    /// The events for a listener already counted (whose Drop uncounts it,
+    /// also when this fails).
+    pub(super) fn listening(self: &Arc<Self>) -> io::Result<IbvAsyncEvents> {
+        let events = IbvAsyncEvents { ctx: self.clone() };
+        // SAFETY: a live context.
+        set_nonblocking(unsafe { (*self.ctx).async_fd })?;
+        Ok(events)
     }
 }

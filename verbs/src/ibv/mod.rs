@@ -103,9 +103,10 @@ pub use cm::{CmChannel, CmConnParams, CmEvents, CmId};
 pub use context::{Context, CqConfig, Ownership, device_names};
 pub use cq::{IbvCq, work_completion};
 pub use mr::{AccessFlags, MemoryRegion, RangeError, Sge};
-pub use pd::{ProtectionDomain, QpCaps};
+pub use pd::ProtectionDomain;
 pub use qp::{
-    ConnectParams, Endpoint, MAX_SGES, Mtu, PostWrError, QpState, QueuePair, SendOp, SendRequest,
+    ConnectParams, Endpoint, MAX_SGES, Mtu, PostWrError, QpCaps, QpState, QueuePair, SendOp,
+    SendRequest,
 };
 
 /// The raw bindings (`rdma-mummy-sys`), for the raw handles every object

@@ -3,6 +3,7 @@
 //! work requests.
 
 mod access;
+mod register;
 mod sge;
 
 pub use access::AccessFlags;

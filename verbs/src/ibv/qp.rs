@@ -1,11 +1,14 @@
-//! Reliable-connected queue pairs (`ibv_qp`): creating, reading and
-//! destroying one here; its state transitions (connecting) in `state`,
-//! posting work requests in `post`.
+//! Reliable-connected queue pairs (`ibv_qp`): creating one in its
+//! protection domain ([`ProtectionDomain::create_rc_qp`]), reading and
+//! destroying it here; what it is created with in `caps`, its state
+//! transitions (connecting) in `state`, posting work requests in `post`.
 
+mod caps;
 mod creation;
 mod post;
 mod state;
 
+pub use caps::QpCaps;
 pub use post::{MAX_SGES, PostWrError, SendOp, SendRequest};
 pub use state::{ConnectParams, Endpoint, Mtu, QpState};
 
@@ -277,5 +280,115 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         report_failure(self.destroy());
+    }
+}
+
+impl ProtectionDomain {
+    /// A reliable-connected QP on `send_cq` and `recv_cq` with `caps`, in
+    /// the INIT state on `port`; connect it with [`QueuePair::connect`] (or
+    /// move it on with [`QueuePair::modify`]). The QP holds both CQs alive.
+    ///
+    /// The capabilities the provider granted (which may exceed those asked
+    /// for) are [`QueuePair::caps`].
+    ///
+    /// # Errors
+    ///
+    /// The errno of `ibv_create_qp` (`EINVAL` for capabilities over the
+    /// device's) or of the move to INIT (`ibv_modify_qp`); nothing is left
+    /// behind. On an mlx5 device the QP is made with scatter-to-CQE off
+    /// (see the [module docs](crate::ibv)), which rdma-core older than v21
+    /// cannot do (`EINVAL`), nor a host whose `libmlx5.so.1` cannot be
+    /// loaded (`EOPNOTSUPP`): there `MLX5_SCATTER_TO_CQE=0` in the
+    /// environment turns it off for every QP, and the plain call is made.
+    /// [`Unsupported`](io::ErrorKind::Unsupported) on an hns device for a
+    /// QP that takes receives (`max_recv_wr` over 0) unless `caps` allow
+    /// it ([`QpCaps::allow_cpu_copied_receives`]), and if the device's
+    /// sysfs entries cannot be read, so that whether it is mlx5 or hns
+    /// cannot be told (then the same switch and that promise let the
+    /// plain call be made). `Unsupported` too on an mlx5 device (or one
+    /// that cannot be told from one) when `MLX5_SINGLE_THREADED=1` is in
+    /// the environment: it turns libmlx5's QP and CQ locks off, and this
+    /// crate's QPs and driver use them from more than one thread.
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::QpCaps;
+    /// use evd_verbs::CqId;
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let cq = ctx.create_cq(256, CqId(1))?;
+    /// let mut caps = QpCaps::default();
+    /// caps.max_send_wr = 128;
+    /// caps.max_send_sge = 4;
+    /// caps.max_inline_data = 64;
+    /// let mut qp = pd.create_rc_qp(&cq, &cq, &caps, 1)?;
+    /// assert!(qp.caps().max_inline_data >= 64);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_rc_qp(
+        self: &Arc<Self>,
+        send_cq: &IbvCq,
+        recv_cq: &IbvCq,
+        caps: &QpCaps,
+        port: u8,
+    ) -> io::Result<QueuePair> {
+        // The kernel names a CQ by its handle in the PD's context: a CQ of
+        // another context would be taken for this context's CQ of the same
+        // number (or refused), so it is refused here.
+        for cq in [send_cq, recv_cq] {
+            if cq.raw.ctx.ctx != self.ctx.ctx {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a CQ of another device context than the protection domain's",
+                ));
+            }
+        }
+        // SAFETY: the CQs are live and of this PD's context (checked above),
+        // and the QP keeps Arcs to both.
+        unsafe {
+            QueuePair::create(
+                self,
+                (send_cq.raw.cq, recv_cq.raw.cq),
+                [Some(send_cq.raw.clone()), Some(recv_cq.raw.clone())],
+                caps,
+                port,
+            )
+        }
+    }
+
+    /// [`create_rc_qp`](ProtectionDomain::create_rc_qp) on CQs made
+    /// elsewhere (another crate, raw `ffi` calls), given as raw pointers.
+    ///
+    /// # Safety
+    /// `send_cq` and `recv_cq` are live CQs of this PD's device context,
+    /// and the caller keeps them alive (not destroyed) until the QP is
+    /// closed or dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`create_rc_qp`](ProtectionDomain::create_rc_qp).
+    ///
+    /// ```no_run
+    /// use evd_verbs::ibv::{ffi, QpCaps};
+    /// let ctx = evd_verbs::ibv::Context::open(None)?;
+    /// let pd = ctx.alloc_pd()?;
+    /// // SAFETY: a live context; no channel.
+    /// let cq = unsafe { ffi::ibv_create_cq(ctx.as_ptr(), 64, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+    /// assert!(!cq.is_null());
+    /// // SAFETY: `cq` is live until destroyed below, after the QP.
+    /// let mut qp = unsafe { pd.create_rc_qp_raw(cq, cq, &QpCaps::default(), 1)? };
+    /// qp.close()?;
+    /// // SAFETY: ours, and no QP uses it any more.
+    /// assert_eq!(unsafe { ffi::ibv_destroy_cq(cq) }, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub unsafe fn create_rc_qp_raw(
+        self: &Arc<Self>,
+        send_cq: *mut ffi::ibv_cq,
+        recv_cq: *mut ffi::ibv_cq,
+        caps: &QpCaps,
+        port: u8,
+    ) -> io::Result<QueuePair> {
+        // SAFETY: the caller keeps the CQs alive while the QP lives.
+        unsafe { QueuePair::create(self, (send_cq, recv_cq), [None, None], caps, port) }
     }
 }

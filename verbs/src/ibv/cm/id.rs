@@ -1,8 +1,9 @@
 //! A connection identifier ([`CmId`]): creating, binding, listening,
-//! resolving, naming its device and port, and destroying it. Connecting it
-//! is in `connect.rs`.
+//! resolving, naming its device and port, and destroying it; and taking an
+//! incoming request's identifier from the [`CmChannel`] that parked it.
+//! Connecting it is in `connect.rs`.
 
-use super::{Channel, bound_of};
+use super::{Channel, RawId, bound_of};
 #[cfg(doc)]
 use crate::event::CmEventKind;
 use crate::event::CmToken;
@@ -443,5 +444,93 @@ impl CmId {
 impl Drop for CmId {
     fn drop(&mut self) {
         report_failure(self.destroy());
+    }
+}
+
+/// Taking a connect request's identifier from the channel that parked it.
+impl CmChannel {
+    /// Take the identifier of the connect request whose event carried `token`
+    /// ([`CmEvent::id`](crate::CmEvent::id)), to accept or reject it. `None` if there is none
+    /// (already taken, by this or by [`take_all_requests`](Self::take_all_requests),
+    /// or not a request).
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmConnParams, CmId, Context};
+    /// use evd_verbs::{CmEventKind, CmToken, CqId};
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let request = next(&mut events);
+    /// assert_eq!(request.kind, CmEventKind::ConnectRequest);
+    /// let id = channel.take_request(request.id).expect("the request's identifier");
+    /// assert!(channel.take_request(request.id).is_none()); // taken once
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_request(&self, token: CmToken) -> Option<CmId> {
+        let mut parked = self
+            .inner
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let at = parked.iter().position(|(t, _)| *t == token)?;
+        let (_, RawId(id)) = parked.swap_remove(at);
+        Some(CmId {
+            id,
+            token,
+            _channel: self.inner.clone(),
+        })
+    }
+
+    /// Take every request identifier still parked, with its token: the
+    /// leftovers of request events that never reached the application (a
+    /// panicking `From`, a handler that dropped the event, a closed EVD),
+    /// which stay parked, holding a kernel identifier and its device, until
+    /// the channel goes. Dropping them rejects them.
+    ///
+    /// The channel cannot tell those from requests whose events are still
+    /// on their way (being posted, or queued in the EVD): it takes those
+    /// too, and their events then find nothing to take. Sweep when none
+    /// can be on its way (the channel's feed removed, its EVD drained), or
+    /// keep the identifiers whose tokens the application has not seen yet.
+    ///
+    /// ```no_run
+    /// # fn next(events: &mut evd_verbs::ibv::CmEvents) -> evd_verbs::CmEvent {
+    /// #     use evd_verbs::CmEventSource;
+    /// #     loop { if let Some(ev) = events.next_event().unwrap() { return ev; } }
+    /// # }
+    /// use evd_verbs::ibv::{CmChannel, CmId};
+    /// use evd_verbs::CmToken;
+    /// let (mut events, channel) = CmChannel::new()?;
+    /// let listener = CmId::new(&channel, CmToken(1))?;
+    /// listener.bind("0.0.0.0:7471".parse()?)?;
+    /// listener.listen(8)?;
+    /// let _lost = next(&mut events); // a request event the application never handles
+    /// let leftovers = channel.take_all_requests();
+    /// assert_eq!(leftovers.len(), 1);
+    /// assert_eq!(channel.pending_requests(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_all_requests(&self) -> Vec<(CmToken, CmId)> {
+        let parked = mem::take(
+            &mut *self
+                .inner
+                .requests
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let id = |(token, RawId(id))| {
+            let id = CmId {
+                id,
+                token,
+                _channel: self.inner.clone(),
+            };
+            (token, id)
+        };
+        parked.into_iter().map(id).collect()
     }
 }
