@@ -717,6 +717,40 @@ fn waker_whose_drop_panics(armed: &'static std::sync::atomic::AtomicBool) -> Wak
     unsafe { Waker::from_raw(RawWaker::new(data.cast(), &VTABLE)) }
 }
 
+/// Two wakers whose drops panic while their switches are on: a task's
+/// first waker and the one it polls with next. The switches are statics of
+/// the calling test (the wakers' data lives for ever, which Miri would
+/// otherwise count as a leak; each test has its own, as tests run in
+/// parallel).
+struct DropPanickingWakers {
+    switches: &'static [std::sync::atomic::AtomicBool; 2],
+    first: Waker,
+    next: Waker,
+}
+
+impl DropPanickingWakers {
+    fn new(switches: &'static [std::sync::atomic::AtomicBool; 2]) -> Self {
+        DropPanickingWakers {
+            switches,
+            first: waker_whose_drop_panics(&switches[0]),
+            next: waker_whose_drop_panics(&switches[1]),
+        }
+    }
+
+    /// Run `f` with both wakers' drops panicking; the message of the panic
+    /// that came out of it, if one did.
+    fn panicking<R>(&self, f: impl FnOnce() -> R) -> Option<&'static str> {
+        self.switches
+            .iter()
+            .for_each(|s| s.store(true, Ordering::SeqCst));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        self.switches
+            .iter()
+            .for_each(|s| s.store(false, Ordering::SeqCst));
+        r.err().and_then(|p| p.downcast_ref::<&str>().copied())
+    }
+}
+
 /// Polled again with another task's waker, a waiting post replaces the
 /// queued clone of the old one and drops it. When that drop panics, the
 /// post leaves the room queue on the way out and drops its new waker's
@@ -726,25 +760,14 @@ fn waker_whose_drop_panics(armed: &'static std::sync::atomic::AtomicBool) -> Wak
 #[test]
 fn a_waiting_post_whose_wakers_panic_when_dropped_leaves_the_queue_without_aborting() {
     use std::sync::atomic::AtomicBool;
-    // Statics: the wakers' data lives for ever (Miri counts a leak as one).
-    static ARMED1: AtomicBool = AtomicBool::new(false);
-    static ARMED2: AtomicBool = AtomicBool::new(false);
-    let (armed1, armed2) = (&ARMED1, &ARMED2);
-    let (w1, w2) = (
-        waker_whose_drop_panics(armed1),
-        waker_whose_drop_panics(armed2),
-    );
+    static SWITCHES: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+    let w = DropPanickingWakers::new(&SWITCHES);
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(1).unwrap(); // full
     let mut post = poster.post_async(2);
-    assert!(poll(&mut post, &w1).is_pending());
+    assert!(poll(&mut post, &w.first).is_pending());
     assert!(consumer.query().room_wanted);
-    armed1.store(true, Ordering::SeqCst);
-    armed2.store(true, Ordering::SeqCst);
-    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll(&mut post, &w2)));
-    armed1.store(false, Ordering::SeqCst);
-    armed2.store(false, Ordering::SeqCst);
-    let message = polled.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    let message = w.panicking(|| poll(&mut post, &w.next));
     assert_eq!(message, Some("the waker's drop"), "the first panic goes on");
     assert!(!consumer.query().room_wanted, "the post left the queue");
     drop(post);
@@ -762,27 +785,17 @@ fn a_waiting_post_whose_wakers_panic_when_dropped_leaves_the_queue_without_abort
 #[test]
 fn a_room_waiter_whose_replaced_waker_panics_when_dropped_leaves_the_queue() {
     use std::sync::atomic::AtomicBool;
-    // Statics: the wakers' data lives for ever (Miri counts a leak as one).
-    static ARMED1: AtomicBool = AtomicBool::new(false);
-    static ARMED2: AtomicBool = AtomicBool::new(false);
-    let (armed1, armed2) = (&ARMED1, &ARMED2);
-    let (w1, w2) = (
-        waker_whose_drop_panics(armed1),
-        waker_whose_drop_panics(armed2),
-    );
+    static SWITCHES: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+    let w = DropPanickingWakers::new(&SWITCHES);
     let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
     poster.post(1).unwrap(); // full
     let mut room = poster.room_waiter();
-    assert!(room.poll_room(&mut Context::from_waker(&w1)).is_pending());
+    assert!(
+        room.poll_room(&mut Context::from_waker(&w.first))
+            .is_pending()
+    );
     assert_eq!(consumer.query().room_waiters, 1);
-    armed1.store(true, Ordering::SeqCst);
-    armed2.store(true, Ordering::SeqCst);
-    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        room.poll_room(&mut Context::from_waker(&w2))
-    }));
-    armed1.store(false, Ordering::SeqCst);
-    armed2.store(false, Ordering::SeqCst);
-    let message = polled.err().and_then(|p| p.downcast_ref::<&str>().copied());
+    let message = w.panicking(|| room.poll_room(&mut Context::from_waker(&w.next)));
     assert_eq!(message, Some("the waker's drop"), "the first panic goes on");
     let q = consumer.query();
     assert_eq!(
