@@ -151,8 +151,10 @@ impl std::error::Error for BatchPostError {}
 /// reported.
 ///
 /// Reported to the consumer on a dequeue, a wait or an upcall, coalesced (one
-/// report for every loss since the last), never twice in a row while events
-/// are ready, and always before the end of stream.
+/// report for every loss since the last), never twice in a row from a
+/// dequeue while events are ready (a wait whose threshold the ready events
+/// do not meet ends with the next report rather than block), and always
+/// before the end of stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Overflow {
     /// Events lost since the last report.

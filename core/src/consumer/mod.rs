@@ -461,8 +461,11 @@ impl<T> Consumer<T> {
         self.spin_budget
     }
 
-    /// A new posting handle (for example after every poster was dropped and
-    /// the EVD was closed, a new poster still finds it closed).
+    /// A new posting handle. Once every poster was dropped the EVD is
+    /// closed for good: a poster made after the last one's drop began finds
+    /// it closed (its posts are refused), even while that drop is still
+    /// closing it; one made before stays live, and the EVD open with it.
+    /// May run a close's wake-ups (a registered waker) on the way.
     ///
     /// ```
     /// let (poster, mut consumer) = evd::bounded(4).unwrap();

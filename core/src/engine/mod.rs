@@ -331,11 +331,20 @@ impl<T> Shared<T> {
         self.consumer.pacer.gap();
     }
 
-    /// One more live `Poster`.
+    /// One more live `Poster`. A clone is made from a live handle, so the
+    /// count is above zero; the consumer's `poster()` may find it at zero:
+    /// the last handle's drop has taken it there and closes the EVD (or has
+    /// closed it). The new handle then finds the EVD closed at once: this
+    /// closes it too (a close is idempotent), so it is never open to the
+    /// new handle and then closed under it by that drop.
     pub(crate) fn add_poster(&self) {
-        // Relaxed: the new handle is made from a live one (no ordering needed
-        // to keep the count above zero).
-        self.posters.fetch_add(1, Ordering::Relaxed);
+        // Relaxed: the count orders nothing but the last handle's close
+        // (`release_poster`). At zero this thread's own close follows in
+        // program order, so its posts see CLOSED; above zero, the decrement
+        // that later finds this one's count does not close.
+        if self.posters.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.close();
+        }
     }
 
     /// A `Poster` went away; the last one closes the EVD.

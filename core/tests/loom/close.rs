@@ -23,6 +23,30 @@ fn last_poster_drop_vs_wait_ends_the_stream() {
     model(|| consumer_vs_last_post(2, &[], 3, drain_to_end));
 }
 
+/// The consumer makes a poster while the last one drops: made before the
+/// drop's decrement, it keeps the EVD open and its post is queued; made
+/// after, it finds the EVD closed for good and its post is refused. Never
+/// a post queued and then the EVD closed under the live poster that made it.
+#[test]
+fn a_poster_made_while_the_last_one_drops_finds_the_evd_open_or_closed_for_good() {
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+        let t = thread::spawn(move || drop(poster));
+        let p2 = consumer.poster();
+        let posted = p2.post(1);
+        t.join().unwrap();
+        match posted {
+            Ok(()) => assert!(
+                !consumer.is_closed(),
+                "closed under the live poster whose post it queued"
+            ),
+            Err(e) => assert_eq!(e, PostError::Closed(1)),
+        }
+        drop(p2);
+        assert!(consumer.is_closed(), "the last poster closes");
+    });
+}
+
 #[test]
 fn unwaitable_vs_wait() {
     model(|| {
