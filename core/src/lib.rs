@@ -465,3 +465,9 @@ pub fn bounded<T: Send>(capacity: usize) -> Result<(Poster<T>, Consumer<T>), Cre
 #[cfg(shuttle)]
 #[doc(hidden)]
 pub use sync::set_cas_observer;
+
+/// Under `--cfg loom` and `--cfg shuttle` only: the room barrier mode the
+/// models' EVDs use (see `sync.rs`). Not part of the API.
+#[cfg(any(loom, shuttle))]
+#[doc(hidden)]
+pub use sync::model_room_barrier_without_membarrier;

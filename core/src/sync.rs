@@ -76,18 +76,34 @@ impl<T> UnsafeCell<T> {
 /// Without it (other systems, Miri, a kernel or sandbox that refuses the
 /// registration) both sides are a `SeqCst` fence: the consumer's runs on its
 /// cold path, which its flag then always takes (`RoomQueue::wake` in `room.rs`).
-#[cfg(not(any(loom, shuttle)))]
+///
+/// Under loom and shuttle the code is the same but for the system call,
+/// which neither can run: it is modelled as what it guarantees, an `AcqRel`
+/// read-modify-write of one atomic on both sides (whichever comes second in
+/// its modification order sees the other side's store; a little stronger
+/// than the real pair, whose light side orders nothing by itself). Which
+/// mode an EVD models is chosen per thread before it is made
+/// ([`model_room_barrier_without_membarrier`]): with membarrier by default,
+/// and without it for the models of the fallback.
 #[derive(Debug)]
 pub(crate) struct RoomBarrier {
-    /// `membarrier` private expedited is registered for this process.
+    /// `membarrier` private expedited is registered for this process (under
+    /// the model checkers: the mode modelled).
     asymmetric: bool,
+    /// The modelled system call's atomic.
+    #[cfg(any(loom, shuttle))]
+    modelled: AtomicU64,
 }
 
-#[cfg(not(any(loom, shuttle)))]
 impl RoomBarrier {
     pub(crate) fn new() -> Self {
         RoomBarrier {
+            #[cfg(not(any(loom, shuttle)))]
             asymmetric: membarrier::registered(),
+            #[cfg(any(loom, shuttle))]
+            asymmetric: !MODEL_WITHOUT_MEMBARRIER.with(std::cell::Cell::get),
+            #[cfg(any(loom, shuttle))]
+            modelled: AtomicU64::new(0),
         }
     }
 
@@ -98,6 +114,11 @@ impl RoomBarrier {
     #[inline(always)]
     pub(crate) fn light(&self) {
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        // The model's half of what the heavy side's system call gives.
+        #[cfg(any(loom, shuttle))]
+        if self.asymmetric {
+            self.modelled.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// The heavy side is `membarrier`, so the light side needs no fence.
@@ -109,9 +130,29 @@ impl RoomBarrier {
     pub(crate) fn heavy(&self) {
         fence(Ordering::SeqCst);
         if self.asymmetric {
+            #[cfg(not(any(loom, shuttle)))]
             membarrier::run();
+            #[cfg(any(loom, shuttle))]
+            self.modelled.fetch_add(1, Ordering::AcqRel);
         }
     }
+}
+
+#[cfg(any(loom, shuttle))]
+std::thread_local! {
+    /// The room barrier mode the next EVDs made on this thread model (a
+    /// std thread-local: loom and shuttle run a model's threads on the
+    /// thread that started it).
+    static MODEL_WITHOUT_MEMBARRIER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Under loom and shuttle: whether the EVDs made on this thread from now on
+/// model a room barrier without `membarrier` (the fallback of systems
+/// without it: `SeqCst` fences on both sides, the consumer's on its cold
+/// path) instead of with it (the default).
+#[cfg(any(loom, shuttle))]
+pub fn model_room_barrier_without_membarrier(without: bool) {
+    MODEL_WITHOUT_MEMBARRIER.with(|m| m.set(without));
 }
 
 #[cfg(not(any(loom, shuttle)))]
@@ -156,31 +197,6 @@ mod membarrier {
     #[cfg(not(all(target_os = "linux", not(miri))))]
     pub(super) fn run() {
         unreachable!("no asymmetric barrier without membarrier")
-    }
-}
-
-/// Under loom and shuttle the barrier pair is modelled as what it
-/// guarantees: both sides do an `AcqRel` read-modify-write of one atomic, so
-/// whichever comes second in its modification order sees the other side's
-/// store (neither model checker runs `membarrier`, and loom treats `SeqCst`
-/// fences as `AcqRel`).
-#[cfg(any(loom, shuttle))]
-#[derive(Debug)]
-pub(crate) struct RoomBarrier(AtomicU64);
-
-#[cfg(any(loom, shuttle))]
-impl RoomBarrier {
-    pub(crate) fn new() -> Self {
-        RoomBarrier(AtomicU64::new(0))
-    }
-    pub(crate) fn light(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
-    }
-    pub(crate) fn heavy(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
-    }
-    pub(crate) fn is_asymmetric(&self) -> bool {
-        true
     }
 }
 

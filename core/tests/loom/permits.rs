@@ -40,26 +40,33 @@ fn permit_send_vs_arm_no_lost_notification() {
     });
 }
 
+/// A poster waits for a permit on a one-slot ring whose slot another
+/// permit holds; that permit is dropped unsent. Either the waiter's try
+/// after joining the room queue sees the slot given back, or the drop's
+/// room check sees the waiter and wakes it. A drop that skipped the check
+/// leaves the waiter parked: a loom deadlock.
+fn permit_drop_vs_room_waiter() {
+    let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
+    let held = poster.try_reserve().unwrap();
+    let p = poster.clone();
+    let t = thread::spawn(move || {
+        let permit = loom::future::block_on(p.reserve()).unwrap();
+        permit.send(2).unwrap();
+    });
+    drop(held);
+    t.join().unwrap();
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+    assert!(!consumer.query().room_wanted);
+}
+
 #[test]
 fn permit_drop_vs_room_waiter_no_lost_wakeup() {
-    // A poster waits for a permit on a one-slot ring whose slot another
-    // permit holds; that permit is dropped unsent. Either the waiter's try
-    // after joining the room queue sees the slot given back, or the drop's
-    // room check sees the waiter and wakes it. A drop that skipped the check
-    // leaves the waiter parked: a loom deadlock.
-    model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(1).unwrap();
-        let held = poster.try_reserve().unwrap();
-        let p = poster.clone();
-        let t = thread::spawn(move || {
-            let permit = loom::future::block_on(p.reserve()).unwrap();
-            permit.send(2).unwrap();
-        });
-        drop(held);
-        t.join().unwrap();
-        assert_eq!(consumer.try_dequeue(), Ok(2));
-        assert!(!consumer.query().room_wanted);
-    });
+    model(permit_drop_vs_room_waiter);
+}
+
+#[test]
+fn permit_drop_vs_room_waiter_no_lost_wakeup_without_membarrier() {
+    model_without_membarrier(permit_drop_vs_room_waiter);
 }
 
 #[test]

@@ -1,17 +1,39 @@
+/// [`model`] with the EVDs' room barrier as on a system without
+/// `membarrier`: `SeqCst` fences on both sides, the consumer's on the cold
+/// path its always-set flag takes.
+fn model_without_membarrier<F: Fn() + Sync + Send + 'static>(f: F) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            evd::model_room_barrier_without_membarrier(false);
+        }
+    }
+    let _reset = Reset;
+    evd::model_room_barrier_without_membarrier(true);
+    model(f);
+}
+
+/// The poster joins the room queue and posts again while the consumer
+/// frees the one slot: either the second post sees the new head, or the
+/// consumer's flag check sees the waiter. A lost wakeup leaves the poster
+/// parked forever: a loom deadlock in `join`.
+fn wait_vs_one_freed_slot() {
+    let (poster, mut consumer) = full_ring(1);
+    let t = post_blocking_on_a_thread(&poster, 2);
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(t.join().unwrap(), Ok(()));
+    assert_eq!(consumer.try_dequeue(), Ok(2));
+    assert!(!consumer.query().room_wanted);
+}
+
 #[test]
 fn room_wait_vs_one_freed_slot_no_lost_wakeup() {
-    // The poster joins the room queue and posts again while the consumer
-    // frees the one slot: either the second post sees the new head, or the
-    // consumer's flag check sees the waiter. A lost wakeup leaves the poster
-    // parked forever: a loom deadlock in `join`.
-    model(|| {
-        let (poster, mut consumer) = full_ring(1);
-        let t = post_blocking_on_a_thread(&poster, 2);
-        assert_eq!(consumer.try_dequeue(), Ok(1));
-        assert_eq!(t.join().unwrap(), Ok(()));
-        assert_eq!(consumer.try_dequeue(), Ok(2));
-        assert!(!consumer.query().room_wanted);
-    });
+    model(wait_vs_one_freed_slot);
+}
+
+#[test]
+fn room_wait_vs_one_freed_slot_no_lost_wakeup_without_membarrier() {
+    model_without_membarrier(wait_vs_one_freed_slot);
 }
 
 #[test]
@@ -33,23 +55,51 @@ fn dequeue_with_whose_handler_panics_still_frees_the_slot_for_a_waiting_poster()
     });
 }
 
+/// A `RoomWaiter` (waiting for room with no event in hand, as a verbs
+/// feed does before it polls its CQ) joins the room queue and looks again
+/// while the consumer frees the one slot: either its look sees the new
+/// head, or the consumer's check sees it queued and wakes it. A lost
+/// wakeup leaves `block_on` parked forever: a loom deadlock.
+fn room_waiter_vs_one_freed_slot() {
+    let (poster, mut consumer) = full_ring(1);
+    let mut room = poster.room_waiter();
+    let t = thread::spawn(move || {
+        loom::future::block_on(std::future::poll_fn(|cx| room.poll_room(cx)))
+    });
+    assert_eq!(consumer.try_dequeue(), Ok(1));
+    assert_eq!(t.join().unwrap(), Ok(1));
+    assert!(!consumer.query().room_wanted);
+}
+
+/// The first of two posters waiting for the one slot is woken for it and
+/// gives up without posting (its future dropped): it passes the wake on,
+/// so the poster queued behind it gets in. A wake the leaver swallowed
+/// leaves the other parked: a loom deadlock.
 #[test]
-fn room_waiter_vs_one_freed_slot_no_lost_wakeup() {
-    // A `RoomWaiter` (waiting for room with no event in hand, as a verbs
-    // feed does before it polls its CQ) joins the room queue and looks again
-    // while the consumer frees the one slot: either its look sees the new
-    // head, or the consumer's check sees it queued and wakes it. A lost
-    // wakeup leaves `block_on` parked forever: a loom deadlock.
+fn a_woken_waiter_that_gives_up_passes_its_wake_on() {
     model(|| {
         let (poster, mut consumer) = full_ring(1);
-        let mut room = poster.room_waiter();
-        let t = thread::spawn(move || {
-            loom::future::block_on(std::future::poll_fn(|cx| room.poll_room(cx)))
-        });
+        let waker = futures::task::noop_waker();
+        let mut first = poster.post_async(2);
+        let polled = std::pin::Pin::new(&mut first)
+            .poll(&mut std::task::Context::from_waker(&waker));
+        assert!(polled.is_pending(), "the ring is full");
+        let second = post_blocking_on_a_thread(&poster, 3);
         assert_eq!(consumer.try_dequeue(), Ok(1));
-        assert_eq!(t.join().unwrap(), Ok(1));
-        assert!(!consumer.query().room_wanted);
+        drop(first);
+        assert_eq!(second.join().unwrap(), Ok(()));
+        assert_eq!(consumer.try_dequeue(), Ok(3));
     });
+}
+
+#[test]
+fn room_waiter_vs_one_freed_slot_no_lost_wakeup() {
+    model(room_waiter_vs_one_freed_slot);
+}
+
+#[test]
+fn room_waiter_vs_one_freed_slot_no_lost_wakeup_without_membarrier() {
+    model_without_membarrier(room_waiter_vs_one_freed_slot);
 }
 
 #[test]
