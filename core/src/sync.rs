@@ -83,8 +83,9 @@ impl<T> UnsafeCell<T> {
 /// its modification order sees the other side's store; a little stronger
 /// than the real pair, whose light side orders nothing by itself). Which
 /// mode an EVD models is chosen per thread before it is made
-/// ([`model_room_barrier_without_membarrier`]): with membarrier by default,
-/// and without it for the models of the fallback.
+/// (`model_room_barrier_without_membarrier`, under the model checkers
+/// only): with membarrier by default, without it for the models of the
+/// fallback.
 #[derive(Debug)]
 pub(crate) struct RoomBarrier {
     /// `membarrier` private expedited is registered for this process (under
