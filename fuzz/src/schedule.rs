@@ -91,6 +91,10 @@ pub struct Op {
 pub struct Input {
     /// log2 of the initial capacity, 0..=3.
     pub cap_log2: u8,
+    /// The EVD's room barrier is modelled as on a system without
+    /// `membarrier` (SeqCst fences on both sides, the consumer's on its cold
+    /// path) instead of with it.
+    pub without_membarrier: bool,
     pub consumer: Vec<Op>,
     /// One script per poster thread (1..=3).
     pub posters: Vec<Vec<Op>>,
@@ -99,7 +103,8 @@ pub struct Input {
 }
 
 impl Input {
-    /// Byte 0: posters − 1 (mod 3); byte 1: cap_log2 (mod 4); byte 2: the
+    /// Byte 0: posters − 1 (mod 3); byte 1: cap_log2 (mod 4) and, in its
+    /// bit 3, the room barrier without membarrier; byte 2: the
     /// consumer's script length (mod 25); then one length per poster (mod
     /// 13); then two bytes per op (consumer first, then each poster); the
     /// rest is the schedule.
@@ -107,7 +112,8 @@ impl Input {
         let mut it = bytes.iter().copied();
         let mut next = || it.next().unwrap_or(0);
         let posters = 1 + next() as usize % MAX_POSTERS;
-        let cap_log2 = next() % 4;
+        let b1 = next();
+        let (cap_log2, without_membarrier) = (b1 % 4, b1 & 8 != 0);
         let nc = next() as usize % (MAX_CONSUMER_OPS + 1);
         let np: Vec<usize> = (0..posters)
             .map(|_| next() as usize % (MAX_POSTER_OPS + 1))
@@ -121,6 +127,7 @@ impl Input {
         let used = 3 + np.len() + 2 * (nc + np.iter().sum::<usize>());
         Input {
             cap_log2,
+            without_membarrier,
             consumer,
             posters,
             schedule: bytes.get(used..).unwrap_or(&[]).to_vec(),
@@ -133,7 +140,7 @@ impl Input {
         assert!(self.consumer.len() <= MAX_CONSUMER_OPS);
         let mut b = vec![
             self.posters.len() as u8 - 1,
-            self.cap_log2,
+            self.cap_log2 | u8::from(self.without_membarrier) << 3,
             self.consumer.len() as u8,
         ];
         for p in &self.posters {
@@ -1828,6 +1835,7 @@ fn execution(input: &Input) {
         log: log.clone(),
         last_query: None,
     };
+    evd::model_room_barrier_without_membarrier(input.without_membarrier);
     let (poster, consumer) = evd::bounded::<Ev>(1 << cap_log2).unwrap();
     with(|k| k.addr = Some(consumer.state_word_addr()));
     let mut handles = Vec::new();
@@ -1988,6 +1996,7 @@ mod tests {
         for _ in 0..300 {
             run(&Input {
                 cap_log2: 0,
+                without_membarrier: false,
                 consumer: vec![op(0, 0); 8],
                 posters: vec![vec![op(0, 0), op(6, 0), op(6, 0), op(6, 0), op(14, 0)]],
                 schedule: rng.bytes(64),
@@ -2008,6 +2017,7 @@ mod tests {
         for _ in 0..300 {
             run(&Input {
                 cap_log2: 2,
+                without_membarrier: false,
                 consumer: vec![op(15, 224), op(15, 230), op(5, 0), op(8, 3), op(15, 248)],
                 posters: vec![vec![op(6, 0), op(0, 0), op(12, 1), op(11, 0), op(11, 0)]],
                 schedule: rng.bytes(64),
