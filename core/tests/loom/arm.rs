@@ -77,7 +77,8 @@ fn arm_reports_an_event_posted_after_the_last_dequeue() {
             // event had already been dequeued, or the post came after the arm
             // and took the notification.
             ArmStatus::Armed => assert!(
-                (before.is_ok() && q.notifications == 0) || (before.is_err() && q.notifications == 1),
+                (before.is_ok() && q.notifications == 0)
+                    || (before.is_err() && q.notifications == 1),
                 "{before:?} {q:?}"
             ),
             // Pending means the event is there to take.

@@ -118,7 +118,10 @@ fn cno_modify_vs_drop_of_the_new_cno_notifies_the_evd() {
         let q = consumer.query();
         let told_evd = q.notifications == 1;
         assert!(told_evd || q.notifications == 0, "{q:?}");
-        assert_eq!(q.notified, told_evd, "notified exactly when the EVD was told");
+        assert_eq!(
+            q.notified, told_evd,
+            "notified exactly when the EVD was told"
+        );
         assert!(!told_evd || moved.is_ok(), "a refused move tells nobody");
         drop(old);
     });
@@ -272,7 +275,12 @@ fn cno_dequeue_vs_post_and_unwaitable_notifies_once() {
         let key = cno.try_next();
         match r {
             // told exactly once: the direct wake or the CNO's key.
-            Ok(1) => assert_eq!(key.is_some(), !woken, "woken {woken}, key {key:?}: {:?}", consumer.query()),
+            Ok(1) => assert_eq!(
+                key.is_some(),
+                !woken,
+                "woken {woken}, key {key:?}: {:?}",
+                consumer.query()
+            ),
             Err(evd::DequeueError::Unwaitable) => {
                 assert_eq!(key, Some(7), "the event stays, and the CNO is not told");
                 assert_eq!(consumer.try_dequeue(), Ok(1));

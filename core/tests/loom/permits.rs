@@ -28,12 +28,14 @@ fn permit_send_vs_arm_no_lost_notification() {
         let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
         consumer.set_spin_budget(Duration::ZERO);
         let permit = poster.try_reserve().unwrap();
-        let c = thread::spawn(move || loop {
-            if let Ok(v) = consumer.try_dequeue() {
-                return v;
+        let c = thread::spawn(move || {
+            loop {
+                if let Ok(v) = consumer.try_dequeue() {
+                    return v;
+                }
+                // The poster lives: no error is possible.
+                consumer.wait(1, None).unwrap();
             }
-            // The poster lives: no error is possible.
-            consumer.wait(1, None).unwrap();
         });
         permit.send(7).unwrap();
         assert_eq!(c.join().unwrap(), 7);

@@ -81,8 +81,8 @@ fn a_woken_waiter_that_gives_up_passes_its_wake_on() {
         let (poster, mut consumer) = full_ring(1);
         let waker = futures::task::noop_waker();
         let mut first = poster.post_async(2);
-        let polled = std::pin::Pin::new(&mut first)
-            .poll(&mut std::task::Context::from_waker(&waker));
+        let polled =
+            std::pin::Pin::new(&mut first).poll(&mut std::task::Context::from_waker(&waker));
         assert!(polled.is_pending(), "the ring is full");
         let second = post_blocking_on_a_thread(&poster, 3);
         assert_eq!(consumer.try_dequeue(), Ok(1));

@@ -212,8 +212,7 @@ fn early_leaver_vs_upcalls_dropped_in_a_later_instance_queue_dropped_once() {
     model(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (poster, consumer) = evd::bounded::<(u32, CountsDrops)>(4).unwrap();
-        let slot: Arc<loom::sync::Mutex<Option<evd::Upcalls<(u32, CountsDrops)>>>> =
-            Arc::default();
+        let slot: Arc<loom::sync::Mutex<Option<evd::Upcalls<(u32, CountsDrops)>>>> = Arc::default();
         let s = slot.clone();
         let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
             let (n, ev) = ev.unwrap();
@@ -226,7 +225,10 @@ fn early_leaver_vs_upcalls_dropped_in_a_later_instance_queue_dropped_once() {
         *slot.lock().unwrap() = Some(up);
         let (p2, d2) = (poster.clone(), drops.clone());
         let t = thread::spawn(move || drop(p2.post((1, CountsDrops(d2)))));
-        let mut batch = vec![(2, CountsDrops(drops.clone())), (3, CountsDrops(drops.clone()))];
+        let mut batch = vec![
+            (2, CountsDrops(drops.clone())),
+            (3, CountsDrops(drops.clone())),
+        ];
         let _ = poster.post_batch(&mut batch);
         drop(batch);
         t.join().unwrap();
@@ -246,11 +248,13 @@ fn post_during_a_switch_from_many_to_single_instance_is_delivered() {
         let (poster, consumer) = evd::bounded::<u32>(4).unwrap();
         let delivered = Arc::new(AtomicUsize::new(0));
         let d = delivered.clone();
-        let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
-            d.fetch_add(ev.unwrap() as usize, Ordering::SeqCst);
-        });
+        let mut up =
+            consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
+                d.fetch_add(ev.unwrap() as usize, Ordering::SeqCst);
+            });
         let switch = thread::spawn(move || {
-            up.set_policy(UpcallPolicy::SingleInstance, Invoke::New).unwrap();
+            up.set_policy(UpcallPolicy::SingleInstance, Invoke::New)
+                .unwrap();
             up
         });
         poster.post(1).unwrap();
@@ -272,12 +276,14 @@ fn lossy_post_during_a_switch_from_many_to_single_instance_is_reported() {
         let permit = poster.try_reserve().unwrap();
         let reported = Arc::new(AtomicUsize::new(0));
         let r = reported.clone();
-        let mut up = consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
-            let lost = ev.expect_err("only the loss comes").lost;
-            r.fetch_add(lost as usize, Ordering::SeqCst);
-        });
+        let mut up =
+            consumer.into_upcalls(UpcallPolicy::ManyInstances, Invoke::New, move |ev, _| {
+                let lost = ev.expect_err("only the loss comes").lost;
+                r.fetch_add(lost as usize, Ordering::SeqCst);
+            });
         let switch = thread::spawn(move || {
-            up.set_policy(UpcallPolicy::SingleInstance, Invoke::New).unwrap();
+            up.set_policy(UpcallPolicy::SingleInstance, Invoke::New)
+                .unwrap();
             up
         });
         assert_eq!(poster.post_lossy(1), Ok(evd::Lossy::Lost));
