@@ -84,6 +84,23 @@ use crossbeam_utils::CachePadded;
 use loss::{AfterArm, LossWord};
 use std::task::Waker;
 
+/// The live `Poster` count's ended mark: set by the drop of the last
+/// handle (the EVD closes), and kept for good; handles the consumer makes
+/// after it count on above it, and find the EVD closed.
+const POSTERS_ENDED: usize = 1 << (usize::BITS - 1);
+
+/// The poster count after a handle's drop: the last live one (`1`) ends it;
+/// otherwise one fewer (the ended mark kept).
+const fn poster_released(n: usize) -> usize {
+    if n == 1 { POSTERS_ENDED } else { n - 1 }
+}
+
+/// An increment that found the count `n` made a handle after the count
+/// ended: the EVD is closed (or closing) for it.
+const fn poster_count_ended(n: usize) -> bool {
+    n & POSTERS_ENDED != 0
+}
+
 /// The head epoch is the head divided by 2^32: a poster trusts its cached
 /// head only while it is at most one epoch behind, so the distance from it to
 /// the tail stays below 3·2^32 + capacity (at most 2^34 with the largest
@@ -140,7 +157,8 @@ pub(crate) struct Shared<T> {
     handler: HandlerSlot<T>,
     /// Waits fail with `Unwaitable` while this is set.
     unwaitable: AtomicBool,
-    /// Live `Poster` handles; the last one to drop closes the EVD.
+    /// Live `Poster` handles; the last one to drop closes the EVD and
+    /// marks the count ended ([`POSTERS_ENDED`], for good).
     posters: AtomicUsize,
     /// Statistics that are not derived from the word and the head.
     counters: CachePadded<Counters>,
@@ -332,26 +350,36 @@ impl<T> Shared<T> {
     }
 
     /// One more live `Poster`. A clone is made from a live handle, so the
-    /// count is above zero; the consumer's `poster()` may find it at zero:
-    /// the last handle's drop has taken it there and closes the EVD (or has
-    /// closed it). The new handle then finds the EVD closed at once: this
-    /// closes it too (a close is idempotent), so it is never open to the
-    /// new handle and then closed under it by that drop.
+    /// count is live; the consumer's `poster()` (from any thread: the
+    /// consumer is `Sync`) may find it ended, by a last handle's drop that
+    /// closes the EVD (or has closed it). The new handle then finds the EVD
+    /// closed at once: this closes it too (a close is idempotent), so it is
+    /// never open to the new handle and then closed under it by that drop.
     pub(crate) fn add_poster(&self) {
-        // Relaxed: the count orders nothing but the last handle's close
-        // (`release_poster`). At zero this thread's own close follows in
-        // program order, so its posts see CLOSED; above zero, the decrement
-        // that later finds this one's count does not close.
-        if self.posters.fetch_add(1, Ordering::Relaxed) == 0 {
+        // Relaxed: a clone's increment needs no ordering (its source keeps
+        // the count live). An increment that finds the count ended reads
+        // the last drop's release RMW: the Acquire fence makes that drop's
+        // and every earlier poster's posts happen before this close, as for
+        // the drop's own close (`release_poster`).
+        if poster_count_ended(self.posters.fetch_add(1, Ordering::Relaxed)) {
+            crate::sync::fence(Ordering::Acquire);
             self.close();
         }
     }
 
-    /// A `Poster` went away; the last one closes the EVD.
+    /// A `Poster` went away; the last one ends the count and closes the EVD.
     pub(crate) fn release_poster(&self) {
-        // AcqRel: the last poster's close must come after every other poster's
-        // posts, which their own decrements release.
-        if self.posters.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // AcqRel: the last poster's close must come after every other
+        // poster's posts, which their own decrements release. One RMW that
+        // takes 1 to ENDED (never through 0): a handle the consumer makes
+        // after it finds it ended, whichever thread makes it.
+        let before = self
+            .posters
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                Some(poster_released(n))
+            })
+            .unwrap_or_else(|n| n);
+        if poster_released(before) == POSTERS_ENDED {
             self.close();
         }
     }

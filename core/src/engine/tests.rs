@@ -357,3 +357,37 @@ fn batches_that_take_a_full_two_slot_ring_do_not_linger() {
         "a batch that took the full ring lingered"
     );
 }
+
+/// The live poster count's transitions: a drop takes one off, and the
+/// last live one ends the count (never through 0, where a handle made at
+/// that moment could not tell a count ended from one about to be); an
+/// increment tells whether it came after the end; handles made after it
+/// count on above the mark, and their drops keep it.
+#[test]
+fn the_poster_count_ends_at_its_last_drop_and_stays_ended() {
+    assert_eq!(poster_released(3), 2);
+    assert_eq!(poster_released(2), 1);
+    assert_eq!(poster_released(1), POSTERS_ENDED);
+    assert!(!poster_count_ended(1));
+    assert!(!poster_count_ended(2));
+    assert!(poster_count_ended(POSTERS_ENDED));
+    assert!(poster_count_ended(POSTERS_ENDED + 2));
+    assert_eq!(poster_released(POSTERS_ENDED + 1), POSTERS_ENDED);
+    assert_eq!(poster_released(POSTERS_ENDED + 2), POSTERS_ENDED + 1);
+}
+
+/// Handles the consumer makes after the last poster dropped find the EVD
+/// closed, each of them, and their drops leave it so.
+#[test]
+fn posters_made_after_the_last_drop_find_the_evd_closed() {
+    let (poster, consumer) = bounded::<u8>(2).unwrap();
+    drop(poster);
+    let (a, b) = (consumer.poster(), consumer.poster());
+    assert_eq!(a.post(1), Err(PostError::Closed(1)));
+    drop(a);
+    assert_eq!(b.post(2), Err(PostError::Closed(2)));
+    drop(b);
+    assert!(consumer.is_closed());
+    let c = consumer.poster();
+    assert_eq!(c.post(3), Err(PostError::Closed(3)));
+}

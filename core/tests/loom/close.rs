@@ -47,6 +47,35 @@ fn a_poster_made_while_the_last_one_drops_finds_the_evd_open_or_closed_for_good(
     });
 }
 
+/// Two threads make posters while the last one drops (the consumer is
+/// `Sync`): the first may find the count ended and close the EVD itself
+/// while the second's increment comes after it. Neither is then ever open
+/// to its new handle and closed under it: one made after the end finds the
+/// EVD closed, whichever thread's increment saw the end.
+#[test]
+fn two_posters_made_while_the_last_one_drops_find_the_evd_open_or_closed_for_good() {
+    model(|| {
+        let (poster, consumer) = evd::bounded::<u32>(2).unwrap();
+        let consumer = Arc::new(consumer);
+        let c = consumer.clone();
+        let dropper = thread::spawn(move || drop(poster));
+        let maker = thread::spawn(move || c.poster());
+        let p3 = consumer.poster();
+        let posted = p3.post(3);
+        dropper.join().unwrap();
+        let p2 = maker.join().unwrap();
+        match posted {
+            Ok(()) => assert!(
+                !consumer.is_closed(),
+                "closed under the live poster whose post it queued"
+            ),
+            Err(e) => assert_eq!(e, PostError::Closed(3)),
+        }
+        drop((p2, p3));
+        assert!(consumer.is_closed(), "the last poster closes");
+    });
+}
+
 #[test]
 fn unwaitable_vs_wait() {
     model(|| {
