@@ -314,12 +314,6 @@ pub(crate) fn nap(deadline: Option<std::time::Instant>) {
     std::thread::sleep(left);
 }
 
-/// A yield: a model has no time, and must let the other threads run.
-#[cfg(any(loom, shuttle))]
-pub(crate) fn nap(_deadline: Option<std::time::Instant>) {
-    thread::yield_now();
-}
-
 /// Run a unit-test loom model (a model inside the crate, that needs its
 /// internals) over every interleaving with at most `LOOM_MAX_PREEMPTIONS`
 /// (default 3) preemptions, as the models of `core/tests/loom` run.

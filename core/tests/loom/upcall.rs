@@ -202,6 +202,9 @@ fn upcalls_dropped_in_its_own_handler_vs_post_queued_events_dropped() {
     });
 }
 
+/// Where a handler finds its own dispatcher, to drop it from inside.
+type UpcallsSlot<T> = loom::sync::Mutex<Option<evd::Upcalls<T>>>;
+
 #[test]
 fn early_leaver_vs_upcalls_dropped_in_a_later_instance_queue_dropped_once() {
     // One thread's instance delivers 1 and leaves (none in flight); the
@@ -212,7 +215,7 @@ fn early_leaver_vs_upcalls_dropped_in_a_later_instance_queue_dropped_once() {
     model(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (poster, consumer) = evd::bounded::<(u32, CountsDrops)>(4).unwrap();
-        let slot: Arc<loom::sync::Mutex<Option<evd::Upcalls<(u32, CountsDrops)>>>> = Arc::default();
+        let slot: Arc<UpcallsSlot<(u32, CountsDrops)>> = Arc::default();
         let s = slot.clone();
         let up = consumer.into_upcalls(UpcallPolicy::SingleInstance, Invoke::Any, move |ev, _| {
             let (n, ev) = ev.unwrap();
