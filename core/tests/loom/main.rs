@@ -65,6 +65,21 @@ fn model_bounded<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
     b.check(f);
 }
 
+/// [`model`] with the EVDs' room barrier as on a system without
+/// `membarrier`: `SeqCst` fences on both sides, the consumer's on the cold
+/// path its always-set flag takes.
+fn model_without_membarrier<F: Fn() + Sync + Send + 'static>(f: F) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            evd::model_room_barrier_without_membarrier(false);
+        }
+    }
+    let _reset = Reset;
+    evd::model_room_barrier_without_membarrier(true);
+    model(f);
+}
+
 /// Drain everything, blocking until end of stream. Its models post nothing
 /// lossy, so a loss report is a failure.
 fn drain_to_end(consumer: &mut evd::Consumer<u32>) -> Vec<u32> {

@@ -1,18 +1,3 @@
-/// [`model`] with the EVDs' room barrier as on a system without
-/// `membarrier`: `SeqCst` fences on both sides, the consumer's on the cold
-/// path its always-set flag takes.
-fn model_without_membarrier<F: Fn() + Sync + Send + 'static>(f: F) {
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            evd::model_room_barrier_without_membarrier(false);
-        }
-    }
-    let _reset = Reset;
-    evd::model_room_barrier_without_membarrier(true);
-    model(f);
-}
-
 /// The poster joins the room queue and posts again while the consumer
 /// frees the one slot: either the second post sees the new head, or the
 /// consumer's flag check sees the waiter. A lost wakeup leaves the poster
