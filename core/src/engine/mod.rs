@@ -379,7 +379,9 @@ impl<T> Shared<T> {
                 Some(poster_released(n))
             })
             .unwrap_or_else(|n| n);
-        if poster_released(before) == POSTERS_ENDED {
+        // Only the drop that ended the count closes (a handle made after
+        // the end closed the EVD when it was made).
+        if before == 1 {
             self.close();
         }
     }
