@@ -1468,13 +1468,15 @@ mod tests {
     /// notice one deleted).
     #[test]
     fn regressions_replay_by_name() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions/api");
-        for name in [
+        /// Each input, with what it found.
+        const NAMED: &[&str] = &[
             // Right after a loss report the core's wait returns the events
             // that meet its threshold before the next report; the model
             // expected the report (9ff531f).
             "wait-prefers-events-after-a-report",
-        ] {
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions/api");
+        for name in NAMED {
             let bytes = std::fs::read(dir.join(name)).expect(name);
             run(&Input::arbitrary_take_rest(Unstructured::new(&bytes)).expect(name));
         }
