@@ -327,7 +327,8 @@
 //!   ([`MAX_CAPACITY`], a `usize`). A 32-bit target is refused at compile
 //!   time.
 //! * Not for users: `--cfg loom --features __loom` builds the crate for its
-//!   loom models (no `NotifyFd` there, and waits are untimed), `--cfg
+//!   loom models (its `NotifyFd` is a stand-in, an atomic counter with no
+//!   file descriptor, and waits are untimed), `--cfg
 //!   shuttle --features __shuttle` for the fuzz crate's schedules. loom and
 //!   shuttle are optional dependencies behind those hidden features, so they
 //!   never reach a dependent's `Cargo.lock`. The `state` module is public
@@ -414,7 +415,7 @@ mod waker_list;
 mod waker_slot;
 
 pub use cno::{Cno, CnoHandle, ReadySet};
-#[cfg(all(target_os = "linux", not(loom)))]
+#[cfg(any(target_os = "linux", loom))]
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub use consumer::NotifyFd;
 pub use consumer::{

@@ -14,22 +14,22 @@ use crate::unwind::Panics;
 use crate::waker_slot::WakerSlot;
 use std::task::Waker;
 
-#[cfg(all(target_os = "linux", not(loom)))]
-use std::{os::fd::OwnedFd, sync::OnceLock};
+#[cfg(any(target_os = "linux", loom))]
+use crate::sync::eventfd::{self, Eventfd, EventfdCell};
 
 /// The notification targets of one EVD.
 pub(crate) struct NotifyTargets {
     waker: WakerSlot,
-    #[cfg(all(target_os = "linux", not(loom)))]
-    eventfd: OnceLock<OwnedFd>,
+    #[cfg(any(target_os = "linux", loom))]
+    eventfd: EventfdCell,
 }
 
 impl NotifyTargets {
     pub(crate) fn new() -> Self {
         NotifyTargets {
             waker: WakerSlot::default(),
-            #[cfg(all(target_os = "linux", not(loom)))]
-            eventfd: OnceLock::new(),
+            #[cfg(any(target_os = "linux", loom))]
+            eventfd: EventfdCell::new(),
         }
     }
 
@@ -54,21 +54,20 @@ impl NotifyTargets {
     #[inline]
     pub(crate) fn notify(&self) {
         // The eventfd first: a waker that panics must not swallow it.
-        #[cfg(all(target_os = "linux", not(loom)))]
+        #[cfg(any(target_os = "linux", loom))]
         if let Some(fd) = self.eventfd.get() {
-            signal(fd);
+            eventfd::signal(fd);
         }
         self.waker.wake();
     }
 
     /// The eventfd, made on first use, and whether this call made it.
-    #[cfg(all(target_os = "linux", not(loom)))]
-    pub(crate) fn eventfd(&self) -> std::io::Result<(&OwnedFd, bool)> {
+    #[cfg(any(target_os = "linux", loom))]
+    pub(crate) fn eventfd(&self) -> std::io::Result<(&Eventfd, bool)> {
         if let Some(fd) = self.eventfd.get() {
             return Ok((fd, false));
         }
-        use rustix::event::{EventfdFlags, eventfd};
-        let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let fd = eventfd::make()?;
         // If two threads race here the loser's fd is closed; only the consumer
         // calls this, so it does not happen in practice.
         let mut made = false;
@@ -78,15 +77,6 @@ impl NotifyTargets {
         });
         Ok((fd, made))
     }
-}
-
-/// Add 1 to an eventfd's counter: a notification, or one that fired before
-/// the eventfd existed ([`crate::engine::Shared::eventfd`]).
-#[cfg(all(target_os = "linux", not(loom)))]
-pub(crate) fn signal(fd: &OwnedFd) {
-    // An eventfd write fails only if the counter would overflow (2^64 - 2
-    // unread notifications): it is readable either way.
-    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
 }
 
 /// What a CNO trigger found.

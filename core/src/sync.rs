@@ -1,7 +1,8 @@
 //! The synchronization primitives the core uses, from `std` normally, from
 //! `loom` under `--cfg loom` and from `shuttle` under `--cfg shuttle`, so that
 //! the loom models and the fuzz crate's `schedule` target exercise the real
-//! code.
+//! code; and the eventfd, the kernel's or (under loom) a stand-in
+//! ([`eventfd`]).
 
 #[cfg(loom)]
 pub(crate) use loom::{
@@ -26,6 +27,11 @@ pub(crate) use {
     },
     std::sync::Arc,
 };
+/// The consumer's eventfd and the cell that publishes it; a stand-in under
+/// loom.
+#[cfg(any(target_os = "linux", loom))]
+pub(crate) mod eventfd;
+
 /// The type of the state word: a plain `AtomicU64`, except under shuttle.
 #[cfg(not(shuttle))]
 pub(crate) type StateWord = AtomicU64;

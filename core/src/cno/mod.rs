@@ -363,7 +363,7 @@ impl Cno {
     /// assert_eq!(fd.acknowledge().unwrap(), 1);
     /// assert_eq!(cno.try_next(), Some(2));
     /// ```
-    #[cfg(all(target_os = "linux", not(loom)))]
+    #[cfg(any(target_os = "linux", loom))]
     #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
     pub fn notify_fd(&mut self) -> std::io::Result<crate::NotifyFd> {
         self.ready.notify_fd()

@@ -9,15 +9,17 @@
 //! that a post already answered starts readable.
 
 use crate::consumer::Consumer;
+use crate::sync::eventfd::{self, Eventfd};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+#[cfg(not(loom))]
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 /// A handle on the EVD's notification eventfd (a duplicate of it, so it can
 /// live apart from the consumer, for example inside a reactor).
 #[derive(Debug)]
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub struct NotifyFd {
-    fd: OwnedFd,
+    fd: Eventfd,
 }
 
 impl NotifyFd {
@@ -33,21 +35,18 @@ impl NotifyFd {
     /// assert_eq!(fd.acknowledge().unwrap(), 1);
     /// ```
     pub fn acknowledge(&self) -> io::Result<u64> {
-        let mut buf = [0u8; 8];
-        match rustix::io::read(&self.fd, &mut buf) {
-            Ok(_) => Ok(u64::from_ne_bytes(buf)),
-            Err(rustix::io::Errno::AGAIN) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
+        eventfd::acknowledge(&self.fd)
     }
 }
 
+#[cfg(not(loom))]
 impl AsFd for NotifyFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 }
 
+#[cfg(not(loom))]
 impl AsRawFd for NotifyFd {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()

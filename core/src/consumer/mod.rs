@@ -4,13 +4,13 @@
 //! [`Shared`]'s.
 
 mod cno;
-#[cfg(all(target_os = "linux", not(loom)))]
+#[cfg(any(target_os = "linux", loom))]
 mod eventfd;
 mod future;
 mod iter;
 mod wait;
 
-#[cfg(all(target_os = "linux", not(loom)))]
+#[cfg(any(target_os = "linux", loom))]
 pub use eventfd::NotifyFd;
 pub use future::{Recv, RecvBatch};
 pub use iter::{IntoIter, Iter, TryIter};

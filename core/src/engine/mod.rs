@@ -425,11 +425,11 @@ impl<T> Shared<T> {
     /// waker, and the consumer that armed and then asked for the fd waits on
     /// the fd alone ([`Shared::notified_seen_by_new_target`] argues why no
     /// post falls between the two).
-    #[cfg(all(target_os = "linux", not(loom)))]
-    pub(crate) fn eventfd(&self) -> std::io::Result<&std::os::fd::OwnedFd> {
+    #[cfg(any(target_os = "linux", loom))]
+    pub(crate) fn eventfd(&self) -> std::io::Result<&crate::sync::eventfd::Eventfd> {
         let (fd, made) = self.targets.eventfd()?;
         if made && self.notified_seen_by_new_target() {
-            crate::notify::signal(fd);
+            crate::sync::eventfd::signal(fd);
         }
         Ok(fd)
     }

@@ -50,10 +50,10 @@
 //!   notified.
 //! * **A new eventfd** (`AcqRel`, one CAS writing the word back unchanged,
 //!   after the fd is published; a store-then-load race with a post's CAS
-//!   then load of the fd): a reservation later in the word's order continues
-//!   the release sequence and sees the fd; one earlier left `NOTIFIED`, which
-//!   the RMW sees, and the fd's maker writes it (both, at worst: a spurious
-//!   wake). Only the consumer clears `NOTIFIED` outside an upcall.
+//!   then load of the fd): a reservation later in the word's order sees
+//!   the fd; one earlier left `NOTIFIED`, which the RMW sees, and the fd's
+//!   maker writes it (both, at worst: a spurious wake). Only the consumer
+//!   clears `NOTIFIED` outside an upcall. Loom: `tests/loom/eventfd.rs`.
 //! * **Permits**: taken by the reservation loop's CAS against the same tail
 //!   as posts; sent by a reservation without the full check; given back
 //!   `Relaxed` (it publishes nothing), then a head store's room check.
@@ -453,7 +453,7 @@ impl<T> Shared<T> {
     /// `NOTIFIED`, read by a CAS that writes the word back unchanged, by the
     /// consumer that has just published a new eventfd: the module doc's "new
     /// eventfd" argues why a post reaches the fd or its maker sees this.
-    #[cfg(all(target_os = "linux", not(loom)))]
+    #[cfg(any(target_os = "linux", loom))]
     #[cold]
     pub(crate) fn notified_seen_by_new_target(&self) -> bool {
         let w = self.transition(Ordering::AcqRel, |w| Ok((w, w)));

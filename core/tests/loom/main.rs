@@ -47,6 +47,9 @@ include!("async_waits.rs");
 include!("permits.rs");
 // The consumer's waker slot: a take, then the next registration.
 include!("waker_slot.rs");
+// The eventfd: made against a post or close that answers an arm, and the
+// epoll-style loop that waits on it.
+include!("eventfd.rs");
 
 /// Explore every interleaving with at most `LOOM_MAX_PREEMPTIONS` (default 3)
 /// preemptions: bounded, as tokio's CI runs its models, so that models with
