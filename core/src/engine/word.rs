@@ -1,10 +1,9 @@
 //! The state word: every CAS on it, and the release sequence they form.
 //!
-//! The word ([`state`]) holds the tail, the permits, the notification flags,
-//! the upcall policy and instance count, and log2 of the capacity. Each operation below
-//! applies one of `state`'s pure transitions with a CAS (or, for a lossy
-//! post's notification, one RMW), so the word's modification order is the
-//! order of the operations.
+//! The word ([`state`]) holds the tail, the permits, the notification
+//! flags, the upcall policy and instance count, and log2 of the capacity.
+//! Each operation below applies one of `state`'s pure transitions with a
+//! CAS (or one RMW), so the word's modification order is theirs.
 //!
 //! # Invariant
 //!
@@ -50,10 +49,11 @@
 //!   notified.
 //! * **A new eventfd** (`AcqRel`, one CAS writing the word back unchanged,
 //!   after the fd is published; a store-then-load race with a post's CAS
-//!   then load of the fd): a reservation later in the word's order sees
-//!   the fd; one earlier left `NOTIFIED`, which the RMW sees, and the fd's
-//!   maker writes it (both, at worst: a spurious wake). Only the consumer
-//!   clears `NOTIFIED` outside an upcall. Loom: `tests/loom/eventfd.rs`.
+//!   then load of the fd): a reservation later in the word's order reads
+//!   from this RMW's release sequence and sees the fd; one earlier left
+//!   `NOTIFIED`, which the RMW sees, and the fd's maker writes it (both, at
+//!   worst: a spurious wake). Only the consumer clears `NOTIFIED` outside an
+//!   upcall. Loom: `tests/loom/eventfd.rs`.
 //! * **Permits**: taken by the reservation loop's CAS against the same tail
 //!   as posts; sent by a reservation without the full check; given back
 //!   `Relaxed` (it publishes nothing), then a head store's room check.

@@ -95,7 +95,10 @@ mod model {
     /// compare-exchange (`AcqRel`) installs a boxed fd, read with `Acquire`
     /// (a `OnceLock`'s completion is a `Release` store and its `get` an
     /// `Acquire` load). Invariant: non-null only as a `Box` installed by
-    /// [`EventfdCell::get_or_init`], freed only by the drop.
+    /// [`EventfdCell::get_or_init`], freed only by the drop. One difference
+    /// no caller reaches: `init` runs before the CAS, so a second thread
+    /// racing the first install would run its own (`OnceLock` never runs a
+    /// loser's); only the consumer, one thread, makes the fd.
     #[derive(Debug)]
     pub(crate) struct EventfdCell(AtomicPtr<Eventfd>);
 
