@@ -34,7 +34,8 @@
 //!
 //! Many CQs can share one completion channel (one fd): a [`ChannelFeed`]
 //! serves them all as one feed, demultiplexing the channel's events by CQ
-//! ([`channel_feed`], [`SharedChannel`]).
+//! ([`channel_feed`], [`SharedChannel`]); CQs join it and leave it while a
+//! driver serves it ([`DriverHandle::with_feed`], [`ChannelFeed::remove`]).
 //!
 //! The CQ is abstracted by [`CompletionQueue`], implemented by the
 //! software CQ in [`soft`] (for tests and development without RDMA

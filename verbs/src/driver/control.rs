@@ -26,6 +26,12 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
+/// A [`DriverHandle::with_feed`] call as the driver's thread runs it
+/// (`driver/with_feed.rs`): given the feed (or why there is none), it
+/// answers the caller; true if the caller's closure panicked (counted as
+/// user code the driver ran).
+pub(crate) type FeedCall = Box<dyn FnOnce(Result<&mut dyn Any, DriverError>) -> bool + Send>;
+
 /// A command for the driver, from a [`DriverHandle`].
 pub(crate) enum Command {
     Register {
@@ -37,6 +43,8 @@ pub(crate) enum Command {
         id: FeedId,
         reply: mpsc::Sender<Result<Box<dyn Any + Send>, DriverError>>,
     },
+    /// Run a caller's closure on a feed ([`DriverHandle::with_feed`]).
+    WithFeed { id: FeedId, call: FeedCall },
 }
 
 /// Answer every command `Stopped`, even if dropping a refused feed (its own
@@ -59,6 +67,9 @@ impl Command {
             }
             Command::Remove { reply, .. } => {
                 let _ = reply.send(Err(DriverError::Stopped));
+            }
+            Command::WithFeed { call, .. } => {
+                call(Err(DriverError::Stopped));
             }
         }
     }
@@ -139,7 +150,7 @@ impl Shared {
         eventfd::signal(&self.wake);
     }
 
-    fn send(&self, c: Command) {
+    pub(super) fn send(&self, c: Command) {
         let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
         if q.closed {
             drop(q);
@@ -214,7 +225,7 @@ impl Shared {
         }
     }
 
-    fn on_driver_thread(&self) -> bool {
+    pub(super) fn on_driver_thread(&self) -> bool {
         self.driven_by.load(Ordering::Relaxed) == this_thread()
     }
 }

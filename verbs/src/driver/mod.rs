@@ -24,7 +24,9 @@
 //!   removed with the feed that brought them; `completions`: what the
 //!   backend reported, handled;
 //! - `stats`: [`DriverStats`] and their live publication to other threads;
-//!   `polls`: the wake fd's poll, and the thread the polls belong to.
+//!   `polls`: the wake fd's poll, and the thread the polls belong to;
+//! - `with_feed`: a registered feed changed in place
+//!   ([`Driver::with_feed`], [`DriverHandle::with_feed`]).
 //!
 //! This file is the shell around them: each turn it applies the commands,
 //! reaps the backend's completions, gives every feed with work its turn
@@ -77,6 +79,7 @@ mod slot;
 mod source;
 mod stats;
 mod uring;
+mod with_feed;
 
 pub use adaptive::{AdaptiveConfig, PROBE_EVERY, PROBE_EVERY_MAX, SpinPolicy};
 pub use config::{DriverBackend, DriverConfig, FeedMode};

@@ -551,6 +551,7 @@ impl Driver {
                         let _ = answer.send(Err(DriverError::NoSuchFeed));
                     }
                 }
+                Command::WithFeed { id, call } => self.run_feed_call(id, call),
             }
         }
         Ok(any)

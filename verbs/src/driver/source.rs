@@ -55,6 +55,9 @@ pub(crate) trait Source: Send {
     }
     /// The feed itself, to hand back typed.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// The feed itself, to change in place typed
+    /// ([`Driver::with_feed`](crate::Driver::with_feed)).
+    fn as_any_mut(&mut self) -> &mut dyn Any;
     /// A feed of the device's async events into this feed's EVD, if nobody
     /// consumes them yet. The feed builds it because only the feed knows its
     /// EVD's event type.
@@ -94,6 +97,9 @@ where
         true
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
     fn evd_open(&self) -> bool {
@@ -143,6 +149,9 @@ where
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
     fn evd_open(&self) -> bool {
         !self.poster().is_closed()
     }
@@ -187,6 +196,9 @@ where
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
 }
 
 impl<S, T> Source for CmFeed<S, T>
@@ -219,6 +231,9 @@ where
         true
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
 }

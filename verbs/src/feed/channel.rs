@@ -20,7 +20,9 @@
 //!   it names: that feed's arm is used up, the event joins its next ack
 //!   batch (per CQ, [`ACK_BATCH`](crate::ACK_BATCH)), and the feed is marked
 //!   *dirty*. An event for a CQ the channel feed does not hold (a CQ made
-//!   on the channel by someone else, or added nowhere) is acknowledged at
+//!   on the channel by someone else, or added nowhere; or one
+//!   [removed](ChannelFeed::remove) and not yet destroyed, its arm still
+//!   out) is acknowledged at
 //!   once through [`SharedChannel::ack_unknown`], so its owner's destroy
 //!   does not wait for it, and counted in [`ChannelFeedStats::unknown_events`].
 //!   Its completions are not this feed's, and its owner never sees that
@@ -70,7 +72,9 @@
 //!   backpressure), and the channel feed goes on polling the CQ.
 //!
 //! Taking the events (and forgetting arms or giving CQs up after a
-//! failure) is `events`.
+//! failure) is `events`; adding and removing CQs, `membership` (a feed a
+//! driver serves changes in its driver's hands:
+//! [`Driver::with_feed`](crate::Driver::with_feed)).
 //!
 //! The driver's cycle needs no new observation: to it the channel feed is
 //! one feed whose fd is the channel's. Its unarmed polls (the event cycle's
@@ -80,6 +84,7 @@
 
 mod add_error;
 mod events;
+mod membership;
 mod room;
 mod stats;
 
@@ -87,7 +92,7 @@ pub use crate::source::{ChannelEvent, CqKey, SharedChannel};
 pub use add_error::{AddError, AddRefusal};
 pub use stats::ChannelFeedStats;
 
-use crate::event::{CqId, VerbsEvent};
+use crate::event::VerbsEvent;
 use crate::feed::posting::Posting;
 use crate::feed::{Feed, FeedStatus, Progress};
 use crate::source::{CompletionQueue, PollError};
@@ -174,77 +179,6 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         }
     }
 
-    /// Serve `cq`, named `id` in its events. Add CQs before registering
-    /// the feed with a driver (the driver owns it afterwards).
-    ///
-    /// # Errors
-    ///
-    /// Hands `cq` back with the reason ([`AddError`]) if it is not on this
-    /// feed's channel ([`AddRefusal::NotOnChannel`]) or this feed serves it
-    /// already ([`AddRefusal::AlreadyServed`], with the id it is served
-    /// under).
-    ///
-    /// ```
-    /// use evd_verbs::channel_feed::AddRefusal;
-    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::{SoftChannel, SoftCq}};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let channel = SoftChannel::new().unwrap();
-    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
-    /// assert!(feed.add(channel.create_cq(8).unwrap().0, CqId(0)).is_ok());
-    /// let (elsewhere, _hca) = SoftCq::new(8).unwrap(); // its own channel
-    /// let refused = feed.add(elsewhere, CqId(1)).unwrap_err();
-    /// assert_eq!(refused.reason(), AddRefusal::NotOnChannel);
-    /// let _cq = refused.into_cq(); // handed back
-    /// ```
-    // The error hands the CQ back; a real CQ carries its poll array.
-    #[allow(clippy::result_large_err)]
-    pub fn add(&mut self, cq: H::Cq, id: CqId) -> Result<(), AddError<H::Cq>> {
-        let Some(key) = self.channel.key_of(&cq) else {
-            return Err(AddError::new(cq, AddRefusal::NotOnChannel));
-        };
-        if let Some(&i) = self.by_key.get(&key) {
-            let served_as = self.members[i].feed.id();
-            return Err(AddError::new(cq, AddRefusal::AlreadyServed { served_as }));
-        }
-        self.by_key.insert(key, self.members.len());
-        self.members.push(Member {
-            feed: Feed::new(cq, id, self.room.poster().clone()),
-            dirty: true,
-            done: false,
-        });
-        Ok(())
-    }
-
-    /// How many CQs it serves.
-    ///
-    /// ```
-    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let channel = SoftChannel::new().unwrap();
-    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
-    /// feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
-    /// feed.add(channel.create_cq(8).unwrap().0, CqId(1)).unwrap();
-    /// assert_eq!(feed.len(), 2);
-    /// ```
-    pub fn len(&self) -> usize {
-        self.members.len()
-    }
-
-    /// It serves no CQ.
-    ///
-    /// ```
-    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let channel = SoftChannel::new().unwrap();
-    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
-    /// assert!(feed.is_empty());
-    /// feed.add(channel.create_cq(8).unwrap().0, CqId(0)).unwrap();
-    /// assert!(!feed.is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
     /// The channel.
     ///
     /// ```
@@ -258,20 +192,6 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// ```
     pub fn channel(&self) -> &H {
         &self.channel
-    }
-
-    /// The feed of each CQ, in the order they were added.
-    ///
-    /// ```
-    /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, soft::SoftChannel};
-    /// let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
-    /// let channel = SoftChannel::new().unwrap();
-    /// let mut feed = ChannelFeed::new(channel.clone(), poster);
-    /// feed.add(channel.create_cq(8).unwrap().0, CqId(4)).unwrap();
-    /// assert_eq!(feed.feeds().map(|f| f.id()).collect::<Vec<_>>(), [CqId(4)]);
-    /// ```
-    pub fn feeds(&self) -> impl Iterator<Item = &Feed<H::Cq, T>> + '_ {
-        self.members.iter().map(|m| &m.feed)
     }
 
     /// The counters.

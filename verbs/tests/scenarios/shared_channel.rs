@@ -1,5 +1,6 @@
 //! Four CQs on one completion channel, served by one `ChannelFeed`
-//! through the driver in event mode: work completes on all four in
+//! through the driver in event mode, the last two added while the driver
+//! runs (`DriverHandle::with_feed`): work completes on all four in
 //! rounds, every completion is delivered once and in order per CQ, every
 //! CQ's events are credited to it, and every channel event is
 //! acknowledged before the CQs go.
@@ -46,7 +47,8 @@ pub fn four_cqs_on_one_channel<D: ChannelDevices>(mut devices: D, first: u32) ->
     );
     let (poster, mut consumer) = evd::bounded::<VerbsEvent>(256).map_err(e2s)?;
     let mut feed = ChannelFeed::new(channel, poster);
-    for (i, cq) in cqs.into_iter().enumerate() {
+    let mut cqs = cqs.into_iter().enumerate();
+    for (i, cq) in cqs.by_ref().take(CQS / 2) {
         feed.add(cq, CqId(first + i as u32))
             .map_err(|_| "add refused a CQ of the channel".to_string())?;
     }
@@ -55,6 +57,18 @@ pub fn four_cqs_on_one_channel<D: ChannelDevices>(mut devices: D, first: u32) ->
         .register_channel(feed, FeedMode::Event)
         .map_err(|e| format!("register_channel: {e}"))?;
     let running = driver.spawn().map_err(|e| format!("spawn: {e}"))?;
+    // The others join the feed while the driver serves it: each is armed
+    // and drained in the feed's next turn.
+    let rest: Vec<_> = cqs.collect();
+    running
+        .handle()
+        .with_feed(key, move |feed| {
+            rest.into_iter().try_for_each(|(i, cq)| {
+                feed.add(cq, CqId(first + i as u32))
+                    .map_err(|_| "add refused a CQ of the channel".to_string())
+            })
+        })
+        .map_err(|e| format!("with_feed: {e}"))??;
 
     // Per CQ, the wr_ids in the order they came.
     let mut seen: [Vec<u64>; CQS] = Default::default();

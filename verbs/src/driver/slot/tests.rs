@@ -60,6 +60,9 @@ impl Source for Scripted {
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
 }
 
 /// A sleeping adaptive slot whose policy no longer spins (its spins

@@ -131,6 +131,9 @@ impl crate::driver::source::Source for PanicsOnDrop {
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
         self
     }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }
 
 impl Drop for PanicsOnDrop {

@@ -1,0 +1,189 @@
+//! A registered feed changed in place: [`Driver::with_feed`] on the
+//! driver's owner's thread, [`DriverHandle::with_feed`] from any other (a
+//! command the spawned driver runs between its feeds' turns, never inside
+//! one). A CQ added to a [`ChannelFeed`](crate::ChannelFeed) or removed from
+//! it, a feed's counters read where it runs.
+//!
+//! The driver does not know what the closure changed, so the feed's next
+//! turn assumes the worst it can be: a new CQ, unarmed, with completions
+//! already waiting. A feed asleep on its fd is woken (put back to arm and
+//! drain: [`Slot::changed_in_place`]); a feed awake arms and drains in the
+//! turns it is having anyway (a channel feed's new CQ is dirty until then);
+//! a blocked one does when room comes; a feed that is done (its EVD closed,
+//! every CQ failed) stays done. And the driver's fd is made readable, so
+//! that a loop which waits on it next gives the feed that turn.
+
+use super::control::{Command, FeedCall};
+use super::cycle::Phase;
+use super::error::Caught;
+use super::slot::Slot;
+use super::{Driver, DriverError, DriverHandle, FeedId, FeedKey, Panic};
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::mpsc;
+
+impl Driver {
+    /// Run `f` on the feed registered under `key`, in place, and return
+    /// what it returns: add a CQ to a channel feed, remove one, read a
+    /// feed's counters. The feed's next turn arms and drains it (see the
+    /// module notes of `driver/with_feed.rs`: a CQ added here is served
+    /// without waiting for an event), and the driver's fd is made readable
+    /// so that a loop waiting on it gives the feed that turn.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let mut driver = Driver::new(Default::default()).unwrap();
+    /// let key = driver
+    ///     .register_channel(ChannelFeed::new(channel.clone(), poster), FeedMode::Event)
+    ///     .unwrap();
+    /// driver.process(Some(std::time::Duration::ZERO)).unwrap(); // asleep on the channel
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// hca.push(WorkCompletion::new(5)).unwrap(); // before any arm: no event
+    /// driver.with_feed(key, |feed| feed.add(cq, CqId(3))).unwrap().unwrap();
+    /// while consumer.try_dequeue().is_err() {
+    ///     driver.process(None).unwrap();
+    /// }
+    /// let feed = driver.with_feed(key, |feed| feed.remove(CqId(3))).unwrap().unwrap();
+    /// drop(feed); // its CQ destroyed
+    /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::NoSuchFeed`] if the key names no feed of this driver
+    /// (removed, or being removed, or another driver's key).
+    ///
+    /// # Panics
+    /// A panic of `f` comes out of this call; the feed stays registered,
+    /// as `f` left it, and its next turn arms and drains it all the same.
+    pub fn with_feed<F: 'static, R>(
+        &mut self,
+        key: FeedKey<F>,
+        f: impl FnOnce(&mut F) -> R,
+    ) -> Result<R, DriverError> {
+        if !key.is_of(self.shared.serial) {
+            return Err(DriverError::NoSuchFeed);
+        }
+        // The feed's code runs here (a post's upcall, a drop's acks): a
+        // handle call it makes is refused, not left waiting for this thread.
+        let shared = self.shared.clone();
+        let _driving = shared.driving();
+        let slot = self.slot_mut(key.id()).ok_or(DriverError::NoSuchFeed)?;
+        let ran = catch_unwind(AssertUnwindSafe(|| f(typed(slot.source.as_any_mut()))));
+        slot.changed_in_place();
+        self.shared.wake();
+        match ran {
+            Ok(r) => Ok(r),
+            Err(p) => resume_unwind(p),
+        }
+    }
+
+    /// Apply a [`Command::WithFeed`]: run the call on the feed (it answers
+    /// its caller), and let the feed's next turn arm and drain it.
+    pub(super) fn run_feed_call(&mut self, id: FeedId, call: FeedCall) {
+        // The call catches its closure's panic and answers with it; this
+        // catches what is left (the answer's drop, should the caller be
+        // gone), so that the driver's thread serves on.
+        let mut caught = Caught::default();
+        let mut panicked = false;
+        match self.slot_mut(id) {
+            Some(slot) => {
+                caught.run(|| panicked = call(Ok(slot.source.as_any_mut())));
+                slot.changed_in_place();
+            }
+            None => caught.run(|| panicked = call(Err(DriverError::NoSuchFeed))),
+        }
+        self.stats.handler_panics += caught.count + u64::from(panicked);
+    }
+}
+
+impl DriverHandle {
+    /// Run `f` on the feed registered under `key`, on the driver's thread
+    /// between its feeds' turns, and return what it returns (as
+    /// [`Driver::with_feed`]; the feed's next turn arms and drains it).
+    /// To stop serving one CQ of a shared channel, remove it here and drain
+    /// and drop its feed in the same closure: its CQ is then destroyed
+    /// before the channel feed takes another event, so none of its events
+    /// comes to the channel feed unknown.
+    ///
+    /// ```
+    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    /// let channel = SoftChannel::new().unwrap();
+    /// let running = Driver::new(Default::default()).unwrap().spawn().unwrap();
+    /// let handle = running.handle();
+    /// let key = handle
+    ///     .register_channel(ChannelFeed::new(channel.clone(), poster), FeedMode::Event)
+    ///     .unwrap();
+    /// let (cq, hca) = channel.create_cq(8).unwrap();
+    /// handle.with_feed(key, move |feed| feed.add(cq, CqId(1)).map_err(|e| e.reason())).unwrap().unwrap();
+    /// hca.push(WorkCompletion::new(9)).unwrap();
+    /// assert!(matches!(consumer.dequeue().unwrap(), VerbsEvent::Completion { cq: CqId(1), .. }));
+    /// handle
+    ///     .with_feed(key, |feed| {
+    ///         let mut removed = feed.remove(CqId(1)).unwrap();
+    ///         removed.progress(usize::MAX); // its last completions
+    ///         drop(removed); // its CQ destroyed, here
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!(hca.stats().unacked_at_destroy, Some(0));
+    /// ```
+    ///
+    /// # Errors
+    /// [`DriverError::NoSuchFeed`] if the key names no feed of the driver
+    /// (removed, or being removed, or another driver's key);
+    /// [`DriverError::OnDriverThread`] on the driver's own thread (use
+    /// [`Driver::with_feed`] there); [`DriverError::Stopped`] once the
+    /// driver has stopped (`f` is then dropped unrun);
+    /// [`DriverError::Panicked`] if `f` panicked (the feed stays registered
+    /// as `f` left it, is armed and drained in its next turn, and the driver
+    /// serves on; counted in
+    /// [`DriverStats::handler_panics`](crate::DriverStats::handler_panics)).
+    pub fn with_feed<F, R>(
+        &self,
+        key: FeedKey<F>,
+        f: impl FnOnce(&mut F) -> R + Send + 'static,
+    ) -> Result<R, DriverError>
+    where
+        F: 'static,
+        R: Send + 'static,
+    {
+        if self.shared.on_driver_thread() {
+            return Err(DriverError::OnDriverThread);
+        }
+        if !key.is_of(self.shared.serial) {
+            return Err(DriverError::NoSuchFeed);
+        }
+        let (reply, answer) = mpsc::channel();
+        let call: FeedCall = Box::new(move |feed| {
+            let answer = feed.and_then(|feed| {
+                catch_unwind(AssertUnwindSafe(|| f(typed(feed))))
+                    .map_err(|p| DriverError::Panicked(Panic::new(p)))
+            });
+            let panicked = matches!(answer, Err(DriverError::Panicked(_)));
+            let _ = reply.send(answer);
+            panicked
+        });
+        self.shared.send(Command::WithFeed { id: key.id(), call });
+        answer.recv().map_err(|_| DriverError::Stopped)?
+    }
+}
+
+/// The feed under its key's type. The key was made from the feed's own
+/// type when it was registered, so the downcast cannot fail.
+fn typed<F: 'static>(feed: &mut dyn Any) -> &mut F {
+    feed.downcast_mut::<F>()
+        .expect("a FeedKey's type is the type of the feed registered under it")
+}
+
+impl Slot {
+    /// Its feed was changed in place: one asleep on its fd arms and drains
+    /// in its next turn (the change may have been a CQ added, unarmed);
+    /// one awake does in the turns it has anyway, one blocked when room
+    /// comes, one done never.
+    pub(super) fn changed_in_place(&mut self) {
+        if self.phase == Phase::Sleeping {
+            self.phase = Phase::Arm;
+        }
+    }
+}
