@@ -9,9 +9,17 @@
 //! already waiting. A feed asleep on its fd is woken (put back to arm and
 //! drain: [`Slot::changed_in_place`]); a feed awake arms and drains in the
 //! turns it is having anyway (a channel feed's new CQ is dirty until then);
-//! a blocked one does when room comes; a feed that is done (its EVD closed,
-//! every CQ failed) stays done. And the driver's fd is made readable, so
-//! that a loop which waits on it next gives the feed that turn.
+//! a blocked one does when room comes; a feed that is done because every
+//! CQ failed is served again (its next turn finds out whether a CQ is
+//! live now: a channel feed's failed CQs removed, a healthy one added);
+//! one whose EVD is closed, or that the driver gave up, stays done. And
+//! the driver's fd is made readable, so that a loop which waits on it next
+//! gives the feed that turn.
+//!
+//! What the driver keeps of the feed from its registration stays true only
+//! if the closure leaves the feed on the fd it had (its channel, its CQ's:
+//! the driver polls that fd) and leaves its room to the driver (a feed
+//! waiting for room is the driver's to wake).
 
 use super::control::{Command, FeedCall};
 use super::cycle::Phase;
@@ -25,10 +33,19 @@ use std::sync::mpsc;
 impl Driver {
     /// Run `f` on the feed registered under `key`, in place, and return
     /// what it returns: add a CQ to a channel feed, remove one, read a
-    /// feed's counters. The feed's next turn arms and drains it (see the
-    /// module notes of `driver/with_feed.rs`: a CQ added here is served
-    /// without waiting for an event), and the driver's fd is made readable
-    /// so that a loop waiting on it gives the feed that turn.
+    /// feed's counters. The feed's next turn arms and drains it (a CQ added
+    /// here is served without waiting for an event it cannot raise; a feed
+    /// done because every CQ failed is served again), and the driver's fd
+    /// is made readable so that a loop waiting on it gives the feed that
+    /// turn. A feed whose EVD is closed, or that the driver gave up
+    /// ([`DriverError::FeedFailed`] with `given_up`), is served no more: a
+    /// CQ added to it is never polled.
+    ///
+    /// `f` must leave the feed on the fd it was registered with (not
+    /// replace it with another feed: the driver polls that fd) and leave
+    /// its waits for room to the driver (no
+    /// [`poll_room`](crate::ChannelFeed::poll_room) or
+    /// [`leave_room_queue`](crate::ChannelFeed::leave_room_queue)).
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, WorkCompletion, soft::SoftChannel};
@@ -54,8 +71,11 @@ impl Driver {
     /// (removed, or being removed, or another driver's key).
     ///
     /// # Panics
-    /// A panic of `f` comes out of this call; the feed stays registered,
-    /// as `f` left it, and its next turn arms and drains it all the same.
+    /// A panic of `f` comes out of this call (or, on a thread already
+    /// unwinding, where a second panic would abort the process, is
+    /// returned as [`DriverError::Panicked`]); the feed stays
+    /// registered, as `f` left it, and its next turn arms and drains it
+    /// all the same.
     pub fn with_feed<F: 'static, R>(
         &mut self,
         key: FeedKey<F>,
@@ -74,6 +94,8 @@ impl Driver {
         self.shared.wake();
         match ran {
             Ok(r) => Ok(r),
+            // Raised now, a second panic would abort the process.
+            Err(p) if std::thread::panicking() => Err(DriverError::Panicked(Panic::new(p))),
             Err(p) => resume_unwind(p),
         }
     }
@@ -100,14 +122,21 @@ impl Driver {
 impl DriverHandle {
     /// Run `f` on the feed registered under `key`, on the driver's thread
     /// between its feeds' turns, and return what it returns (as
-    /// [`Driver::with_feed`]; the feed's next turn arms and drains it).
-    /// To stop serving one CQ of a shared channel, remove it here and drain
-    /// and drop its feed in the same closure: its CQ is then destroyed
-    /// before the channel feed takes another event, so none of its events
-    /// comes to the channel feed unknown.
+    /// [`Driver::with_feed`], whose notes on what is served after and what
+    /// `f` must leave as it was hold here too).
+    ///
+    /// To stop serving one CQ of a shared channel, remove it here
+    /// ([`ChannelFeed::remove`](crate::ChannelFeed::remove)). If its feed
+    /// drains here (its [`progress`](crate::Feed::progress) reports
+    /// `Drained`), drop it here too: its CQ is then destroyed before the
+    /// channel feed takes another event, so none of its events comes to the
+    /// channel feed unknown. If the EVD is full, return the feed and
+    /// drain it where the consumer can make room: do not wait for room
+    /// in `f` (a consumer that is waiting for this call would never make
+    /// it).
     ///
     /// ```
-    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, VerbsEvent, WorkCompletion, soft::SoftChannel};
+    /// use evd_verbs::{ChannelFeed, CqId, Driver, FeedMode, FeedStatus, VerbsEvent, WorkCompletion, soft::SoftChannel};
     /// let (poster, mut consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
     /// let channel = SoftChannel::new().unwrap();
     /// let running = Driver::new(Default::default()).unwrap().spawn().unwrap();
@@ -119,21 +148,26 @@ impl DriverHandle {
     /// handle.with_feed(key, move |feed| feed.add(cq, CqId(1)).map_err(|e| e.reason())).unwrap().unwrap();
     /// hca.push(WorkCompletion::new(9)).unwrap();
     /// assert!(matches!(consumer.dequeue().unwrap(), VerbsEvent::Completion { cq: CqId(1), .. }));
-    /// handle
+    /// let left = handle
     ///     .with_feed(key, |feed| {
     ///         let mut removed = feed.remove(CqId(1)).unwrap();
-    ///         removed.progress(usize::MAX); // its last completions
-    ///         drop(removed); // its CQ destroyed, here
+    ///         match removed.progress(usize::MAX).status {
+    ///             FeedStatus::Drained => None, // dropped here: its CQ destroyed
+    ///             _ => Some(removed),          // the EVD is full: drain it outside
+    ///         }
     ///     })
     ///     .unwrap();
+    /// assert!(left.is_none());
     /// assert_eq!(hca.stats().unacked_at_destroy, Some(0));
     /// ```
     ///
     /// # Errors
     /// [`DriverError::NoSuchFeed`] if the key names no feed of the driver
     /// (removed, or being removed, or another driver's key);
-    /// [`DriverError::OnDriverThread`] on the driver's own thread (use
-    /// [`Driver::with_feed`] there); [`DriverError::Stopped`] once the
+    /// [`DriverError::OnDriverThread`] on the driver's own thread, inside
+    /// its turn (use [`Driver::with_feed`] there; on the thread that calls
+    /// [`Driver::process`] this call would wait for itself between its
+    /// calls too, as every waiting handle call does); [`DriverError::Stopped`] once the
     /// driver has stopped (`f` is then dropped unrun);
     /// [`DriverError::Panicked`] if `f` panicked (the feed stays registered
     /// as `f` left it, is armed and drained in its next turn, and the driver
@@ -180,9 +214,12 @@ impl Slot {
     /// Its feed was changed in place: one asleep on its fd arms and drains
     /// in its next turn (the change may have been a CQ added, unarmed);
     /// one awake does in the turns it has anyway, one blocked when room
-    /// comes, one done never.
+    /// comes. One done with its EVD open and not given up (every CQ had
+    /// failed) is served again: its next turn says whether a CQ is live now
+    /// (done again at once if none is).
     pub(super) fn changed_in_place(&mut self) {
-        if self.phase == Phase::Sleeping {
+        let revivable = self.phase == Phase::Done && !self.given_up && self.source.evd_open();
+        if self.phase == Phase::Sleeping || revivable {
             self.phase = Phase::Arm;
         }
     }

@@ -108,9 +108,12 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// Its CQ may still be armed: until it is destroyed, a completion can
     /// raise an event on the channel, which this feed acknowledges at once
     /// as a CQ it does not serve ([`ChannelFeedStats::unknown_events`](super::ChannelFeedStats::unknown_events)).
-    /// Drain and drop the feed where it was removed (in
+    /// A feed that drains where it was removed (in
     /// [`DriverHandle::with_feed`](crate::DriverHandle::with_feed)'s closure,
-    /// for a feed a driver serves) and nothing is left for the channel.
+    /// for a feed a driver serves) and is dropped there leaves nothing for
+    /// the channel. The feed handed back is its CQ's, not a channel's: it
+    /// is not to be registered with a driver on its own (its fd is the
+    /// channel's, whose events are the channel feed's).
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, WorkCompletion, soft::SoftChannel};
