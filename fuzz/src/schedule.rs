@@ -20,8 +20,8 @@
 //!   set_handler (the plain handler, or one that posts into its own EVD from
 //!   inside the upcall) / drop of the `Upcalls`; and the binding to one of two
 //!   CNOs: bind, enable, disable, modify, unbind, take the ready keys, poll
-//!   a CNO as a stream, drop a CNO). Upcall handlers run on whichever
-//!   thread the real code runs them on.
+//!   a CNO as a stream, drop a CNO; and the eventfd: ask for it, read it).
+//!   Upcall handlers run on whichever thread the real code runs them on.
 //! * The core reports every successful CAS on its state word to
 //!   [`observe`] (registered with `evd::set_cas_observer`), before any other
 //!   thread runs. The harness keeps its own copy of the word, so it checks
@@ -45,7 +45,9 @@
 //! EVD is bound to, against an enable, and a CNO that holds a key at the
 //! end woken at least once since its last poll, if that was pending (a
 //! weak check: any wake counts, also the poll's own retry wake); enables
-//! of a dropped CNO refused; the overflow count and reports as
+//! of a dropped CNO refused; an eventfd written at least once if a
+//! notification was counted after it was asked for (the real eventfd:
+//! shuttle runs its system calls as plain steps); the overflow count and reports as
 //! [`crate::semantics`] says; every event dropped exactly once.
 
 use crate::payload::{DropLog, Payload};
@@ -236,6 +238,10 @@ pub enum ConsumerOp {
     Drop,
     /// An operation on the EVD's binding to one of the consumer's two CNOs.
     Cno(CnoOp),
+    /// Ask for the EVD's eventfd (`notify_fd`; made by the first ask).
+    NotifyFd,
+    /// Read the eventfd's counter (`acknowledge`), if there is one.
+    Acknowledge,
 }
 
 /// What a consumer's CNO entry does (the consumer thread owns two CNOs of
@@ -283,6 +289,8 @@ impl ConsumerOp {
                 0..=15 => ConsumerOp::Close,
                 16..=23 => ConsumerOp::Drop,
                 24..=79 => ConsumerOp::PollRecv,
+                80..=83 => ConsumerOp::NotifyFd,
+                84..=87 => ConsumerOp::Acknowledge,
                 208..=215 => ConsumerOp::Cno(CnoOp::Drop(a & 1)),
                 216..=223 => ConsumerOp::Cno(CnoOp::Poll(a & 1)),
                 224..=229 => ConsumerOp::Cno(CnoOp::Bind(a & 1)),
@@ -967,6 +975,9 @@ thread_local! {
     static HANDLER_POSTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// Events posted with a permit in the executions this OS thread ran.
     static PERMIT_SENDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Eventfd checks that had a notification to find, in the executions
+    /// this OS thread ran.
+    static FD_CHECKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The poster number of the events handlers post ([`reposting`]): above any
@@ -1373,6 +1384,69 @@ struct CnoSide {
 #[derive(Default)]
 struct CountWake(std::sync::atomic::AtomicUsize);
 
+/// The consumer thread's eventfd, if it asked for one: every notification
+/// counted after the ask must reach it (written by its notifier, or by the
+/// ask's own read-back of a `NOTIFIED` left before the fd existed). Checked
+/// only while the EVD never had upcalls: `Query::notifications` counts
+/// upcall starts too, which wake no target.
+#[derive(Default)]
+struct FdSide {
+    fd: Option<evd::NotifyFd>,
+    /// `Query::notifications` just before the first ask.
+    notifications_before: u64,
+    /// What the acknowledgements read so far.
+    counted: u64,
+    /// `Query::notifications` when the consumer was dropped (the end's
+    /// query has no consumer then).
+    notifications_at_drop: Option<u64>,
+    /// The consumer went into upcall mode.
+    upcalls: bool,
+}
+
+impl FdSide {
+    fn ask(&mut self, c: &mut Consumer<Ev>) {
+        let before = c.query().notifications;
+        let fd = c.notify_fd().expect("eventfd");
+        trace(|| "notify_fd".into());
+        if self.fd.is_none() {
+            self.notifications_before = before;
+            self.fd = Some(fd);
+        }
+    }
+
+    fn acknowledge(&mut self) {
+        if let Some(fd) = &self.fd {
+            let n = fd.acknowledge().expect("eventfd read");
+            trace(|| format!("acknowledge: {n}"));
+            self.counted += n;
+        }
+    }
+
+    /// At the end, all threads joined: if a notification was counted after
+    /// the fd was asked for, the fd was written at least once. `None`: the
+    /// consumer was dropped (its count then is used).
+    fn check(mut self, notifications: Option<u64>) {
+        let Some(notifications) = notifications.or(self.notifications_at_drop) else {
+            return;
+        };
+        if self.upcalls {
+            return;
+        }
+        self.acknowledge();
+        if self.fd.is_some() && notifications > self.notifications_before {
+            FD_CHECKS.set(FD_CHECKS.get() + 1);
+            let (before, counted) = (self.notifications_before, self.counted);
+            check(|_| {
+                ensure(counted > 0, || {
+                    format!(
+                        "{notifications} notifications ({before} before the eventfd), none on it"
+                    )
+                })
+            });
+        }
+    }
+}
+
 impl Wake for CountWake {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -1545,7 +1619,7 @@ fn cno_step(c: &mut Consumer<Ev>, op: CnoOp, s: &mut CnoSide) {
     }
 }
 
-fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide) -> Side {
+fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide, fd: &mut FdSide) -> Side {
     with(|k| k.owner_op_head = k.received);
     match side {
         Side::Consumer(mut c) => {
@@ -1647,6 +1721,7 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide) -> Side 
                 }
                 ConsumerOp::Cno(op) => cno_step(&mut c, op, cno),
                 ConsumerOp::IntoUpcalls(policy, invoke) => {
+                    fd.upcalls = true;
                     cno.unbound(); // into_upcalls unbinds first
                     with(|k| {
                         k.mode = Mode::Upcalls;
@@ -1682,6 +1757,8 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide) -> Side 
                         Poll::Pending => with(|k| k.dequeuing = 0),
                     }
                 }
+                ConsumerOp::NotifyFd => fd.ask(&mut c),
+                ConsumerOp::Acknowledge => fd.acknowledge(),
                 ConsumerOp::Close => {
                     with(|k| k.close_begun = true);
                     c.close();
@@ -1689,6 +1766,7 @@ fn consumer_step(side: Side, op: Op, me: &mut Actor, cno: &mut CnoSide) -> Side 
                 }
                 ConsumerOp::Drop => {
                     with(|k| k.close_begun = true);
+                    fd.notifications_at_drop = Some(c.query().notifications);
                     drop(c);
                     if let Some(i) = cno.bound {
                         cno.unbound();
@@ -1797,12 +1875,13 @@ fn consumer_thread(
     c: Consumer<Ev>,
     ops: Vec<Op>,
     mut me: Actor,
-) -> (Option<Consumer<Ev>>, CnoSide) {
+) -> (Option<Consumer<Ev>>, CnoSide, FdSide) {
     with(|k| k.owner = Some(shuttle::thread::current().id()));
     let mut cno = CnoSide::new();
+    let mut fd = FdSide::default();
     let mut side = Side::Consumer(c);
     for op in ops {
-        side = consumer_step(side, op, &mut me, &mut cno);
+        side = consumer_step(side, op, &mut me, &mut cno, &mut fd);
     }
     let mut c = match side {
         Side::Consumer(c) => c,
@@ -1816,11 +1895,11 @@ fn consumer_thread(
             });
             c
         }
-        Side::Gone => return (None, cno),
+        Side::Gone => return (None, cno, fd),
     };
     trace(|| "finish: drain".into());
     drain(&mut c);
-    (Some(c), cno)
+    (Some(c), cno, fd)
 }
 
 /// One execution: the body shuttle runs.
@@ -1862,7 +1941,7 @@ fn execution(input: &Input) {
     for h in handles {
         h.join().unwrap();
     }
-    let (consumer, mut cno) = consumer.join().unwrap();
+    let (consumer, mut cno, fd) = consumer.join().unwrap();
     with(|k| k.owner = Some(shuttle::thread::current().id()));
     cno.check_pending_polls();
     // Closing an enabled EVD is news for its CNO: the key is ready now,
@@ -1876,6 +1955,7 @@ fn execution(input: &Input) {
         });
     }
     cno.take();
+    fd.check(consumer.as_ref().map(|c| c.query().notifications));
     if let Some(mut c) = consumer {
         // Every loss is told before the end of stream: nothing comes after.
         dequeuing(1);
@@ -2101,6 +2181,39 @@ mod tests {
         assert!(
             PERMIT_SENDS.get() > before + 100,
             "events sent with permits"
+        );
+    }
+
+    /// Random inputs whose consumer asks for its eventfd early and arms
+    /// often, in consumer mode: the end's check of the fd must have
+    /// notifications to find in many of them.
+    #[test]
+    fn random_eventfd_inputs() {
+        let mut rng = crate::Rng(0x0e7e_47fd_0000_0005);
+        let before = FD_CHECKS.get();
+        for _ in 0..300u32 {
+            let mut input = Input::decode(&rng.bytes(600));
+            let b = rng.bytes(64);
+            for (j, op) in input.consumer.iter_mut().enumerate() {
+                *op = match b[j % 64] % 4 {
+                    // Arm (5, 6), or the fd read (15 with 84..=87).
+                    0 => Op { kind: 5, arg: 0 },
+                    1 => Op { kind: 15, arg: 84 },
+                    // No upcalls: they count notifications too.
+                    _ if op.kind % 16 == 11 => Op { kind: 0, arg: 0 },
+                    _ => *op,
+                };
+            }
+            let at = usize::from(b[1]) % 3;
+            input
+                .consumer
+                .insert(at.min(input.consumer.len()), Op { kind: 15, arg: 80 });
+            input.consumer.truncate(MAX_CONSUMER_OPS);
+            run(&input);
+        }
+        assert!(
+            FD_CHECKS.get() > before + 50,
+            "fd checks with notifications to find"
         );
     }
 
