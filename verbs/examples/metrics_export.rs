@@ -11,10 +11,10 @@
 //!   `RunningDriver::stats`): what the driver thread published at the end
 //!   of its last cycle, at no cost to it (no lock, no read-modify-write).
 //! - [`evd_verbs::FeedStats`] belong to the feed, which the driver owns
-//!   while it is registered: they are read from the feed handed back by
-//!   `remove` (or taken from the driver's `Shutdown`), so the exporter
-//!   reports them once, at removal. What a feed delivered while registered
-//!   shows live in its EVD's `posted`.
+//!   while it is registered: read live through `DriverHandle::with_feed`
+//!   (a command the driver runs between its turns: a lock and a wake per
+//!   read, nothing at an exporter's period), and finally from the feed
+//!   handed back by `remove` (or taken from the driver's `Shutdown`).
 //!
 //! An exporter thread wakes every `PERIOD` (a timer: the wait on its stop
 //! channel times out) and prints one line of `name=value` counters; a
@@ -26,7 +26,8 @@
 use evd::{Invoke, Query, UpcallPolicy};
 use evd_verbs::soft::SoftCq;
 use evd_verbs::{
-    CqId, Driver, DriverHandle, DriverStats, Feed, FeedMode, FeedStats, VerbsEvent, WorkCompletion,
+    CqId, Driver, DriverHandle, DriverStats, Feed, FeedKey, FeedMode, FeedStats, VerbsEvent,
+    WorkCompletion,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -62,7 +63,7 @@ fn export(q: &Query, d: &DriverStats) -> String {
     )
 }
 
-/// The feed's counters, read once it is handed back.
+/// The feed's counters.
 fn export_feed(f: &FeedStats) -> String {
     format!(
         "feed.polled={} feed.delivered={} feed.polls={} feed.arms={} feed.events_got={} \
@@ -76,8 +77,9 @@ fn export_feed(f: &FeedStats) -> String {
 fn exporter(
     evd: evd::Poster<VerbsEvent>,
     driver: DriverHandle,
+    feed: FeedKey<Feed<SoftCq>>,
     stop: mpsc::Receiver<()>,
-) -> Vec<(Query, DriverStats)> {
+) -> Vec<(Query, DriverStats, FeedStats)> {
     let mut taken = Vec::new();
     loop {
         let stopping = !matches!(
@@ -85,8 +87,9 @@ fn exporter(
             Err(mpsc::RecvTimeoutError::Timeout)
         );
         let (q, d) = (evd.query(), driver.stats());
-        println!("{}", export(&q, &d));
-        taken.push((q, d));
+        let f = driver.with_feed(feed, |f| f.stats()).unwrap();
+        println!("{} {}", export(&q, &d), export_feed(&f));
+        taken.push((q, d, f));
         if stopping {
             return taken;
         }
@@ -114,7 +117,7 @@ fn main() {
 
     let (stop_tx, stop) = mpsc::channel();
     let (evd, driver) = (poster.clone(), running.handle().clone());
-    let exporter = std::thread::spawn(move || exporter(evd, driver, stop));
+    let exporter = std::thread::spawn(move || exporter(evd, driver, key, stop));
 
     // The HCA: at most CQ_DEPTH / 2 completions outstanding, so the CQ never
     // overruns however the threads are scheduled.
@@ -136,19 +139,22 @@ fn main() {
 
     // The last snapshot was taken after every completion was handled: it
     // shows them all, live, before the feed was removed.
-    let (last_q, last_d) = taken.last().expect("at least the final export");
+    let (last_q, last_d, last_f) = taken.last().expect("at least the final export");
     assert_eq!(last_q.posted, COMPLETIONS);
     assert_eq!(last_q.dequeued, COMPLETIONS);
     assert_eq!(last_q.upcalls, COMPLETIONS);
+    assert_eq!(last_f.delivered, COMPLETIONS);
     assert!(last_d.turns > 0, "{last_d:?}");
     // Counters only grow, from one export to the next.
     for w in taken.windows(2) {
         assert!(w[0].0.posted <= w[1].0.posted && w[0].1.turns <= w[1].1.turns);
+        assert!(w[0].2.delivered <= w[1].2.delivered);
     }
     // The driver's final counters include what the live ones showed.
     assert!(shutdown.stats.turns >= last_d.turns);
     assert_eq!(shutdown.stats.handler_panics, 0);
-    // The feed's, read at removal, count every completion once.
+    // The feed's, read at removal, count every completion once, as the
+    // last live read did.
     assert_eq!(
         (feed_stats.polled, feed_stats.delivered),
         (COMPLETIONS, COMPLETIONS)
