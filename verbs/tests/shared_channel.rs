@@ -826,3 +826,56 @@ fn a_shared_channel_cqs_overrun_reaches_the_evd_through_its_device() {
         |e: &VerbsEvent| matches!(e, VerbsEvent::Completion { cq: CqId(3), wc } if wc.wr_id == 1);
     assert!(got.iter().any(kept), "{got:?}");
 }
+
+/// The driver's unarmed polls after a wake (event mode) and in the
+/// adaptive spin poll only the CQs the channel's events named: a quiet CQ
+/// (armed and empty) is not polled however often the busy one wakes the
+/// feed, and the busy one's completions all arrive.
+#[test]
+fn a_wake_polls_the_cqs_it_names_not_every_cq_on_the_channel() {
+    for mode in [
+        FeedMode::Event,
+        FeedMode::Adaptive(evd_verbs::AdaptiveConfig::default()),
+    ] {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+        let channel = SoftChannel::new().unwrap();
+        let mut feed = ChannelFeed::new(channel.clone(), poster);
+        let mut hcas = Vec::new();
+        for i in 0..17 {
+            let (cq, hca) = channel.create_cq(64).unwrap();
+            feed.add(cq, CqId(i)).unwrap();
+            hcas.push(hca);
+        }
+        let running = running_driver();
+        let key = running.handle().register_channel(feed, mode).unwrap();
+        // Every CQ armed once the first completion is through.
+        hcas[0].push(wc(0)).unwrap();
+        assert_eq!(take_completions(&mut consumer, 1), [0]);
+        let quiet_polls = |running: &evd_verbs::RunningDriver| -> u64 {
+            running
+                .handle()
+                .with_feed(key, |f| f.feeds().skip(1).map(|f| f.stats().polls).sum())
+                .unwrap()
+        };
+        let before = quiet_polls(&running);
+        for wr_id in 1..=200 {
+            hcas[0].push(wc(wr_id)).unwrap();
+            assert_eq!(take_completions(&mut consumer, 1), [wr_id]);
+        }
+        assert_eq!(quiet_polls(&running), before, "{mode:?}: quiet CQs polled");
+        let mut stopped = running.shutdown().unwrap();
+        drop(stopped.take(key).unwrap());
+        nothing_after(&mut consumer, "after the shutdown");
+    }
+}
+
+/// Take `n` completion events (under the watchdog), their `wr_id`s.
+fn take_completions(consumer: &mut evd::Consumer<VerbsEvent>, n: usize) -> Vec<u64> {
+    common::driver::take(consumer, n)
+        .into_iter()
+        .map(|ev| match ev {
+            VerbsEvent::Completion { wc, .. } => wc.wr_id,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect()
+}

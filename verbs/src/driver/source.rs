@@ -132,7 +132,7 @@ where
         ChannelFeed::arm_and_drain(self, budget)
     }
     fn poll(&mut self, budget: usize) -> Progress {
-        ChannelFeed::progress(self, budget)
+        ChannelFeed::progress_dirty(self, budget)
     }
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         ChannelFeed::poll_room(self, cx)

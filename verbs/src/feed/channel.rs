@@ -79,8 +79,10 @@
 //! The driver's cycle needs no new observation: to it the channel feed is
 //! one feed whose fd is the channel's. Its unarmed polls (the event cycle's
 //! poll after a wake, and [`FeedMode::Adaptive`](crate::FeedMode::Adaptive)'s
-//! spin) poll every CQ, as for one CQ, and the arm that follows arms the
-//! dirty ones.
+//! spin) poll the dirty CQs, the ones the channel's events named (a clean
+//! CQ is armed and empty: its next completion raises an event, which the
+//! driver takes before it polls again), and the arm that follows arms
+//! them. A wake costs the CQs it names, not every CQ on the channel.
 
 mod add_error;
 mod events;
@@ -403,6 +405,21 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// call, leaving the CQ it was serving as [`Feed::progress`] says: the
     /// feed and the EVD stay usable, and the next call goes on.
     pub fn progress(&mut self, budget: usize) -> Progress {
+        self.poll_members(budget, false)
+    }
+
+    /// [`ChannelFeed::progress`] on the dirty CQs only: the driver's
+    /// unarmed polls (after a wake, and the adaptive spin). A clean CQ is
+    /// armed and was found empty after its arm, so its next completion
+    /// raises an event, which the driver takes (it polls the channel's fd
+    /// while the feed is awake too) before it polls again: polling it
+    /// would find nothing that is not announced. So a wake costs the CQs
+    /// it names, not every CQ on the channel.
+    pub(crate) fn progress_dirty(&mut self, budget: usize) -> Progress {
+        self.poll_members(budget, true)
+    }
+
+    fn poll_members(&mut self, budget: usize, dirty_only: bool) -> Progress {
         self.posting.restart(self.room.poster());
         let n = self.members.len();
         let start = self.cursor;
@@ -410,7 +427,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         for k in 0..n {
             let i = (start + k) % n;
             let m = &mut self.members[i];
-            if m.done {
+            if m.done || (dirty_only && !m.dirty) {
                 continue;
             }
             if delivered >= budget {
