@@ -879,3 +879,79 @@ fn take_completions(consumer: &mut evd::Consumer<VerbsEvent>, n: usize) -> Vec<u
         })
         .collect()
 }
+
+/// A quiet CQ's completion while another CQ keeps the channel feed busy
+/// (its adaptive spin never ends: a producer completes on the busy CQ all
+/// along) reaches the EVD: its event is taken at the driver's next
+/// collection of readiness, though the spin polls only the busy CQ.
+#[test]
+fn a_quiet_cqs_completion_during_another_cqs_spin_is_delivered() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    for backend in common::driver::BACKENDS {
+        let (poster, mut consumer) = evd::bounded::<VerbsEvent>(256).unwrap();
+        let channel = SoftChannel::new().unwrap();
+        let mut feed = ChannelFeed::new(channel.clone(), poster);
+        let (busy, busy_hca) = channel.create_cq(CQ_DEPTH).unwrap();
+        let (quiet, quiet_hca) = channel.create_cq(CQ_DEPTH).unwrap();
+        feed.add(busy, CqId(0)).unwrap();
+        feed.add(quiet, CqId(1)).unwrap();
+        let mode = FeedMode::Adaptive(evd_verbs::AdaptiveConfig::default());
+        let mut driver = Driver::new(DriverConfig::default().with_backend(backend)).unwrap();
+        let key = driver.register_channel(feed, mode).unwrap();
+        let running = driver.spawn().unwrap();
+        let (stop, taken) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let producer = {
+            let (stop, taken) = (stop.clone(), taken.clone());
+            std::thread::spawn(move || {
+                let mut wr_id = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if wr_id - taken.load(Ordering::Acquire) < CQ_DEPTH as u64 / 2 {
+                        busy_hca.push(wc(wr_id)).unwrap();
+                        wr_id += 1;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        // The busy CQ's completions flowing: the feed spins on it.
+        let busy_seen = std::cell::Cell::new(0u64);
+        let take = |consumer: &mut evd::Consumer<VerbsEvent>| -> Option<u64> {
+            match common::driver::take(consumer, 1).remove(0) {
+                VerbsEvent::Completion { cq: CqId(0), wc } => {
+                    assert_eq!(wc.wr_id, busy_seen.get(), "the busy CQ in order");
+                    busy_seen.set(busy_seen.get() + 1);
+                    taken.fetch_add(1, Ordering::Release);
+                    None
+                }
+                VerbsEvent::Completion { cq: CqId(1), wc } => Some(wc.wr_id),
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        while busy_seen.get() < 1000 {
+            assert_eq!(take(&mut consumer), None);
+        }
+        quiet_hca.push(wc(77)).unwrap();
+        let quiet_got = loop {
+            if let Some(wr_id) = take(&mut consumer) {
+                break wr_id;
+            }
+        };
+        assert_eq!(quiet_got, 77, "{backend:?}");
+        stop.store(true, Ordering::Relaxed);
+        producer.join().unwrap();
+        let mut stopped = running.shutdown().unwrap();
+        let feed = stopped.take(key).unwrap();
+        assert_eq!(feed.stats().unknown_events, 0);
+        drop(feed);
+        while let Ok(ev) = consumer.try_dequeue() {
+            assert!(
+                matches!(ev, VerbsEvent::Completion { cq: CqId(0), .. }),
+                "{ev:?}"
+            );
+        }
+    }
+}

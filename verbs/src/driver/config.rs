@@ -75,12 +75,12 @@ pub struct DriverConfig {
     /// While some feed is busy (draining, spinning), enter the kernel at
     /// most this long apart, by the clock, to collect the other feeds'
     /// readiness (a turn that has requests to submit always enters). It
-    /// bounds both how late a sleeping feed's readiness is seen while
-    /// another is busy (a turn longer than this: the next turn), and a
-    /// quiet CQ's on a shared channel while another CQ of it keeps the
-    /// channel feed busy (the feed's unarmed polls take the CQs the
-    /// channel's events named), and the
-    /// share of a spinning driver's time spent in those system calls. Zero:
+    /// bounds how late a sleeping feed's readiness is seen while another
+    /// is busy (a turn longer than this: the next turn), how late a quiet
+    /// CQ's readiness is seen while another CQ of the same shared channel
+    /// keeps the channel feed busy (its unarmed polls take only the CQs
+    /// the channel's events named), and the share of a spinning driver's
+    /// time spent in those system calls. Zero:
     /// every busy turn enters. The default, 10 µs, is about two wake-ups
     /// through io_uring, and a non-blocking enter (`epoll_wait` or
     /// `io_uring_enter` with nothing to do) costs a fraction of a

@@ -46,8 +46,10 @@
 //!   being served, so none is consumed on a CQ's behalf and forgotten. The
 //!   driver polls the fd while the channel feed drains or waits for room
 //!   too, not only while it sleeps: a quiet CQ's event that comes while a
-//!   busy one holds the feed makes the quiet CQ dirty at once, and it is
-//!   served in its turn, not after the busy CQ's whole backlog.
+//!   busy one holds the feed makes the quiet CQ dirty at the driver's next
+//!   collection of readiness (at most its `busy_enter_interval` apart
+//!   while it is busy), and it is served in its turn, not after the busy
+//!   CQ's whole backlog.
 //! - *No over-commit.* The feeds run one after the other on the driver's
 //!   thread and each reads the EVD's free space before every poll; a full
 //!   EVD stops the whole pass (`Backpressure`): the feeds not reached stay
@@ -81,8 +83,9 @@
 //! poll after a wake, and [`FeedMode::Adaptive`](crate::FeedMode::Adaptive)'s
 //! spin) poll the dirty CQs, the ones the channel's events named (a clean
 //! CQ is armed and empty: its next completion raises an event, which the
-//! driver takes before it polls again), and the arm that follows arms
-//! them. A wake costs the CQs it names, not every CQ on the channel.
+//! driver takes at its next collection of readiness), and the arm that
+//! follows arms them. A wake costs the CQs it names, not every CQ on the
+//! channel.
 
 mod add_error;
 mod events;
@@ -411,10 +414,13 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// [`ChannelFeed::progress`] on the dirty CQs only: the driver's
     /// unarmed polls (after a wake, and the adaptive spin). A clean CQ is
     /// armed and was found empty after its arm, so its next completion
-    /// raises an event, which the driver takes (it polls the channel's fd
-    /// while the feed is awake too) before it polls again: polling it
-    /// would find nothing that is not announced. So a wake costs the CQs
-    /// it names, not every CQ on the channel.
+    /// raises an event, which the driver takes at its next collection of
+    /// readiness (it polls the channel's fd while the feed is awake too;
+    /// busy, it collects at most `busy_enter_interval` apart): polling it
+    /// finds nothing that is not announced. So a wake costs the CQs it
+    /// names, not every CQ on the channel, and a quiet CQ's first
+    /// completion while another keeps the feed busy waits for that
+    /// collection instead of the next poll.
     pub(crate) fn progress_dirty(&mut self, budget: usize) -> Progress {
         self.poll_members(budget, true)
     }
