@@ -100,14 +100,18 @@ pub use stats::ChannelFeedStats;
 use crate::event::VerbsEvent;
 use crate::feed::posting::Posting;
 use crate::feed::{Feed, FeedStatus, Progress};
-use crate::source::{CompletionQueue, PollError};
+use crate::source::PollError;
 use evd::{Poster, RoomWaiter};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
 
-struct Member<C: CompletionQueue, T> {
-    feed: Feed<C, T>,
+/// Where a member CQ is, kept apart from its [`Feed`] (in
+/// [`ChannelFeed::states`], beside [`ChannelFeed::members`]) so that a
+/// pass over a channel of many CQs reads two bytes per CQ, not a feed's
+/// cache line, to find the few it serves.
+#[derive(Clone, Copy, Debug)]
+struct MemberState {
     /// Must run `arm_and_drain`: new, its arm was used up, or its last
     /// run did not end drained.
     dirty: bool,
@@ -143,7 +147,11 @@ struct Member<C: CompletionQueue, T> {
 pub struct ChannelFeed<H: SharedChannel, T = VerbsEvent> {
     /// Declared before `channel`: dropped first, so every CQ (acked by its
     /// feed) is gone before the handle to the channel is let go.
-    members: Vec<Member<H::Cq, T>>,
+    members: Vec<Feed<H::Cq, T>>,
+    /// `states[i]` is `members[i]`'s.
+    states: Vec<MemberState>,
+    /// Members that failed (`done`): all of them, and the feed has failed.
+    failed: usize,
     by_key: HashMap<CqKey, usize>,
     channel: H,
     room: RoomWaiter<T>,
@@ -175,6 +183,8 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     pub fn new(channel: H, poster: Poster<T>) -> Self {
         ChannelFeed {
             members: Vec::new(),
+            states: Vec::new(),
+            failed: 0,
             by_key: HashMap::new(),
             channel,
             room: poster.room_waiter(),
@@ -269,8 +279,8 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         let mut delivered = 0;
         for k in 0..n {
             let i = (start + k) % n;
-            let m = &mut self.members[i];
-            if m.done || !m.dirty {
+            let st = self.states[i];
+            if st.done || !st.dirty {
                 continue;
             }
             if delivered >= budget {
@@ -284,7 +294,8 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             // leaves the next pass starting after it: a CQ whose every
             // serving panics must not keep the ones behind it unserved.
             self.cursor = (i + 1) % n;
-            let p = match m.feed.arm_and_drain(budget - delivered) {
+            let m = &mut self.members[i];
+            let p = match m.arm_and_drain(budget - delivered) {
                 Ok(p) => p,
                 Err(e) => {
                     // This CQ's arm failed (`req_notify`): it cannot be
@@ -293,13 +304,13 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                     // call); drained, it fails as a CQ whose poll fails
                     // does: its `CqError` tells the consumer, then it
                     // is served no more (still a member), and the others go on.
-                    let drained = m.feed.progress(budget - delivered);
+                    let drained = m.progress(budget - delivered);
                     if drained.status != FeedStatus::Drained {
-                        m.feed.keep_arm_error(e);
+                        m.keep_arm_error(e);
                         drained
                     } else {
                         let errno = e.raw_os_error().unwrap_or(0);
-                        m.feed.fail_with(PollError::ArmFailed(errno));
+                        m.fail_with(PollError::ArmFailed(errno));
                         let left = budget - delivered - drained.delivered;
                         let p = if left == 0 {
                             // Its error is held: posted by the next call.
@@ -308,7 +319,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                                 status: FeedStatus::Budget,
                             }
                         } else {
-                            m.feed.progress(left)
+                            m.progress(left)
                         };
                         Progress {
                             delivered: drained.delivered + p.delivered,
@@ -319,7 +330,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             };
             delivered += p.delivered;
             match p.status {
-                FeedStatus::Drained => m.dirty = false,
+                FeedStatus::Drained => self.states[i].dirty = false,
                 FeedStatus::Budget => {
                     // Still dirty; the others come first next time.
                     self.cursor = (i + 1) % n;
@@ -342,7 +353,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             }
         }
         self.cursor = if n == 0 { 0 } else { (start + 1) % n };
-        let all_failed = n > 0 && self.members.iter().all(|m| m.done);
+        let all_failed = n > 0 && self.failed == n;
         Ok(Progress {
             delivered,
             status: if all_failed {
@@ -432,8 +443,8 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         let mut delivered = 0;
         for k in 0..n {
             let i = (start + k) % n;
-            let m = &mut self.members[i];
-            if m.done || (dirty_only && !m.dirty) {
+            let st = self.states[i];
+            if st.done || (dirty_only && !st.dirty) {
                 continue;
             }
             if delivered >= budget {
@@ -451,9 +462,9 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             // One that stops before it drained stays dirty too: what it
             // holds (a failed CQ's `CqError`) may have no channel event to
             // come for it.
-            let was_dirty = std::mem::replace(&mut m.dirty, true);
-            let p = m.feed.progress(budget - delivered);
-            m.dirty = was_dirty || p.status != FeedStatus::Drained;
+            self.states[i].dirty = true;
+            let p = self.members[i].progress(budget - delivered);
+            self.states[i].dirty = st.dirty || p.status != FeedStatus::Drained;
             delivered += p.delivered;
             match p.status {
                 FeedStatus::Drained => {}
@@ -478,7 +489,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             }
         }
         self.cursor = if n == 0 { 0 } else { (start + 1) % n };
-        let all_failed = n > 0 && self.members.iter().all(|m| m.done);
+        let all_failed = n > 0 && self.failed == n;
         Progress {
             delivered,
             status: if all_failed {
@@ -490,10 +501,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     }
 
     fn fail(&mut self, i: usize) {
-        let m = &mut self.members[i];
-        if !m.done {
-            m.done = true;
-            m.dirty = false;
+        let st = &mut self.states[i];
+        if !st.done {
+            st.done = true;
+            st.dirty = false;
+            self.failed += 1;
             self.stats.failed_cqs += 1;
         }
     }
@@ -516,7 +528,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// assert_eq!(hca.stats().unacked_at_destroy, Some(0));
     /// ```
     pub fn into_parts(self) -> (Vec<Feed<H::Cq, T>>, H) {
-        let feeds = self.members.into_iter().map(|m| m.feed).collect();
+        let feeds = self.members;
         // The feeds first: a tuple drops in order, so dropping what this
         // returns destroys the CQs before the channel they are on.
         (feeds, self.channel)

@@ -37,12 +37,12 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             self.stats.events_got += 1;
             match self.by_key.get(&event.cq()) {
                 Some(&i) => {
-                    let m = &mut self.members[i];
                     // Dirty first: crediting may acknowledge a batch (the
                     // provider's code), and an ack that panics must not
                     // leave this CQ, whose arm the event used up, unserved.
-                    m.dirty = !m.done;
-                    m.feed.credit_event();
+                    let st = &mut self.states[i];
+                    st.dirty = !st.done;
+                    self.members[i].credit_event();
                 }
                 None => {
                     self.stats.unknown_events += 1;
@@ -72,9 +72,10 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// that may have left events on the channel not got, whose CQs' arms
     /// they report used up).
     pub(crate) fn forget_arms(&mut self) {
-        for m in self.members.iter_mut().filter(|m| !m.done) {
-            m.feed.forget_arm();
-            m.dirty = true;
+        let live = self.members.iter_mut().zip(&mut self.states);
+        for (m, st) in live.filter(|(_, st)| !st.done) {
+            m.forget_arm();
+            st.dirty = true;
         }
     }
 
@@ -82,9 +83,10 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// then fails with `e` (see [`Feed::give_up`](crate::Feed::give_up)). False if none is live.
     pub(crate) fn give_up(&mut self, e: PollError) -> bool {
         let mut any = false;
-        for m in self.members.iter_mut().filter(|m| !m.done) {
-            m.feed.give_up(e);
-            m.dirty = true;
+        let live = self.members.iter_mut().zip(&mut self.states);
+        for (m, st) in live.filter(|(_, st)| !st.done) {
+            m.give_up(e);
+            st.dirty = true;
             any = true;
         }
         any

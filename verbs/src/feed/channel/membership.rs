@@ -5,7 +5,7 @@
 //! feed forgets it, and the members after it keep their order and their
 //! turn (the cursor moves with them).
 
-use super::{AddError, AddRefusal, ChannelFeed, Member, SharedChannel};
+use super::{AddError, AddRefusal, ChannelFeed, MemberState, SharedChannel};
 use crate::event::{CqId, VerbsEvent};
 use crate::feed::Feed;
 
@@ -41,12 +41,13 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             return Err(AddError::new(cq, AddRefusal::NotOnChannel));
         };
         if let Some(&i) = self.by_key.get(&key) {
-            let served_as = self.members[i].feed.id();
+            let served_as = self.members[i].id();
             return Err(AddError::new(cq, AddRefusal::AlreadyServed { served_as }));
         }
         self.by_key.insert(key, self.members.len());
-        self.members.push(Member {
-            feed: Feed::new(cq, id, self.room.poster().clone()),
+        self.members
+            .push(Feed::new(cq, id, self.room.poster().clone()));
+        self.states.push(MemberState {
             dirty: true,
             done: false,
         });
@@ -94,7 +95,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// assert_eq!(feed.feeds().map(|f| f.id()).collect::<Vec<_>>(), [CqId(4)]);
     /// ```
     pub fn feeds(&self) -> impl Iterator<Item = &Feed<H::Cq, T>> + '_ {
-        self.members.iter().map(|m| &m.feed)
+        self.members.iter()
     }
 
     /// Stop serving the CQ named `id` (the first one added under that id)
@@ -134,8 +135,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// # drop(hca_b);
     /// ```
     pub fn remove(&mut self, id: CqId) -> Option<Feed<H::Cq, T>> {
-        let i = self.members.iter().position(|m| m.feed.id() == id)?;
+        let i = self.members.iter().position(|m| m.id() == id)?;
         let member = self.members.remove(i);
+        if self.states.remove(i).done {
+            self.failed -= 1;
+        }
         self.by_key.retain(|_, j| *j != i);
         for j in self.by_key.values_mut() {
             if *j > i {
@@ -150,6 +154,6 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         if self.cursor >= self.members.len() {
             self.cursor = 0;
         }
-        Some(member.feed)
+        Some(member)
     }
 }
