@@ -89,6 +89,7 @@
 
 mod add_error;
 mod events;
+mod flags;
 mod membership;
 mod room;
 mod stats;
@@ -102,29 +103,10 @@ use crate::feed::posting::Posting;
 use crate::feed::{Feed, FeedStatus, Progress};
 use crate::source::PollError;
 use evd::{Poster, RoomWaiter};
+use flags::{MemberFlags, Pass, Which};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-
-/// Where a member CQ is, kept apart from its [`Feed`] (in
-/// [`ChannelFeed::states`], beside [`ChannelFeed::members`]) so that a
-/// pass over a channel of many CQs reads two bytes per CQ, not a feed's
-/// cache line, to find the few it serves.
-#[derive(Clone, Copy, Debug)]
-struct MemberState {
-    /// Must run `arm_and_drain`: new, its arm was used up, or its last
-    /// run did not end drained.
-    dirty: bool,
-    /// Failed: never polled again.
-    done: bool,
-}
-
-/// `i` (below `2 * n`) brought back below `n`: a pass's place, without the
-/// division a `%` is, once per member in a pass over many CQs.
-#[inline]
-fn wrap(i: usize, n: usize) -> usize {
-    if i >= n { i - n } else { i }
-}
 
 /// Moves completions from every CQ on one [`SharedChannel`] into one EVD:
 /// one driver source, one fd (see the [module notes](self) for the design
@@ -155,10 +137,8 @@ pub struct ChannelFeed<H: SharedChannel, T = VerbsEvent> {
     /// Declared before `channel`: dropped first, so every CQ (acked by its
     /// feed) is gone before the handle to the channel is let go.
     members: Vec<Feed<H::Cq, T>>,
-    /// `states[i]` is `members[i]`'s.
-    states: Vec<MemberState>,
-    /// Members that failed (`done`): all of them, and the feed has failed.
-    failed: usize,
+    /// Bit `i` of each set is `members[i]`'s: dirty, done.
+    flags: MemberFlags,
     by_key: HashMap<CqKey, usize>,
     channel: H,
     room: RoomWaiter<T>,
@@ -190,8 +170,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     pub fn new(channel: H, poster: Poster<T>) -> Self {
         ChannelFeed {
             members: Vec::new(),
-            states: Vec::new(),
-            failed: 0,
+            flags: MemberFlags::default(),
             by_key: HashMap::new(),
             channel,
             room: poster.room_waiter(),
@@ -284,12 +263,8 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         let n = self.members.len();
         let start = self.cursor;
         let mut delivered = 0;
-        for k in 0..n {
-            let i = wrap(start + k, n);
-            let st = self.states[i];
-            if st.done || !st.dirty {
-                continue;
-            }
+        let mut pass = Pass::new(start);
+        while let Some(i) = pass.next(&self.flags, Which::Dirty) {
             if delivered >= budget {
                 self.cursor = i;
                 return Ok(Progress {
@@ -337,7 +312,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             };
             delivered += p.delivered;
             match p.status {
-                FeedStatus::Drained => self.states[i].dirty = false,
+                FeedStatus::Drained => self.flags.set_dirty(i, false),
                 FeedStatus::Budget => {
                     // Still dirty; the others come first next time.
                     self.cursor = (i + 1) % n;
@@ -360,7 +335,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             }
         }
         self.cursor = if n == 0 { 0 } else { (start + 1) % n };
-        let all_failed = n > 0 && self.failed == n;
+        let all_failed = self.flags.all_failed();
         Ok(Progress {
             delivered,
             status: if all_failed {
@@ -448,12 +423,13 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         let n = self.members.len();
         let start = self.cursor;
         let mut delivered = 0;
-        for k in 0..n {
-            let i = wrap(start + k, n);
-            let st = self.states[i];
-            if st.done || (dirty_only && !st.dirty) {
-                continue;
-            }
+        let which = if dirty_only {
+            Which::Dirty
+        } else {
+            Which::Live
+        };
+        let mut pass = Pass::new(start);
+        while let Some(i) = pass.next(&self.flags, which) {
             if delivered >= budget {
                 self.cursor = i;
                 return Progress {
@@ -469,9 +445,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             // One that stops before it drained stays dirty too: what it
             // holds (a failed CQ's `CqError`) may have no channel event to
             // come for it.
-            self.states[i].dirty = true;
+            let was_dirty = self.flags.is_dirty(i);
+            self.flags.set_dirty(i, true);
             let p = self.members[i].progress(budget - delivered);
-            self.states[i].dirty = st.dirty || p.status != FeedStatus::Drained;
+            self.flags
+                .set_dirty(i, was_dirty || p.status != FeedStatus::Drained);
             delivered += p.delivered;
             match p.status {
                 FeedStatus::Drained => {}
@@ -496,7 +474,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
             }
         }
         self.cursor = if n == 0 { 0 } else { (start + 1) % n };
-        let all_failed = n > 0 && self.failed == n;
+        let all_failed = self.flags.all_failed();
         Progress {
             delivered,
             status: if all_failed {
@@ -508,11 +486,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     }
 
     fn fail(&mut self, i: usize) {
-        let st = &mut self.states[i];
-        if !st.done {
-            st.done = true;
-            st.dirty = false;
-            self.failed += 1;
+        if self.flags.fail(i) {
             self.stats.failed_cqs += 1;
         }
     }

@@ -40,8 +40,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
                     // Dirty first: crediting may acknowledge a batch (the
                     // provider's code), and an ack that panics must not
                     // leave this CQ, whose arm the event used up, unserved.
-                    let st = &mut self.states[i];
-                    st.dirty = !st.done;
+                    self.flags.set_dirty(i, true); // unless it is done
                     self.members[i].credit_event();
                 }
                 None => {
@@ -72,10 +71,11 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// that may have left events on the channel not got, whose CQs' arms
     /// they report used up).
     pub(crate) fn forget_arms(&mut self) {
-        let live = self.members.iter_mut().zip(&mut self.states);
-        for (m, st) in live.filter(|(_, st)| !st.done) {
-            m.forget_arm();
-            st.dirty = true;
+        for i in 0..self.members.len() {
+            if !self.flags.is_done(i) {
+                self.members[i].forget_arm();
+                self.flags.set_dirty(i, true);
+            }
         }
     }
 
@@ -83,11 +83,12 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// then fails with `e` (see [`Feed::give_up`](crate::Feed::give_up)). False if none is live.
     pub(crate) fn give_up(&mut self, e: PollError) -> bool {
         let mut any = false;
-        let live = self.members.iter_mut().zip(&mut self.states);
-        for (m, st) in live.filter(|(_, st)| !st.done) {
-            m.give_up(e);
-            st.dirty = true;
-            any = true;
+        for i in 0..self.members.len() {
+            if !self.flags.is_done(i) {
+                self.members[i].give_up(e);
+                self.flags.set_dirty(i, true);
+                any = true;
+            }
         }
         any
     }

@@ -5,7 +5,7 @@
 //! feed forgets it, and the members after it keep their order and their
 //! turn (the cursor moves with them).
 
-use super::{AddError, AddRefusal, ChannelFeed, MemberState, SharedChannel};
+use super::{AddError, AddRefusal, ChannelFeed, SharedChannel};
 use crate::event::{CqId, VerbsEvent};
 use crate::feed::Feed;
 
@@ -47,10 +47,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
         self.by_key.insert(key, self.members.len());
         self.members
             .push(Feed::new(cq, id, self.room.poster().clone()));
-        self.states.push(MemberState {
-            dirty: true,
-            done: false,
-        });
+        self.flags.push();
         Ok(())
     }
 
@@ -137,9 +134,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     pub fn remove(&mut self, id: CqId) -> Option<Feed<H::Cq, T>> {
         let i = self.members.iter().position(|m| m.id() == id)?;
         let member = self.members.remove(i);
-        if self.states.remove(i).done {
-            self.failed -= 1;
-        }
+        self.flags.remove(i);
         self.by_key.retain(|_, j| *j != i);
         for j in self.by_key.values_mut() {
             if *j > i {
