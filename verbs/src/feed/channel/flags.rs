@@ -69,17 +69,20 @@ impl MemberFlags {
     }
 
     pub(super) fn is_dirty(&self, i: usize) -> bool {
+        debug_assert!(i < self.len, "member {i} of {}", self.len);
         let (w, b) = bit(i);
         self.dirty[w] & b != 0
     }
 
     pub(super) fn is_done(&self, i: usize) -> bool {
+        debug_assert!(i < self.len, "member {i} of {}", self.len);
         let (w, b) = bit(i);
         self.done[w] & b != 0
     }
 
     /// Mark member `i` dirty or clean; a done member stays clean.
     pub(super) fn set_dirty(&mut self, i: usize, dirty: bool) {
+        debug_assert!(i < self.len, "member {i} of {}", self.len);
         let (w, b) = bit(i);
         if dirty && self.done[w] & b == 0 {
             self.dirty[w] |= b;
@@ -91,6 +94,7 @@ impl MemberFlags {
     /// Member `i` failed: done, and clean from now on. True if it was not
     /// done before.
     pub(super) fn fail(&mut self, i: usize) -> bool {
+        debug_assert!(i < self.len, "member {i} of {}", self.len);
         let (w, b) = bit(i);
         let newly = self.done[w] & b == 0;
         self.done[w] |= b;
@@ -258,5 +262,67 @@ mod tests {
             count += 1;
         }
         assert_eq!(count, 129);
+    }
+
+    /// Members marked dirty or clean ahead of a pass, in the part before
+    /// its wrap and in the part after, are seen as they are when it gets
+    /// there.
+    #[test]
+    fn a_pass_sees_the_flags_ahead_of_it_as_they_are_when_it_gets_there() {
+        let mut flags = MemberFlags::default();
+        for _ in 0..200 {
+            flags.push();
+        }
+        for i in 0..200 {
+            flags.set_dirty(i, i == 150);
+        }
+        let mut pass = Pass::new(100);
+        let mut seen = Vec::new();
+        while let Some(i) = pass.next(&flags, Which::Dirty) {
+            seen.push(i);
+            if i == 150 {
+                flags.set_dirty(170, true); // ahead, before the wrap
+                flags.set_dirty(10, true); // ahead, after the wrap
+                flags.set_dirty(20, true);
+            }
+            if i == 170 {
+                flags.set_dirty(20, false); // cleared ahead
+            }
+        }
+        assert_eq!(seen, [150, 170, 10]);
+    }
+
+    /// Removing members down through several word boundaries keeps the
+    /// others' flags, pops the emptied words, and leaves nothing set past
+    /// the last member.
+    #[test]
+    fn removals_through_word_boundaries_keep_the_others_flags() {
+        let mut flags = MemberFlags::default();
+        for _ in 0..200 {
+            flags.push();
+        }
+        let mark = |i: usize| i % 5 == 0;
+        for i in 0..200 {
+            flags.set_dirty(i, mark(i));
+        }
+        let mut alive: Vec<usize> = (0..200).collect();
+        while !alive.is_empty() {
+            let at = alive.len() / 2;
+            flags.remove(at);
+            alive.remove(at);
+            assert_eq!(flags.dirty.len(), alive.len().div_ceil(64));
+            for (i, &orig) in alive.iter().enumerate() {
+                assert_eq!(flags.is_dirty(i), mark(orig), "member {i} (was {orig})");
+            }
+            assert_eq!(flags.next(Which::Dirty, alive.len()), None);
+            if let Some(&last) = flags.dirty.last() {
+                let used = alive.len() - (flags.dirty.len() - 1) * 64;
+                assert_eq!(
+                    last.checked_shr(used as u32).unwrap_or(0),
+                    0,
+                    "bits past the last"
+                );
+            }
+        }
     }
 }
