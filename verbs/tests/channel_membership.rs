@@ -12,7 +12,7 @@
 mod common;
 
 use common::driver::{
-    BACKENDS, WATCHDOG, none, nothing_after, running_driver, take, take_processing,
+    BACKENDS, none, nothing_after, readable_within_watchdog, running_driver, take, take_processing,
 };
 use common::panics::{Trapped, quiet_provoked_panics};
 use common::wc;
@@ -232,18 +232,6 @@ fn a_channel_feed_done_because_every_cq_failed_is_served_again_once_a_live_cq_jo
     let got = take_processing(&mut driver, &mut consumer, 1, none);
     assert_eq!(completion(got.into_iter().next().unwrap()), (CqId(1), 3));
     drop(driver.remove(key).unwrap());
-}
-
-/// Whether the driver's fd becomes readable (before the watchdog).
-fn readable_within_watchdog(driver: &Driver) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut fd = libc::pollfd {
-        fd: driver.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the call's duration.
-    unsafe { libc::poll(&mut fd, 1, WATCHDOG.as_millis() as i32) > 0 }
 }
 
 /// `with_feed`'s closure that panics: the panic comes out of the call, the

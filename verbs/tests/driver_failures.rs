@@ -8,7 +8,10 @@
 
 mod common;
 
-use common::driver::{BACKENDS, WATCHDOG, none, port_active, take, take_processing, telling_waker};
+use common::driver::{
+    BACKENDS, WATCHDOG, none, port_active, readable_within_watchdog, take, take_processing,
+    telling_waker,
+};
 use common::hooked_cq::HookedCq;
 use common::panics::{PROVOKED, quiet_provoked_panics};
 use common::wc;
@@ -229,17 +232,6 @@ fn an_arm_that_fails_after_a_wake_is_retried_not_slept_on() {
 /// calls of up to 100 ms each: a watchdog, not a timing).
 fn first_error(driver: &mut Driver) -> Option<DriverError> {
     (0..100).find_map(|_| driver.process(Some(Duration::from_millis(100))).err())
-}
-
-/// Whether the driver's fd becomes readable (before the watchdog).
-fn readable_within_watchdog(driver: &Driver) -> bool {
-    let mut fd = libc::pollfd {
-        fd: driver.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the call's duration.
-    unsafe { libc::poll(&mut fd, 1, WATCHDOG.as_millis() as i32) > 0 }
 }
 
 /// A feed that is done (its CQ's poll failed: its `CqError` delivered) is

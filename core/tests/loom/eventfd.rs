@@ -1,3 +1,18 @@
+/// An EVD armed while empty; its consumer makes its eventfd on a thread of
+/// its own while `answer` runs here with the only poster. After both, the
+/// fd's count (and the consumer).
+fn fd_made_while(answer: impl FnOnce(evd::Poster<u32>)) -> (u64, evd::Consumer<u32>) {
+    let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
+    assert_eq!(consumer.arm(), ArmStatus::Armed);
+    let c = thread::spawn(move || {
+        let fd = consumer.notify_fd().unwrap();
+        (fd, consumer)
+    });
+    answer(poster);
+    let (fd, consumer) = c.join().unwrap();
+    (fd.acknowledge().unwrap(), consumer)
+}
+
 /// A post that answers an arm, against the consumer making its eventfd
 /// after that arm: the post either finds the fd published and writes it, or
 /// leaves `NOTIFIED` where the maker's read-back of the state word finds it
@@ -5,15 +20,7 @@
 #[test]
 fn a_post_answering_an_arm_reaches_an_eventfd_made_meanwhile() {
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        assert_eq!(consumer.arm(), ArmStatus::Armed);
-        let c = thread::spawn(move || {
-            let fd = consumer.notify_fd().unwrap();
-            (fd, consumer)
-        });
-        poster.post(7).unwrap();
-        let (fd, mut consumer) = c.join().unwrap();
-        let n = fd.acknowledge().unwrap();
+        let (n, mut consumer) = fd_made_while(|poster| poster.post(7).unwrap());
         assert!((1..=2).contains(&n), "the answered arm's fd counts {n}");
         assert_eq!(consumer.try_dequeue(), Ok(7));
     });
@@ -25,15 +32,7 @@ fn a_post_answering_an_arm_reaches_an_eventfd_made_meanwhile() {
 #[test]
 fn a_close_of_an_armed_evd_reaches_an_eventfd_made_meanwhile() {
     model(|| {
-        let (poster, mut consumer) = evd::bounded::<u32>(2).unwrap();
-        assert_eq!(consumer.arm(), ArmStatus::Armed);
-        let c = thread::spawn(move || {
-            let fd = consumer.notify_fd().unwrap();
-            (fd, consumer)
-        });
-        drop(poster);
-        let (fd, mut consumer) = c.join().unwrap();
-        let n = fd.acknowledge().unwrap();
+        let (n, mut consumer) = fd_made_while(drop);
         assert!((1..=2).contains(&n), "the close's fd counts {n}");
         assert_eq!(consumer.try_dequeue(), Err(TryDequeueError::Closed));
     });

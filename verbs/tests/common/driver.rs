@@ -145,3 +145,15 @@ pub fn port_active() -> VerbsEvent {
         AsyncElement::Port(1),
     ))
 }
+
+/// Whether the driver's fd becomes readable (before the watchdog).
+pub fn readable_within_watchdog(driver: &Driver) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut fd = libc::pollfd {
+        fd: driver.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the call's duration.
+    unsafe { libc::poll(&mut fd, 1, WATCHDOG.as_millis() as i32) > 0 }
+}
