@@ -380,3 +380,41 @@ fn with_feed_from_the_drivers_own_thread_is_refused() {
     drop(stopped.take(key).unwrap());
     drop(up.teardown());
 }
+
+/// A second feed of one completion channel on the same driver (a second
+/// channel feed on a clone of the channel, or a CQ's own feed handed back
+/// by `remove` and registered alone) would take the events the first
+/// one's CQs wait for: it is refused, named by the feed already there, on
+/// the caller's driver and through a spawned one's handle; once the first
+/// is removed, the channel can be registered again.
+#[test]
+fn a_second_feed_on_a_channel_a_driver_serves_is_refused() {
+    let (poster, _consumer) = evd::bounded::<VerbsEvent>(16).unwrap();
+    let (channel, mut feed, _hcas) = feed_of(2, poster.clone());
+    let removed = feed.remove(CqId(1)).unwrap();
+    let mut driver = Driver::new(DriverConfig::default()).unwrap();
+    let key = driver.register_channel(feed, FeedMode::Event).unwrap();
+    let second = ChannelFeed::new(channel.clone(), poster.clone());
+    match driver.register_channel(second, FeedMode::Event) {
+        Err(DriverError::FdInUse { feed }) => assert_eq!(feed, key.id()),
+        other => panic!("a second channel feed: {other:?}"),
+    }
+    // A real channel's CQ reports the channel's fd (`FdInUse`); a soft
+    // channel's CQ has none of its own (`NoChannel`): refused either way.
+    match driver.register(removed, FeedMode::Event) {
+        Err(DriverError::FdInUse { feed }) => assert_eq!(feed, key.id()),
+        Err(DriverError::NoChannel) => {}
+        other => panic!("a member's own feed: {other:?}"),
+    }
+    // Once the channel feed is removed, the channel is free again.
+    let feed = driver.remove(key).unwrap();
+    let key = driver.register_channel(feed, FeedMode::Event).unwrap();
+    let running = driver.spawn().unwrap();
+    let third = ChannelFeed::new(channel.clone(), poster);
+    match running.handle().register_channel(third, FeedMode::Event) {
+        Err(DriverError::FdInUse { feed }) => assert_eq!(feed, key.id()),
+        other => panic!("through the handle: {other:?}"),
+    }
+    let mut stopped = running.shutdown().unwrap();
+    drop(stopped.take(key).unwrap());
+}

@@ -302,8 +302,9 @@ impl DriverHandle {
     /// ```
     ///
     /// # Errors
-    /// [`DriverError::NoChannel`] if the CQ has no completion channel (the
-    /// feed is dropped). [`DriverError::OnDriverThread`] on the driver's own
+    /// [`DriverError::NoChannel`] if the CQ has no completion channel,
+    /// [`DriverError::FdInUse`] if another feed of the driver waits on its
+    /// fd (the feed is dropped). [`DriverError::OnDriverThread`] on the driver's own
     /// thread (from an upcall of an EVD its feeds post into), where waiting
     /// for the answer would wait for itself; [`DriverError::Stopped`] once
     /// the driver has stopped (or is stopping); [`DriverError::Panicked`] if
@@ -340,9 +341,10 @@ impl DriverHandle {
     /// ```
     ///
     /// # Errors
-    /// [`DriverError::OnDriverThread`] on the driver's own thread,
-    /// [`DriverError::Stopped`] once the driver has stopped (or is
-    /// stopping), [`DriverError::Panicked`] if the feed's own code panicked
+    /// [`DriverError::FdInUse`] if another feed of the driver waits on its
+    /// fd (the feed is dropped); [`DriverError::OnDriverThread`] on the
+    /// driver's own thread, [`DriverError::Stopped`] once the driver has
+    /// stopped (or is stopping), [`DriverError::Panicked`] if the feed's own code panicked
     /// while the driver registered it (see [`DriverHandle::register`]); the
     /// feed is dropped.
     pub fn register_channel<H, T>(
@@ -371,9 +373,10 @@ impl DriverHandle {
     /// ```
     ///
     /// # Errors
-    /// [`DriverError::OnDriverThread`] on the driver's own thread,
-    /// [`DriverError::Stopped`] once the driver has stopped (or is
-    /// stopping), [`DriverError::Panicked`] if the feed's own code panicked
+    /// [`DriverError::FdInUse`] if another feed of the driver waits on its
+    /// fd (the feed is dropped); [`DriverError::OnDriverThread`] on the
+    /// driver's own thread, [`DriverError::Stopped`] once the driver has
+    /// stopped (or is stopping), [`DriverError::Panicked`] if the feed's own code panicked
     /// while the driver registered it (see [`DriverHandle::register`]); the
     /// feed is dropped.
     pub fn register_async<S, T>(
@@ -400,9 +403,10 @@ impl DriverHandle {
     /// ```
     ///
     /// # Errors
-    /// [`DriverError::OnDriverThread`] on the driver's own thread,
-    /// [`DriverError::Stopped`] once the driver has stopped (or is
-    /// stopping), [`DriverError::Panicked`] if the feed's own code panicked
+    /// [`DriverError::FdInUse`] if another feed of the driver waits on its
+    /// fd (the feed is dropped); [`DriverError::OnDriverThread`] on the
+    /// driver's own thread, [`DriverError::Stopped`] once the driver has
+    /// stopped (or is stopping), [`DriverError::Panicked`] if the feed's own code panicked
     /// while the driver registered it (see [`DriverHandle::register`]); the
     /// feed is dropped.
     pub fn register_cm<S, T>(

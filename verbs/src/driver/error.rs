@@ -27,6 +27,15 @@ pub enum DriverError {
     /// it with [`Feed::progress`](crate::Feed::progress) or a
     /// [`Poller`](crate::Poller)).
     NoChannel,
+    /// Another feed of this driver waits on the same fd: a second feed of
+    /// one completion channel (a second [`ChannelFeed`](crate::ChannelFeed)
+    /// on a clone of the channel, or a CQ's own [`Feed`](crate::Feed) on a
+    /// channel a channel feed serves), or of one event source. Each would
+    /// take events the other's CQs or readers wait for; the feed is dropped.
+    FdInUse {
+        /// The feed registered on that fd.
+        feed: FeedId,
+    },
     /// A [`DriverHandle`](crate::DriverHandle) call that waits for the driver
     /// was made on the thread that runs the driver (from an upcall of an EVD
     /// its feeds post into, or other user code the driver runs: a feed's
@@ -321,6 +330,9 @@ impl fmt::Display for DriverError {
         match self {
             DriverError::NoSuchFeed => f.write_str("no such feed"),
             DriverError::Stopped => f.write_str("the driver has stopped"),
+            DriverError::FdInUse { feed } => {
+                write!(f, "feed {feed:?} of the driver waits on that fd already")
+            }
             DriverError::NoChannel => {
                 f.write_str("the driver needs a CQ with a completion channel")
             }

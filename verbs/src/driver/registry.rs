@@ -58,7 +58,9 @@ impl Driver {
     /// # Errors
     /// [`DriverError::NoChannel`] if the CQ has no completion channel (busy
     /// poll such a feed with [`Feed::progress`] or a
-    /// [`Poller`](crate::Poller)); the feed is dropped.
+    /// [`Poller`](crate::Poller)); [`DriverError::FdInUse`] if another feed
+    /// of this driver waits on its channel's fd (a channel a
+    /// [`ChannelFeed`] serves). The feed is dropped.
     pub fn register<C, T>(
         &mut self,
         feed: Feed<C, T>,
@@ -113,9 +115,9 @@ impl Driver {
     /// ```
     ///
     /// # Errors
-    /// None: a shared channel always has an fd to wait on. The `Result`
-    /// matches the other `register` calls (and
-    /// [`DriverHandle`](crate::DriverHandle)'s, which can fail).
+    /// [`DriverError::FdInUse`] if another feed of this driver waits on the
+    /// channel's fd (a second channel feed on a clone of the channel, or a
+    /// feed of one of its CQs); the feed is dropped.
     pub fn register_channel<H, T>(
         &mut self,
         feed: ChannelFeed<H, T>,
@@ -142,9 +144,8 @@ impl Driver {
     /// ```
     ///
     /// # Errors
-    /// None: the source always has an fd to wait on. The `Result` matches
-    /// the other `register` calls (and [`DriverHandle`](crate::DriverHandle)'s,
-    /// which can fail).
+    /// [`DriverError::FdInUse`] if another feed of this driver waits on the
+    /// source's fd (the feed is dropped).
     pub fn register_async<S, T>(
         &mut self,
         feed: AsyncFeed<S, T>,
@@ -174,9 +175,8 @@ impl Driver {
     /// ```
     ///
     /// # Errors
-    /// None: the source always has an fd to wait on. The `Result` matches
-    /// the other `register` calls (and [`DriverHandle`](crate::DriverHandle)'s,
-    /// which can fail).
+    /// [`DriverError::FdInUse`] if another feed of this driver waits on the
+    /// source's fd (the feed is dropped).
     pub fn register_cm<S, T>(
         &mut self,
         feed: CmFeed<S, T>,
@@ -211,6 +211,9 @@ impl Driver {
         let Some(fd) = source.fd() else {
             return Err(DriverError::NoChannel);
         };
+        if let Some(feed) = self.feed_on(fd) {
+            return Err(DriverError::FdInUse { feed });
+        }
         let watched_awake = source.watched_awake();
         // Everything that runs the feed's own code, or could fail, before
         // the nested insert of its device's feed: nothing after it may leave
@@ -402,6 +405,17 @@ impl Driver {
             )));
         }
         self.step(super::StepWait::Bounded)
+    }
+
+    /// The live feed that waits on `fd`, if any.
+    fn feed_on(&self, fd: std::os::fd::RawFd) -> Option<FeedId> {
+        self.slots.iter().enumerate().find_map(|(index, s)| {
+            let s = s.as_ref().filter(|s| s.fd == fd && s.removing.is_none())?;
+            Some(FeedId {
+                index: index as u32,
+                generation: s.generation,
+            })
+        })
     }
 
     pub(super) fn slot_mut(&mut self, id: FeedId) -> Option<&mut Slot> {

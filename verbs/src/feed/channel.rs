@@ -159,7 +159,9 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// a [`get_cq_event`](SharedChannel::get_cq_event) on one) is one this
     /// feed's CQ never hears of (its arm used up, its completions wait
     /// until something else wakes the feed), and one this feed takes for a
-    /// CQ it does not hold it acknowledges at once as unknown.
+    /// CQ it does not hold it acknowledges at once as unknown. A driver
+    /// refuses a second feed on the channel's fd
+    /// ([`DriverError::FdInUse`](crate::DriverError::FdInUse)).
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, VerbsEvent, soft::SoftChannel};
@@ -231,7 +233,7 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     ///
     /// # Errors
     ///
-    /// None: a CQ whose [`req_notify`](CompletionQueue::req_notify) fails is
+    /// None: a CQ whose [`req_notify`](crate::CompletionQueue::req_notify) fails is
     /// drained, then reported as a `CqError` async event
     /// ([`PollError::ArmFailed`]) and not served again, as a CQ whose poll
     /// fails is; the CQs it shares the channel with go on.
