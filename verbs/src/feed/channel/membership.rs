@@ -109,9 +109,9 @@ impl<H: SharedChannel, T: From<VerbsEvent> + Send> ChannelFeed<H, T> {
     /// A feed that drains where it was removed (in
     /// [`DriverHandle::with_feed`](crate::DriverHandle::with_feed)'s closure,
     /// for a feed a driver serves) and is dropped there leaves nothing for
-    /// the channel. The feed handed back is its CQ's, not a channel's: it
-    /// is not to be registered with a driver on its own (its fd is the
-    /// channel's, whose events are the channel feed's).
+    /// the channel. The feed handed back is its CQ's, not a channel's: a
+    /// driver that serves the channel feed refuses it on its own (its fd
+    /// is the channel's: [`DriverError::FdInUse`](crate::DriverError::FdInUse)).
     ///
     /// ```
     /// use evd_verbs::{ChannelFeed, CqId, VerbsEvent, WorkCompletion, soft::SoftChannel};
