@@ -46,23 +46,51 @@ struct Figures {
     round_trip: Duration,
 }
 
-fn run(mode: FeedMode, quiet: usize, rounds: u64) -> Figures {
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
+/// One busy CQ (`CqId(0)`) and quiet ones (`CqId(1)`...) on one software
+/// channel, in one channel feed on a spawned driver, into one EVD.
+struct Served {
+    consumer: evd::Consumer<VerbsEvent>,
+    busy: SoftCqProducer,
+    quiet: Vec<SoftCqProducer>,
+    running: evd_verbs::RunningDriver,
+    key: evd_verbs::FeedKey<ChannelFeed<SoftChannel>>,
+}
+
+fn served(mode: FeedMode, quiet: usize) -> Served {
+    let (poster, consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
     let channel = SoftChannel::new().unwrap();
     let mut feed = ChannelFeed::new(channel.clone(), poster);
-    let (busy, hca): (_, SoftCqProducer) = channel.create_cq(64).unwrap();
-    feed.add(busy, CqId(0)).unwrap();
-    let mut quiet_hcas = Vec::with_capacity(quiet);
-    for i in 0..quiet {
-        let (cq, hca) = channel.create_cq(4).unwrap();
-        feed.add(cq, CqId(1 + i as u32)).unwrap();
-        quiet_hcas.push(hca);
-    }
+    let (cq, busy) = channel.create_cq(64).unwrap();
+    feed.add(cq, CqId(0)).unwrap();
+    let quiet = (1..=quiet as u32)
+        .map(|i| {
+            let (cq, hca) = channel.create_cq(4).unwrap();
+            feed.add(cq, CqId(i)).unwrap();
+            hca
+        })
+        .collect();
     let running = Driver::new(DriverConfig::default())
         .unwrap()
         .spawn()
         .unwrap();
     let key = running.handle().register_channel(feed, mode).unwrap();
+    Served {
+        consumer,
+        busy,
+        quiet,
+        running,
+        key,
+    }
+}
+
+fn run(mode: FeedMode, quiet: usize, rounds: u64) -> Figures {
+    let Served {
+        mut consumer,
+        busy: hca,
+        quiet: quiet_hcas,
+        running,
+        key,
+    } = served(mode, quiet);
     // Every CQ armed, the driver asleep (event mode) before the clock starts.
     hca.push(WorkCompletion::new(u64::MAX)).unwrap();
     consumer.dequeue().unwrap();
@@ -155,29 +183,20 @@ fn main() {
 /// consumer: the quiet completions' latencies (completed → dequeued), the
 /// median and the 90th percentile, in seconds.
 fn joining(mode: FeedMode) -> (f64, f64) {
-    const JOINING: u32 = 200;
-    let (poster, mut consumer) = evd::bounded::<VerbsEvent>(64).unwrap();
-    let channel = SoftChannel::new().unwrap();
-    let mut feed = ChannelFeed::new(channel.clone(), poster);
-    let (busy, busy_hca) = channel.create_cq(64).unwrap();
-    feed.add(busy, CqId(0)).unwrap();
-    let mut quiet = Vec::new();
-    for i in 1..=JOINING {
-        let (cq, hca) = channel.create_cq(4).unwrap();
-        feed.add(cq, CqId(i)).unwrap();
-        quiet.push(hca);
-    }
-    let running = Driver::new(DriverConfig::default())
-        .unwrap()
-        .spawn()
-        .unwrap();
-    let key = running.handle().register_channel(feed, mode).unwrap();
+    const JOINING: usize = 200;
+    let Served {
+        mut consumer,
+        busy: busy_hca,
+        quiet,
+        running,
+        key,
+    } = served(mode, JOINING);
     let start = Instant::now();
     let consumer_thread = std::thread::spawn(move || {
         let mut latencies = Vec::new();
         let mut next_busy = 1;
         busy_hca.push(WorkCompletion::new(0)).unwrap();
-        while latencies.len() < JOINING as usize {
+        while latencies.len() < JOINING {
             match consumer.dequeue().unwrap() {
                 VerbsEvent::Completion { cq: CqId(0), wc } => {
                     assert_eq!(wc.wr_id, next_busy - 1, "the busy CQ in order");
@@ -194,6 +213,8 @@ fn joining(mode: FeedMode) -> (f64, f64) {
         latencies
     });
     for hca in &quiet {
+        // The pace of the injections, a millisecond apart (the consumer
+        // waits on the EVD, not on this).
         std::thread::sleep(Duration::from_millis(1));
         let stamp = start.elapsed().as_nanos() as u64;
         hca.push(WorkCompletion::new(stamp)).unwrap();
